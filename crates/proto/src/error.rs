@@ -1,0 +1,158 @@
+//! The stable error codes that cross the wire, and their one mapping to errno.
+//!
+//! Codes are partitioned by subsystem and are never renumbered or reused: 1–999 generic,
+//! 1xxx namespace (metadata), 2xxx storage, 3xxx management, 4xxx protocol. Strings are for
+//! humans; codes are the contract.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A wire error code. See the module docs for the numbering rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    // Generic, 1..999.
+    /// An internal error; the message says more.
+    Internal = 1,
+    /// The request was malformed or named impossible arguments.
+    InvalidArgument = 2,
+    /// The server is shutting down or not ready yet; retry elsewhere or later.
+    Unavailable = 3,
+    /// An I/O error on the server's own media.
+    Io = 4,
+    /// The operation is not supported.
+    NotSupported = 5,
+    /// The request's deadline passed.
+    TimedOut = 6,
+
+    // Namespace, 1xxx.
+    /// No such file or directory.
+    NotFound = 1000,
+    /// The name already exists.
+    Exists = 1001,
+    /// The directory is not empty.
+    NotEmpty = 1002,
+    /// The entry is a directory where a non-directory was required.
+    IsDirectory = 1003,
+    /// The entry is not a directory where one was required.
+    NotDirectory = 1004,
+    /// A name component is too long.
+    NameTooLong = 1005,
+    /// The caller lacks permission for the operation.
+    PermissionDenied = 1006,
+    /// The operation is not permitted (ownership, sticky bit, renaming into a descendant).
+    NotPermitted = 1007,
+    /// A link or rename would cross file systems or homes where that is not supported.
+    CrossDevice = 1008,
+    /// Too many links to one inode.
+    TooManyLinks = 1009,
+    /// The inode is not a symbolic link.
+    NotSymlink = 1010,
+    /// The inode's home is a metadata node other than the one asked.
+    WrongHome = 1011,
+    /// No storage target is available to place a new file on.
+    NoTargets = 1012,
+
+    // Storage, 2xxx.
+    /// The target has no space left.
+    NoSpace = 2000,
+    /// A payload's checksum did not match.
+    ChecksumMismatch = 2001,
+    /// The target refuses writes after an fsync failure until it is restarted and checked.
+    TargetPoisoned = 2002,
+    /// The storage server does not hold the named target.
+    UnknownTarget = 2003,
+
+    // Management, 3xxx.
+    /// The node id is not registered.
+    UnknownNode = 3000,
+    /// The client session is unknown or expired.
+    UnknownSession = 3001,
+
+    // Protocol, 4xxx.
+    /// The peer speaks another protocol version.
+    VersionMismatch = 4000,
+    /// The request was sent to a service that does not handle it.
+    WrongService = 4001,
+}
+
+impl ErrorCode {
+    /// The errno a POSIX caller sees for this code. The only such mapping in Weft.
+    pub fn to_errno(self) -> i32 {
+        match self {
+            ErrorCode::Internal | ErrorCode::Io | ErrorCode::ChecksumMismatch => libc::EIO,
+            ErrorCode::TargetPoisoned => libc::EIO,
+            ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
+            ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => {
+                libc::EIO
+            }
+            ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
+                libc::EIO
+            }
+            ErrorCode::WrongHome => libc::EIO,
+            ErrorCode::NotSupported => libc::EOPNOTSUPP,
+            ErrorCode::TimedOut => libc::ETIMEDOUT,
+            ErrorCode::NotFound => libc::ENOENT,
+            ErrorCode::Exists => libc::EEXIST,
+            ErrorCode::NotEmpty => libc::ENOTEMPTY,
+            ErrorCode::IsDirectory => libc::EISDIR,
+            ErrorCode::NotDirectory => libc::ENOTDIR,
+            ErrorCode::NameTooLong => libc::ENAMETOOLONG,
+            ErrorCode::PermissionDenied => libc::EACCES,
+            ErrorCode::NotPermitted => libc::EPERM,
+            ErrorCode::CrossDevice => libc::EXDEV,
+            ErrorCode::TooManyLinks => libc::EMLINK,
+            ErrorCode::NoSpace | ErrorCode::NoTargets => libc::ENOSPC,
+        }
+    }
+
+    /// The code for an OS error seen by a server on its own media.
+    pub fn from_io(error: &std::io::Error) -> ErrorCode {
+        match error.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
+            Some(libc::ENOENT) => ErrorCode::NotFound,
+            _ => ErrorCode::Io,
+        }
+    }
+}
+
+/// An error as it crosses the wire: a stable code and a message for humans.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    /// What went wrong, for programs.
+    pub code: ErrorCode,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+impl WireError {
+    /// A wire error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> WireError {
+        WireError { code, message: message.into() }
+    }
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:?})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: codes are a wire contract; their numbers must never change.
+    #[test]
+    fn codes_are_stable() {
+        assert_eq!(ErrorCode::NotFound as u16, 1000);
+        assert_eq!(ErrorCode::NoSpace as u16, 2000);
+        assert_eq!(ErrorCode::UnknownNode as u16, 3000);
+        assert_eq!(ErrorCode::VersionMismatch as u16, 4000);
+        assert_eq!(ErrorCode::NotFound.to_errno(), libc::ENOENT);
+        assert_eq!(ErrorCode::NoSpace.to_errno(), libc::ENOSPC);
+    }
+}

@@ -1,0 +1,280 @@
+//! Stripe patterns and the layout math: where every byte of a file lives.
+//!
+//! A file with `n` targets and chunk size `c` is cut into chunks; chunk `i` lives on
+//! `targets[i % n]` at offset `(i / n) * c` in that target's object (RAID0). This module is the
+//! only place that computes it, in both directions: [`map_range`] maps file bytes to object
+//! pieces, [`object_length_for_file_size`] and [`file_size_from_object_lengths`] relate object
+//! lengths to the file size.
+
+use crate::ids::{StoragePoolId, TargetId};
+use serde::{Deserialize, Serialize};
+
+/// Smallest chunk size a pattern may have.
+pub const CHUNK_SIZE_MIN: u32 = 64 * 1024;
+/// Largest chunk size a pattern may have.
+pub const CHUNK_SIZE_MAX: u32 = 512 * 1024 * 1024;
+/// Most targets one file may stripe over.
+pub const NUM_TARGETS_MAX: u16 = 256;
+/// Chunk size of the root directory's pattern in a new file system.
+pub const CHUNK_SIZE_DEFAULT: u32 = 512 * 1024;
+/// Number of targets of the root directory's pattern in a new file system.
+pub const NUM_TARGETS_DEFAULT: u16 = 4;
+
+const _: () = assert!(CHUNK_SIZE_MIN.is_power_of_two());
+const _: () = assert!(CHUNK_SIZE_MAX.is_power_of_two());
+const _: () = assert!(CHUNK_SIZE_DEFAULT >= CHUNK_SIZE_MIN && CHUNK_SIZE_DEFAULT <= CHUNK_SIZE_MAX);
+
+/// How a file's chunks map to storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum PatternKind {
+    /// Chunks striped over targets, one copy each.
+    Raid0,
+}
+
+/// A directory's stripe pattern, inherited by new files and subdirectories.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StripePattern {
+    /// How chunks map to storage.
+    pub kind: PatternKind,
+    /// Bytes per chunk: a power of two in `CHUNK_SIZE_MIN..=CHUNK_SIZE_MAX`.
+    pub chunk_size_bytes: u32,
+    /// Desired number of targets for a new file.
+    pub num_targets: u16,
+    /// Storage pool new files take their targets from.
+    pub pool: StoragePoolId,
+}
+
+/// Why a pattern is invalid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatternError {
+    /// The chunk size is not a power of two in range.
+    #[error(
+        "chunk size {chunk_size_bytes} must be a power of two between 64 KiB and 512 MiB"
+    )]
+    ChunkSize {
+        /// The rejected chunk size.
+        chunk_size_bytes: u64,
+    },
+    /// The number of targets is out of range.
+    #[error("number of targets {num_targets} must be between 1 and {NUM_TARGETS_MAX}")]
+    NumTargets {
+        /// The rejected target count.
+        num_targets: u64,
+    },
+}
+
+impl StripePattern {
+    /// The pattern of the root directory of a new file system.
+    pub const DEFAULT: StripePattern = StripePattern {
+        kind: PatternKind::Raid0,
+        chunk_size_bytes: CHUNK_SIZE_DEFAULT,
+        num_targets: NUM_TARGETS_DEFAULT,
+        pool: StoragePoolId::DEFAULT,
+    };
+
+    /// Builds a RAID0 pattern, checking its bounds.
+    ///
+    /// # Errors
+    /// [`PatternError`] when the chunk size or target count is out of range.
+    pub fn raid0(
+        chunk_size_bytes: u64,
+        num_targets: u64,
+        pool: StoragePoolId,
+    ) -> Result<StripePattern, PatternError> {
+        let pattern = StripePattern {
+            kind: PatternKind::Raid0,
+            chunk_size_bytes: u32::try_from(chunk_size_bytes)
+                .map_err(|_| PatternError::ChunkSize { chunk_size_bytes })?,
+            num_targets: u16::try_from(num_targets)
+                .map_err(|_| PatternError::NumTargets { num_targets })?,
+            pool,
+        };
+        pattern.validate()?;
+        Ok(pattern)
+    }
+
+    /// Checks the pattern's bounds; patterns read from the wire are checked before use.
+    ///
+    /// # Errors
+    /// [`PatternError`] when the chunk size or target count is out of range.
+    pub fn validate(&self) -> Result<(), PatternError> {
+        let chunk = self.chunk_size_bytes;
+        if !chunk.is_power_of_two() || !(CHUNK_SIZE_MIN..=CHUNK_SIZE_MAX).contains(&chunk) {
+            return Err(PatternError::ChunkSize { chunk_size_bytes: u64::from(chunk) });
+        }
+        if self.num_targets == 0 || self.num_targets > NUM_TARGETS_MAX {
+            return Err(PatternError::NumTargets { num_targets: u64::from(self.num_targets) });
+        }
+        Ok(())
+    }
+}
+
+/// A file's layout: its pattern and the targets chosen at creation, in stripe order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileLayout {
+    /// The pattern the file was created with.
+    pub pattern: StripePattern,
+    /// The targets holding the file's objects; chunk `i` is on `targets[i % len]`.
+    pub targets: Vec<TargetId>,
+}
+
+/// One contiguous piece of a file range that lies inside one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPiece {
+    /// Index into the layout's target list.
+    pub target_index: usize,
+    /// The chunk's index in the file.
+    pub chunk_index: u64,
+    /// Offset of the piece in the file.
+    pub file_offset: u64,
+    /// Offset of the piece in the target's object.
+    pub object_offset: u64,
+    /// Length of the piece in bytes; never zero, never crossing a chunk boundary.
+    pub len: u64,
+}
+
+/// Maps the file range `[offset, offset + len)` to pieces, in file order, each within one chunk.
+///
+/// # Panics
+/// If the layout has no targets or a zero chunk size, which validated layouts never have.
+pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> {
+    let chunk = u64::from(layout.pattern.chunk_size_bytes);
+    let targets = layout.targets.len() as u64;
+    assert!(chunk > 0, "layout with zero chunk size");
+    assert!(targets > 0, "layout with no targets");
+    let end = offset.checked_add(len).expect("file range overflows u64");
+    let mut pieces = Vec::with_capacity((len / chunk + 2) as usize);
+    let mut position = offset;
+    while position < end {
+        let chunk_index = position / chunk;
+        let within = position % chunk;
+        let piece_len = (chunk - within).min(end - position);
+        let row = chunk_index / targets;
+        pieces.push(ChunkPiece {
+            target_index: (chunk_index % targets) as usize,
+            chunk_index,
+            file_offset: position,
+            object_offset: row * chunk + within,
+            len: piece_len,
+        });
+        position += piece_len;
+    }
+    debug_assert_eq!(pieces.iter().map(|p| p.len).sum::<u64>(), len);
+    pieces
+}
+
+/// The length the object on `target_index` has when the file is exactly `file_size` bytes long
+/// and fully written. Truncate cuts each object to this length.
+pub fn object_length_for_file_size(layout: &FileLayout, target_index: usize, file_size: u64) -> u64 {
+    let chunk = u64::from(layout.pattern.chunk_size_bytes);
+    let targets = layout.targets.len() as u64;
+    let target = target_index as u64;
+    assert!(target < targets, "target index {target_index} outside layout");
+    let full_chunks = file_size / chunk;
+    let remainder = file_size % chunk;
+    let full_on_target = if full_chunks > target { (full_chunks - target).div_ceil(targets) } else { 0 };
+    let partial = if full_chunks % targets == target { remainder } else { 0 };
+    full_on_target * chunk + partial
+}
+
+/// The file size implied by the objects' lengths, `lengths[i]` being the object on
+/// `targets[i]`: one past the last byte any object holds. Used to recompute a size from storage.
+pub fn file_size_from_object_lengths(layout: &FileLayout, lengths: &[u64]) -> u64 {
+    let chunk = u64::from(layout.pattern.chunk_size_bytes);
+    let targets = layout.targets.len() as u64;
+    assert_eq!(lengths.len() as u64, targets, "one length per target");
+    lengths
+        .iter()
+        .enumerate()
+        .filter(|(_, length)| **length > 0)
+        .map(|(index, length)| {
+            let last = length - 1;
+            let chunk_index = (last / chunk) * targets + index as u64;
+            chunk_index * chunk + last % chunk + 1
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn layout(chunk_shift: u32, targets: u32) -> FileLayout {
+        FileLayout {
+            pattern: StripePattern {
+                kind: PatternKind::Raid0,
+                chunk_size_bytes: 1 << chunk_shift,
+                num_targets: targets as u16,
+                pool: StoragePoolId::DEFAULT,
+            },
+            targets: (0..targets).map(|t| TargetId(100 + t)).collect(),
+        }
+    }
+
+    // Goal: the example from the design, worked by hand: 64 KiB chunks over 4 targets.
+    #[test]
+    fn worked_example() {
+        let l = layout(16, 4);
+        let pieces = map_range(&l, 5 * 65536 + 10, 65536);
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(pieces[0].target_index, 1);
+        assert_eq!(pieces[0].object_offset, 65536 + 10);
+        assert_eq!(pieces[0].len, 65536 - 10);
+        assert_eq!(pieces[1].target_index, 2);
+        assert_eq!(pieces[1].object_offset, 65536);
+        assert_eq!(pieces[1].len, 10);
+    }
+
+    // Goal: pattern bounds are enforced with a message a user understands.
+    #[test]
+    fn pattern_bounds() {
+        assert!(StripePattern::raid0(1 << 20, 4, StoragePoolId::DEFAULT).is_ok());
+        assert!(StripePattern::raid0(1000, 4, StoragePoolId::DEFAULT).is_err());
+        assert!(StripePattern::raid0(32 * 1024, 4, StoragePoolId::DEFAULT).is_err());
+        assert!(StripePattern::raid0(1 << 30, 4, StoragePoolId::DEFAULT).is_err());
+        assert!(StripePattern::raid0(1 << 20, 0, StoragePoolId::DEFAULT).is_err());
+        assert!(StripePattern::raid0(1 << 20, 257, StoragePoolId::DEFAULT).is_err());
+    }
+
+    proptest! {
+        // Goal: map_range covers the range exactly, in order, never crossing a chunk, and every
+        // piece lands on the target and object offset the RAID0 rule gives for each of its bytes.
+        #[test]
+        fn map_range_is_exact(shift in 16u32..20, targets in 1u32..9, offset in 0u64..(1 << 26), len in 0u64..(1 << 22)) {
+            let l = layout(shift, targets);
+            let chunk = 1u64 << shift;
+            let pieces = map_range(&l, offset, len);
+            let mut expected = offset;
+            for piece in &pieces {
+                prop_assert_eq!(piece.file_offset, expected);
+                prop_assert!(piece.len > 0);
+                prop_assert_eq!(piece.file_offset / chunk, (piece.file_offset + piece.len - 1) / chunk);
+                let i = piece.file_offset / chunk;
+                prop_assert_eq!(piece.target_index as u64, i % targets as u64);
+                prop_assert_eq!(piece.object_offset, (i / targets as u64) * chunk + piece.file_offset % chunk);
+                expected += piece.len;
+            }
+            prop_assert_eq!(expected, offset + len);
+        }
+
+        // Goal: writing a file of size S leaves each object at object_length_for_file_size, and
+        // the reverse mapping gives back S.
+        #[test]
+        fn sizes_round_trip(shift in 16u32..20, targets in 1u32..9, size in 0u64..(1 << 26)) {
+            let l = layout(shift, targets);
+            let mut lengths = vec![0u64; targets as usize];
+            for piece in map_range(&l, 0, size) {
+                let end = piece.object_offset + piece.len;
+                lengths[piece.target_index] = lengths[piece.target_index].max(end);
+            }
+            for (index, length) in lengths.iter().enumerate() {
+                prop_assert_eq!(*length, object_length_for_file_size(&l, index, size));
+            }
+            prop_assert_eq!(file_size_from_object_lengths(&l, &lengths), size);
+        }
+    }
+}

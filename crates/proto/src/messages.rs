@@ -1,0 +1,550 @@
+//! Request and response bodies of every service. Names follow `<Verb><Noun>`; the frame header
+//! carries the request id, and chunk data travels as the frame's raw payload, never in a body.
+
+use crate::error::WireError;
+use crate::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
+use crate::layout::{FileLayout, StripePattern};
+use serde::{Deserialize, Serialize};
+
+/// Longest name of one directory entry, as on Linux.
+pub const NAME_BYTES_MAX: usize = 255;
+/// Longest symbolic link target, as Linux's PATH_MAX.
+pub const SYMLINK_BYTES_MAX: usize = 4096;
+/// Most entries one directory listing reply carries.
+pub const READDIR_ENTRIES_MAX: u32 = 1024;
+/// Most bytes one read request asks for; clients cut larger reads into pieces.
+pub const IO_BYTES_MAX: u32 = 8 * 1024 * 1024;
+/// Most addresses a node announces.
+pub const NODE_ADDRESSES_MAX: usize = 16;
+
+/// The role a node plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeKind {
+    /// The management service.
+    Management,
+    /// A metadata server with one metadata target.
+    Meta,
+    /// A storage server with one or more storage targets.
+    Storage,
+}
+
+/// Whether management hears from a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reachability {
+    /// Heartbeats arrive on time.
+    Online,
+    /// Heartbeats are late but the node is not yet declared dead.
+    ProbablyOffline,
+    /// No heartbeat within the offline timeout.
+    Offline,
+}
+
+/// Space and inode usage of one target (storage or metadata).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceUsage {
+    /// Bytes the target may hold.
+    pub total_bytes: u64,
+    /// Bytes still free.
+    pub free_bytes: u64,
+    /// Inodes (files) the target may hold.
+    pub total_inodes: u64,
+    /// Inodes still free.
+    pub free_inodes: u64,
+}
+
+/// One target's usage as reported in a heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetReport {
+    /// The target.
+    pub target: TargetId,
+    /// Its usage.
+    pub usage: SpaceUsage,
+}
+
+/// A node as management knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The node's id.
+    pub id: NodeId,
+    /// Its role.
+    pub kind: NodeKind,
+    /// Human-friendly name (host name by default).
+    pub alias: String,
+    /// Addresses it listens on, `host:port`.
+    pub addresses: Vec<String>,
+    /// Whether its heartbeats arrive.
+    pub reachability: Reachability,
+    /// Usage of its metadata target, for metadata nodes.
+    pub meta_usage: Option<SpaceUsage>,
+    /// Inodes in use on its metadata target, for metadata nodes.
+    pub meta_inodes_used: Option<u64>,
+}
+
+/// A storage target as management knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    /// The target's id.
+    pub id: TargetId,
+    /// The storage node holding it.
+    pub node: NodeId,
+    /// Its storage pool.
+    pub pool: StoragePoolId,
+    /// Reachability of its node.
+    pub reachability: Reachability,
+    /// Last reported usage.
+    pub usage: SpaceUsage,
+}
+
+/// The node and target maps clients and servers route with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Every registered node.
+    pub nodes: Vec<NodeInfo>,
+    /// Every registered storage target.
+    pub targets: Vec<TargetInfo>,
+}
+
+impl ClusterMap {
+    /// The node with this id, if registered.
+    pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|node| node.id == id)
+    }
+
+    /// The target with this id, if registered.
+    pub fn target(&self, id: TargetId) -> Option<&TargetInfo> {
+        self.targets.iter().find(|target| target.id == id)
+    }
+}
+
+/// Requests served by management.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MgmtRequest {
+    /// A server announces itself; `node` is its saved id, or `None` on first start.
+    RegisterNode {
+        /// Saved id, if any.
+        node: Option<NodeId>,
+        /// Role.
+        kind: NodeKind,
+        /// Human-friendly name.
+        alias: String,
+        /// Listening addresses.
+        addresses: Vec<String>,
+    },
+    /// A storage server announces a target; `target` is its saved id, or `None` when new.
+    RegisterTarget {
+        /// The storage node.
+        node: NodeId,
+        /// Saved id, if any.
+        target: Option<TargetId>,
+    },
+    /// A server is alive; storage servers report their targets' usage.
+    Heartbeat {
+        /// The node.
+        node: NodeId,
+        /// Storage targets' usage.
+        targets: Vec<TargetReport>,
+        /// Metadata target usage, for metadata nodes.
+        meta_usage: Option<SpaceUsage>,
+        /// Inodes in use on the metadata target, for metadata nodes.
+        meta_inodes_used: Option<u64>,
+    },
+    /// A client opens a session.
+    RegisterClient {
+        /// Host name of the client.
+        alias: String,
+    },
+    /// A client's session is alive.
+    ClientHeartbeat {
+        /// The session.
+        client: ClientId,
+    },
+    /// Asks for the node and target maps.
+    GetClusterMap,
+}
+
+/// Identifies a mutating metadata request so a retry gets the original answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MutationId {
+    /// The client session.
+    pub client: ClientId,
+    /// Increases by one per mutating request of this client.
+    pub seq: u64,
+    /// The lowest sequence number the client still waits for: replies below it may be dropped.
+    pub oldest_pending: u64,
+}
+
+/// The kind of a non-directory inode a create makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FileKind {
+    /// A regular file.
+    Regular,
+    /// A directory.
+    Directory,
+    /// A symbolic link.
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A Unix domain socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+}
+
+/// A time stamp with nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Timestamp {
+    /// Seconds since the Unix epoch.
+    pub seconds: i64,
+    /// Nanoseconds within the second.
+    pub nanos: u32,
+}
+
+/// A time a setattr sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeSet {
+    /// The server's current time.
+    Now,
+    /// A given time.
+    At(Timestamp),
+}
+
+/// An inode's attributes, as a stat shows them, plus its layout or pattern.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeAttr {
+    /// The inode.
+    pub inode: InodeId,
+    /// File type.
+    pub kind: FileKind,
+    /// Permission bits, with set-id and sticky bits (no file type bits).
+    pub mode: u32,
+    /// Hard link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device number for device files.
+    pub rdev: u32,
+    /// Last access.
+    pub atime: Timestamp,
+    /// Last data change.
+    pub mtime: Timestamp,
+    /// Last attribute change.
+    pub ctime: Timestamp,
+    /// Truncate generation: size reports from older generations are dropped.
+    pub truncate_generation: u64,
+    /// A regular file's layout.
+    pub layout: Option<FileLayout>,
+    /// A directory's pattern.
+    pub pattern: Option<StripePattern>,
+}
+
+/// Attribute changes of a setattr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttrChanges {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeSet>,
+    /// New modification time.
+    pub mtime: Option<TimeSet>,
+}
+
+/// One directory entry of a listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// The name.
+    pub name: String,
+    /// The inode it names.
+    pub inode: InodeId,
+    /// Its type.
+    pub kind: FileKind,
+    /// Stable position in the directory: a listing resumes after it.
+    pub cookie: u64,
+}
+
+/// Flags of a rename.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameFlags {
+    /// Fail with EEXIST if the new name exists.
+    pub no_replace: bool,
+    /// Swap the two entries atomically.
+    pub exchange: bool,
+}
+
+/// Requests served by a metadata server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaRequest {
+    /// Looks a name up in a directory.
+    Lookup {
+        /// The directory.
+        parent: InodeId,
+        /// The name.
+        name: String,
+    },
+    /// Reads an inode's attributes.
+    GetAttr {
+        /// The inode.
+        inode: InodeId,
+    },
+    /// Changes an inode's attributes; a size change truncates.
+    SetAttr {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode.
+        inode: InodeId,
+        /// What to change.
+        changes: AttrChanges,
+    },
+    /// Creates a non-directory entry.
+    Create {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// What to create.
+        kind: FileKind,
+        /// Permission bits (umask already applied).
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+        /// Device number for device files.
+        rdev: u32,
+        /// Target of a symbolic link.
+        symlink: Option<String>,
+    },
+    /// Creates a directory.
+    Mkdir {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The parent directory.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// Permission bits (umask already applied).
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+    },
+    /// Adds a hard link.
+    Link {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode to link.
+        inode: InodeId,
+        /// The directory of the new name.
+        new_parent: InodeId,
+        /// The new name.
+        new_name: String,
+    },
+    /// Removes a non-directory entry.
+    Unlink {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        parent: InodeId,
+        /// The name.
+        name: String,
+    },
+    /// Removes an empty directory.
+    Rmdir {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The parent directory.
+        parent: InodeId,
+        /// The name.
+        name: String,
+    },
+    /// Renames an entry.
+    Rename {
+        /// Retry identity.
+        mutation: MutationId,
+        /// Source directory.
+        parent: InodeId,
+        /// Source name.
+        name: String,
+        /// Destination directory.
+        new_parent: InodeId,
+        /// Destination name.
+        new_name: String,
+        /// RENAME_NOREPLACE / RENAME_EXCHANGE.
+        flags: RenameFlags,
+    },
+    /// Lists a directory after a cookie.
+    ReadDir {
+        /// The directory.
+        dir: InodeId,
+        /// Resume after this cookie (0 from the start).
+        after_cookie: u64,
+        /// Most entries wanted.
+        max_entries: u32,
+    },
+    /// Reads a symbolic link.
+    ReadLink {
+        /// The link.
+        inode: InodeId,
+    },
+    /// A client opened a file: keeps it alive past an unlink until released.
+    Open {
+        /// The session.
+        client: ClientId,
+        /// The file.
+        inode: InodeId,
+    },
+    /// A client closed its last handle of a file.
+    Release {
+        /// The session.
+        client: ClientId,
+        /// The file.
+        inode: InodeId,
+    },
+    /// A client reports a file's size after writing; the largest report of the generation wins.
+    ReportSize {
+        /// The file.
+        inode: InodeId,
+        /// One past the last byte written.
+        size: u64,
+        /// The truncate generation the writes belong to.
+        truncate_generation: u64,
+        /// Whether the new size must be durable before the reply (fsync).
+        durable: bool,
+    },
+    /// Sets a directory's stripe pattern for new files and subdirectories.
+    SetPattern {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        dir: InodeId,
+        /// The new pattern.
+        pattern: StripePattern,
+    },
+}
+
+/// Requests served by a storage server. Data travels as the frame payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StorageRequest {
+    /// Writes the payload at an offset of an object, creating it if needed.
+    Write {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+        /// Offset in the object.
+        object_offset: u64,
+    },
+    /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
+    Read {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+        /// Offset in the object.
+        object_offset: u64,
+        /// Bytes wanted, at most [`IO_BYTES_MAX`].
+        len: u32,
+    },
+    /// Cuts or extends an object to a length.
+    Truncate {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+        /// New object length.
+        length: u64,
+    },
+    /// Removes an object; removing a missing object succeeds.
+    Remove {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+    },
+    /// Makes an object's data durable.
+    Sync {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+    },
+    /// The length of an object (0 if it does not exist).
+    ObjectLength {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+    },
+}
+
+/// Any request, tagged with the service that serves it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// For management.
+    Mgmt(MgmtRequest),
+    /// For a metadata server.
+    Meta(MetaRequest),
+    /// For a storage server.
+    Storage(StorageRequest),
+}
+
+/// Successful answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Done, nothing to return.
+    Done,
+    /// The node's id.
+    NodeRegistered {
+        /// Allocated or confirmed id.
+        node: NodeId,
+    },
+    /// The target's id.
+    TargetRegistered {
+        /// Allocated or confirmed id.
+        target: TargetId,
+    },
+    /// The client's session.
+    ClientRegistered {
+        /// The new session id.
+        client: ClientId,
+    },
+    /// The maps.
+    ClusterMap(ClusterMap),
+    /// An inode's attributes.
+    Attr(InodeAttr),
+    /// A page of a directory listing.
+    DirEntries {
+        /// Entries in cookie order.
+        entries: Vec<DirEntry>,
+        /// True when the listing reached the end.
+        end: bool,
+    },
+    /// A symbolic link's target.
+    LinkTarget(String),
+    /// Bytes written; data read is in the payload.
+    Written {
+        /// Bytes written.
+        len: u32,
+    },
+    /// Data is in the payload.
+    Data,
+    /// An object's length.
+    Length(u64),
+}
+
+/// The body of a response frame.
+pub type Reply = Result<Response, WireError>;
