@@ -1,0 +1,171 @@
+//! [`RpcClient`]: a small pool of connections to one peer, with a deadline on every call.
+//! Connections are opened lazily and replaced when they break; a request never waits longer
+//! than its deadline.
+
+use crate::connection::ClientConnection;
+use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use weft_proto::error::WireError;
+use weft_proto::messages::{Request, Response};
+use weft_proto::ErrorCode;
+
+/// Default deadline of one request.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default time allowed to open a connection.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// Most connections one client keeps to one peer.
+pub const CONNECTIONS_PER_PEER_MAX: usize = 64;
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RpcError {
+    /// The peer answered with an error.
+    #[error("{0}")]
+    Remote(WireError),
+    /// The peer could not be reached or the connection broke.
+    #[error("cannot reach {address}: {reason}")]
+    Transport {
+        /// The peer.
+        address: String,
+        /// What happened.
+        reason: String,
+    },
+    /// No answer within the deadline.
+    #[error("{address} did not answer within {timeout:?}")]
+    Timeout {
+        /// The peer.
+        address: String,
+        /// The deadline that passed.
+        timeout: Duration,
+    },
+    /// The peer answered with a response of the wrong type.
+    #[error("{address} answered with an unexpected response: {response}")]
+    Unexpected {
+        /// The peer.
+        address: String,
+        /// What came back.
+        response: String,
+    },
+}
+
+impl RpcError {
+    /// The error code a caller maps to errno.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            RpcError::Remote(error) => error.code,
+            RpcError::Transport { .. } => ErrorCode::Unavailable,
+            RpcError::Timeout { .. } => ErrorCode::TimedOut,
+            RpcError::Unexpected { .. } => ErrorCode::Internal,
+        }
+    }
+
+    /// Whether the same request may succeed if sent again: the peer was not reached or busy.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RpcError::Remote(error) => error.code == ErrorCode::Unavailable,
+            RpcError::Transport { .. } | RpcError::Timeout { .. } => true,
+            RpcError::Unexpected { .. } => false,
+        }
+    }
+}
+
+/// Tunables of an [`RpcClient`].
+#[derive(Clone, Copy, Debug)]
+pub struct RpcClientOptions {
+    /// Connections kept to the peer; requests spread over them.
+    pub connections: usize,
+    /// Deadline of one request.
+    pub request_timeout: Duration,
+    /// Time allowed to open a connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RpcClientOptions {
+    fn default() -> Self {
+        RpcClientOptions {
+            connections: 2,
+            request_timeout: REQUEST_TIMEOUT_DEFAULT,
+            connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+/// Connections to one peer address.
+pub struct RpcClient {
+    address: String,
+    options: RpcClientOptions,
+    slots: Vec<Mutex<Option<Arc<ClientConnection>>>>,
+    next_slot: AtomicUsize,
+}
+
+impl std::fmt::Debug for RpcClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClient").field("address", &self.address).finish()
+    }
+}
+
+impl RpcClient {
+    /// A client for `address` (`host:port`); nothing is connected until the first call.
+    pub fn new(address: impl Into<String>, options: RpcClientOptions) -> RpcClient {
+        let connections = options.connections.clamp(1, CONNECTIONS_PER_PEER_MAX);
+        RpcClient {
+            address: address.into(),
+            options,
+            slots: (0..connections).map(|_| Mutex::new(None)).collect(),
+            next_slot: AtomicUsize::new(0),
+        }
+    }
+
+    /// The peer's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    async fn connection(&self) -> Result<Arc<ClientConnection>, RpcError> {
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut guard = self.slots[slot].lock().await;
+        if let Some(connection) = guard.as_ref() {
+            if !connection.is_closed() {
+                return Ok(Arc::clone(connection));
+            }
+        }
+        let stream = tokio::time::timeout(self.options.connect_timeout, TcpStream::connect(&self.address))
+            .await
+            .map_err(|_| RpcError::Timeout { address: self.address.clone(), timeout: self.options.connect_timeout })?
+            .map_err(|error| RpcError::Transport { address: self.address.clone(), reason: error.to_string() })?;
+        let connection = Arc::new(ClientConnection::start(stream));
+        *guard = Some(Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// Sends a request with a payload and waits for its answer and payload.
+    ///
+    /// # Errors
+    /// [`RpcError`] when the peer is unreachable, too slow, or answers with an error.
+    pub async fn call(&self, request: &Request, payload: Bytes) -> Result<(Response, Bytes), RpcError> {
+        let timeout = self.options.request_timeout;
+        let connection = self.connection().await?;
+        let transport = |reason: String| RpcError::Transport { address: self.address.clone(), reason };
+        let (request_id, receiver) = connection.send(request, payload).await.map_err(transport)?;
+        match tokio::time::timeout(timeout, receiver).await {
+            Err(_) => {
+                connection.forget(request_id);
+                Err(RpcError::Timeout { address: self.address.clone(), timeout })
+            }
+            Ok(Err(_)) => Err(transport("connection closed".to_string())),
+            Ok(Ok(Err(reason))) => Err(transport(reason)),
+            Ok(Ok(Ok((Err(error), _)))) => Err(RpcError::Remote(error)),
+            Ok(Ok(Ok((Ok(response), payload)))) => Ok((response, payload)),
+        }
+    }
+
+    /// An error for a response of the wrong type.
+    pub fn unexpected(&self, response: &Response) -> RpcError {
+        RpcError::Unexpected { address: self.address.clone(), response: format!("{response:?}") }
+    }
+}

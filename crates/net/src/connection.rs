@@ -1,0 +1,179 @@
+//! One TCP connection: a writer task fed by a channel, a reader task that matches responses to
+//! waiting callers by request id. Frame reading and writing live here once, for both sides.
+
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use weft_proto::codec::{self, DecodeError, FrameHeader, FrameKind, FRAME_HEADER_BYTES};
+use weft_proto::messages::{Reply, Request};
+
+/// Frames queued for one connection's writer before callers wait.
+const WRITE_QUEUE_FRAMES_MAX: usize = 256;
+
+/// A frame ready to be written.
+pub(crate) struct OutFrame {
+    pub header: [u8; FRAME_HEADER_BYTES],
+    pub body: Vec<u8>,
+    pub payload: Bytes,
+}
+
+impl OutFrame {
+    pub(crate) fn new(kind: FrameKind, request_id: u64, body: Vec<u8>, payload: Bytes) -> OutFrame {
+        let header = FrameHeader {
+            kind,
+            request_id,
+            body_len: u32::try_from(body.len()).expect("bodies are bounded well below 4 GiB"),
+            payload_len: u32::try_from(payload.len()).expect("payloads are bounded below 4 GiB"),
+            payload_crc: if payload.is_empty() { 0 } else { weft_proto::checksum::crc32c(&payload) },
+        };
+        OutFrame { header: header.encode(), body, payload }
+    }
+}
+
+/// Why reading a frame failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FrameReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+/// Reads one frame: header, body, payload, with bounds and the payload checksum checked.
+pub(crate) async fn read_frame(
+    reader: &mut OwnedReadHalf,
+) -> Result<(FrameHeader, Vec<u8>, Bytes), FrameReadError> {
+    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
+    match reader.read_exact(&mut header_bytes).await {
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(FrameReadError::Closed)
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let header = FrameHeader::decode(&header_bytes)?;
+    let mut body = vec![0u8; header.body_len as usize];
+    reader.read_exact(&mut body).await?;
+    let mut payload = BytesMut::zeroed(header.payload_len as usize);
+    reader.read_exact(&mut payload).await?;
+    let payload = payload.freeze();
+    if !payload.is_empty() {
+        header.check_payload(&payload)?;
+    }
+    Ok((header, body, payload))
+}
+
+/// Writes frames from a channel until it closes or the socket fails.
+pub(crate) async fn write_frames(writer: OwnedWriteHalf, mut frames: mpsc::Receiver<OutFrame>) {
+    let mut writer = BufWriter::with_capacity(256 * 1024, writer);
+    while let Some(frame) = frames.recv().await {
+        let mut result = write_one(&mut writer, &frame).await;
+        // Batch whatever else is queued into the same flush.
+        while result.is_ok() {
+            match frames.try_recv() {
+                Ok(frame) => result = write_one(&mut writer, &frame).await,
+                Err(_) => break,
+            }
+        }
+        if result.is_err() || writer.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn write_one(writer: &mut BufWriter<OwnedWriteHalf>, frame: &OutFrame) -> std::io::Result<()> {
+    writer.write_all(&frame.header).await?;
+    writer.write_all(&frame.body).await?;
+    if frame.payload.len() >= 64 * 1024 {
+        // Large payloads go straight to the socket instead of through the buffer.
+        writer.flush().await?;
+        writer.get_mut().write_all(&frame.payload).await
+    } else {
+        writer.write_all(&frame.payload).await
+    }
+}
+
+type Waiter = oneshot::Sender<Result<(Reply, Bytes), String>>;
+
+/// The client side of one connection.
+pub(crate) struct ClientConnection {
+    frames: mpsc::Sender<OutFrame>,
+    waiters: Arc<Mutex<HashMap<u64, Waiter>>>,
+    next_request_id: AtomicU64,
+    closed: Arc<AtomicBool>,
+}
+
+impl ClientConnection {
+    pub(crate) fn start(stream: TcpStream) -> ClientConnection {
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.into_split();
+        let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
+        let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(write_frames(writer, queue));
+        tokio::spawn(read_responses(reader, Arc::clone(&waiters), Arc::clone(&closed)));
+        ClientConnection { frames, waiters, next_request_id: AtomicU64::new(1), closed }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.frames.is_closed()
+    }
+
+    /// Sends a request and returns the receiver of its reply.
+    pub(crate) async fn send(
+        &self,
+        request: &Request,
+        payload: Bytes,
+    ) -> Result<(u64, oneshot::Receiver<Result<(Reply, Bytes), String>>), String> {
+        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let (waiter, receiver) = oneshot::channel();
+        self.waiters.lock().expect("waiter map poisoned").insert(request_id, waiter);
+        let frame = OutFrame::new(FrameKind::Request, request_id, codec::encode_body(request), payload);
+        if self.frames.send(frame).await.is_err() {
+            self.waiters.lock().expect("waiter map poisoned").remove(&request_id);
+            self.closed.store(true, Ordering::Release);
+            return Err("connection closed".to_string());
+        }
+        Ok((request_id, receiver))
+    }
+
+    /// Drops the waiter of a request whose caller gave up (deadline passed).
+    pub(crate) fn forget(&self, request_id: u64) {
+        self.waiters.lock().expect("waiter map poisoned").remove(&request_id);
+    }
+}
+
+async fn read_responses(
+    mut reader: OwnedReadHalf,
+    waiters: Arc<Mutex<HashMap<u64, Waiter>>>,
+    closed: Arc<AtomicBool>,
+) {
+    let reason = loop {
+        match read_frame(&mut reader).await {
+            Ok((header, body, payload)) => {
+                if header.kind != FrameKind::Response {
+                    break "peer sent a request on a client connection".to_string();
+                }
+                let waiter = waiters.lock().expect("waiter map poisoned").remove(&header.request_id);
+                let Some(waiter) = waiter else { continue };
+                let reply = codec::decode_body::<Reply>(&body)
+                    .map(|reply| (reply, payload))
+                    .map_err(|error| error.to_string());
+                let _ = waiter.send(reply);
+            }
+            Err(error) => break error.to_string(),
+        }
+    };
+    closed.store(true, Ordering::Release);
+    let pending: Vec<Waiter> = waiters.lock().expect("waiter map poisoned").drain().map(|(_, w)| w).collect();
+    for waiter in pending {
+        let _ = waiter.send(Err(reason.clone()));
+    }
+}

@@ -1,0 +1,362 @@
+//! Typed clients per service. The client library and the servers (a metadata server truncating
+//! objects, a storage server heartbeating) call each other through these same stubs.
+
+use crate::client::{RpcClient, RpcClientOptions, RpcError};
+use bytes::Bytes;
+use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
+use weft_proto::layout::StripePattern;
+use weft_proto::messages::{
+    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MetaRequest, MgmtRequest, MutationId,
+    NodeKind, RenameFlags, Request, Response, SpaceUsage, StorageRequest, TargetReport,
+};
+
+/// Expects one response variant, or reports the mismatch.
+macro_rules! expect_response {
+    ($client:expr, $response:expr, $pattern:pat => $value:expr) => {
+        match $response {
+            $pattern => Ok($value),
+            other => Err($client.unexpected(&other)),
+        }
+    };
+}
+
+/// Client of the management service.
+#[derive(Debug)]
+pub struct MgmtClient {
+    rpc: RpcClient,
+}
+
+impl MgmtClient {
+    /// A client for management at `address`.
+    pub fn new(address: impl Into<String>, options: RpcClientOptions) -> MgmtClient {
+        MgmtClient { rpc: RpcClient::new(address, options) }
+    }
+
+    /// Management's address.
+    pub fn address(&self) -> &str {
+        self.rpc.address()
+    }
+
+    async fn call(&self, request: MgmtRequest) -> Result<Response, RpcError> {
+        Ok(self.rpc.call(&Request::Mgmt(request), Bytes::new()).await?.0)
+    }
+
+    /// Registers a server, keeping `node` if it has one.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable or refuses.
+    pub async fn register_node(
+        &self,
+        node: Option<NodeId>,
+        kind: NodeKind,
+        alias: String,
+        addresses: Vec<String>,
+    ) -> Result<NodeId, RpcError> {
+        let response = self.call(MgmtRequest::RegisterNode { node, kind, alias, addresses }).await?;
+        expect_response!(self.rpc, response, Response::NodeRegistered { node } => node)
+    }
+
+    /// Registers a storage target, keeping `target` if it has one.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable or refuses.
+    pub async fn register_target(&self, node: NodeId, target: Option<TargetId>) -> Result<TargetId, RpcError> {
+        let response = self.call(MgmtRequest::RegisterTarget { node, target }).await?;
+        expect_response!(self.rpc, response, Response::TargetRegistered { target } => target)
+    }
+
+    /// Sends a heartbeat with usage reports.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable or does not know the node.
+    pub async fn heartbeat(
+        &self,
+        node: NodeId,
+        targets: Vec<TargetReport>,
+        meta_usage: Option<SpaceUsage>,
+        meta_inodes_used: Option<u64>,
+    ) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::Heartbeat { node, targets, meta_usage, meta_inodes_used }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Opens a client session.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable.
+    pub async fn register_client(&self, alias: String) -> Result<ClientId, RpcError> {
+        let response = self.call(MgmtRequest::RegisterClient { alias }).await?;
+        expect_response!(self.rpc, response, Response::ClientRegistered { client } => client)
+    }
+
+    /// Renews a client session.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable or the session expired.
+    pub async fn client_heartbeat(&self, client: ClientId) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::ClientHeartbeat { client }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Fetches the node and target maps.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable.
+    pub async fn cluster_map(&self) -> Result<ClusterMap, RpcError> {
+        let response = self.call(MgmtRequest::GetClusterMap).await?;
+        expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
+    }
+}
+
+/// Client of one metadata server.
+#[derive(Debug)]
+pub struct MetaClient {
+    rpc: RpcClient,
+}
+
+impl MetaClient {
+    /// A client for the metadata server at `address`.
+    pub fn new(address: impl Into<String>, options: RpcClientOptions) -> MetaClient {
+        MetaClient { rpc: RpcClient::new(address, options) }
+    }
+
+    /// Sends any metadata request.
+    ///
+    /// # Errors
+    /// [`RpcError`] when the server is unreachable or answers with an error.
+    pub async fn call(&self, request: MetaRequest) -> Result<Response, RpcError> {
+        Ok(self.rpc.call(&Request::Meta(request), Bytes::new()).await?.0)
+    }
+
+    async fn attr(&self, request: MetaRequest) -> Result<InodeAttr, RpcError> {
+        let response = self.call(request).await?;
+        expect_response!(self.rpc, response, Response::Attr(attr) => attr)
+    }
+
+    async fn done(&self, request: MetaRequest) -> Result<(), RpcError> {
+        let response = self.call(request).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Looks a name up.
+    ///
+    /// # Errors
+    /// `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::Lookup { parent, name: name.to_string() }).await
+    }
+
+    /// Reads attributes.
+    ///
+    /// # Errors
+    /// `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::GetAttr { inode }).await
+    }
+
+    /// Changes attributes.
+    ///
+    /// # Errors
+    /// As the server decides, or [`RpcError`] for transport failures.
+    pub async fn set_attr(&self, mutation: MutationId, inode: InodeId, changes: AttrChanges) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::SetAttr { mutation, inode, changes }).await
+    }
+
+    /// Creates a non-directory entry.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, `NoTargets`, or [`RpcError`] for transport failures.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: (u32, u32),
+        rdev: u32,
+        symlink: Option<String>,
+    ) -> Result<InodeAttr, RpcError> {
+        let (uid, gid) = owner;
+        self.attr(MetaRequest::Create { mutation, parent, name: name.to_string(), kind, mode, uid, gid, rdev, symlink })
+            .await
+    }
+
+    /// Creates a directory.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn mkdir(&self, mutation: MutationId, parent: InodeId, name: &str, mode: u32, owner: (u32, u32)) -> Result<InodeAttr, RpcError> {
+        let (uid, gid) = owner;
+        self.attr(MetaRequest::Mkdir { mutation, parent, name: name.to_string(), mode, uid, gid }).await
+    }
+
+    /// Adds a hard link.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn link(&self, mutation: MutationId, inode: InodeId, new_parent: InodeId, new_name: &str) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::Link { mutation, inode, new_parent, new_name: new_name.to_string() }).await
+    }
+
+    /// Removes a non-directory entry.
+    ///
+    /// # Errors
+    /// `NotFound`, `IsDirectory`, or [`RpcError`] for transport failures.
+    pub async fn unlink(&self, mutation: MutationId, parent: InodeId, name: &str) -> Result<(), RpcError> {
+        self.done(MetaRequest::Unlink { mutation, parent, name: name.to_string() }).await
+    }
+
+    /// Removes an empty directory.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotEmpty`, `NotDirectory`, or [`RpcError`] for transport failures.
+    pub async fn rmdir(&self, mutation: MutationId, parent: InodeId, name: &str) -> Result<(), RpcError> {
+        self.done(MetaRequest::Rmdir { mutation, parent, name: name.to_string() }).await
+    }
+
+    /// Renames an entry.
+    ///
+    /// # Errors
+    /// The POSIX rename errors as codes, or [`RpcError`] for transport failures.
+    pub async fn rename(
+        &self,
+        mutation: MutationId,
+        source: (InodeId, &str),
+        target: (InodeId, &str),
+        flags: RenameFlags,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::Rename {
+            mutation,
+            parent: source.0,
+            name: source.1.to_string(),
+            new_parent: target.0,
+            new_name: target.1.to_string(),
+            flags,
+        })
+        .await
+    }
+
+    /// Lists a directory after a cookie.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDirectory`, or [`RpcError`] for transport failures.
+    pub async fn read_dir(&self, dir: InodeId, after_cookie: u64, max_entries: u32) -> Result<(Vec<DirEntry>, bool), RpcError> {
+        let response = self.call(MetaRequest::ReadDir { dir, after_cookie, max_entries }).await?;
+        expect_response!(self.rpc, response, Response::DirEntries { entries, end } => (entries, end))
+    }
+
+    /// Reads a symbolic link.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotSymlink`, or [`RpcError`] for transport failures.
+    pub async fn read_link(&self, inode: InodeId) -> Result<String, RpcError> {
+        let response = self.call(MetaRequest::ReadLink { inode }).await?;
+        expect_response!(self.rpc, response, Response::LinkTarget(target) => target)
+    }
+
+    /// Registers an open file of a session.
+    ///
+    /// # Errors
+    /// `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn open(&self, client: ClientId, inode: InodeId) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::Open { client, inode }).await
+    }
+
+    /// Releases an open file of a session.
+    ///
+    /// # Errors
+    /// [`RpcError`] for transport failures.
+    pub async fn release(&self, client: ClientId, inode: InodeId) -> Result<(), RpcError> {
+        self.done(MetaRequest::Release { client, inode }).await
+    }
+
+    /// Reports a file's size after writes.
+    ///
+    /// # Errors
+    /// `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn report_size(&self, inode: InodeId, size: u64, truncate_generation: u64, durable: bool) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::ReportSize { inode, size, truncate_generation, durable }).await
+    }
+
+    /// Sets a directory's stripe pattern.
+    ///
+    /// # Errors
+    /// `NotDirectory`, or [`RpcError`] for transport failures.
+    pub async fn set_pattern(&self, mutation: MutationId, dir: InodeId, pattern: StripePattern) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::SetPattern { mutation, dir, pattern }).await
+    }
+}
+
+/// Client of one storage server.
+#[derive(Debug)]
+pub struct StorageClient {
+    rpc: RpcClient,
+}
+
+impl StorageClient {
+    /// A client for the storage server at `address`.
+    pub fn new(address: impl Into<String>, options: RpcClientOptions) -> StorageClient {
+        StorageClient { rpc: RpcClient::new(address, options) }
+    }
+
+    async fn done(&self, request: StorageRequest) -> Result<(), RpcError> {
+        let response = self.rpc.call(&Request::Storage(request), Bytes::new()).await?.0;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Writes `data` at `object_offset` of the object of `inode` on `target`.
+    ///
+    /// # Errors
+    /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, or [`RpcError`] for transport failures.
+    pub async fn write(&self, target: TargetId, inode: InodeId, object_offset: u64, data: Bytes) -> Result<u32, RpcError> {
+        let request = Request::Storage(StorageRequest::Write { target, inode, object_offset });
+        let response = self.rpc.call(&request, data).await?.0;
+        expect_response!(self.rpc, response, Response::Written { len } => len)
+    }
+
+    /// Reads up to `len` bytes; fewer bytes mean the object ends there.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn read(&self, target: TargetId, inode: InodeId, object_offset: u64, len: u32) -> Result<Bytes, RpcError> {
+        let request = Request::Storage(StorageRequest::Read { target, inode, object_offset, len });
+        let (response, payload) = self.rpc.call(&request, Bytes::new()).await?;
+        expect_response!(self.rpc, response, Response::Data => payload)
+    }
+
+    /// Cuts or extends an object.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn truncate(&self, target: TargetId, inode: InodeId, length: u64) -> Result<(), RpcError> {
+        self.done(StorageRequest::Truncate { target, inode, length }).await
+    }
+
+    /// Removes an object.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn remove(&self, target: TargetId, inode: InodeId) -> Result<(), RpcError> {
+        self.done(StorageRequest::Remove { target, inode }).await
+    }
+
+    /// Makes an object durable.
+    ///
+    /// # Errors
+    /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn sync(&self, target: TargetId, inode: InodeId) -> Result<(), RpcError> {
+        self.done(StorageRequest::Sync { target, inode }).await
+    }
+
+    /// An object's length.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, or [`RpcError`] for transport failures.
+    pub async fn object_length(&self, target: TargetId, inode: InodeId) -> Result<u64, RpcError> {
+        let request = Request::Storage(StorageRequest::ObjectLength { target, inode });
+        let response = self.rpc.call(&request, Bytes::new()).await?.0;
+        expect_response!(self.rpc, response, Response::Length(length) => length)
+    }
+}
