@@ -1,1 +1,42 @@
-//! placeholder
+//! The metadata service: directories, dentries, inodes, layouts and sizes of one metadata target
+//! (MDT), kept in redb and committed before every reply.
+//!
+//! Layout:
+//! - [`config`]: [`MetaConfig`].
+//! - `store`: tables, record encodings and the small helpers every operation uses.
+//! - `commit`: group commit — one writer thread batches concurrent operations into one
+//!   transaction and one fsync, and answers each after the commit.
+//! - `ops/`: one file per operation family (lookup, create, remove, rename, setattr, open).
+//! - `chooser`: picks storage targets for new files.
+//! - `service`: the request handler, retry identity (mutation ids), background work queues
+//!   (object disposal, truncate) and heartbeats.
+//!
+//! Invariants: a dentry `(parent, name)` and its cookie entry `(parent, cookie)` exist together;
+//! an inode's link count equals the dentries naming it (plus `.` and children's `..` for a
+//! directory); an inode with no links exists only while a client holds it open (orphan list);
+//! every operation validates before it writes, so a rejected operation changes nothing.
+
+mod chooser;
+mod commit;
+pub mod config;
+mod ops;
+mod service;
+mod store;
+
+pub use config::{MetaConfig, TargetChooser};
+pub use service::run;
+
+/// Why the metadata service could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetaError {
+    /// The data directory is missing or unusable.
+    #[error("{0}")]
+    DataDir(String),
+    /// The store could not be opened.
+    #[error("metadata store: {0}")]
+    Store(String),
+    /// Registration with management failed.
+    #[error("{0}")]
+    Register(String),
+}

@@ -1,1 +1,36 @@
-//! placeholder
+//! The management service: the registry of nodes, targets and client sessions, id allocation,
+//! and reachability from heartbeats.
+//!
+//! Layout:
+//! - [`config`]: [`MgmtConfig`].
+//! - `store`: the redb tables (nodes, targets, counters, clients), committed before replies.
+//! - `service`: the request handler and the in-memory heartbeat view.
+//!
+//! Ids are allocated per node kind (metadata nodes 1, 2, …; storage nodes 1, 2, …) and never
+//! reused. After a restart, management counts every node as heard from at its own start, so it
+//! waits a full offline timeout before it marks anything offline.
+
+pub mod config;
+mod service;
+mod store;
+
+pub use config::MgmtConfig;
+pub use service::run;
+
+/// Why the management service stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MgmtError {
+    /// The data directory cannot be used.
+    #[error("management data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store could not be opened or written.
+    #[error("management store: {0}")]
+    Store(String),
+}

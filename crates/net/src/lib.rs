@@ -10,11 +10,13 @@
 //! A malformed frame closes its connection and is logged; it never takes a server down.
 
 pub mod client;
+pub mod cluster;
 mod connection;
 pub mod retry;
 pub mod server;
 pub mod stubs;
 
-pub use client::{RpcClient, RpcError};
+pub use client::{RpcClient, RpcClientOptions, RpcError};
+pub use cluster::ClusterView;
 pub use server::{serve, Handler};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};

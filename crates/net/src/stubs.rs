@@ -71,12 +71,13 @@ impl MgmtClient {
     /// [`RpcError`] when management is unreachable or does not know the node.
     pub async fn heartbeat(
         &self,
+        kind: NodeKind,
         node: NodeId,
         targets: Vec<TargetReport>,
         meta_usage: Option<SpaceUsage>,
         meta_inodes_used: Option<u64>,
     ) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::Heartbeat { node, targets, meta_usage, meta_inodes_used }).await?;
+        let response = self.call(MgmtRequest::Heartbeat { kind, node, targets, meta_usage, meta_inodes_used }).await?;
         expect_response!(self.rpc, response, Response::Done => ())
     }
 

@@ -105,9 +105,9 @@ pub struct ClusterMap {
 }
 
 impl ClusterMap {
-    /// The node with this id, if registered.
-    pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
-        self.nodes.iter().find(|node| node.id == id)
+    /// The node of this kind and id, if registered. Each kind numbers its nodes from 1.
+    pub fn node(&self, kind: NodeKind, id: NodeId) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|node| node.kind == kind && node.id == id)
     }
 
     /// The target with this id, if registered.
@@ -139,6 +139,8 @@ pub enum MgmtRequest {
     },
     /// A server is alive; storage servers report their targets' usage.
     Heartbeat {
+        /// The node's role (ids are numbered per role).
+        kind: NodeKind,
         /// The node.
         node: NodeId,
         /// Storage targets' usage.

@@ -1,1 +1,39 @@
-//! placeholder
+//! The storage service: file data as one object per (file, target), created on first write.
+//!
+//! Layout:
+//! - [`config`]: [`StorageConfig`].
+//! - `target`: one storage target — a directory of objects under hashed subdirectories, its
+//!   capacity accounting, poisoning after a failed fsync, and the crash-test journal.
+//! - `service`: registration, heartbeats and the request handler.
+//!
+//! Objects live at `<target>/objects/<aa>/<bb>/<inode id in hex>`, where `aa` and `bb` are the
+//! first two bytes of the CRC32C of the inode id, so no directory grows past a few thousand
+//! entries.
+
+pub mod config;
+mod service;
+mod target;
+
+pub use config::StorageConfig;
+pub use service::run;
+
+/// Why a storage server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The configuration is unusable; the message lists every problem.
+    #[error("{0}")]
+    Config(String),
+    /// A target directory could not be prepared.
+    #[error("storage target {path}: {source}")]
+    Target {
+        /// The target directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Registration with management failed.
+    #[error("{0}")]
+    Register(String),
+}

@@ -1,0 +1,71 @@
+//! Configuration of a metadata server.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Default listening address of a metadata server.
+pub const META_LISTEN_DEFAULT: &str = "127.0.0.1:8005";
+/// Default heartbeat interval.
+pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 2_000;
+
+/// How a new file's storage targets are chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetChooser {
+    /// A random set of targets per file (spreads load without coordination).
+    #[default]
+    Randomized,
+    /// Consecutive targets, rotating the start per file.
+    Roundrobin,
+}
+
+/// Configuration of `weft serve meta`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetaConfig {
+    /// Directory holding the metadata target; must exist.
+    pub data_dir: PathBuf,
+    /// Address to listen on, `host:port` (port 0 picks a free one).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Management's address, `host:port`.
+    pub mgmt: String,
+    /// Name shown in listings; the host name by default.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// How new files choose their targets.
+    #[serde(default)]
+    pub target_chooser: TargetChooser,
+    /// Interval between heartbeats to management.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_interval_ms: u64,
+}
+
+fn default_listen() -> String {
+    META_LISTEN_DEFAULT.to_string()
+}
+
+fn default_heartbeat() -> u64 {
+    HEARTBEAT_INTERVAL_MS_DEFAULT
+}
+
+impl MetaConfig {
+    /// Reports every problem of the config at once.
+    ///
+    /// # Errors
+    /// A list of problems, one per line.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if !self.data_dir.is_dir() {
+            problems.push(format!(
+                "data_dir {} does not exist: create it (mkdir -p {}) or point data_dir at an existing directory",
+                self.data_dir.display(),
+                self.data_dir.display()
+            ));
+        }
+        if self.heartbeat_interval_ms == 0 {
+            problems.push("heartbeat_interval_ms must be above 0".to_string());
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+    }
+}

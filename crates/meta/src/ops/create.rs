@@ -1,0 +1,161 @@
+//! Create (files, symbolic links, FIFOs, sockets, devices), mkdir, link, and the root.
+
+use super::OpContext;
+use crate::store::{
+    allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode, InodeRecord, OpError,
+    COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
+};
+use redb::{ReadableTable, WriteTransaction};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::{FileLayout, StripePattern};
+use weft_proto::messages::{FileKind, Response, SYMLINK_BYTES_MAX};
+use weft_proto::ErrorCode;
+
+const S_ISGID: u32 = 0o2000;
+
+/// What a new inode is made of.
+pub(crate) struct NewEntry {
+    pub parent: InodeId,
+    pub name: String,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub symlink: Option<String>,
+}
+
+/// Creates any kind of entry, directories included.
+pub(crate) fn create(txn: &WriteTransaction, context: &OpContext, entry: NewEntry) -> Result<Response, OpError> {
+    check_name(&entry.name)?;
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut counters = txn.open_table(COUNTERS)?;
+    let mut parent = load_dir(&inodes, entry.parent)?;
+    if parent.nlink == 0 {
+        return Err(OpError::rejected(ErrorCode::NotFound, "the directory was removed"));
+    }
+    if load_dentry(&dentries, entry.parent, &entry.name)?.is_some() {
+        return Err(OpError::rejected(ErrorCode::Exists, format!("{:?} already exists", entry.name)));
+    }
+    if let Some(target) = &entry.symlink {
+        if target.is_empty() || target.len() > SYMLINK_BYTES_MAX {
+            return Err(OpError::rejected(ErrorCode::NameTooLong, "symbolic link target is empty or too long"));
+        }
+    }
+    let pattern = parent.pattern.unwrap_or(StripePattern::DEFAULT);
+    let layout = if entry.kind == FileKind::Regular {
+        let targets = context.chooser.choose(&context.map, &pattern);
+        if targets.is_empty() {
+            return Err(OpError::rejected(ErrorCode::NoTargets, format!("storage pool {} has no reachable target", pattern.pool)));
+        }
+        Some(FileLayout { pattern, targets })
+    } else {
+        None
+    };
+    let is_dir = entry.kind == FileKind::Directory;
+    if is_dir && parent.nlink >= LINKS_MAX {
+        return Err(OpError::rejected(ErrorCode::TooManyLinks, "too many subdirectories"));
+    }
+
+    // Everything is checked; from here on the operation writes.
+    let inode = allocate_inode(&mut counters, context.home)?;
+    let timestamp = now();
+    let mut mode = entry.mode & 0o7777;
+    let mut gid = entry.gid;
+    if parent.mode & S_ISGID != 0 {
+        // BSD group semantics in set-group-id directories, as Linux file systems do.
+        gid = parent.gid;
+        if is_dir {
+            mode |= S_ISGID;
+        }
+    }
+    let record = InodeRecord {
+        kind: entry.kind,
+        mode,
+        nlink: if is_dir { 2 } else { 1 },
+        uid: entry.uid,
+        gid,
+        size: entry.symlink.as_ref().map(|t| t.len() as u64).unwrap_or(0),
+        rdev: entry.rdev,
+        atime: timestamp,
+        mtime: timestamp,
+        ctime: timestamp,
+        truncate_generation: 0,
+        layout,
+        pattern: if is_dir { Some(pattern) } else { None },
+        symlink: entry.symlink,
+        parent: if is_dir { entry.parent.0 } else { 0 },
+        next_cookie: FIRST_COOKIE,
+    };
+    store_inode(&mut inodes, inode, &record)?;
+    insert_dentry(&mut dentries, &mut cookies, entry.parent, &mut parent, &entry.name, inode, entry.kind)?;
+    if is_dir {
+        parent.nlink += 1;
+    }
+    parent.mtime = timestamp;
+    parent.ctime = timestamp;
+    store_inode(&mut inodes, entry.parent, &parent)?;
+    Ok(Response::Attr(record.to_attr(inode)))
+}
+
+/// Adds a hard link to a non-directory.
+pub(crate) fn link(txn: &WriteTransaction, inode: InodeId, new_parent: InodeId, new_name: &str) -> Result<Response, OpError> {
+    check_name(new_name)?;
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut record = load_inode(&inodes, inode)?;
+    if record.is_dir() {
+        return Err(OpError::rejected(ErrorCode::NotPermitted, "cannot hard-link a directory"));
+    }
+    if record.nlink == 0 {
+        return Err(OpError::rejected(ErrorCode::NotFound, "the file was removed"));
+    }
+    if record.nlink >= LINKS_MAX {
+        return Err(OpError::rejected(ErrorCode::TooManyLinks, format!("inode {inode} has {} links", record.nlink)));
+    }
+    let mut parent = load_dir(&inodes, new_parent)?;
+    if load_dentry(&dentries, new_parent, new_name)?.is_some() {
+        return Err(OpError::rejected(ErrorCode::Exists, format!("{new_name:?} already exists")));
+    }
+    let timestamp = now();
+    insert_dentry(&mut dentries, &mut cookies, new_parent, &mut parent, new_name, inode, record.kind)?;
+    parent.mtime = timestamp;
+    parent.ctime = timestamp;
+    store_inode(&mut inodes, new_parent, &parent)?;
+    record.nlink += 1;
+    record.ctime = timestamp;
+    store_inode(&mut inodes, inode, &record)?;
+    Ok(Response::Attr(record.to_attr(inode)))
+}
+
+/// Creates the root directory if this MDT is its home and it does not exist yet.
+pub(crate) fn ensure_root(txn: &WriteTransaction) -> Result<bool, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    if inodes.get(InodeId::ROOT.0)?.is_some() {
+        return Ok(false);
+    }
+    let timestamp = now();
+    let record = InodeRecord {
+        kind: FileKind::Directory,
+        mode: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        rdev: 0,
+        atime: timestamp,
+        mtime: timestamp,
+        ctime: timestamp,
+        truncate_generation: 0,
+        layout: None,
+        pattern: Some(StripePattern::DEFAULT),
+        symlink: None,
+        parent: InodeId::ROOT.0,
+        next_cookie: FIRST_COOKIE,
+    };
+    store_inode(&mut inodes, InodeId::ROOT, &record)?;
+    Ok(true)
+}

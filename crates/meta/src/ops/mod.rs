@@ -1,0 +1,24 @@
+//! The metadata operations, one family per file. Read-only operations run on a read
+//! transaction; mutating ones run inside the group-commit batch and validate everything before
+//! they write anything.
+
+pub(crate) mod create;
+pub(crate) mod lookup;
+pub(crate) mod remove;
+pub(crate) mod rename;
+pub(crate) mod setattr;
+
+use crate::chooser::Chooser;
+use std::sync::Arc;
+use weft_proto::ids::NodeId;
+use weft_proto::messages::ClusterMap;
+
+/// What a mutating operation needs besides the transaction.
+pub(crate) struct OpContext {
+    /// This MDT's node id: the home of every inode it creates.
+    pub home: NodeId,
+    /// Target chooser for new files.
+    pub chooser: Arc<Chooser>,
+    /// The cluster map when the operation was queued.
+    pub map: Arc<ClusterMap>,
+}

@@ -1,0 +1,126 @@
+//! Unlink and rmdir, and what happens to an inode whose last link goes: its objects are queued
+//! for disposal, or, while a client still has it open, it waits on the orphan list.
+
+use crate::store::{
+    dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, InodeRecord, OpError, COOKIES,
+    DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
+};
+use redb::{ReadableTable, Table, WriteTransaction};
+use weft_proto::ids::InodeId;
+use weft_proto::messages::Response;
+use weft_proto::ErrorCode;
+
+/// Drops one link of a non-directory inode; the last link disposes of it or makes it an orphan.
+pub(crate) fn drop_link(
+    txn: &WriteTransaction,
+    inodes: &mut Table<u64, &'static [u8]>,
+    inode: InodeId,
+    mut record: InodeRecord,
+    is_open: bool,
+) -> Result<(), OpError> {
+    debug_assert!(record.nlink > 0, "dropping a link of an inode without links");
+    record.nlink = record.nlink.saturating_sub(1);
+    record.ctime = now();
+    if record.nlink > 0 {
+        return store_inode(inodes, inode, &record);
+    }
+    if is_open {
+        store_inode(inodes, inode, &record)?;
+        txn.open_table(ORPHANS)?.insert(inode.0, 0)?;
+        return Ok(());
+    }
+    dispose(txn, inodes, inode, &record)
+}
+
+/// Deletes an inode and queues its objects for removal.
+pub(crate) fn dispose(
+    txn: &WriteTransaction,
+    inodes: &mut Table<u64, &'static [u8]>,
+    inode: InodeId,
+    record: &InodeRecord,
+) -> Result<(), OpError> {
+    inodes.remove(inode.0)?;
+    txn.open_table(ORPHANS)?.remove(inode.0)?;
+    txn.open_table(TRUNCATES)?.remove(inode.0)?;
+    if let Some(layout) = &record.layout {
+        let bytes = postcard::to_stdvec(layout).expect("layouts always encode");
+        txn.open_table(DISPOSALS)?.insert(inode.0, bytes.as_slice())?;
+    }
+    Ok(())
+}
+
+pub(crate) fn unlink(txn: &WriteTransaction, parent: InodeId, name: &str, is_open: impl Fn(InodeId) -> bool) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut parent_record = load_dir(&inodes, parent)?;
+    let dentry = load_dentry(&dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    let record = load_inode(&inodes, dentry.child)?;
+    if record.is_dir() {
+        return Err(OpError::rejected(ErrorCode::IsDirectory, format!("{name:?} is a directory")));
+    }
+    remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
+    let timestamp = now();
+    parent_record.mtime = timestamp;
+    parent_record.ctime = timestamp;
+    store_inode(&mut inodes, parent, &parent_record)?;
+    drop_link(txn, &mut inodes, dentry.child, record, is_open(dentry.child))?;
+    Ok(Response::Done)
+}
+
+pub(crate) fn rmdir(txn: &WriteTransaction, parent: InodeId, name: &str) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut parent_record = load_dir(&inodes, parent)?;
+    let dentry = load_dentry(&dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    let record = load_inode(&inodes, dentry.child)?;
+    if !record.is_dir() {
+        return Err(OpError::rejected(ErrorCode::NotDirectory, format!("{name:?} is not a directory")));
+    }
+    if !dir_is_empty(&cookies, dentry.child)? {
+        return Err(OpError::rejected(ErrorCode::NotEmpty, format!("{name:?} is not empty")));
+    }
+    remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
+    inodes.remove(dentry.child.0)?;
+    let timestamp = now();
+    parent_record.nlink = parent_record.nlink.saturating_sub(1);
+    parent_record.mtime = timestamp;
+    parent_record.ctime = timestamp;
+    store_inode(&mut inodes, parent, &parent_record)?;
+    Ok(Response::Done)
+}
+
+/// Disposes of an orphan once its last open is released.
+pub(crate) fn release_orphan(txn: &WriteTransaction, inode: InodeId) -> Result<Response, OpError> {
+    let orphaned = txn.open_table(ORPHANS)?.get(inode.0)?.is_some();
+    if !orphaned {
+        return Ok(Response::Done);
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let record = load_inode(&inodes, inode)?;
+    if record.nlink == 0 {
+        dispose(txn, &mut inodes, inode, &record)?;
+    } else {
+        txn.open_table(ORPHANS)?.remove(inode.0)?;
+    }
+    Ok(Response::Done)
+}
+
+/// Orphans left by a previous run: their opens died with it.
+pub(crate) fn dispose_all_orphans(txn: &WriteTransaction) -> Result<usize, OpError> {
+    let orphans: Vec<u64> = {
+        let table = txn.open_table(ORPHANS)?;
+        let mut ids = Vec::new();
+        for item in table.iter()? {
+            ids.push(item?.0.value());
+        }
+        ids
+    };
+    for inode in &orphans {
+        release_orphan(txn, InodeId(*inode))?;
+    }
+    Ok(orphans.len())
+}

@@ -1,0 +1,166 @@
+//! Rename, with POSIX's checks: replacing a file or an empty directory, RENAME_NOREPLACE,
+//! RENAME_EXCHANGE, and never moving a directory into its own subtree.
+
+use super::remove::drop_link;
+use crate::store::{
+    dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, check_name, OpError,
+    COOKIES, DENTRIES, INODES,
+};
+use redb::{ReadableTable, WriteTransaction};
+use weft_proto::ids::InodeId;
+use weft_proto::messages::{RenameFlags, Response};
+use weft_proto::ErrorCode;
+
+/// Most directory levels walked when checking for a loop; deeper trees are refused.
+const PATH_DEPTH_MAX: usize = 4096;
+
+/// Whether `ancestor` is `dir` or one of its ancestors.
+fn is_ancestor(inodes: &impl ReadableTable<u64, &'static [u8]>, ancestor: InodeId, mut dir: InodeId) -> Result<bool, OpError> {
+    for _ in 0..PATH_DEPTH_MAX {
+        if dir == ancestor {
+            return Ok(true);
+        }
+        if dir == InodeId::ROOT {
+            return Ok(false);
+        }
+        dir = InodeId(load_inode(inodes, dir)?.parent);
+    }
+    Err(OpError::rejected(ErrorCode::InvalidArgument, "directory tree too deep"))
+}
+
+pub(crate) struct RenameArgs<'a> {
+    pub parent: InodeId,
+    pub name: &'a str,
+    pub new_parent: InodeId,
+    pub new_name: &'a str,
+    pub flags: RenameFlags,
+}
+
+pub(crate) fn rename(txn: &WriteTransaction, args: RenameArgs<'_>, is_open: impl Fn(InodeId) -> bool) -> Result<Response, OpError> {
+    let RenameArgs { parent, name, new_parent, new_name, flags } = args;
+    check_name(new_name)?;
+    if flags.exchange && flags.no_replace {
+        return Err(OpError::rejected(ErrorCode::InvalidArgument, "RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other"));
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    load_dir(&inodes, parent)?;
+    load_dir(&inodes, new_parent)?;
+    let source = load_dentry(&dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    let victim = load_dentry(&dentries, new_parent, new_name)?;
+    let source_record = load_inode(&inodes, source.child)?;
+    let source_is_dir = source_record.is_dir();
+
+    if source_is_dir && new_parent != parent && is_ancestor(&inodes, source.child, new_parent)? {
+        return Err(OpError::rejected(ErrorCode::InvalidArgument, "cannot move a directory into its own subtree"));
+    }
+    if let Some(victim) = victim {
+        if flags.no_replace {
+            return Err(OpError::rejected(ErrorCode::Exists, format!("{new_name:?} already exists")));
+        }
+        if victim.child == source.child {
+            // Two names of one inode: POSIX says do nothing and succeed.
+            return Ok(Response::Done);
+        }
+        let victim_record = load_inode(&inodes, victim.child)?;
+        if flags.exchange {
+            if victim_record.is_dir() && new_parent != parent && is_ancestor(&inodes, victim.child, parent)? {
+                return Err(OpError::rejected(ErrorCode::InvalidArgument, "cannot move a directory into its own subtree"));
+            }
+            return exchange(&mut inodes, &mut dentries, (parent, name, source), (new_parent, new_name, victim));
+        }
+        match (source_is_dir, victim_record.is_dir()) {
+            (true, false) => return Err(OpError::rejected(ErrorCode::NotDirectory, format!("{new_name:?} is not a directory"))),
+            (false, true) => return Err(OpError::rejected(ErrorCode::IsDirectory, format!("{new_name:?} is a directory"))),
+            (true, true) if !dir_is_empty(&cookies, victim.child)? => {
+                return Err(OpError::rejected(ErrorCode::NotEmpty, format!("{new_name:?} is not empty")))
+            }
+            _ => {}
+        }
+    } else if flags.exchange {
+        return Err(OpError::rejected(ErrorCode::NotFound, format!("{new_name:?} not found")));
+    }
+
+    // Everything is checked; from here on the operation writes.
+    let timestamp = now();
+    remove_dentry(&mut dentries, &mut cookies, parent, name, source)?;
+    let mut victim_was_dir = false;
+    if let Some(victim) = victim {
+        remove_dentry(&mut dentries, &mut cookies, new_parent, new_name, victim)?;
+        let victim_record = load_inode(&inodes, victim.child)?;
+        if victim_record.is_dir() {
+            victim_was_dir = true;
+            inodes.remove(victim.child.0)?;
+        } else {
+            drop_link(txn, &mut inodes, victim.child, victim_record, is_open(victim.child))?;
+        }
+    }
+    let mut target_dir = load_dir(&inodes, new_parent)?;
+    insert_dentry(&mut dentries, &mut cookies, new_parent, &mut target_dir, new_name, source.child, source.kind)?;
+    if victim_was_dir {
+        target_dir.nlink = target_dir.nlink.saturating_sub(1);
+    }
+    if source_is_dir && new_parent != parent {
+        target_dir.nlink += 1;
+    }
+    target_dir.mtime = timestamp;
+    target_dir.ctime = timestamp;
+    store_inode(&mut inodes, new_parent, &target_dir)?;
+    if new_parent != parent {
+        let mut source_dir = load_dir(&inodes, parent)?;
+        if source_is_dir {
+            source_dir.nlink = source_dir.nlink.saturating_sub(1);
+        }
+        source_dir.mtime = timestamp;
+        source_dir.ctime = timestamp;
+        store_inode(&mut inodes, parent, &source_dir)?;
+    }
+    let mut moved = load_inode(&inodes, source.child)?;
+    moved.ctime = timestamp;
+    if source_is_dir {
+        moved.parent = new_parent.0;
+    }
+    store_inode(&mut inodes, source.child, &moved)?;
+    Ok(Response::Done)
+}
+
+type Side<'a> = (InodeId, &'a str, crate::store::Dentry);
+
+/// RENAME_EXCHANGE: the two names swap the inodes they name, keeping their cookies.
+fn exchange(
+    inodes: &mut redb::Table<u64, &'static [u8]>,
+    dentries: &mut redb::Table<(u64, &'static str), (u64, u64, u8)>,
+    (parent, name, source): Side<'_>,
+    (new_parent, new_name, victim): Side<'_>,
+) -> Result<Response, OpError> {
+    let timestamp = now();
+    dentries.insert((parent.0, name), (victim.child.0, source.cookie, crate::store::kind_code(victim.kind)))?;
+    dentries.insert((new_parent.0, new_name), (source.child.0, victim.cookie, crate::store::kind_code(source.kind)))?;
+    for (inode, new_home_dir) in [(source.child, new_parent), (victim.child, parent)] {
+        let mut record = load_inode(inodes, inode)?;
+        record.ctime = timestamp;
+        if record.is_dir() {
+            record.parent = new_home_dir.0;
+        }
+        store_inode(inodes, inode, &record)?;
+    }
+    if parent != new_parent {
+        let source_dir_delta = i64::from(victim.kind == weft_proto::messages::FileKind::Directory)
+            - i64::from(source.kind == weft_proto::messages::FileKind::Directory);
+        for (dir, delta) in [(parent, source_dir_delta), (new_parent, -source_dir_delta)] {
+            let mut record = load_dir(inodes, dir)?;
+            record.nlink = (i64::from(record.nlink) + delta).max(0) as u32;
+            record.mtime = timestamp;
+            record.ctime = timestamp;
+            store_inode(inodes, dir, &record)?;
+        }
+    } else {
+        let mut record = load_dir(inodes, parent)?;
+        record.mtime = timestamp;
+        record.ctime = timestamp;
+        store_inode(inodes, parent, &record)?;
+    }
+    Ok(Response::Done)
+}

@@ -1,0 +1,115 @@
+//! Setattr (mode, owner, times, truncate), size reports from writers, and directory patterns.
+//!
+//! The MDT owns a file's size. A truncate is one transaction here — new size, next truncate
+//! generation, and a durable truncate work item — followed by the work on the targets. Writers
+//! report sizes tagged with the generation they wrote in; a report from an older generation is
+//! dropped, so a write that raced a truncate cannot resurrect the old size.
+
+use crate::store::{load_dir, load_inode, now, store_inode, OpError, TruncateWork, INODES, TRUNCATES};
+use redb::{ReadableTable, WriteTransaction};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::StripePattern;
+use weft_proto::messages::{AttrChanges, FileKind, Response, TimeSet};
+use weft_proto::ErrorCode;
+
+fn resolve(time: TimeSet) -> weft_proto::messages::Timestamp {
+    match time {
+        TimeSet::Now => now(),
+        TimeSet::At(timestamp) => timestamp,
+    }
+}
+
+/// Applies attribute changes; returns the new attributes and whether truncate work was queued.
+pub(crate) fn set_attr(txn: &WriteTransaction, inode: InodeId, changes: AttrChanges) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let mut record = load_inode(&inodes, inode)?;
+    if let Some(size) = changes.size {
+        match record.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(OpError::rejected(ErrorCode::IsDirectory, "cannot truncate a directory")),
+            _ => return Err(OpError::rejected(ErrorCode::InvalidArgument, "can only truncate regular files")),
+        }
+        if size > i64::MAX as u64 {
+            return Err(OpError::rejected(ErrorCode::InvalidArgument, "size too large"));
+        }
+    }
+    let timestamp = now();
+    if let Some(mode) = changes.mode {
+        record.mode = mode & 0o7777;
+    }
+    if let Some(uid) = changes.uid {
+        record.uid = uid;
+    }
+    if let Some(gid) = changes.gid {
+        record.gid = gid;
+    }
+    if let Some(atime) = changes.atime {
+        record.atime = resolve(atime);
+    }
+    if let Some(mtime) = changes.mtime {
+        record.mtime = resolve(mtime);
+    }
+    if let Some(size) = changes.size {
+        record.truncate_generation += 1;
+        record.size = size;
+        if changes.mtime.is_none() {
+            record.mtime = timestamp;
+        }
+        // Objects may hold bytes past the new size even when it grows (a larger size reported
+        // earlier and then truncated), so every truncate queues work; targets cut only longer
+        // objects.
+        let work = TruncateWork {
+            generation: record.truncate_generation,
+            size,
+            layout: record.layout.clone().ok_or_else(|| OpError::Store(format!("regular file {inode} has no layout")))?,
+        };
+        let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
+        txn.open_table(TRUNCATES)?.insert(inode.0, bytes.as_slice())?;
+    }
+    record.ctime = timestamp;
+    store_inode(&mut inodes, inode, &record)?;
+    Ok(Response::Attr(record.to_attr(inode)))
+}
+
+/// A writer's size report: the largest report of the current generation wins.
+pub(crate) fn report_size(txn: &WriteTransaction, inode: InodeId, size: u64, generation: u64) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let mut record = load_inode(&inodes, inode)?;
+    if record.kind != FileKind::Regular {
+        return Err(OpError::rejected(ErrorCode::InvalidArgument, "size reports are for regular files"));
+    }
+    let timestamp = now();
+    if generation == record.truncate_generation && size > record.size {
+        record.size = size;
+    }
+    if generation == record.truncate_generation {
+        record.mtime = timestamp;
+        record.ctime = timestamp;
+    }
+    store_inode(&mut inodes, inode, &record)?;
+    Ok(Response::Attr(record.to_attr(inode)))
+}
+
+/// Removes a truncate work item once every target applied it, unless a newer one replaced it.
+pub(crate) fn finish_truncate(txn: &WriteTransaction, inode: InodeId, generation: u64) -> Result<Response, OpError> {
+    let mut truncates = txn.open_table(TRUNCATES)?;
+    let current = truncates
+        .get(inode.0)?
+        .map(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).map(|work| work.generation));
+    if let Some(Ok(current)) = current {
+        if current == generation {
+            truncates.remove(inode.0)?;
+        }
+    }
+    Ok(Response::Done)
+}
+
+pub(crate) fn set_pattern(txn: &WriteTransaction, dir: InodeId, pattern: StripePattern) -> Result<Response, OpError> {
+    pattern.validate().map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
+    let mut inodes = txn.open_table(INODES)?;
+    let mut record = load_dir(&inodes, dir)?;
+    record.pattern = Some(pattern);
+    record.ctime = now();
+    store_inode(&mut inodes, dir, &record)?;
+    Ok(Response::Attr(record.to_attr(dir)))
+}

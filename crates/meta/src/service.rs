@@ -1,0 +1,378 @@
+//! The metadata request handler: dispatch, retry identity, open files, background work queues
+//! and heartbeats.
+
+use crate::chooser::Chooser;
+use crate::commit::Committer;
+use crate::ops::create::{create, ensure_root, link, NewEntry};
+use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
+use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
+use crate::ops::rename::{rename, RenameArgs};
+use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
+use crate::ops::OpContext;
+use crate::store::{OpError, TruncateWork, COOKIES, COUNTERS, DENTRIES, DISPOSALS, INODES, ORPHANS, REPLIES, TRUNCATES};
+use crate::{MetaConfig, MetaError};
+use bytes::Bytes;
+use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use weft_net::ClusterView;
+use weft_proto::error::WireError;
+use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
+use weft_proto::layout::{object_length_for_file_size, FileLayout};
+use weft_proto::messages::{FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response};
+use weft_proto::ErrorCode;
+
+/// Interval at which queued truncates and disposals are retried when nothing wakes the worker.
+const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
+
+struct Meta {
+    node: NodeId,
+    db: Arc<Database>,
+    committer: Committer,
+    cluster: Arc<ClusterView>,
+    chooser: Arc<Chooser>,
+    /// Open counts per inode and client session: an unlinked inode lives while one is held.
+    opens: Arc<Mutex<HashMap<InodeId, HashMap<ClientId, u32>>>>,
+    work: Notify,
+}
+
+fn store_error(error: impl std::fmt::Display) -> MetaError {
+    MetaError::Store(error.to_string())
+}
+
+/// Runs a metadata server until `shutdown` completes.
+///
+/// # Errors
+/// [`MetaError`] when the data directory, the store or registration fails.
+pub async fn run(config: MetaConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), MetaError> {
+    config.validate().map_err(MetaError::DataDir)?;
+    let db = Arc::new(Database::create(config.data_dir.join("meta.redb")).map_err(store_error)?);
+    {
+        let txn = db.begin_write().map_err(store_error)?;
+        for table in [INODES, DISPOSALS, TRUNCATES] {
+            txn.open_table(table).map_err(store_error)?;
+        }
+        txn.open_table(DENTRIES).map_err(store_error)?;
+        txn.open_table(COOKIES).map_err(store_error)?;
+        txn.open_table(COUNTERS).map_err(store_error)?;
+        txn.open_table(REPLIES).map_err(store_error)?;
+        txn.open_table(ORPHANS).map_err(store_error)?;
+        txn.commit().map_err(store_error)?;
+    }
+    let cluster = Arc::new(ClusterView::new(config.mgmt.clone(), weft_net::RpcClientOptions::default()));
+    let address = listener.local_addr().map_err(|e| MetaError::DataDir(e.to_string()))?.to_string();
+    let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
+    let node = weft_service::identity::register_node(&config.data_dir, cluster.mgmt(), NodeKind::Meta, &alias, vec![address.clone()])
+        .await
+        .map_err(MetaError::Register)?;
+    if node.0 > META_HOME_MAX {
+        return Err(MetaError::Register(format!("metadata node id {node} does not fit an inode's home bits")));
+    }
+    {
+        let txn = db.begin_write().map_err(store_error)?;
+        if node == ROOT_HOME && ensure_root(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))? {
+            tracing::info!("created the root directory");
+        }
+        let orphans = dispose_all_orphans(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?;
+        if orphans > 0 {
+            tracing::info!(orphans, "disposed of files unlinked while open before the restart");
+        }
+        txn.commit().map_err(store_error)?;
+    }
+    let _ = cluster.refresh().await;
+    let meta = Arc::new(Meta {
+        node,
+        committer: Committer::start(Arc::clone(&db)),
+        db,
+        cluster,
+        chooser: Arc::new(Chooser::new(config.target_chooser)),
+        opens: Arc::default(),
+        work: Notify::new(),
+    });
+    tracing::info!(node = node.0, %address, %alias, "metadata server serving");
+    let heartbeat = tokio::spawn(heartbeat_loop(Arc::clone(&meta), config.clone(), alias, address));
+    let worker = tokio::spawn(work_loop(Arc::clone(&meta)));
+    weft_net::serve(listener, Arc::clone(&meta), shutdown).await;
+    heartbeat.abort();
+    worker.abort();
+    Ok(())
+}
+
+async fn heartbeat_loop(meta: Arc<Meta>, config: MetaConfig, alias: String, address: String) {
+    let interval = Duration::from_millis(config.heartbeat_interval_ms);
+    loop {
+        let usage = weft_service::usage::file_system_usage(&config.data_dir).ok();
+        let inodes_used = meta.inode_count().ok();
+        let mgmt = meta.cluster.mgmt();
+        match mgmt.heartbeat(NodeKind::Meta, meta.node, Vec::new(), usage, inodes_used).await {
+            Ok(()) => {}
+            Err(error) if error.code() == ErrorCode::UnknownNode => {
+                tracing::warn!("management does not know this node; registering again");
+                let _ = mgmt.register_node(Some(meta.node), NodeKind::Meta, alias.clone(), vec![address.clone()]).await;
+            }
+            Err(error) => tracing::warn!(%error, "heartbeat failed"),
+        }
+        if meta.cluster.refresh().await.is_ok() {
+            meta.work.notify_one();
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+impl weft_net::Handler for Meta {
+    async fn handle(&self, request: Request, _payload: Bytes) -> (Reply, Bytes) {
+        let reply = match request {
+            Request::Meta(request) => self.handle_meta(request).await,
+            other => Err(WireError::new(ErrorCode::WrongService, format!("a metadata server does not serve {other:?}"))),
+        };
+        (reply, Bytes::new())
+    }
+}
+
+fn stored_reply(bytes: &[u8]) -> Result<Response, OpError> {
+    match postcard::from_bytes::<Reply>(bytes) {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(error)) => Err(OpError::Rejected(error)),
+        Err(error) => Err(OpError::Store(format!("stored reply is damaged: {error}"))),
+    }
+}
+
+/// Runs `op` unless this mutation already ran, and keeps its reply in the same transaction.
+fn idempotent(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
+) -> Result<Response, OpError> {
+    let client = mutation.client.0;
+    if let Some(bytes) = txn.open_table(REPLIES)?.get((client, mutation.seq))? {
+        return stored_reply(bytes.value());
+    }
+    let result = op(txn);
+    let reply: Reply = match &result {
+        Ok(response) => Ok(response.clone()),
+        Err(OpError::Rejected(error)) => Err(error.clone()),
+        Err(OpError::Store(_)) => return result,
+    };
+    let mut replies = txn.open_table(REPLIES)?;
+    replies.insert((client, mutation.seq), postcard::to_stdvec(&reply).expect("replies encode").as_slice())?;
+    let done: Vec<u64> = replies
+        .range((client, 0)..(client, mutation.oldest_pending.min(mutation.seq)))?
+        .map(|item| item.map(|(key, _)| key.value().1))
+        .collect::<Result<_, _>>()?;
+    for seq in done {
+        replies.remove((client, seq))?;
+    }
+    result
+}
+
+impl Meta {
+    fn context(&self) -> OpContext {
+        OpContext { home: self.node, chooser: Arc::clone(&self.chooser), map: self.cluster.map() }
+    }
+
+    fn inode_count(&self) -> Result<u64, OpError> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(INODES)?.len()?)
+    }
+
+    fn read<T>(&self, op: impl FnOnce(&redb::ReadTransaction) -> Result<T, OpError>) -> Result<T, OpError> {
+        let txn = self.db.begin_read()?;
+        op(&txn)
+    }
+
+    fn is_open_fn(&self) -> impl Fn(InodeId) -> bool + Send + 'static {
+        let opens = Arc::clone(&self.opens);
+        move |inode| opens.lock().expect("open table poisoned").contains_key(&inode)
+    }
+
+    async fn mutate(
+        &self,
+        mutation: MutationId,
+        op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<Response, OpError> + Send + 'static,
+    ) -> Result<Response, OpError> {
+        let context = self.context();
+        let result = self.committer.run(Box::new(move |txn| idempotent(txn, mutation, |txn| op(txn, &context)))).await;
+        self.work.notify_one();
+        result
+    }
+
+    async fn handle_meta(&self, request: MetaRequest) -> Reply {
+        let result = match request {
+            MetaRequest::Lookup { parent, name } => self.read(|txn| lookup(txn, parent, &name)),
+            MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
+            MetaRequest::ReadDir { dir, after_cookie, max_entries } => self.read(|txn| read_dir(txn, dir, after_cookie, max_entries)),
+            MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
+            MetaRequest::Create { mutation, parent, name, kind, mode, uid, gid, rdev, symlink } => {
+                if kind == FileKind::Directory {
+                    Err(OpError::rejected(ErrorCode::InvalidArgument, "directories are made with mkdir"))
+                } else {
+                    let entry = NewEntry { parent, name, kind, mode, uid, gid, rdev, symlink };
+                    self.mutate(mutation, move |txn, context| create(txn, context, entry)).await
+                }
+            }
+            MetaRequest::Mkdir { mutation, parent, name, mode, uid, gid } => {
+                let entry = NewEntry { parent, name, kind: FileKind::Directory, mode, uid, gid, rdev: 0, symlink: None };
+                self.mutate(mutation, move |txn, context| create(txn, context, entry)).await
+            }
+            MetaRequest::Link { mutation, inode, new_parent, new_name } => {
+                self.mutate(mutation, move |txn, _| link(txn, inode, new_parent, &new_name)).await
+            }
+            MetaRequest::Unlink { mutation, parent, name } => {
+                let is_open = self.is_open_fn();
+                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open)).await
+            }
+            MetaRequest::Rmdir { mutation, parent, name } => self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name)).await,
+            MetaRequest::Rename { mutation, parent, name, new_parent, new_name, flags } => {
+                let is_open = self.is_open_fn();
+                self.mutate(mutation, move |txn, _| {
+                    rename(txn, RenameArgs { parent, name: &name, new_parent, new_name: &new_name, flags }, is_open)
+                })
+                .await
+            }
+            MetaRequest::SetAttr { mutation, inode, changes } => {
+                let result = self.mutate(mutation, move |txn, _| set_attr(txn, inode, changes)).await;
+                if result.is_ok() && changes.size.is_some() {
+                    // The truncate reaches the targets before the reply, so no later write can
+                    // be cut by it; if a target is down the work stays queued and the caller
+                    // learns it.
+                    if let Err(error) = self.apply_truncate(inode).await {
+                        return Err(error);
+                    }
+                }
+                result
+            }
+            MetaRequest::SetPattern { mutation, dir, pattern } => {
+                self.mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern)).await
+            }
+            MetaRequest::ReportSize { inode, size, truncate_generation, durable: _ } => {
+                self.committer.run(Box::new(move |txn| report_size(txn, inode, size, truncate_generation))).await
+            }
+            MetaRequest::Open { client, inode } => self.open(client, inode),
+            MetaRequest::Release { client, inode } => self.release(client, inode).await,
+        };
+        result.map_err(OpError::into_wire)
+    }
+
+    fn open(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
+        *self.opens.lock().expect("open table poisoned").entry(inode).or_default().entry(client).or_insert(0) += 1;
+        let result = self.read(|txn| get_attr(txn, inode));
+        if result.is_err() {
+            self.drop_open(client, inode);
+        }
+        result
+    }
+
+    /// Drops one open; true when it was the inode's last open anywhere.
+    fn drop_open(&self, client: ClientId, inode: InodeId) -> bool {
+        let mut opens = self.opens.lock().expect("open table poisoned");
+        let Some(clients) = opens.get_mut(&inode) else { return false };
+        if let Some(count) = clients.get_mut(&client) {
+            *count -= 1;
+            if *count == 0 {
+                clients.remove(&client);
+            }
+        }
+        if clients.is_empty() {
+            opens.remove(&inode);
+            return true;
+        }
+        false
+    }
+
+    async fn release(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
+        if self.drop_open(client, inode) {
+            let opens = Arc::clone(&self.opens);
+            self.committer
+                .run(Box::new(move |txn| {
+                    // Opened again while this waited: keep it.
+                    if opens.lock().expect("open table poisoned").contains_key(&inode) {
+                        return Ok(Response::Done);
+                    }
+                    release_orphan(txn, inode)
+                }))
+                .await?;
+            self.work.notify_one();
+        }
+        Ok(Response::Done)
+    }
+
+    /// Applies a queued truncate on every target of the file, then retires the work item.
+    async fn apply_truncate(&self, inode: InodeId) -> Result<(), WireError> {
+        let work = self
+            .read(|txn| {
+                let table = txn.open_table(TRUNCATES)?;
+                let bytes = table.get(inode.0)?;
+                Ok(bytes.and_then(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).ok()))
+            })
+            .map_err(OpError::into_wire)?;
+        let Some(work) = work else { return Ok(()) };
+        let attempts = work.layout.targets.iter().enumerate().map(|(index, target)| {
+            let length = object_length_for_file_size(&work.layout, index, work.size);
+            let cluster = Arc::clone(&self.cluster);
+            let target = *target;
+            async move { cluster.storage_for_target(target).await?.truncate(target, inode, length).await }
+        });
+        for result in futures::future::join_all(attempts).await {
+            result.map_err(|error| WireError::new(ErrorCode::Io, format!("truncate of {inode} could not reach a target: {error}")))?;
+        }
+        let generation = work.generation;
+        self.committer.run(Box::new(move |txn| finish_truncate(txn, inode, generation))).await.map_err(OpError::into_wire)?;
+        Ok(())
+    }
+
+    async fn dispose_objects(&self, inode: InodeId, layout: FileLayout) -> bool {
+        let removals = layout.targets.iter().map(|target| {
+            let cluster = Arc::clone(&self.cluster);
+            let target = *target;
+            async move { cluster.storage_for_target(target).await?.remove(target, inode).await }
+        });
+        let all_done = futures::future::join_all(removals).await.iter().all(Result::is_ok);
+        if all_done {
+            let done = self
+                .committer
+                .run(Box::new(move |txn| {
+                    txn.open_table(DISPOSALS)?.remove(inode.0)?;
+                    Ok(Response::Done)
+                }))
+                .await;
+            return done.is_ok();
+        }
+        false
+    }
+}
+
+/// Works off the durable queues: truncates that did not reach all targets and objects of
+/// removed files. A target that is down gets its work when it comes back.
+async fn work_loop(meta: Arc<Meta>) {
+    loop {
+        let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
+        let pending = meta.read(|txn| {
+            let truncates: Vec<u64> = txn.open_table(TRUNCATES)?.iter()?.map(|item| item.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
+            let disposals: Vec<(u64, Vec<u8>)> = txn
+                .open_table(DISPOSALS)?
+                .iter()?
+                .take(1024)
+                .map(|item| item.map(|(k, v)| (k.value(), v.value().to_vec())))
+                .collect::<Result<_, _>>()?;
+            Ok((truncates, disposals))
+        });
+        let Ok((truncates, disposals)) = pending else { continue };
+        for inode in truncates {
+            if let Err(error) = meta.apply_truncate(InodeId(inode)).await {
+                tracing::debug!(%error, "truncate still pending");
+            }
+        }
+        for (inode, bytes) in disposals {
+            match postcard::from_bytes::<FileLayout>(&bytes) {
+                Ok(layout) => {
+                    meta.dispose_objects(InodeId(inode), layout).await;
+                }
+                Err(error) => tracing::error!(inode, %error, "damaged disposal record"),
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The MDT's tables and record encodings, and the helpers every operation uses.
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `inodes` | inode id | format version byte + postcard [`InodeRecord`] |
+//! | `dentries` | (parent, name) | (child, cookie, kind) |
+//! | `cookies` | (parent, cookie) | name — the stable listing order |
+//! | `counters` | name | last value allocated |
+//! | `replies` | (client, seq) | postcard reply of a mutating request |
+//! | `disposals` | inode id | postcard layout whose objects await removal |
+//! | `truncates` | inode id | postcard [`TruncateWork`] awaiting its targets |
+//! | `orphans` | inode id | 0 — unlinked inodes still open somewhere |
+
+use redb::{ReadableTable, Table, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::time::{SystemTime, UNIX_EPOCH};
+use weft_proto::error::WireError;
+use weft_proto::ids::InodeId;
+use weft_proto::layout::{FileLayout, StripePattern};
+use weft_proto::messages::{FileKind, InodeAttr, Timestamp, NAME_BYTES_MAX};
+use weft_proto::ErrorCode;
+
+pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+pub(crate) const DENTRIES: TableDefinition<(u64, &str), (u64, u64, u8)> = TableDefinition::new("dentries");
+pub(crate) const COOKIES: TableDefinition<(u64, u64), &str> = TableDefinition::new("cookies");
+pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
+pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("disposals");
+pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
+pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
+
+/// Format version of inode records; older versions decode through explicit migrations.
+const INODE_FORMAT_VERSION: u8 = 1;
+/// The first cookie handed out in a directory; 1 and 2 are `.` and `..`.
+pub(crate) const FIRST_COOKIE: u64 = 3;
+/// Most hard links to one inode.
+pub(crate) const LINKS_MAX: u32 = 65_000;
+
+/// An inode as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct InodeRecord {
+    pub kind: FileKind,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub rdev: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub truncate_generation: u64,
+    pub layout: Option<FileLayout>,
+    pub pattern: Option<StripePattern>,
+    pub symlink: Option<String>,
+    /// A directory's parent (the root is its own parent).
+    pub parent: u64,
+    /// A directory's next listing cookie.
+    pub next_cookie: u64,
+}
+
+/// A truncate that must still reach the targets of a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TruncateWork {
+    pub generation: u64,
+    pub size: u64,
+    pub layout: FileLayout,
+}
+
+impl InodeRecord {
+    pub fn to_attr(&self, inode: InodeId) -> InodeAttr {
+        InodeAttr {
+            inode,
+            kind: self.kind,
+            mode: self.mode,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            size: self.size,
+            rdev: self.rdev,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            truncate_generation: self.truncate_generation,
+            layout: self.layout.clone(),
+            pattern: self.pattern,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![INODE_FORMAT_VERSION];
+        bytes.extend(postcard::to_stdvec(self).expect("inode records always encode"));
+        bytes
+    }
+
+    pub fn decode(inode: u64, bytes: &[u8]) -> Result<InodeRecord, OpError> {
+        match bytes.split_first() {
+            Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest)
+                .map_err(|error| OpError::Store(format!("inode {inode:#x} is damaged: {error}"))),
+            Some((version, _)) => Err(OpError::Store(format!("inode {inode:#x} has unknown format version {version}"))),
+            None => Err(OpError::Store(format!("inode {inode:#x} is empty"))),
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == FileKind::Directory
+    }
+}
+
+/// Why an operation failed: rejected (nothing was written) or the store failed (the whole
+/// batch is abandoned).
+#[derive(Debug)]
+pub(crate) enum OpError {
+    Rejected(WireError),
+    Store(String),
+}
+
+impl OpError {
+    pub fn rejected(code: ErrorCode, message: impl Into<String>) -> OpError {
+        OpError::Rejected(WireError::new(code, message))
+    }
+
+    pub fn into_wire(self) -> WireError {
+        match self {
+            OpError::Rejected(error) => error,
+            OpError::Store(message) => {
+                tracing::error!(%message, "metadata store failed");
+                WireError::new(ErrorCode::Io, message)
+            }
+        }
+    }
+}
+
+macro_rules! store_errors {
+    ($($error:ty),*) => {$(
+        impl From<$error> for OpError {
+            fn from(error: $error) -> OpError {
+                OpError::Store(error.to_string())
+            }
+        }
+    )*};
+}
+store_errors!(redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError, redb::Error);
+
+pub(crate) fn now() -> Timestamp {
+    let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Timestamp { seconds: elapsed.as_secs() as i64, nanos: elapsed.subsec_nanos() }
+}
+
+/// Checks a new entry name: not empty, no `/` or NUL, not `.` or `..`, at most 255 bytes.
+pub(crate) fn check_name(name: &str) -> Result<(), OpError> {
+    if name.len() > NAME_BYTES_MAX {
+        return Err(OpError::rejected(ErrorCode::NameTooLong, format!("name of {} bytes exceeds {NAME_BYTES_MAX}", name.len())));
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(OpError::rejected(ErrorCode::InvalidArgument, format!("invalid name {name:?}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn kind_code(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Regular => 1,
+        FileKind::Directory => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
+    }
+}
+
+pub(crate) fn kind_from_code(code: u8) -> FileKind {
+    match code {
+        2 => FileKind::Directory,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        _ => FileKind::Regular,
+    }
+}
+
+/// Reads an inode or fails with `NotFound`.
+pub(crate) fn load_inode(inodes: &impl ReadableTable<u64, &'static [u8]>, inode: InodeId) -> Result<InodeRecord, OpError> {
+    match inodes.get(inode.0)? {
+        Some(bytes) => InodeRecord::decode(inode.0, bytes.value()),
+        None => Err(OpError::rejected(ErrorCode::NotFound, format!("inode {inode} does not exist"))),
+    }
+}
+
+/// Reads a directory or fails with `NotFound` / `NotDirectory`.
+pub(crate) fn load_dir(inodes: &impl ReadableTable<u64, &'static [u8]>, inode: InodeId) -> Result<InodeRecord, OpError> {
+    let record = load_inode(inodes, inode)?;
+    if !record.is_dir() {
+        return Err(OpError::rejected(ErrorCode::NotDirectory, format!("inode {inode} is not a directory")));
+    }
+    Ok(record)
+}
+
+pub(crate) fn store_inode(inodes: &mut Table<u64, &'static [u8]>, inode: InodeId, record: &InodeRecord) -> Result<(), OpError> {
+    inodes.insert(inode.0, record.encode().as_slice())?;
+    Ok(())
+}
+
+/// A dentry as stored: the child it names, its cookie and the child's kind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dentry {
+    pub child: InodeId,
+    pub cookie: u64,
+    pub kind: FileKind,
+}
+
+pub(crate) fn load_dentry(
+    dentries: &impl ReadableTable<(u64, &'static str), (u64, u64, u8)>,
+    parent: InodeId,
+    name: &str,
+) -> Result<Option<Dentry>, OpError> {
+    Ok(dentries.get((parent.0, name))?.map(|value| {
+        let (child, cookie, kind) = value.value();
+        Dentry { child: InodeId(child), cookie, kind: kind_from_code(kind) }
+    }))
+}
+
+/// Inserts a dentry with the directory's next cookie; the caller stores the directory after.
+pub(crate) fn insert_dentry(
+    dentries: &mut Table<(u64, &'static str), (u64, u64, u8)>,
+    cookies: &mut Table<(u64, u64), &'static str>,
+    parent: InodeId,
+    parent_record: &mut InodeRecord,
+    name: &str,
+    child: InodeId,
+    kind: FileKind,
+) -> Result<(), OpError> {
+    let cookie = parent_record.next_cookie;
+    parent_record.next_cookie += 1;
+    dentries.insert((parent.0, name), (child.0, cookie, kind_code(kind)))?;
+    cookies.insert((parent.0, cookie), name)?;
+    Ok(())
+}
+
+pub(crate) fn remove_dentry(
+    dentries: &mut Table<(u64, &'static str), (u64, u64, u8)>,
+    cookies: &mut Table<(u64, u64), &'static str>,
+    parent: InodeId,
+    name: &str,
+    dentry: Dentry,
+) -> Result<(), OpError> {
+    dentries.remove((parent.0, name))?;
+    cookies.remove((parent.0, dentry.cookie))?;
+    Ok(())
+}
+
+/// Whether a directory has any entry.
+pub(crate) fn dir_is_empty(cookies: &impl ReadableTable<(u64, u64), &'static str>, dir: InodeId) -> Result<bool, OpError> {
+    Ok(cookies.range((dir.0, 0)..=(dir.0, u64::MAX))?.next().is_none())
+}
+
+/// Allocates the next inode id of this home.
+pub(crate) fn allocate_inode(counters: &mut Table<&'static str, u64>, home: weft_proto::NodeId) -> Result<InodeId, OpError> {
+    let next = counters.get("inode")?.map(|v| v.value()).unwrap_or(1) + 1;
+    counters.insert("inode", next)?;
+    Ok(InodeId::new(home, next))
+}

@@ -1,0 +1,48 @@
+//! Configuration of the management service.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Default listening address of management.
+pub const MGMT_LISTEN_DEFAULT: &str = "127.0.0.1:8008";
+/// Default time without a heartbeat after which a node is offline.
+pub const NODE_OFFLINE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
+/// Configuration of `weft serve mgmt`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MgmtConfig {
+    /// Directory holding the management store; created if missing.
+    pub data_dir: PathBuf,
+    /// Address to listen on, `host:port`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// A node silent this long is offline; silent half as long, probably offline.
+    #[serde(default = "default_offline_timeout")]
+    pub node_offline_timeout_ms: u64,
+}
+
+fn default_listen() -> String {
+    MGMT_LISTEN_DEFAULT.to_string()
+}
+
+fn default_offline_timeout() -> u64 {
+    NODE_OFFLINE_TIMEOUT_MS_DEFAULT
+}
+
+impl MgmtConfig {
+    /// Reports every problem of the config at once.
+    ///
+    /// # Errors
+    /// A list of problems, one per line.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.node_offline_timeout_ms < 100 {
+            problems.push(format!("node_offline_timeout_ms = {} is below 100", self.node_offline_timeout_ms));
+        }
+        if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
+            problems.push(format!("listen = {:?} is not host:port", self.listen));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+    }
+}

@@ -1,0 +1,111 @@
+//! [`ClusterView`]: the cluster map from management and a client per peer, shared by the client
+//! library and by servers that call other servers (a metadata server truncating objects).
+
+use crate::client::{RpcClientOptions, RpcError};
+use crate::stubs::{MetaClient, MgmtClient, StorageClient};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use weft_proto::error::WireError;
+use weft_proto::ids::{NodeId, TargetId};
+use weft_proto::messages::{ClusterMap, NodeKind};
+use weft_proto::ErrorCode;
+
+/// The cluster map and connections to every peer it names.
+#[derive(Debug)]
+pub struct ClusterView {
+    mgmt: MgmtClient,
+    options: RpcClientOptions,
+    map: RwLock<Arc<ClusterMap>>,
+    meta: Mutex<HashMap<NodeId, (String, Arc<MetaClient>)>>,
+    storage: Mutex<HashMap<NodeId, (String, Arc<StorageClient>)>>,
+}
+
+fn unknown(what: String) -> RpcError {
+    RpcError::Remote(WireError::new(ErrorCode::UnknownNode, what))
+}
+
+impl ClusterView {
+    /// A view that talks to management at `mgmt_address`; call [`ClusterView::refresh`] first.
+    pub fn new(mgmt_address: impl Into<String>, options: RpcClientOptions) -> ClusterView {
+        ClusterView {
+            mgmt: MgmtClient::new(mgmt_address, RpcClientOptions { connections: 1, ..options }),
+            options,
+            map: RwLock::default(),
+            meta: Mutex::default(),
+            storage: Mutex::default(),
+        }
+    }
+
+    /// The management client.
+    pub fn mgmt(&self) -> &MgmtClient {
+        &self.mgmt
+    }
+
+    /// The last fetched map.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        Arc::clone(&self.map.read().expect("map lock poisoned"))
+    }
+
+    /// Fetches the map from management again.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management cannot be reached.
+    pub async fn refresh(&self) -> Result<Arc<ClusterMap>, RpcError> {
+        let map = Arc::new(self.mgmt.cluster_map().await?);
+        *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
+        Ok(map)
+    }
+
+    fn address_of(&self, kind: NodeKind, node: NodeId) -> Option<String> {
+        self.map().node(kind, node).and_then(|info| info.addresses.first().cloned())
+    }
+
+    /// A client for the metadata node `node`, refreshing the map if the node is not known yet.
+    ///
+    /// # Errors
+    /// `UnknownNode` when management does not know it either.
+    pub async fn meta(&self, node: NodeId) -> Result<Arc<MetaClient>, RpcError> {
+        let address = match self.address_of(NodeKind::Meta, node) {
+            Some(address) => address,
+            None => {
+                self.refresh().await?;
+                self.address_of(NodeKind::Meta, node).ok_or_else(|| unknown(format!("metadata node {node} is not registered")))?
+            }
+        };
+        let mut clients = self.meta.lock().expect("client table poisoned");
+        match clients.get(&node) {
+            Some((known, client)) if *known == address => Ok(Arc::clone(client)),
+            _ => {
+                let client = Arc::new(MetaClient::new(address.clone(), self.options));
+                clients.insert(node, (address, Arc::clone(&client)));
+                Ok(client)
+            }
+        }
+    }
+
+    /// The storage node holding `target` and a client for it.
+    ///
+    /// # Errors
+    /// `UnknownTarget` / `UnknownNode` when management does not know them.
+    pub async fn storage_for_target(&self, target: TargetId) -> Result<Arc<StorageClient>, RpcError> {
+        let lookup = |map: &ClusterMap| {
+            map.target(target).and_then(|t| map.node(NodeKind::Storage, t.node)).map(|n| (n.id, n.addresses.first().cloned()))
+        };
+        let found = match lookup(&self.map()) {
+            Some(found) => found,
+            None => lookup(&*self.refresh().await?).ok_or_else(|| {
+                RpcError::Remote(WireError::new(ErrorCode::UnknownTarget, format!("storage target {target} is not registered")))
+            })?,
+        };
+        let (node, Some(address)) = found else { return Err(unknown(format!("storage node of target {target} has no address"))) };
+        let mut clients = self.storage.lock().expect("client table poisoned");
+        match clients.get(&node) {
+            Some((known, client)) if *known == address => Ok(Arc::clone(client)),
+            _ => {
+                let client = Arc::new(StorageClient::new(address.clone(), self.options));
+                clients.insert(node, (address, Arc::clone(&client)));
+                Ok(client)
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! What every Weft server process shares, written once.
+//!
+//! Layout:
+//! - [`durable`]: the one durable-write helper and the framed on-disk record format.
+//! - [`config`]: loading a typed TOML config with command-line overrides; unknown keys rejected.
+//! - [`identity`]: a node's id kept in its data directory across restarts.
+//! - [`usage`]: space and inode usage of a directory's file system.
+
+pub mod config;
+pub mod durable;
+pub mod identity;
+pub mod usage;
+
+/// The host name, used as the default alias of a node or client.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string())
+}

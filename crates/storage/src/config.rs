@@ -1,0 +1,71 @@
+//! Configuration of a storage server.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Default listening address of a storage server.
+pub const STORAGE_LISTEN_DEFAULT: &str = "127.0.0.1:8003";
+
+/// Configuration of `weft serve storage`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Directory holding the node's identity; must exist.
+    pub data_dir: PathBuf,
+    /// Storage target directories, one per target; each must exist.
+    pub targets: Vec<PathBuf>,
+    /// Address to listen on, `host:port` (port 0 picks a free one).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Management's address, `host:port`.
+    pub mgmt: String,
+    /// Name shown in listings; the host name by default.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// Interval between heartbeats to management.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_interval_ms: u64,
+    /// Most bytes of object data each target may hold (a quota); unlimited when absent.
+    #[serde(default)]
+    pub target_capacity_bytes: Option<u64>,
+    /// Test mode: keep written data in memory until it is synced, so that killing the process
+    /// loses exactly what a power loss would. Never use in production.
+    #[serde(default)]
+    pub crash_test_discard_unsynced: bool,
+}
+
+fn default_listen() -> String {
+    STORAGE_LISTEN_DEFAULT.to_string()
+}
+
+fn default_heartbeat() -> u64 {
+    2_000
+}
+
+impl StorageConfig {
+    /// Reports every problem of the config at once.
+    ///
+    /// # Errors
+    /// A list of problems, one per line.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        let missing = |what: &str, path: &PathBuf| {
+            format!("{what} {} does not exist: create it (mkdir -p {}) or fix the path", path.display(), path.display())
+        };
+        if !self.data_dir.is_dir() {
+            problems.push(missing("data_dir", &self.data_dir));
+        }
+        if self.targets.is_empty() {
+            problems.push("targets is empty: give at least one target directory".to_string());
+        }
+        for target in &self.targets {
+            if !target.is_dir() {
+                problems.push(missing("target", target));
+            }
+        }
+        if self.heartbeat_interval_ms == 0 {
+            problems.push("heartbeat_interval_ms must be above 0".to_string());
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+    }
+}

@@ -1,0 +1,314 @@
+//! One storage target: objects in a directory tree, capacity accounting, poisoning after a
+//! failed fsync, and the crash-test journal that keeps unsynced writes in memory.
+//!
+//! Commit order of a write: the bytes go to the object with pwrite (page cache) and the write
+//! is acknowledged; they reach stable media at the next Sync of that object (fdatasync). A
+//! crash before the Sync may lose them — which is what `fsync` on the client promises against.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use weft_proto::error::WireError;
+use weft_proto::ids::{InodeId, TargetId};
+use weft_proto::messages::SpaceUsage;
+use weft_proto::ErrorCode;
+
+/// An operation kept in memory until its object is synced (crash-test mode only).
+#[derive(Clone, Debug)]
+enum Pending {
+    Write { offset: u64, data: Bytes },
+    Truncate { length: u64 },
+}
+
+pub(crate) struct Target {
+    pub id: TargetId,
+    root: PathBuf,
+    used_bytes: AtomicU64,
+    capacity_bytes: Option<u64>,
+    poisoned: AtomicBool,
+    /// Crash-test mode: unsynced operations per object, applied to disk at Sync.
+    journal: Option<Mutex<HashMap<InodeId, Vec<Pending>>>>,
+}
+
+fn io_error(context: &str, error: &std::io::Error) -> WireError {
+    WireError::new(ErrorCode::from_io(error), format!("{context}: {error}"))
+}
+
+impl Target {
+    pub fn open(id: TargetId, root: &Path, capacity_bytes: Option<u64>, crash_test: bool) -> std::io::Result<Target> {
+        let objects = root.join("objects");
+        fs::create_dir_all(&objects)?;
+        let used = directory_bytes(&objects)?;
+        Ok(Target {
+            id,
+            root: root.to_path_buf(),
+            used_bytes: AtomicU64::new(used),
+            capacity_bytes,
+            poisoned: AtomicBool::new(false),
+            journal: crash_test.then(Mutex::default),
+        })
+    }
+
+    /// `<root>/objects/<aa>/<bb>/<inode>`.
+    pub fn object_path(&self, inode: InodeId) -> PathBuf {
+        let hash = weft_proto::checksum::crc32c(&inode.0.to_le_bytes()).to_le_bytes();
+        self.root.join("objects").join(format!("{:02x}", hash[0])).join(format!("{:02x}", hash[1])).join(format!("{:016x}", inode.0))
+    }
+
+    fn check_writable(&self) -> Result<(), WireError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(WireError::new(ErrorCode::TargetPoisoned, format!("target {} refuses writes after an fsync failure; restart and check it", self.id)));
+        }
+        Ok(())
+    }
+
+    fn reserve(&self, growth: u64) -> Result<(), WireError> {
+        if let Some(capacity) = self.capacity_bytes {
+            let used = self.used_bytes.load(Ordering::Acquire);
+            if used.saturating_add(growth) > capacity {
+                return Err(WireError::new(ErrorCode::NoSpace, format!("target {} is full ({used} of {capacity} bytes used)", self.id)));
+            }
+        }
+        Ok(())
+    }
+
+    fn disk_length(&self, inode: InodeId) -> Result<u64, WireError> {
+        match fs::metadata(self.object_path(inode)) {
+            Ok(metadata) => Ok(metadata.len()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) => Err(io_error("stat object", &error)),
+        }
+    }
+
+    fn open_for_write(&self, inode: InodeId) -> Result<File, WireError> {
+        let path = self.object_path(inode);
+        match OpenOptions::new().write(true).create(true).truncate(false).open(&path) {
+            Ok(file) => Ok(file),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let parent = path.parent().expect("object paths have a parent");
+                fs::create_dir_all(parent).map_err(|e| io_error("create object directory", &e))?;
+                OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(|e| io_error("create object", &e))
+            }
+            Err(error) => Err(io_error("open object", &error)),
+        }
+    }
+
+    /// The object's length as readers see it (including unsynced journal entries).
+    pub fn length(&self, inode: InodeId) -> Result<u64, WireError> {
+        let disk = self.disk_length(inode)?;
+        let Some(journal) = &self.journal else { return Ok(disk) };
+        let journal = journal.lock().expect("journal poisoned");
+        Ok(journal.get(&inode).map(|ops| apply_length(disk, ops)).unwrap_or(disk))
+    }
+
+    pub fn write(&self, inode: InodeId, offset: u64, data: Bytes) -> Result<u32, WireError> {
+        self.check_writable()?;
+        let len = u32::try_from(data.len()).map_err(|_| WireError::new(ErrorCode::InvalidArgument, "write too large"))?;
+        let end = offset.checked_add(u64::from(len)).ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "offset overflows"))?;
+        let old_length = self.length(inode)?;
+        let growth = end.saturating_sub(old_length);
+        self.reserve(growth)?;
+        match &self.journal {
+            Some(journal) => {
+                journal.lock().expect("journal poisoned").entry(inode).or_default().push(Pending::Write { offset, data });
+            }
+            None => {
+                let file = self.open_for_write(inode)?;
+                file.write_all_at(&data, offset).map_err(|e| io_error("write object", &e))?;
+            }
+        }
+        self.used_bytes.fetch_add(growth, Ordering::AcqRel);
+        Ok(len)
+    }
+
+    pub fn read(&self, inode: InodeId, offset: u64, len: u32) -> Result<Bytes, WireError> {
+        let mut buffer = vec![0u8; len as usize];
+        let disk_length = self.disk_length(inode)?;
+        let mut filled = 0usize;
+        if offset < disk_length {
+            let file = File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?;
+            while filled < buffer.len() {
+                let count = file.read_at(&mut buffer[filled..], offset + filled as u64).map_err(|e| io_error("read object", &e))?;
+                if count == 0 {
+                    break;
+                }
+                filled += count;
+            }
+        }
+        let mut logical_length = disk_length;
+        if let Some(journal) = &self.journal {
+            let journal = journal.lock().expect("journal poisoned");
+            for op in journal.get(&inode).map(Vec::as_slice).unwrap_or(&[]) {
+                match op {
+                    Pending::Write { offset: at, data } => {
+                        let start = (*at).max(offset);
+                        let stop = (at + data.len() as u64).min(offset + u64::from(len));
+                        if start < stop {
+                            buffer[(start - offset) as usize..(stop - offset) as usize]
+                                .copy_from_slice(&data[(start - at) as usize..(stop - at) as usize]);
+                        }
+                        logical_length = logical_length.max(at + data.len() as u64);
+                    }
+                    Pending::Truncate { length } => {
+                        if *length < offset + u64::from(len) {
+                            let from = length.saturating_sub(offset) as usize;
+                            buffer[from..].fill(0);
+                        }
+                        logical_length = *length;
+                    }
+                }
+            }
+        }
+        let available = logical_length.saturating_sub(offset).min(u64::from(len)) as usize;
+        buffer.truncate(available);
+        Ok(Bytes::from(buffer))
+    }
+
+    /// Cuts the object to `length` if it is longer; never extends it (holes read as zeros).
+    pub fn truncate(&self, inode: InodeId, length: u64) -> Result<(), WireError> {
+        self.check_writable()?;
+        let current = self.length(inode)?;
+        if current <= length {
+            return Ok(());
+        }
+        match &self.journal {
+            Some(journal) => journal.lock().expect("journal poisoned").entry(inode).or_default().push(Pending::Truncate { length }),
+            None => {
+                let file = OpenOptions::new().write(true).open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?;
+                file.set_len(length).map_err(|e| io_error("truncate object", &e))?;
+            }
+        }
+        self.used_bytes.fetch_sub((current - length).min(self.used_bytes.load(Ordering::Acquire)), Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub fn remove(&self, inode: InodeId) -> Result<(), WireError> {
+        let length = self.length(inode)?;
+        if let Some(journal) = &self.journal {
+            journal.lock().expect("journal poisoned").remove(&inode);
+        }
+        match fs::remove_file(self.object_path(inode)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(io_error("remove object", &error)),
+        }
+        self.used_bytes.fetch_sub(length.min(self.used_bytes.load(Ordering::Acquire)), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Makes the object's data durable. A failed fdatasync poisons the target: the page cache
+    /// may have dropped the dirty pages, so retrying could report success for lost data.
+    pub fn sync(&self, inode: InodeId) -> Result<(), WireError> {
+        self.check_writable()?;
+        if let Some(journal) = &self.journal {
+            let pending = journal.lock().expect("journal poisoned").remove(&inode).unwrap_or_default();
+            if !pending.is_empty() {
+                let file = self.open_for_write(inode)?;
+                for op in pending {
+                    match op {
+                        Pending::Write { offset, data } => file.write_all_at(&data, offset).map_err(|e| io_error("write object", &e))?,
+                        Pending::Truncate { length } => file.set_len(length).map_err(|e| io_error("truncate object", &e))?,
+                    }
+                }
+            }
+        }
+        let file = match File::open(self.object_path(inode)) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(io_error("open object", &error)),
+        };
+        if let Err(error) = file.sync_data() {
+            if error.raw_os_error() == Some(libc::EIO) {
+                self.poisoned.store(true, Ordering::Release);
+                tracing::error!(target = self.id.0, %error, "fsync failed with EIO: target poisoned until restart");
+            }
+            return Err(io_error("sync object", &error));
+        }
+        Ok(())
+    }
+
+    pub fn usage(&self) -> SpaceUsage {
+        let mut usage = weft_service::usage::file_system_usage(&self.root).unwrap_or_default();
+        if let Some(capacity) = self.capacity_bytes {
+            let used = self.used_bytes.load(Ordering::Acquire);
+            usage.total_bytes = capacity.min(usage.total_bytes.max(capacity));
+            usage.free_bytes = capacity.saturating_sub(used).min(usage.free_bytes);
+        }
+        usage
+    }
+}
+
+fn apply_length(disk: u64, ops: &[Pending]) -> u64 {
+    ops.iter().fold(disk, |length, op| match op {
+        Pending::Write { offset, data } => length.max(offset + data.len() as u64),
+        Pending::Truncate { length: cut } => *cut,
+    })
+}
+
+/// Sum of the lengths of every file under `path`.
+fn directory_bytes(path: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(path)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            total += directory_bytes(&entry.path())?;
+        } else if kind.is_file() {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the same checks against the direct store and the crash-test journal store.
+    fn conformance(crash_test: bool) {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let target = Target::open(TargetId(1), directory.path(), Some(1 << 20), crash_test).expect("open");
+        let inode = InodeId::new(weft_proto::NodeId(1), 5);
+        assert_eq!(target.length(inode).expect("length"), 0);
+        assert!(target.read(inode, 0, 100).expect("read").is_empty(), "a missing object reads as empty");
+        target.write(inode, 10, Bytes::from_static(b"hello")).expect("write");
+        assert_eq!(target.length(inode).expect("length"), 15);
+        assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0\0\0\0\0\0\0\0hello", "holes read as zeros");
+        target.truncate(inode, 12).expect("truncate");
+        assert_eq!(&target.read(inode, 8, 100).expect("read")[..], b"\0\0he");
+        target.sync(inode).expect("sync");
+        assert_eq!(target.disk_length(inode).expect("disk length"), 12, "sync puts the data on disk");
+        let error = target.write(inode, 0, Bytes::from(vec![0u8; 2 << 20])).expect_err("over capacity");
+        assert_eq!(error.code, ErrorCode::NoSpace);
+        target.remove(inode).expect("remove");
+        assert_eq!(target.length(inode).expect("length"), 0);
+    }
+
+    // Goal: the direct object store keeps the object contract (holes, truncate, capacity).
+    #[test]
+    fn direct_store_conformance() {
+        conformance(false);
+    }
+
+    // Goal: the crash-test journal behaves exactly like the direct store until a sync.
+    #[test]
+    fn journal_store_conformance() {
+        conformance(true);
+    }
+
+    // Goal: in crash-test mode, unsynced data is not on disk, so a kill loses it.
+    #[test]
+    fn unsynced_data_stays_off_disk() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let target = Target::open(TargetId(1), directory.path(), None, true).expect("open");
+        let inode = InodeId::new(weft_proto::NodeId(1), 6);
+        target.write(inode, 0, Bytes::from_static(b"volatile")).expect("write");
+        assert_eq!(target.disk_length(inode).expect("disk length"), 0);
+        target.sync(inode).expect("sync");
+        assert_eq!(std::fs::read(target.object_path(inode)).expect("object"), b"volatile");
+    }
+}
