@@ -1,1 +1,91 @@
-fn main() {}
+//! `weft`: the one binary. Argument parsing and output only; every role lives in its library.
+//!
+//! - `weft up`: every role in one process and a FUSE mount (the quick start).
+//! - `weft serve mgmt|meta|storage`: one service per process, as in production.
+//! - `weft mount`: the FUSE client.
+//! - `weft entry|node|target|df`: administration.
+
+mod admin;
+mod serve;
+mod signals;
+mod up;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "weft", version, about = "Weft, a parallel file system")]
+struct Cli {
+    /// Log filter, e.g. `info`, `debug`, `weft_meta=debug` (also WEFT_LOG).
+    #[arg(long, global = true, env = "WEFT_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a local cluster in this process and mount it (foreground; Ctrl-C unmounts and stops).
+    Up(up::UpArgs),
+    /// Run one service.
+    Serve(serve::ServeArgs),
+    /// Mount a Weft file system with FUSE (foreground; Ctrl-C unmounts).
+    Mount(serve::MountArgs),
+    /// Show or change entries (files and directories).
+    Entry {
+        #[command(subcommand)]
+        command: admin::EntryCommand,
+    },
+    /// List nodes.
+    Node {
+        #[command(subcommand)]
+        command: admin::NodeCommand,
+    },
+    /// List storage targets.
+    Target {
+        #[command(subcommand)]
+        command: admin::TargetCommand,
+    },
+    /// Space and inodes per storage target and metadata target.
+    Df(admin::ClusterArgs),
+}
+
+/// Where the admin commands find management.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MgmtLocator {
+    /// Management address; by default that of the Weft mount holding the path (or the cwd).
+    #[arg(long)]
+    mgmt: Option<String>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    if let Err(error) = run(cli.command) {
+        eprintln!("weft: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("weft").build()?)
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Up(args) => up::run(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Mount(args) => serve::mount(args),
+        Command::Entry { command } => admin::entry(command),
+        Command::Node { command } => admin::node(command),
+        Command::Target { command } => admin::target(command),
+        Command::Df(args) => admin::df(args),
+    }
+}
+
+/// Paths are given relative to the working directory.
+pub fn absolute(path: &std::path::Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}

@@ -1,0 +1,332 @@
+//! Administration: `weft entry info|set`, `weft node list`, `weft target list`, `weft df`.
+
+use crate::MgmtLocator;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use weft_client::{Client, ClientConfig};
+use weft_net::{ClusterView, RpcClientOptions};
+use weft_proto::layout::{PatternKind, StripePattern};
+use weft_proto::messages::{ClusterMap, FileKind, InodeAttr, NodeKind, Reachability, SpaceUsage};
+use weft_proto::InodeId;
+
+#[derive(Subcommand)]
+pub enum EntryCommand {
+    /// Show an entry's type, id, metadata node and stripe pattern.
+    Info {
+        /// A file or directory inside a Weft mount.
+        path: PathBuf,
+        #[command(flatten)]
+        locator: MgmtLocator,
+    },
+    /// Change a directory's stripe pattern for new files and subdirectories.
+    Set {
+        /// Chunk size: a power of two from 64K to 512M (suffixes K, M, G).
+        #[arg(long)]
+        chunk_size: Option<String>,
+        /// Number of storage targets per new file.
+        #[arg(long)]
+        num_targets: Option<u16>,
+        /// A directory inside a Weft mount.
+        path: PathBuf,
+        #[command(flatten)]
+        locator: MgmtLocator,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// List metadata and storage nodes.
+    List(ClusterArgs),
+}
+
+#[derive(Subcommand)]
+pub enum TargetCommand {
+    /// List storage targets.
+    List {
+        /// Show reachability and consistency states.
+        #[arg(long)]
+        state: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+}
+
+#[derive(Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    locator: MgmtLocator,
+    /// A path inside the Weft mount to ask (default: the working directory).
+    #[arg(long)]
+    path: Option<PathBuf>,
+}
+
+/// The Weft mount holding `path`: (mount point, management address).
+fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
+    let path = path.canonicalize().ok()?;
+    weft_client::fuse::mount::mounted_file_systems()
+        .into_iter()
+        .filter(|(_, target, kind)| (kind == "fuse.weft" || kind == "fuse") && path.starts_with(target))
+        .max_by_key(|(_, target, _)| target.as_os_str().len())
+        .and_then(|(source, target, _)| source.strip_prefix("weft@").map(|mgmt| (target, mgmt.to_string())))
+}
+
+fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
+    if let Some(mgmt) = &locator.mgmt {
+        return Ok(mgmt.clone());
+    }
+    let here = match path {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    if let Some((_, mgmt)) = mount_of(&here) {
+        return Ok(mgmt);
+    }
+    if path.is_none() {
+        let mounts: Vec<_> = weft_client::fuse::mount::mounted_file_systems()
+            .into_iter()
+            .filter(|(_, _, kind)| kind == "fuse.weft" || kind == "fuse")
+            .filter_map(|(source, _, _)| source.strip_prefix("weft@").map(str::to_string))
+            .collect();
+        if let [only] = &mounts[..] {
+            return Ok(only.clone());
+        }
+    }
+    bail!("{} is not inside a Weft mount: pass --mgmt HOST:PORT or a path inside a mount", here.display())
+}
+
+async fn cluster_map(mgmt: &str) -> Result<std::sync::Arc<ClusterMap>> {
+    let view = ClusterView::new(mgmt, RpcClientOptions { connections: 1, ..RpcClientOptions::default() });
+    view.refresh().await.map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))
+}
+
+/// The inode of a path inside a Weft mount.
+fn inode_of(path: &Path) -> Result<InodeId> {
+    let metadata = std::fs::symlink_metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
+    Ok(if metadata.ino() == 1 { InodeId::ROOT } else { InodeId(metadata.ino()) })
+}
+
+/// "512K", "1M", "4G", or bytes.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| anyhow!("{text:?} is not a size such as 512K or 1M"))?;
+    let multiplier = match suffix.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => bail!("{text:?}: unknown size suffix {suffix:?} (use K, M or G)"),
+    };
+    number.checked_mul(multiplier).ok_or_else(|| anyhow!("{text:?} is too large"))
+}
+
+fn format_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => format!("{b}"),
+    }
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
+fn node_name(map: &ClusterMap, kind: NodeKind, node: weft_proto::NodeId) -> String {
+    let alias = map.node(kind, node).map(|n| n.alias.as_str()).unwrap_or("?");
+    format!("{alias} [ID: {node}]")
+}
+
+/// The entry info report, in the shape operators know from BeeGFS `getentryinfo`.
+pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
+    let kind = match attr.kind {
+        FileKind::Regular => "file",
+        FileKind::Directory => "directory",
+        FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDevice => "character device",
+        FileKind::BlockDevice => "block device",
+    };
+    let mut out = String::new();
+    out.push_str(&format!("Entry type: {kind}\n"));
+    out.push_str(&format!("EntryID: {}\n", attr.inode.entry_id()));
+    out.push_str(&format!("Metadata node: {}\n", node_name(map, NodeKind::Meta, attr.inode.home())));
+    let pattern = attr.layout.as_ref().map(|l| l.pattern).or(attr.pattern);
+    if let Some(pattern) = pattern {
+        out.push_str("Stripe pattern details:\n");
+        let kind = match pattern.kind {
+            PatternKind::Raid0 => "RAID0",
+            _ => "unknown",
+        };
+        out.push_str(&format!("+ Type: {kind}\n"));
+        out.push_str(&format!("+ Chunksize: {}\n", format_size(u64::from(pattern.chunk_size_bytes))));
+        match &attr.layout {
+            Some(layout) => out.push_str(&format!(
+                "+ Number of storage targets: desired: {}; actual: {}\n",
+                pattern.num_targets,
+                layout.targets.len()
+            )),
+            None => out.push_str(&format!("+ Number of storage targets: desired: {}\n", pattern.num_targets)),
+        }
+        let pool = if pattern.pool == weft_proto::StoragePoolId::DEFAULT { "Default" } else { "" };
+        out.push_str(&format!("+ Storage Pool: {} ({pool})\n", pattern.pool));
+        if let Some(layout) = &attr.layout {
+            out.push_str("+ Storage targets:\n");
+            for target in &layout.targets {
+                let node = map.target(*target).map(|t| node_name(map, NodeKind::Storage, t.node)).unwrap_or_else(|| "? [ID: ?]".into());
+                out.push_str(&format!("  + {target} @ {node}\n"));
+            }
+        }
+    }
+    out
+}
+
+pub fn entry(command: EntryCommand) -> Result<()> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        match command {
+            EntryCommand::Info { path, locator } => {
+                let mgmt = locate(&locator, Some(&path))?;
+                let inode = inode_of(&path)?;
+                let view = ClusterView::new(mgmt.clone(), RpcClientOptions { connections: 1, ..RpcClientOptions::default() });
+                let map = view.refresh().await.map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+                let meta = view.meta(inode.home()).await?;
+                let attr = meta.get_attr(inode).await.with_context(|| format!("cannot read {}", path.display()))?;
+                print!("{}", format_entry_info(&attr, &map));
+            }
+            EntryCommand::Set { chunk_size, num_targets, path, locator } => {
+                if chunk_size.is_none() && num_targets.is_none() {
+                    bail!("nothing to change: give --chunk-size and/or --num-targets");
+                }
+                let mgmt = locate(&locator, Some(&path))?;
+                let inode = inode_of(&path)?;
+                let client = Client::connect(&ClientConfig::new(mgmt.clone())).await.map_err(|e| anyhow!("{e}: is management running at {mgmt}?"))?;
+                let attr = client.get_attr(inode).await.with_context(|| format!("cannot read {}", path.display()))?;
+                let Some(current) = attr.pattern else { bail!("{} is not a directory: patterns are set on directories", path.display()) };
+                let chunk = match chunk_size {
+                    Some(text) => parse_size(&text)?,
+                    None => u64::from(current.chunk_size_bytes),
+                };
+                let targets = num_targets.map(u64::from).unwrap_or(u64::from(current.num_targets));
+                let pattern = StripePattern::raid0(chunk, targets, current.pool)?;
+                let attr = client.set_pattern(inode, pattern).await?;
+                let map = client.cluster_map().await?;
+                println!("New pattern set on {}; new files and directories inherit it.", path.display());
+                print!("{}", format_entry_info(&attr, &map));
+            }
+        }
+        Ok(())
+    })
+}
+
+fn reachability(state: Reachability) -> &'static str {
+    match state {
+        Reachability::Online => "online",
+        Reachability::ProbablyOffline => "probably-offline",
+        Reachability::Offline => "offline",
+    }
+}
+
+pub fn node(command: NodeCommand) -> Result<()> {
+    let NodeCommand::List(args) = command;
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let map = cluster_map(&locate(&args.locator, args.path.as_deref())?).await?;
+        for (kind, title) in [(NodeKind::Meta, "Metadata nodes"), (NodeKind::Storage, "Storage nodes")] {
+            println!("{title}:");
+            println!("  {:<6} {:<20} {:<17} ADDRESSES", "ID", "ALIAS", "STATE");
+            for node in map.nodes.iter().filter(|n| n.kind == kind) {
+                println!("  {:<6} {:<20} {:<17} {}", node.id.0, node.alias, reachability(node.reachability), node.addresses.join(","));
+            }
+        }
+        Ok(())
+    })
+}
+
+pub fn target(command: TargetCommand) -> Result<()> {
+    let TargetCommand::List { state, cluster } = command;
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let map = cluster_map(&locate(&cluster.locator, cluster.path.as_deref())?).await?;
+        if state {
+            println!("{:<9} {:<17} {:<12} {:<6} NODE", "TARGETID", "REACHABILITY", "CONSISTENCY", "POOL");
+        } else {
+            println!("{:<9} {:<6} NODE", "TARGETID", "POOL");
+        }
+        for target in &map.targets {
+            let node = node_name(&map, NodeKind::Storage, target.node);
+            if state {
+                // Without mirroring every target is its own only copy, so it is always good.
+                println!("{:<9} {:<17} {:<12} {:<6} {node}", target.id.0, reachability(target.reachability), "good", target.pool.0);
+            } else {
+                println!("{:<9} {:<6} {node}", target.id.0, target.pool.0);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn usage_line(name: &str, usage: &SpaceUsage) -> String {
+    let percent = |free: u64, total: u64| if total == 0 { 0 } else { free * 100 / total };
+    format!(
+        "{name:<24} {:>11} {:>11} {:>4}% {:>12} {:>12} {:>4}%",
+        human(usage.total_bytes),
+        human(usage.free_bytes),
+        percent(usage.free_bytes, usage.total_bytes),
+        usage.total_inodes,
+        usage.free_inodes,
+        percent(usage.free_inodes, usage.total_inodes)
+    )
+}
+
+pub fn df(args: ClusterArgs) -> Result<()> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let map = cluster_map(&locate(&args.locator, args.path.as_deref())?).await?;
+        let header = format!("{:<24} {:>11} {:>11} {:>5} {:>12} {:>12} {:>5}", "", "SIZE", "FREE", "FREE", "INODES", "IFREE", "IFREE");
+        println!("METADATA SERVERS:\n{header}");
+        for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
+            let usage = node.meta_usage.unwrap_or_default();
+            println!("{}", usage_line(&format!("{} [ID: {}]", node.alias, node.id), &usage));
+        }
+        println!("\nSTORAGE TARGETS:\n{header}");
+        let mut total = SpaceUsage::default();
+        for target in &map.targets {
+            println!("{}", usage_line(&format!("target {} @ node {}", target.id, target.node), &target.usage));
+            total.total_bytes += target.usage.total_bytes;
+            total.free_bytes += target.usage.free_bytes;
+        }
+        println!("\nTotal storage: {} of which {} free", human(total.total_bytes), human(total.free_bytes));
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: sizes are parsed the way operators type them, and bad ones are refused.
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1M").expect("1M"), 1 << 20);
+        assert_eq!(parse_size("512k").expect("512k"), 512 << 10);
+        assert_eq!(parse_size("64KiB").expect("64KiB"), 64 << 10);
+        assert_eq!(parse_size("4096").expect("bytes"), 4096);
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("M").is_err());
+        assert_eq!(format_size(1 << 20), "1M");
+        assert_eq!(format_size(512 << 10), "512K");
+    }
+}

@@ -1,0 +1,212 @@
+//! `weft serve` and `weft mount`.
+
+use crate::signals::terminated;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, ValueEnum};
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use weft_client::fuse::{mount as fuse_mount, Mounted, WeftFs};
+use weft_client::{Client, ClientConfig};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Role {
+    Mgmt,
+    Meta,
+    Storage,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Which service to run.
+    role: Role,
+    /// TOML config file; unknown keys are rejected.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Any config key as key=value (repeatable); wins over the file.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Config key `data_dir`.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Config key `listen`.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Config key `mgmt` (metadata and storage).
+    #[arg(long)]
+    mgmt: Option<String>,
+    /// Config key `targets` (storage; repeatable).
+    #[arg(long = "target")]
+    targets: Vec<PathBuf>,
+}
+
+fn overrides(args: &ServeArgs) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let quote = |text: &str| toml::Value::String(text.to_string()).to_string();
+    if let Some(dir) = &args.data_dir {
+        out.push(("data_dir".into(), quote(&crate::absolute(dir).display().to_string())));
+    }
+    if let Some(listen) = &args.listen {
+        out.push(("listen".into(), quote(listen)));
+    }
+    if let Some(mgmt) = &args.mgmt {
+        out.push(("mgmt".into(), quote(mgmt)));
+    }
+    if !args.targets.is_empty() {
+        let list: Vec<String> = args.targets.iter().map(|t| quote(&crate::absolute(t).display().to_string())).collect();
+        out.push(("targets".into(), format!("[{}]", list.join(", "))));
+    }
+    for item in &args.set {
+        let (key, value) = item.split_once('=').ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
+        out.push((key.trim().to_string(), value.trim().to_string()));
+    }
+    Ok(out)
+}
+
+fn load<T: DeserializeOwned>(args: &ServeArgs) -> Result<T> {
+    Ok(weft_service::config::load(args.config.as_deref(), &overrides(args)?)?)
+}
+
+async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}: pick a free address with --listen HOST:PORT"))
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let shutdown = async {
+            if let Ok(signal) = terminated().await {
+                tracing::info!(signal, "stopping");
+            }
+        };
+        match args.role {
+            Role::Mgmt => {
+                let config: weft_mgmt::MgmtConfig = load(&args)?;
+                config.validate().map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
+                let listener = bind(&config.listen).await?;
+                weft_mgmt::run(config, listener, shutdown).await?;
+            }
+            Role::Meta => {
+                let config: weft_meta::MetaConfig = load(&args)?;
+                config.validate().map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
+                let listener = bind(&config.listen).await?;
+                weft_meta::run(config, listener, shutdown).await?;
+            }
+            Role::Storage => {
+                let config: weft_storage::StorageConfig = load(&args)?;
+                config.validate().map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
+                let listener = bind(&config.listen).await?;
+                weft_storage::run(config, listener, shutdown).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Management address, HOST:PORT.
+    #[arg(long)]
+    mgmt: Option<String>,
+    /// Client config file (TOML); `mgmt` may be set there.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Any client config key as key=value (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// A mounts file: one `<mountpoint> <client config file>` per line; mounts them all.
+    #[arg(long, conflicts_with_all = ["mgmt", "config", "mountpoint"])]
+    all: Option<PathBuf>,
+    /// Where to mount.
+    mountpoint: Option<PathBuf>,
+}
+
+fn client_config(file: Option<&Path>, mgmt: Option<&str>, set: &[String]) -> Result<ClientConfig> {
+    let mut overrides = Vec::new();
+    if let Some(mgmt) = mgmt {
+        overrides.push(("mgmt".to_string(), toml::Value::String(mgmt.to_string()).to_string()));
+    }
+    for item in set {
+        let (key, value) = item.split_once('=').ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
+        overrides.push((key.trim().to_string(), value.trim().to_string()));
+    }
+    let config: ClientConfig = weft_service::config::load(file, &overrides)
+        .map_err(|error| anyhow!("{error} (give the management address with --mgmt HOST:PORT)"))?;
+    Ok(config)
+}
+
+/// Parses a mounts file: `<mountpoint> <client config>` per line, `#` comments.
+pub fn parse_mounts_file(path: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read mounts file {}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut mounts = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [mountpoint, config] = fields[..] else {
+            bail!("{}:{}: expected `<mountpoint> <client config file>`, found {line:?}", path.display(), number + 1);
+        };
+        mounts.push((PathBuf::from(mountpoint), base.join(config)));
+    }
+    if mounts.is_empty() {
+        bail!("mounts file {} lists no file system", path.display());
+    }
+    Ok(mounts)
+}
+
+/// Connects a client and mounts it.
+pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Result<Mounted> {
+    let client: Arc<Client> = Client::connect(config)
+        .await
+        .map_err(|error| anyhow!("{error}: is management running at {}?", config.mgmt))?;
+    let fs = WeftFs::new(client, tokio::runtime::Handle::current());
+    let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;
+    Ok(mounted)
+}
+
+/// Waits for a signal or for every mount to be unmounted from outside, then unmounts the rest.
+pub async fn hold_mounts(mounts: Vec<Mounted>) -> Result<()> {
+    let all_gone = async {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            if mounts.iter().all(Mounted::is_finished) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        signal = terminated() => { tracing::info!(signal = signal?, "unmounting"); }
+        () = all_gone => { tracing::info!("unmounted from outside; stopping"); }
+    }
+    for mounted in mounts {
+        let path = mounted.mountpoint().display().to_string();
+        mounted.unmount().with_context(|| format!("unmount {path}"))?;
+        println!("unmounted {path}");
+    }
+    Ok(())
+}
+
+pub fn mount(args: MountArgs) -> Result<()> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let mut mounts = Vec::new();
+        if let Some(file) = &args.all {
+            for (mountpoint, config_file) in parse_mounts_file(file)? {
+                let config = client_config(Some(&config_file), None, &[])?;
+                mounts.push(connect_and_mount(&config, &mountpoint).await?);
+                println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
+            }
+        } else {
+            let mountpoint = args.mountpoint.clone().ok_or_else(|| anyhow!("give a mount point: weft mount --mgmt HOST:PORT MOUNTPOINT"))?;
+            let config = client_config(args.config.as_deref(), args.mgmt.as_deref(), &args.set)?;
+            mounts.push(connect_and_mount(&config, &mountpoint).await?);
+            println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
+        }
+        hold_mounts(mounts).await
+    })
+}

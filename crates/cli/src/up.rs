@@ -1,0 +1,181 @@
+//! `weft up`: management, metadata and storage in this process, and a FUSE mount.
+
+use crate::serve::{connect_and_mount, hold_mounts};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use weft_client::{Client, ClientConfig};
+use weft_proto::messages::NodeKind;
+use weft_proto::InodeId;
+
+/// Longest wait for the local services to come up.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Where every service keeps its data (created if missing).
+    #[arg(long, default_value = "weft-data")]
+    data_dir: PathBuf,
+    /// Where to mount the file system (created if missing).
+    #[arg(long, default_value = "weft-mnt")]
+    mountpoint: PathBuf,
+    /// Storage servers to run.
+    #[arg(long, default_value_t = 1)]
+    storage_servers: usize,
+    /// Storage targets per storage server.
+    #[arg(long, default_value_t = 4)]
+    targets_per_server: usize,
+    /// Metadata servers to run.
+    #[arg(long, default_value_t = 1)]
+    meta_servers: usize,
+    /// Management's listening address (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    mgmt_listen: String,
+}
+
+type ServiceTask = JoinHandle<Result<()>>;
+
+async fn local_listener() -> Result<(TcpListener, String)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind a local port")?;
+    let address = listener.local_addr()?.to_string();
+    Ok((listener, address))
+}
+
+fn prepare(directory: &std::path::Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(directory).with_context(|| format!("cannot create {}", directory.display()))?;
+    Ok(crate::absolute(directory))
+}
+
+pub fn run(args: UpArgs) -> Result<()> {
+    if args.meta_servers != 1 {
+        bail!("--meta-servers {}: this version runs exactly one metadata server (namespace operations across metadata servers are not implemented yet)", args.meta_servers);
+    }
+    if args.storage_servers == 0 || args.targets_per_server == 0 {
+        bail!("need at least one storage server with at least one target");
+    }
+    let runtime = crate::runtime()?;
+    runtime.block_on(up(args))
+}
+
+async fn up(args: UpArgs) -> Result<()> {
+    let data_dir = prepare(&args.data_dir)?;
+    weft_client::fuse::detach_stale_mount(&args.mountpoint)?;
+    let mountpoint = prepare(&args.mountpoint)?;
+    let (stop, stopped) = watch::channel(false);
+    let shutdown = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    let mut services: Vec<(String, ServiceTask)> = Vec::new();
+
+    let mgmt_listener = TcpListener::bind(&args.mgmt_listen).await.with_context(|| format!("cannot listen on {}", args.mgmt_listen))?;
+    let mgmt = mgmt_listener.local_addr()?.to_string();
+    let config = weft_mgmt::MgmtConfig {
+        data_dir: prepare(&data_dir.join("mgmt"))?,
+        listen: mgmt.clone(),
+        node_offline_timeout_ms: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_MS_DEFAULT,
+    };
+    let stopping = shutdown();
+    services.push(("management".into(), tokio::spawn(async move { Ok(weft_mgmt::run(config, mgmt_listener, stopping).await?) })));
+
+    let mut lines = vec![format!("  management   {mgmt}")];
+    for index in 1..=args.meta_servers {
+        let (listener, address) = local_listener().await?;
+        let config = weft_meta::MetaConfig {
+            data_dir: prepare(&data_dir.join(format!("meta-{index}")))?,
+            listen: address.clone(),
+            mgmt: mgmt.clone(),
+            alias: Some(format!("meta-{index}")),
+            target_chooser: weft_meta::TargetChooser::default(),
+            heartbeat_interval_ms: weft_meta::config::HEARTBEAT_INTERVAL_MS_DEFAULT,
+        };
+        lines.push(format!("  metadata     meta-{index} at {address}"));
+        let stopping = shutdown();
+        services.push((format!("meta-{index}"), tokio::spawn(async move { Ok(weft_meta::run(config, listener, stopping).await?) })));
+    }
+    for index in 1..=args.storage_servers {
+        let (listener, address) = local_listener().await?;
+        let node_dir = prepare(&data_dir.join(format!("storage-{index}")))?;
+        let targets = (1..=args.targets_per_server)
+            .map(|t| prepare(&node_dir.join(format!("target-{t}"))))
+            .collect::<Result<Vec<_>>>()?;
+        let config = weft_storage::StorageConfig {
+            data_dir: node_dir,
+            targets,
+            listen: address.clone(),
+            mgmt: mgmt.clone(),
+            alias: Some(format!("storage-{index}")),
+            heartbeat_interval_ms: 2_000,
+            target_capacity_bytes: None,
+            crash_test_discard_unsynced: false,
+        };
+        lines.push(format!("  storage      storage-{index} at {address}, {} targets", args.targets_per_server));
+        let stopping = shutdown();
+        services.push((format!("storage-{index}"), tokio::spawn(async move { Ok(weft_storage::run(config, listener, stopping).await?) })));
+    }
+
+    let client_config = ClientConfig::new(mgmt.clone());
+    let expected_targets = args.storage_servers * args.targets_per_server;
+    wait_until_ready(&client_config, &mut services, args.meta_servers, expected_targets).await?;
+    let mounted = connect_and_mount(&client_config, &mountpoint).await?;
+
+    println!("Weft is up.");
+    println!("  data         {}", data_dir.display());
+    println!("  mounted at   {}", mountpoint.display());
+    for line in &lines {
+        println!("{line}");
+    }
+    println!("Try: weft entry info {}   ·   weft df --mgmt {mgmt}", mountpoint.display());
+    println!("Press Ctrl-C to unmount and stop.");
+
+    hold_mounts(vec![mounted]).await?;
+    let _ = stop.send(true);
+    for (name, task) in services {
+        match tokio::time::timeout(Duration::from_secs(10), task).await {
+            Ok(Ok(Err(error))) => eprintln!("weft: {name} stopped with an error: {error:#}"),
+            Ok(Err(join)) => eprintln!("weft: {name} failed: {join}"),
+            _ => {}
+        }
+    }
+    println!("stopped");
+    Ok(())
+}
+
+/// Polls until every service registered and the root directory answers; fails early with the
+/// error of a service that stopped.
+async fn wait_until_ready(config: &ClientConfig, services: &mut [(String, ServiceTask)], meta: usize, targets: usize) -> Result<()> {
+    let started = Instant::now();
+    let view = weft_net::ClusterView::new(config.mgmt.clone(), weft_net::RpcClientOptions::default());
+    loop {
+        for (name, task) in services.iter_mut() {
+            if task.is_finished() {
+                let outcome = task.await;
+                return Err(match outcome {
+                    Ok(Err(error)) => error.context(format!("{name} failed to start")),
+                    Ok(Ok(())) => anyhow!("{name} stopped during start-up"),
+                    Err(join) => anyhow!("{name} crashed during start-up: {join}"),
+                });
+            }
+        }
+        if let Ok(map) = view.refresh().await {
+            let metas = map.nodes.iter().filter(|n| n.kind == NodeKind::Meta).count();
+            if metas >= meta && map.targets.len() >= targets {
+                if let Ok(client) = Client::connect(config).await {
+                    if client.get_attr(InodeId::ROOT).await.is_ok() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        if started.elapsed() > STARTUP_TIMEOUT {
+            bail!("the local cluster did not come up within {STARTUP_TIMEOUT:?}; run with --log debug to see why");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

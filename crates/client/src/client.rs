@@ -1,0 +1,368 @@
+//! [`Client`]: a session with management and every metadata and storage server.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weft_net::retry::RetryPolicy;
+use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
+use weft_proto::ids::{ClientId, InodeId};
+use weft_proto::layout::{FileLayout, StripePattern};
+use weft_proto::messages::{AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, RenameFlags};
+use weft_proto::ErrorCode;
+
+/// Configuration of a client (`weft mount`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Management's address, `host:port`.
+    pub mgmt: String,
+    /// Connections kept to each server.
+    #[serde(default = "default_connections")]
+    pub connections_per_server: usize,
+    /// Deadline of one request, in milliseconds.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_ms: u64,
+    /// How long a request is retried while its server is unreachable, in milliseconds.
+    #[serde(default = "default_retry_timeout")]
+    pub retry_timeout_ms: u64,
+    /// Interval of session heartbeats and map refreshes, in milliseconds.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_interval_ms: u64,
+    /// FUSE worker threads.
+    #[serde(default = "default_fuse_threads")]
+    pub fuse_threads: usize,
+}
+
+fn default_connections() -> usize {
+    2
+}
+fn default_request_timeout() -> u64 {
+    30_000
+}
+fn default_retry_timeout() -> u64 {
+    60_000
+}
+fn default_heartbeat() -> u64 {
+    5_000
+}
+fn default_fuse_threads() -> usize {
+    4
+}
+
+impl ClientConfig {
+    /// A config with every default and the given management address.
+    pub fn new(mgmt: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            mgmt: mgmt.into(),
+            connections_per_server: default_connections(),
+            request_timeout_ms: default_request_timeout(),
+            retry_timeout_ms: default_retry_timeout(),
+            heartbeat_interval_ms: default_heartbeat(),
+            fuse_threads: default_fuse_threads(),
+        }
+    }
+}
+
+/// Why a client operation failed. [`ClientError::errno`] is what a POSIX caller sees.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct ClientError(pub RpcError);
+
+impl ClientError {
+    /// The error code.
+    pub fn code(&self) -> ErrorCode {
+        self.0.code()
+    }
+
+    /// The errno, through the one mapping in `proto`.
+    pub fn errno(&self) -> i32 {
+        self.code().to_errno()
+    }
+}
+
+impl From<RpcError> for ClientError {
+    fn from(error: RpcError) -> ClientError {
+        ClientError(error)
+    }
+}
+
+/// A client session: routes each request to the server that owns it.
+pub struct Client {
+    pub(crate) cluster: Arc<ClusterView>,
+    client: ClientId,
+    next_seq: AtomicU64,
+    pending: Mutex<BTreeSet<u64>>,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("client", &self.client).finish()
+    }
+}
+
+/// Removes a mutation's sequence number from the pending set when the request ends.
+struct PendingGuard<'a> {
+    pending: &'a Mutex<BTreeSet<u64>>,
+    seq: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.pending.lock().expect("pending set poisoned").remove(&self.seq);
+    }
+}
+
+impl Client {
+    /// Connects to management, registers a session and fetches the maps.
+    ///
+    /// # Errors
+    /// [`ClientError`] when management does not answer.
+    pub async fn connect(config: &ClientConfig) -> Result<Arc<Client>, ClientError> {
+        let options = RpcClientOptions {
+            connections: config.connections_per_server,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            ..RpcClientOptions::default()
+        };
+        let cluster = Arc::new(ClusterView::new(config.mgmt.clone(), options));
+        let client = cluster.mgmt().register_client(weft_service_free_host_name()).await?;
+        cluster.refresh().await?;
+        let retry = RetryPolicy { total_timeout: Duration::from_millis(config.retry_timeout_ms), ..RetryPolicy::default() };
+        let client = Arc::new(Client { cluster, client, next_seq: AtomicU64::new(1), pending: Mutex::default(), retry });
+        let heartbeat = Arc::downgrade(&client);
+        let interval = Duration::from_millis(config.heartbeat_interval_ms);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(client) = heartbeat.upgrade() else { return };
+                if let Err(error) = client.cluster.mgmt().client_heartbeat(client.client).await {
+                    tracing::warn!(%error, "session heartbeat failed");
+                }
+                let _ = client.cluster.refresh().await;
+            }
+        });
+        Ok(client)
+    }
+
+    /// This session's id.
+    pub fn id(&self) -> ClientId {
+        self.client
+    }
+
+    /// Management's address.
+    pub fn mgmt_address(&self) -> &str {
+        self.cluster.mgmt().address()
+    }
+
+    /// The cluster map, fetched fresh from management.
+    ///
+    /// # Errors
+    /// [`ClientError`] when management does not answer.
+    pub async fn cluster_map(&self) -> Result<Arc<ClusterMap>, ClientError> {
+        Ok(self.cluster.refresh().await?)
+    }
+
+    fn begin_mutation(&self) -> (MutationId, PendingGuard<'_>) {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let oldest_pending = {
+            let mut pending = self.pending.lock().expect("pending set poisoned");
+            pending.insert(seq);
+            *pending.first().expect("just inserted")
+        };
+        (MutationId { client: self.client, seq, oldest_pending }, PendingGuard { pending: &self.pending, seq })
+    }
+
+    async fn meta(&self, inode: InodeId) -> Result<Arc<MetaClient>, RpcError> {
+        self.cluster.meta(inode.home()).await
+    }
+
+    /// Runs a metadata call on the home of `inode` under the retry policy.
+    async fn on_home<T, F, Fut>(&self, inode: InodeId, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<MetaClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        Ok(self.retry.run(|| async { call(self.meta(inode).await?).await }).await?)
+    }
+
+    /// Looks `name` up in `parent`.
+    ///
+    /// # Errors
+    /// `NotFound` and the other namespace codes.
+    pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, ClientError> {
+        self.on_home(parent, |meta| async move { meta.lookup(parent, name).await }).await
+    }
+
+    /// Reads attributes.
+    ///
+    /// # Errors
+    /// `NotFound` and the other namespace codes.
+    pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
+        self.on_home(inode, |meta| async move { meta.get_attr(inode).await }).await
+    }
+
+    /// Changes attributes; a size truncates.
+    ///
+    /// # Errors
+    /// The namespace codes, or `Io` when a target could not be truncated.
+    pub async fn set_attr(&self, inode: InodeId, changes: AttrChanges) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(inode, |meta| async move { meta.set_attr(mutation, inode, changes).await }).await
+    }
+
+    /// Creates a non-directory entry owned by `owner` (uid, gid).
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, `NoTargets` and the other namespace codes.
+    pub async fn create(
+        &self,
+        parent: InodeId,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: (u32, u32),
+        rdev: u32,
+        symlink: Option<String>,
+    ) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(parent, |meta| {
+            let symlink = symlink.clone();
+            async move { meta.create(mutation, parent, name, kind, mode, owner, rdev, symlink).await }
+        })
+        .await
+    }
+
+    /// Creates a directory.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound` and the other namespace codes.
+    pub async fn mkdir(&self, parent: InodeId, name: &str, mode: u32, owner: (u32, u32)) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(parent, |meta| async move { meta.mkdir(mutation, parent, name, mode, owner).await }).await
+    }
+
+    /// Adds a hard link.
+    ///
+    /// # Errors
+    /// `Exists`, `NotPermitted` (directories) and the other namespace codes.
+    pub async fn link(&self, inode: InodeId, new_parent: InodeId, new_name: &str) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(new_parent, |meta| async move { meta.link(mutation, inode, new_parent, new_name).await }).await
+    }
+
+    /// Removes a non-directory entry.
+    ///
+    /// # Errors
+    /// `NotFound`, `IsDirectory` and the other namespace codes.
+    pub async fn unlink(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(parent, |meta| async move { meta.unlink(mutation, parent, name).await }).await
+    }
+
+    /// Removes an empty directory.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotEmpty`, `NotDirectory` and the other namespace codes.
+    pub async fn rmdir(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(parent, |meta| async move { meta.rmdir(mutation, parent, name).await }).await
+    }
+
+    /// Renames an entry.
+    ///
+    /// # Errors
+    /// The POSIX rename errors as codes.
+    pub async fn rename(&self, parent: InodeId, name: &str, new_parent: InodeId, new_name: &str, flags: RenameFlags) -> Result<(), ClientError> {
+        if parent.home() != new_parent.home() {
+            return Err(ClientError(RpcError::Remote(weft_proto::error::WireError::new(
+                ErrorCode::CrossDevice,
+                "rename between metadata servers is not supported yet",
+            ))));
+        }
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(parent, |meta| async move { meta.rename(mutation, (parent, name), (new_parent, new_name), flags).await }).await
+    }
+
+    /// Lists a directory after a cookie.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDirectory`.
+    pub async fn read_dir(&self, dir: InodeId, after_cookie: u64, max_entries: u32) -> Result<(Vec<DirEntry>, bool), ClientError> {
+        self.on_home(dir, |meta| async move { meta.read_dir(dir, after_cookie, max_entries).await }).await
+    }
+
+    /// Reads a symbolic link.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotSymlink`.
+    pub async fn read_link(&self, inode: InodeId) -> Result<String, ClientError> {
+        self.on_home(inode, |meta| async move { meta.read_link(inode).await }).await
+    }
+
+    /// Registers an open of `inode` with its home; returns fresh attributes.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub async fn open(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
+        let client = self.client;
+        self.on_home(inode, |meta| async move { meta.open(client, inode).await }).await
+    }
+
+    /// Releases an open of `inode`.
+    ///
+    /// # Errors
+    /// Transport errors only.
+    pub async fn release(&self, inode: InodeId) -> Result<(), ClientError> {
+        let client = self.client;
+        self.on_home(inode, |meta| async move { meta.release(client, inode).await }).await
+    }
+
+    /// Reports a file's size after writes of `truncate_generation`.
+    ///
+    /// # Errors
+    /// `NotFound`, transport errors.
+    pub async fn report_size(&self, inode: InodeId, size: u64, truncate_generation: u64, durable: bool) -> Result<InodeAttr, ClientError> {
+        self.on_home(inode, |meta| async move { meta.report_size(inode, size, truncate_generation, durable).await }).await
+    }
+
+    /// Sets a directory's stripe pattern.
+    ///
+    /// # Errors
+    /// `NotDirectory`, `InvalidArgument`.
+    pub async fn set_pattern(&self, dir: InodeId, pattern: StripePattern) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(dir, |meta| async move { meta.set_pattern(mutation, dir, pattern).await }).await
+    }
+
+    /// Reads `[offset, offset + len)` of a file, clamped to `size`; holes read as zeros.
+    ///
+    /// # Errors
+    /// Storage errors (`Io`, `UnknownTarget`, transport).
+    pub async fn read(&self, inode: InodeId, layout: &FileLayout, offset: u64, len: u64, size: u64) -> Result<Bytes, ClientError> {
+        crate::io::read(self, inode, layout, offset, len, size).await
+    }
+
+    /// Writes `data` at `offset` of a file.
+    ///
+    /// # Errors
+    /// `NoSpace` when a target is full, storage and transport errors.
+    pub async fn write(&self, inode: InodeId, layout: &FileLayout, offset: u64, data: Bytes) -> Result<(), ClientError> {
+        crate::io::write(self, inode, layout, offset, data).await
+    }
+
+    /// Makes a file's data durable on every target of its layout.
+    ///
+    /// # Errors
+    /// `TargetPoisoned`, `Io`, transport errors.
+    pub async fn sync_data(&self, inode: InodeId, layout: &FileLayout) -> Result<(), ClientError> {
+        crate::io::sync(self, inode, layout).await
+    }
+}
+
+/// The host name, as the session's alias.
+fn weft_service_free_host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|n| n.trim().to_string()).unwrap_or_else(|_| "client".into())
+}

@@ -1,0 +1,652 @@
+//! The FUSE adapter: a [`fuser::Filesystem`] over [`Client`], and mounting.
+//!
+//! Every kernel request is answered from a tokio task, so the FUSE threads never wait on the
+//! network. Attributes and entries are not cached by the kernel (TTL 0) and opens never keep the
+//! page cache, which gives close-to-open consistency: after a writer closes, every later open
+//! anywhere sees its size and data.
+//!
+//! Size: writes go to storage before `write` returns; the kernel then knows a larger size than
+//! the metadata server until the size is reported (at every FLUSH, i.e. close, and at fsync). So
+//! this adapter remembers, per inode, the largest end it wrote in the current truncate
+//! generation and never reports a smaller size to the kernel than that.
+
+pub mod mount;
+
+pub use mount::{detach_stale_mount, mount, MountError, Mounted};
+
+use crate::client::{Client, ClientError};
+use bytes::Bytes;
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::FileLayout;
+use weft_proto::messages::{AttrChanges, FileKind, InodeAttr, TimeSet, Timestamp};
+
+/// Kernel attribute and entry cache time: none, for close-to-open consistency across clients.
+const TTL: Duration = Duration::ZERO;
+/// Largest FUSE read and write request.
+pub const FUSE_IO_BYTES_MAX: u32 = 1024 * 1024;
+/// Entries asked from the metadata server per readdir call.
+const READDIR_BATCH: u32 = 256;
+
+/// What this client knows of an inode beyond the metadata server.
+#[derive(Default)]
+struct LocalInode {
+    /// Open handles of this client.
+    opens: u32,
+    /// Truncate generation of the writes below.
+    generation: u64,
+    /// Largest end written by this client in `generation`.
+    written_end: u64,
+    /// Largest end already reported to the metadata server.
+    reported_end: u64,
+    /// The size the metadata server last told.
+    size: u64,
+}
+
+struct OpenFile {
+    inode: InodeId,
+    layout: Option<FileLayout>,
+    /// Sticky write error: reported at every later flush and fsync.
+    error: Mutex<Option<i32>>,
+}
+
+struct State {
+    client: Arc<Client>,
+    handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    next_handle: AtomicU64,
+    inodes: Mutex<HashMap<InodeId, LocalInode>>,
+}
+
+/// The Weft FUSE file system.
+pub struct WeftFs {
+    runtime: tokio::runtime::Handle,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for WeftFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeftFs").finish()
+    }
+}
+
+fn to_inode(ino: INodeNo) -> InodeId {
+    if ino.0 == 1 { InodeId::ROOT } else { InodeId(ino.0) }
+}
+
+fn to_ino(inode: InodeId) -> INodeNo {
+    if inode == InodeId::ROOT { INodeNo(1) } else { INodeNo(inode.0) }
+}
+
+fn errno(error: &ClientError) -> Errno {
+    Errno::from_i32(error.errno())
+}
+
+fn system_time(timestamp: Timestamp) -> SystemTime {
+    if timestamp.seconds >= 0 {
+        UNIX_EPOCH + Duration::new(timestamp.seconds as u64, timestamp.nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(timestamp.seconds.unsigned_abs()) + Duration::from_nanos(u64::from(timestamp.nanos))
+    }
+}
+
+fn timestamp(time: SystemTime) -> Timestamp {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(elapsed) => Timestamp { seconds: elapsed.as_secs() as i64, nanos: elapsed.subsec_nanos() },
+        Err(before) => {
+            let back = before.duration();
+            let mut seconds = -(back.as_secs() as i64);
+            let mut nanos = 0;
+            if back.subsec_nanos() > 0 {
+                seconds -= 1;
+                nanos = 1_000_000_000 - back.subsec_nanos();
+            }
+            Timestamp { seconds, nanos }
+        }
+    }
+}
+
+fn time_set(time: TimeOrNow) -> TimeSet {
+    match time {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(time) => TimeSet::At(timestamp(time)),
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Errno> {
+    name.to_str().ok_or(Errno::EINVAL)
+}
+
+impl State {
+    /// The attributes the kernel should see: the server's, with this client's unreported size.
+    fn merge(&self, mut attr: InodeAttr) -> FileAttr {
+        if attr.kind == FileKind::Regular {
+            let mut inodes = self.inodes.lock().expect("inode table poisoned");
+            if let Some(local) = inodes.get_mut(&attr.inode) {
+                local.size = attr.size;
+                if local.generation == attr.truncate_generation {
+                    attr.size = attr.size.max(local.written_end);
+                } else if attr.truncate_generation > local.generation {
+                    // Another client truncated: our older writes no longer count.
+                    local.generation = attr.truncate_generation;
+                    local.written_end = 0;
+                    local.reported_end = 0;
+                }
+            }
+        }
+        let block_size = attr.layout.as_ref().map(|l| l.pattern.chunk_size_bytes).unwrap_or(4096);
+        FileAttr {
+            ino: to_ino(attr.inode),
+            size: attr.size,
+            blocks: attr.size.div_ceil(512),
+            atime: system_time(attr.atime),
+            mtime: system_time(attr.mtime),
+            ctime: system_time(attr.ctime),
+            crtime: system_time(attr.ctime),
+            kind: file_type(attr.kind),
+            perm: (attr.mode & 0o7777) as u16,
+            nlink: attr.nlink,
+            uid: attr.uid,
+            gid: attr.gid,
+            rdev: attr.rdev,
+            blksize: block_size.min(FUSE_IO_BYTES_MAX),
+            flags: 0,
+        }
+    }
+
+    fn handle(&self, handle: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.handles.lock().expect("handle table poisoned").get(&handle.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn add_handle(&self, attr: &InodeAttr) -> u64 {
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let file = OpenFile { inode: attr.inode, layout: attr.layout.clone(), error: Mutex::new(None) };
+        self.handles.lock().expect("handle table poisoned").insert(handle, Arc::new(file));
+        let mut inodes = self.inodes.lock().expect("inode table poisoned");
+        let local = inodes.entry(attr.inode).or_insert_with(|| LocalInode { generation: attr.truncate_generation, ..LocalInode::default() });
+        local.opens += 1;
+        local.size = attr.size;
+        handle
+    }
+
+    /// The size reads are clamped to: what the server said, or what this client wrote.
+    fn known_size(&self, inode: InodeId) -> u64 {
+        let inodes = self.inodes.lock().expect("inode table poisoned");
+        inodes.get(&inode).map(|l| l.size.max(l.written_end)).unwrap_or(0)
+    }
+
+    fn note_write(&self, inode: InodeId, end: u64) {
+        let mut inodes = self.inodes.lock().expect("inode table poisoned");
+        let local = inodes.entry(inode).or_default();
+        local.written_end = local.written_end.max(end);
+    }
+
+    /// Reports this client's written size if it grew since the last report.
+    async fn report_size(&self, inode: InodeId, durable: bool) -> Result<(), ClientError> {
+        let pending = {
+            let inodes = self.inodes.lock().expect("inode table poisoned");
+            inodes.get(&inode).map(|l| (l.written_end, l.generation, l.reported_end))
+        };
+        let Some((written_end, generation, reported_end)) = pending else { return Ok(()) };
+        if written_end <= reported_end && !durable {
+            return Ok(());
+        }
+        let attr = self.client.report_size(inode, written_end, generation, durable).await?;
+        let mut inodes = self.inodes.lock().expect("inode table poisoned");
+        if let Some(local) = inodes.get_mut(&inode) {
+            if local.generation == generation {
+                local.reported_end = local.reported_end.max(written_end);
+            }
+            local.size = attr.size;
+        }
+        Ok(())
+    }
+
+    fn sticky_error(file: &OpenFile) -> Option<i32> {
+        *file.error.lock().expect("error slot poisoned")
+    }
+}
+
+impl WeftFs {
+    /// A file system over `client`, answering from tasks on `runtime`.
+    pub fn new(client: Arc<Client>, runtime: tokio::runtime::Handle) -> WeftFs {
+        WeftFs {
+            runtime,
+            state: Arc::new(State {
+                client,
+                handles: Mutex::default(),
+                next_handle: AtomicU64::new(1),
+                inodes: Mutex::default(),
+            }),
+        }
+    }
+
+    fn spawn<F>(&self, work: impl FnOnce(Arc<State>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.runtime.spawn(work(Arc::clone(&self.state)));
+    }
+}
+
+fn reply_entry(state: &State, reply: ReplyEntry, result: Result<InodeAttr, ClientError>) {
+    match result {
+        Ok(attr) => reply.entry(&TTL, &state.merge(attr), Generation(0)),
+        Err(error) => reply.error(errno(&error)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: Result<(), ClientError>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(error) => reply.error(errno(&error)),
+    }
+}
+
+impl Filesystem for WeftFs {
+    fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(FUSE_IO_BYTES_MAX);
+        let _ = config.set_max_readahead(FUSE_IO_BYTES_MAX);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::ENOENT) };
+        self.spawn(|state| async move {
+            let result = state.client.lookup(to_inode(parent), &name).await;
+            reply_entry(&state, reply, result);
+        });
+    }
+
+    fn getattr(&self, _request: &Request, ino: INodeNo, _handle: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(|state| async move {
+            match state.client.get_attr(to_inode(ino)).await {
+                Ok(attr) => reply.attr(&TTL, &state.merge(attr)),
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn setattr(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _handle: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let changes = AttrChanges { mode, uid, gid, size, atime: atime.map(time_set), mtime: mtime.map(time_set) };
+        self.spawn(|state| async move {
+            let inode = to_inode(ino);
+            match state.client.set_attr(inode, changes).await {
+                Ok(attr) => {
+                    if size.is_some() {
+                        let mut inodes = state.inodes.lock().expect("inode table poisoned");
+                        if let Some(local) = inodes.get_mut(&inode) {
+                            local.generation = attr.truncate_generation;
+                            local.written_end = 0;
+                            local.reported_end = 0;
+                            local.size = attr.size;
+                        }
+                    }
+                    reply.attr(&TTL, &state.merge(attr));
+                }
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn readlink(&self, _request: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(|state| async move {
+            match state.client.read_link(to_inode(ino)).await {
+                Ok(target) => reply.data(target.as_bytes()),
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => FileKind::Regular,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let owner = (request.uid(), request.gid());
+        self.spawn(|state| async move {
+            let result = state.client.create(to_inode(parent), &name, kind, mode & !umask & 0o7777, owner, rdev, None).await;
+            reply_entry(&state, reply, result);
+        });
+    }
+
+    fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+        let owner = (request.uid(), request.gid());
+        self.spawn(|state| async move {
+            let result = state.client.mkdir(to_inode(parent), &name, mode & !umask & 0o7777, owner).await;
+            reply_entry(&state, reply, result);
+        });
+    }
+
+    fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::ENOENT) };
+        self.spawn(|state| async move { reply_empty(reply, state.client.unlink(to_inode(parent), &name).await) });
+    }
+
+    fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::ENOENT) };
+        self.spawn(|state| async move { reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await) });
+    }
+
+    fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let (Ok(name), Some(target)) = (name_str(link_name).map(str::to_string), target.to_str().map(str::to_string)) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let owner = (request.uid(), request.gid());
+        self.spawn(|state| async move {
+            let result = state.client.create(to_inode(parent), &name, FileKind::Symlink, 0o777, owner, 0, Some(target)).await;
+            reply_entry(&state, reply, result);
+        });
+    }
+
+    fn rename(
+        &self,
+        _request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (Ok(name), Ok(new_name)) = (name_str(name).map(str::to_string), name_str(new_name).map(str::to_string)) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let flags = weft_proto::messages::RenameFlags {
+            no_replace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
+        self.spawn(|state| async move {
+            reply_empty(reply, state.client.rename(to_inode(parent), &name, to_inode(new_parent), &new_name, flags).await)
+        });
+    }
+
+    fn link(&self, _request: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let Ok(new_name) = name_str(new_name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+        self.spawn(|state| async move {
+            let result = state.client.link(to_inode(ino), to_inode(new_parent), &new_name).await;
+            reply_entry(&state, reply, result);
+        });
+    }
+
+    fn open(&self, _request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(|state| async move {
+            match state.client.open(to_inode(ino)).await {
+                Ok(attr) => {
+                    let handle = state.add_handle(&attr);
+                    state.merge(attr);
+                    let mut open_flags = FopenFlags::empty();
+                    if flags.0 & libc::O_DIRECT != 0 {
+                        open_flags |= FopenFlags::FOPEN_DIRECT_IO;
+                    }
+                    reply.opened(FileHandle(handle), open_flags);
+                }
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(|state| async move {
+            let file = match state.handle(handle) {
+                Ok(file) => file,
+                Err(error) => return reply.error(error),
+            };
+            let Some(layout) = &file.layout else { return reply.error(Errno::EINVAL) };
+            let known = state.known_size(file.inode);
+            match state.client.read(file.inode, layout, offset, u64::from(size), known).await {
+                Ok(data) => reply.data(&data),
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The kernel's buffer is borrowed only for this call: one copy into an owned buffer,
+        // whose slices then travel to the targets without further copies.
+        let data = Bytes::copy_from_slice(data);
+        self.spawn(|state| async move {
+            let file = match state.handle(handle) {
+                Ok(file) => file,
+                Err(error) => return reply.error(error),
+            };
+            let Some(layout) = &file.layout else { return reply.error(Errno::EINVAL) };
+            let len = data.len() as u64;
+            match state.client.write(file.inode, layout, offset, data).await {
+                Ok(()) => {
+                    state.note_write(file.inode, offset + len);
+                    reply.written(len as u32);
+                }
+                Err(error) => {
+                    *file.error.lock().expect("error slot poisoned") = Some(error.errno());
+                    reply.error(errno(&error));
+                }
+            }
+        });
+    }
+
+    fn flush(&self, _request: &Request, _ino: INodeNo, handle: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.spawn(|state| async move {
+            let file = match state.handle(handle) {
+                Ok(file) => file,
+                Err(error) => return reply.error(error),
+            };
+            if let Err(error) = state.report_size(file.inode, false).await {
+                return reply.error(errno(&error));
+            }
+            match State::sticky_error(&file) {
+                Some(code) => reply.error(Errno::from_i32(code)),
+                None => reply.ok(),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(|state| async move {
+            let Some(file) = state.handles.lock().expect("handle table poisoned").remove(&handle.0) else {
+                return reply.ok();
+            };
+            let _ = state.report_size(file.inode, false).await;
+            let last = {
+                let mut inodes = state.inodes.lock().expect("inode table poisoned");
+                let last = inodes.get_mut(&file.inode).map(|local| {
+                    local.opens = local.opens.saturating_sub(1);
+                    local.opens == 0
+                });
+                if last == Some(true) {
+                    inodes.remove(&file.inode);
+                }
+                last.unwrap_or(true)
+            };
+            if last {
+                if let Err(error) = state.client.release(file.inode).await {
+                    tracing::warn!(%error, inode = %file.inode, "release failed");
+                }
+            }
+            reply.ok();
+        });
+    }
+
+    fn fsync(&self, _request: &Request, _ino: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn(|state| async move {
+            let file = match state.handle(handle) {
+                Ok(file) => file,
+                Err(error) => return reply.error(error),
+            };
+            if let Some(layout) = &file.layout {
+                if let Err(error) = state.client.sync_data(file.inode, layout).await {
+                    *file.error.lock().expect("error slot poisoned") = Some(error.errno());
+                    return reply.error(errno(&error));
+                }
+            }
+            if let Err(error) = state.report_size(file.inode, true).await {
+                return reply.error(errno(&error));
+            }
+            match State::sticky_error(&file) {
+                Some(code) => reply.error(Errno::from_i32(code)),
+                None => reply.ok(),
+            }
+        });
+    }
+
+    fn readdir(&self, _request: &Request, ino: INodeNo, _handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.spawn(|state| async move {
+            let dir = to_inode(ino);
+            if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            if offset < 2 && reply.add(ino, 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            let mut after = offset.max(2);
+            loop {
+                let (entries, end) = match state.client.read_dir(dir, after, READDIR_BATCH).await {
+                    Ok(page) => page,
+                    Err(error) => return reply.error(errno(&error)),
+                };
+                for entry in &entries {
+                    if reply.add(to_ino(entry.inode), entry.cookie, file_type(entry.kind), &entry.name) {
+                        return reply.ok();
+                    }
+                    after = entry.cookie;
+                }
+                if end || entries.is_empty() {
+                    return reply.ok();
+                }
+            }
+        });
+    }
+
+    fn statfs(&self, _request: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(|state| async move {
+            match state.client.cluster_map().await {
+                Ok(map) => {
+                    const BLOCK: u64 = 4096;
+                    let total: u64 = map.targets.iter().map(|t| t.usage.total_bytes).sum();
+                    let free: u64 = map.targets.iter().map(|t| t.usage.free_bytes).sum();
+                    let files: u64 = map.nodes.iter().filter_map(|n| n.meta_usage).map(|u| u.total_inodes).sum();
+                    let free_files: u64 = map.nodes.iter().filter_map(|n| n.meta_usage).map(|u| u.free_inodes).sum();
+                    reply.statfs(total / BLOCK, free / BLOCK, free / BLOCK, files, free_files, BLOCK as u32, 255, BLOCK as u32);
+                }
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn getxattr(&self, _request: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
+        // Extended attributes arrive with the namespace work; until then no entry has any.
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn listxattr(&self, _request: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn setxattr(&self, _request: &Request, _ino: INodeNo, _name: &OsStr, _value: &[u8], _flags: i32, _position: u32, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+    }
+
+    fn removexattr(&self, _request: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+        let owner = (request.uid(), request.gid());
+        self.spawn(|state| async move {
+            let created = state.client.create(to_inode(parent), &name, FileKind::Regular, mode & !umask & 0o7777, owner, 0, None).await;
+            let attr = match created {
+                Ok(attr) => attr,
+                Err(error) => return reply.error(errno(&error)),
+            };
+            if let Err(error) = state.client.open(attr.inode).await {
+                return reply.error(errno(&error));
+            }
+            let handle = state.add_handle(&attr);
+            let mut open_flags = FopenFlags::empty();
+            if flags & libc::O_DIRECT != 0 {
+                open_flags |= FopenFlags::FOPEN_DIRECT_IO;
+            }
+            reply.created(&TTL, &state.merge(attr), Generation(0), FileHandle(handle), open_flags);
+        });
+    }
+}

@@ -1,0 +1,89 @@
+//! Striped I/O: a file range is cut into chunk pieces by the one layout function in `proto`, and
+//! the pieces go to their targets in parallel. Payloads are slices of the caller's buffer, never
+//! copied on the way out.
+
+use crate::client::{Client, ClientError};
+use bytes::{Bytes, BytesMut};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::{map_range, FileLayout};
+use weft_proto::messages::IO_BYTES_MAX;
+
+/// Pieces of the range, further cut so no request exceeds [`IO_BYTES_MAX`].
+fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout::ChunkPiece> {
+    let mut out = Vec::new();
+    for piece in map_range(layout, offset, len) {
+        let mut done = 0;
+        while done < piece.len {
+            let part = (piece.len - done).min(u64::from(IO_BYTES_MAX));
+            out.push(weft_proto::layout::ChunkPiece {
+                file_offset: piece.file_offset + done,
+                object_offset: piece.object_offset + done,
+                len: part,
+                ..piece
+            });
+            done += part;
+        }
+    }
+    out
+}
+
+pub(crate) async fn read(client: &Client, inode: InodeId, layout: &FileLayout, offset: u64, len: u64, size: u64) -> Result<Bytes, ClientError> {
+    let end = offset.saturating_add(len).min(size);
+    if end <= offset {
+        return Ok(Bytes::new());
+    }
+    let total = (end - offset) as usize;
+    let requests = pieces(layout, offset, end - offset).into_iter().map(|piece| async move {
+        let target = layout.targets[piece.target_index];
+        let data = client
+            .retry
+            .run(|| async {
+                let storage = client.cluster.storage_for_target(target).await?;
+                storage.read(target, inode, piece.object_offset, piece.len as u32).await
+            })
+            .await?;
+        Ok::<_, ClientError>((piece, data))
+    });
+    let mut buffer = BytesMut::zeroed(total);
+    for result in futures::future::join_all(requests).await {
+        let (piece, data) = result?;
+        let at = (piece.file_offset - offset) as usize;
+        let count = data.len().min(piece.len as usize);
+        buffer[at..at + count].copy_from_slice(&data[..count]);
+    }
+    Ok(buffer.freeze())
+}
+
+pub(crate) async fn write(client: &Client, inode: InodeId, layout: &FileLayout, offset: u64, data: Bytes) -> Result<(), ClientError> {
+    let requests = pieces(layout, offset, data.len() as u64).into_iter().map(|piece| {
+        let at = (piece.file_offset - offset) as usize;
+        let slice = data.slice(at..at + piece.len as usize);
+        async move {
+            let target = layout.targets[piece.target_index];
+            client
+                .retry
+                .run(|| async {
+                    let storage = client.cluster.storage_for_target(target).await?;
+                    storage.write(target, inode, piece.object_offset, slice.clone()).await
+                })
+                .await
+        }
+    });
+    for result in futures::future::join_all(requests).await {
+        result?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn sync(client: &Client, inode: InodeId, layout: &FileLayout) -> Result<(), ClientError> {
+    let requests = layout.targets.iter().map(|target| async move {
+        client
+            .retry
+            .run(|| async { client.cluster.storage_for_target(*target).await?.sync(*target, inode).await })
+            .await
+    });
+    for result in futures::future::join_all(requests).await {
+        result?;
+    }
+    Ok(())
+}
