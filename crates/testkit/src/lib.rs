@@ -1,1 +1,322 @@
-//! placeholder
+//! `LocalCluster`: a real Weft cluster of separate processes on 127.0.0.1 in a temporary
+//! directory, for integration tests. Each service is a `weft serve` process, each mount a
+//! `weft mount` process; services can be killed (SIGKILL) and restarted with the same data,
+//! and every process's log is kept and printed when a test fails.
+//!
+//! Tests never sleep for a fixed time: [`wait_until`] polls an observable state under a
+//! generous deadline that can only fail the test.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Deadline for a cluster state a test waits for.
+pub const WAIT_DEADLINE: Duration = Duration::from_secs(90);
+
+/// The shape of a local cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// Metadata servers.
+    pub meta: usize,
+    /// Storage servers.
+    pub storage: usize,
+    /// Targets per storage server.
+    pub targets_per_storage: usize,
+    /// Storage keeps unsynced writes in memory, so a kill loses them as a power loss would.
+    pub crash_test: bool,
+    /// Per-target capacity limit in bytes.
+    pub target_capacity_bytes: Option<u64>,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec { meta: 1, storage: 2, targets_per_storage: 2, crash_test: false, target_capacity_bytes: None }
+    }
+}
+
+struct Service {
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+/// A running local cluster. Dropping it stops every process and unmounts every mount.
+pub struct LocalCluster {
+    binary: PathBuf,
+    root: tempfile::TempDir,
+    mgmt: String,
+    spec: ClusterSpec,
+    services: BTreeMap<String, Service>,
+    mounts: Vec<(PathBuf, Child)>,
+}
+
+/// Polls `check` until it returns true; fails with `what` after [`WAIT_DEADLINE`].
+///
+/// # Errors
+/// When the deadline passes.
+pub fn wait_until(what: &str, mut check: impl FnMut() -> bool) -> Result<()> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    while !check() {
+        if started.elapsed() > WAIT_DEADLINE {
+            bail!("timed out after {WAIT_DEADLINE:?} waiting for {what}");
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Whether `path` is a mount point in /proc/mounts.
+pub fn is_mounted(path: &Path) -> bool {
+    let text = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let wanted = path.display().to_string().replace(' ', "\\040");
+    text.lines().any(|line| line.split(' ').nth(1) == Some(wanted.as_str()))
+}
+
+fn lazy_unmount(path: &Path) {
+    let _ = Command::new("umount").arg("-l").arg(path).stderr(Stdio::null()).status();
+}
+
+impl LocalCluster {
+    /// Starts management, metadata and storage processes and waits until all registered.
+    ///
+    /// # Errors
+    /// When a process cannot start or the cluster does not come up in time.
+    pub fn start(binary: &Path, spec: ClusterSpec) -> Result<LocalCluster> {
+        let root = tempfile::Builder::new().prefix("weft-test-").tempdir()?;
+        // Non-root test users must reach the mount points inside.
+        fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        fs::create_dir_all(root.path().join("logs"))?;
+        let mgmt = format!("127.0.0.1:{}", free_port()?);
+        let mut cluster = LocalCluster { binary: binary.to_path_buf(), root, mgmt: mgmt.clone(), spec: spec.clone(), services: BTreeMap::new(), mounts: Vec::new() };
+        let data = cluster.root.path().join("data");
+        let mgmt_dir = data.join("mgmt");
+        fs::create_dir_all(&mgmt_dir)?;
+        cluster.add_service(
+            "mgmt",
+            vec!["serve".into(), "mgmt".into(), "--data-dir".into(), mgmt_dir.display().to_string(), "--listen".into(), mgmt.clone(), "--set".into(), "node_offline_timeout_ms=4000".into()],
+        )?;
+        for index in 1..=spec.meta {
+            let dir = data.join(format!("meta-{index}"));
+            fs::create_dir_all(&dir)?;
+            cluster.add_service(
+                &format!("meta-{index}"),
+                vec![
+                    "serve".into(), "meta".into(), "--data-dir".into(), dir.display().to_string(), "--listen".into(), "127.0.0.1:0".into(),
+                    "--mgmt".into(), mgmt.clone(), "--set".into(), "heartbeat_interval_ms=300".into(), "--set".into(), format!("alias=meta-{index}"),
+                ],
+            )?;
+        }
+        for index in 1..=spec.storage {
+            let dir = data.join(format!("storage-{index}"));
+            fs::create_dir_all(&dir)?;
+            let mut args: Vec<String> = vec![
+                "serve".into(), "storage".into(), "--data-dir".into(), dir.display().to_string(), "--listen".into(), "127.0.0.1:0".into(),
+                "--mgmt".into(), mgmt.clone(), "--set".into(), "heartbeat_interval_ms=300".into(), "--set".into(), format!("alias=storage-{index}"),
+            ];
+            for target in 1..=spec.targets_per_storage {
+                let target_dir = dir.join(format!("target-{target}"));
+                fs::create_dir_all(&target_dir)?;
+                args.push("--target".into());
+                args.push(target_dir.display().to_string());
+            }
+            if spec.crash_test {
+                args.extend(["--set".into(), "crash_test_discard_unsynced=true".into()]);
+            }
+            if let Some(capacity) = spec.target_capacity_bytes {
+                args.extend(["--set".into(), format!("target_capacity_bytes={capacity}")]);
+            }
+            cluster.add_service(&format!("storage-{index}"), args)?;
+        }
+        cluster.wait_ready()?;
+        Ok(cluster)
+    }
+
+    fn add_service(&mut self, name: &str, args: Vec<String>) -> Result<()> {
+        self.services.insert(name.to_string(), Service { args, child: None });
+        self.start_service(name)
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.root.path().join("logs").join(format!("{name}.log"))
+    }
+
+    fn spawn_logged(&self, name: &str, args: &[String]) -> Result<Child> {
+        let log = File::options().create(true).append(true).open(self.log_path(name))?;
+        Command::new(&self.binary)
+            .args(args)
+            .env("WEFT_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))
+    }
+
+    fn start_service(&mut self, name: &str) -> Result<()> {
+        let args = self.services.get(name).ok_or_else(|| anyhow!("no service {name}"))?.args.clone();
+        let child = self.spawn_logged(name, &args)?;
+        self.services.get_mut(name).expect("checked above").child = Some(child);
+        Ok(())
+    }
+
+    /// Management's address.
+    pub fn mgmt(&self) -> &str {
+        &self.mgmt
+    }
+
+    /// The temporary directory holding data, logs and mount points.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The directory of storage target `target` (1-based) of storage server `storage`.
+    pub fn target_dir(&self, storage: usize, target: usize) -> PathBuf {
+        self.root.path().join("data").join(format!("storage-{storage}")).join(format!("target-{target}"))
+    }
+
+    /// Runs the CLI against this cluster's management; returns its output.
+    ///
+    /// # Errors
+    /// When the binary cannot run.
+    pub fn weft(&self, args: &[&str]) -> Result<Output> {
+        Ok(Command::new(&self.binary).args(args).env("WEFT_LOG", "warn").output()?)
+    }
+
+    /// Waits until every node registered and is online and every target is listed.
+    ///
+    /// # Errors
+    /// When the cluster does not come up in time.
+    pub fn wait_ready(&self) -> Result<()> {
+        let targets = self.spec.storage * self.spec.targets_per_storage;
+        let nodes = self.spec.meta + self.spec.storage;
+        wait_until("every node online", || {
+            let Ok(output) = self.weft(&["node", "list", "--mgmt", &self.mgmt]) else { return false };
+            let text = String::from_utf8_lossy(&output.stdout);
+            text.lines().filter(|line| line.contains(" online ")).count() >= nodes
+        })?;
+        wait_until("every target listed", || {
+            let Ok(output) = self.weft(&["target", "list", "--state", "--mgmt", &self.mgmt]) else { return false };
+            let text = String::from_utf8_lossy(&output.stdout);
+            text.lines().filter(|line| line.contains(" online ")).count() >= targets
+        })
+    }
+
+    /// Mounts the file system at a new directory; returns the mount point.
+    ///
+    /// # Errors
+    /// When the mount does not come up in time.
+    pub fn mount(&mut self) -> Result<PathBuf> {
+        let mountpoint = self.root.path().join(format!("mnt-{}", self.mounts.len() + 1));
+        fs::create_dir_all(&mountpoint)?;
+        let name = format!("mount-{}", self.mounts.len() + 1);
+        let args = vec!["mount".into(), "--mgmt".into(), self.mgmt.clone(), mountpoint.display().to_string()];
+        let child = self.spawn_logged(&name, &args)?;
+        self.mounts.push((mountpoint.clone(), child));
+        wait_until("the mount to answer", || is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok())?;
+        Ok(mountpoint)
+    }
+
+    /// Unmounts a mount point cleanly (SIGTERM to its `weft mount`, which unmounts).
+    ///
+    /// # Errors
+    /// When the mount process does not exit in time.
+    pub fn unmount(&mut self, mountpoint: &Path) -> Result<()> {
+        let Some(index) = self.mounts.iter().position(|(path, _)| path == mountpoint) else { bail!("{} is not mounted by this cluster", mountpoint.display()) };
+        let (path, mut child) = self.mounts.remove(index);
+        terminate(&mut child)?;
+        if is_mounted(&path) {
+            lazy_unmount(&path);
+        }
+        Ok(())
+    }
+
+    /// Kills a service with SIGKILL, as a crash or power loss would.
+    ///
+    /// # Errors
+    /// When the service is unknown.
+    pub fn kill(&mut self, name: &str) -> Result<()> {
+        let service = self.services.get_mut(name).ok_or_else(|| anyhow!("no service {name}"))?;
+        if let Some(mut child) = service.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// Starts a killed or stopped service again with the same data and arguments.
+    ///
+    /// # Errors
+    /// When the process cannot start.
+    pub fn restart(&mut self, name: &str) -> Result<()> {
+        self.kill(name)?;
+        self.start_service(name)
+    }
+
+    /// Names of all services, e.g. `mgmt`, `meta-1`, `storage-2`.
+    pub fn service_names(&self) -> Vec<String> {
+        self.services.keys().cloned().collect()
+    }
+
+    /// The log of a service or mount, for assertions and failure reports.
+    pub fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.log_path(name)).unwrap_or_default()
+    }
+
+    fn print_logs(&self) {
+        let Ok(entries) = fs::read_dir(self.root.path().join("logs")) else { return };
+        for entry in entries.flatten() {
+            let text = fs::read_to_string(entry.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            eprintln!("===== {} (last {} lines) =====", entry.path().display(), tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+fn terminate(child: &mut Child) -> Result<()> {
+    // SAFETY: kill(2) with a pid we own; at worst it fails with ESRCH.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let started = Instant::now();
+    loop {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("process {} did not stop on SIGTERM", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_logs();
+        }
+        for (path, mut child) in std::mem::take(&mut self.mounts) {
+            let _ = terminate(&mut child);
+            if is_mounted(&path) {
+                lazy_unmount(&path);
+            }
+        }
+        let names: Vec<String> = self.services.keys().cloned().collect();
+        for name in names {
+            let _ = self.kill(&name);
+        }
+    }
+}

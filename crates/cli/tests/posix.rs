@@ -1,0 +1,309 @@
+//! POSIX behaviour through a real FUSE mount of a real multi-process cluster: every operation
+//! everyday tools need, and the right errno for each failure.
+
+mod common;
+
+use common::{cluster, errno, pattern};
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use weft_testkit::ClusterSpec;
+
+fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).expect("no NUL in test paths")
+}
+
+fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
+    let (from, to) = (c_path(from), c_path(to));
+    // SAFETY: both paths are valid NUL-terminated strings.
+    let result = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) };
+    if result == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+// Goal: files behave as POSIX says — create, exclusive create, truncate, append, holes, unlink
+// of an open file, fsync, statfs. Method: run each through the mount and check data and errno.
+#[test]
+fn files() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+
+    let path = mnt.join("file");
+    let data = pattern(1, 3 * 1024 * 1024 + 12345);
+    fs::write(&path, &data).expect("write");
+    assert_eq!(fs::read(&path).expect("read"), data, "data reads back");
+    assert_eq!(fs::metadata(&path).expect("stat").len(), data.len() as u64);
+
+    let exclusive = OpenOptions::new().write(true).create_new(true).open(&path);
+    assert_eq!(errno(exclusive), libc::EEXIST, "O_EXCL on an existing file");
+
+    {
+        let mut file = OpenOptions::new().append(true).open(&path).expect("open append");
+        file.write_all(b"tail").expect("append");
+    }
+    let mut expected = data.clone();
+    expected.extend_from_slice(b"tail");
+    assert_eq!(fs::read(&path).expect("read"), expected, "O_APPEND appends");
+
+    OpenOptions::new().write(true).truncate(true).open(&path).expect("O_TRUNC");
+    assert_eq!(fs::metadata(&path).expect("stat").len(), 0, "O_TRUNC empties the file");
+
+    // Truncate up makes a hole that reads as zeros; a write past the end makes one too.
+    let file = OpenOptions::new().read(true).write(true).open(&path).expect("open");
+    file.set_len(1_000_000).expect("grow");
+    let mut file = file;
+    file.seek(SeekFrom::Start(3_000_000)).expect("seek");
+    file.write_all(b"end").expect("write past end");
+    file.sync_all().expect("fsync");
+    drop(file);
+    let content = fs::read(&path).expect("read");
+    assert_eq!(content.len(), 3_000_003);
+    assert!(content[..3_000_000].iter().all(|b| *b == 0), "holes read as zeros");
+    assert_eq!(&content[3_000_000..], b"end");
+
+    // Truncate down and up again: the old bytes must not come back.
+    fs::write(&path, pattern(2, 600_000)).expect("rewrite");
+    OpenOptions::new().write(true).open(&path).expect("open").set_len(100).expect("shrink");
+    OpenOptions::new().write(true).open(&path).expect("open").set_len(600_000).expect("regrow");
+    let content = fs::read(&path).expect("read");
+    assert_eq!(&content[..100], &pattern(2, 100)[..]);
+    assert!(content[100..].iter().all(|b| *b == 0), "shrunk bytes stay gone");
+
+    // An unlinked open file stays readable until its last close.
+    let doomed = mnt.join("doomed");
+    let doomed_data = pattern(3, 700_000);
+    fs::write(&doomed, &doomed_data).expect("write");
+    let mut open = File::open(&doomed).expect("open");
+    fs::remove_file(&doomed).expect("unlink");
+    assert_eq!(errno(fs::metadata(&doomed)), libc::ENOENT, "the name is gone");
+    let mut read_back = Vec::new();
+    open.read_to_end(&mut read_back).expect("read after unlink");
+    assert_eq!(read_back, doomed_data, "data of an unlinked open file");
+    drop(open);
+
+    // statfs reports the targets' space.
+    let stat = nix_statvfs(&mnt);
+    assert!(stat.0 > 0, "statfs reports blocks");
+
+    assert_eq!(errno(File::open(mnt.join("missing"))), libc::ENOENT);
+    let long = "x".repeat(256);
+    assert_eq!(errno(File::create(mnt.join(&long))), libc::ENAMETOOLONG);
+    assert_eq!(errno(File::open(path.join("below-a-file"))), libc::ENOTDIR);
+}
+
+fn nix_statvfs(path: &Path) -> (u64, u64) {
+    let path = c_path(path);
+    // SAFETY: statvfs is plain data and the path is NUL-terminated.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers for the duration of the call.
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stat) }, 0, "statvfs");
+    (stat.f_blocks, stat.f_files)
+}
+
+// Goal: directories, links, renames and special files, with their POSIX error cases.
+#[test]
+fn namespace() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+
+    let dir = mnt.join("dir");
+    fs::create_dir(&dir).expect("mkdir");
+    assert_eq!(errno(fs::create_dir(&dir)), libc::EEXIST);
+    fs::write(dir.join("f"), b"x").expect("create in dir");
+    assert_eq!(errno(fs::remove_dir(&dir)), libc::ENOTEMPTY);
+    assert_eq!(errno(fs::remove_file(&dir)), libc::EISDIR);
+    assert_eq!(errno(fs::remove_dir(dir.join("f"))), libc::ENOTDIR);
+    assert_eq!(fs::metadata(&dir).expect("stat").nlink(), 2);
+    fs::create_dir(dir.join("sub")).expect("mkdir sub");
+    assert_eq!(fs::metadata(&dir).expect("stat").nlink(), 3, "a subdirectory adds a link");
+
+    // Rename over an existing file replaces it.
+    fs::write(mnt.join("a"), b"A").expect("a");
+    fs::write(mnt.join("b"), b"B").expect("b");
+    fs::rename(mnt.join("a"), mnt.join("b")).expect("rename over");
+    assert_eq!(fs::read(mnt.join("b")).expect("read"), b"A");
+    assert_eq!(errno(fs::metadata(mnt.join("a"))), libc::ENOENT);
+
+    // Directory renames and their checks.
+    fs::rename(&dir, mnt.join("moved")).expect("rename dir");
+    let moved = mnt.join("moved");
+    assert_eq!(fs::read(moved.join("f")).expect("read through moved dir"), b"x");
+    assert_eq!(errno(fs::rename(&moved, moved.join("sub").join("inside"))), libc::EINVAL, "no move into own subtree");
+    fs::create_dir(mnt.join("full")).expect("mkdir full");
+    fs::write(mnt.join("full").join("x"), b"").expect("fill");
+    assert_eq!(errno(fs::rename(moved.join("sub"), mnt.join("full"))), libc::ENOTEMPTY);
+    assert_eq!(errno(fs::rename(mnt.join("b"), mnt.join("full"))), libc::EISDIR);
+    assert_eq!(errno(fs::rename(mnt.join("full"), mnt.join("b"))), libc::ENOTDIR);
+    fs::create_dir(mnt.join("empty")).expect("mkdir empty");
+    fs::rename(moved.join("sub"), mnt.join("empty")).expect("rename over empty dir");
+    assert_eq!(fs::metadata(&moved).expect("stat").nlink(), 2, "moved out: one link less");
+
+    // RENAME_NOREPLACE and RENAME_EXCHANGE.
+    fs::write(mnt.join("c"), b"C").expect("c");
+    assert_eq!(errno(rename_with_flags(&mnt.join("b"), &mnt.join("c"), libc::RENAME_NOREPLACE)), libc::EEXIST);
+    rename_with_flags(&mnt.join("b"), &mnt.join("c"), libc::RENAME_EXCHANGE).expect("exchange");
+    assert_eq!(fs::read(mnt.join("b")).expect("b"), b"C");
+    assert_eq!(fs::read(mnt.join("c")).expect("c"), b"A");
+
+    // Symbolic and hard links.
+    std::os::unix::fs::symlink("c", mnt.join("link")).expect("symlink");
+    assert_eq!(fs::read_link(mnt.join("link")).expect("readlink").to_str(), Some("c"));
+    assert_eq!(fs::read(mnt.join("link")).expect("follow"), b"A");
+    fs::hard_link(mnt.join("c"), moved.join("hard")).expect("hard link");
+    assert_eq!(fs::metadata(mnt.join("c")).expect("stat").nlink(), 2);
+    fs::remove_file(mnt.join("c")).expect("unlink one name");
+    assert_eq!(fs::read(moved.join("hard")).expect("other name"), b"A");
+    assert_eq!(fs::metadata(moved.join("hard")).expect("stat").nlink(), 1);
+    assert_eq!(errno(fs::hard_link(&moved, mnt.join("dirlink"))), libc::EPERM, "no hard links to directories");
+
+    // FIFOs and sockets.
+    let fifo = c_path(&mnt.join("fifo"));
+    // SAFETY: valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0, "mkfifo");
+    assert!(fs::metadata(mnt.join("fifo")).expect("stat").file_type().is_fifo());
+    let _listener = std::os::unix::net::UnixListener::bind(mnt.join("socket")).expect("bind socket");
+    assert!(fs::metadata(mnt.join("socket")).expect("stat").file_type().is_socket());
+
+    // chmod, chown, utimens with nanoseconds.
+    fs::set_permissions(moved.join("hard"), fs::Permissions::from_mode(0o640)).expect("chmod");
+    assert_eq!(fs::metadata(moved.join("hard")).expect("stat").mode() & 0o7777, 0o640);
+    std::os::unix::fs::chown(moved.join("hard"), Some(1234), Some(5678)).expect("chown");
+    let meta = fs::metadata(moved.join("hard")).expect("stat");
+    assert_eq!((meta.uid(), meta.gid()), (1234, 5678));
+    let when = std::time::UNIX_EPOCH + std::time::Duration::new(1_600_000_000, 123_456_789);
+    File::options().write(true).open(moved.join("hard")).expect("open").set_modified(when).expect("utimens");
+    let meta = fs::metadata(moved.join("hard")).expect("stat");
+    assert_eq!((meta.mtime(), meta.mtime_nsec()), (1_600_000_000, 123_456_789));
+}
+
+// Goal: readdir of a large directory returns every entry once, even while entries are removed
+// during the listing (as `rm -rf` does). Method: list 3000 entries through libc readdir,
+// unlinking each entry right after reading it.
+#[test]
+fn large_directory_with_stable_offsets() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("big");
+    fs::create_dir(&dir).expect("mkdir");
+    let count = 3000;
+    for index in 0..count {
+        File::create(dir.join(format!("entry-{index:05}"))).expect("create");
+    }
+    let listed: std::collections::BTreeSet<String> =
+        fs::read_dir(&dir).expect("readdir").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(listed.len(), count);
+
+    let c_dir = c_path(&dir);
+    // SAFETY: valid path; the stream is closed below.
+    let stream = unsafe { libc::opendir(c_dir.as_ptr()) };
+    assert!(!stream.is_null(), "opendir");
+    let mut seen = std::collections::BTreeMap::<String, u32>::new();
+    loop {
+        // SAFETY: stream is a valid open DIR*.
+        let entry = unsafe { libc::readdir(stream) };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated in a valid dirent.
+        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        fs::remove_file(dir.join(&name)).expect("unlink while listing");
+        *seen.entry(name).or_default() += 1;
+    }
+    // SAFETY: stream is valid and closed once.
+    unsafe { libc::closedir(stream) };
+    assert_eq!(seen.len(), count, "every entry listed");
+    assert!(seen.values().all(|n| *n == 1), "no entry listed twice");
+    fs::remove_dir(&dir).expect("now empty");
+}
+
+// Goal: shared mmap reads and writes reach the file. Method: write through a MAP_SHARED
+// mapping, msync, unmap, then read with read(2) after reopening.
+#[test]
+fn shared_mmap() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let path = mnt.join("mapped");
+    let data = pattern(7, 256 * 1024);
+    fs::write(&path, &data).expect("write");
+    let file = OpenOptions::new().read(true).write(true).open(&path).expect("open");
+    let len = data.len();
+    // SAFETY: mapping a file we hold open, of its exact length; unmapped below.
+    let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&file), 0) };
+    assert_ne!(map, libc::MAP_FAILED, "mmap");
+    // SAFETY: the mapping is len bytes long and writable.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), len) };
+    assert_eq!(&bytes[..], &data[..], "mmap reads the file");
+    bytes[1000..1010].copy_from_slice(b"0123456789");
+    // SAFETY: valid mapping.
+    assert_eq!(unsafe { libc::msync(map, len, libc::MS_SYNC) }, 0, "msync");
+    // SAFETY: unmapping what was mapped.
+    unsafe { libc::munmap(map, len) };
+    drop(file);
+    let mut expected = data;
+    expected[1000..1010].copy_from_slice(b"0123456789");
+    assert_eq!(fs::read(&path).expect("read"), expected, "mmap writes reach the file");
+}
+
+// Goal: the kernel enforces permissions (default_permissions) for a non-root user. Method: run
+// commands as `nobody` through runuser and check what is refused and what is allowed.
+#[test]
+fn permissions_as_non_root() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let as_nobody = |script: &str| {
+        let output = Command::new("runuser").args(["-u", "nobody", "--", "sh", "-c", script]).output().expect("runuser");
+        (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let closed = mnt.join("closed");
+    fs::create_dir(&closed).expect("mkdir");
+    fs::set_permissions(&closed, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (ok, stderr) = as_nobody(&format!("touch {}/x", closed.display()));
+    assert!(!ok, "nobody cannot create in a root-owned 0755 directory");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+
+    let open = mnt.join("open");
+    fs::create_dir(&open).expect("mkdir");
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let (ok, stderr) = as_nobody(&format!("echo hi > {}/mine && cat {}/mine", open.display(), open.display()));
+    assert!(ok, "nobody creates in a 1777 directory: {stderr}");
+    let nobody_uid = fs::metadata(open.join("mine")).expect("stat").uid();
+    assert_ne!(nobody_uid, 0, "the file belongs to nobody");
+
+    fs::write(open.join("roots"), b"secret").expect("root file");
+    fs::set_permissions(open.join("roots"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (ok, stderr) = as_nobody(&format!("cat {}/roots", open.display()));
+    assert!(!ok && stderr.contains("Permission denied"), "0600 root file unreadable: {stderr}");
+    let (ok, _) = as_nobody(&format!("rm {}/roots", open.display()));
+    assert!(!ok, "sticky bit: nobody cannot remove root's file");
+    let (ok, stderr) = as_nobody(&format!("chown root {}/mine", open.display()));
+    assert!(!ok && stderr.contains("not permitted"), "nobody cannot give a file away: {stderr}");
+}
+
+// Goal: close-to-open consistency between two mounts. Method: write and close in one mount,
+// then open in the other and see the data and size; and back.
+#[test]
+fn close_to_open_between_mounts() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let data = pattern(9, 2 * 1024 * 1024 + 7);
+    fs::write(first.join("shared"), &data).expect("write in first");
+    assert_eq!(fs::read(second.join("shared")).expect("read in second"), data);
+    {
+        let mut file = OpenOptions::new().append(true).open(second.join("shared")).expect("open in second");
+        file.write_all(b"more").expect("append");
+    }
+    let mut expected = data;
+    expected.extend_from_slice(b"more");
+    assert_eq!(fs::read(first.join("shared")).expect("read in first"), expected);
+    fs::write(second.join("shared"), b"short").expect("rewrite in second");
+    assert_eq!(fs::read(first.join("shared")).expect("read in first"), b"short", "a truncate is seen too");
+    let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(first.join("shared"));
+    assert!(direct.is_ok(), "O_DIRECT opens work");
+}
