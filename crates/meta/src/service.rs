@@ -38,7 +38,12 @@ struct Meta {
     /// Open counts per inode and client session: an unlinked inode lives while one is held.
     opens: Arc<Mutex<HashMap<InodeId, HashMap<ClientId, u32>>>>,
     work: Notify,
+    /// When the cluster map was last fetched on demand (see `refresh_map_if_short`).
+    last_refresh: tokio::sync::Mutex<std::time::Instant>,
 }
+
+/// Least time between on-demand map refreshes.
+const MAP_REFRESH_INTERVAL_MIN: Duration = Duration::from_millis(100);
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
     MetaError::Store(error.to_string())
@@ -92,6 +97,7 @@ pub async fn run(config: MetaConfig, listener: TcpListener, shutdown: impl Futur
         chooser: Arc::new(Chooser::new(config.target_chooser)),
         opens: Arc::default(),
         work: Notify::new(),
+        last_refresh: tokio::sync::Mutex::new(std::time::Instant::now().checked_sub(MAP_REFRESH_INTERVAL_MIN).unwrap_or_else(std::time::Instant::now)),
     });
     tracing::info!(node = node.0, %address, %alias, "metadata server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(Arc::clone(&meta), config.clone(), alias, address));
@@ -210,6 +216,9 @@ impl Meta {
                 if kind == FileKind::Directory {
                     Err(OpError::rejected(ErrorCode::InvalidArgument, "directories are made with mkdir"))
                 } else {
+                    if kind == FileKind::Regular {
+                        self.refresh_map_if_short(parent).await;
+                    }
                     let entry = NewEntry { parent, name, kind, mode, uid, gid, rdev, symlink };
                     self.mutate(mutation, move |txn, context| create(txn, context, entry)).await
                 }
@@ -255,6 +264,27 @@ impl Meta {
             MetaRequest::Release { client, inode } => self.release(client, inode).await,
         };
         result.map_err(OpError::into_wire)
+    }
+
+    /// Fetches the cluster map again when it holds fewer targets than a new file in `parent`
+    /// wants: targets registered since the last heartbeat would otherwise be left out of files
+    /// created right after they joined. Rate-limited, as a pool may really be that small.
+    async fn refresh_map_if_short(&self, parent: InodeId) {
+        let desired = self
+            .read(|txn| Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern))
+            .ok()
+            .flatten()
+            .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
+        let map = self.cluster.map();
+        let available = map.targets.iter().filter(|t| t.pool == desired.pool).count();
+        if available >= usize::from(desired.num_targets) {
+            return;
+        }
+        let mut last = self.last_refresh.lock().await;
+        if last.elapsed() >= MAP_REFRESH_INTERVAL_MIN {
+            let _ = self.cluster.refresh().await;
+            *last = std::time::Instant::now();
+        }
     }
 
     fn open(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
