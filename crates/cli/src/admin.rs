@@ -67,9 +67,15 @@ fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
     let path = path.canonicalize().ok()?;
     weft_client::fuse::mount::mounted_file_systems()
         .into_iter()
-        .filter(|(_, target, kind)| (kind == "fuse.weft" || kind == "fuse") && path.starts_with(target))
+        .filter(|(_, target, kind)| {
+            (kind == "fuse.weft" || kind == "fuse") && path.starts_with(target)
+        })
         .max_by_key(|(_, target, _)| target.as_os_str().len())
-        .and_then(|(source, target, _)| source.strip_prefix("weft@").map(|mgmt| (target, mgmt.to_string())))
+        .and_then(|(source, target, _)| {
+            source
+                .strip_prefix("weft@")
+                .map(|mgmt| (target, mgmt.to_string()))
+        })
 }
 
 fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
@@ -93,34 +99,60 @@ fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
             return Ok(only.clone());
         }
     }
-    bail!("{} is not inside a Weft mount: pass --mgmt HOST:PORT or a path inside a mount", here.display())
+    bail!(
+        "{} is not inside a Weft mount: pass --mgmt HOST:PORT or a path inside a mount",
+        here.display()
+    )
 }
 
 async fn cluster_map(mgmt: &str) -> Result<std::sync::Arc<ClusterMap>> {
-    let view = ClusterView::new(mgmt, RpcClientOptions { connections: 1, ..RpcClientOptions::default() });
-    view.refresh().await.map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))
+    let view = ClusterView::new(
+        mgmt,
+        RpcClientOptions {
+            connections: 1,
+            ..RpcClientOptions::default()
+        },
+    );
+    view.refresh()
+        .await
+        .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))
 }
 
 /// The inode of a path inside a Weft mount.
 fn inode_of(path: &Path) -> Result<InodeId> {
-    let metadata = std::fs::symlink_metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
-    Ok(if metadata.ino() == 1 { InodeId::ROOT } else { InodeId(metadata.ino()) })
+    let metadata = std::fs::symlink_metadata(path)
+        .with_context(|| format!("cannot stat {}", path.display()))?;
+    Ok(if metadata.ino() == 1 {
+        InodeId::ROOT
+    } else {
+        InodeId(metadata.ino())
+    })
 }
 
 /// "512K", "1M", "4G", or bytes.
 pub fn parse_size(text: &str) -> Result<u64> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, suffix) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| anyhow!("{text:?} is not a size such as 512K or 1M"))?;
-    let multiplier = match suffix.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+    let number: u64 = number
+        .parse()
+        .map_err(|_| anyhow!("{text:?} is not a size such as 512K or 1M"))?;
+    let multiplier = match suffix
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
         "" => 1,
         "K" => 1 << 10,
         "M" => 1 << 20,
         "G" => 1 << 30,
         _ => bail!("{text:?}: unknown size suffix {suffix:?} (use K, M or G)"),
     };
-    number.checked_mul(multiplier).ok_or_else(|| anyhow!("{text:?} is too large"))
+    number
+        .checked_mul(multiplier)
+        .ok_or_else(|| anyhow!("{text:?} is too large"))
 }
 
 fn format_size(bytes: u64) -> String {
@@ -144,7 +176,10 @@ fn human(bytes: u64) -> String {
 }
 
 fn node_name(map: &ClusterMap, kind: NodeKind, node: weft_proto::NodeId) -> String {
-    let alias = map.node(kind, node).map(|n| n.alias.as_str()).unwrap_or("?");
+    let alias = map
+        .node(kind, node)
+        .map(|n| n.alias.as_str())
+        .unwrap_or("?");
     format!("{alias} [ID: {node}]")
 }
 
@@ -162,7 +197,10 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
     let mut out = String::new();
     out.push_str(&format!("Entry type: {kind}\n"));
     out.push_str(&format!("EntryID: {}\n", attr.inode.entry_id()));
-    out.push_str(&format!("Metadata node: {}\n", node_name(map, NodeKind::Meta, attr.inode.home())));
+    out.push_str(&format!(
+        "Metadata node: {}\n",
+        node_name(map, NodeKind::Meta, attr.inode.home())
+    ));
     let pattern = attr.layout.as_ref().map(|l| l.pattern).or(attr.pattern);
     if let Some(pattern) = pattern {
         out.push_str("Stripe pattern details:\n");
@@ -171,21 +209,34 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
             _ => "unknown",
         };
         out.push_str(&format!("+ Type: {kind}\n"));
-        out.push_str(&format!("+ Chunksize: {}\n", format_size(u64::from(pattern.chunk_size_bytes))));
+        out.push_str(&format!(
+            "+ Chunksize: {}\n",
+            format_size(u64::from(pattern.chunk_size_bytes))
+        ));
         match &attr.layout {
             Some(layout) => out.push_str(&format!(
                 "+ Number of storage targets: desired: {}; actual: {}\n",
                 pattern.num_targets,
                 layout.targets.len()
             )),
-            None => out.push_str(&format!("+ Number of storage targets: desired: {}\n", pattern.num_targets)),
+            None => out.push_str(&format!(
+                "+ Number of storage targets: desired: {}\n",
+                pattern.num_targets
+            )),
         }
-        let pool = if pattern.pool == weft_proto::StoragePoolId::DEFAULT { "Default" } else { "" };
+        let pool = if pattern.pool == weft_proto::StoragePoolId::DEFAULT {
+            "Default"
+        } else {
+            ""
+        };
         out.push_str(&format!("+ Storage Pool: {} ({pool})\n", pattern.pool));
         if let Some(layout) = &attr.layout {
             out.push_str("+ Storage targets:\n");
             for target in &layout.targets {
-                let node = map.target(*target).map(|t| node_name(map, NodeKind::Storage, t.node)).unwrap_or_else(|| "? [ID: ?]".into());
+                let node = map
+                    .target(*target)
+                    .map(|t| node_name(map, NodeKind::Storage, t.node))
+                    .unwrap_or_else(|| "? [ID: ?]".into());
                 out.push_str(&format!("  + {target} @ {node}\n"));
             }
         }
@@ -200,30 +251,62 @@ pub fn entry(command: EntryCommand) -> Result<()> {
             EntryCommand::Info { path, locator } => {
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
-                let view = ClusterView::new(mgmt.clone(), RpcClientOptions { connections: 1, ..RpcClientOptions::default() });
-                let map = view.refresh().await.map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+                let view = ClusterView::new(
+                    mgmt.clone(),
+                    RpcClientOptions {
+                        connections: 1,
+                        ..RpcClientOptions::default()
+                    },
+                );
+                let map = view
+                    .refresh()
+                    .await
+                    .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
                 let meta = view.meta(inode.home()).await?;
-                let attr = meta.get_attr(inode).await.with_context(|| format!("cannot read {}", path.display()))?;
+                let attr = meta
+                    .get_attr(inode)
+                    .await
+                    .with_context(|| format!("cannot read {}", path.display()))?;
                 print!("{}", format_entry_info(&attr, &map));
             }
-            EntryCommand::Set { chunk_size, num_targets, path, locator } => {
+            EntryCommand::Set {
+                chunk_size,
+                num_targets,
+                path,
+                locator,
+            } => {
                 if chunk_size.is_none() && num_targets.is_none() {
                     bail!("nothing to change: give --chunk-size and/or --num-targets");
                 }
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
-                let client = Client::connect(&ClientConfig::new(mgmt.clone())).await.map_err(|e| anyhow!("{e}: is management running at {mgmt}?"))?;
-                let attr = client.get_attr(inode).await.with_context(|| format!("cannot read {}", path.display()))?;
-                let Some(current) = attr.pattern else { bail!("{} is not a directory: patterns are set on directories", path.display()) };
+                let client = Client::connect(&ClientConfig::new(mgmt.clone()))
+                    .await
+                    .map_err(|e| anyhow!("{e}: is management running at {mgmt}?"))?;
+                let attr = client
+                    .get_attr(inode)
+                    .await
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let Some(current) = attr.pattern else {
+                    bail!(
+                        "{} is not a directory: patterns are set on directories",
+                        path.display()
+                    )
+                };
                 let chunk = match chunk_size {
                     Some(text) => parse_size(&text)?,
                     None => u64::from(current.chunk_size_bytes),
                 };
-                let targets = num_targets.map(u64::from).unwrap_or(u64::from(current.num_targets));
+                let targets = num_targets
+                    .map(u64::from)
+                    .unwrap_or(u64::from(current.num_targets));
                 let pattern = StripePattern::raid0(chunk, targets, current.pool)?;
                 let attr = client.set_pattern(inode, pattern).await?;
                 let map = client.cluster_map().await?;
-                println!("New pattern set on {}; new files and directories inherit it.", path.display());
+                println!(
+                    "New pattern set on {}; new files and directories inherit it.",
+                    path.display()
+                );
                 print!("{}", format_entry_info(&attr, &map));
             }
         }
@@ -244,11 +327,20 @@ pub fn node(command: NodeCommand) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         let map = cluster_map(&locate(&args.locator, args.path.as_deref())?).await?;
-        for (kind, title) in [(NodeKind::Meta, "Metadata nodes"), (NodeKind::Storage, "Storage nodes")] {
+        for (kind, title) in [
+            (NodeKind::Meta, "Metadata nodes"),
+            (NodeKind::Storage, "Storage nodes"),
+        ] {
             println!("{title}:");
             println!("  {:<6} {:<20} {:<17} ADDRESSES", "ID", "ALIAS", "STATE");
             for node in map.nodes.iter().filter(|n| n.kind == kind) {
-                println!("  {:<6} {:<20} {:<17} {}", node.id.0, node.alias, reachability(node.reachability), node.addresses.join(","));
+                println!(
+                    "  {:<6} {:<20} {:<17} {}",
+                    node.id.0,
+                    node.alias,
+                    reachability(node.reachability),
+                    node.addresses.join(",")
+                );
             }
         }
         Ok(())
@@ -261,7 +353,10 @@ pub fn target(command: TargetCommand) -> Result<()> {
     runtime.block_on(async {
         let map = cluster_map(&locate(&cluster.locator, cluster.path.as_deref())?).await?;
         if state {
-            println!("{:<9} {:<17} {:<12} {:<6} NODE", "TARGETID", "REACHABILITY", "CONSISTENCY", "POOL");
+            println!(
+                "{:<9} {:<17} {:<12} {:<6} NODE",
+                "TARGETID", "REACHABILITY", "CONSISTENCY", "POOL"
+            );
         } else {
             println!("{:<9} {:<6} NODE", "TARGETID", "POOL");
         }
@@ -269,7 +364,13 @@ pub fn target(command: TargetCommand) -> Result<()> {
             let node = node_name(&map, NodeKind::Storage, target.node);
             if state {
                 // Without mirroring every target is its own only copy, so it is always good.
-                println!("{:<9} {:<17} {:<12} {:<6} {node}", target.id.0, reachability(target.reachability), "good", target.pool.0);
+                println!(
+                    "{:<9} {:<17} {:<12} {:<6} {node}",
+                    target.id.0,
+                    reachability(target.reachability),
+                    "good",
+                    target.pool.0
+                );
             } else {
                 println!("{:<9} {:<6} {node}", target.id.0, target.pool.0);
             }
@@ -279,7 +380,7 @@ pub fn target(command: TargetCommand) -> Result<()> {
 }
 
 fn usage_line(name: &str, usage: &SpaceUsage) -> String {
-    let percent = |free: u64, total: u64| if total == 0 { 0 } else { free * 100 / total };
+    let percent = |free: u64, total: u64| (free * 100).checked_div(total).unwrap_or(0);
     format!(
         "{name:<24} {:>11} {:>11} {:>4}% {:>12} {:>12} {:>4}%",
         human(usage.total_bytes),
@@ -295,20 +396,36 @@ pub fn df(args: ClusterArgs) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         let map = cluster_map(&locate(&args.locator, args.path.as_deref())?).await?;
-        let header = format!("{:<24} {:>11} {:>11} {:>5} {:>12} {:>12} {:>5}", "", "SIZE", "FREE", "FREE", "INODES", "IFREE", "IFREE");
+        let header = format!(
+            "{:<24} {:>11} {:>11} {:>5} {:>12} {:>12} {:>5}",
+            "", "SIZE", "FREE", "FREE", "INODES", "IFREE", "IFREE"
+        );
         println!("METADATA SERVERS:\n{header}");
         for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
             let usage = node.meta_usage.unwrap_or_default();
-            println!("{}", usage_line(&format!("{} [ID: {}]", node.alias, node.id), &usage));
+            println!(
+                "{}",
+                usage_line(&format!("{} [ID: {}]", node.alias, node.id), &usage)
+            );
         }
         println!("\nSTORAGE TARGETS:\n{header}");
         let mut total = SpaceUsage::default();
         for target in &map.targets {
-            println!("{}", usage_line(&format!("target {} @ node {}", target.id, target.node), &target.usage));
+            println!(
+                "{}",
+                usage_line(
+                    &format!("target {} @ node {}", target.id, target.node),
+                    &target.usage
+                )
+            );
             total.total_bytes += target.usage.total_bytes;
             total.free_bytes += target.usage.free_bytes;
         }
-        println!("\nTotal storage: {} of which {} free", human(total.total_bytes), human(total.free_bytes));
+        println!(
+            "\nTotal storage: {} of which {} free",
+            human(total.total_bytes),
+            human(total.free_bytes)
+        );
         Ok(())
     })
 }

@@ -44,7 +44,10 @@ fn overrides(args: &ServeArgs) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     let quote = |text: &str| toml::Value::String(text.to_string()).to_string();
     if let Some(dir) = &args.data_dir {
-        out.push(("data_dir".into(), quote(&crate::absolute(dir).display().to_string())));
+        out.push((
+            "data_dir".into(),
+            quote(&crate::absolute(dir).display().to_string()),
+        ));
     }
     if let Some(listen) = &args.listen {
         out.push(("listen".into(), quote(listen)));
@@ -53,24 +56,35 @@ fn overrides(args: &ServeArgs) -> Result<Vec<(String, String)>> {
         out.push(("mgmt".into(), quote(mgmt)));
     }
     if !args.targets.is_empty() {
-        let list: Vec<String> = args.targets.iter().map(|t| quote(&crate::absolute(t).display().to_string())).collect();
+        let list: Vec<String> = args
+            .targets
+            .iter()
+            .map(|t| quote(&crate::absolute(t).display().to_string()))
+            .collect();
         out.push(("targets".into(), format!("[{}]", list.join(", "))));
     }
     for item in &args.set {
-        let (key, value) = item.split_once('=').ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
         out.push((key.trim().to_string(), value.trim().to_string()));
     }
     Ok(out)
 }
 
 fn load<T: DeserializeOwned>(args: &ServeArgs) -> Result<T> {
-    Ok(weft_service::config::load(args.config.as_deref(), &overrides(args)?)?)
+    Ok(weft_service::config::load(
+        args.config.as_deref(),
+        &overrides(args)?,
+    )?)
 }
 
 async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(address)
         .await
-        .with_context(|| format!("cannot listen on {address}: pick a free address with --listen HOST:PORT"))
+        .with_context(|| {
+            format!("cannot listen on {address}: pick a free address with --listen HOST:PORT")
+        })
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -84,19 +98,25 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         match args.role {
             Role::Mgmt => {
                 let config: weft_mgmt::MgmtConfig = load(&args)?;
-                config.validate().map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
+                config
+                    .validate()
+                    .map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
                 let listener = bind(&config.listen).await?;
                 weft_mgmt::run(config, listener, shutdown).await?;
             }
             Role::Meta => {
                 let config: weft_meta::MetaConfig = load(&args)?;
-                config.validate().map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
+                config
+                    .validate()
+                    .map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
                 let listener = bind(&config.listen).await?;
                 weft_meta::run(config, listener, shutdown).await?;
             }
             Role::Storage => {
                 let config: weft_storage::StorageConfig = load(&args)?;
-                config.validate().map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
+                config
+                    .validate()
+                    .map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
                 let listener = bind(&config.listen).await?;
                 weft_storage::run(config, listener, shutdown).await?;
             }
@@ -126,10 +146,15 @@ pub struct MountArgs {
 fn client_config(file: Option<&Path>, mgmt: Option<&str>, set: &[String]) -> Result<ClientConfig> {
     let mut overrides = Vec::new();
     if let Some(mgmt) = mgmt {
-        overrides.push(("mgmt".to_string(), toml::Value::String(mgmt.to_string()).to_string()));
+        overrides.push((
+            "mgmt".to_string(),
+            toml::Value::String(mgmt.to_string()).to_string(),
+        ));
     }
     for item in set {
-        let (key, value) = item.split_once('=').ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
         overrides.push((key.trim().to_string(), value.trim().to_string()));
     }
     let config: ClientConfig = weft_service::config::load(file, &overrides)
@@ -139,7 +164,8 @@ fn client_config(file: Option<&Path>, mgmt: Option<&str>, set: &[String]) -> Res
 
 /// Parses a mounts file: `<mountpoint> <client config>` per line, `#` comments.
 pub fn parse_mounts_file(path: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read mounts file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read mounts file {}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut mounts = Vec::new();
     for (number, line) in text.lines().enumerate() {
@@ -149,7 +175,11 @@ pub fn parse_mounts_file(path: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
         let [mountpoint, config] = fields[..] else {
-            bail!("{}:{}: expected `<mountpoint> <client config file>`, found {line:?}", path.display(), number + 1);
+            bail!(
+                "{}:{}: expected `<mountpoint> <client config file>`, found {line:?}",
+                path.display(),
+                number + 1
+            );
         };
         mounts.push((PathBuf::from(mountpoint), base.join(config)));
     }
@@ -185,7 +215,9 @@ pub async fn hold_mounts(mounts: Vec<Mounted>) -> Result<()> {
     }
     for mounted in mounts {
         let path = mounted.mountpoint().display().to_string();
-        mounted.unmount().with_context(|| format!("unmount {path}"))?;
+        mounted
+            .unmount()
+            .with_context(|| format!("unmount {path}"))?;
         println!("unmounted {path}");
     }
     Ok(())
@@ -202,7 +234,9 @@ pub fn mount(args: MountArgs) -> Result<()> {
                 println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
             }
         } else {
-            let mountpoint = args.mountpoint.clone().ok_or_else(|| anyhow!("give a mount point: weft mount --mgmt HOST:PORT MOUNTPOINT"))?;
+            let mountpoint = args.mountpoint.clone().ok_or_else(|| {
+                anyhow!("give a mount point: weft mount --mgmt HOST:PORT MOUNTPOINT")
+            })?;
             let config = client_config(args.config.as_deref(), args.mgmt.as_deref(), &args.set)?;
             mounts.push(connect_and_mount(&config, &mountpoint).await?);
             println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());

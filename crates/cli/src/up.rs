@@ -40,13 +40,16 @@ pub struct UpArgs {
 type ServiceTask = JoinHandle<Result<()>>;
 
 async fn local_listener() -> Result<(TcpListener, String)> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind a local port")?;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot bind a local port")?;
     let address = listener.local_addr()?.to_string();
     Ok((listener, address))
 }
 
 fn prepare(directory: &std::path::Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(directory).with_context(|| format!("cannot create {}", directory.display()))?;
+    std::fs::create_dir_all(directory)
+        .with_context(|| format!("cannot create {}", directory.display()))?;
     Ok(crate::absolute(directory))
 }
 
@@ -74,7 +77,9 @@ async fn up(args: UpArgs) -> Result<()> {
     };
     let mut services: Vec<(String, ServiceTask)> = Vec::new();
 
-    let mgmt_listener = TcpListener::bind(&args.mgmt_listen).await.with_context(|| format!("cannot listen on {}", args.mgmt_listen))?;
+    let mgmt_listener = TcpListener::bind(&args.mgmt_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.mgmt_listen))?;
     let mgmt = mgmt_listener.local_addr()?.to_string();
     let config = weft_mgmt::MgmtConfig {
         data_dir: prepare(&data_dir.join("mgmt"))?,
@@ -82,7 +87,10 @@ async fn up(args: UpArgs) -> Result<()> {
         node_offline_timeout_ms: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_MS_DEFAULT,
     };
     let stopping = shutdown();
-    services.push(("management".into(), tokio::spawn(async move { Ok(weft_mgmt::run(config, mgmt_listener, stopping).await?) })));
+    services.push((
+        "management".into(),
+        tokio::spawn(async move { Ok(weft_mgmt::run(config, mgmt_listener, stopping).await?) }),
+    ));
 
     let mut lines = vec![format!("  management   {mgmt}")];
     for index in 1..=args.meta_servers {
@@ -97,7 +105,10 @@ async fn up(args: UpArgs) -> Result<()> {
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
         let stopping = shutdown();
-        services.push((format!("meta-{index}"), tokio::spawn(async move { Ok(weft_meta::run(config, listener, stopping).await?) })));
+        services.push((
+            format!("meta-{index}"),
+            tokio::spawn(async move { Ok(weft_meta::run(config, listener, stopping).await?) }),
+        ));
     }
     for index in 1..=args.storage_servers {
         let (listener, address) = local_listener().await?;
@@ -115,14 +126,26 @@ async fn up(args: UpArgs) -> Result<()> {
             target_capacity_bytes: None,
             crash_test_discard_unsynced: false,
         };
-        lines.push(format!("  storage      storage-{index} at {address}, {} targets", args.targets_per_server));
+        lines.push(format!(
+            "  storage      storage-{index} at {address}, {} targets",
+            args.targets_per_server
+        ));
         let stopping = shutdown();
-        services.push((format!("storage-{index}"), tokio::spawn(async move { Ok(weft_storage::run(config, listener, stopping).await?) })));
+        services.push((
+            format!("storage-{index}"),
+            tokio::spawn(async move { Ok(weft_storage::run(config, listener, stopping).await?) }),
+        ));
     }
 
     let client_config = ClientConfig::new(mgmt.clone());
     let expected_targets = args.storage_servers * args.targets_per_server;
-    wait_until_ready(&client_config, &mut services, args.meta_servers, expected_targets).await?;
+    wait_until_ready(
+        &client_config,
+        &mut services,
+        args.meta_servers,
+        expected_targets,
+    )
+    .await?;
     let mounted = connect_and_mount(&client_config, &mountpoint).await?;
 
     println!("Weft is up.");
@@ -131,7 +154,10 @@ async fn up(args: UpArgs) -> Result<()> {
     for line in &lines {
         println!("{line}");
     }
-    println!("Try: weft entry info {}   ·   weft df --mgmt {mgmt}", mountpoint.display());
+    println!(
+        "Try: weft entry info {}   ·   weft df --mgmt {mgmt}",
+        mountpoint.display()
+    );
     println!("Press Ctrl-C to unmount and stop.");
 
     hold_mounts(vec![mounted]).await?;
@@ -149,9 +175,15 @@ async fn up(args: UpArgs) -> Result<()> {
 
 /// Polls until every service registered and the root directory answers; fails early with the
 /// error of a service that stopped.
-async fn wait_until_ready(config: &ClientConfig, services: &mut [(String, ServiceTask)], meta: usize, targets: usize) -> Result<()> {
+async fn wait_until_ready(
+    config: &ClientConfig,
+    services: &mut [(String, ServiceTask)],
+    meta: usize,
+    targets: usize,
+) -> Result<()> {
     let started = Instant::now();
-    let view = weft_net::ClusterView::new(config.mgmt.clone(), weft_net::RpcClientOptions::default());
+    let view =
+        weft_net::ClusterView::new(config.mgmt.clone(), weft_net::RpcClientOptions::default());
     loop {
         for (name, task) in services.iter_mut() {
             if task.is_finished() {
@@ -164,7 +196,11 @@ async fn wait_until_ready(config: &ClientConfig, services: &mut [(String, Servic
             }
         }
         if let Ok(map) = view.refresh().await {
-            let metas = map.nodes.iter().filter(|n| n.kind == NodeKind::Meta).count();
+            let metas = map
+                .nodes
+                .iter()
+                .filter(|n| n.kind == NodeKind::Meta)
+                .count();
             if metas >= meta && map.targets.len() >= targets {
                 if let Ok(client) = Client::connect(config).await {
                     if client.get_attr(InodeId::ROOT).await.is_ok() {

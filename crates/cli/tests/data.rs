@@ -14,12 +14,26 @@ fn fio(directory: &Path, name: &str, extra: &[&str]) -> (bool, String) {
     let output = Command::new("fio")
         .arg(format!("--name={name}"))
         .arg(format!("--directory={}", directory.display()))
-        .args(["--ioengine=psync", "--verify=crc32c", "--numjobs=3", "--group_reporting", "--output-format=terse", "--verify_fatal=1"])
+        .args([
+            "--ioengine=psync",
+            "--verify=crc32c",
+            "--numjobs=3",
+            "--group_reporting",
+            "--output-format=terse",
+            "--verify_fatal=1",
+        ])
         .args(extra)
         .output()
         .expect("fio runs (scripts/test.sh installs it)");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success() && !text.contains("verify: bad"), text)
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (
+        output.status.success() && !text.contains("verify: bad"),
+        text,
+    )
 }
 
 // Goal: fio's own verification passes for sequential and random writes by several jobs on
@@ -36,17 +50,30 @@ fn fio_verify_and_verify_again_from_fresh_mount() {
     assert!(ok, "sequential fio verify failed:\n{output}");
     let (ok, output) = fio(&mnt, "rand", &random);
     assert!(ok, "random fio verify failed:\n{output}");
-    let direct = ["--rw=randwrite", "--bs=64k", "--size=4m", "--direct=1", "--randrepeat=1"];
+    let direct = [
+        "--rw=randwrite",
+        "--bs=64k",
+        "--size=4m",
+        "--direct=1",
+        "--randrepeat=1",
+    ];
     let (ok, output) = fio(&mnt, "direct", &direct);
     assert!(ok, "O_DIRECT fio verify failed:\n{output}");
 
     cluster.unmount(&mnt).expect("unmount");
     let fresh = cluster.mount().expect("fresh mount");
-    for (name, args) in [("seq", &sequential[..]), ("rand", &random[..]), ("direct", &direct[..])] {
+    for (name, args) in [
+        ("seq", &sequential[..]),
+        ("rand", &random[..]),
+        ("direct", &direct[..]),
+    ] {
         let mut args = args.to_vec();
         args.push("--verify_only");
         let (ok, output) = fio(&fresh, name, &args);
-        assert!(ok, "{name}: verify_only from a fresh mount failed:\n{output}");
+        assert!(
+            ok,
+            "{name}: verify_only from a fresh mount failed:\n{output}"
+        );
     }
 }
 
@@ -81,7 +108,18 @@ fn file_is_striped_over_four_targets() {
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("striped");
     fs::create_dir(&dir).expect("mkdir");
-    let (ok, stdout, stderr) = weft(&cluster, &["entry", "set", "--chunk-size", "64K", "--num-targets", "4", dir.to_str().expect("utf-8")]);
+    let (ok, stdout, stderr) = weft(
+        &cluster,
+        &[
+            "entry",
+            "set",
+            "--chunk-size",
+            "64K",
+            "--num-targets",
+            "4",
+            dir.to_str().expect("utf-8"),
+        ],
+    );
     assert!(ok, "entry set failed: {stderr}");
     assert!(stdout.contains("Chunksize: 64K"), "{stdout}");
 
@@ -99,7 +137,12 @@ fn file_is_striped_over_four_targets() {
     assert!(info.contains("desired: 4; actual: 4"), "{info}");
     let order: Vec<u32> = info
         .lines()
-        .filter_map(|line| line.trim().strip_prefix("+ ").and_then(|rest| rest.split_once(" @ ")).and_then(|(id, _)| id.parse().ok()))
+        .filter_map(|line| {
+            line.trim()
+                .strip_prefix("+ ")
+                .and_then(|rest| rest.split_once(" @ "))
+                .and_then(|(id, _)| id.parse().ok())
+        })
         .collect();
     assert_eq!(order.len(), 4, "four targets listed: {info}");
 
@@ -112,19 +155,36 @@ fn file_is_striped_over_four_targets() {
         }
     }
     for (index, target) in order.iter().enumerate() {
-        let object = find_object(&directories[target], &object_name).unwrap_or_else(|| panic!("target {target} holds no object"));
+        let object = find_object(&directories[target], &object_name)
+            .unwrap_or_else(|| panic!("target {target} holds no object"));
         let bytes = fs::read(&object).expect("read object");
         let mut expected = Vec::new();
         for chunk_index in (index..).step_by(4).take_while(|i| i * chunk < data.len()) {
             let start = chunk_index * chunk;
             expected.extend_from_slice(&data[start..(start + chunk).min(data.len())]);
         }
-        assert_eq!(bytes.len(), expected.len(), "object on target {target} has its chunks");
-        assert!(bytes == expected, "object on target {target} holds chunks {index}, {}, … in order", index + 4);
+        assert_eq!(
+            bytes.len(),
+            expected.len(),
+            "object on target {target} has its chunks"
+        );
+        assert!(
+            bytes == expected,
+            "object on target {target} holds chunks {index}, {}, … in order",
+            index + 4
+        );
     }
 
     // A subdirectory inherits the pattern.
     fs::create_dir(dir.join("child")).expect("mkdir child");
-    let (_, info, _) = weft(&cluster, &["entry", "info", dir.join("child").to_str().expect("utf-8")]);
-    assert!(info.contains("Entry type: directory") && info.contains("Chunksize: 64K") && info.contains("desired: 4"), "{info}");
+    let (_, info, _) = weft(
+        &cluster,
+        &["entry", "info", dir.join("child").to_str().expect("utf-8")],
+    );
+    assert!(
+        info.contains("Entry type: directory")
+            && info.contains("Chunksize: 64K")
+            && info.contains("desired: 4"),
+        "{info}"
+    );
 }

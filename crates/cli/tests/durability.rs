@@ -15,7 +15,10 @@ use weft_testkit::{wait_until, ClusterSpec};
 // really discards unsynced writes (otherwise this test could not catch a missing fsync).
 #[test]
 fn fsynced_files_survive_kill_of_every_service() {
-    let mut cluster = cluster(ClusterSpec { crash_test: true, ..ClusterSpec::default() });
+    let mut cluster = cluster(ClusterSpec {
+        crash_test: true,
+        ..ClusterSpec::default()
+    });
     let mnt = cluster.mount().expect("mount");
 
     fs::create_dir(mnt.join("dir")).expect("mkdir");
@@ -45,7 +48,12 @@ fn fsynced_files_survive_kill_of_every_service() {
     }
     let unsynced = pattern(24, 1024 * 1024);
     {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(mnt.join("unsynced")).expect("create");
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(mnt.join("unsynced"))
+            .expect("create");
         file.write_all(&unsynced).expect("write");
     }
 
@@ -59,10 +67,29 @@ fn fsynced_files_survive_kill_of_every_service() {
     cluster.wait_ready().expect("cluster back");
     let fresh = cluster.mount().expect("fresh mount");
 
-    wait_until("the namespace to answer", || fs::metadata(fresh.join("dir/synced")).is_ok()).expect("namespace back");
-    assert_eq!(fs::read(fresh.join("dir/synced")).expect("read synced"), synced, "fsync'd file intact");
-    assert_eq!(fs::read(fresh.join("rewritten")).expect("read rewritten"), rewritten, "fsync'd rewrite intact");
-    assert_eq!(fs::read(fresh.join("truncated")).expect("read truncated"), pattern(23, 4096), "fsync'd truncate intact");
-    let after = fs::read(fresh.join("unsynced")).expect("the unsynced file's metadata was committed");
-    assert_ne!(after, unsynced, "crash-test mode must lose data that was never fsync'd");
+    wait_until("the namespace to answer", || {
+        fs::metadata(fresh.join("dir/synced")).is_ok()
+    })
+    .expect("namespace back");
+    assert_eq!(
+        fs::read(fresh.join("dir/synced")).expect("read synced"),
+        synced,
+        "fsync'd file intact"
+    );
+    assert_eq!(
+        fs::read(fresh.join("rewritten")).expect("read rewritten"),
+        rewritten,
+        "fsync'd rewrite intact"
+    );
+    assert_eq!(
+        fs::read(fresh.join("truncated")).expect("read truncated"),
+        pattern(23, 4096),
+        "fsync'd truncate intact"
+    );
+    let after =
+        fs::read(fresh.join("unsynced")).expect("the unsynced file's metadata was committed");
+    assert_ne!(
+        after, unsynced,
+        "crash-test mode must lose data that was never fsync'd"
+    );
 }

@@ -9,8 +9,19 @@ use std::process::Command;
 use weft_testkit::{wait_until, ClusterSpec};
 
 fn run(args: &[&str]) -> (bool, String) {
-    let output = Command::new(binary()).args(args).env("WEFT_LOG", "error").output().expect("weft runs");
-    (output.status.success(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+    let output = Command::new(binary())
+        .args(args)
+        .env("WEFT_LOG", "error")
+        .output()
+        .expect("weft runs");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
 }
 
 // Goal: configuration mistakes are named, with what to do. Method: run `weft serve` with an
@@ -19,19 +30,48 @@ fn run(args: &[&str]) -> (bool, String) {
 fn configuration_errors_are_named() {
     let directory = tempfile::tempdir().expect("tempdir");
     let config = directory.path().join("meta.toml");
-    fs::write(&config, "data_dir = \"/tmp\"\nmgmt = \"127.0.0.1:1\"\ncolour = \"blue\"\n").expect("config");
+    fs::write(
+        &config,
+        "data_dir = \"/tmp\"\nmgmt = \"127.0.0.1:1\"\ncolour = \"blue\"\n",
+    )
+    .expect("config");
     let (ok, output) = run(&["serve", "meta", "--config", config.to_str().expect("utf-8")]);
     assert!(!ok);
-    assert!(output.contains("colour"), "the unknown key is named: {output}");
+    assert!(
+        output.contains("colour"),
+        "the unknown key is named: {output}"
+    );
 
-    let (ok, output) = run(&["serve", "mgmt", "--data-dir", "/tmp", "--set", "node_offline_timout_ms=5"]);
+    let (ok, output) = run(&[
+        "serve",
+        "mgmt",
+        "--data-dir",
+        "/tmp",
+        "--set",
+        "node_offline_timout_ms=5",
+    ]);
     assert!(!ok);
-    assert!(output.contains("node_offline_timout_ms"), "a misspelt command-line key is named: {output}");
+    assert!(
+        output.contains("node_offline_timout_ms"),
+        "a misspelt command-line key is named: {output}"
+    );
 
     let missing = directory.path().join("missing");
-    let (ok, output) = run(&["serve", "storage", "--data-dir", missing.to_str().expect("utf-8"), "--target", "/nonexistent-target", "--mgmt", "127.0.0.1:1"]);
+    let (ok, output) = run(&[
+        "serve",
+        "storage",
+        "--data-dir",
+        missing.to_str().expect("utf-8"),
+        "--target",
+        "/nonexistent-target",
+        "--mgmt",
+        "127.0.0.1:1",
+    ]);
     assert!(!ok);
-    assert!(output.contains("does not exist") && output.contains("mkdir -p"), "missing directories are named with the fix: {output}");
+    assert!(
+        output.contains("does not exist") && output.contains("mkdir -p"),
+        "missing directories are named with the fix: {output}"
+    );
 }
 
 // Goal: a mount against a management address that does not answer fails with a message that
@@ -41,16 +81,30 @@ fn unreachable_management_and_unknown_paths() {
     let directory = tempfile::tempdir().expect("tempdir");
     let mountpoint = directory.path().join("mnt");
     fs::create_dir(&mountpoint).expect("mkdir");
-    let (ok, output) = run(&["mount", "--mgmt", "127.0.0.1:1", mountpoint.to_str().expect("utf-8")]);
+    let (ok, output) = run(&[
+        "mount",
+        "--mgmt",
+        "127.0.0.1:1",
+        mountpoint.to_str().expect("utf-8"),
+    ]);
     assert!(!ok);
-    assert!(output.contains("127.0.0.1:1") && output.contains("management"), "{output}");
+    assert!(
+        output.contains("127.0.0.1:1") && output.contains("management"),
+        "{output}"
+    );
 
     let (ok, output) = run(&["entry", "info", "/"]);
     assert!(!ok);
-    assert!(output.contains("not inside a Weft mount") && output.contains("--mgmt"), "{output}");
+    assert!(
+        output.contains("not inside a Weft mount") && output.contains("--mgmt"),
+        "{output}"
+    );
     let (ok, output) = run(&["node", "list", "--mgmt", "127.0.0.1:1"]);
     assert!(!ok);
-    assert!(output.contains("is management running at 127.0.0.1:1"), "{output}");
+    assert!(
+        output.contains("is management running at 127.0.0.1:1"),
+        "{output}"
+    );
 }
 
 // Goal: a full target gives the writer ENOSPC and nothing else is lost; no server crashes, and
@@ -58,18 +112,39 @@ fn unreachable_management_and_unknown_paths() {
 // one file past the total; check an earlier file, the error, and the services.
 #[test]
 fn full_target_gives_enospc_and_loses_nothing() {
-    let mut cluster = cluster(ClusterSpec { target_capacity_bytes: Some(4 * 1024 * 1024), ..ClusterSpec::default() });
+    let mut cluster = cluster(ClusterSpec {
+        target_capacity_bytes: Some(4 * 1024 * 1024),
+        ..ClusterSpec::default()
+    });
     let mnt = cluster.mount().expect("mount");
     let keep = pattern(31, 1024 * 1024);
     fs::write(mnt.join("keep"), &keep).expect("a file that fits");
 
-    let error = fs::write(mnt.join("huge"), pattern(32, 24 * 1024 * 1024)).expect_err("the targets are too small");
-    assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "the writer gets ENOSPC: {error}");
-    assert_eq!(fs::read(mnt.join("keep")).expect("read"), keep, "earlier data intact");
+    let error = fs::write(mnt.join("huge"), pattern(32, 24 * 1024 * 1024))
+        .expect_err("the targets are too small");
+    assert_eq!(
+        error.raw_os_error(),
+        Some(libc::ENOSPC),
+        "the writer gets ENOSPC: {error}"
+    );
+    assert_eq!(
+        fs::read(mnt.join("keep")).expect("read"),
+        keep,
+        "earlier data intact"
+    );
     let (ok, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", cluster.mgmt()]);
-    assert!(ok && nodes.matches(" online ").count() == 3, "every server still runs: {nodes}");
+    assert!(
+        ok && nodes.matches(" online ").count() == 3,
+        "every server still runs: {nodes}"
+    );
 
     fs::remove_file(mnt.join("huge")).expect("remove the partial file");
-    wait_until("space to come back", || fs::write(mnt.join("again"), pattern(33, 2 * 1024 * 1024)).is_ok()).expect("space back");
-    assert_eq!(fs::read(mnt.join("again")).expect("read"), pattern(33, 2 * 1024 * 1024));
+    wait_until("space to come back", || {
+        fs::write(mnt.join("again"), pattern(33, 2 * 1024 * 1024)).is_ok()
+    })
+    .expect("space back");
+    assert_eq!(
+        fs::read(mnt.join("again")).expect("read"),
+        pattern(33, 2 * 1024 * 1024)
+    );
 }

@@ -20,8 +20,20 @@ fn c_path(path: &Path) -> CString {
 fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
     let (from, to) = (c_path(from), c_path(to));
     // SAFETY: both paths are valid NUL-terminated strings.
-    let result = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) };
-    if result == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    let result = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 // Goal: files behave as POSIX says — create, exclusive create, truncate, append, holes, unlink
@@ -41,18 +53,33 @@ fn files() {
     assert_eq!(errno(exclusive), libc::EEXIST, "O_EXCL on an existing file");
 
     {
-        let mut file = OpenOptions::new().append(true).open(&path).expect("open append");
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open append");
         file.write_all(b"tail").expect("append");
     }
     let mut expected = data.clone();
     expected.extend_from_slice(b"tail");
     assert_eq!(fs::read(&path).expect("read"), expected, "O_APPEND appends");
 
-    OpenOptions::new().write(true).truncate(true).open(&path).expect("O_TRUNC");
-    assert_eq!(fs::metadata(&path).expect("stat").len(), 0, "O_TRUNC empties the file");
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .expect("O_TRUNC");
+    assert_eq!(
+        fs::metadata(&path).expect("stat").len(),
+        0,
+        "O_TRUNC empties the file"
+    );
 
     // Truncate up makes a hole that reads as zeros; a write past the end makes one too.
-    let file = OpenOptions::new().read(true).write(true).open(&path).expect("open");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
     file.set_len(1_000_000).expect("grow");
     let mut file = file;
     file.seek(SeekFrom::Start(3_000_000)).expect("seek");
@@ -61,16 +88,32 @@ fn files() {
     drop(file);
     let content = fs::read(&path).expect("read");
     assert_eq!(content.len(), 3_000_003);
-    assert!(content[..3_000_000].iter().all(|b| *b == 0), "holes read as zeros");
+    assert!(
+        content[..3_000_000].iter().all(|b| *b == 0),
+        "holes read as zeros"
+    );
     assert_eq!(&content[3_000_000..], b"end");
 
     // Truncate down and up again: the old bytes must not come back.
     fs::write(&path, pattern(2, 600_000)).expect("rewrite");
-    OpenOptions::new().write(true).open(&path).expect("open").set_len(100).expect("shrink");
-    OpenOptions::new().write(true).open(&path).expect("open").set_len(600_000).expect("regrow");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(100)
+        .expect("shrink");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(600_000)
+        .expect("regrow");
     let content = fs::read(&path).expect("read");
     assert_eq!(&content[..100], &pattern(2, 100)[..]);
-    assert!(content[100..].iter().all(|b| *b == 0), "shrunk bytes stay gone");
+    assert!(
+        content[100..].iter().all(|b| *b == 0),
+        "shrunk bytes stay gone"
+    );
 
     // An unlinked open file stays readable until its last close.
     let doomed = mnt.join("doomed");
@@ -78,7 +121,11 @@ fn files() {
     fs::write(&doomed, &doomed_data).expect("write");
     let mut open = File::open(&doomed).expect("open");
     fs::remove_file(&doomed).expect("unlink");
-    assert_eq!(errno(fs::metadata(&doomed)), libc::ENOENT, "the name is gone");
+    assert_eq!(
+        errno(fs::metadata(&doomed)),
+        libc::ENOENT,
+        "the name is gone"
+    );
     let mut read_back = Vec::new();
     open.read_to_end(&mut read_back).expect("read after unlink");
     assert_eq!(read_back, doomed_data, "data of an unlinked open file");
@@ -99,7 +146,11 @@ fn nix_statvfs(path: &Path) -> (u64, u64) {
     // SAFETY: statvfs is plain data and the path is NUL-terminated.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers for the duration of the call.
-    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stat) }, 0, "statvfs");
+    assert_eq!(
+        unsafe { libc::statvfs(path.as_ptr(), &mut stat) },
+        0,
+        "statvfs"
+    );
     (stat.f_blocks, stat.f_files)
 }
 
@@ -118,7 +169,11 @@ fn namespace() {
     assert_eq!(errno(fs::remove_dir(dir.join("f"))), libc::ENOTDIR);
     assert_eq!(fs::metadata(&dir).expect("stat").nlink(), 2);
     fs::create_dir(dir.join("sub")).expect("mkdir sub");
-    assert_eq!(fs::metadata(&dir).expect("stat").nlink(), 3, "a subdirectory adds a link");
+    assert_eq!(
+        fs::metadata(&dir).expect("stat").nlink(),
+        3,
+        "a subdirectory adds a link"
+    );
 
     // Rename over an existing file replaces it.
     fs::write(mnt.join("a"), b"A").expect("a");
@@ -130,53 +185,105 @@ fn namespace() {
     // Directory renames and their checks.
     fs::rename(&dir, mnt.join("moved")).expect("rename dir");
     let moved = mnt.join("moved");
-    assert_eq!(fs::read(moved.join("f")).expect("read through moved dir"), b"x");
-    assert_eq!(errno(fs::rename(&moved, moved.join("sub").join("inside"))), libc::EINVAL, "no move into own subtree");
+    assert_eq!(
+        fs::read(moved.join("f")).expect("read through moved dir"),
+        b"x"
+    );
+    assert_eq!(
+        errno(fs::rename(&moved, moved.join("sub").join("inside"))),
+        libc::EINVAL,
+        "no move into own subtree"
+    );
     fs::create_dir(mnt.join("full")).expect("mkdir full");
     fs::write(mnt.join("full").join("x"), b"").expect("fill");
-    assert_eq!(errno(fs::rename(moved.join("sub"), mnt.join("full"))), libc::ENOTEMPTY);
-    assert_eq!(errno(fs::rename(mnt.join("b"), mnt.join("full"))), libc::EISDIR);
-    assert_eq!(errno(fs::rename(mnt.join("full"), mnt.join("b"))), libc::ENOTDIR);
+    assert_eq!(
+        errno(fs::rename(moved.join("sub"), mnt.join("full"))),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(
+        errno(fs::rename(mnt.join("b"), mnt.join("full"))),
+        libc::EISDIR
+    );
+    assert_eq!(
+        errno(fs::rename(mnt.join("full"), mnt.join("b"))),
+        libc::ENOTDIR
+    );
     fs::create_dir(mnt.join("empty")).expect("mkdir empty");
     fs::rename(moved.join("sub"), mnt.join("empty")).expect("rename over empty dir");
-    assert_eq!(fs::metadata(&moved).expect("stat").nlink(), 2, "moved out: one link less");
+    assert_eq!(
+        fs::metadata(&moved).expect("stat").nlink(),
+        2,
+        "moved out: one link less"
+    );
 
     // RENAME_NOREPLACE and RENAME_EXCHANGE.
     fs::write(mnt.join("c"), b"C").expect("c");
-    assert_eq!(errno(rename_with_flags(&mnt.join("b"), &mnt.join("c"), libc::RENAME_NOREPLACE)), libc::EEXIST);
+    assert_eq!(
+        errno(rename_with_flags(
+            &mnt.join("b"),
+            &mnt.join("c"),
+            libc::RENAME_NOREPLACE
+        )),
+        libc::EEXIST
+    );
     rename_with_flags(&mnt.join("b"), &mnt.join("c"), libc::RENAME_EXCHANGE).expect("exchange");
     assert_eq!(fs::read(mnt.join("b")).expect("b"), b"C");
     assert_eq!(fs::read(mnt.join("c")).expect("c"), b"A");
 
     // Symbolic and hard links.
     std::os::unix::fs::symlink("c", mnt.join("link")).expect("symlink");
-    assert_eq!(fs::read_link(mnt.join("link")).expect("readlink").to_str(), Some("c"));
+    assert_eq!(
+        fs::read_link(mnt.join("link")).expect("readlink").to_str(),
+        Some("c")
+    );
     assert_eq!(fs::read(mnt.join("link")).expect("follow"), b"A");
     fs::hard_link(mnt.join("c"), moved.join("hard")).expect("hard link");
     assert_eq!(fs::metadata(mnt.join("c")).expect("stat").nlink(), 2);
     fs::remove_file(mnt.join("c")).expect("unlink one name");
     assert_eq!(fs::read(moved.join("hard")).expect("other name"), b"A");
     assert_eq!(fs::metadata(moved.join("hard")).expect("stat").nlink(), 1);
-    assert_eq!(errno(fs::hard_link(&moved, mnt.join("dirlink"))), libc::EPERM, "no hard links to directories");
+    assert_eq!(
+        errno(fs::hard_link(&moved, mnt.join("dirlink"))),
+        libc::EPERM,
+        "no hard links to directories"
+    );
 
     // FIFOs and sockets.
     let fifo = c_path(&mnt.join("fifo"));
     // SAFETY: valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0, "mkfifo");
-    assert!(fs::metadata(mnt.join("fifo")).expect("stat").file_type().is_fifo());
-    let _listener = std::os::unix::net::UnixListener::bind(mnt.join("socket")).expect("bind socket");
-    assert!(fs::metadata(mnt.join("socket")).expect("stat").file_type().is_socket());
+    assert!(fs::metadata(mnt.join("fifo"))
+        .expect("stat")
+        .file_type()
+        .is_fifo());
+    let _listener =
+        std::os::unix::net::UnixListener::bind(mnt.join("socket")).expect("bind socket");
+    assert!(fs::metadata(mnt.join("socket"))
+        .expect("stat")
+        .file_type()
+        .is_socket());
 
     // chmod, chown, utimens with nanoseconds.
     fs::set_permissions(moved.join("hard"), fs::Permissions::from_mode(0o640)).expect("chmod");
-    assert_eq!(fs::metadata(moved.join("hard")).expect("stat").mode() & 0o7777, 0o640);
+    assert_eq!(
+        fs::metadata(moved.join("hard")).expect("stat").mode() & 0o7777,
+        0o640
+    );
     std::os::unix::fs::chown(moved.join("hard"), Some(1234), Some(5678)).expect("chown");
     let meta = fs::metadata(moved.join("hard")).expect("stat");
     assert_eq!((meta.uid(), meta.gid()), (1234, 5678));
     let when = std::time::UNIX_EPOCH + std::time::Duration::new(1_600_000_000, 123_456_789);
-    File::options().write(true).open(moved.join("hard")).expect("open").set_modified(when).expect("utimens");
+    File::options()
+        .write(true)
+        .open(moved.join("hard"))
+        .expect("open")
+        .set_modified(when)
+        .expect("utimens");
     let meta = fs::metadata(moved.join("hard")).expect("stat");
-    assert_eq!((meta.mtime(), meta.mtime_nsec()), (1_600_000_000, 123_456_789));
+    assert_eq!(
+        (meta.mtime(), meta.mtime_nsec()),
+        (1_600_000_000, 123_456_789)
+    );
 }
 
 // Goal: readdir of a large directory returns every entry once, even while entries are removed
@@ -192,8 +299,10 @@ fn large_directory_with_stable_offsets() {
     for index in 0..count {
         File::create(dir.join(format!("entry-{index:05}"))).expect("create");
     }
-    let listed: std::collections::BTreeSet<String> =
-        fs::read_dir(&dir).expect("readdir").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    let listed: std::collections::BTreeSet<String> = fs::read_dir(&dir)
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(listed.len(), count);
 
     let c_dir = c_path(&dir);
@@ -208,7 +317,9 @@ fn large_directory_with_stable_offsets() {
             break;
         }
         // SAFETY: d_name is NUL-terminated in a valid dirent.
-        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         if name == "." || name == ".." {
             continue;
         }
@@ -231,10 +342,23 @@ fn shared_mmap() {
     let path = mnt.join("mapped");
     let data = pattern(7, 256 * 1024);
     fs::write(&path, &data).expect("write");
-    let file = OpenOptions::new().read(true).write(true).open(&path).expect("open");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
     let len = data.len();
     // SAFETY: mapping a file we hold open, of its exact length; unmapped below.
-    let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&file), 0) };
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
     assert_ne!(map, libc::MAP_FAILED, "mmap");
     // SAFETY: the mapping is len bytes long and writable.
     let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), len) };
@@ -247,7 +371,11 @@ fn shared_mmap() {
     drop(file);
     let mut expected = data;
     expected[1000..1010].copy_from_slice(b"0123456789");
-    assert_eq!(fs::read(&path).expect("read"), expected, "mmap writes reach the file");
+    assert_eq!(
+        fs::read(&path).expect("read"),
+        expected,
+        "mmap writes reach the file"
+    );
 }
 
 // Goal: the kernel enforces permissions (default_permissions) for a non-root user. Method: run
@@ -257,8 +385,14 @@ fn permissions_as_non_root() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
     let as_nobody = |script: &str| {
-        let output = Command::new("runuser").args(["-u", "nobody", "--", "sh", "-c", script]).output().expect("runuser");
-        (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+        let output = Command::new("runuser")
+            .args(["-u", "nobody", "--", "sh", "-c", script])
+            .output()
+            .expect("runuser");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     };
     let closed = mnt.join("closed");
     fs::create_dir(&closed).expect("mkdir");
@@ -270,7 +404,11 @@ fn permissions_as_non_root() {
     let open = mnt.join("open");
     fs::create_dir(&open).expect("mkdir");
     fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).expect("chmod");
-    let (ok, stderr) = as_nobody(&format!("echo hi > {}/mine && cat {}/mine", open.display(), open.display()));
+    let (ok, stderr) = as_nobody(&format!(
+        "echo hi > {}/mine && cat {}/mine",
+        open.display(),
+        open.display()
+    ));
     assert!(ok, "nobody creates in a 1777 directory: {stderr}");
     let nobody_uid = fs::metadata(open.join("mine")).expect("stat").uid();
     assert_ne!(nobody_uid, 0, "the file belongs to nobody");
@@ -278,11 +416,17 @@ fn permissions_as_non_root() {
     fs::write(open.join("roots"), b"secret").expect("root file");
     fs::set_permissions(open.join("roots"), fs::Permissions::from_mode(0o600)).expect("chmod");
     let (ok, stderr) = as_nobody(&format!("cat {}/roots", open.display()));
-    assert!(!ok && stderr.contains("Permission denied"), "0600 root file unreadable: {stderr}");
+    assert!(
+        !ok && stderr.contains("Permission denied"),
+        "0600 root file unreadable: {stderr}"
+    );
     let (ok, _) = as_nobody(&format!("rm {}/roots", open.display()));
     assert!(!ok, "sticky bit: nobody cannot remove root's file");
     let (ok, stderr) = as_nobody(&format!("chown root {}/mine", open.display()));
-    assert!(!ok && stderr.contains("not permitted"), "nobody cannot give a file away: {stderr}");
+    assert!(
+        !ok && stderr.contains("not permitted"),
+        "nobody cannot give a file away: {stderr}"
+    );
 }
 
 // Goal: close-to-open consistency between two mounts. Method: write and close in one mount,
@@ -294,16 +438,32 @@ fn close_to_open_between_mounts() {
     let second = cluster.mount().expect("mount 2");
     let data = pattern(9, 2 * 1024 * 1024 + 7);
     fs::write(first.join("shared"), &data).expect("write in first");
-    assert_eq!(fs::read(second.join("shared")).expect("read in second"), data);
+    assert_eq!(
+        fs::read(second.join("shared")).expect("read in second"),
+        data
+    );
     {
-        let mut file = OpenOptions::new().append(true).open(second.join("shared")).expect("open in second");
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(second.join("shared"))
+            .expect("open in second");
         file.write_all(b"more").expect("append");
     }
     let mut expected = data;
     expected.extend_from_slice(b"more");
-    assert_eq!(fs::read(first.join("shared")).expect("read in first"), expected);
+    assert_eq!(
+        fs::read(first.join("shared")).expect("read in first"),
+        expected
+    );
     fs::write(second.join("shared"), b"short").expect("rewrite in second");
-    assert_eq!(fs::read(first.join("shared")).expect("read in first"), b"short", "a truncate is seen too");
-    let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(first.join("shared"));
+    assert_eq!(
+        fs::read(first.join("shared")).expect("read in first"),
+        b"short",
+        "a truncate is seen too"
+    );
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(first.join("shared"));
     assert!(direct.is_ok(), "O_DIRECT opens work");
 }

@@ -10,7 +10,9 @@ use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
 use weft_proto::ids::{ClientId, InodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
-use weft_proto::messages::{AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, RenameFlags};
+use weft_proto::messages::{
+    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, RenameFlags,
+};
 use weft_proto::ErrorCode;
 
 /// Configuration of a client (`weft mount`).
@@ -89,6 +91,21 @@ impl From<RpcError> for ClientError {
     }
 }
 
+/// What a new non-directory entry is.
+#[derive(Clone, Debug)]
+pub struct EntrySpec {
+    /// Regular file, symbolic link, FIFO, socket or device.
+    pub kind: FileKind,
+    /// Permission bits, umask applied.
+    pub mode: u32,
+    /// (uid, gid) of the owner.
+    pub owner: (u32, u32),
+    /// Device number of a device file.
+    pub rdev: u32,
+    /// Target of a symbolic link.
+    pub symlink: Option<String>,
+}
+
 /// A client session: routes each request to the server that owns it.
 pub struct Client {
     pub(crate) cluster: Arc<ClusterView>,
@@ -100,7 +117,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("client", &self.client).finish()
+        f.debug_struct("Client")
+            .field("client", &self.client)
+            .finish()
     }
 }
 
@@ -112,7 +131,10 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        self.pending.lock().expect("pending set poisoned").remove(&self.seq);
+        self.pending
+            .lock()
+            .expect("pending set poisoned")
+            .remove(&self.seq);
     }
 }
 
@@ -128,16 +150,30 @@ impl Client {
             ..RpcClientOptions::default()
         };
         let cluster = Arc::new(ClusterView::new(config.mgmt.clone(), options));
-        let client = cluster.mgmt().register_client(weft_service_free_host_name()).await?;
+        let client = cluster
+            .mgmt()
+            .register_client(weft_service_free_host_name())
+            .await?;
         cluster.refresh().await?;
-        let retry = RetryPolicy { total_timeout: Duration::from_millis(config.retry_timeout_ms), ..RetryPolicy::default() };
-        let client = Arc::new(Client { cluster, client, next_seq: AtomicU64::new(1), pending: Mutex::default(), retry });
+        let retry = RetryPolicy {
+            total_timeout: Duration::from_millis(config.retry_timeout_ms),
+            ..RetryPolicy::default()
+        };
+        let client = Arc::new(Client {
+            cluster,
+            client,
+            next_seq: AtomicU64::new(1),
+            pending: Mutex::default(),
+            retry,
+        });
         let heartbeat = Arc::downgrade(&client);
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
-                let Some(client) = heartbeat.upgrade() else { return };
+                let Some(client) = heartbeat.upgrade() else {
+                    return;
+                };
                 if let Err(error) = client.cluster.mgmt().client_heartbeat(client.client).await {
                     tracing::warn!(%error, "session heartbeat failed");
                 }
@@ -172,7 +208,17 @@ impl Client {
             pending.insert(seq);
             *pending.first().expect("just inserted")
         };
-        (MutationId { client: self.client, seq, oldest_pending }, PendingGuard { pending: &self.pending, seq })
+        (
+            MutationId {
+                client: self.client,
+                seq,
+                oldest_pending,
+            },
+            PendingGuard {
+                pending: &self.pending,
+                seq,
+            },
+        )
     }
 
     async fn meta(&self, inode: InodeId) -> Result<Arc<MetaClient>, RpcError> {
@@ -185,7 +231,10 @@ impl Client {
         F: Fn(Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        Ok(self.retry.run(|| async { call(self.meta(inode).await?).await }).await?)
+        Ok(self
+            .retry
+            .run(|| async { call(self.meta(inode).await?).await })
+            .await?)
     }
 
     /// Looks `name` up in `parent`.
@@ -193,7 +242,11 @@ impl Client {
     /// # Errors
     /// `NotFound` and the other namespace codes.
     pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, ClientError> {
-        self.on_home(parent, |meta| async move { meta.lookup(parent, name).await }).await
+        self.on_home(
+            parent,
+            |meta| async move { meta.lookup(parent, name).await },
+        )
+        .await
     }
 
     /// Reads attributes.
@@ -201,19 +254,27 @@ impl Client {
     /// # Errors
     /// `NotFound` and the other namespace codes.
     pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
-        self.on_home(inode, |meta| async move { meta.get_attr(inode).await }).await
+        self.on_home(inode, |meta| async move { meta.get_attr(inode).await })
+            .await
     }
 
     /// Changes attributes; a size truncates.
     ///
     /// # Errors
     /// The namespace codes, or `Io` when a target could not be truncated.
-    pub async fn set_attr(&self, inode: InodeId, changes: AttrChanges) -> Result<InodeAttr, ClientError> {
+    pub async fn set_attr(
+        &self,
+        inode: InodeId,
+        changes: AttrChanges,
+    ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(inode, |meta| async move { meta.set_attr(mutation, inode, changes).await }).await
+        self.on_home(inode, |meta| async move {
+            meta.set_attr(mutation, inode, changes).await
+        })
+        .await
     }
 
-    /// Creates a non-directory entry owned by `owner` (uid, gid).
+    /// Creates a non-directory entry.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, `NoTargets` and the other namespace codes.
@@ -221,16 +282,17 @@ impl Client {
         &self,
         parent: InodeId,
         name: &str,
-        kind: FileKind,
-        mode: u32,
-        owner: (u32, u32),
-        rdev: u32,
-        symlink: Option<String>,
+        spec: EntrySpec,
     ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
         self.on_home(parent, |meta| {
-            let symlink = symlink.clone();
-            async move { meta.create(mutation, parent, name, kind, mode, owner, rdev, symlink).await }
+            let symlink = spec.symlink.clone();
+            async move {
+                meta.create(
+                    mutation, parent, name, spec.kind, spec.mode, spec.owner, spec.rdev, symlink,
+                )
+                .await
+            }
         })
         .await
     }
@@ -239,18 +301,35 @@ impl Client {
     ///
     /// # Errors
     /// `Exists`, `NotFound` and the other namespace codes.
-    pub async fn mkdir(&self, parent: InodeId, name: &str, mode: u32, owner: (u32, u32)) -> Result<InodeAttr, ClientError> {
+    pub async fn mkdir(
+        &self,
+        parent: InodeId,
+        name: &str,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move { meta.mkdir(mutation, parent, name, mode, owner).await }).await
+        self.on_home(parent, |meta| async move {
+            meta.mkdir(mutation, parent, name, mode, owner).await
+        })
+        .await
     }
 
     /// Adds a hard link.
     ///
     /// # Errors
     /// `Exists`, `NotPermitted` (directories) and the other namespace codes.
-    pub async fn link(&self, inode: InodeId, new_parent: InodeId, new_name: &str) -> Result<InodeAttr, ClientError> {
+    pub async fn link(
+        &self,
+        inode: InodeId,
+        new_parent: InodeId,
+        new_name: &str,
+    ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(new_parent, |meta| async move { meta.link(mutation, inode, new_parent, new_name).await }).await
+        self.on_home(new_parent, |meta| async move {
+            meta.link(mutation, inode, new_parent, new_name).await
+        })
+        .await
     }
 
     /// Removes a non-directory entry.
@@ -259,7 +338,10 @@ impl Client {
     /// `NotFound`, `IsDirectory` and the other namespace codes.
     pub async fn unlink(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move { meta.unlink(mutation, parent, name).await }).await
+        self.on_home(parent, |meta| async move {
+            meta.unlink(mutation, parent, name).await
+        })
+        .await
     }
 
     /// Removes an empty directory.
@@ -268,30 +350,54 @@ impl Client {
     /// `NotFound`, `NotEmpty`, `NotDirectory` and the other namespace codes.
     pub async fn rmdir(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move { meta.rmdir(mutation, parent, name).await }).await
+        self.on_home(parent, |meta| async move {
+            meta.rmdir(mutation, parent, name).await
+        })
+        .await
     }
 
     /// Renames an entry.
     ///
     /// # Errors
     /// The POSIX rename errors as codes.
-    pub async fn rename(&self, parent: InodeId, name: &str, new_parent: InodeId, new_name: &str, flags: RenameFlags) -> Result<(), ClientError> {
+    pub async fn rename(
+        &self,
+        parent: InodeId,
+        name: &str,
+        new_parent: InodeId,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> Result<(), ClientError> {
         if parent.home() != new_parent.home() {
-            return Err(ClientError(RpcError::Remote(weft_proto::error::WireError::new(
-                ErrorCode::CrossDevice,
-                "rename between metadata servers is not supported yet",
-            ))));
+            return Err(ClientError(RpcError::Remote(
+                weft_proto::error::WireError::new(
+                    ErrorCode::CrossDevice,
+                    "rename between metadata servers is not supported yet",
+                ),
+            )));
         }
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move { meta.rename(mutation, (parent, name), (new_parent, new_name), flags).await }).await
+        self.on_home(parent, |meta| async move {
+            meta.rename(mutation, (parent, name), (new_parent, new_name), flags)
+                .await
+        })
+        .await
     }
 
     /// Lists a directory after a cookie.
     ///
     /// # Errors
     /// `NotFound`, `NotDirectory`.
-    pub async fn read_dir(&self, dir: InodeId, after_cookie: u64, max_entries: u32) -> Result<(Vec<DirEntry>, bool), ClientError> {
-        self.on_home(dir, |meta| async move { meta.read_dir(dir, after_cookie, max_entries).await }).await
+    pub async fn read_dir(
+        &self,
+        dir: InodeId,
+        after_cookie: u64,
+        max_entries: u32,
+    ) -> Result<(Vec<DirEntry>, bool), ClientError> {
+        self.on_home(dir, |meta| async move {
+            meta.read_dir(dir, after_cookie, max_entries).await
+        })
+        .await
     }
 
     /// Reads a symbolic link.
@@ -299,7 +405,8 @@ impl Client {
     /// # Errors
     /// `NotFound`, `NotSymlink`.
     pub async fn read_link(&self, inode: InodeId) -> Result<String, ClientError> {
-        self.on_home(inode, |meta| async move { meta.read_link(inode).await }).await
+        self.on_home(inode, |meta| async move { meta.read_link(inode).await })
+            .await
     }
 
     /// Registers an open of `inode` with its home; returns fresh attributes.
@@ -308,7 +415,8 @@ impl Client {
     /// `NotFound`.
     pub async fn open(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
         let client = self.client;
-        self.on_home(inode, |meta| async move { meta.open(client, inode).await }).await
+        self.on_home(inode, |meta| async move { meta.open(client, inode).await })
+            .await
     }
 
     /// Releases an open of `inode`.
@@ -317,31 +425,59 @@ impl Client {
     /// Transport errors only.
     pub async fn release(&self, inode: InodeId) -> Result<(), ClientError> {
         let client = self.client;
-        self.on_home(inode, |meta| async move { meta.release(client, inode).await }).await
+        self.on_home(
+            inode,
+            |meta| async move { meta.release(client, inode).await },
+        )
+        .await
     }
 
     /// Reports a file's size after writes of `truncate_generation`.
     ///
     /// # Errors
     /// `NotFound`, transport errors.
-    pub async fn report_size(&self, inode: InodeId, size: u64, truncate_generation: u64, durable: bool) -> Result<InodeAttr, ClientError> {
-        self.on_home(inode, |meta| async move { meta.report_size(inode, size, truncate_generation, durable).await }).await
+    pub async fn report_size(
+        &self,
+        inode: InodeId,
+        size: u64,
+        truncate_generation: u64,
+        durable: bool,
+    ) -> Result<InodeAttr, ClientError> {
+        self.on_home(inode, |meta| async move {
+            meta.report_size(inode, size, truncate_generation, durable)
+                .await
+        })
+        .await
     }
 
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
     /// `NotDirectory`, `InvalidArgument`.
-    pub async fn set_pattern(&self, dir: InodeId, pattern: StripePattern) -> Result<InodeAttr, ClientError> {
+    pub async fn set_pattern(
+        &self,
+        dir: InodeId,
+        pattern: StripePattern,
+    ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(dir, |meta| async move { meta.set_pattern(mutation, dir, pattern).await }).await
+        self.on_home(dir, |meta| async move {
+            meta.set_pattern(mutation, dir, pattern).await
+        })
+        .await
     }
 
     /// Reads `[offset, offset + len)` of a file, clamped to `size`; holes read as zeros.
     ///
     /// # Errors
     /// Storage errors (`Io`, `UnknownTarget`, transport).
-    pub async fn read(&self, inode: InodeId, layout: &FileLayout, offset: u64, len: u64, size: u64) -> Result<Bytes, ClientError> {
+    pub async fn read(
+        &self,
+        inode: InodeId,
+        layout: &FileLayout,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<Bytes, ClientError> {
         crate::io::read(self, inode, layout, offset, len, size).await
     }
 
@@ -349,7 +485,13 @@ impl Client {
     ///
     /// # Errors
     /// `NoSpace` when a target is full, storage and transport errors.
-    pub async fn write(&self, inode: InodeId, layout: &FileLayout, offset: u64, data: Bytes) -> Result<(), ClientError> {
+    pub async fn write(
+        &self,
+        inode: InodeId,
+        layout: &FileLayout,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<(), ClientError> {
         crate::io::write(self, inode, layout, offset, data).await
     }
 
@@ -364,5 +506,7 @@ impl Client {
 
 /// The host name, as the session's alias.
 fn weft_service_free_host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|n| n.trim().to_string()).unwrap_or_else(|_| "client".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|n| n.trim().to_string())
+        .unwrap_or_else(|_| "client".into())
 }

@@ -27,23 +27,34 @@ fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout:
     out
 }
 
-pub(crate) async fn read(client: &Client, inode: InodeId, layout: &FileLayout, offset: u64, len: u64, size: u64) -> Result<Bytes, ClientError> {
+pub(crate) async fn read(
+    client: &Client,
+    inode: InodeId,
+    layout: &FileLayout,
+    offset: u64,
+    len: u64,
+    size: u64,
+) -> Result<Bytes, ClientError> {
     let end = offset.saturating_add(len).min(size);
     if end <= offset {
         return Ok(Bytes::new());
     }
     let total = (end - offset) as usize;
-    let requests = pieces(layout, offset, end - offset).into_iter().map(|piece| async move {
-        let target = layout.targets[piece.target_index];
-        let data = client
-            .retry
-            .run(|| async {
-                let storage = client.cluster.storage_for_target(target).await?;
-                storage.read(target, inode, piece.object_offset, piece.len as u32).await
-            })
-            .await?;
-        Ok::<_, ClientError>((piece, data))
-    });
+    let requests = pieces(layout, offset, end - offset)
+        .into_iter()
+        .map(|piece| async move {
+            let target = layout.targets[piece.target_index];
+            let data = client
+                .retry
+                .run(|| async {
+                    let storage = client.cluster.storage_for_target(target).await?;
+                    storage
+                        .read(target, inode, piece.object_offset, piece.len as u32)
+                        .await
+                })
+                .await?;
+            Ok::<_, ClientError>((piece, data))
+        });
     let mut buffer = BytesMut::zeroed(total);
     for result in futures::future::join_all(requests).await {
         let (piece, data) = result?;
@@ -54,32 +65,53 @@ pub(crate) async fn read(client: &Client, inode: InodeId, layout: &FileLayout, o
     Ok(buffer.freeze())
 }
 
-pub(crate) async fn write(client: &Client, inode: InodeId, layout: &FileLayout, offset: u64, data: Bytes) -> Result<(), ClientError> {
-    let requests = pieces(layout, offset, data.len() as u64).into_iter().map(|piece| {
-        let at = (piece.file_offset - offset) as usize;
-        let slice = data.slice(at..at + piece.len as usize);
-        async move {
-            let target = layout.targets[piece.target_index];
-            client
-                .retry
-                .run(|| async {
-                    let storage = client.cluster.storage_for_target(target).await?;
-                    storage.write(target, inode, piece.object_offset, slice.clone()).await
-                })
-                .await
-        }
-    });
+pub(crate) async fn write(
+    client: &Client,
+    inode: InodeId,
+    layout: &FileLayout,
+    offset: u64,
+    data: Bytes,
+) -> Result<(), ClientError> {
+    let requests = pieces(layout, offset, data.len() as u64)
+        .into_iter()
+        .map(|piece| {
+            let at = (piece.file_offset - offset) as usize;
+            let slice = data.slice(at..at + piece.len as usize);
+            async move {
+                let target = layout.targets[piece.target_index];
+                client
+                    .retry
+                    .run(|| async {
+                        let storage = client.cluster.storage_for_target(target).await?;
+                        storage
+                            .write(target, inode, piece.object_offset, slice.clone())
+                            .await
+                    })
+                    .await
+            }
+        });
     for result in futures::future::join_all(requests).await {
         result?;
     }
     Ok(())
 }
 
-pub(crate) async fn sync(client: &Client, inode: InodeId, layout: &FileLayout) -> Result<(), ClientError> {
+pub(crate) async fn sync(
+    client: &Client,
+    inode: InodeId,
+    layout: &FileLayout,
+) -> Result<(), ClientError> {
     let requests = layout.targets.iter().map(|target| async move {
         client
             .retry
-            .run(|| async { client.cluster.storage_for_target(*target).await?.sync(*target, inode).await })
+            .run(|| async {
+                client
+                    .cluster
+                    .storage_for_target(*target)
+                    .await?
+                    .sync(*target, inode)
+                    .await
+            })
             .await
     });
     for result in futures::future::join_all(requests).await {

@@ -1,11 +1,11 @@
 //! The Weft client: the native library and the FUSE adapter over it.
 //!
 //! Layout:
-//! - [`client`]: [`Client`] — a session with management, routing of every inode to its home
+//! - [`client`] — [`Client`] — a session with management, routing of every inode to its home
 //!   metadata server, and retry identity for mutating requests.
 //! - `io`: striped reads and writes — a request is cut with the layout math of `proto` and
 //!   its pieces go to their targets in parallel; holes read as zeros.
-//! - [`fuse`]: the FUSE file system over [`Client`], and mounting (stale-mount detection,
+//! - [`fuse`] — the FUSE file system over [`Client`], and mounting (stale-mount detection,
 //!   clean unmount on SIGINT / SIGTERM, a mounts file for several file systems).
 //!
 //! The client depends on `proto` and `net` only.
@@ -14,4 +14,4 @@ pub mod client;
 pub mod fuse;
 mod io;
 
-pub use client::{Client, ClientConfig, ClientError};
+pub use client::{Client, ClientConfig, ClientError, EntrySpec};

@@ -17,7 +17,10 @@ pub(crate) struct Chooser {
 
 impl Chooser {
     pub fn new(kind: TargetChooser) -> Chooser {
-        Chooser { kind, next: AtomicUsize::new(0) }
+        Chooser {
+            kind,
+            next: AtomicUsize::new(0),
+        }
     }
 
     /// Up to `pattern.num_targets` distinct targets of the pattern's pool, reachable ones first

@@ -37,8 +37,12 @@ impl Committer {
     /// Runs `op` in the next batch and waits until its batch committed.
     pub async fn run(&self, op: WriteOp) -> Result<Response, OpError> {
         let (answer, receiver) = oneshot::channel();
-        self.queue.send((op, answer)).map_err(|_| OpError::Store("commit thread stopped".into()))?;
-        receiver.await.map_err(|_| OpError::Store("commit thread stopped".into()))?
+        self.queue
+            .send((op, answer))
+            .map_err(|_| OpError::Store("commit thread stopped".into()))?;
+        receiver
+            .await
+            .map_err(|_| OpError::Store("commit thread stopped".into()))?
     }
 }
 

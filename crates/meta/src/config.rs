@@ -66,6 +66,10 @@ impl MetaConfig {
         if self.heartbeat_interval_ms == 0 {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
     }
 }

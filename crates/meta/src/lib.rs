@@ -2,7 +2,7 @@
 //! (MDT), kept in redb and committed before every reply.
 //!
 //! Layout:
-//! - [`config`]: [`MetaConfig`].
+//! - [`config`] — [`MetaConfig`].
 //! - `store`: tables, record encodings and the small helpers every operation uses.
 //! - `commit`: group commit — one writer thread batches concurrent operations into one
 //!   transaction and one fsync, and answers each after the commit.

@@ -9,7 +9,10 @@ use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
 use crate::ops::OpContext;
-use crate::store::{OpError, TruncateWork, COOKIES, COUNTERS, DENTRIES, DISPOSALS, INODES, ORPHANS, REPLIES, TRUNCATES};
+use crate::store::{
+    OpError, TruncateWork, COOKIES, COUNTERS, DENTRIES, DISPOSALS, INODES, ORPHANS, REPLIES,
+    TRUNCATES,
+};
 use crate::{MetaConfig, MetaError};
 use bytes::Bytes;
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
@@ -53,7 +56,11 @@ fn store_error(error: impl std::fmt::Display) -> MetaError {
 ///
 /// # Errors
 /// [`MetaError`] when the data directory, the store or registration fails.
-pub async fn run(config: MetaConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), MetaError> {
+pub async fn run(
+    config: MetaConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), MetaError> {
     config.validate().map_err(MetaError::DataDir)?;
     let db = Arc::new(Database::create(config.data_dir.join("meta.redb")).map_err(store_error)?);
     {
@@ -68,14 +75,28 @@ pub async fn run(config: MetaConfig, listener: TcpListener, shutdown: impl Futur
         txn.open_table(ORPHANS).map_err(store_error)?;
         txn.commit().map_err(store_error)?;
     }
-    let cluster = Arc::new(ClusterView::new(config.mgmt.clone(), weft_net::RpcClientOptions::default()));
-    let address = listener.local_addr().map_err(|e| MetaError::DataDir(e.to_string()))?.to_string();
+    let cluster = Arc::new(ClusterView::new(
+        config.mgmt.clone(),
+        weft_net::RpcClientOptions::default(),
+    ));
+    let address = listener
+        .local_addr()
+        .map_err(|e| MetaError::DataDir(e.to_string()))?
+        .to_string();
     let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
-    let node = weft_service::identity::register_node(&config.data_dir, cluster.mgmt(), NodeKind::Meta, &alias, vec![address.clone()])
-        .await
-        .map_err(MetaError::Register)?;
+    let node = weft_service::identity::register_node(
+        &config.data_dir,
+        cluster.mgmt(),
+        NodeKind::Meta,
+        &alias,
+        vec![address.clone()],
+    )
+    .await
+    .map_err(MetaError::Register)?;
     if node.0 > META_HOME_MAX {
-        return Err(MetaError::Register(format!("metadata node id {node} does not fit an inode's home bits")));
+        return Err(MetaError::Register(format!(
+            "metadata node id {node} does not fit an inode's home bits"
+        )));
     }
     {
         let txn = db.begin_write().map_err(store_error)?;
@@ -84,7 +105,10 @@ pub async fn run(config: MetaConfig, listener: TcpListener, shutdown: impl Futur
         }
         let orphans = dispose_all_orphans(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?;
         if orphans > 0 {
-            tracing::info!(orphans, "disposed of files unlinked while open before the restart");
+            tracing::info!(
+                orphans,
+                "disposed of files unlinked while open before the restart"
+            );
         }
         txn.commit().map_err(store_error)?;
     }
@@ -97,10 +121,19 @@ pub async fn run(config: MetaConfig, listener: TcpListener, shutdown: impl Futur
         chooser: Arc::new(Chooser::new(config.target_chooser)),
         opens: Arc::default(),
         work: Notify::new(),
-        last_refresh: tokio::sync::Mutex::new(std::time::Instant::now().checked_sub(MAP_REFRESH_INTERVAL_MIN).unwrap_or_else(std::time::Instant::now)),
+        last_refresh: tokio::sync::Mutex::new(
+            std::time::Instant::now()
+                .checked_sub(MAP_REFRESH_INTERVAL_MIN)
+                .unwrap_or_else(std::time::Instant::now),
+        ),
     });
     tracing::info!(node = node.0, %address, %alias, "metadata server serving");
-    let heartbeat = tokio::spawn(heartbeat_loop(Arc::clone(&meta), config.clone(), alias, address));
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        Arc::clone(&meta),
+        config.clone(),
+        alias,
+        address,
+    ));
     let worker = tokio::spawn(work_loop(Arc::clone(&meta)));
     weft_net::serve(listener, Arc::clone(&meta), shutdown).await;
     heartbeat.abort();
@@ -114,11 +147,21 @@ async fn heartbeat_loop(meta: Arc<Meta>, config: MetaConfig, alias: String, addr
         let usage = weft_service::usage::file_system_usage(&config.data_dir).ok();
         let inodes_used = meta.inode_count().ok();
         let mgmt = meta.cluster.mgmt();
-        match mgmt.heartbeat(NodeKind::Meta, meta.node, Vec::new(), usage, inodes_used).await {
+        match mgmt
+            .heartbeat(NodeKind::Meta, meta.node, Vec::new(), usage, inodes_used)
+            .await
+        {
             Ok(()) => {}
             Err(error) if error.code() == ErrorCode::UnknownNode => {
                 tracing::warn!("management does not know this node; registering again");
-                let _ = mgmt.register_node(Some(meta.node), NodeKind::Meta, alias.clone(), vec![address.clone()]).await;
+                let _ = mgmt
+                    .register_node(
+                        Some(meta.node),
+                        NodeKind::Meta,
+                        alias.clone(),
+                        vec![address.clone()],
+                    )
+                    .await;
             }
             Err(error) => tracing::warn!(%error, "heartbeat failed"),
         }
@@ -133,7 +176,10 @@ impl weft_net::Handler for Meta {
     async fn handle(&self, request: Request, _payload: Bytes) -> (Reply, Bytes) {
         let reply = match request {
             Request::Meta(request) => self.handle_meta(request).await,
-            other => Err(WireError::new(ErrorCode::WrongService, format!("a metadata server does not serve {other:?}"))),
+            other => Err(WireError::new(
+                ErrorCode::WrongService,
+                format!("a metadata server does not serve {other:?}"),
+            )),
         };
         (reply, Bytes::new())
     }
@@ -164,7 +210,12 @@ fn idempotent(
         Err(OpError::Store(_)) => return result,
     };
     let mut replies = txn.open_table(REPLIES)?;
-    replies.insert((client, mutation.seq), postcard::to_stdvec(&reply).expect("replies encode").as_slice())?;
+    replies.insert(
+        (client, mutation.seq),
+        postcard::to_stdvec(&reply)
+            .expect("replies encode")
+            .as_slice(),
+    )?;
     let done: Vec<u64> = replies
         .range((client, 0)..(client, mutation.oldest_pending.min(mutation.seq)))?
         .map(|item| item.map(|(key, _)| key.value().1))
@@ -177,7 +228,11 @@ fn idempotent(
 
 impl Meta {
     fn context(&self) -> OpContext {
-        OpContext { home: self.node, chooser: Arc::clone(&self.chooser), map: self.cluster.map() }
+        OpContext {
+            home: self.node,
+            chooser: Arc::clone(&self.chooser),
+            map: self.cluster.map(),
+        }
     }
 
     fn inode_count(&self) -> Result<u64, OpError> {
@@ -185,14 +240,22 @@ impl Meta {
         Ok(txn.open_table(INODES)?.len()?)
     }
 
-    fn read<T>(&self, op: impl FnOnce(&redb::ReadTransaction) -> Result<T, OpError>) -> Result<T, OpError> {
+    fn read<T>(
+        &self,
+        op: impl FnOnce(&redb::ReadTransaction) -> Result<T, OpError>,
+    ) -> Result<T, OpError> {
         let txn = self.db.begin_read()?;
         op(&txn)
     }
 
     fn is_open_fn(&self) -> impl Fn(InodeId) -> bool + Send + 'static {
         let opens = Arc::clone(&self.opens);
-        move |inode| opens.lock().expect("open table poisoned").contains_key(&inode)
+        move |inode| {
+            opens
+                .lock()
+                .expect("open table poisoned")
+                .contains_key(&inode)
+        }
     }
 
     async fn mutate(
@@ -201,7 +264,12 @@ impl Meta {
         op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<Response, OpError> + Send + 'static,
     ) -> Result<Response, OpError> {
         let context = self.context();
-        let result = self.committer.run(Box::new(move |txn| idempotent(txn, mutation, |txn| op(txn, &context)))).await;
+        let result = self
+            .committer
+            .run(Box::new(move |txn| {
+                idempotent(txn, mutation, |txn| op(txn, &context))
+            }))
+            .await;
         self.work.notify_one();
         result
     }
@@ -210,55 +278,154 @@ impl Meta {
         let result = match request {
             MetaRequest::Lookup { parent, name } => self.read(|txn| lookup(txn, parent, &name)),
             MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
-            MetaRequest::ReadDir { dir, after_cookie, max_entries } => self.read(|txn| read_dir(txn, dir, after_cookie, max_entries)),
+            MetaRequest::ReadDir {
+                dir,
+                after_cookie,
+                max_entries,
+            } => self.read(|txn| read_dir(txn, dir, after_cookie, max_entries)),
             MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
-            MetaRequest::Create { mutation, parent, name, kind, mode, uid, gid, rdev, symlink } => {
+            MetaRequest::Create {
+                mutation,
+                parent,
+                name,
+                kind,
+                mode,
+                uid,
+                gid,
+                rdev,
+                symlink,
+            } => {
                 if kind == FileKind::Directory {
-                    Err(OpError::rejected(ErrorCode::InvalidArgument, "directories are made with mkdir"))
+                    Err(OpError::rejected(
+                        ErrorCode::InvalidArgument,
+                        "directories are made with mkdir",
+                    ))
                 } else {
                     if kind == FileKind::Regular {
                         self.refresh_map_if_short(parent).await;
                     }
-                    let entry = NewEntry { parent, name, kind, mode, uid, gid, rdev, symlink };
-                    self.mutate(mutation, move |txn, context| create(txn, context, entry)).await
+                    let entry = NewEntry {
+                        parent,
+                        name,
+                        kind,
+                        mode,
+                        uid,
+                        gid,
+                        rdev,
+                        symlink,
+                    };
+                    self.mutate(mutation, move |txn, context| create(txn, context, entry))
+                        .await
                 }
             }
-            MetaRequest::Mkdir { mutation, parent, name, mode, uid, gid } => {
-                let entry = NewEntry { parent, name, kind: FileKind::Directory, mode, uid, gid, rdev: 0, symlink: None };
-                self.mutate(mutation, move |txn, context| create(txn, context, entry)).await
+            MetaRequest::Mkdir {
+                mutation,
+                parent,
+                name,
+                mode,
+                uid,
+                gid,
+            } => {
+                let entry = NewEntry {
+                    parent,
+                    name,
+                    kind: FileKind::Directory,
+                    mode,
+                    uid,
+                    gid,
+                    rdev: 0,
+                    symlink: None,
+                };
+                self.mutate(mutation, move |txn, context| create(txn, context, entry))
+                    .await
             }
-            MetaRequest::Link { mutation, inode, new_parent, new_name } => {
-                self.mutate(mutation, move |txn, _| link(txn, inode, new_parent, &new_name)).await
-            }
-            MetaRequest::Unlink { mutation, parent, name } => {
-                let is_open = self.is_open_fn();
-                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open)).await
-            }
-            MetaRequest::Rmdir { mutation, parent, name } => self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name)).await,
-            MetaRequest::Rename { mutation, parent, name, new_parent, new_name, flags } => {
-                let is_open = self.is_open_fn();
+            MetaRequest::Link {
+                mutation,
+                inode,
+                new_parent,
+                new_name,
+            } => {
                 self.mutate(mutation, move |txn, _| {
-                    rename(txn, RenameArgs { parent, name: &name, new_parent, new_name: &new_name, flags }, is_open)
+                    link(txn, inode, new_parent, &new_name)
                 })
                 .await
             }
-            MetaRequest::SetAttr { mutation, inode, changes } => {
-                let result = self.mutate(mutation, move |txn, _| set_attr(txn, inode, changes)).await;
+            MetaRequest::Unlink {
+                mutation,
+                parent,
+                name,
+            } => {
+                let is_open = self.is_open_fn();
+                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
+                    .await
+            }
+            MetaRequest::Rmdir {
+                mutation,
+                parent,
+                name,
+            } => {
+                self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
+                    .await
+            }
+            MetaRequest::Rename {
+                mutation,
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+            } => {
+                let is_open = self.is_open_fn();
+                self.mutate(mutation, move |txn, _| {
+                    rename(
+                        txn,
+                        RenameArgs {
+                            parent,
+                            name: &name,
+                            new_parent,
+                            new_name: &new_name,
+                            flags,
+                        },
+                        is_open,
+                    )
+                })
+                .await
+            }
+            MetaRequest::SetAttr {
+                mutation,
+                inode,
+                changes,
+            } => {
+                let result = self
+                    .mutate(mutation, move |txn, _| set_attr(txn, inode, changes))
+                    .await;
                 if result.is_ok() && changes.size.is_some() {
                     // The truncate reaches the targets before the reply, so no later write can
                     // be cut by it; if a target is down the work stays queued and the caller
                     // learns it.
-                    if let Err(error) = self.apply_truncate(inode).await {
-                        return Err(error);
-                    }
+                    self.apply_truncate(inode).await?;
                 }
                 result
             }
-            MetaRequest::SetPattern { mutation, dir, pattern } => {
-                self.mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern)).await
+            MetaRequest::SetPattern {
+                mutation,
+                dir,
+                pattern,
+            } => {
+                self.mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern))
+                    .await
             }
-            MetaRequest::ReportSize { inode, size, truncate_generation, durable: _ } => {
-                self.committer.run(Box::new(move |txn| report_size(txn, inode, size, truncate_generation))).await
+            MetaRequest::ReportSize {
+                inode,
+                size,
+                truncate_generation,
+                durable: _,
+            } => {
+                self.committer
+                    .run(Box::new(move |txn| {
+                        report_size(txn, inode, size, truncate_generation)
+                    }))
+                    .await
             }
             MetaRequest::Open { client, inode } => self.open(client, inode),
             MetaRequest::Release { client, inode } => self.release(client, inode).await,
@@ -276,7 +443,11 @@ impl Meta {
             .flatten()
             .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
         let map = self.cluster.map();
-        let available = map.targets.iter().filter(|t| t.pool == desired.pool).count();
+        let available = map
+            .targets
+            .iter()
+            .filter(|t| t.pool == desired.pool)
+            .count();
         if available >= usize::from(desired.num_targets) {
             return;
         }
@@ -288,7 +459,14 @@ impl Meta {
     }
 
     fn open(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
-        *self.opens.lock().expect("open table poisoned").entry(inode).or_default().entry(client).or_insert(0) += 1;
+        *self
+            .opens
+            .lock()
+            .expect("open table poisoned")
+            .entry(inode)
+            .or_default()
+            .entry(client)
+            .or_insert(0) += 1;
         let result = self.read(|txn| get_attr(txn, inode));
         if result.is_err() {
             self.drop_open(client, inode);
@@ -299,7 +477,9 @@ impl Meta {
     /// Drops one open; true when it was the inode's last open anywhere.
     fn drop_open(&self, client: ClientId, inode: InodeId) -> bool {
         let mut opens = self.opens.lock().expect("open table poisoned");
-        let Some(clients) = opens.get_mut(&inode) else { return false };
+        let Some(clients) = opens.get_mut(&inode) else {
+            return false;
+        };
         if let Some(count) = clients.get_mut(&client) {
             *count -= 1;
             if *count == 0 {
@@ -319,7 +499,11 @@ impl Meta {
             self.committer
                 .run(Box::new(move |txn| {
                     // Opened again while this waited: keep it.
-                    if opens.lock().expect("open table poisoned").contains_key(&inode) {
+                    if opens
+                        .lock()
+                        .expect("open table poisoned")
+                        .contains_key(&inode)
+                    {
                         return Ok(Response::Done);
                     }
                     release_orphan(txn, inode)
@@ -336,21 +520,43 @@ impl Meta {
             .read(|txn| {
                 let table = txn.open_table(TRUNCATES)?;
                 let bytes = table.get(inode.0)?;
-                Ok(bytes.and_then(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).ok()))
+                Ok(
+                    bytes
+                        .and_then(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).ok()),
+                )
             })
             .map_err(OpError::into_wire)?;
         let Some(work) = work else { return Ok(()) };
-        let attempts = work.layout.targets.iter().enumerate().map(|(index, target)| {
-            let length = object_length_for_file_size(&work.layout, index, work.size);
-            let cluster = Arc::clone(&self.cluster);
-            let target = *target;
-            async move { cluster.storage_for_target(target).await?.truncate(target, inode, length).await }
-        });
+        let attempts = work
+            .layout
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(index, target)| {
+                let length = object_length_for_file_size(&work.layout, index, work.size);
+                let cluster = Arc::clone(&self.cluster);
+                let target = *target;
+                async move {
+                    cluster
+                        .storage_for_target(target)
+                        .await?
+                        .truncate(target, inode, length)
+                        .await
+                }
+            });
         for result in futures::future::join_all(attempts).await {
-            result.map_err(|error| WireError::new(ErrorCode::Io, format!("truncate of {inode} could not reach a target: {error}")))?;
+            result.map_err(|error| {
+                WireError::new(
+                    ErrorCode::Io,
+                    format!("truncate of {inode} could not reach a target: {error}"),
+                )
+            })?;
         }
         let generation = work.generation;
-        self.committer.run(Box::new(move |txn| finish_truncate(txn, inode, generation))).await.map_err(OpError::into_wire)?;
+        self.committer
+            .run(Box::new(move |txn| finish_truncate(txn, inode, generation)))
+            .await
+            .map_err(OpError::into_wire)?;
         Ok(())
     }
 
@@ -358,9 +564,18 @@ impl Meta {
         let removals = layout.targets.iter().map(|target| {
             let cluster = Arc::clone(&self.cluster);
             let target = *target;
-            async move { cluster.storage_for_target(target).await?.remove(target, inode).await }
+            async move {
+                cluster
+                    .storage_for_target(target)
+                    .await?
+                    .remove(target, inode)
+                    .await
+            }
         });
-        let all_done = futures::future::join_all(removals).await.iter().all(Result::is_ok);
+        let all_done = futures::future::join_all(removals)
+            .await
+            .iter()
+            .all(Result::is_ok);
         if all_done {
             let done = self
                 .committer
@@ -381,7 +596,11 @@ async fn work_loop(meta: Arc<Meta>) {
     loop {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
         let pending = meta.read(|txn| {
-            let truncates: Vec<u64> = txn.open_table(TRUNCATES)?.iter()?.map(|item| item.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
+            let truncates: Vec<u64> = txn
+                .open_table(TRUNCATES)?
+                .iter()?
+                .map(|item| item.map(|(k, _)| k.value()))
+                .collect::<Result<_, _>>()?;
             let disposals: Vec<(u64, Vec<u8>)> = txn
                 .open_table(DISPOSALS)?
                 .iter()?
@@ -390,7 +609,9 @@ async fn work_loop(meta: Arc<Meta>) {
                 .collect::<Result<_, _>>()?;
             Ok((truncates, disposals))
         });
-        let Ok((truncates, disposals)) = pending else { continue };
+        let Ok((truncates, disposals)) = pending else {
+            continue;
+        };
         for inode in truncates {
             if let Err(error) = meta.apply_truncate(InodeId(inode)).await {
                 tracing::debug!(%error, "truncate still pending");

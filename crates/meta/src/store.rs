@@ -21,7 +21,8 @@ use weft_proto::messages::{FileKind, InodeAttr, Timestamp, NAME_BYTES_MAX};
 use weft_proto::ErrorCode;
 
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
-pub(crate) const DENTRIES: TableDefinition<(u64, &str), (u64, u64, u8)> = TableDefinition::new("dentries");
+pub(crate) const DENTRIES: TableDefinition<(u64, &str), (u64, u64, u8)> =
+    TableDefinition::new("dentries");
 pub(crate) const COOKIES: TableDefinition<(u64, u64), &str> = TableDefinition::new("cookies");
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
@@ -97,7 +98,9 @@ impl InodeRecord {
         match bytes.split_first() {
             Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest)
                 .map_err(|error| OpError::Store(format!("inode {inode:#x} is damaged: {error}"))),
-            Some((version, _)) => Err(OpError::Store(format!("inode {inode:#x} has unknown format version {version}"))),
+            Some((version, _)) => Err(OpError::Store(format!(
+                "inode {inode:#x} has unknown format version {version}"
+            ))),
             None => Err(OpError::Store(format!("inode {inode:#x} is empty"))),
         }
     }
@@ -140,20 +143,37 @@ macro_rules! store_errors {
         }
     )*};
 }
-store_errors!(redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError, redb::Error);
+store_errors!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::Error
+);
 
 pub(crate) fn now() -> Timestamp {
-    let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Timestamp { seconds: elapsed.as_secs() as i64, nanos: elapsed.subsec_nanos() }
+    let elapsed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp {
+        seconds: elapsed.as_secs() as i64,
+        nanos: elapsed.subsec_nanos(),
+    }
 }
 
 /// Checks a new entry name: not empty, no `/` or NUL, not `.` or `..`, at most 255 bytes.
 pub(crate) fn check_name(name: &str) -> Result<(), OpError> {
     if name.len() > NAME_BYTES_MAX {
-        return Err(OpError::rejected(ErrorCode::NameTooLong, format!("name of {} bytes exceeds {NAME_BYTES_MAX}", name.len())));
+        return Err(OpError::rejected(
+            ErrorCode::NameTooLong,
+            format!("name of {} bytes exceeds {NAME_BYTES_MAX}", name.len()),
+        ));
     }
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err(OpError::rejected(ErrorCode::InvalidArgument, format!("invalid name {name:?}")));
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            format!("invalid name {name:?}"),
+        ));
     }
     Ok(())
 }
@@ -183,23 +203,39 @@ pub(crate) fn kind_from_code(code: u8) -> FileKind {
 }
 
 /// Reads an inode or fails with `NotFound`.
-pub(crate) fn load_inode(inodes: &impl ReadableTable<u64, &'static [u8]>, inode: InodeId) -> Result<InodeRecord, OpError> {
+pub(crate) fn load_inode(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    inode: InodeId,
+) -> Result<InodeRecord, OpError> {
     match inodes.get(inode.0)? {
         Some(bytes) => InodeRecord::decode(inode.0, bytes.value()),
-        None => Err(OpError::rejected(ErrorCode::NotFound, format!("inode {inode} does not exist"))),
+        None => Err(OpError::rejected(
+            ErrorCode::NotFound,
+            format!("inode {inode} does not exist"),
+        )),
     }
 }
 
 /// Reads a directory or fails with `NotFound` / `NotDirectory`.
-pub(crate) fn load_dir(inodes: &impl ReadableTable<u64, &'static [u8]>, inode: InodeId) -> Result<InodeRecord, OpError> {
+pub(crate) fn load_dir(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    inode: InodeId,
+) -> Result<InodeRecord, OpError> {
     let record = load_inode(inodes, inode)?;
     if !record.is_dir() {
-        return Err(OpError::rejected(ErrorCode::NotDirectory, format!("inode {inode} is not a directory")));
+        return Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("inode {inode} is not a directory"),
+        ));
     }
     Ok(record)
 }
 
-pub(crate) fn store_inode(inodes: &mut Table<u64, &'static [u8]>, inode: InodeId, record: &InodeRecord) -> Result<(), OpError> {
+pub(crate) fn store_inode(
+    inodes: &mut Table<u64, &'static [u8]>,
+    inode: InodeId,
+    record: &InodeRecord,
+) -> Result<(), OpError> {
     inodes.insert(inode.0, record.encode().as_slice())?;
     Ok(())
 }
@@ -219,7 +255,11 @@ pub(crate) fn load_dentry(
 ) -> Result<Option<Dentry>, OpError> {
     Ok(dentries.get((parent.0, name))?.map(|value| {
         let (child, cookie, kind) = value.value();
-        Dentry { child: InodeId(child), cookie, kind: kind_from_code(kind) }
+        Dentry {
+            child: InodeId(child),
+            cookie,
+            kind: kind_from_code(kind),
+        }
     }))
 }
 
@@ -253,12 +293,21 @@ pub(crate) fn remove_dentry(
 }
 
 /// Whether a directory has any entry.
-pub(crate) fn dir_is_empty(cookies: &impl ReadableTable<(u64, u64), &'static str>, dir: InodeId) -> Result<bool, OpError> {
-    Ok(cookies.range((dir.0, 0)..=(dir.0, u64::MAX))?.next().is_none())
+pub(crate) fn dir_is_empty(
+    cookies: &impl ReadableTable<(u64, u64), &'static str>,
+    dir: InodeId,
+) -> Result<bool, OpError> {
+    Ok(cookies
+        .range((dir.0, 0)..=(dir.0, u64::MAX))?
+        .next()
+        .is_none())
 }
 
 /// Allocates the next inode id of this home.
-pub(crate) fn allocate_inode(counters: &mut Table<&'static str, u64>, home: weft_proto::NodeId) -> Result<InodeId, OpError> {
+pub(crate) fn allocate_inode(
+    counters: &mut Table<&'static str, u64>,
+    home: weft_proto::NodeId,
+) -> Result<InodeId, OpError> {
     let next = counters.get("inode")?.map(|v| v.value()).unwrap_or(1) + 1;
     counters.insert("inode", next)?;
     Ok(InodeId::new(home, next))

@@ -38,11 +38,18 @@ impl MgmtConfig {
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
         if self.node_offline_timeout_ms < 100 {
-            problems.push(format!("node_offline_timeout_ms = {} is below 100", self.node_offline_timeout_ms));
+            problems.push(format!(
+                "node_offline_timeout_ms = {} is below 100",
+                self.node_offline_timeout_ms
+            ));
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
             problems.push(format!("listen = {:?} is not host:port", self.listen));
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
     }
 }

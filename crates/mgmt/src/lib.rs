@@ -2,7 +2,7 @@
 //! and reachability from heartbeats.
 //!
 //! Layout:
-//! - [`config`]: [`MgmtConfig`].
+//! - `config`: [`MgmtConfig`].
 //! - `store`: the redb tables (nodes, targets, counters, clients), committed before replies.
 //! - `service`: the request handler and the in-memory heartbeat view.
 //!

@@ -11,8 +11,8 @@ use tokio::net::TcpListener;
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::messages::{
-    ClusterMap, MgmtRequest, NodeInfo, NodeKind, Reachability, Reply, Request, Response, SpaceUsage,
-    NODE_ADDRESSES_MAX,
+    ClusterMap, MgmtRequest, NodeInfo, NodeKind, Reachability, Reply, Request, Response,
+    SpaceUsage, NODE_ADDRESSES_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -35,9 +35,15 @@ struct Mgmt {
 ///
 /// # Errors
 /// [`MgmtError`] when the data directory or store cannot be used.
-pub async fn run(config: MgmtConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), MgmtError> {
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|source| MgmtError::DataDir { path: config.data_dir.clone(), source })?;
+pub async fn run(
+    config: MgmtConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), MgmtError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| MgmtError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
     let store = MgmtStore::open(&config.data_dir)?;
     let mgmt = Arc::new(Mgmt {
         store,
@@ -54,7 +60,10 @@ impl weft_net::Handler for Mgmt {
     async fn handle(&self, request: Request, _payload: Bytes) -> (Reply, Bytes) {
         let reply = match request {
             Request::Mgmt(request) => self.handle_mgmt(request),
-            other => Err(WireError::new(ErrorCode::WrongService, format!("management does not serve {other:?}"))),
+            other => Err(WireError::new(
+                ErrorCode::WrongService,
+                format!("management does not serve {other:?}"),
+            )),
         };
         (reply, Bytes::new())
     }
@@ -68,28 +77,65 @@ fn internal(error: MgmtError) -> WireError {
 impl Mgmt {
     fn handle_mgmt(&self, request: MgmtRequest) -> Reply {
         match request {
-            MgmtRequest::RegisterNode { node, kind, alias, addresses } => {
+            MgmtRequest::RegisterNode {
+                node,
+                kind,
+                alias,
+                addresses,
+            } => {
                 if addresses.is_empty() || addresses.len() > NODE_ADDRESSES_MAX {
-                    return Err(WireError::new(ErrorCode::InvalidArgument, format!("a node announces 1 to {NODE_ADDRESSES_MAX} addresses")));
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("a node announces 1 to {NODE_ADDRESSES_MAX} addresses"),
+                    ));
                 }
-                let record = NodeRecord { alias: alias.clone(), addresses };
-                let node = self.store.register_node(kind, node, &record).map_err(internal)?;
+                let record = NodeRecord {
+                    alias: alias.clone(),
+                    addresses,
+                };
+                let node = self
+                    .store
+                    .register_node(kind, node, &record)
+                    .map_err(internal)?;
                 let mut live = self.live.lock().expect("live state poisoned");
-                let was_known = live.last_heard.insert((kind, node), Instant::now()).is_some();
+                let was_known = live
+                    .last_heard
+                    .insert((kind, node), Instant::now())
+                    .is_some();
                 tracing::info!(?kind, node = node.0, %alias, addresses = ?record.addresses, "node registered{}", if was_known { " again" } else { "" });
                 Ok(Response::NodeRegistered { node })
             }
             MgmtRequest::RegisterTarget { node, target } => {
-                if !self.store.node_exists(NodeKind::Storage, node).map_err(internal)? {
-                    return Err(WireError::new(ErrorCode::UnknownNode, format!("storage node {node} is not registered")));
+                if !self
+                    .store
+                    .node_exists(NodeKind::Storage, node)
+                    .map_err(internal)?
+                {
+                    return Err(WireError::new(
+                        ErrorCode::UnknownNode,
+                        format!("storage node {node} is not registered"),
+                    ));
                 }
                 let target = self.store.register_target(node, target).map_err(internal)?;
-                tracing::info!(target = target.0, node = node.0, "storage target registered");
+                tracing::info!(
+                    target = target.0,
+                    node = node.0,
+                    "storage target registered"
+                );
                 Ok(Response::TargetRegistered { target })
             }
-            MgmtRequest::Heartbeat { kind, node, targets, meta_usage, meta_inodes_used } => {
+            MgmtRequest::Heartbeat {
+                kind,
+                node,
+                targets,
+                meta_usage,
+                meta_inodes_used,
+            } => {
                 if !self.store.node_exists(kind, node).map_err(internal)? {
-                    return Err(WireError::new(ErrorCode::UnknownNode, format!("{kind:?} node {node} is not registered; register again")));
+                    return Err(WireError::new(
+                        ErrorCode::UnknownNode,
+                        format!("{kind:?} node {node} is not registered; register again"),
+                    ));
                 }
                 let mut live = self.live.lock().expect("live state poisoned");
                 let previous = live.last_heard.insert((kind, node), Instant::now());
@@ -100,7 +146,8 @@ impl Mgmt {
                     live.target_usage.insert(report.target, report.usage);
                 }
                 if let Some(usage) = meta_usage {
-                    live.meta_usage.insert(node, (usage, meta_inodes_used.unwrap_or(0)));
+                    live.meta_usage
+                        .insert(node, (usage, meta_inodes_used.unwrap_or(0)));
                 }
                 Ok(Response::Done)
             }
@@ -113,10 +160,15 @@ impl Mgmt {
                 if self.store.client_exists(client).map_err(internal)? {
                     Ok(Response::Done)
                 } else {
-                    Err(WireError::new(ErrorCode::UnknownSession, format!("client session {client} is unknown")))
+                    Err(WireError::new(
+                        ErrorCode::UnknownSession,
+                        format!("client session {client} is unknown"),
+                    ))
                 }
             }
-            MgmtRequest::GetClusterMap => Ok(Response::ClusterMap(self.cluster_map().map_err(internal)?)),
+            MgmtRequest::GetClusterMap => {
+                Ok(Response::ClusterMap(self.cluster_map().map_err(internal)?))
+            }
         }
     }
 
@@ -140,7 +192,11 @@ impl Mgmt {
         let live = self.live.lock().expect("live state poisoned");
         let mut map = ClusterMap::default();
         for (kind, id, record) in nodes {
-            let meta = if kind == NodeKind::Meta { live.meta_usage.get(&id).copied() } else { None };
+            let meta = if kind == NodeKind::Meta {
+                live.meta_usage.get(&id).copied()
+            } else {
+                None
+            };
             map.nodes.push(NodeInfo {
                 id,
                 kind,
@@ -156,7 +212,11 @@ impl Mgmt {
                 id,
                 node: record.node,
                 pool: record.pool,
-                reachability: self.reachability(live.last_heard.get(&(NodeKind::Storage, record.node)).copied()),
+                reachability: self.reachability(
+                    live.last_heard
+                        .get(&(NodeKind::Storage, record.node))
+                        .copied(),
+                ),
                 usage: live.target_usage.get(&id).copied().unwrap_or_default(),
             });
         }

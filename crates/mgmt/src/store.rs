@@ -69,7 +69,12 @@ impl MgmtStore {
     }
 
     /// Registers or re-registers a node; returns its id.
-    pub fn register_node(&self, kind: NodeKind, existing: Option<NodeId>, record: &NodeRecord) -> Result<NodeId, MgmtError> {
+    pub fn register_node(
+        &self,
+        kind: NodeKind,
+        existing: Option<NodeId>,
+        record: &NodeRecord,
+    ) -> Result<NodeId, MgmtError> {
         let txn = self.db.begin_write().map_err(store_error)?;
         let node = {
             let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
@@ -78,13 +83,19 @@ impl MgmtStore {
                 NodeKind::Storage => "storage_node",
                 NodeKind::Management => "management_node",
             };
-            let last = counters.get(counter_name).map_err(store_error)?.map(|v| v.value()).unwrap_or(0);
+            let last = counters
+                .get(counter_name)
+                .map_err(store_error)?
+                .map(|v| v.value())
+                .unwrap_or(0);
             let node = match existing {
                 Some(node) => {
                     // A node keeps the id it saved, even one this store has never seen (a
                     // restored management store); the counter moves past it.
                     if u64::from(node.0) > last {
-                        counters.insert(counter_name, u64::from(node.0)).map_err(store_error)?;
+                        counters
+                            .insert(counter_name, u64::from(node.0))
+                            .map_err(store_error)?;
                     }
                     node
                 }
@@ -96,22 +107,34 @@ impl MgmtStore {
             };
             let mut nodes = txn.open_table(NODES).map_err(store_error)?;
             let bytes = postcard::to_stdvec(record).map_err(store_error)?;
-            nodes.insert((kind_key(kind), node.0), bytes.as_slice()).map_err(store_error)?;
+            nodes
+                .insert((kind_key(kind), node.0), bytes.as_slice())
+                .map_err(store_error)?;
             node
         };
         txn.commit().map_err(store_error)?;
         Ok(node)
     }
 
-    pub fn register_target(&self, node: NodeId, existing: Option<TargetId>) -> Result<TargetId, MgmtError> {
+    pub fn register_target(
+        &self,
+        node: NodeId,
+        existing: Option<TargetId>,
+    ) -> Result<TargetId, MgmtError> {
         let txn = self.db.begin_write().map_err(store_error)?;
         let target = {
             let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let last = counters.get("target").map_err(store_error)?.map(|v| v.value()).unwrap_or(0);
+            let last = counters
+                .get("target")
+                .map_err(store_error)?
+                .map(|v| v.value())
+                .unwrap_or(0);
             let target = match existing {
                 Some(target) => {
                     if u64::from(target.0) > last {
-                        counters.insert("target", u64::from(target.0)).map_err(store_error)?;
+                        counters
+                            .insert("target", u64::from(target.0))
+                            .map_err(store_error)?;
                     }
                     target
                 }
@@ -122,11 +145,15 @@ impl MgmtStore {
             };
             let mut targets = txn.open_table(TARGETS).map_err(store_error)?;
             let pool = match targets.get(target.0).map_err(store_error)? {
-                Some(bytes) => postcard::from_bytes::<TargetRecord>(bytes.value()).map(|r| r.pool).unwrap_or(StoragePoolId::DEFAULT),
+                Some(bytes) => postcard::from_bytes::<TargetRecord>(bytes.value())
+                    .map(|r| r.pool)
+                    .unwrap_or(StoragePoolId::DEFAULT),
                 None => StoragePoolId::DEFAULT,
             };
             let bytes = postcard::to_stdvec(&TargetRecord { node, pool }).map_err(store_error)?;
-            targets.insert(target.0, bytes.as_slice()).map_err(store_error)?;
+            targets
+                .insert(target.0, bytes.as_slice())
+                .map_err(store_error)?;
             target
         };
         txn.commit().map_err(store_error)?;
@@ -137,7 +164,12 @@ impl MgmtStore {
         let txn = self.db.begin_write().map_err(store_error)?;
         let client = {
             let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let next = counters.get("client").map_err(store_error)?.map(|v| v.value()).unwrap_or(0) + 1;
+            let next = counters
+                .get("client")
+                .map_err(store_error)?
+                .map(|v| v.value())
+                .unwrap_or(0)
+                + 1;
             counters.insert("client", next).map_err(store_error)?;
             let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
             clients.insert(next, alias).map_err(store_error)?;
@@ -160,7 +192,9 @@ impl MgmtStore {
         for entry in nodes.iter().map_err(store_error)? {
             let (key, value) = entry.map_err(store_error)?;
             let (kind, id) = key.value();
-            let Some(kind) = kind_from_key(kind) else { continue };
+            let Some(kind) = kind_from_key(kind) else {
+                continue;
+            };
             let record: NodeRecord = postcard::from_bytes(value.value()).map_err(store_error)?;
             out.push((kind, NodeId(id), record));
         }
@@ -170,7 +204,10 @@ impl MgmtStore {
     pub fn node_exists(&self, kind: NodeKind, node: NodeId) -> Result<bool, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let nodes = txn.open_table(NODES).map_err(store_error)?;
-        Ok(nodes.get((kind_key(kind), node.0)).map_err(store_error)?.is_some())
+        Ok(nodes
+            .get((kind_key(kind), node.0))
+            .map_err(store_error)?
+            .is_some())
     }
 
     pub fn targets(&self) -> Result<Vec<(TargetId, TargetRecord)>, MgmtError> {

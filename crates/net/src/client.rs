@@ -105,7 +105,9 @@ pub struct RpcClient {
 
 impl std::fmt::Debug for RpcClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RpcClient").field("address", &self.address).finish()
+        f.debug_struct("RpcClient")
+            .field("address", &self.address)
+            .finish()
     }
 }
 
@@ -134,10 +136,19 @@ impl RpcClient {
                 return Ok(Arc::clone(connection));
             }
         }
-        let stream = tokio::time::timeout(self.options.connect_timeout, TcpStream::connect(&self.address))
-            .await
-            .map_err(|_| RpcError::Timeout { address: self.address.clone(), timeout: self.options.connect_timeout })?
-            .map_err(|error| RpcError::Transport { address: self.address.clone(), reason: error.to_string() })?;
+        let stream = tokio::time::timeout(
+            self.options.connect_timeout,
+            TcpStream::connect(&self.address),
+        )
+        .await
+        .map_err(|_| RpcError::Timeout {
+            address: self.address.clone(),
+            timeout: self.options.connect_timeout,
+        })?
+        .map_err(|error| RpcError::Transport {
+            address: self.address.clone(),
+            reason: error.to_string(),
+        })?;
         let connection = Arc::new(ClientConnection::start(stream));
         *guard = Some(Arc::clone(&connection));
         Ok(connection)
@@ -147,15 +158,25 @@ impl RpcClient {
     ///
     /// # Errors
     /// [`RpcError`] when the peer is unreachable, too slow, or answers with an error.
-    pub async fn call(&self, request: &Request, payload: Bytes) -> Result<(Response, Bytes), RpcError> {
+    pub async fn call(
+        &self,
+        request: &Request,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), RpcError> {
         let timeout = self.options.request_timeout;
         let connection = self.connection().await?;
-        let transport = |reason: String| RpcError::Transport { address: self.address.clone(), reason };
+        let transport = |reason: String| RpcError::Transport {
+            address: self.address.clone(),
+            reason,
+        };
         let (request_id, receiver) = connection.send(request, payload).await.map_err(transport)?;
         match tokio::time::timeout(timeout, receiver).await {
             Err(_) => {
                 connection.forget(request_id);
-                Err(RpcError::Timeout { address: self.address.clone(), timeout })
+                Err(RpcError::Timeout {
+                    address: self.address.clone(),
+                    timeout,
+                })
             }
             Ok(Err(_)) => Err(transport("connection closed".to_string())),
             Ok(Ok(Err(reason))) => Err(transport(reason)),
@@ -166,6 +187,9 @@ impl RpcClient {
 
     /// An error for a response of the wrong type.
     pub fn unexpected(&self, response: &Response) -> RpcError {
-        RpcError::Unexpected { address: self.address.clone(), response: format!("{response:?}") }
+        RpcError::Unexpected {
+            address: self.address.clone(),
+            response: format!("{response:?}"),
+        }
     }
 }

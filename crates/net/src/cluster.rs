@@ -28,7 +28,13 @@ impl ClusterView {
     /// A view that talks to management at `mgmt_address`; call [`ClusterView::refresh`] first.
     pub fn new(mgmt_address: impl Into<String>, options: RpcClientOptions) -> ClusterView {
         ClusterView {
-            mgmt: MgmtClient::new(mgmt_address, RpcClientOptions { connections: 1, ..options }),
+            mgmt: MgmtClient::new(
+                mgmt_address,
+                RpcClientOptions {
+                    connections: 1,
+                    ..options
+                },
+            ),
             options,
             map: RwLock::default(),
             meta: Mutex::default(),
@@ -57,7 +63,9 @@ impl ClusterView {
     }
 
     fn address_of(&self, kind: NodeKind, node: NodeId) -> Option<String> {
-        self.map().node(kind, node).and_then(|info| info.addresses.first().cloned())
+        self.map()
+            .node(kind, node)
+            .and_then(|info| info.addresses.first().cloned())
     }
 
     /// A client for the metadata node `node`, refreshing the map if the node is not known yet.
@@ -69,7 +77,8 @@ impl ClusterView {
             Some(address) => address,
             None => {
                 self.refresh().await?;
-                self.address_of(NodeKind::Meta, node).ok_or_else(|| unknown(format!("metadata node {node} is not registered")))?
+                self.address_of(NodeKind::Meta, node)
+                    .ok_or_else(|| unknown(format!("metadata node {node} is not registered")))?
             }
         };
         let mut clients = self.meta.lock().expect("client table poisoned");
@@ -87,17 +96,29 @@ impl ClusterView {
     ///
     /// # Errors
     /// `UnknownTarget` / `UnknownNode` when management does not know them.
-    pub async fn storage_for_target(&self, target: TargetId) -> Result<Arc<StorageClient>, RpcError> {
+    pub async fn storage_for_target(
+        &self,
+        target: TargetId,
+    ) -> Result<Arc<StorageClient>, RpcError> {
         let lookup = |map: &ClusterMap| {
-            map.target(target).and_then(|t| map.node(NodeKind::Storage, t.node)).map(|n| (n.id, n.addresses.first().cloned()))
+            map.target(target)
+                .and_then(|t| map.node(NodeKind::Storage, t.node))
+                .map(|n| (n.id, n.addresses.first().cloned()))
         };
         let found = match lookup(&self.map()) {
             Some(found) => found,
             None => lookup(&*self.refresh().await?).ok_or_else(|| {
-                RpcError::Remote(WireError::new(ErrorCode::UnknownTarget, format!("storage target {target} is not registered")))
+                RpcError::Remote(WireError::new(
+                    ErrorCode::UnknownTarget,
+                    format!("storage target {target} is not registered"),
+                ))
             })?,
         };
-        let (node, Some(address)) = found else { return Err(unknown(format!("storage node of target {target} has no address"))) };
+        let (node, Some(address)) = found else {
+            return Err(unknown(format!(
+                "storage node of target {target} has no address"
+            )));
+        };
         let mut clients = self.storage.lock().expect("client table poisoned");
         match clients.get(&node) {
             Some((known, client)) if *known == address => Ok(Arc::clone(client)),

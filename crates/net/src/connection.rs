@@ -29,9 +29,17 @@ impl OutFrame {
             request_id,
             body_len: u32::try_from(body.len()).expect("bodies are bounded well below 4 GiB"),
             payload_len: u32::try_from(payload.len()).expect("payloads are bounded below 4 GiB"),
-            payload_crc: if payload.is_empty() { 0 } else { weft_proto::checksum::crc32c(&payload) },
+            payload_crc: if payload.is_empty() {
+                0
+            } else {
+                weft_proto::checksum::crc32c(&payload)
+            },
         };
-        OutFrame { header: header.encode(), body, payload }
+        OutFrame {
+            header: header.encode(),
+            body,
+            payload,
+        }
     }
 }
 
@@ -88,7 +96,10 @@ pub(crate) async fn write_frames(writer: OwnedWriteHalf, mut frames: mpsc::Recei
     }
 }
 
-async fn write_one(writer: &mut BufWriter<OwnedWriteHalf>, frame: &OutFrame) -> std::io::Result<()> {
+async fn write_one(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    frame: &OutFrame,
+) -> std::io::Result<()> {
     writer.write_all(&frame.header).await?;
     writer.write_all(&frame.body).await?;
     if frame.payload.len() >= 64 * 1024 {
@@ -118,8 +129,17 @@ impl ClientConnection {
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         tokio::spawn(write_frames(writer, queue));
-        tokio::spawn(read_responses(reader, Arc::clone(&waiters), Arc::clone(&closed)));
-        ClientConnection { frames, waiters, next_request_id: AtomicU64::new(1), closed }
+        tokio::spawn(read_responses(
+            reader,
+            Arc::clone(&waiters),
+            Arc::clone(&closed),
+        ));
+        ClientConnection {
+            frames,
+            waiters,
+            next_request_id: AtomicU64::new(1),
+            closed,
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -134,10 +154,21 @@ impl ClientConnection {
     ) -> Result<(u64, oneshot::Receiver<Result<(Reply, Bytes), String>>), String> {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let (waiter, receiver) = oneshot::channel();
-        self.waiters.lock().expect("waiter map poisoned").insert(request_id, waiter);
-        let frame = OutFrame::new(FrameKind::Request, request_id, codec::encode_body(request), payload);
+        self.waiters
+            .lock()
+            .expect("waiter map poisoned")
+            .insert(request_id, waiter);
+        let frame = OutFrame::new(
+            FrameKind::Request,
+            request_id,
+            codec::encode_body(request),
+            payload,
+        );
         if self.frames.send(frame).await.is_err() {
-            self.waiters.lock().expect("waiter map poisoned").remove(&request_id);
+            self.waiters
+                .lock()
+                .expect("waiter map poisoned")
+                .remove(&request_id);
             self.closed.store(true, Ordering::Release);
             return Err("connection closed".to_string());
         }
@@ -146,7 +177,10 @@ impl ClientConnection {
 
     /// Drops the waiter of a request whose caller gave up (deadline passed).
     pub(crate) fn forget(&self, request_id: u64) {
-        self.waiters.lock().expect("waiter map poisoned").remove(&request_id);
+        self.waiters
+            .lock()
+            .expect("waiter map poisoned")
+            .remove(&request_id);
     }
 }
 
@@ -161,7 +195,10 @@ async fn read_responses(
                 if header.kind != FrameKind::Response {
                     break "peer sent a request on a client connection".to_string();
                 }
-                let waiter = waiters.lock().expect("waiter map poisoned").remove(&header.request_id);
+                let waiter = waiters
+                    .lock()
+                    .expect("waiter map poisoned")
+                    .remove(&header.request_id);
                 let Some(waiter) = waiter else { continue };
                 let reply = codec::decode_body::<Reply>(&body)
                     .map(|reply| (reply, payload))
@@ -172,7 +209,12 @@ async fn read_responses(
         }
     };
     closed.store(true, Ordering::Release);
-    let pending: Vec<Waiter> = waiters.lock().expect("waiter map poisoned").drain().map(|(_, w)| w).collect();
+    let pending: Vec<Waiter> = waiters
+        .lock()
+        .expect("waiter map poisoned")
+        .drain()
+        .map(|(_, w)| w)
+        .collect();
     for waiter in pending {
         let _ = waiter.send(Err(reason.clone()));
     }

@@ -1,11 +1,11 @@
 //! Weft's network layer: framed RPC over TCP for every role.
 //!
 //! Layout:
-//! - [`connection`]: one TCP connection with many requests in flight, matched by request id.
-//! - [`client`]: [`RpcClient`], a pool of connections to one peer with deadlines.
-//! - [`server`]: [`serve`], the accept loop that hands each request to a [`Handler`].
-//! - [`retry`]: the one retry and backoff policy.
-//! - [`stubs`]: typed clients per service, used by the client library and by servers alike.
+//! - [`connection`] — one TCP connection with many requests in flight, matched by request id.
+//! - [`client`] — [`RpcClient`], a pool of connections to one peer with deadlines.
+//! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`].
+//! - [`retry`] — the one retry and backoff policy.
+//! - [`stubs`] — typed clients per service, used by the client library and by servers alike.
 //!
 //! A malformed frame closes its connection and is logged; it never takes a server down.
 

@@ -51,7 +51,9 @@ impl RetryPolicy {
         loop {
             match operation().await {
                 Ok(value) => return Ok(value),
-                Err(error) if error.is_retryable() && started.elapsed() + backoff < self.total_timeout => {
+                Err(error)
+                    if error.is_retryable() && started.elapsed() + backoff < self.total_timeout =>
+                {
                     tracing::debug!(%error, ?backoff, "retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.max_backoff);

@@ -16,11 +16,19 @@ pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
 /// A service's request handler.
 pub trait Handler: Send + Sync + 'static {
     /// Serves one request; the returned payload travels raw after the reply body.
-    fn handle(&self, request: Request, payload: Bytes) -> impl Future<Output = (Reply, Bytes)> + Send;
+    fn handle(
+        &self,
+        request: Request,
+        payload: Bytes,
+    ) -> impl Future<Output = (Reply, Bytes)> + Send;
 }
 
 /// Accepts connections on `listener` until `shutdown` completes.
-pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, shutdown: impl Future<Output = ()>) {
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -42,7 +50,10 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, shutdown:
 
 async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
     let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let (mut reader, writer) = stream.into_split();
     let (frames, queue) = mpsc::channel::<OutFrame>(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     tokio::spawn(write_frames(writer, queue));
@@ -67,12 +78,20 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
                 return;
             }
         };
-        let permit = Arc::clone(&in_flight).acquire_owned().await.expect("semaphore never closed");
+        let permit = Arc::clone(&in_flight)
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
         tokio::spawn(async move {
             let (reply, payload): (Reply, Bytes) = handler.handle(request, payload).await;
-            let frame = OutFrame::new(FrameKind::Response, header.request_id, codec::encode_body(&reply), payload);
+            let frame = OutFrame::new(
+                FrameKind::Response,
+                header.request_id,
+                codec::encode_body(&reply),
+                payload,
+            );
             let _ = frames.send(frame).await;
             drop(permit);
         });

@@ -29,7 +29,9 @@ pub struct MgmtClient {
 impl MgmtClient {
     /// A client for management at `address`.
     pub fn new(address: impl Into<String>, options: RpcClientOptions) -> MgmtClient {
-        MgmtClient { rpc: RpcClient::new(address, options) }
+        MgmtClient {
+            rpc: RpcClient::new(address, options),
+        }
     }
 
     /// Management's address.
@@ -38,7 +40,11 @@ impl MgmtClient {
     }
 
     async fn call(&self, request: MgmtRequest) -> Result<Response, RpcError> {
-        Ok(self.rpc.call(&Request::Mgmt(request), Bytes::new()).await?.0)
+        Ok(self
+            .rpc
+            .call(&Request::Mgmt(request), Bytes::new())
+            .await?
+            .0)
     }
 
     /// Registers a server, keeping `node` if it has one.
@@ -52,7 +58,14 @@ impl MgmtClient {
         alias: String,
         addresses: Vec<String>,
     ) -> Result<NodeId, RpcError> {
-        let response = self.call(MgmtRequest::RegisterNode { node, kind, alias, addresses }).await?;
+        let response = self
+            .call(MgmtRequest::RegisterNode {
+                node,
+                kind,
+                alias,
+                addresses,
+            })
+            .await?;
         expect_response!(self.rpc, response, Response::NodeRegistered { node } => node)
     }
 
@@ -60,8 +73,14 @@ impl MgmtClient {
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable or refuses.
-    pub async fn register_target(&self, node: NodeId, target: Option<TargetId>) -> Result<TargetId, RpcError> {
-        let response = self.call(MgmtRequest::RegisterTarget { node, target }).await?;
+    pub async fn register_target(
+        &self,
+        node: NodeId,
+        target: Option<TargetId>,
+    ) -> Result<TargetId, RpcError> {
+        let response = self
+            .call(MgmtRequest::RegisterTarget { node, target })
+            .await?;
         expect_response!(self.rpc, response, Response::TargetRegistered { target } => target)
     }
 
@@ -77,7 +96,15 @@ impl MgmtClient {
         meta_usage: Option<SpaceUsage>,
         meta_inodes_used: Option<u64>,
     ) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::Heartbeat { kind, node, targets, meta_usage, meta_inodes_used }).await?;
+        let response = self
+            .call(MgmtRequest::Heartbeat {
+                kind,
+                node,
+                targets,
+                meta_usage,
+                meta_inodes_used,
+            })
+            .await?;
         expect_response!(self.rpc, response, Response::Done => ())
     }
 
@@ -118,7 +145,9 @@ pub struct MetaClient {
 impl MetaClient {
     /// A client for the metadata server at `address`.
     pub fn new(address: impl Into<String>, options: RpcClientOptions) -> MetaClient {
-        MetaClient { rpc: RpcClient::new(address, options) }
+        MetaClient {
+            rpc: RpcClient::new(address, options),
+        }
     }
 
     /// Sends any metadata request.
@@ -126,7 +155,11 @@ impl MetaClient {
     /// # Errors
     /// [`RpcError`] when the server is unreachable or answers with an error.
     pub async fn call(&self, request: MetaRequest) -> Result<Response, RpcError> {
-        Ok(self.rpc.call(&Request::Meta(request), Bytes::new()).await?.0)
+        Ok(self
+            .rpc
+            .call(&Request::Meta(request), Bytes::new())
+            .await?
+            .0)
     }
 
     async fn attr(&self, request: MetaRequest) -> Result<InodeAttr, RpcError> {
@@ -144,7 +177,11 @@ impl MetaClient {
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
     pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Lookup { parent, name: name.to_string() }).await
+        self.attr(MetaRequest::Lookup {
+            parent,
+            name: name.to_string(),
+        })
+        .await
     }
 
     /// Reads attributes.
@@ -159,8 +196,18 @@ impl MetaClient {
     ///
     /// # Errors
     /// As the server decides, or [`RpcError`] for transport failures.
-    pub async fn set_attr(&self, mutation: MutationId, inode: InodeId, changes: AttrChanges) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::SetAttr { mutation, inode, changes }).await
+    pub async fn set_attr(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        changes: AttrChanges,
+    ) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::SetAttr {
+            mutation,
+            inode,
+            changes,
+        })
+        .await
     }
 
     /// Creates a non-directory entry.
@@ -180,41 +227,98 @@ impl MetaClient {
         symlink: Option<String>,
     ) -> Result<InodeAttr, RpcError> {
         let (uid, gid) = owner;
-        self.attr(MetaRequest::Create { mutation, parent, name: name.to_string(), kind, mode, uid, gid, rdev, symlink })
-            .await
+        self.attr(MetaRequest::Create {
+            mutation,
+            parent,
+            name: name.to_string(),
+            kind,
+            mode,
+            uid,
+            gid,
+            rdev,
+            symlink,
+        })
+        .await
     }
 
     /// Creates a directory.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn mkdir(&self, mutation: MutationId, parent: InodeId, name: &str, mode: u32, owner: (u32, u32)) -> Result<InodeAttr, RpcError> {
+    pub async fn mkdir(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: &str,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> Result<InodeAttr, RpcError> {
         let (uid, gid) = owner;
-        self.attr(MetaRequest::Mkdir { mutation, parent, name: name.to_string(), mode, uid, gid }).await
+        self.attr(MetaRequest::Mkdir {
+            mutation,
+            parent,
+            name: name.to_string(),
+            mode,
+            uid,
+            gid,
+        })
+        .await
     }
 
     /// Adds a hard link.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn link(&self, mutation: MutationId, inode: InodeId, new_parent: InodeId, new_name: &str) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Link { mutation, inode, new_parent, new_name: new_name.to_string() }).await
+    pub async fn link(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        new_parent: InodeId,
+        new_name: &str,
+    ) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::Link {
+            mutation,
+            inode,
+            new_parent,
+            new_name: new_name.to_string(),
+        })
+        .await
     }
 
     /// Removes a non-directory entry.
     ///
     /// # Errors
     /// `NotFound`, `IsDirectory`, or [`RpcError`] for transport failures.
-    pub async fn unlink(&self, mutation: MutationId, parent: InodeId, name: &str) -> Result<(), RpcError> {
-        self.done(MetaRequest::Unlink { mutation, parent, name: name.to_string() }).await
+    pub async fn unlink(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: &str,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::Unlink {
+            mutation,
+            parent,
+            name: name.to_string(),
+        })
+        .await
     }
 
     /// Removes an empty directory.
     ///
     /// # Errors
     /// `NotFound`, `NotEmpty`, `NotDirectory`, or [`RpcError`] for transport failures.
-    pub async fn rmdir(&self, mutation: MutationId, parent: InodeId, name: &str) -> Result<(), RpcError> {
-        self.done(MetaRequest::Rmdir { mutation, parent, name: name.to_string() }).await
+    pub async fn rmdir(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: &str,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::Rmdir {
+            mutation,
+            parent,
+            name: name.to_string(),
+        })
+        .await
     }
 
     /// Renames an entry.
@@ -243,8 +347,19 @@ impl MetaClient {
     ///
     /// # Errors
     /// `NotFound`, `NotDirectory`, or [`RpcError`] for transport failures.
-    pub async fn read_dir(&self, dir: InodeId, after_cookie: u64, max_entries: u32) -> Result<(Vec<DirEntry>, bool), RpcError> {
-        let response = self.call(MetaRequest::ReadDir { dir, after_cookie, max_entries }).await?;
+    pub async fn read_dir(
+        &self,
+        dir: InodeId,
+        after_cookie: u64,
+        max_entries: u32,
+    ) -> Result<(Vec<DirEntry>, bool), RpcError> {
+        let response = self
+            .call(MetaRequest::ReadDir {
+                dir,
+                after_cookie,
+                max_entries,
+            })
+            .await?;
         expect_response!(self.rpc, response, Response::DirEntries { entries, end } => (entries, end))
     }
 
@@ -277,16 +392,38 @@ impl MetaClient {
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn report_size(&self, inode: InodeId, size: u64, truncate_generation: u64, durable: bool) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::ReportSize { inode, size, truncate_generation, durable }).await
+    pub async fn report_size(
+        &self,
+        inode: InodeId,
+        size: u64,
+        truncate_generation: u64,
+        durable: bool,
+    ) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::ReportSize {
+            inode,
+            size,
+            truncate_generation,
+            durable,
+        })
+        .await
     }
 
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
     /// `NotDirectory`, or [`RpcError`] for transport failures.
-    pub async fn set_pattern(&self, mutation: MutationId, dir: InodeId, pattern: StripePattern) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::SetPattern { mutation, dir, pattern }).await
+    pub async fn set_pattern(
+        &self,
+        mutation: MutationId,
+        dir: InodeId,
+        pattern: StripePattern,
+    ) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::SetPattern {
+            mutation,
+            dir,
+            pattern,
+        })
+        .await
     }
 }
 
@@ -299,11 +436,17 @@ pub struct StorageClient {
 impl StorageClient {
     /// A client for the storage server at `address`.
     pub fn new(address: impl Into<String>, options: RpcClientOptions) -> StorageClient {
-        StorageClient { rpc: RpcClient::new(address, options) }
+        StorageClient {
+            rpc: RpcClient::new(address, options),
+        }
     }
 
     async fn done(&self, request: StorageRequest) -> Result<(), RpcError> {
-        let response = self.rpc.call(&Request::Storage(request), Bytes::new()).await?.0;
+        let response = self
+            .rpc
+            .call(&Request::Storage(request), Bytes::new())
+            .await?
+            .0;
         expect_response!(self.rpc, response, Response::Done => ())
     }
 
@@ -311,8 +454,18 @@ impl StorageClient {
     ///
     /// # Errors
     /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, or [`RpcError`] for transport failures.
-    pub async fn write(&self, target: TargetId, inode: InodeId, object_offset: u64, data: Bytes) -> Result<u32, RpcError> {
-        let request = Request::Storage(StorageRequest::Write { target, inode, object_offset });
+    pub async fn write(
+        &self,
+        target: TargetId,
+        inode: InodeId,
+        object_offset: u64,
+        data: Bytes,
+    ) -> Result<u32, RpcError> {
+        let request = Request::Storage(StorageRequest::Write {
+            target,
+            inode,
+            object_offset,
+        });
         let response = self.rpc.call(&request, data).await?.0;
         expect_response!(self.rpc, response, Response::Written { len } => len)
     }
@@ -321,8 +474,19 @@ impl StorageClient {
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn read(&self, target: TargetId, inode: InodeId, object_offset: u64, len: u32) -> Result<Bytes, RpcError> {
-        let request = Request::Storage(StorageRequest::Read { target, inode, object_offset, len });
+    pub async fn read(
+        &self,
+        target: TargetId,
+        inode: InodeId,
+        object_offset: u64,
+        len: u32,
+    ) -> Result<Bytes, RpcError> {
+        let request = Request::Storage(StorageRequest::Read {
+            target,
+            inode,
+            object_offset,
+            len,
+        });
         let (response, payload) = self.rpc.call(&request, Bytes::new()).await?;
         expect_response!(self.rpc, response, Response::Data => payload)
     }
@@ -331,8 +495,18 @@ impl StorageClient {
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn truncate(&self, target: TargetId, inode: InodeId, length: u64) -> Result<(), RpcError> {
-        self.done(StorageRequest::Truncate { target, inode, length }).await
+    pub async fn truncate(
+        &self,
+        target: TargetId,
+        inode: InodeId,
+        length: u64,
+    ) -> Result<(), RpcError> {
+        self.done(StorageRequest::Truncate {
+            target,
+            inode,
+            length,
+        })
+        .await
     }
 
     /// Removes an object.

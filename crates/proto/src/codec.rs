@@ -122,7 +122,9 @@ impl FrameHeader {
     /// # Errors
     /// [`DecodeError`] for a wrong magic, version or kind, or a length over its limit.
     pub fn decode(bytes: &[u8; FRAME_HEADER_BYTES]) -> Result<FrameHeader, DecodeError> {
-        let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let u32_at = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
         let magic = u32_at(0);
         if magic != FRAME_MAGIC {
             return Err(DecodeError::BadMagic { found: magic });
@@ -146,10 +148,14 @@ impl FrameHeader {
             payload_crc: u32_at(24),
         };
         if header.body_len > FRAME_BODY_BYTES_MAX {
-            return Err(DecodeError::BodyTooLarge { body_len: header.body_len });
+            return Err(DecodeError::BodyTooLarge {
+                body_len: header.body_len,
+            });
         }
         if header.payload_len > FRAME_PAYLOAD_BYTES_MAX {
-            return Err(DecodeError::PayloadTooLarge { payload_len: header.payload_len });
+            return Err(DecodeError::PayloadTooLarge {
+                payload_len: header.payload_len,
+            });
         }
         Ok(header)
     }
@@ -162,7 +168,10 @@ impl FrameHeader {
         debug_assert_eq!(payload.len() as u64, u64::from(self.payload_len));
         let found = crate::checksum::crc32c(payload);
         if found != self.payload_crc {
-            return Err(DecodeError::PayloadChecksum { expected: self.payload_crc, found });
+            return Err(DecodeError::PayloadChecksum {
+                expected: self.payload_crc,
+                found,
+            });
         }
         Ok(())
     }
@@ -181,7 +190,9 @@ pub fn encode_body<T: Serialize>(message: &T) -> Vec<u8> {
 /// # Errors
 /// [`DecodeError::Body`] when the bytes are not a valid `T`.
 pub fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    postcard::from_bytes(bytes).map_err(|error| DecodeError::Body { reason: error.to_string() })
+    postcard::from_bytes(bytes).map_err(|error| DecodeError::Body {
+        reason: error.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -192,7 +203,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn header() -> FrameHeader {
-        FrameHeader { kind: FrameKind::Request, request_id: 42, body_len: 10, payload_len: 3, payload_crc: crate::checksum::crc32c(b"abc") }
+        FrameHeader {
+            kind: FrameKind::Request,
+            request_id: 42,
+            body_len: 10,
+            payload_len: 3,
+            payload_crc: crate::checksum::crc32c(b"abc"),
+        }
     }
 
     // Goal: a header decodes to what was encoded, and the golden bytes of version 1 never change.
@@ -209,30 +226,59 @@ mod tests {
     fn rejects_malformed_headers() {
         let mut bytes = header().encode();
         bytes[0] = b'X';
-        assert!(matches!(FrameHeader::decode(&bytes), Err(DecodeError::BadMagic { .. })));
+        assert!(matches!(
+            FrameHeader::decode(&bytes),
+            Err(DecodeError::BadMagic { .. })
+        ));
         let mut bytes = header().encode();
         bytes[4] = 9;
-        assert_eq!(FrameHeader::decode(&bytes), Err(DecodeError::Version { found: 9 }));
+        assert_eq!(
+            FrameHeader::decode(&bytes),
+            Err(DecodeError::Version { found: 9 })
+        );
         let mut bytes = header().encode();
         bytes[6] = 7;
-        assert_eq!(FrameHeader::decode(&bytes), Err(DecodeError::Kind { found: 7 }));
-        let oversized = FrameHeader { body_len: FRAME_BODY_BYTES_MAX + 1, ..header() };
-        assert!(matches!(FrameHeader::decode(&oversized.encode()), Err(DecodeError::BodyTooLarge { .. })));
-        let oversized = FrameHeader { payload_len: FRAME_PAYLOAD_BYTES_MAX + 1, ..header() };
-        assert!(matches!(FrameHeader::decode(&oversized.encode()), Err(DecodeError::PayloadTooLarge { .. })));
+        assert_eq!(
+            FrameHeader::decode(&bytes),
+            Err(DecodeError::Kind { found: 7 })
+        );
+        let oversized = FrameHeader {
+            body_len: FRAME_BODY_BYTES_MAX + 1,
+            ..header()
+        };
+        assert!(matches!(
+            FrameHeader::decode(&oversized.encode()),
+            Err(DecodeError::BodyTooLarge { .. })
+        ));
+        let oversized = FrameHeader {
+            payload_len: FRAME_PAYLOAD_BYTES_MAX + 1,
+            ..header()
+        };
+        assert!(matches!(
+            FrameHeader::decode(&oversized.encode()),
+            Err(DecodeError::PayloadTooLarge { .. })
+        ));
     }
 
     // Goal: a damaged payload is caught by its checksum.
     #[test]
     fn payload_checksum() {
         assert!(header().check_payload(b"abc").is_ok());
-        assert!(matches!(header().check_payload(b"abd"), Err(DecodeError::PayloadChecksum { .. })));
+        assert!(matches!(
+            header().check_payload(b"abd"),
+            Err(DecodeError::PayloadChecksum { .. })
+        ));
     }
 
     // Goal: bodies round-trip through the codec.
     #[test]
     fn body_round_trip() {
-        let request = Request::Storage(StorageRequest::Read { target: TargetId(3), inode: InodeId::ROOT, object_offset: 4096, len: 65536 });
+        let request = Request::Storage(StorageRequest::Read {
+            target: TargetId(3),
+            inode: InodeId::ROOT,
+            object_offset: 4096,
+            len: 65536,
+        });
         let bytes = encode_body(&request);
         assert_eq!(decode_body::<Request>(&bytes), Ok(request));
     }

@@ -84,9 +84,7 @@ impl ErrorCode {
             ErrorCode::Internal | ErrorCode::Io | ErrorCode::ChecksumMismatch => libc::EIO,
             ErrorCode::TargetPoisoned => libc::EIO,
             ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
-            ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => {
-                libc::EIO
-            }
+            ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }
@@ -129,7 +127,10 @@ pub struct WireError {
 impl WireError {
     /// A wire error with a code and a message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> WireError {
-        WireError { code, message: message.into() }
+        WireError {
+            code,
+            message: message.into(),
+        }
     }
 }
 

@@ -54,7 +54,11 @@ impl InodeId {
     /// If `home` does not fit 16 bits or `counter` does not fit 48 bits: both are allocated by
     /// Weft itself, so an overflow is a programmer error.
     pub fn new(home: NodeId, counter: u64) -> InodeId {
-        assert!(home.0 <= META_HOME_MAX, "metadata node id {} cannot be a home", home.0);
+        assert!(
+            home.0 <= META_HOME_MAX,
+            "metadata node id {} cannot be a home",
+            home.0
+        );
         assert!(counter <= INODE_COUNTER_MAX, "inode counter overflow");
         assert!(counter > 0, "inode counter 0 is never allocated");
         InodeId((u64::from(home.0) << INODE_COUNTER_BITS) | counter)

@@ -50,9 +50,7 @@ pub struct StripePattern {
 #[non_exhaustive]
 pub enum PatternError {
     /// The chunk size is not a power of two in range.
-    #[error(
-        "chunk size {chunk_size_bytes} must be a power of two between 64 KiB and 512 MiB"
-    )]
+    #[error("chunk size {chunk_size_bytes} must be a power of two between 64 KiB and 512 MiB")]
     ChunkSize {
         /// The rejected chunk size.
         chunk_size_bytes: u64,
@@ -102,10 +100,14 @@ impl StripePattern {
     pub fn validate(&self) -> Result<(), PatternError> {
         let chunk = self.chunk_size_bytes;
         if !chunk.is_power_of_two() || !(CHUNK_SIZE_MIN..=CHUNK_SIZE_MAX).contains(&chunk) {
-            return Err(PatternError::ChunkSize { chunk_size_bytes: u64::from(chunk) });
+            return Err(PatternError::ChunkSize {
+                chunk_size_bytes: u64::from(chunk),
+            });
         }
         if self.num_targets == 0 || self.num_targets > NUM_TARGETS_MAX {
-            return Err(PatternError::NumTargets { num_targets: u64::from(self.num_targets) });
+            return Err(PatternError::NumTargets {
+                num_targets: u64::from(self.num_targets),
+            });
         }
         Ok(())
     }
@@ -167,15 +169,30 @@ pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> 
 
 /// The length the object on `target_index` has when the file is exactly `file_size` bytes long
 /// and fully written. Truncate cuts each object to this length.
-pub fn object_length_for_file_size(layout: &FileLayout, target_index: usize, file_size: u64) -> u64 {
+pub fn object_length_for_file_size(
+    layout: &FileLayout,
+    target_index: usize,
+    file_size: u64,
+) -> u64 {
     let chunk = u64::from(layout.pattern.chunk_size_bytes);
     let targets = layout.targets.len() as u64;
     let target = target_index as u64;
-    assert!(target < targets, "target index {target_index} outside layout");
+    assert!(
+        target < targets,
+        "target index {target_index} outside layout"
+    );
     let full_chunks = file_size / chunk;
     let remainder = file_size % chunk;
-    let full_on_target = if full_chunks > target { (full_chunks - target).div_ceil(targets) } else { 0 };
-    let partial = if full_chunks % targets == target { remainder } else { 0 };
+    let full_on_target = if full_chunks > target {
+        (full_chunks - target).div_ceil(targets)
+    } else {
+        0
+    };
+    let partial = if full_chunks % targets == target {
+        remainder
+    } else {
+        0
+    };
     full_on_target * chunk + partial
 }
 

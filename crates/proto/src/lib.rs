@@ -1,12 +1,12 @@
 //! Weft's shared vocabulary: everything two processes must compute identically.
 //!
 //! Layout:
-//! - [`ids`]: newtypes for every identifier (nodes, targets, inodes, clients).
-//! - [`error`]: the stable wire [`ErrorCode`] and its one mapping to errno.
-//! - [`layout`]: stripe patterns and the byte → (target, object offset) mapping.
-//! - [`codec`]: the frame header and body encoding, with every size bounded.
-//! - [`messages`]: the typed request and response bodies of every service.
-//! - [`checksum`]: the payload checksum (CRC32C).
+//! - [`ids`] — newtypes for every identifier (nodes, targets, inodes, clients).
+//! - [`error`] — the stable wire [`ErrorCode`] and its one mapping to errno.
+//! - [`layout`] — stripe patterns and the byte → (target, object offset) mapping.
+//! - [`codec`] — the frame header and body encoding, with every size bounded.
+//! - [`messages`] — the typed request and response bodies of every service.
+//! - [`checksum`] — the payload checksum (CRC32C).
 //!
 //! This crate is pure: no tokio, no file system, so the simulator, fuzzers and every service can
 //! use it and agree byte for byte.

@@ -107,7 +107,9 @@ pub struct ClusterMap {
 impl ClusterMap {
     /// The node of this kind and id, if registered. Each kind numbers its nodes from 1.
     pub fn node(&self, kind: NodeKind, id: NodeId) -> Option<&NodeInfo> {
-        self.nodes.iter().find(|node| node.kind == kind && node.id == id)
+        self.nodes
+            .iter()
+            .find(|node| node.kind == kind && node.id == id)
     }
 
     /// The target with this id, if registered.

@@ -34,15 +34,21 @@ pub enum ConfigError {
 ///
 /// # Errors
 /// [`ConfigError`] naming the file or the key that is wrong.
-pub fn load<T: DeserializeOwned>(file: Option<&Path>, overrides: &[(String, String)]) -> Result<T, ConfigError> {
+pub fn load<T: DeserializeOwned>(
+    file: Option<&Path>,
+    overrides: &[(String, String)],
+) -> Result<T, ConfigError> {
     let mut table = match file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-            text.parse::<toml::Table>().map_err(|error| ConfigError::Invalid {
-                origin: format!(" in {}", path.display()),
-                reason: error.to_string(),
-            })?
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            text.parse::<toml::Table>()
+                .map_err(|error| ConfigError::Invalid {
+                    origin: format!(" in {}", path.display()),
+                    reason: error.to_string(),
+                })?
         }
         None => toml::Table::new(),
     };
@@ -51,7 +57,9 @@ pub fn load<T: DeserializeOwned>(file: Option<&Path>, overrides: &[(String, Stri
         let mut slot = &mut table;
         let parts: Vec<&str> = key.split('.').collect();
         for part in &parts[..parts.len() - 1] {
-            let entry = slot.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let entry = slot
+                .entry(part.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
             slot = entry.as_table_mut().ok_or_else(|| ConfigError::Invalid {
                 origin: format!(" on the command line ({key})"),
                 reason: format!("`{part}` is not a table"),
@@ -59,9 +67,13 @@ pub fn load<T: DeserializeOwned>(file: Option<&Path>, overrides: &[(String, Stri
         }
         slot.insert(parts[parts.len() - 1].to_string(), parsed);
     }
-    let origin = file.map(|p| format!(" in {}", p.display())).unwrap_or_default();
-    T::deserialize(toml::Value::Table(table))
-        .map_err(|error| ConfigError::Invalid { origin, reason: error.to_string().trim().to_string() })
+    let origin = file
+        .map(|p| format!(" in {}", p.display()))
+        .unwrap_or_default();
+    T::deserialize(toml::Value::Table(table)).map_err(|error| ConfigError::Invalid {
+        origin,
+        reason: error.to_string().trim().to_string(),
+    })
 }
 
 /// A command-line value is TOML if it parses as such (numbers, booleans, arrays), else a string.
@@ -93,8 +105,15 @@ mod tests {
         let path = directory.path().join("c.toml");
         std::fs::write(&path, "listen = \"a:1\"\nthreads = 2\n").expect("write");
         let loaded: Example = load(Some(&path), &[("threads".into(), "8".into())]).expect("load");
-        assert_eq!(loaded, Example { listen: "a:1".into(), threads: 8 });
-        let error = load::<Example>(Some(&path), &[("colour".into(), "red".into())]).expect_err("unknown key");
+        assert_eq!(
+            loaded,
+            Example {
+                listen: "a:1".into(),
+                threads: 8
+            }
+        );
+        let error = load::<Example>(Some(&path), &[("colour".into(), "red".into())])
+            .expect_err("unknown key");
         assert!(error.to_string().contains("colour"), "{error}");
     }
 }

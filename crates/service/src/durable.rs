@@ -39,7 +39,10 @@ pub enum RecordError {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
-    move |source| RecordError::Io { path: path.to_path_buf(), source }
+    move |source| RecordError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Replaces `path` with `bytes` durably: after it returns, a crash leaves the new content.
@@ -48,9 +51,17 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
 /// [`RecordError::Io`] when any step fails; the old file is then still intact.
 pub fn write_file_durably(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
     let directory = path.parent().unwrap_or(Path::new("."));
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let temporary = directory.join(format!(".{file_name}.tmp"));
-    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temporary).map_err(io_error(&temporary))?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temporary)
+        .map_err(io_error(&temporary))?;
     file.write_all(bytes).map_err(io_error(&temporary))?;
     file.sync_all().map_err(io_error(&temporary))?;
     drop(file);
@@ -70,9 +81,19 @@ pub fn sync_directory(directory: &Path) -> std::io::Result<()> {
 ///
 /// # Errors
 /// [`RecordError::Io`] when the write fails.
-pub fn write_record(path: &Path, magic: [u8; 4], version: u16, payload: &[u8]) -> Result<(), RecordError> {
-    let length = u32::try_from(payload.len()).ok().filter(|l| *l <= RECORD_PAYLOAD_BYTES_MAX);
-    let length = length.ok_or_else(|| RecordError::Corrupt { path: path.to_path_buf(), reason: "payload too large".into() })?;
+pub fn write_record(
+    path: &Path,
+    magic: [u8; 4],
+    version: u16,
+    payload: &[u8],
+) -> Result<(), RecordError> {
+    let length = u32::try_from(payload.len())
+        .ok()
+        .filter(|l| *l <= RECORD_PAYLOAD_BYTES_MAX);
+    let length = length.ok_or_else(|| RecordError::Corrupt {
+        path: path.to_path_buf(),
+        reason: "payload too large".into(),
+    })?;
     let mut bytes = Vec::with_capacity(payload.len() + 14);
     bytes.extend_from_slice(&magic);
     bytes.extend_from_slice(&version.to_le_bytes());
@@ -87,13 +108,25 @@ pub fn write_record(path: &Path, magic: [u8; 4], version: u16, payload: &[u8]) -
 ///
 /// # Errors
 /// [`RecordError`] when the file cannot be read or is damaged, of another kind or version.
-pub fn read_record(path: &Path, magic: [u8; 4], version: u16) -> Result<Option<Vec<u8>>, RecordError> {
+pub fn read_record(
+    path: &Path,
+    magic: [u8; 4],
+    version: u16,
+) -> Result<Option<Vec<u8>>, RecordError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(RecordError::Io { path: path.to_path_buf(), source }),
+        Err(source) => {
+            return Err(RecordError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
-    let corrupt = |reason: &str| RecordError::Corrupt { path: path.to_path_buf(), reason: reason.to_string() };
+    let corrupt = |reason: &str| RecordError::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
     if bytes.len() < 14 {
         return Err(corrupt("too short"));
     }
@@ -102,7 +135,9 @@ pub fn read_record(path: &Path, magic: [u8; 4], version: u16) -> Result<Option<V
     }
     let found_version = u16::from_le_bytes([bytes[4], bytes[5]]);
     if found_version != version {
-        return Err(corrupt(&format!("format version {found_version}, expected {version}")));
+        return Err(corrupt(&format!(
+            "format version {found_version}, expected {version}"
+        )));
     }
     let length = u32::from_le_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]) as usize;
     if bytes.len() != 14 + length {
@@ -126,14 +161,22 @@ mod tests {
     fn record_round_trip_and_corruption() {
         let directory = tempfile::tempdir().expect("tempdir");
         let path = directory.path().join("node.id");
-        assert!(read_record(&path, *b"TEST", 1).expect("absent is fine").is_none());
+        assert!(read_record(&path, *b"TEST", 1)
+            .expect("absent is fine")
+            .is_none());
         write_record(&path, *b"TEST", 1, b"hello").expect("write");
-        assert_eq!(read_record(&path, *b"TEST", 1).expect("read"), Some(b"hello".to_vec()));
+        assert_eq!(
+            read_record(&path, *b"TEST", 1).expect("read"),
+            Some(b"hello".to_vec())
+        );
         assert!(read_record(&path, *b"OTHR", 1).is_err());
         assert!(read_record(&path, *b"TEST", 2).is_err());
         let mut bytes = fs::read(&path).expect("read raw");
         bytes[11] ^= 0xff;
         fs::write(&path, &bytes).expect("write raw");
-        assert!(matches!(read_record(&path, *b"TEST", 1), Err(RecordError::Corrupt { .. })));
+        assert!(matches!(
+            read_record(&path, *b"TEST", 1),
+            Err(RecordError::Corrupt { .. })
+        ));
     }
 }

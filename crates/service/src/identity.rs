@@ -14,11 +14,16 @@ pub const NODE_ID_FILE: &str = "node.id";
 pub const TARGET_ID_FILE: &str = "target.id";
 
 fn read_u32(path: &Path, magic: [u8; 4]) -> Result<Option<u32>, RecordError> {
-    let Some(payload) = read_record(path, magic, ID_FORMAT_VERSION)? else { return Ok(None) };
-    let bytes: [u8; 4] = payload.as_slice().try_into().map_err(|_| RecordError::Corrupt {
-        path: path.to_path_buf(),
-        reason: "id record is not 4 bytes".into(),
-    })?;
+    let Some(payload) = read_record(path, magic, ID_FORMAT_VERSION)? else {
+        return Ok(None);
+    };
+    let bytes: [u8; 4] = payload
+        .as_slice()
+        .try_into()
+        .map_err(|_| RecordError::Corrupt {
+            path: path.to_path_buf(),
+            reason: "id record is not 4 bytes".into(),
+        })?;
     Ok(Some(u32::from_le_bytes(bytes)))
 }
 
@@ -35,7 +40,12 @@ pub fn load_node_id(data_dir: &Path) -> Result<Option<NodeId>, RecordError> {
 /// # Errors
 /// [`RecordError`] when the write fails.
 pub fn save_node_id(data_dir: &Path, node: NodeId) -> Result<(), RecordError> {
-    write_record(&data_dir.join(NODE_ID_FILE), NODE_ID_MAGIC, ID_FORMAT_VERSION, &node.0.to_le_bytes())
+    write_record(
+        &data_dir.join(NODE_ID_FILE),
+        NODE_ID_MAGIC,
+        ID_FORMAT_VERSION,
+        &node.0.to_le_bytes(),
+    )
 }
 
 /// The target id saved in a target directory, if any.
@@ -51,7 +61,12 @@ pub fn load_target_id(target_dir: &Path) -> Result<Option<TargetId>, RecordError
 /// # Errors
 /// [`RecordError`] when the write fails.
 pub fn save_target_id(target_dir: &Path, target: TargetId) -> Result<(), RecordError> {
-    write_record(&target_dir.join(TARGET_ID_FILE), TARGET_ID_MAGIC, ID_FORMAT_VERSION, &target.0.to_le_bytes())
+    write_record(
+        &target_dir.join(TARGET_ID_FILE),
+        TARGET_ID_MAGIC,
+        ID_FORMAT_VERSION,
+        &target.0.to_le_bytes(),
+    )
 }
 
 /// Registers a server with management, keeping the id saved in `data_dir` (or saving the one

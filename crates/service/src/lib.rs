@@ -1,10 +1,10 @@
 //! What every Weft server process shares, written once.
 //!
 //! Layout:
-//! - [`durable`]: the one durable-write helper and the framed on-disk record format.
-//! - [`config`]: loading a typed TOML config with command-line overrides; unknown keys rejected.
-//! - [`identity`]: a node's id kept in its data directory across restarts.
-//! - [`usage`]: space and inode usage of a directory's file system.
+//! - [`durable`] — the one durable-write helper and the framed on-disk record format.
+//! - [`config`] — loading a typed TOML config with command-line overrides; unknown keys rejected.
+//! - [`identity`] — a node's id kept in its data directory across restarts.
+//! - [`usage`] — space and inode usage of a directory's file system.
 
 pub mod config;
 pub mod durable;

@@ -10,8 +10,9 @@ use weft_proto::messages::SpaceUsage;
 /// # Errors
 /// The OS error when `path` cannot be examined.
 pub fn file_system_usage(path: &Path) -> std::io::Result<SpaceUsage> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte")
+    })?;
     // SAFETY: statvfs is plain data, so all-zero bytes are a valid value to overwrite.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: c_path is a valid NUL-terminated string and stat a valid, writable statvfs.

@@ -50,7 +50,11 @@ impl StorageConfig {
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
         let missing = |what: &str, path: &PathBuf| {
-            format!("{what} {} does not exist: create it (mkdir -p {}) or fix the path", path.display(), path.display())
+            format!(
+                "{what} {} does not exist: create it (mkdir -p {}) or fix the path",
+                path.display(),
+                path.display()
+            )
         };
         if !self.data_dir.is_dir() {
             problems.push(missing("data_dir", &self.data_dir));
@@ -66,6 +70,10 @@ impl StorageConfig {
         if self.heartbeat_interval_ms == 0 {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
     }
 }

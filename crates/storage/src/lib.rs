@@ -1,7 +1,7 @@
 //! The storage service: file data as one object per (file, target), created on first write.
 //!
 //! Layout:
-//! - [`config`]: [`StorageConfig`].
+//! - [`config`] — [`StorageConfig`].
 //! - `target`: one storage target — a directory of objects under hashed subdirectories, its
 //!   capacity accounting, poisoning after a failed fsync, and the crash-test journal.
 //! - `service`: registration, heartbeats and the request handler.

@@ -12,7 +12,9 @@ use tokio::net::TcpListener;
 use weft_net::MgmtClient;
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
-use weft_proto::messages::{NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX};
+use weft_proto::messages::{
+    NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX,
+};
 use weft_proto::ErrorCode;
 
 struct Storage {
@@ -23,49 +25,112 @@ struct Storage {
 ///
 /// # Errors
 /// [`StorageError`] when the config, a target directory or registration fails.
-pub async fn run(config: StorageConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StorageError> {
+pub async fn run(
+    config: StorageConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StorageError> {
     config.validate().map_err(StorageError::Config)?;
-    let mgmt = Arc::new(MgmtClient::new(config.mgmt.clone(), weft_net::RpcClientOptions::default()));
-    let address = listener.local_addr().map_err(|e| StorageError::Config(e.to_string()))?.to_string();
+    let mgmt = Arc::new(MgmtClient::new(
+        config.mgmt.clone(),
+        weft_net::RpcClientOptions::default(),
+    ));
+    let address = listener
+        .local_addr()
+        .map_err(|e| StorageError::Config(e.to_string()))?
+        .to_string();
     let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
-    let node = weft_service::identity::register_node(&config.data_dir, &mgmt, NodeKind::Storage, &alias, vec![address.clone()])
-        .await
-        .map_err(StorageError::Register)?;
+    let node = weft_service::identity::register_node(
+        &config.data_dir,
+        &mgmt,
+        NodeKind::Storage,
+        &alias,
+        vec![address.clone()],
+    )
+    .await
+    .map_err(StorageError::Register)?;
     let mut targets = HashMap::new();
     for path in &config.targets {
-        let saved = weft_service::identity::load_target_id(path).map_err(|e| StorageError::Config(e.to_string()))?;
+        let saved = weft_service::identity::load_target_id(path)
+            .map_err(|e| StorageError::Config(e.to_string()))?;
         let id = weft_net::retry::RetryPolicy::default()
             .run(|| mgmt.register_target(node, saved))
             .await
-            .map_err(|e| StorageError::Register(format!("cannot register target {}: {e}", path.display())))?;
+            .map_err(|e| {
+                StorageError::Register(format!("cannot register target {}: {e}", path.display()))
+            })?;
         if saved != Some(id) {
-            weft_service::identity::save_target_id(path, id).map_err(|e| StorageError::Config(e.to_string()))?;
+            weft_service::identity::save_target_id(path, id)
+                .map_err(|e| StorageError::Config(e.to_string()))?;
         }
-        let target = Target::open(id, path, config.target_capacity_bytes, config.crash_test_discard_unsynced)
-            .map_err(|source| StorageError::Target { path: path.clone(), source })?;
+        let target = Target::open(
+            id,
+            path,
+            config.target_capacity_bytes,
+            config.crash_test_discard_unsynced,
+        )
+        .map_err(|source| StorageError::Target {
+            path: path.clone(),
+            source,
+        })?;
         tracing::info!(target = id.0, path = %path.display(), "storage target ready");
         targets.insert(id, Arc::new(target));
     }
     if config.crash_test_discard_unsynced {
-        tracing::warn!("crash-test mode: unsynced writes live in memory and are lost when the process dies");
+        tracing::warn!(
+            "crash-test mode: unsynced writes live in memory and are lost when the process dies"
+        );
     }
     let storage = Arc::new(Storage { targets });
     tracing::info!(node = node.0, %address, %alias, "storage server serving");
-    let heartbeat = tokio::spawn(heartbeat_loop(Arc::clone(&storage), mgmt, node, config, alias, address));
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        Arc::clone(&storage),
+        mgmt,
+        node,
+        config,
+        alias,
+        address,
+    ));
     weft_net::serve(listener, storage, shutdown).await;
     heartbeat.abort();
     Ok(())
 }
 
-async fn heartbeat_loop(storage: Arc<Storage>, mgmt: Arc<MgmtClient>, node: NodeId, config: StorageConfig, alias: String, address: String) {
+async fn heartbeat_loop(
+    storage: Arc<Storage>,
+    mgmt: Arc<MgmtClient>,
+    node: NodeId,
+    config: StorageConfig,
+    alias: String,
+    address: String,
+) {
     let interval = Duration::from_millis(config.heartbeat_interval_ms);
     loop {
-        let reports: Vec<TargetReport> = storage.targets.values().map(|t| TargetReport { target: t.id, usage: t.usage() }).collect();
-        match mgmt.heartbeat(NodeKind::Storage, node, reports, None, None).await {
+        let reports: Vec<TargetReport> = storage
+            .targets
+            .values()
+            .map(|t| TargetReport {
+                target: t.id,
+                usage: t.usage(),
+            })
+            .collect();
+        match mgmt
+            .heartbeat(NodeKind::Storage, node, reports, None, None)
+            .await
+        {
             Ok(()) => {}
             Err(error) if error.code() == ErrorCode::UnknownNode => {
                 tracing::warn!("management does not know this node; registering again");
-                if mgmt.register_node(Some(node), NodeKind::Storage, alias.clone(), vec![address.clone()]).await.is_ok() {
+                if mgmt
+                    .register_node(
+                        Some(node),
+                        NodeKind::Storage,
+                        alias.clone(),
+                        vec![address.clone()],
+                    )
+                    .await
+                    .is_ok()
+                {
                     for id in storage.targets.keys() {
                         let _ = mgmt.register_target(node, Some(*id)).await;
                     }
@@ -80,7 +145,13 @@ async fn heartbeat_loop(storage: Arc<Storage>, mgmt: Arc<MgmtClient>, node: Node
 impl weft_net::Handler for Storage {
     async fn handle(&self, request: Request, payload: Bytes) -> (Reply, Bytes) {
         let Request::Storage(request) = request else {
-            return (Err(WireError::new(ErrorCode::WrongService, "a storage server serves storage requests only")), Bytes::new());
+            return (
+                Err(WireError::new(
+                    ErrorCode::WrongService,
+                    "a storage server serves storage requests only",
+                )),
+                Bytes::new(),
+            );
         };
         let target_id = match &request {
             StorageRequest::Write { target, .. }
@@ -91,32 +162,62 @@ impl weft_net::Handler for Storage {
             | StorageRequest::ObjectLength { target, .. } => *target,
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
-            let error = WireError::new(ErrorCode::UnknownTarget, format!("this server does not hold target {target_id}"));
+            let error = WireError::new(
+                ErrorCode::UnknownTarget,
+                format!("this server does not hold target {target_id}"),
+            );
             return (Err(error), Bytes::new());
         };
-        let outcome = tokio::task::spawn_blocking(move || -> Result<(Response, Bytes), WireError> {
-            match request {
-                StorageRequest::Write { inode, object_offset, .. } => {
-                    let len = target.write(inode, object_offset, payload)?;
-                    Ok((Response::Written { len }, Bytes::new()))
-                }
-                StorageRequest::Read { inode, object_offset, len, .. } => {
-                    if len > IO_BYTES_MAX {
-                        return Err(WireError::new(ErrorCode::InvalidArgument, format!("read of {len} bytes exceeds {IO_BYTES_MAX}")));
+        let outcome =
+            tokio::task::spawn_blocking(move || -> Result<(Response, Bytes), WireError> {
+                match request {
+                    StorageRequest::Write {
+                        inode,
+                        object_offset,
+                        ..
+                    } => {
+                        let len = target.write(inode, object_offset, payload)?;
+                        Ok((Response::Written { len }, Bytes::new()))
                     }
-                    Ok((Response::Data, target.read(inode, object_offset, len)?))
+                    StorageRequest::Read {
+                        inode,
+                        object_offset,
+                        len,
+                        ..
+                    } => {
+                        if len > IO_BYTES_MAX {
+                            return Err(WireError::new(
+                                ErrorCode::InvalidArgument,
+                                format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
+                            ));
+                        }
+                        Ok((Response::Data, target.read(inode, object_offset, len)?))
+                    }
+                    StorageRequest::Truncate { inode, length, .. } => target
+                        .truncate(inode, length)
+                        .map(|()| (Response::Done, Bytes::new())),
+                    StorageRequest::Remove { inode, .. } => target
+                        .remove(inode)
+                        .map(|()| (Response::Done, Bytes::new())),
+                    StorageRequest::Sync { inode, .. } => {
+                        target.sync(inode).map(|()| (Response::Done, Bytes::new()))
+                    }
+                    StorageRequest::ObjectLength { inode, .. } => {
+                        Ok((Response::Length(target.length(inode)?), Bytes::new()))
+                    }
                 }
-                StorageRequest::Truncate { inode, length, .. } => target.truncate(inode, length).map(|()| (Response::Done, Bytes::new())),
-                StorageRequest::Remove { inode, .. } => target.remove(inode).map(|()| (Response::Done, Bytes::new())),
-                StorageRequest::Sync { inode, .. } => target.sync(inode).map(|()| (Response::Done, Bytes::new())),
-                StorageRequest::ObjectLength { inode, .. } => Ok((Response::Length(target.length(inode)?), Bytes::new())),
-            }
-        })
-        .await;
+            })
+            .await;
         match outcome {
             Ok(Ok((response, payload))) => (Ok(response), payload),
             Ok(Err(error)) => (Err(error), Bytes::new()),
-            Err(join) => (Err(WireError::new(ErrorCode::Internal, format!("storage task failed: {join}"))), Bytes::new()),
+            Err(join) => (
+                Err(WireError::new(
+                    ErrorCode::Internal,
+                    format!("storage task failed: {join}"),
+                )),
+                Bytes::new(),
+            ),
         }
     }
 }

@@ -39,7 +39,12 @@ fn io_error(context: &str, error: &std::io::Error) -> WireError {
 }
 
 impl Target {
-    pub fn open(id: TargetId, root: &Path, capacity_bytes: Option<u64>, crash_test: bool) -> std::io::Result<Target> {
+    pub fn open(
+        id: TargetId,
+        root: &Path,
+        capacity_bytes: Option<u64>,
+        crash_test: bool,
+    ) -> std::io::Result<Target> {
         let objects = root.join("objects");
         fs::create_dir_all(&objects)?;
         let used = directory_bytes(&objects)?;
@@ -56,12 +61,22 @@ impl Target {
     /// `<root>/objects/<aa>/<bb>/<inode>`.
     pub fn object_path(&self, inode: InodeId) -> PathBuf {
         let hash = weft_proto::checksum::crc32c(&inode.0.to_le_bytes()).to_le_bytes();
-        self.root.join("objects").join(format!("{:02x}", hash[0])).join(format!("{:02x}", hash[1])).join(format!("{:016x}", inode.0))
+        self.root
+            .join("objects")
+            .join(format!("{:02x}", hash[0]))
+            .join(format!("{:02x}", hash[1]))
+            .join(format!("{:016x}", inode.0))
     }
 
     fn check_writable(&self) -> Result<(), WireError> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(WireError::new(ErrorCode::TargetPoisoned, format!("target {} refuses writes after an fsync failure; restart and check it", self.id)));
+            return Err(WireError::new(
+                ErrorCode::TargetPoisoned,
+                format!(
+                    "target {} refuses writes after an fsync failure; restart and check it",
+                    self.id
+                ),
+            ));
         }
         Ok(())
     }
@@ -70,7 +85,13 @@ impl Target {
         if let Some(capacity) = self.capacity_bytes {
             let used = self.used_bytes.load(Ordering::Acquire);
             if used.saturating_add(growth) > capacity {
-                return Err(WireError::new(ErrorCode::NoSpace, format!("target {} is full ({used} of {capacity} bytes used)", self.id)));
+                return Err(WireError::new(
+                    ErrorCode::NoSpace,
+                    format!(
+                        "target {} is full ({used} of {capacity} bytes used)",
+                        self.id
+                    ),
+                ));
             }
         }
         Ok(())
@@ -86,12 +107,22 @@ impl Target {
 
     fn open_for_write(&self, inode: InodeId) -> Result<File, WireError> {
         let path = self.object_path(inode);
-        match OpenOptions::new().write(true).create(true).truncate(false).open(&path) {
+        match OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
             Ok(file) => Ok(file),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let parent = path.parent().expect("object paths have a parent");
                 fs::create_dir_all(parent).map_err(|e| io_error("create object directory", &e))?;
-                OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(|e| io_error("create object", &e))
+                OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| io_error("create object", &e))
             }
             Err(error) => Err(io_error("open object", &error)),
         }
@@ -100,25 +131,39 @@ impl Target {
     /// The object's length as readers see it (including unsynced journal entries).
     pub fn length(&self, inode: InodeId) -> Result<u64, WireError> {
         let disk = self.disk_length(inode)?;
-        let Some(journal) = &self.journal else { return Ok(disk) };
+        let Some(journal) = &self.journal else {
+            return Ok(disk);
+        };
         let journal = journal.lock().expect("journal poisoned");
-        Ok(journal.get(&inode).map(|ops| apply_length(disk, ops)).unwrap_or(disk))
+        Ok(journal
+            .get(&inode)
+            .map(|ops| apply_length(disk, ops))
+            .unwrap_or(disk))
     }
 
     pub fn write(&self, inode: InodeId, offset: u64, data: Bytes) -> Result<u32, WireError> {
         self.check_writable()?;
-        let len = u32::try_from(data.len()).map_err(|_| WireError::new(ErrorCode::InvalidArgument, "write too large"))?;
-        let end = offset.checked_add(u64::from(len)).ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "offset overflows"))?;
+        let len = u32::try_from(data.len())
+            .map_err(|_| WireError::new(ErrorCode::InvalidArgument, "write too large"))?;
+        let end = offset
+            .checked_add(u64::from(len))
+            .ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "offset overflows"))?;
         let old_length = self.length(inode)?;
         let growth = end.saturating_sub(old_length);
         self.reserve(growth)?;
         match &self.journal {
             Some(journal) => {
-                journal.lock().expect("journal poisoned").entry(inode).or_default().push(Pending::Write { offset, data });
+                journal
+                    .lock()
+                    .expect("journal poisoned")
+                    .entry(inode)
+                    .or_default()
+                    .push(Pending::Write { offset, data });
             }
             None => {
                 let file = self.open_for_write(inode)?;
-                file.write_all_at(&data, offset).map_err(|e| io_error("write object", &e))?;
+                file.write_all_at(&data, offset)
+                    .map_err(|e| io_error("write object", &e))?;
             }
         }
         self.used_bytes.fetch_add(growth, Ordering::AcqRel);
@@ -130,9 +175,12 @@ impl Target {
         let disk_length = self.disk_length(inode)?;
         let mut filled = 0usize;
         if offset < disk_length {
-            let file = File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?;
+            let file =
+                File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?;
             while filled < buffer.len() {
-                let count = file.read_at(&mut buffer[filled..], offset + filled as u64).map_err(|e| io_error("read object", &e))?;
+                let count = file
+                    .read_at(&mut buffer[filled..], offset + filled as u64)
+                    .map_err(|e| io_error("read object", &e))?;
                 if count == 0 {
                     break;
                 }
@@ -149,7 +197,9 @@ impl Target {
                         let stop = (at + data.len() as u64).min(offset + u64::from(len));
                         if start < stop {
                             buffer[(start - offset) as usize..(stop - offset) as usize]
-                                .copy_from_slice(&data[(start - at) as usize..(stop - at) as usize]);
+                                .copy_from_slice(
+                                    &data[(start - at) as usize..(stop - at) as usize],
+                                );
                         }
                         logical_length = logical_length.max(at + data.len() as u64);
                     }
@@ -176,13 +226,25 @@ impl Target {
             return Ok(());
         }
         match &self.journal {
-            Some(journal) => journal.lock().expect("journal poisoned").entry(inode).or_default().push(Pending::Truncate { length }),
+            Some(journal) => journal
+                .lock()
+                .expect("journal poisoned")
+                .entry(inode)
+                .or_default()
+                .push(Pending::Truncate { length }),
             None => {
-                let file = OpenOptions::new().write(true).open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?;
-                file.set_len(length).map_err(|e| io_error("truncate object", &e))?;
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(self.object_path(inode))
+                    .map_err(|e| io_error("open object", &e))?;
+                file.set_len(length)
+                    .map_err(|e| io_error("truncate object", &e))?;
             }
         }
-        self.used_bytes.fetch_sub((current - length).min(self.used_bytes.load(Ordering::Acquire)), Ordering::AcqRel);
+        self.used_bytes.fetch_sub(
+            (current - length).min(self.used_bytes.load(Ordering::Acquire)),
+            Ordering::AcqRel,
+        );
         Ok(())
     }
 
@@ -196,7 +258,10 @@ impl Target {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(io_error("remove object", &error)),
         }
-        self.used_bytes.fetch_sub(length.min(self.used_bytes.load(Ordering::Acquire)), Ordering::AcqRel);
+        self.used_bytes.fetch_sub(
+            length.min(self.used_bytes.load(Ordering::Acquire)),
+            Ordering::AcqRel,
+        );
         Ok(())
     }
 
@@ -205,13 +270,21 @@ impl Target {
     pub fn sync(&self, inode: InodeId) -> Result<(), WireError> {
         self.check_writable()?;
         if let Some(journal) = &self.journal {
-            let pending = journal.lock().expect("journal poisoned").remove(&inode).unwrap_or_default();
+            let pending = journal
+                .lock()
+                .expect("journal poisoned")
+                .remove(&inode)
+                .unwrap_or_default();
             if !pending.is_empty() {
                 let file = self.open_for_write(inode)?;
                 for op in pending {
                     match op {
-                        Pending::Write { offset, data } => file.write_all_at(&data, offset).map_err(|e| io_error("write object", &e))?,
-                        Pending::Truncate { length } => file.set_len(length).map_err(|e| io_error("truncate object", &e))?,
+                        Pending::Write { offset, data } => file
+                            .write_all_at(&data, offset)
+                            .map_err(|e| io_error("write object", &e))?,
+                        Pending::Truncate { length } => file
+                            .set_len(length)
+                            .map_err(|e| io_error("truncate object", &e))?,
                     }
                 }
             }
@@ -271,18 +344,34 @@ mod tests {
     /// Runs the same checks against the direct store and the crash-test journal store.
     fn conformance(crash_test: bool) {
         let directory = tempfile::tempdir().expect("tempdir");
-        let target = Target::open(TargetId(1), directory.path(), Some(1 << 20), crash_test).expect("open");
+        let target =
+            Target::open(TargetId(1), directory.path(), Some(1 << 20), crash_test).expect("open");
         let inode = InodeId::new(weft_proto::NodeId(1), 5);
         assert_eq!(target.length(inode).expect("length"), 0);
-        assert!(target.read(inode, 0, 100).expect("read").is_empty(), "a missing object reads as empty");
-        target.write(inode, 10, Bytes::from_static(b"hello")).expect("write");
+        assert!(
+            target.read(inode, 0, 100).expect("read").is_empty(),
+            "a missing object reads as empty"
+        );
+        target
+            .write(inode, 10, Bytes::from_static(b"hello"))
+            .expect("write");
         assert_eq!(target.length(inode).expect("length"), 15);
-        assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0\0\0\0\0\0\0\0hello", "holes read as zeros");
+        assert_eq!(
+            &target.read(inode, 0, 100).expect("read")[..],
+            b"\0\0\0\0\0\0\0\0\0\0hello",
+            "holes read as zeros"
+        );
         target.truncate(inode, 12).expect("truncate");
         assert_eq!(&target.read(inode, 8, 100).expect("read")[..], b"\0\0he");
         target.sync(inode).expect("sync");
-        assert_eq!(target.disk_length(inode).expect("disk length"), 12, "sync puts the data on disk");
-        let error = target.write(inode, 0, Bytes::from(vec![0u8; 2 << 20])).expect_err("over capacity");
+        assert_eq!(
+            target.disk_length(inode).expect("disk length"),
+            12,
+            "sync puts the data on disk"
+        );
+        let error = target
+            .write(inode, 0, Bytes::from(vec![0u8; 2 << 20]))
+            .expect_err("over capacity");
         assert_eq!(error.code, ErrorCode::NoSpace);
         target.remove(inode).expect("remove");
         assert_eq!(target.length(inode).expect("length"), 0);
@@ -306,9 +395,14 @@ mod tests {
         let directory = tempfile::tempdir().expect("tempdir");
         let target = Target::open(TargetId(1), directory.path(), None, true).expect("open");
         let inode = InodeId::new(weft_proto::NodeId(1), 6);
-        target.write(inode, 0, Bytes::from_static(b"volatile")).expect("write");
+        target
+            .write(inode, 0, Bytes::from_static(b"volatile"))
+            .expect("write");
         assert_eq!(target.disk_length(inode).expect("disk length"), 0);
         target.sync(inode).expect("sync");
-        assert_eq!(std::fs::read(target.object_path(inode)).expect("object"), b"volatile");
+        assert_eq!(
+            std::fs::read(target.object_path(inode)).expect("object"),
+            b"volatile"
+        );
     }
 }

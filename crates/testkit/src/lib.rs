@@ -33,7 +33,13 @@ pub struct ClusterSpec {
 
 impl Default for ClusterSpec {
     fn default() -> Self {
-        ClusterSpec { meta: 1, storage: 2, targets_per_storage: 2, crash_test: false, target_capacity_bytes: None }
+        ClusterSpec {
+            meta: 1,
+            storage: 2,
+            targets_per_storage: 2,
+            crash_test: false,
+            target_capacity_bytes: None,
+        }
     }
 }
 
@@ -78,11 +84,16 @@ fn free_port() -> Result<u16> {
 pub fn is_mounted(path: &Path) -> bool {
     let text = fs::read_to_string("/proc/mounts").unwrap_or_default();
     let wanted = path.display().to_string().replace(' ', "\\040");
-    text.lines().any(|line| line.split(' ').nth(1) == Some(wanted.as_str()))
+    text.lines()
+        .any(|line| line.split(' ').nth(1) == Some(wanted.as_str()))
 }
 
 fn lazy_unmount(path: &Path) {
-    let _ = Command::new("umount").arg("-l").arg(path).stderr(Stdio::null()).status();
+    let _ = Command::new("umount")
+        .arg("-l")
+        .arg(path)
+        .stderr(Stdio::null())
+        .status();
 }
 
 impl LocalCluster {
@@ -93,16 +104,35 @@ impl LocalCluster {
     pub fn start(binary: &Path, spec: ClusterSpec) -> Result<LocalCluster> {
         let root = tempfile::Builder::new().prefix("weft-test-").tempdir()?;
         // Non-root test users must reach the mount points inside.
-        fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        fs::set_permissions(
+            root.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )?;
         fs::create_dir_all(root.path().join("logs"))?;
         let mgmt = format!("127.0.0.1:{}", free_port()?);
-        let mut cluster = LocalCluster { binary: binary.to_path_buf(), root, mgmt: mgmt.clone(), spec: spec.clone(), services: BTreeMap::new(), mounts: Vec::new() };
+        let mut cluster = LocalCluster {
+            binary: binary.to_path_buf(),
+            root,
+            mgmt: mgmt.clone(),
+            spec: spec.clone(),
+            services: BTreeMap::new(),
+            mounts: Vec::new(),
+        };
         let data = cluster.root.path().join("data");
         let mgmt_dir = data.join("mgmt");
         fs::create_dir_all(&mgmt_dir)?;
         cluster.add_service(
             "mgmt",
-            vec!["serve".into(), "mgmt".into(), "--data-dir".into(), mgmt_dir.display().to_string(), "--listen".into(), mgmt.clone(), "--set".into(), "node_offline_timeout_ms=4000".into()],
+            vec![
+                "serve".into(),
+                "mgmt".into(),
+                "--data-dir".into(),
+                mgmt_dir.display().to_string(),
+                "--listen".into(),
+                mgmt.clone(),
+                "--set".into(),
+                "node_offline_timeout_ms=4000".into(),
+            ],
         )?;
         for index in 1..=spec.meta {
             let dir = data.join(format!("meta-{index}"));
@@ -110,8 +140,18 @@ impl LocalCluster {
             cluster.add_service(
                 &format!("meta-{index}"),
                 vec![
-                    "serve".into(), "meta".into(), "--data-dir".into(), dir.display().to_string(), "--listen".into(), "127.0.0.1:0".into(),
-                    "--mgmt".into(), mgmt.clone(), "--set".into(), "heartbeat_interval_ms=300".into(), "--set".into(), format!("alias=meta-{index}"),
+                    "serve".into(),
+                    "meta".into(),
+                    "--data-dir".into(),
+                    dir.display().to_string(),
+                    "--listen".into(),
+                    "127.0.0.1:0".into(),
+                    "--mgmt".into(),
+                    mgmt.clone(),
+                    "--set".into(),
+                    "heartbeat_interval_ms=300".into(),
+                    "--set".into(),
+                    format!("alias=meta-{index}"),
                 ],
             )?;
         }
@@ -119,8 +159,18 @@ impl LocalCluster {
             let dir = data.join(format!("storage-{index}"));
             fs::create_dir_all(&dir)?;
             let mut args: Vec<String> = vec![
-                "serve".into(), "storage".into(), "--data-dir".into(), dir.display().to_string(), "--listen".into(), "127.0.0.1:0".into(),
-                "--mgmt".into(), mgmt.clone(), "--set".into(), "heartbeat_interval_ms=300".into(), "--set".into(), format!("alias=storage-{index}"),
+                "serve".into(),
+                "storage".into(),
+                "--data-dir".into(),
+                dir.display().to_string(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--mgmt".into(),
+                mgmt.clone(),
+                "--set".into(),
+                "heartbeat_interval_ms=300".into(),
+                "--set".into(),
+                format!("alias=storage-{index}"),
             ];
             for target in 1..=spec.targets_per_storage {
                 let target_dir = dir.join(format!("target-{target}"));
@@ -141,7 +191,8 @@ impl LocalCluster {
     }
 
     fn add_service(&mut self, name: &str, args: Vec<String>) -> Result<()> {
-        self.services.insert(name.to_string(), Service { args, child: None });
+        self.services
+            .insert(name.to_string(), Service { args, child: None });
         self.start_service(name)
     }
 
@@ -150,7 +201,10 @@ impl LocalCluster {
     }
 
     fn spawn_logged(&self, name: &str, args: &[String]) -> Result<Child> {
-        let log = File::options().create(true).append(true).open(self.log_path(name))?;
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path(name))?;
         Command::new(&self.binary)
             .args(args)
             .env("WEFT_LOG", "info")
@@ -162,7 +216,12 @@ impl LocalCluster {
     }
 
     fn start_service(&mut self, name: &str) -> Result<()> {
-        let args = self.services.get(name).ok_or_else(|| anyhow!("no service {name}"))?.args.clone();
+        let args = self
+            .services
+            .get(name)
+            .ok_or_else(|| anyhow!("no service {name}"))?
+            .args
+            .clone();
         let child = self.spawn_logged(name, &args)?;
         self.services.get_mut(name).expect("checked above").child = Some(child);
         Ok(())
@@ -180,7 +239,11 @@ impl LocalCluster {
 
     /// The directory of storage target `target` (1-based) of storage server `storage`.
     pub fn target_dir(&self, storage: usize, target: usize) -> PathBuf {
-        self.root.path().join("data").join(format!("storage-{storage}")).join(format!("target-{target}"))
+        self.root
+            .path()
+            .join("data")
+            .join(format!("storage-{storage}"))
+            .join(format!("target-{target}"))
     }
 
     /// Runs the CLI against this cluster's management; returns its output.
@@ -188,7 +251,10 @@ impl LocalCluster {
     /// # Errors
     /// When the binary cannot run.
     pub fn weft(&self, args: &[&str]) -> Result<Output> {
-        Ok(Command::new(&self.binary).args(args).env("WEFT_LOG", "warn").output()?)
+        Ok(Command::new(&self.binary)
+            .args(args)
+            .env("WEFT_LOG", "warn")
+            .output()?)
     }
 
     /// Waits until every node registered and is online and every target is listed.
@@ -199,14 +265,24 @@ impl LocalCluster {
         let targets = self.spec.storage * self.spec.targets_per_storage;
         let nodes = self.spec.meta + self.spec.storage;
         wait_until("every node online", || {
-            let Ok(output) = self.weft(&["node", "list", "--mgmt", &self.mgmt]) else { return false };
+            let Ok(output) = self.weft(&["node", "list", "--mgmt", &self.mgmt]) else {
+                return false;
+            };
             let text = String::from_utf8_lossy(&output.stdout);
-            text.lines().filter(|line| line.contains(" online ")).count() >= nodes
+            text.lines()
+                .filter(|line| line.contains(" online "))
+                .count()
+                >= nodes
         })?;
         wait_until("every target listed", || {
-            let Ok(output) = self.weft(&["target", "list", "--state", "--mgmt", &self.mgmt]) else { return false };
+            let Ok(output) = self.weft(&["target", "list", "--state", "--mgmt", &self.mgmt]) else {
+                return false;
+            };
             let text = String::from_utf8_lossy(&output.stdout);
-            text.lines().filter(|line| line.contains(" online ")).count() >= targets
+            text.lines()
+                .filter(|line| line.contains(" online "))
+                .count()
+                >= targets
         })
     }
 
@@ -215,13 +291,23 @@ impl LocalCluster {
     /// # Errors
     /// When the mount does not come up in time.
     pub fn mount(&mut self) -> Result<PathBuf> {
-        let mountpoint = self.root.path().join(format!("mnt-{}", self.mounts.len() + 1));
+        let mountpoint = self
+            .root
+            .path()
+            .join(format!("mnt-{}", self.mounts.len() + 1));
         fs::create_dir_all(&mountpoint)?;
         let name = format!("mount-{}", self.mounts.len() + 1);
-        let args = vec!["mount".into(), "--mgmt".into(), self.mgmt.clone(), mountpoint.display().to_string()];
+        let args = vec![
+            "mount".into(),
+            "--mgmt".into(),
+            self.mgmt.clone(),
+            mountpoint.display().to_string(),
+        ];
         let child = self.spawn_logged(&name, &args)?;
         self.mounts.push((mountpoint.clone(), child));
-        wait_until("the mount to answer", || is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok())?;
+        wait_until("the mount to answer", || {
+            is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
+        })?;
         Ok(mountpoint)
     }
 
@@ -230,7 +316,9 @@ impl LocalCluster {
     /// # Errors
     /// When the mount process does not exit in time.
     pub fn unmount(&mut self, mountpoint: &Path) -> Result<()> {
-        let Some(index) = self.mounts.iter().position(|(path, _)| path == mountpoint) else { bail!("{} is not mounted by this cluster", mountpoint.display()) };
+        let Some(index) = self.mounts.iter().position(|(path, _)| path == mountpoint) else {
+            bail!("{} is not mounted by this cluster", mountpoint.display())
+        };
         let (path, mut child) = self.mounts.remove(index);
         terminate(&mut child)?;
         if is_mounted(&path) {
@@ -244,7 +332,10 @@ impl LocalCluster {
     /// # Errors
     /// When the service is unknown.
     pub fn kill(&mut self, name: &str) -> Result<()> {
-        let service = self.services.get_mut(name).ok_or_else(|| anyhow!("no service {name}"))?;
+        let service = self
+            .services
+            .get_mut(name)
+            .ok_or_else(|| anyhow!("no service {name}"))?;
         if let Some(mut child) = service.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -272,11 +363,17 @@ impl LocalCluster {
     }
 
     fn print_logs(&self) {
-        let Ok(entries) = fs::read_dir(self.root.path().join("logs")) else { return };
+        let Ok(entries) = fs::read_dir(self.root.path().join("logs")) else {
+            return;
+        };
         for entry in entries.flatten() {
             let text = fs::read_to_string(entry.path()).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
-            eprintln!("===== {} (last {} lines) =====", entry.path().display(), tail.len());
+            eprintln!(
+                "===== {} (last {} lines) =====",
+                entry.path().display(),
+                tail.len()
+            );
             for line in tail.iter().rev() {
                 eprintln!("{line}");
             }

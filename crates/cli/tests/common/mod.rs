@@ -19,7 +19,9 @@ pub fn cluster(spec: ClusterSpec) -> LocalCluster {
 pub fn errno<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
     match result {
         Ok(value) => panic!("expected an error, got {value:?}"),
-        Err(error) => error.raw_os_error().unwrap_or_else(|| panic!("no OS error in {error}")),
+        Err(error) => error
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("no OS error in {error}")),
     }
 }
 
@@ -39,5 +41,9 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// Runs the CLI and returns (success, stdout, stderr).
 pub fn weft(cluster: &LocalCluster, args: &[&str]) -> (bool, String, String) {
     let output = cluster.weft(args).expect("weft runs");
-    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }

@@ -14,12 +14,13 @@ pub mod mount;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, EntrySpec};
 use bytes::Bytes;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -80,11 +81,19 @@ impl std::fmt::Debug for WeftFs {
 }
 
 fn to_inode(ino: INodeNo) -> InodeId {
-    if ino.0 == 1 { InodeId::ROOT } else { InodeId(ino.0) }
+    if ino.0 == 1 {
+        InodeId::ROOT
+    } else {
+        InodeId(ino.0)
+    }
 }
 
 fn to_ino(inode: InodeId) -> INodeNo {
-    if inode == InodeId::ROOT { INodeNo(1) } else { INodeNo(inode.0) }
+    if inode == InodeId::ROOT {
+        INodeNo(1)
+    } else {
+        INodeNo(inode.0)
+    }
 }
 
 fn errno(error: &ClientError) -> Errno {
@@ -95,13 +104,17 @@ fn system_time(timestamp: Timestamp) -> SystemTime {
     if timestamp.seconds >= 0 {
         UNIX_EPOCH + Duration::new(timestamp.seconds as u64, timestamp.nanos)
     } else {
-        UNIX_EPOCH - Duration::from_secs(timestamp.seconds.unsigned_abs()) + Duration::from_nanos(u64::from(timestamp.nanos))
+        UNIX_EPOCH - Duration::from_secs(timestamp.seconds.unsigned_abs())
+            + Duration::from_nanos(u64::from(timestamp.nanos))
     }
 }
 
 fn timestamp(time: SystemTime) -> Timestamp {
     match time.duration_since(UNIX_EPOCH) {
-        Ok(elapsed) => Timestamp { seconds: elapsed.as_secs() as i64, nanos: elapsed.subsec_nanos() },
+        Ok(elapsed) => Timestamp {
+            seconds: elapsed.as_secs() as i64,
+            nanos: elapsed.subsec_nanos(),
+        },
         Err(before) => {
             let back = before.duration();
             let mut seconds = -(back.as_secs() as i64);
@@ -155,7 +168,11 @@ impl State {
                 }
             }
         }
-        let block_size = attr.layout.as_ref().map(|l| l.pattern.chunk_size_bytes).unwrap_or(4096);
+        let block_size = attr
+            .layout
+            .as_ref()
+            .map(|l| l.pattern.chunk_size_bytes)
+            .unwrap_or(4096);
         FileAttr {
             ino: to_ino(attr.inode),
             size: attr.size,
@@ -176,15 +193,30 @@ impl State {
     }
 
     fn handle(&self, handle: FileHandle) -> Result<Arc<OpenFile>, Errno> {
-        self.handles.lock().expect("handle table poisoned").get(&handle.0).cloned().ok_or(Errno::EBADF)
+        self.handles
+            .lock()
+            .expect("handle table poisoned")
+            .get(&handle.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
     }
 
     fn add_handle(&self, attr: &InodeAttr) -> u64 {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let file = OpenFile { inode: attr.inode, layout: attr.layout.clone(), error: Mutex::new(None) };
-        self.handles.lock().expect("handle table poisoned").insert(handle, Arc::new(file));
+        let file = OpenFile {
+            inode: attr.inode,
+            layout: attr.layout.clone(),
+            error: Mutex::new(None),
+        };
+        self.handles
+            .lock()
+            .expect("handle table poisoned")
+            .insert(handle, Arc::new(file));
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
-        let local = inodes.entry(attr.inode).or_insert_with(|| LocalInode { generation: attr.truncate_generation, ..LocalInode::default() });
+        let local = inodes.entry(attr.inode).or_insert_with(|| LocalInode {
+            generation: attr.truncate_generation,
+            ..LocalInode::default()
+        });
         local.opens += 1;
         local.size = attr.size;
         handle
@@ -193,7 +225,10 @@ impl State {
     /// The size reads are clamped to: what the server said, or what this client wrote.
     fn known_size(&self, inode: InodeId) -> u64 {
         let inodes = self.inodes.lock().expect("inode table poisoned");
-        inodes.get(&inode).map(|l| l.size.max(l.written_end)).unwrap_or(0)
+        inodes
+            .get(&inode)
+            .map(|l| l.size.max(l.written_end))
+            .unwrap_or(0)
     }
 
     fn note_write(&self, inode: InodeId, end: u64) {
@@ -206,13 +241,20 @@ impl State {
     async fn report_size(&self, inode: InodeId, durable: bool) -> Result<(), ClientError> {
         let pending = {
             let inodes = self.inodes.lock().expect("inode table poisoned");
-            inodes.get(&inode).map(|l| (l.written_end, l.generation, l.reported_end))
+            inodes
+                .get(&inode)
+                .map(|l| (l.written_end, l.generation, l.reported_end))
         };
-        let Some((written_end, generation, reported_end)) = pending else { return Ok(()) };
+        let Some((written_end, generation, reported_end)) = pending else {
+            return Ok(());
+        };
         if written_end <= reported_end && !durable {
             return Ok(());
         }
-        let attr = self.client.report_size(inode, written_end, generation, durable).await?;
+        let attr = self
+            .client
+            .report_size(inode, written_end, generation, durable)
+            .await?;
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         if let Some(local) = inodes.get_mut(&inode) {
             if local.generation == generation {
@@ -273,14 +315,22 @@ impl Filesystem for WeftFs {
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::ENOENT) };
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
         self.spawn(|state| async move {
             let result = state.client.lookup(to_inode(parent), &name).await;
             reply_entry(&state, reply, result);
         });
     }
 
-    fn getattr(&self, _request: &Request, ino: INodeNo, _handle: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        _handle: Option<FileHandle>,
+        reply: ReplyAttr,
+    ) {
         self.spawn(|state| async move {
             match state.client.get_attr(to_inode(ino)).await {
                 Ok(attr) => reply.attr(&TTL, &state.merge(attr)),
@@ -307,7 +357,14 @@ impl Filesystem for WeftFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let changes = AttrChanges { mode, uid, gid, size, atime: atime.map(time_set), mtime: mtime.map(time_set) };
+        let changes = AttrChanges {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
         self.spawn(|state| async move {
             let inode = to_inode(ino);
             match state.client.set_attr(inode, changes).await {
@@ -337,8 +394,19 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+    fn mknod(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
         let kind = match mode & libc::S_IFMT {
             libc::S_IFREG | 0 => FileKind::Regular,
             libc::S_IFIFO => FileKind::Fifo,
@@ -349,37 +417,94 @@ impl Filesystem for WeftFs {
         };
         let owner = (request.uid(), request.gid());
         self.spawn(|state| async move {
-            let result = state.client.create(to_inode(parent), &name, kind, mode & !umask & 0o7777, owner, rdev, None).await;
+            let result = state
+                .client
+                .create(
+                    to_inode(parent),
+                    &name,
+                    EntrySpec {
+                        kind,
+                        mode: mode & !umask & 0o7777,
+                        owner,
+                        rdev,
+                        symlink: None,
+                    },
+                )
+                .await;
             reply_entry(&state, reply, result);
         });
     }
 
-    fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+    fn mkdir(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
         let owner = (request.uid(), request.gid());
         self.spawn(|state| async move {
-            let result = state.client.mkdir(to_inode(parent), &name, mode & !umask & 0o7777, owner).await;
+            let result = state
+                .client
+                .mkdir(to_inode(parent), &name, mode & !umask & 0o7777, owner)
+                .await;
             reply_entry(&state, reply, result);
         });
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::ENOENT) };
-        self.spawn(|state| async move { reply_empty(reply, state.client.unlink(to_inode(parent), &name).await) });
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
+        self.spawn(|state| async move {
+            reply_empty(reply, state.client.unlink(to_inode(parent), &name).await)
+        });
     }
 
     fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::ENOENT) };
-        self.spawn(|state| async move { reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await) });
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
+        self.spawn(|state| async move {
+            reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await)
+        });
     }
 
-    fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let (Ok(name), Some(target)) = (name_str(link_name).map(str::to_string), target.to_str().map(str::to_string)) else {
+    fn symlink(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (Ok(name), Some(target)) = (
+            name_str(link_name).map(str::to_string),
+            target.to_str().map(str::to_string),
+        ) else {
             return reply.error(Errno::EINVAL);
         };
         let owner = (request.uid(), request.gid());
         self.spawn(|state| async move {
-            let result = state.client.create(to_inode(parent), &name, FileKind::Symlink, 0o777, owner, 0, Some(target)).await;
+            let result = state
+                .client
+                .create(
+                    to_inode(parent),
+                    &name,
+                    EntrySpec {
+                        kind: FileKind::Symlink,
+                        mode: 0o777,
+                        owner,
+                        rdev: 0,
+                        symlink: Some(target),
+                    },
+                )
+                .await;
             reply_entry(&state, reply, result);
         });
     }
@@ -394,7 +519,10 @@ impl Filesystem for WeftFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let (Ok(name), Ok(new_name)) = (name_str(name).map(str::to_string), name_str(new_name).map(str::to_string)) else {
+        let (Ok(name), Ok(new_name)) = (
+            name_str(name).map(str::to_string),
+            name_str(new_name).map(str::to_string),
+        ) else {
             return reply.error(Errno::EINVAL);
         };
         let flags = weft_proto::messages::RenameFlags {
@@ -402,14 +530,38 @@ impl Filesystem for WeftFs {
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
         self.spawn(|state| async move {
-            reply_empty(reply, state.client.rename(to_inode(parent), &name, to_inode(new_parent), &new_name, flags).await)
+            reply_empty(
+                reply,
+                state
+                    .client
+                    .rename(
+                        to_inode(parent),
+                        &name,
+                        to_inode(new_parent),
+                        &new_name,
+                        flags,
+                    )
+                    .await,
+            )
         });
     }
 
-    fn link(&self, _request: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
-        let Ok(new_name) = name_str(new_name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+    fn link(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let Ok(new_name) = name_str(new_name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
         self.spawn(|state| async move {
-            let result = state.client.link(to_inode(ino), to_inode(new_parent), &new_name).await;
+            let result = state
+                .client
+                .link(to_inode(ino), to_inode(new_parent), &new_name)
+                .await;
             reply_entry(&state, reply, result);
         });
     }
@@ -447,9 +599,15 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            let Some(layout) = &file.layout else { return reply.error(Errno::EINVAL) };
+            let Some(layout) = &file.layout else {
+                return reply.error(Errno::EINVAL);
+            };
             let known = state.known_size(file.inode);
-            match state.client.read(file.inode, layout, offset, u64::from(size), known).await {
+            match state
+                .client
+                .read(file.inode, layout, offset, u64::from(size), known)
+                .await
+            {
                 Ok(data) => reply.data(&data),
                 Err(error) => reply.error(errno(&error)),
             }
@@ -476,7 +634,9 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            let Some(layout) = &file.layout else { return reply.error(Errno::EINVAL) };
+            let Some(layout) = &file.layout else {
+                return reply.error(Errno::EINVAL);
+            };
             let len = data.len() as u64;
             match state.client.write(file.inode, layout, offset, data).await {
                 Ok(()) => {
@@ -491,7 +651,14 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn flush(&self, _request: &Request, _ino: INodeNo, handle: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         self.spawn(|state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
@@ -518,7 +685,12 @@ impl Filesystem for WeftFs {
         reply: ReplyEmpty,
     ) {
         self.spawn(|state| async move {
-            let Some(file) = state.handles.lock().expect("handle table poisoned").remove(&handle.0) else {
+            let Some(file) = state
+                .handles
+                .lock()
+                .expect("handle table poisoned")
+                .remove(&handle.0)
+            else {
                 return reply.ok();
             };
             let _ = state.report_size(file.inode, false).await;
@@ -542,7 +714,14 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn fsync(&self, _request: &Request, _ino: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.spawn(|state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
@@ -564,7 +743,14 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn readdir(&self, _request: &Request, ino: INodeNo, _handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        _handle: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         self.spawn(|state| async move {
             let dir = to_inode(ino);
             if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
@@ -580,7 +766,12 @@ impl Filesystem for WeftFs {
                     Err(error) => return reply.error(errno(&error)),
                 };
                 for entry in &entries {
-                    if reply.add(to_ino(entry.inode), entry.cookie, file_type(entry.kind), &entry.name) {
+                    if reply.add(
+                        to_ino(entry.inode),
+                        entry.cookie,
+                        file_type(entry.kind),
+                        &entry.name,
+                    ) {
                         return reply.ok();
                     }
                     after = entry.cookie;
@@ -599,16 +790,42 @@ impl Filesystem for WeftFs {
                     const BLOCK: u64 = 4096;
                     let total: u64 = map.targets.iter().map(|t| t.usage.total_bytes).sum();
                     let free: u64 = map.targets.iter().map(|t| t.usage.free_bytes).sum();
-                    let files: u64 = map.nodes.iter().filter_map(|n| n.meta_usage).map(|u| u.total_inodes).sum();
-                    let free_files: u64 = map.nodes.iter().filter_map(|n| n.meta_usage).map(|u| u.free_inodes).sum();
-                    reply.statfs(total / BLOCK, free / BLOCK, free / BLOCK, files, free_files, BLOCK as u32, 255, BLOCK as u32);
+                    let files: u64 = map
+                        .nodes
+                        .iter()
+                        .filter_map(|n| n.meta_usage)
+                        .map(|u| u.total_inodes)
+                        .sum();
+                    let free_files: u64 = map
+                        .nodes
+                        .iter()
+                        .filter_map(|n| n.meta_usage)
+                        .map(|u| u.free_inodes)
+                        .sum();
+                    reply.statfs(
+                        total / BLOCK,
+                        free / BLOCK,
+                        free / BLOCK,
+                        files,
+                        free_files,
+                        BLOCK as u32,
+                        255,
+                        BLOCK as u32,
+                    );
                 }
                 Err(error) => reply.error(errno(&error)),
             }
         });
     }
 
-    fn getxattr(&self, _request: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
+    fn getxattr(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
         // Extended attributes arrive with the namespace work; until then no entry has any.
         reply.error(Errno::from_i32(libc::ENODATA));
     }
@@ -621,7 +838,16 @@ impl Filesystem for WeftFs {
         }
     }
 
-    fn setxattr(&self, _request: &Request, _ino: INodeNo, _name: &OsStr, _value: &[u8], _flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
         reply.error(Errno::from_i32(libc::EOPNOTSUPP));
     }
 
@@ -629,11 +855,35 @@ impl Filesystem for WeftFs {
         reply.error(Errno::from_i32(libc::ENODATA));
     }
 
-    fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        let Ok(name) = name_str(name).map(str::to_string) else { return reply.error(Errno::EINVAL) };
+    fn create(
+        &self,
+        request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
         let owner = (request.uid(), request.gid());
         self.spawn(|state| async move {
-            let created = state.client.create(to_inode(parent), &name, FileKind::Regular, mode & !umask & 0o7777, owner, 0, None).await;
+            let created = state
+                .client
+                .create(
+                    to_inode(parent),
+                    &name,
+                    EntrySpec {
+                        kind: FileKind::Regular,
+                        mode: mode & !umask & 0o7777,
+                        owner,
+                        rdev: 0,
+                        symlink: None,
+                    },
+                )
+                .await;
             let attr = match created {
                 Ok(attr) => attr,
                 Err(error) => return reply.error(errno(&error)),
@@ -646,7 +896,13 @@ impl Filesystem for WeftFs {
             if flags & libc::O_DIRECT != 0 {
                 open_flags |= FopenFlags::FOPEN_DIRECT_IO;
             }
-            reply.created(&TTL, &state.merge(attr), Generation(0), FileHandle(handle), open_flags);
+            reply.created(
+                &TTL,
+                &state.merge(attr),
+                Generation(0),
+                FileHandle(handle),
+                open_flags,
+            );
         });
     }
 }

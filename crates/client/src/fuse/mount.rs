@@ -11,7 +11,9 @@ use std::thread::JoinHandle;
 #[non_exhaustive]
 pub enum MountError {
     /// The mount point does not exist or is not a directory.
-    #[error("mount point {0} does not exist or is not a directory: create it first (mkdir -p {0})")]
+    #[error(
+        "mount point {0} does not exist or is not a directory: create it first (mkdir -p {0})"
+    )]
     NoMountPoint(String),
     /// Something is already mounted there and answering.
     #[error("{0} is already a mounted file system: unmount it first (umount {0})")]
@@ -37,15 +39,19 @@ pub fn mounted_file_systems() -> Vec<(String, PathBuf, String)> {
             let target = fields.next()?;
             let kind = fields.next()?;
             // /proc/mounts escapes spaces and a few other bytes as octal.
-            let target = target.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\");
+            let target = target
+                .replace("\\040", " ")
+                .replace("\\011", "\t")
+                .replace("\\134", "\\");
             Some((source.to_string(), PathBuf::from(target), kind.to_string()))
         })
         .collect()
 }
 
 fn lazy_unmount(path: &Path) -> std::io::Result<()> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte")
+    })?;
     // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.
     let result = unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) };
     if result != 0 {
@@ -62,7 +68,10 @@ fn lazy_unmount(path: &Path) -> std::io::Result<()> {
 pub fn detach_stale_mount(path: &Path) -> std::io::Result<bool> {
     match std::fs::metadata(path) {
         Err(error) if error.raw_os_error() == Some(libc::ENOTCONN) => {
-            eprintln!("weft: {} is a stale mount left by a process that died; detaching it", path.display());
+            eprintln!(
+                "weft: {} is a stale mount left by a process that died; detaching it",
+                path.display()
+            );
             lazy_unmount(path)?;
             Ok(true)
         }
@@ -79,7 +88,9 @@ pub struct Mounted {
 
 impl std::fmt::Debug for Mounted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mounted").field("mountpoint", &self.mountpoint).finish()
+        f.debug_struct("Mounted")
+            .field("mountpoint", &self.mountpoint)
+            .finish()
     }
 }
 
@@ -87,14 +98,24 @@ impl std::fmt::Debug for Mounted {
 ///
 /// # Errors
 /// [`MountError`] when the mount point is missing, busy, or the kernel refuses.
-pub fn mount(fs: WeftFs, mountpoint: &Path, mgmt: &str, threads: usize) -> Result<Mounted, MountError> {
+pub fn mount(
+    fs: WeftFs,
+    mountpoint: &Path,
+    mgmt: &str,
+    threads: usize,
+) -> Result<Mounted, MountError> {
     let display = mountpoint.display().to_string();
     let _ = detach_stale_mount(mountpoint);
     if !mountpoint.is_dir() {
         return Err(MountError::NoMountPoint(display));
     }
-    let canonical = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
-    if mounted_file_systems().iter().any(|(_, target, _)| *target == canonical) {
+    let canonical = mountpoint
+        .canonicalize()
+        .unwrap_or_else(|_| mountpoint.to_path_buf());
+    if mounted_file_systems()
+        .iter()
+        .any(|(_, target, _)| *target == canonical)
+    {
         return Err(MountError::AlreadyMounted(display));
     }
     let mut config = fuser::Config::default();
@@ -106,14 +127,24 @@ pub fn mount(fs: WeftFs, mountpoint: &Path, mgmt: &str, threads: usize) -> Resul
     ];
     config.acl = fuser::SessionACL::All;
     config.n_threads = Some(threads.max(1));
-    let mut session = fuser::Session::new(fs, &canonical, &config)
-        .map_err(|source| MountError::Mount { path: display.clone(), source })?;
+    let mut session =
+        fuser::Session::new(fs, &canonical, &config).map_err(|source| MountError::Mount {
+            path: display.clone(),
+            source,
+        })?;
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("weft-fuse".into())
         .spawn(move || session.run())
-        .map_err(|source| MountError::Mount { path: display, source })?;
-    Ok(Mounted { mountpoint: canonical, unmounter, session: Some(thread) })
+        .map_err(|source| MountError::Mount {
+            path: display,
+            source,
+        })?;
+    Ok(Mounted {
+        mountpoint: canonical,
+        unmounter,
+        session: Some(thread),
+    })
 }
 
 impl Mounted {
@@ -135,7 +166,10 @@ impl Mounted {
         if !self.is_finished() {
             if let Err(error) = self.unmounter.unmount() {
                 // A busy mount is detached instead, so the process can still stop.
-                eprintln!("weft: unmount of {} failed ({error}); detaching it", self.mountpoint.display());
+                eprintln!(
+                    "weft: unmount of {} failed ({error}); detaching it",
+                    self.mountpoint.display()
+                );
                 lazy_unmount(&self.mountpoint)?;
             }
         }

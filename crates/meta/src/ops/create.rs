@@ -2,8 +2,8 @@
 
 use super::OpContext;
 use crate::store::{
-    allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode, InodeRecord, OpError,
-    COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
+    allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode,
+    InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -26,7 +26,11 @@ pub(crate) struct NewEntry {
 }
 
 /// Creates any kind of entry, directories included.
-pub(crate) fn create(txn: &WriteTransaction, context: &OpContext, entry: NewEntry) -> Result<Response, OpError> {
+pub(crate) fn create(
+    txn: &WriteTransaction,
+    context: &OpContext,
+    entry: NewEntry,
+) -> Result<Response, OpError> {
     check_name(&entry.name)?;
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
@@ -34,21 +38,33 @@ pub(crate) fn create(txn: &WriteTransaction, context: &OpContext, entry: NewEntr
     let mut counters = txn.open_table(COUNTERS)?;
     let mut parent = load_dir(&inodes, entry.parent)?;
     if parent.nlink == 0 {
-        return Err(OpError::rejected(ErrorCode::NotFound, "the directory was removed"));
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            "the directory was removed",
+        ));
     }
     if load_dentry(&dentries, entry.parent, &entry.name)?.is_some() {
-        return Err(OpError::rejected(ErrorCode::Exists, format!("{:?} already exists", entry.name)));
+        return Err(OpError::rejected(
+            ErrorCode::Exists,
+            format!("{:?} already exists", entry.name),
+        ));
     }
     if let Some(target) = &entry.symlink {
         if target.is_empty() || target.len() > SYMLINK_BYTES_MAX {
-            return Err(OpError::rejected(ErrorCode::NameTooLong, "symbolic link target is empty or too long"));
+            return Err(OpError::rejected(
+                ErrorCode::NameTooLong,
+                "symbolic link target is empty or too long",
+            ));
         }
     }
     let pattern = parent.pattern.unwrap_or(StripePattern::DEFAULT);
     let layout = if entry.kind == FileKind::Regular {
         let targets = context.chooser.choose(&context.map, &pattern);
         if targets.is_empty() {
-            return Err(OpError::rejected(ErrorCode::NoTargets, format!("storage pool {} has no reachable target", pattern.pool)));
+            return Err(OpError::rejected(
+                ErrorCode::NoTargets,
+                format!("storage pool {} has no reachable target", pattern.pool),
+            ));
         }
         Some(FileLayout { pattern, targets })
     } else {
@@ -56,7 +72,10 @@ pub(crate) fn create(txn: &WriteTransaction, context: &OpContext, entry: NewEntr
     };
     let is_dir = entry.kind == FileKind::Directory;
     if is_dir && parent.nlink >= LINKS_MAX {
-        return Err(OpError::rejected(ErrorCode::TooManyLinks, "too many subdirectories"));
+        return Err(OpError::rejected(
+            ErrorCode::TooManyLinks,
+            "too many subdirectories",
+        ));
     }
 
     // Everything is checked; from here on the operation writes.
@@ -90,7 +109,15 @@ pub(crate) fn create(txn: &WriteTransaction, context: &OpContext, entry: NewEntr
         next_cookie: FIRST_COOKIE,
     };
     store_inode(&mut inodes, inode, &record)?;
-    insert_dentry(&mut dentries, &mut cookies, entry.parent, &mut parent, &entry.name, inode, entry.kind)?;
+    insert_dentry(
+        &mut dentries,
+        &mut cookies,
+        entry.parent,
+        &mut parent,
+        &entry.name,
+        inode,
+        entry.kind,
+    )?;
     if is_dir {
         parent.nlink += 1;
     }
@@ -101,27 +128,52 @@ pub(crate) fn create(txn: &WriteTransaction, context: &OpContext, entry: NewEntr
 }
 
 /// Adds a hard link to a non-directory.
-pub(crate) fn link(txn: &WriteTransaction, inode: InodeId, new_parent: InodeId, new_name: &str) -> Result<Response, OpError> {
+pub(crate) fn link(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    new_parent: InodeId,
+    new_name: &str,
+) -> Result<Response, OpError> {
     check_name(new_name)?;
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.is_dir() {
-        return Err(OpError::rejected(ErrorCode::NotPermitted, "cannot hard-link a directory"));
+        return Err(OpError::rejected(
+            ErrorCode::NotPermitted,
+            "cannot hard-link a directory",
+        ));
     }
     if record.nlink == 0 {
-        return Err(OpError::rejected(ErrorCode::NotFound, "the file was removed"));
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            "the file was removed",
+        ));
     }
     if record.nlink >= LINKS_MAX {
-        return Err(OpError::rejected(ErrorCode::TooManyLinks, format!("inode {inode} has {} links", record.nlink)));
+        return Err(OpError::rejected(
+            ErrorCode::TooManyLinks,
+            format!("inode {inode} has {} links", record.nlink),
+        ));
     }
     let mut parent = load_dir(&inodes, new_parent)?;
     if load_dentry(&dentries, new_parent, new_name)?.is_some() {
-        return Err(OpError::rejected(ErrorCode::Exists, format!("{new_name:?} already exists")));
+        return Err(OpError::rejected(
+            ErrorCode::Exists,
+            format!("{new_name:?} already exists"),
+        ));
     }
     let timestamp = now();
-    insert_dentry(&mut dentries, &mut cookies, new_parent, &mut parent, new_name, inode, record.kind)?;
+    insert_dentry(
+        &mut dentries,
+        &mut cookies,
+        new_parent,
+        &mut parent,
+        new_name,
+        inode,
+        record.kind,
+    )?;
     parent.mtime = timestamp;
     parent.ctime = timestamp;
     store_inode(&mut inodes, new_parent, &parent)?;

@@ -1,20 +1,30 @@
 //! Lookup, getattr, readdir and readlink: read-only, on a snapshot.
 
-use crate::store::{check_name, load_dentry, load_dir, load_inode, OpError, COOKIES, DENTRIES, INODES};
+use crate::store::{
+    check_name, load_dentry, load_dir, load_inode, OpError, COOKIES, DENTRIES, INODES,
+};
 use redb::ReadTransaction;
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{DirEntry, FileKind, Response, READDIR_ENTRIES_MAX};
 use weft_proto::ErrorCode;
 
-pub(crate) fn lookup(txn: &ReadTransaction, parent: InodeId, name: &str) -> Result<Response, OpError> {
+pub(crate) fn lookup(
+    txn: &ReadTransaction,
+    parent: InodeId,
+    name: &str,
+) -> Result<Response, OpError> {
     if name.len() > weft_proto::messages::NAME_BYTES_MAX {
         check_name(name)?;
     }
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
     load_dir(&inodes, parent)?;
-    let dentry = load_dentry(&dentries, parent, name)?
-        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found in {parent}")))?;
+    let dentry = load_dentry(&dentries, parent, name)?.ok_or_else(|| {
+        OpError::rejected(
+            ErrorCode::NotFound,
+            format!("{name:?} not found in {parent}"),
+        )
+    })?;
     let record = load_inode(&inodes, dentry.child)?;
     Ok(Response::Attr(record.to_attr(dentry.child)))
 }
@@ -24,7 +34,12 @@ pub(crate) fn get_attr(txn: &ReadTransaction, inode: InodeId) -> Result<Response
     Ok(Response::Attr(load_inode(&inodes, inode)?.to_attr(inode)))
 }
 
-pub(crate) fn read_dir(txn: &ReadTransaction, dir: InodeId, after_cookie: u64, max_entries: u32) -> Result<Response, OpError> {
+pub(crate) fn read_dir(
+    txn: &ReadTransaction,
+    dir: InodeId,
+    after_cookie: u64,
+    max_entries: u32,
+) -> Result<Response, OpError> {
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
     let cookies = txn.open_table(COOKIES)?;
@@ -36,9 +51,18 @@ pub(crate) fn read_dir(txn: &ReadTransaction, dir: InodeId, after_cookie: u64, m
     for item in range.by_ref() {
         let (key, name) = item?;
         let name = name.value().to_string();
-        let dentry = load_dentry(&dentries, dir, &name)?
-            .ok_or_else(|| OpError::Store(format!("cookie {:?} of {dir} names a missing dentry {name:?}", key.value())))?;
-        entries.push(DirEntry { name, inode: dentry.child, kind: dentry.kind, cookie: key.value().1 });
+        let dentry = load_dentry(&dentries, dir, &name)?.ok_or_else(|| {
+            OpError::Store(format!(
+                "cookie {:?} of {dir} names a missing dentry {name:?}",
+                key.value()
+            ))
+        })?;
+        entries.push(DirEntry {
+            name,
+            inode: dentry.child,
+            kind: dentry.kind,
+            cookie: key.value().1,
+        });
         if entries.len() == limit {
             break;
         }
@@ -52,6 +76,9 @@ pub(crate) fn read_link(txn: &ReadTransaction, inode: InodeId) -> Result<Respons
     let record = load_inode(&inodes, inode)?;
     match (record.kind, record.symlink) {
         (FileKind::Symlink, Some(target)) => Ok(Response::LinkTarget(target)),
-        _ => Err(OpError::rejected(ErrorCode::NotSymlink, format!("inode {inode} is not a symbolic link"))),
+        _ => Err(OpError::rejected(
+            ErrorCode::NotSymlink,
+            format!("inode {inode} is not a symbolic link"),
+        )),
     }
 }

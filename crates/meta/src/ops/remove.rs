@@ -2,8 +2,8 @@
 //! for disposal, or, while a client still has it open, it waits on the orphan list.
 
 use crate::store::{
-    dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, InodeRecord, OpError, COOKIES,
-    DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
+    dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, InodeRecord,
+    OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
 };
 use redb::{ReadableTable, Table, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -18,7 +18,10 @@ pub(crate) fn drop_link(
     mut record: InodeRecord,
     is_open: bool,
 ) -> Result<(), OpError> {
-    debug_assert!(record.nlink > 0, "dropping a link of an inode without links");
+    debug_assert!(
+        record.nlink > 0,
+        "dropping a link of an inode without links"
+    );
     record.nlink = record.nlink.saturating_sub(1);
     record.ctime = now();
     if record.nlink > 0 {
@@ -44,12 +47,18 @@ pub(crate) fn dispose(
     txn.open_table(TRUNCATES)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
         let bytes = postcard::to_stdvec(layout).expect("layouts always encode");
-        txn.open_table(DISPOSALS)?.insert(inode.0, bytes.as_slice())?;
+        txn.open_table(DISPOSALS)?
+            .insert(inode.0, bytes.as_slice())?;
     }
     Ok(())
 }
 
-pub(crate) fn unlink(txn: &WriteTransaction, parent: InodeId, name: &str, is_open: impl Fn(InodeId) -> bool) -> Result<Response, OpError> {
+pub(crate) fn unlink(
+    txn: &WriteTransaction,
+    parent: InodeId,
+    name: &str,
+    is_open: impl Fn(InodeId) -> bool,
+) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
@@ -58,18 +67,31 @@ pub(crate) fn unlink(txn: &WriteTransaction, parent: InodeId, name: &str, is_ope
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let record = load_inode(&inodes, dentry.child)?;
     if record.is_dir() {
-        return Err(OpError::rejected(ErrorCode::IsDirectory, format!("{name:?} is a directory")));
+        return Err(OpError::rejected(
+            ErrorCode::IsDirectory,
+            format!("{name:?} is a directory"),
+        ));
     }
     remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
     let timestamp = now();
     parent_record.mtime = timestamp;
     parent_record.ctime = timestamp;
     store_inode(&mut inodes, parent, &parent_record)?;
-    drop_link(txn, &mut inodes, dentry.child, record, is_open(dentry.child))?;
+    drop_link(
+        txn,
+        &mut inodes,
+        dentry.child,
+        record,
+        is_open(dentry.child),
+    )?;
     Ok(Response::Done)
 }
 
-pub(crate) fn rmdir(txn: &WriteTransaction, parent: InodeId, name: &str) -> Result<Response, OpError> {
+pub(crate) fn rmdir(
+    txn: &WriteTransaction,
+    parent: InodeId,
+    name: &str,
+) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
@@ -78,10 +100,16 @@ pub(crate) fn rmdir(txn: &WriteTransaction, parent: InodeId, name: &str) -> Resu
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let record = load_inode(&inodes, dentry.child)?;
     if !record.is_dir() {
-        return Err(OpError::rejected(ErrorCode::NotDirectory, format!("{name:?} is not a directory")));
+        return Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("{name:?} is not a directory"),
+        ));
     }
     if !dir_is_empty(&cookies, dentry.child)? {
-        return Err(OpError::rejected(ErrorCode::NotEmpty, format!("{name:?} is not empty")));
+        return Err(OpError::rejected(
+            ErrorCode::NotEmpty,
+            format!("{name:?} is not empty"),
+        ));
     }
     remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
     inodes.remove(dentry.child.0)?;

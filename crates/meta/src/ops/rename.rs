@@ -3,8 +3,8 @@
 
 use super::remove::drop_link;
 use crate::store::{
-    dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, check_name, OpError,
-    COOKIES, DENTRIES, INODES,
+    check_name, dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry,
+    store_inode, OpError, COOKIES, DENTRIES, INODES,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -15,7 +15,11 @@ use weft_proto::ErrorCode;
 const PATH_DEPTH_MAX: usize = 4096;
 
 /// Whether `ancestor` is `dir` or one of its ancestors.
-fn is_ancestor(inodes: &impl ReadableTable<u64, &'static [u8]>, ancestor: InodeId, mut dir: InodeId) -> Result<bool, OpError> {
+fn is_ancestor(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    ancestor: InodeId,
+    mut dir: InodeId,
+) -> Result<bool, OpError> {
     for _ in 0..PATH_DEPTH_MAX {
         if dir == ancestor {
             return Ok(true);
@@ -25,7 +29,10 @@ fn is_ancestor(inodes: &impl ReadableTable<u64, &'static [u8]>, ancestor: InodeI
         }
         dir = InodeId(load_inode(inodes, dir)?.parent);
     }
-    Err(OpError::rejected(ErrorCode::InvalidArgument, "directory tree too deep"))
+    Err(OpError::rejected(
+        ErrorCode::InvalidArgument,
+        "directory tree too deep",
+    ))
 }
 
 pub(crate) struct RenameArgs<'a> {
@@ -36,11 +43,24 @@ pub(crate) struct RenameArgs<'a> {
     pub flags: RenameFlags,
 }
 
-pub(crate) fn rename(txn: &WriteTransaction, args: RenameArgs<'_>, is_open: impl Fn(InodeId) -> bool) -> Result<Response, OpError> {
-    let RenameArgs { parent, name, new_parent, new_name, flags } = args;
+pub(crate) fn rename(
+    txn: &WriteTransaction,
+    args: RenameArgs<'_>,
+    is_open: impl Fn(InodeId) -> bool,
+) -> Result<Response, OpError> {
+    let RenameArgs {
+        parent,
+        name,
+        new_parent,
+        new_name,
+        flags,
+    } = args;
     check_name(new_name)?;
     if flags.exchange && flags.no_replace {
-        return Err(OpError::rejected(ErrorCode::InvalidArgument, "RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other"));
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other",
+        ));
     }
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
@@ -54,11 +74,17 @@ pub(crate) fn rename(txn: &WriteTransaction, args: RenameArgs<'_>, is_open: impl
     let source_is_dir = source_record.is_dir();
 
     if source_is_dir && new_parent != parent && is_ancestor(&inodes, source.child, new_parent)? {
-        return Err(OpError::rejected(ErrorCode::InvalidArgument, "cannot move a directory into its own subtree"));
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "cannot move a directory into its own subtree",
+        ));
     }
     if let Some(victim) = victim {
         if flags.no_replace {
-            return Err(OpError::rejected(ErrorCode::Exists, format!("{new_name:?} already exists")));
+            return Err(OpError::rejected(
+                ErrorCode::Exists,
+                format!("{new_name:?} already exists"),
+            ));
         }
         if victim.child == source.child {
             // Two names of one inode: POSIX says do nothing and succeed.
@@ -66,21 +92,48 @@ pub(crate) fn rename(txn: &WriteTransaction, args: RenameArgs<'_>, is_open: impl
         }
         let victim_record = load_inode(&inodes, victim.child)?;
         if flags.exchange {
-            if victim_record.is_dir() && new_parent != parent && is_ancestor(&inodes, victim.child, parent)? {
-                return Err(OpError::rejected(ErrorCode::InvalidArgument, "cannot move a directory into its own subtree"));
+            if victim_record.is_dir()
+                && new_parent != parent
+                && is_ancestor(&inodes, victim.child, parent)?
+            {
+                return Err(OpError::rejected(
+                    ErrorCode::InvalidArgument,
+                    "cannot move a directory into its own subtree",
+                ));
             }
-            return exchange(&mut inodes, &mut dentries, (parent, name, source), (new_parent, new_name, victim));
+            return exchange(
+                &mut inodes,
+                &mut dentries,
+                (parent, name, source),
+                (new_parent, new_name, victim),
+            );
         }
         match (source_is_dir, victim_record.is_dir()) {
-            (true, false) => return Err(OpError::rejected(ErrorCode::NotDirectory, format!("{new_name:?} is not a directory"))),
-            (false, true) => return Err(OpError::rejected(ErrorCode::IsDirectory, format!("{new_name:?} is a directory"))),
+            (true, false) => {
+                return Err(OpError::rejected(
+                    ErrorCode::NotDirectory,
+                    format!("{new_name:?} is not a directory"),
+                ))
+            }
+            (false, true) => {
+                return Err(OpError::rejected(
+                    ErrorCode::IsDirectory,
+                    format!("{new_name:?} is a directory"),
+                ))
+            }
             (true, true) if !dir_is_empty(&cookies, victim.child)? => {
-                return Err(OpError::rejected(ErrorCode::NotEmpty, format!("{new_name:?} is not empty")))
+                return Err(OpError::rejected(
+                    ErrorCode::NotEmpty,
+                    format!("{new_name:?} is not empty"),
+                ))
             }
             _ => {}
         }
     } else if flags.exchange {
-        return Err(OpError::rejected(ErrorCode::NotFound, format!("{new_name:?} not found")));
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            format!("{new_name:?} not found"),
+        ));
     }
 
     // Everything is checked; from here on the operation writes.
@@ -94,11 +147,25 @@ pub(crate) fn rename(txn: &WriteTransaction, args: RenameArgs<'_>, is_open: impl
             victim_was_dir = true;
             inodes.remove(victim.child.0)?;
         } else {
-            drop_link(txn, &mut inodes, victim.child, victim_record, is_open(victim.child))?;
+            drop_link(
+                txn,
+                &mut inodes,
+                victim.child,
+                victim_record,
+                is_open(victim.child),
+            )?;
         }
     }
     let mut target_dir = load_dir(&inodes, new_parent)?;
-    insert_dentry(&mut dentries, &mut cookies, new_parent, &mut target_dir, new_name, source.child, source.kind)?;
+    insert_dentry(
+        &mut dentries,
+        &mut cookies,
+        new_parent,
+        &mut target_dir,
+        new_name,
+        source.child,
+        source.kind,
+    )?;
     if victim_was_dir {
         target_dir.nlink = target_dir.nlink.saturating_sub(1);
     }
@@ -136,8 +203,22 @@ fn exchange(
     (new_parent, new_name, victim): Side<'_>,
 ) -> Result<Response, OpError> {
     let timestamp = now();
-    dentries.insert((parent.0, name), (victim.child.0, source.cookie, crate::store::kind_code(victim.kind)))?;
-    dentries.insert((new_parent.0, new_name), (source.child.0, victim.cookie, crate::store::kind_code(source.kind)))?;
+    dentries.insert(
+        (parent.0, name),
+        (
+            victim.child.0,
+            source.cookie,
+            crate::store::kind_code(victim.kind),
+        ),
+    )?;
+    dentries.insert(
+        (new_parent.0, new_name),
+        (
+            source.child.0,
+            victim.cookie,
+            crate::store::kind_code(source.kind),
+        ),
+    )?;
     for (inode, new_home_dir) in [(source.child, new_parent), (victim.child, parent)] {
         let mut record = load_inode(inodes, inode)?;
         record.ctime = timestamp;

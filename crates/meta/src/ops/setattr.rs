@@ -5,7 +5,9 @@
 //! report sizes tagged with the generation they wrote in; a report from an older generation is
 //! dropped, so a write that raced a truncate cannot resurrect the old size.
 
-use crate::store::{load_dir, load_inode, now, store_inode, OpError, TruncateWork, INODES, TRUNCATES};
+use crate::store::{
+    load_dir, load_inode, now, store_inode, OpError, TruncateWork, INODES, TRUNCATES,
+};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::StripePattern;
@@ -20,17 +22,34 @@ fn resolve(time: TimeSet) -> weft_proto::messages::Timestamp {
 }
 
 /// Applies attribute changes; returns the new attributes and whether truncate work was queued.
-pub(crate) fn set_attr(txn: &WriteTransaction, inode: InodeId, changes: AttrChanges) -> Result<Response, OpError> {
+pub(crate) fn set_attr(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    changes: AttrChanges,
+) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_inode(&inodes, inode)?;
     if let Some(size) = changes.size {
         match record.kind {
             FileKind::Regular => {}
-            FileKind::Directory => return Err(OpError::rejected(ErrorCode::IsDirectory, "cannot truncate a directory")),
-            _ => return Err(OpError::rejected(ErrorCode::InvalidArgument, "can only truncate regular files")),
+            FileKind::Directory => {
+                return Err(OpError::rejected(
+                    ErrorCode::IsDirectory,
+                    "cannot truncate a directory",
+                ))
+            }
+            _ => {
+                return Err(OpError::rejected(
+                    ErrorCode::InvalidArgument,
+                    "can only truncate regular files",
+                ))
+            }
         }
         if size > i64::MAX as u64 {
-            return Err(OpError::rejected(ErrorCode::InvalidArgument, "size too large"));
+            return Err(OpError::rejected(
+                ErrorCode::InvalidArgument,
+                "size too large",
+            ));
         }
     }
     let timestamp = now();
@@ -61,10 +80,14 @@ pub(crate) fn set_attr(txn: &WriteTransaction, inode: InodeId, changes: AttrChan
         let work = TruncateWork {
             generation: record.truncate_generation,
             size,
-            layout: record.layout.clone().ok_or_else(|| OpError::Store(format!("regular file {inode} has no layout")))?,
+            layout: record
+                .layout
+                .clone()
+                .ok_or_else(|| OpError::Store(format!("regular file {inode} has no layout")))?,
         };
         let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
-        txn.open_table(TRUNCATES)?.insert(inode.0, bytes.as_slice())?;
+        txn.open_table(TRUNCATES)?
+            .insert(inode.0, bytes.as_slice())?;
     }
     record.ctime = timestamp;
     store_inode(&mut inodes, inode, &record)?;
@@ -72,11 +95,19 @@ pub(crate) fn set_attr(txn: &WriteTransaction, inode: InodeId, changes: AttrChan
 }
 
 /// A writer's size report: the largest report of the current generation wins.
-pub(crate) fn report_size(txn: &WriteTransaction, inode: InodeId, size: u64, generation: u64) -> Result<Response, OpError> {
+pub(crate) fn report_size(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    size: u64,
+    generation: u64,
+) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.kind != FileKind::Regular {
-        return Err(OpError::rejected(ErrorCode::InvalidArgument, "size reports are for regular files"));
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "size reports are for regular files",
+        ));
     }
     let timestamp = now();
     if generation == record.truncate_generation && size > record.size {
@@ -91,11 +122,15 @@ pub(crate) fn report_size(txn: &WriteTransaction, inode: InodeId, size: u64, gen
 }
 
 /// Removes a truncate work item once every target applied it, unless a newer one replaced it.
-pub(crate) fn finish_truncate(txn: &WriteTransaction, inode: InodeId, generation: u64) -> Result<Response, OpError> {
+pub(crate) fn finish_truncate(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    generation: u64,
+) -> Result<Response, OpError> {
     let mut truncates = txn.open_table(TRUNCATES)?;
-    let current = truncates
-        .get(inode.0)?
-        .map(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).map(|work| work.generation));
+    let current = truncates.get(inode.0)?.map(|bytes| {
+        postcard::from_bytes::<TruncateWork>(bytes.value()).map(|work| work.generation)
+    });
     if let Some(Ok(current)) = current {
         if current == generation {
             truncates.remove(inode.0)?;
@@ -104,8 +139,14 @@ pub(crate) fn finish_truncate(txn: &WriteTransaction, inode: InodeId, generation
     Ok(Response::Done)
 }
 
-pub(crate) fn set_pattern(txn: &WriteTransaction, dir: InodeId, pattern: StripePattern) -> Result<Response, OpError> {
-    pattern.validate().map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
+pub(crate) fn set_pattern(
+    txn: &WriteTransaction,
+    dir: InodeId,
+    pattern: StripePattern,
+) -> Result<Response, OpError> {
+    pattern
+        .validate()
+        .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_dir(&inodes, dir)?;
     record.pattern = Some(pattern);

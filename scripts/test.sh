@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what Weft's tests need if it is missing, then runs them: the format check, clippy
+# with warnings as errors, and every unit and integration test. This is README's test command
+# and all of .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v fio >/dev/null 2>&1 || missing+=(fio)
+command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v umount >/dev/null 2>&1 || missing+=(mount)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "the tests need root (FUSE mounts, runuser) to install ${missing[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -c /dev/fuse ]; then
+  echo "/dev/fuse is missing: the integration tests mount Weft with FUSE" >&2
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "run the tests as root: they mount FUSE file systems through mount(2)" >&2
+  exit 1
+fi
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+# Cluster tests start several processes each; two at a time suit a 2-core machine.
+cargo test --workspace -- --test-threads=2
