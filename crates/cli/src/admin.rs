@@ -64,7 +64,10 @@ pub struct ClusterArgs {
 
 /// The Weft mount holding `path`: (mount point, management address).
 fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
-    let path = path.canonicalize().ok()?;
+    // A path that does not exist still tells the mount by its nearest existing ancestor.
+    let path = crate::absolute(path)
+        .ancestors()
+        .find_map(|ancestor| ancestor.canonicalize().ok())?;
     weft_client::fuse::mount::mounted_file_systems()
         .into_iter()
         .filter(|(_, target, kind)| {

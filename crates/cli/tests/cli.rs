@@ -1,0 +1,211 @@
+//! The binary as users run it: `weft up` (start, restart on the same data, stale mount after a
+//! kill, clean stop on SIGINT), `weft mount --all` with a mounts file, and the admin listings.
+
+mod common;
+
+use common::{binary, cluster, weft};
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use weft_testkit::{is_mounted, wait_until, ClusterSpec};
+
+fn start_up(data: &Path, mountpoint: &Path, log: &Path, extra: &[&str]) -> Child {
+    let log = fs::File::create(log).expect("log file");
+    Command::new(binary())
+        .args([
+            "up",
+            "--data-dir",
+            data.to_str().expect("utf-8"),
+            "--mountpoint",
+            mountpoint.to_str().expect("utf-8"),
+        ])
+        .args(extra)
+        .env("WEFT_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone"))
+        .stderr(log)
+        .spawn()
+        .expect("weft up starts")
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on a child we own.
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+}
+
+// Goal: `weft up` is the one-command quick start: it mounts, prints where things are, stops
+// cleanly on SIGINT, brings back the same file system on the same data directory, and detects
+// and detaches a stale mount left by a killed run. Method: run the real binary three times.
+#[test]
+fn up_restart_and_stale_mount() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let data = directory.path().join("data");
+    let mnt = directory.path().join("mnt");
+    let log = directory.path().join("up.log");
+
+    let mut up = start_up(
+        &data,
+        &mnt,
+        &log,
+        &["--storage-servers", "2", "--targets-per-server", "2"],
+    );
+    wait_until("weft up to mount", || is_mounted(&mnt)).expect("mounted");
+    wait_until("the start-up report", || {
+        fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("Press Ctrl-C")
+    })
+    .expect("report");
+    let report = fs::read_to_string(&log).expect("log");
+    assert!(
+        report.contains("mounted at")
+            && report.contains("management")
+            && report.contains("storage-2"),
+        "{report}"
+    );
+    fs::write(mnt.join("kept"), b"survives restarts").expect("write");
+    signal(&up, libc::SIGINT);
+    let status = up.wait().expect("wait");
+    assert!(
+        status.success(),
+        "clean stop: {}",
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(!is_mounted(&mnt), "SIGINT unmounts");
+
+    let mut up = start_up(
+        &data,
+        &mnt,
+        &log,
+        &["--storage-servers", "2", "--targets-per-server", "2"],
+    );
+    wait_until("weft up to mount again", || {
+        is_mounted(&mnt) && fs::read(mnt.join("kept")).is_ok()
+    })
+    .expect("mounted");
+    assert_eq!(
+        fs::read(mnt.join("kept")).expect("read"),
+        b"survives restarts"
+    );
+    up.kill().expect("kill -9");
+    up.wait().expect("wait");
+    assert!(is_mounted(&mnt), "a killed run leaves its mount behind");
+
+    let mut up = start_up(
+        &data,
+        &mnt,
+        &log,
+        &["--storage-servers", "2", "--targets-per-server", "2"],
+    );
+    wait_until("weft up to mount over the stale one", || {
+        fs::read(mnt.join("kept")).is_ok()
+    })
+    .expect("mounted");
+    let output = fs::read_to_string(&log).expect("log");
+    assert!(
+        output.contains("stale mount"),
+        "the stale mount is reported: {output}"
+    );
+    signal(&up, libc::SIGTERM);
+    assert!(up.wait().expect("wait").success());
+    assert!(!is_mounted(&mnt), "SIGTERM unmounts");
+
+    let refused = Command::new(binary())
+        .args(["up", "--meta-servers", "2"])
+        .output()
+        .expect("runs");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("exactly one metadata server"));
+}
+
+// Goal: a mounts file mounts a Weft file system from a client config, like beegfs-mounts.conf.
+// Method: write a client config and a mounts file, run `weft mount --all`, use the mount, stop.
+#[test]
+fn mount_all_from_mounts_file() {
+    let cluster = cluster(ClusterSpec::default());
+    let directory = cluster.root().join("client");
+    fs::create_dir_all(directory.join("mnt")).expect("mkdir");
+    fs::write(
+        directory.join("client.toml"),
+        format!("mgmt = \"{}\"\nfuse_threads = 2\n", cluster.mgmt()),
+    )
+    .expect("config");
+    fs::write(
+        directory.join("mounts.conf"),
+        format!("# test\n{} client.toml\n", directory.join("mnt").display()),
+    )
+    .expect("mounts file");
+    let mut child = Command::new(binary())
+        .args([
+            "mount",
+            "--all",
+            directory.join("mounts.conf").to_str().expect("utf-8"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weft mount --all");
+    let mnt = directory.join("mnt");
+    wait_until("the mounts file's mount", || is_mounted(&mnt)).expect("mounted");
+    fs::write(mnt.join("x"), b"through the mounts file").expect("write");
+    assert_eq!(
+        fs::read(mnt.join("x")).expect("read"),
+        b"through the mounts file"
+    );
+    signal(&child, libc::SIGTERM);
+    assert!(child.wait().expect("wait").success());
+    assert!(!is_mounted(&mnt));
+}
+
+// Goal: the admin listings show the cluster as it is. Method: compare `weft node list`,
+// `weft target list --state` and `weft df` with the cluster's shape, asked through a mount
+// path and with --mgmt.
+#[test]
+fn admin_listings() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let (ok, nodes, stderr) = weft(
+        &cluster,
+        &["node", "list", "--path", mnt.to_str().expect("utf-8")],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        nodes.contains("meta-1") && nodes.contains("storage-1") && nodes.contains("storage-2"),
+        "{nodes}"
+    );
+    let (ok, targets, stderr) = weft(
+        &cluster,
+        &["target", "list", "--state", "--mgmt", cluster.mgmt()],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        targets
+            .lines()
+            .filter(|line| line.contains(" online ") && line.contains(" good "))
+            .count(),
+        4,
+        "{targets}"
+    );
+    let (ok, df, stderr) = weft(&cluster, &["df", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "{stderr}");
+    assert!(
+        df.contains("METADATA SERVERS") && df.contains("STORAGE TARGETS"),
+        "{df}"
+    );
+    assert_eq!(
+        df.lines()
+            .filter(|line| line.starts_with("target "))
+            .count(),
+        4,
+        "{df}"
+    );
+    let (ok, _, stderr) = weft(
+        &cluster,
+        &[
+            "entry",
+            "info",
+            mnt.join("missing").to_str().expect("utf-8"),
+        ],
+    );
+    assert!(!ok && stderr.contains("cannot stat"), "{stderr}");
+}
