@@ -93,3 +93,60 @@ fn fsynced_files_survive_kill_of_every_service() {
         "crash-test mode must lose data that was never fsync'd"
     );
 }
+
+// Goal: a restarted server keeps its identity even on a new address, management marks a dead
+// server offline and a returning one online, and the data it holds is served again. Method:
+// kill a storage server, wait for `offline`, restart it (it binds a new port), wait for
+// `online`, then read a file striped over every target.
+#[test]
+fn restart_keeps_identity_on_a_new_address() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let data = pattern(41, 4 * 1024 * 1024);
+    fs::write(mnt.join("spread"), &data).expect("write");
+    let nodes = |cluster: &weft_testkit::LocalCluster| {
+        String::from_utf8_lossy(
+            &cluster
+                .weft(&["node", "list", "--mgmt", cluster.mgmt()])
+                .expect("node list")
+                .stdout,
+        )
+        .into_owned()
+    };
+    let before = nodes(&cluster);
+    let address_of = |listing: &str| {
+        listing
+            .lines()
+            .find(|l| l.contains("storage-1"))
+            .map(|l| l.split_whitespace().last().unwrap_or("").to_string())
+    };
+    cluster.kill("storage-1").expect("kill");
+    wait_until("storage-1 to be marked offline", || {
+        nodes(&cluster)
+            .lines()
+            .any(|l| l.contains("storage-1") && l.contains(" offline "))
+    })
+    .expect("offline");
+    cluster.restart("storage-1").expect("restart");
+    wait_until("storage-1 to be online again", || {
+        nodes(&cluster)
+            .lines()
+            .any(|l| l.contains("storage-1") && l.contains(" online "))
+    })
+    .expect("online");
+    let after = nodes(&cluster);
+    assert_eq!(
+        after.lines().filter(|l| l.contains("storage-")).count(),
+        2,
+        "no new node was allocated: {after}"
+    );
+    assert_ne!(
+        address_of(&before),
+        address_of(&after),
+        "it came back on a new port"
+    );
+    wait_until("the file to read back", || {
+        fs::read(mnt.join("spread")).ok().as_deref() == Some(&data[..])
+    })
+    .expect("data served again");
+}

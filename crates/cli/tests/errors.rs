@@ -138,6 +138,29 @@ fn full_target_gives_enospc_and_loses_nothing() {
         "every server still runs: {nodes}"
     );
 
+    // close(2) reports the write error of its file again.
+    let path = std::ffi::CString::new(mnt.join("huge").to_str().expect("utf-8")).expect("path");
+    // SAFETY: a valid path; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY) };
+    assert!(fd >= 0, "open");
+    let block = vec![7u8; 1024 * 1024];
+    let mut failed = false;
+    for _ in 0..64 {
+        // SAFETY: block is valid for block.len() bytes.
+        if unsafe { libc::write(fd, block.as_ptr().cast(), block.len()) } < 0 {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "writes fail once the targets are full");
+    // SAFETY: fd is open and closed exactly once.
+    let closed = unsafe { libc::close(fd) };
+    assert_eq!(
+        (closed, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ENOSPC)),
+        "close returns the error"
+    );
+
     fs::remove_file(mnt.join("huge")).expect("remove the partial file");
     wait_until("space to come back", || {
         fs::write(mnt.join("again"), pattern(33, 2 * 1024 * 1024)).is_ok()

@@ -4,9 +4,22 @@
 
 use crate::client::{Client, ClientError};
 use bytes::{Bytes, BytesMut};
-use weft_proto::ids::InodeId;
+use std::sync::Arc;
+use weft_net::{RpcError, StorageClient};
+use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::layout::{map_range, FileLayout};
 use weft_proto::messages::IO_BYTES_MAX;
+
+async fn on_target<T, F, Fut>(client: &Client, target: TargetId, call: F) -> Result<T, ClientError>
+where
+    F: Fn(Arc<StorageClient>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, RpcError>>,
+{
+    Ok(client
+        .cluster
+        .call_storage(target, &client.retry, call)
+        .await?)
+}
 
 /// Pieces of the range, further cut so no request exceeds [`IO_BYTES_MAX`].
 fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout::ChunkPiece> {
@@ -44,15 +57,11 @@ pub(crate) async fn read(
         .into_iter()
         .map(|piece| async move {
             let target = layout.targets[piece.target_index];
-            let data = client
-                .retry
-                .run(|| async {
-                    let storage = client.cluster.storage_for_target(target).await?;
-                    storage
-                        .read(target, inode, piece.object_offset, piece.len as u32)
-                        .await
-                })
-                .await?;
+            let len = piece.len as u32;
+            let data = on_target(client, target, |storage| async move {
+                storage.read(target, inode, piece.object_offset, len).await
+            })
+            .await?;
             Ok::<_, ClientError>((piece, data))
         });
     let mut buffer = BytesMut::zeroed(total);
@@ -79,15 +88,15 @@ pub(crate) async fn write(
             let slice = data.slice(at..at + piece.len as usize);
             async move {
                 let target = layout.targets[piece.target_index];
-                client
-                    .retry
-                    .run(|| async {
-                        let storage = client.cluster.storage_for_target(target).await?;
+                on_target(client, target, |storage| {
+                    let slice = slice.clone();
+                    async move {
                         storage
-                            .write(target, inode, piece.object_offset, slice.clone())
+                            .write(target, inode, piece.object_offset, slice)
                             .await
-                    })
-                    .await
+                    }
+                })
+                .await
             }
         });
     for result in futures::future::join_all(requests).await {
@@ -102,17 +111,11 @@ pub(crate) async fn sync(
     layout: &FileLayout,
 ) -> Result<(), ClientError> {
     let requests = layout.targets.iter().map(|target| async move {
-        client
-            .retry
-            .run(|| async {
-                client
-                    .cluster
-                    .storage_for_target(*target)
-                    .await?
-                    .sync(*target, inode)
-                    .await
-            })
-            .await
+        let target = *target;
+        on_target(client, target, |storage| async move {
+            storage.sync(target, inode).await
+        })
+        .await
     });
     for result in futures::future::join_all(requests).await {
         result?;

@@ -40,3 +40,6 @@ pub enum MetaError {
     #[error("{0}")]
     Register(String),
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,10 +9,7 @@ use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
 use crate::ops::OpContext;
-use crate::store::{
-    OpError, TruncateWork, COOKIES, COUNTERS, DENTRIES, DISPOSALS, INODES, ORPHANS, REPLIES,
-    TRUNCATES,
-};
+use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES};
 use crate::{MetaConfig, MetaError};
 use bytes::Bytes;
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
@@ -22,12 +19,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use weft_net::ClusterView;
+use weft_net::retry::RetryPolicy;
+use weft_net::{ClusterView, StorageClient};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout};
 use weft_proto::messages::{FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response};
 use weft_proto::ErrorCode;
+
+/// Retries of a truncate or removal on a target before the work is left to the worker loop.
+const TARGET_RETRY: RetryPolicy = RetryPolicy {
+    initial_backoff: Duration::from_millis(50),
+    max_backoff: Duration::from_millis(500),
+    total_timeout: Duration::from_secs(5),
+};
 
 /// Interval at which queued truncates and disposals are retried when nothing wakes the worker.
 const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
@@ -41,8 +46,6 @@ struct Meta {
     /// Open counts per inode and client session: an unlinked inode lives while one is held.
     opens: Arc<Mutex<HashMap<InodeId, HashMap<ClientId, u32>>>>,
     work: Notify,
-    /// When the cluster map was last fetched on demand (see `refresh_map_if_short`).
-    last_refresh: tokio::sync::Mutex<std::time::Instant>,
 }
 
 /// Least time between on-demand map refreshes.
@@ -63,18 +66,7 @@ pub async fn run(
 ) -> Result<(), MetaError> {
     config.validate().map_err(MetaError::DataDir)?;
     let db = Arc::new(Database::create(config.data_dir.join("meta.redb")).map_err(store_error)?);
-    {
-        let txn = db.begin_write().map_err(store_error)?;
-        for table in [INODES, DISPOSALS, TRUNCATES] {
-            txn.open_table(table).map_err(store_error)?;
-        }
-        txn.open_table(DENTRIES).map_err(store_error)?;
-        txn.open_table(COOKIES).map_err(store_error)?;
-        txn.open_table(COUNTERS).map_err(store_error)?;
-        txn.open_table(REPLIES).map_err(store_error)?;
-        txn.open_table(ORPHANS).map_err(store_error)?;
-        txn.commit().map_err(store_error)?;
-    }
+    crate::store::create_tables(&db).map_err(|e| MetaError::Store(format!("{e:?}")))?;
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
         weft_net::RpcClientOptions::default(),
@@ -121,11 +113,6 @@ pub async fn run(
         chooser: Arc::new(Chooser::new(config.target_chooser)),
         opens: Arc::default(),
         work: Notify::new(),
-        last_refresh: tokio::sync::Mutex::new(
-            std::time::Instant::now()
-                .checked_sub(MAP_REFRESH_INTERVAL_MIN)
-                .unwrap_or_else(std::time::Instant::now),
-        ),
     });
     tracing::info!(node = node.0, %address, %alias, "metadata server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -194,7 +181,7 @@ fn stored_reply(bytes: &[u8]) -> Result<Response, OpError> {
 }
 
 /// Runs `op` unless this mutation already ran, and keeps its reply in the same transaction.
-fn idempotent(
+pub(crate) fn idempotent(
     txn: &WriteTransaction,
     mutation: MutationId,
     op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
@@ -451,11 +438,9 @@ impl Meta {
         if available >= usize::from(desired.num_targets) {
             return;
         }
-        let mut last = self.last_refresh.lock().await;
-        if last.elapsed() >= MAP_REFRESH_INTERVAL_MIN {
-            let _ = self.cluster.refresh().await;
-            *last = std::time::Instant::now();
-        }
+        self.cluster
+            .refresh_if_older(MAP_REFRESH_INTERVAL_MIN)
+            .await;
     }
 
     fn open(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
@@ -537,11 +522,10 @@ impl Meta {
                 let cluster = Arc::clone(&self.cluster);
                 let target = *target;
                 async move {
-                    cluster
-                        .storage_for_target(target)
-                        .await?
-                        .truncate(target, inode, length)
-                        .await
+                    let call = |storage: Arc<StorageClient>| async move {
+                        storage.truncate(target, inode, length).await
+                    };
+                    cluster.call_storage(target, &TARGET_RETRY, call).await
                 }
             });
         for result in futures::future::join_all(attempts).await {
@@ -565,11 +549,10 @@ impl Meta {
             let cluster = Arc::clone(&self.cluster);
             let target = *target;
             async move {
-                cluster
-                    .storage_for_target(target)
-                    .await?
-                    .remove(target, inode)
-                    .await
+                let call = |storage: Arc<StorageClient>| async move {
+                    storage.remove(target, inode).await
+                };
+                cluster.call_storage(target, &TARGET_RETRY, call).await
             }
         });
         let all_done = futures::future::join_all(removals)

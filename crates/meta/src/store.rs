@@ -30,6 +30,21 @@ pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("
 pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
 pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
 
+/// Creates every table, so readers never meet a missing one.
+pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
+    let txn = db.begin_write()?;
+    txn.open_table(INODES)?;
+    txn.open_table(DENTRIES)?;
+    txn.open_table(COOKIES)?;
+    txn.open_table(COUNTERS)?;
+    txn.open_table(REPLIES)?;
+    txn.open_table(DISPOSALS)?;
+    txn.open_table(TRUNCATES)?;
+    txn.open_table(ORPHANS)?;
+    txn.commit()?;
+    Ok(())
+}
+
 /// Format version of inode records; older versions decode through explicit migrations.
 const INODE_FORMAT_VERSION: u8 = 1;
 /// The first cookie handed out in a directory; 1 and 2 are `.` and `..`.

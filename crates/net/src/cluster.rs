@@ -2,6 +2,7 @@
 //! library and by servers that call other servers (a metadata server truncating objects).
 
 use crate::client::{RpcClientOptions, RpcError};
+use crate::retry::RetryPolicy;
 use crate::stubs::{MetaClient, MgmtClient, StorageClient};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,12 +11,17 @@ use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::messages::{ClusterMap, NodeKind};
 use weft_proto::ErrorCode;
 
+/// A map younger than this is not fetched again after an unreachable peer.
+const MAP_REFRESH_AFTER_FAILURE_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The cluster map and connections to every peer it names.
 #[derive(Debug)]
 pub struct ClusterView {
     mgmt: MgmtClient,
     options: RpcClientOptions,
     map: RwLock<Arc<ClusterMap>>,
+    /// When the map was last fetched, for [`ClusterView::refresh_if_older`].
+    fetched: tokio::sync::Mutex<Option<std::time::Instant>>,
     meta: Mutex<HashMap<NodeId, (String, Arc<MetaClient>)>>,
     storage: Mutex<HashMap<NodeId, (String, Arc<StorageClient>)>>,
 }
@@ -37,6 +43,7 @@ impl ClusterView {
             ),
             options,
             map: RwLock::default(),
+            fetched: tokio::sync::Mutex::new(None),
             meta: Mutex::default(),
             storage: Mutex::default(),
         }
@@ -59,7 +66,22 @@ impl ClusterView {
     pub async fn refresh(&self) -> Result<Arc<ClusterMap>, RpcError> {
         let map = Arc::new(self.mgmt.cluster_map().await?);
         *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
+        *self.fetched.lock().await = Some(std::time::Instant::now());
         Ok(map)
+    }
+
+    /// Fetches the map again unless it is younger than `age`: after a peer was unreachable (it
+    /// may have restarted on a new address) or when the map looks short. Concurrent callers
+    /// share one fetch.
+    pub async fn refresh_if_older(&self, age: std::time::Duration) {
+        let mut fetched = self.fetched.lock().await;
+        if fetched.is_some_and(|at| at.elapsed() < age) {
+            return;
+        }
+        if let Ok(map) = self.mgmt.cluster_map().await {
+            *self.map.write().expect("map lock poisoned") = Arc::new(map);
+            *fetched = Some(std::time::Instant::now());
+        }
     }
 
     fn address_of(&self, kind: NodeKind, node: NodeId) -> Option<String> {
@@ -90,6 +112,32 @@ impl ClusterView {
                 Ok(client)
             }
         }
+    }
+
+    /// Runs a call on the storage server holding `target` under `policy`. After a failure that
+    /// may mean the server moved (restarted on a new address), the map is fetched again.
+    ///
+    /// # Errors
+    /// The last error of `call`, or `UnknownTarget` when management does not know the target.
+    pub async fn call_storage<T, F, Fut>(
+        &self,
+        target: TargetId,
+        policy: &RetryPolicy,
+        call: F,
+    ) -> Result<T, RpcError>
+    where
+        F: Fn(Arc<StorageClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        policy
+            .run(|| async {
+                let result = async { call(self.storage_for_target(target).await?).await }.await;
+                if result.as_ref().is_err_and(RpcError::is_retryable) {
+                    self.refresh_if_older(MAP_REFRESH_AFTER_FAILURE_MIN).await;
+                }
+                result
+            })
+            .await
     }
 
     /// The storage node holding `target` and a client for it.

@@ -97,3 +97,117 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{RpcClient, RpcClientOptions};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weft_proto::codec::{FrameHeader, FRAME_BODY_BYTES_MAX};
+    use weft_proto::messages::{Response, StorageRequest};
+    use weft_proto::{InodeId, TargetId};
+
+    /// Answers every request with its payload length, echoing the payload.
+    struct Echo;
+
+    impl Handler for Echo {
+        async fn handle(&self, _request: Request, payload: Bytes) -> (Reply, Bytes) {
+            (Ok(Response::Length(payload.len() as u64)), payload)
+        }
+    }
+
+    async fn start() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        tokio::spawn(serve(listener, Arc::new(Echo), std::future::pending()));
+        address
+    }
+
+    fn request() -> Request {
+        Request::Storage(StorageRequest::Sync {
+            target: TargetId(1),
+            inode: InodeId::ROOT,
+        })
+    }
+
+    async fn assert_closed(address: &str, bytes: &[u8]) {
+        let mut stream = TcpStream::connect(address).await.expect("connect");
+        stream.write_all(bytes).await.expect("send");
+        let mut buffer = [0u8; 64];
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut buffer))
+                .await
+                .expect("server answers");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "the server closes a connection after a bad frame"
+        );
+    }
+
+    // Goal: many requests in flight on one connection each get their own answer and payload.
+    #[tokio::test]
+    async fn concurrent_calls_match_their_replies() {
+        let address = start().await;
+        let client = Arc::new(RpcClient::new(address, RpcClientOptions::default()));
+        let calls = (0..100usize).map(|size| {
+            let client = Arc::clone(&client);
+            tokio::spawn(async move {
+                let payload = Bytes::from(vec![size as u8; size * 1000]);
+                let (response, echoed) = client
+                    .call(&request(), payload.clone())
+                    .await
+                    .expect("call");
+                assert_eq!(response, Response::Length(payload.len() as u64));
+                assert_eq!(echoed, payload);
+            })
+        });
+        for call in calls {
+            call.await.expect("task");
+        }
+    }
+
+    // Goal: a malformed frame — wrong magic, oversized length, damaged payload, undecodable
+    // body — closes that connection only; the server keeps serving others.
+    #[tokio::test]
+    async fn malformed_frames_close_only_their_connection() {
+        let address = start().await;
+        assert_closed(&address, &[0xAB; 32]).await;
+        let oversized = FrameHeader {
+            kind: FrameKind::Request,
+            request_id: 1,
+            body_len: FRAME_BODY_BYTES_MAX + 1,
+            payload_len: 0,
+            payload_crc: 0,
+        };
+        assert_closed(&address, &oversized.encode()).await;
+        let body = codec::encode_body(&request());
+        let damaged = FrameHeader {
+            kind: FrameKind::Request,
+            request_id: 2,
+            body_len: body.len() as u32,
+            payload_len: 4,
+            payload_crc: 12345,
+        };
+        let mut bytes = damaged.encode().to_vec();
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(b"data");
+        assert_closed(&address, &bytes).await;
+        let garbage = FrameHeader {
+            kind: FrameKind::Request,
+            request_id: 3,
+            body_len: 5,
+            payload_len: 0,
+            payload_crc: 0,
+        };
+        let mut bytes = garbage.encode().to_vec();
+        bytes.extend_from_slice(&[0xFF; 5]);
+        assert_closed(&address, &bytes).await;
+
+        let client = RpcClient::new(address, RpcClientOptions::default());
+        let (response, _) = client
+            .call(&request(), Bytes::from_static(b"ok"))
+            .await
+            .expect("still serving");
+        assert_eq!(response, Response::Length(2));
+    }
+}

@@ -1,0 +1,357 @@
+//! Unit tests of the metadata store and its operations, on a real redb file and the real
+//! group-commit thread, without a network.
+
+use crate::chooser::Chooser;
+use crate::commit::Committer;
+use crate::config::TargetChooser;
+use crate::ops::create::{create, ensure_root, NewEntry};
+use crate::ops::lookup::{lookup, read_dir};
+use crate::ops::remove::unlink;
+use crate::ops::rename::{rename, RenameArgs};
+use crate::ops::setattr::{report_size, set_attr};
+use crate::ops::OpContext;
+use crate::service::idempotent;
+use crate::store::{create_tables, OpError, DISPOSALS};
+use redb::{Database, ReadableTableMetadata};
+use std::sync::Arc;
+use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
+use weft_proto::messages::{
+    AttrChanges, ClusterMap, FileKind, InodeAttr, MutationId, Reachability, RenameFlags, Response,
+    SpaceUsage, TargetInfo,
+};
+use weft_proto::ErrorCode;
+
+struct Fixture {
+    _directory: tempfile::TempDir,
+    db: Arc<Database>,
+    committer: Committer,
+    context: Arc<OpContext>,
+    next_seq: std::sync::atomic::AtomicU64,
+}
+
+fn fixture() -> Fixture {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Database::create(directory.path().join("meta.redb")).expect("db"));
+    create_tables(&db).expect("tables");
+    let txn = db.begin_write().expect("txn");
+    assert!(ensure_root(&txn).expect("root"));
+    txn.commit().expect("commit");
+    let targets = (1..=4)
+        .map(|id| TargetInfo {
+            id: TargetId(id),
+            node: NodeId(1),
+            pool: StoragePoolId::DEFAULT,
+            reachability: Reachability::Online,
+            usage: SpaceUsage::default(),
+        })
+        .collect();
+    let context = Arc::new(OpContext {
+        home: NodeId(1),
+        chooser: Arc::new(Chooser::new(TargetChooser::Roundrobin)),
+        map: Arc::new(ClusterMap {
+            nodes: Vec::new(),
+            targets,
+        }),
+    });
+    Fixture {
+        committer: Committer::start(Arc::clone(&db)),
+        _directory: directory,
+        db,
+        context,
+        next_seq: std::sync::atomic::AtomicU64::new(1),
+    }
+}
+
+impl Fixture {
+    fn mutation(&self) -> MutationId {
+        let seq = self
+            .next_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        MutationId {
+            client: ClientId(7),
+            seq,
+            oldest_pending: seq,
+        }
+    }
+
+    async fn create_as(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: &str,
+        kind: FileKind,
+    ) -> Result<InodeAttr, OpError> {
+        let context = Arc::clone(&self.context);
+        let entry = NewEntry {
+            parent,
+            name: name.to_string(),
+            kind,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: None,
+        };
+        let response = self
+            .committer
+            .run(Box::new(move |txn| {
+                idempotent(txn, mutation, |txn| create(txn, &context, entry))
+            }))
+            .await?;
+        match response {
+            Response::Attr(attr) => Ok(attr),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    async fn create(
+        &self,
+        parent: InodeId,
+        name: &str,
+        kind: FileKind,
+    ) -> Result<InodeAttr, OpError> {
+        self.create_as(self.mutation(), parent, name, kind).await
+    }
+
+    fn lookup(&self, parent: InodeId, name: &str) -> Result<Response, OpError> {
+        lookup(&self.db.begin_read().expect("read"), parent, name)
+    }
+}
+
+fn code(result: Result<impl std::fmt::Debug, OpError>) -> ErrorCode {
+    match result {
+        Err(OpError::Rejected(error)) => error.code,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+// Goal: create, lookup, unlink keep dentries, link counts and the disposal queue consistent.
+#[tokio::test]
+async fn create_lookup_unlink() {
+    let f = fixture();
+    let dir = f
+        .create(InodeId::ROOT, "dir", FileKind::Directory)
+        .await
+        .expect("mkdir");
+    assert_eq!(dir.nlink, 2);
+    let file = f
+        .create(dir.inode, "file", FileKind::Regular)
+        .await
+        .expect("create");
+    let layout = file.layout.clone().expect("files get a layout");
+    assert_eq!(layout.targets.len(), 4, "four distinct targets");
+    assert_eq!(dir.inode.home(), NodeId(1));
+    assert!(
+        matches!(f.lookup(dir.inode, "file"), Ok(Response::Attr(attr)) if attr.inode == file.inode)
+    );
+    assert_eq!(
+        code(f.create(dir.inode, "file", FileKind::Regular).await),
+        ErrorCode::Exists
+    );
+    assert_eq!(
+        code(f.create(file.inode, "below", FileKind::Regular).await),
+        ErrorCode::NotDirectory
+    );
+    assert_eq!(
+        code(
+            f.create(dir.inode, &"n".repeat(256), FileKind::Regular)
+                .await
+        ),
+        ErrorCode::NameTooLong
+    );
+
+    let parent = dir.inode;
+    f.committer
+        .run(Box::new(move |txn| unlink(txn, parent, "file", |_| false)))
+        .await
+        .expect("unlink");
+    assert_eq!(code(f.lookup(dir.inode, "file")), ErrorCode::NotFound);
+    let queued =
+        f.db.begin_read()
+            .expect("read")
+            .open_table(DISPOSALS)
+            .expect("table")
+            .len()
+            .expect("len");
+    assert_eq!(queued, 1, "the objects await disposal");
+}
+
+// Goal: a retried mutation gets its original answer instead of EEXIST, and a new one does not.
+#[tokio::test]
+async fn retried_mutation_gets_original_answer() {
+    let f = fixture();
+    let mutation = f.mutation();
+    let first = f
+        .create_as(mutation, InodeId::ROOT, "once", FileKind::Regular)
+        .await
+        .expect("first");
+    let retry = f
+        .create_as(mutation, InodeId::ROOT, "once", FileKind::Regular)
+        .await
+        .expect("retry");
+    assert_eq!(first, retry, "the retry gets the stored reply");
+    assert_eq!(
+        code(f.create(InodeId::ROOT, "once", FileKind::Regular).await),
+        ErrorCode::Exists
+    );
+}
+
+// Goal: concurrent operations share commits, and a rejected one does not disturb the others.
+#[tokio::test]
+async fn group_commit_isolates_rejections() {
+    let f = Arc::new(fixture());
+    let mut tasks = Vec::new();
+    for index in 0..64 {
+        let f = Arc::clone(&f);
+        // Two operations per name: exactly one of each pair must fail with Exists.
+        let name = format!("n{}", index / 2);
+        tasks.push(tokio::spawn(async move {
+            f.create(InodeId::ROOT, &name, FileKind::Regular)
+                .await
+                .is_ok()
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        created += usize::from(task.await.expect("task"));
+    }
+    assert_eq!(created, 32);
+    let listing =
+        read_dir(&f.db.begin_read().expect("read"), InodeId::ROOT, 0, 1000).expect("readdir");
+    let Response::DirEntries { entries, end } = listing else {
+        panic!("listing")
+    };
+    assert!(end);
+    assert_eq!(entries.len(), 32);
+}
+
+// Goal: listings page by cookie and resume correctly after entries before the cookie vanish.
+#[tokio::test]
+async fn readdir_cookies_are_stable() {
+    let f = fixture();
+    for index in 0..10 {
+        f.create(InodeId::ROOT, &format!("e{index}"), FileKind::Regular)
+            .await
+            .expect("create");
+    }
+    let read =
+        |after: u64| match read_dir(&f.db.begin_read().expect("read"), InodeId::ROOT, after, 4)
+            .expect("readdir")
+        {
+            Response::DirEntries { entries, end } => (entries, end),
+            other => panic!("{other:?}"),
+        };
+    let (page, end) = read(0);
+    assert_eq!(page.len(), 4);
+    assert!(!end);
+    for name in ["e0", "e1", "e2"] {
+        f.committer
+            .run(Box::new(move |txn| {
+                unlink(txn, InodeId::ROOT, name, |_| false)
+            }))
+            .await
+            .expect("unlink");
+    }
+    let (rest, _) = read(page[3].cookie);
+    assert_eq!(
+        rest.first().map(|e| e.name.as_str()),
+        Some("e4"),
+        "resumes after the last cookie seen"
+    );
+}
+
+// Goal: a directory cannot move into its own subtree, and a file cannot replace a directory.
+#[tokio::test]
+async fn rename_checks() {
+    let f = fixture();
+    let a = f
+        .create(InodeId::ROOT, "a", FileKind::Directory)
+        .await
+        .expect("a");
+    let b = f
+        .create(a.inode, "b", FileKind::Directory)
+        .await
+        .expect("b");
+    f.create(InodeId::ROOT, "file", FileKind::Regular)
+        .await
+        .expect("file");
+    let into_subtree = f
+        .committer
+        .run(Box::new(move |txn| {
+            rename(
+                txn,
+                RenameArgs {
+                    parent: InodeId::ROOT,
+                    name: "a",
+                    new_parent: b.inode,
+                    new_name: "a",
+                    flags: RenameFlags::default(),
+                },
+                |_| false,
+            )
+        }))
+        .await;
+    assert_eq!(code(into_subtree), ErrorCode::InvalidArgument);
+    let over_dir = f
+        .committer
+        .run(Box::new(move |txn| {
+            rename(
+                txn,
+                RenameArgs {
+                    parent: InodeId::ROOT,
+                    name: "file",
+                    new_parent: InodeId::ROOT,
+                    new_name: "a",
+                    flags: RenameFlags::default(),
+                },
+                |_| false,
+            )
+        }))
+        .await;
+    assert_eq!(code(over_dir), ErrorCode::IsDirectory);
+}
+
+// Goal: the largest size report of the current truncate generation wins; older generations
+// are ignored, so a write that raced a truncate cannot resurrect the old size.
+#[tokio::test]
+async fn size_reports_follow_truncate_generations() {
+    let f = fixture();
+    let file = f
+        .create(InodeId::ROOT, "sized", FileKind::Regular)
+        .await
+        .expect("create");
+    let inode = file.inode;
+    let report = |size: u64, generation: u64| {
+        f.committer.run(Box::new(move |txn| {
+            report_size(txn, inode, size, generation)
+        }))
+    };
+    report(1000, 0).await.expect("report");
+    report(500, 0).await.expect("smaller report");
+    let truncated = f
+        .committer
+        .run(Box::new(move |txn| {
+            set_attr(
+                txn,
+                inode,
+                AttrChanges {
+                    size: Some(10),
+                    ..AttrChanges::default()
+                },
+            )
+        }))
+        .await
+        .expect("truncate");
+    let Response::Attr(attr) = truncated else {
+        panic!("attr")
+    };
+    assert_eq!((attr.size, attr.truncate_generation), (10, 1));
+    let Response::Attr(attr) = report(2000, 0).await.expect("stale report") else {
+        panic!("attr")
+    };
+    assert_eq!(attr.size, 10, "a report of the old generation is dropped");
+    let Response::Attr(attr) = report(30, 1).await.expect("report") else {
+        panic!("attr")
+    };
+    assert_eq!(attr.size, 30);
+}
