@@ -57,10 +57,9 @@ impl MetaConfig {
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
         if !self.data_dir.is_dir() {
-            problems.push(format!(
-                "data_dir {} does not exist: create it (mkdir -p {}) or point data_dir at an existing directory",
-                self.data_dir.display(),
-                self.data_dir.display()
+            problems.push(weft_service::config::missing_directory(
+                "data_dir",
+                &self.data_dir,
             ));
         }
         if self.heartbeat_interval_ms == 0 {

@@ -30,6 +30,15 @@ pub enum ConfigError {
     },
 }
 
+/// The problem report for a configured directory that does not exist, with the fix.
+pub fn missing_directory(key: &str, path: &Path) -> String {
+    format!(
+        "{key} {} does not exist: create it (mkdir -p {}) or fix the path",
+        path.display(),
+        path.display()
+    )
+}
+
 /// Loads a config: the file (if any), then each `key=value` override (dotted keys allowed).
 ///
 /// # Errors

@@ -49,13 +49,7 @@ impl StorageConfig {
     /// A list of problems, one per line.
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
-        let missing = |what: &str, path: &PathBuf| {
-            format!(
-                "{what} {} does not exist: create it (mkdir -p {}) or fix the path",
-                path.display(),
-                path.display()
-            )
-        };
+        let missing = weft_service::config::missing_directory;
         if !self.data_dir.is_dir() {
             problems.push(missing("data_dir", &self.data_dir));
         }

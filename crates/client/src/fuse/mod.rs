@@ -147,6 +147,20 @@ fn file_type(kind: FileKind) -> FileType {
     }
 }
 
+/// Permission bits of a new entry: the requested mode less the caller's umask.
+fn creation_mode(mode: u32, umask: u32) -> u32 {
+    mode & !umask & 0o7777
+}
+
+/// FUSE open flags for an open with `flags`: O_DIRECT bypasses the page cache.
+fn fopen_flags(flags: i32) -> FopenFlags {
+    if flags & libc::O_DIRECT != 0 {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 fn name_str(name: &OsStr) -> Result<&str, Errno> {
     name.to_str().ok_or(Errno::EINVAL)
 }
@@ -424,7 +438,7 @@ impl Filesystem for WeftFs {
                     &name,
                     EntrySpec {
                         kind,
-                        mode: mode & !umask & 0o7777,
+                        mode: creation_mode(mode, umask),
                         owner,
                         rdev,
                         symlink: None,
@@ -451,7 +465,7 @@ impl Filesystem for WeftFs {
         self.spawn(|state| async move {
             let result = state
                 .client
-                .mkdir(to_inode(parent), &name, mode & !umask & 0o7777, owner)
+                .mkdir(to_inode(parent), &name, creation_mode(mode, umask), owner)
                 .await;
             reply_entry(&state, reply, result);
         });
@@ -572,11 +586,7 @@ impl Filesystem for WeftFs {
                 Ok(attr) => {
                     let handle = state.add_handle(&attr);
                     state.merge(attr);
-                    let mut open_flags = FopenFlags::empty();
-                    if flags.0 & libc::O_DIRECT != 0 {
-                        open_flags |= FopenFlags::FOPEN_DIRECT_IO;
-                    }
-                    reply.opened(FileHandle(handle), open_flags);
+                    reply.opened(FileHandle(handle), fopen_flags(flags.0));
                 }
                 Err(error) => reply.error(errno(&error)),
             }
@@ -877,7 +887,7 @@ impl Filesystem for WeftFs {
                     &name,
                     EntrySpec {
                         kind: FileKind::Regular,
-                        mode: mode & !umask & 0o7777,
+                        mode: creation_mode(mode, umask),
                         owner,
                         rdev: 0,
                         symlink: None,
@@ -892,10 +902,7 @@ impl Filesystem for WeftFs {
                 return reply.error(errno(&error));
             }
             let handle = state.add_handle(&attr);
-            let mut open_flags = FopenFlags::empty();
-            if flags & libc::O_DIRECT != 0 {
-                open_flags |= FopenFlags::FOPEN_DIRECT_IO;
-            }
+            let open_flags = fopen_flags(flags);
             reply.created(
                 &TTL,
                 &state.merge(attr),

@@ -2,8 +2,8 @@
 //! for disposal, or, while a client still has it open, it waits on the orphan list.
 
 use crate::store::{
-    dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, InodeRecord,
-    OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
+    dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, Dentry,
+    InodeRecord, OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
 };
 use redb::{ReadableTable, Table, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -53,6 +53,19 @@ pub(crate) fn dispose(
     Ok(())
 }
 
+/// The dentry `name` in `parent` and the inode it names, or `NotFound`.
+pub(crate) fn load_named(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    dentries: &impl ReadableTable<(u64, &'static str), (u64, u64, u8)>,
+    parent: InodeId,
+    name: &str,
+) -> Result<(Dentry, InodeRecord), OpError> {
+    let dentry = load_dentry(dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    let record = load_inode(inodes, dentry.child)?;
+    Ok((dentry, record))
+}
+
 pub(crate) fn unlink(
     txn: &WriteTransaction,
     parent: InodeId,
@@ -63,9 +76,7 @@ pub(crate) fn unlink(
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
-    let dentry = load_dentry(&dentries, parent, name)?
-        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    let record = load_inode(&inodes, dentry.child)?;
+    let (dentry, record) = load_named(&inodes, &dentries, parent, name)?;
     if record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::IsDirectory,
@@ -96,9 +107,7 @@ pub(crate) fn rmdir(
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
-    let dentry = load_dentry(&dentries, parent, name)?
-        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    let record = load_inode(&inodes, dentry.child)?;
+    let (dentry, record) = load_named(&inodes, &dentries, parent, name)?;
     if !record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::NotDirectory,
