@@ -409,26 +409,29 @@ impl Client {
             .await
     }
 
-    /// Registers an open of `inode` with its home; returns fresh attributes.
+    /// Registers open `handle` (unique within this session) of `inode` with its home, which
+    /// keeps the file alive past an unlink until the handle is released; returns fresh
+    /// attributes.
     ///
     /// # Errors
     /// `NotFound`.
-    pub async fn open(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
+    pub async fn open(&self, inode: InodeId, handle: u64) -> Result<InodeAttr, ClientError> {
         let client = self.client;
-        self.on_home(inode, |meta| async move { meta.open(client, inode).await })
-            .await
+        self.on_home(inode, |meta| async move {
+            meta.open(client, handle, inode).await
+        })
+        .await
     }
 
-    /// Releases an open of `inode`.
+    /// Releases open `handle` of `inode`.
     ///
     /// # Errors
     /// Transport errors only.
-    pub async fn release(&self, inode: InodeId) -> Result<(), ClientError> {
+    pub async fn release(&self, inode: InodeId, handle: u64) -> Result<(), ClientError> {
         let client = self.client;
-        self.on_home(
-            inode,
-            |meta| async move { meta.release(client, inode).await },
-        )
+        self.on_home(inode, |meta| async move {
+            meta.release(client, handle, inode).await
+        })
         .await
     }
 

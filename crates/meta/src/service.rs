@@ -13,7 +13,7 @@ use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES}
 use crate::{MetaConfig, MetaError};
 use bytes::Bytes;
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +37,11 @@ const TARGET_RETRY: RetryPolicy = RetryPolicy {
 /// Interval at which queued truncates and disposals are retried when nothing wakes the worker.
 const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
+/// An open file handle: the client session and its handle number.
+type OpenHandle = (ClientId, u64);
+/// Open handles per inode.
+type OpenTable = HashMap<InodeId, HashSet<OpenHandle>>;
+
 struct Meta {
     node: NodeId,
     db: Arc<Database>,
@@ -44,7 +49,7 @@ struct Meta {
     cluster: Arc<ClusterView>,
     chooser: Arc<Chooser>,
     /// Open counts per inode and client session: an unlinked inode lives while one is held.
-    opens: Arc<Mutex<HashMap<InodeId, HashMap<ClientId, u32>>>>,
+    opens: Arc<Mutex<OpenTable>>,
     work: Notify,
 }
 
@@ -414,8 +419,16 @@ impl Meta {
                     }))
                     .await
             }
-            MetaRequest::Open { client, inode } => self.open(client, inode),
-            MetaRequest::Release { client, inode } => self.release(client, inode).await,
+            MetaRequest::Open {
+                client,
+                handle,
+                inode,
+            } => self.open((client, handle), inode),
+            MetaRequest::Release {
+                client,
+                handle,
+                inode,
+            } => self.release((client, handle), inode).await,
         };
         result.map_err(OpError::into_wire)
     }
@@ -443,43 +456,38 @@ impl Meta {
             .await;
     }
 
-    fn open(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
-        *self
+    /// Registers an open; registering the same (client, handle) again changes nothing.
+    fn open(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
+        let added = self
             .opens
             .lock()
             .expect("open table poisoned")
             .entry(inode)
             .or_default()
-            .entry(client)
-            .or_insert(0) += 1;
+            .insert(open);
         let result = self.read(|txn| get_attr(txn, inode));
-        if result.is_err() {
-            self.drop_open(client, inode);
+        if result.is_err() && added {
+            self.drop_open(open, inode);
         }
         result
     }
 
-    /// Drops one open; true when it was the inode's last open anywhere.
-    fn drop_open(&self, client: ClientId, inode: InodeId) -> bool {
+    /// Drops an open; true when it was the inode's last open anywhere.
+    fn drop_open(&self, open: OpenHandle, inode: InodeId) -> bool {
         let mut opens = self.opens.lock().expect("open table poisoned");
-        let Some(clients) = opens.get_mut(&inode) else {
+        let Some(handles) = opens.get_mut(&inode) else {
             return false;
         };
-        if let Some(count) = clients.get_mut(&client) {
-            *count -= 1;
-            if *count == 0 {
-                clients.remove(&client);
-            }
-        }
-        if clients.is_empty() {
+        handles.remove(&open);
+        if handles.is_empty() {
             opens.remove(&inode);
             return true;
         }
         false
     }
 
-    async fn release(&self, client: ClientId, inode: InodeId) -> Result<Response, OpError> {
-        if self.drop_open(client, inode) {
+    async fn release(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
+        if self.drop_open(open, inode) {
             let opens = Arc::clone(&self.opens);
             self.committer
                 .run(Box::new(move |txn| {

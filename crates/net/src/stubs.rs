@@ -376,16 +376,36 @@ impl MetaClient {
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn open(&self, client: ClientId, inode: InodeId) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Open { client, inode }).await
+    pub async fn open(
+        &self,
+        client: ClientId,
+        handle: u64,
+        inode: InodeId,
+    ) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::Open {
+            client,
+            handle,
+            inode,
+        })
+        .await
     }
 
     /// Releases an open file of a session.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    pub async fn release(&self, client: ClientId, inode: InodeId) -> Result<(), RpcError> {
-        self.done(MetaRequest::Release { client, inode }).await
+    pub async fn release(
+        &self,
+        client: ClientId,
+        handle: u64,
+        inode: InodeId,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::Release {
+            client,
+            handle,
+            inode,
+        })
+        .await
     }
 
     /// Reports a file's size after writes.

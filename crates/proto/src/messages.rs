@@ -404,17 +404,22 @@ pub enum MetaRequest {
         /// The link.
         inode: InodeId,
     },
-    /// A client opened a file: keeps it alive past an unlink until released.
+    /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
+    /// (client, handle) pair names the open, so a retry registers nothing new.
     Open {
         /// The session.
         client: ClientId,
+        /// The client's handle of this open, unique within the session.
+        handle: u64,
         /// The file.
         inode: InodeId,
     },
-    /// A client closed its last handle of a file.
+    /// A client closed a handle. Idempotent, like `Open`.
     Release {
         /// The session.
         client: ClientId,
+        /// The handle given at open.
+        handle: u64,
         /// The file.
         inode: InodeId,
     },

@@ -17,7 +17,7 @@ pub use mount::{detach_stale_mount, mount, MountError, Mounted};
 use crate::client::{Client, ClientError, EntrySpec};
 use bytes::Bytes;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
     WriteFlags,
@@ -215,8 +215,15 @@ impl State {
             .ok_or(Errno::EBADF)
     }
 
-    fn add_handle(&self, attr: &InodeAttr) -> u64 {
+    /// Opens `inode` with the metadata server under a new handle and records it.
+    async fn open_handle(&self, inode: InodeId) -> Result<(u64, InodeAttr), ClientError> {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let attr = self.client.open(inode, handle).await?;
+        self.add_handle(handle, &attr);
+        Ok((handle, attr))
+    }
+
+    fn add_handle(&self, handle: u64, attr: &InodeAttr) {
         let file = OpenFile {
             inode: attr.inode,
             layout: attr.layout.clone(),
@@ -233,7 +240,6 @@ impl State {
         });
         local.opens += 1;
         local.size = attr.size;
-        handle
     }
 
     /// The size reads are clamped to: what the server said, or what this client wrote.
@@ -325,6 +331,10 @@ impl Filesystem for WeftFs {
         let _ = config.set_max_write(FUSE_IO_BYTES_MAX);
         let _ = config.set_max_readahead(FUSE_IO_BYTES_MAX);
         let _ = config.set_max_background(64);
+        // Asynchronous direct I/O lets O_DIRECT AIO keep many requests in flight; parallel
+        // directory operations let lookups and creates in one directory proceed together.
+        let _ =
+            config.add_capabilities(InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_PARALLEL_DIROPS);
         Ok(())
     }
 
@@ -582,9 +592,8 @@ impl Filesystem for WeftFs {
 
     fn open(&self, _request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.spawn(|state| async move {
-            match state.client.open(to_inode(ino)).await {
-                Ok(attr) => {
-                    let handle = state.add_handle(&attr);
+            match state.open_handle(to_inode(ino)).await {
+                Ok((handle, attr)) => {
                     state.merge(attr);
                     reply.opened(FileHandle(handle), fopen_flags(flags.0));
                 }
@@ -704,21 +713,17 @@ impl Filesystem for WeftFs {
                 return reply.ok();
             };
             let _ = state.report_size(file.inode, false).await;
-            let last = {
+            {
                 let mut inodes = state.inodes.lock().expect("inode table poisoned");
-                let last = inodes.get_mut(&file.inode).map(|local| {
+                if let Some(local) = inodes.get_mut(&file.inode) {
                     local.opens = local.opens.saturating_sub(1);
-                    local.opens == 0
-                });
-                if last == Some(true) {
-                    inodes.remove(&file.inode);
+                    if local.opens == 0 {
+                        inodes.remove(&file.inode);
+                    }
                 }
-                last.unwrap_or(true)
-            };
-            if last {
-                if let Err(error) = state.client.release(file.inode).await {
-                    tracing::warn!(%error, inode = %file.inode, "release failed");
-                }
+            }
+            if let Err(error) = state.client.release(file.inode, handle.0).await {
+                tracing::warn!(%error, inode = %file.inode, "release failed");
             }
             reply.ok();
         });
@@ -898,10 +903,10 @@ impl Filesystem for WeftFs {
                 Ok(attr) => attr,
                 Err(error) => return reply.error(errno(&error)),
             };
-            if let Err(error) = state.client.open(attr.inode).await {
-                return reply.error(errno(&error));
-            }
-            let handle = state.add_handle(&attr);
+            let handle = match state.open_handle(attr.inode).await {
+                Ok((handle, _)) => handle,
+                Err(error) => return reply.error(errno(&error)),
+            };
             let open_flags = fopen_flags(flags);
             reply.created(
                 &TTL,
