@@ -11,7 +11,8 @@ use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
 use weft_proto::ids::{ClientId, InodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, RenameFlags,
+    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode, RenameFlags,
+    XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -89,21 +90,6 @@ impl From<RpcError> for ClientError {
     fn from(error: RpcError) -> ClientError {
         ClientError(error)
     }
-}
-
-/// What a new non-directory entry is.
-#[derive(Clone, Debug)]
-pub struct EntrySpec {
-    /// Regular file, symbolic link, FIFO, socket or device.
-    pub kind: FileKind,
-    /// Permission bits, umask applied.
-    pub mode: u32,
-    /// (uid, gid) of the owner.
-    pub owner: (u32, u32),
-    /// Device number of a device file.
-    pub rdev: u32,
-    /// Target of a symbolic link.
-    pub symlink: Option<String>,
 }
 
 /// A client session: routes each request to the server that owns it.
@@ -274,7 +260,8 @@ impl Client {
         .await
     }
 
-    /// Creates a non-directory entry.
+    /// Creates an entry of any kind; `new.mode` is masked by `new.umask` unless the parent has
+    /// a default ACL.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, `NoTargets` and the other namespace codes.
@@ -282,22 +269,17 @@ impl Client {
         &self,
         parent: InodeId,
         name: &str,
-        spec: EntrySpec,
+        new: NewInode,
     ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
         self.on_home(parent, |meta| {
-            let symlink = spec.symlink.clone();
-            async move {
-                meta.create(
-                    mutation, parent, name, spec.kind, spec.mode, spec.owner, spec.rdev, symlink,
-                )
-                .await
-            }
+            let new = new.clone();
+            async move { meta.create(mutation, parent, name, new).await }
         })
         .await
     }
 
-    /// Creates a directory.
+    /// Creates a directory owned by `owner` (uid, gid).
     ///
     /// # Errors
     /// `Exists`, `NotFound` and the other namespace codes.
@@ -306,11 +288,69 @@ impl Client {
         parent: InodeId,
         name: &str,
         mode: u32,
+        umask: u32,
         owner: (u32, u32),
     ) -> Result<InodeAttr, ClientError> {
+        let new = NewInode {
+            kind: FileKind::Directory,
+            mode,
+            uid: owner.0,
+            gid: owner.1,
+            umask,
+            rdev: 0,
+            symlink: None,
+        };
+        self.create(parent, name, new).await
+    }
+
+    /// Sets an extended attribute (POSIX ACLs are `system.posix_acl_*` attributes).
+    ///
+    /// # Errors
+    /// `Exists` / `NoAttribute` per `mode`, `OutOfRange`.
+    pub async fn set_xattr(
+        &self,
+        inode: InodeId,
+        name: &str,
+        value: &[u8],
+        mode: XattrSetMode,
+    ) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move {
-            meta.mkdir(mutation, parent, name, mode, owner).await
+        self.on_home(inode, |meta| async move {
+            meta.set_xattr(mutation, inode, name, value.to_vec(), mode)
+                .await
+        })
+        .await
+    }
+
+    /// Reads an extended attribute.
+    ///
+    /// # Errors
+    /// `NoAttribute`.
+    pub async fn get_xattr(&self, inode: InodeId, name: &str) -> Result<Vec<u8>, ClientError> {
+        self.on_home(
+            inode,
+            |meta| async move { meta.get_xattr(inode, name).await },
+        )
+        .await
+    }
+
+    /// Lists extended attribute names.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub async fn list_xattr(&self, inode: InodeId) -> Result<Vec<String>, ClientError> {
+        self.on_home(inode, |meta| async move { meta.list_xattr(inode).await })
+            .await
+    }
+
+    /// Removes an extended attribute.
+    ///
+    /// # Errors
+    /// `NoAttribute`.
+    pub async fn remove_xattr(&self, inode: InodeId, name: &str) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(inode, |meta| async move {
+            meta.remove_xattr(mutation, inode, name).await
         })
         .await
     }

@@ -14,4 +14,4 @@ pub mod client;
 pub mod fuse;
 mod io;
 
-pub use client::{Client, ClientConfig, ClientError, EntrySpec};
+pub use client::{Client, ClientConfig, ClientError};

@@ -7,6 +7,7 @@
 //! - `commit`: group commit — one writer thread batches concurrent operations into one
 //!   transaction and one fsync, and answers each after the commit.
 //! - `ops/`: one file per operation family (lookup, create, remove, rename, setattr, open).
+//! - `acl`: POSIX ACLs in the xattr format, and their inheritance on create.
 //! - `chooser`: picks storage targets for new files.
 //! - `service`: the request handler, retry identity (mutation ids), background work queues
 //!   (object disposal, truncate) and heartbeats.
@@ -16,6 +17,7 @@
 //! directory); an inode with no links exists only while a client holds it open (orphan list);
 //! every operation validates before it writes, so a rejected operation changes nothing.
 
+mod acl;
 mod chooser;
 mod commit;
 pub mod config;

@@ -8,6 +8,7 @@ use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
+use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::ops::OpContext;
 use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES};
 use crate::{MetaConfig, MetaError};
@@ -280,54 +281,12 @@ impl Meta {
                 mutation,
                 parent,
                 name,
-                kind,
-                mode,
-                uid,
-                gid,
-                rdev,
-                symlink,
+                new,
             } => {
-                if kind == FileKind::Directory {
-                    Err(OpError::rejected(
-                        ErrorCode::InvalidArgument,
-                        "directories are made with mkdir",
-                    ))
-                } else {
-                    if kind == FileKind::Regular {
-                        self.refresh_map_if_short(parent).await;
-                    }
-                    let entry = NewEntry {
-                        parent,
-                        name,
-                        kind,
-                        mode,
-                        uid,
-                        gid,
-                        rdev,
-                        symlink,
-                    };
-                    self.mutate(mutation, move |txn, context| create(txn, context, entry))
-                        .await
+                if new.kind == FileKind::Regular {
+                    self.refresh_map_if_short(parent).await;
                 }
-            }
-            MetaRequest::Mkdir {
-                mutation,
-                parent,
-                name,
-                mode,
-                uid,
-                gid,
-            } => {
-                let entry = NewEntry {
-                    parent,
-                    name,
-                    kind: FileKind::Directory,
-                    mode,
-                    uid,
-                    gid,
-                    rdev: 0,
-                    symlink: None,
-                };
+                let entry = NewEntry { parent, name, new };
                 self.mutate(mutation, move |txn, context| create(txn, context, entry))
                     .await
             }
@@ -398,6 +357,28 @@ impl Meta {
                     self.apply_truncate(inode).await?;
                 }
                 result
+            }
+            MetaRequest::SetXattr {
+                mutation,
+                inode,
+                name,
+                value,
+                mode,
+            } => {
+                self.mutate(mutation, move |txn, _| {
+                    set_xattr(txn, inode, &name, &value, mode)
+                })
+                .await
+            }
+            MetaRequest::GetXattr { inode, name } => self.read(|txn| get_xattr(txn, inode, &name)),
+            MetaRequest::ListXattr { inode } => self.read(|txn| list_xattr(txn, inode)),
+            MetaRequest::RemoveXattr {
+                mutation,
+                inode,
+                name,
+            } => {
+                self.mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
+                    .await
             }
             MetaRequest::SetPattern {
                 mutation,

@@ -10,6 +10,7 @@
 //! | `disposals` | inode id | postcard layout whose objects await removal |
 //! | `truncates` | inode id | postcard [`TruncateWork`] awaiting its targets |
 //! | `orphans` | inode id | 0 — unlinked inodes still open somewhere |
+//! | `xattrs` | (inode, name) | value — extended attributes, POSIX ACLs included |
 
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,7 @@ pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::
 pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("disposals");
 pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
 pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
+pub(crate) const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
 
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
@@ -41,6 +43,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(DISPOSALS)?;
     txn.open_table(TRUNCATES)?;
     txn.open_table(ORPHANS)?;
+    txn.open_table(XATTRS)?;
     txn.commit()?;
     Ok(())
 }

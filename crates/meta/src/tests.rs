@@ -16,8 +16,8 @@ use redb::{Database, ReadableTableMetadata};
 use std::sync::Arc;
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, FileKind, InodeAttr, MutationId, Reachability, RenameFlags, Response,
-    SpaceUsage, TargetInfo,
+    AttrChanges, ClusterMap, FileKind, InodeAttr, MutationId, NewInode, Reachability, RenameFlags,
+    Response, SpaceUsage, TargetInfo,
 };
 use weft_proto::ErrorCode;
 
@@ -85,12 +85,15 @@ impl Fixture {
         let entry = NewEntry {
             parent,
             name: name.to_string(),
-            kind,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            symlink: None,
+            new: NewInode {
+                kind,
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                umask: 0o022,
+                rdev: 0,
+                symlink: None,
+            },
         };
         let response = self
             .committer

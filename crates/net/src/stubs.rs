@@ -6,8 +6,9 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MetaRequest, MgmtRequest, MutationId,
+    AttrChanges, ClusterMap, DirEntry, InodeAttr, MetaRequest, MgmtRequest, MutationId, NewInode,
     NodeKind, RenameFlags, Request, Response, SpaceUsage, StorageRequest, TargetReport,
+    XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -210,57 +211,22 @@ impl MetaClient {
         .await
     }
 
-    /// Creates a non-directory entry.
+    /// Creates an entry of any kind.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, `NoTargets`, or [`RpcError`] for transport failures.
-    #[allow(clippy::too_many_arguments)]
     pub async fn create(
         &self,
         mutation: MutationId,
         parent: InodeId,
         name: &str,
-        kind: FileKind,
-        mode: u32,
-        owner: (u32, u32),
-        rdev: u32,
-        symlink: Option<String>,
+        new: NewInode,
     ) -> Result<InodeAttr, RpcError> {
-        let (uid, gid) = owner;
         self.attr(MetaRequest::Create {
             mutation,
             parent,
             name: name.to_string(),
-            kind,
-            mode,
-            uid,
-            gid,
-            rdev,
-            symlink,
-        })
-        .await
-    }
-
-    /// Creates a directory.
-    ///
-    /// # Errors
-    /// `Exists`, `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn mkdir(
-        &self,
-        mutation: MutationId,
-        parent: InodeId,
-        name: &str,
-        mode: u32,
-        owner: (u32, u32),
-    ) -> Result<InodeAttr, RpcError> {
-        let (uid, gid) = owner;
-        self.attr(MetaRequest::Mkdir {
-            mutation,
-            parent,
-            name: name.to_string(),
-            mode,
-            uid,
-            gid,
+            new,
         })
         .await
     }
@@ -424,6 +390,69 @@ impl MetaClient {
             size,
             truncate_generation,
             durable,
+        })
+        .await
+    }
+
+    /// Sets an extended attribute.
+    ///
+    /// # Errors
+    /// `Exists` / `NoAttribute` per `mode`, `OutOfRange`, or [`RpcError`] for transport failures.
+    pub async fn set_xattr(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        name: &str,
+        value: Vec<u8>,
+        mode: XattrSetMode,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::SetXattr {
+            mutation,
+            inode,
+            name: name.to_string(),
+            value,
+            mode,
+        })
+        .await
+    }
+
+    /// Reads an extended attribute.
+    ///
+    /// # Errors
+    /// `NoAttribute`, or [`RpcError`] for transport failures.
+    pub async fn get_xattr(&self, inode: InodeId, name: &str) -> Result<Vec<u8>, RpcError> {
+        let response = self
+            .call(MetaRequest::GetXattr {
+                inode,
+                name: name.to_string(),
+            })
+            .await?;
+        expect_response!(self.rpc, response, Response::XattrValue(value) => value)
+    }
+
+    /// Lists extended attribute names.
+    ///
+    /// # Errors
+    /// `NotFound`, or [`RpcError`] for transport failures.
+    pub async fn list_xattr(&self, inode: InodeId) -> Result<Vec<String>, RpcError> {
+        let response = self.call(MetaRequest::ListXattr { inode }).await?;
+        expect_response!(self.rpc, response, Response::XattrNames(names) => names)
+    }
+
+    /// Removes an extended attribute.
+    ///
+    /// # Errors
+    /// `NoAttribute`, or [`RpcError`] for transport failures.
+    pub async fn remove_xattr(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        name: &str,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::RemoveXattr {
+            mutation,
+            inode,
+            name: name.to_string(),
         })
         .await
     }

@@ -53,6 +53,10 @@ pub enum ErrorCode {
     WrongHome = 1011,
     /// No storage target is available to place a new file on.
     NoTargets = 1012,
+    /// The extended attribute does not exist.
+    NoAttribute = 1013,
+    /// A value or list does not fit the caller's buffer or the limits.
+    OutOfRange = 1014,
 
     // Storage, 2xxx.
     /// The target has no space left.
@@ -102,6 +106,8 @@ impl ErrorCode {
             ErrorCode::CrossDevice => libc::EXDEV,
             ErrorCode::TooManyLinks => libc::EMLINK,
             ErrorCode::NoSpace | ErrorCode::NoTargets => libc::ENOSPC,
+            ErrorCode::NoAttribute => libc::ENODATA,
+            ErrorCode::OutOfRange => libc::E2BIG,
         }
     }
 

@@ -14,6 +14,12 @@ pub const SYMLINK_BYTES_MAX: usize = 4096;
 pub const READDIR_ENTRIES_MAX: u32 = 1024;
 /// Most bytes one read request asks for; clients cut larger reads into pieces.
 pub const IO_BYTES_MAX: u32 = 8 * 1024 * 1024;
+/// Longest extended attribute name, as Linux's XATTR_NAME_MAX.
+pub const XATTR_NAME_BYTES_MAX: usize = 255;
+/// Largest extended attribute value, as Linux's XATTR_SIZE_MAX.
+pub const XATTR_VALUE_BYTES_MAX: usize = 64 * 1024;
+/// Largest list of one inode's attribute names, as Linux's XATTR_LIST_MAX.
+pub const XATTR_LIST_BYTES_MAX: usize = 64 * 1024;
 /// Most addresses a node announces.
 pub const NODE_ADDRESSES_MAX: usize = 16;
 
@@ -196,6 +202,25 @@ pub enum FileKind {
     BlockDevice,
 }
 
+/// What a new inode is made of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewInode {
+    /// What to create.
+    pub kind: FileKind,
+    /// Requested permission bits, umask not applied.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// The creator's umask, applied unless the directory has a default ACL.
+    pub umask: u32,
+    /// Device number for device files.
+    pub rdev: u32,
+    /// Target of a symbolic link.
+    pub symlink: Option<String>,
+}
+
 /// A time stamp with nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Timestamp {
@@ -277,6 +302,18 @@ pub struct DirEntry {
     pub cookie: u64,
 }
 
+/// How a setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrSetMode {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with EEXIST if it exists.
+    Create,
+    /// Fail with ENODATA if it does not exist.
+    Replace,
+}
+
 /// Flags of a rename.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenameFlags {
@@ -310,7 +347,7 @@ pub enum MetaRequest {
         /// What to change.
         changes: AttrChanges,
     },
-    /// Creates a non-directory entry.
+    /// Creates an entry of any kind, directories included.
     Create {
         /// Retry identity.
         mutation: MutationId,
@@ -319,32 +356,7 @@ pub enum MetaRequest {
         /// The new name.
         name: String,
         /// What to create.
-        kind: FileKind,
-        /// Permission bits (umask already applied).
-        mode: u32,
-        /// Owner.
-        uid: u32,
-        /// Group.
-        gid: u32,
-        /// Device number for device files.
-        rdev: u32,
-        /// Target of a symbolic link.
-        symlink: Option<String>,
-    },
-    /// Creates a directory.
-    Mkdir {
-        /// Retry identity.
-        mutation: MutationId,
-        /// The parent directory.
-        parent: InodeId,
-        /// The new name.
-        name: String,
-        /// Permission bits (umask already applied).
-        mode: u32,
-        /// Owner.
-        uid: u32,
-        /// Group.
-        gid: u32,
+        new: NewInode,
     },
     /// Adds a hard link.
     Link {
@@ -433,6 +445,40 @@ pub enum MetaRequest {
         truncate_generation: u64,
         /// Whether the new size must be durable before the reply (fsync).
         durable: bool,
+    },
+    /// Sets an extended attribute (including `system.posix_acl_*`).
+    SetXattr {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode.
+        inode: InodeId,
+        /// Full name with namespace, e.g. `user.origin`.
+        name: String,
+        /// The value, at most [`XATTR_VALUE_BYTES_MAX`] bytes.
+        value: Vec<u8>,
+        /// XATTR_CREATE / XATTR_REPLACE.
+        mode: XattrSetMode,
+    },
+    /// Reads an extended attribute.
+    GetXattr {
+        /// The inode.
+        inode: InodeId,
+        /// Full name with namespace.
+        name: String,
+    },
+    /// Lists an inode's extended attribute names.
+    ListXattr {
+        /// The inode.
+        inode: InodeId,
+    },
+    /// Removes an extended attribute.
+    RemoveXattr {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode.
+        inode: InodeId,
+        /// Full name with namespace.
+        name: String,
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
     SetPattern {
@@ -544,6 +590,10 @@ pub enum Response {
     },
     /// A symbolic link's target.
     LinkTarget(String),
+    /// An extended attribute's value.
+    XattrValue(Vec<u8>),
+    /// An inode's extended attribute names.
+    XattrNames(Vec<String>),
     /// Bytes written; data read is in the payload.
     Written {
         /// Bytes written.

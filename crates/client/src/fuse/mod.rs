@@ -14,7 +14,7 @@ pub mod mount;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
 
-use crate::client::{Client, ClientError, EntrySpec};
+use crate::client::{Client, ClientError};
 use bytes::Bytes;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -30,7 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::FileLayout;
-use weft_proto::messages::{AttrChanges, FileKind, InodeAttr, TimeSet, Timestamp};
+use weft_proto::messages::{
+    AttrChanges, FileKind, InodeAttr, NewInode, TimeSet, Timestamp, XattrSetMode,
+};
 
 /// Kernel attribute and entry cache time: none, for close-to-open consistency across clients.
 const TTL: Duration = Duration::ZERO;
@@ -145,11 +147,6 @@ fn file_type(kind: FileKind) -> FileType {
         FileKind::CharDevice => FileType::CharDevice,
         FileKind::BlockDevice => FileType::BlockDevice,
     }
-}
-
-/// Permission bits of a new entry: the requested mode less the caller's umask.
-fn creation_mode(mode: u32, umask: u32) -> u32 {
-    mode & !umask & 0o7777
 }
 
 /// FUSE open flags for an open with `flags`: O_DIRECT bypasses the page cache.
@@ -326,6 +323,18 @@ fn reply_empty(reply: ReplyEmpty, result: Result<(), ClientError>) {
     }
 }
 
+/// Answers a getxattr / listxattr: the size when asked with size 0, ERANGE when the value does
+/// not fit the caller's buffer, else the value.
+fn reply_xattr(reply: fuser::ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
 impl Filesystem for WeftFs {
     fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(FUSE_IO_BYTES_MAX);
@@ -335,6 +344,15 @@ impl Filesystem for WeftFs {
         // directory operations let lookups and creates in one directory proceed together.
         let _ =
             config.add_capabilities(InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_PARALLEL_DIROPS);
+        // The kernel enforces POSIX ACLs (stored as system.posix_acl_* attributes); with
+        // DONT_MASK it leaves the umask to the server, which applies a directory's default ACL
+        // instead of the umask when there is one, as POSIX says.
+        if config
+            .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+            .is_err()
+        {
+            tracing::warn!("the kernel does not offer POSIX ACLs over FUSE; ACLs are not enforced");
+        }
         Ok(())
     }
 
@@ -446,10 +464,12 @@ impl Filesystem for WeftFs {
                 .create(
                     to_inode(parent),
                     &name,
-                    EntrySpec {
+                    NewInode {
                         kind,
-                        mode: creation_mode(mode, umask),
-                        owner,
+                        mode: mode & 0o7777,
+                        uid: owner.0,
+                        gid: owner.1,
+                        umask,
                         rdev,
                         symlink: None,
                     },
@@ -475,7 +495,7 @@ impl Filesystem for WeftFs {
         self.spawn(|state| async move {
             let result = state
                 .client
-                .mkdir(to_inode(parent), &name, creation_mode(mode, umask), owner)
+                .mkdir(to_inode(parent), &name, mode & 0o7777, umask, owner)
                 .await;
             reply_entry(&state, reply, result);
         });
@@ -520,10 +540,12 @@ impl Filesystem for WeftFs {
                 .create(
                     to_inode(parent),
                     &name,
-                    EntrySpec {
+                    NewInode {
                         kind: FileKind::Symlink,
-                        mode: 0o777,
-                        owner,
+                        mode: 0o777 & 0o7777,
+                        uid: owner.0,
+                        gid: owner.1,
+                        umask: 0,
                         rdev: 0,
                         symlink: Some(target),
                     },
@@ -833,41 +855,79 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn getxattr(
-        &self,
-        _request: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: fuser::ReplyXattr,
-    ) {
-        // Extended attributes arrive with the namespace work; until then no entry has any.
-        reply.error(Errno::from_i32(libc::ENODATA));
-    }
-
-    fn listxattr(&self, _request: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
-        }
-    }
-
     fn setxattr(
         &self,
         _request: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let mode = match flags {
+            0 => XattrSetMode::Any,
+            libc::XATTR_CREATE => XattrSetMode::Create,
+            libc::XATTR_REPLACE => XattrSetMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let value = value.to_vec();
+        self.spawn(|state| async move {
+            reply_empty(
+                reply,
+                state
+                    .client
+                    .set_xattr(to_inode(ino), &name, &value, mode)
+                    .await,
+            )
+        });
     }
 
-    fn removexattr(&self, _request: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::from_i32(libc::ENODATA));
+    fn getxattr(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        };
+        self.spawn(|state| async move {
+            match state.client.get_xattr(to_inode(ino), &name).await {
+                Ok(value) => reply_xattr(reply, size, &value),
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn listxattr(&self, _request: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.spawn(|state| async move {
+            match state.client.list_xattr(to_inode(ino)).await {
+                Ok(names) => {
+                    let mut list = Vec::new();
+                    for name in names {
+                        list.extend_from_slice(name.as_bytes());
+                        list.push(0);
+                    }
+                    reply_xattr(reply, size, &list);
+                }
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn removexattr(&self, _request: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Ok(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        };
+        self.spawn(|state| async move {
+            reply_empty(reply, state.client.remove_xattr(to_inode(ino), &name).await)
+        });
     }
 
     fn create(
@@ -890,10 +950,12 @@ impl Filesystem for WeftFs {
                 .create(
                     to_inode(parent),
                     &name,
-                    EntrySpec {
+                    NewInode {
                         kind: FileKind::Regular,
-                        mode: creation_mode(mode, umask),
-                        owner,
+                        mode: mode & 0o7777,
+                        uid: owner.0,
+                        gid: owner.1,
+                        umask,
                         rdev: 0,
                         symlink: None,
                     },

@@ -1,6 +1,8 @@
 //! Create (files, symbolic links, FIFOs, sockets, devices), mkdir, link, and the root.
 
+use super::xattr::{inherited_mode_and_acls, store_inherited};
 use super::OpContext;
+use crate::store::XATTRS;
 use crate::store::{
     allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode,
     InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
@@ -8,21 +10,16 @@ use crate::store::{
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, StripePattern};
-use weft_proto::messages::{FileKind, Response, SYMLINK_BYTES_MAX};
+use weft_proto::messages::{FileKind, NewInode, Response, SYMLINK_BYTES_MAX};
 use weft_proto::ErrorCode;
 
 const S_ISGID: u32 = 0o2000;
 
-/// What a new inode is made of.
+/// A new entry: where, and what (`proto`'s [`NewInode`]).
 pub(crate) struct NewEntry {
     pub parent: InodeId,
     pub name: String,
-    pub kind: FileKind,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub rdev: u32,
-    pub symlink: Option<String>,
+    pub new: NewInode,
 }
 
 /// Creates any kind of entry, directories included.
@@ -49,7 +46,7 @@ pub(crate) fn create(
             format!("{:?} already exists", entry.name),
         ));
     }
-    if let Some(target) = &entry.symlink {
+    if let Some(target) = &entry.new.symlink {
         if target.is_empty() || target.len() > SYMLINK_BYTES_MAX {
             return Err(OpError::rejected(
                 ErrorCode::NameTooLong,
@@ -58,7 +55,7 @@ pub(crate) fn create(
         }
     }
     let pattern = parent.pattern.unwrap_or(StripePattern::DEFAULT);
-    let layout = if entry.kind == FileKind::Regular {
+    let layout = if entry.new.kind == FileKind::Regular {
         let targets = context.chooser.choose(&context.map, &pattern);
         if targets.is_empty() {
             return Err(OpError::rejected(
@@ -70,7 +67,7 @@ pub(crate) fn create(
     } else {
         None
     };
-    let is_dir = entry.kind == FileKind::Directory;
+    let is_dir = entry.new.kind == FileKind::Directory;
     if is_dir && parent.nlink >= LINKS_MAX {
         return Err(OpError::rejected(
             ErrorCode::TooManyLinks,
@@ -78,11 +75,21 @@ pub(crate) fn create(
         ));
     }
 
+    let mut xattrs = txn.open_table(XATTRS)?;
+    let (mode, acls) = inherited_mode_and_acls(
+        &xattrs,
+        entry.parent,
+        entry.new.kind,
+        entry.new.mode & 0o7777,
+        entry.new.umask,
+    )?;
+
     // Everything is checked; from here on the operation writes.
     let inode = allocate_inode(&mut counters, context.home)?;
+    store_inherited(&mut xattrs, inode, &acls)?;
     let timestamp = now();
-    let mut mode = entry.mode & 0o7777;
-    let mut gid = entry.gid;
+    let mut mode = mode;
+    let mut gid = entry.new.gid;
     if parent.mode & S_ISGID != 0 {
         // BSD group semantics in set-group-id directories, as Linux file systems do.
         gid = parent.gid;
@@ -91,20 +98,25 @@ pub(crate) fn create(
         }
     }
     let record = InodeRecord {
-        kind: entry.kind,
+        kind: entry.new.kind,
         mode,
         nlink: if is_dir { 2 } else { 1 },
-        uid: entry.uid,
+        uid: entry.new.uid,
         gid,
-        size: entry.symlink.as_ref().map(|t| t.len() as u64).unwrap_or(0),
-        rdev: entry.rdev,
+        size: entry
+            .new
+            .symlink
+            .as_ref()
+            .map(|t| t.len() as u64)
+            .unwrap_or(0),
+        rdev: entry.new.rdev,
         atime: timestamp,
         mtime: timestamp,
         ctime: timestamp,
         truncate_generation: 0,
         layout,
         pattern: if is_dir { Some(pattern) } else { None },
-        symlink: entry.symlink,
+        symlink: entry.new.symlink,
         parent: if is_dir { entry.parent.0 } else { 0 },
         next_cookie: FIRST_COOKIE,
     };
@@ -116,7 +128,7 @@ pub(crate) fn create(
         &mut parent,
         &entry.name,
         inode,
-        entry.kind,
+        entry.new.kind,
     )?;
     if is_dir {
         parent.nlink += 1;

@@ -7,6 +7,7 @@ pub(crate) mod lookup;
 pub(crate) mod remove;
 pub(crate) mod rename;
 pub(crate) mod setattr;
+pub(crate) mod xattr;
 
 use crate::chooser::Chooser;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Unlink and rmdir, and what happens to an inode whose last link goes: its objects are queued
 //! for disposal, or, while a client still has it open, it waits on the orphan list.
 
+use crate::store::XATTRS;
 use crate::store::{
     dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, Dentry,
     InodeRecord, OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
@@ -43,6 +44,7 @@ pub(crate) fn dispose(
     record: &InodeRecord,
 ) -> Result<(), OpError> {
     inodes.remove(inode.0)?;
+    super::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
     txn.open_table(ORPHANS)?.remove(inode.0)?;
     txn.open_table(TRUNCATES)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
@@ -122,6 +124,7 @@ pub(crate) fn rmdir(
     }
     remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
     inodes.remove(dentry.child.0)?;
+    super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
     let timestamp = now();
     parent_record.nlink = parent_record.nlink.saturating_sub(1);
     parent_record.mtime = timestamp;

@@ -146,6 +146,7 @@ pub(crate) fn rename(
         if victim_record.is_dir() {
             victim_was_dir = true;
             inodes.remove(victim.child.0)?;
+            super::xattr::remove_all(&mut txn.open_table(crate::store::XATTRS)?, victim.child)?;
         } else {
             drop_link(
                 txn,

@@ -1,0 +1,214 @@
+//! Extended attributes and POSIX ACLs through the mount: the xattr namespaces and flags with
+//! Linux's errors, and ACLs enforced by the kernel, stored by Weft and inherited on create.
+
+mod common;
+
+use common::{cluster, errno};
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use weft_testkit::ClusterSpec;
+
+fn c(text: &str) -> CString {
+    CString::new(text).expect("no NUL")
+}
+
+fn set(path: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
+    let path = CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: valid NUL-terminated strings and a value buffer of value.len() bytes.
+    let result = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c(name).as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let path = CString::new(path.as_os_str().as_bytes()).expect("path");
+    let mut buffer = vec![0u8; 128 * 1024];
+    // SAFETY: valid strings and a writable buffer of buffer.len() bytes.
+    let result = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c(name).as_ptr(),
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+        )
+    };
+    if result < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buffer.truncate(result as usize);
+    Ok(buffer)
+}
+
+fn remove(path: &Path, name: &str) -> std::io::Result<()> {
+    let path = CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: valid NUL-terminated strings.
+    let result = unsafe { libc::removexattr(path.as_ptr(), c(name).as_ptr()) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> (bool, String) {
+    let output = Command::new(program).args(args).output().expect("runs");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+fn as_nobody(script: &str) -> (bool, String) {
+    run("runuser", &["-u", "nobody", "--", "sh", "-c", script])
+}
+
+// Goal: extended attributes in every namespace behave as on a local Linux file system:
+// XATTR_CREATE / XATTR_REPLACE, ENODATA, size limits, listing, removal, and the kernel's
+// namespace permissions (trusted.* for root only). Method: libc calls through the mount.
+#[test]
+fn extended_attributes() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let file = mnt.join("f");
+    fs::write(&file, b"data").expect("create");
+
+    set(&file, "user.origin", b"lab-7", 0).expect("set");
+    assert_eq!(get(&file, "user.origin").expect("get"), b"lab-7");
+    assert_eq!(
+        errno(set(&file, "user.origin", b"x", libc::XATTR_CREATE)),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno(set(&file, "user.absent", b"x", libc::XATTR_REPLACE)),
+        libc::ENODATA
+    );
+    set(&file, "user.origin", b"lab-8", libc::XATTR_REPLACE).expect("replace");
+    assert_eq!(get(&file, "user.origin").expect("get"), b"lab-8");
+    assert_eq!(errno(get(&file, "user.absent")), libc::ENODATA);
+    set(&file, "user.empty", b"", 0).expect("empty value");
+    assert_eq!(get(&file, "user.empty").expect("get"), b"");
+    set(&file, "trusted.note", b"root only", 0).expect("trusted as root");
+    set(&file, "security.label", b"s0", 0).expect("security");
+    let big = vec![b'v'; 65536];
+    set(&file, "user.big", &big, 0).expect("a value of 64 KiB");
+    assert_eq!(get(&file, "user.big").expect("get"), big);
+    assert_eq!(
+        errno(set(&file, "user.huge", &vec![0u8; 65537], 0)),
+        libc::E2BIG
+    );
+
+    let (ok, listing) = run(
+        "getfattr",
+        &["-d", "-m", "-", file.to_str().expect("utf-8")],
+    );
+    assert!(ok, "{listing}");
+    for name in [
+        "user.origin",
+        "user.empty",
+        "trusted.note",
+        "security.label",
+        "user.big",
+    ] {
+        assert!(listing.contains(name), "{name} listed: {listing}");
+    }
+    remove(&file, "user.big").expect("remove");
+    assert_eq!(errno(get(&file, "user.big")), libc::ENODATA);
+    assert_eq!(errno(remove(&file, "user.big")), libc::ENODATA);
+
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let (ok, output) = as_nobody(&format!("setfattr -n trusted.x -v 1 {}", file.display()));
+    assert!(!ok, "trusted.* is for root only: {output}");
+    let (ok, output) = as_nobody(&format!(
+        "setfattr -n user.mine -v 1 {} && getfattr -n user.mine {}",
+        file.display(),
+        file.display()
+    ));
+    assert!(ok, "user.* follows write permission: {output}");
+
+    // Attributes go with their inode.
+    fs::rename(&file, mnt.join("g")).expect("rename");
+    assert_eq!(
+        get(&mnt.join("g"), "user.origin").expect("get after rename"),
+        b"lab-8"
+    );
+    fs::create_dir(mnt.join("d")).expect("mkdir");
+    set(&mnt.join("d"), "user.dir", b"yes", 0).expect("set on a directory");
+    assert_eq!(get(&mnt.join("d"), "user.dir").expect("get"), b"yes");
+}
+
+// Goal: POSIX ACLs are enforced by the kernel and inherited through default ACLs. Method:
+// grant `nobody` access with setfacl where the mode bits alone would refuse it, create files
+// and directories under a default ACL, and check access as nobody and with getfacl.
+#[test]
+fn posix_acls() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("shared");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).expect("chmod");
+    let dir_text = dir.to_str().expect("utf-8");
+
+    let (ok, _) = as_nobody(&format!("touch {dir_text}/before"));
+    assert!(!ok, "mode 0750 keeps nobody out");
+    let (ok, output) = run("setfacl", &["-m", "u:nobody:rwx", dir_text]);
+    assert!(ok, "{output}");
+    let (ok, output) = as_nobody(&format!("touch {dir_text}/granted"));
+    assert!(ok, "the ACL entry lets nobody in: {output}");
+    let (_, acl) = run("getfacl", &["-p", dir_text]);
+    assert!(
+        acl.contains("user:nobody:rwx") && acl.contains("mask::rwx"),
+        "{acl}"
+    );
+
+    // Default ACLs: new entries inherit them, and the umask does not apply.
+    let (ok, output) = run("setfacl", &["-d", "-m", "u:nobody:rw,o::-", dir_text]);
+    assert!(ok, "{output}");
+    fs::write(dir.join("inherited"), b"x").expect("create as root");
+    let (_, acl) = run(
+        "getfacl",
+        &["-p", dir.join("inherited").to_str().expect("utf-8")],
+    );
+    assert!(
+        acl.contains("user:nobody:rw-"),
+        "the file inherits the default ACL: {acl}"
+    );
+    let (ok, output) = as_nobody(&format!("echo more >> {dir_text}/inherited"));
+    assert!(ok, "nobody writes through the inherited entry: {output}");
+    fs::create_dir(dir.join("sub")).expect("mkdir under a default ACL");
+    let (_, acl) = run(
+        "getfacl",
+        &["-p", "-d", dir.join("sub").to_str().expect("utf-8")],
+    );
+    assert!(
+        acl.contains("user:nobody:rw-"),
+        "a subdirectory inherits the default ACL: {acl}"
+    );
+
+    // Removing the ACL takes the access away again.
+    let (ok, output) = run(
+        "setfacl",
+        &["-b", dir.join("inherited").to_str().expect("utf-8")],
+    );
+    assert!(ok, "{output}");
+    let (ok, _) = as_nobody(&format!("echo again >> {dir_text}/inherited"));
+    assert!(!ok, "without the ACL nobody cannot write");
+}
