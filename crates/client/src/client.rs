@@ -11,8 +11,8 @@ use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
 use weft_proto::ids::{ClientId, InodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode, RenameFlags,
-    XattrSetMode,
+    AttrChanges, ClusterMap, DirEntry, FallocateMode, FileKind, InodeAttr, MutationId, NewInode,
+    RenameFlags, XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -536,6 +536,22 @@ impl Client {
         data: Bytes,
     ) -> Result<(), ClientError> {
         crate::io::write(self, inode, layout, offset, data).await
+    }
+
+    /// Allocates (`Allocate`) or zeroes (`Zero`) a file range on its targets; the file size is
+    /// the caller's to report.
+    ///
+    /// # Errors
+    /// `NoSpace`, `NotSupported`, storage and transport errors.
+    pub async fn fallocate(
+        &self,
+        inode: InodeId,
+        layout: &FileLayout,
+        offset: u64,
+        len: u64,
+        mode: FallocateMode,
+    ) -> Result<(), ClientError> {
+        crate::io::fallocate(self, inode, layout, offset, len, mode).await
     }
 
     /// Makes a file's data durable on every target of its layout.

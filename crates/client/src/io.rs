@@ -7,7 +7,8 @@ use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use weft_net::{RpcError, StorageClient};
 use weft_proto::ids::{InodeId, TargetId};
-use weft_proto::layout::{map_range, FileLayout};
+use weft_proto::layout::{map_range, object_span, FileLayout};
+use weft_proto::messages::FallocateMode;
 use weft_proto::messages::IO_BYTES_MAX;
 
 async fn on_target<T, F, Fut>(client: &Client, target: TargetId, call: F) -> Result<T, ClientError>
@@ -117,6 +118,41 @@ pub(crate) async fn sync(
         })
         .await
     });
+    for result in futures::future::join_all(requests).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// Allocates or zeroes the file range `[offset, offset + len)` on every target it touches,
+/// one request per target (a file range is contiguous in each object).
+pub(crate) async fn fallocate(
+    client: &Client,
+    inode: InodeId,
+    layout: &FileLayout,
+    offset: u64,
+    len: u64,
+    mode: FallocateMode,
+) -> Result<(), ClientError> {
+    let requests = layout
+        .targets
+        .iter()
+        .enumerate()
+        .filter_map(|(index, target)| {
+            let span = object_span(layout, index, offset, len);
+            let target = *target;
+            (!span.is_empty()).then_some(async move {
+                on_target(client, target, |storage| {
+                    let span = span.clone();
+                    async move {
+                        storage
+                            .fallocate(target, inode, span.start, span.end - span.start, mode)
+                            .await
+                    }
+                })
+                .await
+            })
+        });
     for result in futures::future::join_all(requests).await {
         result?;
     }

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, DirEntry, InodeAttr, MetaRequest, MgmtRequest, MutationId, NewInode,
-    NodeKind, RenameFlags, Request, Response, SpaceUsage, StorageRequest, TargetReport,
-    XattrSetMode,
+    AttrChanges, ClusterMap, DirEntry, FallocateMode, InodeAttr, MetaRequest, MgmtRequest,
+    MutationId, NewInode, NodeKind, RenameFlags, Request, Response, SpaceUsage, StorageRequest,
+    TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -572,6 +572,28 @@ impl StorageClient {
     /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
     pub async fn sync(&self, target: TargetId, inode: InodeId) -> Result<(), RpcError> {
         self.done(StorageRequest::Sync { target, inode }).await
+    }
+
+    /// Allocates or zeroes an object range.
+    ///
+    /// # Errors
+    /// `NoSpace`, `NotSupported`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn fallocate(
+        &self,
+        target: TargetId,
+        inode: InodeId,
+        object_offset: u64,
+        len: u64,
+        mode: FallocateMode,
+    ) -> Result<(), RpcError> {
+        self.done(StorageRequest::Fallocate {
+            target,
+            inode,
+            object_offset,
+            len,
+            mode,
+        })
+        .await
     }
 
     /// An object's length.

@@ -196,6 +196,20 @@ pub fn object_length_for_file_size(
     full_on_target * chunk + partial
 }
 
+/// The object range on `target_index` that holds the file range `[offset, offset + len)`.
+/// A file range's bytes on one target are contiguous in its object, so one range per target
+/// covers it; the range is empty when the file range has no byte there.
+pub fn object_span(
+    layout: &FileLayout,
+    target_index: usize,
+    offset: u64,
+    len: u64,
+) -> std::ops::Range<u64> {
+    let end = offset.checked_add(len).expect("file range overflows u64");
+    object_length_for_file_size(layout, target_index, offset)
+        ..object_length_for_file_size(layout, target_index, end)
+}
+
 /// The file size implied by the objects' lengths, `lengths[i]` being the object on
 /// `targets[i]`: one past the last byte any object holds. Used to recompute a size from storage.
 pub fn file_size_from_object_lengths(layout: &FileLayout, lengths: &[u64]) -> u64 {
@@ -276,6 +290,25 @@ mod tests {
                 expected += piece.len;
             }
             prop_assert_eq!(expected, offset + len);
+        }
+
+        // Goal: object_span covers exactly the pieces map_range puts on each target.
+        #[test]
+        fn object_span_matches_pieces(shift in 16u32..19, targets in 1u32..7, offset in 0u64..(1 << 24), len in 0u64..(1 << 22)) {
+            let l = layout(shift, targets);
+            let pieces = map_range(&l, offset, len);
+            for index in 0..targets as usize {
+                let mine: Vec<_> = pieces.iter().filter(|p| p.target_index == index).collect();
+                let span = object_span(&l, index, offset, len);
+                match (mine.first(), mine.last()) {
+                    (Some(first), Some(last)) => {
+                        prop_assert_eq!(span.start, first.object_offset);
+                        prop_assert_eq!(span.end, last.object_offset + last.len);
+                        prop_assert_eq!(span.end - span.start, mine.iter().map(|p| p.len).sum::<u64>());
+                    }
+                    _ => prop_assert!(span.is_empty()),
+                }
+            }
         }
 
         // Goal: writing a file of size S leaves each object at object_length_for_file_size, and

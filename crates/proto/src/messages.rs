@@ -537,6 +537,19 @@ pub enum StorageRequest {
         /// The file.
         inode: InodeId,
     },
+    /// Allocates space for, or zeroes, a range of an object without changing its length.
+    Fallocate {
+        /// The target.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+        /// Offset in the object.
+        object_offset: u64,
+        /// Bytes of the range.
+        len: u64,
+        /// Allocate or zero.
+        mode: FallocateMode,
+    },
     /// The length of an object (0 if it does not exist).
     ObjectLength {
         /// The target.
@@ -544,6 +557,16 @@ pub enum StorageRequest {
         /// The file.
         inode: InodeId,
     },
+}
+
+/// What a fallocate does to an object range. The object's length never changes: the metadata
+/// server owns the file size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FallocateMode {
+    /// Reserve the blocks (FALLOC_FL_KEEP_SIZE on the object).
+    Allocate,
+    /// Make the range read as zeros and free its blocks (punch a hole).
+    Zero,
 }
 
 /// Any request, tagged with the service that serves it.

@@ -159,6 +159,7 @@ impl weft_net::Handler for Storage {
             | StorageRequest::Truncate { target, .. }
             | StorageRequest::Remove { target, .. }
             | StorageRequest::Sync { target, .. }
+            | StorageRequest::Fallocate { target, .. }
             | StorageRequest::ObjectLength { target, .. } => *target,
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
@@ -202,6 +203,15 @@ impl weft_net::Handler for Storage {
                     StorageRequest::Sync { inode, .. } => {
                         target.sync(inode).map(|()| (Response::Done, Bytes::new()))
                     }
+                    StorageRequest::Fallocate {
+                        inode,
+                        object_offset,
+                        len,
+                        mode,
+                        ..
+                    } => target
+                        .fallocate(inode, object_offset, len, mode)
+                        .map(|()| (Response::Done, Bytes::new())),
                     StorageRequest::ObjectLength { inode, .. } => {
                         Ok((Response::Length(target.length(inode)?), Bytes::new()))
                     }

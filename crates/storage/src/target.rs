@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, TargetId};
-use weft_proto::messages::SpaceUsage;
+use weft_proto::messages::{FallocateMode, SpaceUsage};
 use weft_proto::ErrorCode;
 
 /// An operation kept in memory until its object is synced (crash-test mode only).
@@ -245,6 +245,67 @@ impl Target {
             (current - length).min(self.used_bytes.load(Ordering::Acquire)),
             Ordering::AcqRel,
         );
+        Ok(())
+    }
+
+    /// Allocates or zeroes `[offset, offset + len)` of an object, never changing its length.
+    /// In crash-test mode an allocation only checks the quota and a zeroing is journalled.
+    pub fn fallocate(
+        &self,
+        inode: InodeId,
+        offset: u64,
+        len: u64,
+        mode: FallocateMode,
+    ) -> Result<(), WireError> {
+        self.check_writable()?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "range overflows"))?;
+        let length = self.length(inode)?;
+        match mode {
+            FallocateMode::Allocate => self.reserve(end.saturating_sub(length))?,
+            FallocateMode::Zero if offset >= length => return Ok(()),
+            FallocateMode::Zero => {}
+        }
+        if let Some(journal) = &self.journal {
+            if mode == FallocateMode::Zero {
+                let zeros = Bytes::from(vec![0u8; (end.min(length) - offset) as usize]);
+                journal
+                    .lock()
+                    .expect("journal poisoned")
+                    .entry(inode)
+                    .or_default()
+                    .push(Pending::Write {
+                        offset,
+                        data: zeros,
+                    });
+            }
+            return Ok(());
+        }
+        let file = self.open_for_write(inode)?;
+        let flags = match mode {
+            FallocateMode::Allocate => libc::FALLOC_FL_KEEP_SIZE,
+            FallocateMode::Zero => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        };
+        let (Ok(start), Ok(count)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "range too large",
+            ));
+        };
+        // SAFETY: fallocate on a descriptor we own; the range was checked above.
+        let result =
+            unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), flags, start, count) };
+        if result != 0 {
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return Err(WireError::new(
+                    ErrorCode::NotSupported,
+                    format!("target {} does not support fallocate", self.id),
+                ));
+            }
+            return Err(io_error("fallocate object", &error));
+        }
         Ok(())
     }
 

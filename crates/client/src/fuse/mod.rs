@@ -31,7 +31,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::FileLayout;
 use weft_proto::messages::{
-    AttrChanges, FileKind, InodeAttr, NewInode, TimeSet, Timestamp, XattrSetMode,
+    AttrChanges, FallocateMode, FileKind, InodeAttr, NewInode, TimeSet, Timestamp, XattrSetMode,
 };
 
 /// Kernel attribute and entry cache time: none, for close-to-open consistency across clients.
@@ -852,6 +852,49 @@ impl Filesystem for WeftFs {
                 }
                 Err(error) => reply.error(errno(&error)),
             }
+        });
+    }
+
+    fn fallocate(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Plain allocation, PUNCH_HOLE (with KEEP_SIZE) and ZERO_RANGE; the rest (collapse,
+        // insert, unshare) would move data between chunks and is refused cleanly.
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let operation = mode & !libc::FALLOC_FL_KEEP_SIZE;
+        let storage_mode = match operation {
+            0 => FallocateMode::Allocate,
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => FallocateMode::Zero,
+            libc::FALLOC_FL_ZERO_RANGE => FallocateMode::Zero,
+            _ => return reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
+        };
+        self.spawn(|state| async move {
+            let file = match state.handle(handle) {
+                Ok(file) => file,
+                Err(error) => return reply.error(error),
+            };
+            let Some(layout) = &file.layout else {
+                return reply.error(Errno::EINVAL);
+            };
+            if let Err(error) = state
+                .client
+                .fallocate(file.inode, layout, offset, length, storage_mode)
+                .await
+            {
+                return reply.error(errno(&error));
+            }
+            if !keep_size {
+                // The size grows as a write's would: known here at once, reported at close.
+                state.note_write(file.inode, offset.saturating_add(length));
+            }
+            reply.ok();
         });
     }
 
