@@ -450,3 +450,80 @@ mod tests {
         assert_eq!(format_size(512 << 10), "512K");
     }
 }
+
+#[derive(Args)]
+pub struct FsckArgs {
+    /// Fix what can be fixed safely, then check again.
+    #[arg(long)]
+    repair: bool,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// Runs the check on every metadata node; returns the problems found.
+async fn check_all(view: &ClusterView, map: &ClusterMap, repair: bool) -> Result<u64> {
+    let mut problems = 0;
+    for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
+        let meta = view.meta(node.id).await?;
+        let report = meta
+            .check(repair)
+            .await
+            .with_context(|| format!("check of {} failed", node.alias))?;
+        println!(
+            "{} [ID: {}]: {} inodes, {} entries, {} objects checked",
+            node.alias, node.id, report.inodes, report.dentries, report.objects
+        );
+        for problem in &report.problems {
+            println!("  problem: {problem}");
+        }
+        if report.problem_count > report.problems.len() as u64 {
+            println!(
+                "  … and {} more problems",
+                report.problem_count - report.problems.len() as u64
+            );
+        }
+        for repair in &report.repairs {
+            println!("  repaired: {repair}");
+        }
+        for target in &report.unreachable_targets {
+            println!("  warning: target {target} did not answer; its objects were not checked");
+        }
+        problems += report.problem_count;
+    }
+    Ok(problems)
+}
+
+pub fn fsck(args: FsckArgs) -> Result<()> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let mgmt = locate(&args.cluster.locator, args.cluster.path.as_deref())?;
+        let view = ClusterView::new(
+            mgmt.clone(),
+            RpcClientOptions {
+                connections: 1,
+                ..RpcClientOptions::default()
+            },
+        );
+        let map = view
+            .refresh()
+            .await
+            .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+        let mut problems = check_all(&view, &map, args.repair).await?;
+        if args.repair && problems > 0 {
+            println!("checking again after the repair:");
+            problems = check_all(&view, &map, false).await?;
+        }
+        if problems > 0 {
+            bail!(
+                "{problems} problems remain{}",
+                if args.repair {
+                    " that cannot be fixed safely"
+                } else {
+                    "; run weft fsck --repair to fix what can be fixed safely"
+                }
+            );
+        }
+        println!("The namespace and the objects are consistent.");
+        Ok(())
+    })
+}

@@ -3,7 +3,7 @@
 //! - `weft up`: every role in one process and a FUSE mount (the quick start).
 //! - `weft serve mgmt|meta|storage`: one service per process, as in production.
 //! - `weft mount`: the FUSE client.
-//! - `weft entry|node|target|df`: administration.
+//! - `weft entry|node|target|df|fsck`: administration.
 
 mod admin;
 mod serve;
@@ -49,6 +49,8 @@ enum Command {
     },
     /// Space and inodes per storage target and metadata target.
     Df(admin::ClusterArgs),
+    /// Check the namespace and the storage objects; --repair fixes what is safe to fix.
+    Fsck(admin::FsckArgs),
 }
 
 /// Where the admin commands find management.
@@ -89,6 +91,7 @@ fn run(command: Command) -> Result<()> {
         Command::Node { command } => admin::node(command),
         Command::Target { command } => admin::target(command),
         Command::Df(args) => admin::df(args),
+        Command::Fsck(args) => admin::fsck(args),
     }
 }
 

@@ -470,8 +470,13 @@ fn close_to_open_between_mounts() {
 
 fn fallocate(file: &File, mode: i32, offset: i64, len: i64) -> std::io::Result<()> {
     // SAFETY: fallocate on a descriptor we hold open.
-    let result = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(file), mode, offset, len) };
-    if result == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    let result =
+        unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(file), mode, offset, len) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 // Goal: fallocate's default mode, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE behave as on a local
@@ -482,25 +487,62 @@ fn fallocate_modes() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
     let path = mnt.join("fallocated");
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).expect("create");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("create");
 
     fallocate(&file, 0, 0, 3 * 1024 * 1024).expect("allocate");
-    assert_eq!(file.metadata().expect("stat").len(), 3 * 1024 * 1024, "default mode extends the size");
+    assert_eq!(
+        file.metadata().expect("stat").len(),
+        3 * 1024 * 1024,
+        "default mode extends the size"
+    );
     fallocate(&file, libc::FALLOC_FL_KEEP_SIZE, 0, 8 * 1024 * 1024).expect("allocate, keep size");
-    assert_eq!(file.metadata().expect("stat").len(), 3 * 1024 * 1024, "KEEP_SIZE keeps it");
+    assert_eq!(
+        file.metadata().expect("stat").len(),
+        3 * 1024 * 1024,
+        "KEEP_SIZE keeps it"
+    );
 
     let mut model = pattern(51, 3 * 1024 * 1024);
     (&file).write_all(&model).expect("write");
     let (hole_start, hole_len) = (400_000usize, 1_500_000usize);
-    fallocate(&file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, hole_start as i64, hole_len as i64).expect("punch");
+    fallocate(
+        &file,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        hole_start as i64,
+        hole_len as i64,
+    )
+    .expect("punch");
     model[hole_start..hole_start + hole_len].fill(0);
-    fallocate(&file, libc::FALLOC_FL_ZERO_RANGE, 3 * 1024 * 1024 - 100, 1000).expect("zero range past the end");
+    fallocate(
+        &file,
+        libc::FALLOC_FL_ZERO_RANGE,
+        3 * 1024 * 1024 - 100,
+        1000,
+    )
+    .expect("zero range past the end");
     model[3 * 1024 * 1024 - 100..].fill(0);
     model.resize(3 * 1024 * 1024 + 900, 0);
     drop(file);
-    assert_eq!(fs::read(&path).expect("read"), model, "holes and zeroed ranges read as zeros, the rest is intact");
+    assert_eq!(
+        fs::read(&path).expect("read"),
+        model,
+        "holes and zeroed ranges read as zeros, the rest is intact"
+    );
 
     let file = OpenOptions::new().write(true).open(&path).expect("open");
-    assert_eq!(errno(fallocate(&file, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 65536)), libc::EOPNOTSUPP);
-    assert_eq!(errno(fallocate(&file, libc::FALLOC_FL_PUNCH_HOLE, 0, 65536)), libc::EOPNOTSUPP, "PUNCH_HOLE needs KEEP_SIZE");
+    assert_eq!(
+        errno(fallocate(&file, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 65536)),
+        libc::EOPNOTSUPP
+    );
+    assert_eq!(
+        errno(fallocate(&file, libc::FALLOC_FL_PUNCH_HOLE, 0, 65536)),
+        libc::EOPNOTSUPP,
+        "PUNCH_HOLE needs KEEP_SIZE"
+    );
 }

@@ -3,6 +3,7 @@
 
 use crate::chooser::Chooser;
 use crate::commit::Committer;
+use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
@@ -25,7 +26,9 @@ use weft_net::{ClusterView, StorageClient};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout};
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response};
+use weft_proto::messages::{
+    FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response, OBJECTS_PER_LIST_MAX,
+};
 use weft_proto::ErrorCode;
 
 /// Retries of a truncate or removal on a target before the work is left to the worker loop.
@@ -53,9 +56,6 @@ struct Meta {
     opens: Arc<Mutex<OpenTable>>,
     work: Notify,
 }
-
-/// Least time between on-demand map refreshes.
-const MAP_REFRESH_INTERVAL_MIN: Duration = Duration::from_millis(100);
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
     MetaError::Store(error.to_string())
@@ -284,7 +284,8 @@ impl Meta {
                 new,
             } => {
                 if new.kind == FileKind::Regular {
-                    self.refresh_map_if_short(parent).await;
+                    self.refresh_map_if_short(parent, std::time::Instant::now())
+                        .await;
                 }
                 let entry = NewEntry { parent, name, new };
                 self.mutate(mutation, move |txn, context| create(txn, context, entry))
@@ -380,6 +381,7 @@ impl Meta {
                 self.mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
                     .await
             }
+            MetaRequest::Check { repair } => self.check(repair).await,
             MetaRequest::SetPattern {
                 mutation,
                 dir,
@@ -416,8 +418,10 @@ impl Meta {
 
     /// Fetches the cluster map again when it holds fewer targets than a new file in `parent`
     /// wants: targets registered since the last heartbeat would otherwise be left out of files
-    /// created right after they joined. Rate-limited, as a pool may really be that small.
-    async fn refresh_map_if_short(&self, parent: InodeId) {
+    /// created right after they joined. The fetch must have started after the request arrived
+    /// (`arrived`); concurrent creates share it. A pool that really is smaller than the pattern
+    /// pays one round trip to management per batch of creates.
+    async fn refresh_map_if_short(&self, parent: InodeId, arrived: std::time::Instant) {
         let desired = self
             .read(|txn| Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern))
             .ok()
@@ -432,9 +436,7 @@ impl Meta {
         if available >= usize::from(desired.num_targets) {
             return;
         }
-        self.cluster
-            .refresh_if_older(MAP_REFRESH_INTERVAL_MIN)
-            .await;
+        self.cluster.refresh_unless_fetched_since(arrived).await;
     }
 
     /// Registers an open; registering the same (client, handle) again changes nothing.
@@ -486,6 +488,86 @@ impl Meta {
             self.work.notify_one();
         }
         Ok(Response::Done)
+    }
+
+    /// `weft fsck` of this metadata target: lists the objects of its files on every target,
+    /// checks namespace and objects in one transaction (repairing if asked), then removes the
+    /// objects that belong to no file. Inode ids are never reused, so such an object can never
+    /// come to belong to a file later.
+    async fn check(&self, repair: bool) -> Result<Response, OpError> {
+        let map = self
+            .cluster
+            .refresh()
+            .await
+            .unwrap_or_else(|_| self.cluster.map());
+        let mut objects = Vec::new();
+        let mut unreachable = Vec::new();
+        for target in map.targets.iter().map(|t| t.id) {
+            let mut after = 0;
+            loop {
+                let home = self.node;
+                let page = self
+                    .cluster
+                    .call_storage(target, &TARGET_RETRY, |storage| async move {
+                        storage
+                            .list_objects(target, home, after, OBJECTS_PER_LIST_MAX)
+                            .await
+                    })
+                    .await;
+                match page {
+                    Ok((listed, end)) => {
+                        after = listed.last().map(|(inode, _)| inode.0).unwrap_or(after);
+                        objects.extend(listed.into_iter().map(|(inode, _)| (inode, target)));
+                        if end {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(target = target.0, %error, "fsck cannot list a target");
+                        unreachable.push(target);
+                        break;
+                    }
+                }
+            }
+        }
+        let open: HashSet<InodeId> = self
+            .opens
+            .lock()
+            .expect("open table poisoned")
+            .keys()
+            .copied()
+            .collect();
+        let home = self.node;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.committer
+            .run(Box::new(move |txn| {
+                let (report, garbage) = check(txn, home, repair, &objects, &open)?;
+                let _ = tx.send((report, garbage));
+                Ok(Response::Done)
+            }))
+            .await?;
+        let (mut report, garbage) = rx
+            .await
+            .map_err(|_| OpError::Store("the check did not finish".into()))?;
+        for (inode, target) in garbage {
+            let removed = self
+                .cluster
+                .call_storage(target, &TARGET_RETRY, |storage| async move {
+                    storage.remove(target, inode).await
+                })
+                .await;
+            match removed {
+                Ok(()) => report
+                    .repairs
+                    .push(format!("removed the object of {inode} on target {target}")),
+                Err(error) => report.problems.push(format!(
+                    "could not remove the object of {inode} on target {target}: {error}"
+                )),
+            }
+        }
+        report.unreachable_targets = unreachable;
+        self.work.notify_one();
+        Ok(Response::CheckReport(report))
     }
 
     /// Applies a queued truncate on every target of the file, then retires the work item.

@@ -64,23 +64,34 @@ impl ClusterView {
     /// # Errors
     /// [`RpcError`] when management cannot be reached.
     pub async fn refresh(&self) -> Result<Arc<ClusterMap>, RpcError> {
+        let started = std::time::Instant::now();
         let map = Arc::new(self.mgmt.cluster_map().await?);
         *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
-        *self.fetched.lock().await = Some(std::time::Instant::now());
+        *self.fetched.lock().await = Some(started);
         Ok(map)
     }
 
     /// Fetches the map again unless it is younger than `age`: after a peer was unreachable (it
-    /// may have restarted on a new address) or when the map looks short. Concurrent callers
-    /// share one fetch.
+    /// may have restarted on a new address). Concurrent callers share one fetch.
     pub async fn refresh_if_older(&self, age: std::time::Duration) {
+        let since = std::time::Instant::now()
+            .checked_sub(age)
+            .unwrap_or_else(std::time::Instant::now);
+        self.refresh_unless_fetched_since(since).await;
+    }
+
+    /// Fetches the map again unless a fetch started at or after `since`; a caller that must
+    /// see every registration made before it started passes its own start time. Concurrent
+    /// callers share one fetch.
+    pub async fn refresh_unless_fetched_since(&self, since: std::time::Instant) {
         let mut fetched = self.fetched.lock().await;
-        if fetched.is_some_and(|at| at.elapsed() < age) {
+        if fetched.is_some_and(|at| at >= since) {
             return;
         }
+        let started = std::time::Instant::now();
         if let Ok(map) = self.mgmt.cluster_map().await {
             *self.map.write().expect("map lock poisoned") = Arc::new(map);
-            *fetched = Some(std::time::Instant::now());
+            *fetched = Some(started);
         }
     }
 

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, DirEntry, FallocateMode, InodeAttr, MetaRequest, MgmtRequest,
-    MutationId, NewInode, NodeKind, RenameFlags, Request, Response, SpaceUsage, StorageRequest,
-    TargetReport, XattrSetMode,
+    AttrChanges, CheckReport, ClusterMap, DirEntry, FallocateMode, InodeAttr, MetaRequest,
+    MgmtRequest, MutationId, NewInode, NodeKind, RenameFlags, Request, Response, SpaceUsage,
+    StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -457,6 +457,15 @@ impl MetaClient {
         .await
     }
 
+    /// Checks the namespace and objects of this metadata target.
+    ///
+    /// # Errors
+    /// [`RpcError`] when the server is unreachable or the check fails.
+    pub async fn check(&self, repair: bool) -> Result<CheckReport, RpcError> {
+        let response = self.call(MetaRequest::Check { repair }).await?;
+        expect_response!(self.rpc, response, Response::CheckReport(report) => report)
+    }
+
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
@@ -594,6 +603,33 @@ impl StorageClient {
             mode,
         })
         .await
+    }
+
+    /// One page of the objects of `home`'s files on `target`, after inode `after`.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn list_objects(
+        &self,
+        target: TargetId,
+        home: NodeId,
+        after: u64,
+        max: u32,
+    ) -> Result<(Vec<(InodeId, u64)>, bool), RpcError> {
+        let response = self
+            .rpc
+            .call(
+                &Request::Storage(StorageRequest::ListObjects {
+                    target,
+                    home,
+                    after,
+                    max,
+                }),
+                Bytes::new(),
+            )
+            .await?
+            .0;
+        expect_response!(self.rpc, response, Response::Objects { objects, end } => (objects, end))
     }
 
     /// An object's length.

@@ -20,6 +20,10 @@ pub const XATTR_NAME_BYTES_MAX: usize = 255;
 pub const XATTR_VALUE_BYTES_MAX: usize = 64 * 1024;
 /// Largest list of one inode's attribute names, as Linux's XATTR_LIST_MAX.
 pub const XATTR_LIST_BYTES_MAX: usize = 64 * 1024;
+/// Most objects one ListObjects reply carries.
+pub const OBJECTS_PER_LIST_MAX: u32 = 65_536;
+/// Most problems one consistency check reports in detail (the counts are always complete).
+pub const CHECK_FINDINGS_MAX: usize = 1000;
 /// Most addresses a node announces.
 pub const NODE_ADDRESSES_MAX: usize = 16;
 
@@ -480,6 +484,12 @@ pub enum MetaRequest {
         /// Full name with namespace.
         name: String,
     },
+    /// Checks this metadata target's namespace and the objects of its files; with `repair`,
+    /// fixes what can be fixed safely.
+    Check {
+        /// Fix what is safe to fix.
+        repair: bool,
+    },
     /// Sets a directory's stripe pattern for new files and subdirectories.
     SetPattern {
         /// Retry identity.
@@ -550,6 +560,17 @@ pub enum StorageRequest {
         /// Allocate or zero.
         mode: FallocateMode,
     },
+    /// Lists the objects of files whose home is `home`, in inode order after `after`.
+    ListObjects {
+        /// The target.
+        target: TargetId,
+        /// Only objects of inodes of this metadata node.
+        home: NodeId,
+        /// Resume after this inode (0 from the start).
+        after: u64,
+        /// Most objects wanted, at most [`OBJECTS_PER_LIST_MAX`].
+        max: u32,
+    },
     /// The length of an object (0 if it does not exist).
     ObjectLength {
         /// The target.
@@ -567,6 +588,27 @@ pub enum FallocateMode {
     Allocate,
     /// Make the range read as zeros and free its blocks (punch a hole).
     Zero,
+}
+
+/// What a consistency check (`weft fsck`) of one metadata target found and fixed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// The metadata node checked.
+    pub node: NodeId,
+    /// Inodes examined.
+    pub inodes: u64,
+    /// Directory entries examined.
+    pub dentries: u64,
+    /// Storage objects examined.
+    pub objects: u64,
+    /// Problems found, each in words (at most [`CHECK_FINDINGS_MAX`]).
+    pub problems: Vec<String>,
+    /// Problems found in all, including those beyond the detailed list.
+    pub problem_count: u64,
+    /// What a repair did, each in words.
+    pub repairs: Vec<String>,
+    /// Storage targets that could not be listed: their objects were not checked.
+    pub unreachable_targets: Vec<TargetId>,
 }
 
 /// Any request, tagged with the service that serves it.
@@ -626,6 +668,15 @@ pub enum Response {
     Data,
     /// An object's length.
     Length(u64),
+    /// Objects as (inode, length), in inode order; `end` when nothing follows.
+    Objects {
+        /// The objects.
+        objects: Vec<(InodeId, u64)>,
+        /// True when the listing reached the end.
+        end: bool,
+    },
+    /// The result of a consistency check.
+    CheckReport(CheckReport),
 }
 
 /// The body of a response frame.

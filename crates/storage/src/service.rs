@@ -14,6 +14,7 @@ use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
 use weft_proto::messages::{
     NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX,
+    OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -160,6 +161,7 @@ impl weft_net::Handler for Storage {
             | StorageRequest::Remove { target, .. }
             | StorageRequest::Sync { target, .. }
             | StorageRequest::Fallocate { target, .. }
+            | StorageRequest::ListObjects { target, .. }
             | StorageRequest::ObjectLength { target, .. } => *target,
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
@@ -212,6 +214,13 @@ impl weft_net::Handler for Storage {
                     } => target
                         .fallocate(inode, object_offset, len, mode)
                         .map(|()| (Response::Done, Bytes::new())),
+                    StorageRequest::ListObjects {
+                        home, after, max, ..
+                    } => {
+                        let (objects, end) =
+                            target.list_objects(home, after, max.min(OBJECTS_PER_LIST_MAX))?;
+                        Ok((Response::Objects { objects, end }, Bytes::new()))
+                    }
                     StorageRequest::ObjectLength { inode, .. } => {
                         Ok((Response::Length(target.length(inode)?), Bytes::new()))
                     }

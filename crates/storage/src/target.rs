@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use weft_proto::error::WireError;
-use weft_proto::ids::{InodeId, TargetId};
+use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{FallocateMode, SpaceUsage};
 use weft_proto::ErrorCode;
 
@@ -309,6 +309,35 @@ impl Target {
         Ok(())
     }
 
+    /// The objects of `home`'s inodes after inode `after`, in inode order, at most `max`;
+    /// true when nothing follows. Objects only in the crash-test journal are included.
+    pub fn list_objects(
+        &self,
+        home: NodeId,
+        after: u64,
+        max: u32,
+    ) -> Result<(Vec<(InodeId, u64)>, bool), WireError> {
+        let mut found = Vec::new();
+        collect_objects(&self.root.join("objects"), &mut found)
+            .map_err(|e| io_error("list objects", &e))?;
+        if let Some(journal) = &self.journal {
+            found.extend(journal.lock().expect("journal poisoned").keys().copied());
+        }
+        let mut objects: Vec<InodeId> = found
+            .into_iter()
+            .filter(|i| i.home() == home && i.0 > after)
+            .collect();
+        objects.sort_unstable();
+        objects.dedup();
+        let end = objects.len() <= max as usize;
+        objects.truncate(max as usize);
+        let listed = objects
+            .into_iter()
+            .map(|inode| Ok((inode, self.length(inode)?)))
+            .collect::<Result<_, WireError>>()?;
+        Ok((listed, end))
+    }
+
     pub fn remove(&self, inode: InodeId) -> Result<(), WireError> {
         let length = self.length(inode)?;
         if let Some(journal) = &self.journal {
@@ -381,6 +410,49 @@ fn apply_length(disk: u64, ops: &[Pending]) -> u64 {
         Pending::Write { offset, data } => length.max(offset + data.len() as u64),
         Pending::Truncate { length: cut } => *cut,
     })
+}
+
+/// The inode ids of the object files under `objects` that sit where [`Target::object_path`]
+/// puts them; anything else (leftovers of other tools) is not an object and is skipped.
+fn collect_objects(objects: &Path, found: &mut Vec<InodeId>) -> std::io::Result<()> {
+    let read = |path: &Path| match fs::read_dir(path) {
+        Ok(entries) => Ok(Some(entries)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    };
+    let Some(first_level) = read(objects)? else {
+        return Ok(());
+    };
+    for first in first_level {
+        let first = first?;
+        let Some(second_level) = read(&first.path())? else {
+            continue;
+        };
+        for second in second_level {
+            let second = second?;
+            let Some(files) = read(&second.path())? else {
+                continue;
+            };
+            for file in files {
+                let file = file?;
+                let Some(id) = file
+                    .file_name()
+                    .to_str()
+                    .filter(|n| n.len() == 16)
+                    .and_then(|n| u64::from_str_radix(n, 16).ok())
+                else {
+                    continue;
+                };
+                let hash = weft_proto::checksum::crc32c(&id.to_le_bytes()).to_le_bytes();
+                if first.file_name().to_str() == Some(&format!("{:02x}", hash[0]))
+                    && second.file_name().to_str() == Some(&format!("{:02x}", hash[1]))
+                {
+                    found.push(InodeId(id));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Sum of the lengths of every file under `path`.

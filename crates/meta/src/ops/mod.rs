@@ -2,6 +2,7 @@
 //! transaction; mutating ones run inside the group-commit batch and validate everything before
 //! they write anything.
 
+pub(crate) mod check;
 pub(crate) mod create;
 pub(crate) mod lookup;
 pub(crate) mod remove;

@@ -1,0 +1,395 @@
+//! `weft fsck` on one metadata target: checks that the namespace is whole — every dentry names
+//! an inode that exists and has its cookie, every link count matches the dentries, no inode is
+//! unreachable unless a client holds it open, work queues name live inodes — and that every
+//! storage object belongs to a file (or awaits disposal). With `repair`, it fixes what is safe:
+//! it drops dangling entries, recounts links, disposes of unreachable inodes and returns the
+//! objects without a file for removal. It reports what it cannot fix (a directory with two
+//! names) and leaves it.
+
+use super::remove::dispose;
+use super::xattr::remove_all;
+use crate::store::{
+    kind_code, store_inode, InodeRecord, OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS,
+    TRUNCATES, XATTRS,
+};
+use redb::{ReadableTable, WriteTransaction};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use weft_proto::ids::{InodeId, NodeId, TargetId};
+use weft_proto::messages::{CheckReport, CHECK_FINDINGS_MAX};
+
+/// Collects findings, keeping the detailed list bounded.
+struct Findings {
+    report: CheckReport,
+    repair: bool,
+}
+
+impl Findings {
+    fn problem(&mut self, text: String) {
+        self.report.problem_count += 1;
+        if self.report.problems.len() < CHECK_FINDINGS_MAX {
+            self.report.problems.push(text);
+        }
+    }
+
+    fn repaired(&mut self, text: String) {
+        if self.report.repairs.len() < CHECK_FINDINGS_MAX {
+            self.report.repairs.push(text);
+        }
+    }
+}
+
+/// A dentry as the check sees it.
+struct Entry {
+    parent: u64,
+    name: String,
+    child: u64,
+    cookie: u64,
+    kind: u8,
+}
+
+/// Runs the check in `txn`; returns the report and the objects to remove after the commit.
+pub(crate) fn check(
+    txn: &WriteTransaction,
+    home: NodeId,
+    repair: bool,
+    objects: &[(InodeId, TargetId)],
+    open: &HashSet<InodeId>,
+) -> Result<(CheckReport, Vec<(InodeId, TargetId)>), OpError> {
+    let mut findings = Findings {
+        report: CheckReport {
+            node: home,
+            inodes: 0,
+            dentries: 0,
+            objects: objects.len() as u64,
+            problems: Vec::new(),
+            problem_count: 0,
+            repairs: Vec::new(),
+            unreachable_targets: Vec::new(),
+        },
+        repair,
+    };
+    let mut inodes: HashMap<u64, InodeRecord> = HashMap::new();
+    {
+        let table = txn.open_table(INODES)?;
+        for item in table.iter()? {
+            let (key, value) = item?;
+            inodes.insert(
+                key.value(),
+                InodeRecord::decode(key.value(), value.value())?,
+            );
+        }
+    }
+    findings.report.inodes = inodes.len() as u64;
+    let entries: Vec<Entry> = {
+        let table = txn.open_table(DENTRIES)?;
+        let mut entries = Vec::new();
+        for item in table.iter()? {
+            let (key, value) = item?;
+            let (parent, name) = key.value();
+            let (child, cookie, kind) = value.value();
+            entries.push(Entry {
+                parent,
+                name: name.to_string(),
+                child,
+                cookie,
+                kind,
+            });
+        }
+        entries
+    };
+    findings.report.dentries = entries.len() as u64;
+
+    check_dentries(txn, &mut findings, &inodes, &entries, home)?;
+    check_inodes(txn, &mut findings, &mut inodes, &entries, home, open)?;
+    check_queues(txn, &mut findings, &inodes)?;
+    let garbage = check_objects(txn, &mut findings, &inodes, objects)?;
+    Ok((findings.report, garbage))
+}
+
+fn check_dentries(
+    txn: &WriteTransaction,
+    findings: &mut Findings,
+    inodes: &HashMap<u64, InodeRecord>,
+    entries: &[Entry],
+    home: NodeId,
+) -> Result<(), OpError> {
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut expected_cookies: HashSet<(u64, u64)> = HashSet::new();
+    for entry in entries {
+        let path = format!("{}/{:?}", InodeId(entry.parent), entry.name);
+        // The listing entry goes with its dentry, broken or not: one problem, not two.
+        expected_cookies.insert((entry.parent, entry.cookie));
+        let parent_ok = inodes.get(&entry.parent).is_some_and(InodeRecord::is_dir);
+        let child = inodes.get(&entry.child);
+        let child_missing = child.is_none() && InodeId(entry.child).home() == home;
+        if !parent_ok || child_missing {
+            let why = if parent_ok {
+                "names a missing inode"
+            } else {
+                "is in a missing directory"
+            };
+            findings.problem(format!("dentry {path} {why}"));
+            if findings.repair {
+                dentries.remove((entry.parent, entry.name.as_str()))?;
+                cookies.remove((entry.parent, entry.cookie))?;
+                findings.repaired(format!("removed dentry {path}"));
+            }
+            continue;
+        }
+        if let Some(child) = child {
+            if kind_code(child.kind) != entry.kind {
+                findings.problem(format!("dentry {path} records the wrong file type"));
+                if findings.repair {
+                    dentries.insert(
+                        (entry.parent, entry.name.as_str()),
+                        (entry.child, entry.cookie, kind_code(child.kind)),
+                    )?;
+                    findings.repaired(format!("corrected the file type of {path}"));
+                }
+            }
+        }
+        let listed = cookies
+            .get((entry.parent, entry.cookie))?
+            .map(|name| name.value().to_string());
+        if listed.as_deref() != Some(entry.name.as_str()) {
+            findings.problem(format!(
+                "dentry {path} is missing from its directory's listing"
+            ));
+            if findings.repair {
+                cookies.insert((entry.parent, entry.cookie), entry.name.as_str())?;
+                findings.repaired(format!("listed {path} again"));
+            }
+        }
+    }
+    let stale: Vec<(u64, u64)> = {
+        let mut stale = Vec::new();
+        for item in cookies.iter()? {
+            let (key, _) = item?;
+            if !expected_cookies.contains(&key.value()) {
+                stale.push(key.value());
+            }
+        }
+        stale
+    };
+    for (dir, cookie) in stale {
+        findings.problem(format!(
+            "listing entry {cookie} of {} has no dentry",
+            InodeId(dir)
+        ));
+        if findings.repair {
+            cookies.remove((dir, cookie))?;
+            findings.repaired(format!(
+                "removed listing entry {cookie} of {}",
+                InodeId(dir)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_inodes(
+    txn: &WriteTransaction,
+    findings: &mut Findings,
+    inodes: &mut HashMap<u64, InodeRecord>,
+    entries: &[Entry],
+    home: NodeId,
+    open: &HashSet<InodeId>,
+) -> Result<(), OpError> {
+    let valid: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| {
+            inodes.get(&e.parent).is_some_and(InodeRecord::is_dir) && inodes.contains_key(&e.child)
+        })
+        .collect();
+    let mut names: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut subdirectories: HashMap<u64, u32> = HashMap::new();
+    let mut last_cookie: HashMap<u64, u64> = HashMap::new();
+    for entry in &valid {
+        names.entry(entry.child).or_default().push(entry.parent);
+        if inodes.get(&entry.child).is_some_and(InodeRecord::is_dir) {
+            *subdirectories.entry(entry.parent).or_default() += 1;
+        }
+        let last = last_cookie.entry(entry.parent).or_default();
+        *last = (*last).max(entry.cookie);
+    }
+    let orphans: HashSet<u64> = {
+        let table = txn.open_table(ORPHANS)?;
+        let mut set = HashSet::new();
+        for item in table.iter()? {
+            set.insert(item?.0.value());
+        }
+        set
+    };
+    let mut table = txn.open_table(INODES)?;
+    let ids: BTreeMap<u64, ()> = inodes.keys().map(|id| (*id, ())).collect();
+    for id in ids.keys().copied() {
+        let inode = InodeId(id);
+        if inode.home() != home {
+            continue;
+        }
+        let Some(mut record) = inodes.get(&id).cloned() else {
+            continue;
+        };
+        let parents = names.get(&id).cloned().unwrap_or_default();
+        if parents.is_empty() && inode != InodeId::ROOT {
+            let held = orphans.contains(&id) && open.contains(&inode);
+            if !held {
+                findings.problem(format!(
+                    "inode {inode} ({:?}) is not reachable from any directory",
+                    record.kind
+                ));
+                if findings.repair && !open.contains(&inode) {
+                    dispose(txn, &mut table, inode, &record)?;
+                    inodes.remove(&id);
+                    findings.repaired(format!("disposed of unreachable inode {inode}"));
+                }
+            }
+            continue;
+        }
+        let mut changed = false;
+        let expected_links = if record.is_dir() {
+            if parents.len() > 1 {
+                findings.problem(format!(
+                    "directory {inode} has {} names; fix it by hand",
+                    parents.len()
+                ));
+            }
+            if let Some(parent) = parents.first() {
+                if record.parent != *parent {
+                    findings.problem(format!("directory {inode} records the wrong parent"));
+                    record.parent = *parent;
+                    changed = true;
+                }
+            }
+            let next = last_cookie.get(&id).map(|c| c + 1).unwrap_or(0);
+            if record.next_cookie < next {
+                findings.problem(format!("directory {inode} would reuse listing positions"));
+                record.next_cookie = next;
+                changed = true;
+            }
+            2 + subdirectories.get(&id).copied().unwrap_or(0)
+        } else {
+            parents.len() as u32
+        };
+        if record.nlink != expected_links && !(record.nlink == 0 && parents.is_empty()) {
+            findings.problem(format!(
+                "inode {inode} has link count {} but {expected_links} links",
+                record.nlink
+            ));
+            record.nlink = expected_links;
+            changed = true;
+        }
+        if changed && findings.repair {
+            store_inode(&mut table, inode, &record)?;
+            findings.repaired(format!("corrected inode {inode}"));
+        }
+        if orphans.contains(&id) && !parents.is_empty() {
+            findings.problem(format!("inode {inode} is linked but on the orphan list"));
+            if findings.repair {
+                txn.open_table(ORPHANS)?.remove(id)?;
+                findings.repaired(format!("took {inode} off the orphan list"));
+            }
+        }
+    }
+    drop(table);
+    // Attributes of inodes that no longer exist.
+    let stale: Vec<u64> = {
+        let xattrs = txn.open_table(XATTRS)?;
+        let mut stale = HashSet::new();
+        for item in xattrs.iter()? {
+            let id = item?.0.value().0;
+            if !inodes.contains_key(&id) {
+                stale.insert(id);
+            }
+        }
+        stale.into_iter().collect()
+    };
+    for id in stale {
+        findings.problem(format!(
+            "extended attributes of missing inode {}",
+            InodeId(id)
+        ));
+        if findings.repair {
+            remove_all(&mut txn.open_table(XATTRS)?, InodeId(id))?;
+            findings.repaired(format!("removed the attributes of {}", InodeId(id)));
+        }
+    }
+    Ok(())
+}
+
+fn check_queues(
+    txn: &WriteTransaction,
+    findings: &mut Findings,
+    inodes: &HashMap<u64, InodeRecord>,
+) -> Result<(), OpError> {
+    let dangling_orphans: Vec<u64> = {
+        let table = txn.open_table(ORPHANS)?;
+        let mut ids = Vec::new();
+        for item in table.iter()? {
+            let id = item?.0.value();
+            if !inodes.contains_key(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    };
+    for id in dangling_orphans {
+        findings.problem(format!(
+            "the orphan list names missing inode {}",
+            InodeId(id)
+        ));
+        if findings.repair {
+            txn.open_table(ORPHANS)?.remove(id)?;
+            findings.repaired(format!("removed {} from the orphan list", InodeId(id)));
+        }
+    }
+    let dangling_truncates: Vec<u64> = {
+        let table = txn.open_table(TRUNCATES)?;
+        let mut ids = Vec::new();
+        for item in table.iter()? {
+            let id = item?.0.value();
+            if !inodes.contains_key(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    };
+    for id in dangling_truncates {
+        findings.problem(format!(
+            "a truncate is queued for missing inode {}",
+            InodeId(id)
+        ));
+        if findings.repair {
+            txn.open_table(TRUNCATES)?.remove(id)?;
+            findings.repaired(format!("dropped the truncate of {}", InodeId(id)));
+        }
+    }
+    Ok(())
+}
+
+fn check_objects(
+    txn: &WriteTransaction,
+    findings: &mut Findings,
+    inodes: &HashMap<u64, InodeRecord>,
+    objects: &[(InodeId, TargetId)],
+) -> Result<Vec<(InodeId, TargetId)>, OpError> {
+    let disposals = txn.open_table(DISPOSALS)?;
+    let mut garbage = Vec::new();
+    for (inode, target) in objects {
+        let belongs = inodes
+            .get(&inode.0)
+            .and_then(|record| record.layout.as_ref())
+            .is_some_and(|layout| layout.targets.contains(target));
+        if belongs || disposals.get(inode.0)?.is_some() {
+            continue;
+        }
+        findings.problem(format!(
+            "object of {inode} on target {target} belongs to no file"
+        ));
+        if findings.repair {
+            garbage.push((*inode, *target));
+        }
+    }
+    Ok(garbage)
+}
