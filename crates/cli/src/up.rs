@@ -85,6 +85,7 @@ async fn up(args: UpArgs) -> Result<()> {
         data_dir: prepare(&data_dir.join("mgmt"))?,
         listen: mgmt.clone(),
         node_offline_timeout_ms: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_MS_DEFAULT,
+        session_timeout_ms: weft_mgmt::config::SESSION_TIMEOUT_MS_DEFAULT,
     };
     let stopping = shutdown();
     services.push((
@@ -102,6 +103,7 @@ async fn up(args: UpArgs) -> Result<()> {
             alias: Some(format!("meta-{index}")),
             target_chooser: weft_meta::TargetChooser::default(),
             heartbeat_interval_ms: weft_meta::config::HEARTBEAT_INTERVAL_MS_DEFAULT,
+            lock_grace_ms: weft_meta::config::LOCK_GRACE_MS_DEFAULT,
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
         let stopping = shutdown();

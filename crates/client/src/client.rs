@@ -99,6 +99,7 @@ pub struct Client {
     next_seq: AtomicU64,
     pending: Mutex<BTreeSet<u64>>,
     pub(crate) retry: RetryPolicy,
+    pub(crate) locks: crate::locks::HeldLocks,
 }
 
 impl std::fmt::Debug for Client {
@@ -151,6 +152,7 @@ impl Client {
             next_seq: AtomicU64::new(1),
             pending: Mutex::default(),
             retry,
+            locks: crate::locks::HeldLocks::default(),
         });
         let heartbeat = Arc::downgrade(&client);
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
@@ -164,6 +166,7 @@ impl Client {
                     tracing::warn!(%error, "session heartbeat failed");
                 }
                 let _ = client.cluster.refresh().await;
+                client.reclaim_locks().await;
             }
         });
         Ok(client)
@@ -212,7 +215,7 @@ impl Client {
     }
 
     /// Runs a metadata call on the home of `inode` under the retry policy.
-    async fn on_home<T, F, Fut>(&self, inode: InodeId, call: F) -> Result<T, ClientError>
+    pub(crate) async fn on_home<T, F, Fut>(&self, inode: InodeId, call: F) -> Result<T, ClientError>
     where
         F: Fn(Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,

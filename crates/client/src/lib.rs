@@ -5,6 +5,7 @@
 //!   metadata server, and retry identity for mutating requests.
 //! - `io`: striped reads and writes — a request is cut with the layout math of `proto` and
 //!   its pieces go to their targets in parallel; holes read as zeros.
+//! - `locks`: the locks this client holds, reclaimed after a metadata server restarts.
 //! - [`fuse`] — the FUSE file system over [`Client`], and mounting (stale-mount detection,
 //!   clean unmount on SIGINT / SIGTERM, a mounts file for several file systems).
 //!
@@ -13,5 +14,6 @@
 pub mod client;
 pub mod fuse;
 mod io;
+mod locks;
 
 pub use client::{Client, ClientConfig, ClientError};

@@ -39,6 +39,17 @@ pub struct MetaConfig {
     /// Interval between heartbeats to management.
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval_ms: u64,
+    /// After a start, only locks that clients reclaim are granted for this long. It must exceed
+    /// the clients' heartbeat interval, at which they notice the restart.
+    #[serde(default = "default_lock_grace")]
+    pub lock_grace_ms: u64,
+}
+
+/// Default lock-reclaim grace period after a start.
+pub const LOCK_GRACE_MS_DEFAULT: u64 = 15_000;
+
+fn default_lock_grace() -> u64 {
+    LOCK_GRACE_MS_DEFAULT
 }
 
 fn default_listen() -> String {

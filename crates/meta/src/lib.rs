@@ -6,6 +6,7 @@
 //! - `store`: tables, record encodings and the small helpers every operation uses.
 //! - `commit`: group commit — one writer thread batches concurrent operations into one
 //!   transaction and one fsync, and answers each after the commit.
+//! - `locks`: byte-range locks in memory, reclaim after a restart, release on session expiry.
 //! - `ops/`: one file per operation family (lookup, create, remove, rename, setattr, open).
 //! - `acl`: POSIX ACLs in the xattr format, and their inheritance on create.
 //! - `chooser`: picks storage targets for new files.
@@ -21,6 +22,7 @@ mod acl;
 mod chooser;
 mod commit;
 pub mod config;
+mod locks;
 mod ops;
 mod service;
 mod store;

@@ -3,6 +3,7 @@
 
 use crate::chooser::Chooser;
 use crate::commit::Committer;
+use crate::locks::LockTable;
 use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
@@ -27,7 +28,8 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout};
 use weft_proto::messages::{
-    FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response, OBJECTS_PER_LIST_MAX,
+    FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response, LOCK_WAIT_MS_MAX,
+    OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -55,6 +57,10 @@ struct Meta {
     /// Open counts per inode and client session: an unlinked inode lives while one is held.
     opens: Arc<Mutex<OpenTable>>,
     work: Notify,
+    locks: LockTable,
+    /// When this server first heard of each client session, so that a session that registered
+    /// after the last map fetch is not taken for expired.
+    seen: Mutex<HashMap<ClientId, std::time::Instant>>,
 }
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
@@ -96,10 +102,12 @@ pub async fn run(
             "metadata node id {node} does not fit an inode's home bits"
         )));
     }
+    let mut first_start = false;
     {
         let txn = db.begin_write().map_err(store_error)?;
         if node == ROOT_HOME && ensure_root(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))? {
             tracing::info!("created the root directory");
+            first_start = true;
         }
         let orphans = dispose_all_orphans(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?;
         if orphans > 0 {
@@ -119,6 +127,13 @@ pub async fn run(
         chooser: Arc::new(Chooser::new(config.target_chooser)),
         opens: Arc::default(),
         work: Notify::new(),
+        // A new file system has no locks to reclaim.
+        locks: LockTable::new(if first_start {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(config.lock_grace_ms)
+        }),
+        seen: Mutex::default(),
     });
     tracing::info!(node = node.0, %address, %alias, "metadata server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -158,7 +173,9 @@ async fn heartbeat_loop(meta: Arc<Meta>, config: MetaConfig, alias: String, addr
             }
             Err(error) => tracing::warn!(%error, "heartbeat failed"),
         }
-        if meta.cluster.refresh().await.is_ok() {
+        let fetch_started = std::time::Instant::now();
+        if let Ok(map) = meta.cluster.refresh().await {
+            meta.expire_sessions(&map, fetch_started).await;
             meta.work.notify_one();
         }
         tokio::time::sleep(interval).await;
@@ -382,6 +399,35 @@ impl Meta {
                     .await
             }
             MetaRequest::Check { repair } => self.check(repair).await,
+            MetaRequest::SetLock {
+                client,
+                inode,
+                lock,
+                wait_ms,
+                reclaim,
+            } => {
+                self.note_client(client);
+                let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
+                match self.locks.set(inode, client, lock, wait, reclaim).await {
+                    Ok(()) => Ok(Response::Done),
+                    Err(Some(held)) => Err(OpError::rejected(
+                        ErrorCode::WouldBlock,
+                        format!("a conflicting lock is held by process {}", held.pid),
+                    )),
+                    Err(None) => Err(OpError::rejected(
+                        ErrorCode::InGrace,
+                        "locks are being reclaimed after a restart; ask again",
+                    )),
+                }
+            }
+            MetaRequest::GetLock {
+                client,
+                inode,
+                lock,
+            } => Ok(Response::LockConflict(
+                self.locks.conflict(inode, client, &lock),
+            )),
+            MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
             MetaRequest::SetPattern {
                 mutation,
                 dir,
@@ -439,8 +485,63 @@ impl Meta {
         self.cluster.refresh_unless_fetched_since(arrived).await;
     }
 
+    fn note_client(&self, client: ClientId) {
+        self.seen
+            .lock()
+            .expect("seen table poisoned")
+            .entry(client)
+            .or_insert_with(std::time::Instant::now);
+    }
+
+    /// Releases the locks and opens of sessions management no longer lists as live, if this
+    /// server knew them before the map was fetched.
+    async fn expire_sessions(
+        &self,
+        map: &weft_proto::messages::ClusterMap,
+        fetch_started: std::time::Instant,
+    ) {
+        let live: HashSet<ClientId> = map.live_sessions.iter().copied().collect();
+        let expired: HashSet<ClientId> = {
+            let seen = self.seen.lock().expect("seen table poisoned");
+            seen.iter()
+                .filter(|(client, first)| !live.contains(client) && **first < fetch_started)
+                .map(|(client, _)| *client)
+                .collect()
+        };
+        if expired.is_empty() {
+            return;
+        }
+        let released = self.locks.release_clients(&expired);
+        let closed: Vec<(OpenHandle, InodeId)> = {
+            let opens = self.opens.lock().expect("open table poisoned");
+            opens
+                .iter()
+                .flat_map(|(inode, handles)| {
+                    handles
+                        .iter()
+                        .filter(|h| expired.contains(&h.0))
+                        .map(move |h| (*h, *inode))
+                })
+                .collect()
+        };
+        for (handle, inode) in &closed {
+            let _ = self.release(*handle, *inode).await;
+        }
+        self.seen
+            .lock()
+            .expect("seen table poisoned")
+            .retain(|client, _| !expired.contains(client));
+        tracing::info!(
+            sessions = expired.len(),
+            locks = released,
+            opens = closed.len(),
+            "released what expired client sessions held"
+        );
+    }
+
     /// Registers an open; registering the same (client, handle) again changes nothing.
     fn open(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
+        self.note_client(open.0);
         let added = self
             .opens
             .lock()

@@ -51,6 +51,7 @@ fn fixture() -> Fixture {
         map: Arc::new(ClusterMap {
             nodes: Vec::new(),
             targets,
+            live_sessions: Vec::new(),
         }),
     });
     Fixture {

@@ -20,6 +20,16 @@ pub struct MgmtConfig {
     /// A node silent this long is offline; silent half as long, probably offline.
     #[serde(default = "default_offline_timeout")]
     pub node_offline_timeout_ms: u64,
+    /// A client session silent this long has expired: servers drop its locks and opens.
+    #[serde(default = "default_session_timeout")]
+    pub session_timeout_ms: u64,
+}
+
+/// Default time without a heartbeat after which a client session expires.
+pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+
+fn default_session_timeout() -> u64 {
+    SESSION_TIMEOUT_MS_DEFAULT
 }
 
 fn default_listen() -> String {
@@ -41,6 +51,12 @@ impl MgmtConfig {
             problems.push(format!(
                 "node_offline_timeout_ms = {} is below 100",
                 self.node_offline_timeout_ms
+            ));
+        }
+        if self.session_timeout_ms < 100 {
+            problems.push(format!(
+                "session_timeout_ms = {} is below 100",
+                self.session_timeout_ms
             ));
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use weft_proto::error::WireError;
-use weft_proto::ids::{NodeId, TargetId};
+use weft_proto::ids::{ClientId, NodeId, TargetId};
 use weft_proto::messages::{
     ClusterMap, MgmtRequest, NodeInfo, NodeKind, Reachability, Reply, Request, Response,
     SpaceUsage, NODE_ADDRESSES_MAX,
@@ -22,6 +22,7 @@ struct LiveState {
     last_heard: HashMap<(NodeKind, NodeId), Instant>,
     target_usage: HashMap<TargetId, SpaceUsage>,
     meta_usage: HashMap<NodeId, (SpaceUsage, u64)>,
+    client_last_heard: HashMap<ClientId, Instant>,
 }
 
 struct Mgmt {
@@ -29,6 +30,7 @@ struct Mgmt {
     live: Mutex<LiveState>,
     started: Instant,
     offline_timeout: Duration,
+    session_timeout: Duration,
 }
 
 /// Runs management until `shutdown` completes.
@@ -50,6 +52,7 @@ pub async fn run(
         live: Mutex::default(),
         started: Instant::now(),
         offline_timeout: Duration::from_millis(config.node_offline_timeout_ms),
+        session_timeout: Duration::from_millis(config.session_timeout_ms),
     });
     tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "management serving");
     weft_net::serve(listener, mgmt, shutdown).await;
@@ -153,11 +156,21 @@ impl Mgmt {
             }
             MgmtRequest::RegisterClient { alias } => {
                 let client = self.store.register_client(&alias).map_err(internal)?;
+                self.live
+                    .lock()
+                    .expect("live state poisoned")
+                    .client_last_heard
+                    .insert(client, Instant::now());
                 tracing::info!(client = %client, %alias, "client session registered");
                 Ok(Response::ClientRegistered { client })
             }
             MgmtRequest::ClientHeartbeat { client } => {
                 if self.store.client_exists(client).map_err(internal)? {
+                    let mut live = self.live.lock().expect("live state poisoned");
+                    let previous = live.client_last_heard.insert(client, Instant::now());
+                    if previous.is_some_and(|heard| heard.elapsed() >= self.session_timeout) {
+                        tracing::warn!(client = %client, "a client came back after its session expired");
+                    }
                     Ok(Response::Done)
                 } else {
                     Err(WireError::new(
@@ -189,6 +202,7 @@ impl Mgmt {
     fn cluster_map(&self) -> Result<ClusterMap, MgmtError> {
         let nodes = self.store.nodes()?;
         let targets = self.store.targets()?;
+        let clients = self.store.clients()?;
         let live = self.live.lock().expect("live state poisoned");
         let mut map = ClusterMap::default();
         for (kind, id, record) in nodes {
@@ -220,6 +234,19 @@ impl Mgmt {
                 usage: live.target_usage.get(&id).copied().unwrap_or_default(),
             });
         }
+        // As for nodes, a session counts as heard at management's start after a restart.
+        map.live_sessions = clients
+            .into_iter()
+            .filter(|client| {
+                let heard = live
+                    .client_last_heard
+                    .get(client)
+                    .copied()
+                    .unwrap_or(self.started)
+                    .max(self.started);
+                heard.elapsed() < self.session_timeout
+            })
+            .collect();
         Ok(map)
     }
 }

@@ -185,6 +185,16 @@ impl MgmtStore {
         Ok(clients.get(client.0).map_err(store_error)?.is_some())
     }
 
+    pub fn clients(&self) -> Result<Vec<ClientId>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let clients = txn.open_table(CLIENTS).map_err(store_error)?;
+        let mut out = Vec::new();
+        for entry in clients.iter().map_err(store_error)? {
+            out.push(ClientId(entry.map_err(store_error)?.0.value()));
+        }
+        Ok(out)
+    }
+
     pub fn nodes(&self) -> Result<Vec<(NodeKind, NodeId, NodeRecord)>, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let nodes = txn.open_table(NODES).map_err(store_error)?;

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, CheckReport, ClusterMap, DirEntry, FallocateMode, InodeAttr, MetaRequest,
-    MgmtRequest, MutationId, NewInode, NodeKind, RenameFlags, Request, Response, SpaceUsage,
-    StorageRequest, TargetReport, XattrSetMode,
+    AttrChanges, CheckReport, ClusterMap, DirEntry, FallocateMode, InodeAttr, LockRange,
+    MetaRequest, MgmtRequest, MutationId, NewInode, NodeKind, RenameFlags, Request, Response,
+    SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -455,6 +455,57 @@ impl MetaClient {
             name: name.to_string(),
         })
         .await
+    }
+
+    /// Sets, changes or releases a byte-range lock, waiting up to `wait_ms` for a conflict.
+    ///
+    /// # Errors
+    /// `WouldBlock` when a conflicting lock stays, or [`RpcError`] for transport failures.
+    pub async fn set_lock(
+        &self,
+        client: ClientId,
+        inode: InodeId,
+        lock: LockRange,
+        wait_ms: u32,
+        reclaim: bool,
+    ) -> Result<(), RpcError> {
+        self.done(MetaRequest::SetLock {
+            client,
+            inode,
+            lock,
+            wait_ms,
+            reclaim,
+        })
+        .await
+    }
+
+    /// The lock that would conflict with `lock`, if any.
+    ///
+    /// # Errors
+    /// [`RpcError`] for transport failures.
+    pub async fn get_lock(
+        &self,
+        client: ClientId,
+        inode: InodeId,
+        lock: LockRange,
+    ) -> Result<Option<LockRange>, RpcError> {
+        let response = self
+            .call(MetaRequest::GetLock {
+                client,
+                inode,
+                lock,
+            })
+            .await?;
+        expect_response!(self.rpc, response, Response::LockConflict(conflict) => conflict)
+    }
+
+    /// The server's lock epoch.
+    ///
+    /// # Errors
+    /// [`RpcError`] for transport failures.
+    pub async fn lock_epoch(&self) -> Result<u64, RpcError> {
+        let response = self.call(MetaRequest::LockEpoch).await?;
+        expect_response!(self.rpc, response, Response::LockEpoch(epoch) => epoch)
     }
 
     /// Checks the namespace and objects of this metadata target.

@@ -57,6 +57,10 @@ pub enum ErrorCode {
     NoAttribute = 1013,
     /// A value or list does not fit the caller's buffer or the limits.
     OutOfRange = 1014,
+    /// A conflicting lock is held.
+    WouldBlock = 1015,
+    /// The server grants only reclaimed locks for a while after its start; ask again soon.
+    InGrace = 1016,
 
     // Storage, 2xxx.
     /// The target has no space left.
@@ -108,6 +112,7 @@ impl ErrorCode {
             ErrorCode::NoSpace | ErrorCode::NoTargets => libc::ENOSPC,
             ErrorCode::NoAttribute => libc::ENODATA,
             ErrorCode::OutOfRange => libc::E2BIG,
+            ErrorCode::WouldBlock | ErrorCode::InGrace => libc::EAGAIN,
         }
     }
 

@@ -4,6 +4,7 @@
 //! - [`ids`] — newtypes for every identifier (nodes, targets, inodes, clients).
 //! - [`error`] — the stable wire [`ErrorCode`] and its one mapping to errno.
 //! - [`layout`] — stripe patterns and the byte → (target, object offset) mapping.
+//! - [`locks`] — byte-range lock arithmetic shared by servers and clients.
 //! - [`codec`] — the frame header and body encoding, with every size bounded.
 //! - [`messages`] — the typed request and response bodies of every service.
 //! - [`checksum`] — the payload checksum (CRC32C).
@@ -16,6 +17,7 @@ pub mod codec;
 pub mod error;
 pub mod ids;
 pub mod layout;
+pub mod locks;
 pub mod messages;
 
 pub use error::ErrorCode;

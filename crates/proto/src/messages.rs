@@ -20,6 +20,8 @@ pub const XATTR_NAME_BYTES_MAX: usize = 255;
 pub const XATTR_VALUE_BYTES_MAX: usize = 64 * 1024;
 /// Largest list of one inode's attribute names, as Linux's XATTR_LIST_MAX.
 pub const XATTR_LIST_BYTES_MAX: usize = 64 * 1024;
+/// Longest a server waits for a conflicting lock within one request.
+pub const LOCK_WAIT_MS_MAX: u32 = 5_000;
 /// Most objects one ListObjects reply carries.
 pub const OBJECTS_PER_LIST_MAX: u32 = 65_536;
 /// Most problems one consistency check reports in detail (the counts are always complete).
@@ -112,6 +114,8 @@ pub struct ClusterMap {
     pub nodes: Vec<NodeInfo>,
     /// Every registered storage target.
     pub targets: Vec<TargetInfo>,
+    /// Client sessions whose heartbeats arrive; servers drop the locks and opens of others.
+    pub live_sessions: Vec<ClientId>,
 }
 
 impl ClusterMap {
@@ -318,6 +322,32 @@ pub enum XattrSetMode {
     Replace,
 }
 
+/// The kind of a byte-range lock request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockKind {
+    /// Shared (F_RDLCK).
+    Read,
+    /// Exclusive (F_WRLCK).
+    Write,
+    /// Release (F_UNLCK).
+    Unlock,
+}
+
+/// A byte-range lock of one lock owner (a process for fcntl locks, an open file for flock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRange {
+    /// The lock owner, unique within the client.
+    pub owner: u64,
+    /// Shared, exclusive or release.
+    pub kind: LockKind,
+    /// First byte.
+    pub start: u64,
+    /// Last byte, inclusive (`u64::MAX` for "to the end of the file").
+    pub end: u64,
+    /// The process that asked, reported to F_GETLK callers.
+    pub pid: u32,
+}
+
 /// Flags of a rename.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenameFlags {
@@ -484,6 +514,33 @@ pub enum MetaRequest {
         /// Full name with namespace.
         name: String,
     },
+    /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
+    /// leaves the same state.
+    SetLock {
+        /// The session.
+        client: ClientId,
+        /// The file.
+        inode: InodeId,
+        /// The lock.
+        lock: LockRange,
+        /// How long to wait for a conflicting lock to go, in milliseconds (0: do not wait).
+        /// A wait that runs out answers `WouldBlock`; the client asks again.
+        wait_ms: u32,
+        /// The client reclaims a lock it held before this server restarted.
+        reclaim: bool,
+    },
+    /// Finds a lock that would conflict with `lock` (F_GETLK).
+    GetLock {
+        /// The session.
+        client: ClientId,
+        /// The file.
+        inode: InodeId,
+        /// The lock that would be taken.
+        lock: LockRange,
+    },
+    /// Asks for the server's lock epoch, which changes when it restarts: a client that sees a
+    /// new epoch reclaims its locks.
+    LockEpoch,
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
     Check {
@@ -677,6 +734,10 @@ pub enum Response {
     },
     /// The result of a consistency check.
     CheckReport(CheckReport),
+    /// The lock that conflicts, or none.
+    LockConflict(Option<LockRange>),
+    /// The server's lock epoch.
+    LockEpoch(u64),
 }
 
 /// The body of a response frame.

@@ -56,6 +56,8 @@ pub struct LocalCluster {
     spec: ClusterSpec,
     services: BTreeMap<String, Service>,
     mounts: Vec<(PathBuf, Child)>,
+    /// Mounts started so far: names mount points and logs uniquely.
+    mounts_started: usize,
 }
 
 /// Polls `check` until it returns true; fails with `what` after [`WAIT_DEADLINE`].
@@ -117,6 +119,7 @@ impl LocalCluster {
             spec: spec.clone(),
             services: BTreeMap::new(),
             mounts: Vec::new(),
+            mounts_started: 0,
         };
         let data = cluster.root.path().join("data");
         let mgmt_dir = data.join("mgmt");
@@ -132,6 +135,8 @@ impl LocalCluster {
                 mgmt.clone(),
                 "--set".into(),
                 "node_offline_timeout_ms=4000".into(),
+                "--set".into(),
+                "session_timeout_ms=3000".into(),
             ],
         )?;
         for index in 1..=spec.meta {
@@ -152,6 +157,8 @@ impl LocalCluster {
                     "heartbeat_interval_ms=300".into(),
                     "--set".into(),
                     format!("alias=meta-{index}"),
+                    "--set".into(),
+                    "lock_grace_ms=2000".into(),
                 ],
             )?;
         }
@@ -294,13 +301,16 @@ impl LocalCluster {
         let mountpoint = self
             .root
             .path()
-            .join(format!("mnt-{}", self.mounts.len() + 1));
+            .join(format!("mnt-{}", self.mounts_started + 1));
         fs::create_dir_all(&mountpoint)?;
-        let name = format!("mount-{}", self.mounts.len() + 1);
+        self.mounts_started += 1;
+        let name = format!("mount-{}", self.mounts_started);
         let args = vec![
             "mount".into(),
             "--mgmt".into(),
             self.mgmt.clone(),
+            "--set".into(),
+            "heartbeat_interval_ms=300".into(),
             mountpoint.display().to_string(),
         ];
         let child = self.spawn_logged(&name, &args)?;
@@ -324,6 +334,22 @@ impl LocalCluster {
         if is_mounted(&path) {
             lazy_unmount(&path);
         }
+        Ok(())
+    }
+
+    /// Kills the `weft mount` process of a mount point with SIGKILL (a client crash) and
+    /// detaches the dead mount.
+    ///
+    /// # Errors
+    /// When the mount point is not mounted by this cluster.
+    pub fn kill_mount(&mut self, mountpoint: &Path) -> Result<()> {
+        let Some(index) = self.mounts.iter().position(|(path, _)| path == mountpoint) else {
+            bail!("{} is not mounted by this cluster", mountpoint.display())
+        };
+        let (path, mut child) = self.mounts.remove(index);
+        let _ = child.kill();
+        let _ = child.wait();
+        lazy_unmount(&path);
         Ok(())
     }
 

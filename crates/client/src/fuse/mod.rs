@@ -31,8 +31,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::FileLayout;
 use weft_proto::messages::{
-    AttrChanges, FallocateMode, FileKind, InodeAttr, NewInode, TimeSet, Timestamp, XattrSetMode,
+    AttrChanges, FallocateMode, FileKind, InodeAttr, LockKind, LockRange, NewInode, TimeSet,
+    Timestamp, XattrSetMode,
 };
+use weft_proto::ErrorCode;
 
 /// Kernel attribute and entry cache time: none, for close-to-open consistency across clients.
 const TTL: Duration = Duration::ZERO;
@@ -282,6 +284,21 @@ impl State {
         Ok(())
     }
 
+    /// Releases every lock `owner` holds on `inode`, if it holds any.
+    async fn release_locks(&self, inode: InodeId, owner: u64) -> Result<(), ClientError> {
+        if !self.client.holds_locks(inode, owner) {
+            return Ok(());
+        }
+        let unlock = LockRange {
+            owner,
+            kind: LockKind::Unlock,
+            start: 0,
+            end: u64::MAX,
+            pid: 0,
+        };
+        self.client.set_lock(inode, unlock, 0).await
+    }
+
     fn sticky_error(file: &OpenFile) -> Option<i32> {
         *file.error.lock().expect("error slot poisoned")
     }
@@ -323,6 +340,34 @@ fn reply_empty(reply: ReplyEmpty, result: Result<(), ClientError>) {
     }
 }
 
+/// How long one F_SETLKW request waits on the server before the adapter checks for signals.
+const LOCK_WAIT_SLICE_MS: u32 = 200;
+
+fn lock_kind(typ: i32) -> Option<LockKind> {
+    match typ {
+        libc::F_RDLCK => Some(LockKind::Read),
+        libc::F_WRLCK => Some(LockKind::Write),
+        libc::F_UNLCK => Some(LockKind::Unlock),
+        _ => None,
+    }
+}
+
+/// Whether thread `pid` has a signal pending that it neither blocks nor ignores, or is gone.
+fn signal_pending(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let mask = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| u64::from_str_radix(value.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let pending = mask("SigPnd:") | mask("ShdPnd:");
+    pending & !mask("SigBlk:") & !mask("SigIgn:") != 0
+}
+
 /// Answers a getxattr / listxattr: the size when asked with size 0, ERANGE when the value does
 /// not fit the caller's buffer, else the value.
 fn reply_xattr(reply: fuser::ReplyXattr, size: u32, value: &[u8]) {
@@ -344,6 +389,15 @@ impl Filesystem for WeftFs {
         // directory operations let lookups and creates in one directory proceed together.
         let _ =
             config.add_capabilities(InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_PARALLEL_DIROPS);
+        // fcntl record locks and flock go to the metadata server, so they hold across clients.
+        if config
+            .add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS)
+            .is_err()
+        {
+            tracing::warn!(
+                "the kernel does not pass locks to FUSE; locks hold on this client only"
+            );
+        }
         // The kernel enforces POSIX ACLs (stored as system.posix_acl_* attributes); with
         // DONT_MASK it leaves the umask to the server, which applies a directory's default ACL
         // instead of the umask when there is one, as POSIX says.
@@ -697,7 +751,7 @@ impl Filesystem for WeftFs {
         _request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         self.spawn(|state| async move {
@@ -705,6 +759,10 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
+            // Every close(2) releases the closing process's record locks on the file.
+            if let Err(error) = state.release_locks(file.inode, lock_owner.0).await {
+                return reply.error(errno(&error));
+            }
             if let Err(error) = state.report_size(file.inode, false).await {
                 return reply.error(errno(&error));
             }
@@ -721,11 +779,18 @@ impl Filesystem for WeftFs {
         _ino: INodeNo,
         handle: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         self.spawn(|state| async move {
+            tracing::debug!(?lock_owner, "release");
+            // The last close of an open file description releases its flock.
+            if let (Some(owner), Ok(file)) = (lock_owner, state.handle(handle)) {
+                if let Err(error) = state.release_locks(file.inode, owner.0).await {
+                    tracing::warn!(%error, "releasing a flock failed");
+                }
+            }
             let Some(file) = state
                 .handles
                 .lock()
@@ -895,6 +960,88 @@ impl Filesystem for WeftFs {
                 state.note_write(file.inode, offset.saturating_add(length));
             }
             reply.ok();
+        });
+    }
+
+    fn getlk(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        _handle: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        let Some(kind) = lock_kind(typ) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let wanted = LockRange {
+            owner: lock_owner.0,
+            kind,
+            start,
+            end,
+            pid,
+        };
+        self.spawn(|state| async move {
+            match state.client.get_lock(to_inode(ino), wanted).await {
+                Ok(Some(held)) => {
+                    let typ = if held.kind == LockKind::Write {
+                        libc::F_WRLCK
+                    } else {
+                        libc::F_RDLCK
+                    };
+                    reply.locked(held.start, held.end, typ, held.pid);
+                }
+                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
+    }
+
+    fn setlk(
+        &self,
+        _request: &Request,
+        ino: INodeNo,
+        _handle: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(kind) = lock_kind(typ) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let lock = LockRange {
+            owner: lock_owner.0,
+            kind,
+            start,
+            end,
+            pid,
+        };
+        tracing::debug!(?lock, sleep, "setlk");
+        self.spawn(|state| async move {
+            let inode = to_inode(ino);
+            loop {
+                let wait_ms = if sleep { LOCK_WAIT_SLICE_MS } else { 0 };
+                match state.client.set_lock(inode, lock, wait_ms).await {
+                    Ok(()) => return reply.ok(),
+                    Err(error) if sleep && error.code() == ErrorCode::WouldBlock => {
+                        // F_SETLKW waits until the lock is free or the process is interrupted.
+                        // The kernel's interrupt request does not reach this adapter, so the
+                        // waiter looks for a pending signal itself between waits.
+                        if signal_pending(pid) {
+                            return reply.error(Errno::EINTR);
+                        }
+                    }
+                    Err(error) => return reply.error(errno(&error)),
+                }
+            }
         });
     }
 

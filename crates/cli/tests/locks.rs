@@ -1,0 +1,227 @@
+//! Byte-range locks (fcntl) and flock across clients: conflicts between mounts, release on
+//! close, blocking waits that end with the lock or with EINTR, release when a client's
+//! session expires, and reclaim after the metadata server restarts.
+
+mod common;
+
+use common::{cluster, errno};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use weft_testkit::{wait_until, ClusterSpec};
+
+fn open(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .expect("open")
+}
+
+fn flock_struct(kind: i32, start: i64, len: i64) -> libc::flock {
+    // SAFETY: flock is plain data.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    lock.l_start = start;
+    lock.l_len = len;
+    lock
+}
+
+fn set_lock(file: &File, kind: i32, start: i64, len: i64) -> std::io::Result<()> {
+    let lock = flock_struct(kind, start, len);
+    // SAFETY: fcntl with a valid descriptor and flock structure.
+    let result = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_lock(file: &File, kind: i32, start: i64, len: i64) -> libc::flock {
+    let mut lock = flock_struct(kind, start, len);
+    // SAFETY: fcntl with a valid descriptor and a writable flock structure.
+    assert_eq!(
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut lock) },
+        0,
+        "F_GETLK"
+    );
+    lock
+}
+
+fn flock(file: &File, operation: i32) -> std::io::Result<()> {
+    // SAFETY: flock on a valid descriptor.
+    let result = unsafe { libc::flock(file.as_raw_fd(), operation) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A Python process locking `path` with F_SETLKW; `script` runs after it opened the file.
+fn python(script: &str, path: &Path) -> Command {
+    let mut command = Command::new("timeout");
+    command.args([
+        "120",
+        "python3",
+        "-c",
+        script,
+        path.to_str().expect("utf-8"),
+    ]);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
+
+// Goal: locks taken through one mount are seen by another — fcntl conflicts, F_GETLK reports
+// the holder, shared locks coexist, close releases the closing process's locks, and flock
+// excludes across mounts until the holder closes. Method: one file, two mounts, libc calls.
+#[test]
+fn locks_hold_across_mounts() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let here = open(&first.join("locked"));
+    let there = open(&second.join("locked"));
+
+    set_lock(&here, libc::F_WRLCK, 0, 100).expect("write lock in mount 1");
+    assert_eq!(
+        errno(set_lock(&there, libc::F_WRLCK, 50, 10)),
+        libc::EAGAIN,
+        "conflict seen from mount 2"
+    );
+    assert_eq!(errno(set_lock(&there, libc::F_RDLCK, 99, 1)), libc::EAGAIN);
+    let holder = get_lock(&there, libc::F_WRLCK, 50, 10);
+    assert_eq!(i32::from(holder.l_type), libc::F_WRLCK);
+    assert_eq!(
+        holder.l_pid,
+        std::process::id() as i32,
+        "F_GETLK names the holder"
+    );
+    set_lock(&there, libc::F_WRLCK, 100, 50).expect("a range next to it is free");
+    set_lock(&here, libc::F_RDLCK, 0, 100).expect("downgrade to shared");
+    set_lock(&there, libc::F_RDLCK, 0, 10).expect("shared locks coexist");
+    drop(here);
+    set_lock(&there, libc::F_WRLCK, 0, 100).expect("close released mount 1's locks");
+    drop(there);
+
+    let a = open(&first.join("flocked"));
+    let b = open(&second.join("flocked"));
+    flock(&a, libc::LOCK_EX).expect("flock in mount 1");
+    assert_eq!(
+        errno(flock(&b, libc::LOCK_EX | libc::LOCK_NB)),
+        libc::EWOULDBLOCK,
+        "flock excludes across mounts"
+    );
+    // FUSE releases a flock with the last close's RELEASE request, which the kernel sends after
+    // close(2) returns: the lock goes shortly after the close, not at it.
+    drop(a);
+    wait_until("the flock to be released", || {
+        flock(&b, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+    })
+    .expect("free after the holder closed");
+}
+
+// Goal: F_SETLKW blocks until the lock is released, and a blocked F_SETLKW ends with EINTR
+// when a signal interrupts it. Method: Python waiters on the second mount against a lock
+// held through the first; the interrupted one gets SIGALRM after one second.
+#[test]
+fn blocking_locks_wait_and_can_be_interrupted() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let holder = open(&first.join("contended"));
+    set_lock(&holder, libc::F_WRLCK, 0, 0).expect("hold the whole file");
+
+    let interrupted = python(
+        "import fcntl, signal, sys\n\
+         class Alarm(Exception): pass\n\
+         def ring(*_): raise Alarm()\n\
+         signal.signal(signal.SIGALRM, ring)\n\
+         f = open(sys.argv[1], 'r+')\n\
+         signal.alarm(1)\n\
+         try:\n    fcntl.lockf(f, fcntl.LOCK_EX)\n    print('granted')\n\
+         except Alarm:\n    print('interrupted')\n",
+        &second.join("contended"),
+    )
+    .output()
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&interrupted.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "interrupted",
+        "stderr: {}",
+        String::from_utf8_lossy(&interrupted.stderr)
+    );
+
+    let waiter = python(
+        "import fcntl, sys\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('granted')\n",
+        &second.join("contended"),
+    )
+    .spawn()
+    .expect("waiter starts");
+    drop(holder);
+    let output = waiter.wait_with_output().expect("waiter ends");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "granted",
+        "the waiter gets the lock after the release"
+    );
+}
+
+// Goal: the locks of a client that dies are released when its session expires. Method: a
+// process on mount 2 holds a lock; kill -9 that mount's client; mount 1 gets the lock once
+// management lets the session expire (3 s in tests).
+#[test]
+fn locks_of_a_dead_client_are_released() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let held = open(&second.join("orphaned-lock"));
+    set_lock(&held, libc::F_WRLCK, 0, 0).expect("lock through mount 2");
+    let mine = open(&first.join("orphaned-lock"));
+    assert_eq!(errno(set_lock(&mine, libc::F_WRLCK, 0, 0)), libc::EAGAIN);
+    cluster
+        .kill_mount(&second)
+        .expect("kill -9 the client of mount 2");
+    std::mem::forget(held);
+    wait_until("the dead client's lock to be released", || {
+        set_lock(&mine, libc::F_WRLCK, 0, 0).is_ok()
+    })
+    .expect("released");
+}
+
+// Goal: after the metadata server restarts, clients reclaim their locks within the grace
+// period, so a lock held across the restart still excludes others. Method: hold a lock
+// through mount 1, kill -9 and restart the metadata server, and wait until mount 2 sees the
+// lock again (only a reclaim can put it back), then release it and take it from mount 2.
+#[test]
+fn locks_are_reclaimed_after_a_metadata_restart() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let held = open(&first.join("reclaimed"));
+    set_lock(&held, libc::F_WRLCK, 0, 10).expect("lock through mount 1");
+    let other = open(&second.join("reclaimed"));
+    cluster
+        .restart("meta-1")
+        .expect("restart the metadata server");
+    wait_until("the lock to be reclaimed", || {
+        i32::from(get_lock(&other, libc::F_WRLCK, 0, 10).l_type) == libc::F_WRLCK
+    })
+    .expect("reclaimed");
+    assert_eq!(
+        errno(set_lock(&other, libc::F_WRLCK, 0, 10)),
+        libc::EAGAIN,
+        "the reclaimed lock still excludes"
+    );
+    drop(held);
+    wait_until("the lock to be free", || {
+        set_lock(&other, libc::F_WRLCK, 0, 10).is_ok()
+    })
+    .expect("free");
+}
