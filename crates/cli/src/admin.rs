@@ -462,11 +462,26 @@ pub struct FsckArgs {
 
 /// Runs the check on every metadata node; returns the problems found.
 async fn check_all(view: &ClusterView, map: &ClusterMap, repair: bool) -> Result<u64> {
+    // Directories may live on another server than the dentry naming them: each server learns
+    // which of its inodes are named elsewhere.
+    let mut referenced: std::collections::HashMap<weft_proto::NodeId, Vec<InodeId>> =
+        std::collections::HashMap::new();
+    for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
+        let meta = view.meta(node.id).await?;
+        for inode in meta
+            .remote_references()
+            .await
+            .with_context(|| format!("cannot ask {}", node.alias))?
+        {
+            referenced.entry(inode.home()).or_default().push(inode);
+        }
+    }
     let mut problems = 0;
     for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
         let meta = view.meta(node.id).await?;
+        let referenced = referenced.remove(&node.id).unwrap_or_default();
         let report = meta
-            .check(repair)
+            .check(repair, referenced)
             .await
             .with_context(|| format!("check of {} failed", node.alias))?;
         println!(

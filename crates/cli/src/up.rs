@@ -54,8 +54,11 @@ fn prepare(directory: &std::path::Path) -> Result<PathBuf> {
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
-    if args.meta_servers != 1 {
-        bail!("--meta-servers {}: this version runs exactly one metadata server (namespace operations across metadata servers are not implemented yet)", args.meta_servers);
+    if args.meta_servers == 0 || args.meta_servers > 64 {
+        bail!(
+            "--meta-servers {}: run between 1 and 64 metadata servers",
+            args.meta_servers
+        );
     }
     if args.storage_servers == 0 || args.targets_per_server == 0 {
         bail!("need at least one storage server with at least one target");
@@ -102,6 +105,7 @@ async fn up(args: UpArgs) -> Result<()> {
             mgmt: mgmt.clone(),
             alias: Some(format!("meta-{index}")),
             target_chooser: weft_meta::TargetChooser::default(),
+            directory_chooser: weft_meta::TargetChooser::default(),
             heartbeat_interval_ms: weft_meta::config::HEARTBEAT_INTERVAL_MS_DEFAULT,
             lock_grace_ms: weft_meta::config::LOCK_GRACE_MS_DEFAULT,
         };

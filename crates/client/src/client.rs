@@ -16,6 +16,9 @@ use weft_proto::messages::{
 };
 use weft_proto::ErrorCode;
 
+/// A map younger than this is not fetched again after a metadata server was unreachable.
+const MAP_REFRESH_AFTER_FAILURE_MIN: Duration = Duration::from_millis(500);
+
 /// Configuration of a client (`weft mount`).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -222,7 +225,16 @@ impl Client {
     {
         Ok(self
             .retry
-            .run(|| async { call(self.meta(inode).await?).await })
+            .run(|| async {
+                let result = async { call(self.meta(inode).await?).await }.await;
+                if result.as_ref().is_err_and(RpcError::is_retryable) {
+                    // The server may have restarted on a new address.
+                    self.cluster
+                        .refresh_if_older(MAP_REFRESH_AFTER_FAILURE_MIN)
+                        .await;
+                }
+                result
+            })
             .await?)
     }
 

@@ -3,9 +3,9 @@
 use crate::config::TargetChooser;
 use rand::seq::SliceRandom;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use weft_proto::ids::TargetId;
+use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::StripePattern;
-use weft_proto::messages::{ClusterMap, Reachability};
+use weft_proto::messages::{ClusterMap, NodeKind, Reachability};
 
 /// Bytes below which a target counts as full and new files avoid it.
 const TARGET_FREE_BYTES_MIN: u64 = 16 * 1024 * 1024;
@@ -20,6 +20,28 @@ impl Chooser {
         Chooser {
             kind,
             next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The metadata node a new directory goes to: any not known to be offline (heartbeats run
+    /// late under load), by the same policy.
+    pub fn choose_meta(&self, map: &ClusterMap, fallback: NodeId) -> NodeId {
+        let mut homes: Vec<NodeId> = map
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Meta && n.reachability != Reachability::Offline)
+            .map(|n| n.id)
+            .filter(|id| id.0 <= weft_proto::ids::META_HOME_MAX)
+            .collect();
+        homes.sort();
+        if homes.is_empty() {
+            return fallback;
+        }
+        match self.kind {
+            TargetChooser::Randomized => *homes.choose(&mut rand::thread_rng()).expect("not empty"),
+            TargetChooser::Roundrobin => {
+                homes[self.next.fetch_add(1, Ordering::Relaxed) % homes.len()]
+            }
         }
     }
 

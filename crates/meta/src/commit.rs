@@ -34,6 +34,23 @@ impl Committer {
         Committer { queue }
     }
 
+    /// Runs `op` in the next batch and hands back what it computed once its batch committed.
+    pub async fn run_with<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&WriteTransaction) -> Result<T, OpError> + Send + 'static,
+    ) -> Result<T, OpError> {
+        let (sender, receiver) = oneshot::channel();
+        self.run(Box::new(move |txn| {
+            let value = op(txn)?;
+            let _ = sender.send(value);
+            Ok(Response::Done)
+        }))
+        .await?;
+        receiver
+            .await
+            .map_err(|_| OpError::Store("the operation produced nothing".into()))
+    }
+
     /// Runs `op` in the next batch and waits until its batch committed.
     pub async fn run(&self, op: WriteOp) -> Result<Response, OpError> {
         let (answer, receiver) = oneshot::channel();

@@ -36,6 +36,9 @@ pub struct MetaConfig {
     /// How new files choose their targets.
     #[serde(default)]
     pub target_chooser: TargetChooser,
+    /// How new directories choose their metadata server (their home).
+    #[serde(default)]
+    pub directory_chooser: TargetChooser,
     /// Interval between heartbeats to management.
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval_ms: u64,

@@ -7,6 +7,10 @@ use crate::locks::LockTable;
 use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
+use crate::ops::remote::{
+    create_dir_inode, finish_mkdir, finish_rmdir, intents, prepare_mkdir, prepare_rmdir,
+    remote_references, remove_dir_inode, Intent, IntentOp, Prepared,
+};
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
@@ -28,10 +32,18 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout};
 use weft_proto::messages::{
-    FileKind, MetaRequest, MutationId, NodeKind, Reply, Request, Response, LOCK_WAIT_MS_MAX,
-    OBJECTS_PER_LIST_MAX,
+    FileKind, MetaRequest, MutationId, NewInode, NodeKind, Reply, Request, Response,
+    LOCK_WAIT_MS_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
+
+/// A failed call to another server: its own error, or `Unavailable` (which clients retry).
+fn rpc_error(error: weft_net::RpcError) -> OpError {
+    match error {
+        weft_net::RpcError::Remote(error) => OpError::Rejected(error),
+        other => OpError::Rejected(WireError::new(ErrorCode::Unavailable, other.to_string())),
+    }
+}
 
 /// Retries of a truncate or removal on a target before the work is left to the worker loop.
 const TARGET_RETRY: RetryPolicy = RetryPolicy {
@@ -54,6 +66,8 @@ struct Meta {
     committer: Committer,
     cluster: Arc<ClusterView>,
     chooser: Arc<Chooser>,
+    /// Places new directories on metadata servers.
+    directory_chooser: Chooser,
     /// Open counts per inode and client session: an unlinked inode lives while one is held.
     opens: Arc<Mutex<OpenTable>>,
     work: Notify,
@@ -125,6 +139,7 @@ pub async fn run(
         db,
         cluster,
         chooser: Arc::new(Chooser::new(config.target_chooser)),
+        directory_chooser: Chooser::new(config.directory_chooser),
         opens: Arc::default(),
         work: Notify::new(),
         // A new file system has no locks to reclaim.
@@ -286,7 +301,14 @@ impl Meta {
 
     async fn handle_meta(&self, request: MetaRequest) -> Reply {
         let result = match request {
-            MetaRequest::Lookup { parent, name } => self.read(|txn| lookup(txn, parent, &name)),
+            MetaRequest::Lookup { parent, name } => {
+                let home = self.node;
+                match self.read(|txn| lookup(txn, home, parent, &name)) {
+                    // The child is a directory placed on another server: ask it.
+                    Ok(Response::Inodes(children)) => self.remote_attr(children[0]).await,
+                    other => other,
+                }
+            }
             MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
             MetaRequest::ReadDir {
                 dir,
@@ -304,9 +326,19 @@ impl Meta {
                     self.refresh_map_if_short(parent, std::time::Instant::now())
                         .await;
                 }
-                let entry = NewEntry { parent, name, new };
-                self.mutate(mutation, move |txn, context| create(txn, context, entry))
-                    .await
+                let home = if new.kind == FileKind::Directory {
+                    self.directory_chooser
+                        .choose_meta(&self.cluster.map(), self.node)
+                } else {
+                    self.node
+                };
+                if home == self.node {
+                    let entry = NewEntry { parent, name, new };
+                    self.mutate(mutation, move |txn, context| create(txn, context, entry))
+                        .await
+                } else {
+                    self.remote_mkdir(mutation, parent, name, new, home).await
+                }
             }
             MetaRequest::Link {
                 mutation,
@@ -332,10 +364,7 @@ impl Meta {
                 mutation,
                 parent,
                 name,
-            } => {
-                self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
-                    .await
-            }
+            } => self.rmdir(mutation, parent, name).await,
             MetaRequest::Rename {
                 mutation,
                 parent,
@@ -345,10 +374,11 @@ impl Meta {
                 flags,
             } => {
                 let is_open = self.is_open_fn();
-                self.mutate(mutation, move |txn, _| {
+                self.mutate(mutation, move |txn, context| {
                     rename(
                         txn,
                         RenameArgs {
+                            home: context.home,
                             parent,
                             name: &name,
                             new_parent,
@@ -398,7 +428,22 @@ impl Meta {
                 self.mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
                     .await
             }
-            MetaRequest::Check { repair } => self.check(repair).await,
+            MetaRequest::Check { repair, referenced } => self.check(repair, referenced).await,
+            MetaRequest::RemoteReferences => {
+                let home = self.node;
+                self.read(|txn| remote_references(txn, home))
+            }
+            request @ MetaRequest::CreateDirInode { .. } => {
+                let home = self.node;
+                self.committer
+                    .run(Box::new(move |txn| create_dir_inode(txn, home, &request)))
+                    .await
+            }
+            MetaRequest::RemoveDirInode { inode } => {
+                self.committer
+                    .run(Box::new(move |txn| remove_dir_inode(txn, inode)))
+                    .await
+            }
             MetaRequest::SetLock {
                 client,
                 inode,
@@ -591,11 +636,141 @@ impl Meta {
         Ok(Response::Done)
     }
 
+    /// Attributes of an inode on another metadata server.
+    async fn remote_attr(&self, inode: InodeId) -> Result<Response, OpError> {
+        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
+        Ok(Response::Attr(
+            meta.get_attr(inode).await.map_err(rpc_error)?,
+        ))
+    }
+
+    /// mkdir of a directory placed on `home`: intent, remote inode, dentry (see `ops::remote`).
+    async fn remote_mkdir(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+        new: NewInode,
+        home: NodeId,
+    ) -> Result<Response, OpError> {
+        let coordinator = self.node;
+        let prepared = self
+            .committer
+            .run_with(move |txn| {
+                prepare_mkdir(txn, coordinator, mutation, parent, &name, &new, home)
+            })
+            .await?;
+        match prepared {
+            Prepared::Answered(answer) => answer,
+            Prepared::Intent(id, intent) => {
+                weft_service::failpoint::failpoint("mkdir-after-intent");
+                self.finish_intent(id, intent).await
+            }
+        }
+    }
+
+    /// rmdir: local in one transaction, or with an intent when the directory lives elsewhere.
+    async fn rmdir(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+    ) -> Result<Response, OpError> {
+        let home = self.node;
+        let lookup_name = name.clone();
+        let prepared = self
+            .committer
+            .run_with(move |txn| prepare_rmdir(txn, home, mutation, parent, &lookup_name))
+            .await?;
+        match prepared {
+            None => {
+                self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
+                    .await
+            }
+            Some(Prepared::Answered(answer)) => answer,
+            Some(Prepared::Intent(id, intent)) => {
+                weft_service::failpoint::failpoint("rmdir-after-intent");
+                self.finish_intent(id, intent).await
+            }
+        }
+    }
+
+    /// Runs the remaining steps of an intent: after step (1) in a live request, or in recovery.
+    /// Errors reaching the other server leave the intent for the next recovery pass.
+    async fn finish_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
+        match &intent.op {
+            IntentOp::Mkdir { home, request, .. } => {
+                let meta = self.cluster.meta(*home).await.map_err(rpc_error)?;
+                let request = request.clone();
+                let created = TARGET_RETRY
+                    .run(|| meta.call(request.clone()))
+                    .await
+                    .map_err(rpc_error)?;
+                let Response::Attr(attr) = created else {
+                    return Err(OpError::Store(format!(
+                        "metadata node {home} answered a directory creation with {created:?}"
+                    )));
+                };
+                weft_service::failpoint::failpoint("mkdir-after-remote-create");
+                let finishing = intent.clone();
+                let finished = {
+                    let attr = attr.clone();
+                    self.committer
+                        .run(Box::new(move |txn| {
+                            finish_mkdir(txn, id, &finishing, &attr)
+                        }))
+                        .await
+                };
+                if matches!(&finished, Err(OpError::Rejected(error)) if error.code == ErrorCode::Exists)
+                {
+                    // The name was taken while the inode was made: take the inode back.
+                    let _ = TARGET_RETRY.run(|| meta.remove_dir_inode(attr.inode)).await;
+                }
+                finished
+            }
+            IntentOp::Rmdir { child, .. } => {
+                let meta = self.cluster.meta(child.home()).await.map_err(rpc_error)?;
+                let outcome = match TARGET_RETRY.run(|| meta.remove_dir_inode(*child)).await {
+                    Ok(()) => Ok(()),
+                    Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
+                    Err(error) => return Err(rpc_error(error)),
+                };
+                weft_service::failpoint::failpoint("rmdir-after-remote-remove");
+                let finishing = intent.clone();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        finish_rmdir(txn, id, &finishing, outcome)
+                    }))
+                    .await
+            }
+        }
+    }
+
+    /// Finishes the intents a crash left (at start and then in the work loop).
+    async fn recover_intents(&self) {
+        let Ok(pending) = self.read(intents) else {
+            return;
+        };
+        for (id, intent) in pending {
+            match self.finish_intent(id, intent).await {
+                Ok(_) | Err(OpError::Rejected(_)) => {
+                    tracing::info!(intent = id, "finished an operation interrupted by a crash")
+                }
+                Err(error) => tracing::debug!(
+                    intent = id,
+                    ?error,
+                    "an interrupted operation is still pending"
+                ),
+            }
+        }
+    }
+
     /// `weft fsck` of this metadata target: lists the objects of its files on every target,
     /// checks namespace and objects in one transaction (repairing if asked), then removes the
     /// objects that belong to no file. Inode ids are never reused, so such an object can never
     /// come to belong to a file later.
-    async fn check(&self, repair: bool) -> Result<Response, OpError> {
+    async fn check(&self, repair: bool, referenced: Vec<InodeId>) -> Result<Response, OpError> {
+        let referenced: HashSet<InodeId> = referenced.into_iter().collect();
         let map = self
             .cluster
             .refresh()
@@ -639,17 +814,10 @@ impl Meta {
             .copied()
             .collect();
         let home = self.node;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.committer
-            .run(Box::new(move |txn| {
-                let (report, garbage) = check(txn, home, repair, &objects, &open)?;
-                let _ = tx.send((report, garbage));
-                Ok(Response::Done)
-            }))
+        let (mut report, garbage) = self
+            .committer
+            .run_with(move |txn| check(txn, home, repair, &objects, &open, &referenced))
             .await?;
-        let (mut report, garbage) = rx
-            .await
-            .map_err(|_| OpError::Store("the check did not finish".into()))?;
         for (inode, target) in garbage {
             let removed = self
                 .cluster
@@ -750,6 +918,7 @@ impl Meta {
 async fn work_loop(meta: Arc<Meta>) {
     loop {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
+        meta.recover_intents().await;
         let pending = meta.read(|txn| {
             let truncates: Vec<u64> = txn
                 .open_table(TRUNCATES)?

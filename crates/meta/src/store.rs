@@ -11,6 +11,8 @@
 //! | `truncates` | inode id | postcard [`TruncateWork`] awaiting its targets |
 //! | `orphans` | inode id | 0 — unlinked inodes still open somewhere |
 //! | `xattrs` | (inode, name) | value — extended attributes, POSIX ACLs included |
+//! | `intents` | intent id | postcard [`crate::ops::remote::Intent`]: a cross-server operation in flight |
+//! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -31,6 +33,9 @@ pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("
 pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
 pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
 pub(crate) const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
+pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("intents");
+pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
+    TableDefinition::new("remote_created");
 
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
@@ -44,6 +49,8 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(TRUNCATES)?;
     txn.open_table(ORPHANS)?;
     txn.open_table(XATTRS)?;
+    txn.open_table(INTENTS)?;
+    txn.open_table(REMOTE_CREATED)?;
     txn.commit()?;
     Ok(())
 }

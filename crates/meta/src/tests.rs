@@ -118,7 +118,12 @@ impl Fixture {
     }
 
     fn lookup(&self, parent: InodeId, name: &str) -> Result<Response, OpError> {
-        lookup(&self.db.begin_read().expect("read"), parent, name)
+        lookup(
+            &self.db.begin_read().expect("read"),
+            NodeId(1),
+            parent,
+            name,
+        )
     }
 }
 
@@ -285,6 +290,7 @@ async fn rename_checks() {
             rename(
                 txn,
                 RenameArgs {
+                    home: NodeId(1),
                     parent: InodeId::ROOT,
                     name: "a",
                     new_parent: b.inode,
@@ -302,6 +308,7 @@ async fn rename_checks() {
             rename(
                 txn,
                 RenameArgs {
+                    home: NodeId(1),
                     parent: InodeId::ROOT,
                     name: "file",
                     new_parent: InodeId::ROOT,
@@ -367,6 +374,7 @@ fn run_check(f: &Fixture, repair: bool) -> CheckReport {
         NodeId(1),
         repair,
         &[],
+        &std::collections::HashSet::new(),
         &std::collections::HashSet::new(),
     )
     .expect("check");

@@ -508,12 +508,33 @@ impl MetaClient {
         expect_response!(self.rpc, response, Response::LockEpoch(epoch) => epoch)
     }
 
+    /// Inodes of other homes that dentries on this server name.
+    ///
+    /// # Errors
+    /// [`RpcError`] for transport failures.
+    pub async fn remote_references(&self) -> Result<Vec<InodeId>, RpcError> {
+        let response = self.call(MetaRequest::RemoteReferences).await?;
+        expect_response!(self.rpc, response, Response::Inodes(inodes) => inodes)
+    }
+
+    /// Removes an empty directory inode for a coordinating server (idempotent).
+    ///
+    /// # Errors
+    /// `NotEmpty`, or [`RpcError`] for transport failures.
+    pub async fn remove_dir_inode(&self, inode: InodeId) -> Result<(), RpcError> {
+        self.done(MetaRequest::RemoveDirInode { inode }).await
+    }
+
     /// Checks the namespace and objects of this metadata target.
     ///
     /// # Errors
     /// [`RpcError`] when the server is unreachable or the check fails.
-    pub async fn check(&self, repair: bool) -> Result<CheckReport, RpcError> {
-        let response = self.call(MetaRequest::Check { repair }).await?;
+    pub async fn check(
+        &self,
+        repair: bool,
+        referenced: Vec<InodeId>,
+    ) -> Result<CheckReport, RpcError> {
+        let response = self.call(MetaRequest::Check { repair, referenced }).await?;
         expect_response!(self.rpc, response, Response::CheckReport(report) => report)
     }
 

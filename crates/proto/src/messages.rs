@@ -541,11 +541,42 @@ pub enum MetaRequest {
     /// Asks for the server's lock epoch, which changes when it restarts: a client that sees a
     /// new epoch reclaims its locks.
     LockEpoch,
+    /// Server to server: creates a directory inode that a dentry on the coordinating server
+    /// will name (the inode before the dentry, so a crash leaves at worst an orphan).
+    /// Idempotent per (coordinator, intent).
+    CreateDirInode {
+        /// The metadata node coordinating the mkdir.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The directory that will hold the dentry.
+        parent: InodeId,
+        /// Permission bits and set-id bits, final (umask and ACLs already applied).
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group, final (set-group-id directories already applied).
+        gid: u32,
+        /// The stripe pattern it inherits.
+        pattern: StripePattern,
+        /// ACL attributes it inherits: (name, value).
+        acls: Vec<(String, Vec<u8>)>,
+    },
+    /// Server to server: removes an empty directory inode whose dentry the coordinating server
+    /// is removing. Idempotent: a missing inode is already removed.
+    RemoveDirInode {
+        /// The directory inode.
+        inode: InodeId,
+    },
+    /// Inodes of other homes that dentries on this server name (for `weft fsck`).
+    RemoteReferences,
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
     Check {
         /// Fix what is safe to fix.
         repair: bool,
+        /// Inodes of this home that dentries on other metadata servers name.
+        referenced: Vec<InodeId>,
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
     SetPattern {
@@ -738,6 +769,8 @@ pub enum Response {
     LockConflict(Option<LockRange>),
     /// The server's lock epoch.
     LockEpoch(u64),
+    /// A list of inodes.
+    Inodes(Vec<InodeId>),
 }
 
 /// The body of a response frame.

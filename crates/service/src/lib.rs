@@ -1,6 +1,7 @@
 //! What every Weft server process shares, written once.
 //!
 //! Layout:
+//! - [`failpoint`] — fault-injection points armed by an environment variable in tests.
 //! - [`durable`] — the one durable-write helper and the framed on-disk record format.
 //! - [`config`] — loading a typed TOML config with command-line overrides; unknown keys rejected.
 //! - [`identity`] — a node's id kept in its data directory across restarts.
@@ -8,6 +9,7 @@
 
 pub mod config;
 pub mod durable;
+pub mod failpoint;
 pub mod identity;
 pub mod usage;
 

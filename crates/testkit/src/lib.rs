@@ -45,6 +45,8 @@ impl Default for ClusterSpec {
 
 struct Service {
     args: Vec<String>,
+    /// Extra environment, e.g. armed fault-injection points.
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -159,8 +161,13 @@ impl LocalCluster {
                     format!("alias=meta-{index}"),
                     "--set".into(),
                     "lock_grace_ms=2000".into(),
+                    // Deterministic placement, so tests know directories spread.
+                    "--set".into(),
+                    "directory_chooser=\"roundrobin\"".into(),
                 ],
             )?;
+            // One at a time, so that meta-N is metadata node N (meta-1 holds the root).
+            cluster.wait_registered(&format!("meta-{index}"))?;
         }
         for index in 1..=spec.storage {
             let dir = data.join(format!("storage-{index}"));
@@ -192,14 +199,21 @@ impl LocalCluster {
                 args.extend(["--set".into(), format!("target_capacity_bytes={capacity}")]);
             }
             cluster.add_service(&format!("storage-{index}"), args)?;
+            cluster.wait_registered(&format!("storage-{index}"))?;
         }
         cluster.wait_ready()?;
         Ok(cluster)
     }
 
     fn add_service(&mut self, name: &str, args: Vec<String>) -> Result<()> {
-        self.services
-            .insert(name.to_string(), Service { args, child: None });
+        self.services.insert(
+            name.to_string(),
+            Service {
+                args,
+                env: Vec::new(),
+                child: None,
+            },
+        );
         self.start_service(name)
     }
 
@@ -207,13 +221,14 @@ impl LocalCluster {
         self.root.path().join("logs").join(format!("{name}.log"))
     }
 
-    fn spawn_logged(&self, name: &str, args: &[String]) -> Result<Child> {
+    fn spawn_logged(&self, name: &str, args: &[String], env: &[(String, String)]) -> Result<Child> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(self.log_path(name))?;
         Command::new(&self.binary)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("WEFT_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -223,13 +238,12 @@ impl LocalCluster {
     }
 
     fn start_service(&mut self, name: &str) -> Result<()> {
-        let args = self
+        let service = self
             .services
             .get(name)
-            .ok_or_else(|| anyhow!("no service {name}"))?
-            .args
-            .clone();
-        let child = self.spawn_logged(name, &args)?;
+            .ok_or_else(|| anyhow!("no service {name}"))?;
+        let (args, env) = (service.args.clone(), service.env.clone());
+        let child = self.spawn_logged(name, &args, &env)?;
         self.services.get_mut(name).expect("checked above").child = Some(child);
         Ok(())
     }
@@ -262,6 +276,18 @@ impl LocalCluster {
             .args(args)
             .env("WEFT_LOG", "warn")
             .output()?)
+    }
+
+    /// Waits until management lists the node with alias `name`.
+    fn wait_registered(&self, name: &str) -> Result<()> {
+        wait_until(&format!("{name} to register"), || {
+            let Ok(output) = self.weft(&["node", "list", "--mgmt", &self.mgmt]) else {
+                return false;
+            };
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .any(|line| line.split_whitespace().nth(1) == Some(name))
+        })
     }
 
     /// Waits until every node registered and is online and every target is listed.
@@ -313,7 +339,7 @@ impl LocalCluster {
             "heartbeat_interval_ms=300".into(),
             mountpoint.display().to_string(),
         ];
-        let child = self.spawn_logged(&name, &args)?;
+        let child = self.spawn_logged(&name, &args, &[])?;
         self.mounts.push((mountpoint.clone(), child));
         wait_until("the mount to answer", || {
             is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
@@ -367,6 +393,31 @@ impl LocalCluster {
             let _ = child.wait();
         }
         Ok(())
+    }
+
+    /// Sets the extra environment a service gets from its next (re)start on, e.g.
+    /// `[("WEFT_FAILPOINTS", "mkdir-after-intent")]`; an empty list clears it.
+    ///
+    /// # Errors
+    /// When the service is unknown.
+    pub fn set_env(&mut self, name: &str, env: &[(&str, &str)]) -> Result<()> {
+        let service = self
+            .services
+            .get_mut(name)
+            .ok_or_else(|| anyhow!("no service {name}"))?;
+        service.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(())
+    }
+
+    /// Whether a service's process has exited (for example at a fault-injection point).
+    pub fn has_exited(&mut self, name: &str) -> bool {
+        match self.services.get_mut(name).and_then(|s| s.child.as_mut()) {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
     }
 
     /// Starts a killed or stopped service again with the same data and arguments.

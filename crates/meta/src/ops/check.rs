@@ -54,6 +54,7 @@ pub(crate) fn check(
     repair: bool,
     objects: &[(InodeId, TargetId)],
     open: &HashSet<InodeId>,
+    referenced: &HashSet<InodeId>,
 ) -> Result<(CheckReport, Vec<(InodeId, TargetId)>), OpError> {
     let mut findings = Findings {
         report: CheckReport {
@@ -100,7 +101,15 @@ pub(crate) fn check(
     findings.report.dentries = entries.len() as u64;
 
     check_dentries(txn, &mut findings, &inodes, &entries, home)?;
-    check_inodes(txn, &mut findings, &mut inodes, &entries, home, open)?;
+    check_inodes(
+        txn,
+        &mut findings,
+        &mut inodes,
+        &entries,
+        home,
+        open,
+        referenced,
+    )?;
     check_queues(txn, &mut findings, &inodes)?;
     let garbage = check_objects(txn, &mut findings, &inodes, objects)?;
     Ok((findings.report, garbage))
@@ -195,11 +204,14 @@ fn check_inodes(
     entries: &[Entry],
     home: NodeId,
     open: &HashSet<InodeId>,
+    referenced: &HashSet<InodeId>,
 ) -> Result<(), OpError> {
+    // Entries whose child exists: here, or on its own home (directories placed elsewhere).
     let valid: Vec<&Entry> = entries
         .iter()
         .filter(|e| {
-            inodes.get(&e.parent).is_some_and(InodeRecord::is_dir) && inodes.contains_key(&e.child)
+            inodes.get(&e.parent).is_some_and(InodeRecord::is_dir)
+                && (inodes.contains_key(&e.child) || InodeId(e.child).home() != home)
         })
         .collect();
     let mut names: HashMap<u64, Vec<u64>> = HashMap::new();
@@ -207,7 +219,7 @@ fn check_inodes(
     let mut last_cookie: HashMap<u64, u64> = HashMap::new();
     for entry in &valid {
         names.entry(entry.child).or_default().push(entry.parent);
-        if inodes.get(&entry.child).is_some_and(InodeRecord::is_dir) {
+        if entry.kind == kind_code(weft_proto::messages::FileKind::Directory) {
             *subdirectories.entry(entry.parent).or_default() += 1;
         }
         let last = last_cookie.entry(entry.parent).or_default();
@@ -231,7 +243,11 @@ fn check_inodes(
         let Some(mut record) = inodes.get(&id).cloned() else {
             continue;
         };
-        let parents = names.get(&id).cloned().unwrap_or_default();
+        let mut parents = names.get(&id).cloned().unwrap_or_default();
+        if referenced.contains(&inode) {
+            // Named by a dentry on another server: its parent pointer says which directory.
+            parents.push(record.parent);
+        }
         if parents.is_empty() && inode != InodeId::ROOT {
             let held = orphans.contains(&id) && open.contains(&inode);
             if !held {

@@ -15,6 +15,45 @@ use weft_proto::ErrorCode;
 
 const S_ISGID: u32 = 0o2000;
 
+/// The group and mode of a new inode in `parent`: BSD group semantics in set-group-id
+/// directories, as Linux file systems do (the group of the directory; subdirectories keep the
+/// set-group-id bit).
+pub(crate) fn owner_group_and_mode(
+    parent: &InodeRecord,
+    is_dir: bool,
+    mode: u32,
+    gid: u32,
+) -> (u32, u32) {
+    if parent.mode & S_ISGID == 0 {
+        return (mode, gid);
+    }
+    (if is_dir { mode | S_ISGID } else { mode }, parent.gid)
+}
+
+/// The directory a new entry goes into: it must exist, not be removed, and not hold `name`.
+pub(crate) fn load_parent_for_new(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    dentries: &impl ReadableTable<(u64, &'static str), (u64, u64, u8)>,
+    parent: InodeId,
+    name: &str,
+) -> Result<InodeRecord, OpError> {
+    check_name(name)?;
+    let record = load_dir(inodes, parent)?;
+    if record.nlink == 0 {
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            "the directory was removed",
+        ));
+    }
+    if load_dentry(dentries, parent, name)?.is_some() {
+        return Err(OpError::rejected(
+            ErrorCode::Exists,
+            format!("{name:?} already exists"),
+        ));
+    }
+    Ok(record)
+}
+
 /// A new entry: where, and what (`proto`'s [`NewInode`]).
 pub(crate) struct NewEntry {
     pub parent: InodeId,
@@ -33,19 +72,7 @@ pub(crate) fn create(
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
     let mut counters = txn.open_table(COUNTERS)?;
-    let mut parent = load_dir(&inodes, entry.parent)?;
-    if parent.nlink == 0 {
-        return Err(OpError::rejected(
-            ErrorCode::NotFound,
-            "the directory was removed",
-        ));
-    }
-    if load_dentry(&dentries, entry.parent, &entry.name)?.is_some() {
-        return Err(OpError::rejected(
-            ErrorCode::Exists,
-            format!("{:?} already exists", entry.name),
-        ));
-    }
+    let mut parent = load_parent_for_new(&inodes, &dentries, entry.parent, &entry.name)?;
     if let Some(target) = &entry.new.symlink {
         if target.is_empty() || target.len() > SYMLINK_BYTES_MAX {
             return Err(OpError::rejected(
@@ -88,15 +115,7 @@ pub(crate) fn create(
     let inode = allocate_inode(&mut counters, context.home)?;
     store_inherited(&mut xattrs, inode, &acls)?;
     let timestamp = now();
-    let mut mode = mode;
-    let mut gid = entry.new.gid;
-    if parent.mode & S_ISGID != 0 {
-        // BSD group semantics in set-group-id directories, as Linux file systems do.
-        gid = parent.gid;
-        if is_dir {
-            mode |= S_ISGID;
-        }
-    }
+    let (mode, gid) = owner_group_and_mode(&parent, is_dir, mode, entry.new.gid);
     let record = InodeRecord {
         kind: entry.new.kind,
         mode,

@@ -8,8 +8,11 @@ use weft_proto::ids::InodeId;
 use weft_proto::messages::{DirEntry, FileKind, Response, READDIR_ENTRIES_MAX};
 use weft_proto::ErrorCode;
 
+/// Looks a name up: the attributes of a local child, or `Inodes([child])` for a child whose
+/// inode lives on another server.
 pub(crate) fn lookup(
     txn: &ReadTransaction,
+    home: weft_proto::NodeId,
     parent: InodeId,
     name: &str,
 ) -> Result<Response, OpError> {
@@ -25,6 +28,10 @@ pub(crate) fn lookup(
             format!("{name:?} not found in {parent}"),
         )
     })?;
+    if dentry.child.home() != home {
+        // A directory whose inode lives on another server: the caller asks it.
+        return Ok(Response::Inodes(vec![dentry.child]));
+    }
     let record = load_inode(&inodes, dentry.child)?;
     Ok(Response::Attr(record.to_attr(dentry.child)))
 }

@@ -17,6 +17,7 @@ const PATH_DEPTH_MAX: usize = 4096;
 /// Whether `ancestor` is `dir` or one of its ancestors.
 fn is_ancestor(
     inodes: &impl ReadableTable<u64, &'static [u8]>,
+    home: weft_proto::NodeId,
     ancestor: InodeId,
     mut dir: InodeId,
 ) -> Result<bool, OpError> {
@@ -27,6 +28,9 @@ fn is_ancestor(
         if dir == InodeId::ROOT {
             return Ok(false);
         }
+        if dir.home() != home {
+            return Err(cross_server());
+        }
         dir = InodeId(load_inode(inodes, dir)?.parent);
     }
     Err(OpError::rejected(
@@ -35,7 +39,18 @@ fn is_ancestor(
     ))
 }
 
+/// Moving directories between metadata servers, or above a directory on another one, is not
+/// done yet: EXDEV, on which `mv` copies instead.
+fn cross_server() -> OpError {
+    OpError::rejected(
+        ErrorCode::CrossDevice,
+        "renaming directories across metadata servers is not supported yet",
+    )
+}
+
 pub(crate) struct RenameArgs<'a> {
+    /// This metadata server.
+    pub home: weft_proto::NodeId,
     pub parent: InodeId,
     pub name: &'a str,
     pub new_parent: InodeId,
@@ -49,6 +64,7 @@ pub(crate) fn rename(
     is_open: impl Fn(InodeId) -> bool,
 ) -> Result<Response, OpError> {
     let RenameArgs {
+        home,
         parent,
         name,
         new_parent,
@@ -70,10 +86,16 @@ pub(crate) fn rename(
     let source = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let victim = load_dentry(&dentries, new_parent, new_name)?;
+    if source.child.home() != home || victim.is_some_and(|v| v.child.home() != home) {
+        return Err(cross_server());
+    }
     let source_record = load_inode(&inodes, source.child)?;
     let source_is_dir = source_record.is_dir();
 
-    if source_is_dir && new_parent != parent && is_ancestor(&inodes, source.child, new_parent)? {
+    if source_is_dir
+        && new_parent != parent
+        && is_ancestor(&inodes, home, source.child, new_parent)?
+    {
         return Err(OpError::rejected(
             ErrorCode::InvalidArgument,
             "cannot move a directory into its own subtree",
@@ -94,7 +116,7 @@ pub(crate) fn rename(
         if flags.exchange {
             if victim_record.is_dir()
                 && new_parent != parent
-                && is_ancestor(&inodes, victim.child, parent)?
+                && is_ancestor(&inodes, home, victim.child, parent)?
             {
                 return Err(OpError::rejected(
                     ErrorCode::InvalidArgument,

@@ -1,0 +1,218 @@
+//! The namespace over several metadata servers: directories placed on any of them, files with
+//! their directory, and mkdir / rmdir across servers that survive a crash of the coordinating
+//! server at every step (fault-injection points), checked with `weft fsck`.
+
+mod common;
+
+use common::{cluster, errno, weft};
+use std::fs;
+use std::path::{Path, PathBuf};
+use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
+
+fn metadata_node(cluster: &LocalCluster, path: &Path) -> String {
+    let (ok, info, stderr) = weft(cluster, &["entry", "info", path.to_str().expect("utf-8")]);
+    assert!(ok, "{stderr}");
+    info.lines()
+        .find_map(|l| l.strip_prefix("Metadata node: "))
+        .expect("metadata node line")
+        .to_string()
+}
+
+fn fsck_clean(cluster: &LocalCluster) {
+    let (ok, report, stderr) = weft(cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "fsck finds the namespace consistent:\n{report}{stderr}");
+}
+
+// Goal: with three metadata servers, new directories spread over all of them, files live with
+// their directory, and everyday operations work the same whichever server holds what.
+// Method: make directories and files through the mount and read `weft entry info`.
+#[test]
+fn directories_spread_over_metadata_servers() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 3,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    // Round-robin placement over the servers each coordinator knows; a server's map may lag a
+    // heartbeat behind management, so directories are made until all three have one.
+    let mut homes = std::collections::BTreeSet::new();
+    let mut count = 0;
+    wait_until("directories on every metadata server", || {
+        let dir = mnt.join(format!("d{count}"));
+        fs::create_dir(&dir).expect("mkdir");
+        homes.insert(metadata_node(&cluster, &dir));
+        count += 1;
+        homes.len() == 3
+    })
+    .expect("spread");
+    assert!(count <= 64, "placement reaches every server quickly");
+    for index in 0..count {
+        let dir = mnt.join(format!("d{index}"));
+        fs::write(dir.join("file"), format!("in {index}")).expect("a file in it");
+        fs::create_dir(dir.join("sub")).expect("a subdirectory in it");
+        let home = metadata_node(&cluster, &dir);
+        assert_eq!(
+            metadata_node(&cluster, &dir.join("file")),
+            home,
+            "a file lives with its directory"
+        );
+    }
+
+    let listed: Vec<String> = fs::read_dir(&mnt)
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(listed.len(), count);
+    for index in 0..count {
+        let dir = mnt.join(format!("d{index}"));
+        assert_eq!(
+            fs::read_to_string(dir.join("file")).expect("read"),
+            format!("in {index}")
+        );
+        assert_eq!(errno(fs::remove_dir(&dir)), libc::ENOTEMPTY);
+        let status = std::process::Command::new("mv")
+            .arg(dir.join("file"))
+            .arg(mnt.join(format!("moved-{index}")))
+            .status()
+            .expect("mv");
+        assert!(
+            status.success(),
+            "mv between directories works whichever servers hold them"
+        );
+        fs::remove_dir(dir.join("sub")).expect("rmdir sub");
+        fs::remove_dir(&dir).expect("rmdir");
+        assert_eq!(errno(fs::metadata(&dir)), libc::ENOENT);
+    }
+    // A directory that lives on another server than its dentry cannot be renamed in place yet:
+    // EXDEV, on which mv copies it.
+    let tree = mnt.join("tree");
+    fs::create_dir(&tree).expect("mkdir");
+    let remote = wait_for_remote_child(&cluster, &tree);
+    fs::write(remote.join("leaf"), b"leaf").expect("file in the remote directory");
+    assert_eq!(errno(fs::rename(&remote, mnt.join("renamed"))), libc::EXDEV);
+    let status = std::process::Command::new("mv")
+        .arg(&remote)
+        .arg(mnt.join("renamed"))
+        .status()
+        .expect("mv");
+    assert!(status.success(), "mv falls back to copying");
+    assert_eq!(fs::read(mnt.join("renamed/leaf")).expect("copied"), b"leaf");
+    fsck_clean(&cluster);
+}
+
+/// Makes subdirectories of `parent` until one lives on another metadata server than `parent`.
+fn wait_for_remote_child(cluster: &LocalCluster, parent: &Path) -> PathBuf {
+    let home = metadata_node(cluster, parent);
+    let mut found = None;
+    let mut index = 0;
+    wait_until("a subdirectory on another metadata server", || {
+        let child = parent.join(format!("c{index}"));
+        index += 1;
+        fs::create_dir(&child).expect("mkdir");
+        let remote = metadata_node(cluster, &child) != home;
+        if remote {
+            found = Some(child);
+        }
+        remote
+    })
+    .expect("remote child");
+    found.expect("found")
+}
+
+/// Runs `operation` on `paths` in a thread while `meta-1` is armed with `point`; waits for the
+/// crash, restarts meta-1 unarmed, and returns the operation's results (the client retries
+/// through the restart).
+fn crash_during(
+    cluster: &mut LocalCluster,
+    point: &str,
+    paths: Vec<PathBuf>,
+    operation: fn(&Path) -> std::io::Result<()>,
+) -> Vec<std::io::Result<()>> {
+    cluster
+        .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
+        .expect("arm");
+    cluster.restart("meta-1").expect("restart armed");
+    cluster.wait_ready().expect("ready");
+    let worker = std::thread::spawn(move || paths.iter().map(|p| operation(p)).collect::<Vec<_>>());
+    wait_until(&format!("meta-1 to crash at {point}"), || {
+        cluster.has_exited("meta-1")
+    })
+    .expect("crashed");
+    cluster.set_env("meta-1", &[]).expect("disarm");
+    cluster.restart("meta-1").expect("restart");
+    worker.join().expect("worker")
+}
+
+// Goal: a mkdir whose directory goes to another metadata server is all-or-nothing when the
+// coordinating server crashes after recording its intent, or after the other server created the
+// inode: after the restart the mkdir completes, the directory works, and fsck finds no orphan.
+// Method: fault-injection points end meta-1 at each step; the client retries through it.
+#[test]
+fn mkdir_across_servers_survives_a_crash_at_every_step() {
+    for point in ["mkdir-after-intent", "mkdir-after-remote-create"] {
+        let mut cluster = cluster(ClusterSpec {
+            meta: 2,
+            ..ClusterSpec::default()
+        });
+        let mnt = cluster.mount().expect("mount");
+        // Round-robin placement: of four directories, two go to the other server.
+        let paths: Vec<PathBuf> = (0..4).map(|i| mnt.join(format!("{point}-{i}"))).collect();
+        let results = crash_during(&mut cluster, point, paths.clone(), |p| fs::create_dir(p));
+        for (path, result) in paths.iter().zip(results) {
+            result.unwrap_or_else(|error| {
+                panic!("{point}: mkdir {} failed: {error}", path.display())
+            });
+            fs::write(path.join("inside"), b"ok")
+                .unwrap_or_else(|e| panic!("{point}: {} is usable: {e}", path.display()));
+        }
+        let homes: std::collections::BTreeSet<String> =
+            paths.iter().map(|p| metadata_node(&cluster, p)).collect();
+        assert_eq!(
+            homes.len(),
+            2,
+            "{point}: some directories went to the other server"
+        );
+        fsck_clean(&cluster);
+    }
+}
+
+// Goal: an rmdir of a directory on another metadata server completes when the coordinating
+// server crashes after recording its intent or after the other server removed the inode.
+// Method: as for mkdir, with directories made before arming the point.
+#[test]
+fn rmdir_across_servers_survives_a_crash_at_every_step() {
+    for point in ["rmdir-after-intent", "rmdir-after-remote-remove"] {
+        let mut cluster = cluster(ClusterSpec {
+            meta: 2,
+            ..ClusterSpec::default()
+        });
+        let mnt = cluster.mount().expect("mount");
+        // Directories until two live on the other server (meta-1 learns of meta-2 within a
+        // heartbeat of its start).
+        let mut paths: Vec<PathBuf> = Vec::new();
+        wait_until("two directories on meta-2", || {
+            let path = mnt.join(format!("{point}-{}", paths.len()));
+            fs::create_dir(&path).expect("mkdir");
+            paths.push(path);
+            paths
+                .iter()
+                .filter(|p| metadata_node(&cluster, p).starts_with("meta-2"))
+                .count()
+                >= 2
+        })
+        .expect("remote directories");
+        let results = crash_during(&mut cluster, point, paths.clone(), |p| fs::remove_dir(p));
+        for (path, result) in paths.iter().zip(results) {
+            result.unwrap_or_else(|error| {
+                panic!("{point}: rmdir {} failed: {error}", path.display())
+            });
+            assert_eq!(
+                errno(fs::metadata(path)),
+                libc::ENOENT,
+                "{point}: {} is gone",
+                path.display()
+            );
+        }
+        fsck_clean(&cluster);
+    }
+}

@@ -1,0 +1,402 @@
+//! Directory operations that span two metadata servers: a new directory whose inode lives on
+//! another server (mkdir), and the removal of such a directory (rmdir). The server holding the
+//! dentry coordinates, with an intent record and idempotent steps:
+//!
+//! mkdir: (1) record the intent and check the name; (2) the inode's home creates the inode,
+//! idempotently per (coordinator, intent); (3) insert the dentry, drop the intent and keep the
+//! reply, in one transaction. A crash after (1) or (2) leaves an intent that recovery finishes;
+//! if the name was taken meanwhile, the remote inode is removed again.
+//!
+//! rmdir: (1) record the intent; (2) the inode's home removes the directory if it is empty
+//! (idempotent: a missing inode is removed already); (3) remove the dentry, drop the intent and
+//! keep the reply. Recovery repeats (2) and (3); if (2) finds the directory not empty, the
+//! intent is dropped and the directory stays.
+
+use super::create::{load_parent_for_new, owner_group_and_mode};
+use super::xattr::{inherited_mode_and_acls, store_inherited};
+use crate::service::idempotent;
+use crate::store::{
+    allocate_inode, dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry,
+    store_inode, InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, INTENTS,
+    REMOTE_CREATED, REPLIES, XATTRS,
+};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use weft_proto::ids::{InodeId, NodeId};
+use weft_proto::layout::StripePattern;
+use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Response};
+use weft_proto::ErrorCode;
+
+/// A cross-server operation in flight, as recorded by its coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Intent {
+    /// The client request it serves; its reply is kept under this id when it finishes.
+    pub mutation: MutationId,
+    pub op: IntentOp,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum IntentOp {
+    Mkdir {
+        parent: InodeId,
+        name: String,
+        home: NodeId,
+        request: MetaRequest,
+    },
+    Rmdir {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+    },
+}
+
+/// What step (1) leaves to do.
+pub(crate) enum Prepared {
+    /// The request was answered before (a retry): this is its reply.
+    Answered(Result<Response, OpError>),
+    /// Go on with the intent.
+    Intent(u64, Intent),
+}
+
+fn stored(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+) -> Result<Option<Result<Response, OpError>>, OpError> {
+    let replies = txn.open_table(REPLIES)?;
+    let Some(bytes) = replies.get((mutation.client.0, mutation.seq))? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        match postcard::from_bytes::<weft_proto::messages::Reply>(bytes.value()) {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(error)) => Err(OpError::Rejected(error)),
+            Err(error) => Err(OpError::Store(format!("stored reply is damaged: {error}"))),
+        },
+    ))
+}
+
+/// All intents, for recovery.
+pub(crate) fn intents(txn: &ReadTransaction) -> Result<Vec<(u64, Intent)>, OpError> {
+    let table = txn.open_table(INTENTS)?;
+    let mut out = Vec::new();
+    for item in table.iter()? {
+        let (key, value) = item?;
+        let intent: Intent = postcard::from_bytes(value.value()).map_err(|error| {
+            OpError::Store(format!("intent {} is damaged: {error}", key.value()))
+        })?;
+        out.push((key.value(), intent));
+    }
+    Ok(out)
+}
+
+/// Records `intent` unless the same request already has one (a retry), and returns its id.
+fn record_intent(txn: &WriteTransaction, intent: &Intent) -> Result<u64, OpError> {
+    {
+        let table = txn.open_table(INTENTS)?;
+        for item in table.iter()? {
+            let (key, value) = item?;
+            if let Ok(existing) = postcard::from_bytes::<Intent>(value.value()) {
+                if existing.mutation.client == intent.mutation.client
+                    && existing.mutation.seq == intent.mutation.seq
+                {
+                    return Ok(key.value());
+                }
+            }
+        }
+    }
+    let mut counters = txn.open_table(COUNTERS)?;
+    let id = counters.get("intent")?.map(|v| v.value()).unwrap_or(0) + 1;
+    counters.insert("intent", id)?;
+    let bytes = postcard::to_stdvec(intent).expect("intents encode");
+    txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    Ok(id)
+}
+
+pub(crate) fn drop_intent(txn: &WriteTransaction, id: u64) -> Result<Response, OpError> {
+    txn.open_table(INTENTS)?.remove(id)?;
+    Ok(Response::Done)
+}
+
+/// mkdir step (1): checks the name, works out the new directory's mode, group, pattern and
+/// ACLs from the parent, and records the intent with the request for the inode's home.
+pub(crate) fn prepare_mkdir(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+    new: &NewInode,
+    home: NodeId,
+) -> Result<Prepared, OpError> {
+    if let Some(answer) = stored(txn, mutation)? {
+        return Ok(Prepared::Answered(answer));
+    }
+    let inodes = txn.open_table(INODES)?;
+    let dentries = txn.open_table(DENTRIES)?;
+    let parent_record = load_parent_for_new(&inodes, &dentries, parent, name)?;
+    let xattrs = txn.open_table(XATTRS)?;
+    let (mode, acls) = inherited_mode_and_acls(
+        &xattrs,
+        parent,
+        FileKind::Directory,
+        new.mode & 0o7777,
+        new.umask,
+    )?;
+    let (mode, gid) = owner_group_and_mode(&parent_record, true, mode, new.gid);
+    drop((inodes, dentries, xattrs));
+    let pattern = parent_record.pattern.unwrap_or(StripePattern::DEFAULT);
+    let mut intent = Intent {
+        mutation,
+        op: IntentOp::Mkdir {
+            parent,
+            name: name.to_string(),
+            home,
+            request: MetaRequest::CreateDirInode {
+                coordinator,
+                intent: 0,
+                parent,
+                mode,
+                uid: new.uid,
+                gid,
+                pattern,
+                acls: acls.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+            },
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    if let IntentOp::Mkdir {
+        request: MetaRequest::CreateDirInode { intent: slot, .. },
+        ..
+    } = &mut intent.op
+    {
+        *slot = id;
+    }
+    // Store the request with its intent id, so recovery sends exactly the same one.
+    let bytes = postcard::to_stdvec(&intent).expect("intents encode");
+    txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    Ok(Prepared::Intent(id, intent))
+}
+
+/// mkdir step (2), on the inode's home: creates the directory inode (no dentry here), once per
+/// (coordinator, intent).
+pub(crate) fn create_dir_inode(
+    txn: &WriteTransaction,
+    home: NodeId,
+    request: &MetaRequest,
+) -> Result<Response, OpError> {
+    let MetaRequest::CreateDirInode {
+        coordinator,
+        intent,
+        parent,
+        mode,
+        uid,
+        gid,
+        pattern,
+        acls,
+    } = request
+    else {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "not a directory-inode creation",
+        ));
+    };
+    pattern
+        .validate()
+        .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
+    let mut created = txn.open_table(REMOTE_CREATED)?;
+    let mut inodes = txn.open_table(INODES)?;
+    if let Some(existing) = created.get((coordinator.0, *intent))? {
+        let inode = InodeId(existing.value());
+        let record = crate::store::load_inode(&inodes, inode)?;
+        return Ok(Response::Attr(record.to_attr(inode)));
+    }
+    let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
+    let timestamp = now();
+    let record = InodeRecord {
+        kind: FileKind::Directory,
+        mode: *mode & 0o7777,
+        nlink: 2,
+        uid: *uid,
+        gid: *gid,
+        size: 0,
+        rdev: 0,
+        atime: timestamp,
+        mtime: timestamp,
+        ctime: timestamp,
+        truncate_generation: 0,
+        layout: None,
+        pattern: Some(*pattern),
+        symlink: None,
+        parent: parent.0,
+        next_cookie: FIRST_COOKIE,
+    };
+    store_inode(&mut inodes, inode, &record)?;
+    let inherited: Vec<(&'static str, Vec<u8>)> = acls
+        .iter()
+        .filter_map(|(name, value)| {
+            [crate::acl::ACL_ACCESS, crate::acl::ACL_DEFAULT]
+                .into_iter()
+                .find(|known| known == name)
+                .map(|known| (known, value.clone()))
+        })
+        .collect();
+    store_inherited(&mut txn.open_table(XATTRS)?, inode, &inherited)?;
+    created.insert((coordinator.0, *intent), inode.0)?;
+    Ok(Response::Attr(record.to_attr(inode)))
+}
+
+/// mkdir step (3): inserts the dentry naming the remote inode, drops the intent and keeps the
+/// reply. `Exists` when the name was taken meanwhile: the caller removes the remote inode.
+pub(crate) fn finish_mkdir(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    attr: &InodeAttr,
+) -> Result<Response, OpError> {
+    let IntentOp::Mkdir { parent, name, .. } = &intent.op else {
+        return Err(OpError::Store(format!("intent {id} is not a mkdir")));
+    };
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |txn| {
+        let mut inodes = txn.open_table(INODES)?;
+        let mut dentries = txn.open_table(DENTRIES)?;
+        let mut cookies = txn.open_table(COOKIES)?;
+        let mut parent_record = load_parent_for_new(&inodes, &dentries, *parent, name)?;
+        insert_dentry(
+            &mut dentries,
+            &mut cookies,
+            *parent,
+            &mut parent_record,
+            name,
+            attr.inode,
+            FileKind::Directory,
+        )?;
+        let timestamp = now();
+        parent_record.nlink += 1;
+        parent_record.mtime = timestamp;
+        parent_record.ctime = timestamp;
+        store_inode(&mut inodes, *parent, &parent_record)?;
+        Ok(Response::Attr(attr.clone()))
+    })
+}
+
+/// rmdir step (1) when the directory's inode lives elsewhere; `None` when it is local (the
+/// caller removes it in one local transaction).
+pub(crate) fn prepare_rmdir(
+    txn: &WriteTransaction,
+    home: NodeId,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+) -> Result<Option<Prepared>, OpError> {
+    if let Some(answer) = stored(txn, mutation)? {
+        return Ok(Some(Prepared::Answered(answer)));
+    }
+    let inodes = txn.open_table(INODES)?;
+    let dentries = txn.open_table(DENTRIES)?;
+    load_dir(&inodes, parent)?;
+    let dentry = load_dentry(&dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    if dentry.child.home() == home {
+        return Ok(None);
+    }
+    if dentry.kind != FileKind::Directory {
+        return Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("{name:?} is not a directory"),
+        ));
+    }
+    drop((inodes, dentries));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Rmdir {
+            parent,
+            name: name.to_string(),
+            child: dentry.child,
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Some(Prepared::Intent(id, intent)))
+}
+
+/// rmdir step (2), on the inode's home: removes an empty directory inode; a missing one is
+/// removed already.
+pub(crate) fn remove_dir_inode(
+    txn: &WriteTransaction,
+    inode: InodeId,
+) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let Some(bytes) = inodes.get(inode.0)? else {
+        return Ok(Response::Done);
+    };
+    let record = InodeRecord::decode(inode.0, bytes.value())?;
+    drop(bytes);
+    if !record.is_dir() {
+        return Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("inode {inode} is not a directory"),
+        ));
+    }
+    if !dir_is_empty(&txn.open_table(COOKIES)?, inode)? {
+        return Err(OpError::rejected(
+            ErrorCode::NotEmpty,
+            "the directory is not empty",
+        ));
+    }
+    inodes.remove(inode.0)?;
+    super::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
+    Ok(Response::Done)
+}
+
+/// rmdir step (3): removes the dentry if it still names the removed directory, drops the intent
+/// and keeps the reply. With `outcome` an error of step (2), only the intent goes and the error
+/// is the reply.
+pub(crate) fn finish_rmdir(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    outcome: Result<(), OpError>,
+) -> Result<Response, OpError> {
+    let IntentOp::Rmdir {
+        parent,
+        name,
+        child,
+    } = &intent.op
+    else {
+        return Err(OpError::Store(format!("intent {id} is not an rmdir")));
+    };
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |txn| {
+        outcome?;
+        let mut inodes = txn.open_table(INODES)?;
+        let mut dentries = txn.open_table(DENTRIES)?;
+        let mut cookies = txn.open_table(COOKIES)?;
+        let Some(dentry) = load_dentry(&dentries, *parent, name)? else {
+            return Ok(Response::Done);
+        };
+        if dentry.child == *child {
+            remove_dentry(&mut dentries, &mut cookies, *parent, name, dentry)?;
+            let mut parent_record = load_dir(&inodes, *parent)?;
+            let timestamp = now();
+            parent_record.nlink = parent_record.nlink.saturating_sub(1);
+            parent_record.mtime = timestamp;
+            parent_record.ctime = timestamp;
+            store_inode(&mut inodes, *parent, &parent_record)?;
+        }
+        Ok(Response::Done)
+    })
+}
+
+/// Inodes of other homes that dentries here name.
+pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<Response, OpError> {
+    let dentries = txn.open_table(DENTRIES)?;
+    let mut out = Vec::new();
+    for item in dentries.iter()? {
+        let (_, value) = item?;
+        let child = InodeId(value.value().0);
+        if child.home() != home {
+            out.push(child);
+        }
+    }
+    Ok(Response::Inodes(out))
+}
