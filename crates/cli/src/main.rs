@@ -4,8 +4,10 @@
 //! - `weft serve mgmt|meta|storage`: one service per process, as in production.
 //! - `weft mount`: the FUSE client.
 //! - `weft entry|node|target|df|fsck`: administration.
+//! - `weft bench`: benchmarks.
 
 mod admin;
+mod bench;
 mod serve;
 mod signals;
 mod up;
@@ -51,6 +53,11 @@ enum Command {
     Df(admin::ClusterArgs),
     /// Check the namespace and the storage objects; --repair fixes what is safe to fix.
     Fsck(admin::FsckArgs),
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
 }
 
 /// Where the admin commands find management.
@@ -92,6 +99,7 @@ fn run(command: Command) -> Result<()> {
         Command::Target { command } => admin::target(command),
         Command::Df(args) => admin::df(args),
         Command::Fsck(args) => admin::fsck(args),
+        Command::Bench { command } => bench::run(command),
     }
 }
 

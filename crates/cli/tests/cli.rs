@@ -209,3 +209,46 @@ fn admin_listings() {
     );
     assert!(!ok && stderr.contains("cannot stat"), "{stderr}");
 }
+
+// Goal: `weft bench meta` runs every phase through a mount and through the native client,
+// reports a rate for each, and leaves nothing behind. Method: a small run against a cluster of
+// two metadata servers, then `weft fsck` and an empty root.
+#[test]
+fn bench_meta_through_mount_and_native() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let mount_text = mnt.to_str().expect("utf-8").to_string();
+    let mgmt = cluster.mgmt().to_string();
+    for target in [["--path", mount_text.as_str()], ["--mgmt", mgmt.as_str()]] {
+        let mut args = vec![
+            "bench",
+            "meta",
+            "--files",
+            "20",
+            "--dirs",
+            "4",
+            "--threads",
+            "1,2",
+        ];
+        args.extend(target);
+        let (ok, table, stderr) = weft(&cluster, &args);
+        assert!(ok, "{stderr}");
+        for phase in ["mkdir", "create", "stat", "read", "unlink", "rmdir"] {
+            let rows = table
+                .lines()
+                .filter(|line| line.split_whitespace().nth(2) == Some(phase))
+                .count();
+            assert_eq!(rows, 2, "{phase} measured at 1 and 2 threads:\n{table}");
+        }
+    }
+    assert_eq!(
+        fs::read_dir(&mnt).expect("readdir").count(),
+        0,
+        "the benchmark cleans up"
+    );
+    let (ok, report, stderr) = weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "{report}{stderr}");
+}

@@ -72,6 +72,8 @@ struct Meta {
     opens: Arc<Mutex<OpenTable>>,
     work: Notify,
     locks: LockTable,
+    /// Intents a live request is finishing, which recovery skips.
+    intents_in_flight: Mutex<HashSet<u64>>,
     /// When this server first heard of each client session, so that a session that registered
     /// after the last map fetch is not taken for expired.
     seen: Mutex<HashMap<ClientId, std::time::Instant>>,
@@ -149,6 +151,7 @@ pub async fn run(
             Duration::from_millis(config.lock_grace_ms)
         }),
         seen: Mutex::default(),
+        intents_in_flight: Mutex::default(),
     });
     tracing::info!(node = node.0, %address, %alias, "metadata server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -664,7 +667,7 @@ impl Meta {
             Prepared::Answered(answer) => answer,
             Prepared::Intent(id, intent) => {
                 weft_service::failpoint::failpoint("mkdir-after-intent");
-                self.finish_intent(id, intent).await
+                self.finish_live_intent(id, intent).await
             }
         }
     }
@@ -690,7 +693,7 @@ impl Meta {
             Some(Prepared::Answered(answer)) => answer,
             Some(Prepared::Intent(id, intent)) => {
                 weft_service::failpoint::failpoint("rmdir-after-intent");
-                self.finish_intent(id, intent).await
+                self.finish_live_intent(id, intent).await
             }
         }
     }
@@ -713,16 +716,13 @@ impl Meta {
                 };
                 weft_service::failpoint::failpoint("mkdir-after-remote-create");
                 let finishing = intent.clone();
-                let finished = {
+                let (finished, take_back) = {
                     let attr = attr.clone();
                     self.committer
-                        .run(Box::new(move |txn| {
-                            finish_mkdir(txn, id, &finishing, &attr)
-                        }))
-                        .await
+                        .run_with(move |txn| finish_mkdir(txn, id, &finishing, &attr))
+                        .await?
                 };
-                if matches!(&finished, Err(OpError::Rejected(error)) if error.code == ErrorCode::Exists)
-                {
+                if take_back {
                     // The name was taken while the inode was made: take the inode back.
                     let _ = TARGET_RETRY.run(|| meta.remove_dir_inode(attr.inode)).await;
                 }
@@ -746,12 +746,34 @@ impl Meta {
         }
     }
 
+    /// Finishes an intent for the request that recorded it; recovery leaves it alone meanwhile.
+    async fn finish_live_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
+        self.intents_in_flight
+            .lock()
+            .expect("in-flight set poisoned")
+            .insert(id);
+        let result = self.finish_intent(id, intent).await;
+        self.intents_in_flight
+            .lock()
+            .expect("in-flight set poisoned")
+            .remove(&id);
+        result
+    }
+
     /// Finishes the intents a crash left (at start and then in the work loop).
     async fn recover_intents(&self) {
         let Ok(pending) = self.read(intents) else {
             return;
         };
         for (id, intent) in pending {
+            if self
+                .intents_in_flight
+                .lock()
+                .expect("in-flight set poisoned")
+                .contains(&id)
+            {
+                continue;
+            }
             match self.finish_intent(id, intent).await {
                 Ok(_) | Err(OpError::Rejected(_)) => {
                     tracing::info!(intent = id, "finished an operation interrupted by a crash")

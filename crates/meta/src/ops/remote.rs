@@ -246,18 +246,33 @@ pub(crate) fn create_dir_inode(
 }
 
 /// mkdir step (3): inserts the dentry naming the remote inode, drops the intent and keeps the
-/// reply. `Exists` when the name was taken meanwhile: the caller removes the remote inode.
+/// reply. Returns the reply and whether the remote inode must be taken back: only when this
+/// call found the intent and the name taken by another entry. An intent already gone was
+/// finished by another pass (a live request and recovery may race): its outcome stands, and
+/// the reply follows from the dentry — never a rollback, which could remove an inode the
+/// dentry names.
 pub(crate) fn finish_mkdir(
     txn: &WriteTransaction,
     id: u64,
     intent: &Intent,
     attr: &InodeAttr,
-) -> Result<Response, OpError> {
+) -> Result<(Result<Response, OpError>, bool), OpError> {
     let IntentOp::Mkdir { parent, name, .. } = &intent.op else {
         return Err(OpError::Store(format!("intent {id} is not a mkdir")));
     };
-    drop_intent(txn, id)?;
-    idempotent(txn, intent.mutation, |txn| {
+    let present = txn.open_table(INTENTS)?.remove(id)?.is_some();
+    if !present {
+        let named = load_dentry(&txn.open_table(DENTRIES)?, *parent, name)?;
+        let outcome = match named {
+            Some(dentry) if dentry.child == attr.inode => Ok(Response::Attr(attr.clone())),
+            _ => Err(OpError::rejected(
+                ErrorCode::Exists,
+                format!("{name:?} already exists"),
+            )),
+        };
+        return Ok((outcome, false));
+    }
+    let result = idempotent(txn, intent.mutation, |txn| {
         let mut inodes = txn.open_table(INODES)?;
         let mut dentries = txn.open_table(DENTRIES)?;
         let mut cookies = txn.open_table(COOKIES)?;
@@ -277,7 +292,18 @@ pub(crate) fn finish_mkdir(
         parent_record.ctime = timestamp;
         store_inode(&mut inodes, *parent, &parent_record)?;
         Ok(Response::Attr(attr.clone()))
-    })
+    });
+    match result {
+        Err(OpError::Store(message)) => Err(OpError::Store(message)),
+        Err(rejected) => {
+            // Taken back only if no dentry names it (a stored reply could say Exists for a
+            // request whose dentry is ours).
+            let named = load_dentry(&txn.open_table(DENTRIES)?, *parent, name)?;
+            let ours = named.is_some_and(|dentry| dentry.child == attr.inode);
+            Ok((Err(rejected), !ours))
+        }
+        Ok(response) => Ok((Ok(response), false)),
+    }
 }
 
 /// rmdir step (1) when the directory's inode lives elsewhere; `None` when it is local (the
