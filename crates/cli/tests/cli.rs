@@ -3,15 +3,15 @@
 
 mod common;
 
-use common::{binary, cluster, weft};
+use common::{binary, cluster, weft, ProcessGuard};
 use std::fs;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use weft_testkit::{is_mounted, wait_until, ClusterSpec};
 
-fn start_up(data: &Path, mountpoint: &Path, log: &Path, extra: &[&str]) -> Child {
+fn start_up(data: &Path, mountpoint: &Path, log: &Path, extra: &[&str]) -> ProcessGuard {
     let log = fs::File::create(log).expect("log file");
-    Command::new(binary())
+    let child = Command::new(binary())
         .args([
             "up",
             "--data-dir",
@@ -25,12 +25,8 @@ fn start_up(data: &Path, mountpoint: &Path, log: &Path, extra: &[&str]) -> Child
         .stdout(log.try_clone().expect("clone"))
         .stderr(log)
         .spawn()
-        .expect("weft up starts")
-}
-
-fn signal(child: &Child, signal: i32) {
-    // SAFETY: kill(2) on a child we own.
-    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        .expect("weft up starts");
+    ProcessGuard::new(child, mountpoint)
 }
 
 // Goal: `weft up` is the one-command quick start: it mounts, prints where things are, stops
@@ -64,8 +60,8 @@ fn up_restart_and_stale_mount() {
         "{report}"
     );
     fs::write(mnt.join("kept"), b"survives restarts").expect("write");
-    signal(&up, libc::SIGINT);
-    let status = up.wait().expect("wait");
+    up.signal(libc::SIGINT);
+    let status = up.wait();
     assert!(
         status.success(),
         "clean stop: {}",
@@ -87,8 +83,7 @@ fn up_restart_and_stale_mount() {
         fs::read(mnt.join("kept")).expect("read"),
         b"survives restarts"
     );
-    up.kill().expect("kill -9");
-    up.wait().expect("wait");
+    up.kill();
     assert!(is_mounted(&mnt), "a killed run leaves its mount behind");
 
     let mut up = start_up(
@@ -106,8 +101,8 @@ fn up_restart_and_stale_mount() {
         output.contains("stale mount"),
         "the stale mount is reported: {output}"
     );
-    signal(&up, libc::SIGTERM);
-    assert!(up.wait().expect("wait").success());
+    up.signal(libc::SIGTERM);
+    assert!(up.wait().success());
     assert!(!is_mounted(&mnt), "SIGTERM unmounts");
 
     let refused = Command::new(binary())
@@ -135,25 +130,28 @@ fn mount_all_from_mounts_file() {
         format!("# test\n{} client.toml\n", directory.join("mnt").display()),
     )
     .expect("mounts file");
-    let mut child = Command::new(binary())
-        .args([
-            "mount",
-            "--all",
-            directory.join("mounts.conf").to_str().expect("utf-8"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weft mount --all");
     let mnt = directory.join("mnt");
+    let mut child = ProcessGuard::new(
+        Command::new(binary())
+            .args([
+                "mount",
+                "--all",
+                directory.join("mounts.conf").to_str().expect("utf-8"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("weft mount --all"),
+        &mnt,
+    );
     wait_until("the mounts file's mount", || is_mounted(&mnt)).expect("mounted");
     fs::write(mnt.join("x"), b"through the mounts file").expect("write");
     assert_eq!(
         fs::read(mnt.join("x")).expect("read"),
         b"through the mounts file"
     );
-    signal(&child, libc::SIGTERM);
-    assert!(child.wait().expect("wait").success());
+    child.signal(libc::SIGTERM);
+    assert!(child.wait().success());
     assert!(!is_mounted(&mnt));
 }
 

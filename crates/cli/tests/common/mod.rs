@@ -47,3 +47,60 @@ pub fn weft(cluster: &LocalCluster, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// A `weft` process a test started: if the test fails before stopping it, dropping the guard
+/// kills it and detaches its mount, so a failed test leaves nothing running.
+pub struct ProcessGuard {
+    child: Option<std::process::Child>,
+    mountpoint: std::path::PathBuf,
+}
+
+impl ProcessGuard {
+    /// Guards `child`, which mounts at `mountpoint`.
+    pub fn new(child: std::process::Child, mountpoint: &Path) -> ProcessGuard {
+        ProcessGuard {
+            child: Some(child),
+            mountpoint: mountpoint.to_path_buf(),
+        }
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on a child we own.
+            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        }
+    }
+
+    /// Kills the process with SIGKILL and waits for it (the mount stays, as after a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child
+            .take()
+            .expect("a process to wait for")
+            .wait()
+            .expect("wait")
+    }
+}
+
+impl Drop for ProcessGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if weft_testkit::is_mounted(&self.mountpoint) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.mountpoint)
+                .status();
+        }
+    }
+}
