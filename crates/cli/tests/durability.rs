@@ -192,3 +192,51 @@ fn fsck_removes_objects_without_a_file() {
     );
     drop(held);
 }
+
+// Goal: when a client dies with a file open after writing, the size it never reported is
+// recovered from the objects' lengths once its session expires, so the bytes it wrote become
+// visible to everyone. Method: a process writes through mount 2 and keeps the file open; kill
+// -9 that mount's client; mount 1 sees the full size and data once the session expired.
+#[test]
+fn size_of_a_dead_writer_is_recovered_from_the_objects() {
+    use std::io::BufRead;
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let length = 3 * 1024 * 1024 + 5;
+    let mut writer = std::process::Command::new("timeout")
+        .args(["120", "python3", "-c"])
+        .arg(format!(
+            "import os, sys, time\n\
+             fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\n\
+             data = (bytes(range(256)) * {})[:{length}]\n\
+             os.write(fd, data)\n\
+             print('written', flush=True)\n\
+             time.sleep(300)\n",
+            length / 256 + 1
+        ))
+        .arg(second.join("unreported"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("writer starts");
+    let mut line = String::new();
+    std::io::BufReader::new(writer.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("writer reports");
+    assert_eq!(line.trim(), "written");
+    cluster
+        .kill_mount(&second)
+        .expect("kill -9 the writer's client");
+    let _ = writer.kill();
+    let _ = writer.wait();
+    let expected: Vec<u8> = (0..length).map(|i| (i % 256) as u8).collect();
+    wait_until("the size to be recovered", || {
+        fs::metadata(first.join("unreported")).map(|m| m.len()).ok() == Some(length as u64)
+    })
+    .expect("size recovered");
+    assert_eq!(
+        fs::read(first.join("unreported")).expect("read"),
+        expected,
+        "the data is all there"
+    );
+}

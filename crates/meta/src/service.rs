@@ -572,6 +572,14 @@ impl Meta {
                 })
                 .collect()
         };
+        // A client that died with files open may have written without reporting the size: the
+        // objects' lengths tell it. Done before the release, which may dispose of an orphan.
+        let inodes: HashSet<InodeId> = closed.iter().map(|(_, inode)| *inode).collect();
+        for inode in inodes {
+            if let Err(error) = self.recompute_size(inode).await {
+                tracing::warn!(%inode, ?error, "could not recompute a size from the objects");
+            }
+        }
         for (handle, inode) in &closed {
             let _ = self.release(*handle, *inode).await;
         }
@@ -585,6 +593,48 @@ impl Meta {
             opens = closed.len(),
             "released what expired client sessions held"
         );
+    }
+
+    /// Raises a file's size to what its objects hold, as a report of the current truncate
+    /// generation. Skipped while a truncate still has to reach the targets (the objects may
+    /// hold bytes past the size then).
+    async fn recompute_size(&self, inode: InodeId) -> Result<(), OpError> {
+        let (attr, truncating) = self.read(|txn| {
+            let attr = get_attr(txn, inode)?;
+            let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some();
+            Ok((attr, truncating))
+        })?;
+        let Response::Attr(attr) = attr else {
+            return Ok(());
+        };
+        let Some(layout) = attr.layout.clone() else {
+            return Ok(());
+        };
+        if truncating {
+            return Ok(());
+        }
+        let lengths = layout.targets.iter().map(|target| {
+            let target = *target;
+            self.cluster
+                .call_storage(target, &TARGET_RETRY, move |storage| async move {
+                    storage.object_length(target, inode).await
+                })
+        });
+        let mut found = Vec::with_capacity(layout.targets.len());
+        for length in futures::future::join_all(lengths).await {
+            found.push(length.map_err(rpc_error)?);
+        }
+        let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
+        if size > attr.size {
+            let generation = attr.truncate_generation;
+            self.committer
+                .run(Box::new(move |txn| {
+                    report_size(txn, inode, size, generation)
+                }))
+                .await?;
+            tracing::info!(%inode, size, "size recovered from the objects of a client that went away");
+        }
+        Ok(())
     }
 
     /// Registers an open; registering the same (client, handle) again changes nothing.
