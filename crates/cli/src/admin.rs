@@ -108,7 +108,8 @@ fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
     )
 }
 
-async fn cluster_map(mgmt: &str) -> Result<std::sync::Arc<ClusterMap>> {
+/// A view of the cluster at `mgmt`, with the map fetched.
+async fn connect(mgmt: &str) -> Result<(ClusterView, std::sync::Arc<ClusterMap>)> {
     let view = ClusterView::new(
         mgmt,
         RpcClientOptions {
@@ -116,9 +117,15 @@ async fn cluster_map(mgmt: &str) -> Result<std::sync::Arc<ClusterMap>> {
             ..RpcClientOptions::default()
         },
     );
-    view.refresh()
+    let map = view
+        .refresh()
         .await
-        .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))
+        .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+    Ok((view, map))
+}
+
+async fn cluster_map(mgmt: &str) -> Result<std::sync::Arc<ClusterMap>> {
+    Ok(connect(mgmt).await?.1)
 }
 
 /// The inode of a path inside a Weft mount.
@@ -254,17 +261,7 @@ pub fn entry(command: EntryCommand) -> Result<()> {
             EntryCommand::Info { path, locator } => {
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
-                let view = ClusterView::new(
-                    mgmt.clone(),
-                    RpcClientOptions {
-                        connections: 1,
-                        ..RpcClientOptions::default()
-                    },
-                );
-                let map = view
-                    .refresh()
-                    .await
-                    .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+                let (view, map) = connect(&mgmt).await?;
                 let meta = view.meta(inode.home()).await?;
                 let attr = meta
                     .get_attr(inode)
@@ -512,17 +509,7 @@ pub fn fsck(args: FsckArgs) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         let mgmt = locate(&args.cluster.locator, args.cluster.path.as_deref())?;
-        let view = ClusterView::new(
-            mgmt.clone(),
-            RpcClientOptions {
-                connections: 1,
-                ..RpcClientOptions::default()
-            },
-        );
-        let map = view
-            .refresh()
-            .await
-            .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+        let (view, map) = connect(&mgmt).await?;
         let mut problems = check_all(&view, &map, args.repair).await?;
         if args.repair && problems > 0 {
             println!("checking again after the repair:");

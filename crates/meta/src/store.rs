@@ -94,6 +94,35 @@ pub(crate) struct TruncateWork {
 }
 
 impl InodeRecord {
+    /// A new empty directory (two links: its name and its `.`), created now.
+    pub fn new_directory(
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        parent: InodeId,
+        pattern: StripePattern,
+    ) -> InodeRecord {
+        let timestamp = now();
+        InodeRecord {
+            kind: FileKind::Directory,
+            mode: mode & 0o7777,
+            nlink: 2,
+            uid,
+            gid,
+            size: 0,
+            rdev: 0,
+            atime: timestamp,
+            mtime: timestamp,
+            ctime: timestamp,
+            truncate_generation: 0,
+            layout: None,
+            pattern: Some(pattern),
+            symlink: None,
+            parent: parent.0,
+            next_cookie: FIRST_COOKIE,
+        }
+    }
+
     pub fn to_attr(&self, inode: InodeId) -> InodeAttr {
         InodeAttr {
             inode,

@@ -334,22 +334,27 @@ fn check_inodes(
     Ok(())
 }
 
+/// Keys of a table keyed by inode that name no existing inode.
+fn missing_keys<V: redb::Value + 'static>(
+    table: &impl ReadableTable<u64, V>,
+    inodes: &HashMap<u64, InodeRecord>,
+) -> Result<Vec<u64>, OpError> {
+    let mut ids = Vec::new();
+    for item in table.iter()? {
+        let id = item?.0.value();
+        if !inodes.contains_key(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
 fn check_queues(
     txn: &WriteTransaction,
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
 ) -> Result<(), OpError> {
-    let dangling_orphans: Vec<u64> = {
-        let table = txn.open_table(ORPHANS)?;
-        let mut ids = Vec::new();
-        for item in table.iter()? {
-            let id = item?.0.value();
-            if !inodes.contains_key(&id) {
-                ids.push(id);
-            }
-        }
-        ids
-    };
+    let dangling_orphans = missing_keys(&txn.open_table(ORPHANS)?, inodes)?;
     for id in dangling_orphans {
         findings.problem(format!(
             "the orphan list names missing inode {}",
@@ -360,17 +365,7 @@ fn check_queues(
             findings.repaired(format!("removed {} from the orphan list", InodeId(id)));
         }
     }
-    let dangling_truncates: Vec<u64> = {
-        let table = txn.open_table(TRUNCATES)?;
-        let mut ids = Vec::new();
-        for item in table.iter()? {
-            let id = item?.0.value();
-            if !inodes.contains_key(&id) {
-                ids.push(id);
-            }
-        }
-        ids
-    };
+    let dangling_truncates = missing_keys(&txn.open_table(TRUNCATES)?, inodes)?;
     for id in dangling_truncates {
         findings.problem(format!(
             "a truncate is queued for missing inode {}",

@@ -220,25 +220,7 @@ pub(crate) fn ensure_root(txn: &WriteTransaction) -> Result<bool, OpError> {
     if inodes.get(InodeId::ROOT.0)?.is_some() {
         return Ok(false);
     }
-    let timestamp = now();
-    let record = InodeRecord {
-        kind: FileKind::Directory,
-        mode: 0o755,
-        nlink: 2,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        rdev: 0,
-        atime: timestamp,
-        mtime: timestamp,
-        ctime: timestamp,
-        truncate_generation: 0,
-        layout: None,
-        pattern: Some(StripePattern::DEFAULT),
-        symlink: None,
-        parent: InodeId::ROOT.0,
-        next_cookie: FIRST_COOKIE,
-    };
+    let record = InodeRecord::new_directory(0o755, 0, 0, InodeId::ROOT, StripePattern::DEFAULT);
     store_inode(&mut inodes, InodeId::ROOT, &record)?;
     Ok(true)
 }

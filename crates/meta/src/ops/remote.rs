@@ -17,7 +17,7 @@ use super::xattr::{inherited_mode_and_acls, store_inherited};
 use crate::service::idempotent;
 use crate::store::{
     allocate_inode, dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry,
-    store_inode, InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, INTENTS,
+    store_inode, InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, INODES, INTENTS,
     REMOTE_CREATED, REPLIES, XATTRS,
 };
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
@@ -211,25 +211,7 @@ pub(crate) fn create_dir_inode(
         return Ok(Response::Attr(record.to_attr(inode)));
     }
     let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
-    let timestamp = now();
-    let record = InodeRecord {
-        kind: FileKind::Directory,
-        mode: *mode & 0o7777,
-        nlink: 2,
-        uid: *uid,
-        gid: *gid,
-        size: 0,
-        rdev: 0,
-        atime: timestamp,
-        mtime: timestamp,
-        ctime: timestamp,
-        truncate_generation: 0,
-        layout: None,
-        pattern: Some(*pattern),
-        symlink: None,
-        parent: parent.0,
-        next_cookie: FIRST_COOKIE,
-    };
+    let record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
     store_inode(&mut inodes, inode, &record)?;
     let inherited: Vec<(&'static str, Vec<u8>)> = acls
         .iter()
