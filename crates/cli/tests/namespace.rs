@@ -216,3 +216,116 @@ fn rmdir_across_servers_survives_a_crash_at_every_step() {
         fsck_clean(&cluster);
     }
 }
+
+/// A directory on meta-1 and one on meta-2 (made until placement puts one there).
+fn dirs_on_both_servers(cluster: &LocalCluster, mnt: &Path, prefix: &str) -> (PathBuf, PathBuf) {
+    let mut on_first = None;
+    let mut on_second = None;
+    let mut index = 0;
+    wait_until("a directory on each metadata server", || {
+        let dir = mnt.join(format!("{prefix}{index}"));
+        index += 1;
+        fs::create_dir(&dir).expect("mkdir");
+        if metadata_node(cluster, &dir).starts_with("meta-2") {
+            on_second.get_or_insert(dir);
+        } else {
+            on_first.get_or_insert(dir);
+        }
+        on_first.is_some() && on_second.is_some()
+    })
+    .expect("directories on both servers");
+    (on_first.expect("first"), on_second.expect("second"))
+}
+
+// Goal: hard links work between directories on different metadata servers: the link count is
+// right from either name, the data stays reachable after the original name goes, and the file
+// goes with its last name. Method: link from a directory on meta-1 into one on meta-2.
+#[test]
+fn hard_links_across_servers() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let (first, second) = dirs_on_both_servers(&cluster, &mnt, "hl");
+    let original = first.join("file");
+    fs::write(&original, b"shared bytes").expect("write");
+    let linked = second.join("link");
+    fs::hard_link(&original, &linked).expect("link across servers");
+    assert_eq!(fs::metadata(&original).expect("stat").nlink(), 2);
+    assert_eq!(fs::metadata(&linked).expect("stat").nlink(), 2);
+    assert_eq!(
+        fs::metadata(&linked).expect("stat").ino(),
+        fs::metadata(&original).expect("stat").ino()
+    );
+    fsck_clean(&cluster);
+    fs::remove_file(&original).expect("unlink the original");
+    assert_eq!(
+        fs::read(&linked).expect("read through the link"),
+        b"shared bytes"
+    );
+    assert_eq!(fs::metadata(&linked).expect("stat").nlink(), 1);
+    fs::remove_file(&linked).expect("unlink the last name");
+    assert_eq!(errno(fs::metadata(&linked)), libc::ENOENT);
+    fsck_clean(&cluster);
+}
+
+// Goal: a cross-server link and unlink complete when the coordinating server crashes after
+// each step. Method: fault-injection points on the server holding the new dentry (meta-2 for
+// the link, and for the unlink of that name), the client retrying through the restart.
+#[test]
+fn links_across_servers_survive_a_crash_at_every_step() {
+    for (point, service) in [
+        ("link-after-intent", "meta-2"),
+        ("link-after-remote", "meta-2"),
+        ("unlink-after-intent", "meta-2"),
+        ("unlink-after-remote", "meta-2"),
+    ] {
+        let mut cluster = cluster(ClusterSpec {
+            meta: 2,
+            ..ClusterSpec::default()
+        });
+        let mnt = cluster.mount().expect("mount");
+        let (first, second) = dirs_on_both_servers(&cluster, &mnt, "d");
+        let original = first.join("file");
+        fs::write(&original, b"data").expect("write");
+        let linked = second.join("link");
+        let linking = point.starts_with("link");
+        if !linking {
+            fs::hard_link(&original, &linked).expect("link");
+        }
+        cluster
+            .set_env(service, &[("WEFT_FAILPOINTS", point)])
+            .expect("arm");
+        cluster.restart(service).expect("restart armed");
+        cluster.wait_ready().expect("ready");
+        let (source, target) = (original.clone(), linked.clone());
+        let worker = std::thread::spawn(move || {
+            if linking {
+                fs::hard_link(&source, &target)
+            } else {
+                fs::remove_file(&target)
+            }
+        });
+        wait_until(&format!("{service} to crash at {point}"), || {
+            cluster.has_exited(service)
+        })
+        .expect("crashed");
+        cluster.set_env(service, &[]).expect("disarm");
+        cluster.restart(service).expect("restart");
+        worker
+            .join()
+            .expect("worker")
+            .unwrap_or_else(|error| panic!("{point}: the operation failed: {error}"));
+        use std::os::unix::fs::MetadataExt;
+        if linking {
+            assert_eq!(fs::metadata(&linked).expect("stat").nlink(), 2, "{point}");
+        } else {
+            assert_eq!(errno(fs::metadata(&linked)), libc::ENOENT, "{point}");
+            assert_eq!(fs::metadata(&original).expect("stat").nlink(), 1, "{point}");
+        }
+        assert_eq!(fs::read(&original).expect("read"), b"data");
+        fsck_clean(&cluster);
+    }
+}

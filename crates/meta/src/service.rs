@@ -8,8 +8,9 @@ use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remote::{
-    create_dir_inode, finish_mkdir, finish_rmdir, intents, prepare_mkdir, prepare_rmdir,
-    remote_references, remove_dir_inode, Intent, IntentOp, Prepared,
+    adjust_links, create_dir_inode, finish_link, finish_mkdir, finish_rmdir, finish_unlink,
+    intents, prepare_link, prepare_mkdir, prepare_rmdir, prepare_unlink, remote_references,
+    remove_dir_inode, Intent, IntentOp, Prepared,
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
@@ -349,20 +350,21 @@ impl Meta {
                 new_parent,
                 new_name,
             } => {
-                self.mutate(mutation, move |txn, _| {
-                    link(txn, inode, new_parent, &new_name)
-                })
-                .await
+                if inode.home() == self.node {
+                    self.mutate(mutation, move |txn, _| {
+                        link(txn, inode, new_parent, &new_name)
+                    })
+                    .await
+                } else {
+                    self.remote_link(mutation, inode, new_parent, new_name)
+                        .await
+                }
             }
             MetaRequest::Unlink {
                 mutation,
                 parent,
                 name,
-            } => {
-                let is_open = self.is_open_fn();
-                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
-                    .await
-            }
+            } => self.unlink(mutation, parent, name).await,
             MetaRequest::Rmdir {
                 mutation,
                 parent,
@@ -440,6 +442,19 @@ impl Meta {
                 let home = self.node;
                 self.committer
                     .run(Box::new(move |txn| create_dir_inode(txn, home, &request)))
+                    .await
+            }
+            MetaRequest::AdjustLinks {
+                coordinator,
+                intent,
+                inode,
+                delta,
+            } => {
+                let is_open = self.is_open_fn();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        adjust_links(txn, coordinator, intent, inode, delta, is_open)
+                    }))
                     .await
             }
             MetaRequest::RemoveDirInode { inode } => {
@@ -748,6 +763,78 @@ impl Meta {
         }
     }
 
+    /// A hard link here to an inode of another server (see `ops::remote`).
+    async fn remote_link(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        new_parent: InodeId,
+        new_name: String,
+    ) -> Result<Response, OpError> {
+        let Response::Attr(attr) = self.remote_attr(inode).await? else {
+            return Err(OpError::Store("attributes expected".into()));
+        };
+        let kind = attr.kind;
+        let prepared = self
+            .committer
+            .run_with(move |txn| prepare_link(txn, mutation, inode, kind, new_parent, &new_name))
+            .await?;
+        match prepared {
+            Prepared::Answered(answer) => answer,
+            Prepared::Intent(id, intent) => {
+                weft_service::failpoint::failpoint("link-after-intent");
+                self.finish_live_intent(id, intent).await
+            }
+        }
+    }
+
+    /// unlink: local in one transaction, or with an intent when the inode lives elsewhere.
+    async fn unlink(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+    ) -> Result<Response, OpError> {
+        let home = self.node;
+        let lookup_name = name.clone();
+        let prepared = self
+            .committer
+            .run_with(move |txn| prepare_unlink(txn, home, mutation, parent, &lookup_name))
+            .await?;
+        match prepared {
+            None => {
+                let is_open = self.is_open_fn();
+                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
+                    .await
+            }
+            Some(Prepared::Answered(answer)) => answer,
+            Some(Prepared::Intent(id, intent)) => {
+                weft_service::failpoint::failpoint("unlink-after-intent");
+                self.finish_live_intent(id, intent).await
+            }
+        }
+    }
+
+    /// Asks the home of `inode` to change its link count for intent `id`.
+    async fn adjust_remote_links(
+        &self,
+        id: u64,
+        inode: InodeId,
+        delta: i32,
+    ) -> Result<Response, OpError> {
+        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
+        let request = MetaRequest::AdjustLinks {
+            coordinator: self.node,
+            intent: id,
+            inode,
+            delta,
+        };
+        TARGET_RETRY
+            .run(|| meta.call(request.clone()))
+            .await
+            .map_err(rpc_error)
+    }
+
     /// Runs the remaining steps of an intent: after step (1) in a live request, or in recovery.
     /// Errors reaching the other server leave the intent for the next recovery pass.
     async fn finish_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
@@ -777,6 +864,31 @@ impl Meta {
                     let _ = TARGET_RETRY.run(|| meta.remove_dir_inode(attr.inode)).await;
                 }
                 finished
+            }
+            IntentOp::Link { inode, .. } => {
+                let Response::Attr(attr) = self.adjust_remote_links(id, *inode, 1).await? else {
+                    return Err(OpError::Store("attributes expected".into()));
+                };
+                weft_service::failpoint::failpoint("link-after-remote");
+                let finishing = intent.clone();
+                let (finished, give_back) = {
+                    let attr = attr.clone();
+                    self.committer
+                        .run_with(move |txn| finish_link(txn, id, &finishing, &attr))
+                        .await?
+                };
+                if give_back {
+                    let _ = self.adjust_remote_links(id, *inode, -1).await;
+                }
+                finished
+            }
+            IntentOp::Unlink { inode } => {
+                self.adjust_remote_links(id, *inode, -1).await?;
+                weft_service::failpoint::failpoint("unlink-after-remote");
+                let finishing = intent.clone();
+                self.committer
+                    .run(Box::new(move |txn| finish_unlink(txn, id, &finishing)))
+                    .await
             }
             IntentOp::Rmdir { child, .. } => {
                 let meta = self.cluster.meta(child.home()).await.map_err(rpc_error)?;
@@ -842,7 +954,11 @@ impl Meta {
     /// objects that belong to no file. Inode ids are never reused, so such an object can never
     /// come to belong to a file later.
     async fn check(&self, repair: bool, referenced: Vec<InodeId>) -> Result<Response, OpError> {
-        let referenced: HashSet<InodeId> = referenced.into_iter().collect();
+        let mut counts: HashMap<InodeId, usize> = HashMap::new();
+        for inode in referenced {
+            *counts.entry(inode).or_default() += 1;
+        }
+        let referenced = counts;
         let map = self
             .cluster
             .refresh()

@@ -375,7 +375,7 @@ fn run_check(f: &Fixture, repair: bool) -> CheckReport {
         repair,
         &[],
         &std::collections::HashSet::new(),
-        &std::collections::HashSet::new(),
+        &std::collections::HashMap::new(),
     )
     .expect("check");
     assert!(garbage.is_empty());

@@ -570,6 +570,20 @@ pub enum MetaRequest {
     },
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
     RemoteReferences,
+    /// Server to server: changes the link count of an inode whose dentry another server adds
+    /// or removes (hard links across servers). Applied once per (coordinator, intent, delta);
+    /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
+    /// keeps it as an orphan while it is open).
+    AdjustLinks {
+        /// The metadata node coordinating the change.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The inode.
+        inode: InodeId,
+        /// +1 for a new dentry, -1 for a removed one.
+        delta: i32,
+    },
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
     Check {

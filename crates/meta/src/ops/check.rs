@@ -54,7 +54,7 @@ pub(crate) fn check(
     repair: bool,
     objects: &[(InodeId, TargetId)],
     open: &HashSet<InodeId>,
-    referenced: &HashSet<InodeId>,
+    referenced: &HashMap<InodeId, usize>,
 ) -> Result<(CheckReport, Vec<(InodeId, TargetId)>), OpError> {
     let mut findings = Findings {
         report: CheckReport {
@@ -204,7 +204,7 @@ fn check_inodes(
     entries: &[Entry],
     home: NodeId,
     open: &HashSet<InodeId>,
-    referenced: &HashSet<InodeId>,
+    referenced: &HashMap<InodeId, usize>,
 ) -> Result<(), OpError> {
     // Entries whose child exists: here, or on its own home (directories placed elsewhere).
     let valid: Vec<&Entry> = entries
@@ -244,10 +244,12 @@ fn check_inodes(
             continue;
         };
         let mut parents = names.get(&id).cloned().unwrap_or_default();
-        if referenced.contains(&inode) {
-            // Named by a dentry on another server: its parent pointer says which directory.
+        // Dentries on other servers that name this inode (a directory placed here, or hard
+        // links); for a directory its parent pointer says which directory holds the name.
+        for _ in 0..referenced.get(&inode).copied().unwrap_or(0) {
             parents.push(record.parent);
         }
+
         if parents.is_empty() && inode != InodeId::ROOT {
             let held = orphans.contains(&id) && open.contains(&inode);
             if !held {

@@ -48,6 +48,15 @@ pub(crate) enum IntentOp {
         name: String,
         child: InodeId,
     },
+    /// A hard link here to an inode elsewhere: the inode's home counts the link first.
+    Link {
+        inode: InodeId,
+        kind_code: u8,
+        new_parent: InodeId,
+        new_name: String,
+    },
+    /// The dentry here is already gone; the inode's home drops the link.
+    Unlink { inode: InodeId },
 }
 
 /// What step (1) leaves to do.
@@ -407,4 +416,226 @@ pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<R
         }
     }
     Ok(Response::Inodes(out))
+}
+
+/// Link step (1) for an inode of another server: checks the name and records the intent.
+pub(crate) fn prepare_link(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    inode: InodeId,
+    kind: FileKind,
+    new_parent: InodeId,
+    new_name: &str,
+) -> Result<Prepared, OpError> {
+    if let Some(answer) = stored(txn, mutation)? {
+        return Ok(Prepared::Answered(answer));
+    }
+    if kind == FileKind::Directory {
+        return Err(OpError::rejected(
+            ErrorCode::NotPermitted,
+            "cannot hard-link a directory",
+        ));
+    }
+    load_parent_for_new(
+        &txn.open_table(INODES)?,
+        &txn.open_table(DENTRIES)?,
+        new_parent,
+        new_name,
+    )?;
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Link {
+            inode,
+            kind_code: crate::store::kind_code(kind),
+            new_parent,
+            new_name: new_name.to_string(),
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Prepared::Intent(id, intent))
+}
+
+/// Link step (3): the inode's home counted the link; insert the dentry, drop the intent, keep
+/// the reply. Returns whether the link must be given back (the name was taken meanwhile).
+pub(crate) fn finish_link(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    attr: &InodeAttr,
+) -> Result<(Result<Response, OpError>, bool), OpError> {
+    let IntentOp::Link {
+        inode,
+        kind_code,
+        new_parent,
+        new_name,
+    } = &intent.op
+    else {
+        return Err(OpError::Store(format!("intent {id} is not a link")));
+    };
+    let present = txn.open_table(INTENTS)?.remove(id)?.is_some();
+    let named = |txn: &WriteTransaction| -> Result<bool, OpError> {
+        Ok(
+            load_dentry(&txn.open_table(DENTRIES)?, *new_parent, new_name)?
+                .is_some_and(|d| d.child == *inode),
+        )
+    };
+    if !present {
+        let outcome = if named(txn)? {
+            Ok(Response::Attr(attr.clone()))
+        } else {
+            Err(OpError::rejected(
+                ErrorCode::Exists,
+                format!("{new_name:?} already exists"),
+            ))
+        };
+        return Ok((outcome, false));
+    }
+    let result = idempotent(txn, intent.mutation, |txn| {
+        let mut inodes = txn.open_table(INODES)?;
+        let mut dentries = txn.open_table(DENTRIES)?;
+        let mut cookies = txn.open_table(COOKIES)?;
+        let mut parent = load_parent_for_new(&inodes, &dentries, *new_parent, new_name)?;
+        insert_dentry(
+            &mut dentries,
+            &mut cookies,
+            *new_parent,
+            &mut parent,
+            new_name,
+            *inode,
+            crate::store::kind_from_code(*kind_code),
+        )?;
+        let timestamp = now();
+        parent.mtime = timestamp;
+        parent.ctime = timestamp;
+        store_inode(&mut inodes, *new_parent, &parent)?;
+        Ok(Response::Attr(attr.clone()))
+    });
+    match result {
+        Err(OpError::Store(message)) => Err(OpError::Store(message)),
+        Err(rejected) => {
+            let ours = named(txn)?;
+            Ok((Err(rejected), !ours))
+        }
+        Ok(response) => Ok((Ok(response), false)),
+    }
+}
+
+/// Unlink step (1) of a dentry here naming an inode elsewhere: removes the dentry and records
+/// the intent in one transaction; `None` when the inode is local (the caller unlinks it
+/// locally).
+pub(crate) fn prepare_unlink(
+    txn: &WriteTransaction,
+    home: NodeId,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+) -> Result<Option<Prepared>, OpError> {
+    if let Some(answer) = stored(txn, mutation)? {
+        return Ok(Some(Prepared::Answered(answer)));
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut parent_record = load_dir(&inodes, parent)?;
+    let Some(dentry) = load_dentry(&dentries, parent, name)? else {
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            format!("{name:?} not found"),
+        ));
+    };
+    if dentry.child.home() == home {
+        return Ok(None);
+    }
+    if dentry.kind == FileKind::Directory {
+        return Err(OpError::rejected(
+            ErrorCode::IsDirectory,
+            format!("{name:?} is a directory"),
+        ));
+    }
+    remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
+    let timestamp = now();
+    parent_record.mtime = timestamp;
+    parent_record.ctime = timestamp;
+    store_inode(&mut inodes, parent, &parent_record)?;
+    drop((inodes, dentries, cookies));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Unlink {
+            inode: dentry.child,
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Some(Prepared::Intent(id, intent)))
+}
+
+/// Unlink step (3): the inode's home dropped the link; drop the intent and keep the reply.
+pub(crate) fn finish_unlink(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+) -> Result<Response, OpError> {
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |_| Ok(Response::Done))
+}
+
+/// On the inode's home: applies a link-count change once per (coordinator, intent, delta).
+pub(crate) fn adjust_links(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    intent: u64,
+    inode: InodeId,
+    delta: i32,
+    is_open: impl Fn(InodeId) -> bool,
+) -> Result<Response, OpError> {
+    // The applied-marker reuses the remote-creation table: (coordinator, intent) for +1,
+    // (coordinator, intent | high bit) for -1, so an undo of a link has its own marker.
+    let key = (
+        coordinator.0,
+        if delta < 0 {
+            intent | (1 << 63)
+        } else {
+            intent
+        },
+    );
+    let mut applied = txn.open_table(REMOTE_CREATED)?;
+    let mut inodes = txn.open_table(INODES)?;
+    let already = applied.get(key)?.is_some();
+    let Some(bytes) = inodes.get(inode.0)? else {
+        if already || delta < 0 {
+            // Gone already: its last link went before.
+            return Ok(Response::Done);
+        }
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            format!("inode {inode} does not exist"),
+        ));
+    };
+    let mut record = InodeRecord::decode(inode.0, bytes.value())?;
+    drop(bytes);
+    if already {
+        return Ok(Response::Attr(record.to_attr(inode)));
+    }
+    if record.is_dir() {
+        return Err(OpError::rejected(
+            ErrorCode::NotPermitted,
+            "cannot hard-link a directory",
+        ));
+    }
+    if delta > 0 && record.nlink == 0 {
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            "the file was removed",
+        ));
+    }
+    applied.insert(key, inode.0)?;
+    drop(applied);
+    if delta > 0 {
+        record.nlink += 1;
+        record.ctime = now();
+        store_inode(&mut inodes, inode, &record)?;
+        return Ok(Response::Attr(record.to_attr(inode)));
+    }
+    let attr = record.to_attr(inode);
+    super::remove::drop_link(txn, &mut inodes, inode, record, is_open(inode))?;
+    Ok(Response::Attr(attr))
 }
