@@ -329,3 +329,70 @@ fn links_across_servers_survive_a_crash_at_every_step() {
         fsck_clean(&cluster);
     }
 }
+
+// Goal: files move between directories on different metadata servers with rename(2), also
+// over an existing file there, and RENAME_NOREPLACE is honoured; a rename that crashes the
+// coordinating server after any step completes after its restart. Method: a directory on each
+// server; plain renames, then fault-injection points on meta-1 (the old name's server).
+#[test]
+fn renames_across_servers() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let (first, second) = dirs_on_both_servers(&cluster, &mnt, "r");
+    fs::write(first.join("a"), b"moving").expect("write");
+    let inode = fs::metadata(first.join("a")).expect("stat").ino();
+    fs::rename(first.join("a"), second.join("a")).expect("rename across servers");
+    assert_eq!(errno(fs::metadata(first.join("a"))), libc::ENOENT);
+    assert_eq!(fs::read(second.join("a")).expect("read"), b"moving");
+    assert_eq!(
+        fs::metadata(second.join("a")).expect("stat").ino(),
+        inode,
+        "the same file, not a copy"
+    );
+    fs::write(first.join("b"), b"replacing").expect("write");
+    fs::rename(first.join("b"), second.join("a")).expect("rename over a file on the other server");
+    assert_eq!(fs::read(second.join("a")).expect("read"), b"replacing");
+    // The moved file's inode stays on meta-1; renaming it within its new directory moves only
+    // its dentry.
+    fs::rename(second.join("a"), second.join("a2")).expect("rename a moved file in place");
+    assert_eq!(fs::read(second.join("a2")).expect("read"), b"replacing");
+    fsck_clean(&cluster);
+
+    for point in ["rename-after-intent", "rename-after-remote"] {
+        let source = first.join(point);
+        let target = second.join(point);
+        fs::write(&source, point.as_bytes()).expect("write");
+        cluster
+            .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
+            .expect("arm");
+        cluster.restart("meta-1").expect("restart armed");
+        cluster.wait_ready().expect("ready");
+        let (from, to) = (source.clone(), target.clone());
+        let worker = std::thread::spawn(move || fs::rename(&from, &to));
+        wait_until(&format!("meta-1 to crash at {point}"), || {
+            cluster.has_exited("meta-1")
+        })
+        .expect("crashed");
+        cluster.set_env("meta-1", &[]).expect("disarm");
+        cluster.restart("meta-1").expect("restart");
+        worker
+            .join()
+            .expect("worker")
+            .unwrap_or_else(|error| panic!("{point}: rename failed: {error}"));
+        assert_eq!(
+            errno(fs::metadata(&source)),
+            libc::ENOENT,
+            "{point}: the old name is gone"
+        );
+        assert_eq!(
+            fs::read(&target).expect("read"),
+            point.as_bytes(),
+            "{point}: the new name has the file"
+        );
+        fsck_clean(&cluster);
+    }
+}

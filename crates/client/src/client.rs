@@ -423,14 +423,6 @@ impl Client {
         new_name: &str,
         flags: RenameFlags,
     ) -> Result<(), ClientError> {
-        if parent.home() != new_parent.home() {
-            return Err(ClientError(RpcError::Remote(
-                weft_proto::error::WireError::new(
-                    ErrorCode::CrossDevice,
-                    "rename between metadata servers is not supported yet",
-                ),
-            )));
-        }
         let (mutation, _guard) = self.begin_mutation();
         self.on_home(parent, |meta| async move {
             meta.rename(mutation, (parent, name), (new_parent, new_name), flags)

@@ -8,9 +8,9 @@ use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remote::{
-    adjust_links, create_dir_inode, finish_link, finish_mkdir, finish_rmdir, finish_unlink,
-    intents, prepare_link, prepare_mkdir, prepare_rmdir, prepare_unlink, remote_references,
-    remove_dir_inode, Intent, IntentOp, Prepared,
+    adjust_links, create_dir_inode, finish_link, finish_mkdir, finish_rename_out, finish_rmdir,
+    finish_unlink, insert_dentry_for, intents, prepare_link, prepare_mkdir, prepare_rename_out,
+    prepare_rmdir, prepare_unlink, remote_references, remove_dir_inode, Intent, IntentOp, Prepared,
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
@@ -377,6 +377,17 @@ impl Meta {
                 new_parent,
                 new_name,
                 flags,
+            } if new_parent.home() != self.node => {
+                self.rename_out(mutation, parent, name, new_parent, new_name, flags)
+                    .await
+            }
+            MetaRequest::Rename {
+                mutation,
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
             } => {
                 let is_open = self.is_open_fn();
                 self.mutate(mutation, move |txn, context| {
@@ -442,6 +453,15 @@ impl Meta {
                 let home = self.node;
                 self.committer
                     .run(Box::new(move |txn| create_dir_inode(txn, home, &request)))
+                    .await
+            }
+            request @ MetaRequest::InsertDentry { .. } => {
+                let home = self.node;
+                let is_open = self.is_open_fn();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        insert_dentry_for(txn, home, &request, is_open)
+                    }))
                     .await
             }
             MetaRequest::AdjustLinks {
@@ -815,6 +835,31 @@ impl Meta {
         }
     }
 
+    /// A rename of a non-directory into a directory on another server (see `ops::remote`).
+    async fn rename_out(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+        new_parent: InodeId,
+        new_name: String,
+        flags: weft_proto::messages::RenameFlags,
+    ) -> Result<Response, OpError> {
+        let prepared = self
+            .committer
+            .run_with(move |txn| {
+                prepare_rename_out(txn, mutation, parent, &name, new_parent, &new_name, flags)
+            })
+            .await?;
+        match prepared {
+            Prepared::Answered(answer) => answer,
+            Prepared::Intent(id, intent) => {
+                weft_service::failpoint::failpoint("rename-after-intent");
+                self.finish_live_intent(id, intent).await
+            }
+        }
+    }
+
     /// Asks the home of `inode` to change its link count for intent `id`.
     async fn adjust_remote_links(
         &self,
@@ -881,6 +926,51 @@ impl Meta {
                     let _ = self.adjust_remote_links(id, *inode, -1).await;
                 }
                 finished
+            }
+            IntentOp::RenameOut {
+                child,
+                kind_code,
+                new_parent,
+                new_name,
+                no_replace,
+                ..
+            } => {
+                let meta = self
+                    .cluster
+                    .meta(new_parent.home())
+                    .await
+                    .map_err(rpc_error)?;
+                let request = MetaRequest::InsertDentry {
+                    coordinator: self.node,
+                    intent: id,
+                    parent: *new_parent,
+                    name: new_name.clone(),
+                    child: *child,
+                    kind: crate::store::kind_from_code(*kind_code),
+                    no_replace: *no_replace,
+                };
+                let outcome = match TARGET_RETRY.run(|| meta.call(request.clone())).await {
+                    Ok(response) => Ok(response),
+                    Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
+                    Err(error) => return Err(rpc_error(error)),
+                };
+                // A replaced victim whose inode lives on another server loses its link there.
+                let outcome = match outcome {
+                    Ok(Response::Inodes(victims)) => {
+                        for victim in victims {
+                            self.adjust_remote_links(id, victim, -1).await?;
+                        }
+                        Ok(Response::Done)
+                    }
+                    other => other,
+                };
+                weft_service::failpoint::failpoint("rename-after-remote");
+                let finishing = intent.clone();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        finish_rename_out(txn, id, &finishing, outcome)
+                    }))
+                    .await
             }
             IntentOp::Unlink { inode } => {
                 self.adjust_remote_links(id, *inode, -1).await?;

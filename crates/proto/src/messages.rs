@@ -570,6 +570,25 @@ pub enum MetaRequest {
     },
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
     RemoteReferences,
+    /// Server to server: inserts a dentry for a rename coordinated by another server (the
+    /// entry's old name is there), replacing a file victim that lives here. Applied once per
+    /// (coordinator, intent).
+    InsertDentry {
+        /// The metadata node coordinating the rename.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The directory of the new name.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// The inode the name will name.
+        child: InodeId,
+        /// Its type.
+        kind: FileKind,
+        /// RENAME_NOREPLACE.
+        no_replace: bool,
+    },
     /// Server to server: changes the link count of an inode whose dentry another server adds
     /// or removes (hard links across servers). Applied once per (coordinator, intent, delta);
     /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
@@ -785,6 +804,8 @@ pub enum Response {
     LockEpoch(u64),
     /// A list of inodes.
     Inodes(Vec<InodeId>),
+    /// Nothing needed doing (a rename onto another name of the same inode).
+    Unchanged,
 }
 
 /// The body of a response frame.

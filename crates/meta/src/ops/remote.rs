@@ -57,6 +57,17 @@ pub(crate) enum IntentOp {
     },
     /// The dentry here is already gone; the inode's home drops the link.
     Unlink { inode: InodeId },
+    /// A rename of a non-directory to a directory on another server: the new name first, then
+    /// the old one goes.
+    RenameOut {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+        kind_code: u8,
+        new_parent: InodeId,
+        new_name: String,
+        no_replace: bool,
+    },
 }
 
 /// What step (1) leaves to do.
@@ -638,4 +649,186 @@ pub(crate) fn adjust_links(
     let attr = record.to_attr(inode);
     super::remove::drop_link(txn, &mut inodes, inode, record, is_open(inode))?;
     Ok(Response::Attr(attr))
+}
+
+/// Rename step (1) to a directory on another server: checks the source and records the intent.
+pub(crate) fn prepare_rename_out(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+    new_parent: InodeId,
+    new_name: &str,
+    flags: weft_proto::messages::RenameFlags,
+) -> Result<Prepared, OpError> {
+    if let Some(answer) = stored(txn, mutation)? {
+        return Ok(Prepared::Answered(answer));
+    }
+    crate::store::check_name(new_name)?;
+    let inodes = txn.open_table(INODES)?;
+    let dentries = txn.open_table(DENTRIES)?;
+    load_dir(&inodes, parent)?;
+    let dentry = load_dentry(&dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    if dentry.kind == FileKind::Directory || flags.exchange {
+        return Err(OpError::rejected(
+            ErrorCode::CrossDevice,
+            "moving directories and exchanging entries across metadata servers is not supported yet",
+        ));
+    }
+    drop((inodes, dentries));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::RenameOut {
+            parent,
+            name: name.to_string(),
+            child: dentry.child,
+            kind_code: crate::store::kind_code(dentry.kind),
+            new_parent,
+            new_name: new_name.to_string(),
+            no_replace: flags.no_replace,
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Prepared::Intent(id, intent))
+}
+
+/// Rename step (2), on the server of the new name: inserts the dentry once per (coordinator,
+/// intent), replacing a file victim; a victim whose inode lives here loses its link here, one
+/// whose inode lives elsewhere is returned (`Inodes`) for the coordinator to drop its link
+/// there. `Unchanged` when the new name already names the inode.
+pub(crate) fn insert_dentry_for(
+    txn: &WriteTransaction,
+    home: NodeId,
+    request: &MetaRequest,
+    is_open: impl Fn(InodeId) -> bool,
+) -> Result<Response, OpError> {
+    let MetaRequest::InsertDentry {
+        coordinator,
+        intent,
+        parent,
+        name,
+        child,
+        kind,
+        no_replace,
+    } = request
+    else {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "not a dentry insertion",
+        ));
+    };
+    crate::store::check_name(name)?;
+    // The marker keeps the replaced victim whose link its own home must drop (0: none).
+    let key = (coordinator.0, *intent | (1 << 62));
+    if let Some(victim) = txn.open_table(REMOTE_CREATED)?.get(key)? {
+        return Ok(victim_response(victim.value()));
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut cookies = txn.open_table(COOKIES)?;
+    let mut parent_record = load_dir(&inodes, *parent)?;
+    if parent_record.nlink == 0 {
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            "the directory was removed",
+        ));
+    }
+    let mut replaced_elsewhere = 0;
+    if let Some(victim) = load_dentry(&dentries, *parent, name)? {
+        if victim.child == *child {
+            return Ok(Response::Unchanged);
+        }
+        if *no_replace {
+            return Err(OpError::rejected(
+                ErrorCode::Exists,
+                format!("{name:?} already exists"),
+            ));
+        }
+        if victim.kind == FileKind::Directory {
+            return Err(OpError::rejected(
+                ErrorCode::IsDirectory,
+                format!("{name:?} is a directory"),
+            ));
+        }
+        remove_dentry(&mut dentries, &mut cookies, *parent, name, victim)?;
+        if victim.child.home() == home {
+            let victim_record = crate::store::load_inode(&inodes, victim.child)?;
+            super::remove::drop_link(
+                txn,
+                &mut inodes,
+                victim.child,
+                victim_record,
+                is_open(victim.child),
+            )?;
+        } else {
+            replaced_elsewhere = victim.child.0;
+        }
+    }
+    insert_dentry(
+        &mut dentries,
+        &mut cookies,
+        *parent,
+        &mut parent_record,
+        name,
+        *child,
+        *kind,
+    )?;
+    let timestamp = now();
+    parent_record.mtime = timestamp;
+    parent_record.ctime = timestamp;
+    store_inode(&mut inodes, *parent, &parent_record)?;
+    drop((inodes, dentries, cookies));
+    txn.open_table(REMOTE_CREATED)?
+        .insert(key, replaced_elsewhere)?;
+    Ok(victim_response(replaced_elsewhere))
+}
+
+/// `Inodes([victim])` when a replaced victim's link must still be dropped at its own home.
+fn victim_response(victim: u64) -> Response {
+    if victim == 0 {
+        Response::Done
+    } else {
+        Response::Inodes(vec![InodeId(victim)])
+    }
+}
+
+/// Rename step (3): the new name exists; the old one goes (unless the other server reported the
+/// new name already named the inode), the intent goes and the reply is kept. With `outcome`
+/// an error of step (2), only the intent goes and the error is the reply.
+pub(crate) fn finish_rename_out(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    outcome: Result<Response, OpError>,
+) -> Result<Response, OpError> {
+    let IntentOp::RenameOut {
+        parent,
+        name,
+        child,
+        ..
+    } = &intent.op
+    else {
+        return Err(OpError::Store(format!("intent {id} is not a rename")));
+    };
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |txn| {
+        if outcome? == Response::Unchanged {
+            return Ok(Response::Done);
+        }
+        let mut inodes = txn.open_table(INODES)?;
+        let mut dentries = txn.open_table(DENTRIES)?;
+        let mut cookies = txn.open_table(COOKIES)?;
+        if let Some(dentry) = load_dentry(&dentries, *parent, name)? {
+            if dentry.child == *child {
+                remove_dentry(&mut dentries, &mut cookies, *parent, name, dentry)?;
+                let mut parent_record = load_dir(&inodes, *parent)?;
+                let timestamp = now();
+                parent_record.mtime = timestamp;
+                parent_record.ctime = timestamp;
+                store_inode(&mut inodes, *parent, &parent_record)?;
+            }
+        }
+        Ok(Response::Done)
+    })
 }

@@ -86,11 +86,22 @@ pub(crate) fn rename(
     let source = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let victim = load_dentry(&dentries, new_parent, new_name)?;
-    if source.child.home() != home || victim.is_some_and(|v| v.child.home() != home) {
+    // A file whose inode lives on another server (after a hard link or a move) can be renamed
+    // here: only its dentry moves. A directory or a replaced victim living elsewhere cannot yet.
+    let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
+    let source_local = source.child.home() == home;
+    if (!source_local && (source_is_dir || flags.exchange))
+        || victim.is_some_and(|v| v.child.home() != home)
+    {
         return Err(cross_server());
     }
-    let source_record = load_inode(&inodes, source.child)?;
-    let source_is_dir = source_record.is_dir();
+    if source_local {
+        debug_assert_eq!(
+            load_inode(&inodes, source.child)?.is_dir(),
+            source_is_dir,
+            "dentry kind matches the inode"
+        );
+    }
 
     if source_is_dir
         && new_parent != parent
@@ -207,12 +218,14 @@ pub(crate) fn rename(
         source_dir.ctime = timestamp;
         store_inode(&mut inodes, parent, &source_dir)?;
     }
-    let mut moved = load_inode(&inodes, source.child)?;
-    moved.ctime = timestamp;
-    if source_is_dir {
-        moved.parent = new_parent.0;
+    if source_local {
+        let mut moved = load_inode(&inodes, source.child)?;
+        moved.ctime = timestamp;
+        if source_is_dir {
+            moved.parent = new_parent.0;
+        }
+        store_inode(&mut inodes, source.child, &moved)?;
     }
-    store_inode(&mut inodes, source.child, &moved)?;
     Ok(Response::Done)
 }
 
