@@ -15,6 +15,26 @@ use weft_proto::messages::{Reply, Request};
 /// Frames queued for one connection's writer before callers wait.
 const WRITE_QUEUE_FRAMES_MAX: usize = 256;
 
+/// Idle time before the first keepalive probe: a peer that vanished without closing (power
+/// off, cut link) is noticed within seconds, not at the kernel's two-hour default.
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+/// Interval between keepalive probes.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+/// Unanswered probes before the connection is dropped.
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// Sets the socket options every Weft connection uses: no Nagle delay, fast keepalives.
+pub(crate) fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_RETRIES);
+    if let Err(error) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+        tracing::debug!(%error, "cannot set TCP keepalive");
+    }
+}
+
 /// A frame ready to be written.
 pub(crate) struct OutFrame {
     pub header: [u8; FRAME_HEADER_BYTES],
@@ -123,7 +143,7 @@ pub(crate) struct ClientConnection {
 
 impl ClientConnection {
     pub(crate) fn start(stream: TcpStream) -> ClientConnection {
-        let _ = stream.set_nodelay(true);
+        tune(&stream);
         let (reader, writer) = stream.into_split();
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();

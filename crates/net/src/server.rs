@@ -49,7 +49,7 @@ pub async fn serve<H: Handler>(
 }
 
 async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
-    let _ = stream.set_nodelay(true);
+    crate::connection::tune(&stream);
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
