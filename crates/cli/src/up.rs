@@ -89,6 +89,7 @@ async fn up(args: UpArgs) -> Result<()> {
         listen: mgmt.clone(),
         node_offline_timeout_ms: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_MS_DEFAULT,
         session_timeout_ms: weft_mgmt::config::SESSION_TIMEOUT_MS_DEFAULT,
+        rename_lock_lease_ms: weft_mgmt::config::RENAME_LOCK_LEASE_MS_DEFAULT,
     };
     let stopping = shutdown();
     services.push((

@@ -24,7 +24,8 @@ fn fsck_clean(cluster: &LocalCluster) {
 }
 
 // Goal: with three metadata servers, new directories spread over all of them, files live with
-// their directory, and everyday operations work the same whichever server holds what.
+// their directory, and everyday operations — directory moves included — work the same
+// whichever server holds what.
 // Method: make directories and files through the mount and read `weft entry info`.
 #[test]
 fn directories_spread_over_metadata_servers() {
@@ -83,20 +84,28 @@ fn directories_spread_over_metadata_servers() {
         fs::remove_dir(&dir).expect("rmdir");
         assert_eq!(errno(fs::metadata(&dir)), libc::ENOENT);
     }
-    // A directory that lives on another server than its dentry cannot be renamed in place yet:
-    // EXDEV, on which mv copies it.
+    // A directory that lives on another server than its dentry moves like any other.
     let tree = mnt.join("tree");
     fs::create_dir(&tree).expect("mkdir");
     let remote = wait_for_remote_child(&cluster, &tree);
     fs::write(remote.join("leaf"), b"leaf").expect("file in the remote directory");
-    assert_eq!(errno(fs::rename(&remote, mnt.join("renamed"))), libc::EXDEV);
-    let status = std::process::Command::new("mv")
-        .arg(&remote)
-        .arg(mnt.join("renamed"))
-        .status()
-        .expect("mv");
-    assert!(status.success(), "mv falls back to copying");
-    assert_eq!(fs::read(mnt.join("renamed/leaf")).expect("copied"), b"leaf");
+    let links_before = fs::metadata(&tree).expect("stat").nlink();
+    fs::rename(&remote, mnt.join("renamed")).expect("rename a directory living elsewhere");
+    assert_eq!(
+        fs::read(mnt.join("renamed/leaf")).expect("moved with its contents"),
+        b"leaf"
+    );
+    assert_eq!(
+        fs::metadata(&tree).expect("stat").nlink(),
+        links_before - 1,
+        "the old parent lost a link"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        fs::metadata(mnt.join("renamed/..")).expect("stat").ino(),
+        fs::metadata(&mnt).expect("stat").ino(),
+        "`..` follows the move"
+    );
     fsck_clean(&cluster);
 }
 
@@ -393,6 +402,90 @@ fn renames_across_servers() {
             point.as_bytes(),
             "{point}: the new name has the file"
         );
+        fsck_clean(&cluster);
+    }
+}
+
+// Goal: directories move between metadata servers; a move into the directory's own subtree is
+// refused even when the chain of parents crosses servers; two concurrent moves that together
+// would make a loop cannot both succeed (the cluster-wide rename lock); and a move completes
+// when its coordinator crashes after any step. Method: directories on two servers, plain and
+// concurrent renames, fault-injection points on meta-1; fsck after each.
+#[test]
+fn directories_move_across_servers() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let (first, second) = dirs_on_both_servers(&cluster, &mnt, "m");
+    fs::create_dir(first.join("a")).expect("mkdir");
+    fs::write(first.join("a/file"), b"inside").expect("write");
+    let second_links = fs::metadata(&second).expect("stat").nlink();
+    fs::rename(first.join("a"), second.join("a")).expect("move a directory across servers");
+    assert_eq!(fs::read(second.join("a/file")).expect("read"), b"inside");
+    assert_eq!(
+        fs::metadata(&second).expect("stat").nlink(),
+        second_links + 1
+    );
+    assert_eq!(
+        fs::metadata(second.join("a/..")).expect("stat").ino(),
+        fs::metadata(&second).expect("stat").ino()
+    );
+    assert_eq!(
+        errno(fs::rename(&second, second.join("a/inside"))),
+        libc::EINVAL,
+        "no move into its own subtree"
+    );
+    fsck_clean(&cluster);
+
+    // Two moves that would make a loop together: at most one wins.
+    let (x, y) = dirs_on_both_servers(&cluster, &mnt, "loop");
+    let (x2, y2) = (x.clone(), y.clone());
+    let one = std::thread::spawn(move || fs::rename(&x2, y2.join("x")));
+    let (x3, y3) = (x.clone(), y.clone());
+    let two = std::thread::spawn(move || fs::rename(&y3, x3.join("y")));
+    let results = [one.join().expect("one"), two.join().expect("two")];
+    assert!(
+        results.iter().filter(|r| r.is_ok()).count() <= 1,
+        "both moves succeeded: {results:?}"
+    );
+    fsck_clean(&cluster);
+
+    for point in ["rename-after-intent", "rename-after-remote"] {
+        let (from, to) = dirs_on_both_servers(&cluster, &mnt, point);
+        let moving = from.join("moving");
+        fs::create_dir(&moving).expect("mkdir");
+        fs::write(moving.join("f"), point.as_bytes()).expect("write");
+        let coordinator = if metadata_node(&cluster, &from).starts_with("meta-2") {
+            "meta-2"
+        } else {
+            "meta-1"
+        };
+        cluster
+            .set_env(coordinator, &[("WEFT_FAILPOINTS", point)])
+            .expect("arm");
+        cluster.restart(coordinator).expect("restart armed");
+        cluster.wait_ready().expect("ready");
+        let (source, target) = (moving.clone(), to.join("moved"));
+        let worker = std::thread::spawn(move || fs::rename(&source, &target));
+        wait_until(&format!("{coordinator} to crash at {point}"), || {
+            cluster.has_exited(coordinator)
+        })
+        .expect("crashed");
+        cluster.set_env(coordinator, &[]).expect("disarm");
+        cluster.restart(coordinator).expect("restart");
+        worker
+            .join()
+            .expect("worker")
+            .unwrap_or_else(|error| panic!("{point}: move failed: {error}"));
+        assert_eq!(
+            fs::read(to.join("moved/f")).expect("read"),
+            point.as_bytes(),
+            "{point}"
+        );
+        assert_eq!(errno(fs::metadata(&moving)), libc::ENOENT, "{point}");
         fsck_clean(&cluster);
     }
 }

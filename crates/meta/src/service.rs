@@ -10,7 +10,8 @@ use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remote::{
     adjust_links, create_dir_inode, finish_link, finish_mkdir, finish_rename_out, finish_rmdir,
     finish_unlink, insert_dentry_for, intents, prepare_link, prepare_mkdir, prepare_rename_out,
-    prepare_rmdir, prepare_unlink, remote_references, remove_dir_inode, Intent, IntentOp, Prepared,
+    prepare_rmdir, prepare_unlink, remote_references, remove_dir_inode, set_parent, Intent,
+    IntentOp, Prepared,
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
@@ -45,6 +46,11 @@ fn rpc_error(error: weft_net::RpcError) -> OpError {
         other => OpError::Rejected(WireError::new(ErrorCode::Unavailable, other.to_string())),
     }
 }
+
+/// Longest a directory rename waits for the cluster-wide rename lock.
+const RENAME_LOCK_WAIT: Duration = Duration::from_secs(45);
+/// Most directory levels walked when checking a directory move for a loop.
+const PATH_DEPTH_MAX: usize = 4096;
 
 /// Retries of a truncate or removal on a target before the work is left to the worker loop.
 const TARGET_RETRY: RetryPolicy = RetryPolicy {
@@ -377,34 +383,14 @@ impl Meta {
                 new_parent,
                 new_name,
                 flags,
-            } if new_parent.home() != self.node => {
-                self.rename_out(mutation, parent, name, new_parent, new_name, flags)
+            } => {
+                self.rename(mutation, parent, name, new_parent, new_name, flags)
                     .await
             }
-            MetaRequest::Rename {
-                mutation,
-                parent,
-                name,
-                new_parent,
-                new_name,
-                flags,
-            } => {
-                let is_open = self.is_open_fn();
-                self.mutate(mutation, move |txn, context| {
-                    rename(
-                        txn,
-                        RenameArgs {
-                            home: context.home,
-                            parent,
-                            name: &name,
-                            new_parent,
-                            new_name: &new_name,
-                            flags,
-                        },
-                        is_open,
-                    )
-                })
-                .await
+            MetaRequest::SetParent { inode, parent } => {
+                self.committer
+                    .run(Box::new(move |txn| set_parent(txn, inode, parent)))
+                    .await
             }
             MetaRequest::SetAttr {
                 mutation,
@@ -835,6 +821,129 @@ impl Meta {
         }
     }
 
+    /// rename: local in one transaction, or across servers with an intent. A directory moving
+    /// to another parent takes the cluster-wide rename lock from management first and walks the
+    /// new parent's ancestors (across servers) to refuse a move into its own subtree; the lock
+    /// keeps two such moves on different servers from making a loop together.
+    async fn rename(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+        new_parent: InodeId,
+        new_name: String,
+        flags: weft_proto::messages::RenameFlags,
+    ) -> Result<Response, OpError> {
+        let source = self
+            .read(|txn| {
+                crate::store::load_dentry(&txn.open_table(crate::store::DENTRIES)?, parent, &name)
+            })
+            .ok()
+            .flatten();
+        let moved_dir = source.filter(|d| d.kind == FileKind::Directory && parent != new_parent);
+        let Some(moved_dir) = moved_dir else {
+            return if new_parent.home() != self.node {
+                self.rename_out(mutation, parent, name, new_parent, new_name, flags)
+                    .await
+            } else {
+                self.rename_local(mutation, parent, name, new_parent, new_name, flags, false)
+                    .await
+            };
+        };
+        let token: u64 = rand::random();
+        let mgmt = self.cluster.mgmt();
+        let started = std::time::Instant::now();
+        loop {
+            match mgmt.acquire_rename_lock(self.node, token).await {
+                Ok(()) => break,
+                Err(error) if started.elapsed() < RENAME_LOCK_WAIT => {
+                    tracing::debug!(%error, "waiting for the rename lock");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => return Err(rpc_error(error)),
+            }
+        }
+        let result = async {
+            if self
+                .is_ancestor_anywhere(moved_dir.child, new_parent)
+                .await?
+            {
+                return Err(OpError::rejected(
+                    ErrorCode::InvalidArgument,
+                    "cannot move a directory into its own subtree",
+                ));
+            }
+            if new_parent.home() != self.node || moved_dir.child.home() != self.node {
+                self.rename_out(mutation, parent, name, new_parent, new_name, flags)
+                    .await
+            } else {
+                self.rename_local(mutation, parent, name, new_parent, new_name, flags, true)
+                    .await
+            }
+        }
+        .await;
+        if let Err(error) = mgmt.release_rename_lock(token).await {
+            tracing::warn!(%error, "could not release the rename lock; its lease will end it");
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn rename_local(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+        new_parent: InodeId,
+        new_name: String,
+        flags: weft_proto::messages::RenameFlags,
+        ancestry_checked: bool,
+    ) -> Result<Response, OpError> {
+        let is_open = self.is_open_fn();
+        self.mutate(mutation, move |txn, context| {
+            let args = RenameArgs {
+                home: context.home,
+                ancestry_checked,
+                parent,
+                name: &name,
+                new_parent,
+                new_name: &new_name,
+                flags,
+            };
+            rename(txn, args, is_open)
+        })
+        .await
+    }
+
+    /// Whether `ancestor` is `dir` or above it, following parent pointers across servers.
+    async fn is_ancestor_anywhere(
+        &self,
+        ancestor: InodeId,
+        mut dir: InodeId,
+    ) -> Result<bool, OpError> {
+        for _ in 0..PATH_DEPTH_MAX {
+            if dir == ancestor {
+                return Ok(true);
+            }
+            if dir == InodeId::ROOT {
+                return Ok(false);
+            }
+            let attr = if dir.home() == self.node {
+                self.read(|txn| get_attr(txn, dir))?
+            } else {
+                self.remote_attr(dir).await?
+            };
+            let Response::Attr(attr) = attr else {
+                return Err(OpError::Store("attributes expected".into()));
+            };
+            dir = attr.parent;
+        }
+        Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "directory tree too deep",
+        ))
+    }
+
     /// A rename of a non-directory into a directory on another server (see `ops::remote`).
     async fn rename_out(
         &self,
@@ -964,6 +1073,18 @@ impl Meta {
                     }
                     other => other,
                 };
+                if *kind_code == crate::store::kind_code(FileKind::Directory) {
+                    // The moved directory's parent pointer follows its dentry.
+                    let home_of_dir = self.cluster.meta(child.home()).await.map_err(rpc_error)?;
+                    let request = MetaRequest::SetParent {
+                        inode: *child,
+                        parent: *new_parent,
+                    };
+                    TARGET_RETRY
+                        .run(|| home_of_dir.call(request.clone()))
+                        .await
+                        .map_err(rpc_error)?;
+                }
                 weft_service::failpoint::failpoint("rename-after-remote");
                 let finishing = intent.clone();
                 self.committer

@@ -139,6 +139,7 @@ impl InodeRecord {
             truncate_generation: self.truncate_generation,
             layout: self.layout.clone(),
             pattern: self.pattern,
+            parent: InodeId(self.parent),
         }
     }
 

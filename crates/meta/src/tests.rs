@@ -291,6 +291,7 @@ async fn rename_checks() {
                 txn,
                 RenameArgs {
                     home: NodeId(1),
+                    ancestry_checked: false,
                     parent: InodeId::ROOT,
                     name: "a",
                     new_parent: b.inode,
@@ -309,6 +310,7 @@ async fn rename_checks() {
                 txn,
                 RenameArgs {
                     home: NodeId(1),
+                    ancestry_checked: false,
                     parent: InodeId::ROOT,
                     name: "file",
                     new_parent: InodeId::ROOT,

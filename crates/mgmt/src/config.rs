@@ -23,6 +23,17 @@ pub struct MgmtConfig {
     /// A client session silent this long has expired: servers drop its locks and opens.
     #[serde(default = "default_session_timeout")]
     pub session_timeout_ms: u64,
+    /// The directory-rename lock is taken back from a holder that did not release it (it
+    /// crashed) after this long.
+    #[serde(default = "default_rename_lock_lease")]
+    pub rename_lock_lease_ms: u64,
+}
+
+/// Default lease of the directory-rename lock.
+pub const RENAME_LOCK_LEASE_MS_DEFAULT: u64 = 30_000;
+
+fn default_rename_lock_lease() -> u64 {
+    RENAME_LOCK_LEASE_MS_DEFAULT
 }
 
 /// Default time without a heartbeat after which a client session expires.

@@ -31,6 +31,9 @@ struct Mgmt {
     started: Instant,
     offline_timeout: Duration,
     session_timeout: Duration,
+    /// The directory-rename lock: (token, holder, lease end).
+    rename_lock: Mutex<Option<(u64, NodeId, Instant)>>,
+    rename_lock_lease: Duration,
 }
 
 /// Runs management until `shutdown` completes.
@@ -53,6 +56,8 @@ pub async fn run(
         started: Instant::now(),
         offline_timeout: Duration::from_millis(config.node_offline_timeout_ms),
         session_timeout: Duration::from_millis(config.session_timeout_ms),
+        rename_lock: Mutex::new(None),
+        rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
     });
     tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "management serving");
     weft_net::serve(listener, mgmt, shutdown).await;
@@ -178,6 +183,28 @@ impl Mgmt {
                         format!("client session {client} is unknown"),
                     ))
                 }
+            }
+            MgmtRequest::AcquireRenameLock { holder, token } => {
+                let mut lock = self.rename_lock.lock().expect("rename lock poisoned");
+                match *lock {
+                    Some((held, by, until)) if held != token && Instant::now() < until => {
+                        Err(WireError::new(
+                            ErrorCode::WouldBlock,
+                            format!("metadata node {by} holds the rename lock"),
+                        ))
+                    }
+                    _ => {
+                        *lock = Some((token, holder, Instant::now() + self.rename_lock_lease));
+                        Ok(Response::Done)
+                    }
+                }
+            }
+            MgmtRequest::ReleaseRenameLock { token } => {
+                let mut lock = self.rename_lock.lock().expect("rename lock poisoned");
+                if lock.is_some_and(|(held, _, _)| held == token) {
+                    *lock = None;
+                }
+                Ok(Response::Done)
             }
             MgmtRequest::GetClusterMap => {
                 Ok(Response::ClusterMap(self.cluster_map().map_err(internal)?))

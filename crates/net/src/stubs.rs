@@ -127,6 +127,26 @@ impl MgmtClient {
         expect_response!(self.rpc, response, Response::Done => ())
     }
 
+    /// Takes the cluster-wide directory-rename lock; `WouldBlock` while another holds it.
+    ///
+    /// # Errors
+    /// `WouldBlock`, or [`RpcError`] when management is unreachable.
+    pub async fn acquire_rename_lock(&self, holder: NodeId, token: u64) -> Result<(), RpcError> {
+        let response = self
+            .call(MgmtRequest::AcquireRenameLock { holder, token })
+            .await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Gives the rename lock back.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable.
+    pub async fn release_rename_lock(&self, token: u64) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::ReleaseRenameLock { token }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
     /// Fetches the node and target maps.
     ///
     /// # Errors

@@ -178,6 +178,20 @@ pub enum MgmtRequest {
     },
     /// Asks for the node and target maps.
     GetClusterMap,
+    /// Takes (or renews) the cluster-wide lock that serializes directory renames between
+    /// directories, so two of them on different metadata servers cannot make a loop. Granted
+    /// when free, when its lease ran out, or to the same token.
+    AcquireRenameLock {
+        /// The metadata node asking.
+        holder: NodeId,
+        /// Names this acquisition.
+        token: u64,
+    },
+    /// Gives the rename lock back.
+    ReleaseRenameLock {
+        /// The token it was taken with.
+        token: u64,
+    },
 }
 
 /// Identifies a mutating metadata request so a retry gets the original answer.
@@ -278,6 +292,8 @@ pub struct InodeAttr {
     pub layout: Option<FileLayout>,
     /// A directory's pattern.
     pub pattern: Option<StripePattern>,
+    /// A directory's parent (the root's is itself); zero for other kinds.
+    pub parent: InodeId,
 }
 
 /// Attribute changes of a setattr.
@@ -588,6 +604,14 @@ pub enum MetaRequest {
         kind: FileKind,
         /// RENAME_NOREPLACE.
         no_replace: bool,
+    },
+    /// Server to server: points a directory at its new parent after a rename moved its dentry.
+    /// Idempotent.
+    SetParent {
+        /// The directory.
+        inode: InodeId,
+        /// Its new parent.
+        parent: InodeId,
     },
     /// Server to server: changes the link count of an inode whose dentry another server adds
     /// or removes (hard links across servers). Applied once per (coordinator, intent, delta);

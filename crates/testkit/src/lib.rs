@@ -139,6 +139,8 @@ impl LocalCluster {
                 "node_offline_timeout_ms=4000".into(),
                 "--set".into(),
                 "session_timeout_ms=3000".into(),
+                "--set".into(),
+                "rename_lock_lease_ms=2000".into(),
             ],
         )?;
         for index in 1..=spec.meta {

@@ -670,10 +670,10 @@ pub(crate) fn prepare_rename_out(
     load_dir(&inodes, parent)?;
     let dentry = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    if dentry.kind == FileKind::Directory || flags.exchange {
+    if flags.exchange {
         return Err(OpError::rejected(
             ErrorCode::CrossDevice,
-            "moving directories and exchanging entries across metadata servers is not supported yet",
+            "exchanging entries across metadata servers is not supported yet",
         ));
     }
     drop((inodes, dentries));
@@ -751,6 +751,12 @@ pub(crate) fn insert_dentry_for(
                 format!("{name:?} is a directory"),
             ));
         }
+        if *kind == FileKind::Directory {
+            return Err(OpError::rejected(
+                ErrorCode::CrossDevice,
+                "moving a directory over an entry on another metadata server is not supported yet",
+            ));
+        }
         remove_dentry(&mut dentries, &mut cookies, *parent, name, victim)?;
         if victim.child.home() == home {
             let victim_record = crate::store::load_inode(&inodes, victim.child)?;
@@ -774,6 +780,10 @@ pub(crate) fn insert_dentry_for(
         *child,
         *kind,
     )?;
+    if *kind == FileKind::Directory {
+        // The moved directory's `..` now names this directory.
+        parent_record.nlink += 1;
+    }
     let timestamp = now();
     parent_record.mtime = timestamp;
     parent_record.ctime = timestamp;
@@ -806,6 +816,7 @@ pub(crate) fn finish_rename_out(
         parent,
         name,
         child,
+        kind_code,
         ..
     } = &intent.op
     else {
@@ -823,6 +834,9 @@ pub(crate) fn finish_rename_out(
             if dentry.child == *child {
                 remove_dentry(&mut dentries, &mut cookies, *parent, name, dentry)?;
                 let mut parent_record = load_dir(&inodes, *parent)?;
+                if *kind_code == crate::store::kind_code(FileKind::Directory) {
+                    parent_record.nlink = parent_record.nlink.saturating_sub(1);
+                }
                 let timestamp = now();
                 parent_record.mtime = timestamp;
                 parent_record.ctime = timestamp;
@@ -831,4 +845,24 @@ pub(crate) fn finish_rename_out(
         }
         Ok(Response::Done)
     })
+}
+
+/// On a directory's home: points it at its new parent (idempotent; a removed one is left).
+pub(crate) fn set_parent(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    parent: InodeId,
+) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let Some(bytes) = inodes.get(inode.0)? else {
+        return Ok(Response::Done);
+    };
+    let mut record = InodeRecord::decode(inode.0, bytes.value())?;
+    drop(bytes);
+    if record.is_dir() && record.parent != parent.0 {
+        record.parent = parent.0;
+        record.ctime = now();
+        store_inode(&mut inodes, inode, &record)?;
+    }
+    Ok(Response::Done)
 }

@@ -51,6 +51,9 @@ fn cross_server() -> OpError {
 pub(crate) struct RenameArgs<'a> {
     /// This metadata server.
     pub home: weft_proto::NodeId,
+    /// The caller walked the new parent's ancestors across servers under the cluster rename
+    /// lock and found no loop.
+    pub ancestry_checked: bool,
     pub parent: InodeId,
     pub name: &'a str,
     pub new_parent: InodeId,
@@ -65,6 +68,7 @@ pub(crate) fn rename(
 ) -> Result<Response, OpError> {
     let RenameArgs {
         home,
+        ancestry_checked,
         parent,
         name,
         new_parent,
@@ -90,7 +94,7 @@ pub(crate) fn rename(
     // here: only its dentry moves. A directory or a replaced victim living elsewhere cannot yet.
     let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
     let source_local = source.child.home() == home;
-    if (!source_local && (source_is_dir || flags.exchange))
+    if (!source_local && ((source_is_dir && new_parent != parent) || flags.exchange))
         || victim.is_some_and(|v| v.child.home() != home)
     {
         return Err(cross_server());
@@ -105,6 +109,7 @@ pub(crate) fn rename(
 
     if source_is_dir
         && new_parent != parent
+        && !ancestry_checked
         && is_ancestor(&inodes, home, source.child, new_parent)?
     {
         return Err(OpError::rejected(
