@@ -734,13 +734,7 @@ impl Meta {
                 prepare_mkdir(txn, coordinator, mutation, parent, &name, &new, home)
             })
             .await?;
-        match prepared {
-            Prepared::Answered(answer) => answer,
-            Prepared::Intent(id, intent) => {
-                weft_service::failpoint::failpoint("mkdir-after-intent");
-                self.finish_live_intent(id, intent).await
-            }
-        }
+        self.drive(prepared, "mkdir-after-intent").await
     }
 
     /// rmdir: local in one transaction, or with an intent when the directory lives elsewhere.
@@ -761,11 +755,7 @@ impl Meta {
                 self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
                     .await
             }
-            Some(Prepared::Answered(answer)) => answer,
-            Some(Prepared::Intent(id, intent)) => {
-                weft_service::failpoint::failpoint("rmdir-after-intent");
-                self.finish_live_intent(id, intent).await
-            }
+            Some(prepared) => self.drive(prepared, "rmdir-after-intent").await,
         }
     }
 
@@ -785,13 +775,7 @@ impl Meta {
             .committer
             .run_with(move |txn| prepare_link(txn, mutation, inode, kind, new_parent, &new_name))
             .await?;
-        match prepared {
-            Prepared::Answered(answer) => answer,
-            Prepared::Intent(id, intent) => {
-                weft_service::failpoint::failpoint("link-after-intent");
-                self.finish_live_intent(id, intent).await
-            }
-        }
+        self.drive(prepared, "link-after-intent").await
     }
 
     /// unlink: local in one transaction, or with an intent when the inode lives elsewhere.
@@ -813,11 +797,7 @@ impl Meta {
                 self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
                     .await
             }
-            Some(Prepared::Answered(answer)) => answer,
-            Some(Prepared::Intent(id, intent)) => {
-                weft_service::failpoint::failpoint("unlink-after-intent");
-                self.finish_live_intent(id, intent).await
-            }
+            Some(prepared) => self.drive(prepared, "unlink-after-intent").await,
         }
     }
 
@@ -960,13 +940,7 @@ impl Meta {
                 prepare_rename_out(txn, mutation, parent, &name, new_parent, &new_name, flags)
             })
             .await?;
-        match prepared {
-            Prepared::Answered(answer) => answer,
-            Prepared::Intent(id, intent) => {
-                weft_service::failpoint::failpoint("rename-after-intent");
-                self.finish_live_intent(id, intent).await
-            }
-        }
+        self.drive(prepared, "rename-after-intent").await
     }
 
     /// Asks the home of `inode` to change its link count for intent `id`.
@@ -1115,6 +1089,18 @@ impl Meta {
                         finish_rmdir(txn, id, &finishing, outcome)
                     }))
                     .await
+            }
+        }
+    }
+
+    /// Answers a prepared cross-server operation: a retry gets its stored reply; a new intent
+    /// runs its remaining steps (`failpoint` names the crash point right after the intent).
+    async fn drive(&self, prepared: Prepared, failpoint: &str) -> Result<Response, OpError> {
+        match prepared {
+            Prepared::Answered(answer) => answer,
+            Prepared::Intent(id, intent) => {
+                weft_service::failpoint::failpoint(failpoint);
+                self.finish_live_intent(id, intent).await
             }
         }
     }
