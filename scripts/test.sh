@@ -9,6 +9,9 @@ missing=()
 command -v fio >/dev/null 2>&1 || missing+=(fio)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v umount >/dev/null 2>&1 || missing+=(mount)
+command -v setfacl >/dev/null 2>&1 || missing+=(acl)
+command -v getfattr >/dev/null 2>&1 || missing+=(attr)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
