@@ -123,6 +123,12 @@ impl InodeRecord {
         }
     }
 
+    /// Marks the data (for a directory: the entries) and the attributes changed at `at`.
+    pub fn touch(&mut self, at: Timestamp) {
+        self.mtime = at;
+        self.ctime = at;
+    }
+
     pub fn to_attr(&self, inode: InodeId) -> InodeAttr {
         InodeAttr {
             inode,

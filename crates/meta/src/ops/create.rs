@@ -152,8 +152,7 @@ pub(crate) fn create(
     if is_dir {
         parent.nlink += 1;
     }
-    parent.mtime = timestamp;
-    parent.ctime = timestamp;
+    parent.touch(timestamp);
     store_inode(&mut inodes, entry.parent, &parent)?;
     Ok(Response::Attr(record.to_attr(inode)))
 }
@@ -205,8 +204,7 @@ pub(crate) fn link(
         inode,
         record.kind,
     )?;
-    parent.mtime = timestamp;
-    parent.ctime = timestamp;
+    parent.touch(timestamp);
     store_inode(&mut inodes, new_parent, &parent)?;
     record.nlink += 1;
     record.ctime = timestamp;

@@ -247,12 +247,8 @@ pub(crate) fn create_dir_inode(
     Ok(Response::Attr(record.to_attr(inode)))
 }
 
-/// mkdir step (3): inserts the dentry naming the remote inode, drops the intent and keeps the
-/// reply. Returns the reply and whether the remote inode must be taken back: only when this
-/// call found the intent and the name taken by another entry. An intent already gone was
-/// finished by another pass (a live request and recovery may race): its outcome stands, and
-/// the reply follows from the dentry — never a rollback, which could remove an inode the
-/// dentry names.
+/// mkdir step (3): inserts the dentry naming the remote inode (see [`finish_new_name`]);
+/// the flag says whether the remote inode must be taken back.
 pub(crate) fn finish_mkdir(
     txn: &WriteTransaction,
     id: u64,
@@ -262,48 +258,71 @@ pub(crate) fn finish_mkdir(
     let IntentOp::Mkdir { parent, name, .. } = &intent.op else {
         return Err(OpError::Store(format!("intent {id} is not a mkdir")));
     };
-    let present = txn.open_table(INTENTS)?.remove(id)?.is_some();
-    if !present {
-        let named = load_dentry(&txn.open_table(DENTRIES)?, *parent, name)?;
-        let outcome = match named {
-            Some(dentry) if dentry.child == attr.inode => Ok(Response::Attr(attr.clone())),
-            _ => Err(OpError::rejected(
+    finish_new_name(
+        txn,
+        id,
+        intent.mutation,
+        (*parent, name),
+        FileKind::Directory,
+        attr,
+    )
+}
+
+/// The last step of a mkdir or link across servers: names `attr.inode` as `name` in `parent`,
+/// drops intent `id` and keeps the reply. Returns the reply and whether the other server's
+/// work (the inode, or the counted link) must be taken back: only when this call found the
+/// intent and the name taken by another entry. An intent already gone was finished by another
+/// pass (a live request and recovery may race): its outcome stands, and the reply follows from
+/// the dentry — never a take-back, which could undo what a dentry names.
+fn finish_new_name(
+    txn: &WriteTransaction,
+    id: u64,
+    mutation: MutationId,
+    (parent, name): (InodeId, &str),
+    kind: FileKind,
+    attr: &InodeAttr,
+) -> Result<(Result<Response, OpError>, bool), OpError> {
+    let ours = |txn: &WriteTransaction| -> Result<bool, OpError> {
+        Ok(load_dentry(&txn.open_table(DENTRIES)?, parent, name)?
+            .is_some_and(|d| d.child == attr.inode))
+    };
+    if txn.open_table(INTENTS)?.remove(id)?.is_none() {
+        let outcome = if ours(txn)? {
+            Ok(Response::Attr(attr.clone()))
+        } else {
+            Err(OpError::rejected(
                 ErrorCode::Exists,
                 format!("{name:?} already exists"),
-            )),
+            ))
         };
         return Ok((outcome, false));
     }
-    let result = idempotent(txn, intent.mutation, |txn| {
+    let result = idempotent(txn, mutation, |txn| {
         let mut inodes = txn.open_table(INODES)?;
         let mut dentries = txn.open_table(DENTRIES)?;
         let mut cookies = txn.open_table(COOKIES)?;
-        let mut parent_record = load_parent_for_new(&inodes, &dentries, *parent, name)?;
+        let mut parent_record = load_parent_for_new(&inodes, &dentries, parent, name)?;
         insert_dentry(
             &mut dentries,
             &mut cookies,
-            *parent,
+            parent,
             &mut parent_record,
             name,
             attr.inode,
-            FileKind::Directory,
+            kind,
         )?;
+        if kind == FileKind::Directory {
+            parent_record.nlink += 1;
+        }
         let timestamp = now();
-        parent_record.nlink += 1;
-        parent_record.mtime = timestamp;
-        parent_record.ctime = timestamp;
-        store_inode(&mut inodes, *parent, &parent_record)?;
+        parent_record.touch(timestamp);
+        store_inode(&mut inodes, parent, &parent_record)?;
         Ok(Response::Attr(attr.clone()))
     });
     match result {
         Err(OpError::Store(message)) => Err(OpError::Store(message)),
-        Err(rejected) => {
-            // Taken back only if no dentry names it (a stored reply could say Exists for a
-            // request whose dentry is ours).
-            let named = load_dentry(&txn.open_table(DENTRIES)?, *parent, name)?;
-            let ours = named.is_some_and(|dentry| dentry.child == attr.inode);
-            Ok((Err(rejected), !ours))
-        }
+        // A stored reply may say Exists for a request whose dentry is ours: no take-back then.
+        Err(rejected) => Ok((Err(rejected), !ours(txn)?)),
         Ok(response) => Ok((Ok(response), false)),
     }
 }
@@ -407,8 +426,7 @@ pub(crate) fn finish_rmdir(
             let mut parent_record = load_dir(&inodes, *parent)?;
             let timestamp = now();
             parent_record.nlink = parent_record.nlink.saturating_sub(1);
-            parent_record.mtime = timestamp;
-            parent_record.ctime = timestamp;
+            parent_record.touch(timestamp);
             store_inode(&mut inodes, *parent, &parent_record)?;
         }
         Ok(Response::Done)
@@ -483,52 +501,19 @@ pub(crate) fn finish_link(
     else {
         return Err(OpError::Store(format!("intent {id} is not a link")));
     };
-    let present = txn.open_table(INTENTS)?.remove(id)?.is_some();
-    let named = |txn: &WriteTransaction| -> Result<bool, OpError> {
-        Ok(
-            load_dentry(&txn.open_table(DENTRIES)?, *new_parent, new_name)?
-                .is_some_and(|d| d.child == *inode),
-        )
-    };
-    if !present {
-        let outcome = if named(txn)? {
-            Ok(Response::Attr(attr.clone()))
-        } else {
-            Err(OpError::rejected(
-                ErrorCode::Exists,
-                format!("{new_name:?} already exists"),
-            ))
-        };
-        return Ok((outcome, false));
-    }
-    let result = idempotent(txn, intent.mutation, |txn| {
-        let mut inodes = txn.open_table(INODES)?;
-        let mut dentries = txn.open_table(DENTRIES)?;
-        let mut cookies = txn.open_table(COOKIES)?;
-        let mut parent = load_parent_for_new(&inodes, &dentries, *new_parent, new_name)?;
-        insert_dentry(
-            &mut dentries,
-            &mut cookies,
-            *new_parent,
-            &mut parent,
-            new_name,
-            *inode,
-            crate::store::kind_from_code(*kind_code),
-        )?;
-        let timestamp = now();
-        parent.mtime = timestamp;
-        parent.ctime = timestamp;
-        store_inode(&mut inodes, *new_parent, &parent)?;
-        Ok(Response::Attr(attr.clone()))
-    });
-    match result {
-        Err(OpError::Store(message)) => Err(OpError::Store(message)),
-        Err(rejected) => {
-            let ours = named(txn)?;
-            Ok((Err(rejected), !ours))
-        }
-        Ok(response) => Ok((Ok(response), false)),
-    }
+    debug_assert_eq!(
+        *inode, attr.inode,
+        "the link names the inode whose count went up"
+    );
+    let kind = crate::store::kind_from_code(*kind_code);
+    finish_new_name(
+        txn,
+        id,
+        intent.mutation,
+        (*new_parent, new_name),
+        kind,
+        attr,
+    )
 }
 
 /// Unlink step (1) of a dentry here naming an inode elsewhere: removes the dentry and records
@@ -565,8 +550,7 @@ pub(crate) fn prepare_unlink(
     }
     remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
     let timestamp = now();
-    parent_record.mtime = timestamp;
-    parent_record.ctime = timestamp;
+    parent_record.touch(timestamp);
     store_inode(&mut inodes, parent, &parent_record)?;
     drop((inodes, dentries, cookies));
     let intent = Intent {
@@ -785,8 +769,7 @@ pub(crate) fn insert_dentry_for(
         parent_record.nlink += 1;
     }
     let timestamp = now();
-    parent_record.mtime = timestamp;
-    parent_record.ctime = timestamp;
+    parent_record.touch(timestamp);
     store_inode(&mut inodes, *parent, &parent_record)?;
     drop((inodes, dentries, cookies));
     txn.open_table(REMOTE_CREATED)?
@@ -838,8 +821,7 @@ pub(crate) fn finish_rename_out(
                     parent_record.nlink = parent_record.nlink.saturating_sub(1);
                 }
                 let timestamp = now();
-                parent_record.mtime = timestamp;
-                parent_record.ctime = timestamp;
+                parent_record.touch(timestamp);
                 store_inode(&mut inodes, *parent, &parent_record)?;
             }
         }

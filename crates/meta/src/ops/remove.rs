@@ -87,8 +87,7 @@ pub(crate) fn unlink(
     }
     remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
     let timestamp = now();
-    parent_record.mtime = timestamp;
-    parent_record.ctime = timestamp;
+    parent_record.touch(timestamp);
     store_inode(&mut inodes, parent, &parent_record)?;
     drop_link(
         txn,
@@ -127,8 +126,7 @@ pub(crate) fn rmdir(
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
     let timestamp = now();
     parent_record.nlink = parent_record.nlink.saturating_sub(1);
-    parent_record.mtime = timestamp;
-    parent_record.ctime = timestamp;
+    parent_record.touch(timestamp);
     store_inode(&mut inodes, parent, &parent_record)?;
     Ok(Response::Done)
 }

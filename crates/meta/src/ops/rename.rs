@@ -211,16 +211,14 @@ pub(crate) fn rename(
     if source_is_dir && new_parent != parent {
         target_dir.nlink += 1;
     }
-    target_dir.mtime = timestamp;
-    target_dir.ctime = timestamp;
+    target_dir.touch(timestamp);
     store_inode(&mut inodes, new_parent, &target_dir)?;
     if new_parent != parent {
         let mut source_dir = load_dir(&inodes, parent)?;
         if source_is_dir {
             source_dir.nlink = source_dir.nlink.saturating_sub(1);
         }
-        source_dir.mtime = timestamp;
-        source_dir.ctime = timestamp;
+        source_dir.touch(timestamp);
         store_inode(&mut inodes, parent, &source_dir)?;
     }
     if source_local {
@@ -274,14 +272,12 @@ fn exchange(
         for (dir, delta) in [(parent, source_dir_delta), (new_parent, -source_dir_delta)] {
             let mut record = load_dir(inodes, dir)?;
             record.nlink = (i64::from(record.nlink) + delta).max(0) as u32;
-            record.mtime = timestamp;
-            record.ctime = timestamp;
+            record.touch(timestamp);
             store_inode(inodes, dir, &record)?;
         }
     } else {
         let mut record = load_dir(inodes, parent)?;
-        record.mtime = timestamp;
-        record.ctime = timestamp;
+        record.touch(timestamp);
         store_inode(inodes, parent, &record)?;
     }
     Ok(Response::Done)

@@ -114,8 +114,7 @@ pub(crate) fn report_size(
         record.size = size;
     }
     if generation == record.truncate_generation {
-        record.mtime = timestamp;
-        record.ctime = timestamp;
+        record.touch(timestamp);
     }
     store_inode(&mut inodes, inode, &record)?;
     Ok(Response::Attr(record.to_attr(inode)))
