@@ -35,6 +35,22 @@ pub enum EntryCommand {
     },
 }
 
+/// `weft mkdir`: directories with placement a plain mkdir cannot ask for.
+#[derive(Args)]
+pub struct MkdirArgs {
+    /// Spread the directory's entries over this many metadata servers by name hash (for
+    /// directories of very many entries).
+    #[arg(long, value_name = "K")]
+    spread: u16,
+    /// Permission bits, in octal; the umask applies.
+    #[arg(long, default_value = "777")]
+    mode: String,
+    /// The new directory, inside a Weft mount.
+    path: PathBuf,
+    #[command(flatten)]
+    locator: MgmtLocator,
+}
+
 #[derive(Subcommand)]
 pub enum NodeCommand {
     /// List metadata and storage nodes.
@@ -211,6 +227,19 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
         "Metadata node: {}\n",
         node_name(map, NodeKind::Meta, attr.inode.home())
     ));
+    if attr.shards.len() > 1 {
+        out.push_str(&format!(
+            "Spread over {} metadata nodes:\n",
+            attr.shards.len()
+        ));
+        for shard in &attr.shards {
+            out.push_str(&format!(
+                "+ shard {} @ {}\n",
+                shard.entry_id(),
+                node_name(map, NodeKind::Meta, shard.home())
+            ));
+        }
+    }
     let pattern = attr.layout.as_ref().map(|l| l.pattern).or(attr.pattern);
     if let Some(pattern) = pattern {
         out.push_str("Stripe pattern details:\n");
@@ -310,6 +339,53 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                 print!("{}", format_entry_info(&attr, &map));
             }
         }
+        Ok(())
+    })
+}
+
+pub fn mkdir(args: MkdirArgs) -> Result<()> {
+    let mode = u32::from_str_radix(&args.mode, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o7777)
+        .ok_or_else(|| anyhow!("--mode {:?} is not an octal mode such as 755", args.mode))?;
+    let path = crate::absolute(&args.path);
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        bail!("{} names no new directory", path.display());
+    };
+    let name = name
+        .to_str()
+        .ok_or_else(|| anyhow!("{} is not UTF-8", path.display()))?;
+    let mgmt = locate(&args.locator, Some(parent))?;
+    let parent_inode = inode_of(parent)?;
+    // The kernel checks a mkdir through the mount; this one goes around it, so check here.
+    let c_parent = std::ffi::CString::new(parent.as_os_str().as_encoded_bytes())?;
+    // SAFETY: access(2) reads a NUL-terminated path and nothing else.
+    if unsafe { libc::access(c_parent.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        bail!(
+            "cannot create {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: umask(2) cannot fail; it is set straight back.
+    let umask = unsafe {
+        let umask = libc::umask(0o022);
+        libc::umask(umask);
+        umask
+    };
+    // SAFETY: getuid(2) and getgid(2) cannot fail.
+    let owner = unsafe { (libc::getuid(), libc::getgid()) };
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let client = Client::connect(&ClientConfig::new(mgmt.clone()))
+            .await
+            .map_err(|e| anyhow!("{e}: is management running at {mgmt}?"))?;
+        let attr = client
+            .mkdir_spread((parent_inode, name), (mode, umask), owner, args.spread)
+            .await
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let map = client.cluster_map().await?;
+        print!("{}", format_entry_info(&attr, &map));
         Ok(())
     })
 }

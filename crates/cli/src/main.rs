@@ -39,6 +39,8 @@ enum Command {
         #[command(subcommand)]
         command: admin::EntryCommand,
     },
+    /// Create a directory spread over several metadata servers (`--spread K`).
+    Mkdir(admin::MkdirArgs),
     /// List nodes.
     Node {
         #[command(subcommand)]
@@ -95,6 +97,7 @@ fn run(command: Command) -> Result<()> {
         Command::Serve(args) => serve::serve(args),
         Command::Mount(args) => serve::mount(args),
         Command::Entry { command } => admin::entry(command),
+        Command::Mkdir(args) => admin::mkdir(args),
         Command::Node { command } => admin::node(command),
         Command::Target { command } => admin::target(command),
         Command::Df(args) => admin::df(args),

@@ -4,24 +4,10 @@
 
 mod common;
 
-use common::{cluster, errno, weft};
+use common::{cluster, crash_during, errno, fsck_clean, metadata_node};
 use std::fs;
 use std::path::{Path, PathBuf};
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
-
-fn metadata_node(cluster: &LocalCluster, path: &Path) -> String {
-    let (ok, info, stderr) = weft(cluster, &["entry", "info", path.to_str().expect("utf-8")]);
-    assert!(ok, "{stderr}");
-    info.lines()
-        .find_map(|l| l.strip_prefix("Metadata node: "))
-        .expect("metadata node line")
-        .to_string()
-}
-
-fn fsck_clean(cluster: &LocalCluster) {
-    let (ok, report, stderr) = weft(cluster, &["fsck", "--mgmt", cluster.mgmt()]);
-    assert!(ok, "fsck finds the namespace consistent:\n{report}{stderr}");
-}
 
 // Goal: with three metadata servers, new directories spread over all of them, files live with
 // their directory, and everyday operations — directory moves included — work the same
@@ -126,30 +112,6 @@ fn wait_for_remote_child(cluster: &LocalCluster, parent: &Path) -> PathBuf {
     })
     .expect("remote child");
     found.expect("found")
-}
-
-/// Runs `operation` on `paths` in a thread while `meta-1` is armed with `point`; waits for the
-/// crash, restarts meta-1 unarmed, and returns the operation's results (the client retries
-/// through the restart).
-fn crash_during(
-    cluster: &mut LocalCluster,
-    point: &str,
-    paths: Vec<PathBuf>,
-    operation: fn(&Path) -> std::io::Result<()>,
-) -> Vec<std::io::Result<()>> {
-    cluster
-        .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
-        .expect("arm");
-    cluster.restart("meta-1").expect("restart armed");
-    cluster.wait_ready().expect("ready");
-    let worker = std::thread::spawn(move || paths.iter().map(|p| operation(p)).collect::<Vec<_>>());
-    wait_until(&format!("meta-1 to crash at {point}"), || {
-        cluster.has_exited("meta-1")
-    })
-    .expect("crashed");
-    cluster.set_env("meta-1", &[]).expect("disarm");
-    cluster.restart("meta-1").expect("restart");
-    worker.join().expect("worker")
 }
 
 // Goal: a mkdir whose directory goes to another metadata server is all-or-nothing when the

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -103,7 +103,13 @@ pub struct Client {
     pending: Mutex<BTreeSet<u64>>,
     pub(crate) retry: RetryPolicy,
     pub(crate) locks: crate::locks::HeldLocks,
+    /// The shards of every spread directory this client has seen. A spread directory's shards
+    /// never change and inode ids are never reused, so entries never go stale.
+    spread: Mutex<HashMap<InodeId, Arc<[InodeId]>>>,
 }
+
+/// How long a create waits, in slices, for a spread directory's rmdir to finish.
+const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -156,6 +162,7 @@ impl Client {
             pending: Mutex::default(),
             retry,
             locks: crate::locks::HeldLocks::default(),
+            spread: Mutex::default(),
         });
         let heartbeat = Arc::downgrade(&client);
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
@@ -238,25 +245,101 @@ impl Client {
             .await?)
     }
 
+    /// Remembers the shards of a spread directory.
+    fn learn(&self, attr: &InodeAttr) {
+        if attr.shards.len() > 1 {
+            self.spread
+                .lock()
+                .expect("spread table poisoned")
+                .entry(attr.inode)
+                .or_insert_with(|| attr.shards.as_slice().into());
+        }
+    }
+
+    fn shards(&self, dir: InodeId) -> Option<Arc<[InodeId]>> {
+        self.spread
+            .lock()
+            .expect("spread table poisoned")
+            .get(&dir)
+            .cloned()
+    }
+
+    /// The directory inode that holds `name` of `dir`: `dir` itself, or for a spread directory
+    /// the shard the name hashes to.
+    fn holder(&self, dir: InodeId, name: &str) -> InodeId {
+        match self.shards(dir) {
+            Some(shards) => shards[weft_proto::layout::dir_shard_of_name(name, shards.len())],
+            None => dir,
+        }
+    }
+
+    /// Runs a call about `name` in `dir` on the server of the directory inode that holds the
+    /// name (`call` gets that inode). A spread directory this client did not know of answers
+    /// `WrongShard`: learn its shards and ask again. A shard sealed by an rmdir in progress
+    /// answers `Busy`: ask again until the rmdir ends.
+    async fn on_holder<T, F, Fut>(
+        &self,
+        dir: InodeId,
+        name: &str,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<MetaClient>, InodeId) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        let started = std::time::Instant::now();
+        let mut learned = false;
+        loop {
+            let holder = self.holder(dir, name);
+            let result = self.on_home(holder, |meta| call(meta, holder)).await;
+            match result {
+                Err(error) if error.code() == ErrorCode::WrongShard && !learned => {
+                    learned = true;
+                    self.get_attr(dir).await?;
+                }
+                Err(error)
+                    if error.code() == ErrorCode::Busy
+                        && started.elapsed() < self.retry.total_timeout =>
+                {
+                    tokio::time::sleep(BUSY_RETRY_SLICE).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Looks `name` up in `parent`.
     ///
     /// # Errors
     /// `NotFound` and the other namespace codes.
     pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, ClientError> {
-        self.on_home(
-            parent,
-            |meta| async move { meta.lookup(parent, name).await },
-        )
-        .await
+        let attr = self
+            .on_holder(parent, name, |meta, holder| async move {
+                meta.lookup(holder, name).await
+            })
+            .await?;
+        self.learn(&attr);
+        Ok(attr)
     }
 
-    /// Reads attributes.
+    /// Reads attributes. A spread directory's link count and times gather its shards'.
     ///
     /// # Errors
     /// `NotFound` and the other namespace codes.
     pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
-        self.on_home(inode, |meta| async move { meta.get_attr(inode).await })
-            .await
+        let mut attr = self
+            .on_home(inode, |meta| async move { meta.get_attr(inode).await })
+            .await?;
+        self.learn(&attr);
+        for shard in attr.shards.clone().into_iter().skip(1) {
+            let part = self
+                .on_home(shard, |meta| async move { meta.get_attr(shard).await })
+                .await?;
+            attr.nlink += part.nlink.saturating_sub(2);
+            attr.mtime = attr.mtime.max(part.mtime);
+            attr.ctime = attr.ctime.max(part.ctime);
+        }
+        Ok(attr)
     }
 
     /// Changes attributes; a size truncates.
@@ -287,11 +370,41 @@ impl Client {
         new: NewInode,
     ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| {
-            let new = new.clone();
-            async move { meta.create(mutation, parent, name, new).await }
-        })
-        .await
+        let attr = self
+            .on_holder(parent, name, |meta, holder| {
+                let new = new.clone();
+                async move { meta.create(mutation, holder, name, new).await }
+            })
+            .await?;
+        self.learn(&attr);
+        Ok(attr)
+    }
+
+    /// Creates a directory whose entries spread over `shards` metadata servers by name hash,
+    /// for directories of very many entries.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, `InvalidArgument` (more shards than metadata servers).
+    pub async fn mkdir_spread(
+        &self,
+        (parent, name): (InodeId, &str),
+        (mode, umask): (u32, u32),
+        owner: (u32, u32),
+        shards: u16,
+    ) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        let new = directory(mode, umask, owner);
+        let attr = self
+            .on_holder(parent, name, |meta, holder| {
+                let new = new.clone();
+                async move {
+                    meta.create_spread(mutation, (holder, name), new, shards)
+                        .await
+                }
+            })
+            .await?;
+        self.learn(&attr);
+        Ok(attr)
     }
 
     /// Creates a directory owned by `owner` (uid, gid).
@@ -306,16 +419,8 @@ impl Client {
         umask: u32,
         owner: (u32, u32),
     ) -> Result<InodeAttr, ClientError> {
-        let new = NewInode {
-            kind: FileKind::Directory,
-            mode,
-            uid: owner.0,
-            gid: owner.1,
-            umask,
-            rdev: 0,
-            symlink: None,
-        };
-        self.create(parent, name, new).await
+        self.create(parent, name, directory(mode, umask, owner))
+            .await
     }
 
     /// Sets an extended attribute (POSIX ACLs are `system.posix_acl_*` attributes).
@@ -381,8 +486,8 @@ impl Client {
         new_name: &str,
     ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(new_parent, |meta| async move {
-            meta.link(mutation, inode, new_parent, new_name).await
+        self.on_holder(new_parent, new_name, |meta, holder| async move {
+            meta.link(mutation, inode, holder, new_name).await
         })
         .await
     }
@@ -393,8 +498,8 @@ impl Client {
     /// `NotFound`, `IsDirectory` and the other namespace codes.
     pub async fn unlink(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move {
-            meta.unlink(mutation, parent, name).await
+        self.on_holder(parent, name, |meta, holder| async move {
+            meta.unlink(mutation, holder, name).await
         })
         .await
     }
@@ -405,8 +510,8 @@ impl Client {
     /// `NotFound`, `NotEmpty`, `NotDirectory` and the other namespace codes.
     pub async fn rmdir(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move {
-            meta.rmdir(mutation, parent, name).await
+        self.on_holder(parent, name, |meta, holder| async move {
+            meta.rmdir(mutation, holder, name).await
         })
         .await
     }
@@ -424,11 +529,21 @@ impl Client {
         flags: RenameFlags,
     ) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(parent, |meta| async move {
-            meta.rename(mutation, (parent, name), (new_parent, new_name), flags)
-                .await
-        })
-        .await
+        let attempt = || {
+            self.on_holder(parent, name, |meta, holder| async move {
+                let new_holder = self.holder(new_parent, new_name);
+                meta.rename(mutation, (holder, name), (new_holder, new_name), flags)
+                    .await
+            })
+        };
+        match attempt().await {
+            // The destination is a spread directory this client did not know of.
+            Err(error) if error.code() == ErrorCode::WrongShard => {
+                self.get_attr(new_parent).await?;
+                attempt().await
+            }
+            other => other,
+        }
     }
 
     /// Lists a directory after a cookie.
@@ -441,10 +556,53 @@ impl Client {
         after_cookie: u64,
         max_entries: u32,
     ) -> Result<(Vec<DirEntry>, bool), ClientError> {
-        self.on_home(dir, |meta| async move {
-            meta.read_dir(dir, after_cookie, max_entries).await
-        })
-        .await
+        let shards = match self.shards(dir) {
+            Some(shards) => shards,
+            None => {
+                let listed = self
+                    .on_home(dir, |meta| async move {
+                        meta.read_dir((dir, 1), after_cookie, max_entries).await
+                    })
+                    .await;
+                match listed {
+                    Err(error) if error.code() == ErrorCode::WrongShard => {
+                        self.get_attr(dir).await?;
+                        match self.shards(dir) {
+                            Some(shards) => shards,
+                            None => return Err(error),
+                        }
+                    }
+                    other => return other,
+                }
+            }
+        };
+        // A spread directory lists its shards one after the other; a position names the shard
+        // and the cookie within it.
+        let count = shards.len() as u16;
+        let (mut index, mut after) = weft_proto::layout::split_dir_shard_cookie(after_cookie);
+        while index < shards.len() {
+            let shard = shards[index];
+            let (mut entries, end) = self
+                .on_home(shard, |meta| async move {
+                    meta.read_dir((shard, count), after, max_entries).await
+                })
+                .await
+                .or_else(|error| match error.code() {
+                    // A shard read after its rmdir: nothing is left to list.
+                    ErrorCode::NotFound if index > 0 => Ok((Vec::new(), true)),
+                    _ => Err(error),
+                })?;
+            for entry in &mut entries {
+                entry.cookie = weft_proto::layout::dir_shard_cookie(index, entry.cookie);
+            }
+            let last = index + 1 == shards.len();
+            if !entries.is_empty() || last {
+                return Ok((entries, end && last));
+            }
+            index += 1;
+            after = 0;
+        }
+        Ok((Vec::new(), true))
     }
 
     /// Reads a symbolic link.
@@ -571,6 +729,18 @@ impl Client {
 }
 
 /// The host name, as the session's alias.
+fn directory(mode: u32, umask: u32, (uid, gid): (u32, u32)) -> NewInode {
+    NewInode {
+        kind: FileKind::Directory,
+        mode,
+        uid,
+        gid,
+        umask,
+        rdev: 0,
+        symlink: None,
+    }
+}
+
 fn weft_service_free_host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|n| n.trim().to_string())

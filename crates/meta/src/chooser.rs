@@ -2,6 +2,7 @@
 
 use crate::config::TargetChooser;
 use rand::seq::SliceRandom;
+use rand::Rng;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::StripePattern;
@@ -26,6 +27,15 @@ impl Chooser {
     /// The metadata node a new directory goes to: any not known to be offline (heartbeats run
     /// late under load), by the same policy.
     pub fn choose_meta(&self, map: &ClusterMap, fallback: NodeId) -> NodeId {
+        self.choose_metas(map, 1)
+            .first()
+            .copied()
+            .unwrap_or(fallback)
+    }
+
+    /// Up to `count` distinct metadata nodes for a spread directory: the first by policy (the
+    /// directory's home), the others after it in id order.
+    pub fn choose_metas(&self, map: &ClusterMap, count: usize) -> Vec<NodeId> {
         let mut homes: Vec<NodeId> = map
             .nodes
             .iter()
@@ -35,14 +45,15 @@ impl Chooser {
             .collect();
         homes.sort();
         if homes.is_empty() {
-            return fallback;
+            return homes;
         }
-        match self.kind {
-            TargetChooser::Randomized => *homes.choose(&mut rand::thread_rng()).expect("not empty"),
-            TargetChooser::Roundrobin => {
-                homes[self.next.fetch_add(1, Ordering::Relaxed) % homes.len()]
-            }
-        }
+        let first = match self.kind {
+            TargetChooser::Randomized => rand::thread_rng().gen_range(0..homes.len()),
+            TargetChooser::Roundrobin => self.next.fetch_add(1, Ordering::Relaxed) % homes.len(),
+        };
+        homes.rotate_left(first);
+        homes.truncate(count);
+        homes
     }
 
     /// Up to `pattern.num_targets` distinct targets of the pattern's pool, reachable ones first

@@ -10,8 +10,8 @@ use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remote::{
     adjust_links, create_dir_inode, finish_link, finish_mkdir, finish_rename_out, finish_rmdir,
     finish_unlink, insert_dentry_for, intents, prepare_link, prepare_mkdir, prepare_rename_out,
-    prepare_rmdir, prepare_unlink, remote_references, remove_dir_inode, set_parent, Intent,
-    IntentOp, Prepared,
+    prepare_rmdir, prepare_unlink, remote_references, remove_dir_inode, seal_shard, set_parent,
+    set_shards, sync_shard, Intent, IntentOp, Prepared,
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
@@ -84,6 +84,10 @@ struct Meta {
     /// When this server first heard of each client session, so that a session that registered
     /// after the last map fetch is not taken for expired.
     seen: Mutex<HashMap<ClientId, std::time::Instant>>,
+    /// Spread directories whose shards must still learn what new entries inherit (every
+    /// spread directory after a start, since a crash may have come between a change and its
+    /// copy to the shards).
+    shard_syncs: Mutex<std::collections::BTreeSet<InodeId>>,
 }
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
@@ -159,7 +163,16 @@ pub async fn run(
         }),
         seen: Mutex::default(),
         intents_in_flight: Mutex::default(),
+        shard_syncs: Mutex::default(),
     });
+    match meta.read(spread_directories) {
+        Ok(dirs) => meta
+            .shard_syncs
+            .lock()
+            .expect("shard sync set poisoned")
+            .extend(dirs),
+        Err(error) => tracing::error!(?error, "could not list the spread directories"),
+    }
     tracing::info!(node = node.0, %address, %alias, "metadata server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&meta),
@@ -241,6 +254,13 @@ pub(crate) fn idempotent(
     let result = op(txn);
     let reply: Reply = match &result {
         Ok(response) => Ok(response.clone()),
+        // Asked of the wrong shard, or of one being removed: the client asks again, perhaps
+        // elsewhere, with the same mutation; no answer is kept.
+        Err(OpError::Rejected(error))
+            if matches!(error.code, ErrorCode::WrongShard | ErrorCode::Busy) =>
+        {
+            return result
+        }
         Err(OpError::Rejected(error)) => Err(error.clone()),
         Err(OpError::Store(_)) => return result,
     };
@@ -322,9 +342,10 @@ impl Meta {
             MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
             MetaRequest::ReadDir {
                 dir,
+                shards,
                 after_cookie,
                 max_entries,
-            } => self.read(|txn| read_dir(txn, dir, after_cookie, max_entries)),
+            } => self.read(|txn| read_dir(txn, (dir, shards), after_cookie, max_entries)),
             MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
             MetaRequest::Create {
                 mutation,
@@ -349,6 +370,38 @@ impl Meta {
                 } else {
                     self.remote_mkdir(mutation, parent, name, new, home).await
                 }
+            }
+            MetaRequest::CreateSpread {
+                mutation,
+                parent,
+                name,
+                new,
+                shards,
+            } => {
+                self.mkdir_spread(mutation, (parent, name), new, shards)
+                    .await
+            }
+            MetaRequest::SetShards { dir, shards } => {
+                self.committer
+                    .run(Box::new(move |txn| set_shards(txn, dir, &shards)))
+                    .await
+            }
+            MetaRequest::SealShard {
+                shard,
+                coordinator,
+                intent,
+                seal,
+            } => {
+                self.committer
+                    .run(Box::new(move |txn| {
+                        seal_shard(txn, shard, (coordinator, intent), seal)
+                    }))
+                    .await
+            }
+            request @ MetaRequest::SyncShard { .. } => {
+                self.committer
+                    .run(Box::new(move |txn| sync_shard(txn, &request)))
+                    .await
             }
             MetaRequest::Link {
                 mutation,
@@ -400,6 +453,11 @@ impl Meta {
                 let result = self
                     .mutate(mutation, move |txn, _| set_attr(txn, inode, changes))
                     .await;
+                if let Ok(Response::Attr(attr)) = &result {
+                    if attr.shards.len() > 1 {
+                        self.sync_shards(inode).await;
+                    }
+                }
                 if result.is_ok() && changes.size.is_some() {
                     // The truncate reaches the targets before the reply, so no later write can
                     // be cut by it; if a target is down the work stays queued and the caller
@@ -415,10 +473,16 @@ impl Meta {
                 value,
                 mode,
             } => {
-                self.mutate(mutation, move |txn, _| {
-                    set_xattr(txn, inode, &name, &value, mode)
-                })
-                .await
+                let inherited = name == crate::acl::ACL_DEFAULT;
+                let result = self
+                    .mutate(mutation, move |txn, _| {
+                        set_xattr(txn, inode, &name, &value, mode)
+                    })
+                    .await;
+                if result.is_ok() && inherited {
+                    self.sync_shards(inode).await;
+                }
+                result
             }
             MetaRequest::GetXattr { inode, name } => self.read(|txn| get_xattr(txn, inode, &name)),
             MetaRequest::ListXattr { inode } => self.read(|txn| list_xattr(txn, inode)),
@@ -427,8 +491,14 @@ impl Meta {
                 inode,
                 name,
             } => {
-                self.mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
-                    .await
+                let inherited = name == crate::acl::ACL_DEFAULT;
+                let result = self
+                    .mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
+                    .await;
+                if result.is_ok() && inherited {
+                    self.sync_shards(inode).await;
+                }
+                result
             }
             MetaRequest::Check { repair, referenced } => self.check(repair, referenced).await,
             MetaRequest::RemoteReferences => {
@@ -502,8 +572,13 @@ impl Meta {
                 dir,
                 pattern,
             } => {
-                self.mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern))
-                    .await
+                let result = self
+                    .mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern))
+                    .await;
+                if result.is_ok() {
+                    self.sync_shards(dir).await;
+                }
+                result
             }
             MetaRequest::ReportSize {
                 inode,
@@ -731,10 +806,180 @@ impl Meta {
         let prepared = self
             .committer
             .run_with(move |txn| {
-                prepare_mkdir(txn, coordinator, mutation, parent, &name, &new, home)
+                prepare_mkdir(
+                    txn,
+                    coordinator,
+                    mutation,
+                    parent,
+                    &name,
+                    &new,
+                    (home, Vec::new()),
+                )
             })
             .await?;
         self.drive(prepared, "mkdir-after-intent").await
+    }
+
+    /// mkdir of a directory spread over `shards` metadata servers (see `ops::remote`).
+    async fn mkdir_spread(
+        &self,
+        mutation: MutationId,
+        (parent, name): (InodeId, String),
+        new: NewInode,
+        shards: u16,
+    ) -> Result<Response, OpError> {
+        if new.kind != FileKind::Directory
+            || !(2..=weft_proto::layout::DIR_SHARDS_MAX).contains(&shards)
+        {
+            return Err(OpError::rejected(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a spread directory has 2 to {} shards",
+                    weft_proto::layout::DIR_SHARDS_MAX
+                ),
+            ));
+        }
+        let arrived = std::time::Instant::now();
+        let mut homes = self
+            .directory_chooser
+            .choose_metas(&self.cluster.map(), usize::from(shards));
+        if homes.len() < usize::from(shards) {
+            // Servers that joined since the last heartbeat are not in the map yet.
+            self.cluster.refresh_unless_fetched_since(arrived).await;
+            homes = self
+                .directory_chooser
+                .choose_metas(&self.cluster.map(), usize::from(shards));
+        }
+        if homes.len() < usize::from(shards) {
+            return Err(OpError::rejected(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a directory spread over {shards} metadata servers needs as many; {} are \
+                     online",
+                    homes.len()
+                ),
+            ));
+        }
+        let home = homes.remove(0);
+        let coordinator = self.node;
+        let prepared = self
+            .committer
+            .run_with(move |txn| {
+                prepare_mkdir(
+                    txn,
+                    coordinator,
+                    mutation,
+                    parent,
+                    &name,
+                    &new,
+                    (home, homes),
+                )
+            })
+            .await?;
+        self.drive(prepared, "mkdir-after-intent").await
+    }
+
+    /// The shards of the directory `name` in `parent` if it is a spread one; empty for any
+    /// other entry (and for a missing one: the rmdir itself reports that).
+    async fn shards_of_child(&self, parent: InodeId, name: &str) -> Result<Vec<InodeId>, OpError> {
+        let dentry = self.read(|txn| {
+            crate::store::load_dentry(&txn.open_table(crate::store::DENTRIES)?, parent, name)
+        })?;
+        let Some(dentry) = dentry.filter(|d| d.kind == FileKind::Directory) else {
+            return Ok(Vec::new());
+        };
+        let attr = if dentry.child.home() == self.node {
+            self.read(|txn| get_attr(txn, dentry.child))
+        } else {
+            self.remote_attr(dentry.child).await
+        };
+        match attr {
+            Ok(Response::Attr(attr)) => Ok(attr.shards),
+            Ok(_) | Err(OpError::Rejected(_)) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Copies what new entries inherit from spread directory `dir` to its shards; a shard that
+    /// cannot be reached gets it from the work loop later.
+    async fn sync_shards(&self, dir: InodeId) {
+        self.shard_syncs
+            .lock()
+            .expect("shard sync set poisoned")
+            .insert(dir);
+        if let Err(error) = self.try_sync_shards(dir).await {
+            tracing::warn!(%dir, ?error, "a shard of a spread directory is not up to date yet");
+            return;
+        }
+        self.shard_syncs
+            .lock()
+            .expect("shard sync set poisoned")
+            .remove(&dir);
+    }
+
+    async fn try_sync_shards(&self, dir: InodeId) -> Result<(), OpError> {
+        let (record, default_acl) = self.read(|txn| {
+            let record = crate::store::load_inode(&txn.open_table(INODES)?, dir)?;
+            let acl = txn
+                .open_table(crate::store::XATTRS)?
+                .get((dir.0, crate::acl::ACL_DEFAULT))?
+                .map(|value| value.value().to_vec());
+            Ok((record, acl))
+        })?;
+        for shard in record.shards.iter().skip(1).map(|shard| InodeId(*shard)) {
+            let request = MetaRequest::SyncShard {
+                shard,
+                mode: record.mode,
+                uid: record.uid,
+                gid: record.gid,
+                pattern: record
+                    .pattern
+                    .unwrap_or(weft_proto::layout::StripePattern::DEFAULT),
+                default_acl: default_acl.clone(),
+            };
+            let meta = self.cluster.meta(shard.home()).await.map_err(rpc_error)?;
+            TARGET_RETRY
+                .run(|| meta.call(request.clone()))
+                .await
+                .map_err(rpc_error)?;
+        }
+        Ok(())
+    }
+
+    /// Seals (or unseals) the shards of a spread directory for rmdir intent `id`. The first
+    /// shard that refuses (not empty, or another rmdir's) is the answer; unreachable ones
+    /// leave the intent for recovery.
+    async fn seal_shards(
+        &self,
+        id: u64,
+        shards: &[InodeId],
+        seal: bool,
+    ) -> Result<Result<(), OpError>, OpError> {
+        for shard in shards {
+            let meta = self.cluster.meta(shard.home()).await.map_err(rpc_error)?;
+            let request = MetaRequest::SealShard {
+                shard: *shard,
+                coordinator: self.node,
+                intent: id,
+                seal,
+            };
+            match TARGET_RETRY.run(|| meta.call(request.clone())).await {
+                Ok(_) => {}
+                Err(weft_net::RpcError::Remote(error)) => return Ok(Err(OpError::Rejected(error))),
+                Err(error) => return Err(rpc_error(error)),
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Removes an empty directory inode on its home: `Ok(Err)` when the home refuses.
+    async fn remove_remote_dir(&self, inode: InodeId) -> Result<Result<(), OpError>, OpError> {
+        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
+        match TARGET_RETRY.run(|| meta.remove_dir_inode(inode)).await {
+            Ok(()) => Ok(Ok(())),
+            Err(weft_net::RpcError::Remote(error)) => Ok(Err(OpError::Rejected(error))),
+            Err(error) => Err(rpc_error(error)),
+        }
     }
 
     /// rmdir: local in one transaction, or with an intent when the directory lives elsewhere.
@@ -746,9 +991,10 @@ impl Meta {
     ) -> Result<Response, OpError> {
         let home = self.node;
         let lookup_name = name.clone();
+        let shards = self.shards_of_child(parent, &name).await?;
         let prepared = self
             .committer
-            .run_with(move |txn| prepare_rmdir(txn, home, mutation, parent, &lookup_name))
+            .run_with(move |txn| prepare_rmdir(txn, home, mutation, parent, (&lookup_name, shards)))
             .await?;
         match prepared {
             None => {
@@ -1075,13 +1321,114 @@ impl Meta {
                     .run(Box::new(move |txn| finish_unlink(txn, id, &finishing)))
                     .await
             }
-            IntentOp::Rmdir { child, .. } => {
-                let meta = self.cluster.meta(child.home()).await.map_err(rpc_error)?;
-                let outcome = match TARGET_RETRY.run(|| meta.remove_dir_inode(*child)).await {
-                    Ok(()) => Ok(()),
-                    Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
-                    Err(error) => return Err(rpc_error(error)),
+            IntentOp::MkdirSpread {
+                home,
+                request,
+                shard_homes,
+                ..
+            } => {
+                let meta = self.cluster.meta(*home).await.map_err(rpc_error)?;
+                let request = request.clone();
+                let created = TARGET_RETRY
+                    .run(|| meta.call(request.clone()))
+                    .await
+                    .map_err(rpc_error)?;
+                let Response::Attr(dir) = created else {
+                    return Err(OpError::Store(format!(
+                        "metadata node {home} answered a directory creation with {created:?}"
+                    )));
                 };
+                let mut shards = vec![dir.inode];
+                for shard_home in shard_homes {
+                    let MetaRequest::CreateDirInode {
+                        coordinator,
+                        intent,
+                        mode,
+                        uid,
+                        gid,
+                        pattern,
+                        acls,
+                        ..
+                    } = request.clone()
+                    else {
+                        return Err(OpError::Store(format!("intent {id} is damaged")));
+                    };
+                    let shard_request = MetaRequest::CreateDirInode {
+                        coordinator,
+                        intent,
+                        parent: dir.inode,
+                        mode,
+                        uid,
+                        gid,
+                        pattern,
+                        acls,
+                        shard_of: Some(dir.inode),
+                    };
+                    let meta = self.cluster.meta(*shard_home).await.map_err(rpc_error)?;
+                    let created = TARGET_RETRY
+                        .run(|| meta.call(shard_request.clone()))
+                        .await
+                        .map_err(rpc_error)?;
+                    let Response::Attr(shard) = created else {
+                        return Err(OpError::Store(format!(
+                            "metadata node {shard_home} answered a shard creation with {created:?}"
+                        )));
+                    };
+                    shards.push(shard.inode);
+                }
+                let request = MetaRequest::SetShards {
+                    dir: dir.inode,
+                    shards: shards.clone(),
+                };
+                let Response::Attr(attr) = TARGET_RETRY
+                    .run(|| meta.call(request.clone()))
+                    .await
+                    .map_err(rpc_error)?
+                else {
+                    return Err(OpError::Store("attributes expected".into()));
+                };
+                weft_service::failpoint::failpoint("mkdir-spread-after-shards");
+                let finishing = intent.clone();
+                let (finished, take_back) = {
+                    let attr = attr.clone();
+                    self.committer
+                        .run_with(move |txn| finish_mkdir(txn, id, &finishing, &attr))
+                        .await?
+                };
+                if take_back {
+                    for shard in shards.iter().skip(1).chain(std::iter::once(&dir.inode)) {
+                        let _ = self.remove_remote_dir(*shard).await;
+                    }
+                }
+                finished
+            }
+            IntentOp::RmdirSpread { child, shards, .. } => {
+                let others = &shards[1..];
+                let mut outcome = self.seal_shards(id, others, true).await?;
+                if outcome.is_ok() {
+                    weft_service::failpoint::failpoint("rmdir-spread-after-seal");
+                    outcome = self.remove_remote_dir(*child).await?;
+                }
+                if outcome.is_ok() {
+                    for shard in others {
+                        if let Err(error) = self.remove_remote_dir(*shard).await? {
+                            return Err(OpError::Store(format!(
+                                "sealed empty shard {shard} was not removed: {error:?}"
+                            )));
+                        }
+                    }
+                } else {
+                    self.seal_shards(id, others, false).await??;
+                }
+                let finishing = intent.clone();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        finish_rmdir(txn, id, &finishing, outcome)
+                    }))
+                    .await
+            }
+            IntentOp::Rmdir { child, .. } => {
+                let outcome = self.remove_remote_dir(*child).await?;
                 weft_service::failpoint::failpoint("rmdir-after-remote-remove");
                 let finishing = intent.clone();
                 self.committer
@@ -1304,6 +1651,16 @@ async fn work_loop(meta: Arc<Meta>) {
     loop {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
         meta.recover_intents().await;
+        let syncs: Vec<InodeId> = meta
+            .shard_syncs
+            .lock()
+            .expect("shard sync set poisoned")
+            .iter()
+            .copied()
+            .collect();
+        for dir in syncs {
+            meta.sync_shards(dir).await;
+        }
         let pending = meta.read(|txn| {
             let truncates: Vec<u64> = txn
                 .open_table(TRUNCATES)?
@@ -1335,4 +1692,19 @@ async fn work_loop(meta: Arc<Meta>) {
             }
         }
     }
+}
+
+/// The spread directories whose home is here.
+fn spread_directories(txn: &redb::ReadTransaction) -> Result<Vec<InodeId>, OpError> {
+    let mut dirs = Vec::new();
+    for item in txn.open_table(INODES)?.iter()? {
+        let (key, value) = item?;
+        if !crate::store::InodeRecord::decode(key.value(), value.value())?
+            .shards
+            .is_empty()
+        {
+            dirs.push(InodeId(key.value()));
+        }
+    }
+    Ok(dirs)
 }

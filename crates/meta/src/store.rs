@@ -56,7 +56,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
 }
 
 /// Format version of inode records; older versions decode through explicit migrations.
-const INODE_FORMAT_VERSION: u8 = 1;
+const INODE_FORMAT_VERSION: u8 = 2;
 /// The first cookie handed out in a directory; 1 and 2 are `.` and `..`.
 pub(crate) const FIRST_COOKIE: u64 = 3;
 /// Most hard links to one inode.
@@ -83,6 +83,60 @@ pub(crate) struct InodeRecord {
     pub parent: u64,
     /// A directory's next listing cookie.
     pub next_cookie: u64,
+    /// A spread directory's shards, itself first (empty when it is not spread).
+    pub shards: Vec<u64>,
+    /// A shard's spread directory (0 for every other inode).
+    pub shard_of: u64,
+    /// A shard sealed by the rmdir of its directory: (coordinator, intent). No entry is added
+    /// while it is sealed.
+    pub sealed: Option<(u32, u64)>,
+}
+
+/// Version 1 of [`InodeRecord`], before spread directories.
+#[derive(Deserialize)]
+struct InodeRecordV1 {
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    rdev: u32,
+    atime: Timestamp,
+    mtime: Timestamp,
+    ctime: Timestamp,
+    truncate_generation: u64,
+    layout: Option<FileLayout>,
+    pattern: Option<StripePattern>,
+    symlink: Option<String>,
+    parent: u64,
+    next_cookie: u64,
+}
+
+impl From<InodeRecordV1> for InodeRecord {
+    fn from(v1: InodeRecordV1) -> InodeRecord {
+        InodeRecord {
+            kind: v1.kind,
+            mode: v1.mode,
+            nlink: v1.nlink,
+            uid: v1.uid,
+            gid: v1.gid,
+            size: v1.size,
+            rdev: v1.rdev,
+            atime: v1.atime,
+            mtime: v1.mtime,
+            ctime: v1.ctime,
+            truncate_generation: v1.truncate_generation,
+            layout: v1.layout,
+            pattern: v1.pattern,
+            symlink: v1.symlink,
+            parent: v1.parent,
+            next_cookie: v1.next_cookie,
+            shards: Vec::new(),
+            shard_of: 0,
+            sealed: None,
+        }
+    }
 }
 
 /// A truncate that must still reach the targets of a file.
@@ -120,6 +174,9 @@ impl InodeRecord {
             symlink: None,
             parent: parent.0,
             next_cookie: FIRST_COOKIE,
+            shards: Vec::new(),
+            shard_of: 0,
+            sealed: None,
         }
     }
 
@@ -146,6 +203,7 @@ impl InodeRecord {
             layout: self.layout.clone(),
             pattern: self.pattern,
             parent: InodeId(self.parent),
+            shards: self.shards.iter().copied().map(InodeId).collect(),
         }
     }
 
@@ -156,9 +214,14 @@ impl InodeRecord {
     }
 
     pub fn decode(inode: u64, bytes: &[u8]) -> Result<InodeRecord, OpError> {
+        let damaged = |error: postcard::Error| {
+            OpError::Store(format!("inode {inode:#x} is damaged: {error}"))
+        };
         match bytes.split_first() {
-            Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest)
-                .map_err(|error| OpError::Store(format!("inode {inode:#x} is damaged: {error}"))),
+            Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
+            Some((1, rest)) => postcard::from_bytes::<InodeRecordV1>(rest)
+                .map(InodeRecord::from)
+                .map_err(damaged),
             Some((version, _)) => Err(OpError::Store(format!(
                 "inode {inode:#x} has unknown format version {version}"
             ))),
@@ -168,6 +231,31 @@ impl InodeRecord {
 
     pub fn is_dir(&self) -> bool {
         self.kind == FileKind::Directory
+    }
+
+    /// Fails with `WrongShard` when this is a spread directory and `name` belongs to another
+    /// of its shards: a client that did not know the directory is spread asked its home.
+    pub fn check_holds_name(&self, inode: InodeId, name: &str) -> Result<(), OpError> {
+        let shard = weft_proto::layout::dir_shard_of_name(name, self.shards.len());
+        if shard == 0 {
+            return Ok(());
+        }
+        Err(OpError::rejected(
+            ErrorCode::WrongShard,
+            format!("{name:?} of spread directory {inode} is held by its shard {shard}"),
+        ))
+    }
+
+    /// Whether `name` may be added here: this shard holds it, and no rmdir has sealed it.
+    pub fn accepts_new_name(&self, inode: InodeId, name: &str) -> Result<(), OpError> {
+        self.check_holds_name(inode, name)?;
+        if self.sealed.is_some() {
+            return Err(OpError::rejected(
+                ErrorCode::Busy,
+                format!("directory {inode} is being removed; try again"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -334,6 +422,13 @@ pub(crate) fn insert_dentry(
     child: InodeId,
     kind: FileKind,
 ) -> Result<(), OpError> {
+    if let Err(OpError::Rejected(error)) = parent_record.accepts_new_name(parent, name) {
+        // Callers check before they write: a rejection now would commit half an operation.
+        return Err(OpError::Store(format!(
+            "an entry was added without its checks: {}",
+            error.message
+        )));
+    }
     let cookie = parent_record.next_cookie;
     parent_record.next_cookie += 1;
     dentries.insert((parent.0, name), (child.0, cookie, kind_code(kind)))?;

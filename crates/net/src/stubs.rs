@@ -251,6 +251,28 @@ impl MetaClient {
         .await
     }
 
+    /// Creates a directory spread over `shards` metadata servers.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, `InvalidArgument` (more shards than servers), or [`RpcError`]
+    /// for transport failures.
+    pub async fn create_spread(
+        &self,
+        mutation: MutationId,
+        (parent, name): (InodeId, &str),
+        new: NewInode,
+        shards: u16,
+    ) -> Result<InodeAttr, RpcError> {
+        self.attr(MetaRequest::CreateSpread {
+            mutation,
+            parent,
+            name: name.to_string(),
+            new,
+            shards,
+        })
+        .await
+    }
+
     /// Adds a hard link.
     ///
     /// # Errors
@@ -335,13 +357,14 @@ impl MetaClient {
     /// `NotFound`, `NotDirectory`, or [`RpcError`] for transport failures.
     pub async fn read_dir(
         &self,
-        dir: InodeId,
+        (dir, shards): (InodeId, u16),
         after_cookie: u64,
         max_entries: u32,
     ) -> Result<(Vec<DirEntry>, bool), RpcError> {
         let response = self
             .call(MetaRequest::ReadDir {
                 dir,
+                shards,
                 after_cookie,
                 max_entries,
             })

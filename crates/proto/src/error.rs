@@ -61,6 +61,11 @@ pub enum ErrorCode {
     WouldBlock = 1015,
     /// The server grants only reclaimed locks for a while after its start; ask again soon.
     InGrace = 1016,
+    /// The name belongs to another shard of a spread directory: learn the directory's shards
+    /// (a getattr) and ask the shard that holds the name.
+    WrongShard = 1017,
+    /// The directory is being removed; ask again shortly (it will be gone or back).
+    Busy = 1018,
 
     // Storage, 2xxx.
     /// The target has no space left.
@@ -96,7 +101,7 @@ impl ErrorCode {
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }
-            ErrorCode::WrongHome => libc::EIO,
+            ErrorCode::WrongHome | ErrorCode::WrongShard => libc::EIO,
             ErrorCode::NotSupported => libc::EOPNOTSUPP,
             ErrorCode::TimedOut => libc::ETIMEDOUT,
             ErrorCode::NotFound => libc::ENOENT,
@@ -112,7 +117,7 @@ impl ErrorCode {
             ErrorCode::NoSpace | ErrorCode::NoTargets => libc::ENOSPC,
             ErrorCode::NoAttribute => libc::ENODATA,
             ErrorCode::OutOfRange => libc::E2BIG,
-            ErrorCode::WouldBlock | ErrorCode::InGrace => libc::EAGAIN,
+            ErrorCode::WouldBlock | ErrorCode::InGrace | ErrorCode::Busy => libc::EAGAIN,
         }
     }
 

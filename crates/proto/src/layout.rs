@@ -229,10 +229,55 @@ pub fn file_size_from_object_lengths(layout: &FileLayout, lengths: &[u64]) -> u6
         .unwrap_or(0)
 }
 
+/// Most shards a spread directory may have.
+pub const DIR_SHARDS_MAX: u16 = 64;
+
+/// Which of a spread directory's `shards` holds `name`: CRC32C of the name, modulo the shard
+/// count. Stable forever, since entries stay where it put them.
+pub fn dir_shard_of_name(name: &str, shards: usize) -> usize {
+    if shards <= 1 {
+        return 0;
+    }
+    crate::checksum::crc32c(name.as_bytes()) as usize % shards
+}
+
+/// Listing positions of a spread directory: the shard's index in the high bits above each
+/// shard's own cookie, so a listing resumes in the right shard after the right entry.
+pub const DIR_SHARD_COOKIE_BITS: u32 = 48;
+
+/// The listing position of `cookie` in shard `index`.
+pub fn dir_shard_cookie(index: usize, cookie: u64) -> u64 {
+    debug_assert!(cookie < 1 << DIR_SHARD_COOKIE_BITS);
+    ((index as u64) << DIR_SHARD_COOKIE_BITS) | cookie
+}
+
+/// The (shard index, shard cookie) of a spread directory's listing position.
+pub fn split_dir_shard_cookie(position: u64) -> (usize, u64) {
+    (
+        (position >> DIR_SHARD_COOKIE_BITS) as usize,
+        position & ((1 << DIR_SHARD_COOKIE_BITS) - 1),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    // Goal: names spread over every shard of a spread directory, and a listing position
+    // names its shard and cookie again.
+    #[test]
+    fn dir_shards_cover_names_and_positions_round_trip() {
+        let mut seen = [0usize; 4];
+        for i in 0..400 {
+            seen[dir_shard_of_name(&format!("file-{i}"), 4)] += 1;
+        }
+        assert!(seen.iter().all(|count| *count > 50), "{seen:?}");
+        assert_eq!(dir_shard_of_name("anything", 1), 0);
+        let position = dir_shard_cookie(3, 12345);
+        assert_eq!(split_dir_shard_cookie(position), (3, 12345));
+        assert!(dir_shard_cookie(usize::from(DIR_SHARDS_MAX) - 1, (1 << 48) - 1) < i64::MAX as u64);
+    }
 
     fn layout(chunk_shift: u32, targets: u32) -> FileLayout {
         FileLayout {

@@ -294,6 +294,10 @@ pub struct InodeAttr {
     pub pattern: Option<StripePattern>,
     /// A directory's parent (the root's is itself); zero for other kinds.
     pub parent: InodeId,
+    /// A spread directory's shards: the directory inodes that hold its entries, by
+    /// [`crate::layout::dir_shard_of_name`]; the first is the directory itself. Empty for a
+    /// directory on one server and for other kinds.
+    pub shards: Vec<InodeId>,
 }
 
 /// Attribute changes of a setattr.
@@ -408,6 +412,19 @@ pub enum MetaRequest {
         /// What to create.
         new: NewInode,
     },
+    /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
+    CreateSpread {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// What to create (a directory).
+        new: NewInode,
+        /// How many metadata servers hold its entries (2..=DIR_SHARDS_MAX).
+        shards: u16,
+    },
     /// Adds a hard link.
     Link {
         /// Retry identity.
@@ -452,10 +469,13 @@ pub enum MetaRequest {
         /// RENAME_NOREPLACE / RENAME_EXCHANGE.
         flags: RenameFlags,
     },
-    /// Lists a directory after a cookie.
+    /// Lists a directory (or one shard of a spread directory) after a cookie.
     ReadDir {
         /// The directory.
         dir: InodeId,
+        /// The shard count the client believes the directory has (1: not spread); a spread
+        /// directory answers `WrongShard` to a client that does not know it is spread.
+        shards: u16,
         /// Resume after this cookie (0 from the start).
         after_cookie: u64,
         /// Most entries wanted.
@@ -577,6 +597,44 @@ pub enum MetaRequest {
         pattern: StripePattern,
         /// ACL attributes it inherits: (name, value).
         acls: Vec<(String, Vec<u8>)>,
+        /// For a shard of a spread directory: the directory it belongs to.
+        shard_of: Option<InodeId>,
+    },
+    /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
+    SetShards {
+        /// The spread directory.
+        dir: InodeId,
+        /// Its shards, the directory itself first.
+        shards: Vec<InodeId>,
+    },
+    /// Server to server: seals an empty shard of a spread directory being removed, so no entry
+    /// is added to it meanwhile (`seal`), or unseals it when the removal gives up. Idempotent
+    /// per (coordinator, intent); a missing shard is removed already.
+    SealShard {
+        /// The shard.
+        shard: InodeId,
+        /// The metadata node coordinating the rmdir.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// Seal (true) or unseal (false).
+        seal: bool,
+    },
+    /// Server to server: copies what new entries inherit from a spread directory (mode, group,
+    /// stripe pattern, default ACL) to one of its shards. Idempotent.
+    SyncShard {
+        /// The shard.
+        shard: InodeId,
+        /// The directory's permission and set-id bits.
+        mode: u32,
+        /// The directory's owner.
+        uid: u32,
+        /// The directory's group.
+        gid: u32,
+        /// The directory's stripe pattern.
+        pattern: StripePattern,
+        /// The directory's default ACL, if any.
+        default_acl: Option<Vec<u8>>,
     },
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.

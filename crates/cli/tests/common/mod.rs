@@ -1,8 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::path::Path;
-use weft_testkit::{ClusterSpec, LocalCluster};
+use std::path::{Path, PathBuf};
+use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 /// The `weft` binary under test.
 pub fn binary() -> &'static Path {
@@ -103,4 +103,44 @@ impl Drop for ProcessGuard {
                 .status();
         }
     }
+}
+
+/// The metadata node `weft entry info` names for `path`.
+pub fn metadata_node(cluster: &LocalCluster, path: &Path) -> String {
+    let (ok, info, stderr) = weft(cluster, &["entry", "info", path.to_str().expect("utf-8")]);
+    assert!(ok, "{stderr}");
+    info.lines()
+        .find_map(|l| l.strip_prefix("Metadata node: "))
+        .expect("metadata node line")
+        .to_string()
+}
+
+/// Runs `weft fsck` and asserts it finds nothing.
+pub fn fsck_clean(cluster: &LocalCluster) {
+    let (ok, report, stderr) = weft(cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "fsck finds the namespace consistent:\n{report}{stderr}");
+}
+
+/// Runs `operation` on `paths` in a thread while `meta-1` is armed with `point`; waits for the
+/// crash, restarts meta-1 unarmed, and returns the operation's results (the client retries
+/// through the restart).
+pub fn crash_during(
+    cluster: &mut LocalCluster,
+    point: &str,
+    paths: Vec<PathBuf>,
+    operation: fn(&Path) -> std::io::Result<()>,
+) -> Vec<std::io::Result<()>> {
+    cluster
+        .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
+        .expect("arm");
+    cluster.restart("meta-1").expect("restart armed");
+    cluster.wait_ready().expect("ready");
+    let worker = std::thread::spawn(move || paths.iter().map(|p| operation(p)).collect::<Vec<_>>());
+    wait_until(&format!("meta-1 to crash at {point}"), || {
+        cluster.has_exited("meta-1")
+    })
+    .expect("crashed");
+    cluster.set_env("meta-1", &[]).expect("disarm");
+    cluster.restart("meta-1").expect("restart");
+    worker.join().expect("worker")
 }

@@ -101,6 +101,10 @@ fn to_ino(inode: InodeId) -> INodeNo {
 }
 
 fn errno(error: &ClientError) -> Errno {
+    if error.errno() == libc::EIO {
+        // EIO tells the application nothing: the log says what went wrong.
+        tracing::warn!(%error, "answering EIO");
+    }
     Errno::from_i32(error.errno())
 }
 

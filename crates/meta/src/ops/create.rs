@@ -45,6 +45,7 @@ pub(crate) fn load_parent_for_new(
             "the directory was removed",
         ));
     }
+    record.accepts_new_name(parent, name)?;
     if load_dentry(dentries, parent, name)?.is_some() {
         return Err(OpError::rejected(
             ErrorCode::Exists,
@@ -138,6 +139,9 @@ pub(crate) fn create(
         symlink: entry.new.symlink,
         parent: if is_dir { entry.parent.0 } else { 0 },
         next_cookie: FIRST_COOKIE,
+        shards: Vec::new(),
+        shard_of: 0,
+        sealed: None,
     };
     store_inode(&mut inodes, inode, &record)?;
     insert_dentry(

@@ -21,7 +21,7 @@ pub(crate) fn lookup(
     }
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
-    load_dir(&inodes, parent)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     let dentry = load_dentry(&dentries, parent, name)?.ok_or_else(|| {
         OpError::rejected(
             ErrorCode::NotFound,
@@ -41,16 +41,27 @@ pub(crate) fn get_attr(txn: &ReadTransaction, inode: InodeId) -> Result<Response
     Ok(Response::Attr(load_inode(&inodes, inode)?.to_attr(inode)))
 }
 
+/// Lists `dir` after a cookie. `shards` is the shard count the caller believes `dir` has: a
+/// caller that lists a spread directory as a plain one learns otherwise (`WrongShard`).
 pub(crate) fn read_dir(
     txn: &ReadTransaction,
-    dir: InodeId,
+    (dir, shards): (InodeId, u16),
     after_cookie: u64,
     max_entries: u32,
 ) -> Result<Response, OpError> {
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
     let cookies = txn.open_table(COOKIES)?;
-    load_dir(&inodes, dir)?;
+    let record = load_dir(&inodes, dir)?;
+    if record.shard_of == 0 && record.shards.len().max(1) != usize::from(shards.max(1)) {
+        return Err(OpError::rejected(
+            ErrorCode::WrongShard,
+            format!(
+                "directory {dir} has {} shards, not {shards}",
+                record.shards.len().max(1)
+            ),
+        ));
+    }
     let limit = max_entries.clamp(1, READDIR_ENTRIES_MAX) as usize;
     let mut entries = Vec::with_capacity(limit);
     let start = after_cookie.saturating_add(1);

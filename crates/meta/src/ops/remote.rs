@@ -48,6 +48,23 @@ pub(crate) enum IntentOp {
         name: String,
         child: InodeId,
     },
+    /// mkdir of a spread directory: the directory on `home`, then its other shards on
+    /// `shard_homes`, then the shard list on the directory, then the dentry.
+    MkdirSpread {
+        parent: InodeId,
+        name: String,
+        home: NodeId,
+        request: MetaRequest,
+        shard_homes: Vec<NodeId>,
+    },
+    /// rmdir of a spread directory: seal its other shards (each must be empty), remove the
+    /// directory if it is empty, remove the shards, then the dentry; or unseal them again.
+    RmdirSpread {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+        shards: Vec<InodeId>,
+    },
     /// A hard link here to an inode elsewhere: the inode's home counts the link first.
     Link {
         inode: InodeId,
@@ -146,7 +163,7 @@ pub(crate) fn prepare_mkdir(
     parent: InodeId,
     name: &str,
     new: &NewInode,
-    home: NodeId,
+    (home, shard_homes): (NodeId, Vec<NodeId>),
 ) -> Result<Prepared, OpError> {
     if let Some(answer) = stored(txn, mutation)? {
         return Ok(Prepared::Answered(answer));
@@ -165,31 +182,43 @@ pub(crate) fn prepare_mkdir(
     let (mode, gid) = owner_group_and_mode(&parent_record, true, mode, new.gid);
     drop((inodes, dentries, xattrs));
     let pattern = parent_record.pattern.unwrap_or(StripePattern::DEFAULT);
+    let request = MetaRequest::CreateDirInode {
+        coordinator,
+        intent: 0,
+        parent,
+        mode,
+        uid: new.uid,
+        gid,
+        pattern,
+        acls: acls.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        shard_of: None,
+    };
+    let name = name.to_string();
     let mut intent = Intent {
         mutation,
-        op: IntentOp::Mkdir {
-            parent,
-            name: name.to_string(),
-            home,
-            request: MetaRequest::CreateDirInode {
-                coordinator,
-                intent: 0,
+        op: if shard_homes.is_empty() {
+            IntentOp::Mkdir {
                 parent,
-                mode,
-                uid: new.uid,
-                gid,
-                pattern,
-                acls: acls.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
-            },
+                name,
+                home,
+                request,
+            }
+        } else {
+            IntentOp::MkdirSpread {
+                parent,
+                name,
+                home,
+                request,
+                shard_homes,
+            }
         },
     };
     let id = record_intent(txn, &intent)?;
-    if let IntentOp::Mkdir {
-        request: MetaRequest::CreateDirInode { intent: slot, .. },
-        ..
-    } = &mut intent.op
+    if let IntentOp::Mkdir { request, .. } | IntentOp::MkdirSpread { request, .. } = &mut intent.op
     {
-        *slot = id;
+        if let MetaRequest::CreateDirInode { intent: slot, .. } = request {
+            *slot = id;
+        }
     }
     // Store the request with its intent id, so recovery sends exactly the same one.
     let bytes = postcard::to_stdvec(&intent).expect("intents encode");
@@ -213,6 +242,7 @@ pub(crate) fn create_dir_inode(
         gid,
         pattern,
         acls,
+        shard_of,
     } = request
     else {
         return Err(OpError::rejected(
@@ -231,7 +261,8 @@ pub(crate) fn create_dir_inode(
         return Ok(Response::Attr(record.to_attr(inode)));
     }
     let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
-    let record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
+    let mut record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
+    record.shard_of = shard_of.map_or(0, |dir| dir.0);
     store_inode(&mut inodes, inode, &record)?;
     let inherited: Vec<(&'static str, Vec<u8>)> = acls
         .iter()
@@ -255,7 +286,9 @@ pub(crate) fn finish_mkdir(
     intent: &Intent,
     attr: &InodeAttr,
 ) -> Result<(Result<Response, OpError>, bool), OpError> {
-    let IntentOp::Mkdir { parent, name, .. } = &intent.op else {
+    let (IntentOp::Mkdir { parent, name, .. } | IntentOp::MkdirSpread { parent, name, .. }) =
+        &intent.op
+    else {
         return Err(OpError::Store(format!("intent {id} is not a mkdir")));
     };
     finish_new_name(
@@ -334,16 +367,30 @@ pub(crate) fn prepare_rmdir(
     home: NodeId,
     mutation: MutationId,
     parent: InodeId,
-    name: &str,
+    (name, shards): (&str, Vec<InodeId>),
 ) -> Result<Option<Prepared>, OpError> {
     if let Some(answer) = stored(txn, mutation)? {
         return Ok(Some(Prepared::Answered(answer)));
     }
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
-    load_dir(&inodes, parent)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     let dentry = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    if !shards.is_empty() {
+        drop((inodes, dentries));
+        let intent = Intent {
+            mutation,
+            op: IntentOp::RmdirSpread {
+                parent,
+                name: name.to_string(),
+                child: dentry.child,
+                shards,
+            },
+        };
+        let id = record_intent(txn, &intent)?;
+        return Ok(Some(Prepared::Intent(id, intent)));
+    }
     if dentry.child.home() == home {
         return Ok(None);
     }
@@ -404,11 +451,17 @@ pub(crate) fn finish_rmdir(
     intent: &Intent,
     outcome: Result<(), OpError>,
 ) -> Result<Response, OpError> {
-    let IntentOp::Rmdir {
+    let (IntentOp::Rmdir {
         parent,
         name,
         child,
-    } = &intent.op
+    }
+    | IntentOp::RmdirSpread {
+        parent,
+        name,
+        child,
+        ..
+    }) = &intent.op
     else {
         return Err(OpError::Store(format!("intent {id} is not an rmdir")));
     };
@@ -443,6 +496,12 @@ pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<R
         if child.home() != home {
             out.push(child);
         }
+    }
+    // A spread directory names its shards on other servers.
+    for item in txn.open_table(INODES)?.iter()? {
+        let (key, value) = item?;
+        let record = InodeRecord::decode(key.value(), value.value())?;
+        out.extend(record.shards.iter().skip(1).map(|shard| InodeId(*shard)));
     }
     Ok(Response::Inodes(out))
 }
@@ -533,6 +592,7 @@ pub(crate) fn prepare_unlink(
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
+    parent_record.check_holds_name(parent, name)?;
     let Some(dentry) = load_dentry(&dentries, parent, name)? else {
         return Err(OpError::rejected(
             ErrorCode::NotFound,
@@ -651,7 +711,7 @@ pub(crate) fn prepare_rename_out(
     crate::store::check_name(new_name)?;
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
-    load_dir(&inodes, parent)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     let dentry = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     if flags.exchange {
@@ -718,6 +778,7 @@ pub(crate) fn insert_dentry_for(
             "the directory was removed",
         ));
     }
+    parent_record.accepts_new_name(*parent, name)?;
     let mut replaced_elsewhere = 0;
     if let Some(victim) = load_dentry(&dentries, *parent, name)? {
         if victim.child == *child {
@@ -845,6 +906,109 @@ pub(crate) fn set_parent(
         record.parent = parent.0;
         record.ctime = now();
         store_inode(&mut inodes, inode, &record)?;
+    }
+    Ok(Response::Done)
+}
+
+/// On a spread directory's home: records its shards (idempotent) and answers its attributes.
+pub(crate) fn set_shards(
+    txn: &WriteTransaction,
+    dir: InodeId,
+    shards: &[InodeId],
+) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let mut record = load_dir(&inodes, dir)?;
+    let shards: Vec<u64> = shards.iter().map(|shard| shard.0).collect();
+    if record.shards != shards {
+        record.shards = shards;
+        store_inode(&mut inodes, dir, &record)?;
+    }
+    Ok(Response::Attr(record.to_attr(dir)))
+}
+
+/// On a shard's home: seals an empty shard for the rmdir (coordinator, intent) of its
+/// directory, or unseals it. A missing shard was removed by an earlier pass of that rmdir.
+pub(crate) fn seal_shard(
+    txn: &WriteTransaction,
+    shard: InodeId,
+    owner: (NodeId, u64),
+    seal: bool,
+) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let Some(bytes) = inodes.get(shard.0)? else {
+        return Ok(Response::Done);
+    };
+    let mut record = InodeRecord::decode(shard.0, bytes.value())?;
+    drop(bytes);
+    let owner = (owner.0 .0, owner.1);
+    match (seal, record.sealed) {
+        (true, Some(sealed)) if sealed == owner => return Ok(Response::Done),
+        (true, Some(_)) => {
+            return Err(OpError::rejected(
+                ErrorCode::Busy,
+                "another rmdir is removing this directory",
+            ))
+        }
+        (true, None) => {
+            if !dir_is_empty(&txn.open_table(COOKIES)?, shard)? {
+                return Err(OpError::rejected(
+                    ErrorCode::NotEmpty,
+                    "the directory is not empty",
+                ));
+            }
+            record.sealed = Some(owner);
+        }
+        (false, Some(sealed)) if sealed == owner => record.sealed = None,
+        (false, _) => return Ok(Response::Done),
+    }
+    store_inode(&mut inodes, shard, &record)?;
+    Ok(Response::Done)
+}
+
+/// On a shard's home: takes over what new entries inherit from its spread directory.
+pub(crate) fn sync_shard(
+    txn: &WriteTransaction,
+    request: &MetaRequest,
+) -> Result<Response, OpError> {
+    let MetaRequest::SyncShard {
+        shard,
+        mode,
+        uid,
+        gid,
+        pattern,
+        default_acl,
+    } = request
+    else {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "not a shard synchronisation",
+        ));
+    };
+    let mut inodes = txn.open_table(INODES)?;
+    let Some(bytes) = inodes.get(shard.0)? else {
+        return Ok(Response::Done);
+    };
+    let mut record = InodeRecord::decode(shard.0, bytes.value())?;
+    drop(bytes);
+    if record.shard_of == 0 {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            format!("inode {shard} is not a shard of a spread directory"),
+        ));
+    }
+    record.mode = *mode;
+    record.uid = *uid;
+    record.gid = *gid;
+    record.pattern = Some(*pattern);
+    store_inode(&mut inodes, *shard, &record)?;
+    let mut xattrs = txn.open_table(XATTRS)?;
+    match default_acl {
+        Some(value) => {
+            xattrs.insert((shard.0, crate::acl::ACL_DEFAULT), value.as_slice())?;
+        }
+        None => {
+            xattrs.remove((shard.0, crate::acl::ACL_DEFAULT))?;
+        }
     }
     Ok(Response::Done)
 }

@@ -85,8 +85,8 @@ pub(crate) fn rename(
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
     let mut cookies = txn.open_table(COOKIES)?;
-    load_dir(&inodes, parent)?;
-    load_dir(&inodes, new_parent)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
+    load_dir(&inodes, new_parent)?.accepts_new_name(new_parent, new_name)?;
     let source = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let victim = load_dentry(&dentries, new_parent, new_name)?;
@@ -129,6 +129,10 @@ pub(crate) fn rename(
             return Ok(Response::Done);
         }
         let victim_record = load_inode(&inodes, victim.child)?;
+        if !victim_record.shards.is_empty() && !flags.exchange {
+            // Its shards on other servers would have to go with it: rmdir it first.
+            return Err(cross_server());
+        }
         if flags.exchange {
             if victim_record.is_dir()
                 && new_parent != parent
