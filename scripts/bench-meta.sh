@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Metadata benchmark in one run: a local directory, a bindfs passthrough of it, and `weft up`
 # with 1, 2 and 4 metadata servers, each through the FUSE mount and through the native client
-# library. Results go to $OUT/meta.jsonl and the tables to stdout.
+# library; GlusterFS and MooseFS through their FUSE clients. Results go to $OUT/meta.jsonl and
+# the tables to stdout.
 # Usage: scripts/bench-meta.sh [FILES_PER_THREAD (default 500)] [THREADS (default 1,2,4)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,16 @@ bench --path "$WORK/local" --label ext4-local
 bindfs "$WORK/local" "$WORK/bindfs"
 bench --path "$WORK/bindfs" --label bindfs
 umount "$WORK/bindfs"
+
+# Peers from Debian's packages, single node, through their FUSE clients (the shared scripts
+# install them on first use). PEERS= (empty) skips them.
+PEERS=${PEERS-gluster,moosefs}
+SHARED=${SHARED_BENCH:-../shared/bench}
+for PEER in ${PEERS//,/ }; do
+  "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1
+  bench --path "$WORK/$PEER-mnt" --label "$PEER"
+  "$SHARED/peers/$PEER.sh" down "$WORK/$PEER-mnt" "$WORK/$PEER-base" >> "$WORK/$PEER.log" 2>&1
+done
 
 for META in 1 2 4; do
   "$WEFT" up --meta-servers "$META" --data-dir "$WORK/data-$META" --mountpoint "$WORK/mnt-$META" > "$WORK/up-$META.log" 2>&1 &

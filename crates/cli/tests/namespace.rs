@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cluster, crash_during, errno, fsck_clean, metadata_node};
+use common::{cluster, crash_during, errno, fsck_clean, metadata_node, rename_with_flags};
 use std::fs;
 use std::path::{Path, PathBuf};
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
@@ -448,6 +448,140 @@ fn directories_move_across_servers() {
             "{point}"
         );
         assert_eq!(errno(fs::metadata(&moving)), libc::ENOENT, "{point}");
+        fsck_clean(&cluster);
+    }
+}
+
+// Goal: a rename may replace a directory, or swap two entries (RENAME_EXCHANGE), whichever
+// metadata servers hold the names and the inodes: an empty directory victim goes (one on
+// another server is sealed first, so nothing lands in it meanwhile), a non-empty one answers
+// ENOTEMPTY, a file victim whose inode lives elsewhere loses its link there, and an exchange
+// swaps files, directories (their `..` follows) or one of each (the link counts follow).
+// Method: directories on both servers; fsck after.
+#[test]
+fn renames_replace_and_exchange_across_servers() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let (first, second) = dirs_on_both_servers(&cluster, &mnt, "r");
+    let links = |dir: &Path| fs::metadata(dir).expect("stat").nlink();
+
+    // A directory over an empty directory on the other server.
+    fs::create_dir(first.join("a")).expect("mkdir");
+    fs::write(first.join("a/file"), b"a").expect("write");
+    fs::create_dir(second.join("b")).expect("mkdir");
+    let second_links = links(&second);
+    fs::rename(first.join("a"), second.join("b")).expect("replace an empty directory");
+    assert_eq!(fs::read(second.join("b/file")).expect("read"), b"a");
+    assert_eq!(
+        links(&second),
+        second_links,
+        "one subdirectory replaced another"
+    );
+    // ... over a non-empty one: ENOTEMPTY, and both stay.
+    fs::create_dir(first.join("c")).expect("mkdir");
+    assert_eq!(
+        errno(fs::rename(first.join("c"), second.join("b"))),
+        libc::ENOTEMPTY
+    );
+    assert!(first.join("c").is_dir() && second.join("b/file").exists());
+    // ... over an empty directory whose inode lives on a third place (not its dentry's
+    // server): it is sealed, then removed.
+    let remote = wait_for_remote_child(&cluster, &second);
+    fs::rename(first.join("c"), &remote).expect("replace a directory living elsewhere");
+    assert!(remote.is_dir());
+    // The same, with both names on one server.
+    let remote = wait_for_remote_child(&cluster, &first);
+    fs::create_dir(first.join("local")).expect("mkdir");
+    fs::rename(first.join("local"), &remote).expect("local names, remote victim");
+
+    // A file over a file whose inode lives on the other server (a hard link's).
+    fs::write(first.join("f"), b"f").expect("write");
+    fs::hard_link(first.join("f"), second.join("g")).expect("link across servers");
+    fs::write(second.join("h"), b"h").expect("write");
+    fs::rename(second.join("h"), second.join("g")).expect("replace a remote file victim");
+    assert_eq!(fs::read(second.join("g")).expect("read"), b"h");
+    assert_eq!(fs::metadata(first.join("f")).expect("stat").nlink(), 1);
+
+    // RENAME_EXCHANGE of files, of directories, and of one of each.
+    fs::write(first.join("p"), b"P").expect("write");
+    fs::write(second.join("q"), b"Q").expect("write");
+    rename_with_flags(&first.join("p"), &second.join("q"), libc::RENAME_EXCHANGE)
+        .expect("exchange files");
+    assert_eq!(fs::read(first.join("p")).expect("read"), b"Q");
+    assert_eq!(fs::read(second.join("q")).expect("read"), b"P");
+    fs::create_dir(first.join("dp")).expect("mkdir");
+    fs::write(first.join("dp/in"), b"dp").expect("write");
+    fs::create_dir(second.join("dq")).expect("mkdir");
+    fs::write(second.join("dq/in"), b"dq").expect("write");
+    rename_with_flags(&first.join("dp"), &second.join("dq"), libc::RENAME_EXCHANGE)
+        .expect("exchange directories");
+    assert_eq!(fs::read(first.join("dp/in")).expect("read"), b"dq");
+    assert_eq!(fs::read(second.join("dq/in")).expect("read"), b"dp");
+    for (dir, parent) in [(first.join("dp"), &first), (second.join("dq"), &second)] {
+        assert_eq!(
+            fs::metadata(dir.join("..")).expect("stat").ino(),
+            fs::metadata(parent).expect("stat").ino(),
+            "`..` follows the exchange"
+        );
+    }
+    let (first_links, second_links) = (links(&first), links(&second));
+    fs::create_dir(first.join("m")).expect("mkdir");
+    fs::write(second.join("n"), b"n").expect("write");
+    rename_with_flags(&first.join("m"), &second.join("n"), libc::RENAME_EXCHANGE)
+        .expect("exchange a directory and a file");
+    assert!(first.join("m").is_file() && second.join("n").is_dir());
+    assert_eq!(
+        (links(&first), links(&second)),
+        (first_links, second_links + 1),
+        "the subdirectory counts follow"
+    );
+    assert_eq!(
+        errno(rename_with_flags(
+            &first.join("dp"),
+            &first.join("dp/in"),
+            libc::RENAME_EXCHANGE
+        )),
+        libc::EINVAL,
+        "no exchange that puts a directory inside itself"
+    );
+    fsck_clean(&cluster);
+
+    // An exchange completes when its coordinator crashes after any step.
+    for point in ["rename-after-intent", "rename-after-remote"] {
+        fs::write(first.join(format!("{point}-x")), b"x").expect("write");
+        fs::write(second.join(format!("{point}-y")), b"y").expect("write");
+        let coordinator = if metadata_node(&cluster, &first).starts_with("meta-2") {
+            "meta-2"
+        } else {
+            "meta-1"
+        };
+        cluster
+            .set_env(coordinator, &[("WEFT_FAILPOINTS", point)])
+            .expect("arm");
+        cluster.restart(coordinator).expect("restart armed");
+        cluster.wait_ready().expect("ready");
+        let (x, y) = (
+            first.join(format!("{point}-x")),
+            second.join(format!("{point}-y")),
+        );
+        let (x2, y2) = (x.clone(), y.clone());
+        let worker = std::thread::spawn(move || rename_with_flags(&x2, &y2, libc::RENAME_EXCHANGE));
+        wait_until(&format!("{coordinator} to crash at {point}"), || {
+            cluster.has_exited(coordinator)
+        })
+        .expect("crashed");
+        cluster.set_env(coordinator, &[]).expect("disarm");
+        cluster.restart(coordinator).expect("restart");
+        worker
+            .join()
+            .expect("worker")
+            .unwrap_or_else(|error| panic!("{point}: exchange failed: {error}"));
+        assert_eq!(fs::read(&x).expect("read"), b"y", "{point}");
+        assert_eq!(fs::read(&y).expect("read"), b"x", "{point}");
         fsck_clean(&cluster);
     }
 }

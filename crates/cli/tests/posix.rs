@@ -3,38 +3,13 @@
 
 mod common;
 
-use common::{cluster, errno, pattern};
-use std::ffi::CString;
+use common::{c_path, cluster, errno, pattern, rename_with_flags};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 use weft_testkit::ClusterSpec;
-
-fn c_path(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes()).expect("no NUL in test paths")
-}
-
-fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
-    let (from, to) = (c_path(from), c_path(to));
-    // SAFETY: both paths are valid NUL-terminated strings.
-    let result = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
 
 // Goal: files behave as POSIX says — create, exclusive create, truncate, append, holes, unlink
 // of an open file, fsync, statfs. Method: run each through the mount and check data and errno.

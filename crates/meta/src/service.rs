@@ -8,10 +8,11 @@ use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remote::{
-    adjust_links, create_dir_inode, finish_link, finish_mkdir, finish_rename_out, finish_rmdir,
-    finish_unlink, insert_dentry_for, intents, prepare_link, prepare_mkdir, prepare_rename_out,
-    prepare_rmdir, prepare_unlink, remote_references, remove_dir_inode, seal_shard, set_parent,
-    set_shards, sync_shard, Intent, IntentOp, Prepared,
+    adjust_links, create_dir_inode, exchange_dentry, finish_exchange, finish_link, finish_mkdir,
+    finish_rename_out, finish_rmdir, finish_unlink, insert_dentry_for, intents, prepare_exchange,
+    prepare_link, prepare_mkdir, prepare_rename_out, prepare_rmdir, prepare_unlink,
+    remote_references, remove_dir_inode, seal_shard, set_parent, set_shards, sync_shard, Intent,
+    IntentOp, Prepared,
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
@@ -88,6 +89,9 @@ struct Meta {
     /// spread directory after a start, since a crash may have come between a change and its
     /// copy to the shards).
     shard_syncs: Mutex<std::collections::BTreeSet<InodeId>>,
+    /// Held while objects of removed files are deleted, and by fsck while it lists objects and
+    /// checks them: an object deleted between the two would look like one without a file.
+    disposing: tokio::sync::Mutex<()>,
 }
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
@@ -164,6 +168,7 @@ pub async fn run(
         seen: Mutex::default(),
         intents_in_flight: Mutex::default(),
         shard_syncs: Mutex::default(),
+        disposing: tokio::sync::Mutex::new(()),
     });
     match meta.read(spread_directories) {
         Ok(dirs) => meta
@@ -509,6 +514,11 @@ impl Meta {
                 let home = self.node;
                 self.committer
                     .run(Box::new(move |txn| create_dir_inode(txn, home, &request)))
+                    .await
+            }
+            request @ MetaRequest::ExchangeDentry { .. } => {
+                self.committer
+                    .run(Box::new(move |txn| exchange_dentry(txn, &request)))
                     .await
             }
             request @ MetaRequest::InsertDentry { .. } => {
@@ -972,6 +982,40 @@ impl Meta {
         Ok(Ok(()))
     }
 
+    /// Points directory `inode` at `parent` on its home (idempotent).
+    async fn set_remote_parent(&self, inode: InodeId, parent: InodeId) -> Result<(), OpError> {
+        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
+        let request = MetaRequest::SetParent { inode, parent };
+        TARGET_RETRY
+            .run(|| meta.call(request.clone()))
+            .await
+            .map_err(rpc_error)?;
+        Ok(())
+    }
+
+    /// Finishes a victim that rename intent `id` replaced and whose inode lives on another
+    /// server: a file loses that link, a directory (sealed empty by this intent) goes. One
+    /// already gone was finished by an earlier pass.
+    async fn drop_replaced(&self, id: u64, victim: InodeId) -> Result<(), OpError> {
+        let meta = self.cluster.meta(victim.home()).await.map_err(rpc_error)?;
+        let attr = match TARGET_RETRY.run(|| meta.get_attr(victim)).await {
+            Ok(attr) => attr,
+            Err(weft_net::RpcError::Remote(error)) if error.code == ErrorCode::NotFound => {
+                return Ok(())
+            }
+            Err(error) => return Err(rpc_error(error)),
+        };
+        if attr.kind == FileKind::Directory {
+            if let Err(error) = self.remove_remote_dir(victim).await? {
+                return Err(OpError::Store(format!(
+                    "replaced directory {victim} was not removed: {error:?}"
+                )));
+            }
+            return Ok(());
+        }
+        self.adjust_remote_links(id, victim, -1).await.map(|_| ())
+    }
+
     /// Removes an empty directory inode on its home: `Ok(Err)` when the home refuses.
     async fn remove_remote_dir(&self, inode: InodeId) -> Result<Result<(), OpError>, OpError> {
         let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
@@ -1047,10 +1091,12 @@ impl Meta {
         }
     }
 
-    /// rename: local in one transaction, or across servers with an intent. A directory moving
-    /// to another parent takes the cluster-wide rename lock from management first and walks the
-    /// new parent's ancestors (across servers) to refuse a move into its own subtree; the lock
-    /// keeps two such moves on different servers from making a loop together.
+    /// rename: local in one transaction, or across servers with an intent (a new name on
+    /// another server, a directory or victim whose inode lives elsewhere, an exchange with
+    /// anything elsewhere). A rename that moves a directory to another parent takes the
+    /// cluster-wide rename lock from management first and walks the new parent's ancestors
+    /// (across servers) to refuse a move into its own subtree; the lock keeps two such moves on
+    /// different servers from making a loop together.
     async fn rename(
         &self,
         mutation: MutationId,
@@ -1060,22 +1106,67 @@ impl Meta {
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
     ) -> Result<Response, OpError> {
-        let source = self
-            .read(|txn| {
-                crate::store::load_dentry(&txn.open_table(crate::store::DENTRIES)?, parent, &name)
+        let local_dentry = |dir: InodeId, entry: &str| {
+            self.read(|txn| {
+                crate::store::load_dentry(&txn.open_table(crate::store::DENTRIES)?, dir, entry)
             })
             .ok()
-            .flatten();
-        let moved_dir = source.filter(|d| d.kind == FileKind::Directory && parent != new_parent);
-        let Some(moved_dir) = moved_dir else {
-            return if new_parent.home() != self.node {
+            .flatten()
+            .map(|d| (d.child, d.kind))
+        };
+        let Some((child, kind)) = local_dentry(parent, &name) else {
+            // The one-server path says what is wrong with the source.
+            return self
+                .rename_local(mutation, parent, name, new_parent, new_name, flags, false)
+                .await;
+        };
+        let here = self.node;
+        // What the new name holds now: an exchange swaps with it, a rename replaces it.
+        let other = if new_parent.home() == here {
+            local_dentry(new_parent, &new_name)
+        } else if flags.exchange {
+            let meta = self
+                .cluster
+                .meta(new_parent.home())
+                .await
+                .map_err(rpc_error)?;
+            match meta.lookup(new_parent, &new_name).await {
+                Ok(attr) => Some((attr.inode, attr.kind)),
+                Err(weft_net::RpcError::Remote(error)) => return Err(OpError::Rejected(error)),
+                Err(error) => return Err(rpc_error(error)),
+            }
+        } else {
+            None
+        };
+        let is_dir = |kind: FileKind| kind == FileKind::Directory;
+        let other_dir = flags.exchange && other.is_some_and(|(_, kind)| is_dir(kind));
+        let moves_dirs = parent != new_parent && (is_dir(kind) || other_dir);
+        let all_here = new_parent.home() == here
+            && (child.home() == here || (!moves_dirs && !flags.exchange))
+            && other.is_none_or(|(inode, _)| inode.home() == here);
+        let route = async {
+            if flags.exchange && !all_here {
+                let Some(other) = other else {
+                    return Err(OpError::rejected(
+                        ErrorCode::NotFound,
+                        format!("{new_name:?} not found"),
+                    ));
+                };
+                self.exchange_out(mutation, (parent, name), (new_parent, new_name), other)
+                    .await
+            } else if all_here {
+                self.rename_local(
+                    mutation, parent, name, new_parent, new_name, flags, moves_dirs,
+                )
+                .await
+            } else {
                 self.rename_out(mutation, parent, name, new_parent, new_name, flags)
                     .await
-            } else {
-                self.rename_local(mutation, parent, name, new_parent, new_name, flags, false)
-                    .await
-            };
+            }
         };
+        if !moves_dirs {
+            return route.await;
+        }
         let token: u64 = rand::random();
         let mgmt = self.cluster.mgmt();
         let started = std::time::Instant::now();
@@ -1090,28 +1181,50 @@ impl Meta {
             }
         }
         let result = async {
-            if self
-                .is_ancestor_anywhere(moved_dir.child, new_parent)
-                .await?
-            {
+            let into_itself = (is_dir(kind)
+                && self.is_ancestor_anywhere(child, new_parent).await?)
+                || match other {
+                    Some((other, _)) if other_dir => {
+                        self.is_ancestor_anywhere(other, parent).await?
+                    }
+                    _ => false,
+                };
+            if into_itself {
                 return Err(OpError::rejected(
                     ErrorCode::InvalidArgument,
                     "cannot move a directory into its own subtree",
                 ));
             }
-            if new_parent.home() != self.node || moved_dir.child.home() != self.node {
-                self.rename_out(mutation, parent, name, new_parent, new_name, flags)
-                    .await
-            } else {
-                self.rename_local(mutation, parent, name, new_parent, new_name, flags, true)
-                    .await
-            }
+            route.await
         }
         .await;
         if let Err(error) = mgmt.release_rename_lock(token).await {
             tracing::warn!(%error, "could not release the rename lock; its lease will end it");
         }
         result
+    }
+
+    /// RENAME_EXCHANGE with an entry elsewhere (see `ops::remote`).
+    async fn exchange_out(
+        &self,
+        mutation: MutationId,
+        (parent, name): (InodeId, String),
+        (new_parent, new_name): (InodeId, String),
+        other: (InodeId, FileKind),
+    ) -> Result<Response, OpError> {
+        let prepared = self
+            .committer
+            .run_with(move |txn| {
+                prepare_exchange(
+                    txn,
+                    mutation,
+                    (parent, &name),
+                    (new_parent, &new_name),
+                    other,
+                )
+            })
+            .await?;
+        self.drive(prepared, "rename-after-intent").await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1269,47 +1382,123 @@ impl Meta {
                     .meta(new_parent.home())
                     .await
                     .map_err(rpc_error)?;
-                let request = MetaRequest::InsertDentry {
-                    coordinator: self.node,
-                    intent: id,
-                    parent: *new_parent,
-                    name: new_name.clone(),
-                    child: *child,
-                    kind: crate::store::kind_from_code(*kind_code),
-                    no_replace: *no_replace,
+                let moves_dir = *kind_code == crate::store::kind_code(FileKind::Directory);
+                // A directory victim on a third server is sealed first (only if empty), so that
+                // nothing is added to it before it goes.
+                let mut sealed = None;
+                let mut outcome = Ok(());
+                if moves_dir && !*no_replace {
+                    match meta.lookup(*new_parent, new_name).await {
+                        Ok(victim)
+                            if victim.inode != *child
+                                && victim.kind == FileKind::Directory
+                                && victim.inode.home() != new_parent.home() =>
+                        {
+                            outcome = if victim.shards.is_empty() {
+                                self.seal_shards(id, &[victim.inode], true).await?
+                            } else {
+                                Err(OpError::rejected(
+                                    ErrorCode::CrossDevice,
+                                    format!("{new_name:?} is a spread directory: remove it first"),
+                                ))
+                            };
+                            sealed = outcome.is_ok().then_some(victim.inode);
+                        }
+                        Ok(_) | Err(weft_net::RpcError::Remote(_)) => {}
+                        Err(error) => return Err(rpc_error(error)),
+                    }
+                }
+                let outcome = match outcome {
+                    Err(error) => Err(error),
+                    Ok(()) => {
+                        let request = MetaRequest::InsertDentry {
+                            coordinator: self.node,
+                            intent: id,
+                            parent: *new_parent,
+                            name: new_name.clone(),
+                            child: *child,
+                            kind: crate::store::kind_from_code(*kind_code),
+                            no_replace: *no_replace,
+                            sealed_victim: sealed,
+                        };
+                        match TARGET_RETRY.run(|| meta.call(request.clone())).await {
+                            Ok(response) => Ok(response),
+                            Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
+                            Err(error) => return Err(rpc_error(error)),
+                        }
+                    }
                 };
-                let outcome = match TARGET_RETRY.run(|| meta.call(request.clone())).await {
-                    Ok(response) => Ok(response),
-                    Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
-                    Err(error) => return Err(rpc_error(error)),
-                };
-                // A replaced victim whose inode lives on another server loses its link there.
+                if outcome.is_err() {
+                    if let Some(victim) = sealed {
+                        self.seal_shards(id, &[victim], false).await??;
+                    }
+                }
+                // A replaced victim whose inode lives on another server goes there: a file
+                // loses its link, a (sealed, empty) directory is removed.
                 let outcome = match outcome {
                     Ok(Response::Inodes(victims)) => {
                         for victim in victims {
-                            self.adjust_remote_links(id, victim, -1).await?;
+                            self.drop_replaced(id, victim).await?;
                         }
                         Ok(Response::Done)
                     }
                     other => other,
                 };
-                if *kind_code == crate::store::kind_code(FileKind::Directory) {
+                if moves_dir && outcome.is_ok() {
                     // The moved directory's parent pointer follows its dentry.
-                    let home_of_dir = self.cluster.meta(child.home()).await.map_err(rpc_error)?;
-                    let request = MetaRequest::SetParent {
-                        inode: *child,
-                        parent: *new_parent,
-                    };
-                    TARGET_RETRY
-                        .run(|| home_of_dir.call(request.clone()))
-                        .await
-                        .map_err(rpc_error)?;
+                    self.set_remote_parent(*child, *new_parent).await?;
                 }
                 weft_service::failpoint::failpoint("rename-after-remote");
                 let finishing = intent.clone();
                 self.committer
                     .run(Box::new(move |txn| {
                         finish_rename_out(txn, id, &finishing, outcome)
+                    }))
+                    .await
+            }
+            IntentOp::Exchange {
+                child,
+                kind_code,
+                new_parent,
+                new_name,
+                other,
+                other_kind_code,
+                parent,
+                ..
+            } => {
+                let meta = self
+                    .cluster
+                    .meta(new_parent.home())
+                    .await
+                    .map_err(rpc_error)?;
+                let request = MetaRequest::ExchangeDentry {
+                    coordinator: self.node,
+                    intent: id,
+                    parent: *new_parent,
+                    name: new_name.clone(),
+                    expect: *other,
+                    child: *child,
+                    kind: crate::store::kind_from_code(*kind_code),
+                };
+                let outcome = match TARGET_RETRY.run(|| meta.call(request.clone())).await {
+                    Ok(_) => Ok(()),
+                    Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
+                    Err(error) => return Err(rpc_error(error)),
+                };
+                if outcome.is_ok() {
+                    let directory = crate::store::kind_code(FileKind::Directory);
+                    if *kind_code == directory {
+                        self.set_remote_parent(*child, *new_parent).await?;
+                    }
+                    if *other_kind_code == directory {
+                        self.set_remote_parent(*other, *parent).await?;
+                    }
+                }
+                weft_service::failpoint::failpoint("rename-after-remote");
+                let finishing = intent.clone();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        finish_exchange(txn, id, &finishing, outcome)
                     }))
                     .await
             }
@@ -1503,6 +1692,7 @@ impl Meta {
             *counts.entry(inode).or_default() += 1;
         }
         let referenced = counts;
+        let disposing = self.disposing.lock().await;
         let map = self
             .cluster
             .refresh()
@@ -1550,6 +1740,7 @@ impl Meta {
             .committer
             .run_with(move |txn| check(txn, home, repair, &objects, &open, &referenced))
             .await?;
+        drop(disposing);
         for (inode, target) in garbage {
             let removed = self
                 .cluster
@@ -1617,6 +1808,7 @@ impl Meta {
     }
 
     async fn dispose_objects(&self, inode: InodeId, layout: FileLayout) -> bool {
+        let _disposing = self.disposing.lock().await;
         let removals = layout.targets.iter().map(|target| {
             let cluster = Arc::clone(&self.cluster);
             let target = *target;

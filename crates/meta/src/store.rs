@@ -13,6 +13,7 @@
 //! | `xattrs` | (inode, name) | value — extended attributes, POSIX ACLs included |
 //! | `intents` | intent id | postcard [`crate::ops::remote::Intent`]: a cross-server operation in flight |
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
+//! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
 
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,8 @@ pub(crate) const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::
 pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("intents");
 pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
+pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
+    TableDefinition::new("intent_names");
 
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
@@ -51,6 +54,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(XATTRS)?;
     txn.open_table(INTENTS)?;
     txn.open_table(REMOTE_CREATED)?;
+    txn.open_table(INTENT_NAMES)?;
     txn.commit()?;
     Ok(())
 }

@@ -645,7 +645,8 @@ pub enum MetaRequest {
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
     RemoteReferences,
     /// Server to server: inserts a dentry for a rename coordinated by another server (the
-    /// entry's old name is there), replacing a file victim that lives here. Applied once per
+    /// entry's old name is there), replacing a victim: a file, or an empty directory (one
+    /// living on a third server must have been sealed by the coordinator). Applied once per
     /// (coordinator, intent).
     InsertDentry {
         /// The metadata node coordinating the rename.
@@ -662,6 +663,27 @@ pub enum MetaRequest {
         kind: FileKind,
         /// RENAME_NOREPLACE.
         no_replace: bool,
+        /// The directory victim on a third server that the coordinator sealed empty.
+        sealed_victim: Option<InodeId>,
+    },
+    /// Server to server: the far half of a RENAME_EXCHANGE across servers: `name` in `parent`
+    /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
+    /// `child`); `Busy` when it names neither (the entry changed meanwhile).
+    ExchangeDentry {
+        /// The metadata node coordinating the exchange.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The directory of the far name.
+        parent: InodeId,
+        /// The far name.
+        name: String,
+        /// The inode it names now.
+        expect: InodeId,
+        /// The inode it will name.
+        child: InodeId,
+        /// The type of `child`.
+        kind: FileKind,
     },
     /// Server to server: points a directory at its new parent after a rename moved its dentry.
     /// Idempotent.

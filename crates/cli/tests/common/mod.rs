@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
@@ -143,4 +145,29 @@ pub fn crash_during(
     cluster.set_env("meta-1", &[]).expect("disarm");
     cluster.restart("meta-1").expect("restart");
     worker.join().expect("worker")
+}
+
+/// A path as a C string.
+pub fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).expect("no NUL in test paths")
+}
+
+/// renameat2(2) with `flags` (RENAME_NOREPLACE, RENAME_EXCHANGE).
+pub fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
+    let (from, to) = (c_path(from), c_path(to));
+    // SAFETY: both paths are valid NUL-terminated strings.
+    let result = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }

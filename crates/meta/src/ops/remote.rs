@@ -17,7 +17,7 @@ use super::xattr::{inherited_mode_and_acls, store_inherited};
 use crate::service::idempotent;
 use crate::store::{
     allocate_inode, dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry,
-    store_inode, InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, INODES, INTENTS,
+    store_inode, InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, INODES, INTENTS, INTENT_NAMES,
     REMOTE_CREATED, REPLIES, XATTRS,
 };
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
@@ -85,6 +85,66 @@ pub(crate) enum IntentOp {
         new_name: String,
         no_replace: bool,
     },
+    /// RENAME_EXCHANGE with an entry on another server, or with inodes elsewhere: the far
+    /// name first takes `child`, then the near one takes `other`.
+    Exchange {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+        kind_code: u8,
+        new_parent: InodeId,
+        new_name: String,
+        other: InodeId,
+        other_kind_code: u8,
+    },
+}
+
+impl IntentOp {
+    /// The dentry here that the operation removes or replaces: no other operation may touch it
+    /// until the intent is finished.
+    fn protected_name(&self) -> Option<(InodeId, &str)> {
+        match self {
+            IntentOp::Rmdir { parent, name, .. }
+            | IntentOp::RmdirSpread { parent, name, .. }
+            | IntentOp::RenameOut { parent, name, .. }
+            | IntentOp::Exchange { parent, name, .. } => Some((*parent, name)),
+            IntentOp::Mkdir { .. }
+            | IntentOp::MkdirSpread { .. }
+            | IntentOp::Link { .. }
+            | IntentOp::Unlink { .. } => None,
+        }
+    }
+}
+
+/// Fails with `Busy` while an unfinished cross-server operation — other than `mutation`'s own,
+/// retried — is about to remove or replace `name` in `parent`; the client asks again.
+pub(crate) fn check_not_in_flight(
+    txn: &WriteTransaction,
+    parent: InodeId,
+    name: &str,
+    mutation: Option<MutationId>,
+) -> Result<(), OpError> {
+    let Some(id) = txn
+        .open_table(INTENT_NAMES)?
+        .get((parent.0, name))?
+        .map(|id| id.value())
+    else {
+        return Ok(());
+    };
+    if let Some(mutation) = mutation {
+        if let Some(bytes) = txn.open_table(INTENTS)?.get(id)? {
+            if let Ok(intent) = postcard::from_bytes::<Intent>(bytes.value()) {
+                if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(OpError::rejected(
+        ErrorCode::Busy,
+        format!("{name:?} is being changed by another operation; try again"),
+    ))
 }
 
 /// What step (1) leaves to do.
@@ -146,11 +206,34 @@ fn record_intent(txn: &WriteTransaction, intent: &Intent) -> Result<u64, OpError
     counters.insert("intent", id)?;
     let bytes = postcard::to_stdvec(intent).expect("intents encode");
     txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    if let Some((parent, name)) = intent.op.protected_name() {
+        txn.open_table(INTENT_NAMES)?.insert((parent.0, name), id)?;
+    }
     Ok(id)
 }
 
+/// Removes intent `id` and the name it protects; false when it was gone already.
+fn remove_intent(txn: &WriteTransaction, id: u64) -> Result<bool, OpError> {
+    let Some(bytes) = txn
+        .open_table(INTENTS)?
+        .remove(id)?
+        .map(|b| b.value().to_vec())
+    else {
+        return Ok(false);
+    };
+    if let Ok(intent) = postcard::from_bytes::<Intent>(&bytes) {
+        if let Some((parent, name)) = intent.op.protected_name() {
+            let mut names = txn.open_table(INTENT_NAMES)?;
+            if names.get((parent.0, name))?.map(|v| v.value()) == Some(id) {
+                names.remove((parent.0, name))?;
+            }
+        }
+    }
+    Ok(true)
+}
+
 pub(crate) fn drop_intent(txn: &WriteTransaction, id: u64) -> Result<Response, OpError> {
-    txn.open_table(INTENTS)?.remove(id)?;
+    remove_intent(txn, id)?;
     Ok(Response::Done)
 }
 
@@ -319,7 +402,7 @@ fn finish_new_name(
         Ok(load_dentry(&txn.open_table(DENTRIES)?, parent, name)?
             .is_some_and(|d| d.child == attr.inode))
     };
-    if txn.open_table(INTENTS)?.remove(id)?.is_none() {
+    if !remove_intent(txn, id)? {
         let outcome = if ours(txn)? {
             Ok(Response::Attr(attr.clone()))
         } else {
@@ -377,6 +460,7 @@ pub(crate) fn prepare_rmdir(
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     let dentry = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
     if !shards.is_empty() {
         drop((inodes, dentries));
         let intent = Intent {
@@ -599,6 +683,7 @@ pub(crate) fn prepare_unlink(
             format!("{name:?} not found"),
         ));
     };
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
     if dentry.child.home() == home {
         return Ok(None);
     }
@@ -714,12 +799,7 @@ pub(crate) fn prepare_rename_out(
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     let dentry = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    if flags.exchange {
-        return Err(OpError::rejected(
-            ErrorCode::CrossDevice,
-            "exchanging entries across metadata servers is not supported yet",
-        ));
-    }
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
     drop((inodes, dentries));
     let intent = Intent {
         mutation,
@@ -755,6 +835,7 @@ pub(crate) fn insert_dentry_for(
         child,
         kind,
         no_replace,
+        sealed_victim,
     } = request
     else {
         return Err(OpError::rejected(
@@ -780,6 +861,7 @@ pub(crate) fn insert_dentry_for(
     }
     parent_record.accepts_new_name(*parent, name)?;
     let mut replaced_elsewhere = 0;
+    let mut replaced_dir = false;
     if let Some(victim) = load_dentry(&dentries, *parent, name)? {
         if victim.child == *child {
             return Ok(Response::Unchanged);
@@ -790,20 +872,53 @@ pub(crate) fn insert_dentry_for(
                 format!("{name:?} already exists"),
             ));
         }
-        if victim.kind == FileKind::Directory {
-            return Err(OpError::rejected(
-                ErrorCode::IsDirectory,
-                format!("{name:?} is a directory"),
-            ));
+        check_not_in_flight(txn, *parent, name, None)?;
+        match (
+            victim.kind == FileKind::Directory,
+            *kind == FileKind::Directory,
+        ) {
+            (true, false) => {
+                return Err(OpError::rejected(
+                    ErrorCode::IsDirectory,
+                    format!("{name:?} is a directory"),
+                ))
+            }
+            (false, true) => {
+                return Err(OpError::rejected(
+                    ErrorCode::NotDirectory,
+                    format!("{name:?} is not a directory"),
+                ))
+            }
+            (true, true) if victim.child.home() == home => {
+                let record = crate::store::load_inode(&inodes, victim.child)?;
+                if !record.shards.is_empty() {
+                    return Err(OpError::rejected(
+                        ErrorCode::CrossDevice,
+                        format!("{name:?} is a spread directory: remove it first"),
+                    ));
+                }
+                if !dir_is_empty(&cookies, victim.child)? {
+                    return Err(OpError::rejected(
+                        ErrorCode::NotEmpty,
+                        format!("{name:?} is not empty"),
+                    ));
+                }
+            }
+            (true, true) if *sealed_victim != Some(victim.child) => {
+                // Not the directory the coordinator sealed: the entry changed meanwhile.
+                return Err(OpError::rejected(
+                    ErrorCode::Busy,
+                    format!("{name:?} changed during the rename; try again"),
+                ));
+            }
+            _ => {}
         }
-        if *kind == FileKind::Directory {
-            return Err(OpError::rejected(
-                ErrorCode::CrossDevice,
-                "moving a directory over an entry on another metadata server is not supported yet",
-            ));
-        }
+        replaced_dir = victim.kind == FileKind::Directory;
         remove_dentry(&mut dentries, &mut cookies, *parent, name, victim)?;
-        if victim.child.home() == home {
+        if replaced_dir && victim.child.home() == home {
+            inodes.remove(victim.child.0)?;
+            super::xattr::remove_all(&mut txn.open_table(XATTRS)?, victim.child)?;
+        } else if victim.child.home() == home {
             let victim_record = crate::store::load_inode(&inodes, victim.child)?;
             super::remove::drop_link(
                 txn,
@@ -825,8 +940,8 @@ pub(crate) fn insert_dentry_for(
         *child,
         *kind,
     )?;
-    if *kind == FileKind::Directory {
-        // The moved directory's `..` now names this directory.
+    if *kind == FileKind::Directory && !replaced_dir {
+        // The moved directory's `..` now names this directory (a replaced one's did).
         parent_record.nlink += 1;
     }
     let timestamp = now();
@@ -1011,4 +1126,140 @@ pub(crate) fn sync_shard(
         }
     }
     Ok(Response::Done)
+}
+
+/// Exchange step (1), on the coordinator: checks the near name and records the intent.
+pub(crate) fn prepare_exchange(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    (parent, name): (InodeId, &str),
+    (new_parent, new_name): (InodeId, &str),
+    (other, other_kind): (InodeId, FileKind),
+) -> Result<Prepared, OpError> {
+    if let Some(answer) = stored(txn, mutation)? {
+        return Ok(Prepared::Answered(answer));
+    }
+    let inodes = txn.open_table(INODES)?;
+    let dentries = txn.open_table(DENTRIES)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
+    let dentry = load_dentry(&dentries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
+    if dentry.child == other {
+        // Two names of one inode: nothing to swap.
+        return Ok(Prepared::Answered(Ok(Response::Done)));
+    }
+    drop((inodes, dentries));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Exchange {
+            parent,
+            name: name.to_string(),
+            child: dentry.child,
+            kind_code: crate::store::kind_code(dentry.kind),
+            new_parent,
+            new_name: new_name.to_string(),
+            other,
+            other_kind_code: crate::store::kind_code(other_kind),
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Prepared::Intent(id, intent))
+}
+
+/// Exchange step (2), on the far name's server: the far name takes the near inode, once per
+/// (coordinator, intent); the directory's link count follows the kinds.
+pub(crate) fn exchange_dentry(
+    txn: &WriteTransaction,
+    request: &MetaRequest,
+) -> Result<Response, OpError> {
+    let MetaRequest::ExchangeDentry {
+        coordinator,
+        intent,
+        parent,
+        name,
+        expect,
+        child,
+        kind,
+    } = request
+    else {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "not a dentry exchange",
+        ));
+    };
+    // The marker says this exchange was applied here already.
+    let key = (coordinator.0, *intent | (1 << 61));
+    if txn.open_table(REMOTE_CREATED)?.get(key)?.is_some() {
+        return Ok(Response::Unchanged);
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut parent_record = load_dir(&inodes, *parent)?;
+    parent_record.check_holds_name(*parent, name)?;
+    let dentry = load_dentry(&dentries, *parent, name)?
+        .filter(|dentry| dentry.child == *expect)
+        .ok_or_else(|| {
+            OpError::rejected(
+                ErrorCode::Busy,
+                format!("{name:?} changed during the exchange; try again"),
+            )
+        })?;
+    check_not_in_flight(txn, *parent, name, None)?;
+    dentries.insert(
+        (parent.0, name.as_str()),
+        (child.0, dentry.cookie, crate::store::kind_code(*kind)),
+    )?;
+    let delta =
+        i64::from(*kind == FileKind::Directory) - i64::from(dentry.kind == FileKind::Directory);
+    parent_record.nlink = (i64::from(parent_record.nlink) + delta).max(0) as u32;
+    parent_record.touch(now());
+    store_inode(&mut inodes, *parent, &parent_record)?;
+    drop((inodes, dentries));
+    txn.open_table(REMOTE_CREATED)?.insert(key, expect.0)?;
+    Ok(Response::Done)
+}
+
+/// Exchange step (3), on the coordinator: the near name takes the far inode, the intent goes
+/// and the reply is kept. With `outcome` an error of step (2), only the intent goes.
+pub(crate) fn finish_exchange(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    outcome: Result<(), OpError>,
+) -> Result<Response, OpError> {
+    let IntentOp::Exchange {
+        parent,
+        name,
+        child,
+        kind_code,
+        other,
+        other_kind_code,
+        ..
+    } = &intent.op
+    else {
+        return Err(OpError::Store(format!("intent {id} is not an exchange")));
+    };
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |txn| {
+        outcome?;
+        let mut inodes = txn.open_table(INODES)?;
+        let mut dentries = txn.open_table(DENTRIES)?;
+        if let Some(dentry) = load_dentry(&dentries, *parent, name)? {
+            if dentry.child == *child {
+                dentries.insert(
+                    (parent.0, name.as_str()),
+                    (other.0, dentry.cookie, *other_kind_code),
+                )?;
+                let directory = crate::store::kind_code(FileKind::Directory);
+                let delta =
+                    i64::from(*other_kind_code == directory) - i64::from(*kind_code == directory);
+                let mut parent_record = load_dir(&inodes, *parent)?;
+                parent_record.nlink = (i64::from(parent_record.nlink) + delta).max(0) as u32;
+                parent_record.touch(now());
+                store_inode(&mut inodes, *parent, &parent_record)?;
+            }
+        }
+        Ok(Response::Done)
+    })
 }

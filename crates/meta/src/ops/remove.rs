@@ -79,6 +79,7 @@ pub(crate) fn unlink(
     let mut cookies = txn.open_table(COOKIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
     let (dentry, record) = load_named(&inodes, &dentries, parent, name)?;
+    super::remote::check_not_in_flight(txn, parent, name, None)?;
     if record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::IsDirectory,
@@ -109,11 +110,17 @@ pub(crate) fn rmdir(
     let mut cookies = txn.open_table(COOKIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
     let (dentry, record) = load_named(&inodes, &dentries, parent, name)?;
+    super::remote::check_not_in_flight(txn, parent, name, None)?;
     if !record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::NotDirectory,
             format!("{name:?} is not a directory"),
         ));
+    }
+    if !record.shards.is_empty() {
+        return Err(OpError::Store(format!(
+            "{name:?} is a spread directory: its rmdir takes the spread path"
+        )));
     }
     if !dir_is_empty(&cookies, dentry.child)? {
         return Err(OpError::rejected(

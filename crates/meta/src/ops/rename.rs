@@ -39,12 +39,13 @@ fn is_ancestor(
     ))
 }
 
-/// Moving directories between metadata servers, or above a directory on another one, is not
-/// done yet: EXDEV, on which `mv` copies instead.
+/// A rename that involves another metadata server reached the one-server path; the service
+/// sends those through its cross-server protocols, so this is only a safety net (EXDEV, on
+/// which `mv` copies instead).
 fn cross_server() -> OpError {
     OpError::rejected(
         ErrorCode::CrossDevice,
-        "renaming directories across metadata servers is not supported yet",
+        "this rename involves another metadata server",
     )
 }
 
@@ -90,6 +91,10 @@ pub(crate) fn rename(
     let source = load_dentry(&dentries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let victim = load_dentry(&dentries, new_parent, new_name)?;
+    super::remote::check_not_in_flight(txn, parent, name, None)?;
+    if victim.is_some() {
+        super::remote::check_not_in_flight(txn, new_parent, new_name, None)?;
+    }
     // A file whose inode lives on another server (after a hard link or a move) can be renamed
     // here: only its dentry moves. A directory or a replaced victim living elsewhere cannot yet.
     let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
@@ -136,6 +141,7 @@ pub(crate) fn rename(
         if flags.exchange {
             if victim_record.is_dir()
                 && new_parent != parent
+                && !ancestry_checked
                 && is_ancestor(&inodes, home, victim.child, parent)?
             {
                 return Err(OpError::rejected(
