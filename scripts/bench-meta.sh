@@ -25,10 +25,14 @@ umount "$WORK/bindfs"
 # install them on first use). PEERS= (empty) skips them.
 PEERS=${PEERS-gluster,moosefs}
 SHARED=${SHARED_BENCH:-../shared/bench}
+chmod a+rx "$WORK"   # the peers' daemons run as their own users
 for PEER in ${PEERS//,/ }; do
-  "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1
-  bench --path "$WORK/$PEER-mnt" --label "$PEER"
-  "$SHARED/peers/$PEER.sh" down "$WORK/$PEER-mnt" "$WORK/$PEER-base" >> "$WORK/$PEER.log" 2>&1
+  if "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1; then
+    bench --path "$WORK/$PEER-mnt" --label "$PEER"
+  else
+    echo "$PEER did not start; see $WORK/$PEER.log" >&2
+  fi
+  "$SHARED/peers/$PEER.sh" down "$WORK/$PEER-mnt" "$WORK/$PEER-base" >> "$WORK/$PEER.log" 2>&1 || true
 done
 
 for META in 1 2 4; do

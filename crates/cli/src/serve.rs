@@ -194,7 +194,11 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
     let client: Arc<Client> = Client::connect(config)
         .await
         .map_err(|error| anyhow!("{error}: is management running at {}?", config.mgmt))?;
-    let fs = WeftFs::new(client, tokio::runtime::Handle::current());
+    let fs = WeftFs::new(
+        client,
+        tokio::runtime::Handle::current(),
+        std::time::Duration::from_millis(config.attr_cache_ms),
+    );
     let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;
     Ok(mounted)
 }

@@ -40,6 +40,12 @@ pub struct ClientConfig {
     /// FUSE worker threads.
     #[serde(default = "default_fuse_threads")]
     pub fuse_threads: usize,
+    /// How long the kernel may trust attributes and names it got from the mount, in
+    /// milliseconds (0: ask every time). A change made through another mount shows in a stat
+    /// here within this time; an open always fetches fresh attributes and drops cached data
+    /// (close-to-open consistency).
+    #[serde(default = "default_attr_cache")]
+    pub attr_cache_ms: u64,
 }
 
 fn default_connections() -> usize {
@@ -57,6 +63,9 @@ fn default_heartbeat() -> u64 {
 fn default_fuse_threads() -> usize {
     4
 }
+fn default_attr_cache() -> u64 {
+    1_000
+}
 
 impl ClientConfig {
     /// A config with every default and the given management address.
@@ -68,6 +77,7 @@ impl ClientConfig {
             retry_timeout_ms: default_retry_timeout(),
             heartbeat_interval_ms: default_heartbeat(),
             fuse_threads: default_fuse_threads(),
+            attr_cache_ms: default_attr_cache(),
         }
     }
 }

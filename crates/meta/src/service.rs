@@ -596,6 +596,8 @@ impl Meta {
                 truncate_generation,
                 durable: _,
             } => {
+                // Durable even at close: a size lost with a crashed metadata server would cut
+                // a closed file short (the data is on the storage servers).
                 self.committer
                     .run(Box::new(move |txn| {
                         report_size(txn, inode, size, truncate_generation)

@@ -1,9 +1,10 @@
 //! The FUSE adapter: a [`fuser::Filesystem`] over [`Client`], and mounting.
 //!
 //! Every kernel request is answered from a tokio task, so the FUSE threads never wait on the
-//! network. Attributes and entries are not cached by the kernel (TTL 0) and opens never keep the
-//! page cache, which gives close-to-open consistency: after a writer closes, every later open
-//! anywhere sees its size and data.
+//! network. The kernel may trust attributes and names for `attr_cache_ms` (a stat elsewhere sees
+//! a change within that time); every open fetches fresh attributes, tells the kernel to forget
+//! the ones it holds, and never keeps the page cache, which gives close-to-open consistency:
+//! after a writer closes, every later open anywhere sees its size and data.
 //!
 //! Size: writes go to storage before `write` returns; the kernel then knows a larger size than
 //! the metadata server until the size is reported (at every FLUSH, i.e. close, and at fsync). So
@@ -37,7 +38,6 @@ use weft_proto::messages::{
 use weft_proto::ErrorCode;
 
 /// Kernel attribute and entry cache time: none, for close-to-open consistency across clients.
-const TTL: Duration = Duration::ZERO;
 /// Largest FUSE read and write request.
 pub const FUSE_IO_BYTES_MAX: u32 = 1024 * 1024;
 /// Entries asked from the metadata server per readdir call.
@@ -67,6 +67,10 @@ struct OpenFile {
 
 struct State {
     client: Arc<Client>,
+    /// How long the kernel may trust what it is told.
+    ttl: Duration,
+    /// Tells the kernel to forget cached attributes; set once the session exists.
+    notifier: std::sync::OnceLock<fuser::Notifier>,
     handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_handle: AtomicU64,
     inodes: Mutex<HashMap<InodeId, LocalInode>>,
@@ -169,6 +173,19 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 }
 
 impl State {
+    /// Makes the kernel ask for `ino`'s attributes again before it next uses them (an open
+    /// must see what other clients changed, even within the cache time).
+    fn forget_attributes(&self, ino: INodeNo) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        if let Some(notifier) = self.notifier.get() {
+            if let Err(error) = notifier.inval_inode(ino, -1, 0) {
+                tracing::debug!(%error, "could not invalidate cached attributes");
+            }
+        }
+    }
+
     /// The attributes the kernel should see: the server's, with this client's unreported size.
     fn merge(&self, mut attr: InodeAttr) -> FileAttr {
         if attr.kind == FileKind::Regular {
@@ -309,12 +326,19 @@ impl State {
 }
 
 impl WeftFs {
-    /// A file system over `client`, answering from tasks on `runtime`.
-    pub fn new(client: Arc<Client>, runtime: tokio::runtime::Handle) -> WeftFs {
+    /// A file system over `client`, answering from tasks on `runtime`; the kernel may trust
+    /// attributes and names for `attr_cache`.
+    pub fn new(
+        client: Arc<Client>,
+        runtime: tokio::runtime::Handle,
+        attr_cache: Duration,
+    ) -> WeftFs {
         WeftFs {
             runtime,
             state: Arc::new(State {
                 client,
+                ttl: attr_cache,
+                notifier: std::sync::OnceLock::new(),
                 handles: Mutex::default(),
                 next_handle: AtomicU64::new(1),
                 inodes: Mutex::default(),
@@ -332,7 +356,7 @@ impl WeftFs {
 
 fn reply_entry(state: &State, reply: ReplyEntry, result: Result<InodeAttr, ClientError>) {
     match result {
-        Ok(attr) => reply.entry(&TTL, &state.merge(attr), Generation(0)),
+        Ok(attr) => reply.entry(&state.ttl, &state.merge(attr), Generation(0)),
         Err(error) => reply.error(errno(&error)),
     }
 }
@@ -433,7 +457,7 @@ impl Filesystem for WeftFs {
     ) {
         self.spawn(|state| async move {
             match state.client.get_attr(to_inode(ino)).await {
-                Ok(attr) => reply.attr(&TTL, &state.merge(attr)),
+                Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
                 Err(error) => reply.error(errno(&error)),
             }
         });
@@ -478,7 +502,7 @@ impl Filesystem for WeftFs {
                             local.size = attr.size;
                         }
                     }
-                    reply.attr(&TTL, &state.merge(attr));
+                    reply.attr(&state.ttl, &state.merge(attr));
                 }
                 Err(error) => reply.error(errno(&error)),
             }
@@ -675,6 +699,7 @@ impl Filesystem for WeftFs {
             match state.open_handle(to_inode(ino)).await {
                 Ok((handle, attr)) => {
                     state.merge(attr);
+                    state.forget_attributes(ino);
                     reply.opened(FileHandle(handle), fopen_flags(flags.0));
                 }
                 Err(error) => reply.error(errno(&error)),
@@ -1165,7 +1190,7 @@ impl Filesystem for WeftFs {
             };
             let open_flags = fopen_flags(flags);
             reply.created(
-                &TTL,
+                &state.ttl,
                 &state.merge(attr),
                 Generation(0),
                 FileHandle(handle),

@@ -4,6 +4,7 @@ use super::WeftFs;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// Why a mount failed.
@@ -66,7 +67,18 @@ fn lazy_unmount(path: &Path) -> std::io::Result<()> {
 /// # Errors
 /// The OS error when the stale mount cannot be detached.
 pub fn detach_stale_mount(path: &Path) -> std::io::Result<bool> {
-    match std::fs::metadata(path) {
+    // statfs always reaches the file system's process (a stat may be answered from the
+    // kernel's attribute cache), so a dead one shows as ENOTCONN.
+    let c_path = CString::new(path.as_os_str().as_bytes())?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs(3) writes the struct for a NUL-terminated path.
+    let result = unsafe { libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) };
+    let outcome = if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    };
+    match outcome {
         Err(error) if error.raw_os_error() == Some(libc::ENOTCONN) => {
             eprintln!(
                 "weft: {} is a stale mount left by a process that died; detaching it",
@@ -127,11 +139,13 @@ pub fn mount(
     ];
     config.acl = fuser::SessionACL::All;
     config.n_threads = Some(threads.max(1));
+    let state = Arc::clone(&fs.state);
     let mut session =
         fuser::Session::new(fs, &canonical, &config).map_err(|source| MountError::Mount {
             path: display.clone(),
             source,
         })?;
+    let _ = state.notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("weft-fuse".into())
