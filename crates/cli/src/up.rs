@@ -116,6 +116,14 @@ async fn up(args: UpArgs) -> Result<()> {
             format!("meta-{index}"),
             tokio::spawn(async move { Ok(weft_meta::run(config, listener, stopping).await?) }),
         ));
+        // One at a time, so that meta-N registers as metadata node N on a new cluster.
+        wait_until_ready(
+            &ClientConfig::new(mgmt.clone()),
+            &mut services,
+            (index, 0),
+            false,
+        )
+        .await?;
     }
     for index in 1..=args.storage_servers {
         let (listener, address) = local_listener().await?;
@@ -149,8 +157,8 @@ async fn up(args: UpArgs) -> Result<()> {
     wait_until_ready(
         &client_config,
         &mut services,
-        args.meta_servers,
-        expected_targets,
+        (args.meta_servers, expected_targets),
+        true,
     )
     .await?;
     let mounted = connect_and_mount(&client_config, &mountpoint).await?;
@@ -182,11 +190,13 @@ async fn up(args: UpArgs) -> Result<()> {
 
 /// Polls until every service registered and the root directory answers; fails early with the
 /// error of a service that stopped.
+/// Waits until management lists `meta` metadata nodes and `targets` storage targets, and with
+/// `root`, until the root directory answers; fails when a service stops meanwhile.
 async fn wait_until_ready(
     config: &ClientConfig,
     services: &mut [(String, ServiceTask)],
-    meta: usize,
-    targets: usize,
+    (meta, targets): (usize, usize),
+    root: bool,
 ) -> Result<()> {
     let started = Instant::now();
     let view =
@@ -209,6 +219,9 @@ async fn wait_until_ready(
                 .filter(|n| n.kind == NodeKind::Meta)
                 .count();
             if metas >= meta && map.targets.len() >= targets {
+                if !root {
+                    return Ok(());
+                }
                 if let Ok(client) = Client::connect(config).await {
                     if client.get_attr(InodeId::ROOT).await.is_ok() {
                         return Ok(());
