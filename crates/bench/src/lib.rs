@@ -5,7 +5,14 @@
 //!   rmdir) over private directories or one shared directory, with a thread sweep, run through
 //!   any POSIX directory (a Weft mount, a local disk, a passthrough) or through the native
 //!   client library.
+//! - [`io`] — an IOR/IOzone-like data workload: sequential write and read with a file per
+//!   thread (N-N) or one shared file (N-1), random 4 KiB writes and reads, a thread sweep,
+//!   buffered or O_DIRECT, through any POSIX directory or the native client library; reads
+//!   check the data.
+//! - [`svg`] — line charts of the results.
 //! - [`cpu`] — machine CPU use over a phase, to tell whether the CPU was the limit.
 
 pub mod cpu;
+pub mod io;
 pub mod meta;
+pub mod svg;

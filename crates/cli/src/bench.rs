@@ -3,12 +3,166 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
+use weft_bench::io::{self, IoBenchConfig, IoPhaseResult, NativeFiles, PosixFiles};
 use weft_bench::meta::{self, MetaBenchConfig, NativeTarget, PhaseResult, PosixTarget};
+use weft_bench::svg::{Panel, Series};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// mdtest-like metadata benchmark: mkdir, create, stat, read, unlink, rmdir.
     Meta(MetaArgs),
+    /// IOR/IOzone-like data benchmark: sequential write and read (N-N or N-1), random 4 KiB
+    /// writes and reads, with a thread sweep; every read checks its data.
+    Io(IoArgs),
+}
+
+#[derive(Args)]
+pub struct IoArgs {
+    /// Run in this directory (a Weft mount, or any file system to compare with).
+    #[arg(long, conflicts_with = "mgmt")]
+    path: Option<PathBuf>,
+    /// Run through the native client library against this management address.
+    #[arg(long)]
+    mgmt: Option<String>,
+    /// Bytes each thread writes and reads sequentially (suffixes K, M, G).
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Size of each sequential request (a multiple of 4K; suffixes K, M).
+    #[arg(long, default_value = "1M")]
+    block_size: String,
+    /// Thread counts to sweep, e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    threads: Vec<usize>,
+    /// One shared file with a region per thread (N-1) instead of a file per thread (N-N).
+    #[arg(long)]
+    shared_file: bool,
+    /// Open with O_DIRECT (with --path; the native client never caches).
+    #[arg(long)]
+    direct: bool,
+    /// Random 4 KiB writes, then as many reads, per thread (0: skip them).
+    #[arg(long, default_value_t = 2000)]
+    random_ops: usize,
+    /// Name of this target in the table, the JSON and the plot.
+    #[arg(long)]
+    label: Option<String>,
+    /// Append results as JSON lines to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw throughput and IOPS against threads into this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+fn append_json(path: &PathBuf, lines: impl Iterator<Item = serde_json::Value>) -> Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    for line in lines {
+        writeln!(file, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The plot of an I/O run: MB/s of the sequential phases and IOPS of the random ones, against
+/// threads.
+fn io_plot(label: &str, results: &[IoPhaseResult]) -> String {
+    let series = |phases: &[&str], value: fn(&IoPhaseResult) -> f64| -> Vec<Series> {
+        phases
+            .iter()
+            .map(|phase| Series {
+                name: (*phase).to_string(),
+                points: results
+                    .iter()
+                    .filter(|r| r.phase == *phase)
+                    .map(|r| (r.threads as f64, value(r)))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect()
+    };
+    let mut panels = vec![Panel {
+        title: format!("{label}: sequential"),
+        x_label: "threads".into(),
+        y_label: "MB/s".into(),
+        series: series(&["write", "read"], |r| r.mb_per_second),
+    }];
+    let random = series(&["randwrite", "randread"], |r| r.iops);
+    if !random.is_empty() {
+        panels.push(Panel {
+            title: format!("{label}: random 4 KiB"),
+            x_label: "threads".into(),
+            y_label: "IOPS".into(),
+            series: random,
+        });
+    }
+    weft_bench::svg::render(&panels)
+}
+
+fn run_io(args: IoArgs) -> Result<()> {
+    if args.threads.is_empty() || args.threads.contains(&0) {
+        bail!("--threads needs counts of at least 1, e.g. 1,2,4");
+    }
+    let config = IoBenchConfig {
+        bytes_per_thread: crate::admin::parse_size(&args.size)?,
+        block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
+        shared_file: args.shared_file,
+        random_ops_per_thread: args.random_ops,
+    };
+    let run_name = |threads: usize| format!("weft-bench-io-{}-{threads}", std::process::id());
+    let mut all = Vec::new();
+    let label = match (&args.path, &args.mgmt) {
+        (Some(path), None) => {
+            let target = PosixFiles {
+                dir: path.clone(),
+                direct: args.direct,
+            };
+            for threads in &args.threads {
+                all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);
+            }
+            args.label
+                .clone()
+                .unwrap_or_else(|| path.display().to_string())
+        }
+        (None, Some(mgmt)) => {
+            let runtime = crate::runtime()?;
+            let client = runtime
+                .block_on(weft_client::Client::connect(
+                    &weft_client::ClientConfig::new(mgmt.clone()),
+                ))
+                .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
+            let target = NativeFiles {
+                client,
+                runtime: runtime.handle().clone(),
+                dir: weft_proto::InodeId::ROOT,
+            };
+            for threads in &args.threads {
+                all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);
+            }
+            args.label
+                .clone()
+                .unwrap_or_else(|| format!("native@{mgmt}"))
+        }
+        _ => {
+            bail!("give --path DIR (a mount or any directory) or --mgmt HOST:PORT (native client)")
+        }
+    };
+    io::print_table(&label, &all);
+    if let Some(path) = &args.json {
+        append_json(
+            path,
+            all.iter().map(|result| {
+                serde_json::json!({ "target": label, "config": config, "direct": args.direct, "result": result })
+            }),
+        )?;
+    }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, io_plot(&label, &all))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -50,23 +204,21 @@ fn record(
 ) -> Result<()> {
     meta::print_table(label, results);
     if let Some(path) = json {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        for result in results {
-            let line =
-                serde_json::json!({ "target": label, "shared_dir": shared, "result": result });
-            writeln!(file, "{line}")?;
-        }
+        append_json(
+            path,
+            results.iter().map(|result| {
+                serde_json::json!({ "target": label, "shared_dir": shared, "result": result })
+            }),
+        )?;
     }
     Ok(())
 }
 
 pub fn run(command: BenchCommand) -> Result<()> {
-    let BenchCommand::Meta(args) = command;
+    let args = match command {
+        BenchCommand::Meta(args) => args,
+        BenchCommand::Io(args) => return run_io(args),
+    };
     if args.threads.is_empty() || args.threads.contains(&0) {
         bail!("--threads needs counts of at least 1, e.g. 1,2,4");
     }

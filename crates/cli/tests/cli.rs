@@ -251,6 +251,79 @@ fn bench_meta_through_mount_and_native() {
     assert!(ok, "{report}{stderr}");
 }
 
+// Goal: `weft bench io` runs its sequential and random phases through a mount (buffered and
+// O_DIRECT, a file per thread and one shared file) and through the native client, checks the
+// data it reads, writes JSON lines and an SVG plot, and leaves nothing behind.
+// Method: small runs against a local cluster; parse what they wrote.
+#[test]
+fn bench_io_through_mount_and_native() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let out = tempfile::tempdir().expect("tempdir");
+    let (json, svg) = (out.path().join("io.jsonl"), out.path().join("io.svg"));
+    let mount_text = mnt.to_str().expect("utf-8").to_string();
+    let mgmt = cluster.mgmt().to_string();
+    let runs: [&[&str]; 4] = [
+        &["--path", &mount_text],
+        &["--path", &mount_text, "--direct"],
+        &["--path", &mount_text, "--shared-file"],
+        &["--mgmt", &mgmt, "--shared-file"],
+    ];
+    for extra in runs {
+        let mut args = vec![
+            "bench",
+            "io",
+            "--size",
+            "2M",
+            "--block-size",
+            "256K",
+            "--threads",
+            "1,2",
+            "--random-ops",
+            "20",
+        ];
+        args.extend(["--json", json.to_str().expect("utf-8")]);
+        args.extend(["--svg", svg.to_str().expect("utf-8")]);
+        args.extend(extra);
+        let (ok, table, stderr) = weft(&cluster, &args);
+        assert!(ok, "{extra:?}: {stderr}");
+        for phase in ["write", "read", "randwrite", "randread"] {
+            let rows = table
+                .lines()
+                .filter(|line| line.split_whitespace().nth(2) == Some(phase))
+                .count();
+            assert_eq!(rows, 2, "{extra:?}: {phase} at 1 and 2 threads:\n{table}");
+        }
+        let plot = fs::read_to_string(&svg).expect("svg");
+        assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));
+        assert_eq!(plot.matches("<polyline").count(), 4, "four lines: {plot}");
+    }
+    let lines: Vec<serde_json::Value> = fs::read_to_string(&json)
+        .expect("json")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        4 * 8,
+        "a line per phase and thread count of every run"
+    );
+    for line in &lines {
+        assert!(
+            line["result"]["mb_per_second"].as_f64().expect("rate") > 0.0,
+            "{line}"
+        );
+        assert_eq!(line["result"]["bytes"].as_u64().map(|b| b > 0), Some(true));
+    }
+    assert_eq!(
+        fs::read_dir(&mnt).expect("readdir").count(),
+        0,
+        "the benchmark cleans up"
+    );
+    let (ok, report, stderr) = weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "{report}{stderr}");
+}
+
 // Goal: `weft up --meta-servers 2` runs a namespace spread over two metadata servers in one
 // process, consistent by fsck, and stops cleanly. Method: make directories and files through
 // its mount, read the management address from its report, run fsck, send SIGTERM.

@@ -1,0 +1,532 @@
+//! An IOR/IOzone-like data benchmark: sequential write then read, one file per thread (N-N) or
+//! one shared file with a region per thread (N-1), then random 4 KiB writes and reads; run
+//! through any POSIX directory (buffered or O_DIRECT) or through the native client library.
+//!
+//! Every block carries a pattern derived from its offset, so the reads check what they get: a
+//! benchmark that moved the wrong bytes fast would say so.
+
+use crate::cpu::CpuSample;
+use anyhow::{bail, ensure, Context, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+use weft_proto::layout::FileLayout;
+use weft_proto::messages::{FileKind, NewInode};
+use weft_proto::InodeId;
+
+/// Size of a random I/O.
+pub const RANDOM_IO_BYTES: usize = 4096;
+/// Alignment O_DIRECT needs of buffers, offsets and lengths.
+const DIRECT_ALIGN: usize = 4096;
+
+/// Where the benchmark's files live and how they are read and written.
+pub trait IoTarget: Sync {
+    /// An open file.
+    type File: Send + Sync;
+    /// Creates (or truncates) `name` and opens it for reading and writing.
+    fn create(&self, name: &str) -> Result<Self::File>;
+    /// Opens `name` for reading and writing.
+    fn open(&self, name: &str) -> Result<Self::File>;
+    /// Writes all of `data` at `offset`.
+    fn write_at(&self, file: &Self::File, offset: u64, data: &[u8]) -> Result<()>;
+    /// Reads `buf.len()` bytes at `offset` (fewer only at the end of the file).
+    fn read_at(&self, file: &Self::File, offset: u64, buf: &mut [u8]) -> Result<usize>;
+    /// Makes the file's data and size durable.
+    fn sync(&self, file: &Self::File) -> Result<()>;
+    /// Closes the file (for Weft: the size is reported).
+    fn close(&self, file: Self::File) -> Result<()>;
+    /// Removes `name`.
+    fn remove(&self, name: &str) -> Result<()>;
+}
+
+/// Parameters of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct IoBenchConfig {
+    /// Bytes each thread writes and reads sequentially.
+    pub bytes_per_thread: u64,
+    /// Size of each sequential request.
+    pub block_bytes: usize,
+    /// One shared file (N-1) instead of a file per thread (N-N).
+    pub shared_file: bool,
+    /// Random 4 KiB writes, then as many reads, per thread (0: none).
+    pub random_ops_per_thread: usize,
+}
+
+/// One phase at one thread count.
+#[derive(Clone, Debug, Serialize)]
+pub struct IoPhaseResult {
+    /// write, read, randwrite or randread.
+    pub phase: &'static str,
+    /// Threads.
+    pub threads: usize,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Requests made.
+    pub operations: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Megabytes (10^6 bytes) per second.
+    pub mb_per_second: f64,
+    /// Requests per second.
+    pub iops: f64,
+    /// Percent of the machine's CPUs busy during the phase.
+    pub cpu_busy_percent: f64,
+}
+
+/// Fills `block` with the pattern of the bytes at `offset` of file `seed`: every 8-byte word
+/// holds its own file offset mixed with the seed.
+fn fill(block: &mut [u8], seed: u64, offset: u64) {
+    for (index, word) in block.chunks_mut(8).enumerate() {
+        let value = (offset + index as u64 * 8) ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+    }
+}
+
+/// Checks the first word of every 4 KiB page of `block` (enough to catch a misplaced or stale
+/// page without doubling the CPU work).
+fn check(block: &[u8], seed: u64, offset: u64) -> Result<()> {
+    let mut expected = [0u8; 8];
+    for page in (0..block.len()).step_by(4096) {
+        let end = (page + 8).min(block.len());
+        fill(&mut expected[..end - page], seed, offset + page as u64);
+        ensure!(
+            block[page..end] == expected[..end - page],
+            "data at offset {} is not what was written there",
+            offset + page as u64
+        );
+    }
+    Ok(())
+}
+
+/// A buffer of `len` bytes aligned for O_DIRECT.
+struct Aligned {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let storage = vec![0u8; len + DIRECT_ALIGN];
+        let start = storage.as_ptr().align_offset(DIRECT_ALIGN);
+        Aligned {
+            storage,
+            start,
+            len,
+        }
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+/// A small deterministic generator for random offsets (xorshift).
+struct Offsets(u64);
+
+impl Offsets {
+    fn next(&mut self, blocks: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % blocks.max(1)
+    }
+}
+
+/// What each thread works on: its file, the offset its region starts at, and the pattern seed.
+struct Work<F> {
+    file: F,
+    base: u64,
+    seed: u64,
+}
+
+type Step<'a, F> = &'a (dyn Fn(&Work<F>, &mut [u8], usize) -> Result<u64> + Sync);
+
+/// Runs `step(work, buffer, index)` `count` times on each thread; `step` returns bytes moved.
+fn phase<T: IoTarget>(
+    name: &'static str,
+    works: &[Work<T::File>],
+    (count, buffer): (usize, usize),
+    step: Step<'_, T::File>,
+) -> Result<IoPhaseResult> {
+    eprintln!("  {name}, {} threads", works.len());
+    let barrier = Arc::new(Barrier::new(works.len() + 1));
+    let (cpu, started, outcome) = std::thread::scope(|scope| {
+        let workers: Vec<_> = works
+            .iter()
+            .enumerate()
+            .map(|(thread, work)| {
+                let barrier = Arc::clone(&barrier);
+                scope.spawn(move || -> Result<u64> {
+                    let mut aligned = Aligned::new(buffer);
+                    barrier.wait();
+                    let mut moved = 0;
+                    for index in 0..count {
+                        moved += step(work, aligned.get(), index)
+                            .with_context(|| format!("{name} #{index} of thread {thread}"))?;
+                    }
+                    Ok(moved)
+                })
+            })
+            .collect();
+        let cpu = CpuSample::now();
+        let started = Instant::now();
+        barrier.wait();
+        let outcome: Result<u64> = workers
+            .into_iter()
+            .map(|w| w.join().expect("benchmark thread panicked"))
+            .sum();
+        (cpu, started, outcome)
+    });
+    let bytes = outcome?;
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    let operations = (works.len() * count) as u64;
+    Ok(IoPhaseResult {
+        phase: name,
+        threads: works.len(),
+        bytes,
+        operations,
+        seconds,
+        mb_per_second: bytes as f64 / seconds / 1e6,
+        iops: operations as f64 / seconds,
+        cpu_busy_percent: CpuSample::now().busy_percent_since(&cpu),
+    })
+}
+
+/// Runs the phases with `threads` threads on files named after `run`, and removes them.
+///
+/// # Errors
+/// The first request that failed or returned the wrong data, with its phase and thread.
+pub fn run<T: IoTarget>(
+    target: &T,
+    config: &IoBenchConfig,
+    threads: usize,
+    run: &str,
+) -> Result<Vec<IoPhaseResult>> {
+    let block = config.block_bytes;
+    if block == 0 || block % DIRECT_ALIGN != 0 {
+        bail!("the block size must be a positive multiple of {DIRECT_ALIGN} bytes");
+    }
+    let blocks = config.bytes_per_thread / block as u64;
+    if blocks == 0 {
+        bail!("each thread must move at least one block");
+    }
+    let region = blocks * block as u64;
+    let names: Vec<String> = if config.shared_file {
+        vec![format!("{run}.shared")]
+    } else {
+        (0..threads).map(|t| format!("{run}.{t}")).collect()
+    };
+    let open_all = |create: bool| -> Result<Vec<Work<T::File>>> {
+        if create && config.shared_file {
+            target.close(target.create(&names[0])?)?;
+        }
+        (0..threads)
+            .map(|thread| {
+                let (name, base) = if config.shared_file {
+                    (&names[0], thread as u64 * region)
+                } else {
+                    (&names[thread], 0)
+                };
+                let file = if create && !config.shared_file {
+                    target.create(name)?
+                } else {
+                    target.open(name)?
+                };
+                // One pattern per file: a shared file's regions share its seed.
+                let seed = if config.shared_file { 0 } else { thread as u64 };
+                Ok(Work { file, base, seed })
+            })
+            .collect()
+    };
+    let close_all = |works: Vec<Work<T::File>>| -> Result<()> {
+        works.into_iter().try_for_each(|w| target.close(w.file))
+    };
+    let mut results = Vec::new();
+
+    let works = open_all(true)?;
+    let write_step = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
+        let offset = w.base + index as u64 * block as u64;
+        fill(buf, w.seed, offset);
+        target.write_at(&w.file, offset, buf)?;
+        if index as u64 + 1 == blocks {
+            // Like fio's end_fsync: the phase ends when the data is durable.
+            target.sync(&w.file)?;
+        }
+        Ok(block as u64)
+    };
+    results.push(phase::<T>(
+        "write",
+        &works,
+        (blocks as usize, block),
+        &write_step,
+    )?);
+    close_all(works)?;
+
+    let works = open_all(false)?;
+    let read_step = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
+        let offset = w.base + index as u64 * block as u64;
+        let read = target.read_at(&w.file, offset, buf)?;
+        ensure!(read == buf.len(), "read {read} of {} bytes", buf.len());
+        check(buf, w.seed, offset)?;
+        Ok(read as u64)
+    };
+    results.push(phase::<T>(
+        "read",
+        &works,
+        (blocks as usize, block),
+        &read_step,
+    )?);
+
+    if config.random_ops_per_thread > 0 {
+        let pages = region / RANDOM_IO_BYTES as u64;
+        let random_offset = |w: &Work<T::File>, index: usize| {
+            let mut offsets =
+                Offsets(0x2545_F491_4F6C_DD1D ^ (w.base + 1) ^ ((index as u64) << 20));
+            w.base + offsets.next(pages) * RANDOM_IO_BYTES as u64
+        };
+        let randwrite = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
+            let offset = random_offset(w, index);
+            fill(buf, w.seed, offset);
+            target.write_at(&w.file, offset, buf)?;
+            Ok(buf.len() as u64)
+        };
+        results.push(phase::<T>(
+            "randwrite",
+            &works,
+            (config.random_ops_per_thread, RANDOM_IO_BYTES),
+            &randwrite,
+        )?);
+        let randread = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
+            let offset = random_offset(w, index);
+            let read = target.read_at(&w.file, offset, buf)?;
+            ensure!(read == buf.len(), "read {read} of {} bytes", buf.len());
+            check(buf, w.seed, offset)?;
+            Ok(read as u64)
+        };
+        results.push(phase::<T>(
+            "randread",
+            &works,
+            (config.random_ops_per_thread, RANDOM_IO_BYTES),
+            &randread,
+        )?);
+    }
+    close_all(works)?;
+    for name in &names {
+        target.remove(name)?;
+    }
+    Ok(results)
+}
+
+/// Files in a POSIX directory, buffered or with O_DIRECT.
+pub struct PosixFiles {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Open with O_DIRECT (bypass the page cache).
+    pub direct: bool,
+}
+
+impl PosixFiles {
+    fn open_with(&self, name: &str, create: bool) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join(name);
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(create)
+            .custom_flags(if self.direct { libc::O_DIRECT } else { 0 })
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))
+    }
+}
+
+impl IoTarget for PosixFiles {
+    type File = std::fs::File;
+
+    fn create(&self, name: &str) -> Result<std::fs::File> {
+        self.open_with(name, true)
+    }
+
+    fn open(&self, name: &str) -> Result<std::fs::File> {
+        self.open_with(name, false)
+    }
+
+    fn write_at(&self, file: &std::fs::File, offset: u64, data: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        Ok(file.write_all_at(data, offset)?)
+    }
+
+    fn read_at(&self, file: &std::fs::File, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match file.read_at(&mut buf[done..], offset + done as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(done)
+    }
+
+    fn sync(&self, file: &std::fs::File) -> Result<()> {
+        Ok(file.sync_all()?)
+    }
+
+    fn close(&self, file: std::fs::File) -> Result<()> {
+        drop(file);
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        Ok(std::fs::remove_file(self.dir.join(name))?)
+    }
+}
+
+/// Files through the native client library, without FUSE.
+pub struct NativeFiles {
+    /// The client.
+    pub client: Arc<weft_client::Client>,
+    /// The runtime the client's connections live on.
+    pub runtime: tokio::runtime::Handle,
+    /// The directory the files go in.
+    pub dir: InodeId,
+}
+
+/// An open file of [`NativeFiles`]: its layout, and the end of what this handle wrote.
+pub struct NativeFile {
+    inode: InodeId,
+    layout: FileLayout,
+    generation: u64,
+    size: u64,
+    written_end: std::sync::atomic::AtomicU64,
+}
+
+impl NativeFiles {
+    fn file(&self, attr: weft_proto::messages::InodeAttr) -> Result<NativeFile> {
+        let layout = attr.layout.context("a file has a layout")?;
+        Ok(NativeFile {
+            inode: attr.inode,
+            layout,
+            generation: attr.truncate_generation,
+            size: attr.size,
+            written_end: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+}
+
+impl IoTarget for NativeFiles {
+    type File = NativeFile;
+
+    fn create(&self, name: &str) -> Result<NativeFile> {
+        let new = NewInode {
+            kind: FileKind::Regular,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            umask: 0o022,
+            rdev: 0,
+            symlink: None,
+        };
+        self.file(
+            self.runtime
+                .block_on(self.client.create(self.dir, name, new))?,
+        )
+    }
+
+    fn open(&self, name: &str) -> Result<NativeFile> {
+        self.file(self.runtime.block_on(self.client.lookup(self.dir, name))?)
+    }
+
+    fn write_at(&self, file: &NativeFile, offset: u64, data: &[u8]) -> Result<()> {
+        self.runtime.block_on(self.client.write(
+            file.inode,
+            &file.layout,
+            offset,
+            bytes::Bytes::copy_from_slice(data),
+        ))?;
+        file.written_end.fetch_max(
+            offset + data.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    fn read_at(&self, file: &NativeFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let data = self.runtime.block_on(self.client.read(
+            file.inode,
+            &file.layout,
+            offset,
+            buf.len() as u64,
+            file.size,
+        ))?;
+        buf[..data.len()].copy_from_slice(&data);
+        Ok(data.len())
+    }
+
+    fn sync(&self, file: &NativeFile) -> Result<()> {
+        self.runtime.block_on(async {
+            self.client.sync_data(file.inode, &file.layout).await?;
+            let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
+            self.client
+                .report_size(file.inode, end, file.generation, true)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn close(&self, file: NativeFile) -> Result<()> {
+        let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
+        if end > 0 {
+            self.runtime.block_on(self.client.report_size(
+                file.inode,
+                end,
+                file.generation,
+                false,
+            ))?;
+        }
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        Ok(self.runtime.block_on(self.client.unlink(self.dir, name))?)
+    }
+}
+
+/// Prints results as a table.
+pub fn print_table(label: &str, results: &[IoPhaseResult]) {
+    println!(
+        "{:<16} {:>7} {:>9} {:>12} {:>10} {:>10} {:>6}",
+        "target", "threads", "phase", "bytes", "MB/s", "IOPS", "cpu%"
+    );
+    for r in results {
+        println!(
+            "{label:<16} {:>7} {:>9} {:>12} {:>10.1} {:>10.0} {:>6.0}",
+            r.threads, r.phase, r.bytes, r.mb_per_second, r.iops, r.cpu_busy_percent
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: the data check accepts what the pattern wrote and rejects a block from elsewhere.
+    #[test]
+    fn pattern_check_catches_misplaced_data() {
+        let mut block = vec![0u8; 8192];
+        fill(&mut block, 3, 65536);
+        check(&block, 3, 65536).expect("the same block checks");
+        assert!(check(&block, 3, 65536 + 8192).is_err(), "another offset");
+        assert!(check(&block, 4, 65536).is_err(), "another file");
+    }
+
+    // Goal: the aligned buffer really is aligned for O_DIRECT.
+    #[test]
+    fn aligned_buffers() {
+        let mut buffer = Aligned::new(1 << 20);
+        assert_eq!(buffer.get().as_ptr() as usize % DIRECT_ALIGN, 0);
+        assert_eq!(buffer.get().len(), 1 << 20);
+    }
+}
