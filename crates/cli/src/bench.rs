@@ -14,6 +14,10 @@ pub enum BenchCommand {
     /// IOR/IOzone-like data benchmark: sequential write and read (N-N or N-1), random 4 KiB
     /// writes and reads, with a thread sweep; every read checks its data.
     Io(IoArgs),
+    /// The `io` workload through the native client with the storage servers skipping disk
+    /// I/O (writes dropped, reads answered with zeros): the network and the protocol alone.
+    /// Needs --mgmt.
+    Net(IoArgs),
 }
 
 #[derive(Args)]
@@ -101,15 +105,19 @@ fn io_plot(label: &str, results: &[IoPhaseResult]) -> String {
     weft_bench::svg::render(&panels)
 }
 
-fn run_io(args: IoArgs) -> Result<()> {
+fn run_io(args: IoArgs, net: bool) -> Result<()> {
     if args.threads.is_empty() || args.threads.contains(&0) {
         bail!("--threads needs counts of at least 1, e.g. 1,2,4");
+    }
+    if net && args.mgmt.is_none() {
+        bail!("weft bench net runs through the native client: give --mgmt HOST:PORT");
     }
     let config = IoBenchConfig {
         bytes_per_thread: crate::admin::parse_size(&args.size)?,
         block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
         shared_file: args.shared_file,
         random_ops_per_thread: args.random_ops,
+        verify: !net,
     };
     let run_name = |threads: usize| format!("weft-bench-io-{}-{threads}", std::process::id());
     let mut all = Vec::new();
@@ -133,6 +141,9 @@ fn run_io(args: IoArgs) -> Result<()> {
                     &weft_client::ClientConfig::new(mgmt.clone()),
                 ))
                 .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
+            if net {
+                client.enable_net_bench();
+            }
             let target = NativeFiles {
                 client,
                 runtime: runtime.handle().clone(),
@@ -141,9 +152,10 @@ fn run_io(args: IoArgs) -> Result<()> {
             for threads in &args.threads {
                 all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);
             }
+            let kind = if net { "net" } else { "native" };
             args.label
                 .clone()
-                .unwrap_or_else(|| format!("native@{mgmt}"))
+                .unwrap_or_else(|| format!("{kind}@{mgmt}"))
         }
         _ => {
             bail!("give --path DIR (a mount or any directory) or --mgmt HOST:PORT (native client)")
@@ -217,7 +229,8 @@ fn record(
 pub fn run(command: BenchCommand) -> Result<()> {
     let args = match command {
         BenchCommand::Meta(args) => args,
-        BenchCommand::Io(args) => return run_io(args),
+        BenchCommand::Io(args) => return run_io(args, false),
+        BenchCommand::Net(args) => return run_io(args, true),
     };
     if args.threads.is_empty() || args.threads.contains(&0) {
         bail!("--threads needs counts of at least 1, e.g. 1,2,4");

@@ -324,6 +324,82 @@ fn bench_io_through_mount_and_native() {
     assert!(ok, "{report}{stderr}");
 }
 
+// Goal: `weft bench net` moves data through the client path and the protocol while the storage
+// servers skip their disks: every phase reports a rate, no object reaches a target, and the
+// files it made are gone afterwards. Method: a small run, then look at the target directories.
+#[test]
+fn bench_net_skips_the_disks() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let objects = |cluster: &weft_testkit::LocalCluster| {
+        (1..=2)
+            .flat_map(|storage| (1..=2).map(move |target| (storage, target)))
+            .map(|(storage, target)| {
+                count_files(&cluster.target_dir(storage, target).join("objects"))
+            })
+            .sum::<usize>()
+    };
+    fs::write(mnt.join("kept"), vec![1u8; 4 << 20]).expect("write");
+    let before = objects(&cluster);
+    assert!(before > 0, "a written file has objects on the targets");
+    let (ok, table, stderr) = weft(
+        &cluster,
+        &[
+            "bench",
+            "net",
+            "--mgmt",
+            cluster.mgmt(),
+            "--size",
+            "4M",
+            "--threads",
+            "1,2",
+            "--random-ops",
+            "20",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    for phase in ["write", "read", "randwrite", "randread"] {
+        assert_eq!(
+            table
+                .lines()
+                .filter(|line| line.split_whitespace().nth(2) == Some(phase))
+                .count(),
+            2,
+            "{phase} at 1 and 2 threads:\n{table}"
+        );
+    }
+    assert_eq!(objects(&cluster), before, "no data reached a disk");
+    assert_eq!(
+        fs::read_dir(&mnt).expect("readdir").count(),
+        1,
+        "its files are gone"
+    );
+    let (ok, _, stderr) = weft(
+        &cluster,
+        &["bench", "net", "--path", mnt.to_str().expect("utf-8")],
+    );
+    assert!(
+        !ok && stderr.contains("--mgmt"),
+        "a mount is refused: {stderr}"
+    );
+}
+
+fn count_files(dir: &std::path::Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| {
+            if entry.path().is_dir() {
+                count_files(&entry.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
 // Goal: `weft up --meta-servers 2` runs a namespace spread over two metadata servers in one
 // process, consistent by fsck, and stops cleanly. Method: make directories and files through
 // its mount, read the management address from its report, run fsck, send SIGTERM.

@@ -116,6 +116,8 @@ pub struct Client {
     /// The shards of every spread directory this client has seen. A spread directory's shards
     /// never change and inode ids are never reused, so entries never go stale.
     spread: Mutex<HashMap<InodeId, Arc<[InodeId]>>>,
+    /// Network benchmark mode: data requests skip the servers' disks and data is dropped.
+    net_bench: std::sync::atomic::AtomicBool,
 }
 
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
@@ -173,6 +175,7 @@ impl Client {
             retry,
             locks: crate::locks::HeldLocks::default(),
             spread: Mutex::default(),
+            net_bench: std::sync::atomic::AtomicBool::new(false),
         });
         let heartbeat = Arc::downgrade(&client);
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
@@ -190,6 +193,17 @@ impl Client {
             }
         });
         Ok(client)
+    }
+
+    /// Network benchmark mode (`weft bench net`, never a mount): from now on this client's
+    /// data writes are dropped by the storage servers without touching a disk, and its data
+    /// reads return zeros. Only for measuring the network and the protocol.
+    pub fn enable_net_bench(&self) {
+        self.net_bench.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn net_bench(&self) -> bool {
+        self.net_bench.load(Ordering::Relaxed)
     }
 
     /// This session's id.

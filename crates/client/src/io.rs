@@ -59,7 +59,11 @@ pub(crate) async fn read(
         .map(|piece| async move {
             let target = layout.targets[piece.target_index];
             let len = piece.len as u32;
+            let net_bench = client.net_bench();
             let data = on_target(client, target, |storage| async move {
+                if net_bench {
+                    return Ok(storage.net_bench(target, Bytes::new(), len).await?.1);
+                }
                 storage.read(target, inode, piece.object_offset, len).await
             })
             .await?;
@@ -89,9 +93,13 @@ pub(crate) async fn write(
             let slice = data.slice(at..at + piece.len as usize);
             async move {
                 let target = layout.targets[piece.target_index];
+                let net_bench = client.net_bench();
                 on_target(client, target, |storage| {
                     let slice = slice.clone();
                     async move {
+                        if net_bench {
+                            return Ok(storage.net_bench(target, slice, 0).await?.0);
+                        }
                         storage
                             .write(target, inode, piece.object_offset, slice)
                             .await
@@ -111,6 +119,10 @@ pub(crate) async fn sync(
     inode: InodeId,
     layout: &FileLayout,
 ) -> Result<(), ClientError> {
+    if client.net_bench() {
+        // Nothing reached a disk.
+        return Ok(());
+    }
     let requests = layout.targets.iter().map(|target| async move {
         let target = *target;
         on_target(client, target, |storage| async move {

@@ -643,6 +643,29 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Written { len } => len)
     }
 
+    /// Network benchmark: sends `data` (dropped by the server) or asks for `read_len` bytes
+    /// (zeros), with no disk I/O on the server. Returns the bytes written or the data read.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, or [`RpcError`] for transport failures.
+    pub async fn net_bench(
+        &self,
+        target: TargetId,
+        data: Bytes,
+        read_len: u32,
+    ) -> Result<(u32, Bytes), RpcError> {
+        let request = Request::Storage(StorageRequest::NetBench { target, read_len });
+        let (response, payload) = self.rpc.call(&request, data).await?;
+        match response {
+            Response::Written { len } => Ok((len, payload)),
+            Response::Data => Ok((payload.len() as u32, payload)),
+            other => Err(RpcError::Unexpected {
+                address: self.rpc.address().to_string(),
+                response: format!("{other:?}"),
+            }),
+        }
+    }
+
     /// Reads up to `len` bytes; fewer bytes mean the object ends there.
     ///
     /// # Errors

@@ -738,6 +738,14 @@ pub enum StorageRequest {
         /// Offset in the object.
         object_offset: u64,
     },
+    /// Network benchmark (`weft bench net`): a write whose payload is checked and dropped, or
+    /// a read of `read_len` zero bytes, with no disk I/O; the target must exist.
+    NetBench {
+        /// The target.
+        target: TargetId,
+        /// Bytes to send back (0 for a write).
+        read_len: u32,
+    },
     /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
     Read {
         /// The target.

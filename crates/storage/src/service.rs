@@ -162,7 +162,8 @@ impl weft_net::Handler for Storage {
             | StorageRequest::Sync { target, .. }
             | StorageRequest::Fallocate { target, .. }
             | StorageRequest::ListObjects { target, .. }
-            | StorageRequest::ObjectLength { target, .. } => *target,
+            | StorageRequest::ObjectLength { target, .. }
+            | StorageRequest::NetBench { target, .. } => *target,
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
             let error = WireError::new(
@@ -171,6 +172,27 @@ impl weft_net::Handler for Storage {
             );
             return (Err(error), Bytes::new());
         };
+        if let StorageRequest::NetBench { read_len, .. } = request {
+            // No disk: the network and the protocol alone.
+            return match read_len {
+                0 => (
+                    Ok(Response::Written {
+                        len: payload.len() as u32,
+                    }),
+                    Bytes::new(),
+                ),
+                len if len <= IO_BYTES_MAX => {
+                    (Ok(Response::Data), net_bench_zeros().slice(..len as usize))
+                }
+                len => (
+                    Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
+                    )),
+                    Bytes::new(),
+                ),
+            };
+        }
         let outcome =
             tokio::task::spawn_blocking(move || -> Result<(Response, Bytes), WireError> {
                 match request {
@@ -224,6 +246,7 @@ impl weft_net::Handler for Storage {
                     StorageRequest::ObjectLength { inode, .. } => {
                         Ok((Response::Length(target.length(inode)?), Bytes::new()))
                     }
+                    StorageRequest::NetBench { .. } => unreachable!("answered above"),
                 }
             })
             .await;
@@ -239,4 +262,12 @@ impl weft_net::Handler for Storage {
             ),
         }
     }
+}
+
+/// The zeros a network-benchmark read sends, allocated once.
+fn net_bench_zeros() -> Bytes {
+    static ZEROS: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    ZEROS
+        .get_or_init(|| Bytes::from(vec![0u8; IO_BYTES_MAX as usize]))
+        .clone()
 }
