@@ -97,7 +97,7 @@ fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
         })
 }
 
-fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
+pub fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
     if let Some(mgmt) = &locator.mgmt {
         return Ok(mgmt.clone());
     }

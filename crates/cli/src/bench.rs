@@ -18,6 +18,57 @@ pub enum BenchCommand {
     /// I/O (writes dropped, reads answered with zeros): the network and the protocol alone.
     /// Needs --mgmt.
     Net(IoArgs),
+    /// StorageBench: every storage server measures its own targets, no client network
+    /// involved (start, status, stop, cleanup).
+    Storage {
+        #[command(subcommand)]
+        action: StorageBenchAction,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum StorageBenchAction {
+    /// Starts a run on every storage server (or on the targets named).
+    Start(StorageStartArgs),
+    /// Shows the current or last run, per target.
+    Status(StorageStatusArgs),
+    /// Stops a run.
+    Stop(StorageStatusArgs),
+    /// Removes the files the runs wrote.
+    Cleanup(StorageStatusArgs),
+}
+
+#[derive(Args)]
+pub struct StorageStartArgs {
+    /// Read the files an earlier write run left (default: write new ones).
+    #[arg(long)]
+    read: bool,
+    /// Bytes per request (suffixes K, M).
+    #[arg(long, default_value = "1M")]
+    block_size: String,
+    /// Bytes each thread writes or reads (suffixes K, M, G).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Threads per target.
+    #[arg(long, default_value_t = 1)]
+    threads: u16,
+    /// Only these targets, e.g. 1,3.
+    #[arg(long, value_delimiter = ',')]
+    targets: Vec<u32>,
+    #[command(flatten)]
+    status: StorageStatusArgs,
+}
+
+#[derive(Args)]
+pub struct StorageStatusArgs {
+    /// Wait until the run ends, showing progress.
+    #[arg(long)]
+    wait: bool,
+    /// Append the per-target results as JSON lines to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    locator: crate::MgmtLocator,
 }
 
 #[derive(Args)]
@@ -226,8 +277,147 @@ fn record(
     Ok(())
 }
 
+/// Asks every storage server (holding one of `only`, if given) to do `op`; returns each
+/// server's alias and answer.
+async fn storage_bench_all(
+    mgmt: &str,
+    op: &weft_proto::messages::StorageBenchOp,
+    only: &[weft_proto::TargetId],
+) -> Result<Vec<(String, weft_proto::messages::StorageBenchStatus)>> {
+    use weft_proto::messages::NodeKind;
+    let view = weft_net::ClusterView::new(mgmt, weft_net::RpcClientOptions::default());
+    let map = view
+        .refresh()
+        .await
+        .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
+    let mut answers = Vec::new();
+    for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Storage) {
+        let holds =
+            |target: &weft_proto::TargetId| map.target(*target).is_some_and(|t| t.node == node.id);
+        if !only.is_empty() && !only.iter().any(holds) {
+            continue;
+        }
+        let Some(address) = node.addresses.first() else {
+            continue;
+        };
+        let storage =
+            weft_net::StorageClient::new(address.clone(), weft_net::RpcClientOptions::default());
+        let status = storage
+            .storage_bench(op.clone())
+            .await
+            .with_context(|| format!("storage node {} ({address})", node.alias))?;
+        answers.push((node.alias.clone(), status));
+    }
+    if answers.is_empty() {
+        bail!("no storage server holds the targets named");
+    }
+    Ok(answers)
+}
+
+fn print_storage_bench(answers: &[(String, weft_proto::messages::StorageBenchStatus)]) {
+    println!(
+        "{:<16} {:>7} {:>6} {:>14} {:>9} {:>10}  state",
+        "node", "target", "kind", "bytes", "seconds", "MB/s"
+    );
+    let (mut bytes, mut seconds) = (0u64, 0f64);
+    for (alias, status) in answers {
+        for t in &status.targets {
+            let elapsed = t.elapsed_micros as f64 / 1e6;
+            let state = match (&t.error, t.finished) {
+                (Some(error), _) => format!("error: {error}"),
+                (None, true) => "done".to_string(),
+                (None, false) => "running".to_string(),
+            };
+            println!(
+                "{alias:<16} {:>7} {:>6} {:>14} {:>9.2} {:>10.1}  {state}",
+                t.target.0,
+                if status.read { "read" } else { "write" },
+                t.bytes,
+                elapsed,
+                t.bytes as f64 / elapsed.max(1e-9) / 1e6
+            );
+            bytes += t.bytes;
+            seconds = seconds.max(elapsed);
+        }
+    }
+    println!(
+        "{:<16} {:>7} {:>6} {bytes:>14} {seconds:>9.2} {:>10.1}",
+        "all",
+        "",
+        "",
+        bytes as f64 / seconds.max(1e-9) / 1e6
+    );
+}
+
+fn run_storage_bench(action: StorageBenchAction) -> Result<()> {
+    use weft_proto::messages::StorageBenchOp;
+    let (op, status_args, only) = match action {
+        StorageBenchAction::Start(args) => {
+            let targets: Vec<weft_proto::TargetId> = args
+                .targets
+                .iter()
+                .map(|t| weft_proto::TargetId(*t))
+                .collect();
+            let op = StorageBenchOp::Start {
+                targets: targets.clone(),
+                read: args.read,
+                block_bytes: u32::try_from(crate::admin::parse_size(&args.block_size)?)
+                    .context("--block-size is too large")?,
+                bytes_per_thread: crate::admin::parse_size(&args.size)?,
+                threads: args.threads,
+            };
+            (op, args.status, targets)
+        }
+        StorageBenchAction::Status(args) => (StorageBenchOp::Status, args, Vec::new()),
+        StorageBenchAction::Stop(args) => (StorageBenchOp::Stop, args, Vec::new()),
+        StorageBenchAction::Cleanup(args) => (StorageBenchOp::Cleanup, args, Vec::new()),
+    };
+    let mgmt = crate::admin::locate(&status_args.locator, None)?;
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let mut answers = storage_bench_all(&mgmt, &op, &only).await?;
+        while status_args.wait && answers.iter().any(|(_, s)| s.running) {
+            eprintln!(
+                "  {} MB so far",
+                answers
+                    .iter()
+                    .flat_map(|(_, s)| s.targets.iter().map(|t| t.bytes))
+                    .sum::<u64>()
+                    / 1_000_000
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            answers = storage_bench_all(&mgmt, &StorageBenchOp::Status, &only).await?;
+        }
+        print_storage_bench(&answers);
+        if let Some(path) = &status_args.json {
+            append_json(
+                path,
+                answers.iter().flat_map(|(alias, status)| {
+                    status.targets.iter().map(move |t| {
+                        serde_json::json!({ "node": alias, "read": status.read, "result": t })
+                    })
+                }),
+            )?;
+        }
+        let failed: Vec<String> = answers
+            .iter()
+            .flat_map(|(_, s)| s.targets.iter())
+            .filter_map(|t| {
+                t.error
+                    .as_ref()
+                    .map(|e| format!("target {}: {e}", t.target))
+            })
+            .collect();
+        if !failed.is_empty() {
+            bail!("StorageBench failed on {}", failed.join("; "));
+        }
+        Ok(())
+    })
+}
+
 pub fn run(command: BenchCommand) -> Result<()> {
     let args = match command {
+        BenchCommand::Storage { action } => return run_storage_bench(action),
         BenchCommand::Meta(args) => args,
         BenchCommand::Io(args) => return run_io(args, false),
         BenchCommand::Net(args) => return run_io(args, true),

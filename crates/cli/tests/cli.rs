@@ -384,6 +384,84 @@ fn bench_net_skips_the_disks() {
     );
 }
 
+// Goal: `weft bench storage` has every storage server measure each of its targets — a write
+// run, then a read run of the same files — reports every target with the bytes asked for,
+// writes JSON lines, and its cleanup removes the files. Method: small runs on the standard
+// cluster (two servers, two targets each); look at the target directories.
+#[test]
+fn bench_storage_measures_every_target() {
+    let cluster = cluster(ClusterSpec::default());
+    let out = tempfile::tempdir().expect("tempdir");
+    let json = out.path().join("storage.jsonl");
+    let json_text = json.to_str().expect("utf-8");
+    for kind in ["--write", "--read"] {
+        let mut args = vec![
+            "bench",
+            "storage",
+            "start",
+            "--size",
+            "4M",
+            "--block-size",
+            "256K",
+            "--threads",
+            "2",
+            "--wait",
+            "--json",
+            json_text,
+            "--mgmt",
+            cluster.mgmt(),
+        ];
+        if kind == "--read" {
+            args.push("--read");
+        }
+        let (ok, table, stderr) = weft(&cluster, &args);
+        assert!(ok, "{kind}: {stderr}");
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|line| line.starts_with("storage-"))
+            .collect();
+        assert_eq!(rows.len(), 4, "every target measured:\n{table}");
+        for row in rows {
+            assert!(row.contains(" 8388608 ") && row.ends_with("done"), "{row}");
+        }
+    }
+    let lines = fs::read_to_string(&json).expect("json");
+    assert_eq!(lines.lines().count(), 8, "a JSON line per target and run");
+    let bench_dirs = || {
+        (1..=2)
+            .flat_map(|storage| (1..=2).map(move |target| (storage, target)))
+            .filter(|(storage, target)| {
+                cluster.target_dir(*storage, *target).join("bench").exists()
+            })
+            .count()
+    };
+    assert_eq!(bench_dirs(), 4, "the files are on every target");
+    let (ok, _, stderr) = weft(
+        &cluster,
+        &["bench", "storage", "cleanup", "--mgmt", cluster.mgmt()],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(bench_dirs(), 0, "cleanup removes them");
+    let (ok, _, stderr) = weft(
+        &cluster,
+        &[
+            "bench",
+            "storage",
+            "start",
+            "--read",
+            "--size",
+            "1M",
+            "--wait",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(
+        !ok && stderr.contains("run a write first"),
+        "a read needs files: {stderr}"
+    );
+}
+
 fn count_files(dir: &std::path::Path) -> usize {
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;

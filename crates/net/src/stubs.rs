@@ -643,6 +643,25 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Written { len } => len)
     }
 
+    /// StorageBench on this server's own targets.
+    ///
+    /// # Errors
+    /// `Busy` (a run is going on), `InvalidArgument`, or [`RpcError`] for transport failures.
+    pub async fn storage_bench(
+        &self,
+        op: weft_proto::messages::StorageBenchOp,
+    ) -> Result<weft_proto::messages::StorageBenchStatus, RpcError> {
+        let response = self
+            .rpc
+            .call(
+                &Request::Storage(StorageRequest::Bench { op }),
+                Bytes::new(),
+            )
+            .await?
+            .0;
+        expect_response!(self.rpc, response, Response::StorageBench(status) => status)
+    }
+
     /// Network benchmark: sends `data` (dropped by the server) or asks for `read_len` bytes
     /// (zeros), with no disk I/O on the server. Returns the bytes written or the data read.
     ///

@@ -726,6 +726,56 @@ pub enum MetaRequest {
     },
 }
 
+/// What a StorageBench request asks of a storage server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StorageBenchOp {
+    /// Starts a run on its targets (all of them when `targets` is empty) unless one runs.
+    Start {
+        /// The targets to measure; empty for all of this server's.
+        targets: Vec<TargetId>,
+        /// Write new files, or read the files of an earlier write run.
+        read: bool,
+        /// Bytes per request.
+        block_bytes: u32,
+        /// Bytes each thread writes or reads.
+        bytes_per_thread: u64,
+        /// Threads per target.
+        threads: u16,
+    },
+    /// Reports the current or last run.
+    Status,
+    /// Asks a running run to stop.
+    Stop,
+    /// Removes the files the runs wrote.
+    Cleanup,
+}
+
+/// One target's part of a StorageBench run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetBenchResult {
+    /// The target.
+    pub target: TargetId,
+    /// Bytes moved so far.
+    pub bytes: u64,
+    /// Microseconds since the run started (until the target finished).
+    pub elapsed_micros: u64,
+    /// Whether this target's threads are done.
+    pub finished: bool,
+    /// The first error, if any.
+    pub error: Option<String>,
+}
+
+/// The state of a storage server's StorageBench.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageBenchStatus {
+    /// A run is going on.
+    pub running: bool,
+    /// The run reads (else writes).
+    pub read: bool,
+    /// Per target.
+    pub targets: Vec<TargetBenchResult>,
+}
+
 /// Requests served by a storage server. Data travels as the frame payload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StorageRequest {
@@ -737,6 +787,12 @@ pub enum StorageRequest {
         inode: InodeId,
         /// Offset in the object.
         object_offset: u64,
+    },
+    /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
+    /// network involved.
+    Bench {
+        /// What to do.
+        op: StorageBenchOp,
     },
     /// Network benchmark (`weft bench net`): a write whose payload is checked and dropped, or
     /// a read of `read_len` zero bytes, with no disk I/O; the target must exist.
@@ -918,6 +974,8 @@ pub enum Response {
     Inodes(Vec<InodeId>),
     /// Nothing needed doing (a rename onto another name of the same inode).
     Unchanged,
+    /// A storage server's StorageBench state.
+    StorageBench(StorageBenchStatus),
 }
 
 /// The body of a response frame.

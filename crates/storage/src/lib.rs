@@ -10,6 +10,7 @@
 //! first two bytes of the CRC32C of the inode id, so no directory grows past a few thousand
 //! entries.
 
+mod bench;
 pub mod config;
 mod service;
 mod target;

@@ -20,6 +20,7 @@ use weft_proto::ErrorCode;
 
 struct Storage {
     targets: HashMap<weft_proto::TargetId, Arc<Target>>,
+    bench: Arc<crate::bench::StorageBench>,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -82,7 +83,10 @@ pub async fn run(
             "crash-test mode: unsynced writes live in memory and are lost when the process dies"
         );
     }
-    let storage = Arc::new(Storage { targets });
+    let storage = Arc::new(Storage {
+        targets,
+        bench: Arc::default(),
+    });
     tracing::info!(node = node.0, %address, %alias, "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&storage),
@@ -154,6 +158,23 @@ impl weft_net::Handler for Storage {
                 Bytes::new(),
             );
         };
+        if let StorageRequest::Bench { op } = request {
+            let bench = Arc::clone(&self.bench);
+            let mut targets: Vec<Arc<Target>> = self.targets.values().cloned().collect();
+            targets.sort_by_key(|t| t.id);
+            let outcome = tokio::task::spawn_blocking(move || bench.handle(op, &targets)).await;
+            return match outcome {
+                Ok(Ok(status)) => (Ok(Response::StorageBench(status)), Bytes::new()),
+                Ok(Err(error)) => (Err(error), Bytes::new()),
+                Err(join) => (
+                    Err(WireError::new(
+                        ErrorCode::Internal,
+                        format!("storage bench failed: {join}"),
+                    )),
+                    Bytes::new(),
+                ),
+            };
+        }
         let target_id = match &request {
             StorageRequest::Write { target, .. }
             | StorageRequest::Read { target, .. }
@@ -164,6 +185,7 @@ impl weft_net::Handler for Storage {
             | StorageRequest::ListObjects { target, .. }
             | StorageRequest::ObjectLength { target, .. }
             | StorageRequest::NetBench { target, .. } => *target,
+            StorageRequest::Bench { .. } => unreachable!("answered above"),
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
             let error = WireError::new(
@@ -246,7 +268,9 @@ impl weft_net::Handler for Storage {
                     StorageRequest::ObjectLength { inode, .. } => {
                         Ok((Response::Length(target.length(inode)?), Bytes::new()))
                     }
-                    StorageRequest::NetBench { .. } => unreachable!("answered above"),
+                    StorageRequest::NetBench { .. } | StorageRequest::Bench { .. } => {
+                        unreachable!("answered above")
+                    }
                 }
             })
             .await;

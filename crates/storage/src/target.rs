@@ -39,6 +39,11 @@ fn io_error(context: &str, error: &std::io::Error) -> WireError {
 }
 
 impl Target {
+    /// The target's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn open(
         id: TargetId,
         root: &Path,

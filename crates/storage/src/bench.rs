@@ -1,0 +1,269 @@
+//! StorageBench: a storage server measures its own targets — sequential writes of new files,
+//! or reads of them, with a block size and threads per target — with no client and no network
+//! in the way (like `beegfs-ctl --storagebench`). A run goes on in the background; status,
+//! stop and cleanup are requests of their own. Files live in `<target>/bench/`, apart from the
+//! objects, and the writes end with fsync so the numbers are the disk's.
+
+use crate::target::Target;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use weft_proto::error::WireError;
+use weft_proto::messages::{StorageBenchOp, StorageBenchStatus, TargetBenchResult, IO_BYTES_MAX};
+use weft_proto::{ErrorCode, TargetId};
+
+/// One target's progress.
+struct TargetRun {
+    target: TargetId,
+    bytes: AtomicU64,
+    threads_left: AtomicU64,
+    finished_micros: AtomicU64,
+    error: Mutex<Option<String>>,
+}
+
+/// A run, current or last.
+struct Run {
+    read: bool,
+    started: Instant,
+    stop: AtomicBool,
+    targets: Vec<Arc<TargetRun>>,
+}
+
+/// A storage server's StorageBench state.
+#[derive(Default)]
+pub(crate) struct StorageBench {
+    run: Mutex<Option<Arc<Run>>>,
+}
+
+fn bench_dir(target: &Target) -> PathBuf {
+    target.root().join("bench")
+}
+
+fn rejected(code: ErrorCode, message: impl Into<String>) -> WireError {
+    WireError::new(code, message)
+}
+
+impl StorageBench {
+    /// Serves one request about the bench on `targets` (this server's).
+    pub fn handle(
+        &self,
+        op: StorageBenchOp,
+        targets: &[Arc<Target>],
+    ) -> Result<StorageBenchStatus, WireError> {
+        match op {
+            StorageBenchOp::Start {
+                targets: chosen,
+                read,
+                block_bytes,
+                bytes_per_thread,
+                threads,
+            } => {
+                if block_bytes == 0 || block_bytes > IO_BYTES_MAX || threads == 0 {
+                    return Err(rejected(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "the block size must be 1 byte to {IO_BYTES_MAX} bytes and threads at least 1"
+                        ),
+                    ));
+                }
+                let chosen: Vec<Arc<Target>> = targets
+                    .iter()
+                    .filter(|t| chosen.is_empty() || chosen.contains(&t.id))
+                    .cloned()
+                    .collect();
+                if chosen.is_empty() {
+                    return Err(rejected(
+                        ErrorCode::UnknownTarget,
+                        "this server holds none of the named targets",
+                    ));
+                }
+                let mut slot = self.run.lock().expect("bench state poisoned");
+                if slot.as_ref().is_some_and(|run| !run.finished()) {
+                    return Err(rejected(
+                        ErrorCode::Busy,
+                        "a StorageBench run is going on: wait for it or stop it",
+                    ));
+                }
+                let run = Arc::new(Run {
+                    read,
+                    started: Instant::now(),
+                    stop: AtomicBool::new(false),
+                    targets: chosen
+                        .iter()
+                        .map(|t| {
+                            Arc::new(TargetRun {
+                                target: t.id,
+                                bytes: AtomicU64::new(0),
+                                threads_left: AtomicU64::new(u64::from(threads)),
+                                finished_micros: AtomicU64::new(0),
+                                error: Mutex::new(None),
+                            })
+                        })
+                        .collect(),
+                });
+                for (target, progress) in chosen.iter().zip(&run.targets) {
+                    for thread in 0..threads {
+                        let (target, progress, run) =
+                            (Arc::clone(target), Arc::clone(progress), Arc::clone(&run));
+                        std::thread::Builder::new()
+                            .name(format!("weft-bench-{}-{thread}", target.id))
+                            .spawn(move || {
+                                let outcome = bench_thread(
+                                    &target,
+                                    &run,
+                                    &progress,
+                                    (thread, block_bytes, bytes_per_thread),
+                                );
+                                if let Err(error) = outcome {
+                                    progress
+                                        .error
+                                        .lock()
+                                        .expect("bench error poisoned")
+                                        .get_or_insert(error);
+                                }
+                                if progress.threads_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                                    progress.finished_micros.store(
+                                        run.started.elapsed().as_micros() as u64,
+                                        Ordering::Release,
+                                    );
+                                }
+                            })
+                            .map_err(|e| rejected(ErrorCode::Internal, e.to_string()))?;
+                    }
+                }
+                *slot = Some(Arc::clone(&run));
+                Ok(run.status())
+            }
+            StorageBenchOp::Status => Ok(self.status()),
+            StorageBenchOp::Stop => {
+                if let Some(run) = self.run.lock().expect("bench state poisoned").as_ref() {
+                    run.stop.store(true, Ordering::Release);
+                }
+                Ok(self.status())
+            }
+            StorageBenchOp::Cleanup => {
+                let slot = self.run.lock().expect("bench state poisoned");
+                if slot.as_ref().is_some_and(|run| !run.finished()) {
+                    return Err(rejected(
+                        ErrorCode::Busy,
+                        "a StorageBench run is going on: stop it first",
+                    ));
+                }
+                for target in targets {
+                    match fs::remove_dir_all(bench_dir(target)) {
+                        Ok(()) => {}
+                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(error) => {
+                            return Err(rejected(
+                                ErrorCode::Io,
+                                format!("cannot remove the bench files of {}: {error}", target.id),
+                            ))
+                        }
+                    }
+                }
+                drop(slot);
+                Ok(self.status())
+            }
+        }
+    }
+
+    fn status(&self) -> StorageBenchStatus {
+        match self.run.lock().expect("bench state poisoned").as_ref() {
+            Some(run) => run.status(),
+            None => StorageBenchStatus {
+                running: false,
+                read: false,
+                targets: Vec::new(),
+            },
+        }
+    }
+}
+
+impl Run {
+    fn finished(&self) -> bool {
+        self.targets
+            .iter()
+            .all(|t| t.threads_left.load(Ordering::Acquire) == 0)
+    }
+
+    fn status(&self) -> StorageBenchStatus {
+        let now = self.started.elapsed().as_micros() as u64;
+        StorageBenchStatus {
+            running: !self.finished(),
+            read: self.read,
+            targets: self
+                .targets
+                .iter()
+                .map(|t| {
+                    let finished = t.threads_left.load(Ordering::Acquire) == 0;
+                    TargetBenchResult {
+                        target: t.target,
+                        bytes: t.bytes.load(Ordering::Acquire),
+                        elapsed_micros: if finished {
+                            t.finished_micros.load(Ordering::Acquire)
+                        } else {
+                            now
+                        },
+                        finished,
+                        error: t.error.lock().expect("bench error poisoned").clone(),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One thread of one target: writes (then fsyncs) or reads its file.
+fn bench_thread(
+    target: &Target,
+    run: &Run,
+    progress: &TargetRun,
+    (thread, block_bytes, bytes_per_thread): (u16, u32, u64),
+) -> Result<(), String> {
+    let dir = bench_dir(target);
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join(format!("thread-{thread}"));
+    let file: File = if run.read {
+        File::open(&path)
+            .map_err(|e| format!("cannot open {} (run a write first): {e}", path.display()))?
+    } else {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?
+    };
+    if run.read {
+        // Measure the disk, not the page cache the write run left (its pages are clean after
+        // that run's fsync, so the kernel can drop them).
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise on a descriptor this function holds open.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+    let mut buffer = vec![0x5a_u8; block_bytes as usize];
+    let mut offset = 0u64;
+    while offset < bytes_per_thread && !run.stop.load(Ordering::Acquire) {
+        let len = (bytes_per_thread - offset).min(u64::from(block_bytes)) as usize;
+        let moved = if run.read {
+            file.read_at(&mut buffer[..len], offset)
+                .map_err(|e| format!("read: {e}"))?
+        } else {
+            file.write_all_at(&buffer[..len], offset)
+                .map_err(|e| format!("write: {e}"))?;
+            len
+        };
+        if moved == 0 {
+            break;
+        }
+        offset += moved as u64;
+        progress.bytes.fetch_add(moved as u64, Ordering::AcqRel);
+    }
+    if !run.read {
+        file.sync_all().map_err(|e| format!("fsync: {e}"))?;
+    }
+    Ok(())
+}
