@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
+use std::sync::Arc;
 use weft_bench::io::{self, IoBenchConfig, IoPhaseResult, NativeFiles, PosixFiles};
 use weft_bench::meta::{self, MetaBenchConfig, NativeTarget, PhaseResult, PosixTarget};
 use weft_bench::svg::{Panel, Series};
@@ -18,12 +19,220 @@ pub enum BenchCommand {
     /// I/O (writes dropped, reads answered with zeros): the network and the protocol alone.
     /// Needs --mgmt.
     Net(IoArgs),
+    /// Runs the `io` workload through the native client over every combination of chunk
+    /// sizes, target counts and connections per server, and says which wins and by how much.
+    Sweep(SweepArgs),
     /// StorageBench: every storage server measures its own targets, no client network
     /// involved (start, status, stop, cleanup).
     Storage {
         #[command(subcommand)]
         action: StorageBenchAction,
     },
+}
+
+#[derive(Args)]
+pub struct SweepArgs {
+    /// Management address of the cluster (the sweep runs through the native client).
+    #[arg(long)]
+    mgmt: String,
+    /// Chunk sizes to try, e.g. 256K,512K,1M.
+    #[arg(long, value_delimiter = ',', default_value = "256K,512K,1M")]
+    chunk_sizes: Vec<String>,
+    /// Numbers of targets per file to try, e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    num_targets: Vec<u64>,
+    /// Connections per storage server to try, e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    connections: Vec<usize>,
+    /// Threads of the workload.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Bytes each thread writes and reads sequentially.
+    #[arg(long, default_value = "128M")]
+    size: String,
+    /// Size of each sequential request.
+    #[arg(long, default_value = "1M")]
+    block_size: String,
+    /// Random 4 KiB writes and reads per thread (0: skip them).
+    #[arg(long, default_value_t = 0)]
+    random_ops: usize,
+    /// Runs per configuration; each phase reports the median run (noise on a shared machine
+    /// makes single runs differ by 1.3x and more).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Append every configuration's results as JSON lines to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One configuration of a sweep.
+#[derive(Clone, Debug, serde::Serialize)]
+struct SweepConfig {
+    chunk_size_bytes: u64,
+    num_targets: u64,
+    connections: usize,
+}
+
+fn run_sweep(args: SweepArgs) -> Result<()> {
+    if args.threads == 0 || args.repeat == 0 {
+        bail!("--threads and --repeat need at least 1");
+    }
+    let mut chunk_sizes = Vec::new();
+    for text in &args.chunk_sizes {
+        chunk_sizes.push(crate::admin::parse_size(text)?);
+    }
+    let mut configs = Vec::new();
+    for chunk_size_bytes in &chunk_sizes {
+        for num_targets in &args.num_targets {
+            for connections in &args.connections {
+                weft_proto::layout::StripePattern::raid0(
+                    *chunk_size_bytes,
+                    *num_targets,
+                    weft_proto::StoragePoolId::DEFAULT,
+                )
+                .with_context(|| format!("chunk size {chunk_size_bytes}, {num_targets} targets"))?;
+                if *connections == 0 {
+                    bail!("--connections needs at least 1");
+                }
+                configs.push(SweepConfig {
+                    chunk_size_bytes: *chunk_size_bytes,
+                    num_targets: *num_targets,
+                    connections: *connections,
+                });
+            }
+        }
+    }
+    let io_config = IoBenchConfig {
+        bytes_per_thread: crate::admin::parse_size(&args.size)?,
+        block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
+        shared_file: false,
+        random_ops_per_thread: args.random_ops,
+        verify: true,
+    };
+    let runtime = crate::runtime()?;
+    let mut measured: Vec<(SweepConfig, Vec<IoPhaseResult>)> = Vec::new();
+    for (index, config) in configs.iter().enumerate() {
+        eprintln!(
+            "configuration {}/{}: chunk {} B, {} targets, {} connections per server",
+            index + 1,
+            configs.len(),
+            config.chunk_size_bytes,
+            config.num_targets,
+            config.connections
+        );
+        let mut client_config = weft_client::ClientConfig::new(args.mgmt.clone());
+        client_config.connections_per_server = config.connections;
+        let client = runtime
+            .block_on(weft_client::Client::connect(&client_config))
+            .map_err(|error| anyhow::anyhow!("{error}: is management running at {}?", args.mgmt))?;
+        let name = format!("weft-bench-sweep-{}-{index}", std::process::id());
+        let dir = runtime.block_on(async {
+            let dir = client
+                .mkdir(weft_proto::InodeId::ROOT, &name, 0o755, 0o022, (0, 0))
+                .await?;
+            let pattern = weft_proto::layout::StripePattern::raid0(
+                config.chunk_size_bytes,
+                config.num_targets,
+                weft_proto::StoragePoolId::DEFAULT,
+            )?;
+            client.set_pattern(dir.inode, pattern).await?;
+            anyhow::Ok(dir.inode)
+        })?;
+        let target = NativeFiles {
+            client: Arc::clone(&client),
+            runtime: runtime.handle().clone(),
+            dir,
+        };
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat {
+            runs.push(io::run(&target, &io_config, args.threads, "sweep")?);
+        }
+        runtime.block_on(client.rmdir(weft_proto::InodeId::ROOT, &name))?;
+        measured.push((config.clone(), median_phases(runs)));
+    }
+    println!(
+        "{:>10} {:>7} {:>5} {:>10} {:>10} {:>10} {:>10}",
+        "chunk", "targets", "conns", "write MB/s", "read MB/s", "rw IOPS", "rr IOPS"
+    );
+    let value = |results: &[IoPhaseResult], phase: &str, iops: bool| {
+        results
+            .iter()
+            .find(|r| r.phase == phase)
+            .map(|r| if iops { r.iops } else { r.mb_per_second })
+            .unwrap_or(0.0)
+    };
+    let cell = |v: f64| {
+        if v > 0.0 {
+            format!("{v:.0}")
+        } else {
+            "-".to_string()
+        }
+    };
+    for (config, results) in &measured {
+        println!(
+            "{:>10} {:>7} {:>5} {:>10.1} {:>10.1} {:>10} {:>10}",
+            config.chunk_size_bytes,
+            config.num_targets,
+            config.connections,
+            value(results, "write", false),
+            value(results, "read", false),
+            cell(value(results, "randwrite", true)),
+            cell(value(results, "randread", true))
+        );
+    }
+    for (phase, iops) in [
+        ("write", false),
+        ("read", false),
+        ("randwrite", true),
+        ("randread", true),
+    ] {
+        let mut ranked: Vec<(&SweepConfig, f64)> = measured
+            .iter()
+            .map(|(config, results)| (config, value(results, phase, iops)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        if let (Some(best), Some(worst)) = (ranked.first(), ranked.last()) {
+            println!(
+                "{phase}: best chunk {} B, {} targets, {} connections: {:.1} {}, {:.2}x the worst",
+                best.0.chunk_size_bytes,
+                best.0.num_targets,
+                best.0.connections,
+                best.1,
+                if iops { "IOPS" } else { "MB/s" },
+                best.1 / worst.1
+            );
+        }
+    }
+    if let Some(path) = &args.json {
+        append_json(
+            path,
+            measured.iter().flat_map(|(config, results)| {
+                results.iter().map(move |result| {
+                    serde_json::json!({ "sweep": config, "threads": args.threads, "result": result })
+                })
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// Per phase, the result of the run with the median rate.
+fn median_phases(runs: Vec<Vec<IoPhaseResult>>) -> Vec<IoPhaseResult> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|phase| {
+            let mut same: Vec<&IoPhaseResult> = runs
+                .iter()
+                .filter_map(|run| run.iter().find(|r| r.phase == phase.phase))
+                .collect();
+            same.sort_by(|a, b| a.mb_per_second.total_cmp(&b.mb_per_second));
+            same[same.len() / 2].clone()
+        })
+        .collect()
 }
 
 #[derive(Subcommand)]
@@ -418,6 +627,7 @@ fn run_storage_bench(action: StorageBenchAction) -> Result<()> {
 pub fn run(command: BenchCommand) -> Result<()> {
     let args = match command {
         BenchCommand::Storage { action } => return run_storage_bench(action),
+        BenchCommand::Sweep(args) => return run_sweep(args),
         BenchCommand::Meta(args) => args,
         BenchCommand::Io(args) => return run_io(args, false),
         BenchCommand::Net(args) => return run_io(args, true),

@@ -462,6 +462,57 @@ fn bench_storage_measures_every_target() {
     );
 }
 
+// Goal: `weft bench sweep` measures every combination of chunk size, target count and
+// connections asked for, names the winner of each phase with its margin, and leaves nothing
+// behind. Method: a 2 x 2 x 1 sweep with small sizes.
+#[test]
+fn bench_sweep_names_a_winner() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let out = tempfile::tempdir().expect("tempdir");
+    let json = out.path().join("sweep.jsonl");
+    let (ok, table, stderr) = weft(
+        &cluster,
+        &[
+            "bench",
+            "sweep",
+            "--mgmt",
+            cluster.mgmt(),
+            "--size",
+            "2M",
+            "--chunk-sizes",
+            "256K,1M",
+            "--num-targets",
+            "1,2",
+            "--connections",
+            "1",
+            "--json",
+            json.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let rows = table
+        .lines()
+        .filter(|line| line.split_whitespace().count() == 7 && !line.contains("chunk"))
+        .count();
+    assert_eq!(rows, 4, "a row per configuration:\n{table}");
+    for phase in ["write", "read"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(&format!("{phase}: best chunk"))),
+            "{phase} has a winner:\n{table}"
+        );
+    }
+    let lines = fs::read_to_string(&json).expect("json").lines().count();
+    assert_eq!(lines, 4 * 2, "write and read of each configuration");
+    assert_eq!(
+        fs::read_dir(&mnt).expect("readdir").count(),
+        0,
+        "the sweep cleans up"
+    );
+}
+
 fn count_files(dir: &std::path::Path) -> usize {
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;
