@@ -63,6 +63,9 @@ pub struct SweepArgs {
     /// Append every configuration's results as JSON lines to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw each configuration's write and read MB/s into this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 /// One configuration of a sweep.
@@ -204,6 +207,24 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             );
         }
     }
+    if let Some(path) = &args.svg {
+        let series = |phase: &str| Series {
+            name: phase.to_string(),
+            points: measured
+                .iter()
+                .enumerate()
+                .map(|(index, (_, results))| ((index + 1) as f64, value(results, phase, false)))
+                .collect(),
+        };
+        let panel = Panel {
+            title: "sweep: configurations in the order of the table".into(),
+            x_label: "configuration (table row)".into(),
+            y_label: "MB/s".into(),
+            series: vec![series("write"), series("read")],
+        };
+        std::fs::write(path, weft_bench::svg::render(&[panel]))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if let Some(path) = &args.json {
         append_json(
             path,
@@ -276,6 +297,9 @@ pub struct StorageStatusArgs {
     /// Append the per-target results as JSON lines to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw each target's MB/s into this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
     #[command(flatten)]
     locator: crate::MgmtLocator,
 }
@@ -607,6 +631,36 @@ fn run_storage_bench(action: StorageBenchAction) -> Result<()> {
                     })
                 }),
             )?;
+        }
+        if let Some(path) = &status_args.svg {
+            let mut points: Vec<(f64, f64)> = answers
+                .iter()
+                .flat_map(|(_, status)| status.targets.iter())
+                .map(|t| {
+                    let seconds = t.elapsed_micros as f64 / 1e6;
+                    (
+                        f64::from(t.target.0),
+                        t.bytes as f64 / seconds.max(1e-9) / 1e6,
+                    )
+                })
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let kind = if answers.iter().any(|(_, s)| s.read) {
+                "read"
+            } else {
+                "write"
+            };
+            let panel = Panel {
+                title: format!("StorageBench {kind}, per target"),
+                x_label: "target".into(),
+                y_label: "MB/s".into(),
+                series: vec![Series {
+                    name: kind.into(),
+                    points,
+                }],
+            };
+            std::fs::write(path, weft_bench::svg::render(&[panel]))
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         let failed: Vec<String> = answers
             .iter()

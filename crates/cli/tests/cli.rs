@@ -393,6 +393,7 @@ fn bench_storage_measures_every_target() {
     let cluster = cluster(ClusterSpec::default());
     let out = tempfile::tempdir().expect("tempdir");
     let json = out.path().join("storage.jsonl");
+    let svg = out.path().join("storage.svg");
     let json_text = json.to_str().expect("utf-8");
     for kind in ["--write", "--read"] {
         let mut args = vec![
@@ -408,6 +409,8 @@ fn bench_storage_measures_every_target() {
             "--wait",
             "--json",
             json_text,
+            "--svg",
+            svg.to_str().expect("utf-8"),
             "--mgmt",
             cluster.mgmt(),
         ];
@@ -427,6 +430,7 @@ fn bench_storage_measures_every_target() {
     }
     let lines = fs::read_to_string(&json).expect("json");
     assert_eq!(lines.lines().count(), 8, "a JSON line per target and run");
+    assert!(fs::read_to_string(&svg).expect("svg").contains("<polyline"));
     let bench_dirs = || {
         (1..=2)
             .flat_map(|storage| (1..=2).map(move |target| (storage, target)))
@@ -470,7 +474,7 @@ fn bench_sweep_names_a_winner() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
     let out = tempfile::tempdir().expect("tempdir");
-    let json = out.path().join("sweep.jsonl");
+    let (json, svg) = (out.path().join("sweep.jsonl"), out.path().join("sweep.svg"));
     let (ok, table, stderr) = weft(
         &cluster,
         &[
@@ -488,6 +492,10 @@ fn bench_sweep_names_a_winner() {
             "1",
             "--json",
             json.to_str().expect("utf-8"),
+            "--svg",
+            svg.to_str().expect("utf-8"),
+            "--repeat",
+            "1",
         ],
     );
     assert!(ok, "{stderr}");
@@ -506,6 +514,8 @@ fn bench_sweep_names_a_winner() {
     }
     let lines = fs::read_to_string(&json).expect("json").lines().count();
     assert_eq!(lines, 4 * 2, "write and read of each configuration");
+    let plot = fs::read_to_string(&svg).expect("svg");
+    assert_eq!(plot.matches("<polyline").count(), 2, "write and read lines");
     assert_eq!(
         fs::read_dir(&mnt).expect("readdir").count(),
         0,
