@@ -197,7 +197,10 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
     let fs = WeftFs::new(
         client,
         tokio::runtime::Handle::current(),
-        std::time::Duration::from_millis(config.attr_cache_ms),
+        (
+            std::time::Duration::from_millis(config.attr_cache_ms),
+            config.write_behind_bytes,
+        ),
     );
     let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;
     Ok(mounted)

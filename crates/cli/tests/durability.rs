@@ -195,8 +195,9 @@ fn fsck_removes_objects_without_a_file() {
 
 // Goal: when a client dies with a file open after writing, the size it never reported is
 // recovered from the objects' lengths once its session expires, so the bytes it wrote become
-// visible to everyone. Method: a process writes through mount 2 and keeps the file open; kill
-// -9 that mount's client; mount 1 sees the full size and data once the session expired.
+// visible to everyone. Method: a process writes through mount 2 and keeps the file open; once
+// the data is on the targets, kill -9 that mount's client; mount 1 sees the full size and data
+// once the session expired.
 #[test]
 fn size_of_a_dead_writer_is_recovered_from_the_objects() {
     use std::io::BufRead;
@@ -224,6 +225,12 @@ fn size_of_a_dead_writer_is_recovered_from_the_objects() {
         .read_line(&mut line)
         .expect("writer reports");
     assert_eq!(line.trim(), "written");
+    // Write-behind sends the data right after write(2) returns; wait until it is all on the
+    // targets (the only file of this cluster) before the client dies.
+    wait_until("the data to reach the targets", || {
+        object_bytes(&cluster) == length as u64
+    })
+    .expect("data on the targets");
     cluster
         .kill_mount(&second)
         .expect("kill -9 the writer's client");
@@ -239,4 +246,25 @@ fn size_of_a_dead_writer_is_recovered_from_the_objects() {
         expected,
         "the data is all there"
     );
+}
+
+/// Bytes in every object file on every target of the standard cluster.
+fn object_bytes(cluster: &weft_testkit::LocalCluster) -> u64 {
+    fn walk(dir: &std::path::Path) -> u64 {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .map(|entry| match entry.metadata() {
+                Ok(meta) if meta.is_dir() => walk(&entry.path()),
+                Ok(meta) => meta.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+    (1..=2)
+        .flat_map(|storage| (1..=2).map(move |target| (storage, target)))
+        .map(|(storage, target)| walk(&cluster.target_dir(storage, target).join("objects")))
+        .sum()
 }

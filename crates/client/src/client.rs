@@ -46,6 +46,11 @@ pub struct ClientConfig {
     /// (close-to-open consistency).
     #[serde(default = "default_attr_cache")]
     pub attr_cache_ms: u64,
+    /// Bytes of writes each open file may have on their way to the storage servers before a
+    /// write waits (write-behind; 0: every write waits for the servers). Errors of those writes
+    /// come back at the file's next write, flush (close) or fsync.
+    #[serde(default = "default_write_behind")]
+    pub write_behind_bytes: u32,
 }
 
 fn default_connections() -> usize {
@@ -66,6 +71,9 @@ fn default_fuse_threads() -> usize {
 fn default_attr_cache() -> u64 {
     1_000
 }
+fn default_write_behind() -> u32 {
+    4 * 1024 * 1024
+}
 
 impl ClientConfig {
     /// A config with every default and the given management address.
@@ -78,6 +86,7 @@ impl ClientConfig {
             heartbeat_interval_ms: default_heartbeat(),
             fuse_threads: default_fuse_threads(),
             attr_cache_ms: default_attr_cache(),
+            write_behind_bytes: default_write_behind(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! this adapter remembers, per inode, the largest end it wrote in the current truncate
 //! generation and never reports a smaller size to the kernel than that.
 
+mod behind;
 pub mod mount;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
@@ -74,6 +75,10 @@ struct State {
     handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_handle: AtomicU64,
     inodes: Mutex<HashMap<InodeId, LocalInode>>,
+    /// Bytes of writes each file may have in flight (0: every write waits for the servers).
+    write_behind: u32,
+    /// Writes in flight per inode.
+    inflight: Mutex<HashMap<InodeId, Arc<behind::InFlight>>>,
 }
 
 /// The Weft FUSE file system.
@@ -173,6 +178,65 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 }
 
 impl State {
+    /// The writes of `inode` in flight (write-behind).
+    fn inflight(&self, inode: InodeId) -> Arc<behind::InFlight> {
+        Arc::clone(
+            self.inflight
+                .lock()
+                .expect("in-flight table poisoned")
+                .entry(inode)
+                .or_insert_with(|| Arc::new(behind::InFlight::new(self.write_behind.max(1)))),
+        )
+    }
+
+    /// Answers a FUSE write once it is admitted into flight (write-behind), and sends it.
+    async fn write_behind(
+        self: Arc<State>,
+        file: Arc<OpenFile>,
+        offset: u64,
+        data: Bytes,
+        reply: ReplyWrite,
+    ) {
+        if let Some(code) = State::sticky_error(&file) {
+            return reply.error(Errno::from_i32(code));
+        }
+        let Some(layout) = file.layout.clone() else {
+            return reply.error(Errno::EINVAL);
+        };
+        let len = data.len() as u64;
+        let end = offset + len;
+        let admitted = self.inflight(file.inode).admit((offset, end)).await;
+        // A write that failed while this one waited for budget is this one's answer.
+        if let Some(code) = State::sticky_error(&file) {
+            admitted.finish();
+            return reply.error(Errno::from_i32(code));
+        }
+        self.note_write(file.inode, end);
+        reply.written(len as u32);
+        let result = self.client.write(file.inode, &layout, offset, data).await;
+        if let Err(error) = result {
+            tracing::warn!(inode = %file.inode, %error, "a write-behind write failed");
+            file.error
+                .lock()
+                .expect("error slot poisoned")
+                .get_or_insert(error.errno());
+        }
+        admitted.finish();
+    }
+
+    /// Waits until every write of `inode` in flight is done.
+    async fn drain(&self, inode: InodeId) {
+        let inflight = self
+            .inflight
+            .lock()
+            .expect("in-flight table poisoned")
+            .get(&inode)
+            .cloned();
+        if let Some(inflight) = inflight {
+            inflight.drain().await;
+        }
+    }
+
     /// Makes the kernel ask for `ino`'s attributes again before it next uses them (an open
     /// must see what other clients changed, even within the cache time).
     fn forget_attributes(&self, ino: INodeNo) {
@@ -327,17 +391,20 @@ impl State {
 
 impl WeftFs {
     /// A file system over `client`, answering from tasks on `runtime`; the kernel may trust
-    /// attributes and names for `attr_cache`.
+    /// attributes and names for `attr_cache`; each file may have `write_behind` bytes of
+    /// writes in flight (0: none).
     pub fn new(
         client: Arc<Client>,
         runtime: tokio::runtime::Handle,
-        attr_cache: Duration,
+        (attr_cache, write_behind): (Duration, u32),
     ) -> WeftFs {
         WeftFs {
             runtime,
             state: Arc::new(State {
                 client,
                 ttl: attr_cache,
+                write_behind,
+                inflight: Mutex::default(),
                 notifier: std::sync::OnceLock::new(),
                 handles: Mutex::default(),
                 next_handle: AtomicU64::new(1),
@@ -491,6 +558,10 @@ impl Filesystem for WeftFs {
         };
         self.spawn(|state| async move {
             let inode = to_inode(ino);
+            if size.is_some() {
+                // A truncate comes after the writes sent before it.
+                state.drain(inode).await;
+            }
             match state.client.set_attr(inode, changes).await {
                 Ok(attr) => {
                     if size.is_some() {
@@ -726,6 +797,10 @@ impl Filesystem for WeftFs {
             let Some(layout) = &file.layout else {
                 return reply.error(Errno::EINVAL);
             };
+            if state.write_behind > 0 {
+                let end = offset.saturating_add(u64::from(size));
+                state.inflight(file.inode).wait_clear((offset, end)).await;
+            }
             let known = state.known_size(file.inode);
             match state
                 .client
@@ -762,6 +837,9 @@ impl Filesystem for WeftFs {
                 return reply.error(Errno::EINVAL);
             };
             let len = data.len() as u64;
+            if state.write_behind > 0 {
+                return state.write_behind(file, offset, data, reply).await;
+            }
             match state.client.write(file.inode, layout, offset, data).await {
                 Ok(()) => {
                     state.note_write(file.inode, offset + len);
@@ -788,6 +866,7 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
+            state.drain(file.inode).await;
             // Every close(2) releases the closing process's record locks on the file.
             if let Err(error) = state.release_locks(file.inode, lock_owner.0).await {
                 return reply.error(errno(&error));
@@ -814,6 +893,9 @@ impl Filesystem for WeftFs {
     ) {
         self.spawn(|state| async move {
             tracing::debug!(?lock_owner, "release");
+            if let Ok(file) = state.handle(handle) {
+                state.drain(file.inode).await;
+            }
             // The last close of an open file description releases its flock.
             if let (Some(owner), Ok(file)) = (lock_owner, state.handle(handle)) {
                 if let Err(error) = state.release_locks(file.inode, owner.0).await {
@@ -858,6 +940,7 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
+            state.drain(file.inode).await;
             if let Some(layout) = &file.layout {
                 if let Err(error) = state.client.sync_data(file.inode, layout).await {
                     *file.error.lock().expect("error slot poisoned") = Some(error.errno());
@@ -977,6 +1060,7 @@ impl Filesystem for WeftFs {
             let Some(layout) = &file.layout else {
                 return reply.error(Errno::EINVAL);
             };
+            state.drain(file.inode).await;
             if let Err(error) = state
                 .client
                 .fallocate(file.inode, layout, offset, length, storage_mode)
@@ -1015,6 +1099,7 @@ impl Filesystem for WeftFs {
             pid,
         };
         self.spawn(|state| async move {
+            state.drain(to_inode(ino)).await;
             match state.client.get_lock(to_inode(ino), wanted).await {
                 Ok(Some(held)) => {
                     let typ = if held.kind == LockKind::Write {
@@ -1056,6 +1141,8 @@ impl Filesystem for WeftFs {
         tracing::debug!(?lock, sleep, "setlk");
         self.spawn(|state| async move {
             let inode = to_inode(ino);
+            // What was written under a lock reaches the servers before the lock changes.
+            state.drain(inode).await;
             loop {
                 let wait_ms = if sleep { LOCK_WAIT_SLICE_MS } else { 0 };
                 match state.client.set_lock(inode, lock, wait_ms).await {
