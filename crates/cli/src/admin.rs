@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use weft_client::{Client, ClientConfig};
 use weft_net::{ClusterView, RpcClientOptions};
 use weft_proto::layout::{PatternKind, StripePattern};
-use weft_proto::messages::{ClusterMap, FileKind, InodeAttr, NodeKind, Reachability, SpaceUsage};
+use weft_proto::messages::{
+    ClusterMap, FileKind, InodeAttr, NodeKind, Reachability, SpaceUsage, DIR_SPREAD_XATTR,
+};
 use weft_proto::InodeId;
 
 #[derive(Subcommand)]
@@ -28,6 +30,10 @@ pub enum EntryCommand {
         /// Number of storage targets per new file.
         #[arg(long)]
         num_targets: Option<u16>,
+        /// Spread every new subdirectory over this many metadata servers (inherited by the
+        /// subdirectories; 0 or 1: not spread).
+        #[arg(long)]
+        spread: Option<u16>,
         /// A directory inside a Weft mount.
         path: PathBuf,
         #[command(flatten)]
@@ -297,15 +303,24 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                     .await
                     .with_context(|| format!("cannot read {}", path.display()))?;
                 print!("{}", format_entry_info(&attr, &map));
+                if attr.kind == FileKind::Directory {
+                    if let Ok(value) = meta.get_xattr(inode, DIR_SPREAD_XATTR).await {
+                        println!(
+                            "New subdirectories spread over: {} metadata nodes",
+                            String::from_utf8_lossy(&value)
+                        );
+                    }
+                }
             }
             EntryCommand::Set {
                 chunk_size,
                 num_targets,
+                spread,
                 path,
                 locator,
             } => {
-                if chunk_size.is_none() && num_targets.is_none() {
-                    bail!("nothing to change: give --chunk-size and/or --num-targets");
+                if chunk_size.is_none() && num_targets.is_none() && spread.is_none() {
+                    bail!("nothing to change: give --chunk-size, --num-targets and/or --spread");
                 }
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
@@ -329,6 +344,25 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                 let targets = num_targets
                     .map(u64::from)
                     .unwrap_or(u64::from(current.num_targets));
+                if let Some(count) = spread {
+                    if count > 1 {
+                        client
+                            .set_xattr(
+                                inode,
+                                DIR_SPREAD_XATTR,
+                                count.to_string().as_bytes(),
+                                weft_proto::messages::XattrSetMode::Any,
+                            )
+                            .await
+                            .with_context(|| {
+                                format!("cannot set the spread of {}", path.display())
+                            })?;
+                    } else if let Err(error) = client.remove_xattr(inode, DIR_SPREAD_XATTR).await {
+                        if error.code() != weft_proto::ErrorCode::NoAttribute {
+                            return Err(error.into());
+                        }
+                    }
+                }
                 let pattern = StripePattern::raid0(chunk, targets, current.pool)?;
                 let attr = client.set_pattern(inode, pattern).await?;
                 let map = client.cluster_map().await?;

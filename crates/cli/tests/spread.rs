@@ -300,3 +300,56 @@ fn spread_mkdir_and_rmdir_survive_a_crash_at_every_step() {
         fsck_clean(&cluster);
     }
 }
+
+// Goal: a directory can pass a spread on: with `weft entry set --spread K`, every new
+// subdirectory (and theirs, by inheritance) is spread over K metadata servers, through plain
+// mkdir(2); a bad value is refused; `--spread 1` stops it.
+// Method: three metadata servers; mkdir through the mount; read `weft entry info`.
+#[test]
+fn spread_is_inherited_by_new_subdirectories() {
+    let mut cluster = three_metas();
+    let mnt = cluster.mount().expect("mount");
+    let jobs = mnt.join("jobs");
+    fs::create_dir(&jobs).expect("mkdir");
+    let jobs_text = jobs.to_str().expect("utf-8");
+    let (ok, _, err) = weft(&cluster, &["entry", "set", "--spread", "3", jobs_text]);
+    assert!(ok, "{err}");
+    let (_, info, _) = weft(&cluster, &["entry", "info", jobs_text]);
+    assert!(info.contains("New subdirectories spread over: 3"), "{info}");
+    let run = jobs.join("run-1");
+    fs::create_dir(&run).expect("mkdir under a spreading directory");
+    fs::create_dir(run.join("step")).expect("mkdir one level down");
+    for dir in [&run, &run.join("step")] {
+        let (_, info, _) = weft(&cluster, &["entry", "info", dir.to_str().expect("utf-8")]);
+        assert!(
+            info.contains("Spread over 3 metadata nodes"),
+            "{} is spread: {info}",
+            dir.display()
+        );
+    }
+    for i in 0..60 {
+        fs::write(run.join(format!("f{i}")), b"x").expect("create");
+    }
+    assert_eq!(names(&run).len(), 61);
+    let status = std::process::Command::new("setfattr")
+        .args(["-n", "trusted.weft.spread", "-v", "many"])
+        .arg(&jobs)
+        .status()
+        .expect("setfattr");
+    assert!(!status.success(), "a value that is not a count is refused");
+    let (ok, _, err) = weft(&cluster, &["entry", "set", "--spread", "1", jobs_text]);
+    assert!(ok, "{err}");
+    fs::create_dir(jobs.join("plain")).expect("mkdir");
+    let (_, info, _) = weft(
+        &cluster,
+        &["entry", "info", jobs.join("plain").to_str().expect("utf-8")],
+    );
+    assert!(!info.contains("Spread over"), "no longer spread: {info}");
+    let status = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(&jobs)
+        .status()
+        .expect("rm");
+    assert!(status.success());
+    fsck_clean(&cluster);
+}

@@ -7,6 +7,18 @@
 pub(crate) const ACL_ACCESS: &str = "system.posix_acl_access";
 /// The default ACL attribute of a directory.
 pub(crate) const ACL_DEFAULT: &str = "system.posix_acl_default";
+/// A directory's default spread (see [`weft_proto::messages::DIR_SPREAD_XATTR`]).
+pub(crate) const DIR_SPREAD: &str = weft_proto::messages::DIR_SPREAD_XATTR;
+
+/// The spread a [`DIR_SPREAD`] value asks for, if it is a valid one (0 and 1: none).
+pub(crate) fn parse_dir_spread(value: &[u8]) -> Option<u16> {
+    std::str::from_utf8(value)
+        .ok()?
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|count| *count <= weft_proto::layout::DIR_SHARDS_MAX)
+}
 
 const ACL_VERSION: u32 = 2;
 const ENTRY_BYTES: usize = 8;

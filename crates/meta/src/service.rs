@@ -362,6 +362,15 @@ impl Meta {
                     self.refresh_map_if_short(parent, std::time::Instant::now())
                         .await;
                 }
+                if new.kind == FileKind::Directory {
+                    // A parent with a default spread makes every new subdirectory spread.
+                    if let Some(shards) = self.inherited_spread(parent).await {
+                        return self
+                            .mkdir_spread(mutation, (parent, name), new, shards)
+                            .await
+                            .map_err(OpError::into_wire);
+                    }
+                }
                 let home = if new.kind == FileKind::Directory {
                     self.directory_chooser
                         .choose_meta(&self.cluster.map(), self.node)
@@ -478,7 +487,7 @@ impl Meta {
                 value,
                 mode,
             } => {
-                let inherited = name == crate::acl::ACL_DEFAULT;
+                let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
                 let result = self
                     .mutate(mutation, move |txn, _| {
                         set_xattr(txn, inode, &name, &value, mode)
@@ -496,7 +505,7 @@ impl Meta {
                 inode,
                 name,
             } => {
-                let inherited = name == crate::acl::ACL_DEFAULT;
+                let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
                 let result = self
                     .mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
                     .await;
@@ -891,6 +900,32 @@ impl Meta {
         self.drive(prepared, "mkdir-after-intent").await
     }
 
+    /// The spread a new subdirectory of `parent` inherits: its default spread, over as many
+    /// metadata servers as are online when fewer than asked; `None` for a plain directory.
+    async fn inherited_spread(&self, parent: InodeId) -> Option<u16> {
+        let arrived = std::time::Instant::now();
+        let asked = self
+            .read(|txn| {
+                Ok(txn
+                    .open_table(crate::store::XATTRS)?
+                    .get((parent.0, crate::acl::DIR_SPREAD))?
+                    .and_then(|v| crate::acl::parse_dir_spread(v.value())))
+            })
+            .ok()
+            .flatten()
+            .filter(|count| *count > 1)?;
+        let online = |meta: &Meta| {
+            meta.directory_chooser
+                .choose_metas(&meta.cluster.map(), usize::from(asked))
+                .len() as u16
+        };
+        if online(self) < asked {
+            // Servers that joined since the last heartbeat are not in the map yet.
+            self.cluster.refresh_unless_fetched_since(arrived).await;
+        }
+        Some(asked.min(online(self))).filter(|count| *count > 1)
+    }
+
     /// The shards of the directory `name` in `parent` if it is a spread one; empty for any
     /// other entry (and for a missing one: the rmdir itself reports that).
     async fn shards_of_child(&self, parent: InodeId, name: &str) -> Result<Vec<InodeId>, OpError> {
@@ -930,13 +965,19 @@ impl Meta {
     }
 
     async fn try_sync_shards(&self, dir: InodeId) -> Result<(), OpError> {
-        let (record, default_acl) = self.read(|txn| {
+        let (record, default_acl, default_spread) = self.read(|txn| {
             let record = crate::store::load_inode(&txn.open_table(INODES)?, dir)?;
-            let acl = txn
-                .open_table(crate::store::XATTRS)?
-                .get((dir.0, crate::acl::ACL_DEFAULT))?
-                .map(|value| value.value().to_vec());
-            Ok((record, acl))
+            let xattrs = txn.open_table(crate::store::XATTRS)?;
+            let get = |name: &str| -> Result<Option<Vec<u8>>, OpError> {
+                Ok(xattrs
+                    .get((dir.0, name))?
+                    .map(|value| value.value().to_vec()))
+            };
+            Ok((
+                record,
+                get(crate::acl::ACL_DEFAULT)?,
+                get(crate::acl::DIR_SPREAD)?,
+            ))
         })?;
         for shard in record.shards.iter().skip(1).map(|shard| InodeId(*shard)) {
             let request = MetaRequest::SyncShard {
@@ -948,6 +989,7 @@ impl Meta {
                     .pattern
                     .unwrap_or(weft_proto::layout::StripePattern::DEFAULT),
                 default_acl: default_acl.clone(),
+                default_spread: default_spread.clone(),
             };
             let meta = self.cluster.meta(shard.home()).await.map_err(rpc_error)?;
             TARGET_RETRY

@@ -6,6 +6,10 @@ use crate::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use crate::layout::{FileLayout, StripePattern};
 use serde::{Deserialize, Serialize};
 
+/// The extended attribute holding a directory's default spread: new subdirectories are spread
+/// over that many metadata servers (a decimal number) and inherit it.
+pub const DIR_SPREAD_XATTR: &str = "trusted.weft.spread";
+
 /// Longest name of one directory entry, as on Linux.
 pub const NAME_BYTES_MAX: usize = 255;
 /// Longest symbolic link target, as Linux's PATH_MAX.
@@ -621,7 +625,7 @@ pub enum MetaRequest {
         seal: bool,
     },
     /// Server to server: copies what new entries inherit from a spread directory (mode, group,
-    /// stripe pattern, default ACL) to one of its shards. Idempotent.
+    /// stripe pattern, default ACL, default spread) to one of its shards. Idempotent.
     SyncShard {
         /// The shard.
         shard: InodeId,
@@ -635,6 +639,8 @@ pub enum MetaRequest {
         pattern: StripePattern,
         /// The directory's default ACL, if any.
         default_acl: Option<Vec<u8>>,
+        /// The directory's default spread for new subdirectories, if any.
+        default_spread: Option<Vec<u8>>,
     },
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.

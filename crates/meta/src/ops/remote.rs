@@ -350,10 +350,14 @@ pub(crate) fn create_dir_inode(
     let inherited: Vec<(&'static str, Vec<u8>)> = acls
         .iter()
         .filter_map(|(name, value)| {
-            [crate::acl::ACL_ACCESS, crate::acl::ACL_DEFAULT]
-                .into_iter()
-                .find(|known| known == name)
-                .map(|known| (known, value.clone()))
+            [
+                crate::acl::ACL_ACCESS,
+                crate::acl::ACL_DEFAULT,
+                crate::acl::DIR_SPREAD,
+            ]
+            .into_iter()
+            .find(|known| known == name)
+            .map(|known| (known, value.clone()))
         })
         .collect();
     store_inherited(&mut txn.open_table(XATTRS)?, inode, &inherited)?;
@@ -1092,6 +1096,7 @@ pub(crate) fn sync_shard(
         gid,
         pattern,
         default_acl,
+        default_spread,
     } = request
     else {
         return Err(OpError::rejected(
@@ -1117,12 +1122,17 @@ pub(crate) fn sync_shard(
     record.pattern = Some(*pattern);
     store_inode(&mut inodes, *shard, &record)?;
     let mut xattrs = txn.open_table(XATTRS)?;
-    match default_acl {
-        Some(value) => {
-            xattrs.insert((shard.0, crate::acl::ACL_DEFAULT), value.as_slice())?;
-        }
-        None => {
-            xattrs.remove((shard.0, crate::acl::ACL_DEFAULT))?;
+    for (name, value) in [
+        (crate::acl::ACL_DEFAULT, default_acl),
+        (crate::acl::DIR_SPREAD, default_spread),
+    ] {
+        match value {
+            Some(value) => {
+                xattrs.insert((shard.0, name), value.as_slice())?;
+            }
+            None => {
+                xattrs.remove((shard.0, name))?;
+            }
         }
     }
     Ok(Response::Done)

@@ -82,6 +82,17 @@ pub(crate) fn set_xattr(
         }
     }
     let mut store_value = true;
+    if name == crate::acl::DIR_SPREAD
+        && (record.kind != FileKind::Directory || crate::acl::parse_dir_spread(value).is_none())
+    {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            format!(
+                "{name} is a directory's count of metadata servers, 0 to {}",
+                weft_proto::layout::DIR_SHARDS_MAX
+            ),
+        ));
+    }
     if name == ACL_ACCESS || name == ACL_DEFAULT {
         let acl = Acl::decode(value)
             .map_err(|reason| OpError::rejected(ErrorCode::InvalidArgument, reason))?;
@@ -174,6 +185,14 @@ pub(crate) fn inherited_mode_and_acls(
     umask: u32,
 ) -> Result<(u32, InheritedAcls), OpError> {
     let special = mode & 0o7000;
+    // A new directory inherits its parent's default spread.
+    let spread = if kind == FileKind::Directory {
+        xattrs
+            .get((parent.0, crate::acl::DIR_SPREAD))?
+            .map(|v| (crate::acl::DIR_SPREAD, v.value().to_vec()))
+    } else {
+        None
+    };
     let default = if kind == FileKind::Symlink {
         None
     } else {
@@ -182,7 +201,10 @@ pub(crate) fn inherited_mode_and_acls(
             .map(|v| v.value().to_vec())
     };
     let Some(default) = default else {
-        return Ok((special | (mode & 0o777 & !umask), Vec::new()));
+        return Ok((
+            special | (mode & 0o777 & !umask),
+            spread.into_iter().collect(),
+        ));
     };
     let mut acl = Acl::decode(&default).map_err(|reason| {
         OpError::Store(format!("default ACL of {parent} is damaged: {reason}"))
@@ -195,6 +217,7 @@ pub(crate) fn inherited_mode_and_acls(
     if kind == FileKind::Directory {
         acls.push((ACL_DEFAULT, default));
     }
+    acls.extend(spread);
     Ok((special | bits, acls))
 }
 
