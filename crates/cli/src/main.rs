@@ -78,6 +78,15 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if !matches!(
+        cli.command,
+        Command::Up(_) | Command::Serve(_) | Command::Mount(_)
+    ) {
+        // A report piped into `head` ends quietly when the reader goes, as Unix tools do.
+        // (Sockets are written with MSG_NOSIGNAL, so this never concerns the network.)
+        // SAFETY: setting a signal's disposition to its default has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if let Err(error) = run(cli.command) {
         eprintln!("weft: {error:#}");
         std::process::exit(1);
