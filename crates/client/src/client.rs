@@ -51,6 +51,11 @@ pub struct ClientConfig {
     /// come back at the file's next write, flush (close) or fsync.
     #[serde(default = "default_write_behind")]
     pub write_behind_bytes: u32,
+    /// Let the kernel cache writes and trust its own file size (FUSE writeback caching). Only
+    /// for files one client writes at a time: another client's writes to a file this one has
+    /// cached pages of are not seen until it is opened again. Off by default.
+    #[serde(default)]
+    pub writeback_cache: bool,
 }
 
 fn default_connections() -> usize {
@@ -87,6 +92,7 @@ impl ClientConfig {
             fuse_threads: default_fuse_threads(),
             attr_cache_ms: default_attr_cache(),
             write_behind_bytes: default_write_behind(),
+            writeback_cache: false,
         }
     }
 }

@@ -326,6 +326,15 @@ impl LocalCluster {
     /// # Errors
     /// When the mount does not come up in time.
     pub fn mount(&mut self) -> Result<PathBuf> {
+        self.mount_with(&[])
+    }
+
+    /// Starts a `weft mount` with client config `settings` (`key=value`) on top of the test
+    /// defaults.
+    ///
+    /// # Errors
+    /// When the mount does not come up in time.
+    pub fn mount_with(&mut self, settings: &[&str]) -> Result<PathBuf> {
         let mountpoint = self
             .root
             .path()
@@ -333,14 +342,18 @@ impl LocalCluster {
         fs::create_dir_all(&mountpoint)?;
         self.mounts_started += 1;
         let name = format!("mount-{}", self.mounts_started);
-        let args = vec![
+        let mut args = vec![
             "mount".into(),
             "--mgmt".into(),
             self.mgmt.clone(),
             "--set".into(),
             "heartbeat_interval_ms=300".into(),
-            mountpoint.display().to_string(),
         ];
+        for setting in settings {
+            args.push("--set".into());
+            args.push((*setting).to_string());
+        }
+        args.push(mountpoint.display().to_string());
         let child = self.spawn_logged(&name, &args, &[])?;
         self.mounts.push((mountpoint.clone(), child));
         wait_until("the mount to answer", || {

@@ -77,6 +77,8 @@ struct State {
     inodes: Mutex<HashMap<InodeId, LocalInode>>,
     /// Bytes of writes each file may have in flight (0: every write waits for the servers).
     write_behind: u32,
+    /// Ask the kernel for writeback caching.
+    writeback_cache: bool,
     /// Writes in flight per inode.
     inflight: Mutex<HashMap<InodeId, Arc<behind::InFlight>>>,
 }
@@ -392,11 +394,11 @@ impl State {
 impl WeftFs {
     /// A file system over `client`, answering from tasks on `runtime`; the kernel may trust
     /// attributes and names for `attr_cache`; each file may have `write_behind` bytes of
-    /// writes in flight (0: none).
+    /// writes in flight (0: none); `writeback_cache` asks the kernel to cache writes.
     pub fn new(
         client: Arc<Client>,
         runtime: tokio::runtime::Handle,
-        (attr_cache, write_behind): (Duration, u32),
+        (attr_cache, write_behind, writeback_cache): (Duration, u32, bool),
     ) -> WeftFs {
         WeftFs {
             runtime,
@@ -404,6 +406,7 @@ impl WeftFs {
                 client,
                 ttl: attr_cache,
                 write_behind,
+                writeback_cache,
                 inflight: Mutex::default(),
                 notifier: std::sync::OnceLock::new(),
                 handles: Mutex::default(),
@@ -501,6 +504,14 @@ impl Filesystem for WeftFs {
             .is_err()
         {
             tracing::warn!("the kernel does not offer POSIX ACLs over FUSE; ACLs are not enforced");
+        }
+        // Opt-in: the kernel caches writes and trusts its own size (one writer per file).
+        if self.state.writeback_cache
+            && config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+        {
+            tracing::warn!("the kernel does not offer writeback caching over FUSE");
         }
         Ok(())
     }
