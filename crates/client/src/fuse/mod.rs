@@ -928,6 +928,12 @@ impl Filesystem for WeftFs {
                     local.opens = local.opens.saturating_sub(1);
                     if local.opens == 0 {
                         inodes.remove(&file.inode);
+                        // Its writes were drained above; a later open starts afresh.
+                        state
+                            .inflight
+                            .lock()
+                            .expect("in-flight table poisoned")
+                            .remove(&file.inode);
                     }
                 }
             }
