@@ -205,15 +205,17 @@ fn size_of_a_dead_writer_is_recovered_from_the_objects() {
     let first = cluster.mount().expect("mount 1");
     let second = cluster.mount().expect("mount 2");
     let length = 3 * 1024 * 1024 + 5;
-    let mut writer = std::process::Command::new("timeout")
-        .args(["120", "python3", "-c"])
+    // python3 itself is the child, so killing it below ends it (a `timeout` wrapper would leave
+    // it behind); its sleep bounds it if the test fails first.
+    let mut writer = std::process::Command::new("python3")
+        .arg("-c")
         .arg(format!(
             "import os, sys, time\n\
              fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\n\
              data = (bytes(range(256)) * {})[:{length}]\n\
              os.write(fd, data)\n\
              print('written', flush=True)\n\
-             time.sleep(300)\n",
+             time.sleep(120)\n",
             length / 256 + 1
         ))
         .arg(second.join("unreported"))
