@@ -35,7 +35,7 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout};
 use weft_proto::messages::{
-    FileKind, MetaRequest, MutationId, NewInode, NodeKind, Reply, Request, Response,
+    FileKind, InodeAttr, MetaRequest, MutationId, NewInode, NodeKind, Reply, Request, Response,
     LOCK_WAIT_MS_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
@@ -991,11 +991,7 @@ impl Meta {
                 default_acl: default_acl.clone(),
                 default_spread: default_spread.clone(),
             };
-            let meta = self.cluster.meta(shard.home()).await.map_err(rpc_error)?;
-            TARGET_RETRY
-                .run(|| meta.call(request.clone()))
-                .await
-                .map_err(rpc_error)?;
+            self.call_meta(shard.home(), request).await?;
         }
         Ok(())
     }
@@ -1010,31 +1006,59 @@ impl Meta {
         seal: bool,
     ) -> Result<Result<(), OpError>, OpError> {
         for shard in shards {
-            let meta = self.cluster.meta(shard.home()).await.map_err(rpc_error)?;
             let request = MetaRequest::SealShard {
                 shard: *shard,
                 coordinator: self.node,
                 intent: id,
                 seal,
             };
-            match TARGET_RETRY.run(|| meta.call(request.clone())).await {
-                Ok(_) => {}
-                Err(weft_net::RpcError::Remote(error)) => return Ok(Err(OpError::Rejected(error))),
-                Err(error) => return Err(rpc_error(error)),
+            if let Err(refused) = self.ask_meta(shard.home(), request).await? {
+                return Ok(Err(refused));
             }
         }
         Ok(Ok(()))
     }
 
+    /// Asks metadata node `node` to do a step of an intent, under the retry policy: `Ok(Ok)`
+    /// its answer, `Ok(Err)` its refusal, `Err` when it cannot be reached (the intent stays
+    /// for recovery).
+    async fn ask_meta(
+        &self,
+        node: NodeId,
+        request: MetaRequest,
+    ) -> Result<Result<Response, OpError>, OpError> {
+        let meta = self.cluster.meta(node).await.map_err(rpc_error)?;
+        match TARGET_RETRY.run(|| meta.call(request.clone())).await {
+            Ok(response) => Ok(Ok(response)),
+            Err(weft_net::RpcError::Remote(error)) => Ok(Err(OpError::Rejected(error))),
+            Err(error) => Err(rpc_error(error)),
+        }
+    }
+
+    /// [`Meta::ask_meta`] for a step whose refusal is an error like any other.
+    async fn call_meta(&self, node: NodeId, request: MetaRequest) -> Result<Response, OpError> {
+        self.ask_meta(node, request).await?
+    }
+
+    /// [`Meta::call_meta`] for a step that answers with attributes.
+    async fn call_meta_attr(
+        &self,
+        node: NodeId,
+        request: MetaRequest,
+    ) -> Result<InodeAttr, OpError> {
+        match self.call_meta(node, request).await? {
+            Response::Attr(attr) => Ok(attr),
+            other => Err(OpError::Store(format!(
+                "metadata node {node} answered {other:?} where attributes were expected"
+            ))),
+        }
+    }
+
     /// Points directory `inode` at `parent` on its home (idempotent).
     async fn set_remote_parent(&self, inode: InodeId, parent: InodeId) -> Result<(), OpError> {
-        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
-        let request = MetaRequest::SetParent { inode, parent };
-        TARGET_RETRY
-            .run(|| meta.call(request.clone()))
+        self.call_meta(inode.home(), MetaRequest::SetParent { inode, parent })
             .await
-            .map_err(rpc_error)?;
-        Ok(())
+            .map(|_| ())
     }
 
     /// Finishes a victim that rename intent `id` replaced and whose inode lives on another
@@ -1062,12 +1086,8 @@ impl Meta {
 
     /// Removes an empty directory inode on its home: `Ok(Err)` when the home refuses.
     async fn remove_remote_dir(&self, inode: InodeId) -> Result<Result<(), OpError>, OpError> {
-        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
-        match TARGET_RETRY.run(|| meta.remove_dir_inode(inode)).await {
-            Ok(()) => Ok(Ok(())),
-            Err(weft_net::RpcError::Remote(error)) => Ok(Err(OpError::Rejected(error))),
-            Err(error) => Err(rpc_error(error)),
-        }
+        let request = MetaRequest::RemoveDirInode { inode };
+        Ok(self.ask_meta(inode.home(), request).await?.map(|_| ()))
     }
 
     /// rmdir: local in one transaction, or with an intent when the directory lives elsewhere.
@@ -1353,17 +1373,13 @@ impl Meta {
         inode: InodeId,
         delta: i32,
     ) -> Result<Response, OpError> {
-        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
         let request = MetaRequest::AdjustLinks {
             coordinator: self.node,
             intent: id,
             inode,
             delta,
         };
-        TARGET_RETRY
-            .run(|| meta.call(request.clone()))
-            .await
-            .map_err(rpc_error)
+        self.call_meta(inode.home(), request).await
     }
 
     /// Runs the remaining steps of an intent: after step (1) in a live request, or in recovery.
@@ -1371,17 +1387,7 @@ impl Meta {
     async fn finish_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
         match &intent.op {
             IntentOp::Mkdir { home, request, .. } => {
-                let meta = self.cluster.meta(*home).await.map_err(rpc_error)?;
-                let request = request.clone();
-                let created = TARGET_RETRY
-                    .run(|| meta.call(request.clone()))
-                    .await
-                    .map_err(rpc_error)?;
-                let Response::Attr(attr) = created else {
-                    return Err(OpError::Store(format!(
-                        "metadata node {home} answered a directory creation with {created:?}"
-                    )));
-                };
+                let attr = self.call_meta_attr(*home, request.clone()).await?;
                 weft_service::failpoint::failpoint("mkdir-after-remote-create");
                 let finishing = intent.clone();
                 let (finished, take_back) = {
@@ -1392,7 +1398,7 @@ impl Meta {
                 };
                 if take_back {
                     // The name was taken while the inode was made: take the inode back.
-                    let _ = TARGET_RETRY.run(|| meta.remove_dir_inode(attr.inode)).await;
+                    let _ = self.remove_remote_dir(attr.inode).await;
                 }
                 finished
             }
@@ -1465,11 +1471,7 @@ impl Meta {
                             no_replace: *no_replace,
                             sealed_victim: sealed,
                         };
-                        match TARGET_RETRY.run(|| meta.call(request.clone())).await {
-                            Ok(response) => Ok(response),
-                            Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
-                            Err(error) => return Err(rpc_error(error)),
-                        }
+                        self.ask_meta(new_parent.home(), request).await?
                     }
                 };
                 if outcome.is_err() {
@@ -1510,11 +1512,6 @@ impl Meta {
                 parent,
                 ..
             } => {
-                let meta = self
-                    .cluster
-                    .meta(new_parent.home())
-                    .await
-                    .map_err(rpc_error)?;
                 let request = MetaRequest::ExchangeDentry {
                     coordinator: self.node,
                     intent: id,
@@ -1524,11 +1521,7 @@ impl Meta {
                     child: *child,
                     kind: crate::store::kind_from_code(*kind_code),
                 };
-                let outcome = match TARGET_RETRY.run(|| meta.call(request.clone())).await {
-                    Ok(_) => Ok(()),
-                    Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
-                    Err(error) => return Err(rpc_error(error)),
-                };
+                let outcome = self.ask_meta(new_parent.home(), request).await?.map(|_| ());
                 if outcome.is_ok() {
                     let directory = crate::store::kind_code(FileKind::Directory);
                     if *kind_code == directory {
@@ -1560,17 +1553,7 @@ impl Meta {
                 shard_homes,
                 ..
             } => {
-                let meta = self.cluster.meta(*home).await.map_err(rpc_error)?;
-                let request = request.clone();
-                let created = TARGET_RETRY
-                    .run(|| meta.call(request.clone()))
-                    .await
-                    .map_err(rpc_error)?;
-                let Response::Attr(dir) = created else {
-                    return Err(OpError::Store(format!(
-                        "metadata node {home} answered a directory creation with {created:?}"
-                    )));
-                };
+                let dir = self.call_meta_attr(*home, request.clone()).await?;
                 let mut shards = vec![dir.inode];
                 for shard_home in shard_homes {
                     let MetaRequest::CreateDirInode {
@@ -1597,29 +1580,14 @@ impl Meta {
                         acls,
                         shard_of: Some(dir.inode),
                     };
-                    let meta = self.cluster.meta(*shard_home).await.map_err(rpc_error)?;
-                    let created = TARGET_RETRY
-                        .run(|| meta.call(shard_request.clone()))
-                        .await
-                        .map_err(rpc_error)?;
-                    let Response::Attr(shard) = created else {
-                        return Err(OpError::Store(format!(
-                            "metadata node {shard_home} answered a shard creation with {created:?}"
-                        )));
-                    };
+                    let shard = self.call_meta_attr(*shard_home, shard_request).await?;
                     shards.push(shard.inode);
                 }
                 let request = MetaRequest::SetShards {
                     dir: dir.inode,
                     shards: shards.clone(),
                 };
-                let Response::Attr(attr) = TARGET_RETRY
-                    .run(|| meta.call(request.clone()))
-                    .await
-                    .map_err(rpc_error)?
-                else {
-                    return Err(OpError::Store("attributes expected".into()));
-                };
+                let attr = self.call_meta_attr(*home, request).await?;
                 weft_service::failpoint::failpoint("mkdir-spread-after-shards");
                 let finishing = intent.clone();
                 let (finished, take_back) = {
