@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 use weft_proto::layout::FileLayout;
-use weft_proto::messages::{FileKind, NewInode};
 use weft_proto::InodeId;
 
 /// Size of a random I/O.
@@ -252,17 +251,29 @@ pub fn run<T: IoTarget>(
     // Without a check there is nothing to fill: the pattern would only cost CPU the measured
     // system needs.
     let verify = config.verify;
-    let write_step = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
-        let offset = w.base + index as u64 * block as u64;
+    // One request of any phase: the pattern in, or the data out and checked.
+    let write_block = |w: &Work<T::File>, buf: &mut [u8], offset: u64| -> Result<u64> {
         if verify {
             fill(buf, w.seed, offset);
         }
         target.write_at(&w.file, offset, buf)?;
+        Ok(buf.len() as u64)
+    };
+    let read_block = |w: &Work<T::File>, buf: &mut [u8], offset: u64| -> Result<u64> {
+        let read = target.read_at(&w.file, offset, buf)?;
+        ensure!(read == buf.len(), "read {read} of {} bytes", buf.len());
+        if verify {
+            check(buf, w.seed, offset)?;
+        }
+        Ok(read as u64)
+    };
+    let write_step = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
+        let written = write_block(w, buf, w.base + index as u64 * block as u64)?;
         if index as u64 + 1 == blocks {
             // Like fio's end_fsync: the phase ends when the data is durable.
             target.sync(&w.file)?;
         }
-        Ok(block as u64)
+        Ok(written)
     };
     results.push(phase::<T>(
         "write",
@@ -274,13 +285,7 @@ pub fn run<T: IoTarget>(
 
     let works = open_all(false)?;
     let read_step = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
-        let offset = w.base + index as u64 * block as u64;
-        let read = target.read_at(&w.file, offset, buf)?;
-        ensure!(read == buf.len(), "read {read} of {} bytes", buf.len());
-        if verify {
-            check(buf, w.seed, offset)?;
-        }
-        Ok(read as u64)
+        read_block(w, buf, w.base + index as u64 * block as u64)
     };
     results.push(phase::<T>(
         "read",
@@ -297,12 +302,7 @@ pub fn run<T: IoTarget>(
             w.base + offsets.next(pages) * RANDOM_IO_BYTES as u64
         };
         let randwrite = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
-            let offset = random_offset(w, index);
-            if verify {
-                fill(buf, w.seed, offset);
-            }
-            target.write_at(&w.file, offset, buf)?;
-            Ok(buf.len() as u64)
+            write_block(w, buf, random_offset(w, index))
         };
         results.push(phase::<T>(
             "randwrite",
@@ -311,13 +311,7 @@ pub fn run<T: IoTarget>(
             &randwrite,
         )?);
         let randread = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
-            let offset = random_offset(w, index);
-            let read = target.read_at(&w.file, offset, buf)?;
-            ensure!(read == buf.len(), "read {read} of {} bytes", buf.len());
-            if verify {
-                check(buf, w.seed, offset)?;
-            }
-            Ok(read as u64)
+            read_block(w, buf, random_offset(w, index))
         };
         results.push(phase::<T>(
             "randread",
@@ -434,15 +428,7 @@ impl IoTarget for NativeFiles {
     type File = NativeFile;
 
     fn create(&self, name: &str) -> Result<NativeFile> {
-        let new = NewInode {
-            kind: FileKind::Regular,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            umask: 0o022,
-            rdev: 0,
-            symlink: None,
-        };
+        let new = crate::new_file();
         self.file(
             self.runtime
                 .block_on(self.client.create(self.dir, name, new))?,

@@ -9,7 +9,6 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-use weft_proto::messages::{FileKind, NewInode};
 use weft_proto::InodeId;
 
 /// What the benchmark runs against: a POSIX directory or the native client.
@@ -289,15 +288,7 @@ impl MetaTarget for NativeTarget {
 
     fn create(&self, dir: &InodeId, name: &str, data: &[u8]) -> Result<()> {
         self.block(async {
-            let new = NewInode {
-                kind: FileKind::Regular,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                umask: 0o022,
-                rdev: 0,
-                symlink: None,
-            };
+            let new = crate::new_file();
             let attr = self.client.create(*dir, name, new).await?;
             if data.is_empty() {
                 // An empty file is made by its create alone (mdtest's default, `-w 0`).
