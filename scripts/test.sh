@@ -12,6 +12,7 @@ command -v umount >/dev/null 2>&1 || missing+=(mount)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)
 command -v getfattr >/dev/null 2>&1 || missing+=(attr)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
@@ -19,7 +20,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ! -c /dev/fuse ]; then
   echo "/dev/fuse is missing: the integration tests mount Weft with FUSE" >&2

@@ -98,6 +98,8 @@ async fn up(args: UpArgs) -> Result<()> {
     ));
 
     let mut lines = vec![format!("  management   {mgmt}")];
+    // Every service answers HTTP on its own port: /metrics for Prometheus.
+    let mut endpoints = vec![format!("http://{mgmt}/metrics")];
     for index in 1..=args.meta_servers {
         let (listener, address) = local_listener().await?;
         let config = weft_meta::MetaConfig {
@@ -111,6 +113,7 @@ async fn up(args: UpArgs) -> Result<()> {
             lock_grace_ms: weft_meta::config::LOCK_GRACE_MS_DEFAULT,
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
+        endpoints.push(format!("http://{address}/metrics"));
         let stopping = shutdown();
         services.push((
             format!("meta-{index}"),
@@ -145,6 +148,7 @@ async fn up(args: UpArgs) -> Result<()> {
             "  storage      storage-{index} at {address}, {} targets",
             args.targets_per_server
         ));
+        endpoints.push(format!("http://{address}/metrics"));
         let stopping = shutdown();
         services.push((
             format!("storage-{index}"),
@@ -168,6 +172,10 @@ async fn up(args: UpArgs) -> Result<()> {
     println!("  mounted at   {}", mountpoint.display());
     for line in &lines {
         println!("{line}");
+    }
+    for (index, endpoint) in endpoints.iter().enumerate() {
+        let heading = if index == 0 { "metrics" } else { "" };
+        println!("  {heading:<12} {endpoint}");
     }
     println!(
         "Try: weft entry info {}   ·   weft df --mgmt {mgmt}",

@@ -21,6 +21,8 @@ fn fio(directory: &Path, name: &str, extra: &[&str]) -> (bool, String) {
             "--group_reporting",
             "--output-format=terse",
             "--verify_fatal=1",
+            // No verify state files in the working directory.
+            "--verify_state_save=0",
         ])
         .args(extra)
         .output()
@@ -210,6 +212,7 @@ fn writeback_cache_opt_in_keeps_data_and_close_to_open() {
             "--verify_fatal=1",
             "--do_verify=1",
             "--end_fsync=1",
+            "--verify_state_save=0",
         ])
         .arg(format!("--directory={}", cached.display()))
         .status()

@@ -172,11 +172,13 @@ impl Client {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             ..RpcClientOptions::default()
         };
-        let cluster = Arc::new(ClusterView::new(config.mgmt.clone(), options));
+        let mut cluster = ClusterView::new(config.mgmt.clone(), options);
         let client = cluster
             .mgmt()
             .register_client(weft_service_free_host_name())
             .await?;
+        cluster.set_origin(client.origin());
+        let cluster = Arc::new(cluster);
         cluster.refresh().await?;
         let retry = RetryPolicy {
             total_timeout: Duration::from_millis(config.retry_timeout_ms),

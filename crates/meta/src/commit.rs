@@ -5,9 +5,14 @@
 //! store failure abandons the whole batch and every operation in it gets the error.
 
 use crate::store::OpError;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
 use redb::{Database, WriteTransaction};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::oneshot;
 use weft_proto::messages::Response;
 
@@ -19,19 +24,70 @@ pub(crate) type WriteOp = Box<dyn FnOnce(&WriteTransaction) -> Result<Response, 
 
 type Queued = (WriteOp, oneshot::Sender<Result<Response, OpError>>);
 
+/// What the writer thread reports to Prometheus.
+#[derive(Clone, Debug)]
+pub(crate) struct CommitMetrics {
+    /// Operations queued or in the running batch.
+    queued: Gauge,
+    batch_operations: Histogram,
+    commit_seconds: Histogram,
+    commits: Counter,
+    failed: Counter,
+}
+
+impl CommitMetrics {
+    pub fn register(registry: &mut Registry) -> CommitMetrics {
+        let metrics = CommitMetrics {
+            queued: Gauge::default(),
+            batch_operations: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            commit_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
+            commits: Counter::default(),
+            failed: Counter::default(),
+        };
+        registry.register(
+            "weft_meta_commit_queue_depth",
+            "Metadata changes waiting for or inside the running commit",
+            metrics.queued.clone(),
+        );
+        registry.register(
+            "weft_meta_commit_batch_operations",
+            "Metadata changes applied per commit (group commit)",
+            metrics.batch_operations.clone(),
+        );
+        registry.register(
+            "weft_meta_commit_duration_seconds",
+            "Time to apply and durably commit one batch",
+            metrics.commit_seconds.clone(),
+        );
+        registry.register(
+            "weft_meta_commits",
+            "Durable commits of the metadata store",
+            metrics.commits.clone(),
+        );
+        registry.register(
+            "weft_meta_commit_failures",
+            "Commits that failed; every change in them got an error",
+            metrics.failed.clone(),
+        );
+        metrics
+    }
+}
+
 /// Handle to the writer thread.
 pub(crate) struct Committer {
     queue: mpsc::Sender<Queued>,
+    metrics: CommitMetrics,
 }
 
 impl Committer {
-    pub fn start(db: Arc<Database>) -> Committer {
+    pub fn start(db: Arc<Database>, metrics: CommitMetrics) -> Committer {
         let (queue, receiver) = mpsc::channel::<Queued>();
+        let thread_metrics = metrics.clone();
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
-            .spawn(move || writer_loop(&db, &receiver))
+            .spawn(move || writer_loop(&db, &receiver, &thread_metrics))
             .expect("spawning the commit thread");
-        Committer { queue }
+        Committer { queue, metrics }
     }
 
     /// Runs `op` in the next batch and hands back what it computed once its batch committed.
@@ -54,16 +110,18 @@ impl Committer {
     /// Runs `op` in the next batch and waits until its batch committed.
     pub async fn run(&self, op: WriteOp) -> Result<Response, OpError> {
         let (answer, receiver) = oneshot::channel();
-        self.queue
-            .send((op, answer))
-            .map_err(|_| OpError::Store("commit thread stopped".into()))?;
+        self.metrics.queued.inc();
+        if self.queue.send((op, answer)).is_err() {
+            self.metrics.queued.dec();
+            return Err(OpError::Store("commit thread stopped".into()));
+        }
         receiver
             .await
             .map_err(|_| OpError::Store("commit thread stopped".into()))?
     }
 }
 
-fn writer_loop(db: &Database, receiver: &mpsc::Receiver<Queued>) {
+fn writer_loop(db: &Database, receiver: &mpsc::Receiver<Queued>, metrics: &CommitMetrics) {
     while let Ok(first) = receiver.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH_OPERATIONS_MAX {
@@ -72,18 +130,31 @@ fn writer_loop(db: &Database, receiver: &mpsc::Receiver<Queued>) {
                 Err(_) => break,
             }
         }
-        commit_batch(db, batch);
+        let started = Instant::now();
+        let operations = batch.len();
+        let committed = commit_batch(db, batch);
+        metrics.batch_operations.observe(operations as f64);
+        metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        if committed {
+            metrics.commits.inc();
+        } else {
+            metrics.failed.inc();
+        }
+        metrics.queued.dec_by(operations as i64);
     }
 }
 
-fn commit_batch(db: &Database, batch: Vec<Queued>) {
+/// Applies and commits one batch and answers its operations; false when the commit failed.
+fn commit_batch(db: &Database, batch: Vec<Queued>) -> bool {
     let txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
             for (_, answer) in batch {
                 let _ = answer.send(Err(OpError::Store(error.to_string())));
             }
-            return;
+            return false;
         }
     };
     let mut results = Vec::with_capacity(batch.len());
@@ -116,4 +187,5 @@ fn commit_batch(db: &Database, batch: Vec<Queued>) {
         };
         let _ = answer.send(reply);
     }
+    outcome.is_ok()
 }

@@ -2,7 +2,7 @@
 //! and heartbeats.
 
 use crate::chooser::Chooser;
-use crate::commit::Committer;
+use crate::commit::{CommitMetrics, Committer};
 use crate::locks::LockTable;
 use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
@@ -150,9 +150,12 @@ pub async fn run(
         txn.commit().map_err(store_error)?;
     }
     let _ = cluster.refresh().await;
+    let mut metrics = weft_net::MetricsBuilder::new("meta", Some(node.0));
+    let commit_metrics = CommitMetrics::register(metrics.registry());
+    register_store_metrics(metrics.registry(), node, &config.data_dir, Arc::clone(&db));
     let meta = Arc::new(Meta {
         node,
-        committer: Committer::start(Arc::clone(&db)),
+        committer: Committer::start(Arc::clone(&db), commit_metrics),
         db,
         cluster,
         chooser: Arc::new(Chooser::new(config.target_chooser)),
@@ -178,7 +181,7 @@ pub async fn run(
             .extend(dirs),
         Err(error) => tracing::error!(?error, "could not list the spread directories"),
     }
-    tracing::info!(node = node.0, %address, %alias, "metadata server serving");
+    tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "metadata server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&meta),
         config.clone(),
@@ -186,10 +189,61 @@ pub async fn run(
         address,
     ));
     let worker = tokio::spawn(work_loop(Arc::clone(&meta)));
-    weft_net::serve(listener, Arc::clone(&meta), shutdown).await;
+    weft_net::serve(listener, Arc::clone(&meta), metrics.build(), shutdown).await;
     heartbeat.abort();
     worker.abort();
     Ok(())
+}
+
+/// The metadata target's space and the number of inodes it holds, read at each scrape.
+fn register_store_metrics(
+    registry: &mut prometheus_client::registry::Registry,
+    node: NodeId,
+    data_dir: &std::path::Path,
+    db: Arc<Database>,
+) {
+    let data_dir = data_dir.to_path_buf();
+    registry.register_collector(Box::new(weft_net::metrics::SpaceCollector(Box::new(
+        move || {
+            let usage = weft_service::usage::file_system_usage(&data_dir).unwrap_or_default();
+            vec![(node.0.to_string(), usage)]
+        },
+    ))));
+    registry.register_collector(Box::new(InodeCollector(db)));
+}
+
+/// Exports how many inodes the metadata target holds.
+struct InodeCollector(Arc<Database>);
+
+impl std::fmt::Debug for InodeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InodeCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for InodeCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let count = self
+            .0
+            .begin_read()
+            .ok()
+            .and_then(|txn| txn.open_table(INODES).ok())
+            .and_then(|table| table.len().ok());
+        if let Some(count) = count {
+            let metric = encoder.encode_descriptor(
+                "weft_meta_inodes",
+                "Inodes (files, directories, links) whose home is this metadata server.",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            prometheus_client::metrics::gauge::ConstGauge::new(count as i64).encode(metric)?;
+        }
+        Ok(())
+    }
 }
 
 async fn heartbeat_loop(meta: Arc<Meta>, config: MetaConfig, alias: String, address: String) {

@@ -55,7 +55,12 @@ fn fixture() -> Fixture {
         }),
     });
     Fixture {
-        committer: Committer::start(Arc::clone(&db)),
+        committer: Committer::start(
+            Arc::clone(&db),
+            crate::commit::CommitMetrics::register(
+                &mut prometheus_client::registry::Registry::default(),
+            ),
+        ),
         _directory: directory,
         db,
         context,

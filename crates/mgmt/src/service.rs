@@ -3,6 +3,10 @@
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -59,8 +63,16 @@ pub async fn run(
         rename_lock: Mutex::new(None),
         rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
     });
-    tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "management serving");
-    weft_net::serve(listener, mgmt, shutdown).await;
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(%address, metrics = %format!("http://{address}/metrics"), "management serving");
+    let mut metrics = weft_net::MetricsBuilder::new("mgmt", None);
+    metrics
+        .registry()
+        .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
+    weft_net::serve(listener, mgmt, metrics.build(), shutdown).await;
     Ok(())
 }
 
@@ -74,6 +86,76 @@ impl weft_net::Handler for Mgmt {
             )),
         };
         (reply, Bytes::new())
+    }
+}
+
+/// The cluster as management sees it, for Prometheus: nodes and targets by reachability,
+/// storage space, live client sessions.
+struct ClusterCollector(Arc<Mgmt>);
+
+impl std::fmt::Debug for ClusterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterCollector")
+    }
+}
+
+impl Collector for ClusterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(map) = self.0.cluster_map() else {
+            return Ok(());
+        };
+        let mut nodes: HashMap<(&'static str, &'static str), i64> = HashMap::new();
+        for node in &map.nodes {
+            *nodes
+                .entry((node.kind.into(), node.reachability.into()))
+                .or_default() += 1;
+        }
+        let mut family = encoder.encode_descriptor(
+            "weft_cluster_nodes",
+            "Registered nodes by kind and reachability.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((kind, reachability), count) in nodes {
+            let labels = [("kind", kind), ("reachability", reachability)];
+            ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        let mut targets: HashMap<&'static str, i64> = HashMap::new();
+        for target in &map.targets {
+            *targets.entry(target.reachability.into()).or_default() += 1;
+        }
+        let mut family = encoder.encode_descriptor(
+            "weft_cluster_storage_targets",
+            "Registered storage targets by reachability.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (reachability, count) in targets {
+            let labels = [("reachability", reachability)];
+            ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        let sums: [(&str, &str, i64); 3] = [
+            (
+                "weft_cluster_storage_capacity_bytes",
+                "Bytes all storage targets may hold, as last reported.",
+                map.targets.iter().map(|t| t.usage.total_bytes as i64).sum(),
+            ),
+            (
+                "weft_cluster_storage_free_bytes",
+                "Bytes free on all storage targets, as last reported.",
+                map.targets.iter().map(|t| t.usage.free_bytes as i64).sum(),
+            ),
+            (
+                "weft_cluster_client_sessions",
+                "Client sessions that are alive.",
+                map.live_sessions.len() as i64,
+            ),
+        ];
+        for (name, help, value) in sums {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(metric)?;
+        }
+        Ok(())
     }
 }
 

@@ -83,6 +83,9 @@ pub struct RpcClientOptions {
     pub request_timeout: Duration,
     /// Time allowed to open a connection.
     pub connect_timeout: Duration,
+    /// The client session the requests are sent for (the low 32 bits of its id; 0 for servers
+    /// and tools), stamped on every frame so servers can count load per client.
+    pub origin: u32,
 }
 
 impl Default for RpcClientOptions {
@@ -91,6 +94,7 @@ impl Default for RpcClientOptions {
             connections: 2,
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+            origin: 0,
         }
     }
 }
@@ -149,7 +153,7 @@ impl RpcClient {
             address: self.address.clone(),
             reason: error.to_string(),
         })?;
-        let connection = Arc::new(ClientConnection::start(stream));
+        let connection = Arc::new(ClientConnection::start(stream, self.options.origin));
         *guard = Some(Arc::clone(&connection));
         Ok(connection)
     }

@@ -49,6 +49,12 @@ impl ClusterView {
         }
     }
 
+    /// Stamps `origin` (a client session, see [`weft_proto::ClientId::origin`]) on the requests
+    /// of every metadata and storage connection opened from now on.
+    pub fn set_origin(&mut self, origin: u32) {
+        self.options.origin = origin;
+    }
+
     /// The management client.
     pub fn mgmt(&self) -> &MgmtClient {
         &self.mgmt

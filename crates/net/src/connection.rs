@@ -43,10 +43,15 @@ pub(crate) struct OutFrame {
 }
 
 impl OutFrame {
-    pub(crate) fn new(kind: FrameKind, request_id: u64, body: Vec<u8>, payload: Bytes) -> OutFrame {
+    pub(crate) fn new(
+        (kind, request_id, origin): (FrameKind, u64, u32),
+        body: Vec<u8>,
+        payload: Bytes,
+    ) -> OutFrame {
         let header = FrameHeader {
             kind,
             request_id,
+            origin,
             body_len: u32::try_from(body.len()).expect("bodies are bounded well below 4 GiB"),
             payload_len: u32::try_from(payload.len()).expect("payloads are bounded below 4 GiB"),
             payload_crc: if payload.is_empty() {
@@ -60,6 +65,13 @@ impl OutFrame {
             body,
             payload,
         }
+    }
+}
+
+impl OutFrame {
+    /// Bytes on the wire: header, body and payload.
+    pub(crate) fn len(&self) -> usize {
+        self.header.len() + self.body.len() + self.payload.len()
     }
 }
 
@@ -139,10 +151,12 @@ pub(crate) struct ClientConnection {
     waiters: Arc<Mutex<HashMap<u64, Waiter>>>,
     next_request_id: AtomicU64,
     closed: Arc<AtomicBool>,
+    /// Stamped on every request: the client session this connection works for.
+    origin: u32,
 }
 
 impl ClientConnection {
-    pub(crate) fn start(stream: TcpStream) -> ClientConnection {
+    pub(crate) fn start(stream: TcpStream, origin: u32) -> ClientConnection {
         tune(&stream);
         let (reader, writer) = stream.into_split();
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
@@ -159,6 +173,7 @@ impl ClientConnection {
             waiters,
             next_request_id: AtomicU64::new(1),
             closed,
+            origin,
         }
     }
 
@@ -179,8 +194,7 @@ impl ClientConnection {
             .expect("waiter map poisoned")
             .insert(request_id, waiter);
         let frame = OutFrame::new(
-            FrameKind::Request,
-            request_id,
+            (FrameKind::Request, request_id, self.origin),
             codec::encode_body(request),
             payload,
         );

@@ -4,6 +4,8 @@
 //! - [`connection`] — one TCP connection with many requests in flight, matched by request id.
 //! - [`client`] — [`RpcClient`], a pool of connections to one peer with deadlines.
 //! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`].
+//! - [`http`] — HTTP on the same port: `/metrics` and the handler's pages.
+//! - [`metrics`] — what every server exports to Prometheus, and the per-client load table.
 //! - [`retry`] — the one retry and backoff policy.
 //! - [`stubs`] — typed clients per service, used by the client library and by servers alike.
 //!
@@ -12,11 +14,15 @@
 pub mod client;
 pub mod cluster;
 mod connection;
+pub mod http;
+pub mod metrics;
 pub mod retry;
 pub mod server;
 pub mod stubs;
 
 pub use client::{RpcClient, RpcClientOptions, RpcError};
 pub use cluster::ClusterView;
+pub use http::HttpReply;
+pub use metrics::{Metrics, MetricsBuilder};
 pub use server::{serve, Handler};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};

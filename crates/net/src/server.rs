@@ -2,12 +2,15 @@
 //! per connection. A malformed frame closes that connection only.
 
 use crate::connection::{read_frame, write_frames, OutFrame};
+use crate::http::HttpReply;
+use crate::metrics::Metrics;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
-use weft_proto::codec::{self, FrameKind};
+use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::messages::{Reply, Request};
 
 /// Requests one connection may have in flight before the server stops reading from it.
@@ -21,12 +24,24 @@ pub trait Handler: Send + Sync + 'static {
         request: Request,
         payload: Bytes,
     ) -> impl Future<Output = (Reply, Bytes)> + Send;
+
+    /// Answers an HTTP GET of `path` (with `query`, without the `?`) on the service's port;
+    /// `None` is a 404. `/metrics` is answered before this is asked.
+    fn http(&self, path: &str, query: &str) -> impl Future<Output = Option<HttpReply>> + Send {
+        let _ = (path, query);
+        std::future::ready(None)
+    }
 }
 
-/// Accepts connections on `listener` until `shutdown` completes.
+/// Longest wait for a new connection's first four bytes, which tell Weft frames from HTTP.
+const PROTOCOL_SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts connections on `listener` until `shutdown` completes: Weft RPC, and HTTP for the
+/// metrics and the handler's pages, on the same port.
 pub async fn serve<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
+    metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -36,7 +51,7 @@ pub async fn serve<H: Handler>(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     tracing::debug!(%peer, "connection accepted");
-                    tokio::spawn(serve_connection(stream, Arc::clone(&handler)));
+                    tokio::spawn(serve_any(stream, Arc::clone(&handler), metrics.clone()));
                 }
                 Err(error) => {
                     // Running out of file descriptors must not end the accept loop.
@@ -48,7 +63,33 @@ pub async fn serve<H: Handler>(
     }
 }
 
-async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
+/// Serves a connection as Weft RPC or as HTTP, by its first bytes.
+async fn serve_any<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
+    let _open = metrics.rpc().connection();
+    match tokio::time::timeout(PROTOCOL_SNIFF_TIMEOUT, first_bytes(&stream)).await {
+        Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => {
+            serve_connection(stream, handler, metrics).await;
+        }
+        Ok(Some(_)) => crate::http::serve_http(stream, handler, metrics).await,
+        Ok(None) | Err(_) => {}
+    }
+}
+
+/// The connection's first four bytes, left unread; `None` when it closes before sending them.
+async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
+    let mut magic = [0u8; 4];
+    loop {
+        match stream.peek(&mut magic).await {
+            Ok(0) | Err(_) => return None,
+            Ok(4) => return Some(magic),
+            // Fewer than four bytes so far: wait for more (peek returns at once while any
+            // byte is queued).
+            Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+}
+
+async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
     crate::connection::tune(&stream);
     let peer = stream
         .peer_addr()
@@ -84,14 +125,19 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>) {
             .expect("semaphore never closed");
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
+            let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
+            let timer = metrics
+                .rpc()
+                .start(request.op_name(), header.origin, received);
             let (reply, payload): (Reply, Bytes) = handler.handle(request, payload).await;
             let frame = OutFrame::new(
-                FrameKind::Response,
-                header.request_id,
+                (FrameKind::Response, header.request_id, 0),
                 codec::encode_body(&reply),
                 payload,
             );
+            timer.finish(&reply, frame.len() as u64);
             let _ = frames.send(frame).await;
             drop(permit);
         });
@@ -119,7 +165,13 @@ mod tests {
     async fn start() -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
-        tokio::spawn(serve(listener, Arc::new(Echo), std::future::pending()));
+        let metrics = crate::MetricsBuilder::new("test", None).build();
+        tokio::spawn(serve(
+            listener,
+            Arc::new(Echo),
+            metrics,
+            std::future::pending(),
+        ));
         address
     }
 
@@ -166,18 +218,76 @@ mod tests {
         }
     }
 
+    async fn http_get(address: &str, path: &str) -> String {
+        let mut stream = TcpStream::connect(address).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("send");
+        let mut answer = String::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_string(&mut answer),
+        )
+        .await
+        .expect("the server answers")
+        .expect("read");
+        answer
+    }
+
+    // Goal: the RPC port also answers HTTP: /metrics shows the requests served so far, an
+    // unknown page is a 404, and RPC keeps working on the same port.
+    #[tokio::test]
+    async fn metrics_over_http_on_the_rpc_port() {
+        let address = start().await;
+        let client = RpcClient::new(
+            address.clone(),
+            RpcClientOptions {
+                origin: 5,
+                ..RpcClientOptions::default()
+            },
+        );
+        client
+            .call(&request(), Bytes::from_static(b"abcd"))
+            .await
+            .expect("call");
+        let metrics = http_get(&address, "/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(
+            metrics.contains("weft_requests_total{role=\"test\",op=\"sync\"} 1"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("client=\"0000000000000005\""), "{metrics}");
+        let missing = http_get(&address, "/nothing").await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        client
+            .call(&request(), Bytes::new())
+            .await
+            .expect("call again");
+    }
+
     // Goal: a malformed frame — wrong magic, oversized length, damaged payload, undecodable
     // body — closes that connection only; the server keeps serving others.
     #[tokio::test]
     async fn malformed_frames_close_only_their_connection() {
         let address = start().await;
-        assert_closed(&address, &[0xAB; 32]).await;
+        // Bytes that are not a Weft frame are taken for HTTP, which answers 400 and closes.
+        let mut stream = TcpStream::connect(&address).await.expect("connect");
+        stream.write_all(&[0xAB; 32]).await.expect("send");
+        let mut answer = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut answer),
+        )
+        .await
+        .expect("the server answers and closes")
+        .expect("read");
+        assert!(answer.starts_with(b"HTTP/1.1 400"), "{answer:?}");
         let oversized = FrameHeader {
             kind: FrameKind::Request,
             request_id: 1,
             body_len: FRAME_BODY_BYTES_MAX + 1,
             payload_len: 0,
             payload_crc: 0,
+            origin: 0,
         };
         assert_closed(&address, &oversized.encode()).await;
         let body = codec::encode_body(&request());
@@ -187,6 +297,7 @@ mod tests {
             body_len: body.len() as u32,
             payload_len: 4,
             payload_crc: 12345,
+            origin: 0,
         };
         let mut bytes = damaged.encode().to_vec();
         bytes.extend_from_slice(&body);
@@ -198,6 +309,7 @@ mod tests {
             body_len: 5,
             payload_len: 0,
             payload_crc: 0,
+            origin: 0,
         };
         let mut bytes = garbage.encode().to_vec();
         bytes.extend_from_slice(&[0xFF; 5]);

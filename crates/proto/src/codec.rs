@@ -10,7 +10,8 @@
 //!     16     4  body length
 //!     20     4  payload length
 //!     24     4  CRC32C of the payload (0 when there is none)
-//!     28     4  reserved, zero
+//!     28     4  origin: the client session that sent a request (the low 32 bits of its
+//!               id), 0 from servers and tools; zero in responses
 //! ```
 //!
 //! Every length is bounded by a named `*_MAX` constant before anything is allocated; a frame
@@ -51,6 +52,9 @@ pub struct FrameHeader {
     pub payload_len: u32,
     /// CRC32C of the payload.
     pub payload_crc: u32,
+    /// The client session that sent a request (the low 32 bits of its id), 0 for servers and
+    /// tools: servers count load per client by it.
+    pub origin: u32,
 }
 
 /// Why a frame could not be decoded.
@@ -114,6 +118,7 @@ impl FrameHeader {
         bytes[16..20].copy_from_slice(&self.body_len.to_le_bytes());
         bytes[20..24].copy_from_slice(&self.payload_len.to_le_bytes());
         bytes[24..28].copy_from_slice(&self.payload_crc.to_le_bytes());
+        bytes[28..32].copy_from_slice(&self.origin.to_le_bytes());
         bytes
     }
 
@@ -146,6 +151,7 @@ impl FrameHeader {
             body_len: u32_at(16),
             payload_len: u32_at(20),
             payload_crc: u32_at(24),
+            origin: u32_at(28),
         };
         if header.body_len > FRAME_BODY_BYTES_MAX {
             return Err(DecodeError::BodyTooLarge {
@@ -209,6 +215,7 @@ mod tests {
             body_len: 10,
             payload_len: 3,
             payload_crc: crate::checksum::crc32c(b"abc"),
+            origin: 7,
         }
     }
 
@@ -219,6 +226,7 @@ mod tests {
         assert_eq!(FrameHeader::decode(&bytes), Ok(header()));
         assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 1, 0, 0, 0]);
         assert_eq!(&bytes[8..16], &42u64.to_le_bytes());
+        assert_eq!(&bytes[28..32], &7u32.to_le_bytes());
     }
 
     // Goal: malformed or oversized headers are rejected with a precise error, never allocated.

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A wire error code. See the module docs for the numbering rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 #[repr(u16)]
 #[non_exhaustive]
 pub enum ErrorCode {
@@ -91,6 +92,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The code's name in snake case (`not_found`), as metrics label it.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
     /// The errno a POSIX caller sees for this code. The only such mapping in Weft.
     pub fn to_errno(self) -> i32 {
         match self {

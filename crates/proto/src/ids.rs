@@ -98,6 +98,14 @@ impl fmt::Display for StoragePoolId {
     }
 }
 
+impl ClientId {
+    /// The session as frames carry it (their `origin`): the low 32 bits of the id, which
+    /// management allocates counting up from 1.
+    pub fn origin(self) -> u32 {
+        self.0 as u32
+    }
+}
+
 impl fmt::Display for ClientId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)

@@ -34,7 +34,8 @@ pub const CHECK_FINDINGS_MAX: usize = 1000;
 pub const NODE_ADDRESSES_MAX: usize = 16;
 
 /// The role a node plays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum NodeKind {
     /// The management service.
     Management,
@@ -45,7 +46,8 @@ pub enum NodeKind {
 }
 
 /// Whether management hears from a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Reachability {
     /// Heartbeats arrive on time.
     Online,
@@ -137,7 +139,8 @@ impl ClusterMap {
 }
 
 /// Requests served by management.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum MgmtRequest {
     /// A server announces itself; `node` is its saved id, or `None` on first start.
     RegisterNode {
@@ -382,7 +385,8 @@ pub struct RenameFlags {
 }
 
 /// Requests served by a metadata server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum MetaRequest {
     /// Looks a name up in a directory.
     Lookup {
@@ -783,7 +787,8 @@ pub struct StorageBenchStatus {
 }
 
 /// Requests served by a storage server. Data travels as the frame payload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum StorageRequest {
     /// Writes the payload at an offset of an object, creating it if needed.
     Write {
@@ -982,6 +987,18 @@ pub enum Response {
     Unchanged,
     /// A storage server's StorageBench state.
     StorageBench(StorageBenchStatus),
+}
+
+impl Request {
+    /// The operation's name for metrics and statistics: the request's variant in snake case
+    /// (`create`, `write`, `heartbeat`).
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Mgmt(request) => request.into(),
+            Request::Meta(request) => request.into(),
+            Request::Storage(request) => request.into(),
+        }
+    }
 }
 
 /// The body of a response frame.

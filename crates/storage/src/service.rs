@@ -1,6 +1,7 @@
 //! Registration, heartbeats and the storage request handler. Disk I/O runs on tokio's blocking
 //! pool so a slow disk never stalls the network threads.
 
+use crate::metrics::TargetMetrics;
 use crate::target::Target;
 use crate::{StorageConfig, StorageError};
 use bytes::Bytes;
@@ -21,6 +22,7 @@ use weft_proto::ErrorCode;
 struct Storage {
     targets: HashMap<weft_proto::TargetId, Arc<Target>>,
     bench: Arc<crate::bench::StorageBench>,
+    metrics: TargetMetrics,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -83,11 +85,14 @@ pub async fn run(
             "crash-test mode: unsynced writes live in memory and are lost when the process dies"
         );
     }
+    let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
+    let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let storage = Arc::new(Storage {
         targets,
         bench: Arc::default(),
+        metrics,
     });
-    tracing::info!(node = node.0, %address, %alias, "storage server serving");
+    tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&storage),
         mgmt,
@@ -96,7 +101,7 @@ pub async fn run(
         alias,
         address,
     ));
-    weft_net::serve(listener, storage, shutdown).await;
+    weft_net::serve(listener, storage, builder.build(), shutdown).await;
     heartbeat.abort();
     Ok(())
 }
@@ -215,6 +220,11 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
+        let disk_op = self.metrics.start(target_id, (&request).into());
+        let written = match &request {
+            StorageRequest::Write { .. } => payload.len() as u64,
+            _ => 0,
+        };
         let outcome =
             tokio::task::spawn_blocking(move || -> Result<(Response, Bytes), WireError> {
                 match request {
@@ -274,6 +284,10 @@ impl weft_net::Handler for Storage {
                 }
             })
             .await;
+        match &outcome {
+            Ok(Ok((_, read))) => disk_op.finish(read.len() as u64, written),
+            _ => disk_op.finish(0, 0),
+        }
         match outcome {
             Ok(Ok((response, payload))) => (Ok(response), payload),
             Ok(Err(error)) => (Err(error), Bytes::new()),

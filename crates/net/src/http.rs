@@ -1,0 +1,115 @@
+//! HTTP on a service's own port: `GET /metrics` for Prometheus, and whatever else the
+//! service's [`Handler::http`] answers (management's cluster view and web page).
+//!
+//! [`crate::serve`] tells the two protocols apart by a connection's first four bytes: a Weft
+//! frame starts with the magic `WEFT`, anything else is handed to hyper as HTTP/1.1.
+
+use crate::metrics::Metrics;
+use crate::server::Handler;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, StatusCode};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+
+/// The content type of the OpenMetrics text format, which the metrics encoder writes.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// An answer to an HTTP GET.
+#[derive(Clone, Debug)]
+pub struct HttpReply {
+    /// The status code.
+    pub status: u16,
+    /// The `Content-Type` header.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl HttpReply {
+    /// A 200 answer.
+    pub fn ok(content_type: &'static str, body: impl Into<Bytes>) -> HttpReply {
+        HttpReply {
+            status: 200,
+            content_type,
+            body: body.into(),
+        }
+    }
+
+    /// A 200 answer with `value` as JSON.
+    pub fn json(value: &impl serde::Serialize) -> HttpReply {
+        match serde_json::to_vec_pretty(value) {
+            Ok(body) => HttpReply::ok("application/json", body),
+            Err(error) => HttpReply::error(500, format!("cannot encode the answer: {error}")),
+        }
+    }
+
+    /// An error answer with a plain-text explanation.
+    pub fn error(status: u16, message: impl Into<String>) -> HttpReply {
+        let mut text: String = message.into();
+        text.push('\n');
+        HttpReply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: Bytes::from(text),
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on `stream` until the peer closes it.
+pub(crate) async fn serve_http<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let handler = Arc::clone(&handler);
+        let metrics = metrics.clone();
+        async move {
+            let reply = route(&*handler, &metrics, request.method(), request.uri()).await;
+            let head = request.method() == Method::HEAD;
+            Ok::<_, Infallible>(into_response(reply, head))
+        }
+    });
+    let io = hyper_util::rt::TokioIo::new(stream);
+    if let Err(error) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, service)
+        .await
+    {
+        tracing::debug!(%error, "HTTP connection ended with an error");
+    }
+}
+
+async fn route<H: Handler>(
+    handler: &H,
+    metrics: &Metrics,
+    method: &Method,
+    uri: &hyper::Uri,
+) -> HttpReply {
+    if method != Method::GET && method != Method::HEAD {
+        return HttpReply::error(405, "only GET and HEAD are served here");
+    }
+    let path = uri.path();
+    if path == "/metrics" {
+        return HttpReply::ok(METRICS_CONTENT_TYPE, metrics.encode());
+    }
+    match handler.http(path, uri.query().unwrap_or("")).await {
+        Some(reply) => reply,
+        None => HttpReply::error(404, format!("no page at {path}; metrics are at /metrics")),
+    }
+}
+
+fn into_response(reply: HttpReply, head: bool) -> hyper::Response<Full<Bytes>> {
+    let body = if head { Bytes::new() } else { reply.body };
+    let mut response = hyper::Response::new(Full::new(body));
+    *response.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(value) = hyper::header::HeaderValue::from_str(reply.content_type) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-store"),
+    );
+    response
+}
