@@ -78,10 +78,17 @@ pub enum TargetCommand {
 #[derive(Args)]
 pub struct ClusterArgs {
     #[command(flatten)]
-    locator: MgmtLocator,
+    pub(crate) locator: MgmtLocator,
     /// A path inside the Weft mount to ask (default: the working directory).
     #[arg(long)]
-    path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// Management's address.
+    pub(crate) fn mgmt(&self) -> Result<String> {
+        locate(&self.locator, self.path.as_deref())
+    }
 }
 
 /// The Weft mount holding `path`: (mount point, management address).
@@ -131,7 +138,7 @@ pub fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
 }
 
 /// A view of the cluster at `mgmt`, with the map fetched.
-async fn connect(mgmt: &str) -> Result<(ClusterView, std::sync::Arc<ClusterMap>)> {
+pub(crate) async fn connect(mgmt: &str) -> Result<(ClusterView, std::sync::Arc<ClusterMap>)> {
     let view = ClusterView::new(
         mgmt,
         RpcClientOptions {
@@ -196,7 +203,7 @@ fn format_size(bytes: u64) -> String {
     }
 }
 
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -424,7 +431,7 @@ pub fn mkdir(args: MkdirArgs) -> Result<()> {
     })
 }
 
-fn reachability(state: Reachability) -> &'static str {
+pub(crate) fn reachability(state: Reachability) -> &'static str {
     match state {
         Reachability::Online => "online",
         Reachability::ProbablyOffline => "probably-offline",

@@ -10,6 +10,7 @@ mod admin;
 mod bench;
 mod serve;
 mod signals;
+mod stats;
 mod up;
 
 use anyhow::Result;
@@ -53,6 +54,16 @@ enum Command {
     },
     /// Space and inodes per storage target and metadata target.
     Df(admin::ClusterArgs),
+    /// Management's view of the cluster: states, space, throughput, events.
+    Cluster {
+        #[command(subcommand)]
+        command: stats::ClusterCommand,
+    },
+    /// Live load per server or per client session.
+    Stats {
+        #[command(subcommand)]
+        command: stats::StatsCommand,
+    },
     /// Check the namespace and the storage objects; --repair fixes what is safe to fix.
     Fsck(admin::FsckArgs),
     /// Benchmarks.
@@ -110,6 +121,8 @@ fn run(command: Command) -> Result<()> {
         Command::Node { command } => admin::node(command),
         Command::Target { command } => admin::target(command),
         Command::Df(args) => admin::df(args),
+        Command::Cluster { command } => stats::cluster(command),
+        Command::Stats { command } => stats::stats(command),
         Command::Fsck(args) => admin::fsck(args),
         Command::Bench { command } => bench::run(command),
     }

@@ -90,6 +90,7 @@ async fn up(args: UpArgs) -> Result<()> {
         node_offline_timeout_ms: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_MS_DEFAULT,
         session_timeout_ms: weft_mgmt::config::SESSION_TIMEOUT_MS_DEFAULT,
         rename_lock_lease_ms: weft_mgmt::config::RENAME_LOCK_LEASE_MS_DEFAULT,
+        stats_interval_ms: weft_mgmt::config::STATS_INTERVAL_MS_DEFAULT,
     };
     let stopping = shutdown();
     services.push((

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cluster, pattern, ProcessGuard};
+use common::{cluster, pattern, weft, ProcessGuard};
 use std::fs;
 use std::process::{Command, Stdio};
 use weft_testkit::{free_port, http_get, wait_until, ClusterSpec};
@@ -147,4 +147,212 @@ fn prometheus_scrapes_every_service() {
         prometheus.value("weft_meta_inodes") >= 3.0,
         "root, file and directory"
     );
+}
+
+/// Management's view as `weft cluster status --json` prints it.
+fn cluster_status(cluster: &weft_testkit::LocalCluster) -> serde_json::Value {
+    let (ok, out, err) = weft(
+        cluster,
+        &["cluster", "status", "--json", "--mgmt", cluster.mgmt()],
+    );
+    assert!(ok, "weft cluster status: {err}");
+    serde_json::from_str(&out).expect("cluster status is JSON")
+}
+
+/// The messages of management's recent events.
+fn events(cluster: &weft_testkit::LocalCluster) -> Vec<String> {
+    cluster_status(cluster)["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|event| event["message"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Waits until management has sampled the servers `rounds` more times.
+fn wait_for_samples(cluster: &weft_testkit::LocalCluster, rounds: u64) {
+    let interval = cluster_status(cluster)["sample_interval_ms"]
+        .as_u64()
+        .expect("interval");
+    let start = cluster_status(cluster)["totals"]["now"]["unix_ms"]
+        .as_u64()
+        .unwrap_or(0);
+    wait_until("management to sample the servers again", || {
+        cluster_status(cluster)["totals"]["now"]["unix_ms"]
+            .as_u64()
+            .is_some_and(|at| at >= start + rounds * interval)
+    })
+    .expect("samples go on");
+}
+
+/// Keeps writing through the mount until dropped.
+struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(path: std::path::PathBuf) -> Writer {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let block = pattern(9, 256 * 1024);
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                // Rewrites one 8 MiB file, so the test never fills the disk.
+                let _ = fs::write(&path, &block);
+                for _ in 0..31 {
+                    use std::io::Write;
+                    if let Ok(mut file) = fs::OpenOptions::new().append(true).open(&path) {
+                        let _ = file.write_all(&block);
+                    }
+                }
+            }
+        });
+        Writer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+// Goal: while a client writes, `weft stats server` shows the storage servers' write rate,
+// `weft stats client` shows the writing session, and management's cluster view (CLI and
+// GET /api/cluster) lists every node and target with the throughput. Method: a writer thread
+// rewrites a file through the mount; each view is polled until it shows the writes.
+#[test]
+fn live_stats_and_cluster_view_show_the_load() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mount = cluster.mount().expect("mount");
+    let _writer = Writer::start(mount.join("busy"));
+    let once = |what: &str| {
+        let (ok, out, err) = weft(
+            &cluster,
+            &[
+                "stats",
+                what,
+                "--once",
+                "--json",
+                "--interval",
+                "0.5",
+                "--mgmt",
+                cluster.mgmt(),
+            ],
+        );
+        assert!(ok, "weft stats {what}: {err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("stats JSON")
+    };
+    wait_until("weft stats server to show storage writes", || {
+        once("server")["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .any(|row| {
+                row["kind"] == "storage"
+                    && row["disk_written_bytes_per_second"].as_f64().unwrap_or(0.0) > 0.0
+            })
+    })
+    .expect("server stats");
+    let servers = once("server");
+    assert_eq!(
+        servers["servers"].as_array().map(Vec::len),
+        Some(3),
+        "one metadata and two storage servers: {servers}"
+    );
+    wait_until("weft stats client to show the writing session", || {
+        once("client")["clients"]
+            .as_array()
+            .expect("clients")
+            .iter()
+            .any(|row| row["written_bytes_per_second"].as_f64().unwrap_or(0.0) > 0.0)
+    })
+    .expect("client stats");
+
+    wait_until("the cluster view to show the writes", || {
+        cluster_status(&cluster)["totals"]["now"]["written_bytes_per_second"]
+            .as_u64()
+            .is_some_and(|rate| rate > 0)
+    })
+    .expect("cluster throughput");
+    let status = cluster_status(&cluster);
+    assert_eq!(status["totals"]["nodes_online"], 3, "{status}");
+    assert_eq!(status["totals"]["targets_online"], 4, "{status}");
+    let targets = status["targets"].as_array().expect("targets");
+    assert!(
+        targets
+            .iter()
+            .all(|t| t["consistency"] == "good" && t["usage"]["total_bytes"].as_u64() > Some(0)),
+        "{status}"
+    );
+    let (code, body) = http_get(cluster.mgmt(), "/api/cluster").expect("GET /api/cluster");
+    assert_eq!(code, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON over HTTP");
+    assert_eq!(json["nodes"].as_array().map(Vec::len), Some(3), "{json}");
+    let (ok, table, _) = weft(&cluster, &["cluster", "status", "--mgmt", cluster.mgmt()]);
+    assert!(
+        ok && table.contains("storage-2") && table.contains("good"),
+        "{table}"
+    );
+}
+
+// Goal: state changes become events, each logged once: a storage server that goes offline and
+// comes back, a target that fills up and gets space again. Method: 4 MiB targets filled
+// through the mount, a storage server killed and restarted; management's events and log are
+// read after several more of its rounds.
+#[test]
+fn state_changes_are_events_logged_once() {
+    let mut cluster = cluster(ClusterSpec {
+        target_capacity_bytes: Some(4 * 1024 * 1024),
+        ..ClusterSpec::default()
+    });
+    let mount = cluster.mount().expect("mount");
+    let _ = fs::write(mount.join("filler"), pattern(5, 24 * 1024 * 1024));
+    wait_until("a full-target event", || {
+        events(&cluster).iter().any(|e| e.contains("is full"))
+    })
+    .expect("full event");
+    fs::remove_file(mount.join("filler")).expect("remove the filler");
+    wait_until("a space-again event", || {
+        events(&cluster)
+            .iter()
+            .any(|e| e.contains("has space again"))
+    })
+    .expect("space event");
+
+    cluster.kill("storage-2").expect("kill storage-2");
+    let offline = "storage node storage-2 (2) is offline";
+    wait_until("an offline event", || {
+        events(&cluster).iter().any(|e| e.contains(offline))
+    })
+    .expect("offline event");
+    wait_for_samples(&cluster, 4);
+    let log = cluster.log("mgmt");
+    assert_eq!(log.matches(offline).count(), 1, "logged once:\n{log}");
+    cluster.restart("storage-2").expect("restart storage-2");
+    wait_until("an online-again event", || {
+        events(&cluster)
+            .iter()
+            .any(|e| e.contains("storage node storage-2 (2) is online again"))
+    })
+    .expect("online event");
+    wait_for_samples(&cluster, 4);
+    let log = cluster.log("mgmt");
+    let full_events = log.matches("is full").count();
+    let targets_that_filled = events(&cluster)
+        .iter()
+        .filter(|e| e.contains("is full"))
+        .count();
+    assert_eq!(
+        full_events, targets_that_filled,
+        "each target's full event is logged once:\n{log}"
+    );
+    assert_eq!(log.matches(offline).count(), 1, "still once:\n{log}");
 }

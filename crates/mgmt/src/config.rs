@@ -27,6 +27,17 @@ pub struct MgmtConfig {
     /// crashed) after this long.
     #[serde(default = "default_rename_lock_lease")]
     pub rename_lock_lease_ms: u64,
+    /// How often management samples every server's load for the cluster view, `weft stats`
+    /// and the web page, and checks for nodes gone offline and targets filling up.
+    #[serde(default = "default_stats_interval")]
+    pub stats_interval_ms: u64,
+}
+
+/// Default interval of management's samples of the servers.
+pub const STATS_INTERVAL_MS_DEFAULT: u64 = 2_000;
+
+fn default_stats_interval() -> u64 {
+    STATS_INTERVAL_MS_DEFAULT
 }
 
 /// Default lease of the directory-rename lock.
@@ -62,6 +73,12 @@ impl MgmtConfig {
             problems.push(format!(
                 "node_offline_timeout_ms = {} is below 100",
                 self.node_offline_timeout_ms
+            ));
+        }
+        if self.stats_interval_ms < 100 {
+            problems.push(format!(
+                "stats_interval_ms = {} is below 100",
+                self.stats_interval_ms
             ));
         }
         if self.session_timeout_ms < 100 {

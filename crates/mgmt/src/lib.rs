@@ -5,12 +5,15 @@
 //! - `config`: [`MgmtConfig`].
 //! - `store`: the redb tables (nodes, targets, counters, clients), committed before replies.
 //! - `service`: the request handler and the in-memory heartbeat view.
+//! - `monitor`: samples every server's load, keeps recent throughput, turns state changes
+//!   into events; the cluster view (`/api/cluster`, `weft cluster`) comes from it.
 //!
 //! Ids are allocated per node kind (metadata nodes 1, 2, …; storage nodes 1, 2, …) and never
 //! reused. After a restart, management counts every node as heard from at its own start, so it
 //! waits a full offline timeout before it marks anything offline.
 
 pub mod config;
+mod monitor;
 mod service;
 mod store;
 

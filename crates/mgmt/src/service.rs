@@ -1,5 +1,6 @@
 //! The management request handler and its in-memory heartbeat view.
 
+use crate::monitor::Monitor;
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
@@ -12,6 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use weft_net::HttpReply;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, NodeId, TargetId};
 use weft_proto::messages::{
@@ -38,6 +40,7 @@ struct Mgmt {
     /// The directory-rename lock: (token, holder, lease end).
     rename_lock: Mutex<Option<(u64, NodeId, Instant)>>,
     rename_lock_lease: Duration,
+    monitor: Monitor,
 }
 
 /// Runs management until `shutdown` completes.
@@ -62,6 +65,7 @@ pub async fn run(
         session_timeout: Duration::from_millis(config.session_timeout_ms),
         rename_lock: Mutex::new(None),
         rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
+        monitor: Monitor::new(Duration::from_millis(config.stats_interval_ms)),
     });
     let address = listener
         .local_addr()
@@ -72,8 +76,21 @@ pub async fn run(
     metrics
         .registry()
         .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
+    let monitoring = tokio::spawn(monitor_loop(Arc::clone(&mgmt)));
     weft_net::serve(listener, mgmt, metrics.build(), shutdown).await;
+    monitoring.abort();
     Ok(())
+}
+
+/// Samples the servers and notes state changes, once per interval.
+async fn monitor_loop(mgmt: Arc<Mgmt>) {
+    loop {
+        tokio::time::sleep(mgmt.monitor.interval()).await;
+        match mgmt.cluster_map() {
+            Ok(map) => mgmt.monitor.tick(&map).await,
+            Err(error) => tracing::warn!(%error, "cannot read the cluster map to monitor it"),
+        }
+    }
 }
 
 impl weft_net::Handler for Mgmt {
@@ -86,6 +103,16 @@ impl weft_net::Handler for Mgmt {
             )),
         };
         (reply, Bytes::new())
+    }
+
+    async fn http(&self, path: &str, _query: &str) -> Option<HttpReply> {
+        match path {
+            "/api/cluster" => Some(match self.cluster_status() {
+                Ok(status) => HttpReply::json(&status),
+                Err(error) => HttpReply::error(500, error.to_string()),
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -192,7 +219,20 @@ impl Mgmt {
                     .last_heard
                     .insert((kind, node), Instant::now())
                     .is_some();
-                tracing::info!(?kind, node = node.0, %alias, addresses = ?record.addresses, "node registered{}", if was_known { " again" } else { "" });
+                tracing::debug!(?kind, node = node.0, addresses = ?record.addresses, "node registered");
+                self.monitor.event(
+                    false,
+                    format!(
+                        "{} {alias} ({node}) registered{} at {}",
+                        match kind {
+                            NodeKind::Meta => "metadata node",
+                            NodeKind::Storage => "storage node",
+                            NodeKind::Management => "management",
+                        },
+                        if was_known { " again" } else { "" },
+                        record.addresses.join(", ")
+                    ),
+                );
                 Ok(Response::NodeRegistered { node })
             }
             MgmtRequest::RegisterTarget { node, target } => {
@@ -228,10 +268,7 @@ impl Mgmt {
                     ));
                 }
                 let mut live = self.live.lock().expect("live state poisoned");
-                let previous = live.last_heard.insert((kind, node), Instant::now());
-                if previous.is_some_and(|heard| heard.elapsed() >= self.offline_timeout) {
-                    tracing::info!(?kind, node = node.0, "node is online again");
-                }
+                live.last_heard.insert((kind, node), Instant::now());
                 for report in targets {
                     live.target_usage.insert(report.target, report.usage);
                 }
@@ -291,6 +328,9 @@ impl Mgmt {
             MgmtRequest::GetClusterMap => {
                 Ok(Response::ClusterMap(self.cluster_map().map_err(internal)?))
             }
+            MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
+                self.cluster_status().map_err(internal)?,
+            )),
         }
     }
 
@@ -306,6 +346,10 @@ impl Mgmt {
         } else {
             Reachability::Online
         }
+    }
+
+    fn cluster_status(&self) -> Result<weft_proto::messages::ClusterStatus, MgmtError> {
+        Ok(self.monitor.status(&self.cluster_map()?))
     }
 
     fn cluster_map(&self) -> Result<ClusterMap, MgmtError> {

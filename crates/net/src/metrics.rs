@@ -24,7 +24,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weft_proto::messages::{Reply, SpaceUsage};
+use weft_proto::messages::{
+    ClientStats, NodeStats, Reply, SpaceUsage, TargetStats, STATS_CLIENTS_MAX,
+};
+use weft_proto::ClientId;
 
 /// Clients shown with their own `client` label; the others are summed under `client="other"`.
 pub const CLIENTS_LABELED_MAX: usize = 20;
@@ -126,6 +129,9 @@ impl MetricsBuilder {
 /// What the server loop counts for every request.
 #[derive(Debug)]
 pub struct RpcMetrics {
+    started: Instant,
+    /// Requests and errors by operation, for [`RpcMetrics::node_stats`].
+    totals: Mutex<OpTotals>,
     requests: Family<OpLabels, Counter>,
     durations: LatencyFamily<OpLabels>,
     errors: Family<ErrorLabels, Counter>,
@@ -139,6 +145,8 @@ pub struct RpcMetrics {
 impl RpcMetrics {
     fn register(registry: &mut Registry) -> RpcMetrics {
         let metrics = RpcMetrics {
+            started: Instant::now(),
+            totals: Mutex::default(),
             requests: Family::default(),
             durations: LatencyFamily::new_with_constructor(latency_histogram),
             errors: Family::default(),
@@ -210,6 +218,49 @@ impl RpcMetrics {
     pub fn clients(&self) -> &ClientTable {
         &self.clients
     }
+
+    /// The counters since the start, with a storage server's `targets`.
+    pub fn node_stats(&self, targets: Vec<TargetStats>) -> NodeStats {
+        let (ops, errors) = {
+            let totals = self.totals.lock().expect("totals poisoned");
+            let ops: Vec<(String, u64)> = totals
+                .ops
+                .iter()
+                .map(|(op, count)| (op.to_string(), *count))
+                .collect();
+            (ops, totals.errors)
+        };
+        let clients = self
+            .clients
+            .totals()
+            .into_iter()
+            .take(STATS_CLIENTS_MAX)
+            .map(|(origin, load)| ClientStats {
+                client: ClientId(u64::from(origin)),
+                requests: load.requests,
+                received_bytes: load.received_bytes,
+                sent_bytes: load.sent_bytes,
+            })
+            .collect();
+        NodeStats {
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            requests: ops.iter().map(|(_, count)| count).sum(),
+            errors,
+            received_bytes: self.received_bytes.get(),
+            sent_bytes: self.sent_bytes.get(),
+            in_flight: self.in_flight.get().max(0) as u64,
+            ops,
+            clients,
+            targets,
+        }
+    }
+}
+
+/// Requests and errors by operation since the start.
+#[derive(Debug, Default)]
+struct OpTotals {
+    ops: std::collections::BTreeMap<&'static str, u64>,
+    errors: u64,
 }
 
 /// Counts one open connection.
@@ -249,6 +300,11 @@ impl RequestTimer<'_> {
                     kind: error.code.name(),
                 })
                 .inc();
+        }
+        {
+            let mut totals = metrics.totals.lock().expect("totals poisoned");
+            *totals.ops.entry(self.op).or_default() += 1;
+            totals.errors += u64::from(reply.is_err());
         }
         metrics.sent_bytes.inc_by(sent);
         metrics.in_flight.dec();

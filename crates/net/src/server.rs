@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
-use weft_proto::messages::{Reply, Request};
+use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
 /// Requests one connection may have in flight before the server stops reading from it.
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
@@ -30,6 +30,11 @@ pub trait Handler: Send + Sync + 'static {
     fn http(&self, path: &str, query: &str) -> impl Future<Output = Option<HttpReply>> + Send {
         let _ = (path, query);
         std::future::ready(None)
+    }
+
+    /// A storage server's per-target counters, for [`Request::Stats`].
+    fn target_stats(&self) -> Vec<TargetStats> {
+        Vec::new()
     }
 }
 
@@ -131,7 +136,13 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, metric
             let timer = metrics
                 .rpc()
                 .start(request.op_name(), header.origin, received);
-            let (reply, payload): (Reply, Bytes) = handler.handle(request, payload).await;
+            let (reply, payload): (Reply, Bytes) = match request {
+                Request::Stats => {
+                    let stats = metrics.rpc().node_stats(handler.target_stats());
+                    (Ok(Response::Stats(stats)), Bytes::new())
+                }
+                request => handler.handle(request, payload).await,
+            };
             let frame = OutFrame::new(
                 (FrameKind::Response, header.request_id, 0),
                 codec::encode_body(&reply),

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, CheckReport, ClusterMap, DirEntry, FallocateMode, InodeAttr, LockRange,
-    MetaRequest, MgmtRequest, MutationId, NewInode, NodeKind, RenameFlags, Request, Response,
-    SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
+    AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
+    LockRange, MetaRequest, MgmtRequest, MutationId, NewInode, NodeKind, NodeStats, RenameFlags,
+    Request, Response, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -19,6 +19,17 @@ macro_rules! expect_response {
             other => Err($client.unexpected(&other)),
         }
     };
+}
+
+impl RpcClient {
+    /// Asks any server for its load counters since it started.
+    ///
+    /// # Errors
+    /// [`RpcError`] when the server is unreachable.
+    pub async fn node_stats(&self) -> Result<NodeStats, RpcError> {
+        let (response, _) = self.call(&Request::Stats, Bytes::new()).await?;
+        expect_response!(self, response, Response::Stats(stats) => stats)
+    }
 }
 
 /// Client of the management service.
@@ -154,6 +165,15 @@ impl MgmtClient {
     pub async fn cluster_map(&self) -> Result<ClusterMap, RpcError> {
         let response = self.call(MgmtRequest::GetClusterMap).await?;
         expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
+    }
+
+    /// Fetches management's view of the cluster: states, space, throughput, events.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, RpcError> {
+        let response = self.call(MgmtRequest::GetClusterStatus).await?;
+        expect_response!(self.rpc, response, Response::ClusterStatus(status) => status)
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use weft_net::metrics::{latency_histogram, LatencyFamily, SpaceCollector};
 use weft_net::MetricsBuilder;
+use weft_proto::messages::TargetStats;
 use weft_proto::TargetId;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -74,6 +75,41 @@ impl TargetMetrics {
                 .collect()
         }))));
         metrics
+    }
+
+    /// `target`'s counters since the start, and its space now.
+    pub fn stats(&self, target: &Target) -> TargetStats {
+        let labels = TargetLabels {
+            target: target.id.0,
+        };
+        let operations = [
+            "write",
+            "read",
+            "truncate",
+            "remove",
+            "sync",
+            "fallocate",
+            "list_objects",
+            "object_length",
+        ]
+        .into_iter()
+        .map(|op| {
+            self.operations
+                .get_or_create(&TargetOpLabels {
+                    target: target.id.0,
+                    op,
+                })
+                .get()
+        })
+        .sum();
+        TargetStats {
+            target: target.id,
+            operations,
+            read_bytes: self.read_bytes.get_or_create(&labels).get(),
+            written_bytes: self.written_bytes.get_or_create(&labels).get(),
+            queue_depth: self.queue_depth.get_or_create(&labels).get().max(0) as u64,
+            usage: target.usage(),
+        }
     }
 
     /// Counts an operation on `target` from now until [`DiskOp::finish`].

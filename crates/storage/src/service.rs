@@ -153,6 +153,16 @@ async fn heartbeat_loop(
 }
 
 impl weft_net::Handler for Storage {
+    fn target_stats(&self) -> Vec<weft_proto::messages::TargetStats> {
+        let mut stats: Vec<_> = self
+            .targets
+            .values()
+            .map(|target| self.metrics.stats(target))
+            .collect();
+        stats.sort_by_key(|s| s.target);
+        stats
+    }
+
     async fn handle(&self, request: Request, payload: Bytes) -> (Reply, Bytes) {
         let Request::Storage(request) = request else {
             return (

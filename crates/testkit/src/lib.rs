@@ -196,6 +196,8 @@ impl LocalCluster {
                 "session_timeout_ms=3000".into(),
                 "--set".into(),
                 "rename_lock_lease_ms=2000".into(),
+                "--set".into(),
+                "stats_interval_ms=500".into(),
             ],
         )?;
         for index in 1..=spec.meta {
