@@ -13,6 +13,7 @@ command -v setfacl >/dev/null 2>&1 || missing+=(acl)
 command -v getfattr >/dev/null 2>&1 || missing+=(attr)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then

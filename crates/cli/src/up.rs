@@ -174,6 +174,7 @@ async fn up(args: UpArgs) -> Result<()> {
     for line in &lines {
         println!("{line}");
     }
+    println!("  web page     http://{mgmt}/");
     for (index, endpoint) in endpoints.iter().enumerate() {
         let heading = if index == 0 { "metrics" } else { "" };
         println!("  {heading:<12} {endpoint}");

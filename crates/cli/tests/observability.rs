@@ -356,3 +356,108 @@ fn state_changes_are_events_logged_once() {
     );
     assert_eq!(log.matches(offline).count(), 1, "still once:\n{log}");
 }
+
+/// Runs headless Chromium (Debian's `chromium`) on `url` with `extra` arguments; returns
+/// stdout. Virtual time lets the page's scripts fetch and render before the dump.
+fn chromium(profile: &std::path::Path, url: &str, extra: &[&str]) -> String {
+    let output = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium runs (scripts/test.sh installs it)");
+    assert!(output.status.success(), "chromium failed on {url}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The `data-value` of the element with `id` in a DOM dump.
+fn shown_value(dom: &str, id: &str) -> String {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in the page:\n{dom}"));
+    let rest = &dom[at..];
+    let tag_end = rest.find('>').expect("tag ends");
+    let value = rest[..tag_end]
+        .split("data-value=\"")
+        .nth(1)
+        .and_then(|v| v.split('"').next())
+        .unwrap_or_else(|| panic!("#{id} has no data-value"));
+    value.to_string()
+}
+
+// Goal: management's web page, loaded in a real browser from a running cluster, shows the
+// cluster's numbers (nodes and targets online, capacity, sessions, inodes, every target with
+// its size) with no outside resource, and looks right. Method: headless Chromium dumps the
+// DOM after the page's scripts ran; the numbers are compared with `weft cluster status`; a
+// screenshot is kept as a test artifact (target/test-artifacts/web-page.png).
+#[test]
+fn web_page_shows_the_cluster() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mount = cluster.mount().expect("mount");
+    fs::write(mount.join("shown"), pattern(8, 1024 * 1024)).expect("write");
+    wait_for_samples(&cluster, 2);
+    let url = format!("http://{}/", cluster.mgmt());
+    let (code, page) = http_get(cluster.mgmt(), "/").expect("GET /");
+    assert_eq!(code, 200);
+    assert!(
+        !page.contains("src=\"http") && !page.contains("href=\"http"),
+        "the page loads nothing from outside"
+    );
+
+    let profile = cluster.root().join("chromium");
+    let dom = chromium(&profile, &url, &["--dump-dom"]);
+    let status = cluster_status(&cluster);
+    let totals = &status["totals"];
+    for (id, key) in [
+        ("nodes-online", "nodes_online"),
+        ("targets-online", "targets_online"),
+        ("capacity", "capacity_bytes"),
+        ("sessions", "client_sessions"),
+        ("inodes", "inodes"),
+    ] {
+        assert_eq!(
+            shown_value(&dom, id),
+            totals[key].to_string(),
+            "#{id} shows management's {key}"
+        );
+    }
+    for target in status["targets"].as_array().expect("targets") {
+        let row = format!(
+            "data-target=\"{}\" data-total=\"{}\"",
+            target["id"], target["usage"]["total_bytes"]
+        );
+        assert!(dom.contains(&row), "target row {row} in the page");
+    }
+    assert!(
+        dom.contains("data-node=\"storage-2\" data-reachability=\"online\""),
+        "storage-2 listed online"
+    );
+    assert!(dom.contains("registered at"), "events are listed");
+
+    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target directory")
+        .join("test-artifacts");
+    fs::create_dir_all(&artifacts).expect("artifact directory");
+    let screenshot = artifacts.join("web-page.png");
+    let _ = fs::remove_file(&screenshot);
+    chromium(
+        &profile,
+        &url,
+        &[
+            &format!("--screenshot={}", screenshot.display()),
+            "--window-size=1400,1200",
+            "--hide-scrollbars",
+        ],
+    );
+    let png = fs::read(&screenshot).expect("screenshot written");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+}

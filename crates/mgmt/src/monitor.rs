@@ -365,7 +365,10 @@ impl MonitorState {
                 }
             }
         }
-        let mut clients: Vec<ClientStatus> = clients.into_values().collect();
+        let mut clients: Vec<ClientStatus> = clients
+            .into_values()
+            .filter(|c| c.requests_per_second > 0)
+            .collect();
         clients.sort_by_key(|c| (std::cmp::Reverse(c.requests_per_second), c.client.0));
         clients.truncate(CLIENTS_SHOWN);
         clients

@@ -43,6 +43,10 @@ struct Mgmt {
     monitor: Monitor,
 }
 
+/// The web page management serves at `/`: the cluster overview, with its styles and scripts
+/// inside (no CDN), drawn from `/api/cluster`.
+const WEB_PAGE: &str = include_str!("web/index.html");
+
 /// Runs management until `shutdown` completes.
 ///
 /// # Errors
@@ -107,6 +111,7 @@ impl weft_net::Handler for Mgmt {
 
     async fn http(&self, path: &str, _query: &str) -> Option<HttpReply> {
         match path {
+            "/" | "/index.html" => Some(HttpReply::ok("text/html; charset=utf-8", WEB_PAGE)),
             "/api/cluster" => Some(match self.cluster_status() {
                 Ok(status) => HttpReply::json(&status),
                 Err(error) => HttpReply::error(500, error.to_string()),

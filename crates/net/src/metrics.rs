@@ -219,7 +219,8 @@ impl RpcMetrics {
         &self.clients
     }
 
-    /// The counters since the start, with a storage server's `targets`.
+    /// The counters since the start, with a storage server's `targets`, as a Stats request
+    /// (which is in flight itself) answers them.
     pub fn node_stats(&self, targets: Vec<TargetStats>) -> NodeStats {
         let (ops, errors) = {
             let totals = self.totals.lock().expect("totals poisoned");
@@ -244,11 +245,16 @@ impl RpcMetrics {
             .collect();
         NodeStats {
             uptime_ms: self.started.elapsed().as_millis() as u64,
-            requests: ops.iter().map(|(_, count)| count).sum(),
+            // Monitoring is not load: the Stats requests themselves are left out.
+            requests: ops
+                .iter()
+                .filter(|(op, _)| op != "stats")
+                .map(|(_, count)| count)
+                .sum(),
             errors,
             received_bytes: self.received_bytes.get(),
             sent_bytes: self.sent_bytes.get(),
-            in_flight: self.in_flight.get().max(0) as u64,
+            in_flight: (self.in_flight.get() - 1).max(0) as u64,
             ops,
             clients,
             targets,
