@@ -14,6 +14,7 @@ command -v getfattr >/dev/null 2>&1 || missing+=(attr)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v influxd >/dev/null 2>&1 || missing+=(influxdb)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
@@ -21,7 +22,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   apt-get update -qq
+  # The tests start Prometheus and InfluxDB themselves, on their own ports: keep the packages
+  # from starting system services while they install.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=false
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod +x "$policy"
+    own_policy=true
+  fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if $own_policy; then rm -f "$policy"; fi
 fi
 if [ ! -c /dev/fuse ]; then
   echo "/dev/fuse is missing: the integration tests mount Weft with FUSE" >&2

@@ -16,13 +16,16 @@ mod up;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Parser)]
 #[command(name = "weft", version, about = "Weft, a parallel file system")]
 struct Cli {
     /// Log filter, e.g. `info`, `debug`, `weft_meta=debug` (also WEFT_LOG).
-    #[arg(long, global = true, env = "WEFT_LOG", default_value = "info")]
-    log: String,
+    /// The default is `info`, or the `log` key of a service's config file.
+    #[arg(long, global = true, env = "WEFT_LOG")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,12 +86,23 @@ pub struct MgmtLocator {
 
 fn main() {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let filter = match tracing_subscriber::EnvFilter::try_new(cli.log.as_deref().unwrap_or("info"))
+    {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!(
+                "weft: --log {:?} is not a log filter (e.g. info, debug, weft_meta=debug): {error}",
+                cli.log.unwrap_or_default()
+            );
+            std::process::exit(2);
+        }
+    };
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
+    let _ = LOG_FILTER.set((handle, cli.log.is_some()));
     if !matches!(
         cli.command,
         Command::Up(_) | Command::Serve(_) | Command::Mount(_)
@@ -102,6 +116,29 @@ fn main() {
         eprintln!("weft: {error:#}");
         std::process::exit(1);
     }
+}
+
+/// The log filter's handle, and whether `--log` or `WEFT_LOG` set it.
+static LOG_FILTER: std::sync::OnceLock<(
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
+    bool,
+)> = std::sync::OnceLock::new();
+
+/// Applies the `log` key of a config file, unless `--log` or `WEFT_LOG` chose a filter.
+pub fn configure_log(filter: Option<&str>) -> Result<()> {
+    let (Some(filter), Some((handle, from_command_line))) = (filter, LOG_FILTER.get()) else {
+        return Ok(());
+    };
+    if *from_command_line {
+        return Ok(());
+    }
+    let parsed = tracing_subscriber::EnvFilter::try_new(filter).map_err(|error| {
+        anyhow::anyhow!(
+            "invalid configuration: log = {filter:?} is not a log filter (e.g. info, debug, weft_meta=debug): {error}"
+        )
+    })?;
+    handle.reload(parsed)?;
+    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

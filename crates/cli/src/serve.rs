@@ -98,6 +98,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         match args.role {
             Role::Mgmt => {
                 let config: weft_mgmt::MgmtConfig = load(&args)?;
+                crate::configure_log(config.log.as_deref())?;
                 config
                     .validate()
                     .map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
@@ -106,6 +107,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             }
             Role::Meta => {
                 let config: weft_meta::MetaConfig = load(&args)?;
+                crate::configure_log(config.log.as_deref())?;
                 config
                     .validate()
                     .map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;
@@ -114,6 +116,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             }
             Role::Storage => {
                 let config: weft_storage::StorageConfig = load(&args)?;
+                crate::configure_log(config.log.as_deref())?;
                 config
                     .validate()
                     .map_err(|problems| anyhow!("invalid configuration:\n{problems}"))?;

@@ -91,6 +91,8 @@ async fn up(args: UpArgs) -> Result<()> {
         session_timeout_ms: weft_mgmt::config::SESSION_TIMEOUT_MS_DEFAULT,
         rename_lock_lease_ms: weft_mgmt::config::RENAME_LOCK_LEASE_MS_DEFAULT,
         stats_interval_ms: weft_mgmt::config::STATS_INTERVAL_MS_DEFAULT,
+        influxdb: None,
+        log: None,
     };
     let stopping = shutdown();
     services.push((
@@ -112,6 +114,8 @@ async fn up(args: UpArgs) -> Result<()> {
             directory_chooser: weft_meta::TargetChooser::default(),
             heartbeat_interval_ms: weft_meta::config::HEARTBEAT_INTERVAL_MS_DEFAULT,
             lock_grace_ms: weft_meta::config::LOCK_GRACE_MS_DEFAULT,
+            influxdb: None,
+            log: None,
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
         endpoints.push(format!("http://{address}/metrics"));
@@ -144,6 +148,8 @@ async fn up(args: UpArgs) -> Result<()> {
             heartbeat_interval_ms: 2_000,
             target_capacity_bytes: None,
             crash_test_discard_unsynced: false,
+            influxdb: None,
+            log: None,
         };
         lines.push(format!(
             "  storage      storage-{index} at {address}, {} targets",

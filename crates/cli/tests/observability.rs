@@ -147,6 +147,43 @@ fn prometheus_scrapes_every_service() {
         prometheus.value("weft_meta_inodes") >= 3.0,
         "root, file and directory"
     );
+
+    // Every panel of every dashboard in the repository is valid PromQL over series that exist.
+    let dashboards =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dashboards/grafana");
+    let mut panels = 0;
+    for entry in fs::read_dir(&dashboards).expect("dashboards directory") {
+        let path = entry.expect("entry").path();
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&path).expect("read")).expect("JSON");
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                let expr = target["expr"]
+                    .as_str()
+                    .expect("expr")
+                    .replace("$__rate_interval", "1m");
+                wait_until(&format!("{expr} ({}) to have data", path.display()), || {
+                    prometheus
+                        .query(&expr)
+                        .is_some_and(|series| !series.is_empty())
+                })
+                .expect("every dashboard query has data");
+                panels += 1;
+            }
+        }
+    }
+    assert!(panels >= 20, "four dashboards with their panels: {panels}");
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/prometheus.yml");
+    let check = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(&example)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        check.status.success(),
+        "examples/prometheus.yml is a valid config"
+    );
 }
 
 /// Management's view as `weft cluster status --json` prints it.
@@ -460,4 +497,148 @@ fn web_page_shows_the_cluster() {
     );
     let png = fs::read(&screenshot).expect("screenshot written");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+}
+
+/// A running InfluxDB 1.x (Debian's `influxd`) with its own config, directories and ports.
+struct Influx {
+    address: String,
+    _process: ProcessGuard,
+}
+
+impl Influx {
+    fn start(directory: &std::path::Path) -> Influx {
+        fs::create_dir_all(directory).expect("influxdb directory");
+        let address = format!("127.0.0.1:{}", free_port().expect("free port"));
+        let rpc = format!("127.0.0.1:{}", free_port().expect("free port"));
+        let path = |name: &str| directory.join(name).display().to_string();
+        let config = format!(
+            "reporting-disabled = true\nbind-address = \"{rpc}\"\n[meta]\n  dir = \"{}\"\n[data]\n  dir = \"{}\"\n  wal-dir = \"{}\"\n[http]\n  bind-address = \"{address}\"\n  log-enabled = false\n[monitor]\n  store-enabled = false\n",
+            path("meta"),
+            path("data"),
+            path("wal")
+        );
+        let config_path = directory.join("influxdb.conf");
+        fs::write(&config_path, config).expect("influxdb config");
+        let log = fs::File::create(directory.join("influxd.log")).expect("log");
+        let child = Command::new("influxd")
+            .arg("-config")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("influxd runs (scripts/test.sh installs it)");
+        let influx = Influx {
+            address,
+            _process: ProcessGuard::new(child, directory),
+        };
+        wait_until("InfluxDB to answer", || {
+            http_get(&influx.address, "/ping").is_ok_and(|(code, _)| code == 204)
+        })
+        .expect("influxd starts");
+        influx
+    }
+
+    /// The last value of every series of `measurement` in database `weft`, with its tags.
+    fn last_values(&self, measurement: &str) -> Vec<(serde_json::Value, f64)> {
+        let query = format!("SELECT last(value) FROM {measurement} GROUP BY *");
+        let path = format!("/query?db=weft&q={}", url_encode(&query));
+        let Ok((200, body)) = http_get(&self.address, &path) else {
+            return Vec::new();
+        };
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        answer["results"][0]["series"]
+            .as_array()
+            .map(|series| {
+                series
+                    .iter()
+                    .filter_map(|s| Some((s["tags"].clone(), s["values"][0][1].as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+// Goal: with `[influxdb]` set, every service pushes the same metrics it serves to a real
+// InfluxDB in line protocol, and an operator's queries find them: the bytes written per
+// storage target and management's view of the targets. Method: Debian's influxd on its own
+// ports; the cluster's services get influxdb.url; a file is written through the mount.
+#[test]
+fn metrics_are_pushed_to_influxdb() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let influx = Influx::start(&scratch.path().join("influxdb"));
+    let mut cluster = cluster(ClusterSpec {
+        settings: vec![
+            format!("influxdb.url=http://{}", influx.address),
+            "influxdb.interval_ms=500".to_string(),
+        ],
+        ..ClusterSpec::default()
+    });
+    let mount = cluster.mount().expect("mount");
+    let data = pattern(4, 3 * 1024 * 1024);
+    fs::write(mount.join("pushed"), &data).expect("write");
+    wait_until("the written bytes to reach InfluxDB", || {
+        let per_target = influx.last_values("weft_storage_written_bytes_total");
+        per_target.len() == 4
+            && per_target.iter().map(|(_, value)| value).sum::<f64>() >= data.len() as f64
+    })
+    .expect("storage metrics in InfluxDB");
+    let (tags, _) = &influx.last_values("weft_storage_written_bytes_total")[0];
+    assert_eq!(tags["role"], "storage", "labels become tags: {tags}");
+    wait_until("management's view to reach InfluxDB", || {
+        influx
+            .last_values("weft_cluster_storage_targets")
+            .iter()
+            .any(|(tags, value)| tags["reachability"] == "online" && *value == 4.0)
+    })
+    .expect("management metrics in InfluxDB");
+}
+
+// Goal: the log level comes from the config file's `log` key (structured `tracing` lines on
+// stderr), and a filter that makes no sense is refused with the key named. Method: management
+// started with log=warn serves (its port answers) without logging its info lines; started with
+// a broken filter it exits with a clear message.
+#[test]
+fn log_level_is_set_in_config() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let address = format!("127.0.0.1:{}", free_port().expect("port"));
+    let log_path = scratch.path().join("mgmt.log");
+    let log = fs::File::create(&log_path).expect("log");
+    let child = Command::new(common::binary())
+        .args(["serve", "mgmt", "--listen", &address, "--set", "log=warn"])
+        .arg("--data-dir")
+        .arg(scratch.path().join("mgmt"))
+        .env_remove("WEFT_LOG")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("weft serve mgmt");
+    let mut process = ProcessGuard::new(child, scratch.path());
+    wait_until("management to serve", || {
+        http_get(&address, "/metrics").is_ok_and(|(code, _)| code == 200)
+    })
+    .expect("management serves");
+    process.kill();
+    let text = fs::read_to_string(&log_path).expect("read log");
+    assert!(
+        !text.contains("management serving"),
+        "info lines are filtered out at warn:\n{text}"
+    );
+
+    let output = Command::new(common::binary())
+        .args([
+            "serve",
+            "mgmt",
+            "--listen",
+            "127.0.0.1:0",
+            "--set",
+            "log=weft_mgmt=loud",
+        ])
+        .arg("--data-dir")
+        .arg(scratch.path().join("mgmt"))
+        .env_remove("WEFT_LOG")
+        .output()
+        .expect("weft serve mgmt");
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a broken filter is refused");
+    assert!(message.contains("log = \"weft_mgmt=loud\""), "{message}");
 }

@@ -46,6 +46,14 @@ pub struct MetaConfig {
     /// the clients' heartbeat interval, at which they notice the restart.
     #[serde(default = "default_lock_grace")]
     pub lock_grace_ms: u64,
+    /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
+    /// `--log` and `WEFT_LOG` win over it.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`, `database`,
+    /// `interval_ms`).
+    #[serde(default)]
+    pub influxdb: Option<weft_net::influx::InfluxConfig>,
 }
 
 /// Default lock-reclaim grace period after a start.
@@ -78,6 +86,11 @@ impl MetaConfig {
         }
         if self.heartbeat_interval_ms == 0 {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
+        }
+        if let Some(influxdb) = &self.influxdb {
+            if let Err(problem) = influxdb.validate() {
+                problems.push(problem);
+            }
         }
         if problems.is_empty() {
             Ok(())

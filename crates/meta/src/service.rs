@@ -189,7 +189,15 @@ pub async fn run(
         address,
     ));
     let worker = tokio::spawn(work_loop(Arc::clone(&meta)));
-    weft_net::serve(listener, Arc::clone(&meta), metrics.build(), shutdown).await;
+    let metrics = metrics.build();
+    let pusher = config
+        .influxdb
+        .clone()
+        .map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
+    weft_net::serve(listener, Arc::clone(&meta), metrics, shutdown).await;
+    if let Some(pusher) = pusher {
+        pusher.abort();
+    }
     heartbeat.abort();
     worker.abort();
     Ok(())

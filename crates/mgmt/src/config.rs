@@ -31,6 +31,14 @@ pub struct MgmtConfig {
     /// and the web page, and checks for nodes gone offline and targets filling up.
     #[serde(default = "default_stats_interval")]
     pub stats_interval_ms: u64,
+    /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
+    /// `--log` and `WEFT_LOG` win over it.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`, `database`,
+    /// `interval_ms`).
+    #[serde(default)]
+    pub influxdb: Option<weft_net::influx::InfluxConfig>,
 }
 
 /// Default interval of management's samples of the servers.
@@ -89,6 +97,11 @@ impl MgmtConfig {
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
             problems.push(format!("listen = {:?} is not host:port", self.listen));
+        }
+        if let Some(influxdb) = &self.influxdb {
+            if let Err(problem) = influxdb.validate() {
+                problems.push(problem);
+            }
         }
         if problems.is_empty() {
             Ok(())

@@ -81,7 +81,15 @@ pub async fn run(
         .registry()
         .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
     let monitoring = tokio::spawn(monitor_loop(Arc::clone(&mgmt)));
-    weft_net::serve(listener, mgmt, metrics.build(), shutdown).await;
+    let metrics = metrics.build();
+    let pusher = config
+        .influxdb
+        .clone()
+        .map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
+    weft_net::serve(listener, mgmt, metrics, shutdown).await;
+    if let Some(pusher) = pusher {
+        pusher.abort();
+    }
     monitoring.abort();
     Ok(())
 }

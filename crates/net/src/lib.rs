@@ -6,6 +6,7 @@
 //! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`].
 //! - [`http`] — HTTP on the same port: `/metrics` and the handler's pages.
 //! - [`metrics`] — what every server exports to Prometheus, and the per-client load table.
+//! - [`influx`] — the optional push of the same metrics to InfluxDB.
 //! - [`retry`] — the one retry and backoff policy.
 //! - [`stubs`] — typed clients per service, used by the client library and by servers alike.
 //!
@@ -15,6 +16,7 @@ pub mod client;
 pub mod cluster;
 mod connection;
 pub mod http;
+pub mod influx;
 pub mod metrics;
 pub mod retry;
 pub mod server;

@@ -32,6 +32,14 @@ pub struct StorageConfig {
     /// loses exactly what a power loss would. Never use in production.
     #[serde(default)]
     pub crash_test_discard_unsynced: bool,
+    /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
+    /// `--log` and `WEFT_LOG` win over it.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`, `database`,
+    /// `interval_ms`).
+    #[serde(default)]
+    pub influxdb: Option<weft_net::influx::InfluxConfig>,
 }
 
 fn default_listen() -> String {
@@ -63,6 +71,11 @@ impl StorageConfig {
         }
         if self.heartbeat_interval_ms == 0 {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
+        }
+        if let Some(influxdb) = &self.influxdb {
+            if let Err(problem) = influxdb.validate() {
+                problems.push(problem);
+            }
         }
         if problems.is_empty() {
             Ok(())

@@ -85,6 +85,7 @@ pub async fn run(
             "crash-test mode: unsynced writes live in memory and are lost when the process dies"
         );
     }
+    let influxdb = config.influxdb.clone();
     let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let storage = Arc::new(Storage {
@@ -101,7 +102,12 @@ pub async fn run(
         alias,
         address,
     ));
-    weft_net::serve(listener, storage, builder.build(), shutdown).await;
+    let metrics = builder.build();
+    let pusher = influxdb.map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
+    weft_net::serve(listener, storage, metrics, shutdown).await;
+    if let Some(pusher) = pusher {
+        pusher.abort();
+    }
     heartbeat.abort();
     Ok(())
 }

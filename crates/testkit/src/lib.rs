@@ -29,6 +29,8 @@ pub struct ClusterSpec {
     pub crash_test: bool,
     /// Per-target capacity limit in bytes.
     pub target_capacity_bytes: Option<u64>,
+    /// Config settings (`key=value`) given to every service, e.g. `influxdb.url=...`.
+    pub settings: Vec<String>,
 }
 
 impl Default for ClusterSpec {
@@ -39,6 +41,7 @@ impl Default for ClusterSpec {
             targets_per_storage: 2,
             crash_test: false,
             target_capacity_bytes: None,
+            settings: Vec::new(),
         }
     }
 }
@@ -264,7 +267,10 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    fn add_service(&mut self, name: &str, args: Vec<String>) -> Result<()> {
+    fn add_service(&mut self, name: &str, mut args: Vec<String>) -> Result<()> {
+        for setting in &self.spec.settings {
+            args.extend(["--set".to_string(), setting.clone()]);
+        }
         self.services.insert(
             name.to_string(),
             Service {
