@@ -212,3 +212,41 @@ fn posix_acls() {
     let (ok, _) = as_nobody(&format!("echo again >> {dir_text}/inherited"));
     assert!(!ok, "without the ACL nobody cannot write");
 }
+
+// Goal: writing to a file drops its file capabilities, as on a local file system, even though
+// the mount answers the kernel's capability question from its cache between opens; and a file
+// without capabilities keeps its other attributes. Method: set security.capability (a valid
+// v2 value), open and write, read the attribute back; write a second time after a reopen.
+#[test]
+fn a_write_drops_file_capabilities() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let path = mnt.join("tool");
+    fs::write(&path, b"#!/bin/true\n").expect("write");
+    // vfs_cap_data revision 2, effective, permitting CAP_NET_BIND_SERVICE.
+    let mut capability = Vec::new();
+    for word in [0x0200_0001u32, 1 << 10, 0, 0, 0] {
+        capability.extend_from_slice(&word.to_le_bytes());
+    }
+    set(&path, "security.capability", &capability, 0).expect("set the capability");
+    set(&path, "user.kept", b"yes", 0).expect("set a user attribute");
+    assert_eq!(get(&path, "security.capability").expect("get"), capability);
+    for round in 0..2 {
+        use std::io::Write;
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        file.write_all(b"echo\n").expect("append");
+        drop(file);
+        assert_eq!(
+            errno(get(&path, "security.capability")),
+            libc::ENODATA,
+            "round {round}: the write dropped the capability"
+        );
+        if round == 0 {
+            set(&path, "security.capability", &capability, 0).expect("set it again");
+        }
+    }
+    assert_eq!(get(&path, "user.kept").expect("get"), b"yes");
+}

@@ -81,7 +81,15 @@ struct State {
     writeback_cache: bool,
     /// Writes in flight per inode.
     inflight: Mutex<HashMap<InodeId, Arc<behind::InFlight>>>,
+    /// Files known to have no `security.capability` since an instant (see
+    /// [`State::capability_absent`]).
+    no_capability: Mutex<HashMap<u64, std::time::Instant>>,
 }
+
+/// The extended attribute the kernel asks for before every write, to drop file capabilities.
+const CAPABILITY_XATTR: &str = "security.capability";
+/// Most files remembered without file capabilities; older entries go first when it is full.
+const NO_CAPABILITY_REMEMBERED_MAX: usize = 65_536;
 
 /// The Weft FUSE file system.
 pub struct WeftFs {
@@ -180,6 +188,33 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 }
 
 impl State {
+    /// Remembers that `ino` has no `security.capability` as of now.
+    fn note_no_capability(&self, ino: INodeNo) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut absent = self
+            .no_capability
+            .lock()
+            .expect("capability cache poisoned");
+        if absent.len() >= NO_CAPABILITY_REMEMBERED_MAX {
+            let ttl = self.ttl;
+            absent.retain(|_, since| since.elapsed() < ttl);
+            if absent.len() >= NO_CAPABILITY_REMEMBERED_MAX {
+                absent.clear();
+            }
+        }
+        absent.insert(ino.0, std::time::Instant::now());
+    }
+
+    /// Forgets what is known about `ino`'s file capabilities.
+    fn forget_capability(&self, ino: INodeNo) {
+        self.no_capability
+            .lock()
+            .expect("capability cache poisoned")
+            .remove(&ino.0);
+    }
+
     /// The writes of `inode` in flight (write-behind).
     fn inflight(&self, inode: InodeId) -> Arc<behind::InFlight> {
         Arc::clone(
@@ -408,12 +443,26 @@ impl WeftFs {
                 write_behind,
                 writeback_cache,
                 inflight: Mutex::default(),
+                no_capability: Mutex::default(),
                 notifier: std::sync::OnceLock::new(),
                 handles: Mutex::default(),
                 next_handle: AtomicU64::new(1),
                 inodes: Mutex::default(),
             }),
         }
+    }
+
+    /// Whether `ino` is known to have no `security.capability`, which the kernel asks before
+    /// every write. The answer is trusted for the attribute cache time and only until the
+    /// file is opened again or this client changes its extended attributes — the consistency
+    /// of cached attributes — so a write does not pay a round trip for it.
+    fn capability_absent(state: &State, ino: INodeNo) -> bool {
+        state
+            .no_capability
+            .lock()
+            .expect("capability cache poisoned")
+            .get(&ino.0)
+            .is_some_and(|since| since.elapsed() < state.ttl)
     }
 
     fn spawn<F>(&self, work: impl FnOnce(Arc<State>) -> F)
@@ -782,6 +831,7 @@ impl Filesystem for WeftFs {
                 Ok((handle, attr)) => {
                     state.merge(attr);
                     state.forget_attributes(ino);
+                    state.forget_capability(ino);
                     reply.opened(FileHandle(handle), fopen_flags(flags.0));
                 }
                 Err(error) => reply.error(errno(&error)),
@@ -1198,6 +1248,7 @@ impl Filesystem for WeftFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let value = value.to_vec();
+        self.state.forget_capability(ino);
         self.spawn(|state| async move {
             reply_empty(
                 reply,
@@ -1220,10 +1271,19 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
+        let capability = name == CAPABILITY_XATTR;
+        if capability && WeftFs::capability_absent(&self.state, ino) {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
         self.spawn(|state| async move {
             match state.client.get_xattr(to_inode(ino), &name).await {
                 Ok(value) => reply_xattr(reply, size, &value),
-                Err(error) => reply.error(errno(&error)),
+                Err(error) => {
+                    if capability && error.errno() == libc::ENODATA {
+                        state.note_no_capability(ino);
+                    }
+                    reply.error(errno(&error))
+                }
             }
         });
     }
@@ -1248,6 +1308,7 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
+        self.state.forget_capability(ino);
         self.spawn(|state| async move {
             reply_empty(reply, state.client.remove_xattr(to_inode(ino), &name).await)
         });
@@ -1293,6 +1354,8 @@ impl Filesystem for WeftFs {
                 Err(error) => return reply.error(errno(&error)),
             };
             let open_flags = fopen_flags(flags);
+            // A new file has no file capabilities.
+            state.note_no_capability(to_ino(attr.inode));
             reply.created(
                 &state.ttl,
                 &state.merge(attr),
