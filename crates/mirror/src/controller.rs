@@ -1,0 +1,306 @@
+//! Management's side: group versions, leases, promotion and member states.
+
+use crate::{
+    Group, GroupId, GroupMap, Member, MemberState, Msg, Node, Send, ServerId, Time, Timing, Version,
+};
+use std::collections::BTreeMap;
+
+/// What management keeps durable: published only after it is stored (in the simulator a
+/// crash keeps it; in management it is a redb commit).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControllerDurable {
+    /// The groups.
+    pub map: GroupMap,
+    /// Each server's last boot id, to tell a restart from a late heartbeat.
+    pub boots: BTreeMap<ServerId, u64>,
+    /// Absent members that were good when they left: only they may come back with a copy of
+    /// what they missed rather than of everything.
+    pub left_good: std::collections::BTreeSet<(GroupId, ServerId)>,
+}
+
+/// Management's group controller.
+#[derive(Debug)]
+pub struct Controller {
+    timing: Timing,
+    /// When this incarnation started: nothing is marked offline for a full timeout after.
+    started: Time,
+    durable: ControllerDurable,
+    /// When each server was last heard (volatile; counts as `started` after a restart).
+    heard: BTreeMap<ServerId, Time>,
+    /// When each member was dropped on its primary's word: it comes back no sooner than a
+    /// promotion timeout later, so an unreachable member does not flap in and out.
+    dropped: BTreeMap<(GroupId, ServerId), Time>,
+}
+
+impl Controller {
+    /// A controller with `groups` (every member good, the first one primary), or with what a
+    /// previous incarnation stored.
+    pub fn new(timing: Timing, now: Time, durable: ControllerDurable) -> Controller {
+        Controller {
+            timing,
+            started: now,
+            durable,
+            heard: BTreeMap::new(),
+            dropped: BTreeMap::new(),
+        }
+    }
+
+    /// Creates a group of `servers` (the first is primary), all good, at version 1.
+    pub fn create_group(&mut self, id: GroupId, servers: &[ServerId]) {
+        let members = servers
+            .iter()
+            .map(|server| Member {
+                server: *server,
+                state: MemberState::Good,
+            })
+            .collect();
+        self.durable.map.groups.insert(
+            id,
+            Group {
+                id,
+                version: 1,
+                primary: servers[0],
+                members,
+                loss_epoch: 0,
+            },
+        );
+    }
+
+    /// What survives a crash.
+    pub fn durable(&self) -> &ControllerDurable {
+        &self.durable
+    }
+
+    /// The published map.
+    pub fn map(&self) -> &GroupMap {
+        &self.durable.map
+    }
+
+    fn heard(&self, server: ServerId) -> Time {
+        self.heard
+            .get(&server)
+            .copied()
+            .unwrap_or(self.started)
+            .max(self.started)
+    }
+
+    fn online(&self, server: ServerId, now: Time) -> bool {
+        now.saturating_sub(self.heard(server)) < self.timing.promotion_timeout_ms
+    }
+
+    /// Handles a message.
+    pub fn handle<D>(&mut self, now: Time, from: Node, msg: Msg<D>) -> Vec<Send<D>> {
+        match (from, msg) {
+            (
+                Node::Server(server),
+                Msg::Heartbeat {
+                    boot,
+                    sent_at,
+                    resynced,
+                    unreachable,
+                },
+            ) => {
+                self.heartbeat(now, server, boot, &resynced, &unreachable);
+                vec![Send {
+                    to: Node::Server(server),
+                    msg: Msg::HeartbeatAck {
+                        sent_at,
+                        map: self.durable.map.clone(),
+                    },
+                }]
+            }
+            (Node::Client(client), Msg::GetMap) => vec![Send {
+                to: Node::Client(client),
+                msg: Msg::Map(self.durable.map.clone()),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    fn heartbeat(
+        &mut self,
+        now: Time,
+        server: ServerId,
+        boot: u64,
+        resynced: &[(GroupId, Version, ServerId)],
+        unreachable: &[(GroupId, Version, ServerId)],
+    ) {
+        self.heard.insert(server, now);
+        let restarted = self
+            .durable
+            .boots
+            .insert(server, boot)
+            .is_some_and(|known| known != boot);
+        let ids: Vec<GroupId> = self.durable.map.groups.keys().copied().collect();
+        for id in ids {
+            let mut group = self.durable.map.groups[&id].clone();
+            let before = group.clone();
+            if restarted && group.member(server).is_some() {
+                self.member_restarted(&mut group, server, now);
+            }
+            for (_, version, member) in resynced.iter().filter(|(g, _, _)| *g == id) {
+                // Only the primary of this very version vouches for a resync.
+                if *version == group.version && group.primary == server {
+                    set_state(&mut group, *member, MemberState::Good, |s| {
+                        matches!(s, MemberState::NeedsResync { .. })
+                    });
+                }
+            }
+            for (_, version, member) in unreachable.iter().filter(|(g, _, _)| *g == id) {
+                if *version == group.version && group.primary == server && *member != server {
+                    self.make_absent(&mut group, *member);
+                    self.dropped.insert((id, *member), now);
+                }
+            }
+            // An absent member that is heard again comes back to be brought up to date.
+            if group
+                .member(server)
+                .is_some_and(|m| m.state == MemberState::Absent)
+                && self
+                    .dropped
+                    .get(&(id, server))
+                    .is_none_or(|at| now.saturating_sub(*at) >= self.timing.promotion_timeout_ms)
+            {
+                let full = !self.durable.left_good.remove(&(id, server));
+                set_state(
+                    &mut group,
+                    server,
+                    MemberState::NeedsResync { full },
+                    |_| true,
+                );
+            }
+            let force = restarted && group.member(server).is_some();
+            self.publish(group, &before, force);
+        }
+    }
+
+    /// A member restarted and may have lost unsynced writes: it is brought up to date from
+    /// another good member, which becomes primary if the restarted one was.
+    fn member_restarted(&mut self, group: &mut Group, server: ServerId, now: Time) {
+        if group.primary == server {
+            let successor = group
+                .members
+                .iter()
+                .filter(|m| m.server != server && m.state == MemberState::Good)
+                .map(|m| m.server)
+                .find(|s| self.online(*s, now));
+            if let Some(successor) = successor {
+                promote(group, successor);
+                set_state(
+                    group,
+                    server,
+                    MemberState::NeedsResync { full: true },
+                    |_| true,
+                );
+            } else {
+                // No better copy exists: the restarted primary's durable data is the truth, and
+                // every other member is rebuilt from it. Writes it had not synced are gone.
+                group.loss_epoch += 1;
+                let primary = group.primary;
+                for member in &mut group.members {
+                    if member.server != primary && member.state != MemberState::Absent {
+                        member.state = MemberState::NeedsResync { full: true };
+                    }
+                }
+            }
+        } else {
+            set_state(
+                group,
+                server,
+                MemberState::NeedsResync { full: true },
+                |_| true,
+            );
+        }
+    }
+
+    /// Drops silent secondaries and promotes a good secondary over a silent primary.
+    pub fn tick<D>(&mut self, now: Time) -> Vec<Send<D>> {
+        if now.saturating_sub(self.started) < self.timing.promotion_timeout_ms {
+            return Vec::new();
+        }
+        let ids: Vec<GroupId> = self.durable.map.groups.keys().copied().collect();
+        for id in ids {
+            let mut group = self.durable.map.groups[&id].clone();
+            let before = group.clone();
+            let silent: Vec<ServerId> = group
+                .members
+                .iter()
+                .filter(|m| m.state != MemberState::Absent && !self.online(m.server, now))
+                .map(|m| m.server)
+                .collect();
+            for server in silent {
+                if server == group.primary {
+                    let successor = group
+                        .members
+                        .iter()
+                        .filter(|m| m.server != server && m.state == MemberState::Good)
+                        .map(|m| m.server)
+                        .find(|s| self.online(*s, now));
+                    // Without a good member to promote the group waits for its primary.
+                    if let Some(successor) = successor {
+                        promote(&mut group, successor);
+                        self.make_absent(&mut group, server);
+                    }
+                } else {
+                    self.make_absent(&mut group, server);
+                }
+            }
+            self.publish(group, &before, false);
+        }
+        Vec::new()
+    }
+
+    /// Takes `server` out of `group`, remembering whether it left in sync.
+    fn make_absent(&mut self, group: &mut Group, server: ServerId) {
+        let Some(member) = group.members.iter_mut().find(|m| m.server == server) else {
+            return;
+        };
+        if member.state == MemberState::Absent {
+            return;
+        }
+        if member.state == MemberState::Good && group.primary != server {
+            self.durable.left_good.insert((group.id, server));
+        } else {
+            self.durable.left_good.remove(&(group.id, server));
+        }
+        member.state = MemberState::Absent;
+    }
+
+    /// Stores `group` under a new version if it changed, or if `force` (a member restarted:
+    /// its new writes must be stamped above everything from before), durably before anyone
+    /// sees it.
+    fn publish(&mut self, mut group: Group, before: &Group, force: bool) {
+        if force
+            || group.members != before.members
+            || group.primary != before.primary
+            || group.loss_epoch != before.loss_epoch
+        {
+            group.version = before.version + 1;
+            self.durable.map.groups.insert(group.id, group);
+        }
+    }
+}
+
+fn set_state(
+    group: &mut Group,
+    server: ServerId,
+    state: MemberState,
+    only_if: impl Fn(MemberState) -> bool,
+) {
+    if let Some(member) = group.members.iter_mut().find(|m| m.server == server) {
+        if only_if(member.state) {
+            member.state = state;
+        }
+    }
+}
+
+/// Makes `successor` primary. Every other present member may hold writes the new primary
+/// never got (forwards of the old primary still in flight), so each is copied in full.
+fn promote(group: &mut Group, successor: ServerId) {
+    group.primary = successor;
+    for member in &mut group.members {
+        if member.server != successor && member.state != MemberState::Absent {
+            member.state = MemberState::NeedsResync { full: true };
+        }
+    }
+}

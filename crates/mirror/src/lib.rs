@@ -1,0 +1,355 @@
+//! Mirror groups as sans-I/O state machines: messages and a clock go in, messages to send come
+//! out. The same machines run inside the servers and inside the deterministic simulator
+//! (`crates/sim`), which drives them through partitions, message loss and reordering, and
+//! crashes that lose unsynced writes.
+//!
+//! Roles:
+//! - [`Controller`] (management): owns each group's membership, primary and *version*, keeps
+//!   them durable before it publishes them, grants leases in heartbeat answers, promotes a
+//!   `good` secondary when a primary is silent for the promotion timeout, and turns members
+//!   that left, restarted or came back into `needs-resync`.
+//! - [`Server`] (a storage server): holds members of groups. As a primary it orders writes to
+//!   each chunk, applies them, forwards them to every present member and answers the client
+//!   only when all of them have them; it serves only while its lease holds. As a secondary it
+//!   applies what its primary forwards. A returning member is brought up to date by its
+//!   primary (what it missed, or everything), while new writes keep reaching it.
+//! - [`Client`]: sends each operation to the primary of its group with the version it routed
+//!   with, and retries — same sequence number, so retries are idempotent — through refusals,
+//!   lost messages and failovers.
+//!
+//! Safety rests on three rules. Every request and forward carries a group version and is
+//! refused by a member that knows another. Every chunk state carries a stamp (version, counter)
+//! from the primary that wrote it, so late or reordered copies never overwrite newer ones. A
+//! primary's lease ends before management may promote anyone: `lease + heartbeat + margin <=
+//! promotion timeout` ([`Timing::check`]).
+
+mod client;
+mod controller;
+mod server;
+
+pub use client::{Client, ClientOp, OpRecord};
+pub use controller::{Controller, ControllerDurable};
+pub use server::{Server, Store};
+
+use std::collections::BTreeMap;
+
+/// A storage server.
+pub type ServerId = u32;
+/// A mirror group.
+pub type GroupId = u32;
+/// A chunk of a group (in Weft: an object's chunk on the group's targets).
+pub type ChunkId = u64;
+/// A group's version: management bumps it whenever membership, states or primary change.
+pub type Version = u64;
+/// Milliseconds on the node's monotonic clock.
+pub type Time = u64;
+/// A client session.
+pub type ClientId = u32;
+
+/// Where a message goes or comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Node {
+    /// Management.
+    Mgmt,
+    /// A storage server.
+    Server(ServerId),
+    /// A client.
+    Client(ClientId),
+}
+
+/// A member's consistency state in one version of its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    /// Holds everything the primary acknowledged; may be promoted.
+    Good,
+    /// Receives new writes but is still being brought up to date; never promoted. `full`:
+    /// everything is copied (it restarted and may have lost unsynced writes, or the primary
+    /// changed), not only what it missed.
+    NeedsResync {
+        /// Copy everything, not only what was missed.
+        full: bool,
+    },
+    /// Out of the group for now: gets no writes; the primary records what it misses.
+    Absent,
+}
+
+/// One member of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its server.
+    pub server: ServerId,
+    /// Its state.
+    pub state: MemberState,
+}
+
+/// One version of a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// The group.
+    pub id: GroupId,
+    /// Its version.
+    pub version: Version,
+    /// The primary, always a `Good` member.
+    pub primary: ServerId,
+    /// Every member, the primary included.
+    pub members: Vec<Member>,
+    /// Bumped whenever acknowledged writes that were not synced may have been lost (a
+    /// restarted primary kept its role because no good copy was left): a sync covering writes
+    /// from an older epoch answers [`Answer::Lost`] instead of claiming they are durable.
+    pub loss_epoch: u64,
+}
+
+impl Group {
+    /// The member on `server`.
+    pub fn member(&self, server: ServerId) -> Option<&Member> {
+        self.members.iter().find(|m| m.server == server)
+    }
+
+    /// Members other than the primary that receive writes (good or resyncing).
+    pub fn present_secondaries(&self) -> impl Iterator<Item = &Member> {
+        self.members
+            .iter()
+            .filter(move |m| m.server != self.primary && m.state != MemberState::Absent)
+    }
+}
+
+/// Every group, as management publishes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupMap {
+    /// Groups by id.
+    pub groups: BTreeMap<GroupId, Group>,
+}
+
+/// Orders chunk states: the version of the primary that wrote it, then its counter.
+pub type Stamp = (Version, u64);
+
+/// A chunk's content and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkState<D> {
+    /// The data.
+    pub data: D,
+    /// Which write made it, for ordering copies.
+    pub stamp: Stamp,
+    /// The group's loss epoch when it was written.
+    pub stamp_epoch: u64,
+    /// The client write (client, sequence) that made it, for answering retries.
+    pub writer: (ClientId, u64),
+}
+
+/// Why a member refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The request was routed with another version of the group: fetch the map again.
+    WrongVersion,
+    /// This server is not the group's primary.
+    NotPrimary,
+    /// The primary's lease ran out: it cannot know whether it is still primary.
+    NoLease,
+}
+
+/// A client operation's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer<D> {
+    /// A write is on every present member; `epoch` is the group's loss epoch it was written in.
+    Written {
+        /// The group's [`Group::loss_epoch`] when the write was applied.
+        epoch: u64,
+    },
+    /// A sync is done: every write acknowledged before it is durable on every present member.
+    Done,
+    /// A sync found that writes acknowledged since the given epoch may have been lost in a
+    /// crash of every copy before they were synced (the application sees EIO, as after a
+    /// failed fsync).
+    Lost,
+    /// A read's data (`None`: never written).
+    Data(Option<D>),
+    /// Refused; the client fetches the map and tries again.
+    Refused(Refusal),
+}
+
+/// Every message the machines exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg<D> {
+    /// Server → management, every heartbeat interval.
+    Heartbeat {
+        /// Changes whenever the server restarts.
+        boot: u64,
+        /// The server's clock when it sent this; its lease counts from here.
+        sent_at: Time,
+        /// Members this server (as primary) brought up to date: (group, version, member).
+        resynced: Vec<(GroupId, Version, ServerId)>,
+        /// Members this server (as primary) cannot reach: (group, version, member).
+        unreachable: Vec<(GroupId, Version, ServerId)>,
+    },
+    /// Management → server: the map, and a lease until `sent_at + lease`.
+    HeartbeatAck {
+        /// The heartbeat's `sent_at`.
+        sent_at: Time,
+        /// The map.
+        map: GroupMap,
+    },
+    /// Client → management.
+    GetMap,
+    /// Management → client.
+    Map(GroupMap),
+    /// Client → primary: write `data` to `chunk`.
+    Write {
+        /// The group.
+        group: GroupId,
+        /// The version the client routed with.
+        version: Version,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The data.
+        data: D,
+        /// The client's sequence number (the same on every retry).
+        seq: u64,
+    },
+    /// Client → primary: make every write acknowledged so far durable on every member.
+    Sync {
+        /// The group.
+        group: GroupId,
+        /// The version the client routed with.
+        version: Version,
+        /// The oldest loss epoch among the client's writes since its last sync
+        /// (`u64::MAX`: none).
+        since: u64,
+        /// The client's sequence number.
+        seq: u64,
+    },
+    /// Client → primary: read a chunk.
+    Read {
+        /// The group.
+        group: GroupId,
+        /// The version the client routed with.
+        version: Version,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The client's sequence number.
+        seq: u64,
+    },
+    /// Primary → client.
+    Reply {
+        /// The request's sequence number.
+        seq: u64,
+        /// The answer.
+        answer: Answer<D>,
+    },
+    /// Primary → member: apply this chunk state.
+    Replicate {
+        /// The group.
+        group: GroupId,
+        /// The primary's version.
+        version: Version,
+        /// The primary's operation id, echoed by the ack.
+        op: u64,
+        /// The chunk.
+        chunk: ChunkId,
+        /// Its new state.
+        state: ChunkState<D>,
+    },
+    /// Primary → member: make the group's data durable.
+    SyncReplica {
+        /// The group.
+        group: GroupId,
+        /// The primary's version.
+        version: Version,
+        /// The primary's operation id.
+        op: u64,
+    },
+    /// Primary → returning member: start a resync; `full` drops every chunk written before
+    /// version `at` first.
+    ResyncBegin {
+        /// The group.
+        group: GroupId,
+        /// The primary's version.
+        version: Version,
+        /// The primary's operation id.
+        op: u64,
+        /// Everything is copied.
+        full: bool,
+        /// The version the resync was planned in (a resend may carry a newer `version`).
+        at: Version,
+    },
+    /// Primary → returning member: a chunk as the primary has it (`None`: it has none).
+    ResyncChunk {
+        /// The group.
+        group: GroupId,
+        /// The primary's version.
+        version: Version,
+        /// The primary's operation id.
+        op: u64,
+        /// The chunk.
+        chunk: ChunkId,
+        /// Its state on the primary.
+        state: Option<ChunkState<D>>,
+        /// The version the primary read that state in (a resend may carry a newer `version`):
+        /// a member's chunk written before it is older than `state` whatever its stamp.
+        at: Version,
+    },
+    /// Member → primary: done.
+    MemberAck {
+        /// The group.
+        group: GroupId,
+        /// The version the member holds.
+        version: Version,
+        /// The operation.
+        op: u64,
+    },
+    /// Member → primary: refused, the member knows another version.
+    MemberRefused {
+        /// The group.
+        group: GroupId,
+        /// The version the member holds.
+        version: Version,
+        /// The operation.
+        op: u64,
+    },
+}
+
+/// Timeouts, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Between heartbeats of a server.
+    pub heartbeat_ms: u64,
+    /// A primary serves until this long after it sent a heartbeat management answered.
+    pub lease_ms: u64,
+    /// Management promotes a secondary after its primary was silent this long, and drops a
+    /// silent secondary from its group.
+    pub promotion_timeout_ms: u64,
+    /// A member that has not acknowledged a forward this long is reported unreachable.
+    pub member_timeout_ms: u64,
+    /// Forwards and requests not answered this long are sent again.
+    pub retry_ms: u64,
+}
+
+/// Kept between the end of a lease and the earliest promotion, for clock rate differences.
+pub const LEASE_MARGIN_MS: u64 = 500;
+
+impl Timing {
+    /// Checks that a primary's lease always ends before management may promote another.
+    ///
+    /// # Errors
+    /// Which inequality does not hold.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease_ms + self.heartbeat_ms + LEASE_MARGIN_MS > self.promotion_timeout_ms {
+            return Err(format!(
+                "lease ({} ms) + heartbeat ({} ms) + margin ({LEASE_MARGIN_MS} ms) must not exceed the promotion timeout ({} ms): two primaries could serve at once",
+                self.lease_ms, self.heartbeat_ms, self.promotion_timeout_ms
+            ));
+        }
+        if self.heartbeat_ms == 0 || self.retry_ms == 0 {
+            return Err("heartbeat and retry intervals must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// A message to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Send<D> {
+    /// Where to.
+    pub to: Node,
+    /// What.
+    pub msg: Msg<D>,
+}
