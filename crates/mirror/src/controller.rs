@@ -304,3 +304,77 @@ fn promote(group: &mut Group, successor: ServerId) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMING: Timing = Timing {
+        heartbeat_ms: 100,
+        lease_ms: 300,
+        promotion_timeout_ms: 1_000,
+        member_timeout_ms: 400,
+        retry_ms: 150,
+    };
+
+    fn heartbeat(controller: &mut Controller, now: Time, server: ServerId, boot: u64) {
+        let _: Vec<Send<()>> = controller.handle(
+            now,
+            Node::Server(server),
+            Msg::Heartbeat {
+                boot,
+                sent_at: now,
+                resynced: Vec::new(),
+                unreachable: Vec::new(),
+            },
+        );
+    }
+
+    // Goal: a silent primary is replaced by its good secondary only after the full promotion
+    // timeout, under a new version; a secondary that is resyncing is never promoted.
+    #[test]
+    fn promotes_only_good_members_after_the_timeout() {
+        let mut controller = Controller::new(TIMING, 0, ControllerDurable::default());
+        controller.create_group(1, &[1, 2]);
+        controller.create_group(2, &[3, 4]);
+        for now in (0..=2_000).step_by(100) {
+            heartbeat(&mut controller, now, 2, 1);
+            heartbeat(&mut controller, now, 4, 1);
+            if now < 1_000 {
+                heartbeat(&mut controller, now, 1, 1);
+                heartbeat(&mut controller, now, 3, 1);
+            }
+            if now == 500 {
+                // Server 4 restarts: it needs a full resync and cannot be promoted.
+                heartbeat(&mut controller, now, 4, 2);
+            }
+            let _: Vec<Send<()>> = controller.tick(now);
+            let group = &controller.map().groups[&1];
+            if now < 1_900 {
+                assert_eq!(group.primary, 1, "no promotion before the timeout ({now} ms)");
+            }
+        }
+        let one = &controller.map().groups[&1];
+        assert_eq!(one.primary, 2, "the good secondary took over");
+        assert!(one.version > 1);
+        assert_eq!(one.member(1).map(|m| m.state), Some(MemberState::Absent));
+        let two = &controller.map().groups[&2];
+        assert_eq!(two.primary, 3, "a resyncing member is never promoted");
+    }
+
+    // Goal: after management restarts it marks nothing offline for a full timeout, even for
+    // servers it has not heard from since.
+    #[test]
+    fn waits_a_full_timeout_after_its_own_restart() {
+        let mut first = Controller::new(TIMING, 0, ControllerDurable::default());
+        first.create_group(1, &[1, 2]);
+        let stored = first.durable().clone();
+        let mut restarted = Controller::new(TIMING, 10_000, stored);
+        let _: Vec<Send<()>> = restarted.tick(10_900);
+        assert_eq!(restarted.map().groups[&1].version, 1, "nothing changed yet");
+        heartbeat(&mut restarted, 10_950, 2, 1);
+        let _: Vec<Send<()>> = restarted.tick(11_000);
+        let group = &restarted.map().groups[&1];
+        assert_eq!(group.primary, 2, "then the silent primary is replaced");
+    }
+}
