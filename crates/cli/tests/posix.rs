@@ -105,6 +105,12 @@ fn files() {
     open.read_to_end(&mut read_back).expect("read after unlink");
     assert_eq!(read_back, doomed_data, "data of an unlinked open file");
     drop(open);
+    // Its last close disposes of it: fsck finds no unreachable inode (the kernel sends the
+    // release after close returns, hence the wait).
+    weft_testkit::wait_until("the unlinked file to go at its last close", || {
+        common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]).0
+    })
+    .expect("the orphan is disposed of");
 
     // statfs reports the targets' space.
     let stat = nix_statvfs(&mnt);

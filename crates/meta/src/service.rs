@@ -66,7 +66,15 @@ const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 /// An open file handle: the client session and its handle number.
 type OpenHandle = (ClientId, u64);
 /// Open handles per inode.
-type OpenTable = HashMap<InodeId, HashSet<OpenHandle>>;
+/// The files open anywhere, and which of them an unlink or rename saw open.
+#[derive(Default)]
+struct OpenTable {
+    handles: HashMap<InodeId, HashSet<OpenHandle>>,
+    /// Inodes an operation that may orphan them (the last unlink, a rename over them) found
+    /// open. Only their last close has an orphan to look for; every other close is free.
+    /// Checked and marked under the same lock as `handles`, so no close slips between.
+    maybe_orphaned: HashSet<InodeId>,
+}
 
 struct Meta {
     node: NodeId,
@@ -370,13 +378,17 @@ impl Meta {
         op(&txn)
     }
 
+    /// Whether an inode is open, for an operation that orphans it if it is: the inode is
+    /// remembered so that its last close looks for the orphan.
     fn is_open_fn(&self) -> impl Fn(InodeId) -> bool + Send + 'static {
         let opens = Arc::clone(&self.opens);
         move |inode| {
-            opens
-                .lock()
-                .expect("open table poisoned")
-                .contains_key(&inode)
+            let mut opens = opens.lock().expect("open table poisoned");
+            let open = opens.handles.contains_key(&inode);
+            if open {
+                opens.maybe_orphaned.insert(inode);
+            }
+            open
         }
     }
 
@@ -742,6 +754,7 @@ impl Meta {
         let closed: Vec<(OpenHandle, InodeId)> = {
             let opens = self.opens.lock().expect("open table poisoned");
             opens
+                .handles
                 .iter()
                 .flat_map(|(inode, handles)| {
                     handles
@@ -823,6 +836,7 @@ impl Meta {
             .opens
             .lock()
             .expect("open table poisoned")
+            .handles
             .entry(inode)
             .or_default()
             .insert(open);
@@ -833,21 +847,23 @@ impl Meta {
         result
     }
 
-    /// Drops an open; true when it was the inode's last open anywhere.
+    /// Drops an open; true when it was the inode's last open anywhere and an unlink or rename
+    /// may have left it an orphan to dispose of.
     fn drop_open(&self, open: OpenHandle, inode: InodeId) -> bool {
         let mut opens = self.opens.lock().expect("open table poisoned");
-        let Some(handles) = opens.get_mut(&inode) else {
+        let Some(handles) = opens.handles.get_mut(&inode) else {
             return false;
         };
         handles.remove(&open);
         if handles.is_empty() {
-            opens.remove(&inode);
-            return true;
+            opens.handles.remove(&inode);
+            return opens.maybe_orphaned.remove(&inode);
         }
         false
     }
 
     async fn release(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
+        // Only a last close of a file an unlink or rename saw open costs a commit.
         if self.drop_open(open, inode) {
             let opens = Arc::clone(&self.opens);
             self.committer
@@ -856,6 +872,7 @@ impl Meta {
                     if opens
                         .lock()
                         .expect("open table poisoned")
+                        .handles
                         .contains_key(&inode)
                     {
                         return Ok(Response::Done);
@@ -1806,6 +1823,7 @@ impl Meta {
             .opens
             .lock()
             .expect("open table poisoned")
+            .handles
             .keys()
             .copied()
             .collect();

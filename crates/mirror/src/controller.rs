@@ -351,7 +351,10 @@ mod tests {
             let _: Vec<Send<()>> = controller.tick(now);
             let group = &controller.map().groups[&1];
             if now < 1_900 {
-                assert_eq!(group.primary, 1, "no promotion before the timeout ({now} ms)");
+                assert_eq!(
+                    group.primary, 1,
+                    "no promotion before the timeout ({now} ms)"
+                );
             }
         }
         let one = &controller.map().groups[&1];
