@@ -410,11 +410,36 @@ impl Client {
         name: &str,
         new: NewInode,
     ) -> Result<InodeAttr, ClientError> {
+        self.create_with_open(parent, name, new, None).await
+    }
+
+    /// Creates a regular file and opens it with `handle` in the same request (as
+    /// [`Client::open`] would): one round trip for `open(O_CREAT)`.
+    ///
+    /// # Errors
+    /// As [`Client::create`].
+    pub async fn create_open(
+        &self,
+        parent: InodeId,
+        name: &str,
+        new: NewInode,
+        handle: u64,
+    ) -> Result<InodeAttr, ClientError> {
+        self.create_with_open(parent, name, new, Some(handle)).await
+    }
+
+    async fn create_with_open(
+        &self,
+        parent: InodeId,
+        name: &str,
+        new: NewInode,
+        open: Option<u64>,
+    ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
         let attr = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
-                async move { meta.create(mutation, holder, name, new).await }
+                async move { meta.create(mutation, (holder, name), new, open).await }
             })
             .await?;
         self.learn(&attr);

@@ -66,6 +66,17 @@ const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 /// An open file handle: the client session and its handle number.
 type OpenHandle = (ClientId, u64);
 /// Open handles per inode.
+/// Registers `open` of `inode`; true when it was new.
+fn register_open(opens: &Mutex<OpenTable>, open: OpenHandle, inode: InodeId) -> bool {
+    opens
+        .lock()
+        .expect("open table poisoned")
+        .handles
+        .entry(inode)
+        .or_default()
+        .insert(open)
+}
+
 /// The files open anywhere, and which of them an unlink or rename saw open.
 #[derive(Default)]
 struct OpenTable {
@@ -431,6 +442,7 @@ impl Meta {
                 parent,
                 name,
                 new,
+                open,
             } => {
                 if new.kind == FileKind::Regular {
                     self.refresh_map_if_short(parent, std::time::Instant::now())
@@ -451,10 +463,29 @@ impl Meta {
                 } else {
                     self.node
                 };
+                let open = open
+                    .filter(|_| new.kind == FileKind::Regular)
+                    .map(|handle| (mutation.client, handle));
                 if home == self.node {
                     let entry = NewEntry { parent, name, new };
-                    self.mutate(mutation, move |txn, context| create(txn, context, entry))
-                        .await
+                    // The open is registered before the commit, so no unlink can dispose of
+                    // the new file between the two; and again after it, for a retry answered
+                    // from the stored reply.
+                    let opens = Arc::clone(&self.opens);
+                    let result = self
+                        .mutate(mutation, move |txn, context| {
+                            let response = create(txn, context, entry)?;
+                            if let (Some(handle), Response::Attr(attr)) = (open, &response) {
+                                register_open(&opens, handle, attr.inode);
+                            }
+                            Ok(response)
+                        })
+                        .await;
+                    if let (Some(handle), Ok(Response::Attr(attr))) = (open, &result) {
+                        self.note_client(handle.0);
+                        register_open(&self.opens, handle, attr.inode);
+                    }
+                    result
                 } else {
                     self.remote_mkdir(mutation, parent, name, new, home).await
                 }
@@ -832,14 +863,7 @@ impl Meta {
     /// Registers an open; registering the same (client, handle) again changes nothing.
     fn open(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
         self.note_client(open.0);
-        let added = self
-            .opens
-            .lock()
-            .expect("open table poisoned")
-            .handles
-            .entry(inode)
-            .or_default()
-            .insert(open);
+        let added = register_open(&self.opens, open, inode);
         let result = self.read(|txn| get_attr(txn, inode));
         if result.is_err() && added {
             self.drop_open(open, inode);

@@ -258,15 +258,16 @@ impl MetaClient {
     pub async fn create(
         &self,
         mutation: MutationId,
-        parent: InodeId,
-        name: &str,
+        (parent, name): (InodeId, &str),
         new: NewInode,
+        open: Option<u64>,
     ) -> Result<InodeAttr, RpcError> {
         self.attr(MetaRequest::Create {
             mutation,
             parent,
             name: name.to_string(),
             new,
+            open,
         })
         .await
     }

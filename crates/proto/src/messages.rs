@@ -423,6 +423,9 @@ pub enum MetaRequest {
         name: String,
         /// What to create.
         new: NewInode,
+        /// Also opens the new regular file for the mutation's client with this handle, as
+        /// [`MetaRequest::Open`] would (saving a round trip per `open(O_CREAT)`).
+        open: Option<u64>,
     },
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
     CreateSpread {

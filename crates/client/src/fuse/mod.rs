@@ -1329,9 +1329,11 @@ impl Filesystem for WeftFs {
         };
         let owner = (request.uid(), request.gid());
         self.spawn(|state| async move {
+            // One request creates the file and registers the open.
+            let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
             let created = state
                 .client
-                .create(
+                .create_open(
                     to_inode(parent),
                     &name,
                     NewInode {
@@ -1343,16 +1345,14 @@ impl Filesystem for WeftFs {
                         rdev: 0,
                         symlink: None,
                     },
+                    handle,
                 )
                 .await;
             let attr = match created {
                 Ok(attr) => attr,
                 Err(error) => return reply.error(errno(&error)),
             };
-            let handle = match state.open_handle(attr.inode).await {
-                Ok((handle, _)) => handle,
-                Err(error) => return reply.error(errno(&error)),
-            };
+            state.add_handle(handle, &attr);
             let open_flags = fopen_flags(flags);
             // A new file has no file capabilities.
             state.note_no_capability(to_ino(attr.inode));
