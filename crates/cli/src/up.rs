@@ -29,6 +29,9 @@ pub struct UpArgs {
     /// Storage targets per storage server.
     #[arg(long, default_value_t = 4)]
     targets_per_server: usize,
+    /// Storage servers read and write object data with O_DIRECT (config key `direct_io`).
+    #[arg(long)]
+    direct_io: bool,
     /// Metadata servers to run.
     #[arg(long, default_value_t = 1)]
     meta_servers: usize,
@@ -148,6 +151,7 @@ async fn up(args: UpArgs) -> Result<()> {
             heartbeat_interval_ms: 2_000,
             target_capacity_bytes: None,
             crash_test_discard_unsynced: false,
+            direct_io: args.direct_io,
             influxdb: None,
             log: None,
         };

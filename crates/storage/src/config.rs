@@ -32,6 +32,11 @@ pub struct StorageConfig {
     /// loses exactly what a power loss would. Never use in production.
     #[serde(default)]
     pub crash_test_discard_unsynced: bool,
+    /// Read and write object data with O_DIRECT on every target of this server: the page
+    /// cache is bypassed (unaligned edges are read, modified and written whole). Durability is
+    /// unchanged: a client's fsync still syncs the objects.
+    #[serde(default)]
+    pub direct_io: bool,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
     /// `--log` and `WEFT_LOG` win over it.
     #[serde(default)]
@@ -76,6 +81,12 @@ impl StorageConfig {
             if let Err(problem) = influxdb.validate() {
                 problems.push(problem);
             }
+        }
+        if self.direct_io && self.crash_test_discard_unsynced {
+            problems.push(
+                "direct_io and crash_test_discard_unsynced exclude each other: the crash test keeps writes in memory"
+                    .to_string(),
+            );
         }
         if problems.is_empty() {
             Ok(())

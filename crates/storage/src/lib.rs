@@ -12,6 +12,7 @@
 
 mod bench;
 pub mod config;
+mod direct;
 mod metrics;
 mod service;
 mod target;

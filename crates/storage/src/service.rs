@@ -71,7 +71,7 @@ pub async fn run(
             id,
             path,
             config.target_capacity_bytes,
-            config.crash_test_discard_unsynced,
+            (config.crash_test_discard_unsynced, config.direct_io),
         )
         .map_err(|source| StorageError::Target {
             path: path.clone(),

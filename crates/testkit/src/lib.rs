@@ -31,6 +31,8 @@ pub struct ClusterSpec {
     pub target_capacity_bytes: Option<u64>,
     /// Config settings (`key=value`) given to every service, e.g. `influxdb.url=...`.
     pub settings: Vec<String>,
+    /// Config settings given to the storage servers only, e.g. `direct_io=true`.
+    pub storage_settings: Vec<String>,
 }
 
 impl Default for ClusterSpec {
@@ -42,6 +44,7 @@ impl Default for ClusterSpec {
             crash_test: false,
             target_capacity_bytes: None,
             settings: Vec::new(),
+            storage_settings: Vec::new(),
         }
     }
 }
@@ -259,6 +262,9 @@ impl LocalCluster {
             }
             if let Some(capacity) = spec.target_capacity_bytes {
                 args.extend(["--set".into(), format!("target_capacity_bytes={capacity}")]);
+            }
+            for setting in &spec.storage_settings {
+                args.extend(["--set".into(), setting.clone()]);
             }
             cluster.add_service(&format!("storage-{index}"), args)?;
             cluster.wait_registered(&format!("storage-{index}"))?;
