@@ -204,6 +204,7 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
             std::time::Duration::from_millis(config.attr_cache_ms),
             config.write_behind_bytes,
             config.writeback_cache,
+            config.read_ahead_bytes,
         ),
     );
     let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;

@@ -291,3 +291,73 @@ fn direct_io_targets_keep_data_and_skip_the_page_cache() {
         .sum();
     assert_eq!(cached, 0, "object data stays out of the page cache");
 }
+
+/// A zeroed buffer of `len` bytes aligned to 4 KiB, for O_DIRECT reads.
+fn aligned(len: usize) -> (Vec<u8>, usize) {
+    let storage = vec![0u8; len + 4096];
+    let start = (4096 - storage.as_ptr() as usize % 4096) % 4096;
+    (storage, start)
+}
+
+// Goal: read-ahead never answers with stale data: a reader going through a file in order sees
+// the writes this client makes ahead of it through another descriptor, and a truncate; and
+// what it reads matches the file. Method: O_DIRECT reads (past the kernel's cache, so every
+// read reaches the mount) of a 8 MiB file, with a write and a truncate ahead of the reader
+// after its read-ahead has started.
+#[test]
+fn read_ahead_sees_this_clients_writes_and_truncates() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const MIB: usize = 1024 * 1024;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let path = mnt.join("streamed");
+    let mut expected = pattern(51, 8 * MIB);
+    fs::write(&path, &expected).expect("write");
+
+    let reader = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .expect("open for direct reads");
+    let writer = fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open for writes");
+    let (mut storage, start) = aligned(MIB);
+    let mut read = |offset: usize| -> Vec<u8> {
+        let buffer = &mut storage[start..start + MIB];
+        let count = reader.read_at(buffer, offset as u64).expect("read");
+        buffer[..count].to_vec()
+    };
+    // Two reads in order start the read-ahead of the next megabytes.
+    let same = |got: Vec<u8>, want: &[u8], what: &str| {
+        assert!(
+            got == want,
+            "{what}: {} bytes read, {} expected",
+            got.len(),
+            want.len()
+        );
+    };
+    same(read(0), &expected[..MIB], "first megabyte");
+    same(read(MIB), &expected[MIB..2 * MIB], "second megabyte");
+    // A write ahead of the reader, inside what was read ahead.
+    let patch = pattern(52, 64 * 1024);
+    writer
+        .write_all_at(&patch, (3 * MIB + 1000) as u64)
+        .expect("write ahead of the reader");
+    expected[3 * MIB + 1000..3 * MIB + 1000 + patch.len()].copy_from_slice(&patch);
+    same(read(2 * MIB), &expected[2 * MIB..3 * MIB], "third megabyte");
+    same(
+        read(3 * MIB),
+        &expected[3 * MIB..4 * MIB],
+        "the write is seen",
+    );
+    // A truncate ahead of the reader.
+    writer.set_len((4 * MIB + 123) as u64).expect("truncate");
+    same(
+        read(4 * MIB),
+        &expected[4 * MIB..4 * MIB + 123],
+        "the truncate is seen",
+    );
+    assert!(read(5 * MIB).is_empty(), "nothing past the new end");
+}

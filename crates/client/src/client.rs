@@ -51,6 +51,11 @@ pub struct ClientConfig {
     /// come back at the file's next write, flush (close) or fsync.
     #[serde(default = "default_write_behind")]
     pub write_behind_bytes: u32,
+    /// Bytes read ahead of a reader that reads a file in order, per open file, in windows of
+    /// this size (two at most in flight or kept; 0: none beyond the kernel's own). Dropped when
+    /// this client writes or truncates the file.
+    #[serde(default = "default_read_ahead")]
+    pub read_ahead_bytes: u64,
     /// Let the kernel cache writes and trust its own file size (FUSE writeback caching). Only
     /// for files one client writes at a time: another client's writes to a file this one has
     /// cached pages of are not seen until it is opened again. Off by default.
@@ -80,6 +85,10 @@ fn default_write_behind() -> u32 {
     4 * 1024 * 1024
 }
 
+fn default_read_ahead() -> u64 {
+    4 * 1024 * 1024
+}
+
 impl ClientConfig {
     /// A config with every default and the given management address.
     pub fn new(mgmt: impl Into<String>) -> ClientConfig {
@@ -92,6 +101,7 @@ impl ClientConfig {
             fuse_threads: default_fuse_threads(),
             attr_cache_ms: default_attr_cache(),
             write_behind_bytes: default_write_behind(),
+            read_ahead_bytes: default_read_ahead(),
             writeback_cache: false,
         }
     }

@@ -11,6 +11,7 @@
 //! this adapter remembers, per inode, the largest end it wrote in the current truncate
 //! generation and never reports a smaller size to the kernel than that.
 
+mod ahead;
 mod behind;
 pub mod mount;
 
@@ -57,6 +58,9 @@ struct LocalInode {
     reported_end: u64,
     /// The size the metadata server last told.
     size: u64,
+    /// Bumped by every change of the file's data this client makes or learns of (writes,
+    /// truncates, allocations): read-ahead windows of an older version are dropped.
+    data_version: u64,
 }
 
 struct OpenFile {
@@ -64,6 +68,8 @@ struct OpenFile {
     layout: Option<FileLayout>,
     /// Sticky write error: reported at every later flush and fsync.
     error: Mutex<Option<i32>>,
+    /// What was read ahead for this open file.
+    ahead: ahead::ReadAhead,
 }
 
 struct State {
@@ -81,6 +87,8 @@ struct State {
     writeback_cache: bool,
     /// Writes in flight per inode.
     inflight: Mutex<HashMap<InodeId, Arc<behind::InFlight>>>,
+    /// Bytes per read-ahead window (0: no read-ahead).
+    read_ahead: u64,
     /// Files known to have no `security.capability` since an instant (see
     /// [`State::capability_absent`]).
     no_capability: Mutex<HashMap<u64, std::time::Instant>>,
@@ -297,6 +305,7 @@ impl State {
                     attr.size = attr.size.max(local.written_end);
                 } else if attr.truncate_generation > local.generation {
                     // Another client truncated: our older writes no longer count.
+                    local.data_version += 1;
                     local.generation = attr.truncate_generation;
                     local.written_end = 0;
                     local.reported_end = 0;
@@ -349,6 +358,7 @@ impl State {
             inode: attr.inode,
             layout: attr.layout.clone(),
             error: Mutex::new(None),
+            ahead: ahead::ReadAhead::default(),
         };
         self.handles
             .lock()
@@ -376,6 +386,33 @@ impl State {
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         let local = inodes.entry(inode).or_default();
         local.written_end = local.written_end.max(end);
+        local.data_version += 1;
+    }
+
+    fn data_version(&self, inode: InodeId) -> u64 {
+        let inodes = self.inodes.lock().expect("inode table poisoned");
+        inodes.get(&inode).map_or(0, |l| l.data_version)
+    }
+
+    /// Reads `[start, start + len)` in the background, after the writes in flight there.
+    fn read_window(
+        self: &Arc<Self>,
+        (inode, layout): (InodeId, FileLayout),
+        (start, len): (u64, u64),
+        known: u64,
+    ) -> futures::future::BoxFuture<'static, Option<bytes::Bytes>> {
+        let state = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            if state.write_behind > 0 {
+                state.inflight(inode).wait_clear((start, start + len)).await;
+            }
+            state
+                .client
+                .read(inode, &layout, start, len, known)
+                .await
+                .ok()
+        });
+        Box::pin(async move { task.await.ok().flatten() })
     }
 
     /// Reports this client's written size if it grew since the last report.
@@ -433,7 +470,7 @@ impl WeftFs {
     pub fn new(
         client: Arc<Client>,
         runtime: tokio::runtime::Handle,
-        (attr_cache, write_behind, writeback_cache): (Duration, u32, bool),
+        (attr_cache, write_behind, writeback_cache, read_ahead): (Duration, u32, bool, u64),
     ) -> WeftFs {
         WeftFs {
             runtime,
@@ -443,6 +480,7 @@ impl WeftFs {
                 write_behind,
                 writeback_cache,
                 inflight: Mutex::default(),
+                read_ahead,
                 no_capability: Mutex::default(),
                 notifier: std::sync::OnceLock::new(),
                 handles: Mutex::default(),
@@ -631,6 +669,7 @@ impl Filesystem for WeftFs {
                             local.written_end = 0;
                             local.reported_end = 0;
                             local.size = attr.size;
+                            local.data_version += 1;
                         }
                     }
                     reply.attr(&state.ttl, &state.merge(attr));
@@ -858,11 +897,27 @@ impl Filesystem for WeftFs {
             let Some(layout) = &file.layout else {
                 return reply.error(Errno::EINVAL);
             };
+            let known = state.known_size(file.inode);
+            let version = state.data_version(file.inode);
+            let plan = file
+                .ahead
+                .plan(offset, u64::from(size), (version, known), state.read_ahead);
+            if let Some(window) = plan.fetch {
+                let fetch = state.read_window((file.inode, layout.clone()), window, known);
+                file.ahead.add(window, version, fetch);
+            }
+            if let Some((start, window)) = plan.hit {
+                let answer = window.await.and_then(|window| {
+                    ahead::slice(&window, start, offset, u64::from(size), known)
+                });
+                if let Some(data) = answer {
+                    return reply.data(&data);
+                }
+            }
             if state.write_behind > 0 {
                 let end = offset.saturating_add(u64::from(size));
                 state.inflight(file.inode).wait_clear((offset, end)).await;
             }
-            let known = state.known_size(file.inode);
             match state
                 .client
                 .read(file.inode, layout, offset, u64::from(size), known)
