@@ -152,16 +152,7 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
     pub fn handle(&mut self, now: Time, _from: Node, msg: Msg<D>) -> Vec<Send<D>> {
         match msg {
             Msg::Map(map) => {
-                for (id, group) in map.groups {
-                    let newer = self
-                        .map
-                        .groups
-                        .get(&id)
-                        .is_none_or(|known| known.version < group.version);
-                    if newer {
-                        self.map.groups.insert(id, group);
-                    }
-                }
+                self.map.merge_newer(map);
                 self.send(now)
             }
             Msg::Reply { seq, answer } => {

@@ -84,6 +84,16 @@ impl Controller {
             .max(self.started)
     }
 
+    /// A good, online member to take over from `leaving`.
+    fn successor(&self, group: &Group, leaving: ServerId, now: Time) -> Option<ServerId> {
+        group
+            .members
+            .iter()
+            .filter(|m| m.server != leaving && m.state == MemberState::Good)
+            .map(|m| m.server)
+            .find(|s| self.online(*s, now))
+    }
+
     fn online(&self, server: ServerId, now: Time) -> bool {
         now.saturating_sub(self.heard(server)) < self.timing.promotion_timeout_ms
     }
@@ -178,13 +188,7 @@ impl Controller {
     /// another good member, which becomes primary if the restarted one was.
     fn member_restarted(&mut self, group: &mut Group, server: ServerId, now: Time) {
         if group.primary == server {
-            let successor = group
-                .members
-                .iter()
-                .filter(|m| m.server != server && m.state == MemberState::Good)
-                .map(|m| m.server)
-                .find(|s| self.online(*s, now));
-            if let Some(successor) = successor {
+            if let Some(successor) = self.successor(group, server, now) {
                 promote(group, successor);
                 set_state(
                     group,
@@ -230,14 +234,8 @@ impl Controller {
                 .collect();
             for server in silent {
                 if server == group.primary {
-                    let successor = group
-                        .members
-                        .iter()
-                        .filter(|m| m.server != server && m.state == MemberState::Good)
-                        .map(|m| m.server)
-                        .find(|s| self.online(*s, now));
                     // Without a good member to promote the group waits for its primary.
-                    if let Some(successor) = successor {
+                    if let Some(successor) = self.successor(&group, server, now) {
                         promote(&mut group, successor);
                         self.make_absent(&mut group, server);
                     }

@@ -120,6 +120,25 @@ pub struct GroupMap {
     pub groups: BTreeMap<GroupId, Group>,
 }
 
+impl GroupMap {
+    /// Takes every group of `other` that is newer than the one known; returns the groups
+    /// taken, each with the version it replaced.
+    pub fn merge_newer(&mut self, other: GroupMap) -> Vec<(GroupId, Option<Group>)> {
+        let mut taken = Vec::new();
+        for (id, group) in other.groups {
+            let newer = self
+                .groups
+                .get(&id)
+                .is_none_or(|known| known.version < group.version);
+            if newer {
+                let before = self.groups.insert(id, group);
+                taken.push((id, before));
+            }
+        }
+        taken
+    }
+}
+
 /// Orders chunk states: the version of the primary that wrote it, then its counter.
 pub type Stamp = (Version, u64);
 

@@ -543,19 +543,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     /// Takes a newer map: forwards stop waiting for members that left (recording what they
     /// miss), a deposed primary drops its forwards unanswered, resyncs are planned anew.
     fn adopt(&mut self, map: GroupMap, now: Time) -> Vec<Send<D>> {
-        let mut changed = Vec::new();
-        for (id, group) in map.groups {
-            let newer = self
-                .map
-                .groups
-                .get(&id)
-                .is_none_or(|known| known.version < group.version);
-            if newer {
-                let before = self.map.groups.insert(id, group);
-                changed.push((id, before));
-            }
-        }
-        for (id, before) in changed {
+        for (id, before) in self.map.merge_newer(map) {
             let group = self.map.groups[&id].clone();
             if group.primary != self.id {
                 self.pending.retain(|_, p| p.group != id);
