@@ -547,15 +547,34 @@ impl Collector for SpaceCollector {
                 |usage| usage.free_inodes,
             ),
         ];
-        for (name, help, value) in columns {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (target, usage) in &targets {
-                let labels = [("target", target.as_str())];
-                ConstGauge::new(value(usage) as i64).encode(family.encode_family(&labels)?)?;
+        encode_columns(
+            &mut encoder,
+            &columns,
+            ("target", &targets),
+            MetricType::Gauge,
+        )
+    }
+}
+
+/// Encodes one family per column, with a series per row labeled `label` = the row's name.
+fn encode_columns<T>(
+    encoder: &mut DescriptorEncoder,
+    columns: &[Column<T>],
+    (label, rows): (&str, &[(String, T)]),
+    kind: MetricType,
+) -> Result<(), std::fmt::Error> {
+    for (name, help, value) in columns {
+        let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+        for (row, record) in rows {
+            let labels = [(label, row.as_str())];
+            let metric = family.encode_family(&labels)?;
+            match kind {
+                MetricType::Counter => ConstCounter::new(value(record)).encode(metric)?,
+                _ => ConstGauge::new(value(record) as i64).encode(metric)?,
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// The `client` label of a session: its id as `weft` prints it; `none` for servers and tools.
@@ -590,14 +609,12 @@ impl Collector for ClientCollector {
                 |load| load.sent_bytes,
             ),
         ];
-        for (name, help, value) in columns {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (client, load) in &rows {
-                let labels = [("client", client.as_str())];
-                ConstCounter::new(value(load)).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
+        encode_columns(
+            &mut encoder,
+            &columns,
+            ("client", &rows),
+            MetricType::Counter,
+        )
     }
 }
 
