@@ -8,6 +8,7 @@
 
 mod admin;
 mod bench;
+mod mirror;
 mod serve;
 mod signals;
 mod stats;
@@ -57,6 +58,11 @@ enum Command {
     },
     /// Space and inodes per storage target and metadata target.
     Df(admin::ClusterArgs),
+    /// Mirror groups of storage targets and metadata nodes.
+    Mirror {
+        #[command(subcommand)]
+        command: mirror::MirrorCommand,
+    },
     /// Management's view of the cluster: states, space, throughput, events.
     Cluster {
         #[command(subcommand)]
@@ -159,6 +165,7 @@ fn run(command: Command) -> Result<()> {
         Command::Target { command } => admin::target(command),
         Command::Df(args) => admin::df(args),
         Command::Cluster { command } => stats::cluster(command),
+        Command::Mirror { command } => mirror::mirror(command),
         Command::Stats { command } => stats::stats(command),
         Command::Fsck(args) => admin::fsck(args),
         Command::Bench { command } => bench::run(command),

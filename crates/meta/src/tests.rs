@@ -49,9 +49,8 @@ fn fixture() -> Fixture {
         home: NodeId(1),
         chooser: Arc::new(Chooser::new(TargetChooser::Roundrobin)),
         map: Arc::new(ClusterMap {
-            nodes: Vec::new(),
             targets,
-            live_sessions: Vec::new(),
+            ..ClusterMap::default()
         }),
     });
     Fixture {

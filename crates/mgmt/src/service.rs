@@ -17,8 +17,8 @@ use weft_net::HttpReply;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, NodeId, TargetId};
 use weft_proto::messages::{
-    ClusterMap, MgmtRequest, NodeInfo, NodeKind, Reachability, Reply, Request, Response,
-    SpaceUsage, NODE_ADDRESSES_MAX,
+    ClusterMap, MgmtRequest, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind, Reachability, Reply,
+    Request, Response, SpaceUsage, MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -41,6 +41,8 @@ struct Mgmt {
     rename_lock: Mutex<Option<(u64, NodeId, Instant)>>,
     rename_lock_lease: Duration,
     monitor: Monitor,
+    /// Serialises mirror group creation: the free members are read and taken at once.
+    mirror_lock: Mutex<()>,
 }
 
 /// The web page management serves at `/`: the cluster overview, with its styles and scripts
@@ -70,6 +72,7 @@ pub async fn run(
         rename_lock: Mutex::new(None),
         rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
         monitor: Monitor::new(Duration::from_millis(config.stats_interval_ms)),
+        mirror_lock: Mutex::new(()),
     });
     let address = listener
         .local_addr()
@@ -196,6 +199,85 @@ impl Collector for ClusterCollector {
             ConstGauge::new(value).encode(metric)?;
         }
         Ok(())
+    }
+}
+
+/// A group's description for events and logs.
+fn describe_group(group: &MirrorGroupInfo, what: &str) -> String {
+    let members: Vec<String> = group.members.iter().map(|m| m.id.to_string()).collect();
+    format!(
+        "{} mirror group {} {what}: members {} (primary {})",
+        <&str>::from(group.kind),
+        group.id,
+        members.join(", "),
+        group.primary
+    )
+}
+
+/// Checks a requested group against the members still free; returns (member, node) pairs.
+fn check_mirror_group(
+    kind: MirrorKind,
+    members: &[u32],
+    candidates: &[(u32, NodeId)],
+) -> Result<Vec<(u32, NodeId)>, WireError> {
+    let noun = match kind {
+        MirrorKind::Storage => "storage target",
+        MirrorKind::Meta => "metadata node",
+    };
+    let invalid = |message: String| Err(WireError::new(ErrorCode::InvalidArgument, message));
+    if members.len() < 2 || members.len() > MIRROR_MEMBERS_MAX {
+        return invalid(format!(
+            "a mirror group has 2 to {MIRROR_MEMBERS_MAX} members, not {}",
+            members.len()
+        ));
+    }
+    let mut group = Vec::new();
+    for member in members {
+        let Some(found) = candidates.iter().find(|(id, _)| id == member) else {
+            return invalid(format!(
+                "{noun} {member} is not registered or already in a mirror group (weft mirror list)"
+            ));
+        };
+        if group.iter().any(|(_, node)| *node == found.1) {
+            return invalid(format!(
+                "{noun} {member} is on the same node as another member: a mirror must survive the loss of a node"
+            ));
+        }
+        group.push(*found);
+    }
+    Ok(group)
+}
+
+/// Pairs free members two by two, never two on one node: each round takes one from each of
+/// the two nodes with the most left.
+fn pair_across_nodes(candidates: &[(u32, NodeId)]) -> Vec<Vec<(u32, NodeId)>> {
+    let mut by_node: std::collections::BTreeMap<NodeId, Vec<u32>> = Default::default();
+    for (member, node) in candidates {
+        by_node.entry(*node).or_default().push(*member);
+    }
+    for members in by_node.values_mut() {
+        members.reverse(); // pop the lowest id first
+    }
+    let mut groups = Vec::new();
+    loop {
+        let mut nodes: Vec<(usize, NodeId)> = by_node
+            .iter()
+            .filter(|(_, members)| !members.is_empty())
+            .map(|(node, members)| (members.len(), *node))
+            .collect();
+        if nodes.len() < 2 {
+            return groups;
+        }
+        nodes.sort_by_key(|(left, node)| (std::cmp::Reverse(*left), *node));
+        let mut group = Vec::new();
+        for (_, node) in &nodes[..2] {
+            let member = by_node
+                .get_mut(node)
+                .and_then(Vec::pop)
+                .expect("nodes listed have members left");
+            group.push((member, *node));
+        }
+        groups.push(group);
     }
 }
 
@@ -344,6 +426,32 @@ impl Mgmt {
             MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
                 self.cluster_status().map_err(internal)?,
             )),
+            MgmtRequest::CreateMirrorGroup { kind, members } => {
+                let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
+                let candidates = self.mirror_candidates(kind).map_err(internal)?;
+                let group = check_mirror_group(kind, &members, &candidates)?;
+                let created = self
+                    .store
+                    .create_mirror_groups(kind, &[group])
+                    .map_err(internal)?;
+                for group in &created {
+                    self.monitor.event(false, describe_group(group, "created"));
+                }
+                Ok(Response::MirrorGroups(created))
+            }
+            MgmtRequest::AutoCreateMirrorGroups { kind } => {
+                let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
+                let candidates = self.mirror_candidates(kind).map_err(internal)?;
+                let groups = pair_across_nodes(&candidates);
+                let created = self
+                    .store
+                    .create_mirror_groups(kind, &groups)
+                    .map_err(internal)?;
+                for group in &created {
+                    self.monitor.event(false, describe_group(group, "created"));
+                }
+                Ok(Response::MirrorGroups(created))
+            }
         }
     }
 
@@ -359,6 +467,35 @@ impl Mgmt {
         } else {
             Reachability::Online
         }
+    }
+
+    /// Members of `kind` not in a group yet, each with its node, in id order.
+    fn mirror_candidates(&self, kind: MirrorKind) -> Result<Vec<(u32, NodeId)>, MgmtError> {
+        let grouped: std::collections::HashSet<u32> = self
+            .store
+            .mirror_groups()?
+            .iter()
+            .filter(|g| g.kind == kind)
+            .flat_map(|g| g.members.iter().map(|m| m.id))
+            .collect();
+        let mut all: Vec<(u32, NodeId)> = match kind {
+            MirrorKind::Storage => self
+                .store
+                .targets()?
+                .into_iter()
+                .map(|(target, record)| (target.0, record.node))
+                .collect(),
+            MirrorKind::Meta => self
+                .store
+                .nodes()?
+                .into_iter()
+                .filter(|(node_kind, _, _)| *node_kind == NodeKind::Meta)
+                .map(|(_, node, _)| (node.0, node))
+                .collect(),
+        };
+        all.retain(|(id, _)| !grouped.contains(id));
+        all.sort();
+        Ok(all)
     }
 
     fn cluster_status(&self) -> Result<weft_proto::messages::ClusterStatus, MgmtError> {
@@ -400,6 +537,7 @@ impl Mgmt {
                 usage: live.target_usage.get(&id).copied().unwrap_or_default(),
             });
         }
+        map.mirror_groups = self.store.mirror_groups()?;
         // As for nodes, a session counts as heard at management's start after a restart.
         map.live_sessions = clients
             .into_iter()

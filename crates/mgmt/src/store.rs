@@ -6,7 +6,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use weft_proto::ids::{ClientId, NodeId, StoragePoolId, TargetId};
-use weft_proto::messages::NodeKind;
+use weft_proto::messages::{Consistency, MirrorGroupInfo, MirrorKind, NodeKind};
 
 /// (kind, node id) → postcard [`NodeRecord`].
 const NODES: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("nodes");
@@ -16,6 +16,44 @@ const TARGETS: TableDefinition<u32, &[u8]> = TableDefinition::new("targets");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 /// client id → client alias.
 const CLIENTS: TableDefinition<u64, &str> = TableDefinition::new("clients");
+/// (kind, group id) → postcard [`MirrorGroupRecord`].
+const MIRROR_GROUPS: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("mirror_groups");
+
+/// A mirror group as stored: published only after it is committed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct MirrorGroupRecord {
+    pub version: u64,
+    pub primary: u32,
+    /// (member id, its node, consistency).
+    pub members: Vec<(u32, NodeId, Consistency)>,
+}
+
+impl MirrorGroupRecord {
+    fn info(&self, kind: MirrorKind, id: u32) -> MirrorGroupInfo {
+        MirrorGroupInfo {
+            id,
+            kind,
+            version: self.version,
+            primary: self.primary,
+            members: self
+                .members
+                .iter()
+                .map(|(id, node, state)| weft_proto::messages::MirrorMember {
+                    id: *id,
+                    node: *node,
+                    state: *state,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn mirror_kind_key(kind: MirrorKind) -> u8 {
+    match kind {
+        MirrorKind::Storage => 0,
+        MirrorKind::Meta => 1,
+    }
+}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct NodeRecord {
@@ -63,6 +101,7 @@ impl MgmtStore {
             txn.open_table(TARGETS).map_err(store_error)?;
             txn.open_table(COUNTERS).map_err(store_error)?;
             txn.open_table(CLIENTS).map_err(store_error)?;
+            txn.open_table(MIRROR_GROUPS).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -218,6 +257,70 @@ impl MgmtStore {
             .get((kind_key(kind), node.0))
             .map_err(store_error)?
             .is_some())
+    }
+
+    /// Every mirror group.
+    pub fn mirror_groups(&self) -> Result<Vec<MirrorGroupInfo>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let groups = txn.open_table(MIRROR_GROUPS).map_err(store_error)?;
+        let mut out = Vec::new();
+        for entry in groups.iter().map_err(store_error)? {
+            let (key, value) = entry.map_err(store_error)?;
+            let (kind, id) = key.value();
+            let kind = if kind == 0 {
+                MirrorKind::Storage
+            } else {
+                MirrorKind::Meta
+            };
+            let record: MirrorGroupRecord =
+                postcard::from_bytes(value.value()).map_err(store_error)?;
+            out.push(record.info(kind, id));
+        }
+        Ok(out)
+    }
+
+    /// Stores new mirror groups of `kind`, each a list of (member, node), the first primary;
+    /// allocates their ids and commits them all at once.
+    pub fn create_mirror_groups(
+        &self,
+        kind: MirrorKind,
+        groups: &[Vec<(u32, NodeId)>],
+    ) -> Result<Vec<MirrorGroupInfo>, MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        let mut created = Vec::new();
+        {
+            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+            let counter = match kind {
+                MirrorKind::Storage => "storage_mirror_group",
+                MirrorKind::Meta => "meta_mirror_group",
+            };
+            let mut last = counters
+                .get(counter)
+                .map_err(store_error)?
+                .map(|v| v.value())
+                .unwrap_or(0);
+            let mut table = txn.open_table(MIRROR_GROUPS).map_err(store_error)?;
+            for members in groups {
+                last += 1;
+                let id = u32::try_from(last).map_err(store_error)?;
+                let record = MirrorGroupRecord {
+                    version: 1,
+                    primary: members[0].0,
+                    members: members
+                        .iter()
+                        .map(|(member, node)| (*member, *node, Consistency::Good))
+                        .collect(),
+                };
+                let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
+                table
+                    .insert((mirror_kind_key(kind), id), bytes.as_slice())
+                    .map_err(store_error)?;
+                created.push(record.info(kind, id));
+            }
+            counters.insert(counter, last).map_err(store_error)?;
+        }
+        txn.commit().map_err(store_error)?;
+        Ok(created)
     }
 
     pub fn targets(&self) -> Result<Vec<(TargetId, TargetRecord)>, MgmtError> {

@@ -7,8 +7,9 @@ use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
-    LockRange, MetaRequest, MgmtRequest, MutationId, NewInode, NodeKind, NodeStats, RenameFlags,
-    Request, Response, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
+    LockRange, MetaRequest, MgmtRequest, MirrorGroupInfo, MirrorKind, MutationId, NewInode,
+    NodeKind, NodeStats, RenameFlags, Request, Response, SpaceUsage, StorageRequest, TargetReport,
+    XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -165,6 +166,35 @@ impl MgmtClient {
     pub async fn cluster_map(&self) -> Result<ClusterMap, RpcError> {
         let response = self.call(MgmtRequest::GetClusterMap).await?;
         expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
+    }
+
+    /// Creates a mirror group of `members`, the first primary.
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming what is wrong with the members, or [`RpcError`].
+    pub async fn create_mirror_group(
+        &self,
+        kind: MirrorKind,
+        members: Vec<u32>,
+    ) -> Result<Vec<MirrorGroupInfo>, RpcError> {
+        let response = self
+            .call(MgmtRequest::CreateMirrorGroup { kind, members })
+            .await?;
+        expect_response!(self.rpc, response, Response::MirrorGroups(groups) => groups)
+    }
+
+    /// Pairs every member not in a group yet with one on another node.
+    ///
+    /// # Errors
+    /// [`RpcError`].
+    pub async fn autocreate_mirror_groups(
+        &self,
+        kind: MirrorKind,
+    ) -> Result<Vec<MirrorGroupInfo>, RpcError> {
+        let response = self
+            .call(MgmtRequest::AutoCreateMirrorGroups { kind })
+            .await?;
+        expect_response!(self.rpc, response, Response::MirrorGroups(groups) => groups)
     }
 
     /// Fetches management's view of the cluster: states, space, throughput, events.

@@ -124,7 +124,62 @@ pub struct ClusterMap {
     pub targets: Vec<TargetInfo>,
     /// Client sessions whose heartbeats arrive; servers drop the locks and opens of others.
     pub live_sessions: Vec<ClientId>,
+    /// Mirror groups of storage targets and of metadata nodes.
+    pub mirror_groups: Vec<MirrorGroupInfo>,
 }
+
+/// What a mirror group mirrors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum MirrorKind {
+    /// Storage targets on different storage servers.
+    Storage,
+    /// Metadata nodes (each with its one metadata target).
+    Meta,
+}
+
+/// A mirror group member's consistency state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
+#[serde(rename_all = "snake_case")]
+pub enum Consistency {
+    /// Holds everything the primary acknowledged.
+    Good,
+    /// Is being brought up to date from the primary.
+    NeedsResync,
+    /// Out of the group until it is brought back.
+    Bad,
+}
+
+/// One member of a mirror group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorMember {
+    /// The storage target id, or the metadata node id.
+    pub id: u32,
+    /// The node that holds it.
+    pub node: NodeId,
+    /// Its state.
+    pub state: Consistency,
+}
+
+/// A mirror group as management publishes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorGroupInfo {
+    /// The group (numbered per kind from 1).
+    pub id: u32,
+    /// What it mirrors.
+    pub kind: MirrorKind,
+    /// Bumped whenever its members, states or primary change.
+    pub version: u64,
+    /// The member that serves (its `id`).
+    pub primary: u32,
+    /// Every member, the primary included.
+    pub members: Vec<MirrorMember>,
+}
+
+/// Most members of one mirror group.
+pub const MIRROR_MEMBERS_MAX: usize = 4;
 
 impl ClusterMap {
     /// The node of this kind and id, if registered. Each kind numbers its nodes from 1.
@@ -189,6 +244,19 @@ pub enum MgmtRequest {
     GetClusterMap,
     /// Asks for management's view of the cluster: states, space, recent throughput, events.
     GetClusterStatus,
+    /// Creates a mirror group of these members (storage target ids, or metadata node ids),
+    /// the first one primary.
+    CreateMirrorGroup {
+        /// Storage or metadata.
+        kind: MirrorKind,
+        /// The members.
+        members: Vec<u32>,
+    },
+    /// Pairs every member not yet in a group with one on another node.
+    AutoCreateMirrorGroups {
+        /// Storage or metadata.
+        kind: MirrorKind,
+    },
     /// Takes (or renews) the cluster-wide lock that serializes directory renames between
     /// directories, so two of them on different metadata servers cannot make a loop. Granted
     /// when free, when its lease ran out, or to the same token.
@@ -1194,6 +1262,8 @@ pub enum Response {
     Stats(NodeStats),
     /// Management's view of the cluster.
     ClusterStatus(ClusterStatus),
+    /// Mirror groups (the ones just created).
+    MirrorGroups(Vec<MirrorGroupInfo>),
 }
 
 impl Request {
