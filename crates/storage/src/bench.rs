@@ -216,6 +216,64 @@ impl Run {
     }
 }
 
+/// [`bench_thread`] on a direct-I/O target: the same file, read and written with O_DIRECT from
+/// an aligned buffer, as the target's objects are.
+fn direct_thread(
+    run: &Run,
+    progress: &TargetRun,
+    path: &std::path::Path,
+    (block_bytes, bytes_per_thread): (u32, u64),
+) -> Result<(), String> {
+    use crate::direct;
+    if run.read && !path.exists() {
+        return Err(format!(
+            "cannot open {} (run a write first)",
+            path.display()
+        ));
+    }
+    if !run.read {
+        let _ = fs::remove_file(path);
+    }
+    let file = direct::open(path, !run.read)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut buffer = direct::AlignedBuf::zeroed(block_bytes as usize);
+    buffer.as_mut_slice().fill(0x5a);
+    let length = file.metadata().map_err(|e| format!("stat: {e}"))?.len();
+    let mut offset = 0u64;
+    while offset < bytes_per_thread && !run.stop.load(Ordering::Acquire) {
+        let len = (bytes_per_thread - offset).min(u64::from(block_bytes)) as usize;
+        let aligned = direct::is_aligned(offset, len);
+        let moved = match (run.read, aligned) {
+            (true, true) => file
+                .read_at(&mut buffer.as_mut_slice()[..len], offset)
+                .map_err(|e| format!("read: {e}"))?,
+            (true, false) => {
+                direct::read_at(&file, offset, &mut buffer.as_mut_slice()[..len], length)
+                    .map_err(|e| format!("read: {e}"))?
+            }
+            (false, true) => {
+                file.write_all_at(&buffer.as_slice()[..len], offset)
+                    .map_err(|e| format!("write: {e}"))?;
+                len
+            }
+            (false, false) => {
+                direct::write_at(&file, offset, &buffer.as_slice()[..len], offset)
+                    .map_err(|e| format!("write: {e}"))?;
+                len
+            }
+        };
+        if moved == 0 {
+            break;
+        }
+        offset += moved as u64;
+        progress.bytes.fetch_add(moved as u64, Ordering::AcqRel);
+    }
+    if !run.read {
+        file.sync_all().map_err(|e| format!("fsync: {e}"))?;
+    }
+    Ok(())
+}
+
 /// One thread of one target: writes (then fsyncs) or reads its file.
 fn bench_thread(
     target: &Target,
@@ -226,6 +284,9 @@ fn bench_thread(
     let dir = bench_dir(target);
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join(format!("thread-{thread}"));
+    if target.is_direct() {
+        return direct_thread(run, progress, &path, (block_bytes, bytes_per_thread));
+    }
     let file: File = if run.read {
         File::open(&path)
             .map_err(|e| format!("cannot open {} (run a write first): {e}", path.display()))?

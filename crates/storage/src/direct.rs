@@ -31,14 +31,14 @@ pub(crate) fn is_aligned(offset: u64, len: usize) -> bool {
 }
 
 /// A zeroed buffer whose start is aligned for direct I/O.
-struct AlignedBuf {
+pub(crate) struct AlignedBuf {
     storage: Vec<u8>,
     start: usize,
     len: usize,
 }
 
 impl AlignedBuf {
-    fn zeroed(len: usize) -> AlignedBuf {
+    pub(crate) fn zeroed(len: usize) -> AlignedBuf {
         let storage = vec![0u8; len + ALIGN as usize];
         let address = storage.as_ptr() as usize;
         let start = (ALIGN as usize - address % ALIGN as usize) % ALIGN as usize;
@@ -49,11 +49,11 @@ impl AlignedBuf {
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
 }

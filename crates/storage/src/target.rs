@@ -50,6 +50,11 @@ impl Target {
         &self.root
     }
 
+    /// Whether the target reads and writes with O_DIRECT.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
     pub fn open(
         id: TargetId,
         root: &Path,
