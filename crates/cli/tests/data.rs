@@ -290,6 +290,30 @@ fn direct_io_targets_keep_data_and_skip_the_page_cache() {
         .filter_map(|line| line.trim().parse::<u64>().ok())
         .sum();
     assert_eq!(cached, 0, "object data stays out of the page cache");
+
+    // StorageBench runs with O_DIRECT on such targets, an odd size included.
+    for read in [false, true] {
+        let mut args = vec![
+            "bench",
+            "storage",
+            "start",
+            "--size",
+            "5000K",
+            "--threads",
+            "2",
+            "--wait",
+            "--mgmt",
+        ];
+        args.push(cluster.mgmt());
+        if read {
+            args.push("--read");
+        }
+        let (ok, out, err) = weft(&cluster, &args);
+        assert!(
+            ok && out.contains("done"),
+            "StorageBench on direct targets:\n{out}{err}"
+        );
+    }
 }
 
 /// A zeroed buffer of `len` bytes aligned to 4 KiB, for O_DIRECT reads.
