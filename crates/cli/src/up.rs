@@ -95,6 +95,7 @@ async fn up(args: UpArgs) -> Result<()> {
         rename_lock_lease_ms: weft_mgmt::config::RENAME_LOCK_LEASE_MS_DEFAULT,
         stats_interval_ms: weft_mgmt::config::STATS_INTERVAL_MS_DEFAULT,
         influxdb: None,
+        metrics_listen: None,
         log: None,
     };
     let stopping = shutdown();
@@ -118,6 +119,7 @@ async fn up(args: UpArgs) -> Result<()> {
             heartbeat_interval_ms: weft_meta::config::HEARTBEAT_INTERVAL_MS_DEFAULT,
             lock_grace_ms: weft_meta::config::LOCK_GRACE_MS_DEFAULT,
             influxdb: None,
+            metrics_listen: None,
             log: None,
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
@@ -153,6 +155,7 @@ async fn up(args: UpArgs) -> Result<()> {
             crash_test_discard_unsynced: false,
             direct_io: args.direct_io,
             influxdb: None,
+            metrics_listen: None,
             log: None,
         };
         lines.push(format!(

@@ -594,17 +594,20 @@ fn metrics_are_pushed_to_influxdb() {
 }
 
 // Goal: the log level comes from the config file's `log` key (structured `tracing` lines on
-// stderr), and a filter that makes no sense is refused with the key named. Method: management
-// started with log=warn serves (its port answers) without logging its info lines; started with
-// a broken filter it exits with a clear message.
+// stderr), and a filter that makes no sense is refused with the key named; metrics can be
+// served on an address of their own (`metrics_listen`). Method: management started with
+// log=warn and a metrics address serves metrics there without logging its info lines; started
+// with a broken filter it exits with a clear message.
 #[test]
-fn log_level_is_set_in_config() {
+fn log_level_and_metrics_address_are_set_in_config() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let address = format!("127.0.0.1:{}", free_port().expect("port"));
+    let metrics_address = format!("127.0.0.1:{}", free_port().expect("port"));
     let log_path = scratch.path().join("mgmt.log");
     let log = fs::File::create(&log_path).expect("log");
     let child = Command::new(common::binary())
         .args(["serve", "mgmt", "--listen", &address, "--set", "log=warn"])
+        .args(["--set", &format!("metrics_listen={metrics_address}")])
         .arg("--data-dir")
         .arg(scratch.path().join("mgmt"))
         .env_remove("WEFT_LOG")
@@ -617,6 +620,11 @@ fn log_level_is_set_in_config() {
         http_get(&address, "/metrics").is_ok_and(|(code, _)| code == 200)
     })
     .expect("management serves");
+    let (code, text) = http_get(&metrics_address, "/metrics").expect("the metrics address");
+    assert!(
+        code == 200 && text.contains("weft_requests_in_flight{role=\"mgmt\"}"),
+        "metrics on their own address:\n{text}"
+    );
     process.kill();
     let text = fs::read_to_string(&log_path).expect("read log");
     assert!(

@@ -213,9 +213,17 @@ pub async fn run(
         .influxdb
         .clone()
         .map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
+    let http = match &config.metrics_listen {
+        Some(address) => Some(
+            weft_net::spawn_metrics_listener(address, Arc::clone(&meta), metrics.clone())
+                .await
+                .map_err(|e| MetaError::DataDir(e.to_string()))?,
+        ),
+        None => None,
+    };
     weft_net::serve(listener, Arc::clone(&meta), metrics, shutdown).await;
-    if let Some(pusher) = pusher {
-        pusher.abort();
+    for task in pusher.into_iter().chain(http) {
+        task.abort();
     }
     heartbeat.abort();
     worker.abort();

@@ -35,6 +35,10 @@ pub struct MgmtConfig {
     /// `--log` and `WEFT_LOG` win over it.
     #[serde(default)]
     pub log: Option<String>,
+    /// Also serve the metrics (and management's pages) over HTTP on this address, e.g.
+    /// `127.0.0.1:9100`; they are always served on `listen` too.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`, `database`,
     /// `interval_ms`).
     #[serde(default)]

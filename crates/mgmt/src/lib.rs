@@ -33,6 +33,9 @@ pub enum MgmtError {
         #[source]
         source: std::io::Error,
     },
+    /// An address in the config cannot be listened on.
+    #[error("{0}")]
+    Listen(String),
     /// The store could not be opened or written.
     #[error("management store: {0}")]
     Store(String),

@@ -89,9 +89,17 @@ pub async fn run(
         .influxdb
         .clone()
         .map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
+    let http = match &config.metrics_listen {
+        Some(address) => Some(
+            weft_net::spawn_metrics_listener(address, Arc::clone(&mgmt), metrics.clone())
+                .await
+                .map_err(|e| MgmtError::Listen(e.to_string()))?,
+        ),
+        None => None,
+    };
     weft_net::serve(listener, mgmt, metrics, shutdown).await;
-    if let Some(pusher) = pusher {
-        pusher.abort();
+    for task in pusher.into_iter().chain(http) {
+        task.abort();
     }
     monitoring.abort();
     Ok(())

@@ -68,6 +68,59 @@ pub async fn serve<H: Handler>(
     }
 }
 
+/// Binds `address` (a service's `metrics_listen`) and serves HTTP only there — metrics and
+/// the handler's pages — until the returned task is aborted.
+///
+/// # Errors
+/// When the address cannot be bound, with the address named.
+pub async fn spawn_metrics_listener<H: Handler>(
+    address: &str,
+    handler: Arc<H>,
+    metrics: Metrics,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = TcpListener::bind(address).await.map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("cannot listen for metrics on {address} (metrics_listen): {error}"),
+        )
+    })?;
+    Ok(tokio::spawn(serve_http_only(
+        listener,
+        handler,
+        metrics,
+        std::future::pending(),
+    )))
+}
+
+/// Accepts HTTP only (metrics and the handler's pages) on `listener` until `shutdown`
+/// completes: for a service whose `metrics_listen` is an address of its own.
+pub async fn serve_http_only<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(crate::http::serve_http(
+                        stream,
+                        Arc::clone(&handler),
+                        metrics.clone(),
+                    ));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
 /// Serves a connection as Weft RPC or as HTTP, by its first bytes.
 async fn serve_any<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
     let _open = metrics.rpc().connection();

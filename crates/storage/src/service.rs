@@ -86,6 +86,7 @@ pub async fn run(
         );
     }
     let influxdb = config.influxdb.clone();
+    let metrics_listen = config.metrics_listen.clone();
     let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let storage = Arc::new(Storage {
@@ -104,9 +105,17 @@ pub async fn run(
     ));
     let metrics = builder.build();
     let pusher = influxdb.map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
+    let http = match &metrics_listen {
+        Some(address) => Some(
+            weft_net::spawn_metrics_listener(address, Arc::clone(&storage), metrics.clone())
+                .await
+                .map_err(|e| StorageError::Config(e.to_string()))?,
+        ),
+        None => None,
+    };
     weft_net::serve(listener, storage, metrics, shutdown).await;
-    if let Some(pusher) = pusher {
-        pusher.abort();
+    for task in pusher.into_iter().chain(http) {
+        task.abort();
     }
     heartbeat.abort();
     Ok(())
