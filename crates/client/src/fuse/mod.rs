@@ -982,12 +982,19 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            state.drain(file.inode).await;
+            // The writes still in flight and the size report travel at once: close returns
+            // when both are done, and a failure of either is its answer. (Until close returns
+            // a reader elsewhere may see the new size before the last bytes; close-to-open
+            // promises nothing earlier.)
+            let (_, reported) = tokio::join!(
+                state.drain(file.inode),
+                state.report_size(file.inode, false)
+            );
             // Every close(2) releases the closing process's record locks on the file.
             if let Err(error) = state.release_locks(file.inode, lock_owner.0).await {
                 return reply.error(errno(&error));
             }
-            if let Err(error) = state.report_size(file.inode, false).await {
+            if let Err(error) = reported {
                 return reply.error(errno(&error));
             }
             match State::sticky_error(&file) {
