@@ -208,23 +208,15 @@ pub async fn run(
         address,
     ));
     let worker = tokio::spawn(work_loop(Arc::clone(&meta)));
-    let metrics = metrics.build();
-    let pusher = config
-        .influxdb
-        .clone()
-        .map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
-    let http = match &config.metrics_listen {
-        Some(address) => Some(
-            weft_net::spawn_metrics_listener(address, Arc::clone(&meta), metrics.clone())
-                .await
-                .map_err(|e| MetaError::DataDir(e.to_string()))?,
-        ),
-        None => None,
-    };
-    weft_net::serve(listener, Arc::clone(&meta), metrics, shutdown).await;
-    for task in pusher.into_iter().chain(http) {
-        task.abort();
-    }
+    weft_net::serve_with_exporters(
+        listener,
+        Arc::clone(&meta),
+        metrics.build(),
+        (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        shutdown,
+    )
+    .await
+    .map_err(|e| MetaError::DataDir(e.to_string()))?;
     heartbeat.abort();
     worker.abort();
     Ok(())

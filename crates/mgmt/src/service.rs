@@ -84,23 +84,15 @@ pub async fn run(
         .registry()
         .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
     let monitoring = tokio::spawn(monitor_loop(Arc::clone(&mgmt)));
-    let metrics = metrics.build();
-    let pusher = config
-        .influxdb
-        .clone()
-        .map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
-    let http = match &config.metrics_listen {
-        Some(address) => Some(
-            weft_net::spawn_metrics_listener(address, Arc::clone(&mgmt), metrics.clone())
-                .await
-                .map_err(|e| MgmtError::Listen(e.to_string()))?,
-        ),
-        None => None,
-    };
-    weft_net::serve(listener, mgmt, metrics, shutdown).await;
-    for task in pusher.into_iter().chain(http) {
-        task.abort();
-    }
+    weft_net::serve_with_exporters(
+        listener,
+        mgmt,
+        metrics.build(),
+        (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        shutdown,
+    )
+    .await
+    .map_err(|e| MgmtError::Listen(e.to_string()))?;
     monitoring.abort();
     Ok(())
 }

@@ -49,6 +49,18 @@ pub async fn serve<H: Handler>(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) {
+    accept_until(listener, shutdown, |stream| {
+        tokio::spawn(serve_any(stream, Arc::clone(&handler), metrics.clone()));
+    })
+    .await;
+}
+
+/// Hands every accepted connection to `serve` until `shutdown` completes.
+async fn accept_until(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    serve: impl Fn(TcpStream),
+) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -56,7 +68,7 @@ pub async fn serve<H: Handler>(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     tracing::debug!(%peer, "connection accepted");
-                    tokio::spawn(serve_any(stream, Arc::clone(&handler), metrics.clone()));
+                    serve(stream);
                 }
                 Err(error) => {
                     // Running out of file descriptors must not end the accept loop.
@@ -66,6 +78,32 @@ pub async fn serve<H: Handler>(
             },
         }
     }
+}
+
+/// [`serve`], with what the service's config asks for besides: a push of its metrics to
+/// InfluxDB, and an HTTP-only address for them (`metrics_listen`).
+///
+/// # Errors
+/// When `metrics_listen` cannot be bound, with the address named.
+pub async fn serve_with_exporters<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    metrics: Metrics,
+    (influxdb, metrics_listen): (Option<crate::influx::InfluxConfig>, Option<&str>),
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let http = match metrics_listen {
+        Some(address) => {
+            Some(spawn_metrics_listener(address, Arc::clone(&handler), metrics.clone()).await?)
+        }
+        None => None,
+    };
+    let pusher = influxdb.map(|influxdb| crate::influx::spawn(influxdb, metrics.clone()));
+    serve(listener, handler, metrics, shutdown).await;
+    for task in pusher.into_iter().chain(http) {
+        task.abort();
+    }
+    Ok(())
 }
 
 /// Binds `address` (a service's `metrics_listen`) and serves HTTP only there — metrics and
@@ -100,25 +138,14 @@ pub async fn serve_http_only<H: Handler>(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(crate::http::serve_http(
-                        stream,
-                        Arc::clone(&handler),
-                        metrics.clone(),
-                    ));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            },
-        }
-    }
+    accept_until(listener, shutdown, |stream| {
+        tokio::spawn(crate::http::serve_http(
+            stream,
+            Arc::clone(&handler),
+            metrics.clone(),
+        ));
+    })
+    .await;
 }
 
 /// Serves a connection as Weft RPC or as HTTP, by its first bytes.

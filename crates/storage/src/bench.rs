@@ -239,29 +239,44 @@ fn direct_thread(
     let mut buffer = direct::AlignedBuf::zeroed(block_bytes as usize);
     buffer.as_mut_slice().fill(0x5a);
     let length = file.metadata().map_err(|e| format!("stat: {e}"))?.len();
+    let read = run.read;
+    transfer(
+        run,
+        progress,
+        &file,
+        (block_bytes, bytes_per_thread),
+        |offset, len| {
+            let aligned = direct::is_aligned(offset, len);
+            match (read, aligned) {
+                (true, true) => file.read_at(&mut buffer.as_mut_slice()[..len], offset),
+                (true, false) => {
+                    direct::read_at(&file, offset, &mut buffer.as_mut_slice()[..len], length)
+                }
+                (false, true) => file
+                    .write_all_at(&buffer.as_slice()[..len], offset)
+                    .map(|()| len),
+                (false, false) => {
+                    direct::write_at(&file, offset, &buffer.as_slice()[..len], offset).map(|()| len)
+                }
+            }
+        },
+    )
+}
+
+/// Moves `bytes_per_thread` in blocks with `io(offset, len)` (which answers the bytes moved),
+/// counting progress and stopping when asked; a write run ends with fsync.
+fn transfer(
+    run: &Run,
+    progress: &TargetRun,
+    file: &File,
+    (block_bytes, bytes_per_thread): (u32, u64),
+    mut io: impl FnMut(u64, usize) -> std::io::Result<usize>,
+) -> Result<(), String> {
+    let what = if run.read { "read" } else { "write" };
     let mut offset = 0u64;
     while offset < bytes_per_thread && !run.stop.load(Ordering::Acquire) {
         let len = (bytes_per_thread - offset).min(u64::from(block_bytes)) as usize;
-        let aligned = direct::is_aligned(offset, len);
-        let moved = match (run.read, aligned) {
-            (true, true) => file
-                .read_at(&mut buffer.as_mut_slice()[..len], offset)
-                .map_err(|e| format!("read: {e}"))?,
-            (true, false) => {
-                direct::read_at(&file, offset, &mut buffer.as_mut_slice()[..len], length)
-                    .map_err(|e| format!("read: {e}"))?
-            }
-            (false, true) => {
-                file.write_all_at(&buffer.as_slice()[..len], offset)
-                    .map_err(|e| format!("write: {e}"))?;
-                len
-            }
-            (false, false) => {
-                direct::write_at(&file, offset, &buffer.as_slice()[..len], offset)
-                    .map_err(|e| format!("write: {e}"))?;
-                len
-            }
-        };
+        let moved = io(offset, len).map_err(|e| format!("{what}: {e}"))?;
         if moved == 0 {
             break;
         }
@@ -306,25 +321,18 @@ fn bench_thread(
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
     let mut buffer = vec![0x5a_u8; block_bytes as usize];
-    let mut offset = 0u64;
-    while offset < bytes_per_thread && !run.stop.load(Ordering::Acquire) {
-        let len = (bytes_per_thread - offset).min(u64::from(block_bytes)) as usize;
-        let moved = if run.read {
-            file.read_at(&mut buffer[..len], offset)
-                .map_err(|e| format!("read: {e}"))?
-        } else {
-            file.write_all_at(&buffer[..len], offset)
-                .map_err(|e| format!("write: {e}"))?;
-            len
-        };
-        if moved == 0 {
-            break;
-        }
-        offset += moved as u64;
-        progress.bytes.fetch_add(moved as u64, Ordering::AcqRel);
-    }
-    if !run.read {
-        file.sync_all().map_err(|e| format!("fsync: {e}"))?;
-    }
-    Ok(())
+    let read = run.read;
+    transfer(
+        run,
+        progress,
+        &file,
+        (block_bytes, bytes_per_thread),
+        |offset, len| {
+            if read {
+                file.read_at(&mut buffer[..len], offset)
+            } else {
+                file.write_all_at(&buffer[..len], offset).map(|()| len)
+            }
+        },
+    )
 }

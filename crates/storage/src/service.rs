@@ -103,20 +103,15 @@ pub async fn run(
         alias,
         address,
     ));
-    let metrics = builder.build();
-    let pusher = influxdb.map(|influxdb| weft_net::influx::spawn(influxdb, metrics.clone()));
-    let http = match &metrics_listen {
-        Some(address) => Some(
-            weft_net::spawn_metrics_listener(address, Arc::clone(&storage), metrics.clone())
-                .await
-                .map_err(|e| StorageError::Config(e.to_string()))?,
-        ),
-        None => None,
-    };
-    weft_net::serve(listener, storage, metrics, shutdown).await;
-    for task in pusher.into_iter().chain(http) {
-        task.abort();
-    }
+    weft_net::serve_with_exporters(
+        listener,
+        storage,
+        builder.build(),
+        (influxdb, metrics_listen.as_deref()),
+        shutdown,
+    )
+    .await
+    .map_err(|e| StorageError::Config(e.to_string()))?;
     heartbeat.abort();
     Ok(())
 }
