@@ -42,6 +42,19 @@ pub struct Config {
     pub max_delay_ms: u64,
     /// The machines' timeouts.
     pub timing: Timing,
+    /// Which faults the fault phase injects.
+    pub faults: FaultMix,
+}
+
+/// The faults of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultMix {
+    /// Every kind: crashes, correlated crashes, cut servers, cut pairs, cuts from management,
+    /// management crashes.
+    All,
+    /// Servers cut off from management only, while clients and the other servers still reach
+    /// them: the case leases exist for (a primary that cannot know it was replaced).
+    ManagementCuts,
 }
 
 impl Config {
@@ -58,6 +71,7 @@ impl Config {
             // 1 % to 10 % of messages lost, by seed.
             loss_per_mille: 10 + seed % 10 * 10,
             max_delay_ms: 30,
+            faults: FaultMix::All,
             timing: Timing {
                 heartbeat_ms: 100,
                 lease_ms: 300,
@@ -290,7 +304,11 @@ impl World {
         }
         let servers: Vec<ServerId> = self.servers.keys().copied().collect();
         let pick = |random: &mut Random| servers[random.next() as usize % servers.len()];
-        match self.random.next() % 9 {
+        let kind = match self.config.faults {
+            FaultMix::All => self.random.next() % 9,
+            FaultMix::ManagementCuts => 5,
+        };
+        match kind {
             0 => {
                 let id = pick(&mut self.random);
                 self.crash(id);
@@ -661,8 +679,8 @@ mod tests {
         0..number("WEFT_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT)
     }
 
-    fn check_seeds(seeds: std::ops::Range<u64>, shape: impl Fn(u64) -> Config) {
-        let many = seeds.end - seeds.start > 10;
+    /// Runs `seeds`, fails on any violation, and returns the runs' totals.
+    fn check_seeds(seeds: std::ops::Range<u64>, shape: impl Fn(u64) -> Config) -> Outcome {
         let mut failed = Vec::new();
         let mut totals = Outcome::default();
         for seed in seeds {
@@ -681,10 +699,7 @@ mod tests {
             failed.len(),
             &failed[..failed.len().min(3)]
         );
-        if many {
-            assert!(totals.operations > 0 && totals.crashes > 0 && totals.partitions > 0);
-            assert!(totals.failovers > 0, "the runs exercised failovers");
-        }
+        totals
     }
 
     // Goal: under crashes that lose unsynced writes, partitions, message loss and reordering,
@@ -692,7 +707,29 @@ mod tests {
     // and no two primaries serve at once — over many seeds.
     #[test]
     fn mirror_groups_survive_faults() {
-        check_seeds(seeds(), Config::standard);
+        let range = seeds();
+        let many = range.end - range.start > 10;
+        let totals = check_seeds(range, Config::standard);
+        if many {
+            assert!(totals.operations > 0 && totals.crashes > 0 && totals.partitions > 0);
+            assert!(totals.failovers > 0, "the runs exercised failovers");
+        }
+    }
+
+    // Goal: a primary cut off from management while its clients still reach it stops serving
+    // before another is promoted — the lease — over many seeds of only that fault.
+    #[test]
+    fn primaries_cut_from_management_never_serve_beside_their_successor() {
+        let range = seeds();
+        let many = range.end - range.start > 10;
+        let totals = check_seeds(range.start..range.end.min(100), |seed| Config {
+            faults: FaultMix::ManagementCuts,
+            ..Config::standard(seed)
+        });
+        if many {
+            assert!(totals.partitions > 0 && totals.crashes == 0);
+            assert!(totals.failovers > 0, "the cuts made management promote");
+        }
     }
 
     // Goal: the same seed gives the same run, so a failing seed can be replayed.
