@@ -11,7 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{FallocateMode, SpaceUsage};
@@ -35,7 +35,13 @@ pub(crate) struct Target {
     /// Direct I/O: per object stripe, aligned writes share the lock and read-modify-writes
     /// take it alone (they must not interleave with another write of the same block).
     direct: Option<Vec<RwLock<()>>>,
+    /// Open object files, so a request does not pay an open and a close (plain targets only).
+    /// Removing an object takes it out under the same lock before the unlink.
+    files: Option<Mutex<HashMap<InodeId, Arc<File>>>>,
 }
+
+/// Object files kept open per target; the table starts over when it is full.
+const FILES_OPEN_MAX: usize = 1024;
 
 /// Lock stripes of a direct-I/O target.
 const DIRECT_STRIPES: u64 = 64;
@@ -75,6 +81,7 @@ impl Target {
             poisoned: AtomicBool::new(false),
             journal: crash_test.then(Mutex::default),
             direct: direct_io.then(|| (0..DIRECT_STRIPES).map(|_| RwLock::new(())).collect()),
+            files: (!crash_test && !direct_io).then(Mutex::default),
         })
     }
 
@@ -117,7 +124,58 @@ impl Target {
         Ok(())
     }
 
+    /// The open object file of a plain target (`None`: the object does not exist and
+    /// `create` is false).
+    fn plain_file(
+        &self,
+        files: &Mutex<HashMap<InodeId, Arc<File>>>,
+        inode: InodeId,
+        create: bool,
+    ) -> Result<Option<Arc<File>>, WireError> {
+        let mut open = files.lock().expect("open files poisoned");
+        if let Some(file) = open.get(&inode) {
+            return Ok(Some(Arc::clone(file)));
+        }
+        let path = self.object_path(inode);
+        let opened = OpenOptions::new().read(true).write(true).open(&path);
+        let file = match opened {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && !create => {
+                return Ok(None)
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = path.parent() {
+                    fs::create_dir_all(parent)
+                        .map_err(|e| io_error("create object directory", &e))?;
+                }
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| io_error("create object", &e))?
+            }
+            Err(error) => return Err(io_error("open object", &error)),
+        };
+        if open.len() >= FILES_OPEN_MAX {
+            open.clear();
+        }
+        let file = Arc::new(file);
+        open.insert(inode, Arc::clone(&file));
+        Ok(Some(file))
+    }
+
     fn disk_length(&self, inode: InodeId) -> Result<u64, WireError> {
+        if let Some(files) = &self.files {
+            return match self.plain_file(files, inode, false)? {
+                Some(file) => Ok(file
+                    .metadata()
+                    .map_err(|e| io_error("stat object", &e))?
+                    .len()),
+                None => Ok(0),
+            };
+        }
         match fs::metadata(self.object_path(inode)) {
             Ok(metadata) => Ok(metadata.len()),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
@@ -214,7 +272,12 @@ impl Target {
                         .map_err(|e| io_error("write object", &e))?;
                 }
                 None => {
-                    let file = self.open_for_write(inode)?;
+                    let file = match &self.files {
+                        Some(files) => self
+                            .plain_file(files, inode, true)?
+                            .expect("created when missing"),
+                        None => Arc::new(self.open_for_write(inode)?),
+                    };
                     file.write_all_at(&data, offset)
                         .map_err(|e| io_error("write object", &e))?;
                 }
@@ -235,8 +298,15 @@ impl Target {
             crate::direct::read_at(&file, offset, &mut buffer, disk_length)
                 .map_err(|e| io_error("read object", &e))?;
         } else if offset < disk_length {
-            let file =
-                File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?;
+            let file = match &self.files {
+                Some(files) => match self.plain_file(files, inode, false)? {
+                    Some(file) => file,
+                    None => return Ok(Bytes::new()),
+                },
+                None => Arc::new(
+                    File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?,
+                ),
+            };
             while filled < buffer.len() {
                 let count = file
                     .read_at(&mut buffer[filled..], offset + filled as u64)
@@ -293,10 +363,17 @@ impl Target {
                 .or_default()
                 .push(Pending::Truncate { length }),
             None => {
-                let file = OpenOptions::new()
-                    .write(true)
-                    .open(self.object_path(inode))
-                    .map_err(|e| io_error("open object", &e))?;
+                let file = match &self.files {
+                    Some(files) => self
+                        .plain_file(files, inode, false)?
+                        .ok_or_else(|| WireError::new(ErrorCode::Io, "object vanished"))?,
+                    None => Arc::new(
+                        OpenOptions::new()
+                            .write(true)
+                            .open(self.object_path(inode))
+                            .map_err(|e| io_error("open object", &e))?,
+                    ),
+                };
                 file.set_len(length)
                     .map_err(|e| io_error("truncate object", &e))?;
             }
@@ -403,6 +480,12 @@ impl Target {
         if let Some(journal) = &self.journal {
             journal.lock().expect("journal poisoned").remove(&inode);
         }
+        // No request may open the object again between forgetting it and unlinking it.
+        let _open = self.files.as_ref().map(|files| {
+            let mut open = files.lock().expect("open files poisoned");
+            open.remove(&inode);
+            open
+        });
         match fs::remove_file(self.object_path(inode)) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -439,10 +522,16 @@ impl Target {
                 }
             }
         }
-        let file = match File::open(self.object_path(inode)) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(error) => return Err(io_error("open object", &error)),
+        let file = match &self.files {
+            Some(files) => match self.plain_file(files, inode, false)? {
+                Some(file) => file,
+                None => return Ok(()),
+            },
+            None => match File::open(self.object_path(inode)) {
+                Ok(file) => Arc::new(file),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(error) => return Err(io_error("open object", &error)),
+            },
         };
         if let Err(error) = file.sync_data() {
             if error.raw_os_error() == Some(libc::EIO) {
@@ -577,6 +666,14 @@ mod tests {
         assert_eq!(error.code, ErrorCode::NoSpace);
         target.remove(inode).expect("remove");
         assert_eq!(target.length(inode).expect("length"), 0);
+        // A removed object is gone for good: a new write starts a new one (an open file kept
+        // for the old one must not receive it).
+        target
+            .write(inode, 3, Bytes::from_static(b"new"))
+            .expect("write after remove");
+        assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
+        target.sync(inode).expect("sync");
+        assert_eq!(target.disk_length(inode).expect("disk length"), 6);
     }
 
     // Goal: the plain object store keeps the object contract (holes, truncate, capacity).
