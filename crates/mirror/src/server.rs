@@ -299,17 +299,14 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                     seq,
                 },
             ) => {
-                let answer = match self.refusal(now, group, version) {
+                let answer = match self.admit(now, group, version) {
                     Some(refusal) => Answer::Refused(refusal),
-                    None => {
-                        self.served.push((now, group, version));
-                        Answer::Data(
-                            self.store
-                                .volatile
-                                .get(&(group, chunk))
-                                .map(|s| s.data.clone()),
-                        )
-                    }
+                    None => Answer::Data(
+                        self.store
+                            .volatile
+                            .get(&(group, chunk))
+                            .map(|s| s.data.clone()),
+                    ),
                 };
                 vec![reply(client, seq, answer)]
             }
@@ -330,32 +327,29 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 
     /// The answer to a client once `work` is on every member.
-    fn answer_for(&self, group: GroupId, work: &Work<D>) -> Answer<D> {
+    fn answer_for(work: &Work<D>) -> Answer<D> {
         match work {
             Work::Replicate { state, .. } => Answer::Written {
                 epoch: state.stamp_epoch,
             },
-            _ => {
-                let _ = group;
-                Answer::Done
-            }
+            _ => Answer::Done,
         }
     }
 
-    fn refusal(&self, now: Time, group: GroupId, version: Version) -> Option<Refusal> {
-        let Some(known) = self.map.groups.get(&group) else {
-            return Some(Refusal::WrongVersion);
+    /// Admits a client operation on `group` routed with `version`, recording it as served, or
+    /// says why this server may not serve it.
+    fn admit(&mut self, now: Time, group: GroupId, version: Version) -> Option<Refusal> {
+        let refusal = match self.map.groups.get(&group) {
+            None => Some(Refusal::WrongVersion),
+            Some(known) if known.primary != self.id => Some(Refusal::NotPrimary),
+            Some(known) if known.version != version => Some(Refusal::WrongVersion),
+            Some(_) if !self.has_lease(now) => Some(Refusal::NoLease),
+            Some(_) => None,
         };
-        if known.primary != self.id {
-            return Some(Refusal::NotPrimary);
+        if refusal.is_none() {
+            self.served.push((now, group, version));
         }
-        if known.version != version {
-            return Some(Refusal::WrongVersion);
-        }
-        if !self.has_lease(now) {
-            return Some(Refusal::NoLease);
-        }
-        None
+        refusal
     }
 
     fn client_write(
@@ -367,27 +361,26 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         data: D,
         seq: u64,
     ) -> Vec<Send<D>> {
-        if let Some(refusal) = self.refusal(now, group, version) {
+        if let Some(refusal) = self.admit(now, group, version) {
             return vec![reply(client, seq, Answer::Refused(refusal))];
         }
-        self.served.push((now, group, version));
         if let Some(current) = self.store.volatile.get(&(group, chunk)) {
             if current.writer.0 == client && current.writer.1 >= seq {
                 // A retry of a write that is already here: answer once every member has it.
                 let waiting = self
                     .pending
-                    .values_mut()
-                    .find(|p| p.client == Some((client, current.writer.1)));
-                return match waiting {
-                    Some(_) => Vec::new(),
-                    None => vec![reply(
-                        client,
-                        seq,
-                        Answer::Written {
-                            epoch: current.stamp_epoch,
-                        },
-                    )],
-                };
+                    .values()
+                    .any(|p| p.client == Some((client, current.writer.1)));
+                if waiting {
+                    return Vec::new();
+                }
+                return vec![reply(
+                    client,
+                    seq,
+                    Answer::Written {
+                        epoch: current.stamp_epoch,
+                    },
+                )];
             }
         }
         let counter = self.counters.entry(group).or_insert((version, 0));
@@ -425,10 +418,9 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         since: u64,
         seq: u64,
     ) -> Vec<Send<D>> {
-        if let Some(refusal) = self.refusal(now, group, version) {
+        if let Some(refusal) = self.admit(now, group, version) {
             return vec![reply(client, seq, Answer::Refused(refusal))];
         }
-        self.served.push((now, group, version));
         let epoch = self.map.groups.get(&group).map_or(0, |g| g.loss_epoch);
         if since < epoch {
             return vec![reply(client, seq, Answer::Lost)];
@@ -465,7 +457,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     ) -> Vec<Send<D>> {
         if targets.is_empty() {
             return match client {
-                Some((client, seq)) => vec![reply(client, seq, self.answer_for(group, &work))],
+                Some((client, seq)) => vec![reply(client, seq, Self::answer_for(&work))],
                 None => Vec::new(),
             };
         }
@@ -516,11 +508,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         for op in finished {
             let pending = self.pending.remove(&op).expect("listed above");
             if let Some((client, seq)) = pending.client {
-                out.push(reply(
-                    client,
-                    seq,
-                    self.answer_for(pending.group, &pending.work),
-                ));
+                out.push(reply(client, seq, Self::answer_for(&pending.work)));
             }
             for resync in self.resyncs.values_mut() {
                 if resync.in_flight != Some(op) {
