@@ -136,27 +136,25 @@ impl Target {
         if let Some(file) = open.get(&inode) {
             return Ok(Some(Arc::clone(file)));
         }
-        let path = self.object_path(inode);
-        let opened = OpenOptions::new().read(true).write(true).open(&path);
-        let file = match opened {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && !create => {
-                return Ok(None)
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent)
-                        .map_err(|e| io_error("create object directory", &e))?;
-                }
+        let file = if create {
+            self.open_creating(inode, |path| {
                 OpenOptions::new()
                     .read(true)
                     .write(true)
                     .create(true)
                     .truncate(false)
-                    .open(&path)
-                    .map_err(|e| io_error("create object", &e))?
+                    .open(path)
+            })?
+        } else {
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.object_path(inode))
+            {
+                Ok(file) => file,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(error) => return Err(io_error("open object", &error)),
             }
-            Err(error) => return Err(io_error("open object", &error)),
         };
         if open.len() >= FILES_OPEN_MAX {
             open.clear();
@@ -183,41 +181,38 @@ impl Target {
         }
     }
 
-    fn open_for_write(&self, inode: InodeId) -> Result<File, WireError> {
+    /// Opens `inode`'s object with `open` (which creates it), making its directory first if
+    /// that is missing.
+    fn open_creating(
+        &self,
+        inode: InodeId,
+        open: impl Fn(&Path) -> std::io::Result<File>,
+    ) -> Result<File, WireError> {
         let path = self.object_path(inode);
-        match OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
+        match open(&path) {
             Ok(file) => Ok(file),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let parent = path.parent().expect("object paths have a parent");
                 fs::create_dir_all(parent).map_err(|e| io_error("create object directory", &e))?;
-                OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-                    .map_err(|e| io_error("create object", &e))
+                open(&path).map_err(|e| io_error("create object", &e))
             }
             Err(error) => Err(io_error("open object", &error)),
         }
     }
 
+    fn open_for_write(&self, inode: InodeId) -> Result<File, WireError> {
+        self.open_creating(inode, |path| {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+        })
+    }
+
     /// Opens (creating if needed) an object for direct writes.
     fn open_direct_for_write(&self, inode: InodeId) -> Result<File, WireError> {
-        let path = self.object_path(inode);
-        match crate::direct::open(&path, true) {
-            Ok(file) => Ok(file),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let parent = path.parent().expect("object paths have a parent");
-                fs::create_dir_all(parent).map_err(|e| io_error("create object directory", &e))?;
-                crate::direct::open(&path, true).map_err(|e| io_error("create object", &e))
-            }
-            Err(error) => Err(io_error("open object", &error)),
-        }
+        self.open_creating(inode, |path| crate::direct::open(path, true))
     }
 
     /// The object's length as readers see it (including unsynced journal entries).
