@@ -480,14 +480,7 @@ pub fn target(command: TargetCommand) -> Result<()> {
         for target in &map.targets {
             let node = node_name(&map, NodeKind::Storage, target.node);
             if state {
-                // A target outside any mirror group is its own only copy: always good.
-                let consistency: &str = map
-                    .mirror_groups
-                    .iter()
-                    .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
-                    .flat_map(|g| g.members.iter())
-                    .find(|m| m.id == target.id.0)
-                    .map_or("good", |m| m.state.into());
+                let consistency: &str = map.target_consistency(target.id).into();
                 println!(
                     "{:<9} {:<17} {:<12} {:<6} {node}",
                     target.id.0,

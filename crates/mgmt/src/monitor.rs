@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use weft_net::{RpcClient, RpcClientOptions};
 use weft_proto::ids::{ClientId, NodeId, TargetId};
 use weft_proto::messages::{
-    ClientStatus, ClusterEvent, ClusterMap, ClusterSample, ClusterStatus, ClusterTotals, NodeKind,
-    NodeStats, NodeStatus, Reachability, TargetStatus,
+    ClientStats, ClientStatus, ClusterEvent, ClusterMap, ClusterSample, ClusterStatus,
+    ClusterTotals, NodeKind, NodeStats, NodeStatus, Reachability, TargetStats, TargetStatus,
 };
 
 /// Samples of the cluster's throughput kept for the web page's charts.
@@ -49,18 +49,27 @@ struct Samples {
 }
 
 impl Samples {
+    /// Seconds between the two samples; `None` without two.
+    fn seconds(&self) -> Option<f64> {
+        let (then, _) = self.previous.as_ref()?;
+        let seconds = self.latest.0.duration_since(*then).as_secs_f64();
+        (seconds > 0.0).then_some(seconds)
+    }
+
     /// Per-second rate of a counter between the two samples; 0 without two.
     fn rate(&self, counter: impl Fn(&NodeStats) -> u64) -> u64 {
-        let Some((then, old)) = &self.previous else {
-            return 0;
-        };
-        let (now, new) = &self.latest;
-        let seconds = now.duration_since(*then).as_secs_f64();
-        if seconds <= 0.0 {
-            return 0;
+        match (self.seconds(), &self.previous) {
+            (Some(seconds), Some((_, old))) => {
+                per_second(counter(&self.latest.1), counter(old), seconds)
+            }
+            _ => 0,
         }
-        (counter(new).saturating_sub(counter(old)) as f64 / seconds).round() as u64
     }
+}
+
+/// The rate of a counter that went from `old` to `new` in `seconds`.
+fn per_second(new: u64, old: u64, seconds: f64) -> u64 {
+    (new.saturating_sub(old) as f64 / seconds).round() as u64
 }
 
 fn unix_ms() -> u64 {
@@ -231,23 +240,16 @@ impl Monitor {
                         .previous
                         .as_ref()
                         .and_then(|(_, old)| old.targets.iter().find(|t| t.target == stats.target));
-                    let seconds = samples
-                        .previous
-                        .as_ref()
-                        .map(|(then, _)| samples.latest.0.duration_since(*then).as_secs_f64())
-                        .unwrap_or(0.0);
-                    let per_second = |new: u64, old: Option<u64>| match old {
-                        Some(old) if seconds > 0.0 => {
-                            (new.saturating_sub(old) as f64 / seconds).round() as u64
-                        }
+                    let rate = |pick: fn(&TargetStats) -> u64| match (samples.seconds(), old) {
+                        (Some(seconds), Some(old)) => per_second(pick(stats), pick(old), seconds),
                         _ => 0,
                     };
                     target_rates.insert(
                         stats.target,
                         (
-                            per_second(stats.read_bytes, old.map(|o| o.read_bytes)),
-                            per_second(stats.written_bytes, old.map(|o| o.written_bytes)),
-                            per_second(stats.operations, old.map(|o| o.operations)),
+                            rate(|t| t.read_bytes),
+                            rate(|t| t.written_bytes),
+                            rate(|t| t.operations),
                             stats.queue_depth,
                         ),
                     );
@@ -276,7 +278,7 @@ impl Monitor {
                 node: target.node,
                 pool: target.pool,
                 reachability: target.reachability,
-                consistency: "good".to_string(),
+                consistency: <&str>::from(map.target_consistency(target.id)).to_string(),
                 usage: target.usage,
                 read_bytes_per_second: read,
                 written_bytes_per_second: written,
@@ -333,21 +335,17 @@ impl MonitorState {
     fn client_rates(&self) -> Vec<ClientStatus> {
         let mut clients: HashMap<ClientId, ClientStatus> = HashMap::new();
         for ((kind, _), samples) in &self.samples {
-            let Some((then, old)) = &samples.previous else {
+            let (Some(seconds), Some((_, old))) = (samples.seconds(), &samples.previous) else {
                 continue;
             };
-            let (now, new) = &samples.latest;
-            let seconds = now.duration_since(*then).as_secs_f64();
-            if seconds <= 0.0 {
-                continue;
-            }
-            for client in &new.clients {
+            for client in &samples.latest.1.clients {
                 if client.client.0 == 0 {
                     continue;
                 }
                 let before = old.clients.iter().find(|c| c.client == client.client);
-                let per_second = |new: u64, old: Option<u64>| {
-                    (new.saturating_sub(old.unwrap_or(0)) as f64 / seconds).round() as u64
+                // A session new since the last sample did all its work in between.
+                let rate = |pick: fn(&ClientStats) -> u64| {
+                    per_second(pick(client), before.map_or(0, pick), seconds)
                 };
                 let entry = clients.entry(client.client).or_insert(ClientStatus {
                     client: client.client,
@@ -355,13 +353,10 @@ impl MonitorState {
                     written_bytes_per_second: 0,
                     read_bytes_per_second: 0,
                 });
-                entry.requests_per_second +=
-                    per_second(client.requests, before.map(|c| c.requests));
+                entry.requests_per_second += rate(|c| c.requests);
                 if *kind == NodeKind::Storage {
-                    entry.written_bytes_per_second +=
-                        per_second(client.received_bytes, before.map(|c| c.received_bytes));
-                    entry.read_bytes_per_second +=
-                        per_second(client.sent_bytes, before.map(|c| c.sent_bytes));
+                    entry.written_bytes_per_second += rate(|c| c.received_bytes);
+                    entry.read_bytes_per_second += rate(|c| c.sent_bytes);
                 }
             }
         }

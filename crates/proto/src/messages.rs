@@ -182,6 +182,17 @@ pub struct MirrorGroupInfo {
 pub const MIRROR_MEMBERS_MAX: usize = 4;
 
 impl ClusterMap {
+    /// A storage target's consistency: its state in its mirror group, or good for a target
+    /// that is its own only copy.
+    pub fn target_consistency(&self, target: TargetId) -> Consistency {
+        self.mirror_groups
+            .iter()
+            .filter(|group| group.kind == MirrorKind::Storage)
+            .flat_map(|group| group.members.iter())
+            .find(|member| member.id == target.0)
+            .map_or(Consistency::Good, |member| member.state)
+    }
+
     /// The node of this kind and id, if registered. Each kind numbers its nodes from 1.
     pub fn node(&self, kind: NodeKind, id: NodeId) -> Option<&NodeInfo> {
         self.nodes
@@ -1099,7 +1110,7 @@ pub struct TargetStatus {
     pub pool: StoragePoolId,
     /// Whether its node's heartbeats arrive.
     pub reachability: Reachability,
-    /// `good`: without mirroring every target is its only copy, so it is always consistent.
+    /// `good`, `needs-resync` or `bad`: its state in its mirror group (good outside any).
     pub consistency: String,
     /// Space and inodes as last reported.
     pub usage: SpaceUsage,
