@@ -196,6 +196,18 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 }
 
 impl State {
+    /// Whether `ino` is known to have no `security.capability`, which the kernel asks before
+    /// every write. The answer is trusted for the attribute cache time and only until the
+    /// file is opened again or this client changes its extended attributes — the consistency
+    /// of cached attributes — so a write does not pay a round trip for it.
+    fn capability_absent(&self, ino: INodeNo) -> bool {
+        self.no_capability
+            .lock()
+            .expect("capability cache poisoned")
+            .get(&ino.0)
+            .is_some_and(|since| since.elapsed() < self.ttl)
+    }
+
     /// Remembers that `ino` has no `security.capability` as of now.
     fn note_no_capability(&self, ino: INodeNo) {
         if self.ttl.is_zero() {
@@ -488,19 +500,6 @@ impl WeftFs {
                 inodes: Mutex::default(),
             }),
         }
-    }
-
-    /// Whether `ino` is known to have no `security.capability`, which the kernel asks before
-    /// every write. The answer is trusted for the attribute cache time and only until the
-    /// file is opened again or this client changes its extended attributes — the consistency
-    /// of cached attributes — so a write does not pay a round trip for it.
-    fn capability_absent(state: &State, ino: INodeNo) -> bool {
-        state
-            .no_capability
-            .lock()
-            .expect("capability cache poisoned")
-            .get(&ino.0)
-            .is_some_and(|since| since.elapsed() < state.ttl)
     }
 
     fn spawn<F>(&self, work: impl FnOnce(Arc<State>) -> F)
@@ -1334,7 +1333,7 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
         let capability = name == CAPABILITY_XATTR;
-        if capability && WeftFs::capability_absent(&self.state, ino) {
+        if capability && self.state.capability_absent(ino) {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         self.spawn(|state| async move {
