@@ -26,5 +26,5 @@ pub use client::{RpcClient, RpcClientOptions, RpcError};
 pub use cluster::ClusterView;
 pub use http::HttpReply;
 pub use metrics::{Metrics, MetricsBuilder};
-pub use server::{serve, serve_http_only, serve_with_exporters, spawn_metrics_listener, Handler};
+pub use server::{serve, serve_with_exporters, Handler};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};

@@ -111,7 +111,7 @@ pub async fn serve_with_exporters<H: Handler>(
 ///
 /// # Errors
 /// When the address cannot be bound, with the address named.
-pub async fn spawn_metrics_listener<H: Handler>(
+async fn spawn_metrics_listener<H: Handler>(
     address: &str,
     handler: Arc<H>,
     metrics: Metrics,
@@ -122,30 +122,16 @@ pub async fn spawn_metrics_listener<H: Handler>(
             format!("cannot listen for metrics on {address} (metrics_listen): {error}"),
         )
     })?;
-    Ok(tokio::spawn(serve_http_only(
-        listener,
-        handler,
-        metrics,
-        std::future::pending(),
-    )))
-}
-
-/// Accepts HTTP only (metrics and the handler's pages) on `listener` until `shutdown`
-/// completes: for a service whose `metrics_listen` is an address of its own.
-pub async fn serve_http_only<H: Handler>(
-    listener: TcpListener,
-    handler: Arc<H>,
-    metrics: Metrics,
-    shutdown: impl Future<Output = ()>,
-) {
-    accept_until(listener, shutdown, |stream| {
-        tokio::spawn(crate::http::serve_http(
-            stream,
-            Arc::clone(&handler),
-            metrics.clone(),
-        ));
-    })
-    .await;
+    Ok(tokio::spawn(async move {
+        accept_until(listener, std::future::pending(), |stream| {
+            tokio::spawn(crate::http::serve_http(
+                stream,
+                Arc::clone(&handler),
+                metrics.clone(),
+            ));
+        })
+        .await;
+    }))
 }
 
 /// Serves a connection as Weft RPC or as HTTP, by its first bytes.
