@@ -130,9 +130,8 @@ impl MetricsBuilder {
 #[derive(Debug)]
 pub struct RpcMetrics {
     started: Instant,
-    /// Requests and errors by operation, for [`RpcMetrics::node_stats`].
-    totals: Mutex<OpTotals>,
-    requests: Family<OpLabels, Counter>,
+    /// Requests and errors by operation: `weft_requests_total` and [`RpcMetrics::node_stats`].
+    totals: Arc<Mutex<OpTotals>>,
     durations: LatencyFamily<OpLabels>,
     errors: Family<ErrorLabels, Counter>,
     connections: Gauge,
@@ -146,8 +145,7 @@ impl RpcMetrics {
     fn register(registry: &mut Registry) -> RpcMetrics {
         let metrics = RpcMetrics {
             started: Instant::now(),
-            totals: Mutex::default(),
-            requests: Family::default(),
+            totals: Arc::default(),
             durations: LatencyFamily::new_with_constructor(latency_histogram),
             errors: Family::default(),
             connections: Gauge::default(),
@@ -156,11 +154,7 @@ impl RpcMetrics {
             sent_bytes: Counter::default(),
             clients: Arc::default(),
         };
-        registry.register(
-            "weft_requests",
-            "Requests served, by operation",
-            metrics.requests.clone(),
-        );
+        registry.register_collector(Box::new(RequestCollector(Arc::clone(&metrics.totals))));
         registry.register(
             "weft_request_duration_seconds",
             "Time from a request's arrival to its answer, by operation",
@@ -224,12 +218,7 @@ impl RpcMetrics {
     pub fn node_stats(&self, targets: Vec<TargetStats>) -> NodeStats {
         let (ops, errors) = {
             let totals = self.totals.lock().expect("totals poisoned");
-            let ops: Vec<(String, u64)> = totals
-                .ops
-                .iter()
-                .map(|(op, count)| (op.to_string(), *count))
-                .collect();
-            (ops, totals.errors)
+            (totals.by_op(), totals.errors)
         };
         let clients = self
             .clients
@@ -269,6 +258,16 @@ struct OpTotals {
     errors: u64,
 }
 
+impl OpTotals {
+    /// Requests by operation name, in name order.
+    fn by_op(&self) -> Vec<(String, u64)> {
+        self.ops
+            .iter()
+            .map(|(op, count)| (op.to_string(), *count))
+            .collect()
+    }
+}
+
 /// Counts one open connection.
 #[derive(Debug)]
 pub struct ConnectionGuard(Gauge);
@@ -294,7 +293,6 @@ impl RequestTimer<'_> {
     pub fn finish(self, reply: &Reply, sent: u64) {
         let metrics = self.metrics;
         let labels = OpLabels { op: self.op };
-        metrics.requests.get_or_create(&labels).inc();
         metrics
             .durations
             .get_or_create(&labels)
@@ -583,6 +581,23 @@ pub fn client_label(origin: u32) -> String {
         "none".to_string()
     } else {
         format!("{:016x}", u64::from(origin))
+    }
+}
+
+/// Exports the request counts by operation the server loop keeps in [`OpTotals`].
+#[derive(Debug)]
+struct RequestCollector(Arc<Mutex<OpTotals>>);
+
+impl Collector for RequestCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let rows = self.0.lock().expect("totals poisoned").by_op();
+        let columns: [Column<u64>; 1] =
+            [
+                ("weft_requests", "Requests served, by operation.", |count| {
+                    *count
+                }),
+            ];
+        encode_columns(&mut encoder, &columns, ("op", &rows), MetricType::Counter)
     }
 }
 
