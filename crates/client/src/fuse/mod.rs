@@ -385,13 +385,13 @@ impl State {
         local.size = attr.size;
     }
 
-    /// The size reads are clamped to: what the server said, or what this client wrote.
-    fn known_size(&self, inode: InodeId) -> u64 {
+    /// What a read of `inode` goes by, read together: the size reads are clamped to (what
+    /// the server said, or what this client wrote) and the data version read-ahead checks.
+    fn read_view(&self, inode: InodeId) -> (u64, u64) {
         let inodes = self.inodes.lock().expect("inode table poisoned");
         inodes
             .get(&inode)
-            .map(|l| l.size.max(l.written_end))
-            .unwrap_or(0)
+            .map_or((0, 0), |l| (l.size.max(l.written_end), l.data_version))
     }
 
     fn note_write(&self, inode: InodeId, end: u64) {
@@ -399,11 +399,6 @@ impl State {
         let local = inodes.entry(inode).or_default();
         local.written_end = local.written_end.max(end);
         local.data_version += 1;
-    }
-
-    fn data_version(&self, inode: InodeId) -> u64 {
-        let inodes = self.inodes.lock().expect("inode table poisoned");
-        inodes.get(&inode).map_or(0, |l| l.data_version)
     }
 
     /// Reads `[start, start + len)` in the background, after the writes in flight there.
@@ -896,8 +891,7 @@ impl Filesystem for WeftFs {
             let Some(layout) = &file.layout else {
                 return reply.error(Errno::EINVAL);
             };
-            let known = state.known_size(file.inode);
-            let version = state.data_version(file.inode);
+            let (known, version) = state.read_view(file.inode);
             let plan = file
                 .ahead
                 .plan(offset, u64::from(size), (version, known), state.read_ahead);
