@@ -7,11 +7,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use weft_client::{Client, ClientConfig};
 use weft_net::{ClusterView, RpcClientOptions};
-use weft_proto::layout::{PatternKind, StripePattern};
+use weft_proto::layout::{PatternKind, Slot, StripePattern};
 use weft_proto::messages::{
-    ClusterMap, FileKind, InodeAttr, NodeKind, Reachability, SpaceUsage, DIR_SPREAD_XATTR,
+    ClusterMap, FileKind, InodeAttr, MirrorKind, NodeKind, Reachability, SpaceUsage,
+    DIR_SPREAD_XATTR,
 };
 use weft_proto::InodeId;
+use weft_proto::TargetId;
 
 #[derive(Subcommand)]
 pub enum EntryCommand {
@@ -27,9 +29,13 @@ pub enum EntryCommand {
         /// Chunk size: a power of two from 64K to 512M (suffixes K, M, G).
         #[arg(long)]
         chunk_size: Option<String>,
-        /// Number of storage targets per new file.
+        /// Number of storage targets (mirror groups, for `mirrored`) per new file.
         #[arg(long)]
         num_targets: Option<u16>,
+        /// `raid0`: each chunk on one target; `mirrored`: each chunk on every member of a
+        /// storage mirror group (define them with `weft mirror create|autocreate storage`).
+        #[arg(long, value_enum)]
+        pattern: Option<PatternArg>,
         /// Spread every new subdirectory over this many metadata servers (inherited by the
         /// subdirectories; 0 or 1: not spread).
         #[arg(long)]
@@ -39,6 +45,15 @@ pub enum EntryCommand {
         #[command(flatten)]
         locator: MgmtLocator,
     },
+}
+
+/// How new files of a directory place their chunks.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum PatternArg {
+    /// Striped over targets, one copy of each chunk.
+    Raid0,
+    /// Striped over storage mirror groups, a copy of each chunk on every member.
+    Mirrored,
 }
 
 /// `weft mkdir`: directories with placement a plain mkdir cannot ask for.
@@ -258,7 +273,7 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
         out.push_str("Stripe pattern details:\n");
         let kind = match pattern.kind {
             PatternKind::Raid0 => "RAID0",
-            _ => "unknown",
+            PatternKind::Mirrored => "Mirrored (RAID10: striped over mirror groups)",
         };
         out.push_str(&format!("+ Type: {kind}\n"));
         out.push_str(&format!(
@@ -283,13 +298,45 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
         };
         out.push_str(&format!("+ Storage Pool: {} ({pool})\n", pattern.pool));
         if let Some(layout) = &attr.layout {
-            out.push_str("+ Storage targets:\n");
-            for target in &layout.targets {
+            let target_name = |target: TargetId| {
                 let node = map
-                    .target(*target)
+                    .target(target)
                     .map(|t| node_name(map, NodeKind::Storage, t.node))
                     .unwrap_or_else(|| "? [ID: ?]".into());
-                out.push_str(&format!("  + {target} @ {node}\n"));
+                format!("{target} @ {node}")
+            };
+            match layout.pattern.kind {
+                PatternKind::Raid0 => out.push_str("+ Storage targets:\n"),
+                PatternKind::Mirrored => out.push_str("+ Storage mirror groups:\n"),
+            }
+            for slot in layout.slots() {
+                match slot {
+                    Slot::Target(target) => {
+                        out.push_str(&format!("  + {}\n", target_name(target)));
+                    }
+                    Slot::Group(id) => match map.mirror_group(MirrorKind::Storage, id) {
+                        Some(group) => {
+                            let members: Vec<String> = group
+                                .members
+                                .iter()
+                                .map(|m| {
+                                    format!(
+                                        "{} ({})",
+                                        target_name(TargetId(m.id)),
+                                        <&str>::from(m.state)
+                                    )
+                                })
+                                .collect();
+                            out.push_str(&format!(
+                                "  + group {id} (version {}), primary {}: {}\n",
+                                group.version,
+                                group.primary,
+                                members.join(", ")
+                            ));
+                        }
+                        None => out.push_str(&format!("  + group {id} (not defined)\n")),
+                    },
+                }
             }
         }
     }
@@ -322,12 +369,17 @@ pub fn entry(command: EntryCommand) -> Result<()> {
             EntryCommand::Set {
                 chunk_size,
                 num_targets,
+                pattern,
                 spread,
                 path,
                 locator,
             } => {
-                if chunk_size.is_none() && num_targets.is_none() && spread.is_none() {
-                    bail!("nothing to change: give --chunk-size, --num-targets and/or --spread");
+                if chunk_size.is_none()
+                    && num_targets.is_none()
+                    && spread.is_none()
+                    && pattern.is_none()
+                {
+                    bail!("nothing to change: give --chunk-size, --num-targets, --pattern and/or --spread");
                 }
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
@@ -370,8 +422,16 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                         }
                     }
                 }
-                let pattern = StripePattern::raid0(chunk, targets, current.pool)?;
-                let attr = client.set_pattern(inode, pattern).await?;
+                let mut new_pattern = StripePattern::raid0(chunk, targets, current.pool)?;
+                let mirrored = match pattern {
+                    Some(PatternArg::Mirrored) => true,
+                    Some(PatternArg::Raid0) => false,
+                    None => current.kind == PatternKind::Mirrored,
+                };
+                if mirrored {
+                    new_pattern = new_pattern.mirrored();
+                }
+                let attr = client.set_pattern(inode, new_pattern).await?;
                 let map = client.cluster_map().await?;
                 println!(
                     "New pattern set on {}; new files and directories inherit it.",

@@ -94,6 +94,7 @@ async fn up(args: UpArgs) -> Result<()> {
         session_timeout_ms: weft_mgmt::config::SESSION_TIMEOUT_MS_DEFAULT,
         rename_lock_lease_ms: weft_mgmt::config::RENAME_LOCK_LEASE_MS_DEFAULT,
         stats_interval_ms: weft_mgmt::config::STATS_INTERVAL_MS_DEFAULT,
+        mirror_promotion_timeout_ms: weft_mgmt::config::MIRROR_PROMOTION_TIMEOUT_MS_DEFAULT,
         influxdb: None,
         metrics_listen: None,
         log: None,

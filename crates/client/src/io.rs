@@ -6,19 +6,19 @@ use crate::client::{Client, ClientError};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use weft_net::{RpcError, StorageClient};
-use weft_proto::ids::{InodeId, TargetId};
-use weft_proto::layout::{map_range, object_span, FileLayout};
-use weft_proto::messages::FallocateMode;
+use weft_proto::ids::InodeId;
+use weft_proto::layout::{map_range, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
+use weft_proto::messages::{FallocateMode, Route};
 
-async fn on_target<T, F, Fut>(client: &Client, target: TargetId, call: F) -> Result<T, ClientError>
+async fn on_slot<T, F, Fut>(client: &Client, slot: Slot, call: F) -> Result<T, ClientError>
 where
-    F: Fn(Arc<StorageClient>) -> Fut,
+    F: Fn(Arc<StorageClient>, Route) -> Fut,
     Fut: std::future::Future<Output = Result<T, RpcError>>,
 {
     Ok(client
         .cluster
-        .call_storage(target, &client.retry, call)
+        .call_storage(slot, &client.retry, call)
         .await?)
 }
 
@@ -57,14 +57,14 @@ pub(crate) async fn read(
     let requests = pieces(layout, offset, end - offset)
         .into_iter()
         .map(|piece| async move {
-            let target = layout.targets[piece.target_index];
+            let slot = layout.slot(piece.target_index);
             let len = piece.len as u32;
             let net_bench = client.net_bench();
-            let data = on_target(client, target, |storage| async move {
+            let data = on_slot(client, slot, |storage, route| async move {
                 if net_bench {
-                    return Ok(storage.net_bench(target, Bytes::new(), len).await?.1);
+                    return Ok(storage.net_bench(route.target, Bytes::new(), len).await?.1);
                 }
-                storage.read(target, inode, piece.object_offset, len).await
+                storage.read(route, inode, piece.object_offset, len).await
             })
             .await?;
             Ok::<_, ClientError>((piece, data))
@@ -92,16 +92,16 @@ pub(crate) async fn write(
             let at = (piece.file_offset - offset) as usize;
             let slice = data.slice(at..at + piece.len as usize);
             async move {
-                let target = layout.targets[piece.target_index];
+                let slot = layout.slot(piece.target_index);
                 let net_bench = client.net_bench();
-                on_target(client, target, |storage| {
+                on_slot(client, slot, |storage, route| {
                     let slice = slice.clone();
                     async move {
                         if net_bench {
-                            return Ok(storage.net_bench(target, slice, 0).await?.0);
+                            return Ok(storage.net_bench(route.target, slice, 0).await?.0);
                         }
                         storage
-                            .write(target, inode, piece.object_offset, slice)
+                            .write(route, inode, piece.object_offset, slice)
                             .await
                     }
                 })
@@ -123,10 +123,9 @@ pub(crate) async fn sync(
         // Nothing reached a disk.
         return Ok(());
     }
-    let requests = layout.targets.iter().map(|target| async move {
-        let target = *target;
-        on_target(client, target, |storage| async move {
-            storage.sync(target, inode).await
+    let requests = layout.slots().map(|slot| async move {
+        on_slot(client, slot, |storage, route| async move {
+            storage.sync(route, inode).await
         })
         .await
     });
@@ -146,25 +145,20 @@ pub(crate) async fn fallocate(
     len: u64,
     mode: FallocateMode,
 ) -> Result<(), ClientError> {
-    let requests = layout
-        .targets
-        .iter()
-        .enumerate()
-        .filter_map(|(index, target)| {
-            let span = object_span(layout, index, offset, len);
-            let target = *target;
-            (!span.is_empty()).then_some(async move {
-                on_target(client, target, |storage| {
-                    let span = span.clone();
-                    async move {
-                        storage
-                            .fallocate(target, inode, span.start, span.end - span.start, mode)
-                            .await
-                    }
-                })
-                .await
+    let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
+        let span = object_span(layout, index, offset, len);
+        (!span.is_empty()).then_some(async move {
+            on_slot(client, slot, |storage, route| {
+                let span = span.clone();
+                async move {
+                    storage
+                        .fallocate(route, inode, span.start, span.end - span.start, mode)
+                        .await
+                }
             })
-        });
+            .await
+        })
+    });
     for result in futures::future::join_all(requests).await {
         result?;
     }

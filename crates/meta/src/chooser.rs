@@ -5,8 +5,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use weft_proto::ids::{NodeId, TargetId};
-use weft_proto::layout::StripePattern;
-use weft_proto::messages::{ClusterMap, NodeKind, Reachability};
+use weft_proto::layout::{PatternKind, StripePattern};
+use weft_proto::messages::{ClusterMap, MirrorKind, NodeKind, Reachability, TargetInfo};
 
 /// Bytes below which a target counts as full and new files avoid it.
 const TARGET_FREE_BYTES_MIN: u64 = 16 * 1024 * 1024;
@@ -56,11 +56,26 @@ impl Chooser {
         homes
     }
 
-    /// Up to `pattern.num_targets` distinct targets of the pattern's pool, reachable ones first
-    /// and full ones last; empty when the pool has no target at all.
+    /// Up to `pattern.num_targets` distinct slots of the pattern's pool, reachable ones first
+    /// and full ones last; empty when the pool has none at all. A slot is a target, or for a
+    /// mirrored pattern a storage mirror group (its id), judged by its primary.
     pub fn choose(&self, map: &ClusterMap, pattern: &StripePattern) -> Vec<TargetId> {
-        let mut candidates: Vec<_> = map
-            .targets
+        let slots: Vec<TargetInfo> = match pattern.kind {
+            PatternKind::Raid0 => map.targets.clone(),
+            PatternKind::Mirrored => map
+                .mirror_groups
+                .iter()
+                .filter(|group| group.kind == MirrorKind::Storage)
+                .filter_map(|group| {
+                    let primary = map.target(TargetId(group.primary))?;
+                    Some(TargetInfo {
+                        id: TargetId(group.id),
+                        ..primary.clone()
+                    })
+                })
+                .collect(),
+        };
+        let mut candidates: Vec<_> = slots
             .iter()
             .filter(|t| t.pool == pattern.pool && t.reachability != Reachability::Offline)
             .collect();

@@ -280,10 +280,17 @@ async fn heartbeat_loop(meta: Arc<Meta>, config: MetaConfig, alias: String, addr
         let inodes_used = meta.inode_count().ok();
         let mgmt = meta.cluster.mgmt();
         match mgmt
-            .heartbeat(NodeKind::Meta, meta.node, Vec::new(), usage, inodes_used)
+            .heartbeat(
+                NodeKind::Meta,
+                meta.node,
+                Vec::new(),
+                usage,
+                inodes_used,
+                None,
+            )
             .await
         {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(error) if error.code() == ErrorCode::UnknownNode => {
                 tracing::warn!("management does not know this node; registering again");
                 let _ = mgmt
@@ -836,11 +843,10 @@ impl Meta {
         if truncating {
             return Ok(());
         }
-        let lengths = layout.targets.iter().map(|target| {
-            let target = *target;
+        let lengths = layout.slots().map(|slot| {
             self.cluster
-                .call_storage(target, &TARGET_RETRY, move |storage| async move {
-                    storage.object_length(target, inode).await
+                .call_storage(slot, &TARGET_RETRY, move |storage, route| async move {
+                    storage.object_length(route, inode).await
                 })
         });
         let mut found = Vec::with_capacity(layout.targets.len());
@@ -1816,12 +1822,13 @@ impl Meta {
         let mut objects = Vec::new();
         let mut unreachable = Vec::new();
         for target in map.targets.iter().map(|t| t.id) {
+            let group = map.mirror_group_of_target(target).map(|g| g.id);
             let mut after = 0;
             loop {
-                let home = self.node;
+                let home = Some(self.node);
                 let page = self
                     .cluster
-                    .call_storage(target, &TARGET_RETRY, |storage| async move {
+                    .call_storage(target, &TARGET_RETRY, |storage, _| async move {
                         storage
                             .list_objects(target, home, after, OBJECTS_PER_LIST_MAX)
                             .await
@@ -1830,7 +1837,7 @@ impl Meta {
                 match page {
                     Ok((listed, end)) => {
                         after = listed.last().map(|(inode, _)| inode.0).unwrap_or(after);
-                        objects.extend(listed.into_iter().map(|(inode, _)| (inode, target)));
+                        objects.extend(listed.into_iter().map(|(inode, _)| (inode, target, group)));
                         if end {
                             break;
                         }
@@ -1860,8 +1867,8 @@ impl Meta {
         for (inode, target) in garbage {
             let removed = self
                 .cluster
-                .call_storage(target, &TARGET_RETRY, |storage| async move {
-                    storage.remove(target, inode).await
+                .call_storage(target, &TARGET_RETRY, |storage, route| async move {
+                    storage.remove(route, inode).await
                 })
                 .await;
             match removed {
@@ -1891,22 +1898,16 @@ impl Meta {
             })
             .map_err(OpError::into_wire)?;
         let Some(work) = work else { return Ok(()) };
-        let attempts = work
-            .layout
-            .targets
-            .iter()
-            .enumerate()
-            .map(|(index, target)| {
-                let length = object_length_for_file_size(&work.layout, index, work.size);
-                let cluster = Arc::clone(&self.cluster);
-                let target = *target;
-                async move {
-                    let call = |storage: Arc<StorageClient>| async move {
-                        storage.truncate(target, inode, length).await
-                    };
-                    cluster.call_storage(target, &TARGET_RETRY, call).await
-                }
-            });
+        let attempts = work.layout.slots().enumerate().map(|(index, slot)| {
+            let length = object_length_for_file_size(&work.layout, index, work.size);
+            let cluster = Arc::clone(&self.cluster);
+            async move {
+                let call = |storage: Arc<StorageClient>, route| async move {
+                    storage.truncate(route, inode, length).await
+                };
+                cluster.call_storage(slot, &TARGET_RETRY, call).await
+            }
+        });
         for result in futures::future::join_all(attempts).await {
             result.map_err(|error| {
                 WireError::new(
@@ -1925,14 +1926,13 @@ impl Meta {
 
     async fn dispose_objects(&self, inode: InodeId, layout: FileLayout) -> bool {
         let _disposing = self.disposing.lock().await;
-        let removals = layout.targets.iter().map(|target| {
+        let removals = layout.slots().map(|slot| {
             let cluster = Arc::clone(&self.cluster);
-            let target = *target;
             async move {
-                let call = |storage: Arc<StorageClient>| async move {
-                    storage.remove(target, inode).await
+                let call = |storage: Arc<StorageClient>, route| async move {
+                    storage.remove(route, inode).await
                 };
-                cluster.call_storage(target, &TARGET_RETRY, call).await
+                cluster.call_storage(slot, &TARGET_RETRY, call).await
             }
         });
         let all_done = futures::future::join_all(removals)

@@ -31,6 +31,12 @@ pub struct MgmtConfig {
     /// and the web page, and checks for nodes gone offline and targets filling up.
     #[serde(default = "default_stats_interval")]
     pub stats_interval_ms: u64,
+    /// A storage mirror group's primary silent this long is replaced by a good member, and a
+    /// silent member leaves its group. Primaries get a lease shorter than this by their
+    /// heartbeat interval and a margin, so an old primary stops before a new one starts;
+    /// I/O to a group pauses for about this long when its primary's server dies.
+    #[serde(default = "default_promotion_timeout")]
+    pub mirror_promotion_timeout_ms: u64,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
     /// `--log` and `WEFT_LOG` win over it.
     #[serde(default)]
@@ -43,6 +49,13 @@ pub struct MgmtConfig {
     /// `interval_ms`).
     #[serde(default)]
     pub influxdb: Option<weft_net::influx::InfluxConfig>,
+}
+
+/// Default time a mirror group's primary may be silent before a good member replaces it.
+pub const MIRROR_PROMOTION_TIMEOUT_MS_DEFAULT: u64 = 6_000;
+
+fn default_promotion_timeout() -> u64 {
+    MIRROR_PROMOTION_TIMEOUT_MS_DEFAULT
 }
 
 /// Default interval of management's samples of the servers.
@@ -97,6 +110,12 @@ impl MgmtConfig {
             problems.push(format!(
                 "session_timeout_ms = {} is below 100",
                 self.session_timeout_ms
+            ));
+        }
+        if self.mirror_promotion_timeout_ms < 1_000 {
+            problems.push(format!(
+                "mirror_promotion_timeout_ms = {} is below 1000: it must exceed a lease and a storage heartbeat interval",
+                self.mirror_promotion_timeout_ms
             ));
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {

@@ -5,6 +5,8 @@
 //! - `config`: [`MgmtConfig`].
 //! - `store`: the redb tables (nodes, targets, counters, clients), committed before replies.
 //! - `service`: the request handler and the in-memory heartbeat view.
+//! - `mirrors`: mirror groups: versions, primaries, member states and leases, driven by the
+//!   storage servers' heartbeats, committed before they are published.
 //! - `monitor`: samples every server's load, keeps recent throughput, turns state changes
 //!   into events; the cluster view (`/api/cluster`, `weft cluster`) comes from it.
 //!
@@ -13,6 +15,7 @@
 //! waits a full offline timeout before it marks anything offline.
 
 pub mod config;
+mod mirrors;
 mod monitor;
 mod service;
 mod store;

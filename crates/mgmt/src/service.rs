@@ -1,5 +1,6 @@
 //! The management request handler and its in-memory heartbeat view.
 
+use crate::mirrors::{group_info, nodes_of_targets, Mirrors};
 use crate::monitor::Monitor;
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
@@ -43,6 +44,7 @@ struct Mgmt {
     monitor: Monitor,
     /// Serialises mirror group creation: the free members are read and taken at once.
     mirror_lock: Mutex<()>,
+    mirrors: Mirrors,
 }
 
 /// The web page management serves at `/`: the cluster overview, with its styles and scripts
@@ -63,6 +65,10 @@ pub async fn run(
         source,
     })?;
     let store = MgmtStore::open(&config.data_dir)?;
+    let mirrors = Mirrors::open(
+        &store,
+        Duration::from_millis(config.mirror_promotion_timeout_ms),
+    )?;
     let mgmt = Arc::new(Mgmt {
         store,
         live: Mutex::default(),
@@ -73,6 +79,7 @@ pub async fn run(
         rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
         monitor: Monitor::new(Duration::from_millis(config.stats_interval_ms)),
         mirror_lock: Mutex::new(()),
+        mirrors,
     });
     let address = listener
         .local_addr()
@@ -84,6 +91,7 @@ pub async fn run(
         .registry()
         .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
     let monitoring = tokio::spawn(monitor_loop(Arc::clone(&mgmt)));
+    let mirroring = tokio::spawn(mirror_loop(Arc::clone(&mgmt)));
     weft_net::serve_with_exporters(
         listener,
         mgmt,
@@ -94,7 +102,24 @@ pub async fn run(
     .await
     .map_err(|e| MgmtError::Listen(e.to_string()))?;
     monitoring.abort();
+    mirroring.abort();
     Ok(())
+}
+
+/// Replaces silent primaries of mirror groups, a few times per promotion timeout.
+async fn mirror_loop(mgmt: Arc<Mgmt>) {
+    const TICK: Duration = Duration::from_millis(250);
+    loop {
+        tokio::time::sleep(TICK).await;
+        match mgmt.mirrors.tick(&mgmt.store) {
+            Ok(events) => {
+                for event in events {
+                    mgmt.monitor.event(true, event);
+                }
+            }
+            Err(error) => tracing::error!(%error, "cannot store a mirror group change"),
+        }
+    }
 }
 
 /// Samples the servers and notes state changes, once per interval.
@@ -355,6 +380,7 @@ impl Mgmt {
                 targets,
                 meta_usage,
                 meta_inodes_used,
+                mirror,
             } => {
                 if !self.store.node_exists(kind, node).map_err(internal)? {
                     return Err(WireError::new(
@@ -362,16 +388,40 @@ impl Mgmt {
                         format!("{kind:?} node {node} is not registered; register again"),
                     ));
                 }
-                let mut live = self.live.lock().expect("live state poisoned");
-                live.last_heard.insert((kind, node), Instant::now());
-                for report in targets {
-                    live.target_usage.insert(report.target, report.usage);
+                let ids: Vec<TargetId> = targets.iter().map(|t| t.target).collect();
+                {
+                    let mut live = self.live.lock().expect("live state poisoned");
+                    live.last_heard.insert((kind, node), Instant::now());
+                    for report in targets {
+                        live.target_usage.insert(report.target, report.usage);
+                    }
+                    if let Some(usage) = meta_usage {
+                        live.meta_usage
+                            .insert(node, (usage, meta_inodes_used.unwrap_or(0)));
+                    }
                 }
-                if let Some(usage) = meta_usage {
-                    live.meta_usage
-                        .insert(node, (usage, meta_inodes_used.unwrap_or(0)));
+                let Some(mirror) = mirror.filter(|_| kind == NodeKind::Storage) else {
+                    return Ok(Response::HeartbeatAck {
+                        lease_ms: 0,
+                        mirror_groups: Vec::new(),
+                    });
+                };
+                let (lease, groups, events) = self
+                    .mirrors
+                    .storage_heartbeat(&self.store, &ids, mirror)
+                    .map_err(internal)?;
+                for event in events {
+                    self.monitor.event(true, event);
                 }
-                Ok(Response::Done)
+                let nodes = nodes_of_targets(&self.store.targets().map_err(internal)?);
+                let node_of = |target: u32| nodes.get(&target).copied().unwrap_or(NodeId(0));
+                Ok(Response::HeartbeatAck {
+                    lease_ms: lease.as_millis() as u64,
+                    mirror_groups: groups
+                        .iter()
+                        .map(|g| group_info(MirrorKind::Storage, g, node_of))
+                        .collect(),
+                })
             }
             MgmtRequest::RegisterClient { alias } => {
                 let client = self.store.register_client(&alias).map_err(internal)?;
@@ -430,10 +480,7 @@ impl Mgmt {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
                 let group = check_mirror_group(kind, &members, &candidates)?;
-                let created = self
-                    .store
-                    .create_mirror_groups(kind, &[group])
-                    .map_err(internal)?;
+                let created = self.create_groups(kind, &[group]).map_err(internal)?;
                 for group in &created {
                     self.monitor.event(false, describe_group(group, "created"));
                 }
@@ -443,10 +490,7 @@ impl Mgmt {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
                 let groups = pair_across_nodes(&candidates);
-                let created = self
-                    .store
-                    .create_mirror_groups(kind, &groups)
-                    .map_err(internal)?;
+                let created = self.create_groups(kind, &groups).map_err(internal)?;
                 for group in &created {
                     self.monitor.event(false, describe_group(group, "created"));
                 }
@@ -469,14 +513,56 @@ impl Mgmt {
         }
     }
 
+    /// Creates groups of (member, node) lists, the first member primary.
+    fn create_groups(
+        &self,
+        kind: MirrorKind,
+        groups: &[Vec<(u32, NodeId)>],
+    ) -> Result<Vec<MirrorGroupInfo>, MgmtError> {
+        let members: Vec<Vec<u32>> = groups
+            .iter()
+            .map(|group| group.iter().map(|(member, _)| *member).collect())
+            .collect();
+        let nodes: HashMap<u32, NodeId> = groups.iter().flatten().copied().collect();
+        let created = self.mirrors.create(&self.store, kind, &members)?;
+        Ok(created
+            .iter()
+            .map(|group| group_info(kind, group, |m| nodes[&m]))
+            .collect())
+    }
+
+    /// Every mirror group of both kinds, as published.
+    fn mirror_groups(
+        &self,
+        targets: &[(TargetId, crate::store::TargetRecord)],
+    ) -> Vec<MirrorGroupInfo> {
+        let nodes = nodes_of_targets(targets);
+        let mut out: Vec<MirrorGroupInfo> = self
+            .mirrors
+            .groups(MirrorKind::Storage)
+            .iter()
+            .map(|group| {
+                group_info(MirrorKind::Storage, group, |target| {
+                    nodes.get(&target).copied().unwrap_or(NodeId(0))
+                })
+            })
+            .collect();
+        out.extend(
+            self.mirrors
+                .groups(MirrorKind::Meta)
+                .iter()
+                .map(|group| group_info(MirrorKind::Meta, group, NodeId)),
+        );
+        out
+    }
+
     /// Members of `kind` not in a group yet, each with its node, in id order.
     fn mirror_candidates(&self, kind: MirrorKind) -> Result<Vec<(u32, NodeId)>, MgmtError> {
         let grouped: std::collections::HashSet<u32> = self
-            .store
-            .mirror_groups()?
+            .mirrors
+            .groups(kind)
             .iter()
-            .filter(|g| g.kind == kind)
-            .flat_map(|g| g.members.iter().map(|m| m.id))
+            .flat_map(|g| g.members.iter().map(|m| m.server))
             .collect();
         let mut all: Vec<(u32, NodeId)> = match kind {
             MirrorKind::Storage => self
@@ -505,9 +591,13 @@ impl Mgmt {
     fn cluster_map(&self) -> Result<ClusterMap, MgmtError> {
         let nodes = self.store.nodes()?;
         let targets = self.store.targets()?;
+        let mirror_groups = self.mirror_groups(&targets);
         let clients = self.store.clients()?;
         let live = self.live.lock().expect("live state poisoned");
-        let mut map = ClusterMap::default();
+        let mut map = ClusterMap {
+            mirror_groups,
+            ..ClusterMap::default()
+        };
         for (kind, id, record) in nodes {
             let meta = if kind == NodeKind::Meta {
                 live.meta_usage.get(&id).copied()
@@ -537,7 +627,7 @@ impl Mgmt {
                 usage: live.target_usage.get(&id).copied().unwrap_or_default(),
             });
         }
-        map.mirror_groups = self.store.mirror_groups()?;
+
         // As for nodes, a session counts as heard at management's start after a restart.
         map.live_sessions = clients
             .into_iter()

@@ -5,8 +5,9 @@ use crate::MgmtError;
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use weft_mirror::ControllerDurable;
 use weft_proto::ids::{ClientId, NodeId, StoragePoolId, TargetId};
-use weft_proto::messages::{Consistency, MirrorGroupInfo, MirrorKind, NodeKind};
+use weft_proto::messages::{MirrorKind, NodeKind};
 
 /// (kind, node id) → postcard [`NodeRecord`].
 const NODES: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("nodes");
@@ -16,37 +17,10 @@ const TARGETS: TableDefinition<u32, &[u8]> = TableDefinition::new("targets");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 /// client id → client alias.
 const CLIENTS: TableDefinition<u64, &str> = TableDefinition::new("clients");
-/// (kind, group id) → postcard [`MirrorGroupRecord`].
-const MIRROR_GROUPS: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("mirror_groups");
-
-/// A mirror group as stored: published only after it is committed.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct MirrorGroupRecord {
-    pub version: u64,
-    pub primary: u32,
-    /// (member id, its node, consistency).
-    pub members: Vec<(u32, NodeId, Consistency)>,
-}
-
-impl MirrorGroupRecord {
-    fn info(&self, kind: MirrorKind, id: u32) -> MirrorGroupInfo {
-        MirrorGroupInfo {
-            id,
-            kind,
-            version: self.version,
-            primary: self.primary,
-            members: self
-                .members
-                .iter()
-                .map(|(id, node, state)| weft_proto::messages::MirrorMember {
-                    id: *id,
-                    node: *node,
-                    state: *state,
-                })
-                .collect(),
-        }
-    }
-}
+/// mirror kind → postcard [`weft_mirror::ControllerDurable`]: that kind's mirror groups with
+/// their versions, primaries and member states, each member's last boot id, and which absent
+/// members left in sync. Committed before any of it is published.
+const MIRROR_STATE: TableDefinition<u8, &[u8]> = TableDefinition::new("mirror_state");
 
 fn mirror_kind_key(kind: MirrorKind) -> u8 {
     match kind {
@@ -101,7 +75,7 @@ impl MgmtStore {
             txn.open_table(TARGETS).map_err(store_error)?;
             txn.open_table(COUNTERS).map_err(store_error)?;
             txn.open_table(CLIENTS).map_err(store_error)?;
-            txn.open_table(MIRROR_GROUPS).map_err(store_error)?;
+            txn.open_table(MIRROR_STATE).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -259,68 +233,29 @@ impl MgmtStore {
             .is_some())
     }
 
-    /// Every mirror group.
-    pub fn mirror_groups(&self) -> Result<Vec<MirrorGroupInfo>, MgmtError> {
+    /// The stored state of `kind`'s mirror groups (empty before the first group).
+    pub fn mirror_state(&self, kind: MirrorKind) -> Result<ControllerDurable, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
-        let groups = txn.open_table(MIRROR_GROUPS).map_err(store_error)?;
-        let mut out = Vec::new();
-        for entry in groups.iter().map_err(store_error)? {
-            let (key, value) = entry.map_err(store_error)?;
-            let (kind, id) = key.value();
-            let kind = if kind == 0 {
-                MirrorKind::Storage
-            } else {
-                MirrorKind::Meta
-            };
-            let record: MirrorGroupRecord =
-                postcard::from_bytes(value.value()).map_err(store_error)?;
-            out.push(record.info(kind, id));
+        let table = txn.open_table(MIRROR_STATE).map_err(store_error)?;
+        match table.get(mirror_kind_key(kind)).map_err(store_error)? {
+            Some(bytes) => postcard::from_bytes(bytes.value()).map_err(store_error),
+            None => Ok(ControllerDurable::default()),
         }
-        Ok(out)
     }
 
-    /// Stores new mirror groups of `kind`, each a list of (member, node), the first primary;
-    /// allocates their ids and commits them all at once.
-    pub fn create_mirror_groups(
+    /// Commits the state of `kind`'s mirror groups.
+    pub fn save_mirror_state(
         &self,
         kind: MirrorKind,
-        groups: &[Vec<(u32, NodeId)>],
-    ) -> Result<Vec<MirrorGroupInfo>, MgmtError> {
+        state: &ControllerDurable,
+    ) -> Result<(), MgmtError> {
+        let bytes = postcard::to_stdvec(state).map_err(store_error)?;
         let txn = self.db.begin_write().map_err(store_error)?;
-        let mut created = Vec::new();
-        {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let counter = match kind {
-                MirrorKind::Storage => "storage_mirror_group",
-                MirrorKind::Meta => "meta_mirror_group",
-            };
-            let mut last = counters
-                .get(counter)
-                .map_err(store_error)?
-                .map(|v| v.value())
-                .unwrap_or(0);
-            let mut table = txn.open_table(MIRROR_GROUPS).map_err(store_error)?;
-            for members in groups {
-                last += 1;
-                let id = u32::try_from(last).map_err(store_error)?;
-                let record = MirrorGroupRecord {
-                    version: 1,
-                    primary: members[0].0,
-                    members: members
-                        .iter()
-                        .map(|(member, node)| (*member, *node, Consistency::Good))
-                        .collect(),
-                };
-                let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
-                table
-                    .insert((mirror_kind_key(kind), id), bytes.as_slice())
-                    .map_err(store_error)?;
-                created.push(record.info(kind, id));
-            }
-            counters.insert(counter, last).map_err(store_error)?;
-        }
-        txn.commit().map_err(store_error)?;
-        Ok(created)
+        txn.open_table(MIRROR_STATE)
+            .map_err(store_error)?
+            .insert(mirror_kind_key(kind), bytes.as_slice())
+            .map_err(store_error)?;
+        txn.commit().map_err(store_error)
     }
 
     pub fn targets(&self) -> Result<Vec<(TargetId, TargetRecord)>, MgmtError> {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// What management keeps durable: published only after it is stored (in the simulator a
 /// crash keeps it; in management it is a redb commit).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ControllerDurable {
     /// The groups.
     pub map: GroupMap,

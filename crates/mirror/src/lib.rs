@@ -58,7 +58,7 @@ pub enum Node {
 }
 
 /// A member's consistency state in one version of its group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MemberState {
     /// Holds everything the primary acknowledged; may be promoted.
     Good,
@@ -74,7 +74,7 @@ pub enum MemberState {
 }
 
 /// One member of a group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Member {
     /// Its server.
     pub server: ServerId,
@@ -83,7 +83,7 @@ pub struct Member {
 }
 
 /// One version of a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Group {
     /// The group.
     pub id: GroupId,
@@ -114,7 +114,7 @@ impl Group {
 }
 
 /// Every group, as management publishes them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GroupMap {
     /// Groups by id.
     pub groups: BTreeMap<GroupId, Group>,

@@ -67,7 +67,9 @@ impl RpcError {
     /// Whether the same request may succeed if sent again: the peer was not reached or busy.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RpcError::Remote(error) => error.code == ErrorCode::Unavailable,
+            RpcError::Remote(error) => {
+                matches!(error.code, ErrorCode::Unavailable | ErrorCode::StaleRoute)
+            }
             RpcError::Transport { .. } | RpcError::Timeout { .. } => true,
             RpcError::Unexpected { .. } => false,
         }

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, TargetId};
-use weft_proto::messages::{ClusterMap, NodeKind};
+use weft_proto::layout::Slot;
+use weft_proto::messages::{ClusterMap, MirrorKind, MirrorRoute, NodeKind, Route};
 use weft_proto::ErrorCode;
 
 /// A map younger than this is not fetched again after an unreachable peer.
@@ -131,30 +132,70 @@ impl ClusterView {
         }
     }
 
-    /// Runs a call on the storage server holding `target` under `policy`. After a failure that
-    /// may mean the server moved (restarted on a new address), the map is fetched again.
+    /// Runs a call on the storage server that serves `slot` under `policy`: the target's
+    /// server, or for a mirror group its current primary's, with the route (target and group
+    /// version) the call must send. After a failure that may mean the server moved (restarted
+    /// on a new address) or the group changed (failover), the map is fetched again and the
+    /// call retried with the new route.
     ///
     /// # Errors
-    /// The last error of `call`, or `UnknownTarget` when management does not know the target.
+    /// The last error of `call`, or `UnknownTarget` when management does not know the target
+    /// or group.
     pub async fn call_storage<T, F, Fut>(
         &self,
-        target: TargetId,
+        slot: impl Into<Slot>,
         policy: &RetryPolicy,
         call: F,
     ) -> Result<T, RpcError>
     where
-        F: Fn(Arc<StorageClient>) -> Fut,
+        F: Fn(Arc<StorageClient>, Route) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
+        let slot = slot.into();
         policy
             .run(|| async {
-                let result = async { call(self.storage_for_target(target).await?).await }.await;
+                let result = async {
+                    let route = self.route(slot).await?;
+                    call(self.storage_for_target(route.target).await?, route).await
+                }
+                .await;
                 if result.as_ref().is_err_and(RpcError::is_retryable) {
                     self.refresh_if_older(MAP_REFRESH_AFTER_FAILURE_MIN).await;
                 }
                 result
             })
             .await
+    }
+
+    /// Where a request for `slot` goes now: the target itself, or a mirror group's primary
+    /// with the group's version.
+    ///
+    /// # Errors
+    /// `UnknownTarget` when management does not know the group.
+    pub async fn route(&self, slot: Slot) -> Result<Route, RpcError> {
+        let group = match slot {
+            Slot::Target(target) => return Ok(Route::from(target)),
+            Slot::Group(group) => group,
+        };
+        let lookup = |map: &ClusterMap| {
+            map.mirror_group(MirrorKind::Storage, group).map(|g| Route {
+                target: TargetId(g.primary),
+                mirror: Some(MirrorRoute {
+                    group,
+                    version: g.version,
+                    forwarded: false,
+                }),
+            })
+        };
+        match lookup(&self.map()) {
+            Some(route) => Ok(route),
+            None => lookup(&*self.refresh().await?).ok_or_else(|| {
+                RpcError::Remote(WireError::new(
+                    ErrorCode::UnknownTarget,
+                    format!("storage mirror group {group} is not defined"),
+                ))
+            }),
+        }
     }
 
     /// The storage node holding `target` and a client for it.

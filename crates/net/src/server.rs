@@ -255,6 +255,7 @@ mod tests {
     fn request() -> Request {
         Request::Storage(StorageRequest::Sync {
             target: TargetId(1),
+            mirror: None,
             inode: InodeId::ROOT,
         })
     }

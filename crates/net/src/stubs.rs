@@ -7,9 +7,9 @@ use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
-    LockRange, MetaRequest, MgmtRequest, MirrorGroupInfo, MirrorKind, MutationId, NewInode,
-    NodeKind, NodeStats, RenameFlags, Request, Response, SpaceUsage, StorageRequest, TargetReport,
-    XattrSetMode,
+    LockRange, MetaRequest, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MutationId,
+    NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, Route, SpaceUsage,
+    StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -97,7 +97,8 @@ impl MgmtClient {
         expect_response!(self.rpc, response, Response::TargetRegistered { target } => target)
     }
 
-    /// Sends a heartbeat with usage reports.
+    /// Sends a heartbeat with usage reports; answers the lease granted and the node's storage
+    /// mirror groups.
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable or does not know the node.
@@ -108,7 +109,8 @@ impl MgmtClient {
         targets: Vec<TargetReport>,
         meta_usage: Option<SpaceUsage>,
         meta_inodes_used: Option<u64>,
-    ) -> Result<(), RpcError> {
+        mirror: Option<MirrorHeartbeat>,
+    ) -> Result<(u64, Vec<MirrorGroupInfo>), RpcError> {
         let response = self
             .call(MgmtRequest::Heartbeat {
                 kind,
@@ -116,9 +118,10 @@ impl MgmtClient {
                 targets,
                 meta_usage,
                 meta_inodes_used,
+                mirror,
             })
             .await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self.rpc, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
     }
 
     /// Opens a client session.
@@ -674,19 +677,33 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Done => ())
     }
 
+    /// Sends any storage request with its payload; answers the response and its payload.
+    ///
+    /// # Errors
+    /// The server's error, or [`RpcError`] for transport failures.
+    pub async fn send(
+        &self,
+        request: StorageRequest,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), RpcError> {
+        self.rpc.call(&Request::Storage(request), payload).await
+    }
+
     /// Writes `data` at `object_offset` of the object of `inode` on `target`.
     ///
     /// # Errors
     /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, or [`RpcError`] for transport failures.
     pub async fn write(
         &self,
-        target: TargetId,
+        route: impl Into<Route>,
         inode: InodeId,
         object_offset: u64,
         data: Bytes,
     ) -> Result<u32, RpcError> {
+        let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Write {
-            target,
+            target: route.target,
+            mirror: route.mirror,
             inode,
             object_offset,
         });
@@ -742,13 +759,15 @@ impl StorageClient {
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
     pub async fn read(
         &self,
-        target: TargetId,
+        route: impl Into<Route>,
         inode: InodeId,
         object_offset: u64,
         len: u32,
     ) -> Result<Bytes, RpcError> {
+        let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Read {
-            target,
+            target: route.target,
+            mirror: route.mirror,
             inode,
             object_offset,
             len,
@@ -763,12 +782,14 @@ impl StorageClient {
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
     pub async fn truncate(
         &self,
-        target: TargetId,
+        route: impl Into<Route>,
         inode: InodeId,
         length: u64,
     ) -> Result<(), RpcError> {
+        let route: Route = route.into();
         self.done(StorageRequest::Truncate {
-            target,
+            target: route.target,
+            mirror: route.mirror,
             inode,
             length,
         })
@@ -779,16 +800,28 @@ impl StorageClient {
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn remove(&self, target: TargetId, inode: InodeId) -> Result<(), RpcError> {
-        self.done(StorageRequest::Remove { target, inode }).await
+    pub async fn remove(&self, route: impl Into<Route>, inode: InodeId) -> Result<(), RpcError> {
+        let route: Route = route.into();
+        self.done(StorageRequest::Remove {
+            target: route.target,
+            mirror: route.mirror,
+            inode,
+        })
+        .await
     }
 
     /// Makes an object durable.
     ///
     /// # Errors
     /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn sync(&self, target: TargetId, inode: InodeId) -> Result<(), RpcError> {
-        self.done(StorageRequest::Sync { target, inode }).await
+    pub async fn sync(&self, route: impl Into<Route>, inode: InodeId) -> Result<(), RpcError> {
+        let route: Route = route.into();
+        self.done(StorageRequest::Sync {
+            target: route.target,
+            mirror: route.mirror,
+            inode,
+        })
+        .await
     }
 
     /// Allocates or zeroes an object range.
@@ -797,14 +830,16 @@ impl StorageClient {
     /// `NoSpace`, `NotSupported`, `Io`, or [`RpcError`] for transport failures.
     pub async fn fallocate(
         &self,
-        target: TargetId,
+        route: impl Into<Route>,
         inode: InodeId,
         object_offset: u64,
         len: u64,
         mode: FallocateMode,
     ) -> Result<(), RpcError> {
+        let route: Route = route.into();
         self.done(StorageRequest::Fallocate {
-            target,
+            target: route.target,
+            mirror: route.mirror,
             inode,
             object_offset,
             len,
@@ -813,14 +848,15 @@ impl StorageClient {
         .await
     }
 
-    /// One page of the objects of `home`'s files on `target`, after inode `after`.
+    /// One page of the objects of `home`'s files (of all files: `None`) on `target`, after
+    /// inode `after`.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
     pub async fn list_objects(
         &self,
         target: TargetId,
-        home: NodeId,
+        home: Option<NodeId>,
         after: u64,
         max: u32,
     ) -> Result<(Vec<(InodeId, u64)>, bool), RpcError> {
@@ -844,8 +880,17 @@ impl StorageClient {
     ///
     /// # Errors
     /// `UnknownTarget`, or [`RpcError`] for transport failures.
-    pub async fn object_length(&self, target: TargetId, inode: InodeId) -> Result<u64, RpcError> {
-        let request = Request::Storage(StorageRequest::ObjectLength { target, inode });
+    pub async fn object_length(
+        &self,
+        route: impl Into<Route>,
+        inode: InodeId,
+    ) -> Result<u64, RpcError> {
+        let route: Route = route.into();
+        let request = Request::Storage(StorageRequest::ObjectLength {
+            target: route.target,
+            mirror: route.mirror,
+            inode,
+        });
         let response = self.rpc.call(&request, Bytes::new()).await?.0;
         expect_response!(self.rpc, response, Response::Length(length) => length)
     }

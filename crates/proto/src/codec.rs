@@ -283,6 +283,11 @@ mod tests {
     fn body_round_trip() {
         let request = Request::Storage(StorageRequest::Read {
             target: TargetId(3),
+            mirror: Some(crate::messages::MirrorRoute {
+                group: 2,
+                version: 7,
+                forwarded: true,
+            }),
             inode: InodeId::ROOT,
             object_offset: 4096,
             len: 65536,

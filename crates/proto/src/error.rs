@@ -77,6 +77,10 @@ pub enum ErrorCode {
     TargetPoisoned = 2002,
     /// The storage server does not hold the named target.
     UnknownTarget = 2003,
+    /// The request was routed with another version of its mirror group than the member
+    /// knows, to a member that is not the primary, or to a primary whose lease ran out:
+    /// fetch the cluster map and send it again (to the current primary).
+    StaleRoute = 2004,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -104,6 +108,7 @@ impl ErrorCode {
             ErrorCode::TargetPoisoned => libc::EIO,
             ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
             ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
+            ErrorCode::StaleRoute => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }

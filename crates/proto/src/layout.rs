@@ -26,10 +26,12 @@ const _: () = assert!(CHUNK_SIZE_DEFAULT >= CHUNK_SIZE_MIN && CHUNK_SIZE_DEFAULT
 
 /// How a file's chunks map to storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum PatternKind {
     /// Chunks striped over targets, one copy each.
     Raid0,
+    /// Chunks striped over storage mirror groups: every chunk is on each member of its group.
+    /// The layout's `targets` then name groups (their ids), not targets.
+    Mirrored,
 }
 
 /// A directory's stripe pattern, inherited by new files and subdirectories.
@@ -93,6 +95,14 @@ impl StripePattern {
         Ok(pattern)
     }
 
+    /// The same pattern striping over storage mirror groups instead of single targets.
+    pub fn mirrored(self) -> StripePattern {
+        StripePattern {
+            kind: PatternKind::Mirrored,
+            ..self
+        }
+    }
+
     /// Checks the pattern's bounds; patterns read from the wire are checked before use.
     ///
     /// # Errors
@@ -120,6 +130,56 @@ pub struct FileLayout {
     pub pattern: StripePattern,
     /// The targets holding the file's objects; chunk `i` is on `targets[i % len]`.
     pub targets: Vec<TargetId>,
+}
+
+/// Where one stripe slot of a file lives: a storage target, or a storage mirror group whose
+/// primary serves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// One target holds the slot's object.
+    Target(TargetId),
+    /// Every member of this storage mirror group holds it.
+    Group(u32),
+}
+
+impl From<TargetId> for Slot {
+    fn from(target: TargetId) -> Slot {
+        Slot::Target(target)
+    }
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Slot::Target(target) => write!(f, "target {target}"),
+            Slot::Group(group) => write!(f, "mirror group {group}"),
+        }
+    }
+}
+
+impl FileLayout {
+    /// What `targets[index]` names: a target, or a mirror group for a mirrored pattern.
+    pub fn slot(&self, index: usize) -> Slot {
+        let id = self.targets[index];
+        match self.pattern.kind {
+            PatternKind::Raid0 => Slot::Target(id),
+            PatternKind::Mirrored => Slot::Group(id.0),
+        }
+    }
+
+    /// Every slot, in stripe order.
+    pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
+        (0..self.targets.len()).map(|index| self.slot(index))
+    }
+
+    /// Whether this file has an object on `target`, a member of storage mirror group `group`
+    /// (if any): the target is one of its slots, or a member of one.
+    pub fn has_object_on(&self, target: TargetId, group: Option<u32>) -> bool {
+        self.slots().any(|slot| match slot {
+            Slot::Target(mine) => mine == target,
+            Slot::Group(mine) => group == Some(mine),
+        })
+    }
 }
 
 /// One contiguous piece of a file range that lies inside one chunk.

@@ -178,6 +178,53 @@ pub struct MirrorGroupInfo {
     pub members: Vec<MirrorMember>,
 }
 
+/// A member of a mirror group in one version: (group, version, member).
+pub type GroupMember = (u32, u64, u32);
+
+/// What a storage server tells management about its mirror groups in each heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorHeartbeat {
+    /// Changes whenever the server restarts: its unsynced writes may be gone.
+    pub boot: u64,
+    /// The server's heartbeat interval: the lease management grants is shorter than the
+    /// promotion timeout by at least this much.
+    pub interval_ms: u64,
+    /// Members this server (as primary) brought up to date.
+    pub resynced: Vec<GroupMember>,
+    /// Members this server (as primary) cannot reach.
+    pub unreachable: Vec<GroupMember>,
+}
+
+/// How a request to a mirrored object was routed: the group and the version of it the sender
+/// knows. A member that knows another version refuses it ([`crate::ErrorCode::StaleRoute`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorRoute {
+    /// The storage mirror group.
+    pub group: u32,
+    /// Its version.
+    pub version: u64,
+    /// Sent by the primary to a member (applied there, not forwarded again).
+    pub forwarded: bool,
+}
+
+/// Where a storage request goes: the target, and for a mirrored object how it was routed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The target that serves it (a group's primary, or a member for a forward).
+    pub target: TargetId,
+    /// The group route, for a mirrored object.
+    pub mirror: Option<MirrorRoute>,
+}
+
+impl From<TargetId> for Route {
+    fn from(target: TargetId) -> Route {
+        Route {
+            target,
+            mirror: None,
+        }
+    }
+}
+
 /// Most members of one mirror group.
 pub const MIRROR_MEMBERS_MAX: usize = 4;
 
@@ -191,6 +238,20 @@ impl ClusterMap {
             .flat_map(|group| group.members.iter())
             .find(|member| member.id == target.0)
             .map_or(Consistency::Good, |member| member.state)
+    }
+
+    /// The mirror group of this kind and id, if defined.
+    pub fn mirror_group(&self, kind: MirrorKind, id: u32) -> Option<&MirrorGroupInfo> {
+        self.mirror_groups
+            .iter()
+            .find(|group| group.kind == kind && group.id == id)
+    }
+
+    /// The storage mirror group `target` is a member of, if any.
+    pub fn mirror_group_of_target(&self, target: TargetId) -> Option<&MirrorGroupInfo> {
+        self.mirror_groups.iter().find(|group| {
+            group.kind == MirrorKind::Storage && group.members.iter().any(|m| m.id == target.0)
+        })
     }
 
     /// The node of this kind and id, if registered. Each kind numbers its nodes from 1.
@@ -240,6 +301,8 @@ pub enum MgmtRequest {
         meta_usage: Option<SpaceUsage>,
         /// Inodes in use on the metadata target, for metadata nodes.
         meta_inodes_used: Option<u64>,
+        /// Mirror state of a storage server's targets.
+        mirror: Option<MirrorHeartbeat>,
     },
     /// A client opens a session.
     RegisterClient {
@@ -880,6 +943,8 @@ pub enum StorageRequest {
     Write {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
         /// Offset in the object.
@@ -903,6 +968,8 @@ pub enum StorageRequest {
     Read {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
         /// Offset in the object.
@@ -914,6 +981,8 @@ pub enum StorageRequest {
     Truncate {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
         /// New object length.
@@ -923,6 +992,8 @@ pub enum StorageRequest {
     Remove {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
     },
@@ -930,6 +1001,8 @@ pub enum StorageRequest {
     Sync {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
     },
@@ -937,6 +1010,8 @@ pub enum StorageRequest {
     Fallocate {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
         /// Offset in the object.
@@ -946,12 +1021,13 @@ pub enum StorageRequest {
         /// Allocate or zero.
         mode: FallocateMode,
     },
-    /// Lists the objects of files whose home is `home`, in inode order after `after`.
+    /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
+    /// order after `after`.
     ListObjects {
         /// The target.
         target: TargetId,
         /// Only objects of inodes of this metadata node.
-        home: NodeId,
+        home: Option<NodeId>,
         /// Resume after this inode (0 from the start).
         after: u64,
         /// Most objects wanted, at most [`OBJECTS_PER_LIST_MAX`].
@@ -961,9 +1037,88 @@ pub enum StorageRequest {
     ObjectLength {
         /// The target.
         target: TargetId,
+        /// How it was routed, for a mirrored object.
+        mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
     },
+}
+
+impl StorageRequest {
+    /// The target the request names (`None` for a StorageBench request, which names none).
+    pub fn target(&self) -> Option<TargetId> {
+        match self {
+            StorageRequest::Write { target, .. }
+            | StorageRequest::Read { target, .. }
+            | StorageRequest::Truncate { target, .. }
+            | StorageRequest::Remove { target, .. }
+            | StorageRequest::Sync { target, .. }
+            | StorageRequest::Fallocate { target, .. }
+            | StorageRequest::ListObjects { target, .. }
+            | StorageRequest::ObjectLength { target, .. }
+            | StorageRequest::NetBench { target, .. } => Some(*target),
+            StorageRequest::Bench { .. } => None,
+        }
+    }
+
+    /// How a request to a mirrored object was routed.
+    pub fn mirror(&self) -> Option<MirrorRoute> {
+        match self {
+            StorageRequest::Write { mirror, .. }
+            | StorageRequest::Read { mirror, .. }
+            | StorageRequest::Truncate { mirror, .. }
+            | StorageRequest::Remove { mirror, .. }
+            | StorageRequest::Sync { mirror, .. }
+            | StorageRequest::Fallocate { mirror, .. }
+            | StorageRequest::ObjectLength { mirror, .. } => *mirror,
+            _ => None,
+        }
+    }
+
+    /// The same request sent along `route` (a primary forwarding it to a member).
+    pub fn rerouted(mut self, route: Route) -> StorageRequest {
+        match &mut self {
+            StorageRequest::Write { target, mirror, .. }
+            | StorageRequest::Read { target, mirror, .. }
+            | StorageRequest::Truncate { target, mirror, .. }
+            | StorageRequest::Remove { target, mirror, .. }
+            | StorageRequest::Sync { target, mirror, .. }
+            | StorageRequest::Fallocate { target, mirror, .. }
+            | StorageRequest::ObjectLength { target, mirror, .. } => {
+                *target = route.target;
+                *mirror = route.mirror;
+            }
+            StorageRequest::ListObjects { target, .. }
+            | StorageRequest::NetBench { target, .. } => {
+                *target = route.target;
+            }
+            StorageRequest::Bench { .. } => {}
+        }
+        self
+    }
+
+    /// The object and byte range a change touches, which changes to the same object must not
+    /// overlap in flight to stay in one order on every mirror member; `None` for requests that
+    /// change no data.
+    pub fn changed_range(&self, payload_len: usize) -> Option<(InodeId, std::ops::Range<u64>)> {
+        match self {
+            StorageRequest::Write {
+                inode,
+                object_offset,
+                ..
+            } => Some((*inode, *object_offset..object_offset + payload_len as u64)),
+            StorageRequest::Fallocate {
+                inode,
+                object_offset,
+                len,
+                ..
+            } => Some((*inode, *object_offset..object_offset.saturating_add(*len))),
+            StorageRequest::Truncate { inode, .. } | StorageRequest::Remove { inode, .. } => {
+                Some((*inode, 0..u64::MAX))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// What a fallocate does to an object range. The object's length never changes: the metadata
@@ -1275,6 +1430,13 @@ pub enum Response {
     ClusterStatus(ClusterStatus),
     /// Mirror groups (the ones just created).
     MirrorGroups(Vec<MirrorGroupInfo>),
+    /// Management's answer to a heartbeat.
+    HeartbeatAck {
+        /// A primary may serve until this long after it sent the heartbeat.
+        lease_ms: u64,
+        /// The storage mirror groups the node's targets are members of.
+        mirror_groups: Vec<MirrorGroupInfo>,
+    },
 }
 
 impl Request {

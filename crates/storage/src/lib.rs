@@ -5,6 +5,8 @@
 //! - `target`: one storage target — a directory of objects under hashed subdirectories, its
 //!   capacity accounting, poisoning after a failed fsync, and the crash-test journal.
 //! - `service`: registration, heartbeats and the request handler.
+//! - `mirror`: storage mirror groups: admission by group version and lease, ordering and
+//!   forwarding changes to members, resync of returning members.
 //!
 //! Objects live at `<target>/objects/<aa>/<bb>/<inode id in hex>`, where `aa` and `bb` are the
 //! first two bytes of the CRC32C of the inode id, so no directory grows past a few thousand
@@ -14,6 +16,7 @@ mod bench;
 pub mod config;
 mod direct;
 mod metrics;
+mod mirror;
 mod service;
 mod target;
 

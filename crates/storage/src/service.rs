@@ -2,6 +2,7 @@
 //! pool so a slow disk never stalls the network threads.
 
 use crate::metrics::TargetMetrics;
+use crate::mirror::Mirror;
 use crate::target::Target;
 use crate::{StorageConfig, StorageError};
 use bytes::Bytes;
@@ -10,11 +11,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use weft_net::MgmtClient;
+use weft_net::ClusterView;
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
 use weft_proto::messages::{
-    NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX,
+    MirrorRoute, NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX,
     OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
@@ -23,6 +24,7 @@ struct Storage {
     targets: HashMap<weft_proto::TargetId, Arc<Target>>,
     bench: Arc<crate::bench::StorageBench>,
     metrics: TargetMetrics,
+    mirror: Arc<Mirror>,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -35,10 +37,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
     config.validate().map_err(StorageError::Config)?;
-    let mgmt = Arc::new(MgmtClient::new(
+    let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
         weft_net::RpcClientOptions::default(),
     ));
+    let mgmt = cluster.mgmt();
     let address = listener
         .local_addr()
         .map_err(|e| StorageError::Config(e.to_string()))?
@@ -46,7 +49,7 @@ pub async fn run(
     let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
     let node = weft_service::identity::register_node(
         &config.data_dir,
-        &mgmt,
+        mgmt,
         NodeKind::Storage,
         &alias,
         vec![address.clone()],
@@ -89,15 +92,21 @@ pub async fn run(
     let metrics_listen = config.metrics_listen.clone();
     let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
+    let mirror = Arc::new(Mirror::new(
+        Arc::clone(&cluster),
+        targets.clone(),
+        Duration::from_millis(config.heartbeat_interval_ms),
+    ));
     let storage = Arc::new(Storage {
         targets,
         bench: Arc::default(),
         metrics,
+        mirror,
     });
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&storage),
-        mgmt,
+        cluster,
         node,
         config,
         alias,
@@ -118,13 +127,16 @@ pub async fn run(
 
 async fn heartbeat_loop(
     storage: Arc<Storage>,
-    mgmt: Arc<MgmtClient>,
+    cluster: Arc<ClusterView>,
     node: NodeId,
     config: StorageConfig,
     alias: String,
     address: String,
 ) {
+    /// Heartbeats woken early (a newer mirror group version was seen) come no closer.
+    const EARLY_GAP: Duration = Duration::from_millis(50);
     let interval = Duration::from_millis(config.heartbeat_interval_ms);
+    let mgmt = cluster.mgmt();
     loop {
         let reports: Vec<TargetReport> = storage
             .targets
@@ -134,11 +146,17 @@ async fn heartbeat_loop(
                 usage: t.usage(),
             })
             .collect();
+        let sent = std::time::Instant::now();
+        let mirror = Some(storage.mirror.report());
         match mgmt
-            .heartbeat(NodeKind::Storage, node, reports, None, None)
+            .heartbeat(NodeKind::Storage, node, reports, None, None, mirror)
             .await
         {
-            Ok(()) => {}
+            Ok((lease_ms, groups)) => {
+                storage
+                    .mirror
+                    .adopt(sent, Duration::from_millis(lease_ms), groups);
+            }
             Err(error) if error.code() == ErrorCode::UnknownNode => {
                 tracing::warn!("management does not know this node; registering again");
                 if mgmt
@@ -158,7 +176,10 @@ async fn heartbeat_loop(
             }
             Err(error) => tracing::warn!(%error, "heartbeat failed"),
         }
-        tokio::time::sleep(interval).await;
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = storage.mirror.wake.notified() => tokio::time::sleep(EARLY_GAP).await,
+        }
     }
 }
 
@@ -200,17 +221,8 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
-        let target_id = match &request {
-            StorageRequest::Write { target, .. }
-            | StorageRequest::Read { target, .. }
-            | StorageRequest::Truncate { target, .. }
-            | StorageRequest::Remove { target, .. }
-            | StorageRequest::Sync { target, .. }
-            | StorageRequest::Fallocate { target, .. }
-            | StorageRequest::ListObjects { target, .. }
-            | StorageRequest::ObjectLength { target, .. }
-            | StorageRequest::NetBench { target, .. } => *target,
-            StorageRequest::Bench { .. } => unreachable!("answered above"),
+        let Some(target_id) = request.target() else {
+            unreachable!("only StorageBench names no target, answered above")
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
             let error = WireError::new(
@@ -240,6 +252,65 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
+        let outcome = match request.mirror() {
+            None => self.local(target, request, payload).await,
+            Some(route) if route.forwarded => match self.mirror.admit_forward(target_id, route) {
+                Ok(()) => self.local(target, request, payload).await,
+                Err(error) => Err(error),
+            },
+            Some(route) => self.as_primary(target, route, request, payload).await,
+        };
+        match outcome {
+            Ok((response, payload)) => (Ok(response), payload),
+            Err(error) => (Err(error), Bytes::new()),
+        }
+    }
+}
+
+impl Storage {
+    /// A request to a mirrored object at its group's primary: admitted by version and lease;
+    /// a change is applied here, in order with overlapping changes to the same object, then
+    /// forwarded to every present member before it is answered.
+    async fn as_primary(
+        &self,
+        target: Arc<Target>,
+        route: MirrorRoute,
+        request: StorageRequest,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), WireError> {
+        let group = self.mirror.admit_primary(target.id, route)?;
+        let changes = matches!(
+            request,
+            StorageRequest::Write { .. }
+                | StorageRequest::Truncate { .. }
+                | StorageRequest::Remove { .. }
+                | StorageRequest::Fallocate { .. }
+                | StorageRequest::Sync { .. }
+        );
+        if !changes {
+            return self.local(target, request, payload).await;
+        }
+        let _held = match request.changed_range(payload.len()) {
+            Some((inode, range)) => Some(self.mirror.lock_range(target.id, inode, range).await),
+            None => None,
+        };
+        let answer = self
+            .local(Arc::clone(&target), request.clone(), payload.clone())
+            .await?;
+        self.mirror
+            .forward(target.id, group.id, &request, &payload)
+            .await?;
+        Ok(answer)
+    }
+
+    /// Runs a request on this server's own target, on the blocking pool, timed.
+    async fn local(
+        &self,
+        target: Arc<Target>,
+        request: StorageRequest,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), WireError> {
+        let target_id = target.id;
         let disk_op = self.metrics.start(target_id, (&request).into());
         let written = match &request {
             StorageRequest::Write { .. } => payload.len() as u64,
@@ -309,15 +380,11 @@ impl weft_net::Handler for Storage {
             _ => disk_op.finish(0, 0),
         }
         match outcome {
-            Ok(Ok((response, payload))) => (Ok(response), payload),
-            Ok(Err(error)) => (Err(error), Bytes::new()),
-            Err(join) => (
-                Err(WireError::new(
-                    ErrorCode::Internal,
-                    format!("storage task failed: {join}"),
-                )),
-                Bytes::new(),
-            ),
+            Ok(result) => result,
+            Err(join) => Err(WireError::new(
+                ErrorCode::Internal,
+                format!("storage task failed: {join}"),
+            )),
         }
     }
 }

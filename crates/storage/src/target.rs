@@ -215,6 +215,17 @@ impl Target {
         self.open_creating(inode, |path| crate::direct::open(path, true))
     }
 
+    /// Whether the object exists (on disk or in the crash-test journal).
+    pub fn exists(&self, inode: InodeId) -> bool {
+        let journaled = self.journal.as_ref().is_some_and(|journal| {
+            journal
+                .lock()
+                .expect("journal poisoned")
+                .contains_key(&inode)
+        });
+        journaled || self.object_path(inode).exists()
+    }
+
     /// The object's length as readers see it (including unsynced journal entries).
     pub fn length(&self, inode: InodeId) -> Result<u64, WireError> {
         let disk = self.disk_length(inode)?;
@@ -445,7 +456,7 @@ impl Target {
     /// true when nothing follows. Objects only in the crash-test journal are included.
     pub fn list_objects(
         &self,
-        home: NodeId,
+        home: Option<NodeId>,
         after: u64,
         max: u32,
     ) -> Result<(Vec<(InodeId, u64)>, bool), WireError> {
@@ -457,7 +468,7 @@ impl Target {
         }
         let mut objects: Vec<InodeId> = found
             .into_iter()
-            .filter(|i| i.home() == home && i.0 > after)
+            .filter(|i| home.is_none_or(|home| i.home() == home) && i.0 > after)
             .collect();
         objects.sort_unstable();
         objects.dedup();

@@ -204,6 +204,8 @@ impl LocalCluster {
                 "rename_lock_lease_ms=2000".into(),
                 "--set".into(),
                 "stats_interval_ms=500".into(),
+                "--set".into(),
+                "mirror_promotion_timeout_ms=3000".into(),
             ],
         )?;
         for index in 1..=spec.meta {

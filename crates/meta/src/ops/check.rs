@@ -52,7 +52,7 @@ pub(crate) fn check(
     txn: &WriteTransaction,
     home: NodeId,
     repair: bool,
-    objects: &[(InodeId, TargetId)],
+    objects: &[(InodeId, TargetId, Option<u32>)],
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
 ) -> Result<(CheckReport, Vec<(InodeId, TargetId)>), OpError> {
@@ -385,15 +385,15 @@ fn check_objects(
     txn: &WriteTransaction,
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
-    objects: &[(InodeId, TargetId)],
+    objects: &[(InodeId, TargetId, Option<u32>)],
 ) -> Result<Vec<(InodeId, TargetId)>, OpError> {
     let disposals = txn.open_table(DISPOSALS)?;
     let mut garbage = Vec::new();
-    for (inode, target) in objects {
+    for (inode, target, group) in objects {
         let belongs = inodes
             .get(&inode.0)
             .and_then(|record| record.layout.as_ref())
-            .is_some_and(|layout| layout.targets.contains(target));
+            .is_some_and(|layout| layout.has_object_on(*target, *group));
         if belongs || disposals.get(inode.0)?.is_some() {
             continue;
         }

@@ -9,7 +9,7 @@ use crate::store::{
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
-use weft_proto::layout::{FileLayout, StripePattern};
+use weft_proto::layout::{FileLayout, PatternKind, StripePattern};
 use weft_proto::messages::{FileKind, NewInode, Response, SYMLINK_BYTES_MAX};
 use weft_proto::ErrorCode;
 
@@ -88,7 +88,13 @@ pub(crate) fn create(
         if targets.is_empty() {
             return Err(OpError::rejected(
                 ErrorCode::NoTargets,
-                format!("storage pool {} has no reachable target", pattern.pool),
+                match pattern.kind {
+                    PatternKind::Mirrored => format!(
+                        "storage pool {} has no mirror group with a reachable primary (weft mirror autocreate storage)",
+                        pattern.pool
+                    ),
+                    _ => format!("storage pool {} has no reachable target", pattern.pool),
+                },
             ));
         }
         Some(FileLayout { pattern, targets })

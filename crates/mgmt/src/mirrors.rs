@@ -1,0 +1,253 @@
+//! Mirror groups in management: one [`Controller`] per kind (storage targets, metadata nodes)
+//! decides versions, primaries and member states; every change is committed to the store
+//! before anyone sees it (a heartbeat answer, the cluster map).
+//!
+//! Storage groups are driven by the storage servers' heartbeats: each target of a server is a
+//! member heard with the server's boot id; a primary silent for the promotion timeout is
+//! replaced by a good member, a restarted member comes back as `needs-resync`. Metadata groups
+//! are kept and published but not driven yet (metadata servers do not replicate).
+
+use crate::store::MgmtStore;
+use crate::MgmtError;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use weft_mirror::{Controller, Group, GroupId, MemberState, Msg, Node, Timing};
+use weft_proto::ids::{NodeId, TargetId};
+use weft_proto::messages::{
+    Consistency, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MirrorMember,
+};
+
+/// Most a server's clock may run ahead of management's within a lease.
+const LEASE_MARGIN: Duration = Duration::from_millis(weft_mirror::LEASE_MARGIN_MS);
+
+pub(crate) struct Mirrors {
+    started: Instant,
+    promotion_timeout: Duration,
+    storage: Mutex<Controller>,
+    meta: Mutex<Controller>,
+}
+
+/// A group as published: members with their nodes and consistency.
+pub(crate) fn group_info(
+    kind: MirrorKind,
+    group: &Group,
+    node_of: impl Fn(u32) -> NodeId,
+) -> MirrorGroupInfo {
+    MirrorGroupInfo {
+        id: group.id,
+        kind,
+        version: group.version,
+        primary: group.primary,
+        members: group
+            .members
+            .iter()
+            .map(|member| MirrorMember {
+                id: member.server,
+                node: node_of(member.server),
+                state: match member.state {
+                    MemberState::Good => Consistency::Good,
+                    MemberState::NeedsResync { .. } => Consistency::NeedsResync,
+                    MemberState::Absent => Consistency::Bad,
+                },
+            })
+            .collect(),
+    }
+}
+
+impl Mirrors {
+    /// The groups as stored; promotion after `promotion_timeout` of silence.
+    pub fn open(store: &MgmtStore, promotion_timeout: Duration) -> Result<Mirrors, MgmtError> {
+        let timing = Timing {
+            heartbeat_ms: 0,
+            lease_ms: 0,
+            promotion_timeout_ms: promotion_timeout.as_millis() as u64,
+            member_timeout_ms: 0,
+            retry_ms: 0,
+        };
+        let controller = |kind| -> Result<Mutex<Controller>, MgmtError> {
+            Ok(Mutex::new(Controller::new(
+                timing,
+                0,
+                store.mirror_state(kind)?,
+            )))
+        };
+        Ok(Mirrors {
+            started: Instant::now(),
+            promotion_timeout,
+            storage: controller(MirrorKind::Storage)?,
+            meta: controller(MirrorKind::Meta)?,
+        })
+    }
+
+    fn controller(&self, kind: MirrorKind) -> &Mutex<Controller> {
+        match kind {
+            MirrorKind::Storage => &self.storage,
+            MirrorKind::Meta => &self.meta,
+        }
+    }
+
+    /// Milliseconds since management started: the controllers' clock.
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Every group of `kind`, in id order.
+    pub fn groups(&self, kind: MirrorKind) -> Vec<Group> {
+        let controller = self.controller(kind).lock().expect("mirror lock poisoned");
+        controller.map().groups.values().cloned().collect()
+    }
+
+    /// Creates groups of these members (the first of each primary), all good at version 1,
+    /// committed before they are returned.
+    pub fn create(
+        &self,
+        store: &MgmtStore,
+        kind: MirrorKind,
+        groups: &[Vec<u32>],
+    ) -> Result<Vec<Group>, MgmtError> {
+        let mut controller = self.controller(kind).lock().expect("mirror lock poisoned");
+        let mut next: GroupId = controller.map().groups.keys().last().copied().unwrap_or(0);
+        let mut ids = Vec::new();
+        for members in groups {
+            next += 1;
+            controller.create_group(next, members);
+            ids.push(next);
+        }
+        store.save_mirror_state(kind, controller.durable())?;
+        Ok(ids
+            .iter()
+            .map(|id| controller.map().groups[id].clone())
+            .collect())
+    }
+
+    /// A storage server's heartbeat for its `targets`: every target in a group is heard. The
+    /// lease granted leaves a heartbeat interval and a margin before the promotion timeout, so
+    /// a primary has stopped serving before anyone else may be promoted. Returns the lease and
+    /// the groups of the server's targets, after any change is committed.
+    pub fn storage_heartbeat(
+        &self,
+        store: &MgmtStore,
+        targets: &[TargetId],
+        heartbeat: MirrorHeartbeat,
+    ) -> Result<(Duration, Vec<Group>, Vec<String>), MgmtError> {
+        let interval = Duration::from_millis(heartbeat.interval_ms);
+        let lease = self
+            .promotion_timeout
+            .saturating_sub(interval)
+            .saturating_sub(LEASE_MARGIN);
+        let mut controller = self.storage.lock().expect("mirror lock poisoned");
+        let before = controller.map().clone();
+        let now = self.now();
+        let mine = |group: &Group| {
+            group
+                .members
+                .iter()
+                .any(|m| targets.contains(&TargetId(m.server)))
+        };
+        for target in targets {
+            let member = before.groups.values().any(|g| g.member(target.0).is_some());
+            if !member {
+                continue;
+            }
+            let _: Vec<weft_mirror::Send<()>> = controller.handle(
+                now,
+                Node::Server(target.0),
+                Msg::Heartbeat {
+                    boot: heartbeat.boot,
+                    sent_at: now,
+                    resynced: heartbeat.resynced.clone(),
+                    unreachable: heartbeat.unreachable.clone(),
+                },
+            );
+        }
+        let events = self.commit_changes(store, MirrorKind::Storage, &controller, &before)?;
+        let groups = controller
+            .map()
+            .groups
+            .values()
+            .filter(|g| mine(g))
+            .cloned()
+            .collect();
+        Ok((lease, groups, events))
+    }
+
+    /// Replaces silent primaries and drops silent members of storage groups; returns the
+    /// changes as events, after they are committed.
+    pub fn tick(&self, store: &MgmtStore) -> Result<Vec<String>, MgmtError> {
+        let mut controller = self.storage.lock().expect("mirror lock poisoned");
+        let before = controller.map().clone();
+        let _: Vec<weft_mirror::Send<()>> = controller.tick(self.now());
+        self.commit_changes(store, MirrorKind::Storage, &controller, &before)
+    }
+
+    /// Commits the controller's state if a group changed; describes every change.
+    fn commit_changes(
+        &self,
+        store: &MgmtStore,
+        kind: MirrorKind,
+        controller: &Controller,
+        before: &weft_mirror::GroupMap,
+    ) -> Result<Vec<String>, MgmtError> {
+        let changed: Vec<&Group> = controller
+            .map()
+            .groups
+            .values()
+            .filter(|g| before.groups.get(&g.id) != Some(*g))
+            .collect();
+        if changed.is_empty() {
+            return Ok(Vec::new());
+        }
+        store.save_mirror_state(kind, controller.durable())?;
+        Ok(changed
+            .into_iter()
+            .map(|group| describe_change(kind, group, before.groups.get(&group.id)))
+            .collect())
+    }
+}
+
+/// Says what changed in a group, for events and logs.
+fn describe_change(kind: MirrorKind, group: &Group, before: Option<&Group>) -> String {
+    let noun = match kind {
+        MirrorKind::Storage => "target",
+        MirrorKind::Meta => "metadata node",
+    };
+    let mut changes = Vec::new();
+    if before.is_some_and(|b| b.primary != group.primary) {
+        changes.push(format!("{noun} {} is primary", group.primary));
+    }
+    for member in &group.members {
+        let was = before
+            .and_then(|b| b.member(member.server))
+            .map(|m| m.state);
+        if was != Some(member.state) {
+            let state = match member.state {
+                MemberState::Good => "good",
+                MemberState::NeedsResync { full: true } => "needs a full resync",
+                MemberState::NeedsResync { full: false } => "needs a resync",
+                MemberState::Absent => "absent",
+            };
+            changes.push(format!("{noun} {} {state}", member.server));
+        }
+    }
+    if changes.is_empty() {
+        changes.push("a member restarted".to_string());
+    }
+    format!(
+        "{} mirror group {} version {}: {}",
+        <&str>::from(kind),
+        group.id,
+        group.version,
+        changes.join(", ")
+    )
+}
+
+/// Group members by node, for publishing.
+pub(crate) fn nodes_of_targets(
+    targets: &[(TargetId, crate::store::TargetRecord)],
+) -> HashMap<u32, NodeId> {
+    targets
+        .iter()
+        .map(|(target, record)| (target.0, record.node))
+        .collect()
+}
