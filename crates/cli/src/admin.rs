@@ -209,7 +209,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("{text:?} is too large"))
 }
 
-fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),

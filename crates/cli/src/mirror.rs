@@ -1,9 +1,12 @@
-//! `weft mirror create|autocreate|list`: mirror groups of storage targets and metadata nodes.
+//! `weft mirror create|autocreate|list|resync-stats`: mirror groups of storage targets and
+//! metadata nodes, and how far returning members are brought up to date.
 
 use crate::admin::{connect, ClusterArgs};
 use anyhow::{anyhow, Result};
 use clap::{Subcommand, ValueEnum};
-use weft_proto::messages::{ClusterMap, Consistency, MirrorGroupInfo, MirrorKind, NodeKind};
+use weft_proto::messages::{
+    ClusterMap, Consistency, MirrorGroupInfo, MirrorKind, NodeKind, ResyncProgress,
+};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Kind {
@@ -44,6 +47,11 @@ pub enum MirrorCommand {
     },
     /// List the mirror groups: members, primary, version and states.
     List {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Show how far each storage member that needs a resync has been brought up to date.
+    ResyncStats {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -99,6 +107,60 @@ fn print_groups(map: &ClusterMap, groups: &[MirrorGroupInfo]) {
     }
 }
 
+fn print_resyncs(map: &ClusterMap, stats: &[ResyncProgress]) {
+    let resyncing = map
+        .mirror_groups
+        .iter()
+        .filter(|g| g.kind == MirrorKind::Storage)
+        .flat_map(|g| g.members.iter().map(move |m| (g, m)))
+        .filter(|(_, m)| m.state == Consistency::NeedsResync)
+        .count();
+    if resyncing == 0 {
+        println!("no storage mirror member needs a resync");
+        return;
+    }
+    println!(
+        "{:<7} {:<24} {:<8} {:<10} {:<18} {:<10} STATE",
+        "GROUP", "MEMBER", "VERSION", "ELAPSED", "OBJECTS", "COPIED"
+    );
+    for group in map
+        .mirror_groups
+        .iter()
+        .filter(|g| g.kind == MirrorKind::Storage)
+    {
+        for member in group
+            .members
+            .iter()
+            .filter(|m| m.state == Consistency::NeedsResync)
+        {
+            let name = member_name(map, group, member.id);
+            match stats
+                .iter()
+                .find(|p| p.group == group.id && p.member == member.id)
+            {
+                Some(progress) => println!(
+                    "{:<7} {:<24} {:<8} {:<10} {:<18} {:<10} {}",
+                    group.id,
+                    name,
+                    progress.version,
+                    format!("{:.1} s", progress.elapsed_ms as f64 / 1000.0),
+                    format!("{} / {}", progress.objects_copied, progress.objects_total),
+                    crate::admin::format_size(progress.bytes_copied),
+                    if progress.done {
+                        "copied, waiting for management"
+                    } else {
+                        "copying"
+                    }
+                ),
+                None => println!(
+                    "{:<7} {:<24} {:<8} {:<10} {:<18} {:<10} waiting for the primary",
+                    group.id, name, group.version, "-", "-", "-"
+                ),
+            }
+        }
+    }
+}
+
 pub fn mirror(command: MirrorCommand) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
@@ -138,6 +200,15 @@ pub fn mirror(command: MirrorCommand) -> Result<()> {
             MirrorCommand::List { cluster } => {
                 let (_, map) = connect(&cluster.mgmt()?).await?;
                 print_groups(&map, &map.mirror_groups);
+            }
+            MirrorCommand::ResyncStats { cluster } => {
+                let (view, map) = connect(&cluster.mgmt()?).await?;
+                let stats = view
+                    .mgmt()
+                    .resync_stats()
+                    .await
+                    .map_err(|error| anyhow!("cannot ask for resync progress: {error}"))?;
+                print_resyncs(&map, &stats);
             }
         }
         Ok(())

@@ -234,3 +234,89 @@ fn mirrored_files_survive_the_loss_of_a_storage_server() {
     let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", &mgmt]);
     assert!(ok, "{report}{err}");
 }
+
+// Goal: a member that comes back while its primary is down is never promoted — it missed
+// writes — so the group waits for the primary; `weft mirror resync-stats` says the member waits
+// for it. When the primary returns, it brings the member up to date and every fsync'd byte is
+// intact on both. Method: group 1 of targets 1 (primary, storage-1) and 2 (storage-2); kill
+// storage-2, write, kill storage-1, restart storage-2, then storage-1.
+#[test]
+fn a_stale_member_waits_for_its_primary() {
+    let mut cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        ..ClusterSpec::default()
+    });
+    let mgmt = cluster.mgmt().to_string();
+    let list = |cluster: &weft_testkit::LocalCluster| {
+        let (ok, out, err) = weft(cluster, &["mirror", "list", "--mgmt", &mgmt]);
+        assert!(ok, "{err}");
+        out
+    };
+    let (ok, _, err) = weft(
+        &cluster,
+        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
+    );
+    assert!(ok, "{err}");
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("mirrored");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let dir_arg = dir.display().to_string();
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "set",
+            "--pattern",
+            "mirrored",
+            &dir_arg,
+            "--mgmt",
+            &mgmt,
+        ],
+    );
+    assert!(ok, "{err}");
+
+    cluster
+        .kill("storage-2")
+        .expect("kill the secondary's server");
+    let data = common::pattern(7, 5 << 20);
+    write_synced(&dir.join("while-alone"), &data);
+    weft_testkit::wait_until("target 2 to leave the group", || {
+        list(&cluster).contains("target 2 @ storage-2 (bad)")
+    })
+    .expect("target 2 out");
+
+    cluster
+        .kill("storage-1")
+        .expect("kill the primary's server");
+    cluster.restart("storage-2").expect("restart storage-2");
+    weft_testkit::wait_until("target 2 to need a resync", || {
+        list(&cluster).contains("target 2 @ storage-2 (needs-resync)")
+    })
+    .expect("target 2 back");
+    let (ok, stats, err) = weft(&cluster, &["mirror", "resync-stats", "--mgmt", &mgmt]);
+    assert!(ok, "{err}");
+    assert!(stats.contains("waiting for the primary"), "{stats}");
+    let group = list(&cluster);
+    let line = group
+        .lines()
+        .find(|line| line.starts_with("1 "))
+        .expect("group 1");
+    assert!(
+        line.find("target 1").expect("listed") < line.find("target 2").expect("listed"),
+        "the stale member is not promoted:\n{group}"
+    );
+
+    cluster.restart("storage-1").expect("restart storage-1");
+    weft_testkit::wait_until("target 2 to be resynced", || {
+        list(&cluster).contains("target 2 @ storage-2 (good)")
+    })
+    .expect("resync finished");
+    let (ok, stats, _) = weft(&cluster, &["mirror", "resync-stats", "--mgmt", &mgmt]);
+    assert!(
+        ok && stats.contains("no storage mirror member needs a resync"),
+        "{stats}"
+    );
+    assert_members_identical(&cluster, "after the primary came back");
+    assert!(std::fs::read(dir.join("while-alone")).expect("read") == data);
+}

@@ -19,7 +19,7 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, NodeId, TargetId};
 use weft_proto::messages::{
     ClusterMap, MgmtRequest, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind, Reachability, Reply,
-    Request, Response, SpaceUsage, MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
+    Request, Response, ResyncProgress, SpaceUsage, MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -30,6 +30,8 @@ struct LiveState {
     target_usage: HashMap<TargetId, SpaceUsage>,
     meta_usage: HashMap<NodeId, (SpaceUsage, u64)>,
     client_last_heard: HashMap<ClientId, Instant>,
+    /// Storage mirror resyncs as their primaries last reported them, by (group, member).
+    resyncs: HashMap<(u32, u32), ResyncProgress>,
 }
 
 struct Mgmt {
@@ -406,6 +408,13 @@ impl Mgmt {
                         mirror_groups: Vec::new(),
                     });
                 };
+                {
+                    let mut live = self.live.lock().expect("live state poisoned");
+                    for progress in &mirror.resyncs {
+                        live.resyncs
+                            .insert((progress.group, progress.member), *progress);
+                    }
+                }
                 let (lease, groups, events) = self
                     .mirrors
                     .storage_heartbeat(&self.store, &ids, mirror)
@@ -469,6 +478,23 @@ impl Mgmt {
                     *lock = None;
                 }
                 Ok(Response::Done)
+            }
+            MgmtRequest::GetResyncStats => {
+                let groups = self.mirrors.groups(MirrorKind::Storage);
+                let resyncing = |group: u32, member: u32| {
+                    groups.iter().any(|g| {
+                        g.id == group
+                            && g.member(member).is_some_and(|m| {
+                                matches!(m.state, weft_mirror::MemberState::NeedsResync { .. })
+                            })
+                    })
+                };
+                let mut live = self.live.lock().expect("live state poisoned");
+                live.resyncs
+                    .retain(|(group, member), _| resyncing(*group, *member));
+                let mut stats: Vec<ResyncProgress> = live.resyncs.values().copied().collect();
+                stats.sort_by_key(|p| (p.group, p.member));
+                Ok(Response::ResyncStats(stats))
             }
             MgmtRequest::GetClusterMap => {
                 Ok(Response::ClusterMap(self.cluster_map().map_err(internal)?))

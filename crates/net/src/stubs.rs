@@ -8,8 +8,8 @@ use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
     LockRange, MetaRequest, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MutationId,
-    NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, Route, SpaceUsage,
-    StorageRequest, TargetReport, XattrSetMode,
+    NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, ResyncProgress, Route,
+    SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -122,6 +122,15 @@ impl MgmtClient {
             })
             .await?;
         expect_response!(self.rpc, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
+    }
+
+    /// The progress of storage mirror resyncs.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable.
+    pub async fn resync_stats(&self) -> Result<Vec<ResyncProgress>, RpcError> {
+        let response = self.call(MgmtRequest::GetResyncStats).await?;
+        expect_response!(self.rpc, response, Response::ResyncStats(stats) => stats)
     }
 
     /// Opens a client session.

@@ -193,6 +193,29 @@ pub struct MirrorHeartbeat {
     pub resynced: Vec<GroupMember>,
     /// Members this server (as primary) cannot reach.
     pub unreachable: Vec<GroupMember>,
+    /// Resyncs this server (as primary) runs or finished lately.
+    pub resyncs: Vec<ResyncProgress>,
+}
+
+/// How far a primary got bringing a member up to date.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResyncProgress {
+    /// The storage mirror group.
+    pub group: u32,
+    /// The member being brought up to date.
+    pub member: u32,
+    /// The group version the resync runs in (a new version starts it again).
+    pub version: u64,
+    /// Objects the primary holds, counted when the resync started.
+    pub objects_total: u64,
+    /// Objects copied so far.
+    pub objects_copied: u64,
+    /// Bytes copied so far.
+    pub bytes_copied: u64,
+    /// Milliseconds since it started.
+    pub elapsed_ms: u64,
+    /// Finished: the primary reported the member resynced and waits for management.
+    pub done: bool,
 }
 
 /// How a request to a mirrored object was routed: the group and the version of it the sender
@@ -326,6 +349,8 @@ pub enum MgmtRequest {
         /// The members.
         members: Vec<u32>,
     },
+    /// Asks for the progress of the storage mirror resyncs running or finished lately.
+    GetResyncStats,
     /// Pairs every member not yet in a group with one on another node.
     AutoCreateMirrorGroups {
         /// Storage or metadata.
@@ -1430,6 +1455,8 @@ pub enum Response {
     ClusterStatus(ClusterStatus),
     /// Mirror groups (the ones just created).
     MirrorGroups(Vec<MirrorGroupInfo>),
+    /// Resyncs of storage mirror members, as their primaries last reported them.
+    ResyncStats(Vec<ResyncProgress>),
     /// Management's answer to a heartbeat.
     HeartbeatAck {
         /// A primary may serve until this long after it sent the heartbeat.

@@ -29,8 +29,8 @@ use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::messages::{
-    Consistency, GroupMember, MirrorGroupInfo, MirrorHeartbeat, MirrorRoute, Response, Route,
-    StorageRequest, IO_BYTES_MAX, OBJECTS_PER_LIST_MAX,
+    Consistency, GroupMember, MirrorGroupInfo, MirrorHeartbeat, MirrorRoute, Response,
+    ResyncProgress, Route, StorageRequest, IO_BYTES_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -54,6 +54,8 @@ struct State {
     resyncs: HashMap<(u32, u32), u64>,
     /// Resyncs finished, reported until management marks the member good.
     resynced: HashSet<GroupMember>,
+    /// Progress of the resyncs running or finished, by (group, member), with their start.
+    progress: HashMap<(u32, u32), (ResyncProgress, Instant)>,
 }
 
 /// The mirror side of a storage server.
@@ -117,6 +119,14 @@ impl Mirror {
             interval_ms: self.interval.as_millis() as u64,
             resynced: state.resynced.iter().copied().collect(),
             unreachable,
+            resyncs: state
+                .progress
+                .values()
+                .map(|(progress, started)| ResyncProgress {
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    ..*progress
+                })
+                .collect(),
         }
     }
 
@@ -149,8 +159,18 @@ impl Mirror {
                 resyncs,
                 resynced,
                 failing,
+                progress,
                 ..
             } = &mut *state;
+            // Progress is kept while the member still needs it or the resync's version holds.
+            progress.retain(|(group, member), (p, _)| {
+                groups.get(group).is_some_and(|g| {
+                    g.members
+                        .iter()
+                        .any(|m| m.id == *member && m.state == Consistency::NeedsResync)
+                        && (g.version == p.version || !p.done)
+                })
+            });
             // Reports management has acted on are dropped.
             resynced.retain(|(group, version, member)| {
                 groups.get(group).is_some_and(|g| {
@@ -195,6 +215,9 @@ impl Mirror {
                     Ok(()) => {
                         tracing::info!(group, version, member, "member resynced");
                         state.resynced.insert((group, version, member));
+                        if let Some((progress, _)) = state.progress.get_mut(&(group, member)) {
+                            progress.done = true;
+                        }
                         drop(state);
                         mirror.wake.notify_one();
                     }
@@ -372,6 +395,15 @@ impl Mirror {
                 "target {target} stopped being the primary of mirror group {group}"
             )));
         }
+        if state
+            .lease_until
+            .is_none_or(|until| Instant::now() >= until)
+        {
+            // Management may promote another member soon: stop waiting for this one.
+            return Err(stale(format!(
+                "the lease of mirror group {group}'s primary ran out while a member was unreachable"
+            )));
+        }
         let present = known
             .members
             .iter()
@@ -424,6 +456,27 @@ impl Mirror {
             .cloned()
             .ok_or_else(|| stale(format!("target {primary} is not on this server")))?;
         tracing::info!(group, version, member, "resync started");
+        let counting = Arc::clone(&target);
+        let (all, _) =
+            tokio::task::spawn_blocking(move || counting.list_objects(None, 0, u32::MAX))
+                .await
+                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+        self.state().progress.insert(
+            (group, member),
+            (
+                ResyncProgress {
+                    group,
+                    member,
+                    version,
+                    objects_total: all.len() as u64,
+                    objects_copied: 0,
+                    bytes_copied: 0,
+                    elapsed_ms: 0,
+                    done: false,
+                },
+                Instant::now(),
+            ),
+        );
         let mut after = 0;
         let mut copied = 0u64;
         loop {
@@ -434,9 +487,16 @@ impl Mirror {
             .await
             .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
             for (inode, _) in &objects {
-                self.copy_object(&target, group, version, member, *inode)
+                let bytes = self
+                    .copy_object(&target, group, version, member, *inode)
                     .await?;
                 copied += 1;
+                if let Some((progress, _)) = self.state().progress.get_mut(&(group, member)) {
+                    if progress.version == version {
+                        progress.objects_copied += 1;
+                        progress.bytes_copied += bytes;
+                    }
+                }
             }
             after = objects.last().map_or(after, |(inode, _)| inode.0);
             if end {
@@ -524,7 +584,7 @@ impl Mirror {
     }
 
     /// Copies one object to the member: cut to the primary's length, every byte written, then
-    /// synced. Changes to the object wait meanwhile.
+    /// synced. Changes to the object wait meanwhile. Returns the bytes copied.
     async fn copy_object(
         &self,
         target: &Arc<Target>,
@@ -532,7 +592,7 @@ impl Mirror {
         version: u64,
         member: u32,
         inode: InodeId,
-    ) -> Result<(), WireError> {
+    ) -> Result<u64, WireError> {
         let primary = target.id;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
         let length = target.length(inode)?;
@@ -570,7 +630,8 @@ impl Mirror {
             mirror: route.mirror,
             inode,
         };
-        self.send_step(member, sync, Bytes::new()).await
+        self.send_step(member, sync, Bytes::new()).await?;
+        Ok(offset)
     }
 }
 
