@@ -7,6 +7,10 @@ use crate::client::RpcError;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
+use weft_proto::ErrorCode;
+
+/// Longest pause before a request refused for a stale mirror route is sent again.
+const STALE_ROUTE_PAUSE: Duration = Duration::from_millis(100);
 
 /// How often and how long to retry.
 #[derive(Clone, Copy, Debug)]
@@ -23,7 +27,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             initial_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(1),
             total_timeout: Duration::from_secs(60),
         }
     }
@@ -55,6 +59,12 @@ impl RetryPolicy {
                     if error.is_retryable() && started.elapsed() + backoff < self.total_timeout =>
                 {
                     tracing::debug!(%error, ?backoff, "retrying");
+                    if error.code() == ErrorCode::StaleRoute {
+                        // The server is reachable and a newer route exists or comes soon (a
+                        // failover): look again shortly rather than back off.
+                        tokio::time::sleep(backoff.min(STALE_ROUTE_PAUSE)).await;
+                        continue;
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.max_backoff);
                 }

@@ -269,8 +269,10 @@ impl weft_net::Handler for Storage {
 
 impl Storage {
     /// A request to a mirrored object at its group's primary: admitted by version and lease;
-    /// a change is applied here, in order with overlapping changes to the same object, then
-    /// forwarded to every present member before it is answered.
+    /// a change is applied here and on every present member (in order with overlapping
+    /// changes to the same object) before it is answered. A change that fails here after a
+    /// member applied it leaves the member ahead in that range; the caller sees the error, as
+    /// for any failed write whose range is then undefined.
     async fn as_primary(
         &self,
         target: Arc<Target>,
@@ -294,13 +296,13 @@ impl Storage {
             Some((inode, range)) => Some(self.mirror.lock_range(target.id, inode, range).await),
             None => None,
         };
-        let answer = self
-            .local(Arc::clone(&target), request.clone(), payload.clone())
-            .await?;
-        self.mirror
-            .forward(target.id, group.id, &request, &payload)
-            .await?;
-        Ok(answer)
+        // Here and on the members at once: the range lock keeps overlapping changes in order.
+        let (answer, forwarded) = futures::join!(
+            self.local(Arc::clone(&target), request.clone(), payload.clone()),
+            self.mirror.forward(target.id, group.id, &request, &payload)
+        );
+        forwarded?;
+        answer
     }
 
     /// Runs a request on this server's own target, on the blocking pool, timed.
