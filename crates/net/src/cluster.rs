@@ -15,6 +15,9 @@ use weft_proto::ErrorCode;
 /// A map younger than this is not fetched again after an unreachable peer.
 const MAP_REFRESH_AFTER_FAILURE_MIN: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How often the map is fetched while a request to a mirror group's primary is outstanding.
+const GROUP_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The cluster map and connections to every peer it names.
 #[derive(Debug)]
 pub struct ClusterView {
@@ -156,7 +159,18 @@ impl ClusterView {
             .run(|| async {
                 let result = async {
                     let route = self.route(slot).await?;
-                    call(self.storage_for_target(route.target).await?, route).await
+                    let client = self.storage_for_target(route.target).await?;
+                    match route.mirror {
+                        None => call(client, route).await,
+                        Some(mirror) => {
+                            // A primary cut off the network answers nothing until the request
+                            // times out; once the group moved on, ask the new primary instead.
+                            tokio::select! {
+                                result = call(client, route) => result,
+                                moved = self.group_moved(mirror) => Err(moved),
+                            }
+                        }
+                    }
                 }
                 .await;
                 if result.as_ref().is_err_and(RpcError::is_retryable) {
@@ -165,6 +179,28 @@ impl ClusterView {
                 result
             })
             .await
+    }
+
+    /// Completes once the map shows `route`'s group at another version, looking every
+    /// [`GROUP_WATCH_INTERVAL`] while a request routed by it is outstanding.
+    async fn group_moved(&self, route: MirrorRoute) -> RpcError {
+        loop {
+            tokio::time::sleep(GROUP_WATCH_INTERVAL).await;
+            self.refresh_if_older(GROUP_WATCH_INTERVAL).await;
+            let version = self
+                .map()
+                .mirror_group(MirrorKind::Storage, route.group)
+                .map(|g| g.version);
+            if version != Some(route.version) {
+                return RpcError::Remote(WireError::new(
+                    ErrorCode::StaleRoute,
+                    format!(
+                        "mirror group {} moved on from version {} while a request waited",
+                        route.group, route.version
+                    ),
+                ));
+            }
+        }
     }
 
     /// Where a request for `slot` goes now: the target itself, or a mirror group's primary

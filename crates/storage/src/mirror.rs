@@ -427,7 +427,15 @@ impl Mirror {
     ) -> Result<(Response, Bytes), RpcError> {
         let result = async {
             let client = self.cluster.storage_for_target(TargetId(member)).await?;
-            client.send(request, payload).await
+            // A member cut off the network answers nothing: give up in time to report it.
+            let timeout = self.member_timeout();
+            match tokio::time::timeout(timeout, client.send(request, payload)).await {
+                Ok(result) => result,
+                Err(_) => Err(RpcError::Timeout {
+                    address: format!("storage target {member}"),
+                    timeout,
+                }),
+            }
         }
         .await;
         if result.as_ref().is_err_and(RpcError::is_retryable) {

@@ -1,10 +1,13 @@
-//! `LocalCluster`: a real Weft cluster of separate processes on 127.0.0.1 in a temporary
-//! directory, for integration tests. Each service is a `weft serve` process, each mount a
+//! `LocalCluster`: a real Weft cluster of separate processes on 127.0.0.1 (or, with
+//! `netns`, each service in a network namespace of its own) in a temporary directory, for
+//! integration tests. Each service is a `weft serve` process, each mount a
 //! `weft mount` process; services can be killed (SIGKILL) and restarted with the same data,
 //! and every process's log is kept and printed when a test fails.
 //!
 //! Tests never sleep for a fixed time: [`wait_until`] polls an observable state under a
 //! generous deadline that can only fail the test.
+
+mod netns;
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
@@ -33,6 +36,9 @@ pub struct ClusterSpec {
     pub settings: Vec<String>,
     /// Config settings given to the storage servers only, e.g. `direct_io=true`.
     pub storage_settings: Vec<String>,
+    /// Every service in a network namespace of its own, on a bridge the host reaches, so a
+    /// test can cut one off the network ([`LocalCluster::set_link`]). Needs root.
+    pub netns: bool,
 }
 
 impl Default for ClusterSpec {
@@ -45,6 +51,7 @@ impl Default for ClusterSpec {
             target_capacity_bytes: None,
             settings: Vec::new(),
             storage_settings: Vec::new(),
+            netns: false,
         }
     }
 }
@@ -66,6 +73,8 @@ pub struct LocalCluster {
     mounts: Vec<(PathBuf, Child)>,
     /// Mounts started so far: names mount points and logs uniquely.
     mounts_started: usize,
+    /// The namespaces of the services, when the spec asks for them; dropped after them.
+    network: Option<netns::Network>,
 }
 
 /// Polls `check` until it returns true; fails with `what` after [`WAIT_DEADLINE`].
@@ -174,7 +183,26 @@ impl LocalCluster {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )?;
         fs::create_dir_all(root.path().join("logs"))?;
-        let mgmt = format!("127.0.0.1:{}", free_port()?);
+        let mut network = if spec.netns {
+            Some(netns::Network::create()?)
+        } else {
+            None
+        };
+        // In namespaces every service has an address of its own, so ports can be fixed.
+        let mut listen = |service: &str, host: u8, port: u16| -> Result<String> {
+            match network.as_mut() {
+                Some(network) => Ok(format!("{}:{port}", network.add(service, host)?)),
+                None if service == "mgmt" => Ok(format!("127.0.0.1:{}", free_port()?)),
+                None => Ok("127.0.0.1:0".to_string()),
+            }
+        };
+        let mgmt = listen("mgmt", 2, 7000)?;
+        let meta_listen: Vec<String> = (1..=spec.meta)
+            .map(|index| listen(&format!("meta-{index}"), 10 + index as u8, 7001))
+            .collect::<Result<_>>()?;
+        let storage_listen: Vec<String> = (1..=spec.storage)
+            .map(|index| listen(&format!("storage-{index}"), 40 + index as u8, 7002))
+            .collect::<Result<_>>()?;
         let mut cluster = LocalCluster {
             binary: binary.to_path_buf(),
             root,
@@ -183,6 +211,7 @@ impl LocalCluster {
             services: BTreeMap::new(),
             mounts: Vec::new(),
             mounts_started: 0,
+            network,
         };
         let data = cluster.root.path().join("data");
         let mgmt_dir = data.join("mgmt");
@@ -219,7 +248,7 @@ impl LocalCluster {
                     "--data-dir".into(),
                     dir.display().to_string(),
                     "--listen".into(),
-                    "127.0.0.1:0".into(),
+                    meta_listen[index - 1].clone(),
                     "--mgmt".into(),
                     mgmt.clone(),
                     "--set".into(),
@@ -245,7 +274,7 @@ impl LocalCluster {
                 "--data-dir".into(),
                 dir.display().to_string(),
                 "--listen".into(),
-                "127.0.0.1:0".into(),
+                storage_listen[index - 1].clone(),
                 "--mgmt".into(),
                 mgmt.clone(),
                 "--set".into(),
@@ -299,7 +328,11 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(self.log_path(name))?;
-        Command::new(&self.binary)
+        let mut command = match &self.network {
+            Some(network) => network.command(name, &self.binary),
+            None => Command::new(&self.binary),
+        };
+        command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("WEFT_LOG", "info")
@@ -529,6 +562,18 @@ impl LocalCluster {
     pub fn restart(&mut self, name: &str) -> Result<()> {
         self.kill(name)?;
         self.start_service(name)
+    }
+
+    /// Takes a service's network link down (`up: false`), as a pulled cable would, or brings
+    /// it back; the process keeps running. Only for clusters started with `netns`.
+    ///
+    /// # Errors
+    /// When the cluster has no namespaces or `ip` fails.
+    pub fn set_link(&self, name: &str, up: bool) -> Result<()> {
+        self.network
+            .as_ref()
+            .ok_or_else(|| anyhow!("the cluster was started without network namespaces"))?
+            .set_link(name, up)
     }
 
     /// Names of all services, e.g. `mgmt`, `meta-1`, `storage-2`.

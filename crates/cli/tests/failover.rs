@@ -1,0 +1,402 @@
+//! Mirror failover under load: every service in a network namespace of its own (management,
+//! two metadata servers, three storage servers with two targets each, paired into three
+//! storage mirror groups), while fio `--verify` and a metadata workload run through the mount.
+
+mod common;
+
+use common::{cluster, weft};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
+
+/// One group as `weft mirror list` shows it: the primary first, each member with its state.
+#[derive(Debug)]
+struct Group {
+    members: Vec<(u32, String)>,
+}
+
+impl Group {
+    fn primary(&self) -> u32 {
+        self.members[0].0
+    }
+}
+
+fn groups(cluster: &LocalCluster) -> BTreeMap<u32, Group> {
+    let (ok, out, err) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "{err}");
+    let mut groups = BTreeMap::new();
+    for line in out.lines().skip(1) {
+        let Some(id) = line.split_whitespace().next().and_then(|w| w.parse().ok()) else {
+            continue;
+        };
+        let members = line
+            .split("target ")
+            .skip(1)
+            .map(|part| {
+                let target = part
+                    .split_whitespace()
+                    .next()
+                    .and_then(|w| w.parse().ok())
+                    .expect("target id");
+                let state = part
+                    .split('(')
+                    .nth(1)
+                    .and_then(|rest| rest.split(')').next())
+                    .expect("state")
+                    .to_string();
+                (target, state)
+            })
+            .collect();
+        groups.insert(id, Group { members });
+    }
+    groups
+}
+
+fn all_good(cluster: &LocalCluster) -> bool {
+    groups(cluster)
+        .values()
+        .all(|g| g.members.iter().all(|(_, state)| state == "good"))
+}
+
+fn state_of(cluster: &LocalCluster, target: u32) -> String {
+    groups(cluster)
+        .values()
+        .flat_map(|g| g.members.iter())
+        .find(|(t, _)| *t == target)
+        .map(|(_, state)| state.clone())
+        .expect("target in a group")
+}
+
+/// Targets were registered in start order: storage-N holds targets 2N-1 and 2N.
+fn server_of(target: u32) -> String {
+    format!("storage-{}", (target - 1) / 2 + 1)
+}
+
+fn target_dir(cluster: &LocalCluster, target: u32) -> PathBuf {
+    cluster.target_dir(
+        ((target - 1) / 2 + 1) as usize,
+        ((target - 1) % 2 + 1) as usize,
+    )
+}
+
+/// Object files of a target: relative path → content.
+fn objects(target: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else {
+                let name = path.strip_prefix(root).expect("under root");
+                out.insert(
+                    name.display().to_string(),
+                    std::fs::read(&path).expect("read object"),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    let root = target.join("objects");
+    walk(&root, &root, &mut out);
+    out
+}
+
+fn assert_groups_identical(cluster: &LocalCluster, what: &str) {
+    for (id, group) in groups(cluster) {
+        let copies: Vec<_> = group
+            .members
+            .iter()
+            .map(|(target, _)| objects(&target_dir(cluster, *target)))
+            .collect();
+        for copy in &copies[1..] {
+            assert_eq!(
+                copies[0].keys().collect::<Vec<_>>(),
+                copy.keys().collect::<Vec<_>>(),
+                "{what}: the members of group {id} hold the same objects"
+            );
+            for (name, data) in &copies[0] {
+                assert!(
+                    copy[name] == *data,
+                    "{what}: object {name} differs between the members of group {id}"
+                );
+            }
+        }
+    }
+}
+
+/// fio's arguments for job `index` in `dir`: 16 MiB written in 128 KiB blocks, verified.
+fn fio_args(dir: &Path, index: usize) -> Vec<String> {
+    [
+        format!("--name=verify-{index}"),
+        format!("--directory={}", dir.display()),
+        "--rw=write".into(),
+        "--bs=128k".into(),
+        "--size=16M".into(),
+        "--ioengine=psync".into(),
+        "--direct=1".into(),
+        "--verify=crc32c".into(),
+        "--verify_fatal=1".into(),
+    ]
+    .into()
+}
+
+/// Background I/O through the mount until stopped: fio jobs that write and verify, and a
+/// namespace workload of create, write, fsync, rename and unlink. Each returns what it did.
+struct Workload {
+    stop: Arc<AtomicBool>,
+    fio: JoinHandle<Result<usize, String>>,
+    meta: JoinHandle<Result<BTreeMap<String, Vec<u8>>, String>>,
+}
+
+impl Workload {
+    fn start(data: PathBuf, names: PathBuf) -> Workload {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fio = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut jobs = 0;
+                while !stop.load(Ordering::Relaxed) && jobs < 500 {
+                    let output = Command::new("fio")
+                        .args(fio_args(&data, jobs))
+                        .output()
+                        .map_err(|e| format!("fio: {e}"))?;
+                    if !output.status.success() {
+                        return Err(format!(
+                            "fio job {jobs} failed: {}{}",
+                            String::from_utf8_lossy(&output.stdout),
+                            String::from_utf8_lossy(&output.stderr)
+                        ));
+                    }
+                    jobs += 1;
+                }
+                Ok(jobs)
+            })
+        };
+        let meta = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut kept = BTreeMap::new();
+                let mut index = 0u64;
+                while !stop.load(Ordering::Relaxed) && index < 100_000 {
+                    let mut step = || -> std::io::Result<()> {
+                        let data = common::pattern(index, 4096 + (index as usize % 7) * 1000);
+                        let fresh = names.join(format!("new-{index}"));
+                        let mut file = std::fs::File::create(&fresh)?;
+                        file.write_all(&data)?;
+                        file.sync_all()?;
+                        let kept_name = format!("file-{index}");
+                        std::fs::rename(&fresh, names.join(&kept_name))?;
+                        kept.insert(kept_name, data);
+                        if index % 3 == 2 {
+                            let gone = format!("file-{}", index - 1);
+                            std::fs::remove_file(names.join(&gone))?;
+                            kept.remove(&gone);
+                        }
+                        Ok(())
+                    };
+                    step().map_err(|e| format!("metadata workload step {index}: {e}"))?;
+                    index += 1;
+                }
+                Ok(kept)
+            })
+        };
+        Workload { stop, fio, meta }
+    }
+
+    fn finish(self) -> (usize, BTreeMap<String, Vec<u8>>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let jobs = self.fio.join().expect("fio thread").expect("fio verified");
+        let kept = self
+            .meta
+            .join()
+            .expect("meta thread")
+            .expect("metadata workload");
+        (jobs, kept)
+    }
+}
+
+// Goal: with storage mirroring, a cluster keeps serving through the loss of servers and an
+// application sees pauses, never errors: fio `--verify` and a create/rename/unlink workload
+// run through the mount while (1) a storage server is killed (kill -9) and restarted, (2) a
+// metadata server is killed and restarted, (3) a storage server is cut off the network and
+// reconnected, (4) a group's primary is killed while its returning member needs a resync —
+// the group waits for the primary instead of promoting the stale member. After each, the
+// returned members resync to good; at the end the members of every group hold identical
+// objects (compared on disk), and a fresh mount verifies every fio file and every kept file.
+#[test]
+fn mirrored_cluster_survives_server_loss_under_load() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        storage: 3,
+        targets_per_storage: 2,
+        netns: true,
+        ..ClusterSpec::default()
+    });
+    let mgmt = cluster.mgmt().to_string();
+    let (ok, out, err) = weft(
+        &cluster,
+        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        groups(&cluster).len(),
+        3,
+        "three groups across three servers:\n{out}"
+    );
+    let mnt = cluster.mount().expect("mount");
+    let data = mnt.join("data");
+    let names = mnt.join("names");
+    for dir in [&data, &names] {
+        std::fs::create_dir(dir).expect("mkdir");
+        let path = dir.display().to_string();
+        let (ok, _, err) = weft(
+            &cluster,
+            &[
+                "entry",
+                "set",
+                "--pattern",
+                "mirrored",
+                "--num-targets",
+                "3",
+                &path,
+                "--mgmt",
+                &mgmt,
+            ],
+        );
+        assert!(ok, "{err}");
+    }
+    let workload = Workload::start(data.clone(), names.clone());
+    let started = std::time::Instant::now();
+    let note = |what: &str| eprintln!("[{:>6.1} s] {what}", started.elapsed().as_secs_f64());
+
+    note("killing a storage server");
+    // 1. A storage server dies and comes back.
+    cluster.kill("storage-1").expect("kill storage-1");
+    wait_until("storage-1's targets to leave their groups", || {
+        state_of(&cluster, 1) == "bad" && state_of(&cluster, 2) == "bad"
+    })
+    .expect("failover");
+    cluster.restart("storage-1").expect("restart storage-1");
+    wait_until("every member good after storage-1 returned", || {
+        all_good(&cluster)
+    })
+    .expect("resync");
+
+    note("killing a metadata server");
+    // 2. A metadata server dies and comes back.
+    cluster.kill("meta-2").expect("kill meta-2");
+    wait_until("meta-2 to be missed", || {
+        let (_, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", &mgmt]);
+        nodes
+            .lines()
+            .any(|line| line.contains("meta-2") && !line.contains(" online "))
+    })
+    .expect("meta-2 missed");
+    cluster.restart("meta-2").expect("restart meta-2");
+    wait_until("meta-2 online again", || {
+        let (_, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", &mgmt]);
+        nodes
+            .lines()
+            .any(|line| line.contains("meta-2") && line.contains(" online "))
+    })
+    .expect("meta-2 back");
+
+    note("cutting a storage server off the network");
+    // 3. A storage server is cut off the network, then reconnected.
+    cluster.set_link("storage-2", false).expect("cut storage-2");
+    wait_until("storage-2's targets to leave their groups", || {
+        state_of(&cluster, 3) == "bad" && state_of(&cluster, 4) == "bad"
+    })
+    .expect("failover");
+    cluster
+        .set_link("storage-2", true)
+        .expect("reconnect storage-2");
+    wait_until("every member good after storage-2 returned", || {
+        all_good(&cluster)
+    })
+    .expect("resync");
+
+    note("killing a secondary, then its primary while it needs a resync");
+    // 4. The primary dies while its returning member needs a resync: the group waits for it.
+    let group = groups(&cluster).remove(&1).expect("group 1");
+    let primary = group.primary();
+    let secondary = group.members[1].0;
+    let (primary_server, secondary_server) = (server_of(primary), server_of(secondary));
+    cluster.kill(&secondary_server).expect("kill the secondary");
+    wait_until("the secondary to leave", || {
+        state_of(&cluster, secondary) == "bad"
+    })
+    .expect("secondary out");
+    cluster
+        .restart(&secondary_server)
+        .expect("restart the secondary");
+    wait_until("the secondary to need a resync", || {
+        state_of(&cluster, secondary) != "bad"
+    })
+    .expect("secondary back");
+    cluster.kill(&primary_server).expect("kill the primary");
+    wait_until("the primary's server to be offline", || {
+        let (_, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", &mgmt]);
+        nodes
+            .lines()
+            .any(|line| line.contains(primary_server.as_str()) && line.contains(" offline "))
+    })
+    .expect("primary offline");
+    let group = groups(&cluster).remove(&1).expect("group 1");
+    let stale = group
+        .members
+        .iter()
+        .any(|(target, state)| *target == secondary && state != "good");
+    if stale {
+        // The usual case: the resync had not finished when the primary died.
+        assert_eq!(
+            group.primary(),
+            primary,
+            "a member that is not good is never promoted: {group:?}"
+        );
+    }
+    note(if stale {
+        "the stale member was not promoted"
+    } else {
+        "the resync had finished before the primary died"
+    });
+    cluster
+        .restart(&primary_server)
+        .expect("restart the primary");
+    wait_until("every member good after the primary returned", || {
+        all_good(&cluster)
+    })
+    .expect("resync");
+
+    note("stopping the workload");
+    let (jobs, kept) = workload.finish();
+    assert!(jobs > 0, "fio ran");
+    assert_groups_identical(&cluster, "after every fault");
+
+    // Everything reads back through a fresh mount.
+    cluster.unmount(&mnt).expect("unmount");
+    let fresh = cluster.mount().expect("mount again");
+    for index in 0..jobs {
+        let mut args = fio_args(&fresh.join("data"), index);
+        args.push("--verify_only".into());
+        let output = Command::new("fio").args(&args).output().expect("fio runs");
+        assert!(
+            output.status.success(),
+            "fio job {index} verifies from a fresh mount: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    for (name, content) in &kept {
+        let read = std::fs::read(fresh.join("names").join(name)).expect("kept file");
+        assert!(read == *content, "{name} is intact after a fresh mount");
+    }
+    let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", &mgmt]);
+    assert!(ok, "{report}{err}");
+    eprintln!("{jobs} fio jobs and {} kept files verified", kept.len());
+}
