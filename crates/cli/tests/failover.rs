@@ -222,12 +222,16 @@ impl Workload {
 
 // Goal: with storage mirroring, a cluster keeps serving through the loss of servers and an
 // application sees pauses, never errors: fio `--verify` and a create/rename/unlink workload
-// run through the mount while (1) a storage server is killed (kill -9) and restarted, (2) a
-// metadata server is killed and restarted, (3) a storage server is cut off the network and
-// reconnected, (4) a group's primary is killed while its returning member needs a resync —
-// the group waits for the primary instead of promoting the stale member. After each, the
-// returned members resync to good; at the end the members of every group hold identical
-// objects (compared on disk), and a fresh mount verifies every fio file and every kept file.
+// run through the mount while
+// 1. a storage server is killed (kill -9) and restarted;
+// 2. a metadata server is killed and restarted;
+// 3. a storage server holding only secondaries is cut off the network and reconnected (its
+//    members then get only what they missed), then one holding primaries;
+// 4. a group's primary is killed while its returning member needs a resync: the group waits
+//    for the primary instead of promoting the stale member.
+// After each, the returned members resync to good; at the end the members of every group hold
+// identical objects (compared on disk), and a fresh mount verifies every fio file and every
+// kept file.
 #[test]
 fn mirrored_cluster_survives_server_loss_under_load() {
     let mut cluster = cluster(ClusterSpec {
@@ -306,17 +310,58 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     })
     .expect("meta-2 back");
 
-    note("cutting a storage server off the network");
-    // 3. A storage server is cut off the network, then reconnected.
-    cluster.set_link("storage-2", false).expect("cut storage-2");
-    wait_until("storage-2's targets to leave their groups", || {
-        state_of(&cluster, 3) == "bad" && state_of(&cluster, 4) == "bad"
+    note("cutting a storage server with secondaries only off the network");
+    // 3. A storage server is cut off the network, then reconnected. First one that holds no
+    // primary (storage-1 since its failover): its members left in sync and come back without
+    // a restart, so their primaries copy only what they missed.
+    let primaries: Vec<u32> = groups(&cluster).values().map(Group::primary).collect();
+    let quiet = (1..=3)
+        .map(|n| format!("storage-{n}"))
+        .find(|server| {
+            !primaries
+                .iter()
+                .any(|primary| server_of(*primary) == *server)
+        })
+        .expect("a server with secondaries only");
+    let quiet_targets: Vec<u32> = (1..=6).filter(|t| server_of(*t) == quiet).collect();
+    cluster.set_link(&quiet, false).expect("cut the server");
+    wait_until("its targets to leave their groups", || {
+        quiet_targets
+            .iter()
+            .all(|t| state_of(&cluster, *t) == "bad")
+    })
+    .expect("members out");
+    cluster
+        .set_link(&quiet, true)
+        .expect("reconnect the server");
+    wait_until("every member good after the server returned", || {
+        all_good(&cluster)
+    })
+    .expect("resync");
+    let incremental: usize = (1..=3)
+        .map(|n| {
+            cluster
+                .log(&format!("storage-{n}"))
+                .matches("resync copied what the member missed")
+                .count()
+        })
+        .sum();
+    assert_eq!(
+        incremental,
+        quiet_targets.len(),
+        "each returning member got only what it missed"
+    );
+
+    note("cutting a storage server that holds primaries off the network");
+    let loud = server_of(primaries[0]);
+    let loud_targets: Vec<u32> = (1..=6).filter(|t| server_of(*t) == loud).collect();
+    cluster.set_link(&loud, false).expect("cut the server");
+    wait_until("its targets to leave their groups", || {
+        loud_targets.iter().all(|t| state_of(&cluster, *t) == "bad")
     })
     .expect("failover");
-    cluster
-        .set_link("storage-2", true)
-        .expect("reconnect storage-2");
-    wait_until("every member good after storage-2 returned", || {
+    cluster.set_link(&loud, true).expect("reconnect the server");
+    wait_until("every member good after the server returned", || {
         all_good(&cluster)
     })
     .expect("resync");

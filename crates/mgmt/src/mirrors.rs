@@ -50,6 +50,7 @@ pub(crate) fn group_info(
                     MemberState::NeedsResync { .. } => Consistency::NeedsResync,
                     MemberState::Absent => Consistency::Bad,
                 },
+                full_resync: member.state == MemberState::NeedsResync { full: true },
             })
             .collect(),
     }
@@ -145,11 +146,9 @@ impl Mirrors {
                 .iter()
                 .any(|m| targets.contains(&TargetId(m.server)))
         };
+        // Every target is heard, grouped or not, so a restart is told from its boot id even
+        // for a target that joins a group later.
         for target in targets {
-            let member = before.groups.values().any(|g| g.member(target.0).is_some());
-            if !member {
-                continue;
-            }
             let _: Vec<weft_mirror::Send<()>> = controller.handle(
                 now,
                 Node::Server(target.0),

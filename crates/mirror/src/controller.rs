@@ -136,11 +136,17 @@ impl Controller {
         unreachable: &[(GroupId, Version, ServerId)],
     ) {
         self.heard.insert(server, now);
-        let restarted = self
-            .durable
-            .boots
-            .insert(server, boot)
-            .is_some_and(|known| known != boot);
+        // A boot never heard before counts as a restart for a member that is out of its
+        // group: it may have left before its first heartbeat reached management, and what it
+        // had may be gone. (A member still in its group is simply heard for the first time.)
+        let absent_somewhere = self.durable.map.groups.values().any(|g| {
+            g.member(server)
+                .is_some_and(|m| m.state == MemberState::Absent)
+        });
+        let restarted = match self.durable.boots.insert(server, boot) {
+            Some(known) => known != boot,
+            None => absent_somewhere,
+        };
         let ids: Vec<GroupId> = self.durable.map.groups.keys().copied().collect();
         for id in ids {
             let mut group = self.durable.map.groups[&id].clone();
@@ -377,5 +383,71 @@ mod tests {
         let _: Vec<Send<()>> = restarted.tick(11_000);
         let group = &restarted.map().groups[&1];
         assert_eq!(group.primary, 2, "then the silent primary is replaced");
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+
+    const TIMING: Timing = Timing {
+        heartbeat_ms: 100,
+        lease_ms: 300,
+        promotion_timeout_ms: 1_000,
+        member_timeout_ms: 400,
+        retry_ms: 150,
+    };
+
+    fn beat(
+        c: &mut Controller,
+        now: Time,
+        server: ServerId,
+        boot: u64,
+        unreachable: Vec<(GroupId, Version, ServerId)>,
+    ) {
+        let _: Vec<Send<()>> = c.handle(
+            now,
+            Node::Server(server),
+            Msg::Heartbeat {
+                boot,
+                sent_at: now,
+                resynced: Vec::new(),
+                unreachable,
+            },
+        );
+    }
+
+    // Goal: a member dropped on its primary's word that comes back with another boot id —
+    // or with one management never heard, as when it restarted before its first heartbeat —
+    // is copied in full, not only what its primary recorded.
+    #[test]
+    fn a_dropped_member_that_restarted_needs_a_full_resync() {
+        let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
+        c.create_group(2, &[5, 2]);
+        beat(&mut c, 0, 5, 1, vec![]);
+        beat(&mut c, 0, 2, 1, vec![]);
+        beat(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
+        assert_eq!(
+            c.map().groups[&2].member(2).map(|m| m.state),
+            Some(MemberState::Absent)
+        );
+        beat(&mut c, 200, 2, 2, vec![]);
+        beat(&mut c, 2_000, 2, 2, vec![]);
+        assert_eq!(
+            c.map().groups[&2].member(2).map(|m| m.state),
+            Some(MemberState::NeedsResync { full: true })
+        );
+
+        let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
+        c.create_group(2, &[5, 2]);
+        beat(&mut c, 0, 5, 1, vec![]);
+        beat(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
+        beat(&mut c, 2_000, 2, 7, vec![]);
+        beat(&mut c, 2_100, 2, 7, vec![]);
+        assert_eq!(
+            c.map().groups[&2].member(2).map(|m| m.state),
+            Some(MemberState::NeedsResync { full: true }),
+            "never heard before it left"
+        );
     }
 }

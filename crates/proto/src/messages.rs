@@ -161,6 +161,10 @@ pub struct MirrorMember {
     pub node: NodeId,
     /// Its state.
     pub state: Consistency,
+    /// For a member that needs a resync: everything must be copied (it restarted, was not in
+    /// sync when it left, or the primary changed), not only what the primary recorded it
+    /// missed.
+    pub full_resync: bool,
 }
 
 /// A mirror group as management publishes it.
@@ -216,6 +220,8 @@ pub struct ResyncProgress {
     pub elapsed_ms: u64,
     /// Finished: the primary reported the member resynced and waits for management.
     pub done: bool,
+    /// Everything is copied, not only what the member missed.
+    pub full: bool,
 }
 
 /// How a request to a mirrored object was routed: the group and the version of it the sender

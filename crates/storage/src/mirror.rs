@@ -19,6 +19,7 @@
 //!
 //! Every resync copies everything: a member that was away briefly gets a full copy too.
 
+use crate::missed::MissedLogs;
 use crate::target::Target;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
@@ -66,29 +67,64 @@ pub(crate) struct Mirror {
     targets: HashMap<TargetId, Arc<Target>>,
     state: Mutex<State>,
     ranges: RangeLocks,
+    missed: Arc<MissedLogs>,
     /// Wakes the heartbeat loop early: a request showed that a newer map exists.
     pub wake: tokio::sync::Notify,
 }
 
 impl Mirror {
+    /// The mirror side of a server with `targets`, with the records of what absent members
+    /// miss that the targets keep.
+    ///
+    /// # Errors
+    /// When a record cannot be read: without it a returning member could miss data.
     pub fn new(
         cluster: Arc<ClusterView>,
         targets: HashMap<TargetId, Arc<Target>>,
         interval: Duration,
-    ) -> Mirror {
+    ) -> std::io::Result<Mirror> {
+        let missed = Arc::new(MissedLogs::default());
+        for target in targets.values() {
+            missed.load(target.root())?;
+        }
         // Differs on every start, so management tells a restart from a late heartbeat.
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id());
-        Mirror {
+        Ok(Mirror {
             boot,
             interval,
             cluster,
             targets,
             state: Mutex::default(),
             ranges: RangeLocks::default(),
+            missed,
             wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Starts recording what members miss that left `group` in sync while this server stayed
+    /// its primary; drops the records of a group this server no longer leads.
+    fn track_missed(&self, before: Option<&MirrorGroupInfo>, group: &MirrorGroupInfo) {
+        let Some(primary) = self.targets.get(&TargetId(group.primary)) else {
+            self.missed.forget_group(group.id);
+            return;
+        };
+        let was_primary = before.is_some_and(|b| b.primary == group.primary);
+        for member in &group.members {
+            if member.id == group.primary || member.state != Consistency::Bad {
+                continue;
+            }
+            let was_good = before
+                .and_then(|b| b.members.iter().find(|m| m.id == member.id))
+                .is_some_and(|m| m.state == Consistency::Good);
+            if was_primary && was_good {
+                if let Err(error) = self.missed.start(primary.root(), group.id, member.id) {
+                    // Without a record the member is copied in full when it comes back.
+                    tracing::error!(group = group.id, member = member.id, %error, "cannot record what a mirror member misses");
+                }
+            }
         }
     }
 
@@ -151,7 +187,8 @@ impl Mirror {
                         primary = group.primary,
                         "mirror group version adopted"
                     );
-                    state.groups.insert(group.id, group);
+                    let before = state.groups.insert(group.id, group.clone());
+                    self.track_missed(before.as_ref(), &group);
                 }
             }
             let State {
@@ -361,6 +398,21 @@ impl Mirror {
         for result in futures::future::join_all(sends).await {
             result?;
         }
+        // Members that left miss this change: recorded before it is answered.
+        if let Some((inode, _)) = request.changed_range(payload.len()) {
+            if self.missed.any(group) {
+                let missed = Arc::clone(&self.missed);
+                let noted = tokio::task::spawn_blocking(move || missed.note(group, inode))
+                    .await
+                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
+                noted.map_err(|error| {
+                    WireError::new(
+                        ErrorCode::Io,
+                        format!("cannot record what an absent mirror member misses: {error}"),
+                    )
+                })?;
+            }
+        }
         Ok(())
     }
 
@@ -447,28 +499,58 @@ impl Mirror {
     }
 
     /// Brings `member` of `group` up to date from this server's target, the group's primary
-    /// in `version`: every object is copied (under its range lock), then the member's objects
-    /// the primary lacks are removed.
+    /// in `version`. When management says the member left in sync and this server recorded
+    /// what it missed, only those objects are copied (or removed); otherwise every object is
+    /// copied and then the member's objects the primary lacks are removed. Each object is
+    /// copied under its range lock, so no newer change is overwritten.
     async fn resync(&self, group: u32, version: u64, member: u32) -> Result<(), WireError> {
-        let primary = {
+        let (primary, full) = {
             let state = self.state();
             let known = state
                 .groups
                 .get(&group)
                 .ok_or_else(|| stale("gone".into()))?;
-            TargetId(known.primary)
+            let full = known
+                .members
+                .iter()
+                .find(|m| m.id == member)
+                .is_none_or(|m| m.full_resync);
+            (TargetId(known.primary), full)
         };
         let target = self
             .targets
             .get(&primary)
             .cloned()
             .ok_or_else(|| stale(format!("target {primary} is not on this server")))?;
-        tracing::info!(group, version, member, "resync started");
-        let counting = Arc::clone(&target);
-        let (all, _) =
-            tokio::task::spawn_blocking(move || counting.list_objects(None, 0, u32::MAX))
-                .await
-                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+        let recorded = if full {
+            None
+        } else {
+            self.missed.recorded(group, member)
+        };
+        let incremental = recorded.is_some();
+        let objects: Vec<InodeId> = match recorded {
+            Some(inodes) => inodes,
+            None => {
+                // A record of what it missed does not cover a full copy.
+                self.missed.forget(group, member);
+                let listing = Arc::clone(&target);
+                tokio::task::spawn_blocking(move || listing.list_objects(None, 0, u32::MAX))
+                    .await
+                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
+                    .0
+                    .into_iter()
+                    .map(|(inode, _)| inode)
+                    .collect()
+            }
+        };
+        tracing::info!(
+            group,
+            version,
+            member,
+            full = !incremental,
+            objects = objects.len(),
+            "resync started"
+        );
         self.state().progress.insert(
             (group, member),
             (
@@ -476,40 +558,53 @@ impl Mirror {
                     group,
                     member,
                     version,
-                    objects_total: all.len() as u64,
+                    objects_total: objects.len() as u64,
                     objects_copied: 0,
                     bytes_copied: 0,
                     elapsed_ms: 0,
                     done: false,
+                    full: !incremental,
                 },
                 Instant::now(),
             ),
         );
-        let mut after = 0;
         let mut copied = 0u64;
-        loop {
-            let listing = Arc::clone(&target);
-            let (objects, end) = tokio::task::spawn_blocking(move || {
-                listing.list_objects(None, after, OBJECTS_PER_LIST_MAX)
-            })
-            .await
-            .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
-            for (inode, _) in &objects {
-                let bytes = self
-                    .copy_object(&target, group, version, member, *inode)
-                    .await?;
-                copied += 1;
-                if let Some((progress, _)) = self.state().progress.get_mut(&(group, member)) {
-                    if progress.version == version {
-                        progress.objects_copied += 1;
-                        progress.bytes_copied += bytes;
-                    }
+        for inode in &objects {
+            let bytes = if target.exists(*inode) {
+                self.copy_object(&target, group, version, member, *inode)
+                    .await?
+            } else {
+                // Removed since the member left.
+                let _held = self.lock_range(primary, *inode, 0..u64::MAX).await;
+                if !target.exists(*inode) {
+                    let route = self.resync_route(primary, group, version, member)?;
+                    let remove = StorageRequest::Remove {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode: *inode,
+                    };
+                    self.send_step(member, remove, Bytes::new()).await?;
+                }
+                0
+            };
+            copied += 1;
+            if let Some((progress, _)) = self.state().progress.get_mut(&(group, member)) {
+                if progress.version == version {
+                    progress.objects_copied += 1;
+                    progress.bytes_copied += bytes;
                 }
             }
-            after = objects.last().map_or(after, |(inode, _)| inode.0);
-            if end {
-                break;
-            }
+        }
+        if incremental {
+            self.missed.forget(group, member);
+            tracing::info!(
+                group,
+                version,
+                member,
+                objects = copied,
+                "resync copied what the member missed"
+            );
+            return Ok(());
         }
         // Objects the member holds and the primary does not.
         let mut after = 0;

@@ -92,11 +92,14 @@ pub async fn run(
     let metrics_listen = config.metrics_listen.clone();
     let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
-    let mirror = Arc::new(Mirror::new(
-        Arc::clone(&cluster),
-        targets.clone(),
-        Duration::from_millis(config.heartbeat_interval_ms),
-    ));
+    let mirror = Arc::new(
+        Mirror::new(
+            Arc::clone(&cluster),
+            targets.clone(),
+            Duration::from_millis(config.heartbeat_interval_ms),
+        )
+        .map_err(|e| StorageError::Config(format!("cannot read mirror records: {e}")))?,
+    );
     let storage = Arc::new(Storage {
         targets,
         bench: Arc::default(),
