@@ -270,3 +270,42 @@ fn object_bytes(cluster: &weft_testkit::LocalCluster) -> u64 {
         .map(|(storage, target)| walk(&cluster.target_dir(storage, target).join("objects")))
         .sum()
 }
+
+// Goal: fsync never claims writes that a storage server's crash lost. A file written but not
+// yet fsync'd when its storage servers die (losing what they had not synced) answers its next
+// fsync with EIO; a file written after they came back fsyncs fine. Method: crash-test mode, a
+// mount without write-behind (a write returns once the servers have it), kill -9 and restart
+// every storage server, then fsync the still-open file.
+#[test]
+fn fsync_reports_writes_lost_in_a_storage_crash() {
+    let mut cluster = cluster(ClusterSpec {
+        crash_test: true,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster
+        .mount_with(&["write_behind_bytes=0"])
+        .expect("mount");
+    let mut lost = File::create(mnt.join("lost")).expect("create");
+    lost.write_all(&pattern(81, 3 * 1024 * 1024))
+        .expect("write");
+    for name in ["storage-1", "storage-2"] {
+        cluster.kill(name).expect("kill");
+    }
+    for name in ["storage-1", "storage-2"] {
+        cluster.restart(name).expect("restart");
+    }
+    cluster.wait_ready().expect("storage back");
+    let error = lost
+        .sync_all()
+        .expect_err("fsync must not claim lost writes");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+
+    let mut fresh = File::create(mnt.join("fresh")).expect("create");
+    let data = pattern(82, 1024 * 1024);
+    fresh.write_all(&data).expect("write");
+    fresh
+        .sync_all()
+        .expect("writes after the restart fsync fine");
+    drop((lost, fresh));
+    assert_eq!(fs::read(mnt.join("fresh")).expect("read"), data);
+}

@@ -186,9 +186,23 @@ impl Workload {
                     let mut step = || -> std::io::Result<()> {
                         let data = common::pattern(index, 4096 + (index as usize % 7) * 1000);
                         let fresh = names.join(format!("new-{index}"));
-                        let mut file = std::fs::File::create(&fresh)?;
-                        file.write_all(&data)?;
-                        file.sync_all()?;
+                        let mut attempts = 0;
+                        loop {
+                            let mut file = std::fs::File::create(&fresh)?;
+                            file.write_all(&data)?;
+                            match file.sync_all() {
+                                Ok(()) => break,
+                                // Every copy of a group crashed between the write and the
+                                // fsync (step 4 kills a primary whose member is out): the
+                                // write may be lost and fsync says so. Write it again.
+                                Err(error)
+                                    if error.raw_os_error() == Some(libc::EIO) && attempts < 3 =>
+                                {
+                                    attempts += 1;
+                                }
+                                Err(error) => return Err(error),
+                            }
+                        }
                         let kept_name = format!("file-{index}");
                         std::fs::rename(&fresh, names.join(&kept_name))?;
                         kept.insert(kept_name, data);

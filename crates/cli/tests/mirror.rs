@@ -320,3 +320,82 @@ fn a_stale_member_waits_for_its_primary() {
     assert_members_identical(&cluster, "after the primary came back");
     assert!(std::fs::read(dir.join("while-alone")).expect("read") == data);
 }
+
+// Goal: when every copy of a mirror group crashes, writes acknowledged but not synced may be
+// gone, and fsync says so (EIO) instead of claiming them; what was fsync'd survives, and the
+// group serves and syncs new writes. A crash of one member alone loses nothing (the other
+// has every acknowledged write), so it never makes fsync fail. Method: crash-test mode
+// (unsynced writes die with the process), group 1 of targets 1 and 2, a mount without
+// write-behind.
+#[test]
+fn fsync_reports_writes_lost_when_every_copy_crashed() {
+    use std::io::Write;
+    let mut cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        crash_test: true,
+        ..ClusterSpec::default()
+    });
+    let mgmt = cluster.mgmt().to_string();
+    let (ok, _, err) = weft(
+        &cluster,
+        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
+    );
+    assert!(ok, "{err}");
+    let mnt = cluster
+        .mount_with(&["write_behind_bytes=0"])
+        .expect("mount");
+    let dir = mnt.join("mirrored");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let dir_arg = dir.display().to_string();
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "set",
+            "--pattern",
+            "mirrored",
+            &dir_arg,
+            "--mgmt",
+            &mgmt,
+        ],
+    );
+    assert!(ok, "{err}");
+    let all_good = |cluster: &weft_testkit::LocalCluster| {
+        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", &mgmt]);
+        list.matches("(good)").count() == 2
+    };
+
+    let synced = common::pattern(91, 2 << 20);
+    write_synced(&dir.join("synced"), &synced);
+    let mut survivor = std::fs::File::create(dir.join("survivor")).expect("create");
+    survivor
+        .write_all(&common::pattern(92, 1 << 20))
+        .expect("write");
+    // One member crashes: the other had every write.
+    cluster.kill("storage-2").expect("kill storage-2");
+    cluster.restart("storage-2").expect("restart storage-2");
+    weft_testkit::wait_until("the group to be good again", || all_good(&cluster)).expect("resync");
+    survivor
+        .sync_all()
+        .expect("one crashed member loses nothing");
+
+    let mut lost = std::fs::File::create(dir.join("lost")).expect("create");
+    lost.write_all(&common::pattern(93, 1 << 20))
+        .expect("write");
+    for name in ["storage-1", "storage-2"] {
+        cluster.kill(name).expect("kill");
+    }
+    for name in ["storage-1", "storage-2"] {
+        cluster.restart(name).expect("restart");
+    }
+    weft_testkit::wait_until("the group to be good again", || all_good(&cluster)).expect("resync");
+    let error = lost
+        .sync_all()
+        .expect_err("fsync must not claim lost writes");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+    assert!(std::fs::read(dir.join("synced")).expect("read") == synced);
+    let fresh = common::pattern(94, 1 << 20);
+    write_synced(&dir.join("fresh"), &fresh);
+    assert!(std::fs::read(dir.join("fresh")).expect("read") == fresh);
+}

@@ -143,6 +143,9 @@ pub struct Client {
     spread: Mutex<HashMap<InodeId, Arc<[InodeId]>>>,
     /// Network benchmark mode: data requests skip the servers' disks and data is dropped.
     net_bench: std::sync::atomic::AtomicBool,
+    /// The verifier of the first write since the last sync, per file and slot: a sync that
+    /// answers another one means those writes may be lost ([`crate::io::sync`]).
+    pub(crate) unsynced: Mutex<HashMap<(InodeId, weft_proto::layout::Slot), u64>>,
 }
 
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
@@ -202,6 +205,7 @@ impl Client {
             retry,
             locks: crate::locks::HeldLocks::default(),
             spread: Mutex::default(),
+            unsynced: Mutex::default(),
             net_bench: std::sync::atomic::AtomicBool::new(false),
         });
         let heartbeat = Arc::downgrade(&client);
@@ -702,6 +706,15 @@ impl Client {
             meta.open(client, handle, inode).await
         })
         .await
+    }
+
+    /// Forgets the verifiers of a file's writes not synced yet, once no open file of it is
+    /// left here to fsync them.
+    pub fn forget_unsynced(&self, inode: InodeId) {
+        self.unsynced
+            .lock()
+            .expect("unsynced writes poisoned")
+            .retain(|(written, _), _| *written != inode);
     }
 
     /// Releases open `handle` of `inode`.

@@ -6,10 +6,12 @@ use crate::client::{Client, ClientError};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use weft_net::{RpcError, StorageClient};
+use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_range, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
 use weft_proto::messages::{FallocateMode, Route};
+use weft_proto::ErrorCode;
 
 async fn on_slot<T, F, Fut>(client: &Client, slot: Slot, call: F) -> Result<T, ClientError>
 where
@@ -94,18 +96,26 @@ pub(crate) async fn write(
             async move {
                 let slot = layout.slot(piece.target_index);
                 let net_bench = client.net_bench();
-                on_slot(client, slot, |storage, route| {
+                let (_, verifier) = on_slot(client, slot, |storage, route| {
                     let slice = slice.clone();
                     async move {
                         if net_bench {
-                            return Ok(storage.net_bench(route.target, slice, 0).await?.0);
+                            let len = storage.net_bench(route.target, slice, 0).await?.0;
+                            return Ok((len, 0));
                         }
                         storage
                             .write(route, inode, piece.object_offset, slice)
                             .await
                     }
                 })
-                .await
+                .await?;
+                client
+                    .unsynced
+                    .lock()
+                    .expect("unsynced writes poisoned")
+                    .entry((inode, slot))
+                    .or_insert(verifier);
+                Ok::<_, ClientError>(())
             }
         });
     for result in futures::future::join_all(requests).await {
@@ -124,10 +134,26 @@ pub(crate) async fn sync(
         return Ok(());
     }
     let requests = layout.slots().map(|slot| async move {
-        on_slot(client, slot, |storage, route| async move {
+        let verifier = on_slot(client, slot, |storage, route| async move {
             storage.sync(route, inode).await
         })
-        .await
+        .await?;
+        let written = client
+            .unsynced
+            .lock()
+            .expect("unsynced writes poisoned")
+            .remove(&(inode, slot));
+        match written {
+            Some(written) if written != verifier => Err(ClientError(RpcError::Remote(
+                WireError::new(
+                    ErrorCode::Io,
+                    format!(
+                        "writes to {inode} on {slot} since the last fsync may be lost: its server restarted (or every copy crashed) before they were synced"
+                    ),
+                ),
+            ))),
+            _ => Ok(()),
+        }
     });
     for result in futures::future::join_all(requests).await {
         result?;

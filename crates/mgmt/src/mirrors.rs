@@ -39,6 +39,7 @@ pub(crate) fn group_info(
         kind,
         version: group.version,
         primary: group.primary,
+        loss_epoch: group.loss_epoch,
         members: group
             .members
             .iter()

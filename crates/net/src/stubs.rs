@@ -698,7 +698,8 @@ impl StorageClient {
         self.rpc.call(&Request::Storage(request), payload).await
     }
 
-    /// Writes `data` at `object_offset` of the object of `inode` on `target`.
+    /// Writes `data` at `object_offset` of the object of `inode` on `target`; answers the bytes
+    /// written and the write's verifier ([`Response::Written`]).
     ///
     /// # Errors
     /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, or [`RpcError`] for transport failures.
@@ -708,7 +709,7 @@ impl StorageClient {
         inode: InodeId,
         object_offset: u64,
         data: Bytes,
-    ) -> Result<u32, RpcError> {
+    ) -> Result<(u32, u64), RpcError> {
         let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Write {
             target: route.target,
@@ -717,7 +718,7 @@ impl StorageClient {
             object_offset,
         });
         let response = self.rpc.call(&request, data).await?.0;
-        expect_response!(self.rpc, response, Response::Written { len } => len)
+        expect_response!(self.rpc, response, Response::Written { len, verifier } => (len, verifier))
     }
 
     /// StorageBench on this server's own targets.
@@ -753,7 +754,7 @@ impl StorageClient {
         let request = Request::Storage(StorageRequest::NetBench { target, read_len });
         let (response, payload) = self.rpc.call(&request, data).await?;
         match response {
-            Response::Written { len } => Ok((len, payload)),
+            Response::Written { len, .. } => Ok((len, payload)),
             Response::Data => Ok((payload.len() as u32, payload)),
             other => Err(RpcError::Unexpected {
                 address: self.rpc.address().to_string(),
@@ -819,18 +820,19 @@ impl StorageClient {
         .await
     }
 
-    /// Makes an object durable.
+    /// Makes an object durable; answers the verifier ([`Response::Synced`]).
     ///
     /// # Errors
     /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn sync(&self, route: impl Into<Route>, inode: InodeId) -> Result<(), RpcError> {
+    pub async fn sync(&self, route: impl Into<Route>, inode: InodeId) -> Result<u64, RpcError> {
         let route: Route = route.into();
-        self.done(StorageRequest::Sync {
+        let request = Request::Storage(StorageRequest::Sync {
             target: route.target,
             mirror: route.mirror,
             inode,
-        })
-        .await
+        });
+        let response = self.rpc.call(&request, Bytes::new()).await?.0;
+        expect_response!(self.rpc, response, Response::Synced { verifier } => verifier)
     }
 
     /// Allocates or zeroes an object range.

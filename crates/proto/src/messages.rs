@@ -180,6 +180,9 @@ pub struct MirrorGroupInfo {
     pub primary: u32,
     /// Every member, the primary included.
     pub members: Vec<MirrorMember>,
+    /// Bumped when writes acknowledged but not synced may have been lost (every copy
+    /// crashed): the verifier of the group's writes and syncs.
+    pub loss_epoch: u64,
 }
 
 /// A member of a mirror group in one version: (group, version, member).
@@ -1431,6 +1434,15 @@ pub enum Response {
     Written {
         /// Bytes written.
         len: u32,
+        /// Changes when writes acknowledged but not yet synced may have been lost (a storage
+        /// server's boot id, or a mirror group's loss epoch); a sync answers it too, and a
+        /// client whose unsynced writes carried another one reports EIO.
+        verifier: u64,
+    },
+    /// An object's data is durable; `verifier` as in [`Response::Written`].
+    Synced {
+        /// The verifier now.
+        verifier: u64,
     },
     /// Data is in the payload.
     Data,

@@ -128,6 +128,11 @@ impl Mirror {
         }
     }
 
+    /// This process's boot id: changes on every start.
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("mirror state poisoned")
     }

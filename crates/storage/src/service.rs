@@ -240,6 +240,7 @@ impl weft_net::Handler for Storage {
                 0 => (
                     Ok(Response::Written {
                         len: payload.len() as u32,
+                        verifier: 0,
                     }),
                     Bytes::new(),
                 ),
@@ -305,7 +306,13 @@ impl Storage {
             self.mirror.forward(target.id, group.id, &request, &payload)
         );
         forwarded?;
-        answer
+        // For a mirrored object, only a crash of every copy loses what was not synced.
+        let verifier = group.loss_epoch;
+        answer.map(|(response, payload)| match response {
+            Response::Written { len, .. } => (Response::Written { len, verifier }, payload),
+            Response::Synced { .. } => (Response::Synced { verifier }, payload),
+            other => (other, payload),
+        })
     }
 
     /// Runs a request on this server's own target, on the blocking pool, timed.
@@ -316,6 +323,8 @@ impl Storage {
         payload: Bytes,
     ) -> Result<(Response, Bytes), WireError> {
         let target_id = target.id;
+        // A restart of this server may have lost what was not synced.
+        let verifier = self.mirror.boot();
         let disk_op = self.metrics.start(target_id, (&request).into());
         let written = match &request {
             StorageRequest::Write { .. } => payload.len() as u64,
@@ -330,7 +339,7 @@ impl Storage {
                         ..
                     } => {
                         let len = target.write(inode, object_offset, payload)?;
-                        Ok((Response::Written { len }, Bytes::new()))
+                        Ok((Response::Written { len, verifier }, Bytes::new()))
                     }
                     StorageRequest::Read {
                         inode,
@@ -352,9 +361,9 @@ impl Storage {
                     StorageRequest::Remove { inode, .. } => target
                         .remove(inode)
                         .map(|()| (Response::Done, Bytes::new())),
-                    StorageRequest::Sync { inode, .. } => {
-                        target.sync(inode).map(|()| (Response::Done, Bytes::new()))
-                    }
+                    StorageRequest::Sync { inode, .. } => target
+                        .sync(inode)
+                        .map(|()| (Response::Synced { verifier }, Bytes::new())),
                     StorageRequest::Fallocate {
                         inode,
                         object_offset,

@@ -1033,6 +1033,8 @@ impl Filesystem for WeftFs {
                     local.opens = local.opens.saturating_sub(1);
                     if local.opens == 0 {
                         inodes.remove(&file.inode);
+                        // An fsync needs an open file: what was not synced is not checked.
+                        state.client.forget_unsynced(file.inode);
                         // Its writes were drained above; a later open starts afresh.
                         state
                             .inflight
