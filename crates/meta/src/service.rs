@@ -739,9 +739,9 @@ impl Meta {
         result.map_err(OpError::into_wire)
     }
 
-    /// Fetches the cluster map again when it holds fewer targets than a new file in `parent`
-    /// wants: targets registered since the last heartbeat would otherwise be left out of files
-    /// created right after they joined. The fetch must have started after the request arrived
+    /// Fetches the cluster map again when it holds fewer targets (mirror groups, for a mirrored
+    /// pattern) than a new file in `parent` wants: targets registered or groups made since the
+    /// last heartbeat would otherwise be left out of files created right after. The fetch must have started after the request arrived
     /// (`arrived`); concurrent creates share it. A pool that really is smaller than the pattern
     /// pays one round trip to management per batch of creates.
     async fn refresh_map_if_short(&self, parent: InodeId, arrived: std::time::Instant) {
@@ -751,11 +751,21 @@ impl Meta {
             .flatten()
             .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
         let map = self.cluster.map();
-        let available = map
-            .targets
-            .iter()
-            .filter(|t| t.pool == desired.pool)
-            .count();
+        let available = match desired.kind {
+            weft_proto::layout::PatternKind::Raid0 => map
+                .targets
+                .iter()
+                .filter(|t| t.pool == desired.pool)
+                .count(),
+            // Groups made since the map was fetched count too.
+            weft_proto::layout::PatternKind::Mirrored => map
+                .mirror_groups
+                .iter()
+                .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
+                .filter_map(|g| map.target(weft_proto::TargetId(g.primary)))
+                .filter(|t| t.pool == desired.pool)
+                .count(),
+        };
         if available >= usize::from(desired.num_targets) {
             return;
         }

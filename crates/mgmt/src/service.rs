@@ -225,6 +225,35 @@ impl Collector for ClusterCollector {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             ConstGauge::new(value).encode(metric)?;
         }
+        let mut members: HashMap<(&'static str, &'static str), i64> = HashMap::new();
+        for group in &map.mirror_groups {
+            for member in &group.members {
+                *members
+                    .entry((group.kind.into(), member.state.into()))
+                    .or_default() += 1;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "weft_cluster_mirror_members",
+            "Members of mirror groups by kind and consistency (good, needs-resync, bad).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((kind, state), count) in members {
+            let labels = [("kind", kind), ("state", state)];
+            ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "weft_cluster_mirror_group_version",
+            "Each mirror group's version: it changes with every failover, drop or return.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for group in &map.mirror_groups {
+            let id = group.id.to_string();
+            let labels = [("kind", <&str>::from(group.kind)), ("group", id.as_str())];
+            ConstGauge::new(group.version as i64).encode(family.encode_family(&labels)?)?;
+        }
         Ok(())
     }
 }

@@ -22,6 +22,7 @@
 use crate::missed::MissedLogs;
 use crate::target::Target;
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -40,6 +41,42 @@ const FORWARD_RETRY: Duration = Duration::from_millis(100);
 
 fn stale(message: String) -> WireError {
     WireError::new(ErrorCode::StaleRoute, message)
+}
+
+/// What a storage server's mirror side counts, for Prometheus.
+#[derive(Clone, Default)]
+pub(crate) struct MirrorMetrics {
+    forwards: Counter,
+    forward_retries: Counter,
+    resync_objects: Counter,
+    resync_bytes: Counter,
+}
+
+impl MirrorMetrics {
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> MirrorMetrics {
+        let metrics = MirrorMetrics::default();
+        registry.register(
+            "weft_mirror_forwards",
+            "Changes this server forwarded as primary to a mirror member (each member counts)",
+            metrics.forwards.clone(),
+        );
+        registry.register(
+            "weft_mirror_forward_retries",
+            "Forwards sent again because a member did not take them",
+            metrics.forward_retries.clone(),
+        );
+        registry.register(
+            "weft_mirror_resync_objects",
+            "Objects this server copied (or removed) on returning mirror members",
+            metrics.resync_objects.clone(),
+        );
+        registry.register(
+            "weft_mirror_resync_bytes",
+            "Bytes this server copied to returning mirror members",
+            metrics.resync_bytes.clone(),
+        );
+        metrics
+    }
 }
 
 /// What the server knows of its groups.
@@ -68,6 +105,7 @@ pub(crate) struct Mirror {
     state: Mutex<State>,
     ranges: RangeLocks,
     missed: Arc<MissedLogs>,
+    metrics: MirrorMetrics,
     /// Wakes the heartbeat loop early: a request showed that a newer map exists.
     pub wake: tokio::sync::Notify,
 }
@@ -82,6 +120,7 @@ impl Mirror {
         cluster: Arc<ClusterView>,
         targets: HashMap<TargetId, Arc<Target>>,
         interval: Duration,
+        metrics: MirrorMetrics,
     ) -> std::io::Result<Mirror> {
         let missed = Arc::new(MissedLogs::default());
         for target in targets.values() {
@@ -100,6 +139,7 @@ impl Mirror {
             state: Mutex::default(),
             ranges: RangeLocks::default(),
             missed,
+            metrics,
             wake: tokio::sync::Notify::new(),
         })
     }
@@ -382,8 +422,12 @@ impl Mirror {
                     return Ok(());
                 };
                 let forward = request.clone().rerouted(route);
+                if first_failure.is_some() {
+                    self.metrics.forward_retries.inc();
+                }
                 match self.send(member, forward, payload.clone()).await {
                     Ok(_) => {
+                        self.metrics.forwards.inc();
                         self.state().failing.remove(&(group, member));
                         return Ok(());
                     }
@@ -593,6 +637,8 @@ impl Mirror {
                 0
             };
             copied += 1;
+            self.metrics.resync_objects.inc();
+            self.metrics.resync_bytes.inc_by(bytes);
             if let Some((progress, _)) = self.state().progress.get_mut(&(group, member)) {
                 if progress.version == version {
                     progress.objects_copied += 1;

@@ -2,7 +2,7 @@
 //! pool so a slow disk never stalls the network threads.
 
 use crate::metrics::TargetMetrics;
-use crate::mirror::Mirror;
+use crate::mirror::{Mirror, MirrorMetrics};
 use crate::target::Target;
 use crate::{StorageConfig, StorageError};
 use bytes::Bytes;
@@ -97,6 +97,7 @@ pub async fn run(
             Arc::clone(&cluster),
             targets.clone(),
             Duration::from_millis(config.heartbeat_interval_ms),
+            MirrorMetrics::register(builder.registry()),
         )
         .map_err(|e| StorageError::Config(format!("cannot read mirror records: {e}")))?,
     );
