@@ -71,13 +71,24 @@ pub(crate) async fn read(
             .await?;
             Ok::<_, ClientError>((piece, data))
         });
-    let mut buffer = BytesMut::zeroed(total);
-    for result in futures::future::join_all(requests).await {
-        let (piece, data) = result?;
-        let at = (piece.file_offset - offset) as usize;
-        let count = data.len().min(piece.len as usize);
-        buffer[at..at + count].copy_from_slice(&data[..count]);
+    let mut results = futures::future::join_all(requests).await;
+    if results.len() == 1 {
+        // One piece, whole: hand its buffer on without a copy.
+        let (piece, data) = results.pop().expect("one result")?;
+        if data.len() as u64 >= piece.len {
+            return Ok(data.slice(..piece.len as usize));
+        }
+        results.push(Ok((piece, data)));
     }
+    // Pieces come back in file order; a short one is a hole and reads as zeros.
+    let mut buffer = BytesMut::with_capacity(total);
+    for result in results {
+        let (piece, data) = result?;
+        let count = data.len().min(piece.len as usize);
+        buffer.extend_from_slice(&data[..count]);
+        buffer.resize(buffer.len() + piece.len as usize - count, 0);
+    }
+    debug_assert_eq!(buffer.len(), total);
     Ok(buffer.freeze())
 }
 

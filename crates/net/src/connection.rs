@@ -101,8 +101,15 @@ pub(crate) async fn read_frame(
     let header = FrameHeader::decode(&header_bytes)?;
     let mut body = vec![0u8; header.body_len as usize];
     reader.read_exact(&mut body).await?;
-    let mut payload = BytesMut::zeroed(header.payload_len as usize);
-    reader.read_exact(&mut payload).await?;
+    // Read into spare capacity: zeroing a buffer the socket overwrites at once would cost a
+    // pass over every payload. The capacity is exactly the payload, so no read runs past it.
+    let len = header.payload_len as usize;
+    let mut payload = BytesMut::with_capacity(len);
+    while payload.len() < len {
+        if reader.read_buf(&mut payload).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
     let payload = payload.freeze();
     if !payload.is_empty() {
         header.check_payload(&payload)?;
