@@ -628,7 +628,6 @@ fn directory_bytes(path: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
-
 /// Writes at least this large start their own writeback at once.
 const WRITEBACK_START_BYTES: usize = 256 * 1024;
 
