@@ -299,6 +299,9 @@ impl LocalCluster {
             }
             cluster.add_service(&format!("storage-{index}"), args)?;
             cluster.wait_registered(&format!("storage-{index}"))?;
+            // One server's targets at a time, so storage-N holds targets
+            // (N-1)*targets_per_storage+1 ..= N*targets_per_storage, in --target order.
+            cluster.wait_targets(index * spec.targets_per_storage)?;
         }
         cluster.wait_ready()?;
         Ok(cluster)
@@ -409,6 +412,23 @@ impl LocalCluster {
             String::from_utf8_lossy(&output.stdout)
                 .lines()
                 .any(|line| line.split_whitespace().nth(1) == Some(name))
+        })
+    }
+
+    fn wait_targets(&self, count: usize) -> Result<()> {
+        wait_until(&format!("{count} targets to register"), || {
+            let Ok(output) = self.weft(&["target", "list", "--mgmt", &self.mgmt]) else {
+                return false;
+            };
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .filter(|line| {
+                    line.split_whitespace()
+                        .next()
+                        .is_some_and(|id| id.parse::<u32>().is_ok())
+                })
+                .count()
+                >= count
         })
     }
 
