@@ -322,6 +322,17 @@ mod tests {
     };
 
     fn heartbeat(controller: &mut Controller, now: Time, server: ServerId, boot: u64) {
+        heartbeat_reporting(controller, now, server, boot, Vec::new());
+    }
+
+    /// A heartbeat in which `server`, as primary, reports members it cannot reach.
+    fn heartbeat_reporting(
+        controller: &mut Controller,
+        now: Time,
+        server: ServerId,
+        boot: u64,
+        unreachable: Vec<(GroupId, Version, ServerId)>,
+    ) {
         let _: Vec<Send<()>> = controller.handle(
             now,
             Node::Server(server),
@@ -329,7 +340,7 @@ mod tests {
                 boot,
                 sent_at: now,
                 resynced: Vec::new(),
-                unreachable: Vec::new(),
+                unreachable,
             },
         );
     }
@@ -384,38 +395,6 @@ mod tests {
         let group = &restarted.map().groups[&1];
         assert_eq!(group.primary, 2, "then the silent primary is replaced");
     }
-}
-
-#[cfg(test)]
-mod restart_tests {
-    use super::*;
-
-    const TIMING: Timing = Timing {
-        heartbeat_ms: 100,
-        lease_ms: 300,
-        promotion_timeout_ms: 1_000,
-        member_timeout_ms: 400,
-        retry_ms: 150,
-    };
-
-    fn beat(
-        c: &mut Controller,
-        now: Time,
-        server: ServerId,
-        boot: u64,
-        unreachable: Vec<(GroupId, Version, ServerId)>,
-    ) {
-        let _: Vec<Send<()>> = c.handle(
-            now,
-            Node::Server(server),
-            Msg::Heartbeat {
-                boot,
-                sent_at: now,
-                resynced: Vec::new(),
-                unreachable,
-            },
-        );
-    }
 
     // Goal: a member dropped on its primary's word that comes back with another boot id —
     // or with one management never heard, as when it restarted before its first heartbeat —
@@ -424,15 +403,15 @@ mod restart_tests {
     fn a_dropped_member_that_restarted_needs_a_full_resync() {
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
         c.create_group(2, &[5, 2]);
-        beat(&mut c, 0, 5, 1, vec![]);
-        beat(&mut c, 0, 2, 1, vec![]);
-        beat(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
+        heartbeat(&mut c, 0, 5, 1);
+        heartbeat(&mut c, 0, 2, 1);
+        heartbeat_reporting(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
         assert_eq!(
             c.map().groups[&2].member(2).map(|m| m.state),
             Some(MemberState::Absent)
         );
-        beat(&mut c, 200, 2, 2, vec![]);
-        beat(&mut c, 2_000, 2, 2, vec![]);
+        heartbeat(&mut c, 200, 2, 2);
+        heartbeat(&mut c, 2_000, 2, 2);
         assert_eq!(
             c.map().groups[&2].member(2).map(|m| m.state),
             Some(MemberState::NeedsResync { full: true })
@@ -440,10 +419,10 @@ mod restart_tests {
 
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
         c.create_group(2, &[5, 2]);
-        beat(&mut c, 0, 5, 1, vec![]);
-        beat(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
-        beat(&mut c, 2_000, 2, 7, vec![]);
-        beat(&mut c, 2_100, 2, 7, vec![]);
+        heartbeat(&mut c, 0, 5, 1);
+        heartbeat_reporting(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
+        heartbeat(&mut c, 2_000, 2, 7);
+        heartbeat(&mut c, 2_100, 2, 7);
         assert_eq!(
             c.map().groups[&2].member(2).map(|m| m.state),
             Some(MemberState::NeedsResync { full: true }),
