@@ -624,16 +624,8 @@ impl Mirror {
                     .await?
             } else {
                 // Removed since the member left.
-                let _held = self.lock_range(primary, *inode, 0..u64::MAX).await;
-                if !target.exists(*inode) {
-                    let route = self.resync_route(primary, group, version, member)?;
-                    let remove = StorageRequest::Remove {
-                        target: route.target,
-                        mirror: route.mirror,
-                        inode: *inode,
-                    };
-                    self.send_step(member, remove, Bytes::new()).await?;
-                }
+                self.remove_if_gone(&target, group, version, member, *inode)
+                    .await?;
                 0
             };
             copied += 1;
@@ -678,16 +670,8 @@ impl Mirror {
                 ));
             };
             for (inode, _) in &objects {
-                let _held = self.lock_range(primary, *inode, 0..u64::MAX).await;
-                if !target.exists(*inode) {
-                    let route = self.resync_route(primary, group, version, member)?;
-                    let remove = StorageRequest::Remove {
-                        target: route.target,
-                        mirror: route.mirror,
-                        inode: *inode,
-                    };
-                    self.send_step(member, remove, Bytes::new()).await?;
-                }
+                self.remove_if_gone(&target, group, version, member, *inode)
+                    .await?;
             }
             after = objects.last().map_or(after, |(inode, _)| inode.0);
             if end {
@@ -735,6 +719,29 @@ impl Mirror {
                 }
             }
         }
+    }
+
+    /// Removes the object of `inode` from the member unless the primary holds it, checked
+    /// under the object's range lock so a concurrent create is not undone.
+    async fn remove_if_gone(
+        &self,
+        target: &Target,
+        group: u32,
+        version: u64,
+        member: u32,
+        inode: InodeId,
+    ) -> Result<(), WireError> {
+        let _held = self.lock_range(target.id, inode, 0..u64::MAX).await;
+        if target.exists(inode) {
+            return Ok(());
+        }
+        let route = self.resync_route(target.id, group, version, member)?;
+        let remove = StorageRequest::Remove {
+            target: route.target,
+            mirror: route.mirror,
+            inode,
+        };
+        self.send_step(member, remove, Bytes::new()).await
     }
 
     /// Copies one object to the member: cut to the primary's length, every byte written, then
