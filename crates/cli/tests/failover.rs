@@ -83,34 +83,12 @@ fn target_dir(cluster: &LocalCluster, target: u32) -> PathBuf {
     )
 }
 
-/// Object files of a target: relative path → content.
-fn objects(target: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, root, out);
-            } else {
-                let name = path.strip_prefix(root).expect("under root");
-                out.insert(
-                    name.display().to_string(),
-                    std::fs::read(&path).expect("read object"),
-                );
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    let root = target.join("objects");
-    walk(&root, &root, &mut out);
-    out
-}
-
 fn assert_groups_identical(cluster: &LocalCluster, what: &str) {
     for (id, group) in groups(cluster) {
         let copies: Vec<_> = group
             .members
             .iter()
-            .map(|(target, _)| objects(&target_dir(cluster, *target)))
+            .map(|(target, _)| common::objects(&target_dir(cluster, *target)))
             .collect();
         for copy in &copies[1..] {
             assert_eq!(
@@ -256,11 +234,7 @@ fn mirrored_cluster_survives_server_loss_under_load() {
         ..ClusterSpec::default()
     });
     let mgmt = cluster.mgmt().to_string();
-    let (ok, out, err) = weft(
-        &cluster,
-        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
-    );
-    assert!(ok, "{err}");
+    let out = common::autocreate_storage_groups(&cluster);
     assert_eq!(
         groups(&cluster).len(),
         3,
@@ -270,23 +244,7 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     let data = mnt.join("data");
     let names = mnt.join("names");
     for dir in [&data, &names] {
-        std::fs::create_dir(dir).expect("mkdir");
-        let path = dir.display().to_string();
-        let (ok, _, err) = weft(
-            &cluster,
-            &[
-                "entry",
-                "set",
-                "--pattern",
-                "mirrored",
-                "--num-targets",
-                "3",
-                &path,
-                "--mgmt",
-                &mgmt,
-            ],
-        );
-        assert!(ok, "{err}");
+        common::make_mirrored_dir(&cluster, dir, &["--num-targets", "3"]);
     }
     let workload = Workload::start(data.clone(), names.clone());
     let started = std::time::Instant::now();

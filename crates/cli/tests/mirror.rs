@@ -73,40 +73,10 @@ fn mirror_groups_are_defined_listed_and_kept() {
     assert_eq!(list(&cluster), before, "the groups are kept");
 }
 
-/// Every object file under a target's `objects` directory: relative path → content.
-fn objects(target: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    fn walk(
-        dir: &std::path::Path,
-        root: &std::path::Path,
-        out: &mut std::collections::BTreeMap<String, Vec<u8>>,
-    ) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, root, out);
-            } else {
-                let name = path
-                    .strip_prefix(root)
-                    .expect("under root")
-                    .display()
-                    .to_string();
-                out.insert(name, std::fs::read(&path).expect("read object"));
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    let root = target.join("objects");
-    walk(&root, &root, &mut out);
-    out
-}
-
 /// Asserts both members hold the same objects, byte for byte.
 fn assert_members_identical(cluster: &weft_testkit::LocalCluster, what: &str) {
-    let one = objects(&cluster.target_dir(1, 1));
-    let two = objects(&cluster.target_dir(2, 1));
+    let one = common::objects(&cluster.target_dir(1, 1));
+    let two = common::objects(&cluster.target_dir(2, 1));
     assert!(!one.is_empty(), "{what}: the members hold objects");
     assert_eq!(
         one.keys().collect::<Vec<_>>(),
@@ -119,13 +89,6 @@ fn assert_members_identical(cluster: &weft_testkit::LocalCluster, what: &str) {
             "{what}: object {name} differs between the members"
         );
     }
-}
-
-fn write_synced(path: &std::path::Path, data: &[u8]) {
-    use std::io::Write;
-    let mut file = std::fs::File::create(path).expect("create");
-    file.write_all(data).expect("write");
-    file.sync_all().expect("fsync");
 }
 
 // Goal: a file in a mirrored directory is on every member of its group, byte for byte. When
@@ -142,37 +105,19 @@ fn mirrored_files_survive_the_loss_of_a_storage_server() {
         ..ClusterSpec::default()
     });
     let mgmt = cluster.mgmt().to_string();
-    let (ok, out, err) = weft(
-        &cluster,
-        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
-    );
-    assert!(ok, "{err}");
+    let out = common::autocreate_storage_groups(&cluster);
     assert!(out.contains("target 1 @ storage-1"), "{out}");
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("mirrored");
-    std::fs::create_dir(&dir).expect("mkdir");
-    let dir_arg = dir.display().to_string();
-    let (ok, out, err) = weft(
+    let out = common::make_mirrored_dir(
         &cluster,
-        &[
-            "entry",
-            "set",
-            "--pattern",
-            "mirrored",
-            "--num-targets",
-            "1",
-            "--chunk-size",
-            "64K",
-            &dir_arg,
-            "--mgmt",
-            &mgmt,
-        ],
+        &dir,
+        &["--num-targets", "1", "--chunk-size", "64K"],
     );
-    assert!(ok, "{err}");
     assert!(out.contains("Mirrored"), "{out}");
 
     let first = common::pattern(1, 3 << 20);
-    write_synced(&dir.join("first"), &first);
+    common::write_synced(&dir.join("first"), &first);
     let info_path = dir.join("first").display().to_string();
     let (ok, info, err) = weft(&cluster, &["entry", "info", &info_path, "--mgmt", &mgmt]);
     assert!(ok, "{err}");
@@ -187,7 +132,7 @@ fn mirrored_files_survive_the_loss_of_a_storage_server() {
         .expect("kill the primary's server");
     let second = common::pattern(2, 2 << 20);
     let started = std::time::Instant::now();
-    write_synced(&dir.join("second"), &second);
+    common::write_synced(&dir.join("second"), &second);
     eprintln!(
         "a write and fsync across the failover took {:?}",
         started.elapsed()
@@ -222,7 +167,7 @@ fn mirrored_files_survive_the_loss_of_a_storage_server() {
         .kill("storage-1")
         .expect("kill the secondary's server");
     let third = common::pattern(3, 1 << 20);
-    write_synced(&dir.join("third"), &third);
+    common::write_synced(&dir.join("third"), &third);
     cluster.restart("storage-1").expect("restart storage-1");
     weft_testkit::wait_until("storage-1's target to be resynced again", || {
         let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", &mgmt]);
@@ -234,7 +179,7 @@ fn mirrored_files_survive_the_loss_of_a_storage_server() {
 
     // Operators see it in the metrics: forwards and resyncs counted by the storage servers,
     // members by state and group versions by management.
-    write_synced(&dir.join("fourth"), &common::pattern(4, 1 << 20));
+    common::write_synced(&dir.join("fourth"), &common::pattern(4, 1 << 20));
     let addresses = cluster.service_addresses().expect("addresses");
     let metric_sum = |name: &str| -> f64 {
         addresses
@@ -297,34 +242,16 @@ fn a_stale_member_waits_for_its_primary() {
         assert!(ok, "{err}");
         out
     };
-    let (ok, _, err) = weft(
-        &cluster,
-        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
-    );
-    assert!(ok, "{err}");
+    common::autocreate_storage_groups(&cluster);
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("mirrored");
-    std::fs::create_dir(&dir).expect("mkdir");
-    let dir_arg = dir.display().to_string();
-    let (ok, _, err) = weft(
-        &cluster,
-        &[
-            "entry",
-            "set",
-            "--pattern",
-            "mirrored",
-            &dir_arg,
-            "--mgmt",
-            &mgmt,
-        ],
-    );
-    assert!(ok, "{err}");
+    common::make_mirrored_dir(&cluster, &dir, &[]);
 
     cluster
         .kill("storage-2")
         .expect("kill the secondary's server");
     let data = common::pattern(7, 5 << 20);
-    write_synced(&dir.join("while-alone"), &data);
+    common::write_synced(&dir.join("while-alone"), &data);
     weft_testkit::wait_until("target 2 to leave the group", || {
         list(&cluster).contains("target 2 @ storage-2 (bad)")
     })
@@ -381,37 +308,19 @@ fn fsync_reports_writes_lost_when_every_copy_crashed() {
         ..ClusterSpec::default()
     });
     let mgmt = cluster.mgmt().to_string();
-    let (ok, _, err) = weft(
-        &cluster,
-        &["mirror", "autocreate", "storage", "--mgmt", &mgmt],
-    );
-    assert!(ok, "{err}");
+    common::autocreate_storage_groups(&cluster);
     let mnt = cluster
         .mount_with(&["write_behind_bytes=0"])
         .expect("mount");
     let dir = mnt.join("mirrored");
-    std::fs::create_dir(&dir).expect("mkdir");
-    let dir_arg = dir.display().to_string();
-    let (ok, _, err) = weft(
-        &cluster,
-        &[
-            "entry",
-            "set",
-            "--pattern",
-            "mirrored",
-            &dir_arg,
-            "--mgmt",
-            &mgmt,
-        ],
-    );
-    assert!(ok, "{err}");
+    common::make_mirrored_dir(&cluster, &dir, &[]);
     let all_good = |cluster: &weft_testkit::LocalCluster| {
         let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", &mgmt]);
         list.matches("(good)").count() == 2
     };
 
     let synced = common::pattern(91, 2 << 20);
-    write_synced(&dir.join("synced"), &synced);
+    common::write_synced(&dir.join("synced"), &synced);
     let mut survivor = std::fs::File::create(dir.join("survivor")).expect("create");
     survivor
         .write_all(&common::pattern(92, 1 << 20))
@@ -440,6 +349,6 @@ fn fsync_reports_writes_lost_when_every_copy_crashed() {
     assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
     assert!(std::fs::read(dir.join("synced")).expect("read") == synced);
     let fresh = common::pattern(94, 1 << 20);
-    write_synced(&dir.join("fresh"), &fresh);
+    common::write_synced(&dir.join("fresh"), &fresh);
     assert!(std::fs::read(dir.join("fresh")).expect("read") == fresh);
 }

@@ -171,3 +171,58 @@ pub fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// Pairs the storage targets into mirror groups (`weft mirror autocreate storage`); returns
+/// what it printed.
+pub fn autocreate_storage_groups(cluster: &LocalCluster) -> String {
+    let (ok, out, err) = weft(
+        cluster,
+        &["mirror", "autocreate", "storage", "--mgmt", cluster.mgmt()],
+    );
+    assert!(ok, "{err}");
+    out
+}
+
+/// Creates `dir` and makes its new files mirrored (`weft entry set --pattern mirrored`, with
+/// `more` arguments); returns what `weft entry set` printed.
+pub fn make_mirrored_dir(cluster: &LocalCluster, dir: &Path, more: &[&str]) -> String {
+    std::fs::create_dir(dir).expect("mkdir");
+    let path = dir.display().to_string();
+    let mut args = vec!["entry", "set", "--pattern", "mirrored"];
+    args.extend_from_slice(more);
+    args.extend([path.as_str(), "--mgmt", cluster.mgmt()]);
+    let (ok, out, err) = weft(cluster, &args);
+    assert!(ok, "{err}");
+    out
+}
+
+/// Writes a new file and fsyncs it.
+pub fn write_synced(path: &Path, data: &[u8]) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).expect("create");
+    file.write_all(data).expect("write");
+    file.sync_all().expect("fsync");
+}
+
+/// Every object file under a storage target's `objects` directory: relative path → content,
+/// for comparing mirror members on disk.
+pub fn objects(target: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(dir: &Path, root: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else {
+                let name = path.strip_prefix(root).expect("under root");
+                out.insert(
+                    name.display().to_string(),
+                    std::fs::read(&path).expect("read object"),
+                );
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let root = target.join("objects");
+    walk(&root, &root, &mut out);
+    out
+}
