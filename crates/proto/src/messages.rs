@@ -264,11 +264,8 @@ impl ClusterMap {
     /// A storage target's consistency: its state in its mirror group, or good for a target
     /// that is its own only copy.
     pub fn target_consistency(&self, target: TargetId) -> Consistency {
-        self.mirror_groups
-            .iter()
-            .filter(|group| group.kind == MirrorKind::Storage)
-            .flat_map(|group| group.members.iter())
-            .find(|member| member.id == target.0)
+        self.mirror_group_of_target(target)
+            .and_then(|group| group.members.iter().find(|member| member.id == target.0))
             .map_or(Consistency::Good, |member| member.state)
     }
 
