@@ -451,7 +451,12 @@ impl Mgmt {
                 for event in events {
                     self.monitor.event(true, event);
                 }
-                let nodes = nodes_of_targets(&self.store.targets().map_err(internal)?);
+                // Most storage nodes hold no mirror member: no need to read the targets then.
+                let nodes = if groups.is_empty() {
+                    HashMap::new()
+                } else {
+                    nodes_of_targets(&self.store.targets().map_err(internal)?)
+                };
                 let node_of = |target: u32| nodes.get(&target).copied().unwrap_or(NodeId(0));
                 Ok(Response::HeartbeatAck {
                     lease_ms: lease.as_millis() as u64,
