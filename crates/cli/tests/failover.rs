@@ -364,7 +364,12 @@ fn mirrored_cluster_survives_server_loss_under_load() {
             .any(|line| line.contains(primary_server.as_str()) && line.contains(" offline "))
     })
     .expect("primary offline");
+    note("the primary's server is offline");
     let group = groups(&cluster).remove(&1).expect("group 1");
+    // The group is down until its primary returns: restart it before checking the snapshot.
+    cluster
+        .restart(&primary_server)
+        .expect("restart the primary");
     let stale = group
         .members
         .iter()
@@ -382,9 +387,6 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     } else {
         "the resync had finished before the primary died"
     });
-    cluster
-        .restart(&primary_server)
-        .expect("restart the primary");
     wait_until("every member good after the primary returned", || {
         all_good(&cluster)
     })
