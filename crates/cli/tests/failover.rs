@@ -118,6 +118,8 @@ fn fio_args(dir: &Path, index: usize) -> Vec<String> {
         "--direct=1".into(),
         "--verify=crc32c".into(),
         "--verify_fatal=1".into(),
+        // No verify state files left in the working directory when a job stops.
+        "--verify_state_save=0".into(),
     ]
     .into()
 }
