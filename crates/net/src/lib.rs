@@ -7,6 +7,7 @@
 //! - [`http`] — HTTP on the same port: `/metrics` and the handler's pages.
 //! - [`metrics`] — what every server exports to Prometheus, and the per-client load table.
 //! - [`influx`] — the optional push of the same metrics to InfluxDB.
+//! - [`mirror`] — a server's side of its mirror groups: versions, lease, delivery, resync bookkeeping.
 //! - [`retry`] — the one retry and backoff policy.
 //! - [`stubs`] — typed clients per service, used by the client library and by servers alike.
 //!
@@ -18,6 +19,7 @@ mod connection;
 pub mod http;
 pub mod influx;
 pub mod metrics;
+pub mod mirror;
 pub mod retry;
 pub mod server;
 pub mod stubs;

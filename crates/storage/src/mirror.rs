@@ -1,46 +1,35 @@
-//! Storage mirror groups on a storage server: which of its targets are members of which
-//! group in which version, the primary's lease, and the primary's work: ordering changes to an
-//! object, forwarding them to every present member before answering, and bringing returning
-//! members up to date (resync).
-//!
-//! The rules are those of the `weft-mirror` state machines, which the simulator checks:
-//! - a request carries the group version it was routed with; a member that knows another
-//!   version refuses it ([`ErrorCode::StaleRoute`]) and the sender fetches the map again;
-//! - the primary serves only while its lease holds (management grants it in heartbeat
-//!   answers, ending before management may promote anyone else);
+//! Storage mirror groups on a storage server: the work of a primary target beyond the rules
+//! every mirror member follows ([`weft_net::mirror::Membership`]: versions, lease, delivery to
+//! present members):
 //! - changes to overlapping ranges of one object are applied and forwarded one after the
-//!   other, so every member applies them in the same order; a change is answered only once
-//!   every present member has it;
-//! - a member that stops acknowledging is reported unreachable; management takes it out of
-//!   the group under a new version, and the primary stops waiting for it;
+//!   other, so every member applies them in the same order;
 //! - a member in `needs-resync` gets new changes and, in the background, a copy of every
-//!   object (each copied under the object's range lock, so no newer change is overwritten),
-//!   then loses the objects the primary does not have, then is reported resynced.
+//!   object it missed (each copied under the object's range lock, so no newer change is
+//!   overwritten); after a full copy it loses the objects the primary does not have.
 //!
-//! Every resync copies everything: a member that was away briefly gets a full copy too.
+//! A member that left in sync gets only the objects the primary recorded as missed
+//! ([`crate::missed`]); any other returning member gets a full copy.
 
 use crate::missed::MissedLogs;
 use crate::target::Target;
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weft_net::mirror::{Membership, ResyncStart};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::messages::{
-    Consistency, GroupMember, MirrorGroupInfo, MirrorHeartbeat, MirrorRoute, Response,
-    ResyncProgress, Route, StorageRequest, IO_BYTES_MAX, OBJECTS_PER_LIST_MAX,
+    Consistency, MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
+    OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 
-/// Pause between attempts to reach a member.
-const FORWARD_RETRY: Duration = Duration::from_millis(100);
-
 fn stale(message: String) -> WireError {
-    WireError::new(ErrorCode::StaleRoute, message)
+    weft_net::mirror::stale(message)
 }
 
 /// What a storage server's mirror side counts, for Prometheus.
@@ -79,35 +68,15 @@ impl MirrorMetrics {
     }
 }
 
-/// What the server knows of its groups.
-#[derive(Default)]
-struct State {
-    /// Groups with a member on this server, as last heard from management.
-    groups: HashMap<u32, MirrorGroupInfo>,
-    /// A primary serves until then.
-    lease_until: Option<Instant>,
-    /// Members a forward has not reached, since when: (group, member).
-    failing: HashMap<(u32, u32), Instant>,
-    /// Resyncs running: (group, member) → the version they run in.
-    resyncs: HashMap<(u32, u32), u64>,
-    /// Resyncs finished, reported until management marks the member good.
-    resynced: HashSet<GroupMember>,
-    /// Progress of the resyncs running or finished, by (group, member), with their start.
-    progress: HashMap<(u32, u32), (ResyncProgress, Instant)>,
-}
-
 /// The mirror side of a storage server.
 pub(crate) struct Mirror {
-    boot: u64,
-    interval: Duration,
     cluster: Arc<ClusterView>,
     targets: HashMap<TargetId, Arc<Target>>,
-    state: Mutex<State>,
+    /// The groups, lease and resyncs, kept as for every kind of member.
+    pub membership: Membership,
     ranges: RangeLocks,
     missed: Arc<MissedLogs>,
     metrics: MirrorMetrics,
-    /// Wakes the heartbeat loop early: a request showed that a newer map exists.
-    pub wake: tokio::sync::Notify,
 }
 
 impl Mirror {
@@ -126,21 +95,13 @@ impl Mirror {
         for target in targets.values() {
             missed.load(target.root())?;
         }
-        // Differs on every start, so management tells a restart from a late heartbeat.
-        let boot = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id());
         Ok(Mirror {
-            boot,
-            interval,
             cluster,
             targets,
-            state: Mutex::default(),
+            membership: Membership::new(interval),
             ranges: RangeLocks::default(),
             missed,
             metrics,
-            wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -170,143 +131,25 @@ impl Mirror {
 
     /// This process's boot id: changes on every start.
     pub fn boot(&self) -> u64 {
-        self.boot
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("mirror state poisoned")
-    }
-
-    /// A forward unacknowledged this long makes its member unreachable.
-    fn member_timeout(&self) -> Duration {
-        (self.interval * 2).max(Duration::from_secs(1))
-    }
-
-    /// What the next heartbeat tells management.
-    pub fn report(&self) -> MirrorHeartbeat {
-        let state = self.state();
-        let timeout = self.member_timeout();
-        let unreachable = state
-            .failing
-            .iter()
-            .filter(|(_, since)| since.elapsed() >= timeout)
-            .filter_map(|((group, member), _)| {
-                let known = state.groups.get(group)?;
-                Some((*group, known.version, *member))
-            })
-            .collect();
-        MirrorHeartbeat {
-            boot: self.boot,
-            interval_ms: self.interval.as_millis() as u64,
-            resynced: state.resynced.iter().copied().collect(),
-            unreachable,
-            resyncs: state
-                .progress
-                .values()
-                .map(|(progress, started)| ResyncProgress {
-                    elapsed_ms: started.elapsed().as_millis() as u64,
-                    ..*progress
-                })
-                .collect(),
-        }
+        self.membership.boot()
     }
 
     /// Takes management's answer to a heartbeat sent at `sent`: the lease, and the groups
     /// (newer versions replace older ones). Starts the resyncs this server must run as
     /// primary.
     pub fn adopt(self: &Arc<Self>, sent: Instant, lease: Duration, groups: Vec<MirrorGroupInfo>) {
-        let mut starts = Vec::new();
-        {
-            let mut state = self.state();
-            let until = sent + lease;
-            state.lease_until = Some(state.lease_until.map_or(until, |known| known.max(until)));
-            for group in groups {
-                let newer = state
-                    .groups
-                    .get(&group.id)
-                    .is_none_or(|known| known.version < group.version);
-                if newer {
-                    tracing::info!(
-                        group = group.id,
-                        version = group.version,
-                        primary = group.primary,
-                        "mirror group version adopted"
-                    );
-                    let before = state.groups.insert(group.id, group.clone());
-                    self.track_missed(before.as_ref(), &group);
-                }
-            }
-            let State {
-                groups,
-                resyncs,
-                resynced,
-                failing,
-                progress,
-                ..
-            } = &mut *state;
-            // Progress is kept while the member still needs it or the resync's version holds.
-            progress.retain(|(group, member), (p, _)| {
-                groups.get(group).is_some_and(|g| {
-                    g.members
-                        .iter()
-                        .any(|m| m.id == *member && m.state == Consistency::NeedsResync)
-                        && (g.version == p.version || !p.done)
-                })
-            });
-            // Reports management has acted on are dropped.
-            resynced.retain(|(group, version, member)| {
-                groups.get(group).is_some_and(|g| {
-                    g.version == *version
-                        || g.members
-                            .iter()
-                            .any(|m| m.id == *member && m.state == Consistency::NeedsResync)
-                })
-            });
-            failing.retain(|(group, member), _| {
-                groups.get(group).is_some_and(|g| {
-                    g.members
-                        .iter()
-                        .any(|m| m.id == *member && m.state != Consistency::Bad)
-                })
-            });
-            for group in groups.values() {
-                if !self.targets.contains_key(&TargetId(group.primary)) {
-                    continue;
-                }
-                for member in &group.members {
-                    let key = (group.id, member.id);
-                    let wanted = member.state == Consistency::NeedsResync
-                        && member.id != group.primary
-                        && !resynced.contains(&(group.id, group.version, member.id));
-                    if wanted && resyncs.get(&key) != Some(&group.version) {
-                        resyncs.insert(key, group.version);
-                        starts.push((group.id, group.version, member.id));
-                    }
-                }
-            }
-        }
-        for (group, version, member) in starts {
+        let starts = self.membership.adopt(
+            sent,
+            lease,
+            groups,
+            |member| self.targets.contains_key(&TargetId(member)),
+            |before, group| self.track_missed(before, group),
+        );
+        for start in starts {
             let mirror = Arc::clone(self);
             tokio::spawn(async move {
-                let outcome = mirror.resync(group, version, member).await;
-                let mut state = mirror.state();
-                if state.resyncs.get(&(group, member)) == Some(&version) {
-                    state.resyncs.remove(&(group, member));
-                }
-                match outcome {
-                    Ok(()) => {
-                        tracing::info!(group, version, member, "member resynced");
-                        state.resynced.insert((group, version, member));
-                        if let Some((progress, _)) = state.progress.get_mut(&(group, member)) {
-                            progress.done = true;
-                        }
-                        drop(state);
-                        mirror.wake.notify_one();
-                    }
-                    Err(error) => {
-                        tracing::info!(group, version, member, %error, "resync stopped; it starts again with the next version");
-                    }
-                }
+                let outcome = mirror.resync(start).await;
+                mirror.membership.resync_ended(start, &outcome);
             });
         }
     }
@@ -321,40 +164,8 @@ impl Mirror {
         target: TargetId,
         route: MirrorRoute,
     ) -> Result<MirrorGroupInfo, WireError> {
-        let state = self.state();
-        let Some(group) = state.groups.get(&route.group) else {
-            self.wake.notify_one();
-            return Err(stale(format!(
-                "mirror group {} is not known on this server yet",
-                route.group
-            )));
-        };
-        if group.version != route.version {
-            if route.version > group.version {
-                self.wake.notify_one();
-            }
-            return Err(stale(format!(
-                "mirror group {} is at version {} here, the request was routed with {}",
-                route.group, group.version, route.version
-            )));
-        }
-        if group.primary != target.0 {
-            return Err(stale(format!(
-                "target {target} is not the primary of mirror group {} (target {} is)",
-                route.group, group.primary
-            )));
-        }
-        if state
-            .lease_until
-            .is_none_or(|until| Instant::now() >= until)
-        {
-            self.wake.notify_one();
-            return Err(stale(format!(
-                "the lease of mirror group {}'s primary ran out: management has not answered lately",
-                route.group
-            )));
-        }
-        Ok(group.clone())
+        self.membership
+            .admit_primary(target.0, route.group, route.version)
     }
 
     /// Checks a change forwarded to member `target` by its primary.
@@ -362,32 +173,8 @@ impl Mirror {
     /// # Errors
     /// `StaleRoute` when the version differs or `target` is not a present member.
     pub fn admit_forward(&self, target: TargetId, route: MirrorRoute) -> Result<(), WireError> {
-        let state = self.state();
-        let group = state.groups.get(&route.group);
-        let known = group.map_or(0, |g| g.version);
-        if known != route.version {
-            if route.version > known {
-                self.wake.notify_one();
-            }
-            return Err(stale(format!(
-                "mirror group {} is at version {known} here, the forward carries {}",
-                route.group, route.version
-            )));
-        }
-        let present = group.is_some_and(|g| {
-            g.primary != target.0
-                && g.members
-                    .iter()
-                    .any(|m| m.id == target.0 && m.state != Consistency::Bad)
-        });
-        if present {
-            Ok(())
-        } else {
-            Err(stale(format!(
-                "target {target} is no present secondary of mirror group {} in version {known}",
-                route.group
-            )))
-        }
+        self.membership
+            .admit_forward(target.0, route.group, route.version)
     }
 
     /// Holds changes to `range` of the object of `inode` on `target` that overlap it until
@@ -414,39 +201,21 @@ impl Mirror {
         request: &StorageRequest,
         payload: &Bytes,
     ) -> Result<(), WireError> {
-        let members = self.present_secondaries(group);
-        let sends = members.into_iter().map(|member| async move {
-            let mut first_failure: Option<Instant> = None;
-            loop {
-                let Some(route) = self.route_to_member(target, group, member)? else {
-                    return Ok(());
-                };
-                let forward = request.clone().rerouted(route);
-                if first_failure.is_some() {
-                    self.metrics.forward_retries.inc();
-                }
-                match self.send(member, forward, payload.clone()).await {
-                    Ok(_) => {
-                        self.metrics.forwards.inc();
-                        self.state().failing.remove(&(group, member));
-                        return Ok(());
+        self.membership
+            .deliver(target.0, group, |member, version, attempt| {
+                let forward = request
+                    .clone()
+                    .rerouted(member_route(group, version, member));
+                async move {
+                    if attempt > 0 {
+                        self.metrics.forward_retries.inc();
                     }
-                    Err(error) => {
-                        if first_failure.is_none() {
-                            tracing::warn!(group, member, %error, "a mirror member did not take a change; trying again");
-                        }
-                        let since = *first_failure.get_or_insert_with(Instant::now);
-                        if !error.is_retryable() || since.elapsed() >= self.member_timeout() {
-                            self.state().failing.entry((group, member)).or_insert(since);
-                        }
-                        tokio::time::sleep(FORWARD_RETRY).await;
-                    }
+                    self.send(member, forward, payload.clone()).await?;
+                    self.metrics.forwards.inc();
+                    Ok(())
                 }
-            }
-        });
-        for result in futures::future::join_all(sends).await {
-            result?;
-        }
+            })
+            .await?;
         // Members that left miss this change: recorded before it is answered.
         if let Some((inode, _)) = request.changed_range(payload.len()) {
             if self.missed.any(group) {
@@ -465,60 +234,6 @@ impl Mirror {
         Ok(())
     }
 
-    /// The members other than the primary that get changes now.
-    fn present_secondaries(&self, group: u32) -> Vec<u32> {
-        self.state().groups.get(&group).map_or(Vec::new(), |g| {
-            g.members
-                .iter()
-                .filter(|m| m.id != g.primary && m.state != Consistency::Bad)
-                .map(|m| m.id)
-                .collect()
-        })
-    }
-
-    /// The route of a forward from primary `target` to `member` in the current version;
-    /// `None` when the member left the group.
-    ///
-    /// # Errors
-    /// `StaleRoute` when `target` is no longer the primary.
-    fn route_to_member(
-        &self,
-        target: TargetId,
-        group: u32,
-        member: u32,
-    ) -> Result<Option<Route>, WireError> {
-        let state = self.state();
-        let Some(known) = state.groups.get(&group) else {
-            return Err(stale(format!("mirror group {group} is gone")));
-        };
-        if known.primary != target.0 {
-            return Err(stale(format!(
-                "target {target} stopped being the primary of mirror group {group}"
-            )));
-        }
-        if state
-            .lease_until
-            .is_none_or(|until| Instant::now() >= until)
-        {
-            // Management may promote another member soon: stop waiting for this one.
-            return Err(stale(format!(
-                "the lease of mirror group {group}'s primary ran out while a member was unreachable"
-            )));
-        }
-        let present = known
-            .members
-            .iter()
-            .any(|m| m.id == member && m.state != Consistency::Bad);
-        Ok(present.then_some(Route {
-            target: TargetId(member),
-            mirror: Some(MirrorRoute {
-                group,
-                version: known.version,
-                forwarded: true,
-            }),
-        }))
-    }
-
     /// Sends one request to the server of `member`.
     async fn send(
         &self,
@@ -529,7 +244,7 @@ impl Mirror {
         let result = async {
             let client = self.cluster.storage_for_target(TargetId(member)).await?;
             // A member cut off the network answers nothing: give up in time to report it.
-            let timeout = self.member_timeout();
+            let timeout = self.membership.member_timeout();
             match tokio::time::timeout(timeout, client.send(request, payload)).await {
                 Ok(result) => result,
                 Err(_) => Err(RpcError::Timeout {
@@ -547,25 +262,23 @@ impl Mirror {
         result
     }
 
-    /// Brings `member` of `group` up to date from this server's target, the group's primary
-    /// in `version`. When management says the member left in sync and this server recorded
-    /// what it missed, only those objects are copied (or removed); otherwise every object is
-    /// copied and then the member's objects the primary lacks are removed. Each object is
-    /// copied under its range lock, so no newer change is overwritten.
-    async fn resync(&self, group: u32, version: u64, member: u32) -> Result<(), WireError> {
-        let (primary, full) = {
-            let state = self.state();
-            let known = state
-                .groups
-                .get(&group)
-                .ok_or_else(|| stale("gone".into()))?;
-            let full = known
-                .members
-                .iter()
-                .find(|m| m.id == member)
-                .is_none_or(|m| m.full_resync);
-            (TargetId(known.primary), full)
-        };
+    /// Brings the member of `start` up to date from this server's target, the group's
+    /// primary in the start's version. When management says the member left in sync and this
+    /// server recorded what it missed, only those objects are copied (or removed); otherwise
+    /// every object is copied and then the member's objects the primary lacks are removed.
+    /// Each object is copied under its range lock, so no newer change is overwritten.
+    async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
+        let ResyncStart {
+            group,
+            version,
+            member,
+            full,
+        } = start;
+        let primary = self
+            .membership
+            .group(group)
+            .map(|known| TargetId(known.primary))
+            .ok_or_else(|| stale("gone".into()))?;
         let target = self
             .targets
             .get(&primary)
@@ -600,43 +313,21 @@ impl Mirror {
             objects = objects.len(),
             "resync started"
         );
-        self.state().progress.insert(
-            (group, member),
-            (
-                ResyncProgress {
-                    group,
-                    member,
-                    version,
-                    objects_total: objects.len() as u64,
-                    objects_copied: 0,
-                    bytes_copied: 0,
-                    elapsed_ms: 0,
-                    done: false,
-                    full: !incremental,
-                },
-                Instant::now(),
-            ),
-        );
+        self.membership
+            .resync_started(start, objects.len() as u64, !incremental);
         let mut copied = 0u64;
         for inode in &objects {
             let bytes = if target.exists(*inode) {
-                self.copy_object(&target, group, version, member, *inode)
-                    .await?
+                self.copy_object(&target, start, *inode).await?
             } else {
                 // Removed since the member left.
-                self.remove_if_gone(&target, group, version, member, *inode)
-                    .await?;
+                self.remove_if_gone(&target, start, *inode).await?;
                 0
             };
             copied += 1;
             self.metrics.resync_objects.inc();
             self.metrics.resync_bytes.inc_by(bytes);
-            if let Some((progress, _)) = self.state().progress.get_mut(&(group, member)) {
-                if progress.version == version {
-                    progress.objects_copied += 1;
-                    progress.bytes_copied += bytes;
-                }
-            }
+            self.membership.resync_copied(start, bytes);
         }
         if incremental {
             self.missed.forget(group, member);
@@ -652,7 +343,7 @@ impl Mirror {
         // Objects the member holds and the primary does not.
         let mut after = 0;
         loop {
-            let route = self.resync_route(primary, group, version, member)?;
+            let route = self.resync_route(primary, start)?;
             let request = StorageRequest::ListObjects {
                 target: route.target,
                 home: None,
@@ -670,8 +361,7 @@ impl Mirror {
                 ));
             };
             for (inode, _) in &objects {
-                self.remove_if_gone(&target, group, version, member, *inode)
-                    .await?;
+                self.remove_if_gone(&target, start, *inode).await?;
             }
             after = objects.last().map_or(after, |(inode, _)| inode.0);
             if end {
@@ -683,20 +373,9 @@ impl Mirror {
     }
 
     /// The route of a resync step; fails once the resync's version is over.
-    fn resync_route(
-        &self,
-        primary: TargetId,
-        group: u32,
-        version: u64,
-        member: u32,
-    ) -> Result<Route, WireError> {
-        let route = self.route_to_member(primary, group, member)?;
-        match route {
-            Some(route) if route.mirror.is_some_and(|m| m.version == version) => Ok(route),
-            _ => Err(stale(format!(
-                "mirror group {group} left version {version}"
-            ))),
-        }
+    fn resync_route(&self, primary: TargetId, start: ResyncStart) -> Result<Route, WireError> {
+        let version = self.membership.resync_version(primary.0, start)?;
+        Ok(member_route(start.group, version, start.member))
     }
 
     /// One resync step, tried until it lands or the resync's version is over.
@@ -706,19 +385,12 @@ impl Mirror {
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(), WireError> {
-        let started = Instant::now();
-        loop {
-            match self.send(member, request.clone(), payload.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(error) if started.elapsed() < self.member_timeout() => {
-                    tracing::debug!(member, %error, "resync step failed; trying again");
-                    tokio::time::sleep(FORWARD_RETRY).await;
-                }
-                Err(error) => {
-                    return Err(WireError::new(ErrorCode::Unavailable, error.to_string()))
-                }
-            }
-        }
+        self.membership
+            .resync_step(member, || {
+                self.send(member, request.clone(), payload.clone())
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Removes the object of `inode` from the member unless the primary holds it, checked
@@ -726,22 +398,20 @@ impl Mirror {
     async fn remove_if_gone(
         &self,
         target: &Target,
-        group: u32,
-        version: u64,
-        member: u32,
+        start: ResyncStart,
         inode: InodeId,
     ) -> Result<(), WireError> {
         let _held = self.lock_range(target.id, inode, 0..u64::MAX).await;
         if target.exists(inode) {
             return Ok(());
         }
-        let route = self.resync_route(target.id, group, version, member)?;
+        let route = self.resync_route(target.id, start)?;
         let remove = StorageRequest::Remove {
             target: route.target,
             mirror: route.mirror,
             inode,
         };
-        self.send_step(member, remove, Bytes::new()).await
+        self.send_step(start.member, remove, Bytes::new()).await
     }
 
     /// Copies one object to the member: cut to the primary's length, every byte written, then
@@ -749,15 +419,14 @@ impl Mirror {
     async fn copy_object(
         &self,
         target: &Arc<Target>,
-        group: u32,
-        version: u64,
-        member: u32,
+        start: ResyncStart,
         inode: InodeId,
     ) -> Result<u64, WireError> {
         let primary = target.id;
+        let member = start.member;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
         let length = target.length(inode)?;
-        let route = self.resync_route(primary, group, version, member)?;
+        let route = self.resync_route(primary, start)?;
         let truncate = StorageRequest::Truncate {
             target: route.target,
             mirror: route.mirror,
@@ -775,7 +444,7 @@ impl Mirror {
             if data.is_empty() {
                 break;
             }
-            let route = self.resync_route(primary, group, version, member)?;
+            let route = self.resync_route(primary, start)?;
             let write = StorageRequest::Write {
                 target: route.target,
                 mirror: route.mirror,
@@ -785,7 +454,7 @@ impl Mirror {
             offset += data.len() as u64;
             self.send_step(member, write, data).await?;
         }
-        let route = self.resync_route(primary, group, version, member)?;
+        let route = self.resync_route(primary, start)?;
         let sync = StorageRequest::Sync {
             target: route.target,
             mirror: route.mirror,
@@ -793,6 +462,18 @@ impl Mirror {
         };
         self.send_step(member, sync, Bytes::new()).await?;
         Ok(offset)
+    }
+}
+
+/// The route of a change to `member` of `group` in `version`.
+fn member_route(group: u32, version: u64, member: u32) -> Route {
+    Route {
+        target: TargetId(member),
+        mirror: Some(MirrorRoute {
+            group,
+            version,
+            forwarded: true,
+        }),
     }
 }
 

@@ -151,7 +151,7 @@ async fn heartbeat_loop(
             })
             .collect();
         let sent = std::time::Instant::now();
-        let mirror = Some(storage.mirror.report());
+        let mirror = Some(storage.mirror.membership.report());
         match mgmt
             .heartbeat(NodeKind::Storage, node, reports, None, None, mirror)
             .await
@@ -182,7 +182,7 @@ async fn heartbeat_loop(
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
-            () = storage.mirror.wake.notified() => tokio::time::sleep(EARLY_GAP).await,
+            () = storage.mirror.membership.wake.notified() => tokio::time::sleep(EARLY_GAP).await,
         }
     }
 }
