@@ -1,6 +1,6 @@
 //! Mirror failover under load: every service in a network namespace of its own (management,
 //! two metadata servers, three storage servers with two targets each, paired into three
-//! storage mirror groups), while fio `--verify` and a metadata workload run through the mount.
+//! storage mirror groups and the metadata servers into one), while fio `--verify` and a metadata workload run through the mount.
 
 mod common;
 
@@ -29,7 +29,11 @@ fn groups(cluster: &LocalCluster) -> BTreeMap<u32, Group> {
     let (ok, out, err) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
     assert!(ok, "{err}");
     let mut groups = BTreeMap::new();
-    for line in out.lines().skip(1) {
+    for line in out
+        .lines()
+        .skip(1)
+        .filter(|line| line.contains(" storage "))
+    {
         let Some(id) = line.split_whitespace().next().and_then(|w| w.parse().ok()) else {
             continue;
         };
@@ -69,6 +73,16 @@ fn state_of(cluster: &LocalCluster, target: u32) -> String {
         .find(|(t, _)| *t == target)
         .map(|(_, state)| state.clone())
         .expect("target in a group")
+}
+
+/// The alias of the metadata group's primary (listed first).
+fn meta_primary(cluster: &LocalCluster) -> String {
+    let line = common::meta_group_line(cluster);
+    ["meta-1", "meta-2"]
+        .into_iter()
+        .min_by_key(|alias| line.find(alias).unwrap_or(usize::MAX))
+        .expect("two aliases")
+        .to_string()
 }
 
 /// Targets were registered in start order: storage-N holds targets 2N-1 and 2N.
@@ -214,11 +228,12 @@ impl Workload {
     }
 }
 
-// Goal: with storage mirroring, a cluster keeps serving through the loss of servers and an
+// Goal: with storage and metadata mirroring, a cluster keeps serving through the loss of servers and an
 // application sees pauses, never errors: fio `--verify` and a create/rename/unlink workload
 // run through the mount while
 // 1. a storage server is killed (kill -9) and restarted;
-// 2. a metadata server is killed and restarted;
+// 2. the primary metadata server is killed and restarted, then the new one is cut off the
+//    network and reconnected (the namespace is mirrored: its copy takes over each time);
 // 3. a storage server holding only secondaries is cut off the network and reconnected (its
 //    members then get only what they missed), then one holding primaries;
 // 4. a group's primary is killed while its returning member needs a resync: the group waits
@@ -242,6 +257,8 @@ fn mirrored_cluster_survives_server_loss_under_load() {
         3,
         "three groups across three servers:\n{out}"
     );
+    // The namespace is mirrored too: meta-2 keeps a copy of meta-1's home.
+    common::autocreate_meta_groups(&cluster);
     let mnt = cluster.mount().expect("mount");
     let data = mnt.join("data");
     let names = mnt.join("names");
@@ -265,24 +282,26 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     })
     .expect("resync");
 
-    note("killing a metadata server");
-    // 2. A metadata server dies and comes back.
-    cluster.kill("meta-2").expect("kill meta-2");
-    wait_until("meta-2 to be missed", || {
-        let (_, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", &mgmt]);
-        nodes
-            .lines()
-            .any(|line| line.contains("meta-2") && !line.contains(" online "))
+    note("killing the primary metadata server");
+    // 2. The primary metadata server dies: its copy takes over; it comes back as a copy.
+    cluster.kill("meta-1").expect("kill meta-1");
+    wait_until("meta-2 to take over the namespace", || {
+        meta_primary(&cluster) == "meta-2"
     })
-    .expect("meta-2 missed");
-    cluster.restart("meta-2").expect("restart meta-2");
-    wait_until("meta-2 online again", || {
-        let (_, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", &mgmt]);
-        nodes
-            .lines()
-            .any(|line| line.contains("meta-2") && line.contains(" online "))
+    .expect("metadata failover");
+    cluster.restart("meta-1").expect("restart meta-1");
+    common::wait_meta_member_good(&cluster, "meta-1");
+
+    note("cutting the primary metadata server off the network");
+    // Cut off, meta-2 loses its lease and stops serving; meta-1 takes over. Reconnected,
+    // meta-2 learns it is a copy now and gets the namespace again.
+    cluster.set_link("meta-2", false).expect("cut meta-2");
+    wait_until("meta-1 to take over the namespace", || {
+        meta_primary(&cluster) == "meta-1"
     })
-    .expect("meta-2 back");
+    .expect("metadata failover");
+    cluster.set_link("meta-2", true).expect("reconnect meta-2");
+    common::wait_meta_member_good(&cluster, "meta-2");
 
     note("cutting a storage server with secondaries only off the network");
     // 3. A storage server is cut off the network, then reconnected. First one that holds no
@@ -398,6 +417,7 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     let (jobs, kept) = workload.finish();
     assert!(jobs > 0, "fio ran");
     assert_groups_identical(&cluster, "after every fault");
+    common::assert_meta_copies_identical(&cluster, "after every fault");
 
     // Everything reads back through a fresh mount.
     cluster.unmount(&mnt).expect("unmount");

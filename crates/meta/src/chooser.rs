@@ -6,7 +6,7 @@ use rand::Rng;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::{PatternKind, StripePattern};
-use weft_proto::messages::{ClusterMap, MirrorKind, NodeKind, Reachability, TargetInfo};
+use weft_proto::messages::{ClusterMap, MirrorKind, Reachability, TargetInfo};
 
 /// Bytes below which a target counts as full and new files avoid it.
 const TARGET_FREE_BYTES_MIN: u64 = 16 * 1024 * 1024;
@@ -37,13 +37,10 @@ impl Chooser {
     /// directory's home), the others after it in id order.
     pub fn choose_metas(&self, map: &ClusterMap, count: usize) -> Vec<NodeId> {
         let mut homes: Vec<NodeId> = map
-            .nodes
-            .iter()
-            .filter(|n| n.kind == NodeKind::Meta && n.reachability != Reachability::Offline)
-            .map(|n| n.id)
+            .meta_homes()
+            .into_iter()
             .filter(|id| id.0 <= weft_proto::ids::META_HOME_MAX)
             .collect();
-        homes.sort();
         if homes.is_empty() {
             return homes;
         }

@@ -10,8 +10,12 @@
 //! - `ops/`: one file per operation family (lookup, create, remove, rename, setattr, open).
 //! - `acl`: POSIX ACLs in the xattr format, and their inheritance on create.
 //! - `chooser`: picks storage targets for new files.
-//! - `service`: the request handler, retry identity (mutation ids), background work queues
-//!   (object disposal, truncate) and heartbeats.
+//! - `server`: the process — registration, heartbeats, and which homes it serves (its own,
+//!   and after a failover those of the mirror groups it is primary of).
+//! - `service`: one home's request handler, retry identity (mutation ids), background work
+//!   queues (object disposal, truncate).
+//! - `replica`: metadata mirroring — a home's store file ships its changes to the home's
+//!   mirror members at every commit; members apply them to their copies.
 //!
 //! Invariants: a dentry `(parent, name)` and its cookie entry `(parent, cookie)` exist together;
 //! an inode's link count equals the dentries naming it (plus `.` and children's `..` for a
@@ -24,11 +28,13 @@ mod commit;
 pub mod config;
 mod locks;
 mod ops;
+mod replica;
+mod server;
 mod service;
 mod store;
 
 pub use config::{MetaConfig, TargetChooser};
-pub use service::run;
+pub use server::run;
 
 /// Why the metadata service could not start or stopped.
 #[derive(Debug, thiserror::Error)]

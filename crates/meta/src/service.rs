@@ -19,24 +19,23 @@ use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::ops::OpContext;
+use crate::replica::HomeLink;
 use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES};
 use crate::{MetaConfig, MetaError};
-use bytes::Bytes;
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use weft_net::mirror::Membership;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, StorageClient};
 use weft_proto::error::WireError;
-use weft_proto::ids::{ClientId, InodeId, NodeId, META_HOME_MAX, ROOT_HOME};
+use weft_proto::ids::{ClientId, InodeId, NodeId, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout};
 use weft_proto::messages::{
-    FileKind, InodeAttr, MetaRequest, MutationId, NewInode, NodeKind, Reply, Request, Response,
-    LOCK_WAIT_MS_MAX, OBJECTS_PER_LIST_MAX,
+    FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Reply, Response, LOCK_WAIT_MS_MAX,
+    OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -87,9 +86,15 @@ struct OpenTable {
     maybe_orphaned: HashSet<InodeId>,
 }
 
-struct Meta {
+/// One metadata home served by this server: its store and what lives beside it in memory.
+pub(crate) struct Meta {
+    /// The home: the node id every inode created here carries.
     node: NodeId,
     db: Arc<Database>,
+    /// The store file's link to the home's mirror members.
+    link: Arc<HomeLink>,
+    /// The background work loop.
+    worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
     committer: Committer,
     cluster: Arc<ClusterView>,
     chooser: Arc<Chooser>,
@@ -117,212 +122,136 @@ fn store_error(error: impl std::fmt::Display) -> MetaError {
     MetaError::Store(error.to_string())
 }
 
-/// Runs a metadata server until `shutdown` completes.
-///
-/// # Errors
-/// [`MetaError`] when the data directory, the store or registration fails.
-pub async fn run(
-    config: MetaConfig,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), MetaError> {
-    config.validate().map_err(MetaError::DataDir)?;
-    let db = Arc::new(Database::create(config.data_dir.join("meta.redb")).map_err(store_error)?);
-    crate::store::create_tables(&db).map_err(|e| MetaError::Store(format!("{e:?}")))?;
-    let cluster = Arc::new(ClusterView::new(
-        config.mgmt.clone(),
-        weft_net::RpcClientOptions::default(),
-    ));
-    let address = listener
-        .local_addr()
-        .map_err(|e| MetaError::DataDir(e.to_string()))?
-        .to_string();
-    let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
-    let node = weft_service::identity::register_node(
-        &config.data_dir,
-        cluster.mgmt(),
-        NodeKind::Meta,
-        &alias,
-        vec![address.clone()],
-    )
-    .await
-    .map_err(MetaError::Register)?;
-    if node.0 > META_HOME_MAX {
-        return Err(MetaError::Register(format!(
-            "metadata node id {node} does not fit an inode's home bits"
-        )));
-    }
-    let mut first_start = false;
-    {
-        let txn = db.begin_write().map_err(store_error)?;
-        if node == ROOT_HOME && ensure_root(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))? {
-            tracing::info!("created the root directory");
-            first_start = true;
-        }
-        let orphans = dispose_all_orphans(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?;
-        if orphans > 0 {
-            tracing::info!(
-                orphans,
-                "disposed of files unlinked while open before the restart"
-            );
-        }
-        txn.commit().map_err(store_error)?;
-    }
-    let _ = cluster.refresh().await;
-    let mut metrics = weft_net::MetricsBuilder::new("meta", Some(node.0));
-    let commit_metrics = CommitMetrics::register(metrics.registry());
-    register_store_metrics(metrics.registry(), node, &config.data_dir, Arc::clone(&db));
-    let meta = Arc::new(Meta {
-        node,
-        committer: Committer::start(Arc::clone(&db), commit_metrics),
-        db,
-        cluster,
-        chooser: Arc::new(Chooser::new(config.target_chooser)),
-        directory_chooser: Chooser::new(config.directory_chooser),
-        opens: Arc::default(),
-        work: Notify::new(),
-        // A new file system has no locks to reclaim.
-        locks: LockTable::new(if first_start {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(config.lock_grace_ms)
-        }),
-        seen: Mutex::default(),
-        intents_in_flight: Mutex::default(),
-        shard_syncs: Mutex::default(),
-        disposing: tokio::sync::Mutex::new(()),
-    });
-    match meta.read(spread_directories) {
-        Ok(dirs) => meta
-            .shard_syncs
-            .lock()
-            .expect("shard sync set poisoned")
-            .extend(dirs),
-        Err(error) => tracing::error!(?error, "could not list the spread directories"),
-    }
-    tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "metadata server serving");
-    let heartbeat = tokio::spawn(heartbeat_loop(
-        Arc::clone(&meta),
-        config.clone(),
-        alias,
-        address,
-    ));
-    let worker = tokio::spawn(work_loop(Arc::clone(&meta)));
-    weft_net::serve_with_exporters(
-        listener,
-        Arc::clone(&meta),
-        metrics.build(),
-        (config.influxdb.clone(), config.metrics_listen.as_deref()),
-        shutdown,
-    )
-    .await
-    .map_err(|e| MetaError::DataDir(e.to_string()))?;
-    heartbeat.abort();
-    worker.abort();
-    Ok(())
+/// What every home a metadata server serves shares.
+pub(crate) struct Shared {
+    /// This server's node id.
+    pub node: NodeId,
+    pub config: MetaConfig,
+    pub cluster: Arc<ClusterView>,
+    pub membership: Arc<Membership>,
+    pub commit_metrics: CommitMetrics,
 }
 
-/// The metadata target's space and the number of inodes it holds, read at each scrape.
-fn register_store_metrics(
-    registry: &mut prometheus_client::registry::Registry,
-    node: NodeId,
-    data_dir: &std::path::Path,
-    db: Arc<Database>,
-) {
-    let data_dir = data_dir.to_path_buf();
-    registry.register_collector(Box::new(weft_net::metrics::SpaceCollector(Box::new(
-        move || {
-            let usage = weft_service::usage::file_system_usage(&data_dir).unwrap_or_default();
-            vec![(node.0.to_string(), usage)]
-        },
-    ))));
-    registry.register_collector(Box::new(InodeCollector(db)));
-}
-
-/// Exports how many inodes the metadata target holds.
-struct InodeCollector(Arc<Database>);
-
-impl std::fmt::Debug for InodeCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InodeCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for InodeCollector {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        let count = self
-            .0
-            .begin_read()
-            .ok()
-            .and_then(|txn| txn.open_table(INODES).ok())
-            .and_then(|table| table.len().ok());
-        if let Some(count) = count {
-            let metric = encoder.encode_descriptor(
-                "weft_meta_inodes",
-                "Inodes (files, directories, links) whose home is this metadata server.",
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?;
-            prometheus_client::metrics::gauge::ConstGauge::new(count as i64).encode(metric)?;
-        }
-        Ok(())
-    }
-}
-
-async fn heartbeat_loop(meta: Arc<Meta>, config: MetaConfig, alias: String, address: String) {
-    let interval = Duration::from_millis(config.heartbeat_interval_ms);
-    loop {
-        let usage = weft_service::usage::file_system_usage(&config.data_dir).ok();
-        let inodes_used = meta.inode_count().ok();
-        let mgmt = meta.cluster.mgmt();
-        match mgmt
-            .heartbeat(
-                NodeKind::Meta,
-                meta.node,
-                Vec::new(),
-                usage,
-                inodes_used,
-                None,
-            )
-            .await
+impl Meta {
+    /// Opens the store of `home` (this server's own, or a copy of a mirrored home it now
+    /// serves as primary) and starts its background work. Blocks: call it on a blocking
+    /// thread.
+    ///
+    /// # Errors
+    /// [`MetaError::Store`] when the store cannot be opened.
+    pub(crate) fn start(home: NodeId, shared: &Shared) -> Result<Arc<Meta>, MetaError> {
+        let (link, file) = HomeLink::open(
+            &shared.config.data_dir,
+            shared.node,
+            home,
+            Arc::clone(&shared.membership),
+            Arc::clone(&shared.cluster),
+        )
+        .map_err(store_error)?;
+        let db = Arc::new(
+            redb::Builder::new()
+                .create_with_backend(file)
+                .map_err(store_error)?,
+        );
+        crate::store::create_tables(&db).map_err(|e| MetaError::Store(format!("{e:?}")))?;
+        let mut first_start = false;
         {
-            Ok(_) => {}
-            Err(error) if error.code() == ErrorCode::UnknownNode => {
-                tracing::warn!("management does not know this node; registering again");
-                let _ = mgmt
-                    .register_node(
-                        Some(meta.node),
-                        NodeKind::Meta,
-                        alias.clone(),
-                        vec![address.clone()],
-                    )
-                    .await;
+            let txn = db.begin_write().map_err(store_error)?;
+            if home == ROOT_HOME
+                && ensure_root(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?
+            {
+                tracing::info!("created the root directory");
+                first_start = true;
             }
-            Err(error) => tracing::warn!(%error, "heartbeat failed"),
+            let orphans =
+                dispose_all_orphans(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?;
+            if orphans > 0 {
+                tracing::info!(
+                    home = home.0,
+                    orphans,
+                    "disposed of files unlinked while open before the restart"
+                );
+            }
+            txn.commit().map_err(store_error)?;
         }
-        let fetch_started = std::time::Instant::now();
-        if let Ok(map) = meta.cluster.refresh().await {
-            meta.expire_sessions(&map, fetch_started).await;
-            meta.work.notify_one();
+        let config = &shared.config;
+        let meta = Arc::new(Meta {
+            node: home,
+            committer: Committer::start(Arc::clone(&db), shared.commit_metrics.clone()),
+            db,
+            link,
+            cluster: Arc::clone(&shared.cluster),
+            chooser: Arc::new(Chooser::new(config.target_chooser)),
+            directory_chooser: Chooser::new(config.directory_chooser),
+            opens: Arc::default(),
+            work: Notify::new(),
+            // A new file system has no locks to reclaim.
+            locks: LockTable::new(if first_start {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(config.lock_grace_ms)
+            }),
+            seen: Mutex::default(),
+            intents_in_flight: Mutex::default(),
+            shard_syncs: Mutex::default(),
+            disposing: tokio::sync::Mutex::new(()),
+            worker: Mutex::default(),
+        });
+        match meta.read(spread_directories) {
+            Ok(dirs) => meta
+                .shard_syncs
+                .lock()
+                .expect("shard sync set poisoned")
+                .extend(dirs),
+            Err(error) => tracing::error!(?error, "could not list the spread directories"),
         }
-        tokio::time::sleep(interval).await;
+        // Operations a crash interrupted are finished at once.
+        meta.work.notify_one();
+        let worker = tokio::runtime::Handle::current().spawn(work_loop(Arc::clone(&meta)));
+        *meta.worker.lock().expect("worker slot poisoned") = Some(worker);
+        Ok(meta)
     }
-}
 
-impl weft_net::Handler for Meta {
-    async fn handle(&self, request: Request, _payload: Bytes) -> (Reply, Bytes) {
-        let reply = match request {
-            Request::Meta(request) => self.handle_meta(request).await,
-            other => Err(WireError::new(
-                ErrorCode::WrongService,
-                format!("a metadata server does not serve {other:?}"),
-            )),
-        };
-        (reply, Bytes::new())
+    /// Stops serving: nothing is written to the store through this instance again, and its
+    /// background work ends. Requests still running fail.
+    pub(crate) fn stop(&self) {
+        self.link.fence();
+        if let Some(worker) = self.worker.lock().expect("worker slot poisoned").take() {
+            worker.abort();
+        }
+    }
+
+    /// Whether the store refuses commits since changes could not reach the mirror group.
+    pub(crate) fn broken(&self) -> bool {
+        self.link.broken()
+    }
+
+    /// Copies this home's store to the member of `start`.
+    pub(crate) async fn resync(
+        &self,
+        start: weft_net::mirror::ResyncStart,
+    ) -> Result<(), WireError> {
+        self.link.resync(start).await
+    }
+
+    /// The inodes of this home.
+    pub(crate) fn inodes(&self) -> Result<u64, OpError> {
+        self.inode_count()
+    }
+
+    /// Runs a request for this home.
+    pub(crate) async fn serve(&self, request: MetaRequest) -> Reply {
+        self.handle_meta(request).await
+    }
+
+    /// Drops what expired client sessions held here and wakes the background work.
+    pub(crate) async fn after_map(
+        &self,
+        map: &weft_proto::messages::ClusterMap,
+        fetch_started: std::time::Instant,
+    ) {
+        self.expire_sessions(map, fetch_started).await;
+        self.work.notify_one();
     }
 }
 
@@ -698,6 +627,10 @@ impl Meta {
                 self.locks.conflict(inode, client, &lock),
             )),
             MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
+            MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
+                ErrorCode::Internal,
+                "shipped store changes reached a home's handler",
+            ))),
             MetaRequest::SetPattern {
                 mutation,
                 dir,

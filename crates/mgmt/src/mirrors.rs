@@ -5,7 +5,7 @@
 //! Storage groups are driven by the storage servers' heartbeats: each target of a server is a
 //! member heard with the server's boot id; a primary silent for the promotion timeout is
 //! replaced by a good member, a restarted member comes back as `needs-resync`. Metadata groups
-//! are kept and published but not driven yet (metadata servers do not replicate).
+//! are driven the same way by the metadata servers' heartbeats, each node its own member.
 
 use crate::store::MgmtStore;
 use crate::MgmtError;
@@ -113,7 +113,9 @@ impl Mirrors {
         let mut ids = Vec::new();
         for members in groups {
             next += 1;
-            controller.create_group(next, members);
+            // A metadata home holds its namespace already: the other members start as copies
+            // that need it in full.
+            controller.create_group_of(next, members, kind == MirrorKind::Meta);
             ids.push(next);
         }
         store.save_mirror_state(kind, controller.durable())?;
@@ -123,14 +125,16 @@ impl Mirrors {
             .collect())
     }
 
-    /// A storage server's heartbeat for its `targets`: every target in a group is heard. The
-    /// lease granted leaves a heartbeat interval and a margin before the promotion timeout, so
-    /// a primary has stopped serving before anyone else may be promoted. Returns the lease and
-    /// the groups of the server's targets, after any change is committed.
-    pub fn storage_heartbeat(
+    /// A server's heartbeat for its `members` (a storage server's targets, or a metadata
+    /// node itself): every member in a group is heard. The lease granted leaves a heartbeat
+    /// interval and a margin before the promotion timeout, so a primary has stopped serving
+    /// before anyone else may be promoted. Returns the lease and the groups of the members,
+    /// after any change is committed, and the changes as events.
+    pub fn heartbeat(
         &self,
         store: &MgmtStore,
-        targets: &[TargetId],
+        kind: MirrorKind,
+        members: &[u32],
         heartbeat: MirrorHeartbeat,
     ) -> Result<(Duration, Vec<Group>, Vec<String>), MgmtError> {
         let interval = Duration::from_millis(heartbeat.interval_ms);
@@ -138,21 +142,16 @@ impl Mirrors {
             .promotion_timeout
             .saturating_sub(interval)
             .saturating_sub(LEASE_MARGIN);
-        let mut controller = self.storage.lock().expect("mirror lock poisoned");
+        let mut controller = self.controller(kind).lock().expect("mirror lock poisoned");
         let before = controller.map().clone();
         let now = self.now();
-        let mine = |group: &Group| {
-            group
-                .members
-                .iter()
-                .any(|m| targets.contains(&TargetId(m.server)))
-        };
-        // Every target is heard, grouped or not, so a restart is told from its boot id even
-        // for a target that joins a group later.
-        for target in targets {
+        let mine = |group: &Group| group.members.iter().any(|m| members.contains(&m.server));
+        // Every member is heard, grouped or not, so a restart is told from its boot id even
+        // for one that joins a group later.
+        for member in members {
             let _: Vec<weft_mirror::Send<()>> = controller.handle(
                 now,
-                Node::Server(target.0),
+                Node::Server(*member),
                 Msg::Heartbeat {
                     boot: heartbeat.boot,
                     sent_at: now,
@@ -161,7 +160,7 @@ impl Mirrors {
                 },
             );
         }
-        let events = self.commit_changes(store, MirrorKind::Storage, &controller, &before)?;
+        let events = self.commit_changes(store, kind, &controller, &before)?;
         let groups = controller
             .map()
             .groups
@@ -172,13 +171,17 @@ impl Mirrors {
         Ok((lease, groups, events))
     }
 
-    /// Replaces silent primaries and drops silent members of storage groups; returns the
+    /// Replaces silent primaries and drops silent members of every group; returns the
     /// changes as events, after they are committed.
     pub fn tick(&self, store: &MgmtStore) -> Result<Vec<String>, MgmtError> {
-        let mut controller = self.storage.lock().expect("mirror lock poisoned");
-        let before = controller.map().clone();
-        let _: Vec<weft_mirror::Send<()>> = controller.tick(self.now());
-        self.commit_changes(store, MirrorKind::Storage, &controller, &before)
+        let mut events = Vec::new();
+        for kind in [MirrorKind::Storage, MirrorKind::Meta] {
+            let mut controller = self.controller(kind).lock().expect("mirror lock poisoned");
+            let before = controller.map().clone();
+            let _: Vec<weft_mirror::Send<()>> = controller.tick(self.now());
+            events.extend(self.commit_changes(store, kind, &controller, &before)?);
+        }
+        Ok(events)
     }
 
     /// Commits the controller's state if a group changed; describes every change.

@@ -427,11 +427,13 @@ impl Mgmt {
                         live.target_usage.insert(report.target, report.usage);
                     }
                     if let Some(usage) = meta_usage {
+                        // A server that serves no home yet reports no count: the last stays.
+                        let known = live.meta_usage.get(&node).map_or(0, |(_, used)| *used);
                         live.meta_usage
-                            .insert(node, (usage, meta_inodes_used.unwrap_or(0)));
+                            .insert(node, (usage, meta_inodes_used.unwrap_or(known)));
                     }
                 }
-                let Some(mirror) = mirror.filter(|_| kind == NodeKind::Storage) else {
+                let Some(mirror) = mirror else {
                     return Ok(Response::HeartbeatAck {
                         lease_ms: 0,
                         mirror_groups: Vec::new(),
@@ -444,25 +446,32 @@ impl Mgmt {
                             .insert((progress.group, progress.member), *progress);
                     }
                 }
+                let (mirror_kind, members): (MirrorKind, Vec<u32>) = match kind {
+                    NodeKind::Meta => (MirrorKind::Meta, vec![node.0]),
+                    _ => (MirrorKind::Storage, ids.iter().map(|t| t.0).collect()),
+                };
                 let (lease, groups, events) = self
                     .mirrors
-                    .storage_heartbeat(&self.store, &ids, mirror)
+                    .heartbeat(&self.store, mirror_kind, &members, mirror)
                     .map_err(internal)?;
                 for event in events {
                     self.monitor.event(true, event);
                 }
                 // Most storage nodes hold no mirror member: no need to read the targets then.
-                let nodes = if groups.is_empty() {
+                let nodes = if groups.is_empty() || mirror_kind == MirrorKind::Meta {
                     HashMap::new()
                 } else {
                     nodes_of_targets(&self.store.targets().map_err(internal)?)
                 };
-                let node_of = |target: u32| nodes.get(&target).copied().unwrap_or(NodeId(0));
+                let node_of = |member: u32| match mirror_kind {
+                    MirrorKind::Meta => NodeId(member),
+                    MirrorKind::Storage => nodes.get(&member).copied().unwrap_or(NodeId(0)),
+                };
                 Ok(Response::HeartbeatAck {
                     lease_ms: lease.as_millis() as u64,
                     mirror_groups: groups
                         .iter()
-                        .map(|g| group_info(MirrorKind::Storage, g, node_of))
+                        .map(|g| group_info(mirror_kind, g, node_of))
                         .collect(),
                 })
             }
@@ -540,6 +549,7 @@ impl Mgmt {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
                 let group = check_mirror_group(kind, &members, &candidates)?;
+                self.check_meta_copies(kind, std::slice::from_ref(&group))?;
                 let created = self.create_groups(kind, &[group]).map_err(internal)?;
                 for group in &created {
                     self.monitor.event(false, describe_group(group, "created"));
@@ -550,6 +560,7 @@ impl Mgmt {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
                 let groups = pair_across_nodes(&candidates);
+                self.check_meta_copies(kind, &groups)?;
                 let created = self.create_groups(kind, &groups).map_err(internal)?;
                 for group in &created {
                     self.monitor.event(false, describe_group(group, "created"));
@@ -589,6 +600,37 @@ impl Mgmt {
             .iter()
             .map(|group| group_info(kind, group, |m| nodes[&m]))
             .collect())
+    }
+
+    /// Refuses metadata groups whose members after the first hold inodes: they become copies
+    /// of the first's home, and what they hold would be lost.
+    fn check_meta_copies(
+        &self,
+        kind: MirrorKind,
+        groups: &[Vec<(u32, NodeId)>],
+    ) -> Result<(), WireError> {
+        if kind != MirrorKind::Meta {
+            return Ok(());
+        }
+        let live = self.live.lock().expect("live state poisoned");
+        for members in groups {
+            for (member, _) in members.iter().skip(1) {
+                match live.meta_usage.get(&NodeId(*member)) {
+                    Some((_, 0)) => {}
+                    Some((_, inodes)) => {
+                        return Err(WireError::new(ErrorCode::InvalidArgument, format!(
+                            "metadata node {member} holds {inodes} inodes: a metadata mirror group's members after the first become copies of the first's namespace, so they must be empty; list a node that holds data first"
+                        )))
+                    }
+                    None => {
+                        return Err(WireError::new(ErrorCode::Unavailable, format!(
+                            "metadata node {member} has not reported how many inodes it holds yet; try again after its next heartbeat"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every mirror group of both kinds, as published.

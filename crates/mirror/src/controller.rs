@@ -47,11 +47,23 @@ impl Controller {
 
     /// Creates a group of `servers` (the first is primary), all good, at version 1.
     pub fn create_group(&mut self, id: GroupId, servers: &[ServerId]) {
+        self.create_group_of(id, servers, false);
+    }
+
+    /// Creates a group of `servers` at version 1, the first primary. With `copy_first`, the
+    /// first holds data already and the others need a full resync from it before they are
+    /// good; otherwise all are good (empty) from the start.
+    pub fn create_group_of(&mut self, id: GroupId, servers: &[ServerId], copy_first: bool) {
         let members = servers
             .iter()
-            .map(|server| Member {
+            .enumerate()
+            .map(|(index, server)| Member {
                 server: *server,
-                state: MemberState::Good,
+                state: if copy_first && index > 0 {
+                    MemberState::NeedsResync { full: true }
+                } else {
+                    MemberState::Good
+                },
             })
             .collect();
         self.durable.map.groups.insert(

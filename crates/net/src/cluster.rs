@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::Slot;
-use weft_proto::messages::{ClusterMap, MirrorKind, MirrorRoute, NodeKind, Route};
+use weft_proto::messages::{ClusterMap, MetaRoute, MirrorKind, MirrorRoute, NodeKind, Route};
 use weft_proto::ErrorCode;
 
 /// A map younger than this is not fetched again after an unreachable peer.
@@ -26,7 +26,10 @@ pub struct ClusterView {
     map: RwLock<Arc<ClusterMap>>,
     /// When the map was last fetched, for [`ClusterView::refresh_if_older`].
     fetched: tokio::sync::Mutex<Option<std::time::Instant>>,
-    meta: Mutex<HashMap<NodeId, (String, Arc<MetaClient>)>>,
+    /// Clients per metadata home.
+    meta: Mutex<HashMap<NodeId, Arc<MetaClient>>>,
+    /// Clients per metadata node, for mirror traffic.
+    meta_nodes: Mutex<HashMap<NodeId, Arc<MetaClient>>>,
     storage: Mutex<HashMap<NodeId, (String, Arc<StorageClient>)>>,
 }
 
@@ -49,6 +52,7 @@ impl ClusterView {
             map: RwLock::default(),
             fetched: tokio::sync::Mutex::new(None),
             meta: Mutex::default(),
+            meta_nodes: Mutex::default(),
             storage: Mutex::default(),
         }
     }
@@ -105,31 +109,70 @@ impl ClusterView {
         }
     }
 
-    fn address_of(&self, kind: NodeKind, node: NodeId) -> Option<String> {
-        self.map()
-            .node(kind, node)
-            .and_then(|info| info.addresses.first().cloned())
-    }
-
-    /// A client for the metadata node `node`, refreshing the map if the node is not known yet.
+    /// A client for the metadata home `home` on the server that serves it now (the home's
+    /// node, or its mirror group's primary), refreshing the map if the server is not known
+    /// yet.
     ///
     /// # Errors
     /// `UnknownNode` when management does not know it either.
-    pub async fn meta(&self, node: NodeId) -> Result<Arc<MetaClient>, RpcError> {
-        let address = match self.address_of(NodeKind::Meta, node) {
-            Some(address) => address,
+    pub async fn meta(&self, home: NodeId) -> Result<Arc<MetaClient>, RpcError> {
+        let resolve = || {
+            let map = self.map();
+            let (server, route) = map.meta_route(home);
+            map.node(NodeKind::Meta, server)
+                .and_then(|info| info.addresses.first().cloned())
+                .map(|address| (address, route))
+        };
+        let (address, route) = match resolve() {
+            Some(found) => found,
             None => {
                 self.refresh().await?;
-                self.address_of(NodeKind::Meta, node)
-                    .ok_or_else(|| unknown(format!("metadata node {node} is not registered")))?
+                resolve()
+                    .ok_or_else(|| unknown(format!("metadata node {home} is not registered")))?
             }
         };
         let mut clients = self.meta.lock().expect("client table poisoned");
-        match clients.get(&node) {
-            Some((known, client)) if *known == address => Ok(Arc::clone(client)),
+        match clients.get(&home) {
+            Some(client) if client.address() == address && client.route() == route => {
+                Ok(Arc::clone(client))
+            }
             _ => {
-                let client = Arc::new(MetaClient::new(address.clone(), self.options));
-                clients.insert(node, (address, Arc::clone(&client)));
+                let client = Arc::new(MetaClient::new(address, route, self.options));
+                clients.insert(home, Arc::clone(&client));
+                Ok(client)
+            }
+        }
+    }
+
+    /// A client for metadata node `node` itself, whichever homes it serves: for the traffic
+    /// between the members of a metadata mirror group.
+    ///
+    /// # Errors
+    /// `UnknownNode` when management does not know it.
+    pub async fn meta_node(&self, node: NodeId) -> Result<Arc<MetaClient>, RpcError> {
+        let resolve = || {
+            self.map()
+                .node(NodeKind::Meta, node)
+                .and_then(|info| info.addresses.first().cloned())
+        };
+        let address = match resolve() {
+            Some(address) => address,
+            None => {
+                self.refresh().await?;
+                resolve()
+                    .ok_or_else(|| unknown(format!("metadata node {node} is not registered")))?
+            }
+        };
+        let mut clients = self.meta_nodes.lock().expect("client table poisoned");
+        match clients.get(&node) {
+            Some(client) if client.address() == address => Ok(Arc::clone(client)),
+            _ => {
+                let route = MetaRoute {
+                    home: node,
+                    version: 0,
+                };
+                let client = Arc::new(MetaClient::new(address, route, self.options));
+                clients.insert(node, Arc::clone(&client));
                 Ok(client)
             }
         }

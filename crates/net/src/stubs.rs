@@ -7,9 +7,9 @@ use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
-    LockRange, MetaRequest, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MutationId,
-    NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, ResyncProgress, Route,
-    SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
+    LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat, MirrorKind,
+    MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, ResyncProgress,
+    Route, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -219,18 +219,34 @@ impl MgmtClient {
     }
 }
 
-/// Client of one metadata server.
+/// Client of one metadata home, on the server that serves it.
 #[derive(Debug)]
 pub struct MetaClient {
     rpc: RpcClient,
+    route: MetaRoute,
 }
 
 impl MetaClient {
-    /// A client for the metadata server at `address`.
-    pub fn new(address: impl Into<String>, options: RpcClientOptions) -> MetaClient {
+    /// A client for `route`'s home on the metadata server at `address`.
+    pub fn new(
+        address: impl Into<String>,
+        route: MetaRoute,
+        options: RpcClientOptions,
+    ) -> MetaClient {
         MetaClient {
             rpc: RpcClient::new(address, options),
+            route,
         }
+    }
+
+    /// The server's address.
+    pub fn address(&self) -> &str {
+        self.rpc.address()
+    }
+
+    /// Where this client's requests go.
+    pub fn route(&self) -> MetaRoute {
+        self.route
     }
 
     /// Sends any metadata request.
@@ -238,11 +254,21 @@ impl MetaClient {
     /// # Errors
     /// [`RpcError`] when the server is unreachable or answers with an error.
     pub async fn call(&self, request: MetaRequest) -> Result<Response, RpcError> {
-        Ok(self
-            .rpc
-            .call(&Request::Meta(request), Bytes::new())
-            .await?
-            .0)
+        Ok(self.send(request, Bytes::new()).await?.0)
+    }
+
+    /// Sends any metadata request with a payload.
+    ///
+    /// # Errors
+    /// [`RpcError`] when the server is unreachable or answers with an error.
+    pub async fn send(
+        &self,
+        request: MetaRequest,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), RpcError> {
+        self.rpc
+            .call(&Request::Meta(self.route, request), payload)
+            .await
     }
 
     async fn attr(&self, request: MetaRequest) -> Result<InodeAttr, RpcError> {

@@ -276,6 +276,53 @@ impl ClusterMap {
             .find(|group| group.kind == kind && group.id == id)
     }
 
+    /// The metadata mirror group that holds `home`: the group whose first member it is.
+    pub fn meta_group_of_home(&self, home: NodeId) -> Option<&MirrorGroupInfo> {
+        self.mirror_groups.iter().find(|group| {
+            group.kind == MirrorKind::Meta && group.members.first().is_some_and(|m| m.id == home.0)
+        })
+    }
+
+    /// The metadata node serving `home` now (its group's primary, or the node itself), and
+    /// the route a request to it carries.
+    pub fn meta_route(&self, home: NodeId) -> (NodeId, MetaRoute) {
+        match self.meta_group_of_home(home) {
+            Some(group) => (
+                NodeId(group.primary),
+                MetaRoute {
+                    home,
+                    version: group.version,
+                },
+            ),
+            None => (home, MetaRoute { home, version: 0 }),
+        }
+    }
+
+    /// The homes new directories may be placed on, in id order, with the node serving each:
+    /// every metadata node except those that are only copies (a metadata mirror group's
+    /// members after its first), skipping homes whose server is offline.
+    pub fn meta_homes(&self) -> Vec<NodeId> {
+        let copies: Vec<u32> = self
+            .mirror_groups
+            .iter()
+            .filter(|group| group.kind == MirrorKind::Meta)
+            .flat_map(|group| group.members.iter().skip(1).map(|m| m.id))
+            .collect();
+        let mut homes: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Meta && !copies.contains(&n.id.0))
+            .map(|n| n.id)
+            .filter(|home| {
+                let (server, _) = self.meta_route(*home);
+                self.node(NodeKind::Meta, server)
+                    .is_some_and(|n| n.reachability != Reachability::Offline)
+            })
+            .collect();
+        homes.sort();
+        homes
+    }
+
     /// The storage mirror group `target` is a member of, if any.
     pub fn mirror_group_of_target(&self, target: TargetId) -> Option<&MirrorGroupInfo> {
         self.mirror_groups.iter().find(|group| {
@@ -914,6 +961,43 @@ pub enum MetaRequest {
         /// The new pattern.
         pattern: StripePattern,
     },
+    /// Primary to secondary of a metadata mirror group: changes to the primary's store file,
+    /// applied in order to the member's copy. The payload holds the bytes of every `Write`,
+    /// one after the other. With `sync`, the copy is synced before the answer.
+    ReplicaApply {
+        /// The group.
+        group: u32,
+        /// The group version the primary sends with.
+        version: u64,
+        /// The changes, in the order the primary made them.
+        changes: Vec<FileChange>,
+        /// Sync the copy before answering.
+        sync: bool,
+    },
+}
+
+/// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileChange {
+    /// Writes the next `len` bytes of the payload at `offset`.
+    Write {
+        /// Where in the file.
+        offset: u64,
+        /// How many payload bytes.
+        len: u32,
+    },
+    /// Cuts or extends (with zeros) the file to `len` bytes.
+    SetLen(u64),
+}
+
+/// Where a metadata request goes: the home whose inodes it names, and for a mirrored home the
+/// version of its group the sender routed it with (0 for a home without a group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaRoute {
+    /// The home (a metadata node id, or a mirror group's first member).
+    pub home: NodeId,
+    /// The home's group version, or 0.
+    pub version: u64,
 }
 
 /// What a StorageBench request asks of a storage server.
@@ -1188,8 +1272,8 @@ pub struct CheckReport {
 pub enum Request {
     /// For management.
     Mgmt(MgmtRequest),
-    /// For a metadata server.
-    Meta(MetaRequest),
+    /// For a metadata server: the home it is routed to, and the request.
+    Meta(MetaRoute, MetaRequest),
     /// For a storage server.
     Storage(StorageRequest),
     /// Any server's load counters since it started ([`NodeStats`]); answered by the server
@@ -1487,7 +1571,7 @@ impl Request {
     pub fn op_name(&self) -> &'static str {
         match self {
             Request::Mgmt(request) => request.into(),
-            Request::Meta(request) => request.into(),
+            Request::Meta(_, request) => request.into(),
             Request::Storage(request) => request.into(),
             Request::Stats => "stats",
         }

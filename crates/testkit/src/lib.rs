@@ -383,6 +383,11 @@ impl LocalCluster {
         self.root.path()
     }
 
+    /// The data directory (metadata target) of metadata server `meta` (1-based).
+    pub fn meta_dir(&self, meta: usize) -> PathBuf {
+        self.root.path().join("data").join(format!("meta-{meta}"))
+    }
+
     /// The directory of storage target `target` (1-based) of storage server `storage`.
     pub fn target_dir(&self, storage: usize, target: usize) -> PathBuf {
         self.root

@@ -226,3 +226,54 @@ pub fn objects(target: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     walk(&root, &root, &mut out);
     out
 }
+
+/// Pairs the metadata servers into a mirror group (`weft mirror autocreate meta`) and waits
+/// until every copy is good; returns what the command printed.
+pub fn autocreate_meta_groups(cluster: &LocalCluster) -> String {
+    let (ok, out, err) = weft(
+        cluster,
+        &["mirror", "autocreate", "meta", "--mgmt", cluster.mgmt()],
+    );
+    assert!(ok, "{err}");
+    weft_testkit::wait_until("every metadata copy to be good", || {
+        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.lines()
+            .filter(|line| line.contains(" meta "))
+            .all(|line| !line.contains("(needs-resync)") && !line.contains("(bad)"))
+    })
+    .expect("metadata copies made");
+    out
+}
+
+/// The metadata mirror group's line in `weft mirror list`: primary first.
+pub fn meta_group_line(cluster: &LocalCluster) -> String {
+    let (ok, list, err) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "{err}");
+    list.lines()
+        .find(|line| line.contains(" meta "))
+        .unwrap_or_else(|| panic!("a metadata group is listed:\n{list}"))
+        .to_string()
+}
+
+/// Waits until the metadata group lists `member` (an alias such as `meta-2`) good.
+pub fn wait_meta_member_good(cluster: &LocalCluster, member: &str) {
+    weft_testkit::wait_until(&format!("{member} to be a good copy"), || {
+        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.lines()
+            .filter(|line| line.contains(" meta "))
+            .any(|line| line.contains(&format!("({member}) (good)")))
+    })
+    .expect("copy resynced");
+}
+
+/// Asserts the two members of metadata group 1 (home 1: meta-1's own store and meta-2's copy
+/// of it) hold the same store file, byte for byte, once no commit is in flight.
+pub fn assert_meta_copies_identical(cluster: &LocalCluster, what: &str) {
+    let own = cluster.meta_dir(1).join("meta.redb");
+    let copy = cluster.meta_dir(2).join("mirror").join("home-1.redb");
+    weft_testkit::wait_until(
+        &format!("{what}: identical metadata copies"),
+        || matches!((std::fs::read(&own), std::fs::read(&copy)), (Ok(a), Ok(b)) if a == b),
+    )
+    .expect("the members' store files are identical");
+}

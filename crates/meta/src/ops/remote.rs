@@ -155,21 +155,28 @@ pub(crate) enum Prepared {
     Intent(u64, Intent),
 }
 
-fn stored(
-    txn: &WriteTransaction,
-    mutation: MutationId,
-) -> Result<Option<Result<Response, OpError>>, OpError> {
+/// What an earlier run of the same request left: its reply, or its intent still pending (a
+/// retry after a crash goes on with it rather than start over on a half-changed namespace).
+fn earlier(txn: &WriteTransaction, mutation: MutationId) -> Result<Option<Prepared>, OpError> {
     let replies = txn.open_table(REPLIES)?;
-    let Some(bytes) = replies.get((mutation.client.0, mutation.seq))? else {
-        return Ok(None);
-    };
-    Ok(Some(
-        match postcard::from_bytes::<weft_proto::messages::Reply>(bytes.value()) {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => Err(OpError::Rejected(error)),
-            Err(error) => Err(OpError::Store(format!("stored reply is damaged: {error}"))),
-        },
-    ))
+    if let Some(bytes) = replies.get((mutation.client.0, mutation.seq))? {
+        return Ok(Some(Prepared::Answered(
+            match postcard::from_bytes::<weft_proto::messages::Reply>(bytes.value()) {
+                Ok(Ok(response)) => Ok(response),
+                Ok(Err(error)) => Err(OpError::Rejected(error)),
+                Err(error) => Err(OpError::Store(format!("stored reply is damaged: {error}"))),
+            },
+        )));
+    }
+    for item in txn.open_table(INTENTS)?.iter()? {
+        let (key, value) = item?;
+        if let Ok(intent) = postcard::from_bytes::<Intent>(value.value()) {
+            if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq {
+                return Ok(Some(Prepared::Intent(key.value(), intent)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// All intents, for recovery.
@@ -186,21 +193,9 @@ pub(crate) fn intents(txn: &ReadTransaction) -> Result<Vec<(u64, Intent)>, OpErr
     Ok(out)
 }
 
-/// Records `intent` unless the same request already has one (a retry), and returns its id.
+/// Records `intent` and returns its id. (A retry of the same request found its intent with
+/// [`earlier`] instead.)
 fn record_intent(txn: &WriteTransaction, intent: &Intent) -> Result<u64, OpError> {
-    {
-        let table = txn.open_table(INTENTS)?;
-        for item in table.iter()? {
-            let (key, value) = item?;
-            if let Ok(existing) = postcard::from_bytes::<Intent>(value.value()) {
-                if existing.mutation.client == intent.mutation.client
-                    && existing.mutation.seq == intent.mutation.seq
-                {
-                    return Ok(key.value());
-                }
-            }
-        }
-    }
     let mut counters = txn.open_table(COUNTERS)?;
     let id = counters.get("intent")?.map(|v| v.value()).unwrap_or(0) + 1;
     counters.insert("intent", id)?;
@@ -248,8 +243,8 @@ pub(crate) fn prepare_mkdir(
     new: &NewInode,
     (home, shard_homes): (NodeId, Vec<NodeId>),
 ) -> Result<Prepared, OpError> {
-    if let Some(answer) = stored(txn, mutation)? {
-        return Ok(Prepared::Answered(answer));
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(prepared);
     }
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
@@ -456,8 +451,8 @@ pub(crate) fn prepare_rmdir(
     parent: InodeId,
     (name, shards): (&str, Vec<InodeId>),
 ) -> Result<Option<Prepared>, OpError> {
-    if let Some(answer) = stored(txn, mutation)? {
-        return Ok(Some(Prepared::Answered(answer)));
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(Some(prepared));
     }
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;
@@ -603,8 +598,8 @@ pub(crate) fn prepare_link(
     new_parent: InodeId,
     new_name: &str,
 ) -> Result<Prepared, OpError> {
-    if let Some(answer) = stored(txn, mutation)? {
-        return Ok(Prepared::Answered(answer));
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(prepared);
     }
     if kind == FileKind::Directory {
         return Err(OpError::rejected(
@@ -673,8 +668,8 @@ pub(crate) fn prepare_unlink(
     parent: InodeId,
     name: &str,
 ) -> Result<Option<Prepared>, OpError> {
-    if let Some(answer) = stored(txn, mutation)? {
-        return Ok(Some(Prepared::Answered(answer)));
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(Some(prepared));
     }
     let mut inodes = txn.open_table(INODES)?;
     let mut dentries = txn.open_table(DENTRIES)?;
@@ -794,8 +789,8 @@ pub(crate) fn prepare_rename_out(
     new_name: &str,
     flags: weft_proto::messages::RenameFlags,
 ) -> Result<Prepared, OpError> {
-    if let Some(answer) = stored(txn, mutation)? {
-        return Ok(Prepared::Answered(answer));
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(prepared);
     }
     crate::store::check_name(new_name)?;
     let inodes = txn.open_table(INODES)?;
@@ -1146,8 +1141,8 @@ pub(crate) fn prepare_exchange(
     (new_parent, new_name): (InodeId, &str),
     (other, other_kind): (InodeId, FileKind),
 ) -> Result<Prepared, OpError> {
-    if let Some(answer) = stored(txn, mutation)? {
-        return Ok(Prepared::Answered(answer));
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(prepared);
     }
     let inodes = txn.open_table(INODES)?;
     let dentries = txn.open_table(DENTRIES)?;

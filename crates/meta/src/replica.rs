@@ -1,0 +1,443 @@
+//! Metadata mirroring by shipping the store file's changes.
+//!
+//! A home's store is a redb file. On the home's primary, redb writes that file through
+//! [`HomeFile`], which applies each write locally and keeps it; at every sync (each commit
+//! ends with one) the kept changes go, in order, to every present member of the home's mirror
+//! group, and the sync returns only when each member applied and synced them or left the
+//! group. A member's copy is therefore the primary's file as of its last sync, byte for byte:
+//! promoted, it opens the copy as redb opens a file after a crash. The changes are the
+//! committed key changes in their stored form, so nothing is re-executed (no ids, timestamps
+//! or choices can diverge), and the reply cache travels with them: a client's retry after a
+//! failover is answered from it.
+//!
+//! A member that needs a resync gets a copy of the whole file, one chunk at a time; each
+//! chunk is read and sent while no changes ship, and every change made after a chunk was
+//! read ships after it, so the copy ends equal to the primary's file.
+//!
+//! On a member, [`Replicas`] applies what its primary ships to its copy.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weft_net::mirror::{Membership, ResyncStart};
+use weft_net::{ClusterView, RpcError};
+use weft_proto::error::WireError;
+use weft_proto::ids::NodeId;
+use weft_proto::messages::{
+    FileChange, MetaRequest, MirrorGroupInfo, MirrorKind, Response, IO_BYTES_MAX,
+};
+use weft_proto::ErrorCode;
+
+/// Bytes of the store file per resync step.
+const RESYNC_CHUNK: u64 = 1 << 20;
+
+/// The store file of `home` on metadata node `node`: its own store, or a copy of another
+/// home's.
+pub(crate) fn home_path(data_dir: &Path, node: NodeId, home: NodeId) -> PathBuf {
+    if home == node {
+        data_dir.join("meta.redb")
+    } else {
+        data_dir
+            .join("mirror")
+            .join(format!("home-{}.redb", home.0))
+    }
+}
+
+/// The metadata mirror group holding `home`, if any.
+pub(crate) fn group_of_home(groups: &[MirrorGroupInfo], home: NodeId) -> Option<&MirrorGroupInfo> {
+    groups.iter().find(|group| {
+        group.kind == MirrorKind::Meta && group.members.first().is_some_and(|m| m.id == home.0)
+    })
+}
+
+/// Changes made since the last sync.
+#[derive(Default)]
+struct Pending {
+    changes: Vec<FileChange>,
+    payload: Vec<u8>,
+}
+
+/// The link between a served home's store file and its mirror members.
+pub(crate) struct HomeLink {
+    home: NodeId,
+    node: NodeId,
+    file: Arc<File>,
+    pending: Mutex<Pending>,
+    /// Set when this server stops serving the home: the file is not written again through
+    /// this link.
+    fenced: AtomicBool,
+    /// Set when changes could not ship: redb refuses further commits after a failed sync, so
+    /// the home is opened again.
+    broken: AtomicBool,
+    /// Held while changes ship and while a resync reads and sends a chunk.
+    order: tokio::sync::Mutex<()>,
+    membership: Arc<Membership>,
+    cluster: Arc<ClusterView>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl HomeLink {
+    /// Opens (creating) the store file of `home` on `node` for redb.
+    pub fn open(
+        data_dir: &Path,
+        node: NodeId,
+        home: NodeId,
+        membership: Arc<Membership>,
+        cluster: Arc<ClusterView>,
+    ) -> std::io::Result<(Arc<HomeLink>, HomeFile)> {
+        let path = home_path(data_dir, node, home);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = Arc::new(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)?,
+        );
+        let link = Arc::new(HomeLink {
+            home,
+            node,
+            file: Arc::clone(&file),
+            pending: Mutex::default(),
+            fenced: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+            order: tokio::sync::Mutex::new(()),
+            membership,
+            cluster,
+            runtime: tokio::runtime::Handle::current(),
+        });
+        Ok((
+            Arc::clone(&link),
+            HomeFile {
+                file,
+                link: Arc::clone(&link),
+            },
+        ))
+    }
+
+    /// Stops every further write through this link.
+    pub fn fence(&self) {
+        self.fenced.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a sync failed to ship its changes.
+    pub fn broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+
+    fn check_fence(&self) -> std::io::Result<()> {
+        if self.fenced.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other(format!(
+                "metadata home {} is no longer served here",
+                self.home
+            )));
+        }
+        Ok(())
+    }
+
+    fn group(&self) -> Option<MirrorGroupInfo> {
+        group_of_home(&self.membership.groups(), self.home).cloned()
+    }
+
+    /// Ships the changes made since the last sync to every present member, in order.
+    fn ship(&self) -> std::io::Result<()> {
+        let pending = std::mem::take(&mut *self.pending.lock().expect("pending poisoned"));
+        if pending.changes.is_empty() {
+            return Ok(());
+        }
+        let Some(group) = self.group() else {
+            return Ok(());
+        };
+        let changes = pending.changes;
+        let payload = Bytes::from(pending.payload);
+        let shipped = self.block_on(async {
+            let _order = self.order.lock().await;
+            self.membership
+                .deliver(self.node.0, group.id, |member, version, _| {
+                    let request = MetaRequest::ReplicaApply {
+                        group: group.id,
+                        version,
+                        changes: changes.clone(),
+                        sync: true,
+                    };
+                    let payload = payload.clone();
+                    async move { self.send(member, request, payload).await.map(|_| ()) }
+                })
+                .await
+        });
+        shipped.map_err(|error| {
+            self.broken.store(true, Ordering::SeqCst);
+            std::io::Error::other(format!(
+                "metadata home {}: changes did not reach the mirror group: {error}",
+                self.home
+            ))
+        })
+    }
+
+    /// Runs `future` to its end from redb's synchronous calls: on the commit thread, or on
+    /// a runtime thread that may block.
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::block_in_place(|| self.runtime.block_on(future)),
+            Err(_) => self.runtime.block_on(future),
+        }
+    }
+
+    /// Sends one request to metadata node `member`, bounded by the member timeout.
+    async fn send(
+        &self,
+        member: u32,
+        request: MetaRequest,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), RpcError> {
+        let result = async {
+            let client = self.cluster.meta_node(NodeId(member)).await?;
+            let timeout = self.membership.member_timeout();
+            match tokio::time::timeout(timeout, client.send(request, payload)).await {
+                Ok(result) => result,
+                Err(_) => Err(RpcError::Timeout {
+                    address: format!("metadata node {member}"),
+                    timeout,
+                }),
+            }
+        }
+        .await;
+        if result.as_ref().is_err_and(RpcError::is_retryable) {
+            self.cluster
+                .refresh_if_older(Duration::from_millis(500))
+                .await;
+        }
+        result
+    }
+
+    /// Copies the whole store file to the member of `start`, chunk by chunk, each read and
+    /// sent while no changes ship; ends with the length and a sync.
+    pub async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
+        let io = |error: std::io::Error| WireError::new(ErrorCode::Io, error.to_string());
+        let length = self.file.metadata().map_err(io)?.len();
+        tracing::info!(
+            home = self.home.0,
+            group = start.group,
+            version = start.version,
+            member = start.member,
+            bytes = length,
+            "metadata resync started"
+        );
+        self.membership
+            .resync_started(start, length.div_ceil(RESYNC_CHUNK), true);
+        let mut offset = 0;
+        loop {
+            let _order = self.order.lock().await;
+            let length = self.file.metadata().map_err(io)?.len();
+            if offset >= length {
+                let version = self.membership.resync_version(self.node.0, start)?;
+                let request = MetaRequest::ReplicaApply {
+                    group: start.group,
+                    version,
+                    changes: vec![FileChange::SetLen(length)],
+                    sync: true,
+                };
+                self.membership
+                    .resync_step(start.member, || {
+                        self.send(start.member, request.clone(), Bytes::new())
+                    })
+                    .await?;
+                break;
+            }
+            let len = (length - offset)
+                .min(RESYNC_CHUNK)
+                .min(u64::from(IO_BYTES_MAX));
+            let file = Arc::clone(&self.file);
+            let chunk = tokio::task::spawn_blocking(move || {
+                let mut chunk = vec![0; len as usize];
+                file.read_exact_at(&mut chunk, offset).map(|()| chunk)
+            })
+            .await
+            .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
+            .map_err(io)?;
+            let version = self.membership.resync_version(self.node.0, start)?;
+            let request = MetaRequest::ReplicaApply {
+                group: start.group,
+                version,
+                changes: vec![FileChange::Write {
+                    offset,
+                    len: len as u32,
+                }],
+                sync: false,
+            };
+            let chunk = Bytes::from(chunk);
+            self.membership
+                .resync_step(start.member, || {
+                    self.send(start.member, request.clone(), chunk.clone())
+                })
+                .await?;
+            self.membership.resync_copied(start, len);
+            offset += len;
+        }
+        tracing::info!(
+            home = self.home.0,
+            group = start.group,
+            member = start.member,
+            bytes = offset,
+            "metadata resync copied the store"
+        );
+        Ok(())
+    }
+}
+
+/// redb's view of a served home's store file (see the module documentation).
+pub(crate) struct HomeFile {
+    file: Arc<File>,
+    link: Arc<HomeLink>,
+}
+
+impl std::fmt::Debug for HomeFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HomeFile(home {})", self.link.home)
+    }
+}
+
+impl redb::StorageBackend for HomeFile {
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let mut buffer = vec![0; len];
+        self.file.read_exact_at(&mut buffer, offset)?;
+        Ok(buffer)
+    }
+
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.link.check_fence()?;
+        let mut pending = self.link.pending.lock().expect("pending poisoned");
+        self.file.set_len(len)?;
+        pending.changes.push(FileChange::SetLen(len));
+        Ok(())
+    }
+
+    fn sync_data(&self, _eventual: bool) -> std::io::Result<()> {
+        self.link.check_fence()?;
+        self.link.ship()?;
+        self.file.sync_data()
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.link.check_fence()?;
+        let mut pending = self.link.pending.lock().expect("pending poisoned");
+        self.file.write_all_at(data, offset)?;
+        pending.changes.push(FileChange::Write {
+            offset,
+            len: data.len() as u32,
+        });
+        pending.payload.extend_from_slice(data);
+        Ok(())
+    }
+}
+
+/// A member's copies of the homes it mirrors, written as their primaries ship changes.
+pub(crate) struct Replicas {
+    data_dir: PathBuf,
+    node: NodeId,
+    files: Mutex<HashMap<NodeId, Arc<Mutex<File>>>>,
+}
+
+impl Replicas {
+    pub fn new(data_dir: PathBuf, node: NodeId) -> Replicas {
+        Replicas {
+            data_dir,
+            node,
+            files: Mutex::default(),
+        }
+    }
+
+    /// Applies shipped `changes` (whose written bytes `payload` holds in order) to the copy of
+    /// `home`, synced when `sync`.
+    pub fn apply(
+        &self,
+        home: NodeId,
+        changes: &[FileChange],
+        payload: &[u8],
+        sync: bool,
+    ) -> Result<(), WireError> {
+        let io = |error: std::io::Error| {
+            WireError::new(
+                ErrorCode::Io,
+                format!("metadata copy of home {home}: {error}"),
+            )
+        };
+        let needed: u64 = changes
+            .iter()
+            .map(|c| match c {
+                FileChange::Write { len, .. } => u64::from(*len),
+                FileChange::SetLen(_) => 0,
+            })
+            .sum();
+        if needed != payload.len() as u64 {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "shipped changes name {needed} bytes, the payload holds {}",
+                    payload.len()
+                ),
+            ));
+        }
+        let file = self.file(home).map_err(io)?;
+        let file = file.lock().expect("replica file poisoned");
+        let mut at = 0usize;
+        for change in changes {
+            match *change {
+                FileChange::Write { offset, len } => {
+                    let end = at + len as usize;
+                    file.write_all_at(&payload[at..end], offset).map_err(io)?;
+                    at = end;
+                }
+                FileChange::SetLen(len) => file.set_len(len).map_err(io)?,
+            }
+        }
+        if sync {
+            file.sync_data().map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn file(&self, home: NodeId) -> std::io::Result<Arc<Mutex<File>>> {
+        let mut files = self.files.lock().expect("replica table poisoned");
+        if let Some(file) = files.get(&home) {
+            return Ok(Arc::clone(file));
+        }
+        let path = home_path(&self.data_dir, self.node, home);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let file = Arc::new(Mutex::new(file));
+        files.insert(home, Arc::clone(&file));
+        Ok(file)
+    }
+
+    /// Closes the copy of `home`, waiting for a change being applied: this server is about to
+    /// serve it.
+    pub fn close(&self, home: NodeId) {
+        let file = self
+            .files
+            .lock()
+            .expect("replica table poisoned")
+            .remove(&home);
+        if let Some(file) = file {
+            drop(file.lock().expect("replica file poisoned"));
+        }
+    }
+}

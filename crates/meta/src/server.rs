@@ -1,0 +1,454 @@
+//! A metadata server process: registration, heartbeats, and the homes it serves.
+//!
+//! A server serves its own home, unless that home is in a metadata mirror group whose
+//! primary is another member; and it serves every other home whose mirror group it is the
+//! primary of (after a failover). It keeps a copy of every home whose group it is a
+//! secondary of ([`crate::replica`]). After each heartbeat answer it opens the homes it must
+//! serve now, stops those it must not, and starts the resyncs it owes as primary.
+//!
+//! A request names its home ([`MetaRoute`]); one for a home not served here, or routed with
+//! another group version, is refused with `StaleRoute`, and the sender fetches the map again.
+
+use crate::commit::CommitMetrics;
+use crate::replica::{group_of_home, Replicas};
+use crate::service::{Meta, Shared};
+use crate::{MetaConfig, MetaError};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use weft_net::mirror::{stale, Membership};
+use weft_net::ClusterView;
+use weft_proto::error::WireError;
+use weft_proto::ids::{NodeId, META_HOME_MAX};
+use weft_proto::messages::{
+    Consistency, MetaRequest, MetaRoute, MirrorGroupInfo, MirrorKind, NodeKind, Reply, Request,
+    Response,
+};
+use weft_proto::ErrorCode;
+
+/// Heartbeats woken early (a newer mirror group version was seen) come no closer.
+const EARLY_GAP: Duration = Duration::from_millis(50);
+
+/// The homes served here, by home.
+type Homes = Arc<RwLock<HashMap<NodeId, Arc<Meta>>>>;
+
+struct Server {
+    shared: Arc<Shared>,
+    homes: Homes,
+    replicas: Replicas,
+    /// Serialises changes to the set of served homes.
+    reconciling: tokio::sync::Mutex<()>,
+}
+
+/// Runs a metadata server until `shutdown` completes.
+///
+/// # Errors
+/// [`MetaError`] when the data directory, the store or registration fails.
+pub async fn run(
+    config: MetaConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), MetaError> {
+    config.validate().map_err(MetaError::DataDir)?;
+    let cluster = Arc::new(ClusterView::new(
+        config.mgmt.clone(),
+        weft_net::RpcClientOptions::default(),
+    ));
+    let address = listener
+        .local_addr()
+        .map_err(|e| MetaError::DataDir(e.to_string()))?
+        .to_string();
+    let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
+    let node = weft_service::identity::register_node(
+        &config.data_dir,
+        cluster.mgmt(),
+        NodeKind::Meta,
+        &alias,
+        vec![address.clone()],
+    )
+    .await
+    .map_err(MetaError::Register)?;
+    if node.0 > META_HOME_MAX {
+        return Err(MetaError::Register(format!(
+            "metadata node id {node} does not fit an inode's home bits"
+        )));
+    }
+    let _ = cluster.refresh().await;
+    let mut metrics = weft_net::MetricsBuilder::new("meta", Some(node.0));
+    let commit_metrics = CommitMetrics::register(metrics.registry());
+    let homes: Homes = Arc::default();
+    register_store_metrics(
+        metrics.registry(),
+        node,
+        &config.data_dir,
+        Arc::clone(&homes),
+    );
+    let membership = Arc::new(Membership::new(Duration::from_millis(
+        config.heartbeat_interval_ms,
+    )));
+    let server = Arc::new(Server {
+        replicas: Replicas::new(config.data_dir.clone(), node),
+        shared: Arc::new(Shared {
+            node,
+            config: config.clone(),
+            cluster,
+            membership,
+            commit_metrics,
+        }),
+        homes,
+        reconciling: tokio::sync::Mutex::new(()),
+    });
+    // Which homes to serve depends on the mirror groups: none is opened before management
+    // has answered a heartbeat.
+    while !server.heartbeat(&alias, &address).await {
+        tokio::time::sleep(Duration::from_millis(config.heartbeat_interval_ms)).await;
+    }
+    server.reconcile().await?;
+    tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "metadata server serving");
+    let heartbeat = tokio::spawn(heartbeat_loop(Arc::clone(&server), alias, address));
+    let served = Arc::clone(&server.homes);
+    weft_net::serve_with_exporters(
+        listener,
+        server,
+        metrics.build(),
+        (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        shutdown,
+    )
+    .await
+    .map_err(|e| MetaError::DataDir(e.to_string()))?;
+    heartbeat.abort();
+    for meta in served.read().expect("home table poisoned").values() {
+        meta.stop();
+    }
+    Ok(())
+}
+
+/// The metadata target's space and the number of inodes its served homes hold, read at each
+/// scrape.
+fn register_store_metrics(
+    registry: &mut prometheus_client::registry::Registry,
+    node: NodeId,
+    data_dir: &std::path::Path,
+    homes: Homes,
+) {
+    let data_dir = data_dir.to_path_buf();
+    registry.register_collector(Box::new(weft_net::metrics::SpaceCollector(Box::new(
+        move || {
+            let usage = weft_service::usage::file_system_usage(&data_dir).unwrap_or_default();
+            vec![(node.0.to_string(), usage)]
+        },
+    ))));
+    registry.register_collector(Box::new(InodeCollector(homes)));
+}
+
+/// Exports how many inodes the served homes hold.
+struct InodeCollector(Homes);
+
+impl std::fmt::Debug for InodeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InodeCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for InodeCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let count = inode_count(&self.0);
+        let metric = encoder.encode_descriptor(
+            "weft_meta_inodes",
+            "Inodes (files, directories, links) of the homes this metadata server serves.",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        prometheus_client::metrics::gauge::ConstGauge::new(count as i64).encode(metric)
+    }
+}
+
+fn inode_count(homes: &Homes) -> u64 {
+    homes
+        .read()
+        .expect("home table poisoned")
+        .values()
+        .filter_map(|meta| meta.inodes().ok())
+        .sum()
+}
+
+async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {
+    let interval = Duration::from_millis(server.shared.config.heartbeat_interval_ms);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = server.shared.membership.wake.notified() => tokio::time::sleep(EARLY_GAP).await,
+        }
+        server.heartbeat(&alias, &address).await;
+        if let Err(error) = server.reconcile().await {
+            tracing::error!(%error, "could not change the homes served here");
+        }
+        let fetch_started = Instant::now();
+        if let Ok(map) = server.shared.cluster.refresh().await {
+            let homes: Vec<Arc<Meta>> = server
+                .homes
+                .read()
+                .expect("home table poisoned")
+                .values()
+                .cloned()
+                .collect();
+            for meta in homes {
+                meta.after_map(&map, fetch_started).await;
+            }
+        }
+    }
+}
+
+impl Server {
+    fn node(&self) -> NodeId {
+        self.shared.node
+    }
+
+    /// Sends one heartbeat and adopts the answer; false when management did not answer.
+    async fn heartbeat(self: &Arc<Self>, alias: &str, address: &str) -> bool {
+        let shared = &self.shared;
+        let mgmt = shared.cluster.mgmt();
+        let usage = weft_service::usage::file_system_usage(&shared.config.data_dir).ok();
+        // No count before a home is open: management keeps the last one.
+        let serving = !self.homes.read().expect("home table poisoned").is_empty();
+        let inodes = serving.then(|| inode_count(&self.homes));
+        let sent = Instant::now();
+        match mgmt
+            .heartbeat(
+                NodeKind::Meta,
+                shared.node,
+                Vec::new(),
+                usage,
+                inodes,
+                Some(shared.membership.report()),
+            )
+            .await
+        {
+            Ok((lease_ms, groups)) => {
+                let node = shared.node.0;
+                let starts = shared.membership.adopt(
+                    sent,
+                    Duration::from_millis(lease_ms),
+                    groups,
+                    |member| member == node,
+                    |_, _| {},
+                );
+                for start in starts {
+                    let server = Arc::clone(self);
+                    tokio::spawn(async move {
+                        let outcome = server.resync(start).await;
+                        server.shared.membership.resync_ended(start, &outcome);
+                    });
+                }
+                true
+            }
+            Err(error) if error.code() == ErrorCode::UnknownNode => {
+                tracing::warn!("management does not know this node; registering again");
+                let _ = mgmt
+                    .register_node(
+                        Some(shared.node),
+                        NodeKind::Meta,
+                        alias.to_string(),
+                        vec![address.to_string()],
+                    )
+                    .await;
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, "heartbeat failed");
+                false
+            }
+        }
+    }
+
+    /// Copies the store of the home of `start`'s group to its member.
+    async fn resync(&self, start: weft_net::mirror::ResyncStart) -> Result<(), WireError> {
+        let group = self
+            .shared
+            .membership
+            .group(start.group)
+            .ok_or_else(|| stale(format!("mirror group {} is gone", start.group)))?;
+        let home = NodeId(group.members.first().map_or(0, |m| m.id));
+        // The home opens after the heartbeat that made this server its primary.
+        let meta = loop {
+            if let Some(meta) = self.served(home) {
+                break meta;
+            }
+            self.shared
+                .membership
+                .resync_version(self.node().0, start)?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        meta.resync(start).await
+    }
+
+    fn served(&self, home: NodeId) -> Option<Arc<Meta>> {
+        self.homes
+            .read()
+            .expect("home table poisoned")
+            .get(&home)
+            .cloned()
+    }
+
+    /// The homes this server must serve under the groups it knows: its own unless another
+    /// member of its group is primary, and those of the groups it is primary of.
+    fn wanted(&self, groups: &[MirrorGroupInfo]) -> Vec<NodeId> {
+        let node = self.node();
+        let mut wanted = Vec::new();
+        if group_of_home(groups, node).is_none_or(|g| g.primary == node.0) {
+            wanted.push(node);
+        }
+        for group in groups {
+            if group.kind != MirrorKind::Meta || group.primary != node.0 {
+                continue;
+            }
+            if let Some(first) = group.members.first() {
+                if first.id != node.0 {
+                    wanted.push(NodeId(first.id));
+                }
+            }
+        }
+        wanted
+    }
+
+    /// Opens the homes this server must serve now and stops the others; a home whose store
+    /// failed to ship its changes is opened again.
+    async fn reconcile(&self) -> Result<(), MetaError> {
+        let _one = self.reconciling.lock().await;
+        let groups = self.shared.membership.groups();
+        let wanted = self.wanted(&groups);
+        let served: Vec<(NodeId, Arc<Meta>)> = self
+            .homes
+            .read()
+            .expect("home table poisoned")
+            .iter()
+            .map(|(home, meta)| (*home, Arc::clone(meta)))
+            .collect();
+        for (home, meta) in served {
+            if !wanted.contains(&home) || meta.broken() {
+                tracing::info!(
+                    home = home.0,
+                    broken = meta.broken(),
+                    "metadata home no longer served here"
+                );
+                self.stop(home);
+            }
+        }
+        for home in wanted {
+            if self.served(home).is_some() {
+                continue;
+            }
+            // A copy is served only once it is complete.
+            if let Some(group) = group_of_home(&groups, home) {
+                let good = group
+                    .members
+                    .iter()
+                    .any(|m| m.id == self.node().0 && m.state == Consistency::Good);
+                if !good {
+                    continue;
+                }
+            }
+            self.replicas.close(home);
+            let shared = Arc::clone(&self.shared);
+            let meta = tokio::task::spawn_blocking(move || Meta::start(home, &shared))
+                .await
+                .map_err(|e| MetaError::Store(e.to_string()))??;
+            tracing::info!(home = home.0, "metadata home served here");
+            self.homes
+                .write()
+                .expect("home table poisoned")
+                .insert(home, meta);
+        }
+        Ok(())
+    }
+
+    fn stop(&self, home: NodeId) {
+        let meta = self
+            .homes
+            .write()
+            .expect("home table poisoned")
+            .remove(&home);
+        if let Some(meta) = meta {
+            meta.stop();
+        }
+    }
+
+    /// Checks a request's route: its home is served here, under the version it was routed
+    /// with.
+    fn admit(&self, route: MetaRoute) -> Result<Arc<Meta>, WireError> {
+        let membership = &self.shared.membership;
+        let group = group_of_home(&membership.groups(), route.home).cloned();
+        match group {
+            Some(group) => {
+                membership.admit_primary(self.node().0, group.id, route.version)?;
+            }
+            None if route.version != 0 => {
+                membership.wake.notify_one();
+                return Err(stale(format!(
+                    "metadata home {} has no mirror group here, the request was routed with version {}",
+                    route.home, route.version
+                )));
+            }
+            None => {}
+        }
+        self.served(route.home).ok_or_else(|| {
+            stale(format!(
+                "metadata home {} is not served by metadata node {}",
+                route.home,
+                self.node()
+            ))
+        })
+    }
+
+    /// Applies changes a primary shipped to this member's copy.
+    fn apply(&self, request: &MetaRequest, payload: &Bytes) -> Result<Response, WireError> {
+        let MetaRequest::ReplicaApply {
+            group,
+            version,
+            changes,
+            sync,
+        } = request
+        else {
+            return Err(WireError::new(ErrorCode::Internal, "not a shipped change"));
+        };
+        let membership = &self.shared.membership;
+        membership.admit_forward(self.node().0, *group, *version)?;
+        let home = membership
+            .group(*group)
+            .and_then(|g| g.members.first().map(|m| NodeId(m.id)))
+            .ok_or_else(|| stale(format!("mirror group {group} is not known here")))?;
+        // A member serves no home it receives a copy of.
+        if self.served(home).is_some() {
+            self.stop(home);
+        }
+        self.replicas.apply(home, changes, payload, *sync)?;
+        Ok(Response::Done)
+    }
+}
+
+impl weft_net::Handler for Server {
+    async fn handle(&self, request: Request, payload: Bytes) -> (Reply, Bytes) {
+        let reply = match request {
+            Request::Meta(_, request @ MetaRequest::ReplicaApply { .. }) => {
+                // The copy is written and synced in place: a short blocking section.
+                tokio::task::block_in_place(|| self.apply(&request, &payload))
+            }
+            Request::Meta(route, request) => match self.admit(route) {
+                Ok(meta) => meta.serve(request).await,
+                Err(error) => Err(error),
+            },
+            other => Err(WireError::new(
+                ErrorCode::WrongService,
+                format!("a metadata server does not serve {other:?}"),
+            )),
+        };
+        (reply, Bytes::new())
+    }
+}
