@@ -370,6 +370,7 @@ fn mirrored_cluster_survives_server_loss_under_load() {
         state_of(&cluster, secondary) == "bad"
     })
     .expect("secondary out");
+    note("the secondary left its group; restarting it");
     cluster
         .restart(&secondary_server)
         .expect("restart the secondary");
@@ -377,6 +378,7 @@ fn mirrored_cluster_survives_server_loss_under_load() {
         state_of(&cluster, secondary) != "bad"
     })
     .expect("secondary back");
+    note("the secondary is back; killing the primary");
     cluster.kill(&primary_server).expect("kill the primary");
     wait_until("the primary's server to be offline", || {
         let (_, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", &mgmt]);
