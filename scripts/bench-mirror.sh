@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # What mirroring costs and how long I/O pauses at a failover, in one run, with default settings.
 #
-# Starts management, one metadata server and two storage servers (two targets each) as
+# Starts management, two metadata servers and two storage servers (two targets each) as
 # separate processes, pairs the targets into two mirror groups, mounts, and then:
 # 1. runs the same fio jobs (O_DIRECT) in a plain directory (RAID0 over the 4 targets) and in a
 #    mirrored one (striped over the 2 groups), and prints the mirrored/plain ratio per job;
 # 2. runs a writer that writes 4 KiB and fsyncs in a loop in the mirrored directory, kills the
 #    primary's storage server (kill -9) and reports the longest time one write+fsync took:
 #    the pause the application saw.
+# 3. runs `weft bench meta` (native client) on one metadata server, then pairs the two
+#    metadata servers into a mirror group (meta-2 becomes a copy of meta-1's namespace) and
+#    runs it again: the mirrored/plain ratio of metadata operations;
+# 4. runs a loop of mkdir + create + fsync, kills the primary metadata server (kill -9) and
+#    reports the longest iteration: the pause of the namespace at a metadata failover.
 # Usage: scripts/bench-mirror.sh [SIZE]   (SIZE of each fio file, default 256M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,12 +29,15 @@ cleanup() {
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 MGMT=127.0.0.1:$(port)
-mkdir -p "$WORK"/{mgmt,meta,s1/t1,s1/t2,s2/t1,s2/t2,mnt,logs}
+mkdir -p "$WORK"/{mgmt,meta,meta2,s1/t1,s1/t2,s2/t1,s2/t2,mnt,logs}
 "$WEFT" serve mgmt --data-dir "$WORK/mgmt" --listen "$MGMT" > "$WORK/logs/mgmt.log" 2>&1 &
 PIDS+=($!)
 sleep 0.5
-"$WEFT" serve meta --data-dir "$WORK/meta" --listen 127.0.0.1:0 --mgmt "$MGMT" > "$WORK/logs/meta.log" 2>&1 &
+"$WEFT" serve meta --data-dir "$WORK/meta" --listen 127.0.0.1:0 --mgmt "$MGMT" \
+  --set alias=\"meta-1\" > "$WORK/logs/meta.log" 2>&1 &
 PIDS+=($!)
+META_1=$!
+for _ in $(seq 1 100); do grep -q "metadata server serving" "$WORK/logs/meta.log" && break; sleep 0.1; done
 for s in 1 2; do
   "$WEFT" serve storage --data-dir "$WORK/s$s" --listen 127.0.0.1:0 --mgmt "$MGMT" \
     --target "$WORK/s$s/t1" --target "$WORK/s$s/t2" --set alias=\"storage-$s\" \
@@ -72,6 +80,68 @@ PY
 job seqwrite-1M bw --rw=write --bs=1M --ioengine=psync --end_fsync=1
 job seqwrite-1M-j4 bw --rw=write --bs=1M --ioengine=psync --numjobs=4 --group_reporting --end_fsync=1
 job randwrite-4K-qd32 iops --rw=randwrite --bs=4k --ioengine=libaio --iodepth=32 --runtime=15 --time_based
+
+echo "== cost of metadata mirroring (weft bench meta, native client) =="
+bench_meta() {
+  "$WEFT" bench meta --mgmt "$MGMT" --files 2000 --dirs 100 --threads 1,4 --label "$1" \
+    --json "$WORK/meta-$1.json" > "$WORK/logs/bench-meta-$1.txt"
+}
+bench_meta plain
+"$WEFT" serve meta --data-dir "$WORK/meta2" --listen 127.0.0.1:0 --mgmt "$MGMT" \
+  --set alias=\"meta-2\" > "$WORK/logs/meta-2.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 100); do grep -q "metadata server serving" "$WORK/logs/meta-2.log" && break; sleep 0.1; done
+sleep 1
+"$WEFT" mirror autocreate meta --mgmt "$MGMT"
+for _ in $(seq 1 300); do
+  "$WEFT" mirror list --mgmt "$MGMT" | grep " meta " | grep -q "needs-resync" || break
+  sleep 0.2
+done
+bench_meta mirrored
+python3 - "$WORK/meta-plain.json" "$WORK/meta-mirrored.json" <<'PY'
+import json, sys
+def load(path):
+    rates = {}
+    for line in open(path):
+        row = json.loads(line)
+        result = row["result"]
+        rates[(result["threads"], result["phase"])] = result["ops_per_second"]
+    return rates
+plain, mirrored = load(sys.argv[1]), load(sys.argv[2])
+print(f"{'phase':18} {'threads':>7} {'plain':>10} {'mirrored':>10} {'ratio':>7}")
+for key in sorted(plain):
+    if key in mirrored:
+        print(f"{key[1]:18} {key[0]:7} {plain[key]:10.0f} {mirrored[key]:10.0f} {mirrored[key] / plain[key]:6.2f}x")
+PY
+
+echo "== namespace pause at failover (kill -9 of the primary metadata server, default timeouts) =="
+python3 - "$WORK/mnt/namespace" "$WORK/meta-pause.txt" <<'PY' &
+import os, sys, time
+root, out = sys.argv[1], sys.argv[2]
+os.mkdir(root)
+longest, stop_at, i = 0.0, None, 0
+while stop_at is None or time.monotonic() < stop_at:
+    started = time.monotonic()
+    d = os.path.join(root, f"d{i}")
+    os.mkdir(d)
+    fd = os.open(os.path.join(d, "f"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"x" * 100)
+    os.fsync(fd)
+    os.close(fd)
+    longest = max(longest, time.monotonic() - started)
+    i += 1
+    if os.path.exists(out + ".go") and stop_at is None:
+        stop_at = time.monotonic() + 20
+open(out, "w").write(f"{longest:.2f} {i}\n")
+PY
+WRITER=$!
+sleep 2
+touch "$WORK/meta-pause.txt.go"
+kill -9 "$META_1"
+wait "$WRITER"
+read -r longest iterations < "$WORK/meta-pause.txt"
+echo "longest mkdir+create+fsync while the primary metadata server died: $longest s ($iterations iterations)"
+"$WEFT" mirror list --mgmt "$MGMT" | grep -E "GROUP| meta "
 
 echo "== pause at failover (kill -9 of the primary's storage server, default timeouts) =="
 python3 - "$WORK/mnt/mirrored/pause" "$WORK/pause.txt" <<'PY' &
