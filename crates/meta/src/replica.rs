@@ -3,8 +3,8 @@
 //! A home's store is a redb file. On the home's primary, redb writes that file through
 //! [`HomeFile`], which applies each write locally and keeps it; at every sync (each commit
 //! ends with one) the kept changes go, in order, to every present member of the home's mirror
-//! group, and the sync returns only when each member applied and synced them or left the
-//! group. A member's copy is therefore the primary's file as of its last sync, byte for byte:
+//! group while the local file syncs, and the sync returns only when each member applied and
+//! synced them or left the group. A member's copy is therefore the primary's file as of its last sync, byte for byte:
 //! promoted, it opens the copy as redb opens a file after a crash. The changes are the
 //! committed key changes in their stored form, so nothing is re-executed (no ids, timestamps
 //! or choices can diverge), and the reply cache travels with them: a client's retry after a
@@ -326,8 +326,15 @@ impl redb::StorageBackend for HomeFile {
 
     fn sync_data(&self, _eventual: bool) -> std::io::Result<()> {
         self.link.check_fence()?;
-        self.link.ship()?;
-        self.file.sync_data()
+        // The local sync runs while the changes ship: a commit waits for the slower of the
+        // two, not their sum. If shipping fails the commit fails, synced here or not; a copy
+        // that missed it is copied in full before it can serve.
+        std::thread::scope(|scope| {
+            let local = scope.spawn(|| self.file.sync_data());
+            let shipped = self.link.ship();
+            let synced = local.join().expect("local sync panicked");
+            shipped.and(synced)
+        })
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
