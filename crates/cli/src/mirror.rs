@@ -111,23 +111,23 @@ fn print_resyncs(map: &ClusterMap, stats: &[ResyncProgress]) {
     let resyncing = map
         .mirror_groups
         .iter()
-        .filter(|g| g.kind == MirrorKind::Storage)
         .flat_map(|g| g.members.iter().map(move |m| (g, m)))
         .filter(|(_, m)| m.state == Consistency::NeedsResync)
         .count();
     if resyncing == 0 {
-        println!("no storage mirror member needs a resync");
+        println!("no mirror member needs a resync");
         return;
     }
     println!(
-        "{:<7} {:<24} {:<8} {:<10} {:<18} {:<10} STATE",
-        "GROUP", "MEMBER", "VERSION", "ELAPSED", "OBJECTS", "COPIED"
+        "{:<7} {:<8} {:<32} {:<8} {:<10} {:<20} {:<10} STATE",
+        "GROUP", "KIND", "MEMBER", "VERSION", "ELAPSED", "COPIED", "BYTES"
     );
-    for group in map
-        .mirror_groups
-        .iter()
-        .filter(|g| g.kind == MirrorKind::Storage)
-    {
+    for group in &map.mirror_groups {
+        let kind = <&str>::from(group.kind);
+        let unit = match group.kind {
+            MirrorKind::Storage => "objects",
+            MirrorKind::Meta => "chunks",
+        };
         for member in group
             .members
             .iter()
@@ -136,15 +136,19 @@ fn print_resyncs(map: &ClusterMap, stats: &[ResyncProgress]) {
             let name = member_name(map, group, member.id);
             match stats
                 .iter()
-                .find(|p| p.group == group.id && p.member == member.id)
+                .find(|p| p.kind == group.kind && p.group == group.id && p.member == member.id)
             {
                 Some(progress) => println!(
-                    "{:<7} {:<24} {:<8} {:<10} {:<18} {:<10} {}",
+                    "{:<7} {:<8} {:<32} {:<8} {:<10} {:<20} {:<10} {}",
                     group.id,
+                    kind,
                     name,
                     progress.version,
                     format!("{:.1} s", progress.elapsed_ms as f64 / 1000.0),
-                    format!("{} / {}", progress.objects_copied, progress.objects_total),
+                    format!(
+                        "{} / {} {unit}",
+                        progress.objects_copied, progress.objects_total
+                    ),
                     crate::admin::format_size(progress.bytes_copied),
                     if progress.done {
                         "copied, waiting for management"
@@ -153,8 +157,8 @@ fn print_resyncs(map: &ClusterMap, stats: &[ResyncProgress]) {
                     }
                 ),
                 None => println!(
-                    "{:<7} {:<24} {:<8} {:<10} {:<18} {:<10} waiting for the primary",
-                    group.id, name, group.version, "-", "-", "-"
+                    "{:<7} {:<8} {:<32} {:<8} {:<10} {:<20} {:<10} waiting for the primary",
+                    group.id, kind, name, group.version, "-", "-", "-"
                 ),
             }
         }

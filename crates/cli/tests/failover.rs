@@ -233,7 +233,8 @@ impl Workload {
 // run through the mount while
 // 1. a storage server is killed (kill -9) and restarted;
 // 2. the primary metadata server is killed and restarted, then the new one is cut off the
-//    network and reconnected (the namespace is mirrored: its copy takes over each time);
+//    network and reconnected (the namespace is mirrored: its copy takes over each time), then
+//    the copy is cut off and reconnected (it gets only what it missed);
 // 3. a storage server holding only secondaries is cut off the network and reconnected (its
 //    members then get only what they missed), then one holding primaries;
 // 4. a group's primary is killed while its returning member needs a resync: the group waits
@@ -302,6 +303,25 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     .expect("metadata failover");
     cluster.set_link("meta-2", true).expect("reconnect meta-2");
     common::wait_meta_member_good(&cluster, "meta-2");
+
+    note("cutting the metadata copy off the network");
+    // A copy cut off leaves its group in sync and comes back without a restart: it gets only
+    // the extents of the store that changed meanwhile.
+    cluster.set_link("meta-2", false).expect("cut meta-2");
+    wait_until("meta-2 to leave the metadata group", || {
+        common::meta_group_line(&cluster).contains("(meta-2) (bad)")
+    })
+    .expect("copy out");
+    cluster.set_link("meta-2", true).expect("reconnect meta-2");
+    common::wait_meta_member_good(&cluster, "meta-2");
+    assert_eq!(
+        cluster
+            .log("meta-1")
+            .matches("metadata resync of what the member missed started")
+            .count(),
+        1,
+        "the returning copy got only what it missed"
+    );
 
     note("cutting a storage server with secondaries only off the network");
     // 3. A storage server is cut off the network, then reconnected. First one that holds no

@@ -291,7 +291,7 @@ fn a_stale_member_waits_for_its_primary() {
     .expect("resync finished");
     let (ok, stats, _) = weft(&cluster, &["mirror", "resync-stats", "--mgmt", &mgmt]);
     assert!(
-        ok && stats.contains("no storage mirror member needs a resync"),
+        ok && stats.contains("no mirror member needs a resync"),
         "{stats}"
     );
     assert_members_identical(&cluster, "after the primary came back");

@@ -32,9 +32,12 @@ use weft_proto::messages::{
     FileChange, MetaRequest, MirrorGroupInfo, MirrorKind, Response, IO_BYTES_MAX,
 };
 use weft_proto::ErrorCode;
+use weft_service::missed::MissedLogs;
 
 /// Bytes of the store file per resync step.
 const RESYNC_CHUNK: u64 = 1 << 20;
+/// Bytes of the store file per item of a record of what an absent member misses.
+const MISSED_EXTENT: u64 = 64 << 10;
 
 /// The store file of `home` on metadata node `node`: its own store, or a copy of another
 /// home's.
@@ -78,6 +81,8 @@ pub(crate) struct HomeLink {
     order: tokio::sync::Mutex<()>,
     membership: Arc<Membership>,
     cluster: Arc<ClusterView>,
+    /// What absent members miss, for the groups this server is primary of.
+    missed: Arc<MissedLogs>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -89,6 +94,7 @@ impl HomeLink {
         home: NodeId,
         membership: Arc<Membership>,
         cluster: Arc<ClusterView>,
+        missed: Arc<MissedLogs>,
     ) -> std::io::Result<(Arc<HomeLink>, HomeFile)> {
         let path = home_path(data_dir, node, home);
         if let Some(parent) = path.parent() {
@@ -112,6 +118,7 @@ impl HomeLink {
             order: tokio::sync::Mutex::new(()),
             membership,
             cluster,
+            missed,
             runtime: tokio::runtime::Handle::current(),
         });
         Ok((
@@ -147,7 +154,8 @@ impl HomeLink {
         group_of_home(&self.membership.groups(), self.home).cloned()
     }
 
-    /// Ships the changes made since the last sync to every present member, in order.
+    /// Ships the changes made since the last sync to every present member, in order, and
+    /// records the extents they touched for every absent member that left in sync.
     fn ship(&self) -> std::io::Result<()> {
         let pending = std::mem::take(&mut *self.pending.lock().expect("pending poisoned"));
         if pending.changes.is_empty() {
@@ -171,7 +179,20 @@ impl HomeLink {
                     let payload = payload.clone();
                     async move { self.send(member, request, payload).await.map(|_| ()) }
                 })
-                .await
+                .await?;
+            // Under the order lock, so a resync's view of the record misses nothing that was
+            // not shipped to its member.
+            if self.missed.any(group.id) {
+                self.missed
+                    .note(group.id, &extents(&changes))
+                    .map_err(|error| {
+                        WireError::new(
+                            ErrorCode::Io,
+                            format!("cannot record what an absent mirror member misses: {error}"),
+                        )
+                    })?;
+            }
+            Ok::<(), WireError>(())
         });
         shipped.map_err(|error| {
             self.broken.store(true, Ordering::SeqCst);
@@ -218,11 +239,115 @@ impl HomeLink {
         result
     }
 
-    /// Copies the whole store file to the member of `start`, chunk by chunk, each read and
-    /// sent while no changes ship; ends with the length and a sync.
+    /// Brings the member of `start` up to date: when it left in sync and this server recorded
+    /// the extents it missed, only those are copied; otherwise the whole store file, chunk by
+    /// chunk. Each piece is read and sent while no changes ship; the copy ends with the length
+    /// and a sync.
     pub async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
-        let io = |error: std::io::Error| WireError::new(ErrorCode::Io, error.to_string());
-        let length = self.file.metadata().map_err(io)?.len();
+        let recorded = {
+            let _order = self.order.lock().await;
+            if start.full {
+                // A record of what it missed does not cover a full copy.
+                self.missed.forget(start.group, start.member);
+                None
+            } else {
+                self.missed.recorded(start.group, start.member)
+            }
+        };
+        match recorded {
+            Some(extents) => {
+                self.resync_extents(start, &extents).await?;
+                self.missed.forget(start.group, start.member);
+                Ok(())
+            }
+            None => self.resync_full(start).await,
+        }
+    }
+
+    /// Copies the recorded extents of the store file to the member of `start`.
+    async fn resync_extents(&self, start: ResyncStart, extents: &[u64]) -> Result<(), WireError> {
+        tracing::info!(
+            home = self.home.0,
+            group = start.group,
+            version = start.version,
+            member = start.member,
+            extents = extents.len(),
+            "metadata resync of what the member missed started"
+        );
+        self.membership
+            .resync_started(start, extents.len() as u64, false);
+        for extent in extents {
+            let _order = self.order.lock().await;
+            let length = self.file_length()?;
+            let offset = extent * MISSED_EXTENT;
+            if offset < length {
+                let len = (length - offset).min(MISSED_EXTENT);
+                self.copy_piece(start, offset, len).await?;
+            }
+            self.membership.resync_copied(start, MISSED_EXTENT);
+        }
+        self.finish_resync(start).await
+    }
+
+    fn file_length(&self) -> Result<u64, WireError> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|error| WireError::new(ErrorCode::Io, error.to_string()))
+    }
+
+    /// Reads `len` bytes at `offset` of the store file and writes them to the member's copy.
+    /// The caller holds the order lock.
+    async fn copy_piece(&self, start: ResyncStart, offset: u64, len: u64) -> Result<(), WireError> {
+        let file = Arc::clone(&self.file);
+        let chunk = tokio::task::spawn_blocking(move || {
+            let mut chunk = vec![0; len as usize];
+            file.read_exact_at(&mut chunk, offset).map(|()| chunk)
+        })
+        .await
+        .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
+        .map_err(|error| WireError::new(ErrorCode::Io, error.to_string()))?;
+        let version = self.membership.resync_version(self.node.0, start)?;
+        let request = MetaRequest::ReplicaApply {
+            group: start.group,
+            version,
+            changes: vec![FileChange::Write {
+                offset,
+                len: len as u32,
+            }],
+            sync: false,
+        };
+        let chunk = Bytes::from(chunk);
+        self.membership
+            .resync_step(start.member, || {
+                self.send(start.member, request.clone(), chunk.clone())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the member's copy the store file's length and syncs it.
+    async fn finish_resync(&self, start: ResyncStart) -> Result<(), WireError> {
+        let _order = self.order.lock().await;
+        let length = self.file_length()?;
+        let version = self.membership.resync_version(self.node.0, start)?;
+        let request = MetaRequest::ReplicaApply {
+            group: start.group,
+            version,
+            changes: vec![FileChange::SetLen(length)],
+            sync: true,
+        };
+        self.membership
+            .resync_step(start.member, || {
+                self.send(start.member, request.clone(), Bytes::new())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Copies the whole store file to the member of `start`, chunk by chunk.
+    async fn resync_full(&self, start: ResyncStart) -> Result<(), WireError> {
+        let length = self.file_length()?;
         tracing::info!(
             home = self.home.0,
             group = start.group,
@@ -236,52 +361,18 @@ impl HomeLink {
         let mut offset = 0;
         loop {
             let _order = self.order.lock().await;
-            let length = self.file.metadata().map_err(io)?.len();
+            let length = self.file_length()?;
             if offset >= length {
-                let version = self.membership.resync_version(self.node.0, start)?;
-                let request = MetaRequest::ReplicaApply {
-                    group: start.group,
-                    version,
-                    changes: vec![FileChange::SetLen(length)],
-                    sync: true,
-                };
-                self.membership
-                    .resync_step(start.member, || {
-                        self.send(start.member, request.clone(), Bytes::new())
-                    })
-                    .await?;
                 break;
             }
             let len = (length - offset)
                 .min(RESYNC_CHUNK)
                 .min(u64::from(IO_BYTES_MAX));
-            let file = Arc::clone(&self.file);
-            let chunk = tokio::task::spawn_blocking(move || {
-                let mut chunk = vec![0; len as usize];
-                file.read_exact_at(&mut chunk, offset).map(|()| chunk)
-            })
-            .await
-            .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
-            .map_err(io)?;
-            let version = self.membership.resync_version(self.node.0, start)?;
-            let request = MetaRequest::ReplicaApply {
-                group: start.group,
-                version,
-                changes: vec![FileChange::Write {
-                    offset,
-                    len: len as u32,
-                }],
-                sync: false,
-            };
-            let chunk = Bytes::from(chunk);
-            self.membership
-                .resync_step(start.member, || {
-                    self.send(start.member, request.clone(), chunk.clone())
-                })
-                .await?;
+            self.copy_piece(start, offset, len).await?;
             self.membership.resync_copied(start, len);
             offset += len;
         }
+        self.finish_resync(start).await?;
         tracing::info!(
             home = self.home.0,
             group = start.group,
@@ -297,6 +388,23 @@ impl HomeLink {
 pub(crate) struct HomeFile {
     file: Arc<File>,
     link: Arc<HomeLink>,
+}
+
+/// The extents of the store file that `changes` write.
+fn extents(changes: &[FileChange]) -> Vec<u64> {
+    let mut extents: Vec<u64> = changes
+        .iter()
+        .filter_map(|change| match *change {
+            FileChange::Write { offset, len } if len > 0 => {
+                Some(offset / MISSED_EXTENT..=(offset + u64::from(len) - 1) / MISSED_EXTENT)
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    extents.sort_unstable();
+    extents.dedup();
+    extents
 }
 
 impl std::fmt::Debug for HomeFile {

@@ -28,6 +28,7 @@ use weft_proto::messages::{
     Response,
 };
 use weft_proto::ErrorCode;
+use weft_service::missed::MissedLogs;
 
 /// Heartbeats woken early (a newer mirror group version was seen) come no closer.
 const EARLY_GAP: Duration = Duration::from_millis(50);
@@ -89,6 +90,10 @@ pub async fn run(
     let membership = Arc::new(Membership::new(Duration::from_millis(
         config.heartbeat_interval_ms,
     )));
+    let missed = Arc::new(MissedLogs::default());
+    missed
+        .load(&config.data_dir)
+        .map_err(|e| MetaError::Store(format!("cannot read mirror records: {e}")))?;
     let server = Arc::new(Server {
         replicas: Replicas::new(config.data_dir.clone(), node),
         shared: Arc::new(Shared {
@@ -96,6 +101,7 @@ pub async fn run(
             config: config.clone(),
             cluster,
             membership,
+            missed,
             commit_metrics,
         }),
         homes,
@@ -238,7 +244,11 @@ impl Server {
                     Duration::from_millis(lease_ms),
                     groups,
                     |member| member == node,
-                    |_, _| {},
+                    |before, group| {
+                        let root =
+                            (group.primary == node).then_some(shared.config.data_dir.as_path());
+                        shared.missed.track(root, before, group);
+                    },
                 );
                 for start in starts {
                     let server = Arc::clone(self);

@@ -38,6 +38,7 @@ use weft_proto::messages::{
     OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
+use weft_service::missed::MissedLogs;
 
 /// A failed call to another server: its own error, or `Unavailable` (which clients retry).
 fn rpc_error(error: weft_net::RpcError) -> OpError {
@@ -129,6 +130,8 @@ pub(crate) struct Shared {
     pub config: MetaConfig,
     pub cluster: Arc<ClusterView>,
     pub membership: Arc<Membership>,
+    /// What absent members of the groups this server is primary of miss.
+    pub missed: Arc<MissedLogs>,
     pub commit_metrics: CommitMetrics,
 }
 
@@ -146,6 +149,7 @@ impl Meta {
             home,
             Arc::clone(&shared.membership),
             Arc::clone(&shared.cluster),
+            Arc::clone(&shared.missed),
         )
         .map_err(store_error)?;
         let db = Arc::new(

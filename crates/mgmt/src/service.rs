@@ -30,8 +30,8 @@ struct LiveState {
     target_usage: HashMap<TargetId, SpaceUsage>,
     meta_usage: HashMap<NodeId, (SpaceUsage, u64)>,
     client_last_heard: HashMap<ClientId, Instant>,
-    /// Storage mirror resyncs as their primaries last reported them, by (group, member).
-    resyncs: HashMap<(u32, u32), ResyncProgress>,
+    /// Mirror resyncs as their primaries last reported them, by (kind, group, member).
+    resyncs: HashMap<(MirrorKind, u32, u32), ResyncProgress>,
 }
 
 struct Mgmt {
@@ -443,7 +443,7 @@ impl Mgmt {
                     let mut live = self.live.lock().expect("live state poisoned");
                     for progress in &mirror.resyncs {
                         live.resyncs
-                            .insert((progress.group, progress.member), *progress);
+                            .insert((progress.kind, progress.group, progress.member), *progress);
                     }
                 }
                 let (mirror_kind, members): (MirrorKind, Vec<u32>) = match kind {
@@ -523,8 +523,13 @@ impl Mgmt {
                 Ok(Response::Done)
             }
             MgmtRequest::GetResyncStats => {
-                let groups = self.mirrors.groups(MirrorKind::Storage);
-                let resyncing = |group: u32, member: u32| {
+                let storage = self.mirrors.groups(MirrorKind::Storage);
+                let meta = self.mirrors.groups(MirrorKind::Meta);
+                let resyncing = |kind: MirrorKind, group: u32, member: u32| {
+                    let groups = match kind {
+                        MirrorKind::Storage => &storage,
+                        MirrorKind::Meta => &meta,
+                    };
                     groups.iter().any(|g| {
                         g.id == group
                             && g.member(member).is_some_and(|m| {
@@ -534,9 +539,9 @@ impl Mgmt {
                 };
                 let mut live = self.live.lock().expect("live state poisoned");
                 live.resyncs
-                    .retain(|(group, member), _| resyncing(*group, *member));
+                    .retain(|(kind, group, member), _| resyncing(*kind, *group, *member));
                 let mut stats: Vec<ResyncProgress> = live.resyncs.values().copied().collect();
-                stats.sort_by_key(|p| (p.group, p.member));
+                stats.sort_by_key(|p| (p.kind == MirrorKind::Meta, p.group, p.member));
                 Ok(Response::ResyncStats(stats))
             }
             MgmtRequest::GetClusterMap => {

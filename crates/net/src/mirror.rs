@@ -265,10 +265,16 @@ impl Membership {
 
     /// Starts the progress record of a resync of `total` objects.
     pub fn resync_started(&self, start: ResyncStart, total: u64, full: bool) {
-        self.state().progress.insert(
+        let mut state = self.state();
+        let kind = state
+            .groups
+            .get(&start.group)
+            .map_or(weft_proto::messages::MirrorKind::Storage, |g| g.kind);
+        state.progress.insert(
             (start.group, start.member),
             (
                 ResyncProgress {
+                    kind,
                     group: start.group,
                     member: start.member,
                     version: start.version,

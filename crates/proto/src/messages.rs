@@ -207,15 +207,18 @@ pub struct MirrorHeartbeat {
 /// How far a primary got bringing a member up to date.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResyncProgress {
-    /// The storage mirror group.
+    /// Storage targets or metadata nodes.
+    pub kind: MirrorKind,
+    /// The mirror group.
     pub group: u32,
     /// The member being brought up to date.
     pub member: u32,
     /// The group version the resync runs in (a new version starts it again).
     pub version: u64,
-    /// Objects the primary holds, counted when the resync started.
+    /// Objects the primary holds (for a metadata group: 1 MiB chunks of its store file),
+    /// counted when the resync started.
     pub objects_total: u64,
-    /// Objects copied so far.
+    /// Objects (chunks) copied so far.
     pub objects_copied: u64,
     /// Bytes copied so far.
     pub bytes_copied: u64,

@@ -7,7 +7,6 @@
 //! - `service`: registration, heartbeats and the request handler.
 //! - `mirror`: storage mirror groups: admission by group version and lease, ordering and
 //!   forwarding changes to members, resync of returning members.
-//! - `missed`: the primary's durable record of what an absent member misses.
 //!
 //! Objects live at `<target>/objects/<aa>/<bb>/<inode id in hex>`, where `aa` and `bb` are the
 //! first two bytes of the CRC32C of the inode id, so no directory grows past a few thousand
@@ -18,7 +17,6 @@ pub mod config;
 mod direct;
 mod metrics;
 mod mirror;
-mod missed;
 mod service;
 mod target;
 

@@ -8,9 +8,8 @@
 //!   overwritten); after a full copy it loses the objects the primary does not have.
 //!
 //! A member that left in sync gets only the objects the primary recorded as missed
-//! ([`crate::missed`]); any other returning member gets a full copy.
+//! ([`weft_service::missed`]); any other returning member gets a full copy.
 
-use crate::missed::MissedLogs;
 use crate::target::Target;
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
@@ -23,10 +22,11 @@ use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::messages::{
-    Consistency, MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
+    MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
     OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
+use weft_service::missed::MissedLogs;
 
 fn stale(message: String) -> WireError {
     weft_net::mirror::stale(message)
@@ -105,30 +105,6 @@ impl Mirror {
         })
     }
 
-    /// Starts recording what members miss that left `group` in sync while this server stayed
-    /// its primary; drops the records of a group this server no longer leads.
-    fn track_missed(&self, before: Option<&MirrorGroupInfo>, group: &MirrorGroupInfo) {
-        let Some(primary) = self.targets.get(&TargetId(group.primary)) else {
-            self.missed.forget_group(group.id);
-            return;
-        };
-        let was_primary = before.is_some_and(|b| b.primary == group.primary);
-        for member in &group.members {
-            if member.id == group.primary || member.state != Consistency::Bad {
-                continue;
-            }
-            let was_good = before
-                .and_then(|b| b.members.iter().find(|m| m.id == member.id))
-                .is_some_and(|m| m.state == Consistency::Good);
-            if was_primary && was_good {
-                if let Err(error) = self.missed.start(primary.root(), group.id, member.id) {
-                    // Without a record the member is copied in full when it comes back.
-                    tracing::error!(group = group.id, member = member.id, %error, "cannot record what a mirror member misses");
-                }
-            }
-        }
-    }
-
     /// This process's boot id: changes on every start.
     pub fn boot(&self) -> u64 {
         self.membership.boot()
@@ -143,7 +119,10 @@ impl Mirror {
             lease,
             groups,
             |member| self.targets.contains_key(&TargetId(member)),
-            |before, group| self.track_missed(before, group),
+            |before, group| {
+                let root = self.targets.get(&TargetId(group.primary)).map(|t| t.root());
+                self.missed.track(root, before, group);
+            },
         );
         for start in starts {
             let mirror = Arc::clone(self);
@@ -220,7 +199,7 @@ impl Mirror {
         if let Some((inode, _)) = request.changed_range(payload.len()) {
             if self.missed.any(group) {
                 let missed = Arc::clone(&self.missed);
-                let noted = tokio::task::spawn_blocking(move || missed.note(group, inode))
+                let noted = tokio::task::spawn_blocking(move || missed.note(group, &[inode.0]))
                     .await
                     .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
                 noted.map_err(|error| {
@@ -291,7 +270,7 @@ impl Mirror {
         };
         let incremental = recorded.is_some();
         let objects: Vec<InodeId> = match recorded {
-            Some(inodes) => inodes,
+            Some(inodes) => inodes.into_iter().map(InodeId).collect(),
             None => {
                 // A record of what it missed does not cover a full copy.
                 self.missed.forget(group, member);
