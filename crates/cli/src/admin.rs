@@ -255,6 +255,14 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
         "Metadata node: {}\n",
         node_name(map, NodeKind::Meta, attr.inode.home())
     ));
+    if let Some(group) = map.meta_group_of_home(attr.inode.home()) {
+        out.push_str(&format!(
+            "Metadata mirror group: {} (version {}), served by {}\n",
+            group.id,
+            group.version,
+            node_name(map, NodeKind::Meta, weft_proto::ids::NodeId(group.primary))
+        ));
+    }
     if attr.shards.len() > 1 {
         out.push_str(&format!(
             "Spread over {} metadata nodes:\n",

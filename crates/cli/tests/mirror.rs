@@ -427,6 +427,19 @@ fn the_namespace_survives_the_loss_of_a_metadata_server() {
         group.find("meta-2").expect("listed") < group.find("meta-1").expect("listed"),
         "the copy took over as primary: {group}"
     );
+    let (ok, info, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "info",
+            mnt.join("after-1").to_str().expect("utf-8"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        info.contains("Metadata mirror group: 1") && info.contains("served by meta-2 [ID: 2]"),
+        "entry info names the group and the node serving the home now:\n{info}"
+    );
 
     cluster.restart("meta-1").expect("restart meta-1");
     common::wait_meta_member_good(&cluster, "meta-1");
