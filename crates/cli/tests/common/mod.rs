@@ -40,9 +40,19 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Runs the CLI and returns (success, stdout, stderr).
+/// Runs the CLI and returns (success, stdout, stderr). A call that takes long is reported on
+/// stderr, to tell a slow management answer from a slow cluster when a test stalls.
 pub fn weft(cluster: &LocalCluster, args: &[&str]) -> (bool, String, String) {
+    let started = std::time::Instant::now();
     let output = cluster.weft(args).expect("weft runs");
+    if started.elapsed() > std::time::Duration::from_secs(2) {
+        eprintln!(
+            "weft {} took {:?}: {}",
+            args.join(" "),
+            started.elapsed(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
