@@ -152,6 +152,7 @@ impl Workload {
         let fio = {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
+                common::private_file_table();
                 let mut jobs = 0;
                 while !stop.load(Ordering::Relaxed) && jobs < 500 {
                     let output = Command::new("fio")
@@ -174,6 +175,8 @@ impl Workload {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
                 use std::io::Write;
+                // The CLI calls of the test thread must not carry this thread's open files.
+                common::private_file_table();
                 let mut kept = BTreeMap::new();
                 let mut index = 0u64;
                 while !stop.load(Ordering::Relaxed) && index < 100_000 {
@@ -457,7 +460,13 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     }
     for (name, content) in &kept {
         let read = std::fs::read(fresh.join("names").join(name)).expect("kept file");
-        assert!(read == *content, "{name} is intact after a fresh mount");
+        let first_difference = read.iter().zip(content).position(|(a, b)| a != b);
+        assert!(
+            read == *content,
+            "{name} is intact after a fresh mount: {} bytes read, {} written, first difference at {first_difference:?}",
+            read.len(),
+            content.len()
+        );
     }
     let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", &mgmt]);
     assert!(ok, "{report}{err}");

@@ -18,6 +18,9 @@ use weft_proto::messages::{
     Consistency, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MirrorMember,
 };
 
+/// A commit of the groups' state slower than this is logged.
+const SLOW_COMMIT: Duration = Duration::from_secs(1);
+
 /// Most a server's clock may run ahead of management's within a lease.
 const LEASE_MARGIN: Duration = Duration::from_millis(weft_mirror::LEASE_MARGIN_MS);
 
@@ -201,7 +204,12 @@ impl Mirrors {
         if changed.is_empty() {
             return Ok(Vec::new());
         }
+        let started = Instant::now();
         store.save_mirror_state(kind, controller.durable())?;
+        if started.elapsed() > SLOW_COMMIT {
+            // Heartbeats wait for it: leases may run out meanwhile.
+            tracing::warn!(elapsed = ?started.elapsed(), "storing a mirror group change was slow");
+        }
         Ok(changed
             .into_iter()
             .map(|group| describe_change(kind, group, before.groups.get(&group.id)))

@@ -113,7 +113,7 @@ async fn mirror_loop(mgmt: Arc<Mgmt>) {
     const TICK: Duration = Duration::from_millis(250);
     loop {
         tokio::time::sleep(TICK).await;
-        match mgmt.mirrors.tick(&mgmt.store) {
+        match tokio::task::block_in_place(|| mgmt.mirrors.tick(&mgmt.store)) {
             Ok(events) => {
                 for event in events {
                     mgmt.monitor.event(true, event);
@@ -138,7 +138,10 @@ async fn monitor_loop(mgmt: Arc<Mgmt>) {
 impl weft_net::Handler for Mgmt {
     async fn handle(&self, request: Request, _payload: Bytes) -> (Reply, Bytes) {
         let reply = match request {
-            Request::Mgmt(request) => self.handle_mgmt(request),
+            // Requests may commit to the store (an fsync) or wait for a commit in flight: the
+            // runtime moves its other tasks off this thread meanwhile, so a slow disk never
+            // keeps management from answering map fetches and heartbeats that change nothing.
+            Request::Mgmt(request) => tokio::task::block_in_place(|| self.handle_mgmt(request)),
             other => Err(WireError::new(
                 ErrorCode::WrongService,
                 format!("management does not serve {other:?}"),

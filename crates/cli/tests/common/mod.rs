@@ -287,3 +287,19 @@ pub fn assert_meta_copies_identical(cluster: &LocalCluster, what: &str) {
     )
     .expect("the members' store files are identical");
 }
+
+/// Gives the calling thread a file descriptor table of its own (`unshare(CLONE_FILES)`), for a
+/// thread that keeps files of a Weft mount open while other threads start processes. A started
+/// process gets a copy of its parent's table and closes the copies at exec; closing a copy of a
+/// mount's file sends FLUSH, which waits for that file's writes — through a failover, the
+/// length of the pause. Files opened in a private table are never copied into them.
+pub fn private_file_table() {
+    // SAFETY: unshare(CLONE_FILES) only gives this thread a copy of the table it already has.
+    let result = unsafe { libc::unshare(libc::CLONE_FILES) };
+    assert_eq!(
+        result,
+        0,
+        "unshare(CLONE_FILES): {}",
+        std::io::Error::last_os_error()
+    );
+}
