@@ -117,6 +117,10 @@ pub(crate) struct Meta {
     /// Held while objects of removed files are deleted, and by fsck while it lists objects and
     /// checks them: an object deleted between the two would look like one without a file.
     disposing: tokio::sync::Mutex<()>,
+    /// Held per inode while its queued truncate is sent to the targets: a setattr's truncate
+    /// and the work loop's retry of it never run at once, so no retry of an older attempt can
+    /// land after the setattr was answered and cut the writes that followed it.
+    truncating: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
@@ -199,6 +203,7 @@ impl Meta {
             intents_in_flight: Mutex::default(),
             shard_syncs: Mutex::default(),
             disposing: tokio::sync::Mutex::new(()),
+            truncating: Mutex::default(),
             worker: Mutex::default(),
         });
         match meta.read(spread_directories) {
@@ -1834,6 +1839,27 @@ impl Meta {
 
     /// Applies a queued truncate on every target of the file, then retires the work item.
     async fn apply_truncate(&self, inode: InodeId) -> Result<(), WireError> {
+        let gate = Arc::clone(
+            self.truncating
+                .lock()
+                .expect("truncate locks poisoned")
+                .entry(inode)
+                .or_default(),
+        );
+        let applied = {
+            let _one = gate.lock().await;
+            self.apply_truncate_now(inode).await
+        };
+        let mut gates = self.truncating.lock().expect("truncate locks poisoned");
+        // The table's entry and this one: nobody else waits.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(&inode);
+        }
+        applied
+    }
+
+    /// Sends `inode`'s queued truncate, if any, to every target; the caller holds its lock.
+    async fn apply_truncate_now(&self, inode: InodeId) -> Result<(), WireError> {
         let work = self
             .read(|txn| {
                 let table = txn.open_table(TRUNCATES)?;
