@@ -46,8 +46,18 @@ pub fn weft(cluster: &LocalCluster, args: &[&str]) -> (bool, String, String) {
     let started = std::time::Instant::now();
     let output = cluster.weft(args).expect("weft runs");
     if started.elapsed() > std::time::Duration::from_secs(2) {
+        // Files of a mount this process holds in its shared descriptor table are closed in
+        // every child at exec, which waits for their writes (see `private_file_table`).
+        let held: Vec<String> = std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+            .filter(|target| target.starts_with(cluster.root()))
+            .map(|target| target.display().to_string())
+            .collect();
         eprintln!(
-            "weft {} took {:?}: {}",
+            "weft {} took {:?}: {}; this process holds {held:?}",
             args.join(" "),
             started.elapsed(),
             String::from_utf8_lossy(&output.stderr).trim()
@@ -292,7 +302,9 @@ pub fn assert_meta_copies_identical(cluster: &LocalCluster, what: &str) {
 /// thread that keeps files of a Weft mount open while other threads start processes. A started
 /// process gets a copy of its parent's table and closes the copies at exec; closing a copy of a
 /// mount's file sends FLUSH, which waits for that file's writes — through a failover, the
-/// length of the pause. Files opened in a private table are never copied into them.
+/// length of the pause. Files opened in a private table are never copied into them. Call it
+/// before any other thread may be starting a process: the private table is a copy of the
+/// shared one, pipes of a process being started included.
 pub fn private_file_table() {
     // SAFETY: unshare(CLONE_FILES) only gives this thread a copy of the table it already has.
     let result = unsafe { libc::unshare(libc::CLONE_FILES) };
