@@ -1,9 +1,14 @@
 //! Group commit. One writer thread owns redb's single write transaction: it takes every
-//! operation queued while the previous commit ran, applies them in one transaction, commits
-//! (one fsync for all of them), and only then answers each. A rejected operation has written
+//! operation queued while the previous commit ran, applies them in one transaction and
+//! commits. A home's store syncs each commit in the background ([`HomeFile`]), so the writer
+//! goes on with the next batch while an answer thread waits for the sync (one fsync for the
+//! whole batch) and only then answers each operation. A rejected operation has written
 //! nothing (operations validate before they write), so it does not disturb its batch-mates; a
 //! store failure abandons the whole batch and every operation in it gets the error.
+//!
+//! [`HomeFile`]: crate::replica::HomeFile
 
+use crate::replica::HomeLink;
 use crate::store::OpError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -22,7 +27,18 @@ const BATCH_OPERATIONS_MAX: usize = 512;
 /// An operation run inside the batch transaction.
 pub(crate) type WriteOp = Box<dyn FnOnce(&WriteTransaction) -> Result<Response, OpError> + Send>;
 
-type Queued = (WriteOp, oneshot::Sender<Result<Response, OpError>>);
+type Answer = oneshot::Sender<Result<Response, OpError>>;
+type Queued = (WriteOp, Answer);
+
+/// A committed batch waiting for its sync: each operation's answer and result (none when a
+/// store failure abandoned it), and how the commit ended.
+struct Committed {
+    results: Vec<(Answer, Option<Result<Response, OpError>>)>,
+    outcome: Result<(), String>,
+    started: Instant,
+    /// The sync that makes the batch durable.
+    sync: u64,
+}
 
 /// What the writer thread reports to Prometheus.
 #[derive(Clone, Debug)]
@@ -80,13 +96,33 @@ pub(crate) struct Committer {
 }
 
 impl Committer {
-    pub fn start(db: Arc<Database>, metrics: CommitMetrics) -> Committer {
+    /// Starts the writer thread of `db`; with `syncs`, the store syncs in the background
+    /// and each batch is answered once its sync finished.
+    pub fn start(
+        db: Arc<Database>,
+        syncs: Option<Arc<HomeLink>>,
+        metrics: CommitMetrics,
+    ) -> Committer {
         let (queue, receiver) = mpsc::channel::<Queued>();
-        let thread_metrics = metrics.clone();
+        let (committed, waiting) = mpsc::channel::<Committed>();
+        let writer_syncs = syncs.clone();
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
-            .spawn(move || writer_loop(&db, &receiver, &thread_metrics))
+            .spawn(move || writer_loop(&db, writer_syncs.as_deref(), &receiver, &committed))
             .expect("spawning the commit thread");
+        let answer_metrics = metrics.clone();
+        std::thread::Builder::new()
+            .name("weft-meta-answer".into())
+            .spawn(move || {
+                while let Ok(batch) = waiting.recv() {
+                    let synced = match &syncs {
+                        Some(link) if batch.outcome.is_ok() => link.wait_synced(batch.sync),
+                        _ => Ok(()),
+                    };
+                    answer(batch, synced, &answer_metrics);
+                }
+            })
+            .expect("spawning the answer thread");
         Committer { queue, metrics }
     }
 
@@ -121,7 +157,12 @@ impl Committer {
     }
 }
 
-fn writer_loop(db: &Database, receiver: &mpsc::Receiver<Queued>, metrics: &CommitMetrics) {
+fn writer_loop(
+    db: &Database,
+    syncs: Option<&HomeLink>,
+    receiver: &mpsc::Receiver<Queued>,
+    committed: &mpsc::Sender<Committed>,
+) {
     while let Ok(first) = receiver.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH_OPERATIONS_MAX {
@@ -130,31 +171,30 @@ fn writer_loop(db: &Database, receiver: &mpsc::Receiver<Queued>, metrics: &Commi
                 Err(_) => break,
             }
         }
-        let started = Instant::now();
-        let operations = batch.len();
-        let committed = commit_batch(db, batch);
-        metrics.batch_operations.observe(operations as f64);
-        metrics
-            .commit_seconds
-            .observe(started.elapsed().as_secs_f64());
-        if committed {
-            metrics.commits.inc();
-        } else {
-            metrics.failed.inc();
+        let mut batch = commit_batch(db, batch);
+        // Only this thread commits, so the last sync asked for is this commit's.
+        batch.sync = syncs.map_or(0, HomeLink::last_sync);
+        if committed.send(batch).is_err() {
+            return;
         }
-        metrics.queued.dec_by(operations as i64);
     }
 }
 
-/// Applies and commits one batch and answers its operations; false when the commit failed.
-fn commit_batch(db: &Database, batch: Vec<Queued>) -> bool {
+/// Applies and commits one batch.
+fn commit_batch(db: &Database, batch: Vec<Queued>) -> Committed {
+    let started = Instant::now();
     let txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
-            for (_, answer) in batch {
-                let _ = answer.send(Err(OpError::Store(error.to_string())));
+            return Committed {
+                results: batch
+                    .into_iter()
+                    .map(|(_, answer)| (answer, None))
+                    .collect(),
+                outcome: Err(error.to_string()),
+                started,
+                sync: 0,
             }
-            return false;
         }
     };
     let mut results = Vec::with_capacity(batch.len());
@@ -179,7 +219,19 @@ fn commit_batch(db: &Database, batch: Vec<Queued>) -> bool {
         }
         None => txn.commit().map_err(|error| error.to_string()),
     };
-    for (answer, result) in results {
+    Committed {
+        results,
+        outcome,
+        started,
+        sync: 0,
+    }
+}
+
+/// Answers each operation of a committed batch once `synced` says how its sync ended.
+fn answer(batch: Committed, synced: Result<(), String>, metrics: &CommitMetrics) {
+    let operations = batch.results.len();
+    let outcome = batch.outcome.and(synced);
+    for (answer, result) in batch.results {
         let reply = match (&outcome, result) {
             (Ok(()), Some(result)) => result,
             (Ok(()), None) => Err(OpError::Store("batch abandoned".into())),
@@ -187,5 +239,14 @@ fn commit_batch(db: &Database, batch: Vec<Queued>) -> bool {
         };
         let _ = answer.send(reply);
     }
-    outcome.is_ok()
+    metrics.batch_operations.observe(operations as f64);
+    metrics
+        .commit_seconds
+        .observe(batch.started.elapsed().as_secs_f64());
+    if outcome.is_ok() {
+        metrics.commits.inc();
+    } else {
+        metrics.failed.inc();
+    }
+    metrics.queued.dec_by(operations as i64);
 }

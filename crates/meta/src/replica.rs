@@ -1,10 +1,11 @@
 //! Metadata mirroring by shipping the store file's changes.
 //!
 //! A home's store is a redb file. On the home's primary, redb writes that file through
-//! [`HomeFile`], which applies each write locally and keeps it; at every sync (each commit
-//! ends with one) the kept changes go, in order, to every present member of the home's mirror
-//! group while the local file syncs, and the sync returns only when each member applied and
-//! synced them or left the group. A member's copy is therefore the primary's file as of its last sync, byte for byte:
+//! [`HomeFile`], which keeps each commit's writes until the commit's sync; the sync's
+//! flusher writes them to the local file and, in order, to every present member of the home's
+//! mirror group while the local file syncs, and the sync finishes only when each member
+//! applied and synced them or left the group. A member's copy is therefore the primary's file
+//! as of its last sync, byte for byte:
 //! promoted, it opens the copy as redb opens a file after a crash. The changes are the
 //! committed key changes in their stored form, so nothing is re-executed (no ids, timestamps
 //! or choices can diverge), and the reply cache travels with them: a client's retry after a
@@ -58,11 +59,93 @@ pub(crate) fn group_of_home(groups: &[MirrorGroupInfo], home: NodeId) -> Option<
     })
 }
 
-/// Changes made since the last sync.
+/// Changes to a store file, in order, with the bytes they write.
 #[derive(Default)]
-struct Pending {
+struct Changes {
     changes: Vec<FileChange>,
     payload: Vec<u8>,
+}
+
+impl Changes {
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        self.changes.push(FileChange::Write {
+            offset,
+            len: data.len() as u32,
+        });
+        self.payload.extend_from_slice(data);
+    }
+
+    /// Lays the changes over `buffer`, which holds the file's bytes from `offset` on.
+    fn overlay(&self, offset: u64, buffer: &mut [u8]) {
+        let end = offset + buffer.len() as u64;
+        let mut at = 0usize;
+        for change in &self.changes {
+            match *change {
+                FileChange::Write { offset: start, len } => {
+                    let data = &self.payload[at..at + len as usize];
+                    at += len as usize;
+                    let from = start.max(offset);
+                    let to = (start + u64::from(len)).min(end);
+                    if from < to {
+                        buffer[(from - offset) as usize..(to - offset) as usize]
+                            .copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
+                    }
+                }
+                FileChange::SetLen(len) if len < end => {
+                    buffer[(len.max(offset) - offset) as usize..].fill(0);
+                }
+                FileChange::SetLen(_) => {}
+            }
+        }
+    }
+}
+
+/// Writes `changes` (whose written bytes `payload` holds in order) to `file`.
+fn apply_changes(file: &File, changes: &[FileChange], payload: &[u8]) -> std::io::Result<()> {
+    let mut at = 0usize;
+    for change in changes {
+        match *change {
+            FileChange::Write { offset, len } => {
+                let end = at + len as usize;
+                file.write_all_at(&payload[at..end], offset)?;
+                at = end;
+            }
+            FileChange::SetLen(len) => file.set_len(len)?,
+        }
+    }
+    Ok(())
+}
+
+/// Reads what the file holds of `buffer.len()` bytes from `offset`; the rest stays zero.
+fn read_available(file: &File, offset: u64, buffer: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buffer.len() {
+        match file.read_at(&mut buffer[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(read) => done += read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// A home's store writes between redb and the disk (see [`HomeFile`]).
+struct Writes {
+    /// What redb wrote since its last sync, not in the file yet.
+    next: Changes,
+    /// What redb wrote before its last sync: being written to the file, synced and shipped.
+    flushing: Option<Arc<Changes>>,
+    /// The file's length as redb sees it.
+    len: u64,
+    /// Syncs redb asked for.
+    asked: u64,
+    /// Syncs finished: their changes are in the file, synced, and on every present member.
+    done: u64,
+    /// Why a sync failed; no later one is attempted.
+    failed: Option<String>,
+    /// Set when redb closed the file: the flusher ends once it finished what was asked.
+    closed: bool,
 }
 
 /// The link between a served home's store file and its mirror members.
@@ -70,7 +153,9 @@ pub(crate) struct HomeLink {
     home: NodeId,
     node: NodeId,
     file: Arc<File>,
-    pending: Mutex<Pending>,
+    writes: Mutex<Writes>,
+    /// Signalled whenever a sync is asked for or finishes, and at close.
+    flushed: std::sync::Condvar,
     /// Set when this server stops serving the home: the file is not written again through
     /// this link.
     fenced: AtomicBool,
@@ -108,11 +193,21 @@ impl HomeLink {
                 .truncate(false)
                 .open(&path)?,
         );
+        let len = file.metadata()?.len();
         let link = Arc::new(HomeLink {
             home,
             node,
             file: Arc::clone(&file),
-            pending: Mutex::default(),
+            writes: Mutex::new(Writes {
+                next: Changes::default(),
+                flushing: None,
+                len,
+                asked: 0,
+                done: 0,
+                failed: None,
+                closed: false,
+            }),
+            flushed: std::sync::Condvar::new(),
             fenced: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             order: tokio::sync::Mutex::new(()),
@@ -121,6 +216,10 @@ impl HomeLink {
             missed,
             runtime: tokio::runtime::Handle::current(),
         });
+        let flusher = Arc::clone(&link);
+        std::thread::Builder::new()
+            .name(format!("weft-meta-flush-{home}"))
+            .spawn(move || flusher.flush_loop())?;
         Ok((
             Arc::clone(&link),
             HomeFile {
@@ -128,6 +227,83 @@ impl HomeLink {
                 link: Arc::clone(&link),
             },
         ))
+    }
+
+    fn writes(&self) -> std::sync::MutexGuard<'_, Writes> {
+        self.writes.lock().expect("store writes poisoned")
+    }
+
+    /// The sync the last commit asked for.
+    pub fn last_sync(&self) -> u64 {
+        self.writes().asked
+    }
+
+    /// Waits until sync `ticket` finished: its changes are durable here and on every present
+    /// member of the home's group.
+    ///
+    /// # Errors
+    /// Why that sync, or one before it, failed.
+    pub fn wait_synced(&self, ticket: u64) -> Result<(), String> {
+        let mut writes = self.writes();
+        loop {
+            if writes.done >= ticket {
+                return Ok(());
+            }
+            if let Some(failure) = &writes.failed {
+                return Err(failure.clone());
+            }
+            writes = self.flushed.wait(writes).expect("store writes poisoned");
+        }
+    }
+
+    /// Writes, syncs and ships each sync's changes, one sync at a time, in order.
+    fn flush_loop(&self) {
+        loop {
+            let (changes, ticket) = {
+                let mut writes = self.writes();
+                loop {
+                    if writes.failed.is_none() && writes.done < writes.asked {
+                        break;
+                    }
+                    if writes.closed {
+                        return;
+                    }
+                    writes = self.flushed.wait(writes).expect("store writes poisoned");
+                }
+                let changes = Arc::clone(writes.flushing.as_ref().expect("an asked sync"));
+                (changes, writes.asked)
+            };
+            let result = self.flush(&changes);
+            let mut writes = self.writes();
+            writes.flushing = None;
+            match result {
+                Ok(()) => writes.done = ticket,
+                Err(error) => {
+                    tracing::error!(home = self.home.0, %error, "metadata store sync failed");
+                    self.broken.store(true, Ordering::SeqCst);
+                    writes.failed = Some(error.to_string());
+                }
+            }
+            self.flushed.notify_all();
+        }
+    }
+
+    /// Writes `changes` to the store file, then syncs it while they ship to the members.
+    fn flush(&self, changes: &Changes) -> std::io::Result<()> {
+        self.check_fence()?;
+        apply_changes(&self.file, &changes.changes, &changes.payload)?;
+        // The local sync runs while the changes ship: a commit waits for the slower of the
+        // two, not their sum. If shipping fails the sync fails, synced here or not; a copy
+        // that missed it is copied in full before it can serve.
+        if self.group().is_none() {
+            return self.file.sync_data();
+        }
+        std::thread::scope(|scope| {
+            let local = scope.spawn(|| self.file.sync_data());
+            let shipped = self.ship(changes);
+            let synced = local.join().expect("local sync panicked");
+            shipped.and(synced)
+        })
     }
 
     /// Stops every further write through this link.
@@ -156,16 +332,15 @@ impl HomeLink {
 
     /// Ships the changes made since the last sync to every present member, in order, and
     /// records the extents they touched for every absent member that left in sync.
-    fn ship(&self) -> std::io::Result<()> {
-        let pending = std::mem::take(&mut *self.pending.lock().expect("pending poisoned"));
+    fn ship(&self, pending: &Changes) -> std::io::Result<()> {
         if pending.changes.is_empty() {
             return Ok(());
         }
         let Some(group) = self.group() else {
             return Ok(());
         };
-        let changes = pending.changes;
-        let payload = Bytes::from(pending.payload);
+        let changes = pending.changes.clone();
+        let payload = Bytes::copy_from_slice(&pending.payload);
         let shipped = self.block_on(async {
             let _order = self.order.lock().await;
             self.membership
@@ -195,7 +370,6 @@ impl HomeLink {
             Ok::<(), WireError>(())
         });
         shipped.map_err(|error| {
-            self.broken.store(true, Ordering::SeqCst);
             std::io::Error::other(format!(
                 "metadata home {}: changes did not reach the mirror group: {error}",
                 self.home
@@ -384,7 +558,16 @@ impl HomeLink {
     }
 }
 
-/// redb's view of a served home's store file (see the module documentation).
+/// redb's view of a served home's store file.
+///
+/// A commit's writes stay in memory until its sync: the sync hands them to the home's flusher
+/// thread, which writes them to the file and syncs it while they ship to the members, and
+/// returns at once, so the next batch of operations is applied while the last one reaches the
+/// disk. redb reads its unsynced pages back from memory. The next sync waits for the last one
+/// to finish, so the file never holds a commit's pages before the commit before it is durable:
+/// redb reuses a page only once the commit that freed it is synced, and a crash leaves the
+/// file as of some sync, as redb expects. A commit is durable only once its sync finished
+/// ([`HomeLink::wait_synced`]); the commit thread answers after that.
 pub(crate) struct HomeFile {
     file: Arc<File>,
     link: Arc<HomeLink>,
@@ -415,46 +598,62 @@ impl std::fmt::Debug for HomeFile {
 
 impl redb::StorageBackend for HomeFile {
     fn len(&self) -> std::io::Result<u64> {
-        Ok(self.file.metadata()?.len())
+        Ok(self.link.writes().len)
     }
 
     fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
         let mut buffer = vec![0; len];
-        self.file.read_exact_at(&mut buffer, offset)?;
+        // Under the lock: the flusher forgets the changes it flushed only after they are in
+        // the file.
+        let writes = self.link.writes();
+        read_available(&self.file, offset, &mut buffer)?;
+        if let Some(flushing) = &writes.flushing {
+            flushing.overlay(offset, &mut buffer);
+        }
+        writes.next.overlay(offset, &mut buffer);
         Ok(buffer)
     }
 
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.link.check_fence()?;
-        let mut pending = self.link.pending.lock().expect("pending poisoned");
-        self.file.set_len(len)?;
-        pending.changes.push(FileChange::SetLen(len));
+        let mut writes = self.link.writes();
+        writes.next.changes.push(FileChange::SetLen(len));
+        writes.len = len;
         Ok(())
     }
 
     fn sync_data(&self, _eventual: bool) -> std::io::Result<()> {
         self.link.check_fence()?;
-        // The local sync runs while the changes ship: a commit waits for the slower of the
-        // two, not their sum. If shipping fails the commit fails, synced here or not; a copy
-        // that missed it is copied in full before it can serve.
-        std::thread::scope(|scope| {
-            let local = scope.spawn(|| self.file.sync_data());
-            let shipped = self.link.ship();
-            let synced = local.join().expect("local sync panicked");
-            shipped.and(synced)
-        })
+        let mut writes = self.link.writes();
+        while writes.flushing.is_some() && writes.failed.is_none() {
+            writes = self
+                .link
+                .flushed
+                .wait(writes)
+                .expect("store writes poisoned");
+        }
+        if let Some(failure) = &writes.failed {
+            return Err(std::io::Error::other(failure.clone()));
+        }
+        let changes = std::mem::take(&mut writes.next);
+        writes.flushing = Some(Arc::new(changes));
+        writes.asked += 1;
+        self.link.flushed.notify_all();
+        Ok(())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         self.link.check_fence()?;
-        let mut pending = self.link.pending.lock().expect("pending poisoned");
-        self.file.write_all_at(data, offset)?;
-        pending.changes.push(FileChange::Write {
-            offset,
-            len: data.len() as u32,
-        });
-        pending.payload.extend_from_slice(data);
+        self.link.writes().next.write(offset, data);
         Ok(())
+    }
+}
+
+impl Drop for HomeFile {
+    /// redb closed the store: the flusher ends once it finished what was asked of it.
+    fn drop(&mut self) {
+        self.link.writes().closed = true;
+        self.link.flushed.notify_all();
     }
 }
 
@@ -507,17 +706,7 @@ impl Replicas {
         }
         let file = self.file(home).map_err(io)?;
         let file = file.lock().expect("replica file poisoned");
-        let mut at = 0usize;
-        for change in changes {
-            match *change {
-                FileChange::Write { offset, len } => {
-                    let end = at + len as usize;
-                    file.write_all_at(&payload[at..end], offset).map_err(io)?;
-                    at = end;
-                }
-                FileChange::SetLen(len) => file.set_len(len).map_err(io)?,
-            }
-        }
+        apply_changes(&file, changes, payload).map_err(io)?;
         if sync {
             file.sync_data().map_err(io)?;
         }
@@ -553,6 +742,60 @@ impl Replicas {
             .remove(&home);
         if let Some(file) = file {
             drop(file.lock().expect("replica file poisoned"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reading the file under the changes not yet in it gives what the file holds once they
+    /// are: redb reads its unsynced pages back this way.
+    #[test]
+    fn unflushed_changes_read_as_if_written() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let base = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(directory.path().join("store"))
+            .expect("store file");
+        base.write_all_at(&[7; 40_000], 0).expect("base bytes");
+        let mut flushing = Changes::default();
+        flushing.write(4096, &[1; 8192]);
+        flushing.changes.push(FileChange::SetLen(10_000));
+        let mut next = Changes::default();
+        next.changes.push(FileChange::SetLen(50_000));
+        next.write(9_000, &[2; 100]);
+        next.write(45_000, &[3; 5000]);
+        next.write(12_000, &[4; 10]);
+
+        let views: Vec<Vec<u8>> = [(0, 60_000), (4000, 200), (9_050, 3000), (44_000, 2000)]
+            .iter()
+            .map(|&(offset, len)| {
+                let mut buffer = vec![0; len];
+                read_available(&base, offset, &mut buffer).expect("read");
+                flushing.overlay(offset, &mut buffer);
+                next.overlay(offset, &mut buffer);
+                buffer
+            })
+            .collect();
+
+        for changes in [&flushing, &next] {
+            apply_changes(&base, &changes.changes, &changes.payload).expect("apply");
+        }
+        assert_eq!(base.metadata().expect("metadata").len(), 50_000);
+        for (view, &(offset, len)) in views.iter().zip(&[
+            (0u64, 60_000usize),
+            (4000, 200),
+            (9_050, 3000),
+            (44_000, 2000),
+        ]) {
+            let mut written = vec![0; len];
+            read_available(&base, offset, &mut written).expect("read");
+            assert_eq!(view, &written, "bytes from {offset}");
         }
     }
 }

@@ -185,7 +185,11 @@ impl Meta {
         let config = &shared.config;
         let meta = Arc::new(Meta {
             node: home,
-            committer: Committer::start(Arc::clone(&db), shared.commit_metrics.clone()),
+            committer: Committer::start(
+                Arc::clone(&db),
+                Some(Arc::clone(&link)),
+                shared.commit_metrics.clone(),
+            ),
             db,
             link,
             cluster: Arc::clone(&shared.cluster),

@@ -56,6 +56,7 @@ fn fixture() -> Fixture {
     Fixture {
         committer: Committer::start(
             Arc::clone(&db),
+            None,
             crate::commit::CommitMetrics::register(
                 &mut prometheus_client::registry::Registry::default(),
             ),
