@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 use redb::{Database, WriteTransaction};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use weft_proto::messages::Response;
 
@@ -164,14 +164,7 @@ fn writer_loop(
     committed: &mpsc::Sender<Committed>,
 ) {
     while let Ok(first) = receiver.recv() {
-        let mut batch = vec![first];
-        while batch.len() < BATCH_OPERATIONS_MAX {
-            match receiver.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
-        let mut batch = commit_batch(db, batch);
+        let mut batch = commit_batch(db, first, receiver, syncs);
         // Only this thread commits, so the last sync asked for is this commit's.
         batch.sync = syncs.map_or(0, HomeLink::last_sync);
         if committed.send(batch).is_err() {
@@ -180,36 +173,57 @@ fn writer_loop(
     }
 }
 
-/// Applies and commits one batch.
-fn commit_batch(db: &Database, batch: Vec<Queued>) -> Committed {
+/// How long the writer waits for another operation while the last sync still runs.
+const GATHER_POLL: Duration = Duration::from_micros(100);
+
+/// Applies `first`, every operation already queued, and every one that arrives while the
+/// last commit's sync still runs (a commit could not start its own sync before), in one
+/// transaction, and commits it.
+fn commit_batch(
+    db: &Database,
+    first: Queued,
+    receiver: &mpsc::Receiver<Queued>,
+    syncs: Option<&HomeLink>,
+) -> Committed {
     let started = Instant::now();
     let txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
+            let mut results = vec![(first.1, None)];
+            results.extend(receiver.try_iter().map(|(_, answer)| (answer, None)));
             return Committed {
-                results: batch
-                    .into_iter()
-                    .map(|(_, answer)| (answer, None))
-                    .collect(),
+                results,
                 outcome: Err(error.to_string()),
                 started,
                 sync: 0,
-            }
+            };
         }
     };
-    let mut results = Vec::with_capacity(batch.len());
+    let mut results = Vec::new();
     let mut failure = None;
-    for (op, answer) in batch {
+    let mut next = Some(first);
+    while let Some((op, answer)) = next.take() {
         if failure.is_some() {
             results.push((answer, None));
-            continue;
-        }
-        match op(&txn) {
-            Err(OpError::Store(message)) => {
-                failure = Some(message);
-                results.push((answer, None));
+        } else {
+            match op(&txn) {
+                Err(OpError::Store(message)) => {
+                    failure = Some(message);
+                    results.push((answer, None));
+                }
+                result => results.push((answer, Some(result))),
             }
-            result => results.push((answer, Some(result))),
+        }
+        if results.len() >= BATCH_OPERATIONS_MAX {
+            break;
+        }
+        next = receiver.try_recv().ok();
+        while next.is_none() && syncs.is_some_and(HomeLink::syncing) {
+            match receiver.recv_timeout(GATHER_POLL) {
+                Ok(queued) => next = Some(queued),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
         }
     }
     let outcome = match failure {

@@ -238,6 +238,12 @@ impl HomeLink {
         self.writes().asked
     }
 
+    /// Whether a sync is running: a commit now would wait for it.
+    pub fn syncing(&self) -> bool {
+        let writes = self.writes();
+        writes.flushing.is_some() && writes.failed.is_none()
+    }
+
     /// Waits until sync `ticket` finished: its changes are durable here and on every present
     /// member of the home's group.
     ///
