@@ -147,6 +147,12 @@ fn prometheus_scrapes_every_service() {
         prometheus.value("weft_meta_inodes") >= 3.0,
         "root, file and directory"
     );
+    assert!(
+        prometheus.value("sum(weft_meta_sync_duration_seconds_count)")
+            >= prometheus.value("sum(weft_meta_commits_total)")
+            && prometheus.value("sum(weft_meta_commits_total)") >= 2.0,
+        "every commit of the metadata store is synced by its flusher, and timed"
+    );
 
     // Every panel of every dashboard in the repository is valid PromQL over series that exist.
     let dashboards =

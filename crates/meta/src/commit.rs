@@ -49,6 +49,8 @@ pub(crate) struct CommitMetrics {
     commit_seconds: Histogram,
     commits: Counter,
     failed: Counter,
+    /// Time a store's flusher takes to write, sync and ship one commit.
+    pub sync_seconds: Histogram,
 }
 
 impl CommitMetrics {
@@ -59,6 +61,7 @@ impl CommitMetrics {
             commit_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
             commits: Counter::default(),
             failed: Counter::default(),
+            sync_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
         };
         registry.register(
             "weft_meta_commit_queue_depth",
@@ -84,6 +87,13 @@ impl CommitMetrics {
             "weft_meta_commit_failures",
             "Commits that failed; every change in them got an error",
             metrics.failed.clone(),
+        );
+        // After the commit counter, so a scrape never counts a commit whose sync it did not.
+        registry.register(
+            "weft_meta_sync_duration_seconds",
+            "Time to write one commit's pages to the store file, sync it and ship them to the \
+             mirror members: the commit's share of the disk",
+            metrics.sync_seconds.clone(),
         );
         metrics
     }

@@ -169,6 +169,7 @@ pub(crate) struct HomeLink {
     /// What absent members miss, for the groups this server is primary of.
     missed: Arc<MissedLogs>,
     runtime: tokio::runtime::Handle,
+    sync_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl HomeLink {
@@ -180,6 +181,7 @@ impl HomeLink {
         membership: Arc<Membership>,
         cluster: Arc<ClusterView>,
         missed: Arc<MissedLogs>,
+        sync_seconds: prometheus_client::metrics::histogram::Histogram,
     ) -> std::io::Result<(Arc<HomeLink>, HomeFile)> {
         let path = home_path(data_dir, node, home);
         if let Some(parent) = path.parent() {
@@ -215,6 +217,7 @@ impl HomeLink {
             cluster,
             missed,
             runtime: tokio::runtime::Handle::current(),
+            sync_seconds,
         });
         let flusher = Arc::clone(&link);
         std::thread::Builder::new()
@@ -279,7 +282,9 @@ impl HomeLink {
                 let changes = Arc::clone(writes.flushing.as_ref().expect("an asked sync"));
                 (changes, writes.asked)
             };
+            let started = std::time::Instant::now();
             let result = self.flush(&changes);
+            self.sync_seconds.observe(started.elapsed().as_secs_f64());
             let mut writes = self.writes();
             writes.flushing = None;
             match result {

@@ -154,6 +154,7 @@ impl Meta {
             Arc::clone(&shared.membership),
             Arc::clone(&shared.cluster),
             Arc::clone(&shared.missed),
+            shared.commit_metrics.sync_seconds.clone(),
         )
         .map_err(store_error)?;
         let db = Arc::new(
