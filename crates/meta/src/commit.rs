@@ -174,10 +174,10 @@ fn writer_loop(
     committed: &mpsc::Sender<Committed>,
 ) {
     while let Ok(first) = receiver.recv() {
-        let mut batch = commit_batch(db, first, receiver, syncs);
-        // Only this thread commits, so the last sync asked for is this commit's.
-        batch.sync = syncs.map_or(0, HomeLink::last_sync);
-        if committed.send(batch).is_err() {
+        if committed
+            .send(commit_batch(db, first, receiver, syncs))
+            .is_err()
+        {
             return;
         }
     }
@@ -199,10 +199,8 @@ fn commit_batch(
     let txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
-            let mut results = vec![(first.1, None)];
-            results.extend(receiver.try_iter().map(|(_, answer)| (answer, None)));
             return Committed {
-                results,
+                results: vec![(first.1, None)],
                 outcome: Err(error.to_string()),
                 started,
                 sync: 0,
@@ -247,7 +245,8 @@ fn commit_batch(
         results,
         outcome,
         started,
-        sync: 0,
+        // Only this thread commits, so the last sync asked for is this commit's.
+        sync: syncs.map_or(0, HomeLink::last_sync),
     }
 }
 

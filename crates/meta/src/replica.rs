@@ -148,6 +148,22 @@ struct Writes {
     closed: bool,
 }
 
+impl Writes {
+    /// Whether a sync is being carried out: the next one must wait for it.
+    fn running(&self) -> bool {
+        self.flushing.is_some() && self.failed.is_none()
+    }
+}
+
+/// The payload of a sync's changes, shipped without a copy.
+struct Payload(Arc<Changes>);
+
+impl AsRef<[u8]> for Payload {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.payload
+    }
+}
+
 /// The link between a served home's store file and its mirror members.
 pub(crate) struct HomeLink {
     home: NodeId,
@@ -243,8 +259,7 @@ impl HomeLink {
 
     /// Whether a sync is running: a commit now would wait for it.
     pub fn syncing(&self) -> bool {
-        let writes = self.writes();
-        writes.flushing.is_some() && writes.failed.is_none()
+        self.writes().running()
     }
 
     /// Waits until sync `ticket` finished: its changes are durable here and on every present
@@ -253,15 +268,13 @@ impl HomeLink {
     /// # Errors
     /// Why that sync, or one before it, failed.
     pub fn wait_synced(&self, ticket: u64) -> Result<(), String> {
-        let mut writes = self.writes();
-        loop {
-            if writes.done >= ticket {
-                return Ok(());
-            }
-            if let Some(failure) = &writes.failed {
-                return Err(failure.clone());
-            }
-            writes = self.flushed.wait(writes).expect("store writes poisoned");
+        let writes = self
+            .flushed
+            .wait_while(self.writes(), |w| w.done < ticket && w.failed.is_none())
+            .expect("store writes poisoned");
+        match &writes.failed {
+            Some(failure) if writes.done < ticket => Err(failure.clone()),
+            _ => Ok(()),
         }
     }
 
@@ -269,18 +282,19 @@ impl HomeLink {
     fn flush_loop(&self) {
         loop {
             let (changes, ticket) = {
-                let mut writes = self.writes();
-                loop {
-                    if writes.failed.is_none() && writes.done < writes.asked {
-                        break;
-                    }
-                    if writes.closed {
-                        return;
-                    }
-                    writes = self.flushed.wait(writes).expect("store writes poisoned");
+                let writes = self
+                    .flushed
+                    .wait_while(self.writes(), |w| !w.running() && !w.closed)
+                    .expect("store writes poisoned");
+                if !writes.running() {
+                    // Closed, with nothing left to flush.
+                    return;
                 }
-                let changes = Arc::clone(writes.flushing.as_ref().expect("an asked sync"));
-                (changes, writes.asked)
+                let changes = writes
+                    .flushing
+                    .as_ref()
+                    .expect("a running sync has changes");
+                (Arc::clone(changes), writes.asked)
             };
             let started = std::time::Instant::now();
             let result = self.flush(&changes);
@@ -300,7 +314,7 @@ impl HomeLink {
     }
 
     /// Writes `changes` to the store file, then syncs it while they ship to the members.
-    fn flush(&self, changes: &Changes) -> std::io::Result<()> {
+    fn flush(&self, changes: &Arc<Changes>) -> std::io::Result<()> {
         self.check_fence()?;
         apply_changes(&self.file, &changes.changes, &changes.payload)?;
         // The local sync runs while the changes ship: a commit waits for the slower of the
@@ -343,7 +357,7 @@ impl HomeLink {
 
     /// Ships the changes made since the last sync to every present member, in order, and
     /// records the extents they touched for every absent member that left in sync.
-    fn ship(&self, pending: &Changes) -> std::io::Result<()> {
+    fn ship(&self, pending: &Arc<Changes>) -> std::io::Result<()> {
         if pending.changes.is_empty() {
             return Ok(());
         }
@@ -351,7 +365,7 @@ impl HomeLink {
             return Ok(());
         };
         let changes = pending.changes.clone();
-        let payload = Bytes::copy_from_slice(&pending.payload);
+        let payload = Bytes::from_owner(Payload(Arc::clone(pending)));
         let shipped = self.block_on(async {
             let _order = self.order.lock().await;
             self.membership
@@ -635,14 +649,11 @@ impl redb::StorageBackend for HomeFile {
 
     fn sync_data(&self, _eventual: bool) -> std::io::Result<()> {
         self.link.check_fence()?;
-        let mut writes = self.link.writes();
-        while writes.flushing.is_some() && writes.failed.is_none() {
-            writes = self
-                .link
-                .flushed
-                .wait(writes)
-                .expect("store writes poisoned");
-        }
+        let mut writes = self
+            .link
+            .flushed
+            .wait_while(self.link.writes(), |w| w.running())
+            .expect("store writes poisoned");
         if let Some(failure) = &writes.failed {
             return Err(std::io::Error::other(failure.clone()));
         }
@@ -783,7 +794,8 @@ mod tests {
         next.write(45_000, &[3; 5000]);
         next.write(12_000, &[4; 10]);
 
-        let views: Vec<Vec<u8>> = [(0, 60_000), (4000, 200), (9_050, 3000), (44_000, 2000)]
+        const RANGES: [(u64, usize); 4] = [(0, 60_000), (4000, 200), (9_050, 3000), (44_000, 2000)];
+        let views: Vec<Vec<u8>> = RANGES
             .iter()
             .map(|&(offset, len)| {
                 let mut buffer = vec![0; len];
@@ -798,12 +810,7 @@ mod tests {
             apply_changes(&base, &changes.changes, &changes.payload).expect("apply");
         }
         assert_eq!(base.metadata().expect("metadata").len(), 50_000);
-        for (view, &(offset, len)) in views.iter().zip(&[
-            (0u64, 60_000usize),
-            (4000, 200),
-            (9_050, 3000),
-            (44_000, 2000),
-        ]) {
+        for (view, &(offset, len)) in views.iter().zip(&RANGES) {
             let mut written = vec![0; len];
             read_available(&base, offset, &mut written).expect("read");
             assert_eq!(view, &written, "bytes from {offset}");
