@@ -996,7 +996,7 @@ impl Meta {
     /// other entry (and for a missing one: the rmdir itself reports that).
     async fn shards_of_child(&self, parent: InodeId, name: &str) -> Result<Vec<InodeId>, OpError> {
         let dentry = self.read(|txn| {
-            crate::store::load_dentry(&txn.open_table(crate::store::DENTRIES)?, parent, name)
+            crate::store::load_dentry(&txn.open_table(crate::store::ENTRIES)?, parent, name)
         })?;
         let Some(dentry) = dentry.filter(|d| d.kind == FileKind::Directory) else {
             return Ok(Vec::new());
@@ -1238,7 +1238,7 @@ impl Meta {
     ) -> Result<Response, OpError> {
         let local_dentry = |dir: InodeId, entry: &str| {
             self.read(|txn| {
-                crate::store::load_dentry(&txn.open_table(crate::store::DENTRIES)?, dir, entry)
+                crate::store::load_dentry(&txn.open_table(crate::store::ENTRIES)?, dir, entry)
             })
             .ok()
             .flatten()

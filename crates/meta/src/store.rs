@@ -3,8 +3,7 @@
 //! | table | key | value |
 //! |---|---|---|
 //! | `inodes` | inode id | format version byte + postcard [`InodeRecord`] |
-//! | `dentries` | (parent, name) | (child, cookie, kind) |
-//! | `cookies` | (parent, cookie) | name — the stable listing order |
+//! | `entries` | (parent, cookie) | (child, kind, name) — the cookie is the name's hash bucket and a slot ([`name_bucket`]) |
 //! | `counters` | name | last value allocated |
 //! | `replies` | (client, seq) | postcard reply of a mutating request |
 //! | `disposals` | inode id | postcard layout whose objects await removal |
@@ -15,7 +14,7 @@
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 //! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
 
-use redb::{ReadableTable, Table, TableDefinition};
+use redb::{ReadableTable, Table, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
 use weft_proto::error::WireError;
@@ -25,9 +24,13 @@ use weft_proto::messages::{FileKind, InodeAttr, Timestamp, NAME_BYTES_MAX};
 use weft_proto::ErrorCode;
 
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
-pub(crate) const DENTRIES: TableDefinition<(u64, &str), (u64, u64, u8)> =
-    TableDefinition::new("dentries");
-pub(crate) const COOKIES: TableDefinition<(u64, u64), &str> = TableDefinition::new("cookies");
+/// A directory's entries by (directory, cookie). A name's cookie lies in its hash bucket
+/// ([`name_bucket`]): a lookup reads one bucket, a listing runs in cookie order, and an entry
+/// keeps its cookie for as long as it exists, so listings resume exactly where they stopped.
+pub(crate) const ENTRIES: TableDefinition<(u64, u64), (u64, u8, &str)> =
+    TableDefinition::new("entries");
+/// The entries table as stored by a mutating operation.
+pub(crate) type Entries<'txn> = Table<'txn, (u64, u64), (u64, u8, &'static str)>;
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
 pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("disposals");
@@ -44,8 +47,7 @@ pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     let txn = db.begin_write()?;
     txn.open_table(INODES)?;
-    txn.open_table(DENTRIES)?;
-    txn.open_table(COOKIES)?;
+    txn.open_table(ENTRIES)?;
     txn.open_table(COUNTERS)?;
     txn.open_table(REPLIES)?;
     txn.open_table(DISPOSALS)?;
@@ -55,14 +57,58 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(INTENTS)?;
     txn.open_table(REMOTE_CREATED)?;
     txn.open_table(INTENT_NAMES)?;
+    migrate_entries(&txn)?;
     txn.commit()?;
+    Ok(())
+}
+
+/// Moves the entries of a store written before entries were keyed by name hash (a table of
+/// entries by name plus a table of listing positions) into [`ENTRIES`], and drops the old
+/// tables. Listing positions change once, here.
+fn migrate_entries(txn: &redb::WriteTransaction) -> Result<(), OpError> {
+    const DENTRIES_V1: TableDefinition<(u64, &str), (u64, u64, u8)> =
+        TableDefinition::new("dentries");
+    const COOKIES_V1: TableDefinition<(u64, u64), &str> = TableDefinition::new("cookies");
+    if !txn
+        .list_tables()?
+        .any(|table| table.name() == DENTRIES_V1.name())
+    {
+        return Ok(());
+    }
+    let mut entries = txn.open_table(ENTRIES)?;
+    let mut moved = 0u64;
+    {
+        let old = txn.open_table(DENTRIES_V1)?;
+        for item in old.iter()? {
+            let (key, value) = item?;
+            let (parent, name) = key.value();
+            let (child, _, kind) = value.value();
+            let cookie = free_cookie(&entries, InodeId(parent), name)?;
+            entries.insert((parent, cookie), (child, kind, name))?;
+            moved += 1;
+        }
+    }
+    txn.delete_table(DENTRIES_V1)?;
+    if txn
+        .list_tables()?
+        .any(|table| table.name() == COOKIES_V1.name())
+    {
+        txn.delete_table(COOKIES_V1)?;
+    }
+    tracing::info!(entries = moved, "directory entries now keyed by name hash");
     Ok(())
 }
 
 /// Format version of inode records; older versions decode through explicit migrations.
 const INODE_FORMAT_VERSION: u8 = 2;
-/// The first cookie handed out in a directory; 1 and 2 are `.` and `..`.
+/// What the unused `next_cookie` of an inode record holds (cookies come from name hashes).
 pub(crate) const FIRST_COOKIE: u64 = 3;
+/// Cookie bits that number the names of one hash bucket: 256 names whose hashes collide can
+/// share a directory.
+const SLOT_BITS: u32 = 8;
+/// Bits of a cookie: the listing position of a spread directory's shard keeps 16 bits above
+/// them for the shard.
+const COOKIE_BITS: u32 = weft_proto::layout::DIR_SHARD_COOKIE_BITS;
 /// Most hard links to one inode.
 pub(crate) const LINKS_MAX: u32 = 65_000;
 
@@ -85,7 +131,7 @@ pub(crate) struct InodeRecord {
     pub symlink: Option<String>,
     /// A directory's parent (the root is its own parent).
     pub parent: u64,
-    /// A directory's next listing cookie.
+    /// Unused since cookies come from name hashes ([`FIRST_COOKIE`]); kept in the record format.
     pub next_cookie: u64,
     /// A spread directory's shards, itself first (empty when it is not spread).
     pub shards: Vec<u64>,
@@ -401,27 +447,84 @@ pub(crate) struct Dentry {
     pub kind: FileKind,
 }
 
+/// The first cookie of `name`'s hash bucket; the bucket's slots follow it. FNV-1a over the
+/// name, mixed (MurmurHash3's finalizer), cut to the bucket bits. Stable forever: entries stay
+/// where it put them. Never below 256, so never 0 (the start of a listing), 1 or 2 (`.` and
+/// `..`).
+pub(crate) fn name_bucket(name: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^= hash >> 33;
+    let bucket = (hash >> (64 - (COOKIE_BITS - SLOT_BITS))).max(1);
+    bucket << SLOT_BITS
+}
+
+/// Whether `cookie` lies in `name`'s hash bucket, where lookups search for it.
+pub(crate) fn cookie_fits_name(cookie: u64, name: &str) -> bool {
+    cookie >> SLOT_BITS == name_bucket(name) >> SLOT_BITS
+}
+
+/// The cookies `name` may have in `parent`.
+fn bucket_range(parent: InodeId, name: &str) -> std::ops::RangeInclusive<(u64, u64)> {
+    let first = name_bucket(name);
+    (parent.0, first)..=(parent.0, first + (1 << SLOT_BITS) - 1)
+}
+
 pub(crate) fn load_dentry(
-    dentries: &impl ReadableTable<(u64, &'static str), (u64, u64, u8)>,
+    entries: &impl ReadableTable<(u64, u64), (u64, u8, &'static str)>,
     parent: InodeId,
     name: &str,
 ) -> Result<Option<Dentry>, OpError> {
-    Ok(dentries.get((parent.0, name))?.map(|value| {
-        let (child, cookie, kind) = value.value();
-        Dentry {
-            child: InodeId(child),
-            cookie,
-            kind: kind_from_code(kind),
+    for item in entries.range(bucket_range(parent, name))? {
+        let (key, value) = item?;
+        let (child, kind, stored) = value.value();
+        if stored == name {
+            return Ok(Some(Dentry {
+                child: InodeId(child),
+                cookie: key.value().1,
+                kind: kind_from_code(kind),
+            }));
         }
-    }))
+    }
+    Ok(None)
 }
 
-/// Inserts a dentry with the directory's next cookie; the caller stores the directory after.
-pub(crate) fn insert_dentry(
-    dentries: &mut Table<(u64, &'static str), (u64, u64, u8)>,
-    cookies: &mut Table<(u64, u64), &'static str>,
+/// The first free cookie of `name`'s bucket in `parent`.
+fn free_cookie(
+    entries: &impl ReadableTable<(u64, u64), (u64, u8, &'static str)>,
     parent: InodeId,
-    parent_record: &mut InodeRecord,
+    name: &str,
+) -> Result<u64, OpError> {
+    let mut cookie = name_bucket(name);
+    let last = *bucket_range(parent, name).end();
+    for item in entries.range(bucket_range(parent, name))? {
+        if item?.0.value().1 != cookie {
+            break;
+        }
+        cookie += 1;
+    }
+    if cookie > last.1 {
+        return Err(OpError::rejected(
+            ErrorCode::NoSpace,
+            format!("directory {parent} has too many names with the hash of {name:?}"),
+        ));
+    }
+    Ok(cookie)
+}
+
+/// Inserts a dentry at a free cookie of its name's bucket; the caller stores the directory
+/// after (its times change).
+pub(crate) fn insert_dentry(
+    entries: &mut Entries<'_>,
+    parent: InodeId,
+    parent_record: &InodeRecord,
     name: &str,
     child: InodeId,
     kind: FileKind,
@@ -433,31 +536,40 @@ pub(crate) fn insert_dentry(
             error.message
         )));
     }
-    let cookie = parent_record.next_cookie;
-    parent_record.next_cookie += 1;
-    dentries.insert((parent.0, name), (child.0, cookie, kind_code(kind)))?;
-    cookies.insert((parent.0, cookie), name)?;
+    let cookie = free_cookie(entries, parent, name)?;
+    entries.insert((parent.0, cookie), (child.0, kind_code(kind), name))?;
     Ok(())
 }
 
-pub(crate) fn remove_dentry(
-    dentries: &mut Table<(u64, &'static str), (u64, u64, u8)>,
-    cookies: &mut Table<(u64, u64), &'static str>,
+/// Makes an existing dentry name `child` of `kind`, at the cookie it has.
+pub(crate) fn replace_dentry(
+    entries: &mut Entries<'_>,
     parent: InodeId,
     name: &str,
     dentry: Dentry,
 ) -> Result<(), OpError> {
-    dentries.remove((parent.0, name))?;
-    cookies.remove((parent.0, dentry.cookie))?;
+    entries.insert(
+        (parent.0, dentry.cookie),
+        (dentry.child.0, kind_code(dentry.kind), name),
+    )?;
+    Ok(())
+}
+
+pub(crate) fn remove_dentry(
+    entries: &mut Entries<'_>,
+    parent: InodeId,
+    dentry: Dentry,
+) -> Result<(), OpError> {
+    entries.remove((parent.0, dentry.cookie))?;
     Ok(())
 }
 
 /// Whether a directory has any entry.
 pub(crate) fn dir_is_empty(
-    cookies: &impl ReadableTable<(u64, u64), &'static str>,
+    entries: &impl ReadableTable<(u64, u64), (u64, u8, &'static str)>,
     dir: InodeId,
 ) -> Result<bool, OpError> {
-    Ok(cookies
+    Ok(entries
         .range((dir.0, 0)..=(dir.0, u64::MAX))?
         .next()
         .is_none())

@@ -264,13 +264,30 @@ async fn readdir_cookies_are_stable() {
         Response::DirEntries { entries, end } => (entries, end),
         other => panic!("{other:?}"),
     };
-    let (page, end) = read(0);
-    assert_eq!(page.len(), 4);
+    let (all, end) = (read(0).0, read(0).1);
     assert!(!end);
-    for name in ["e0", "e1", "e2"] {
+    let mut listed = Vec::new();
+    let mut after = 0;
+    loop {
+        let (page, end) = read(after);
+        listed.extend(page.iter().map(|e| e.name.clone()));
+        if end {
+            break;
+        }
+        after = page.last().expect("a page that is not the end").cookie;
+    }
+    let mut sorted = listed.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 10, "every entry exactly once: {listed:?}");
+    let (page, _) = read(0);
+    assert_eq!(page.len(), 4);
+    assert_eq!(page[0].name, all[0].name);
+    for entry in &page[..3] {
+        let name = entry.name.clone();
         f.committer
             .run(Box::new(move |txn| {
-                unlink(txn, InodeId::ROOT, name, |_| false)
+                unlink(txn, InodeId::ROOT, &name, |_| false)
             }))
             .await
             .expect("unlink");
@@ -278,9 +295,74 @@ async fn readdir_cookies_are_stable() {
     let (rest, _) = read(page[3].cookie);
     assert_eq!(
         rest.first().map(|e| e.name.as_str()),
-        Some("e4"),
+        Some(listed[4].as_str()),
         "resumes after the last cookie seen"
     );
+}
+
+// Goal: names whose hashes collide share a directory: each gets its own listing position
+// and is found, also once the first slot of the bucket is free again; fsck files an entry
+// found outside its name's bucket where lookups find it.
+#[tokio::test]
+async fn names_with_colliding_hashes_coexist() {
+    let f = fixture();
+    let real = f
+        .create(InodeId::ROOT, "real", FileKind::Regular)
+        .await
+        .expect("create");
+    // Another name filed first in the bucket of "twin", as a hash collision would file it.
+    let txn = f.db.begin_write().expect("txn");
+    {
+        let mut entries = txn.open_table(crate::store::ENTRIES).expect("entries");
+        let bucket = crate::store::name_bucket("twin");
+        entries
+            .insert((InodeId::ROOT.0, bucket), (real.inode.0, 1, "collider"))
+            .expect("insert");
+        let mut inodes = txn.open_table(crate::store::INODES).expect("inodes");
+        let mut record = crate::store::load_inode(&inodes, real.inode).expect("real");
+        record.nlink = 2;
+        crate::store::store_inode(&mut inodes, real.inode, &record).expect("store");
+    }
+    txn.commit().expect("commit");
+    let twin = f
+        .create(InodeId::ROOT, "twin", FileKind::Regular)
+        .await
+        .expect("create twin");
+    let lookup_of = |name: &str| match lookup(
+        &f.db.begin_read().expect("read"),
+        NodeId(1),
+        InodeId::ROOT,
+        name,
+    ) {
+        Ok(Response::Attr(attr)) => Some(attr.inode),
+        Err(OpError::Rejected(e)) if e.code == ErrorCode::NotFound => None,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(lookup_of("twin"), Some(twin.inode));
+    let Response::DirEntries { entries, .. } = read_dir(
+        &f.db.begin_read().expect("read"),
+        (InodeId::ROOT, 1),
+        0,
+        100,
+    )
+    .expect("readdir") else {
+        panic!("listing")
+    };
+    let cookie_of = |name: &str| entries.iter().find(|e| e.name == name).map(|e| e.cookie);
+    assert_eq!(cookie_of("twin"), cookie_of("collider").map(|c| c + 1));
+    // "collider" is not in its own bucket: fsck says so and files it there.
+    assert_eq!(lookup_of("collider"), None);
+    let report = run_check(&f, false);
+    assert_eq!(report.problem_count, 1, "{:#?}", report.problems);
+    assert!(report.problems[0].contains("not filed under its name's hash"));
+    run_check(&f, true);
+    assert_eq!(lookup_of("collider"), Some(real.inode));
+    assert_eq!(
+        lookup_of("twin"),
+        Some(twin.inode),
+        "found past a freed slot"
+    );
+    assert_eq!(run_check(&f, false).problem_count, 0);
 }
 
 // Goal: a directory cannot move into its own subtree, and a file cannot replace a directory.
@@ -436,13 +518,11 @@ async fn fsck_finds_and_repairs_damage() {
         let mut record = crate::store::load_inode(&inodes, kept.inode).expect("kept");
         record.nlink = 5;
         crate::store::store_inode(&mut inodes, kept.inode, &record).expect("wrong link count");
-        let mut dentries = txn.open_table(crate::store::DENTRIES).expect("dentries");
-        let mut cookies = txn.open_table(crate::store::COOKIES).expect("cookies");
-        let dentry = crate::store::load_dentry(&dentries, InodeId::ROOT, "hidden")
+        let mut entries = txn.open_table(crate::store::ENTRIES).expect("dentries");
+        let dentry = crate::store::load_dentry(&entries, InodeId::ROOT, "hidden")
             .expect("read")
             .expect("dentry");
-        crate::store::remove_dentry(&mut dentries, &mut cookies, InodeId::ROOT, "hidden", dentry)
-            .expect("orphan an inode");
+        crate::store::remove_dentry(&mut entries, InodeId::ROOT, dentry).expect("orphan an inode");
     }
     txn.commit().expect("commit");
 
@@ -523,4 +603,72 @@ fn version_one_inode_records_decode() {
     assert!(record.shards.is_empty() && record.shard_of == 0 && record.sealed.is_none());
     let again = crate::store::InodeRecord::decode(42, &record.encode()).expect("round trip");
     assert_eq!(again, record);
+}
+
+// Goal: a store written before entries were keyed by name hash opens with every entry found,
+// listed and checked clean, and its old tables gone.
+#[tokio::test]
+async fn entries_of_the_old_format_migrate() {
+    const DENTRIES_V1: redb::TableDefinition<(u64, &str), (u64, u64, u8)> =
+        redb::TableDefinition::new("dentries");
+    const COOKIES_V1: redb::TableDefinition<(u64, u64), &str> =
+        redb::TableDefinition::new("cookies");
+    let f = fixture();
+    let dir = f
+        .create(InodeId::ROOT, "dir", FileKind::Directory)
+        .await
+        .expect("mkdir");
+    let file = f
+        .create(dir.inode, "file", FileKind::Regular)
+        .await
+        .expect("create");
+    // Rewrite both entries the way the old format stored them.
+    let txn = f.db.begin_write().expect("txn");
+    {
+        let mut entries = txn.open_table(crate::store::ENTRIES).expect("entries");
+        let mut dentries = txn.open_table(DENTRIES_V1).expect("dentries");
+        let mut cookies = txn.open_table(COOKIES_V1).expect("cookies");
+        for (parent, name, child, kind) in [
+            (InodeId::ROOT, "dir", dir.inode, 2),
+            (dir.inode, "file", file.inode, 1),
+        ] {
+            let dentry = crate::store::load_dentry(&entries, parent, name)
+                .expect("read")
+                .expect("dentry");
+            crate::store::remove_dentry(&mut entries, parent, dentry).expect("remove");
+            dentries
+                .insert((parent.0, name), (child.0, 3, kind))
+                .expect("old dentry");
+            cookies.insert((parent.0, 3), name).expect("old cookie");
+        }
+    }
+    txn.commit().expect("commit");
+
+    create_tables(&f.db).expect("migrate");
+    let read = f.db.begin_read().expect("read");
+    assert!(
+        !read
+            .list_tables()
+            .expect("tables")
+            .any(|t| redb::TableHandle::name(&t) == "dentries"
+                || redb::TableHandle::name(&t) == "cookies"),
+        "old tables dropped"
+    );
+    match lookup(&read, NodeId(1), dir.inode, "file").expect("lookup") {
+        Response::Attr(attr) => assert_eq!(attr.inode, file.inode),
+        other => panic!("{other:?}"),
+    }
+    let Response::DirEntries { entries, end } =
+        read_dir(&read, (InodeId::ROOT, 1), 0, 100).expect("readdir")
+    else {
+        panic!("listing")
+    };
+    assert!(end);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (entries[0].name.as_str(), entries[0].inode),
+        ("dir", dir.inode)
+    );
+    drop(read);
+    assert_eq!(run_check(&f, false).problem_count, 0);
 }

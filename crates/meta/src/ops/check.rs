@@ -1,5 +1,5 @@
 //! `weft fsck` on one metadata target: checks that the namespace is whole — every dentry names
-//! an inode that exists and has its cookie, every link count matches the dentries, no inode is
+//! an inode that exists and sits in its name's hash bucket, every link count matches the dentries, no inode is
 //! unreachable unless a client holds it open, work queues name live inodes — and that every
 //! storage object belongs to a file (or awaits disposal). With `repair`, it fixes what is safe:
 //! it drops dangling entries, recounts links, disposes of unreachable inodes and returns the
@@ -9,8 +9,8 @@
 use super::remove::dispose;
 use super::xattr::remove_all;
 use crate::store::{
-    kind_code, store_inode, InodeRecord, OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS,
-    TRUNCATES, XATTRS,
+    cookie_fits_name, kind_code, load_dentry, replace_dentry, store_inode, Dentry, InodeRecord,
+    OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -82,12 +82,12 @@ pub(crate) fn check(
     }
     findings.report.inodes = inodes.len() as u64;
     let entries: Vec<Entry> = {
-        let table = txn.open_table(DENTRIES)?;
+        let table = txn.open_table(ENTRIES)?;
         let mut entries = Vec::new();
         for item in table.iter()? {
             let (key, value) = item?;
-            let (parent, name) = key.value();
-            let (child, cookie, kind) = value.value();
+            let (parent, cookie) = key.value();
+            let (child, kind, name) = value.value();
             entries.push(Entry {
                 parent,
                 name: name.to_string(),
@@ -122,13 +122,10 @@ fn check_dentries(
     entries: &[Entry],
     home: NodeId,
 ) -> Result<(), OpError> {
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
-    let mut expected_cookies: HashSet<(u64, u64)> = HashSet::new();
+    let mut table = txn.open_table(ENTRIES)?;
+    let mut seen: HashSet<(u64, &str)> = HashSet::new();
     for entry in entries {
         let path = format!("{}/{:?}", InodeId(entry.parent), entry.name);
-        // The listing entry goes with its dentry, broken or not: one problem, not two.
-        expected_cookies.insert((entry.parent, entry.cookie));
         let parent_ok = inodes.get(&entry.parent).is_some_and(InodeRecord::is_dir);
         let child = inodes.get(&entry.child);
         let child_missing = child.is_none() && InodeId(entry.child).home() == home;
@@ -140,58 +137,57 @@ fn check_dentries(
             };
             findings.problem(format!("dentry {path} {why}"));
             if findings.repair {
-                dentries.remove((entry.parent, entry.name.as_str()))?;
-                cookies.remove((entry.parent, entry.cookie))?;
+                table.remove((entry.parent, entry.cookie))?;
                 findings.repaired(format!("removed dentry {path}"));
             }
             continue;
         }
+        if !seen.insert((entry.parent, entry.name.as_str())) {
+            findings.problem(format!("dentry {path} is there twice"));
+            if findings.repair {
+                table.remove((entry.parent, entry.cookie))?;
+                findings.repaired(format!("removed the second dentry {path}"));
+            }
+            continue;
+        }
+        let dentry = Dentry {
+            child: InodeId(entry.child),
+            cookie: entry.cookie,
+            kind: crate::store::kind_from_code(entry.kind),
+        };
         if let Some(child) = child {
             if kind_code(child.kind) != entry.kind {
                 findings.problem(format!("dentry {path} records the wrong file type"));
                 if findings.repair {
-                    dentries.insert(
-                        (entry.parent, entry.name.as_str()),
-                        (entry.child, entry.cookie, kind_code(child.kind)),
-                    )?;
+                    let fixed = Dentry {
+                        kind: child.kind,
+                        ..dentry
+                    };
+                    replace_dentry(&mut table, InodeId(entry.parent), &entry.name, fixed)?;
                     findings.repaired(format!("corrected the file type of {path}"));
                 }
             }
         }
-        let listed = cookies
-            .get((entry.parent, entry.cookie))?
-            .map(|name| name.value().to_string());
-        if listed.as_deref() != Some(entry.name.as_str()) {
-            findings.problem(format!(
-                "dentry {path} is missing from its directory's listing"
-            ));
+        if !cookie_fits_name(entry.cookie, &entry.name) {
+            // A lookup would not find it.
+            findings.problem(format!("dentry {path} is not filed under its name's hash"));
             if findings.repair {
-                cookies.insert((entry.parent, entry.cookie), entry.name.as_str())?;
-                findings.repaired(format!("listed {path} again"));
+                table.remove((entry.parent, entry.cookie))?;
+                let parent = InodeId(entry.parent);
+                let parent_record = &inodes[&entry.parent];
+                let kind = child.map_or(dentry.kind, |child| child.kind);
+                if load_dentry(&table, parent, &entry.name)?.is_none() {
+                    crate::store::insert_dentry(
+                        &mut table,
+                        parent,
+                        parent_record,
+                        &entry.name,
+                        dentry.child,
+                        kind,
+                    )?;
+                }
+                findings.repaired(format!("filed {path} under its name's hash"));
             }
-        }
-    }
-    let stale: Vec<(u64, u64)> = {
-        let mut stale = Vec::new();
-        for item in cookies.iter()? {
-            let (key, _) = item?;
-            if !expected_cookies.contains(&key.value()) {
-                stale.push(key.value());
-            }
-        }
-        stale
-    };
-    for (dir, cookie) in stale {
-        findings.problem(format!(
-            "listing entry {cookie} of {} has no dentry",
-            InodeId(dir)
-        ));
-        if findings.repair {
-            cookies.remove((dir, cookie))?;
-            findings.repaired(format!(
-                "removed listing entry {cookie} of {}",
-                InodeId(dir)
-            ));
         }
     }
     Ok(())
@@ -216,14 +212,11 @@ fn check_inodes(
         .collect();
     let mut names: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut subdirectories: HashMap<u64, u32> = HashMap::new();
-    let mut last_cookie: HashMap<u64, u64> = HashMap::new();
     for entry in &valid {
         names.entry(entry.child).or_default().push(entry.parent);
         if entry.kind == kind_code(weft_proto::messages::FileKind::Directory) {
             *subdirectories.entry(entry.parent).or_default() += 1;
         }
-        let last = last_cookie.entry(entry.parent).or_default();
-        *last = (*last).max(entry.cookie);
     }
     let orphans: HashSet<u64> = {
         let table = txn.open_table(ORPHANS)?;
@@ -279,12 +272,6 @@ fn check_inodes(
                     record.parent = *parent;
                     changed = true;
                 }
-            }
-            let next = last_cookie.get(&id).map(|c| c + 1).unwrap_or(0);
-            if record.next_cookie < next {
-                findings.problem(format!("directory {inode} would reuse listing positions"));
-                record.next_cookie = next;
-                changed = true;
             }
             2 + subdirectories.get(&id).copied().unwrap_or(0)
         } else {

@@ -5,7 +5,7 @@ use super::OpContext;
 use crate::store::XATTRS;
 use crate::store::{
     allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode,
-    InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
+    InodeRecord, OpError, COUNTERS, ENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -33,7 +33,7 @@ pub(crate) fn owner_group_and_mode(
 /// The directory a new entry goes into: it must exist, not be removed, and not hold `name`.
 pub(crate) fn load_parent_for_new(
     inodes: &impl ReadableTable<u64, &'static [u8]>,
-    dentries: &impl ReadableTable<(u64, &'static str), (u64, u64, u8)>,
+    entries: &impl ReadableTable<(u64, u64), (u64, u8, &'static str)>,
     parent: InodeId,
     name: &str,
 ) -> Result<InodeRecord, OpError> {
@@ -46,7 +46,7 @@ pub(crate) fn load_parent_for_new(
         ));
     }
     record.accepts_new_name(parent, name)?;
-    if load_dentry(dentries, parent, name)?.is_some() {
+    if load_dentry(entries, parent, name)?.is_some() {
         return Err(OpError::rejected(
             ErrorCode::Exists,
             format!("{name:?} already exists"),
@@ -70,10 +70,9 @@ pub(crate) fn create(
 ) -> Result<Response, OpError> {
     check_name(&entry.name)?;
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut counters = txn.open_table(COUNTERS)?;
-    let mut parent = load_parent_for_new(&inodes, &dentries, entry.parent, &entry.name)?;
+    let mut parent = load_parent_for_new(&inodes, &entries, entry.parent, &entry.name)?;
     if let Some(target) = &entry.new.symlink {
         if target.is_empty() || target.len() > SYMLINK_BYTES_MAX {
             return Err(OpError::rejected(
@@ -151,10 +150,9 @@ pub(crate) fn create(
     };
     store_inode(&mut inodes, inode, &record)?;
     insert_dentry(
-        &mut dentries,
-        &mut cookies,
+        &mut entries,
         entry.parent,
-        &mut parent,
+        &parent,
         &entry.name,
         inode,
         entry.new.kind,
@@ -176,8 +174,7 @@ pub(crate) fn link(
 ) -> Result<Response, OpError> {
     check_name(new_name)?;
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.is_dir() {
         return Err(OpError::rejected(
@@ -198,7 +195,7 @@ pub(crate) fn link(
         ));
     }
     let mut parent = load_dir(&inodes, new_parent)?;
-    if load_dentry(&dentries, new_parent, new_name)?.is_some() {
+    if load_dentry(&entries, new_parent, new_name)?.is_some() {
         return Err(OpError::rejected(
             ErrorCode::Exists,
             format!("{new_name:?} already exists"),
@@ -206,10 +203,9 @@ pub(crate) fn link(
     }
     let timestamp = now();
     insert_dentry(
-        &mut dentries,
-        &mut cookies,
+        &mut entries,
         new_parent,
-        &mut parent,
+        &parent,
         new_name,
         inode,
         record.kind,

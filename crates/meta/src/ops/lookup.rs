@@ -1,7 +1,7 @@
 //! Lookup, getattr, readdir and readlink: read-only, on a snapshot.
 
 use crate::store::{
-    check_name, load_dentry, load_dir, load_inode, OpError, COOKIES, DENTRIES, INODES,
+    check_name, kind_from_code, load_dentry, load_dir, load_inode, OpError, ENTRIES, INODES,
 };
 use redb::ReadTransaction;
 use weft_proto::ids::InodeId;
@@ -20,9 +20,9 @@ pub(crate) fn lookup(
         check_name(name)?;
     }
     let inodes = txn.open_table(INODES)?;
-    let dentries = txn.open_table(DENTRIES)?;
+    let entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&dentries, parent, name)?.ok_or_else(|| {
+    let dentry = load_dentry(&entries, parent, name)?.ok_or_else(|| {
         OpError::rejected(
             ErrorCode::NotFound,
             format!("{name:?} not found in {parent}"),
@@ -50,8 +50,7 @@ pub(crate) fn read_dir(
     max_entries: u32,
 ) -> Result<Response, OpError> {
     let inodes = txn.open_table(INODES)?;
-    let dentries = txn.open_table(DENTRIES)?;
-    let cookies = txn.open_table(COOKIES)?;
+    let entries = txn.open_table(ENTRIES)?;
     let record = load_dir(&inodes, dir)?;
     if record.shard_of == 0 && record.shards.len().max(1) != usize::from(shards.max(1)) {
         return Err(OpError::rejected(
@@ -63,30 +62,27 @@ pub(crate) fn read_dir(
         ));
     }
     let limit = max_entries.clamp(1, READDIR_ENTRIES_MAX) as usize;
-    let mut entries = Vec::with_capacity(limit);
+    let mut entries_out = Vec::with_capacity(limit);
     let start = after_cookie.saturating_add(1);
-    let mut range = cookies.range((dir.0, start)..=(dir.0, u64::MAX))?;
+    let mut range = entries.range((dir.0, start)..=(dir.0, u64::MAX))?;
     for item in range.by_ref() {
-        let (key, name) = item?;
-        let name = name.value().to_string();
-        let dentry = load_dentry(&dentries, dir, &name)?.ok_or_else(|| {
-            OpError::Store(format!(
-                "cookie {:?} of {dir} names a missing dentry {name:?}",
-                key.value()
-            ))
-        })?;
-        entries.push(DirEntry {
-            name,
-            inode: dentry.child,
-            kind: dentry.kind,
+        let (key, value) = item?;
+        let (child, kind, name) = value.value();
+        entries_out.push(DirEntry {
+            name: name.to_string(),
+            inode: InodeId(child),
+            kind: kind_from_code(kind),
             cookie: key.value().1,
         });
-        if entries.len() == limit {
+        if entries_out.len() == limit {
             break;
         }
     }
     let end = range.next().is_none();
-    Ok(Response::DirEntries { entries, end })
+    Ok(Response::DirEntries {
+        entries: entries_out,
+        end,
+    })
 }
 
 pub(crate) fn read_link(txn: &ReadTransaction, inode: InodeId) -> Result<Response, OpError> {

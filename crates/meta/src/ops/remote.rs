@@ -17,7 +17,7 @@ use super::xattr::{inherited_mode_and_acls, store_inherited};
 use crate::service::idempotent;
 use crate::store::{
     allocate_inode, dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry,
-    store_inode, InodeRecord, OpError, COOKIES, COUNTERS, DENTRIES, INODES, INTENTS, INTENT_NAMES,
+    store_inode, Dentry, InodeRecord, OpError, COUNTERS, ENTRIES, INODES, INTENTS, INTENT_NAMES,
     REMOTE_CREATED, REPLIES, XATTRS,
 };
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
@@ -247,8 +247,8 @@ pub(crate) fn prepare_mkdir(
         return Ok(prepared);
     }
     let inodes = txn.open_table(INODES)?;
-    let dentries = txn.open_table(DENTRIES)?;
-    let parent_record = load_parent_for_new(&inodes, &dentries, parent, name)?;
+    let entries = txn.open_table(ENTRIES)?;
+    let parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;
     let xattrs = txn.open_table(XATTRS)?;
     let (mode, acls) = inherited_mode_and_acls(
         &xattrs,
@@ -258,7 +258,7 @@ pub(crate) fn prepare_mkdir(
         new.umask,
     )?;
     let (mode, gid) = owner_group_and_mode(&parent_record, true, mode, new.gid);
-    drop((inodes, dentries, xattrs));
+    drop((inodes, entries, xattrs));
     let pattern = parent_record.pattern.unwrap_or(StripePattern::DEFAULT);
     let request = MetaRequest::CreateDirInode {
         coordinator,
@@ -398,7 +398,7 @@ fn finish_new_name(
     attr: &InodeAttr,
 ) -> Result<(Result<Response, OpError>, bool), OpError> {
     let ours = |txn: &WriteTransaction| -> Result<bool, OpError> {
-        Ok(load_dentry(&txn.open_table(DENTRIES)?, parent, name)?
+        Ok(load_dentry(&txn.open_table(ENTRIES)?, parent, name)?
             .is_some_and(|d| d.child == attr.inode))
     };
     if !remove_intent(txn, id)? {
@@ -414,18 +414,9 @@ fn finish_new_name(
     }
     let result = idempotent(txn, mutation, |txn| {
         let mut inodes = txn.open_table(INODES)?;
-        let mut dentries = txn.open_table(DENTRIES)?;
-        let mut cookies = txn.open_table(COOKIES)?;
-        let mut parent_record = load_parent_for_new(&inodes, &dentries, parent, name)?;
-        insert_dentry(
-            &mut dentries,
-            &mut cookies,
-            parent,
-            &mut parent_record,
-            name,
-            attr.inode,
-            kind,
-        )?;
+        let mut entries = txn.open_table(ENTRIES)?;
+        let mut parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;
+        insert_dentry(&mut entries, parent, &parent_record, name, attr.inode, kind)?;
         if kind == FileKind::Directory {
             parent_record.nlink += 1;
         }
@@ -455,13 +446,13 @@ pub(crate) fn prepare_rmdir(
         return Ok(Some(prepared));
     }
     let inodes = txn.open_table(INODES)?;
-    let dentries = txn.open_table(DENTRIES)?;
+    let entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&dentries, parent, name)?
+    let dentry = load_dentry(&entries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     check_not_in_flight(txn, parent, name, Some(mutation))?;
     if !shards.is_empty() {
-        drop((inodes, dentries));
+        drop((inodes, entries));
         let intent = Intent {
             mutation,
             op: IntentOp::RmdirSpread {
@@ -483,7 +474,7 @@ pub(crate) fn prepare_rmdir(
             format!("{name:?} is not a directory"),
         ));
     }
-    drop((inodes, dentries));
+    drop((inodes, entries));
     let intent = Intent {
         mutation,
         op: IntentOp::Rmdir {
@@ -514,7 +505,7 @@ pub(crate) fn remove_dir_inode(
             format!("inode {inode} is not a directory"),
         ));
     }
-    if !dir_is_empty(&txn.open_table(COOKIES)?, inode)? {
+    if !dir_is_empty(&txn.open_table(ENTRIES)?, inode)? {
         return Err(OpError::rejected(
             ErrorCode::NotEmpty,
             "the directory is not empty",
@@ -552,13 +543,12 @@ pub(crate) fn finish_rmdir(
     idempotent(txn, intent.mutation, |txn| {
         outcome?;
         let mut inodes = txn.open_table(INODES)?;
-        let mut dentries = txn.open_table(DENTRIES)?;
-        let mut cookies = txn.open_table(COOKIES)?;
-        let Some(dentry) = load_dentry(&dentries, *parent, name)? else {
+        let mut entries = txn.open_table(ENTRIES)?;
+        let Some(dentry) = load_dentry(&entries, *parent, name)? else {
             return Ok(Response::Done);
         };
         if dentry.child == *child {
-            remove_dentry(&mut dentries, &mut cookies, *parent, name, dentry)?;
+            remove_dentry(&mut entries, *parent, dentry)?;
             let mut parent_record = load_dir(&inodes, *parent)?;
             let timestamp = now();
             parent_record.nlink = parent_record.nlink.saturating_sub(1);
@@ -571,9 +561,9 @@ pub(crate) fn finish_rmdir(
 
 /// Inodes of other homes that dentries here name.
 pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<Response, OpError> {
-    let dentries = txn.open_table(DENTRIES)?;
+    let entries = txn.open_table(ENTRIES)?;
     let mut out = Vec::new();
-    for item in dentries.iter()? {
+    for item in entries.iter()? {
         let (_, value) = item?;
         let child = InodeId(value.value().0);
         if child.home() != home {
@@ -609,7 +599,7 @@ pub(crate) fn prepare_link(
     }
     load_parent_for_new(
         &txn.open_table(INODES)?,
-        &txn.open_table(DENTRIES)?,
+        &txn.open_table(ENTRIES)?,
         new_parent,
         new_name,
     )?;
@@ -672,11 +662,10 @@ pub(crate) fn prepare_unlink(
         return Ok(Some(prepared));
     }
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
     parent_record.check_holds_name(parent, name)?;
-    let Some(dentry) = load_dentry(&dentries, parent, name)? else {
+    let Some(dentry) = load_dentry(&entries, parent, name)? else {
         return Err(OpError::rejected(
             ErrorCode::NotFound,
             format!("{name:?} not found"),
@@ -692,11 +681,11 @@ pub(crate) fn prepare_unlink(
             format!("{name:?} is a directory"),
         ));
     }
-    remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
+    remove_dentry(&mut entries, parent, dentry)?;
     let timestamp = now();
     parent_record.touch(timestamp);
     store_inode(&mut inodes, parent, &parent_record)?;
-    drop((inodes, dentries, cookies));
+    drop((inodes, entries));
     let intent = Intent {
         mutation,
         op: IntentOp::Unlink {
@@ -794,12 +783,12 @@ pub(crate) fn prepare_rename_out(
     }
     crate::store::check_name(new_name)?;
     let inodes = txn.open_table(INODES)?;
-    let dentries = txn.open_table(DENTRIES)?;
+    let entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&dentries, parent, name)?
+    let dentry = load_dentry(&entries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     check_not_in_flight(txn, parent, name, Some(mutation))?;
-    drop((inodes, dentries));
+    drop((inodes, entries));
     let intent = Intent {
         mutation,
         op: IntentOp::RenameOut {
@@ -849,8 +838,7 @@ pub(crate) fn insert_dentry_for(
         return Ok(victim_response(victim.value()));
     }
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, *parent)?;
     if parent_record.nlink == 0 {
         return Err(OpError::rejected(
@@ -861,7 +849,7 @@ pub(crate) fn insert_dentry_for(
     parent_record.accepts_new_name(*parent, name)?;
     let mut replaced_elsewhere = 0;
     let mut replaced_dir = false;
-    if let Some(victim) = load_dentry(&dentries, *parent, name)? {
+    if let Some(victim) = load_dentry(&entries, *parent, name)? {
         if victim.child == *child {
             return Ok(Response::Unchanged);
         }
@@ -896,7 +884,7 @@ pub(crate) fn insert_dentry_for(
                         format!("{name:?} is a spread directory: remove it first"),
                     ));
                 }
-                if !dir_is_empty(&cookies, victim.child)? {
+                if !dir_is_empty(&entries, victim.child)? {
                     return Err(OpError::rejected(
                         ErrorCode::NotEmpty,
                         format!("{name:?} is not empty"),
@@ -913,7 +901,7 @@ pub(crate) fn insert_dentry_for(
             _ => {}
         }
         replaced_dir = victim.kind == FileKind::Directory;
-        remove_dentry(&mut dentries, &mut cookies, *parent, name, victim)?;
+        remove_dentry(&mut entries, *parent, victim)?;
         if replaced_dir && victim.child.home() == home {
             inodes.remove(victim.child.0)?;
             super::xattr::remove_all(&mut txn.open_table(XATTRS)?, victim.child)?;
@@ -930,15 +918,7 @@ pub(crate) fn insert_dentry_for(
             replaced_elsewhere = victim.child.0;
         }
     }
-    insert_dentry(
-        &mut dentries,
-        &mut cookies,
-        *parent,
-        &mut parent_record,
-        name,
-        *child,
-        *kind,
-    )?;
+    insert_dentry(&mut entries, *parent, &parent_record, name, *child, *kind)?;
     if *kind == FileKind::Directory && !replaced_dir {
         // The moved directory's `..` now names this directory (a replaced one's did).
         parent_record.nlink += 1;
@@ -946,7 +926,7 @@ pub(crate) fn insert_dentry_for(
     let timestamp = now();
     parent_record.touch(timestamp);
     store_inode(&mut inodes, *parent, &parent_record)?;
-    drop((inodes, dentries, cookies));
+    drop((inodes, entries));
     txn.open_table(REMOTE_CREATED)?
         .insert(key, replaced_elsewhere)?;
     Ok(victim_response(replaced_elsewhere))
@@ -986,11 +966,10 @@ pub(crate) fn finish_rename_out(
             return Ok(Response::Done);
         }
         let mut inodes = txn.open_table(INODES)?;
-        let mut dentries = txn.open_table(DENTRIES)?;
-        let mut cookies = txn.open_table(COOKIES)?;
-        if let Some(dentry) = load_dentry(&dentries, *parent, name)? {
+        let mut entries = txn.open_table(ENTRIES)?;
+        if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {
-                remove_dentry(&mut dentries, &mut cookies, *parent, name, dentry)?;
+                remove_dentry(&mut entries, *parent, dentry)?;
                 let mut parent_record = load_dir(&inodes, *parent)?;
                 if *kind_code == crate::store::kind_code(FileKind::Directory) {
                     parent_record.nlink = parent_record.nlink.saturating_sub(1);
@@ -1064,7 +1043,7 @@ pub(crate) fn seal_shard(
             ))
         }
         (true, None) => {
-            if !dir_is_empty(&txn.open_table(COOKIES)?, shard)? {
+            if !dir_is_empty(&txn.open_table(ENTRIES)?, shard)? {
                 return Err(OpError::rejected(
                     ErrorCode::NotEmpty,
                     "the directory is not empty",
@@ -1145,16 +1124,16 @@ pub(crate) fn prepare_exchange(
         return Ok(prepared);
     }
     let inodes = txn.open_table(INODES)?;
-    let dentries = txn.open_table(DENTRIES)?;
+    let entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&dentries, parent, name)?
+    let dentry = load_dentry(&entries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     check_not_in_flight(txn, parent, name, Some(mutation))?;
     if dentry.child == other {
         // Two names of one inode: nothing to swap.
         return Ok(Prepared::Answered(Ok(Response::Done)));
     }
-    drop((inodes, dentries));
+    drop((inodes, entries));
     let intent = Intent {
         mutation,
         op: IntentOp::Exchange {
@@ -1199,10 +1178,10 @@ pub(crate) fn exchange_dentry(
         return Ok(Response::Unchanged);
     }
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, *parent)?;
     parent_record.check_holds_name(*parent, name)?;
-    let dentry = load_dentry(&dentries, *parent, name)?
+    let dentry = load_dentry(&entries, *parent, name)?
         .filter(|dentry| dentry.child == *expect)
         .ok_or_else(|| {
             OpError::rejected(
@@ -1211,16 +1190,22 @@ pub(crate) fn exchange_dentry(
             )
         })?;
     check_not_in_flight(txn, *parent, name, None)?;
-    dentries.insert(
-        (parent.0, name.as_str()),
-        (child.0, dentry.cookie, crate::store::kind_code(*kind)),
+    crate::store::replace_dentry(
+        &mut entries,
+        *parent,
+        name,
+        Dentry {
+            child: *child,
+            kind: *kind,
+            ..dentry
+        },
     )?;
     let delta =
         i64::from(*kind == FileKind::Directory) - i64::from(dentry.kind == FileKind::Directory);
     parent_record.nlink = (i64::from(parent_record.nlink) + delta).max(0) as u32;
     parent_record.touch(now());
     store_inode(&mut inodes, *parent, &parent_record)?;
-    drop((inodes, dentries));
+    drop((inodes, entries));
     txn.open_table(REMOTE_CREATED)?.insert(key, expect.0)?;
     Ok(Response::Done)
 }
@@ -1249,12 +1234,18 @@ pub(crate) fn finish_exchange(
     idempotent(txn, intent.mutation, |txn| {
         outcome?;
         let mut inodes = txn.open_table(INODES)?;
-        let mut dentries = txn.open_table(DENTRIES)?;
-        if let Some(dentry) = load_dentry(&dentries, *parent, name)? {
+        let mut entries = txn.open_table(ENTRIES)?;
+        if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {
-                dentries.insert(
-                    (parent.0, name.as_str()),
-                    (other.0, dentry.cookie, *other_kind_code),
+                crate::store::replace_dentry(
+                    &mut entries,
+                    *parent,
+                    name,
+                    Dentry {
+                        child: *other,
+                        kind: crate::store::kind_from_code(*other_kind_code),
+                        ..dentry
+                    },
                 )?;
                 let directory = crate::store::kind_code(FileKind::Directory);
                 let delta =

@@ -4,7 +4,7 @@
 use crate::store::XATTRS;
 use crate::store::{
     dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, Dentry,
-    InodeRecord, OpError, COOKIES, DENTRIES, DISPOSALS, INODES, ORPHANS, TRUNCATES,
+    InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES,
 };
 use redb::{ReadableTable, Table, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -58,11 +58,11 @@ pub(crate) fn dispose(
 /// The dentry `name` in `parent` and the inode it names, or `NotFound`.
 pub(crate) fn load_named(
     inodes: &impl ReadableTable<u64, &'static [u8]>,
-    dentries: &impl ReadableTable<(u64, &'static str), (u64, u64, u8)>,
+    entries: &impl ReadableTable<(u64, u64), (u64, u8, &'static str)>,
     parent: InodeId,
     name: &str,
 ) -> Result<(Dentry, InodeRecord), OpError> {
-    let dentry = load_dentry(dentries, parent, name)?
+    let dentry = load_dentry(entries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let record = load_inode(inodes, dentry.child)?;
     Ok((dentry, record))
@@ -75,10 +75,9 @@ pub(crate) fn unlink(
     is_open: impl Fn(InodeId) -> bool,
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
-    let (dentry, record) = load_named(&inodes, &dentries, parent, name)?;
+    let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
     super::remote::check_not_in_flight(txn, parent, name, None)?;
     if record.is_dir() {
         return Err(OpError::rejected(
@@ -86,7 +85,7 @@ pub(crate) fn unlink(
             format!("{name:?} is a directory"),
         ));
     }
-    remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
+    remove_dentry(&mut entries, parent, dentry)?;
     let timestamp = now();
     parent_record.touch(timestamp);
     store_inode(&mut inodes, parent, &parent_record)?;
@@ -106,10 +105,9 @@ pub(crate) fn rmdir(
     name: &str,
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
-    let (dentry, record) = load_named(&inodes, &dentries, parent, name)?;
+    let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
     super::remote::check_not_in_flight(txn, parent, name, None)?;
     if !record.is_dir() {
         return Err(OpError::rejected(
@@ -122,13 +120,13 @@ pub(crate) fn rmdir(
             "{name:?} is a spread directory: its rmdir takes the spread path"
         )));
     }
-    if !dir_is_empty(&cookies, dentry.child)? {
+    if !dir_is_empty(&entries, dentry.child)? {
         return Err(OpError::rejected(
             ErrorCode::NotEmpty,
             format!("{name:?} is not empty"),
         ));
     }
-    remove_dentry(&mut dentries, &mut cookies, parent, name, dentry)?;
+    remove_dentry(&mut entries, parent, dentry)?;
     inodes.remove(dentry.child.0)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
     let timestamp = now();

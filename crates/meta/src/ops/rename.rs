@@ -4,7 +4,7 @@
 use super::remove::drop_link;
 use crate::store::{
     check_name, dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry,
-    store_inode, OpError, COOKIES, DENTRIES, INODES,
+    replace_dentry, store_inode, OpError, ENTRIES, INODES,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -84,13 +84,12 @@ pub(crate) fn rename(
         ));
     }
     let mut inodes = txn.open_table(INODES)?;
-    let mut dentries = txn.open_table(DENTRIES)?;
-    let mut cookies = txn.open_table(COOKIES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     load_dir(&inodes, new_parent)?.accepts_new_name(new_parent, new_name)?;
-    let source = load_dentry(&dentries, parent, name)?
+    let source = load_dentry(&entries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    let victim = load_dentry(&dentries, new_parent, new_name)?;
+    let victim = load_dentry(&entries, new_parent, new_name)?;
     super::remote::check_not_in_flight(txn, parent, name, None)?;
     if victim.is_some() {
         super::remote::check_not_in_flight(txn, new_parent, new_name, None)?;
@@ -151,7 +150,7 @@ pub(crate) fn rename(
             }
             return exchange(
                 &mut inodes,
-                &mut dentries,
+                &mut entries,
                 (parent, name, source),
                 (new_parent, new_name, victim),
             );
@@ -169,7 +168,7 @@ pub(crate) fn rename(
                     format!("{new_name:?} is a directory"),
                 ))
             }
-            (true, true) if !dir_is_empty(&cookies, victim.child)? => {
+            (true, true) if !dir_is_empty(&entries, victim.child)? => {
                 return Err(OpError::rejected(
                     ErrorCode::NotEmpty,
                     format!("{new_name:?} is not empty"),
@@ -186,10 +185,10 @@ pub(crate) fn rename(
 
     // Everything is checked; from here on the operation writes.
     let timestamp = now();
-    remove_dentry(&mut dentries, &mut cookies, parent, name, source)?;
+    remove_dentry(&mut entries, parent, source)?;
     let mut victim_was_dir = false;
     if let Some(victim) = victim {
-        remove_dentry(&mut dentries, &mut cookies, new_parent, new_name, victim)?;
+        remove_dentry(&mut entries, new_parent, victim)?;
         let victim_record = load_inode(&inodes, victim.child)?;
         if victim_record.is_dir() {
             victim_was_dir = true;
@@ -207,10 +206,9 @@ pub(crate) fn rename(
     }
     let mut target_dir = load_dir(&inodes, new_parent)?;
     insert_dentry(
-        &mut dentries,
-        &mut cookies,
+        &mut entries,
         new_parent,
-        &mut target_dir,
+        &target_dir,
         new_name,
         source.child,
         source.kind,
@@ -247,27 +245,19 @@ type Side<'a> = (InodeId, &'a str, crate::store::Dentry);
 /// RENAME_EXCHANGE: the two names swap the inodes they name, keeping their cookies.
 fn exchange(
     inodes: &mut redb::Table<u64, &'static [u8]>,
-    dentries: &mut redb::Table<(u64, &'static str), (u64, u64, u8)>,
+    entries: &mut crate::store::Entries<'_>,
     (parent, name, source): Side<'_>,
     (new_parent, new_name, victim): Side<'_>,
 ) -> Result<Response, OpError> {
     let timestamp = now();
-    dentries.insert(
-        (parent.0, name),
-        (
-            victim.child.0,
-            source.cookie,
-            crate::store::kind_code(victim.kind),
-        ),
-    )?;
-    dentries.insert(
-        (new_parent.0, new_name),
-        (
-            source.child.0,
-            victim.cookie,
-            crate::store::kind_code(source.kind),
-        ),
-    )?;
+    let swapped =
+        |dentry: crate::store::Dentry, other: crate::store::Dentry| crate::store::Dentry {
+            child: other.child,
+            kind: other.kind,
+            ..dentry
+        };
+    replace_dentry(entries, parent, name, swapped(source, victim))?;
+    replace_dentry(entries, new_parent, new_name, swapped(victim, source))?;
     for (inode, new_home_dir) in [(source.child, new_parent), (victim.child, parent)] {
         let mut record = load_inode(inodes, inode)?;
         record.ctime = timestamp;
