@@ -2,7 +2,9 @@
 //! operation queued while the previous commit ran, applies them in one transaction and
 //! commits. A home's store syncs each commit in the background ([`HomeFile`]), so the writer
 //! goes on with the next batch while an answer thread waits for the sync (one fsync for the
-//! whole batch) and only then answers each operation. A rejected operation has written
+//! whole batch) and only then answers each operation. A lone operation that nothing waits
+//! behind syncs on the writer thread instead, which then answers it: with nothing to overlap, the
+//! hand-offs to the flusher and the answer thread would only add latency. A rejected operation has written
 //! nothing (operations validate before they write), so it does not disturb its batch-mates; a
 //! store failure abandons the whole batch and every operation in it gets the error.
 //!
@@ -116,9 +118,17 @@ impl Committer {
         let (queue, receiver) = mpsc::channel::<Queued>();
         let (committed, waiting) = mpsc::channel::<Committed>();
         let writer_syncs = syncs.clone();
+        let writer_metrics = metrics.clone();
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
-            .spawn(move || writer_loop(&db, writer_syncs.as_deref(), &receiver, &committed))
+            .spawn(move || {
+                writer_loop(
+                    &db,
+                    writer_syncs.as_deref(),
+                    (&receiver, &committed),
+                    &writer_metrics,
+                )
+            })
             .expect("spawning the commit thread");
         let answer_metrics = metrics.clone();
         std::thread::Builder::new()
@@ -170,15 +180,23 @@ impl Committer {
 fn writer_loop(
     db: &Database,
     syncs: Option<&HomeLink>,
-    receiver: &mpsc::Receiver<Queued>,
-    committed: &mpsc::Sender<Committed>,
+    (receiver, committed): (&mpsc::Receiver<Queued>, &mpsc::Sender<Committed>),
+    metrics: &CommitMetrics,
 ) {
     while let Ok(first) = receiver.recv() {
-        if committed
-            .send(commit_batch(db, first, receiver, syncs))
-            .is_err()
-        {
-            return;
+        let batch = commit_batch(db, first, receiver, syncs);
+        match syncs {
+            // Synced on this thread (or failed): answered from here, in no other's turn.
+            Some(link) if batch.outcome.is_ok() && !link.sync_ended(batch.sync) => {
+                if committed.send(batch).is_err() {
+                    return;
+                }
+            }
+            Some(link) if batch.outcome.is_ok() => {
+                let synced = link.wait_synced(batch.sync);
+                answer(batch, synced, metrics);
+            }
+            _ => answer(batch, Ok(()), metrics),
         }
     }
 }
@@ -239,7 +257,16 @@ fn commit_batch(
             let _ = txn.abort();
             Err(message)
         }
-        None => txn.commit().map_err(|error| error.to_string()),
+        None => {
+            if results.len() == 1 && next.is_none() {
+                // A lone operation, nothing waiting and no sync running: a sync on this
+                // thread overlaps nothing anyway, and spares two hand-offs between threads.
+                // Under concurrency the sync stays in the background, where the next batch
+                // is applied while it runs.
+                syncs.inspect(|link| link.sync_next_inline());
+            }
+            txn.commit().map_err(|error| error.to_string())
+        }
     };
     Committed {
         results,

@@ -146,12 +146,19 @@ struct Writes {
     failed: Option<String>,
     /// Set when redb closed the file: the flusher ends once it finished what was asked.
     closed: bool,
+    /// Whether the running sync is carried out by the committing thread, not the flusher.
+    inline: bool,
 }
 
 impl Writes {
     /// Whether a sync is being carried out: the next one must wait for it.
     fn running(&self) -> bool {
         self.flushing.is_some() && self.failed.is_none()
+    }
+
+    /// Whether the flusher has a sync to carry out.
+    fn for_flusher(&self) -> bool {
+        self.running() && !self.inline
     }
 }
 
@@ -178,6 +185,9 @@ pub(crate) struct HomeLink {
     /// Set when changes could not ship: redb refuses further commits after a failed sync, so
     /// the home is opened again.
     broken: AtomicBool,
+    /// Set by the commit thread when no operation waits: the next sync runs on the committing
+    /// thread, sparing the hand-offs to the flusher and to the answer thread.
+    sync_inline: AtomicBool,
     /// Held while changes ship and while a resync reads and sends a chunk.
     order: tokio::sync::Mutex<()>,
     membership: Arc<Membership>,
@@ -224,10 +234,12 @@ impl HomeLink {
                 done: 0,
                 failed: None,
                 closed: false,
+                inline: false,
             }),
             flushed: std::sync::Condvar::new(),
             fenced: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            sync_inline: AtomicBool::new(false),
             order: tokio::sync::Mutex::new(()),
             membership,
             cluster,
@@ -262,6 +274,18 @@ impl HomeLink {
         self.writes().running()
     }
 
+    /// Has the next sync run on the thread that commits, before the commit returns: for a
+    /// commit nothing else waits behind, whose answers then need no other thread.
+    pub fn sync_next_inline(&self) {
+        self.sync_inline.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether sync `ticket` finished, successfully or not.
+    pub fn sync_ended(&self, ticket: u64) -> bool {
+        let writes = self.writes();
+        writes.done >= ticket || writes.failed.is_some()
+    }
+
     /// Waits until sync `ticket` finished: its changes are durable here and on every present
     /// member of the home's group.
     ///
@@ -284,9 +308,9 @@ impl HomeLink {
             let (changes, ticket) = {
                 let writes = self
                     .flushed
-                    .wait_while(self.writes(), |w| !w.running() && !w.closed)
+                    .wait_while(self.writes(), |w| !w.for_flusher() && !w.closed)
                     .expect("store writes poisoned");
-                if !writes.running() {
+                if !writes.for_flusher() {
                     // Closed, with nothing left to flush.
                     return;
                 }
@@ -296,21 +320,27 @@ impl HomeLink {
                     .expect("a running sync has changes");
                 (Arc::clone(changes), writes.asked)
             };
-            let started = std::time::Instant::now();
-            let result = self.flush(&changes);
-            self.sync_seconds.observe(started.elapsed().as_secs_f64());
-            let mut writes = self.writes();
-            writes.flushing = None;
-            match result {
-                Ok(()) => writes.done = ticket,
-                Err(error) => {
-                    tracing::error!(home = self.home.0, %error, "metadata store sync failed");
-                    self.broken.store(true, Ordering::SeqCst);
-                    writes.failed = Some(error.to_string());
-                }
-            }
-            self.flushed.notify_all();
+            self.carry_out(&changes, ticket);
         }
+    }
+
+    /// Carries out sync `ticket` of `changes` and records how it ended.
+    fn carry_out(&self, changes: &Arc<Changes>, ticket: u64) {
+        let started = std::time::Instant::now();
+        let result = self.flush(changes);
+        self.sync_seconds.observe(started.elapsed().as_secs_f64());
+        let mut writes = self.writes();
+        writes.flushing = None;
+        writes.inline = false;
+        match result {
+            Ok(()) => writes.done = ticket,
+            Err(error) => {
+                tracing::error!(home = self.home.0, %error, "metadata store sync failed");
+                self.broken.store(true, Ordering::SeqCst);
+                writes.failed = Some(error.to_string());
+            }
+        }
+        self.flushed.notify_all();
     }
 
     /// Writes `changes` to the store file, then syncs it while they ship to the members.
@@ -592,7 +622,9 @@ impl HomeLink {
 /// to finish, so the file never holds a commit's pages before the commit before it is durable:
 /// redb reuses a page only once the commit that freed it is synced, and a crash leaves the
 /// file as of some sync, as redb expects. A commit is durable only once its sync finished
-/// ([`HomeLink::wait_synced`]); the commit thread answers after that.
+/// ([`HomeLink::wait_synced`]); the commit thread answers after that. A commit that nothing
+/// waits behind asks for its sync to run on the committing thread
+/// ([`HomeLink::sync_next_inline`]), in the same order.
 pub(crate) struct HomeFile {
     file: Arc<File>,
     link: Arc<HomeLink>,
@@ -657,9 +689,19 @@ impl redb::StorageBackend for HomeFile {
         if let Some(failure) = &writes.failed {
             return Err(std::io::Error::other(failure.clone()));
         }
-        let changes = std::mem::take(&mut writes.next);
-        writes.flushing = Some(Arc::new(changes));
+        let changes = Arc::new(std::mem::take(&mut writes.next));
+        writes.flushing = Some(Arc::clone(&changes));
         writes.asked += 1;
+        if self.link.sync_inline.swap(false, Ordering::SeqCst) {
+            writes.inline = true;
+            let ticket = writes.asked;
+            drop(writes);
+            self.link.carry_out(&changes, ticket);
+            return match &self.link.writes().failed {
+                Some(failure) => Err(std::io::Error::other(failure.clone())),
+                None => Ok(()),
+            };
+        }
         self.link.flushed.notify_all();
         Ok(())
     }
