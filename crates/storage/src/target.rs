@@ -215,6 +215,17 @@ impl Target {
         self.open_creating(inode, |path| crate::direct::open(path, true))
     }
 
+    /// Whether the object's file is held open (plain targets only), so a write to it opens
+    /// nothing.
+    pub fn is_open(&self, inode: InodeId) -> bool {
+        self.files.as_ref().is_some_and(|files| {
+            files
+                .lock()
+                .expect("open files poisoned")
+                .contains_key(&inode)
+        })
+    }
+
     /// Whether the object exists (on disk or in the crash-test journal).
     pub fn exists(&self, inode: InodeId) -> bool {
         let journaled = self.journal.as_ref().is_some_and(|journal| {
@@ -355,6 +366,50 @@ impl Target {
         let available = logical_length.saturating_sub(offset).min(u64::from(len)) as usize;
         buffer.truncate(available);
         Ok(Bytes::from(buffer))
+    }
+
+    /// Reads like [`Target::read`] if the object's file is held open and the page cache holds
+    /// every byte asked for (`preadv2` with `RWF_NOWAIT`), so the read cannot wait for the
+    /// disk; `None` when it could, and the caller reads the usual way.
+    pub fn read_cached(&self, inode: InodeId, offset: u64, len: u32) -> Option<Bytes> {
+        if self.journal.is_some() {
+            return None;
+        }
+        let file = self
+            .files
+            .as_ref()?
+            .lock()
+            .expect("open files poisoned")
+            .get(&inode)
+            .cloned()?;
+        let length = file.metadata().ok()?.len();
+        let wanted = length.saturating_sub(offset).min(u64::from(len)) as usize;
+        if wanted == 0 {
+            return Some(Bytes::new());
+        }
+        let mut buffer: Vec<u8> = Vec::with_capacity(wanted);
+        let iov = libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: wanted,
+        };
+        // SAFETY: one iovec over `buffer`'s spare capacity of `wanted` bytes, which the call
+        // writes at most; the descriptor stays open while `file` lives.
+        let read = unsafe {
+            libc::preadv2(
+                std::os::fd::AsRawFd::as_raw_fd(&*file),
+                &iov,
+                1,
+                i64::try_from(offset).ok()?,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if usize::try_from(read).ok()? != wanted {
+            // Not all in the page cache (or an error the usual read reports).
+            return None;
+        }
+        // SAFETY: the call initialised exactly `wanted` bytes.
+        unsafe { buffer.set_len(wanted) };
+        Some(Bytes::from(buffer))
     }
 
     /// Cuts the object to `length` if it is longer; never extends it (holes read as zeros).
