@@ -38,8 +38,10 @@ struct State {
     groups: HashMap<u32, MirrorGroupInfo>,
     /// A primary serves until then.
     lease_until: Option<Instant>,
-    /// Members a change has not reached, since when: (group, member).
-    failing: HashMap<(u32, u32), Instant>,
+    /// Members a change has not reached, since when, and the group version those changes
+    /// carried: (group, member) → (since, version). A failure under an older version is about
+    /// a membership that no longer holds, and is neither reported nor kept.
+    failing: HashMap<(u32, u32), (Instant, u64)>,
     /// Resyncs running: (group, member) → the version they run in.
     resyncs: HashMap<(u32, u32), u64>,
     /// Resyncs finished, reported until management marks the member good.
@@ -123,10 +125,10 @@ impl Membership {
         let unreachable = state
             .failing
             .iter()
-            .filter(|(_, since)| since.elapsed() >= timeout)
-            .filter_map(|((group, member), _)| {
+            .filter(|(_, (since, _))| since.elapsed() >= timeout)
+            .filter_map(|((group, member), (_, version))| {
                 let known = state.groups.get(group)?;
-                Some((*group, known.version, *member))
+                (known.version == *version).then_some((*group, known.version, *member))
             })
             .collect();
         MirrorHeartbeat {
@@ -204,11 +206,12 @@ impl Membership {
                         .any(|m| m.id == *member && m.state == Consistency::NeedsResync)
             })
         });
-        failing.retain(|(group, member), _| {
+        failing.retain(|(group, member), (_, version)| {
             groups.get(group).is_some_and(|g| {
-                g.members
-                    .iter()
-                    .any(|m| m.id == *member && m.state != Consistency::Bad)
+                g.version == *version
+                    && g.members
+                        .iter()
+                        .any(|m| m.id == *member && m.state != Consistency::Bad)
             })
         });
         for group in groups.values() {
@@ -452,7 +455,8 @@ impl Membership {
         let members = self.present_secondaries(group);
         let send = &send;
         let sends = members.into_iter().map(|member| async move {
-            let mut first_failure: Option<Instant> = None;
+            // When sends under the current version began to fail.
+            let mut first_failure: Option<(Instant, u64)> = None;
             let mut attempt = 0;
             loop {
                 let Some(version) = self.version_to_member(primary, group, member)? else {
@@ -467,9 +471,25 @@ impl Membership {
                         if first_failure.is_none() {
                             tracing::warn!(group, member, %error, "a mirror member did not take a change; trying again");
                         }
-                        let since = *first_failure.get_or_insert_with(Instant::now);
+                        // A new version starts the member's time over.
+                        let since = match first_failure {
+                            Some((since, under)) if under == version => since,
+                            _ => Instant::now(),
+                        };
+                        first_failure = Some((since, version));
                         if !error.is_retryable() || since.elapsed() >= self.member_timeout() {
-                            self.state().failing.entry((group, member)).or_insert(since);
+                            let mut state = self.state();
+                            // Only while the version the change carried still holds: a send
+                            // that failed as the group moved on says nothing of the new one.
+                            if state.groups.get(&group).is_some_and(|g| g.version == version) {
+                                let entry = state
+                                    .failing
+                                    .entry((group, member))
+                                    .or_insert((since, version));
+                                if entry.1 != version {
+                                    *entry = (since, version);
+                                }
+                            }
                         }
                         attempt += 1;
                         tokio::time::sleep(MEMBER_RETRY).await;

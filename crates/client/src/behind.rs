@@ -1,0 +1,260 @@
+//! Write-behind: a write is answered once its data is on its way to the storage servers, with
+//! a bounded number of bytes in flight per file, so a single stream keeps several requests
+//! going instead of waiting for each. The mount answers FUSE writes this way; native callers
+//! get the same from [`FileWriter`]. What happens to the file afterwards waits for exactly what
+//! it must:
+//!
+//! - a write that overlaps one still in flight waits for it (order of overlapping writes is
+//!   the order the kernel sent them);
+//! - a read waits for the in-flight writes it overlaps (a client reads its own writes);
+//! - flush (every close), fsync, truncate, fallocate, locks and release wait for them all;
+//! - a write that fails makes the file's error sticky before its bytes leave the budget, so
+//!   the next write, flush or fsync of that file returns it (a failure while other writes
+//!   still wait for budget is seen by them).
+
+use crate::client::{Client, ClientError};
+use bytes::Bytes;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::FileLayout;
+
+/// One file's writes through the native library, written behind: [`FileWriter::write`]
+/// returns once the data is on its way, with at most the budget's bytes in flight, and
+/// [`FileWriter::drain`] — before a sync, a size report or a close — waits for all of them and
+/// returns the first error any of them met (that error also fails every later write).
+pub struct FileWriter {
+    client: Arc<Client>,
+    inode: InodeId,
+    layout: FileLayout,
+    /// `None` with a budget of 0: every write waits for the servers.
+    inflight: Option<Arc<InFlight>>,
+    error: Arc<Mutex<Option<ClientError>>>,
+}
+
+impl FileWriter {
+    /// Writes of `inode` (laid out as `layout`) with `budget_bytes` in flight at most (0: none;
+    /// [`crate::ClientConfig::write_behind_bytes`] is the mount's).
+    pub fn new(
+        client: Arc<Client>,
+        inode: InodeId,
+        layout: FileLayout,
+        budget_bytes: u32,
+    ) -> FileWriter {
+        FileWriter {
+            client,
+            inode,
+            layout,
+            inflight: (budget_bytes > 0).then(|| Arc::new(InFlight::new(budget_bytes))),
+            error: Arc::default(),
+        }
+    }
+
+    fn failed(&self) -> Result<(), ClientError> {
+        match &*self.error.lock().expect("writer error poisoned") {
+            Some(error) => Err(error.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends `data` to `offset`; returns once it is admitted into flight.
+    ///
+    /// # Errors
+    /// An earlier write's failure, or this one's when nothing is written behind.
+    pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), ClientError> {
+        self.failed()?;
+        let Some(inflight) = &self.inflight else {
+            return self
+                .client
+                .write(self.inode, &self.layout, offset, data)
+                .await;
+        };
+        let admitted = inflight.admit((offset, offset + data.len() as u64)).await;
+        // A write that failed while this one waited for budget is this one's answer.
+        if let Err(error) = self.failed() {
+            admitted.finish();
+            return Err(error);
+        }
+        let client = Arc::clone(&self.client);
+        let (inode, layout, error) = (self.inode, self.layout.clone(), Arc::clone(&self.error));
+        tokio::spawn(async move {
+            if let Err(failure) = client.write(inode, &layout, offset, data).await {
+                tracing::warn!(%inode, error = %failure, "a write-behind write failed");
+                error
+                    .lock()
+                    .expect("writer error poisoned")
+                    .get_or_insert(failure);
+            }
+            admitted.finish();
+        });
+        Ok(())
+    }
+
+    /// Waits for the writes in flight that overlap `[start, end)`: a read sees this writer's
+    /// writes.
+    pub async fn wait_clear(&self, range: (u64, u64)) {
+        if let Some(inflight) = &self.inflight {
+            inflight.wait_clear(range).await;
+        }
+    }
+
+    /// Waits for every write in flight.
+    ///
+    /// # Errors
+    /// The first error any write met.
+    pub async fn drain(&self) -> Result<(), ClientError> {
+        if let Some(inflight) = &self.inflight {
+            inflight.drain().await;
+        }
+        self.failed()
+    }
+}
+
+/// The writes of one inode in flight.
+pub(crate) struct InFlight {
+    ranges: Mutex<Vec<(u64, u64)>>,
+    changed: Notify,
+    budget: Arc<Semaphore>,
+    budget_bytes: u32,
+}
+
+/// A write admitted into flight: its range stays registered until [`Admitted::finish`].
+pub(crate) struct Admitted {
+    inflight: Arc<InFlight>,
+    range: (u64, u64),
+    _permit: OwnedSemaphorePermit,
+}
+
+impl InFlight {
+    pub fn new(budget_bytes: u32) -> InFlight {
+        InFlight {
+            ranges: Mutex::default(),
+            changed: Notify::new(),
+            budget: Arc::new(Semaphore::new(budget_bytes as usize)),
+            budget_bytes,
+        }
+    }
+
+    fn overlaps(&self, (start, end): (u64, u64)) -> bool {
+        self.ranges
+            .lock()
+            .expect("in-flight ranges poisoned")
+            .iter()
+            .any(|(s, e)| *s < end && start < *e)
+    }
+
+    /// Waits until no write in flight overlaps `[start, end)`.
+    pub async fn wait_clear(&self, range: (u64, u64)) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.overlaps(range) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Waits until every write in flight is done.
+    pub async fn drain(&self) {
+        self.wait_clear((0, u64::MAX)).await;
+    }
+
+    /// Admits a write of `[start, end)`: waits for overlapping writes, then for budget.
+    pub async fn admit(self: &Arc<InFlight>, (start, end): (u64, u64)) -> Admitted {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut ranges = self.ranges.lock().expect("in-flight ranges poisoned");
+                if !ranges.iter().any(|(s, e)| *s < end && start < *e) {
+                    ranges.push((start, end));
+                    break;
+                }
+            }
+            changed.await;
+        }
+        let bytes = (end - start).clamp(1, u64::from(self.budget_bytes)) as u32;
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(bytes)
+            .await
+            .expect("the write-behind budget is never closed");
+        Admitted {
+            inflight: Arc::clone(self),
+            range: (start, end),
+            _permit: permit,
+        }
+    }
+}
+
+impl Admitted {
+    /// The write is done (its error, if any, already recorded): others may go on.
+    pub fn finish(self) {
+        {
+            let mut ranges = self
+                .inflight
+                .ranges
+                .lock()
+                .expect("in-flight ranges poisoned");
+            if let Some(index) = ranges.iter().position(|r| *r == self.range) {
+                ranges.swap_remove(index);
+            }
+        }
+        self.inflight.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: overlapping writes go one after the other, disjoint ones together, and a drain
+    // waits for all of them.
+    #[tokio::test]
+    async fn overlapping_writes_wait_and_drain_waits_for_all() {
+        let inflight = Arc::new(InFlight::new(1 << 20));
+        let first = inflight.admit((0, 100)).await;
+        let disjoint = inflight.admit((100, 200)).await;
+        let overlapping = {
+            let inflight = Arc::clone(&inflight);
+            tokio::spawn(async move { inflight.admit((50, 150)).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(
+            !overlapping.is_finished(),
+            "waits for the writes it overlaps"
+        );
+        first.finish();
+        tokio::task::yield_now().await;
+        disjoint.finish();
+        let third = overlapping.await.expect("admitted once both are done");
+        let drained = {
+            let inflight = Arc::clone(&inflight);
+            tokio::spawn(async move { inflight.drain().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(
+            !drained.is_finished(),
+            "a drain waits for the write in flight"
+        );
+        third.finish();
+        drained.await.expect("drained");
+    }
+
+    // Goal: the byte budget bounds what is in flight.
+    #[tokio::test]
+    async fn budget_bounds_bytes_in_flight() {
+        let inflight = Arc::new(InFlight::new(100));
+        let first = inflight.admit((0, 80)).await;
+        let second = {
+            let inflight = Arc::clone(&inflight);
+            tokio::spawn(async move { inflight.admit((80, 160)).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished(), "no budget left for 80 more bytes");
+        first.finish();
+        second.await.expect("admitted").finish();
+    }
+}
