@@ -400,14 +400,18 @@ pub struct NativeFiles {
     pub runtime: tokio::runtime::Handle,
     /// The directory the files go in.
     pub dir: InodeId,
+    /// Bytes each file may have written behind (0: every write waits for the servers).
+    pub write_behind: u32,
 }
 
-/// An open file of [`NativeFiles`]: its layout, and the end of what this handle wrote.
+/// An open file of [`NativeFiles`]: its layout, its writes in flight, and the end of what
+/// this handle wrote.
 pub struct NativeFile {
     inode: InodeId,
     layout: FileLayout,
     generation: u64,
     size: u64,
+    writer: weft_client::FileWriter,
     written_end: std::sync::atomic::AtomicU64,
 }
 
@@ -416,6 +420,12 @@ impl NativeFiles {
         let layout = attr.layout.context("a file has a layout")?;
         Ok(NativeFile {
             inode: attr.inode,
+            writer: weft_client::FileWriter::new(
+                Arc::clone(&self.client),
+                attr.inode,
+                layout.clone(),
+                self.write_behind,
+            ),
             layout,
             generation: attr.truncate_generation,
             size: attr.size,
@@ -440,12 +450,10 @@ impl IoTarget for NativeFiles {
     }
 
     fn write_at(&self, file: &NativeFile, offset: u64, data: &[u8]) -> Result<()> {
-        self.runtime.block_on(self.client.write(
-            file.inode,
-            &file.layout,
-            offset,
-            bytes::Bytes::copy_from_slice(data),
-        ))?;
+        self.runtime.block_on(
+            file.writer
+                .write(offset, bytes::Bytes::copy_from_slice(data)),
+        )?;
         file.written_end.fetch_max(
             offset + data.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
@@ -454,19 +462,28 @@ impl IoTarget for NativeFiles {
     }
 
     fn read_at(&self, file: &NativeFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let data = self.runtime.block_on(self.client.read(
-            file.inode,
-            &file.layout,
-            offset,
-            buf.len() as u64,
-            file.size,
-        ))?;
+        let data = self.runtime.block_on(async {
+            file.writer
+                .wait_clear((offset, offset + buf.len() as u64))
+                .await;
+            self.client
+                .read(
+                    file.inode,
+                    &file.layout,
+                    offset,
+                    buf.len() as u64,
+                    file.size
+                        .max(file.written_end.load(std::sync::atomic::Ordering::Relaxed)),
+                )
+                .await
+        })?;
         buf[..data.len()].copy_from_slice(&data);
         Ok(data.len())
     }
 
     fn sync(&self, file: &NativeFile) -> Result<()> {
         self.runtime.block_on(async {
+            file.writer.drain().await?;
             self.client.sync_data(file.inode, &file.layout).await?;
             let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
             self.client
@@ -477,6 +494,7 @@ impl IoTarget for NativeFiles {
     }
 
     fn close(&self, file: NativeFile) -> Result<()> {
+        self.runtime.block_on(file.writer.drain())?;
         let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
         if end > 0 {
             self.runtime.block_on(self.client.report_size(

@@ -145,6 +145,7 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             client: Arc::clone(&client),
             runtime: runtime.handle().clone(),
             dir,
+            write_behind: client_config.write_behind_bytes,
         };
         let mut runs = Vec::new();
         for _ in 0..args.repeat {
@@ -420,10 +421,9 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
         }
         (None, Some(mgmt)) => {
             let runtime = crate::runtime()?;
+            let client_config = weft_client::ClientConfig::new(mgmt.clone());
             let client = runtime
-                .block_on(weft_client::Client::connect(
-                    &weft_client::ClientConfig::new(mgmt.clone()),
-                ))
+                .block_on(weft_client::Client::connect(&client_config))
                 .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
             if net {
                 client.enable_net_bench();
@@ -432,6 +432,7 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
                 client,
                 runtime: runtime.handle().clone(),
                 dir: weft_proto::InodeId::ROOT,
+                write_behind: client_config.write_behind_bytes,
             };
             for threads in &args.threads {
                 all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);

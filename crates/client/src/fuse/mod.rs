@@ -12,7 +12,6 @@
 //! generation and never reports a smaller size to the kernel than that.
 
 mod ahead;
-mod behind;
 pub mod mount;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
@@ -86,7 +85,7 @@ struct State {
     /// Ask the kernel for writeback caching.
     writeback_cache: bool,
     /// Writes in flight per inode.
-    inflight: Mutex<HashMap<InodeId, Arc<behind::InFlight>>>,
+    inflight: Mutex<HashMap<InodeId, Arc<crate::behind::InFlight>>>,
     /// Bytes per read-ahead window (0: no read-ahead).
     read_ahead: u64,
     /// Files known to have no `security.capability` since an instant (see
@@ -236,13 +235,15 @@ impl State {
     }
 
     /// The writes of `inode` in flight (write-behind).
-    fn inflight(&self, inode: InodeId) -> Arc<behind::InFlight> {
+    fn inflight(&self, inode: InodeId) -> Arc<crate::behind::InFlight> {
         Arc::clone(
             self.inflight
                 .lock()
                 .expect("in-flight table poisoned")
                 .entry(inode)
-                .or_insert_with(|| Arc::new(behind::InFlight::new(self.write_behind.max(1)))),
+                .or_insert_with(|| {
+                    Arc::new(crate::behind::InFlight::new(self.write_behind.max(1)))
+                }),
         )
     }
 
