@@ -13,7 +13,10 @@ OUT=${OUT:-$WORK}
 JSON=$OUT/meta.jsonl
 cargo build --release --quiet
 WEFT=target/release/weft
-bench() { "$WEFT" bench meta --files "$FILES" --dirs $((FILES / 10)) --threads "$THREADS" --json "$JSON" "$@"; }
+# Each target starts on a quiet machine: what the one before left dirty (peers remove their
+# files as they stop) is written back first, so its writeback does not land in the next rows.
+settle() { sync; sleep 2; }
+bench() { settle; "$WEFT" bench meta --files "$FILES" --dirs $((FILES / 10)) --threads "$THREADS" --json "$JSON" "$@"; }
 
 mkdir -p "$WORK/local" "$WORK/bindfs"
 bench --path "$WORK/local" --label ext4-local
