@@ -13,9 +13,13 @@ OUT=${OUT:-$WORK}
 JSON=$OUT/meta.jsonl
 cargo build --release --quiet
 WEFT=target/release/weft
-# Each target starts on a quiet machine: what the one before left dirty (peers remove their
-# files as they stop) is written back first, so its writeback does not land in the next rows.
-settle() { sync; sleep 2; }
+# Each target starts on a quiet machine: the peers' daemons have exited (they go on for a
+# while after their stop script returns, and measurably slowed the next rows) and what the
+# target before left dirty is written back.
+settle() {
+  for _ in $(seq 1 60); do pgrep -f 'glusterd|glusterfs|mfsmaster|mfschunkserver|mfsmount' > /dev/null || break; sleep 0.5; done
+  sync; sleep 2
+}
 bench() { settle; "$WEFT" bench meta --files "$FILES" --dirs $((FILES / 10)) --threads "$THREADS" --json "$JSON" "$@"; }
 
 mkdir -p "$WORK/local" "$WORK/bindfs"
