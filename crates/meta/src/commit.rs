@@ -185,18 +185,18 @@ fn writer_loop(
 ) {
     while let Ok(first) = receiver.recv() {
         let batch = commit_batch(db, first, receiver, syncs);
-        match syncs {
+        let synced = match syncs {
+            Some(link) if batch.outcome.is_ok() => link.sync_outcome(batch.sync),
+            _ => Some(Ok(())),
+        };
+        match synced {
             // Synced on this thread (or failed): answered from here, in no other's turn.
-            Some(link) if batch.outcome.is_ok() && !link.sync_ended(batch.sync) => {
+            Some(synced) => answer(batch, synced, metrics),
+            None => {
                 if committed.send(batch).is_err() {
                     return;
                 }
             }
-            Some(link) if batch.outcome.is_ok() => {
-                let synced = link.wait_synced(batch.sync);
-                answer(batch, synced, metrics);
-            }
-            _ => answer(batch, Ok(()), metrics),
         }
     }
 }

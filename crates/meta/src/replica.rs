@@ -160,6 +160,14 @@ impl Writes {
     fn for_flusher(&self) -> bool {
         self.running() && !self.inline
     }
+
+    /// How sync `ticket` ended: done, or failed (it or one before it); `None` while it runs.
+    fn outcome(&self, ticket: u64) -> Option<Result<(), String>> {
+        if self.done >= ticket {
+            return Some(Ok(()));
+        }
+        self.failed.clone().map(Err)
+    }
 }
 
 /// The payload of a sync's changes, shipped without a copy.
@@ -280,10 +288,9 @@ impl HomeLink {
         self.sync_inline.store(true, Ordering::SeqCst);
     }
 
-    /// Whether sync `ticket` finished, successfully or not.
-    pub fn sync_ended(&self, ticket: u64) -> bool {
-        let writes = self.writes();
-        writes.done >= ticket || writes.failed.is_some()
+    /// How sync `ticket` ended, if it did.
+    pub fn sync_outcome(&self, ticket: u64) -> Option<Result<(), String>> {
+        self.writes().outcome(ticket)
     }
 
     /// Waits until sync `ticket` finished: its changes are durable here and on every present
@@ -292,14 +299,11 @@ impl HomeLink {
     /// # Errors
     /// Why that sync, or one before it, failed.
     pub fn wait_synced(&self, ticket: u64) -> Result<(), String> {
-        let writes = self
-            .flushed
-            .wait_while(self.writes(), |w| w.done < ticket && w.failed.is_none())
-            .expect("store writes poisoned");
-        match &writes.failed {
-            Some(failure) if writes.done < ticket => Err(failure.clone()),
-            _ => Ok(()),
-        }
+        self.flushed
+            .wait_while(self.writes(), |w| w.outcome(ticket).is_none())
+            .expect("store writes poisoned")
+            .outcome(ticket)
+            .expect("the wait ends with an outcome")
     }
 
     /// Writes, syncs and ships each sync's changes, one sync at a time, in order.

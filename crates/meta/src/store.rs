@@ -502,15 +502,15 @@ fn free_cookie(
     parent: InodeId,
     name: &str,
 ) -> Result<u64, OpError> {
-    let mut cookie = name_bucket(name);
-    let last = *bucket_range(parent, name).end();
-    for item in entries.range(bucket_range(parent, name))? {
+    let range = bucket_range(parent, name);
+    let ((_, mut cookie), (_, last)) = (*range.start(), *range.end());
+    for item in entries.range(range)? {
         if item?.0.value().1 != cookie {
             break;
         }
         cookie += 1;
     }
-    if cookie > last.1 {
+    if cookie > last {
         return Err(OpError::rejected(
             ErrorCode::NoSpace,
             format!("directory {parent} has too many names with the hash of {name:?}"),
@@ -536,7 +536,12 @@ pub(crate) fn insert_dentry(
             error.message
         )));
     }
-    let cookie = free_cookie(entries, parent, name)?;
+    // A full bucket is not among the callers' checks either: the batch is abandoned rather
+    // than half of this operation committed.
+    let cookie = free_cookie(entries, parent, name).map_err(|error| match error {
+        OpError::Rejected(error) => OpError::Store(error.message),
+        store => store,
+    })?;
     entries.insert((parent.0, cookie), (child.0, kind_code(kind), name))?;
     Ok(())
 }

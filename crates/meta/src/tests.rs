@@ -16,8 +16,8 @@ use redb::{Database, ReadableTableMetadata};
 use std::sync::Arc;
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{
-    AttrChanges, CheckReport, ClusterMap, FileKind, InodeAttr, MutationId, NewInode, Reachability,
-    RenameFlags, Response, SpaceUsage, TargetInfo,
+    AttrChanges, CheckReport, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
+    Reachability, RenameFlags, Response, SpaceUsage, TargetInfo,
 };
 use weft_proto::ErrorCode;
 
@@ -130,6 +130,15 @@ impl Fixture {
             name,
         )
     }
+
+    /// Up to `max` entries of `dir` after cookie `after`, and whether that is the end.
+    fn list(&self, dir: InodeId, after: u64, max: u32) -> (Vec<DirEntry>, bool) {
+        match read_dir(&self.db.begin_read().expect("read"), (dir, 1), after, max).expect("readdir")
+        {
+            Response::DirEntries { entries, end } => (entries, end),
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 fn code(result: Result<impl std::fmt::Debug, OpError>) -> ErrorCode {
@@ -230,16 +239,7 @@ async fn group_commit_isolates_rejections() {
         created += usize::from(task.await.expect("task"));
     }
     assert_eq!(created, 32);
-    let listing = read_dir(
-        &f.db.begin_read().expect("read"),
-        (InodeId::ROOT, 1),
-        0,
-        1000,
-    )
-    .expect("readdir");
-    let Response::DirEntries { entries, end } = listing else {
-        panic!("listing")
-    };
+    let (entries, end) = f.list(InodeId::ROOT, 0, 1000);
     assert!(end);
     assert_eq!(entries.len(), 32);
 }
@@ -253,18 +253,8 @@ async fn readdir_cookies_are_stable() {
             .await
             .expect("create");
     }
-    let read = |after: u64| match read_dir(
-        &f.db.begin_read().expect("read"),
-        (InodeId::ROOT, 1),
-        after,
-        4,
-    )
-    .expect("readdir")
-    {
-        Response::DirEntries { entries, end } => (entries, end),
-        other => panic!("{other:?}"),
-    };
-    let (all, end) = (read(0).0, read(0).1);
+    let read = |after: u64| f.list(InodeId::ROOT, after, 4);
+    let (all, end) = read(0);
     assert!(!end);
     let mut listed = Vec::new();
     let mut after = 0;
@@ -328,26 +318,13 @@ async fn names_with_colliding_hashes_coexist() {
         .create(InodeId::ROOT, "twin", FileKind::Regular)
         .await
         .expect("create twin");
-    let lookup_of = |name: &str| match lookup(
-        &f.db.begin_read().expect("read"),
-        NodeId(1),
-        InodeId::ROOT,
-        name,
-    ) {
+    let lookup_of = |name: &str| match f.lookup(InodeId::ROOT, name) {
         Ok(Response::Attr(attr)) => Some(attr.inode),
         Err(OpError::Rejected(e)) if e.code == ErrorCode::NotFound => None,
         other => panic!("{other:?}"),
     };
     assert_eq!(lookup_of("twin"), Some(twin.inode));
-    let Response::DirEntries { entries, .. } = read_dir(
-        &f.db.begin_read().expect("read"),
-        (InodeId::ROOT, 1),
-        0,
-        100,
-    )
-    .expect("readdir") else {
-        panic!("listing")
-    };
+    let (entries, _) = f.list(InodeId::ROOT, 0, 100);
     let cookie_of = |name: &str| entries.iter().find(|e| e.name == name).map(|e| e.cookie);
     assert_eq!(cookie_of("twin"), cookie_of("collider").map(|c| c + 1));
     // "collider" is not in its own bucket: fsck says so and files it there.
@@ -645,30 +622,26 @@ async fn entries_of_the_old_format_migrate() {
     txn.commit().expect("commit");
 
     create_tables(&f.db).expect("migrate");
-    let read = f.db.begin_read().expect("read");
     assert!(
-        !read
+        !f.db
+            .begin_read()
+            .expect("read")
             .list_tables()
             .expect("tables")
             .any(|t| redb::TableHandle::name(&t) == "dentries"
                 || redb::TableHandle::name(&t) == "cookies"),
         "old tables dropped"
     );
-    match lookup(&read, NodeId(1), dir.inode, "file").expect("lookup") {
+    match f.lookup(dir.inode, "file").expect("lookup") {
         Response::Attr(attr) => assert_eq!(attr.inode, file.inode),
         other => panic!("{other:?}"),
     }
-    let Response::DirEntries { entries, end } =
-        read_dir(&read, (InodeId::ROOT, 1), 0, 100).expect("readdir")
-    else {
-        panic!("listing")
-    };
+    let (entries, end) = f.list(InodeId::ROOT, 0, 100);
     assert!(end);
     assert_eq!(entries.len(), 1);
     assert_eq!(
         (entries[0].name.as_str(), entries[0].inode),
         ("dir", dir.inode)
     );
-    drop(read);
     assert_eq!(run_check(&f, false).problem_count, 0);
 }

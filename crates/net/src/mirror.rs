@@ -126,10 +126,7 @@ impl Membership {
             .failing
             .iter()
             .filter(|(_, (since, _))| since.elapsed() >= timeout)
-            .filter_map(|((group, member), (_, version))| {
-                let known = state.groups.get(group)?;
-                (known.version == *version).then_some((*group, known.version, *member))
-            })
+            .map(|((group, member), (_, version))| (*group, *version, *member))
             .collect();
         MirrorHeartbeat {
             boot: self.boot,
@@ -481,14 +478,11 @@ impl Membership {
                             let mut state = self.state();
                             // Only while the version the change carried still holds: a send
                             // that failed as the group moved on says nothing of the new one.
-                            if state.groups.get(&group).is_some_and(|g| g.version == version) {
-                                let entry = state
-                                    .failing
-                                    .entry((group, member))
-                                    .or_insert((since, version));
-                                if entry.1 != version {
-                                    *entry = (since, version);
-                                }
+                            let holds =
+                                state.groups.get(&group).is_some_and(|g| g.version == version);
+                            let kept = state.failing.get(&(group, member)).map(|(_, v)| *v);
+                            if holds && kept != Some(version) {
+                                state.failing.insert((group, member), (since, version));
                             }
                         }
                         attempt += 1;
