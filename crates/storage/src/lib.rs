@@ -8,9 +8,9 @@
 //! - `mirror`: storage mirror groups: admission by group version and lease, ordering and
 //!   forwarding changes to members, resync of returning members.
 //!
-//! Objects live at `<target>/objects/<aa>/<bb>/<inode id in hex>`, where `aa` and `bb` are the
-//! first two bytes of the CRC32C of the inode id, so no directory grows past a few thousand
-//! entries.
+//! Objects live at `<target>/objects/<aa>/<inode id in hex>`, where `aa` is the first byte of
+//! the CRC32C of the inode id. The 256 directories are made when the target opens (a tree of
+//! the older `<aa>/<bb>/` layout is flattened then), so writing a new object makes no directory.
 
 mod bench;
 pub mod config;

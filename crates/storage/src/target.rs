@@ -69,6 +69,15 @@ impl Target {
     ) -> std::io::Result<Target> {
         let objects = root.join("objects");
         fs::create_dir_all(&objects)?;
+        flatten_object_dirs(&objects)?;
+        for index in 0..=u8::MAX {
+            match fs::create_dir(objects.join(format!("{index:02x}"))) {
+                Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(error)
+                }
+                _ => {}
+            }
+        }
         if direct_io {
             crate::direct::probe(root)?;
         }
@@ -85,13 +94,11 @@ impl Target {
         })
     }
 
-    /// `<root>/objects/<aa>/<bb>/<inode>`.
+    /// `<root>/objects/<aa>/<inode>`: [`object_dir`] names `aa`.
     pub fn object_path(&self, inode: InodeId) -> PathBuf {
-        let hash = weft_proto::checksum::crc32c(&inode.0.to_le_bytes()).to_le_bytes();
         self.root
             .join("objects")
-            .join(format!("{:02x}", hash[0]))
-            .join(format!("{:02x}", hash[1]))
+            .join(object_dir(inode.0))
             .join(format!("{:016x}", inode.0))
     }
 
@@ -625,43 +632,78 @@ fn apply_length(disk: u64, ops: &[Pending]) -> u64 {
     })
 }
 
-/// The inode ids of the object files under `objects` that sit where [`Target::object_path`]
-/// puts them; anything else (leftovers of other tools) is not an object and is skipped.
-fn collect_objects(objects: &Path, found: &mut Vec<InodeId>) -> std::io::Result<()> {
-    let read = |path: &Path| match fs::read_dir(path) {
+/// The subdirectory of `objects/` that holds object `id`: the first byte of the CRC32C of the
+/// id, in hex. The 256 of them are made when the target opens, so no object write makes a
+/// directory; ext4's hashed directories keep lookups fast at millions of objects each.
+pub fn object_dir(id: u64) -> String {
+    let hash = weft_proto::checksum::crc32c(&id.to_le_bytes());
+    format!("{:02x}", hash & 0xff)
+}
+
+fn read_dir_if_present(path: &Path) -> std::io::Result<Option<fs::ReadDir>> {
+    match fs::read_dir(path) {
         Ok(entries) => Ok(Some(entries)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(error) => Err(error),
-    };
-    let Some(first_level) = read(objects)? else {
+    }
+}
+
+/// Whether `name` is a subdirectory name of the object tree: two hex digits.
+fn is_fan_out_name(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Moves the objects of a tree of the older two-level layout (`<aa>/<bb>/<inode>`) up into
+/// `<aa>/`, where [`Target::object_path`] looks for them, and removes the emptied `<bb>`
+/// directories. Each move is one rename, so an interrupted pass is finished by the next open.
+fn flatten_object_dirs(objects: &Path) -> std::io::Result<()> {
+    let Some(first_level) = read_dir_if_present(objects)? else {
         return Ok(());
     };
     for first in first_level {
         let first = first?;
-        let Some(second_level) = read(&first.path())? else {
+        if !first.file_type()?.is_dir() || !is_fan_out_name(&first.file_name()) {
+            continue;
+        }
+        for second in fs::read_dir(first.path())? {
+            let second = second?;
+            if !second.file_type()?.is_dir() || !is_fan_out_name(&second.file_name()) {
+                continue;
+            }
+            for file in fs::read_dir(second.path())? {
+                let file = file?;
+                fs::rename(file.path(), first.path().join(file.file_name()))?;
+            }
+            fs::remove_dir(second.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The inode ids of the object files under `objects` that sit where [`Target::object_path`]
+/// puts them; anything else (leftovers of other tools) is not an object and is skipped.
+fn collect_objects(objects: &Path, found: &mut Vec<InodeId>) -> std::io::Result<()> {
+    let Some(dirs) = read_dir_if_present(objects)? else {
+        return Ok(());
+    };
+    for dir in dirs {
+        let dir = dir?;
+        let Some(files) = read_dir_if_present(&dir.path())? else {
             continue;
         };
-        for second in second_level {
-            let second = second?;
-            let Some(files) = read(&second.path())? else {
+        for file in files {
+            let file = file?;
+            let Some(id) = file
+                .file_name()
+                .to_str()
+                .filter(|n| n.len() == 16)
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+            else {
                 continue;
             };
-            for file in files {
-                let file = file?;
-                let Some(id) = file
-                    .file_name()
-                    .to_str()
-                    .filter(|n| n.len() == 16)
-                    .and_then(|n| u64::from_str_radix(n, 16).ok())
-                else {
-                    continue;
-                };
-                let hash = weft_proto::checksum::crc32c(&id.to_le_bytes()).to_le_bytes();
-                if first.file_name().to_str() == Some(&format!("{:02x}", hash[0]))
-                    && second.file_name().to_str() == Some(&format!("{:02x}", hash[1]))
-                {
-                    found.push(InodeId(id));
-                }
+            if dir.file_name().to_str() == Some(object_dir(id).as_str()) {
+                found.push(InodeId(id));
             }
         }
     }
@@ -705,6 +747,45 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A target written in the older `<aa>/<bb>/<inode>` layout opens with every object
+    /// readable where the flat layout looks, its capacity use unchanged and no `<bb>` left.
+    #[test]
+    fn opening_flattens_the_two_level_layout() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let objects = directory.path().join("objects");
+        let inodes: Vec<InodeId> = (1..40)
+            .map(|n| InodeId::new(weft_proto::NodeId(1), n))
+            .collect();
+        for inode in &inodes {
+            let hash = weft_proto::checksum::crc32c(&inode.0.to_le_bytes()).to_le_bytes();
+            let old = objects
+                .join(format!("{:02x}", hash[0]))
+                .join(format!("{:02x}", hash[1]));
+            fs::create_dir_all(&old).expect("mkdir");
+            fs::write(old.join(format!("{:016x}", inode.0)), inode.0.to_le_bytes()).expect("write");
+        }
+        let target = Target::open(TargetId(1), directory.path(), None, (false, false))
+            .expect("open flattens");
+        for inode in &inodes {
+            assert_eq!(
+                &target.read(*inode, 0, 8).expect("read")[..],
+                &inode.0.to_le_bytes()[..],
+                "object {inode} moved"
+            );
+        }
+        assert_eq!(
+            target.used_bytes.load(Ordering::Acquire),
+            8 * inodes.len() as u64
+        );
+        let (listed, _) = target.list_objects(None, 0, 1000).expect("list");
+        assert_eq!(listed.len(), inodes.len());
+        for dir in fs::read_dir(&objects).expect("objects") {
+            for entry in fs::read_dir(dir.expect("entry").path()).expect("dir") {
+                assert!(entry.expect("entry").file_type().expect("type").is_file());
+            }
+        }
+    }
 
     /// Runs the same checks against the plain store, the crash-test journal store and the
     /// O_DIRECT store.
