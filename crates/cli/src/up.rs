@@ -32,6 +32,10 @@ pub struct UpArgs {
     /// Storage servers read and write object data with O_DIRECT (config key `direct_io`).
     #[arg(long)]
     direct_io: bool,
+    /// Without --direct-io: writes of at least this many bytes, 4 KiB-aligned, skip the
+    /// storage servers' page cache (config key `direct_write_min_bytes`; 0: never).
+    #[arg(long, default_value_t = 256 << 10)]
+    direct_write_min_bytes: u64,
     /// Metadata servers to run.
     #[arg(long, default_value_t = 1)]
     meta_servers: usize,
@@ -155,6 +159,7 @@ async fn up(args: UpArgs) -> Result<()> {
             target_capacity_bytes: None,
             crash_test_discard_unsynced: false,
             direct_io: args.direct_io,
+            direct_write_min_bytes: args.direct_write_min_bytes,
             influxdb: None,
             metrics_listen: None,
             log: None,

@@ -37,6 +37,13 @@ pub struct StorageConfig {
     /// unchanged: a client's fsync still syncs the objects.
     #[serde(default)]
     pub direct_io: bool,
+    /// On a target without `direct_io`, writes of at least this many bytes whose offset and
+    /// length are multiples of 4 KiB go to the disk with O_DIRECT: streams skip the copy
+    /// into the page cache and its writeback, while small writes and every read keep the
+    /// cache. Reads of data written that way come from the disk. 0 sends every write through
+    /// the page cache.
+    #[serde(default = "default_direct_write_min")]
+    pub direct_write_min_bytes: u64,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
     /// `--log` and `WEFT_LOG` win over it.
     #[serde(default)]
@@ -57,6 +64,10 @@ fn default_listen() -> String {
 
 fn default_heartbeat() -> u64 {
     2_000
+}
+
+fn default_direct_write_min() -> u64 {
+    256 << 10
 }
 
 impl StorageConfig {

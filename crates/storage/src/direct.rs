@@ -110,6 +110,31 @@ pub(crate) fn write_at(file: &File, offset: u64, data: &[u8], length: u64) -> io
     Ok(())
 }
 
+/// Opens the file behind `file` again, with O_DIRECT: the same inode even if its name was
+/// removed or reused meanwhile.
+pub(crate) fn reopen(file: &File) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(file)
+        ))
+}
+
+/// Writes `data`, whose offset and length are aligned ([`is_aligned`]), with a descriptor
+/// opened for direct I/O; a buffer at an unaligned address goes through an aligned copy.
+pub(crate) fn write_aligned(file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
+    debug_assert!(is_aligned(offset, data.len()));
+    if (data.as_ptr() as u64) % ALIGN == 0 {
+        return file.write_all_at(data, offset);
+    }
+    let mut buffer = AlignedBuf::zeroed(data.len());
+    buffer.as_mut_slice().copy_from_slice(data);
+    file.write_all_at(buffer.as_slice(), offset)
+}
+
 /// Reads up to `buffer.len()` bytes at `offset` of a file of `length` bytes opened with
 /// [`open`]; returns how many it read.
 pub(crate) fn read_at(

@@ -75,6 +75,7 @@ pub async fn run(
             path,
             config.target_capacity_bytes,
             (config.crash_test_discard_unsynced, config.direct_io),
+            config.direct_write_min_bytes,
         )
         .map_err(|source| StorageError::Target {
             path: path.clone(),
