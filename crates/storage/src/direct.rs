@@ -58,6 +58,12 @@ impl AlignedBuf {
     }
 }
 
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 /// Opens `path` for direct I/O.
 pub(crate) fn open(path: &Path, write: bool) -> io::Result<File> {
     OpenOptions::new()
@@ -156,6 +162,24 @@ pub(crate) fn read_at(
     Ok(available)
 }
 
+/// Reads `len` bytes at `offset` of a file opened for direct I/O, all of them inside the file,
+/// into an aligned buffer that becomes the answer without a copy. Bytes a concurrent truncate
+/// took read as zeros.
+pub(crate) fn read_owned(file: &File, offset: u64, len: usize) -> io::Result<bytes::Bytes> {
+    let end = offset + len as u64;
+    let (start, stop) = (align_down(offset), align_up(end));
+    let mut span = AlignedBuf::zeroed((stop - start) as usize);
+    let read = read_blocks(file, start, span.as_mut_slice())?;
+    let from = (offset - start) as usize;
+    let available = read.saturating_sub(from).min(len);
+    if available < len {
+        let mut padded = vec![0u8; len];
+        padded[..available].copy_from_slice(&span.as_slice()[from..from + available]);
+        return Ok(bytes::Bytes::from(padded));
+    }
+    Ok(bytes::Bytes::from_owner(span).slice(from..from + len))
+}
+
 /// Checks that `directory`'s file system takes O_DIRECT, with a message that says what to do.
 pub(crate) fn probe(directory: &Path) -> io::Result<()> {
     let path = directory.join(".direct-io-probe");
@@ -220,6 +244,8 @@ mod tests {
             let expected = &model
                 [(offset as usize).min(model.len())..(offset as usize + len).min(model.len())];
             assert_eq!(&buffer[..read], expected, "read {len} at {offset}");
+            let owned = read_owned(&file, offset, expected.len()).expect("read owned");
+            assert_eq!(&owned[..], expected, "owned read of {len} at {offset}");
         }
     }
 }

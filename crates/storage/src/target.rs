@@ -365,16 +365,17 @@ impl Target {
     }
 
     pub fn read(&self, inode: InodeId, offset: u64, len: u32) -> Result<Bytes, WireError> {
-        let mut buffer = vec![0u8; len as usize];
         let disk_length = self.disk_length(inode)?;
-        let mut filled = 0usize;
-        if offset < disk_length && self.direct.is_some() {
+        let wanted = disk_length.saturating_sub(offset).min(u64::from(len)) as usize;
+        if wanted > 0 && self.direct.is_some() {
             let file = crate::direct::open(&self.object_path(inode), false)
                 .map_err(|e| io_error("open object", &e))?;
-            // Bytes past what it read stay zero; the length below cuts the answer.
-            crate::direct::read_at(&file, offset, &mut buffer, disk_length)
-                .map_err(|e| io_error("read object", &e))?;
-        } else if offset < disk_length {
+            return crate::direct::read_owned(&file, offset, wanted)
+                .map_err(|e| io_error("read object", &e));
+        }
+        let mut buffer = vec![0u8; len as usize];
+        let mut filled = 0usize;
+        if offset < disk_length {
             let file = match &self.files {
                 Some(files) => match self.plain_file(files, inode, false)? {
                     Some(file) => file,
@@ -384,16 +385,14 @@ impl Target {
                     File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?,
                 )),
             };
-            let wanted = disk_length.saturating_sub(offset).min(u64::from(len)) as usize;
             let large = self.direct_write_min.is_some_and(|min| wanted >= min);
             if large && !fully_cached(&file, offset, wanted as u64) {
                 // Not all in the page cache (large writes skip it): from the disk directly,
                 // without filling the cache on the way.
-                file.direct()
-                    .and_then(|direct| {
-                        crate::direct::read_at(direct, offset, &mut buffer, disk_length)
-                    })
-                    .map_err(|e| io_error("read object", &e))?;
+                return file
+                    .direct()
+                    .and_then(|direct| crate::direct::read_owned(direct, offset, wanted))
+                    .map_err(|e| io_error("read object", &e));
             } else {
                 while filled < buffer.len() {
                     let count = file
