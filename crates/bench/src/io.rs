@@ -402,6 +402,8 @@ pub struct NativeFiles {
     pub dir: InodeId,
     /// Bytes each file may have written behind (0: every write waits for the servers).
     pub write_behind: u32,
+    /// Bytes each file reads ahead of a sequential reader (0: none).
+    pub read_ahead: u64,
 }
 
 /// An open file of [`NativeFiles`]: its layout, its writes in flight, and the end of what
@@ -412,6 +414,8 @@ pub struct NativeFile {
     generation: u64,
     size: u64,
     writer: weft_client::FileWriter,
+    /// Reads of what the open found, with read-ahead.
+    reader: weft_client::FileReader,
     written_end: std::sync::atomic::AtomicU64,
 }
 
@@ -425,6 +429,13 @@ impl NativeFiles {
                 attr.inode,
                 layout.clone(),
                 self.write_behind,
+            ),
+            reader: weft_client::FileReader::new(
+                Arc::clone(&self.client),
+                attr.inode,
+                layout.clone(),
+                attr.size,
+                self.read_ahead,
             ),
             layout,
             generation: attr.truncate_generation,
@@ -462,6 +473,15 @@ impl IoTarget for NativeFiles {
     }
 
     fn read_at(&self, file: &NativeFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let written_end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
+        if written_end == 0 {
+            // Nothing written through this handle: the reader, with read-ahead, knows it all.
+            let data = self
+                .runtime
+                .block_on(file.reader.read(offset, buf.len() as u64))?;
+            buf[..data.len()].copy_from_slice(&data);
+            return Ok(data.len());
+        }
         let data = self.runtime.block_on(async {
             file.writer
                 .wait_clear((offset, offset + buf.len() as u64))
@@ -472,8 +492,7 @@ impl IoTarget for NativeFiles {
                     &file.layout,
                     offset,
                     buf.len() as u64,
-                    file.size
-                        .max(file.written_end.load(std::sync::atomic::Ordering::Relaxed)),
+                    file.size.max(written_end),
                 )
                 .await
         })?;

@@ -146,6 +146,7 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             runtime: runtime.handle().clone(),
             dir,
             write_behind: client_config.write_behind_bytes,
+            read_ahead: client_config.read_ahead_bytes,
         };
         let mut runs = Vec::new();
         for _ in 0..args.repeat {
@@ -433,6 +434,7 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
                 runtime: runtime.handle().clone(),
                 dir: weft_proto::InodeId::ROOT,
                 write_behind: client_config.write_behind_bytes,
+                read_ahead: client_config.read_ahead_bytes,
             };
             for threads in &args.threads {
                 all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);

@@ -11,7 +11,6 @@
 //! this adapter remembers, per inode, the largest end it wrote in the current truncate
 //! generation and never reports a smaller size to the kernel than that.
 
-mod ahead;
 pub mod mount;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
@@ -68,7 +67,7 @@ struct OpenFile {
     /// Sticky write error: reported at every later flush and fsync.
     error: Mutex<Option<i32>>,
     /// What was read ahead for this open file.
-    ahead: ahead::ReadAhead,
+    ahead: crate::ahead::ReadAhead,
 }
 
 struct State {
@@ -371,7 +370,7 @@ impl State {
             inode: attr.inode,
             layout: attr.layout.clone(),
             error: Mutex::new(None),
-            ahead: ahead::ReadAhead::default(),
+            ahead: crate::ahead::ReadAhead::default(),
         };
         self.handles
             .lock()
@@ -902,7 +901,7 @@ impl Filesystem for WeftFs {
             }
             if let Some((start, window)) = plan.hit {
                 let answer = window.await.and_then(|window| {
-                    ahead::slice(&window, start, offset, u64::from(size), known)
+                    crate::ahead::slice(&window, start, offset, u64::from(size), known)
                 });
                 if let Some(data) = answer {
                     return reply.data(&data);

@@ -3,11 +3,15 @@
 //! from them. A window holds only while this client's writes, truncates and allocations of
 //! the file leave it alone: each of them bumps the file's data version, and a window read
 //! under another version is dropped. Windows live as long as their open file, which keeps the
-//! close-to-open promise: an open never sees data read before it.
+//! close-to-open promise: an open never sees data read before it. [`FileReader`] gives native
+//! callers the same read-ahead.
 
+use crate::{Client, ClientError};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::FileLayout;
 
 /// Windows kept per open file: the one being read from and the next.
 const WINDOWS_MAX: usize = 2;
@@ -24,7 +28,7 @@ struct Window {
 
 /// The read-ahead state of one open file.
 #[derive(Default)]
-pub(super) struct ReadAhead {
+pub(crate) struct ReadAhead {
     state: Mutex<Stream>,
 }
 
@@ -38,7 +42,7 @@ struct Stream {
 }
 
 /// What a read should do about read-ahead.
-pub(super) struct Plan {
+pub(crate) struct Plan {
     /// Data that answers the read, once it arrives (`None`: read from the servers).
     pub hit: Option<(u64, Fetch)>,
     /// A window to read now: (start, length).
@@ -102,7 +106,7 @@ impl ReadAhead {
 
 /// The part of `window` (read from `start`) that answers `size` bytes at `offset`; shorter at
 /// the end of the file, `None` if the window came back shorter than the read needs.
-pub(super) fn slice(
+pub(crate) fn slice(
     window: &Bytes,
     start: u64,
     offset: u64,
@@ -115,4 +119,75 @@ pub(super) fn slice(
         return None;
     }
     Some(window.slice(from..to))
+}
+
+/// Reads of one file through the native client with the mount's read-ahead: a sequential
+/// reader finds the next window already on its way. For a file this handle does not write:
+/// what it knows of the size is what the open saw.
+pub struct FileReader {
+    client: Arc<Client>,
+    inode: InodeId,
+    layout: FileLayout,
+    size: u64,
+    window: u64,
+    ahead: ReadAhead,
+}
+
+impl FileReader {
+    /// A reader of `inode`, `size` bytes long at its open, reading ahead `window` bytes at a
+    /// time (0: never).
+    pub fn new(
+        client: Arc<Client>,
+        inode: InodeId,
+        layout: FileLayout,
+        size: u64,
+        window: u64,
+    ) -> FileReader {
+        FileReader {
+            client,
+            inode,
+            layout,
+            size,
+            window,
+            ahead: ReadAhead::default(),
+        }
+    }
+
+    /// Reads `len` bytes at `offset`; shorter at the end of the file. Runs on a tokio runtime.
+    ///
+    /// # Errors
+    /// The read's error; a failed read-ahead window is read again directly.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, ClientError> {
+        let plan = self.ahead.plan(offset, len, (0, self.size), self.window);
+        if let Some((start, window_len)) = plan.fetch {
+            let (client, inode, layout, size) = (
+                Arc::clone(&self.client),
+                self.inode,
+                self.layout.clone(),
+                self.size,
+            );
+            let task = tokio::spawn(async move {
+                client
+                    .read(inode, &layout, start, window_len, size)
+                    .await
+                    .ok()
+            });
+            self.ahead.add(
+                (start, window_len),
+                0,
+                Box::pin(async move { task.await.ok().flatten() }),
+            );
+        }
+        if let Some((start, window)) = plan.hit {
+            if let Some(data) = window
+                .await
+                .and_then(|window| slice(&window, start, offset, len, self.size))
+            {
+                return Ok(data);
+            }
+        }
+        self.client
+            .read(self.inode, &self.layout, offset, len, self.size)
+            .await
+    }
 }
