@@ -90,7 +90,30 @@ pub struct MgmtLocator {
     mgmt: Option<String>,
 }
 
+/// Large buffers (I/O payloads of up to a few MiB, read-ahead windows) stay in the allocator's
+/// heap once freed, instead of going back to the kernel and faulting in afresh at the next
+/// request: glibc's default maps every allocation above 128 KiB (a threshold it raises only as
+/// such blocks are freed) and returns freed memory above 128 KiB at the heap's top. A `perf`
+/// profile of `weft bench net` reads with read-ahead had 15 % of its CPU in page faults and
+/// zeroing pages; with these settings its reads ran 1.7-1.9x faster.
+fn tune_allocator() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets allocator parameters; called before any other thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, ALLOCATOR_MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, ALLOCATOR_TRIM_THRESHOLD);
+    }
+}
+
+/// Allocations at least this large get their own mapping (glibc's dynamic default starts at
+/// 128 KiB).
+const ALLOCATOR_MMAP_THRESHOLD: libc::c_int = 16 << 20;
+
+/// Free memory at the heap's top beyond this goes back to the kernel.
+const ALLOCATOR_TRIM_THRESHOLD: libc::c_int = 256 << 20;
+
 fn main() {
+    tune_allocator();
     let cli = Cli::parse();
     let filter = match tracing_subscriber::EnvFilter::try_new(cli.log.as_deref().unwrap_or("info"))
     {
