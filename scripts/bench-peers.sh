@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The standard fio job set (../shared/bench/fio-bench.sh, O_DIRECT) in one run on: the local
 # disk, a bindfs passthrough of it, a `weft up` mount (default layout: 512 KiB chunks over 4
-# targets; default settings, then with every write through the servers' page cache), single-node GlusterFS and MooseFS through their FUSE clients. One summary line per
-# job and target, then Weft's ratios against bindfs and the best peer.
+# targets; default settings, then with every write through the servers' page cache),
+# single-node GlusterFS and MooseFS through their FUSE clients. One summary line per job and
+# target, then each Weft variant's ratios against bindfs and the best peer.
 # Usage: scripts/bench-peers.sh [SIZE per job (default 256M)]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -42,7 +42,7 @@ struct Stream {
 }
 
 /// What a read should do about read-ahead.
-pub(crate) struct Plan {
+struct Plan {
     /// Data that answers the read, once it arrives (`None`: read from the servers).
     pub hit: Option<(u64, Fetch)>,
     /// A window to read now: (start, length).
@@ -53,7 +53,7 @@ impl ReadAhead {
     /// Notes a read of `size` bytes at `offset` of a file of `known` bytes whose data version
     /// is `version`, and plans it: answer it from a window, and read the next window ahead
     /// when the reader has been sequential, `window` bytes at a time.
-    pub fn plan(&self, offset: u64, size: u64, (version, known): (u64, u64), window: u64) -> Plan {
+    fn plan(&self, offset: u64, size: u64, (version, known): (u64, u64), window: u64) -> Plan {
         let mut stream = self.state.lock().expect("read-ahead poisoned");
         stream.sequential = if offset == stream.next {
             stream.sequential.saturating_add(1)
@@ -87,13 +87,26 @@ impl ReadAhead {
         Plan { hit, fetch }
     }
 
-    /// Records a window being read.
-    pub fn add(
+    /// Notes a read of `size` bytes at `offset` (see [`ReadAhead::plan`]), starts with `fetch`
+    /// the window to read ahead if one is due, and answers the read from a window that holds
+    /// it; `None`: the caller reads from the servers.
+    pub(crate) async fn read(
         &self,
-        (start, len): (u64, u64),
-        version: u64,
-        data: BoxFuture<'static, Option<Bytes>>,
-    ) {
+        (offset, size): (u64, u64),
+        (version, known): (u64, u64),
+        window: u64,
+        fetch: impl FnOnce((u64, u64)) -> BoxFuture<'static, Option<Bytes>>,
+    ) -> Option<Bytes> {
+        let plan = self.plan(offset, size, (version, known), window);
+        if let Some(next) = plan.fetch {
+            self.add(next, version, fetch(next));
+        }
+        let (start, data) = plan.hit?;
+        slice(&data.await?, start, offset, size, known)
+    }
+
+    /// Records a window being read.
+    fn add(&self, (start, len): (u64, u64), version: u64, data: BoxFuture<'static, Option<Bytes>>) {
         let mut stream = self.state.lock().expect("read-ahead poisoned");
         stream.windows.push(Window {
             start,
@@ -106,13 +119,7 @@ impl ReadAhead {
 
 /// The part of `window` (read from `start`) that answers `size` bytes at `offset`; shorter at
 /// the end of the file, `None` if the window came back shorter than the read needs.
-pub(crate) fn slice(
-    window: &Bytes,
-    start: u64,
-    offset: u64,
-    size: u64,
-    known: u64,
-) -> Option<Bytes> {
+fn slice(window: &Bytes, start: u64, offset: u64, size: u64, known: u64) -> Option<Bytes> {
     let from = (offset - start) as usize;
     let to = (offset.saturating_add(size).min(known) - start) as usize;
     if to > window.len() || from > to {
@@ -158,8 +165,7 @@ impl FileReader {
     /// # Errors
     /// The read's error; a failed read-ahead window is read again directly.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, ClientError> {
-        let plan = self.ahead.plan(offset, len, (0, self.size), self.window);
-        if let Some((start, window_len)) = plan.fetch {
+        let fetch = |(start, window_len): (u64, u64)| -> BoxFuture<'static, Option<Bytes>> {
             let (client, inode, layout, size) = (
                 Arc::clone(&self.client),
                 self.inode,
@@ -172,19 +178,13 @@ impl FileReader {
                     .await
                     .ok()
             });
-            self.ahead.add(
-                (start, window_len),
-                0,
-                Box::pin(async move { task.await.ok().flatten() }),
-            );
-        }
-        if let Some((start, window)) = plan.hit {
-            if let Some(data) = window
-                .await
-                .and_then(|window| slice(&window, start, offset, len, self.size))
-            {
-                return Ok(data);
-            }
+            Box::pin(async move { task.await.ok().flatten() })
+        };
+        let ahead = self
+            .ahead
+            .read((offset, len), (0, self.size), self.window, fetch);
+        if let Some(data) = ahead.await {
+            return Ok(data);
         }
         self.client
             .read(self.inode, &self.layout, offset, len, self.size)

@@ -90,10 +90,13 @@ fn read_blocks(file: &File, offset: u64, buffer: &mut [u8]) -> io::Result<usize>
 
 /// Writes `data` at `offset` of a file opened with [`open`] whose length is `length`.
 pub(crate) fn write_at(file: &File, offset: u64, data: &[u8], length: u64) -> io::Result<()> {
+    if is_aligned(offset, data.len()) {
+        return write_aligned(file, offset, data);
+    }
     let end = offset + data.len() as u64;
     let (start, stop) = (align_down(offset), align_up(end));
     let mut buffer = AlignedBuf::zeroed((stop - start) as usize);
-    if !is_aligned(offset, data.len()) {
+    {
         // The edge blocks keep the bytes around the write.
         let block = ALIGN as usize;
         let span = buffer.as_mut_slice();
@@ -153,25 +156,26 @@ pub(crate) fn read_at(
     if offset >= end {
         return Ok(0);
     }
-    let (start, stop) = (align_down(offset), align_up(end));
+    let (span, from, available) = read_span(file, offset, (end - offset) as usize)?;
+    buffer[..available].copy_from_slice(&span.as_slice()[from..from + available]);
+    Ok(available)
+}
+
+/// Reads the aligned blocks around `len` bytes at `offset`: the blocks, where the bytes start
+/// in them, and how many of the bytes the file held.
+fn read_span(file: &File, offset: u64, len: usize) -> io::Result<(AlignedBuf, usize, usize)> {
+    let (start, stop) = (align_down(offset), align_up(offset + len as u64));
     let mut span = AlignedBuf::zeroed((stop - start) as usize);
     let read = read_blocks(file, start, span.as_mut_slice())?;
     let from = (offset - start) as usize;
-    let available = read.saturating_sub(from).min((end - offset) as usize);
-    buffer[..available].copy_from_slice(&span.as_slice()[from..from + available]);
-    Ok(available)
+    Ok((span, from, read.saturating_sub(from).min(len)))
 }
 
 /// Reads `len` bytes at `offset` of a file opened for direct I/O, all of them inside the file,
 /// into an aligned buffer that becomes the answer without a copy. Bytes a concurrent truncate
 /// took read as zeros.
 pub(crate) fn read_owned(file: &File, offset: u64, len: usize) -> io::Result<bytes::Bytes> {
-    let end = offset + len as u64;
-    let (start, stop) = (align_down(offset), align_up(end));
-    let mut span = AlignedBuf::zeroed((stop - start) as usize);
-    let read = read_blocks(file, start, span.as_mut_slice())?;
-    let from = (offset - start) as usize;
-    let available = read.saturating_sub(from).min(len);
+    let (span, from, available) = read_span(file, offset, len)?;
     if available < len {
         let mut padded = vec![0u8; len];
         padded[..available].copy_from_slice(&span.as_slice()[from..from + available]);
@@ -180,15 +184,20 @@ pub(crate) fn read_owned(file: &File, offset: u64, len: usize) -> io::Result<byt
     Ok(bytes::Bytes::from_owner(span).slice(from..from + len))
 }
 
-/// Checks that `directory`'s file system takes O_DIRECT, with a message that says what to do.
-pub(crate) fn probe(directory: &Path) -> io::Result<()> {
+/// Whether `directory`'s file system takes O_DIRECT: the error of a direct write if not.
+pub(crate) fn supported(directory: &Path) -> io::Result<()> {
     let path = directory.join(".direct-io-probe");
     let result = open(&path, true).and_then(|file| {
         let buffer = AlignedBuf::zeroed(ALIGN as usize);
         file.write_all_at(buffer.as_slice(), 0)
     });
     let _ = std::fs::remove_file(&path);
-    result.map_err(|error| {
+    result
+}
+
+/// Checks that `directory`'s file system takes O_DIRECT, with a message that says what to do.
+pub(crate) fn probe(directory: &Path) -> io::Result<()> {
+    supported(directory).map_err(|error| {
         io::Error::new(
             error.kind(),
             format!(

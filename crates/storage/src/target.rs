@@ -2,8 +2,9 @@
 //! failed fsync, and the crash-test journal that keeps unsynced writes in memory.
 //!
 //! Commit order of a write: the bytes go to the object with pwrite (into the page cache, or
-//! straight to the disk for a large aligned write) and the write is acknowledged; they reach stable media at the next Sync of that object (fdatasync). A
-//! crash before the Sync may lose them — which is what `fsync` on the client promises against.
+//! straight to the disk for a large aligned write) and the write is acknowledged; they reach
+//! stable media at the next Sync of that object (fdatasync). A crash before the Sync may lose
+//! them — which is what `fsync` on the client promises against.
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -393,16 +394,15 @@ impl Target {
                     .direct()
                     .and_then(|direct| crate::direct::read_owned(direct, offset, wanted))
                     .map_err(|e| io_error("read object", &e));
-            } else {
-                while filled < buffer.len() {
-                    let count = file
-                        .read_at(&mut buffer[filled..], offset + filled as u64)
-                        .map_err(|e| io_error("read object", &e))?;
-                    if count == 0 {
-                        break;
-                    }
-                    filled += count;
+            }
+            while filled < buffer.len() {
+                let count = file
+                    .read_at(&mut buffer[filled..], offset + filled as u64)
+                    .map_err(|e| io_error("read object", &e))?;
+                if count == 0 {
+                    break;
                 }
+                filled += count;
             }
         }
         let mut logical_length = disk_length;
@@ -455,11 +455,28 @@ impl Target {
         if wanted == 0 {
             return Some(Bytes::new());
         }
-        let mut buffer = vec![0u8; wanted];
-        if read_nowait(&file, offset, &mut buffer)? != wanted {
+        let mut buffer: Vec<u8> = Vec::with_capacity(wanted);
+        let iov = libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: wanted,
+        };
+        // SAFETY: one iovec over `buffer`'s spare capacity of `wanted` bytes, which the call
+        // writes at most; the descriptor stays open while `file` lives.
+        let read = unsafe {
+            libc::preadv2(
+                std::os::fd::AsRawFd::as_raw_fd(&file.file),
+                &iov,
+                1,
+                i64::try_from(offset).ok()?,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if usize::try_from(read).ok()? != wanted {
             // Not all in the page cache (or an error the usual read reports).
             return None;
         }
+        // SAFETY: the call initialised exactly `wanted` bytes.
+        unsafe { buffer.set_len(wanted) };
         Some(Bytes::from(buffer))
     }
 
@@ -718,32 +735,15 @@ fn direct_write_min(root: &Path, min_bytes: u64, other_mode: bool) -> Option<usi
     if min_bytes == 0 || other_mode {
         return None;
     }
-    if let Err(error) = crate::direct::probe(root) {
-        tracing::info!(%error, "large writes go through the page cache");
+    if let Err(error) = crate::direct::supported(root) {
+        tracing::info!(
+            target = %root.display(),
+            %error,
+            "the file system refuses O_DIRECT: large writes go through the page cache"
+        );
         return None;
     }
     Some(usize::try_from(min_bytes).unwrap_or(usize::MAX))
-}
-
-/// Reads into `buffer` at `offset` only what the page cache holds (`preadv2` with
-/// `RWF_NOWAIT`): how many bytes, or `None` on an error.
-fn read_nowait(file: &File, offset: u64, buffer: &mut [u8]) -> Option<usize> {
-    let iov = libc::iovec {
-        iov_base: buffer.as_mut_ptr().cast(),
-        iov_len: buffer.len(),
-    };
-    // SAFETY: one iovec over `buffer`, which the call writes at most; the descriptor stays
-    // open while `file` is borrowed.
-    let read = unsafe {
-        libc::preadv2(
-            std::os::fd::AsRawFd::as_raw_fd(file),
-            &iov,
-            1,
-            i64::try_from(offset).ok()?,
-            libc::RWF_NOWAIT,
-        )
-    };
-    usize::try_from(read).ok()
 }
 
 fn apply_length(disk: u64, ops: &[Pending]) -> u64 {
@@ -756,7 +756,7 @@ fn apply_length(disk: u64, ops: &[Pending]) -> u64 {
 /// The subdirectory of `objects/` that holds object `id`: the first byte of the CRC32C of the
 /// id, in hex. The 256 of them are made when the target opens, so no object write makes a
 /// directory; ext4's hashed directories keep lookups fast at millions of objects each.
-pub fn object_dir(id: u64) -> String {
+fn object_dir(id: u64) -> String {
     let hash = weft_proto::checksum::crc32c(&id.to_le_bytes());
     format!("{:02x}", hash & 0xff)
 }
@@ -986,14 +986,16 @@ mod tests {
                 .expect("write");
             model[offset..offset + data.len()].copy_from_slice(&data);
         };
-        write(100, Bytes::from(vec![1u8; 300]), &mut model); // cached
-        write(0, Bytes::from(vec![2u8; 16 << 10]), &mut model); // direct, over cached pages
-        write(5000, Bytes::from(vec![3u8; 10]), &mut model); // cached, inside the direct range
-                                                             // Direct again, from a buffer one byte past an aligned address.
+        // Cached, then direct over the cached pages, then cached inside the direct range.
+        write(100, Bytes::from(vec![1u8; 300]), &mut model);
+        write(0, Bytes::from(vec![2u8; 16 << 10]), &mut model);
+        write(5000, Bytes::from(vec![3u8; 10]), &mut model);
+        // Direct again, from a buffer one byte past an aligned address.
         let unaligned = Bytes::from(vec![4u8; (32 << 10) + 1]).slice(1..);
         write(32 << 10, unaligned, &mut model);
-        write(4096, Bytes::from(vec![5u8; 8192]), &mut model); // direct, over the cached bytes
-                                                               // Two small writes leave a large range whole in the page cache, read from there.
+        // Direct over the cached bytes.
+        write(4096, Bytes::from(vec![5u8; 8192]), &mut model);
+        // Two small writes leave a large range whole in the page cache, read from there.
         write(40 << 10, Bytes::from(vec![6u8; 4096]), &mut model);
         write(44 << 10, Bytes::from(vec![7u8; 4096]), &mut model);
         assert_eq!(

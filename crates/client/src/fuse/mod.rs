@@ -892,20 +892,15 @@ impl Filesystem for WeftFs {
                 return reply.error(Errno::EINVAL);
             };
             let (known, version) = state.read_view(file.inode);
-            let plan = file
-                .ahead
-                .plan(offset, u64::from(size), (version, known), state.read_ahead);
-            if let Some(window) = plan.fetch {
-                let fetch = state.read_window((file.inode, layout.clone()), window, known);
-                file.ahead.add(window, version, fetch);
-            }
-            if let Some((start, window)) = plan.hit {
-                let answer = window.await.and_then(|window| {
-                    crate::ahead::slice(&window, start, offset, u64::from(size), known)
-                });
-                if let Some(data) = answer {
-                    return reply.data(&data);
-                }
+            let fetch = |window| state.read_window((file.inode, layout.clone()), window, known);
+            let ahead = file.ahead.read(
+                (offset, u64::from(size)),
+                (version, known),
+                state.read_ahead,
+                fetch,
+            );
+            if let Some(data) = ahead.await {
+                return reply.data(&data);
             }
             if state.write_behind > 0 {
                 let end = offset.saturating_add(u64::from(size));
