@@ -27,8 +27,16 @@ pub trait IoTarget: Sync {
     fn create(&self, name: &str) -> Result<Self::File>;
     /// Opens `name` for reading and writing.
     fn open(&self, name: &str) -> Result<Self::File>;
-    /// Writes all of `data` at `offset`.
-    fn write_at(&self, file: &Self::File, offset: u64, data: &[u8]) -> Result<()>;
+    /// Writes `scratch.len()` bytes at `offset`, laid out by `fill` in the buffer the write
+    /// goes from: `scratch` (this thread's, aligned for O_DIRECT) or, for a target that takes
+    /// its buffers over as an application of its zero-copy API would, one of its own.
+    fn write_at(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        scratch: &mut [u8],
+        fill: &dyn Fn(&mut [u8]),
+    ) -> Result<()>;
     /// Reads `buf.len()` bytes at `offset` (fewer only at the end of the file).
     fn read_at(&self, file: &Self::File, offset: u64, buf: &mut [u8]) -> Result<usize>;
     /// Makes the file's data and size durable.
@@ -79,9 +87,16 @@ pub struct IoPhaseResult {
 /// Fills `block` with the pattern of the bytes at `offset` of file `seed`: every 8-byte word
 /// holds its own file offset mixed with the seed.
 fn fill(block: &mut [u8], seed: u64, offset: u64) {
-    for (index, word) in block.chunks_mut(8).enumerate() {
-        let value = (offset + index as u64 * 8) ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+    let mix = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let word = |index: usize| ((offset + index as u64 * 8) ^ mix).to_le_bytes();
+    // Whole words as fixed-size stores (the compiler vectorises them); a copy of a length
+    // known only at run time would be a call to memcpy per word.
+    let (whole, rest) = block.split_at_mut(block.len() / 8 * 8);
+    for (index, bytes) in whole.chunks_exact_mut(8).enumerate() {
+        bytes.copy_from_slice(&word(index));
+    }
+    if !rest.is_empty() {
+        rest.copy_from_slice(&word(whole.len() / 8)[..rest.len()]);
     }
 }
 
@@ -253,10 +268,12 @@ pub fn run<T: IoTarget>(
     let verify = config.verify;
     // One request of any phase: the pattern in, or the data out and checked.
     let write_block = |w: &Work<T::File>, buf: &mut [u8], offset: u64| -> Result<u64> {
-        if verify {
-            fill(buf, w.seed, offset);
-        }
-        target.write_at(&w.file, offset, buf)?;
+        let pattern = |block: &mut [u8]| {
+            if verify {
+                fill(block, w.seed, offset);
+            }
+        };
+        target.write_at(&w.file, offset, buf, &pattern)?;
         Ok(buf.len() as u64)
     };
     let read_block = |w: &Work<T::File>, buf: &mut [u8], offset: u64| -> Result<u64> {
@@ -361,9 +378,16 @@ impl IoTarget for PosixFiles {
         self.open_with(name, false)
     }
 
-    fn write_at(&self, file: &std::fs::File, offset: u64, data: &[u8]) -> Result<()> {
+    fn write_at(
+        &self,
+        file: &std::fs::File,
+        offset: u64,
+        scratch: &mut [u8],
+        fill: &dyn Fn(&mut [u8]),
+    ) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        Ok(file.write_all_at(data, offset)?)
+        fill(scratch);
+        Ok(file.write_all_at(scratch, offset)?)
     }
 
     fn read_at(&self, file: &std::fs::File, offset: u64, buf: &mut [u8]) -> Result<usize> {
@@ -417,6 +441,36 @@ pub struct NativeFile {
     /// Reads of what the open found, with read-ahead.
     reader: weft_client::FileReader,
     written_end: std::sync::atomic::AtomicU64,
+    /// Buffers handed to the writer, reused once it has let go of them.
+    spare: std::sync::Mutex<Vec<bytes::Bytes>>,
+}
+
+/// Buffers a [`NativeFile`] keeps for reuse: more than the write-behind budget holds of
+/// 1 MiB blocks.
+const SPARE_BUFFERS: usize = 8;
+
+impl NativeFile {
+    /// A buffer of `len` bytes: a spare one the writer is done with, or a new one.
+    fn buffer(&self, len: usize) -> bytes::BytesMut {
+        let mut spare = self.spare.lock().expect("spare buffers poisoned");
+        for index in 0..spare.len() {
+            if spare[index].len() == len && spare[index].is_unique() {
+                if let Ok(buffer) = spare.swap_remove(index).try_into_mut() {
+                    return buffer;
+                }
+                break;
+            }
+        }
+        bytes::BytesMut::zeroed(len)
+    }
+
+    /// Keeps a reference to `data` to reuse its buffer once the writer has let go of it.
+    fn keep(&self, data: &bytes::Bytes) {
+        let mut spare = self.spare.lock().expect("spare buffers poisoned");
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(data.clone());
+        }
+    }
 }
 
 impl NativeFiles {
@@ -441,6 +495,7 @@ impl NativeFiles {
             generation: attr.truncate_generation,
             size: attr.size,
             written_end: std::sync::atomic::AtomicU64::new(0),
+            spare: std::sync::Mutex::default(),
         })
     }
 }
@@ -460,15 +515,22 @@ impl IoTarget for NativeFiles {
         self.file(self.runtime.block_on(self.client.lookup(self.dir, name))?)
     }
 
-    fn write_at(&self, file: &NativeFile, offset: u64, data: &[u8]) -> Result<()> {
-        self.runtime.block_on(
-            file.writer
-                .write(offset, bytes::Bytes::copy_from_slice(data)),
-        )?;
-        file.written_end.fetch_max(
-            offset + data.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    fn write_at(
+        &self,
+        file: &NativeFile,
+        offset: u64,
+        scratch: &mut [u8],
+        fill: &dyn Fn(&mut [u8]),
+    ) -> Result<()> {
+        // The writer takes the buffer over: no copy of the block on its way out.
+        let mut buffer = file.buffer(scratch.len());
+        fill(&mut buffer);
+        let data = buffer.freeze();
+        file.keep(&data);
+        let len = data.len() as u64;
+        self.runtime.block_on(file.writer.write(offset, data))?;
+        file.written_end
+            .fetch_max(offset + len, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -557,6 +619,13 @@ mod tests {
         check(&block, 3, 65536).expect("the same block checks");
         assert!(check(&block, 3, 65536 + 8192).is_err(), "another offset");
         assert!(check(&block, 4, 65536).is_err(), "another file");
+        let mut short = [0u8; 13];
+        fill(&mut short, 3, 65536);
+        assert_eq!(
+            short,
+            block[..13],
+            "a partial word is the start of the whole one"
+        );
     }
 
     // Goal: the aligned buffer really is aligned for O_DIRECT.

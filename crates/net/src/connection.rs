@@ -104,7 +104,7 @@ pub(crate) async fn read_frame(
     // Read into spare capacity: zeroing a buffer the socket overwrites at once would cost a
     // pass over every payload. The capacity is exactly the payload, so no read runs past it.
     let len = header.payload_len as usize;
-    let mut payload = BytesMut::with_capacity(len);
+    let mut payload = page_aligned(len);
     while payload.len() < len {
         if reader.read_buf(&mut payload).await? == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
@@ -115,6 +115,23 @@ pub(crate) async fn read_frame(
         header.check_payload(&payload)?;
     }
     Ok((header, body, payload))
+}
+
+/// Payloads of at least this many bytes start on a page boundary.
+const PAGE: usize = 4096;
+
+/// An empty buffer of capacity exactly `len`; from a page on it starts at a page boundary, so a
+/// storage target can hand a received write to O_DIRECT as it is instead of copying it into an
+/// aligned buffer first.
+fn page_aligned(len: usize) -> BytesMut {
+    if len < PAGE {
+        return BytesMut::with_capacity(len);
+    }
+    let mut whole = BytesMut::with_capacity(len + PAGE);
+    let mut payload = whole.split_off(whole.as_ptr().align_offset(PAGE));
+    // `split_off` keeps the rest of the capacity; cut it to the payload.
+    drop(payload.split_off(len));
+    payload
 }
 
 /// Writes frames from a channel until it closes or the socket fails.
@@ -258,5 +275,24 @@ async fn read_responses(
         .collect();
     for waiter in pending {
         let _ = waiter.send(Err(reason.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a payload buffer of a page or more starts on a page boundary (O_DIRECT takes it
+    // as it is), and no buffer holds more than its payload (a read into it cannot run into the
+    // next frame).
+    #[test]
+    fn payload_buffers_are_page_aligned_and_exact() {
+        for len in [0, 100, PAGE - 1, PAGE, PAGE + 1, 1 << 20] {
+            let buffer = page_aligned(len);
+            assert_eq!(buffer.capacity(), len, "capacity of a {len}-byte payload");
+            if len >= PAGE {
+                assert_eq!(buffer.as_ptr() as usize % PAGE, 0, "{len}-byte payload");
+            }
+        }
     }
 }
