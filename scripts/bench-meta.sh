@@ -11,6 +11,8 @@ THREADS=${2:-1,2,4}
 WORK=$(mktemp -d /tmp/weft-bench-meta.XXXXXX)
 OUT=${OUT:-$WORK}
 JSON=$OUT/meta.jsonl
+. scripts/bench-tools.sh
+need bindfs
 cargo build --release --quiet
 WEFT=target/release/weft
 # Each target starts on a quiet machine: the peers' daemons have exited (they go on for a

@@ -17,6 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-256M}
+. scripts/bench-tools.sh
+need fio
 cargo build --release --quiet
 WEFT=$PWD/target/release/weft
 WORK=$(mktemp -d /tmp/weft-bench-mirror.XXXXXX)

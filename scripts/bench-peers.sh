@@ -13,6 +13,8 @@ WORK=$(mktemp -d /tmp/weft-bench-peers.XXXXXX)
 chmod a+rx "$WORK"   # the peers' daemons run as their own users
 export OUT=$WORK/results
 mkdir -p "$OUT" "$WORK/local" "$WORK/bindfs"
+. scripts/bench-tools.sh
+need fio bindfs
 cargo build --release --quiet
 fio_set() { bash "$SHARED/fio-bench.sh" "$1" "$2" 1 "$SIZE" | tee -a "$WORK/summary.txt"; }
 

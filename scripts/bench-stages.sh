@@ -6,6 +6,8 @@
 # Usage: scripts/bench-stages.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-tools.sh
+need fio
 cargo build --release --quiet
 WORK=$(mktemp -d /tmp/weft-bench-stages.XXXXXX)
 target/release/weft up --data-dir "$WORK/data" --mountpoint "$WORK/mnt" > "$WORK/up.log" 2>&1 &

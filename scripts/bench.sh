@@ -11,6 +11,8 @@ FIO_BENCH=${FIO_BENCH:-../shared/bench/fio-bench.sh}
 export OUT=$WORK/results
 mkdir -p "$WORK/local" "$OUT"
 
+. scripts/bench-tools.sh
+need fio
 cargo build --release --quiet
 target/release/weft up --data-dir "$WORK/data" --mountpoint "$WORK/mnt" > "$WORK/up.log" 2>&1 &
 UP=$!
