@@ -541,8 +541,7 @@ impl IoTarget for NativeFiles {
             let data = self
                 .runtime
                 .block_on(file.reader.read(offset, buf.len() as u64))?;
-            buf[..data.len()].copy_from_slice(&data);
-            return Ok(data.len());
+            return Ok(data.copy_to(buf));
         }
         let data = self.runtime.block_on(async {
             file.writer

@@ -6,8 +6,7 @@
 //! close-to-open promise: an open never sees data read before it. [`FileReader`] gives native
 //! callers the same read-ahead.
 
-use crate::{Client, ClientError};
-use bytes::Bytes;
+use crate::{Client, ClientError, ReadData};
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::{Arc, Mutex};
 use weft_proto::ids::InodeId;
@@ -16,7 +15,7 @@ use weft_proto::layout::FileLayout;
 /// Windows kept per open file: the one being read from and the next.
 const WINDOWS_MAX: usize = 2;
 
-type Fetch = Shared<BoxFuture<'static, Option<Bytes>>>;
+type Fetch = Shared<BoxFuture<'static, Option<ReadData>>>;
 
 /// Data read ahead: `[start, start + len)` as of `version`; the bytes may still be on the way.
 struct Window {
@@ -95,8 +94,8 @@ impl ReadAhead {
         (offset, size): (u64, u64),
         (version, known): (u64, u64),
         window: u64,
-        fetch: impl FnOnce((u64, u64)) -> BoxFuture<'static, Option<Bytes>>,
-    ) -> Option<Bytes> {
+        fetch: impl FnOnce((u64, u64)) -> BoxFuture<'static, Option<ReadData>>,
+    ) -> Option<ReadData> {
         let plan = self.plan(offset, size, (version, known), window);
         if let Some(next) = plan.fetch {
             self.add(next, version, fetch(next));
@@ -106,7 +105,12 @@ impl ReadAhead {
     }
 
     /// Records a window being read.
-    fn add(&self, (start, len): (u64, u64), version: u64, data: BoxFuture<'static, Option<Bytes>>) {
+    fn add(
+        &self,
+        (start, len): (u64, u64),
+        version: u64,
+        data: BoxFuture<'static, Option<ReadData>>,
+    ) {
         let mut stream = self.state.lock().expect("read-ahead poisoned");
         stream.windows.push(Window {
             start,
@@ -119,13 +123,13 @@ impl ReadAhead {
 
 /// The part of `window` (read from `start`) that answers `size` bytes at `offset`; shorter at
 /// the end of the file, `None` if the window came back shorter than the read needs.
-fn slice(window: &Bytes, start: u64, offset: u64, size: u64, known: u64) -> Option<Bytes> {
+fn slice(window: &ReadData, start: u64, offset: u64, size: u64, known: u64) -> Option<ReadData> {
     let from = (offset - start) as usize;
     let to = (offset.saturating_add(size).min(known) - start) as usize;
     if to > window.len() || from > to {
         return None;
     }
-    Some(window.slice(from..to))
+    Some(window.slice(from, to))
 }
 
 /// Reads of one file through the native client with the mount's read-ahead: a sequential
@@ -161,11 +165,13 @@ impl FileReader {
     }
 
     /// Reads `len` bytes at `offset`; shorter at the end of the file. Runs on a tokio runtime.
+    /// The answer stays in the pieces it arrived in: [`ReadData::copy_to`] moves it into the
+    /// caller's buffer with one copy.
     ///
     /// # Errors
     /// The read's error; a failed read-ahead window is read again directly.
-    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, ClientError> {
-        let fetch = |(start, window_len): (u64, u64)| -> BoxFuture<'static, Option<Bytes>> {
+    pub async fn read(&self, offset: u64, len: u64) -> Result<ReadData, ClientError> {
+        let fetch = |(start, window_len): (u64, u64)| -> BoxFuture<'static, Option<ReadData>> {
             let (client, inode, layout, size) = (
                 Arc::clone(&self.client),
                 self.inode,
@@ -174,7 +180,7 @@ impl FileReader {
             );
             let task = tokio::spawn(async move {
                 client
-                    .read(inode, &layout, start, window_len, size)
+                    .read_data(inode, &layout, start, window_len, size)
                     .await
                     .ok()
             });
@@ -187,7 +193,7 @@ impl FileReader {
             return Ok(data);
         }
         self.client
-            .read(self.inode, &self.layout, offset, len, self.size)
+            .read_data(self.inode, &self.layout, offset, len, self.size)
             .await
     }
 }

@@ -775,6 +775,25 @@ impl Client {
         len: u64,
         size: u64,
     ) -> Result<Bytes, ClientError> {
+        Ok(self
+            .read_data(inode, layout, offset, len, size)
+            .await?
+            .into_bytes())
+    }
+
+    /// Reads like [`Client::read`], keeping the pieces as they came from their targets: no
+    /// copy to join them (see [`crate::ReadData`]).
+    ///
+    /// # Errors
+    /// Storage errors (`Io`, `UnknownTarget`, transport).
+    pub async fn read_data(
+        &self,
+        inode: InodeId,
+        layout: &FileLayout,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<crate::ReadData, ClientError> {
         crate::io::read(self, inode, layout, offset, len, size).await
     }
 

@@ -43,6 +43,77 @@ fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout:
     out
 }
 
+/// Zeros that answer holes without an allocation: no piece is longer than a request.
+static ZEROS: [u8; IO_BYTES_MAX as usize] = [0; IO_BYTES_MAX as usize];
+
+/// A file range as read from its targets: the pieces' buffers in file order (holes as zeros),
+/// joined into one buffer only for a caller that needs one, and copied at most once into a
+/// caller's own buffer.
+#[derive(Clone, Debug, Default)]
+pub struct ReadData {
+    parts: Vec<Bytes>,
+}
+
+impl ReadData {
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.parts.iter().all(Bytes::is_empty)
+    }
+
+    /// Bytes `[from, to)`, without a copy.
+    ///
+    /// # Panics
+    /// If `to` is past the end or `from` past `to`.
+    pub fn slice(&self, from: usize, to: usize) -> ReadData {
+        assert!(
+            from <= to && to <= self.len(),
+            "slice {from}..{to} of {}",
+            self.len()
+        );
+        let mut parts = Vec::new();
+        let mut at = 0;
+        for part in &self.parts {
+            let (start, end) = (at, at + part.len());
+            at = end;
+            if end <= from || start >= to {
+                continue;
+            }
+            parts.push(part.slice(from.max(start) - start..to.min(end) - start));
+        }
+        ReadData { parts }
+    }
+
+    /// The bytes in one buffer: a single part as it is, several joined.
+    pub fn into_bytes(mut self) -> Bytes {
+        if self.parts.len() == 1 {
+            return self.parts.pop().expect("one part");
+        }
+        let mut joined = BytesMut::with_capacity(self.len());
+        for part in &self.parts {
+            joined.extend_from_slice(part);
+        }
+        joined.freeze()
+    }
+
+    /// Copies the bytes to the start of `buffer`; returns how many.
+    ///
+    /// # Panics
+    /// If `buffer` is shorter than the data.
+    pub fn copy_to(&self, buffer: &mut [u8]) -> usize {
+        let mut at = 0;
+        for part in &self.parts {
+            buffer[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        at
+    }
+}
+
 pub(crate) async fn read(
     client: &Client,
     inode: InodeId,
@@ -50,12 +121,11 @@ pub(crate) async fn read(
     offset: u64,
     len: u64,
     size: u64,
-) -> Result<Bytes, ClientError> {
+) -> Result<ReadData, ClientError> {
     let end = offset.saturating_add(len).min(size);
     if end <= offset {
-        return Ok(Bytes::new());
+        return Ok(ReadData::default());
     }
-    let total = (end - offset) as usize;
     let requests = pieces(layout, offset, end - offset)
         .into_iter()
         .map(|piece| async move {
@@ -71,25 +141,21 @@ pub(crate) async fn read(
             .await?;
             Ok::<_, ClientError>((piece, data))
         });
-    let mut results = futures::future::join_all(requests).await;
-    if results.len() == 1 {
-        // One piece, whole: hand its buffer on without a copy.
-        let (piece, data) = results.pop().expect("one result")?;
-        if data.len() as u64 >= piece.len {
-            return Ok(data.slice(..piece.len as usize));
-        }
-        results.push(Ok((piece, data)));
-    }
     // Pieces come back in file order; a short one is a hole and reads as zeros.
-    let mut buffer = BytesMut::with_capacity(total);
-    for result in results {
+    let mut parts = Vec::new();
+    for result in futures::future::join_all(requests).await {
         let (piece, data) = result?;
         let count = data.len().min(piece.len as usize);
-        buffer.extend_from_slice(&data[..count]);
-        buffer.resize(buffer.len() + piece.len as usize - count, 0);
+        if count > 0 {
+            parts.push(data.slice(..count));
+        }
+        if count < piece.len as usize {
+            parts.push(Bytes::from_static(&ZEROS[..piece.len as usize - count]));
+        }
     }
-    debug_assert_eq!(buffer.len(), total);
-    Ok(buffer.freeze())
+    let data = ReadData { parts };
+    debug_assert_eq!(data.len() as u64, end - offset);
+    Ok(data)
 }
 
 pub(crate) async fn write(
@@ -200,4 +266,33 @@ pub(crate) async fn fallocate(
         result?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(parts: &[&'static [u8]]) -> ReadData {
+        ReadData {
+            parts: parts.iter().map(|p| Bytes::from_static(p)).collect(),
+        }
+    }
+
+    // Goal: a range of pieces reads the same sliced, joined or copied, at every boundary.
+    #[test]
+    fn read_data_slices_joins_and_copies_across_pieces() {
+        let whole = data(&[b"abc", b"", b"defg", b"hi"]);
+        assert_eq!(whole.len(), 9);
+        assert_eq!(&whole.clone().into_bytes()[..], b"abcdefghi");
+        for from in 0..=9 {
+            for to in from..=9 {
+                let part = whole.slice(from, to);
+                assert_eq!(&part.clone().into_bytes()[..], &b"abcdefghi"[from..to]);
+                let mut buffer = [0u8; 9];
+                assert_eq!(part.copy_to(&mut buffer), to - from);
+                assert_eq!(&buffer[..to - from], &b"abcdefghi"[from..to]);
+            }
+        }
+        assert!(data(&[b""]).is_empty() && ReadData::default().is_empty());
+    }
 }

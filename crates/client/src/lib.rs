@@ -4,7 +4,8 @@
 //! - [`client`] — [`Client`] — a session with management, routing of every inode to its home
 //!   metadata server, and retry identity for mutating requests.
 //! - `io`: striped reads and writes — a request is cut with the layout math of `proto` and
-//!   its pieces go to their targets in parallel; holes read as zeros.
+//!   its pieces go to their targets in parallel; holes read as zeros; what comes back stays in
+//!   its pieces ([`ReadData`]) until a caller needs one buffer.
 //! - `locks`: the locks this client holds, reclaimed after a metadata server restarts.
 //! - [`behind`] — write-behind: the writes of a file in flight with a byte budget, used by
 //!   the mount and by [`FileWriter`] for native callers.
@@ -25,3 +26,4 @@ mod locks;
 pub use ahead::FileReader;
 pub use behind::FileWriter;
 pub use client::{Client, ClientConfig, ClientError};
+pub use io::ReadData;

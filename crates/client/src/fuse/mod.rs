@@ -407,7 +407,7 @@ impl State {
         (inode, layout): (InodeId, FileLayout),
         (start, len): (u64, u64),
         known: u64,
-    ) -> futures::future::BoxFuture<'static, Option<bytes::Bytes>> {
+    ) -> futures::future::BoxFuture<'static, Option<crate::ReadData>> {
         let state = Arc::clone(self);
         let task = tokio::spawn(async move {
             if state.write_behind > 0 {
@@ -415,7 +415,7 @@ impl State {
             }
             state
                 .client
-                .read(inode, &layout, start, len, known)
+                .read_data(inode, &layout, start, len, known)
                 .await
                 .ok()
         });
@@ -900,7 +900,8 @@ impl Filesystem for WeftFs {
                 fetch,
             );
             if let Some(data) = ahead.await {
-                return reply.data(&data);
+                // One buffer for the kernel: a read within one piece goes without a copy.
+                return reply.data(&data.into_bytes());
             }
             if state.write_behind > 0 {
                 let end = offset.saturating_add(u64::from(size));
