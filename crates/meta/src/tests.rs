@@ -342,6 +342,49 @@ async fn names_with_colliding_hashes_coexist() {
     assert_eq!(run_check(&f, false).problem_count, 0);
 }
 
+// Goal: one fsck repair of a name filed twice leaves one entry that lookups find and a link
+// count that matches it, whichever of the two comes first in the table. Method: file a second
+// entry of a file's name in the same bucket, and another misfiled before its bucket; repair
+// once; check again.
+#[tokio::test]
+async fn fsck_repairs_a_name_filed_twice_in_one_run() {
+    let f = fixture();
+    let file = f
+        .create(InodeId::ROOT, "file", FileKind::Regular)
+        .await
+        .expect("create");
+    let bucket = crate::store::name_bucket("file");
+    assert!(bucket > 1 << 8, "the misfiled entry sorts first");
+    let txn = f.db.begin_write().expect("txn");
+    {
+        let mut entries = txn.open_table(crate::store::ENTRIES).expect("entries");
+        for cookie in [bucket + 1, 1 << 8] {
+            entries
+                .insert((InodeId::ROOT.0, cookie), (file.inode.0, 1, "file"))
+                .expect("insert");
+        }
+        let mut inodes = txn.open_table(crate::store::INODES).expect("inodes");
+        let mut record = crate::store::load_inode(&inodes, file.inode).expect("file");
+        record.nlink = 3;
+        crate::store::store_inode(&mut inodes, file.inode, &record).expect("store");
+    }
+    txn.commit().expect("commit");
+    let found = run_check(&f, false);
+    assert!(found.problem_count >= 2, "{:#?}", found.problems);
+    run_check(&f, true);
+    let report = run_check(&f, false);
+    assert_eq!(report.problem_count, 0, "{:#?}", report.problems);
+    match f.lookup(InodeId::ROOT, "file") {
+        Ok(Response::Attr(attr)) => {
+            assert_eq!(attr.inode, file.inode);
+            assert_eq!(attr.nlink, 1, "one name, one link");
+        }
+        other => panic!("the name is still there: {other:?}"),
+    }
+    let (entries, _) = f.list(InodeId::ROOT, 0, 100);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+}
+
 // Goal: a directory cannot move into its own subtree, and a file cannot replace a directory.
 #[tokio::test]
 async fn rename_checks() {

@@ -41,7 +41,8 @@ pub struct StorageConfig {
     /// length are multiples of 4 KiB go to the disk with O_DIRECT: streams skip the copy
     /// into the page cache and its writeback, while small writes and every read keep the
     /// cache. Reads of data written that way come from the disk. 0 sends every write through
-    /// the page cache.
+    /// the page cache; otherwise at least 16 KiB (smaller writes are answered on the network
+    /// thread, which must not wait for the disk).
     #[serde(default = "default_direct_write_min")]
     pub direct_write_min_bytes: u64,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
@@ -97,6 +98,13 @@ impl StorageConfig {
                 problems.push(problem);
             }
         }
+        let inline = crate::service::INLINE_IO_BYTES as u64;
+        if self.direct_write_min_bytes != 0 && self.direct_write_min_bytes < inline {
+            problems.push(format!(
+                "direct_write_min_bytes = {} is too small: give 0 (off) or at least {inline}; writes below {inline} bytes are answered on the network thread, which must not wait for the disk",
+                self.direct_write_min_bytes
+            ));
+        }
         if self.direct_io && self.crash_test_discard_unsynced {
             problems.push(
                 "direct_io and crash_test_discard_unsynced exclude each other: the crash test keeps writes in memory"
@@ -108,5 +116,33 @@ impl StorageConfig {
         } else {
             Err(problems.join("\n"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(direct_write_min_bytes: u64) -> StorageConfig {
+        let dir = std::env::temp_dir();
+        toml::from_str(&format!(
+            "data_dir = {dir:?}\ntargets = [{dir:?}]\nmgmt = \"127.0.0.1:1\"\ndirect_write_min_bytes = {direct_write_min_bytes}\n"
+        ))
+        .expect("parses")
+    }
+
+    // Goal: a direct-write threshold below the size of writes answered on the network thread
+    // is refused with what to give instead; 0 (off) and the default are accepted.
+    #[test]
+    fn direct_write_threshold_is_off_or_above_inline_writes() {
+        let refused = config(4096).validate().expect_err("4 KiB is refused");
+        assert!(
+            refused.contains("direct_write_min_bytes = 4096") && refused.contains("give 0"),
+            "{refused}"
+        );
+        config(0).validate().expect("0 turns it off");
+        config(default_direct_write_min())
+            .validate()
+            .expect("the default");
     }
 }

@@ -439,7 +439,7 @@ impl Storage {
 /// write the kernel throttles because too much of memory is dirty pauses this thread as it
 /// would pause a pool thread; the pause is the kernel pacing writers to the disk, short and
 /// bounded.
-const INLINE_IO_BYTES: usize = 16 << 10;
+pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
 
 /// The zeros a network-benchmark read sends, allocated once.
 fn net_bench_zeros() -> Bytes {

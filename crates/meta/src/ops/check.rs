@@ -100,7 +100,12 @@ pub(crate) fn check(
     };
     findings.report.dentries = entries.len() as u64;
 
-    check_dentries(txn, &mut findings, &inodes, &entries, home)?;
+    let removed = check_dentries(txn, &mut findings, &inodes, &entries, home)?;
+    // Link counts are counted on what the repair leaves, so one run ends clean.
+    let entries: Vec<Entry> = entries
+        .into_iter()
+        .filter(|e| !removed.contains(&(e.parent, e.cookie)))
+        .collect();
     check_inodes(
         txn,
         &mut findings,
@@ -115,16 +120,22 @@ pub(crate) fn check(
     Ok((findings.report, garbage))
 }
 
+/// Checks every dentry; returns the keys (directory, cookie) of those the repair removed.
 fn check_dentries(
     txn: &WriteTransaction,
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
     entries: &[Entry],
     home: NodeId,
-) -> Result<(), OpError> {
+) -> Result<HashSet<(u64, u64)>, OpError> {
     let mut table = txn.open_table(ENTRIES)?;
     let mut seen: HashSet<(u64, &str)> = HashSet::new();
-    for entry in entries {
+    let mut removed = HashSet::new();
+    // Entries filed under their name's hash first: of two entries of one name, the one lookups
+    // find is the one kept.
+    let mut ordered: Vec<&Entry> = entries.iter().collect();
+    ordered.sort_by_key(|e| !cookie_fits_name(e.cookie, &e.name));
+    for entry in ordered {
         let path = format!("{}/{:?}", InodeId(entry.parent), entry.name);
         let parent_ok = inodes.get(&entry.parent).is_some_and(InodeRecord::is_dir);
         let child = inodes.get(&entry.child);
@@ -138,6 +149,7 @@ fn check_dentries(
             findings.problem(format!("dentry {path} {why}"));
             if findings.repair {
                 table.remove((entry.parent, entry.cookie))?;
+                removed.insert((entry.parent, entry.cookie));
                 findings.repaired(format!("removed dentry {path}"));
             }
             continue;
@@ -146,6 +158,7 @@ fn check_dentries(
             findings.problem(format!("dentry {path} is there twice"));
             if findings.repair {
                 table.remove((entry.parent, entry.cookie))?;
+                removed.insert((entry.parent, entry.cookie));
                 findings.repaired(format!("removed the second dentry {path}"));
             }
             continue;
@@ -185,12 +198,16 @@ fn check_dentries(
                         dentry.child,
                         kind,
                     )?;
+                    findings.repaired(format!("filed {path} under its name's hash"));
+                } else {
+                    // The name is already filed where lookups find it: this is a second one.
+                    removed.insert((entry.parent, entry.cookie));
+                    findings.repaired(format!("removed the second dentry {path}"));
                 }
-                findings.repaired(format!("filed {path} under its name's hash"));
             }
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 fn check_inodes(
