@@ -18,8 +18,13 @@ mkdir -p "$OUT" "$WORK/local" "$WORK/bindfs"
 need bindfs iperf3
 cargo build --release --quiet
 WEFT=target/release/weft
+# Each target starts on a settled disk: what the one before wrote is on the disk, and the
+# host behind this virtual disk has had a moment to absorb it (writes right after several
+# GB of writes measured up to a third slower).
+settle() { sync; sleep 3; }
 bench() {
   local label=$1; shift
+  settle
   "$WEFT" bench io --size "$SIZE" --threads "$THREADS" --random-ops 2000 --label "$label" \
     --json "$OUT/io.jsonl" --svg "$OUT/io-$label.svg" "$@"
 }
@@ -50,6 +55,7 @@ for _ in $(seq 1 300); do grep -q "Press Ctrl-C" "$WORK/up.log" && break; sleep 
 MGMT=$(sed -n 's/^  management *//p' "$WORK/up.log")
 bench weft-mount-direct --path "$WORK/mnt" --direct
 bench weft-native --mgmt "$MGMT"
+settle
 "$WEFT" bench net --size "$SIZE" --threads "$THREADS" --random-ops 2000 --label weft-net \
   --json "$OUT/io.jsonl" --svg "$OUT/io-weft-net.svg" --mgmt "$MGMT"
 loopback loopback-after
