@@ -86,9 +86,20 @@ pub(crate) enum FrameReadError {
     Decode(#[from] DecodeError),
 }
 
+/// Where a frame's payload is received.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PayloadBuffer {
+    /// The heap, page-aligned from a page on (answers: the caller copies them on).
+    Heap,
+    /// A pooled huge page for a large payload (requests: a storage target may write it to the
+    /// disk with O_DIRECT, where one physically contiguous buffer is one segment).
+    Huge,
+}
+
 /// Reads one frame: header, body, payload, with bounds and the payload checksum checked.
 pub(crate) async fn read_frame(
     reader: &mut OwnedReadHalf,
+    buffer: PayloadBuffer,
 ) -> Result<(FrameHeader, Vec<u8>, Bytes), FrameReadError> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     match reader.read_exact(&mut header_bytes).await {
@@ -101,21 +112,34 @@ pub(crate) async fn read_frame(
     let header = FrameHeader::decode(&header_bytes)?;
     let mut body = vec![0u8; header.body_len as usize];
     reader.read_exact(&mut body).await?;
-    // Read into spare capacity: zeroing a buffer the socket overwrites at once would cost a
-    // pass over every payload. The capacity is exactly the payload, so no read runs past it.
     let len = header.payload_len as usize;
-    let mut payload = page_aligned(len);
-    while payload.len() < len {
-        if reader.read_buf(&mut payload).await? == 0 {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    let huge = buffer == PayloadBuffer::Huge && len >= HUGE_PAYLOAD;
+    let payload = match huge.then(|| crate::buffer::take(len)).flatten() {
+        Some(mut pooled) => {
+            reader.read_exact(pooled.as_mut_slice()).await?;
+            pooled.freeze(len)
         }
-    }
-    let payload = payload.freeze();
+        None => {
+            // Read into spare capacity: zeroing a buffer the socket overwrites at once would
+            // cost a pass over every payload. The capacity is exactly the payload, so no read
+            // runs past it.
+            let mut payload = page_aligned(len);
+            while payload.len() < len {
+                if reader.read_buf(&mut payload).await? == 0 {
+                    return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+                }
+            }
+            payload.freeze()
+        }
+    };
     if !payload.is_empty() {
         header.check_payload(&payload)?;
     }
     Ok((header, body, payload))
 }
+
+/// Payloads of at least this many bytes are received into pooled huge pages.
+const HUGE_PAYLOAD: usize = 256 << 10;
 
 /// Payloads of at least this many bytes start on a page boundary.
 const PAGE: usize = 4096;
@@ -248,7 +272,7 @@ async fn read_responses(
     closed: Arc<AtomicBool>,
 ) {
     let reason = loop {
-        match read_frame(&mut reader).await {
+        match read_frame(&mut reader, PayloadBuffer::Heap).await {
             Ok((header, body, payload)) => {
                 if header.kind != FrameKind::Response {
                     break "peer sent a request on a client connection".to_string();

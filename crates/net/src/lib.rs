@@ -1,6 +1,7 @@
 //! Weft's network layer: framed RPC over TCP for every role.
 //!
 //! Layout:
+//! - [`buffer`] — huge-page buffers for large payloads, pooled (fewer segments per direct transfer).
 //! - [`connection`] — one TCP connection with many requests in flight, matched by request id.
 //! - [`client`] — [`RpcClient`], a pool of connections to one peer with deadlines.
 //! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`].
@@ -13,6 +14,7 @@
 //!
 //! A malformed frame closes its connection and is logged; it never takes a server down.
 
+pub mod buffer;
 pub mod client;
 pub mod cluster;
 mod connection;

@@ -1,7 +1,7 @@
 //! The server side: accept connections and hand every request to a [`Handler`], many in flight
 //! per connection. A malformed frame closes that connection only.
 
-use crate::connection::{read_frame, write_frames, OutFrame};
+use crate::connection::{read_frame, write_frames, OutFrame, PayloadBuffer};
 use crate::http::HttpReply;
 use crate::metrics::Metrics;
 use bytes::Bytes;
@@ -171,7 +171,7 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, metric
     tokio::spawn(write_frames(writer, queue));
     let in_flight = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     loop {
-        let (header, body, payload) = match read_frame(&mut reader).await {
+        let (header, body, payload) = match read_frame(&mut reader, PayloadBuffer::Huge).await {
             Ok(frame) => frame,
             Err(crate::connection::FrameReadError::Closed) => return,
             Err(error) => {

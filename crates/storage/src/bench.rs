@@ -236,7 +236,8 @@ fn direct_thread(
     }
     let file = direct::open(path, !run.read)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut buffer = direct::AlignedBuf::zeroed(block_bytes as usize);
+    let mut buffer = weft_net::buffer::HugeBuf::zeroed(block_bytes as usize)
+        .map_err(|e| format!("cannot map a buffer: {e}"))?;
     buffer.as_mut_slice().fill(0x5a);
     let length = file.metadata().map_err(|e| format!("stat: {e}"))?.len();
     let read = run.read;

@@ -9,6 +9,7 @@
 //! ([`Target`](crate::target::Target) holds a lock per object stripe: shared for aligned
 //! writes, exclusive for read-modify-write).
 
+use bytes::Bytes;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -157,31 +158,43 @@ pub(crate) fn read_at(
         return Ok(0);
     }
     let (span, from, available) = read_span(file, offset, (end - offset) as usize)?;
-    buffer[..available].copy_from_slice(&span.as_slice()[from..from + available]);
+    buffer[..available].copy_from_slice(&span[from..from + available]);
     Ok(available)
 }
 
 /// Reads the aligned blocks around `len` bytes at `offset`: the blocks, where the bytes start
-/// in them, and how many of the bytes the file held.
-fn read_span(file: &File, offset: u64, len: usize) -> io::Result<(AlignedBuf, usize, usize)> {
+/// in them, and how many of the bytes the file held (only those are to be used: a pooled
+/// buffer holds what it last held past them).
+fn read_span(file: &File, offset: u64, len: usize) -> io::Result<(Bytes, usize, usize)> {
     let (start, stop) = (align_down(offset), align_up(offset + len as u64));
-    let mut span = AlignedBuf::zeroed((stop - start) as usize);
-    let read = read_blocks(file, start, span.as_mut_slice())?;
+    let span_len = (stop - start) as usize;
     let from = (offset - start) as usize;
+    // A pooled huge page where the span fits: one segment per transfer (`weft_net::buffer`).
+    let (span, read) = match weft_net::buffer::take(span_len) {
+        Some(mut pooled) => {
+            let read = read_blocks(file, start, pooled.as_mut_slice())?;
+            (pooled.freeze(span_len), read)
+        }
+        None => {
+            let mut span = AlignedBuf::zeroed(span_len);
+            let read = read_blocks(file, start, span.as_mut_slice())?;
+            (Bytes::from_owner(span), read)
+        }
+    };
     Ok((span, from, read.saturating_sub(from).min(len)))
 }
 
 /// Reads `len` bytes at `offset` of a file opened for direct I/O, all of them inside the file,
 /// into an aligned buffer that becomes the answer without a copy. Bytes a concurrent truncate
 /// took read as zeros.
-pub(crate) fn read_owned(file: &File, offset: u64, len: usize) -> io::Result<bytes::Bytes> {
+pub(crate) fn read_owned(file: &File, offset: u64, len: usize) -> io::Result<Bytes> {
     let (span, from, available) = read_span(file, offset, len)?;
     if available < len {
         let mut padded = vec![0u8; len];
-        padded[..available].copy_from_slice(&span.as_slice()[from..from + available]);
-        return Ok(bytes::Bytes::from(padded));
+        padded[..available].copy_from_slice(&span[from..from + available]);
+        return Ok(Bytes::from(padded));
     }
-    Ok(bytes::Bytes::from_owner(span).slice(from..from + len))
+    Ok(span.slice(from..from + len))
 }
 
 /// Whether `directory`'s file system takes O_DIRECT: the error of a direct write if not.
@@ -211,6 +224,25 @@ pub(crate) fn probe(directory: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: a huge-page buffer moves data through O_DIRECT.
+    #[test]
+    fn huge_buffers_carry_direct_io() {
+        let mut buffer = weft_net::buffer::HugeBuf::zeroed(1 << 20).expect("map");
+        buffer.as_mut_slice().fill(0x5a);
+        let directory = tempfile::tempdir().expect("tempdir");
+        if probe(directory.path()).is_err() {
+            return;
+        }
+        let file = open(&directory.path().join("object"), true).expect("open");
+        write_aligned(&file, 0, buffer.as_slice()).expect("write");
+        let mut back = weft_net::buffer::HugeBuf::zeroed(1 << 20).expect("map");
+        assert_eq!(
+            read_blocks(&file, 0, back.as_mut_slice()).expect("read"),
+            1 << 20
+        );
+        assert_eq!(back.as_slice(), buffer.as_slice());
+    }
 
     // Goal: direct writes and reads at any offset and length give the same bytes and the same
     // file length as ordinary I/O would, around block edges and past the end.
