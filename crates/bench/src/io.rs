@@ -58,6 +58,8 @@ pub struct IoBenchConfig {
     pub shared_file: bool,
     /// Random 4 KiB writes, then as many reads, per thread (0: none).
     pub random_ops_per_thread: usize,
+    /// Random requests each thread keeps in flight (1: one at a time).
+    pub queue_depth: usize,
     /// Check that reads return what was written (off for the network benchmark, whose servers
     /// drop writes and answer reads with zeros).
     pub verify: bool,
@@ -160,11 +162,13 @@ struct Work<F> {
 
 type Step<'a, F> = &'a (dyn Fn(&Work<F>, &mut [u8], usize) -> Result<u64> + Sync);
 
-/// Runs `step(work, buffer, index)` `count` times on each thread; `step` returns bytes moved.
+/// Runs `step(work, buffer, index)` for `index` in `0..count` on each thread; `step` returns
+/// bytes moved. With `depth` above 1 a thread keeps that many requests in flight: its indices
+/// are dealt to `depth` lanes, each a thread of its own with its own buffer.
 fn phase<T: IoTarget>(
     name: &'static str,
     works: &[Work<T::File>],
-    (count, buffer): (usize, usize),
+    (count, buffer, depth): (usize, usize, usize),
     step: Step<'_, T::File>,
 ) -> Result<IoPhaseResult> {
     eprintln!("  {name}, {} threads", works.len());
@@ -176,14 +180,30 @@ fn phase<T: IoTarget>(
             .map(|(thread, work)| {
                 let barrier = Arc::clone(&barrier);
                 scope.spawn(move || -> Result<u64> {
-                    let mut aligned = Aligned::new(buffer);
+                    let lane = |lane: usize, aligned: &mut Aligned| -> Result<u64> {
+                        let mut moved = 0;
+                        for index in (lane..count).step_by(depth) {
+                            moved += step(work, aligned.get(), index)
+                                .with_context(|| format!("{name} #{index} of thread {thread}"))?;
+                        }
+                        Ok(moved)
+                    };
+                    let mut buffers: Vec<Aligned> =
+                        (0..depth).map(|_| Aligned::new(buffer)).collect();
                     barrier.wait();
-                    let mut moved = 0;
-                    for index in 0..count {
-                        moved += step(work, aligned.get(), index)
-                            .with_context(|| format!("{name} #{index} of thread {thread}"))?;
-                    }
-                    Ok(moved)
+                    std::thread::scope(|lanes| {
+                        let (first, rest) = buffers.split_first_mut().expect("depth is at least 1");
+                        let others: Vec<_> = rest
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(index, aligned)| lanes.spawn(move || lane(index + 1, aligned)))
+                            .collect();
+                        let mut moved = lane(0, first)?;
+                        for other in others {
+                            moved += other.join().expect("benchmark lane panicked")?;
+                        }
+                        Ok(moved)
+                    })
                 })
             })
             .collect();
@@ -222,6 +242,9 @@ pub fn run<T: IoTarget>(
     run: &str,
 ) -> Result<Vec<IoPhaseResult>> {
     let block = config.block_bytes;
+    if config.queue_depth == 0 {
+        bail!("the queue depth must be at least 1");
+    }
     if block == 0 || block % DIRECT_ALIGN != 0 {
         bail!("the block size must be a positive multiple of {DIRECT_ALIGN} bytes");
     }
@@ -295,7 +318,7 @@ pub fn run<T: IoTarget>(
     results.push(phase::<T>(
         "write",
         &works,
-        (blocks as usize, block),
+        (blocks as usize, block, 1),
         &write_step,
     )?);
     close_all(works)?;
@@ -307,7 +330,7 @@ pub fn run<T: IoTarget>(
     results.push(phase::<T>(
         "read",
         &works,
-        (blocks as usize, block),
+        (blocks as usize, block, 1),
         &read_step,
     )?);
 
@@ -324,7 +347,11 @@ pub fn run<T: IoTarget>(
         results.push(phase::<T>(
             "randwrite",
             &works,
-            (config.random_ops_per_thread, RANDOM_IO_BYTES),
+            (
+                config.random_ops_per_thread,
+                RANDOM_IO_BYTES,
+                config.queue_depth,
+            ),
             &randwrite,
         )?);
         let randread = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
@@ -333,7 +360,11 @@ pub fn run<T: IoTarget>(
         results.push(phase::<T>(
             "randread",
             &works,
-            (config.random_ops_per_thread, RANDOM_IO_BYTES),
+            (
+                config.random_ops_per_thread,
+                RANDOM_IO_BYTES,
+                config.queue_depth,
+            ),
             &randread,
         )?);
     }

@@ -110,6 +110,7 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
         block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
         shared_file: false,
         random_ops_per_thread: args.random_ops,
+        queue_depth: 1,
         verify: true,
     };
     let runtime = crate::runtime()?;
@@ -332,6 +333,9 @@ pub struct IoArgs {
     /// Random 4 KiB writes, then as many reads, per thread (0: skip them).
     #[arg(long, default_value_t = 2000)]
     random_ops: usize,
+    /// Random requests each thread keeps in flight (the queue depth of the random phases).
+    #[arg(long, default_value_t = 1)]
+    queue_depth: usize,
     /// Name of this target in the table, the JSON and the plot.
     #[arg(long)]
     label: Option<String>,
@@ -403,6 +407,7 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
         block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
         shared_file: args.shared_file,
         random_ops_per_thread: args.random_ops,
+        queue_depth: args.queue_depth,
         verify: !net,
     };
     let run_name = |threads: usize| format!("weft-bench-io-{}-{threads}", std::process::id());

@@ -252,8 +252,9 @@ fn bench_meta_through_mount_and_native() {
 }
 
 // Goal: `weft bench io` runs its sequential and random phases through a mount (buffered and
-// O_DIRECT, a file per thread and one shared file) and through the native client, checks the
-// data it reads, writes JSON lines and an SVG plot, and leaves nothing behind.
+// O_DIRECT, a file per thread and one shared file, one or four random requests in flight per
+// thread) and through the native client, checks the data it reads, writes JSON lines and an
+// SVG plot, and leaves nothing behind.
 // Method: small runs against a local cluster; parse what they wrote.
 #[test]
 fn bench_io_through_mount_and_native() {
@@ -263,11 +264,13 @@ fn bench_io_through_mount_and_native() {
     let (json, svg) = (out.path().join("io.jsonl"), out.path().join("io.svg"));
     let mount_text = mnt.to_str().expect("utf-8").to_string();
     let mgmt = cluster.mgmt().to_string();
+    // Two of the runs keep 4 random requests in flight per thread; their reads check the data
+    // like the others.
     let runs: [&[&str]; 4] = [
         &["--path", &mount_text],
-        &["--path", &mount_text, "--direct"],
+        &["--path", &mount_text, "--direct", "--queue-depth", "4"],
         &["--path", &mount_text, "--shared-file"],
-        &["--mgmt", &mgmt, "--shared-file"],
+        &["--mgmt", &mgmt, "--shared-file", "--queue-depth", "4"],
     ];
     for extra in runs {
         let mut args = vec![
@@ -307,6 +310,14 @@ fn bench_io_through_mount_and_native() {
         lines.len(),
         4 * 8,
         "a line per phase and thread count of every run"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line["config"]["queue_depth"] == 4)
+            .count(),
+        2 * 8,
+        "the queue depth is recorded with the results"
     );
     for line in &lines {
         assert!(
