@@ -98,6 +98,11 @@ impl MissedLogs {
                 items: BTreeSet::new(),
             },
         );
+        tracing::info!(
+            group,
+            member,
+            "recording what an absent mirror member misses"
+        );
         Ok(())
     }
 
