@@ -319,19 +319,12 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     note("cutting the metadata copy off the network");
     // A copy cut off leaves its group in sync and comes back without a restart: it gets only
     // the extents of the store that changed meanwhile.
-    let full_copies = |cluster: &LocalCluster| {
-        cluster
-            .log("meta-1")
-            .matches("metadata resync started")
-            .count()
-    };
+    // How often meta-1 has logged `text`.
+    let logged = |cluster: &LocalCluster, text: &str| cluster.log("meta-1").matches(text).count();
+    let full_copies = |cluster: &LocalCluster| logged(cluster, "metadata resync started");
+    let records =
+        |cluster: &LocalCluster| logged(cluster, "recording what an absent mirror member misses");
     let full_before = full_copies(&cluster);
-    let records = |cluster: &LocalCluster| {
-        cluster
-            .log("meta-1")
-            .matches("recording what an absent mirror member misses")
-            .count()
-    };
     let records_before = records(&cluster);
     cluster.set_link("meta-2", false).expect("cut meta-2");
     wait_until("meta-2 to leave the metadata group", || {
