@@ -484,15 +484,11 @@ impl NativeFile {
     /// A buffer of `len` bytes: a spare one the writer is done with, or a new one.
     fn buffer(&self, len: usize) -> bytes::BytesMut {
         let mut spare = self.spare.lock().expect("spare buffers poisoned");
-        for index in 0..spare.len() {
-            if spare[index].len() == len && spare[index].is_unique() {
-                if let Ok(buffer) = spare.swap_remove(index).try_into_mut() {
-                    return buffer;
-                }
-                break;
-            }
-        }
-        bytes::BytesMut::zeroed(len)
+        let done = spare
+            .iter()
+            .position(|data| data.len() == len && data.is_unique());
+        done.and_then(|index| spare.swap_remove(index).try_into_mut().ok())
+            .unwrap_or_else(|| bytes::BytesMut::zeroed(len))
     }
 
     /// Keeps a reference to `data` to reuse its buffer once the writer has let go of it.

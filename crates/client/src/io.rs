@@ -43,9 +43,6 @@ fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout:
     out
 }
 
-/// Zeros that answer holes without an allocation: no piece is longer than a request.
-static ZEROS: [u8; IO_BYTES_MAX as usize] = [0; IO_BYTES_MAX as usize];
-
 /// A file range as read from its targets: the pieces' buffers in file order (holes as zeros),
 /// joined into one buffer only for a caller that needs one, and copied at most once into a
 /// caller's own buffer.
@@ -150,7 +147,8 @@ pub(crate) async fn read(
             parts.push(data.slice(..count));
         }
         if count < piece.len as usize {
-            parts.push(Bytes::from_static(&ZEROS[..piece.len as usize - count]));
+            // No piece is longer than a request, so the shared zeros cover any hole.
+            parts.push(weft_proto::messages::zeros(piece.len as usize - count));
         }
     }
     let data = ReadData { parts };

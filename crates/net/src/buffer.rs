@@ -70,12 +70,6 @@ impl HugeBuf {
     }
 }
 
-impl AsRef<[u8]> for HugeBuf {
-    fn as_ref(&self) -> &[u8] {
-        self.as_slice()
-    }
-}
-
 impl Drop for HugeBuf {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `zeroed`, unmapped once; no slice outlives `self`.

@@ -18,6 +18,18 @@ pub const SYMLINK_BYTES_MAX: usize = 4096;
 pub const READDIR_ENTRIES_MAX: u32 = 1024;
 /// Most bytes one read request asks for; clients cut larger reads into pieces.
 pub const IO_BYTES_MAX: u32 = 8 * 1024 * 1024;
+
+/// `len` zero bytes (at most [`IO_BYTES_MAX`]): slices of one buffer allocated on first use,
+/// for holes in reads and the network benchmark's answers.
+///
+/// # Panics
+/// If `len` is above [`IO_BYTES_MAX`].
+pub fn zeros(len: usize) -> bytes::Bytes {
+    static ZEROS: std::sync::OnceLock<bytes::Bytes> = std::sync::OnceLock::new();
+    ZEROS
+        .get_or_init(|| bytes::Bytes::from(vec![0u8; IO_BYTES_MAX as usize]))
+        .slice(..len)
+}
 /// Longest extended attribute name, as Linux's XATTR_NAME_MAX.
 pub const XATTR_NAME_BYTES_MAX: usize = 255;
 /// Largest extended attribute value, as Linux's XATTR_SIZE_MAX.

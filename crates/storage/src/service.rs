@@ -246,9 +246,10 @@ impl weft_net::Handler for Storage {
                     }),
                     Bytes::new(),
                 ),
-                len if len <= IO_BYTES_MAX => {
-                    (Ok(Response::Data), net_bench_zeros().slice(..len as usize))
-                }
+                len if len <= IO_BYTES_MAX => (
+                    Ok(Response::Data),
+                    weft_proto::messages::zeros(len as usize),
+                ),
                 len => (
                     Err(WireError::new(
                         ErrorCode::InvalidArgument,
@@ -440,11 +441,3 @@ impl Storage {
 /// would pause a pool thread; the pause is the kernel pacing writers to the disk, short and
 /// bounded.
 pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
-
-/// The zeros a network-benchmark read sends, allocated once.
-fn net_bench_zeros() -> Bytes {
-    static ZEROS: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
-    ZEROS
-        .get_or_init(|| Bytes::from(vec![0u8; IO_BYTES_MAX as usize]))
-        .clone()
-}
