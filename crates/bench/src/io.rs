@@ -575,7 +575,7 @@ impl IoTarget for NativeFiles {
                 .wait_clear((offset, offset + buf.len() as u64))
                 .await;
             self.client
-                .read(
+                .read_data(
                     file.inode,
                     &file.layout,
                     offset,
@@ -584,8 +584,7 @@ impl IoTarget for NativeFiles {
                 )
                 .await
         })?;
-        buf[..data.len()].copy_from_slice(&data);
-        Ok(data.len())
+        Ok(data.copy_to(buf))
     }
 
     fn sync(&self, file: &NativeFile) -> Result<()> {
