@@ -267,6 +267,89 @@ fn namespace() {
     );
 }
 
+// Goal: a directory's attributes seen through the mount follow every change made in it, even
+// though the mount answers the kernel's re-read after a create from the create's reply.
+// Method: after each kind of change, stat the directory and check its link count and that its
+// change time (and for entry changes its modification time) moved forward.
+#[test]
+fn directory_attributes_follow_every_change() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("dir");
+    fs::create_dir(&dir).expect("mkdir");
+    let times = |m: &fs::Metadata| {
+        (
+            (m.mtime(), m.mtime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+            m.nlink(),
+            m.mode() & 0o7777,
+        )
+    };
+    let mut before = times(&fs::metadata(&dir).expect("stat"));
+    let mut check = |what: &str, entries_changed: bool, nlink: u64, mode: u32| {
+        let after = times(&fs::metadata(&dir).expect("stat"));
+        assert!(
+            after.1 > before.1,
+            "{what}: ctime {:?} -> {:?}",
+            before.1,
+            after.1
+        );
+        if entries_changed {
+            assert!(
+                after.0 > before.0,
+                "{what}: mtime {:?} -> {:?}",
+                before.0,
+                after.0
+            );
+        }
+        assert_eq!((after.2, after.3), (nlink, mode), "{what}: links and mode");
+        before = after;
+    };
+    fs::write(dir.join("f"), b"x").expect("create");
+    check("create", true, 2, 0o755);
+    fs::create_dir(dir.join("sub")).expect("mkdir");
+    check("mkdir", true, 3, 0o755);
+    std::os::unix::fs::symlink("f", dir.join("link")).expect("symlink");
+    check("symlink", true, 3, 0o755);
+    fs::hard_link(dir.join("f"), dir.join("hard")).expect("link");
+    check("link", true, 3, 0o755);
+    fs::remove_file(dir.join("hard")).expect("unlink");
+    check("unlink", true, 3, 0o755);
+    fs::rename(dir.join("sub"), mnt.join("sub")).expect("rename out");
+    check("rename out", true, 2, 0o755);
+    fs::rename(mnt.join("sub"), dir.join("back")).expect("rename in");
+    check("rename in", true, 3, 0o755);
+    fs::remove_dir(dir.join("back")).expect("rmdir");
+    check("rmdir", true, 2, 0o755);
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).expect("chmod");
+    check("chmod", false, 2, 0o750);
+    let (c_dir, name) = (
+        c_path(&dir),
+        std::ffi::CString::new("user.k").expect("name"),
+    );
+    // SAFETY: NUL-terminated path and name, and a value of the given length.
+    let set = unsafe { libc::setxattr(c_dir.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(set, 0, "setxattr");
+    check("setxattr", false, 2, 0o750);
+    fs::write(dir.join("g"), b"y").expect("create after");
+    check("create after", true, 2, 0o750);
+
+    // A moved directory's change time moves too, though the rename names only its parents.
+    let moved = dir.join("moving");
+    fs::create_dir(&moved).expect("mkdir");
+    fs::write(moved.join("inside"), b"z").expect("create inside");
+    let ctime = |p: &Path| {
+        let m = fs::metadata(p).expect("stat");
+        (m.ctime(), m.ctime_nsec())
+    };
+    let was = ctime(&moved);
+    fs::rename(&moved, mnt.join("moved")).expect("rename dir");
+    assert!(
+        ctime(&mnt.join("moved")) > was,
+        "the moved directory's ctime"
+    );
+}
+
 // Goal: readdir of a large directory returns every entry once, even while entries are removed
 // during the listing (as `rm -rf` does). Method: list 3000 entries through libc readdir,
 // unlinking each entry right after reading it.

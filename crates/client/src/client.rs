@@ -424,40 +424,34 @@ impl Client {
         name: &str,
         new: NewInode,
     ) -> Result<InodeAttr, ClientError> {
-        self.create_with_open(parent, name, new, None).await
+        Ok(self.create_entry(parent, name, new, None).await?.attr)
     }
 
-    /// Creates a regular file and opens it with `handle` in the same request (as
-    /// [`Client::open`] would): one round trip for `open(O_CREAT)`.
+    /// Creates an entry of any kind, opening a new regular file with handle `open` if given
+    /// in the same request (as [`Client::open`] would: one round trip for `open(O_CREAT)`),
+    /// and answers the directory's attributes after the change too when its server could.
     ///
     /// # Errors
     /// As [`Client::create`].
-    pub async fn create_open(
-        &self,
-        parent: InodeId,
-        name: &str,
-        new: NewInode,
-        handle: u64,
-    ) -> Result<InodeAttr, ClientError> {
-        self.create_with_open(parent, name, new, Some(handle)).await
-    }
-
-    async fn create_with_open(
+    pub async fn create_entry(
         &self,
         parent: InodeId,
         name: &str,
         new: NewInode,
         open: Option<u64>,
-    ) -> Result<InodeAttr, ClientError> {
+    ) -> Result<Created, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
-        let attr = self
+        let (attr, parent_attr) = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
                 async move { meta.create(mutation, (holder, name), new, open).await }
             })
             .await?;
         self.learn(&attr);
-        Ok(attr)
+        Ok(Created {
+            attr,
+            parent: parent_attr.filter(|p| p.inode == parent),
+        })
     }
 
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash,
@@ -837,7 +831,19 @@ impl Client {
 }
 
 /// The host name, as the session's alias.
-fn directory(mode: u32, umask: u32, (uid, gid): (u32, u32)) -> NewInode {
+/// What [`Client::create_entry`] answers.
+#[derive(Clone, Debug)]
+pub struct Created {
+    /// The new entry.
+    pub attr: InodeAttr,
+    /// The directory after the change, when its server could tell (its entries are not
+    /// spread over several servers).
+    pub parent: Option<InodeAttr>,
+}
+
+/// What to create for a directory with `mode` (masked by `umask` unless the parent has a
+/// default ACL) owned by (uid, gid).
+pub fn directory(mode: u32, umask: u32, (uid, gid): (u32, u32)) -> NewInode {
     NewInode {
         kind: FileKind::Directory,
         mode,

@@ -25,5 +25,5 @@ mod locks;
 
 pub use ahead::FileReader;
 pub use behind::FileWriter;
-pub use client::{Client, ClientConfig, ClientError};
+pub use client::{Client, ClientConfig, ClientError, Created};
 pub use io::ReadData;

@@ -425,13 +425,15 @@ impl Meta {
                     let result = self
                         .mutate(mutation, move |txn, context| {
                             let response = create(txn, context, entry)?;
-                            if let (Some(handle), Response::Attr(attr)) = (open, &response) {
+                            if let (Some(handle), Response::Created { attr, .. }) =
+                                (open, &response)
+                            {
                                 register_open(&opens, handle, attr.inode);
                             }
                             Ok(response)
                         })
                         .await;
-                    if let (Some(handle), Ok(Response::Attr(attr))) = (open, &result) {
+                    if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
                         self.note_client(handle.0);
                         register_open(&self.opens, handle, attr.inode);
                     }

@@ -108,7 +108,7 @@ impl Fixture {
             }))
             .await?;
         match response {
-            Response::Attr(attr) => Ok(attr),
+            Response::Created { attr, .. } => Ok(attr),
             other => panic!("unexpected {other:?}"),
         }
     }

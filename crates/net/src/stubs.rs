@@ -14,9 +14,9 @@ use weft_proto::messages::{
 
 /// Expects one response variant, or reports the mismatch.
 macro_rules! expect_response {
-    ($client:expr, $response:expr, $pattern:pat => $value:expr) => {
+    ($client:expr, $response:expr, $($pattern:pat => $value:expr),+) => {
         match $response {
-            $pattern => Ok($value),
+            $($pattern => Ok($value),)+
             other => Err($client.unexpected(&other)),
         }
     };
@@ -319,7 +319,8 @@ impl MetaClient {
         .await
     }
 
-    /// Creates an entry of any kind.
+    /// Creates an entry of any kind; answers its attributes and, when the server sent them,
+    /// its directory's after the change.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, `NoTargets`, or [`RpcError`] for transport failures.
@@ -329,15 +330,19 @@ impl MetaClient {
         (parent, name): (InodeId, &str),
         new: NewInode,
         open: Option<u64>,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Create {
-            mutation,
-            parent,
-            name: name.to_string(),
-            new,
-            open,
-        })
-        .await
+    ) -> Result<(InodeAttr, Option<InodeAttr>), RpcError> {
+        let response = self
+            .call(MetaRequest::Create {
+                mutation,
+                parent,
+                name: name.to_string(),
+                new,
+                open,
+            })
+            .await?;
+        expect_response!(self.rpc, response,
+            Response::Created { attr, parent } => (attr, parent),
+            Response::Attr(attr) => (attr, None))
     }
 
     /// Creates a directory spread over `shards` metadata servers.

@@ -1513,6 +1513,15 @@ pub enum Response {
     ClusterMap(ClusterMap),
     /// An inode's attributes.
     Attr(InodeAttr),
+    /// A new entry's attributes, with its directory's as they are after the change (when
+    /// the directory's entries all live with it, so they are what a get-attributes would
+    /// answer), which saves the client asking for them.
+    Created {
+        /// The new entry.
+        attr: InodeAttr,
+        /// Its directory, unless that is spread over several servers.
+        parent: Option<InodeAttr>,
+    },
     /// A page of a directory listing.
     DirEntries {
         /// Entries in cookie order.

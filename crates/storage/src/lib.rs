@@ -5,6 +5,7 @@
 //! - `target`: one storage target — a directory of objects under hashed subdirectories, its
 //!   capacity accounting, poisoning after a failed fsync, and the crash-test journal.
 //! - `service`: registration, heartbeats and the request handler.
+//! - `recycle`: emptied object files a new object reuses instead of allocating an inode.
 //! - `mirror`: storage mirror groups: admission by group version and lease, ordering and
 //!   forwarding changes to members, resync of returning members.
 //!
@@ -17,6 +18,7 @@ pub mod config;
 mod direct;
 mod metrics;
 mod mirror;
+mod recycle;
 mod service;
 mod target;
 

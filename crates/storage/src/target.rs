@@ -13,6 +13,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+
+use crate::recycle::{FreeFiles, Placed};
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{FallocateMode, SpaceUsage};
@@ -42,6 +44,9 @@ pub(crate) struct Target {
     /// Writes at least this large and 4 KiB-aligned go to the disk with O_DIRECT (plain
     /// targets only).
     direct_write_min: Option<usize>,
+    /// Emptied object files a new object reuses (plain targets only: only there does every
+    /// request go through `files`, so a removal knows whether anyone still holds the file).
+    free: Option<FreeFiles>,
 }
 
 /// An object file held open: the descriptor requests use, and one with O_DIRECT for large
@@ -77,7 +82,8 @@ impl std::ops::Deref for ObjectFile {
     }
 }
 
-/// Object files kept open per target; the table starts over when it is full.
+/// Object files kept open per target; when the table is full it drops every file no request
+/// is using.
 const FILES_OPEN_MAX: usize = 1024;
 
 /// Lock stripes of a direct-I/O target.
@@ -120,6 +126,7 @@ impl Target {
             crate::direct::probe(root)?;
         }
         let used = directory_bytes(&objects)?;
+        let plain = !crash_test && !direct_io;
         Ok(Target {
             id,
             root: root.to_path_buf(),
@@ -128,12 +135,9 @@ impl Target {
             poisoned: AtomicBool::new(false),
             journal: crash_test.then(Mutex::default),
             direct: direct_io.then(|| (0..DIRECT_STRIPES).map(|_| RwLock::new(())).collect()),
-            files: (!crash_test && !direct_io).then(Mutex::default),
-            direct_write_min: direct_write_min(
-                root,
-                direct_write_min_bytes,
-                crash_test || direct_io,
-            ),
+            files: plain.then(Mutex::default),
+            direct_write_min: direct_write_min(root, direct_write_min_bytes, !plain),
+            free: plain.then(|| FreeFiles::open(root)).transpose()?,
         })
     }
 
@@ -187,14 +191,7 @@ impl Target {
             return Ok(Some(Arc::clone(file)));
         }
         let file = if create {
-            self.open_creating(inode, |path| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(path)
-            })?
+            self.open_or_place(inode)?
         } else {
             match OpenOptions::new()
                 .read(true)
@@ -207,11 +204,43 @@ impl Target {
             }
         };
         if open.len() >= FILES_OPEN_MAX {
-            open.clear();
+            // A file a request holds stays, so a removal can tell it is in use.
+            open.retain(|_, file| Arc::strong_count(file) > 1);
         }
         let file = Arc::new(ObjectFile::new(file));
         open.insert(inode, Arc::clone(&file));
         Ok(Some(file))
+    }
+
+    /// Opens `inode`'s object for reading and writing, creating it from a pooled file when
+    /// the pool has one, else as a new file. Called under the open-file table's lock.
+    fn open_or_place(&self, inode: InodeId) -> Result<File, WireError> {
+        let existing = |path: &Path| OpenOptions::new().read(true).write(true).open(path);
+        if let Some(free) = &self.free {
+            let path = self.object_path(inode);
+            match existing(&path) {
+                Ok(file) => return Ok(file),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(io_error("open object", &error)),
+            }
+            match free.place(&path) {
+                Ok(Placed::Moved | Placed::Occupied) => {
+                    return existing(&path).map_err(|e| io_error("open object", &e))
+                }
+                Ok(Placed::Empty) => {}
+                Err(error) => {
+                    tracing::warn!(target = self.id.0, %error, "could not reuse a pooled object file");
+                }
+            }
+        }
+        self.open_creating(inode, |path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+        })
     }
 
     fn disk_length(&self, inode: InodeId) -> Result<u64, WireError> {
@@ -551,7 +580,12 @@ impl Target {
             }
             return Ok(());
         }
-        let file = self.open_for_write(inode)?;
+        let file = match &self.files {
+            Some(files) => self
+                .plain_file(files, inode, true)?
+                .expect("created when missing"),
+            None => Arc::new(ObjectFile::new(self.open_for_write(inode)?)),
+        };
         let flags = match mode {
             FallocateMode::Allocate => libc::FALLOC_FL_KEEP_SIZE,
             FallocateMode::Zero => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
@@ -563,8 +597,14 @@ impl Target {
             ));
         };
         // SAFETY: fallocate on a descriptor we own; the range was checked above.
-        let result =
-            unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), flags, start, count) };
+        let result = unsafe {
+            libc::fallocate(
+                std::os::fd::AsRawFd::as_raw_fd(&file.file),
+                flags,
+                start,
+                count,
+            )
+        };
         if result != 0 {
             let error = std::io::Error::last_os_error();
             if error.raw_os_error() == Some(libc::EOPNOTSUPP) {
@@ -612,22 +652,58 @@ impl Target {
         if let Some(journal) = &self.journal {
             journal.lock().expect("journal poisoned").remove(&inode);
         }
-        // No request may open the object again between forgetting it and unlinking it.
-        let _open = self.files.as_ref().map(|files| {
-            let mut open = files.lock().expect("open files poisoned");
-            open.remove(&inode);
-            open
-        });
-        match fs::remove_file(self.object_path(inode)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(io_error("remove object", &error)),
+        // No request may open the object again between forgetting it and removing it.
+        let mut open = self
+            .files
+            .as_ref()
+            .map(|files| files.lock().expect("open files poisoned"));
+        let held = open.as_mut().and_then(|open| open.remove(&inode));
+        let path = self.object_path(inode);
+        let pooled = match (&self.free, held) {
+            // A request still using the file could write into its next life: unlink it.
+            (Some(_), Some(held)) if Arc::strong_count(&held) > 1 => false,
+            (Some(free), held) => self.empty_into(free, held, &path)?,
+            (None, _) => false,
+        };
+        if !pooled {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(io_error("remove object", &error)),
+            }
         }
+        drop(open);
         self.used_bytes.fetch_sub(
             length.min(self.used_bytes.load(Ordering::Acquire)),
             Ordering::AcqRel,
         );
         Ok(())
+    }
+
+    /// Cuts the object at `path` (held open as `held`, if it is) to nothing and moves it into
+    /// the pool; true when it is gone from `path` (or was never there). Called under the
+    /// open-file table's lock, with no request holding the file.
+    fn empty_into(
+        &self,
+        free: &FreeFiles,
+        held: Option<Arc<ObjectFile>>,
+        path: &Path,
+    ) -> Result<bool, WireError> {
+        let emptied = match held {
+            Some(file) => file.set_len(0),
+            None => OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(path)
+                .map(drop),
+        };
+        match emptied {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+            Err(error) => return Err(io_error("empty object", &error)),
+        }
+        free.keep(path)
+            .map_err(|e| io_error("pool object file", &e))
     }
 
     /// Makes the object's data durable. A failed fdatasync poisons the target: the page cache
@@ -960,6 +1036,53 @@ mod tests {
         assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
         target.sync(inode).expect("sync");
         assert_eq!(target.disk_length(inode).expect("disk length"), 6);
+    }
+
+    /// A removed object's file is emptied and reused by the next new object, which reads
+    /// only its own bytes; a file a request still holds is unlinked instead, so a late write
+    /// through it cannot reach the next object.
+    #[test]
+    fn removed_objects_are_reused_only_when_no_request_holds_them() {
+        use std::os::unix::fs::MetadataExt;
+        let directory = tempfile::tempdir().expect("tempdir");
+        let target =
+            Target::open(TargetId(1), directory.path(), None, (false, false), 0).expect("open");
+        let free = target.free.as_ref().expect("a plain target pools files");
+        let (old, new) = (
+            InodeId::new(weft_proto::NodeId(1), 1),
+            InodeId::new(weft_proto::NodeId(1), 2),
+        );
+        target
+            .write(old, 0, Bytes::from(vec![7u8; 8192]))
+            .expect("write");
+        let old_ino = fs::metadata(target.object_path(old)).expect("stat").ino();
+        target.remove(old).expect("remove");
+        assert_eq!(free.len(), 1, "the removed object's file is pooled");
+        assert!(!target.exists(old));
+        target
+            .write(new, 3, Bytes::from_static(b"new"))
+            .expect("write");
+        assert_eq!(free.len(), 0);
+        assert_eq!(
+            fs::metadata(target.object_path(new)).expect("stat").ino(),
+            old_ino,
+            "the new object reuses the file"
+        );
+        assert_eq!(&target.read(new, 0, 100).expect("read")[..], b"\0\0\0new");
+
+        let files = target.files.as_ref().expect("plain");
+        let held = target
+            .plain_file(files, new, false)
+            .expect("open")
+            .expect("exists");
+        target.remove(new).expect("remove");
+        assert_eq!(free.len(), 0, "a held file is not pooled");
+        assert_eq!(held.metadata().expect("stat").nlink(), 0, "it is unlinked");
+        held.write_all_at(b"late", 0).expect("late write");
+        target
+            .write(old, 0, Bytes::from_static(b"x"))
+            .expect("write");
+        assert_eq!(&target.read(old, 0, 100).expect("read")[..], b"x");
     }
 
     // Goal: the plain object store keeps the object contract (holes, truncate, capacity).

@@ -11,6 +11,7 @@
 //! this adapter remembers, per inode, the largest end it wrote in the current truncate
 //! generation and never reports a smaller size to the kernel than that.
 
+mod dirs;
 pub mod mount;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
@@ -90,6 +91,8 @@ struct State {
     /// Files known to have no `security.capability` since an instant (see
     /// [`State::capability_absent`]).
     no_capability: Mutex<HashMap<u64, std::time::Instant>>,
+    /// Directories' attributes as this client's last change of them left them.
+    dirs: Arc<dirs::FreshDirs>,
 }
 
 /// The extended attribute the kernel asks for before every write, to drop file capabilities.
@@ -489,12 +492,30 @@ impl WeftFs {
                 inflight: Mutex::default(),
                 read_ahead,
                 no_capability: Mutex::default(),
+                dirs: dirs::FreshDirs::new(attr_cache),
                 notifier: std::sync::OnceLock::new(),
                 handles: Mutex::default(),
                 next_handle: AtomicU64::new(1),
                 inodes: Mutex::default(),
             }),
         }
+    }
+
+    /// Creates an entry other than an opened regular file and answers the kernel, keeping
+    /// the directory's attributes from the reply.
+    fn create_entry(&self, parent: INodeNo, name: String, new: NewInode, reply: ReplyEntry) {
+        let change = self.state.dirs.change(to_inode(parent));
+        self.spawn(|state| async move {
+            let result = state
+                .client
+                .create_entry(to_inode(parent), &name, new, None)
+                .await
+                .map(|created| {
+                    change.finish(created.parent);
+                    created.attr
+                });
+            reply_entry(&state, reply, result);
+        });
     }
 
     fn spawn<F>(&self, work: impl FnOnce(Arc<State>) -> F)
@@ -614,6 +635,11 @@ impl Filesystem for WeftFs {
         _handle: Option<FileHandle>,
         reply: ReplyAttr,
     ) {
+        // After this client made or removed an entry in a directory, the kernel asks for its
+        // attributes again; the change's reply had them.
+        if let Some((attr, left)) = self.state.dirs.get(to_inode(ino)) {
+            return reply.attr(&left, &self.state.merge(attr));
+        }
         self.spawn(|state| async move {
             match state.client.get_attr(to_inode(ino)).await {
                 Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
@@ -648,7 +674,9 @@ impl Filesystem for WeftFs {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
+        let change = self.state.dirs.change(to_inode(ino));
         self.spawn(|state| async move {
+            let _change = change;
             let inode = to_inode(ino);
             if size.is_some() {
                 // A truncate comes after the writes sent before it.
@@ -703,26 +731,16 @@ impl Filesystem for WeftFs {
             libc::S_IFBLK => FileKind::BlockDevice,
             _ => return reply.error(Errno::EINVAL),
         };
-        let owner = (request.uid(), request.gid());
-        self.spawn(|state| async move {
-            let result = state
-                .client
-                .create(
-                    to_inode(parent),
-                    &name,
-                    NewInode {
-                        kind,
-                        mode: mode & 0o7777,
-                        uid: owner.0,
-                        gid: owner.1,
-                        umask,
-                        rdev,
-                        symlink: None,
-                    },
-                )
-                .await;
-            reply_entry(&state, reply, result);
-        });
+        let new = NewInode {
+            kind,
+            mode: mode & 0o7777,
+            uid: request.uid(),
+            gid: request.gid(),
+            umask,
+            rdev,
+            symlink: None,
+        };
+        self.create_entry(parent, name, new, reply);
     }
 
     fn mkdir(
@@ -737,22 +755,18 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
-        let owner = (request.uid(), request.gid());
-        self.spawn(|state| async move {
-            let result = state
-                .client
-                .mkdir(to_inode(parent), &name, mode & 0o7777, umask, owner)
-                .await;
-            reply_entry(&state, reply, result);
-        });
+        let new = crate::client::directory(mode & 0o7777, umask, (request.uid(), request.gid()));
+        self.create_entry(parent, name, new, reply);
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
+        let change = self.state.dirs.change(to_inode(parent));
         self.spawn(|state| async move {
-            reply_empty(reply, state.client.unlink(to_inode(parent), &name).await)
+            reply_empty(reply, state.client.unlink(to_inode(parent), &name).await);
+            drop(change);
         });
     }
 
@@ -760,8 +774,11 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
+        self.state.dirs.forget_all();
+        let change = self.state.dirs.change(to_inode(parent));
         self.spawn(|state| async move {
-            reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await)
+            reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await);
+            drop(change);
         });
     }
 
@@ -779,26 +796,16 @@ impl Filesystem for WeftFs {
         ) else {
             return reply.error(Errno::EINVAL);
         };
-        let owner = (request.uid(), request.gid());
-        self.spawn(|state| async move {
-            let result = state
-                .client
-                .create(
-                    to_inode(parent),
-                    &name,
-                    NewInode {
-                        kind: FileKind::Symlink,
-                        mode: 0o777 & 0o7777,
-                        uid: owner.0,
-                        gid: owner.1,
-                        umask: 0,
-                        rdev: 0,
-                        symlink: Some(target),
-                    },
-                )
-                .await;
-            reply_entry(&state, reply, result);
-        });
+        let new = NewInode {
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            uid: request.uid(),
+            gid: request.gid(),
+            umask: 0,
+            rdev: 0,
+            symlink: Some(target),
+        };
+        self.create_entry(parent, name, new, reply);
     }
 
     fn rename(
@@ -821,6 +828,12 @@ impl Filesystem for WeftFs {
             no_replace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
+        // A moved directory changes too (its parent and ctime), and its inode is not named.
+        self.state.dirs.forget_all();
+        let changes = (
+            self.state.dirs.change(to_inode(parent)),
+            self.state.dirs.change(to_inode(new_parent)),
+        );
         self.spawn(|state| async move {
             reply_empty(
                 reply,
@@ -834,7 +847,8 @@ impl Filesystem for WeftFs {
                         flags,
                     )
                     .await,
-            )
+            );
+            drop(changes);
         });
     }
 
@@ -849,12 +863,14 @@ impl Filesystem for WeftFs {
         let Ok(new_name) = name_str(new_name).map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
+        let change = self.state.dirs.change(to_inode(new_parent));
         self.spawn(|state| async move {
             let result = state
                 .client
                 .link(to_inode(ino), to_inode(new_parent), &new_name)
                 .await;
             reply_entry(&state, reply, result);
+            drop(change);
         });
     }
 
@@ -1302,6 +1318,7 @@ impl Filesystem for WeftFs {
         };
         let value = value.to_vec();
         self.state.forget_capability(ino);
+        let change = self.state.dirs.change(to_inode(ino));
         self.spawn(|state| async move {
             reply_empty(
                 reply,
@@ -1309,7 +1326,8 @@ impl Filesystem for WeftFs {
                     .client
                     .set_xattr(to_inode(ino), &name, &value, mode)
                     .await,
-            )
+            );
+            drop(change);
         });
     }
 
@@ -1362,8 +1380,10 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
         self.state.forget_capability(ino);
+        let change = self.state.dirs.change(to_inode(ino));
         self.spawn(|state| async move {
-            reply_empty(reply, state.client.remove_xattr(to_inode(ino), &name).await)
+            reply_empty(reply, state.client.remove_xattr(to_inode(ino), &name).await);
+            drop(change);
         });
     }
 
@@ -1380,29 +1400,28 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
-        let owner = (request.uid(), request.gid());
+        let new = NewInode {
+            kind: FileKind::Regular,
+            mode: mode & 0o7777,
+            uid: request.uid(),
+            gid: request.gid(),
+            umask,
+            rdev: 0,
+            symlink: None,
+        };
+        let change = self.state.dirs.change(to_inode(parent));
         self.spawn(|state| async move {
             // One request creates the file and registers the open.
             let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
             let created = state
                 .client
-                .create_open(
-                    to_inode(parent),
-                    &name,
-                    NewInode {
-                        kind: FileKind::Regular,
-                        mode: mode & 0o7777,
-                        uid: owner.0,
-                        gid: owner.1,
-                        umask,
-                        rdev: 0,
-                        symlink: None,
-                    },
-                    handle,
-                )
+                .create_entry(to_inode(parent), &name, new, Some(handle))
                 .await;
             let attr = match created {
-                Ok(attr) => attr,
+                Ok(created) => {
+                    change.finish(created.parent);
+                    created.attr
+                }
                 Err(error) => return reply.error(errno(&error)),
             };
             state.add_handle(handle, &attr);

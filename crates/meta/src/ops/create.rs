@@ -162,7 +162,11 @@ pub(crate) fn create(
     }
     parent.touch(timestamp);
     store_inode(&mut inodes, entry.parent, &parent)?;
-    Ok(Response::Attr(record.to_attr(inode)))
+    let whole = parent.shards.is_empty() && parent.shard_of == 0;
+    Ok(Response::Created {
+        attr: record.to_attr(inode),
+        parent: whole.then(|| parent.to_attr(entry.parent)),
+    })
 }
 
 /// Adds a hard link to a non-directory.
