@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
-use weft_proto::ids::{ClientId, InodeId};
+use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
     AttrChanges, ClusterMap, DirEntry, FallocateMode, FileKind, InodeAttr, MutationId, NewInode,
@@ -146,7 +146,12 @@ pub struct Client {
     /// The verifier of the first write since the last sync, per file and slot: a sync that
     /// answers another one means those writes may be lost ([`crate::io::sync`]).
     pub(crate) unsynced: Mutex<HashMap<(InodeId, weft_proto::layout::Slot), u64>>,
+    /// Closed handles not told to their metadata servers yet, by home ([`Client::release_soon`]).
+    releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
 }
+
+/// How long a closed handle waits for others to be told to its metadata server with.
+const RELEASE_GATHER: Duration = Duration::from_millis(2);
 
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
 const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
@@ -206,6 +211,7 @@ impl Client {
             locks: crate::locks::HeldLocks::default(),
             spread: Mutex::default(),
             unsynced: Mutex::default(),
+            releases: Mutex::default(),
             net_bench: std::sync::atomic::AtomicBool::new(false),
         });
         let heartbeat = Arc::downgrade(&client);
@@ -711,16 +717,62 @@ impl Client {
             .retain(|(written, _), _| *written != inode);
     }
 
-    /// Releases open `handle` of `inode`.
-    ///
-    /// # Errors
-    /// Transport errors only.
-    pub async fn release(&self, inode: InodeId, handle: u64) -> Result<(), ClientError> {
-        let client = self.client;
-        self.on_home(inode, |meta| async move {
-            meta.release(client, handle, inode).await
-        })
-        .await
+    /// Tells the metadata server of a closed handle within [`RELEASE_GATHER`], together with
+    /// the other handles of its home closed meanwhile: one request for many closes. The
+    /// server keeps the file open until then (an unlink meanwhile disposes of it at the
+    /// release). Call [`Client::release_now`] before the session ends.
+    pub fn release_soon(self: &Arc<Self>, inode: InodeId, handle: u64) {
+        let home = inode.home();
+        let first = {
+            let mut releases = self.releases.lock().expect("release queue poisoned");
+            let queued = releases.entry(home).or_default();
+            queued.push((inode, handle));
+            queued.len() == 1
+        };
+        if first {
+            let client = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(RELEASE_GATHER).await;
+                client.send_releases(home).await;
+            });
+        }
+    }
+
+    /// Sends every handle [`Client::release_soon`] holds.
+    pub async fn release_now(&self) {
+        let homes: Vec<NodeId> = self
+            .releases
+            .lock()
+            .expect("release queue poisoned")
+            .keys()
+            .copied()
+            .collect();
+        for home in homes {
+            self.send_releases(home).await;
+        }
+    }
+
+    async fn send_releases(&self, home: NodeId) {
+        let Some(handles) = self
+            .releases
+            .lock()
+            .expect("release queue poisoned")
+            .remove(&home)
+        else {
+            return;
+        };
+        let (inode, client) = (handles[0].0, self.client);
+        let count = handles.len();
+        let sent = self
+            .on_home(inode, |meta| {
+                let handles = handles.clone();
+                async move { meta.release(client, handles).await }
+            })
+            .await;
+        if let Err(error) = sent {
+            // The server drops the session's opens when the session expires.
+            tracing::warn!(%error, count, %home, "telling a metadata server of closed files failed");
+        }
     }
 
     /// Reports a file's size after writes of `truncate_generation`.

@@ -679,11 +679,16 @@ impl Meta {
                 handle,
                 inode,
             } => self.open((client, handle), inode),
-            MetaRequest::Release {
-                client,
-                handle,
-                inode,
-            } => self.release((client, handle), inode).await,
+            MetaRequest::Release { client, handles } => {
+                // Every handle is released even if one fails; the failure is the answer.
+                let mut released = Ok(Response::Done);
+                for (inode, handle) in handles {
+                    if let Err(error) = self.release((client, handle), inode).await {
+                        released = Err(error);
+                    }
+                }
+                released
+            }
         };
         result.map_err(OpError::into_wire)
     }
@@ -1904,34 +1909,59 @@ impl Meta {
         Ok(())
     }
 
-    async fn dispose_objects(&self, inode: InodeId, layout: FileLayout) -> bool {
+    /// Removes the objects of removed files, the files at once and each file's objects at
+    /// once, then forgets the files whose objects are all gone in one commit (a crash before
+    /// it only makes the next pass remove nothing again).
+    async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
         let _disposing = self.disposing.lock().await;
-        let removals = layout.slots().map(|slot| {
-            let cluster = Arc::clone(&self.cluster);
+        let removals = files.iter().map(|(inode, layout)| {
+            let inode = *inode;
+            let slots = layout.slots().map(move |slot| {
+                let cluster = Arc::clone(&self.cluster);
+                async move {
+                    let call = |storage: Arc<StorageClient>, route| async move {
+                        storage.remove(route, inode).await
+                    };
+                    cluster.call_storage(slot, &TARGET_RETRY, call).await
+                }
+            });
             async move {
-                let call = |storage: Arc<StorageClient>, route| async move {
-                    storage.remove(route, inode).await
-                };
-                cluster.call_storage(slot, &TARGET_RETRY, call).await
+                futures::future::join_all(slots)
+                    .await
+                    .iter()
+                    .all(Result::is_ok)
+                    .then_some(inode)
             }
         });
-        let all_done = futures::future::join_all(removals)
+        let disposed: Vec<InodeId> = futures::future::join_all(removals)
             .await
-            .iter()
-            .all(Result::is_ok);
-        if all_done {
-            let done = self
-                .committer
-                .run(Box::new(move |txn| {
-                    txn.open_table(DISPOSALS)?.remove(inode.0)?;
-                    Ok(Response::Done)
-                }))
-                .await;
-            return done.is_ok();
+            .into_iter()
+            .flatten()
+            .collect();
+        if disposed.is_empty() {
+            return;
         }
-        false
+        let forgotten = self
+            .committer
+            .run(Box::new(move |txn| {
+                let mut queue = txn.open_table(DISPOSALS)?;
+                for inode in &disposed {
+                    queue.remove(inode.0)?;
+                }
+                Ok(Response::Done)
+            }))
+            .await;
+        if let Err(error) = forgotten {
+            tracing::warn!(
+                ?error,
+                "could not forget disposed files; the next pass repeats them"
+            );
+        }
     }
 }
+
+/// Files whose objects are removed together and then forgotten in one commit.
+const DISPOSE_BATCH_FILES: usize = 64;
 
 /// Works off the durable queues: truncates that did not reach all targets and objects of
 /// removed files. A target that is down gets its work when it comes back.
@@ -1971,13 +2001,20 @@ async fn work_loop(meta: Arc<Meta>) {
                 tracing::debug!(%error, "truncate still pending");
             }
         }
-        for (inode, bytes) in disposals {
-            match postcard::from_bytes::<FileLayout>(&bytes) {
-                Ok(layout) => {
-                    meta.dispose_objects(InodeId(inode), layout).await;
-                }
-                Err(error) => tracing::error!(inode, %error, "damaged disposal record"),
-            }
+        let files: Vec<(InodeId, FileLayout)> = disposals
+            .into_iter()
+            .filter_map(
+                |(inode, bytes)| match postcard::from_bytes::<FileLayout>(&bytes) {
+                    Ok(layout) => Some((InodeId(inode), layout)),
+                    Err(error) => {
+                        tracing::error!(inode, %error, "damaged disposal record");
+                        None
+                    }
+                },
+            )
+            .collect();
+        for batch in files.chunks(DISPOSE_BATCH_FILES) {
+            meta.dispose_objects(batch).await;
         }
     }
 }

@@ -493,22 +493,16 @@ impl MetaClient {
         .await
     }
 
-    /// Releases an open file of a session.
+    /// Tells the server of several handles closed, of files of its home.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
     pub async fn release(
         &self,
         client: ClientId,
-        handle: u64,
-        inode: InodeId,
+        handles: Vec<(InodeId, u64)>,
     ) -> Result<(), RpcError> {
-        self.done(MetaRequest::Release {
-            client,
-            handle,
-            inode,
-        })
-        .await
+        self.done(MetaRequest::Release { client, handles }).await
     }
 
     /// Reports a file's size after writes.

@@ -746,14 +746,13 @@ pub enum MetaRequest {
         /// The file.
         inode: InodeId,
     },
-    /// A client closed a handle. Idempotent, like `Open`.
+    /// A client closed handles of files of this home (clients gather the closes of a few
+    /// milliseconds into one request). Idempotent, like `Open`.
     Release {
         /// The session.
         client: ClientId,
-        /// The handle given at open.
-        handle: u64,
-        /// The file.
-        inode: InodeId,
+        /// The files and the handles given at their opens.
+        handles: Vec<(InodeId, u64)>,
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
     ReportSize {

@@ -618,6 +618,11 @@ impl Filesystem for WeftFs {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        // Closes gathered for one request go out before the session ends.
+        self.runtime.block_on(self.state.client.release_now());
+    }
+
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
@@ -1056,9 +1061,7 @@ impl Filesystem for WeftFs {
                     }
                 }
             }
-            if let Err(error) = state.client.release(file.inode, handle.0).await {
-                tracing::warn!(%error, inode = %file.inode, "release failed");
-            }
+            state.client.release_soon(file.inode, handle.0);
             reply.ok();
         });
     }
