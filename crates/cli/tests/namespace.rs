@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::{cluster, crash_during, errno, fsck_clean, metadata_node, rename_with_flags};
+use common::{cluster, crash_during, errno, fsck_clean, metadata_node};
 use std::fs;
 use std::path::{Path, PathBuf};
+use weft_service::durable::rename_with_flags;
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 // Goal: with three metadata servers, new directories spread over all of them, files live with

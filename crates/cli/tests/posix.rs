@@ -3,12 +3,13 @@
 
 mod common;
 
-use common::{c_path, cluster, errno, pattern, rename_with_flags};
+use common::{c_path, cluster, errno, pattern};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
+use weft_service::durable::rename_with_flags;
 use weft_testkit::ClusterSpec;
 
 // Goal: files behave as POSIX says — create, exclusive create, truncate, append, holes, unlink

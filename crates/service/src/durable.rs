@@ -151,6 +151,35 @@ pub fn read_record(
     Ok(Some(body[10..].to_vec()))
 }
 
+/// `renameat2(2)` with `flags` (`RENAME_NOREPLACE`: fail with EEXIST rather than replace `to`;
+/// `RENAME_EXCHANGE`: swap the two).
+///
+/// # Errors
+/// The OS error; `InvalidInput` for a path with a NUL byte.
+pub fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |path: &Path| {
+        std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let result = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

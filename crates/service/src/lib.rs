@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`failpoint`] — fault-injection points armed by an environment variable in tests.
-//! - [`durable`] — the one durable-write helper and the framed on-disk record format.
+//! - [`durable`] — the one durable-write helper, `renameat2` with flags, and the framed on-disk
+//!   record format.
 //! - [`config`] — loading a typed TOML config with command-line overrides; unknown keys rejected.
 //! - [`identity`] — a node's id kept in its data directory across restarts.
 //! - [`missed`] — a mirror primary's durable record of what an absent member misses.

@@ -11,11 +11,10 @@
 //! Only the caller knows when a file may be reused: no request may still hold it open, or
 //! a late write for the old object would land in the new one (see `Target::remove`).
 
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use weft_service::durable::rename_with_flags;
 
 /// Most emptied files one target keeps; removals beyond it unlink.
 pub(crate) const POOLED_MAX: usize = 65_536;
@@ -96,7 +95,7 @@ impl FreeFiles {
         let Some(&number) = pool.names.last() else {
             return Ok(Placed::Empty);
         };
-        match rename_noreplace(&self.path(number), path) {
+        match rename_with_flags(&self.path(number), path, libc::RENAME_NOREPLACE) {
             Ok(()) => {
                 pool.names.pop();
                 Ok(Placed::Moved)
@@ -112,30 +111,6 @@ impl FreeFiles {
             }
             Err(error) => Err(error),
         }
-    }
-}
-
-/// `renameat2(from, to, RENAME_NOREPLACE)`: fails with EEXIST rather than replace `to`.
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    let c = |path: &Path| {
-        CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-    };
-    let (from, to) = (c(from)?, c(to)?);
-    // SAFETY: two NUL-terminated paths that outlive the call.
-    let result = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -172,26 +172,6 @@ pub fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("no NUL in test paths")
 }
 
-/// renameat2(2) with `flags` (RENAME_NOREPLACE, RENAME_EXCHANGE).
-pub fn rename_with_flags(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
-    let (from, to) = (c_path(from), c_path(to));
-    // SAFETY: both paths are valid NUL-terminated strings.
-    let result = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// Pairs the storage targets into mirror groups (`weft mirror autocreate storage`); returns
 /// what it printed.
 pub fn autocreate_storage_groups(cluster: &LocalCluster) -> String {
