@@ -540,6 +540,9 @@ fn reply_empty(reply: ReplyEmpty, result: Result<(), ClientError>) {
     }
 }
 
+/// How long unmounting waits for the metadata servers to hear of the last closes.
+const RELEASE_AT_UNMOUNT_MAX: Duration = Duration::from_secs(2);
+
 /// How long one F_SETLKW request waits on the server before the adapter checks for signals.
 const LOCK_WAIT_SLICE_MS: u32 = 200;
 
@@ -619,8 +622,12 @@ impl Filesystem for WeftFs {
     }
 
     fn destroy(&mut self) {
-        // Closes gathered for one request go out before the session ends.
-        self.runtime.block_on(self.state.client.release_now());
+        // Closes gathered for one request go out before the session ends, unless the server
+        // does not answer soon: it drops the session's opens when the session expires.
+        let client = Arc::clone(&self.state.client);
+        self.runtime.block_on(async move {
+            let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
+        });
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
