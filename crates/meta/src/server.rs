@@ -392,6 +392,14 @@ impl Server {
 
     /// Checks a request's route: its home is served here, under the version it was routed
     /// with.
+    /// Whether `meta` no longer serves `home` here: its mirror group made another member
+    /// primary, or this server stopped the home's store.
+    fn home_moved(&self, home: NodeId, meta: &Arc<Meta>) -> bool {
+        let primary_elsewhere = group_of_home(&self.shared.membership.groups(), home)
+            .is_some_and(|group| group.primary != self.node().0);
+        primary_elsewhere || self.served(home).is_none_or(|now| !Arc::ptr_eq(&now, meta))
+    }
+
     fn admit(&self, route: MetaRoute) -> Result<Arc<Meta>, WireError> {
         let membership = &self.shared.membership;
         let group = group_of_home(&membership.groups(), route.home).cloned();
@@ -451,7 +459,21 @@ impl weft_net::Handler for Server {
                 tokio::task::block_in_place(|| self.apply(&request, &payload))
             }
             Request::Meta(route, request) => match self.admit(route) {
-                Ok(meta) => meta.serve(request).await,
+                Ok(meta) => match meta.serve(request).await {
+                    // A change whose commit failed because its mirror group made another
+                    // member primary meanwhile was never acknowledged: the client asks the new
+                    // primary (a retry of one that did reach it is answered from its stored
+                    // reply).
+                    Err(error)
+                        if error.code == ErrorCode::Io && self.home_moved(route.home, &meta) =>
+                    {
+                        Err(stale(format!(
+                            "metadata home {} moved to another server during the change: {}",
+                            route.home, error.message
+                        )))
+                    }
+                    reply => reply,
+                },
                 Err(error) => Err(error),
             },
             other => Err(WireError::new(
