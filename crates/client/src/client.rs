@@ -882,7 +882,6 @@ impl Client {
     }
 }
 
-/// The host name, as the session's alias.
 /// What [`Client::create_entry`] answers.
 #[derive(Clone, Debug)]
 pub struct Created {
@@ -907,6 +906,7 @@ pub fn directory(mode: u32, umask: u32, (uid, gid): (u32, u32)) -> NewInode {
     }
 }
 
+/// The host name, as the session's alias.
 fn weft_service_free_host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|n| n.trim().to_string())

@@ -390,8 +390,6 @@ impl Server {
         }
     }
 
-    /// Checks a request's route: its home is served here, under the version it was routed
-    /// with.
     /// Whether `meta` no longer serves `home` here: its mirror group made another member
     /// primary, or this server stopped the home's store.
     fn home_moved(&self, home: NodeId, meta: &Arc<Meta>) -> bool {
@@ -400,6 +398,8 @@ impl Server {
         primary_elsewhere || self.served(home).is_none_or(|now| !Arc::ptr_eq(&now, meta))
     }
 
+    /// Checks a request's route: its home is served here, under the version it was routed
+    /// with.
     fn admit(&self, route: MetaRoute) -> Result<Arc<Meta>, WireError> {
         let membership = &self.shared.membership;
         let group = group_of_home(&membership.groups(), route.home).cloned();

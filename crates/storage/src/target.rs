@@ -190,18 +190,16 @@ impl Target {
         if let Some(file) = open.get(&inode) {
             return Ok(Some(Arc::clone(file)));
         }
-        let file = if create {
-            self.open_or_place(inode)?
-        } else {
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.object_path(inode))
-            {
-                Ok(file) => file,
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(error) => return Err(io_error("open object", &error)),
+        let path = self.object_path(inode);
+        let file = match open_read_write(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                if !create {
+                    return Ok(None);
+                }
+                self.create_plain(inode, &path)?
             }
+            Err(error) => return Err(io_error("open object", &error)),
         };
         if open.len() >= FILES_OPEN_MAX {
             // A file a request holds stays, so a removal can tell it is in use.
@@ -212,20 +210,13 @@ impl Target {
         Ok(Some(file))
     }
 
-    /// Opens `inode`'s object for reading and writing, creating it from a pooled file when
-    /// the pool has one, else as a new file. Called under the open-file table's lock.
-    fn open_or_place(&self, inode: InodeId) -> Result<File, WireError> {
-        let existing = |path: &Path| OpenOptions::new().read(true).write(true).open(path);
+    /// Creates `inode`'s missing object at `path` from a pooled file when the pool has one,
+    /// else as a new file. Called under the open-file table's lock.
+    fn create_plain(&self, inode: InodeId, path: &Path) -> Result<File, WireError> {
         if let Some(free) = &self.free {
-            let path = self.object_path(inode);
-            match existing(&path) {
-                Ok(file) => return Ok(file),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(io_error("open object", &error)),
-            }
-            match free.place(&path) {
+            match free.place(path) {
                 Ok(Placed::Moved | Placed::Occupied) => {
-                    return existing(&path).map_err(|e| io_error("open object", &e))
+                    return open_read_write(path).map_err(|e| io_error("open object", &e))
                 }
                 Ok(Placed::Empty) => {}
                 Err(error) => {
@@ -760,6 +751,11 @@ impl Target {
         }
         usage
     }
+}
+
+/// Opens an existing object file for reading and writing.
+fn open_read_write(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).open(path)
 }
 
 /// Whether the page cache holds every page of `[offset, offset + len)` of `file`, asked with
