@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cluster, pattern};
+use common::{cluster, fsck_clean, pattern};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use weft_testkit::{wait_until, ClusterSpec};
@@ -246,6 +246,47 @@ fn size_of_a_dead_writer_is_recovered_from_the_objects() {
         expected,
         "the data is all there"
     );
+}
+
+// Goal: close promises that the data is on the storage servers and visible everywhere; a
+// metadata server that crashes before it synced a size reported at close must not cut the
+// closed file short. Method: the metadata server is armed to crash at the sync it runs when
+// idle after such a report, i.e. with the report answered and not yet on disk; a file is
+// written and closed (no fsync); once the server crashed it is restarted, and a fresh mount's
+// first stat sees the whole file, the server having recomputed the size from the objects
+// before it answered anything; fsck is clean.
+#[test]
+fn size_reported_at_close_survives_a_metadata_crash_before_its_sync() {
+    let mut cluster = cluster(ClusterSpec::default());
+    cluster
+        .set_env("meta-1", &[("WEFT_FAILPOINTS", "meta-before-idle-sync")])
+        .expect("arm");
+    cluster.restart("meta-1").expect("restart armed");
+    cluster.wait_ready().expect("ready");
+    let first = cluster.mount().expect("mount");
+    let data = pattern(31, 2 * 1024 * 1024 + 77);
+    fs::write(first.join("closed"), &data).expect("write and close");
+    wait_until("meta-1 to crash at its idle sync", || {
+        cluster.has_exited("meta-1")
+    })
+    .expect("crashed");
+    cluster.set_env("meta-1", &[]).expect("disarm");
+    cluster.restart("meta-1").expect("restart");
+    cluster.wait_ready().expect("ready");
+    let second = cluster.mount().expect("fresh mount");
+    // The restarted server answers nothing before it recomputed the size.
+    assert_eq!(
+        fs::metadata(second.join("closed")).expect("stat").len(),
+        data.len() as u64
+    );
+    assert!(
+        cluster
+            .log("meta-1")
+            .contains("size recovered from the objects"),
+        "the size came back through the recovery, not a sync"
+    );
+    assert_eq!(fs::read(second.join("closed")).expect("read"), data);
+    fsck_clean(&cluster);
 }
 
 /// Bytes in every object file on every target of the standard cluster.

@@ -8,6 +8,14 @@
 //! nothing (operations validate before they write), so it does not disturb its batch-mates; a
 //! store failure abandons the whole batch and every operation in it gets the error.
 //!
+//! An operation may also say, as it applies, that its answer need not wait for the sync
+//! ([`Answered::Committed`]): it is answered as soon as its batch committed, and a batch of
+//! nothing else commits without a sync of its own. Its change is visible at once and durable
+//! with the next sync; the writer asks for one when it has been idle for
+//! [`UNSYNCED_FOR_MAX`] with such a change unsynced. Only a change whose loss a restart
+//! repairs may be answered that way (a size report of a file still marked unreported, see
+//! `ops::setattr`).
+//!
 //! [`HomeFile`]: crate::replica::HomeFile
 
 use crate::replica::HomeLink;
@@ -26,11 +34,27 @@ use weft_proto::messages::Response;
 /// Most operations applied in one transaction.
 const BATCH_OPERATIONS_MAX: usize = 512;
 
-/// An operation run inside the batch transaction.
+/// Longest a committed change waits for a sync while no other commit comes.
+const UNSYNCED_FOR_MAX: Duration = Duration::from_secs(1);
+
+/// An operation run inside the batch transaction; answered once its batch is durable.
 pub(crate) type WriteOp = Box<dyn FnOnce(&WriteTransaction) -> Result<Response, OpError> + Send>;
 
+/// When an applied operation may be answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answered {
+    /// Once its batch is durable: synced, and on every present mirror member.
+    Durable,
+    /// Once its batch committed: every later operation sees it; durable with the next sync.
+    Committed,
+}
+
+/// An operation that tells, as it applies, when it may be answered.
+pub(crate) type EventualOp =
+    Box<dyn FnOnce(&WriteTransaction) -> Result<(Response, Answered), OpError> + Send>;
+
 type Answer = oneshot::Sender<Result<Response, OpError>>;
-type Queued = (WriteOp, Answer);
+type Queued = (EventualOp, Answer);
 
 /// A committed batch waiting for its sync: each operation's answer and result (none when a
 /// store failure abandoned it), and how the commit ended.
@@ -40,6 +64,10 @@ struct Committed {
     started: Instant,
     /// The sync that makes the batch durable.
     sync: u64,
+    /// Whether the commit asked for a sync: a batch of operations answered at commit did not.
+    synced: bool,
+    /// Operations already answered when the batch committed.
+    answered: usize,
 }
 
 /// What the writer thread reports to Prometheus.
@@ -50,6 +78,7 @@ pub(crate) struct CommitMetrics {
     batch_operations: Histogram,
     commit_seconds: Histogram,
     commits: Counter,
+    unsynced: Counter,
     failed: Counter,
     /// Time a store's flusher takes to write, sync and ship one commit.
     pub sync_seconds: Histogram,
@@ -62,6 +91,7 @@ impl CommitMetrics {
             batch_operations: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
             commit_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
             commits: Counter::default(),
+            unsynced: Counter::default(),
             failed: Counter::default(),
             sync_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
         };
@@ -82,8 +112,14 @@ impl CommitMetrics {
         );
         registry.register(
             "weft_meta_commits",
-            "Durable commits of the metadata store",
+            "Commits of the metadata store",
             metrics.commits.clone(),
+        );
+        registry.register(
+            "weft_meta_unsynced_commits",
+            "Commits without a sync of their own (size reports of new files), durable with the \
+             next sync; also counted in weft_meta_commits",
+            metrics.unsynced.clone(),
         );
         registry.register(
             "weft_meta_commit_failures",
@@ -163,8 +199,17 @@ impl Committer {
             .map_err(|_| OpError::Store("the operation produced nothing".into()))
     }
 
-    /// Runs `op` in the next batch and waits until its batch committed.
+    /// Runs `op` in the next batch and waits until its batch is durable.
     pub async fn run(&self, op: WriteOp) -> Result<Response, OpError> {
+        self.run_eventual(Box::new(move |txn| {
+            op(txn).map(|response| (response, Answered::Durable))
+        }))
+        .await
+    }
+
+    /// Runs `op` in the next batch and waits until its batch committed, and also until it is
+    /// durable unless `op` answered [`Answered::Committed`].
+    pub async fn run_eventual(&self, op: EventualOp) -> Result<Response, OpError> {
         let (answer, receiver) = oneshot::channel();
         self.metrics.queued.inc();
         if self.queue.send((op, answer)).is_err() {
@@ -183,10 +228,36 @@ fn writer_loop(
     (receiver, committed): (&mpsc::Receiver<Queued>, &mpsc::Sender<Committed>),
     metrics: &CommitMetrics,
 ) {
-    while let Ok(first) = receiver.recv() {
+    // Whether a commit answered before its sync has not been synced yet.
+    let mut unsynced = false;
+    loop {
+        let first = if unsynced {
+            match receiver.recv_timeout(UNSYNCED_FOR_MAX) {
+                Ok(first) => first,
+                Err(timeout) => {
+                    sync_now(db, syncs);
+                    unsynced = false;
+                    match timeout {
+                        mpsc::RecvTimeoutError::Timeout => continue,
+                        mpsc::RecvTimeoutError::Disconnected => return,
+                    }
+                }
+            }
+        } else {
+            match receiver.recv() {
+                Ok(first) => first,
+                Err(_) => return,
+            }
+        };
         let batch = commit_batch(db, first, receiver, syncs);
+        if batch.outcome.is_ok() {
+            unsynced = !batch.synced;
+            if !batch.synced {
+                metrics.unsynced.inc();
+            }
+        }
         let synced = match syncs {
-            Some(link) if batch.outcome.is_ok() => link.sync_outcome(batch.sync),
+            Some(link) if batch.outcome.is_ok() && batch.synced => link.sync_outcome(batch.sync),
             _ => Some(Ok(())),
         };
         match synced {
@@ -198,6 +269,27 @@ fn writer_loop(
                 }
             }
         }
+    }
+}
+
+/// Makes every commit so far durable: an empty commit, synced on this thread.
+fn sync_now(db: &Database, syncs: Option<&HomeLink>) {
+    // A home served elsewhere now keeps what it had: the next start recovers the rest.
+    if syncs.is_some_and(HomeLink::fenced) {
+        return;
+    }
+    // A crash here loses every change answered since the last sync.
+    weft_service::failpoint::failpoint("meta-before-idle-sync");
+    let synced = db
+        .begin_write()
+        .map_err(|error| error.to_string())
+        .and_then(|txn| {
+            syncs.inspect(|link| link.sync_next_inline());
+            txn.commit().map_err(|error| error.to_string())
+        });
+    if let Err(error) = synced {
+        // The next commit that waits for its sync reports the failure to its operations.
+        tracing::error!(%error, "syncing the metadata store failed");
     }
 }
 
@@ -214,7 +306,7 @@ fn commit_batch(
     syncs: Option<&HomeLink>,
 ) -> Committed {
     let started = Instant::now();
-    let txn = match db.begin_write() {
+    let mut txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
             return Committed {
@@ -222,10 +314,14 @@ fn commit_batch(
                 outcome: Err(error.to_string()),
                 started,
                 sync: 0,
+                synced: true,
+                answered: 0,
             };
         }
     };
     let mut results = Vec::new();
+    // The operations answered once the batch committed, without waiting for its sync.
+    let mut early = Vec::new();
     let mut failure = None;
     let mut next = Some(first);
     while let Some((op, answer)) = next.take() {
@@ -237,10 +333,12 @@ fn commit_batch(
                     failure = Some(message);
                     results.push((answer, None));
                 }
-                result => results.push((answer, Some(result))),
+                Ok((response, Answered::Committed)) => early.push((answer, response)),
+                Ok((response, Answered::Durable)) => results.push((answer, Some(Ok(response)))),
+                Err(error) => results.push((answer, Some(Err(error)))),
             }
         }
-        if results.len() >= BATCH_OPERATIONS_MAX {
+        if results.len() + early.len() >= BATCH_OPERATIONS_MAX {
             break;
         }
         next = receiver.try_recv().ok();
@@ -252,20 +350,34 @@ fn commit_batch(
             }
         }
     }
+    let synced = !results.is_empty();
+    let answered = early.len();
     let outcome = match failure {
         Some(message) => {
             let _ = txn.abort();
+            results.extend(early.drain(..).map(|(answer, _)| (answer, None)));
             Err(message)
         }
         None => {
-            if results.len() == 1 && next.is_none() {
+            if !synced {
+                txn.set_durability(redb::Durability::None);
+            } else if results.len() == 1 && early.is_empty() && next.is_none() {
                 // A lone operation, nothing waiting and no sync running: a sync on this
                 // thread overlaps nothing anyway, and spares two hand-offs between threads.
                 // Under concurrency the sync stays in the background, where the next batch
                 // is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            txn.commit().map_err(|error| error.to_string())
+            let committed = txn.commit().map_err(|error| error.to_string());
+            for (answer, response) in early {
+                let _ = answer.send(match &committed {
+                    Ok(()) => Ok(response),
+                    Err(message) => {
+                        Err(OpError::Store(format!("metadata commit failed: {message}")))
+                    }
+                });
+            }
+            committed
         }
     };
     Committed {
@@ -274,12 +386,14 @@ fn commit_batch(
         started,
         // Only this thread commits, so the last sync asked for is this commit's.
         sync: syncs.map_or(0, HomeLink::last_sync),
+        synced,
+        answered,
     }
 }
 
 /// Answers each operation of a committed batch once `synced` says how its sync ended.
 fn answer(batch: Committed, synced: Result<(), String>, metrics: &CommitMetrics) {
-    let operations = batch.results.len();
+    let operations = batch.results.len() + batch.answered;
     let outcome = batch.outcome.and(synced);
     for (answer, result) in batch.results {
         let reply = match (&outcome, result) {

@@ -370,13 +370,18 @@ impl HomeLink {
         self.fenced.store(true, Ordering::SeqCst);
     }
 
+    /// Whether the home stopped being served through this link.
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Ordering::SeqCst)
+    }
+
     /// Whether a sync failed to ship its changes.
     pub fn broken(&self) -> bool {
         self.broken.load(Ordering::SeqCst)
     }
 
     fn check_fence(&self) -> std::io::Result<()> {
-        if self.fenced.load(Ordering::SeqCst) {
+        if self.fenced() {
             return Err(std::io::Error::other(format!(
                 "metadata home {} is no longer served here",
                 self.home

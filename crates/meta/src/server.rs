@@ -126,7 +126,14 @@ pub async fn run(
     .await
     .map_err(|e| MetaError::DataDir(e.to_string()))?;
     heartbeat.abort();
-    for meta in served.read().expect("home table poisoned").values() {
+    let homes: Vec<Arc<Meta>> = served
+        .read()
+        .expect("home table poisoned")
+        .values()
+        .cloned()
+        .collect();
+    for meta in homes {
+        meta.flush().await;
         meta.stop();
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! and heartbeats.
 
 use crate::chooser::Chooser;
-use crate::commit::{CommitMetrics, Committer};
+use crate::commit::{Answered, CommitMetrics, Committer};
 use crate::locks::LockTable;
 use crate::ops::check::check;
 use crate::ops::create::{create, ensure_root, link, NewEntry};
@@ -16,11 +16,11 @@ use crate::ops::remote::{
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
-use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern};
+use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern, settle_size};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::ops::OpContext;
 use crate::replica::HomeLink;
-use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES};
+use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES, UNREPORTED};
 use crate::{MetaConfig, MetaError};
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::collections::{HashMap, HashSet};
@@ -114,6 +114,13 @@ pub(crate) struct Meta {
     /// spread directory after a start, since a crash may have come between a change and its
     /// copy to the shards).
     shard_syncs: Mutex<std::collections::BTreeSet<InodeId>>,
+    /// Files listed in [`UNREPORTED`] when this home started, whose sizes the work loop
+    /// recomputes from their objects: a report of theirs may have been lost with the
+    /// process.
+    unreported: Mutex<std::collections::BTreeSet<InodeId>>,
+    /// Whether the work loop has made its first attempt at those sizes: requests wait for it,
+    /// so no reader sees a size a crash cut short.
+    settled: tokio::sync::watch::Sender<bool>,
     /// Held while objects of removed files are deleted, and by fsck while it lists objects and
     /// checks them: an object deleted between the two would look like one without a file.
     disposing: tokio::sync::Mutex<()>,
@@ -121,6 +128,16 @@ pub(crate) struct Meta {
     /// and the work loop's retry of it never run at once, so no retry of an older attempt can
     /// land after the setattr was answered and cut the writes that followed it.
     truncating: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// What dropping an open left of an inode's opens.
+enum Dropped {
+    /// Other opens hold it still.
+    Held,
+    /// That was its last open.
+    Last,
+    /// That was its last open, and an unlink or rename may have left it an orphan.
+    LastOfOrphan,
 }
 
 fn store_error(error: impl std::fmt::Display) -> MetaError {
@@ -207,6 +224,8 @@ impl Meta {
             seen: Mutex::default(),
             intents_in_flight: Mutex::default(),
             shard_syncs: Mutex::default(),
+            unreported: Mutex::default(),
+            settled: tokio::sync::watch::Sender::new(false),
             disposing: tokio::sync::Mutex::new(()),
             truncating: Mutex::default(),
             worker: Mutex::default(),
@@ -218,6 +237,28 @@ impl Meta {
                 .expect("shard sync set poisoned")
                 .extend(dirs),
             Err(error) => tracing::error!(?error, "could not list the spread directories"),
+        }
+        match meta.read(|txn| {
+            txn.open_table(UNREPORTED)?
+                .iter()?
+                .map(|item| item.map(|(key, _)| InodeId(key.value())))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(OpError::from)
+        }) {
+            Ok(files) => meta
+                .unreported
+                .lock()
+                .expect("unreported set poisoned")
+                .extend(files),
+            Err(error) => tracing::error!(?error, "could not list the files without a size report"),
+        }
+        if meta
+            .unreported
+            .lock()
+            .expect("unreported set poisoned")
+            .is_empty()
+        {
+            meta.settled.send_replace(true);
         }
         // Operations a crash interrupted are finished at once.
         meta.work.notify_one();
@@ -255,7 +296,23 @@ impl Meta {
 
     /// Runs a request for this home.
     pub(crate) async fn serve(&self, request: MetaRequest) -> Reply {
+        if !*self.settled.borrow() {
+            let mut settled = self.settled.subscribe();
+            let _ = settled.wait_for(|settled| *settled).await;
+        }
         self.handle_meta(request).await
+    }
+
+    /// Makes every change committed so far durable: at a clean stop, so that the next start
+    /// has no size to recompute.
+    pub(crate) async fn flush(&self) {
+        if let Err(error) = self.committer.run(Box::new(|_| Ok(Response::Done))).await {
+            tracing::warn!(
+                home = self.node.0,
+                ?error,
+                "could not sync the store at stop"
+            );
+        }
     }
 
     /// Drops what expired client sessions held here and wakes the background work.
@@ -429,6 +486,7 @@ impl Meta {
                                 (open, &response)
                             {
                                 register_open(&opens, handle, attr.inode);
+                                txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
                             }
                             Ok(response)
                         })
@@ -664,13 +722,11 @@ impl Meta {
                 inode,
                 size,
                 truncate_generation,
-                durable: _,
+                durable,
             } => {
-                // Durable even at close: a size lost with a crashed metadata server would cut
-                // a closed file short (the data is on the storage servers).
                 self.committer
-                    .run(Box::new(move |txn| {
-                        report_size(txn, inode, size, truncate_generation)
+                    .run_eventual(Box::new(move |txn| {
+                        report_size(txn, inode, size, truncate_generation, durable)
                     }))
                     .await
             }
@@ -770,7 +826,7 @@ impl Meta {
         // objects' lengths tell it. Done before the release, which may dispose of an orphan.
         let inodes: HashSet<InodeId> = closed.iter().map(|(_, inode)| *inode).collect();
         for inode in inodes {
-            if let Err(error) = self.recompute_size(inode).await {
+            if let Err(error) = self.settle_size(inode).await {
                 tracing::warn!(%inode, ?error, "could not recompute a size from the objects");
             }
         }
@@ -790,44 +846,83 @@ impl Meta {
     }
 
     /// Raises a file's size to what its objects hold, as a report of the current truncate
-    /// generation. Skipped while a truncate still has to reach the targets (the objects may
-    /// hold bytes past the size then).
-    async fn recompute_size(&self, inode: InodeId) -> Result<(), OpError> {
-        let (attr, truncating) = self.read(|txn| {
-            let attr = get_attr(txn, inode)?;
+    /// generation, and takes it off [`UNREPORTED`]: for the files of a client that went away
+    /// and those still listed at a start. False, the file still listed, while a truncate has to
+    /// reach the targets (the objects may hold bytes past the size then).
+    async fn settle_size(&self, inode: InodeId) -> Result<bool, OpError> {
+        let (attr, truncating, listed) = self.read(|txn| {
+            let attr = match get_attr(txn, inode) {
+                Ok(Response::Attr(attr)) => Some(attr),
+                Ok(_) => None,
+                Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => None,
+                Err(error) => return Err(error),
+            };
             let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some();
-            Ok((attr, truncating))
+            let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
+            Ok((attr, truncating, listed))
         })?;
-        let Response::Attr(attr) = attr else {
-            return Ok(());
+        let grown = match attr {
+            Some(attr) if attr.layout.is_some() => {
+                if truncating {
+                    return Ok(false);
+                }
+                let layout = attr.layout.clone().expect("checked above");
+                let lengths = layout.slots().map(|slot| {
+                    self.cluster
+                        .call_storage(slot, &TARGET_RETRY, move |storage, route| async move {
+                            storage.object_length(route, inode).await
+                        })
+                });
+                let mut found = Vec::with_capacity(layout.targets.len());
+                for length in futures::future::join_all(lengths).await {
+                    found.push(length.map_err(rpc_error)?);
+                }
+                let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
+                (size > attr.size).then_some((size, attr.truncate_generation))
+            }
+            _ => None,
         };
-        let Some(layout) = attr.layout.clone() else {
-            return Ok(());
-        };
-        if truncating {
-            return Ok(());
-        }
-        let lengths = layout.slots().map(|slot| {
-            self.cluster
-                .call_storage(slot, &TARGET_RETRY, move |storage, route| async move {
-                    storage.object_length(route, inode).await
-                })
-        });
-        let mut found = Vec::with_capacity(layout.targets.len());
-        for length in futures::future::join_all(lengths).await {
-            found.push(length.map_err(rpc_error)?);
-        }
-        let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
-        if size > attr.size {
-            let generation = attr.truncate_generation;
+        if grown.is_some() || listed {
             self.committer
-                .run(Box::new(move |txn| {
-                    report_size(txn, inode, size, generation)
-                }))
+                .run(Box::new(move |txn| settle_size(txn, inode, grown)))
                 .await?;
-            tracing::info!(%inode, size, "size recovered from the objects of a client that went away");
         }
-        Ok(())
+        if let Some((size, _)) = grown {
+            tracing::info!(%inode, size, "size recovered from the objects");
+        }
+        Ok(true)
+    }
+
+    /// Settles the sizes of the files listed in [`UNREPORTED`] when this home started, some
+    /// at once; after the first attempt requests no longer wait (a target that is down keeps
+    /// its files listed until it is back).
+    async fn settle_unreported(&self) {
+        use futures::StreamExt;
+        let listed: Vec<InodeId> = self
+            .unreported
+            .lock()
+            .expect("unreported set poisoned")
+            .iter()
+            .copied()
+            .collect();
+        let mut settling = futures::stream::iter(listed)
+            .map(|inode| async move { (inode, self.settle_size(inode).await) })
+            .buffer_unordered(SETTLE_AT_ONCE);
+        while let Some((inode, settled)) = settling.next().await {
+            match settled {
+                Ok(true) => {
+                    self.unreported
+                        .lock()
+                        .expect("unreported set poisoned")
+                        .remove(&inode);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%inode, ?error, "could not recompute a size from the objects; retrying");
+                }
+            }
+        }
+        self.settled.send_replace(true);
     }
 
     /// Registers an open; registering the same (client, handle) again changes nothing.
@@ -836,45 +931,66 @@ impl Meta {
         let added = register_open(&self.opens, open, inode);
         let result = self.read(|txn| get_attr(txn, inode));
         if result.is_err() && added {
-            self.drop_open(open, inode);
+            let _ = self.drop_open(open, inode);
         }
         result
     }
 
-    /// Drops an open; true when it was the inode's last open anywhere and an unlink or rename
-    /// may have left it an orphan to dispose of.
-    fn drop_open(&self, open: OpenHandle, inode: InodeId) -> bool {
+    /// Drops an open and tells whether the inode is still open anywhere.
+    fn drop_open(&self, open: OpenHandle, inode: InodeId) -> Dropped {
         let mut opens = self.opens.lock().expect("open table poisoned");
         let Some(handles) = opens.handles.get_mut(&inode) else {
-            return false;
+            return Dropped::Held;
         };
         handles.remove(&open);
-        if handles.is_empty() {
-            opens.handles.remove(&inode);
-            return opens.maybe_orphaned.remove(&inode);
+        if !handles.is_empty() {
+            return Dropped::Held;
         }
-        false
+        opens.handles.remove(&inode);
+        if opens.maybe_orphaned.remove(&inode) {
+            Dropped::LastOfOrphan
+        } else {
+            Dropped::Last
+        }
     }
 
     async fn release(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
-        // Only a last close of a file an unlink or rename saw open costs a commit.
-        if self.drop_open(open, inode) {
-            let opens = Arc::clone(&self.opens);
-            self.committer
-                .run(Box::new(move |txn| {
-                    // Opened again while this waited: keep it.
-                    if opens
-                        .lock()
-                        .expect("open table poisoned")
-                        .handles
-                        .contains_key(&inode)
-                    {
-                        return Ok(Response::Done);
-                    }
-                    release_orphan(txn, inode)
-                }))
-                .await?;
-            self.work.notify_one();
+        match self.drop_open(open, inode) {
+            Dropped::Held => {}
+            // A file closed before its writer reported a size (nothing was written) leaves
+            // the unreported list: nothing of it is lost at a crash. A commit only when listed,
+            // and answered without waiting for a sync.
+            Dropped::Last => {
+                let listed =
+                    self.read(|txn| Ok(txn.open_table(UNREPORTED)?.get(inode.0)?.is_some()))?;
+                if listed {
+                    self.committer
+                        .run_eventual(Box::new(move |txn| {
+                            txn.open_table(UNREPORTED)?.remove(inode.0)?;
+                            Ok((Response::Done, Answered::Committed))
+                        }))
+                        .await?;
+                }
+            }
+            // Only a last close of a file an unlink or rename saw open costs a durable commit.
+            Dropped::LastOfOrphan => {
+                let opens = Arc::clone(&self.opens);
+                self.committer
+                    .run(Box::new(move |txn| {
+                        // Opened again while this waited: keep it.
+                        if opens
+                            .lock()
+                            .expect("open table poisoned")
+                            .handles
+                            .contains_key(&inode)
+                        {
+                            return Ok(Response::Done);
+                        }
+                        release_orphan(txn, inode)
+                    }))
+                    .await?;
+                self.work.notify_one();
+            }
         }
         Ok(Response::Done)
     }
@@ -1960,6 +2076,9 @@ impl Meta {
     }
 }
 
+/// Files whose sizes a start recomputes at once.
+const SETTLE_AT_ONCE: usize = 32;
+
 /// Files whose objects are removed together and then forgotten in one commit.
 const DISPOSE_BATCH_FILES: usize = 64;
 
@@ -1968,6 +2087,8 @@ const DISPOSE_BATCH_FILES: usize = 64;
 async fn work_loop(meta: Arc<Meta>) {
     loop {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
+        // First: requests wait for it, and finishing an intent may ask another server.
+        meta.settle_unreported().await;
         meta.recover_intents().await;
         let syncs: Vec<InodeId> = meta
             .shard_syncs

@@ -42,6 +42,11 @@ pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
 pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
     TableDefinition::new("intent_names");
+/// Files created open whose writer has not reported a size yet. A size report of such a file
+/// takes it off in the same commit and is answered before that commit is synced: a crash
+/// loses both together, and a start recomputes the size of every file still listed from its
+/// objects (`Meta::settle_sizes`). The last close of a file takes it off too.
+pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("unreported");
 
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
@@ -57,6 +62,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(INTENTS)?;
     txn.open_table(REMOTE_CREATED)?;
     txn.open_table(INTENT_NAMES)?;
+    txn.open_table(UNREPORTED)?;
     migrate_entries(&txn)?;
     txn.commit()?;
     Ok(())

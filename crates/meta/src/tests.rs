@@ -2,7 +2,7 @@
 //! group-commit thread, without a network.
 
 use crate::chooser::Chooser;
-use crate::commit::Committer;
+use crate::commit::{Answered, Committer};
 use crate::config::TargetChooser;
 use crate::ops::create::{create, ensure_root, NewEntry};
 use crate::ops::lookup::{lookup, read_dir};
@@ -11,7 +11,7 @@ use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{report_size, set_attr};
 use crate::ops::OpContext;
 use crate::service::idempotent;
-use crate::store::{create_tables, OpError, DISPOSALS};
+use crate::store::{create_tables, OpError, DISPOSALS, UNREPORTED};
 use redb::{Database, ReadableTableMetadata};
 use std::sync::Arc;
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
@@ -451,8 +451,8 @@ async fn size_reports_follow_truncate_generations() {
         .expect("create");
     let inode = file.inode;
     let report = |size: u64, generation: u64| {
-        f.committer.run(Box::new(move |txn| {
-            report_size(txn, inode, size, generation)
+        f.committer.run_eventual(Box::new(move |txn| {
+            report_size(txn, inode, size, generation, false)
         }))
     };
     report(1000, 0).await.expect("report");
@@ -483,6 +483,78 @@ async fn size_reports_follow_truncate_generations() {
         panic!("attr")
     };
     assert_eq!(attr.size, 30);
+}
+
+// Goal: only the first size report of a file listed as unreported is answered before its
+// commit is synced, and only when the writer did not ask for durability (fsync); the report
+// takes the file off the list in the same commit, so a crash loses both together; a rejected
+// report writes nothing. Method: list files by hand, report, and read what each report said
+// about its answer and what the list holds after it.
+#[tokio::test]
+async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
+    let f = fixture();
+    let listed = |inode: InodeId| {
+        f.db.begin_read()
+            .expect("read")
+            .open_table(UNREPORTED)
+            .expect("table")
+            .get(inode.0)
+            .expect("get")
+            .is_some()
+    };
+    let report = |inode: InodeId, size: u64, durable: bool| {
+        let txn = f.db.begin_write().expect("txn");
+        let result = report_size(&txn, inode, size, 0, durable).map(|(_, answered)| answered);
+        txn.commit().expect("commit");
+        result
+    };
+    let mut files = Vec::new();
+    for name in ["closed", "synced"] {
+        let file = f
+            .create(InodeId::ROOT, name, FileKind::Regular)
+            .await
+            .expect("create");
+        let txn = f.db.begin_write().expect("txn");
+        txn.open_table(UNREPORTED)
+            .expect("table")
+            .insert(file.inode.0, ())
+            .expect("list");
+        txn.commit().expect("commit");
+        files.push(file.inode);
+    }
+    let (closed, synced) = (files[0], files[1]);
+
+    assert_eq!(
+        report(closed, 10, false).expect("report"),
+        Answered::Committed
+    );
+    assert!(!listed(closed), "the report took the file off the list");
+    assert_eq!(
+        report(closed, 20, false).expect("report"),
+        Answered::Durable,
+        "a file no longer listed reports durably"
+    );
+    assert_eq!(
+        report(synced, 10, true).expect("fsync report"),
+        Answered::Durable
+    );
+    assert!(!listed(synced));
+
+    let dir = f
+        .create(InodeId::ROOT, "dir", FileKind::Directory)
+        .await
+        .expect("mkdir");
+    let txn = f.db.begin_write().expect("txn");
+    txn.open_table(UNREPORTED)
+        .expect("table")
+        .insert(dir.inode.0, ())
+        .expect("list");
+    txn.commit().expect("commit");
+    assert_eq!(
+        code(report(dir.inode, 10, false).map(|_| Response::Done)),
+        ErrorCode::InvalidArgument
+    );
+    assert!(listed(dir.inode), "a rejected report writes nothing");
 }
 
 fn run_check(f: &Fixture, repair: bool) -> CheckReport {
@@ -543,18 +615,23 @@ async fn fsck_finds_and_repairs_damage() {
             .expect("read")
             .expect("dentry");
         crate::store::remove_dentry(&mut entries, InodeId::ROOT, dentry).expect("orphan an inode");
+        txn.open_table(UNREPORTED)
+            .expect("unreported")
+            .insert(lost.inode.0 + 1000, ())
+            .expect("list a missing inode");
     }
     txn.commit().expect("commit");
 
     let report = run_check(&f, false);
-    assert_eq!(report.problem_count, 3, "{:#?}", report.problems);
+    assert_eq!(report.problem_count, 4, "{:#?}", report.problems);
     let text = report.problems.join("\n");
     assert!(text.contains("names a missing inode"), "{text}");
     assert!(text.contains("link count 5"), "{text}");
     assert!(text.contains(&format!("inode {}", hidden.inode)), "{text}");
+    assert!(text.contains("without a size report"), "{text}");
 
     let repaired = run_check(&f, true);
-    assert_eq!(repaired.repairs.len(), 3, "{:#?}", repaired.repairs);
+    assert_eq!(repaired.repairs.len(), 4, "{:#?}", repaired.repairs);
     assert_eq!(
         run_check(&f, false).problem_count,
         0,

@@ -10,7 +10,7 @@ use super::remove::dispose;
 use super::xattr::remove_all;
 use crate::store::{
     cookie_fits_name, kind_code, load_dentry, replace_dentry, store_inode, Dentry, InodeRecord,
-    OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, XATTRS,
+    OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -380,6 +380,20 @@ fn check_queues(
         if findings.repair {
             txn.open_table(TRUNCATES)?.remove(id)?;
             findings.repaired(format!("dropped the truncate of {}", InodeId(id)));
+        }
+    }
+    let dangling_unreported = missing_keys(&txn.open_table(UNREPORTED)?, inodes)?;
+    for id in dangling_unreported {
+        findings.problem(format!(
+            "the list of files without a size report names missing inode {}",
+            InodeId(id)
+        ));
+        if findings.repair {
+            txn.open_table(UNREPORTED)?.remove(id)?;
+            findings.repaired(format!(
+                "removed {} from the list of files without a size report",
+                InodeId(id)
+            ));
         }
     }
     Ok(())

@@ -5,8 +5,9 @@
 //! report sizes tagged with the generation they wrote in; a report from an older generation is
 //! dropped, so a write that raced a truncate cannot resurrect the old size.
 
+use crate::commit::Answered;
 use crate::store::{
-    load_dir, load_inode, now, store_inode, OpError, TruncateWork, INODES, TRUNCATES,
+    load_dir, load_inode, now, store_inode, OpError, TruncateWork, INODES, TRUNCATES, UNREPORTED,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -94,8 +95,48 @@ pub(crate) fn set_attr(
     Ok(Response::Attr(record.to_attr(inode)))
 }
 
-/// A writer's size report: the largest report of the current generation wins.
+/// A writer's size report: the largest report of the current generation wins. It may be
+/// answered before its commit is synced when the file was still listed in [`UNREPORTED`] and
+/// the writer did not ask for a durable size (fsync asks): the listing goes in the same
+/// commit, and a start recomputes the sizes of the files listed. Close promises visibility,
+/// not durability; only fsync waits for the disk.
 pub(crate) fn report_size(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    size: u64,
+    generation: u64,
+    durable: bool,
+) -> Result<(Response, Answered), OpError> {
+    let response = apply_size(txn, inode, size, generation)?;
+    let listed = txn.open_table(UNREPORTED)?.remove(inode.0)?.is_some();
+    let answered = if listed && !durable {
+        Answered::Committed
+    } else {
+        Answered::Durable
+    };
+    Ok((response, answered))
+}
+
+/// A size recomputed from the objects (`size`, of truncate generation `generation`, when they
+/// could be read): raises the size and takes the file off [`UNREPORTED`]. A file removed
+/// meanwhile only leaves the list.
+pub(crate) fn settle_size(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    size: Option<(u64, u64)>,
+) -> Result<Response, OpError> {
+    let response = match size {
+        Some((size, generation)) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
+            apply_size(txn, inode, size, generation)?
+        }
+        _ => Response::Done,
+    };
+    txn.open_table(UNREPORTED)?.remove(inode.0)?;
+    Ok(response)
+}
+
+/// Raises the size of `inode` to `size` if `generation` is current.
+fn apply_size(
     txn: &WriteTransaction,
     inode: InodeId,
     size: u64,
