@@ -126,17 +126,21 @@ pub async fn run(
     .await
     .map_err(|e| MetaError::DataDir(e.to_string()))?;
     heartbeat.abort();
-    let homes: Vec<Arc<Meta>> = served
-        .read()
-        .expect("home table poisoned")
-        .values()
-        .cloned()
-        .collect();
-    for meta in homes {
+    for meta in homes_now(&served) {
         meta.flush().await;
         meta.stop();
     }
     Ok(())
+}
+
+/// The homes served at this moment.
+fn homes_now(homes: &Homes) -> Vec<Arc<Meta>> {
+    homes
+        .read()
+        .expect("home table poisoned")
+        .values()
+        .cloned()
+        .collect()
 }
 
 /// The metadata target's space and the number of inodes its served homes hold, read at each
@@ -205,14 +209,7 @@ async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {
         }
         let fetch_started = Instant::now();
         if let Ok(map) = server.shared.cluster.refresh().await {
-            let homes: Vec<Arc<Meta>> = server
-                .homes
-                .read()
-                .expect("home table poisoned")
-                .values()
-                .cloned()
-                .collect();
-            for meta in homes {
+            for meta in homes_now(&server.homes) {
                 meta.after_map(&map, fetch_started).await;
             }
         }

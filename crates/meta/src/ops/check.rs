@@ -12,7 +12,7 @@ use crate::store::{
     cookie_fits_name, kind_code, load_dentry, replace_dentry, store_inode, Dentry, InodeRecord,
     OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, XATTRS,
 };
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{CheckReport, CHECK_FINDINGS_MAX};
@@ -360,40 +360,42 @@ fn check_queues(
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
 ) -> Result<(), OpError> {
-    let dangling_orphans = missing_keys(&txn.open_table(ORPHANS)?, inodes)?;
-    for id in dangling_orphans {
-        findings.problem(format!(
-            "the orphan list names missing inode {}",
-            InodeId(id)
-        ));
+    drop_missing(txn, ORPHANS, inodes, findings, |id| {
+        (
+            format!("the orphan list names missing inode {id}"),
+            format!("removed {id} from the orphan list"),
+        )
+    })?;
+    drop_missing(txn, TRUNCATES, inodes, findings, |id| {
+        (
+            format!("a truncate is queued for missing inode {id}"),
+            format!("dropped the truncate of {id}"),
+        )
+    })?;
+    drop_missing(txn, UNREPORTED, inodes, findings, |id| {
+        (
+            format!("the list of files without a size report names missing inode {id}"),
+            format!("removed {id} from the list of files without a size report"),
+        )
+    })
+}
+
+/// Reports each key of `table` that names no existing inode, and with `--repair` removes it;
+/// `say` gives the problem and the repair for an inode.
+fn drop_missing<V: redb::Value + 'static>(
+    txn: &WriteTransaction,
+    table: TableDefinition<u64, V>,
+    inodes: &HashMap<u64, InodeRecord>,
+    findings: &mut Findings,
+    say: impl Fn(InodeId) -> (String, String),
+) -> Result<(), OpError> {
+    let missing = missing_keys(&txn.open_table(table)?, inodes)?;
+    for id in missing {
+        let (problem, repair) = say(InodeId(id));
+        findings.problem(problem);
         if findings.repair {
-            txn.open_table(ORPHANS)?.remove(id)?;
-            findings.repaired(format!("removed {} from the orphan list", InodeId(id)));
-        }
-    }
-    let dangling_truncates = missing_keys(&txn.open_table(TRUNCATES)?, inodes)?;
-    for id in dangling_truncates {
-        findings.problem(format!(
-            "a truncate is queued for missing inode {}",
-            InodeId(id)
-        ));
-        if findings.repair {
-            txn.open_table(TRUNCATES)?.remove(id)?;
-            findings.repaired(format!("dropped the truncate of {}", InodeId(id)));
-        }
-    }
-    let dangling_unreported = missing_keys(&txn.open_table(UNREPORTED)?, inodes)?;
-    for id in dangling_unreported {
-        findings.problem(format!(
-            "the list of files without a size report names missing inode {}",
-            InodeId(id)
-        ));
-        if findings.repair {
-            txn.open_table(UNREPORTED)?.remove(id)?;
-            findings.repaired(format!(
-                "removed {} from the list of files without a size report",
-                InodeId(id)
-            ));
+            txn.open_table(table)?.remove(id)?;
+            findings.repaired(repair);
         }
     }
     Ok(())
