@@ -355,7 +355,6 @@ fn commit_batch(
     let outcome = match failure {
         Some(message) => {
             let _ = txn.abort();
-            results.extend(early.drain(..).map(|(answer, _)| (answer, None)));
             Err(message)
         }
         None => {
@@ -368,18 +367,15 @@ fn commit_batch(
                 // is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            let committed = txn.commit().map_err(|error| error.to_string());
-            for (answer, response) in early {
-                let _ = answer.send(match &committed {
-                    Ok(()) => Ok(response),
-                    Err(message) => {
-                        Err(OpError::Store(format!("metadata commit failed: {message}")))
-                    }
-                });
-            }
-            committed
+            txn.commit().map_err(|error| error.to_string())
         }
     };
+    for (answer, response) in early {
+        let _ = answer.send(match &outcome {
+            Ok(()) => Ok(response),
+            Err(message) => Err(commit_failed(message)),
+        });
+    }
     Committed {
         results,
         outcome,
@@ -391,6 +387,11 @@ fn commit_batch(
     }
 }
 
+/// The answer of every operation of a batch whose commit or sync failed.
+fn commit_failed(message: &str) -> OpError {
+    OpError::Store(format!("metadata commit failed: {message}"))
+}
+
 /// Answers each operation of a committed batch once `synced` says how its sync ended.
 fn answer(batch: Committed, synced: Result<(), String>, metrics: &CommitMetrics) {
     let operations = batch.results.len() + batch.answered;
@@ -399,7 +400,7 @@ fn answer(batch: Committed, synced: Result<(), String>, metrics: &CommitMetrics)
         let reply = match (&outcome, result) {
             (Ok(()), Some(result)) => result,
             (Ok(()), None) => Err(OpError::Store("batch abandoned".into())),
-            (Err(message), _) => Err(OpError::Store(format!("metadata commit failed: {message}"))),
+            (Err(message), _) => Err(commit_failed(message)),
         };
         let _ = answer.send(reply);
     }

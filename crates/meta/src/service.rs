@@ -238,28 +238,25 @@ impl Meta {
                 .extend(dirs),
             Err(error) => tracing::error!(?error, "could not list the spread directories"),
         }
-        match meta.read(|txn| {
-            txn.open_table(UNREPORTED)?
-                .iter()?
-                .map(|item| item.map(|(key, _)| InodeId(key.value())))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(OpError::from)
-        }) {
-            Ok(files) => meta
-                .unreported
-                .lock()
-                .expect("unreported set poisoned")
-                .extend(files),
-            Err(error) => tracing::error!(?error, "could not list the files without a size report"),
-        }
-        if meta
-            .unreported
-            .lock()
-            .expect("unreported set poisoned")
-            .is_empty()
-        {
+        let unreported = meta
+            .read(|txn| {
+                txn.open_table(UNREPORTED)?
+                    .iter()?
+                    .map(|item| item.map(|(key, _)| InodeId(key.value())))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(OpError::from)
+            })
+            .unwrap_or_else(|error| {
+                tracing::error!(?error, "could not list the files without a size report");
+                Vec::new()
+            });
+        if unreported.is_empty() {
             meta.settled.send_replace(true);
         }
+        meta.unreported
+            .lock()
+            .expect("unreported set poisoned")
+            .extend(unreported);
         // Operations a crash interrupted are finished at once.
         meta.work.notify_one();
         let worker = tokio::runtime::Handle::current().spawn(work_loop(Arc::clone(&meta)));
@@ -861,12 +858,9 @@ impl Meta {
             let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
             Ok((attr, truncating, listed))
         })?;
-        let grown = match attr {
-            Some(attr) if attr.layout.is_some() => {
-                if truncating {
-                    return Ok(false);
-                }
-                let layout = attr.layout.clone().expect("checked above");
+        let grown = match attr.and_then(|attr| Some((attr.layout.clone()?, attr))) {
+            Some(_) if truncating => return Ok(false),
+            Some((layout, attr)) => {
                 let lengths = layout.slots().map(|slot| {
                     self.cluster
                         .call_storage(slot, &TARGET_RETRY, move |storage, route| async move {
@@ -880,7 +874,7 @@ impl Meta {
                 let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
                 (size > attr.size).then_some((size, attr.truncate_generation))
             }
-            _ => None,
+            None => None,
         };
         if grown.is_some() || listed {
             self.committer

@@ -45,7 +45,7 @@ pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
 /// Files created open whose writer has not reported a size yet. A size report of such a file
 /// takes it off in the same commit and is answered before that commit is synced: a crash
 /// loses both together, and a start recomputes the size of every file still listed from its
-/// objects (`Meta::settle_sizes`). The last close of a file takes it off too.
+/// objects (`Meta::settle_unreported`). The last close of a file takes it off too.
 pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("unreported");
 
 /// Creates every table, so readers never meet a missing one.

@@ -508,18 +508,21 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
         txn.commit().expect("commit");
         result
     };
+    let list = |inode: InodeId| {
+        let txn = f.db.begin_write().expect("txn");
+        txn.open_table(UNREPORTED)
+            .expect("table")
+            .insert(inode.0, ())
+            .expect("list");
+        txn.commit().expect("commit");
+    };
     let mut files = Vec::new();
     for name in ["closed", "synced"] {
         let file = f
             .create(InodeId::ROOT, name, FileKind::Regular)
             .await
             .expect("create");
-        let txn = f.db.begin_write().expect("txn");
-        txn.open_table(UNREPORTED)
-            .expect("table")
-            .insert(file.inode.0, ())
-            .expect("list");
-        txn.commit().expect("commit");
+        list(file.inode);
         files.push(file.inode);
     }
     let (closed, synced) = (files[0], files[1]);
@@ -544,12 +547,7 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
         .create(InodeId::ROOT, "dir", FileKind::Directory)
         .await
         .expect("mkdir");
-    let txn = f.db.begin_write().expect("txn");
-    txn.open_table(UNREPORTED)
-        .expect("table")
-        .insert(dir.inode.0, ())
-        .expect("list");
-    txn.commit().expect("commit");
+    list(dir.inode);
     assert_eq!(
         code(report(dir.inode, 10, false).map(|_| Response::Done)),
         ErrorCode::InvalidArgument
