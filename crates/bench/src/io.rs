@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 use weft_proto::layout::FileLayout;
+use weft_proto::messages::SizeReport;
 use weft_proto::InodeId;
 
 /// Size of a random I/O.
@@ -592,9 +593,13 @@ impl IoTarget for NativeFiles {
             file.writer.drain().await?;
             self.client.sync_data(file.inode, &file.layout).await?;
             let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
-            self.client
-                .report_size(file.inode, end, file.generation, true)
-                .await?;
+            let report = SizeReport {
+                size: end,
+                truncate_generation: file.generation,
+                durable: true,
+                modified: true,
+            };
+            self.client.report_size(file.inode, report).await?;
             Ok(())
         })
     }
@@ -603,12 +608,14 @@ impl IoTarget for NativeFiles {
         self.runtime.block_on(file.writer.drain())?;
         let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
         if end > 0 {
-            self.runtime.block_on(self.client.report_size(
-                file.inode,
-                end,
-                file.generation,
-                false,
-            ))?;
+            let report = SizeReport {
+                size: end,
+                truncate_generation: file.generation,
+                durable: false,
+                modified: true,
+            };
+            self.runtime
+                .block_on(self.client.report_size(file.inode, report))?;
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
+use weft_proto::messages::SizeReport;
 use weft_proto::InodeId;
 
 /// What the benchmark runs against: a POSIX directory or the native client.
@@ -301,9 +302,12 @@ impl MetaTarget for NativeTarget {
             self.client
                 .report_size(
                     attr.inode,
-                    data.len() as u64,
-                    attr.truncate_generation,
-                    false,
+                    SizeReport {
+                        size: data.len() as u64,
+                        truncate_generation: attr.truncate_generation,
+                        durable: false,
+                        modified: true,
+                    },
                 )
                 .await?;
             Ok(())

@@ -330,7 +330,16 @@ fn renames_across_servers() {
     assert_eq!(fs::read(second.join("a")).expect("read"), b"replacing");
     // The moved file's inode stays on meta-1; renaming it within its new directory moves only
     // its dentry.
+    let ctime = |path: &Path| {
+        let meta = fs::metadata(path).expect("stat");
+        (meta.ctime(), meta.ctime_nsec())
+    };
+    let before = ctime(&second.join("a"));
     fs::rename(second.join("a"), second.join("a2")).expect("rename a moved file in place");
+    assert!(
+        ctime(&second.join("a2")) > before,
+        "a rename changes the ctime of the renamed inode on the other server"
+    );
     assert_eq!(fs::read(second.join("a2")).expect("read"), b"replacing");
     fsck_clean(&cluster);
 

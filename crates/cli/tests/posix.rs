@@ -494,6 +494,29 @@ fn permissions_as_non_root() {
     );
 }
 
+// Goal: a modification time set after the last write and before close (futimens, as tar x,
+// cp -p and rsync -a do) is the file's mtime for good: the size reported at close does not
+// touch it. Method: write, set an old mtime, close; unmount (which waits for the closes to
+// reach the metadata server) and look from a new mount.
+#[test]
+fn mtime_set_before_close_is_kept() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    for (name, len) in [("small", 10usize), ("striped", 3 << 20)] {
+        let mut file = File::create(first.join(name)).expect("create");
+        file.write_all(&pattern(3, len)).expect("write");
+        file.set_modified(old).expect("futimens");
+    }
+    cluster.unmount(&first).expect("unmount");
+    let second = cluster.mount().expect("mount 2");
+    for name in ["small", "striped"] {
+        let file = File::open(second.join(name)).expect("open");
+        let mtime = file.metadata().expect("stat").modified().expect("mtime");
+        assert_eq!(mtime, old, "{name}: the mtime set before close is kept");
+    }
+}
+
 // Goal: close-to-open consistency between two mounts. Method: write and close in one mount,
 // then open in the other and see the data and size; and back.
 #[test]
@@ -542,6 +565,26 @@ fn fallocate(file: &File, mode: i32, offset: i64, len: i64) -> std::io::Result<(
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// One 4 KiB block aligned for O_DIRECT.
+#[repr(C, align(4096))]
+struct AlignedBlock([u8; 4096]);
+
+impl AlignedBlock {
+    fn new() -> Box<AlignedBlock> {
+        Box::new(AlignedBlock([0; 4096]))
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// Reads exactly `buffer.len()` bytes at `offset`.
+fn read_at(file: &File, buffer: &mut [u8], offset: u64) {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buffer, offset).expect("pread");
 }
 
 // Goal: fallocate's default mode, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE behave as on a local
@@ -599,6 +642,55 @@ fn fallocate_modes() {
         model,
         "holes and zeroed ranges read as zeros, the rest is intact"
     );
+
+    // A range punched or zeroed through a descriptor that is reading ahead reads as zeros
+    // at once: the mount's read-ahead windows over it are dropped, not only when the size
+    // changes. The same through O_DIRECT, whose reads also go through read-ahead.
+    for (round, (mode, direct)) in [
+        (libc::FALLOC_FL_PUNCH_HOLE, false),
+        (libc::FALLOC_FL_ZERO_RANGE, false),
+        (libc::FALLOC_FL_PUNCH_HOLE, true),
+        (libc::FALLOC_FL_ZERO_RANGE, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = mnt.join(format!("read-ahead-{round}"));
+        let data = pattern(60 + round as u64, 1 << 20);
+        fs::write(&name, &data).expect("write");
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        let file = options.open(&name).expect("open");
+        let mut buffer = AlignedBlock::new();
+        for offset in [0u64, 4096] {
+            read_at(&file, buffer.bytes(), offset);
+            assert_eq!(buffer.bytes(), &data[offset as usize..][..4096]);
+        }
+        let (start, len) = (256usize << 10, 256usize << 10);
+        fallocate(
+            &file,
+            mode | libc::FALLOC_FL_KEEP_SIZE,
+            start as i64,
+            len as i64,
+        )
+        .expect("punch or zero");
+        for offset in (start..start + len).step_by(64 << 10) {
+            read_at(&file, buffer.bytes(), offset as u64);
+            assert!(
+                buffer.bytes().iter().all(|&b| b == 0),
+                "round {round} (mode {mode:#x}, O_DIRECT {direct}): {offset} reads as zeros"
+            );
+        }
+        read_at(&file, buffer.bytes(), (start + len) as u64);
+        assert_eq!(
+            buffer.bytes(),
+            &data[start + len..][..4096],
+            "after the range"
+        );
+    }
 
     let file = OpenOptions::new().write(true).open(&path).expect("open");
     assert_eq!(

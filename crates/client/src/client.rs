@@ -12,7 +12,7 @@ use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
     AttrChanges, ClusterMap, DirEntry, FallocateMode, FileKind, InodeAttr, MutationId, NewInode,
-    RenameFlags, XattrSetMode,
+    RenameFlags, SizeReport, XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -775,20 +775,17 @@ impl Client {
         }
     }
 
-    /// Reports a file's size after writes of `truncate_generation`.
+    /// Reports a file's size after writes.
     ///
     /// # Errors
     /// `NotFound`, transport errors.
     pub async fn report_size(
         &self,
         inode: InodeId,
-        size: u64,
-        truncate_generation: u64,
-        durable: bool,
+        report: SizeReport,
     ) -> Result<InodeAttr, ClientError> {
         self.on_home(inode, |meta| async move {
-            meta.report_size(inode, size, truncate_generation, durable)
-                .await
+            meta.report_size(inode, report).await
         })
         .await
     }

@@ -11,7 +11,7 @@ use crate::ops::remote::{
     adjust_links, create_dir_inode, exchange_dentry, finish_exchange, finish_link, finish_mkdir,
     finish_rename_out, finish_rmdir, finish_unlink, insert_dentry_for, intents, prepare_exchange,
     prepare_link, prepare_mkdir, prepare_rename_out, prepare_rmdir, prepare_unlink,
-    remote_references, remove_dir_inode, seal_shard, set_parent, set_shards, sync_shard, Intent,
+    remote_references, remove_dir_inode, renamed, seal_shard, set_shards, sync_shard, Intent,
     IntentOp, Prepared,
 };
 use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
@@ -566,9 +566,9 @@ impl Meta {
                 self.rename(mutation, parent, name, new_parent, new_name, flags)
                     .await
             }
-            MetaRequest::SetParent { inode, parent } => {
+            MetaRequest::Renamed { inode, parent } => {
                 self.committer
-                    .run(Box::new(move |txn| set_parent(txn, inode, parent)))
+                    .run(Box::new(move |txn| renamed(txn, inode, parent)))
                     .await
             }
             MetaRequest::SetAttr {
@@ -715,16 +715,9 @@ impl Meta {
                 }
                 result
             }
-            MetaRequest::ReportSize {
-                inode,
-                size,
-                truncate_generation,
-                durable,
-            } => {
+            MetaRequest::ReportSize { inode, report } => {
                 self.committer
-                    .run_eventual(Box::new(move |txn| {
-                        report_size(txn, inode, size, truncate_generation, durable)
-                    }))
+                    .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
                     .await
             }
             MetaRequest::Open {
@@ -1237,9 +1230,17 @@ impl Meta {
         }
     }
 
-    /// Points directory `inode` at `parent` on its home (idempotent).
-    async fn set_remote_parent(&self, inode: InodeId, parent: InodeId) -> Result<(), OpError> {
-        self.call_meta(inode.home(), MetaRequest::SetParent { inode, parent })
+    /// Tells `inode`'s home that a rename moved a dentry of it into `parent`: its ctime
+    /// moves, and a directory's parent pointer follows (idempotent).
+    async fn mark_renamed(&self, inode: InodeId, parent: InodeId) -> Result<(), OpError> {
+        if inode.home() == self.node {
+            return self
+                .committer
+                .run(Box::new(move |txn| renamed(txn, inode, parent)))
+                .await
+                .map(|_| ());
+        }
+        self.call_meta(inode.home(), MetaRequest::Renamed { inode, parent })
             .await
             .map(|_| ())
     }
@@ -1402,10 +1403,19 @@ impl Meta {
                 self.exchange_out(mutation, (parent, name), (new_parent, new_name), other)
                     .await
             } else if all_here {
-                self.rename_local(
-                    mutation, parent, name, new_parent, new_name, flags, moves_dirs,
-                )
-                .await
+                let renamed = self
+                    .rename_local(
+                        mutation, parent, name, new_parent, new_name, flags, moves_dirs,
+                    )
+                    .await?;
+                if child.home() != here {
+                    // Only its dentry moved here; its ctime lives on its home. The rename
+                    // is done: a home that cannot be told only misses a time.
+                    if let Err(error) = self.mark_renamed(child, new_parent).await {
+                        tracing::warn!(inode = %child, ?error, "could not move a renamed inode's ctime");
+                    }
+                }
+                Ok(renamed)
             } else {
                 self.rename_out(mutation, parent, name, new_parent, new_name, flags)
                     .await
@@ -1673,9 +1683,9 @@ impl Meta {
                     }
                     other => other,
                 };
-                if moves_dir && outcome.is_ok() {
-                    // The moved directory's parent pointer follows its dentry.
-                    self.set_remote_parent(*child, *new_parent).await?;
+                if outcome.is_ok() {
+                    // The moved inode's ctime, and a directory's parent pointer.
+                    self.mark_renamed(*child, *new_parent).await?;
                 }
                 weft_service::failpoint::failpoint("rename-after-remote");
                 let finishing = intent.clone();
@@ -1691,7 +1701,6 @@ impl Meta {
                 new_parent,
                 new_name,
                 other,
-                other_kind_code,
                 parent,
                 ..
             } => {
@@ -1706,13 +1715,8 @@ impl Meta {
                 };
                 let outcome = self.ask_meta(new_parent.home(), request).await?.map(|_| ());
                 if outcome.is_ok() {
-                    let directory = crate::store::kind_code(FileKind::Directory);
-                    if *kind_code == directory {
-                        self.set_remote_parent(*child, *new_parent).await?;
-                    }
-                    if *other_kind_code == directory {
-                        self.set_remote_parent(*other, *parent).await?;
-                    }
+                    self.mark_renamed(*child, *new_parent).await?;
+                    self.mark_renamed(*other, *parent).await?;
                 }
                 weft_service::failpoint::failpoint("rename-after-remote");
                 let finishing = intent.clone();

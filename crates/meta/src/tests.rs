@@ -17,7 +17,7 @@ use std::sync::Arc;
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{
     AttrChanges, CheckReport, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
-    Reachability, RenameFlags, Response, SpaceUsage, TargetInfo,
+    Reachability, RenameFlags, Response, SizeReport, SpaceUsage, TargetInfo,
 };
 use weft_proto::ErrorCode;
 
@@ -440,6 +440,16 @@ async fn rename_checks() {
     assert_eq!(code(over_dir), ErrorCode::IsDirectory);
 }
 
+/// A writer's report of writes up to `size` in `generation`.
+fn written(size: u64, generation: u64, durable: bool) -> SizeReport {
+    SizeReport {
+        size,
+        truncate_generation: generation,
+        durable,
+        modified: true,
+    }
+}
+
 // Goal: the largest size report of the current truncate generation wins; older generations
 // are ignored, so a write that raced a truncate cannot resurrect the old size.
 #[tokio::test]
@@ -452,7 +462,7 @@ async fn size_reports_follow_truncate_generations() {
     let inode = file.inode;
     let report = |size: u64, generation: u64| {
         f.committer.run_eventual(Box::new(move |txn| {
-            report_size(txn, inode, size, generation, false)
+            report_size(txn, inode, written(size, generation, false))
         }))
     };
     report(1000, 0).await.expect("report");
@@ -504,7 +514,8 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
     };
     let report = |inode: InodeId, size: u64, durable: bool| {
         let txn = f.db.begin_write().expect("txn");
-        let result = report_size(&txn, inode, size, 0, durable).map(|(_, answered)| answered);
+        let result =
+            report_size(&txn, inode, written(size, 0, durable)).map(|(_, answered)| answered);
         txn.commit().expect("commit");
         result
     };

@@ -9,7 +9,7 @@ use weft_proto::messages::{
     AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
     LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat, MirrorKind,
     MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, ResyncProgress,
-    Route, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
+    Route, SizeReport, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -512,17 +512,9 @@ impl MetaClient {
     pub async fn report_size(
         &self,
         inode: InodeId,
-        size: u64,
-        truncate_generation: u64,
-        durable: bool,
+        report: SizeReport,
     ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::ReportSize {
-            inode,
-            size,
-            truncate_generation,
-            durable,
-        })
-        .await
+        self.attr(MetaRequest::ReportSize { inode, report }).await
     }
 
     /// Sets an extended attribute.

@@ -623,6 +623,21 @@ pub struct RenameFlags {
     pub exchange: bool,
 }
 
+/// A writer's report of what it did to a file since its last report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeReport {
+    /// One past the last byte written.
+    pub size: u64,
+    /// The truncate generation the writes belong to.
+    pub truncate_generation: u64,
+    /// Whether the new size must be durable before the reply (fsync).
+    pub durable: bool,
+    /// Whether the file's data changed since the last report: only then do its mtime and
+    /// ctime move to the time of the report. A report that only confirms a size (fsync after
+    /// a `futimens`, as `cp -p` and `tar x` do) leaves the times alone.
+    pub modified: bool,
+}
+
 /// Requests served by a metadata server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
@@ -758,12 +773,8 @@ pub enum MetaRequest {
     ReportSize {
         /// The file.
         inode: InodeId,
-        /// One past the last byte written.
-        size: u64,
-        /// The truncate generation the writes belong to.
-        truncate_generation: u64,
-        /// Whether the new size must be durable before the reply (fsync).
-        durable: bool,
+        /// What the client wrote.
+        report: SizeReport,
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
     SetXattr {
@@ -936,12 +947,13 @@ pub enum MetaRequest {
         /// The type of `child`.
         kind: FileKind,
     },
-    /// Server to server: points a directory at its new parent after a rename moved its dentry.
-    /// Idempotent.
-    SetParent {
-        /// The directory.
+    /// Server to server: a rename moved a dentry of `inode`, which lives on the receiver: its
+    /// ctime becomes now and, for a directory, its parent pointer follows the dentry.
+    /// Idempotent (a repeat only moves the ctime again).
+    Renamed {
+        /// The renamed inode.
         inode: InodeId,
-        /// Its new parent.
+        /// The directory its dentry is in now.
         parent: InodeId,
     },
     /// Server to server: changes the link count of an inode whose dentry another server adds

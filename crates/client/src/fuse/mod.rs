@@ -33,8 +33,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::FileLayout;
 use weft_proto::messages::{
-    AttrChanges, FallocateMode, FileKind, InodeAttr, LockKind, LockRange, NewInode, TimeSet,
-    Timestamp, XattrSetMode,
+    AttrChanges, FallocateMode, FileKind, InodeAttr, LockKind, LockRange, NewInode, SizeReport,
+    TimeSet, Timestamp, XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -57,6 +57,11 @@ struct LocalInode {
     reported_end: u64,
     /// The size the metadata server last told.
     size: u64,
+    /// Changes of the data this client made (writes, allocations, punched ranges) and how
+    /// many of them the metadata server has heard of: a report moves the file's mtime only
+    /// when it covers a new one.
+    changes: u64,
+    reported_changes: u64,
     /// Bumped by every change of the file's data this client makes or learns of (writes,
     /// truncates, allocations): read-ahead windows of an older version are dropped.
     data_version: u64,
@@ -402,6 +407,16 @@ impl State {
         let local = inodes.entry(inode).or_default();
         local.written_end = local.written_end.max(end);
         local.data_version += 1;
+        local.changes += 1;
+    }
+
+    /// Notes a change of `inode`'s data that leaves its size alone (a punched or zeroed
+    /// range): read-ahead windows read before it are dropped.
+    fn note_change(&self, inode: InodeId) {
+        let mut inodes = self.inodes.lock().expect("inode table poisoned");
+        let local = inodes.entry(inode).or_default();
+        local.data_version += 1;
+        local.changes += 1;
     }
 
     /// Reads `[start, start + len)` in the background, after the writes in flight there.
@@ -425,29 +440,39 @@ impl State {
         Box::pin(async move { task.await.ok().flatten() })
     }
 
-    /// Reports this client's written size if it grew since the last report.
+    /// Reports this client's written size and changes if there is anything new since the
+    /// last report (always, when the size must be made durable).
     async fn report_size(&self, inode: InodeId, durable: bool) -> Result<(), ClientError> {
         let pending = {
             let inodes = self.inodes.lock().expect("inode table poisoned");
-            inodes
-                .get(&inode)
-                .map(|l| (l.written_end, l.generation, l.reported_end))
+            inodes.get(&inode).map(|l| {
+                (
+                    (l.written_end, l.generation, l.reported_end),
+                    (l.changes, l.reported_changes),
+                )
+            })
         };
-        let Some((written_end, generation, reported_end)) = pending else {
+        let Some(((written_end, generation, reported_end), (changes, reported_changes))) = pending
+        else {
             return Ok(());
         };
-        if written_end <= reported_end && !durable {
+        let modified = changes > reported_changes;
+        if written_end <= reported_end && !modified && !durable {
             return Ok(());
         }
-        let attr = self
-            .client
-            .report_size(inode, written_end, generation, durable)
-            .await?;
+        let report = SizeReport {
+            size: written_end,
+            truncate_generation: generation,
+            durable,
+            modified,
+        };
+        let attr = self.client.report_size(inode, report).await?;
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         if let Some(local) = inodes.get_mut(&inode) {
             if local.generation == generation {
                 local.reported_end = local.reported_end.max(written_end);
             }
+            local.reported_changes = local.reported_changes.max(changes);
             local.size = attr.size;
         }
         Ok(())
@@ -693,6 +718,14 @@ impl Filesystem for WeftFs {
             if size.is_some() {
                 // A truncate comes after the writes sent before it.
                 state.drain(inode).await;
+            } else if mtime.is_some() {
+                // A time set after writes (futimens before close, as tar x and cp -p do)
+                // comes after them: their report, which moves the mtime, goes first, and
+                // the report at close has nothing new to move it again.
+                state.drain(inode).await;
+                if let Err(error) = state.report_size(inode, false).await {
+                    return reply.error(errno(&error));
+                }
             }
             match state.client.set_attr(inode, changes).await {
                 Ok(attr) => {
@@ -1214,7 +1247,10 @@ impl Filesystem for WeftFs {
             {
                 return reply.error(errno(&error));
             }
-            if !keep_size {
+            if keep_size {
+                // Zeroed bytes: what was read ahead of them is stale.
+                state.note_change(file.inode);
+            } else {
                 // The size grows as a write's would: known here at once, reported at close.
                 state.note_write(file.inode, offset.saturating_add(length));
             }

@@ -983,8 +983,9 @@ pub(crate) fn finish_rename_out(
     })
 }
 
-/// On a directory's home: points it at its new parent (idempotent; a removed one is left).
-pub(crate) fn set_parent(
+/// On an inode's home, after a rename elsewhere moved a dentry of it: its ctime becomes now,
+/// and a directory points at its new parent (idempotent; a removed one is left).
+pub(crate) fn renamed(
     txn: &WriteTransaction,
     inode: InodeId,
     parent: InodeId,
@@ -995,11 +996,11 @@ pub(crate) fn set_parent(
     };
     let mut record = InodeRecord::decode(inode.0, bytes.value())?;
     drop(bytes);
-    if record.is_dir() && record.parent != parent.0 {
+    if record.is_dir() {
         record.parent = parent.0;
-        record.ctime = now();
-        store_inode(&mut inodes, inode, &record)?;
     }
+    record.ctime = now();
+    store_inode(&mut inodes, inode, &record)?;
     Ok(Response::Done)
 }
 

@@ -12,7 +12,7 @@ use crate::store::{
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::StripePattern;
-use weft_proto::messages::{AttrChanges, FileKind, Response, TimeSet};
+use weft_proto::messages::{AttrChanges, FileKind, Response, SizeReport, TimeSet};
 use weft_proto::ErrorCode;
 
 fn resolve(time: TimeSet) -> weft_proto::messages::Timestamp {
@@ -103,13 +103,16 @@ pub(crate) fn set_attr(
 pub(crate) fn report_size(
     txn: &WriteTransaction,
     inode: InodeId,
-    size: u64,
-    generation: u64,
-    durable: bool,
+    report: SizeReport,
 ) -> Result<(Response, Answered), OpError> {
-    let response = apply_size(txn, inode, size, generation)?;
+    let response = apply_size(
+        txn,
+        inode,
+        (report.size, report.truncate_generation),
+        report.modified,
+    )?;
     let listed = txn.open_table(UNREPORTED)?.remove(inode.0)?.is_some();
-    let answered = if listed && !durable {
+    let answered = if listed && !report.durable {
         Answered::Committed
     } else {
         Answered::Durable
@@ -126,8 +129,9 @@ pub(crate) fn settle_size(
     size: Option<(u64, u64)>,
 ) -> Result<Response, OpError> {
     let response = match size {
-        Some((size, generation)) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
-            apply_size(txn, inode, size, generation)?
+        // The writer's report was lost: its writes changed the file.
+        Some(size) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
+            apply_size(txn, inode, size, true)?
         }
         _ => Response::Done,
     };
@@ -135,12 +139,13 @@ pub(crate) fn settle_size(
     Ok(response)
 }
 
-/// Raises the size of `inode` to `size` if `generation` is current.
+/// Raises the size of `inode` to `size` if `generation` is current, and moves its mtime and
+/// ctime to now if the writes `modified` it.
 fn apply_size(
     txn: &WriteTransaction,
     inode: InodeId,
-    size: u64,
-    generation: u64,
+    (size, generation): (u64, u64),
+    modified: bool,
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_inode(&inodes, inode)?;
@@ -154,7 +159,7 @@ fn apply_size(
     if generation == record.truncate_generation && size > record.size {
         record.size = size;
     }
-    if generation == record.truncate_generation {
+    if generation == record.truncate_generation && modified {
         record.touch(timestamp);
     }
     store_inode(&mut inodes, inode, &record)?;
