@@ -102,7 +102,7 @@ fn assert_groups_identical(cluster: &LocalCluster, what: &str) {
         let copies: Vec<_> = group
             .members
             .iter()
-            .map(|(target, _)| common::objects(&target_dir(cluster, *target)))
+            .map(|(target, _)| common::mirrored_objects(&target_dir(cluster, *target)))
             .collect();
         for copy in &copies[1..] {
             assert_eq!(

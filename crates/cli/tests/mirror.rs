@@ -81,8 +81,8 @@ fn mirror_groups_are_defined_listed_and_kept() {
 
 /// Asserts both members hold the same objects, byte for byte.
 fn assert_members_identical(cluster: &weft_testkit::LocalCluster, what: &str) {
-    let one = common::objects(&cluster.target_dir(1, 1));
-    let two = common::objects(&cluster.target_dir(2, 1));
+    let one = common::mirrored_objects(&cluster.target_dir(1, 1));
+    let two = common::mirrored_objects(&cluster.target_dir(2, 1));
     assert!(!one.is_empty(), "{what}: the members hold objects");
     assert_eq!(
         one.keys().collect::<Vec<_>>(),

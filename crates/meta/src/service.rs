@@ -1899,16 +1899,24 @@ impl Meta {
             .unwrap_or_else(|_| self.cluster.map());
         let mut objects = Vec::new();
         let mut unreachable = Vec::new();
-        for target in map.targets.iter().map(|t| t.id) {
-            let group = map.mirror_group_of_target(target).map(|g| g.id);
+        // Every target's plain objects, and a group member's mirrored objects as well.
+        let spaces = map.targets.iter().flat_map(|t| {
+            let group = map.mirror_group_of_target(t.id).map(|g| g.id);
+            std::iter::once((t.id, None)).chain(group.map(|group| (t.id, Some(group))))
+        });
+        for (target, group) in spaces.collect::<Vec<_>>() {
+            if unreachable.contains(&target) {
+                continue;
+            }
             let mut after = 0;
             loop {
                 let home = Some(self.node);
+                let mirrored = group.is_some();
                 let page = self
                     .cluster
                     .call_storage(target, &TARGET_RETRY, |storage, _| async move {
                         storage
-                            .list_objects(target, home, after, OBJECTS_PER_LIST_MAX)
+                            .list_objects(target, mirrored, home, after, OBJECTS_PER_LIST_MAX)
                             .await
                     })
                     .await;
@@ -1942,19 +1950,19 @@ impl Meta {
             .run_with(move |txn| check(txn, home, repair, &objects, &open, &referenced))
             .await?;
         drop(disposing);
-        for (inode, target) in garbage {
+        for (inode, slot) in garbage {
             let removed = self
                 .cluster
-                .call_storage(target, &TARGET_RETRY, |storage, route| async move {
+                .call_storage(slot, &TARGET_RETRY, |storage, route| async move {
                     storage.remove(route, inode).await
                 })
                 .await;
             match removed {
                 Ok(()) => report
                     .repairs
-                    .push(format!("removed the object of {inode} on target {target}")),
+                    .push(format!("removed the object of {inode} on {slot}")),
                 Err(error) => report.problems.push(format!(
-                    "could not remove the object of {inode} on target {target}: {error}"
+                    "could not remove the object of {inode} on {slot}: {error}"
                 )),
             }
         }

@@ -877,13 +877,14 @@ impl StorageClient {
     }
 
     /// One page of the objects of `home`'s files (of all files: `None`) on `target`, after
-    /// inode `after`.
+    /// inode `after`: of mirrored files, or of plain ones.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
     pub async fn list_objects(
         &self,
         target: TargetId,
+        mirrored: bool,
         home: Option<NodeId>,
         after: u64,
         max: u32,
@@ -893,6 +894,7 @@ impl StorageClient {
             .call(
                 &Request::Storage(StorageRequest::ListObjects {
                     target,
+                    mirrored,
                     home,
                     after,
                     max,

@@ -172,8 +172,9 @@ impl FileLayout {
         (0..self.targets.len()).map(|index| self.slot(index))
     }
 
-    /// Whether this file has an object on `target`, a member of storage mirror group `group`
-    /// (if any): the target is one of its slots, or a member of one.
+    /// Whether this file has the object found on `target`: a plain object (`group` is
+    /// `None`) when the target is one of its slots, a mirrored object of `group` when that
+    /// group is one.
     pub fn has_object_on(&self, target: TargetId, group: Option<u32>) -> bool {
         self.slots().any(|slot| match slot {
             Slot::Target(mine) => mine == target,

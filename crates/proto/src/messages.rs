@@ -1167,6 +1167,9 @@ pub enum StorageRequest {
     ListObjects {
         /// The target.
         target: TargetId,
+        /// The objects of mirrored files (kept apart from plain files' objects on a target),
+        /// or of plain files.
+        mirrored: bool,
         /// Only objects of inodes of this metadata node.
         home: Option<NodeId>,
         /// Resume after this inode (0 from the start).

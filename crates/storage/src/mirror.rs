@@ -10,7 +10,7 @@
 //! A member that left in sync gets only the objects the primary recorded as missed
 //! ([`weft_service::missed`]); any other returning member gets a full copy.
 
-use crate::target::Target;
+use crate::target::{ObjectId, Space, Target};
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
@@ -275,13 +275,15 @@ impl Mirror {
                 // A record of what it missed does not cover a full copy.
                 self.missed.forget(group, member);
                 let listing = Arc::clone(&target);
-                tokio::task::spawn_blocking(move || listing.list_objects(None, 0, u32::MAX))
-                    .await
-                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
-                    .0
-                    .into_iter()
-                    .map(|(inode, _)| inode)
-                    .collect()
+                tokio::task::spawn_blocking(move || {
+                    listing.list_objects(Space::Mirrored, None, 0, u32::MAX)
+                })
+                .await
+                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
+                .0
+                .into_iter()
+                .map(|(inode, _)| inode)
+                .collect()
             }
         };
         tracing::info!(
@@ -296,7 +298,7 @@ impl Mirror {
             .resync_started(start, objects.len() as u64, !incremental);
         let mut copied = 0u64;
         for inode in &objects {
-            let bytes = if target.exists(*inode) {
+            let bytes = if target.exists(mirrored(*inode)) {
                 self.copy_object(&target, start, *inode).await?
             } else {
                 // Removed since the member left.
@@ -325,6 +327,7 @@ impl Mirror {
             let route = self.resync_route(primary, start)?;
             let request = StorageRequest::ListObjects {
                 target: route.target,
+                mirrored: true,
                 home: None,
                 after,
                 max: OBJECTS_PER_LIST_MAX,
@@ -381,7 +384,7 @@ impl Mirror {
         inode: InodeId,
     ) -> Result<(), WireError> {
         let _held = self.lock_range(target.id, inode, 0..u64::MAX).await;
-        if target.exists(inode) {
+        if target.exists(mirrored(inode)) {
             return Ok(());
         }
         let route = self.resync_route(target.id, start)?;
@@ -404,7 +407,7 @@ impl Mirror {
         let primary = target.id;
         let member = start.member;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
-        let length = target.length(inode)?;
+        let length = target.length(mirrored(inode))?;
         let route = self.resync_route(primary, start)?;
         let truncate = StorageRequest::Truncate {
             target: route.target,
@@ -417,9 +420,10 @@ impl Mirror {
         while offset < length {
             let len = (length - offset).min(u64::from(IO_BYTES_MAX)) as u32;
             let reading = Arc::clone(target);
-            let data = tokio::task::spawn_blocking(move || reading.read(inode, offset, len))
-                .await
-                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+            let data =
+                tokio::task::spawn_blocking(move || reading.read(mirrored(inode), offset, len))
+                    .await
+                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
             if data.is_empty() {
                 break;
             }
@@ -442,6 +446,12 @@ impl Mirror {
         self.send_step(member, sync, Bytes::new()).await?;
         Ok(offset)
     }
+}
+
+/// The object of a mirrored file's `inode`: a resync reads and writes only these, never an
+/// object of a plain file on a member target.
+fn mirrored(inode: InodeId) -> ObjectId {
+    ObjectId::new(Space::Mirrored, inode)
 }
 
 /// The route of a change to `member` of `group` in `version`.

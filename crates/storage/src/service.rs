@@ -3,7 +3,7 @@
 
 use crate::metrics::TargetMetrics;
 use crate::mirror::{Mirror, MirrorMetrics};
-use crate::target::Target;
+use crate::target::{ObjectId, Space, Target};
 use crate::{StorageConfig, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use weft_net::ClusterView;
 use weft_proto::error::WireError;
-use weft_proto::ids::NodeId;
+use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{
     MirrorRoute, NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX,
     OBJECTS_PER_LIST_MAX,
@@ -328,6 +328,8 @@ impl Storage {
         payload: Bytes,
     ) -> Result<(Response, Bytes), WireError> {
         let target_id = target.id;
+        let space = Space::of(request.mirror());
+        let object = move |inode: InodeId| ObjectId::new(space, inode);
         // A restart of this server may have lost what was not synced.
         let verifier = self.mirror.boot();
         let disk_op = self.metrics.start(target_id, (&request).into());
@@ -343,7 +345,7 @@ impl Storage {
         } = &request
         {
             if *len as usize <= INLINE_IO_BYTES {
-                if let Some(data) = target.read_cached(*inode, *object_offset, *len) {
+                if let Some(data) = target.read_cached(object(*inode), *object_offset, *len) {
                     disk_op.finish(data.len() as u64, 0);
                     return Ok((Response::Data, data));
                 }
@@ -351,7 +353,7 @@ impl Storage {
         }
         let inline = match &request {
             StorageRequest::Write { inode, .. } => {
-                payload.len() <= INLINE_IO_BYTES && target.is_open(*inode)
+                payload.len() <= INLINE_IO_BYTES && target.is_open(object(*inode))
             }
             _ => false,
         };
@@ -362,7 +364,7 @@ impl Storage {
                     object_offset,
                     ..
                 } => {
-                    let len = target.write(inode, object_offset, payload)?;
+                    let len = target.write(object(inode), object_offset, payload)?;
                     Ok((Response::Written { len, verifier }, Bytes::new()))
                 }
                 StorageRequest::Read {
@@ -377,16 +379,19 @@ impl Storage {
                             format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
                         ));
                     }
-                    Ok((Response::Data, target.read(inode, object_offset, len)?))
+                    Ok((
+                        Response::Data,
+                        target.read(object(inode), object_offset, len)?,
+                    ))
                 }
                 StorageRequest::Truncate { inode, length, .. } => target
-                    .truncate(inode, length)
+                    .truncate(object(inode), length)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::Remove { inode, .. } => target
-                    .remove(inode)
+                    .remove(object(inode))
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::Sync { inode, .. } => target
-                    .sync(inode)
+                    .sync(object(inode))
                     .map(|()| (Response::Synced { verifier }, Bytes::new())),
                 StorageRequest::Fallocate {
                     inode,
@@ -395,18 +400,28 @@ impl Storage {
                     mode,
                     ..
                 } => target
-                    .fallocate(inode, object_offset, len, mode)
+                    .fallocate(object(inode), object_offset, len, mode)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::ListObjects {
-                    home, after, max, ..
+                    mirrored,
+                    home,
+                    after,
+                    max,
+                    ..
                 } => {
+                    let space = if mirrored {
+                        Space::Mirrored
+                    } else {
+                        Space::Plain
+                    };
                     let (objects, end) =
-                        target.list_objects(home, after, max.min(OBJECTS_PER_LIST_MAX))?;
+                        target.list_objects(space, home, after, max.min(OBJECTS_PER_LIST_MAX))?;
                     Ok((Response::Objects { objects, end }, Bytes::new()))
                 }
-                StorageRequest::ObjectLength { inode, .. } => {
-                    Ok((Response::Length(target.length(inode)?), Bytes::new()))
-                }
+                StorageRequest::ObjectLength { inode, .. } => Ok((
+                    Response::Length(target.length(object(inode))?),
+                    Bytes::new(),
+                )),
                 StorageRequest::NetBench { .. } | StorageRequest::Bench { .. } => {
                     unreachable!("answered above")
                 }

@@ -20,6 +20,56 @@ use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{FallocateMode, SpaceUsage};
 use weft_proto::ErrorCode;
 
+/// Which of a target's two object trees an object lives in. A mirrored file's objects are
+/// kept apart from plain files' objects, so that a mirror group's resync, which makes a
+/// member's mirrored objects equal to its primary's, never touches an object of a plain file
+/// that happens to live on a member target (`docs/design/replication.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Space {
+    /// Objects of files striped over targets: `<target>/objects`.
+    Plain,
+    /// Objects of files striped over mirror groups: `<target>/mirrored`.
+    Mirrored,
+}
+
+impl Space {
+    /// The space a request's objects live in: mirrored when it was routed through a group.
+    pub fn of(mirror: Option<weft_proto::messages::MirrorRoute>) -> Space {
+        match mirror {
+            Some(_) => Space::Mirrored,
+            None => Space::Plain,
+        }
+    }
+
+    fn directory(self) -> &'static str {
+        match self {
+            Space::Plain => "objects",
+            Space::Mirrored => "mirrored",
+        }
+    }
+
+    const ALL: [Space; 2] = [Space::Plain, Space::Mirrored];
+}
+
+/// One object of a target: a file's inode in one of the target's spaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ObjectId {
+    pub space: Space,
+    pub inode: InodeId,
+}
+
+impl ObjectId {
+    pub fn new(space: Space, inode: InodeId) -> ObjectId {
+        ObjectId { space, inode }
+    }
+
+    /// The object of a plain file.
+    #[cfg(test)]
+    pub fn plain(inode: InodeId) -> ObjectId {
+        ObjectId::new(Space::Plain, inode)
+    }
+}
+
 /// An operation kept in memory until its object is synced (crash-test mode only).
 #[derive(Clone, Debug)]
 enum Pending {
@@ -34,13 +84,13 @@ pub(crate) struct Target {
     capacity_bytes: Option<u64>,
     poisoned: AtomicBool,
     /// Crash-test mode: unsynced operations per object, applied to disk at Sync.
-    journal: Option<Mutex<HashMap<InodeId, Vec<Pending>>>>,
+    journal: Option<Mutex<HashMap<ObjectId, Vec<Pending>>>>,
     /// Direct I/O: per object stripe, aligned writes share the lock and read-modify-writes
     /// take it alone (they must not interleave with another write of the same block).
     direct: Option<Vec<RwLock<()>>>,
     /// Open object files, so a request does not pay an open and a close (plain targets only).
     /// Removing an object takes it out under the same lock before the unlink.
-    files: Option<Mutex<HashMap<InodeId, Arc<ObjectFile>>>>,
+    files: Option<Mutex<HashMap<ObjectId, Arc<ObjectFile>>>>,
     /// Writes at least this large and 4 KiB-aligned go to the disk with O_DIRECT (plain
     /// targets only).
     direct_write_min: Option<usize>,
@@ -111,21 +161,24 @@ impl Target {
         (crash_test, direct_io): (bool, bool),
         direct_write_min_bytes: u64,
     ) -> std::io::Result<Target> {
-        let objects = root.join("objects");
-        fs::create_dir_all(&objects)?;
-        flatten_object_dirs(&objects)?;
-        for index in 0..=u8::MAX {
-            match fs::create_dir(objects.join(format!("{index:02x}"))) {
-                Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
-                    return Err(error)
+        let mut used = 0;
+        for space in Space::ALL {
+            let objects = root.join(space.directory());
+            fs::create_dir_all(&objects)?;
+            flatten_object_dirs(&objects)?;
+            for index in 0..=u8::MAX {
+                match fs::create_dir(objects.join(format!("{index:02x}"))) {
+                    Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                        return Err(error)
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
+            used += directory_bytes(&objects)?;
         }
         if direct_io {
             crate::direct::probe(root)?;
         }
-        let used = directory_bytes(&objects)?;
         let plain = !crash_test && !direct_io;
         Ok(Target {
             id,
@@ -141,12 +194,13 @@ impl Target {
         })
     }
 
-    /// `<root>/objects/<aa>/<inode>`: [`object_dir`] names `aa`.
-    pub fn object_path(&self, inode: InodeId) -> PathBuf {
+    /// `<root>/<space>/<aa>/<object>`: [`Space::directory`] names the space's tree and
+    /// [`object_dir`] names `aa`.
+    pub fn object_path(&self, object: ObjectId) -> PathBuf {
         self.root
-            .join("objects")
-            .join(object_dir(inode.0))
-            .join(format!("{:016x}", inode.0))
+            .join(object.space.directory())
+            .join(object_dir(object.inode.0))
+            .join(format!("{:016x}", object.inode.0))
     }
 
     fn check_writable(&self) -> Result<(), WireError> {
@@ -182,22 +236,22 @@ impl Target {
     /// `create` is false).
     fn plain_file(
         &self,
-        files: &Mutex<HashMap<InodeId, Arc<ObjectFile>>>,
-        inode: InodeId,
+        files: &Mutex<HashMap<ObjectId, Arc<ObjectFile>>>,
+        object: ObjectId,
         create: bool,
     ) -> Result<Option<Arc<ObjectFile>>, WireError> {
         let mut open = files.lock().expect("open files poisoned");
-        if let Some(file) = open.get(&inode) {
+        if let Some(file) = open.get(&object) {
             return Ok(Some(Arc::clone(file)));
         }
-        let path = self.object_path(inode);
+        let path = self.object_path(object);
         let file = match open_read_write(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 if !create {
                     return Ok(None);
                 }
-                self.create_plain(inode, &path)?
+                self.create_plain(object, &path)?
             }
             Err(error) => return Err(io_error("open object", &error)),
         };
@@ -206,13 +260,13 @@ impl Target {
             open.retain(|_, file| Arc::strong_count(file) > 1);
         }
         let file = Arc::new(ObjectFile::new(file));
-        open.insert(inode, Arc::clone(&file));
+        open.insert(object, Arc::clone(&file));
         Ok(Some(file))
     }
 
-    /// Creates `inode`'s missing object at `path` from a pooled file when the pool has one,
+    /// Creates `object`'s missing object at `path` from a pooled file when the pool has one,
     /// else as a new file. Called under the open-file table's lock.
-    fn create_plain(&self, inode: InodeId, path: &Path) -> Result<File, WireError> {
+    fn create_plain(&self, object: ObjectId, path: &Path) -> Result<File, WireError> {
         if let Some(free) = &self.free {
             match free.place(path) {
                 Ok(Placed::Moved | Placed::Occupied) => {
@@ -224,7 +278,7 @@ impl Target {
                 }
             }
         }
-        self.open_creating(inode, |path| {
+        self.open_creating(object, |path| {
             OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -234,9 +288,9 @@ impl Target {
         })
     }
 
-    fn disk_length(&self, inode: InodeId) -> Result<u64, WireError> {
+    fn disk_length(&self, object: ObjectId) -> Result<u64, WireError> {
         if let Some(files) = &self.files {
-            return match self.plain_file(files, inode, false)? {
+            return match self.plain_file(files, object, false)? {
                 Some(file) => Ok(file
                     .metadata()
                     .map_err(|e| io_error("stat object", &e))?
@@ -244,21 +298,21 @@ impl Target {
                 None => Ok(0),
             };
         }
-        match fs::metadata(self.object_path(inode)) {
+        match fs::metadata(self.object_path(object)) {
             Ok(metadata) => Ok(metadata.len()),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
             Err(error) => Err(io_error("stat object", &error)),
         }
     }
 
-    /// Opens `inode`'s object with `open` (which creates it), making its directory first if
+    /// Opens `object`'s object with `open` (which creates it), making its directory first if
     /// that is missing.
     fn open_creating(
         &self,
-        inode: InodeId,
+        object: ObjectId,
         open: impl Fn(&Path) -> std::io::Result<File>,
     ) -> Result<File, WireError> {
-        let path = self.object_path(inode);
+        let path = self.object_path(object);
         match open(&path) {
             Ok(file) => Ok(file),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -270,8 +324,8 @@ impl Target {
         }
     }
 
-    fn open_for_write(&self, inode: InodeId) -> Result<File, WireError> {
-        self.open_creating(inode, |path| {
+    fn open_for_write(&self, object: ObjectId) -> Result<File, WireError> {
+        self.open_creating(object, |path| {
             OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -281,53 +335,53 @@ impl Target {
     }
 
     /// Opens (creating if needed) an object for direct writes.
-    fn open_direct_for_write(&self, inode: InodeId) -> Result<File, WireError> {
-        self.open_creating(inode, |path| crate::direct::open(path, true))
+    fn open_direct_for_write(&self, object: ObjectId) -> Result<File, WireError> {
+        self.open_creating(object, |path| crate::direct::open(path, true))
     }
 
     /// Whether the object's file is held open (plain targets only), so a write to it opens
     /// nothing.
-    pub fn is_open(&self, inode: InodeId) -> bool {
+    pub fn is_open(&self, object: ObjectId) -> bool {
         self.files.as_ref().is_some_and(|files| {
             files
                 .lock()
                 .expect("open files poisoned")
-                .contains_key(&inode)
+                .contains_key(&object)
         })
     }
 
     /// Whether the object exists (on disk or in the crash-test journal).
-    pub fn exists(&self, inode: InodeId) -> bool {
+    pub fn exists(&self, object: ObjectId) -> bool {
         let journaled = self.journal.as_ref().is_some_and(|journal| {
             journal
                 .lock()
                 .expect("journal poisoned")
-                .contains_key(&inode)
+                .contains_key(&object)
         });
-        journaled || self.object_path(inode).exists()
+        journaled || self.object_path(object).exists()
     }
 
     /// The object's length as readers see it (including unsynced journal entries).
-    pub fn length(&self, inode: InodeId) -> Result<u64, WireError> {
-        let disk = self.disk_length(inode)?;
+    pub fn length(&self, object: ObjectId) -> Result<u64, WireError> {
+        let disk = self.disk_length(object)?;
         let Some(journal) = &self.journal else {
             return Ok(disk);
         };
         let journal = journal.lock().expect("journal poisoned");
         Ok(journal
-            .get(&inode)
+            .get(&object)
             .map(|ops| apply_length(disk, ops))
             .unwrap_or(disk))
     }
 
-    pub fn write(&self, inode: InodeId, offset: u64, data: Bytes) -> Result<u32, WireError> {
+    pub fn write(&self, object: ObjectId, offset: u64, data: Bytes) -> Result<u32, WireError> {
         self.check_writable()?;
         let len = u32::try_from(data.len())
             .map_err(|_| WireError::new(ErrorCode::InvalidArgument, "write too large"))?;
         let end = offset
             .checked_add(u64::from(len))
             .ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "offset overflows"))?;
-        let old_length = self.length(inode)?;
+        let old_length = self.length(object)?;
         let growth = end.saturating_sub(old_length);
         self.reserve(growth)?;
         match &self.journal {
@@ -335,13 +389,13 @@ impl Target {
                 journal
                     .lock()
                     .expect("journal poisoned")
-                    .entry(inode)
+                    .entry(object)
                     .or_default()
                     .push(Pending::Write { offset, data });
             }
             None => match &self.direct {
                 Some(stripes) => {
-                    let stripe = &stripes[(inode.0 % DIRECT_STRIPES) as usize];
+                    let stripe = &stripes[(object.inode.0 % DIRECT_STRIPES) as usize];
                     let _shared;
                     let _alone;
                     if crate::direct::is_aligned(offset, data.len()) {
@@ -349,7 +403,7 @@ impl Target {
                     } else {
                         _alone = stripe.write().expect("direct lock poisoned");
                     }
-                    let file = self.open_direct_for_write(inode)?;
+                    let file = self.open_direct_for_write(object)?;
                     // The length again, under the lock: another write may have grown it.
                     let length = file
                         .metadata()
@@ -361,9 +415,9 @@ impl Target {
                 None => {
                     let file = match &self.files {
                         Some(files) => self
-                            .plain_file(files, inode, true)?
+                            .plain_file(files, object, true)?
                             .expect("created when missing"),
-                        None => Arc::new(ObjectFile::new(self.open_for_write(inode)?)),
+                        None => Arc::new(ObjectFile::new(self.open_for_write(object)?)),
                     };
                     if self.direct_write_min.is_some_and(|min| data.len() >= min)
                         && crate::direct::is_aligned(offset, data.len())
@@ -385,11 +439,11 @@ impl Target {
         Ok(len)
     }
 
-    pub fn read(&self, inode: InodeId, offset: u64, len: u32) -> Result<Bytes, WireError> {
-        let disk_length = self.disk_length(inode)?;
+    pub fn read(&self, object: ObjectId, offset: u64, len: u32) -> Result<Bytes, WireError> {
+        let disk_length = self.disk_length(object)?;
         let wanted = disk_length.saturating_sub(offset).min(u64::from(len)) as usize;
         if wanted > 0 && self.direct.is_some() {
-            let file = crate::direct::open(&self.object_path(inode), false)
+            let file = crate::direct::open(&self.object_path(object), false)
                 .map_err(|e| io_error("open object", &e))?;
             return crate::direct::read_owned(&file, offset, wanted)
                 .map_err(|e| io_error("read object", &e));
@@ -398,12 +452,13 @@ impl Target {
         let mut filled = 0usize;
         if offset < disk_length {
             let file = match &self.files {
-                Some(files) => match self.plain_file(files, inode, false)? {
+                Some(files) => match self.plain_file(files, object, false)? {
                     Some(file) => file,
                     None => return Ok(Bytes::new()),
                 },
                 None => Arc::new(ObjectFile::new(
-                    File::open(self.object_path(inode)).map_err(|e| io_error("open object", &e))?,
+                    File::open(self.object_path(object))
+                        .map_err(|e| io_error("open object", &e))?,
                 )),
             };
             let large = self.direct_write_min.is_some_and(|min| wanted >= min);
@@ -428,7 +483,7 @@ impl Target {
         let mut logical_length = disk_length;
         if let Some(journal) = &self.journal {
             let journal = journal.lock().expect("journal poisoned");
-            for op in journal.get(&inode).map(Vec::as_slice).unwrap_or(&[]) {
+            for op in journal.get(&object).map(Vec::as_slice).unwrap_or(&[]) {
                 match op {
                     Pending::Write { offset: at, data } => {
                         let start = (*at).max(offset);
@@ -459,7 +514,7 @@ impl Target {
     /// Reads like [`Target::read`] if the object's file is held open and the page cache holds
     /// every byte asked for (`preadv2` with `RWF_NOWAIT`), so the read cannot wait for the
     /// disk; `None` when it could, and the caller reads the usual way.
-    pub fn read_cached(&self, inode: InodeId, offset: u64, len: u32) -> Option<Bytes> {
+    pub fn read_cached(&self, object: ObjectId, offset: u64, len: u32) -> Option<Bytes> {
         if self.journal.is_some() {
             return None;
         }
@@ -468,7 +523,7 @@ impl Target {
             .as_ref()?
             .lock()
             .expect("open files poisoned")
-            .get(&inode)
+            .get(&object)
             .cloned()?;
         let length = file.metadata().ok()?.len();
         let wanted = length.saturating_sub(offset).min(u64::from(len)) as usize;
@@ -501,9 +556,9 @@ impl Target {
     }
 
     /// Cuts the object to `length` if it is longer; never extends it (holes read as zeros).
-    pub fn truncate(&self, inode: InodeId, length: u64) -> Result<(), WireError> {
+    pub fn truncate(&self, object: ObjectId, length: u64) -> Result<(), WireError> {
         self.check_writable()?;
-        let current = self.length(inode)?;
+        let current = self.length(object)?;
         if current <= length {
             return Ok(());
         }
@@ -511,18 +566,18 @@ impl Target {
             Some(journal) => journal
                 .lock()
                 .expect("journal poisoned")
-                .entry(inode)
+                .entry(object)
                 .or_default()
                 .push(Pending::Truncate { length }),
             None => {
                 let file = match &self.files {
                     Some(files) => self
-                        .plain_file(files, inode, false)?
+                        .plain_file(files, object, false)?
                         .ok_or_else(|| WireError::new(ErrorCode::Io, "object vanished"))?,
                     None => Arc::new(ObjectFile::new(
                         OpenOptions::new()
                             .write(true)
-                            .open(self.object_path(inode))
+                            .open(self.object_path(object))
                             .map_err(|e| io_error("open object", &e))?,
                     )),
                 };
@@ -541,7 +596,7 @@ impl Target {
     /// In crash-test mode an allocation only checks the quota and a zeroing is journalled.
     pub fn fallocate(
         &self,
-        inode: InodeId,
+        object: ObjectId,
         offset: u64,
         len: u64,
         mode: FallocateMode,
@@ -550,7 +605,7 @@ impl Target {
         let end = offset
             .checked_add(len)
             .ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "range overflows"))?;
-        let length = self.length(inode)?;
+        let length = self.length(object)?;
         match mode {
             FallocateMode::Allocate => self.reserve(end.saturating_sub(length))?,
             FallocateMode::Zero if offset >= length => return Ok(()),
@@ -562,7 +617,7 @@ impl Target {
                 journal
                     .lock()
                     .expect("journal poisoned")
-                    .entry(inode)
+                    .entry(object)
                     .or_default()
                     .push(Pending::Write {
                         offset,
@@ -573,9 +628,9 @@ impl Target {
         }
         let file = match &self.files {
             Some(files) => self
-                .plain_file(files, inode, true)?
+                .plain_file(files, object, true)?
                 .expect("created when missing"),
-            None => Arc::new(ObjectFile::new(self.open_for_write(inode)?)),
+            None => Arc::new(ObjectFile::new(self.open_for_write(object)?)),
         };
         let flags = match mode {
             FallocateMode::Allocate => libc::FALLOC_FL_KEEP_SIZE,
@@ -609,19 +664,26 @@ impl Target {
         Ok(())
     }
 
-    /// The objects of `home`'s inodes after inode `after`, in inode order, at most `max`;
+    /// The objects of `home`'s inodes after object `after`, in object order, at most `max`;
     /// true when nothing follows. Objects only in the crash-test journal are included.
     pub fn list_objects(
         &self,
+        space: Space,
         home: Option<NodeId>,
         after: u64,
         max: u32,
     ) -> Result<(Vec<(InodeId, u64)>, bool), WireError> {
         let mut found = Vec::new();
-        collect_objects(&self.root.join("objects"), &mut found)
+        collect_objects(&self.root.join(space.directory()), &mut found)
             .map_err(|e| io_error("list objects", &e))?;
         if let Some(journal) = &self.journal {
-            found.extend(journal.lock().expect("journal poisoned").keys().copied());
+            let journal = journal.lock().expect("journal poisoned");
+            found.extend(
+                journal
+                    .keys()
+                    .filter(|object| object.space == space)
+                    .map(|object| object.inode),
+            );
         }
         let mut objects: Vec<InodeId> = found
             .into_iter()
@@ -633,23 +695,23 @@ impl Target {
         objects.truncate(max as usize);
         let listed = objects
             .into_iter()
-            .map(|inode| Ok((inode, self.length(inode)?)))
+            .map(|inode| Ok((inode, self.length(ObjectId::new(space, inode))?)))
             .collect::<Result<_, WireError>>()?;
         Ok((listed, end))
     }
 
-    pub fn remove(&self, inode: InodeId) -> Result<(), WireError> {
-        let length = self.length(inode)?;
+    pub fn remove(&self, object: ObjectId) -> Result<(), WireError> {
+        let length = self.length(object)?;
         if let Some(journal) = &self.journal {
-            journal.lock().expect("journal poisoned").remove(&inode);
+            journal.lock().expect("journal poisoned").remove(&object);
         }
         // No request may open the object again between forgetting it and removing it.
         let mut open = self
             .files
             .as_ref()
             .map(|files| files.lock().expect("open files poisoned"));
-        let held = open.as_mut().and_then(|open| open.remove(&inode));
-        let path = self.object_path(inode);
+        let held = open.as_mut().and_then(|open| open.remove(&object));
+        let path = self.object_path(object);
         let pooled = match (&self.free, held) {
             // A request still using the file could write into its next life: unlink it.
             (Some(_), Some(held)) if Arc::strong_count(&held) > 1 => false,
@@ -699,16 +761,16 @@ impl Target {
 
     /// Makes the object's data durable. A failed fdatasync poisons the target: the page cache
     /// may have dropped the dirty pages, so retrying could report success for lost data.
-    pub fn sync(&self, inode: InodeId) -> Result<(), WireError> {
+    pub fn sync(&self, object: ObjectId) -> Result<(), WireError> {
         self.check_writable()?;
         if let Some(journal) = &self.journal {
             let pending = journal
                 .lock()
                 .expect("journal poisoned")
-                .remove(&inode)
+                .remove(&object)
                 .unwrap_or_default();
             if !pending.is_empty() {
-                let file = self.open_for_write(inode)?;
+                let file = self.open_for_write(object)?;
                 for op in pending {
                     match op {
                         Pending::Write { offset, data } => file
@@ -722,11 +784,11 @@ impl Target {
             }
         }
         let file = match &self.files {
-            Some(files) => match self.plain_file(files, inode, false)? {
+            Some(files) => match self.plain_file(files, object, false)? {
                 Some(file) => file,
                 None => return Ok(()),
             },
-            None => match File::open(self.object_path(inode)) {
+            None => match File::open(self.object_path(object)) {
                 Ok(file) => Arc::new(ObjectFile::new(file)),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(error) => return Err(io_error("open object", &error)),
@@ -962,7 +1024,7 @@ mod tests {
             .expect("open flattens");
         for inode in &inodes {
             assert_eq!(
-                &target.read(*inode, 0, 8).expect("read")[..],
+                &target.read(ObjectId::plain(*inode), 0, 8).expect("read")[..],
                 &inode.0.to_le_bytes()[..],
                 "object {inode} moved"
             );
@@ -971,7 +1033,9 @@ mod tests {
             target.used_bytes.load(Ordering::Acquire),
             8 * inodes.len() as u64
         );
-        let (listed, _) = target.list_objects(None, 0, 1000).expect("list");
+        let (listed, _) = target
+            .list_objects(Space::Plain, None, 0, 1000)
+            .expect("list");
         assert_eq!(listed.len(), inodes.len());
         for dir in fs::read_dir(&objects).expect("objects") {
             for entry in fs::read_dir(dir.expect("entry").path()).expect("dir") {
@@ -995,7 +1059,7 @@ mod tests {
             0,
         )
         .expect("open");
-        let inode = InodeId::new(weft_proto::NodeId(1), 5);
+        let inode = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 5));
         assert_eq!(target.length(inode).expect("length"), 0);
         assert!(
             target.read(inode, 0, 100).expect("read").is_empty(),
@@ -1032,6 +1096,29 @@ mod tests {
         assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
         target.sync(inode).expect("sync");
         assert_eq!(target.disk_length(inode).expect("disk length"), 6);
+
+        // A mirrored file's object is another object than a plain file's of the same inode:
+        // neither reads, changes, lists or removes the other.
+        let mirrored = ObjectId::new(Space::Mirrored, inode.inode);
+        assert!(!target.exists(mirrored));
+        target
+            .write(mirrored, 0, Bytes::from_static(b"mirrored"))
+            .expect("write mirrored");
+        target.truncate(mirrored, 7).expect("truncate mirrored");
+        target.sync(mirrored).expect("sync mirrored");
+        assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
+        assert_eq!(
+            &target.read(mirrored, 0, 100).expect("read")[..],
+            b"mirrore"
+        );
+        for (space, length) in [(Space::Plain, 6), (Space::Mirrored, 7)] {
+            let (listed, end) = target.list_objects(space, None, 0, 10).expect("list");
+            assert!(end);
+            assert_eq!(listed, vec![(inode.inode, length)], "{space:?}");
+        }
+        target.remove(mirrored).expect("remove mirrored");
+        assert!(!target.exists(mirrored));
+        assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
     }
 
     /// A removed object's file is emptied and reused by the next new object, which reads
@@ -1045,8 +1132,8 @@ mod tests {
             Target::open(TargetId(1), directory.path(), None, (false, false), 0).expect("open");
         let free = target.free.as_ref().expect("a plain target pools files");
         let (old, new) = (
-            InodeId::new(weft_proto::NodeId(1), 1),
-            InodeId::new(weft_proto::NodeId(1), 2),
+            ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 1)),
+            ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 2)),
         );
         target
             .write(old, 0, Bytes::from(vec![7u8; 8192]))
@@ -1097,7 +1184,7 @@ mod tests {
         }
         let target =
             Target::open(TargetId(1), directory.path(), None, (false, false), 8192).expect("open");
-        let inode = InodeId::new(weft_proto::NodeId(1), 9);
+        let inode = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 9));
         let mut model = vec![0u8; 64 << 10];
         let write = |offset: usize, data: Bytes, model: &mut Vec<u8>| {
             target
@@ -1149,7 +1236,7 @@ mod tests {
         let directory = tempfile::tempdir().expect("tempdir");
         let target =
             Target::open(TargetId(1), directory.path(), None, (true, false), 0).expect("open");
-        let inode = InodeId::new(weft_proto::NodeId(1), 6);
+        let inode = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 6));
         target
             .write(inode, 0, Bytes::from_static(b"volatile"))
             .expect("write");

@@ -204,9 +204,9 @@ pub fn write_synced(path: &Path, data: &[u8]) {
     file.sync_all().expect("fsync");
 }
 
-/// Every object file under a storage target's `objects` directory: relative path → content,
-/// for comparing mirror members on disk.
-pub fn objects(target: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+/// Every object of a mirrored file on a storage target (its `mirrored` tree): relative path →
+/// content, for comparing mirror members on disk.
+pub fn mirrored_objects(target: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     fn walk(dir: &Path, root: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let path = entry.path();
@@ -222,7 +222,7 @@ pub fn objects(target: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         }
     }
     let mut out = std::collections::BTreeMap::new();
-    let root = target.join("objects");
+    let root = target.join("mirrored");
     walk(&root, &root, &mut out);
     out
 }

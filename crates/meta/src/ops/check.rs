@@ -15,6 +15,7 @@ use crate::store::{
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
+use weft_proto::layout::Slot;
 use weft_proto::messages::{CheckReport, CHECK_FINDINGS_MAX};
 
 /// Collects findings, keeping the detailed list bounded.
@@ -48,6 +49,8 @@ struct Entry {
 }
 
 /// Runs the check in `txn`; returns the report and the objects to remove after the commit.
+/// `objects` are the objects found on the targets: a plain one as (inode, target, `None`), a
+/// mirrored one as (inode, member target, `Some(group)`).
 pub(crate) fn check(
     txn: &WriteTransaction,
     home: NodeId,
@@ -55,7 +58,7 @@ pub(crate) fn check(
     objects: &[(InodeId, TargetId, Option<u32>)],
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
-) -> Result<(CheckReport, Vec<(InodeId, TargetId)>), OpError> {
+) -> Result<(CheckReport, Vec<(InodeId, Slot)>), OpError> {
     let mut findings = Findings {
         report: CheckReport {
             node: home,
@@ -401,12 +404,14 @@ fn drop_missing<V: redb::Value + 'static>(
     Ok(())
 }
 
+/// Objects that belong to no file, each as the slot to remove it through: its target for a
+/// plain object, its group (every member at once) for a mirrored one.
 fn check_objects(
     txn: &WriteTransaction,
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
     objects: &[(InodeId, TargetId, Option<u32>)],
-) -> Result<Vec<(InodeId, TargetId)>, OpError> {
+) -> Result<Vec<(InodeId, Slot)>, OpError> {
     let disposals = txn.open_table(DISPOSALS)?;
     let mut garbage = Vec::new();
     for (inode, target, group) in objects {
@@ -417,11 +422,15 @@ fn check_objects(
         if belongs || disposals.get(inode.0)?.is_some() {
             continue;
         }
+        let (what, slot) = match group {
+            None => ("object", Slot::Target(*target)),
+            Some(group) => ("mirrored object", Slot::Group(*group)),
+        };
         findings.problem(format!(
-            "object of {inode} on target {target} belongs to no file"
+            "{what} of {inode} on target {target} belongs to no file"
         ));
-        if findings.repair {
-            garbage.push((*inode, *target));
+        if findings.repair && !garbage.contains(&(*inode, slot)) {
+            garbage.push((*inode, slot));
         }
     }
     Ok(garbage)
