@@ -121,6 +121,33 @@ fn files() {
     let long = "x".repeat(256);
     assert_eq!(errno(File::create(mnt.join(&long))), libc::ENAMETOOLONG);
     assert_eq!(errno(File::open(path.join("below-a-file"))), libc::ENOTDIR);
+
+    // Requests the mount does not serve get their errno quietly: Python's open() asks isatty
+    // (an ioctl) every time, which once logged a warning each.
+    let script = format!(
+        "import os\nfor _ in range(200):\n    with open({:?}) as f: f.isatty()\nos.fsync(os.open({:?}, os.O_RDONLY))",
+        path.display().to_string(),
+        mnt.display().to_string(),
+    );
+    let status = Command::new("python3")
+        .args(["-c", &script])
+        .status()
+        .expect("python3");
+    assert!(
+        status.success(),
+        "reads, isatty and fsync of a directory work"
+    );
+    let log = cluster.log("mount-1");
+    let noisy = log.lines().filter(|line| line.contains("WARN")).count();
+    assert!(
+        noisy < 5,
+        "unsupported requests are answered quietly ({noisy} warnings):\n{log}"
+    );
+    assert_eq!(
+        log.matches("the mount does not serve this request").count(),
+        1,
+        "the first one of a kind is logged once:\n{log}"
+    );
 }
 
 fn nix_statvfs(path: &Path) -> (u64, u64) {

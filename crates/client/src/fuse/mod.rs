@@ -13,6 +13,7 @@
 
 mod dirs;
 pub mod mount;
+mod unsupported;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
 
@@ -98,6 +99,8 @@ struct State {
     no_capability: Mutex<HashMap<u64, std::time::Instant>>,
     /// Directories' attributes as this client's last change of them left them.
     dirs: Arc<dirs::FreshDirs>,
+    /// Requests answered with an error because the mount does not serve them.
+    unsupported: unsupported::Unsupported,
 }
 
 /// The extended attribute the kernel asks for before every write, to drop file capabilities.
@@ -522,6 +525,7 @@ impl WeftFs {
                 handles: Mutex::default(),
                 next_handle: AtomicU64::new(1),
                 inodes: Mutex::default(),
+                unsupported: unsupported::Unsupported::default(),
             }),
         }
     }
@@ -653,6 +657,98 @@ impl Filesystem for WeftFs {
         self.runtime.block_on(async move {
             let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
         });
+        let unsupported = self.state.unsupported.counts();
+        if !unsupported.is_empty() {
+            tracing::info!(?unsupported, "requests the mount answered with an error");
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _handle: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No device-specific requests: what a terminal check (isatty) expects of a file.
+        self.state.unsupported.note("ioctl", "ENOTTY");
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn poll(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _handle: FileHandle,
+        _poll_handle: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        // ENOSYS: the kernel stops asking and treats files as always ready.
+        self.state.unsupported.note("poll", "ENOSYS");
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn lseek(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _handle: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        // ENOSYS: the kernel stops asking and answers SEEK_DATA / SEEK_HOLE itself, as if
+        // the whole file were data.
+        self.state.unsupported.note("lseek", "ENOSYS");
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _request: &Request,
+        _ino_in: INodeNo,
+        _handle_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _handle_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // ENOSYS: the kernel stops asking and copies through reads and writes.
+        self.state.unsupported.note("copy_file_range", "ENOSYS");
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn bmap(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _block_size: u32,
+        _index: u64,
+        reply: fuser::ReplyBmap,
+    ) {
+        self.state.unsupported.note("bmap", "ENOSYS");
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn fsyncdir(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        _handle: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Every change of a directory is committed and synced before it is answered.
+        reply.ok();
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
