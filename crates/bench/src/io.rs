@@ -508,13 +508,13 @@ impl NativeFiles {
             inode: attr.inode,
             writer: weft_client::FileWriter::new(
                 Arc::clone(&self.client),
-                attr.inode,
+                (attr.inode, attr.truncate_generation),
                 layout.clone(),
                 self.write_behind,
             ),
             reader: weft_client::FileReader::new(
                 Arc::clone(&self.client),
-                attr.inode,
+                (attr.inode, attr.truncate_generation),
                 layout.clone(),
                 attr.size,
                 self.read_ahead,
@@ -577,7 +577,7 @@ impl IoTarget for NativeFiles {
                 .await;
             self.client
                 .read_data(
-                    file.inode,
+                    (file.inode, file.generation),
                     &file.layout,
                     offset,
                     buf.len() as u64,

@@ -297,7 +297,12 @@ impl MetaTarget for NativeTarget {
             }
             let layout = attr.layout.as_ref().context("a new file has a layout")?;
             self.client
-                .write(attr.inode, layout, 0, bytes::Bytes::copy_from_slice(data))
+                .write(
+                    (attr.inode, attr.truncate_generation),
+                    layout,
+                    0,
+                    bytes::Bytes::copy_from_slice(data),
+                )
                 .await?;
             self.client
                 .report_size(
@@ -325,7 +330,13 @@ impl MetaTarget for NativeTarget {
             let layout = attr.layout.as_ref().context("a file has a layout")?;
             Ok(self
                 .client
-                .read(attr.inode, layout, 0, attr.size, attr.size)
+                .read(
+                    (attr.inode, attr.truncate_generation),
+                    layout,
+                    0,
+                    attr.size,
+                    attr.size,
+                )
                 .await?
                 .len())
         })

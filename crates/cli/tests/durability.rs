@@ -348,3 +348,125 @@ fn fsync_reports_writes_lost_in_a_storage_crash() {
     drop((lost, fresh));
     assert_eq!(fs::read(mnt.join("fresh")).expect("read"), data);
 }
+
+// Goal: a committed truncate is enforced at every target by the file's truncate generation,
+// even when one was down when it was made: nothing written after the truncate is cut by it
+// later, and the part of the old data on the target that missed it never shows again.
+// Method: 2 storage servers with one target each, a directory striped over both in 64 KiB
+// chunks, a 256 KiB file; the server holding chunk 1 is killed, the file truncated to 0 and
+// written again on the live target only (chunks 0 and 2), the server restarted; the file
+// reads back as written before and after the missed truncate reached the returning target.
+#[test]
+fn a_truncate_never_cuts_later_writes() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let mut cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("striped");
+    fs::create_dir(&dir).expect("mkdir");
+    let path = dir.display().to_string();
+    let (ok, _, err) = common::weft(
+        &cluster,
+        &[
+            "entry",
+            "set",
+            "--chunk-size",
+            "64K",
+            "--num-targets",
+            "2",
+            &path,
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "{err}");
+    let chunk = 64usize << 10;
+    let file_path = dir.join("file");
+    common::write_synced(&file_path, &pattern(21, 4 * chunk));
+    let (ok, info, err) = common::weft(
+        &cluster,
+        &[
+            "entry",
+            "info",
+            &file_path.display().to_string(),
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "{err}");
+    let order: Vec<u32> = info
+        .lines()
+        .filter_map(|line| {
+            line.trim()
+                .strip_prefix("+ ")
+                .and_then(|rest| rest.split_once(" @ "))
+                .and_then(|(id, _)| id.parse().ok())
+        })
+        .collect();
+    assert_eq!(order.len(), 2, "{info}");
+    // Target n is storage-n's only target.
+    let (live, down) = (order[0] as usize, order[1] as usize);
+    let object = cluster
+        .target_dir(down, 1)
+        .join("objects")
+        .join(format!("{:02x}", {
+            let ino = fs::metadata(&file_path).expect("stat").ino();
+            weft_proto::checksum::crc32c(&ino.to_le_bytes()).to_le_bytes()[0]
+        }))
+        .join(format!(
+            "{:016x}",
+            fs::metadata(&file_path).expect("stat").ino()
+        ));
+    assert_eq!(
+        fs::metadata(&object)
+            .expect("the down target's object")
+            .len(),
+        2 * chunk as u64
+    );
+    let down_name = format!("storage-{down}");
+    cluster.kill(&down_name).expect("kill");
+    eprintln!("storage-{live} stays, {down_name} is down");
+
+    let file = OpenOptions::new()
+        .write(true)
+        .open(&file_path)
+        .expect("open");
+    file.set_len(0)
+        .expect("a committed truncate is answered while a target is down");
+    drop(file);
+    let first = pattern(22, 40 << 10);
+    let third = pattern(23, 12 << 10);
+    {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&file_path)
+            .expect("open again");
+        file.write_all_at(&first, 0).expect("write chunk 0");
+        file.write_all_at(&third, 2 * chunk as u64)
+            .expect("write chunk 2");
+    }
+    let mut expected = vec![0u8; 2 * chunk + third.len()];
+    expected[..first.len()].copy_from_slice(&first);
+    expected[2 * chunk..].copy_from_slice(&third);
+
+    cluster.restart(&down_name).expect("restart");
+    cluster.wait_ready().expect("ready");
+    assert!(
+        fs::read(&file_path).expect("read") == expected,
+        "chunk 1 reads as zeros, not as the data the truncate cut"
+    );
+    wait_until("the missed truncate to reach the returning target", || {
+        fs::metadata(&object).map(|m| m.len()).unwrap_or(0) == 0
+    })
+    .expect("truncate applied");
+    cluster.unmount(&mnt).expect("unmount");
+    let fresh = cluster.mount().expect("mount again");
+    assert!(
+        fs::read(fresh.join("striped/file")).expect("read") == expected,
+        "the truncate that reached the returning target late cut nothing written after it"
+    );
+    fsck_clean(&cluster);
+}

@@ -138,6 +138,8 @@ fn slice(window: &ReadData, start: u64, offset: u64, size: u64, known: u64) -> O
 pub struct FileReader {
     client: Arc<Client>,
     inode: InodeId,
+    /// The file's truncate generation at the open.
+    generation: u64,
     layout: FileLayout,
     size: u64,
     window: u64,
@@ -145,11 +147,12 @@ pub struct FileReader {
 }
 
 impl FileReader {
-    /// A reader of `inode`, `size` bytes long at its open, reading ahead `window` bytes at a
+    /// A reader of `file` (its inode, and its truncate generation at the open), `size` bytes
+    /// long at its open, reading ahead `window` bytes at a
     /// time (0: never).
     pub fn new(
         client: Arc<Client>,
-        inode: InodeId,
+        (inode, generation): (InodeId, u64),
         layout: FileLayout,
         size: u64,
         window: u64,
@@ -157,6 +160,7 @@ impl FileReader {
         FileReader {
             client,
             inode,
+            generation,
             layout,
             size,
             window,
@@ -172,15 +176,15 @@ impl FileReader {
     /// The read's error; a failed read-ahead window is read again directly.
     pub async fn read(&self, offset: u64, len: u64) -> Result<ReadData, ClientError> {
         let fetch = |(start, window_len): (u64, u64)| -> BoxFuture<'static, Option<ReadData>> {
-            let (client, inode, layout, size) = (
+            let (client, file, layout, size) = (
                 Arc::clone(&self.client),
-                self.inode,
+                (self.inode, self.generation),
                 self.layout.clone(),
                 self.size,
             );
             let task = tokio::spawn(async move {
                 client
-                    .read_data(inode, &layout, start, window_len, size)
+                    .read_data(file, &layout, start, window_len, size)
                     .await
                     .ok()
             });
@@ -193,7 +197,13 @@ impl FileReader {
             return Ok(data);
         }
         self.client
-            .read_data(self.inode, &self.layout, offset, len, self.size)
+            .read_data(
+                (self.inode, self.generation),
+                &self.layout,
+                offset,
+                len,
+                self.size,
+            )
             .await
     }
 }

@@ -26,6 +26,8 @@ use weft_proto::layout::FileLayout;
 pub struct FileWriter {
     client: Arc<Client>,
     inode: InodeId,
+    /// The file's truncate generation the writes belong to.
+    generation: u64,
     layout: FileLayout,
     /// `None` with a budget of 0: every write waits for the servers.
     inflight: Option<Arc<InFlight>>,
@@ -33,17 +35,19 @@ pub struct FileWriter {
 }
 
 impl FileWriter {
-    /// Writes of `inode` (laid out as `layout`) with `budget_bytes` in flight at most (0: none;
+    /// Writes of `file` (its inode, and the truncate generation the writes belong to; laid
+    /// out as `layout`) with `budget_bytes` in flight at most (0: none;
     /// [`crate::ClientConfig::write_behind_bytes`] is the mount's).
     pub fn new(
         client: Arc<Client>,
-        inode: InodeId,
+        (inode, generation): (InodeId, u64),
         layout: FileLayout,
         budget_bytes: u32,
     ) -> FileWriter {
         FileWriter {
             client,
             inode,
+            generation,
             layout,
             inflight: (budget_bytes > 0).then(|| Arc::new(InFlight::new(budget_bytes))),
             error: Arc::default(),
@@ -66,7 +70,7 @@ impl FileWriter {
         let Some(inflight) = &self.inflight else {
             return self
                 .client
-                .write(self.inode, &self.layout, offset, data)
+                .write((self.inode, self.generation), &self.layout, offset, data)
                 .await;
         };
         let admitted = inflight.admit((offset, offset + data.len() as u64)).await;
@@ -77,8 +81,12 @@ impl FileWriter {
         }
         let client = Arc::clone(&self.client);
         let (inode, layout, error) = (self.inode, self.layout.clone(), Arc::clone(&self.error));
+        let generation = self.generation;
         tokio::spawn(async move {
-            if let Err(failure) = client.write(inode, &layout, offset, data).await {
+            if let Err(failure) = client
+                .write((inode, generation), &layout, offset, data)
+                .await
+            {
                 tracing::warn!(%inode, error = %failure, "a write-behind write failed");
                 error
                     .lock()

@@ -806,20 +806,21 @@ impl Client {
         .await
     }
 
-    /// Reads `[offset, offset + len)` of a file, clamped to `size`; holes read as zeros.
+    /// Reads `[offset, offset + len)` of a file (inode, and the truncate generation the
+    /// caller knows), clamped to `size`; holes read as zeros.
     ///
     /// # Errors
     /// Storage errors (`Io`, `UnknownTarget`, transport).
     pub async fn read(
         &self,
-        inode: InodeId,
+        file: (InodeId, u64),
         layout: &FileLayout,
         offset: u64,
         len: u64,
         size: u64,
     ) -> Result<Bytes, ClientError> {
         Ok(self
-            .read_data(inode, layout, offset, len, size)
+            .read_data(file, layout, offset, len, size)
             .await?
             .into_bytes())
     }
@@ -831,27 +832,28 @@ impl Client {
     /// Storage errors (`Io`, `UnknownTarget`, transport).
     pub async fn read_data(
         &self,
-        inode: InodeId,
+        file: (InodeId, u64),
         layout: &FileLayout,
         offset: u64,
         len: u64,
         size: u64,
     ) -> Result<crate::ReadData, ClientError> {
-        crate::io::read(self, inode, layout, offset, len, size).await
+        crate::io::read(self, file, layout, offset, len, size).await
     }
 
-    /// Writes `data` at `offset` of a file.
+    /// Writes `data` at `offset` of a file (inode, and the truncate generation the writer
+    /// writes in).
     ///
     /// # Errors
     /// `NoSpace` when a target is full, storage and transport errors.
     pub async fn write(
         &self,
-        inode: InodeId,
+        file: (InodeId, u64),
         layout: &FileLayout,
         offset: u64,
         data: Bytes,
     ) -> Result<(), ClientError> {
-        crate::io::write(self, inode, layout, offset, data).await
+        crate::io::write(self, file, layout, offset, data).await
     }
 
     /// Allocates (`Allocate`) or zeroes (`Zero`) a file range on its targets; the file size is
@@ -861,13 +863,25 @@ impl Client {
     /// `NoSpace`, `NotSupported`, storage and transport errors.
     pub async fn fallocate(
         &self,
-        inode: InodeId,
+        file: (InodeId, u64),
         layout: &FileLayout,
-        offset: u64,
-        len: u64,
+        (offset, len): (u64, u64),
         mode: FallocateMode,
     ) -> Result<(), ClientError> {
-        crate::io::fallocate(self, inode, layout, offset, len, mode).await
+        crate::io::fallocate(self, file, layout, (offset, len), mode).await
+    }
+
+    /// Has `inode`'s home send the file's queued truncate to every target now (a target
+    /// answered `TruncatePending`); returns when each has it.
+    ///
+    /// # Errors
+    /// `Io` when a target cannot be reached, transport errors.
+    pub async fn apply_truncate(&self, inode: InodeId) -> Result<(), ClientError> {
+        self.on_home(
+            inode,
+            |meta| async move { meta.apply_truncate(inode).await },
+        )
+        .await
     }
 
     /// Makes a file's data durable on every target of its layout.

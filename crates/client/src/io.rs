@@ -13,15 +13,41 @@ use weft_proto::messages::IO_BYTES_MAX;
 use weft_proto::messages::{FallocateMode, Route};
 use weft_proto::ErrorCode;
 
-async fn on_slot<T, F, Fut>(client: &Client, slot: Slot, call: F) -> Result<T, ClientError>
+/// Times a request may find its object waiting for a truncate and have it applied before
+/// the request fails: once is the rule; more means the truncate keeps failing to arrive.
+const TRUNCATE_PENDING_TRIES_MAX: u32 = 3;
+
+/// Runs `call` on the server of `slot` for file `inode`. An object that still waits for a
+/// truncate of the file it missed (`TruncatePending`: its target was away when the
+/// truncate was made) gets it first, through the file's home, and the call goes again.
+async fn on_slot<T, F, Fut>(
+    client: &Client,
+    inode: InodeId,
+    slot: Slot,
+    call: F,
+) -> Result<T, ClientError>
 where
     F: Fn(Arc<StorageClient>, Route) -> Fut,
     Fut: std::future::Future<Output = Result<T, RpcError>>,
 {
-    Ok(client
-        .cluster
-        .call_storage(slot, &client.retry, call)
-        .await?)
+    let mut tries = 0;
+    loop {
+        match client
+            .cluster
+            .call_storage(slot, &client.retry, &call)
+            .await
+        {
+            Err(RpcError::Remote(error))
+                if error.code == ErrorCode::TruncatePending
+                    && tries < TRUNCATE_PENDING_TRIES_MAX =>
+            {
+                tries += 1;
+                tracing::debug!(%inode, %slot, "an object waits for a truncate: applying it");
+                client.apply_truncate(inode).await?;
+            }
+            result => return Ok(result?),
+        }
+    }
 }
 
 /// Pieces of the range, further cut so no request exceeds [`IO_BYTES_MAX`].
@@ -113,7 +139,7 @@ impl ReadData {
 
 pub(crate) async fn read(
     client: &Client,
-    inode: InodeId,
+    (inode, generation): (InodeId, u64),
     layout: &FileLayout,
     offset: u64,
     len: u64,
@@ -129,11 +155,13 @@ pub(crate) async fn read(
             let slot = layout.slot(piece.target_index);
             let len = piece.len as u32;
             let net_bench = client.net_bench();
-            let data = on_slot(client, slot, |storage, route| async move {
+            let data = on_slot(client, inode, slot, |storage, route| async move {
                 if net_bench {
                     return Ok(storage.net_bench(route.target, Bytes::new(), len).await?.1);
                 }
-                storage.read(route, inode, piece.object_offset, len).await
+                storage
+                    .read(route, (inode, generation), piece.object_offset, len)
+                    .await
             })
             .await?;
             Ok::<_, ClientError>((piece, data))
@@ -158,7 +186,7 @@ pub(crate) async fn read(
 
 pub(crate) async fn write(
     client: &Client,
-    inode: InodeId,
+    (inode, generation): (InodeId, u64),
     layout: &FileLayout,
     offset: u64,
     data: Bytes,
@@ -171,7 +199,7 @@ pub(crate) async fn write(
             async move {
                 let slot = layout.slot(piece.target_index);
                 let net_bench = client.net_bench();
-                let (_, verifier) = on_slot(client, slot, |storage, route| {
+                let (_, verifier) = on_slot(client, inode, slot, |storage, route| {
                     let slice = slice.clone();
                     async move {
                         if net_bench {
@@ -179,7 +207,7 @@ pub(crate) async fn write(
                             return Ok((len, 0));
                         }
                         storage
-                            .write(route, inode, piece.object_offset, slice)
+                            .write(route, (inode, generation), piece.object_offset, slice)
                             .await
                     }
                 })
@@ -209,7 +237,7 @@ pub(crate) async fn sync(
         return Ok(());
     }
     let requests = layout.slots().map(|slot| async move {
-        let verifier = on_slot(client, slot, |storage, route| async move {
+        let verifier = on_slot(client, inode, slot, |storage, route| async move {
             storage.sync(route, inode).await
         })
         .await?;
@@ -240,20 +268,20 @@ pub(crate) async fn sync(
 /// one request per target (a file range is contiguous in each object).
 pub(crate) async fn fallocate(
     client: &Client,
-    inode: InodeId,
+    (inode, generation): (InodeId, u64),
     layout: &FileLayout,
-    offset: u64,
-    len: u64,
+    (offset, len): (u64, u64),
     mode: FallocateMode,
 ) -> Result<(), ClientError> {
     let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
         let span = object_span(layout, index, offset, len);
         (!span.is_empty()).then_some(async move {
-            on_slot(client, slot, |storage, route| {
+            on_slot(client, inode, slot, |storage, route| {
                 let span = span.clone();
                 async move {
+                    let len = span.end - span.start;
                     storage
-                        .fallocate(route, inode, span.start, span.end - span.start, mode)
+                        .fallocate(route, (inode, generation), span.start, len, mode)
                         .await
                 }
             })

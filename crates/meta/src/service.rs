@@ -585,10 +585,14 @@ impl Meta {
                     }
                 }
                 if result.is_ok() && changes.size.is_some() {
-                    // The truncate reaches the targets before the reply, so no later write can
-                    // be cut by it; if a target is down the work stays queued and the caller
-                    // learns it.
-                    self.apply_truncate(inode).await?;
+                    // The truncate is committed, and every target enforces it by its
+                    // generation: none serves a read or write of the new generation before
+                    // it has had the cut, and none cuts again once it has. Targets get it
+                    // now; one that is away keeps it queued and gets it when it returns, or
+                    // sooner when a client finds it waiting (ApplyTruncate).
+                    if let Err(error) = self.apply_truncate(inode).await {
+                        tracing::info!(%inode, %error, "a truncate waits for a target");
+                    }
                 }
                 result
             }
@@ -715,6 +719,11 @@ impl Meta {
                 }
                 result
             }
+            MetaRequest::ApplyTruncate { inode } => self
+                .apply_truncate(inode)
+                .await
+                .map(|()| Response::Done)
+                .map_err(OpError::Rejected),
             MetaRequest::ReportSize { inode, report } => {
                 self.committer
                     .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
@@ -2009,8 +2018,9 @@ impl Meta {
             let length = object_length_for_file_size(&work.layout, index, work.size);
             let cluster = Arc::clone(&self.cluster);
             async move {
+                let generation = work.generation;
                 let call = |storage: Arc<StorageClient>, route| async move {
-                    storage.truncate(route, inode, length).await
+                    storage.truncate(route, (inode, generation), length).await
                 };
                 cluster.call_storage(slot, &TARGET_RETRY, call).await
             }

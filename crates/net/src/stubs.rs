@@ -505,6 +505,14 @@ impl MetaClient {
         self.done(MetaRequest::Release { client, handles }).await
     }
 
+    /// Has the file's queued truncate sent to every target now; answers once each has it.
+    ///
+    /// # Errors
+    /// `Io` when a target cannot be reached, or [`RpcError`] for transport failures.
+    pub async fn apply_truncate(&self, inode: InodeId) -> Result<(), RpcError> {
+        self.done(MetaRequest::ApplyTruncate { inode }).await
+    }
+
     /// Reports a file's size after writes.
     ///
     /// # Errors
@@ -715,15 +723,17 @@ impl StorageClient {
         self.rpc.call(&Request::Storage(request), payload).await
     }
 
-    /// Writes `data` at `object_offset` of the object of `inode` on `target`; answers the bytes
-    /// written and the write's verifier ([`Response::Written`]).
+    /// Writes `data` at `object_offset` of the object of `inode` on `target`, as a writer in
+    /// truncate `generation` of the file; answers the bytes written and the write's verifier
+    /// ([`Response::Written`]).
     ///
     /// # Errors
-    /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, or [`RpcError`] for transport failures.
+    /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, `TruncatePending`, or [`RpcError`] for
+    /// transport failures.
     pub async fn write(
         &self,
         route: impl Into<Route>,
-        inode: InodeId,
+        (inode, generation): (InodeId, u64),
         object_offset: u64,
         data: Bytes,
     ) -> Result<(u32, u64), RpcError> {
@@ -732,6 +742,7 @@ impl StorageClient {
             target: route.target,
             mirror: route.mirror,
             inode,
+            generation,
             object_offset,
         });
         let response = self.rpc.call(&request, data).await?.0;
@@ -780,14 +791,15 @@ impl StorageClient {
         }
     }
 
-    /// Reads up to `len` bytes; fewer bytes mean the object ends there.
+    /// Reads up to `len` bytes, as a reader in truncate `generation` of the file; fewer bytes
+    /// mean the object ends there.
     ///
     /// # Errors
-    /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
+    /// `UnknownTarget`, `Io`, `TruncatePending`, or [`RpcError`] for transport failures.
     pub async fn read(
         &self,
         route: impl Into<Route>,
-        inode: InodeId,
+        (inode, generation): (InodeId, u64),
         object_offset: u64,
         len: u32,
     ) -> Result<Bytes, RpcError> {
@@ -796,6 +808,7 @@ impl StorageClient {
             target: route.target,
             mirror: route.mirror,
             inode,
+            generation,
             object_offset,
             len,
         });
@@ -803,14 +816,15 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Data => payload)
     }
 
-    /// Cuts or extends an object.
+    /// Cuts an object for truncate `generation` of its file (a no-op where the object had
+    /// that truncate or a newer one).
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
     pub async fn truncate(
         &self,
         route: impl Into<Route>,
-        inode: InodeId,
+        (inode, generation): (InodeId, u64),
         length: u64,
     ) -> Result<(), RpcError> {
         let route: Route = route.into();
@@ -819,6 +833,7 @@ impl StorageClient {
             mirror: route.mirror,
             inode,
             length,
+            generation,
         })
         .await
     }
@@ -852,14 +867,15 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Synced { verifier } => verifier)
     }
 
-    /// Allocates or zeroes an object range.
+    /// Allocates or zeroes an object range, in truncate `generation` of the file.
     ///
     /// # Errors
-    /// `NoSpace`, `NotSupported`, `Io`, or [`RpcError`] for transport failures.
+    /// `NoSpace`, `NotSupported`, `Io`, `TruncatePending`, or [`RpcError`] for transport
+    /// failures.
     pub async fn fallocate(
         &self,
         route: impl Into<Route>,
-        inode: InodeId,
+        (inode, generation): (InodeId, u64),
         object_offset: u64,
         len: u64,
         mode: FallocateMode,
@@ -869,6 +885,7 @@ impl StorageClient {
             target: route.target,
             mirror: route.mirror,
             inode,
+            generation,
             object_offset,
             len,
             mode,

@@ -289,6 +289,7 @@ mod tests {
                 forwarded: true,
             }),
             inode: InodeId::ROOT,
+            generation: 5,
             object_offset: 4096,
             len: 65536,
         });

@@ -81,6 +81,10 @@ pub enum ErrorCode {
     /// knows, to a member that is not the primary, or to a primary whose lease ran out:
     /// fetch the cluster map and send it again (to the current primary).
     StaleRoute = 2004,
+    /// The object still holds data from before a truncate of its file that it has not had
+    /// (its target was away when the truncate was made): the caller has the metadata server
+    /// apply it, then asks again.
+    TruncatePending = 2005,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -108,7 +112,7 @@ impl ErrorCode {
             ErrorCode::TargetPoisoned => libc::EIO,
             ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
             ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
-            ErrorCode::StaleRoute => libc::EIO,
+            ErrorCode::StaleRoute | ErrorCode::TruncatePending => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }

@@ -769,6 +769,13 @@ pub enum MetaRequest {
         /// The files and the handles given at their opens.
         handles: Vec<(InodeId, u64)>,
     },
+    /// A client found an object of the file still waiting for a truncate (`TruncatePending`):
+    /// the home sends the file's queued truncate to every target now and answers when each
+    /// has it.
+    ApplyTruncate {
+        /// The file.
+        inode: InodeId,
+    },
     /// A client reports a file's size after writing; the largest report of the generation wins.
     ReportSize {
         /// The file.
@@ -1080,7 +1087,9 @@ pub struct StorageBenchStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum StorageRequest {
-    /// Writes the payload at an offset of an object, creating it if needed.
+    /// Writes the payload at an offset of an object, creating it if needed. Refused with
+    /// `TruncatePending` while the object holds data from before a truncate of `generation`
+    /// it has not had (see [`StorageRequest::Truncate`]).
     Write {
         /// The target.
         target: TargetId,
@@ -1088,6 +1097,8 @@ pub enum StorageRequest {
         mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
+        /// The file's truncate generation the writer writes in.
+        generation: u64,
         /// Offset in the object.
         object_offset: u64,
     },
@@ -1106,6 +1117,7 @@ pub enum StorageRequest {
         read_len: u32,
     },
     /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
+    /// Refused with `TruncatePending` like a write, so bytes a truncate cut never show.
     Read {
         /// The target.
         target: TargetId,
@@ -1113,12 +1125,17 @@ pub enum StorageRequest {
         mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
+        /// The file's truncate generation the reader reads in.
+        generation: u64,
         /// Offset in the object.
         object_offset: u64,
         /// Bytes wanted, at most [`IO_BYTES_MAX`].
         len: u32,
     },
-    /// Cuts or extends an object to a length.
+    /// Cuts an object to a length, as truncate `generation` of its file asks, unless the
+    /// object already had that truncate or a newer one: a late or re-sent truncate never
+    /// cuts what was written after it. The object then records the generation, durably
+    /// before the answer.
     Truncate {
         /// The target.
         target: TargetId,
@@ -1128,6 +1145,8 @@ pub enum StorageRequest {
         inode: InodeId,
         /// New object length.
         length: u64,
+        /// The file's truncate generation that made the cut.
+        generation: u64,
     },
     /// Removes an object; removing a missing object succeeds.
     Remove {
@@ -1148,6 +1167,7 @@ pub enum StorageRequest {
         inode: InodeId,
     },
     /// Allocates space for, or zeroes, a range of an object without changing its length.
+    /// Refused with `TruncatePending` like a write.
     Fallocate {
         /// The target.
         target: TargetId,
@@ -1155,6 +1175,8 @@ pub enum StorageRequest {
         mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
+        /// The file's truncate generation the caller works in.
+        generation: u64,
         /// Offset in the object.
         object_offset: u64,
         /// Bytes of the range.

@@ -396,7 +396,8 @@ impl Mirror {
         self.send_step(start.member, remove, Bytes::new()).await
     }
 
-    /// Copies one object to the member: cut to the primary's length, every byte written, then
+    /// Copies one object to the member: the member's copy removed, every byte written in the
+    /// truncate generation the primary's object has had (so the member records it too), then
     /// synced. Changes to the object wait meanwhile. Returns the bytes copied.
     async fn copy_object(
         &self,
@@ -408,14 +409,14 @@ impl Mirror {
         let member = start.member;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
         let length = target.length(mirrored(inode))?;
+        let generation = target.generation(mirrored(inode))?;
         let route = self.resync_route(primary, start)?;
-        let truncate = StorageRequest::Truncate {
+        let remove = StorageRequest::Remove {
             target: route.target,
             mirror: route.mirror,
             inode,
-            length,
         };
-        self.send_step(member, truncate, Bytes::new()).await?;
+        self.send_step(member, remove, Bytes::new()).await?;
         let mut offset = 0;
         while offset < length {
             let len = (length - offset).min(u64::from(IO_BYTES_MAX)) as u32;
@@ -432,6 +433,7 @@ impl Mirror {
                 target: route.target,
                 mirror: route.mirror,
                 inode,
+                generation,
                 object_offset: offset,
             };
             offset += data.len() as u64;

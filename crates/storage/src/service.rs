@@ -339,11 +339,16 @@ impl Storage {
         };
         if let StorageRequest::Read {
             inode,
+            generation,
             object_offset,
             len,
             ..
         } = &request
         {
+            if let Err(error) = target.admit(object(*inode), *generation) {
+                disk_op.finish(0, 0);
+                return Err(error);
+            }
             if *len as usize <= INLINE_IO_BYTES {
                 if let Some(data) = target.read_cached(object(*inode), *object_offset, *len) {
                     disk_op.finish(data.len() as u64, 0);
@@ -361,10 +366,11 @@ impl Storage {
             match request {
                 StorageRequest::Write {
                     inode,
+                    generation,
                     object_offset,
                     ..
                 } => {
-                    let len = target.write(object(inode), object_offset, payload)?;
+                    let len = target.write(object(inode), object_offset, payload, generation)?;
                     Ok((Response::Written { len, verifier }, Bytes::new()))
                 }
                 StorageRequest::Read {
@@ -384,8 +390,13 @@ impl Storage {
                         target.read(object(inode), object_offset, len)?,
                     ))
                 }
-                StorageRequest::Truncate { inode, length, .. } => target
-                    .truncate(object(inode), length)
+                StorageRequest::Truncate {
+                    inode,
+                    length,
+                    generation,
+                    ..
+                } => target
+                    .truncate(object(inode), length, generation)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::Remove { inode, .. } => target
                     .remove(object(inode))
@@ -395,12 +406,13 @@ impl Storage {
                     .map(|()| (Response::Synced { verifier }, Bytes::new())),
                 StorageRequest::Fallocate {
                     inode,
+                    generation,
                     object_offset,
                     len,
                     mode,
                     ..
                 } => target
-                    .fallocate(object(inode), object_offset, len, mode)
+                    .fallocate(object(inode), (object_offset, len), mode, generation)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::ListObjects {
                     mirrored,

@@ -73,8 +73,16 @@ impl ObjectId {
 /// An operation kept in memory until its object is synced (crash-test mode only).
 #[derive(Clone, Debug)]
 enum Pending {
-    Write { offset: u64, data: Bytes },
-    Truncate { length: u64 },
+    Write {
+        offset: u64,
+        data: Bytes,
+    },
+    /// A cut made by truncate `generation` of the file (or, at length 0 of an empty object,
+    /// only the generation recorded by its first write).
+    Truncate {
+        length: u64,
+        generation: u64,
+    },
 }
 
 pub(crate) struct Target {
@@ -97,6 +105,10 @@ pub(crate) struct Target {
     /// Emptied object files a new object reuses (plain targets only: only there does every
     /// request go through `files`, so a removal knows whether anyone still holds the file).
     free: Option<FreeFiles>,
+    /// Per object stripe: a truncate, and a write that records a newer truncate generation
+    /// on an empty object, take it alone, so neither slips between the other's check and
+    /// its change.
+    cuts: Vec<Mutex<()>>,
 }
 
 /// An object file held open: the descriptor requests use, and one with O_DIRECT for large
@@ -104,14 +116,19 @@ pub(crate) struct Target {
 struct ObjectFile {
     file: File,
     direct: std::sync::OnceLock<File>,
+    /// The truncate generation the object has had, as its file records it.
+    generation: AtomicU64,
 }
 
 impl ObjectFile {
-    fn new(file: File) -> ObjectFile {
-        ObjectFile {
+    fn new(file: File) -> Result<ObjectFile, WireError> {
+        let generation =
+            recorded_generation(&file).map_err(|e| io_error("read truncate generation", &e))?;
+        Ok(ObjectFile {
             file,
             direct: std::sync::OnceLock::new(),
-        }
+            generation: AtomicU64::new(generation),
+        })
     }
 
     /// The object's O_DIRECT descriptor (the same inode as `file`).
@@ -191,6 +208,7 @@ impl Target {
             files: plain.then(Mutex::default),
             direct_write_min: direct_write_min(root, direct_write_min_bytes, !plain),
             free: plain.then(|| FreeFiles::open(root)).transpose()?,
+            cuts: (0..DIRECT_STRIPES).map(|_| Mutex::new(())).collect(),
         })
     }
 
@@ -259,7 +277,7 @@ impl Target {
             // A file a request holds stays, so a removal can tell it is in use.
             open.retain(|_, file| Arc::strong_count(file) > 1);
         }
-        let file = Arc::new(ObjectFile::new(file));
+        let file = Arc::new(ObjectFile::new(file)?);
         open.insert(object, Arc::clone(&file));
         Ok(Some(file))
     }
@@ -374,8 +392,17 @@ impl Target {
             .unwrap_or(disk))
     }
 
-    pub fn write(&self, object: ObjectId, offset: u64, data: Bytes) -> Result<u32, WireError> {
+    /// Writes `data` at `offset` of the object, as a writer in truncate `generation` of its
+    /// file (see [`Target::admit_change`]).
+    pub fn write(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        data: Bytes,
+        generation: u64,
+    ) -> Result<u32, WireError> {
         self.check_writable()?;
+        let _cut = self.admit_change(object, generation)?;
         let len = u32::try_from(data.len())
             .map_err(|_| WireError::new(ErrorCode::InvalidArgument, "write too large"))?;
         let end = offset
@@ -417,7 +444,7 @@ impl Target {
                         Some(files) => self
                             .plain_file(files, object, true)?
                             .expect("created when missing"),
-                        None => Arc::new(ObjectFile::new(self.open_for_write(object)?)),
+                        None => Arc::new(ObjectFile::new(self.open_for_write(object)?)?),
                     };
                     if self.direct_write_min.is_some_and(|min| data.len() >= min)
                         && crate::direct::is_aligned(offset, data.len())
@@ -459,7 +486,7 @@ impl Target {
                 None => Arc::new(ObjectFile::new(
                     File::open(self.object_path(object))
                         .map_err(|e| io_error("open object", &e))?,
-                )),
+                )?),
             };
             let large = self.direct_write_min.is_some_and(|min| wanted >= min);
             if large && !fully_cached(&file, offset, wanted as u64) {
@@ -496,7 +523,7 @@ impl Target {
                         }
                         logical_length = logical_length.max(at + data.len() as u64);
                     }
-                    Pending::Truncate { length } => {
+                    Pending::Truncate { length, .. } => {
                         if *length < offset + u64::from(len) {
                             let from = length.saturating_sub(offset) as usize;
                             buffer[from..].fill(0);
@@ -555,20 +582,35 @@ impl Target {
         Some(Bytes::from(buffer))
     }
 
-    /// Cuts the object to `length` if it is longer; never extends it (holes read as zeros).
-    pub fn truncate(&self, object: ObjectId, length: u64) -> Result<(), WireError> {
+    /// Cuts the object to `length` for truncate `generation` of its file, if it is longer
+    /// (never extends it: holes read as zeros), and only if the object has not had that
+    /// truncate or a newer one, so a late or re-sent truncate never cuts what was written
+    /// after it. The object then records the generation, synced with the cut before the
+    /// answer. A missing object stays missing: its first write records the generation it
+    /// was written in.
+    pub fn truncate(
+        &self,
+        object: ObjectId,
+        length: u64,
+        generation: u64,
+    ) -> Result<(), WireError> {
         self.check_writable()?;
-        let current = self.length(object)?;
-        if current <= length {
+        let _cut = self.cut_lock(object);
+        if generation <= self.generation(object)? || !self.exists(object) {
             return Ok(());
         }
+        let current = self.length(object)?;
+        let cut = length.min(current);
         match &self.journal {
             Some(journal) => journal
                 .lock()
                 .expect("journal poisoned")
                 .entry(object)
                 .or_default()
-                .push(Pending::Truncate { length }),
+                .push(Pending::Truncate {
+                    length: cut,
+                    generation,
+                }),
             None => {
                 let file = match &self.files {
                     Some(files) => self
@@ -579,17 +621,117 @@ impl Target {
                             .write(true)
                             .open(self.object_path(object))
                             .map_err(|e| io_error("open object", &e))?,
-                    )),
+                    )?),
                 };
-                file.set_len(length)
-                    .map_err(|e| io_error("truncate object", &e))?;
+                if cut < current {
+                    file.set_len(cut)
+                        .map_err(|e| io_error("truncate object", &e))?;
+                }
+                set_generation(&file, generation)
+                    .map_err(|e| io_error("record truncate generation", &e))?;
+                file.generation.store(generation, Ordering::Release);
+                self.sync_file(&file)?;
             }
         }
         self.used_bytes.fetch_sub(
-            (current - length).min(self.used_bytes.load(Ordering::Acquire)),
+            (current - cut).min(self.used_bytes.load(Ordering::Acquire)),
             Ordering::AcqRel,
         );
         Ok(())
+    }
+
+    /// The lock a truncate of `object` holds, and a change that records a newer generation.
+    fn cut_lock(&self, object: ObjectId) -> std::sync::MutexGuard<'_, ()> {
+        self.cuts[(object.inode.0 % DIRECT_STRIPES) as usize]
+            .lock()
+            .expect("cut lock poisoned")
+    }
+
+    /// The newest truncate generation of its file the object has had (0: none, or no
+    /// object), including one only in the crash-test journal.
+    pub fn generation(&self, object: ObjectId) -> Result<u64, WireError> {
+        let disk = match &self.files {
+            Some(files) => self
+                .plain_file(files, object, false)?
+                .map_or(0, |file| file.generation.load(Ordering::Acquire)),
+            None => match File::open(self.object_path(object)) {
+                Ok(file) => recorded_generation(&file)
+                    .map_err(|e| io_error("read truncate generation", &e))?,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(error) => return Err(io_error("open object", &error)),
+            },
+        };
+        let Some(journal) = &self.journal else {
+            return Ok(disk);
+        };
+        let journal = journal.lock().expect("journal poisoned");
+        let pending = journal
+            .get(&object)
+            .into_iter()
+            .flatten()
+            .filter_map(|op| match op {
+                Pending::Truncate { generation, .. } => Some(*generation),
+                Pending::Write { .. } => None,
+            });
+        Ok(pending.fold(disk, u64::max))
+    }
+
+    /// Refuses a read or change of truncate `generation` while the object still holds data
+    /// from before a truncate of that generation it has not had (its target was away when
+    /// the truncate was made): the caller has the metadata server apply it and asks again.
+    pub fn admit(&self, object: ObjectId, generation: u64) -> Result<(), WireError> {
+        if generation > self.generation(object)? && self.length(object)? > 0 {
+            return Err(WireError::new(
+                ErrorCode::TruncatePending,
+                format!(
+                    "the object of {} on target {} has not had truncate {generation} of its file yet",
+                    object.inode, self.id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Admits a change of truncate `generation` ([`Target::admit`]); on an empty object of
+    /// an older generation, records the newer one first, under the cut lock, so a truncate
+    /// of that generation arriving later cuts nothing the change wrote. The guard, when
+    /// taken, is held until the change is done.
+    fn admit_change(
+        &self,
+        object: ObjectId,
+        generation: u64,
+    ) -> Result<Option<std::sync::MutexGuard<'_, ()>>, WireError> {
+        if generation <= self.generation(object)? {
+            return Ok(None);
+        }
+        let cut = self.cut_lock(object);
+        if generation <= self.generation(object)? {
+            return Ok(Some(cut));
+        }
+        self.admit(object, generation)?;
+        match &self.journal {
+            Some(journal) => journal
+                .lock()
+                .expect("journal poisoned")
+                .entry(object)
+                .or_default()
+                .push(Pending::Truncate {
+                    length: 0,
+                    generation,
+                }),
+            None => {
+                let file = match &self.files {
+                    Some(files) => self
+                        .plain_file(files, object, true)?
+                        .expect("created when missing"),
+                    None => Arc::new(ObjectFile::new(self.open_for_write(object)?)?),
+                };
+                set_generation(&file, generation)
+                    .map_err(|e| io_error("record truncate generation", &e))?;
+                file.generation.store(generation, Ordering::Release);
+            }
+        }
+        Ok(Some(cut))
     }
 
     /// Allocates or zeroes `[offset, offset + len)` of an object, never changing its length.
@@ -597,11 +739,12 @@ impl Target {
     pub fn fallocate(
         &self,
         object: ObjectId,
-        offset: u64,
-        len: u64,
+        (offset, len): (u64, u64),
         mode: FallocateMode,
+        generation: u64,
     ) -> Result<(), WireError> {
         self.check_writable()?;
+        let _cut = self.admit_change(object, generation)?;
         let end = offset
             .checked_add(len)
             .ok_or_else(|| WireError::new(ErrorCode::InvalidArgument, "range overflows"))?;
@@ -630,7 +773,7 @@ impl Target {
             Some(files) => self
                 .plain_file(files, object, true)?
                 .expect("created when missing"),
-            None => Arc::new(ObjectFile::new(self.open_for_write(object)?)),
+            None => Arc::new(ObjectFile::new(self.open_for_write(object)?)?),
         };
         let flags = match mode {
             FallocateMode::Allocate => libc::FALLOC_FL_KEEP_SIZE,
@@ -742,13 +885,13 @@ impl Target {
         held: Option<Arc<ObjectFile>>,
         path: &Path,
     ) -> Result<bool, WireError> {
+        // The generation goes first: a pooled file must never bring one to its next object.
         let emptied = match held {
-            Some(file) => file.set_len(0),
-            None => OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(path)
-                .map(drop),
+            Some(file) => clear_generation(&file).and_then(|()| file.set_len(0)),
+            None => OpenOptions::new().write(true).open(path).and_then(|file| {
+                clear_generation(&file)?;
+                file.set_len(0)
+            }),
         };
         match emptied {
             Ok(()) => {}
@@ -776,9 +919,12 @@ impl Target {
                         Pending::Write { offset, data } => file
                             .write_all_at(&data, offset)
                             .map_err(|e| io_error("write object", &e))?,
-                        Pending::Truncate { length } => file
-                            .set_len(length)
-                            .map_err(|e| io_error("truncate object", &e))?,
+                        Pending::Truncate { length, generation } => {
+                            file.set_len(length)
+                                .map_err(|e| io_error("truncate object", &e))?;
+                            set_generation(&file, generation)
+                                .map_err(|e| io_error("record truncate generation", &e))?;
+                        }
                     }
                 }
             }
@@ -789,12 +935,23 @@ impl Target {
                 None => return Ok(()),
             },
             None => match File::open(self.object_path(object)) {
-                Ok(file) => Arc::new(ObjectFile::new(file)),
+                Ok(file) => Arc::new(ObjectFile::new(file)?),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(error) => return Err(io_error("open object", &error)),
             },
         };
-        if let Err(error) = file.sync_data() {
+        self.sync_result(file.sync_data())
+    }
+
+    /// Makes the object file's data and metadata (its length and recorded generation)
+    /// durable.
+    fn sync_file(&self, file: &File) -> Result<(), WireError> {
+        self.sync_result(file.sync_all())
+    }
+
+    /// The answer to a sync of an object: a failure with EIO poisons the target.
+    fn sync_result(&self, synced: std::io::Result<()>) -> Result<(), WireError> {
+        if let Err(error) = synced {
             if error.raw_os_error() == Some(libc::EIO) {
                 self.poisoned.store(true, Ordering::Release);
                 tracing::error!(target = self.id.0, %error, "fsync failed with EIO: target poisoned until restart");
@@ -813,6 +970,77 @@ impl Target {
         }
         usage
     }
+}
+
+/// The extended attribute in which an object file records the newest truncate generation of
+/// its file it has had (8 bytes, little endian); none means 0.
+const GENERATION_XATTR: &std::ffi::CStr = c"user.weft.truncate_generation";
+
+/// The truncate generation `file` records.
+fn recorded_generation(file: &File) -> std::io::Result<u64> {
+    let mut value = [0u8; 8];
+    // SAFETY: fgetxattr writes at most `value.len()` bytes into `value`; the descriptor stays
+    // open while `file` lives.
+    let read = unsafe {
+        libc::fgetxattr(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            GENERATION_XATTR.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    if read < 0 {
+        let error = std::io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ENODATA) => Ok(0),
+            _ => Err(error),
+        };
+    }
+    if read != 8 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a truncate generation of {read} bytes, not 8"),
+        ));
+    }
+    Ok(u64::from_le_bytes(value))
+}
+
+/// Records truncate `generation` in `file`.
+fn set_generation(file: &File, generation: u64) -> std::io::Result<()> {
+    let value = generation.to_le_bytes();
+    // SAFETY: fsetxattr reads `value.len()` bytes of `value`; the descriptor stays open while
+    // `file` lives.
+    let result = unsafe {
+        libc::fsetxattr(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            GENERATION_XATTR.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Forgets the truncate generation `file` records.
+fn clear_generation(file: &File) -> std::io::Result<()> {
+    // SAFETY: fremovexattr on a descriptor that stays open while `file` lives.
+    let result = unsafe {
+        libc::fremovexattr(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            GENERATION_XATTR.as_ptr(),
+        )
+    };
+    if result != 0 {
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::ENODATA) {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 /// Opens an existing object file for reading and writing.
@@ -883,7 +1111,7 @@ fn direct_write_min(root: &Path, min_bytes: u64, other_mode: bool) -> Option<usi
 fn apply_length(disk: u64, ops: &[Pending]) -> u64 {
     ops.iter().fold(disk, |length, op| match op {
         Pending::Write { offset, data } => length.max(offset + data.len() as u64),
-        Pending::Truncate { length: cut } => *cut,
+        Pending::Truncate { length: cut, .. } => *cut,
     })
 }
 
@@ -1066,7 +1294,7 @@ mod tests {
             "a missing object reads as empty"
         );
         target
-            .write(inode, 10, Bytes::from_static(b"hello"))
+            .write(inode, 10, Bytes::from_static(b"hello"), 0)
             .expect("write");
         assert_eq!(target.length(inode).expect("length"), 15);
         assert_eq!(
@@ -1074,7 +1302,7 @@ mod tests {
             b"\0\0\0\0\0\0\0\0\0\0hello",
             "holes read as zeros"
         );
-        target.truncate(inode, 12).expect("truncate");
+        target.truncate(inode, 12, 1).expect("truncate");
         assert_eq!(&target.read(inode, 8, 100).expect("read")[..], b"\0\0he");
         target.sync(inode).expect("sync");
         assert_eq!(
@@ -1083,7 +1311,7 @@ mod tests {
             "sync puts the data on disk"
         );
         let error = target
-            .write(inode, 0, Bytes::from(vec![0u8; 2 << 20]))
+            .write(inode, 0, Bytes::from(vec![0u8; 2 << 20]), 0)
             .expect_err("over capacity");
         assert_eq!(error.code, ErrorCode::NoSpace);
         target.remove(inode).expect("remove");
@@ -1091,7 +1319,7 @@ mod tests {
         // A removed object is gone for good: a new write starts a new one (an open file kept
         // for the old one must not receive it).
         target
-            .write(inode, 3, Bytes::from_static(b"new"))
+            .write(inode, 3, Bytes::from_static(b"new"), 0)
             .expect("write after remove");
         assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
         target.sync(inode).expect("sync");
@@ -1102,9 +1330,9 @@ mod tests {
         let mirrored = ObjectId::new(Space::Mirrored, inode.inode);
         assert!(!target.exists(mirrored));
         target
-            .write(mirrored, 0, Bytes::from_static(b"mirrored"))
+            .write(mirrored, 0, Bytes::from_static(b"mirrored"), 0)
             .expect("write mirrored");
-        target.truncate(mirrored, 7).expect("truncate mirrored");
+        target.truncate(mirrored, 7, 1).expect("truncate mirrored");
         target.sync(mirrored).expect("sync mirrored");
         assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
         assert_eq!(
@@ -1119,6 +1347,57 @@ mod tests {
         target.remove(mirrored).expect("remove mirrored");
         assert!(!target.exists(mirrored));
         assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
+
+        // Truncate generations: a truncate cuts once; re-sent or late, it cuts nothing
+        // written after it; an object that missed one refuses reads and writes of the new
+        // generation until it has it; a new object records the generation of its first write.
+        let file = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 7));
+        target
+            .write(file, 0, Bytes::from_static(b"0123456789"), 0)
+            .expect("write");
+        target.truncate(file, 4, 1).expect("truncate 1");
+        assert_eq!(target.length(file).expect("length"), 4);
+        target
+            .write(file, 4, Bytes::from_static(b"ab"), 1)
+            .expect("write after the truncate");
+        target.truncate(file, 2, 1).expect("truncate 1 again");
+        assert_eq!(
+            &target.read(file, 0, 100).expect("read")[..],
+            b"0123ab",
+            "a re-sent truncate cuts nothing written after it"
+        );
+        let pending = target
+            .write(file, 0, Bytes::from_static(b"x"), 2)
+            .expect_err("truncate 2 not had");
+        assert_eq!(pending.code, ErrorCode::TruncatePending);
+        let pending = target
+            .admit(file, 2)
+            .expect_err("no read of generation 2 either");
+        assert_eq!(pending.code, ErrorCode::TruncatePending);
+        target.admit(file, 1).expect("generation 1 reads");
+        target.truncate(file, 1, 2).expect("truncate 2");
+        target
+            .write(file, 3, Bytes::from_static(b"z"), 2)
+            .expect("write of generation 2");
+        assert_eq!(&target.read(file, 0, 100).expect("read")[..], b"0\0\0z");
+        let late = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 8));
+        target
+            .truncate(late, 0, 3)
+            .expect("truncate of a missing object");
+        assert!(!target.exists(late), "a truncate creates nothing");
+        target
+            .write(late, 0, Bytes::from_static(b"new"), 3)
+            .expect("first write of generation 3");
+        target
+            .truncate(late, 0, 3)
+            .expect("the truncate again, late");
+        assert_eq!(&target.read(late, 0, 100).expect("read")[..], b"new");
+        target.sync(file).expect("sync");
+        target.sync(late).expect("sync");
+        assert_eq!(target.generation(file).expect("generation"), 2);
+        target.remove(late).expect("remove");
+        target.remove(file).expect("remove");
+        assert_eq!(target.generation(file).expect("generation"), 0);
     }
 
     /// A removed object's file is emptied and reused by the next new object, which reads
@@ -1136,14 +1415,14 @@ mod tests {
             ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 2)),
         );
         target
-            .write(old, 0, Bytes::from(vec![7u8; 8192]))
+            .write(old, 0, Bytes::from(vec![7u8; 8192]), 0)
             .expect("write");
         let old_ino = fs::metadata(target.object_path(old)).expect("stat").ino();
         target.remove(old).expect("remove");
         assert_eq!(free.len(), 1, "the removed object's file is pooled");
         assert!(!target.exists(old));
         target
-            .write(new, 3, Bytes::from_static(b"new"))
+            .write(new, 3, Bytes::from_static(b"new"), 0)
             .expect("write");
         assert_eq!(free.len(), 0);
         assert_eq!(
@@ -1163,7 +1442,7 @@ mod tests {
         assert_eq!(held.metadata().expect("stat").nlink(), 0, "it is unlinked");
         held.write_all_at(b"late", 0).expect("late write");
         target
-            .write(old, 0, Bytes::from_static(b"x"))
+            .write(old, 0, Bytes::from_static(b"x"), 0)
             .expect("write");
         assert_eq!(&target.read(old, 0, 100).expect("read")[..], b"x");
     }
@@ -1188,7 +1467,7 @@ mod tests {
         let mut model = vec![0u8; 64 << 10];
         let write = |offset: usize, data: Bytes, model: &mut Vec<u8>| {
             target
-                .write(inode, offset as u64, data.clone())
+                .write(inode, offset as u64, data.clone(), 0)
                 .expect("write");
             model[offset..offset + data.len()].copy_from_slice(&data);
         };
@@ -1238,7 +1517,7 @@ mod tests {
             Target::open(TargetId(1), directory.path(), None, (true, false), 0).expect("open");
         let inode = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 6));
         target
-            .write(inode, 0, Bytes::from_static(b"volatile"))
+            .write(inode, 0, Bytes::from_static(b"volatile"), 0)
             .expect("write");
         assert_eq!(target.disk_length(inode).expect("disk length"), 0);
         target.sync(inode).expect("sync");

@@ -281,7 +281,10 @@ impl State {
         }
         self.note_write(file.inode, end);
         reply.written(len as u32);
-        let result = self.client.write(file.inode, &layout, offset, data).await;
+        let result = self
+            .client
+            .write(self.file_ref(file.inode), &layout, offset, data)
+            .await;
         if let Err(error) = result {
             tracing::warn!(inode = %file.inode, %error, "a write-behind write failed");
             file.error
@@ -405,6 +408,16 @@ impl State {
             .map_or((0, 0), |l| (l.size.max(l.written_end), l.data_version))
     }
 
+    /// `inode` and the truncate generation this client knows it in: what its reads and
+    /// writes go by.
+    fn file_ref(&self, inode: InodeId) -> (InodeId, u64) {
+        let inodes = self.inodes.lock().expect("inode table poisoned");
+        (
+            inode,
+            inodes.get(&inode).map_or(0, |local| local.generation),
+        )
+    }
+
     fn note_write(&self, inode: InodeId, end: u64) {
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         let local = inodes.entry(inode).or_default();
@@ -436,7 +449,7 @@ impl State {
             }
             state
                 .client
-                .read_data(inode, &layout, start, len, known)
+                .read_data(state.file_ref(inode), &layout, start, len, known)
                 .await
                 .ok()
         });
@@ -1066,7 +1079,13 @@ impl Filesystem for WeftFs {
             }
             match state
                 .client
-                .read(file.inode, layout, offset, u64::from(size), known)
+                .read(
+                    state.file_ref(file.inode),
+                    layout,
+                    offset,
+                    u64::from(size),
+                    known,
+                )
                 .await
             {
                 Ok(data) => reply.data(&data),
@@ -1102,7 +1121,11 @@ impl Filesystem for WeftFs {
             if state.write_behind > 0 {
                 return state.write_behind(file, offset, data, reply).await;
             }
-            match state.client.write(file.inode, layout, offset, data).await {
+            match state
+                .client
+                .write(state.file_ref(file.inode), layout, offset, data)
+                .await
+            {
                 Ok(()) => {
                     state.note_write(file.inode, offset + len);
                     reply.written(len as u32);
@@ -1338,7 +1361,12 @@ impl Filesystem for WeftFs {
             state.drain(file.inode).await;
             if let Err(error) = state
                 .client
-                .fallocate(file.inode, layout, offset, length, storage_mode)
+                .fallocate(
+                    state.file_ref(file.inode),
+                    layout,
+                    (offset, length),
+                    storage_mode,
+                )
                 .await
             {
                 return reply.error(errno(&error));
