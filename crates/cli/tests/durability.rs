@@ -289,6 +289,57 @@ fn size_reported_at_close_survives_a_metadata_crash_before_its_sync() {
     fsck_clean(&cluster);
 }
 
+// Goal: a metadata server that starts while a storage target is down answers after about one
+// storage timeout, not one per file still waiting for its size to be recomputed. Method: 96
+// files created, written and left open (so the home lists them as unreported), meta-1 and
+// storage-2 killed, meta-1 restarted; once it answers, count in its log the files whose size
+// it failed to recompute in its first pass: at most one batch tried the dead target, the rest
+// waited for it to return.
+#[test]
+fn a_start_with_a_target_down_waits_once_not_per_file() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    // The files stay open in a thread with a file table of its own: a process started while
+    // they are open would close copies of them at exec, and wait for the metadata server.
+    let (opened, all_open) = std::sync::mpsc::channel();
+    let (close, closing) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        common::private_file_table();
+        let files: Vec<File> = (0..96)
+            .map(|index| {
+                let mut file = File::create(mnt.join(format!("open-{index}"))).expect("create");
+                file.write_all(b"written, not closed").expect("write");
+                file
+            })
+            .collect();
+        opened.send(()).expect("tell");
+        let _ = closing.recv();
+        drop(files);
+    });
+    all_open.recv().expect("files open");
+    cluster.kill("meta-1").expect("kill meta-1");
+    cluster.kill("storage-2").expect("kill storage-2");
+    cluster.restart("meta-1").expect("restart meta-1");
+    let fresh = cluster.mount().expect("a mount answers");
+    fs::metadata(fresh.join("open-0")).expect("stat");
+    let log = cluster.log("meta-1");
+    let restarted = log.rfind("metadata home served here").unwrap_or(0);
+    let first_pass = &log[restarted..];
+    let first_pass = first_pass
+        .find("sizes recomputed at the start")
+        .map_or(first_pass, |end| &first_pass[..end]);
+    let failed = first_pass
+        .matches("could not recompute a size from the objects")
+        .count();
+    assert!(
+        failed <= 32,
+        "{failed} files tried the dead target in the start's first pass"
+    );
+    cluster.restart("storage-2").expect("restart storage-2");
+    close.send(()).expect("close the files");
+    holder.join().expect("holder");
+}
+
 /// Bytes in every object file on every target of the standard cluster.
 fn object_bytes(cluster: &weft_testkit::LocalCluster) -> u64 {
     fn walk(dir: &std::path::Path) -> u64 {
@@ -327,6 +378,11 @@ fn fsync_reports_writes_lost_in_a_storage_crash() {
     let mut lost = File::create(mnt.join("lost")).expect("create");
     lost.write_all(&pattern(81, 3 * 1024 * 1024))
         .expect("write");
+    // Another descriptor of the file, open when the writes were lost.
+    let other = OpenOptions::new()
+        .write(true)
+        .open(mnt.join("lost"))
+        .expect("open again");
     for name in ["storage-1", "storage-2"] {
         cluster.kill(name).expect("kill");
     }
@@ -334,10 +390,25 @@ fn fsync_reports_writes_lost_in_a_storage_crash() {
         cluster.restart(name).expect("restart");
     }
     cluster.wait_ready().expect("storage back");
+    // As Linux's errseq: every descriptor open when the loss happened sees it once, whichever
+    // noticed it first; one fsync's EIO never lets another's return 0 for the lost data.
+    let error = other
+        .sync_all()
+        .expect_err("fsync through another descriptor must not claim lost writes");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
     let error = lost
         .sync_all()
         .expect_err("fsync must not claim lost writes");
     assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+    lost.sync_all()
+        .expect("a descriptor sees the error once, then fsyncs what follows");
+    let late = OpenOptions::new()
+        .write(true)
+        .open(mnt.join("lost"))
+        .expect("open after the loss");
+    late.sync_all()
+        .expect("a descriptor opened after the loss does not see it");
+    drop((other, late));
 
     let mut fresh = File::create(mnt.join("fresh")).expect("create");
     let data = pattern(82, 1024 * 1024);

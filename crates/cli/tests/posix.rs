@@ -431,43 +431,52 @@ fn large_directory_with_stable_offsets() {
 fn shared_mmap() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
-    let path = mnt.join("mapped");
-    let data = pattern(7, 256 * 1024);
-    fs::write(&path, &data).expect("write");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .expect("open");
-    let len = data.len();
-    // SAFETY: mapping a file we hold open, of its exact length; unmapped below.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            0,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED, "mmap");
-    // SAFETY: the mapping is len bytes long and writable.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), len) };
-    assert_eq!(&bytes[..], &data[..], "mmap reads the file");
-    bytes[1000..1010].copy_from_slice(b"0123456789");
-    // SAFETY: valid mapping.
-    assert_eq!(unsafe { libc::msync(map, len, libc::MS_SYNC) }, 0, "msync");
-    // SAFETY: unmapping what was mapped.
-    unsafe { libc::munmap(map, len) };
-    drop(file);
-    let mut expected = data;
-    expected[1000..1010].copy_from_slice(b"0123456789");
-    assert_eq!(
-        fs::read(&path).expect("read"),
-        expected,
-        "mmap writes reach the file"
-    );
+    // Also on a file opened with O_DIRECT, as on ext4: the mount lets the kernel map it.
+    for direct in [false, true] {
+        let path = mnt.join(format!("mapped-{direct}"));
+        let data = pattern(7, 256 * 1024);
+        fs::write(&path, &data).expect("write");
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        let file = options.open(&path).expect("open");
+        let len = data.len();
+        // SAFETY: mapping a file we hold open, of its exact length; unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(
+            map,
+            libc::MAP_FAILED,
+            "mmap (O_DIRECT {direct}): {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: the mapping is len bytes long and writable.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), len) };
+        assert_eq!(&bytes[..], &data[..], "mmap reads the file");
+        bytes[1000..1010].copy_from_slice(b"0123456789");
+        // SAFETY: valid mapping.
+        assert_eq!(unsafe { libc::msync(map, len, libc::MS_SYNC) }, 0, "msync");
+        // SAFETY: unmapping what was mapped.
+        unsafe { libc::munmap(map, len) };
+        drop(file);
+        let mut expected = data;
+        expected[1000..1010].copy_from_slice(b"0123456789");
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            expected,
+            "mmap writes reach the file (O_DIRECT {direct})"
+        );
+    }
 }
 
 // Goal: the kernel enforces permissions (default_permissions) for a non-root user. Method: run

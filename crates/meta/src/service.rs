@@ -32,7 +32,7 @@ use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, StorageClient};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, ROOT_HOME};
-use weft_proto::layout::{object_length_for_file_size, FileLayout};
+use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot};
 use weft_proto::messages::{
     FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Reply, Response, LOCK_WAIT_MS_MAX,
     OBJECTS_PER_LIST_MAX,
@@ -825,7 +825,7 @@ impl Meta {
         // objects' lengths tell it. Done before the release, which may dispose of an orphan.
         let inodes: HashSet<InodeId> = closed.iter().map(|(_, inode)| *inode).collect();
         for inode in inodes {
-            if let Err(error) = self.settle_size(inode).await {
+            if let Err(error) = self.settle_size(inode, None).await {
                 tracing::warn!(%inode, ?error, "could not recompute a size from the objects");
             }
         }
@@ -847,8 +847,14 @@ impl Meta {
     /// Raises a file's size to what its objects hold, as a report of the current truncate
     /// generation, and takes it off [`UNREPORTED`]: for the files of a client that went away
     /// and those still listed at a start. False, the file still listed, while a truncate has to
-    /// reach the targets (the objects may hold bytes past the size then).
-    async fn settle_size(&self, inode: InodeId) -> Result<bool, OpError> {
+    /// reach the targets (the objects may hold bytes past the size then), or while one of its
+    /// slots is in `unreachable`, the slots that failed earlier in this pass (a slot that
+    /// fails now joins them): a target that is down costs one wait per pass, not one per file.
+    async fn settle_size(
+        &self,
+        inode: InodeId,
+        unreachable: Option<&Mutex<HashSet<Slot>>>,
+    ) -> Result<bool, OpError> {
         let (attr, truncating, listed) = self.read(|txn| {
             let attr = match get_attr(txn, inode) {
                 Ok(Response::Attr(attr)) => Some(attr),
@@ -860,8 +866,17 @@ impl Meta {
             let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
             Ok((attr, truncating, listed))
         })?;
+        let failed = |slot: &Slot| {
+            unreachable.is_some_and(|failed| {
+                failed
+                    .lock()
+                    .expect("unreachable slots poisoned")
+                    .contains(slot)
+            })
+        };
         let grown = match attr.and_then(|attr| Some((attr.layout.clone()?, attr))) {
             Some(_) if truncating => return Ok(false),
+            Some((layout, _)) if layout.slots().any(|slot| failed(&slot)) => return Ok(false),
             Some((layout, attr)) => {
                 let lengths = layout.slots().map(|slot| {
                     self.cluster
@@ -870,8 +885,23 @@ impl Meta {
                         })
                 });
                 let mut found = Vec::with_capacity(layout.targets.len());
-                for length in futures::future::join_all(lengths).await {
-                    found.push(length.map_err(rpc_error)?);
+                let mut error = None;
+                for (slot, length) in layout.slots().zip(futures::future::join_all(lengths).await) {
+                    match length {
+                        Ok(length) => found.push(length),
+                        Err(failure) => {
+                            if let Some(unreachable) = unreachable {
+                                unreachable
+                                    .lock()
+                                    .expect("unreachable slots poisoned")
+                                    .insert(slot);
+                            }
+                            error.get_or_insert(failure);
+                        }
+                    }
+                }
+                if let Some(error) = error {
+                    return Err(rpc_error(error));
                 }
                 let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
                 (size > attr.size).then_some((size, attr.truncate_generation))
@@ -901,8 +931,10 @@ impl Meta {
             .iter()
             .copied()
             .collect();
+        let unreachable = Mutex::new(HashSet::new());
+        let unreachable = &unreachable;
         let mut settling = futures::stream::iter(listed)
-            .map(|inode| async move { (inode, self.settle_size(inode).await) })
+            .map(|inode| async move { (inode, self.settle_size(inode, Some(unreachable)).await) })
             .buffer_unordered(SETTLE_AT_ONCE);
         while let Some((inode, settled)) = settling.next().await {
             match settled {
@@ -917,6 +949,17 @@ impl Meta {
                     tracing::warn!(%inode, ?error, "could not recompute a size from the objects; retrying");
                 }
             }
+        }
+        if !*self.settled.borrow() {
+            let waiting = self
+                .unreported
+                .lock()
+                .expect("unreported set poisoned")
+                .len();
+            tracing::info!(
+                waiting,
+                "sizes recomputed at the start; requests are served (files on targets that are away wait for them)"
+            );
         }
         self.settled.send_replace(true);
     }

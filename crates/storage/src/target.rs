@@ -7,7 +7,7 @@
 //! them — which is what `fsync` on the client promises against.
 
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -109,6 +109,16 @@ pub(crate) struct Target {
     /// on an empty object, take it alone, so neither slips between the other's check and
     /// its change.
     cuts: Vec<Mutex<()>>,
+    /// Objects whose directory entry was made (created, or a pooled file renamed into place)
+    /// since their directory was last synced: their next sync syncs the directory too, so a
+    /// synced object never vanishes in a crash with its entry.
+    new_entries: Mutex<HashSet<ObjectId>>,
+    /// Directory syncs made for new entries.
+    entry_syncs: AtomicU64,
+    /// Objects whose recorded truncate generation changed since their last sync without a
+    /// sync of its own (a first write recorded it): their next sync is a full fsync, which
+    /// makes the record durable with the data.
+    unsynced_generations: Mutex<HashSet<ObjectId>>,
 }
 
 /// An object file held open: the descriptor requests use, and one with O_DIRECT for large
@@ -196,6 +206,7 @@ impl Target {
         if direct_io {
             crate::direct::probe(root)?;
         }
+        probe_generation_records(root)?;
         let plain = !crash_test && !direct_io;
         Ok(Target {
             id,
@@ -209,6 +220,9 @@ impl Target {
             direct_write_min: direct_write_min(root, direct_write_min_bytes, !plain),
             free: plain.then(|| FreeFiles::open(root)).transpose()?,
             cuts: (0..DIRECT_STRIPES).map(|_| Mutex::new(())).collect(),
+            new_entries: Mutex::default(),
+            entry_syncs: AtomicU64::new(0),
+            unsynced_generations: Mutex::default(),
         })
     }
 
@@ -287,8 +301,11 @@ impl Target {
     fn create_plain(&self, object: ObjectId, path: &Path) -> Result<File, WireError> {
         if let Some(free) = &self.free {
             match free.place(path) {
-                Ok(Placed::Moved | Placed::Occupied) => {
-                    return open_read_write(path).map_err(|e| io_error("open object", &e))
+                Ok(placed @ (Placed::Moved | Placed::Occupied)) => {
+                    if matches!(placed, Placed::Moved) {
+                        self.note_new_entry(object);
+                    }
+                    return open_read_write(path).map_err(|e| io_error("open object", &e));
                 }
                 Ok(Placed::Empty) => {}
                 Err(error) => {
@@ -331,15 +348,49 @@ impl Target {
         open: impl Fn(&Path) -> std::io::Result<File>,
     ) -> Result<File, WireError> {
         let path = self.object_path(object);
-        match open(&path) {
-            Ok(file) => Ok(file),
+        let existed = path.exists();
+        let file = match open(&path) {
+            Ok(file) => file,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let parent = path.parent().expect("object paths have a parent");
                 fs::create_dir_all(parent).map_err(|e| io_error("create object directory", &e))?;
-                open(&path).map_err(|e| io_error("create object", &e))
+                open(&path).map_err(|e| io_error("create object", &e))?
             }
-            Err(error) => Err(io_error("open object", &error)),
+            Err(error) => return Err(io_error("open object", &error)),
+        };
+        if !existed {
+            self.note_new_entry(object);
         }
+        Ok(file)
+    }
+
+    fn note_new_entry(&self, object: ObjectId) {
+        self.new_entries
+            .lock()
+            .expect("new entries poisoned")
+            .insert(object);
+    }
+
+    /// Syncs the directory of `object` if its entry is new since the last such sync.
+    fn sync_entry(&self, object: ObjectId) -> Result<(), WireError> {
+        let new = self
+            .new_entries
+            .lock()
+            .expect("new entries poisoned")
+            .remove(&object);
+        if !new {
+            return Ok(());
+        }
+        let path = self.object_path(object);
+        let directory = path.parent().expect("object paths have a parent");
+        let synced = File::open(directory).and_then(|directory| directory.sync_all());
+        if synced.is_err() {
+            // Still not known to be durable: the next sync tries again.
+            self.note_new_entry(object);
+        }
+        self.sync_result(synced)?;
+        self.entry_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn open_for_write(&self, object: ObjectId) -> Result<File, WireError> {
@@ -631,6 +682,7 @@ impl Target {
                     .map_err(|e| io_error("record truncate generation", &e))?;
                 file.generation.store(generation, Ordering::Release);
                 self.sync_file(&file)?;
+                self.sync_entry(object)?;
             }
         }
         self.used_bytes.fetch_sub(
@@ -729,6 +781,10 @@ impl Target {
                 set_generation(&file, generation)
                     .map_err(|e| io_error("record truncate generation", &e))?;
                 file.generation.store(generation, Ordering::Release);
+                self.unsynced_generations
+                    .lock()
+                    .expect("unsynced generations poisoned")
+                    .insert(object);
             }
         }
         Ok(Some(cut))
@@ -845,6 +901,14 @@ impl Target {
 
     pub fn remove(&self, object: ObjectId) -> Result<(), WireError> {
         let length = self.length(object)?;
+        self.new_entries
+            .lock()
+            .expect("new entries poisoned")
+            .remove(&object);
+        self.unsynced_generations
+            .lock()
+            .expect("unsynced generations poisoned")
+            .remove(&object);
         if let Some(journal) = &self.journal {
             journal.lock().expect("journal poisoned").remove(&object);
         }
@@ -940,7 +1004,25 @@ impl Target {
                 Err(error) => return Err(io_error("open object", &error)),
             },
         };
-        self.sync_result(file.sync_data())
+        let recorded = self
+            .unsynced_generations
+            .lock()
+            .expect("unsynced generations poisoned")
+            .remove(&object);
+        // The crash-test journal may just have recorded a generation too.
+        let synced = if recorded || self.journal.is_some() {
+            file.sync_all()
+        } else {
+            file.sync_data()
+        };
+        if synced.is_err() && recorded {
+            self.unsynced_generations
+                .lock()
+                .expect("unsynced generations poisoned")
+                .insert(object);
+        }
+        self.sync_result(synced)?;
+        self.sync_entry(object)
     }
 
     /// Makes the object file's data and metadata (its length and recorded generation)
@@ -1003,6 +1085,35 @@ fn recorded_generation(file: &File) -> std::io::Result<u64> {
         ));
     }
     Ok(u64::from_le_bytes(value))
+}
+
+/// Checks that the file system under `root` keeps the extended attribute in which objects
+/// record their truncate generation.
+fn probe_generation_records(root: &Path) -> std::io::Result<()> {
+    let path = root.join(".generation-probe");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    let probed = set_generation(&file, 1).and_then(|()| recorded_generation(&file));
+    drop(file);
+    fs::remove_file(&path)?;
+    match probed {
+        Ok(1) => Ok(()),
+        Ok(other) => Err(std::io::Error::other(format!(
+            "the file system of {} read back truncate generation {other} for 1",
+            root.display()
+        ))),
+        Err(error) => Err(std::io::Error::new(
+            error.kind(),
+            format!(
+                "the file system of {} does not keep user extended attributes ({error}), in which objects record their truncate generation: put the target on ext4 or XFS",
+                root.display()
+            ),
+        )),
+    }
 }
 
 /// Records truncate `generation` in `file`.
@@ -1310,6 +1421,9 @@ mod tests {
             12,
             "sync puts the data on disk"
         );
+        // The new object's directory entry was synced with it, once.
+        target.sync(inode).expect("sync again");
+        assert_eq!(target.entry_syncs.load(Ordering::Relaxed), 1);
         let error = target
             .write(inode, 0, Bytes::from(vec![0u8; 2 << 20]), 0)
             .expect_err("over capacity");
@@ -1324,6 +1438,11 @@ mod tests {
         assert_eq!(&target.read(inode, 0, 100).expect("read")[..], b"\0\0\0new");
         target.sync(inode).expect("sync");
         assert_eq!(target.disk_length(inode).expect("disk length"), 6);
+        assert_eq!(
+            target.entry_syncs.load(Ordering::Relaxed),
+            2,
+            "an object made again after its removal has a new entry, synced"
+        );
 
         // A mirrored file's object is another object than a plain file's of the same inode:
         // neither reads, changes, lists or removes the other.

@@ -66,13 +66,18 @@ struct LocalInode {
     /// Bumped by every change of the file's data this client makes or learns of (writes,
     /// truncates, allocations): read-ahead windows of an older version are dropped.
     data_version: u64,
+    /// Write errors of the file, as Linux's errseq: how many there were and the last one's
+    /// errno. Every handle open when one happened reports it once, at its next flush or
+    /// fsync, whichever handle's write or sync met it.
+    errors: (u64, i32),
 }
 
 struct OpenFile {
     inode: InodeId,
     layout: Option<FileLayout>,
-    /// Sticky write error: reported at every later flush and fsync.
-    error: Mutex<Option<i32>>,
+    /// How many of the file's write errors ([`LocalInode::errors`]) this handle reported
+    /// (or were before it opened).
+    errors_seen: AtomicU64,
     /// What was read ahead for this open file.
     ahead: crate::ahead::ReadAhead,
 }
@@ -265,7 +270,7 @@ impl State {
         data: Bytes,
         reply: ReplyWrite,
     ) {
-        if let Some(code) = State::sticky_error(&file) {
+        if let Some(code) = self.pending_error(&file) {
             return reply.error(Errno::from_i32(code));
         }
         let Some(layout) = file.layout.clone() else {
@@ -275,7 +280,7 @@ impl State {
         let end = offset + len;
         let admitted = self.inflight(file.inode).admit((offset, end)).await;
         // A write that failed while this one waited for budget is this one's answer.
-        if let Some(code) = State::sticky_error(&file) {
+        if let Some(code) = self.pending_error(&file) {
             admitted.finish();
             return reply.error(Errno::from_i32(code));
         }
@@ -287,10 +292,7 @@ impl State {
             .await;
         if let Err(error) = result {
             tracing::warn!(inode = %file.inode, %error, "a write-behind write failed");
-            file.error
-                .lock()
-                .expect("error slot poisoned")
-                .get_or_insert(error.errno());
+            self.record_error(file.inode, error.errno());
         }
         admitted.finish();
     }
@@ -380,16 +382,6 @@ impl State {
     }
 
     fn add_handle(&self, handle: u64, attr: &InodeAttr) {
-        let file = OpenFile {
-            inode: attr.inode,
-            layout: attr.layout.clone(),
-            error: Mutex::new(None),
-            ahead: crate::ahead::ReadAhead::default(),
-        };
-        self.handles
-            .lock()
-            .expect("handle table poisoned")
-            .insert(handle, Arc::new(file));
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         let local = inodes.entry(attr.inode).or_insert_with(|| LocalInode {
             generation: attr.truncate_generation,
@@ -397,6 +389,17 @@ impl State {
         });
         local.opens += 1;
         local.size = attr.size;
+        let file = OpenFile {
+            inode: attr.inode,
+            layout: attr.layout.clone(),
+            // Errors from before this open are not this handle's to report.
+            errors_seen: AtomicU64::new(local.errors.0),
+            ahead: crate::ahead::ReadAhead::default(),
+        };
+        self.handles
+            .lock()
+            .expect("handle table poisoned")
+            .insert(handle, Arc::new(file));
     }
 
     /// What a read of `inode` goes by, read together: the size reads are clamped to (what
@@ -509,8 +512,27 @@ impl State {
         self.client.set_lock(inode, unlock, 0).await
     }
 
-    fn sticky_error(file: &OpenFile) -> Option<i32> {
-        *file.error.lock().expect("error slot poisoned")
+    /// Records a write error of `inode`: every handle open now reports it once.
+    fn record_error(&self, inode: InodeId, errno: i32) {
+        let mut inodes = self.inodes.lock().expect("inode table poisoned");
+        if let Some(local) = inodes.get_mut(&inode) {
+            local.errors = (local.errors.0 + 1, errno);
+        }
+    }
+
+    /// The file's write error this handle has not reported yet, without reporting it (a
+    /// write-behind write refuses to go on after one).
+    fn pending_error(&self, file: &OpenFile) -> Option<i32> {
+        let inodes = self.inodes.lock().expect("inode table poisoned");
+        let (count, errno) = inodes.get(&file.inode)?.errors;
+        (count > file.errors_seen.load(Ordering::Acquire)).then_some(errno)
+    }
+
+    /// The file's write error this handle has not reported yet, now reported (flush, fsync).
+    fn take_error(&self, file: &OpenFile) -> Option<i32> {
+        let inodes = self.inodes.lock().expect("inode table poisoned");
+        let (count, errno) = inodes.get(&file.inode)?.errors;
+        (file.errors_seen.swap(count, Ordering::AcqRel) < count).then_some(errno)
     }
 }
 
@@ -634,6 +656,9 @@ impl Filesystem for WeftFs {
         // directory operations let lookups and creates in one directory proceed together.
         let _ =
             config.add_capabilities(InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_PARALLEL_DIROPS);
+        // A file opened with O_DIRECT may still be mapped, as on a local file system: the
+        // mapping goes through the page cache (kernels from 6.6; older ones refuse the mmap).
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // fcntl record locks and flock go to the metadata server, so they hold across clients.
         if config
             .add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS)
@@ -1131,7 +1156,10 @@ impl Filesystem for WeftFs {
                     reply.written(len as u32);
                 }
                 Err(error) => {
-                    *file.error.lock().expect("error slot poisoned") = Some(error.errno());
+                    // Some of its pieces may have landed: the file's other handles learn of
+                    // it at their next flush or fsync; this one has reported it now.
+                    state.record_error(file.inode, error.errno());
+                    state.take_error(&file);
                     reply.error(errno(&error));
                 }
             }
@@ -1166,7 +1194,7 @@ impl Filesystem for WeftFs {
             if let Err(error) = reported {
                 return reply.error(errno(&error));
             }
-            match State::sticky_error(&file) {
+            match state.take_error(&file) {
                 Some(code) => reply.error(Errno::from_i32(code)),
                 None => reply.ok(),
             }
@@ -1241,14 +1269,15 @@ impl Filesystem for WeftFs {
             state.drain(file.inode).await;
             if let Some(layout) = &file.layout {
                 if let Err(error) = state.client.sync_data(file.inode, layout).await {
-                    *file.error.lock().expect("error slot poisoned") = Some(error.errno());
+                    state.record_error(file.inode, error.errno());
+                    state.take_error(&file);
                     return reply.error(errno(&error));
                 }
             }
             if let Err(error) = state.report_size(file.inode, true).await {
                 return reply.error(errno(&error));
             }
-            match State::sticky_error(&file) {
+            match state.take_error(&file) {
                 Some(code) => reply.error(Errno::from_i32(code)),
                 None => reply.ok(),
             }
