@@ -130,22 +130,12 @@ fn file_is_striped_over_four_targets() {
     let file = dir.join("data");
     fs::write(&file, &data).expect("write");
 
-    let (ok, info, stderr) = weft(&cluster, &["entry", "info", file.to_str().expect("utf-8")]);
-    assert!(ok, "entry info failed: {stderr}");
+    let (order, info) = common::layout_targets(&cluster, &file);
     assert!(info.contains("Entry type: file"), "{info}");
     assert!(info.contains("Metadata node: meta-1 [ID: 1]"), "{info}");
     assert!(info.contains("+ Type: RAID0"), "{info}");
     assert!(info.contains("+ Chunksize: 64K"), "{info}");
     assert!(info.contains("desired: 4; actual: 4"), "{info}");
-    let order: Vec<u32> = info
-        .lines()
-        .filter_map(|line| {
-            line.trim()
-                .strip_prefix("+ ")
-                .and_then(|rest| rest.split_once(" @ "))
-                .and_then(|(id, _)| id.parse().ok())
-        })
-        .collect();
     assert_eq!(order.len(), 4, "four targets listed: {info}");
 
     let object_name = format!("{:016x}", fs::metadata(&file).expect("stat").ino());

@@ -457,26 +457,7 @@ fn a_truncate_never_cuts_later_writes() {
     let chunk = 64usize << 10;
     let file_path = dir.join("file");
     common::write_synced(&file_path, &pattern(21, 4 * chunk));
-    let (ok, info, err) = common::weft(
-        &cluster,
-        &[
-            "entry",
-            "info",
-            &file_path.display().to_string(),
-            "--mgmt",
-            cluster.mgmt(),
-        ],
-    );
-    assert!(ok, "{err}");
-    let order: Vec<u32> = info
-        .lines()
-        .filter_map(|line| {
-            line.trim()
-                .strip_prefix("+ ")
-                .and_then(|rest| rest.split_once(" @ "))
-                .and_then(|(id, _)| id.parse().ok())
-        })
-        .collect();
+    let (order, info) = common::layout_targets(&cluster, &file_path);
     assert_eq!(order.len(), 2, "{info}");
     // Target n is storage-n's only target.
     let (live, down) = (order[0] as usize, order[1] as usize);

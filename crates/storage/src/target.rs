@@ -464,12 +464,7 @@ impl Target {
         self.reserve(growth)?;
         match &self.journal {
             Some(journal) => {
-                journal
-                    .lock()
-                    .expect("journal poisoned")
-                    .entry(object)
-                    .or_default()
-                    .push(Pending::Write { offset, data });
+                push_pending(journal, object, Pending::Write { offset, data });
             }
             None => match &self.direct {
                 Some(stripes) => {
@@ -653,15 +648,14 @@ impl Target {
         let current = self.length(object)?;
         let cut = length.min(current);
         match &self.journal {
-            Some(journal) => journal
-                .lock()
-                .expect("journal poisoned")
-                .entry(object)
-                .or_default()
-                .push(Pending::Truncate {
+            Some(journal) => push_pending(
+                journal,
+                object,
+                Pending::Truncate {
                     length: cut,
                     generation,
-                }),
+                },
+            ),
             None => {
                 let file = match &self.files {
                     Some(files) => self
@@ -762,15 +756,14 @@ impl Target {
         }
         self.admit(object, generation)?;
         match &self.journal {
-            Some(journal) => journal
-                .lock()
-                .expect("journal poisoned")
-                .entry(object)
-                .or_default()
-                .push(Pending::Truncate {
+            Some(journal) => push_pending(
+                journal,
+                object,
+                Pending::Truncate {
                     length: 0,
                     generation,
-                }),
+                },
+            ),
             None => {
                 let file = match &self.files {
                     Some(files) => self
@@ -813,15 +806,14 @@ impl Target {
         if let Some(journal) = &self.journal {
             if mode == FallocateMode::Zero {
                 let zeros = Bytes::from(vec![0u8; (end.min(length) - offset) as usize]);
-                journal
-                    .lock()
-                    .expect("journal poisoned")
-                    .entry(object)
-                    .or_default()
-                    .push(Pending::Write {
+                push_pending(
+                    journal,
+                    object,
+                    Pending::Write {
                         offset,
                         data: zeros,
-                    });
+                    },
+                );
             }
             return Ok(());
         }
@@ -1152,6 +1144,16 @@ fn clear_generation(file: &File) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Keeps `op` of `object` in the crash-test journal until the object's next sync.
+fn push_pending(journal: &Mutex<HashMap<ObjectId, Vec<Pending>>>, object: ObjectId, op: Pending) {
+    journal
+        .lock()
+        .expect("journal poisoned")
+        .entry(object)
+        .or_default()
+        .push(op);
 }
 
 /// Opens an existing object file for reading and writing.

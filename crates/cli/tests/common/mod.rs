@@ -172,6 +172,32 @@ pub fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("no NUL in test paths")
 }
 
+/// The targets of a file's layout in stripe order, as `weft entry info` lists them (with the
+/// whole listing, for messages).
+pub fn layout_targets(cluster: &LocalCluster, file: &Path) -> (Vec<u32>, String) {
+    let (ok, info, err) = weft(
+        cluster,
+        &[
+            "entry",
+            "info",
+            file.to_str().expect("utf-8"),
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "entry info failed: {err}");
+    let order = info
+        .lines()
+        .filter_map(|line| {
+            line.trim()
+                .strip_prefix("+ ")
+                .and_then(|rest| rest.split_once(" @ "))
+                .and_then(|(id, _)| id.parse().ok())
+        })
+        .collect();
+    (order, info)
+}
+
 /// Pairs the storage targets into mirror groups (`weft mirror autocreate storage`); returns
 /// what it printed.
 pub fn autocreate_storage_groups(cluster: &LocalCluster) -> String {

@@ -67,8 +67,8 @@ struct LocalInode {
     /// truncates, allocations): read-ahead windows of an older version are dropped.
     data_version: u64,
     /// Write errors of the file, as Linux's errseq: how many there were and the last one's
-    /// errno. Every handle open when one happened reports it once, at its next flush or
-    /// fsync, whichever handle's write or sync met it.
+    /// errno. Every handle open when one happened reports it once at its next fsync (and at
+    /// every close until then), whichever handle's write or sync met it.
     errors: (u64, i32),
 }
 
@@ -520,15 +520,15 @@ impl State {
         }
     }
 
-    /// The file's write error this handle has not reported yet, without reporting it (a
-    /// write-behind write refuses to go on after one).
+    /// The file's write error this handle has not reported by an fsync yet, left for it (a
+    /// write-behind write refuses to go on after one; every close returns it).
     fn pending_error(&self, file: &OpenFile) -> Option<i32> {
         let inodes = self.inodes.lock().expect("inode table poisoned");
         let (count, errno) = inodes.get(&file.inode)?.errors;
         (count > file.errors_seen.load(Ordering::Acquire)).then_some(errno)
     }
 
-    /// The file's write error this handle has not reported yet, now reported (flush, fsync).
+    /// The file's write error this handle has not reported by an fsync yet, now reported.
     fn take_error(&self, file: &OpenFile) -> Option<i32> {
         let inodes = self.inodes.lock().expect("inode table poisoned");
         let (count, errno) = inodes.get(&file.inode)?.errors;
@@ -1157,7 +1157,7 @@ impl Filesystem for WeftFs {
                 }
                 Err(error) => {
                     // Some of its pieces may have landed: the file's other handles learn of
-                    // it at their next flush or fsync; this one has reported it now.
+                    // it at their next fsync; this one has reported it now.
                     state.record_error(file.inode, error.errno());
                     state.take_error(&file);
                     reply.error(errno(&error));
@@ -1194,7 +1194,10 @@ impl Filesystem for WeftFs {
             if let Err(error) = reported {
                 return reply.error(errno(&error));
             }
-            match state.take_error(&file) {
+            // Reported, not consumed: a close of a copy of the descriptor (a child closing
+            // what it inherited at exec) must not take the error from the fsync of the
+            // process that wrote, as NFS's flush checks without advancing.
+            match state.pending_error(&file) {
                 Some(code) => reply.error(Errno::from_i32(code)),
                 None => reply.ok(),
             }
