@@ -109,20 +109,11 @@ fn file_is_striped_over_four_targets() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("striped");
-    fs::create_dir(&dir).expect("mkdir");
-    let (ok, stdout, stderr) = weft(
+    let stdout = common::make_dir_with_pattern(
         &cluster,
-        &[
-            "entry",
-            "set",
-            "--chunk-size",
-            "64K",
-            "--num-targets",
-            "4",
-            dir.to_str().expect("utf-8"),
-        ],
+        &dir,
+        &["--chunk-size", "64K", "--num-targets", "4"],
     );
-    assert!(ok, "entry set failed: {stderr}");
     assert!(stdout.contains("Chunksize: 64K"), "{stdout}");
 
     let chunk = 64 * 1024;

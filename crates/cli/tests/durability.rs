@@ -437,23 +437,11 @@ fn a_truncate_never_cuts_later_writes() {
     });
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("striped");
-    fs::create_dir(&dir).expect("mkdir");
-    let path = dir.display().to_string();
-    let (ok, _, err) = common::weft(
+    common::make_dir_with_pattern(
         &cluster,
-        &[
-            "entry",
-            "set",
-            "--chunk-size",
-            "64K",
-            "--num-targets",
-            "2",
-            &path,
-            "--mgmt",
-            cluster.mgmt(),
-        ],
+        &dir,
+        &["--chunk-size", "64K", "--num-targets", "2"],
     );
-    assert!(ok, "{err}");
     let chunk = 64usize << 10;
     let file_path = dir.join("file");
     common::write_synced(&file_path, &pattern(21, 4 * chunk));

@@ -1282,15 +1282,12 @@ impl Meta {
         }
     }
 
-    /// Tells `inode`'s home that a rename moved a dentry of it into `parent`: its ctime
-    /// moves, and a directory's parent pointer follows (idempotent).
+    /// Tells `inode`'s home, when that is another server, that a rename moved a dentry of it
+    /// into `parent`: its ctime moves, and a directory's parent pointer follows (idempotent).
+    /// An inode that lives here is marked by the rename's own commit.
     async fn mark_renamed(&self, inode: InodeId, parent: InodeId) -> Result<(), OpError> {
         if inode.home() == self.node {
-            return self
-                .committer
-                .run(Box::new(move |txn| renamed(txn, inode, parent)))
-                .await
-                .map(|_| ());
+            return Ok(());
         }
         self.call_meta(inode.home(), MetaRequest::Renamed { inode, parent })
             .await
@@ -1460,12 +1457,10 @@ impl Meta {
                         mutation, parent, name, new_parent, new_name, flags, moves_dirs,
                     )
                     .await?;
-                if child.home() != here {
-                    // Only its dentry moved here; its ctime lives on its home. The rename
-                    // is done: a home that cannot be told only misses a time.
-                    if let Err(error) = self.mark_renamed(child, new_parent).await {
-                        tracing::warn!(inode = %child, ?error, "could not move a renamed inode's ctime");
-                    }
+                // An inode living elsewhere: only its dentry moved here, its ctime lives on
+                // its home. The rename is done: a home that cannot be told only misses a time.
+                if let Err(error) = self.mark_renamed(child, new_parent).await {
+                    tracing::warn!(inode = %child, ?error, "could not move a renamed inode's ctime");
                 }
                 Ok(renamed)
             } else {

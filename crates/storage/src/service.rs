@@ -345,12 +345,9 @@ impl Storage {
             ..
         } = &request
         {
-            if let Err(error) = target.admit(object(*inode), *generation) {
-                disk_op.finish(0, 0);
-                return Err(error);
-            }
             if *len as usize <= INLINE_IO_BYTES {
-                if let Some(data) = target.read_cached(object(*inode), *object_offset, *len) {
+                let cached = target.read_cached(object(*inode), *object_offset, *len, *generation);
+                if let Some(data) = cached {
                     disk_op.finish(data.len() as u64, 0);
                     return Ok((Response::Data, data));
                 }
@@ -375,6 +372,7 @@ impl Storage {
                 }
                 StorageRequest::Read {
                     inode,
+                    generation,
                     object_offset,
                     len,
                     ..
@@ -385,6 +383,7 @@ impl Storage {
                             format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
                         ));
                     }
+                    target.admit(object(inode), generation)?;
                     Ok((
                         Response::Data,
                         target.read(object(inode), object_offset, len)?,

@@ -126,19 +126,30 @@ pub(crate) struct Target {
 struct ObjectFile {
     file: File,
     direct: std::sync::OnceLock<File>,
-    /// The truncate generation the object has had, as its file records it.
+    /// The truncate generation the object has had, as its file records it: read when a
+    /// plain target's open-file table takes the file in, and kept up to date there. A file
+    /// opened for one request (other modes) leaves it unread, and
+    /// [`Target::generation`] asks the file itself.
     generation: AtomicU64,
 }
 
 impl ObjectFile {
-    fn new(file: File) -> Result<ObjectFile, WireError> {
-        let generation =
-            recorded_generation(&file).map_err(|e| io_error("read truncate generation", &e))?;
-        Ok(ObjectFile {
+    /// A file opened for one request.
+    fn new(file: File) -> ObjectFile {
+        ObjectFile {
             file,
             direct: std::sync::OnceLock::new(),
-            generation: AtomicU64::new(generation),
-        })
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// A file for the open-file table, with its recorded truncate generation.
+    fn held(file: File) -> Result<ObjectFile, WireError> {
+        let generation =
+            recorded_generation(&file).map_err(|e| io_error("read truncate generation", &e))?;
+        let held = ObjectFile::new(file);
+        held.generation.store(generation, Ordering::Release);
+        Ok(held)
     }
 
     /// The object's O_DIRECT descriptor (the same inode as `file`).
@@ -291,7 +302,7 @@ impl Target {
             // A file a request holds stays, so a removal can tell it is in use.
             open.retain(|_, file| Arc::strong_count(file) > 1);
         }
-        let file = Arc::new(ObjectFile::new(file)?);
+        let file = Arc::new(ObjectFile::held(file)?);
         open.insert(object, Arc::clone(&file));
         Ok(Some(file))
     }
@@ -393,6 +404,16 @@ impl Target {
         Ok(())
     }
 
+    /// The object's file to change, created if missing: the held one on a plain target.
+    fn file_for_write(&self, object: ObjectId) -> Result<Arc<ObjectFile>, WireError> {
+        match &self.files {
+            Some(files) => Ok(self
+                .plain_file(files, object, true)?
+                .expect("created when missing")),
+            None => Ok(Arc::new(ObjectFile::new(self.open_for_write(object)?))),
+        }
+    }
+
     fn open_for_write(&self, object: ObjectId) -> Result<File, WireError> {
         self.open_creating(object, |path| {
             OpenOptions::new()
@@ -486,12 +507,7 @@ impl Target {
                         .map_err(|e| io_error("write object", &e))?;
                 }
                 None => {
-                    let file = match &self.files {
-                        Some(files) => self
-                            .plain_file(files, object, true)?
-                            .expect("created when missing"),
-                        None => Arc::new(ObjectFile::new(self.open_for_write(object)?)?),
-                    };
+                    let file = self.file_for_write(object)?;
                     if self.direct_write_min.is_some_and(|min| data.len() >= min)
                         && crate::direct::is_aligned(offset, data.len())
                     {
@@ -532,7 +548,7 @@ impl Target {
                 None => Arc::new(ObjectFile::new(
                     File::open(self.object_path(object))
                         .map_err(|e| io_error("open object", &e))?,
-                )?),
+                )),
             };
             let large = self.direct_write_min.is_some_and(|min| wanted >= min);
             if large && !fully_cached(&file, offset, wanted as u64) {
@@ -586,8 +602,15 @@ impl Target {
 
     /// Reads like [`Target::read`] if the object's file is held open and the page cache holds
     /// every byte asked for (`preadv2` with `RWF_NOWAIT`), so the read cannot wait for the
-    /// disk; `None` when it could, and the caller reads the usual way.
-    pub fn read_cached(&self, object: ObjectId, offset: u64, len: u32) -> Option<Bytes> {
+    /// disk; `None` when it could, and the caller reads the usual way. Also `None` when the
+    /// object has not had truncate `generation`: the usual way checks it ([`Target::admit`]).
+    pub fn read_cached(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        len: u32,
+        generation: u64,
+    ) -> Option<Bytes> {
         if self.journal.is_some() {
             return None;
         }
@@ -598,6 +621,9 @@ impl Target {
             .expect("open files poisoned")
             .get(&object)
             .cloned()?;
+        if generation > file.generation.load(Ordering::Acquire) {
+            return None;
+        }
         let length = file.metadata().ok()?.len();
         let wanted = length.saturating_sub(offset).min(u64::from(len)) as usize;
         if wanted == 0 {
@@ -666,7 +692,7 @@ impl Target {
                             .write(true)
                             .open(self.object_path(object))
                             .map_err(|e| io_error("open object", &e))?,
-                    )?),
+                    )),
                 };
                 if cut < current {
                     file.set_len(cut)
@@ -726,7 +752,18 @@ impl Target {
     /// from before a truncate of that generation it has not had (its target was away when
     /// the truncate was made): the caller has the metadata server apply it and asks again.
     pub fn admit(&self, object: ObjectId, generation: u64) -> Result<(), WireError> {
-        if generation > self.generation(object)? && self.length(object)? > 0 {
+        let recorded = self.generation(object)?;
+        self.admit_recorded(object, generation, recorded)
+    }
+
+    /// [`Target::admit`] for an object known to record generation `recorded`.
+    fn admit_recorded(
+        &self,
+        object: ObjectId,
+        generation: u64,
+        recorded: u64,
+    ) -> Result<(), WireError> {
+        if generation > recorded && self.length(object)? > 0 {
             return Err(WireError::new(
                 ErrorCode::TruncatePending,
                 format!(
@@ -751,10 +788,11 @@ impl Target {
             return Ok(None);
         }
         let cut = self.cut_lock(object);
-        if generation <= self.generation(object)? {
+        let recorded = self.generation(object)?;
+        if generation <= recorded {
             return Ok(Some(cut));
         }
-        self.admit(object, generation)?;
+        self.admit_recorded(object, generation, recorded)?;
         match &self.journal {
             Some(journal) => push_pending(
                 journal,
@@ -765,12 +803,7 @@ impl Target {
                 },
             ),
             None => {
-                let file = match &self.files {
-                    Some(files) => self
-                        .plain_file(files, object, true)?
-                        .expect("created when missing"),
-                    None => Arc::new(ObjectFile::new(self.open_for_write(object)?)?),
-                };
+                let file = self.file_for_write(object)?;
                 set_generation(&file, generation)
                     .map_err(|e| io_error("record truncate generation", &e))?;
                 file.generation.store(generation, Ordering::Release);
@@ -817,12 +850,7 @@ impl Target {
             }
             return Ok(());
         }
-        let file = match &self.files {
-            Some(files) => self
-                .plain_file(files, object, true)?
-                .expect("created when missing"),
-            None => Arc::new(ObjectFile::new(self.open_for_write(object)?)?),
-        };
+        let file = self.file_for_write(object)?;
         let flags = match mode {
             FallocateMode::Allocate => libc::FALLOC_FL_KEEP_SIZE,
             FallocateMode::Zero => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
@@ -991,7 +1019,7 @@ impl Target {
                 None => return Ok(()),
             },
             None => match File::open(self.object_path(object)) {
-                Ok(file) => Arc::new(ObjectFile::new(file)?),
+                Ok(file) => Arc::new(ObjectFile::new(file)),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(error) => return Err(io_error("open object", &error)),
             },

@@ -209,17 +209,25 @@ pub fn autocreate_storage_groups(cluster: &LocalCluster) -> String {
     out
 }
 
+/// Creates `dir` and sets the pattern of its new files (`weft entry set` with `pattern`
+/// arguments); returns what `weft entry set` printed.
+pub fn make_dir_with_pattern(cluster: &LocalCluster, dir: &Path, pattern: &[&str]) -> String {
+    std::fs::create_dir(dir).expect("mkdir");
+    let path = dir.display().to_string();
+    let mut args = vec!["entry", "set"];
+    args.extend_from_slice(pattern);
+    args.extend([path.as_str(), "--mgmt", cluster.mgmt()]);
+    let (ok, out, err) = weft(cluster, &args);
+    assert!(ok, "entry set failed: {err}");
+    out
+}
+
 /// Creates `dir` and makes its new files mirrored (`weft entry set --pattern mirrored`, with
 /// `more` arguments); returns what `weft entry set` printed.
 pub fn make_mirrored_dir(cluster: &LocalCluster, dir: &Path, more: &[&str]) -> String {
-    std::fs::create_dir(dir).expect("mkdir");
-    let path = dir.display().to_string();
-    let mut args = vec!["entry", "set", "--pattern", "mirrored"];
-    args.extend_from_slice(more);
-    args.extend([path.as_str(), "--mgmt", cluster.mgmt()]);
-    let (ok, out, err) = weft(cluster, &args);
-    assert!(ok, "{err}");
-    out
+    let mut pattern = vec!["--pattern", "mirrored"];
+    pattern.extend_from_slice(more);
+    make_dir_with_pattern(cluster, dir, &pattern)
 }
 
 /// Writes a new file and fsyncs it.

@@ -72,6 +72,17 @@ struct LocalInode {
     errors: (u64, i32),
 }
 
+/// What a read of a file goes by ([`State::read_view`]).
+#[derive(Clone, Copy)]
+struct ReadView {
+    /// The size reads are clamped to.
+    known: u64,
+    /// The data version read-ahead windows are checked against.
+    version: u64,
+    /// The truncate generation the read is made in.
+    generation: u64,
+}
+
 struct OpenFile {
     inode: InodeId,
     layout: Option<FileLayout>,
@@ -403,12 +414,22 @@ impl State {
     }
 
     /// What a read of `inode` goes by, read together: the size reads are clamped to (what
-    /// the server said, or what this client wrote) and the data version read-ahead checks.
-    fn read_view(&self, inode: InodeId) -> (u64, u64) {
+    /// the server said, or what this client wrote), the data version read-ahead checks, and
+    /// the truncate generation the read is made in.
+    fn read_view(&self, inode: InodeId) -> ReadView {
         let inodes = self.inodes.lock().expect("inode table poisoned");
-        inodes
-            .get(&inode)
-            .map_or((0, 0), |l| (l.size.max(l.written_end), l.data_version))
+        inodes.get(&inode).map_or(
+            ReadView {
+                known: 0,
+                version: 0,
+                generation: 0,
+            },
+            |l| ReadView {
+                known: l.size.max(l.written_end),
+                version: l.data_version,
+                generation: l.generation,
+            },
+        )
     }
 
     /// `inode` and the truncate generation this client knows it in: what its reads and
@@ -443,7 +464,7 @@ impl State {
         self: &Arc<Self>,
         (inode, layout): (InodeId, FileLayout),
         (start, len): (u64, u64),
-        known: u64,
+        view: ReadView,
     ) -> futures::future::BoxFuture<'static, Option<crate::ReadData>> {
         let state = Arc::clone(self);
         let task = tokio::spawn(async move {
@@ -452,7 +473,7 @@ impl State {
             }
             state
                 .client
-                .read_data(state.file_ref(inode), &layout, start, len, known)
+                .read_data((inode, view.generation), &layout, start, len, view.known)
                 .await
                 .ok()
         });
@@ -1086,11 +1107,11 @@ impl Filesystem for WeftFs {
             let Some(layout) = &file.layout else {
                 return reply.error(Errno::EINVAL);
             };
-            let (known, version) = state.read_view(file.inode);
-            let fetch = |window| state.read_window((file.inode, layout.clone()), window, known);
+            let view = state.read_view(file.inode);
+            let fetch = |window| state.read_window((file.inode, layout.clone()), window, view);
             let ahead = file.ahead.read(
                 (offset, u64::from(size)),
-                (version, known),
+                (view.version, view.known),
                 state.read_ahead,
                 fetch,
             );
@@ -1105,11 +1126,11 @@ impl Filesystem for WeftFs {
             match state
                 .client
                 .read(
-                    state.file_ref(file.inode),
+                    (file.inode, view.generation),
                     layout,
                     offset,
                     u64::from(size),
-                    known,
+                    view.known,
                 )
                 .await
             {

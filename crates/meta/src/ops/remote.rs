@@ -955,6 +955,7 @@ pub(crate) fn finish_rename_out(
         name,
         child,
         kind_code,
+        new_parent,
         ..
     } = &intent.op
     else {
@@ -979,6 +980,8 @@ pub(crate) fn finish_rename_out(
                 store_inode(&mut inodes, *parent, &parent_record)?;
             }
         }
+        // The moved inode, when it lives here (one elsewhere was told by the coordinator).
+        mark_renamed(&mut inodes, *child, *new_parent)?;
         Ok(Response::Done)
     })
 }
@@ -990,9 +993,18 @@ pub(crate) fn renamed(
     inode: InodeId,
     parent: InodeId,
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    mark_renamed(&mut txn.open_table(INODES)?, inode, parent)?;
+    Ok(Response::Done)
+}
+
+/// [`renamed`] in an open inode table; an inode that does not live here is left alone.
+fn mark_renamed(
+    inodes: &mut redb::Table<u64, &'static [u8]>,
+    inode: InodeId,
+    parent: InodeId,
+) -> Result<(), OpError> {
     let Some(bytes) = inodes.get(inode.0)? else {
-        return Ok(Response::Done);
+        return Ok(());
     };
     let mut record = InodeRecord::decode(inode.0, bytes.value())?;
     drop(bytes);
@@ -1000,8 +1012,7 @@ pub(crate) fn renamed(
         record.parent = parent.0;
     }
     record.ctime = now();
-    store_inode(&mut inodes, inode, &record)?;
-    Ok(Response::Done)
+    store_inode(inodes, inode, &record)
 }
 
 /// On a spread directory's home: records its shards (idempotent) and answers its attributes.
@@ -1224,6 +1235,7 @@ pub(crate) fn finish_exchange(
         name,
         child,
         kind_code,
+        new_parent,
         other,
         other_kind_code,
         ..
@@ -1257,6 +1269,9 @@ pub(crate) fn finish_exchange(
                 store_inode(&mut inodes, *parent, &parent_record)?;
             }
         }
+        // The swapped inodes that live here (those elsewhere were told by the coordinator).
+        mark_renamed(&mut inodes, *child, *new_parent)?;
+        mark_renamed(&mut inodes, *other, *parent)?;
         Ok(Response::Done)
     })
 }
