@@ -109,6 +109,8 @@ pub(crate) fn write_at(file: &File, offset: u64, data: &[u8], length: u64) -> io
             read_blocks(file, stop - ALIGN, &mut span[last..])?;
         }
     }
+    #[cfg(test)]
+    tests::after_edge_read();
     let at = (offset - start) as usize;
     buffer.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
     file.write_all_at(buffer.as_slice(), start)?;
@@ -222,8 +224,26 @@ pub(crate) fn probe(directory: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// What an unaligned write on this thread runs between reading its edge blocks and
+        /// writing them back: where a concurrent cut would slip in.
+        static AFTER_EDGE_READ: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    /// Runs `hook` inside the next unaligned write on this thread, after its edge reads.
+    pub(crate) fn on_edge_read(hook: impl FnOnce() + 'static) {
+        AFTER_EDGE_READ.with(|slot| *slot.borrow_mut() = Some(Box::new(hook)));
+    }
+
+    pub(super) fn after_edge_read() {
+        if let Some(hook) = AFTER_EDGE_READ.with(|slot| slot.borrow_mut().take()) {
+            hook();
+        }
+    }
 
     // Goal: a huge-page buffer moves data through O_DIRECT.
     #[test]

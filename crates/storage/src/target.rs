@@ -93,8 +93,9 @@ pub(crate) struct Target {
     poisoned: AtomicBool,
     /// Crash-test mode: unsynced operations per object, applied to disk at Sync.
     journal: Option<Mutex<HashMap<ObjectId, Vec<Pending>>>>,
-    /// Direct I/O: per object stripe, aligned writes share the lock and read-modify-writes
-    /// take it alone (they must not interleave with another write of the same block).
+    /// Direct I/O: per object stripe, aligned writes share the lock; read-modify-writes,
+    /// truncates and fallocates take it alone (a cut or a punch between a write's read of
+    /// its edge blocks and its write of them would be undone by the old bytes it writes).
     direct: Option<Vec<RwLock<()>>>,
     /// Open object files, so a request does not pay an open and a close (plain targets only).
     /// Removing an object takes it out under the same lock before the unlink.
@@ -488,14 +489,15 @@ impl Target {
                 push_pending(journal, object, Pending::Write { offset, data });
             }
             None => match &self.direct {
-                Some(stripes) => {
-                    let stripe = &stripes[(object.inode.0 % DIRECT_STRIPES) as usize];
+                Some(_) => {
                     let _shared;
                     let _alone;
                     if crate::direct::is_aligned(offset, data.len()) {
-                        _shared = stripe.read().expect("direct lock poisoned");
+                        _shared = self
+                            .direct_stripe(object)
+                            .map(|stripe| stripe.read().expect("direct lock poisoned"));
                     } else {
-                        _alone = stripe.write().expect("direct lock poisoned");
+                        _alone = self.direct_alone(object);
                     }
                     let file = self.open_direct_for_write(object)?;
                     // The length again, under the lock: another write may have grown it.
@@ -671,6 +673,7 @@ impl Target {
         if generation <= self.generation(object)? || !self.exists(object) {
             return Ok(());
         }
+        let _alone = self.direct_alone(object);
         let current = self.length(object)?;
         let cut = length.min(current);
         match &self.journal {
@@ -710,6 +713,19 @@ impl Target {
             Ordering::AcqRel,
         );
         Ok(())
+    }
+
+    /// The direct-I/O lock stripe of `object` (direct-I/O targets only).
+    fn direct_stripe(&self, object: ObjectId) -> Option<&RwLock<()>> {
+        let stripes = self.direct.as_ref()?;
+        Some(&stripes[(object.inode.0 % DIRECT_STRIPES) as usize])
+    }
+
+    /// `object`'s direct-I/O lock stripe held alone, on a direct-I/O target: taken by a
+    /// read-modify-write and by whatever cuts or punches the object.
+    fn direct_alone(&self, object: ObjectId) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+        self.direct_stripe(object)
+            .map(|stripe| stripe.write().expect("direct lock poisoned"))
     }
 
     /// The lock a truncate of `object` holds, and a change that records a newer generation.
@@ -850,6 +866,7 @@ impl Target {
             }
             return Ok(());
         }
+        let _alone = self.direct_alone(object);
         let file = self.file_for_write(object)?;
         let flags = match mode {
             FallocateMode::Allocate => libc::FALLOC_FL_KEEP_SIZE,
@@ -1650,6 +1667,56 @@ mod tests {
     #[test]
     fn direct_io_store_conformance() {
         conformance(false, true);
+    }
+
+    // Goal: on a direct-I/O target, a truncate or a punch that comes while an unaligned write
+    // has read its edge blocks waits for the write, so the old bytes it writes back are cut
+    // or punched after it, never restored over the cut.
+    #[test]
+    fn a_cut_never_slips_inside_a_read_modify_write() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        if crate::direct::probe(directory.path()).is_err() {
+            return; // tmpfs refuses O_DIRECT
+        }
+        let target = Arc::new(
+            Target::open(TargetId(1), directory.path(), None, (false, true), 0).expect("open"),
+        );
+        type Cut = fn(&Target, ObjectId) -> Result<(), WireError>;
+        let cuts: [(&str, Cut); 2] = [
+            ("truncate", |target, object| target.truncate(object, 0, 1)),
+            ("punch", |target, object| {
+                target.fallocate(object, (0, 8192), FallocateMode::Zero, 0)
+            }),
+        ];
+        for (inode, (name, cut)) in (20..).zip(cuts) {
+            let object = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), inode));
+            target
+                .write(object, 0, Bytes::from(vec![b'a'; 8192]), 0)
+                .expect("write");
+            let (done, cut_done) = std::sync::mpsc::channel();
+            let cutter = Arc::clone(&target);
+            let handle = std::sync::Arc::new(Mutex::new(None));
+            let slot = Arc::clone(&handle);
+            crate::direct::tests::on_edge_read(move || {
+                let thread = std::thread::spawn(move || {
+                    cut(&cutter, object).expect("cut");
+                    let _ = done.send(());
+                });
+                *slot.lock().expect("slot") = Some(thread);
+                // Give a cut that does not wait for the write the time to run.
+                let _ = cut_done.recv_timeout(std::time::Duration::from_secs(1));
+            });
+            target
+                .write(object, 100, Bytes::from_static(b"0123456789"), 0)
+                .expect("unaligned write");
+            let thread = handle.lock().expect("slot").take().expect("the hook ran");
+            thread.join().expect("cut thread");
+            let back = target.read(object, 0, 8192).expect("read");
+            assert!(
+                back.iter().all(|&byte| byte != b'a'),
+                "{name}: old bytes came back after the cut"
+            );
+        }
     }
 
     // Goal: the crash-test journal behaves exactly like the direct store until a sync.
