@@ -11,8 +11,8 @@ use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
 use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
-    AttrChanges, ClusterMap, DirEntry, FallocateMode, FileKind, InodeAttr, MutationId, NewInode,
-    RenameFlags, SizeReport, XattrSetMode,
+    AttrChanges, ChangeTag, ClusterMap, DirEntry, FallocateMode, FileKind, InodeAttr, MutationId,
+    NewInode, RenameFlags, SizeReport, XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -136,6 +136,9 @@ pub struct Client {
     client: ClientId,
     next_seq: AtomicU64,
     pending: Mutex<BTreeSet<u64>>,
+    /// Changes of file data that failed, while older ones are still pending: a copy of one
+    /// still on its way is dropped by its server ([`ChangeTag::abandoned`]).
+    abandoned: Mutex<BTreeSet<u64>>,
     pub(crate) retry: RetryPolicy,
     pub(crate) locks: crate::locks::HeldLocks,
     /// The shards of every spread directory this client has seen. A spread directory's shards
@@ -179,6 +182,54 @@ impl Drop for PendingGuard<'_> {
     }
 }
 
+/// A change of file data in progress ([`Client::begin_change`]).
+pub(crate) struct Change<'a> {
+    client: &'a Client,
+    number: u64,
+    _pending: PendingGuard<'a>,
+    failed: bool,
+}
+
+impl Change<'_> {
+    /// The tag a copy of the change sent now carries: what this client has settled is
+    /// looked at again for every retry.
+    pub(crate) fn tag(&self) -> ChangeTag {
+        let settled_below = {
+            let pending = self.client.pending.lock().expect("pending set poisoned");
+            pending.first().copied().unwrap_or(self.number)
+        };
+        let mut abandoned = self
+            .client
+            .abandoned
+            .lock()
+            .expect("abandoned set poisoned");
+        *abandoned = abandoned.split_off(&settled_below);
+        ChangeTag {
+            client: self.client.client,
+            number: self.number,
+            settled_below,
+            abandoned: abandoned.iter().copied().collect(),
+        }
+    }
+
+    /// The change failed: a copy of it still on its way must not land later.
+    pub(crate) fn failed(&mut self) {
+        self.failed = true;
+    }
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        if self.failed {
+            self.client
+                .abandoned
+                .lock()
+                .expect("abandoned set poisoned")
+                .insert(self.number);
+        }
+    }
+}
+
 impl Client {
     /// Connects to management, registers a session and fetches the maps.
     ///
@@ -207,6 +258,7 @@ impl Client {
             client,
             next_seq: AtomicU64::new(1),
             pending: Mutex::default(),
+            abandoned: Mutex::default(),
             retry,
             locks: crate::locks::HeldLocks::default(),
             spread: Mutex::default(),
@@ -259,6 +311,19 @@ impl Client {
     /// [`ClientError`] when management does not answer.
     pub async fn cluster_map(&self) -> Result<Arc<ClusterMap>, ClientError> {
         Ok(self.cluster.refresh().await?)
+    }
+
+    /// Begins a change of file data (a write or a fallocate), numbered among this client's
+    /// mutations so the storage servers apply it at most once and never late
+    /// ([`ChangeTag`]).
+    pub(crate) fn begin_change(&self) -> Change<'_> {
+        let (mutation, pending) = self.begin_mutation();
+        Change {
+            client: self,
+            number: mutation.seq,
+            _pending: pending,
+            failed: false,
+        }
     }
 
     fn begin_mutation(&self) -> (MutationId, PendingGuard<'_>) {

@@ -191,6 +191,7 @@ pub(crate) async fn write(
     offset: u64,
     data: Bytes,
 ) -> Result<(), ClientError> {
+    // Each piece is a change of its own: two pieces may go to the same server.
     let requests = pieces(layout, offset, data.len() as u64)
         .into_iter()
         .map(|piece| {
@@ -199,19 +200,23 @@ pub(crate) async fn write(
             async move {
                 let slot = layout.slot(piece.target_index);
                 let net_bench = client.net_bench();
-                let (_, verifier) = on_slot(client, inode, slot, |storage, route| {
+                let mut change = client.begin_change();
+                let sent = on_slot(client, inode, slot, |storage, route| {
                     let slice = slice.clone();
+                    let tag = change.tag();
                     async move {
                         if net_bench {
                             let len = storage.net_bench(route.target, slice, 0).await?.0;
                             return Ok((len, 0));
                         }
+                        let file = (inode, generation);
                         storage
-                            .write(route, (inode, generation), piece.object_offset, slice)
+                            .write(route, file, piece.object_offset, slice, Some(tag))
                             .await
                     }
                 })
-                .await?;
+                .await;
+                let (_, verifier) = sent.inspect_err(|_| change.failed())?;
                 client
                     .unsynced
                     .lock()
@@ -276,16 +281,25 @@ pub(crate) async fn fallocate(
     let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
         let span = object_span(layout, index, offset, len);
         (!span.is_empty()).then_some(async move {
+            let mut change = client.begin_change();
             on_slot(client, inode, slot, |storage, route| {
                 let span = span.clone();
+                let tag = change.tag();
                 async move {
                     let len = span.end - span.start;
                     storage
-                        .fallocate(route, (inode, generation), span.start, len, mode)
+                        .fallocate(
+                            route,
+                            (inode, generation),
+                            span.start,
+                            (len, mode),
+                            Some(tag),
+                        )
                         .await
                 }
             })
             .await
+            .inspect_err(|_| change.failed())
         })
     });
     for result in futures::future::join_all(requests).await {

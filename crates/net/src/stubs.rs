@@ -6,10 +6,10 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode, InodeAttr,
-    LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat, MirrorKind,
-    MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Response, ResyncProgress,
-    Route, SizeReport, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
+    AttrChanges, ChangeTag, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode,
+    InodeAttr, LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat,
+    MirrorKind, MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Response,
+    ResyncProgress, Route, SizeReport, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -724,18 +724,19 @@ impl StorageClient {
     }
 
     /// Writes `data` at `object_offset` of the object of `inode` on `target`, as a writer in
-    /// truncate `generation` of the file; answers the bytes written and the write's verifier
-    /// ([`Response::Written`]).
+    /// truncate `generation` of the file, as client change `tag` (see [`ChangeTag`]); answers
+    /// the bytes written and the write's verifier ([`Response::Written`]).
     ///
     /// # Errors
-    /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, `TruncatePending`, or [`RpcError`] for
-    /// transport failures.
+    /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, `TruncatePending`, `Superseded`, or
+    /// [`RpcError`] for transport failures.
     pub async fn write(
         &self,
         route: impl Into<Route>,
         (inode, generation): (InodeId, u64),
         object_offset: u64,
         data: Bytes,
+        tag: Option<ChangeTag>,
     ) -> Result<(u32, u64), RpcError> {
         let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Write {
@@ -744,6 +745,7 @@ impl StorageClient {
             inode,
             generation,
             object_offset,
+            tag,
         });
         let response = self.rpc.call(&request, data).await?.0;
         expect_response!(self.rpc, response, Response::Written { len, verifier } => (len, verifier))
@@ -867,18 +869,19 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Synced { verifier } => verifier)
     }
 
-    /// Allocates or zeroes an object range, in truncate `generation` of the file.
+    /// Allocates or zeroes an object range, in truncate `generation` of the file, as client
+    /// change `tag`.
     ///
     /// # Errors
-    /// `NoSpace`, `NotSupported`, `Io`, `TruncatePending`, or [`RpcError`] for transport
-    /// failures.
+    /// `NoSpace`, `NotSupported`, `Io`, `TruncatePending`, `Superseded`, or [`RpcError`] for
+    /// transport failures.
     pub async fn fallocate(
         &self,
         route: impl Into<Route>,
         (inode, generation): (InodeId, u64),
         object_offset: u64,
-        len: u64,
-        mode: FallocateMode,
+        (len, mode): (u64, FallocateMode),
+        tag: Option<ChangeTag>,
     ) -> Result<(), RpcError> {
         let route: Route = route.into();
         self.done(StorageRequest::Fallocate {
@@ -889,6 +892,7 @@ impl StorageClient {
             object_offset,
             len,
             mode,
+            tag,
         })
         .await
     }

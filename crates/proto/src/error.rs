@@ -85,6 +85,10 @@ pub enum ErrorCode {
     /// (its target was away when the truncate was made): the caller has the metadata server
     /// apply it, then asks again.
     TruncatePending = 2005,
+    /// A copy of a client's change that arrived after the client had its answer or gave up
+    /// on it (the original of a retried request, delayed): dropped, so it cannot land over
+    /// a newer change.
+    Superseded = 2006,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -112,7 +116,7 @@ impl ErrorCode {
             ErrorCode::TargetPoisoned => libc::EIO,
             ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
             ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
-            ErrorCode::StaleRoute | ErrorCode::TruncatePending => libc::EIO,
+            ErrorCode::StaleRoute | ErrorCode::TruncatePending | ErrorCode::Superseded => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }

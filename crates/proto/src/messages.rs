@@ -1083,6 +1083,25 @@ pub struct StorageBenchStatus {
     pub targets: Vec<TargetBenchResult>,
 }
 
+/// A client's change of object data (a write or a fallocate), numbered so that a storage
+/// server applies it at most once and drops a copy of it that arrives after its client moved
+/// on: the original of a retried request, delayed on its way or inside the server, must never
+/// land over a newer change of the same bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeTag {
+    /// The client session that made it.
+    pub client: ClientId,
+    /// The change's number among the client's mutations ([`MutationId::seq`]), the same in
+    /// every retry of it.
+    pub number: u64,
+    /// Every change of the client numbered below this has been answered or given up on.
+    pub settled_below: u64,
+    /// Changes at or above `settled_below` the client gave up on (rare: a request failed
+    /// after its retries). A copy of one of these, or of one below `settled_below`, is
+    /// dropped (`Superseded`).
+    pub abandoned: Vec<u64>,
+}
+
 /// Requests served by a storage server. Data travels as the frame payload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
@@ -1101,6 +1120,8 @@ pub enum StorageRequest {
         generation: u64,
         /// Offset in the object.
         object_offset: u64,
+        /// The client change it is, if a client sent it (see [`ChangeTag`]).
+        tag: Option<ChangeTag>,
     },
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
@@ -1183,6 +1204,8 @@ pub enum StorageRequest {
         len: u64,
         /// Allocate or zero.
         mode: FallocateMode,
+        /// The client change it is, if a client sent it (see [`ChangeTag`]).
+        tag: Option<ChangeTag>,
     },
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.
@@ -1237,6 +1260,16 @@ impl StorageRequest {
             | StorageRequest::Sync { mirror, .. }
             | StorageRequest::Fallocate { mirror, .. }
             | StorageRequest::ObjectLength { mirror, .. } => *mirror,
+            _ => None,
+        }
+    }
+
+    /// The client change it is (writes and fallocates a client sent).
+    pub fn tag(&self) -> Option<&ChangeTag> {
+        match self {
+            StorageRequest::Write { tag, .. } | StorageRequest::Fallocate { tag, .. } => {
+                tag.as_ref()
+            }
             _ => None,
         }
     }

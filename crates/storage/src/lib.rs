@@ -16,6 +16,7 @@
 mod bench;
 pub mod config;
 mod direct;
+mod fence;
 mod metrics;
 mod mirror;
 mod recycle;

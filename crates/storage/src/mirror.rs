@@ -435,6 +435,7 @@ impl Mirror {
                 inode,
                 generation,
                 object_offset: offset,
+                tag: None,
             };
             offset += data.len() as u64;
             self.send_step(member, write, data).await?;

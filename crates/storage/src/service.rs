@@ -1,6 +1,7 @@
 //! Registration, heartbeats and the storage request handler. Disk I/O runs on tokio's blocking
 //! pool so a slow disk never stalls the network threads.
 
+use crate::fence::Admission;
 use crate::metrics::TargetMetrics;
 use crate::mirror::{Mirror, MirrorMetrics};
 use crate::target::{ObjectId, Space, Target};
@@ -25,6 +26,8 @@ struct Storage {
     bench: Arc<crate::bench::StorageBench>,
     metrics: TargetMetrics,
     mirror: Arc<Mirror>,
+    /// Drops late copies of clients' retried changes.
+    fence: crate::fence::ChangeFence,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -107,6 +110,7 @@ pub async fn run(
         bench: Arc::default(),
         metrics,
         mirror,
+        fence: crate::fence::ChangeFence::new(),
     });
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -259,6 +263,18 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
+        // A client's change passes the fence where the client sent it; a member gets it from
+        // its primary, in order.
+        let running = match request.tag() {
+            Some(tag) if !request.mirror().is_some_and(|route| route.forwarded) => {
+                match self.fence.admit(tag).await {
+                    Ok(Admission::Run(running)) => Some(running),
+                    Ok(Admission::Answered(answer)) => return (answer, Bytes::new()),
+                    Err(error) => return (Err(error), Bytes::new()),
+                }
+            }
+            _ => None,
+        };
         let outcome = match request.mirror() {
             None => self.local(target, request, payload).await,
             Some(route) if route.forwarded => match self.mirror.admit_forward(target_id, route) {
@@ -267,6 +283,9 @@ impl weft_net::Handler for Storage {
             },
             Some(route) => self.as_primary(target, route, request, payload).await,
         };
+        if let Some(running) = running {
+            running.answer(outcome.as_ref().map(|(response, _)| response));
+        }
         match outcome {
             Ok((response, payload)) => (Ok(response), payload),
             Err(error) => (Err(error), Bytes::new()),
