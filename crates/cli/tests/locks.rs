@@ -225,3 +225,47 @@ fn locks_are_reclaimed_after_a_metadata_restart() {
     })
     .expect("free");
 }
+
+// Goal: a client whose session expired while it could not speak (a frozen machine, a cut from
+// management) learns that its locks are gone instead of going on as if it still excluded
+// others. Method: mount 1 holds a lock and has written; its client is stopped (SIGSTOP) until
+// the session expires and mount 2 takes the lock; once it runs again, the holder's fsync must
+// fail with EIO (its locks were lost) and its lock requests must not pretend.
+#[test]
+fn a_client_whose_session_expired_is_told_its_locks_are_gone() {
+    // The files of the stopped mount stay out of every process another test starts.
+    common::private_file_table();
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let held = open(&first.join("fenced"));
+    set_lock(&held, libc::F_WRLCK, 0, 0).expect("lock through mount 1");
+    std::io::Write::write_all(&mut &held, b"under the lock").expect("write");
+    held.sync_all().expect("fsync while the lock is held");
+    cluster.pause_mount(&first, true).expect("stop mount 1");
+    let other = open(&second.join("fenced"));
+    let taken = wait_until("the expired session's lock to go to mount 2", || {
+        set_lock(&other, libc::F_WRLCK, 0, 0).is_ok()
+    });
+    cluster.pause_mount(&first, false).expect("resume mount 1");
+    taken.expect("mount 2 took the lock");
+    wait_until("mount 1 to report its lost lock", || {
+        held.sync_all()
+            .is_err_and(|error| error.raw_os_error() == Some(libc::EIO))
+    })
+    .expect("the holder of a lost lock is told");
+    assert_eq!(
+        errno(set_lock(&held, libc::F_WRLCK, 0, 0)),
+        libc::EAGAIN,
+        "mount 2 holds the lock now"
+    );
+    assert!(
+        cluster.log("mount-1").contains("session expired"),
+        "the client says why"
+    );
+    drop(other);
+    wait_until("mount 1 to take the lock under its new session", || {
+        set_lock(&held, libc::F_WRLCK, 0, 0).is_ok()
+    })
+    .expect("a new session locks again");
+}

@@ -133,7 +133,12 @@ impl From<RpcError> for ClientError {
 /// A client session: routes each request to the server that owns it.
 pub struct Client {
     pub(crate) cluster: Arc<ClusterView>,
-    client: ClientId,
+    /// The current session's id (a [`ClientId`]): a new one after the last one expired.
+    client: AtomicU64,
+    /// Told of every file whose locks this client lost (its session expired, or a lock could
+    /// not be reclaimed after a metadata server restart): the mount fails the file's next
+    /// write, fsync and close with EIO.
+    locks_lost: Mutex<Option<LocksLost>>,
     next_seq: AtomicU64,
     pending: Mutex<BTreeSet<u64>>,
     /// Changes of file data that failed, while older ones are still pending: a copy of one
@@ -153,6 +158,9 @@ pub struct Client {
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
 }
 
+/// What [`Client::on_locks_lost`] calls.
+pub type LocksLost = Arc<dyn Fn(InodeId) + Send + Sync>;
+
 /// How long a closed handle waits for others to be told to its metadata server with.
 const RELEASE_GATHER: Duration = Duration::from_millis(2);
 
@@ -162,7 +170,7 @@ const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("client", &self.client)
+            .field("client", &self.id())
             .finish()
     }
 }
@@ -205,7 +213,7 @@ impl Change<'_> {
             .expect("abandoned set poisoned");
         *abandoned = abandoned.split_off(&settled_below);
         ChangeTag {
-            client: self.client.client,
+            client: self.client.id(),
             number: self.number,
             settled_below,
             abandoned: abandoned.iter().copied().collect(),
@@ -255,7 +263,8 @@ impl Client {
         };
         let client = Arc::new(Client {
             cluster,
-            client,
+            client: AtomicU64::new(client.0),
+            locks_lost: Mutex::default(),
             next_seq: AtomicU64::new(1),
             pending: Mutex::default(),
             abandoned: Mutex::default(),
@@ -274,8 +283,13 @@ impl Client {
                 let Some(client) = heartbeat.upgrade() else {
                     return;
                 };
-                if let Err(error) = client.cluster.mgmt().client_heartbeat(client.client).await {
-                    tracing::warn!(%error, "session heartbeat failed");
+                let session = client.id();
+                match client.cluster.mgmt().client_heartbeat(session).await {
+                    Err(error) if error.code() == ErrorCode::UnknownSession => {
+                        client.session_expired(session, &error).await;
+                    }
+                    Err(error) => tracing::warn!(%error, "session heartbeat failed"),
+                    Ok(()) => {}
                 }
                 let _ = client.cluster.refresh().await;
                 client.reclaim_locks().await;
@@ -297,7 +311,63 @@ impl Client {
 
     /// This session's id.
     pub fn id(&self) -> ClientId {
-        self.client
+        ClientId(self.client.load(Ordering::Acquire))
+    }
+
+    /// Has `lost` called with every file whose locks this client loses from now on.
+    pub fn on_locks_lost(&self, lost: LocksLost) {
+        *self.locks_lost.lock().expect("locks-lost hook poisoned") = Some(lost);
+    }
+
+    /// Tells the mount that the locks of `inode` are lost.
+    pub(crate) fn locks_lost(&self, inode: InodeId) {
+        let hook = self
+            .locks_lost
+            .lock()
+            .expect("locks-lost hook poisoned")
+            .clone();
+        if let Some(hook) = hook {
+            hook(inode);
+        }
+    }
+
+    /// Session `expired` has expired (`why`): the servers released its locks and opens, so
+    /// every lock this client holds is lost, and the files that held one are told; then a new
+    /// session is registered, unless another caller did so already.
+    pub(crate) async fn session_expired(&self, expired: ClientId, why: &RpcError) {
+        if self.id() != expired {
+            return;
+        }
+        let lost = self.locks.forget_all();
+        tracing::error!(
+            session = %expired,
+            error = %why,
+            files_with_locks = lost.len(),
+            "this client's session expired: its locks are lost (each file that held one fails \
+             its next write, fsync and close with EIO)"
+        );
+        for inode in lost {
+            self.locks_lost(inode);
+        }
+        match self
+            .cluster
+            .mgmt()
+            .register_client(weft_service_free_host_name())
+            .await
+        {
+            Ok(session) => {
+                if self
+                    .client
+                    .compare_exchange(expired.0, session.0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    tracing::info!(%session, "registered a new session");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not register a new session; trying again at the next heartbeat");
+            }
+        }
     }
 
     /// Management's address.
@@ -335,7 +405,7 @@ impl Client {
         };
         (
             MutationId {
-                client: self.client,
+                client: self.id(),
                 seq,
                 oldest_pending,
             },
@@ -766,7 +836,7 @@ impl Client {
     /// # Errors
     /// `NotFound`.
     pub async fn open(&self, inode: InodeId, handle: u64) -> Result<InodeAttr, ClientError> {
-        let client = self.client;
+        let client = self.id();
         self.on_home(inode, |meta| async move {
             meta.open(client, handle, inode).await
         })
@@ -826,7 +896,7 @@ impl Client {
         else {
             return;
         };
-        let (inode, client) = (handles[0].0, self.client);
+        let (inode, client) = (handles[0].0, self.id());
         let count = handles.len();
         let sent = self
             .on_home(inode, |meta| {

@@ -42,6 +42,21 @@ impl HeldLocks {
             .is_some_and(|owners| owners.contains_key(&owner))
     }
 
+    /// Forgets every lock held; returns the files that held one.
+    pub(crate) fn forget_all(&self) -> Vec<InodeId> {
+        let mut held = self.held.lock().expect("held locks poisoned");
+        held.drain().map(|(inode, _)| inode).collect()
+    }
+
+    /// Forgets `lock`'s range of its owner on `inode`, which the server no longer holds.
+    fn forget(&self, inode: InodeId, lock: &LockRange) {
+        let unlocked = LockRange {
+            kind: weft_proto::messages::LockKind::Unlock,
+            ..*lock
+        };
+        self.record(inode, &unlocked);
+    }
+
     fn of_home(&self, home: NodeId) -> Vec<(InodeId, LockRange)> {
         let held = self.held.lock().expect("held locks poisoned");
         held.iter()
@@ -97,6 +112,11 @@ impl Client {
                 Err(error) if error.code() == ErrorCode::InGrace => {
                     tokio::time::sleep(GRACE_POLL).await
                 }
+                // The server released this session's locks before the client heard of it.
+                Err(error) if error.code() == ErrorCode::UnknownSession => {
+                    self.session_expired(client, &error.0).await;
+                    return Err(error);
+                }
                 Err(error) => return Err(error),
                 Ok(()) => break,
             }
@@ -151,7 +171,15 @@ impl Client {
             for (inode, lock) in &held {
                 match meta.set_lock(self.id(), *inode, *lock, 0, true).await {
                     Ok(()) => reclaimed += 1,
-                    Err(error) => tracing::warn!(%error, %inode, "a lock could not be reclaimed"),
+                    Err(error) if error.code() == ErrorCode::UnknownSession => {
+                        self.session_expired(self.id(), &error).await;
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, %inode, "a lock could not be reclaimed: it is lost");
+                        self.locks.forget(*inode, lock);
+                        self.locks_lost(*inode);
+                    }
                 }
             }
             tracing::info!(

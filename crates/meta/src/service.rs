@@ -110,6 +110,10 @@ pub(crate) struct Meta {
     /// When this server first heard of each client session, so that a session that registered
     /// after the last map fetch is not taken for expired.
     seen: Mutex<HashMap<ClientId, std::time::Instant>>,
+    /// Sessions this server released as expired: their locks and opens are refused from then
+    /// on (`UnknownSession`), so a client that missed its expiry learns it instead of acting
+    /// on locks another client may hold now.
+    fenced: Mutex<HashSet<ClientId>>,
     /// Spread directories whose shards must still learn what new entries inherit (every
     /// spread directory after a start, since a crash may have come between a change and its
     /// copy to the shards).
@@ -222,6 +226,7 @@ impl Meta {
                 Duration::from_millis(config.lock_grace_ms)
             }),
             seen: Mutex::default(),
+            fenced: Mutex::default(),
             intents_in_flight: Mutex::default(),
             shard_syncs: Mutex::default(),
             unreported: Mutex::default(),
@@ -470,6 +475,9 @@ impl Meta {
                 let open = open
                     .filter(|_| new.kind == FileKind::Regular)
                     .map(|handle| (mutation.client, handle));
+                if let Some(open) = open {
+                    self.admit_session(open.0).map_err(OpError::into_wire)?;
+                }
                 if home == self.node {
                     let entry = NewEntry { parent, name, new };
                     // The open is registered before the commit, so no unlink can dispose of
@@ -680,7 +688,7 @@ impl Meta {
                 wait_ms,
                 reclaim,
             } => {
-                self.note_client(client);
+                self.admit_session(client).map_err(OpError::into_wire)?;
                 let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
                 match self.locks.set(inode, client, lock, wait, reclaim).await {
                     Ok(()) => Ok(Response::Done),
@@ -781,6 +789,26 @@ impl Meta {
         self.cluster.refresh_unless_fetched_since(arrived).await;
     }
 
+    /// Admits a lock or an open of `client`'s session: refused for a session released as
+    /// expired.
+    fn admit_session(&self, client: ClientId) -> Result<(), OpError> {
+        if self
+            .fenced
+            .lock()
+            .expect("fenced sessions poisoned")
+            .contains(&client)
+        {
+            return Err(OpError::rejected(
+                ErrorCode::UnknownSession,
+                format!(
+                    "client session {client} expired and its locks and opens here were released"
+                ),
+            ));
+        }
+        self.note_client(client);
+        Ok(())
+    }
+
     fn note_client(&self, client: ClientId) {
         self.seen
             .lock()
@@ -836,6 +864,10 @@ impl Meta {
             .lock()
             .expect("seen table poisoned")
             .retain(|client, _| !expired.contains(client));
+        self.fenced
+            .lock()
+            .expect("fenced sessions poisoned")
+            .extend(expired.iter().copied());
         tracing::info!(
             sessions = expired.len(),
             locks = released,
@@ -966,7 +998,7 @@ impl Meta {
 
     /// Registers an open; registering the same (client, handle) again changes nothing.
     fn open(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
-        self.note_client(open.0);
+        self.admit_session(open.0)?;
         let added = register_open(&self.opens, open, inode);
         let result = self.read(|txn| get_attr(txn, inode));
         if result.is_err() && added {

@@ -491,10 +491,18 @@ impl Mgmt {
             MgmtRequest::ClientHeartbeat { client } => {
                 if self.store.client_exists(client).map_err(internal)? {
                     let mut live = self.live.lock().expect("live state poisoned");
-                    let previous = live.client_last_heard.insert(client, Instant::now());
-                    if previous.is_some_and(|heard| heard.elapsed() >= self.session_timeout) {
-                        tracing::warn!(client = %client, "a client came back after its session expired");
+                    if !self.session_live(&live, client) {
+                        tracing::warn!(client = %client, "a client came back after its session expired: told so");
+                        return Err(WireError::new(
+                            ErrorCode::UnknownSession,
+                            format!(
+                                "client session {client} expired: it was silent for more than {} ms, \
+                                 and the servers released its locks and opens",
+                                self.session_timeout.as_millis()
+                            ),
+                        ));
                     }
+                    live.client_last_heard.insert(client, Instant::now());
                     Ok(Response::Done)
                 } else {
                     Err(WireError::new(
@@ -576,6 +584,19 @@ impl Mgmt {
                 Ok(Response::MirrorGroups(created))
             }
         }
+    }
+
+    /// Whether `client`'s session is live: heard within the session timeout (after a restart,
+    /// every session counts as heard at management's start). An expired session stays
+    /// expired: servers have released its locks and opens, and its client must learn that.
+    fn session_live(&self, live: &LiveState, client: ClientId) -> bool {
+        let heard = live
+            .client_last_heard
+            .get(&client)
+            .copied()
+            .unwrap_or(self.started)
+            .max(self.started);
+        heard.elapsed() < self.session_timeout
     }
 
     fn reachability(&self, last_heard: Option<Instant>) -> Reachability {
@@ -741,15 +762,7 @@ impl Mgmt {
         // As for nodes, a session counts as heard at management's start after a restart.
         map.live_sessions = clients
             .into_iter()
-            .filter(|client| {
-                let heard = live
-                    .client_last_heard
-                    .get(client)
-                    .copied()
-                    .unwrap_or(self.started)
-                    .max(self.started);
-                heard.elapsed() < self.session_timeout
-            })
+            .filter(|client| self.session_live(&live, *client))
             .collect();
         Ok(map)
     }

@@ -539,6 +539,24 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Stops the `weft mount` process of a mount point with SIGSTOP (`paused`: a frozen
+    /// machine, a long pause) or lets it go on with SIGCONT. While it is stopped, nothing this
+    /// process does may touch the mount, or start a process that inherits a file of it.
+    ///
+    /// # Errors
+    /// When the mount point is not mounted by this cluster.
+    pub fn pause_mount(&self, mountpoint: &Path, paused: bool) -> Result<()> {
+        let Some((_, child)) = self.mounts.iter().find(|(path, _)| path == mountpoint) else {
+            bail!("{} is not mounted by this cluster", mountpoint.display())
+        };
+        let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) with a pid we own; at worst it fails with ESRCH.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, signal);
+        }
+        Ok(())
+    }
+
     /// Kills a service with SIGKILL, as a crash or power loss would.
     ///
     /// # Errors

@@ -566,24 +566,30 @@ impl WeftFs {
         runtime: tokio::runtime::Handle,
         (attr_cache, write_behind, writeback_cache, read_ahead): (Duration, u32, bool, u64),
     ) -> WeftFs {
-        WeftFs {
-            runtime,
-            state: Arc::new(State {
-                client,
-                ttl: attr_cache,
-                write_behind,
-                writeback_cache,
-                inflight: Mutex::default(),
-                read_ahead,
-                no_capability: Mutex::default(),
-                dirs: dirs::FreshDirs::new(attr_cache),
-                notifier: std::sync::OnceLock::new(),
-                handles: Mutex::default(),
-                next_handle: AtomicU64::new(1),
-                inodes: Mutex::default(),
-                unsupported: unsupported::Unsupported::default(),
-            }),
-        }
+        let state = Arc::new(State {
+            client,
+            ttl: attr_cache,
+            write_behind,
+            writeback_cache,
+            inflight: Mutex::default(),
+            read_ahead,
+            no_capability: Mutex::default(),
+            dirs: dirs::FreshDirs::new(attr_cache),
+            notifier: std::sync::OnceLock::new(),
+            handles: Mutex::default(),
+            next_handle: AtomicU64::new(1),
+            inodes: Mutex::default(),
+            unsupported: unsupported::Unsupported::default(),
+        });
+        // A file whose locks were lost fails its next write, fsync and close, as a write
+        // error does: its writer must not go on as if it still excluded others.
+        let weak = Arc::downgrade(&state);
+        state.client.on_locks_lost(Arc::new(move |inode| {
+            if let Some(state) = weak.upgrade() {
+                state.record_error(inode, libc::EIO);
+            }
+        }));
+        WeftFs { runtime, state }
     }
 
     /// Creates an entry other than an opened regular file and answers the kernel, keeping
