@@ -570,3 +570,57 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
         assert_eq!(&read().await[..], b"lastbytes");
     });
 }
+
+// Goal: a file unlinked while open keeps its data across a restart of its metadata server
+// (opens lived only in memory, and a home that started disposed of every such file, so the
+// open file read as zeros). Method: mount 1 holds a file open and unlinks it; a second file,
+// unlinked while open through mount 2, loses its only holder when mount 2 is killed; restart
+// the metadata server. Once the server's grace period is over, the unclaimed file must be
+// gone and the reclaimed one whole; its last close then disposes of it.
+#[test]
+fn an_unlinked_open_file_survives_a_metadata_restart() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster.mount().expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let kept = pattern(41, 300 << 10);
+    let dropped = pattern(42, 200 << 10);
+    common::write_synced(&first.join("kept"), &kept);
+    common::write_synced(&first.join("dropped"), &dropped);
+    assert_eq!(object_bytes(&cluster), (500 << 10) as u64);
+    // Held in a thread with a file table of its own (see `private_file_table`).
+    let (opened, is_open) = std::sync::mpsc::channel();
+    let (read, reading) = std::sync::mpsc::channel::<()>();
+    let (back, read_back) = std::sync::mpsc::channel();
+    let path = first.join("kept");
+    let holder = std::thread::spawn(move || {
+        common::private_file_table();
+        let mut file = File::open(&path).expect("open");
+        fs::remove_file(&path).expect("unlink while open");
+        opened.send(()).expect("tell");
+        let _ = reading.recv();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut data).expect("read");
+        back.send(data).expect("send");
+        let _ = reading.recv();
+    });
+    is_open.recv().expect("open");
+    let other = File::open(second.join("dropped")).expect("open through mount 2");
+    fs::remove_file(second.join("dropped")).expect("unlink");
+    cluster.kill_mount(&second).expect("kill mount 2");
+    std::mem::forget(other);
+    cluster.restart("meta-1").expect("restart meta-1");
+    wait_until("the unclaimed file to be disposed of", || {
+        object_bytes(&cluster) == (300 << 10) as u64
+    })
+    .expect("only the reclaimed file is left");
+    read.send(()).expect("read");
+    let data = read_back.recv().expect("data");
+    assert!(data == kept, "the open file changed across the restart");
+    read.send(()).expect("close");
+    holder.join().expect("holder");
+    wait_until("the last close to dispose of the file", || {
+        object_bytes(&cluster) == 0
+    })
+    .expect("disposed of at its last close");
+    fsck_clean(&cluster);
+}

@@ -135,10 +135,10 @@ pub struct Client {
     pub(crate) cluster: Arc<ClusterView>,
     /// The current session's id (a [`ClientId`]): a new one after the last one expired.
     client: AtomicU64,
-    /// Told of every file whose locks this client lost (its session expired, or a lock could
-    /// not be reclaimed after a metadata server restart): the mount fails the file's next
-    /// write, fsync and close with EIO.
-    locks_lost: Mutex<Option<LocksLost>>,
+    /// Told of every file whose locks or open this client lost (its session expired, or a lock
+    /// or an open could not be reclaimed after a metadata server restart): the mount fails the
+    /// file's next write, fsync and close with EIO.
+    state_lost: Mutex<Option<StateLost>>,
     next_seq: AtomicU64,
     pending: Mutex<BTreeSet<u64>>,
     /// Changes of file data that failed, while older ones are still pending: a copy of one
@@ -146,6 +146,8 @@ pub struct Client {
     abandoned: Mutex<BTreeSet<u64>>,
     pub(crate) retry: RetryPolicy,
     pub(crate) locks: crate::locks::HeldLocks,
+    /// The handles this client has open, per file, to open again after their server restarts.
+    pub(crate) opens: crate::locks::HeldOpens,
     /// The shards of every spread directory this client has seen. A spread directory's shards
     /// never change and inode ids are never reused, so entries never go stale.
     spread: Mutex<HashMap<InodeId, Arc<[InodeId]>>>,
@@ -158,8 +160,8 @@ pub struct Client {
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
 }
 
-/// What [`Client::on_locks_lost`] calls.
-pub type LocksLost = Arc<dyn Fn(InodeId) + Send + Sync>;
+/// What [`Client::on_state_lost`] calls.
+pub type StateLost = Arc<dyn Fn(InodeId) + Send + Sync>;
 
 /// How long a closed handle waits for others to be told to its metadata server with.
 const RELEASE_GATHER: Duration = Duration::from_millis(2);
@@ -264,12 +266,13 @@ impl Client {
         let client = Arc::new(Client {
             cluster,
             client: AtomicU64::new(client.0),
-            locks_lost: Mutex::default(),
+            state_lost: Mutex::default(),
             next_seq: AtomicU64::new(1),
             pending: Mutex::default(),
             abandoned: Mutex::default(),
             retry,
             locks: crate::locks::HeldLocks::default(),
+            opens: crate::locks::HeldOpens::default(),
             spread: Mutex::default(),
             unsynced: Mutex::default(),
             releases: Mutex::default(),
@@ -292,7 +295,7 @@ impl Client {
                     Ok(()) => {}
                 }
                 let _ = client.cluster.refresh().await;
-                client.reclaim_locks().await;
+                client.reclaim().await;
             }
         });
         Ok(client)
@@ -314,17 +317,17 @@ impl Client {
         ClientId(self.client.load(Ordering::Acquire))
     }
 
-    /// Has `lost` called with every file whose locks this client loses from now on.
-    pub fn on_locks_lost(&self, lost: LocksLost) {
-        *self.locks_lost.lock().expect("locks-lost hook poisoned") = Some(lost);
+    /// Has `lost` called with every file whose locks or open this client loses from now on.
+    pub fn on_state_lost(&self, lost: StateLost) {
+        *self.state_lost.lock().expect("state-lost hook poisoned") = Some(lost);
     }
 
-    /// Tells the mount that the locks of `inode` are lost.
-    pub(crate) fn locks_lost(&self, inode: InodeId) {
+    /// Tells the mount that locks or an open of `inode` are lost.
+    pub(crate) fn state_lost(&self, inode: InodeId) {
         let hook = self
-            .locks_lost
+            .state_lost
             .lock()
-            .expect("locks-lost hook poisoned")
+            .expect("state-lost hook poisoned")
             .clone();
         if let Some(hook) = hook {
             hook(inode);
@@ -333,7 +336,9 @@ impl Client {
 
     /// Session `expired` has expired (`why`): the servers released its locks and opens, so
     /// every lock this client holds is lost, and the files that held one are told; then a new
-    /// session is registered, unless another caller did so already.
+    /// session is registered, unless another caller did so already, and the next
+    /// [`Client::reclaim`] opens the files still open here again in it (one disposed of
+    /// meanwhile is lost).
     pub(crate) async fn session_expired(&self, expired: ClientId, why: &RpcError) {
         if self.id() != expired {
             return;
@@ -347,7 +352,7 @@ impl Client {
              its next write, fsync and close with EIO)"
         );
         for inode in lost {
-            self.locks_lost(inode);
+            self.state_lost(inode);
         }
         match self
             .cluster
@@ -362,6 +367,7 @@ impl Client {
                     .is_ok()
                 {
                     tracing::info!(%session, "registered a new session");
+                    self.locks.reclaim_everywhere();
                 }
             }
             Err(error) => {
@@ -416,12 +422,17 @@ impl Client {
         )
     }
 
-    async fn meta(&self, inode: InodeId) -> Result<Arc<MetaClient>, RpcError> {
-        self.cluster.meta(inode.home()).await
-    }
-
     /// Runs a metadata call on the home of `inode` under the retry policy.
     pub(crate) async fn on_home<T, F, Fut>(&self, inode: InodeId, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<MetaClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        self.on_node(inode.home(), call).await
+    }
+
+    /// Runs a metadata call on the server of `home` under the retry policy.
+    pub(crate) async fn on_node<T, F, Fut>(&self, home: NodeId, call: F) -> Result<T, ClientError>
     where
         F: Fn(Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
@@ -429,7 +440,7 @@ impl Client {
         Ok(self
             .retry
             .run(|| async {
-                let result = async { call(self.meta(inode).await?).await }.await;
+                let result = async { call(self.cluster.meta(home).await?).await }.await;
                 if result.as_ref().is_err_and(RpcError::is_retryable) {
                     // The server may have restarted on a new address.
                     self.cluster
@@ -581,6 +592,10 @@ impl Client {
         new: NewInode,
         open: Option<u64>,
     ) -> Result<Created, ClientError> {
+        if open.is_some() {
+            // A new file lives on the server of its directory (or of its shard).
+            self.watch_home(parent.home()).await?;
+        }
         let (mutation, _guard) = self.begin_mutation();
         let (attr, parent_attr) = self
             .on_holder(parent, name, |meta, holder| {
@@ -589,6 +604,10 @@ impl Client {
             })
             .await?;
         self.learn(&attr);
+        if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {
+            self.watch_home(attr.inode.home()).await?;
+            self.opens.record(attr.inode, handle);
+        }
         Ok(Created {
             attr,
             parent: parent_attr.filter(|p| p.inode == parent),
@@ -836,11 +855,15 @@ impl Client {
     /// # Errors
     /// `NotFound`.
     pub async fn open(&self, inode: InodeId, handle: u64) -> Result<InodeAttr, ClientError> {
+        self.watch_home(inode.home()).await?;
         let client = self.id();
-        self.on_home(inode, |meta| async move {
-            meta.open(client, handle, inode).await
-        })
-        .await
+        let attr = self
+            .on_home(inode, |meta| async move {
+                meta.open(client, handle, inode).await
+            })
+            .await?;
+        self.opens.record(inode, handle);
+        Ok(attr)
     }
 
     /// Forgets the verifiers of a file's writes not synced yet, once no open file of it is
@@ -857,6 +880,7 @@ impl Client {
     /// server keeps the file open until then (an unlink meanwhile disposes of it at the
     /// release). Call [`Client::release_now`] before the session ends.
     pub fn release_soon(self: &Arc<Self>, inode: InodeId, handle: u64) {
+        self.opens.forget(inode, handle);
         let home = inode.home();
         let first = {
             let mut releases = self.releases.lock().expect("release queue poisoned");

@@ -1,12 +1,15 @@
-//! The client side of byte-range locks. Locks live on the file's home metadata server; the
-//! client remembers the ranges each of its lock owners holds (with the same arithmetic as the
-//! server, `proto::locks`) and the lock epoch of each home. When a home's epoch changes — it
-//! restarted and forgot its locks — the client reclaims what it holds within the server's
-//! grace period.
+//! What a client holds on metadata servers: byte-range locks and open handles. Both live on the
+//! file's home metadata server, in memory; the client remembers the ranges each of its lock
+//! owners holds (with the same arithmetic as the server, `proto::locks`), the handles it has
+//! open, and the epoch of each home it holds either on. When a home's epoch changes — it
+//! restarted, or another server took it over, and forgot both — the client reclaims what it
+//! holds within the server's grace period, in which no new lock is granted and no file
+//! unlinked while open is disposed of. What cannot be reclaimed is lost, and the file is told.
 
 use crate::client::{Client, ClientError};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use weft_net::RpcError;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::locks::apply_to_owner;
 use weft_proto::messages::LockRange;
@@ -19,7 +22,41 @@ const GRACE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 #[derive(Default)]
 pub(crate) struct HeldLocks {
     held: Mutex<HashMap<InodeId, HashMap<u64, Vec<LockRange>>>>,
-    epochs: Mutex<HashMap<NodeId, u64>>,
+    /// The epoch of each home this client held a lock or an open on when it last looked;
+    /// `None` once everything held there must be reclaimed whatever its epoch (a new session).
+    epochs: Mutex<HashMap<NodeId, Option<u64>>>,
+}
+
+/// The handles this client has open: inode → handles.
+#[derive(Default)]
+pub(crate) struct HeldOpens {
+    held: Mutex<HashMap<InodeId, HashSet<u64>>>,
+}
+
+impl HeldOpens {
+    pub(crate) fn record(&self, inode: InodeId, handle: u64) {
+        let mut held = self.held.lock().expect("held opens poisoned");
+        held.entry(inode).or_default().insert(handle);
+    }
+
+    pub(crate) fn forget(&self, inode: InodeId, handle: u64) {
+        let mut held = self.held.lock().expect("held opens poisoned");
+        if let Some(handles) = held.get_mut(&inode) {
+            handles.remove(&handle);
+            if handles.is_empty() {
+                held.remove(&inode);
+            }
+        }
+    }
+
+    /// The handles open on files of `home`.
+    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64)> {
+        let held = self.held.lock().expect("held opens poisoned");
+        held.iter()
+            .filter(|(inode, _)| inode.home() == home)
+            .flat_map(|(inode, handles)| handles.iter().map(move |handle| (*inode, *handle)))
+            .collect()
+    }
 }
 
 impl HeldLocks {
@@ -40,6 +77,13 @@ impl HeldLocks {
         let held = self.held.lock().expect("held locks poisoned");
         held.get(&inode)
             .is_some_and(|owners| owners.contains_key(&owner))
+    }
+
+    /// Has the next [`Client::reclaim`] open again and relock what is held on every home,
+    /// whatever its epoch: for a new session.
+    pub(crate) fn reclaim_everywhere(&self) {
+        let mut epochs = self.epochs.lock().expect("epochs poisoned");
+        epochs.values_mut().for_each(|epoch| *epoch = None);
     }
 
     /// Forgets every lock held; returns the files that held one.
@@ -69,6 +113,32 @@ impl HeldLocks {
 }
 
 impl Client {
+    /// Learns `home`'s epoch before the first lock or open this client holds there, so that a
+    /// restart after it is noticed.
+    ///
+    /// # Errors
+    /// Transport errors.
+    pub(crate) async fn watch_home(&self, home: NodeId) -> Result<(), ClientError> {
+        let known = self
+            .locks
+            .epochs
+            .lock()
+            .expect("epochs poisoned")
+            .contains_key(&home);
+        if !known {
+            let epoch = self
+                .on_node(home, |meta| async move { meta.lock_epoch().await })
+                .await?;
+            self.locks
+                .epochs
+                .lock()
+                .expect("epochs poisoned")
+                .entry(home)
+                .or_insert(Some(epoch));
+        }
+        Ok(())
+    }
+
     /// Takes, changes or releases a lock on `inode`, waiting up to `wait_ms` on the server for
     /// a conflicting lock to go.
     ///
@@ -80,25 +150,7 @@ impl Client {
         lock: LockRange,
         wait_ms: u32,
     ) -> Result<(), ClientError> {
-        let home = inode.home();
-        let known = self
-            .locks
-            .epochs
-            .lock()
-            .expect("epochs poisoned")
-            .contains_key(&home);
-        if !known {
-            // Learn the epoch before the first lock, so a restart after it is noticed.
-            let epoch = self
-                .on_home(inode, |meta| async move { meta.lock_epoch().await })
-                .await?;
-            self.locks
-                .epochs
-                .lock()
-                .expect("epochs poisoned")
-                .entry(home)
-                .or_insert(epoch);
-        }
+        self.watch_home(inode.home()).await?;
         let client = self.id();
         loop {
             let attempt = self
@@ -146,9 +198,11 @@ impl Client {
         self.locks.holds(inode, owner)
     }
 
-    /// Reclaims the locks held on every home whose lock epoch changed (it restarted).
-    pub(crate) async fn reclaim_locks(&self) {
-        let homes: Vec<(NodeId, u64)> = self
+    /// Reclaims the opens and locks held on every home whose epoch changed (it restarted, or
+    /// another server took it over). A home that cannot be reached is tried again at the next
+    /// heartbeat.
+    pub(crate) async fn reclaim(&self) {
+        let homes: Vec<(NodeId, Option<u64>)> = self
             .locks
             .epochs
             .lock()
@@ -163,8 +217,16 @@ impl Client {
             let Ok(epoch) = meta.lock_epoch().await else {
                 continue;
             };
-            if epoch == known {
+            if Some(epoch) == known {
                 continue;
+            }
+            match self.reclaim_opens(home).await {
+                Ok(()) => {}
+                Err(error) if error.code() == ErrorCode::UnknownSession => {
+                    self.session_expired(self.id(), &error).await;
+                    return;
+                }
+                Err(_) => continue,
             }
             let held = self.locks.of_home(home);
             let mut reclaimed = 0;
@@ -178,21 +240,60 @@ impl Client {
                     Err(error) => {
                         tracing::error!(%error, %inode, "a lock could not be reclaimed: it is lost");
                         self.locks.forget(*inode, lock);
-                        self.locks_lost(*inode);
+                        self.state_lost(*inode);
                     }
                 }
             }
-            tracing::info!(
-                home = home.0,
-                reclaimed,
-                held = held.len(),
-                "reclaimed locks after a metadata server restart"
-            );
+            if !held.is_empty() {
+                tracing::info!(
+                    home = home.0,
+                    reclaimed,
+                    held = held.len(),
+                    "reclaimed locks after a metadata server restart"
+                );
+            }
             self.locks
                 .epochs
                 .lock()
                 .expect("epochs poisoned")
-                .insert(home, epoch);
+                .insert(home, Some(epoch));
         }
+    }
+
+    /// Opens again, in the current session, the handles open here on files of `home`: after
+    /// their server restarted, or in a new session. A file that is gone meanwhile (disposed of
+    /// once nobody held it open) is lost, and told.
+    ///
+    /// # Errors
+    /// A transport error or `UnknownSession`: nothing is lost, try again later.
+    async fn reclaim_opens(&self, home: NodeId) -> Result<(), RpcError> {
+        let held = self.opens.of_home(home);
+        if held.is_empty() {
+            return Ok(());
+        }
+        let client = self.id();
+        let mut lost = 0;
+        for (inode, handle) in &held {
+            let meta = self.cluster.meta(home).await?;
+            match meta.open(client, *handle, *inode).await {
+                Ok(_) => {}
+                Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
+                    return Err(error)
+                }
+                Err(error) => {
+                    lost += 1;
+                    tracing::error!(%error, %inode, "an open file could not be opened again: it is lost");
+                    self.opens.forget(*inode, *handle);
+                    self.state_lost(*inode);
+                }
+            }
+        }
+        tracing::info!(
+            home = home.0,
+            reopened = held.len() - lost,
+            lost,
+            "opened files again after a metadata server restart or a new session"
+        );
+        Ok(())
     }
 }

@@ -42,8 +42,10 @@ pub struct MetaConfig {
     /// Interval between heartbeats to management.
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval_ms: u64,
-    /// After a start, only locks that clients reclaim are granted for this long. It must exceed
-    /// the clients' heartbeat interval, at which they notice the restart.
+    /// After a start, only locks that clients reclaim are granted for this long, and files
+    /// unlinked while open wait this long for clients to open them again before they are
+    /// disposed of. It must exceed the clients' heartbeat interval, at which they notice the
+    /// restart.
     #[serde(default = "default_lock_grace")]
     pub lock_grace_ms: u64,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.

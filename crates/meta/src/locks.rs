@@ -43,6 +43,11 @@ impl LockTable {
         }
     }
 
+    /// Whether the grace period after the start is over.
+    pub fn grace_over(&self) -> bool {
+        Instant::now() >= self.grace_until
+    }
+
     /// Changes at every start of the server.
     pub fn epoch(&self) -> u64 {
         self.epoch

@@ -14,7 +14,7 @@ use crate::ops::remote::{
     remote_references, remove_dir_inode, renamed, seal_shard, set_shards, sync_shard, Intent,
     IntentOp, Prepared,
 };
-use crate::ops::remove::{dispose_all_orphans, release_orphan, rmdir, unlink};
+use crate::ops::remove::{list_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern, settle_size};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
@@ -103,6 +103,9 @@ pub(crate) struct Meta {
     directory_chooser: Chooser,
     /// Open counts per inode and client session: an unlinked inode lives while one is held.
     opens: Arc<Mutex<OpenTable>>,
+    /// Orphans from before this start may wait for the end of the grace period, in which
+    /// clients reclaim their opens.
+    orphans_unclaimed: std::sync::atomic::AtomicBool,
     work: Notify,
     locks: LockTable,
     /// Intents a live request is finishing, which recovery skips.
@@ -193,17 +196,17 @@ impl Meta {
                 tracing::info!("created the root directory");
                 first_start = true;
             }
-            let orphans =
-                dispose_all_orphans(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?;
-            if orphans > 0 {
-                tracing::info!(
-                    home = home.0,
-                    orphans,
-                    "disposed of files unlinked while open before the restart"
-                );
-            }
             txn.commit().map_err(store_error)?;
         }
+        // Files unlinked while open before this start stay until the grace period is over:
+        // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
+        let orphans: HashSet<InodeId> = {
+            let txn = db.begin_read().map_err(store_error)?;
+            let table = txn
+                .open_table(crate::store::ORPHANS)
+                .map_err(|e| MetaError::Store(format!("{e:?}")))?;
+            list_orphans(&table).map_err(|e| MetaError::Store(format!("{e:?}")))?
+        };
         let config = &shared.config;
         let meta = Arc::new(Meta {
             node: home,
@@ -217,7 +220,12 @@ impl Meta {
             cluster: Arc::clone(&shared.cluster),
             chooser: Arc::new(Chooser::new(config.target_chooser)),
             directory_chooser: Chooser::new(config.directory_chooser),
-            opens: Arc::default(),
+            orphans_unclaimed: std::sync::atomic::AtomicBool::new(!orphans.is_empty()),
+            opens: Arc::new(Mutex::new(OpenTable {
+                handles: HashMap::new(),
+                // The last close of a reclaimed open of one disposes of it.
+                maybe_orphaned: orphans,
+            })),
             work: Notify::new(),
             // A new file system has no locks to reclaim.
             locks: LockTable::new(if first_start {
@@ -1064,6 +1072,44 @@ impl Meta {
             }
         }
         Ok(Response::Done)
+    }
+
+    /// Disposes of the files unlinked while open before this start that no client reclaimed
+    /// an open of in the grace period (their holders are gone), once it is over.
+    async fn dispose_unclaimed_orphans(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.orphans_unclaimed.load(Ordering::Acquire) || !self.locks.grace_over() {
+            return;
+        }
+        let opens = Arc::clone(&self.opens);
+        let disposed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&disposed);
+        let result = self
+            .committer
+            .run(Box::new(move |txn| {
+                let orphans = list_orphans(&txn.open_table(crate::store::ORPHANS)?)?;
+                let opens = opens.lock().expect("open table poisoned");
+                for inode in orphans {
+                    if !opens.handles.contains_key(&inode) {
+                        release_orphan(txn, inode)?;
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(Response::Done)
+            }))
+            .await;
+        match result {
+            Ok(_) => {
+                self.orphans_unclaimed.store(false, Ordering::Release);
+                tracing::info!(
+                    home = self.node.0,
+                    disposed = disposed.load(Ordering::Relaxed),
+                    "disposed of the files unlinked while open before the start that no client reclaimed"
+                );
+                self.work.notify_one();
+            }
+            Err(error) => tracing::warn!(?error, "could not dispose of unclaimed orphans"),
+        }
     }
 
     /// Attributes of an inode on another metadata server.
@@ -2175,6 +2221,7 @@ async fn work_loop(meta: Arc<Meta>) {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
         // First: requests wait for it, and finishing an intent may ask another server.
         meta.settle_unreported().await;
+        meta.dispose_unclaimed_orphans().await;
         meta.recover_intents().await;
         let syncs: Vec<InodeId> = meta
             .shard_syncs

@@ -584,7 +584,7 @@ impl WeftFs {
         // A file whose locks were lost fails its next write, fsync and close, as a write
         // error does: its writer must not go on as if it still excluded others.
         let weak = Arc::downgrade(&state);
-        state.client.on_locks_lost(Arc::new(move |inode| {
+        state.client.on_state_lost(Arc::new(move |inode| {
             if let Some(state) = weak.upgrade() {
                 state.record_error(inode, libc::EIO);
             }

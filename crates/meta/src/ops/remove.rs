@@ -154,17 +154,13 @@ pub(crate) fn release_orphan(txn: &WriteTransaction, inode: InodeId) -> Result<R
 }
 
 /// Orphans left by a previous run: their opens died with it.
-pub(crate) fn dispose_all_orphans(txn: &WriteTransaction) -> Result<usize, OpError> {
-    let orphans: Vec<u64> = {
-        let table = txn.open_table(ORPHANS)?;
-        let mut ids = Vec::new();
-        for item in table.iter()? {
-            ids.push(item?.0.value());
-        }
-        ids
-    };
-    for inode in &orphans {
-        release_orphan(txn, InodeId(*inode))?;
+/// The files unlinked while open, from the `ORPHANS` table of any transaction.
+pub(crate) fn list_orphans(
+    table: &impl ReadableTable<u64, u64>,
+) -> Result<std::collections::HashSet<InodeId>, OpError> {
+    let mut orphans = std::collections::HashSet::new();
+    for item in table.iter()? {
+        orphans.insert(InodeId(item?.0.value()));
     }
-    Ok(orphans.len())
+    Ok(orphans)
 }
