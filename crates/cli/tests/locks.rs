@@ -269,3 +269,39 @@ fn a_client_whose_session_expired_is_told_its_locks_are_gone() {
     })
     .expect("a new session locks again");
 }
+
+// Goal: management forgets expired client sessions (it kept every client ever registered, and
+// after its restart counted all of them live for a session timeout). Method: a mount's client
+// dies; once its session expired, restart management: the dead session must not count.
+#[test]
+fn management_forgets_expired_sessions() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    // The session count `weft cluster status` shows, once management answers.
+    let sessions = |cluster: &weft_testkit::LocalCluster| -> Option<u64> {
+        let output = cluster
+            .weft(&["cluster", "status", "--mgmt", cluster.mgmt()])
+            .ok()?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let head = text.split(" client sessions").next()?;
+        head.rsplit(' ').next()?.parse::<u64>().ok()
+    };
+    assert_eq!(sessions(&cluster), Some(1), "the mount's session");
+    cluster.kill_mount(&mnt).expect("kill the mount's client");
+    wait_until("the dead client's session to expire", || {
+        sessions(&cluster) == Some(0)
+    })
+    .expect("expired");
+    cluster.restart("mgmt").expect("restart management");
+    let mut after = None;
+    wait_until("management to answer", || {
+        after = sessions(&cluster);
+        after.is_some()
+    })
+    .expect("management answers");
+    assert_eq!(
+        after,
+        Some(0),
+        "an expired session is not live again after a restart"
+    );
+}

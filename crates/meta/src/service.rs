@@ -266,6 +266,32 @@ impl Meta {
         if unreported.is_empty() {
             meta.settled.send_replace(true);
         }
+        // The sessions with stored replies here are expired like any seen here, so the replies
+        // of a client that went away while this server was down are dropped too.
+        match meta.read(|txn| {
+            let mut clients = HashSet::new();
+            let mut next = 0;
+            let replies = txn.open_table(REPLIES)?;
+            while let Some(item) = replies.range((next, 0)..)?.next() {
+                let client = item?.0.value().0;
+                clients.insert(ClientId(client));
+                let Some(after) = client.checked_add(1) else {
+                    break;
+                };
+                next = after;
+            }
+            Ok(clients)
+        }) {
+            Ok(clients) => {
+                let mut seen = meta.seen.lock().expect("seen table poisoned");
+                for client in clients {
+                    seen.entry(client).or_insert_with(std::time::Instant::now);
+                }
+            }
+            Err(error) => {
+                tracing::error!(?error, "could not list the sessions with stored replies")
+            }
+        }
         meta.unreported
             .lock()
             .expect("unreported set poisoned")
@@ -425,6 +451,7 @@ impl Meta {
         mutation: MutationId,
         op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<Response, OpError> + Send + 'static,
     ) -> Result<Response, OpError> {
+        self.admit_session(mutation.client)?;
         let context = self.context();
         let result = self
             .committer
@@ -797,8 +824,8 @@ impl Meta {
         self.cluster.refresh_unless_fetched_since(arrived).await;
     }
 
-    /// Admits a lock or an open of `client`'s session: refused for a session released as
-    /// expired.
+    /// Admits a mutation, a lock or an open of `client`'s session: refused for a session
+    /// released as expired.
     fn admit_session(&self, client: ClientId) -> Result<(), OpError> {
         if self
             .fenced
@@ -876,6 +903,31 @@ impl Meta {
             .lock()
             .expect("fenced sessions poisoned")
             .extend(expired.iter().copied());
+        // Their stored replies are never asked for again (a fenced session's retries are
+        // refused): drop them.
+        let gone = expired.clone();
+        let dropped = self
+            .committer
+            .run_eventual(Box::new(move |txn| {
+                let mut replies = txn.open_table(REPLIES)?;
+                for client in &gone {
+                    let seqs: Vec<u64> = replies
+                        .range((client.0, 0)..=(client.0, u64::MAX))?
+                        .map(|item| item.map(|(key, _)| key.value().1))
+                        .collect::<Result<_, _>>()?;
+                    for seq in seqs {
+                        replies.remove((client.0, seq))?;
+                    }
+                }
+                Ok((Response::Done, Answered::Committed))
+            }))
+            .await;
+        if let Err(error) = dropped {
+            tracing::warn!(
+                ?error,
+                "could not drop the stored replies of expired sessions"
+            );
+        }
         tracing::info!(
             sessions = expired.len(),
             locks = released,
@@ -2061,7 +2113,7 @@ impl Meta {
                 }
             }
         }
-        let open: HashSet<InodeId> = self
+        let mut open: HashSet<InodeId> = self
             .opens
             .lock()
             .expect("open table poisoned")
@@ -2069,6 +2121,15 @@ impl Meta {
             .keys()
             .copied()
             .collect();
+        if self
+            .orphans_unclaimed
+            .load(std::sync::atomic::Ordering::Acquire)
+            && !self.locks.grace_over()
+        {
+            // Files unlinked while open before the start wait for their clients to open them
+            // again until the grace period is over.
+            open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::store::ORPHANS)?))?);
+        }
         let home = self.node;
         let (mut report, garbage) = self
             .committer

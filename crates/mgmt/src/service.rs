@@ -759,11 +759,21 @@ impl Mgmt {
             });
         }
 
-        // As for nodes, a session counts as heard at management's start after a restart.
-        map.live_sessions = clients
+        // As for nodes, a session counts as heard at management's start after a restart. An
+        // expired session is forgotten: the store and the map hold only live ones.
+        let (live_sessions, expired): (Vec<ClientId>, Vec<ClientId>) = clients
             .into_iter()
-            .filter(|client| self.session_live(&live, *client))
-            .collect();
+            .partition(|client| self.session_live(&live, *client));
+        map.live_sessions = live_sessions;
+        drop(live);
+        if !expired.is_empty() {
+            self.store.remove_clients(&expired)?;
+            let mut live = self.live.lock().expect("live state poisoned");
+            for client in &expired {
+                live.client_last_heard.remove(client);
+            }
+            tracing::info!(sessions = expired.len(), "forgot expired client sessions");
+        }
         Ok(map)
     }
 }

@@ -198,6 +198,18 @@ impl MgmtStore {
         Ok(clients.get(client.0).map_err(store_error)?.is_some())
     }
 
+    /// Forgets expired client sessions.
+    pub fn remove_clients(&self, expired: &[ClientId]) -> Result<(), MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
+            for client in expired {
+                clients.remove(client.0).map_err(store_error)?;
+            }
+        }
+        txn.commit().map_err(store_error)
+    }
+
     pub fn clients(&self) -> Result<Vec<ClientId>, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let clients = txn.open_table(CLIENTS).map_err(store_error)?;
