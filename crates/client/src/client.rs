@@ -278,8 +278,10 @@ impl Client {
             releases: Mutex::default(),
             net_bench: std::sync::atomic::AtomicBool::new(false),
         });
-        let heartbeat = Arc::downgrade(&client);
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
+        // The session's heartbeat has a task of its own: nothing else (a server that does not
+        // answer a reclaim) may delay it past the session timeout.
+        let heartbeat = Arc::downgrade(&client);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
@@ -294,6 +296,15 @@ impl Client {
                     Err(error) => tracing::warn!(%error, "session heartbeat failed"),
                     Ok(()) => {}
                 }
+            }
+        });
+        let maintenance = Arc::downgrade(&client);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(client) = maintenance.upgrade() else {
+                    return;
+                };
                 let _ = client.cluster.refresh().await;
                 client.reclaim().await;
             }
