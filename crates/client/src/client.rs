@@ -139,6 +139,8 @@ pub struct Client {
     /// or an open could not be reclaimed after a metadata server restart): the mount fails the
     /// file's next write, fsync and close with EIO.
     state_lost: Mutex<Option<StateLost>>,
+    /// Held while an expired session is replaced.
+    renewing: tokio::sync::Mutex<()>,
     next_seq: AtomicU64,
     pending: Mutex<BTreeSet<u64>>,
     /// Changes of file data that failed, while older ones are still pending: a copy of one
@@ -267,6 +269,7 @@ impl Client {
             cluster,
             client: AtomicU64::new(client.0),
             state_lost: Mutex::default(),
+            renewing: tokio::sync::Mutex::new(()),
             next_seq: AtomicU64::new(1),
             pending: Mutex::default(),
             abandoned: Mutex::default(),
@@ -351,6 +354,8 @@ impl Client {
     /// [`Client::reclaim`] opens the files still open here again in it (one disposed of
     /// meanwhile is lost).
     pub(crate) async fn session_expired(&self, expired: ClientId, why: &RpcError) {
+        // One caller renews; the others wait for it and find the new session.
+        let _renewing = self.renewing.lock().await;
         if self.id() != expired {
             return;
         }

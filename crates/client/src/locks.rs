@@ -151,7 +151,7 @@ impl Client {
         wait_ms: u32,
     ) -> Result<(), ClientError> {
         self.watch_home(inode.home()).await?;
-        let client = self.id();
+        let mut client = self.id();
         loop {
             let attempt = self
                 .on_home(inode, |meta| async move {
@@ -164,10 +164,15 @@ impl Client {
                 Err(error) if error.code() == ErrorCode::InGrace => {
                     tokio::time::sleep(GRACE_POLL).await
                 }
-                // The server released this session's locks before the client heard of it.
+                // The server released this session's locks before the client heard of it:
+                // the locks it held are lost (and told); this new request goes to the new
+                // session.
                 Err(error) if error.code() == ErrorCode::UnknownSession => {
                     self.session_expired(client, &error.0).await;
-                    return Err(error);
+                    if self.id() == client {
+                        return Err(error);
+                    }
+                    client = self.id();
                 }
                 Err(error) => return Err(error),
                 Ok(()) => break,
