@@ -9,7 +9,7 @@
 use crate::client::{Client, ClientError};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use weft_net::RpcError;
+use weft_net::{MetaClient, RpcError};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::locks::apply_to_owner;
 use weft_proto::messages::LockRange;
@@ -225,7 +225,7 @@ impl Client {
             if Some(epoch) == known {
                 continue;
             }
-            match self.reclaim_opens(home).await {
+            match self.reclaim_opens(&meta, home).await {
                 Ok(()) => {}
                 Err(error) if error.code() == ErrorCode::UnknownSession => {
                     self.session_expired(self.id(), &error).await;
@@ -265,13 +265,13 @@ impl Client {
         }
     }
 
-    /// Opens again, in the current session, the handles open here on files of `home`: after
-    /// their server restarted, or in a new session. A file that is gone meanwhile (disposed of
-    /// once nobody held it open) is lost, and told.
+    /// Opens again through `meta`, in the current session, the handles open here on files of
+    /// `home`: after their server restarted, or in a new session. A file that is gone
+    /// meanwhile (disposed of once nobody held it open) is lost, and told.
     ///
     /// # Errors
     /// A transport error or `UnknownSession`: nothing is lost, try again later.
-    async fn reclaim_opens(&self, home: NodeId) -> Result<(), RpcError> {
+    async fn reclaim_opens(&self, meta: &MetaClient, home: NodeId) -> Result<(), RpcError> {
         let held = self.opens.of_home(home);
         if held.is_empty() {
             return Ok(());
@@ -279,7 +279,6 @@ impl Client {
         let client = self.id();
         let mut lost = 0;
         for (inode, handle) in &held {
-            let meta = self.cluster.meta(home).await?;
             match meta.open(client, *handle, *inode).await {
                 Ok(_) => {}
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {

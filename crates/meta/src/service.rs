@@ -188,7 +188,9 @@ impl Meta {
         );
         crate::store::create_tables(&db).map_err(|e| MetaError::Store(format!("{e:?}")))?;
         let mut first_start = false;
-        {
+        // Files unlinked while open before this start stay until the grace period is over:
+        // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
+        let orphans: HashSet<InodeId> = {
             let txn = db.begin_write().map_err(store_error)?;
             if home == ROOT_HOME
                 && ensure_root(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?
@@ -196,16 +198,14 @@ impl Meta {
                 tracing::info!("created the root directory");
                 first_start = true;
             }
-            txn.commit().map_err(store_error)?;
-        }
-        // Files unlinked while open before this start stay until the grace period is over:
-        // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
-        let orphans: HashSet<InodeId> = {
-            let txn = db.begin_read().map_err(store_error)?;
-            let table = txn
+            let orphans = txn
                 .open_table(crate::store::ORPHANS)
-                .map_err(|e| MetaError::Store(format!("{e:?}")))?;
-            list_orphans(&table).map_err(|e| MetaError::Store(format!("{e:?}")))?
+                .map_err(|e| MetaError::Store(format!("{e:?}")))
+                .and_then(|table| {
+                    list_orphans(&table).map_err(|e| MetaError::Store(format!("{e:?}")))
+                })?;
+            txn.commit().map_err(store_error)?;
+            orphans
         };
         let config = &shared.config;
         let meta = Arc::new(Meta {
@@ -400,13 +400,10 @@ pub(crate) fn idempotent(
             .expect("replies encode")
             .as_slice(),
     )?;
-    let done: Vec<u64> = replies
-        .range((client, 0)..(client, mutation.oldest_pending.min(mutation.seq)))?
-        .map(|item| item.map(|(key, _)| key.value().1))
-        .collect::<Result<_, _>>()?;
-    for seq in done {
-        replies.remove((client, seq))?;
-    }
+    replies.retain_in(
+        (client, 0)..(client, mutation.oldest_pending.min(mutation.seq)),
+        |_, _| false,
+    )?;
     result
 }
 
@@ -510,9 +507,6 @@ impl Meta {
                 let open = open
                     .filter(|_| new.kind == FileKind::Regular)
                     .map(|handle| (mutation.client, handle));
-                if let Some(open) = open {
-                    self.admit_session(open.0).map_err(OpError::into_wire)?;
-                }
                 if home == self.node {
                     let entry = NewEntry { parent, name, new };
                     // The open is registered before the commit, so no unlink can dispose of
@@ -532,7 +526,6 @@ impl Meta {
                         })
                         .await;
                     if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
-                        self.note_client(handle.0);
                         register_open(&self.opens, handle, attr.inode);
                     }
                     result
@@ -911,13 +904,7 @@ impl Meta {
             .run_eventual(Box::new(move |txn| {
                 let mut replies = txn.open_table(REPLIES)?;
                 for client in &gone {
-                    let seqs: Vec<u64> = replies
-                        .range((client.0, 0)..=(client.0, u64::MAX))?
-                        .map(|item| item.map(|(key, _)| key.value().1))
-                        .collect::<Result<_, _>>()?;
-                    for seq in seqs {
-                        replies.remove((client.0, seq))?;
-                    }
+                    replies.retain_in((client.0, 0)..=(client.0, u64::MAX), |_, _| false)?;
                 }
                 Ok((Response::Done, Answered::Committed))
             }))

@@ -35,7 +35,6 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// The answer to a change.
 pub(crate) type Answer = Result<Response, WireError>;
 
-#[derive(Default)]
 struct ClientChanges {
     /// Changes numbered below this are settled at the client.
     settled_below: u64,
@@ -45,7 +44,8 @@ struct ClientChanges {
     running: BTreeSet<u64>,
     /// Answers of changes that ran here, at or above the mark.
     answered: BTreeMap<u64, Answer>,
-    last_seen: Option<Instant>,
+    /// When a change of the client last arrived.
+    last_seen: Instant,
 }
 
 struct Clients {
@@ -101,7 +101,10 @@ impl ChangeFence {
             {
                 let mut clients = self.clients.lock().expect("change fence poisoned");
                 clients.prune();
-                let changes = clients.by_id.entry(tag.client.0).or_default();
+                let changes = clients
+                    .by_id
+                    .entry(tag.client.0)
+                    .or_insert_with(ClientChanges::new);
                 changes.learn(tag);
                 if tag.number < changes.settled_below || changes.abandoned.contains(&tag.number) {
                     return Err(WireError::new(
@@ -136,9 +139,19 @@ impl ChangeFence {
 }
 
 impl ClientChanges {
+    fn new() -> ClientChanges {
+        ClientChanges {
+            settled_below: 0,
+            abandoned: BTreeSet::new(),
+            running: BTreeSet::new(),
+            answered: BTreeMap::new(),
+            last_seen: Instant::now(),
+        }
+    }
+
     /// Takes in what `tag` says of its client's changes, and forgets what no copy can need.
     fn learn(&mut self, tag: &ChangeTag) {
-        self.last_seen = Some(Instant::now());
+        self.last_seen = Instant::now();
         if tag.settled_below > self.settled_below {
             self.settled_below = tag.settled_below;
             let mark = self.settled_below;
@@ -161,10 +174,7 @@ impl Clients {
         }
         self.pruned = Instant::now();
         self.by_id.retain(|_, changes| {
-            !changes.running.is_empty()
-                || changes
-                    .last_seen
-                    .is_some_and(|seen| seen.elapsed() < CLIENT_IDLE)
+            !changes.running.is_empty() || changes.last_seen.elapsed() < CLIENT_IDLE
         });
     }
 }

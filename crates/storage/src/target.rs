@@ -488,16 +488,14 @@ impl Target {
             Some(journal) => {
                 push_pending(journal, object, Pending::Write { offset, data });
             }
-            None => match &self.direct {
-                Some(_) => {
+            None => match self.direct_stripe(object) {
+                Some(stripe) => {
                     let _shared;
                     let _alone;
                     if crate::direct::is_aligned(offset, data.len()) {
-                        _shared = self
-                            .direct_stripe(object)
-                            .map(|stripe| stripe.read().expect("direct lock poisoned"));
+                        _shared = stripe.read().expect("direct lock poisoned");
                     } else {
-                        _alone = self.direct_alone(object);
+                        _alone = stripe.write().expect("direct lock poisoned");
                     }
                     let file = self.open_direct_for_write(object)?;
                     // The length again, under the lock: another write may have grown it.
@@ -1695,7 +1693,7 @@ mod tests {
                 .expect("write");
             let (done, cut_done) = std::sync::mpsc::channel();
             let cutter = Arc::clone(&target);
-            let handle = std::sync::Arc::new(Mutex::new(None));
+            let handle = Arc::new(Mutex::new(None));
             let slot = Arc::clone(&handle);
             crate::direct::tests::on_edge_read(move || {
                 let thread = std::thread::spawn(move || {

@@ -153,7 +153,6 @@ pub(crate) fn release_orphan(txn: &WriteTransaction, inode: InodeId) -> Result<R
     Ok(Response::Done)
 }
 
-/// Orphans left by a previous run: their opens died with it.
 /// The files unlinked while open, from the `ORPHANS` table of any transaction.
 pub(crate) fn list_orphans(
     table: &impl ReadableTable<u64, u64>,
