@@ -533,3 +533,89 @@ fn the_namespace_survives_the_loss_of_a_metadata_server() {
     common::assert_meta_copies_identical(&cluster, "after both failovers");
     common::fsck_clean(&cluster);
 }
+
+// Goal: a commit larger than one frame still reaches the metadata copy. Each sync used to
+// ship as one request; a sync whose pages exceed the 16 MiB payload limit never shipped (the
+// member closed the connection), the commit failed, the member was dropped, and it recurred.
+// Method: 2 metadata servers paired, 1 storage server; 600 files get a 64 KiB extended
+// attribute each, all at once through one client, so a few hundred of them land in one
+// commit (tens of MiB of pages). Every change must succeed, the copy must stay good and end
+// identical, and after the primary is killed the copy serves every attribute.
+#[test]
+fn a_commit_larger_than_a_frame_reaches_the_metadata_copy() {
+    use weft_proto::ids::InodeId;
+    use weft_proto::messages::XattrSetMode;
+    const FILES: usize = 1500;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    common::autocreate_meta_groups(&cluster);
+    let mnt = cluster.mount().expect("mount");
+    std::fs::create_dir(mnt.join("big")).expect("mkdir");
+    for file in 0..FILES {
+        std::fs::write(mnt.join("big").join(format!("f{file}")), b"x").expect("create");
+    }
+    let value = |file: usize| common::pattern(file as u64, 64 * 1024);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    // Within the test cluster's short session timeout.
+    config.heartbeat_interval_ms = 300;
+    let client = runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("client");
+    let inodes: Vec<InodeId> = runtime.block_on(async {
+        let dir = client
+            .lookup(InodeId::ROOT, "big")
+            .await
+            .expect("dir")
+            .inode;
+        let mut inodes = Vec::new();
+        for file in 0..FILES {
+            let name = format!("f{file}");
+            inodes.push(client.lookup(dir, &name).await.expect("file").inode);
+        }
+        inodes
+    });
+    let results = runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (file, inode) in inodes.iter().copied().enumerate() {
+            let client = std::sync::Arc::clone(&client);
+            tasks.spawn(async move {
+                client
+                    .set_xattr(inode, "user.big", &value(file), XattrSetMode::Any)
+                    .await
+                    .map_err(|error| format!("f{file}: {error}"))
+            });
+        }
+        let mut results = Vec::new();
+        while let Some(result) = tasks.join_next().await {
+            results.push(result.expect("task"));
+        }
+        results
+    });
+    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} changes failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let group = common::meta_group_line(&cluster);
+    assert!(
+        group.contains("(meta-2) (good)"),
+        "the copy stayed in the group: {group}"
+    );
+    common::assert_meta_copies_identical(&cluster, "after the large commits");
+
+    cluster.kill("meta-1").expect("kill the primary");
+    runtime.block_on(async {
+        for (file, inode) in inodes.iter().copied().enumerate() {
+            let read = client
+                .get_xattr(inode, "user.big")
+                .await
+                .expect("read the attribute from the copy");
+            assert!(read == value(file), "f{file}: the copy holds the attribute");
+        }
+    });
+}

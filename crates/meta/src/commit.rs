@@ -11,8 +11,10 @@
 //! An operation may also say, as it applies, that its answer need not wait for the sync
 //! ([`Answered::Committed`]): it is answered as soon as its batch committed, and a batch of
 //! nothing else commits without a sync of its own. Its change is visible at once and durable
-//! with the next sync; the writer asks for one when it has been idle for
-//! [`UNSYNCED_FOR_MAX`] with such a change unsynced. Only a change whose loss a restart
+//! with the next sync; the writer asks for one at most [`UNSYNCED_FOR_MAX`] after the first
+//! such change, or once a home's store holds [`UNSYNCED_BYTES_MAX`] of unsynced pages, whether
+//! other commits come or not: what a crash can lose, and what a home keeps in memory for its
+//! next sync, stays bounded. Only a change whose loss a restart
 //! repairs may be answered that way (a size report of a file still marked unreported, see
 //! `ops::setattr`).
 //!
@@ -34,8 +36,11 @@ use weft_proto::messages::Response;
 /// Most operations applied in one transaction.
 const BATCH_OPERATIONS_MAX: usize = 512;
 
-/// Longest a committed change waits for a sync while no other commit comes.
+/// Longest a committed change waits for a sync.
 const UNSYNCED_FOR_MAX: Duration = Duration::from_secs(1);
+
+/// Most bytes of unsynced pages a home's store keeps before it syncs them.
+const UNSYNCED_BYTES_MAX: usize = 16 << 20;
 
 /// An operation run inside the batch transaction; answered once its batch is durable.
 pub(crate) type WriteOp = Box<dyn FnOnce(&WriteTransaction) -> Result<Response, OpError> + Send>;
@@ -79,6 +84,8 @@ pub(crate) struct CommitMetrics {
     commit_seconds: Histogram,
     commits: Counter,
     unsynced: Counter,
+    /// Syncs made for commits answered before their sync.
+    deferred_syncs: Counter,
     failed: Counter,
     /// Time a store's flusher takes to write, sync and ship one commit.
     pub sync_seconds: Histogram,
@@ -92,6 +99,7 @@ impl CommitMetrics {
             commit_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
             commits: Counter::default(),
             unsynced: Counter::default(),
+            deferred_syncs: Counter::default(),
             failed: Counter::default(),
             sync_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
         };
@@ -120,6 +128,12 @@ impl CommitMetrics {
             "Commits without a sync of their own (size reports of new files), durable with the \
              next sync; also counted in weft_meta_commits",
             metrics.unsynced.clone(),
+        );
+        registry.register(
+            "weft_meta_deferred_syncs",
+            "Syncs made for commits answered before their sync, at most 1 s after the first of \
+             them or once 16 MiB of their pages wait",
+            metrics.deferred_syncs.clone(),
         );
         registry.register(
             "weft_meta_commit_failures",
@@ -228,31 +242,40 @@ fn writer_loop(
     (receiver, committed): (&mpsc::Receiver<Queued>, &mpsc::Sender<Committed>),
     metrics: &CommitMetrics,
 ) {
-    // Whether a commit answered before its sync has not been synced yet.
-    let mut unsynced = false;
+    // When the first commit answered before its sync was made, while it is not synced yet.
+    let mut unsynced_since: Option<Instant> = None;
     loop {
-        let first = if unsynced {
-            match receiver.recv_timeout(UNSYNCED_FOR_MAX) {
-                Ok(first) => first,
-                Err(timeout) => {
-                    sync_now(db, syncs);
-                    unsynced = false;
-                    match timeout {
-                        mpsc::RecvTimeoutError::Timeout => continue,
-                        mpsc::RecvTimeoutError::Disconnected => return,
+        if let Some(since) = unsynced_since {
+            let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX);
+            if full || since.elapsed() >= UNSYNCED_FOR_MAX {
+                sync_now(db, syncs);
+                metrics.deferred_syncs.inc();
+                unsynced_since = None;
+            }
+        }
+        let first = match unsynced_since {
+            Some(since) => {
+                match receiver.recv_timeout(UNSYNCED_FOR_MAX.saturating_sub(since.elapsed())) {
+                    Ok(first) => first,
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        sync_now(db, syncs);
+                        return;
                     }
                 }
             }
-        } else {
-            match receiver.recv() {
+            None => match receiver.recv() {
                 Ok(first) => first,
                 Err(_) => return,
-            }
+            },
         };
         let batch = commit_batch(db, first, receiver, syncs);
         if batch.outcome.is_ok() {
-            unsynced = !batch.synced;
-            if !batch.synced {
+            if batch.synced {
+                // A sync makes every commit before it durable too.
+                unsynced_since = None;
+            } else {
+                unsynced_since.get_or_insert_with(Instant::now);
                 metrics.unsynced.inc();
             }
         }
@@ -384,6 +407,14 @@ fn commit_batch(
         sync: syncs.map_or(0, HomeLink::last_sync),
         synced,
         answered,
+    }
+}
+
+impl CommitMetrics {
+    /// Syncs made so far for commits answered before their sync.
+    #[cfg(test)]
+    pub fn deferred_syncs(&self) -> u64 {
+        self.deferred_syncs.get()
     }
 }
 

@@ -35,6 +35,9 @@ use weft_proto::messages::{
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
 
+/// Most payload bytes and changes of one shipped request: a sync's changes ship in pieces
+/// of this size, within the frame limits.
+const SHIP_LIMITS: (usize, usize) = (IO_BYTES_MAX as usize, 1 << 16);
 /// Bytes of the store file per resync step.
 const RESYNC_CHUNK: u64 = 1 << 20;
 /// Bytes of the store file per item of a record of what an absent member misses.
@@ -98,6 +101,56 @@ impl Changes {
             }
         }
     }
+}
+
+/// Cuts `changes` (whose written bytes `payload` holds in order) into pieces of at most
+/// `bytes_max` payload bytes and `changes_max` changes, in order; a longer write is split.
+/// Applied one after the other, the pieces change a file as the whole does.
+fn pieces(
+    changes: &[FileChange],
+    payload: &Bytes,
+    (bytes_max, changes_max): (usize, usize),
+) -> Vec<(Vec<FileChange>, Bytes)> {
+    let mut pieces = Vec::new();
+    let mut piece = Vec::new();
+    // The payload of the piece being filled: from `start` to `at`.
+    let (mut start, mut at) = (0usize, 0usize);
+    let mut cut = |piece: &mut Vec<FileChange>, start: &mut usize, at: usize| {
+        pieces.push((std::mem::take(piece), payload.slice(*start..at)));
+        *start = at;
+    };
+    for change in changes {
+        match *change {
+            FileChange::SetLen(_) => {
+                if piece.len() == changes_max {
+                    cut(&mut piece, &mut start, at);
+                }
+                piece.push(*change);
+            }
+            FileChange::Write { mut offset, len } => {
+                let mut left = len as usize;
+                while left > 0 {
+                    let room = bytes_max - (at - start);
+                    if room == 0 || piece.len() == changes_max {
+                        cut(&mut piece, &mut start, at);
+                        continue;
+                    }
+                    let taken = left.min(room);
+                    piece.push(FileChange::Write {
+                        offset,
+                        len: taken as u32,
+                    });
+                    offset += taken as u64;
+                    at += taken;
+                    left -= taken;
+                }
+            }
+        }
+    }
+    if !piece.is_empty() {
+        cut(&mut piece, &mut start, at);
+    }
+    pieces
 }
 
 /// Writes `changes` (whose written bytes `payload` holds in order) to `file`.
@@ -277,6 +330,11 @@ impl HomeLink {
         self.writes().asked
     }
 
+    /// Bytes redb wrote since its last sync.
+    pub fn unsynced_bytes(&self) -> usize {
+        self.writes().next.payload.len()
+    }
+
     /// Whether a sync is running: a commit now would wait for it.
     pub fn syncing(&self) -> bool {
         self.writes().running()
@@ -403,27 +461,34 @@ impl HomeLink {
         let Some(group) = self.group() else {
             return Ok(());
         };
-        let changes = pending.changes.clone();
         let payload = Bytes::from_owner(Payload(Arc::clone(pending)));
+        let pieces = pieces(&pending.changes, &payload, SHIP_LIMITS);
         let shipped = self.block_on(async {
             let _order = self.order.lock().await;
             self.membership
                 .deliver(self.node.0, group.id, |member, version, _| {
-                    let request = MetaRequest::ReplicaApply {
-                        group: group.id,
-                        version,
-                        changes: changes.clone(),
-                        sync: true,
-                    };
-                    let payload = payload.clone();
-                    async move { self.send(member, request, payload).await.map(|_| ()) }
+                    let pieces = &pieces;
+                    async move {
+                        // A member that fails a piece gets them all again (writing the same
+                        // bytes twice changes nothing) or leaves the group.
+                        for (index, (changes, payload)) in pieces.iter().enumerate() {
+                            let request = MetaRequest::ReplicaApply {
+                                group: group.id,
+                                version,
+                                changes: changes.clone(),
+                                sync: index + 1 == pieces.len(),
+                            };
+                            self.send(member, request, payload.clone()).await?;
+                        }
+                        Ok(())
+                    }
                 })
                 .await?;
             // Under the order lock, so a resync's view of the record misses nothing that was
             // not shipped to its member.
             if self.missed.any(group.id) {
                 self.missed
-                    .note(group.id, &extents(&changes))
+                    .note(group.id, &extents(&pending.changes))
                     .map_err(|error| {
                         WireError::new(
                             ErrorCode::Io,
@@ -865,6 +930,50 @@ mod tests {
             let mut written = vec![0; len];
             read_available(&base, offset, &mut written).expect("read");
             assert_eq!(view, &written, "bytes from {offset}");
+        }
+    }
+
+    /// A sync's changes cut into pieces within the limits change the file as the whole does.
+    #[test]
+    fn pieces_fit_the_limits_and_add_up_to_the_whole() {
+        let mut changes = Changes::default();
+        changes.write(0, &[1; 5000]);
+        changes.changes.push(FileChange::SetLen(3000));
+        changes.write(10_000, &[2; 1]);
+        changes.write(2000, &[3; 2500]);
+        changes.changes.push(FileChange::SetLen(20_000));
+        for seed in 0..40u8 {
+            changes.write(u64::from(seed) * 397, &[seed; 333]);
+        }
+        let payload = Bytes::from(changes.payload.clone());
+        let directory = tempfile::tempdir().expect("tempdir");
+        let open = |name: &str| {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(directory.path().join(name))
+                .expect("file")
+        };
+        let whole = open("whole");
+        apply_changes(&whole, &changes.changes, &changes.payload).expect("apply");
+        let expected = std::fs::read(directory.path().join("whole")).expect("read");
+        for limits in [(1000, 3), (1, 1000), (4096, 1), (1 << 20, 1 << 10)] {
+            let pieced = open("pieced");
+            let pieces = pieces(&changes.changes, &payload, limits);
+            for (piece, bytes) in &pieces {
+                assert!(
+                    bytes.len() <= limits.0 && piece.len() <= limits.1,
+                    "{limits:?}"
+                );
+                apply_changes(&pieced, piece, bytes).expect("apply");
+            }
+            assert_eq!(
+                std::fs::read(directory.path().join("pieced")).expect("read"),
+                expected,
+                "pieces of {limits:?}"
+            );
         }
     }
 }

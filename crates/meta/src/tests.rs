@@ -25,6 +25,7 @@ struct Fixture {
     _directory: tempfile::TempDir,
     db: Arc<Database>,
     committer: Committer,
+    metrics: crate::commit::CommitMetrics,
     context: Arc<OpContext>,
     next_seq: std::sync::atomic::AtomicU64,
 }
@@ -53,14 +54,12 @@ fn fixture() -> Fixture {
             ..ClusterMap::default()
         }),
     });
+    let metrics = crate::commit::CommitMetrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    );
     Fixture {
-        committer: Committer::start(
-            Arc::clone(&db),
-            None,
-            crate::commit::CommitMetrics::register(
-                &mut prometheus_client::registry::Registry::default(),
-            ),
-        ),
+        committer: Committer::start(Arc::clone(&db), None, metrics.clone()),
+        metrics,
         _directory: directory,
         db,
         context,
@@ -493,6 +492,38 @@ async fn size_reports_follow_truncate_generations() {
         panic!("attr")
     };
     assert_eq!(attr.size, 30);
+}
+
+// Goal: a change answered before its sync is synced within a bounded time even while other
+// such changes keep coming; a sync used to wait for a second with no commit at all, so under a
+// steady stream of size reports nothing became durable (or reached a mirror member) and the
+// unsynced pages grew without bound. Method: report sizes back to back for 2.5 s; a sync must
+// have been made meanwhile (a pause of a second between reports would also sync, so the test
+// can only pass wrongly, never fail wrongly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_answered_before_their_sync_are_synced_under_steady_load() {
+    let f = fixture();
+    let file = f
+        .create(InodeId::ROOT, "reported", FileKind::Regular)
+        .await
+        .expect("create");
+    let inode = file.inode;
+    let started = std::time::Instant::now();
+    let mut size = 0;
+    while started.elapsed() < std::time::Duration::from_millis(2500) {
+        size += 1;
+        f.committer
+            .run_eventual(Box::new(move |txn| {
+                report_size(txn, inode, written(size, 0, false))
+                    .map(|(response, _)| (response, Answered::Committed))
+            }))
+            .await
+            .expect("report");
+    }
+    assert!(
+        f.metrics.deferred_syncs() >= 1,
+        "{size} reports answered before their sync over 2.5 s, and none synced"
+    );
 }
 
 // Goal: only the first size report of a file listed as unreported is answered before its
