@@ -595,3 +595,53 @@ fn renames_replace_and_exchange_across_servers() {
         fsck_clean(&cluster);
     }
 }
+
+// Goal: the markers a home keeps so that another home's cross-server steps (mkdir of a
+// directory placed here, a link or rename across servers) never run twice are forgotten once
+// those operations finished; they used to stay forever, one per operation ever made.
+// Method: 2 metadata servers; directories made until both hold some, a file hard-linked and
+// renamed across them; then the servers' `weft_meta_step_markers` gauges must reach zero.
+#[test]
+fn finished_cross_server_operations_leave_no_markers() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let mut homes = std::collections::BTreeMap::new();
+    let mut count = 0;
+    wait_until("directories on both metadata servers", || {
+        let dir = mnt.join(format!("d{count}"));
+        fs::create_dir(&dir).expect("mkdir");
+        count += 1;
+        homes.insert(metadata_node(&cluster, &dir), dir);
+        homes.len() == 2
+    })
+    .expect("placed on both");
+    let dirs: Vec<&PathBuf> = homes.values().collect();
+    fs::write(dirs[0].join("file"), b"linked").expect("write");
+    fs::hard_link(dirs[0].join("file"), dirs[1].join("link")).expect("link across servers");
+    fs::rename(dirs[0].join("file"), dirs[1].join("moved")).expect("rename across servers");
+    assert_eq!(fs::read(dirs[1].join("link")).expect("read"), b"linked");
+
+    let endpoints = cluster.service_addresses().expect("service addresses");
+    let markers = || -> u64 {
+        endpoints
+            .iter()
+            .filter_map(|endpoint| weft_testkit::http_get(endpoint, "/metrics").ok())
+            .flat_map(|(_, text)| {
+                text.lines()
+                    .filter(|line| line.starts_with("weft_meta_step_markers"))
+                    .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    };
+    let mut left = u64::MAX;
+    wait_until("the markers of finished operations to go", || {
+        left = markers();
+        left == 0
+    })
+    .unwrap_or_else(|_| panic!("{left} markers of finished operations are still kept"));
+    fsck_clean(&cluster);
+}

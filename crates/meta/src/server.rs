@@ -158,40 +158,59 @@ fn register_store_metrics(
             vec![(node.0.to_string(), usage)]
         },
     ))));
-    registry.register_collector(Box::new(InodeCollector(homes)));
+    registry.register_collector(Box::new(HomeCollector(homes)));
 }
 
-/// Exports how many inodes the served homes hold.
-struct InodeCollector(Homes);
+/// Counts something a served home holds.
+type Count = fn(&Meta) -> Result<u64, crate::store::OpError>;
 
-impl std::fmt::Debug for InodeCollector {
+/// Exports how many inodes and step markers the served homes hold.
+struct HomeCollector(Homes);
+
+impl std::fmt::Debug for HomeCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InodeCollector")
+        f.write_str("HomeCollector")
     }
 }
 
-impl prometheus_client::collector::Collector for InodeCollector {
+impl prometheus_client::collector::Collector for HomeCollector {
     fn encode(
         &self,
         mut encoder: prometheus_client::encoding::DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
         use prometheus_client::encoding::EncodeMetric;
-        let count = inode_count(&self.0);
-        let metric = encoder.encode_descriptor(
-            "weft_meta_inodes",
-            "Inodes (files, directories, links) of the homes this metadata server serves.",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        prometheus_client::metrics::gauge::ConstGauge::new(count as i64).encode(metric)
+        let homes = homes_now(&self.0);
+        let gauges: [(&str, &str, Count); 2] = [
+            (
+                "weft_meta_inodes",
+                "Inodes (files, directories, links) of the homes this metadata server serves.",
+                Meta::inodes,
+            ),
+            (
+                "weft_meta_step_markers",
+                "Markers of other homes' cross-server operations (mkdir, link, rename) kept by \
+                 the homes this server serves so that no step runs twice; each goes once its \
+                 operation finished.",
+                Meta::step_markers,
+            ),
+        ];
+        for (name, help, count) in gauges {
+            let total: u64 = homes.iter().filter_map(|meta| count(meta).ok()).sum();
+            let metric = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            prometheus_client::metrics::gauge::ConstGauge::new(total as i64).encode(metric)?;
+        }
+        Ok(())
     }
 }
 
 fn inode_count(homes: &Homes) -> u64 {
-    homes
-        .read()
-        .expect("home table poisoned")
-        .values()
+    homes_now(homes)
+        .iter()
         .filter_map(|meta| meta.inodes().ok())
         .sum()
 }

@@ -11,8 +11,8 @@ use crate::ops::remote::{
     adjust_links, create_dir_inode, exchange_dentry, finish_exchange, finish_link, finish_mkdir,
     finish_rename_out, finish_rmdir, finish_unlink, insert_dentry_for, intents, prepare_exchange,
     prepare_link, prepare_mkdir, prepare_rename_out, prepare_rmdir, prepare_unlink,
-    remote_references, remove_dir_inode, renamed, seal_shard, set_shards, sync_shard, Intent,
-    IntentOp, Prepared,
+    remote_references, remove_dir_inode, renamed, seal_shard, set_shards, settle_intents,
+    settled_below, sync_shard, Intent, IntentOp, Prepared,
 };
 use crate::ops::remove::{list_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
@@ -110,6 +110,8 @@ pub(crate) struct Meta {
     locks: LockTable,
     /// Intents a live request is finishing, which recovery skips.
     intents_in_flight: Mutex<HashSet<u64>>,
+    /// Per other home: the intent id below which it was told this home's intents finished.
+    settled_told: Mutex<HashMap<NodeId, u64>>,
     /// When this server first heard of each client session, so that a session that registered
     /// after the last map fetch is not taken for expired.
     seen: Mutex<HashMap<ClientId, std::time::Instant>>,
@@ -236,6 +238,7 @@ impl Meta {
             seen: Mutex::default(),
             fenced: Mutex::default(),
             intents_in_flight: Mutex::default(),
+            settled_told: Mutex::default(),
             shard_syncs: Mutex::default(),
             unreported: Mutex::default(),
             settled: tokio::sync::watch::Sender::new(false),
@@ -419,6 +422,12 @@ impl Meta {
     fn inode_count(&self) -> Result<u64, OpError> {
         let txn = self.db.begin_read()?;
         Ok(txn.open_table(INODES)?.len()?)
+    }
+
+    /// Markers of other homes' cross-server steps kept here.
+    pub(crate) fn step_markers(&self) -> Result<u64, OpError> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(crate::store::REMOTE_CREATED)?.len()?)
     }
 
     fn read<T>(
@@ -702,6 +711,11 @@ impl Meta {
                     .run(Box::new(move |txn| {
                         adjust_links(txn, coordinator, intent, inode, delta, is_open)
                     }))
+                    .await
+            }
+            MetaRequest::IntentsSettled { coordinator, below } => {
+                self.committer
+                    .run(Box::new(move |txn| settle_intents(txn, coordinator, below)))
                     .await
             }
             MetaRequest::RemoveDirInode { inode } => {
@@ -2045,6 +2059,57 @@ impl Meta {
         }
     }
 
+    /// Tells the other homes up to which intent this home's cross-server operations have
+    /// finished, so they can forget the markers that keep their steps from running twice
+    /// (a table that would otherwise grow with every such operation ever made). Only what is
+    /// durable is told: a failover must never find an intent it must finish that the others
+    /// take for a late copy. A home that is offline is told once it is back.
+    async fn tell_settled(&self) {
+        let Ok(below) = self.read(settled_below) else {
+            return;
+        };
+        let homes: Vec<NodeId> = {
+            let told = self.settled_told.lock().expect("settled table poisoned");
+            self.cluster
+                .map()
+                .meta_homes()
+                .into_iter()
+                .filter(|home| *home != self.node && told.get(home).is_none_or(|t| *t < below))
+                .collect()
+        };
+        if homes.is_empty() {
+            return;
+        }
+        // What was read is committed; this makes it durable.
+        if self
+            .committer
+            .run(Box::new(|_| Ok(Response::Done)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        for home in homes {
+            let request = MetaRequest::IntentsSettled {
+                coordinator: self.node,
+                below,
+            };
+            let told = async {
+                let meta = self.cluster.meta(home).await.ok()?;
+                tokio::time::timeout(WORK_RETRY_INTERVAL, meta.call(request))
+                    .await
+                    .ok()?
+                    .ok()
+            };
+            if told.await.is_some() {
+                self.settled_told
+                    .lock()
+                    .expect("settled table poisoned")
+                    .insert(home, below);
+            }
+        }
+    }
+
     /// `weft fsck` of this metadata target: lists the objects of its files on every target,
     /// checks namespace and objects in one transaction (repairing if asked), then removes the
     /// objects that belong to no file. Inode ids are never reused, so such an object can never
@@ -2271,6 +2336,7 @@ async fn work_loop(meta: Arc<Meta>) {
         meta.settle_unreported().await;
         meta.dispose_unclaimed_orphans().await;
         meta.recover_intents().await;
+        meta.tell_settled().await;
         let syncs: Vec<InodeId> = meta
             .shard_syncs
             .lock()

@@ -40,6 +40,10 @@ pub(crate) const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::
 pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("intents");
 pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
+/// Per coordinating home: the intent id below which all its intents finished
+/// ([`crate::ops::remote::settle_intents`]); steps of those are late copies.
+pub(crate) const SETTLED_INTENTS: TableDefinition<u32, u64> =
+    TableDefinition::new("settled_intents");
 pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
     TableDefinition::new("intent_names");
 /// Files created open whose writer has not reported a size yet. A size report of such a file
@@ -61,6 +65,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(XATTRS)?;
     txn.open_table(INTENTS)?;
     txn.open_table(REMOTE_CREATED)?;
+    txn.open_table(SETTLED_INTENTS)?;
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
     migrate_entries(&txn)?;

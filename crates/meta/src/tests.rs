@@ -805,3 +805,65 @@ async fn entries_of_the_old_format_migrate() {
     );
     assert_eq!(run_check(&f, false).problem_count, 0);
 }
+
+// Goal: a home forgets the markers that keep another home's cross-server steps from running
+// twice once that home says the operations finished (the table used to grow with every
+// cross-server mkdir, link and rename ever made), and a late copy of such a step is refused
+// instead of running again (a second directory inode, a second link-count change). Method:
+// apply a remote mkdir step twice (one inode), settle, count the markers, send the step again.
+#[tokio::test]
+async fn settled_intents_leave_no_markers_and_refuse_late_steps() {
+    use crate::ops::remote::{create_dir_inode, settle_intents};
+    use crate::store::REMOTE_CREATED;
+    let f = fixture();
+    let coordinator = NodeId(2);
+    let step = |intent: u64| {
+        let request = weft_proto::messages::MetaRequest::CreateDirInode {
+            coordinator,
+            intent,
+            parent: InodeId::new(coordinator, 1),
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            pattern: weft_proto::layout::StripePattern::DEFAULT,
+            acls: Vec::new(),
+            shard_of: None,
+        };
+        f.committer.run(Box::new(move |txn| {
+            create_dir_inode(txn, NodeId(1), &request)
+        }))
+    };
+    let inode = |response: Response| match response {
+        Response::Attr(attr) => attr.inode,
+        other => panic!("{other:?}"),
+    };
+    let markers = || {
+        f.db.begin_read()
+            .expect("read")
+            .open_table(REMOTE_CREATED)
+            .expect("table")
+            .len()
+            .expect("len")
+    };
+    let first = inode(step(5).await.expect("step"));
+    assert_eq!(inode(step(5).await.expect("retry")), first, "a retry");
+    inode(step(6).await.expect("the next operation's step"));
+    assert_eq!(markers(), 2);
+
+    let settle = |below: u64| {
+        f.committer
+            .run(Box::new(move |txn| settle_intents(txn, coordinator, below)))
+    };
+    settle(6).await.expect("settle");
+    assert_eq!(
+        markers(),
+        1,
+        "only the unfinished operation keeps its marker"
+    );
+    assert_eq!(code(step(5).await), ErrorCode::Superseded, "a late copy");
+    settle(4).await.expect("an older word changes nothing");
+    assert_eq!(code(step(5).await), ErrorCode::Superseded, "still late");
+    step(6)
+        .await
+        .expect("the unfinished operation's step still runs");
+}

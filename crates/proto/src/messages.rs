@@ -1007,6 +1007,15 @@ pub enum MetaRequest {
         /// Sync the copy before answering.
         sync: bool,
     },
+    /// Coordinator to another metadata home: every cross-server operation the coordinator
+    /// recorded with an intent id below `below` has finished, durably. The home forgets its
+    /// markers of their steps and refuses a late copy of one of them (`Superseded`).
+    IntentsSettled {
+        /// The coordinating home.
+        coordinator: NodeId,
+        /// Its oldest unfinished intent, or its next intent id when none is unfinished.
+        below: u64,
+    },
 }
 
 /// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]).

@@ -18,7 +18,7 @@ use crate::service::idempotent;
 use crate::store::{
     allocate_inode, dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry,
     store_inode, Dentry, InodeRecord, OpError, COUNTERS, ENTRIES, INODES, INTENTS, INTENT_NAMES,
-    REMOTE_CREATED, REPLIES, XATTRS,
+    REMOTE_CREATED, REPLIES, SETTLED_INTENTS, XATTRS,
 };
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -227,6 +227,67 @@ fn remove_intent(txn: &WriteTransaction, id: u64) -> Result<bool, OpError> {
     Ok(true)
 }
 
+/// The bits of a step marker's key that hold the intent id; the bits above say which step.
+const INTENT_BITS: u64 = (1 << 61) - 1;
+
+/// The intent id below which every intent of this coordinator has finished: its oldest
+/// recorded one, or the next id when none is recorded.
+pub(crate) fn settled_below(txn: &ReadTransaction) -> Result<u64, OpError> {
+    if let Some((oldest, _)) = txn.open_table(INTENTS)?.first()? {
+        return Ok(oldest.value());
+    }
+    Ok(txn
+        .open_table(COUNTERS)?
+        .get("intent")?
+        .map_or(0, |v| v.value())
+        + 1)
+}
+
+/// On another home: records that every intent of `coordinator` below `below` finished, and
+/// forgets the markers of their steps, which no copy of a step may use any more.
+pub(crate) fn settle_intents(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    below: u64,
+) -> Result<Response, OpError> {
+    let mut settled = txn.open_table(SETTLED_INTENTS)?;
+    if settled
+        .get(coordinator.0)?
+        .is_some_and(|known| known.value() >= below)
+    {
+        return Ok(Response::Unchanged);
+    }
+    settled.insert(coordinator.0, below)?;
+    txn.open_table(REMOTE_CREATED)?.retain_in(
+        (coordinator.0, 0)..=(coordinator.0, u64::MAX),
+        |(_, key), _| key & INTENT_BITS >= below,
+    )?;
+    Ok(Response::Done)
+}
+
+/// Refuses a step of `coordinator`'s intent `intent` once that intent is known to have
+/// finished: it is a late copy, and the marker that made it harmless may be gone.
+fn check_unsettled(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    intent: u64,
+) -> Result<(), OpError> {
+    let below = txn
+        .open_table(SETTLED_INTENTS)?
+        .get(coordinator.0)?
+        .map_or(0, |v| v.value());
+    if intent < below {
+        return Err(OpError::rejected(
+            ErrorCode::Superseded,
+            format!(
+                "operation {intent} of metadata node {coordinator} finished; this is a late \
+                 copy of one of its steps"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn drop_intent(txn: &WriteTransaction, id: u64) -> Result<Response, OpError> {
     remove_intent(txn, id)?;
     Ok(Response::Done)
@@ -328,6 +389,7 @@ pub(crate) fn create_dir_inode(
             "not a directory-inode creation",
         ));
     };
+    check_unsettled(txn, *coordinator, *intent)?;
     pattern
         .validate()
         .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
@@ -715,6 +777,7 @@ pub(crate) fn adjust_links(
     delta: i32,
     is_open: impl Fn(InodeId) -> bool,
 ) -> Result<Response, OpError> {
+    check_unsettled(txn, coordinator, intent)?;
     // The applied-marker reuses the remote-creation table: (coordinator, intent) for +1,
     // (coordinator, intent | high bit) for -1, so an undo of a link has its own marker.
     let key = (
@@ -831,6 +894,7 @@ pub(crate) fn insert_dentry_for(
             "not a dentry insertion",
         ));
     };
+    check_unsettled(txn, *coordinator, *intent)?;
     crate::store::check_name(name)?;
     // The marker keeps the replaced victim whose link its own home must drop (0: none).
     let key = (coordinator.0, *intent | (1 << 62));
@@ -1039,6 +1103,7 @@ pub(crate) fn seal_shard(
     owner: (NodeId, u64),
     seal: bool,
 ) -> Result<Response, OpError> {
+    check_unsettled(txn, owner.0, owner.1)?;
     let mut inodes = txn.open_table(INODES)?;
     let Some(bytes) = inodes.get(shard.0)? else {
         return Ok(Response::Done);
@@ -1184,6 +1249,7 @@ pub(crate) fn exchange_dentry(
             "not a dentry exchange",
         ));
     };
+    check_unsettled(txn, *coordinator, *intent)?;
     // The marker says this exchange was applied here already.
     let key = (coordinator.0, *intent | (1 << 61));
     if txn.open_table(REMOTE_CREATED)?.get(key)?.is_some() {
