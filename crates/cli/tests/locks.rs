@@ -270,9 +270,11 @@ fn a_client_whose_session_expired_is_told_its_locks_are_gone() {
     .expect("a new session locks again");
 }
 
-// Goal: management forgets expired client sessions (it kept every client ever registered, and
-// after its restart counted all of them live for a session timeout). Method: a mount's client
-// dies; once its session expired, restart management: the dead session must not count.
+// Goal: expired client sessions are forgotten: management kept every client ever registered
+// (and after its restart counted all of them live for a session timeout), and a metadata
+// server kept the stored replies of dead clients forever. Method: a mount makes changes and its
+// client dies; once its session expired, the metadata server must keep none of its replies;
+// restart management: the dead session must not count.
 #[test]
 fn management_forgets_expired_sessions() {
     let mut cluster = cluster(ClusterSpec::default());
@@ -287,11 +289,28 @@ fn management_forgets_expired_sessions() {
         head.rsplit(' ').next()?.parse::<u64>().ok()
     };
     assert_eq!(sessions(&cluster), Some(1), "the mount's session");
+    for file in 0..20 {
+        std::fs::write(mnt.join(format!("f{file}")), b"changes with stored replies")
+            .expect("write");
+    }
+    assert!(
+        common::metric_sum(&cluster, "weft_meta_stored_replies") > 0,
+        "a live session's last replies are kept for its retries"
+    );
     cluster.kill_mount(&mnt).expect("kill the mount's client");
     wait_until("the dead client's session to expire", || {
         sessions(&cluster) == Some(0)
     })
     .expect("expired");
+    let mut kept = u64::MAX;
+    wait_until(
+        "the metadata server to drop the dead session's replies",
+        || {
+            kept = common::metric_sum(&cluster, "weft_meta_stored_replies");
+            kept == 0
+        },
+    )
+    .unwrap_or_else(|_| panic!("{kept} replies of an expired session are still kept"));
     cluster.restart("mgmt").expect("restart management");
     let mut after = None;
     wait_until("management to answer", || {

@@ -624,22 +624,9 @@ fn finished_cross_server_operations_leave_no_markers() {
     fs::rename(dirs[0].join("file"), dirs[1].join("moved")).expect("rename across servers");
     assert_eq!(fs::read(dirs[1].join("link")).expect("read"), b"linked");
 
-    let endpoints = cluster.service_addresses().expect("service addresses");
-    let markers = || -> u64 {
-        endpoints
-            .iter()
-            .filter_map(|endpoint| weft_testkit::http_get(endpoint, "/metrics").ok())
-            .flat_map(|(_, text)| {
-                text.lines()
-                    .filter(|line| line.starts_with("weft_meta_step_markers"))
-                    .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-                    .collect::<Vec<_>>()
-            })
-            .sum()
-    };
     let mut left = u64::MAX;
     wait_until("the markers of finished operations to go", || {
-        left = markers();
+        left = common::metric_sum(&cluster, "weft_meta_step_markers");
         left == 0
     })
     .unwrap_or_else(|_| panic!("{left} markers of finished operations are still kept"));

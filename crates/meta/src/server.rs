@@ -164,7 +164,7 @@ fn register_store_metrics(
 /// Counts something a served home holds.
 type Count = fn(&Meta) -> Result<u64, crate::store::OpError>;
 
-/// Exports how many inodes and step markers the served homes hold.
+/// Exports how many inodes, step markers and stored replies the served homes hold.
 struct HomeCollector(Homes);
 
 impl std::fmt::Debug for HomeCollector {
@@ -180,7 +180,7 @@ impl prometheus_client::collector::Collector for HomeCollector {
     ) -> Result<(), std::fmt::Error> {
         use prometheus_client::encoding::EncodeMetric;
         let homes = homes_now(&self.0);
-        let gauges: [(&str, &str, Count); 2] = [
+        let gauges: [(&str, &str, Count); 3] = [
             (
                 "weft_meta_inodes",
                 "Inodes (files, directories, links) of the homes this metadata server serves.",
@@ -192,6 +192,12 @@ impl prometheus_client::collector::Collector for HomeCollector {
                  the homes this server serves so that no step runs twice; each goes once its \
                  operation finished.",
                 Meta::step_markers,
+            ),
+            (
+                "weft_meta_stored_replies",
+                "Replies kept for client sessions' retries by the homes this server serves; a \
+                 session's go as its later requests settle them, all of them when it expires.",
+                Meta::stored_replies,
             ),
         ];
         for (name, help, count) in gauges {

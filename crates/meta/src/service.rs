@@ -430,6 +430,12 @@ impl Meta {
         Ok(txn.open_table(crate::store::REMOTE_CREATED)?.len()?)
     }
 
+    /// Replies kept here for retries.
+    pub(crate) fn stored_replies(&self) -> Result<u64, OpError> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(REPLIES)?.len()?)
+    }
+
     fn read<T>(
         &self,
         op: impl FnOnce(&redb::ReadTransaction) -> Result<T, OpError>,

@@ -329,3 +329,21 @@ pub fn private_file_table() {
         std::io::Error::last_os_error()
     );
 }
+
+/// The sum over every service of the cluster of metric `name` (all its label sets).
+pub fn metric_sum(cluster: &LocalCluster, name: &str) -> u64 {
+    let endpoints = cluster.service_addresses().expect("service addresses");
+    endpoints
+        .iter()
+        .filter_map(|endpoint| weft_testkit::http_get(endpoint, "/metrics").ok())
+        .flat_map(|(_, text)| {
+            text.lines()
+                .filter(|line| {
+                    line.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
