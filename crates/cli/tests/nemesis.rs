@@ -1,0 +1,413 @@
+//! The nemesis: a randomized fault test. A cluster of separate processes, every one in a network
+//! namespace of its own (management, two metadata servers mirrored, three storage servers with
+//! two targets each, paired into three storage mirror groups), serves a mount on which a
+//! workload writes, overwrites, truncates, punches, renames, deletes and reads back files in a
+//! mirrored directory and in a plain (striped, unmirrored) one. It records each change only
+//! after it returned, and after its fsync: every one is claimed durable. Meanwhile the nemesis
+//! kills one server at a time with SIGKILL and starts it again, or cuts one off the network
+//! and reconnects it, and waits until every mirror member is good again before the next fault.
+//! Storage runs in crash-test mode, so a kill loses every write not synced, as a power loss
+//! would. Every read checks the bytes it got against the record; at the end every recorded file
+//! must hold exactly its bytes (through the mount, and through a new mount), nothing deleted is
+//! back, and `weft fsck` is clean.
+//!
+//! A plain file has one copy: when its server restarts between a write and its fsync, the
+//! write may be lost and the fsync says so (EIO, as after a failed fdatasync). The workload
+//! then takes the file for unknown until it writes it whole again; that is the only error
+//! allowed. A mirrored file never errs with a single fault.
+//!
+//! `nemesis_bounded` runs in CI for a minute of faults. `scripts/nemesis.sh --minutes N --seed S`
+//! runs `nemesis_long`; the workload's choices follow the seed (the faults' timing follows the
+//! machine), and every run prints its seed.
+
+mod common;
+
+use common::weft;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
+
+/// Files per directory the workload works on.
+const FILES: u64 = 8;
+/// Largest file the workload writes.
+const FILE_BYTES_MAX: u64 = 384 * 1024;
+
+/// splitmix64: small, and the same sequence for the same seed everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..bound`.
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let seed = self.next();
+        common::pattern(seed, len)
+    }
+}
+
+/// What the workload did and what it expects the files to hold.
+#[derive(Default)]
+struct Record {
+    /// Files and the bytes each must hold.
+    files: BTreeMap<PathBuf, Vec<u8>>,
+    /// Names removed (or renamed away) and not made again: they must not exist.
+    gone: BTreeSet<PathBuf>,
+    /// Plain files whose last change failed with EIO after their server restarted: their
+    /// bytes are unknown until they are written whole again.
+    unknown: BTreeSet<PathBuf>,
+    /// Changes and reads that returned.
+    operations: u64,
+    /// Reads whose bytes were checked.
+    reads: u64,
+    /// Changes of plain files that failed with EIO, the loss a restart may cause.
+    lost_claims: u64,
+    /// The longest any operation took: the longest pause an application saw.
+    longest: Duration,
+}
+
+impl Record {
+    fn forget(&mut self, path: &Path) {
+        self.files.remove(path);
+        self.unknown.remove(path);
+        self.gone.insert(path.to_path_buf());
+    }
+
+    fn set(&mut self, path: &Path, data: Vec<u8>) {
+        self.gone.remove(path);
+        self.unknown.remove(path);
+        self.files.insert(path.to_path_buf(), data);
+    }
+}
+
+/// The workload: random changes and checked reads in `dirs` (mirrored first, then plain)
+/// until `stop`. An error other than the one a plain file may give ends it.
+fn workload(dirs: &[PathBuf; 2], seed: u64, stop: &AtomicBool) -> Result<Record, String> {
+    let mut rng = Rng(seed);
+    let mut record = Record::default();
+    while !stop.load(Ordering::Relaxed) {
+        let plain = rng.below(2) == 1;
+        let dir = &dirs[usize::from(plain)];
+        let path = dir.join(format!("f{}", rng.below(FILES)));
+        let other = dir.join(format!("f{}", rng.below(FILES)));
+        let exists = record.files.contains_key(&path);
+        // A file whose bytes are unknown, or that does not exist, is written whole first.
+        let choice = if exists { rng.below(100) } else { 0 };
+        let started = Instant::now();
+        let what: String;
+        let result: std::io::Result<()> = match choice {
+            0..=19 => {
+                let len = rng.below(FILE_BYTES_MAX) as usize;
+                let data = rng.bytes(len);
+                what = format!("write {} bytes to {}", data.len(), path.display());
+                write_whole(&path, &data).map(|()| record.set(&path, data))
+            }
+            20..=44 => {
+                let offset = rng.below(FILE_BYTES_MAX);
+                let len = 1 + rng.below(128 * 1024) as usize;
+                let data = rng.bytes(len);
+                what = format!(
+                    "write {} bytes at {offset} of {}",
+                    data.len(),
+                    path.display()
+                );
+                write_at(&path, offset, &data).map(|()| {
+                    let file = record.files.get_mut(&path).expect("recorded");
+                    let end = offset as usize + data.len();
+                    if file.len() < end {
+                        file.resize(end, 0);
+                    }
+                    file[offset as usize..end].copy_from_slice(&data);
+                })
+            }
+            45..=54 => {
+                let size = rng.below(FILE_BYTES_MAX);
+                what = format!("truncate {} to {size}", path.display());
+                truncate(&path, size).map(|()| {
+                    record
+                        .files
+                        .get_mut(&path)
+                        .expect("recorded")
+                        .resize(size as usize, 0);
+                })
+            }
+            55..=64 => {
+                let offset = rng.below(FILE_BYTES_MAX);
+                let len = 1 + rng.below(128 * 1024);
+                what = format!("punch {len} bytes at {offset} of {}", path.display());
+                punch(&path, offset, len).map(|()| {
+                    let file = record.files.get_mut(&path).expect("recorded");
+                    let start = (offset as usize).min(file.len());
+                    let end = ((offset + len) as usize).min(file.len());
+                    file[start..end].fill(0);
+                })
+            }
+            65..=74 => {
+                what = format!("rename {} to {}", path.display(), other.display());
+                std::fs::rename(&path, &other).map(|()| {
+                    if path != other {
+                        let data = record.files.remove(&path).expect("recorded");
+                        record.forget(&path);
+                        record.set(&other, data);
+                    }
+                })
+            }
+            75..=81 => {
+                what = format!("unlink {}", path.display());
+                std::fs::remove_file(&path).map(|()| record.forget(&path))
+            }
+            _ => {
+                what = format!("read {}", path.display());
+                let read = std::fs::read(&path);
+                if let Ok(bytes) = &read {
+                    let expected = &record.files[&path];
+                    if bytes != expected {
+                        return Err(format!(
+                            "read {}: {} bytes, expected {}; first difference at {:?}",
+                            path.display(),
+                            bytes.len(),
+                            expected.len(),
+                            bytes.iter().zip(expected).position(|(a, b)| a != b)
+                        ));
+                    }
+                    record.reads += 1;
+                }
+                read.map(|_| ())
+            }
+        };
+        record.longest = record.longest.max(started.elapsed());
+        match result {
+            Ok(()) => record.operations += 1,
+            Err(error) if plain && error.raw_os_error() == Some(libc::EIO) => {
+                eprintln!("nemesis workload: {what}: {error} (a plain file's server restarted)");
+                record.lost_claims += 1;
+                for touched in [&path, &other] {
+                    if record.files.remove(touched).is_some() {
+                        record.unknown.insert(touched.clone());
+                    }
+                }
+            }
+            Err(error) => return Err(format!("{what}: {error}")),
+        }
+    }
+    Ok(record)
+}
+
+fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(data)?;
+    file.sync_all()
+}
+
+fn write_at(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    file.write_all(data)?;
+    file.sync_all()
+}
+
+fn truncate(path: &Path, size: u64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.set_len(size)?;
+    file.sync_all()
+}
+
+fn punch(path: &Path, offset: u64, len: u64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+    // SAFETY: fallocate on a descriptor this function owns.
+    let result = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    file.sync_all()
+}
+
+/// Whether every member of every mirror group, storage and metadata, is good.
+fn all_good(cluster: &LocalCluster) -> bool {
+    let (ok, list, _) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+    ok && list.lines().skip(1).all(|line| {
+        line.split('(')
+            .skip(1)
+            .filter_map(|part| part.split(')').next())
+            .filter(|word| !word.starts_with("meta-") && !word.starts_with("storage-"))
+            .all(|state| state == "good")
+    })
+}
+
+/// One fault, then the repair: a server killed and started again, or cut off the network and
+/// reconnected. Returns what was done.
+fn fault(cluster: &mut LocalCluster, rng: &mut Rng) -> String {
+    const SERVERS: [&str; 5] = ["meta-1", "meta-2", "storage-1", "storage-2", "storage-3"];
+    let server = SERVERS[rng.below(SERVERS.len() as u64) as usize];
+    let down = Duration::from_millis(500 + rng.below(5000));
+    let what = if rng.below(2) == 0 {
+        cluster.kill(server).expect("kill");
+        std::thread::sleep(down);
+        cluster.restart(server).expect("restart");
+        format!("killed {server}, restarted after {down:?}")
+    } else {
+        cluster.set_link(server, false).expect("cut");
+        std::thread::sleep(down);
+        cluster.set_link(server, true).expect("reconnect");
+        format!("cut {server} off for {down:?}")
+    };
+    wait_until(&format!("every mirror member good after: {what}"), || {
+        all_good(cluster)
+    })
+    .expect("the cluster recovers");
+    what
+}
+
+/// Runs the workload against faults for `run`, then checks everything it recorded.
+fn nemesis(run: Duration, seed: u64) {
+    eprintln!("nemesis: seed {seed}, {run:?} of faults");
+    let mut cluster = common::cluster(ClusterSpec {
+        meta: 2,
+        storage: 3,
+        targets_per_storage: 2,
+        crash_test: true,
+        netns: true,
+        ..ClusterSpec::default()
+    });
+    common::autocreate_storage_groups(&cluster);
+    common::autocreate_meta_groups(&cluster);
+    let mnt = cluster.mount().expect("mount");
+    let dirs = [mnt.join("mirrored"), mnt.join("plain")];
+    common::make_mirrored_dir(
+        &cluster,
+        &dirs[0],
+        &["--num-targets", "3", "--chunk-size", "64K"],
+    );
+    common::make_dir_with_pattern(
+        &cluster,
+        &dirs[1],
+        &["--num-targets", "4", "--chunk-size", "64K"],
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(std::sync::Barrier::new(2));
+    let worker = {
+        let (stop, ready, dirs) = (Arc::clone(&stop), Arc::clone(&ready), dirs.clone());
+        std::thread::spawn(move || {
+            // The processes this test starts must not carry the workload's open files.
+            common::private_file_table();
+            ready.wait();
+            workload(&dirs, seed, &stop)
+        })
+    };
+    ready.wait();
+    let mut rng = Rng(seed ^ 0x6e65_6d65_7369_73);
+    let started = Instant::now();
+    let mut faults = Vec::new();
+    while started.elapsed() < run && !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(500 + rng.below(3000)));
+        let what = fault(&mut cluster, &mut rng);
+        eprintln!(
+            "[{:>6.1} s] nemesis: {what}",
+            started.elapsed().as_secs_f64()
+        );
+        faults.push(what);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let record = worker
+        .join()
+        .expect("workload thread")
+        .unwrap_or_else(|error| panic!("seed {seed}: the workload failed: {error}"));
+
+    let check = |root: &Path, through: &str| {
+        let mut differences = Vec::new();
+        for (path, expected) in &record.files {
+            let path = root.join(path.strip_prefix(&mnt).expect("in the mount"));
+            match std::fs::File::open(&path).and_then(|mut file| {
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes).map(|_| bytes)
+            }) {
+                Ok(bytes) if bytes == *expected => {}
+                Ok(bytes) => differences.push(format!(
+                    "{}: {} bytes, expected {}",
+                    path.display(),
+                    bytes.len(),
+                    expected.len()
+                )),
+                Err(error) => differences.push(format!("{}: {error}", path.display())),
+            }
+        }
+        for path in &record.gone {
+            let path = root.join(path.strip_prefix(&mnt).expect("in the mount"));
+            if path.exists() {
+                differences.push(format!("{} is back after its removal", path.display()));
+            }
+        }
+        assert!(
+            differences.is_empty(),
+            "seed {seed}, through {through}: {} differences: {differences:#?}",
+            differences.len()
+        );
+    };
+    check(&mnt, "the mount");
+    let fresh = cluster.mount().expect("a new mount");
+    check(&fresh, "a new mount");
+    common::fsck_clean(&cluster);
+    eprintln!(
+        "nemesis: seed {seed}: {} operations ({} checked reads), {} faults, longest pause {:?}, \
+         {} changes of plain files lost to a restart (EIO), {} files checked, 0 differences",
+        record.operations,
+        record.reads,
+        faults.len(),
+        record.longest,
+        record.lost_claims,
+        record.files.len()
+    );
+}
+
+/// The seed from `WEFT_NEMESIS_SEED`, or a new one.
+fn seed() -> u64 {
+    std::env::var("WEFT_NEMESIS_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |since| since.as_nanos() as u64)
+        })
+}
+
+// Goal: no acknowledged byte is lost or corrupted, and nothing removed comes back, while
+// servers crash and drop off the network one at a time (see the module's comment). Method: a
+// minute of random faults under the random workload, then every record checked.
+#[test]
+fn nemesis_bounded() {
+    nemesis(Duration::from_secs(60), seed());
+}
+
+// The same for `WEFT_NEMESIS_MINUTES` minutes (`scripts/nemesis.sh`).
+#[test]
+#[ignore = "long: run by scripts/nemesis.sh"]
+fn nemesis_long() {
+    let minutes: u64 = std::env::var("WEFT_NEMESIS_MINUTES")
+        .ok()
+        .and_then(|minutes| minutes.parse().ok())
+        .unwrap_or(30);
+    nemesis(Duration::from_secs(minutes * 60), seed());
+}
