@@ -317,7 +317,7 @@ fn nemesis(run: Duration, seed: u64) {
         })
     };
     ready.wait();
-    let mut rng = Rng(seed ^ 0x6e65_6d65_7369_73);
+    let mut rng = Rng(seed ^ 0x006e_656d_6573_6973);
     let started = Instant::now();
     let mut faults = Vec::new();
     while started.elapsed() < run && !worker.is_finished() {
