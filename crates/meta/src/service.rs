@@ -108,8 +108,8 @@ pub(crate) struct Meta {
     orphans_unclaimed: std::sync::atomic::AtomicBool,
     work: Notify,
     locks: LockTable,
-    /// Intents a live request is finishing, which recovery skips.
-    intents_in_flight: Mutex<HashSet<u64>>,
+    /// Who runs this home's intents now: requests (first tries and retries) and recovery.
+    intent_runs: IntentRuns,
     /// Per other home: the intent id below which it was told this home's intents finished.
     settled_told: Mutex<HashMap<NodeId, u64>>,
     /// When this server first heard of each client session, so that a session that registered
@@ -237,7 +237,7 @@ impl Meta {
             }),
             seen: Mutex::default(),
             fenced: Mutex::default(),
-            intents_in_flight: Mutex::default(),
+            intent_runs: IntentRuns::default(),
             settled_told: Mutex::default(),
             shard_syncs: Mutex::default(),
             unreported: Mutex::default(),
@@ -1189,6 +1189,7 @@ impl Meta {
         home: NodeId,
     ) -> Result<Response, OpError> {
         let coordinator = self.node;
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| {
@@ -1203,7 +1204,7 @@ impl Meta {
                 )
             })
             .await?;
-        self.drive(prepared, "mkdir-after-intent").await
+        self.drive(prepared, preparing, "mkdir-after-intent").await
     }
 
     /// mkdir of a directory spread over `shards` metadata servers (see `ops::remote`).
@@ -1248,6 +1249,7 @@ impl Meta {
         }
         let home = homes.remove(0);
         let coordinator = self.node;
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| {
@@ -1262,7 +1264,7 @@ impl Meta {
                 )
             })
             .await?;
-        self.drive(prepared, "mkdir-after-intent").await
+        self.drive(prepared, preparing, "mkdir-after-intent").await
     }
 
     /// The spread a new subdirectory of `parent` inherits: its default spread, over as many
@@ -1470,6 +1472,7 @@ impl Meta {
         let home = self.node;
         let lookup_name = name.clone();
         let shards = self.shards_of_child(parent, &name).await?;
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| prepare_rmdir(txn, home, mutation, parent, (&lookup_name, shards)))
@@ -1479,7 +1482,7 @@ impl Meta {
                 self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
                     .await
             }
-            Some(prepared) => self.drive(prepared, "rmdir-after-intent").await,
+            Some(prepared) => self.drive(prepared, preparing, "rmdir-after-intent").await,
         }
     }
 
@@ -1495,11 +1498,12 @@ impl Meta {
             return Err(OpError::Store("attributes expected".into()));
         };
         let kind = attr.kind;
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| prepare_link(txn, mutation, inode, kind, new_parent, &new_name))
             .await?;
-        self.drive(prepared, "link-after-intent").await
+        self.drive(prepared, preparing, "link-after-intent").await
     }
 
     /// unlink: local in one transaction, or with an intent when the inode lives elsewhere.
@@ -1511,6 +1515,7 @@ impl Meta {
     ) -> Result<Response, OpError> {
         let home = self.node;
         let lookup_name = name.clone();
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| prepare_unlink(txn, home, mutation, parent, &lookup_name))
@@ -1521,7 +1526,7 @@ impl Meta {
                 self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
                     .await
             }
-            Some(prepared) => self.drive(prepared, "unlink-after-intent").await,
+            Some(prepared) => self.drive(prepared, preparing, "unlink-after-intent").await,
         }
     }
 
@@ -1653,6 +1658,7 @@ impl Meta {
         (new_parent, new_name): (InodeId, String),
         other: (InodeId, FileKind),
     ) -> Result<Response, OpError> {
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| {
@@ -1665,7 +1671,7 @@ impl Meta {
                 )
             })
             .await?;
-        self.drive(prepared, "rename-after-intent").await
+        self.drive(prepared, preparing, "rename-after-intent").await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1734,13 +1740,14 @@ impl Meta {
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
     ) -> Result<Response, OpError> {
+        let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
             .run_with(move |txn| {
                 prepare_rename_out(txn, mutation, parent, &name, new_parent, &new_name, flags)
             })
             .await?;
-        self.drive(prepared, "rename-after-intent").await
+        self.drive(prepared, preparing, "rename-after-intent").await
     }
 
     /// Asks the home of `inode` to change its link count for intent `id`.
@@ -2014,28 +2021,20 @@ impl Meta {
 
     /// Answers a prepared cross-server operation: a retry gets its stored reply; a new intent
     /// runs its remaining steps (`failpoint` names the crash point right after the intent).
-    async fn drive(&self, prepared: Prepared, failpoint: &str) -> Result<Response, OpError> {
+    async fn drive(
+        &self,
+        prepared: Prepared,
+        preparing: Preparing<'_>,
+        failpoint: &str,
+    ) -> Result<Response, OpError> {
         match prepared {
             Prepared::Answered(answer) => answer,
             Prepared::Intent(id, intent) => {
+                let _running = preparing.run(id);
                 weft_service::failpoint::failpoint(failpoint);
-                self.finish_live_intent(id, intent).await
+                self.finish_intent(id, intent).await
             }
         }
-    }
-
-    /// Finishes an intent for the request that recorded it; recovery leaves it alone meanwhile.
-    async fn finish_live_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
-        self.intents_in_flight
-            .lock()
-            .expect("in-flight set poisoned")
-            .insert(id);
-        let result = self.finish_intent(id, intent).await;
-        self.intents_in_flight
-            .lock()
-            .expect("in-flight set poisoned")
-            .remove(&id);
-        result
     }
 
     /// Finishes the intents a crash left (at start and then in the work loop).
@@ -2044,14 +2043,10 @@ impl Meta {
             return;
         };
         for (id, intent) in pending {
-            if self
-                .intents_in_flight
-                .lock()
-                .expect("in-flight set poisoned")
-                .contains(&id)
-            {
+            // A request finishing it now is left alone.
+            let Some(_running) = self.intent_runs.recover(id) else {
                 continue;
-            }
+            };
             match self.finish_intent(id, intent).await {
                 Ok(_) | Err(OpError::Rejected(_)) => {
                     tracing::info!(intent = id, "finished an operation interrupted by a crash")
@@ -2071,9 +2066,15 @@ impl Meta {
     /// durable is told: a failover must never find an intent it must finish that the others
     /// take for a late copy. A home that is offline is told once it is back.
     async fn tell_settled(&self) {
-        let Ok(below) = self.read(settled_below) else {
+        let Ok(oldest_open) = self.read(settled_below) else {
             return;
         };
+        // Read after the store: a request that found an intent open before it was finished
+        // is preparing or running it now, and its steps must still land.
+        let Some(running) = self.intent_runs.oldest() else {
+            return;
+        };
+        let below = running.map_or(oldest_open, |running| running.min(oldest_open));
         let homes: Vec<NodeId> = {
             let told = self.settled_told.lock().expect("settled table poisoned");
             self.cluster
@@ -2332,6 +2333,85 @@ const SETTLE_AT_ONCE: usize = 32;
 
 /// Files whose objects are removed together and then forgotten in one commit.
 const DISPOSE_BATCH_FILES: usize = 64;
+
+/// Who runs a home's intents now. More than one may run the same intent at once (a client's
+/// retry finds its intent open and runs it too, recovery may be at it): the others' steps may
+/// still be on their way when one of them finishes it, so the other homes are told it settled
+/// only once none runs it ([`Meta::tell_settled`]).
+#[derive(Default)]
+struct IntentRuns(Mutex<Runs>);
+
+#[derive(Default)]
+struct Runs {
+    /// Requests preparing a cross-server operation: they may find an intent open and run it.
+    preparing: usize,
+    /// Runs per intent.
+    running: HashMap<u64, usize>,
+}
+
+impl IntentRuns {
+    fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
+        self.0.lock().expect("intent runs poisoned")
+    }
+
+    /// A request starts preparing a cross-server operation.
+    fn preparing(&self) -> Preparing<'_> {
+        self.runs().preparing += 1;
+        Preparing(self)
+    }
+
+    /// Recovery starts running intent `id`, unless something runs it already.
+    fn recover(&self, id: u64) -> Option<Running<'_>> {
+        let mut runs = self.runs();
+        if runs.running.contains_key(&id) {
+            return None;
+        }
+        runs.running.insert(id, 1);
+        Some(Running(self, id))
+    }
+
+    /// The oldest intent being run (`Some(None)`: none), or `None` while a request prepares.
+    fn oldest(&self) -> Option<Option<u64>> {
+        let runs = self.runs();
+        (runs.preparing == 0).then(|| runs.running.keys().min().copied())
+    }
+}
+
+/// A request preparing a cross-server operation.
+struct Preparing<'a>(&'a IntentRuns);
+
+impl<'a> Preparing<'a> {
+    /// The request runs intent `id`.
+    fn run(self, id: u64) -> Running<'a> {
+        let runs = self.0;
+        std::mem::forget(self);
+        let mut state = runs.runs();
+        state.preparing -= 1;
+        *state.running.entry(id).or_default() += 1;
+        Running(runs, id)
+    }
+}
+
+impl Drop for Preparing<'_> {
+    fn drop(&mut self) {
+        self.0.runs().preparing -= 1;
+    }
+}
+
+/// A run of an intent.
+struct Running<'a>(&'a IntentRuns, u64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut runs = self.0.runs();
+        if let Some(count) = runs.running.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                runs.running.remove(&self.1);
+            }
+        }
+    }
+}
 
 /// Works off the durable queues: truncates that did not reach all targets and objects of
 /// removed files. A target that is down gets its work when it comes back.
