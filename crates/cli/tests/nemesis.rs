@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weft_sim::Random;
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 /// Files per directory the workload works on.
@@ -37,25 +38,17 @@ const FILES: u64 = 8;
 /// Largest file the workload writes.
 const FILE_BYTES_MAX: u64 = 384 * 1024;
 
-/// splitmix64: small, and the same sequence for the same seed everywhere.
-struct Rng(u64);
+/// The workload's and the nemesis's choices.
+struct Rng(Random);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// A number in `0..bound`.
     fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
+        self.0.between(0, bound - 1)
     }
 
     fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let seed = self.next();
+        let seed = self.0.next_u64();
         common::pattern(seed, len)
     }
 }
@@ -97,7 +90,7 @@ impl Record {
 /// The workload: random changes and checked reads in `dirs` (mirrored first, then plain)
 /// until `stop`. An error other than the one a plain file may give ends it.
 fn workload(dirs: &[PathBuf; 2], seed: u64, stop: &AtomicBool) -> Result<Record, String> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(Random::new(seed));
     let mut record = Record::default();
     while !stop.load(Ordering::Relaxed) {
         let plain = rng.below(2) == 1;
@@ -317,7 +310,7 @@ fn nemesis(run: Duration, seed: u64) {
         })
     };
     ready.wait();
-    let mut rng = Rng(seed ^ 0x006e_656d_6573_6973);
+    let mut rng = Rng(Random::new(seed ^ 0x006e_656d_6573_6973));
     let started = Instant::now();
     let mut faults = Vec::new();
     while started.elapsed() < run && !worker.is_finished() {

@@ -100,11 +100,18 @@ pub struct Outcome {
     pub messages: u64,
 }
 
-/// splitmix64: small, fast, and the same everywhere.
-struct Random(u64);
+/// splitmix64: small, fast, and the same sequence for the same seed everywhere (the simulator's
+/// runs and the nemesis's workload replay from their seeds).
+pub struct Random(u64);
 
 impl Random {
-    fn next(&mut self) -> u64 {
+    /// The sequence of `seed`.
+    pub fn new(seed: u64) -> Random {
+        Random(seed)
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -113,12 +120,12 @@ impl Random {
     }
 
     /// Uniform in `low..=high`.
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next_u64() % (high - low + 1)
     }
 
     fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
+        self.next_u64() % 1000 < per_mille
     }
 }
 
@@ -279,8 +286,8 @@ impl World {
 
     fn next_op(&mut self, client: u32) -> ClientOp<Data> {
         let group = self.group_of(client);
-        let roll = self.random.next() % 10;
-        let index = self.random.next() % self.config.chunks_per_client;
+        let roll = self.random.next_u64() % 10;
+        let index = self.random.next_u64() % self.config.chunks_per_client;
         let chunk = self.chunk_of(client, index);
         // Out of ten operations: one read, 1 to 4 syncs (by seed), writes for the rest.
         let syncs = 1 + self.config.seed % 4;
@@ -303,9 +310,9 @@ impl World {
             return;
         }
         let servers: Vec<ServerId> = self.servers.keys().copied().collect();
-        let pick = |random: &mut Random| servers[random.next() as usize % servers.len()];
+        let pick = |random: &mut Random| servers[random.next_u64() as usize % servers.len()];
         let kind = match self.config.faults {
-            FaultMix::All => self.random.next() % 9,
+            FaultMix::All => self.random.next_u64() % 9,
             FaultMix::ManagementCuts => 5,
         };
         match kind {
@@ -632,7 +639,7 @@ pub fn run(config: &Config) -> Outcome {
     }
     let mut world = World {
         config: config.clone(),
-        random: Random(config.seed),
+        random: Random::new(config.seed),
         now: 0,
         queue: BinaryHeap::new(),
         events: Vec::new(),
