@@ -12,6 +12,7 @@
 use crate::commit::CommitMetrics;
 use crate::replica::{group_of_home, Replicas};
 use crate::service::{Meta, Shared};
+use crate::store::{OpError, INODES, REMOTE_CREATED, REPLIES};
 use crate::{MetaConfig, MetaError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -162,7 +163,7 @@ fn register_store_metrics(
 }
 
 /// Counts something a served home holds.
-type Count = fn(&Meta) -> Result<u64, crate::store::OpError>;
+type Count = fn(&Meta) -> Result<u64, OpError>;
 
 /// Exports how many inodes, step markers and stored replies the served homes hold.
 struct HomeCollector(Homes);
@@ -184,24 +185,24 @@ impl prometheus_client::collector::Collector for HomeCollector {
             (
                 "weft_meta_inodes",
                 "Inodes (files, directories, links) of the homes this metadata server serves.",
-                Meta::inodes,
+                |meta| meta.entries(INODES),
             ),
             (
                 "weft_meta_step_markers",
                 "Markers of other homes' cross-server operations (mkdir, link, rename) kept by \
                  the homes this server serves so that no step runs twice; each goes once its \
                  operation finished.",
-                Meta::step_markers,
+                |meta| meta.entries(REMOTE_CREATED),
             ),
             (
                 "weft_meta_stored_replies",
                 "Replies kept for client sessions' retries by the homes this server serves; a \
                  session's go as its later requests settle them, all of them when it expires.",
-                Meta::stored_replies,
+                |meta| meta.entries(REPLIES),
             ),
         ];
         for (name, help, count) in gauges {
-            let total: u64 = homes.iter().filter_map(|meta| count(meta).ok()).sum();
+            let total = total(&homes, count);
             let metric = encoder.encode_descriptor(
                 name,
                 help,
@@ -214,11 +215,13 @@ impl prometheus_client::collector::Collector for HomeCollector {
     }
 }
 
+/// What `count` counts over `homes`, skipping a home that cannot be read.
+fn total(homes: &[Arc<Meta>], count: Count) -> u64 {
+    homes.iter().filter_map(|meta| count(meta).ok()).sum()
+}
+
 fn inode_count(homes: &Homes) -> u64 {
-    homes_now(homes)
-        .iter()
-        .filter_map(|meta| meta.inodes().ok())
-        .sum()
+    total(&homes_now(homes), |meta| meta.entries(INODES))
 }
 
 async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {

@@ -328,11 +328,6 @@ impl Meta {
         self.link.resync(start).await
     }
 
-    /// The inodes of this home.
-    pub(crate) fn inodes(&self) -> Result<u64, OpError> {
-        self.inode_count()
-    }
-
     /// Runs a request for this home.
     pub(crate) async fn serve(&self, request: MetaRequest) -> Reply {
         if !*self.settled.borrow() {
@@ -419,21 +414,13 @@ impl Meta {
         }
     }
 
-    fn inode_count(&self) -> Result<u64, OpError> {
+    /// How many entries `table` of this home's store holds: its inodes, its stored replies…
+    pub(crate) fn entries<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        table: redb::TableDefinition<'static, K, V>,
+    ) -> Result<u64, OpError> {
         let txn = self.db.begin_read()?;
-        Ok(txn.open_table(INODES)?.len()?)
-    }
-
-    /// Markers of other homes' cross-server steps kept here.
-    pub(crate) fn step_markers(&self) -> Result<u64, OpError> {
-        let txn = self.db.begin_read()?;
-        Ok(txn.open_table(crate::store::REMOTE_CREATED)?.len()?)
-    }
-
-    /// Replies kept here for retries.
-    pub(crate) fn stored_replies(&self) -> Result<u64, OpError> {
-        let txn = self.db.begin_read()?;
-        Ok(txn.open_table(REPLIES)?.len()?)
+        Ok(txn.open_table(table)?.len()?)
     }
 
     fn read<T>(
