@@ -405,6 +405,27 @@ impl Target {
         Ok(())
     }
 
+    /// The object's file if it exists: the held one on a plain target, else opened for this
+    /// request (for writing when `write`).
+    fn existing_file(
+        &self,
+        object: ObjectId,
+        write: bool,
+    ) -> Result<Option<Arc<ObjectFile>>, WireError> {
+        if let Some(files) = &self.files {
+            return self.plain_file(files, object, false);
+        }
+        match OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(self.object_path(object))
+        {
+            Ok(file) => Ok(Some(Arc::new(ObjectFile::new(file)))),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(io_error("open object", &error)),
+        }
+    }
+
     /// The object's file to change, created if missing: the held one on a plain target.
     fn file_for_write(&self, object: ObjectId) -> Result<Arc<ObjectFile>, WireError> {
         match &self.files {
@@ -540,15 +561,8 @@ impl Target {
         let mut buffer = vec![0u8; len as usize];
         let mut filled = 0usize;
         if offset < disk_length {
-            let file = match &self.files {
-                Some(files) => match self.plain_file(files, object, false)? {
-                    Some(file) => file,
-                    None => return Ok(Bytes::new()),
-                },
-                None => Arc::new(ObjectFile::new(
-                    File::open(self.object_path(object))
-                        .map_err(|e| io_error("open object", &e))?,
-                )),
+            let Some(file) = self.existing_file(object, false)? else {
+                return Ok(Bytes::new());
             };
             let large = self.direct_write_min.is_some_and(|min| wanted >= min);
             if large && !fully_cached(&file, offset, wanted as u64) {
@@ -684,17 +698,9 @@ impl Target {
                 },
             ),
             None => {
-                let file = match &self.files {
-                    Some(files) => self
-                        .plain_file(files, object, false)?
-                        .ok_or_else(|| WireError::new(ErrorCode::Io, "object vanished"))?,
-                    None => Arc::new(ObjectFile::new(
-                        OpenOptions::new()
-                            .write(true)
-                            .open(self.object_path(object))
-                            .map_err(|e| io_error("open object", &e))?,
-                    )),
-                };
+                let file = self
+                    .existing_file(object, true)?
+                    .ok_or_else(|| WireError::new(ErrorCode::Io, "object vanished"))?;
                 if cut < current {
                     file.set_len(cut)
                         .map_err(|e| io_error("truncate object", &e))?;
@@ -736,16 +742,13 @@ impl Target {
     /// The newest truncate generation of its file the object has had (0: none, or no
     /// object), including one only in the crash-test journal.
     pub fn generation(&self, object: ObjectId) -> Result<u64, WireError> {
-        let disk = match &self.files {
-            Some(files) => self
-                .plain_file(files, object, false)?
-                .map_or(0, |file| file.generation.load(Ordering::Acquire)),
-            None => match File::open(self.object_path(object)) {
-                Ok(file) => recorded_generation(&file)
-                    .map_err(|e| io_error("read truncate generation", &e))?,
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
-                Err(error) => return Err(io_error("open object", &error)),
-            },
+        let disk = match self.existing_file(object, false)? {
+            None => 0,
+            // A held file keeps what it records up to date.
+            Some(file) if self.files.is_some() => file.generation.load(Ordering::Acquire),
+            Some(file) => {
+                recorded_generation(&file).map_err(|e| io_error("read truncate generation", &e))?
+            }
         };
         let Some(journal) = &self.journal else {
             return Ok(disk);
@@ -1028,16 +1031,8 @@ impl Target {
                 }
             }
         }
-        let file = match &self.files {
-            Some(files) => match self.plain_file(files, object, false)? {
-                Some(file) => file,
-                None => return Ok(()),
-            },
-            None => match File::open(self.object_path(object)) {
-                Ok(file) => Arc::new(ObjectFile::new(file)),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(error) => return Err(io_error("open object", &error)),
-            },
+        let Some(file) = self.existing_file(object, false)? else {
+            return Ok(());
         };
         let recorded = self
             .unsynced_generations
