@@ -73,7 +73,7 @@ struct LocalInode {
 }
 
 /// What a read of a file goes by ([`State::read_view`]).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct ReadView {
     /// The size reads are clamped to.
     known: u64,
@@ -418,18 +418,13 @@ impl State {
     /// the truncate generation the read is made in.
     fn read_view(&self, inode: InodeId) -> ReadView {
         let inodes = self.inodes.lock().expect("inode table poisoned");
-        inodes.get(&inode).map_or(
-            ReadView {
-                known: 0,
-                version: 0,
-                generation: 0,
-            },
-            |l| ReadView {
+        inodes
+            .get(&inode)
+            .map_or(ReadView::default(), |l| ReadView {
                 known: l.size.max(l.written_end),
                 version: l.data_version,
                 generation: l.generation,
-            },
-        )
+            })
     }
 
     /// `inode` and the truncate generation this client knows it in: what its reads and
@@ -539,6 +534,13 @@ impl State {
         if let Some(local) = inodes.get_mut(&inode) {
             local.errors = (local.errors.0 + 1, errno);
         }
+    }
+
+    /// Records a write error of `file` that this handle reports now, as its answer: the file's
+    /// other handles report it at their next fsync.
+    fn report_error(&self, file: &OpenFile, errno: i32) {
+        self.record_error(file.inode, errno);
+        self.take_error(file);
     }
 
     /// The file's write error this handle has not reported by an fsync yet, left for it (a
@@ -1184,9 +1186,8 @@ impl Filesystem for WeftFs {
                 }
                 Err(error) => {
                     // Some of its pieces may have landed: the file's other handles learn of
-                    // it at their next fsync; this one has reported it now.
-                    state.record_error(file.inode, error.errno());
-                    state.take_error(&file);
+                    // it at their next fsync.
+                    state.report_error(&file, error.errno());
                     reply.error(errno(&error));
                 }
             }
@@ -1299,8 +1300,7 @@ impl Filesystem for WeftFs {
             state.drain(file.inode).await;
             if let Some(layout) = &file.layout {
                 if let Err(error) = state.client.sync_data(file.inode, layout).await {
-                    state.record_error(file.inode, error.errno());
-                    state.take_error(&file);
+                    state.report_error(&file, error.errno());
                     return reply.error(errno(&error));
                 }
             }
