@@ -294,7 +294,7 @@ fn management_forgets_expired_sessions() {
             .expect("write");
     }
     assert!(
-        common::metric_sum(&cluster, "weft_meta_stored_replies") > 0,
+        common::metric_sum(&cluster, "weft_meta_stored_replies", &[]) > 0,
         "a live session's last replies are kept for its retries"
     );
     cluster.kill_mount(&mnt).expect("kill the mount's client");
@@ -306,7 +306,7 @@ fn management_forgets_expired_sessions() {
     wait_until(
         "the metadata server to drop the dead session's replies",
         || {
-            kept = common::metric_sum(&cluster, "weft_meta_stored_replies");
+            kept = common::metric_sum(&cluster, "weft_meta_stored_replies", &[]);
             kept == 0
         },
     )

@@ -186,44 +186,22 @@ fn mirrored_files_survive_the_loss_of_a_storage_server() {
     // Operators see it in the metrics: forwards and resyncs counted by the storage servers,
     // members by state and group versions by management.
     common::write_synced(&dir.join("fourth"), &common::pattern(4, 1 << 20));
-    let addresses = cluster.service_addresses().expect("addresses");
-    let metric_sum = |name: &str| -> f64 {
-        addresses
-            .iter()
-            .filter_map(|address| weft_testkit::http_get(address, "/metrics").ok())
-            .flat_map(|(_, text)| {
-                text.lines()
-                    .filter(|line| line.starts_with(name))
-                    .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-                    .collect::<Vec<_>>()
-            })
-            .sum()
-    };
+    let metric_sum = |name: &str, labels: &[&str]| common::metric_sum(&cluster, name, labels);
     assert!(
-        metric_sum("weft_mirror_forwards_total") > 0.0,
+        metric_sum("weft_mirror_forwards_total", &[]) > 0,
         "forwards counted"
     );
     assert!(
-        metric_sum("weft_mirror_resync_objects_total") > 0.0,
+        metric_sum("weft_mirror_resync_objects_total", &[]) > 0,
         "resyncs counted"
     );
-    let good: f64 = addresses
-        .iter()
-        .filter_map(|address| weft_testkit::http_get(address, "/metrics").ok())
-        .flat_map(|(_, text)| {
-            text.lines()
-                .filter(|line| {
-                    line.starts_with("weft_cluster_mirror_members{")
-                        && line.contains("kind=\"storage\"")
-                        && line.contains("state=\"good\"")
-                })
-                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum();
-    assert_eq!(good, 2.0, "both members good");
+    let good = metric_sum(
+        "weft_cluster_mirror_members",
+        &["kind=\"storage\"", "state=\"good\""],
+    );
+    assert_eq!(good, 2, "both members good");
     assert!(
-        metric_sum("weft_cluster_mirror_group_version") > 1.0,
+        metric_sum("weft_cluster_mirror_group_version", &[]) > 1,
         "versions published"
     );
     let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", &mgmt]);

@@ -626,7 +626,7 @@ fn finished_cross_server_operations_leave_no_markers() {
 
     let mut left = u64::MAX;
     wait_until("the markers of finished operations to go", || {
-        left = common::metric_sum(&cluster, "weft_meta_step_markers");
+        left = common::metric_sum(&cluster, "weft_meta_step_markers", &[]);
         left == 0
     })
     .unwrap_or_else(|_| panic!("{left} markers of finished operations are still kept"));

@@ -330,8 +330,9 @@ pub fn private_file_table() {
     );
 }
 
-/// The sum over every service of the cluster of metric `name` (all its label sets).
-pub fn metric_sum(cluster: &LocalCluster, name: &str) -> u64 {
+/// The sum over every service of the cluster of metric `name`, over its series whose labels
+/// include every one of `labels` (e.g. `state="good"`).
+pub fn metric_sum(cluster: &LocalCluster, name: &str, labels: &[&str]) -> u64 {
     let endpoints = cluster.service_addresses().expect("service addresses");
     endpoints
         .iter()
@@ -341,6 +342,7 @@ pub fn metric_sum(cluster: &LocalCluster, name: &str) -> u64 {
                 .filter(|line| {
                     line.strip_prefix(name)
                         .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                        && labels.iter().all(|label| line.contains(label))
                 })
                 .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
                 .collect::<Vec<_>>()
