@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::mirror::{Membership, ResyncStart};
@@ -223,6 +223,14 @@ impl Writes {
     }
 }
 
+/// Changes to send to a member of a home's group (see [`MetaRequest::ReplicaApply`]).
+struct Shipment {
+    group: u32,
+    version: u64,
+    changes: Vec<FileChange>,
+    sync: bool,
+}
+
 /// The payload of a sync's changes, shipped without a copy.
 struct Payload(Arc<Changes>);
 
@@ -251,25 +259,78 @@ pub(crate) struct HomeLink {
     sync_inline: AtomicBool,
     /// Held while changes ship and while a resync reads and sends a chunk.
     order: tokio::sync::Mutex<()>,
+    /// When this link was opened, in nanoseconds since the Unix epoch: it orders this link's
+    /// sends after those of an earlier link to the same home.
+    opened: u64,
+    /// Sends to members so far: the next one's number.
+    sends: AtomicU64,
     membership: Arc<Membership>,
     cluster: Arc<ClusterView>,
     /// What absent members miss, for the groups this server is primary of.
     missed: Arc<MissedLogs>,
+    unshipped: Arc<Unshipped>,
     runtime: tokio::runtime::Handle,
     sync_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
+/// What every link of a metadata server shares.
+#[derive(Clone)]
+pub(crate) struct LinkParts {
+    pub membership: Arc<Membership>,
+    pub cluster: Arc<ClusterView>,
+    /// What absent members of the groups this server is primary of miss.
+    pub missed: Arc<MissedLogs>,
+    pub unshipped: Arc<Unshipped>,
+    pub sync_seconds: prometheus_client::metrics::histogram::Histogram,
+}
+
+/// Changes this server wrote to a home's store file that the home's mirror members may lack:
+/// those of a sync that failed to ship (the primary's lease ran out while a member was being
+/// tried again). The home is opened again from its file, which holds them, so its next link
+/// ships them before anything else: to the present members, and into the records of the
+/// absent ones. A copy written by a primary elsewhere drops them: that primary copies the
+/// whole file to this server before it serves the home again.
+#[derive(Default)]
+pub(crate) struct Unshipped(Mutex<HashMap<NodeId, Changes>>);
+
+impl Unshipped {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Changes>> {
+        self.0.lock().expect("unshipped changes poisoned")
+    }
+
+    /// Keeps `changes` of `home`, after those kept before.
+    fn keep(&self, home: NodeId, changes: &Changes) {
+        let mut table = self.table();
+        let kept = table.entry(home).or_default();
+        kept.changes.extend_from_slice(&changes.changes);
+        kept.payload.extend_from_slice(&changes.payload);
+    }
+
+    fn take(&self, home: NodeId) -> Changes {
+        self.table().remove(&home).unwrap_or_default()
+    }
+
+    fn drop_home(&self, home: NodeId) {
+        self.table().remove(&home);
+    }
+}
+
 impl HomeLink {
-    /// Opens (creating) the store file of `home` on `node` for redb.
+    /// Opens (creating) the store file of `home` on `node` for redb. Changes an earlier link
+    /// could not ship are the first the new one ships.
     pub fn open(
         data_dir: &Path,
         node: NodeId,
         home: NodeId,
-        membership: Arc<Membership>,
-        cluster: Arc<ClusterView>,
-        missed: Arc<MissedLogs>,
-        sync_seconds: prometheus_client::metrics::histogram::Histogram,
+        parts: LinkParts,
     ) -> std::io::Result<(Arc<HomeLink>, HomeFile)> {
+        let LinkParts {
+            membership,
+            cluster,
+            missed,
+            unshipped,
+            sync_seconds,
+        } = parts;
         let path = home_path(data_dir, node, home);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -282,13 +343,24 @@ impl HomeLink {
                 .truncate(false)
                 .open(&path)?,
         );
-        let len = file.metadata()?.len();
+        // The file holds the changes carried over (unless writing them failed): redb reads
+        // them through `next` either way.
+        let next = unshipped.take(home);
+        let len = next
+            .changes
+            .iter()
+            .rev()
+            .find_map(|change| match change {
+                FileChange::SetLen(len) => Some(*len),
+                FileChange::Write { .. } => None,
+            })
+            .map_or_else(|| file.metadata().map(|m| m.len()), Ok)?;
         let link = Arc::new(HomeLink {
             home,
             node,
             file: Arc::clone(&file),
             writes: Mutex::new(Writes {
-                next: Changes::default(),
+                next,
                 flushing: None,
                 len,
                 asked: 0,
@@ -302,9 +374,14 @@ impl HomeLink {
             broken: AtomicBool::new(false),
             sync_inline: AtomicBool::new(false),
             order: tokio::sync::Mutex::new(()),
+            opened: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            sends: AtomicU64::new(0),
             membership,
             cluster,
             missed,
+            unshipped,
             runtime: tokio::runtime::Handle::current(),
             sync_seconds,
         });
@@ -398,6 +475,11 @@ impl HomeLink {
             Ok(()) => writes.done = ticket,
             Err(error) => {
                 tracing::error!(home = self.home.0, %error, "metadata store sync failed");
+                // Written here, perhaps, but perhaps not on every member: the home's next
+                // link here ships them first. A fenced link's home is served elsewhere.
+                if !self.fenced() {
+                    self.unshipped.keep(self.home, changes);
+                }
                 self.broken.store(true, Ordering::SeqCst);
                 writes.failed = Some(error.to_string());
             }
@@ -472,13 +554,14 @@ impl HomeLink {
                         // A member that fails a piece gets them all again (writing the same
                         // bytes twice changes nothing) or leaves the group.
                         for (index, (changes, payload)) in pieces.iter().enumerate() {
-                            let request = MetaRequest::ReplicaApply {
+                            let sync = index + 1 == pieces.len();
+                            let shipment = Shipment {
                                 group: group.id,
                                 version,
                                 changes: changes.clone(),
-                                sync: index + 1 == pieces.len(),
+                                sync,
                             };
-                            self.send(member, request, payload.clone()).await?;
+                            self.send(member, &shipment, payload.clone()).await?;
                         }
                         Ok(())
                     }
@@ -515,13 +598,22 @@ impl HomeLink {
         }
     }
 
-    /// Sends one request to metadata node `member`, bounded by the member timeout.
+    /// Sends `shipment` to metadata node `member` as a send of its own (see
+    /// [`MetaRequest::ReplicaApply`]), bounded by the member timeout.
     async fn send(
         &self,
         member: u32,
-        request: MetaRequest,
+        shipment: &Shipment,
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
+        let request = MetaRequest::ReplicaApply {
+            group: shipment.group,
+            version: shipment.version,
+            link: self.opened,
+            sequence: self.sends.fetch_add(1, Ordering::SeqCst),
+            changes: shipment.changes.clone(),
+            sync: shipment.sync,
+        };
         let result = async {
             let client = self.cluster.meta_node(NodeId(member)).await?;
             let timeout = self.membership.member_timeout();
@@ -611,7 +703,7 @@ impl HomeLink {
         .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
         .map_err(|error| WireError::new(ErrorCode::Io, error.to_string()))?;
         let version = self.membership.resync_version(self.node.0, start)?;
-        let request = MetaRequest::ReplicaApply {
+        let shipment = Shipment {
             group: start.group,
             version,
             changes: vec![FileChange::Write {
@@ -623,7 +715,7 @@ impl HomeLink {
         let chunk = Bytes::from(chunk);
         self.membership
             .resync_step(start.member, || {
-                self.send(start.member, request.clone(), chunk.clone())
+                self.send(start.member, &shipment, chunk.clone())
             })
             .await?;
         Ok(())
@@ -634,7 +726,7 @@ impl HomeLink {
         let _order = self.order.lock().await;
         let length = self.file_length()?;
         let version = self.membership.resync_version(self.node.0, start)?;
-        let request = MetaRequest::ReplicaApply {
+        let shipment = Shipment {
             group: start.group,
             version,
             changes: vec![FileChange::SetLen(length)],
@@ -642,7 +734,7 @@ impl HomeLink {
         };
         self.membership
             .resync_step(start.member, || {
-                self.send(start.member, request.clone(), Bytes::new())
+                self.send(start.member, &shipment, Bytes::new())
             })
             .await?;
         Ok(())
@@ -799,23 +891,42 @@ impl Drop for HomeFile {
 pub(crate) struct Replicas {
     data_dir: PathBuf,
     node: NodeId,
-    files: Mutex<HashMap<NodeId, Arc<Mutex<File>>>>,
+    copies: Mutex<HashMap<NodeId, Arc<Mutex<Copy>>>>,
+    /// A copy written by another primary drops what this server could not ship of it.
+    unshipped: Arc<Unshipped>,
+}
+
+/// Where a send stands among a home's sends: its group version, its primary's link and its
+/// number on that link (see [`MetaRequest::ReplicaApply`]). Later sends compare greater.
+pub(crate) type SendOrder = (u64, u64, u64);
+
+/// A member's copy of one home.
+struct Copy {
+    file: File,
+    /// The newest send applied to it.
+    applied: Option<SendOrder>,
 }
 
 impl Replicas {
-    pub fn new(data_dir: PathBuf, node: NodeId) -> Replicas {
+    pub fn new(data_dir: PathBuf, node: NodeId, unshipped: Arc<Unshipped>) -> Replicas {
         Replicas {
             data_dir,
             node,
-            files: Mutex::default(),
+            copies: Mutex::default(),
+            unshipped,
         }
     }
 
     /// Applies shipped `changes` (whose written bytes `payload` holds in order) to the copy of
     /// `home`, synced when `sync`.
+    ///
+    /// # Errors
+    /// `Superseded` when a send newer than `order` was applied: its primary gave up on this
+    /// one and sent its changes again.
     pub fn apply(
         &self,
         home: NodeId,
+        order: SendOrder,
         changes: &[FileChange],
         payload: &[u8],
         sync: bool,
@@ -842,19 +953,29 @@ impl Replicas {
                 ),
             ));
         }
-        let file = self.file(home).map_err(io)?;
-        let file = file.lock().expect("replica file poisoned");
-        apply_changes(&file, changes, payload).map_err(io)?;
+        let copy = self.copy(home).map_err(io)?;
+        let mut copy = copy.lock().expect("replica file poisoned");
+        if let Some(applied) = copy.applied.filter(|applied| *applied > order) {
+            return Err(WireError::new(
+                ErrorCode::Superseded,
+                format!(
+                    "metadata copy of home {home}: send {order:?} arrived after the newer send {applied:?}"
+                ),
+            ));
+        }
+        copy.applied = Some(order);
+        self.unshipped.drop_home(home);
+        apply_changes(&copy.file, changes, payload).map_err(io)?;
         if sync {
-            file.sync_data().map_err(io)?;
+            copy.file.sync_data().map_err(io)?;
         }
         Ok(())
     }
 
-    fn file(&self, home: NodeId) -> std::io::Result<Arc<Mutex<File>>> {
-        let mut files = self.files.lock().expect("replica table poisoned");
-        if let Some(file) = files.get(&home) {
-            return Ok(Arc::clone(file));
+    fn copy(&self, home: NodeId) -> std::io::Result<Arc<Mutex<Copy>>> {
+        let mut copies = self.copies.lock().expect("replica table poisoned");
+        if let Some(copy) = copies.get(&home) {
+            return Ok(Arc::clone(copy));
         }
         let path = home_path(&self.data_dir, self.node, home);
         if let Some(parent) = path.parent() {
@@ -865,21 +986,24 @@ impl Replicas {
             .create(true)
             .truncate(false)
             .open(path)?;
-        let file = Arc::new(Mutex::new(file));
-        files.insert(home, Arc::clone(&file));
-        Ok(file)
+        let copy = Arc::new(Mutex::new(Copy {
+            file,
+            applied: None,
+        }));
+        copies.insert(home, Arc::clone(&copy));
+        Ok(copy)
     }
 
     /// Closes the copy of `home`, waiting for a change being applied: this server is about to
     /// serve it.
     pub fn close(&self, home: NodeId) {
-        let file = self
-            .files
+        let copy = self
+            .copies
             .lock()
             .expect("replica table poisoned")
             .remove(&home);
-        if let Some(file) = file {
-            drop(file.lock().expect("replica file poisoned"));
+        if let Some(copy) = copy {
+            drop(copy.lock().expect("replica file poisoned"));
         }
     }
 }
@@ -887,6 +1011,7 @@ impl Replicas {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_proto::messages::Consistency;
 
     /// Reading the file under the changes not yet in it gives what the file holds once they
     /// are: redb reads its unsynced pages back this way.
@@ -931,6 +1056,113 @@ mod tests {
             read_available(&base, offset, &mut written).expect("read");
             assert_eq!(view, &written, "bytes from {offset}");
         }
+    }
+
+    /// A late copy of a send its primary gave up on (and sent again, followed by newer
+    /// changes) must not write its old bytes over the newer ones.
+    #[test]
+    fn a_late_send_does_not_overwrite_a_newer_one() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let replicas = Replicas::new(directory.path().to_path_buf(), NodeId(2), Arc::default());
+        let home = NodeId(1);
+        let write = |order: SendOrder, byte: u8| {
+            replicas.apply(
+                home,
+                order,
+                &[FileChange::Write { offset: 0, len: 4 }],
+                &[byte; 4],
+                false,
+            )
+        };
+        let copy = || std::fs::read(home_path(directory.path(), NodeId(2), home)).expect("copy");
+
+        write((3, 100, 5), 1).expect("a send");
+        write((3, 100, 6), 2).expect("the next send");
+        let late = write((3, 100, 4), 9).expect_err("an earlier send arriving late");
+        assert_eq!(late.code, ErrorCode::Superseded);
+        assert_eq!(copy(), [2; 4], "the late send left the newer bytes alone");
+        // A primary that opened the home again sends under a later link, from 0.
+        write((3, 200, 0), 3).expect("a send of a later link");
+        assert!(write((3, 100, 7), 9).is_err(), "a send of the earlier link");
+        // A new group version starts over.
+        write((4, 50, 0), 4).expect("a send in a later version");
+        assert_eq!(copy(), [4; 4]);
+    }
+
+    /// A sync whose changes reached the file here but not the mirror members (the lease ran
+    /// out while a member was tried again) is shipped by the home's next link: its extents
+    /// reach the record of a member that is absent by then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changes_a_failed_sync_did_not_ship_are_shipped_by_the_next_link() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let data_dir = directory.path().to_path_buf();
+        let (node, home, member) = (NodeId(1), NodeId(1), 2u32);
+        let membership = Arc::new(Membership::new(Duration::from_millis(100)));
+        let group = |version: u64, state: Consistency| MirrorGroupInfo {
+            id: 1,
+            kind: MirrorKind::Meta,
+            version,
+            primary: home.0,
+            members: [(home.0, Consistency::Good), (member, state)]
+                .into_iter()
+                .map(|(id, state)| weft_proto::messages::MirrorMember {
+                    id,
+                    node: NodeId(id),
+                    state,
+                    full_resync: false,
+                })
+                .collect(),
+            loss_epoch: 0,
+        };
+        // A lease that already ran out: the member's changes cannot be delivered.
+        membership.adopt(
+            std::time::Instant::now(),
+            Duration::ZERO,
+            vec![group(1, Consistency::Good)],
+            |_| true,
+            |_, _| {},
+        );
+        let parts = LinkParts {
+            membership: Arc::clone(&membership),
+            cluster: Arc::new(ClusterView::new(
+                "127.0.0.1:9",
+                weft_net::RpcClientOptions::default(),
+            )),
+            missed: Arc::new(MissedLogs::default()),
+            unshipped: Arc::default(),
+            sync_seconds: prometheus_client::metrics::histogram::Histogram::new([1.0].into_iter()),
+        };
+        let sync = |file: &HomeFile| {
+            use redb::StorageBackend;
+            file.sync_data(false).expect("sync asked");
+            file.link.wait_synced(file.link.last_sync())
+        };
+
+        let (_, file) = HomeLink::open(&data_dir, node, home, parts.clone()).expect("open");
+        redb::StorageBackend::write(&file, 0, &[7; 4096]).expect("write");
+        assert!(sync(&file).is_err(), "the sync cannot reach the member");
+        drop(file);
+
+        // Management drops the member; this server records what it misses from now on.
+        membership.adopt(
+            std::time::Instant::now(),
+            Duration::from_secs(60),
+            vec![group(2, Consistency::Bad)],
+            |_| true,
+            |_, _| {},
+        );
+        parts
+            .missed
+            .start(&data_dir, 1, member)
+            .expect("record started");
+        let (_, file) = HomeLink::open(&data_dir, node, home, parts.clone()).expect("open again");
+        redb::StorageBackend::write(&file, 1 << 20, &[8; 100]).expect("write");
+        sync(&file).expect("a sync with the member absent");
+        assert_eq!(
+            parts.missed.recorded(1, member),
+            Some(vec![0, (1 << 20) / MISSED_EXTENT]),
+            "the absent member's record holds the extent the failed sync wrote"
+        );
     }
 
     /// A sync's changes cut into pieces within the limits change the file as the whole does.

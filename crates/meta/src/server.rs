@@ -10,7 +10,7 @@
 //! another group version, is refused with `StaleRoute`, and the sender fetches the map again.
 
 use crate::commit::CommitMetrics;
-use crate::replica::{group_of_home, Replicas};
+use crate::replica::{group_of_home, Replicas, Unshipped};
 use crate::service::{Meta, Shared};
 use crate::store::{OpError, INODES, REMOTE_CREATED, REPLIES};
 use crate::{MetaConfig, MetaError};
@@ -95,14 +95,16 @@ pub async fn run(
     missed
         .load(&config.data_dir)
         .map_err(|e| MetaError::Store(format!("cannot read mirror records: {e}")))?;
+    let unshipped = Arc::new(Unshipped::default());
     let server = Arc::new(Server {
-        replicas: Replicas::new(config.data_dir.clone(), node),
+        replicas: Replicas::new(config.data_dir.clone(), node, Arc::clone(&unshipped)),
         shared: Arc::new(Shared {
             node,
             config: config.clone(),
             cluster,
             membership,
             missed,
+            unshipped,
             commit_metrics,
         }),
         homes,
@@ -462,6 +464,8 @@ impl Server {
         let MetaRequest::ReplicaApply {
             group,
             version,
+            link,
+            sequence,
             changes,
             sync,
         } = request
@@ -478,7 +482,8 @@ impl Server {
         if self.served(home).is_some() {
             self.stop(home);
         }
-        self.replicas.apply(home, changes, payload, *sync)?;
+        self.replicas
+            .apply(home, (*version, *link, *sequence), changes, payload, *sync)?;
         Ok(Response::Done)
     }
 }

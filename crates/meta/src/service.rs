@@ -19,7 +19,7 @@ use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern, settle_size};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::ops::OpContext;
-use crate::replica::HomeLink;
+use crate::replica::{HomeLink, LinkParts, Unshipped};
 use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES, UNREPORTED};
 use crate::{MetaConfig, MetaError};
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
@@ -162,6 +162,8 @@ pub(crate) struct Shared {
     pub membership: Arc<Membership>,
     /// What absent members of the groups this server is primary of miss.
     pub missed: Arc<MissedLogs>,
+    /// What this server's homes could not ship to their members (see [`Unshipped`]).
+    pub unshipped: Arc<Unshipped>,
     pub commit_metrics: CommitMetrics,
 }
 
@@ -173,16 +175,15 @@ impl Meta {
     /// # Errors
     /// [`MetaError::Store`] when the store cannot be opened.
     pub(crate) fn start(home: NodeId, shared: &Shared) -> Result<Arc<Meta>, MetaError> {
-        let (link, file) = HomeLink::open(
-            &shared.config.data_dir,
-            shared.node,
-            home,
-            Arc::clone(&shared.membership),
-            Arc::clone(&shared.cluster),
-            Arc::clone(&shared.missed),
-            shared.commit_metrics.sync_seconds.clone(),
-        )
-        .map_err(store_error)?;
+        let parts = LinkParts {
+            membership: Arc::clone(&shared.membership),
+            cluster: Arc::clone(&shared.cluster),
+            missed: Arc::clone(&shared.missed),
+            unshipped: Arc::clone(&shared.unshipped),
+            sync_seconds: shared.commit_metrics.sync_seconds.clone(),
+        };
+        let (link, file) = HomeLink::open(&shared.config.data_dir, shared.node, home, parts)
+            .map_err(store_error)?;
         let db = Arc::new(
             redb::Builder::new()
                 .create_with_backend(file)

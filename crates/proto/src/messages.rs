@@ -1002,6 +1002,14 @@ pub enum MetaRequest {
         group: u32,
         /// The group version the primary sends with.
         version: u64,
+        /// The primary's link to the home: when it was opened, in nanoseconds since the Unix
+        /// epoch. A primary that opens the home again sends under a later one.
+        link: u64,
+        /// This send's number on the link, new for every send and retry. A member applies
+        /// only sends newer than every one it applied in the version: a late copy of an
+        /// earlier send (one its primary gave up on and sent again) would write old bytes
+        /// over newer ones.
+        sequence: u64,
         /// The changes, in the order the primary made them.
         changes: Vec<FileChange>,
         /// Sync the copy before answering.
