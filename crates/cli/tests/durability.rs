@@ -624,3 +624,36 @@ fn an_unlinked_open_file_survives_a_metadata_restart() {
     .expect("disposed of at its last close");
     fsck_clean(&cluster);
 }
+
+// Goal: a truncate is durable at a target once the target answered it (the metadata server
+// then forgets it), in crash-test mode as on a real disk: after the storage server is killed
+// and restarted, the file reads back cut, not failing with EIO because its object lost the
+// truncate the metadata server no longer holds. Method: crash-test mode, a 256 KiB file,
+// fsync'd, cut to 50 KiB without an fsync, the storage servers killed and restarted.
+#[test]
+fn a_truncate_survives_a_storage_crash_right_after_it() {
+    let mut cluster = cluster(ClusterSpec {
+        crash_test: true,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let data = pattern(91, 256 * 1024);
+    common::write_synced(&mnt.join("cut"), &data);
+    OpenOptions::new()
+        .write(true)
+        .open(mnt.join("cut"))
+        .expect("open")
+        .set_len(50 * 1024)
+        .expect("truncate");
+    for name in ["storage-1", "storage-2"] {
+        cluster.kill(name).expect("kill");
+        cluster.restart(name).expect("restart");
+    }
+    cluster.wait_ready().expect("storage back");
+    let read = fs::read(mnt.join("cut")).expect("the cut file reads after the crash");
+    assert!(
+        read == data[..50 * 1024],
+        "the file reads {} bytes, not its first 50 KiB",
+        read.len()
+    );
+}

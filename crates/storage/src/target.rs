@@ -689,14 +689,19 @@ impl Target {
         let current = self.length(object)?;
         let cut = length.min(current);
         match &self.journal {
-            Some(journal) => push_pending(
-                journal,
-                object,
-                Pending::Truncate {
-                    length: cut,
-                    generation,
-                },
-            ),
+            // Synced before the answer as below: the file's home forgets the truncate once
+            // every target answered it, so a crash must not take it back.
+            Some(journal) => {
+                push_pending(
+                    journal,
+                    object,
+                    Pending::Truncate {
+                        length: cut,
+                        generation,
+                    },
+                );
+                self.sync(object)?;
+            }
             None => {
                 let file = self
                     .existing_file(object, true)?
