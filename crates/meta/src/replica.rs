@@ -1097,7 +1097,10 @@ mod tests {
         let directory = tempfile::tempdir().expect("tempdir");
         let data_dir = directory.path().to_path_buf();
         let (node, home, member) = (NodeId(1), NodeId(1), 2u32);
-        let membership = Arc::new(Membership::new(Duration::from_millis(100)));
+        let membership = Arc::new(Membership::new(
+            Duration::from_millis(100),
+            weft_net::mirror::Unsynced::InProcess,
+        ));
         let group = |version: u64, state: Consistency| MirrorGroupInfo {
             id: 1,
             kind: MirrorKind::Meta,

@@ -20,7 +20,7 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use weft_net::mirror::{stale, Membership};
+use weft_net::mirror::{stale, Membership, Unsynced};
 use weft_net::ClusterView;
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, META_HOME_MAX};
@@ -88,9 +88,11 @@ pub async fn run(
         &config.data_dir,
         Arc::clone(&homes),
     );
-    let membership = Arc::new(Membership::new(Duration::from_millis(
-        config.heartbeat_interval_ms,
-    )));
+    // Commits answered before their sync (size reports) wait in this process's memory.
+    let membership = Arc::new(Membership::new(
+        Duration::from_millis(config.heartbeat_interval_ms),
+        Unsynced::InProcess,
+    ));
     let missed = Arc::new(MissedLogs::default());
     missed
         .load(&config.data_dir)

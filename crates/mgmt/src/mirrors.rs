@@ -157,6 +157,7 @@ impl Mirrors {
                 Node::Server(*member),
                 Msg::Heartbeat {
                     boot: heartbeat.boot,
+                    unsynced_boot: heartbeat.unsynced_boot,
                     sent_at: now,
                     resynced: heartbeat.resynced.clone(),
                     unreachable: heartbeat.unreachable.clone(),

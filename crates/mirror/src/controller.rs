@@ -30,6 +30,9 @@ pub struct Controller {
     /// When each member was dropped on its primary's word: it comes back no sooner than a
     /// promotion timeout later, so an unreachable member does not flap in and out.
     dropped: BTreeMap<(GroupId, ServerId), Time>,
+    /// Each server's last unsynced-boot id (volatile: after management restarts, a server's
+    /// restart counts as one that lost its unsynced writes until it is heard twice).
+    unsynced_boots: BTreeMap<ServerId, u64>,
 }
 
 impl Controller {
@@ -42,6 +45,7 @@ impl Controller {
             durable,
             heard: BTreeMap::new(),
             dropped: BTreeMap::new(),
+            unsynced_boots: BTreeMap::new(),
         }
     }
 
@@ -117,12 +121,13 @@ impl Controller {
                 Node::Server(server),
                 Msg::Heartbeat {
                     boot,
+                    unsynced_boot,
                     sent_at,
                     resynced,
                     unreachable,
                 },
             ) => {
-                self.heartbeat(now, server, boot, &resynced, &unreachable);
+                self.heartbeat(now, server, (boot, unsynced_boot), &resynced, &unreachable);
                 vec![Send {
                     to: Node::Server(server),
                     msg: Msg::HeartbeatAck {
@@ -143,11 +148,14 @@ impl Controller {
         &mut self,
         now: Time,
         server: ServerId,
-        boot: u64,
+        (boot, unsynced_boot): (u64, u64),
         resynced: &[(GroupId, Version, ServerId)],
         unreachable: &[(GroupId, Version, ServerId)],
     ) {
         self.heard.insert(server, now);
+        // Unknown counts as lost: nothing is claimed kept that management cannot vouch for.
+        let kept_unsynced =
+            self.unsynced_boots.insert(server, unsynced_boot) == Some(unsynced_boot);
         // A boot never heard before counts as a restart for a member that is out of its
         // group: it may have left before its first heartbeat reached management, and what it
         // had may be gone. (A member still in its group is simply heard for the first time.)
@@ -164,7 +172,7 @@ impl Controller {
             let mut group = self.durable.map.groups[&id].clone();
             let before = group.clone();
             if restarted && group.member(server).is_some() {
-                self.member_restarted(&mut group, server, now);
+                self.member_restarted(&mut group, server, now, kept_unsynced);
             }
             for (_, version, member) in resynced.iter().filter(|(g, _, _)| *g == id) {
                 // Only the primary of this very version vouches for a resync.
@@ -202,9 +210,17 @@ impl Controller {
         }
     }
 
-    /// A member restarted and may have lost unsynced writes: it is brought up to date from
-    /// another good member, which becomes primary if the restarted one was.
-    fn member_restarted(&mut self, group: &mut Group, server: ServerId, now: Time) {
+    /// A member restarted: it is brought up to date from another good member, which becomes
+    /// primary if the restarted one was. Unless it `kept_unsynced` (its process restarted
+    /// but its host did not, and its writes had reached the kernel) it may have lost the
+    /// writes it had not synced.
+    fn member_restarted(
+        &mut self,
+        group: &mut Group,
+        server: ServerId,
+        now: Time,
+        kept_unsynced: bool,
+    ) {
         if group.primary == server {
             if let Some(successor) = self.successor(group, server, now) {
                 promote(group, successor);
@@ -215,9 +231,12 @@ impl Controller {
                     |_| true,
                 );
             } else {
-                // No better copy exists: the restarted primary's durable data is the truth, and
-                // every other member is rebuilt from it. Writes it had not synced are gone.
-                group.loss_epoch += 1;
+                // No better copy exists: the restarted primary's data is the truth, and every
+                // other member is rebuilt from it. Writes it had not synced are gone unless it
+                // kept them: then no acknowledged write is lost, and no fsync says so.
+                if !kept_unsynced {
+                    group.loss_epoch += 1;
+                }
                 let primary = group.primary;
                 for member in &mut group.members {
                     if member.server != primary && member.state != MemberState::Absent {
@@ -350,6 +369,7 @@ mod tests {
             Node::Server(server),
             Msg::Heartbeat {
                 boot,
+                unsynced_boot: boot,
                 sent_at: now,
                 resynced: Vec::new(),
                 unreachable,
@@ -440,5 +460,40 @@ mod tests {
             Some(MemberState::NeedsResync { full: true }),
             "never heard before it left"
         );
+    }
+
+    // Goal: a primary that restarts while no other member is good stays primary; the loss
+    // epoch (which makes fsync report writes lost) moves only when the restart lost what it
+    // had not synced: not for a process restart whose writes were in the kernel already.
+    #[test]
+    fn a_lone_primary_bumps_the_loss_epoch_only_when_it_lost_unsynced_writes() {
+        let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
+        c.create_group(1, &[5, 2]);
+        let beat = |c: &mut Controller, now: Time, server: ServerId, boots: (u64, u64)| {
+            let _: Vec<Send<()>> = c.handle(
+                now,
+                Node::Server(server),
+                Msg::Heartbeat {
+                    boot: boots.0,
+                    unsynced_boot: boots.1,
+                    sent_at: now,
+                    resynced: Vec::new(),
+                    unreachable: Vec::new(),
+                },
+            );
+        };
+        beat(&mut c, 0, 5, (1, 1));
+        beat(&mut c, 0, 2, (1, 1));
+        // The secondary restarts: it needs a resync, so no member could take over.
+        beat(&mut c, 100, 2, (2, 2));
+        beat(&mut c, 200, 5, (2, 1));
+        let group = &c.map().groups[&1];
+        assert_eq!(group.primary, 5);
+        assert_eq!(
+            group.loss_epoch, 0,
+            "the process restarted, the host kept its writes"
+        );
+        beat(&mut c, 300, 5, (3, 3));
+        assert_eq!(c.map().groups[&1].loss_epoch, 1, "the host restarted");
     }
 }

@@ -193,6 +193,9 @@ pub enum Msg<D> {
     Heartbeat {
         /// Changes whenever the server restarts.
         boot: u64,
+        /// Changes whenever writes the server answered before syncing them may be gone (a
+        /// crash of its host; for a server that keeps them in its own memory, any restart).
+        unsynced_boot: u64,
         /// The server's clock when it sent this; its lease counts from here.
         sent_at: Time,
         /// Members this server (as primary) brought up to date: (group, version, member).

@@ -110,6 +110,7 @@ pub struct Server<D> {
     id: ServerId,
     timing: Timing,
     boot: u64,
+    unsynced_boot: u64,
     store: Store<D>,
     map: GroupMap,
     lease_until: Option<Time>,
@@ -128,12 +129,20 @@ pub struct Server<D> {
 }
 
 impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
-    /// A server starting (or restarting: `boot` must differ) with `store`.
-    pub fn new(id: ServerId, timing: Timing, boot: u64, store: Store<D>, now: Time) -> Server<D> {
+    /// A server starting (or restarting: `boot` must differ) with `store`; `unsynced_boot`
+    /// differs from the last one when the restart lost what the store had not synced.
+    pub fn new(
+        id: ServerId,
+        timing: Timing,
+        (boot, unsynced_boot): (u64, u64),
+        store: Store<D>,
+        now: Time,
+    ) -> Server<D> {
         Server {
             id,
             timing,
             boot,
+            unsynced_boot,
             store,
             map: GroupMap::default(),
             lease_until: None,
@@ -175,6 +184,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 to: Node::Mgmt,
                 msg: Msg::Heartbeat {
                     boot: self.boot,
+                    unsynced_boot: self.unsynced_boot,
                     sent_at: now,
                     resynced: self.resynced(),
                     unreachable: self.unreachable(now),

@@ -61,9 +61,32 @@ pub struct ResyncStart {
     pub full: bool,
 }
 
+/// Where a server keeps the writes it answered before syncing them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unsynced {
+    /// In its own memory: every restart may lose them (a metadata server's unsynced store
+    /// pages, a crash-test storage target's journal).
+    InProcess,
+    /// In the kernel (written to its files before the answer): only a restart of the host
+    /// loses them.
+    InKernel,
+}
+
+/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`, a UUID), as a number.
+fn kernel_boot() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let hex: String = text
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(16)
+        .collect();
+    (hex.len() == 16).then(|| u64::from_str_radix(&hex, 16).ok())?
+}
+
 /// A server's mirror groups and lease.
 pub struct Membership {
     boot: u64,
+    unsynced_boot: u64,
     interval: Duration,
     state: Mutex<State>,
     /// Wakes the heartbeat loop early: a request showed that a newer map exists, or a resync
@@ -72,15 +95,21 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// The membership of a server that sends a heartbeat every `interval`; its boot id differs
-    /// on every start, so management tells a restart from a late heartbeat.
-    pub fn new(interval: Duration) -> Membership {
+    /// The membership of a server that sends a heartbeat every `interval` and keeps its
+    /// unsynced writes as `unsynced` says; its boot id differs on every start, so management
+    /// tells a restart from a late heartbeat.
+    pub fn new(interval: Duration, unsynced: Unsynced) -> Membership {
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id());
+        let unsynced_boot = match unsynced {
+            Unsynced::InProcess => boot,
+            Unsynced::InKernel => kernel_boot().unwrap_or(boot),
+        };
         Membership {
             boot,
+            unsynced_boot,
             interval,
             state: Mutex::default(),
             wake: tokio::sync::Notify::new(),
@@ -90,6 +119,12 @@ impl Membership {
     /// This process's boot id.
     pub fn boot(&self) -> u64 {
         self.boot
+    }
+
+    /// The id that changes whenever the writes this server answered before syncing them may
+    /// be gone: its boot id, or the host's for a server whose writes are in the kernel.
+    pub fn unsynced_boot(&self) -> u64 {
+        self.unsynced_boot
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -130,6 +165,7 @@ impl Membership {
             .collect();
         MirrorHeartbeat {
             boot: self.boot,
+            unsynced_boot: self.unsynced_boot,
             interval_ms: self.interval.as_millis() as u64,
             resynced: state.resynced.iter().copied().collect(),
             unreachable,

@@ -203,8 +203,12 @@ pub type GroupMember = (u32, u64, u32);
 /// What a storage server tells management about its mirror groups in each heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MirrorHeartbeat {
-    /// Changes whenever the server restarts: its unsynced writes may be gone.
+    /// Changes whenever the server restarts.
     pub boot: u64,
+    /// Changes whenever writes the server answered before syncing them may be gone: at every
+    /// restart of a server that keeps them in its own memory, only when the host restarted
+    /// for one whose writes reach the kernel before they are answered.
+    pub unsynced_boot: u64,
     /// The server's heartbeat interval: the lease management grants is shorter than the
     /// promotion timeout by at least this much.
     pub interval_ms: u64,

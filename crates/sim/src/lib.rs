@@ -1,7 +1,8 @@
 //! A deterministic simulator of mirror groups: management, storage servers and clients run the
 //! `weft-mirror` state machines over a simulated network, driven by one seeded random source
-//! through message loss and reordering, partitions, and crashes that lose unsynced writes. The
-//! same seed replays the same run, event for event.
+//! through message loss and reordering, partitions, crashes of a host (which lose unsynced
+//! writes) and of a server's process (which keep them: they were in the kernel). The same
+//! seed replays the same run, event for event.
 //!
 //! A run has a fault phase and then a quiet phase (everything healed and restarted, no loss).
 //! At its end the checker demands:
@@ -149,6 +150,8 @@ struct ServerSlot {
     /// The data of a crashed server, kept for its restart.
     crashed: Option<Store<Data>>,
     boot: u64,
+    /// Moves with every crash of the host, which loses unsynced writes.
+    unsynced_boot: u64,
 }
 
 struct World {
@@ -318,12 +321,13 @@ impl World {
         match kind {
             0 => {
                 let id = pick(&mut self.random);
-                self.crash(id);
+                let host = self.random.chance(500);
+                self.crash(id, host);
             }
             6 => {
                 // Correlated failures (a rack losing power): a second server soon after.
                 let (first, second) = (pick(&mut self.random), pick(&mut self.random));
-                self.crash(first);
+                self.crash(first, true);
                 let at = self.now + self.random.between(50, 1_500);
                 self.schedule(at, Event::Crash(second));
             }
@@ -366,15 +370,19 @@ impl World {
         self.schedule(at, Event::Fault);
     }
 
-    /// A server dies; what it had not synced is gone. It restarts a little later.
-    fn crash(&mut self, id: ServerId) {
+    /// A server dies: with its `host`, what it had not synced is gone; alone (its process),
+    /// the kernel kept it. It restarts a little later.
+    fn crash(&mut self, id: ServerId, host: bool) {
         if !self.faulty() {
             return;
         }
         let slot = self.servers.get_mut(&id).expect("exists");
         if let Some(machine) = slot.machine.take() {
             let mut store = machine.into_store();
-            store.crash();
+            if host {
+                store.crash();
+                slot.unsynced_boot += 1;
+            }
             slot.crashed = Some(store);
             self.outcome.crashes += 1;
             let at = self.now + self.random.between(100, 2_500);
@@ -408,7 +416,8 @@ impl World {
                 let slot = self.servers.get_mut(&id).expect("exists");
                 if let Some(store) = slot.crashed.take() {
                     slot.boot += 1;
-                    slot.machine = Some(Server::new(id, timing, slot.boot, store, now));
+                    let boots = (slot.boot, slot.unsynced_boot);
+                    slot.machine = Some(Server::new(id, timing, boots, store, now));
                 }
             }
             Node::Client(_) => {}
@@ -451,7 +460,7 @@ impl World {
                 Event::Heal(a, b) => {
                     self.cut.remove(&(a.min(b), a.max(b)));
                 }
-                Event::Crash(id) => self.crash(id),
+                Event::Crash(id) => self.crash(id, true),
             }
         }
         self.check();
@@ -651,9 +660,10 @@ pub fn run(config: &Config) -> Outcome {
                 (
                     id,
                     ServerSlot {
-                        machine: Some(Server::new(id, config.timing, 1, Store::default(), 0)),
+                        machine: Some(Server::new(id, config.timing, (1, 1), Store::default(), 0)),
                         crashed: None,
                         boot: 1,
+                        unsynced_boot: 1,
                     },
                 )
             })

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weft_net::mirror::{Membership, ResyncStart};
+use weft_net::mirror::{Membership, ResyncStart, Unsynced};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, TargetId};
@@ -89,6 +89,7 @@ impl Mirror {
         cluster: Arc<ClusterView>,
         targets: HashMap<TargetId, Arc<Target>>,
         interval: Duration,
+        unsynced: Unsynced,
         metrics: MirrorMetrics,
     ) -> std::io::Result<Mirror> {
         let missed = Arc::new(MissedLogs::default());
@@ -98,16 +99,17 @@ impl Mirror {
         Ok(Mirror {
             cluster,
             targets,
-            membership: Membership::new(interval),
+            membership: Membership::new(interval, unsynced),
             ranges: RangeLocks::default(),
             missed,
             metrics,
         })
     }
 
-    /// This process's boot id: changes on every start.
-    pub fn boot(&self) -> u64 {
-        self.membership.boot()
+    /// The verifier of writes to plain objects: changes whenever a restart may have lost the
+    /// writes this server answered before syncing them.
+    pub fn unsynced_boot(&self) -> u64 {
+        self.membership.unsynced_boot()
     }
 
     /// Takes management's answer to a heartbeat sent at `sent`: the lease, and the groups

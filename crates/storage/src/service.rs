@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use weft_net::mirror::Unsynced;
 use weft_net::ClusterView;
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, NodeId};
@@ -101,6 +102,13 @@ pub async fn run(
             Arc::clone(&cluster),
             targets.clone(),
             Duration::from_millis(config.heartbeat_interval_ms),
+            // A crash-test target keeps unsynced writes in memory; the others write them to
+            // their files (or the device) before they answer.
+            if config.crash_test_discard_unsynced {
+                Unsynced::InProcess
+            } else {
+                Unsynced::InKernel
+            },
             MirrorMetrics::register(builder.registry()),
         )
         .map_err(|e| StorageError::Config(format!("cannot read mirror records: {e}")))?,
@@ -349,8 +357,8 @@ impl Storage {
         let target_id = target.id;
         let space = Space::of(request.mirror());
         let object = move |inode: InodeId| ObjectId::new(space, inode);
-        // A restart of this server may have lost what was not synced.
-        let verifier = self.mirror.boot();
+        // A restart of this server (or of its host) may have lost what was not synced.
+        let verifier = self.mirror.unsynced_boot();
         let disk_op = self.metrics.start(target_id, (&request).into());
         let written = match &request {
             StorageRequest::Write { .. } => payload.len() as u64,
