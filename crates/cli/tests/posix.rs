@@ -148,6 +148,15 @@ fn files() {
         1,
         "the first one of a kind is logged once:\n{log}"
     );
+    // ...and counted: management exports each session's counts from its heartbeats.
+    weft_testkit::wait_until("management to export the mount's unserved ioctls", || {
+        common::metric_sum(
+            &cluster,
+            "weft_client_unserved_requests_total",
+            &["request=\"ioctl\""],
+        ) >= 200
+    })
+    .expect("the isatty ioctls are counted in a metric");
 }
 
 fn nix_statvfs(path: &Path) -> (u64, u64) {

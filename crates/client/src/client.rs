@@ -133,6 +133,8 @@ impl From<RpcError> for ClientError {
 /// A client session: routes each request to the server that owns it.
 pub struct Client {
     pub(crate) cluster: Arc<ClusterView>,
+    /// Requests the mount answered with an error it does not serve, by kind.
+    pub(crate) unserved: crate::unserved::Unserved,
     /// The current session's id (a [`ClientId`]): a new one after the last one expired.
     client: AtomicU64,
     /// Told of every file whose locks or open this client lost (its session expired, or a lock
@@ -280,6 +282,7 @@ impl Client {
             unsynced: Mutex::default(),
             releases: Mutex::default(),
             net_bench: std::sync::atomic::AtomicBool::new(false),
+            unserved: crate::unserved::Unserved::default(),
         });
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
         // The session's heartbeat has a task of its own: nothing else (a server that does not
@@ -292,7 +295,18 @@ impl Client {
                     return;
                 };
                 let session = client.id();
-                match client.cluster.mgmt().client_heartbeat(session).await {
+                let unserved = client
+                    .unserved
+                    .counts()
+                    .into_iter()
+                    .map(|(kind, count)| (kind.to_string(), count))
+                    .collect();
+                match client
+                    .cluster
+                    .mgmt()
+                    .client_heartbeat(session, unserved)
+                    .await
+                {
                     Err(error) if error.code() == ErrorCode::UnknownSession => {
                         client.session_expired(session, &error).await;
                     }

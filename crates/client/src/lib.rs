@@ -22,6 +22,7 @@ pub mod client;
 pub mod fuse;
 mod io;
 mod locks;
+mod unserved;
 
 pub use ahead::FileReader;
 pub use behind::FileWriter;

@@ -7,6 +7,7 @@ use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use std::collections::HashMap;
@@ -30,6 +31,9 @@ struct LiveState {
     target_usage: HashMap<TargetId, SpaceUsage>,
     meta_usage: HashMap<NodeId, (SpaceUsage, u64)>,
     client_last_heard: HashMap<ClientId, Instant>,
+    /// Requests each live session's mount answered with an error it does not serve, by kind,
+    /// as its last heartbeat counted them.
+    client_unserved: HashMap<ClientId, Vec<(String, u64)>>,
     /// Mirror resyncs as their primaries last reported them, by (kind, group, member).
     resyncs: HashMap<(MirrorKind, u32, u32), ResyncProgress>,
 }
@@ -256,6 +260,27 @@ impl Collector for ClusterCollector {
             let id = group.id.to_string();
             let labels = [("kind", <&str>::from(group.kind)), ("group", id.as_str())];
             ConstGauge::new(group.version as i64).encode(family.encode_family(&labels)?)?;
+        }
+        let unserved = self
+            .0
+            .live
+            .lock()
+            .expect("live state poisoned")
+            .client_unserved
+            .clone();
+        let mut family = encoder.encode_descriptor(
+            "weft_client_unserved_requests",
+            "Requests each client's mount answered with an error because it does not serve them \
+             (ioctl, poll, lseek…), by kind, as its heartbeats report them.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (client, kinds) in unserved {
+            let client = client.to_string();
+            for (kind, count) in kinds {
+                let labels = [("client", client.as_str()), ("request", kind.as_str())];
+                ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }
@@ -488,7 +513,7 @@ impl Mgmt {
                 tracing::info!(client = %client, %alias, "client session registered");
                 Ok(Response::ClientRegistered { client })
             }
-            MgmtRequest::ClientHeartbeat { client } => {
+            MgmtRequest::ClientHeartbeat { client, unserved } => {
                 if self.store.client_exists(client).map_err(internal)? {
                     let mut live = self.live.lock().expect("live state poisoned");
                     if !self.session_live(&live, client) {
@@ -503,6 +528,9 @@ impl Mgmt {
                         ));
                     }
                     live.client_last_heard.insert(client, Instant::now());
+                    if !unserved.is_empty() {
+                        live.client_unserved.insert(client, unserved);
+                    }
                     Ok(Response::Done)
                 } else {
                     Err(WireError::new(
@@ -771,6 +799,7 @@ impl Mgmt {
             let mut live = self.live.lock().expect("live state poisoned");
             for client in &expired {
                 live.client_last_heard.remove(client);
+                live.client_unserved.remove(client);
             }
             tracing::info!(sessions = expired.len(), "forgot expired client sessions");
         }

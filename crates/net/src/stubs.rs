@@ -142,12 +142,18 @@ impl MgmtClient {
         expect_response!(self.rpc, response, Response::ClientRegistered { client } => client)
     }
 
-    /// Renews a client session.
+    /// Renews a client session, reporting what its mount does not serve.
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable or the session expired.
-    pub async fn client_heartbeat(&self, client: ClientId) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::ClientHeartbeat { client }).await?;
+    pub async fn client_heartbeat(
+        &self,
+        client: ClientId,
+        unserved: Vec<(String, u64)>,
+    ) -> Result<(), RpcError> {
+        let response = self
+            .call(MgmtRequest::ClientHeartbeat { client, unserved })
+            .await?;
         expect_response!(self.rpc, response, Response::Done => ())
     }
 

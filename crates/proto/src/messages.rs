@@ -408,6 +408,9 @@ pub enum MgmtRequest {
     ClientHeartbeat {
         /// The session.
         client: ClientId,
+        /// Requests its mount answered with an error because it does not serve them (ioctl,
+        /// poll…), by kind, counted since it started.
+        unserved: Vec<(String, u64)>,
     },
     /// Asks for the node and target maps.
     GetClusterMap,

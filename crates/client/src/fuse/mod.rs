@@ -13,7 +13,6 @@
 
 mod dirs;
 pub mod mount;
-mod unsupported;
 
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
 
@@ -115,8 +114,6 @@ struct State {
     no_capability: Mutex<HashMap<u64, std::time::Instant>>,
     /// Directories' attributes as this client's last change of them left them.
     dirs: Arc<dirs::FreshDirs>,
-    /// Requests answered with an error because the mount does not serve them.
-    unsupported: unsupported::Unsupported,
 }
 
 /// The extended attribute the kernel asks for before every write, to drop file capabilities.
@@ -581,7 +578,6 @@ impl WeftFs {
             handles: Mutex::default(),
             next_handle: AtomicU64::new(1),
             inodes: Mutex::default(),
-            unsupported: unsupported::Unsupported::default(),
         });
         // A file whose locks were lost fails its next write, fsync and close, as a write
         // error does: its writer must not go on as if it still excluded others.
@@ -724,7 +720,7 @@ impl Filesystem for WeftFs {
         self.runtime.block_on(async move {
             let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
         });
-        let unsupported = self.state.unsupported.counts();
+        let unsupported = self.state.client.unserved.counts();
         if !unsupported.is_empty() {
             tracing::info!(?unsupported, "requests the mount answered with an error");
         }
@@ -742,7 +738,7 @@ impl Filesystem for WeftFs {
         reply: fuser::ReplyIoctl,
     ) {
         // No device-specific requests: what a terminal check (isatty) expects of a file.
-        self.state.unsupported.note("ioctl", "ENOTTY");
+        self.state.client.unserved.note("ioctl", "ENOTTY");
         reply.error(Errno::ENOTTY);
     }
 
@@ -757,7 +753,7 @@ impl Filesystem for WeftFs {
         reply: fuser::ReplyPoll,
     ) {
         // ENOSYS: the kernel stops asking and treats files as always ready.
-        self.state.unsupported.note("poll", "ENOSYS");
+        self.state.client.unserved.note("poll", "ENOSYS");
         reply.error(Errno::ENOSYS);
     }
 
@@ -772,7 +768,7 @@ impl Filesystem for WeftFs {
     ) {
         // ENOSYS: the kernel stops asking and answers SEEK_DATA / SEEK_HOLE itself, as if
         // the whole file were data.
-        self.state.unsupported.note("lseek", "ENOSYS");
+        self.state.client.unserved.note("lseek", "ENOSYS");
         reply.error(Errno::ENOSYS);
     }
 
@@ -790,7 +786,7 @@ impl Filesystem for WeftFs {
         reply: ReplyWrite,
     ) {
         // ENOSYS: the kernel stops asking and copies through reads and writes.
-        self.state.unsupported.note("copy_file_range", "ENOSYS");
+        self.state.client.unserved.note("copy_file_range", "ENOSYS");
         reply.error(Errno::ENOSYS);
     }
 
@@ -802,7 +798,7 @@ impl Filesystem for WeftFs {
         _index: u64,
         reply: fuser::ReplyBmap,
     ) {
-        self.state.unsupported.note("bmap", "ENOSYS");
+        self.state.client.unserved.note("bmap", "ENOSYS");
         reply.error(Errno::ENOSYS);
     }
 

@@ -1,21 +1,23 @@
 //! Requests the mount does not serve (ioctl, poll, lseek, copy_file_range, bmap): each gets
 //! its errno at once and quietly. Programs ask them all the time (Python's `open()` asks
 //! `isatty` through an ioctl), so a log line each would drown the log; each kind is logged
-//! the first time it is seen, counted, and the counts are logged at unmount.
+//! the first time it is seen and counted. The session's heartbeats carry the counts to
+//! management, which exports them (`weft_client_unserved_requests_total`), and the mount
+//! logs them at unmount.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// How many requests of each unserved kind the kernel sent.
 #[derive(Default)]
-pub(crate) struct Unsupported {
+pub(crate) struct Unserved {
     counts: Mutex<BTreeMap<&'static str, u64>>,
 }
 
-impl Unsupported {
+impl Unserved {
     /// Counts one request of `kind`, answered with `errno`.
     pub fn note(&self, kind: &'static str, errno: &'static str) {
-        let mut counts = self.counts.lock().expect("unsupported counts poisoned");
+        let mut counts = self.counts.lock().expect("unserved counts poisoned");
         let count = counts.entry(kind).or_default();
         *count += 1;
         if *count == 1 {
@@ -31,7 +33,7 @@ impl Unsupported {
     pub fn counts(&self) -> BTreeMap<&'static str, u64> {
         self.counts
             .lock()
-            .expect("unsupported counts poisoned")
+            .expect("unserved counts poisoned")
             .clone()
     }
 }
