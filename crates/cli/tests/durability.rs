@@ -191,6 +191,78 @@ fn fsck_removes_objects_without_a_file() {
     drop(held);
 }
 
+// Goal: `weft fsck` finds an object that holds bytes past the end of its file (they would
+// show if the file grew: a size extended by truncate reads them instead of zeros), and
+// `--repair` cuts them through a truncate to the file's size, after which the file still
+// reads whole and grows with zeros. Method: a 100 KiB file, 4 KiB appended to its object
+// file on the target's disk, check, repair, check again, then extend the file.
+#[test]
+fn fsck_finds_and_cuts_bytes_past_the_end_of_a_file() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let data = pattern(62, 100 * 1024);
+    common::write_synced(&mnt.join("short"), &data);
+    let inode = fs::metadata(mnt.join("short")).expect("stat").ino();
+    let hash = weft_proto::checksum::crc32c(&inode.to_le_bytes()).to_le_bytes();
+    let object = [(1, 1), (1, 2), (2, 1), (2, 2)]
+        .map(|(storage, target)| {
+            cluster
+                .target_dir(storage, target)
+                .join("objects")
+                .join(format!("{:02x}", hash[0]))
+                .join(format!("{inode:016x}"))
+        })
+        .into_iter()
+        .find(|path| path.exists())
+        .expect("the file's object is on a target");
+    wait_until("fsck to pass once the file is closed", || {
+        common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]).0
+    })
+    .expect("a clean cluster passes");
+    OpenOptions::new()
+        .append(true)
+        .open(&object)
+        .expect("open the object")
+        .write_all(&[0xEE; 4096])
+        .expect("append stale bytes");
+
+    let (ok, report, _) = common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(!ok, "the stale tail is a problem:\n{report}");
+    assert!(
+        report.contains("bytes past the end of the file"),
+        "{report}"
+    );
+    let (_, report, stderr) =
+        common::weft(&cluster, &["fsck", "--repair", "--mgmt", cluster.mgmt()]);
+    assert!(
+        report.contains("queued a truncate"),
+        "repair says what it did:\n{report}{stderr}"
+    );
+    wait_until("the repair's truncate to reach the object", || {
+        fs::metadata(&object).is_ok_and(|m| m.len() == data.len() as u64)
+    })
+    .expect("the object is cut to the file's end");
+    let (ok, report, stderr) = common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "clean after the repair:\n{report}{stderr}");
+    assert!(
+        fs::read(mnt.join("short")).expect("read") == data,
+        "the file reads whole"
+    );
+    OpenOptions::new()
+        .write(true)
+        .open(mnt.join("short"))
+        .expect("open")
+        .set_len(data.len() as u64 + 4096)
+        .expect("extend");
+    let grown = fs::read(mnt.join("short")).expect("read");
+    assert!(grown[..data.len()] == data[..], "the data stays");
+    assert!(
+        grown[data.len()..].iter().all(|b| *b == 0),
+        "the file grows with zeros"
+    );
+}
+
 // Goal: when a client dies with a file open after writing, the size it never reported is
 // recovered from the objects' lengths once its session expires, so the bytes it wrote become
 // visible to everyone. Method: a process writes through mount 2 and keeps the file open; once

@@ -2147,7 +2147,11 @@ impl Meta {
                 match page {
                     Ok((listed, end)) => {
                         after = listed.last().map(|(inode, _)| inode.0).unwrap_or(after);
-                        objects.extend(listed.into_iter().map(|(inode, _)| (inode, target, group)));
+                        objects.extend(
+                            listed
+                                .into_iter()
+                                .map(|(inode, length)| (inode, target, group, length)),
+                        );
                         if end {
                             break;
                         }

@@ -172,11 +172,11 @@ impl FileLayout {
         (0..self.targets.len()).map(|index| self.slot(index))
     }
 
-    /// Whether this file has the object found on `target`: a plain object (`group` is
-    /// `None`) when the target is one of its slots, a mirrored object of `group` when that
-    /// group is one.
-    pub fn has_object_on(&self, target: TargetId, group: Option<u32>) -> bool {
-        self.slots().any(|slot| match slot {
+    /// The index in the target list of the slot that has the object found on `target`, if
+    /// this file has it: a plain object (`group` is `None`) when the target is one of its
+    /// slots, a mirrored object of `group` when that group is one.
+    pub fn index_of_object(&self, target: TargetId, group: Option<u32>) -> Option<usize> {
+        self.slots().position(|slot| match slot {
             Slot::Target(mine) => mine == target,
             Slot::Group(mine) => group == Some(mine),
         })

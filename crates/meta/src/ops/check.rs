@@ -1,12 +1,14 @@
 //! `weft fsck` on one metadata target: checks that the namespace is whole — every dentry names
 //! an inode that exists and sits in its name's hash bucket, every link count matches the dentries, no inode is
 //! unreachable unless a client holds it open, work queues name live inodes — and that every
-//! storage object belongs to a file (or awaits disposal). With `repair`, it fixes what is safe:
+//! storage object belongs to a file (or awaits disposal) and holds no bytes past the end its
+//! file's size and layout give it. With `repair`, it fixes what is safe:
 //! it drops dangling entries, recounts links, disposes of unreachable inodes and returns the
 //! objects without a file for removal. It reports what it cannot fix (a directory with two
 //! names) and leaves it.
 
 use super::remove::dispose;
+use super::setattr::queue_truncate;
 use super::xattr::remove_all;
 use crate::store::{
     cookie_fits_name, kind_code, load_dentry, replace_dentry, store_inode, Dentry, InodeRecord,
@@ -15,7 +17,7 @@ use crate::store::{
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
-use weft_proto::layout::Slot;
+use weft_proto::layout::{object_length_for_file_size, Slot};
 use weft_proto::messages::{CheckReport, CHECK_FINDINGS_MAX};
 
 /// Collects findings, keeping the detailed list bounded.
@@ -48,14 +50,17 @@ struct Entry {
     kind: u8,
 }
 
+/// An object found on a target: a plain one as (inode, target, `None`, length), a mirrored
+/// one as (inode, member target, `Some(group)`, length).
+pub(crate) type FoundObject = (InodeId, TargetId, Option<u32>, u64);
+
 /// Runs the check in `txn`; returns the report and the objects to remove after the commit.
-/// `objects` are the objects found on the targets: a plain one as (inode, target, `None`), a
-/// mirrored one as (inode, member target, `Some(group)`).
+/// `objects` are the objects found on the targets.
 pub(crate) fn check(
     txn: &WriteTransaction,
     home: NodeId,
     repair: bool,
-    objects: &[(InodeId, TargetId, Option<u32>)],
+    objects: &[FoundObject],
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
 ) -> Result<(CheckReport, Vec<(InodeId, Slot)>), OpError> {
@@ -119,7 +124,7 @@ pub(crate) fn check(
         referenced,
     )?;
     check_queues(txn, &mut findings, &inodes)?;
-    let garbage = check_objects(txn, &mut findings, &inodes, objects)?;
+    let garbage = check_objects(txn, &mut findings, &inodes, objects, open)?;
     Ok((findings.report, garbage))
 }
 
@@ -405,33 +410,69 @@ fn drop_missing<V: redb::Value + 'static>(
 }
 
 /// Objects that belong to no file, each as the slot to remove it through: its target for a
-/// plain object, its group (every member at once) for a mirrored one.
+/// plain object, its group (every member at once) for a mirrored one. Reports an object
+/// longer than its file's size allows it (bytes past the end of the file, which would show if
+/// the file grew), unless the file is open, has a size to report or a truncate under way:
+/// then its size may lag behind its objects.
 fn check_objects(
     txn: &WriteTransaction,
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
-    objects: &[(InodeId, TargetId, Option<u32>)],
+    objects: &[FoundObject],
+    open: &HashSet<InodeId>,
 ) -> Result<Vec<(InodeId, Slot)>, OpError> {
     let disposals = txn.open_table(DISPOSALS)?;
+    let unreported = txn.open_table(UNREPORTED)?;
+    let truncates = txn.open_table(TRUNCATES)?;
     let mut garbage = Vec::new();
-    for (inode, target, group) in objects {
-        let belongs = inodes
-            .get(&inode.0)
-            .and_then(|record| record.layout.as_ref())
-            .is_some_and(|layout| layout.has_object_on(*target, *group));
-        if belongs || disposals.get(inode.0)?.is_some() {
+    // Files whose objects hold bytes past their end: a truncate to their size cuts them.
+    let mut cut = Vec::new();
+    for &(inode, target, group, length) in objects {
+        let record = inodes.get(&inode.0);
+        let slot = record.and_then(|record| {
+            let layout = record.layout.as_ref()?;
+            Some((record, layout, layout.index_of_object(target, group)?))
+        });
+        if let Some((record, layout, index)) = slot {
+            let allowed = object_length_for_file_size(layout, index, record.size);
+            let settled = !open.contains(&inode)
+                && unreported.get(inode.0)?.is_none()
+                && truncates.get(inode.0)?.is_none();
+            if length > allowed && settled {
+                findings.problem(format!(
+                    "the object of {inode} on target {target} holds {length} bytes, but a file of \
+                     {} bytes has at most {allowed} there: bytes past the end of the file",
+                    record.size
+                ));
+                if findings.repair && !cut.contains(&inode) {
+                    cut.push(inode);
+                }
+            }
+            continue;
+        }
+        if disposals.get(inode.0)?.is_some() {
             continue;
         }
         let (what, slot) = match group {
-            None => ("object", Slot::Target(*target)),
-            Some(group) => ("mirrored object", Slot::Group(*group)),
+            None => ("object", Slot::Target(target)),
+            Some(group) => ("mirrored object", Slot::Group(group)),
         };
         findings.problem(format!(
             "{what} of {inode} on target {target} belongs to no file"
         ));
-        if findings.repair && !garbage.contains(&(*inode, slot)) {
-            garbage.push((*inode, slot));
+        if findings.repair && !garbage.contains(&(inode, slot)) {
+            garbage.push((inode, slot));
         }
+    }
+    drop((unreported, truncates));
+    for inode in cut {
+        let mut record = inodes[&inode.0].clone();
+        queue_truncate(txn, inode, &mut record)?;
+        store_inode(&mut txn.open_table(INODES)?, inode, &record)?;
+        findings.repaired(format!(
+            "queued a truncate of {inode} to its size ({} bytes): its objects are cut to it",
+            record.size
+        ));
     }
     Ok(garbage)
 }

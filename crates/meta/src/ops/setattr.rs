@@ -7,7 +7,8 @@
 
 use crate::commit::Answered;
 use crate::store::{
-    load_dir, load_inode, now, store_inode, OpError, TruncateWork, INODES, TRUNCATES, UNREPORTED,
+    load_dir, load_inode, now, store_inode, InodeRecord, OpError, TruncateWork, INODES, TRUNCATES,
+    UNREPORTED,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -20,6 +21,29 @@ fn resolve(time: TimeSet) -> weft_proto::messages::Timestamp {
         TimeSet::Now => now(),
         TimeSet::At(timestamp) => timestamp,
     }
+}
+
+/// Starts a truncate of `inode` to its record's size under a new truncate generation: the
+/// work that cuts every object of the file to what that size leaves it, queued for the
+/// targets. The caller stores the record.
+pub(crate) fn queue_truncate(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    record: &mut InodeRecord,
+) -> Result<(), OpError> {
+    record.truncate_generation += 1;
+    let work = TruncateWork {
+        generation: record.truncate_generation,
+        size: record.size,
+        layout: record
+            .layout
+            .clone()
+            .ok_or_else(|| OpError::Store(format!("regular file {inode} has no layout")))?,
+    };
+    let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
+    txn.open_table(TRUNCATES)?
+        .insert(inode.0, bytes.as_slice())?;
+    Ok(())
 }
 
 /// Applies attribute changes; returns the new attributes and whether truncate work was queued.
@@ -70,7 +94,6 @@ pub(crate) fn set_attr(
         record.mtime = resolve(mtime);
     }
     if let Some(size) = changes.size {
-        record.truncate_generation += 1;
         record.size = size;
         if changes.mtime.is_none() {
             record.mtime = timestamp;
@@ -78,17 +101,7 @@ pub(crate) fn set_attr(
         // Objects may hold bytes past the new size even when it grows (a larger size reported
         // earlier and then truncated), so every truncate queues work; targets cut only longer
         // objects.
-        let work = TruncateWork {
-            generation: record.truncate_generation,
-            size,
-            layout: record
-                .layout
-                .clone()
-                .ok_or_else(|| OpError::Store(format!("regular file {inode} has no layout")))?,
-        };
-        let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
-        txn.open_table(TRUNCATES)?
-            .insert(inode.0, bytes.as_slice())?;
+        queue_truncate(txn, inode, &mut record)?;
     }
     record.ctime = timestamp;
     store_inode(&mut inodes, inode, &record)?;
