@@ -344,6 +344,36 @@ fn a_stale_member_waits_for_its_primary() {
     assert!(std::fs::read(dir.join("while-alone")).expect("read") == data);
 }
 
+/// Two storage servers of one target each, in one mirror group; a mount without
+/// write-behind and a mirrored directory in it: (cluster, mount point, directory).
+fn mirrored_pair(
+    crash_test: bool,
+) -> (
+    weft_testkit::LocalCluster,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let mut cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        crash_test,
+        ..ClusterSpec::default()
+    });
+    common::autocreate_storage_groups(&cluster);
+    let mnt = cluster
+        .mount_with(&["write_behind_bytes=0"])
+        .expect("mount");
+    let dir = mnt.join("mirrored");
+    common::make_mirrored_dir(&cluster, &dir, &[]);
+    (cluster, mnt, dir)
+}
+
+/// Whether both members of the pair's group are good.
+fn pair_good(cluster: &weft_testkit::LocalCluster) -> bool {
+    let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+    list.matches("(good)").count() == 2
+}
+
 // Goal: when every copy of a mirror group crashes, writes acknowledged but not synced may be
 // gone, and fsync says so (EIO) instead of claiming them; what was fsync'd survives, and the
 // group serves and syncs new writes. A crash of one member alone loses nothing (the other
@@ -353,23 +383,7 @@ fn a_stale_member_waits_for_its_primary() {
 #[test]
 fn fsync_reports_writes_lost_when_every_copy_crashed() {
     use std::io::Write;
-    let mut cluster = cluster(ClusterSpec {
-        storage: 2,
-        targets_per_storage: 1,
-        crash_test: true,
-        ..ClusterSpec::default()
-    });
-    let mgmt = cluster.mgmt().to_string();
-    common::autocreate_storage_groups(&cluster);
-    let mnt = cluster
-        .mount_with(&["write_behind_bytes=0"])
-        .expect("mount");
-    let dir = mnt.join("mirrored");
-    common::make_mirrored_dir(&cluster, &dir, &[]);
-    let all_good = |cluster: &weft_testkit::LocalCluster| {
-        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", &mgmt]);
-        list.matches("(good)").count() == 2
-    };
+    let (mut cluster, _mnt, dir) = mirrored_pair(true);
 
     let synced = common::pattern(91, 2 << 20);
     common::write_synced(&dir.join("synced"), &synced);
@@ -380,7 +394,7 @@ fn fsync_reports_writes_lost_when_every_copy_crashed() {
     // One member crashes: the other had every write.
     cluster.kill("storage-2").expect("kill storage-2");
     cluster.restart("storage-2").expect("restart storage-2");
-    weft_testkit::wait_until("the group to be good again", || all_good(&cluster)).expect("resync");
+    weft_testkit::wait_until("the group to be good again", || pair_good(&cluster)).expect("resync");
     survivor
         .sync_all()
         .expect("one crashed member loses nothing");
@@ -394,7 +408,7 @@ fn fsync_reports_writes_lost_when_every_copy_crashed() {
     for name in ["storage-1", "storage-2"] {
         cluster.restart(name).expect("restart");
     }
-    weft_testkit::wait_until("the group to be good again", || all_good(&cluster)).expect("resync");
+    weft_testkit::wait_until("the group to be good again", || pair_good(&cluster)).expect("resync");
     let error = lost
         .sync_all()
         .expect_err("fsync must not claim lost writes");
@@ -414,22 +428,7 @@ fn fsync_reports_writes_lost_when_every_copy_crashed() {
 #[test]
 fn a_restart_of_every_storage_process_loses_no_answered_write() {
     use std::io::Write;
-    let mut cluster = cluster(ClusterSpec {
-        storage: 2,
-        targets_per_storage: 1,
-        ..ClusterSpec::default()
-    });
-    let mgmt = cluster.mgmt().to_string();
-    common::autocreate_storage_groups(&cluster);
-    let mnt = cluster
-        .mount_with(&["write_behind_bytes=0"])
-        .expect("mount");
-    let dir = mnt.join("mirrored");
-    common::make_mirrored_dir(&cluster, &dir, &[]);
-    let all_good = |cluster: &weft_testkit::LocalCluster| {
-        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", &mgmt]);
-        list.matches("(good)").count() == 2
-    };
+    let (mut cluster, mnt, dir) = mirrored_pair(false);
 
     let (mirrored, plain) = (common::pattern(95, 1 << 20), common::pattern(96, 3 << 20));
     let mut files = [
@@ -447,7 +446,7 @@ fn a_restart_of_every_storage_process_loses_no_answered_write() {
     for name in ["storage-1", "storage-2"] {
         cluster.restart(name).expect("restart");
     }
-    weft_testkit::wait_until("the group to be good again", || all_good(&cluster)).expect("resync");
+    weft_testkit::wait_until("the group to be good again", || pair_good(&cluster)).expect("resync");
     for (path, file, data) in &mut files {
         file.sync_all().unwrap_or_else(|e| {
             panic!(
