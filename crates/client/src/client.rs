@@ -164,6 +164,24 @@ pub struct Client {
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
 }
 
+/// Runs `tick` with `client` every `interval` on a task of its own, until the client is gone.
+fn every<F, Fut>(client: &Arc<Client>, interval: Duration, tick: F)
+where
+    F: Fn(Arc<Client>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let client = Arc::downgrade(client);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let Some(client) = client.upgrade() else {
+                return;
+            };
+            tick(client).await;
+        }
+    });
+}
+
 /// What [`Client::on_state_lost`] calls.
 pub type StateLost = Arc<dyn Fn(InodeId) + Send + Sync>;
 
@@ -287,46 +305,38 @@ impl Client {
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
         // The session's heartbeat has a task of its own: nothing else (a server that does not
         // answer a reclaim) may delay it past the session timeout.
-        let heartbeat = Arc::downgrade(&client);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(interval).await;
-                let Some(client) = heartbeat.upgrade() else {
-                    return;
-                };
-                let session = client.id();
-                let unserved = client
-                    .unserved
-                    .counts()
-                    .into_iter()
-                    .map(|(kind, count)| (kind.to_string(), count))
-                    .collect();
-                match client
-                    .cluster
-                    .mgmt()
-                    .client_heartbeat(session, unserved)
-                    .await
-                {
-                    Err(error) if error.code() == ErrorCode::UnknownSession => {
-                        client.session_expired(session, &error).await;
-                    }
-                    Err(error) => tracing::warn!(%error, "session heartbeat failed"),
-                    Ok(()) => {}
-                }
-            }
+        every(&client, interval, |client| async move {
+            client.heartbeat().await
         });
-        let maintenance = Arc::downgrade(&client);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(interval).await;
-                let Some(client) = maintenance.upgrade() else {
-                    return;
-                };
-                let _ = client.cluster.refresh().await;
-                client.reclaim().await;
-            }
+        every(&client, interval, |client| async move {
+            let _ = client.cluster.refresh().await;
+            client.reclaim().await;
         });
         Ok(client)
+    }
+
+    /// Renews the session, reporting what the mount does not serve; replaces a session that
+    /// expired.
+    async fn heartbeat(&self) {
+        let session = self.id();
+        let unserved = self
+            .unserved
+            .counts()
+            .into_iter()
+            .map(|(kind, count)| (kind.to_string(), count))
+            .collect();
+        match self
+            .cluster
+            .mgmt()
+            .client_heartbeat(session, unserved)
+            .await
+        {
+            Err(error) if error.code() == ErrorCode::UnknownSession => {
+                self.session_expired(session, &error).await;
+            }
+            Err(error) => tracing::warn!(%error, "session heartbeat failed"),
+            Ok(()) => {}
+        }
     }
 
     /// Network benchmark mode (`weft bench net`, never a mount): from now on this client's
