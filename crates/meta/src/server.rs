@@ -242,7 +242,7 @@ async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {
         let fetch_started = Instant::now();
         if let Ok(map) = server.shared.cluster.refresh().await {
             for meta in homes_now(&server.homes) {
-                meta.after_map(&map, fetch_started).await;
+                meta.after_map(&map, fetch_started);
             }
         }
     }

@@ -119,6 +119,9 @@ pub(crate) struct Meta {
     /// on (`UnknownSession`), so a client that missed its expiry learns it instead of acting
     /// on locks another client may hold now.
     fenced: Mutex<HashSet<ClientId>>,
+    /// Sessions fenced as expired whose opens and stored replies the background work has
+    /// still to release.
+    expiring: Mutex<HashSet<ClientId>>,
     /// Spread directories whose shards must still learn what new entries inherit (every
     /// spread directory after a start, since a crash may have come between a change and its
     /// copy to the shards).
@@ -238,6 +241,7 @@ impl Meta {
             }),
             seen: Mutex::default(),
             fenced: Mutex::default(),
+            expiring: Mutex::default(),
             intent_runs: IntentRuns::default(),
             settled_told: Mutex::default(),
             shard_syncs: Mutex::default(),
@@ -350,13 +354,16 @@ impl Meta {
         }
     }
 
-    /// Drops what expired client sessions held here and wakes the background work.
-    pub(crate) async fn after_map(
+    /// Fences the sessions the map shows expired and releases their locks, at once, and
+    /// wakes the background work, which releases the rest they held. Called by the heartbeat,
+    /// so it never waits for the store: a commit may itself wait for the heartbeat (its sync
+    /// for a mirror member that only the next heartbeat's map drops).
+    pub(crate) fn after_map(
         &self,
         map: &weft_proto::messages::ClusterMap,
         fetch_started: std::time::Instant,
     ) {
-        self.expire_sessions(map, fetch_started).await;
+        self.expire_sessions(map, fetch_started);
         self.work.notify_one();
     }
 }
@@ -853,9 +860,10 @@ impl Meta {
             .or_insert_with(std::time::Instant::now);
     }
 
-    /// Releases the locks and opens of sessions management no longer lists as live, if this
-    /// server knew them before the map was fetched.
-    async fn expire_sessions(
+    /// Fences the sessions management no longer lists as live, if this server knew them
+    /// before the map was fetched, and releases their locks; their opens and stored replies
+    /// wait for [`Meta::finish_expiries`].
+    fn expire_sessions(
         &self,
         map: &weft_proto::messages::ClusterMap,
         fetch_started: std::time::Instant,
@@ -872,6 +880,33 @@ impl Meta {
             return;
         }
         let released = self.locks.release_clients(&expired);
+        self.seen
+            .lock()
+            .expect("seen table poisoned")
+            .retain(|client, _| !expired.contains(client));
+        self.fenced
+            .lock()
+            .expect("fenced sessions poisoned")
+            .extend(expired.iter().copied());
+        tracing::info!(
+            sessions = expired.len(),
+            locks = released,
+            "fenced expired client sessions and released their locks"
+        );
+        self.expiring
+            .lock()
+            .expect("expiring sessions poisoned")
+            .extend(expired);
+    }
+
+    /// Releases the opens and drops the stored replies of the sessions fenced as expired
+    /// since the last call (background work: it commits).
+    async fn finish_expiries(&self) {
+        let expired =
+            std::mem::take(&mut *self.expiring.lock().expect("expiring sessions poisoned"));
+        if expired.is_empty() {
+            return;
+        }
         let closed: Vec<(OpenHandle, InodeId)> = {
             let opens = self.opens.lock().expect("open table poisoned");
             opens
@@ -896,14 +931,6 @@ impl Meta {
         for (handle, inode) in &closed {
             let _ = self.release(*handle, *inode).await;
         }
-        self.seen
-            .lock()
-            .expect("seen table poisoned")
-            .retain(|client, _| !expired.contains(client));
-        self.fenced
-            .lock()
-            .expect("fenced sessions poisoned")
-            .extend(expired.iter().copied());
         // Their stored replies are never asked for again (a fenced session's retries are
         // refused): drop them.
         let gone = expired.clone();
@@ -925,7 +952,6 @@ impl Meta {
         }
         tracing::info!(
             sessions = expired.len(),
-            locks = released,
             opens = closed.len(),
             "released what expired client sessions held"
         );
@@ -2412,6 +2438,7 @@ async fn work_loop(meta: Arc<Meta>) {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
         // First: requests wait for it, and finishing an intent may ask another server.
         meta.settle_unreported().await;
+        meta.finish_expiries().await;
         meta.dispose_unclaimed_orphans().await;
         meta.recover_intents().await;
         meta.tell_settled().await;
