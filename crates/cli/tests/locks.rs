@@ -324,3 +324,53 @@ fn management_forgets_expired_sessions() {
         "an expired session is not live again after a restart"
     );
 }
+
+// Goal: a program that keeps its runtime busy does not lose its session. The session's
+// heartbeat ran as a task among the program's own, and a runtime fires timers and reads
+// sockets only between polls (every 61 polls when never idle), so tasks that compute for tens
+// of milliseconds between awaits (as a burst of 64 KiB attribute sets did in a debug build)
+// held the heartbeat past the session timeout: the session expired under a live client and
+// its changes failed. Method: a native client on a two-thread runtime; the program floods the
+// runtime with tasks of 50 ms of work each, about 6 s per thread, twice the session timeout
+// (3 s in tests); the session must be the same one afterwards and management must have
+// expired none.
+#[test]
+fn a_busy_program_keeps_its_session() {
+    let cluster = cluster(ClusterSpec::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.heartbeat_interval_ms = 300;
+    let client = runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("client");
+    let session = client.id();
+    runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..240u64 {
+            tasks.spawn(async move {
+                // Work that does not yield for 50 ms.
+                let started = std::time::Instant::now();
+                let mut sum = task;
+                while started.elapsed() < std::time::Duration::from_millis(50) {
+                    sum = std::hint::black_box(sum.wrapping_mul(31).wrapping_add(7));
+                }
+                sum
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    });
+    assert_eq!(client.id(), session, "the busy client kept its session");
+    assert!(
+        !cluster
+            .log("mgmt")
+            .contains("forgot expired client sessions"),
+        "management expired no session"
+    );
+    runtime
+        .block_on(client.mkdir(weft_proto::ids::InodeId::ROOT, "after", 0o755, 0, (0, 0)))
+        .expect("the client still makes changes");
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::retry::RetryPolicy;
-use weft_net::{ClusterView, MetaClient, RpcClientOptions, RpcError};
+use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
 use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
@@ -164,22 +164,49 @@ pub struct Client {
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
 }
 
-/// Runs `tick` with `client` every `interval` on a task of its own, until the client is gone.
-fn every<F, Fut>(client: &Arc<Client>, interval: Duration, tick: F)
-where
-    F: Fn(Arc<Client>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let client = Arc::downgrade(client);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            let Some(client) = client.upgrade() else {
-                return;
-            };
-            tick(client).await;
-        }
-    });
+/// Renews `client`'s session every `interval` until the client is gone, on a thread with a
+/// runtime and a management connection of its own. A runtime fires timers and reads sockets
+/// only between polls of its tasks, so a heartbeat among the program's tasks waited behind
+/// tasks that compute for long between awaits, and a live client's session expired (its
+/// locks and opens released under it). Only the renewal of an expired session runs on the
+/// program's runtime, where the rest of the client lives.
+fn spawn_heartbeat(client: &Arc<Client>, interval: Duration, mgmt: MgmtClient) {
+    let program = tokio::runtime::Handle::current();
+    let weak = Arc::downgrade(client);
+    // As `std::thread::spawn` does, a machine out of threads or descriptors panics here.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the session heartbeat");
+    std::thread::Builder::new()
+        .name("weft-heartbeat".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                loop {
+                    tokio::time::sleep(interval).await;
+                    // Not held across the call: the program may drop the client meanwhile.
+                    let Some((session, unserved)) = weak
+                        .upgrade()
+                        .map(|client| (client.id(), client.unserved_report()))
+                    else {
+                        return;
+                    };
+                    match mgmt.client_heartbeat(session, unserved).await {
+                        Err(error) if error.code() == ErrorCode::UnknownSession => {
+                            let Some(client) = weak.upgrade() else {
+                                return;
+                            };
+                            program.spawn(async move {
+                                client.session_expired(session, &error).await;
+                            });
+                        }
+                        Err(error) => tracing::warn!(%error, "session heartbeat failed"),
+                        Ok(()) => {}
+                    }
+                }
+            });
+        })
+        .expect("a thread for the session heartbeat");
 }
 
 /// What [`Client::on_state_lost`] calls.
@@ -303,40 +330,38 @@ impl Client {
             unserved: crate::unserved::Unserved::default(),
         });
         let interval = Duration::from_millis(config.heartbeat_interval_ms);
-        // The session's heartbeat has a task of its own: nothing else (a server that does not
-        // answer a reclaim) may delay it past the session timeout.
-        every(&client, interval, |client| async move {
-            client.heartbeat().await
-        });
-        every(&client, interval, |client| async move {
-            let _ = client.cluster.refresh().await;
-            client.reclaim().await;
+        spawn_heartbeat(
+            &client,
+            interval,
+            MgmtClient::new(
+                config.mgmt.clone(),
+                RpcClientOptions {
+                    connections: 1,
+                    ..options
+                },
+            ),
+        );
+        let reclaim = Arc::downgrade(&client);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(client) = reclaim.upgrade() else {
+                    return;
+                };
+                let _ = client.cluster.refresh().await;
+                client.reclaim().await;
+            }
         });
         Ok(client)
     }
 
-    /// Renews the session, reporting what the mount does not serve; replaces a session that
-    /// expired.
-    async fn heartbeat(&self) {
-        let session = self.id();
-        let unserved = self
-            .unserved
+    /// What the heartbeat reports: the requests the mount does not serve, by kind.
+    fn unserved_report(&self) -> Vec<(String, u64)> {
+        self.unserved
             .counts()
             .into_iter()
             .map(|(kind, count)| (kind.to_string(), count))
-            .collect();
-        match self
-            .cluster
-            .mgmt()
-            .client_heartbeat(session, unserved)
-            .await
-        {
-            Err(error) if error.code() == ErrorCode::UnknownSession => {
-                self.session_expired(session, &error).await;
-            }
-            Err(error) => tracing::warn!(%error, "session heartbeat failed"),
-            Ok(()) => {}
-        }
+            .collect()
     }
 
     /// Network benchmark mode (`weft bench net`, never a mount): from now on this client's
