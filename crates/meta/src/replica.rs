@@ -547,8 +547,10 @@ impl HomeLink {
         let pieces = pieces(&pending.changes, &payload, SHIP_LIMITS);
         let shipped = self.block_on(async {
             let _order = self.order.lock().await;
+            // A sync given up is shipped again by the next link (`Unshipped`): no member is
+            // owed anything beyond it.
             self.membership
-                .deliver(self.node.0, group.id, |member, version, _| {
+                .deliver(self.node.0, group.id, &[], |member, version, _| {
                     let pieces = &pieces;
                     async move {
                         // A member that fails a piece gets them all again (writing the same
@@ -1123,7 +1125,6 @@ mod tests {
             Duration::ZERO,
             vec![group(1, Consistency::Good)],
             |_| true,
-            |_, _| {},
         );
         let parts = LinkParts {
             membership: Arc::clone(&membership),
@@ -1152,7 +1153,6 @@ mod tests {
             Duration::from_secs(60),
             vec![group(2, Consistency::Bad)],
             |_| true,
-            |_, _| {},
         );
         parts
             .missed

@@ -275,18 +275,16 @@ impl Server {
         {
             Ok((lease_ms, groups)) => {
                 let node = shared.node.0;
-                let starts = shared.membership.adopt(
+                let adopted = shared.membership.adopt(
                     sent,
                     Duration::from_millis(lease_ms),
                     groups,
                     |member| member == node,
-                    |before, group| {
-                        let root =
-                            (group.primary == node).then_some(shared.config.data_dir.as_path());
-                        shared.missed.track(root, before, group);
-                    },
                 );
-                for start in starts {
+                shared
+                    .missed
+                    .follow(&adopted, |_| Some(shared.config.data_dir.clone()));
+                for start in adopted.starts {
                     let server = Arc::clone(self);
                     tokio::spawn(async move {
                         let outcome = server.resync(start).await;

@@ -1,17 +1,19 @@
 //! Mirror groups as sans-I/O state machines: messages and a clock go in, messages to send come
-//! out. The same machines run inside the servers and inside the deterministic simulator
-//! (`crates/sim`), which drives them through partitions, message loss and reordering, and
-//! crashes that lose unsynced writes.
+//! out. The deterministic simulator (`crates/sim`) drives them through partitions, message
+//! loss and reordering, and crashes that lose unsynced writes; management runs the
+//! [`Controller`] and every storage and metadata server runs [`Membership`].
 //!
 //! Roles:
+//! - [`Membership`] (every server): what a server decides about its groups — versions, lease,
+//!   admission, members to reach or report, resyncs, records of missed changes.
 //! - [`Controller`] (management): owns each group's membership, primary and *version*, keeps
 //!   them durable before it publishes them, grants leases in heartbeat answers, promotes a
 //!   `good` secondary when a primary is silent for the promotion timeout, and turns members
 //!   that left, restarted or came back into `needs-resync`.
-//! - [`Server`] (a storage server): holds members of groups. As a primary it orders writes to
-//!   each chunk, applies them, forwards them to every present member and answers the client
-//!   only when all of them have them; it serves only while its lease holds. As a secondary it
-//!   applies what its primary forwards. A returning member is brought up to date by its
+//! - [`Server`] (the simulator's storage server, around a [`Membership`]): holds members of
+//!   groups. As a primary it orders writes to each chunk, applies them, forwards them to every
+//!   present member and answers the client only when all of them have them; it serves only
+//!   while its lease holds. As a secondary it applies what its primary forwards. A returning member is brought up to date by its
 //!   primary (what it missed, or everything), while new writes keep reaching it.
 //! - [`Client`]: sends each operation to the primary of its group with the version it routed
 //!   with, and retries — same sequence number, so retries are idempotent — through refusals,
@@ -25,10 +27,12 @@
 
 mod client;
 mod controller;
+mod membership;
 mod server;
 
 pub use client::{Client, ClientOp, OpRecord};
 pub use controller::{Controller, ControllerDurable};
+pub use membership::{Adopted, Membership, Refused, ResyncStart};
 pub use server::{Server, Store};
 
 use std::collections::BTreeMap;

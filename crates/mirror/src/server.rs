@@ -1,8 +1,12 @@
-//! A storage server's side: primary and secondary of its groups.
+//! A storage server's side: primary and secondary of its groups. What it decides about its
+//! groups (versions, lease, admission, unreachable members, resyncs to run, records of missed
+//! changes) is [`Membership`], the machine the servers run; this module adds the data path the
+//! simulator checks it with: chunks, stamps, forwards and resync copies.
 
+use crate::membership::{Membership, Refused, ResyncStart};
 use crate::{
-    Answer, ChunkId, ChunkState, ClientId, GroupId, GroupMap, MemberState, Msg, Node, Refusal,
-    Send, ServerId, Time, Timing, Version,
+    Answer, ChunkId, ChunkState, ClientId, GroupId, GroupMap, Msg, Node, Refusal, Send, ServerId,
+    Time, Timing, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -78,30 +82,40 @@ enum Work<D> {
     },
 }
 
+/// A member a forward waits for.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    /// When it was last sent.
+    sent: Time,
+    /// The version it was last sent with, and since when sends under that version failed.
+    version: Version,
+    since: Time,
+}
+
 /// A forward waiting for members' acknowledgements.
 #[derive(Clone, Debug)]
 struct Pending<D> {
     group: GroupId,
     work: Work<D>,
-    /// Members that have not acknowledged yet, with when it was last sent to each.
-    waiting: BTreeMap<ServerId, Time>,
-    /// When it was first sent.
-    started: Time,
+    waiting: BTreeMap<ServerId, Waiting>,
     /// The client to answer when every member has it.
     client: Option<(ClientId, u64)>,
+    /// The resync this is a step of: sent with the resync's version only, and given up (the
+    /// resync stops) when the member does not take it within the member timeout.
+    resync: Option<ResyncStart>,
 }
 
-/// Bringing one returning member up to date.
+/// Bringing one returning member up to date, in one version of its group.
 #[derive(Clone, Debug)]
 struct Resync {
-    version: Version,
+    start: ResyncStart,
+    /// A full copy (asked for, or no record of what the member missed).
     full: bool,
     begun: bool,
     remaining: BTreeSet<ChunkId>,
     /// The copies reached the member's disk (a member is good only once they did).
     synced: bool,
     in_flight: Option<u64>,
-    done: bool,
 }
 
 /// A storage server's mirror machine.
@@ -112,8 +126,7 @@ pub struct Server<D> {
     boot: u64,
     unsynced_boot: u64,
     store: Store<D>,
-    map: GroupMap,
-    lease_until: Option<Time>,
+    membership: Membership<()>,
     next_heartbeat: Time,
     next_op: u64,
     /// Stamp counters per group, within the group's current version.
@@ -144,8 +157,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             boot,
             unsynced_boot,
             store,
-            map: GroupMap::default(),
-            lease_until: None,
+            membership: Membership::new(),
             next_heartbeat: now,
             next_op: 1,
             counters: BTreeMap::new(),
@@ -171,13 +183,47 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         self.next_op
     }
 
-    fn has_lease(&self, now: Time) -> bool {
-        self.lease_until.is_some_and(|until| now < until)
+    fn loss_epoch(&self, group: GroupId) -> u64 {
+        self.membership
+            .group(group)
+            .map_or(0, |(g, _)| g.loss_epoch)
     }
 
     /// Heartbeats, retries of forwards, and resync progress.
     pub fn tick(&mut self, now: Time) -> Vec<Send<D>> {
         let mut out = Vec::new();
+        let timeout = self.timing.member_timeout_ms;
+        // Members a change has not reached for the member timeout; resync steps the member
+        // has not taken for as long stop their resync.
+        for op in self.pending.keys().copied().collect::<Vec<_>>() {
+            let pending = &self.pending[&op];
+            let late: Vec<(ServerId, Waiting)> = pending
+                .waiting
+                .iter()
+                .filter(|(_, w)| now.saturating_sub(w.since) >= timeout)
+                .map(|(member, w)| (*member, *w))
+                .collect();
+            if late.is_empty() {
+                continue;
+            }
+            match pending.resync {
+                Some(start) => {
+                    self.pending.remove(&op);
+                    self.stop_resync(start);
+                }
+                None => {
+                    let group = pending.group;
+                    for (member, waiting) in late {
+                        self.membership.delivery_failing(
+                            group,
+                            member,
+                            waiting.version,
+                            waiting.since,
+                        );
+                    }
+                }
+            }
+        }
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.timing.heartbeat_ms;
             out.push(Send {
@@ -186,101 +232,90 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                     boot: self.boot,
                     unsynced_boot: self.unsynced_boot,
                     sent_at: now,
-                    resynced: self.resynced(),
-                    unreachable: self.unreachable(now),
+                    resynced: self.membership.resynced(),
+                    unreachable: self.membership.unreachable(now, timeout),
                 },
             });
         }
+        let retry = self.timing.retry_ms;
         for op in self.pending.keys().copied().collect::<Vec<_>>() {
-            let retry = self.timing.retry_ms;
-            let pending = self.pending.get_mut(&op).expect("listed above");
-            let due: Vec<ServerId> = pending
+            let due: Vec<ServerId> = self.pending[&op]
                 .waiting
                 .iter()
-                .filter(|(_, sent)| now.saturating_sub(**sent) >= retry)
-                .map(|(server, _)| *server)
+                .filter(|(_, w)| now.saturating_sub(w.sent) >= retry)
+                .map(|(member, _)| *member)
                 .collect();
-            for server in due {
-                pending.waiting.insert(server, now);
-            }
-            let pending = pending.clone();
-            for (server, sent) in &pending.waiting {
-                if *sent == now {
-                    out.extend(self.forward(op, &pending, *server));
-                }
+            for member in due {
+                out.extend(self.send_forward(now, op, member));
             }
         }
+        out.extend(self.complete_finished());
         out.extend(self.advance_resyncs(now));
         out
     }
 
-    fn resynced(&self) -> Vec<(GroupId, Version, ServerId)> {
-        self.resyncs
-            .iter()
-            .filter(|(_, resync)| resync.done)
-            .map(|((group, member), resync)| (*group, resync.version, *member))
-            .collect()
-    }
-
-    fn unreachable(&self, now: Time) -> Vec<(GroupId, Version, ServerId)> {
-        let mut out = BTreeSet::new();
-        for pending in self.pending.values() {
-            if now.saturating_sub(pending.started) < self.timing.member_timeout_ms {
-                continue;
+    /// Sends forward `op` to `member` with the version the decisions give; a member that left
+    /// stops being waited for; a forward this server may no longer send is dropped (its
+    /// client told to route again, a resync stopped).
+    fn send_forward(&mut self, now: Time, op: u64, member: ServerId) -> Vec<Send<D>> {
+        let Some(pending) = self.pending.get(&op) else {
+            return Vec::new();
+        };
+        let version = match pending.resync {
+            Some(start) => self
+                .membership
+                .resync_version(now, self.id, start)
+                .map(Some),
+            None => self
+                .membership
+                .version_to_member(now, self.id, pending.group, member),
+        };
+        match version {
+            Ok(Some(version)) => {
+                let pending = self.pending.get_mut(&op).expect("looked up above");
+                let waiting = pending.waiting.entry(member).or_insert(Waiting {
+                    sent: now,
+                    version,
+                    since: now,
+                });
+                if waiting.version != version {
+                    // A new version starts the member's time over.
+                    waiting.version = version;
+                    waiting.since = now;
+                }
+                waiting.sent = now;
+                vec![forward(op, pending, version, member)]
             }
-            if let Some(group) = self.map.groups.get(&pending.group) {
-                if group.primary == self.id {
-                    for server in pending.waiting.keys() {
-                        out.insert((pending.group, group.version, *server));
+            Ok(None) => {
+                let pending = self.pending.get_mut(&op).expect("looked up above");
+                pending.waiting.remove(&member);
+                Vec::new()
+            }
+            Err(refused) => {
+                let pending = self.pending.remove(&op).expect("looked up above");
+                if let Some(start) = pending.resync {
+                    self.stop_resync(start);
+                }
+                if let Work::Replicate { chunk, .. } = &pending.work {
+                    // Applied here, given up before these members took it.
+                    for member in pending.waiting.keys() {
+                        self.membership
+                            .undelivered(pending.group, *member, [*chunk]);
                     }
                 }
+                pending
+                    .client
+                    .map(|(client, seq)| reply(client, seq, Answer::Refused(refusal(refused))))
+                    .into_iter()
+                    .collect()
             }
         }
-        out.into_iter().collect()
-    }
-
-    fn forward(&self, op: u64, pending: &Pending<D>, to: ServerId) -> Option<Send<D>> {
-        let version = self.map.groups.get(&pending.group)?.version;
-        let group = pending.group;
-        let msg = match &pending.work {
-            Work::Replicate { chunk, state } => Msg::Replicate {
-                group,
-                version,
-                op,
-                chunk: *chunk,
-                state: state.clone(),
-            },
-            Work::Sync => Msg::SyncReplica { group, version, op },
-            Work::ResyncBegin { full, at } => Msg::ResyncBegin {
-                group,
-                version,
-                op,
-                full: *full,
-                at: *at,
-            },
-            Work::ResyncChunk { chunk, state, at } => Msg::ResyncChunk {
-                group,
-                version,
-                op,
-                chunk: *chunk,
-                state: state.clone(),
-                at: *at,
-            },
-        };
-        Some(Send {
-            to: Node::Server(to),
-            msg,
-        })
     }
 
     /// Handles a message.
     pub fn handle(&mut self, now: Time, from: Node, msg: Msg<D>) -> Vec<Send<D>> {
         match (from, msg) {
-            (Node::Mgmt, Msg::HeartbeatAck { sent_at, map }) => {
-                let lease = sent_at + self.timing.lease_ms;
-                self.lease_until = Some(self.lease_until.map_or(lease, |l| l.max(lease)));
-                self.adopt(map, now)
-            }
+            (Node::Mgmt, Msg::HeartbeatAck { sent_at, map }) => self.adopt(sent_at, map, now),
             (
                 Node::Client(client),
                 Msg::Write {
@@ -349,17 +384,13 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     /// Admits a client operation on `group` routed with `version`, recording it as served, or
     /// says why this server may not serve it.
     fn admit(&mut self, now: Time, group: GroupId, version: Version) -> Option<Refusal> {
-        let refusal = match self.map.groups.get(&group) {
-            None => Some(Refusal::WrongVersion),
-            Some(known) if known.primary != self.id => Some(Refusal::NotPrimary),
-            Some(known) if known.version != version => Some(Refusal::WrongVersion),
-            Some(_) if !self.has_lease(now) => Some(Refusal::NoLease),
-            Some(_) => None,
-        };
-        if refusal.is_none() {
-            self.served.push((now, group, version));
+        match self.membership.admit_primary(now, self.id, group, version) {
+            Ok(_) => {
+                self.served.push((now, group, version));
+                None
+            }
+            Err(refused) => Some(refusal(refused)),
         }
-        refusal
     }
 
     fn client_write(
@@ -376,7 +407,10 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         }
         if let Some(current) = self.store.volatile.get(&(group, chunk)) {
             if current.writer.0 == client && current.writer.1 >= seq {
-                // A retry of a write that is already here: answer once every member has it.
+                // A retry of a write that is already here: answered once every member has it.
+                // A forward still under way answers it; otherwise the members may never have
+                // got it (its forward was dropped when the lease ran out), so it goes to them
+                // again, with its stamp (a member that has it keeps it as it is).
                 let waiting = self
                     .pending
                     .values()
@@ -384,13 +418,15 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 if waiting {
                     return Vec::new();
                 }
-                return vec![reply(
-                    client,
-                    seq,
-                    Answer::Written {
-                        epoch: current.stamp_epoch,
-                    },
-                )];
+                let state = current.clone();
+                let members = self.membership.present_secondaries(group);
+                return self.start(
+                    now,
+                    group,
+                    Work::Replicate { chunk, state },
+                    (Some((client, seq)), None),
+                    members,
+                );
             }
         }
         let counter = self.counters.entry(group).or_insert((version, 0));
@@ -401,7 +437,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         let state = ChunkState {
             data,
             stamp: (version, counter.1),
-            stamp_epoch: self.map.groups.get(&group).map_or(0, |g| g.loss_epoch),
+            stamp_epoch: self.loss_epoch(group),
             writer: (client, seq),
         };
         self.store.volatile.insert((group, chunk), state.clone());
@@ -412,11 +448,13 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 }
             }
         }
+        let members = self.membership.present_secondaries(group);
         self.start(
             now,
             group,
             Work::Replicate { chunk, state },
-            Some((client, seq)),
+            (Some((client, seq)), None),
+            members,
         )
     }
 
@@ -431,59 +469,46 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         if let Some(refusal) = self.admit(now, group, version) {
             return vec![reply(client, seq, Answer::Refused(refusal))];
         }
-        let epoch = self.map.groups.get(&group).map_or(0, |g| g.loss_epoch);
-        if since < epoch {
+        if since < self.loss_epoch(group) {
             return vec![reply(client, seq, Answer::Lost)];
         }
         self.store.sync(group);
-        self.start(now, group, Work::Sync, Some((client, seq)))
+        let members = self.membership.present_secondaries(group);
+        self.start(now, group, Work::Sync, (Some((client, seq)), None), members)
     }
 
-    /// Sends `work` to every present secondary of `group`; answers the client at once if
-    /// there is none.
+    /// Sends `work` to `members`; answers the client at once if there is none. Returns the
+    /// forward's operation id beside what to send.
     fn start(
         &mut self,
         now: Time,
         group: GroupId,
         work: Work<D>,
-        client: Option<(ClientId, u64)>,
+        (client, resync): (Option<(ClientId, u64)>, Option<ResyncStart>),
+        members: Vec<ServerId>,
     ) -> Vec<Send<D>> {
-        let targets: Vec<ServerId> = self
-            .map
-            .groups
-            .get(&group)
-            .map(|g| g.present_secondaries().map(|m| m.server).collect())
-            .unwrap_or_default();
-        self.start_to(now, group, work, client, targets)
-    }
-
-    fn start_to(
-        &mut self,
-        now: Time,
-        group: GroupId,
-        work: Work<D>,
-        client: Option<(ClientId, u64)>,
-        targets: Vec<ServerId>,
-    ) -> Vec<Send<D>> {
-        if targets.is_empty() {
+        if members.is_empty() {
             return match client {
                 Some((client, seq)) => vec![reply(client, seq, Self::answer_for(&work))],
                 None => Vec::new(),
             };
         }
         let op = self.op_id();
-        let pending = Pending {
-            group,
-            work,
-            waiting: targets.iter().map(|t| (*t, now)).collect(),
-            started: now,
-            client,
-        };
-        let out = targets
-            .iter()
-            .filter_map(|t| self.forward(op, &pending, *t))
-            .collect();
-        self.pending.insert(op, pending);
+        self.pending.insert(
+            op,
+            Pending {
+                group,
+                work,
+                waiting: BTreeMap::new(),
+                client,
+                resync,
+            },
+        );
+        let mut out = Vec::new();
+        for member in members {
+            out.extend(self.send_forward(now, op, member));
+        }
+        out.extend(self.complete_finished());
         out
     }
 
@@ -501,12 +526,16 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             return Vec::new();
         }
         pending.waiting.remove(&member);
+        if pending.resync.is_none() {
+            self.membership.delivered(group, member);
+        }
         let mut out = self.complete_finished();
         out.extend(self.advance_resyncs(now));
         out
     }
 
-    /// Answers the clients of forwards every member has acknowledged.
+    /// Answers the clients of forwards every member has acknowledged, and moves their
+    /// resyncs on.
     fn complete_finished(&mut self) -> Vec<Send<D>> {
         let finished: Vec<u64> = self
             .pending
@@ -520,126 +549,112 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             if let Some((client, seq)) = pending.client {
                 out.push(reply(client, seq, Self::answer_for(&pending.work)));
             }
-            for resync in self.resyncs.values_mut() {
-                if resync.in_flight != Some(op) {
-                    continue;
+            let Some(start) = pending.resync else {
+                continue;
+            };
+            let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) else {
+                continue;
+            };
+            if resync.in_flight != Some(op) {
+                continue;
+            }
+            resync.in_flight = None;
+            match &pending.work {
+                Work::ResyncBegin { .. } => resync.begun = true,
+                Work::ResyncChunk { chunk, .. } => {
+                    resync.remaining.remove(chunk);
                 }
-                resync.in_flight = None;
-                match &pending.work {
-                    Work::ResyncBegin { .. } => resync.begun = true,
-                    Work::ResyncChunk { chunk, .. } => {
-                        resync.remaining.remove(chunk);
-                    }
-                    Work::Sync => resync.synced = true,
-                    Work::Replicate { .. } => {}
-                }
+                Work::Sync => resync.synced = true,
+                Work::Replicate { .. } => {}
             }
         }
         out
     }
 
-    /// Takes a newer map: forwards stop waiting for members that left (recording what they
-    /// miss), a deposed primary drops its forwards unanswered, resyncs are planned anew.
-    fn adopt(&mut self, map: GroupMap, now: Time) -> Vec<Send<D>> {
-        for (id, before) in self.map.merge_newer(map) {
-            let group = self.map.groups[&id].clone();
-            if group.primary != self.id {
-                self.pending.retain(|_, p| p.group != id);
-                self.resyncs.retain(|(g, _), _| *g != id);
-                continue;
-            }
-            let present: BTreeSet<ServerId> =
-                group.present_secondaries().map(|m| m.server).collect();
-
-            let was_primary = before.as_ref().is_some_and(|b| b.primary == self.id);
-            for member in &group.members {
-                if member.state != MemberState::Absent || member.server == self.id {
-                    continue;
-                }
-                let key = (id, member.server);
-                if self.store.missed.contains_key(&key) {
-                    continue;
-                }
-                // Newly absent: it misses what it had not acknowledged, and every later write.
-                let was_in_sync = was_primary
-                    && before
-                        .as_ref()
-                        .and_then(|b| b.member(member.server))
-                        .is_some_and(|m| m.state == MemberState::Good);
-                let missed = if was_in_sync {
-                    Missed::Chunks(
-                        self.pending
-                            .values()
-                            .filter(|p| p.group == id && p.waiting.contains_key(&member.server))
-                            .filter_map(|p| match &p.work {
-                                Work::Replicate { chunk, .. } => Some(*chunk),
-                                _ => None,
-                            })
-                            .collect(),
-                    )
-                } else {
-                    Missed::Everything
-                };
-                self.store.missed.insert(key, missed);
-            }
-            for pending in self.pending.values_mut().filter(|p| p.group == id) {
-                pending.waiting.retain(|server, _| present.contains(server));
-            }
-            // An incremental resync goes on across versions while its member stays present and
-            // this server stays primary. A full one starts again: the new version may mean the
-            // member restarted and lost what it was sent.
-            let version = group.version;
-            let mut abandoned = Vec::new();
-            self.resyncs.retain(|(g, member), resync| {
-                if *g != id {
-                    return true;
-                }
-                let keep = was_primary
-                    && group
-                        .member(*member)
-                        .is_some_and(|m| m.state == MemberState::NeedsResync { full: false });
-                if keep {
-                    resync.version = version;
-                } else {
-                    abandoned.extend(resync.in_flight);
-                }
-                keep
-            });
-            // A step of an abandoned resync must not reach the member later: a begin sent
-            // again would drop what the new resync copied.
-            for op in abandoned {
+    /// A resync stops (its version ended, or the member does not take its steps); it starts
+    /// again at the next map while the member needs it.
+    fn stop_resync(&mut self, start: ResyncStart) {
+        let key = (start.group, start.member);
+        if self.resyncs.get(&key).is_some_and(|r| r.start == start) {
+            let resync = self.resyncs.remove(&key).expect("looked up above");
+            if let Some(op) = resync.in_flight {
                 self.pending.remove(&op);
             }
-            for member in group.present_secondaries() {
-                let MemberState::NeedsResync { full } = member.state else {
-                    if let Some(done) = self.resyncs.remove(&(id, member.server)) {
-                        if let Some(op) = done.in_flight {
-                            self.pending.remove(&op);
-                        }
-                    }
-                    continue;
-                };
-                let key = (id, member.server);
-                if self.resyncs.contains_key(&key) {
-                    continue;
+        }
+        self.membership.resync_ended(start, false);
+    }
+
+    /// Takes a newer map, as the decisions say: forwards stop waiting for members that left
+    /// (their records of what they miss started), a deposed primary drops its forwards
+    /// unanswered, resyncs of versions that ended stop and new ones start.
+    fn adopt(&mut self, sent_at: Time, map: GroupMap, now: Time) -> Vec<Send<D>> {
+        let id = self.id;
+        let adopted = self.membership.adopt(
+            sent_at,
+            self.timing.lease_ms,
+            map.groups.into_values().map(|g| (g, ())).collect(),
+            |member| member == id,
+        );
+        for group in &adopted.drop_missed {
+            self.store.missed.retain(|(g, _), _| g != group);
+        }
+        for (group, member, owed) in &adopted.record_missed {
+            // It misses what it had not acknowledged or was given up, and every later write.
+            let unacknowledged = self
+                .pending
+                .values()
+                .filter(|p| p.group == *group && p.waiting.contains_key(member))
+                .filter_map(|p| match &p.work {
+                    Work::Replicate { chunk, .. } => Some(*chunk),
+                    _ => None,
+                })
+                .chain(owed.iter().copied())
+                .collect();
+            self.store
+                .missed
+                .entry((*group, *member))
+                .or_insert(Missed::Chunks(unacknowledged));
+        }
+        for (_, group) in &adopted.taken {
+            if group.primary != id {
+                self.pending.retain(|_, p| p.group != group.id);
+            } else {
+                let present: BTreeSet<ServerId> =
+                    group.present_secondaries().map(|m| m.server).collect();
+                for pending in self.pending.values_mut().filter(|p| p.group == group.id) {
+                    pending.waiting.retain(|member, _| present.contains(member));
                 }
-                let missed = self.store.missed.get(&key).cloned();
-                let (full, remaining) = match missed {
-                    Some(Missed::Chunks(chunks)) if !full => (false, chunks),
-                    _ => (true, self.store.chunks(id)),
-                };
-                self.resyncs.insert(
-                    key,
-                    Resync {
-                        version: group.version,
-                        full,
-                        begun: false,
-                        remaining,
-                        synced: false,
-                        in_flight: None,
-                        done: false,
-                    },
-                );
+            }
+            let ended: Vec<ResyncStart> = self
+                .resyncs
+                .values()
+                .filter(|r| r.start.group == group.id && r.start.version != group.version)
+                .map(|r| r.start)
+                .collect();
+            for start in ended {
+                self.stop_resync(start);
+            }
+        }
+        for start in adopted.starts {
+            let key = (start.group, start.member);
+            let (full, remaining) = match self.store.missed.get(&key) {
+                Some(Missed::Chunks(chunks)) if !start.full => (false, chunks.clone()),
+                _ => (true, self.store.chunks(start.group)),
+            };
+            if let Some(replaced) = self.resyncs.insert(
+                key,
+                Resync {
+                    start,
+                    full,
+                    begun: false,
+                    remaining,
+                    synced: false,
+                    in_flight: None,
+                },
+            ) {
+                if let Some(op) = replaced.in_flight {
+                    self.pending.remove(&op);
+                }
             }
         }
         let mut out = self.complete_finished();
@@ -647,16 +662,19 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         out
     }
 
-    /// Sends each resync's next step: the begin, then one chunk at a time.
+    /// Sends each resync's next step: the begin, then one chunk at a time, then a sync; a
+    /// resync whose steps all landed is reported finished.
     fn advance_resyncs(&mut self, now: Time) -> Vec<Send<D>> {
         let mut out = Vec::new();
         for key in self.resyncs.keys().copied().collect::<Vec<_>>() {
-            let resync = &self.resyncs[&key];
-            if resync.in_flight.is_some() || resync.done {
+            let Some(resync) = self.resyncs.get(&key) else {
+                continue;
+            };
+            if resync.in_flight.is_some() {
                 continue;
             }
-            let (group, member) = key;
-            let at = self.map.groups.get(&group).map_or(0, |g| g.version);
+            let start = resync.start;
+            let at = start.version;
             let work = if !resync.begun {
                 Work::ResyncBegin {
                     full: resync.full,
@@ -665,20 +683,30 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             } else if let Some(chunk) = resync.remaining.first().copied() {
                 Work::ResyncChunk {
                     chunk,
-                    state: self.store.volatile.get(&(group, chunk)).cloned(),
+                    state: self.store.volatile.get(&(start.group, chunk)).cloned(),
                     at,
                 }
             } else if !resync.synced {
                 Work::Sync
             } else {
-                let resync = self.resyncs.get_mut(&key).expect("listed above");
-                resync.done = true;
+                self.resyncs.remove(&key);
                 self.store.missed.remove(&key);
+                self.membership.resync_ended(start, true);
                 continue;
             };
-            let sends = self.start_to(now, group, work, None, vec![member]);
+            let sends = self.start(
+                now,
+                start.group,
+                work,
+                (None, Some(start)),
+                vec![start.member],
+            );
             let op = self.next_op;
-            self.resyncs.get_mut(&key).expect("listed above").in_flight = Some(op);
+            if let Some(resync) = self.resyncs.get_mut(&key) {
+                if self.pending.contains_key(&op) {
+                    resync.in_flight = Some(op);
+                }
+            }
             out.extend(sends);
         }
         out
@@ -699,15 +727,12 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             } => (*group, *version, *op),
             _ => return Vec::new(),
         };
-        let mine = self.map.groups.get(&group);
-        let accepted = mine.is_some_and(|g| {
-            g.version == version
-                && g.primary == primary
-                && g.member(self.id)
-                    .is_some_and(|m| m.state != MemberState::Absent)
-        });
-        if !accepted {
-            let known = mine.map_or(0, |g| g.version);
+        if self
+            .membership
+            .admit_forward(self.id, group, version)
+            .is_err()
+        {
+            let known = self.membership.group(group).map_or(0, |(g, _)| g.version);
             return vec![Send {
                 to: Node::Server(primary),
                 msg: Msg::MemberRefused {
@@ -765,6 +790,51 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             to: Node::Server(primary),
             msg: Msg::MemberAck { group, version, op },
         }]
+    }
+}
+
+/// Forward `op` to `member` under `version`.
+fn forward<D: Clone>(op: u64, pending: &Pending<D>, version: Version, member: ServerId) -> Send<D> {
+    let group = pending.group;
+    let msg = match &pending.work {
+        Work::Replicate { chunk, state } => Msg::Replicate {
+            group,
+            version,
+            op,
+            chunk: *chunk,
+            state: state.clone(),
+        },
+        Work::Sync => Msg::SyncReplica { group, version, op },
+        Work::ResyncBegin { full, at } => Msg::ResyncBegin {
+            group,
+            version,
+            op,
+            full: *full,
+            at: *at,
+        },
+        Work::ResyncChunk { chunk, state, at } => Msg::ResyncChunk {
+            group,
+            version,
+            op,
+            chunk: *chunk,
+            state: state.clone(),
+            at: *at,
+        },
+    };
+    Send {
+        to: Node::Server(member),
+        msg,
+    }
+}
+
+/// A refusal as the simulated wire carries it.
+fn refusal(refused: Refused) -> Refusal {
+    match refused {
+        Refused::UnknownGroup | Refused::WrongVersion { .. } | Refused::NotPresent => {
+            Refusal::WrongVersion
+        }
+        Refused::NotPrimary { .. } => Refusal::NotPrimary,
+        Refused::NoLease => Refusal::NoLease,
     }
 }
 

@@ -1,8 +1,10 @@
-//! A server's side of its mirror groups, for storage targets and metadata homes alike: which
-//! groups it holds members of in which version, its lease as primary, the members its changes
-//! do not reach, and the resyncs it runs. What a change or a resync carries is the server's
-//! own business; the rules are the same for both kinds and follow the `weft-mirror` state
-//! machines, which the simulator checks:
+//! A server's side of its mirror groups, for storage targets and metadata homes alike: the
+//! I/O shell around [`weft_mirror::Membership`], the machine the simulator checks, which
+//! decides which version of each group holds, the lease, admission, which members a change
+//! must reach and which to report unreachable, the resyncs to run and the records of missed
+//! changes to keep. The shell adds the clock, the waits and retries, and resync progress.
+//! What a change or a resync carries is the server's own business; the rules are the same
+//! for both kinds:
 //! - a request carries the group version it was routed with; a member that knows another
 //!   version refuses it ([`ErrorCode::StaleRoute`]) and the sender fetches the map again;
 //! - the primary serves only while its lease holds (management grants it in heartbeat
@@ -14,15 +16,16 @@
 //!   resynced until management marks it good.
 
 use crate::RpcError;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use weft_mirror::{Group, Member, MemberState, Refused, Time};
 use weft_proto::error::WireError;
-use weft_proto::messages::{
-    Consistency, GroupMember, MirrorGroupInfo, MirrorHeartbeat, ResyncProgress,
-};
+use weft_proto::messages::{Consistency, MirrorGroupInfo, MirrorHeartbeat, ResyncProgress};
 use weft_proto::ErrorCode;
+
+pub use weft_mirror::{Adopted, ResyncStart};
 
 /// Pause between attempts to reach a member.
 pub const MEMBER_RETRY: Duration = Duration::from_millis(100);
@@ -32,33 +35,36 @@ pub fn stale(message: String) -> WireError {
     WireError::new(ErrorCode::StaleRoute, message)
 }
 
-#[derive(Default)]
-struct State {
-    /// Groups with a member on this server, as last heard from management.
-    groups: HashMap<u32, MirrorGroupInfo>,
-    /// A primary serves until then.
-    lease_until: Option<Instant>,
-    /// Members a change has not reached, since when, and the group version those changes
-    /// carried: (group, member) → (since, version). A failure under an older version is about
-    /// a membership that no longer holds, and is neither reported nor kept.
-    failing: HashMap<(u32, u32), (Instant, u64)>,
-    /// Resyncs running: (group, member) → the version they run in.
-    resyncs: HashMap<(u32, u32), u64>,
-    /// Resyncs finished, reported until management marks the member good.
-    resynced: HashSet<GroupMember>,
-    /// Progress of the resyncs running or finished, by (group, member), with their start.
-    progress: HashMap<(u32, u32), (ResyncProgress, Instant)>,
+/// A group as the decisions see it.
+fn decided(group: &MirrorGroupInfo) -> Group {
+    Group {
+        id: group.id,
+        version: group.version,
+        primary: group.primary,
+        loss_epoch: group.loss_epoch,
+        members: group
+            .members
+            .iter()
+            .map(|member| Member {
+                server: member.id,
+                state: match member.state {
+                    Consistency::Good => MemberState::Good,
+                    Consistency::NeedsResync => MemberState::NeedsResync {
+                        full: member.full_resync,
+                    },
+                    Consistency::Bad => MemberState::Absent,
+                },
+            })
+            .collect(),
+    }
 }
 
-/// A resync this server must run as primary: bring `member` of `group` up to date in
-/// `version`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResyncStart {
-    pub group: u32,
-    pub version: u64,
-    pub member: u32,
-    /// Whether management asks for a full copy.
-    pub full: bool,
+#[derive(Default)]
+struct State {
+    /// The decisions, with each group as management published it.
+    decisions: weft_mirror::Membership<MirrorGroupInfo>,
+    /// Progress of the resyncs running or finished, by (group, member), with their start.
+    progress: HashMap<(u32, u32), (ResyncProgress, Instant)>,
 }
 
 /// Where a server keeps the writes it answered before syncing them.
@@ -83,11 +89,14 @@ fn kernel_boot() -> Option<u64> {
     (hex.len() == 16).then(|| u64::from_str_radix(&hex, 16).ok())?
 }
 
-/// A server's mirror groups and lease.
+/// A server's mirror groups and lease: the decisions of [`weft_mirror::Membership`] on the
+/// process's clock, and the waits and retries around them.
 pub struct Membership {
     boot: u64,
     unsynced_boot: u64,
     interval: Duration,
+    /// Time zero of the decisions' clock.
+    epoch: Instant,
     state: Mutex<State>,
     /// Wakes the heartbeat loop early: a request showed that a newer map exists, or a resync
     /// finished.
@@ -111,6 +120,7 @@ impl Membership {
             boot,
             unsynced_boot,
             interval,
+            epoch: Instant::now(),
             state: Mutex::default(),
             wake: tokio::sync::Notify::new(),
         }
@@ -131,6 +141,15 @@ impl Membership {
         self.state.lock().expect("mirror state poisoned")
     }
 
+    /// `at` on the decisions' clock.
+    fn time(&self, at: Instant) -> Time {
+        at.saturating_duration_since(self.epoch).as_millis() as Time
+    }
+
+    fn now(&self) -> Time {
+        self.time(Instant::now())
+    }
+
     /// A change unacknowledged this long makes its member unreachable.
     pub fn member_timeout(&self) -> Duration {
         (self.interval * 2).max(Duration::from_secs(1))
@@ -138,37 +157,36 @@ impl Membership {
 
     /// The group as last heard.
     pub fn group(&self, group: u32) -> Option<MirrorGroupInfo> {
-        self.state().groups.get(&group).cloned()
+        self.state()
+            .decisions
+            .group(group)
+            .map(|(_, info)| info.clone())
     }
 
     /// Every group with a member here, as last heard.
     pub fn groups(&self) -> Vec<MirrorGroupInfo> {
-        self.state().groups.values().cloned().collect()
+        self.state()
+            .decisions
+            .groups()
+            .map(|(_, info)| info.clone())
+            .collect()
     }
 
     /// Whether the lease of this server's primaries holds now.
     pub fn lease_holds(&self) -> bool {
-        self.state()
-            .lease_until
-            .is_some_and(|until| Instant::now() < until)
+        self.state().decisions.lease_holds(self.now())
     }
 
     /// What the next heartbeat tells management.
     pub fn report(&self) -> MirrorHeartbeat {
         let state = self.state();
-        let timeout = self.member_timeout();
-        let unreachable = state
-            .failing
-            .iter()
-            .filter(|(_, (since, _))| since.elapsed() >= timeout)
-            .map(|((group, member), (_, version))| (*group, *version, *member))
-            .collect();
+        let timeout = self.member_timeout().as_millis() as u64;
         MirrorHeartbeat {
             boot: self.boot,
             unsynced_boot: self.unsynced_boot,
             interval_ms: self.interval.as_millis() as u64,
-            resynced: state.resynced.iter().copied().collect(),
-            unreachable,
+            resynced: state.decisions.resynced(),
+            unreachable: state.decisions.unreachable(self.now(), timeout),
             resyncs: state
                 .progress
                 .values()
@@ -181,97 +199,56 @@ impl Membership {
     }
 
     /// Takes management's answer to a heartbeat sent at `sent`: the lease, and the groups
-    /// (newer versions replace older ones; `adopted` sees each with the version it replaces).
-    /// Returns the resyncs this server must start as the primary of a group, the primary
-    /// being one of its members when `local` says so.
+    /// (newer versions replace older ones). `local` says which members live on this server.
+    /// Returns what changed: the resyncs this server must start as primary, and the records
+    /// of missed changes to start or drop.
     pub fn adopt(
         &self,
         sent: Instant,
         lease: Duration,
         groups: Vec<MirrorGroupInfo>,
         local: impl Fn(u32) -> bool,
-        mut adopted: impl FnMut(Option<&MirrorGroupInfo>, &MirrorGroupInfo),
-    ) -> Vec<ResyncStart> {
-        let mut starts = Vec::new();
+    ) -> Adopted {
+        let sent_at = self.time(sent);
         let mut state = self.state();
-        let until = sent + lease;
-        state.lease_until = Some(state.lease_until.map_or(until, |known| known.max(until)));
-        for group in groups {
-            let newer = state
-                .groups
-                .get(&group.id)
-                .is_none_or(|known| known.version < group.version);
-            if newer {
-                tracing::info!(
-                    group = group.id,
-                    kind = <&str>::from(group.kind),
-                    version = group.version,
-                    primary = group.primary,
-                    "mirror group version adopted"
-                );
-                let before = state.groups.insert(group.id, group.clone());
-                adopted(before.as_ref(), &group);
-            }
+        let adopted = state.decisions.adopt(
+            sent_at,
+            lease.as_millis() as u64,
+            groups
+                .into_iter()
+                .map(|info| (decided(&info), info))
+                .collect(),
+            local,
+        );
+        for (_, group) in &adopted.taken {
+            tracing::info!(
+                group = group.id,
+                kind = state
+                    .decisions
+                    .group(group.id)
+                    .map_or("", |(_, info)| <&str>::from(info.kind)),
+                version = group.version,
+                primary = group.primary,
+                "mirror group version adopted"
+            );
         }
         let State {
-            groups,
-            resyncs,
-            resynced,
-            failing,
+            decisions,
             progress,
-            ..
         } = &mut *state;
         // Progress is kept while the member still needs it or the resync's version holds.
         progress.retain(|(group, member), (p, _)| {
-            groups.get(group).is_some_and(|g| {
-                g.members
-                    .iter()
-                    .any(|m| m.id == *member && m.state == Consistency::NeedsResync)
+            decisions.group(*group).is_some_and(|(g, _)| {
+                g.member(*member)
+                    .is_some_and(|m| matches!(m.state, MemberState::NeedsResync { .. }))
                     && (g.version == p.version || !p.done)
             })
         });
-        // Reports management has acted on are dropped.
-        resynced.retain(|(group, version, member)| {
-            groups.get(group).is_some_and(|g| {
-                g.version == *version
-                    || g.members
-                        .iter()
-                        .any(|m| m.id == *member && m.state == Consistency::NeedsResync)
-            })
-        });
-        failing.retain(|(group, member), (_, version)| {
-            groups.get(group).is_some_and(|g| {
-                g.version == *version
-                    && g.members
-                        .iter()
-                        .any(|m| m.id == *member && m.state != Consistency::Bad)
-            })
-        });
-        for group in groups.values() {
-            if !local(group.primary) {
-                continue;
-            }
-            for member in &group.members {
-                let key = (group.id, member.id);
-                let wanted = member.state == Consistency::NeedsResync
-                    && member.id != group.primary
-                    && !resynced.contains(&(group.id, group.version, member.id));
-                if wanted && resyncs.get(&key) != Some(&group.version) {
-                    resyncs.insert(key, group.version);
-                    starts.push(ResyncStart {
-                        group: group.id,
-                        version: group.version,
-                        member: member.id,
-                        full: member.full_resync,
-                    });
-                }
-            }
-        }
-        starts
+        adopted
     }
 
     /// Records how a resync ended: a finished one is reported until management marks the
-    /// member good; a stopped one starts again with the next version.
+    /// member good; a stopped one starts again at the next map while the member needs it.
     pub fn resync_ended(&self, start: ResyncStart, outcome: &Result<(), WireError>) {
         let ResyncStart {
             group,
@@ -280,13 +257,10 @@ impl Membership {
             ..
         } = start;
         let mut state = self.state();
-        if state.resyncs.get(&(group, member)) == Some(&version) {
-            state.resyncs.remove(&(group, member));
-        }
+        state.decisions.resync_ended(start, outcome.is_ok());
         match outcome {
             Ok(()) => {
                 tracing::info!(group, version, member, "member resynced");
-                state.resynced.insert((group, version, member));
                 if let Some((progress, _)) = state.progress.get_mut(&(group, member)) {
                     progress.done = true;
                 }
@@ -294,7 +268,7 @@ impl Membership {
                 self.wake.notify_one();
             }
             Err(error) => {
-                tracing::info!(group, version, member, %error, "resync stopped; it starts again with the next version");
+                tracing::info!(group, version, member, %error, "resync stopped; it starts again at the next map while the member needs it");
             }
         }
     }
@@ -303,9 +277,9 @@ impl Membership {
     pub fn resync_started(&self, start: ResyncStart, total: u64, full: bool) {
         let mut state = self.state();
         let kind = state
-            .groups
-            .get(&start.group)
-            .map_or(weft_proto::messages::MirrorKind::Storage, |g| g.kind);
+            .decisions
+            .group(start.group)
+            .map_or(weft_proto::messages::MirrorKind::Storage, |(_, g)| g.kind);
         state.progress.insert(
             (start.group, start.member),
             (
@@ -336,6 +310,31 @@ impl Membership {
         }
     }
 
+    /// A refusal as the sender sees it; wakes the heartbeat loop when the sender knows a
+    /// newer map than this server or the lease ran out.
+    fn refusal(&self, refused: Refused, group: u32, routed: u64, what: &str) -> WireError {
+        if refused.sender_is_ahead(routed) {
+            self.wake.notify_one();
+        }
+        stale(match refused {
+            Refused::UnknownGroup => {
+                format!("mirror group {group} is not known on this server yet")
+            }
+            Refused::WrongVersion { known } => format!(
+                "mirror group {group} is at version {known} here, the {what} carries {routed}"
+            ),
+            Refused::NotPrimary { primary } => format!(
+                "this member is not the primary of mirror group {group} (member {primary} is)"
+            ),
+            Refused::NoLease => format!(
+                "the lease of mirror group {group}'s primary ran out: management has not answered lately"
+            ),
+            Refused::NotPresent => format!(
+                "this member is no present secondary of mirror group {group} in version {routed}"
+            ),
+        })
+    }
+
     /// Checks a request routed to member `primary` of `group` as primary in `version`; returns
     /// the group.
     ///
@@ -349,37 +348,11 @@ impl Membership {
         version: u64,
     ) -> Result<MirrorGroupInfo, WireError> {
         let state = self.state();
-        let Some(known) = state.groups.get(&group) else {
-            self.wake.notify_one();
-            return Err(stale(format!(
-                "mirror group {group} is not known on this server yet"
-            )));
-        };
-        if known.version != version {
-            if version > known.version {
-                self.wake.notify_one();
-            }
-            return Err(stale(format!(
-                "mirror group {group} is at version {} here, the request was routed with {version}",
-                known.version
-            )));
-        }
-        if known.primary != primary {
-            return Err(stale(format!(
-                "member {primary} is not the primary of mirror group {group} (member {} is)",
-                known.primary
-            )));
-        }
-        if state
-            .lease_until
-            .is_none_or(|until| Instant::now() >= until)
-        {
-            self.wake.notify_one();
-            return Err(stale(format!(
-                "the lease of mirror group {group}'s primary ran out: management has not answered lately"
-            )));
-        }
-        Ok(known.clone())
+        state
+            .decisions
+            .admit_primary(self.now(), primary, group, version)
+            .map(|(_, info)| info.clone())
+            .map_err(|refused| self.refusal(refused, group, version, "request"))
     }
 
     /// Checks a change forwarded to `member` of `group` by its primary in `version`.
@@ -388,40 +361,15 @@ impl Membership {
     /// `StaleRoute` when the version differs or `member` is not a present secondary.
     pub fn admit_forward(&self, member: u32, group: u32, version: u64) -> Result<(), WireError> {
         let state = self.state();
-        let known = state.groups.get(&group);
-        let known_version = known.map_or(0, |g| g.version);
-        if known_version != version {
-            if version > known_version {
-                self.wake.notify_one();
-            }
-            return Err(stale(format!(
-                "mirror group {group} is at version {known_version} here, the forward carries {version}"
-            )));
-        }
-        let present = known.is_some_and(|g| {
-            g.primary != member
-                && g.members
-                    .iter()
-                    .any(|m| m.id == member && m.state != Consistency::Bad)
-        });
-        if present {
-            Ok(())
-        } else {
-            Err(stale(format!(
-                "member {member} is no present secondary of mirror group {group} in version {known_version}"
-            )))
-        }
+        state
+            .decisions
+            .admit_forward(member, group, version)
+            .map_err(|refused| self.refusal(refused, group, version, "forward"))
     }
 
     /// The members other than the primary that get changes now.
     pub fn present_secondaries(&self, group: u32) -> Vec<u32> {
-        self.state().groups.get(&group).map_or(Vec::new(), |g| {
-            g.members
-                .iter()
-                .filter(|m| m.id != g.primary && m.state != Consistency::Bad)
-                .map(|m| m.id)
-                .collect()
-        })
+        self.state().decisions.present_secondaries(group)
     }
 
     /// The version a change from `primary` to `member` carries now; `None` when the member
@@ -436,28 +384,10 @@ impl Membership {
         member: u32,
     ) -> Result<Option<u64>, WireError> {
         let state = self.state();
-        let Some(known) = state.groups.get(&group) else {
-            return Err(stale(format!("mirror group {group} is gone")));
-        };
-        if known.primary != primary {
-            return Err(stale(format!(
-                "member {primary} stopped being the primary of mirror group {group}"
-            )));
-        }
-        if state
-            .lease_until
-            .is_none_or(|until| Instant::now() >= until)
-        {
-            // Management may promote another member soon: stop waiting for this one.
-            return Err(stale(format!(
-                "the lease of mirror group {group}'s primary ran out while a member was unreachable"
-            )));
-        }
-        let present = known
-            .members
-            .iter()
-            .any(|m| m.id == member && m.state != Consistency::Bad);
-        Ok(present.then_some(known.version))
+        state
+            .decisions
+            .version_to_member(self.now(), primary, group, member)
+            .map_err(|refused| self.refusal(refused, group, 0, "change"))
     }
 
     /// The version a resync step of `start` carries; fails once the resync's version is over.
@@ -465,22 +395,28 @@ impl Membership {
     /// # Errors
     /// `StaleRoute` when the group moved on.
     pub fn resync_version(&self, primary: u32, start: ResyncStart) -> Result<u64, WireError> {
-        match self.version_to_member(primary, start.group, start.member)? {
-            Some(version) if version == start.version => Ok(version),
-            _ => Err(stale(format!(
-                "mirror group {} left version {}",
-                start.group, start.version
-            ))),
-        }
+        let state = self.state();
+        state
+            .decisions
+            .resync_version(self.now(), primary, start)
+            .map_err(|refused| self.refusal(refused, start.group, start.version, "resync"))
     }
 
     /// Delivers a change from `primary` to every present secondary of `group` with `send`
     /// (member, version, attempt), trying each until it has it or has left the group. A
-    /// member that does not take it within the member timeout is reported unreachable.
+    /// member that does not take it within the member timeout is reported unreachable. When
+    /// the change is given up, the members that did not take it are owed `items` (see
+    /// [`weft_mirror::Membership::undelivered`]).
     ///
     /// # Errors
     /// `StaleRoute` when `primary` stopped being the primary or its lease ran out meanwhile.
-    pub async fn deliver<F, Fut>(&self, primary: u32, group: u32, send: F) -> Result<(), WireError>
+    pub async fn deliver<F, Fut>(
+        &self,
+        primary: u32,
+        group: u32,
+        items: &[u64],
+        send: F,
+    ) -> Result<(), WireError>
     where
         F: Fn(u32, u64, u32) -> Fut,
         Fut: Future<Output = Result<(), RpcError>>,
@@ -492,12 +428,21 @@ impl Membership {
             let mut first_failure: Option<(Instant, u64)> = None;
             let mut attempt = 0;
             loop {
-                let Some(version) = self.version_to_member(primary, group, member)? else {
-                    return Ok(());
+                let version = match self.version_to_member(primary, group, member) {
+                    Ok(Some(version)) => version,
+                    Ok(None) => return Ok(()),
+                    Err(error) => {
+                        self.state().decisions.undelivered(
+                            group,
+                            member,
+                            items.iter().copied(),
+                        );
+                        return Err(error);
+                    }
                 };
                 match send(member, version, attempt).await {
                     Ok(()) => {
-                        self.state().failing.remove(&(group, member));
+                        self.state().decisions.delivered(group, member);
                         return Ok(());
                     }
                     Err(error) => {
@@ -511,15 +456,13 @@ impl Membership {
                         };
                         first_failure = Some((since, version));
                         if !error.is_retryable() || since.elapsed() >= self.member_timeout() {
-                            let mut state = self.state();
-                            // Only while the version the change carried still holds: a send
-                            // that failed as the group moved on says nothing of the new one.
-                            let holds =
-                                state.groups.get(&group).is_some_and(|g| g.version == version);
-                            let kept = state.failing.get(&(group, member)).map(|(_, v)| *v);
-                            if holds && kept != Some(version) {
-                                state.failing.insert((group, member), (since, version));
-                            }
+                            // Kept only while the version the change carried still holds: a
+                            // send that failed as the group moved on says nothing of the new
+                            // one.
+                            let since = self.time(since);
+                            self.state()
+                                .decisions
+                                .delivery_failing(group, member, version, since);
                         }
                         attempt += 1;
                         tokio::time::sleep(MEMBER_RETRY).await;

@@ -11,12 +11,29 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use weft_proto::messages::{Consistency, MirrorGroupInfo};
+use weft_net::mirror::Adopted;
 
 struct Log {
     path: PathBuf,
     file: File,
     items: BTreeSet<u64>,
+}
+
+impl Log {
+    /// Adds `items`; durable when this returns (one sync if any was new).
+    fn append(&mut self, items: &[u64]) -> std::io::Result<()> {
+        let mut bytes = Vec::new();
+        for item in items {
+            if self.items.insert(*item) {
+                bytes.extend_from_slice(&item.to_le_bytes());
+            }
+        }
+        if !bytes.is_empty() {
+            self.file.write_all(&bytes)?;
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
 }
 
 /// Every record this server keeps, by (group, member).
@@ -119,21 +136,22 @@ impl MissedLogs {
     pub fn note(&self, group: u32, items: &[u64]) -> std::io::Result<()> {
         let mut logs = self.logs();
         for ((g, _), log) in logs.iter_mut() {
-            if *g != group {
-                continue;
-            }
-            let mut bytes = Vec::new();
-            for item in items {
-                if log.items.insert(*item) {
-                    bytes.extend_from_slice(&item.to_le_bytes());
-                }
-            }
-            if !bytes.is_empty() {
-                log.file.write_all(&bytes)?;
-                log.file.sync_data()?;
+            if *g == group {
+                log.append(items)?;
             }
         }
         Ok(())
+    }
+
+    /// Records that `items` changed for `member` of `group` alone, if it has a record.
+    ///
+    /// # Errors
+    /// When the record cannot be written.
+    pub fn note_member(&self, group: u32, member: u32, items: &[u64]) -> std::io::Result<()> {
+        match self.logs().get_mut(&(group, member)) {
+            Some(log) => log.append(items),
+            None => Ok(()),
+        }
     }
 
     /// What `member` of `group` missed, if recorded, in order.
@@ -150,33 +168,25 @@ impl MissedLogs {
         }
     }
 
-    /// Follows a new version of `group`: starts recording for each member that left it in
-    /// sync while this server stayed its primary (`root` is where the primary keeps its
-    /// records; `None` when the primary is not on this server, whose records of the group are
-    /// dropped).
-    pub fn track(
-        &self,
-        root: Option<&Path>,
-        before: Option<&MirrorGroupInfo>,
-        group: &MirrorGroupInfo,
-    ) {
-        let Some(root) = root else {
-            self.forget_group(group.id);
-            return;
-        };
-        let was_primary = before.is_some_and(|b| b.primary == group.primary);
-        for member in &group.members {
-            if member.id == group.primary || member.state != Consistency::Bad {
+    /// Does what a newer map asks of the records ([`Adopted`]): starts one for each member
+    /// that left its group in sync while this server stayed its primary (in the directory
+    /// `root` gives for the group's primary), and drops those of groups whose primary is no
+    /// longer here.
+    pub fn follow(&self, adopted: &Adopted, root: impl Fn(u32) -> Option<PathBuf>) {
+        for group in &adopted.drop_missed {
+            self.forget_group(*group);
+        }
+        for (group, member, owed) in &adopted.record_missed {
+            let Some(root) = root(*group) else {
                 continue;
-            }
-            let was_good = before
-                .and_then(|b| b.members.iter().find(|m| m.id == member.id))
-                .is_some_and(|m| m.state == Consistency::Good);
-            if was_primary && was_good {
-                if let Err(error) = self.start(root, group.id, member.id) {
-                    // Without a record the member is copied in full when it comes back.
-                    tracing::error!(group = group.id, member = member.id, %error, "cannot record what a mirror member misses");
-                }
+            };
+            let started = self
+                .start(&root, *group, *member)
+                .and_then(|()| self.note_member(*group, *member, owed));
+            if let Err(error) = started {
+                // Without a record the member is copied in full when it comes back.
+                self.forget(*group, *member);
+                tracing::error!(group, member, %error, "cannot record what a mirror member misses");
             }
         }
     }

@@ -116,17 +116,14 @@ impl Mirror {
     /// (newer versions replace older ones). Starts the resyncs this server must run as
     /// primary.
     pub fn adopt(self: &Arc<Self>, sent: Instant, lease: Duration, groups: Vec<MirrorGroupInfo>) {
-        let starts = self.membership.adopt(
-            sent,
-            lease,
-            groups,
-            |member| self.targets.contains_key(&TargetId(member)),
-            |before, group| {
-                let root = self.targets.get(&TargetId(group.primary)).map(|t| t.root());
-                self.missed.track(root, before, group);
-            },
-        );
-        for start in starts {
+        let adopted = self.membership.adopt(sent, lease, groups, |member| {
+            self.targets.contains_key(&TargetId(member))
+        });
+        self.missed.follow(&adopted, |group| {
+            let primary = self.membership.group(group)?.primary;
+            Some(self.targets.get(&TargetId(primary))?.root().to_path_buf())
+        });
+        for start in adopted.starts {
             let mirror = Arc::clone(self);
             tokio::spawn(async move {
                 let outcome = mirror.resync(start).await;
@@ -182,8 +179,14 @@ impl Mirror {
         request: &StorageRequest,
         payload: &Bytes,
     ) -> Result<(), WireError> {
+        // The object a member that does not take the change is owed if it is given up.
+        let changed: Vec<u64> = request
+            .changed_range(payload.len())
+            .map(|(inode, _)| inode.0)
+            .into_iter()
+            .collect();
         self.membership
-            .deliver(target.0, group, |member, version, attempt| {
+            .deliver(target.0, group, &changed, |member, version, attempt| {
                 let forward = request
                     .clone()
                     .rerouted(member_route(group, version, member));
