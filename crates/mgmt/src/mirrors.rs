@@ -14,9 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weft_mirror::{Controller, Group, GroupId, MemberState, Msg, Node, Timing};
 use weft_proto::ids::{NodeId, TargetId};
-use weft_proto::messages::{
-    Consistency, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MirrorMember,
-};
+use weft_proto::messages::{MirrorHeartbeat, MirrorKind};
 
 /// A commit of the groups' state slower than this is logged.
 const SLOW_COMMIT: Duration = Duration::from_secs(1);
@@ -29,35 +27,6 @@ pub(crate) struct Mirrors {
     promotion_timeout: Duration,
     storage: Mutex<Controller>,
     meta: Mutex<Controller>,
-}
-
-/// A group as published: members with their nodes and consistency.
-pub(crate) fn group_info(
-    kind: MirrorKind,
-    group: &Group,
-    node_of: impl Fn(u32) -> NodeId,
-) -> MirrorGroupInfo {
-    MirrorGroupInfo {
-        id: group.id,
-        kind,
-        version: group.version,
-        primary: group.primary,
-        loss_epoch: group.loss_epoch,
-        members: group
-            .members
-            .iter()
-            .map(|member| MirrorMember {
-                id: member.server,
-                node: node_of(member.server),
-                state: match member.state {
-                    MemberState::Good => Consistency::Good,
-                    MemberState::NeedsResync { .. } => Consistency::NeedsResync,
-                    MemberState::Absent => Consistency::Bad,
-                },
-                full_resync: member.state == MemberState::NeedsResync { full: true },
-            })
-            .collect(),
-    }
 }
 
 impl Mirrors {

@@ -1,6 +1,6 @@
 //! The management request handler and its in-memory heartbeat view.
 
-use crate::mirrors::{group_info, nodes_of_targets, Mirrors};
+use crate::mirrors::{nodes_of_targets, Mirrors};
 use crate::monitor::Monitor;
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use weft_net::mirror::published;
 use weft_net::HttpReply;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, NodeId, TargetId};
@@ -499,7 +500,7 @@ impl Mgmt {
                     lease_ms: lease.as_millis() as u64,
                     mirror_groups: groups
                         .iter()
-                        .map(|g| group_info(mirror_kind, g, node_of))
+                        .map(|g| published(mirror_kind, g, node_of))
                         .collect(),
                 })
             }
@@ -655,7 +656,7 @@ impl Mgmt {
         let created = self.mirrors.create(&self.store, kind, &members)?;
         Ok(created
             .iter()
-            .map(|group| group_info(kind, group, |m| nodes[&m]))
+            .map(|group| published(kind, group, |m| nodes[&m]))
             .collect())
     }
 
@@ -701,7 +702,7 @@ impl Mgmt {
             .groups(MirrorKind::Storage)
             .iter()
             .map(|group| {
-                group_info(MirrorKind::Storage, group, |target| {
+                published(MirrorKind::Storage, group, |target| {
                     nodes.get(&target).copied().unwrap_or(NodeId(0))
                 })
             })
@@ -710,7 +711,7 @@ impl Mgmt {
             self.mirrors
                 .groups(MirrorKind::Meta)
                 .iter()
-                .map(|group| group_info(MirrorKind::Meta, group, NodeId)),
+                .map(|group| published(MirrorKind::Meta, group, NodeId)),
         );
         out
     }

@@ -22,7 +22,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weft_mirror::{Group, Member, MemberState, Refused, Time};
 use weft_proto::error::WireError;
-use weft_proto::messages::{Consistency, MirrorGroupInfo, MirrorHeartbeat, ResyncProgress};
+use weft_proto::ids::NodeId;
+use weft_proto::messages::{
+    Consistency, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MirrorMember, ResyncProgress,
+};
 use weft_proto::ErrorCode;
 
 pub use weft_mirror::{Adopted, ResyncStart};
@@ -35,8 +38,38 @@ pub fn stale(message: String) -> WireError {
     WireError::new(ErrorCode::StaleRoute, message)
 }
 
-/// A group as the decisions see it.
-fn decided(group: &MirrorGroupInfo) -> Group {
+/// A group of `kind` as management publishes it, each member on the node `node_of` gives;
+/// [`decided`] turns it back.
+pub fn published(
+    kind: MirrorKind,
+    group: &Group,
+    node_of: impl Fn(u32) -> NodeId,
+) -> MirrorGroupInfo {
+    MirrorGroupInfo {
+        id: group.id,
+        kind,
+        version: group.version,
+        primary: group.primary,
+        loss_epoch: group.loss_epoch,
+        members: group
+            .members
+            .iter()
+            .map(|member| MirrorMember {
+                id: member.server,
+                node: node_of(member.server),
+                state: match member.state {
+                    MemberState::Good => Consistency::Good,
+                    MemberState::NeedsResync { .. } => Consistency::NeedsResync,
+                    MemberState::Absent => Consistency::Bad,
+                },
+                full_resync: member.state == MemberState::NeedsResync { full: true },
+            })
+            .collect(),
+    }
+}
+
+/// A published group as the decisions see it.
+pub fn decided(group: &MirrorGroupInfo) -> Group {
     Group {
         id: group.id,
         version: group.version,
