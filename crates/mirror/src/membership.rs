@@ -417,11 +417,6 @@ impl<G: Clone> Membership<G> {
                 .insert((start.group, start.version, start.member));
         }
     }
-
-    /// Whether `start` is still the resync of its member.
-    pub fn resync_running(&self, start: ResyncStart) -> bool {
-        self.resyncs.get(&(start.group, start.member)) == Some(&start.version)
-    }
 }
 
 #[cfg(test)]
