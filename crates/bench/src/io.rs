@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-use weft_proto::layout::FileLayout;
+use weft_proto::layout::{FileLayout, SlotSet};
 use weft_proto::messages::SizeReport;
 use weft_proto::InodeId;
 
@@ -473,6 +473,8 @@ pub struct NativeFile {
     /// Reads of what the open found, with read-ahead.
     reader: weft_client::FileReader,
     written_end: std::sync::atomic::AtomicU64,
+    /// The slots of the layout this handle wrote to, sent with its size reports.
+    written: std::sync::Mutex<SlotSet>,
     /// Buffers handed to the writer, reused once it has let go of them.
     spare: std::sync::Mutex<Vec<bytes::Bytes>>,
 }
@@ -523,6 +525,7 @@ impl NativeFiles {
             generation: attr.truncate_generation,
             size: attr.size,
             written_end: std::sync::atomic::AtomicU64::new(0),
+            written: std::sync::Mutex::default(),
             spare: std::sync::Mutex::default(),
         })
     }
@@ -559,6 +562,10 @@ impl IoTarget for NativeFiles {
         self.runtime.block_on(file.writer.write(offset, data))?;
         file.written_end
             .fetch_max(offset + len, std::sync::atomic::Ordering::Relaxed);
+        file.written
+            .lock()
+            .expect("written slots poisoned")
+            .extend(SlotSet::of_range(&file.layout, offset, len));
         Ok(())
     }
 
@@ -598,6 +605,7 @@ impl IoTarget for NativeFiles {
                 truncate_generation: file.generation,
                 durable: true,
                 modified: true,
+                written: *file.written.lock().expect("written slots poisoned"),
             };
             self.client.report_size(file.inode, report).await?;
             Ok(())
@@ -613,6 +621,7 @@ impl IoTarget for NativeFiles {
                 truncate_generation: file.generation,
                 durable: false,
                 modified: true,
+                written: *file.written.lock().expect("written slots poisoned"),
             };
             self.runtime
                 .block_on(self.client.report_size(file.inode, report))?;

@@ -9,6 +9,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
+use weft_proto::layout::SlotSet;
 use weft_proto::messages::SizeReport;
 use weft_proto::InodeId;
 
@@ -312,6 +313,7 @@ impl MetaTarget for NativeTarget {
                         truncate_generation: attr.truncate_generation,
                         durable: false,
                         modified: true,
+                        written: SlotSet::of_range(layout, 0, data.len() as u64),
                     },
                 )
                 .await?;

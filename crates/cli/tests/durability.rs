@@ -191,6 +191,46 @@ fn fsck_removes_objects_without_a_file() {
     drop(held);
 }
 
+// Goal: `weft fsck` tells a lost object from a hole: the file records which slots its data
+// was written to, so an object of such a slot that is gone is reported as lost data (it used
+// to read as zeros while fsck called the file consistent), while a sparse file whose holes
+// span whole objects stays clean. Method: a small file on one target and a sparse file
+// written only at its start, check clean, remove the small file's object on the target's disk,
+// check again.
+#[test]
+fn fsck_finds_a_lost_object() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    common::write_synced(&mnt.join("small"), &pattern(63, 100 * 1024));
+    // 64 MiB long, written only at its start: every other object is a hole.
+    let sparse = File::create(mnt.join("sparse")).expect("create");
+    sparse.set_len(64 << 20).expect("extend");
+    sparse.write_all_at(b"first", 0).expect("write");
+    sparse.sync_all().expect("fsync");
+    drop(sparse);
+    wait_until("fsck to pass once the files are closed", || {
+        common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]).0
+    })
+    .expect("a clean cluster, sparse files included, passes");
+
+    let inode = fs::metadata(mnt.join("small")).expect("stat").ino();
+    let objects = common::object_files(&cluster, (2, 2), "objects", inode);
+    assert_eq!(
+        objects.len(),
+        1,
+        "a 100 KiB file has one object: {objects:?}"
+    );
+    let (_, target, path) = &objects[0];
+    fs::remove_file(path).expect("lose the object");
+    let (ok, report, _) = common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(!ok, "the lost object is a problem:\n{report}");
+    assert!(
+        report.contains(&weft_proto::InodeId(inode).to_string()) && report.contains("is lost"),
+        "the report names the file's lost data (on target {target}):\n{report}"
+    );
+}
+
 // Goal: `weft fsck` finds an object that holds bytes past the end of its file (they would
 // show if the file grew: a size extended by truncate reads them instead of zeros), and
 // `--repair` cuts them through a truncate to the file's size, after which the file still

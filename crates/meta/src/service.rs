@@ -1,10 +1,12 @@
 //! The metadata request handler: dispatch, retry identity, open files, background work queues
 //! and heartbeats.
 
+mod verify;
+
 use crate::chooser::Chooser;
 use crate::commit::{Answered, CommitMetrics, Committer};
 use crate::locks::LockTable;
-use crate::ops::check::check;
+use crate::ops::check::{check, Checked, Listed};
 use crate::ops::create::{create, ensure_root, link, NewEntry};
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
 use crate::ops::remote::{
@@ -31,11 +33,11 @@ use weft_net::mirror::Membership;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, StorageClient};
 use weft_proto::error::WireError;
-use weft_proto::ids::{ClientId, InodeId, NodeId, ROOT_HOME};
-use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot};
+use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId, ROOT_HOME};
+use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
 use weft_proto::messages::{
-    FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Reply, Response, LOCK_WAIT_MS_MAX,
-    OBJECTS_PER_LIST_MAX,
+    Consistency, FileKind, InodeAttr, MetaRequest, MirrorKind, MutationId, NewInode, Reply,
+    Response, LOCK_WAIT_MS_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
@@ -987,7 +989,7 @@ impl Meta {
                     .contains(slot)
             })
         };
-        let grown = match attr.and_then(|attr| Some((attr.layout.clone()?, attr))) {
+        let found = match attr.and_then(|attr| Some((attr.layout.clone()?, attr))) {
             Some(_) if truncating => return Ok(false),
             Some((layout, _)) if layout.slots().any(|slot| failed(&slot)) => return Ok(false),
             Some((layout, attr)) => {
@@ -1017,16 +1019,23 @@ impl Meta {
                     return Err(rpc_error(error));
                 }
                 let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
-                (size > attr.size).then_some((size, attr.truncate_generation))
+                let mut written = SlotSet::default();
+                for (index, _) in found.iter().enumerate().filter(|(_, length)| **length > 0) {
+                    written.insert(index);
+                }
+                Some(((size, attr.truncate_generation), written, size > attr.size))
             }
             None => None,
         };
-        if grown.is_some() || listed {
+        let grown = found.and_then(|((size, _), _, grown)| grown.then_some(size));
+        let has_data = found.is_some_and(|(_, written, _)| !written.is_empty());
+        if grown.is_some() || has_data || listed {
+            let found = found.map(|(size, written, _)| (size, written));
             self.committer
-                .run(Box::new(move |txn| settle_size(txn, inode, grown)))
+                .run(Box::new(move |txn| settle_size(txn, inode, found)))
                 .await?;
         }
-        if let Some((size, _)) = grown {
+        if let Some(size) = grown {
             tracing::info!(%inode, size, "size recovered from the objects");
         }
         Ok(true)
@@ -2148,7 +2157,7 @@ impl Meta {
             .await
             .unwrap_or_else(|_| self.cluster.map());
         let mut objects = Vec::new();
-        let mut unreachable = Vec::new();
+        let mut unreachable: Vec<TargetId> = Vec::new();
         // Every target's plain objects, and a group member's mirrored objects as well.
         let spaces = map.targets.iter().flat_map(|t| {
             let group = map.mirror_group_of_target(t.id).map(|g| g.id);
@@ -2207,12 +2216,38 @@ impl Meta {
             // again until the grace period is over.
             open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::store::ORPHANS)?))?);
         }
+        let listed = Listed {
+            targets: map
+                .targets
+                .iter()
+                .map(|t| t.id)
+                .filter(|id| !unreachable.contains(id))
+                .collect(),
+            good_members: map
+                .mirror_groups
+                .iter()
+                .filter(|group| group.kind == MirrorKind::Storage)
+                .map(|group| {
+                    let good = group.members.iter().filter(|member| {
+                        member.state == Consistency::Good
+                            && !unreachable.contains(&TargetId(member.id))
+                    });
+                    (group.id, good.map(|member| TargetId(member.id)).collect())
+                })
+                .collect(),
+        };
         let home = self.node;
-        let (mut report, garbage) = self
+        let checked = self
             .committer
-            .run_with(move |txn| check(txn, home, repair, &objects, &open, &referenced))
+            .run_with(move |txn| check(txn, home, repair, (&objects, &listed), &open, &referenced))
             .await?;
         drop(disposing);
+        let Checked {
+            mut report,
+            garbage,
+            suspects,
+        } = checked;
+        self.verify_suspects(suspects, &mut report).await;
         for (inode, slot) in garbage {
             let removed = self
                 .cluster

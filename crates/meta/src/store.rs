@@ -13,13 +13,14 @@
 //! | `intents` | intent id | postcard [`crate::ops::remote::Intent`]: a cross-server operation in flight |
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 //! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
+//! | `written` | inode id | postcard [`SlotSet`]: the slots of the file's layout data was written to |
 
 use redb::{ReadableTable, Table, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
-use weft_proto::layout::{FileLayout, StripePattern};
+use weft_proto::layout::{FileLayout, SlotSet, StripePattern};
 use weft_proto::messages::{FileKind, InodeAttr, Timestamp, NAME_BYTES_MAX};
 use weft_proto::ErrorCode;
 
@@ -51,6 +52,12 @@ pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
 /// loses both together, and a start recomputes the size of every file still listed from its
 /// objects (`Meta::settle_unreported`). The last close of a file takes it off too.
 pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("unreported");
+/// The slots of each regular file's layout that data was written to in its truncate
+/// generation, from the writers' size reports (and from the objects when a size is settled
+/// without one): `weft fsck` takes a missing object of such a slot for lost data, where a
+/// missing object of another slot is a hole. A file without a row has none recorded (or was
+/// written before the table existed). A truncate keeps only the slots its size leaves bytes on.
+pub(crate) const WRITTEN: TableDefinition<u64, &[u8]> = TableDefinition::new("written");
 
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
@@ -68,6 +75,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(SETTLED_INTENTS)?;
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
+    txn.open_table(WRITTEN)?;
     migrate_entries(&txn)?;
     txn.commit()?;
     Ok(())
@@ -413,6 +421,38 @@ pub(crate) fn kind_from_code(code: u8) -> FileKind {
 }
 
 /// Reads an inode or fails with `NotFound`.
+/// The slots of `inode`'s layout recorded as written ([`WRITTEN`]).
+pub(crate) fn load_written(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    inode: InodeId,
+) -> Result<SlotSet, OpError> {
+    match table.get(inode.0)? {
+        Some(bytes) => postcard::from_bytes(bytes.value()).map_err(|error| {
+            OpError::Store(format!("written slots of {inode} are damaged: {error}"))
+        }),
+        None => Ok(SlotSet::default()),
+    }
+}
+
+/// Records the slots of `inode`'s layout that `change` makes of its written ones.
+pub(crate) fn change_written(
+    txn: &redb::WriteTransaction,
+    inode: InodeId,
+    change: impl FnOnce(&mut SlotSet),
+) -> Result<(), OpError> {
+    let mut table = txn.open_table(WRITTEN)?;
+    let before = load_written(&table, inode)?;
+    let mut after = before;
+    change(&mut after);
+    if after.is_empty() {
+        table.remove(inode.0)?;
+    } else if after != before {
+        let bytes = postcard::to_stdvec(&after).expect("slot sets always encode");
+        table.insert(inode.0, bytes.as_slice())?;
+    }
+    Ok(())
+}
+
 pub(crate) fn load_inode(
     inodes: &impl ReadableTable<u64, &'static [u8]>,
     inode: InodeId,

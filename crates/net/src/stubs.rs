@@ -951,4 +951,24 @@ impl StorageClient {
         let response = self.rpc.call(&request, Bytes::new()).await?.0;
         expect_response!(self.rpc, response, Response::Length(length) => length)
     }
+
+    /// The length and CRC32C of the copy of an object on `target` itself (a mirror member's
+    /// own copy when `mirrored`).
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
+    pub async fn object_checksum(
+        &self,
+        target: TargetId,
+        mirrored: bool,
+        inode: InodeId,
+    ) -> Result<(u64, u32), RpcError> {
+        let request = Request::Storage(StorageRequest::ObjectChecksum {
+            target,
+            mirrored,
+            inode,
+        });
+        let response = self.rpc.call(&request, Bytes::new()).await?.0;
+        expect_response!(self.rpc, response, Response::Checksum { length, crc } => (length, crc))
+    }
 }

@@ -12,6 +12,29 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
+/// A CRC32C computed over bytes given in pieces: the same value as [`crc32c`] of them all.
+pub struct Crc32c(crc_fast::Digest);
+
+impl Crc32c {
+    pub fn new() -> Crc32c {
+        Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi))
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn value(&self) -> u32 {
+        self.0.finalize() as u32
+    }
+}
+
+impl Default for Crc32c {
+    fn default() -> Crc32c {
+        Crc32c::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -21,6 +44,10 @@ mod tests {
     fn known_vector() {
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
         assert_eq!(crc32c(b""), 0);
+        let mut pieces = Crc32c::new();
+        pieces.update(b"1234");
+        pieces.update(b"56789");
+        assert_eq!(pieces.value(), 0xe306_9283);
     }
 
     // Goal: every length and alignment gives the same checksum as a plain bitwise CRC32C,

@@ -228,6 +228,64 @@ pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> 
     pieces
 }
 
+/// A set of a layout's slots by index in its target list: the slots a file's data was
+/// written to, so that `weft fsck` can tell a lost object from a hole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotSet([u64; 4]);
+
+const _: () = assert!(NUM_TARGETS_MAX as usize <= 4 * 64);
+
+impl SlotSet {
+    /// The slots of `layout` that hold bytes of the file range `[offset, offset + len)`.
+    pub fn of_range(layout: &FileLayout, offset: u64, len: u64) -> SlotSet {
+        let mut set = SlotSet::default();
+        if len == 0 {
+            return set;
+        }
+        let chunk = u64::from(layout.pattern.chunk_size_bytes);
+        let targets = layout.targets.len() as u64;
+        let first = offset / chunk;
+        let last = (offset + (len - 1)) / chunk;
+        for chunk_index in first..=last.min(first + targets - 1) {
+            set.insert((chunk_index % targets) as usize);
+        }
+        set
+    }
+
+    pub fn insert(&mut self, index: usize) {
+        self.0[index / 64] |= 1 << (index % 64);
+    }
+
+    pub fn contains(&self, index: usize) -> bool {
+        index < 4 * 64 && self.0[index / 64] & (1 << (index % 64)) != 0
+    }
+
+    /// Adds every slot of `other`.
+    pub fn extend(&mut self, other: SlotSet) {
+        for (word, more) in self.0.iter_mut().zip(other.0) {
+            *word |= more;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|word| *word == 0)
+    }
+
+    /// The slots, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..4 * 64).filter(|index| self.contains(*index))
+    }
+
+    /// Keeps only the slots for which `keep` holds.
+    pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        for index in self.iter().collect::<Vec<_>>() {
+            if !keep(index) {
+                self.0[index / 64] &= !(1 << (index % 64));
+            }
+        }
+    }
+}
+
 /// The length the object on `target_index` has when the file is exactly `file_size` bytes long
 /// and fully written. Truncate cuts each object to this length.
 pub fn object_length_for_file_size(
@@ -364,6 +422,36 @@ mod tests {
         assert_eq!(pieces[1].target_index, 2);
         assert_eq!(pieces[1].object_offset, 65536);
         assert_eq!(pieces[1].len, 10);
+    }
+
+    // Goal: the slots a write touches are exactly those `map_range` puts its pieces on, for
+    // short writes, writes across chunks, writes longer than a stripe, and the last of 256
+    // targets, so fsck expects an object on every slot written and on no other.
+    #[test]
+    fn written_slots_are_the_slots_of_the_pieces() {
+        for (l, offset, len) in [
+            (layout(16, 4), 5 * 65536 + 10, 65536),
+            (layout(16, 4), 0, 1),
+            (layout(16, 4), 3 * 65536, 10 * 65536),
+            (layout(16, 256), 255 * 65536, 65536),
+            (layout(16, 256), 200 * 65536, 100 * 65536),
+        ] {
+            let mut expected = SlotSet::default();
+            for piece in map_range(&l, offset, len) {
+                expected.insert(piece.target_index);
+            }
+            assert_eq!(
+                SlotSet::of_range(&l, offset, len),
+                expected,
+                "{offset}+{len}"
+            );
+        }
+        assert!(SlotSet::of_range(&layout(16, 4), 7, 0).is_empty());
+        let mut set = SlotSet::of_range(&layout(16, 256), 0, 256 * 65536);
+        assert_eq!(set.iter().count(), 256);
+        set.retain(|index| index % 2 == 0);
+        assert_eq!(set.iter().count(), 128);
+        assert!(set.contains(254) && !set.contains(255));
     }
 
     // Goal: pattern bounds are enforced with a message a user understands.

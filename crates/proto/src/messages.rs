@@ -3,7 +3,7 @@
 
 use crate::error::WireError;
 use crate::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
-use crate::layout::{FileLayout, StripePattern};
+use crate::layout::{FileLayout, SlotSet, StripePattern};
 use serde::{Deserialize, Serialize};
 
 /// The extended attribute holding a directory's default spread: new subdirectories are spread
@@ -643,6 +643,9 @@ pub struct SizeReport {
     /// ctime move to the time of the report. A report that only confirms a size (fsync after
     /// a `futimens`, as `cp -p` and `tar x` do) leaves the times alone.
     pub modified: bool,
+    /// The slots of the file's layout this client wrote to in the generation: the file
+    /// records them, so `weft fsck` can tell a lost object from a hole.
+    pub written: SlotSet,
 }
 
 /// Requests served by a metadata server.
@@ -1255,6 +1258,16 @@ pub enum StorageRequest {
         /// The file.
         inode: InodeId,
     },
+    /// The length and CRC32C of one copy of an object, read on the target named (a mirror
+    /// member's own copy, never routed): `weft fsck` compares mirror members with it.
+    ObjectChecksum {
+        /// The target.
+        target: TargetId,
+        /// The object of a mirrored file, or of a plain one.
+        mirrored: bool,
+        /// The file.
+        inode: InodeId,
+    },
 }
 
 impl StorageRequest {
@@ -1269,6 +1282,7 @@ impl StorageRequest {
             | StorageRequest::Fallocate { target, .. }
             | StorageRequest::ListObjects { target, .. }
             | StorageRequest::ObjectLength { target, .. }
+            | StorageRequest::ObjectChecksum { target, .. }
             | StorageRequest::NetBench { target, .. } => Some(*target),
             StorageRequest::Bench { .. } => None,
         }
@@ -1312,6 +1326,7 @@ impl StorageRequest {
                 *mirror = route.mirror;
             }
             StorageRequest::ListObjects { target, .. }
+            | StorageRequest::ObjectChecksum { target, .. }
             | StorageRequest::NetBench { target, .. } => {
                 *target = route.target;
             }
@@ -1646,6 +1661,13 @@ pub enum Response {
     Data,
     /// An object's length.
     Length(u64),
+    /// An object's length and the CRC32C of its bytes (holes read as zeros).
+    Checksum {
+        /// The object's length.
+        length: u64,
+        /// CRC32C of its `length` bytes.
+        crc: u32,
+    },
     /// Objects as (inode, length), in inode order; `end` when nothing follows.
     Objects {
         /// The objects.

@@ -447,19 +447,25 @@ impl Storage {
                     max,
                     ..
                 } => {
-                    let space = if mirrored {
-                        Space::Mirrored
-                    } else {
-                        Space::Plain
-                    };
-                    let (objects, end) =
-                        target.list_objects(space, home, after, max.min(OBJECTS_PER_LIST_MAX))?;
+                    let (objects, end) = target.list_objects(
+                        Space::mirrored(mirrored),
+                        home,
+                        after,
+                        max.min(OBJECTS_PER_LIST_MAX),
+                    )?;
                     Ok((Response::Objects { objects, end }, Bytes::new()))
                 }
                 StorageRequest::ObjectLength { inode, .. } => Ok((
                     Response::Length(target.length(object(inode))?),
                     Bytes::new(),
                 )),
+                StorageRequest::ObjectChecksum {
+                    mirrored, inode, ..
+                } => {
+                    let object = ObjectId::new(Space::mirrored(mirrored), inode);
+                    let (length, crc) = target.checksum(object)?;
+                    Ok((Response::Checksum { length, crc }, Bytes::new()))
+                }
                 StorageRequest::NetBench { .. } | StorageRequest::Bench { .. } => {
                     unreachable!("answered above")
                 }

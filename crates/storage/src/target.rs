@@ -41,6 +41,15 @@ impl Space {
         }
     }
 
+    /// The space of mirrored objects, or of plain ones.
+    pub fn mirrored(mirrored: bool) -> Space {
+        if mirrored {
+            Space::Mirrored
+        } else {
+            Space::Plain
+        }
+    }
+
     fn directory(self) -> &'static str {
         match self {
             Space::Plain => "objects",
@@ -484,6 +493,24 @@ impl Target {
             .get(&object)
             .map(|ops| apply_length(disk, ops))
             .unwrap_or(disk))
+    }
+
+    /// The object's length and the CRC32C of its bytes, holes read as zeros: a copy of an
+    /// object compared with another member's copy.
+    pub fn checksum(&self, object: ObjectId) -> Result<(u64, u32), WireError> {
+        const PIECE: u32 = 1 << 20;
+        let length = self.length(object)?;
+        let mut crc = weft_proto::checksum::Crc32c::new();
+        let mut offset = 0;
+        while offset < length {
+            let piece = self.read(object, offset, PIECE)?;
+            if piece.is_empty() {
+                break;
+            }
+            crc.update(&piece);
+            offset += piece.len() as u64;
+        }
+        Ok((offset, crc.value()))
     }
 
     /// Writes `data` at `offset` of the object, as a writer in truncate `generation` of its

@@ -238,6 +238,31 @@ pub fn write_synced(path: &Path, data: &[u8]) {
     file.sync_all().expect("fsync");
 }
 
+/// The object files of `inode` on every target of `cluster` (`space` is `objects` for a plain
+/// file, `mirrored` for a mirrored one), as (storage server, target, path) of those that exist.
+pub fn object_files(
+    cluster: &LocalCluster,
+    (storage, targets): (usize, usize),
+    space: &str,
+    inode: u64,
+) -> Vec<(usize, usize, PathBuf)> {
+    let hash = weft_proto::checksum::crc32c(&inode.to_le_bytes()).to_le_bytes();
+    let mut found = Vec::new();
+    for server in 1..=storage {
+        for target in 1..=targets {
+            let path = cluster
+                .target_dir(server, target)
+                .join(space)
+                .join(format!("{:02x}", hash[0]))
+                .join(format!("{inode:016x}"));
+            if path.exists() {
+                found.push((server, target, path));
+            }
+        }
+    }
+    found
+}
+
 /// Every object of a mirrored file on a storage target (its `mirrored` tree): relative path →
 /// content, for comparing mirror members on disk.
 pub fn mirrored_objects(target: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {

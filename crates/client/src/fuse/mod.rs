@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_proto::ids::InodeId;
-use weft_proto::layout::FileLayout;
+use weft_proto::layout::{FileLayout, SlotSet};
 use weft_proto::messages::{
     AttrChanges, FallocateMode, FileKind, InodeAttr, LockKind, LockRange, NewInode, SizeReport,
     TimeSet, Timestamp, XattrSetMode,
@@ -53,6 +53,8 @@ struct LocalInode {
     generation: u64,
     /// Largest end written by this client in `generation`.
     written_end: u64,
+    /// The slots of the layout this client wrote to in `generation`, sent with every report.
+    written: SlotSet,
     /// Largest end already reported to the metadata server.
     reported_end: u64,
     /// The size the metadata server last told.
@@ -292,7 +294,7 @@ impl State {
             admitted.finish();
             return reply.error(Errno::from_i32(code));
         }
-        self.note_write(file.inode, end);
+        self.note_write(file.inode, &layout, (offset, len));
         reply.written(len as u32);
         let result = self
             .client
@@ -344,6 +346,7 @@ impl State {
                     local.data_version += 1;
                     local.generation = attr.truncate_generation;
                     local.written_end = 0;
+                    local.written = SlotSet::default();
                     local.reported_end = 0;
                 }
             }
@@ -434,10 +437,12 @@ impl State {
         )
     }
 
-    fn note_write(&self, inode: InodeId, end: u64) {
+    /// Notes a write of `[offset, offset + len)` of a file laid out as `layout`.
+    fn note_write(&self, inode: InodeId, layout: &FileLayout, (offset, len): (u64, u64)) {
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         let local = inodes.entry(inode).or_default();
-        local.written_end = local.written_end.max(end);
+        local.written_end = local.written_end.max(offset.saturating_add(len));
+        local.written.extend(SlotSet::of_range(layout, offset, len));
         local.data_version += 1;
         local.changes += 1;
     }
@@ -481,10 +486,12 @@ impl State {
                 (
                     (l.written_end, l.generation, l.reported_end),
                     (l.changes, l.reported_changes),
+                    l.written,
                 )
             })
         };
-        let Some(((written_end, generation, reported_end), (changes, reported_changes))) = pending
+        let Some(((written_end, generation, reported_end), (changes, reported_changes), written)) =
+            pending
         else {
             return Ok(());
         };
@@ -497,6 +504,7 @@ impl State {
             truncate_generation: generation,
             durable,
             modified,
+            written,
         };
         let attr = self.client.report_size(inode, report).await?;
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
@@ -893,6 +901,7 @@ impl Filesystem for WeftFs {
                         if let Some(local) = inodes.get_mut(&inode) {
                             local.generation = attr.truncate_generation;
                             local.written_end = 0;
+                            local.written = SlotSet::default();
                             local.reported_end = 0;
                             local.size = attr.size;
                             local.data_version += 1;
@@ -1177,7 +1186,7 @@ impl Filesystem for WeftFs {
                 .await
             {
                 Ok(()) => {
-                    state.note_write(file.inode, offset + len);
+                    state.note_write(file.inode, layout, (offset, len));
                     reply.written(len as u32);
                 }
                 Err(error) => {
@@ -1431,7 +1440,7 @@ impl Filesystem for WeftFs {
                 state.note_change(file.inode);
             } else {
                 // The size grows as a write's would: known here at once, reported at close.
-                state.note_write(file.inode, offset.saturating_add(length));
+                state.note_write(file.inode, layout, (offset, length));
             }
             reply.ok();
         });

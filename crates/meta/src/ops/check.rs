@@ -2,7 +2,10 @@
 //! an inode that exists and sits in its name's hash bucket, every link count matches the dentries, no inode is
 //! unreachable unless a client holds it open, work queues name live inodes — and that every
 //! storage object belongs to a file (or awaits disposal) and holds no bytes past the end its
-//! file's size and layout give it. With `repair`, it fixes what is safe:
+//! file's size and layout give it, that every slot a file's data was written to still has its
+//! object, and that the members of a mirror group hold the same copy of each object (the last
+//! two are [`Suspect`]s, looked at again after the transaction). With `repair`, it fixes what
+//! is safe:
 //! it drops dangling entries, recounts links, disposes of unreachable inodes and returns the
 //! objects without a file for removal. It reports what it cannot fix (a directory with two
 //! names) and leaves it.
@@ -11,8 +14,9 @@ use super::remove::dispose;
 use super::setattr::queue_truncate;
 use super::xattr::remove_all;
 use crate::store::{
-    cookie_fits_name, kind_code, load_dentry, replace_dentry, store_inode, Dentry, InodeRecord,
-    OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, XATTRS,
+    cookie_fits_name, kind_code, load_dentry, load_written, replace_dentry, store_inode, Dentry,
+    InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
+    XATTRS,
 };
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -26,12 +30,17 @@ struct Findings {
     repair: bool,
 }
 
+/// Adds a problem to `report`, keeping the detailed list bounded.
+pub(crate) fn report_problem(report: &mut CheckReport, text: String) {
+    report.problem_count += 1;
+    if report.problems.len() < CHECK_FINDINGS_MAX {
+        report.problems.push(text);
+    }
+}
+
 impl Findings {
     fn problem(&mut self, text: String) {
-        self.report.problem_count += 1;
-        if self.report.problems.len() < CHECK_FINDINGS_MAX {
-            self.report.problems.push(text);
-        }
+        report_problem(&mut self.report, text);
     }
 
     fn repaired(&mut self, text: String) {
@@ -54,16 +63,57 @@ struct Entry {
 /// one as (inode, member target, `Some(group)`, length).
 pub(crate) type FoundObject = (InodeId, TargetId, Option<u32>, u64);
 
-/// Runs the check in `txn`; returns the report and the objects to remove after the commit.
-/// `objects` are the objects found on the targets.
+/// Where the objects were looked for: the targets that were listed, and of each storage
+/// mirror group the members that hold every acknowledged change (good) and were listed.
+pub(crate) struct Listed {
+    pub targets: HashSet<TargetId>,
+    pub good_members: HashMap<u32, Vec<TargetId>>,
+}
+
+/// A copy of a file's data the check did not find, or must compare with its other copies.
+/// The objects were listed before the check's transaction, so a suspect is looked at again
+/// after it (`Meta::verify_suspects`) before it is reported.
+#[derive(Debug)]
+pub(crate) struct Suspect {
+    pub inode: InodeId,
+    /// The file's truncate generation when it was suspected: a truncate since may have
+    /// removed the object.
+    pub generation: u64,
+    /// The slot's index in the file's layout.
+    pub index: usize,
+    pub slot: Slot,
+    pub kind: SuspectKind,
+}
+
+#[derive(Debug)]
+pub(crate) enum SuspectKind {
+    /// A slot the file's data was written to has no object on `lacking` (for a mirrored slot,
+    /// good members), while `holding` have one.
+    Missing {
+        lacking: Vec<TargetId>,
+        holding: Vec<TargetId>,
+    },
+    /// Good members that each hold a copy of a mirrored object: they must hold the same bytes.
+    Compare(Vec<TargetId>),
+}
+
+/// What the check found that the caller acts on after the commit.
+pub(crate) struct Checked {
+    pub report: CheckReport,
+    /// Objects that belong to no file, each with the slot to remove it through.
+    pub garbage: Vec<(InodeId, Slot)>,
+    pub suspects: Vec<Suspect>,
+}
+
+/// Runs the check in `txn`. `objects` are the objects found on the targets `listed`.
 pub(crate) fn check(
     txn: &WriteTransaction,
     home: NodeId,
     repair: bool,
-    objects: &[FoundObject],
+    (objects, listed): (&[FoundObject], &Listed),
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
-) -> Result<(CheckReport, Vec<(InodeId, Slot)>), OpError> {
+) -> Result<Checked, OpError> {
     let mut findings = Findings {
         report: CheckReport {
             node: home,
@@ -124,8 +174,27 @@ pub(crate) fn check(
         referenced,
     )?;
     check_queues(txn, &mut findings, &inodes)?;
-    let garbage = check_objects(txn, &mut findings, &inodes, objects, open)?;
-    Ok((findings.report, garbage))
+    let unsettled = unsettled(txn, open)?;
+    let garbage = check_objects(txn, &mut findings, &inodes, objects, &unsettled)?;
+    let suspects = check_copies(txn, &inodes, (objects, listed), &unsettled)?;
+    Ok(Checked {
+        report: findings.report,
+        garbage,
+        suspects,
+    })
+}
+
+/// Files whose size may lag behind their objects: open, with a size to report, or with a
+/// truncate under way.
+fn unsettled(txn: &WriteTransaction, open: &HashSet<InodeId>) -> Result<HashSet<InodeId>, OpError> {
+    let mut unsettled = open.clone();
+    for item in txn.open_table(UNREPORTED)?.iter()? {
+        unsettled.insert(InodeId(item?.0.value()));
+    }
+    for item in txn.open_table(TRUNCATES)?.iter()? {
+        unsettled.insert(InodeId(item?.0.value()));
+    }
+    Ok(unsettled)
 }
 
 /// Checks every dentry; returns the keys (directory, cookie) of those the repair removed.
@@ -385,6 +454,12 @@ fn check_queues(
             format!("the list of files without a size report names missing inode {id}"),
             format!("removed {id} from the list of files without a size report"),
         )
+    })?;
+    drop_missing(txn, WRITTEN, inodes, findings, |id| {
+        (
+            format!("written slots are recorded for missing inode {id}"),
+            format!("dropped the written slots of {id}"),
+        )
     })
 }
 
@@ -419,11 +494,9 @@ fn check_objects(
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
     objects: &[FoundObject],
-    open: &HashSet<InodeId>,
+    unsettled: &HashSet<InodeId>,
 ) -> Result<Vec<(InodeId, Slot)>, OpError> {
     let disposals = txn.open_table(DISPOSALS)?;
-    let unreported = txn.open_table(UNREPORTED)?;
-    let truncates = txn.open_table(TRUNCATES)?;
     let mut garbage = Vec::new();
     // Files whose objects hold bytes past their end: a truncate to their size cuts them.
     let mut cut = Vec::new();
@@ -435,10 +508,7 @@ fn check_objects(
         });
         if let Some((record, layout, index)) = slot {
             let allowed = object_length_for_file_size(layout, index, record.size);
-            let settled = !open.contains(&inode)
-                && unreported.get(inode.0)?.is_none()
-                && truncates.get(inode.0)?.is_none();
-            if length > allowed && settled {
+            if length > allowed && !unsettled.contains(&inode) {
                 findings.problem(format!(
                     "the object of {inode} on target {target} holds {length} bytes, but a file of \
                      {} bytes has at most {allowed} there: bytes past the end of the file",
@@ -464,7 +534,6 @@ fn check_objects(
             garbage.push((inode, slot));
         }
     }
-    drop((unreported, truncates));
     for inode in cut {
         let mut record = inodes[&inode.0].clone();
         queue_truncate(txn, inode, &mut record)?;
@@ -475,4 +544,63 @@ fn check_objects(
         ));
     }
     Ok(garbage)
+}
+
+/// The suspects among the copies of settled files' data: a slot recorded as written (and
+/// left bytes by the file's size) without its object on a listed target or good member, and
+/// the copies of a mirrored object on two or more good members, to be compared.
+fn check_copies(
+    txn: &WriteTransaction,
+    inodes: &HashMap<u64, InodeRecord>,
+    (objects, listed): (&[FoundObject], &Listed),
+    unsettled: &HashSet<InodeId>,
+) -> Result<Vec<Suspect>, OpError> {
+    let present: HashSet<(InodeId, TargetId, Option<u32>)> = objects
+        .iter()
+        .map(|&(inode, target, group, _)| (inode, target, group))
+        .collect();
+    let written_table = txn.open_table(WRITTEN)?;
+    let mut suspects = Vec::new();
+    for (&id, record) in inodes {
+        let inode = InodeId(id);
+        let Some(layout) = &record.layout else {
+            continue;
+        };
+        if unsettled.contains(&inode) {
+            continue;
+        }
+        let written = load_written(&written_table, inode)?;
+        for index in 0..layout.targets.len() {
+            if object_length_for_file_size(layout, index, record.size) == 0 {
+                continue;
+            }
+            let slot = layout.slot(index);
+            let (copies, group) = match slot {
+                Slot::Target(target) if listed.targets.contains(&target) => (vec![target], None),
+                Slot::Group(group) => match listed.good_members.get(&group) {
+                    Some(members) => (members.clone(), Some(group)),
+                    None => continue,
+                },
+                Slot::Target(_) => continue,
+            };
+            let (holding, lacking): (Vec<TargetId>, Vec<TargetId>) = copies
+                .into_iter()
+                .partition(|target| present.contains(&(inode, *target, group)));
+            let kind = if written.contains(index) && !lacking.is_empty() {
+                SuspectKind::Missing { lacking, holding }
+            } else if holding.len() >= 2 {
+                SuspectKind::Compare(holding)
+            } else {
+                continue;
+            };
+            suspects.push(Suspect {
+                inode,
+                generation: record.truncate_generation,
+                index,
+                slot,
+                kind,
+            });
+        }
+    }
+    Ok(suspects)
 }

@@ -4,7 +4,7 @@
 use crate::store::XATTRS;
 use crate::store::{
     dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, Dentry,
-    InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED,
+    InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
 };
 use redb::{ReadableTable, Table, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -48,6 +48,7 @@ pub(crate) fn dispose(
     txn.open_table(ORPHANS)?.remove(inode.0)?;
     txn.open_table(TRUNCATES)?.remove(inode.0)?;
     txn.open_table(UNREPORTED)?.remove(inode.0)?;
+    txn.open_table(WRITTEN)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
         let bytes = postcard::to_stdvec(layout).expect("layouts always encode");
         txn.open_table(DISPOSALS)?

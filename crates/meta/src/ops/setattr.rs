@@ -7,12 +7,12 @@
 
 use crate::commit::Answered;
 use crate::store::{
-    load_dir, load_inode, now, store_inode, InodeRecord, OpError, TruncateWork, INODES, TRUNCATES,
-    UNREPORTED,
+    change_written, load_dir, load_inode, now, store_inode, InodeRecord, OpError, TruncateWork,
+    INODES, TRUNCATES, UNREPORTED,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
-use weft_proto::layout::StripePattern;
+use weft_proto::layout::{object_length_for_file_size, SlotSet, StripePattern};
 use weft_proto::messages::{AttrChanges, FileKind, Response, SizeReport, TimeSet};
 use weft_proto::ErrorCode;
 
@@ -43,7 +43,10 @@ pub(crate) fn queue_truncate(
     let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
     txn.open_table(TRUNCATES)?
         .insert(inode.0, bytes.as_slice())?;
-    Ok(())
+    // Slots the new size leaves no byte on hold no data after the cut.
+    change_written(txn, inode, |written| {
+        written.retain(|index| object_length_for_file_size(&work.layout, index, work.size) > 0);
+    })
 }
 
 /// Applies attribute changes; returns the new attributes and whether truncate work was queued.
@@ -123,6 +126,7 @@ pub(crate) fn report_size(
         inode,
         (report.size, report.truncate_generation),
         report.modified,
+        report.written,
     )?;
     let listed = txn.open_table(UNREPORTED)?.remove(inode.0)?.is_some();
     let answered = if listed && !report.durable {
@@ -134,17 +138,17 @@ pub(crate) fn report_size(
 }
 
 /// A size recomputed from the objects (`size`, of truncate generation `generation`, when they
-/// could be read): raises the size and takes the file off [`UNREPORTED`]. A file removed
-/// meanwhile only leaves the list.
+/// could be read, and the slots whose objects hold bytes): raises the size and takes the file
+/// off [`UNREPORTED`]. A file removed meanwhile only leaves the list.
 pub(crate) fn settle_size(
     txn: &WriteTransaction,
     inode: InodeId,
-    size: Option<(u64, u64)>,
+    size: Option<((u64, u64), SlotSet)>,
 ) -> Result<Response, OpError> {
     let response = match size {
         // The writer's report was lost: its writes changed the file.
-        Some(size) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
-            apply_size(txn, inode, size, true)?
+        Some((size, written)) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
+            apply_size(txn, inode, size, true, written)?
         }
         _ => Response::Done,
     };
@@ -152,13 +156,14 @@ pub(crate) fn settle_size(
     Ok(response)
 }
 
-/// Raises the size of `inode` to `size` if `generation` is current, and moves its mtime and
-/// ctime to now if the writes `modified` it.
+/// Raises the size of `inode` to `size` if `generation` is current, records the slots
+/// `written` in it, and moves its mtime and ctime to now if the writes `modified` it.
 fn apply_size(
     txn: &WriteTransaction,
     inode: InodeId,
     (size, generation): (u64, u64),
     modified: bool,
+    written: SlotSet,
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_inode(&inodes, inode)?;
@@ -176,6 +181,9 @@ fn apply_size(
         record.touch(timestamp);
     }
     store_inode(&mut inodes, inode, &record)?;
+    if generation == record.truncate_generation && !written.is_empty() {
+        change_written(txn, inode, |slots| slots.extend(written))?;
+    }
     Ok(Response::Attr(record.to_attr(inode)))
 }
 

@@ -1,0 +1,206 @@
+//! `weft fsck`'s second look at the copies of files' data. The check listed the objects before
+//! its transaction, so a write, truncate or removal in between can make a copy look missing
+//! or different. A suspect is reported only if it still holds when looked at again: a missing
+//! object is listed again and its slot must still be recorded as written in the same truncate
+//! generation (such an object can only go with a truncate, which starts a new generation, or
+//! with the file); copies that differ are compared twice, the file settled in between, and
+//! must differ the same way both times.
+
+use super::{Meta, TARGET_RETRY};
+use crate::ops::check::{report_problem, Suspect, SuspectKind};
+use crate::store::{load_inode, load_written, OpError, TRUNCATES, UNREPORTED, WRITTEN};
+use weft_net::RpcError;
+use weft_proto::ids::{InodeId, TargetId};
+use weft_proto::layout::Slot;
+use weft_proto::messages::CheckReport;
+use weft_proto::ErrorCode;
+
+/// Why a suspect could not be looked at again.
+enum Unverified {
+    /// This target did not answer.
+    Target(TargetId, RpcError),
+    Store(OpError),
+}
+
+impl From<OpError> for Unverified {
+    fn from(error: OpError) -> Unverified {
+        Unverified::Store(error)
+    }
+}
+
+/// Targets as a list for a message: "target 3", "targets 3 and 5".
+fn targets_text(targets: &[TargetId]) -> String {
+    let names: Vec<String> = targets.iter().map(ToString::to_string).collect();
+    match names.as_slice() {
+        [one] => format!("target {one}"),
+        [rest @ .., last] => format!("targets {} and {last}", rest.join(", ")),
+        [] => "no target".to_string(),
+    }
+}
+
+impl Meta {
+    /// Looks again at every suspect of a check and reports those that hold; a target that
+    /// stops answering meanwhile is reported as not checked.
+    pub(super) async fn verify_suspects(&self, suspects: Vec<Suspect>, report: &mut CheckReport) {
+        for suspect in suspects {
+            match self.verify_suspect(&suspect).await {
+                Ok(Some(problem)) => report_problem(report, problem),
+                Ok(None) => {}
+                Err(Unverified::Target(target, error)) => {
+                    tracing::warn!(target = target.0, %error, "fsck cannot read a copy");
+                    if !report.unreachable_targets.contains(&target) {
+                        report.unreachable_targets.push(target);
+                    }
+                }
+                Err(Unverified::Store(error)) => report_problem(
+                    report,
+                    format!(
+                        "could not look again at {}: {}",
+                        suspect.inode,
+                        error.into_wire()
+                    ),
+                ),
+            }
+        }
+    }
+
+    /// The problem `suspect` shows when looked at again, if any.
+    async fn verify_suspect(&self, suspect: &Suspect) -> Result<Option<String>, Unverified> {
+        let (inode, slot) = (suspect.inode, suspect.slot);
+        let mirrored = matches!(slot, Slot::Group(_));
+        match &suspect.kind {
+            SuspectKind::Missing { lacking, holding } => {
+                let mut missing = Vec::new();
+                for &target in lacking {
+                    if !self.has_object(target, mirrored, inode).await? {
+                        missing.push(target);
+                    }
+                }
+                if missing.is_empty() || !self.still_written(suspect)? {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    if holding.is_empty() && missing.len() == lacking.len() {
+                        format!(
+                        "the data of {inode} on {slot} is lost: its object is missing, and those \
+                         bytes read as zeros; restore the file from a copy"
+                    )
+                    } else {
+                        format!(
+                            "{} of {slot} lack the object of {inode} that {} hold; copy the file \
+                         again to rewrite every copy",
+                            targets_text(&missing),
+                            targets_text(holding)
+                        )
+                    },
+                ))
+            }
+            SuspectKind::Compare(members) => {
+                let first = self.checksums(members, mirrored, inode).await?;
+                if first.windows(2).all(|pair| pair[0] == pair[1]) || !self.settled(suspect)? {
+                    return Ok(None);
+                }
+                if self.checksums(members, mirrored, inode).await? != first {
+                    // Changing while compared: not a settled file after all.
+                    return Ok(None);
+                }
+                let copies: Vec<String> = members
+                    .iter()
+                    .zip(&first)
+                    .map(|(target, (length, crc))| {
+                        format!("target {target} holds {length} bytes of CRC32C {crc:08x}")
+                    })
+                    .collect();
+                Ok(Some(format!(
+                    "the copies of {inode} in {slot} differ ({}); copy the file again to \
+                     rewrite every copy",
+                    copies.join(", ")
+                )))
+            }
+        }
+    }
+
+    /// Whether `target` holds an object of `inode` (a mirrored one if `mirrored`).
+    async fn has_object(
+        &self,
+        target: TargetId,
+        mirrored: bool,
+        inode: InodeId,
+    ) -> Result<bool, Unverified> {
+        let home = Some(self.node);
+        let (listed, _) = self
+            .cluster
+            .call_storage(target, &TARGET_RETRY, |storage, _| async move {
+                storage
+                    .list_objects(target, mirrored, home, inode.0 - 1, 1)
+                    .await
+            })
+            .await
+            .map_err(|error| Unverified::Target(target, error))?;
+        Ok(listed.first().is_some_and(|(found, _)| *found == inode))
+    }
+
+    /// The length and CRC32C of each member's copy of `inode`.
+    async fn checksums(
+        &self,
+        members: &[TargetId],
+        mirrored: bool,
+        inode: InodeId,
+    ) -> Result<Vec<(u64, u32)>, Unverified> {
+        let mut sums = Vec::with_capacity(members.len());
+        for &target in members {
+            let sum = self
+                .cluster
+                .call_storage(target, &TARGET_RETRY, |storage, _| async move {
+                    storage.object_checksum(target, mirrored, inode).await
+                })
+                .await
+                .map_err(|error| Unverified::Target(target, error))?;
+            sums.push(sum);
+        }
+        Ok(sums)
+    }
+
+    /// Whether the suspect's slot is still recorded as written in the same truncate
+    /// generation of a file that still exists.
+    fn still_written(&self, suspect: &Suspect) -> Result<bool, OpError> {
+        self.read(|txn| {
+            let record = match load_inode(&txn.open_table(crate::store::INODES)?, suspect.inode) {
+                Ok(record) => record,
+                Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => {
+                    return Ok(false)
+                }
+                Err(error) => return Err(error),
+            };
+            let written = load_written(&txn.open_table(WRITTEN)?, suspect.inode)?;
+            Ok(record.truncate_generation == suspect.generation && written.contains(suspect.index))
+        })
+    }
+
+    /// Whether the suspect's file exists in the same truncate generation, is not open, and
+    /// has no size to report nor a truncate under way.
+    fn settled(&self, suspect: &Suspect) -> Result<bool, OpError> {
+        let open = self
+            .opens
+            .lock()
+            .expect("open table poisoned")
+            .handles
+            .contains_key(&suspect.inode);
+        if open {
+            return Ok(false);
+        }
+        self.read(|txn| {
+            let id = suspect.inode.0;
+            let same = txn
+                .open_table(crate::store::INODES)?
+                .get(id)?
+                .is_some_and(|bytes| {
+                    crate::store::InodeRecord::decode(id, bytes.value())
+                        .is_ok_and(|record| record.truncate_generation == suspect.generation)
+                });
+            Ok(same
+                && txn.open_table(UNREPORTED)?.get(id)?.is_none()
+                && txn.open_table(TRUNCATES)?.get(id)?.is_none())
+        })
+    }
+}
