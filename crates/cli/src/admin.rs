@@ -642,8 +642,59 @@ pub struct FsckArgs {
     cluster: ClusterArgs,
 }
 
+/// How often `weft fsck` shows how far a check is.
+const CHECK_PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long `weft fsck` waits for one metadata server's check: comparing the copies of every
+/// mirrored file reads all their data.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Runs `meta`'s check, showing on stderr how far it is while it runs.
+async fn check_one(
+    (mgmt, view): (&str, &ClusterView),
+    node: &weft_proto::messages::NodeInfo,
+    repair: bool,
+    referenced: Vec<InodeId>,
+) -> Result<weft_proto::messages::CheckReport> {
+    // The check's own connection waits as long as the check takes.
+    let patient = ClusterView::new(
+        mgmt,
+        RpcClientOptions {
+            connections: 1,
+            request_timeout: CHECK_TIMEOUT,
+            ..RpcClientOptions::default()
+        },
+    );
+    let meta = patient.meta(node.id).await?;
+    let check = meta.check(repair, referenced);
+    tokio::pin!(check);
+    let mut ticker = tokio::time::interval(CHECK_PROGRESS_INTERVAL);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            report = &mut check => {
+                return report.with_context(|| format!("check of {} failed", node.alias));
+            }
+            _ = ticker.tick() => {
+                let progress = view.meta(node.id).await?.check_progress().await;
+                if let Some(progress) = progress.ok().filter(|progress| progress.running) {
+                    let count = if progress.total > 0 {
+                        format!(": {} of {}", progress.done, progress.total)
+                    } else {
+                        String::new()
+                    };
+                    eprintln!("{}: {}{count}", node.alias, progress.phase);
+                }
+            }
+        }
+    }
+}
+
 /// Runs the check on every metadata node; returns the problems found.
-async fn check_all(view: &ClusterView, map: &ClusterMap, repair: bool) -> Result<u64> {
+async fn check_all(
+    (mgmt, view): (&str, &ClusterView),
+    map: &ClusterMap,
+    repair: bool,
+) -> Result<u64> {
     // Directories may live on another server than the dentry naming them: each server learns
     // which of its inodes are named elsewhere.
     let mut referenced: std::collections::HashMap<weft_proto::NodeId, Vec<InodeId>> =
@@ -660,12 +711,8 @@ async fn check_all(view: &ClusterView, map: &ClusterMap, repair: bool) -> Result
     }
     let mut problems = 0;
     for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
-        let meta = view.meta(node.id).await?;
         let referenced = referenced.remove(&node.id).unwrap_or_default();
-        let report = meta
-            .check(repair, referenced)
-            .await
-            .with_context(|| format!("check of {} failed", node.alias))?;
+        let report = check_one((mgmt, view), node, repair, referenced).await?;
         println!(
             "{} [ID: {}]: {} inodes, {} entries, {} objects checked",
             node.alias, node.id, report.inodes, report.dentries, report.objects
@@ -695,10 +742,10 @@ pub fn fsck(args: FsckArgs) -> Result<()> {
     runtime.block_on(async {
         let mgmt = locate(&args.cluster.locator, args.cluster.path.as_deref())?;
         let (view, map) = connect(&mgmt).await?;
-        let mut problems = check_all(&view, &map, args.repair).await?;
+        let mut problems = check_all((&mgmt, &view), &map, args.repair).await?;
         if args.repair && problems > 0 {
             println!("checking again after the repair:");
-            problems = check_all(&view, &map, false).await?;
+            problems = check_all((&mgmt, &view), &map, false).await?;
         }
         if problems > 0 {
             bail!(

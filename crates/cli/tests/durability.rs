@@ -194,8 +194,8 @@ fn fsck_removes_objects_without_a_file() {
 // Goal: `weft fsck` tells a lost object from a hole: the file records which slots its data
 // was written to, so an object of such a slot that is gone is reported as lost data (it used
 // to read as zeros while fsck called the file consistent), while a sparse file whose holes
-// span whole objects stays clean. Method: a small file on one target and a sparse file
-// written only at its start, check clean, remove the small file's object on the target's disk,
+// span whole objects, or a file of zeros made by fallocate, stays clean. Method: a small file
+// on one target, a sparse file written only at its start and a zeroed one, check clean, remove the small file's object on the target's disk,
 // check again.
 #[test]
 fn fsck_finds_a_lost_object() {
@@ -209,6 +209,13 @@ fn fsck_finds_a_lost_object() {
     sparse.write_all_at(b"first", 0).expect("write");
     sparse.sync_all().expect("fsync");
     drop(sparse);
+    // 1 MiB of zeros made by fallocate: no data written, so no object is owed.
+    let zeroed = File::create(mnt.join("zeroed")).expect("create");
+    let zeroed_fd = std::os::fd::AsRawFd::as_raw_fd(&zeroed);
+    // SAFETY: a valid descriptor, and no memory is passed.
+    let made = unsafe { libc::fallocate(zeroed_fd, libc::FALLOC_FL_ZERO_RANGE, 0, 1 << 20) };
+    assert_eq!(made, 0, "{}", std::io::Error::last_os_error());
+    drop(zeroed);
     wait_until("fsck to pass once the files are closed", || {
         common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]).0
     })

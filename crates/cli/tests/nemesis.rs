@@ -188,10 +188,13 @@ fn workload(dirs: &[PathBuf; 2], seed: u64, stop: &AtomicBool) -> Result<Record,
             Err(error) if plain && error.raw_os_error() == Some(libc::EIO) => {
                 eprintln!("nemesis workload: {what}: {error} (a plain file's server restarted)");
                 record.lost_claims += 1;
-                for touched in [&path, &other] {
-                    if record.files.remove(touched).is_some() {
-                        record.unknown.insert(touched.clone());
-                    }
+                // The file may exist with bytes lost even if it was not recorded yet (its
+                // first write failed).
+                record.files.remove(&path);
+                record.gone.remove(&path);
+                record.unknown.insert(path.clone());
+                if record.files.remove(&other).is_some() {
+                    record.unknown.insert(other.clone());
                 }
             }
             Err(error) => return Err(format!("{what}: {error}")),

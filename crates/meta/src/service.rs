@@ -18,7 +18,9 @@ use crate::ops::remote::{
 };
 use crate::ops::remove::{list_orphans, release_orphan, rmdir, unlink};
 use crate::ops::rename::{rename, RenameArgs};
-use crate::ops::setattr::{finish_truncate, report_size, set_attr, set_pattern, settle_size};
+use crate::ops::setattr::{
+    finish_truncate, report_size, set_attr, set_pattern, settle_size, FoundSize,
+};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::ops::OpContext;
 use crate::replica::{HomeLink, LinkParts, Unshipped};
@@ -36,8 +38,8 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
 use weft_proto::messages::{
-    Consistency, FileKind, InodeAttr, MetaRequest, MirrorKind, MutationId, NewInode, Reply,
-    Response, LOCK_WAIT_MS_MAX, OBJECTS_PER_LIST_MAX,
+    CheckProgress, Consistency, FileKind, InodeAttr, MetaRequest, MirrorKind, MutationId, NewInode,
+    Reply, Response, LOCK_WAIT_MS_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
@@ -114,6 +116,8 @@ pub(crate) struct Meta {
     intent_runs: IntentRuns,
     /// Per other home: the intent id below which it was told this home's intents finished.
     settled_told: Mutex<HashMap<NodeId, u64>>,
+    /// How far the consistency check that runs (or ran last) is.
+    check_progress: Mutex<CheckProgress>,
     /// When this server first heard of each client session, so that a session that registered
     /// after the last map fetch is not taken for expired.
     seen: Mutex<HashMap<ClientId, std::time::Instant>>,
@@ -246,6 +250,7 @@ impl Meta {
             expiring: Mutex::default(),
             intent_runs: IntentRuns::default(),
             settled_told: Mutex::default(),
+            check_progress: Mutex::default(),
             shard_syncs: Mutex::default(),
             unreported: Mutex::default(),
             settled: tokio::sync::watch::Sender::new(false),
@@ -678,7 +683,20 @@ impl Meta {
                 }
                 result
             }
-            MetaRequest::Check { repair, referenced } => self.check(repair, referenced).await,
+            MetaRequest::Check { repair, referenced } => {
+                let checked = self.check(repair, referenced).await;
+                self.check_progress
+                    .lock()
+                    .expect("progress poisoned")
+                    .running = false;
+                checked
+            }
+            MetaRequest::CheckProgress => Ok(Response::CheckProgress(
+                self.check_progress
+                    .lock()
+                    .expect("progress poisoned")
+                    .clone(),
+            )),
             MetaRequest::RemoteReferences => {
                 let home = self.node;
                 self.read(|txn| remote_references(txn, home))
@@ -1023,14 +1041,19 @@ impl Meta {
                 for (index, _) in found.iter().enumerate().filter(|(_, length)| **length > 0) {
                     written.insert(index);
                 }
-                Some(((size, attr.truncate_generation), written, size > attr.size))
+                Some(FoundSize {
+                    generation: attr.truncate_generation,
+                    written,
+                    grown: (size > attr.size).then_some(size),
+                })
             }
             None => None,
         };
-        let grown = found.and_then(|((size, _), _, grown)| grown.then_some(size));
-        let has_data = found.is_some_and(|(_, written, _)| !written.is_empty());
+        let grown = found.as_ref().and_then(|found| found.grown);
+        let has_data = found
+            .as_ref()
+            .is_some_and(|found| !found.written.is_empty());
         if grown.is_some() || has_data || listed {
-            let found = found.map(|(size, written, _)| (size, written));
             self.committer
                 .run(Box::new(move |txn| settle_size(txn, inode, found)))
                 .await?;
@@ -2140,10 +2163,21 @@ impl Meta {
         }
     }
 
+    /// Notes how far the consistency check is, for [`MetaRequest::CheckProgress`].
+    fn note_check_progress(&self, phase: &str, done: u64, total: u64) {
+        *self.check_progress.lock().expect("progress poisoned") = CheckProgress {
+            running: true,
+            phase: phase.to_string(),
+            done,
+            total,
+        };
+    }
+
     /// `weft fsck` of this metadata target: lists the objects of its files on every target,
-    /// checks namespace and objects in one transaction (repairing if asked), then removes the
-    /// objects that belong to no file. Inode ids are never reused, so such an object can never
-    /// come to belong to a file later.
+    /// checks namespace and objects — from a read snapshot, so no change waits for it, or in
+    /// one transaction when it repairs — then removes the objects that belong to no file and
+    /// looks again at the copies of files' data it suspects. Inode ids are never reused, so an
+    /// object without a file can never come to belong to one later.
     async fn check(&self, repair: bool, referenced: Vec<InodeId>) -> Result<Response, OpError> {
         let mut counts: HashMap<InodeId, usize> = HashMap::new();
         for inode in referenced {
@@ -2163,7 +2197,10 @@ impl Meta {
             let group = map.mirror_group_of_target(t.id).map(|g| g.id);
             std::iter::once((t.id, None)).chain(group.map(|group| (t.id, Some(group))))
         });
-        for (target, group) in spaces.collect::<Vec<_>>() {
+        let spaces: Vec<_> = spaces.collect();
+        for (listed, &(target, group)) in spaces.iter().enumerate() {
+            let total = spaces.len() as u64;
+            self.note_check_progress("listing objects on targets", listed as u64, total);
             if unreachable.contains(&target) {
                 continue;
             }
@@ -2237,10 +2274,36 @@ impl Meta {
                 .collect(),
         };
         let home = self.node;
-        let checked = self
-            .committer
-            .run_with(move |txn| check(txn, home, repair, (&objects, &listed), &open, &referenced))
-            .await?;
+        self.note_check_progress("checking the namespace", 0, 0);
+        let checked = if repair {
+            self.committer
+                .run_with(move |txn| {
+                    check(
+                        txn,
+                        Some(txn),
+                        home,
+                        (&objects, &listed),
+                        &open,
+                        &referenced,
+                    )
+                })
+                .await?
+        } else {
+            let db = Arc::clone(&self.db);
+            tokio::task::spawn_blocking(move || {
+                let snapshot = db.begin_read()?;
+                check(
+                    &snapshot,
+                    None,
+                    home,
+                    (&objects, &listed),
+                    &open,
+                    &referenced,
+                )
+            })
+            .await
+            .map_err(|error| OpError::Store(format!("the check stopped: {error}")))??
+        };
         drop(disposing);
         let Checked {
             mut report,

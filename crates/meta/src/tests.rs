@@ -607,8 +607,8 @@ fn run_check(f: &Fixture, repair: bool) -> CheckReport {
     };
     let checked = crate::ops::check::check(
         &txn,
+        repair.then_some(&txn),
         NodeId(1),
-        repair,
         (&[], &listed),
         &std::collections::HashSet::new(),
         &std::collections::HashMap::new(),

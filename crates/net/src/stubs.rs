@@ -6,10 +6,11 @@ use bytes::Bytes;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, ChangeTag, CheckReport, ClusterMap, ClusterStatus, DirEntry, FallocateMode,
-    InodeAttr, LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo, MirrorHeartbeat,
-    MirrorKind, MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Response,
-    ResyncProgress, Route, SizeReport, SpaceUsage, StorageRequest, TargetReport, XattrSetMode,
+    AttrChanges, ChangeTag, CheckProgress, CheckReport, ClusterMap, ClusterStatus, DirEntry,
+    FallocateMode, InodeAttr, LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo,
+    MirrorHeartbeat, MirrorKind, MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request,
+    Response, ResyncProgress, Route, SizeReport, SpaceUsage, StorageRequest, TargetReport,
+    XattrSetMode,
 };
 
 /// Expects one response variant, or reports the mismatch.
@@ -675,6 +676,15 @@ impl MetaClient {
         expect_response!(self.rpc, response, Response::CheckReport(report) => report)
     }
 
+    /// How far this server's consistency check is.
+    ///
+    /// # Errors
+    /// [`RpcError`] for transport failures.
+    pub async fn check_progress(&self) -> Result<CheckProgress, RpcError> {
+        let response = self.call(MetaRequest::CheckProgress).await?;
+        expect_response!(self.rpc, response, Response::CheckProgress(progress) => progress)
+    }
+
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
@@ -952,21 +962,23 @@ impl StorageClient {
         expect_response!(self.rpc, response, Response::Length(length) => length)
     }
 
-    /// The length and CRC32C of the copy of an object on `target` itself (a mirror member's
-    /// own copy when `mirrored`).
+    /// The length of the copy of an object on `target` itself (a mirror member's own copy
+    /// when `mirrored`) and the CRC32C of the range `(offset, len)` of it.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
     pub async fn object_checksum(
         &self,
-        target: TargetId,
-        mirrored: bool,
+        (target, mirrored): (TargetId, bool),
         inode: InodeId,
+        (offset, len): (u64, u64),
     ) -> Result<(u64, u32), RpcError> {
         let request = Request::Storage(StorageRequest::ObjectChecksum {
             target,
             mirrored,
             inode,
+            offset,
+            len,
         });
         let response = self.rpc.call(&request, Bytes::new()).await?.0;
         expect_response!(self.rpc, response, Response::Checksum { length, crc } => (length, crc))

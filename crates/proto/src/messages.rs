@@ -40,6 +40,9 @@ pub const XATTR_LIST_BYTES_MAX: usize = 64 * 1024;
 pub const LOCK_WAIT_MS_MAX: u32 = 5_000;
 /// Most objects one ListObjects reply carries.
 pub const OBJECTS_PER_LIST_MAX: u32 = 65_536;
+/// Most bytes of an object one ObjectChecksum reads: one request stays well within a
+/// request's deadline on a slow disk.
+pub const CHECKSUM_BYTES_MAX: u64 = 64 << 20;
 /// Most problems one consistency check reports in detail (the counts are always complete).
 pub const CHECK_FINDINGS_MAX: usize = 1000;
 /// Most addresses a node announces.
@@ -1034,6 +1037,9 @@ pub enum MetaRequest {
         /// Its oldest unfinished intent, or its next intent id when none is unfinished.
         below: u64,
     },
+    /// How far this metadata server's consistency check is (`weft fsck` shows it while it
+    /// waits for the check).
+    CheckProgress,
 }
 
 /// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]).
@@ -1258,8 +1264,9 @@ pub enum StorageRequest {
         /// The file.
         inode: InodeId,
     },
-    /// The length and CRC32C of one copy of an object, read on the target named (a mirror
-    /// member's own copy, never routed): `weft fsck` compares mirror members with it.
+    /// The length of one copy of an object and the CRC32C of a range of it, read on the
+    /// target named (a mirror member's own copy, never routed): `weft fsck` compares mirror
+    /// members with it.
     ObjectChecksum {
         /// The target.
         target: TargetId,
@@ -1267,6 +1274,10 @@ pub enum StorageRequest {
         mirrored: bool,
         /// The file.
         inode: InodeId,
+        /// Start of the range in the object.
+        offset: u64,
+        /// Bytes of the range, at most [`CHECKSUM_BYTES_MAX`].
+        len: u64,
     },
 }
 
@@ -1367,6 +1378,19 @@ pub enum FallocateMode {
     Allocate,
     /// Make the range read as zeros and free its blocks (punch a hole).
     Zero,
+}
+
+/// How far a metadata server's consistency check is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckProgress {
+    /// Whether a check runs now.
+    pub running: bool,
+    /// What it does now, e.g. "listing objects".
+    pub phase: String,
+    /// Steps of the phase done.
+    pub done: u64,
+    /// Steps of the phase (0 when not counted).
+    pub total: u64,
 }
 
 /// What a consistency check (`weft fsck`) of one metadata target found and fixed.
@@ -1661,13 +1685,6 @@ pub enum Response {
     Data,
     /// An object's length.
     Length(u64),
-    /// An object's length and the CRC32C of its bytes (holes read as zeros).
-    Checksum {
-        /// The object's length.
-        length: u64,
-        /// CRC32C of its `length` bytes.
-        crc: u32,
-    },
     /// Objects as (inode, length), in inode order; `end` when nothing follows.
     Objects {
         /// The objects.
@@ -1701,6 +1718,15 @@ pub enum Response {
         lease_ms: u64,
         /// The storage mirror groups the node's targets are members of.
         mirror_groups: Vec<MirrorGroupInfo>,
+    },
+    /// How far a consistency check is.
+    CheckProgress(CheckProgress),
+    /// An object's length, and the CRC32C of the range of it asked for (holes read as zeros).
+    Checksum {
+        /// The object's length.
+        length: u64,
+        /// CRC32C of the bytes of the range that lie before `length`.
+        crc: u32,
     },
 }
 

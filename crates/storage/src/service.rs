@@ -17,8 +17,8 @@ use weft_net::ClusterView;
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{
-    MirrorRoute, NodeKind, Reply, Request, Response, StorageRequest, TargetReport, IO_BYTES_MAX,
-    OBJECTS_PER_LIST_MAX,
+    MirrorRoute, NodeKind, Reply, Request, Response, StorageRequest, TargetReport,
+    CHECKSUM_BYTES_MAX, IO_BYTES_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -460,10 +460,15 @@ impl Storage {
                     Bytes::new(),
                 )),
                 StorageRequest::ObjectChecksum {
-                    mirrored, inode, ..
+                    mirrored,
+                    inode,
+                    offset,
+                    len,
+                    ..
                 } => {
                     let object = ObjectId::new(Space::mirrored(mirrored), inode);
-                    let (length, crc) = target.checksum(object)?;
+                    let range = (offset, len.min(CHECKSUM_BYTES_MAX));
+                    let (length, crc) = target.checksum(object, range)?;
                     Ok((Response::Checksum { length, crc }, Bytes::new()))
                 }
                 StorageRequest::NetBench { .. } | StorageRequest::Bench { .. } => {

@@ -495,22 +495,27 @@ impl Target {
             .unwrap_or(disk))
     }
 
-    /// The object's length and the CRC32C of its bytes, holes read as zeros: a copy of an
-    /// object compared with another member's copy.
-    pub fn checksum(&self, object: ObjectId) -> Result<(u64, u32), WireError> {
-        const PIECE: u32 = 1 << 20;
+    /// The object's length and the CRC32C of the bytes of `[offset, offset + len)` before it,
+    /// holes read as zeros: a copy of an object compared with another member's copy.
+    pub fn checksum(
+        &self,
+        object: ObjectId,
+        (offset, len): (u64, u64),
+    ) -> Result<(u64, u32), WireError> {
+        const PIECE: u64 = 1 << 20;
         let length = self.length(object)?;
+        let end = offset.saturating_add(len).min(length);
         let mut crc = weft_proto::checksum::Crc32c::new();
-        let mut offset = 0;
-        while offset < length {
-            let piece = self.read(object, offset, PIECE)?;
+        let mut at = offset;
+        while at < end {
+            let piece = self.read(object, at, (end - at).min(PIECE) as u32)?;
             if piece.is_empty() {
                 break;
             }
             crc.update(&piece);
-            offset += piece.len() as u64;
+            at += piece.len() as u64;
         }
-        Ok((offset, crc.value()))
+        Ok((length, crc.value()))
     }
 
     /// Writes `data` at `offset` of the object, as a writer in truncate `generation` of its

@@ -294,7 +294,7 @@ impl State {
             admitted.finish();
             return reply.error(Errno::from_i32(code));
         }
-        self.note_write(file.inode, &layout, (offset, len));
+        self.note_write(file.inode, end, SlotSet::of_range(&layout, offset, len));
         reply.written(len as u32);
         let result = self
             .client
@@ -437,12 +437,14 @@ impl State {
         )
     }
 
-    /// Notes a write of `[offset, offset + len)` of a file laid out as `layout`.
-    fn note_write(&self, inode: InodeId, layout: &FileLayout, (offset, len): (u64, u64)) {
+    /// Notes a change that makes the file at least `end` bytes long and, for a write, the
+    /// slots it wrote data to (an allocation writes none: its range reads as zeros with or
+    /// without an object).
+    fn note_write(&self, inode: InodeId, end: u64, written: SlotSet) {
         let mut inodes = self.inodes.lock().expect("inode table poisoned");
         let local = inodes.entry(inode).or_default();
-        local.written_end = local.written_end.max(offset.saturating_add(len));
-        local.written.extend(SlotSet::of_range(layout, offset, len));
+        local.written_end = local.written_end.max(end);
+        local.written.extend(written);
         local.data_version += 1;
         local.changes += 1;
     }
@@ -882,12 +884,11 @@ impl Filesystem for WeftFs {
         self.spawn(|state| async move {
             let _change = change;
             let inode = to_inode(ino);
-            if size.is_some() {
-                // A truncate comes after the writes sent before it.
-                state.drain(inode).await;
-            } else if mtime.is_some() {
-                // A time set after writes (futimens before close, as tar x and cp -p do)
-                // comes after them: their report, which moves the mtime, goes first, and
+            if size.is_some() || mtime.is_some() {
+                // A truncate comes after the writes sent before it, and their report goes
+                // first: it records the slots they wrote, which the truncate then keeps if
+                // its size leaves them bytes. A time set after writes (futimens before close,
+                // as tar x and cp -p do) comes after their report, which moves the mtime, and
                 // the report at close has nothing new to move it again.
                 state.drain(inode).await;
                 if let Err(error) = state.report_size(inode, false).await {
@@ -1186,7 +1187,8 @@ impl Filesystem for WeftFs {
                 .await
             {
                 Ok(()) => {
-                    state.note_write(file.inode, layout, (offset, len));
+                    let written = SlotSet::of_range(layout, offset, len);
+                    state.note_write(file.inode, offset + len, written);
                     reply.written(len as u32);
                 }
                 Err(error) => {
@@ -1440,7 +1442,8 @@ impl Filesystem for WeftFs {
                 state.note_change(file.inode);
             } else {
                 // The size grows as a write's would: known here at once, reported at close.
-                state.note_write(file.inode, layout, (offset, length));
+                let end = offset.saturating_add(length);
+                state.note_write(file.inode, end, SlotSet::default());
             }
             reply.ok();
         });

@@ -4,11 +4,14 @@
 //! storage object belongs to a file (or awaits disposal) and holds no bytes past the end its
 //! file's size and layout give it, that every slot a file's data was written to still has its
 //! object, and that the members of a mirror group hold the same copy of each object (the last
-//! two are [`Suspect`]s, looked at again after the transaction). With `repair`, it fixes what
-//! is safe:
+//! two are [`Suspect`]s, looked at again afterwards). With `repair`, it fixes what is safe:
 //! it drops dangling entries, recounts links, disposes of unreachable inodes and returns the
 //! objects without a file for removal. It reports what it cannot fix (a directory with two
 //! names) and leaves it.
+//!
+//! The check reads what it needs of the store at its start ([`Snapshot`]): a check alone reads
+//! a read snapshot and no change waits for it; a repair reads and fixes in one write
+//! transaction, so what it fixes is what it saw.
 
 use super::remove::dispose;
 use super::setattr::queue_truncate;
@@ -21,13 +24,15 @@ use crate::store::{
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
+use weft_proto::layout::SlotSet;
 use weft_proto::layout::{object_length_for_file_size, Slot};
 use weft_proto::messages::{CheckReport, CHECK_FINDINGS_MAX};
 
-/// Collects findings, keeping the detailed list bounded.
-struct Findings {
+/// Collects findings, keeping the detailed list bounded; `fix` is the transaction repairs
+/// go in, if the check repairs.
+struct Findings<'a> {
     report: CheckReport,
-    repair: bool,
+    fix: Option<&'a WriteTransaction>,
 }
 
 /// Adds a problem to `report`, keeping the detailed list bounded.
@@ -38,7 +43,7 @@ pub(crate) fn report_problem(report: &mut CheckReport, text: String) {
     }
 }
 
-impl Findings {
+impl Findings<'_> {
     fn problem(&mut self, text: String) {
         report_problem(&mut self.report, text);
     }
@@ -105,11 +110,131 @@ pub(crate) struct Checked {
     pub suspects: Vec<Suspect>,
 }
 
-/// Runs the check in `txn`. `objects` are the objects found on the targets `listed`.
+/// A transaction the check reads the store from: a read snapshot, or the repair's own write
+/// transaction.
+pub(crate) trait Source {
+    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static>: ReadableTable<K, V>
+    where
+        Self: 'a;
+
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<'static, K, V>,
+    ) -> Result<Self::Table<'_, K, V>, OpError>;
+}
+
+impl Source for redb::ReadTransaction {
+    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static> = redb::ReadOnlyTable<K, V>;
+
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<'static, K, V>,
+    ) -> Result<redb::ReadOnlyTable<K, V>, OpError> {
+        Ok(self.open_table(definition)?)
+    }
+}
+
+impl Source for WriteTransaction {
+    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static> = redb::Table<'a, K, V>;
+
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<'static, K, V>,
+    ) -> Result<redb::Table<'_, K, V>, OpError> {
+        Ok(self.open_table(definition)?)
+    }
+}
+
+/// What the check reads of the store, all at its start.
+struct Snapshot {
+    inodes: HashMap<u64, InodeRecord>,
+    entries: Vec<Entry>,
+    orphans: HashSet<u64>,
+    truncates: HashSet<u64>,
+    unreported: HashSet<u64>,
+    disposals: HashSet<u64>,
+    /// Inodes that have extended attributes.
+    xattrs: HashSet<u64>,
+    written: HashMap<u64, SlotSet>,
+}
+
+impl Snapshot {
+    fn read(source: &impl Source) -> Result<Snapshot, OpError> {
+        let mut inodes = HashMap::new();
+        for item in source.table(INODES)?.iter()? {
+            let (key, value) = item?;
+            inodes.insert(
+                key.value(),
+                InodeRecord::decode(key.value(), value.value())?,
+            );
+        }
+        let mut entries = Vec::new();
+        for item in source.table(ENTRIES)?.iter()? {
+            let (key, value) = item?;
+            let (parent, cookie) = key.value();
+            let (child, kind, name) = value.value();
+            entries.push(Entry {
+                parent,
+                name: name.to_string(),
+                child,
+                cookie,
+                kind,
+            });
+        }
+        let mut xattrs = HashSet::new();
+        for item in source.table(XATTRS)?.iter()? {
+            xattrs.insert(item?.0.value().0);
+        }
+        let mut written = HashMap::new();
+        let table = source.table(WRITTEN)?;
+        for item in table.iter()? {
+            let id = item?.0.value();
+            written.insert(id, load_written(&table, InodeId(id))?);
+        }
+        Ok(Snapshot {
+            inodes,
+            entries,
+            orphans: keys(source, ORPHANS)?,
+            truncates: keys(source, TRUNCATES)?,
+            unreported: keys(source, UNREPORTED)?,
+            disposals: keys(source, DISPOSALS)?,
+            xattrs,
+            written,
+        })
+    }
+}
+
+impl Snapshot {
+    /// Forgets what the repair's disposal of inode `id` removed, and notes its disposal.
+    fn disposed(&mut self, id: u64) {
+        self.inodes.remove(&id);
+        self.orphans.remove(&id);
+        self.truncates.remove(&id);
+        self.unreported.remove(&id);
+        self.xattrs.remove(&id);
+        self.written.remove(&id);
+        self.disposals.insert(id);
+    }
+}
+
+/// The keys of a table keyed by inode.
+fn keys<V: redb::Value + 'static>(
+    source: &impl Source,
+    table: TableDefinition<'static, u64, V>,
+) -> Result<HashSet<u64>, OpError> {
+    let mut keys = HashSet::new();
+    for item in source.table(table)?.iter()? {
+        keys.insert(item?.0.value());
+    }
+    Ok(keys)
+}
+
+/// Runs the check on what `source` holds; repairs in `fix`, if given (the same transaction
+/// as `source` then). `objects` are the objects found on the targets `listed`.
 pub(crate) fn check(
-    txn: &WriteTransaction,
+    source: &impl Source,
+    fix: Option<&WriteTransaction>,
     home: NodeId,
-    repair: bool,
     (objects, listed): (&[FoundObject], &Listed),
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
@@ -125,58 +250,36 @@ pub(crate) fn check(
             repairs: Vec::new(),
             unreachable_targets: Vec::new(),
         },
-        repair,
+        fix,
     };
-    let mut inodes: HashMap<u64, InodeRecord> = HashMap::new();
-    {
-        let table = txn.open_table(INODES)?;
-        for item in table.iter()? {
-            let (key, value) = item?;
-            inodes.insert(
-                key.value(),
-                InodeRecord::decode(key.value(), value.value())?,
-            );
-        }
-    }
-    findings.report.inodes = inodes.len() as u64;
-    let entries: Vec<Entry> = {
-        let table = txn.open_table(ENTRIES)?;
-        let mut entries = Vec::new();
-        for item in table.iter()? {
-            let (key, value) = item?;
-            let (parent, cookie) = key.value();
-            let (child, kind, name) = value.value();
-            entries.push(Entry {
-                parent,
-                name: name.to_string(),
-                child,
-                cookie,
-                kind,
-            });
-        }
-        entries
-    };
-    findings.report.dentries = entries.len() as u64;
+    let mut snapshot = Snapshot::read(source)?;
+    findings.report.inodes = snapshot.inodes.len() as u64;
+    findings.report.dentries = snapshot.entries.len() as u64;
+    let entries = std::mem::take(&mut snapshot.entries);
 
-    let removed = check_dentries(txn, &mut findings, &inodes, &entries, home)?;
+    let removed = check_dentries(&mut findings, &snapshot.inodes, &entries, home)?;
     // Link counts are counted on what the repair leaves, so one run ends clean.
     let entries: Vec<Entry> = entries
         .into_iter()
         .filter(|e| !removed.contains(&(e.parent, e.cookie)))
         .collect();
     check_inodes(
-        txn,
         &mut findings,
-        &mut inodes,
+        &mut snapshot,
         &entries,
         home,
         open,
         referenced,
     )?;
-    check_queues(txn, &mut findings, &inodes)?;
-    let unsettled = unsettled(txn, open)?;
-    let garbage = check_objects(txn, &mut findings, &inodes, objects, &unsettled)?;
-    let suspects = check_copies(txn, &inodes, (objects, listed), &unsettled)?;
+    check_queues(&mut findings, &mut snapshot)?;
+    let unsettled: HashSet<InodeId> = open
+        .iter()
+        .copied()
+        .chain(snapshot.unreported.iter().map(|id| InodeId(*id)))
+        .chain(snapshot.truncates.iter().map(|id| InodeId(*id)))
+        .collect();
+    let garbage = check_objects(&mut findings, &snapshot, objects, &unsettled)?;
+    let suspects = check_copies(&snapshot, (objects, listed), &unsettled);
     Ok(Checked {
         report: findings.report,
         garbage,
@@ -184,28 +287,13 @@ pub(crate) fn check(
     })
 }
 
-/// Files whose size may lag behind their objects: open, with a size to report, or with a
-/// truncate under way.
-fn unsettled(txn: &WriteTransaction, open: &HashSet<InodeId>) -> Result<HashSet<InodeId>, OpError> {
-    let mut unsettled = open.clone();
-    for item in txn.open_table(UNREPORTED)?.iter()? {
-        unsettled.insert(InodeId(item?.0.value()));
-    }
-    for item in txn.open_table(TRUNCATES)?.iter()? {
-        unsettled.insert(InodeId(item?.0.value()));
-    }
-    Ok(unsettled)
-}
-
 /// Checks every dentry; returns the keys (directory, cookie) of those the repair removed.
 fn check_dentries(
-    txn: &WriteTransaction,
     findings: &mut Findings,
     inodes: &HashMap<u64, InodeRecord>,
     entries: &[Entry],
     home: NodeId,
 ) -> Result<HashSet<(u64, u64)>, OpError> {
-    let mut table = txn.open_table(ENTRIES)?;
     let mut seen: HashSet<(u64, &str)> = HashSet::new();
     let mut removed = HashSet::new();
     // Entries filed under their name's hash first: of two entries of one name, the one lookups
@@ -224,8 +312,9 @@ fn check_dentries(
                 "is in a missing directory"
             };
             findings.problem(format!("dentry {path} {why}"));
-            if findings.repair {
-                table.remove((entry.parent, entry.cookie))?;
+            if let Some(txn) = findings.fix {
+                txn.open_table(ENTRIES)?
+                    .remove((entry.parent, entry.cookie))?;
                 removed.insert((entry.parent, entry.cookie));
                 findings.repaired(format!("removed dentry {path}"));
             }
@@ -233,8 +322,9 @@ fn check_dentries(
         }
         if !seen.insert((entry.parent, entry.name.as_str())) {
             findings.problem(format!("dentry {path} is there twice"));
-            if findings.repair {
-                table.remove((entry.parent, entry.cookie))?;
+            if let Some(txn) = findings.fix {
+                txn.open_table(ENTRIES)?
+                    .remove((entry.parent, entry.cookie))?;
                 removed.insert((entry.parent, entry.cookie));
                 findings.repaired(format!("removed the second dentry {path}"));
             }
@@ -248,11 +338,12 @@ fn check_dentries(
         if let Some(child) = child {
             if kind_code(child.kind) != entry.kind {
                 findings.problem(format!("dentry {path} records the wrong file type"));
-                if findings.repair {
+                if let Some(txn) = findings.fix {
                     let fixed = Dentry {
                         kind: child.kind,
                         ..dentry
                     };
+                    let mut table = txn.open_table(ENTRIES)?;
                     replace_dentry(&mut table, InodeId(entry.parent), &entry.name, fixed)?;
                     findings.repaired(format!("corrected the file type of {path}"));
                 }
@@ -261,7 +352,8 @@ fn check_dentries(
         if !cookie_fits_name(entry.cookie, &entry.name) {
             // A lookup would not find it.
             findings.problem(format!("dentry {path} is not filed under its name's hash"));
-            if findings.repair {
+            if let Some(txn) = findings.fix {
+                let mut table = txn.open_table(ENTRIES)?;
                 table.remove((entry.parent, entry.cookie))?;
                 let parent = InodeId(entry.parent);
                 let parent_record = &inodes[&entry.parent];
@@ -288,14 +380,14 @@ fn check_dentries(
 }
 
 fn check_inodes(
-    txn: &WriteTransaction,
     findings: &mut Findings,
-    inodes: &mut HashMap<u64, InodeRecord>,
+    snapshot: &mut Snapshot,
     entries: &[Entry],
     home: NodeId,
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
 ) -> Result<(), OpError> {
+    let inodes = &snapshot.inodes;
     // Entries whose child exists: here, or on its own home (directories placed elsewhere).
     let valid: Vec<&Entry> = entries
         .iter()
@@ -312,22 +404,13 @@ fn check_inodes(
             *subdirectories.entry(entry.parent).or_default() += 1;
         }
     }
-    let orphans: HashSet<u64> = {
-        let table = txn.open_table(ORPHANS)?;
-        let mut set = HashSet::new();
-        for item in table.iter()? {
-            set.insert(item?.0.value());
-        }
-        set
-    };
-    let mut table = txn.open_table(INODES)?;
     let ids: BTreeMap<u64, ()> = inodes.keys().map(|id| (*id, ())).collect();
     for id in ids.keys().copied() {
         let inode = InodeId(id);
         if inode.home() != home {
             continue;
         }
-        let Some(mut record) = inodes.get(&id).cloned() else {
+        let Some(mut record) = snapshot.inodes.get(&id).cloned() else {
             continue;
         };
         let mut parents = names.get(&id).cloned().unwrap_or_default();
@@ -338,15 +421,15 @@ fn check_inodes(
         }
 
         if parents.is_empty() && inode != InodeId::ROOT {
-            let held = orphans.contains(&id) && open.contains(&inode);
+            let held = snapshot.orphans.contains(&id) && open.contains(&inode);
             if !held {
                 findings.problem(format!(
                     "inode {inode} ({:?}) is not reachable from any directory",
                     record.kind
                 ));
-                if findings.repair && !open.contains(&inode) {
-                    dispose(txn, &mut table, inode, &record)?;
-                    inodes.remove(&id);
+                if let Some(txn) = findings.fix.filter(|_| !open.contains(&inode)) {
+                    dispose(txn, &mut txn.open_table(INODES)?, inode, &record)?;
+                    snapshot.disposed(id);
                     findings.repaired(format!("disposed of unreachable inode {inode}"));
                 }
             }
@@ -379,37 +462,33 @@ fn check_inodes(
             record.nlink = expected_links;
             changed = true;
         }
-        if changed && findings.repair {
-            store_inode(&mut table, inode, &record)?;
+        if let Some(txn) = findings.fix.filter(|_| changed) {
+            store_inode(&mut txn.open_table(INODES)?, inode, &record)?;
             findings.repaired(format!("corrected inode {inode}"));
         }
-        if orphans.contains(&id) && !parents.is_empty() {
+        if snapshot.orphans.contains(&id) && !parents.is_empty() {
             findings.problem(format!("inode {inode} is linked but on the orphan list"));
-            if findings.repair {
+            if let Some(txn) = findings.fix {
                 txn.open_table(ORPHANS)?.remove(id)?;
+                snapshot.orphans.remove(&id);
                 findings.repaired(format!("took {inode} off the orphan list"));
             }
         }
     }
-    drop(table);
     // Attributes of inodes that no longer exist.
-    let stale: Vec<u64> = {
-        let xattrs = txn.open_table(XATTRS)?;
-        let mut stale = HashSet::new();
-        for item in xattrs.iter()? {
-            let id = item?.0.value().0;
-            if !inodes.contains_key(&id) {
-                stale.insert(id);
-            }
-        }
-        stale.into_iter().collect()
-    };
+    let mut stale: Vec<u64> = snapshot
+        .xattrs
+        .iter()
+        .copied()
+        .filter(|id| !snapshot.inodes.contains_key(id))
+        .collect();
+    stale.sort_unstable();
     for id in stale {
         findings.problem(format!(
             "extended attributes of missing inode {}",
             InodeId(id)
         ));
-        if findings.repair {
+        if let Some(txn) = findings.fix {
             remove_all(&mut txn.open_table(XATTRS)?, InodeId(id))?;
             findings.repaired(format!("removed the attributes of {}", InodeId(id)));
         }
@@ -417,67 +496,64 @@ fn check_inodes(
     Ok(())
 }
 
-/// Keys of a table keyed by inode that name no existing inode.
-fn missing_keys<V: redb::Value + 'static>(
-    table: &impl ReadableTable<u64, V>,
-    inodes: &HashMap<u64, InodeRecord>,
-) -> Result<Vec<u64>, OpError> {
-    let mut ids = Vec::new();
-    for item in table.iter()? {
-        let id = item?.0.value();
-        if !inodes.contains_key(&id) {
-            ids.push(id);
-        }
-    }
-    Ok(ids)
-}
-
-fn check_queues(
-    txn: &WriteTransaction,
-    findings: &mut Findings,
-    inodes: &HashMap<u64, InodeRecord>,
-) -> Result<(), OpError> {
-    drop_missing(txn, ORPHANS, inodes, findings, |id| {
+fn check_queues(findings: &mut Findings, snapshot: &mut Snapshot) -> Result<(), OpError> {
+    let inodes = &snapshot.inodes;
+    drop_missing(findings, ORPHANS, &mut snapshot.orphans, inodes, |id| {
         (
             format!("the orphan list names missing inode {id}"),
             format!("removed {id} from the orphan list"),
         )
     })?;
-    drop_missing(txn, TRUNCATES, inodes, findings, |id| {
+    drop_missing(findings, TRUNCATES, &mut snapshot.truncates, inodes, |id| {
         (
             format!("a truncate is queued for missing inode {id}"),
             format!("dropped the truncate of {id}"),
         )
     })?;
-    drop_missing(txn, UNREPORTED, inodes, findings, |id| {
-        (
-            format!("the list of files without a size report names missing inode {id}"),
-            format!("removed {id} from the list of files without a size report"),
-        )
-    })?;
-    drop_missing(txn, WRITTEN, inodes, findings, |id| {
+    drop_missing(
+        findings,
+        UNREPORTED,
+        &mut snapshot.unreported,
+        inodes,
+        |id| {
+            (
+                format!("the list of files without a size report names missing inode {id}"),
+                format!("removed {id} from the list of files without a size report"),
+            )
+        },
+    )?;
+    let mut written: HashSet<u64> = snapshot.written.keys().copied().collect();
+    drop_missing(findings, WRITTEN, &mut written, inodes, |id| {
         (
             format!("written slots are recorded for missing inode {id}"),
             format!("dropped the written slots of {id}"),
         )
-    })
+    })?;
+    snapshot.written.retain(|id, _| written.contains(id));
+    Ok(())
 }
 
-/// Reports each key of `table` that names no existing inode, and with `--repair` removes it;
-/// `say` gives the problem and the repair for an inode.
+/// Reports each of `keys`, the keys of `table`, that names no existing inode, and with
+/// `--repair` removes it; `say` gives the problem and the repair for an inode.
 fn drop_missing<V: redb::Value + 'static>(
-    txn: &WriteTransaction,
-    table: TableDefinition<u64, V>,
-    inodes: &HashMap<u64, InodeRecord>,
     findings: &mut Findings,
+    table: TableDefinition<'static, u64, V>,
+    keys: &mut HashSet<u64>,
+    inodes: &HashMap<u64, InodeRecord>,
     say: impl Fn(InodeId) -> (String, String),
 ) -> Result<(), OpError> {
-    let missing = missing_keys(&txn.open_table(table)?, inodes)?;
+    let mut missing: Vec<u64> = keys
+        .iter()
+        .copied()
+        .filter(|id| !inodes.contains_key(id))
+        .collect();
+    missing.sort_unstable();
     for id in missing {
         let (problem, repair) = say(InodeId(id));
         findings.problem(problem);
-        if findings.repair {
+        if let Some(txn) = findings.fix {
             txn.open_table(table)?.remove(id)?;
+            keys.remove(&id);
             findings.repaired(repair);
         }
     }
@@ -490,13 +566,12 @@ fn drop_missing<V: redb::Value + 'static>(
 /// the file grew), unless the file is open, has a size to report or a truncate under way:
 /// then its size may lag behind its objects.
 fn check_objects(
-    txn: &WriteTransaction,
     findings: &mut Findings,
-    inodes: &HashMap<u64, InodeRecord>,
+    snapshot: &Snapshot,
     objects: &[FoundObject],
     unsettled: &HashSet<InodeId>,
 ) -> Result<Vec<(InodeId, Slot)>, OpError> {
-    let disposals = txn.open_table(DISPOSALS)?;
+    let inodes = &snapshot.inodes;
     let mut garbage = Vec::new();
     // Files whose objects hold bytes past their end: a truncate to their size cuts them.
     let mut cut = Vec::new();
@@ -514,13 +589,13 @@ fn check_objects(
                      {} bytes has at most {allowed} there: bytes past the end of the file",
                     record.size
                 ));
-                if findings.repair && !cut.contains(&inode) {
+                if findings.fix.is_some() && !cut.contains(&inode) {
                     cut.push(inode);
                 }
             }
             continue;
         }
-        if disposals.get(inode.0)?.is_some() {
+        if snapshot.disposals.contains(&inode.0) {
             continue;
         }
         let (what, slot) = match group {
@@ -530,18 +605,20 @@ fn check_objects(
         findings.problem(format!(
             "{what} of {inode} on target {target} belongs to no file"
         ));
-        if findings.repair && !garbage.contains(&(inode, slot)) {
+        if findings.fix.is_some() && !garbage.contains(&(inode, slot)) {
             garbage.push((inode, slot));
         }
     }
-    for inode in cut {
-        let mut record = inodes[&inode.0].clone();
-        queue_truncate(txn, inode, &mut record)?;
-        store_inode(&mut txn.open_table(INODES)?, inode, &record)?;
-        findings.repaired(format!(
-            "queued a truncate of {inode} to its size ({} bytes): its objects are cut to it",
-            record.size
-        ));
+    if let Some(txn) = findings.fix {
+        for inode in cut {
+            let mut record = inodes[&inode.0].clone();
+            queue_truncate(txn, inode, &mut record)?;
+            store_inode(&mut txn.open_table(INODES)?, inode, &record)?;
+            findings.repaired(format!(
+                "queued a truncate of {inode} to its size ({} bytes): its objects are cut to it",
+                record.size
+            ));
+        }
     }
     Ok(garbage)
 }
@@ -550,18 +627,16 @@ fn check_objects(
 /// left bytes by the file's size) without its object on a listed target or good member, and
 /// the copies of a mirrored object on two or more good members, to be compared.
 fn check_copies(
-    txn: &WriteTransaction,
-    inodes: &HashMap<u64, InodeRecord>,
+    snapshot: &Snapshot,
     (objects, listed): (&[FoundObject], &Listed),
     unsettled: &HashSet<InodeId>,
-) -> Result<Vec<Suspect>, OpError> {
+) -> Vec<Suspect> {
     let present: HashSet<(InodeId, TargetId, Option<u32>)> = objects
         .iter()
         .map(|&(inode, target, group, _)| (inode, target, group))
         .collect();
-    let written_table = txn.open_table(WRITTEN)?;
     let mut suspects = Vec::new();
-    for (&id, record) in inodes {
+    for (&id, record) in &snapshot.inodes {
         let inode = InodeId(id);
         let Some(layout) = &record.layout else {
             continue;
@@ -569,7 +644,7 @@ fn check_copies(
         if unsettled.contains(&inode) {
             continue;
         }
-        let written = load_written(&written_table, inode)?;
+        let written = snapshot.written.get(&id).copied().unwrap_or_default();
         for index in 0..layout.targets.len() {
             if object_length_for_file_size(layout, index, record.size) == 0 {
                 continue;
@@ -602,5 +677,5 @@ fn check_copies(
             });
         }
     }
-    Ok(suspects)
+    suspects
 }

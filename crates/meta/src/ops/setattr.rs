@@ -137,18 +137,29 @@ pub(crate) fn report_size(
     Ok((response, answered))
 }
 
-/// A size recomputed from the objects (`size`, of truncate generation `generation`, when they
-/// could be read, and the slots whose objects hold bytes): raises the size and takes the file
-/// off [`UNREPORTED`]. A file removed meanwhile only leaves the list.
+/// What the objects of a file showed in truncate generation `generation`: the slots whose
+/// objects hold bytes, and the size they give if it is larger than the file's.
+pub(crate) struct FoundSize {
+    pub generation: u64,
+    pub written: SlotSet,
+    pub grown: Option<u64>,
+}
+
+/// A size recomputed from the objects (when they could be read): raises the size, records
+/// the slots that hold data, and takes the file off [`UNREPORTED`]. A file removed meanwhile
+/// only leaves the list.
 pub(crate) fn settle_size(
     txn: &WriteTransaction,
     inode: InodeId,
-    size: Option<((u64, u64), SlotSet)>,
+    found: Option<FoundSize>,
 ) -> Result<Response, OpError> {
-    let response = match size {
-        // The writer's report was lost: its writes changed the file.
-        Some((size, written)) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
-            apply_size(txn, inode, size, true, written)?
+    let response = match found {
+        Some(found) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
+            // The writer's report was lost: if the objects hold more than the size, its
+            // writes changed the file.
+            let size = found.grown.unwrap_or(0);
+            let grown = found.grown.is_some();
+            apply_size(txn, inode, (size, found.generation), grown, found.written)?
         }
         _ => Response::Done,
     };

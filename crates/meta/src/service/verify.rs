@@ -4,7 +4,8 @@
 //! object is listed again and its slot must still be recorded as written in the same truncate
 //! generation (such an object can only go with a truncate, which starts a new generation, or
 //! with the file); copies that differ are compared twice, the file settled in between, and
-//! must differ the same way both times.
+//! must differ the same way both times. Either way, the members involved must still be good
+//! afterwards: a member that failed meanwhile is resynced, not reported.
 
 use super::{Meta, TARGET_RETRY};
 use crate::ops::check::{report_problem, Suspect, SuspectKind};
@@ -12,7 +13,7 @@ use crate::store::{load_inode, load_written, OpError, TRUNCATES, UNREPORTED, WRI
 use weft_net::RpcError;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::layout::Slot;
-use weft_proto::messages::CheckReport;
+use weft_proto::messages::{CheckReport, Consistency, CHECKSUM_BYTES_MAX};
 use weft_proto::ErrorCode;
 
 /// Why a suspect could not be looked at again.
@@ -26,6 +27,13 @@ impl From<OpError> for Unverified {
     fn from(error: OpError) -> Unverified {
         Unverified::Store(error)
     }
+}
+
+/// A member's copy of an object as compared: its length and the CRC32C of each piece.
+#[derive(PartialEq, Eq)]
+struct Copy {
+    length: u64,
+    crcs: Vec<u32>,
 }
 
 /// Targets as a list for a message: "target 3", "targets 3 and 5".
@@ -42,10 +50,14 @@ impl Meta {
     /// Looks again at every suspect of a check and reports those that hold; a target that
     /// stops answering meanwhile is reported as not checked.
     pub(super) async fn verify_suspects(&self, suspects: Vec<Suspect>, report: &mut CheckReport) {
-        for suspect in suspects {
+        let total = suspects.len() as u64;
+        for (done, suspect) in suspects.into_iter().enumerate() {
+            self.note_check_progress("comparing copies of files", done as u64, total);
             match self.verify_suspect(&suspect).await {
-                Ok(Some(problem)) => report_problem(report, problem),
-                Ok(None) => {}
+                Ok(Some(problem)) if self.members_still_good(&suspect) => {
+                    report_problem(report, problem)
+                }
+                Ok(_) => {}
                 Err(Unverified::Target(target, error)) => {
                     tracing::warn!(target = target.0, %error, "fsck cannot read a copy");
                     if !report.unreachable_targets.contains(&target) {
@@ -107,17 +119,49 @@ impl Meta {
                 let copies: Vec<String> = members
                     .iter()
                     .zip(&first)
-                    .map(|(target, (length, crc))| {
-                        format!("target {target} holds {length} bytes of CRC32C {crc:08x}")
-                    })
+                    .map(|(target, copy)| format!("target {target} holds {} bytes", copy.length))
                     .collect();
+                // The first piece in which some copy differs from the first one.
+                let pieces = first.iter().map(|copy| copy.crcs.len()).max().unwrap_or(0);
+                let piece = (0..pieces as u64)
+                    .find(|index| {
+                        let of = |copy: &Copy| copy.crcs.get(*index as usize).copied();
+                        first.iter().any(|copy| of(copy) != of(&first[0]))
+                    })
+                    .unwrap_or(0);
+                let from = piece * CHECKSUM_BYTES_MAX;
                 Ok(Some(format!(
-                    "the copies of {inode} in {slot} differ ({}); copy the file again to \
-                     rewrite every copy",
-                    copies.join(", ")
+                    "the copies of {inode} in {slot} differ ({}; first in the {} bytes of the \
+                     object from offset {from}); copy the file again to rewrite every copy",
+                    copies.join(", "),
+                    CHECKSUM_BYTES_MAX
                 )))
             }
         }
+    }
+
+    /// Whether the members a suspect of a mirrored slot names are all still good.
+    fn members_still_good(&self, suspect: &Suspect) -> bool {
+        let Slot::Group(group) = suspect.slot else {
+            return true;
+        };
+        let members: Vec<TargetId> = match &suspect.kind {
+            SuspectKind::Missing { lacking, holding } => {
+                lacking.iter().chain(holding).copied().collect()
+            }
+            SuspectKind::Compare(members) => members.clone(),
+        };
+        let map = self.cluster.map();
+        let Some(info) = map.mirror_groups.iter().find(|info| {
+            info.kind == weft_proto::messages::MirrorKind::Storage && info.id == group
+        }) else {
+            return false;
+        };
+        members.iter().all(|target| {
+            info.members
+                .iter()
+                .any(|member| member.id == target.0 && member.state == Consistency::Good)
+        })
     }
 
     /// Whether `target` holds an object of `inode` (a mirrored one if `mirrored`).
@@ -140,25 +184,42 @@ impl Meta {
         Ok(listed.first().is_some_and(|(found, _)| *found == inode))
     }
 
-    /// The length and CRC32C of each member's copy of `inode`.
+    /// Each member's copy of `inode`: its length and the CRC32C of each piece of
+    /// [`CHECKSUM_BYTES_MAX`] bytes of it, read in one request each.
     async fn checksums(
         &self,
         members: &[TargetId],
         mirrored: bool,
         inode: InodeId,
-    ) -> Result<Vec<(u64, u32)>, Unverified> {
-        let mut sums = Vec::with_capacity(members.len());
+    ) -> Result<Vec<Copy>, Unverified> {
+        let mut copies = Vec::with_capacity(members.len());
         for &target in members {
-            let sum = self
-                .cluster
-                .call_storage(target, &TARGET_RETRY, |storage, _| async move {
-                    storage.object_checksum(target, mirrored, inode).await
-                })
-                .await
-                .map_err(|error| Unverified::Target(target, error))?;
-            sums.push(sum);
+            let mut copy = Copy {
+                length: 0,
+                crcs: Vec::new(),
+            };
+            let mut offset = 0;
+            loop {
+                let range = (offset, CHECKSUM_BYTES_MAX);
+                let (length, crc) = self
+                    .cluster
+                    .call_storage(target, &TARGET_RETRY, |storage, _| async move {
+                        storage
+                            .object_checksum((target, mirrored), inode, range)
+                            .await
+                    })
+                    .await
+                    .map_err(|error| Unverified::Target(target, error))?;
+                copy.length = length;
+                copy.crcs.push(crc);
+                offset += CHECKSUM_BYTES_MAX;
+                if offset >= length {
+                    break;
+                }
+            }
+            copies.push(copy);
         }
-        Ok(sums)
+        Ok(copies)
     }
 
     /// Whether the suspect's slot is still recorded as written in the same truncate
