@@ -747,3 +747,103 @@ fn fsck_compares_the_copies_of_mirror_members() {
         "the report names the file a member lacks:\n{report}"
     );
 }
+
+// Goal: a late copy of a change a primary forwarded to a member never lands over a newer
+// change there. A primary retries a forward whose answer did not come in time while the
+// first copy may still wait at the member; once the retry is answered, the client's next
+// change of the same bytes is forwarded, and the first copy must not then overwrite it (the
+// member would hold old bytes the primary does not, and serve them after a failover). Method:
+// against the member's storage server, send what a primary sends in that case: the retried
+// forward, a newer forward of the same bytes, then the delayed first copy; the member's copy
+// must hold the newer bytes.
+#[test]
+fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
+    use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
+    use weft_proto::messages::{ChangeTag, MirrorKind, MirrorRoute, Route};
+    use weft_proto::ErrorCode;
+    let cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        ..ClusterSpec::default()
+    });
+    common::autocreate_storage_groups(&cluster);
+    weft_testkit::wait_until("both members good", || {
+        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.contains("(good)") && !list.contains("(needs-resync)") && !list.contains("(bad)")
+    })
+    .expect("group formed");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+        let file = (InodeId::new(NodeId(1), 1 << 40), 0);
+        let tag = |number: u64, settled_below: u64| ChangeTag {
+            client: ClientId(u64::MAX - 2),
+            number,
+            settled_below,
+            abandoned: Vec::new(),
+        };
+        // The route of a forward to the group's secondary, as its primary sends it.
+        let route = || async {
+            let map = view.refresh().await.expect("map");
+            let group = map
+                .mirror_groups
+                .iter()
+                .find(|group| group.kind == MirrorKind::Storage)
+                .expect("a storage group");
+            let member = group
+                .members
+                .iter()
+                .find(|member| member.id != group.primary)
+                .expect("a secondary")
+                .id;
+            Route {
+                target: TargetId(member),
+                mirror: Some(MirrorRoute {
+                    group: group.id,
+                    version: group.version,
+                    forwarded: true,
+                }),
+            }
+        };
+        let forward = |route: Route, data: &'static [u8], tag: ChangeTag| {
+            let view = &view;
+            async move {
+                let storage = view.storage_for_target(route.target).await?;
+                storage
+                    .write(route, file, 0, bytes::Bytes::from_static(data), Some(tag))
+                    .await
+            }
+        };
+        // The member may not have heard of the group's version yet.
+        let mut retried = forward(route().await, b"old bytes", tag(1, 1)).await;
+        for _ in 0..100 {
+            if retried.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            retried = forward(route().await, b"old bytes", tag(1, 1)).await;
+        }
+        retried.expect("the retry");
+        let route = route().await;
+        forward(route, b"new bytes", tag(2, 2))
+            .await
+            .expect("the newer forward");
+        let late = forward(route, b"old bytes", tag(1, 1))
+            .await
+            .expect_err("the late first copy is refused");
+        assert_eq!(late.code(), ErrorCode::Superseded, "{late}");
+        let storage = view
+            .storage_for_target(route.target)
+            .await
+            .expect("storage");
+        let (length, crc) = storage
+            .object_checksum((route.target, true), file.0, (0, 64))
+            .await
+            .expect("the member's copy");
+        assert_eq!(
+            (length, crc),
+            (9, weft_proto::checksum::crc32c(b"new bytes")),
+            "the member's copy holds the newer bytes"
+        );
+    });
+}

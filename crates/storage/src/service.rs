@@ -29,6 +29,10 @@ struct Storage {
     mirror: Arc<Mirror>,
     /// Drops late copies of clients' retried changes.
     fence: crate::fence::ChangeFence,
+    /// Drops late copies of changes a primary forwarded here and sent again when the answer
+    /// did not come in time. Apart from `fence`: a change this target took as a member is
+    /// still one to run (and forward) when its client resends it here as to a new primary.
+    forward_fence: crate::fence::ChangeFence,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -119,6 +123,7 @@ pub async fn run(
         metrics,
         mirror,
         fence: crate::fence::ChangeFence::new(),
+        forward_fence: crate::fence::ChangeFence::new(),
     });
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -271,17 +276,21 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
-        // A client's change passes the fence where the client sent it; a member gets it from
-        // its primary, in order.
+        // A client's change passes the fence where the client sent it, and at each member the
+        // fence of forwards: a primary sends a forward again when its answer does not come in
+        // time, and the first copy, still on its way, must not land after a newer change.
+        let fence = if request.mirror().is_some_and(|route| route.forwarded) {
+            &self.forward_fence
+        } else {
+            &self.fence
+        };
         let running = match request.tag() {
-            Some(tag) if !request.mirror().is_some_and(|route| route.forwarded) => {
-                match self.fence.admit(tag).await {
-                    Ok(Admission::Run(running)) => Some(running),
-                    Ok(Admission::Answered(answer)) => return (answer, Bytes::new()),
-                    Err(error) => return (Err(error), Bytes::new()),
-                }
-            }
-            _ => None,
+            Some(tag) => match fence.admit(tag).await {
+                Ok(Admission::Run(running)) => Some(running),
+                Ok(Admission::Answered(answer)) => return (answer, Bytes::new()),
+                Err(error) => return (Err(error), Bytes::new()),
+            },
+            None => None,
         };
         let outcome = match request.mirror() {
             None => self.local(target, request, payload).await,
