@@ -847,3 +847,111 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
         );
     });
 }
+
+// Goal: a change a member took as a forward in one version of its group is run again when a
+// primary of a later version forwards it: the member's copy may have changed since (another
+// client's change of the same bytes), and the resent change must land, or the member holds
+// other bytes than its primary for an acknowledged change. Method: a group of three targets;
+// against the third member, forward change 1 and then another client's change 2 of the same
+// bytes; kill the second member's server so the group moves to a new version; forward change
+// 1 again in it. The member's copy must hold change 1's bytes.
+#[test]
+fn a_change_forwarded_again_in_a_new_version_runs_again() {
+    use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
+    use weft_proto::messages::{ChangeTag, MirrorKind, MirrorRoute, Route};
+    let mut cluster = cluster(ClusterSpec {
+        storage: 3,
+        targets_per_storage: 1,
+        ..ClusterSpec::default()
+    });
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "mirror",
+            "create",
+            "storage",
+            "--members",
+            "1,2,3",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "{err}");
+    weft_testkit::wait_until("every member good", || {
+        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.matches("(good)").count() == 3
+    })
+    .expect("group formed");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+    let member = TargetId(3);
+    let file = (InodeId::new(NodeId(1), 1 << 40), 0);
+    let tag = |client: u64, number: u64| ChangeTag {
+        client: ClientId(client),
+        number,
+        settled_below: 1,
+        abandoned: Vec::new(),
+    };
+    // The group's version now, and a forward to the member in it, sent until the member
+    // knows the version.
+    let version = || {
+        runtime.block_on(async {
+            let map = view.refresh().await.expect("map");
+            let group = map
+                .mirror_groups
+                .iter()
+                .find(|group| group.kind == MirrorKind::Storage)
+                .expect("the group");
+            (group.id, group.version)
+        })
+    };
+    let forward = |(group, version): (u32, u64), data: &'static [u8], tag: ChangeTag| {
+        let route = Route {
+            target: member,
+            mirror: Some(MirrorRoute {
+                group,
+                version,
+                forwarded: true,
+            }),
+        };
+        runtime.block_on(async {
+            let storage = view.storage_for_target(member).await?;
+            storage
+                .write(route, file, 0, bytes::Bytes::from_static(data), Some(tag))
+                .await
+        })
+    };
+    let first = version();
+    weft_testkit::wait_until("the member to take a forward", || {
+        forward(first, b"first", tag(u64::MAX - 3, 1)).is_ok()
+    })
+    .expect("forward taken");
+    forward(first, b"other", tag(u64::MAX - 4, 1)).expect("another client's change");
+
+    cluster
+        .kill("storage-2")
+        .expect("kill the second member's server");
+    let mut second = first;
+    weft_testkit::wait_until("the group to move to a new version", || {
+        second = version();
+        second.1 > first.1
+    })
+    .expect("new version");
+    weft_testkit::wait_until("the member to take the change again", || {
+        forward(second, b"first", tag(u64::MAX - 3, 1)).is_ok()
+    })
+    .expect("forward taken in the new version");
+    let (length, crc) = runtime
+        .block_on(async {
+            let storage = view.storage_for_target(member).await?;
+            storage
+                .object_checksum((member, true), file.0, (0, 64))
+                .await
+        })
+        .expect("the member's copy");
+    assert_eq!(
+        (length, crc),
+        (5, weft_proto::checksum::crc32c(b"first")),
+        "the change forwarded again in the new version landed"
+    );
+}

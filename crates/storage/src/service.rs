@@ -9,7 +9,7 @@ use crate::{StorageConfig, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use weft_net::mirror::Unsynced;
@@ -29,10 +29,15 @@ struct Storage {
     mirror: Arc<Mirror>,
     /// Drops late copies of clients' retried changes.
     fence: crate::fence::ChangeFence,
-    /// Drops late copies of changes a primary forwarded here and sent again when the answer
+    /// Per storage mirror group, the version of it forwards last came in and their fence:
+    /// drops late copies of changes a primary forwarded here and sent again when the answer
     /// did not come in time. Apart from `fence`: a change this target took as a member is
     /// still one to run (and forward) when its client resends it here as to a new primary.
-    forward_fence: crate::fence::ChangeFence,
+    /// One per group and version: a change taken in one version is run again when a primary
+    /// of a later version forwards it (the copies may have changed since, and only the
+    /// primary that forwards it knows it is due), and what a client settled in one group says
+    /// nothing of the order of its changes in another.
+    forward_fences: Mutex<HashMap<u32, (u64, Arc<crate::fence::ChangeFence>)>>,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -123,7 +128,7 @@ pub async fn run(
         metrics,
         mirror,
         fence: crate::fence::ChangeFence::new(),
-        forward_fence: crate::fence::ChangeFence::new(),
+        forward_fences: Mutex::default(),
     });
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -277,12 +282,19 @@ impl weft_net::Handler for Storage {
             };
         }
         // A client's change passes the fence where the client sent it, and at each member the
-        // fence of forwards: a primary sends a forward again when its answer does not come in
-        // time, and the first copy, still on its way, must not land after a newer change.
-        let fence = if request.mirror().is_some_and(|route| route.forwarded) {
-            &self.forward_fence
-        } else {
-            &self.fence
+        // fence of its group's version: a primary sends a forward again when its answer does
+        // not come in time, and the first copy, still on its way, must not land after a newer
+        // change.
+        let forward_fence;
+        let fence = match request.mirror() {
+            Some(route) if route.forwarded => {
+                if let Err(error) = self.mirror.admit_forward(target_id, route) {
+                    return (Err(error), Bytes::new());
+                }
+                forward_fence = self.forward_fence(route);
+                &*forward_fence
+            }
+            _ => &self.fence,
         };
         let running = match request.tag() {
             Some(tag) => match fence.admit(tag).await {
@@ -311,6 +323,25 @@ impl weft_net::Handler for Storage {
 }
 
 impl Storage {
+    /// The fence of the forwards of `route`'s group in its version: a new one when the group
+    /// moved to a newer version (the older one's state goes with it).
+    fn forward_fence(&self, route: MirrorRoute) -> Arc<crate::fence::ChangeFence> {
+        let mut fences = self.forward_fences.lock().expect("forward fences poisoned");
+        match fences.get(&route.group) {
+            Some((version, fence)) if *version == route.version => Arc::clone(fence),
+            // A forward of an older version, admitted just before the group moved on: it
+            // fences only itself.
+            Some((version, _)) if *version > route.version => {
+                Arc::new(crate::fence::ChangeFence::new())
+            }
+            _ => {
+                let fence = Arc::new(crate::fence::ChangeFence::new());
+                fences.insert(route.group, (route.version, Arc::clone(&fence)));
+                fence
+            }
+        }
+    }
+
     /// A request to a mirrored object at its group's primary: admitted by version and lease;
     /// a change is applied here and on every present member (in order with overlapping
     /// changes to the same object) before it is answered. A change that fails here after a
