@@ -440,6 +440,23 @@ async fn rename_checks() {
     assert_eq!(code(over_dir), ErrorCode::IsDirectory);
 }
 
+/// Truncates `inode` to `size`; returns the new attributes.
+async fn truncate(f: &Fixture, inode: InodeId, size: u64) -> Response {
+    f.committer
+        .run(Box::new(move |txn| {
+            set_attr(
+                txn,
+                inode,
+                AttrChanges {
+                    size: Some(size),
+                    ..AttrChanges::default()
+                },
+            )
+        }))
+        .await
+        .expect("truncate")
+}
+
 /// A writer's report of writes up to `size` in `generation`.
 fn written(size: u64, generation: u64, durable: bool) -> SizeReport {
     SizeReport {
@@ -468,20 +485,7 @@ async fn size_reports_follow_truncate_generations() {
     };
     report(1000, 0).await.expect("report");
     report(500, 0).await.expect("smaller report");
-    let truncated = f
-        .committer
-        .run(Box::new(move |txn| {
-            set_attr(
-                txn,
-                inode,
-                AttrChanges {
-                    size: Some(10),
-                    ..AttrChanges::default()
-                },
-            )
-        }))
-        .await
-        .expect("truncate");
+    let truncated = truncate(&f, inode, 10).await;
     let Response::Attr(attr) = truncated else {
         panic!("attr")
     };
@@ -654,19 +658,7 @@ async fn written_slots_follow_reports_and_truncates() {
     assert_eq!(both.iter().collect::<Vec<_>>(), vec![0, 1]);
     report(2 * chunk, 0, both).await.expect("report");
     assert_eq!(recorded(), both);
-    f.committer
-        .run(Box::new(move |txn| {
-            set_attr(
-                txn,
-                inode,
-                AttrChanges {
-                    size: Some(10),
-                    ..AttrChanges::default()
-                },
-            )
-        }))
-        .await
-        .expect("truncate");
+    truncate(&f, inode, 10).await;
     assert_eq!(
         recorded().iter().collect::<Vec<_>>(),
         vec![0],
