@@ -955,3 +955,110 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
         "the change forwarded again in the new version landed"
     );
 }
+
+// Goal: a late first copy of a resync's step never undoes what later steps wrote. A primary
+// copying an object to a returning member sends a removal of the member's copy, then the
+// object's bytes, then a sync, and sends a step again when its answer does not come in time;
+// a first copy of the removal arriving after the bytes would leave the member without the
+// object it reports copied. Method: against the member's storage server, send the steps as a
+// resync tags them: the removal (its retry), the write and the sync, then the delayed first
+// copy of the removal; it must be refused and the member's copy must hold the bytes.
+#[test]
+fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
+    use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
+    use weft_proto::messages::{ChangeTag, MirrorKind, MirrorRoute, Route, StorageRequest};
+    let cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        ..ClusterSpec::default()
+    });
+    common::autocreate_storage_groups(&cluster);
+    weft_testkit::wait_until("both members good", || {
+        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.matches("(good)").count() == 2
+    })
+    .expect("group formed");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+    let inode = InodeId::new(NodeId(1), 1 << 40);
+    let tag = |number: u64| ChangeTag {
+        client: ClientId((1 << 63) | 99),
+        number,
+        settled_below: number,
+        abandoned: Vec::new(),
+    };
+    let send = |step: &dyn Fn(Route) -> StorageRequest, payload: &'static [u8]| {
+        runtime.block_on(async {
+            let map = view.refresh().await.expect("map");
+            let group = map
+                .mirror_groups
+                .iter()
+                .find(|group| group.kind == MirrorKind::Storage)
+                .expect("the group");
+            let member = group
+                .members
+                .iter()
+                .find(|member| member.id != group.primary)
+                .expect("a secondary")
+                .id;
+            let route = Route {
+                target: TargetId(member),
+                mirror: Some(MirrorRoute {
+                    group: group.id,
+                    version: group.version,
+                    forwarded: true,
+                }),
+            };
+            let storage = view.storage_for_target(route.target).await?;
+            storage
+                .send(step(route), bytes::Bytes::from_static(payload))
+                .await
+                .map(|(response, _)| (route, response))
+        })
+    };
+    let remove = |route: Route| StorageRequest::Remove {
+        target: route.target,
+        mirror: route.mirror,
+        inode,
+        tag: Some(tag(1)),
+    };
+    let mut removed = send(&remove, b"");
+    weft_testkit::wait_until("the member to take a step", || {
+        removed.is_ok() || {
+            removed = send(&remove, b"");
+            removed.is_ok()
+        }
+    })
+    .expect("removal taken");
+    let (route, _) = removed.expect("the removal's retry");
+    let write = |route: Route| StorageRequest::Write {
+        target: route.target,
+        mirror: route.mirror,
+        inode,
+        generation: 0,
+        object_offset: 0,
+        tag: Some(tag(2)),
+    };
+    send(&write, b"copied").expect("the copy's bytes");
+    let sync = |route: Route| StorageRequest::Sync {
+        target: route.target,
+        mirror: route.mirror,
+        inode,
+    };
+    send(&sync, b"").expect("the copy's sync");
+    let late = send(&remove, b"").expect_err("the late removal is refused");
+    assert_eq!(late.code(), weft_proto::ErrorCode::Superseded, "{late}");
+    let (length, crc) = runtime
+        .block_on(async {
+            let storage = view.storage_for_target(route.target).await?;
+            storage
+                .object_checksum((route.target, true), inode, (0, 64))
+                .await
+        })
+        .expect("the member's copy");
+    assert_eq!(
+        (length, crc),
+        (6, weft_proto::checksum::crc32c(b"copied")),
+        "the member still holds the copied bytes"
+    );
+}

@@ -866,6 +866,7 @@ impl StorageClient {
             target: route.target,
             mirror: route.mirror,
             inode,
+            tag: None,
         })
         .await
     }

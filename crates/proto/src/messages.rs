@@ -1210,6 +1210,8 @@ pub enum StorageRequest {
         mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
+        /// The change it is, for a resync's step (see [`ChangeTag`]); `None` otherwise.
+        tag: Option<ChangeTag>,
     },
     /// Makes an object's data durable.
     Sync {
@@ -1313,12 +1315,13 @@ impl StorageRequest {
         }
     }
 
-    /// The client change it is (writes and fallocates a client sent).
+    /// The change it is (writes and fallocates a client sent, and a resync's writes and
+    /// removals).
     pub fn tag(&self) -> Option<&ChangeTag> {
         match self {
-            StorageRequest::Write { tag, .. } | StorageRequest::Fallocate { tag, .. } => {
-                tag.as_ref()
-            }
+            StorageRequest::Write { tag, .. }
+            | StorageRequest::Fallocate { tag, .. }
+            | StorageRequest::Remove { tag, .. } => tag.as_ref(),
             _ => None,
         }
     }

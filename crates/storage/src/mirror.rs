@@ -15,14 +15,15 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use weft_net::mirror::{Membership, ResyncStart, Unsynced};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
-use weft_proto::ids::{InodeId, TargetId};
+use weft_proto::ids::{ClientId, InodeId, TargetId};
 use weft_proto::messages::{
-    MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
+    ChangeTag, MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
     OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
@@ -302,12 +303,14 @@ impl Mirror {
         self.membership
             .resync_started(start, objects.len() as u64, !incremental);
         let mut copied = 0u64;
+        let steps = ResyncSteps::new(primary);
         for inode in &objects {
             let bytes = if target.exists(mirrored(*inode)) {
-                self.copy_object(&target, start, *inode).await?
+                self.copy_object(&target, (start, &steps), *inode).await?
             } else {
                 // Removed since the member left.
-                self.remove_if_gone(&target, start, *inode).await?;
+                self.remove_if_gone(&target, (start, &steps), *inode)
+                    .await?;
                 0
             };
             copied += 1;
@@ -348,7 +351,8 @@ impl Mirror {
                 ));
             };
             for (inode, _) in &objects {
-                self.remove_if_gone(&target, start, *inode).await?;
+                self.remove_if_gone(&target, (start, &steps), *inode)
+                    .await?;
             }
             after = objects.last().map_or(after, |(inode, _)| inode.0);
             if end {
@@ -385,7 +389,7 @@ impl Mirror {
     async fn remove_if_gone(
         &self,
         target: &Target,
-        start: ResyncStart,
+        (start, steps): (ResyncStart, &ResyncSteps),
         inode: InodeId,
     ) -> Result<(), WireError> {
         let _held = self.lock_range(target.id, inode, 0..u64::MAX).await;
@@ -397,6 +401,7 @@ impl Mirror {
             target: route.target,
             mirror: route.mirror,
             inode,
+            tag: Some(steps.tag()),
         };
         self.send_step(start.member, remove, Bytes::new()).await
     }
@@ -407,7 +412,7 @@ impl Mirror {
     async fn copy_object(
         &self,
         target: &Arc<Target>,
-        start: ResyncStart,
+        (start, steps): (ResyncStart, &ResyncSteps),
         inode: InodeId,
     ) -> Result<u64, WireError> {
         let primary = target.id;
@@ -420,6 +425,7 @@ impl Mirror {
             target: route.target,
             mirror: route.mirror,
             inode,
+            tag: Some(steps.tag()),
         };
         self.send_step(member, remove, Bytes::new()).await?;
         let mut offset = 0;
@@ -440,7 +446,7 @@ impl Mirror {
                 inode,
                 generation,
                 object_offset: offset,
-                tag: None,
+                tag: Some(steps.tag()),
             };
             offset += data.len() as u64;
             self.send_step(member, write, data).await?;
@@ -453,6 +459,48 @@ impl Mirror {
         };
         self.send_step(member, sync, Bytes::new()).await?;
         Ok(offset)
+    }
+}
+
+/// Resyncs' own clients: ids no client session gets (management numbers sessions from 1).
+const RESYNC_CLIENTS: u64 = 1 << 63;
+
+/// The tags of one resync's removals and writes: a client of its own, its steps numbered in
+/// the order they are sent, each landed before the next is sent. A step is sent again when
+/// its answer does not come in time, and the member's fence of forwards then runs one copy
+/// of it and drops a first copy that arrives after a later step — which would otherwise
+/// remove or overwrite what the copy of the object wrote, or a newer change after it.
+struct ResyncSteps {
+    client: ClientId,
+    next: AtomicU64,
+}
+
+impl ResyncSteps {
+    fn new(primary: TargetId) -> ResyncSteps {
+        // Unique among this server's resyncs, and unlikely to repeat after a restart.
+        static SERIAL: OnceLock<AtomicU64> = OnceLock::new();
+        let serial = SERIAL.get_or_init(|| {
+            let since_epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            AtomicU64::new(u64::from(since_epoch.subsec_nanos()))
+        });
+        let serial = serial.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
+        ResyncSteps {
+            client: ClientId(RESYNC_CLIENTS | u64::from(primary.0) << 32 | serial),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// The tag of the next step: every step before it has landed.
+    fn tag(&self) -> ChangeTag {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        ChangeTag {
+            client: self.client,
+            number,
+            settled_below: number,
+            abandoned: Vec::new(),
+        }
     }
 }
 
