@@ -78,6 +78,10 @@ pub(crate) struct Mirror {
     ranges: RangeLocks,
     missed: Arc<MissedLogs>,
     metrics: MirrorMetrics,
+    /// The step tags of the resyncs of each (group, member), for the version they run in: a
+    /// resync that fails and starts again in the same version numbers on, so its steps settle
+    /// every step of the one before, whose first copies may still be on their way.
+    resync_steps: Mutex<HashMap<(u32, u32), Arc<ResyncSteps>>>,
 }
 
 impl Mirror {
@@ -102,6 +106,7 @@ impl Mirror {
             targets,
             membership: Membership::new(interval, unsynced),
             ranges: RangeLocks::default(),
+            resync_steps: Mutex::default(),
             missed,
             metrics,
         })
@@ -303,7 +308,7 @@ impl Mirror {
         self.membership
             .resync_started(start, objects.len() as u64, !incremental);
         let mut copied = 0u64;
-        let steps = ResyncSteps::new(primary);
+        let steps = self.resync_steps(primary, start);
         for inode in &objects {
             let bytes = if target.exists(mirrored(*inode)) {
                 self.copy_object(&target, (start, &steps), *inode).await?
@@ -361,6 +366,21 @@ impl Mirror {
         }
         tracing::info!(group, version, member, objects = copied, "resync copied");
         Ok(())
+    }
+
+    /// The step tags of the resyncs of `start`'s member in its version: one numbering for
+    /// every resync of it in that version.
+    fn resync_steps(&self, primary: TargetId, start: ResyncStart) -> Arc<ResyncSteps> {
+        let mut all = self.resync_steps.lock().expect("resync steps poisoned");
+        let key = (start.group, start.member);
+        match all.get(&key) {
+            Some(steps) if steps.version == start.version => Arc::clone(steps),
+            _ => {
+                let steps = Arc::new(ResyncSteps::new(primary, start.version));
+                all.insert(key, Arc::clone(&steps));
+                steps
+            }
+        }
     }
 
     /// The route of a resync step; fails once the resync's version is over.
@@ -465,18 +485,21 @@ impl Mirror {
 /// Resyncs' own clients: ids no client session gets (management numbers sessions from 1).
 const RESYNC_CLIENTS: u64 = 1 << 63;
 
-/// The tags of one resync's removals and writes: a client of its own, its steps numbered in
-/// the order they are sent, each landed before the next is sent. A step is sent again when
+/// The tags of the removals and writes of a member's resyncs in one version: a client of its
+/// own, its steps numbered in the order they are sent, each landed (or its resync given up)
+/// before the next is sent. A step is sent again when
 /// its answer does not come in time, and the member's fence of forwards then runs one copy
 /// of it and drops a first copy that arrives after a later step — which would otherwise
 /// remove or overwrite what the copy of the object wrote, or a newer change after it.
 struct ResyncSteps {
+    /// The group version the resyncs run in.
+    version: u64,
     client: ClientId,
     next: AtomicU64,
 }
 
 impl ResyncSteps {
-    fn new(primary: TargetId) -> ResyncSteps {
+    fn new(primary: TargetId, version: u64) -> ResyncSteps {
         // Unique among this server's resyncs, and unlikely to repeat after a restart.
         static SERIAL: OnceLock<AtomicU64> = OnceLock::new();
         let serial = SERIAL.get_or_init(|| {
@@ -487,6 +510,7 @@ impl ResyncSteps {
         });
         let serial = serial.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
         ResyncSteps {
+            version,
             client: ClientId(RESYNC_CLIENTS | u64::from(primary.0) << 32 | serial),
             next: AtomicU64::new(1),
         }
