@@ -703,12 +703,7 @@ fn a_commit_larger_than_a_frame_reaches_the_metadata_copy() {
 #[test]
 fn fsck_compares_the_copies_of_mirror_members() {
     use std::os::unix::fs::{FileExt, MetadataExt};
-    let mut cluster = cluster(ClusterSpec {
-        storage: 2,
-        targets_per_storage: 1,
-        ..ClusterSpec::default()
-    });
-    common::autocreate_storage_groups(&cluster);
+    let mut cluster = common::mirrored_pair();
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("mirrored");
     common::make_mirrored_dir(&cluster, &dir, &[]);
@@ -758,20 +753,10 @@ fn fsck_compares_the_copies_of_mirror_members() {
 // must hold the newer bytes.
 #[test]
 fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
-    use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
-    use weft_proto::messages::{ChangeTag, MirrorKind, MirrorRoute, Route};
+    use weft_proto::ids::{ClientId, InodeId, NodeId};
+    use weft_proto::messages::{ChangeTag, Route};
     use weft_proto::ErrorCode;
-    let cluster = cluster(ClusterSpec {
-        storage: 2,
-        targets_per_storage: 1,
-        ..ClusterSpec::default()
-    });
-    common::autocreate_storage_groups(&cluster);
-    weft_testkit::wait_until("both members good", || {
-        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
-        list.contains("(good)") && !list.contains("(needs-resync)") && !list.contains("(bad)")
-    })
-    .expect("group formed");
+    let cluster = common::mirrored_pair();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
@@ -782,29 +767,7 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
             settled_below,
             abandoned: Vec::new(),
         };
-        // The route of a forward to the group's secondary, as its primary sends it.
-        let route = || async {
-            let map = view.refresh().await.expect("map");
-            let group = map
-                .mirror_groups
-                .iter()
-                .find(|group| group.kind == MirrorKind::Storage)
-                .expect("a storage group");
-            let member = group
-                .members
-                .iter()
-                .find(|member| member.id != group.primary)
-                .expect("a secondary")
-                .id;
-            Route {
-                target: TargetId(member),
-                mirror: Some(MirrorRoute {
-                    group: group.id,
-                    version: group.version,
-                    forwarded: true,
-                }),
-            }
-        };
+        let route = || common::secondary_route(&view);
         let forward = |route: Route, data: &'static [u8], tag: ChangeTag| {
             let view = &view;
             async move {
@@ -965,19 +928,9 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
 // copy of the removal; it must be refused and the member's copy must hold the bytes.
 #[test]
 fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
-    use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
-    use weft_proto::messages::{ChangeTag, MirrorKind, MirrorRoute, Route, StorageRequest};
-    let cluster = cluster(ClusterSpec {
-        storage: 2,
-        targets_per_storage: 1,
-        ..ClusterSpec::default()
-    });
-    common::autocreate_storage_groups(&cluster);
-    weft_testkit::wait_until("both members good", || {
-        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
-        list.matches("(good)").count() == 2
-    })
-    .expect("group formed");
+    use weft_proto::ids::{ClientId, InodeId, NodeId};
+    use weft_proto::messages::{ChangeTag, Route, StorageRequest};
+    let cluster = common::mirrored_pair();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
     let inode = InodeId::new(NodeId(1), 1 << 40);
@@ -989,26 +942,7 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
     };
     let send = |step: &dyn Fn(Route) -> StorageRequest, payload: &'static [u8]| {
         runtime.block_on(async {
-            let map = view.refresh().await.expect("map");
-            let group = map
-                .mirror_groups
-                .iter()
-                .find(|group| group.kind == MirrorKind::Storage)
-                .expect("the group");
-            let member = group
-                .members
-                .iter()
-                .find(|member| member.id != group.primary)
-                .expect("a secondary")
-                .id;
-            let route = Route {
-                target: TargetId(member),
-                mirror: Some(MirrorRoute {
-                    group: group.id,
-                    version: group.version,
-                    forwarded: true,
-                }),
-            };
+            let route = common::secondary_route(&view).await;
             let storage = view.storage_for_target(route.target).await?;
             storage
                 .send(step(route), bytes::Bytes::from_static(payload))

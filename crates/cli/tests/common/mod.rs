@@ -209,6 +209,49 @@ pub fn autocreate_storage_groups(cluster: &LocalCluster) -> String {
     out
 }
 
+/// Two storage servers of one target each, paired into a storage mirror group, once both
+/// members are good.
+pub fn mirrored_pair() -> LocalCluster {
+    let cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        ..ClusterSpec::default()
+    });
+    autocreate_storage_groups(&cluster);
+    weft_testkit::wait_until("both members good", || {
+        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.matches("(good)").count() == 2
+    })
+    .expect("group formed");
+    cluster
+}
+
+/// The route by which the first storage group's primary forwards to its secondary, as the
+/// cluster map has it now.
+pub async fn secondary_route(view: &weft_net::ClusterView) -> weft_proto::messages::Route {
+    use weft_proto::messages::{MirrorKind, MirrorRoute, Route};
+    let map = view.refresh().await.expect("map");
+    let group = map
+        .mirror_groups
+        .iter()
+        .find(|group| group.kind == MirrorKind::Storage)
+        .expect("a storage group");
+    let member = group
+        .members
+        .iter()
+        .find(|member| member.id != group.primary)
+        .expect("a secondary")
+        .id;
+    Route {
+        target: weft_proto::TargetId(member),
+        mirror: Some(MirrorRoute {
+            group: group.id,
+            version: group.version,
+            forwarded: true,
+        }),
+    }
+}
+
 /// Creates `dir` and sets the pattern of its new files (`weft entry set` with `pattern`
 /// arguments); returns what `weft entry set` printed.
 pub fn make_dir_with_pattern(cluster: &LocalCluster, dir: &Path, pattern: &[&str]) -> String {

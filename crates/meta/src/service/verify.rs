@@ -9,7 +9,7 @@
 
 use super::{Meta, TARGET_RETRY};
 use crate::ops::check::{report_problem, Suspect, SuspectKind};
-use crate::store::{load_inode, load_written, OpError, TRUNCATES, UNREPORTED, WRITTEN};
+use crate::store::{load_inode, load_written, OpError, INODES, TRUNCATES, UNREPORTED, WRITTEN};
 use weft_net::RpcError;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::layout::Slot;
@@ -226,15 +226,8 @@ impl Meta {
     /// generation of a file that still exists.
     fn still_written(&self, suspect: &Suspect) -> Result<bool, OpError> {
         self.read(|txn| {
-            let record = match load_inode(&txn.open_table(crate::store::INODES)?, suspect.inode) {
-                Ok(record) => record,
-                Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => {
-                    return Ok(false)
-                }
-                Err(error) => return Err(error),
-            };
-            let written = load_written(&txn.open_table(WRITTEN)?, suspect.inode)?;
-            Ok(record.truncate_generation == suspect.generation && written.contains(suspect.index))
+            Ok(same_generation(txn, suspect)?
+                && load_written(&txn.open_table(WRITTEN)?, suspect.inode)?.contains(suspect.index))
         })
     }
 
@@ -252,16 +245,18 @@ impl Meta {
         }
         self.read(|txn| {
             let id = suspect.inode.0;
-            let same = txn
-                .open_table(crate::store::INODES)?
-                .get(id)?
-                .is_some_and(|bytes| {
-                    crate::store::InodeRecord::decode(id, bytes.value())
-                        .is_ok_and(|record| record.truncate_generation == suspect.generation)
-                });
-            Ok(same
+            Ok(same_generation(txn, suspect)?
                 && txn.open_table(UNREPORTED)?.get(id)?.is_none()
                 && txn.open_table(TRUNCATES)?.get(id)?.is_none())
         })
+    }
+}
+
+/// Whether the suspect's file still exists in the truncate generation it was suspected in.
+fn same_generation(txn: &redb::ReadTransaction, suspect: &Suspect) -> Result<bool, OpError> {
+    match load_inode(&txn.open_table(INODES)?, suspect.inode) {
+        Ok(record) => Ok(record.truncate_generation == suspect.generation),
+        Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => Ok(false),
+        Err(error) => Err(error),
     }
 }
