@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +15,8 @@ use weft_proto::messages::{
     NewInode, RenameFlags, SizeReport, XattrSetMode,
 };
 use weft_proto::ErrorCode;
+
+use crate::numbers::{Numbers, Pending};
 
 /// A map younger than this is not fetched again after a metadata server was unreachable.
 const MAP_REFRESH_AFTER_FAILURE_MIN: Duration = Duration::from_millis(500);
@@ -143,11 +145,8 @@ pub struct Client {
     state_lost: Mutex<Option<StateLost>>,
     /// Held while an expired session is replaced.
     renewing: tokio::sync::Mutex<()>,
-    next_seq: AtomicU64,
-    pending: Mutex<BTreeSet<u64>>,
-    /// Changes of file data that failed, while older ones are still pending: a copy of one
-    /// still on its way is dropped by its server ([`ChangeTag::abandoned`]).
-    abandoned: Mutex<BTreeSet<u64>>,
+    /// The numbers of this client's mutating requests.
+    numbers: Numbers,
     pub(crate) retry: RetryPolicy,
     pub(crate) locks: crate::locks::HeldLocks,
     /// The handles this client has open, per file, to open again after their server restarts.
@@ -226,66 +225,28 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Removes a mutation's sequence number from the pending set when the request ends.
-struct PendingGuard<'a> {
-    pending: &'a Mutex<BTreeSet<u64>>,
-    seq: u64,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.pending
-            .lock()
-            .expect("pending set poisoned")
-            .remove(&self.seq);
-    }
-}
-
 /// A change of file data in progress ([`Client::begin_change`]).
 pub(crate) struct Change<'a> {
     client: &'a Client,
-    number: u64,
-    _pending: PendingGuard<'a>,
-    failed: bool,
+    pending: Pending<'a>,
 }
 
 impl Change<'_> {
     /// The tag a copy of the change sent now carries: what this client has settled is
     /// looked at again for every retry.
     pub(crate) fn tag(&self) -> ChangeTag {
-        let settled_below = {
-            let pending = self.client.pending.lock().expect("pending set poisoned");
-            pending.first().copied().unwrap_or(self.number)
-        };
-        let mut abandoned = self
-            .client
-            .abandoned
-            .lock()
-            .expect("abandoned set poisoned");
-        *abandoned = abandoned.split_off(&settled_below);
+        let marks = self.pending.marks();
         ChangeTag {
             client: self.client.id(),
-            number: self.number,
-            settled_below,
-            abandoned: abandoned.iter().copied().collect(),
+            number: self.pending.number,
+            settled_below: marks.settled_below,
+            abandoned: marks.abandoned,
         }
     }
 
     /// The change failed: a copy of it still on its way must not land later.
     pub(crate) fn failed(&mut self) {
-        self.failed = true;
-    }
-}
-
-impl Drop for Change<'_> {
-    fn drop(&mut self) {
-        if self.failed {
-            self.client
-                .abandoned
-                .lock()
-                .expect("abandoned set poisoned")
-                .insert(self.number);
-        }
+        self.pending.failed();
     }
 }
 
@@ -317,9 +278,7 @@ impl Client {
             client: AtomicU64::new(client.0),
             state_lost: Mutex::default(),
             renewing: tokio::sync::Mutex::new(()),
-            next_seq: AtomicU64::new(1),
-            pending: Mutex::default(),
-            abandoned: Mutex::default(),
+            numbers: Numbers::default(),
             retry,
             locks: crate::locks::HeldLocks::default(),
             opens: crate::locks::HeldOpens::default(),
@@ -458,32 +417,21 @@ impl Client {
     /// mutations so the storage servers apply it at most once and never late
     /// ([`ChangeTag`]).
     pub(crate) fn begin_change(&self) -> Change<'_> {
-        let (mutation, pending) = self.begin_mutation();
         Change {
             client: self,
-            number: mutation.seq,
-            _pending: pending,
-            failed: false,
+            pending: self.numbers.begin(),
         }
     }
 
-    fn begin_mutation(&self) -> (MutationId, PendingGuard<'_>) {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let oldest_pending = {
-            let mut pending = self.pending.lock().expect("pending set poisoned");
-            pending.insert(seq);
-            *pending.first().expect("just inserted")
-        };
+    fn begin_mutation(&self) -> (MutationId, Pending<'_>) {
+        let pending = self.numbers.begin();
         (
             MutationId {
                 client: self.id(),
-                seq,
-                oldest_pending,
+                seq: pending.number,
+                oldest_pending: pending.oldest_pending,
             },
-            PendingGuard {
-                pending: &self.pending,
-                seq,
-            },
+            pending,
         )
     }
 
