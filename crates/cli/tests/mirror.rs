@@ -344,10 +344,12 @@ fn a_stale_member_waits_for_its_primary() {
     assert!(std::fs::read(dir.join("while-alone")).expect("read") == data);
 }
 
-/// Two storage servers of one target each, in one mirror group; a mount without
-/// write-behind and a mirrored directory in it: (cluster, mount point, directory).
+/// Two storage servers of one target each, in one mirror group (in crash-test mode, or each
+/// in a network namespace of its own, as asked); a mount without write-behind and a mirrored
+/// directory in it: (cluster, mount point, directory).
 fn mirrored_pair(
     crash_test: bool,
+    netns: bool,
 ) -> (
     weft_testkit::LocalCluster,
     std::path::PathBuf,
@@ -357,6 +359,7 @@ fn mirrored_pair(
         storage: 2,
         targets_per_storage: 1,
         crash_test,
+        netns,
         ..ClusterSpec::default()
     });
     common::autocreate_storage_groups(&cluster);
@@ -383,7 +386,7 @@ fn pair_good(cluster: &weft_testkit::LocalCluster) -> bool {
 #[test]
 fn fsync_reports_writes_lost_when_every_copy_crashed() {
     use std::io::Write;
-    let (mut cluster, _mnt, dir) = mirrored_pair(true);
+    let (mut cluster, _mnt, dir) = mirrored_pair(true, false);
 
     let synced = common::pattern(91, 2 << 20);
     common::write_synced(&dir.join("synced"), &synced);
@@ -428,7 +431,7 @@ fn fsync_reports_writes_lost_when_every_copy_crashed() {
 #[test]
 fn a_restart_of_every_storage_process_loses_no_answered_write() {
     use std::io::Write;
-    let (mut cluster, mnt, dir) = mirrored_pair(false);
+    let (mut cluster, mnt, dir) = mirrored_pair(false, false);
 
     let (mirrored, plain) = (common::pattern(95, 1 << 20), common::pattern(96, 3 << 20));
     let mut files = [
@@ -994,5 +997,56 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
         (length, crc),
         (6, weft_proto::checksum::crc32c(b"copied")),
         "the member still holds the copied bytes"
+    );
+}
+
+// Goal: a member that comes back after it was cut off holds durably, once it is good again,
+// the changes it took before it left, although its primary synced them without it: a resync
+// ends by syncing everything the member holds. Otherwise a crash of the member's host after
+// it turned good loses data an fsync acknowledged, and if its primary fails too, the member
+// is promoted without it. Method: crash-test mode (unsynced writes die with the process) in
+// network namespaces; a file written, not synced, with both members in; the secondary cut
+// off until it leaves the group; the file fsync'd; the secondary reconnected (it left in
+// sync, so it gets only what it missed: nothing); once the group is good the secondary is
+// killed, and its object of the file on disk must hold the file.
+#[test]
+fn a_returning_member_holds_what_it_took_durably_once_good() {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    let (mut cluster, _mnt, dir) = mirrored_pair(true, true);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+    let secondary = runtime.block_on(common::secondary_route(&view)).target.0 as usize;
+    let member = format!("storage-{secondary}");
+
+    let data = common::pattern(95, 1 << 20);
+    let mut file = std::fs::File::create(dir.join("taken")).expect("create");
+    file.write_all(&data).expect("write");
+    cluster.set_link(&member, false).expect("cut the secondary");
+    weft_testkit::wait_until("the secondary to leave its group", || !pair_good(&cluster))
+        .expect("left");
+    file.sync_all().expect("fsync with the primary alone");
+    cluster.set_link(&member, true).expect("reconnect");
+    weft_testkit::wait_until("the group to be good again", || pair_good(&cluster)).expect("resync");
+
+    cluster.kill(&member).expect("kill the secondary");
+    let inode = std::fs::metadata(dir.join("taken")).expect("stat").ino();
+    let objects = common::object_files(&cluster, (2, 1), "mirrored", inode);
+    let on = |wanted: &dyn Fn(usize) -> bool| {
+        objects
+            .iter()
+            .find(|(server, _, _)| wanted(*server))
+            .map(|(_, _, path)| std::fs::read(path).expect("read the object"))
+    };
+    assert!(
+        on(&|server| server != secondary).as_deref() == Some(&data[..]),
+        "the primary holds the file"
+    );
+    let on_disk = on(&|server| server == secondary);
+    assert!(
+        on_disk.as_deref() == Some(&data[..]),
+        "the secondary's object holds {:?} bytes of the file's {} after its host died",
+        on_disk.map(|bytes| bytes.len()),
+        data.len()
     );
 }

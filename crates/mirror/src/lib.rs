@@ -10,30 +10,39 @@
 //!   them durable before it publishes them, grants leases in heartbeat answers, promotes a
 //!   `good` secondary when a primary is silent for the promotion timeout, and turns members
 //!   that left, restarted or came back into `needs-resync`.
-//! - [`Server`] (the simulator's storage server, around a [`Membership`]): holds members of
-//!   groups. As a primary it orders writes to each chunk, applies them, forwards them to every
-//!   present member and answers the client only when all of them have them; it serves only
-//!   while its lease holds. As a secondary it applies what its primary forwards. A returning member is brought up to date by its
-//!   primary (what it missed, or everything), while new writes keep reaching it.
+//! - [`fence`], [`ranges`], [`resync`] (every storage server): a change fence that applies a
+//!   change once and never late, byte-range locks that order a primary's changes to one
+//!   object, and the plan and steps of bringing a returning member up to date.
+//! - [`Server`] (the simulator's storage server): [`Membership`] and the storage servers'
+//!   fence, range locks and resync steps over chunks in memory. As a primary it applies a
+//!   change under the chunk's range, forwards it to every present member and answers the
+//!   client only when all of them have it; it serves only while its lease holds. As a
+//!   secondary it applies what its primary forwards, through the fence of the group's
+//!   version. A returning member is brought up to date by its primary (what it missed, or
+//!   everything), while new writes keep reaching it.
 //! - [`Client`]: sends each operation to the primary of its group with the version it routed
 //!   with, and retries — same sequence number, so retries are idempotent — through refusals,
 //!   lost messages and failovers.
 //!
-//! Safety rests on three rules. Every request and forward carries a group version and is
-//! refused by a member that knows another. Every chunk state carries a stamp (version, counter)
-//! from the primary that wrote it, so late or reordered copies never overwrite newer ones. A
-//! primary's lease ends before management may promote anyone: `lease + heartbeat + margin <=
-//! promotion timeout` ([`Timing::check`]).
+//! Safety rests on four rules. Every request and forward carries a group version and is
+//! refused by a member that knows another. A primary holds a chunk's range while a change to
+//! it (or a resync's copy of it) reaches every member, so members apply changes to one chunk
+//! in the primary's order. A copy of a change that arrives late (after its sender moved on) is
+//! dropped by the receiver's fence. A primary's lease ends before management may promote
+//! anyone: `lease + heartbeat + margin <= promotion timeout` ([`Timing::check`]).
 
 mod client;
 mod controller;
+pub mod fence;
 mod membership;
+pub mod ranges;
+pub mod resync;
 mod server;
 
 pub use client::{Client, ClientOp, OpRecord};
 pub use controller::{Controller, ControllerDurable};
 pub use membership::{Adopted, Membership, Refused, ResyncStart};
-pub use server::{Server, Store};
+pub use server::{Missed, Server, Store};
 
 use std::collections::BTreeMap;
 
@@ -143,20 +152,42 @@ impl GroupMap {
     }
 }
 
-/// Orders chunk states: the version of the primary that wrote it, then its counter.
-pub type Stamp = (Version, u64);
+/// A change's identity, as storage servers carry it in a change tag: the client (or resync)
+/// that made it, its number, and the number below which the client's changes are settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeId {
+    /// The client.
+    pub client: u64,
+    /// The change's number, the same in every copy.
+    pub number: u64,
+    /// Every change of the client numbered below this is settled.
+    pub settled_below: u64,
+}
 
-/// A chunk's content and where it came from.
+/// A change of one chunk, as a primary forwards it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkState<D> {
-    /// The data.
-    pub data: D,
-    /// Which write made it, for ordering copies.
-    pub stamp: Stamp,
-    /// The group's loss epoch when it was written.
-    pub stamp_epoch: u64,
-    /// The client write (client, sequence) that made it, for answering retries.
-    pub writer: (ClientId, u64),
+pub enum Change<D> {
+    /// The chunk holds `data`.
+    Write {
+        /// The chunk.
+        chunk: ChunkId,
+        /// Its data.
+        data: D,
+    },
+    /// The chunk is gone.
+    Remove {
+        /// The chunk.
+        chunk: ChunkId,
+    },
+}
+
+impl<D> Change<D> {
+    /// The chunk it changes.
+    pub fn chunk(&self) -> ChunkId {
+        match self {
+            Change::Write { chunk, .. } | Change::Remove { chunk } => *chunk,
+        }
+    }
 }
 
 /// Why a member refused a request.
@@ -261,18 +292,18 @@ pub enum Msg<D> {
         /// The answer.
         answer: Answer<D>,
     },
-    /// Primary → member: apply this chunk state.
-    Replicate {
+    /// Primary → member: apply a change (a client's, or a resync's step) once.
+    Forward {
         /// The group.
         group: GroupId,
         /// The primary's version.
         version: Version,
         /// The primary's operation id, echoed by the ack.
         op: u64,
-        /// The chunk.
-        chunk: ChunkId,
-        /// Its new state.
-        state: ChunkState<D>,
+        /// Which change it is, for the member's fence.
+        tag: ChangeId,
+        /// The change.
+        change: Change<D>,
     },
     /// Primary → member: make the group's data durable.
     SyncReplica {
@@ -283,22 +314,8 @@ pub enum Msg<D> {
         /// The primary's operation id.
         op: u64,
     },
-    /// Primary → returning member: start a resync; `full` drops every chunk written before
-    /// version `at` first.
-    ResyncBegin {
-        /// The group.
-        group: GroupId,
-        /// The primary's version.
-        version: Version,
-        /// The primary's operation id.
-        op: u64,
-        /// Everything is copied.
-        full: bool,
-        /// The version the resync was planned in (a resend may carry a newer `version`).
-        at: Version,
-    },
-    /// Primary → returning member: a chunk as the primary has it (`None`: it has none).
-    ResyncChunk {
+    /// Primary → member: make one chunk durable (a resync's copy of it).
+    SyncChunk {
         /// The group.
         group: GroupId,
         /// The primary's version.
@@ -307,11 +324,28 @@ pub enum Msg<D> {
         op: u64,
         /// The chunk.
         chunk: ChunkId,
-        /// Its state on the primary.
-        state: Option<ChunkState<D>>,
-        /// The version the primary read that state in (a resend may carry a newer `version`):
-        /// a member's chunk written before it is older than `state` whatever its stamp.
-        at: Version,
+    },
+    /// Primary → returning member: list your chunks of the group after `after`.
+    ListChunks {
+        /// The group.
+        group: GroupId,
+        /// The primary's version.
+        version: Version,
+        /// The primary's operation id.
+        op: u64,
+        /// The last chunk of the previous page (0: from the start).
+        after: ChunkId,
+    },
+    /// Member → primary: a page of its chunks.
+    Chunks {
+        /// The group.
+        group: GroupId,
+        /// The listing's operation id.
+        op: u64,
+        /// The chunks, in order.
+        chunks: Vec<ChunkId>,
+        /// Whether they are the last.
+        end: bool,
     },
     /// Member → primary: done.
     MemberAck {

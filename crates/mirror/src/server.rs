@@ -1,14 +1,23 @@
-//! A storage server's side: primary and secondary of its groups. What it decides about its
-//! groups (versions, lease, admission, unreachable members, resyncs to run, records of missed
-//! changes) is [`Membership`], the machine the servers run; this module adds the data path the
-//! simulator checks it with: chunks, stamps, forwards and resync copies.
+//! The simulator's storage server: primary and secondary of its groups. What it decides
+//! about its groups (versions, lease, admission, unreachable members, resyncs to run, records
+//! of missed changes) is [`Membership`]; how it keeps members' copies equal is what storage
+//! servers run too: clients' changes pass a change [`Fence`], a primary holds the chunk's
+//! range ([`RangeTable`]) while it applies a change and forwards it, each member passes
+//! forwards through the fence of their group's version ([`ForwardFences`]), and a returning
+//! member is brought up to date by a [`ResyncPlan`] whose objects are copied by
+//! [`CopySteps`] under their range lock, every step tagged by [`ResyncNumbering`]. Nothing
+//! here orders copies by anything the storage servers do not have: no stamps, no versions on
+//! data.
 
+use crate::fence::{Admission, Fence, FenceOf, ForwardFences, Tag};
 use crate::membership::{Membership, Refused, ResyncStart};
+use crate::ranges::RangeTable;
+use crate::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use crate::{
-    Answer, ChunkId, ChunkState, ClientId, GroupId, GroupMap, Msg, Node, Refusal, Send, ServerId,
-    Time, Timing, Version,
+    Answer, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal, Send,
+    ServerId, Time, Timing, Version,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// What a returning member must get from its primary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,9 +34,9 @@ pub enum Missed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Store<D> {
     /// Every chunk as reads see it.
-    pub volatile: BTreeMap<(GroupId, ChunkId), ChunkState<D>>,
+    pub volatile: BTreeMap<(GroupId, ChunkId), D>,
     /// Every chunk as it is on disk.
-    pub durable: BTreeMap<(GroupId, ChunkId), ChunkState<D>>,
+    pub durable: BTreeMap<(GroupId, ChunkId), D>,
     /// What each absent member misses, per (group, member); durable.
     pub missed: BTreeMap<(GroupId, ServerId), Missed>,
 }
@@ -50,36 +59,36 @@ impl<D: Clone> Store<D> {
 
     fn sync(&mut self, group: GroupId) {
         self.durable.retain(|(g, _), _| *g != group);
-        for (key, state) in self.volatile.range((group, 0)..=(group, ChunkId::MAX)) {
-            self.durable.insert(*key, state.clone());
+        for (key, data) in self.volatile.range((group, 0)..=(group, ChunkId::MAX)) {
+            self.durable.insert(*key, data.clone());
         }
     }
 
-    fn chunks(&self, group: GroupId) -> BTreeSet<ChunkId> {
+    fn sync_chunk(&mut self, key: (GroupId, ChunkId)) {
+        match self.volatile.get(&key) {
+            Some(data) => self.durable.insert(key, data.clone()),
+            None => self.durable.remove(&key),
+        };
+    }
+
+    fn chunks(&self, group: GroupId) -> impl Iterator<Item = ChunkId> + '_ {
         self.volatile
             .range((group, 0)..=(group, ChunkId::MAX))
             .map(|((_, chunk), _)| *chunk)
-            .collect()
     }
 }
 
 /// What a forward to the members does.
 #[derive(Clone, Debug)]
 enum Work<D> {
-    Replicate {
-        chunk: ChunkId,
-        state: ChunkState<D>,
-    },
+    /// A change, tagged by its client (or its resync).
+    Change { tag: ChangeId, change: Change<D> },
+    /// Make the group's data durable.
     Sync,
-    ResyncBegin {
-        full: bool,
-        at: Version,
-    },
-    ResyncChunk {
-        chunk: ChunkId,
-        state: Option<ChunkState<D>>,
-        at: Version,
-    },
+    /// Make one chunk durable (a resync's copy).
+    SyncChunk(ChunkId),
+    /// List the member's chunks after one (a full resync).
+    List { after: ChunkId },
 }
 
 /// A member a forward waits for.
@@ -98,23 +107,42 @@ struct Pending<D> {
     group: GroupId,
     work: Work<D>,
     waiting: BTreeMap<ServerId, Waiting>,
-    /// The client to answer when every member has it.
-    client: Option<(ClientId, u64)>,
+    /// The client to answer when every member has it, with the answer.
+    client: Option<(ClientId, u64, Answer<D>)>,
+    /// The chunk range this forward holds, released when it ends.
+    held: Option<Held>,
     /// The resync this is a step of: sent with the resync's version only, and given up (the
     /// resync stops) when the member does not take it within the member timeout.
     resync: Option<ResyncStart>,
 }
 
-/// Bringing one returning member up to date, in one version of its group.
+/// A chunk's whole range, held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Held {
+    key: (GroupId, ChunkId),
+    id: u64,
+}
+
+/// A client write waiting for its chunk's range.
 #[derive(Clone, Debug)]
-struct Resync {
+struct Queued<D> {
+    client: ClientId,
+    seq: u64,
+    data: D,
+}
+
+/// Bringing one returning member up to date, in one version of its group.
+#[derive(Debug)]
+struct Resync<D> {
     start: ResyncStart,
-    /// A full copy (asked for, or no record of what the member missed).
-    full: bool,
-    begun: bool,
-    remaining: BTreeSet<ChunkId>,
-    /// The copies reached the member's disk (a member is good only once they did).
-    synced: bool,
+    plan: ResyncPlan,
+    /// Only what the member missed (not a full copy).
+    incremental: bool,
+    /// A step waiting for its chunk's range.
+    blocked: Option<ResyncStep>,
+    /// The chunk being brought over, held, and the forwards left for it.
+    object: Option<(Held, VecDeque<Step<D>>)>,
+    /// The forward under way.
     in_flight: Option<u64>,
 }
 
@@ -129,17 +157,25 @@ pub struct Server<D> {
     membership: Membership<()>,
     next_heartbeat: Time,
     next_op: u64,
-    /// Stamp counters per group, within the group's current version.
-    counters: BTreeMap<GroupId, (Version, u64)>,
+    /// Clients' changes sent to this server.
+    fence: Fence<Answer<D>>,
+    /// Changes forwarded to this server, per group version.
+    forward_fences: ForwardFences<Fence<()>>,
+    /// Chunk ranges held by changes and resync copies under way here as primary.
+    ranges: RangeTable<(GroupId, ChunkId), ()>,
+    /// Client writes waiting for a chunk's range, in arrival order.
+    queued: BTreeMap<(GroupId, ChunkId), VecDeque<Queued<D>>>,
     pending: BTreeMap<u64, Pending<D>>,
-    resyncs: BTreeMap<(GroupId, ServerId), Resync>,
-    /// The resync this server (as a returning member) began per group: (primary, version). A
-    /// late copy of the same begin must not drop the chunks copied since.
-    begun: BTreeMap<GroupId, (ServerId, Version)>,
+    resyncs: BTreeMap<(GroupId, ServerId), Resync<D>>,
+    numbering: ResyncNumbering,
+    next_resync_client: u64,
     /// Client operations served as primary: (time, group, version), for the simulator's
     /// split-brain check.
     pub served: Vec<(Time, GroupId, Version)>,
 }
+
+/// Resyncs' own clients: ids no client gets.
+const RESYNC_CLIENTS: u64 = 1 << 63;
 
 impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     /// A server starting (or restarting: `boot` must differ) with `store`; `unsynced_boot`
@@ -160,10 +196,14 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             membership: Membership::new(),
             next_heartbeat: now,
             next_op: 1,
-            counters: BTreeMap::new(),
+            fence: Fence::default(),
+            forward_fences: ForwardFences::default(),
+            ranges: RangeTable::default(),
+            queued: BTreeMap::new(),
             pending: BTreeMap::new(),
             resyncs: BTreeMap::new(),
-            begun: BTreeMap::new(),
+            numbering: ResyncNumbering::default(),
+            next_resync_client: RESYNC_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
             served: Vec::new(),
         }
     }
@@ -208,8 +248,8 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             }
             match pending.resync {
                 Some(start) => {
-                    self.pending.remove(&op);
-                    self.stop_resync(start);
+                    out.extend(self.end_pending(now, op));
+                    out.extend(self.stop_resync(now, start));
                 }
                 None => {
                     let group = pending.group;
@@ -239,23 +279,24 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         }
         let retry = self.timing.retry_ms;
         for op in self.pending.keys().copied().collect::<Vec<_>>() {
-            let due: Vec<ServerId> = self.pending[&op]
-                .waiting
-                .iter()
-                .filter(|(_, w)| now.saturating_sub(w.sent) >= retry)
-                .map(|(member, _)| *member)
-                .collect();
+            let due: Vec<ServerId> = self.pending.get(&op).map_or(Vec::new(), |p| {
+                p.waiting
+                    .iter()
+                    .filter(|(_, w)| now.saturating_sub(w.sent) >= retry)
+                    .map(|(member, _)| *member)
+                    .collect()
+            });
             for member in due {
                 out.extend(self.send_forward(now, op, member));
             }
         }
-        out.extend(self.complete_finished());
+        out.extend(self.complete_finished(now));
         out.extend(self.advance_resyncs(now));
         out
     }
 
     /// Sends forward `op` to `member` with the version the decisions give; a member that left
-    /// stops being waited for; a forward this server may no longer send is dropped (its
+    /// stops being waited for; a forward this server may no longer send is given up (its
     /// client told to route again, a resync stopped).
     fn send_forward(&mut self, now: Time, op: u64, member: ServerId) -> Vec<Send<D>> {
         let Some(pending) = self.pending.get(&op) else {
@@ -292,24 +333,60 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 Vec::new()
             }
             Err(refused) => {
-                let pending = self.pending.remove(&op).expect("looked up above");
+                let pending = &self.pending[&op];
                 if let Some(start) = pending.resync {
-                    self.stop_resync(start);
+                    let mut out = self.end_pending(now, op);
+                    out.extend(self.stop_resync(now, start));
+                    return out;
                 }
-                if let Work::Replicate { chunk, .. } = &pending.work {
+                if let Work::Change { change, .. } = &pending.work {
                     // Applied here, given up before these members took it.
+                    let chunk = change.chunk();
                     for member in pending.waiting.keys() {
-                        self.membership
-                            .undelivered(pending.group, *member, [*chunk]);
+                        self.membership.undelivered(pending.group, *member, [chunk]);
                     }
                 }
-                pending
-                    .client
-                    .map(|(client, seq)| reply(client, seq, Answer::Refused(refusal(refused))))
-                    .into_iter()
-                    .collect()
+                if let Some(pending) = self.pending.get_mut(&op) {
+                    if let Some((_, _, answer)) = &mut pending.client {
+                        *answer = Answer::Refused(refusal(refused));
+                    }
+                }
+                self.end_pending(now, op)
             }
         }
+    }
+
+    /// Ends forward `op`: its client gets its answer (a refusal is not kept by the fence, so
+    /// a retry runs again), its range is released and writes waiting for it go on.
+    fn end_pending(&mut self, now: Time, op: u64) -> Vec<Send<D>> {
+        let Some(pending) = self.pending.remove(&op) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some((client, seq, answer)) = pending.client {
+            let kept = (!matches!(answer, Answer::Refused(_))).then(|| answer.clone());
+            self.fence.finished(u64::from(client), seq, kept);
+            out.push(reply(client, seq, answer));
+        }
+        if let Some(held) = pending.held {
+            out.extend(self.release(now, held));
+        }
+        out
+    }
+
+    /// Lets a chunk's range go; the first write waiting for it takes it.
+    fn release(&mut self, now: Time, held: Held) -> Vec<Send<D>> {
+        self.ranges.unlock(&held.key, held.id);
+        let Some(queue) = self.queued.get_mut(&held.key) else {
+            return Vec::new();
+        };
+        let Some(next) = queue.pop_front() else {
+            return Vec::new();
+        };
+        if queue.is_empty() {
+            self.queued.remove(&held.key);
+        }
+        self.apply_write(now, held.key, next)
     }
 
     /// Handles a message.
@@ -346,38 +423,63 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             ) => {
                 let answer = match self.admit(now, group, version) {
                     Some(refusal) => Answer::Refused(refusal),
-                    None => Answer::Data(
-                        self.store
-                            .volatile
-                            .get(&(group, chunk))
-                            .map(|s| s.data.clone()),
-                    ),
+                    None => Answer::Data(self.store.volatile.get(&(group, chunk)).cloned()),
                 };
                 vec![reply(client, seq, answer)]
             }
             (
                 Node::Server(primary),
-                msg @ (Msg::Replicate { .. }
-                | Msg::SyncReplica { .. }
-                | Msg::ResyncBegin { .. }
-                | Msg::ResyncChunk { .. }),
-            ) => self.as_member(primary, msg),
+                msg @ (Msg::Forward { .. } | Msg::SyncReplica { .. } | Msg::SyncChunk { .. }),
+            ) => self.as_member(now, primary, msg),
+            (
+                Node::Server(primary),
+                Msg::ListChunks {
+                    group, op, after, ..
+                },
+            ) => {
+                // Pages of a few, so that the listing is paged as a storage server's is.
+                let chunks: Vec<ChunkId> = self
+                    .store
+                    .chunks(group)
+                    .filter(|chunk| *chunk > after)
+                    .take(LIST_PAGE + 1)
+                    .collect();
+                let end = chunks.len() <= LIST_PAGE;
+                vec![Send {
+                    to: Node::Server(primary),
+                    msg: Msg::Chunks {
+                        group,
+                        op,
+                        chunks: chunks.into_iter().take(LIST_PAGE).collect(),
+                        end,
+                    },
+                }]
+            }
+            (
+                Node::Server(member),
+                Msg::Chunks {
+                    group,
+                    op,
+                    chunks,
+                    end,
+                },
+            ) => {
+                let listed = self.pending.get(&op).and_then(|p| p.resync);
+                if let Some(start) = listed {
+                    if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
+                        if resync.in_flight == Some(op) {
+                            resync.plan.listed(chunks, end);
+                        }
+                    }
+                }
+                self.acknowledged(group, op, member, now)
+            }
             (Node::Server(member), Msg::MemberAck { group, op, .. }) => {
                 self.acknowledged(group, op, member, now)
             }
             // A member that knows another version refused: the forward is sent again on a
             // later tick, once one of the two has the current map.
             _ => Vec::new(),
-        }
-    }
-
-    /// The answer to a client once `work` is on every member.
-    fn answer_for(work: &Work<D>) -> Answer<D> {
-        match work {
-            Work::Replicate { state, .. } => Answer::Written {
-                epoch: state.stamp_epoch,
-            },
-            _ => Answer::Done,
         }
     }
 
@@ -393,6 +495,9 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         }
     }
 
+    /// A client's write: through the fence (a retry of one that ran gets its answer, one
+    /// still running here waits for it), admitted as primary, then applied and forwarded
+    /// under the chunk's range.
     fn client_write(
         &mut self,
         now: Time,
@@ -402,45 +507,47 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         data: D,
         seq: u64,
     ) -> Vec<Send<D>> {
+        // One operation at a time per client: every earlier one is settled.
+        let tag = Tag {
+            client: u64::from(client),
+            number: seq,
+            settled_below: seq,
+            abandoned: &[],
+        };
+        match self.fence.admit(tag, now) {
+            Admission::Run => {}
+            Admission::Answered(answer) => return vec![reply(client, seq, answer)],
+            // The copy running here answers it.
+            Admission::Wait | Admission::Late => return Vec::new(),
+        }
         if let Some(refusal) = self.admit(now, group, version) {
+            self.fence.finished(u64::from(client), seq, None);
             return vec![reply(client, seq, Answer::Refused(refusal))];
         }
-        if let Some(current) = self.store.volatile.get(&(group, chunk)) {
-            if current.writer.0 == client && current.writer.1 >= seq {
-                // A retry of a write that is already here: answered once every member has it.
-                // A forward still under way answers it; otherwise the members may never have
-                // got it (its forward was dropped when the lease ran out), so it goes to them
-                // again, with its stamp (a member that has it keeps it as it is).
-                let waiting = self
-                    .pending
-                    .values()
-                    .any(|p| p.client == Some((client, current.writer.1)));
-                if waiting {
-                    return Vec::new();
-                }
-                let state = current.clone();
-                let members = self.membership.present_secondaries(group);
-                return self.start(
-                    now,
-                    group,
-                    Work::Replicate { chunk, state },
-                    (Some((client, seq)), None),
-                    members,
-                );
-            }
+        let key = (group, chunk);
+        let write = Queued { client, seq, data };
+        if self.ranges.busy(&key) {
+            self.queued.entry(key).or_default().push_back(write);
+            return Vec::new();
         }
-        let counter = self.counters.entry(group).or_insert((version, 0));
-        if counter.0 != version {
-            *counter = (version, 0);
-        }
-        counter.1 += 1;
-        let state = ChunkState {
-            data,
-            stamp: (version, counter.1),
-            stamp_epoch: self.loss_epoch(group),
-            writer: (client, seq),
+        self.apply_write(now, key, write)
+    }
+
+    /// Takes the chunk's range, applies the write here and forwards it to every present
+    /// member; the client is answered once each has it.
+    fn apply_write(
+        &mut self,
+        now: Time,
+        key: (GroupId, ChunkId),
+        write: Queued<D>,
+    ) -> Vec<Send<D>> {
+        let Ok(id) = self.ranges.try_lock(&key, 0..u64::MAX, || ()) else {
+            self.queued.entry(key).or_default().push_front(write);
+            return Vec::new();
         };
-        self.store.volatile.insert((group, chunk), state.clone());
+        let (group, chunk) = key;
+        let Queued { client, seq, data } = write;
+        self.store.volatile.insert(key, data.clone());
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
                 if let Missed::Chunks(chunks) = missed {
@@ -448,14 +555,31 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 }
             }
         }
+        let answer = Answer::Written {
+            epoch: self.loss_epoch(group),
+        };
         let members = self.membership.present_secondaries(group);
+        let tag = ChangeId {
+            client: u64::from(client),
+            number: seq,
+            settled_below: seq,
+        };
         self.start(
             now,
-            group,
-            Work::Replicate { chunk, state },
-            (Some((client, seq)), None),
+            Pending {
+                group,
+                work: Work::Change {
+                    tag,
+                    change: Change::Write { chunk, data },
+                },
+                waiting: BTreeMap::new(),
+                client: Some((client, seq, answer)),
+                held: Some(Held { key, id }),
+                resync: None,
+            },
             members,
         )
+        .1
     }
 
     fn client_sync(
@@ -474,42 +598,43 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         }
         self.store.sync(group);
         let members = self.membership.present_secondaries(group);
-        self.start(now, group, Work::Sync, (Some((client, seq)), None), members)
+        // Not a change: nothing for the fence to keep.
+        let pending = Pending {
+            group,
+            work: Work::Sync,
+            waiting: BTreeMap::new(),
+            client: None,
+            held: None,
+            resync: None,
+        };
+        let (op, mut out) = self.start(now, pending, members);
+        match op.and_then(|op| self.pending.get_mut(&op)) {
+            Some(pending) => pending.client = Some((client, seq, Answer::Done)),
+            None => out.push(reply(client, seq, Answer::Done)),
+        }
+        out
     }
 
-    /// Sends `work` to `members`; answers the client at once if there is none. Returns the
-    /// forward's operation id beside what to send.
+    /// Sends `pending` to `members`; ends it at once if there is none. Returns the forward's
+    /// operation id while it waits, beside what to send.
     fn start(
         &mut self,
         now: Time,
-        group: GroupId,
-        work: Work<D>,
-        (client, resync): (Option<(ClientId, u64)>, Option<ResyncStart>),
+        pending: Pending<D>,
         members: Vec<ServerId>,
-    ) -> Vec<Send<D>> {
-        if members.is_empty() {
-            return match client {
-                Some((client, seq)) => vec![reply(client, seq, Self::answer_for(&work))],
-                None => Vec::new(),
-            };
-        }
+    ) -> (Option<u64>, Vec<Send<D>>) {
         let op = self.op_id();
-        self.pending.insert(
-            op,
-            Pending {
-                group,
-                work,
-                waiting: BTreeMap::new(),
-                client,
-                resync,
-            },
-        );
+        self.pending.insert(op, pending);
+        if members.is_empty() {
+            return (None, self.end_pending(now, op));
+        }
         let mut out = Vec::new();
         for member in members {
             out.extend(self.send_forward(now, op, member));
         }
-        out.extend(self.complete_finished());
-        out
+        let waiting = self.pending.contains_key(&op).then_some(op);
+        out.extend(self.complete_finished(now));
+        (waiting.filter(|op| self.pending.contains_key(op)), out)
     }
 
     fn acknowledged(
@@ -522,21 +647,19 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         let Some(pending) = self.pending.get_mut(&op) else {
             return Vec::new();
         };
-        if pending.group != group {
+        if pending.group != group || pending.waiting.remove(&member).is_none() {
             return Vec::new();
         }
-        pending.waiting.remove(&member);
         if pending.resync.is_none() {
             self.membership.delivered(group, member);
         }
-        let mut out = self.complete_finished();
+        let mut out = self.complete_finished(now);
         out.extend(self.advance_resyncs(now));
         out
     }
 
-    /// Answers the clients of forwards every member has acknowledged, and moves their
-    /// resyncs on.
-    fn complete_finished(&mut self) -> Vec<Send<D>> {
+    /// Ends the forwards every member has acknowledged, and moves their resyncs on.
+    fn complete_finished(&mut self, now: Time) -> Vec<Send<D>> {
         let finished: Vec<u64> = self
             .pending
             .iter()
@@ -545,27 +668,15 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             .collect();
         let mut out = Vec::new();
         for op in finished {
-            let pending = self.pending.remove(&op).expect("listed above");
-            if let Some((client, seq)) = pending.client {
-                out.push(reply(client, seq, Self::answer_for(&pending.work)));
-            }
-            let Some(start) = pending.resync else {
+            let resync = self.pending.get(&op).and_then(|p| p.resync);
+            out.extend(self.end_pending(now, op));
+            let Some(start) = resync else {
                 continue;
             };
-            let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) else {
-                continue;
-            };
-            if resync.in_flight != Some(op) {
-                continue;
-            }
-            resync.in_flight = None;
-            match &pending.work {
-                Work::ResyncBegin { .. } => resync.begun = true,
-                Work::ResyncChunk { chunk, .. } => {
-                    resync.remaining.remove(chunk);
+            if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
+                if resync.in_flight == Some(op) {
+                    resync.in_flight = None;
                 }
-                Work::Sync => resync.synced = true,
-                Work::Replicate { .. } => {}
             }
         }
         out
@@ -573,20 +684,25 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
 
     /// A resync stops (its version ended, or the member does not take its steps); it starts
     /// again at the next map while the member needs it.
-    fn stop_resync(&mut self, start: ResyncStart) {
+    fn stop_resync(&mut self, now: Time, start: ResyncStart) -> Vec<Send<D>> {
         let key = (start.group, start.member);
+        let mut out = Vec::new();
         if self.resyncs.get(&key).is_some_and(|r| r.start == start) {
             let resync = self.resyncs.remove(&key).expect("looked up above");
             if let Some(op) = resync.in_flight {
-                self.pending.remove(&op);
+                out.extend(self.end_pending(now, op));
+            }
+            if let Some((held, _)) = resync.object {
+                out.extend(self.release(now, held));
             }
         }
         self.membership.resync_ended(start, false);
+        out
     }
 
     /// Takes a newer map, as the decisions say: forwards stop waiting for members that left
-    /// (their records of what they miss started), a deposed primary drops its forwards
-    /// unanswered, resyncs of versions that ended stop and new ones start.
+    /// (their records of what they miss started), a deposed primary gives its forwards up,
+    /// resyncs of versions that ended stop and new ones start.
     fn adopt(&mut self, sent_at: Time, map: GroupMap, now: Time) -> Vec<Send<D>> {
         let id = self.id;
         let adopted = self.membership.adopt(
@@ -595,6 +711,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             map.groups.into_values().map(|g| (g, ())).collect(),
             |member| member == id,
         );
+        let mut out = Vec::new();
         for group in &adopted.drop_missed {
             self.store.missed.retain(|(g, _), _| g != group);
         }
@@ -605,7 +722,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 .values()
                 .filter(|p| p.group == *group && p.waiting.contains_key(member))
                 .filter_map(|p| match &p.work {
-                    Work::Replicate { chunk, .. } => Some(*chunk),
+                    Work::Change { change, .. } => Some(change.chunk()),
                     _ => None,
                 })
                 .chain(owed.iter().copied())
@@ -616,15 +733,6 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 .or_insert(Missed::Chunks(unacknowledged));
         }
         for (_, group) in &adopted.taken {
-            if group.primary != id {
-                self.pending.retain(|_, p| p.group != group.id);
-            } else {
-                let present: BTreeSet<ServerId> =
-                    group.present_secondaries().map(|m| m.server).collect();
-                for pending in self.pending.values_mut().filter(|p| p.group == group.id) {
-                    pending.waiting.retain(|member, _| present.contains(member));
-                }
-            }
             let ended: Vec<ResyncStart> = self
                 .resyncs
                 .values()
@@ -632,97 +740,187 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 .map(|r| r.start)
                 .collect();
             for start in ended {
-                self.stop_resync(start);
+                out.extend(self.stop_resync(now, start));
+            }
+            let mine: Vec<u64> = self
+                .pending
+                .iter()
+                .filter(|(_, p)| p.group == group.id)
+                .map(|(op, _)| *op)
+                .collect();
+            if group.primary != id {
+                // Given up: their clients route again.
+                for op in mine {
+                    if let Some(Pending {
+                        client: Some((_, _, answer)),
+                        ..
+                    }) = self.pending.get_mut(&op)
+                    {
+                        *answer = Answer::Refused(Refusal::NotPrimary);
+                    }
+                    out.extend(self.end_pending(now, op));
+                }
+            } else {
+                let present: BTreeSet<ServerId> =
+                    group.present_secondaries().map(|m| m.server).collect();
+                for op in mine {
+                    if let Some(pending) = self.pending.get_mut(&op) {
+                        pending.waiting.retain(|member, _| present.contains(member));
+                    }
+                }
             }
         }
         for start in adopted.starts {
             let key = (start.group, start.member);
-            let (full, remaining) = match self.store.missed.get(&key) {
-                Some(Missed::Chunks(chunks)) if !start.full => (false, chunks.clone()),
-                _ => (true, self.store.chunks(start.group)),
+            let (incremental, objects): (bool, Vec<ChunkId>) = match self.store.missed.get(&key) {
+                Some(Missed::Chunks(chunks)) if !start.full => {
+                    (true, chunks.iter().copied().collect())
+                }
+                _ => (false, self.store.chunks(start.group).collect()),
             };
-            if let Some(replaced) = self.resyncs.insert(
-                key,
-                Resync {
-                    start,
-                    full,
-                    begun: false,
-                    remaining,
-                    synced: false,
-                    in_flight: None,
-                },
-            ) {
+            if !incremental {
+                // A record of what it missed does not cover a full copy.
+                self.store.missed.remove(&key);
+            }
+            let resync = Resync {
+                start,
+                plan: ResyncPlan::new(!incremental, objects),
+                incremental,
+                blocked: None,
+                object: None,
+                in_flight: None,
+            };
+            if let Some(replaced) = self.resyncs.insert(key, resync) {
                 if let Some(op) = replaced.in_flight {
-                    self.pending.remove(&op);
+                    out.extend(self.end_pending(now, op));
+                }
+                if let Some((held, _)) = replaced.object {
+                    out.extend(self.release(now, held));
                 }
             }
         }
-        let mut out = self.complete_finished();
+        out.extend(self.complete_finished(now));
         out.extend(self.advance_resyncs(now));
         out
     }
 
-    /// Sends each resync's next step: the begin, then one chunk at a time, then a sync; a
-    /// resync whose steps all landed is reported finished.
+    /// Moves each resync on as far as it goes without waiting: the next forward of the
+    /// object under way; else the plan's next step, its chunk's range taken first (a step
+    /// whose range is held waits); a resync whose steps all landed is reported finished.
     fn advance_resyncs(&mut self, now: Time) -> Vec<Send<D>> {
         let mut out = Vec::new();
         for key in self.resyncs.keys().copied().collect::<Vec<_>>() {
-            let Some(resync) = self.resyncs.get(&key) else {
-                continue;
-            };
-            if resync.in_flight.is_some() {
-                continue;
+            while let Some(resync) = self.resyncs.get_mut(&key) {
+                if resync.in_flight.is_some() {
+                    break;
+                }
+                let start = resync.start;
+                if let Some((held, steps)) = &mut resync.object {
+                    let Some(step) = steps.pop_front() else {
+                        let held = *held;
+                        resync.object = None;
+                        out.extend(self.release(now, held));
+                        continue;
+                    };
+                    let work = match step {
+                        Step::Change(change) => {
+                            let numbers = self.numbering.of(
+                                (start.group, start.version, start.member),
+                                || {
+                                    self.next_resync_client += 1;
+                                    self.next_resync_client
+                                },
+                            );
+                            let number = numbers.draw();
+                            let tag = ChangeId {
+                                client: numbers.client,
+                                number,
+                                settled_below: number,
+                            };
+                            Work::Change { tag, change }
+                        }
+                        Step::Sync(chunk) => Work::SyncChunk(chunk),
+                    };
+                    out.extend(self.send_step(now, start, work));
+                    continue;
+                }
+                let step = match resync.blocked.take() {
+                    Some(step) => step,
+                    None => resync.plan.step(),
+                };
+                match step {
+                    ResyncStep::Object(chunk) | ResyncStep::RemoveIfGone(chunk) => {
+                        let object = (start.group, chunk);
+                        let Ok(id) = self.ranges.try_lock(&object, 0..u64::MAX, || ()) else {
+                            resync.blocked = Some(step);
+                            break;
+                        };
+                        let held = Held { key: object, id };
+                        let steps = match (step, self.store.volatile.get(&object)) {
+                            (ResyncStep::Object(_), Some(data)) => CopySteps::new(1, 1)
+                                .map(|copy| match copy {
+                                    CopyStep::Remove => Step::Change(Change::Remove { chunk }),
+                                    CopyStep::Write { .. } => Step::Change(Change::Write {
+                                        chunk,
+                                        data: data.clone(),
+                                    }),
+                                    CopyStep::Sync => Step::Sync(chunk),
+                                })
+                                .collect(),
+                            (_, Some(_)) => VecDeque::new(),
+                            (_, None) => VecDeque::from([Step::Change(Change::Remove { chunk })]),
+                        };
+                        resync.object = Some((held, steps));
+                    }
+                    ResyncStep::ListMember { after } => {
+                        out.extend(self.send_step(now, start, Work::List { after }));
+                    }
+                    ResyncStep::SyncMember => {
+                        out.extend(self.send_step(now, start, Work::Sync));
+                    }
+                    ResyncStep::Done => {
+                        let resync = self.resyncs.remove(&key).expect("looked up above");
+                        if resync.incremental {
+                            self.store.missed.remove(&key);
+                        }
+                        self.membership.resync_ended(start, true);
+                        break;
+                    }
+                }
             }
-            let start = resync.start;
-            let at = start.version;
-            let work = if !resync.begun {
-                Work::ResyncBegin {
-                    full: resync.full,
-                    at,
-                }
-            } else if let Some(chunk) = resync.remaining.first().copied() {
-                Work::ResyncChunk {
-                    chunk,
-                    state: self.store.volatile.get(&(start.group, chunk)).cloned(),
-                    at,
-                }
-            } else if !resync.synced {
-                Work::Sync
-            } else {
-                self.resyncs.remove(&key);
-                self.store.missed.remove(&key);
-                self.membership.resync_ended(start, true);
-                continue;
-            };
-            let sends = self.start(
-                now,
-                start.group,
-                work,
-                (None, Some(start)),
-                vec![start.member],
-            );
-            let op = self.next_op;
-            if let Some(resync) = self.resyncs.get_mut(&key) {
-                if self.pending.contains_key(&op) {
-                    resync.in_flight = Some(op);
-                }
-            }
-            out.extend(sends);
         }
         out
     }
 
-    /// A forward from this group's primary.
-    fn as_member(&mut self, primary: ServerId, msg: Msg<D>) -> Vec<Send<D>> {
+    /// Sends one step of `start`'s resync to its member, as the resync's forward under way.
+    fn send_step(&mut self, now: Time, start: ResyncStart, work: Work<D>) -> Vec<Send<D>> {
+        let pending = Pending {
+            group: start.group,
+            work,
+            waiting: BTreeMap::new(),
+            client: None,
+            held: None,
+            resync: Some(start),
+        };
+        let (op, out) = self.start(now, pending, vec![start.member]);
+        if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
+            if resync.start == start {
+                // A step that ended at once (the member left) leaves nothing to wait for.
+                resync.in_flight = op;
+            }
+        }
+        out
+    }
+
+    /// A forward from this group's primary: admitted by version, a change through the fence
+    /// of the group's version, so a late copy never lands after a newer change.
+    fn as_member(&mut self, now: Time, primary: ServerId, msg: Msg<D>) -> Vec<Send<D>> {
         let (group, version, op) = match &msg {
-            Msg::Replicate {
+            Msg::Forward {
                 group, version, op, ..
             }
             | Msg::SyncReplica { group, version, op }
-            | Msg::ResyncBegin {
-                group, version, op, ..
-            }
-            | Msg::ResyncChunk {
+            | Msg::SyncChunk {
                 group, version, op, ..
             } => (*group, *version, *op),
             _ => return Vec::new(),
@@ -743,47 +941,38 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             }];
         }
         match msg {
-            Msg::Replicate { chunk, state, .. } => {
-                let key = (group, chunk);
-                let newer = self
-                    .store
-                    .volatile
-                    .get(&key)
-                    .is_none_or(|current| current.stamp < state.stamp);
-                if newer {
-                    self.store.volatile.insert(key, state);
+            Msg::Forward { tag, change, .. } => {
+                let mut alone = Fence::default();
+                let fence = match self.forward_fences.of(group, version, Fence::default) {
+                    FenceOf::Current(fence) => fence,
+                    FenceOf::Older => &mut alone,
+                };
+                let decided = Tag {
+                    client: tag.client,
+                    number: tag.number,
+                    settled_below: tag.settled_below,
+                    abandoned: &[],
+                };
+                match fence.admit(decided, now) {
+                    Admission::Run => {
+                        fence.finished(tag.client, tag.number, Some(()));
+                        match change {
+                            Change::Write { chunk, data } => {
+                                self.store.volatile.insert((group, chunk), data);
+                            }
+                            Change::Remove { chunk } => {
+                                self.store.volatile.remove(&(group, chunk));
+                            }
+                        }
+                    }
+                    Admission::Answered(()) => {}
+                    // Dropped, as a storage server answers `Superseded`: the primary tries
+                    // again until it gives the member up.
+                    Admission::Late | Admission::Wait => return Vec::new(),
                 }
             }
             Msg::SyncReplica { .. } => self.store.sync(group),
-            Msg::ResyncBegin { full, at, .. } => {
-                let first = self.begun.insert(group, (primary, at)) != Some((primary, at));
-                if full && first {
-                    // Anything written before the resync's version may be stale: only what
-                    // this primary sends survives.
-                    self.store
-                        .volatile
-                        .retain(|(g, _), s| *g != group || s.stamp.0 >= at);
-                }
-            }
-            Msg::ResyncChunk {
-                chunk, state, at, ..
-            } => {
-                let key = (group, chunk);
-                let current = self.store.volatile.get(&key);
-                let stale = current.is_none_or(|c| c.stamp.0 < at);
-                match state {
-                    Some(state) => {
-                        if stale || current.is_some_and(|c| c.stamp < state.stamp) {
-                            self.store.volatile.insert(key, state);
-                        }
-                    }
-                    None => {
-                        if stale {
-                            self.store.volatile.remove(&key);
-                        }
-                    }
-                }
-            }
+            Msg::SyncChunk { chunk, .. } => self.store.sync_chunk((group, chunk)),
             _ => {}
         }
         vec![Send {
@@ -793,32 +982,39 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 }
 
+/// A step of bringing one object over, before its tag is drawn.
+#[derive(Clone, Debug)]
+enum Step<D> {
+    Change(Change<D>),
+    Sync(ChunkId),
+}
+
+/// Chunks per page of a member's listing.
+const LIST_PAGE: usize = 4;
+
 /// Forward `op` to `member` under `version`.
 fn forward<D: Clone>(op: u64, pending: &Pending<D>, version: Version, member: ServerId) -> Send<D> {
     let group = pending.group;
     let msg = match &pending.work {
-        Work::Replicate { chunk, state } => Msg::Replicate {
+        Work::Change { tag, change } => Msg::Forward {
             group,
             version,
             op,
-            chunk: *chunk,
-            state: state.clone(),
+            tag: *tag,
+            change: change.clone(),
         },
         Work::Sync => Msg::SyncReplica { group, version, op },
-        Work::ResyncBegin { full, at } => Msg::ResyncBegin {
-            group,
-            version,
-            op,
-            full: *full,
-            at: *at,
-        },
-        Work::ResyncChunk { chunk, state, at } => Msg::ResyncChunk {
+        Work::SyncChunk(chunk) => Msg::SyncChunk {
             group,
             version,
             op,
             chunk: *chunk,
-            state: state.clone(),
-            at: *at,
+        },
+        Work::List { after } => Msg::ListChunks {
+            group,
+            version,
+            op,
+            after: *after,
         },
     };
     Send {

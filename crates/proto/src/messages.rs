@@ -1281,6 +1281,14 @@ pub enum StorageRequest {
         /// Bytes of the range, at most [`CHECKSUM_BYTES_MAX`].
         len: u64,
     },
+    /// Makes everything on a mirror member's target durable: the last step of a resync (the
+    /// member may hold changes it took before it left that no sync reached).
+    SyncTarget {
+        /// The target.
+        target: TargetId,
+        /// How it was routed (forwarded by the group's primary).
+        mirror: Option<MirrorRoute>,
+    },
 }
 
 impl StorageRequest {
@@ -1296,6 +1304,7 @@ impl StorageRequest {
             | StorageRequest::ListObjects { target, .. }
             | StorageRequest::ObjectLength { target, .. }
             | StorageRequest::ObjectChecksum { target, .. }
+            | StorageRequest::SyncTarget { target, .. }
             | StorageRequest::NetBench { target, .. } => Some(*target),
             StorageRequest::Bench { .. } => None,
         }
@@ -1310,6 +1319,7 @@ impl StorageRequest {
             | StorageRequest::Remove { mirror, .. }
             | StorageRequest::Sync { mirror, .. }
             | StorageRequest::Fallocate { mirror, .. }
+            | StorageRequest::SyncTarget { mirror, .. }
             | StorageRequest::ObjectLength { mirror, .. } => *mirror,
             _ => None,
         }
@@ -1335,6 +1345,7 @@ impl StorageRequest {
             | StorageRequest::Remove { target, mirror, .. }
             | StorageRequest::Sync { target, mirror, .. }
             | StorageRequest::Fallocate { target, mirror, .. }
+            | StorageRequest::SyncTarget { target, mirror }
             | StorageRequest::ObjectLength { target, mirror, .. } => {
                 *target = route.target;
                 *mirror = route.mirror;

@@ -1,8 +1,9 @@
 //! A deterministic simulator of mirror groups: management, storage servers and clients run the
-//! `weft-mirror` state machines over a simulated network, driven by one seeded random source
-//! through message loss and reordering, partitions, crashes of a host (which lose unsynced
-//! writes) and of a server's process (which keep them: they were in the kernel). The same
-//! seed replays the same run, event for event.
+//! `weft-mirror` state machines (the storage servers' membership, change fence, range locks and
+//! resync plan among them) over a simulated network, driven by one seeded random source
+//! through message loss, reordering and stalls, partitions, crashes of a host (which lose
+//! unsynced writes) and of a server's process (which keep them: they were in the kernel). The
+//! same seed replays the same run, event for event.
 //!
 //! A run has a fault phase and then a quiet phase (everything healed and restarted, no loss).
 //! At its end the checker demands:
@@ -41,6 +42,12 @@ pub struct Config {
     pub loss_per_mille: u64,
     /// Largest message delay in milliseconds (messages overtake each other).
     pub max_delay_ms: u64,
+    /// Per mille of messages held up during the fault phase (a stalled socket, a paused
+    /// process) for up to `stall_ms`: long enough that their sender has sent them again and
+    /// moved on by the time they arrive.
+    pub stall_per_mille: u64,
+    /// Longest stall of a held-up message, in milliseconds.
+    pub stall_ms: u64,
     /// The machines' timeouts.
     pub timing: Timing,
     /// Which faults the fault phase injects.
@@ -72,6 +79,8 @@ impl Config {
             // 1 % to 10 % of messages lost, by seed.
             loss_per_mille: 10 + seed % 10 * 10,
             max_delay_ms: 30,
+            stall_per_mille: 40,
+            stall_ms: 3_000,
             faults: FaultMix::All,
             timing: Timing {
                 heartbeat_ms: 100,
@@ -194,7 +203,12 @@ impl World {
             if self.faulty() && self.random.chance(self.config.loss_per_mille) {
                 continue;
             }
-            let delay = self.random.between(1, self.config.max_delay_ms);
+            let delay = if self.faulty() && self.random.chance(self.config.stall_per_mille) {
+                self.random
+                    .between(self.config.max_delay_ms, self.config.stall_ms)
+            } else {
+                self.random.between(1, self.config.max_delay_ms)
+            };
             let at = self.now + delay;
             self.schedule(
                 at,
@@ -290,7 +304,15 @@ impl World {
     fn next_op(&mut self, client: u32) -> ClientOp<Data> {
         let group = self.group_of(client);
         let roll = self.random.next_u64() % 10;
-        let index = self.random.next_u64() % self.config.chunks_per_client;
+        // After the faults, only the first half of the chunks is written: a copy that went
+        // wrong on a member during the faults stays to be found at the end instead of being
+        // overwritten.
+        let written = if self.faulty() {
+            self.config.chunks_per_client
+        } else {
+            self.config.chunks_per_client.div_ceil(2)
+        };
+        let index = self.random.next_u64() % written;
         let chunk = self.chunk_of(client, index);
         // Out of ten operations: one read, 1 to 4 syncs (by seed), writes for the rest.
         let syncs = 1 + self.config.seed % 4;
@@ -500,7 +522,7 @@ impl World {
                         .volatile
                         .iter()
                         .filter(|((g, _), _)| g == id)
-                        .map(|((_, chunk), state)| (*chunk, state.data))
+                        .map(|((_, chunk), data)| (*chunk, *data))
                         .collect(),
                 )
             };
@@ -685,7 +707,7 @@ mod tests {
     use super::*;
 
     /// Seeds per CI run; `WEFT_SIM_SEEDS=N` runs N, `WEFT_SIM_SEED=S` replays seed S alone.
-    const SEEDS_DEFAULT: u64 = 200;
+    const SEEDS_DEFAULT: u64 = 1_000;
 
     fn seeds() -> std::ops::Range<u64> {
         let number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());

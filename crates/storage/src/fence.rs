@@ -1,27 +1,14 @@
-//! Clients' changes apply at most once, and never late. A client retries a write or a fallocate
-//! whose answer did not come (a timeout, a broken connection) while the original may still be
-//! on its way: in a socket, in this server's queue, or running. Once the client has its answer
-//! it moves on, and a newer change of the same bytes may follow; the original landing after it
-//! would undo it. Every client change carries a [`ChangeTag`]: its number (the same in every
-//! retry), the number below which all of its client's changes are settled, and the changes it
-//! gave up on. The fence
-//!
-//! - runs one copy of a change at a time, and keeps the answer of a copy that ran: a retry
-//!   gets that answer instead of running again, so a late original finds its change answered
-//!   and is dropped;
-//! - drops a copy of a change its client settled or gave up on (`Superseded`);
-//! - holds a change while a copy of one its client gave up on still runs here, so that copy
-//!   lands before the change or not at all.
+//! The change fence of a storage server ([`weft_mirror::fence`] decides; this waits): one
+//! for the changes clients send this server, and one per mirror group version for the changes
+//! a primary forwards to it.
 //!
 //! An answer a client resends after (`Unavailable`, `StaleRoute`, `TruncatePending`: the change
-//! was not made) is not kept. The state lives in memory: a copy cannot outlive the process it
-//! was sent to. Answers are kept until their client's mark passes them; a client idle for
-//! [`CLIENT_IDLE`] is forgotten, which bounds the table when clients go away.
+//! was not made) is not kept. A client idle for [`CLIENT_IDLE`] is forgotten.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use weft_mirror::fence::{Fence, Tag};
 use weft_proto::error::WireError;
 use weft_proto::messages::{ChangeTag, Response};
 use weft_proto::ErrorCode;
@@ -35,27 +22,16 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// The answer to a change.
 pub(crate) type Answer = Result<Response, WireError>;
 
-struct ClientChanges {
-    /// Changes numbered below this are settled at the client.
-    settled_below: u64,
-    /// Changes at or above the mark the client gave up on.
-    abandoned: BTreeSet<u64>,
-    /// Changes with a copy running here.
-    running: BTreeSet<u64>,
-    /// Answers of changes that ran here, at or above the mark.
-    answered: BTreeMap<u64, Answer>,
-    /// When a change of the client last arrived.
-    last_seen: Instant,
-}
-
-struct Clients {
-    by_id: HashMap<u64, ClientChanges>,
+struct State {
+    fence: Fence<Answer>,
     pruned: Instant,
 }
 
-/// The clients whose changes this server has seen (one per storage server).
+/// The clients whose changes this server has seen.
 pub(crate) struct ChangeFence {
-    clients: Mutex<Clients>,
+    state: Mutex<State>,
+    /// The fence's clock starts here.
+    born: Instant,
     /// Woken when a change finishes.
     finished: Notify,
 }
@@ -79,13 +55,19 @@ pub(crate) struct Running<'a> {
 
 impl ChangeFence {
     pub(crate) fn new() -> ChangeFence {
+        let born = Instant::now();
         ChangeFence {
-            clients: Mutex::new(Clients {
-                by_id: HashMap::new(),
-                pruned: Instant::now(),
+            state: Mutex::new(State {
+                fence: Fence::default(),
+                pruned: born,
             }),
+            born,
             finished: Notify::new(),
         }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Admits a copy of change `tag`, once no other copy of it, and no copy of a change its
@@ -94,88 +76,50 @@ impl ChangeFence {
     /// # Errors
     /// `Superseded` for a change its client settled or gave up on: a late copy, to drop.
     pub(crate) async fn admit(&self, tag: &ChangeTag) -> Result<Admission<'_>, WireError> {
+        let decided = Tag {
+            client: tag.client.0,
+            number: tag.number,
+            settled_below: tag.settled_below,
+            abandoned: &tag.abandoned,
+        };
         loop {
             let finished = self.finished.notified();
             tokio::pin!(finished);
             finished.as_mut().enable();
             {
-                let mut clients = self.clients.lock().expect("change fence poisoned");
-                clients.prune();
-                let changes = clients
-                    .by_id
-                    .entry(tag.client.0)
-                    .or_insert_with(ClientChanges::new);
-                changes.learn(tag);
-                if tag.number < changes.settled_below || changes.abandoned.contains(&tag.number) {
-                    return Err(WireError::new(
-                        ErrorCode::Superseded,
-                        format!(
-                            "change {} of client {} arrived after its client moved on; dropped",
-                            tag.number, tag.client
-                        ),
-                    ));
+                let now = self.now();
+                let mut state = self.state.lock().expect("change fence poisoned");
+                if state.pruned.elapsed() >= PRUNE_EVERY {
+                    state.pruned = Instant::now();
+                    let idle = u64::try_from(CLIENT_IDLE.as_millis()).unwrap_or(u64::MAX);
+                    state.fence.forget_idle(now, idle);
                 }
-                if let Some(answer) = changes.answered.get(&tag.number) {
-                    return Ok(Admission::Answered(answer.clone()));
-                }
-                let blocked = changes.running.iter().any(|&number| {
-                    number == tag.number
-                        || number < changes.settled_below
-                        || changes.abandoned.contains(&number)
-                });
-                if !blocked {
-                    changes.running.insert(tag.number);
-                    return Ok(Admission::Run(Running {
-                        fence: self,
-                        client: tag.client.0,
-                        number: tag.number,
-                        answer: None,
-                    }));
+                match state.fence.admit(decided, now) {
+                    weft_mirror::fence::Admission::Run => {
+                        return Ok(Admission::Run(Running {
+                            fence: self,
+                            client: tag.client.0,
+                            number: tag.number,
+                            answer: None,
+                        }))
+                    }
+                    weft_mirror::fence::Admission::Answered(answer) => {
+                        return Ok(Admission::Answered(answer))
+                    }
+                    weft_mirror::fence::Admission::Late => {
+                        return Err(WireError::new(
+                            ErrorCode::Superseded,
+                            format!(
+                                "change {} of client {} arrived after its client moved on; dropped",
+                                tag.number, tag.client
+                            ),
+                        ))
+                    }
+                    weft_mirror::fence::Admission::Wait => {}
                 }
             }
             finished.await;
         }
-    }
-}
-
-impl ClientChanges {
-    fn new() -> ClientChanges {
-        ClientChanges {
-            settled_below: 0,
-            abandoned: BTreeSet::new(),
-            running: BTreeSet::new(),
-            answered: BTreeMap::new(),
-            last_seen: Instant::now(),
-        }
-    }
-
-    /// Takes in what `tag` says of its client's changes, and forgets what no copy can need.
-    fn learn(&mut self, tag: &ChangeTag) {
-        self.last_seen = Instant::now();
-        if tag.settled_below > self.settled_below {
-            self.settled_below = tag.settled_below;
-            let mark = self.settled_below;
-            self.answered = self.answered.split_off(&mark);
-            self.abandoned = self.abandoned.split_off(&mark);
-        }
-        for &number in &tag.abandoned {
-            if number >= self.settled_below {
-                self.abandoned.insert(number);
-                self.answered.remove(&number);
-            }
-        }
-    }
-}
-
-impl Clients {
-    fn prune(&mut self) {
-        if self.pruned.elapsed() < PRUNE_EVERY {
-            return;
-        }
-        self.pruned = Instant::now();
-        self.by_id.retain(|_, changes| {
-            !changes.running.is_empty() || changes.last_seen.elapsed() < CLIENT_IDLE
-        });
     }
 }
 
@@ -196,17 +140,12 @@ impl Running<'_> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        let mut clients = self.fence.clients.lock().expect("change fence poisoned");
-        if let Some(changes) = clients.by_id.get_mut(&self.client) {
-            changes.running.remove(&self.number);
-            if let Some(answer) = self.answer.take() {
-                if self.number >= changes.settled_below && !changes.abandoned.contains(&self.number)
-                {
-                    changes.answered.insert(self.number, answer);
-                }
-            }
-        }
-        drop(clients);
+        self.fence
+            .state
+            .lock()
+            .expect("change fence poisoned")
+            .fence
+            .finished(self.client, self.number, self.answer.take());
         self.fence.finished.notify_waiters();
     }
 }

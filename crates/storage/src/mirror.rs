@@ -18,6 +18,8 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use weft_mirror::ranges::RangeTable;
+use weft_mirror::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use weft_net::mirror::{Membership, ResyncStart, Unsynced};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
@@ -81,7 +83,7 @@ pub(crate) struct Mirror {
     /// The step tags of the resyncs of each (group, member), for the version they run in: a
     /// resync that fails and starts again in the same version numbers on, so its steps settle
     /// every step of the one before, whose first copies may still be on their way.
-    resync_steps: Mutex<HashMap<(u32, u32), Arc<ResyncSteps>>>,
+    resync_numbering: Mutex<ResyncNumbering>,
 }
 
 impl Mirror {
@@ -106,7 +108,7 @@ impl Mirror {
             targets,
             membership: Membership::new(interval, unsynced),
             ranges: RangeLocks::default(),
-            resync_steps: Mutex::default(),
+            resync_numbering: Mutex::default(),
             missed,
             metrics,
         })
@@ -253,10 +255,9 @@ impl Mirror {
     }
 
     /// Brings the member of `start` up to date from this server's target, the group's
-    /// primary in the start's version. When management says the member left in sync and this
-    /// server recorded what it missed, only those objects are copied (or removed); otherwise
-    /// every object is copied and then the member's objects the primary lacks are removed.
-    /// Each object is copied under its range lock, so no newer change is overwritten.
+    /// primary in the start's version, by the steps of a [`ResyncPlan`]: when management says
+    /// the member left in sync and this server recorded what it missed, only those objects;
+    /// otherwise every object, and then the member's objects the primary lacks go.
     async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
         let ResyncStart {
             group,
@@ -280,8 +281,8 @@ impl Mirror {
             self.missed.recorded(group, member)
         };
         let incremental = recorded.is_some();
-        let objects: Vec<InodeId> = match recorded {
-            Some(inodes) => inodes.into_iter().map(InodeId).collect(),
+        let objects: Vec<u64> = match recorded {
+            Some(inodes) => inodes.into_iter().collect(),
             None => {
                 // A record of what it missed does not cover a full copy.
                 self.missed.forget(group, member);
@@ -293,35 +294,69 @@ impl Mirror {
                 .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
                 .0
                 .into_iter()
-                .map(|(inode, _)| inode)
+                .map(|(inode, _)| inode.0)
                 .collect()
             }
         };
+        let mut plan = ResyncPlan::new(!incremental, objects);
         tracing::info!(
             group,
             version,
             member,
             full = !incremental,
-            objects = objects.len(),
+            objects = plan.objects(),
             "resync started"
         );
         self.membership
-            .resync_started(start, objects.len() as u64, !incremental);
+            .resync_started(start, plan.objects() as u64, !incremental);
         let mut copied = 0u64;
-        let steps = self.resync_steps(primary, start);
-        for inode in &objects {
-            let bytes = if target.exists(mirrored(*inode)) {
-                self.copy_object(&target, (start, &steps), *inode).await?
-            } else {
-                // Removed since the member left.
-                self.remove_if_gone(&target, (start, &steps), *inode)
-                    .await?;
-                0
-            };
-            copied += 1;
-            self.metrics.resync_objects.inc();
-            self.metrics.resync_bytes.inc_by(bytes);
-            self.membership.resync_copied(start, bytes);
+        loop {
+            match plan.step() {
+                ResyncStep::Object(inode) => {
+                    let bytes = self.resync_object(&target, start, InodeId(inode)).await?;
+                    copied += 1;
+                    self.metrics.resync_objects.inc();
+                    self.metrics.resync_bytes.inc_by(bytes);
+                    self.membership.resync_copied(start, bytes);
+                }
+                ResyncStep::ListMember { after } => {
+                    let route = self.resync_route(primary, start)?;
+                    let request = StorageRequest::ListObjects {
+                        target: route.target,
+                        mirrored: true,
+                        home: None,
+                        after,
+                        max: OBJECTS_PER_LIST_MAX,
+                    };
+                    let (response, _) = self
+                        .send(member, request, Bytes::new())
+                        .await
+                        .map_err(|e| WireError::new(ErrorCode::Unavailable, e.to_string()))?;
+                    let Response::Objects { objects, end } = response else {
+                        return Err(WireError::new(
+                            ErrorCode::Internal,
+                            "a member answered a listing with something else",
+                        ));
+                    };
+                    plan.listed(objects.iter().map(|(inode, _)| inode.0).collect(), end);
+                }
+                ResyncStep::RemoveIfGone(inode) => {
+                    let _held = self.lock_range(primary, InodeId(inode), 0..u64::MAX).await;
+                    if !target.exists(mirrored(InodeId(inode))) {
+                        self.remove_on_member(primary, start, InodeId(inode))
+                            .await?;
+                    }
+                }
+                ResyncStep::SyncMember => {
+                    let route = self.resync_route(primary, start)?;
+                    let sync = StorageRequest::SyncTarget {
+                        target: route.target,
+                        mirror: route.mirror,
+                    };
+                    self.send_step(member, sync, Bytes::new()).await?;
+                }
+                ResyncStep::Done => break,
+            }
         }
         if incremental {
             self.missed.forget(group, member);
@@ -332,54 +367,27 @@ impl Mirror {
                 objects = copied,
                 "resync copied what the member missed"
             );
-            return Ok(());
+        } else {
+            tracing::info!(group, version, member, objects = copied, "resync copied");
         }
-        // Objects the member holds and the primary does not.
-        let mut after = 0;
-        loop {
-            let route = self.resync_route(primary, start)?;
-            let request = StorageRequest::ListObjects {
-                target: route.target,
-                mirrored: true,
-                home: None,
-                after,
-                max: OBJECTS_PER_LIST_MAX,
-            };
-            let (response, _) = self
-                .send(member, request, Bytes::new())
-                .await
-                .map_err(|e| WireError::new(ErrorCode::Unavailable, e.to_string()))?;
-            let Response::Objects { objects, end } = response else {
-                return Err(WireError::new(
-                    ErrorCode::Internal,
-                    "a member answered a listing with something else",
-                ));
-            };
-            for (inode, _) in &objects {
-                self.remove_if_gone(&target, (start, &steps), *inode)
-                    .await?;
-            }
-            after = objects.last().map_or(after, |(inode, _)| inode.0);
-            if end {
-                break;
-            }
-        }
-        tracing::info!(group, version, member, objects = copied, "resync copied");
         Ok(())
     }
 
-    /// The step tags of the resyncs of `start`'s member in its version: one numbering for
-    /// every resync of it in that version.
-    fn resync_steps(&self, primary: TargetId, start: ResyncStart) -> Arc<ResyncSteps> {
-        let mut all = self.resync_steps.lock().expect("resync steps poisoned");
-        let key = (start.group, start.member);
-        match all.get(&key) {
-            Some(steps) if steps.version == start.version => Arc::clone(steps),
-            _ => {
-                let steps = Arc::new(ResyncSteps::new(primary, start.version));
-                all.insert(key, Arc::clone(&steps));
-                steps
-            }
+    /// The tag of the next step of `start`'s resync.
+    fn step_tag(&self, primary: TargetId, start: ResyncStart) -> ChangeTag {
+        let mut numbering = self
+            .resync_numbering
+            .lock()
+            .expect("resync numbering poisoned");
+        let numbers = numbering.of((start.group, start.version, start.member), || {
+            resync_client(primary)
+        });
+        let number = numbers.draw();
+        ChangeTag {
+            client: ClientId(numbers.client),
+            number,
+            settled_below: number,
+            abandoned: Vec::new(),
         }
     }
 
@@ -404,128 +412,104 @@ impl Mirror {
             .map(|_| ())
     }
 
-    /// Removes the object of `inode` from the member unless the primary holds it, checked
-    /// under the object's range lock so a concurrent create is not undone.
-    async fn remove_if_gone(
+    /// Removes the member's copy of the object of `inode`.
+    async fn remove_on_member(
         &self,
-        target: &Target,
-        (start, steps): (ResyncStart, &ResyncSteps),
+        primary: TargetId,
+        start: ResyncStart,
         inode: InodeId,
     ) -> Result<(), WireError> {
-        let _held = self.lock_range(target.id, inode, 0..u64::MAX).await;
-        if target.exists(mirrored(inode)) {
-            return Ok(());
-        }
-        let route = self.resync_route(target.id, start)?;
+        let route = self.resync_route(primary, start)?;
         let remove = StorageRequest::Remove {
             target: route.target,
             mirror: route.mirror,
             inode,
-            tag: Some(steps.tag()),
+            tag: Some(self.step_tag(primary, start)),
         };
         self.send_step(start.member, remove, Bytes::new()).await
     }
 
-    /// Copies one object to the member: the member's copy removed, every byte written in the
-    /// truncate generation the primary's object has had (so the member records it too), then
-    /// synced. Changes to the object wait meanwhile. Returns the bytes copied.
-    async fn copy_object(
+    /// Brings one object to the member under its range lock, so changes to it wait: copied
+    /// by its [`CopySteps`] (every byte written in the truncate generation the primary's
+    /// object has, so the member records it too) if the primary holds it, removed from the
+    /// member otherwise. Returns the bytes copied.
+    async fn resync_object(
         &self,
         target: &Arc<Target>,
-        (start, steps): (ResyncStart, &ResyncSteps),
+        start: ResyncStart,
         inode: InodeId,
     ) -> Result<u64, WireError> {
         let primary = target.id;
         let member = start.member;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
+        if !target.exists(mirrored(inode)) {
+            // Removed since the member left.
+            self.remove_on_member(primary, start, inode).await?;
+            return Ok(0);
+        }
         let length = target.length(mirrored(inode))?;
         let generation = target.generation(mirrored(inode))?;
-        let route = self.resync_route(primary, start)?;
-        let remove = StorageRequest::Remove {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-            tag: Some(steps.tag()),
-        };
-        self.send_step(member, remove, Bytes::new()).await?;
-        let mut offset = 0;
-        while offset < length {
-            let len = (length - offset).min(u64::from(IO_BYTES_MAX)) as u32;
-            let reading = Arc::clone(target);
-            let data =
-                tokio::task::spawn_blocking(move || reading.read(mirrored(inode), offset, len))
+        for step in CopySteps::new(length, u64::from(IO_BYTES_MAX)) {
+            match step {
+                CopyStep::Remove => self.remove_on_member(primary, start, inode).await?,
+                CopyStep::Write { offset, len } => {
+                    let reading = Arc::clone(target);
+                    let len = u32::try_from(len).unwrap_or(IO_BYTES_MAX);
+                    let data = tokio::task::spawn_blocking(move || {
+                        reading.read(mirrored(inode), offset, len)
+                    })
                     .await
                     .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
-            if data.is_empty() {
-                break;
+                    if data.len() != len as usize {
+                        return Err(WireError::new(
+                            ErrorCode::Internal,
+                            format!(
+                                "object {inode} changed length while it was copied under its lock"
+                            ),
+                        ));
+                    }
+                    let route = self.resync_route(primary, start)?;
+                    let write = StorageRequest::Write {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode,
+                        generation,
+                        object_offset: offset,
+                        tag: Some(self.step_tag(primary, start)),
+                    };
+                    self.send_step(member, write, data).await?;
+                }
+                CopyStep::Sync => {
+                    let route = self.resync_route(primary, start)?;
+                    let sync = StorageRequest::Sync {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode,
+                    };
+                    self.send_step(member, sync, Bytes::new()).await?;
+                }
             }
-            let route = self.resync_route(primary, start)?;
-            let write = StorageRequest::Write {
-                target: route.target,
-                mirror: route.mirror,
-                inode,
-                generation,
-                object_offset: offset,
-                tag: Some(steps.tag()),
-            };
-            offset += data.len() as u64;
-            self.send_step(member, write, data).await?;
         }
-        let route = self.resync_route(primary, start)?;
-        let sync = StorageRequest::Sync {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-        };
-        self.send_step(member, sync, Bytes::new()).await?;
-        Ok(offset)
+        Ok(length)
     }
 }
 
 /// Resyncs' own clients: ids no client session gets (management numbers sessions from 1).
 const RESYNC_CLIENTS: u64 = 1 << 63;
 
-/// The tags of the removals and writes of a member's resyncs in one version: a client of its
-/// own, its steps numbered in the order they are sent, each landed (or its resync given up)
-/// before the next is sent. A step is sent again when
-/// its answer does not come in time, and the member's fence of forwards then runs one copy
-/// of it and drops a first copy that arrives after a later step — which would otherwise
-/// remove or overwrite what the copy of the object wrote, or a newer change after it.
-struct ResyncSteps {
-    /// The group version the resyncs run in.
-    version: u64,
-    client: ClientId,
-    next: AtomicU64,
-}
-
-impl ResyncSteps {
-    fn new(primary: TargetId, version: u64) -> ResyncSteps {
-        // Unique among this server's resyncs, and unlikely to repeat after a restart.
-        static SERIAL: OnceLock<AtomicU64> = OnceLock::new();
-        let serial = SERIAL.get_or_init(|| {
-            let since_epoch = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            AtomicU64::new(u64::from(since_epoch.subsec_nanos()))
-        });
-        let serial = serial.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
-        ResyncSteps {
-            version,
-            client: ClientId(RESYNC_CLIENTS | u64::from(primary.0) << 32 | serial),
-            next: AtomicU64::new(1),
-        }
-    }
-
-    /// The tag of the next step: every step before it has landed.
-    fn tag(&self) -> ChangeTag {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        ChangeTag {
-            client: self.client,
-            number,
-            settled_below: number,
-            abandoned: Vec::new(),
-        }
-    }
+/// A new client for the resyncs of one member in one version of its group, when `primary`
+/// is the group's primary: unique among this server's resyncs, and unlikely to repeat after a
+/// restart.
+fn resync_client(primary: TargetId) -> u64 {
+    static SERIAL: OnceLock<AtomicU64> = OnceLock::new();
+    let serial = SERIAL.get_or_init(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        AtomicU64::new(u64::from(since_epoch.subsec_nanos()))
+    });
+    let serial = serial.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
+    RESYNC_CLIENTS | u64::from(primary.0) << 32 | serial
 }
 
 /// The object of a mirrored file's `inode`: a resync reads and writes only these, never an
@@ -546,20 +530,15 @@ fn member_route(group: u32, version: u64, member: u32) -> Route {
     }
 }
 
-/// Byte-range locks per object: a holder keeps every overlapping range of the same object
-/// waiting until its guard drops.
+/// Byte-range locks per object ([`RangeTable`]): a holder keeps every overlapping range of
+/// the same object waiting until its guard drops.
 #[derive(Default)]
 struct RangeLocks {
-    held: Mutex<HashMap<(TargetId, InodeId), Vec<Held>>>,
-    next: std::sync::atomic::AtomicU64,
+    table: Mutex<RangeTable<(TargetId, InodeId), Gate>>,
 }
 
-struct Held {
-    id: u64,
-    range: Range<u64>,
-    /// Locked by the holder; waiters queue on it.
-    gate: Arc<tokio::sync::Mutex<()>>,
-}
+/// Locked by a range's holder; waiters queue on it.
+type Gate = Arc<tokio::sync::Mutex<()>>;
 
 /// A held range; dropping it lets overlapping changes go on.
 pub(crate) struct RangeGuard<'a> {
@@ -573,31 +552,21 @@ impl RangeLocks {
     async fn lock(&self, key: (TargetId, InodeId), range: Range<u64>) -> RangeGuard<'_> {
         loop {
             let busy = {
-                let mut held = self.held.lock().expect("range locks poisoned");
-                let list = held.entry(key).or_default();
-                match list
-                    .iter()
-                    .find(|h| h.range.start < range.end && range.start < h.range.end)
-                {
-                    Some(holder) => Arc::clone(&holder.gate),
-                    None => {
-                        let gate = Arc::new(tokio::sync::Mutex::new(()));
-                        let guard = Arc::clone(&gate)
-                            .try_lock_owned()
-                            .expect("a new gate is free");
-                        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        list.push(Held {
-                            id,
-                            range: range.clone(),
-                            gate,
-                        });
+                let mut table = self.table.lock().expect("range locks poisoned");
+                let gate = Arc::new(tokio::sync::Mutex::new(()));
+                let held = Arc::clone(&gate)
+                    .try_lock_owned()
+                    .expect("a new gate is free");
+                match table.try_lock(&key, range.clone(), || gate) {
+                    Ok(id) => {
                         return RangeGuard {
                             locks: self,
                             key,
                             id,
-                            _gate: guard,
-                        };
+                            _gate: held,
+                        }
                     }
+                    Err(holder) => Arc::clone(holder),
                 }
             };
             // Wakes when the holder's guard drops; then look again.
@@ -608,13 +577,11 @@ impl RangeLocks {
 
 impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
-        let mut held = self.locks.held.lock().expect("range locks poisoned");
-        if let Some(list) = held.get_mut(&self.key) {
-            list.retain(|h| h.id != self.id);
-            if list.is_empty() {
-                held.remove(&self.key);
-            }
-        }
+        self.locks
+            .table
+            .lock()
+            .expect("range locks poisoned")
+            .unlock(&self.key, self.id);
     }
 }
 

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
+use weft_mirror::fence::{FenceOf, ForwardFences};
 use weft_net::mirror::Unsynced;
 use weft_net::ClusterView;
 use weft_proto::error::WireError;
@@ -37,7 +38,7 @@ struct Storage {
     /// of a later version forwards it (the copies may have changed since, and only the
     /// primary that forwards it knows it is due), and what a client settled in one group says
     /// nothing of the order of its changes in another.
-    forward_fences: Mutex<HashMap<u32, (u64, Arc<crate::fence::ChangeFence>)>>,
+    forward_fences: Mutex<ForwardFences<Arc<crate::fence::ChangeFence>>>,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -323,22 +324,14 @@ impl weft_net::Handler for Storage {
 }
 
 impl Storage {
-    /// The fence of the forwards of `route`'s group in its version: a new one when the group
-    /// moved to a newer version (the older one's state goes with it).
+    /// The fence of the forwards of `route`'s group in its version.
     fn forward_fence(&self, route: MirrorRoute) -> Arc<crate::fence::ChangeFence> {
         let mut fences = self.forward_fences.lock().expect("forward fences poisoned");
-        match fences.get(&route.group) {
-            Some((version, fence)) if *version == route.version => Arc::clone(fence),
-            // A forward of an older version, admitted just before the group moved on: it
-            // fences only itself.
-            Some((version, _)) if *version > route.version => {
-                Arc::new(crate::fence::ChangeFence::new())
-            }
-            _ => {
-                let fence = Arc::new(crate::fence::ChangeFence::new());
-                fences.insert(route.group, (route.version, Arc::clone(&fence)));
-                fence
-            }
+        match fences.of(route.group, route.version, || {
+            Arc::new(crate::fence::ChangeFence::new())
+        }) {
+            FenceOf::Current(fence) => Arc::clone(fence),
+            FenceOf::Older => Arc::new(crate::fence::ChangeFence::new()),
         }
     }
 
@@ -469,6 +462,9 @@ impl Storage {
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::Sync { inode, .. } => target
                     .sync(object(inode))
+                    .map(|()| (Response::Synced { verifier }, Bytes::new())),
+                StorageRequest::SyncTarget { .. } => target
+                    .sync_everything()
                     .map(|()| (Response::Synced { verifier }, Bytes::new())),
                 StorageRequest::Fallocate {
                     inode,

@@ -1,0 +1,310 @@
+//! What a primary does to bring a returning member up to date, as steps: storage servers run
+//! them over their targets and the network, the simulator over its objects and messages.
+//!
+//! A member that left in sync gets the objects the primary recorded as missed; any other
+//! gets every object of the primary, and then loses the objects it holds that the primary
+//! does not ([`ResyncPlan`]). An object is copied whole under its range lock, so no newer
+//! change is overwritten: the member's copy removed, every byte written, then synced
+//! ([`CopySteps`]). Every removal and write carries a tag of a client of the resync's own,
+//! numbered in the order they are sent ([`StepNumbers`]): a step sent again after its answer
+//! did not come is run once by the member's fence, and a first copy arriving after a later
+//! step is dropped instead of undoing it. A resync ends by making everything the member holds
+//! durable ([`ResyncStep::SyncMember`]).
+
+use crate::{GroupId, ServerId, Version};
+use std::collections::{HashMap, VecDeque};
+
+/// One step of a resync ([`ResyncPlan::step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResyncStep {
+    /// Under the object's range lock: copy it ([`CopySteps`]) if the primary holds it,
+    /// otherwise remove the member's copy.
+    Object(u64),
+    /// List the member's objects after this one; answer with [`ResyncPlan::listed`].
+    ListMember {
+        /// The last object of the previous page (0: from the start).
+        after: u64,
+    },
+    /// Under the object's range lock: remove the member's copy unless the primary holds it.
+    RemoveIfGone(u64),
+    /// Make everything the member holds durable: it may hold changes it took before it left
+    /// that no sync reached since (its primary synced without it), and once it is good it
+    /// may be promoted, after a crash, as the only copy.
+    SyncMember,
+    /// Every step landed: the member is up to date.
+    Done,
+}
+
+#[derive(Debug)]
+enum Listing {
+    /// Not a full copy: nothing to list.
+    None,
+    /// A page to ask for, after this object.
+    Next(u64),
+    /// A page asked for and not yet answered.
+    Asked(u64),
+    /// Objects of the last page to remove if gone, and whether it was the last.
+    Removing(VecDeque<u64>, u64, bool),
+    Finished,
+}
+
+/// The steps of one resync, in order.
+#[derive(Debug)]
+pub struct ResyncPlan {
+    objects: VecDeque<u64>,
+    listing: Listing,
+    synced: bool,
+}
+
+impl ResyncPlan {
+    /// A resync of `objects`: what the member missed (`full` false), or every object the
+    /// primary holds, after which the member's other objects go (`full` true).
+    pub fn new(full: bool, objects: impl IntoIterator<Item = u64>) -> ResyncPlan {
+        ResyncPlan {
+            objects: objects.into_iter().collect(),
+            listing: if full {
+                Listing::Next(0)
+            } else {
+                Listing::None
+            },
+            synced: false,
+        }
+    }
+
+    /// How many objects are copied (or removed) before the member's own are looked at.
+    pub fn objects(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// The next step; a step is done before the next is asked for (a resync whose step
+    /// failed is given up and planned again).
+    pub fn step(&mut self) -> ResyncStep {
+        if let Some(object) = self.objects.pop_front() {
+            return ResyncStep::Object(object);
+        }
+        loop {
+            match &mut self.listing {
+                Listing::None | Listing::Finished if self.synced => return ResyncStep::Done,
+                Listing::None | Listing::Finished => {
+                    self.synced = true;
+                    return ResyncStep::SyncMember;
+                }
+                Listing::Next(after) => {
+                    let after = *after;
+                    self.listing = Listing::Asked(after);
+                    return ResyncStep::ListMember { after };
+                }
+                Listing::Asked(after) => return ResyncStep::ListMember { after: *after },
+                Listing::Removing(objects, last, end) => {
+                    if let Some(object) = objects.pop_front() {
+                        return ResyncStep::RemoveIfGone(object);
+                    }
+                    self.listing = if *end {
+                        Listing::Finished
+                    } else {
+                        Listing::Next(*last)
+                    };
+                }
+            }
+        }
+    }
+
+    /// The member's answer to [`ResyncStep::ListMember`]: its objects after the one asked
+    /// for, in order, and whether they are the last.
+    pub fn listed(&mut self, objects: Vec<u64>, end: bool) {
+        if let Listing::Asked(after) = self.listing {
+            let last = objects.last().copied().unwrap_or(after);
+            self.listing = Listing::Removing(objects.into(), last, end);
+        }
+    }
+}
+
+/// One step of copying an object ([`CopySteps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyStep {
+    /// Remove the member's copy.
+    Remove,
+    /// Write the primary's bytes `offset..offset + len`, read now.
+    Write {
+        /// Where.
+        offset: u64,
+        /// How many.
+        len: u64,
+    },
+    /// Sync the member's copy.
+    Sync,
+}
+
+/// The steps of copying an object of `length` bytes in writes of at most `largest`.
+#[derive(Clone, Debug)]
+pub struct CopySteps {
+    length: u64,
+    largest: u64,
+    /// The next byte to write, `None` before the removal.
+    offset: Option<u64>,
+    synced: bool,
+}
+
+impl CopySteps {
+    /// Copying `length` bytes, in writes of at most `largest` (at least one byte).
+    pub fn new(length: u64, largest: u64) -> CopySteps {
+        CopySteps {
+            length,
+            largest: largest.max(1),
+            offset: None,
+            synced: false,
+        }
+    }
+}
+
+impl Iterator for CopySteps {
+    type Item = CopyStep;
+
+    fn next(&mut self) -> Option<CopyStep> {
+        let Some(offset) = self.offset else {
+            self.offset = Some(0);
+            return Some(CopyStep::Remove);
+        };
+        if offset < self.length {
+            let len = (self.length - offset).min(self.largest);
+            self.offset = Some(offset + len);
+            return Some(CopyStep::Write { offset, len });
+        }
+        if self.synced {
+            return None;
+        }
+        self.synced = true;
+        Some(CopyStep::Sync)
+    }
+}
+
+/// The numbers of a member's resync steps in one version of its group, under a client of
+/// their own: every resync of the member in that version numbers on, so a resync that
+/// failed and started again settles the steps of the one it replaces.
+#[derive(Clone, Copy, Debug)]
+pub struct StepNumbers {
+    /// The resyncs' client.
+    pub client: u64,
+    version: Version,
+    next: u64,
+}
+
+impl StepNumbers {
+    /// The next step's number; every step before it has landed (or its resync was given
+    /// up), so it is also the number below which the client's steps are settled.
+    pub fn draw(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+}
+
+/// [`StepNumbers`] per (group, member).
+#[derive(Debug, Default)]
+pub struct ResyncNumbering {
+    by_member: HashMap<(GroupId, ServerId), StepNumbers>,
+}
+
+impl ResyncNumbering {
+    /// The step numbers of `member`'s resyncs in `version` of `group`; a new client (from
+    /// `new_client`, which must not repeat) for a new version.
+    pub fn of(
+        &mut self,
+        (group, version, member): (GroupId, Version, ServerId),
+        new_client: impl FnOnce() -> u64,
+    ) -> &mut StepNumbers {
+        let key = (group, member);
+        if self
+            .by_member
+            .get(&key)
+            .is_none_or(|n| n.version != version)
+        {
+            let numbers = StepNumbers {
+                client: new_client(),
+                version,
+                next: 0,
+            };
+            self.by_member.insert(key, numbers);
+        }
+        self.by_member.get_mut(&key).expect("present")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(plan: &mut ResyncPlan, mut member: Vec<Vec<u64>>) -> Vec<ResyncStep> {
+        let mut steps = Vec::new();
+        loop {
+            let step = plan.step();
+            steps.push(step);
+            match step {
+                ResyncStep::Done => return steps,
+                ResyncStep::ListMember { .. } => {
+                    let page = member.remove(0);
+                    plan.listed(page, member.is_empty());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Goal: an incremental resync copies what was missed and nothing else; a full one copies
+    // everything, then pages through the member's objects to remove what the primary lacks.
+    #[test]
+    fn a_plan_copies_then_removes_what_the_member_alone_holds() {
+        use ResyncStep::*;
+        let mut missed = ResyncPlan::new(false, [4, 9]);
+        assert_eq!(
+            all(&mut missed, vec![]),
+            vec![Object(4), Object(9), SyncMember, Done]
+        );
+        let mut full = ResyncPlan::new(true, [1, 2]);
+        assert_eq!(
+            all(&mut full, vec![vec![1, 3], vec![], vec![5]]),
+            vec![
+                Object(1),
+                Object(2),
+                ListMember { after: 0 },
+                RemoveIfGone(1),
+                RemoveIfGone(3),
+                ListMember { after: 3 },
+                ListMember { after: 3 },
+                RemoveIfGone(5),
+                SyncMember,
+                Done
+            ]
+        );
+    }
+
+    #[test]
+    fn a_copy_removes_writes_in_pieces_and_syncs() {
+        use CopyStep::*;
+        let steps: Vec<CopyStep> = CopySteps::new(10, 4).collect();
+        assert_eq!(
+            steps,
+            vec![
+                Remove,
+                Write { offset: 0, len: 4 },
+                Write { offset: 4, len: 4 },
+                Write { offset: 8, len: 2 },
+                Sync
+            ]
+        );
+        assert_eq!(CopySteps::new(0, 4).collect::<Vec<_>>(), vec![Remove, Sync]);
+    }
+
+    #[test]
+    fn resyncs_of_a_member_number_on_within_a_version() {
+        let mut numbering = ResyncNumbering::default();
+        let mut clients = 100..;
+        let mut next = || clients.next().expect("endless");
+        assert_eq!(numbering.of((1, 5, 2), &mut next).draw(), 1);
+        assert_eq!(numbering.of((1, 5, 2), &mut next).draw(), 2);
+        let again = numbering.of((1, 5, 2), &mut next);
+        assert_eq!((again.client, again.draw()), (100, 3));
+        let newer = numbering.of((1, 6, 2), &mut next);
+        assert_eq!((newer.client, newer.draw()), (101, 1));
+        assert_eq!(numbering.of((1, 6, 3), &mut next).client, 102);
+    }
+}
