@@ -272,6 +272,10 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     );
     // The namespace is mirrored too: meta-2 keeps a copy of meta-1's home.
     common::autocreate_meta_groups(&cluster);
+    // The faults start from a healthy cluster: a member still being copied when its primary
+    // is killed leaves its group waiting for that primary, not failing over.
+    wait_until("every member good before the faults", || all_good(&cluster))
+        .expect("groups formed");
     let mnt = cluster.mount().expect("mount");
     let data = mnt.join("data");
     let names = mnt.join("names");

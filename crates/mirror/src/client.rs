@@ -1,18 +1,16 @@
 //! The client's side: route to the primary with the map's version, retry until answered.
 
-use crate::{Answer, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing};
+use crate::{Answer, Change, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing};
 
 /// An operation a client runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClientOp<D> {
-    /// Write `data` to `chunk`.
-    Write {
+pub enum ClientOp {
+    /// Change a chunk: write, punch, truncate or remove.
+    Change {
         /// The group.
         group: GroupId,
-        /// The chunk.
-        chunk: ChunkId,
-        /// The data.
-        data: D,
+        /// The change.
+        change: Change,
     },
     /// Make the group's acknowledged writes durable on every member.
     Sync {
@@ -28,10 +26,10 @@ pub enum ClientOp<D> {
     },
 }
 
-impl<D> ClientOp<D> {
+impl ClientOp {
     fn group(&self) -> GroupId {
         match self {
-            ClientOp::Write { group, .. }
+            ClientOp::Change { group, .. }
             | ClientOp::Sync { group }
             | ClientOp::Read { group, .. } => *group,
         }
@@ -42,7 +40,7 @@ impl<D> ClientOp<D> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpRecord<D> {
     /// The operation.
-    pub op: ClientOp<D>,
+    pub op: ClientOp,
     /// Its sequence number.
     pub seq: u64,
     /// When it was submitted.
@@ -93,7 +91,7 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
     }
 
     /// Starts `op`; the client must be idle.
-    pub fn submit(&mut self, now: Time, op: ClientOp<D>) -> Vec<Send<D>> {
+    pub fn submit(&mut self, now: Time, op: ClientOp) -> Vec<Send<D>> {
         assert!(self.idle(), "one operation at a time");
         self.next_seq += 1;
         self.history.push(OpRecord {
@@ -122,11 +120,10 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
         };
         let (version, seq) = (group.version, record.seq);
         let msg = match &record.op {
-            ClientOp::Write { group, chunk, data } => Msg::Write {
+            ClientOp::Change { group, change } => Msg::Change {
                 group: *group,
                 version,
-                chunk: *chunk,
-                data: data.clone(),
+                change: change.clone(),
                 seq,
             },
             ClientOp::Sync { group } => Msg::Sync {
@@ -171,7 +168,7 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
                 }
                 let group = self.history[index].op.group();
                 match (&self.history[index].op, &answer) {
-                    (ClientOp::Write { .. }, Answer::Written { epoch }) => {
+                    (ClientOp::Change { .. }, Answer::Written { epoch }) => {
                         let oldest = self.unsynced.entry(group).or_insert(*epoch);
                         *oldest = (*oldest).min(*epoch);
                     }

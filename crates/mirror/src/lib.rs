@@ -164,15 +164,36 @@ pub struct ChangeId {
     pub settled_below: u64,
 }
 
-/// A change of one chunk, as a primary forwards it.
+/// A chunk's bytes (the simulator's objects).
+pub type Bytes = Vec<u8>;
+
+/// A change of one chunk, as a client sends it and a primary forwards it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change<D> {
-    /// The chunk holds `data`.
+pub enum Change {
+    /// Writes `data` at `offset`, growing the chunk (with zeros) if it ends past its end.
     Write {
         /// The chunk.
         chunk: ChunkId,
-        /// Its data.
-        data: D,
+        /// Where.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// Zeroes `len` bytes at `offset` within the chunk's length (a punched hole).
+    Punch {
+        /// The chunk.
+        chunk: ChunkId,
+        /// Where.
+        offset: u64,
+        /// How many.
+        len: u64,
+    },
+    /// Cuts or extends (with zeros) the chunk to `length`.
+    Truncate {
+        /// The chunk.
+        chunk: ChunkId,
+        /// The new length.
+        length: u64,
     },
     /// The chunk is gone.
     Remove {
@@ -181,11 +202,62 @@ pub enum Change<D> {
     },
 }
 
-impl<D> Change<D> {
+impl Change {
     /// The chunk it changes.
     pub fn chunk(&self) -> ChunkId {
         match self {
-            Change::Write { chunk, .. } | Change::Remove { chunk } => *chunk,
+            Change::Write { chunk, .. }
+            | Change::Punch { chunk, .. }
+            | Change::Truncate { chunk, .. }
+            | Change::Remove { chunk } => *chunk,
+        }
+    }
+
+    /// The bytes of the chunk it changes, as a primary locks them: a truncate or a removal
+    /// takes the whole chunk, as on a storage server.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        match self {
+            Change::Write { offset, data, .. } => *offset..*offset + data.len() as u64,
+            Change::Punch { offset, len, .. } => *offset..*offset + *len,
+            Change::Truncate { .. } | Change::Remove { .. } => 0..u64::MAX,
+        }
+    }
+
+    /// Applies the change to `object` (`None`: there is none).
+    pub fn apply(&self, object: &mut Option<Bytes>) {
+        match self {
+            Change::Write { offset, data, .. } => {
+                let bytes = object.get_or_insert_with(Vec::new);
+                let start = *offset as usize;
+                let end = start + data.len();
+                if bytes.len() < end {
+                    bytes.resize(end, 0);
+                }
+                bytes[start..end].copy_from_slice(data);
+            }
+            Change::Punch { offset, len, .. } => {
+                if let Some(bytes) = object {
+                    let end = ((*offset + *len) as usize).min(bytes.len());
+                    let start = (*offset as usize).min(end);
+                    bytes[start..end].fill(0);
+                }
+            }
+            Change::Truncate { length, .. } => {
+                object
+                    .get_or_insert_with(Vec::new)
+                    .resize(*length as usize, 0);
+            }
+            Change::Remove { .. } => *object = None,
+        }
+    }
+
+    /// Applies the change to its chunk of `group` among `chunks`.
+    pub fn apply_to(&self, chunks: &mut BTreeMap<(GroupId, ChunkId), Bytes>, group: GroupId) {
+        let key = (group, self.chunk());
+        let mut object = chunks.remove(&key);
+        self.apply(&mut object);
+        if let Some(bytes) = object {
+            chunks.insert(key, bytes);
         }
     }
 }
@@ -204,7 +276,7 @@ pub enum Refusal {
 /// A client operation's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer<D> {
-    /// A write is on every present member; `epoch` is the group's loss epoch it was written in.
+    /// A change is on every present member; `epoch` is the group's loss epoch it was made in.
     Written {
         /// The group's [`Group::loss_epoch`] when the write was applied.
         epoch: u64,
@@ -215,8 +287,13 @@ pub enum Answer<D> {
     /// crash of every copy before they were synced (the application sees EIO, as after a
     /// failed fsync).
     Lost,
-    /// A read's data (`None`: never written).
-    Data(Option<D>),
+    /// A read's data (`None`: never written), and the group's loss epoch when it was read.
+    Data {
+        /// The chunk.
+        data: Option<D>,
+        /// The group's [`Group::loss_epoch`].
+        epoch: u64,
+    },
     /// Refused; the client fetches the map and tries again.
     Refused(Refusal),
 }
@@ -249,16 +326,14 @@ pub enum Msg<D> {
     GetMap,
     /// Management → client.
     Map(GroupMap),
-    /// Client → primary: write `data` to `chunk`.
-    Write {
+    /// Client → primary: change a chunk.
+    Change {
         /// The group.
         group: GroupId,
         /// The version the client routed with.
         version: Version,
-        /// The chunk.
-        chunk: ChunkId,
-        /// The data.
-        data: D,
+        /// The change.
+        change: Change,
         /// The client's sequence number (the same on every retry).
         seq: u64,
     },
@@ -303,7 +378,7 @@ pub enum Msg<D> {
         /// Which change it is, for the member's fence.
         tag: ChangeId,
         /// The change.
-        change: Change<D>,
+        change: Change,
     },
     /// Primary → member: make the group's data durable.
     SyncReplica {

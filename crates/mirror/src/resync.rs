@@ -2,8 +2,11 @@
 //! them over their targets and the network, the simulator over its objects and messages.
 //!
 //! A member that left in sync gets the objects the primary recorded as missed; any other
-//! gets every object of the primary, and then loses the objects it holds that the primary
-//! does not ([`ResyncPlan`]). An object is copied whole under its range lock, so no newer
+//! gets every object of the primary, and then every object it holds that was not among them
+//! is brought over too: copied if the primary holds it by then, removed if not
+//! ([`ResyncPlan`]). (An object the primary created after it listed its own may have a stale
+//! copy on the member — the primary's copy was lost in a crash of every host, or removed and
+//! the member missed it — that the changes forwarded since do not cover.) An object is copied whole under its range lock, so no newer
 //! change is overwritten: the member's copy removed, every byte written, then synced
 //! ([`CopySteps`]). Every removal and write carries a tag of a client of the resync's own,
 //! numbered in the order they are sent ([`StepNumbers`]): a step sent again after its answer
@@ -12,7 +15,7 @@
 //! durable ([`ResyncStep::SyncMember`]).
 
 use crate::{GroupId, ServerId, Version};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// One step of a resync ([`ResyncPlan::step`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,8 +28,9 @@ pub enum ResyncStep {
         /// The last object of the previous page (0: from the start).
         after: u64,
     },
-    /// Under the object's range lock: remove the member's copy unless the primary holds it.
-    RemoveIfGone(u64),
+    /// An object the member holds that was not copied first: brought over as
+    /// [`ResyncStep::Object`] (removed from the member if the primary lacks it).
+    MemberObject(u64),
     /// Make everything the member holds durable: it may hold changes it took before it left
     /// that no sync reached since (its primary synced without it), and once it is good it
     /// may be promoted, after a crash, as the only copy.
@@ -43,8 +47,9 @@ enum Listing {
     Next(u64),
     /// A page asked for and not yet answered.
     Asked(u64),
-    /// Objects of the last page to remove if gone, and whether it was the last.
-    Removing(VecDeque<u64>, u64, bool),
+    /// Objects of the last page to bring over, the last object of the page, and whether it
+    /// was the last page.
+    Bringing(VecDeque<u64>, u64, bool),
     Finished,
 }
 
@@ -52,6 +57,8 @@ enum Listing {
 #[derive(Debug)]
 pub struct ResyncPlan {
     objects: VecDeque<u64>,
+    /// The objects copied first (a full resync only), which the member's listing skips.
+    planned: BTreeSet<u64>,
     listing: Listing,
     synced: bool,
 }
@@ -60,8 +67,14 @@ impl ResyncPlan {
     /// A resync of `objects`: what the member missed (`full` false), or every object the
     /// primary holds, after which the member's other objects go (`full` true).
     pub fn new(full: bool, objects: impl IntoIterator<Item = u64>) -> ResyncPlan {
+        let objects: VecDeque<u64> = objects.into_iter().collect();
         ResyncPlan {
-            objects: objects.into_iter().collect(),
+            planned: if full {
+                objects.iter().copied().collect()
+            } else {
+                BTreeSet::new()
+            },
+            objects,
             listing: if full {
                 Listing::Next(0)
             } else {
@@ -95,9 +108,9 @@ impl ResyncPlan {
                     return ResyncStep::ListMember { after };
                 }
                 Listing::Asked(after) => return ResyncStep::ListMember { after: *after },
-                Listing::Removing(objects, last, end) => {
+                Listing::Bringing(objects, last, end) => {
                     if let Some(object) = objects.pop_front() {
-                        return ResyncStep::RemoveIfGone(object);
+                        return ResyncStep::MemberObject(object);
                     }
                     self.listing = if *end {
                         Listing::Finished
@@ -114,7 +127,11 @@ impl ResyncPlan {
     pub fn listed(&mut self, objects: Vec<u64>, end: bool) {
         if let Listing::Asked(after) = self.listing {
             let last = objects.last().copied().unwrap_or(after);
-            self.listing = Listing::Removing(objects.into(), last, end);
+            let unplanned = objects
+                .into_iter()
+                .filter(|object| !self.planned.contains(object))
+                .collect();
+            self.listing = Listing::Bringing(unplanned, last, end);
         }
     }
 }
@@ -250,7 +267,8 @@ mod tests {
     }
 
     // Goal: an incremental resync copies what was missed and nothing else; a full one copies
-    // everything, then pages through the member's objects to remove what the primary lacks.
+    // everything, then pages through the member's objects and brings over each it did not
+    // copy already (removed if the primary lacks it, copied if the primary made it since).
     #[test]
     fn a_plan_copies_then_removes_what_the_member_alone_holds() {
         use ResyncStep::*;
@@ -266,11 +284,10 @@ mod tests {
                 Object(1),
                 Object(2),
                 ListMember { after: 0 },
-                RemoveIfGone(1),
-                RemoveIfGone(3),
+                MemberObject(3),
                 ListMember { after: 3 },
                 ListMember { after: 3 },
-                RemoveIfGone(5),
+                MemberObject(5),
                 SyncMember,
                 Done
             ]

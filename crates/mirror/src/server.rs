@@ -14,8 +14,8 @@ use crate::membership::{Membership, Refused, ResyncStart};
 use crate::ranges::RangeTable;
 use crate::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use crate::{
-    Answer, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal, Send,
-    ServerId, Time, Timing, Version,
+    Answer, Bytes, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal,
+    Send, ServerId, Time, Timing, Version,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -31,27 +31,17 @@ pub enum Missed {
 /// A server's data: what the page cache holds (`volatile`) and what reached the disk
 /// (`durable`). A crash keeps only `durable`. The records of what absent members missed are
 /// written durably before the writes they cover are acknowledged.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Store<D> {
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Store {
     /// Every chunk as reads see it.
-    pub volatile: BTreeMap<(GroupId, ChunkId), D>,
+    pub volatile: BTreeMap<(GroupId, ChunkId), Bytes>,
     /// Every chunk as it is on disk.
-    pub durable: BTreeMap<(GroupId, ChunkId), D>,
+    pub durable: BTreeMap<(GroupId, ChunkId), Bytes>,
     /// What each absent member misses, per (group, member); durable.
     pub missed: BTreeMap<(GroupId, ServerId), Missed>,
 }
 
-impl<D> Default for Store<D> {
-    fn default() -> Self {
-        Store {
-            volatile: BTreeMap::new(),
-            durable: BTreeMap::new(),
-            missed: BTreeMap::new(),
-        }
-    }
-}
-
-impl<D: Clone> Store<D> {
+impl Store {
     /// A crash: what was not synced is gone.
     pub fn crash(&mut self) {
         self.volatile = self.durable.clone();
@@ -80,9 +70,9 @@ impl<D: Clone> Store<D> {
 
 /// What a forward to the members does.
 #[derive(Clone, Debug)]
-enum Work<D> {
+enum Work {
     /// A change, tagged by its client (or its resync).
-    Change { tag: ChangeId, change: Change<D> },
+    Change { tag: ChangeId, change: Change },
     /// Make the group's data durable.
     Sync,
     /// Make one chunk durable (a resync's copy).
@@ -103,12 +93,12 @@ struct Waiting {
 
 /// A forward waiting for members' acknowledgements.
 #[derive(Clone, Debug)]
-struct Pending<D> {
+struct Pending {
     group: GroupId,
-    work: Work<D>,
+    work: Work,
     waiting: BTreeMap<ServerId, Waiting>,
     /// The client to answer when every member has it, with the answer.
-    client: Option<(ClientId, u64, Answer<D>)>,
+    client: Option<(ClientId, u64, Answer<Bytes>)>,
     /// The chunk range this forward holds, released when it ends.
     held: Option<Held>,
     /// The resync this is a step of: sent with the resync's version only, and given up (the
@@ -123,17 +113,19 @@ struct Held {
     id: u64,
 }
 
-/// A client write waiting for its chunk's range.
+/// A client's change waiting for its range of the chunk.
 #[derive(Clone, Debug)]
-struct Queued<D> {
+struct Queued {
     client: ClientId,
     seq: u64,
-    data: D,
+    /// The version the client routed with.
+    version: Version,
+    change: Change,
 }
 
 /// Bringing one returning member up to date, in one version of its group.
 #[derive(Debug)]
-struct Resync<D> {
+struct Resync {
     start: ResyncStart,
     plan: ResyncPlan,
     /// Only what the member missed (not a full copy).
@@ -141,32 +133,32 @@ struct Resync<D> {
     /// A step waiting for its chunk's range.
     blocked: Option<ResyncStep>,
     /// The chunk being brought over, held, and the forwards left for it.
-    object: Option<(Held, VecDeque<Step<D>>)>,
+    object: Option<(Held, VecDeque<Step>)>,
     /// The forward under way.
     in_flight: Option<u64>,
 }
 
 /// A storage server's mirror machine.
 #[derive(Debug)]
-pub struct Server<D> {
+pub struct Server {
     id: ServerId,
     timing: Timing,
     boot: u64,
     unsynced_boot: u64,
-    store: Store<D>,
+    store: Store,
     membership: Membership<()>,
     next_heartbeat: Time,
     next_op: u64,
     /// Clients' changes sent to this server.
-    fence: Fence<Answer<D>>,
+    fence: Fence<Answer<Bytes>>,
     /// Changes forwarded to this server, per group version.
     forward_fences: ForwardFences<Fence<()>>,
     /// Chunk ranges held by changes and resync copies under way here as primary.
     ranges: RangeTable<(GroupId, ChunkId), ()>,
     /// Client writes waiting for a chunk's range, in arrival order.
-    queued: BTreeMap<(GroupId, ChunkId), VecDeque<Queued<D>>>,
-    pending: BTreeMap<u64, Pending<D>>,
-    resyncs: BTreeMap<(GroupId, ServerId), Resync<D>>,
+    queued: BTreeMap<(GroupId, ChunkId), VecDeque<Queued>>,
+    pending: BTreeMap<u64, Pending>,
+    resyncs: BTreeMap<(GroupId, ServerId), Resync>,
     numbering: ResyncNumbering,
     next_resync_client: u64,
     /// Client operations served as primary: (time, group, version), for the simulator's
@@ -177,16 +169,16 @@ pub struct Server<D> {
 /// Resyncs' own clients: ids no client gets.
 const RESYNC_CLIENTS: u64 = 1 << 63;
 
-impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
+impl Server {
     /// A server starting (or restarting: `boot` must differ) with `store`; `unsynced_boot`
     /// differs from the last one when the restart lost what the store had not synced.
     pub fn new(
         id: ServerId,
         timing: Timing,
         (boot, unsynced_boot): (u64, u64),
-        store: Store<D>,
+        store: Store,
         now: Time,
-    ) -> Server<D> {
+    ) -> Server {
         Server {
             id,
             timing,
@@ -209,12 +201,12 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 
     /// The data.
-    pub fn store(&self) -> &Store<D> {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 
     /// Gives the data back (for a restart after a crash).
-    pub fn into_store(self) -> Store<D> {
+    pub fn into_store(self) -> Store {
         self.store
     }
 
@@ -230,7 +222,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 
     /// Heartbeats, retries of forwards, and resync progress.
-    pub fn tick(&mut self, now: Time) -> Vec<Send<D>> {
+    pub fn tick(&mut self, now: Time) -> Vec<Send<Bytes>> {
         let mut out = Vec::new();
         let timeout = self.timing.member_timeout_ms;
         // Members a change has not reached for the member timeout; resync steps the member
@@ -298,7 +290,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     /// Sends forward `op` to `member` with the version the decisions give; a member that left
     /// stops being waited for; a forward this server may no longer send is given up (its
     /// client told to route again, a resync stopped).
-    fn send_forward(&mut self, now: Time, op: u64, member: ServerId) -> Vec<Send<D>> {
+    fn send_forward(&mut self, now: Time, op: u64, member: ServerId) -> Vec<Send<Bytes>> {
         let Some(pending) = self.pending.get(&op) else {
             return Vec::new();
         };
@@ -358,7 +350,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
 
     /// Ends forward `op`: its client gets its answer (a refusal is not kept by the fence, so
     /// a retry runs again), its range is released and writes waiting for it go on.
-    fn end_pending(&mut self, now: Time, op: u64) -> Vec<Send<D>> {
+    fn end_pending(&mut self, now: Time, op: u64) -> Vec<Send<Bytes>> {
         let Some(pending) = self.pending.remove(&op) else {
             return Vec::new();
         };
@@ -375,7 +367,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 
     /// Lets a chunk's range go; the first write waiting for it takes it.
-    fn release(&mut self, now: Time, held: Held) -> Vec<Send<D>> {
+    fn release(&mut self, now: Time, held: Held) -> Vec<Send<Bytes>> {
         self.ranges.unlock(&held.key, held.id);
         let Some(queue) = self.queued.get_mut(&held.key) else {
             return Vec::new();
@@ -386,23 +378,22 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         if queue.is_empty() {
             self.queued.remove(&held.key);
         }
-        self.apply_write(now, held.key, next)
+        self.apply_change(now, held.key, next)
     }
 
     /// Handles a message.
-    pub fn handle(&mut self, now: Time, from: Node, msg: Msg<D>) -> Vec<Send<D>> {
+    pub fn handle(&mut self, now: Time, from: Node, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
         match (from, msg) {
             (Node::Mgmt, Msg::HeartbeatAck { sent_at, map }) => self.adopt(sent_at, map, now),
             (
                 Node::Client(client),
-                Msg::Write {
+                Msg::Change {
                     group,
                     version,
-                    chunk,
-                    data,
+                    change,
                     seq,
                 },
-            ) => self.client_write(now, client, (group, version), chunk, data, seq),
+            ) => self.client_change(now, client, (group, version), change, seq),
             (
                 Node::Client(client),
                 Msg::Sync {
@@ -423,7 +414,10 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             ) => {
                 let answer = match self.admit(now, group, version) {
                     Some(refusal) => Answer::Refused(refusal),
-                    None => Answer::Data(self.store.volatile.get(&(group, chunk)).cloned()),
+                    None => Answer::Data {
+                        data: self.store.volatile.get(&(group, chunk)).cloned(),
+                        epoch: self.loss_epoch(group),
+                    },
                 };
                 vec![reply(client, seq, answer)]
             }
@@ -495,18 +489,17 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         }
     }
 
-    /// A client's write: through the fence (a retry of one that ran gets its answer, one
+    /// A client's change: through the fence (a retry of one that ran gets its answer, one
     /// still running here waits for it), admitted as primary, then applied and forwarded
-    /// under the chunk's range.
-    fn client_write(
+    /// under its range of the chunk.
+    fn client_change(
         &mut self,
         now: Time,
         client: ClientId,
         (group, version): (GroupId, Version),
-        chunk: ChunkId,
-        data: D,
+        change: Change,
         seq: u64,
-    ) -> Vec<Send<D>> {
+    ) -> Vec<Send<Bytes>> {
         // One operation at a time per client: every earlier one is settled.
         let tag = Tag {
             client: u64::from(client),
@@ -524,30 +517,49 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             self.fence.finished(u64::from(client), seq, None);
             return vec![reply(client, seq, Answer::Refused(refusal))];
         }
-        let key = (group, chunk);
-        let write = Queued { client, seq, data };
-        if self.ranges.busy(&key) {
-            self.queued.entry(key).or_default().push_back(write);
+        let key = (group, change.chunk());
+        let queued = Queued {
+            client,
+            seq,
+            version,
+            change,
+        };
+        if self.queued.contains_key(&key) {
+            self.queued.entry(key).or_default().push_back(queued);
             return Vec::new();
         }
-        self.apply_write(now, key, write)
+        self.apply_change(now, key, queued)
     }
 
-    /// Takes the chunk's range, applies the write here and forwards it to every present
-    /// member; the client is answered once each has it.
-    fn apply_write(
+    /// Takes the change's range of the chunk (or waits for it), applies the change here and
+    /// forwards it to every present member; the client is answered once each has it.
+    fn apply_change(
         &mut self,
         now: Time,
         key: (GroupId, ChunkId),
-        write: Queued<D>,
-    ) -> Vec<Send<D>> {
-        let Ok(id) = self.ranges.try_lock(&key, 0..u64::MAX, || ()) else {
-            self.queued.entry(key).or_default().push_front(write);
+        queued: Queued,
+    ) -> Vec<Send<Bytes>> {
+        let Ok(id) = self.ranges.try_lock(&key, queued.change.range(), || ()) else {
+            self.queued.entry(key).or_default().push_front(queued);
             return Vec::new();
         };
         let (group, chunk) = key;
-        let Queued { client, seq, data } = write;
-        self.store.volatile.insert(key, data.clone());
+        let Queued {
+            client,
+            seq,
+            version,
+            change,
+        } = queued;
+        let held = Held { key, id };
+        // The wait may have outlived this server's primacy or its lease: admitted again, or a
+        // change with no member to reach would be answered from a deposed primary alone.
+        if let Some(refusal) = self.admit(now, group, version) {
+            self.fence.finished(u64::from(client), seq, None);
+            let mut out = vec![reply(client, seq, Answer::Refused(refusal))];
+            out.extend(self.release(now, held));
+            return out;
+        }
+        change.apply_to(&mut self.store.volatile, group);
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
                 if let Missed::Chunks(chunks) = missed {
@@ -568,13 +580,10 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
             now,
             Pending {
                 group,
-                work: Work::Change {
-                    tag,
-                    change: Change::Write { chunk, data },
-                },
+                work: Work::Change { tag, change },
                 waiting: BTreeMap::new(),
                 client: Some((client, seq, answer)),
-                held: Some(Held { key, id }),
+                held: Some(held),
                 resync: None,
             },
             members,
@@ -589,7 +598,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         (group, version): (GroupId, Version),
         since: u64,
         seq: u64,
-    ) -> Vec<Send<D>> {
+    ) -> Vec<Send<Bytes>> {
         if let Some(refusal) = self.admit(now, group, version) {
             return vec![reply(client, seq, Answer::Refused(refusal))];
         }
@@ -620,9 +629,9 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     fn start(
         &mut self,
         now: Time,
-        pending: Pending<D>,
+        pending: Pending,
         members: Vec<ServerId>,
-    ) -> (Option<u64>, Vec<Send<D>>) {
+    ) -> (Option<u64>, Vec<Send<Bytes>>) {
         let op = self.op_id();
         self.pending.insert(op, pending);
         if members.is_empty() {
@@ -643,7 +652,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
         op: u64,
         member: ServerId,
         now: Time,
-    ) -> Vec<Send<D>> {
+    ) -> Vec<Send<Bytes>> {
         let Some(pending) = self.pending.get_mut(&op) else {
             return Vec::new();
         };
@@ -659,7 +668,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 
     /// Ends the forwards every member has acknowledged, and moves their resyncs on.
-    fn complete_finished(&mut self, now: Time) -> Vec<Send<D>> {
+    fn complete_finished(&mut self, now: Time) -> Vec<Send<Bytes>> {
         let finished: Vec<u64> = self
             .pending
             .iter()
@@ -684,7 +693,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
 
     /// A resync stops (its version ended, or the member does not take its steps); it starts
     /// again at the next map while the member needs it.
-    fn stop_resync(&mut self, now: Time, start: ResyncStart) -> Vec<Send<D>> {
+    fn stop_resync(&mut self, now: Time, start: ResyncStart) -> Vec<Send<Bytes>> {
         let key = (start.group, start.member);
         let mut out = Vec::new();
         if self.resyncs.get(&key).is_some_and(|r| r.start == start) {
@@ -703,7 +712,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     /// Takes a newer map, as the decisions say: forwards stop waiting for members that left
     /// (their records of what they miss started), a deposed primary gives its forwards up,
     /// resyncs of versions that ended stop and new ones start.
-    fn adopt(&mut self, sent_at: Time, map: GroupMap, now: Time) -> Vec<Send<D>> {
+    fn adopt(&mut self, sent_at: Time, map: GroupMap, now: Time) -> Vec<Send<Bytes>> {
         let id = self.id;
         let adopted = self.membership.adopt(
             sent_at,
@@ -807,7 +816,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     /// Moves each resync on as far as it goes without waiting: the next forward of the
     /// object under way; else the plan's next step, its chunk's range taken first (a step
     /// whose range is held waits); a resync whose steps all landed is reported finished.
-    fn advance_resyncs(&mut self, now: Time) -> Vec<Send<D>> {
+    fn advance_resyncs(&mut self, now: Time) -> Vec<Send<Bytes>> {
         let mut out = Vec::new();
         for key in self.resyncs.keys().copied().collect::<Vec<_>>() {
             while let Some(resync) = self.resyncs.get_mut(&key) {
@@ -849,26 +858,29 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                     None => resync.plan.step(),
                 };
                 match step {
-                    ResyncStep::Object(chunk) | ResyncStep::RemoveIfGone(chunk) => {
+                    ResyncStep::Object(chunk) | ResyncStep::MemberObject(chunk) => {
                         let object = (start.group, chunk);
                         let Ok(id) = self.ranges.try_lock(&object, 0..u64::MAX, || ()) else {
                             resync.blocked = Some(step);
                             break;
                         };
                         let held = Held { key: object, id };
-                        let steps = match (step, self.store.volatile.get(&object)) {
-                            (ResyncStep::Object(_), Some(data)) => CopySteps::new(1, 1)
+                        let steps = match self.store.volatile.get(&object) {
+                            Some(data) => CopySteps::new(data.len() as u64, COPY_PIECE)
                                 .map(|copy| match copy {
                                     CopyStep::Remove => Step::Change(Change::Remove { chunk }),
-                                    CopyStep::Write { .. } => Step::Change(Change::Write {
-                                        chunk,
-                                        data: data.clone(),
-                                    }),
+                                    CopyStep::Write { offset, len } => {
+                                        let piece = offset as usize..(offset + len) as usize;
+                                        Step::Change(Change::Write {
+                                            chunk,
+                                            offset,
+                                            data: data[piece].to_vec(),
+                                        })
+                                    }
                                     CopyStep::Sync => Step::Sync(chunk),
                                 })
                                 .collect(),
-                            (_, Some(_)) => VecDeque::new(),
-                            (_, None) => VecDeque::from([Step::Change(Change::Remove { chunk })]),
+                            None => VecDeque::from([Step::Change(Change::Remove { chunk })]),
                         };
                         resync.object = Some((held, steps));
                     }
@@ -893,7 +905,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
     }
 
     /// Sends one step of `start`'s resync to its member, as the resync's forward under way.
-    fn send_step(&mut self, now: Time, start: ResyncStart, work: Work<D>) -> Vec<Send<D>> {
+    fn send_step(&mut self, now: Time, start: ResyncStart, work: Work) -> Vec<Send<Bytes>> {
         let pending = Pending {
             group: start.group,
             work,
@@ -914,7 +926,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
 
     /// A forward from this group's primary: admitted by version, a change through the fence
     /// of the group's version, so a late copy never lands after a newer change.
-    fn as_member(&mut self, now: Time, primary: ServerId, msg: Msg<D>) -> Vec<Send<D>> {
+    fn as_member(&mut self, now: Time, primary: ServerId, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
         let (group, version, op) = match &msg {
             Msg::Forward {
                 group, version, op, ..
@@ -956,14 +968,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
                 match fence.admit(decided, now) {
                     Admission::Run => {
                         fence.finished(tag.client, tag.number, Some(()));
-                        match change {
-                            Change::Write { chunk, data } => {
-                                self.store.volatile.insert((group, chunk), data);
-                            }
-                            Change::Remove { chunk } => {
-                                self.store.volatile.remove(&(group, chunk));
-                            }
-                        }
+                        change.apply_to(&mut self.store.volatile, group);
                     }
                     Admission::Answered(()) => {}
                     // Dropped, as a storage server answers `Superseded`: the primary tries
@@ -984,16 +989,19 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Server<D> {
 
 /// A step of bringing one object over, before its tag is drawn.
 #[derive(Clone, Debug)]
-enum Step<D> {
-    Change(Change<D>),
+enum Step {
+    Change(Change),
     Sync(ChunkId),
 }
 
 /// Chunks per page of a member's listing.
 const LIST_PAGE: usize = 4;
 
+/// Bytes per write of a resync's copy of a chunk, so that a copy takes several.
+const COPY_PIECE: u64 = 8;
+
 /// Forward `op` to `member` under `version`.
-fn forward<D: Clone>(op: u64, pending: &Pending<D>, version: Version, member: ServerId) -> Send<D> {
+fn forward(op: u64, pending: &Pending, version: Version, member: ServerId) -> Send<Bytes> {
     let group = pending.group;
     let msg = match &pending.work {
         Work::Change { tag, change } => Msg::Forward {
@@ -1034,7 +1042,7 @@ fn refusal(refused: Refused) -> Refusal {
     }
 }
 
-fn reply<D>(client: ClientId, seq: u64, answer: Answer<D>) -> Send<D> {
+fn reply(client: ClientId, seq: u64, answer: Answer<Bytes>) -> Send<Bytes> {
     Send {
         to: Node::Client(client),
         msg: Msg::Reply { seq, answer },

@@ -17,8 +17,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use weft_mirror::{
-    Answer, ChunkId, Client, ClientOp, Controller, ControllerDurable, GroupId, MemberState, Msg,
-    Node, Send, Server, ServerId, Store, Time, Timing, Version,
+    Answer, Change, ChunkId, Client, ClientOp, Controller, ControllerDurable, GroupId, MemberState,
+    Msg, Node, Send, Server, ServerId, Store, Time, Timing, Version,
 };
 
 /// The shape of a run.
@@ -139,7 +139,7 @@ impl Random {
     }
 }
 
-type Data = u64;
+type Data = weft_mirror::Bytes;
 
 enum Event {
     Deliver {
@@ -155,9 +155,9 @@ enum Event {
 }
 
 struct ServerSlot {
-    machine: Option<Server<Data>>,
+    machine: Option<Server>,
     /// The data of a crashed server, kept for its restart.
-    crashed: Option<Store<Data>>,
+    crashed: Option<Store>,
     boot: u64,
     /// Moves with every crash of the host, which loses unsynced writes.
     unsynced_boot: u64,
@@ -179,6 +179,8 @@ struct World {
     /// Every client operation a server served as primary: (time, group, version, server).
     served: Vec<(Time, GroupId, Version, ServerId)>,
     next_value: u64,
+    /// The chunk each (client, slot) changes now.
+    slots: BTreeMap<(u32, u64), ChunkId>,
     outcome: Outcome,
 }
 
@@ -297,37 +299,78 @@ impl World {
         client % self.config.groups.len() as u32 + 1
     }
 
-    fn chunk_of(&self, client: u32, index: u64) -> ChunkId {
-        u64::from(client) * 1_000 + index
+    /// The chunk in `client`'s slot `index`: a removed chunk is never used again (as a
+    /// removed file's inode id is not), the slot gets a new one.
+    fn chunk_of(&mut self, client: u32, index: u64) -> ChunkId {
+        *self
+            .slots
+            .entry((client, index))
+            .or_insert(u64::from(client) * 1_000_000 + index + 1)
     }
 
-    fn next_op(&mut self, client: u32) -> ClientOp<Data> {
+    /// Every chunk `history` names.
+    fn chunks_in(history: &[weft_mirror::OpRecord<Data>]) -> BTreeSet<ChunkId> {
+        history
+            .iter()
+            .filter_map(|record| match &record.op {
+                ClientOp::Change { change, .. } => Some(change.chunk()),
+                ClientOp::Read { chunk, .. } => Some(*chunk),
+                ClientOp::Sync { .. } => None,
+            })
+            .collect()
+    }
+
+    fn next_op(&mut self, client: u32) -> ClientOp {
         let group = self.group_of(client);
-        let roll = self.random.next_u64() % 10;
-        // After the faults, only the first half of the chunks is written: a copy that went
+        let roll = self.random.next_u64() % 20;
+        // After the faults, only the first half of the chunks is changed: a copy that went
         // wrong on a member during the faults stays to be found at the end instead of being
         // overwritten.
-        let written = if self.faulty() {
+        let changed = if self.faulty() {
             self.config.chunks_per_client
         } else {
             self.config.chunks_per_client.div_ceil(2)
         };
-        let index = self.random.next_u64() % written;
+        let index = self.random.next_u64() % changed;
         let chunk = self.chunk_of(client, index);
-        // Out of ten operations: one read, 1 to 4 syncs (by seed), writes for the rest.
-        let syncs = 1 + self.config.seed % 4;
-        match roll {
-            _ if roll < 9 - syncs => {
+        // Out of twenty operations: two reads, 2 to 8 syncs (by seed), the rest changes.
+        let syncs = 2 + self.config.seed % 4 * 2;
+        if roll >= 18 {
+            return ClientOp::Read { group, chunk };
+        }
+        if roll >= 18 - syncs {
+            return ClientOp::Sync { group };
+        }
+        // Mostly writes of a few bytes somewhere in the first 48, and now and then a punch,
+        // a truncate or a removal.
+        let offset = self.random.next_u64() % 40;
+        let len = self.random.between(1, 12);
+        let change = match self.random.next_u64() % 16 {
+            0 => Change::Punch { chunk, offset, len },
+            1 => Change::Truncate {
+                chunk,
+                length: self.random.next_u64() % 48,
+            },
+            2 => {
+                // The slot's next chunk is a new one.
+                let next = chunk + self.config.chunks_per_client;
+                self.slots.insert((client, index), next);
+                Change::Remove { chunk }
+            }
+            _ => {
                 self.next_value += 1;
-                ClientOp::Write {
-                    group,
+                let value = self.next_value;
+                let data = (0..len)
+                    .map(|i| (value.wrapping_mul(31) + i) as u8 | 1)
+                    .collect();
+                Change::Write {
                     chunk,
-                    data: self.next_value,
+                    offset,
+                    data,
                 }
             }
-            _ if roll < 9 => ClientOp::Sync { group },
-            _ => ClientOp::Read { group, chunk },
-        }
+        };
+        ClientOp::Change { group, change }
     }
 
     fn fault(&mut self) {
@@ -521,20 +564,38 @@ impl World {
                         .store()
                         .volatile
                         .iter()
-                        .filter(|((g, _), _)| g == id)
-                        .map(|((_, chunk), data)| (*chunk, *data))
+                        .filter(|((g, _), bytes)| g == id && !bytes.is_empty())
+                        .map(|((_, chunk), bytes)| (*chunk, bytes.clone()))
                         .collect(),
                 )
             };
             let primary = data(group.primary);
             for member in &group.members {
-                if data(member.server) != primary {
+                let held = data(member.server);
+                if held != primary {
+                    let (held, primary) = (
+                        held.unwrap_or_default(),
+                        primary.clone().unwrap_or_default(),
+                    );
+                    let differ: Vec<String> = held
+                        .keys()
+                        .chain(primary.keys())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .filter(|chunk| held.get(chunk) != primary.get(chunk))
+                        .map(|chunk| {
+                            format!(
+                                "chunk {chunk}: {:?} on the member, {:?} on the primary",
+                                held.get(chunk),
+                                primary.get(chunk)
+                            )
+                        })
+                        .collect();
                     violations.push(format!(
-                        "group {id}: member {} holds {:?}, primary {} holds {:?}",
+                        "group {id}: member {} differs from primary {}: {}",
                         member.server,
-                        data(member.server),
                         group.primary,
-                        primary
+                        differ.join("; ")
                     ));
                 }
             }
@@ -546,72 +607,34 @@ impl World {
                 if self.group_of(index) != *id {
                     continue;
                 }
-                for chunk_index in 0..self.config.chunks_per_client {
-                    let chunk = self.chunk_of(index, chunk_index);
-                    let writes: Vec<(usize, Data)> = client
-                        .history
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(at, r)| match &r.op {
-                            ClientOp::Write { chunk: c, data, .. } if *c == chunk => {
-                                Some((at, *data))
-                            }
-                            _ => None,
-                        })
-                        .collect();
-                    // The last write followed by an acknowledged sync must survive, or a
-                    // later write.
-                    let synced = writes
-                        .iter()
-                        .rposition(|(at, _)| covered(&client.history[*at + 1..]));
-                    let allowed: BTreeSet<Data> = match synced {
-                        Some(from) => writes[from..].iter().map(|(_, d)| *d).collect(),
-                        None => writes.iter().map(|(_, d)| *d).collect(),
-                    };
-                    let found = primary.get(&chunk).copied();
-                    let fine = match found {
-                        Some(value) => allowed.contains(&value),
-                        None => synced.is_none(),
-                    };
-                    if !fine {
+                for chunk in World::chunks_in(&client.history) {
+                    let allowed = allowed_states(&client.history, chunk, group.loss_epoch);
+                    let found = primary.get(&chunk).cloned().unwrap_or_default();
+                    if !allowed.iter().any(|state| state.admits(&found)) {
                         violations.push(format!(
-                            "group {id} chunk {chunk}: holds {found:?}, but the last synced write was {:?} (allowed {allowed:?})",
-                            synced.map(|at| writes[at].1)
+                            "group {id} chunk {chunk}: holds {found:?}, but what the last acknowledged sync covered left {:?} ({} later states allowed)",
+                            allowed[0],
+                            allowed.len()
                         ));
                     }
                 }
             }
         }
-        // Reads never see a synced write undone: each returns the chunk's last write followed
-        // by an acknowledged sync, or a later one.
+        // Reads never see a synced change undone: each returns what the chunk's last change
+        // followed by an acknowledged sync left, or what a later one left.
         for (index, client) in self.clients.iter().enumerate() {
             for (at, record) in client.history.iter().enumerate() {
-                let (ClientOp::Read { chunk, .. }, Some((_, Answer::Data(found)))) =
+                let (ClientOp::Read { chunk, .. }, Some((_, Answer::Data { data, epoch }))) =
                     (&record.op, &record.done)
                 else {
                     continue;
                 };
-                let writes: Vec<(usize, Data)> = client.history[..at]
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(w, r)| match &r.op {
-                        ClientOp::Write { chunk: c, data, .. } if c == chunk => Some((w, *data)),
-                        _ => None,
-                    })
-                    .collect();
-                let synced = writes
-                    .iter()
-                    .rposition(|(w, _)| covered(&client.history[*w + 1..at]));
-                let fine = match (synced, found) {
-                    (Some(from), Some(value)) => writes[from..].iter().any(|(_, d)| d == value),
-                    (Some(_), None) => false,
-                    (None, Some(value)) => writes.iter().any(|(_, d)| d == value),
-                    (None, None) => true,
-                };
-                if !fine {
+                let found = data.clone().unwrap_or_default();
+                let allowed = allowed_states(&client.history[..at], *chunk, *epoch);
+                if !allowed.iter().any(|state| state.admits(&found)) {
                     violations.push(format!(
-                        "client {index} read {found:?} from chunk {chunk} at op {at}, but its last synced write was {:?}",
-                        synced.map(|w| writes[w].1)
+                        "client {index} read {found:?} from chunk {chunk} at op {at}, but what the last acknowledged sync covered left {:?}",
+                        allowed[0]
                     ));
                 }
             }
@@ -648,14 +671,142 @@ impl World {
     }
 }
 
-/// Whether a write is durable by the client's word: the first sync answered after it (in
-/// `after`, the operations that followed it) said `Done`. A sync that answered `Lost` reported
-/// the write as possibly lost — as fsync reports an error once — and later syncs do not cover it.
-fn covered(after: &[weft_mirror::OpRecord<Data>]) -> bool {
-    after
-        .iter()
-        .find(|r| matches!(r.op, ClientOp::Sync { .. }) && r.done.is_some())
-        .is_some_and(|r| matches!(r.done, Some((_, Answer::Done))))
+/// What the checker knows of a chunk: its length (exactly, or at least), and some of its
+/// bytes. After a crash that may have lost changes, only what every state it may be in has
+/// in common is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Known {
+    /// `Ok(exact)` or `Err(at least)`.
+    length: Result<usize, usize>,
+    bytes: BTreeMap<usize, u8>,
+}
+
+impl Known {
+    /// No chunk (or an empty one: the same to a reader).
+    fn empty() -> Known {
+        Known {
+            length: Ok(0),
+            bytes: BTreeMap::new(),
+        }
+    }
+
+    fn apply(&mut self, change: &Change) {
+        match change {
+            Change::Write { offset, data, .. } => {
+                let (start, end) = (*offset as usize, *offset as usize + data.len());
+                self.length = match self.length {
+                    Ok(length) => {
+                        // The gap up to the write reads as zeros.
+                        for at in length..start {
+                            self.bytes.insert(at, 0);
+                        }
+                        Ok(length.max(end))
+                    }
+                    Err(least) => Err(least.max(end)),
+                };
+                for (at, byte) in (start..end).zip(data) {
+                    self.bytes.insert(at, *byte);
+                }
+            }
+            Change::Punch { offset, len, .. } => {
+                let (start, end) = (*offset as usize, (*offset + *len) as usize);
+                for at in start..end {
+                    match self.length {
+                        Ok(length) | Err(length) if at < length => {
+                            self.bytes.insert(at, 0);
+                        }
+                        _ => {
+                            self.bytes.remove(&at);
+                        }
+                    }
+                }
+            }
+            Change::Truncate { length, .. } => {
+                let length = *length as usize;
+                if let Ok(old) = self.length {
+                    for at in old..length {
+                        self.bytes.insert(at, 0);
+                    }
+                }
+                self.bytes.retain(|at, _| *at < length);
+                self.length = Ok(length);
+            }
+            Change::Remove { .. } => *self = Known::empty(),
+        }
+    }
+
+    /// What all of `states` have in common.
+    fn join(states: &[Known]) -> Known {
+        let exact: BTreeSet<Result<usize, usize>> = states.iter().map(|s| s.length).collect();
+        let length = match exact.iter().next() {
+            Some(Ok(length)) if exact.len() == 1 => Ok(*length),
+            _ => Err(states
+                .iter()
+                .map(|s| match s.length {
+                    Ok(length) | Err(length) => length,
+                })
+                .min()
+                .unwrap_or(0)),
+        };
+        let bytes = states[0]
+            .bytes
+            .iter()
+            .filter(|(at, byte)| states.iter().all(|s| s.bytes.get(at) == Some(byte)))
+            .map(|(at, byte)| (*at, *byte))
+            .collect();
+        Known { length, bytes }
+    }
+
+    /// Whether a chunk holding `found` may be in this state.
+    fn admits(&self, found: &[u8]) -> bool {
+        let length = match self.length {
+            Ok(length) => found.len() == length,
+            Err(least) => found.len() >= least,
+        };
+        length
+            && self
+                .bytes
+                .iter()
+                .all(|(at, byte)| found.get(*at) == Some(byte))
+    }
+}
+
+/// The states `chunk` may be in after `history` when its group's loss epoch is `epoch`: what
+/// the last sync that answered `Done` covered, or a state a later change left. A crash that
+/// lost changes (a later answer carries a newer loss epoch, or a sync answered `Lost`) leaves
+/// only what the states since that sync have in common known.
+fn allowed_states(
+    history: &[weft_mirror::OpRecord<Data>],
+    chunk: ChunkId,
+    epoch: u64,
+) -> Vec<Known> {
+    let mut model = Known::empty();
+    let mut states = vec![model.clone()];
+    let mut seen = 0;
+    for record in history {
+        let (answered, lost) = match &record.done {
+            Some((_, Answer::Written { epoch } | Answer::Data { epoch, .. })) => (*epoch, false),
+            Some((_, Answer::Lost)) => (seen, true),
+            _ => (seen, false),
+        };
+        if answered > seen || lost {
+            model = Known::join(&states);
+            states = vec![model.clone()];
+            seen = seen.max(answered);
+        }
+        match (&record.op, &record.done) {
+            (ClientOp::Change { change, .. }, _) if change.chunk() == chunk => {
+                model.apply(change);
+                states.push(model.clone());
+            }
+            (ClientOp::Sync { .. }, Some((_, Answer::Done))) => states = vec![model.clone()],
+            _ => {}
+        }
+    }
+    if epoch > seen {
+        states = vec![Known::join(&states)];
+    }
+    states
 }
 
 /// Runs one simulation.
@@ -696,6 +847,7 @@ pub fn run(config: &Config) -> Outcome {
         cut: BTreeSet::new(),
         served: Vec::new(),
         next_value: 0,
+        slots: BTreeMap::new(),
         outcome: Outcome::default(),
     };
     world.run();

@@ -233,10 +233,21 @@ impl Mirror {
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
+        // A member cut off the network answers nothing: give up in time to report it.
+        let timeout = self.membership.member_timeout();
+        self.send_within(member, request, payload, timeout).await
+    }
+
+    /// Sends one request to the server of `member`, waiting at most `timeout`.
+    async fn send_within(
+        &self,
+        member: u32,
+        request: StorageRequest,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<(Response, Bytes), RpcError> {
         let result = async {
             let client = self.cluster.storage_for_target(TargetId(member)).await?;
-            // A member cut off the network answers nothing: give up in time to report it.
-            let timeout = self.membership.member_timeout();
             match tokio::time::timeout(timeout, client.send(request, payload)).await {
                 Ok(result) => result,
                 Err(_) => Err(RpcError::Timeout {
@@ -257,7 +268,8 @@ impl Mirror {
     /// Brings the member of `start` up to date from this server's target, the group's
     /// primary in the start's version, by the steps of a [`ResyncPlan`]: when management says
     /// the member left in sync and this server recorded what it missed, only those objects;
-    /// otherwise every object, and then the member's objects the primary lacks go.
+    /// otherwise every object, and then every other object the member holds (removed, or
+    /// copied if this target made it since); last, the member's target is synced.
     async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
         let ResyncStart {
             group,
@@ -319,6 +331,10 @@ impl Mirror {
                     self.metrics.resync_bytes.inc_by(bytes);
                     self.membership.resync_copied(start, bytes);
                 }
+                ResyncStep::MemberObject(inode) => {
+                    self.resync_object(&target, start, InodeId(inode)).await?;
+                    self.metrics.resync_objects.inc();
+                }
                 ResyncStep::ListMember { after } => {
                     let route = self.resync_route(primary, start)?;
                     let request = StorageRequest::ListObjects {
@@ -340,20 +356,23 @@ impl Mirror {
                     };
                     plan.listed(objects.iter().map(|(inode, _)| inode.0).collect(), end);
                 }
-                ResyncStep::RemoveIfGone(inode) => {
-                    let _held = self.lock_range(primary, InodeId(inode), 0..u64::MAX).await;
-                    if !target.exists(mirrored(InodeId(inode))) {
-                        self.remove_on_member(primary, start, InodeId(inode))
-                            .await?;
-                    }
-                }
                 ResyncStep::SyncMember => {
                     let route = self.resync_route(primary, start)?;
                     let sync = StorageRequest::SyncTarget {
                         target: route.target,
                         mirror: route.mirror,
                     };
-                    self.send_step(member, sync, Bytes::new()).await?;
+                    // It flushes the member's whole file system: given longer than a step.
+                    self.membership
+                        .resync_step(member, || {
+                            self.send_within(
+                                member,
+                                sync.clone(),
+                                Bytes::new(),
+                                SYNC_TARGET_TIMEOUT,
+                            )
+                        })
+                        .await?;
                 }
                 ResyncStep::Done => break,
             }
@@ -493,6 +512,10 @@ impl Mirror {
         Ok(length)
     }
 }
+
+/// How long a resync waits for its member to sync its target (a `syncfs` of the member's file
+/// system, which may hold much more than the group's objects); at most a request's deadline.
+const SYNC_TARGET_TIMEOUT: Duration = weft_net::client::REQUEST_TIMEOUT_DEFAULT;
 
 /// Resyncs' own clients: ids no client session gets (management numbers sessions from 1).
 const RESYNC_CLIENTS: u64 = 1 << 63;

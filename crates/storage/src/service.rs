@@ -347,7 +347,7 @@ impl Storage {
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(Response, Bytes), WireError> {
-        let group = self.mirror.admit_primary(target.id, route)?;
+        self.mirror.admit_primary(target.id, route)?;
         let changes = matches!(
             request,
             StorageRequest::Write { .. }
@@ -363,6 +363,10 @@ impl Storage {
             Some((inode, range)) => Some(self.mirror.lock_range(target.id, inode, range).await),
             None => None,
         };
+        // The wait may have outlived this target's primacy or its lease (a change before it
+        // held the range while its forward hung): admitted again, or a change with no member
+        // to reach would be answered from a deposed primary alone.
+        let group = self.mirror.admit_primary(target.id, route)?;
         // Here and on the members at once: the range lock keeps overlapping changes in order.
         let (answer, forwarded) = futures::join!(
             self.local(Arc::clone(&target), request.clone(), payload.clone()),
