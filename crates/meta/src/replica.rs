@@ -1100,6 +1100,7 @@ mod tests {
         let data_dir = directory.path().to_path_buf();
         let (node, home, member) = (NodeId(1), NodeId(1), 2u32);
         let membership = Arc::new(Membership::new(
+            1,
             Duration::from_millis(100),
             weft_net::mirror::Unsynced::InProcess,
         ));

@@ -89,7 +89,10 @@ pub async fn run(
         Arc::clone(&homes),
     );
     // Commits answered before their sync (size reports) wait in this process's memory.
+    let boot = weft_service::identity::next_boot(&config.data_dir)
+        .map_err(|e| MetaError::Store(format!("cannot record this start's boot id: {e}")))?;
     let membership = Arc::new(Membership::new(
+        boot,
         Duration::from_millis(config.heartbeat_interval_ms),
         Unsynced::InProcess,
     ));

@@ -1,6 +1,8 @@
 //! The client's side: route to the primary with the map's version, retry until answered.
 
-use crate::{Answer, Change, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing};
+use crate::{
+    Answer, Change, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing, PLAIN,
+};
 
 /// An operation a client runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,13 +114,19 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
         };
         self.current = Some((index, now));
         let record = &self.history[index];
-        let Some(group) = self.map.groups.get(&record.op.group()) else {
-            return vec![Send {
-                to: Node::Mgmt,
-                msg: Msg::GetMap,
-            }];
+        let (to, version) = match record.op.group() {
+            plain if plain >= PLAIN => (plain - PLAIN, 0),
+            group => match self.map.groups.get(&group) {
+                Some(group) => (group.primary, group.version),
+                None => {
+                    return vec![Send {
+                        to: Node::Mgmt,
+                        msg: Msg::GetMap,
+                    }]
+                }
+            },
         };
-        let (version, seq) = (group.version, record.seq);
+        let seq = record.seq;
         let msg = match &record.op {
             ClientOp::Change { group, change } => Msg::Change {
                 group: *group,
@@ -140,7 +148,7 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
             },
         };
         vec![Send {
-            to: Node::Server(group.primary),
+            to: Node::Server(to),
             msg,
         }]
     }

@@ -152,6 +152,17 @@ impl Controller {
         resynced: &[(GroupId, Version, ServerId)],
         unreachable: &[(GroupId, Version, ServerId)],
     ) {
+        // A heartbeat of an earlier start of the server, delivered late (boot ids grow with
+        // every start): it says nothing of the server now. Taken for a restart, it would
+        // promote another member while the primary still holds its lease.
+        if self
+            .durable
+            .boots
+            .get(&server)
+            .is_some_and(|known| boot < *known)
+        {
+            return;
+        }
         self.heard.insert(server, now);
         // Unknown counts as lost: nothing is claimed kept that management cannot vouch for.
         let kept_unsynced =
@@ -426,6 +437,28 @@ mod tests {
         let _: Vec<Send<()>> = restarted.tick(11_000);
         let group = &restarted.map().groups[&1];
         assert_eq!(group.primary, 2, "then the silent primary is replaced");
+    }
+
+    // Goal: a heartbeat of a server's earlier start that arrives after its current start's is
+    // not taken for a restart: the primary keeps its role (it holds a lease) and the group
+    // its version. Found by the simulator (seed 949 with plain objects): a stalled heartbeat
+    // made management promote the other member while the primary still served.
+    #[test]
+    fn a_late_heartbeat_of_an_earlier_start_is_ignored() {
+        let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
+        c.create_group(1, &[1, 2]);
+        heartbeat(&mut c, 0, 1, 7);
+        heartbeat(&mut c, 0, 2, 1);
+        let before = c.map().groups[&1].clone();
+        heartbeat(&mut c, 200, 1, 6);
+        heartbeat(&mut c, 200, 2, 1);
+        assert_eq!(
+            c.map().groups[&1],
+            before,
+            "the late heartbeat of boot 6 changed nothing: server 1 stays primary"
+        );
+        heartbeat(&mut c, 300, 1, 8);
+        assert_eq!(c.map().groups[&1].primary, 2, "a newer boot is a restart");
     }
 
     // Goal: a member dropped on its primary's word that comes back with another boot id —

@@ -42,7 +42,7 @@ mod server;
 pub use client::{Client, ClientOp, OpRecord};
 pub use controller::{Controller, ControllerDurable};
 pub use membership::{Adopted, Membership, Refused, ResyncStart};
-pub use server::{Missed, Server, Store};
+pub use server::{Missed, ResyncCounts, Server, Store};
 
 use std::collections::BTreeMap;
 
@@ -58,6 +58,13 @@ pub type Version = u64;
 pub type Time = u64;
 /// A client session.
 pub type ClientId = u32;
+
+/// Group ids from here on name no group but the plain objects of one server's target:
+/// `PLAIN + server`. A client changes, syncs and reads them on that server alone, with no
+/// version and no copies; their loss epoch is the server's unsynced-boot id (a crash of its
+/// host loses what was not synced). They share chunk ids with mirrored chunks, as a storage
+/// target holds plain and mirrored objects of the same inode ids apart.
+pub const PLAIN: GroupId = 1 << 20;
 
 /// Where a message goes or comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -15,7 +15,7 @@ use crate::ranges::RangeTable;
 use crate::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use crate::{
     Answer, Bytes, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal,
-    Send, ServerId, Time, Timing, Version,
+    Send, ServerId, Time, Timing, Version, PLAIN,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -164,6 +164,21 @@ pub struct Server {
     /// Client operations served as primary: (time, group, version), for the simulator's
     /// split-brain check.
     pub served: Vec<(Time, GroupId, Version)>,
+    /// Resyncs this server ran as primary: started, finished, and stopped before they
+    /// finished (their version ended, a step was not taken in time, or a newer one replaced
+    /// them), for the simulator's account of what it exercised.
+    pub resync_counts: ResyncCounts,
+}
+
+/// How many resyncs a server started, finished, and stopped before they finished.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResyncCounts {
+    /// Started.
+    pub started: u64,
+    /// Finished: every step landed.
+    pub finished: u64,
+    /// Stopped before they finished.
+    pub stopped: u64,
 }
 
 /// Resyncs' own clients: ids no client gets.
@@ -197,6 +212,7 @@ impl Server {
             numbering: ResyncNumbering::default(),
             next_resync_client: RESYNC_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
             served: Vec::new(),
+            resync_counts: ResyncCounts::default(),
         }
     }
 
@@ -388,6 +404,38 @@ impl Server {
             (
                 Node::Client(client),
                 Msg::Change {
+                    group, change, seq, ..
+                },
+            ) if group >= PLAIN => self.plain_change(now, client, group, change, seq),
+            (
+                Node::Client(client),
+                Msg::Sync {
+                    group, since, seq, ..
+                },
+            ) if group >= PLAIN => {
+                let answer = if since < self.unsynced_boot {
+                    Answer::Lost
+                } else {
+                    self.store.sync(group);
+                    Answer::Done
+                };
+                vec![reply(client, seq, answer)]
+            }
+            (
+                Node::Client(client),
+                Msg::Read {
+                    group, chunk, seq, ..
+                },
+            ) if group >= PLAIN => {
+                let answer = Answer::Data {
+                    data: self.store.volatile.get(&(group, chunk)).cloned(),
+                    epoch: self.unsynced_boot,
+                };
+                vec![reply(client, seq, answer)]
+            }
+            (
+                Node::Client(client),
+                Msg::Change {
                     group,
                     version,
                     change,
@@ -487,6 +535,36 @@ impl Server {
             }
             Err(refused) => Some(refusal(refused)),
         }
+    }
+
+    /// A change of a plain object of this server's target: through the fence, applied here
+    /// alone.
+    fn plain_change(
+        &mut self,
+        now: Time,
+        client: ClientId,
+        place: GroupId,
+        change: Change,
+        seq: u64,
+    ) -> Vec<Send<Bytes>> {
+        let tag = Tag {
+            client: u64::from(client),
+            number: seq,
+            settled_below: seq,
+            abandoned: &[],
+        };
+        match self.fence.admit(tag, now) {
+            Admission::Run => {}
+            Admission::Answered(answer) => return vec![reply(client, seq, answer)],
+            Admission::Wait | Admission::Late => return Vec::new(),
+        }
+        change.apply_to(&mut self.store.volatile, place);
+        let answer = Answer::Written {
+            epoch: self.unsynced_boot,
+        };
+        self.fence
+            .finished(u64::from(client), seq, Some(answer.clone()));
+        vec![reply(client, seq, answer)]
     }
 
     /// A client's change: through the fence (a retry of one that ran gets its answer, one
@@ -697,6 +775,7 @@ impl Server {
         let key = (start.group, start.member);
         let mut out = Vec::new();
         if self.resyncs.get(&key).is_some_and(|r| r.start == start) {
+            self.resync_counts.stopped += 1;
             let resync = self.resyncs.remove(&key).expect("looked up above");
             if let Some(op) = resync.in_flight {
                 out.extend(self.end_pending(now, op));
@@ -799,7 +878,9 @@ impl Server {
                 object: None,
                 in_flight: None,
             };
+            self.resync_counts.started += 1;
             if let Some(replaced) = self.resyncs.insert(key, resync) {
+                self.resync_counts.stopped += 1;
                 if let Some(op) = replaced.in_flight {
                     out.extend(self.end_pending(now, op));
                 }
@@ -891,6 +972,7 @@ impl Server {
                         out.extend(self.send_step(now, start, Work::Sync));
                     }
                     ResyncStep::Done => {
+                        self.resync_counts.finished += 1;
                         let resync = self.resyncs.remove(&key).expect("looked up above");
                         if resync.incremental {
                             self.store.missed.remove(&key);

@@ -137,14 +137,11 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// The membership of a server that sends a heartbeat every `interval` and keeps its
-    /// unsynced writes as `unsynced` says; its boot id differs on every start, so management
-    /// tells a restart from a late heartbeat.
-    pub fn new(interval: Duration, unsynced: Unsynced) -> Membership {
-        let boot = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id());
+    /// The membership of a server in its start `boot` (larger on every start of the node,
+    /// `weft_service::identity::next_boot`, so management tells a restart from a late
+    /// heartbeat of an earlier start) that sends a heartbeat every `interval` and keeps its
+    /// unsynced writes as `unsynced` says.
+    pub fn new(boot: u64, interval: Duration, unsynced: Unsynced) -> Membership {
         let unsynced_boot = match unsynced {
             Unsynced::InProcess => boot,
             Unsynced::InKernel => kernel_boot().unwrap_or(boot),

@@ -7,11 +7,14 @@ use weft_proto::ids::{NodeId, TargetId};
 
 const NODE_ID_MAGIC: [u8; 4] = *b"WNID";
 const TARGET_ID_MAGIC: [u8; 4] = *b"WTID";
+const BOOT_MAGIC: [u8; 4] = *b"WBOT";
 const ID_FORMAT_VERSION: u16 = 1;
 /// File in a node's data directory that holds its node id.
 pub const NODE_ID_FILE: &str = "node.id";
 /// File in a storage target's directory that holds its target id.
 pub const TARGET_ID_FILE: &str = "target.id";
+/// File in a node's data directory that holds the boot id of its last start.
+pub const BOOT_FILE: &str = "boot.id";
 
 fn read_u32(path: &Path, magic: [u8; 4]) -> Result<Option<u32>, RecordError> {
     let Some(payload) = read_record(path, magic, ID_FORMAT_VERSION)? else {
@@ -69,6 +72,37 @@ pub fn save_target_id(target_dir: &Path, target: TargetId) -> Result<(), RecordE
     )
 }
 
+/// The boot id of this start of the node whose data directory is `data_dir`: larger than
+/// the one of its last start (saved there, durably, before it is used), so that management
+/// tells a late heartbeat of an earlier start from a restart. The clock's nanoseconds since
+/// the epoch, or one more than the last boot id if the clock went back.
+///
+/// # Errors
+/// [`RecordError`] when the last boot id cannot be read or the new one cannot be saved.
+pub fn next_boot(data_dir: &Path) -> Result<u64, RecordError> {
+    let path = data_dir.join(BOOT_FILE);
+    let last = match read_record(&path, BOOT_MAGIC, ID_FORMAT_VERSION)? {
+        Some(payload) => {
+            let bytes: [u8; 8] =
+                payload
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| RecordError::Corrupt {
+                        path: path.clone(),
+                        reason: "boot record is not 8 bytes".into(),
+                    })?;
+            u64::from_le_bytes(bytes)
+        }
+        None => 0,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let boot = now.max(last.saturating_add(1));
+    write_record(&path, BOOT_MAGIC, ID_FORMAT_VERSION, &boot.to_le_bytes())?;
+    Ok(boot)
+}
+
 /// Registers a server with management, keeping the id saved in `data_dir` (or saving the one
 /// management allocates). Retries while management is unreachable, so servers may start first.
 ///
@@ -92,4 +126,28 @@ pub async fn register_node(
         save_node_id(data_dir, node).map_err(|e| e.to_string())?;
     }
     Ok(node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: every start of a node gets a boot id larger than the last one, also when the
+    // clock went back (the saved id is ahead of it).
+    #[test]
+    fn boot_ids_grow_with_every_start() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let first = next_boot(directory.path()).expect("first start");
+        let second = next_boot(directory.path()).expect("second start");
+        assert!(second > first);
+        let ahead = u64::MAX - 10;
+        write_record(
+            &directory.path().join(BOOT_FILE),
+            BOOT_MAGIC,
+            ID_FORMAT_VERSION,
+            &ahead.to_le_bytes(),
+        )
+        .expect("a boot id from a clock ahead");
+        assert_eq!(next_boot(directory.path()).expect("after"), ahead + 1);
+    }
 }

@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use weft_mirror::{
     Answer, Change, ChunkId, Client, ClientOp, Controller, ControllerDurable, GroupId, MemberState,
-    Msg, Node, Send, Server, ServerId, Store, Time, Timing, Version,
+    Msg, Node, ResyncCounts, Send, Server, ServerId, Store, Time, Timing, Version, PLAIN,
 };
 
 /// The shape of a run.
@@ -108,6 +108,17 @@ pub struct Outcome {
     pub failovers: u64,
     /// Messages delivered.
     pub messages: u64,
+    /// Resyncs started, finished, and stopped before they finished (a crash of the primary
+    /// running one is not counted as a stop: its counts go with it).
+    pub resyncs: ResyncCounts,
+}
+
+impl Outcome {
+    fn count_resyncs(&mut self, counts: ResyncCounts) {
+        self.resyncs.started += counts.started;
+        self.resyncs.finished += counts.finished;
+        self.resyncs.stopped += counts.stopped;
+    }
 }
 
 /// splitmix64: small, fast, and the same sequence for the same seed everywhere (the simulator's
@@ -308,13 +319,13 @@ impl World {
             .or_insert(u64::from(client) * 1_000_000 + index + 1)
     }
 
-    /// Every chunk `history` names.
-    fn chunks_in(history: &[weft_mirror::OpRecord<Data>]) -> BTreeSet<ChunkId> {
+    /// Every (group or plain place, chunk) `history` names.
+    fn chunks_in(history: &[weft_mirror::OpRecord<Data>]) -> BTreeSet<(GroupId, ChunkId)> {
         history
             .iter()
             .filter_map(|record| match &record.op {
-                ClientOp::Change { change, .. } => Some(change.chunk()),
-                ClientOp::Read { chunk, .. } => Some(*chunk),
+                ClientOp::Change { group, change } => Some((*group, change.chunk())),
+                ClientOp::Read { group, chunk } => Some((*group, *chunk)),
                 ClientOp::Sync { .. } => None,
             })
             .collect()
@@ -335,11 +346,21 @@ impl World {
         let chunk = self.chunk_of(client, index);
         // Out of twenty operations: two reads, 2 to 8 syncs (by seed), the rest changes.
         let syncs = 2 + self.config.seed % 4 * 2;
+        // Reads and syncs of the plain objects on a member target now and then too.
+        let place = if self.random.next_u64() % 4 == 0 {
+            let members = &self.config.groups[group as usize - 1];
+            PLAIN + members[client as usize % members.len()]
+        } else {
+            group
+        };
         if roll >= 18 {
-            return ClientOp::Read { group, chunk };
+            return ClientOp::Read {
+                group: place,
+                chunk,
+            };
         }
         if roll >= 18 - syncs {
-            return ClientOp::Sync { group };
+            return ClientOp::Sync { group: place };
         }
         // Mostly writes of a few bytes somewhere in the first 48, and now and then a punch,
         // a truncate or a removal.
@@ -370,6 +391,16 @@ impl World {
                 }
             }
         };
+        // A quarter of the changes go to plain objects (same chunk ids) on a member target of
+        // the client's group.
+        if self.random.next_u64() % 4 == 0 {
+            let members = &self.config.groups[group as usize - 1];
+            let server = members[client as usize % members.len()];
+            return ClientOp::Change {
+                group: PLAIN + server,
+                change,
+            };
+        }
         ClientOp::Change { group, change }
     }
 
@@ -443,6 +474,7 @@ impl World {
         }
         let slot = self.servers.get_mut(&id).expect("exists");
         if let Some(machine) = slot.machine.take() {
+            self.outcome.count_resyncs(machine.resync_counts);
             let mut store = machine.into_store();
             if host {
                 store.crash();
@@ -607,8 +639,11 @@ impl World {
                 if self.group_of(index) != *id {
                     continue;
                 }
-                for chunk in World::chunks_in(&client.history) {
-                    let allowed = allowed_states(&client.history, chunk, group.loss_epoch);
+                for (_, chunk) in World::chunks_in(&client.history)
+                    .into_iter()
+                    .filter(|(place, _)| place == id)
+                {
+                    let allowed = allowed_states(&client.history, (*id, chunk), group.loss_epoch);
                     let found = primary.get(&chunk).cloned().unwrap_or_default();
                     if !allowed.iter().any(|state| state.admits(&found)) {
                         violations.push(format!(
@@ -620,17 +655,46 @@ impl World {
                 }
             }
         }
+        // Plain objects hold what they were synced with, or later: on their server alone, never
+        // touched by the resyncs of the groups its target is a member of.
+        for (index, client) in self.clients.iter().enumerate() {
+            for (place, chunk) in World::chunks_in(&client.history) {
+                if place < PLAIN {
+                    continue;
+                }
+                let server = place - PLAIN;
+                let Some(machine) = self.servers.get(&server).and_then(|s| s.machine.as_ref())
+                else {
+                    violations.push(format!("server {server} is down at the end"));
+                    continue;
+                };
+                let epoch = self.servers[&server].unsynced_boot;
+                let allowed = allowed_states(&client.history, (place, chunk), epoch);
+                let found = machine
+                    .store()
+                    .volatile
+                    .get(&(place, chunk))
+                    .cloned()
+                    .unwrap_or_default();
+                if !allowed.iter().any(|state| state.admits(&found)) {
+                    violations.push(format!(
+                        "client {index}'s plain chunk {chunk} on server {server}: holds {found:?}, but what the last acknowledged sync covered left {:?}",
+                        allowed[0]
+                    ));
+                }
+            }
+        }
         // Reads never see a synced change undone: each returns what the chunk's last change
         // followed by an acknowledged sync left, or what a later one left.
         for (index, client) in self.clients.iter().enumerate() {
             for (at, record) in client.history.iter().enumerate() {
-                let (ClientOp::Read { chunk, .. }, Some((_, Answer::Data { data, epoch }))) =
+                let (ClientOp::Read { group, chunk }, Some((_, Answer::Data { data, epoch }))) =
                     (&record.op, &record.done)
                 else {
                     continue;
                 };
                 let found = data.clone().unwrap_or_default();
-                let allowed = allowed_states(&client.history[..at], *chunk, *epoch);
+                let allowed = allowed_states(&client.history[..at], (*group, *chunk), *epoch);
                 if !allowed.iter().any(|state| state.admits(&found)) {
                     violations.push(format!(
                         "client {index} read {found:?} from chunk {chunk} at op {at}, but what the last acknowledged sync covered left {:?}",
@@ -668,6 +732,14 @@ impl World {
         }
         violations.truncate(20);
         self.outcome.violations = violations;
+        let live: Vec<ResyncCounts> = self
+            .servers
+            .values()
+            .filter_map(|slot| slot.machine.as_ref().map(|m| m.resync_counts))
+            .collect();
+        for counts in live {
+            self.outcome.count_resyncs(counts);
+        }
     }
 }
 
@@ -771,19 +843,25 @@ impl Known {
     }
 }
 
-/// The states `chunk` may be in after `history` when its group's loss epoch is `epoch`: what
+/// The states `chunk` of `place` (a group, or a server's plain objects) may be in after
+/// `history` when the place's loss epoch is `epoch`: what
 /// the last sync that answered `Done` covered, or a state a later change left. A crash that
 /// lost changes (a later answer carries a newer loss epoch, or a sync answered `Lost`) leaves
 /// only what the states since that sync have in common known.
 fn allowed_states(
     history: &[weft_mirror::OpRecord<Data>],
-    chunk: ChunkId,
+    (place, chunk): (GroupId, ChunkId),
     epoch: u64,
 ) -> Vec<Known> {
     let mut model = Known::empty();
     let mut states = vec![model.clone()];
     let mut seen = 0;
-    for record in history {
+    let mine = history.iter().filter(|record| match &record.op {
+        ClientOp::Change { group, .. }
+        | ClientOp::Sync { group }
+        | ClientOp::Read { group, .. } => *group == place,
+    });
+    for record in mine {
         let (answered, lost) = match &record.done {
             Some((_, Answer::Written { epoch } | Answer::Data { epoch, .. })) => (*epoch, false),
             Some((_, Answer::Lost)) => (seen, true),
@@ -880,6 +958,7 @@ mod tests {
             totals.crashes += outcome.crashes;
             totals.partitions += outcome.partitions;
             totals.failovers += outcome.failovers;
+            totals.count_resyncs(outcome.resyncs);
             if !outcome.violations.is_empty() {
                 failed.push((seed, outcome.violations));
             }
@@ -904,6 +983,12 @@ mod tests {
         if many {
             assert!(totals.operations > 0 && totals.crashes > 0 && totals.partitions > 0);
             assert!(totals.failovers > 0, "the runs exercised failovers");
+            assert!(
+                totals.resyncs.finished > 0 && totals.resyncs.stopped > 0,
+                "the runs finished resyncs and stopped others midway: {:?}",
+                totals.resyncs
+            );
+            println!("{totals:?}");
         }
     }
 

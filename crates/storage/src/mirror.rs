@@ -95,7 +95,7 @@ impl Mirror {
     pub fn new(
         cluster: Arc<ClusterView>,
         targets: HashMap<TargetId, Arc<Target>>,
-        interval: Duration,
+        (boot, interval): (u64, Duration),
         unsynced: Unsynced,
         metrics: MirrorMetrics,
     ) -> std::io::Result<Mirror> {
@@ -106,7 +106,7 @@ impl Mirror {
         Ok(Mirror {
             cluster,
             targets,
-            membership: Membership::new(interval, unsynced),
+            membership: Membership::new(boot, interval, unsynced),
             ranges: RangeLocks::default(),
             resync_numbering: Mutex::default(),
             missed,

@@ -105,13 +105,15 @@ pub async fn run(
     }
     let influxdb = config.influxdb.clone();
     let metrics_listen = config.metrics_listen.clone();
+    let boot = weft_service::identity::next_boot(&config.data_dir)
+        .map_err(|e| StorageError::Config(format!("cannot record this start's boot id: {e}")))?;
     let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let mirror = Arc::new(
         Mirror::new(
             Arc::clone(&cluster),
             targets.clone(),
-            Duration::from_millis(config.heartbeat_interval_ms),
+            (boot, Duration::from_millis(config.heartbeat_interval_ms)),
             // A crash-test target keeps unsynced writes in memory; the others write them to
             // their files (or the device) before they answer.
             if config.crash_test_discard_unsynced {
