@@ -16,7 +16,7 @@ use weft_proto::messages::{
 };
 use weft_proto::ErrorCode;
 
-use crate::numbers::{Numbers, Pending};
+use weft_mirror::numbers::{Numbers, Pending};
 
 /// A map younger than this is not fetched again after a metadata server was unreachable.
 const MAP_REFRESH_AFTER_FAILURE_MIN: Duration = Duration::from_millis(500);

@@ -7,8 +7,6 @@
 //!   its pieces go to their targets in parallel; holes read as zeros; what comes back stays in
 //!   its pieces ([`ReadData`]) until a caller needs one buffer.
 //! - `locks`: the locks this client holds, reclaimed after a metadata server restarts.
-//! - `numbers`: the numbers of the client's mutating requests, and the marks of what it has
-//!   settled that every request carries.
 //! - [`behind`] — write-behind: the writes of a file in flight with a byte budget, used by
 //!   the mount and by [`FileWriter`] for native callers.
 //! - [`ahead`] — read-ahead: windows read before a sequential reader asks, used by the mount
@@ -24,7 +22,6 @@ pub mod client;
 pub mod fuse;
 mod io;
 mod locks;
-mod numbers;
 mod unserved;
 
 pub use ahead::FileReader;

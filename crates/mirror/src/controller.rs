@@ -354,14 +354,7 @@ fn promote(group: &mut Group, successor: ServerId) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TIMING: Timing = Timing {
-        heartbeat_ms: 100,
-        lease_ms: 300,
-        promotion_timeout_ms: 1_000,
-        member_timeout_ms: 400,
-        retry_ms: 150,
-    };
+    use crate::testing::TIMING;
 
     fn heartbeat(controller: &mut Controller, now: Time, server: ServerId, boot: u64) {
         heartbeat_reporting(controller, now, server, boot, Vec::new());

@@ -10,9 +10,10 @@
 //!   them durable before it publishes them, grants leases in heartbeat answers, promotes a
 //!   `good` secondary when a primary is silent for the promotion timeout, and turns members
 //!   that left, restarted or came back into `needs-resync`.
-//! - [`fence`], [`ranges`], [`resync`] (every storage server): a change fence that applies a
-//!   change once and never late, byte-range locks that order a primary's changes to one
-//!   object, and the plan and steps of bringing a returning member up to date.
+//! - [`fence`], [`ranges`], [`resync`], [`numbers`] (every storage server): a change fence
+//!   that applies a change once and never late, byte-range locks that order a primary's
+//!   changes to one object, the plan and steps of bringing a returning member up to date, and
+//!   the numbers a primary gives its forwards (as a client gives its requests).
 //! - [`Server`] (the simulator's storage server): [`Membership`] and the storage servers'
 //!   fence, range locks and resync steps over chunks in memory. As a primary it applies a
 //!   change under the chunk's range, forwards it to every present member and answers the
@@ -35,6 +36,7 @@ mod client;
 mod controller;
 pub mod fence;
 mod membership;
+pub mod numbers;
 pub mod ranges;
 pub mod resync;
 mod server;
@@ -159,16 +161,19 @@ impl GroupMap {
     }
 }
 
-/// A change's identity, as storage servers carry it in a change tag: the client (or resync)
-/// that made it, its number, and the number below which the client's changes are settled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A forwarded change's identity, as storage servers carry it in a change tag: its sender
+/// (the primary's forwarder, or a resync), its number, the number below which the sender's
+/// changes are settled, and the ones at or above it the sender gave up on.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangeId {
-    /// The client.
+    /// The sender.
     pub client: u64,
     /// The change's number, the same in every copy.
     pub number: u64,
-    /// Every change of the client numbered below this is settled.
+    /// Every change of the sender numbered below this is settled.
     pub settled_below: u64,
+    /// Changes at or above the mark the sender gave up on.
+    pub abandoned: Vec<u64>,
 }
 
 /// A chunk's bytes (the simulator's objects).
@@ -494,4 +499,39 @@ pub struct Send<D> {
     pub to: Node,
     /// What.
     pub msg: Msg<D>,
+}
+
+/// What the machines' unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::{Group, Member, MemberState, Timing, Version};
+
+    /// Timeouts that keep `Timing::check`.
+    pub(crate) const TIMING: Timing = Timing {
+        heartbeat_ms: 100,
+        lease_ms: 300,
+        promotion_timeout_ms: 1_000,
+        member_timeout_ms: 400,
+        retry_ms: 150,
+    };
+
+    /// Group 1 in `version`: server 1 its good primary, server 2 in `second`.
+    pub(crate) fn pair(version: Version, second: MemberState) -> Group {
+        Group {
+            id: 1,
+            version,
+            primary: 1,
+            members: vec![
+                Member {
+                    server: 1,
+                    state: MemberState::Good,
+                },
+                Member {
+                    server: 2,
+                    state: second,
+                },
+            ],
+            loss_epoch: 0,
+        }
+    }
 }

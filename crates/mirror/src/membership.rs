@@ -422,26 +422,7 @@ impl<G: Clone> Membership<G> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Member;
-
-    fn group(version: Version, second: MemberState) -> Group {
-        Group {
-            id: 1,
-            version,
-            primary: 1,
-            members: vec![
-                Member {
-                    server: 1,
-                    state: MemberState::Good,
-                },
-                Member {
-                    server: 2,
-                    state: second,
-                },
-            ],
-            loss_epoch: 0,
-        }
-    }
+    use crate::testing::pair as group;
 
     // Goal: a member that did not take a change the primary applied and then gave up (its
     // lease ran out first) does not stay good without it. The simulator lost a synced write

@@ -11,6 +11,7 @@
 
 use crate::fence::{Admission, Fence, FenceOf, ForwardFences, Tag};
 use crate::membership::{Membership, Refused, ResyncStart};
+use crate::numbers::Numbers;
 use crate::ranges::RangeTable;
 use crate::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use crate::{
@@ -104,6 +105,8 @@ struct Pending {
     /// The resync this is a step of: sent with the resync's version only, and given up (the
     /// resync stops) when the member does not take it within the member timeout.
     resync: Option<ResyncStart>,
+    /// The number of a client's change among this server's forwards.
+    forward: Option<u64>,
 }
 
 /// A chunk's whole range, held.
@@ -161,6 +164,10 @@ pub struct Server {
     resyncs: BTreeMap<(GroupId, ServerId), Resync>,
     numbering: ResyncNumbering,
     next_resync_client: u64,
+    /// The numbers of this server's forwards of clients' changes, as primary.
+    forwards: Numbers,
+    /// The sender id of those forwards: this start of this server.
+    forwarder: u64,
     /// Client operations served as primary: (time, group, version), for the simulator's
     /// split-brain check.
     pub served: Vec<(Time, GroupId, Version)>,
@@ -181,8 +188,8 @@ pub struct ResyncCounts {
     pub stopped: u64,
 }
 
-/// Resyncs' own clients: ids no client gets.
-const RESYNC_CLIENTS: u64 = 1 << 63;
+/// A server's own clients (its forwards and its resyncs): ids no client gets.
+const OWN_CLIENTS: u64 = 1 << 63;
 
 impl Server {
     /// A server starting (or restarting: `boot` must differ) with `store`; `unsynced_boot`
@@ -210,7 +217,9 @@ impl Server {
             pending: BTreeMap::new(),
             resyncs: BTreeMap::new(),
             numbering: ResyncNumbering::default(),
-            next_resync_client: RESYNC_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
+            next_resync_client: OWN_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
+            forwards: Numbers::default(),
+            forwarder: OWN_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
             served: Vec::new(),
             resync_counts: ResyncCounts::default(),
         }
@@ -333,6 +342,14 @@ impl Server {
                     waiting.since = now;
                 }
                 waiting.sent = now;
+                if let (Some(number), Work::Change { tag, .. }) =
+                    (pending.forward, &mut pending.work)
+                {
+                    // What this server settled or gave up on is looked at again for every copy.
+                    let marks = self.forwards.marks(number);
+                    tag.settled_below = marks.settled_below;
+                    tag.abandoned = marks.abandoned;
+                }
                 vec![forward(op, pending, version, member)]
             }
             Ok(None) => {
@@ -371,6 +388,10 @@ impl Server {
             return Vec::new();
         };
         let mut out = Vec::new();
+        if let Some(number) = pending.forward {
+            let given_up = matches!(pending.client, Some((_, _, Answer::Refused(_))));
+            self.forwards.end(number, given_up);
+        }
         if let Some((client, seq, answer)) = pending.client {
             let kept = (!matches!(answer, Answer::Refused(_))).then(|| answer.clone());
             self.fence.finished(u64::from(client), seq, kept);
@@ -537,6 +558,29 @@ impl Server {
         }
     }
 
+    /// Passes change `seq` of `client` through the clients' fence: `Ok` to run it, or what to
+    /// answer instead (the answer of the copy that ran; nothing while a copy runs here, which
+    /// answers it, or for a late copy).
+    fn fence_client(
+        &mut self,
+        now: Time,
+        client: ClientId,
+        seq: u64,
+    ) -> Result<(), Vec<Send<Bytes>>> {
+        // One operation at a time per client: every earlier one is settled.
+        let tag = Tag {
+            client: u64::from(client),
+            number: seq,
+            settled_below: seq,
+            abandoned: &[],
+        };
+        match self.fence.admit(tag, now) {
+            Admission::Run => Ok(()),
+            Admission::Answered(answer) => Err(vec![reply(client, seq, answer)]),
+            Admission::Wait | Admission::Late => Err(Vec::new()),
+        }
+    }
+
     /// A change of a plain object of this server's target: through the fence, applied here
     /// alone.
     fn plain_change(
@@ -547,16 +591,8 @@ impl Server {
         change: Change,
         seq: u64,
     ) -> Vec<Send<Bytes>> {
-        let tag = Tag {
-            client: u64::from(client),
-            number: seq,
-            settled_below: seq,
-            abandoned: &[],
-        };
-        match self.fence.admit(tag, now) {
-            Admission::Run => {}
-            Admission::Answered(answer) => return vec![reply(client, seq, answer)],
-            Admission::Wait | Admission::Late => return Vec::new(),
+        if let Err(out) = self.fence_client(now, client, seq) {
+            return out;
         }
         change.apply_to(&mut self.store.volatile, place);
         let answer = Answer::Written {
@@ -578,18 +614,8 @@ impl Server {
         change: Change,
         seq: u64,
     ) -> Vec<Send<Bytes>> {
-        // One operation at a time per client: every earlier one is settled.
-        let tag = Tag {
-            client: u64::from(client),
-            number: seq,
-            settled_below: seq,
-            abandoned: &[],
-        };
-        match self.fence.admit(tag, now) {
-            Admission::Run => {}
-            Admission::Answered(answer) => return vec![reply(client, seq, answer)],
-            // The copy running here answers it.
-            Admission::Wait | Admission::Late => return Vec::new(),
+        if let Err(out) = self.fence_client(now, client, seq) {
+            return out;
         }
         if let Some(refusal) = self.admit(now, group, version) {
             self.fence.finished(u64::from(client), seq, None);
@@ -649,10 +675,15 @@ impl Server {
             epoch: self.loss_epoch(group),
         };
         let members = self.membership.present_secondaries(group);
+        // Numbered among this server's forwards, not by its client: a change run again here
+        // (its forwarding given up, its client sending it again) is a new forward that each
+        // member applies again, not a copy of the first run it answered already.
+        let (number, _) = self.forwards.draw();
         let tag = ChangeId {
-            client: u64::from(client),
-            number: seq,
-            settled_below: seq,
+            client: self.forwarder,
+            number,
+            settled_below: number,
+            abandoned: Vec::new(),
         };
         self.start(
             now,
@@ -663,6 +694,7 @@ impl Server {
                 client: Some((client, seq, answer)),
                 held: Some(held),
                 resync: None,
+                forward: Some(number),
             },
             members,
         )
@@ -693,6 +725,7 @@ impl Server {
             client: None,
             held: None,
             resync: None,
+            forward: None,
         };
         let (op, mut out) = self.start(now, pending, members);
         match op.and_then(|op| self.pending.get_mut(&op)) {
@@ -926,6 +959,7 @@ impl Server {
                                 client: numbers.client,
                                 number,
                                 settled_below: number,
+                                abandoned: Vec::new(),
                             };
                             Work::Change { tag, change }
                         }
@@ -995,6 +1029,7 @@ impl Server {
             client: None,
             held: None,
             resync: Some(start),
+            forward: None,
         };
         let (op, out) = self.start(now, pending, vec![start.member]);
         if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
@@ -1045,7 +1080,7 @@ impl Server {
                     client: tag.client,
                     number: tag.number,
                     settled_below: tag.settled_below,
-                    abandoned: &[],
+                    abandoned: &tag.abandoned,
                 };
                 match fence.admit(decided, now) {
                     Admission::Run => {
@@ -1090,7 +1125,7 @@ fn forward(op: u64, pending: &Pending, version: Version, member: ServerId) -> Se
             group,
             version,
             op,
-            tag: *tag,
+            tag: tag.clone(),
             change: change.clone(),
         },
         Work::Sync => Msg::SyncReplica { group, version, op },
@@ -1128,5 +1163,91 @@ fn reply(client: ClientId, seq: u64, answer: Answer<Bytes>) -> Send<Bytes> {
     Send {
         to: Node::Client(client),
         msg: Msg::Reply { seq, answer },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{pair, TIMING};
+    use crate::MemberState;
+
+    fn map(version: Version) -> GroupMap {
+        GroupMap {
+            groups: BTreeMap::from([(1, pair(version, MemberState::Good))]),
+        }
+    }
+
+    fn write(data: &[u8]) -> Change {
+        Change::Write {
+            chunk: 7,
+            offset: 0,
+            data: data.to_vec(),
+        }
+    }
+
+    /// Delivers to `member` every forward in `out`, returning what it answered.
+    fn to_member(member: &mut Server, now: Time, out: Vec<Send<Bytes>>) -> Vec<Send<Bytes>> {
+        out.into_iter()
+            .filter(|send| send.to == Node::Server(2))
+            .flat_map(|send| member.handle(now, Node::Server(1), send.msg))
+            .collect()
+    }
+
+    // Goal: a change whose forwarding its primary gave up (its lease ran out before the member
+    // answered), sent again by its client after another client changed the same bytes, ends
+    // the same on both copies: the member applies the primary's new run of it instead of
+    // answering it from its fence as a copy of the first run.
+    #[test]
+    fn a_change_run_again_after_its_forward_was_given_up_reaches_the_member_again() {
+        let mut primary = Server::new(1, TIMING, (1, 1), Store::default(), 0);
+        let mut member = Server::new(2, TIMING, (1, 1), Store::default(), 0);
+        let ack = |sent_at| Msg::HeartbeatAck {
+            sent_at,
+            map: map(1),
+        };
+        primary.handle(0, Node::Mgmt, ack(0));
+        member.handle(0, Node::Mgmt, ack(0));
+        let change = |group_change: Change, seq| Msg::Change {
+            group: 1,
+            version: 1,
+            change: group_change,
+            seq,
+        };
+        // Client 10's change reaches the member, whose answer is lost.
+        let out = primary.handle(10, Node::Client(10), change(write(b"first"), 5));
+        assert!(
+            !to_member(&mut member, 20, out).is_empty(),
+            "the member took it"
+        );
+        // The primary's lease runs out before it hears from the member: the change is refused.
+        let out = primary.tick(400);
+        assert!(
+            out.iter().any(|send| send.to == Node::Client(10)
+                && matches!(
+                    &send.msg,
+                    Msg::Reply {
+                        answer: Answer::Refused(_),
+                        ..
+                    }
+                )),
+            "the change is refused: {out:?}"
+        );
+        // The lease comes back in the same version; client 11 overwrites the same bytes.
+        primary.handle(410, Node::Mgmt, ack(405));
+        let out = primary.handle(420, Node::Client(11), change(write(b"other"), 9));
+        for answer in to_member(&mut member, 425, out) {
+            primary.handle(430, Node::Server(2), answer.msg);
+        }
+        // Client 10 sends its change again; it runs again at the primary.
+        let out = primary.handle(440, Node::Client(10), change(write(b"first"), 5));
+        for answer in to_member(&mut member, 445, out) {
+            primary.handle(450, Node::Server(2), answer.msg);
+        }
+        assert_eq!(
+            member.store().volatile,
+            primary.store().volatile,
+            "the member holds what the primary holds"
+        );
     }
 }

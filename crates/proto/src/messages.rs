@@ -1336,6 +1336,28 @@ impl StorageRequest {
         }
     }
 
+    /// The same request carrying `tag` instead of its own (a primary numbering the changes it
+    /// forwards); a request that carries no tag is the same.
+    pub fn retagged(mut self, tag: ChangeTag) -> StorageRequest {
+        match &mut self {
+            StorageRequest::Write { tag: carried, .. }
+            | StorageRequest::Fallocate { tag: carried, .. }
+            | StorageRequest::Remove { tag: carried, .. } => *carried = Some(tag),
+            _ => {}
+        }
+        self
+    }
+
+    /// Whether the request can carry a change tag (a write, a fallocate, a removal).
+    pub fn takes_tag(&self) -> bool {
+        matches!(
+            self,
+            StorageRequest::Write { .. }
+                | StorageRequest::Fallocate { .. }
+                | StorageRequest::Remove { .. }
+        )
+    }
+
     /// The same request sent along `route` (a primary forwarding it to a member).
     pub fn rerouted(mut self, route: Route) -> StorageRequest {
         match &mut self {

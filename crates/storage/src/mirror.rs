@@ -18,6 +18,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use weft_mirror::numbers::Numbers;
 use weft_mirror::ranges::RangeTable;
 use weft_mirror::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use weft_net::mirror::{Membership, ResyncStart, Unsynced};
@@ -84,6 +85,10 @@ pub(crate) struct Mirror {
     /// resync that fails and starts again in the same version numbers on, so its steps settle
     /// every step of the one before, whose first copies may still be on their way.
     resync_numbering: Mutex<ResyncNumbering>,
+    /// The numbers of the changes this server forwards as primary, and their sender id (this
+    /// start of this server).
+    forwards: Numbers,
+    forwarder: u64,
 }
 
 impl Mirror {
@@ -109,6 +114,8 @@ impl Mirror {
             membership: Membership::new(boot, interval, unsynced),
             ranges: RangeLocks::default(),
             resync_numbering: Mutex::default(),
+            forwards: Numbers::default(),
+            forwarder: own_client(None),
             missed,
             metrics,
         })
@@ -193,11 +200,26 @@ impl Mirror {
             .map(|(inode, _)| inode.0)
             .into_iter()
             .collect();
-        self.membership
+        // Numbered among this server's forwards, not by the change's client: a change run
+        // again here (its forwarding given up, its client sending it again) is a new forward
+        // that each member applies again, not a copy of the first run it answered already;
+        // a copy of a forward given up is dropped once a later one names it.
+        let mut numbered = request.takes_tag().then(|| self.forwards.begin());
+        let delivered = self
+            .membership
             .deliver(target.0, group, &changed, |member, version, attempt| {
-                let forward = request
+                let mut forward = request
                     .clone()
                     .rerouted(member_route(group, version, member));
+                if let Some(pending) = &numbered {
+                    let marks = pending.marks();
+                    forward = forward.retagged(ChangeTag {
+                        client: ClientId(self.forwarder),
+                        number: pending.number,
+                        settled_below: marks.settled_below,
+                        abandoned: marks.abandoned,
+                    });
+                }
                 async move {
                     if attempt > 0 {
                         self.metrics.forward_retries.inc();
@@ -207,7 +229,14 @@ impl Mirror {
                     Ok(())
                 }
             })
-            .await?;
+            .await;
+        if delivered.is_err() {
+            if let Some(pending) = &mut numbered {
+                pending.failed();
+            }
+        }
+        drop(numbered);
+        delivered?;
         // Members that left miss this change: recorded before it is answered.
         if let Some((inode, _)) = request.changed_range(payload.len()) {
             if self.missed.any(group) {
@@ -399,7 +428,7 @@ impl Mirror {
             .lock()
             .expect("resync numbering poisoned");
         let numbers = numbering.of((start.group, start.version, start.member), || {
-            resync_client(primary)
+            own_client(Some(primary))
         });
         let number = numbers.draw();
         ChangeTag {
@@ -517,13 +546,14 @@ impl Mirror {
 /// system, which may hold much more than the group's objects); at most a request's deadline.
 const SYNC_TARGET_TIMEOUT: Duration = weft_net::client::REQUEST_TIMEOUT_DEFAULT;
 
-/// Resyncs' own clients: ids no client session gets (management numbers sessions from 1).
-const RESYNC_CLIENTS: u64 = 1 << 63;
+/// A server's own clients (its forwards, and its resyncs): ids no client session gets
+/// (management numbers sessions from 1).
+const OWN_CLIENTS: u64 = 1 << 63;
 
-/// A new client for the resyncs of one member in one version of its group, when `primary`
-/// is the group's primary: unique among this server's resyncs, and unlikely to repeat after a
-/// restart.
-fn resync_client(primary: TargetId) -> u64 {
+/// A new client of this server's own: for its forwards (`None`), or for the resyncs of one
+/// member in one version of a group whose primary is `primary`. Unique among this server's
+/// own clients, and unlikely to repeat after a restart.
+fn own_client(primary: Option<TargetId>) -> u64 {
     static SERIAL: OnceLock<AtomicU64> = OnceLock::new();
     let serial = SERIAL.get_or_init(|| {
         let since_epoch = std::time::SystemTime::now()
@@ -532,7 +562,8 @@ fn resync_client(primary: TargetId) -> u64 {
         AtomicU64::new(u64::from(since_epoch.subsec_nanos()))
     });
     let serial = serial.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff;
-    RESYNC_CLIENTS | u64::from(primary.0) << 32 | serial
+    let primary = primary.map_or(0, |target| target.0);
+    OWN_CLIENTS | u64::from(primary) << 32 | serial
 }
 
 /// The object of a mirrored file's `inode`: a resync reads and writes only these, never an

@@ -1,19 +1,22 @@
-//! The numbers of a client's changes, and what the client has settled of them.
+//! The numbers of a sender's changes, and what the sender has settled of them: a client's
+//! requests, and a primary's forwards to its members.
 //!
-//! Every mutating request gets a number, the same in each of its retries. Each request also
-//! carries the number below which all of the client's requests are settled (none is still
-//! pending): a metadata server forgets stored replies below it, and a storage server drops a
-//! late copy of a data change below it ([`ChangeTag`]). That mark must never pass a number a
-//! request still uses, so a number is drawn and entered as pending in one step: drawn first
-//! and entered after, another request could be sent in between with a mark above it, and the
-//! server would take the first request, when it comes, for a late copy of a settled one.
+//! Every change gets a number, the same in each of its retries. Each copy also carries the
+//! number below which all of the sender's changes are settled (none is still pending) and the
+//! changes it gave up on: a metadata server forgets stored replies below the mark, and a
+//! storage server's fence ([`crate::fence`]) drops a late copy of a settled or abandoned
+//! change. That mark must never pass a number a change still uses, so a number is drawn and
+//! entered as pending in one step: drawn first and entered after, another change could be
+//! sent in between with a mark above it, and the receiver would take the first change, when
+//! it comes, for a late copy of a settled one.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-/// The numbers of a client's requests ([`Numbers::begin`]).
+/// The numbers of a sender's changes ([`Numbers::begin`], or [`Numbers::draw`] and
+/// [`Numbers::end`] by hand).
 #[derive(Debug)]
-pub(crate) struct Numbers {
+pub struct Numbers {
     state: Mutex<State>,
 }
 
@@ -27,24 +30,24 @@ struct State {
     abandoned: BTreeSet<u64>,
 }
 
-/// A request's number, pending until dropped.
+/// A change's number, pending until dropped.
 #[derive(Debug)]
-pub(crate) struct Pending<'a> {
+pub struct Pending<'a> {
     numbers: &'a Numbers,
-    /// The request's number.
-    pub(crate) number: u64,
+    /// The change's number.
+    pub number: u64,
     /// The oldest number pending when this one began.
-    pub(crate) oldest_pending: u64,
+    pub oldest_pending: u64,
     failed: bool,
 }
 
-/// What a copy of a data change sent now tells its server of the client's other changes.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Marks {
-    /// Every request numbered below this is settled.
-    pub(crate) settled_below: u64,
+/// What a copy of a change sent now tells its receiver of the sender's other changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marks {
+    /// Every change numbered below this is settled.
+    pub settled_below: u64,
     /// Failed changes at or above the mark.
-    pub(crate) abandoned: Vec<u64>,
+    pub abandoned: Vec<u64>,
 }
 
 impl Default for Numbers {
@@ -61,12 +64,8 @@ impl Default for Numbers {
 
 impl Numbers {
     /// Draws the next number, pending until the returned guard drops.
-    pub(crate) fn begin(&self) -> Pending<'_> {
-        let mut state = self.state.lock().expect("request numbers poisoned");
-        let number = state.next;
-        state.next += 1;
-        state.pending.insert(number);
-        let oldest_pending = *state.pending.first().expect("just inserted");
+    pub fn begin(&self) -> Pending<'_> {
+        let (number, oldest_pending) = self.draw();
         Pending {
             numbers: self,
             number,
@@ -74,13 +73,22 @@ impl Numbers {
             failed: false,
         }
     }
-}
 
-impl Pending<'_> {
-    /// The marks a copy of this change sent now carries: looked at again for every retry.
-    pub(crate) fn marks(&self) -> Marks {
-        let mut state = self.numbers.state.lock().expect("request numbers poisoned");
-        let settled_below = state.pending.first().copied().unwrap_or(self.number);
+    /// Draws the next number, pending until [`Numbers::end`]; returns it with the oldest
+    /// number pending.
+    pub fn draw(&self) -> (u64, u64) {
+        let mut state = self.state.lock().expect("change numbers poisoned");
+        let number = state.next;
+        state.next += 1;
+        state.pending.insert(number);
+        (number, *state.pending.first().expect("just inserted"))
+    }
+
+    /// The marks a copy of pending change `number` sent now carries: looked at again for
+    /// every retry.
+    pub fn marks(&self, number: u64) -> Marks {
+        let mut state = self.state.lock().expect("change numbers poisoned");
+        let settled_below = state.pending.first().copied().unwrap_or(number);
         state.abandoned = state.abandoned.split_off(&settled_below);
         Marks {
             settled_below,
@@ -88,19 +96,32 @@ impl Pending<'_> {
         }
     }
 
+    /// Change `number` is settled; `failed`: it was given up, so a copy of it still on its
+    /// way must not land later.
+    pub fn end(&self, number: u64, failed: bool) {
+        let mut state = self.state.lock().expect("change numbers poisoned");
+        state.pending.remove(&number);
+        if failed {
+            state.abandoned.insert(number);
+        }
+    }
+}
+
+impl Pending<'_> {
+    /// The marks a copy of this change sent now carries: looked at again for every retry.
+    pub fn marks(&self) -> Marks {
+        self.numbers.marks(self.number)
+    }
+
     /// The change failed: a copy of it still on its way must not land later.
-    pub(crate) fn failed(&mut self) {
+    pub fn failed(&mut self) {
         self.failed = true;
     }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        let mut state = self.numbers.state.lock().expect("request numbers poisoned");
-        state.pending.remove(&self.number);
-        if self.failed {
-            state.abandoned.insert(self.number);
-        }
+        self.numbers.end(self.number, self.failed);
     }
 }
 
