@@ -42,4 +42,18 @@ pub enum MgmtError {
     /// The store could not be opened or written.
     #[error("management store: {0}")]
     Store(String),
+    /// A heartbeat of an earlier start of a mirror member than one management heard.
+    #[error(
+        "heartbeat of an earlier start of member {member} (boot id {boot}; management heard {known}): \
+         a late message, or the node's boot.id was lost while its clock is behind — it gets no \
+         lease until its clock passes its last start"
+    )]
+    EarlierStart {
+        /// The member.
+        member: u32,
+        /// The heartbeat's boot id.
+        boot: u64,
+        /// The boot id management heard last.
+        known: u64,
+    },
 }

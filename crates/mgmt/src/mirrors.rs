@@ -115,6 +115,15 @@ impl Mirrors {
             .saturating_sub(interval)
             .saturating_sub(LEASE_MARGIN);
         let mut controller = self.controller(kind).lock().expect("mirror lock poisoned");
+        for member in members {
+            if let Some(known) = controller.earlier_start(*member, heartbeat.boot) {
+                return Err(MgmtError::EarlierStart {
+                    member: *member,
+                    boot: heartbeat.boot,
+                    known,
+                });
+            }
+        }
         let before = controller.map().clone();
         let now = self.now();
         let mine = |group: &Group| group.members.iter().any(|m| members.contains(&m.server));

@@ -482,7 +482,13 @@ impl Mgmt {
                 let (lease, groups, events) = self
                     .mirrors
                     .heartbeat(&self.store, mirror_kind, &members, mirror)
-                    .map_err(internal)?;
+                    .map_err(|error| match error {
+                        MgmtError::EarlierStart { .. } => {
+                            tracing::warn!(node = node.0, %error, "heartbeat ignored");
+                            WireError::new(ErrorCode::Superseded, error.to_string())
+                        }
+                        error => internal(error),
+                    })?;
                 for event in events {
                     self.monitor.event(true, event);
                 }

@@ -117,6 +117,12 @@ impl Controller {
     /// Handles a message.
     pub fn handle<D>(&mut self, now: Time, from: Node, msg: Msg<D>) -> Vec<Send<D>> {
         match (from, msg) {
+            // Ignored, and answered with no lease.
+            (Node::Server(server), Msg::Heartbeat { boot, .. })
+                if self.earlier_start(server, boot).is_some() =>
+            {
+                Vec::new()
+            }
             (
                 Node::Server(server),
                 Msg::Heartbeat {
@@ -144,6 +150,18 @@ impl Controller {
         }
     }
 
+    /// The boot id heard from `server` if `boot` is of an earlier start (boot ids grow with
+    /// every start): its heartbeat was delivered late and says nothing of the server now.
+    /// Taken for a restart, it would promote another member while the primary still holds its
+    /// lease; answered with a lease, it would keep a server whose restart went unseen serving.
+    pub fn earlier_start(&self, server: ServerId, boot: u64) -> Option<u64> {
+        self.durable
+            .boots
+            .get(&server)
+            .copied()
+            .filter(|known| boot < *known)
+    }
+
     fn heartbeat(
         &mut self,
         now: Time,
@@ -152,15 +170,7 @@ impl Controller {
         resynced: &[(GroupId, Version, ServerId)],
         unreachable: &[(GroupId, Version, ServerId)],
     ) {
-        // A heartbeat of an earlier start of the server, delivered late (boot ids grow with
-        // every start): it says nothing of the server now. Taken for a restart, it would
-        // promote another member while the primary still holds its lease.
-        if self
-            .durable
-            .boots
-            .get(&server)
-            .is_some_and(|known| boot < *known)
-        {
+        if self.earlier_start(server, boot).is_some() {
             return;
         }
         self.heard.insert(server, now);
@@ -247,6 +257,9 @@ impl Controller {
                 // kept them: then no acknowledged write is lost, and no fsync says so.
                 if !kept_unsynced {
                     group.loss_epoch += 1;
+                    // A member that left in sync may hold writes the primary lost: what the
+                    // primary recorded it missed no longer covers the difference.
+                    self.durable.left_good.retain(|(left, _)| *left != group.id);
                 }
                 let primary = group.primary;
                 for member in &mut group.members {
@@ -452,6 +465,32 @@ mod tests {
         );
         heartbeat(&mut c, 300, 1, 8);
         assert_eq!(c.map().groups[&1].primary, 2, "a newer boot is a restart");
+    }
+
+    // Goal: a member that left in sync, holding writes its primary then lost in a crash (no
+    // good copy was left, so the restarted primary kept its role and the loss epoch moved),
+    // is copied in full when it comes back, not only what the primary recorded it missed: it
+    // may hold writes the primary no longer has.
+    #[test]
+    fn a_member_that_left_in_sync_is_copied_in_full_after_its_primary_lost_writes() {
+        let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
+        c.create_group(1, &[1, 2]);
+        heartbeat(&mut c, 0, 1, 1);
+        heartbeat(&mut c, 0, 2, 1);
+        heartbeat_reporting(&mut c, 100, 1, 1, vec![(1, 1, 2)]);
+        assert_eq!(
+            c.map().groups[&1].member(2).map(|m| m.state),
+            Some(MemberState::Absent)
+        );
+        // The primary's host crashes and it comes back alone: its unsynced writes are gone.
+        heartbeat(&mut c, 200, 1, 2);
+        assert_eq!(c.map().groups[&1].loss_epoch, 1);
+        heartbeat(&mut c, 1_200, 1, 2);
+        heartbeat(&mut c, 1_200, 2, 1);
+        assert_eq!(
+            c.map().groups[&1].member(2).map(|m| m.state),
+            Some(MemberState::NeedsResync { full: true })
+        );
     }
 
     // Goal: a member dropped on its primary's word that comes back with another boot id —

@@ -2,11 +2,11 @@
 //! them over their targets and the network, the simulator over its objects and messages.
 //!
 //! A member that left in sync gets the objects the primary recorded as missed; any other
-//! gets every object of the primary, and then every object it holds that was not among them
-//! is brought over too: copied if the primary holds it by then, removed if not
-//! ([`ResyncPlan`]). (An object the primary created after it listed its own may have a stale
-//! copy on the member — the primary's copy was lost in a crash of every host, or removed and
-//! the member missed it — that the changes forwarded since do not cover.) An object is copied whole under its range lock, so no newer
+//! first loses the objects it holds that the primary lacks, then gets every object the
+//! primary holds ([`ResyncPlan`]). Removing first matters: a stale copy on the member of an
+//! object the primary lacks (lost in a crash of every host, or removed while the member was
+//! away) would otherwise take the forwards of a new object of that id on top of its old
+//! bytes. An object is copied whole under its range lock, so no newer
 //! change is overwritten: the member's copy removed, every byte written, then synced
 //! ([`CopySteps`]). Every removal and write carries a tag of a client of the resync's own,
 //! numbered in the order they are sent ([`StepNumbers`]): a step sent again after its answer
@@ -15,22 +15,23 @@
 //! durable ([`ResyncStep::SyncMember`]).
 
 use crate::{GroupId, ServerId, Version};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// One step of a resync ([`ResyncPlan::step`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResyncStep {
-    /// Under the object's range lock: copy it ([`CopySteps`]) if the primary holds it,
-    /// otherwise remove the member's copy.
-    Object(u64),
     /// List the member's objects after this one; answer with [`ResyncPlan::listed`].
     ListMember {
         /// The last object of the previous page (0: from the start).
         after: u64,
     },
-    /// An object the member holds that was not copied first: brought over as
-    /// [`ResyncStep::Object`] (removed from the member if the primary lacks it).
-    MemberObject(u64),
+    /// Under the object's range lock: remove the member's copy unless the primary holds it.
+    RemoveIfGone(u64),
+    /// List the primary's objects; answer with [`ResyncPlan::primary_listed`].
+    ListPrimary,
+    /// Under the object's range lock: copy it ([`CopySteps`]) if the primary holds it,
+    /// otherwise remove the member's copy.
+    Object(u64),
     /// Make everything the member holds durable: it may hold changes it took before it left
     /// that no sync reached since (its primary synced without it), and once it is good it
     /// may be promoted, after a crash, as the only copy.
@@ -41,98 +42,101 @@ pub enum ResyncStep {
 
 #[derive(Debug)]
 enum Listing {
-    /// Not a full copy: nothing to list.
-    None,
     /// A page to ask for, after this object.
     Next(u64),
     /// A page asked for and not yet answered.
     Asked(u64),
-    /// Objects of the last page to bring over, the last object of the page, and whether it
-    /// was the last page.
-    Bringing(VecDeque<u64>, u64, bool),
-    Finished,
+    /// Objects of the last page to look at, the last object of the page, and whether it was
+    /// the last page.
+    Removing(VecDeque<u64>, u64, bool),
 }
 
 /// The steps of one resync, in order.
 #[derive(Debug)]
 pub struct ResyncPlan {
-    objects: VecDeque<u64>,
-    /// The objects copied first (a full resync only), which the member's listing skips.
-    planned: BTreeSet<u64>,
-    listing: Listing,
+    /// The member's objects, looked at first in a full resync (`None`: done, or none to
+    /// look at).
+    member: Option<Listing>,
+    /// The objects to copy (`None`: the primary's, still to be listed).
+    objects: Option<VecDeque<u64>>,
+    listed: bool,
     synced: bool,
 }
 
 impl ResyncPlan {
-    /// A resync of `objects`: what the member missed (`full` false), or every object the
-    /// primary holds, after which the member's other objects go (`full` true).
-    pub fn new(full: bool, objects: impl IntoIterator<Item = u64>) -> ResyncPlan {
-        let objects: VecDeque<u64> = objects.into_iter().collect();
+    /// A resync of what the member missed: `objects`.
+    pub fn missed(objects: impl IntoIterator<Item = u64>) -> ResyncPlan {
         ResyncPlan {
-            planned: if full {
-                objects.iter().copied().collect()
-            } else {
-                BTreeSet::new()
-            },
-            objects,
-            listing: if full {
-                Listing::Next(0)
-            } else {
-                Listing::None
-            },
+            member: None,
+            objects: Some(objects.into_iter().collect()),
+            listed: false,
             synced: false,
         }
     }
 
-    /// How many objects are copied (or removed) before the member's own are looked at.
-    pub fn objects(&self) -> usize {
-        self.objects.len()
+    /// A full resync: first the member's objects the primary lacks go, page by page (an
+    /// object the primary makes later reaches the member by its forwards, never over a
+    /// stale copy), then every object the primary holds by then is copied.
+    pub fn full() -> ResyncPlan {
+        ResyncPlan {
+            member: Some(Listing::Next(0)),
+            objects: None,
+            listed: false,
+            synced: false,
+        }
     }
 
     /// The next step; a step is done before the next is asked for (a resync whose step
     /// failed is given up and planned again).
     pub fn step(&mut self) -> ResyncStep {
-        if let Some(object) = self.objects.pop_front() {
-            return ResyncStep::Object(object);
-        }
-        loop {
-            match &mut self.listing {
-                Listing::None | Listing::Finished if self.synced => return ResyncStep::Done,
-                Listing::None | Listing::Finished => {
-                    self.synced = true;
-                    return ResyncStep::SyncMember;
-                }
+        while let Some(listing) = &mut self.member {
+            match listing {
                 Listing::Next(after) => {
                     let after = *after;
-                    self.listing = Listing::Asked(after);
+                    *listing = Listing::Asked(after);
                     return ResyncStep::ListMember { after };
                 }
                 Listing::Asked(after) => return ResyncStep::ListMember { after: *after },
-                Listing::Bringing(objects, last, end) => {
+                Listing::Removing(objects, last, end) => {
                     if let Some(object) = objects.pop_front() {
-                        return ResyncStep::MemberObject(object);
+                        return ResyncStep::RemoveIfGone(object);
                     }
-                    self.listing = if *end {
-                        Listing::Finished
-                    } else {
-                        Listing::Next(*last)
-                    };
+                    self.member = (!*end).then_some(Listing::Next(*last));
                 }
             }
         }
+        let Some(objects) = &mut self.objects else {
+            self.listed = true;
+            return ResyncStep::ListPrimary;
+        };
+        if let Some(object) = objects.pop_front() {
+            return ResyncStep::Object(object);
+        }
+        if self.synced {
+            return ResyncStep::Done;
+        }
+        self.synced = true;
+        ResyncStep::SyncMember
     }
 
     /// The member's answer to [`ResyncStep::ListMember`]: its objects after the one asked
     /// for, in order, and whether they are the last.
     pub fn listed(&mut self, objects: Vec<u64>, end: bool) {
-        if let Listing::Asked(after) = self.listing {
+        if let Some(Listing::Asked(after)) = self.member {
             let last = objects.last().copied().unwrap_or(after);
-            let unplanned = objects
-                .into_iter()
-                .filter(|object| !self.planned.contains(object))
-                .collect();
-            self.listing = Listing::Bringing(unplanned, last, end);
+            self.member = Some(Listing::Removing(objects.into(), last, end));
         }
+    }
+
+    /// The answer to [`ResyncStep::ListPrimary`]: the primary's objects; returns how many.
+    pub fn primary_listed(&mut self, objects: impl IntoIterator<Item = u64>) -> usize {
+        if !self.listed || self.objects.is_some() {
+            return 0;
+        }
+        let objects: VecDeque<u64> = objects.into_iter().collect();
+        let count = objects.len();
+        self.objects = Some(objects);
+        count
     }
 }
 
@@ -250,7 +254,7 @@ impl ResyncNumbering {
 mod tests {
     use super::*;
 
-    fn all(plan: &mut ResyncPlan, mut member: Vec<Vec<u64>>) -> Vec<ResyncStep> {
+    fn all(plan: &mut ResyncPlan, mut member: Vec<Vec<u64>>, primary: &[u64]) -> Vec<ResyncStep> {
         let mut steps = Vec::new();
         loop {
             let step = plan.step();
@@ -261,33 +265,38 @@ mod tests {
                     let page = member.remove(0);
                     plan.listed(page, member.is_empty());
                 }
+                ResyncStep::ListPrimary => {
+                    plan.primary_listed(primary.iter().copied());
+                }
                 _ => {}
             }
         }
     }
 
-    // Goal: an incremental resync copies what was missed and nothing else; a full one copies
-    // everything, then pages through the member's objects and brings over each it did not
-    // copy already (removed if the primary lacks it, copied if the primary made it since).
+    // Goal: an incremental resync copies what was missed and nothing else; a full one first
+    // pages through the member's objects to remove what the primary lacks, then copies
+    // everything the primary holds by then, and both end with a sync of the member.
     #[test]
-    fn a_plan_copies_then_removes_what_the_member_alone_holds() {
+    fn a_plan_removes_what_the_member_alone_holds_then_copies() {
         use ResyncStep::*;
-        let mut missed = ResyncPlan::new(false, [4, 9]);
+        let mut missed = ResyncPlan::missed([4, 9]);
         assert_eq!(
-            all(&mut missed, vec![]),
+            all(&mut missed, vec![], &[]),
             vec![Object(4), Object(9), SyncMember, Done]
         );
-        let mut full = ResyncPlan::new(true, [1, 2]);
+        let mut full = ResyncPlan::full();
         assert_eq!(
-            all(&mut full, vec![vec![1, 3], vec![], vec![5]]),
+            all(&mut full, vec![vec![1, 3], vec![], vec![5]], &[1, 2]),
             vec![
+                ListMember { after: 0 },
+                RemoveIfGone(1),
+                RemoveIfGone(3),
+                ListMember { after: 3 },
+                ListMember { after: 3 },
+                RemoveIfGone(5),
+                ListPrimary,
                 Object(1),
                 Object(2),
-                ListMember { after: 0 },
-                MemberObject(3),
-                ListMember { after: 3 },
-                ListMember { after: 3 },
-                MemberObject(5),
                 SyncMember,
                 Done
             ]

@@ -893,20 +893,20 @@ impl Server {
         }
         for start in adopted.starts {
             let key = (start.group, start.member);
-            let (incremental, objects): (bool, Vec<ChunkId>) = match self.store.missed.get(&key) {
+            let (incremental, plan) = match self.store.missed.get(&key) {
                 Some(Missed::Chunks(chunks)) if !start.full => {
-                    (true, chunks.iter().copied().collect())
+                    (true, ResyncPlan::missed(chunks.iter().copied()))
                 }
-                _ => (false, self.store.chunks(start.group).collect()),
+                _ => {
+                    // A record of what it missed does not cover a full copy.
+                    self.store.missed.remove(&key);
+                    (false, ResyncPlan::full())
+                }
             };
-            if !incremental {
-                // A record of what it missed does not cover a full copy.
-                self.store.missed.remove(&key);
-            }
             let resync = Resync {
                 start,
-                plan: ResyncPlan::new(!incremental, objects),
                 incremental,
+                plan,
                 blocked: None,
                 object: None,
                 in_flight: None,
@@ -973,15 +973,16 @@ impl Server {
                     None => resync.plan.step(),
                 };
                 match step {
-                    ResyncStep::Object(chunk) | ResyncStep::MemberObject(chunk) => {
+                    ResyncStep::Object(chunk) | ResyncStep::RemoveIfGone(chunk) => {
                         let object = (start.group, chunk);
                         let Ok(id) = self.ranges.try_lock(&object, 0..u64::MAX, || ()) else {
                             resync.blocked = Some(step);
                             break;
                         };
                         let held = Held { key: object, id };
-                        let steps = match self.store.volatile.get(&object) {
-                            Some(data) => CopySteps::new(data.len() as u64, COPY_PIECE)
+                        let steps = match (step, self.store.volatile.get(&object)) {
+                            (ResyncStep::RemoveIfGone(_), Some(_)) => VecDeque::new(),
+                            (_, Some(data)) => CopySteps::new(data.len() as u64, COPY_PIECE)
                                 .map(|copy| match copy {
                                     CopyStep::Remove => Step::Change(Change::Remove { chunk }),
                                     CopyStep::Write { offset, len } => {
@@ -995,12 +996,15 @@ impl Server {
                                     CopyStep::Sync => Step::Sync(chunk),
                                 })
                                 .collect(),
-                            None => VecDeque::from([Step::Change(Change::Remove { chunk })]),
+                            (_, None) => VecDeque::from([Step::Change(Change::Remove { chunk })]),
                         };
                         resync.object = Some((held, steps));
                     }
                     ResyncStep::ListMember { after } => {
                         out.extend(self.send_step(now, start, Work::List { after }));
+                    }
+                    ResyncStep::ListPrimary => {
+                        resync.plan.primary_listed(self.store.chunks(start.group));
                     }
                     ResyncStep::SyncMember => {
                         out.extend(self.send_step(now, start, Work::Sync));

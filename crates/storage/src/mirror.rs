@@ -297,8 +297,8 @@ impl Mirror {
     /// Brings the member of `start` up to date from this server's target, the group's
     /// primary in the start's version, by the steps of a [`ResyncPlan`]: when management says
     /// the member left in sync and this server recorded what it missed, only those objects;
-    /// otherwise every object, and then every other object the member holds (removed, or
-    /// copied if this target made it since); last, the member's target is synced.
+    /// otherwise the member's objects this target lacks go first, then every object this
+    /// target holds is copied; last, the member's target is synced.
     async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
         let ResyncStart {
             group,
@@ -322,48 +322,29 @@ impl Mirror {
             self.missed.recorded(group, member)
         };
         let incremental = recorded.is_some();
-        let objects: Vec<u64> = match recorded {
-            Some(inodes) => inodes.into_iter().collect(),
+        let mut plan = match recorded {
+            Some(inodes) => {
+                self.membership
+                    .resync_started(start, inodes.len() as u64, false);
+                ResyncPlan::missed(inodes)
+            }
             None => {
                 // A record of what it missed does not cover a full copy.
                 self.missed.forget(group, member);
-                let listing = Arc::clone(&target);
-                tokio::task::spawn_blocking(move || {
-                    listing.list_objects(Space::Mirrored, None, 0, u32::MAX)
-                })
-                .await
-                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
-                .0
-                .into_iter()
-                .map(|(inode, _)| inode.0)
-                .collect()
+                self.membership.resync_started(start, 0, true);
+                ResyncPlan::full()
             }
         };
-        let mut plan = ResyncPlan::new(!incremental, objects);
         tracing::info!(
             group,
             version,
             member,
             full = !incremental,
-            objects = plan.objects(),
             "resync started"
         );
-        self.membership
-            .resync_started(start, plan.objects() as u64, !incremental);
         let mut copied = 0u64;
         loop {
             match plan.step() {
-                ResyncStep::Object(inode) => {
-                    let bytes = self.resync_object(&target, start, InodeId(inode)).await?;
-                    copied += 1;
-                    self.metrics.resync_objects.inc();
-                    self.metrics.resync_bytes.inc_by(bytes);
-                    self.membership.resync_copied(start, bytes);
-                }
-                ResyncStep::MemberObject(inode) => {
-                    self.resync_object(&target, start, InodeId(inode)).await?;
-                    self.metrics.resync_objects.inc();
-                }
                 ResyncStep::ListMember { after } => {
                     let route = self.resync_route(primary, start)?;
                     let request = StorageRequest::ListObjects {
@@ -385,24 +366,34 @@ impl Mirror {
                     };
                     plan.listed(objects.iter().map(|(inode, _)| inode.0).collect(), end);
                 }
-                ResyncStep::SyncMember => {
-                    let route = self.resync_route(primary, start)?;
-                    let sync = StorageRequest::SyncTarget {
-                        target: route.target,
-                        mirror: route.mirror,
-                    };
-                    // It flushes the member's whole file system: given longer than a step.
-                    self.membership
-                        .resync_step(member, || {
-                            self.send_within(
-                                member,
-                                sync.clone(),
-                                Bytes::new(),
-                                SYNC_TARGET_TIMEOUT,
-                            )
-                        })
-                        .await?;
+                ResyncStep::RemoveIfGone(inode) => {
+                    let inode = InodeId(inode);
+                    let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
+                    if !target.exists(mirrored(inode)) {
+                        self.remove_on_member(primary, start, inode).await?;
+                        self.metrics.resync_objects.inc();
+                    }
                 }
+                ResyncStep::ListPrimary => {
+                    let listing = Arc::clone(&target);
+                    let objects = tokio::task::spawn_blocking(move || {
+                        listing.list_objects(Space::Mirrored, None, 0, u32::MAX)
+                    })
+                    .await
+                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
+                    .0;
+                    let count = plan.primary_listed(objects.into_iter().map(|(inode, _)| inode.0));
+                    tracing::info!(group, version, member, objects = count, "resync copies");
+                    self.membership.resync_started(start, count as u64, true);
+                }
+                ResyncStep::Object(inode) => {
+                    let bytes = self.resync_object(&target, start, InodeId(inode)).await?;
+                    copied += 1;
+                    self.metrics.resync_objects.inc();
+                    self.metrics.resync_bytes.inc_by(bytes);
+                    self.membership.resync_copied(start, bytes);
+                }
+                ResyncStep::SyncMember => self.sync_member(primary, start).await?,
                 ResyncStep::Done => break,
             }
         }
@@ -419,6 +410,33 @@ impl Mirror {
             tracing::info!(group, version, member, objects = copied, "resync copied");
         }
         Ok(())
+    }
+
+    /// Makes everything the member of `start` holds durable: a `syncfs` of its file system,
+    /// which may hold much more than the group's objects, so each try gets a request's
+    /// deadline, and a few tries are made before the resync is given up (and starts over).
+    async fn sync_member(&self, primary: TargetId, start: ResyncStart) -> Result<(), WireError> {
+        let mut tries = 0;
+        loop {
+            let route = self.resync_route(primary, start)?;
+            let sync = StorageRequest::SyncTarget {
+                target: route.target,
+                mirror: route.mirror,
+            };
+            let sent = self
+                .send_within(start.member, sync, Bytes::new(), SYNC_TARGET_TIMEOUT)
+                .await;
+            match sent {
+                Ok(_) => return Ok(()),
+                Err(error) if error.is_retryable() && tries + 1 < SYNC_TARGET_TRIES => {
+                    tries += 1;
+                    tracing::warn!(member = start.member, %error, "syncing a resynced member failed; trying again");
+                }
+                Err(error) => {
+                    return Err(WireError::new(ErrorCode::Unavailable, error.to_string()))
+                }
+            }
+        }
     }
 
     /// The tag of the next step of `start`'s resync.
@@ -545,6 +563,9 @@ impl Mirror {
 /// How long a resync waits for its member to sync its target (a `syncfs` of the member's file
 /// system, which may hold much more than the group's objects); at most a request's deadline.
 const SYNC_TARGET_TIMEOUT: Duration = weft_net::client::REQUEST_TIMEOUT_DEFAULT;
+
+/// How many times a resync tries to sync its member before it gives up.
+const SYNC_TARGET_TRIES: u32 = 3;
 
 /// A server's own clients (its forwards, and its resyncs): ids no client session gets
 /// (management numbers sessions from 1).
