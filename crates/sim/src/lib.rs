@@ -156,6 +156,9 @@ enum Event {
     Deliver {
         from: Node,
         to: Node,
+        /// The start of `to` it was sent to: a message sent to an earlier start is lost with
+        /// that start's connections.
+        start: u64,
         msg: Msg<Data>,
     },
     Tick,
@@ -183,6 +186,8 @@ struct World {
     sequence: u64,
     mgmt: Option<Controller>,
     mgmt_durable: ControllerDurable,
+    /// Bumped at every start of management.
+    mgmt_starts: u64,
     servers: BTreeMap<ServerId, ServerSlot>,
     clients: Vec<Client<Data>>,
     /// Links cut both ways.
@@ -223,11 +228,13 @@ impl World {
                 self.random.between(1, self.config.max_delay_ms)
             };
             let at = self.now + delay;
+            let start = self.start_of(send.to);
             self.schedule(
                 at,
                 Event::Deliver {
                     from,
                     to: send.to,
+                    start,
                     msg: send.msg,
                 },
             );
@@ -246,8 +253,17 @@ impl World {
         }
     }
 
-    fn deliver(&mut self, from: Node, to: Node, msg: Msg<Data>) {
-        if self.is_cut(from, to) {
+    /// Which start of `node` runs now (clients never restart).
+    fn start_of(&self, node: Node) -> u64 {
+        match node {
+            Node::Mgmt => self.mgmt_starts,
+            Node::Server(id) => self.servers.get(&id).map_or(0, |slot| slot.boot),
+            Node::Client(_) => 0,
+        }
+    }
+
+    fn deliver(&mut self, from: Node, to: Node, start: u64, msg: Msg<Data>) {
+        if self.is_cut(from, to) || self.start_of(to) != start {
             return;
         }
         let now = self.now;
@@ -500,6 +516,7 @@ impl World {
         match node {
             Node::Mgmt => {
                 if self.mgmt.is_none() {
+                    self.mgmt_starts += 1;
                     self.mgmt = Some(Controller::new(
                         self.config.timing,
                         self.now,
@@ -547,7 +564,12 @@ impl World {
             }
             let event = self.events[index].take().expect("each event runs once");
             match event {
-                Event::Deliver { from, to, msg } => self.deliver(from, to, msg),
+                Event::Deliver {
+                    from,
+                    to,
+                    start,
+                    msg,
+                } => self.deliver(from, to, start, msg),
                 Event::Tick => self.tick(),
                 Event::Fault => self.fault(),
                 Event::Restart(node) => {
@@ -645,10 +667,9 @@ impl World {
                 {
                     let allowed = allowed_states(&client.history, (*id, chunk), group.loss_epoch);
                     let found = primary.get(&chunk).cloned().unwrap_or_default();
-                    if !allowed.iter().any(|state| state.admits(&found)) {
+                    if !allowed.contains(&found) {
                         violations.push(format!(
-                            "group {id} chunk {chunk}: holds {found:?}, but what the last acknowledged sync covered left {:?} ({} later states allowed)",
-                            allowed[0],
+                            "group {id} chunk {chunk}: holds {found:?}, none of the {} states its changes since the last acknowledged sync may have left",
                             allowed.len()
                         ));
                     }
@@ -676,10 +697,10 @@ impl World {
                     .get(&(place, chunk))
                     .cloned()
                     .unwrap_or_default();
-                if !allowed.iter().any(|state| state.admits(&found)) {
+                if !allowed.contains(&found) {
                     violations.push(format!(
-                        "client {index}'s plain chunk {chunk} on server {server}: holds {found:?}, but what the last acknowledged sync covered left {:?}",
-                        allowed[0]
+                        "client {index}'s plain chunk {chunk} on server {server}: holds {found:?}, none of the {} states its changes since the last acknowledged sync may have left",
+                        allowed.len()
                     ));
                 }
             }
@@ -695,10 +716,10 @@ impl World {
                 };
                 let found = data.clone().unwrap_or_default();
                 let allowed = allowed_states(&client.history[..at], (*group, *chunk), *epoch);
-                if !allowed.iter().any(|state| state.admits(&found)) {
+                if !allowed.contains(&found) {
                     violations.push(format!(
-                        "client {index} read {found:?} from chunk {chunk} at op {at}, but what the last acknowledged sync covered left {:?}",
-                        allowed[0]
+                        "client {index} read {found:?} from chunk {chunk} at op {at}, none of the {} states its changes since the last acknowledged sync may have left",
+                        allowed.len()
                     ));
                 }
             }
@@ -743,124 +764,28 @@ impl World {
     }
 }
 
-/// What the checker knows of a chunk: its length (exactly, or at least), and some of its
-/// bytes. After a crash that may have lost changes, only what every state it may be in has
-/// in common is known.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Known {
-    /// `Ok(exact)` or `Err(at least)`.
-    length: Result<usize, usize>,
-    bytes: BTreeMap<usize, u8>,
-}
-
-impl Known {
-    /// No chunk (or an empty one: the same to a reader).
-    fn empty() -> Known {
-        Known {
-            length: Ok(0),
-            bytes: BTreeMap::new(),
-        }
-    }
-
-    fn apply(&mut self, change: &Change) {
-        match change {
-            Change::Write { offset, data, .. } => {
-                let (start, end) = (*offset as usize, *offset as usize + data.len());
-                self.length = match self.length {
-                    Ok(length) => {
-                        // The gap up to the write reads as zeros.
-                        for at in length..start {
-                            self.bytes.insert(at, 0);
-                        }
-                        Ok(length.max(end))
-                    }
-                    Err(least) => Err(least.max(end)),
-                };
-                for (at, byte) in (start..end).zip(data) {
-                    self.bytes.insert(at, *byte);
-                }
-            }
-            Change::Punch { offset, len, .. } => {
-                let (start, end) = (*offset as usize, (*offset + *len) as usize);
-                for at in start..end {
-                    match self.length {
-                        Ok(length) | Err(length) if at < length => {
-                            self.bytes.insert(at, 0);
-                        }
-                        _ => {
-                            self.bytes.remove(&at);
-                        }
-                    }
-                }
-            }
-            Change::Truncate { length, .. } => {
-                let length = *length as usize;
-                if let Ok(old) = self.length {
-                    for at in old..length {
-                        self.bytes.insert(at, 0);
-                    }
-                }
-                self.bytes.retain(|at, _| *at < length);
-                self.length = Ok(length);
-            }
-            Change::Remove { .. } => *self = Known::empty(),
-        }
-    }
-
-    /// What all of `states` have in common.
-    fn join(states: &[Known]) -> Known {
-        let exact: BTreeSet<Result<usize, usize>> = states.iter().map(|s| s.length).collect();
-        let length = match exact.iter().next() {
-            Some(Ok(length)) if exact.len() == 1 => Ok(*length),
-            _ => Err(states
-                .iter()
-                .map(|s| match s.length {
-                    Ok(length) | Err(length) => length,
-                })
-                .min()
-                .unwrap_or(0)),
-        };
-        let bytes = states[0]
-            .bytes
-            .iter()
-            .filter(|(at, byte)| states.iter().all(|s| s.bytes.get(at) == Some(byte)))
-            .map(|(at, byte)| (*at, *byte))
-            .collect();
-        Known { length, bytes }
-    }
-
-    /// Whether a chunk holding `found` may be in this state.
-    fn admits(&self, found: &[u8]) -> bool {
-        let length = match self.length {
-            Ok(length) => found.len() == length,
-            Err(least) => found.len() >= least,
-        };
-        length
-            && self
-                .bytes
-                .iter()
-                .all(|(at, byte)| found.get(*at) == Some(byte))
-    }
-}
-
 /// The states `chunk` of `place` (a group, or a server's plain objects) may be in after
-/// `history` when the place's loss epoch is `epoch`: what
-/// the last sync that answered `Done` covered, or a state a later change left. A crash that
-/// lost changes (a later answer carries a newer loss epoch, or a sync answered `Lost`) leaves
-/// only what the states since that sync have in common known.
+/// `history` when the place's loss epoch is `epoch`, an empty chunk standing for none: what
+/// the changes up to the last sync that answered `Done` left, or what later changes left. A
+/// crash of every copy (a later answer carries a newer loss epoch, or a sync answered `Lost`)
+/// may have taken the chunk back to any state since that sync, and later changes apply to
+/// whichever it was.
 fn allowed_states(
     history: &[weft_mirror::OpRecord<Data>],
     (place, chunk): (GroupId, ChunkId),
     epoch: u64,
-) -> Vec<Known> {
-    let mut model = Known::empty();
-    let mut states = vec![model.clone()];
+) -> BTreeSet<Data> {
+    // The states the chunk may be in after each change since the last `Done` sync.
+    let mut timeline: Vec<BTreeSet<Data>> = vec![BTreeSet::from([Data::new()])];
     let mut seen = 0;
     let mine = history.iter().filter(|record| match &record.op {
         ClientOp::Change { group, .. }
         | ClientOp::Sync { group }
         | ClientOp::Read { group, .. } => *group == place,
     });
+    let anything_since = |timeline: &[BTreeSet<Data>]| -> Vec<BTreeSet<Data>> {
+        vec![timeline.iter().flatten().cloned().collect()]
+    };
     for record in mine {
         let (answered, lost) = match &record.done {
             Some((_, Answer::Written { epoch } | Answer::Data { epoch, .. })) => (*epoch, false),
@@ -868,23 +793,33 @@ fn allowed_states(
             _ => (seen, false),
         };
         if answered > seen || lost {
-            model = Known::join(&states);
-            states = vec![model.clone()];
+            timeline = anything_since(&timeline);
             seen = seen.max(answered);
         }
         match (&record.op, &record.done) {
             (ClientOp::Change { change, .. }, _) if change.chunk() == chunk => {
-                model.apply(change);
-                states.push(model.clone());
+                let next = timeline
+                    .last()
+                    .expect("never empty")
+                    .iter()
+                    .map(|state| {
+                        let mut object = Some(state.clone());
+                        change.apply(&mut object);
+                        object.unwrap_or_default()
+                    })
+                    .collect();
+                timeline.push(next);
             }
-            (ClientOp::Sync { .. }, Some((_, Answer::Done))) => states = vec![model.clone()],
+            (ClientOp::Sync { .. }, Some((_, Answer::Done))) => {
+                timeline = vec![timeline.pop().expect("never empty")];
+            }
             _ => {}
         }
     }
     if epoch > seen {
-        states = vec![Known::join(&states)];
+        timeline = anything_since(&timeline);
     }
-    states
+    timeline.into_iter().flatten().collect()
 }
 
 /// Runs one simulation.
@@ -905,6 +840,7 @@ pub fn run(config: &Config) -> Outcome {
         events: Vec::new(),
         sequence: 0,
         mgmt_durable: controller.durable().clone(),
+        mgmt_starts: 0,
         mgmt: Some(controller),
         servers: (1..=config.servers)
             .map(|id| {
