@@ -182,7 +182,12 @@ fn workload(dirs: &[PathBuf; 2], seed: u64, stop: &AtomicBool) -> Result<Record,
                 read.map(|_| ())
             }
         };
-        record.longest = record.longest.max(started.elapsed());
+        let took = started.elapsed();
+        if took > record.longest && took > SLOW_OPERATION {
+            // Named, so that a long pause can be matched with the fault before it in the log.
+            eprintln!("nemesis workload: {what} took {took:?}, the longest pause yet");
+        }
+        record.longest = record.longest.max(took);
         match result {
             Ok(()) => record.operations += 1,
             Err(error) if plain && error.raw_os_error() == Some(libc::EIO) => {
@@ -386,6 +391,9 @@ fn nemesis(run: Duration, seed: u64) {
         record.files.len()
     );
 }
+
+/// An operation slower than this is named in the log when it is the slowest yet.
+const SLOW_OPERATION: Duration = Duration::from_secs(10);
 
 /// The seed from `WEFT_NEMESIS_SEED`, or a new one.
 fn seed() -> u64 {
