@@ -235,13 +235,7 @@ impl Change<'_> {
     /// The tag a copy of the change sent now carries: what this client has settled is
     /// looked at again for every retry.
     pub(crate) fn tag(&self) -> ChangeTag {
-        let marks = self.pending.marks();
-        ChangeTag {
-            client: self.client.id(),
-            number: self.pending.number,
-            settled_below: marks.settled_below,
-            abandoned: marks.abandoned,
-        }
+        weft_net::mirror::change_tag(self.client.id(), &self.pending)
     }
 
     /// The change failed: a copy of it still on its way must not land later.

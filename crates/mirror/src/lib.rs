@@ -44,7 +44,7 @@ mod server;
 pub use client::{Client, ClientOp, OpRecord};
 pub use controller::{Controller, ControllerDurable};
 pub use membership::{Adopted, Membership, Refused, ResyncStart};
-pub use server::{Missed, ResyncCounts, Server, Store};
+pub use server::{ResyncCounts, Server, Store};
 
 use std::collections::BTreeMap;
 
@@ -174,6 +174,18 @@ pub struct ChangeId {
     pub settled_below: u64,
     /// Changes at or above the mark the sender gave up on.
     pub abandoned: Vec<u64>,
+}
+
+impl ChangeId {
+    /// What the receiver's fence decides by.
+    pub fn tag(&self) -> crate::fence::Tag<'_> {
+        crate::fence::Tag {
+            client: self.client,
+            number: self.number,
+            settled_below: self.settled_below,
+            abandoned: &self.abandoned,
+        }
+    }
 }
 
 /// A chunk's bytes (the simulator's objects).

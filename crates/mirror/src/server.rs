@@ -20,15 +20,6 @@ use crate::{
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// What a returning member must get from its primary.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Missed {
-    /// These chunks changed while it was away.
-    Chunks(BTreeSet<ChunkId>),
-    /// Anything may differ: copy everything.
-    Everything,
-}
-
 /// A server's data: what the page cache holds (`volatile`) and what reached the disk
 /// (`durable`). A crash keeps only `durable`. The records of what absent members missed are
 /// written durably before the writes they cover are acknowledged.
@@ -38,8 +29,8 @@ pub struct Store {
     pub volatile: BTreeMap<(GroupId, ChunkId), Bytes>,
     /// Every chunk as it is on disk.
     pub durable: BTreeMap<(GroupId, ChunkId), Bytes>,
-    /// What each absent member misses, per (group, member); durable.
-    pub missed: BTreeMap<(GroupId, ServerId), Missed>,
+    /// The chunks each absent member misses, per (group, member); durable.
+    pub missed: BTreeMap<(GroupId, ServerId), BTreeSet<ChunkId>>,
 }
 
 impl Store {
@@ -666,9 +657,7 @@ impl Server {
         change.apply_to(&mut self.store.volatile, group);
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
-                if let Missed::Chunks(chunks) = missed {
-                    chunks.insert(chunk);
-                }
+                missed.insert(chunk);
             }
         }
         let answer = Answer::Written {
@@ -752,9 +741,8 @@ impl Server {
         for member in members {
             out.extend(self.send_forward(now, op, member));
         }
-        let waiting = self.pending.contains_key(&op).then_some(op);
         out.extend(self.complete_finished(now));
-        (waiting.filter(|op| self.pending.contains_key(op)), out)
+        (self.pending.contains_key(&op).then_some(op), out)
     }
 
     fn acknowledged(
@@ -851,7 +839,7 @@ impl Server {
             self.store
                 .missed
                 .entry((*group, *member))
-                .or_insert(Missed::Chunks(unacknowledged));
+                .or_insert(unacknowledged);
         }
         for (_, group) in &adopted.taken {
             let ended: Vec<ResyncStart> = self
@@ -894,9 +882,7 @@ impl Server {
         for start in adopted.starts {
             let key = (start.group, start.member);
             let (incremental, plan) = match self.store.missed.get(&key) {
-                Some(Missed::Chunks(chunks)) if !start.full => {
-                    (true, ResyncPlan::missed(chunks.iter().copied()))
-                }
+                Some(chunks) if !start.full => (true, ResyncPlan::missed(chunks.iter().copied())),
                 _ => {
                     // A record of what it missed does not cover a full copy.
                     self.store.missed.remove(&key);
@@ -1080,13 +1066,7 @@ impl Server {
                     FenceOf::Current(fence) => fence,
                     FenceOf::Older => &mut alone,
                 };
-                let decided = Tag {
-                    client: tag.client,
-                    number: tag.number,
-                    settled_below: tag.settled_below,
-                    abandoned: &tag.abandoned,
-                };
-                match fence.admit(decided, now) {
+                match fence.admit(tag.tag(), now) {
                     Admission::Run => {
                         fence.finished(tag.client, tag.number, Some(()));
                         change.apply_to(&mut self.store.volatile, group);

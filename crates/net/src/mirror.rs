@@ -530,3 +530,19 @@ impl Membership {
         }
     }
 }
+
+/// The tag a copy of pending change `pending` of `sender` carries when it is sent now: what
+/// the sender has settled or given up on is looked at again for every copy (a client's
+/// requests, a primary's forwards).
+pub fn change_tag(
+    sender: weft_proto::ids::ClientId,
+    pending: &weft_mirror::numbers::Pending<'_>,
+) -> weft_proto::messages::ChangeTag {
+    let marks = pending.marks();
+    weft_proto::messages::ChangeTag {
+        client: sender,
+        number: pending.number,
+        settled_below: marks.settled_below,
+        abandoned: marks.abandoned,
+    }
+}

@@ -212,13 +212,10 @@ impl Mirror {
                     .clone()
                     .rerouted(member_route(group, version, member));
                 if let Some(pending) = &numbered {
-                    let marks = pending.marks();
-                    forward = forward.retagged(ChangeTag {
-                        client: ClientId(self.forwarder),
-                        number: pending.number,
-                        settled_below: marks.settled_below,
-                        abandoned: marks.abandoned,
-                    });
+                    forward = forward.retagged(weft_net::mirror::change_tag(
+                        ClientId(self.forwarder),
+                        pending,
+                    ));
                 }
                 async move {
                     if attempt > 0 {
