@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weft_mirror::pages::{self, Changes, CopyOrder, Edit, PageResync, PageStep, SendOrder};
 use weft_net::mirror::{Membership, ResyncStart};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
@@ -60,47 +61,6 @@ pub(crate) fn group_of_home(groups: &[MirrorGroupInfo], home: NodeId) -> Option<
     groups.iter().find(|group| {
         group.kind == MirrorKind::Meta && group.members.first().is_some_and(|m| m.id == home.0)
     })
-}
-
-/// Changes to a store file, in order, with the bytes they write.
-#[derive(Default)]
-struct Changes {
-    changes: Vec<FileChange>,
-    payload: Vec<u8>,
-}
-
-impl Changes {
-    fn write(&mut self, offset: u64, data: &[u8]) {
-        self.changes.push(FileChange::Write {
-            offset,
-            len: data.len() as u32,
-        });
-        self.payload.extend_from_slice(data);
-    }
-
-    /// Lays the changes over `buffer`, which holds the file's bytes from `offset` on.
-    fn overlay(&self, offset: u64, buffer: &mut [u8]) {
-        let end = offset + buffer.len() as u64;
-        let mut at = 0usize;
-        for change in &self.changes {
-            match *change {
-                FileChange::Write { offset: start, len } => {
-                    let data = &self.payload[at..at + len as usize];
-                    at += len as usize;
-                    let from = start.max(offset);
-                    let to = (start + u64::from(len)).min(end);
-                    if from < to {
-                        buffer[(from - offset) as usize..(to - offset) as usize]
-                            .copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
-                    }
-                }
-                FileChange::SetLen(len) if len < end => {
-                    buffer[(len.max(offset) - offset) as usize..].fill(0);
-                }
-                FileChange::SetLen(_) => {}
-            }
-        }
-    }
 }
 
 /// Cuts `changes` (whose written bytes `payload` holds in order) into pieces of at most
@@ -155,18 +115,10 @@ fn pieces(
 
 /// Writes `changes` (whose written bytes `payload` holds in order) to `file`.
 fn apply_changes(file: &File, changes: &[FileChange], payload: &[u8]) -> std::io::Result<()> {
-    let mut at = 0usize;
-    for change in changes {
-        match *change {
-            FileChange::Write { offset, len } => {
-                let end = at + len as usize;
-                file.write_all_at(&payload[at..end], offset)?;
-                at = end;
-            }
-            FileChange::SetLen(len) => file.set_len(len)?,
-        }
-    }
-    Ok(())
+    pages::apply(changes, payload, |edit| match edit {
+        Edit::Write(offset, data) => file.write_all_at(data, offset),
+        Edit::SetLen(len) => file.set_len(len),
+    })
 }
 
 /// Reads what the file holds of `buffer.len()` bytes from `offset`; the rest stays zero.
@@ -301,9 +253,7 @@ impl Unshipped {
     /// Keeps `changes` of `home`, after those kept before.
     fn keep(&self, home: NodeId, changes: &Changes) {
         let mut table = self.table();
-        let kept = table.entry(home).or_default();
-        kept.changes.extend_from_slice(&changes.changes);
-        kept.payload.extend_from_slice(&changes.payload);
+        table.entry(home).or_default().extend(changes);
     }
 
     fn take(&self, home: NodeId) -> Changes {
@@ -347,13 +297,7 @@ impl HomeLink {
         // them through `next` either way.
         let next = unshipped.take(home);
         let len = next
-            .changes
-            .iter()
-            .rev()
-            .find_map(|change| match change {
-                FileChange::SetLen(len) => Some(*len),
-                FileChange::Write { .. } => None,
-            })
+            .last_len()
             .map_or_else(|| file.metadata().map(|m| m.len()), Ok)?;
         let link = Arc::new(HomeLink {
             home,
@@ -573,7 +517,7 @@ impl HomeLink {
             // not shipped to its member.
             if self.missed.any(group.id) {
                 self.missed
-                    .note(group.id, &extents(&pending.changes))
+                    .note(group.id, &pending.extents(MISSED_EXTENT))
                     .map_err(|error| {
                         WireError::new(
                             ErrorCode::Io,
@@ -637,53 +581,91 @@ impl HomeLink {
     }
 
     /// Brings the member of `start` up to date: when it left in sync and this server recorded
-    /// the extents it missed, only those are copied; otherwise the whole store file, chunk by
-    /// chunk. Each piece is read and sent while no changes ship; the copy ends with the length
+    /// the extents it missed, only those are copied; otherwise the whole store file, piece by
+    /// piece. Each piece is read and sent while no changes ship; the copy ends with the length
     /// and a sync.
     pub async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
-        let recorded = {
+        let mut plan = {
             let _order = self.order.lock().await;
-            if start.full {
-                // A record of what it missed does not cover a full copy.
-                self.missed.forget(start.group, start.member);
-                None
-            } else {
-                self.missed.recorded(start.group, start.member)
+            match self.missed.recorded(start.group, start.member) {
+                Some(extents) if !start.full => PageResync::missed(extents, MISSED_EXTENT),
+                _ => {
+                    // A record of what it missed does not cover a full copy.
+                    self.missed.forget(start.group, start.member);
+                    PageResync::full(RESYNC_CHUNK.min(u64::from(IO_BYTES_MAX)))
+                }
             }
         };
-        match recorded {
-            Some(extents) => {
-                self.resync_extents(start, &extents).await?;
-                self.missed.forget(start.group, start.member);
-                Ok(())
-            }
-            None => self.resync_full(start).await,
+        let length = self.file_length()?;
+        if plan.incremental() {
+            tracing::info!(
+                home = self.home.0,
+                group = start.group,
+                version = start.version,
+                member = start.member,
+                extents = plan.total(length),
+                "metadata resync of what the member missed started"
+            );
+        } else {
+            tracing::info!(
+                home = self.home.0,
+                group = start.group,
+                version = start.version,
+                member = start.member,
+                bytes = length,
+                "metadata resync started"
+            );
         }
-    }
-
-    /// Copies the recorded extents of the store file to the member of `start`.
-    async fn resync_extents(&self, start: ResyncStart, extents: &[u64]) -> Result<(), WireError> {
+        self.membership
+            .resync_started(start, plan.total(length), !plan.incremental());
+        let mut copied = 0;
+        loop {
+            let _order = self.order.lock().await;
+            let (changes, payload, sync) = match plan.step(self.file_length()?) {
+                Some(PageStep::Copy { offset, len }) => {
+                    let piece = self.read_piece(offset, len).await?;
+                    (
+                        vec![FileChange::Write {
+                            offset,
+                            len: len as u32,
+                        }],
+                        piece,
+                        false,
+                    )
+                }
+                Some(PageStep::Finish { len }) => {
+                    (vec![FileChange::SetLen(len)], Bytes::new(), true)
+                }
+                None => break,
+            };
+            let version = self.membership.resync_version(self.node.0, start)?;
+            let shipment = Shipment {
+                group: start.group,
+                version,
+                changes,
+                sync,
+            };
+            self.membership
+                .resync_step(start.member, || {
+                    self.send(start.member, &shipment, payload.clone())
+                })
+                .await?;
+            if !sync {
+                copied += payload.len() as u64;
+                self.membership.resync_copied(start, payload.len() as u64);
+            }
+        }
+        if plan.incremental() {
+            self.missed.forget(start.group, start.member);
+        }
         tracing::info!(
             home = self.home.0,
             group = start.group,
-            version = start.version,
             member = start.member,
-            extents = extents.len(),
-            "metadata resync of what the member missed started"
+            bytes = copied,
+            "metadata resync brought the member's copy up to date"
         );
-        self.membership
-            .resync_started(start, extents.len() as u64, false);
-        for extent in extents {
-            let _order = self.order.lock().await;
-            let length = self.file_length()?;
-            let offset = extent * MISSED_EXTENT;
-            if offset < length {
-                let len = (length - offset).min(MISSED_EXTENT);
-                self.copy_piece(start, offset, len).await?;
-            }
-            self.membership.resync_copied(start, MISSED_EXTENT);
-        }
-        self.finish_resync(start).await
+        Ok(())
     }
 
     fn file_length(&self) -> Result<u64, WireError> {
@@ -693,91 +675,17 @@ impl HomeLink {
             .map_err(|error| WireError::new(ErrorCode::Io, error.to_string()))
     }
 
-    /// Reads `len` bytes at `offset` of the store file and writes them to the member's copy.
-    /// The caller holds the order lock.
-    async fn copy_piece(&self, start: ResyncStart, offset: u64, len: u64) -> Result<(), WireError> {
+    /// Reads `len` bytes at `offset` of the store file.
+    async fn read_piece(&self, offset: u64, len: u64) -> Result<Bytes, WireError> {
         let file = Arc::clone(&self.file);
-        let chunk = tokio::task::spawn_blocking(move || {
-            let mut chunk = vec![0; len as usize];
-            file.read_exact_at(&mut chunk, offset).map(|()| chunk)
+        let piece = tokio::task::spawn_blocking(move || {
+            let mut piece = vec![0; len as usize];
+            file.read_exact_at(&mut piece, offset).map(|()| piece)
         })
         .await
         .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
         .map_err(|error| WireError::new(ErrorCode::Io, error.to_string()))?;
-        let version = self.membership.resync_version(self.node.0, start)?;
-        let shipment = Shipment {
-            group: start.group,
-            version,
-            changes: vec![FileChange::Write {
-                offset,
-                len: len as u32,
-            }],
-            sync: false,
-        };
-        let chunk = Bytes::from(chunk);
-        self.membership
-            .resync_step(start.member, || {
-                self.send(start.member, &shipment, chunk.clone())
-            })
-            .await?;
-        Ok(())
-    }
-
-    /// Gives the member's copy the store file's length and syncs it.
-    async fn finish_resync(&self, start: ResyncStart) -> Result<(), WireError> {
-        let _order = self.order.lock().await;
-        let length = self.file_length()?;
-        let version = self.membership.resync_version(self.node.0, start)?;
-        let shipment = Shipment {
-            group: start.group,
-            version,
-            changes: vec![FileChange::SetLen(length)],
-            sync: true,
-        };
-        self.membership
-            .resync_step(start.member, || {
-                self.send(start.member, &shipment, Bytes::new())
-            })
-            .await?;
-        Ok(())
-    }
-
-    /// Copies the whole store file to the member of `start`, chunk by chunk.
-    async fn resync_full(&self, start: ResyncStart) -> Result<(), WireError> {
-        let length = self.file_length()?;
-        tracing::info!(
-            home = self.home.0,
-            group = start.group,
-            version = start.version,
-            member = start.member,
-            bytes = length,
-            "metadata resync started"
-        );
-        self.membership
-            .resync_started(start, length.div_ceil(RESYNC_CHUNK), true);
-        let mut offset = 0;
-        loop {
-            let _order = self.order.lock().await;
-            let length = self.file_length()?;
-            if offset >= length {
-                break;
-            }
-            let len = (length - offset)
-                .min(RESYNC_CHUNK)
-                .min(u64::from(IO_BYTES_MAX));
-            self.copy_piece(start, offset, len).await?;
-            self.membership.resync_copied(start, len);
-            offset += len;
-        }
-        self.finish_resync(start).await?;
-        tracing::info!(
-            home = self.home.0,
-            group = start.group,
-            member = start.member,
-            bytes = offset,
-            "metadata resync copied the store"
-        );
-        Ok(())
+        Ok(Bytes::from(piece))
     }
 }
 
@@ -796,23 +704,6 @@ impl HomeLink {
 pub(crate) struct HomeFile {
     file: Arc<File>,
     link: Arc<HomeLink>,
-}
-
-/// The extents of the store file that `changes` write.
-fn extents(changes: &[FileChange]) -> Vec<u64> {
-    let mut extents: Vec<u64> = changes
-        .iter()
-        .filter_map(|change| match *change {
-            FileChange::Write { offset, len } if len > 0 => {
-                Some(offset / MISSED_EXTENT..=(offset + u64::from(len) - 1) / MISSED_EXTENT)
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    extents.sort_unstable();
-    extents.dedup();
-    extents
 }
 
 impl std::fmt::Debug for HomeFile {
@@ -842,7 +733,7 @@ impl redb::StorageBackend for HomeFile {
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.link.check_fence()?;
         let mut writes = self.link.writes();
-        writes.next.changes.push(FileChange::SetLen(len));
+        writes.next.set_len(len);
         writes.len = len;
         Ok(())
     }
@@ -898,15 +789,11 @@ pub(crate) struct Replicas {
     unshipped: Arc<Unshipped>,
 }
 
-/// Where a send stands among a home's sends: its group version, its primary's link and its
-/// number on that link (see [`MetaRequest::ReplicaApply`]). Later sends compare greater.
-pub(crate) type SendOrder = (u64, u64, u64);
-
 /// A member's copy of one home.
 struct Copy {
     file: File,
     /// The newest send applied to it.
-    applied: Option<SendOrder>,
+    applied: CopyOrder,
 }
 
 impl Replicas {
@@ -939,13 +826,7 @@ impl Replicas {
                 format!("metadata copy of home {home}: {error}"),
             )
         };
-        let needed: u64 = changes
-            .iter()
-            .map(|c| match c {
-                FileChange::Write { len, .. } => u64::from(*len),
-                FileChange::SetLen(_) => 0,
-            })
-            .sum();
+        let needed = pages::payload_len(changes);
         if needed != payload.len() as u64 {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
@@ -957,7 +838,7 @@ impl Replicas {
         }
         let copy = self.copy(home).map_err(io)?;
         let mut copy = copy.lock().expect("replica file poisoned");
-        if let Some(applied) = copy.applied.filter(|applied| *applied > order) {
+        if let Err(applied) = copy.applied.admit(order) {
             return Err(WireError::new(
                 ErrorCode::Superseded,
                 format!(
@@ -965,7 +846,6 @@ impl Replicas {
                 ),
             ));
         }
-        copy.applied = Some(order);
         self.unshipped.drop_home(home);
         apply_changes(&copy.file, changes, payload).map_err(io)?;
         if sync {
@@ -990,7 +870,7 @@ impl Replicas {
             .open(path)?;
         let copy = Arc::new(Mutex::new(Copy {
             file,
-            applied: None,
+            applied: CopyOrder::default(),
         }));
         copies.insert(home, Arc::clone(&copy));
         Ok(copy)

@@ -14,8 +14,12 @@
 //!   that applies a change once and never late, byte-range locks that order a primary's
 //!   changes to one object, the plan and steps of bringing a returning member up to date, and
 //!   the numbers a primary gives its forwards (as a client gives its requests).
-//! - [`Server`] (the simulator's storage server): [`Membership`] and the storage servers'
-//!   fence, range locks and resync steps over chunks in memory. As a primary it applies a
+//! - [`pages`] (every metadata server): a sync's changes to a home's store file and the
+//!   extents they write, the order in which a copy takes its primary's sends, and the steps
+//!   of a copy's resync.
+//! - [`Server`] (the simulator's storage and metadata server): [`Membership`] and the storage
+//!   servers' fence, range locks and resync steps over chunks in memory; for the groups from
+//!   [`HOMES`] on, a metadata server's homes, whose store files ship by [`pages`]. As a primary it applies a
 //!   change under the chunk's range, forwards it to every present member and answers the
 //!   client only when all of them have it; it serves only while its lease holds. As a
 //!   secondary it applies what its primary forwards, through the fence of the group's
@@ -37,6 +41,7 @@ mod controller;
 pub mod fence;
 mod membership;
 pub mod numbers;
+pub mod pages;
 pub mod ranges;
 pub mod resync;
 mod server;
@@ -44,7 +49,7 @@ mod server;
 pub use client::{Client, ClientOp, OpRecord};
 pub use controller::{Controller, ControllerDurable};
 pub use membership::{Adopted, Membership, Refused, ResyncStart};
-pub use server::{ResyncCounts, Server, Store};
+pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
 
 use std::collections::BTreeMap;
 
@@ -67,6 +72,10 @@ pub type ClientId = u32;
 /// host loses what was not synced). They share chunk ids with mirrored chunks, as a storage
 /// target holds plain and mirrored objects of the same inode ids apart.
 pub const PLAIN: GroupId = 1 << 20;
+
+/// Group ids from here on (below [`PLAIN`]) name metadata homes: groups that hold one store
+/// file, mirrored as metadata servers mirror theirs ([`pages`]).
+pub const HOMES: GroupId = 1 << 19;
 
 /// Where a message goes or comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -445,6 +454,24 @@ pub enum Msg<D> {
         chunks: Vec<ChunkId>,
         /// Whether they are the last.
         end: bool,
+    },
+    /// Primary of a metadata home → member: apply a sync's changes to the copy of the home's
+    /// store file (or a resync's piece), if the send is newer than every one applied.
+    PageApply {
+        /// The home's group.
+        group: GroupId,
+        /// The primary's version.
+        version: Version,
+        /// The primary's operation id, echoed by the ack.
+        op: u64,
+        /// The send's place among the home's sends.
+        order: pages::SendOrder,
+        /// The changes.
+        changes: Vec<pages::FileChange>,
+        /// The bytes they write.
+        payload: Bytes,
+        /// Sync the copy before answering.
+        sync: bool,
     },
     /// Member → primary: done.
     MemberAck {

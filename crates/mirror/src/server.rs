@@ -20,6 +20,9 @@ use crate::{
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod homes;
+pub use homes::{home_region, is_home, REGION};
+
 /// A server's data: what the page cache holds (`volatile`) and what reached the disk
 /// (`durable`). A crash keeps only `durable`. The records of what absent members missed are
 /// written durably before the writes they cover are acknowledged.
@@ -159,6 +162,8 @@ pub struct Server {
     forwards: Numbers,
     /// The sender id of those forwards: this start of this server.
     forwarder: u64,
+    /// The metadata homes it serves and mirrors.
+    homes: homes::Homes,
     /// Client operations served as primary: (time, group, version), for the simulator's
     /// split-brain check.
     pub served: Vec<(Time, GroupId, Version)>,
@@ -211,6 +216,7 @@ impl Server {
             next_resync_client: OWN_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
             forwards: Numbers::default(),
             forwarder: OWN_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
+            homes: homes::Homes::default(),
             served: Vec::new(),
             resync_counts: ResyncCounts::default(),
         }
@@ -300,6 +306,7 @@ impl Server {
         }
         out.extend(self.complete_finished(now));
         out.extend(self.advance_resyncs(now));
+        out.extend(self.tick_homes(now));
         out
     }
 
@@ -413,6 +420,37 @@ impl Server {
     pub fn handle(&mut self, now: Time, from: Node, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
         match (from, msg) {
             (Node::Mgmt, Msg::HeartbeatAck { sent_at, map }) => self.adopt(sent_at, map, now),
+            (
+                Node::Client(client),
+                Msg::Change {
+                    group,
+                    version,
+                    change,
+                    seq,
+                },
+            ) if is_home(group) => self.home_change(now, client, (group, version), change, seq),
+            (
+                Node::Client(client),
+                Msg::Sync {
+                    group,
+                    version,
+                    seq,
+                    ..
+                },
+            ) if is_home(group) => self.home_sync(now, client, (group, version), seq),
+            (
+                Node::Client(client),
+                Msg::Read {
+                    group,
+                    version,
+                    chunk,
+                    seq,
+                },
+            ) if is_home(group) => self.home_read(now, client, (group, version), chunk, seq),
+            (Node::Server(primary), msg @ Msg::PageApply { .. }) => self.page_apply(primary, msg),
+            (Node::Server(member), Msg::MemberAck { group, op, .. }) if is_home(group) => {
+                self.page_acknowledged(now, member, group, op)
+            }
             (
                 Node::Client(client),
                 Msg::Change {
@@ -842,6 +880,10 @@ impl Server {
                 .or_insert(unacknowledged);
         }
         for (_, group) in &adopted.taken {
+            if is_home(group.id) {
+                out.extend(self.adopt_home(now, group));
+                continue;
+            }
             let ended: Vec<ResyncStart> = self
                 .resyncs
                 .values()
@@ -880,6 +922,10 @@ impl Server {
             }
         }
         for start in adopted.starts {
+            if is_home(start.group) {
+                out.extend(self.start_page_resync(now, start));
+                continue;
+            }
             let key = (start.group, start.member);
             let (incremental, plan) = match self.store.missed.get(&key) {
                 Some(chunks) if !start.full => (true, ResyncPlan::missed(chunks.iter().copied())),

@@ -1042,19 +1042,9 @@ pub enum MetaRequest {
     CheckProgress,
 }
 
-/// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FileChange {
-    /// Writes the next `len` bytes of the payload at `offset`.
-    Write {
-        /// Where in the file.
-        offset: u64,
-        /// How many payload bytes.
-        len: u32,
-    },
-    /// Cuts or extends (with zeros) the file to `len` bytes.
-    SetLen(u64),
-}
+/// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]):
+/// the mirroring of store files is `weft_mirror::pages`.
+pub use weft_mirror::pages::FileChange;
 
 /// Where a metadata request goes: the home whose inodes it names, and for a mirrored home the
 /// version of its group the sender routed it with (0 for a home without a group).

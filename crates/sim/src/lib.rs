@@ -1,6 +1,7 @@
-//! A deterministic simulator of mirror groups: management, storage servers and clients run the
-//! `weft-mirror` state machines (the storage servers' membership, change fence, range locks and
-//! resync plan among them) over a simulated network, driven by one seeded random source
+//! A deterministic simulator of mirror groups: management, storage and metadata servers and
+//! clients run the `weft-mirror` state machines (the servers' membership, the storage servers'
+//! change fence, range locks and resync plan, the metadata servers' store-file shipping among
+//! them) over a simulated network, driven by one seeded random source
 //! through message loss, reordering and stalls, partitions, crashes of a host (which lose
 //! unsynced writes) and of a server's process (which keep them: they were in the kernel). The
 //! same seed replays the same run, event for event.
@@ -10,15 +11,16 @@
 //! - every client operation was answered, and every member of every group is good again;
 //! - the members of each group hold identical data;
 //! - no write covered by an acknowledged sync is lost: each chunk holds its last synced write
-//!   or a later one;
+//!   or a later one; no commit a metadata home answered is lost;
 //! - no two primaries served at once: per group, served versions never go back in time, and
 //!   one version is served by one server.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use weft_mirror::{
-    Answer, Change, ChunkId, Client, ClientOp, Controller, ControllerDurable, GroupId, MemberState,
-    Msg, Node, ResyncCounts, Send, Server, ServerId, Store, Time, Timing, Version, PLAIN,
+    home_region, is_home, Answer, Change, ChunkId, Client, ClientOp, Controller, ControllerDurable,
+    GroupId, MemberState, Msg, Node, ResyncCounts, Send, Server, ServerId, Store, Time, Timing,
+    Version, HOMES, PLAIN,
 };
 
 /// The shape of a run.
@@ -30,7 +32,11 @@ pub struct Config {
     pub servers: u32,
     /// Mirror groups, each a list of member servers (the first starts as primary).
     pub groups: Vec<Vec<ServerId>>,
-    /// Clients; each writes its own chunks of one group.
+    /// Metadata homes, each a list of member servers (the first starts as primary): groups
+    /// from [`HOMES`] on, on servers that hold no storage group and keep the commits of a
+    /// home's next sync in their own memory (every restart loses them).
+    pub homes: Vec<Vec<ServerId>>,
+    /// Clients; each writes its own chunks of one group or home.
     pub clients: u32,
     /// Chunks per client.
     pub chunks_per_client: u64,
@@ -66,13 +72,15 @@ pub enum FaultMix {
 }
 
 impl Config {
-    /// The standard run: 4 servers, 3 groups of two and one of three, 4 clients.
+    /// The standard run: 4 storage servers in 3 groups of two and one of three, 2 metadata
+    /// servers each the home of one and the mirror of the other's, 6 clients.
     pub fn standard(seed: u64) -> Config {
         Config {
             seed,
-            servers: 4,
+            servers: 6,
             groups: vec![vec![1, 2], vec![2, 3], vec![3, 4], vec![4, 1, 2]],
-            clients: 4,
+            homes: vec![vec![5, 6], vec![6, 5]],
+            clients: 6,
             chunks_per_client: 16,
             fault_ms: 20_000,
             quiet_ms: 30_000,
@@ -106,6 +114,10 @@ pub struct Outcome {
     pub partitions: u64,
     /// Primary changes seen.
     pub failovers: u64,
+    /// Commits answered by metadata homes, and their primary changes.
+    pub home_commits: u64,
+    /// Primary changes of metadata homes.
+    pub home_failovers: u64,
     /// Messages delivered.
     pub messages: u64,
     /// Resyncs started, finished, and stopped before they finished (a crash of the primary
@@ -173,8 +185,11 @@ struct ServerSlot {
     /// The data of a crashed server, kept for its restart.
     crashed: Option<Store>,
     boot: u64,
-    /// Moves with every crash of the host, which loses unsynced writes.
+    /// Moves with every crash of the host, which loses unsynced writes (of a metadata server,
+    /// with every restart).
     unsynced_boot: u64,
+    /// Whether it keeps what it has not synced in its own memory (a metadata server).
+    in_process: bool,
 }
 
 struct World {
@@ -322,13 +337,24 @@ impl World {
         self.config.fault_ms + self.config.quiet_ms / 2
     }
 
+    /// Every group and home with its members.
+    fn all_groups(config: &Config) -> Vec<(GroupId, &Vec<ServerId>)> {
+        let groups = (1..).zip(&config.groups);
+        groups.chain((HOMES + 1..).zip(&config.homes)).collect()
+    }
+
     fn group_of(&self, client: u32) -> GroupId {
-        client % self.config.groups.len() as u32 + 1
+        let groups = World::all_groups(&self.config);
+        groups[client as usize % groups.len()].0
     }
 
     /// The chunk in `client`'s slot `index`: a removed chunk is never used again (as a
     /// removed file's inode id is not), the slot gets a new one.
     fn chunk_of(&mut self, client: u32, index: u64) -> ChunkId {
+        if is_home(self.group_of(client)) {
+            // A region of the home's store file, never removed.
+            return u64::from(client) * self.config.chunks_per_client + index;
+        }
         *self
             .slots
             .entry((client, index))
@@ -362,8 +388,9 @@ impl World {
         let chunk = self.chunk_of(client, index);
         // Out of twenty operations: two reads, 2 to 8 syncs (by seed), the rest changes.
         let syncs = 2 + self.config.seed % 4 * 2;
+        let home = is_home(group);
         // Reads and syncs of the plain objects on a member target now and then too.
-        let place = if self.random.next_u64() % 4 == 0 {
+        let place = if !home && self.random.next_u64() % 4 == 0 {
             let members = &self.config.groups[group as usize - 1];
             PLAIN + members[client as usize % members.len()]
         } else {
@@ -382,7 +409,13 @@ impl World {
         // a truncate or a removal.
         let offset = self.random.next_u64() % 40;
         let len = self.random.between(1, 12);
-        let change = match self.random.next_u64() % 16 {
+        // A home's store commits writes of pages only.
+        let kind = if home {
+            15
+        } else {
+            self.random.next_u64() % 16
+        };
+        let change = match kind {
             0 => Change::Punch { chunk, offset, len },
             1 => Change::Truncate {
                 chunk,
@@ -409,7 +442,7 @@ impl World {
         };
         // A quarter of the changes go to plain objects (same chunk ids) on a member target of
         // the client's group.
-        if self.random.next_u64() % 4 == 0 {
+        if !home && self.random.next_u64() % 4 == 0 {
             let members = &self.config.groups[group as usize - 1];
             let server = members[client as usize % members.len()];
             return ClientOp::Change {
@@ -494,6 +527,8 @@ impl World {
             let mut store = machine.into_store();
             if host {
                 store.crash();
+            }
+            if host || slot.in_process {
                 slot.unsynced_boot += 1;
             }
             slot.crashed = Some(store);
@@ -602,6 +637,16 @@ impl World {
             }
             self.outcome.operations +=
                 client.history.iter().filter(|r| r.done.is_some()).count() as u64;
+            self.outcome.home_commits += client
+                .history
+                .iter()
+                .filter(|r| match (&r.op, &r.done) {
+                    (ClientOp::Change { group, .. }, Some((_, Answer::Written { .. }))) => {
+                        is_home(*group)
+                    }
+                    _ => false,
+                })
+                .count() as u64;
         }
         for (id, group) in &map.groups {
             if group.members.iter().any(|m| m.state != MemberState::Good) {
@@ -611,6 +656,9 @@ impl World {
                 ));
             }
             self.outcome.failovers += group.version.saturating_sub(1);
+            if is_home(*id) {
+                self.outcome.home_failovers += group.version.saturating_sub(1);
+            }
             let data = |server: ServerId| -> Option<BTreeMap<ChunkId, Data>> {
                 let machine = self.servers.get(&server)?.machine.as_ref()?;
                 Some(
@@ -665,8 +713,17 @@ impl World {
                     .into_iter()
                     .filter(|(place, _)| place == id)
                 {
-                    let allowed = allowed_states(&client.history, (*id, chunk), group.loss_epoch);
-                    let found = primary.get(&chunk).cloned().unwrap_or_default();
+                    // A home answers a commit only once it is synced everywhere: nothing it
+                    // answered is ever lost, whatever the loss epoch says.
+                    let (epoch, found) = if is_home(*id) {
+                        (0, home_region(primary.get(&0), chunk))
+                    } else {
+                        (
+                            group.loss_epoch,
+                            primary.get(&chunk).cloned().unwrap_or_default(),
+                        )
+                    };
+                    let allowed = allowed_states(&client.history, (*id, chunk), epoch);
                     if !allowed.contains(&found) {
                         violations.push(format!(
                             "group {id} chunk {chunk}: holds {found:?}, none of the {} states its changes since the last acknowledged sync may have left",
@@ -829,8 +886,8 @@ fn allowed_states(
 pub fn run(config: &Config) -> Outcome {
     config.timing.check().expect("timing is consistent");
     let mut controller = Controller::new(config.timing, 0, ControllerDurable::default());
-    for (index, members) in config.groups.iter().enumerate() {
-        controller.create_group(index as GroupId + 1, members);
+    for (id, members) in World::all_groups(config) {
+        controller.create_group(id, members);
     }
     let mut world = World {
         config: config.clone(),
@@ -851,6 +908,7 @@ pub fn run(config: &Config) -> Outcome {
                         crashed: None,
                         boot: 1,
                         unsynced_boot: 1,
+                        in_process: config.homes.iter().flatten().any(|home| *home == id),
                     },
                 )
             })
@@ -894,6 +952,8 @@ mod tests {
             totals.crashes += outcome.crashes;
             totals.partitions += outcome.partitions;
             totals.failovers += outcome.failovers;
+            totals.home_commits += outcome.home_commits;
+            totals.home_failovers += outcome.home_failovers;
             totals.count_resyncs(outcome.resyncs);
             if !outcome.violations.is_empty() {
                 failed.push((seed, outcome.violations));
@@ -919,6 +979,10 @@ mod tests {
         if many {
             assert!(totals.operations > 0 && totals.crashes > 0 && totals.partitions > 0);
             assert!(totals.failovers > 0, "the runs exercised failovers");
+            assert!(
+                totals.home_commits > 0 && totals.home_failovers > 0,
+                "the runs committed to metadata homes and failed them over"
+            );
             assert!(
                 totals.resyncs.finished > 0 && totals.resyncs.stopped > 0,
                 "the runs finished resyncs and stopped others midway: {:?}",
