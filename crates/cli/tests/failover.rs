@@ -505,3 +505,45 @@ fn mirrored_cluster_survives_server_loss_under_load() {
     assert!(ok, "{report}{err}");
     eprintln!("{jobs} fio jobs and {} kept files verified", kept.len());
 }
+
+// Goal: a metadata request sent to a primary cut off the network waits for the failover, not
+// for its deadline: the client notices that the home's group moved on and asks the new
+// primary, as it does for storage. (The mount's deadline is made far longer than a failover,
+// so waiting it out cannot pass for following the failover.)
+#[test]
+fn a_metadata_request_to_a_cut_off_primary_follows_the_failover() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        storage: 1,
+        targets_per_storage: 1,
+        netns: true,
+        ..ClusterSpec::default()
+    });
+    common::autocreate_meta_groups(&cluster);
+    common::wait_meta_member_good(&cluster, "meta-2");
+    let deadline = std::time::Duration::from_secs(150);
+    let mnt = cluster
+        .mount_with(&[&format!("request_timeout_ms={}", deadline.as_millis())])
+        .expect("mount");
+    // Connections to the primary are open and in use when it is cut off.
+    for index in 0..20 {
+        std::fs::create_dir(mnt.join(format!("before-{index}"))).expect("mkdir before the cut");
+    }
+    let primary = meta_primary(&cluster);
+    cluster.set_link(&primary, false).expect("cut the primary");
+    let started = std::time::Instant::now();
+    let made = std::fs::create_dir(mnt.join("during"));
+    let took = started.elapsed();
+    cluster.set_link(&primary, true).expect("reconnect");
+    made.expect("mkdir while the primary is cut off");
+    assert_ne!(meta_primary(&cluster), primary, "the other copy took over");
+    assert!(
+        took < weft_testkit::WAIT_DEADLINE,
+        "the mkdir took {took:?}: it waited for its request's deadline instead of following the failover"
+    );
+    let names: Vec<_> = std::fs::read_dir(&mnt)
+        .expect("list")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 21, "every directory made is there: {names:?}");
+}

@@ -447,7 +447,7 @@ impl Client {
         Ok(self
             .retry
             .run(|| async {
-                let result = async { call(self.cluster.meta(home).await?).await }.await;
+                let result = self.cluster.call_meta(home, &call).await;
                 if result.as_ref().is_err_and(RpcError::is_retryable) {
                     // The server may have restarted on a new address.
                     self.cluster

@@ -208,9 +208,13 @@ impl ClusterView {
                         Some(mirror) => {
                             // A primary cut off the network answers nothing until the request
                             // times out; once the group moved on, ask the new primary instead.
+                            let version = |map: &ClusterMap| {
+                                map.mirror_group(MirrorKind::Storage, mirror.group)
+                                    .map(|g| g.version)
+                            };
                             tokio::select! {
                                 result = call(client, route) => result,
-                                moved = self.group_moved(mirror) => Err(moved),
+                                moved = self.moved_on(version, mirror.version) => Err(moved),
                             }
                         }
                     }
@@ -224,23 +228,45 @@ impl ClusterView {
             .await
     }
 
-    /// Completes once the map shows `route`'s group at another version, looking every
-    /// [`GROUP_WATCH_INTERVAL`] while a request routed by it is outstanding.
-    async fn group_moved(&self, route: MirrorRoute) -> RpcError {
+    /// Runs one metadata call on the server of `home` (the home's node, or its mirror
+    /// group's primary). A primary cut off the network answers nothing until the request
+    /// times out: once the home's group moved on, the call ends `StaleRoute`, so that it is
+    /// asked of the new primary instead.
+    ///
+    /// # Errors
+    /// The error of `call`, `StaleRoute` when the group moved on meanwhile, or `UnknownNode`.
+    pub async fn call_meta<T, F, Fut>(&self, home: NodeId, call: F) -> Result<T, RpcError>
+    where
+        F: FnOnce(Arc<MetaClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        let client = self.meta(home).await?;
+        let route = client.route();
+        if route.version == 0 {
+            return call(client).await;
+        }
+        let version = |map: &ClusterMap| Some(map.meta_route(home).1.version);
+        tokio::select! {
+            result = call(client) => result,
+            moved = self.moved_on(version, route.version) => Err(moved),
+        }
+    }
+
+    /// Completes once the map shows a group at another version than `routed` (`version`
+    /// reads it from the map), looking every [`GROUP_WATCH_INTERVAL`] while a request routed
+    /// by it is outstanding.
+    async fn moved_on(
+        &self,
+        version: impl Fn(&ClusterMap) -> Option<u64>,
+        routed: u64,
+    ) -> RpcError {
         loop {
             tokio::time::sleep(GROUP_WATCH_INTERVAL).await;
             self.refresh_if_older(GROUP_WATCH_INTERVAL).await;
-            let version = self
-                .map()
-                .mirror_group(MirrorKind::Storage, route.group)
-                .map(|g| g.version);
-            if version != Some(route.version) {
+            if version(&self.map()) != Some(routed) {
                 return RpcError::Remote(WireError::new(
                     ErrorCode::StaleRoute,
-                    format!(
-                        "mirror group {} moved on from version {} while a request waited",
-                        route.group, route.version
-                    ),
+                    format!("a mirror group moved on from version {routed} while a request waited"),
                 ));
             }
         }
