@@ -330,6 +330,16 @@ impl Membership {
         );
     }
 
+    /// Sets how many objects resync `start` copies, once it knows (a full resync lists the
+    /// primary's objects after it removed the member's extra ones).
+    pub fn resync_total(&self, start: ResyncStart, total: u64) {
+        if let Some((progress, _)) = self.state().progress.get_mut(&(start.group, start.member)) {
+            if progress.version == start.version {
+                progress.objects_total = total;
+            }
+        }
+    }
+
     /// Counts one object of `bytes` copied by a resync.
     pub fn resync_copied(&self, start: ResyncStart, bytes: u64) {
         if let Some((progress, _)) = self.state().progress.get_mut(&(start.group, start.member)) {
@@ -544,5 +554,32 @@ pub fn change_tag(
         number: pending.number,
         settled_below: marks.settled_below,
         abandoned: marks.abandoned,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a full resync learns how many objects it copies only after it removed the
+    // member's extra ones; setting that total keeps what it counted so far and its start.
+    #[test]
+    fn a_resync_total_set_late_keeps_its_progress() {
+        let membership = Membership::new(1, Duration::from_millis(100), Unsynced::InProcess);
+        let start = ResyncStart {
+            group: 3,
+            version: 7,
+            member: 2,
+            full: true,
+        };
+        membership.resync_started(start, 0, true);
+        membership.resync_copied(start, 4096);
+        std::thread::sleep(Duration::from_millis(20));
+        membership.resync_total(start, 12);
+        let report = membership.report();
+        let progress = report.resyncs.first().expect("the resync is reported");
+        assert_eq!(progress.objects_total, 12);
+        assert_eq!((progress.objects_copied, progress.bytes_copied), (1, 4096));
+        assert!(progress.elapsed_ms >= 20, "counted from the resync's start");
     }
 }

@@ -381,7 +381,7 @@ impl Mirror {
                     .0;
                     let count = plan.primary_listed(objects.into_iter().map(|(inode, _)| inode.0));
                     tracing::info!(group, version, member, objects = count, "resync copies");
-                    self.membership.resync_started(start, count as u64, true);
+                    self.membership.resync_total(start, count as u64);
                 }
                 ResyncStep::Object(inode) => {
                     let bytes = self.resync_object(&target, start, InodeId(inode)).await?;
