@@ -56,6 +56,22 @@ pub(crate) fn home_path(data_dir: &Path, node: NodeId, home: NodeId) -> PathBuf 
     }
 }
 
+/// A new link's id: the clock's nanoseconds, or one more than the last id when the clock did
+/// not move on (it was set back), so that a link opened later in a process always sends under
+/// a greater id; a start of a process is ordered by the group version, which a restart moves.
+fn link_id() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or_else(|last| last);
+    now.max(previous + 1)
+}
+
 /// The metadata mirror group holding `home`, if any.
 pub(crate) fn group_of_home(groups: &[MirrorGroupInfo], home: NodeId) -> Option<&MirrorGroupInfo> {
     groups.iter().find(|group| {
@@ -220,7 +236,7 @@ pub(crate) struct HomeLink {
     cluster: Arc<ClusterView>,
     /// What absent members miss, for the groups this server is primary of.
     missed: Arc<MissedLogs>,
-    unshipped: Arc<Unshipped>,
+    files: Arc<HomeFiles>,
     runtime: tokio::runtime::Handle,
     sync_seconds: prometheus_client::metrics::histogram::Histogram,
 }
@@ -232,22 +248,37 @@ pub(crate) struct LinkParts {
     pub cluster: Arc<ClusterView>,
     /// What absent members of the groups this server is primary of miss.
     pub missed: Arc<MissedLogs>,
-    pub unshipped: Arc<Unshipped>,
+    pub files: Arc<HomeFiles>,
     pub sync_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
-/// Changes this server wrote to a home's store file that the home's mirror members may lack:
-/// those of a sync that failed to ship (the primary's lease ran out while a member was being
-/// tried again). The home is opened again from its file, which holds them, so its next link
-/// ships them before anything else: to the present members, and into the records of the
-/// absent ones. A copy written by a primary elsewhere drops them: that primary copies the
-/// whole file to this server before it serves the home again.
+/// What this server keeps of each home's store file beyond one link to it.
+///
+/// - Changes it wrote to the file that the home's mirror members may lack: those of a sync
+///   that failed to ship (the primary's lease ran out while a member was being tried again).
+///   The home is opened again from its file, which holds them, so its next link ships them
+///   before anything else: to the present members, and into the records of the absent ones.
+///   A copy written by a primary elsewhere drops them: that primary copies the whole file to
+///   this server before it serves the home again.
+/// - The file's write lock: a served home's flusher writes the file only under it and after
+///   checking that the home is still served through its link, and a member's copy is written
+///   only under it and after the primary's send is admitted, so the writes of a link fenced a
+///   moment ago never land between (or after) those of the home's new primary.
 #[derive(Default)]
-pub(crate) struct Unshipped(Mutex<HashMap<NodeId, Changes>>);
+pub(crate) struct HomeFiles {
+    unshipped: Mutex<HashMap<NodeId, Changes>>,
+    locks: Mutex<HashMap<NodeId, Arc<Mutex<()>>>>,
+}
 
-impl Unshipped {
+impl HomeFiles {
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Changes>> {
-        self.0.lock().expect("unshipped changes poisoned")
+        self.unshipped.lock().expect("unshipped changes poisoned")
+    }
+
+    /// The write lock of `home`'s file here.
+    pub fn lock(&self, home: NodeId) -> Arc<Mutex<()>> {
+        let mut locks = self.locks.lock().expect("file locks poisoned");
+        Arc::clone(locks.entry(home).or_default())
     }
 
     /// Keeps `changes` of `home`, after those kept before.
@@ -278,7 +309,7 @@ impl HomeLink {
             membership,
             cluster,
             missed,
-            unshipped,
+            files,
             sync_seconds,
         } = parts;
         let path = home_path(data_dir, node, home);
@@ -295,7 +326,7 @@ impl HomeLink {
         );
         // The file holds the changes carried over (unless writing them failed): redb reads
         // them through `next` either way.
-        let next = unshipped.take(home);
+        let next = files.take(home);
         let len = next
             .last_len()
             .map_or_else(|| file.metadata().map(|m| m.len()), Ok)?;
@@ -318,14 +349,12 @@ impl HomeLink {
             broken: AtomicBool::new(false),
             sync_inline: AtomicBool::new(false),
             order: tokio::sync::Mutex::new(()),
-            opened: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
+            opened: link_id(),
             sends: AtomicU64::new(0),
             membership,
             cluster,
             missed,
-            unshipped,
+            files,
             runtime: tokio::runtime::Handle::current(),
             sync_seconds,
         });
@@ -422,7 +451,7 @@ impl HomeLink {
                 // Written here, perhaps, but perhaps not on every member: the home's next
                 // link here ships them first. A fenced link's home is served elsewhere.
                 if !self.fenced() {
-                    self.unshipped.keep(self.home, changes);
+                    self.files.keep(self.home, changes);
                 }
                 self.broken.store(true, Ordering::SeqCst);
                 writes.failed = Some(error.to_string());
@@ -433,8 +462,15 @@ impl HomeLink {
 
     /// Writes `changes` to the store file, then syncs it while they ship to the members.
     fn flush(&self, changes: &Arc<Changes>) -> std::io::Result<()> {
-        self.check_fence()?;
-        apply_changes(&self.file, &changes.changes, &changes.payload)?;
+        // Written under the file's lock, once more checked to be served through this link.
+        let before = {
+            let lock = self.files.lock(self.home);
+            let _writing = lock.lock().expect("file lock poisoned");
+            self.check_fence()?;
+            let before = self.file.metadata()?.len();
+            apply_changes(&self.file, &changes.changes, &changes.payload)?;
+            before
+        };
         // The local sync runs while the changes ship: a commit waits for the slower of the
         // two, not their sum. If shipping fails the sync fails, synced here or not; a copy
         // that missed it is copied in full before it can serve.
@@ -443,7 +479,7 @@ impl HomeLink {
         }
         std::thread::scope(|scope| {
             let local = scope.spawn(|| self.file.sync_data());
-            let shipped = self.ship(changes);
+            let shipped = self.ship(changes, before);
             let synced = local.join().expect("local sync panicked");
             shipped.and(synced)
         })
@@ -479,8 +515,9 @@ impl HomeLink {
     }
 
     /// Ships the changes made since the last sync to every present member, in order, and
-    /// records the extents they touched for every absent member that left in sync.
-    fn ship(&self, pending: &Arc<Changes>) -> std::io::Result<()> {
+    /// records the extents they touched (of a file `before` bytes long before them) for every
+    /// absent member that left in sync.
+    fn ship(&self, pending: &Arc<Changes>, before: u64) -> std::io::Result<()> {
         if pending.changes.is_empty() {
             return Ok(());
         }
@@ -491,7 +528,7 @@ impl HomeLink {
         let pieces = pieces(&pending.changes, &payload, SHIP_LIMITS);
         let shipped = self.block_on(async {
             let _order = self.order.lock().await;
-            // A sync given up is shipped again by the next link (`Unshipped`): no member is
+            // A sync given up is shipped again by the next link (`HomeFiles`): no member is
             // owed anything beyond it.
             self.membership
                 .deliver(self.node.0, group.id, &[], |member, version, _| {
@@ -517,7 +554,7 @@ impl HomeLink {
             // not shipped to its member.
             if self.missed.any(group.id) {
                 self.missed
-                    .note(group.id, &pending.extents(MISSED_EXTENT))
+                    .note(group.id, &pending.extents(MISSED_EXTENT, before))
                     .map_err(|error| {
                         WireError::new(
                             ErrorCode::Io,
@@ -621,6 +658,10 @@ impl HomeLink {
         let mut copied = 0;
         loop {
             let _order = self.order.lock().await;
+            // A link whose home is served anew (or elsewhere) resyncs nothing more: the new
+            // link ships in an order of its own.
+            self.check_fence()
+                .map_err(|error| WireError::new(ErrorCode::StaleRoute, error.to_string()))?;
             let (changes, payload, sync) = match plan.step(self.file_length()?) {
                 Some(PageStep::Copy { offset, len }) => {
                     let piece = self.read_piece(offset, len).await?;
@@ -786,7 +827,7 @@ pub(crate) struct Replicas {
     node: NodeId,
     copies: Mutex<HashMap<NodeId, Arc<Mutex<Copy>>>>,
     /// A copy written by another primary drops what this server could not ship of it.
-    unshipped: Arc<Unshipped>,
+    files: Arc<HomeFiles>,
 }
 
 /// A member's copy of one home.
@@ -797,13 +838,19 @@ struct Copy {
 }
 
 impl Replicas {
-    pub fn new(data_dir: PathBuf, node: NodeId, unshipped: Arc<Unshipped>) -> Replicas {
+    pub fn new(data_dir: PathBuf, node: NodeId, files: Arc<HomeFiles>) -> Replicas {
         Replicas {
             data_dir,
             node,
             copies: Mutex::default(),
-            unshipped,
+            files,
         }
+    }
+
+    /// The write lock of `home`'s file here (see [`HomeFiles`]): held while a primary's send
+    /// is admitted and applied.
+    pub fn lock(&self, home: NodeId) -> Arc<Mutex<()>> {
+        self.files.lock(home)
     }
 
     /// Applies shipped `changes` (whose written bytes `payload` holds in order) to the copy of
@@ -846,7 +893,7 @@ impl Replicas {
                 ),
             ));
         }
-        self.unshipped.drop_home(home);
+        self.files.drop_home(home);
         apply_changes(&copy.file, changes, payload).map_err(io)?;
         if sync {
             copy.file.sync_data().map_err(io)?;
@@ -979,49 +1026,10 @@ mod tests {
         let directory = tempfile::tempdir().expect("tempdir");
         let data_dir = directory.path().to_path_buf();
         let (node, home, member) = (NodeId(1), NodeId(1), 2u32);
-        let membership = Arc::new(Membership::new(
-            1,
-            Duration::from_millis(100),
-            weft_net::mirror::Unsynced::InProcess,
-        ));
-        let group = |version: u64, state: Consistency| MirrorGroupInfo {
-            id: 1,
-            kind: MirrorKind::Meta,
-            version,
-            primary: home.0,
-            members: [(home.0, Consistency::Good), (member, state)]
-                .into_iter()
-                .map(|(id, state)| weft_proto::messages::MirrorMember {
-                    id,
-                    node: NodeId(id),
-                    state,
-                    full_resync: false,
-                })
-                .collect(),
-            loss_epoch: 0,
-        };
+        let group = home_group;
         // A lease that already ran out: the member's changes cannot be delivered.
-        membership.adopt(
-            std::time::Instant::now(),
-            Duration::ZERO,
-            vec![group(1, Consistency::Good)],
-            |_| true,
-        );
-        let parts = LinkParts {
-            membership: Arc::clone(&membership),
-            cluster: Arc::new(ClusterView::new(
-                "127.0.0.1:9",
-                weft_net::RpcClientOptions::default(),
-            )),
-            missed: Arc::new(MissedLogs::default()),
-            unshipped: Arc::default(),
-            sync_seconds: prometheus_client::metrics::histogram::Histogram::new([1.0].into_iter()),
-        };
-        let sync = |file: &HomeFile| {
-            use redb::StorageBackend;
-            file.sync_data(false).expect("sync asked");
-            file.link.wait_synced(file.link.last_sync())
-        };
+        let membership = primary_of_home_1(Duration::ZERO);
+        let parts = link_parts(&membership);
 
         let (_, file) = HomeLink::open(&data_dir, node, home, parts.clone()).expect("open");
         redb::StorageBackend::write(&file, 0, &[7; 4096]).expect("write");
@@ -1034,6 +1042,7 @@ mod tests {
             Duration::from_secs(60),
             vec![group(2, Consistency::Bad)],
             |_| true,
+            |_| {},
         );
         parts
             .missed
@@ -1047,6 +1056,115 @@ mod tests {
             Some(vec![0, (1 << 20) / MISSED_EXTENT]),
             "the absent member's record holds the extent the failed sync wrote"
         );
+    }
+
+    /// Home 1's group in `version`: node 1 its good primary, node 2 in `state`.
+    fn home_group(version: u64, state: Consistency) -> MirrorGroupInfo {
+        MirrorGroupInfo {
+            id: 1,
+            kind: MirrorKind::Meta,
+            version,
+            primary: 1,
+            members: [(1, Consistency::Good), (2, state)]
+                .into_iter()
+                .map(|(id, state)| weft_proto::messages::MirrorMember {
+                    id,
+                    node: NodeId(id),
+                    state,
+                    full_resync: false,
+                })
+                .collect(),
+            loss_epoch: 0,
+        }
+    }
+
+    /// Node 1's membership as primary of home 1, node 2 good, with a lease of `lease`.
+    fn primary_of_home_1(lease: Duration) -> Arc<Membership> {
+        let membership = Arc::new(Membership::new(
+            1,
+            Duration::from_millis(100),
+            weft_net::mirror::Unsynced::InProcess,
+        ));
+        membership.adopt(
+            std::time::Instant::now(),
+            lease,
+            vec![home_group(1, Consistency::Good)],
+            |_| true,
+            |_| {},
+        );
+        membership
+    }
+
+    /// What a link needs, with no other server reachable.
+    fn link_parts(membership: &Arc<Membership>) -> LinkParts {
+        LinkParts {
+            membership: Arc::clone(membership),
+            cluster: Arc::new(ClusterView::new(
+                "127.0.0.1:9",
+                weft_net::RpcClientOptions::default(),
+            )),
+            missed: Arc::new(MissedLogs::default()),
+            files: Arc::default(),
+            sync_seconds: prometheus_client::metrics::histogram::Histogram::new([1.0]),
+        }
+    }
+
+    /// Asks for a sync of what `file` was given and waits for it.
+    fn sync(file: &HomeFile) -> Result<(), String> {
+        use redb::StorageBackend;
+        file.sync_data(false).expect("sync asked");
+        file.link.wait_synced(file.link.last_sync())
+    }
+
+    /// A sync that ships while its server takes the map in which a member left must land in
+    /// the record of what that member misses, or the member comes back for the recorded
+    /// extents only, is made good without the sync's pages and may be promoted: the record
+    /// is started before any other thread sees the new map.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sync_shipped_as_its_member_leaves_is_recorded_for_it() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let data_dir = directory.path().to_path_buf();
+        let (node, home, member) = (NodeId(1), NodeId(1), 2u32);
+        let now = std::time::Instant::now;
+        let membership = primary_of_home_1(Duration::from_secs(60));
+        let parts = link_parts(&membership);
+        let (_, file) = HomeLink::open(&data_dir, node, home, parts.clone()).expect("open");
+        redb::StorageBackend::write(&file, 0, &[7; 4096]).expect("write");
+
+        // Management drops the member. While this server takes that map, a sync ships.
+        let (taking, taken) = std::sync::mpsc::channel();
+        let taker = {
+            let (membership, missed) = (Arc::clone(&membership), Arc::clone(&parts.missed));
+            let data_dir = data_dir.clone();
+            std::thread::spawn(move || {
+                membership.adopt(
+                    now(),
+                    Duration::from_secs(60),
+                    vec![home_group(2, Consistency::Bad)],
+                    |_| true,
+                    |adopted| {
+                        taking.send(()).expect("the test waits");
+                        std::thread::sleep(Duration::from_millis(300));
+                        missed.follow(adopted, |_| Some(data_dir.clone()));
+                    },
+                );
+            })
+        };
+        taken.recv().expect("the map is being taken");
+        sync(&file).expect("a sync with the member gone");
+        taker.join().expect("the map taken");
+        assert_eq!(
+            parts.missed.recorded(1, member),
+            Some(vec![0]),
+            "the record of what the member misses holds the extent the sync wrote"
+        );
+    }
+
+    /// Links opened later send under greater ids, whatever the clock does.
+    #[test]
+    fn link_ids_grow() {
+        let ids: Vec<u64> = (0..1000).map(|_| link_id()).collect();
+        assert!(ids.windows(2).all(|pair| pair[0] < pair[1]));
     }
 
     /// A sync's changes cut into pieces within the limits change the file as the whole does.

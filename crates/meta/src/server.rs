@@ -10,7 +10,7 @@
 //! another group version, is refused with `StaleRoute`, and the sender fetches the map again.
 
 use crate::commit::CommitMetrics;
-use crate::replica::{group_of_home, Replicas, Unshipped};
+use crate::replica::{group_of_home, HomeFiles, Replicas};
 use crate::service::{Meta, Shared};
 use crate::store::{OpError, INODES, REMOTE_CREATED, REPLIES};
 use crate::{MetaConfig, MetaError};
@@ -100,16 +100,16 @@ pub async fn run(
     missed
         .load(&config.data_dir)
         .map_err(|e| MetaError::Store(format!("cannot read mirror records: {e}")))?;
-    let unshipped = Arc::new(Unshipped::default());
+    let files = Arc::new(HomeFiles::default());
     let server = Arc::new(Server {
-        replicas: Replicas::new(config.data_dir.clone(), node, Arc::clone(&unshipped)),
+        replicas: Replicas::new(config.data_dir.clone(), node, Arc::clone(&files)),
         shared: Arc::new(Shared {
             node,
             config: config.clone(),
             cluster,
             membership,
             missed,
-            unshipped,
+            files,
             commit_metrics,
         }),
         homes,
@@ -283,10 +283,12 @@ impl Server {
                     Duration::from_millis(lease_ms),
                     groups,
                     |member| member == node,
+                    |adopted| {
+                        shared
+                            .missed
+                            .follow(adopted, |_| Some(shared.config.data_dir.clone()));
+                    },
                 );
-                shared
-                    .missed
-                    .follow(&adopted, |_| Some(shared.config.data_dir.clone()));
                 for start in adopted.starts {
                     let server = Arc::clone(self);
                     tokio::spawn(async move {
@@ -476,11 +478,16 @@ impl Server {
             return Err(WireError::new(ErrorCode::Internal, "not a shipped change"));
         };
         let membership = &self.shared.membership;
-        membership.admit_forward(self.node().0, *group, *version)?;
         let home = membership
             .group(*group)
             .and_then(|g| g.members.first().map(|m| NodeId(m.id)))
             .ok_or_else(|| stale(format!("mirror group {group} is not known here")))?;
+        // Admitted and written under the file's lock: a link of this server fenced a moment
+        // ago writes nothing after it, and once the map says this server is primary no send
+        // of its old primary is admitted any more.
+        let lock = self.replicas.lock(home);
+        let _writing = lock.lock().expect("file lock poisoned");
+        membership.admit_forward(self.node().0, *group, *version)?;
         // A member serves no home it receives a copy of.
         if self.served(home).is_some() {
             self.stop(home);

@@ -23,7 +23,7 @@ use crate::ops::setattr::{
 };
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::ops::OpContext;
-use crate::replica::{HomeLink, LinkParts, Unshipped};
+use crate::replica::{HomeFiles, HomeLink, LinkParts};
 use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, REPLIES, TRUNCATES, UNREPORTED};
 use crate::{MetaConfig, MetaError};
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
@@ -171,8 +171,8 @@ pub(crate) struct Shared {
     pub membership: Arc<Membership>,
     /// What absent members of the groups this server is primary of miss.
     pub missed: Arc<MissedLogs>,
-    /// What this server's homes could not ship to their members (see [`Unshipped`]).
-    pub unshipped: Arc<Unshipped>,
+    /// What this server keeps of its homes' store files: changes not shipped, write locks.
+    pub files: Arc<HomeFiles>,
     pub commit_metrics: CommitMetrics,
 }
 
@@ -188,7 +188,7 @@ impl Meta {
             membership: Arc::clone(&shared.membership),
             cluster: Arc::clone(&shared.cluster),
             missed: Arc::clone(&shared.missed),
-            unshipped: Arc::clone(&shared.unshipped),
+            files: Arc::clone(&shared.files),
             sync_seconds: shared.commit_metrics.sync_seconds.clone(),
         };
         let (link, file) = HomeLink::open(&shared.config.data_dir, shared.node, home, parts)

@@ -97,22 +97,35 @@ impl Changes {
         }
     }
 
-    /// The extents of `extent` bytes the writes touch, in order: what an absent member misses.
-    pub fn extents(&self, extent: u64) -> Vec<u64> {
-        let mut extents: Vec<u64> = self
-            .changes
-            .iter()
-            .filter_map(|change| match *change {
-                FileChange::Write { offset, len } if len > 0 => {
-                    Some(offset / extent..=(offset + u64::from(len) - 1) / extent)
+    /// The extents of `extent` bytes the changes touch, in order, for a file `len` bytes long
+    /// before them: what an absent member misses. Those a write writes, and those a cut takes
+    /// (grown again, the file reads as zeros there; the member's copy holds the old bytes).
+    pub fn extents(&self, extent: u64, mut len: u64) -> Vec<u64> {
+        let mut touched = Vec::new();
+        let mut touch = |from: u64, to: u64| {
+            if from < to {
+                touched.extend(from / extent..=(to - 1) / extent);
+            }
+        };
+        for change in &self.changes {
+            match *change {
+                FileChange::Write {
+                    offset,
+                    len: written,
+                } => {
+                    let end = offset + u64::from(written);
+                    touch(offset, end);
+                    len = len.max(end);
                 }
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        extents.sort_unstable();
-        extents.dedup();
-        extents
+                FileChange::SetLen(cut) => {
+                    touch(cut, len);
+                    len = cut;
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        touched
     }
 
     /// Applies the changes to a file in memory.
@@ -417,6 +430,28 @@ mod tests {
         changes.set_len(5000);
         changes.write(4096, &[2; 1]);
         changes.write(50, &[3; 0]);
-        assert_eq!(changes.extents(64), vec![0, 1, 64]);
+        assert_eq!(changes.extents(64, 0), vec![0, 1, 64]);
+    }
+
+    // Goal: a file cut and grown again reads as zeros where it was cut; a member that missed
+    // the cut holds the old bytes there, so the cut extents are missed too.
+    #[test]
+    fn a_cut_misses_the_extents_it_took() {
+        let mut changes = Changes::default();
+        changes.set_len(100);
+        changes.set_len(1000);
+        changes.write(0, &[1; 10]);
+        let mut file = vec![9u8; 640];
+        let mut copy = file.clone();
+        let before = file.len() as u64;
+        changes.apply_to(&mut file);
+        // A member that missed these changes gets the extents recorded for it.
+        for extent in changes.extents(64, before) {
+            let (start, end) = ((extent * 64) as usize, ((extent + 1) * 64) as usize);
+            copy.resize(copy.len().max(end.min(file.len())), 0);
+            copy[start..end.min(file.len())].copy_from_slice(&file[start..end.min(file.len())]);
+        }
+        copy.resize(file.len(), 0);
+        assert_eq!(copy, file);
     }
 }

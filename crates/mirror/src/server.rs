@@ -86,6 +86,28 @@ struct Waiting {
     since: Time,
 }
 
+impl Waiting {
+    /// Notes in `waiting` that a send to `member` under `version` left at `now`.
+    fn sent(
+        waiting: &mut BTreeMap<ServerId, Waiting>,
+        member: ServerId,
+        now: Time,
+        version: Version,
+    ) {
+        let waiting = waiting.entry(member).or_insert(Waiting {
+            sent: now,
+            version,
+            since: now,
+        });
+        if waiting.version != version {
+            // A new version starts the member's time over.
+            waiting.version = version;
+            waiting.since = now;
+        }
+        waiting.sent = now;
+    }
+}
+
 /// A forward waiting for members' acknowledgements.
 #[derive(Clone, Debug)]
 struct Pending {
@@ -317,29 +339,10 @@ impl Server {
         let Some(pending) = self.pending.get(&op) else {
             return Vec::new();
         };
-        let version = match pending.resync {
-            Some(start) => self
-                .membership
-                .resync_version(now, self.id, start)
-                .map(Some),
-            None => self
-                .membership
-                .version_to_member(now, self.id, pending.group, member),
-        };
-        match version {
+        match self.send_version(now, pending.group, member, pending.resync) {
             Ok(Some(version)) => {
                 let pending = self.pending.get_mut(&op).expect("looked up above");
-                let waiting = pending.waiting.entry(member).or_insert(Waiting {
-                    sent: now,
-                    version,
-                    since: now,
-                });
-                if waiting.version != version {
-                    // A new version starts the member's time over.
-                    waiting.version = version;
-                    waiting.since = now;
-                }
-                waiting.sent = now;
+                Waiting::sent(&mut pending.waiting, member, now, version);
                 if let (Some(number), Work::Change { tag, .. }) =
                     (pending.forward, &mut pending.work)
                 {
@@ -1077,6 +1080,53 @@ impl Server {
         out
     }
 
+    /// The version a send to `member` of `group` carries now: a resync step's, or a change's
+    /// (`None`: the member left).
+    fn send_version(
+        &self,
+        now: Time,
+        group: GroupId,
+        member: ServerId,
+        resync: Option<ResyncStart>,
+    ) -> Result<Option<Version>, Refused> {
+        match resync {
+            Some(start) => self
+                .membership
+                .resync_version(now, self.id, start)
+                .map(Some),
+            None => self
+                .membership
+                .version_to_member(now, self.id, group, member),
+        }
+    }
+
+    /// Admits send `op` of `primary` to this member of `group` in `version`, or answers that
+    /// this member knows another version.
+    fn admit_from_primary(
+        &self,
+        primary: ServerId,
+        group: GroupId,
+        version: Version,
+        op: u64,
+    ) -> Result<(), Vec<Send<Bytes>>> {
+        if self
+            .membership
+            .admit_forward(self.id, group, version)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let known = self.membership.group(group).map_or(0, |(g, _)| g.version);
+        Err(vec![Send {
+            to: Node::Server(primary),
+            msg: Msg::MemberRefused {
+                group,
+                version: known,
+                op,
+            },
+        }])
+    }
+
     /// A forward from this group's primary: admitted by version, a change through the fence
     /// of the group's version, so a late copy never lands after a newer change.
     fn as_member(&mut self, now: Time, primary: ServerId, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
@@ -1090,20 +1140,8 @@ impl Server {
             } => (*group, *version, *op),
             _ => return Vec::new(),
         };
-        if self
-            .membership
-            .admit_forward(self.id, group, version)
-            .is_err()
-        {
-            let known = self.membership.group(group).map_or(0, |(g, _)| g.version);
-            return vec![Send {
-                to: Node::Server(primary),
-                msg: Msg::MemberRefused {
-                    group,
-                    version: known,
-                    op,
-                },
-            }];
+        if let Err(refused) = self.admit_from_primary(primary, group, version, op) {
+            return refused;
         }
         match msg {
             Msg::Forward { tag, change, .. } => {

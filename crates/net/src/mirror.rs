@@ -230,14 +230,17 @@ impl Membership {
 
     /// Takes management's answer to a heartbeat sent at `sent`: the lease, and the groups
     /// (newer versions replace older ones). `local` says which members live on this server.
-    /// Returns what changed: the resyncs this server must start as primary, and the records
-    /// of missed changes to start or drop.
+    /// `records` starts and drops the records of missed changes the new versions ask for
+    /// before any other thread sees them: a change that finds a member gone must find its
+    /// record started, or what it wrote would be missing from it. Returns what changed: the
+    /// resyncs this server must start as primary, and the records started or dropped.
     pub fn adopt(
         &self,
         sent: Instant,
         lease: Duration,
         groups: Vec<MirrorGroupInfo>,
         local: impl Fn(u32) -> bool,
+        records: impl FnOnce(&Adopted),
     ) -> Adopted {
         let sent_at = self.time(sent);
         let mut state = self.state();
@@ -274,6 +277,7 @@ impl Membership {
                     && (g.version == p.version || !p.done)
             })
         });
+        records(&adopted);
         adopted
     }
 

@@ -131,13 +131,22 @@ impl Mirror {
     /// (newer versions replace older ones). Starts the resyncs this server must run as
     /// primary.
     pub fn adopt(self: &Arc<Self>, sent: Instant, lease: Duration, groups: Vec<MirrorGroupInfo>) {
-        let adopted = self.membership.adopt(sent, lease, groups, |member| {
-            self.targets.contains_key(&TargetId(member))
-        });
-        self.missed.follow(&adopted, |group| {
-            let primary = self.membership.group(group)?.primary;
-            Some(self.targets.get(&TargetId(primary))?.root().to_path_buf())
-        });
+        let adopted = self.membership.adopt(
+            sent,
+            lease,
+            groups,
+            |member| self.targets.contains_key(&TargetId(member)),
+            |adopted| {
+                self.missed.follow(adopted, |group| {
+                    let primary = adopted
+                        .taken
+                        .iter()
+                        .find(|(_, g)| g.id == group)
+                        .map(|(_, g)| g.primary)?;
+                    Some(self.targets.get(&TargetId(primary))?.root().to_path_buf())
+                });
+            },
+        );
         for start in adopted.starts {
             let mirror = Arc::clone(self);
             tokio::spawn(async move {

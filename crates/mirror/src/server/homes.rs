@@ -95,6 +95,8 @@ struct Unshipped {
 struct Shipment {
     op: u64,
     changes: Changes,
+    /// The file's length before a sync's changes.
+    before: u64,
     sync: bool,
     waiting: BTreeMap<ServerId, Waiting>,
     /// The clients of a sync's commits.
@@ -246,12 +248,14 @@ impl Server {
         if !home.next.is_empty() {
             let changes = std::mem::take(&mut home.next);
             let clients = std::mem::take(&mut home.next_clients);
+            let before = self.file_len(group);
             changes.apply_to(self.store.volatile.entry((group, 0)).or_default());
             self.store.sync(group);
             let members = self.membership.present_secondaries(group);
             let shipment = Shipment {
                 op: 0,
                 changes,
+                before,
                 sync: true,
                 waiting: BTreeMap::new(),
                 clients,
@@ -287,6 +291,7 @@ impl Server {
         let shipment = Shipment {
             op: 0,
             changes,
+            before: len,
             sync,
             waiting: BTreeMap::new(),
             clients: Vec::new(),
@@ -321,16 +326,7 @@ impl Server {
         let Some(shipment) = self.homes.served.get(&group).and_then(|h| h.busy.as_ref()) else {
             return Vec::new();
         };
-        let version = match shipment.resync {
-            Some(start) => self
-                .membership
-                .resync_version(now, self.id, start)
-                .map(Some),
-            None => self
-                .membership
-                .version_to_member(now, self.id, group, member),
-        };
-        let version = match version {
+        let version = match self.send_version(now, group, member, shipment.resync) {
             Ok(Some(version)) => version,
             Ok(None) => {
                 if let Some(shipment) = self.shipment(group) {
@@ -345,17 +341,7 @@ impl Server {
         let home = self.homes.served.get_mut(&group).expect("looked up above");
         let order: SendOrder = (version, home.link, sequence);
         let shipment = home.busy.as_mut().expect("looked up above");
-        let waiting = shipment.waiting.entry(member).or_insert(Waiting {
-            sent: now,
-            version,
-            since: now,
-        });
-        if waiting.version != version {
-            // A new version starts the member's time over.
-            waiting.version = version;
-            waiting.since = now;
-        }
-        waiting.sent = now;
+        Waiting::sent(&mut shipment.waiting, member, now, version);
         vec![Send {
             to: Node::Server(member),
             msg: Msg::PageApply {
@@ -425,7 +411,7 @@ impl Server {
                 }
             }
             None => {
-                let extents = shipment.changes.extents(EXTENT);
+                let extents = shipment.changes.extents(EXTENT, shipment.before);
                 for ((missed_group, _), missed) in &mut self.store.missed {
                     if *missed_group == group {
                         missed.extend(extents.iter().copied());
@@ -643,20 +629,8 @@ impl Server {
         else {
             return Vec::new();
         };
-        if self
-            .membership
-            .admit_forward(self.id, group, version)
-            .is_err()
-        {
-            let known = self.membership.group(group).map_or(0, |(g, _)| g.version);
-            return vec![Send {
-                to: Node::Server(primary),
-                msg: Msg::MemberRefused {
-                    group,
-                    version: known,
-                    op,
-                },
-            }];
+        if let Err(refused) = self.admit_from_primary(primary, group, version, op) {
+            return refused;
         }
         // A member serves no home it receives a copy of.
         let mut out = self.close_home(group, Refusal::NotPrimary);
