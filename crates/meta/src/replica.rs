@@ -441,6 +441,18 @@ impl HomeLink {
         let started = std::time::Instant::now();
         let result = self.flush(changes);
         self.sync_seconds.observe(started.elapsed().as_secs_f64());
+        if result.is_err() {
+            // Written here, perhaps, but perhaps not on every member: the home's next link
+            // here ships them first. A fenced link's home is served elsewhere; checked under
+            // the file's lock, so changes are never kept after a primary's send fenced the
+            // link and wrote the copy (which voids what is kept). Taken before `writes`: a
+            // store dropped under the file's lock takes `writes` after it.
+            let lock = self.files.lock(self.home);
+            let _writing = lock.lock().expect("file lock poisoned");
+            if !self.fenced() {
+                self.files.keep(self.home, changes);
+            }
+        }
         let mut writes = self.writes();
         writes.flushing = None;
         writes.inline = false;
@@ -448,11 +460,6 @@ impl HomeLink {
             Ok(()) => writes.done = ticket,
             Err(error) => {
                 tracing::error!(home = self.home.0, %error, "metadata store sync failed");
-                // Written here, perhaps, but perhaps not on every member: the home's next
-                // link here ships them first. A fenced link's home is served elsewhere.
-                if !self.fenced() {
-                    self.files.keep(self.home, changes);
-                }
                 self.broken.store(true, Ordering::SeqCst);
                 writes.failed = Some(error.to_string());
             }

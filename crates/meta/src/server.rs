@@ -404,7 +404,14 @@ impl Server {
                     continue;
                 }
             }
-            self.replicas.close(home);
+            {
+                // Under the file's lock: a primary's send admitted before this server became
+                // primary has written its copy by now, and a later one is refused, since the
+                // map says so. (Not held while the store opens: its syncs take it.)
+                let lock = self.replicas.lock(home);
+                let _writing = lock.lock().expect("file lock poisoned");
+                self.replicas.close(home);
+            }
             let shared = Arc::clone(&self.shared);
             let meta = tokio::task::spawn_blocking(move || Meta::start(home, &shared))
                 .await
