@@ -275,10 +275,14 @@ impl HomeFiles {
         self.unshipped.lock().expect("unshipped changes poisoned")
     }
 
-    /// The write lock of `home`'s file here.
-    pub fn lock(&self, home: NodeId) -> Arc<Mutex<()>> {
-        let mut locks = self.locks.lock().expect("file locks poisoned");
-        Arc::clone(locks.entry(home).or_default())
+    /// Runs `write` under the write lock of `home`'s file here.
+    pub fn writing<T>(&self, home: NodeId, write: impl FnOnce() -> T) -> T {
+        let lock = {
+            let mut locks = self.locks.lock().expect("file locks poisoned");
+            Arc::clone(locks.entry(home).or_default())
+        };
+        let _writing = lock.lock().expect("file lock poisoned");
+        write()
     }
 
     /// Keeps `changes` of `home`, after those kept before.
@@ -447,11 +451,11 @@ impl HomeLink {
             // the file's lock, so changes are never kept after a primary's send fenced the
             // link and wrote the copy (which voids what is kept). Taken before `writes`: a
             // store dropped under the file's lock takes `writes` after it.
-            let lock = self.files.lock(self.home);
-            let _writing = lock.lock().expect("file lock poisoned");
-            if !self.fenced() {
-                self.files.keep(self.home, changes);
-            }
+            self.files.writing(self.home, || {
+                if !self.fenced() {
+                    self.files.keep(self.home, changes);
+                }
+            });
         }
         let mut writes = self.writes();
         writes.flushing = None;
@@ -470,14 +474,12 @@ impl HomeLink {
     /// Writes `changes` to the store file, then syncs it while they ship to the members.
     fn flush(&self, changes: &Arc<Changes>) -> std::io::Result<()> {
         // Written under the file's lock, once more checked to be served through this link.
-        let before = {
-            let lock = self.files.lock(self.home);
-            let _writing = lock.lock().expect("file lock poisoned");
+        let before = self.files.writing(self.home, || {
             self.check_fence()?;
             let before = self.file.metadata()?.len();
             apply_changes(&self.file, &changes.changes, &changes.payload)?;
-            before
-        };
+            Ok::<_, std::io::Error>(before)
+        })?;
         // The local sync runs while the changes ship: a commit waits for the slower of the
         // two, not their sum. If shipping fails the sync fails, synced here or not; a copy
         // that missed it is copied in full before it can serve.
@@ -854,10 +856,10 @@ impl Replicas {
         }
     }
 
-    /// The write lock of `home`'s file here (see [`HomeFiles`]): held while a primary's send
-    /// is admitted and applied.
-    pub fn lock(&self, home: NodeId) -> Arc<Mutex<()>> {
-        self.files.lock(home)
+    /// Runs `write` under the write lock of `home`'s file here (see [`HomeFiles`]): a
+    /// primary's send is admitted and applied under it.
+    pub fn writing<T>(&self, home: NodeId, write: impl FnOnce() -> T) -> T {
+        self.files.writing(home, write)
     }
 
     /// Applies shipped `changes` (whose written bytes `payload` holds in order) to the copy of

@@ -404,14 +404,10 @@ impl Server {
                     continue;
                 }
             }
-            {
-                // Under the file's lock: a primary's send admitted before this server became
-                // primary has written its copy by now, and a later one is refused, since the
-                // map says so. (Not held while the store opens: its syncs take it.)
-                let lock = self.replicas.lock(home);
-                let _writing = lock.lock().expect("file lock poisoned");
-                self.replicas.close(home);
-            }
+            // Under the file's lock: a primary's send admitted before this server became
+            // primary has written its copy by now, and a later one is refused, since the map
+            // says so. (Not held while the store opens: its syncs take it.)
+            self.replicas.writing(home, || self.replicas.close(home));
             let shared = Arc::clone(&self.shared);
             let meta = tokio::task::spawn_blocking(move || Meta::start(home, &shared))
                 .await
@@ -492,16 +488,16 @@ impl Server {
         // Admitted and written under the file's lock: a link of this server fenced a moment
         // ago writes nothing after it, and once the map says this server is primary no send
         // of its old primary is admitted any more.
-        let lock = self.replicas.lock(home);
-        let _writing = lock.lock().expect("file lock poisoned");
-        membership.admit_forward(self.node().0, *group, *version)?;
-        // A member serves no home it receives a copy of.
-        if self.served(home).is_some() {
-            self.stop(home);
-        }
-        self.replicas
-            .apply(home, (*version, *link, *sequence), changes, payload, *sync)?;
-        Ok(Response::Done)
+        self.replicas.writing(home, || {
+            membership.admit_forward(self.node().0, *group, *version)?;
+            // A member serves no home it receives a copy of.
+            if self.served(home).is_some() {
+                self.stop(home);
+            }
+            self.replicas
+                .apply(home, (*version, *link, *sequence), changes, payload, *sync)?;
+            Ok(Response::Done)
+        })
     }
 }
 

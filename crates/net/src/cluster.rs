@@ -214,7 +214,9 @@ impl ClusterView {
                             };
                             tokio::select! {
                                 result = call(client, route) => result,
-                                moved = self.moved_on(version, mirror.version) => Err(moved),
+                                moved = self.moved_on(version, mirror.version, || {
+                                    format!("storage mirror group {}", mirror.group)
+                                }) => Err(moved),
                             }
                         }
                     }
@@ -248,17 +250,20 @@ impl ClusterView {
         let version = |map: &ClusterMap| Some(map.meta_route(home).1.version);
         tokio::select! {
             result = call(client) => result,
-            moved = self.moved_on(version, route.version) => Err(moved),
+            moved = self.moved_on(version, route.version, || {
+                format!("the mirror group of metadata home {home}")
+            }) => Err(moved),
         }
     }
 
-    /// Completes once the map shows a group at another version than `routed` (`version`
-    /// reads it from the map), looking every [`GROUP_WATCH_INTERVAL`] while a request routed
-    /// by it is outstanding.
+    /// Completes once the map shows a group (`group` names it) at another version than
+    /// `routed` (`version` reads it from the map), looking every [`GROUP_WATCH_INTERVAL`]
+    /// while a request routed by it is outstanding.
     async fn moved_on(
         &self,
         version: impl Fn(&ClusterMap) -> Option<u64>,
         routed: u64,
+        group: impl Fn() -> String,
     ) -> RpcError {
         loop {
             tokio::time::sleep(GROUP_WATCH_INTERVAL).await;
@@ -266,7 +271,10 @@ impl ClusterView {
             if version(&self.map()) != Some(routed) {
                 return RpcError::Remote(WireError::new(
                     ErrorCode::StaleRoute,
-                    format!("a mirror group moved on from version {routed} while a request waited"),
+                    format!(
+                        "{} moved on from version {routed} while a request waited",
+                        group()
+                    ),
                 ));
             }
         }
