@@ -32,16 +32,20 @@ trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 MGMT=127.0.0.1:$(port)
 mkdir -p "$WORK"/{mgmt,meta,meta2,s1/t1,s1/t2,s2/t1,s2/t2,mnt,logs}
-"$WEFT" serve mgmt --data-dir "$WORK/mgmt" --listen "$MGMT" > "$WORK/logs/mgmt.log" 2>&1 &
+# One cluster key for every service; the mount and the admin commands find it in WEFT_KEY_FILE.
+export WEFT_KEY_FILE="$WORK/cluster.key"
+"$WEFT" keygen "$WEFT_KEY_FILE" > /dev/null
+KEY=(--set "auth_key_file=\"$WEFT_KEY_FILE\"")
+"$WEFT" serve mgmt "${KEY[@]}" --data-dir "$WORK/mgmt" --listen "$MGMT" > "$WORK/logs/mgmt.log" 2>&1 &
 PIDS+=($!)
 sleep 0.5
-"$WEFT" serve meta --data-dir "$WORK/meta" --listen 127.0.0.1:0 --mgmt "$MGMT" \
+"$WEFT" serve meta "${KEY[@]}" --data-dir "$WORK/meta" --listen 127.0.0.1:0 --mgmt "$MGMT" \
   --set alias=\"meta-1\" > "$WORK/logs/meta.log" 2>&1 &
 PIDS+=($!)
 META_1=$!
 for _ in $(seq 1 100); do grep -q "metadata server serving" "$WORK/logs/meta.log" && break; sleep 0.1; done
 for s in 1 2; do
-  "$WEFT" serve storage --data-dir "$WORK/s$s" --listen 127.0.0.1:0 --mgmt "$MGMT" \
+  "$WEFT" serve storage "${KEY[@]}" --data-dir "$WORK/s$s" --listen 127.0.0.1:0 --mgmt "$MGMT" \
     --target "$WORK/s$s/t1" --target "$WORK/s$s/t2" --set alias=\"storage-$s\" \
     > "$WORK/logs/storage-$s.log" 2>&1 &
   PIDS+=($!)
@@ -89,7 +93,7 @@ bench_meta() {
     --json "$WORK/meta-$1.json" > "$WORK/logs/bench-meta-$1.txt"
 }
 bench_meta plain
-"$WEFT" serve meta --data-dir "$WORK/meta2" --listen 127.0.0.1:0 --mgmt "$MGMT" \
+"$WEFT" serve meta "${KEY[@]}" --data-dir "$WORK/meta2" --listen 127.0.0.1:0 --mgmt "$MGMT" \
   --set alias=\"meta-2\" > "$WORK/logs/meta-2.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 100); do grep -q "metadata server serving" "$WORK/logs/meta-2.log" && break; sleep 0.1; done

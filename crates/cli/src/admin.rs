@@ -100,9 +100,61 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// Management's address.
-    pub(crate) fn mgmt(&self) -> Result<String> {
+    /// Management's address and the key that lets the command in.
+    pub(crate) fn mgmt(&self) -> Result<Cluster> {
         locate(&self.locator, self.path.as_deref())
+    }
+}
+
+/// The cluster a command talks to: management's address and the key that lets it in.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// Management's address.
+    pub mgmt: String,
+    /// The key file found, if any: without one the command connects without a key, and a
+    /// cluster that requires one says so.
+    key_file: Option<PathBuf>,
+}
+
+impl Cluster {
+    /// The cluster whose management is at `mgmt`, with the key found as
+    /// [`weft_net::auth::find_key_file`] finds it (`explicit` first).
+    pub fn at(mgmt: String, explicit: Option<&Path>) -> Cluster {
+        let key_file = weft_net::auth::find_key_file(explicit, &mgmt);
+        Cluster { mgmt, key_file }
+    }
+
+    /// A client config for this cluster, every other setting at its default.
+    pub fn client_config(&self) -> ClientConfig {
+        self.client_config_from(ClientConfig::new(self.mgmt.clone()))
+    }
+
+    /// `config` with this cluster's key (or none, when none was found).
+    pub fn client_config_from(&self, mut config: ClientConfig) -> ClientConfig {
+        (config.auth_key_file, config.auth) = match &self.key_file {
+            Some(file) => (Some(file.clone()), None),
+            None => (None, Some(weft_net::AuthMode::None)),
+        };
+        config
+    }
+
+    /// Connection options for this cluster: one connection per server, the key.
+    pub fn options(&self) -> Result<RpcClientOptions> {
+        Ok(RpcClientOptions {
+            connections: 1,
+            auth: self.client_config().auth().map_err(anyhow::Error::msg)?,
+            ..RpcClientOptions::default()
+        })
+    }
+
+    /// A native client of this cluster.
+    pub async fn client(&self) -> Result<std::sync::Arc<Client>> {
+        Client::connect(&self.client_config())
+            .await
+            .map_err(|error| match error.0 {
+                weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
+                _ => anyhow!("{error}: is management running at {}?", self.mgmt),
+            })
     }
 }
 
@@ -125,7 +177,12 @@ fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
         })
 }
 
-pub fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
+pub fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<Cluster> {
+    let key_file = locator.key_file.as_deref();
+    Ok(Cluster::at(locate_mgmt(locator, path)?, key_file))
+}
+
+fn locate_mgmt(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
     if let Some(mgmt) = &locator.mgmt {
         return Ok(mgmt.clone());
     }
@@ -152,24 +209,20 @@ pub fn locate(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
     )
 }
 
-/// A view of the cluster at `mgmt`, with the map fetched.
-pub(crate) async fn connect(mgmt: &str) -> Result<(ClusterView, std::sync::Arc<ClusterMap>)> {
-    let view = ClusterView::new(
-        mgmt,
-        RpcClientOptions {
-            connections: 1,
-            ..RpcClientOptions::default()
-        },
-    );
-    let map = view
-        .refresh()
-        .await
-        .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+/// A view of the cluster, with the map fetched.
+pub(crate) async fn connect(
+    cluster: &Cluster,
+) -> Result<(ClusterView, std::sync::Arc<ClusterMap>)> {
+    let view = ClusterView::new(cluster.mgmt.clone(), cluster.options()?);
+    let map = view.refresh().await.map_err(|error| match error {
+        weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
+        _ => anyhow!("{error}: is management running at {}?", cluster.mgmt),
+    })?;
     Ok((view, map))
 }
 
-async fn cluster_map(mgmt: &str) -> Result<std::sync::Arc<ClusterMap>> {
-    Ok(connect(mgmt).await?.1)
+async fn cluster_map(cluster: &Cluster) -> Result<std::sync::Arc<ClusterMap>> {
+    Ok(connect(cluster).await?.1)
 }
 
 /// The inode of a path inside a Weft mount.
@@ -391,9 +444,7 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                 }
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
-                let client = Client::connect(&ClientConfig::new(mgmt.clone()))
-                    .await
-                    .map_err(|e| anyhow!("{e}: is management running at {mgmt}?"))?;
+                let client = mgmt.client().await?;
                 let attr = client
                     .get_attr(inode)
                     .await
@@ -486,9 +537,7 @@ pub fn mkdir(args: MkdirArgs) -> Result<()> {
     let owner = unsafe { (libc::getuid(), libc::getgid()) };
     let runtime = crate::runtime()?;
     runtime.block_on(async {
-        let client = Client::connect(&ClientConfig::new(mgmt.clone()))
-            .await
-            .map_err(|e| anyhow!("{e}: is management running at {mgmt}?"))?;
+        let client = mgmt.client().await?;
         let attr = client
             .mkdir_spread((parent_inode, name), (mode, umask), owner, args.spread)
             .await
@@ -650,18 +699,17 @@ const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24
 
 /// Runs `meta`'s check, showing on stderr how far it is while it runs.
 async fn check_one(
-    (mgmt, view): (&str, &ClusterView),
+    (mgmt, view): (&Cluster, &ClusterView),
     node: &weft_proto::messages::NodeInfo,
     repair: bool,
     referenced: Vec<InodeId>,
 ) -> Result<weft_proto::messages::CheckReport> {
     // The check's own connection waits as long as the check takes.
     let patient = ClusterView::new(
-        mgmt,
+        mgmt.mgmt.clone(),
         RpcClientOptions {
-            connections: 1,
             request_timeout: CHECK_TIMEOUT,
-            ..RpcClientOptions::default()
+            ..mgmt.options()?
         },
     );
     let meta = patient.meta(node.id).await?;
@@ -691,7 +739,7 @@ async fn check_one(
 
 /// Runs the check on every metadata node; returns the problems found.
 async fn check_all(
-    (mgmt, view): (&str, &ClusterView),
+    (mgmt, view): (&Cluster, &ClusterView),
     map: &ClusterMap,
     repair: bool,
 ) -> Result<u64> {

@@ -124,7 +124,7 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             config.num_targets,
             config.connections
         );
-        let mut client_config = weft_client::ClientConfig::new(args.mgmt.clone());
+        let mut client_config = crate::admin::Cluster::at(args.mgmt.clone(), None).client_config();
         client_config.connections_per_server = config.connections;
         let client = runtime
             .block_on(weft_client::Client::connect(&client_config))
@@ -427,10 +427,9 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
         }
         (None, Some(mgmt)) => {
             let runtime = crate::runtime()?;
-            let client_config = weft_client::ClientConfig::new(mgmt.clone());
-            let client = runtime
-                .block_on(weft_client::Client::connect(&client_config))
-                .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
+            let cluster = crate::admin::Cluster::at(mgmt.clone(), None);
+            let client_config = cluster.client_config();
+            let client = runtime.block_on(cluster.client())?;
             if net {
                 client.enable_net_bench();
             }
@@ -521,16 +520,12 @@ fn record(
 /// Asks every storage server (holding one of `only`, if given) to do `op`; returns each
 /// server's alias and answer.
 async fn storage_bench_all(
-    mgmt: &str,
+    cluster: &crate::admin::Cluster,
     op: &weft_proto::messages::StorageBenchOp,
     only: &[weft_proto::TargetId],
 ) -> Result<Vec<(String, weft_proto::messages::StorageBenchStatus)>> {
     use weft_proto::messages::NodeKind;
-    let view = weft_net::ClusterView::new(mgmt, weft_net::RpcClientOptions::default());
-    let map = view
-        .refresh()
-        .await
-        .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
+    let (_, map) = crate::admin::connect(cluster).await?;
     let mut answers = Vec::new();
     for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Storage) {
         let holds =
@@ -541,8 +536,7 @@ async fn storage_bench_all(
         let Some(address) = node.addresses.first() else {
             continue;
         };
-        let storage =
-            weft_net::StorageClient::new(address.clone(), weft_net::RpcClientOptions::default());
+        let storage = weft_net::StorageClient::new(address.clone(), cluster.options()?);
         let status = storage
             .storage_bench(op.clone())
             .await
@@ -613,10 +607,10 @@ fn run_storage_bench(action: StorageBenchAction) -> Result<()> {
         StorageBenchAction::Stop(args) => (StorageBenchOp::Stop, args, Vec::new()),
         StorageBenchAction::Cleanup(args) => (StorageBenchOp::Cleanup, args, Vec::new()),
     };
-    let mgmt = crate::admin::locate(&status_args.locator, None)?;
+    let cluster = crate::admin::locate(&status_args.locator, None)?;
     let runtime = crate::runtime()?;
     runtime.block_on(async {
-        let mut answers = storage_bench_all(&mgmt, &op, &only).await?;
+        let mut answers = storage_bench_all(&cluster, &op, &only).await?;
         while status_args.wait && answers.iter().any(|(_, s)| s.running) {
             eprintln!(
                 "  {} MB so far",
@@ -627,7 +621,7 @@ fn run_storage_bench(action: StorageBenchAction) -> Result<()> {
                     / 1_000_000
             );
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            answers = storage_bench_all(&mgmt, &StorageBenchOp::Status, &only).await?;
+            answers = storage_bench_all(&cluster, &StorageBenchOp::Status, &only).await?;
         }
         print_storage_bench(&answers);
         if let Some(path) = &status_args.json {
@@ -719,11 +713,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
         }
         (None, Some(mgmt)) => {
             let runtime = crate::runtime()?;
-            let client = runtime
-                .block_on(weft_client::Client::connect(
-                    &weft_client::ClientConfig::new(mgmt.clone()),
-                ))
-                .map_err(|error| anyhow::anyhow!("{error}: is management running at {mgmt}?"))?;
+            let client =
+                runtime.block_on(crate::admin::Cluster::at(mgmt.clone(), None).client())?;
             let target = NativeTarget {
                 client,
                 runtime: runtime.handle().clone(),

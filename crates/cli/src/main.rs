@@ -5,6 +5,7 @@
 //! - `weft mount`: the FUSE client.
 //! - `weft entry|node|target|df|fsck`: administration.
 //! - `weft bench`: benchmarks.
+//! - `weft keygen`: a cluster key file.
 
 mod admin;
 mod bench;
@@ -75,6 +76,11 @@ enum Command {
     },
     /// Check the namespace and the storage objects; --repair fixes what is safe to fix.
     Fsck(admin::FsckArgs),
+    /// Make a cluster key file (mode 0600; an existing file is never overwritten).
+    Keygen {
+        /// The new key file.
+        file: PathBuf,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -82,12 +88,16 @@ enum Command {
     },
 }
 
-/// Where the admin commands find management.
+/// Where the admin commands find management, and the key that lets them in.
 #[derive(clap::Args, Clone, Debug)]
 pub struct MgmtLocator {
     /// Management address; by default that of the Weft mount holding the path (or the cwd).
     #[arg(long)]
     mgmt: Option<String>,
+    /// The cluster key file; by default WEFT_KEY_FILE, then the key of the local `weft up`
+    /// cluster, then /etc/weft/cluster.key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
 }
 
 /// Large buffers (I/O payloads of up to a few MiB, read-ahead windows) stay in the allocator's
@@ -129,7 +139,12 @@ fn main() {
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colours for a terminal only: log files stay plain text.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .init();
     let _ = LOG_FILTER.set((handle, cli.log.is_some()));
     if !matches!(
@@ -192,6 +207,15 @@ fn run(command: Command) -> Result<()> {
         Command::Stats { command } => stats::stats(command),
         Command::Fsck(args) => admin::fsck(args),
         Command::Bench { command } => bench::run(command),
+        Command::Keygen { file } => {
+            weft_net::auth::write_new_key(&file).map_err(anyhow::Error::msg)?;
+            println!(
+                "wrote a new cluster key to {}: give it to every service (auth_key_file) and \
+                 client (--key-file, WEFT_KEY_FILE or /etc/weft/cluster.key)",
+                file.display()
+            );
+            Ok(())
+        }
     }
 }
 

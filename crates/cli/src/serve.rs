@@ -139,6 +139,10 @@ pub struct MountArgs {
     /// Any client config key as key=value (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// The cluster key file; by default the config's `auth_key_file`, then WEFT_KEY_FILE, then
+    /// the key of the local `weft up` cluster, then /etc/weft/cluster.key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
     /// A mounts file: one `<mountpoint> <client config file>` per line; mounts them all.
     #[arg(long, conflicts_with_all = ["mgmt", "config", "mountpoint"])]
     all: Option<PathBuf>,
@@ -146,7 +150,11 @@ pub struct MountArgs {
     mountpoint: Option<PathBuf>,
 }
 
-fn client_config(file: Option<&Path>, mgmt: Option<&str>, set: &[String]) -> Result<ClientConfig> {
+fn client_config(
+    file: Option<&Path>,
+    (mgmt, key_file): (Option<&str>, Option<&Path>),
+    set: &[String],
+) -> Result<ClientConfig> {
     let mut overrides = Vec::new();
     if let Some(mgmt) = mgmt {
         overrides.push((
@@ -160,8 +168,12 @@ fn client_config(file: Option<&Path>, mgmt: Option<&str>, set: &[String]) -> Res
             .ok_or_else(|| anyhow!("--set {item:?}: expected KEY=VALUE"))?;
         overrides.push((key.trim().to_string(), value.trim().to_string()));
     }
-    let config: ClientConfig = weft_service::config::load(file, &overrides)
+    let mut config: ClientConfig = weft_service::config::load(file, &overrides)
         .map_err(|error| anyhow!("{error} (give the management address with --mgmt HOST:PORT)"))?;
+    if key_file.is_some() || (config.auth_key_file.is_none() && config.auth.is_none()) {
+        config =
+            crate::admin::Cluster::at(config.mgmt.clone(), key_file).client_config_from(config);
+    }
     Ok(config)
 }
 
@@ -192,11 +204,21 @@ pub fn parse_mounts_file(path: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     Ok(mounts)
 }
 
+/// A mount this process serves, and the link through which the admin commands run inside it
+/// find its key.
+pub struct Mount {
+    mounted: Mounted,
+    key_link: Option<PathBuf>,
+}
+
 /// Connects a client and mounts it.
-pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Result<Mounted> {
+pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Result<Mount> {
     let client: Arc<Client> = Client::connect(config)
         .await
-        .map_err(|error| anyhow!("{error}: is management running at {}?", config.mgmt))?;
+        .map_err(|error| match error.0 {
+            weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
+            _ => anyhow!("{error}: is management running at {}?", config.mgmt),
+        })?;
     let fs = WeftFs::new(
         client,
         tokio::runtime::Handle::current(),
@@ -208,15 +230,45 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
         ),
     );
     let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;
-    Ok(mounted)
+    let key_link = config
+        .auth_key_file
+        .as_deref()
+        .and_then(|key_file| link_key(&config.mgmt, key_file));
+    Ok(Mount { mounted, key_link })
+}
+
+/// Leaves a link to the key where the admin commands look for the key of a cluster mounted
+/// here ([`weft_net::auth::local_cluster_key`]); `None` when it cannot (they then need
+/// --key-file).
+fn link_key(mgmt: &str, key_file: &Path) -> Option<PathBuf> {
+    let link = weft_net::auth::local_cluster_key(mgmt);
+    let key_file = crate::absolute(key_file);
+    let made = link
+        .parent()
+        .map(|dir| {
+            std::fs::create_dir_all(dir)?;
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        })
+        .transpose()
+        .and_then(|_| {
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&key_file, &link)
+        });
+    match made {
+        Ok(()) => Some(link),
+        Err(error) => {
+            tracing::warn!(link = %link.display(), %error, "cannot leave a link to the cluster key for the admin commands: give them --key-file");
+            None
+        }
+    }
 }
 
 /// Waits for a signal or for every mount to be unmounted from outside, then unmounts the rest.
-pub async fn hold_mounts(mounts: Vec<Mounted>) -> Result<()> {
+pub async fn hold_mounts(mounts: Vec<Mount>) -> Result<()> {
     let all_gone = async {
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            if mounts.iter().all(Mounted::is_finished) {
+            if mounts.iter().all(|mount| mount.mounted.is_finished()) {
                 return;
             }
         }
@@ -225,7 +277,10 @@ pub async fn hold_mounts(mounts: Vec<Mounted>) -> Result<()> {
         signal = terminated() => { tracing::info!(signal = signal?, "unmounting"); }
         () = all_gone => { tracing::info!("unmounted from outside; stopping"); }
     }
-    for mounted in mounts {
+    for Mount { mounted, key_link } in mounts {
+        if let Some(link) = key_link {
+            let _ = std::fs::remove_file(link);
+        }
         let path = mounted.mountpoint().display().to_string();
         mounted
             .unmount()
@@ -241,7 +296,8 @@ pub fn mount(args: MountArgs) -> Result<()> {
         let mut mounts = Vec::new();
         if let Some(file) = &args.all {
             for (mountpoint, config_file) in parse_mounts_file(file)? {
-                let config = client_config(Some(&config_file), None, &[])?;
+                let config =
+                    client_config(Some(&config_file), (None, args.key_file.as_deref()), &[])?;
                 mounts.push(connect_and_mount(&config, &mountpoint).await?);
                 println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
             }
@@ -249,7 +305,11 @@ pub fn mount(args: MountArgs) -> Result<()> {
             let mountpoint = args.mountpoint.clone().ok_or_else(|| {
                 anyhow!("give a mount point: weft mount --mgmt HOST:PORT MOUNTPOINT")
             })?;
-            let config = client_config(args.config.as_deref(), args.mgmt.as_deref(), &args.set)?;
+            let config = client_config(
+                args.config.as_deref(),
+                (args.mgmt.as_deref(), args.key_file.as_deref()),
+                &args.set,
+            )?;
             mounts.push(connect_and_mount(&config, &mountpoint).await?);
             println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
         }

@@ -77,7 +77,7 @@ struct Server {
     rpc: RpcClient,
 }
 
-fn servers(map: &ClusterMap) -> Vec<Server> {
+fn servers(map: &ClusterMap, options: &RpcClientOptions) -> Vec<Server> {
     map.nodes
         .iter()
         .filter(|node| node.kind != NodeKind::Management)
@@ -90,7 +90,7 @@ fn servers(map: &ClusterMap) -> Vec<Server> {
                     RpcClientOptions {
                         connections: 1,
                         request_timeout: Duration::from_secs(5),
-                        ..RpcClientOptions::default()
+                        ..options.clone()
                     },
                 ),
             })
@@ -229,7 +229,7 @@ pub fn stats(command: StatsCommand) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         let (_, map) = connect(&mgmt).await?;
-        let servers = servers(&map);
+        let servers = servers(&map, &mgmt.options()?);
         let mut old = sample(&servers).await;
         let mut then = Instant::now();
         loop {
@@ -348,7 +348,7 @@ pub fn cluster(command: ClusterCommand) -> Result<()> {
             .mgmt()
             .cluster_status()
             .await
-            .map_err(|error| anyhow!("{error}: is management running at {mgmt}?"))?;
+            .map_err(|error| anyhow!("{error}: is management running at {}?", mgmt.mgmt))?;
         if json {
             println!("{}", serde_json::to_string_pretty(&status)?);
             return Ok(());

@@ -76,6 +76,7 @@ pub fn run(args: UpArgs) -> Result<()> {
 
 async fn up(args: UpArgs) -> Result<()> {
     let data_dir = prepare(&args.data_dir)?;
+    let key_file = cluster_key(&data_dir)?;
     weft_client::fuse::detach_stale_mount(&args.mountpoint)?;
     let mountpoint = prepare(&args.mountpoint)?;
     let (stop, stopped) = watch::channel(false);
@@ -102,6 +103,8 @@ async fn up(args: UpArgs) -> Result<()> {
         influxdb: None,
         metrics_listen: None,
         log: None,
+        auth_key_file: Some(key_file.clone()),
+        auth: None,
     };
     let stopping = shutdown();
     services.push((
@@ -126,6 +129,8 @@ async fn up(args: UpArgs) -> Result<()> {
             influxdb: None,
             metrics_listen: None,
             log: None,
+            auth_key_file: Some(key_file.clone()),
+            auth: None,
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
         endpoints.push(format!("http://{address}/metrics"));
@@ -136,7 +141,7 @@ async fn up(args: UpArgs) -> Result<()> {
         ));
         // One at a time, so that meta-N registers as metadata node N on a new cluster.
         wait_until_ready(
-            &ClientConfig::new(mgmt.clone()),
+            &client_config(&mgmt, &key_file),
             &mut services,
             (index, 0),
             false,
@@ -163,6 +168,8 @@ async fn up(args: UpArgs) -> Result<()> {
             influxdb: None,
             metrics_listen: None,
             log: None,
+            auth_key_file: Some(key_file.clone()),
+            auth: None,
         };
         lines.push(format!(
             "  storage      storage-{index} at {address}, {} targets",
@@ -176,7 +183,7 @@ async fn up(args: UpArgs) -> Result<()> {
         ));
     }
 
-    let client_config = ClientConfig::new(mgmt.clone());
+    let client_config = client_config(&mgmt, &key_file);
     let expected_targets = args.storage_servers * args.targets_per_server;
     wait_until_ready(
         &client_config,
@@ -189,6 +196,7 @@ async fn up(args: UpArgs) -> Result<()> {
 
     println!("Weft is up.");
     println!("  data         {}", data_dir.display());
+    println!("  cluster key  {}", key_file.display());
     println!("  mounted at   {}", mountpoint.display());
     for line in &lines {
         println!("{line}");
@@ -217,6 +225,22 @@ async fn up(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// The cluster key in `data_dir`, made on the first start.
+fn cluster_key(data_dir: &std::path::Path) -> Result<PathBuf> {
+    let file = data_dir.join("cluster.key");
+    if !file.exists() {
+        weft_net::auth::write_new_key(&file).map_err(anyhow::Error::msg)?;
+    }
+    Ok(file)
+}
+
+/// A client config for the local cluster.
+fn client_config(mgmt: &str, key_file: &std::path::Path) -> ClientConfig {
+    let mut config = ClientConfig::new(mgmt);
+    config.auth_key_file = Some(key_file.to_path_buf());
+    config
+}
+
 /// Polls until every service registered and the root directory answers; fails early with the
 /// error of a service that stopped.
 /// Waits until management lists `meta` metadata nodes and `targets` storage targets, and with
@@ -228,8 +252,13 @@ async fn wait_until_ready(
     root: bool,
 ) -> Result<()> {
     let started = Instant::now();
-    let view =
-        weft_net::ClusterView::new(config.mgmt.clone(), weft_net::RpcClientOptions::default());
+    let view = weft_net::ClusterView::new(
+        config.mgmt.clone(),
+        weft_net::RpcClientOptions {
+            auth: config.auth().map_err(anyhow::Error::msg)?,
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
     loop {
         for (name, task) in services.iter_mut() {
             if task.is_finished() {

@@ -122,7 +122,11 @@ fn mount_all_from_mounts_file() {
     fs::create_dir_all(directory.join("mnt")).expect("mkdir");
     fs::write(
         directory.join("client.toml"),
-        format!("mgmt = \"{}\"\nfuse_threads = 2\n", cluster.mgmt()),
+        format!(
+            "mgmt = \"{}\"\nfuse_threads = 2\nauth_key_file = \"{}\"\n",
+            cluster.mgmt(),
+            cluster.key_file().display()
+        ),
     )
     .expect("config");
     fs::write(

@@ -643,7 +643,7 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
     let cluster = cluster(ClusterSpec::default());
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+        let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
         let map = view.refresh().await.expect("map");
         let target = map.targets.first().expect("a target").id;
         let storage = view.storage_for_target(target).await.expect("storage");

@@ -637,6 +637,7 @@ fn a_commit_larger_than_a_frame_reaches_the_metadata_copy() {
     let value = |file: usize| common::pattern(file as u64, 64 * 1024);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.auth_key_file = Some(cluster.key_file());
     // Within the test cluster's short session timeout.
     config.heartbeat_interval_ms = 300;
     let client = runtime
@@ -762,7 +763,7 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
     let cluster = common::mirrored_pair();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+        let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
         let file = (InodeId::new(NodeId(1), 1 << 40), 0);
         let tag = |number: u64, settled_below: u64| ChangeTag {
             client: ClientId(u64::MAX - 2),
@@ -849,7 +850,7 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
     })
     .expect("group formed");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+    let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
     let member = TargetId(3);
     let file = (InodeId::new(NodeId(1), 1 << 40), 0);
     let tag = |client: u64, number: u64| ChangeTag {
@@ -935,7 +936,7 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
     use weft_proto::messages::{ChangeTag, Route, StorageRequest};
     let cluster = common::mirrored_pair();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+    let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
     let inode = InodeId::new(NodeId(1), 1 << 40);
     let tag = |number: u64| ChangeTag {
         client: ClientId((1 << 63) | 99),
@@ -1015,7 +1016,7 @@ fn a_returning_member_holds_what_it_took_durably_once_good() {
     use std::os::unix::fs::MetadataExt;
     let (mut cluster, _mnt, dir) = mirrored_pair(true, true);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let view = weft_net::ClusterView::new(cluster.mgmt(), Default::default());
+    let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
     let secondary = runtime.block_on(common::secondary_route(&view)).target.0 as usize;
     let member = format!("storage-{secondary}");
 

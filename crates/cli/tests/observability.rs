@@ -613,6 +613,7 @@ fn log_level_and_metrics_address_are_set_in_config() {
     let log = fs::File::create(&log_path).expect("log");
     let child = Command::new(common::binary())
         .args(["serve", "mgmt", "--listen", &address, "--set", "log=warn"])
+        .args(["--set", "auth=none"])
         .args(["--set", &format!("metrics_listen={metrics_address}")])
         .arg("--data-dir")
         .arg(scratch.path().join("mgmt"))

@@ -63,6 +63,14 @@ pub struct ClientConfig {
     /// cached pages of are not seen until it is opened again. Off by default.
     #[serde(default)]
     pub writeback_cache: bool,
+    /// The cluster key file (`weft keygen FILE`): every connection, made or accepted, proves
+    /// it holds this key. Required unless `auth = "none"`.
+    #[serde(default)]
+    pub auth_key_file: Option<std::path::PathBuf>,
+    /// `"none"` runs without authentication: any peer that reaches the port can read and
+    /// change everything (logged as a warning at every start).
+    #[serde(default)]
+    pub auth: Option<weft_net::AuthMode>,
 }
 
 fn default_connections() -> usize {
@@ -105,7 +113,17 @@ impl ClientConfig {
             write_behind_bytes: default_write_behind(),
             read_ahead_bytes: default_read_ahead(),
             writeback_cache: false,
+            auth_key_file: None,
+            auth: None,
         }
+    }
+
+    /// What the client's connections prove themselves with (`auth_key_file`, `auth`).
+    ///
+    /// # Errors
+    /// When the config names neither or both, or the key file is unusable.
+    pub fn auth(&self) -> Result<weft_net::Auth, String> {
+        weft_net::Auth::configured(self.auth, self.auth_key_file.as_deref())
     }
 }
 
@@ -250,12 +268,19 @@ impl Client {
     /// # Errors
     /// [`ClientError`] when management does not answer.
     pub async fn connect(config: &ClientConfig) -> Result<Arc<Client>, ClientError> {
+        let auth = config.auth().map_err(|reason| {
+            ClientError(RpcError::Refused {
+                reason,
+                code: ErrorCode::InvalidArgument,
+            })
+        })?;
         let options = RpcClientOptions {
             connections: config.connections_per_server,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
+            auth,
             ..RpcClientOptions::default()
         };
-        let mut cluster = ClusterView::new(config.mgmt.clone(), options);
+        let mut cluster = ClusterView::new(config.mgmt.clone(), options.clone());
         let client = cluster
             .mgmt()
             .register_client(weft_service_free_host_name())

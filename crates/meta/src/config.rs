@@ -48,6 +48,14 @@ pub struct MetaConfig {
     /// restart.
     #[serde(default = "default_lock_grace")]
     pub lock_grace_ms: u64,
+    /// The cluster key file (`weft keygen FILE`): every connection, made or accepted, proves
+    /// it holds this key. Required unless `auth = "none"`.
+    #[serde(default)]
+    pub auth_key_file: Option<PathBuf>,
+    /// `"none"` runs without authentication: any peer that reaches the port can read and
+    /// change everything (logged as a warning at every start).
+    #[serde(default)]
+    pub auth: Option<weft_net::AuthMode>,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
     /// `--log` and `WEFT_LOG` win over it.
     #[serde(default)]

@@ -40,6 +40,9 @@ pub use server::run;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MetaError {
+    /// The configuration is unusable (its authentication settings, its key file).
+    #[error("{0}")]
+    Config(String),
     /// The data directory is missing or unusable.
     #[error("{0}")]
     DataDir(String),

@@ -55,9 +55,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MetaError> {
     config.validate().map_err(MetaError::DataDir)?;
+    let auth = weft_net::Auth::configured(config.auth, config.auth_key_file.as_deref())
+        .map_err(MetaError::Config)?;
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
-        weft_net::RpcClientOptions::default(),
+        weft_net::RpcClientOptions {
+            auth: auth.clone(),
+            ..weft_net::RpcClientOptions::default()
+        },
     ));
     let address = listener
         .local_addr()
@@ -129,6 +134,7 @@ pub async fn run(
         server,
         metrics.build(),
         (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        auth,
         shutdown,
     )
     .await

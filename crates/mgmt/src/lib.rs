@@ -27,6 +27,9 @@ pub use service::run;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MgmtError {
+    /// The configuration is unusable (its authentication settings, its key file).
+    #[error("{0}")]
+    Config(String),
     /// The data directory cannot be used.
     #[error("management data directory {path}: {source}")]
     DataDir {

@@ -29,6 +29,8 @@ const NOT_FULL_FROM_PERCENT: u64 = 2;
 /// What management knows about the servers' load.
 pub(crate) struct Monitor {
     interval: Duration,
+    /// What management's connections to the servers prove themselves with.
+    auth: weft_net::Auth,
     state: Mutex<MonitorState>,
     connections: Mutex<HashMap<String, Arc<RpcClient>>>,
 }
@@ -88,9 +90,10 @@ fn kind_name(kind: NodeKind) -> &'static str {
 }
 
 impl Monitor {
-    pub fn new(interval: Duration) -> Monitor {
+    pub fn new(interval: Duration, auth: weft_net::Auth) -> Monitor {
         Monitor {
             interval,
+            auth,
             state: Mutex::default(),
             connections: Mutex::default(),
         }
@@ -171,6 +174,7 @@ impl Monitor {
                     request_timeout: self.interval.max(Duration::from_secs(1)),
                     connect_timeout: Duration::from_secs(1),
                     origin: 0,
+                    auth: self.auth.clone(),
                 },
             ))
         }))

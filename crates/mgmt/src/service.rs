@@ -67,6 +67,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MgmtError> {
+    let auth = weft_net::Auth::configured(config.auth, config.auth_key_file.as_deref())
+        .map_err(MgmtError::Config)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|source| MgmtError::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -84,7 +86,10 @@ pub async fn run(
         session_timeout: Duration::from_millis(config.session_timeout_ms),
         rename_lock: Mutex::new(None),
         rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
-        monitor: Monitor::new(Duration::from_millis(config.stats_interval_ms)),
+        monitor: Monitor::new(
+            Duration::from_millis(config.stats_interval_ms),
+            auth.clone(),
+        ),
         mirror_lock: Mutex::new(()),
         mirrors,
     });
@@ -104,6 +109,7 @@ pub async fn run(
         mgmt,
         metrics.build(),
         (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        auth,
         shutdown,
     )
     .await

@@ -2,6 +2,7 @@
 //! Connections are opened lazily and replaced when they break; a request never waits longer
 //! than its deadline.
 
+use crate::auth::{self, Auth};
 use crate::connection::ClientConnection;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +44,15 @@ pub enum RpcError {
         /// The deadline that passed.
         timeout: Duration,
     },
+    /// The peer refused the connection's handshake (another key, none, another protocol
+    /// version): asking again will not help.
+    #[error("{reason}")]
+    Refused {
+        /// What failed and what to do, naming the peer.
+        reason: String,
+        /// Why, as a code: `PermissionDenied` for keys, `VersionMismatch` for versions.
+        code: ErrorCode,
+    },
     /// The peer answered with a response of the wrong type.
     #[error("{address} answered with an unexpected response: {response}")]
     Unexpected {
@@ -60,6 +70,7 @@ impl RpcError {
             RpcError::Remote(error) => error.code,
             RpcError::Transport { .. } => ErrorCode::Unavailable,
             RpcError::Timeout { .. } => ErrorCode::TimedOut,
+            RpcError::Refused { code, .. } => *code,
             RpcError::Unexpected { .. } => ErrorCode::Internal,
         }
     }
@@ -71,13 +82,13 @@ impl RpcError {
                 matches!(error.code, ErrorCode::Unavailable | ErrorCode::StaleRoute)
             }
             RpcError::Transport { .. } | RpcError::Timeout { .. } => true,
-            RpcError::Unexpected { .. } => false,
+            RpcError::Refused { .. } | RpcError::Unexpected { .. } => false,
         }
     }
 }
 
 /// Tunables of an [`RpcClient`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RpcClientOptions {
     /// Connections kept to the peer; requests spread over them.
     pub connections: usize,
@@ -88,6 +99,8 @@ pub struct RpcClientOptions {
     /// The client session the requests are sent for (the low 32 bits of its id; 0 for servers
     /// and tools), stamped on every frame so servers can count load per client.
     pub origin: u32,
+    /// What the connections prove themselves with.
+    pub auth: Auth,
 }
 
 impl Default for RpcClientOptions {
@@ -97,6 +110,7 @@ impl Default for RpcClientOptions {
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             origin: 0,
+            auth: Auth::none(),
         }
     }
 }
@@ -142,22 +156,39 @@ impl RpcClient {
                 return Ok(Arc::clone(connection));
             }
         }
-        let stream = tokio::time::timeout(
-            self.options.connect_timeout,
-            TcpStream::connect(&self.address),
-        )
-        .await
-        .map_err(|_| RpcError::Timeout {
-            address: self.address.clone(),
-            timeout: self.options.connect_timeout,
-        })?
-        .map_err(|error| RpcError::Transport {
-            address: self.address.clone(),
-            reason: error.to_string(),
-        })?;
+        let stream = tokio::time::timeout(self.options.connect_timeout, self.open())
+            .await
+            .map_err(|_| RpcError::Timeout {
+                address: self.address.clone(),
+                timeout: self.options.connect_timeout,
+            })??;
         let connection = Arc::new(ClientConnection::start(stream, self.options.origin));
         *guard = Some(Arc::clone(&connection));
         Ok(connection)
+    }
+
+    /// A new connection to the peer, authenticated.
+    async fn open(&self) -> Result<TcpStream, RpcError> {
+        let transport = |reason: String| RpcError::Transport {
+            address: self.address.clone(),
+            reason,
+        };
+        let mut stream = TcpStream::connect(&self.address)
+            .await
+            .map_err(|error| transport(error.to_string()))?;
+        crate::connection::tune(&stream);
+        match auth::connect(&mut stream, &self.options.auth, &self.address).await {
+            Ok(_version) => Ok(stream),
+            Err(auth::ConnectError::Transport(reason)) => Err(transport(reason)),
+            Err(auth::ConnectError::Refused(reason)) => Err(RpcError::Refused {
+                reason,
+                code: ErrorCode::PermissionDenied,
+            }),
+            Err(auth::ConnectError::Version(reason)) => Err(RpcError::Refused {
+                reason,
+                code: ErrorCode::VersionMismatch,
+            }),
+        }
     }
 
     /// Sends a request with a payload and waits for its answer and payload.

@@ -45,7 +45,7 @@ impl ClusterView {
                 mgmt_address,
                 RpcClientOptions {
                     connections: 1,
-                    ..options
+                    ..options.clone()
                 },
             ),
             options,
@@ -137,7 +137,7 @@ impl ClusterView {
                 Ok(Arc::clone(client))
             }
             _ => {
-                let client = Arc::new(MetaClient::new(address, route, self.options));
+                let client = Arc::new(MetaClient::new(address, route, self.options.clone()));
                 clients.insert(home, Arc::clone(&client));
                 Ok(client)
             }
@@ -171,7 +171,7 @@ impl ClusterView {
                     home: node,
                     version: 0,
                 };
-                let client = Arc::new(MetaClient::new(address, route, self.options));
+                let client = Arc::new(MetaClient::new(address, route, self.options.clone()));
                 clients.insert(node, Arc::clone(&client));
                 Ok(client)
             }
@@ -342,7 +342,7 @@ impl ClusterView {
         match clients.get(&node) {
             Some((known, client)) if *known == address => Ok(Arc::clone(client)),
             _ => {
-                let client = Arc::new(StorageClient::new(address.clone(), self.options));
+                let client = Arc::new(StorageClient::new(address.clone(), self.options.clone()));
                 clients.insert(node, (address, Arc::clone(&client)));
                 Ok(client)
             }

@@ -205,7 +205,6 @@ pub(crate) struct ClientConnection {
 
 impl ClientConnection {
     pub(crate) fn start(stream: TcpStream, origin: u32) -> ClientConnection {
-        tune(&stream);
         let (reader, writer) = stream.into_split();
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();

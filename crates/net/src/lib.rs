@@ -1,6 +1,7 @@
-//! Weft's network layer: framed RPC over TCP for every role.
+//! Weft's network layer: framed RPC over TCP for every role, between holders of the cluster key.
 //!
 //! Layout:
+//! - [`auth`] — the cluster key and the handshake every connection runs before its first frame.
 //! - [`buffer`] — huge-page buffers for large payloads, pooled (fewer segments per direct transfer).
 //! - [`connection`] — one TCP connection with many requests in flight, matched by request id.
 //! - [`client`] — [`RpcClient`], a pool of connections to one peer with deadlines.
@@ -14,6 +15,7 @@
 //!
 //! A malformed frame closes its connection and is logged; it never takes a server down.
 
+pub mod auth;
 pub mod buffer;
 pub mod client;
 pub mod cluster;
@@ -26,6 +28,7 @@ pub mod retry;
 pub mod server;
 pub mod stubs;
 
+pub use auth::{Auth, AuthMode};
 pub use client::{RpcClient, RpcClientOptions, RpcError};
 pub use cluster::ClusterView;
 pub use http::HttpReply;

@@ -135,6 +135,7 @@ pub struct RpcMetrics {
     durations: LatencyFamily<OpLabels>,
     errors: Family<ErrorLabels, Counter>,
     connections: Gauge,
+    refused: Family<ErrorLabels, Counter>,
     in_flight: Gauge,
     received_bytes: Counter,
     sent_bytes: Counter,
@@ -149,6 +150,7 @@ impl RpcMetrics {
             durations: LatencyFamily::new_with_constructor(latency_histogram),
             errors: Family::default(),
             connections: Gauge::default(),
+            refused: Family::default(),
             in_flight: Gauge::default(),
             received_bytes: Counter::default(),
             sent_bytes: Counter::default(),
@@ -169,6 +171,12 @@ impl RpcMetrics {
             "weft_connections",
             "Open connections from clients and other servers",
             metrics.connections.clone(),
+        );
+        registry.register(
+            "weft_connections_refused",
+            "Connections refused before their first request (no or another key, another \
+             protocol version, no handshake in time), by reason",
+            metrics.refused.clone(),
         );
         registry.register(
             "weft_requests_in_flight",
@@ -193,6 +201,13 @@ impl RpcMetrics {
     pub fn connection(&self) -> ConnectionGuard {
         self.connections.inc();
         ConnectionGuard(self.connections.clone())
+    }
+
+    /// Counts a connection refused in its handshake, for `reason`.
+    pub fn refused(&self, reason: &'static str) {
+        self.refused
+            .get_or_create(&ErrorLabels { kind: reason })
+            .inc();
     }
 
     /// Starts timing a request of `op` from `origin` that brought `received` bytes.

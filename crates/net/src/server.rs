@@ -1,6 +1,8 @@
-//! The server side: accept connections and hand every request to a [`Handler`], many in flight
-//! per connection. A malformed frame closes that connection only.
+//! The server side: accept connections, authenticate them, and hand every request to a
+//! [`Handler`], many in flight per connection. A malformed frame closes that connection only; a
+//! peer that fails the handshake is refused before any request of it is read.
 
+use crate::auth::{self, Auth, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
 use crate::connection::{read_frame, write_frames, OutFrame, PayloadBuffer};
 use crate::http::HttpReply;
 use crate::metrics::Metrics;
@@ -38,21 +40,79 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// Longest wait for a new connection's first four bytes, which tell Weft frames from HTTP.
-const PROTOCOL_SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Accepts connections on `listener` until `shutdown` completes: Weft RPC, and HTTP for the
-/// metrics and the handler's pages, on the same port.
+/// Accepts connections on `listener` until `shutdown` completes: Weft RPC from peers that
+/// prove `auth`, and HTTP for the metrics and the handler's pages, on the same port.
 pub async fn serve<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
     metrics: Metrics,
+    auth: Auth,
     shutdown: impl Future<Output = ()>,
 ) {
+    let refusals = Arc::new(RefusalLog::default());
     accept_until(listener, shutdown, |stream| {
-        tokio::spawn(serve_any(stream, Arc::clone(&handler), metrics.clone()));
+        tokio::spawn(serve_any(
+            stream,
+            Arc::clone(&handler),
+            metrics.clone(),
+            (auth.clone(), Arc::clone(&refusals)),
+        ));
     })
     .await;
+}
+
+/// The log of refused connections: one line per refusal, at most one per peer address and
+/// reason every [`REFUSAL_LOG_INTERVAL`], so a peer retrying in a loop cannot flood the log.
+#[derive(Default)]
+struct RefusalLog {
+    /// Per address and reason: when a line was last written, and refusals since then.
+    last: std::sync::Mutex<std::collections::HashMap<RefusalKey, (std::time::Instant, u64)>>,
+}
+
+type RefusalKey = (std::net::IpAddr, &'static str);
+
+/// Shortest time between two log lines about refusals of one address for one reason.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// Addresses remembered at most; entries older than the interval are forgotten first.
+const REFUSAL_LOG_ADDRESSES_MAX: usize = 4096;
+
+impl RefusalLog {
+    fn refused(&self, metrics: &Metrics, peer: Option<std::net::SocketAddr>, refusal: &Refusal) {
+        metrics.rpc().refused(refusal.kind());
+        let Some(peer) = peer else {
+            tracing::warn!(reason = %refusal, "refused a connection");
+            return;
+        };
+        let now = std::time::Instant::now();
+        let suppressed = {
+            let mut last = self.last.lock().expect("refusal log lock");
+            if last.len() >= REFUSAL_LOG_ADDRESSES_MAX {
+                last.retain(|_, (at, _)| now.duration_since(*at) < REFUSAL_LOG_INTERVAL);
+            }
+            match last.get_mut(&(peer.ip(), refusal.kind())) {
+                Some((at, more)) if now.duration_since(*at) < REFUSAL_LOG_INTERVAL => {
+                    *more += 1;
+                    return;
+                }
+                Some((at, more)) => {
+                    let suppressed = *more;
+                    (*at, *more) = (now, 0);
+                    suppressed
+                }
+                None => {
+                    if last.len() < REFUSAL_LOG_ADDRESSES_MAX {
+                        last.insert((peer.ip(), refusal.kind()), (now, 0));
+                    }
+                    0
+                }
+            }
+        };
+        if suppressed == 0 {
+            tracing::warn!(%peer, reason = %refusal, "refused a connection");
+        } else {
+            tracing::warn!(%peer, reason = %refusal, more = suppressed, "refused a connection (and more from this address since the last line)");
+        }
+    }
 }
 
 /// Hands every accepted connection to `serve` until `shutdown` completes.
@@ -90,6 +150,7 @@ pub async fn serve_with_exporters<H: Handler>(
     handler: Arc<H>,
     metrics: Metrics,
     (influxdb, metrics_listen): (Option<crate::influx::InfluxConfig>, Option<&str>),
+    auth: Auth,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let http = match metrics_listen {
@@ -99,7 +160,7 @@ pub async fn serve_with_exporters<H: Handler>(
         None => None,
     };
     let pusher = influxdb.map(|influxdb| crate::influx::spawn(influxdb, metrics.clone()));
-    serve(listener, handler, metrics, shutdown).await;
+    serve(listener, handler, metrics, auth, shutdown).await;
     for task in pusher.into_iter().chain(http) {
         task.abort();
     }
@@ -134,16 +195,32 @@ async fn spawn_metrics_listener<H: Handler>(
     }))
 }
 
-/// Serves a connection as Weft RPC or as HTTP, by its first bytes.
-async fn serve_any<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
+/// Serves a connection as Weft RPC (after its handshake) or as HTTP, by its first bytes.
+async fn serve_any<H: Handler>(
+    mut stream: TcpStream,
+    handler: Arc<H>,
+    metrics: Metrics,
+    (auth, refusals): (Auth, Arc<RefusalLog>),
+) {
     let _open = metrics.rpc().connection();
-    match tokio::time::timeout(PROTOCOL_SNIFF_TIMEOUT, first_bytes(&stream)).await {
-        Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => {
-            serve_connection(stream, handler, metrics).await;
+    let peer = stream.peer_addr().ok();
+    // One deadline for the first bytes and the whole handshake.
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let refusal = match tokio::time::timeout_at(deadline, first_bytes(&stream)).await {
+        Ok(Some(magic)) if magic == HANDSHAKE_MAGIC => {
+            crate::connection::tune(&stream);
+            match tokio::time::timeout_at(deadline, auth::accept(&mut stream, &auth)).await {
+                Ok(Ok(_version)) => return serve_connection(stream, handler, metrics).await,
+                Ok(Err(refusal)) => refusal,
+                Err(_) => Refusal::Timeout,
+            }
         }
-        Ok(Some(_)) => crate::http::serve_http(stream, handler, metrics).await,
-        Ok(None) | Err(_) => {}
-    }
+        Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => Refusal::NoHandshake,
+        Ok(Some(_)) => return crate::http::serve_http(stream, handler, metrics).await,
+        Ok(None) => return,
+        Err(_) => Refusal::Timeout,
+    };
+    refusals.refused(&metrics, peer, &refusal);
 }
 
 /// The connection's first four bytes, left unread; `None` when it closes before sending them.
@@ -239,6 +316,26 @@ mod tests {
         }
     }
 
+    /// A cluster key in a directory that lives as long as the test process.
+    fn cluster_key() -> Auth {
+        static KEY: std::sync::OnceLock<Auth> = std::sync::OnceLock::new();
+        KEY.get_or_init(|| {
+            let directory = tempfile::tempdir().expect("tempdir").keep();
+            let file = directory.join("cluster.key");
+            auth::write_new_key(&file).expect("keygen");
+            Auth::from_key_file(&file).expect("load")
+        })
+        .clone()
+    }
+
+    fn options() -> RpcClientOptions {
+        RpcClientOptions {
+            auth: cluster_key(),
+            ..RpcClientOptions::default()
+        }
+    }
+
+    /// An echo server that admits holders of [`cluster_key`].
     async fn start() -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
@@ -247,9 +344,19 @@ mod tests {
             listener,
             Arc::new(Echo),
             metrics,
+            cluster_key(),
             std::future::pending(),
         ));
         address
+    }
+
+    /// A connection that passed the handshake, for sending raw bytes.
+    async fn authenticated(address: &str) -> TcpStream {
+        let mut stream = TcpStream::connect(address).await.expect("connect");
+        auth::connect(&mut stream, &cluster_key(), address)
+            .await
+            .expect("handshake");
+        stream
     }
 
     fn request() -> Request {
@@ -261,7 +368,7 @@ mod tests {
     }
 
     async fn assert_closed(address: &str, bytes: &[u8]) {
-        let mut stream = TcpStream::connect(address).await.expect("connect");
+        let mut stream = authenticated(address).await;
         stream.write_all(bytes).await.expect("send");
         let mut buffer = [0u8; 64];
         let read =
@@ -278,7 +385,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_calls_match_their_replies() {
         let address = start().await;
-        let client = Arc::new(RpcClient::new(address, RpcClientOptions::default()));
+        let client = Arc::new(RpcClient::new(address, options()));
         let calls = (0..100usize).map(|size| {
             let client = Arc::clone(&client);
             tokio::spawn(async move {
@@ -320,7 +427,7 @@ mod tests {
             address.clone(),
             RpcClientOptions {
                 origin: 5,
-                ..RpcClientOptions::default()
+                ..options()
             },
         );
         client
@@ -393,11 +500,154 @@ mod tests {
         bytes.extend_from_slice(&[0xFF; 5]);
         assert_closed(&address, &bytes).await;
 
-        let client = RpcClient::new(address, RpcClientOptions::default());
+        let client = RpcClient::new(address, options());
         let (response, _) = client
             .call(&request(), Bytes::from_static(b"ok"))
             .await
             .expect("still serving");
         assert_eq!(response, Response::Length(2));
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+    use crate::client::{RpcClient, RpcClientOptions, RpcError};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weft_proto::messages::MgmtRequest;
+
+    /// Counts the requests it is asked to serve.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Handler for Counting {
+        async fn handle(&self, _request: Request, _payload: Bytes) -> (Reply, Bytes) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            (Ok(Response::Done), Bytes::new())
+        }
+    }
+
+    fn key(directory: &std::path::Path, name: &str) -> Auth {
+        let file = directory.join(name);
+        auth::write_new_key(&file).expect("keygen");
+        Auth::from_key_file(&file).expect("load")
+    }
+
+    // Goal: a peer with another key, with no key, or sending frames without a handshake is
+    // refused before any of its requests is served, each refusal is counted by reason, and a
+    // holder of the key is served on the same port.
+    #[tokio::test]
+    async fn strangers_are_refused_before_any_request() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let cluster = key(directory.path(), "cluster.key");
+        let stranger = key(directory.path(), "stranger.key");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let metrics = crate::MetricsBuilder::new("test", None).build();
+        let handler = Arc::new(Counting::default());
+        tokio::spawn(serve(
+            listener,
+            Arc::clone(&handler),
+            metrics.clone(),
+            cluster.clone(),
+            std::future::pending(),
+        ));
+        let request = Request::Mgmt(MgmtRequest::GetClusterMap);
+        let client = |auth: Auth| {
+            RpcClient::new(
+                address.clone(),
+                RpcClientOptions {
+                    auth,
+                    ..RpcClientOptions::default()
+                },
+            )
+        };
+
+        let error = client(stranger)
+            .call(&request, Bytes::new())
+            .await
+            .expect_err("another key");
+        assert!(matches!(error, RpcError::Refused { .. }), "{error:?}");
+        assert!(!error.is_retryable());
+        let message = error.to_string();
+        assert!(
+            message.starts_with("authentication failed: the key in")
+                && message.contains("stranger.key")
+                && message.contains("does not match the cluster's"),
+            "{message}"
+        );
+        let error = client(Auth::none())
+            .call(&request, Bytes::new())
+            .await
+            .expect_err("no key");
+        assert!(
+            error.to_string().contains("requires the cluster key"),
+            "{error}"
+        );
+
+        // An old-style peer sends a frame at once: it is closed without an answer.
+        let mut raw = TcpStream::connect(&address).await.expect("connect");
+        let body = codec::encode_body(&request);
+        let header = codec::FrameHeader {
+            kind: FrameKind::Request,
+            request_id: 1,
+            body_len: body.len() as u32,
+            payload_len: 0,
+            payload_crc: 0,
+            origin: 0,
+        };
+        raw.write_all(&header.encode()).await.expect("send");
+        raw.write_all(&body).await.expect("send");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), raw.read_to_end(&mut answer))
+            .await
+            .expect("closed");
+        assert!(answer.is_empty(), "{answer:?}");
+        assert_eq!(handler.0.load(Ordering::SeqCst), 0, "no request was served");
+
+        client(cluster)
+            .call(&request, Bytes::new())
+            .await
+            .expect("the cluster's own member is served");
+        assert_eq!(handler.0.load(Ordering::SeqCst), 1);
+        let text = metrics.encode();
+        for reason in ["wrong_key", "key_required", "no_handshake"] {
+            assert!(
+                text.contains(&format!(
+                    "weft_connections_refused_total{{role=\"test\",kind=\"{reason}\"}} 1"
+                )),
+                "{reason}: {text}"
+            );
+        }
+    }
+
+    // Goal: a peer that starts a handshake and stops is closed after the handshake deadline
+    // and counted, instead of holding its connection forever.
+    #[tokio::test]
+    async fn a_stalled_handshake_is_closed() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let metrics = crate::MetricsBuilder::new("test", None).build();
+        tokio::spawn(serve(
+            listener,
+            Arc::new(Counting::default()),
+            metrics.clone(),
+            key(directory.path(), "cluster.key"),
+            std::future::pending(),
+        ));
+        let mut stream = TcpStream::connect(&address).await.expect("connect");
+        stream.write_all(&HANDSHAKE_MAGIC).await.expect("send");
+        let mut answer = Vec::new();
+        let closed =
+            tokio::time::timeout(HANDSHAKE_TIMEOUT * 6, stream.read_to_end(&mut answer)).await;
+        assert!(closed.is_ok(), "the server closes a stalled handshake");
+        assert!(answer.is_empty(), "{answer:?}");
+        let text = metrics.encode();
+        assert!(
+            text.contains("weft_connections_refused_total{role=\"test\",kind=\"timeout\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -23,6 +23,8 @@ use serde::{de::DeserializeOwned, Serialize};
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WEFT");
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
+/// The oldest protocol version this build accepts from a peer (in the handshake).
+pub const PROTOCOL_VERSION_MIN: u16 = 1;
 /// Size of the fixed header.
 pub const FRAME_HEADER_BYTES: usize = 32;
 /// Largest body: directory listings are batched to stay below it.

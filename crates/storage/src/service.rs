@@ -51,9 +51,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
     config.validate().map_err(StorageError::Config)?;
+    let auth = weft_net::Auth::configured(config.auth, config.auth_key_file.as_deref())
+        .map_err(StorageError::Config)?;
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
-        weft_net::RpcClientOptions::default(),
+        weft_net::RpcClientOptions {
+            auth: auth.clone(),
+            ..weft_net::RpcClientOptions::default()
+        },
     ));
     let mgmt = cluster.mgmt();
     let address = listener
@@ -147,6 +152,7 @@ pub async fn run(
         storage,
         builder.build(),
         (influxdb, metrics_listen.as_deref()),
+        auth,
         shutdown,
     )
     .await

@@ -213,6 +213,15 @@ impl LocalCluster {
             mounts_started: 0,
             network,
         };
+        // Every process of the cluster, and every tool run against it, holds its key.
+        let key_file = cluster.key_file();
+        let keygen = cluster.weft(&["keygen", &key_file.display().to_string()])?;
+        if !keygen.status.success() {
+            bail!(
+                "weft keygen failed: {}",
+                String::from_utf8_lossy(&keygen.stderr)
+            );
+        }
         let data = cluster.root.path().join("data");
         let mgmt_dir = data.join("mgmt");
         fs::create_dir_all(&mgmt_dir)?;
@@ -308,6 +317,10 @@ impl LocalCluster {
     }
 
     fn add_service(&mut self, name: &str, mut args: Vec<String>) -> Result<()> {
+        args.extend([
+            "--set".to_string(),
+            format!("auth_key_file={:?}", self.key_file().display().to_string()),
+        ]);
         for setting in &self.spec.settings {
             args.extend(["--set".to_string(), setting.clone()]);
         }
@@ -337,6 +350,7 @@ impl LocalCluster {
         };
         command
             .args(args)
+            .env("WEFT_KEY_FILE", self.key_file())
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("WEFT_LOG", "info")
             .stdin(Stdio::null())
@@ -378,6 +392,11 @@ impl LocalCluster {
         Ok(addresses)
     }
 
+    /// The cluster key file every service, mount and tool of this cluster uses.
+    pub fn key_file(&self) -> PathBuf {
+        self.root.path().join("cluster.key")
+    }
+
     /// The temporary directory holding data, logs and mount points.
     pub fn root(&self) -> &Path {
         self.root.path()
@@ -404,6 +423,7 @@ impl LocalCluster {
     pub fn weft(&self, args: &[&str]) -> Result<Output> {
         Ok(Command::new(&self.binary)
             .args(args)
+            .env("WEFT_KEY_FILE", self.key_file())
             .env("WEFT_LOG", "warn")
             .output()?)
     }

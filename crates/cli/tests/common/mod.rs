@@ -417,3 +417,11 @@ pub fn metric_sum(cluster: &LocalCluster, name: &str, labels: &[&str]) -> u64 {
         })
         .sum()
 }
+
+/// Connection options of a cluster member: the test cluster's key, every other default.
+pub fn member_options(cluster: &LocalCluster) -> weft_net::RpcClientOptions {
+    weft_net::RpcClientOptions {
+        auth: weft_net::Auth::from_key_file(&cluster.key_file()).expect("the cluster key"),
+        ..weft_net::RpcClientOptions::default()
+    }
+}

@@ -1,0 +1,279 @@
+//! Only the cluster's own members get in: every connection proves the cluster key before a
+//! request of it is read, strangers are refused with a line in the server's log, and running
+//! without a key must be asked for.
+
+mod common;
+
+use common::{binary, cluster};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use weft_proto::codec::{self, FrameHeader, FrameKind};
+use weft_proto::messages::{MgmtRequest, Request, StorageRequest};
+use weft_proto::{InodeId, TargetId};
+use weft_testkit::{wait_until, ClusterSpec};
+
+/// Sends `request` as a frame at once, as a peer that skips the handshake would (every Weft
+/// before authentication did); returns every byte the server sent back before it closed.
+fn unauthenticated_request(address: &str, request: &Request) -> Vec<u8> {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let body = codec::encode_body(request);
+    let header = FrameHeader {
+        kind: FrameKind::Request,
+        request_id: 1,
+        body_len: body.len() as u32,
+        payload_len: 0,
+        payload_crc: 0,
+        origin: 0,
+    };
+    let mut frame = header.encode().to_vec();
+    frame.extend_from_slice(&body);
+    // The server may hang up before all of it is read.
+    let _ = stream.write_all(&frame);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer
+}
+
+/// Runs the CLI as on a host of its own, with `key_file` as its key (`None`: no key anywhere
+/// it looks; the links of this host's mounts are out of its sight).
+fn weft_with_key(key_file: Option<&Path>, args: &[&str]) -> Output {
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let mut command = Command::new(binary());
+    command
+        .args(args)
+        .env("WEFT_LOG", "warn")
+        .env("XDG_RUNTIME_DIR", elsewhere.path());
+    match key_file {
+        Some(file) => command.env("WEFT_KEY_FILE", file),
+        None => command.env("WEFT_KEY_FILE", ""),
+    };
+    command.output().expect("weft runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+// Goal: a stranger on the network reaches nothing: a peer that sends requests without the
+// handshake, one with another key and one with none are refused before any request is served,
+// each refusal is a line in the server's log naming the peer and the reason, the stranger is
+// told what is wrong, a server with another key cannot join, and the cluster's data is intact.
+// Method: a cluster of real processes; raw frames to every service (a map request, an object
+// removal), the CLI and a mount with another key or none, a storage server with another key.
+#[test]
+fn strangers_are_refused_before_any_request() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("kept"), b"members only").expect("write");
+    let inode = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(mnt.join("kept")).expect("stat").ino()
+    };
+
+    // Without a handshake, no service answers anything, whatever is asked.
+    let addresses = cluster.service_addresses().expect("addresses");
+    assert!(addresses.len() >= 4, "{addresses:?}");
+    for address in &addresses {
+        let answer = unauthenticated_request(address, &Request::Mgmt(MgmtRequest::GetClusterMap));
+        assert!(
+            answer.is_empty(),
+            "{address} answered a stranger: {answer:?}"
+        );
+        for target in 1..=4 {
+            let answer = unauthenticated_request(
+                address,
+                &Request::Storage(StorageRequest::Sync {
+                    target: TargetId(target),
+                    mirror: None,
+                    inode: InodeId(inode),
+                }),
+            );
+            assert!(
+                answer.is_empty(),
+                "{address} answered a stranger: {answer:?}"
+            );
+        }
+    }
+
+    // Another key: refused, and told so with the key file named.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let other = scratch.path().join("other.key");
+    let made = weft_with_key(None, &["keygen", other.to_str().expect("utf-8")]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let listed = weft_with_key(Some(&other), &["node", "list", "--mgmt", cluster.mgmt()]);
+    assert!(!listed.status.success());
+    let message = stderr(&listed);
+    assert!(
+        message.contains(&format!(
+            "authentication failed: the key in {} does not match the cluster's",
+            other.display()
+        )),
+        "{message}"
+    );
+    // No key at all: told where to give one.
+    let listed = weft_with_key(None, &["node", "list", "--mgmt", cluster.mgmt()]);
+    assert!(!listed.status.success());
+    assert!(
+        stderr(&listed).contains("requires the cluster key")
+            && stderr(&listed).contains("--key-file"),
+        "{}",
+        stderr(&listed)
+    );
+    // A mount with another key does not mount.
+    let stranger_mnt = scratch.path().join("mnt");
+    fs::create_dir(&stranger_mnt).expect("mkdir");
+    let mounted = Command::new(binary())
+        .args(["mount", "--mgmt", cluster.mgmt(), "--key-file"])
+        .arg(&other)
+        .arg(&stranger_mnt)
+        .env("WEFT_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("weft mount");
+    assert!(!mounted.status.success());
+    assert!(
+        stderr(&mounted).contains("authentication failed: the key in"),
+        "{}",
+        stderr(&mounted)
+    );
+
+    // A storage server with another key cannot register.
+    let data = scratch.path().join("storage");
+    let target = data.join("target");
+    fs::create_dir_all(&target).expect("mkdir");
+    let joined = Command::new(binary())
+        .args([
+            "serve",
+            "storage",
+            "--listen",
+            "127.0.0.1:0",
+            "--mgmt",
+            cluster.mgmt(),
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--target")
+        .arg(&target)
+        .arg("--set")
+        .arg(format!("auth_key_file={:?}", other.display().to_string()))
+        .env("WEFT_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("weft serve storage");
+    assert!(!joined.status.success(), "a server with another key joined");
+    assert!(
+        stderr(&joined).contains("authentication failed"),
+        "{}",
+        stderr(&joined)
+    );
+
+    // Management logged each refusal with the peer's address and the reason.
+    let log = cluster.log("mgmt");
+    for reason in [
+        "sent frames without authenticating",
+        "proved another cluster key",
+        "holds no cluster key",
+    ] {
+        assert!(
+            log.lines().any(|line| line.contains("refused a connection")
+                && line.contains("peer=127.0.0.1:")
+                && line.contains(reason)),
+            "management's log names the refusal ({reason}):\n{log}"
+        );
+    }
+    // And the cluster's own members still work, with nothing lost.
+    assert_eq!(fs::read(mnt.join("kept")).expect("read"), b"members only");
+    let listed = cluster
+        .weft(&["node", "list", "--mgmt", cluster.mgmt()])
+        .expect("runs");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .filter(|line| line.contains("storage"))
+            .count(),
+        2,
+        "no stranger registered"
+    );
+}
+
+// Goal: running without authentication is a choice the config states, never a default: a
+// service with neither a key file nor `auth = "none"` does not start and names both keys; a
+// key file others can read is refused with the chmod that fixes it; `auth = "none"` starts
+// with a warning; `weft keygen` never overwrites a key. Method: `weft serve mgmt` each way.
+#[test]
+fn running_without_a_key_must_be_asked_for() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let data = scratch.path().join("mgmt");
+    let serve = |settings: &[&str]| -> Output {
+        let mut command = Command::new(binary());
+        command
+            .args(["serve", "mgmt", "--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&data)
+            .env("WEFT_LOG", "warn")
+            .stdin(Stdio::null());
+        for setting in settings {
+            command.args(["--set", setting]);
+        }
+        command.output().expect("weft serve mgmt")
+    };
+    let output = serve(&[]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("auth_key_file") && stderr(&output).contains("auth = \"none\""),
+        "{}",
+        stderr(&output)
+    );
+
+    let key = scratch.path().join("cluster.key");
+    let made = weft_with_key(None, &["keygen", key.to_str().expect("utf-8")]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let again = weft_with_key(None, &["keygen", key.to_str().expect("utf-8")]);
+    assert!(!again.status.success(), "a key is never overwritten");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&key).expect("stat").permissions().mode() & 0o777,
+            0o600
+        );
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let output = serve(&[&format!("auth_key_file={:?}", key.display().to_string())]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("chmod 600"), "{}", stderr(&output));
+
+    // With auth = "none" it starts, and says at once what that means.
+    let log_path = scratch.path().join("open.log");
+    let child = Command::new(binary())
+        .args([
+            "serve",
+            "mgmt",
+            "--listen",
+            "127.0.0.1:0",
+            "--set",
+            "auth=none",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .env("WEFT_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log_path).expect("log"))
+        .spawn()
+        .expect("weft serve mgmt");
+    let mut guard = common::ProcessGuard::new(child, scratch.path());
+    wait_until("the warning", || {
+        fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .contains("running without authentication")
+    })
+    .expect("auth = \"none\" is logged as a warning");
+    guard.kill();
+}

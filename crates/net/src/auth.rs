@@ -1,0 +1,747 @@
+//! Who may connect: the cluster key, and the handshake every connection runs before its first
+//! frame (docs/design/security.md).
+//!
+//! Both sides prove they hold the key without sending it: each answers the other's fresh
+//! nonce with an HMAC-SHA256 over both nonces, the protocol version, the client's name and a
+//! label naming its direction, so a recorded handshake cannot be replayed and a proof cannot
+//! be reflected back to its maker. The client checks the server's proof before it sends its
+//! own. Proofs are compared in constant time (`ring::hmac::verify`).
+//!
+//! ```text
+//! client → server  HELLO      "WFTA", lowest and highest version (u16 each), flags (1: holds
+//!                             a key), name length (u8), name, Nc (32 bytes)
+//! server → client  CHALLENGE  tag 1, version (u16), Ns (32 bytes), Ps (32 bytes)
+//!               or OPEN       tag 2, version (u16): the server runs without authentication
+//!               or REFUSED    tag 0, reason (u8), the server's lowest and highest version
+//! client → server  PROOF      tag 3, Pc (32 bytes)
+//! server → client  WELCOME    tag 4, or REFUSED
+//!
+//! Ps = HMAC(K, "weft server" | version | name | Nc | Ns)
+//! Pc = HMAC(K, "weft client" | version | name | Ns | Nc)
+//! ```
+//!
+//! Integers are little endian; `name` is empty for cluster members.
+
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use weft_proto::codec::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
+
+/// The first four bytes of every Weft connection.
+pub const HANDSHAKE_MAGIC: [u8; 4] = *b"WFTA";
+/// Longest a handshake may take, on either side.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes of a cluster key.
+pub const KEY_BYTES: usize = 32;
+/// Where a host keeps its cluster key when nothing else names one.
+pub const SYSTEM_KEY_FILE: &str = "/etc/weft/cluster.key";
+
+const NONCE_BYTES: usize = 32;
+const PROOF_BYTES: usize = 32;
+const FLAG_HOLDS_KEY: u8 = 1;
+const NAME_BYTES_MAX: usize = 64;
+
+const TAG_REFUSED: u8 = 0;
+const TAG_CHALLENGE: u8 = 1;
+const TAG_OPEN: u8 = 2;
+const TAG_PROOF: u8 = 3;
+const TAG_WELCOME: u8 = 4;
+
+/// The `auth` config key: the only value is `"none"`, which runs without authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// No authentication: any peer that reaches the port can read and change everything.
+    None,
+}
+
+/// What a process proves itself with, on the connections it makes and accepts.
+#[derive(Clone, Default)]
+pub struct Auth {
+    key: Option<Arc<ClusterKey>>,
+}
+
+struct ClusterKey {
+    key: hmac::Key,
+    file: PathBuf,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "Auth(key in {})", key.file.display()),
+            None => f.write_str("Auth(none)"),
+        }
+    }
+}
+
+impl Auth {
+    /// No authentication.
+    pub fn none() -> Auth {
+        Auth { key: None }
+    }
+
+    /// The cluster key held in `file` (`weft keygen`).
+    ///
+    /// # Errors
+    /// When the file cannot be read, can be read by group or others, or does not hold a key;
+    /// the message names the file and the fix.
+    pub fn from_key_file(file: &Path) -> Result<Auth, String> {
+        let bytes = read_key_file(file)?;
+        Ok(Auth {
+            key: Some(Arc::new(ClusterKey {
+                key: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
+                file: file.to_path_buf(),
+            })),
+        })
+    }
+
+    /// What a config's `auth` and `auth_key_file` keys ask for. Running without authentication
+    /// must be asked for; it is logged as a warning every time.
+    ///
+    /// # Errors
+    /// When neither or both are set, or the key file is unusable; the message names the keys.
+    pub fn configured(mode: Option<AuthMode>, key_file: Option<&Path>) -> Result<Auth, String> {
+        match (mode, key_file) {
+            (Some(AuthMode::None), Some(_)) => Err(
+                "auth = \"none\" and auth_key_file are both set: remove one of them".to_string(),
+            ),
+            (Some(AuthMode::None), None) => {
+                tracing::warn!(
+                    "running without authentication (auth = \"none\"): connections neither prove \
+                     nor check membership of the cluster, and a service lets any peer that reaches \
+                     its port read and change everything; give auth_key_file instead"
+                );
+                Ok(Auth::none())
+            }
+            (None, Some(file)) => Auth::from_key_file(file),
+            (None, None) => Err(
+                "no auth_key_file: name the cluster key file (make one with `weft keygen FILE`), \
+                 or set auth = \"none\" to run without authentication"
+                    .to_string(),
+            ),
+        }
+    }
+
+    /// Whether connections are authenticated.
+    pub fn is_enabled(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// The key file, when there is one.
+    pub fn key_file(&self) -> Option<&Path> {
+        self.key.as_ref().map(|key| key.file.as_path())
+    }
+
+    fn proof(&self, label: &[u8], version: u16, name: &[u8], nonces: [&[u8]; 2]) -> hmac::Tag {
+        let key = &self.key.as_ref().expect("proofs need a key").key;
+        let mut context = hmac::Context::with_key(key);
+        context.update(label);
+        context.update(&version.to_le_bytes());
+        context.update(&[name.len() as u8]);
+        context.update(name);
+        context.update(nonces[0]);
+        context.update(nonces[1]);
+        context.sign()
+    }
+
+    fn verify(
+        &self,
+        label: &[u8],
+        version: u16,
+        name: &[u8],
+        nonces: [&[u8]; 2],
+        proof: &[u8],
+    ) -> bool {
+        let key = &self.key.as_ref().expect("proofs need a key").key;
+        let mut message = Vec::with_capacity(label.len() + 3 + name.len() + 2 * NONCE_BYTES);
+        message.extend_from_slice(label);
+        message.extend_from_slice(&version.to_le_bytes());
+        message.push(name.len() as u8);
+        message.extend_from_slice(name);
+        message.extend_from_slice(nonces[0]);
+        message.extend_from_slice(nonces[1]);
+        hmac::verify(key, &message, proof).is_ok()
+    }
+}
+
+const SERVER_LABEL: &[u8] = b"weft server";
+const CLIENT_LABEL: &[u8] = b"weft client";
+
+/// Reads a key file: 64 hex digits on one line, readable by its owner only.
+fn read_key_file(file: &Path) -> Result<[u8; KEY_BYTES], String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::metadata(file)
+        .map_err(|error| format!("cannot read the key file {}: {error}", file.display()))?;
+    if metadata.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "the key file {} can be read by others (mode {:o}): run `chmod 600 {}`",
+            file.display(),
+            metadata.permissions().mode() & 0o777,
+            file.display()
+        ));
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|error| format!("cannot read the key file {}: {error}", file.display()))?;
+    parse_key(text.trim()).ok_or_else(|| {
+        format!(
+            "{} does not hold a Weft key ({} hex digits on one line): make one with `weft keygen FILE`",
+            file.display(),
+            2 * KEY_BYTES
+        )
+    })
+}
+
+fn parse_key(text: &str) -> Option<[u8; KEY_BYTES]> {
+    if text.len() != 2 * KEY_BYTES || !text.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; KEY_BYTES];
+    for (index, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * index..2 * index + 2], 16).ok()?;
+    }
+    Some(key)
+}
+
+/// Writes a new random key to `file` with mode 0600; an existing file is never overwritten.
+///
+/// # Errors
+/// When the file exists or cannot be written, with the file named.
+pub fn write_new_key(file: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut key = [0u8; KEY_BYTES];
+    SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| "the system's random number generator failed".to_string())?;
+    let text: String = key.iter().map(|byte| format!("{byte:02x}")).collect();
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::AlreadyExists => format!(
+                "{} exists: a key is never overwritten (remove it first to replace it)",
+                file.display()
+            ),
+            _ => format!("cannot create the key file {}: {error}", file.display()),
+        })?;
+    out.write_all(format!("{text}\n").as_bytes())
+        .and_then(|()| out.sync_all())
+        .map_err(|error| format!("cannot write the key file {}: {error}", file.display()))
+}
+
+/// The environment variable that names a tool's cluster key file.
+pub const KEY_FILE_ENV: &str = "WEFT_KEY_FILE";
+
+/// Where a tool finds the cluster key: `explicit` (`--key-file`), then [`KEY_FILE_ENV`], then
+/// the key of a local `weft up` cluster whose management is `mgmt`, then [`SYSTEM_KEY_FILE`].
+pub fn find_key_file(explicit: Option<&Path>, mgmt: &str) -> Option<PathBuf> {
+    if let Some(file) = explicit {
+        return Some(file.to_path_buf());
+    }
+    if let Some(file) = std::env::var_os(KEY_FILE_ENV).filter(|file| !file.is_empty()) {
+        return Some(PathBuf::from(file));
+    }
+    let local = local_cluster_key(mgmt);
+    if local.exists() {
+        return Some(local);
+    }
+    let system = PathBuf::from(SYSTEM_KEY_FILE);
+    system.exists().then_some(system)
+}
+
+/// Where `weft up` leaves a link to its key for the cluster whose management is `mgmt`.
+pub fn local_cluster_key(mgmt: &str) -> PathBuf {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_dir())
+        .unwrap_or_else(|| {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            if uid == 0 {
+                PathBuf::from("/run")
+            } else {
+                std::env::temp_dir().join(format!("weft-{uid}"))
+            }
+        });
+    runtime
+        .join("weft")
+        .join(format!("{}.key", mgmt.replace(['/', ':'], "_")))
+}
+
+/// Why a handshake failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The first bytes are not a Weft handshake.
+    BadMagic,
+    /// The peer sent frames without a handshake (a Weft from before authentication).
+    NoHandshake,
+    /// No protocol version both sides speak: the server's range.
+    Version {
+        /// Lowest version the refusing side speaks.
+        lowest: u16,
+        /// Highest version the refusing side speaks.
+        highest: u16,
+    },
+    /// The server needs a key and the client has none.
+    KeyRequired,
+    /// The peer proved another key.
+    WrongKey,
+    /// The client named itself, and named clients are not accepted.
+    UnknownClient(String),
+    /// The handshake broke off or was malformed.
+    Broken(String),
+    /// No handshake within [`HANDSHAKE_TIMEOUT`].
+    Timeout,
+}
+
+impl Refusal {
+    fn code(&self) -> u8 {
+        match self {
+            Refusal::Version { .. } => 1,
+            Refusal::KeyRequired => 2,
+            Refusal::WrongKey => 3,
+            Refusal::UnknownClient(_) => 4,
+            _ => 5,
+        }
+    }
+
+    /// A short name, for metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::BadMagic => "bad_magic",
+            Refusal::NoHandshake => "no_handshake",
+            Refusal::Version { .. } => "version",
+            Refusal::KeyRequired => "key_required",
+            Refusal::WrongKey => "wrong_key",
+            Refusal::UnknownClient(_) => "unknown_client",
+            Refusal::Broken(_) => "broken",
+            Refusal::Timeout => "timeout",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::BadMagic => f.write_str("not a Weft handshake"),
+            Refusal::NoHandshake => {
+                f.write_str("sent frames without authenticating (a Weft too old for this cluster)")
+            }
+            Refusal::Version { lowest, highest } => write!(
+                f,
+                "no common protocol version (the peer speaks {lowest}-{highest})"
+            ),
+            Refusal::KeyRequired => f.write_str("holds no cluster key"),
+            Refusal::WrongKey => f.write_str("proved another cluster key"),
+            Refusal::UnknownClient(name) => write!(f, "unknown client {name:?}"),
+            Refusal::Broken(reason) => write!(f, "broken handshake: {reason}"),
+            Refusal::Timeout => write!(f, "no handshake within {HANDSHAKE_TIMEOUT:?}"),
+        }
+    }
+}
+
+fn random_nonce() -> Result<[u8; NONCE_BYTES], Refusal> {
+    let mut nonce = [0u8; NONCE_BYTES];
+    SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| Refusal::Broken("the system's random number generator failed".into()))?;
+    Ok(nonce)
+}
+
+fn broken(error: std::io::Error) -> Refusal {
+    Refusal::Broken(error.to_string())
+}
+
+/// The server's side of the handshake on a connection whose first bytes are
+/// [`HANDSHAKE_MAGIC`]; `Ok` with the version agreed when the peer may send frames.
+///
+/// # Errors
+/// Why the peer was refused (it has been told, when it got that far).
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    auth: &Auth,
+) -> Result<u16, Refusal> {
+    let mut head = [0u8; 10];
+    stream.read_exact(&mut head).await.map_err(broken)?;
+    if head[..4] != HANDSHAKE_MAGIC {
+        return Err(Refusal::BadMagic);
+    }
+    let lowest = u16::from_le_bytes([head[4], head[5]]);
+    let highest = u16::from_le_bytes([head[6], head[7]]);
+    let (flags, name_len) = (head[8], usize::from(head[9]));
+    if name_len > NAME_BYTES_MAX {
+        return Err(Refusal::Broken(format!(
+            "a client name of {name_len} bytes"
+        )));
+    }
+    let mut rest = vec![0u8; name_len + NONCE_BYTES];
+    stream.read_exact(&mut rest).await.map_err(broken)?;
+    let (name, client_nonce) = rest.split_at(name_len);
+
+    let version = highest.min(PROTOCOL_VERSION);
+    let refusal = if version < lowest.max(PROTOCOL_VERSION_MIN) {
+        Some(Refusal::Version { lowest, highest })
+    } else if auth.is_enabled() && flags & FLAG_HOLDS_KEY == 0 {
+        Some(Refusal::KeyRequired)
+    } else if !name.is_empty() {
+        Some(Refusal::UnknownClient(
+            String::from_utf8_lossy(name).into_owned(),
+        ))
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        refuse(stream, &refusal).await;
+        return Err(refusal);
+    }
+    if !auth.is_enabled() {
+        let mut open = vec![TAG_OPEN];
+        open.extend_from_slice(&version.to_le_bytes());
+        stream.write_all(&open).await.map_err(broken)?;
+        return Ok(version);
+    }
+
+    let server_nonce = random_nonce()?;
+    let proof = auth.proof(SERVER_LABEL, version, name, [client_nonce, &server_nonce]);
+    let mut challenge = vec![TAG_CHALLENGE];
+    challenge.extend_from_slice(&version.to_le_bytes());
+    challenge.extend_from_slice(&server_nonce);
+    challenge.extend_from_slice(proof.as_ref());
+    stream.write_all(&challenge).await.map_err(broken)?;
+
+    let mut answer = [0u8; 1 + PROOF_BYTES];
+    stream.read_exact(&mut answer[..2]).await.map_err(broken)?;
+    if answer[..2] == [TAG_REFUSED, Refusal::WrongKey.code()] {
+        // The client found this server's proof wrong: it holds another key.
+        return Err(Refusal::WrongKey);
+    }
+    stream.read_exact(&mut answer[2..]).await.map_err(broken)?;
+    if answer[0] != TAG_PROOF {
+        return Err(Refusal::Broken(format!(
+            "message {} instead of a proof",
+            answer[0]
+        )));
+    }
+    if !auth.verify(
+        CLIENT_LABEL,
+        version,
+        name,
+        [&server_nonce, client_nonce],
+        &answer[1..],
+    ) {
+        refuse(stream, &Refusal::WrongKey).await;
+        return Err(Refusal::WrongKey);
+    }
+    stream.write_all(&[TAG_WELCOME]).await.map_err(broken)?;
+    Ok(version)
+}
+
+/// Tells the peer why it is refused; it may be gone already.
+async fn refuse<S: AsyncWrite + Unpin>(stream: &mut S, refusal: &Refusal) {
+    let mut message = vec![TAG_REFUSED, refusal.code()];
+    message.extend_from_slice(&PROTOCOL_VERSION_MIN.to_le_bytes());
+    message.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    let _ = stream.write_all(&message).await;
+    let _ = stream.flush().await;
+}
+
+/// Why a connection could not be authenticated, from the side that connected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectError {
+    /// The peer could not be read or written.
+    Transport(String),
+    /// Authentication or version negotiation failed: what to tell the user.
+    Refused(String),
+    /// The server speaks no version this binary speaks.
+    Version(String),
+}
+
+/// The connecting side of the handshake; `Ok` with the version agreed. `address` names the
+/// server in errors.
+///
+/// # Errors
+/// [`ConnectError`] saying which side failed and what to do.
+pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    auth: &Auth,
+    address: &str,
+) -> Result<u16, ConnectError> {
+    let transport =
+        |error: std::io::Error| ConnectError::Transport(format!("during the handshake: {error}"));
+    let client_nonce =
+        random_nonce().map_err(|error| ConnectError::Transport(error.to_string()))?;
+    let mut hello = HANDSHAKE_MAGIC.to_vec();
+    hello.extend_from_slice(&PROTOCOL_VERSION_MIN.to_le_bytes());
+    hello.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    hello.push(if auth.is_enabled() { FLAG_HOLDS_KEY } else { 0 });
+    hello.push(0);
+    hello.extend_from_slice(&client_nonce);
+    stream.write_all(&hello).await.map_err(transport)?;
+
+    let mut tag = [0u8; 1];
+    stream.read_exact(&mut tag).await.map_err(transport)?;
+    match tag[0] {
+        TAG_REFUSED => Err(read_refusal(stream, auth, address).await),
+        TAG_OPEN => {
+            let mut version = [0u8; 2];
+            stream.read_exact(&mut version).await.map_err(transport)?;
+            if auth.is_enabled() {
+                return Err(ConnectError::Refused(format!(
+                    "{address} runs without authentication (auth = \"none\"), so it cannot prove \
+                     it belongs to the cluster: refusing to talk to it"
+                )));
+            }
+            Ok(u16::from_le_bytes(version))
+        }
+        TAG_CHALLENGE => {
+            let mut challenge = [0u8; 2 + NONCE_BYTES + PROOF_BYTES];
+            stream.read_exact(&mut challenge).await.map_err(transport)?;
+            if !auth.is_enabled() {
+                return Err(ConnectError::Refused(format!(
+                    "{address} requires the cluster key: give its file with --key-file FILE \
+                     (or WEFT_KEY_FILE, or auth_key_file in the config)"
+                )));
+            }
+            let version = u16::from_le_bytes([challenge[0], challenge[1]]);
+            let server_nonce = &challenge[2..2 + NONCE_BYTES];
+            let server_proof = &challenge[2 + NONCE_BYTES..];
+            if !auth.verify(
+                SERVER_LABEL,
+                version,
+                &[],
+                [&client_nonce, server_nonce],
+                server_proof,
+            ) {
+                // Say why before hanging up, so the server's log names the cause.
+                refuse(stream, &Refusal::WrongKey).await;
+                return Err(wrong_key(auth, address));
+            }
+            let proof = auth.proof(CLIENT_LABEL, version, &[], [server_nonce, &client_nonce]);
+            let mut message = vec![TAG_PROOF];
+            message.extend_from_slice(proof.as_ref());
+            stream.write_all(&message).await.map_err(transport)?;
+            stream.read_exact(&mut tag).await.map_err(transport)?;
+            match tag[0] {
+                TAG_WELCOME => Ok(version),
+                TAG_REFUSED => Err(read_refusal(stream, auth, address).await),
+                other => Err(ConnectError::Transport(format!(
+                    "{address} answered the handshake with message {other}"
+                ))),
+            }
+        }
+        other => Err(ConnectError::Transport(format!(
+            "{address} answered the handshake with message {other}: is it a Weft service?"
+        ))),
+    }
+}
+
+fn wrong_key(auth: &Auth, address: &str) -> ConnectError {
+    let file = auth
+        .key_file()
+        .map(|file| file.display().to_string())
+        .unwrap_or_default();
+    ConnectError::Refused(format!(
+        "authentication failed: the key in {file} does not match the cluster's (server {address})"
+    ))
+}
+
+async fn read_refusal<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    auth: &Auth,
+    address: &str,
+) -> ConnectError {
+    let mut body = [0u8; 5];
+    if stream.read_exact(&mut body).await.is_err() {
+        return ConnectError::Refused(format!("{address} refused the connection"));
+    }
+    let (lowest, highest) = (
+        u16::from_le_bytes([body[1], body[2]]),
+        u16::from_le_bytes([body[3], body[4]]),
+    );
+    match body[0] {
+        1 => ConnectError::Version(format!(
+            "{address} speaks protocol versions {lowest}-{highest}, this binary \
+             {PROTOCOL_VERSION_MIN}-{PROTOCOL_VERSION}: upgrade the older side"
+        )),
+        2 => ConnectError::Refused(format!(
+            "{address} requires the cluster key: give its file with --key-file FILE \
+             (or WEFT_KEY_FILE, or auth_key_file in the config)"
+        )),
+        3 => wrong_key(auth, address),
+        4 => ConnectError::Refused(format!("{address} does not know this client's name")),
+        code => ConnectError::Refused(format!("{address} refused the connection (reason {code})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_auth(directory: &Path, name: &str) -> Auth {
+        let file = directory.join(name);
+        write_new_key(&file).expect("keygen");
+        Auth::from_key_file(&file).expect("load")
+    }
+
+    async fn run(server: Auth, client: Auth) -> (Result<u16, Refusal>, Result<u16, ConnectError>) {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let server = tokio::spawn(async move {
+            let outcome = accept(&mut a, &server).await;
+            drop(a);
+            outcome
+        });
+        let client = connect(&mut b, &client, "server:1").await;
+        // A client that refuses the server hangs up, as a real one drops its connection.
+        drop(b);
+        (server.await.expect("server task"), client)
+    }
+
+    // Goal: two holders of the same key agree on the version; another key, no key, or a key
+    // against a server without one, are each refused with a message that says so.
+    #[tokio::test]
+    async fn only_holders_of_the_same_key_get_in() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let one = key_auth(directory.path(), "one.key");
+        let two = key_auth(directory.path(), "two.key");
+
+        let (server, client) = run(one.clone(), one.clone()).await;
+        assert_eq!(server, Ok(PROTOCOL_VERSION));
+        assert_eq!(client, Ok(PROTOCOL_VERSION));
+
+        let (server, client) = run(one.clone(), two.clone()).await;
+        assert!(server.is_err(), "{server:?}");
+        let ConnectError::Refused(message) = client.expect_err("another key") else {
+            panic!("not a refusal")
+        };
+        assert!(
+            message.starts_with("authentication failed: the key in"),
+            "{message}"
+        );
+        assert!(message.contains("two.key"), "{message}");
+
+        let (server, client) = run(one.clone(), Auth::none()).await;
+        assert_eq!(server, Err(Refusal::KeyRequired));
+        assert!(
+            matches!(client, Err(ConnectError::Refused(ref m)) if m.contains("requires the cluster key")),
+            "{client:?}"
+        );
+
+        let (server, client) = run(Auth::none(), one.clone()).await;
+        assert_eq!(server, Ok(PROTOCOL_VERSION));
+        assert!(
+            matches!(client, Err(ConnectError::Refused(ref m)) if m.contains("without authentication")),
+            "{client:?}"
+        );
+
+        let (server, client) = run(Auth::none(), Auth::none()).await;
+        assert_eq!(
+            (server, client),
+            (Ok(PROTOCOL_VERSION), Ok(PROTOCOL_VERSION))
+        );
+    }
+
+    /// Plays a recorded client message against a live server.
+    async fn replay(server: Auth, messages: Vec<Vec<u8>>) -> (Result<u16, Refusal>, Vec<u8>) {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let server = tokio::spawn(async move { accept(&mut a, &server).await });
+        for message in messages {
+            let _ = b.write_all(&message).await;
+        }
+        let outcome = server.await.expect("server task");
+        let mut answer = Vec::new();
+        let _ = b.read_to_end(&mut answer).await;
+        (outcome, answer)
+    }
+
+    // Goal: a recorded handshake, replayed whole, does not get in: the server's nonce is new.
+    #[tokio::test]
+    async fn a_recorded_handshake_cannot_be_replayed() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let key = key_auth(directory.path(), "cluster.key");
+        // Record a real client's messages through a relay.
+        let (mut client_end, mut relay_client) = tokio::io::duplex(1024);
+        let (mut relay_server, mut server_end) = tokio::io::duplex(1024);
+        let server_key = key.clone();
+        let server = tokio::spawn(async move { accept(&mut server_end, &server_key).await });
+        let client_key = key.clone();
+        let client = tokio::spawn(async move { connect(&mut client_end, &client_key, "s").await });
+        let mut hello = vec![0u8; 10 + NONCE_BYTES];
+        relay_client.read_exact(&mut hello).await.expect("hello");
+        relay_server.write_all(&hello).await.expect("relay hello");
+        let mut challenge = vec![0u8; 3 + NONCE_BYTES + PROOF_BYTES];
+        relay_server
+            .read_exact(&mut challenge)
+            .await
+            .expect("challenge");
+        relay_client
+            .write_all(&challenge)
+            .await
+            .expect("relay challenge");
+        let mut proof = vec![0u8; 1 + PROOF_BYTES];
+        relay_client.read_exact(&mut proof).await.expect("proof");
+        relay_server.write_all(&proof).await.expect("relay proof");
+        let mut welcome = [0u8; 1];
+        relay_server
+            .read_exact(&mut welcome)
+            .await
+            .expect("welcome");
+        relay_client
+            .write_all(&welcome)
+            .await
+            .expect("relay welcome");
+        assert_eq!(server.await.expect("server"), Ok(PROTOCOL_VERSION));
+        assert_eq!(client.await.expect("client"), Ok(PROTOCOL_VERSION));
+
+        let (outcome, _) = replay(key, vec![hello, proof]).await;
+        assert_eq!(outcome, Err(Refusal::WrongKey));
+    }
+
+    // Goal: a peer speaking only a newer protocol is refused and told the server's versions.
+    #[tokio::test]
+    async fn another_protocol_version_is_refused() {
+        let mut hello = HANDSHAKE_MAGIC.to_vec();
+        hello.extend_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
+        hello.extend_from_slice(&(PROTOCOL_VERSION + 2).to_le_bytes());
+        hello.extend_from_slice(&[0, 0]);
+        hello.extend_from_slice(&[7; NONCE_BYTES]);
+        let (outcome, answer) = replay(Auth::none(), vec![hello]).await;
+        assert!(
+            matches!(outcome, Err(Refusal::Version { .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(answer[..2], [TAG_REFUSED, 1]);
+    }
+
+    // Goal: key files are made private and never overwritten; a readable or damaged one is
+    // refused with the fix named.
+    #[test]
+    fn key_files_are_private_and_checked() {
+        use std::os::unix::fs::PermissionsExt;
+        let directory = tempfile::tempdir().expect("tempdir");
+        let file = directory.path().join("cluster.key");
+        write_new_key(&file).expect("keygen");
+        let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let error = write_new_key(&file).expect_err("exists");
+        assert!(error.contains("never overwritten"), "{error}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let error = Auth::from_key_file(&file).expect_err("readable");
+        assert!(error.contains("chmod 600"), "{error}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::fs::write(&file, "not a key\n").expect("write");
+        let error = Auth::from_key_file(&file).expect_err("damaged");
+        assert!(error.contains("weft keygen"), "{error}");
+        let error = Auth::configured(None, None).expect_err("neither");
+        assert!(
+            error.contains("auth_key_file") && error.contains("auth = \"none\""),
+            "{error}"
+        );
+    }
+}
