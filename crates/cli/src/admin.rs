@@ -129,12 +129,28 @@ impl Cluster {
         self.client_config_from(ClientConfig::new(self.mgmt.clone()))
     }
 
-    /// `config` with this cluster's key (or none, when none was found).
+    /// `config` with this cluster's key (or none, when none was found), and the TLS files of
+    /// a `tls` directory beside the key file (where `weft up --tls` and `weft certgen` put
+    /// them), when there is one.
     pub fn client_config_from(&self, mut config: ClientConfig) -> ClientConfig {
         (config.auth_key_file, config.auth) = match &self.key_file {
             Some(file) => (Some(file.clone()), None),
             None => (None, Some(weft_net::AuthMode::None)),
         };
+        let tls = self
+            .key_file
+            .as_deref()
+            .and_then(|file| std::fs::canonicalize(file).ok())
+            .and_then(|file| {
+                file.parent()
+                    .map(|dir| weft_net::tls::TlsFiles::in_dir(&dir.join("tls")))
+            })
+            .filter(|files| files.cert.exists() && files.key.exists() && files.ca.exists());
+        if let Some(tls) = tls {
+            config.tls_cert_file = Some(tls.cert);
+            config.tls_key_file = Some(tls.key);
+            config.tls_ca_file = Some(tls.ca);
+        }
         config
     }
 

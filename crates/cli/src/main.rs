@@ -5,7 +5,7 @@
 //! - `weft mount`: the FUSE client.
 //! - `weft entry|node|target|df|fsck`: administration.
 //! - `weft bench`: benchmarks.
-//! - `weft keygen`: a cluster key file.
+//! - `weft keygen`: a cluster key file; `weft certgen`: a CA and certificate for TLS.
 
 mod admin;
 mod bench;
@@ -80,6 +80,12 @@ enum Command {
     Keygen {
         /// The new key file.
         file: PathBuf,
+    },
+    /// Make a cluster CA and a member certificate for TLS in DIR (ca.pem, ca.key, cert.pem,
+    /// cert.key); existing files are never overwritten.
+    Certgen {
+        /// The directory to write them in (created if missing).
+        dir: PathBuf,
     },
     /// Benchmarks.
     Bench {
@@ -207,6 +213,18 @@ fn run(command: Command) -> Result<()> {
         Command::Stats { command } => stats::stats(command),
         Command::Fsck(args) => admin::fsck(args),
         Command::Bench { command } => bench::run(command),
+        Command::Certgen { dir } => {
+            let files = weft_net::tls::write_new_ca(&dir).map_err(anyhow::Error::msg)?;
+            println!(
+                "wrote a CA ({}) and a member certificate ({}, key {}): give them to every \
+                 service and client (tls_cert_file, tls_key_file, tls_ca_file), and keep \
+                 ca.key to sign more",
+                files.ca.display(),
+                files.cert.display(),
+                files.key.display()
+            );
+            Ok(())
+        }
         Command::Keygen { file } => {
             weft_net::auth::write_new_key(&file).map_err(anyhow::Error::msg)?;
             println!(

@@ -39,6 +39,10 @@ pub struct UpArgs {
     /// Metadata servers to run.
     #[arg(long, default_value_t = 1)]
     meta_servers: usize,
+    /// Every connection in TLS, with a CA and a certificate made in the data directory
+    /// (`tls/`) on the first start.
+    #[arg(long)]
+    tls: bool,
     /// Management's listening address (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     mgmt_listen: String,
@@ -77,6 +81,12 @@ pub fn run(args: UpArgs) -> Result<()> {
 async fn up(args: UpArgs) -> Result<()> {
     let data_dir = prepare(&args.data_dir)?;
     let key_file = cluster_key(&data_dir)?;
+    let tls = if args.tls {
+        Some(tls_files(&data_dir)?)
+    } else {
+        None
+    };
+    let tls_file = |pick: fn(&weft_net::tls::TlsFiles) -> &PathBuf| tls.as_ref().map(pick).cloned();
     weft_client::fuse::detach_stale_mount(&args.mountpoint)?;
     let mountpoint = prepare(&args.mountpoint)?;
     let (stop, stopped) = watch::channel(false);
@@ -105,6 +115,9 @@ async fn up(args: UpArgs) -> Result<()> {
         log: None,
         auth_key_file: Some(key_file.clone()),
         auth: None,
+        tls_cert_file: tls_file(|files| &files.cert),
+        tls_key_file: tls_file(|files| &files.key),
+        tls_ca_file: tls_file(|files| &files.ca),
     };
     let stopping = shutdown();
     services.push((
@@ -131,6 +144,9 @@ async fn up(args: UpArgs) -> Result<()> {
             log: None,
             auth_key_file: Some(key_file.clone()),
             auth: None,
+            tls_cert_file: tls_file(|files| &files.cert),
+            tls_key_file: tls_file(|files| &files.key),
+            tls_ca_file: tls_file(|files| &files.ca),
         };
         lines.push(format!("  metadata     meta-{index} at {address}"));
         endpoints.push(format!("http://{address}/metrics"));
@@ -141,7 +157,7 @@ async fn up(args: UpArgs) -> Result<()> {
         ));
         // One at a time, so that meta-N registers as metadata node N on a new cluster.
         wait_until_ready(
-            &client_config(&mgmt, &key_file),
+            &client_config(&mgmt, &key_file, tls.as_ref()),
             &mut services,
             (index, 0),
             false,
@@ -170,6 +186,9 @@ async fn up(args: UpArgs) -> Result<()> {
             log: None,
             auth_key_file: Some(key_file.clone()),
             auth: None,
+            tls_cert_file: tls_file(|files| &files.cert),
+            tls_key_file: tls_file(|files| &files.key),
+            tls_ca_file: tls_file(|files| &files.ca),
         };
         lines.push(format!(
             "  storage      storage-{index} at {address}, {} targets",
@@ -183,7 +202,7 @@ async fn up(args: UpArgs) -> Result<()> {
         ));
     }
 
-    let client_config = client_config(&mgmt, &key_file);
+    let client_config = client_config(&mgmt, &key_file, tls.as_ref());
     let expected_targets = args.storage_servers * args.targets_per_server;
     wait_until_ready(
         &client_config,
@@ -197,6 +216,9 @@ async fn up(args: UpArgs) -> Result<()> {
     println!("Weft is up.");
     println!("  data         {}", data_dir.display());
     println!("  cluster key  {}", key_file.display());
+    if let Some(tls) = &tls {
+        println!("  TLS CA       {}", tls.ca.display());
+    }
     println!("  mounted at   {}", mountpoint.display());
     for line in &lines {
         println!("{line}");
@@ -234,10 +256,29 @@ fn cluster_key(data_dir: &std::path::Path) -> Result<PathBuf> {
     Ok(file)
 }
 
+/// The CA and certificate in `data_dir/tls`, made on the first start with `--tls`.
+fn tls_files(data_dir: &std::path::Path) -> Result<weft_net::tls::TlsFiles> {
+    let dir = data_dir.join("tls");
+    let files = weft_net::tls::TlsFiles::in_dir(&dir);
+    if files.cert.exists() {
+        return Ok(files);
+    }
+    weft_net::tls::write_new_ca(&dir).map_err(anyhow::Error::msg)
+}
+
 /// A client config for the local cluster.
-fn client_config(mgmt: &str, key_file: &std::path::Path) -> ClientConfig {
+fn client_config(
+    mgmt: &str,
+    key_file: &std::path::Path,
+    tls: Option<&weft_net::tls::TlsFiles>,
+) -> ClientConfig {
     let mut config = ClientConfig::new(mgmt);
     config.auth_key_file = Some(key_file.to_path_buf());
+    if let Some(tls) = tls {
+        config.tls_cert_file = Some(tls.cert.clone());
+        config.tls_key_file = Some(tls.key.clone());
+        config.tls_ca_file = Some(tls.ca.clone());
+    }
     config
 }
 

@@ -277,3 +277,71 @@ fn running_without_a_key_must_be_asked_for() {
     .expect("auth = \"none\" is logged as a warning");
     guard.kill();
 }
+
+// Goal: with TLS, every connection of the cluster runs in TLS and data goes end to end (a
+// mount writes and reads back a file, admin commands work); a member with the key but without
+// TLS is refused and told the server requires TLS; a peer with the key and a certificate of
+// another CA is refused; management logs both. Method: a TLS test cluster of real processes;
+// the CLI with a copy of the key, without and with another CA's certificate beside it.
+#[test]
+fn a_tls_cluster_admits_only_certificates_of_its_ca() {
+    let mut cluster = cluster(ClusterSpec {
+        tls: true,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let data = common::pattern(7, 3 << 20);
+    fs::write(mnt.join("over-tls"), &data).expect("write");
+    fs::File::open(mnt.join("over-tls"))
+        .and_then(|file| file.sync_all())
+        .expect("fsync");
+    assert_eq!(fs::read(mnt.join("over-tls")).expect("read"), data);
+    let listed = cluster
+        .weft(&["node", "list", "--mgmt", cluster.mgmt()])
+        .expect("runs");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let plain = scratch.path().join("plain");
+    fs::create_dir(&plain).expect("mkdir");
+    fs::copy(cluster.key_file(), plain.join("cluster.key")).expect("copy the key");
+    let refused = weft_with_key(
+        Some(&plain.join("cluster.key")),
+        &["node", "list", "--mgmt", cluster.mgmt()],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("requires TLS"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let other = scratch.path().join("other");
+    fs::create_dir(&other).expect("mkdir");
+    fs::copy(cluster.key_file(), other.join("cluster.key")).expect("copy the key");
+    let made = weft_with_key(
+        None,
+        &["certgen", other.join("tls").to_str().expect("utf-8")],
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    let refused = weft_with_key(
+        Some(&other.join("cluster.key")),
+        &["node", "list", "--mgmt", cluster.mgmt()],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("TLS with"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let log = cluster.log("mgmt");
+    for reason in ["came without TLS", "failed TLS"] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains("refused a connection") && line.contains(reason)),
+            "management's log names the refusal ({reason}):\n{log}"
+        );
+    }
+    assert_eq!(fs::read(mnt.join("over-tls")).expect("read"), data);
+}

@@ -71,6 +71,16 @@ pub struct ClientConfig {
     /// change everything (logged as a warning at every start).
     #[serde(default)]
     pub auth: Option<weft_net::AuthMode>,
+    /// TLS for every connection this process makes and accepts: its certificate (PEM),
+    /// signed by the cluster's CA. With `tls_key_file` and `tls_ca_file`; absent: plain TCP.
+    #[serde(default)]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// The private key of `tls_cert_file` (PEM).
+    #[serde(default)]
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 fn default_connections() -> usize {
@@ -115,15 +125,25 @@ impl ClientConfig {
             writeback_cache: false,
             auth_key_file: None,
             auth: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
         }
     }
 
-    /// What the client's connections prove themselves with (`auth_key_file`, `auth`).
+    /// What the client's connections prove themselves with (`auth_key_file`, `auth`, the TLS
+    /// files).
     ///
     /// # Errors
     /// When the config names neither or both, or the key file is unusable.
     pub fn auth(&self) -> Result<weft_net::Auth, String> {
-        weft_net::Auth::configured(self.auth, self.auth_key_file.as_deref())
+        weft_net::Auth::from_settings(weft_net::auth::AuthSettings {
+            mode: self.auth,
+            key_file: self.auth_key_file.as_deref(),
+            tls_cert_file: self.tls_cert_file.as_deref(),
+            tls_key_file: self.tls_key_file.as_deref(),
+            tls_ca_file: self.tls_ca_file.as_deref(),
+        })
     }
 }
 

@@ -55,8 +55,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MetaError> {
     config.validate().map_err(MetaError::DataDir)?;
-    let auth = weft_net::Auth::configured(config.auth, config.auth_key_file.as_deref())
-        .map_err(MetaError::Config)?;
+    let auth = weft_net::Auth::from_settings(config.auth_settings()).map_err(MetaError::Config)?;
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
         weft_net::RpcClientOptions {

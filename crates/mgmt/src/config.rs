@@ -45,6 +45,16 @@ pub struct MgmtConfig {
     /// change everything (logged as a warning at every start).
     #[serde(default)]
     pub auth: Option<weft_net::AuthMode>,
+    /// TLS for every connection this process makes and accepts: its certificate (PEM),
+    /// signed by the cluster's CA. With `tls_key_file` and `tls_ca_file`; absent: plain TCP.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file` (PEM).
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
     /// Log filter: `info` (the default), `debug`, or per module, e.g. `info,weft_meta=debug`.
     /// `--log` and `WEFT_LOG` win over it.
     #[serde(default)]
@@ -96,6 +106,17 @@ fn default_offline_timeout() -> u64 {
 }
 
 impl MgmtConfig {
+    /// The security keys of this config.
+    pub fn auth_settings(&self) -> weft_net::auth::AuthSettings<'_> {
+        weft_net::auth::AuthSettings {
+            mode: self.auth,
+            key_file: self.auth_key_file.as_deref(),
+            tls_cert_file: self.tls_cert_file.as_deref(),
+            tls_key_file: self.tls_key_file.as_deref(),
+            tls_ca_file: self.tls_ca_file.as_deref(),
+        }
+    }
+
     /// Reports every problem of the config at once.
     ///
     /// # Errors

@@ -67,8 +67,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MgmtError> {
-    let auth = weft_net::Auth::configured(config.auth, config.auth_key_file.as_deref())
-        .map_err(MgmtError::Config)?;
+    let auth = weft_net::Auth::from_settings(config.auth_settings()).map_err(MgmtError::Config)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|source| MgmtError::DataDir {
         path: config.data_dir.clone(),
         source,

@@ -16,12 +16,14 @@
 //! client → server  PROOF      tag 3, Pc (32 bytes)
 //! server → client  WELCOME    tag 4, or REFUSED
 //!
-//! Ps = HMAC(K, "weft server" | version | name | Nc | Ns)
-//! Pc = HMAC(K, "weft client" | version | name | Ns | Nc)
+//! Ps = HMAC(K, "weft server" | version | name | Nc | Ns | binding)
+//! Pc = HMAC(K, "weft client" | version | name | Ns | Nc | binding)
 //! ```
 //!
-//! Integers are little endian; `name` is empty for cluster members.
+//! Integers are little endian; `name` is empty for cluster members; `binding` is empty over
+//! plain TCP and the TLS session's exported keying material inside TLS ([`crate::tls`]).
 
+use crate::tls::{Tls, TlsFiles};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use std::fmt;
@@ -59,10 +61,27 @@ pub enum AuthMode {
     None,
 }
 
-/// What a process proves itself with, on the connections it makes and accepts.
+/// The security keys of every service and client config, as given.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AuthSettings<'a> {
+    /// `auth`.
+    pub mode: Option<AuthMode>,
+    /// `auth_key_file`.
+    pub key_file: Option<&'a Path>,
+    /// `tls_cert_file`.
+    pub tls_cert_file: Option<&'a Path>,
+    /// `tls_key_file`.
+    pub tls_key_file: Option<&'a Path>,
+    /// `tls_ca_file`.
+    pub tls_ca_file: Option<&'a Path>,
+}
+
+/// What a process proves itself with, on the connections it makes and accepts: the cluster
+/// key, and TLS when configured.
 #[derive(Clone, Default)]
 pub struct Auth {
     key: Option<Arc<ClusterKey>>,
+    tls: Option<Tls>,
 }
 
 struct ClusterKey {
@@ -73,16 +92,31 @@ struct ClusterKey {
 impl fmt::Debug for Auth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.key {
-            Some(key) => write!(f, "Auth(key in {})", key.file.display()),
-            None => f.write_str("Auth(none)"),
+            Some(key) => write!(f, "Auth(key in {}", key.file.display())?,
+            None => f.write_str("Auth(no key")?,
         }
+        f.write_str(if self.tls.is_some() { ", TLS)" } else { ")" })
     }
 }
 
 impl Auth {
     /// No authentication.
     pub fn none() -> Auth {
-        Auth { key: None }
+        Auth::default()
+    }
+
+    /// This, over TLS with `files` when given.
+    ///
+    /// # Errors
+    /// When the certificate, key or CA cannot be used, naming the file.
+    pub fn with_tls(mut self, files: Option<&TlsFiles>) -> Result<Auth, String> {
+        self.tls = files.map(Tls::load).transpose()?;
+        Ok(self)
+    }
+
+    /// The TLS setup, when connections use TLS.
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     /// The cluster key held in `file` (`weft keygen`).
@@ -97,6 +131,7 @@ impl Auth {
                 key: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
                 file: file.to_path_buf(),
             })),
+            tls: None,
         })
     }
 
@@ -127,6 +162,20 @@ impl Auth {
         }
     }
 
+    /// What a config's security keys ask for: [`Auth::configured`], over TLS when the three
+    /// TLS files are given.
+    ///
+    /// # Errors
+    /// When the settings contradict each other or a file is unusable, naming the key or file.
+    pub fn from_settings(settings: AuthSettings<'_>) -> Result<Auth, String> {
+        let tls = TlsFiles::configured(
+            settings.tls_cert_file,
+            settings.tls_key_file,
+            settings.tls_ca_file,
+        )?;
+        Auth::configured(settings.mode, settings.key_file)?.with_tls(tls.as_ref())
+    }
+
     /// Whether connections are authenticated.
     pub fn is_enabled(&self) -> bool {
         self.key.is_some()
@@ -137,36 +186,53 @@ impl Auth {
         self.key.as_ref().map(|key| key.file.as_path())
     }
 
-    fn proof(&self, label: &[u8], version: u16, name: &[u8], nonces: [&[u8]; 2]) -> hmac::Tag {
+    fn proof(
+        &self,
+        label: &[u8],
+        (version, name): (u16, &[u8]),
+        nonces: [&[u8]; 2],
+        binding: &[u8],
+    ) -> hmac::Tag {
         let key = &self.key.as_ref().expect("proofs need a key").key;
-        let mut context = hmac::Context::with_key(key);
-        context.update(label);
-        context.update(&version.to_le_bytes());
-        context.update(&[name.len() as u8]);
-        context.update(name);
-        context.update(nonces[0]);
-        context.update(nonces[1]);
-        context.sign()
+        hmac::sign(key, &proof_input(label, (version, name), nonces, binding))
     }
 
     fn verify(
         &self,
         label: &[u8],
-        version: u16,
-        name: &[u8],
+        (version, name): (u16, &[u8]),
         nonces: [&[u8]; 2],
-        proof: &[u8],
+        (binding, proof): (&[u8], &[u8]),
     ) -> bool {
         let key = &self.key.as_ref().expect("proofs need a key").key;
-        let mut message = Vec::with_capacity(label.len() + 3 + name.len() + 2 * NONCE_BYTES);
-        message.extend_from_slice(label);
-        message.extend_from_slice(&version.to_le_bytes());
-        message.push(name.len() as u8);
-        message.extend_from_slice(name);
-        message.extend_from_slice(nonces[0]);
-        message.extend_from_slice(nonces[1]);
-        hmac::verify(key, &message, proof).is_ok()
+        hmac::verify(
+            key,
+            &proof_input(label, (version, name), nonces, binding),
+            proof,
+        )
+        .is_ok()
     }
+}
+
+/// What a proof signs: its direction's label, the version, the client's name, both nonces
+/// (the verifier's first) and the TLS binding, each length-prefixed where it varies.
+fn proof_input(
+    label: &[u8],
+    (version, name): (u16, &[u8]),
+    nonces: [&[u8]; 2],
+    binding: &[u8],
+) -> Vec<u8> {
+    let mut input =
+        Vec::with_capacity(label.len() + 4 + name.len() + 2 * NONCE_BYTES + binding.len());
+    input.extend_from_slice(label);
+    input.extend_from_slice(&version.to_le_bytes());
+    input.push(name.len() as u8);
+    input.extend_from_slice(name);
+    input.extend_from_slice(nonces[0]);
+    input.extend_from_slice(nonces[1]);
+    input.push(binding.len() as u8);
+    input.extend_from_slice(binding);
+    input
 }
 
 const SERVER_LABEL: &[u8] = b"weft server";
@@ -295,6 +361,12 @@ pub enum Refusal {
     WrongKey,
     /// The client named itself, and named clients are not accepted.
     UnknownClient(String),
+    /// The server requires TLS and the peer came without it.
+    TlsRequired,
+    /// The peer began TLS and the server runs without it.
+    TlsUnavailable,
+    /// TLS failed: the peer's certificate is not one of the cluster's CA, or TLS broke off.
+    TlsFailed(String),
     /// The handshake broke off or was malformed.
     Broken(String),
     /// No handshake within [`HANDSHAKE_TIMEOUT`].
@@ -308,6 +380,7 @@ impl Refusal {
             Refusal::KeyRequired => 2,
             Refusal::WrongKey => 3,
             Refusal::UnknownClient(_) => 4,
+            Refusal::TlsRequired => 6,
             _ => 5,
         }
     }
@@ -321,6 +394,9 @@ impl Refusal {
             Refusal::KeyRequired => "key_required",
             Refusal::WrongKey => "wrong_key",
             Refusal::UnknownClient(_) => "unknown_client",
+            Refusal::TlsRequired => "tls_required",
+            Refusal::TlsUnavailable => "tls_unavailable",
+            Refusal::TlsFailed(_) => "tls_failed",
             Refusal::Broken(_) => "broken",
             Refusal::Timeout => "timeout",
         }
@@ -341,6 +417,9 @@ impl fmt::Display for Refusal {
             Refusal::KeyRequired => f.write_str("holds no cluster key"),
             Refusal::WrongKey => f.write_str("proved another cluster key"),
             Refusal::UnknownClient(name) => write!(f, "unknown client {name:?}"),
+            Refusal::TlsRequired => f.write_str("came without TLS, which this server requires"),
+            Refusal::TlsUnavailable => f.write_str("began TLS, which this server does not run"),
+            Refusal::TlsFailed(reason) => write!(f, "failed TLS: {reason}"),
             Refusal::Broken(reason) => write!(f, "broken handshake: {reason}"),
             Refusal::Timeout => write!(f, "no handshake within {HANDSHAKE_TIMEOUT:?}"),
         }
@@ -367,6 +446,7 @@ fn broken(error: std::io::Error) -> Refusal {
 pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     auth: &Auth,
+    binding: &[u8],
 ) -> Result<u16, Refusal> {
     let mut head = [0u8; 10];
     stream.read_exact(&mut head).await.map_err(broken)?;
@@ -409,7 +489,12 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     }
 
     let server_nonce = random_nonce()?;
-    let proof = auth.proof(SERVER_LABEL, version, name, [client_nonce, &server_nonce]);
+    let proof = auth.proof(
+        SERVER_LABEL,
+        (version, name),
+        [client_nonce, &server_nonce],
+        binding,
+    );
     let mut challenge = vec![TAG_CHALLENGE];
     challenge.extend_from_slice(&version.to_le_bytes());
     challenge.extend_from_slice(&server_nonce);
@@ -431,10 +516,9 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     }
     if !auth.verify(
         CLIENT_LABEL,
-        version,
-        name,
+        (version, name),
         [&server_nonce, client_nonce],
-        &answer[1..],
+        (binding, &answer[1..]),
     ) {
         refuse(stream, &Refusal::WrongKey).await;
         return Err(Refusal::WrongKey);
@@ -444,7 +528,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Tells the peer why it is refused; it may be gone already.
-async fn refuse<S: AsyncWrite + Unpin>(stream: &mut S, refusal: &Refusal) {
+pub(crate) async fn refuse<S: AsyncWrite + Unpin>(stream: &mut S, refusal: &Refusal) {
     let mut message = vec![TAG_REFUSED, refusal.code()];
     message.extend_from_slice(&PROTOCOL_VERSION_MIN.to_le_bytes());
     message.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
@@ -471,7 +555,7 @@ pub enum ConnectError {
 pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     auth: &Auth,
-    address: &str,
+    (address, binding): (&str, &[u8]),
 ) -> Result<u16, ConnectError> {
     let transport =
         |error: std::io::Error| ConnectError::Transport(format!("during the handshake: {error}"));
@@ -514,16 +598,20 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
             let server_proof = &challenge[2 + NONCE_BYTES..];
             if !auth.verify(
                 SERVER_LABEL,
-                version,
-                &[],
+                (version, &[]),
                 [&client_nonce, server_nonce],
-                server_proof,
+                (binding, server_proof),
             ) {
                 // Say why before hanging up, so the server's log names the cause.
                 refuse(stream, &Refusal::WrongKey).await;
                 return Err(wrong_key(auth, address));
             }
-            let proof = auth.proof(CLIENT_LABEL, version, &[], [server_nonce, &client_nonce]);
+            let proof = auth.proof(
+                CLIENT_LABEL,
+                (version, &[]),
+                [server_nonce, &client_nonce],
+                binding,
+            );
             let mut message = vec![TAG_PROOF];
             message.extend_from_slice(proof.as_ref());
             stream.write_all(&message).await.map_err(transport)?;
@@ -576,6 +664,10 @@ async fn read_refusal<S: AsyncRead + Unpin>(
         )),
         3 => wrong_key(auth, address),
         4 => ConnectError::Refused(format!("{address} does not know this client's name")),
+        6 => ConnectError::Refused(format!(
+            "{address} requires TLS: give tls_cert_file, tls_key_file and tls_ca_file in the \
+             config (or put cert.pem, cert.key and ca.pem in a tls directory beside the key file)"
+        )),
         code => ConnectError::Refused(format!("{address} refused the connection (reason {code})")),
     }
 }
@@ -593,11 +685,11 @@ mod tests {
     async fn run(server: Auth, client: Auth) -> (Result<u16, Refusal>, Result<u16, ConnectError>) {
         let (mut a, mut b) = tokio::io::duplex(1024);
         let server = tokio::spawn(async move {
-            let outcome = accept(&mut a, &server).await;
+            let outcome = accept(&mut a, &server, &[]).await;
             drop(a);
             outcome
         });
-        let client = connect(&mut b, &client, "server:1").await;
+        let client = connect(&mut b, &client, ("server:1", &[])).await;
         // A client that refuses the server hangs up, as a real one drops its connection.
         drop(b);
         (server.await.expect("server task"), client)
@@ -647,10 +739,28 @@ mod tests {
         );
     }
 
+    // Goal: proofs are bound to the TLS session they run in: a handshake relayed from one
+    // session into another (the two ends see different keying material) does not verify.
+    #[tokio::test]
+    async fn a_handshake_relayed_into_another_tls_session_fails() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let key = key_auth(directory.path(), "cluster.key");
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let server_key = key.clone();
+        let server = tokio::spawn(async move { accept(&mut a, &server_key, &[1; 32]).await });
+        let client = connect(&mut b, &key, ("server:1", &[2; 32])).await;
+        drop(b);
+        assert!(
+            matches!(client, Err(ConnectError::Refused(_))),
+            "{client:?}"
+        );
+        assert_eq!(server.await.expect("server task"), Err(Refusal::WrongKey));
+    }
+
     /// Plays a recorded client message against a live server.
     async fn replay(server: Auth, messages: Vec<Vec<u8>>) -> (Result<u16, Refusal>, Vec<u8>) {
         let (mut a, mut b) = tokio::io::duplex(1024);
-        let server = tokio::spawn(async move { accept(&mut a, &server).await });
+        let server = tokio::spawn(async move { accept(&mut a, &server, &[]).await });
         for message in messages {
             let _ = b.write_all(&message).await;
         }
@@ -669,9 +779,10 @@ mod tests {
         let (mut client_end, mut relay_client) = tokio::io::duplex(1024);
         let (mut relay_server, mut server_end) = tokio::io::duplex(1024);
         let server_key = key.clone();
-        let server = tokio::spawn(async move { accept(&mut server_end, &server_key).await });
+        let server = tokio::spawn(async move { accept(&mut server_end, &server_key, &[]).await });
         let client_key = key.clone();
-        let client = tokio::spawn(async move { connect(&mut client_end, &client_key, "s").await });
+        let client =
+            tokio::spawn(async move { connect(&mut client_end, &client_key, ("s", &[])).await });
         let mut hello = vec![0u8; 10 + NONCE_BYTES];
         relay_client.read_exact(&mut hello).await.expect("hello");
         relay_server.write_all(&hello).await.expect("relay hello");

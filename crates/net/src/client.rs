@@ -4,6 +4,7 @@
 
 use crate::auth::{self, Auth};
 use crate::connection::ClientConnection;
+use crate::tls::Stream;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -167,17 +168,44 @@ impl RpcClient {
         Ok(connection)
     }
 
-    /// A new connection to the peer, authenticated.
-    async fn open(&self) -> Result<TcpStream, RpcError> {
+    /// A new connection to the peer, in TLS when configured, authenticated.
+    async fn open(&self) -> Result<Stream, RpcError> {
         let transport = |reason: String| RpcError::Transport {
             address: self.address.clone(),
             reason,
         };
-        let mut stream = TcpStream::connect(&self.address)
+        let stream = TcpStream::connect(&self.address)
             .await
             .map_err(|error| transport(error.to_string()))?;
         crate::connection::tune(&stream);
-        match auth::connect(&mut stream, &self.options.auth, &self.address).await {
+        let auth = &self.options.auth;
+        let (mut stream, binding) = match auth.tls() {
+            None => (Stream::Tcp(stream), None),
+            Some(tls) => {
+                let (stream, binding) = tls.connect(stream).await.map_err(|error| {
+                    if error.kind() == std::io::ErrorKind::InvalidData {
+                        // The peer's certificate, or the peer, is not what TLS demands.
+                        RpcError::Refused {
+                            reason: format!(
+                                "TLS with {} failed: {error} (is its certificate from this \
+                                 cluster's CA, and does it run with TLS?)",
+                                self.address
+                            ),
+                            code: ErrorCode::PermissionDenied,
+                        }
+                    } else {
+                        transport(format!("TLS handshake: {error}"))
+                    }
+                })?;
+                (Stream::Tls(Box::new(stream)), Some(binding))
+            }
+        };
+        let binding = binding.as_ref().map(|b| b.as_slice()).unwrap_or_default();
+        let outcome = match &mut stream {
+            Stream::Tcp(tcp) => auth::connect(tcp, auth, (&self.address, binding)).await,
+            Stream::Tls(tls) => auth::connect(tls, auth, (&self.address, binding)).await,
+        };
+        match outcome {
             Ok(_version) => Ok(stream),
             Err(auth::ConnectError::Transport(reason)) => Err(transport(reason)),
             Err(auth::ConnectError::Refused(reason)) => Err(RpcError::Refused {

@@ -1,12 +1,12 @@
 //! One TCP connection: a writer task fed by a channel, a reader task that matches responses to
 //! waiting callers by request id. Frame reading and writing live here once, for both sides.
 
+use crate::tls::{ReadHalf, Stream};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use weft_proto::codec::{self, DecodeError, FrameHeader, FrameKind, FRAME_HEADER_BYTES};
@@ -97,8 +97,8 @@ pub(crate) enum PayloadBuffer {
 }
 
 /// Reads one frame: header, body, payload, with bounds and the payload checksum checked.
-pub(crate) async fn read_frame(
-    reader: &mut OwnedReadHalf,
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
     buffer: PayloadBuffer,
 ) -> Result<(FrameHeader, Vec<u8>, Bytes), FrameReadError> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
@@ -159,7 +159,10 @@ fn page_aligned(len: usize) -> BytesMut {
 }
 
 /// Writes frames from a channel until it closes or the socket fails.
-pub(crate) async fn write_frames(writer: OwnedWriteHalf, mut frames: mpsc::Receiver<OutFrame>) {
+pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut frames: mpsc::Receiver<OutFrame>,
+) {
     let mut writer = BufWriter::with_capacity(256 * 1024, writer);
     while let Some(frame) = frames.recv().await {
         let mut result = write_one(&mut writer, &frame).await;
@@ -176,8 +179,8 @@ pub(crate) async fn write_frames(writer: OwnedWriteHalf, mut frames: mpsc::Recei
     }
 }
 
-async fn write_one(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+async fn write_one<W: AsyncWrite + Unpin>(
+    writer: &mut BufWriter<W>,
     frame: &OutFrame,
 ) -> std::io::Result<()> {
     writer.write_all(&frame.header).await?;
@@ -204,8 +207,8 @@ pub(crate) struct ClientConnection {
 }
 
 impl ClientConnection {
-    pub(crate) fn start(stream: TcpStream, origin: u32) -> ClientConnection {
-        let (reader, writer) = stream.into_split();
+    pub(crate) fn start(stream: Stream, origin: u32) -> ClientConnection {
+        let (reader, writer) = stream.split();
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
@@ -266,7 +269,7 @@ impl ClientConnection {
 }
 
 async fn read_responses(
-    mut reader: OwnedReadHalf,
+    mut reader: ReadHalf,
     waiters: Arc<Mutex<HashMap<u64, Waiter>>>,
     closed: Arc<AtomicBool>,
 ) {

@@ -11,6 +11,7 @@
 //! - [`influx`] — the optional push of the same metrics to InfluxDB.
 //! - [`mirror`] — a server's side of its mirror groups: versions, lease, delivery, resync bookkeeping.
 //! - [`retry`] — the one retry and backoff policy.
+//! - [`tls`] — optional TLS: certificates of the cluster's CA both ways, and the stream type.
 //! - [`stubs`] — typed clients per service, used by the client library and by servers alike.
 //!
 //! A malformed frame closes its connection and is logged; it never takes a server down.
@@ -27,6 +28,7 @@ pub mod mirror;
 pub mod retry;
 pub mod server;
 pub mod stubs;
+pub mod tls;
 
 pub use auth::{Auth, AuthMode};
 pub use client::{RpcClient, RpcClientOptions, RpcError};

@@ -6,6 +6,7 @@ use crate::auth::{self, Auth, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
 use crate::connection::{read_frame, write_frames, OutFrame, PayloadBuffer};
 use crate::http::HttpReply;
 use crate::metrics::Metrics;
+use crate::tls::Stream;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
@@ -204,17 +205,51 @@ async fn serve_any<H: Handler>(
 ) {
     let _open = metrics.rpc().connection();
     let peer = stream.peer_addr().ok();
-    // One deadline for the first bytes and the whole handshake.
+    // One deadline for the first bytes, TLS and the whole handshake.
     let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let refusal = match tokio::time::timeout_at(deadline, first_bytes(&stream)).await {
         Ok(Some(magic)) if magic == HANDSHAKE_MAGIC => {
             crate::connection::tune(&stream);
-            match tokio::time::timeout_at(deadline, auth::accept(&mut stream, &auth)).await {
-                Ok(Ok(_version)) => return serve_connection(stream, handler, metrics).await,
-                Ok(Err(refusal)) => refusal,
-                Err(_) => Refusal::Timeout,
+            if auth.tls().is_some() {
+                let refusal = Refusal::TlsRequired;
+                auth::refuse(&mut stream, &refusal).await;
+                refusal
+            } else {
+                match tokio::time::timeout_at(deadline, auth::accept(&mut stream, &auth, &[])).await
+                {
+                    Ok(Ok(_version)) => {
+                        return serve_connection(Stream::Tcp(stream), peer, handler, metrics).await
+                    }
+                    Ok(Err(refusal)) => refusal,
+                    Err(_) => Refusal::Timeout,
+                }
             }
         }
+        Ok(Some(magic)) if magic[0] == TLS_HANDSHAKE_RECORD => match auth.tls() {
+            None => Refusal::TlsUnavailable,
+            Some(tls) => {
+                crate::connection::tune(&stream);
+                match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
+                    Ok(Ok((mut stream, binding))) => {
+                        match tokio::time::timeout_at(
+                            deadline,
+                            auth::accept(&mut stream, &auth, &binding),
+                        )
+                        .await
+                        {
+                            Ok(Ok(_version)) => {
+                                let stream = Stream::Tls(Box::new(stream));
+                                return serve_connection(stream, peer, handler, metrics).await;
+                            }
+                            Ok(Err(refusal)) => refusal,
+                            Err(_) => Refusal::Timeout,
+                        }
+                    }
+                    Ok(Err(error)) => Refusal::TlsFailed(error.to_string()),
+                    Err(_) => Refusal::Timeout,
+                }
+            }
+        },
         Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => Refusal::NoHandshake,
         Ok(Some(_)) => return crate::http::serve_http(stream, handler, metrics).await,
         Ok(None) => return,
@@ -222,6 +257,9 @@ async fn serve_any<H: Handler>(
     };
     refusals.refused(&metrics, peer, &refusal);
 }
+
+/// The first byte of a TLS connection (a handshake record).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// The connection's first four bytes, left unread; `None` when it closes before sending them.
 async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
@@ -237,13 +275,14 @@ async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
     }
 }
 
-async fn serve_connection<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
-    crate::connection::tune(&stream);
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let (mut reader, writer) = stream.into_split();
+async fn serve_connection<H: Handler>(
+    stream: Stream,
+    peer: Option<std::net::SocketAddr>,
+    handler: Arc<H>,
+    metrics: Metrics,
+) {
+    let peer = peer.map(|a| a.to_string()).unwrap_or_default();
+    let (mut reader, writer) = stream.split();
     let (frames, queue) = mpsc::channel::<OutFrame>(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     tokio::spawn(write_frames(writer, queue));
     let in_flight = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
@@ -353,7 +392,7 @@ mod tests {
     /// A connection that passed the handshake, for sending raw bytes.
     async fn authenticated(address: &str) -> TcpStream {
         let mut stream = TcpStream::connect(address).await.expect("connect");
-        auth::connect(&mut stream, &cluster_key(), address)
+        auth::connect(&mut stream, &cluster_key(), (address, &[]))
             .await
             .expect("handshake");
         stream

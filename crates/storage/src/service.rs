@@ -51,8 +51,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
     config.validate().map_err(StorageError::Config)?;
-    let auth = weft_net::Auth::configured(config.auth, config.auth_key_file.as_deref())
-        .map_err(StorageError::Config)?;
+    let auth =
+        weft_net::Auth::from_settings(config.auth_settings()).map_err(StorageError::Config)?;
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
         weft_net::RpcClientOptions {

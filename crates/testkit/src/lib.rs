@@ -39,6 +39,9 @@ pub struct ClusterSpec {
     /// Every service in a network namespace of its own, on a bridge the host reaches, so a
     /// test can cut one off the network ([`LocalCluster::set_link`]). Needs root.
     pub netns: bool,
+    /// Every connection in TLS, with a CA and certificate made by `weft certgen` in the
+    /// cluster's directory (`tls/`, beside the key, where mounts and tools find it).
+    pub tls: bool,
 }
 
 impl Default for ClusterSpec {
@@ -52,6 +55,7 @@ impl Default for ClusterSpec {
             settings: Vec::new(),
             storage_settings: Vec::new(),
             netns: false,
+            tls: false,
         }
     }
 }
@@ -222,6 +226,15 @@ impl LocalCluster {
                 String::from_utf8_lossy(&keygen.stderr)
             );
         }
+        if spec.tls {
+            let made = cluster.weft(&["certgen", &cluster.tls_dir().display().to_string()])?;
+            if !made.status.success() {
+                bail!(
+                    "weft certgen failed: {}",
+                    String::from_utf8_lossy(&made.stderr)
+                );
+            }
+        }
         let data = cluster.root.path().join("data");
         let mgmt_dir = data.join("mgmt");
         fs::create_dir_all(&mgmt_dir)?;
@@ -321,6 +334,19 @@ impl LocalCluster {
             "--set".to_string(),
             format!("auth_key_file={:?}", self.key_file().display().to_string()),
         ]);
+        if self.spec.tls {
+            let dir = self.tls_dir();
+            for (key, file) in [
+                ("tls_cert_file", "cert.pem"),
+                ("tls_key_file", "cert.key"),
+                ("tls_ca_file", "ca.pem"),
+            ] {
+                args.extend([
+                    "--set".to_string(),
+                    format!("{key}={:?}", dir.join(file).display().to_string()),
+                ]);
+            }
+        }
         for setting in &self.spec.settings {
             args.extend(["--set".to_string(), setting.clone()]);
         }
@@ -395,6 +421,11 @@ impl LocalCluster {
     /// The cluster key file every service, mount and tool of this cluster uses.
     pub fn key_file(&self) -> PathBuf {
         self.root.path().join("cluster.key")
+    }
+
+    /// Where the cluster's TLS CA and certificate are, with [`ClusterSpec::tls`].
+    pub fn tls_dir(&self) -> PathBuf {
+        self.root.path().join("tls")
     }
 
     /// The temporary directory holding data, logs and mount points.
