@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A wire error code. See the module docs for the numbering rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+/// A wire error code. See the module docs for the numbering rules. It crosses the wire (and
+/// is kept in stored replies) as its number, never as its position in this list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::FromRepr)]
 #[strum(serialize_all = "snake_case")]
 #[repr(u16)]
 #[non_exhaustive]
@@ -103,6 +104,21 @@ pub enum ErrorCode {
     WrongService = 4001,
 }
 
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u16(*self as u16)
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    /// A code this build does not know (sent by a newer peer) reads as `Internal`: the
+    /// request failed either way, and the message that comes with it still says why.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let number = u16::deserialize(deserializer)?;
+        Ok(ErrorCode::from_repr(number).unwrap_or(ErrorCode::Internal))
+    }
+}
+
 impl ErrorCode {
     /// The code's name in snake case (`not_found`), as metrics label it.
     pub fn name(self) -> &'static str {
@@ -190,5 +206,41 @@ mod tests {
         assert_eq!(ErrorCode::VersionMismatch as u16, 4000);
         assert_eq!(ErrorCode::NotFound.to_errno(), libc::ENOENT);
         assert_eq!(ErrorCode::NoSpace.to_errno(), libc::ENOSPC);
+    }
+
+    // Goal: what crosses the wire (and is kept in stored replies) is the code's number, not
+    // its position in the enum: inserting or reordering variants changes no byte. Golden
+    // bytes: the number as a postcard varint.
+    #[test]
+    fn codes_cross_the_wire_as_their_numbers() {
+        let encode = |value: &WireError| postcard::to_stdvec(value).expect("encode");
+        assert_eq!(
+            encode(&WireError::new(ErrorCode::NotFound, "x")),
+            [0xE8, 0x07, 1, b'x'],
+            "1000 as a varint, then the message"
+        );
+        assert_eq!(encode(&WireError::new(ErrorCode::Internal, "")), [0x01, 0]);
+        assert_eq!(
+            encode(&WireError::new(ErrorCode::WrongService, "")),
+            [0xA1, 0x1F, 0]
+        );
+        for code in [
+            ErrorCode::Internal,
+            ErrorCode::TimedOut,
+            ErrorCode::Busy,
+            ErrorCode::Superseded,
+            ErrorCode::UnknownSession,
+            ErrorCode::WrongService,
+        ] {
+            let bytes = encode(&WireError::new(code, "m"));
+            let decoded: WireError = postcard::from_bytes(&bytes).expect("decode");
+            assert_eq!(decoded.code, code);
+        }
+        // A code this build does not know (a newer peer's) reads as Internal, message intact.
+        let newer: WireError = postcard::from_bytes(&[0xE7, 0x4E, 2, b'h', b'i']).expect("decode");
+        assert_eq!(
+            (newer.code, newer.message.as_str()),
+            (ErrorCode::Internal, "hi")
+        );
     }
 }
