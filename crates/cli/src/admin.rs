@@ -180,7 +180,7 @@ fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
     let path = crate::absolute(path)
         .ancestors()
         .find_map(|ancestor| ancestor.canonicalize().ok())?;
-    weft_client::fuse::mount::mounted_file_systems()
+    weft_client::fuse::mount::trusted_fuse_mounts()
         .into_iter()
         .filter(|(_, target, kind)| {
             (kind == "fuse.weft" || kind == "fuse") && path.starts_with(target)
@@ -210,7 +210,7 @@ fn locate_mgmt(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
         return Ok(mgmt);
     }
     if path.is_none() {
-        let mounts: Vec<_> = weft_client::fuse::mount::mounted_file_systems()
+        let mounts: Vec<_> = weft_client::fuse::mount::trusted_fuse_mounts()
             .into_iter()
             .filter(|(_, _, kind)| kind == "fuse.weft" || kind == "fuse")
             .filter_map(|(source, _, _)| source.strip_prefix("weft@").map(str::to_string))

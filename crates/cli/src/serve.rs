@@ -208,7 +208,8 @@ pub fn parse_mounts_file(path: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
 /// find its key.
 pub struct Mount {
     mounted: Mounted,
-    key_link: Option<PathBuf>,
+    /// The link, and the key file it points to.
+    key_link: Option<(PathBuf, PathBuf)>,
 }
 
 /// Connects a client and mounts it.
@@ -240,24 +241,18 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
 /// Leaves a link to the key where the admin commands look for the key of a cluster mounted
 /// here ([`weft_net::auth::local_cluster_key`]); `None` when it cannot (they then need
 /// --key-file).
-fn link_key(mgmt: &str, key_file: &Path) -> Option<PathBuf> {
+fn link_key(mgmt: &str, key_file: &Path) -> Option<(PathBuf, PathBuf)> {
     let link = weft_net::auth::local_cluster_key(mgmt);
     let key_file = crate::absolute(key_file);
-    let made = link
-        .parent()
-        .map(|dir| {
-            std::fs::create_dir_all(dir)?;
-            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        })
-        .transpose()
-        .and_then(|_| {
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&key_file, &link)
-        });
+    let made = weft_net::auth::private_key_dir().and_then(|_| {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&key_file, &link)
+            .map_err(|error| format!("cannot link {}: {error}", link.display()))
+    });
     match made {
-        Ok(()) => Some(link),
+        Ok(()) => Some((link, key_file)),
         Err(error) => {
-            tracing::warn!(link = %link.display(), %error, "cannot leave a link to the cluster key for the admin commands: give them --key-file");
+            tracing::warn!(%error, "cannot leave a link to the cluster key for the admin commands: give them --key-file");
             None
         }
     }
@@ -278,8 +273,12 @@ pub async fn hold_mounts(mounts: Vec<Mount>) -> Result<()> {
         () = all_gone => { tracing::info!("unmounted from outside; stopping"); }
     }
     for Mount { mounted, key_link } in mounts {
-        if let Some(link) = key_link {
-            let _ = std::fs::remove_file(link);
+        // Only a link that is still this mount's: another mount of the cluster may have
+        // replaced it since.
+        if let Some((link, key_file)) = key_link {
+            if std::fs::read_link(&link).is_ok_and(|target| target == key_file) {
+                let _ = std::fs::remove_file(link);
+            }
         }
         let path = mounted.mountpoint().display().to_string();
         mounted

@@ -125,6 +125,21 @@ fn strangers_are_refused_before_any_request() {
         "{}",
         stderr(&listed)
     );
+    // The right key with TLS against a cluster without it: refused at once, told to check TLS.
+    let tls_client = scratch.path().join("tls-client");
+    fs::create_dir(&tls_client).expect("mkdir");
+    fs::copy(cluster.key_file(), tls_client.join("cluster.key")).expect("copy the key");
+    let made = weft_with_key(
+        None,
+        &["certgen", tls_client.join("tls").to_str().expect("utf-8")],
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    let listed = weft_with_key(
+        Some(&tls_client.join("cluster.key")),
+        &["node", "list", "--mgmt", cluster.mgmt()],
+    );
+    assert!(!listed.status.success());
+    assert!(stderr(&listed).contains("TLS with"), "{}", stderr(&listed));
     // A mount with another key does not mount.
     let stranger_mnt = scratch.path().join("mnt");
     fs::create_dir(&stranger_mnt).expect("mkdir");

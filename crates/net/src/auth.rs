@@ -240,18 +240,10 @@ const CLIENT_LABEL: &[u8] = b"weft client";
 
 /// Reads a key file: 64 hex digits on one line, readable by its owner only.
 fn read_key_file(file: &Path) -> Result<[u8; KEY_BYTES], String> {
-    use std::os::unix::fs::PermissionsExt;
-    let metadata = std::fs::metadata(file)
-        .map_err(|error| format!("cannot read the key file {}: {error}", file.display()))?;
-    if metadata.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "the key file {} can be read by others (mode {:o}): run `chmod 600 {}`",
-            file.display(),
-            metadata.permissions().mode() & 0o777,
-            file.display()
-        ));
-    }
-    let text = std::fs::read_to_string(file)
+    use std::io::Read;
+    let mut text = String::new();
+    open_private(file, "key file")?
+        .read_to_string(&mut text)
         .map_err(|error| format!("cannot read the key file {}: {error}", file.display()))?;
     parse_key(text.trim()).ok_or_else(|| {
         format!(
@@ -260,6 +252,45 @@ fn read_key_file(file: &Path) -> Result<[u8; KEY_BYTES], String> {
             2 * KEY_BYTES
         )
     })
+}
+
+/// Opens a file that holds a secret, and checks the open file (not the path, which could be
+/// swapped between a check and the open): a regular file, owned by this user or root, that
+/// neither group nor others can read or write.
+///
+/// # Errors
+/// What is wrong, naming the file and the fix.
+pub(crate) fn open_private(file: &Path, what: &str) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::MetadataExt;
+    let opened = std::fs::File::open(file)
+        .map_err(|error| format!("cannot read the {what} {}: {error}", file.display()))?;
+    let metadata = opened
+        .metadata()
+        .map_err(|error| format!("cannot read the {what} {}: {error}", file.display()))?;
+    if !metadata.is_file() {
+        return Err(format!(
+            "the {what} {} is not a regular file",
+            file.display()
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if metadata.uid() != me && metadata.uid() != 0 {
+        return Err(format!(
+            "the {what} {} belongs to user {}, not to this user or root: `chown` it",
+            file.display(),
+            metadata.uid()
+        ));
+    }
+    if metadata.mode() & 0o077 != 0 {
+        return Err(format!(
+            "the {what} {} can be read by others (mode {:o}): run `chmod 600 {}`",
+            file.display(),
+            metadata.mode() & 0o777,
+            file.display()
+        ));
+    }
+    Ok(opened)
 }
 
 fn parse_key(text: &str) -> Option<[u8; KEY_BYTES]> {
@@ -315,30 +346,66 @@ pub fn find_key_file(explicit: Option<&Path>, mgmt: &str) -> Option<PathBuf> {
         return Some(PathBuf::from(file));
     }
     let local = local_cluster_key(mgmt);
-    if local.exists() {
+    if local.exists() && check_private_dir(&local_key_dir()).is_ok() {
         return Some(local);
     }
     let system = PathBuf::from(SYSTEM_KEY_FILE);
     system.exists().then_some(system)
 }
 
-/// Where `weft up` leaves a link to its key for the cluster whose management is `mgmt`.
+/// Where a mount leaves a link to its key for the cluster whose management is `mgmt`
+/// (`weft mount`, `weft up`), for the admin commands run on the same host.
 pub fn local_cluster_key(mgmt: &str) -> PathBuf {
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+    local_key_dir().join(format!("{}.key", mgmt.replace(['/', ':'], "_")))
+}
+
+/// The directory of those links: `$XDG_RUNTIME_DIR/weft`, `/run/weft` for root, else
+/// `/tmp/weft-UID`.
+fn local_key_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    match std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|dir| dir.is_dir())
-        .unwrap_or_else(|| {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            if uid == 0 {
-                PathBuf::from("/run")
-            } else {
-                std::env::temp_dir().join(format!("weft-{uid}"))
-            }
-        });
-    runtime
-        .join("weft")
-        .join(format!("{}.key", mgmt.replace(['/', ':'], "_")))
+    {
+        Some(runtime) => runtime.join("weft"),
+        None if uid == 0 => PathBuf::from("/run/weft"),
+        None => std::env::temp_dir().join(format!("weft-{uid}")),
+    }
+}
+
+/// Makes (or checks) the directory of the key links: a real directory, not a link, owned by
+/// this user, with mode 0700. Another user who made it first (it may be under /tmp) could
+/// otherwise plant a link to a key of their own choosing.
+///
+/// # Errors
+/// When it cannot be made, or is not private, naming it.
+pub fn private_key_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = local_key_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(format!("cannot create {}: {error}", dir.display())),
+    }
+    check_private_dir(&dir)?;
+    Ok(dir)
+}
+
+fn check_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::symlink_metadata(dir)
+        .map_err(|error| format!("cannot use {}: {error}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !metadata.is_dir() || metadata.uid() != me || metadata.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a private directory of this user (a directory owned by it with mode \
+             0700): remove it, or give the key with --key-file",
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Why a handshake failed.
@@ -828,6 +895,30 @@ mod tests {
             "{outcome:?}"
         );
         assert_eq!(answer[..2], [TAG_REFUSED, 1]);
+    }
+
+    // Goal: the directory where mounts leave key links is used only when it is this user's
+    // own with mode 0700: one another user made first, or a link, is refused; and a secret
+    // that is not a regular file is refused.
+    #[test]
+    fn key_links_live_only_in_a_private_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let directory = tempfile::tempdir().expect("tempdir");
+        let dir = directory.path().join("weft");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let error = check_private_dir(&dir).expect_err("group and others may enter");
+        assert!(error.contains("not a private directory"), "{error}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        check_private_dir(&dir).expect("private");
+        let link = directory.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+        assert!(
+            check_private_dir(&link).is_err(),
+            "a link is not the directory"
+        );
+        let error = open_private(&dir, "key file").expect_err("a directory");
+        assert!(error.contains("not a regular file"), "{error}");
     }
 
     // Goal: key files are made private and never overwritten; a readable or damaged one is

@@ -182,21 +182,13 @@ impl RpcClient {
         let (mut stream, binding) = match auth.tls() {
             None => (Stream::Tcp(stream), None),
             Some(tls) => {
-                let (stream, binding) = tls.connect(stream).await.map_err(|error| {
-                    if error.kind() == std::io::ErrorKind::InvalidData {
-                        // The peer's certificate, or the peer, is not what TLS demands.
-                        RpcError::Refused {
-                            reason: format!(
-                                "TLS with {} failed: {error} (is its certificate from this \
-                                 cluster's CA, and does it run with TLS?)",
-                                self.address
-                            ),
-                            code: ErrorCode::PermissionDenied,
-                        }
-                    } else {
-                        transport(format!("TLS handshake: {error}"))
-                    }
-                })?;
+                // The TCP connection stands: a failure now is the peer's certificate, or a
+                // peer that runs without TLS (which closes at once), and asking again will
+                // not help.
+                let (stream, binding) = tls
+                    .connect(stream)
+                    .await
+                    .map_err(|error| self.tls_refused(&error.to_string()))?;
                 (Stream::Tls(Box::new(stream)), Some(binding))
             }
         };
@@ -207,6 +199,11 @@ impl RpcClient {
         };
         match outcome {
             Ok(_version) => Ok(stream),
+            // In TLS 1.3 a server refuses a client's certificate after the client finished
+            // its side: the refusal shows as the connection closing at the first read.
+            Err(auth::ConnectError::Transport(reason)) if auth.tls().is_some() => {
+                Err(self.tls_refused(&reason))
+            }
             Err(auth::ConnectError::Transport(reason)) => Err(transport(reason)),
             Err(auth::ConnectError::Refused(reason)) => Err(RpcError::Refused {
                 reason,
@@ -216,6 +213,18 @@ impl RpcClient {
                 reason,
                 code: ErrorCode::VersionMismatch,
             }),
+        }
+    }
+
+    /// A TLS failure with this peer, said as what to check.
+    fn tls_refused(&self, error: &str) -> RpcError {
+        RpcError::Refused {
+            reason: format!(
+                "TLS with {} failed: {error} (does it run with TLS, and are both certificates \
+                 from this cluster's CA?)",
+                self.address
+            ),
+            code: ErrorCode::PermissionDenied,
         }
     }
 

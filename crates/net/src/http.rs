@@ -70,13 +70,23 @@ pub(crate) async fn serve_http<H: Handler>(stream: TcpStream, handler: Arc<H>, m
         }
     });
     let io = hyper_util::rt::TokioIo::new(stream);
-    if let Err(error) = hyper::server::conn::http1::Builder::new()
-        .serve_connection(io, service)
-        .await
-    {
-        tracing::debug!(%error, "HTTP connection ended with an error");
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HTTP_HEADER_TIMEOUT)
+        .serve_connection(io, service);
+    // A peer that sends part of a request, or keeps a connection forever, gives it up after
+    // these deadlines: a scraper simply connects again.
+    match tokio::time::timeout(HTTP_CONNECTION_MAX, connection).await {
+        Ok(Err(error)) => tracing::debug!(%error, "HTTP connection ended with an error"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::debug!("HTTP connection closed after {HTTP_CONNECTION_MAX:?}"),
     }
 }
+
+/// Longest wait for a request's head on an HTTP connection.
+const HTTP_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest an HTTP connection is kept open.
+const HTTP_CONNECTION_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 async fn route<H: Handler>(
     handler: &H,

@@ -90,6 +90,7 @@ impl RefusalLog {
             if last.len() >= REFUSAL_LOG_ADDRESSES_MAX {
                 last.retain(|_, (at, _)| now.duration_since(*at) < REFUSAL_LOG_INTERVAL);
             }
+            let room = last.len() < REFUSAL_LOG_ADDRESSES_MAX;
             match last.get_mut(&(peer.ip(), refusal.kind())) {
                 Some((at, more)) if now.duration_since(*at) < REFUSAL_LOG_INTERVAL => {
                     *more += 1;
@@ -100,11 +101,23 @@ impl RefusalLog {
                     (*at, *more) = (now, 0);
                     suppressed
                 }
-                None => {
-                    if last.len() < REFUSAL_LOG_ADDRESSES_MAX {
-                        last.insert((peer.ip(), refusal.kind()), (now, 0));
-                    }
+                None if room => {
+                    last.insert((peer.ip(), refusal.kind()), (now, 0));
                     0
+                }
+                None => {
+                    // Too many addresses at once (a peer rotating its source address): they
+                    // share one line per reason and interval.
+                    let shared = last
+                        .entry((std::net::Ipv6Addr::UNSPECIFIED.into(), refusal.kind()))
+                        .or_insert((now, 0));
+                    if now.duration_since(shared.0) < REFUSAL_LOG_INTERVAL && shared.1 > 0 {
+                        shared.1 += 1;
+                        return;
+                    }
+                    let suppressed = shared.1;
+                    *shared = (now, 1);
+                    suppressed
                 }
             }
         };
@@ -661,10 +674,8 @@ mod refusal_tests {
         }
     }
 
-    // Goal: a peer that starts a handshake and stops is closed after the handshake deadline
-    // and counted, instead of holding its connection forever.
-    #[tokio::test]
-    async fn a_stalled_handshake_is_closed() {
+    /// A counting server with a key of its own: (its key's directory, address, metrics).
+    async fn start_counting() -> (tempfile::TempDir, String, Metrics) {
         let directory = tempfile::tempdir().expect("tempdir");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
@@ -676,6 +687,14 @@ mod refusal_tests {
             key(directory.path(), "cluster.key"),
             std::future::pending(),
         ));
+        (directory, address, metrics)
+    }
+
+    // Goal: a peer that starts a handshake and stops is closed after the handshake deadline
+    // and counted, instead of holding its connection forever.
+    #[tokio::test]
+    async fn a_stalled_handshake_is_closed() {
+        let (_directory, address, metrics) = start_counting().await;
         let mut stream = TcpStream::connect(&address).await.expect("connect");
         stream.write_all(&HANDSHAKE_MAGIC).await.expect("send");
         let mut answer = Vec::new();
@@ -688,5 +707,18 @@ mod refusal_tests {
             text.contains("weft_connections_refused_total{role=\"test\",kind=\"timeout\"} 1"),
             "{text}"
         );
+    }
+
+    // Goal: an HTTP peer that sends part of a request head and stops is closed after the
+    // head deadline instead of holding its connection forever.
+    #[tokio::test]
+    async fn a_stalled_http_request_is_closed() {
+        let (_directory, address, _metrics) = start_counting().await;
+        let mut stream = TcpStream::connect(&address).await.expect("connect");
+        stream.write_all(b"GET /metr").await.expect("send");
+        let mut answer = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer)).await;
+        assert!(closed.is_ok(), "the server closes a stalled HTTP request");
     }
 }

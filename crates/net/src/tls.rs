@@ -108,8 +108,10 @@ impl Tls {
         if chain.is_empty() {
             return Err(format!("{} holds no certificate", files.cert.display()));
         }
-        let key = PrivateKeyDer::from_pem_file(&files.key)
-            .map_err(|e| read_error(&files.key, "private key", e.to_string()))?;
+        let key = crate::auth::open_private(&files.key, "TLS private key").and_then(|file| {
+            PrivateKeyDer::from_pem_reader(std::io::BufReader::new(file))
+                .map_err(|e| read_error(&files.key, "private key", e.to_string()))
+        })?;
         let mut roots = rustls::RootCertStore::empty();
         let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.ca)
             .and_then(|certs| certs.collect())
@@ -130,7 +132,7 @@ impl Tls {
         .build()
         .map_err(|e| format!("cannot use the CA {}: {e}", files.ca.display()))?;
         let server = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain.clone(), key.clone_key())
@@ -142,7 +144,7 @@ impl Tls {
                 )
             })?;
         let client = rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)

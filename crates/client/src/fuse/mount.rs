@@ -32,6 +32,25 @@ pub enum MountError {
 
 /// The file systems mounted now, from /proc/mounts: (source, mount point, type).
 pub fn mounted_file_systems() -> Vec<(String, PathBuf, String)> {
+    mounts(|_| true)
+}
+
+/// The FUSE file systems mounted by this user or by root: what the admin commands may take a
+/// management address from. A mount another user made (FUSE lets users mount with any
+/// `fsname`) could point them at a server of its choosing.
+pub fn trusted_fuse_mounts() -> Vec<(String, PathBuf, String)> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() }.to_string();
+    mounts(|options| {
+        options
+            .split(',')
+            .find_map(|option| option.strip_prefix("user_id="))
+            .is_some_and(|owner| owner == "0" || owner == me)
+    })
+}
+
+/// Mounts whose options `keep` accepts: (source, target, type).
+fn mounts(keep: impl Fn(&str) -> bool) -> Vec<(String, PathBuf, String)> {
     let text = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     text.lines()
         .filter_map(|line| {
@@ -39,6 +58,9 @@ pub fn mounted_file_systems() -> Vec<(String, PathBuf, String)> {
             let source = fields.next()?;
             let target = fields.next()?;
             let kind = fields.next()?;
+            if !keep(fields.next().unwrap_or_default()) {
+                return None;
+            }
             // /proc/mounts escapes spaces and a few other bytes as octal.
             let target = target
                 .replace("\\040", " ")
