@@ -48,6 +48,10 @@ pub struct MetaConfig {
     /// restart.
     #[serde(default = "default_lock_grace")]
     pub lock_grace_ms: u64,
+    /// Connections this service keeps open at most; beyond it new ones are closed at once
+    /// (their peers retry). A quarter of them (at least 8) may be in their handshake at once.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
     /// The cluster key file (`weft keygen FILE`): every connection, made or accepted, proves
     /// it holds this key. Required unless `auth = "none"`.
     #[serde(default)]
@@ -95,7 +99,22 @@ fn default_heartbeat() -> u64 {
     HEARTBEAT_INTERVAL_MS_DEFAULT
 }
 
+fn default_connections_max() -> usize {
+    weft_net::CONNECTIONS_MAX_DEFAULT
+}
+
 impl MetaConfig {
+    /// Who this service lets in, and how many at once.
+    ///
+    /// # Errors
+    /// When the security keys contradict each other or a file is unusable.
+    pub fn admission(&self) -> Result<weft_net::Admission, String> {
+        Ok(weft_net::Admission {
+            auth: weft_net::Auth::from_settings(self.auth_settings())?,
+            connections_max: self.connections_max,
+        })
+    }
+
     /// The security keys of this config.
     pub fn auth_settings(&self) -> weft_net::auth::AuthSettings<'_> {
         weft_net::auth::AuthSettings {
@@ -113,6 +132,12 @@ impl MetaConfig {
     /// A list of problems, one per line.
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
+        if self.connections_max < 16 {
+            problems.push(format!(
+                "connections_max = {} is below 16",
+                self.connections_max
+            ));
+        }
         if !self.data_dir.is_dir() {
             problems.push(weft_service::config::missing_directory(
                 "data_dir",

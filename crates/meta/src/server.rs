@@ -55,7 +55,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MetaError> {
     config.validate().map_err(MetaError::DataDir)?;
-    let auth = weft_net::Auth::from_settings(config.auth_settings()).map_err(MetaError::Config)?;
+    let admission = config.admission().map_err(MetaError::Config)?;
+    let auth = admission.auth.clone();
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
         weft_net::RpcClientOptions {
@@ -133,7 +134,7 @@ pub async fn run(
         server,
         metrics.build(),
         (config.influxdb.clone(), config.metrics_listen.as_deref()),
-        auth,
+        admission,
         shutdown,
     )
     .await

@@ -37,6 +37,10 @@ pub struct MgmtConfig {
     /// I/O to a group pauses for about this long when its primary's server dies.
     #[serde(default = "default_promotion_timeout")]
     pub mirror_promotion_timeout_ms: u64,
+    /// Connections this service keeps open at most; beyond it new ones are closed at once
+    /// (their peers retry). A quarter of them (at least 8) may be in their handshake at once.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
     /// The cluster key file (`weft keygen FILE`): every connection, made or accepted, proves
     /// it holds this key. Required unless `auth = "none"`.
     #[serde(default)]
@@ -105,7 +109,22 @@ fn default_offline_timeout() -> u64 {
     NODE_OFFLINE_TIMEOUT_MS_DEFAULT
 }
 
+fn default_connections_max() -> usize {
+    weft_net::CONNECTIONS_MAX_DEFAULT
+}
+
 impl MgmtConfig {
+    /// Who this service lets in, and how many at once.
+    ///
+    /// # Errors
+    /// When the security keys contradict each other or a file is unusable.
+    pub fn admission(&self) -> Result<weft_net::Admission, String> {
+        Ok(weft_net::Admission {
+            auth: weft_net::Auth::from_settings(self.auth_settings())?,
+            connections_max: self.connections_max,
+        })
+    }
+
     /// The security keys of this config.
     pub fn auth_settings(&self) -> weft_net::auth::AuthSettings<'_> {
         weft_net::auth::AuthSettings {
@@ -123,6 +142,12 @@ impl MgmtConfig {
     /// A list of problems, one per line.
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
+        if self.connections_max < 16 {
+            problems.push(format!(
+                "connections_max = {} is below 16",
+                self.connections_max
+            ));
+        }
         if self.node_offline_timeout_ms < 100 {
             problems.push(format!(
                 "node_offline_timeout_ms = {} is below 100",

@@ -67,7 +67,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MgmtError> {
-    let auth = weft_net::Auth::from_settings(config.auth_settings()).map_err(MgmtError::Config)?;
+    let admission = config.admission().map_err(MgmtError::Config)?;
+    let auth = admission.auth.clone();
     std::fs::create_dir_all(&config.data_dir).map_err(|source| MgmtError::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -108,7 +109,7 @@ pub async fn run(
         mgmt,
         metrics.build(),
         (config.influxdb.clone(), config.metrics_listen.as_deref()),
-        auth,
+        admission,
         shutdown,
     )
     .await

@@ -438,6 +438,10 @@ pub enum Refusal {
     Broken(String),
     /// No handshake within [`HANDSHAKE_TIMEOUT`].
     Timeout,
+    /// Too many connections in their handshake at once: closed on arrival.
+    Busy,
+    /// Authenticated, but the service has its `connections_max` connections open.
+    Full,
 }
 
 impl Refusal {
@@ -466,6 +470,8 @@ impl Refusal {
             Refusal::TlsFailed(_) => "tls_failed",
             Refusal::Broken(_) => "broken",
             Refusal::Timeout => "timeout",
+            Refusal::Busy => "busy",
+            Refusal::Full => "full",
         }
     }
 }
@@ -489,6 +495,8 @@ impl fmt::Display for Refusal {
             Refusal::TlsFailed(reason) => write!(f, "failed TLS: {reason}"),
             Refusal::Broken(reason) => write!(f, "broken handshake: {reason}"),
             Refusal::Timeout => write!(f, "no handshake within {HANDSHAKE_TIMEOUT:?}"),
+            Refusal::Busy => f.write_str("too many connections in their handshake at once"),
+            Refusal::Full => f.write_str("the service has connections_max connections open"),
         }
     }
 }

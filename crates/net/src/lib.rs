@@ -35,5 +35,5 @@ pub use client::{RpcClient, RpcClientOptions, RpcError};
 pub use cluster::ClusterView;
 pub use http::HttpReply;
 pub use metrics::{Metrics, MetricsBuilder};
-pub use server::{serve, serve_with_exporters, Handler};
+pub use server::{serve, serve_with_exporters, Admission, Handler, CONNECTIONS_MAX_DEFAULT};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};

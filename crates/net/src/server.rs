@@ -41,22 +41,59 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// Who a service lets in, and how many at once.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    /// What peers must prove.
+    pub auth: Auth,
+    /// Connections open at most (config `connections_max`); a quarter of them (at least 8) may
+    /// be in their handshake, or serving HTTP, at once.
+    pub connections_max: usize,
+}
+
+/// Default of a service's `connections_max`.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 4096;
+
+impl Admission {
+    /// Connections at most in their handshake (or serving HTTP) at once: peers that have not
+    /// proved anything cannot take every slot from the members.
+    fn handshakes_max(&self) -> usize {
+        (self.connections_max / 4).max(8)
+    }
+}
+
+/// The slots of one service's connections.
+struct Slots {
+    handshaking: Arc<Semaphore>,
+    admitted: Arc<Semaphore>,
+}
+
 /// Accepts connections on `listener` until `shutdown` completes: Weft RPC from peers that
-/// prove `auth`, and HTTP for the metrics and the handler's pages, on the same port.
+/// prove `admission.auth`, and HTTP for the metrics and the handler's pages, on the same port.
+/// A connection beyond the caps is closed at once (its peer retries later).
 pub async fn serve<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
     metrics: Metrics,
-    auth: Auth,
+    admission: Admission,
     shutdown: impl Future<Output = ()>,
 ) {
     let refusals = Arc::new(RefusalLog::default());
+    let slots = Arc::new(Slots {
+        handshaking: Arc::new(Semaphore::new(admission.handshakes_max())),
+        admitted: Arc::new(Semaphore::new(admission.connections_max)),
+    });
     accept_until(listener, shutdown, |stream| {
+        let Ok(handshake) = Arc::clone(&slots.handshaking).try_acquire_owned() else {
+            refusals.refused(&metrics, stream.peer_addr().ok(), &Refusal::Busy);
+            return;
+        };
         tokio::spawn(serve_any(
             stream,
             Arc::clone(&handler),
             metrics.clone(),
-            (auth.clone(), Arc::clone(&refusals)),
+            (admission.auth.clone(), Arc::clone(&refusals)),
+            (handshake, Arc::clone(&slots)),
         ));
     })
     .await;
@@ -164,7 +201,7 @@ pub async fn serve_with_exporters<H: Handler>(
     handler: Arc<H>,
     metrics: Metrics,
     (influxdb, metrics_listen): (Option<crate::influx::InfluxConfig>, Option<&str>),
-    auth: Auth,
+    admission: Admission,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let http = match metrics_listen {
@@ -174,7 +211,7 @@ pub async fn serve_with_exporters<H: Handler>(
         None => None,
     };
     let pusher = influxdb.map(|influxdb| crate::influx::spawn(influxdb, metrics.clone()));
-    serve(listener, handler, metrics, auth, shutdown).await;
+    serve(listener, handler, metrics, admission, shutdown).await;
     for task in pusher.into_iter().chain(http) {
         task.abort();
     }
@@ -215,8 +252,14 @@ async fn serve_any<H: Handler>(
     handler: Arc<H>,
     metrics: Metrics,
     (auth, refusals): (Auth, Arc<RefusalLog>),
+    (handshake, slots): (tokio::sync::OwnedSemaphorePermit, Arc<Slots>),
 ) {
     let _open = metrics.rpc().connection();
+    // Past its handshake a connection moves to a slot of the admitted, if one is free.
+    let admit = move || {
+        drop(handshake);
+        Arc::clone(&slots.admitted).try_acquire_owned().ok()
+    };
     let peer = stream.peer_addr().ok();
     // One deadline for the first bytes, TLS and the whole handshake.
     let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
@@ -230,9 +273,13 @@ async fn serve_any<H: Handler>(
             } else {
                 match tokio::time::timeout_at(deadline, auth::accept(&mut stream, &auth, &[])).await
                 {
-                    Ok(Ok(_version)) => {
-                        return serve_connection(Stream::Tcp(stream), peer, handler, metrics).await
-                    }
+                    Ok(Ok(_version)) => match admit() {
+                        Some(_slot) => {
+                            let stream = Stream::Tcp(stream);
+                            return serve_connection(stream, peer, handler, metrics).await;
+                        }
+                        None => Refusal::Full,
+                    },
                     Ok(Err(refusal)) => refusal,
                     Err(_) => Refusal::Timeout,
                 }
@@ -250,10 +297,13 @@ async fn serve_any<H: Handler>(
                         )
                         .await
                         {
-                            Ok(Ok(_version)) => {
-                                let stream = Stream::Tls(Box::new(stream));
-                                return serve_connection(stream, peer, handler, metrics).await;
-                            }
+                            Ok(Ok(_version)) => match admit() {
+                                Some(_slot) => {
+                                    let stream = Stream::Tls(Box::new(stream));
+                                    return serve_connection(stream, peer, handler, metrics).await;
+                                }
+                                None => Refusal::Full,
+                            },
                             Ok(Err(refusal)) => refusal,
                             Err(_) => Refusal::Timeout,
                         }
@@ -277,13 +327,18 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// The connection's first four bytes, left unread; `None` when it closes before sending them.
 async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
     let mut magic = [0u8; 4];
+    let mut pause = Duration::from_millis(1);
     loop {
         match stream.peek(&mut magic).await {
             Ok(0) | Err(_) => return None,
             Ok(4) => return Some(magic),
             // Fewer than four bytes so far: wait for more (peek returns at once while any
-            // byte is queued).
-            Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            // byte is queued), longer each time, so a peer that sent a byte or two costs a few
+            // dozen wakeups before its deadline, not thousands.
+            Ok(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
         }
     }
 }
@@ -396,7 +451,10 @@ mod tests {
             listener,
             Arc::new(Echo),
             metrics,
-            cluster_key(),
+            Admission {
+                auth: cluster_key(),
+                connections_max: CONNECTIONS_MAX_DEFAULT,
+            },
             std::future::pending(),
         ));
         address
@@ -602,7 +660,10 @@ mod refusal_tests {
             listener,
             Arc::clone(&handler),
             metrics.clone(),
-            cluster.clone(),
+            Admission {
+                auth: cluster.clone(),
+                connections_max: CONNECTIONS_MAX_DEFAULT,
+            },
             std::future::pending(),
         ));
         let request = Request::Mgmt(MgmtRequest::GetClusterMap);
@@ -684,7 +745,10 @@ mod refusal_tests {
             listener,
             Arc::new(Counting::default()),
             metrics.clone(),
-            key(directory.path(), "cluster.key"),
+            Admission {
+                auth: key(directory.path(), "cluster.key"),
+                connections_max: CONNECTIONS_MAX_DEFAULT,
+            },
             std::future::pending(),
         ));
         (directory, address, metrics)
@@ -720,5 +784,93 @@ mod refusal_tests {
         let closed =
             tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer)).await;
         assert!(closed.is_ok(), "the server closes a stalled HTTP request");
+    }
+
+    // Goal: a flood of connections that never authenticate takes a bounded number of slots:
+    // beyond a quarter of connections_max they are closed on arrival and counted, a member
+    // connected before the flood keeps being served during it, and new members get in again
+    // once the flood is gone. Method: 32 slots (8 for handshakes), 200 silent connections.
+    #[tokio::test]
+    async fn a_flood_of_silent_connections_is_bounded() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let cluster = key(directory.path(), "cluster.key");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let metrics = crate::MetricsBuilder::new("test", None).build();
+        let handler = Arc::new(Counting::default());
+        tokio::spawn(serve(
+            listener,
+            Arc::clone(&handler),
+            metrics.clone(),
+            Admission {
+                auth: cluster.clone(),
+                connections_max: 32,
+            },
+            std::future::pending(),
+        ));
+        let request = Request::Mgmt(MgmtRequest::GetClusterMap);
+        let member = RpcClient::new(
+            address.clone(),
+            RpcClientOptions {
+                auth: cluster.clone(),
+                connections: 1,
+                ..RpcClientOptions::default()
+            },
+        );
+        member
+            .call(&request, Bytes::new())
+            .await
+            .expect("before the flood");
+
+        let mut flood = Vec::new();
+        for _ in 0..200 {
+            flood.push(TcpStream::connect(&address).await.expect("connect"));
+        }
+        // The server has seen every one of them once it counts them all as busy or pending.
+        let busy = |text: &str| {
+            text.lines()
+                .find(|line| {
+                    line.starts_with("weft_connections_refused_total{role=\"test\",kind=\"busy\"}")
+                })
+                .and_then(|line| line.rsplit(' ').next())
+                .and_then(|count| count.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // 192 when the server takes them all within the first slots' handshake deadline, as
+        // it does by far; the bound holds whatever the timing.
+        let mut refused = 0;
+        for _ in 0..200 {
+            refused = busy(&metrics.encode());
+            if refused >= 150 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            refused >= 150,
+            "the flood is closed on arrival: {refused} of 200"
+        );
+        member
+            .call(&request, Bytes::new())
+            .await
+            .expect("a member connected before the flood is served during it");
+
+        drop(flood);
+        let newcomer = RpcClient::new(
+            address,
+            RpcClientOptions {
+                auth: cluster,
+                ..RpcClientOptions::default()
+            },
+        );
+        let mut served = false;
+        for _ in 0..100 {
+            if newcomer.call(&request, Bytes::new()).await.is_ok() {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(served, "a new member gets in once the flood is gone");
     }
 }

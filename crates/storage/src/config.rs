@@ -45,6 +45,10 @@ pub struct StorageConfig {
     /// thread, which must not wait for the disk).
     #[serde(default = "default_direct_write_min")]
     pub direct_write_min_bytes: u64,
+    /// Connections this service keeps open at most; beyond it new ones are closed at once
+    /// (their peers retry). A quarter of them (at least 8) may be in their handshake at once.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
     /// The cluster key file (`weft keygen FILE`): every connection, made or accepted, proves
     /// it holds this key. Required unless `auth = "none"`.
     #[serde(default)]
@@ -89,7 +93,22 @@ fn default_direct_write_min() -> u64 {
     256 << 10
 }
 
+fn default_connections_max() -> usize {
+    weft_net::CONNECTIONS_MAX_DEFAULT
+}
+
 impl StorageConfig {
+    /// Who this service lets in, and how many at once.
+    ///
+    /// # Errors
+    /// When the security keys contradict each other or a file is unusable.
+    pub fn admission(&self) -> Result<weft_net::Admission, String> {
+        Ok(weft_net::Admission {
+            auth: weft_net::Auth::from_settings(self.auth_settings())?,
+            connections_max: self.connections_max,
+        })
+    }
+
     /// The security keys of this config.
     pub fn auth_settings(&self) -> weft_net::auth::AuthSettings<'_> {
         weft_net::auth::AuthSettings {
@@ -107,6 +126,12 @@ impl StorageConfig {
     /// A list of problems, one per line.
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
+        if self.connections_max < 16 {
+            problems.push(format!(
+                "connections_max = {} is below 16",
+                self.connections_max
+            ));
+        }
         let missing = weft_service::config::missing_directory;
         if !self.data_dir.is_dir() {
             problems.push(missing("data_dir", &self.data_dir));

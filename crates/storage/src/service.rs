@@ -51,8 +51,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
     config.validate().map_err(StorageError::Config)?;
-    let auth =
-        weft_net::Auth::from_settings(config.auth_settings()).map_err(StorageError::Config)?;
+    let admission = config.admission().map_err(StorageError::Config)?;
+    let auth = admission.auth.clone();
     let cluster = Arc::new(ClusterView::new(
         config.mgmt.clone(),
         weft_net::RpcClientOptions {
@@ -152,7 +152,7 @@ pub async fn run(
         storage,
         builder.build(),
         (influxdb, metrics_listen.as_deref()),
-        auth,
+        admission,
         shutdown,
     )
     .await
