@@ -101,6 +101,16 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     buffer: PayloadBuffer,
 ) -> Result<(FrameHeader, Vec<u8>, Bytes), FrameReadError> {
+    let header = read_header(reader).await?;
+    let (body, payload) = read_rest(reader, &header, buffer).await?;
+    Ok((header, body, payload))
+}
+
+/// Reads and bounds-checks a frame's header; [`FrameReadError::Closed`] when the peer closed
+/// the connection between frames.
+pub(crate) async fn read_header<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<FrameHeader, FrameReadError> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     match reader.read_exact(&mut header_bytes).await {
         Ok(_) => {}
@@ -109,7 +119,15 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         }
         Err(error) => return Err(error.into()),
     }
-    let header = FrameHeader::decode(&header_bytes)?;
+    Ok(FrameHeader::decode(&header_bytes)?)
+}
+
+/// Reads the body and payload `header` announced, and checks the payload's checksum.
+pub(crate) async fn read_rest<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    header: &FrameHeader,
+    buffer: PayloadBuffer,
+) -> Result<(Vec<u8>, Bytes), FrameReadError> {
     let mut body = vec![0u8; header.body_len as usize];
     reader.read_exact(&mut body).await?;
     let len = header.payload_len as usize;
@@ -135,7 +153,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     if !payload.is_empty() {
         header.check_payload(&payload)?;
     }
-    Ok((header, body, payload))
+    Ok((body, payload))
 }
 
 /// Payloads of at least this many bytes are received into pooled huge pages.

@@ -3,7 +3,7 @@
 //! peer that fails the handshake is refused before any request of it is read.
 
 use crate::auth::{self, Auth, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
-use crate::connection::{read_frame, write_frames, OutFrame, PayloadBuffer};
+use crate::connection::{read_header, read_rest, write_frames, OutFrame, PayloadBuffer};
 use crate::http::HttpReply;
 use crate::metrics::Metrics;
 use crate::tls::Stream;
@@ -18,6 +18,13 @@ use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
 /// Requests one connection may have in flight before the server stops reading from it.
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
+
+/// Bytes of requests (headers, bodies, payloads) one connection may have in flight before the
+/// server stops reading from it: three frames of the largest size, or 64 writes of 1 MiB.
+pub const CONNECTION_BUDGET_BYTES: usize = 64 << 20;
+
+/// Longest a frame may take to arrive once its header has.
+pub const FRAME_REST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A service's request handler.
 pub trait Handler: Send + Sync + 'static {
@@ -354,9 +361,10 @@ async fn serve_connection<H: Handler>(
     let (frames, queue) = mpsc::channel::<OutFrame>(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     tokio::spawn(write_frames(writer, queue));
     let in_flight = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
+    let budget = Arc::new(Semaphore::new(CONNECTION_BUDGET_BYTES));
     loop {
-        let (header, body, payload) = match read_frame(&mut reader, PayloadBuffer::Huge).await {
-            Ok(frame) => frame,
+        let header = match read_header(&mut reader).await {
+            Ok(header) => header,
             Err(crate::connection::FrameReadError::Closed) => return,
             Err(error) => {
                 tracing::warn!(%peer, %error, "closing connection after a bad frame");
@@ -367,6 +375,32 @@ async fn serve_connection<H: Handler>(
             tracing::warn!(%peer, "closing connection: peer sent a response to a server");
             return;
         }
+        // The request's bytes are taken from the connection's budget before they are read:
+        // a peer whose requests wait in handlers stops being read (back-pressure) instead
+        // of filling memory. A frame as large as the bounds allow always fits the budget.
+        let bytes = FRAME_HEADER_BYTES + header.body_len as usize + header.payload_len as usize;
+        let held = Arc::clone(&budget)
+            .acquire_many_owned(bytes.min(CONNECTION_BUDGET_BYTES) as u32)
+            .await
+            .expect("semaphore never closed");
+        let permit = Arc::clone(&in_flight)
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+        // Once begun, a frame must arrive whole within its deadline: a peer that sends part
+        // of one and stalls does not hold the connection and its budget for ever.
+        let rest = read_rest(&mut reader, &header, PayloadBuffer::Huge);
+        let (body, payload) = match tokio::time::timeout(FRAME_REST_TIMEOUT, rest).await {
+            Ok(Ok(rest)) => rest,
+            Ok(Err(error)) => {
+                tracing::warn!(%peer, %error, "closing connection after a bad frame");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%peer, timeout = ?FRAME_REST_TIMEOUT, "closing connection: a frame did not arrive whole in time");
+                return;
+            }
+        };
         let request = match codec::decode_body::<Request>(&body) {
             Ok(request) => request,
             Err(error) => {
@@ -374,10 +408,6 @@ async fn serve_connection<H: Handler>(
                 return;
             }
         };
-        let permit = Arc::clone(&in_flight)
-            .acquire_owned()
-            .await
-            .expect("semaphore never closed");
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
         let metrics = metrics.clone();
@@ -400,7 +430,7 @@ async fn serve_connection<H: Handler>(
             );
             timer.finish(&reply, frame.len() as u64);
             let _ = frames.send(frame).await;
-            drop(permit);
+            drop((permit, held));
         });
     }
 }
@@ -872,5 +902,112 @@ mod refusal_tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(served, "a new member gets in once the flood is gone");
+    }
+
+    /// Holds every request until released, counting those it has been given.
+    #[derive(Default)]
+    struct Holding {
+        started: AtomicUsize,
+        release: tokio::sync::Notify,
+        released: std::sync::atomic::AtomicBool,
+    }
+
+    impl Handler for Holding {
+        async fn handle(&self, _request: Request, _payload: Bytes) -> (Reply, Bytes) {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            while !self.released.load(Ordering::SeqCst) {
+                let notified = self.release.notified();
+                if self.released.load(Ordering::SeqCst) {
+                    break;
+                }
+                notified.await;
+            }
+            (Ok(Response::Done), Bytes::new())
+        }
+    }
+
+    // Goal: a connection's requests are read only as far as its budget of bytes in flight
+    // allows: with handlers stalled, 10 requests of 16 MiB each on one connection are not all
+    // read into memory; 3 are (48 MiB of the 64 MiB budget), and the rest follow as they
+    // finish.
+    #[tokio::test]
+    async fn a_connection_is_read_only_as_far_as_its_budget() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let cluster = key(directory.path(), "cluster.key");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let handler = Arc::new(Holding::default());
+        tokio::spawn(serve(
+            listener,
+            Arc::clone(&handler),
+            crate::MetricsBuilder::new("test", None).build(),
+            Admission {
+                auth: cluster.clone(),
+                connections_max: CONNECTIONS_MAX_DEFAULT,
+            },
+            std::future::pending(),
+        ));
+        let client = Arc::new(RpcClient::new(
+            address,
+            RpcClientOptions {
+                auth: cluster,
+                connections: 1,
+                ..RpcClientOptions::default()
+            },
+        ));
+        let payload = Bytes::from(vec![7u8; 16 << 20]);
+        let calls: Vec<_> = (0..10)
+            .map(|_| {
+                let (client, payload) = (Arc::clone(&client), payload.clone());
+                tokio::spawn(async move {
+                    client
+                        .call(&Request::Mgmt(MgmtRequest::GetClusterMap), payload)
+                        .await
+                })
+            })
+            .collect();
+        for _ in 0..200 {
+            if handler.started.load(Ordering::SeqCst) >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Give a server that ignored its budget time to read more.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(handler.started.load(Ordering::SeqCst), 3);
+        handler.released.store(true, Ordering::SeqCst);
+        handler.release.notify_waiters();
+        for call in calls {
+            call.await
+                .expect("task")
+                .expect("served once the budget frees");
+        }
+        assert_eq!(handler.started.load(Ordering::SeqCst), 10);
+    }
+
+    // Goal: a member that sends part of a frame and stalls is closed after the frame deadline
+    // instead of holding its connection and budget for ever.
+    #[tokio::test]
+    async fn a_stalled_frame_is_closed() {
+        let (directory, address, _metrics) = start_counting().await;
+        let mut stream = TcpStream::connect(&address).await.expect("connect");
+        let auth = Auth::from_key_file(&directory.path().join("cluster.key")).expect("key");
+        auth::connect(&mut stream, &auth, (&address, &[]))
+            .await
+            .expect("handshake");
+        let header = codec::FrameHeader {
+            kind: FrameKind::Request,
+            request_id: 1,
+            body_len: 1 << 20,
+            payload_len: 0,
+            payload_crc: 0,
+            origin: 0,
+        };
+        stream.write_all(&header.encode()).await.expect("send");
+        stream.write_all(&[0; 10]).await.expect("send");
+        let mut answer = Vec::new();
+        let closed =
+            tokio::time::timeout(FRAME_REST_TIMEOUT * 3, stream.read_to_end(&mut answer)).await;
+        assert!(closed.is_ok(), "the server closes a stalled frame");
     }
 }
