@@ -244,7 +244,13 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
 fn link_key(mgmt: &str, key_file: &Path) -> Option<(PathBuf, PathBuf)> {
     let link = weft_net::auth::local_cluster_key(mgmt);
     let key_file = crate::absolute(key_file);
-    let made = weft_net::auth::private_key_dir().and_then(|_| {
+    let made = weft_net::auth::private_key_dir().and_then(|dir| {
+        // Links of mounts that were killed point at keys that are gone: clear them.
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.path().is_symlink() && !entry.path().exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&key_file, &link)
             .map_err(|error| format!("cannot link {}: {error}", link.display()))
