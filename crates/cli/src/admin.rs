@@ -167,10 +167,7 @@ impl Cluster {
     pub async fn client(&self) -> Result<std::sync::Arc<Client>> {
         Client::connect(&self.client_config())
             .await
-            .map_err(|error| match error.0 {
-                weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
-                _ => anyhow!("{error}: is management running at {}?", self.mgmt),
-            })
+            .map_err(|error| not_reached(&error.0, &self.mgmt))
     }
 }
 
@@ -225,15 +222,24 @@ fn locate_mgmt(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
     )
 }
 
+/// Management at `mgmt` could not be asked: the error, with the question an unreachable
+/// server raises (a refusal already says what to do).
+pub(crate) fn not_reached(error: &weft_net::RpcError, mgmt: &str) -> anyhow::Error {
+    match error {
+        weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
+        _ => anyhow!("{error}: is management running at {mgmt}?"),
+    }
+}
+
 /// A view of the cluster, with the map fetched.
 pub(crate) async fn connect(
     cluster: &Cluster,
 ) -> Result<(ClusterView, std::sync::Arc<ClusterMap>)> {
     let view = ClusterView::new(cluster.mgmt.clone(), cluster.options()?);
-    let map = view.refresh().await.map_err(|error| match error {
-        weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
-        _ => anyhow!("{error}: is management running at {}?", cluster.mgmt),
-    })?;
+    let map = view
+        .refresh()
+        .await
+        .map_err(|error| not_reached(&error, &cluster.mgmt))?;
     Ok((view, map))
 }
 

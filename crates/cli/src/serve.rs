@@ -216,10 +216,7 @@ pub struct Mount {
 pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Result<Mount> {
     let client: Arc<Client> = Client::connect(config)
         .await
-        .map_err(|error| match error.0 {
-            weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
-            _ => anyhow!("{error}: is management running at {}?", config.mgmt),
-        })?;
+        .map_err(|error| crate::admin::not_reached(&error.0, &config.mgmt))?;
     let fs = WeftFs::new(
         client,
         tokio::runtime::Handle::current(),

@@ -255,7 +255,7 @@ async fn spawn_metrics_listener<H: Handler>(
 
 /// Serves a connection as Weft RPC (after its handshake) or as HTTP, by its first bytes.
 async fn serve_any<H: Handler>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     handler: Arc<H>,
     metrics: Metrics,
     (auth, refusals): (Auth, Arc<RefusalLog>),
@@ -271,61 +271,64 @@ async fn serve_any<H: Handler>(
     // One deadline for the first bytes, TLS and the whole handshake.
     let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let refusal = match tokio::time::timeout_at(deadline, first_bytes(&stream)).await {
-        Ok(Some(magic)) if magic == HANDSHAKE_MAGIC => {
-            crate::connection::tune(&stream);
-            if auth.tls().is_some() {
-                let refusal = Refusal::TlsRequired;
-                auth::refuse(&mut stream, &refusal).await;
-                refusal
-            } else {
-                match tokio::time::timeout_at(deadline, auth::accept(&mut stream, &auth, &[])).await
-                {
-                    Ok(Ok(_version)) => match admit() {
-                        Some(_slot) => {
-                            let stream = Stream::Tcp(stream);
-                            return serve_connection(stream, peer, handler, metrics).await;
-                        }
-                        None => Refusal::Full,
-                    },
-                    Ok(Err(refusal)) => refusal,
-                    Err(_) => Refusal::Timeout,
-                }
+        Ok(Some(magic)) if magic == HANDSHAKE_MAGIC || magic[0] == TLS_HANDSHAKE_RECORD => {
+            let tls_first = magic[0] == TLS_HANDSHAKE_RECORD;
+            match authenticate(stream, tls_first, &auth, deadline).await {
+                Ok(stream) => match admit() {
+                    Some(_slot) => return serve_connection(stream, peer, handler, metrics).await,
+                    None => Refusal::Full,
+                },
+                Err(refusal) => refusal,
             }
         }
-        Ok(Some(magic)) if magic[0] == TLS_HANDSHAKE_RECORD => match auth.tls() {
-            None => Refusal::TlsUnavailable,
-            Some(tls) => {
-                crate::connection::tune(&stream);
-                match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
-                    Ok(Ok((mut stream, binding))) => {
-                        match tokio::time::timeout_at(
-                            deadline,
-                            auth::accept(&mut stream, &auth, &binding),
-                        )
-                        .await
-                        {
-                            Ok(Ok(_version)) => match admit() {
-                                Some(_slot) => {
-                                    let stream = Stream::Tls(Box::new(stream));
-                                    return serve_connection(stream, peer, handler, metrics).await;
-                                }
-                                None => Refusal::Full,
-                            },
-                            Ok(Err(refusal)) => refusal,
-                            Err(_) => Refusal::Timeout,
-                        }
-                    }
-                    Ok(Err(error)) => Refusal::TlsFailed(error.to_string()),
-                    Err(_) => Refusal::Timeout,
-                }
-            }
-        },
         Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => Refusal::NoHandshake,
         Ok(Some(_)) => return crate::http::serve_http(stream, handler, metrics).await,
         Ok(None) => return,
         Err(_) => Refusal::Timeout,
     };
     refusals.refused(&metrics, peer, &refusal);
+}
+
+/// Runs TLS (when the peer began it) and the key handshake on a new connection, both before
+/// `deadline`; the stream, ready for frames.
+async fn authenticate(
+    mut stream: TcpStream,
+    tls_first: bool,
+    auth: &Auth,
+    deadline: tokio::time::Instant,
+) -> Result<Stream, Refusal> {
+    crate::connection::tune(&stream);
+    match (tls_first, auth.tls()) {
+        (false, Some(_)) => {
+            auth::refuse(&mut stream, &Refusal::TlsRequired).await;
+            Err(Refusal::TlsRequired)
+        }
+        (false, None) => {
+            in_time(deadline, auth::accept(&mut stream, auth, &[])).await?;
+            Ok(Stream::Tcp(stream))
+        }
+        (true, None) => Err(Refusal::TlsUnavailable),
+        (true, Some(tls)) => {
+            let (mut stream, binding) =
+                match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
+                    Ok(Ok(accepted)) => accepted,
+                    Ok(Err(error)) => return Err(Refusal::TlsFailed(error.to_string())),
+                    Err(_) => return Err(Refusal::Timeout),
+                };
+            in_time(deadline, auth::accept(&mut stream, auth, &binding)).await?;
+            Ok(Stream::Tls(Box::new(stream)))
+        }
+    }
+}
+
+/// `handshake`'s outcome, or a timeout at `deadline`.
+async fn in_time<T>(
+    deadline: tokio::time::Instant,
+    handshake: impl Future<Output = Result<T, Refusal>>,
+) -> Result<T, Refusal> {
+    tokio::time::timeout_at(deadline, handshake)
+        .await
+        .unwrap_or(Err(Refusal::Timeout))
 }
 
 /// The first byte of a TLS connection (a handshake record).
@@ -674,6 +677,30 @@ mod refusal_tests {
         Auth::from_key_file(&file).expect("load")
     }
 
+    /// Serves `handler` on a new local port, admitting holders of `auth`, at most
+    /// `connections_max` at once: (address, metrics).
+    async fn start<H: Handler>(
+        handler: Arc<H>,
+        auth: Auth,
+        connections_max: usize,
+    ) -> (String, Metrics) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let metrics = crate::MetricsBuilder::new("test", None).build();
+        let admission = Admission {
+            auth,
+            connections_max,
+        };
+        tokio::spawn(serve(
+            listener,
+            handler,
+            metrics.clone(),
+            admission,
+            std::future::pending(),
+        ));
+        (address, metrics)
+    }
+
     // Goal: a peer with another key, with no key, or sending frames without a handshake is
     // refused before any of its requests is served, each refusal is counted by reason, and a
     // holder of the key is served on the same port.
@@ -682,20 +709,13 @@ mod refusal_tests {
         let directory = tempfile::tempdir().expect("tempdir");
         let cluster = key(directory.path(), "cluster.key");
         let stranger = key(directory.path(), "stranger.key");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address").to_string();
-        let metrics = crate::MetricsBuilder::new("test", None).build();
         let handler = Arc::new(Counting::default());
-        tokio::spawn(serve(
-            listener,
+        let (address, metrics) = start(
             Arc::clone(&handler),
-            metrics.clone(),
-            Admission {
-                auth: cluster.clone(),
-                connections_max: CONNECTIONS_MAX_DEFAULT,
-            },
-            std::future::pending(),
-        ));
+            cluster.clone(),
+            CONNECTIONS_MAX_DEFAULT,
+        )
+        .await;
         let request = Request::Mgmt(MgmtRequest::GetClusterMap);
         let client = |auth: Auth| {
             RpcClient::new(
@@ -768,19 +788,12 @@ mod refusal_tests {
     /// A counting server with a key of its own: (its key's directory, address, metrics).
     async fn start_counting() -> (tempfile::TempDir, String, Metrics) {
         let directory = tempfile::tempdir().expect("tempdir");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address").to_string();
-        let metrics = crate::MetricsBuilder::new("test", None).build();
-        tokio::spawn(serve(
-            listener,
+        let (address, metrics) = start(
             Arc::new(Counting::default()),
-            metrics.clone(),
-            Admission {
-                auth: key(directory.path(), "cluster.key"),
-                connections_max: CONNECTIONS_MAX_DEFAULT,
-            },
-            std::future::pending(),
-        ));
+            key(directory.path(), "cluster.key"),
+            CONNECTIONS_MAX_DEFAULT,
+        )
+        .await;
         (directory, address, metrics)
     }
 
@@ -824,20 +837,7 @@ mod refusal_tests {
     async fn a_flood_of_silent_connections_is_bounded() {
         let directory = tempfile::tempdir().expect("tempdir");
         let cluster = key(directory.path(), "cluster.key");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address").to_string();
-        let metrics = crate::MetricsBuilder::new("test", None).build();
-        let handler = Arc::new(Counting::default());
-        tokio::spawn(serve(
-            listener,
-            Arc::clone(&handler),
-            metrics.clone(),
-            Admission {
-                auth: cluster.clone(),
-                connections_max: 32,
-            },
-            std::future::pending(),
-        ));
+        let (address, metrics) = start(Arc::new(Counting::default()), cluster.clone(), 32).await;
         let request = Request::Mgmt(MgmtRequest::GetClusterMap);
         let member = RpcClient::new(
             address.clone(),
@@ -934,19 +934,13 @@ mod refusal_tests {
     async fn a_connection_is_read_only_as_far_as_its_budget() {
         let directory = tempfile::tempdir().expect("tempdir");
         let cluster = key(directory.path(), "cluster.key");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address").to_string();
         let handler = Arc::new(Holding::default());
-        tokio::spawn(serve(
-            listener,
+        let (address, _metrics) = start(
             Arc::clone(&handler),
-            crate::MetricsBuilder::new("test", None).build(),
-            Admission {
-                auth: cluster.clone(),
-                connections_max: CONNECTIONS_MAX_DEFAULT,
-            },
-            std::future::pending(),
-        ));
+            cluster.clone(),
+            CONNECTIONS_MAX_DEFAULT,
+        )
+        .await;
         let client = Arc::new(RpcClient::new(
             address,
             RpcClientOptions {
