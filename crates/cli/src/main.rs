@@ -3,12 +3,14 @@
 //! - `weft up`: every role in one process and a FUSE mount (the quick start).
 //! - `weft serve mgmt|meta|storage`: one service per process, as in production.
 //! - `weft mount`: the FUSE client.
-//! - `weft entry|node|target|df|fsck`: administration.
+//! - `weft entry|node|target|df|fsck|client`: administration.
 //! - `weft bench`: benchmarks.
-//! - `weft keygen`: a cluster key file; `weft certgen`: a CA and certificate for TLS.
+//! - `weft keygen`: a cluster key file, or a client's; `weft certgen`: a CA and certificate for
+//!   TLS.
 
 mod admin;
 mod bench;
+mod clients;
 mod mirror;
 mod serve;
 mod signals;
@@ -76,10 +78,24 @@ enum Command {
     },
     /// Check the namespace and the storage objects; --repair fixes what is safe to fix.
     Fsck(admin::FsckArgs),
-    /// Make a cluster key file (mode 0600; an existing file is never overwritten).
+    /// Make a cluster key file, or with --client NAME the key of a client identity, derived
+    /// from the cluster key (mode 0600; an existing file is never overwritten).
     Keygen {
         /// The new key file.
         file: PathBuf,
+        /// Make the key of the client NAME: it proves that name, and may only do what
+        /// clients do, as its rule allows (`weft client set`).
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
+        /// The cluster key file, for --client; found as the admin commands find it when not
+        /// given.
+        #[arg(long, requires = "client")]
+        key_file: Option<PathBuf>,
+    },
+    /// Restrictions of client identities: read-only, root squash, revoked.
+    Client {
+        #[command(subcommand)]
+        command: clients::ClientCommand,
     },
     /// Make a cluster CA and a member certificate for TLS in DIR (ca.pem, ca.key, cert.pem,
     /// cert.key); existing files are never overwritten.
@@ -225,7 +241,30 @@ fn run(command: Command) -> Result<()> {
             );
             Ok(())
         }
-        Command::Keygen { file } => {
+        Command::Client { command } => clients::client(command),
+        Command::Keygen {
+            file,
+            client: Some(name),
+            key_file,
+        } => {
+            let cluster =
+                weft_net::auth::find_key_file(key_file.as_deref(), "").ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no cluster key found: give its file with --key-file FILE (or \
+                         WEFT_KEY_FILE)"
+                    )
+                })?;
+            let auth = weft_net::Auth::from_key_file(&cluster).map_err(anyhow::Error::msg)?;
+            weft_net::auth::write_client_key(&auth, &name, &file).map_err(anyhow::Error::msg)?;
+            println!(
+                "wrote the key of client {name} to {}: give it to that client's mount \
+                 (--key-file, or auth_key_file in its config); `weft client set {name}` \
+                 restricts it",
+                file.display()
+            );
+            Ok(())
+        }
+        Command::Keygen { file, .. } => {
             weft_net::auth::write_new_key(&file).map_err(anyhow::Error::msg)?;
             println!(
                 "wrote a new cluster key to {}: give it to every service (auth_key_file) and \

@@ -228,9 +228,13 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
         ),
     );
     let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;
+    // A client key proves only its client's name: the admin commands of this host would be
+    // refused what members do with it, so it is not offered to them.
+    let cluster_key = config.auth().is_ok_and(|auth| auth.client_name().is_none());
     let key_link = config
         .auth_key_file
         .as_deref()
+        .filter(|_| cluster_key)
         .and_then(|key_file| link_key(&config.mgmt, key_file));
     Ok(Mount { mounted, key_link })
 }

@@ -360,3 +360,275 @@ fn a_tls_cluster_admits_only_certificates_of_its_ca() {
     }
     assert_eq!(fs::read(mnt.join("over-tls")).expect("read"), data);
 }
+
+/// Issues the key of client `name` from the test cluster's key, in `dir`.
+fn client_key(cluster: &weft_testkit::LocalCluster, dir: &Path, name: &str) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.key"));
+    let made = weft_with_key(
+        Some(&cluster.key_file()),
+        &["keygen", "--client", name, file.to_str().expect("utf-8")],
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    file
+}
+
+fn set_rule(cluster: &weft_testkit::LocalCluster, args: &[&str]) {
+    let mut all = vec!["client", "set"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--mgmt", cluster.mgmt()]);
+    let set = cluster.weft(&all).expect("runs");
+    assert!(set.status.success(), "{}", stderr(&set));
+}
+
+/// A native client of the cluster proving the key in `key_file`.
+fn native_client(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &weft_testkit::LocalCluster,
+    key_file: &Path,
+) -> std::sync::Arc<weft_client::Client> {
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.auth_key_file = Some(key_file.to_path_buf());
+    config.heartbeat_interval_ms = 300;
+    runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("a client key connects")
+}
+
+/// Whether `result` is the error `errno`.
+fn fails_with<T>(result: std::io::Result<T>, errno: i32) -> bool {
+    result.is_err_and(|error| error.raw_os_error() == Some(errno))
+}
+
+fn code<T: std::fmt::Debug>(result: Result<T, weft_client::ClientError>) -> weft_proto::ErrorCode {
+    result.expect_err("refused").code()
+}
+
+// Goal: a client key proves its name and no more, and the servers hold the client to the
+// rule management keeps for it, whatever its kernel allows: it cannot send what only members
+// send (registering a node, removing objects); a read-only client reads but cannot write,
+// create, remove, rename or set attributes; a squashed root acts as nobody, so it cannot read
+// another user's 0600 file or change what is not its own, and what it creates is nobody's;
+// a revoked client gets nothing. Each through a mount (as root, which the kernel lets
+// through) and through the native library; the files are unchanged for the members.
+// Method: a cluster of real processes; `weft keygen --client`, `weft client set`, mounts and
+// native clients with the client keys, raw requests with a client key.
+#[test]
+fn client_identities_are_held_to_their_rules() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use weft_proto::access::{self, NOBODY};
+    use weft_proto::ErrorCode;
+
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("open"), b"for everyone").expect("write");
+    fs::write(mnt.join("secret"), b"for user 1000 only").expect("write");
+    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::os::unix::fs::chown(mnt.join("secret"), Some(1000), Some(1000)).expect("chown");
+    fs::create_dir(mnt.join("shared")).expect("mkdir");
+    fs::set_permissions(mnt.join("shared"), fs::Permissions::from_mode(0o777)).expect("chmod");
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let reader = client_key(&cluster, scratch.path(), "reader");
+    let squashed = client_key(&cluster, scratch.path(), "squashed");
+    set_rule(&cluster, &["reader", "--read-only"]);
+    set_rule(&cluster, &["squashed", "--root-squash"]);
+    let listed = cluster
+        .weft(&["client", "list", "--mgmt", cluster.mgmt()])
+        .expect("runs");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed.contains("reader") && listed.contains("read-only") && listed.contains("root-squash"),
+        "{listed}"
+    );
+
+    // What only members send is refused to a client, by every service.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let as_reader = weft_net::RpcClientOptions {
+        auth: weft_net::Auth::from_key_file(&reader).expect("the client key"),
+        ..weft_net::RpcClientOptions::default()
+    };
+    let mgmt = weft_net::RpcClient::new(cluster.mgmt(), as_reader.clone());
+    let refused = runtime.block_on(mgmt.call(
+        &Request::Mgmt(MgmtRequest::RegisterNode {
+            node: Some(weft_proto::NodeId(1)),
+            kind: weft_proto::messages::NodeKind::Storage,
+            alias: "impostor".into(),
+            addresses: vec!["127.0.0.1:9".into()],
+        }),
+        bytes::Bytes::new(),
+    ));
+    let error = refused.expect_err("a client cannot register a node");
+    assert_eq!(error.code(), ErrorCode::PermissionDenied, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("client reader may not send register_node"),
+        "{error}"
+    );
+    let inode = fs::metadata(mnt.join("open")).expect("stat").ino();
+    for address in cluster.service_addresses().expect("addresses") {
+        let storage = weft_net::RpcClient::new(address.clone(), as_reader.clone());
+        let removal = Request::Storage(StorageRequest::Remove {
+            target: TargetId(1),
+            mirror: None,
+            inode: InodeId(inode),
+            tag: None,
+        });
+        let refused = runtime.block_on(storage.call(&removal, bytes::Bytes::new()));
+        assert_eq!(
+            refused.expect_err("a client cannot remove objects").code(),
+            ErrorCode::PermissionDenied,
+            "{address}"
+        );
+    }
+
+    // A read-only client, through a mount: reads, and every change is refused with EROFS.
+    let reader_key = format!("auth_key_file={:?}", reader.display().to_string());
+    let read_only = cluster.mount_with(&[&reader_key]).expect("mount as reader");
+    let open_for_write = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(read_only.join("open"))
+    };
+    wait_until("the servers to apply the reader's rule", || {
+        fails_with(open_for_write(), libc::EROFS)
+    })
+    .expect("read-only applies");
+    assert_eq!(
+        fs::read(read_only.join("open")).expect("a read-only client reads"),
+        b"for everyone"
+    );
+    assert_eq!(
+        common::errno(fs::write(read_only.join("new"), b"x")),
+        libc::EROFS
+    );
+    assert_eq!(
+        common::errno(fs::create_dir(read_only.join("dir"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        common::errno(fs::remove_file(read_only.join("open"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        common::errno(fs::rename(read_only.join("open"), read_only.join("moved"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        common::errno(fs::set_permissions(
+            read_only.join("open"),
+            fs::Permissions::from_mode(0o777)
+        )),
+        libc::EROFS
+    );
+
+    // And through the native library, down to the storage servers.
+    let native = native_client(&runtime, &cluster, &reader);
+    let attr = runtime
+        .block_on(native.lookup(InodeId::ROOT, "open"))
+        .expect("lookup");
+    assert_eq!(
+        code(runtime.block_on(native.open(attr.inode, 1, access::WRITE))),
+        ErrorCode::ReadOnly
+    );
+    assert_eq!(
+        code(runtime.block_on(native.unlink(InodeId::ROOT, "open"))),
+        ErrorCode::ReadOnly
+    );
+    let chmod = weft_proto::messages::AttrChanges {
+        mode: Some(0o777),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(runtime.block_on(native.set_attr(attr.inode, chmod))),
+        ErrorCode::ReadOnly
+    );
+    // The storage servers learn the rule on their own: until they do, the write puts back
+    // the bytes already there.
+    let layout = attr.layout.clone().expect("a file's layout");
+    wait_until("the storage servers to refuse the reader's writes", || {
+        let written = runtime.block_on(native.write(
+            (attr.inode, attr.truncate_generation),
+            &layout,
+            0,
+            bytes::Bytes::from_static(b"for everyone"),
+        ));
+        written.is_err_and(|error| error.code() == ErrorCode::ReadOnly)
+    })
+    .expect("storage refuses the write");
+
+    // A squashed root, through a mount: nobody's access, whatever the kernel let through.
+    let squashed_key = format!("auth_key_file={:?}", squashed.display().to_string());
+    let squash = cluster
+        .mount_with(&[&squashed_key])
+        .expect("mount as squashed");
+    wait_until("the servers to apply the squash", || {
+        fails_with(fs::read(squash.join("secret")), libc::EACCES)
+    })
+    .expect("root squash applies");
+    assert_eq!(
+        fs::read(squash.join("open")).expect("others may read it"),
+        b"for everyone"
+    );
+    assert_eq!(
+        common::errno(
+            fs::OpenOptions::new()
+                .append(true)
+                .open(squash.join("open"))
+        ),
+        libc::EACCES,
+        "others may not write it"
+    );
+    assert_eq!(
+        common::errno(fs::remove_file(squash.join("open"))),
+        libc::EACCES,
+        "the root directory is root's"
+    );
+    assert_eq!(
+        common::errno(fs::set_permissions(
+            squash.join("open"),
+            fs::Permissions::from_mode(0o666)
+        )),
+        libc::EPERM
+    );
+    fs::write(squash.join("shared/mine"), b"made by nobody").expect("create in a 0777 dir");
+    let made = fs::metadata(mnt.join("shared/mine")).expect("the members see it");
+    assert_eq!((made.uid(), made.gid()), (NOBODY, NOBODY));
+
+    // And through the native library (this process is root, as the mount's callers were).
+    let native = native_client(&runtime, &cluster, &squashed);
+    let secret = runtime
+        .block_on(native.lookup(InodeId::ROOT, "secret"))
+        .expect("lookup");
+    assert_eq!(
+        code(runtime.block_on(native.open(secret.inode, 1, access::READ))),
+        ErrorCode::PermissionDenied
+    );
+
+    // A revoked client gets nothing at all.
+    set_rule(&cluster, &["squashed", "--revoked"]);
+    wait_until("the servers to apply the revocation", || {
+        runtime
+            .block_on(native.get_attr(InodeId::ROOT))
+            .is_err_and(|error| error.code() == ErrorCode::PermissionDenied)
+    })
+    .expect("revocation applies");
+
+    // The members' files are as they were.
+    assert_eq!(fs::read(mnt.join("open")).expect("read"), b"for everyone");
+    assert_eq!(
+        fs::read(mnt.join("secret")).expect("read"),
+        b"for user 1000 only"
+    );
+    assert_eq!(
+        fs::metadata(mnt.join("open")).expect("stat").mode() & 0o777,
+        0o644
+    );
+    drop(native);
+    cluster.unmount(&squash).expect("unmount");
+    cluster.unmount(&read_only).expect("unmount");
+}

@@ -900,18 +900,24 @@ impl Client {
             .await
     }
 
-    /// Registers open `handle` (unique within this session) of `inode` with its home, which
-    /// keeps the file alive past an unlink until the handle is released; returns fresh
-    /// attributes.
+    /// Registers open `handle` (unique within this session) of `inode` for `access` (the
+    /// [`weft_proto::access`] bits: `READ`, `WRITE`) with its home, which keeps the file alive past an
+    /// unlink until the handle is released; returns fresh attributes.
     ///
     /// # Errors
-    /// `NotFound`.
-    pub async fn open(&self, inode: InodeId, handle: u64) -> Result<InodeAttr, ClientError> {
+    /// `NotFound`; `ReadOnly` for a write by a read-only client; `PermissionDenied` when the
+    /// server checks the caller's access itself (a squashed root) and it lacks it.
+    pub async fn open(
+        &self,
+        inode: InodeId,
+        handle: u64,
+        access: u8,
+    ) -> Result<InodeAttr, ClientError> {
         self.watch_home(inode.home()).await?;
         let client = self.id();
         let attr = self
             .on_home(inode, |meta| async move {
-                meta.open(client, handle, inode).await
+                meta.open(client, (handle, access), inode).await
             })
             .await?;
         self.opens.record(inode, handle);

@@ -279,7 +279,8 @@ impl Client {
         let client = self.id();
         let mut lost = 0;
         for (inode, handle) in &held {
-            match meta.open(client, *handle, *inode).await {
+            // No access asked: the file was opened already, this only registers the handle.
+            match meta.open(client, (*handle, 0), *inode).await {
                 Ok(_) => {}
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
                     return Err(error)

@@ -20,8 +20,10 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use weft_net::auth::Identity;
 use weft_net::mirror::{stale, Membership, Unsynced};
 use weft_net::ClusterView;
+use weft_proto::access::Caller;
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, META_HOME_MAX};
 use weft_proto::messages::{
@@ -507,15 +509,43 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Who a client identity's request acts for when this server must check its access
+    /// itself (a squashed root), after its rule admitted it; `None` for members and for
+    /// callers their own kernel checked.
+    fn client_caller(
+        &self,
+        from: &Identity,
+        request: &Request,
+    ) -> Result<Option<Caller>, WireError> {
+        let Identity::Client(name) = from else {
+            return Ok(None);
+        };
+        let map = self.shared.cluster.map();
+        let Some(rule) = map.client_rule(name) else {
+            return Ok(None);
+        };
+        rule.admit(request)?;
+        Ok(match request {
+            Request::Meta(_, _, caller) => rule.squashed(*caller),
+            _ => None,
+        })
+    }
+}
+
 impl weft_net::Handler for Server {
-    async fn handle(&self, request: Request, payload: Bytes) -> (Reply, Bytes) {
+    async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
+        let squashed = match self.client_caller(&from, &request) {
+            Ok(squashed) => squashed,
+            Err(error) => return (Err(error), Bytes::new()),
+        };
         let reply = match request {
-            Request::Meta(_, request @ MetaRequest::ReplicaApply { .. }) => {
+            Request::Meta(_, request @ MetaRequest::ReplicaApply { .. }, _) => {
                 // The copy is written and synced in place: a short blocking section.
                 tokio::task::block_in_place(|| self.apply(&request, &payload))
             }
-            Request::Meta(route, request) => match self.admit(route) {
-                Ok(meta) => match meta.serve(request).await {
+            Request::Meta(route, request, _) => match self.admit(route) {
+                Ok(meta) => match meta.serve(request, squashed).await {
                     // A change whose commit failed because its mirror group made another
                     // member primary meanwhile was never acknowledged: the client asks the new
                     // primary (a retry of one that did reach it is answered from its stored

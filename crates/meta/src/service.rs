@@ -1,6 +1,7 @@
 //! The metadata request handler: dispatch, retry identity, open files, background work queues
 //! and heartbeats.
 
+mod access;
 mod verify;
 
 use crate::chooser::Chooser;
@@ -34,6 +35,7 @@ use tokio::sync::Notify;
 use weft_net::mirror::Membership;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, StorageClient};
+use weft_proto::access::Caller;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
@@ -341,10 +343,17 @@ impl Meta {
     }
 
     /// Runs a request for this home.
-    pub(crate) async fn serve(&self, request: MetaRequest) -> Reply {
+    /// Serves `request`; when it acts for a `squashed` root, after checking its access as
+    /// a kernel would (see [`access`]).
+    pub(crate) async fn serve(&self, mut request: MetaRequest, squashed: Option<Caller>) -> Reply {
         if !*self.settled.borrow() {
             let mut settled = self.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
+        }
+        if let Some(caller) = squashed {
+            self.check_access(&mut request, caller)
+                .await
+                .map_err(OpError::into_wire)?;
         }
         self.handle_meta(request).await
     }
@@ -804,6 +813,7 @@ impl Meta {
                 client,
                 handle,
                 inode,
+                access: _,
             } => self.open((client, handle), inode),
             MetaRequest::Release { client, handles } => {
                 // Every handle is released even if one fails; the failure is the answer.

@@ -120,7 +120,7 @@ impl MgmtConfig {
     /// When the security keys contradict each other or a file is unusable.
     pub fn admission(&self) -> Result<weft_net::Admission, String> {
         Ok(weft_net::Admission {
-            auth: weft_net::Auth::from_settings(self.auth_settings())?,
+            auth: weft_net::Auth::for_service(self.auth_settings())?,
             connections_max: self.connections_max,
         })
     }

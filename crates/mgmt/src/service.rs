@@ -147,7 +147,26 @@ async fn monitor_loop(mgmt: Arc<Mgmt>) {
 }
 
 impl weft_net::Handler for Mgmt {
-    async fn handle(&self, request: Request, _payload: Bytes) -> (Reply, Bytes) {
+    async fn handle(
+        &self,
+        from: weft_net::auth::Identity,
+        request: Request,
+        _payload: Bytes,
+    ) -> (Reply, Bytes) {
+        if let weft_net::auth::Identity::Client(name) = &from {
+            let rule = self
+                .store
+                .client_rules()
+                .map(|rules| rules.into_iter().find(|rule| *rule.name == **name));
+            let admitted = match rule {
+                Ok(Some(rule)) => rule.admit(&request),
+                Ok(None) => Ok(()),
+                Err(error) => Err(internal(error)),
+            };
+            if let Err(error) = admitted {
+                return (Err(error), Bytes::new());
+            }
+        }
         let reply = match request {
             // Requests may commit to the store (an fsync) or wait for a commit in flight: the
             // runtime moves its other tasks off this thread meanwhile, so a slow disk never
@@ -380,6 +399,27 @@ fn internal(error: MgmtError) -> WireError {
 impl Mgmt {
     fn handle_mgmt(&self, request: MgmtRequest) -> Reply {
         match request {
+            MgmtRequest::SetClientRule { rule } => {
+                if !weft_proto::access::valid_client_name(&rule.name) {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("{:?} cannot name a client", rule.name),
+                    ));
+                }
+                self.store.set_client_rule(&rule).map_err(internal)?;
+                tracing::info!(?rule, "client rule set");
+                Ok(Response::Done)
+            }
+            MgmtRequest::RemoveClientRule { name } => {
+                if !self.store.remove_client_rule(&name).map_err(internal)? {
+                    return Err(WireError::new(
+                        ErrorCode::NotFound,
+                        format!("client {name} has no rule"),
+                    ));
+                }
+                tracing::info!(client = %name, "client rule removed");
+                Ok(Response::Done)
+            }
             MgmtRequest::RegisterNode {
                 node,
                 kind,
@@ -768,6 +808,7 @@ impl Mgmt {
         let live = self.live.lock().expect("live state poisoned");
         let mut map = ClusterMap {
             mirror_groups,
+            clients: self.store.client_rules()?,
             ..ClusterMap::default()
         };
         for (kind, id, record) in nodes {

@@ -1,4 +1,5 @@
-//! Management's durable state in redb: nodes, targets, id counters and client sessions.
+//! Management's durable state in redb: nodes, targets, id counters, client sessions, mirror
+//! groups and the restrictions of client identities.
 //! Every change commits (fsync) before the request that made it is answered.
 
 use crate::MgmtError;
@@ -6,6 +7,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use weft_mirror::ControllerDurable;
+use weft_proto::access::ClientRule;
 use weft_proto::ids::{ClientId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{MirrorKind, NodeKind};
 
@@ -21,6 +23,8 @@ const CLIENTS: TableDefinition<u64, &str> = TableDefinition::new("clients");
 /// their versions, primaries and member states, each member's last boot id, and which absent
 /// members left in sync. Committed before any of it is published.
 const MIRROR_STATE: TableDefinition<u8, &[u8]> = TableDefinition::new("mirror_state");
+/// client name → postcard [`ClientRule`]: the restrictions of a client identity.
+const CLIENT_RULES: TableDefinition<&str, &[u8]> = TableDefinition::new("client_rules");
 
 fn mirror_kind_key(kind: MirrorKind) -> u8 {
     match kind {
@@ -76,6 +80,7 @@ impl MgmtStore {
             txn.open_table(COUNTERS).map_err(store_error)?;
             txn.open_table(CLIENTS).map_err(store_error)?;
             txn.open_table(MIRROR_STATE).map_err(store_error)?;
+            txn.open_table(CLIENT_RULES).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -268,6 +273,42 @@ impl MgmtStore {
             .insert(mirror_kind_key(kind), bytes.as_slice())
             .map_err(store_error)?;
         txn.commit().map_err(store_error)
+    }
+
+    /// Commits `rule`, replacing its client's earlier one.
+    pub fn set_client_rule(&self, rule: &ClientRule) -> Result<(), MgmtError> {
+        let bytes = postcard::to_stdvec(rule).map_err(store_error)?;
+        let txn = self.db.begin_write().map_err(store_error)?;
+        txn.open_table(CLIENT_RULES)
+            .map_err(store_error)?
+            .insert(rule.name.as_str(), bytes.as_slice())
+            .map_err(store_error)?;
+        txn.commit().map_err(store_error)
+    }
+
+    /// Removes the rule of the client `name`; whether it had one.
+    pub fn remove_client_rule(&self, name: &str) -> Result<bool, MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        let removed = txn
+            .open_table(CLIENT_RULES)
+            .map_err(store_error)?
+            .remove(name)
+            .map_err(store_error)?
+            .is_some();
+        txn.commit().map_err(store_error)?;
+        Ok(removed)
+    }
+
+    /// Every client identity's rule, by name.
+    pub fn client_rules(&self) -> Result<Vec<ClientRule>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let table = txn.open_table(CLIENT_RULES).map_err(store_error)?;
+        let mut rules = Vec::new();
+        for entry in table.iter().map_err(store_error)? {
+            let (_, value) = entry.map_err(store_error)?;
+            rules.push(postcard::from_bytes(value.value()).map_err(store_error)?);
+        }
+        Ok(rules)
     }
 
     pub fn targets(&self) -> Result<Vec<(TargetId, TargetRecord)>, MgmtError> {

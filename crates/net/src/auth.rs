@@ -20,8 +20,11 @@
 //! Pc = HMAC(K, "weft client" | version | name | Ns | Nc | binding)
 //! ```
 //!
-//! Integers are little endian; `name` is empty for cluster members; `binding` is empty over
-//! plain TCP and the TLS session's exported keying material inside TLS ([`crate::tls`]).
+//! Integers are little endian; `binding` is empty over plain TCP and the TLS session's
+//! exported keying material inside TLS ([`crate::tls`]). `name` is empty for the cluster's
+//! members, whose `K` is the cluster key; a client identity sends its name, and its `K` is its
+//! client key, `HMAC(cluster key, "weft client key" | name)`: the servers derive it from the
+//! name, so no list of client keys is kept, and a client key proves nothing else.
 
 use crate::tls::{Tls, TlsFiles};
 use ring::hmac;
@@ -84,9 +87,40 @@ pub struct Auth {
     tls: Option<Tls>,
 }
 
+/// Who is at the other end of a connection a server accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// A holder of the cluster key: a server, an admin tool, a trusted mount; or anyone, on a
+    /// service that runs without authentication.
+    Member,
+    /// A holder of the client key issued for this name (`weft keygen --client NAME`).
+    Client(Arc<str>),
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Identity::Member => f.write_str("member"),
+            Identity::Client(name) => write!(f, "client {name}"),
+        }
+    }
+}
+
 struct ClusterKey {
     key: hmac::Key,
     file: PathBuf,
+    /// The client's name, for a client key; `None` for the cluster key.
+    client: Option<String>,
+}
+
+/// What a client key is derived with, before the client's name.
+const CLIENT_KEY_LABEL: &[u8] = b"weft client key";
+
+/// The client key of `name`, from the cluster key.
+fn client_key(cluster: &hmac::Key, name: &[u8]) -> hmac::Key {
+    let mut input = CLIENT_KEY_LABEL.to_vec();
+    input.extend_from_slice(name);
+    hmac::Key::new(hmac::HMAC_SHA256, hmac::sign(cluster, &input).as_ref())
 }
 
 impl fmt::Debug for Auth {
@@ -125,14 +159,35 @@ impl Auth {
     /// When the file cannot be read, can be read by group or others, or does not hold a key;
     /// the message names the file and the fix.
     pub fn from_key_file(file: &Path) -> Result<Auth, String> {
-        let bytes = read_key_file(file)?;
+        let (client, bytes) = read_key_file(file)?;
         Ok(Auth {
             key: Some(Arc::new(ClusterKey {
                 key: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
                 file: file.to_path_buf(),
+                client,
             })),
             tls: None,
         })
+    }
+
+    /// The client name of a client key; `None` for the cluster key or no key.
+    pub fn client_name(&self) -> Option<&str> {
+        self.key.as_ref().and_then(|key| key.client.as_deref())
+    }
+
+    /// A service's: what [`Auth::from_settings`] gives, refused when it is a client key.
+    ///
+    /// # Errors
+    /// As [`Auth::from_settings`], or when the key file holds a client key.
+    pub fn for_service(settings: AuthSettings<'_>) -> Result<Auth, String> {
+        let auth = Auth::from_settings(settings)?;
+        match (auth.client_name(), auth.key_file()) {
+            (Some(name), Some(file)) => Err(format!(
+                "{} holds the client key of {name:?}: a service needs the cluster key",
+                file.display()
+            )),
+            _ => Ok(auth),
+        }
     }
 
     /// What a config's `auth` and `auth_key_file` keys ask for. Running without authentication
@@ -186,32 +241,42 @@ impl Auth {
         self.key.as_ref().map(|key| key.file.as_path())
     }
 
-    fn proof(
-        &self,
-        label: &[u8],
-        (version, name): (u16, &[u8]),
-        nonces: [&[u8]; 2],
-        binding: &[u8],
-    ) -> hmac::Tag {
+    /// The key a handshake with the peer named `name` proves: this process's own key on the
+    /// connecting side; on a server, the cluster key for a member and the client's key,
+    /// derived from it, for a named client.
+    fn key_for(&self, name: &[u8]) -> hmac::Key {
         let key = &self.key.as_ref().expect("proofs need a key").key;
-        hmac::sign(key, &proof_input(label, (version, name), nonces, binding))
+        if name.is_empty() || self.client_name().is_some() {
+            key.clone()
+        } else {
+            client_key(key, name)
+        }
     }
+}
 
-    fn verify(
-        &self,
-        label: &[u8],
-        (version, name): (u16, &[u8]),
-        nonces: [&[u8]; 2],
-        (binding, proof): (&[u8], &[u8]),
-    ) -> bool {
-        let key = &self.key.as_ref().expect("proofs need a key").key;
-        hmac::verify(
-            key,
-            &proof_input(label, (version, name), nonces, binding),
-            proof,
-        )
-        .is_ok()
-    }
+fn proof(
+    key: &hmac::Key,
+    label: &[u8],
+    (version, name): (u16, &[u8]),
+    nonces: [&[u8]; 2],
+    binding: &[u8],
+) -> hmac::Tag {
+    hmac::sign(key, &proof_input(label, (version, name), nonces, binding))
+}
+
+fn verify(
+    key: &hmac::Key,
+    label: &[u8],
+    (version, name): (u16, &[u8]),
+    nonces: [&[u8]; 2],
+    (binding, proof): (&[u8], &[u8]),
+) -> bool {
+    hmac::verify(
+        key,
+        &proof_input(label, (version, name), nonces, binding),
+        proof,
+    )
+    .is_ok()
 }
 
 /// What a proof signs: its direction's label, the version, the client's name, both nonces
@@ -238,20 +303,36 @@ fn proof_input(
 const SERVER_LABEL: &[u8] = b"weft server";
 const CLIENT_LABEL: &[u8] = b"weft client";
 
-/// Reads a key file: 64 hex digits on one line, readable by its owner only.
-fn read_key_file(file: &Path) -> Result<[u8; KEY_BYTES], String> {
+/// Reads a key file, readable by its owner only: 64 hex digits on one line for the cluster
+/// key; a line `client NAME` before them for a client key. Answers the client's name, if any,
+/// and the key.
+fn read_key_file(file: &Path) -> Result<(Option<String>, [u8; KEY_BYTES]), String> {
     use std::io::Read;
     let mut text = String::new();
     open_private(file, "key file")?
         .read_to_string(&mut text)
         .map_err(|error| format!("cannot read the key file {}: {error}", file.display()))?;
-    parse_key(text.trim()).ok_or_else(|| {
-        format!(
-            "{} does not hold a Weft key ({} hex digits on one line): make one with `weft keygen FILE`",
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let (client, key) = match first.strip_prefix("client ") {
+        Some(name) => (
+            Some(name.trim().to_string()),
+            lines.next().unwrap_or_default(),
+        ),
+        None => (None, first),
+    };
+    let named_well = client
+        .as_deref()
+        .is_none_or(weft_proto::access::valid_client_name);
+    match parse_key(key) {
+        Some(key) if named_well && lines.next().is_none() => Ok((client, key)),
+        _ => Err(format!(
+            "{} does not hold a Weft key ({} hex digits on one line, after a line `client NAME` \
+             for a client key): make one with `weft keygen FILE`",
             file.display(),
             2 * KEY_BYTES
-        )
-    })
+        )),
+    }
 }
 
 /// Opens a file that holds a secret, and checks the open file (not the path, which could be
@@ -309,13 +390,48 @@ fn parse_key(text: &str) -> Option<[u8; KEY_BYTES]> {
 /// # Errors
 /// When the file exists or cannot be written, with the file named.
 pub fn write_new_key(file: &Path) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let mut key = [0u8; KEY_BYTES];
     SystemRandom::new()
         .fill(&mut key)
         .map_err(|_| "the system's random number generator failed".to_string())?;
-    let text: String = key.iter().map(|byte| format!("{byte:02x}")).collect();
+    write_key_file(file, &hex(&key))
+}
+
+/// Writes the client key of `name` to `file` (mode 0600, never over an existing file); `auth`
+/// must hold the cluster key.
+///
+/// # Errors
+/// When `auth` holds no cluster key, the name is not valid, or the file cannot be written.
+pub fn write_client_key(auth: &Auth, name: &str, file: &Path) -> Result<(), String> {
+    if !weft_proto::access::valid_client_name(name) {
+        return Err(format!(
+            "{name:?} cannot name a client: use 1 to {} letters, digits, '.', '_' or '-'",
+            weft_proto::access::CLIENT_NAME_BYTES_MAX
+        ));
+    }
+    let cluster = match (&auth.key, auth.client_name()) {
+        (Some(key), None) => &key.key,
+        (Some(_), Some(other)) => {
+            return Err(format!(
+                "the key given is the client key of {other:?}: issuing a client key takes the \
+                 cluster key"
+            ))
+        }
+        (None, _) => return Err("issuing a client key takes the cluster key".to_string()),
+    };
+    let mut input = CLIENT_KEY_LABEL.to_vec();
+    input.extend_from_slice(name.as_bytes());
+    let key = hmac::sign(cluster, &input);
+    write_key_file(file, &format!("client {name}\n{}", hex(key.as_ref())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn write_key_file(file: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut out = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -426,8 +542,8 @@ pub enum Refusal {
     KeyRequired,
     /// The peer proved another key.
     WrongKey,
-    /// The client named itself, and named clients are not accepted.
-    UnknownClient(String),
+    /// The client gave a name no client key can have.
+    BadClientName(String),
     /// The server requires TLS and the peer came without it.
     TlsRequired,
     /// The peer began TLS and the server runs without it.
@@ -450,7 +566,7 @@ impl Refusal {
             Refusal::Version { .. } => 1,
             Refusal::KeyRequired => 2,
             Refusal::WrongKey => 3,
-            Refusal::UnknownClient(_) => 4,
+            Refusal::BadClientName(_) => 4,
             Refusal::TlsRequired => 6,
             _ => 5,
         }
@@ -464,7 +580,7 @@ impl Refusal {
             Refusal::Version { .. } => "version",
             Refusal::KeyRequired => "key_required",
             Refusal::WrongKey => "wrong_key",
-            Refusal::UnknownClient(_) => "unknown_client",
+            Refusal::BadClientName(_) => "bad_client_name",
             Refusal::TlsRequired => "tls_required",
             Refusal::TlsUnavailable => "tls_unavailable",
             Refusal::TlsFailed(_) => "tls_failed",
@@ -489,7 +605,9 @@ impl fmt::Display for Refusal {
             ),
             Refusal::KeyRequired => f.write_str("holds no cluster key"),
             Refusal::WrongKey => f.write_str("proved another cluster key"),
-            Refusal::UnknownClient(name) => write!(f, "unknown client {name:?}"),
+            Refusal::BadClientName(name) => {
+                write!(f, "named itself {name:?}, which cannot name a client")
+            }
             Refusal::TlsRequired => f.write_str("came without TLS, which this server requires"),
             Refusal::TlsUnavailable => f.write_str("began TLS, which this server does not run"),
             Refusal::TlsFailed(reason) => write!(f, "failed TLS: {reason}"),
@@ -514,7 +632,8 @@ fn broken(error: std::io::Error) -> Refusal {
 }
 
 /// The server's side of the handshake on a connection whose first bytes are
-/// [`HANDSHAKE_MAGIC`]; `Ok` with the version agreed when the peer may send frames.
+/// [`HANDSHAKE_MAGIC`]; `Ok` with the version agreed and who the peer proved to be, when it may
+/// send frames.
 ///
 /// # Errors
 /// Why the peer was refused (it has been told, when it got that far).
@@ -522,7 +641,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     auth: &Auth,
     binding: &[u8],
-) -> Result<u16, Refusal> {
+) -> Result<(u16, Identity), Refusal> {
     let mut head = [0u8; 10];
     stream.read_exact(&mut head).await.map_err(broken)?;
     if head[..4] != HANDSHAKE_MAGIC {
@@ -545,8 +664,10 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         Some(Refusal::Version { lowest, highest })
     } else if auth.is_enabled() && flags & FLAG_HOLDS_KEY == 0 {
         Some(Refusal::KeyRequired)
-    } else if !name.is_empty() {
-        Some(Refusal::UnknownClient(
+    } else if !name.is_empty()
+        && !std::str::from_utf8(name).is_ok_and(weft_proto::access::valid_client_name)
+    {
+        Some(Refusal::BadClientName(
             String::from_utf8_lossy(name).into_owned(),
         ))
     } else {
@@ -560,11 +681,13 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         let mut open = vec![TAG_OPEN];
         open.extend_from_slice(&version.to_le_bytes());
         stream.write_all(&open).await.map_err(broken)?;
-        return Ok(version);
+        return Ok((version, Identity::Member));
     }
 
+    let key = auth.key_for(name);
     let server_nonce = random_nonce()?;
-    let proof = auth.proof(
+    let proof = proof(
+        &key,
         SERVER_LABEL,
         (version, name),
         [client_nonce, &server_nonce],
@@ -589,7 +712,8 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             answer[0]
         )));
     }
-    if !auth.verify(
+    if !verify(
+        &key,
         CLIENT_LABEL,
         (version, name),
         [&server_nonce, client_nonce],
@@ -599,7 +723,11 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         return Err(Refusal::WrongKey);
     }
     stream.write_all(&[TAG_WELCOME]).await.map_err(broken)?;
-    Ok(version)
+    let identity = match std::str::from_utf8(name) {
+        Ok("") | Err(_) => Identity::Member,
+        Ok(name) => Identity::Client(name.into()),
+    };
+    Ok((version, identity))
 }
 
 /// Tells the peer why it is refused; it may be gone already.
@@ -640,7 +768,9 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     hello.extend_from_slice(&PROTOCOL_VERSION_MIN.to_le_bytes());
     hello.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     hello.push(if auth.is_enabled() { FLAG_HOLDS_KEY } else { 0 });
-    hello.push(0);
+    let name = auth.client_name().unwrap_or_default().as_bytes();
+    hello.push(name.len() as u8);
+    hello.extend_from_slice(name);
     hello.extend_from_slice(&client_nonce);
     stream.write_all(&hello).await.map_err(transport)?;
 
@@ -671,9 +801,11 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
             let version = u16::from_le_bytes([challenge[0], challenge[1]]);
             let server_nonce = &challenge[2..2 + NONCE_BYTES];
             let server_proof = &challenge[2 + NONCE_BYTES..];
-            if !auth.verify(
+            let key = auth.key_for(name);
+            if !verify(
+                &key,
                 SERVER_LABEL,
-                (version, &[]),
+                (version, name),
                 [&client_nonce, server_nonce],
                 (binding, server_proof),
             ) {
@@ -681,9 +813,10 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
                 refuse(stream, &Refusal::WrongKey).await;
                 return Err(wrong_key(auth, address));
             }
-            let proof = auth.proof(
+            let proof = proof(
+                &key,
                 CLIENT_LABEL,
-                (version, &[]),
+                (version, name),
                 [server_nonce, &client_nonce],
                 binding,
             );
@@ -738,7 +871,7 @@ async fn read_refusal<S: AsyncRead + Unpin>(
              (or WEFT_KEY_FILE, or auth_key_file in the config)"
         )),
         3 => wrong_key(auth, address),
-        4 => ConnectError::Refused(format!("{address} does not know this client's name")),
+        4 => ConnectError::Refused(format!("{address} refused this client's name")),
         6 => ConnectError::Refused(format!(
             "{address} requires TLS: give tls_cert_file, tls_key_file and tls_ca_file in the \
              config (or put cert.pem, cert.key and ca.pem in a tls directory beside the key file)"
@@ -762,7 +895,7 @@ mod tests {
         let server = tokio::spawn(async move {
             let outcome = accept(&mut a, &server, &[]).await;
             drop(a);
-            outcome
+            outcome.map(|(version, _)| version)
         });
         let client = connect(&mut b, &client, ("server:1", &[])).await;
         // A client that refuses the server hangs up, as a real one drops its connection.
@@ -814,6 +947,63 @@ mod tests {
         );
     }
 
+    // Goal: a client key issued from the cluster key gets in as that client, and the server
+    // knows its name; a client key of another cluster, or one whose name line was edited, is
+    // refused; a client key cannot issue client keys, nor serve.
+    #[tokio::test]
+    async fn client_keys_prove_their_name() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let cluster = key_auth(directory.path(), "cluster.key");
+        let other = key_auth(directory.path(), "other.key");
+        let issue = |auth: &Auth, name: &str, file: &str| {
+            let file = directory.path().join(file);
+            write_client_key(auth, name, &file)?;
+            Auth::from_key_file(&file)
+        };
+        let node7 = issue(&cluster, "node7", "node7.key").expect("client key");
+        assert_eq!(node7.client_name(), Some("node7"));
+
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let server_key = cluster.clone();
+        let server = tokio::spawn(async move { accept(&mut a, &server_key, &[]).await });
+        let client = connect(&mut b, &node7, ("server:1", &[])).await;
+        assert_eq!(client, Ok(PROTOCOL_VERSION));
+        assert_eq!(
+            server.await.expect("server task"),
+            Ok((PROTOCOL_VERSION, Identity::Client("node7".into())))
+        );
+
+        let foreign = issue(&other, "node7", "foreign.key").expect("client key");
+        let (server, client) = run(cluster.clone(), foreign).await;
+        assert_eq!(server, Err(Refusal::WrongKey));
+        assert!(
+            matches!(client, Err(ConnectError::Refused(_))),
+            "{client:?}"
+        );
+
+        // The key of node7 under another name: the server derives another key.
+        let text = std::fs::read_to_string(directory.path().join("node7.key")).expect("read");
+        let renamed = directory.path().join("renamed.key");
+        write_key_file(&renamed, text.replace("node7", "node8").trim()).expect("write");
+        let renamed = Auth::from_key_file(&renamed).expect("load");
+        let (server, _) = run(cluster.clone(), renamed).await;
+        assert_eq!(server, Err(Refusal::WrongKey));
+
+        let issued_by_client = issue(&node7, "node9", "node9.key");
+        assert!(
+            issued_by_client
+                .as_ref()
+                .is_err_and(|message| message.contains("takes the cluster key")),
+            "{issued_by_client:?}"
+        );
+        assert!(issue(&cluster, "a/b", "bad.key").is_err());
+        let service = Auth::for_service(AuthSettings {
+            key_file: Some(&directory.path().join("node7.key")),
+            ..AuthSettings::default()
+        });
+        assert!(service.is_err_and(|message| message.contains("a service needs the cluster key")),);
+    }
+
     // Goal: proofs are bound to the TLS session they run in: a handshake relayed from one
     // session into another (the two ends see different keying material) does not verify.
     #[tokio::test]
@@ -822,7 +1012,11 @@ mod tests {
         let key = key_auth(directory.path(), "cluster.key");
         let (mut a, mut b) = tokio::io::duplex(1024);
         let server_key = key.clone();
-        let server = tokio::spawn(async move { accept(&mut a, &server_key, &[1; 32]).await });
+        let server = tokio::spawn(async move {
+            accept(&mut a, &server_key, &[1; 32])
+                .await
+                .map(|(version, _)| version)
+        });
         let client = connect(&mut b, &key, ("server:1", &[2; 32])).await;
         drop(b);
         assert!(
@@ -835,7 +1029,11 @@ mod tests {
     /// Plays a recorded client message against a live server.
     async fn replay(server: Auth, messages: Vec<Vec<u8>>) -> (Result<u16, Refusal>, Vec<u8>) {
         let (mut a, mut b) = tokio::io::duplex(1024);
-        let server = tokio::spawn(async move { accept(&mut a, &server, &[]).await });
+        let server = tokio::spawn(async move {
+            accept(&mut a, &server, &[])
+                .await
+                .map(|(version, _)| version)
+        });
         for message in messages {
             let _ = b.write_all(&message).await;
         }
@@ -854,7 +1052,11 @@ mod tests {
         let (mut client_end, mut relay_client) = tokio::io::duplex(1024);
         let (mut relay_server, mut server_end) = tokio::io::duplex(1024);
         let server_key = key.clone();
-        let server = tokio::spawn(async move { accept(&mut server_end, &server_key, &[]).await });
+        let server = tokio::spawn(async move {
+            accept(&mut server_end, &server_key, &[])
+                .await
+                .map(|(version, _)| version)
+        });
         let client_key = key.clone();
         let client =
             tokio::spawn(async move { connect(&mut client_end, &client_key, ("s", &[])).await });

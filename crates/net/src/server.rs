@@ -2,7 +2,7 @@
 //! [`Handler`], many in flight per connection. A malformed frame closes that connection only; a
 //! peer that fails the handshake is refused before any request of it is read.
 
-use crate::auth::{self, Auth, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
+use crate::auth::{self, Auth, Identity, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
 use crate::connection::{read_header, read_rest, write_frames, OutFrame, PayloadBuffer};
 use crate::http::HttpReply;
 use crate::metrics::Metrics;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
+use weft_proto::access;
 use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
@@ -28,9 +29,12 @@ pub const FRAME_REST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A service's request handler.
 pub trait Handler: Send + Sync + 'static {
-    /// Serves one request; the returned payload travels raw after the reply body.
+    /// Serves one request of the peer `from`; the returned payload travels raw after the
+    /// reply body. A client identity's requests reach it only when they are for clients
+    /// ([`Request::for_clients`]); the handler applies the client's rule.
     fn handle(
         &self,
+        from: Identity,
         request: Request,
         payload: Bytes,
     ) -> impl Future<Output = (Reply, Bytes)> + Send;
@@ -274,8 +278,10 @@ async fn serve_any<H: Handler>(
         Ok(Some(magic)) if magic == HANDSHAKE_MAGIC || magic[0] == TLS_HANDSHAKE_RECORD => {
             let tls_first = magic[0] == TLS_HANDSHAKE_RECORD;
             match authenticate(stream, tls_first, &auth, deadline).await {
-                Ok(stream) => match admit() {
-                    Some(_slot) => return serve_connection(stream, peer, handler, metrics).await,
+                Ok((stream, from)) => match admit() {
+                    Some(_slot) => {
+                        return serve_connection(stream, (peer, from), handler, metrics).await
+                    }
                     None => Refusal::Full,
                 },
                 Err(refusal) => refusal,
@@ -290,13 +296,13 @@ async fn serve_any<H: Handler>(
 }
 
 /// Runs TLS (when the peer began it) and the key handshake on a new connection, both before
-/// `deadline`; the stream, ready for frames.
+/// `deadline`; the stream, ready for frames, and who the peer proved to be.
 async fn authenticate(
     mut stream: TcpStream,
     tls_first: bool,
     auth: &Auth,
     deadline: tokio::time::Instant,
-) -> Result<Stream, Refusal> {
+) -> Result<(Stream, Identity), Refusal> {
     crate::connection::tune(&stream);
     match (tls_first, auth.tls()) {
         (false, Some(_)) => {
@@ -304,8 +310,8 @@ async fn authenticate(
             Err(Refusal::TlsRequired)
         }
         (false, None) => {
-            in_time(deadline, auth::accept(&mut stream, auth, &[])).await?;
-            Ok(Stream::Tcp(stream))
+            let (_, from) = in_time(deadline, auth::accept(&mut stream, auth, &[])).await?;
+            Ok((Stream::Tcp(stream), from))
         }
         (true, None) => Err(Refusal::TlsUnavailable),
         (true, Some(tls)) => {
@@ -315,8 +321,8 @@ async fn authenticate(
                     Ok(Err(error)) => return Err(Refusal::TlsFailed(error.to_string())),
                     Err(_) => return Err(Refusal::Timeout),
                 };
-            in_time(deadline, auth::accept(&mut stream, auth, &binding)).await?;
-            Ok(Stream::Tls(Box::new(stream)))
+            let (_, from) = in_time(deadline, auth::accept(&mut stream, auth, &binding)).await?;
+            Ok((Stream::Tls(Box::new(stream)), from))
         }
     }
 }
@@ -355,7 +361,7 @@ async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
 
 async fn serve_connection<H: Handler>(
     stream: Stream,
-    peer: Option<std::net::SocketAddr>,
+    (peer, from): (Option<std::net::SocketAddr>, Identity),
     handler: Arc<H>,
     metrics: Metrics,
 ) {
@@ -414,6 +420,7 @@ async fn serve_connection<H: Handler>(
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
         let metrics = metrics.clone();
+        let from = from.clone();
         tokio::spawn(async move {
             let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
             let timer = metrics
@@ -424,7 +431,13 @@ async fn serve_connection<H: Handler>(
                     let stats = metrics.rpc().node_stats(handler.target_stats());
                     (Ok(Response::Stats(stats)), Bytes::new())
                 }
-                request => handler.handle(request, payload).await,
+                request => match &from {
+                    Identity::Client(name) => match access::for_client(name, &request) {
+                        Ok(()) => handler.handle(from, request, payload).await,
+                        Err(error) => (Err(error), Bytes::new()),
+                    },
+                    Identity::Member => handler.handle(from, request, payload).await,
+                },
             };
             let frame = OutFrame::new(
                 (FrameKind::Response, header.request_id, 0),
@@ -451,7 +464,12 @@ mod tests {
     struct Echo;
 
     impl Handler for Echo {
-        async fn handle(&self, _request: Request, payload: Bytes) -> (Reply, Bytes) {
+        async fn handle(
+            &self,
+            _from: Identity,
+            _request: Request,
+            payload: Bytes,
+        ) -> (Reply, Bytes) {
             (Ok(Response::Length(payload.len() as u64)), payload)
         }
     }
@@ -665,7 +683,12 @@ mod refusal_tests {
     struct Counting(AtomicUsize);
 
     impl Handler for Counting {
-        async fn handle(&self, _request: Request, _payload: Bytes) -> (Reply, Bytes) {
+        async fn handle(
+            &self,
+            _from: Identity,
+            _request: Request,
+            _payload: Bytes,
+        ) -> (Reply, Bytes) {
             self.0.fetch_add(1, Ordering::SeqCst);
             (Ok(Response::Done), Bytes::new())
         }
@@ -913,7 +936,12 @@ mod refusal_tests {
     }
 
     impl Handler for Holding {
-        async fn handle(&self, _request: Request, _payload: Bytes) -> (Reply, Bytes) {
+        async fn handle(
+            &self,
+            _from: Identity,
+            _request: Request,
+            _payload: Bytes,
+        ) -> (Reply, Bytes) {
             self.started.fetch_add(1, Ordering::SeqCst);
             while !self.released.load(Ordering::SeqCst) {
                 let notified = self.release.notified();

@@ -3,6 +3,7 @@
 
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
+use weft_proto::access::{Caller, ClientRule};
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
@@ -216,6 +217,25 @@ impl MgmtClient {
         expect_response!(self.rpc, response, Response::MirrorGroups(groups) => groups)
     }
 
+    /// Sets the restrictions of a client identity, replacing any it had.
+    ///
+    /// # Errors
+    /// [`RpcError`].
+    pub async fn set_client_rule(&self, rule: ClientRule) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::SetClientRule { rule }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Removes a client identity's restrictions.
+    ///
+    /// # Errors
+    /// `NotFound` when it had none, or [`RpcError`].
+    pub async fn remove_client_rule(&self, name: &str) -> Result<(), RpcError> {
+        let name = name.to_string();
+        let response = self.call(MgmtRequest::RemoveClientRule { name }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
     /// Fetches management's view of the cluster: states, space, throughput, events.
     ///
     /// # Errors
@@ -224,6 +244,24 @@ impl MgmtClient {
         let response = self.call(MgmtRequest::GetClusterStatus).await?;
         expect_response!(self.rpc, response, Response::ClusterStatus(status) => status)
     }
+}
+
+tokio::task_local! {
+    /// Who the metadata requests of the current task act for: a mount sets it for each of the
+    /// kernel's requests.
+    static CALLER: Caller;
+}
+
+/// Runs `work` with the metadata requests it sends acting for `caller`; requests sent outside
+/// such a scope act for the process's own user and group.
+pub async fn acting_for<F: std::future::Future>(caller: Caller, work: F) -> F::Output {
+    CALLER.scope(caller, work).await
+}
+
+fn caller() -> Caller {
+    CALLER
+        .try_with(|caller| *caller)
+        .unwrap_or_else(|_| Caller::of_process())
 }
 
 /// Client of one metadata home, on the server that serves it.
@@ -274,7 +312,7 @@ impl MetaClient {
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
         self.rpc
-            .call(&Request::Meta(self.route, request), payload)
+            .call(&Request::Meta(self.route, request, Some(caller())), payload)
             .await
     }
 
@@ -482,20 +520,21 @@ impl MetaClient {
         expect_response!(self.rpc, response, Response::LinkTarget(target) => target)
     }
 
-    /// Registers an open file of a session.
+    /// Registers an open file of a session, for `access` (the [`weft_proto::access`] bits).
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
     pub async fn open(
         &self,
         client: ClientId,
-        handle: u64,
+        (handle, access): (u64, u8),
         inode: InodeId,
     ) -> Result<InodeAttr, RpcError> {
         self.attr(MetaRequest::Open {
             client,
             handle,
             inode,
+            access,
         })
         .await
     }

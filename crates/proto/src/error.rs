@@ -68,6 +68,9 @@ pub enum ErrorCode {
     WrongShard = 1017,
     /// The directory is being removed; ask again shortly (it will be gone or back).
     Busy = 1018,
+    /// The client is read-only (`weft client set NAME --read-only`): it may not change
+    /// files or the namespace.
+    ReadOnly = 1019,
 
     // Storage, 2xxx.
     /// The target has no space left.
@@ -153,6 +156,7 @@ impl ErrorCode {
             ErrorCode::NoAttribute => libc::ENODATA,
             ErrorCode::OutOfRange => libc::E2BIG,
             ErrorCode::WouldBlock | ErrorCode::InGrace | ErrorCode::Busy => libc::EAGAIN,
+            ErrorCode::ReadOnly => libc::EROFS,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Weft's shared vocabulary: everything two processes must compute identically.
 //!
 //! Layout:
+//! - [`access`] — client identities' restrictions, and which requests are for clients.
 //! - [`ids`] — newtypes for every identifier (nodes, targets, inodes, clients).
 //! - [`error`] — the stable wire [`ErrorCode`] and its one mapping to errno.
 //! - [`layout`] — stripe patterns and the byte → (target, object offset) mapping.
@@ -12,6 +13,7 @@
 //! This crate is pure: no tokio, no file system, so the simulator, fuzzers and every service can
 //! use it and agree byte for byte.
 
+pub mod access;
 pub mod checksum;
 pub mod codec;
 pub mod error;

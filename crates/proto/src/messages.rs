@@ -141,6 +141,8 @@ pub struct ClusterMap {
     pub live_sessions: Vec<ClientId>,
     /// Mirror groups of storage targets and of metadata nodes.
     pub mirror_groups: Vec<MirrorGroupInfo>,
+    /// The restrictions of client identities, by name.
+    pub clients: Vec<crate::access::ClientRule>,
 }
 
 /// What a mirror group mirrors.
@@ -363,6 +365,11 @@ impl ClusterMap {
     pub fn target(&self, id: TargetId) -> Option<&TargetInfo> {
         self.targets.iter().find(|target| target.id == id)
     }
+
+    /// The restrictions of the client named `name`, if management has any.
+    pub fn client_rule(&self, name: &str) -> Option<&crate::access::ClientRule> {
+        self.clients.iter().find(|rule| rule.name == name)
+    }
 }
 
 /// Requests served by management.
@@ -447,6 +454,16 @@ pub enum MgmtRequest {
     ReleaseRenameLock {
         /// The token it was taken with.
         token: u64,
+    },
+    /// Sets the restrictions of a client identity (`weft client set`), replacing any it had.
+    SetClientRule {
+        /// The rule, naming its client.
+        rule: crate::access::ClientRule,
+    },
+    /// Removes a client identity's restrictions (`weft client remove`).
+    RemoveClientRule {
+        /// The client's name.
+        name: String,
     },
 }
 
@@ -773,6 +790,8 @@ pub enum MetaRequest {
         handle: u64,
         /// The file.
         inode: InodeId,
+        /// What the open is for: [`crate::access::READ`] and [`crate::access::WRITE`] bits.
+        access: u8,
     },
     /// A client closed handles of files of this home (clients gather the closes of a few
     /// milliseconds into one request). Idempotent, like `Open`.
@@ -1445,8 +1464,9 @@ pub struct CheckReport {
 pub enum Request {
     /// For management.
     Mgmt(MgmtRequest),
-    /// For a metadata server: the home it is routed to, and the request.
-    Meta(MetaRoute, MetaRequest),
+    /// For a metadata server: the home it is routed to, the request, and who it acts for
+    /// (what a squashing client's root is checked as; `None` from servers and tools).
+    Meta(MetaRoute, MetaRequest, Option<crate::access::Caller>),
     /// For a storage server.
     Storage(StorageRequest),
     /// Any server's load counters since it started ([`NodeStats`]); answered by the server
@@ -1762,7 +1782,7 @@ impl Request {
     pub fn op_name(&self) -> &'static str {
         match self {
             Request::Mgmt(request) => request.into(),
-            Request::Meta(_, request) => request.into(),
+            Request::Meta(_, request, _) => request.into(),
             Request::Storage(request) => request.into(),
             Request::Stats => "stats",
         }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use weft_mirror::fence::{FenceOf, ForwardFences};
+use weft_net::auth::Identity;
 use weft_net::mirror::Unsynced;
 use weft_net::ClusterView;
 use weft_proto::error::WireError;
@@ -28,6 +29,8 @@ struct Storage {
     bench: Arc<crate::bench::StorageBench>,
     metrics: TargetMetrics,
     mirror: Arc<Mirror>,
+    /// The cluster map: the rules of client identities.
+    cluster: Arc<ClusterView>,
     /// Drops late copies of clients' retried changes.
     fence: crate::fence::ChangeFence,
     /// Per storage mirror group, the version of it forwards last came in and their fence:
@@ -135,6 +138,7 @@ pub async fn run(
         bench: Arc::default(),
         metrics,
         mirror,
+        cluster: Arc::clone(&cluster),
         fence: crate::fence::ChangeFence::new(),
         forward_fences: Mutex::default(),
     });
@@ -192,6 +196,10 @@ async fn heartbeat_loop(
                 storage
                     .mirror
                     .adopt(sent, Duration::from_millis(lease_ms), groups);
+                // The map brings the rules of client identities this server enforces.
+                if let Err(error) = cluster.refresh().await {
+                    tracing::warn!(%error, "cannot fetch the cluster map");
+                }
             }
             Err(error) if error.code() == ErrorCode::UnknownNode => {
                 tracing::warn!("management does not know this node; registering again");
@@ -230,7 +238,14 @@ impl weft_net::Handler for Storage {
         stats
     }
 
-    async fn handle(&self, request: Request, payload: Bytes) -> (Reply, Bytes) {
+    async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
+        if let Identity::Client(name) = &from {
+            if let Some(rule) = self.cluster.map().client_rule(name) {
+                if let Err(error) = rule.admit(&request) {
+                    return (Err(error), Bytes::new());
+                }
+            }
+        }
         let Request::Storage(request) = request else {
             return (
                 Err(WireError::new(

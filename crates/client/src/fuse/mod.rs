@@ -30,6 +30,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use weft_proto::access::Caller;
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, SlotSet};
 use weft_proto::messages::{
@@ -384,10 +385,14 @@ impl State {
             .ok_or(Errno::EBADF)
     }
 
-    /// Opens `inode` with the metadata server under a new handle and records it.
-    async fn open_handle(&self, inode: InodeId) -> Result<(u64, InodeAttr), ClientError> {
+    /// Opens `inode` for `access` with the metadata server under a new handle and records it.
+    async fn open_handle(
+        &self,
+        inode: InodeId,
+        access: u8,
+    ) -> Result<(u64, InodeAttr), ClientError> {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let attr = self.client.open(inode, handle).await?;
+        let attr = self.client.open(inode, handle, access).await?;
         self.add_handle(handle, &attr);
         Ok((handle, attr))
     }
@@ -602,9 +607,15 @@ impl WeftFs {
 
     /// Creates an entry other than an opened regular file and answers the kernel, keeping
     /// the directory's attributes from the reply.
-    fn create_entry(&self, parent: INodeNo, name: String, new: NewInode, reply: ReplyEntry) {
+    fn create_entry(
+        &self,
+        request: &Request,
+        (parent, name): (INodeNo, String),
+        new: NewInode,
+        reply: ReplyEntry,
+    ) {
         let change = self.state.dirs.change(to_inode(parent));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let result = state
                 .client
                 .create_entry(to_inode(parent), &name, new, None)
@@ -617,12 +628,35 @@ impl WeftFs {
         });
     }
 
-    fn spawn<F>(&self, work: impl FnOnce(Arc<State>) -> F)
+    /// Runs `work` for the kernel's `request`: its metadata requests act for the caller.
+    fn spawn<F>(&self, request: &Request, work: impl FnOnce(Arc<State>) -> F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.runtime.spawn(work(Arc::clone(&self.state)));
+        let caller = Caller {
+            uid: request.uid(),
+            gid: request.gid(),
+        };
+        let work = work(Arc::clone(&self.state));
+        self.runtime
+            .spawn(weft_net::stubs::acting_for(caller, work));
     }
+}
+
+/// What an open with `flags` asks for, in [`weft_proto::access`] bits.
+fn open_access(flags: i32) -> u8 {
+    use weft_proto::access;
+    let written = if flags & libc::O_TRUNC != 0 {
+        access::WRITE
+    } else {
+        0
+    };
+    written
+        | match flags & libc::O_ACCMODE {
+            libc::O_WRONLY => access::WRITE,
+            libc::O_RDWR => access::READ | access::WRITE,
+            _ => access::READ,
+        }
 }
 
 fn reply_entry(state: &State, reply: ReplyEntry, result: Result<InodeAttr, ClientError>) {
@@ -824,11 +858,11 @@ impl Filesystem for WeftFs {
         reply.ok();
     }
 
-    fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let result = state.client.lookup(to_inode(parent), &name).await;
             reply_entry(&state, reply, result);
         });
@@ -836,7 +870,7 @@ impl Filesystem for WeftFs {
 
     fn getattr(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         _handle: Option<FileHandle>,
         reply: ReplyAttr,
@@ -846,7 +880,7 @@ impl Filesystem for WeftFs {
         if let Some((attr, left)) = self.state.dirs.get(to_inode(ino)) {
             return reply.attr(&left, &self.state.merge(attr));
         }
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             match state.client.get_attr(to_inode(ino)).await {
                 Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
                 Err(error) => reply.error(errno(&error)),
@@ -856,7 +890,7 @@ impl Filesystem for WeftFs {
 
     fn setattr(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -881,7 +915,7 @@ impl Filesystem for WeftFs {
             mtime: mtime.map(time_set),
         };
         let change = self.state.dirs.change(to_inode(ino));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let _change = change;
             let inode = to_inode(ino);
             if size.is_some() || mtime.is_some() {
@@ -915,8 +949,8 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn readlink(&self, _request: &Request, ino: INodeNo, reply: ReplyData) {
-        self.spawn(|state| async move {
+    fn readlink(&self, request: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(request, |state| async move {
             match state.client.read_link(to_inode(ino)).await {
                 Ok(target) => reply.data(target.as_bytes()),
                 Err(error) => reply.error(errno(&error)),
@@ -954,7 +988,7 @@ impl Filesystem for WeftFs {
             rdev,
             symlink: None,
         };
-        self.create_entry(parent, name, new, reply);
+        self.create_entry(request, (parent, name), new, reply);
     }
 
     fn mkdir(
@@ -970,27 +1004,27 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::EINVAL);
         };
         let new = crate::client::directory(mode & 0o7777, umask, (request.uid(), request.gid()));
-        self.create_entry(parent, name, new, reply);
+        self.create_entry(request, (parent, name), new, reply);
     }
 
-    fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
         let change = self.state.dirs.change(to_inode(parent));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             reply_empty(reply, state.client.unlink(to_inode(parent), &name).await);
             drop(change);
         });
     }
 
-    fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
         self.state.dirs.forget_all();
         let change = self.state.dirs.change(to_inode(parent));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await);
             drop(change);
         });
@@ -1019,12 +1053,12 @@ impl Filesystem for WeftFs {
             rdev: 0,
             symlink: Some(target),
         };
-        self.create_entry(parent, name, new, reply);
+        self.create_entry(request, (parent, name), new, reply);
     }
 
     fn rename(
         &self,
-        _request: &Request,
+        request: &Request,
         parent: INodeNo,
         name: &OsStr,
         new_parent: INodeNo,
@@ -1048,7 +1082,7 @@ impl Filesystem for WeftFs {
             self.state.dirs.change(to_inode(parent)),
             self.state.dirs.change(to_inode(new_parent)),
         );
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             reply_empty(
                 reply,
                 state
@@ -1068,7 +1102,7 @@ impl Filesystem for WeftFs {
 
     fn link(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         new_parent: INodeNo,
         new_name: &OsStr,
@@ -1078,7 +1112,7 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::EINVAL);
         };
         let change = self.state.dirs.change(to_inode(new_parent));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let result = state
                 .client
                 .link(to_inode(ino), to_inode(new_parent), &new_name)
@@ -1088,9 +1122,9 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn open(&self, _request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(|state| async move {
-            match state.open_handle(to_inode(ino)).await {
+    fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(request, |state| async move {
+            match state.open_handle(to_inode(ino), open_access(flags.0)).await {
                 Ok((handle, attr)) => {
                     state.merge(attr);
                     state.forget_attributes(ino);
@@ -1104,7 +1138,7 @@ impl Filesystem for WeftFs {
 
     fn read(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
         offset: u64,
@@ -1113,7 +1147,7 @@ impl Filesystem for WeftFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -1156,7 +1190,7 @@ impl Filesystem for WeftFs {
 
     fn write(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
         offset: u64,
@@ -1169,7 +1203,7 @@ impl Filesystem for WeftFs {
         // The kernel's buffer is borrowed only for this call: one copy into an owned buffer,
         // whose slices then travel to the targets without further copies.
         let data = Bytes::copy_from_slice(data);
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -1203,13 +1237,13 @@ impl Filesystem for WeftFs {
 
     fn flush(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -1241,7 +1275,7 @@ impl Filesystem for WeftFs {
 
     fn release(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
         _flags: OpenFlags,
@@ -1249,7 +1283,7 @@ impl Filesystem for WeftFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             tracing::debug!(?lock_owner, "release");
             if let Ok(file) = state.handle(handle) {
                 state.drain(file.inode).await;
@@ -1293,13 +1327,13 @@ impl Filesystem for WeftFs {
 
     fn fsync(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -1323,13 +1357,13 @@ impl Filesystem for WeftFs {
 
     fn readdir(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         _handle: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let dir = to_inode(ino);
             if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
@@ -1361,8 +1395,8 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn statfs(&self, _request: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.spawn(|state| async move {
+    fn statfs(&self, request: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(request, |state| async move {
             match state.client.cluster_map().await {
                 Ok(map) => {
                     const BLOCK: u64 = 4096;
@@ -1398,7 +1432,7 @@ impl Filesystem for WeftFs {
 
     fn fallocate(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         handle: FileHandle,
         offset: u64,
@@ -1416,7 +1450,7 @@ impl Filesystem for WeftFs {
             libc::FALLOC_FL_ZERO_RANGE => FallocateMode::Zero,
             _ => return reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
         };
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -1451,7 +1485,7 @@ impl Filesystem for WeftFs {
 
     fn getlk(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         _handle: FileHandle,
         lock_owner: LockOwner,
@@ -1471,7 +1505,7 @@ impl Filesystem for WeftFs {
             end,
             pid,
         };
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             state.drain(to_inode(ino)).await;
             match state.client.get_lock(to_inode(ino), wanted).await {
                 Ok(Some(held)) => {
@@ -1490,7 +1524,7 @@ impl Filesystem for WeftFs {
 
     fn setlk(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         _handle: FileHandle,
         lock_owner: LockOwner,
@@ -1512,7 +1546,7 @@ impl Filesystem for WeftFs {
             pid,
         };
         tracing::debug!(?lock, sleep, "setlk");
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             let inode = to_inode(ino);
             // What was written under a lock reaches the servers before the lock changes.
             state.drain(inode).await;
@@ -1536,7 +1570,7 @@ impl Filesystem for WeftFs {
 
     fn setxattr(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -1556,7 +1590,7 @@ impl Filesystem for WeftFs {
         let value = value.to_vec();
         self.state.forget_capability(ino);
         let change = self.state.dirs.change(to_inode(ino));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             reply_empty(
                 reply,
                 state
@@ -1570,7 +1604,7 @@ impl Filesystem for WeftFs {
 
     fn getxattr(
         &self,
-        _request: &Request,
+        request: &Request,
         ino: INodeNo,
         name: &OsStr,
         size: u32,
@@ -1583,7 +1617,7 @@ impl Filesystem for WeftFs {
         if capability && self.state.capability_absent(ino) {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             match state.client.get_xattr(to_inode(ino), &name).await {
                 Ok(value) => reply_xattr(reply, size, &value),
                 Err(error) => {
@@ -1596,8 +1630,8 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn listxattr(&self, _request: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        self.spawn(|state| async move {
+    fn listxattr(&self, request: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.spawn(request, |state| async move {
             match state.client.list_xattr(to_inode(ino)).await {
                 Ok(names) => {
                     let mut list = Vec::new();
@@ -1612,13 +1646,13 @@ impl Filesystem for WeftFs {
         });
     }
 
-    fn removexattr(&self, _request: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, request: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
         self.state.forget_capability(ino);
         let change = self.state.dirs.change(to_inode(ino));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             reply_empty(reply, state.client.remove_xattr(to_inode(ino), &name).await);
             drop(change);
         });
@@ -1647,7 +1681,7 @@ impl Filesystem for WeftFs {
             symlink: None,
         };
         let change = self.state.dirs.change(to_inode(parent));
-        self.spawn(|state| async move {
+        self.spawn(request, |state| async move {
             // One request creates the file and registers the open.
             let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
             let created = state

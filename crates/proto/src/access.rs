@@ -1,0 +1,420 @@
+//! What a client identity may do (docs/design/security.md).
+//!
+//! A connection proves either the cluster key (a member: a server, an admin tool, a trusted
+//! mount) or a client key issued for one name with `weft keygen --client NAME`. A client may
+//! send only the file operations a mount makes ([`Request::for_clients`]); registering nodes,
+//! servers' heartbeats, replication, the steps servers take with each other, checks and disk
+//! benchmarks are for members. Management keeps a [`ClientRule`] per client name and hands
+//! them out in the cluster map; metadata and storage servers enforce them per connection.
+
+use crate::error::{ErrorCode, WireError};
+use crate::messages::{MetaRequest, MgmtRequest, Request, StorageRequest};
+use serde::{Deserialize, Serialize};
+
+/// The user and group root is squashed to: `nobody` on most systems.
+pub const NOBODY: u32 = 65534;
+
+/// Longest client name, in bytes (names are letters, digits, `.`, `_` and `-`).
+pub const CLIENT_NAME_BYTES_MAX: usize = 64;
+
+/// Whether `name` can name a client: 1 to [`CLIENT_NAME_BYTES_MAX`] letters, digits, `.`,
+/// `_` or `-`.
+pub fn valid_client_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= CLIENT_NAME_BYTES_MAX
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+}
+
+/// Who a metadata request acts for: the user and primary group of the process that made it
+/// (a mount's caller, or the process using the client library).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+}
+
+impl Caller {
+    /// The calling process's effective user and group.
+    pub fn of_process() -> Caller {
+        // SAFETY: geteuid and getegid have no preconditions.
+        unsafe {
+            Caller {
+                uid: libc::geteuid(),
+                gid: libc::getegid(),
+            }
+        }
+    }
+
+    /// Whether this is the superuser.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// Read access, in an open's `access` (the bits of a mode's "other" triple).
+pub const READ: u8 = 4;
+/// Write access.
+pub const WRITE: u8 = 2;
+/// Search a directory, or execute a file.
+pub const EXECUTE: u8 = 1;
+
+/// The restrictions of one client identity, as `weft client set` makes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRule {
+    /// The client's name, as in its key.
+    pub name: String,
+    /// The client may read, not change: writes, creates, removals, renames and attribute
+    /// changes are refused with [`ErrorCode::ReadOnly`].
+    pub read_only: bool,
+    /// The client's root (uid 0) acts as [`NOBODY`], and the servers check its access to
+    /// every file and directory against their modes (the client's kernel lets root in).
+    pub root_squash: bool,
+    /// Every request of the client is refused, until the rule changes.
+    pub revoked: bool,
+}
+
+impl ClientRule {
+    /// Who `caller` acts as on the servers, when they must check its access themselves:
+    /// `Some` for a root this rule squashes (as [`NOBODY`], without groups), `None` when the
+    /// client's kernel has checked the same credentials already. A request without a caller
+    /// from a squashed client is treated as nobody's.
+    pub fn squashed(&self, caller: Option<Caller>) -> Option<Caller> {
+        let nobody = Caller {
+            uid: NOBODY,
+            gid: NOBODY,
+        };
+        match caller {
+            _ if !self.root_squash => None,
+            None => Some(nobody),
+            Some(caller) if caller.is_root() => Some(nobody),
+            Some(_) => None,
+        }
+    }
+}
+
+/// Whether the client named `name` may send `request` at all: only requests for clients
+/// ([`Request::for_clients`]). Members are not asked.
+///
+/// # Errors
+/// [`ErrorCode::PermissionDenied`], naming the client and the request.
+pub fn for_client(name: &str, request: &Request) -> Result<(), WireError> {
+    if request.for_clients() {
+        return Ok(());
+    }
+    Err(WireError::new(
+        ErrorCode::PermissionDenied,
+        format!(
+            "client {name} may not send {}: it is for the cluster's members (the holders of the \
+             cluster key)",
+            request.op_name()
+        ),
+    ))
+}
+
+impl ClientRule {
+    /// Whether this rule lets its client send `request` (one for clients).
+    ///
+    /// # Errors
+    /// [`ErrorCode::PermissionDenied`] when the client is revoked, [`ErrorCode::ReadOnly`] for
+    /// a change by a read-only client; the message names the client.
+    pub fn admit(&self, request: &Request) -> Result<(), WireError> {
+        let name = &self.name;
+        if self.revoked {
+            return Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                format!("client {name} is revoked (weft client set {name} --revoked)"),
+            ));
+        }
+        if self.read_only && request.changes_files() {
+            return Err(WireError::new(
+                ErrorCode::ReadOnly,
+                format!(
+                    "client {name} is read-only (weft client set {name} --read-only): {} refused",
+                    request.op_name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Request {
+    /// Whether a client identity may send it: the file operations of a mount or the client
+    /// library. Every other request is for the cluster's members.
+    pub fn for_clients(&self) -> bool {
+        match self {
+            Request::Mgmt(request) => request.for_clients(),
+            Request::Meta(_, request, _) => request.for_clients(),
+            Request::Storage(request) => {
+                request.for_clients() && !request.mirror().is_some_and(|route| route.forwarded)
+            }
+            Request::Stats => true,
+        }
+    }
+
+    /// Whether it changes files, directories or attributes: refused to read-only clients.
+    pub fn changes_files(&self) -> bool {
+        match self {
+            Request::Mgmt(_) | Request::Stats => false,
+            Request::Meta(_, request, _) => request.changes_files(),
+            Request::Storage(request) => request.changes_files(),
+        }
+    }
+}
+
+impl MgmtRequest {
+    fn for_clients(&self) -> bool {
+        match self {
+            MgmtRequest::RegisterClient { .. }
+            | MgmtRequest::ClientHeartbeat { .. }
+            | MgmtRequest::GetClusterMap
+            | MgmtRequest::GetClusterStatus
+            | MgmtRequest::GetResyncStats => true,
+            MgmtRequest::RegisterNode { .. }
+            | MgmtRequest::RegisterTarget { .. }
+            | MgmtRequest::Heartbeat { .. }
+            | MgmtRequest::CreateMirrorGroup { .. }
+            | MgmtRequest::AutoCreateMirrorGroups { .. }
+            | MgmtRequest::AcquireRenameLock { .. }
+            | MgmtRequest::ReleaseRenameLock { .. }
+            | MgmtRequest::SetClientRule { .. }
+            | MgmtRequest::RemoveClientRule { .. } => false,
+        }
+    }
+}
+
+impl MetaRequest {
+    fn for_clients(&self) -> bool {
+        match self {
+            MetaRequest::Lookup { .. }
+            | MetaRequest::GetAttr { .. }
+            | MetaRequest::SetAttr { .. }
+            | MetaRequest::Create { .. }
+            | MetaRequest::CreateSpread { .. }
+            | MetaRequest::Link { .. }
+            | MetaRequest::Unlink { .. }
+            | MetaRequest::Rmdir { .. }
+            | MetaRequest::Rename { .. }
+            | MetaRequest::ReadDir { .. }
+            | MetaRequest::ReadLink { .. }
+            | MetaRequest::Open { .. }
+            | MetaRequest::Release { .. }
+            | MetaRequest::ApplyTruncate { .. }
+            | MetaRequest::ReportSize { .. }
+            | MetaRequest::SetXattr { .. }
+            | MetaRequest::GetXattr { .. }
+            | MetaRequest::ListXattr { .. }
+            | MetaRequest::RemoveXattr { .. }
+            | MetaRequest::SetLock { .. }
+            | MetaRequest::GetLock { .. }
+            | MetaRequest::LockEpoch
+            | MetaRequest::SetPattern { .. } => true,
+            MetaRequest::CreateDirInode { .. }
+            | MetaRequest::SetShards { .. }
+            | MetaRequest::SealShard { .. }
+            | MetaRequest::SyncShard { .. }
+            | MetaRequest::RemoveDirInode { .. }
+            | MetaRequest::RemoteReferences
+            | MetaRequest::InsertDentry { .. }
+            | MetaRequest::ExchangeDentry { .. }
+            | MetaRequest::Renamed { .. }
+            | MetaRequest::AdjustLinks { .. }
+            | MetaRequest::Check { .. }
+            | MetaRequest::CheckProgress
+            | MetaRequest::ReplicaApply { .. }
+            | MetaRequest::IntentsSettled { .. } => false,
+        }
+    }
+
+    fn changes_files(&self) -> bool {
+        match self {
+            MetaRequest::SetAttr { .. }
+            | MetaRequest::Create { .. }
+            | MetaRequest::CreateSpread { .. }
+            | MetaRequest::Link { .. }
+            | MetaRequest::Unlink { .. }
+            | MetaRequest::Rmdir { .. }
+            | MetaRequest::Rename { .. }
+            | MetaRequest::ReportSize { .. }
+            | MetaRequest::SetXattr { .. }
+            | MetaRequest::RemoveXattr { .. }
+            | MetaRequest::SetPattern { .. } => true,
+            MetaRequest::Open { access, .. } => access & WRITE != 0,
+            // Members' requests change things, but are refused to clients before this asks.
+            MetaRequest::CreateDirInode { .. }
+            | MetaRequest::SetShards { .. }
+            | MetaRequest::SealShard { .. }
+            | MetaRequest::SyncShard { .. }
+            | MetaRequest::RemoveDirInode { .. }
+            | MetaRequest::InsertDentry { .. }
+            | MetaRequest::ExchangeDentry { .. }
+            | MetaRequest::Renamed { .. }
+            | MetaRequest::AdjustLinks { .. }
+            | MetaRequest::ReplicaApply { .. }
+            | MetaRequest::IntentsSettled { .. } => true,
+            // A pending truncate is the file's own state catching up, not a change of it.
+            MetaRequest::Lookup { .. }
+            | MetaRequest::GetAttr { .. }
+            | MetaRequest::ReadDir { .. }
+            | MetaRequest::ReadLink { .. }
+            | MetaRequest::Release { .. }
+            | MetaRequest::ApplyTruncate { .. }
+            | MetaRequest::GetXattr { .. }
+            | MetaRequest::ListXattr { .. }
+            | MetaRequest::SetLock { .. }
+            | MetaRequest::GetLock { .. }
+            | MetaRequest::LockEpoch
+            | MetaRequest::RemoteReferences
+            | MetaRequest::Check { .. }
+            | MetaRequest::CheckProgress => false,
+        }
+    }
+}
+
+impl StorageRequest {
+    fn for_clients(&self) -> bool {
+        match self {
+            StorageRequest::Write { .. }
+            | StorageRequest::Read { .. }
+            | StorageRequest::Sync { .. }
+            | StorageRequest::Fallocate { .. }
+            | StorageRequest::NetBench { .. } => true,
+            StorageRequest::Truncate { .. }
+            | StorageRequest::Remove { .. }
+            | StorageRequest::Bench { .. }
+            | StorageRequest::ListObjects { .. }
+            | StorageRequest::ObjectLength { .. }
+            | StorageRequest::ObjectChecksum { .. }
+            | StorageRequest::SyncTarget { .. } => false,
+        }
+    }
+
+    fn changes_files(&self) -> bool {
+        match self {
+            StorageRequest::Write { .. }
+            | StorageRequest::Fallocate { .. }
+            | StorageRequest::Truncate { .. }
+            | StorageRequest::Remove { .. }
+            | StorageRequest::Bench { .. } => true,
+            StorageRequest::Read { .. }
+            | StorageRequest::Sync { .. }
+            | StorageRequest::NetBench { .. }
+            | StorageRequest::ListObjects { .. }
+            | StorageRequest::ObjectLength { .. }
+            | StorageRequest::ObjectChecksum { .. }
+            | StorageRequest::SyncTarget { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClientId, InodeId};
+    use crate::messages::{MetaRoute, MutationId};
+    use crate::NodeId;
+
+    fn meta(request: MetaRequest) -> Request {
+        let route = MetaRoute {
+            home: NodeId(1),
+            version: 0,
+        };
+        Request::Meta(route, request, None)
+    }
+
+    // Goal: a client may make file operations and nothing servers do among themselves; a
+    // read-only client may read but not change; a revoked one may do nothing.
+    #[test]
+    fn clients_are_admitted_by_their_rule() {
+        let inode = InodeId::new(NodeId(1), 7);
+        let read = meta(MetaRequest::GetAttr { inode });
+        let open_write = meta(MetaRequest::Open {
+            client: ClientId(1),
+            handle: 1,
+            inode,
+            access: READ | WRITE,
+        });
+        let unlink = meta(MetaRequest::Unlink {
+            mutation: MutationId {
+                client: ClientId(1),
+                seq: 1,
+                oldest_pending: 1,
+            },
+            parent: inode,
+            name: "f".into(),
+        });
+        let register = Request::Mgmt(MgmtRequest::RegisterNode {
+            node: None,
+            kind: crate::messages::NodeKind::Storage,
+            alias: "x".into(),
+            addresses: vec!["127.0.0.1:1".into()],
+        });
+
+        let code = |rule: Option<&ClientRule>, request: &Request| {
+            for_client("c1", request)
+                .and_then(|()| rule.map_or(Ok(()), |rule| rule.admit(request)))
+                .map_err(|error| error.code)
+        };
+        assert_eq!(code(None, &read), Ok(()));
+        assert_eq!(code(None, &unlink), Ok(()));
+        assert_eq!(code(None, &register), Err(ErrorCode::PermissionDenied));
+
+        let read_only = ClientRule {
+            name: "c1".into(),
+            read_only: true,
+            ..ClientRule::default()
+        };
+        assert_eq!(code(Some(&read_only), &read), Ok(()));
+        assert_eq!(
+            code(Some(&read_only), &open_write),
+            Err(ErrorCode::ReadOnly)
+        );
+        assert_eq!(code(Some(&read_only), &unlink), Err(ErrorCode::ReadOnly));
+
+        let revoked = ClientRule {
+            name: "c1".into(),
+            revoked: true,
+            ..ClientRule::default()
+        };
+        assert_eq!(
+            code(Some(&revoked), &read),
+            Err(ErrorCode::PermissionDenied)
+        );
+    }
+
+    // Goal: only root is squashed, and only by a rule that says so.
+    #[test]
+    fn only_root_is_squashed() {
+        let squash = ClientRule {
+            name: "c".into(),
+            root_squash: true,
+            ..ClientRule::default()
+        };
+        let root = Caller { uid: 0, gid: 0 };
+        let user = Caller {
+            uid: 1000,
+            gid: 1000,
+        };
+        let nobody = Caller {
+            uid: NOBODY,
+            gid: NOBODY,
+        };
+        assert_eq!(squash.squashed(Some(root)), Some(nobody));
+        assert_eq!(squash.squashed(None), Some(nobody));
+        assert_eq!(squash.squashed(Some(user)), None);
+        assert_eq!(ClientRule::default().squashed(Some(root)), None);
+    }
+
+    #[test]
+    fn client_names() {
+        assert!(valid_client_name("node-17.rack_2"));
+        assert!(!valid_client_name(""));
+        assert!(!valid_client_name("a b"));
+        assert!(!valid_client_name("a/b"));
+        assert!(!valid_client_name(&"x".repeat(65)));
+    }
+}
