@@ -547,6 +547,51 @@ fn client_identities_are_held_to_their_rules() {
         code(runtime.block_on(native.set_attr(attr.inode, chmod))),
         ErrorCode::ReadOnly
     );
+    // A client acts only in its own sessions: not in the member mount's, whose opens, locks
+    // and stored replies it would otherwise release, steal or forge.
+    let map = runtime.block_on(native.cluster_map()).expect("map");
+    let member_session = *map
+        .live_sessions
+        .iter()
+        .find(|session| map.session_owner(**session).is_none())
+        .expect("the member mount's session");
+    assert_eq!(
+        map.session_owner(native.id()),
+        Some("reader"),
+        "management knows who registered the session"
+    );
+    let (home, route) = map.meta_route(InodeId::ROOT.home());
+    let meta_address = map
+        .node(weft_proto::messages::NodeKind::Meta, home)
+        .expect("the root's server")
+        .addresses[0]
+        .clone();
+    let meta = weft_net::RpcClient::new(meta_address, as_reader.clone());
+    let release = Request::Meta(
+        route,
+        weft_proto::messages::MetaRequest::Release {
+            client: member_session,
+            handles: Vec::new(),
+        },
+        None,
+    );
+    let refused = runtime
+        .block_on(meta.call(&release, bytes::Bytes::new()))
+        .expect_err("another's session");
+    assert_eq!(refused.code(), ErrorCode::PermissionDenied, "{refused}");
+    assert!(
+        refused.to_string().contains("may not act in session"),
+        "{refused}"
+    );
+    let heartbeat = Request::Mgmt(MgmtRequest::ClientHeartbeat {
+        client: member_session,
+        unserved: Vec::new(),
+    });
+    let refused = runtime
+        .block_on(mgmt.call(&heartbeat, bytes::Bytes::new()))
+        .expect_err("another's session");
+    assert_eq!(refused.code(), ErrorCode::PermissionDenied, "{refused}");
+
     // The storage servers learn the rule on their own: until they do, the write puts back
     // the bytes already there.
     let layout = attr.layout.clone().expect("a file's layout");
@@ -607,6 +652,48 @@ fn client_identities_are_held_to_their_rules() {
     assert_eq!(
         code(runtime.block_on(native.open(secret.inode, 1, access::READ))),
         ErrorCode::PermissionDenied
+    );
+    // A client that states another uid is checked as that uid: never as root.
+    let acting_as = |uid: u32| weft_proto::access::Caller {
+        uid,
+        gid: uid,
+        groups: Vec::new(),
+    };
+    let open_as = |uid: u32, handle: u64| {
+        runtime.block_on(weft_net::stubs::acting_for(
+            acting_as(uid),
+            native.open(secret.inode, handle, access::READ),
+        ))
+    };
+    assert_eq!(code(open_as(1, 2)), ErrorCode::PermissionDenied);
+    assert!(open_as(1000, 3).is_ok(), "the owner it claims to be");
+    let give_to_root = weft_proto::messages::AttrChanges {
+        uid: Some(0),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(runtime.block_on(weft_net::stubs::acting_for(
+            acting_as(1000),
+            native.set_attr(secret.inode, give_to_root),
+        ))),
+        ErrorCode::NotPermitted
+    );
+    let mut as_root = weft_client::client::directory(0o755, 0, (0, 0));
+    as_root.kind = weft_proto::messages::FileKind::Regular;
+    as_root.mode = 0o4755;
+    let shared = runtime
+        .block_on(native.lookup(InodeId::ROOT, "shared"))
+        .expect("lookup");
+    let planted = runtime
+        .block_on(weft_net::stubs::acting_for(
+            acting_as(1000),
+            native.create(shared.inode, "planted", as_root),
+        ))
+        .expect("create in a 0777 directory");
+    assert_eq!(
+        (planted.uid, planted.gid),
+        (1000, 1000),
+        "what a caller creates is its own, whatever owner it asks for"
     );
 
     // A revoked client gets nothing at all.

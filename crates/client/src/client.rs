@@ -173,6 +173,8 @@ impl From<RpcError> for ClientError {
 /// A client session: routes each request to the server that owns it.
 pub struct Client {
     pub(crate) cluster: Arc<ClusterView>,
+    /// The client name of this client's key; `None` with the cluster key.
+    identity: Option<String>,
     /// Requests the mount answered with an error it does not serve, by kind.
     pub(crate) unserved: crate::unserved::Unserved,
     /// The current session's id (a [`ClientId`]): a new one after the last one expired.
@@ -294,6 +296,7 @@ impl Client {
                 code: ErrorCode::InvalidArgument,
             })
         })?;
+        let identity = auth.client_name().map(str::to_string);
         let options = RpcClientOptions {
             connections: config.connections_per_server,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
@@ -314,6 +317,7 @@ impl Client {
         };
         let client = Arc::new(Client {
             cluster,
+            identity,
             client: AtomicU64::new(client.0),
             state_lost: Mutex::default(),
             renewing: tokio::sync::Mutex::new(()),
@@ -351,6 +355,12 @@ impl Client {
             }
         });
         Ok(client)
+    }
+
+    /// The client name of this client's key (`weft keygen --client`); `None` when it holds
+    /// the cluster key.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     /// What the heartbeat reports: the requests the mount does not serve, by kind.

@@ -511,9 +511,9 @@ impl Server {
 
 impl Server {
     /// Who a client identity's request acts for when this server must check its access
-    /// itself (a squashed root), after its rule admitted it; `None` for members and for
-    /// callers their own kernel checked.
-    fn client_caller(
+    /// itself (a client whose rule squashes root), after its rule admitted it; `None` for
+    /// members and for clients whose kernel's checks stand.
+    async fn client_caller(
         &self,
         from: &Identity,
         request: &Request,
@@ -521,13 +521,14 @@ impl Server {
         let Identity::Client(name) = from else {
             return Ok(None);
         };
+        self.shared.cluster.admit_sessions(name, request).await?;
         let map = self.shared.cluster.map();
         let Some(rule) = map.client_rule(name) else {
             return Ok(None);
         };
         rule.admit(request)?;
         Ok(match request {
-            Request::Meta(_, _, caller) => rule.squashed(*caller),
+            Request::Meta(_, _, caller) => rule.checked(caller.clone()),
             _ => None,
         })
     }
@@ -535,8 +536,8 @@ impl Server {
 
 impl weft_net::Handler for Server {
     async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
-        let squashed = match self.client_caller(&from, &request) {
-            Ok(squashed) => squashed,
+        let checked = match self.client_caller(&from, &request).await {
+            Ok(checked) => checked,
             Err(error) => return (Err(error), Bytes::new()),
         };
         let reply = match request {
@@ -545,7 +546,7 @@ impl weft_net::Handler for Server {
                 tokio::task::block_in_place(|| self.apply(&request, &payload))
             }
             Request::Meta(route, request, _) => match self.admit(route) {
-                Ok(meta) => match meta.serve(request, squashed).await {
+                Ok(meta) => match meta.serve(request, checked).await {
                     // A change whose commit failed because its mirror group made another
                     // member primary meanwhile was never acknowledged: the client asks the new
                     // primary (a retry of one that did reach it is answered from its stored

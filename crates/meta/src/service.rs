@@ -343,15 +343,15 @@ impl Meta {
     }
 
     /// Runs a request for this home.
-    /// Serves `request`; when it acts for a `squashed` root, after checking its access as
-    /// a kernel would (see [`access`]).
-    pub(crate) async fn serve(&self, mut request: MetaRequest, squashed: Option<Caller>) -> Reply {
+    /// Serves `request`; for a `checked` caller (of a client that squashes root), after
+    /// checking its access as a kernel would (see [`access`]).
+    pub(crate) async fn serve(&self, mut request: MetaRequest, checked: Option<Caller>) -> Reply {
         if !*self.settled.borrow() {
             let mut settled = self.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
         }
-        if let Some(caller) = squashed {
-            self.check_access(&mut request, caller)
+        if let Some(caller) = checked {
+            self.check_access(&mut request, &caller)
                 .await
                 .map_err(OpError::into_wire)?;
         }

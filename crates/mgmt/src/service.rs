@@ -171,7 +171,9 @@ impl weft_net::Handler for Mgmt {
             // Requests may commit to the store (an fsync) or wait for a commit in flight: the
             // runtime moves its other tasks off this thread meanwhile, so a slow disk never
             // keeps management from answering map fetches and heartbeats that change nothing.
-            Request::Mgmt(request) => tokio::task::block_in_place(|| self.handle_mgmt(request)),
+            Request::Mgmt(request) => {
+                tokio::task::block_in_place(|| self.handle_mgmt(&from, request))
+            }
             other => Err(WireError::new(
                 ErrorCode::WrongService,
                 format!("management does not serve {other:?}"),
@@ -397,7 +399,11 @@ fn internal(error: MgmtError) -> WireError {
 }
 
 impl Mgmt {
-    fn handle_mgmt(&self, request: MgmtRequest) -> Reply {
+    fn handle_mgmt(&self, from: &weft_net::auth::Identity, request: MgmtRequest) -> Reply {
+        let client_name = match from {
+            weft_net::auth::Identity::Client(name) => Some(&**name),
+            weft_net::auth::Identity::Member => None,
+        };
         match request {
             MgmtRequest::SetClientRule { rule } => {
                 if !weft_proto::access::valid_client_name(&rule.name) {
@@ -557,7 +563,10 @@ impl Mgmt {
                 })
             }
             MgmtRequest::RegisterClient { alias } => {
-                let client = self.store.register_client(&alias).map_err(internal)?;
+                let client = self
+                    .store
+                    .register_client(&alias, client_name)
+                    .map_err(internal)?;
                 self.live
                     .lock()
                     .expect("live state poisoned")
@@ -567,6 +576,17 @@ impl Mgmt {
                 Ok(Response::ClientRegistered { client })
             }
             MgmtRequest::ClientHeartbeat { client, unserved } => {
+                // A client keeps alive only its own sessions (one that expired is told so
+                // below, and registers again).
+                if let Some(name) = client_name {
+                    let owners = self.store.session_owners().map_err(internal)?;
+                    let owned = owners
+                        .iter()
+                        .any(|(id, owner)| *id == client && owner == name);
+                    if !owned && self.store.client_exists(client).map_err(internal)? {
+                        return Err(weft_proto::access::foreign_session(name, client));
+                    }
+                }
                 if self.store.client_exists(client).map_err(internal)? {
                     let mut live = self.live.lock().expect("live state poisoned");
                     if !self.session_live(&live, client) {
@@ -846,6 +866,12 @@ impl Mgmt {
         let (live_sessions, expired): (Vec<ClientId>, Vec<ClientId>) = clients
             .into_iter()
             .partition(|client| self.session_live(&live, *client));
+        map.session_owners = self
+            .store
+            .session_owners()?
+            .into_iter()
+            .filter(|(id, _)| live_sessions.contains(id))
+            .collect();
         map.live_sessions = live_sessions;
         drop(live);
         if !expired.is_empty() {

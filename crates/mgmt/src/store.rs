@@ -23,6 +23,9 @@ const CLIENTS: TableDefinition<u64, &str> = TableDefinition::new("clients");
 /// their versions, primaries and member states, each member's last boot id, and which absent
 /// members left in sync. Committed before any of it is published.
 const MIRROR_STATE: TableDefinition<u8, &[u8]> = TableDefinition::new("mirror_state");
+/// client session id → the name of the client identity that registered it (sessions of
+/// members are not in it).
+const SESSION_OWNERS: TableDefinition<u64, &str> = TableDefinition::new("session_owners");
 /// client name → postcard [`ClientRule`]: the restrictions of a client identity.
 const CLIENT_RULES: TableDefinition<&str, &[u8]> = TableDefinition::new("client_rules");
 
@@ -81,6 +84,7 @@ impl MgmtStore {
             txn.open_table(CLIENTS).map_err(store_error)?;
             txn.open_table(MIRROR_STATE).map_err(store_error)?;
             txn.open_table(CLIENT_RULES).map_err(store_error)?;
+            txn.open_table(SESSION_OWNERS).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -178,7 +182,9 @@ impl MgmtStore {
         Ok(target)
     }
 
-    pub fn register_client(&self, alias: &str) -> Result<ClientId, MgmtError> {
+    /// Registers a session for `alias`, registered by the client identity `owner` (`None`
+    /// for a member).
+    pub fn register_client(&self, alias: &str, owner: Option<&str>) -> Result<ClientId, MgmtError> {
         let txn = self.db.begin_write().map_err(store_error)?;
         let client = {
             let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
@@ -191,6 +197,10 @@ impl MgmtStore {
             counters.insert("client", next).map_err(store_error)?;
             let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
             clients.insert(next, alias).map_err(store_error)?;
+            if let Some(owner) = owner {
+                let mut owners = txn.open_table(SESSION_OWNERS).map_err(store_error)?;
+                owners.insert(next, owner).map_err(store_error)?;
+            }
             ClientId(next)
         };
         txn.commit().map_err(store_error)?;
@@ -208,8 +218,10 @@ impl MgmtStore {
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
+            let mut owners = txn.open_table(SESSION_OWNERS).map_err(store_error)?;
             for client in expired {
                 clients.remove(client.0).map_err(store_error)?;
+                owners.remove(client.0).map_err(store_error)?;
             }
         }
         txn.commit().map_err(store_error)
@@ -273,6 +285,18 @@ impl MgmtStore {
             .insert(mirror_kind_key(kind), bytes.as_slice())
             .map_err(store_error)?;
         txn.commit().map_err(store_error)
+    }
+
+    /// The sessions client identities registered, with the client's name.
+    pub fn session_owners(&self) -> Result<Vec<(ClientId, String)>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let table = txn.open_table(SESSION_OWNERS).map_err(store_error)?;
+        let mut owners = Vec::new();
+        for entry in table.iter().map_err(store_error)? {
+            let (id, name) = entry.map_err(store_error)?;
+            owners.push((ClientId(id.value()), name.value().to_string()));
+        }
+        Ok(owners)
     }
 
     /// Commits `rule`, replacing its client's earlier one.

@@ -149,6 +149,11 @@ impl RpcClient {
         &self.address
     }
 
+    /// The client name of the key these connections prove, when it is a client key.
+    pub fn client_name(&self) -> Option<&str> {
+        self.options.auth.client_name()
+    }
+
     async fn connection(&self) -> Result<Arc<ClientConnection>, RpcError> {
         let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut guard = self.slots[slot].lock().await;

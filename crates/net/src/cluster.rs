@@ -6,10 +6,13 @@ use crate::retry::RetryPolicy;
 use crate::stubs::{MetaClient, MgmtClient, StorageClient};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
+use weft_proto::access::{self, Sessions};
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::Slot;
-use weft_proto::messages::{ClusterMap, MetaRoute, MirrorKind, MirrorRoute, NodeKind, Route};
+use weft_proto::messages::{
+    ClusterMap, MetaRoute, MirrorKind, MirrorRoute, NodeKind, Request, Route,
+};
 use weft_proto::ErrorCode;
 
 /// A map younger than this is not fetched again after an unreachable peer.
@@ -32,6 +35,9 @@ pub struct ClusterView {
     meta_nodes: Mutex<HashMap<NodeId, Arc<MetaClient>>>,
     storage: Mutex<HashMap<NodeId, (String, Arc<StorageClient>)>>,
 }
+
+/// Shortest time between two fetches of the map for a session it does not list.
+pub const UNKNOWN_SESSION_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn unknown(what: String) -> RpcError {
     RpcError::Remote(WireError::new(ErrorCode::UnknownNode, what))
@@ -78,11 +84,36 @@ impl ClusterView {
     /// # Errors
     /// [`RpcError`] when management cannot be reached.
     pub async fn refresh(&self) -> Result<Arc<ClusterMap>, RpcError> {
+        // One fetch at a time: a slow, older fetch never lands over a newer one (it could
+        // bring back a client rule that was changed meanwhile).
+        let mut fetched = self.fetched.lock().await;
         let started = std::time::Instant::now();
         let map = Arc::new(self.mgmt.cluster_map().await?);
         *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
-        *self.fetched.lock().await = Some(started);
+        *fetched = Some(started);
         Ok(map)
+    }
+
+    /// Whether the client `name` may act in the sessions `request` names: sessions it
+    /// registered itself. A session the map does not know yet (registered since it was
+    /// fetched) is looked for in a new map, fetched at most every
+    /// [`UNKNOWN_SESSION_REFRESH`].
+    ///
+    /// # Errors
+    /// `PermissionDenied` for another's session; `Unavailable` (asked again by the client)
+    /// for one management does not list yet.
+    pub async fn admit_sessions(&self, name: &str, request: &Request) -> Result<(), WireError> {
+        if let Sessions::Unknown(_) = access::sessions_of(name, request, &self.map()) {
+            self.refresh_if_older(UNKNOWN_SESSION_REFRESH).await;
+        }
+        match access::sessions_of(name, request, &self.map()) {
+            Sessions::Own => Ok(()),
+            Sessions::Foreign(session) => Err(access::foreign_session(name, session)),
+            Sessions::Unknown(session) => Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!("session {session} is not in this server's cluster map yet"),
+            )),
+        }
     }
 
     /// Fetches the map again unless it is younger than `age`: after a peer was unreachable (it

@@ -253,14 +253,15 @@ tokio::task_local! {
 }
 
 /// Runs `work` with the metadata requests it sends acting for `caller`; requests sent outside
-/// such a scope act for the process's own user and group.
+/// such a scope act for the process's own user and groups. Only connections with a client key
+/// send who they act for: members' requests are not checked by the servers.
 pub async fn acting_for<F: std::future::Future>(caller: Caller, work: F) -> F::Output {
     CALLER.scope(caller, work).await
 }
 
 fn caller() -> Caller {
     CALLER
-        .try_with(|caller| *caller)
+        .try_with(Caller::clone)
         .unwrap_or_else(|_| Caller::of_process())
 }
 
@@ -312,7 +313,14 @@ impl MetaClient {
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
         self.rpc
-            .call(&Request::Meta(self.route, request, Some(caller())), payload)
+            .call(
+                &Request::Meta(
+                    self.route,
+                    request,
+                    self.rpc.client_name().map(|_| caller()),
+                ),
+                payload,
+            )
             .await
     }
 

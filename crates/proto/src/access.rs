@@ -8,7 +8,8 @@
 //! them out in the cluster map; metadata and storage servers enforce them per connection.
 
 use crate::error::{ErrorCode, WireError};
-use crate::messages::{MetaRequest, MgmtRequest, Request, StorageRequest};
+use crate::ids::ClientId;
+use crate::messages::{ClusterMap, MetaRequest, MgmtRequest, Request, StorageRequest};
 use serde::{Deserialize, Serialize};
 
 /// The user and group root is squashed to: `nobody` on most systems.
@@ -27,31 +28,47 @@ pub fn valid_client_name(name: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
 }
 
-/// Who a metadata request acts for: the user and primary group of the process that made it
-/// (a mount's caller, or the process using the client library).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Who a metadata request acts for: the user and groups of the process that made it (a
+/// mount's caller, or the process using the client library), as the client states them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Caller {
     /// User id.
     pub uid: u32,
     /// Primary group id.
     pub gid: u32,
+    /// Supplementary groups (at most [`CALLER_GROUPS_MAX`] are looked at).
+    pub groups: Vec<u32>,
 }
 
+/// Most supplementary groups of a caller a server considers (NFS's AUTH_SYS carries 16).
+pub const CALLER_GROUPS_MAX: usize = 32;
+
 impl Caller {
-    /// The calling process's effective user and group.
+    /// The calling process's effective user and groups.
     pub fn of_process() -> Caller {
         // SAFETY: geteuid and getegid have no preconditions.
-        unsafe {
-            Caller {
-                uid: libc::geteuid(),
-                gid: libc::getegid(),
-            }
-        }
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let mut groups = vec![0 as libc::gid_t; CALLER_GROUPS_MAX];
+        // SAFETY: the buffer holds `CALLER_GROUPS_MAX` entries, as the call is told.
+        let count =
+            unsafe { libc::getgroups(CALLER_GROUPS_MAX as libc::c_int, groups.as_mut_ptr()) };
+        groups.truncate(usize::try_from(count).unwrap_or(0));
+        Caller { uid, gid, groups }
     }
 
     /// Whether this is the superuser.
     pub fn is_root(&self) -> bool {
         self.uid == 0
+    }
+
+    /// Whether the caller is in group `gid`.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid
+            || self
+                .groups
+                .iter()
+                .take(CALLER_GROUPS_MAX)
+                .any(|&g| g == gid)
     }
 }
 
@@ -70,29 +87,37 @@ pub struct ClientRule {
     /// The client may read, not change: writes, creates, removals, renames and attribute
     /// changes are refused with [`ErrorCode::ReadOnly`].
     pub read_only: bool,
-    /// The client's root (uid 0) acts as [`NOBODY`], and the servers check its access to
-    /// every file and directory against their modes (the client's kernel lets root in).
+    /// The client's root (uid 0, and group 0) acts as [`NOBODY`], and the servers check every
+    /// caller's access to files and directories themselves, as the client's kernel would
+    /// (which lets root in).
     pub root_squash: bool,
     /// Every request of the client is refused, until the rule changes.
     pub revoked: bool,
 }
 
 impl ClientRule {
-    /// Who `caller` acts as on the servers, when they must check its access themselves:
-    /// `Some` for a root this rule squashes (as [`NOBODY`], without groups), `None` when the
-    /// client's kernel has checked the same credentials already. A request without a caller
-    /// from a squashed client is treated as nobody's.
-    pub fn squashed(&self, caller: Option<Caller>) -> Option<Caller> {
-        let nobody = Caller {
+    /// Who `caller` acts as on the servers when they check its access themselves: `Some` for
+    /// every caller of a client this rule squashes, root as [`NOBODY`] (uid, group and any
+    /// group 0 too), so no caller of it has root's powers; `None` when the servers leave the
+    /// checks to the client's kernel. A request without a caller acts as nobody.
+    pub fn checked(&self, caller: Option<Caller>) -> Option<Caller> {
+        if !self.root_squash {
+            return None;
+        }
+        let mut caller = caller.unwrap_or(Caller {
             uid: NOBODY,
             gid: NOBODY,
-        };
-        match caller {
-            _ if !self.root_squash => None,
-            None => Some(nobody),
-            Some(caller) if caller.is_root() => Some(nobody),
-            Some(_) => None,
+            groups: Vec::new(),
+        });
+        if caller.uid == 0 {
+            caller.uid = NOBODY;
         }
+        if caller.gid == 0 {
+            caller.gid = NOBODY;
+        }
+        caller.groups.truncate(CALLER_GROUPS_MAX);
+        caller.groups.retain(|&group| group != 0);
+        Some(caller)
     }
 }
 
@@ -162,6 +187,96 @@ impl Request {
             Request::Mgmt(_) | Request::Stats => false,
             Request::Meta(_, request, _) => request.changes_files(),
             Request::Storage(request) => request.changes_files(),
+        }
+    }
+}
+
+/// Whether the sessions a client's request acts in are its own.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sessions {
+    /// Every session it names was registered by the client (or it names none).
+    Own,
+    /// A session this map does not know: new since it was fetched, or made up.
+    Unknown(ClientId),
+    /// A session another client, or a member, registered.
+    Foreign(ClientId),
+}
+
+/// Whether the client named `name` may act in the sessions `request` names, by `map`.
+pub fn sessions_of(name: &str, request: &Request, map: &ClusterMap) -> Sessions {
+    for session in request.sessions() {
+        match map.session_owner(session) {
+            Some(owner) if owner == name => {}
+            Some(_) => return Sessions::Foreign(session),
+            None if map.live_sessions.contains(&session) => return Sessions::Foreign(session),
+            None => return Sessions::Unknown(session),
+        }
+    }
+    Sessions::Own
+}
+
+/// The refusal of a request that acts in another's session.
+pub fn foreign_session(name: &str, session: ClientId) -> WireError {
+    WireError::new(
+        ErrorCode::PermissionDenied,
+        format!("client {name} may not act in session {session}: another client registered it"),
+    )
+}
+
+impl Request {
+    /// The client sessions the request acts in: whose replies, opens, locks or changes it
+    /// touches. A client identity may name only the sessions it registered.
+    pub fn sessions(&self) -> Vec<ClientId> {
+        match self {
+            Request::Mgmt(MgmtRequest::ClientHeartbeat { client, .. }) => vec![*client],
+            Request::Mgmt(_) | Request::Stats => Vec::new(),
+            Request::Meta(_, request, _) => request.sessions(),
+            Request::Storage(request) => request.tag().map(|tag| tag.client).into_iter().collect(),
+        }
+    }
+}
+
+impl MetaRequest {
+    fn sessions(&self) -> Vec<ClientId> {
+        match self {
+            MetaRequest::SetAttr { mutation, .. }
+            | MetaRequest::Create { mutation, .. }
+            | MetaRequest::CreateSpread { mutation, .. }
+            | MetaRequest::Link { mutation, .. }
+            | MetaRequest::Unlink { mutation, .. }
+            | MetaRequest::Rmdir { mutation, .. }
+            | MetaRequest::Rename { mutation, .. }
+            | MetaRequest::SetXattr { mutation, .. }
+            | MetaRequest::RemoveXattr { mutation, .. }
+            | MetaRequest::SetPattern { mutation, .. } => vec![mutation.client],
+            MetaRequest::Open { client, .. }
+            | MetaRequest::Release { client, .. }
+            | MetaRequest::SetLock { client, .. }
+            | MetaRequest::GetLock { client, .. } => vec![*client],
+            MetaRequest::Lookup { .. }
+            | MetaRequest::GetAttr { .. }
+            | MetaRequest::ReadDir { .. }
+            | MetaRequest::ReadLink { .. }
+            | MetaRequest::ApplyTruncate { .. }
+            | MetaRequest::ReportSize { .. }
+            | MetaRequest::GetXattr { .. }
+            | MetaRequest::ListXattr { .. }
+            | MetaRequest::LockEpoch => Vec::new(),
+            // For members only: refused to clients before this is asked.
+            MetaRequest::CreateDirInode { .. }
+            | MetaRequest::SetShards { .. }
+            | MetaRequest::SealShard { .. }
+            | MetaRequest::SyncShard { .. }
+            | MetaRequest::RemoveDirInode { .. }
+            | MetaRequest::RemoteReferences
+            | MetaRequest::InsertDentry { .. }
+            | MetaRequest::ExchangeDentry { .. }
+            | MetaRequest::Renamed { .. }
+            | MetaRequest::AdjustLinks { .. }
+            | MetaRequest::Check { .. }
+            | MetaRequest::CheckProgress
+            | MetaRequest::ReplicaApply { .. }
+            | MetaRequest::IntentsSettled { .. } => Vec::new(),
         }
     }
 }
@@ -386,27 +501,43 @@ mod tests {
         );
     }
 
-    // Goal: only root is squashed, and only by a rule that says so.
+    // Goal: a squashing rule has every caller checked, root as nobody with no group 0; a rule
+    // without squash leaves the checks to the client's kernel.
     #[test]
-    fn only_root_is_squashed() {
+    fn a_squashing_rule_checks_every_caller() {
         let squash = ClientRule {
             name: "c".into(),
             root_squash: true,
             ..ClientRule::default()
         };
-        let root = Caller { uid: 0, gid: 0 };
+        let root = Caller {
+            uid: 0,
+            gid: 0,
+            groups: vec![0, 10],
+        };
         let user = Caller {
             uid: 1000,
-            gid: 1000,
+            gid: 0,
+            groups: vec![1000],
         };
-        let nobody = Caller {
-            uid: NOBODY,
-            gid: NOBODY,
-        };
-        assert_eq!(squash.squashed(Some(root)), Some(nobody));
-        assert_eq!(squash.squashed(None), Some(nobody));
-        assert_eq!(squash.squashed(Some(user)), None);
-        assert_eq!(ClientRule::default().squashed(Some(root)), None);
+        assert_eq!(
+            squash.checked(Some(root.clone())),
+            Some(Caller {
+                uid: NOBODY,
+                gid: NOBODY,
+                groups: vec![10]
+            })
+        );
+        assert_eq!(squash.checked(None).map(|caller| caller.uid), Some(NOBODY));
+        assert_eq!(
+            squash.checked(Some(user)),
+            Some(Caller {
+                uid: 1000,
+                gid: NOBODY,
+                groups: vec![1000]
+            })
+        );
+        assert_eq!(ClientRule::default().checked(Some(root)), None);
     }
 
     #[test]

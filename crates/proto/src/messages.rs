@@ -143,6 +143,9 @@ pub struct ClusterMap {
     pub mirror_groups: Vec<MirrorGroupInfo>,
     /// The restrictions of client identities, by name.
     pub clients: Vec<crate::access::ClientRule>,
+    /// The live sessions that client identities registered, with the client's name: a
+    /// client may act only in its own sessions. Sessions of members are not listed.
+    pub session_owners: Vec<(ClientId, String)>,
 }
 
 /// What a mirror group mirrors.
@@ -364,6 +367,15 @@ impl ClusterMap {
     /// The target with this id, if registered.
     pub fn target(&self, id: TargetId) -> Option<&TargetInfo> {
         self.targets.iter().find(|target| target.id == id)
+    }
+
+    /// The client identity that registered `session`; `None` for a member's session or one
+    /// not in this map.
+    pub fn session_owner(&self, session: ClientId) -> Option<&str> {
+        self.session_owners
+            .iter()
+            .find(|(id, _)| *id == session)
+            .map(|(_, name)| name.as_str())
     }
 
     /// The restrictions of the client named `name`, if management has any.

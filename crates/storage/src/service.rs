@@ -240,10 +240,16 @@ impl weft_net::Handler for Storage {
 
     async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
         if let Identity::Client(name) = &from {
-            if let Some(rule) = self.cluster.map().client_rule(name) {
-                if let Err(error) = rule.admit(&request) {
-                    return (Err(error), Bytes::new());
-                }
+            let admitted = match self.cluster.map().client_rule(name) {
+                Some(rule) => rule.admit(&request),
+                None => Ok(()),
+            };
+            let admitted = match admitted {
+                Ok(()) => self.cluster.admit_sessions(name, &request).await,
+                refused => refused,
+            };
+            if let Err(error) = admitted {
+                return (Err(error), Bytes::new());
             }
         }
         let Request::Storage(request) = request else {

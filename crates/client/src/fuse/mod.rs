@@ -628,19 +628,44 @@ impl WeftFs {
         });
     }
 
-    /// Runs `work` for the kernel's `request`: its metadata requests act for the caller.
+    /// Runs `work` for the kernel's `request`: its metadata requests act for the caller (with
+    /// a client key, whose servers may check the caller's access themselves).
     fn spawn<F>(&self, request: &Request, work: impl FnOnce(Arc<State>) -> F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
+        let work = work(Arc::clone(&self.state));
+        if self.state.client.identity().is_none() {
+            self.runtime.spawn(work);
+            return;
+        }
         let caller = Caller {
             uid: request.uid(),
             gid: request.gid(),
+            groups: supplementary_groups(request.pid()),
         };
-        let work = work(Arc::clone(&self.state));
         self.runtime
             .spawn(weft_net::stubs::acting_for(caller, work));
     }
+}
+
+/// The supplementary groups of process `pid` (the kernel gives FUSE only the uid and primary
+/// group); none when it is gone.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("Groups:").map(|groups| {
+                    groups
+                        .split_whitespace()
+                        .filter_map(|group| group.parse().ok())
+                        .take(weft_proto::access::CALLER_GROUPS_MAX)
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default()
 }
 
 /// What an open with `flags` asks for, in [`weft_proto::access`] bits.

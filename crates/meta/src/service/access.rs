@@ -1,13 +1,14 @@
-//! The access checks a metadata server makes itself, for a caller whose own kernel let it
-//! through as root: the root of a client whose rule squashes it, acting as nobody
-//! ([`weft_proto::access::ClientRule::squashed`]). Other callers were checked by their kernel
-//! with the same credentials (and their supplementary groups, which the server does not
-//! know), so they are not checked again.
+//! The access checks a metadata server makes itself, for the callers of a client whose rule
+//! squashes root ([`weft_proto::access::ClientRule::checked`]): its root acts as nobody, and
+//! since the client's kernel let root through, every caller of that client is checked here,
+//! as a kernel would check it, with the uid and groups the client states for it.
 //!
-//! The checks are POSIX's on the mode bits (owner, group, others); a squashed caller has no
-//! supplementary groups and owns only what it made. Named entries of an access ACL are not
-//! consulted: the ACL's mask and other entries are in the mode bits, so a squashed caller gets
-//! at most what others get.
+//! The checks are POSIX's on the mode bits (owner, group, others), with the caller's
+//! supplementary groups. Named entries of an access ACL are not consulted: with an ACL the
+//! mode's group bits are its mask, an upper bound of what named users and groups get. What a
+//! checked caller creates is its own; it cannot make device nodes, set `security.` or
+//! `trusted.` attributes, give a file away, or keep a set-group-id bit on a group it is not
+//! in.
 
 use super::{rpc_error, Meta};
 use crate::ops::lookup::{get_attr, lookup};
@@ -15,16 +16,17 @@ use crate::store::OpError;
 use weft_proto::access::{self, Caller};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{AttrChanges, InodeAttr, MetaRequest, Response, TimeSet};
+use weft_proto::messages::{AttrChanges, FileKind, InodeAttr, MetaRequest, Response, TimeSet};
 use weft_proto::ErrorCode;
 
 const STICKY: u32 = 0o1000;
+const SET_GID: u32 = 0o2000;
 
 /// Whether `caller` has every access in `want` (the [`access`] bits) to `attr`.
-fn allows(attr: &InodeAttr, caller: Caller, want: u8) -> bool {
+fn allows(attr: &InodeAttr, caller: &Caller, want: u8) -> bool {
     let bits = if attr.uid == caller.uid {
         attr.mode >> 6
-    } else if attr.gid == caller.gid {
+    } else if caller.in_group(attr.gid) {
         attr.mode >> 3
     } else {
         attr.mode
@@ -35,14 +37,16 @@ fn allows(attr: &InodeAttr, caller: Caller, want: u8) -> bool {
 fn denied(what: &str, inode: InodeId) -> OpError {
     OpError::Rejected(WireError::new(
         ErrorCode::PermissionDenied,
-        format!("{what} of {inode} denied to a squashed root (acting as nobody)"),
+        format!("{what} of {inode} denied (checked by the server: the client squashes root)"),
     ))
 }
 
 fn not_permitted(what: &str, inode: InodeId) -> OpError {
     OpError::Rejected(WireError::new(
         ErrorCode::NotPermitted,
-        format!("{what} of {inode} not permitted to a squashed root (acting as nobody)"),
+        format!(
+            "{what} of {inode} not permitted (checked by the server: the client squashes root)"
+        ),
     ))
 }
 
@@ -56,7 +60,7 @@ impl Meta {
     pub(crate) async fn check_access(
         &self,
         request: &mut MetaRequest,
-        caller: Caller,
+        caller: &Caller,
     ) -> Result<(), OpError> {
         const SEARCH: u8 = access::EXECUTE;
         const CHANGE_DIR: u8 = access::WRITE | access::EXECUTE;
@@ -67,18 +71,39 @@ impl Meta {
                 let want = *access & (access::READ | access::WRITE);
                 self.require(*inode, caller, want).await
             }
+            MetaRequest::ReportSize { inode, .. } => {
+                self.require(*inode, caller, access::WRITE).await
+            }
             MetaRequest::Create { parent, new, .. }
             | MetaRequest::CreateSpread { parent, new, .. } => {
-                self.require(*parent, caller, CHANGE_DIR).await?;
+                if matches!(new.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+                    return Err(not_permitted("making a device node in", *parent));
+                }
+                let dir = self.attr_of(*parent).await?;
+                if !allows(&dir, caller, CHANGE_DIR) {
+                    return Err(denied("changing", *parent));
+                }
                 new.uid = caller.uid;
                 new.gid = caller.gid;
+                // The group is the directory's in a set-group-id directory: a set-group-id
+                // bit on a file of a group the caller is not in is dropped, as a kernel does.
+                let group = if dir.mode & SET_GID != 0 {
+                    dir.gid
+                } else {
+                    caller.gid
+                };
+                if new.kind != FileKind::Directory && !caller.in_group(group) {
+                    new.mode &= !SET_GID;
+                }
                 Ok(())
             }
             MetaRequest::Link { new_parent, .. } => {
                 self.require(*new_parent, caller, CHANGE_DIR).await
             }
             MetaRequest::Unlink { parent, name, .. } | MetaRequest::Rmdir { parent, name, .. } => {
-                self.require_removable(*parent, name, caller).await
+                self.require_removable(*parent, name, caller)
+                    .await
+                    .map(drop)
             }
             MetaRequest::Rename {
                 parent,
@@ -87,12 +112,19 @@ impl Meta {
                 new_name,
                 ..
             } => {
-                self.require_removable(*parent, name, caller).await?;
+                let moved = self.require_removable(*parent, name, caller).await?;
+                // A directory that changes parent has its ".." rewritten: write on it too.
+                if moved.kind == FileKind::Directory
+                    && new_parent != parent
+                    && !allows(&moved, caller, access::WRITE)
+                {
+                    return Err(denied("moving the directory", moved.inode));
+                }
                 // Write and search on the new directory; a name it replaces must be one the
                 // caller could remove.
                 match self.require_removable(*new_parent, new_name, caller).await {
                     Err(OpError::Rejected(wire)) if wire.code == ErrorCode::NotFound => Ok(()),
-                    other => other,
+                    other => other.map(drop),
                 }
             }
             MetaRequest::SetAttr { inode, changes, .. } => {
@@ -108,24 +140,31 @@ impl Meta {
                     }
                     return Err(denied("changing an attribute", *inode));
                 }
-                // ACLs and the like are their owner's to change.
+                // ACLs are their owner's to change; security and trusted attributes need
+                // capabilities no checked caller has.
                 if attr.uid == caller.uid && name.starts_with("system.") {
                     return Ok(());
                 }
                 Err(not_permitted("changing an attribute", *inode))
             }
-            MetaRequest::GetXattr { inode, name } if name.starts_with("user.") => {
-                self.require(*inode, caller, access::READ).await
+            MetaRequest::GetXattr { inode, name } => {
+                if name.starts_with("trusted.") {
+                    return Err(not_permitted("reading a trusted attribute", *inode));
+                }
+                if name.starts_with("user.") {
+                    return self.require(*inode, caller, access::READ).await;
+                }
+                Ok(())
             }
             MetaRequest::SetPattern { .. } => Err(OpError::Rejected(WireError::new(
                 ErrorCode::NotPermitted,
-                "changing a directory's pattern is not permitted to a squashed root",
+                "changing a directory's pattern is for the cluster's members",
             ))),
             _ => Ok(()),
         }
     }
 
-    async fn require(&self, inode: InodeId, caller: Caller, want: u8) -> Result<(), OpError> {
+    async fn require(&self, inode: InodeId, caller: &Caller, want: u8) -> Result<(), OpError> {
         if allows(&self.attr_of(inode).await?, caller, want) {
             return Ok(());
         }
@@ -139,27 +178,26 @@ impl Meta {
     }
 
     /// That `caller` may remove `name` from `parent`: write and search on the directory, and
-    /// in a sticky directory, ownership of the directory or of the entry.
+    /// in a sticky directory, ownership of the directory or of the entry. Answers the entry's
+    /// attributes.
     async fn require_removable(
         &self,
         parent: InodeId,
         name: &str,
-        caller: Caller,
-    ) -> Result<(), OpError> {
+        caller: &Caller,
+    ) -> Result<InodeAttr, OpError> {
         let dir = self.attr_of(parent).await?;
         if !allows(&dir, caller, access::WRITE | access::EXECUTE) {
             return Err(denied("changing", parent));
         }
-        if dir.mode & STICKY != 0 && dir.uid != caller.uid {
-            let child = self.child_attr(parent, name).await?;
-            if child.uid != caller.uid {
-                return Err(not_permitted(
-                    "removing an entry of the sticky directory",
-                    parent,
-                ));
-            }
+        let child = self.child_attr(parent, name).await?;
+        if dir.mode & STICKY != 0 && dir.uid != caller.uid && child.uid != caller.uid {
+            return Err(not_permitted(
+                "removing an entry of the sticky directory",
+                parent,
+            ));
         }
-        Ok(())
+        Ok(child)
     }
 
     /// The attributes of `inode`, from this server's store or from its home.
@@ -194,21 +232,31 @@ impl Meta {
     }
 }
 
-/// What a kernel lets a non-root caller change: mode, times set to given values, and the
-/// group only as the owner (and the group only to its own); the size with write access; times
-/// set to now as the owner or with write access; never the owner.
-fn check_set_attr(attr: &InodeAttr, changes: &AttrChanges, caller: Caller) -> Result<(), OpError> {
+/// What a kernel lets a caller without capabilities change: the mode and set times as the
+/// owner (a set-group-id bit only on a group it is in), the group as the owner to a group it
+/// is in, the size with write access, times to now as the owner or with write access; never
+/// the owner.
+fn check_set_attr(
+    attr: &InodeAttr,
+    changes: &mut AttrChanges,
+    caller: &Caller,
+) -> Result<(), OpError> {
     let owner = attr.uid == caller.uid;
     let inode = attr.inode;
     if changes.uid.is_some_and(|uid| uid != attr.uid) {
         return Err(not_permitted("changing the owner", inode));
     }
-    if changes.mode.is_some() && !owner {
-        return Err(not_permitted("changing the mode", inode));
-    }
     if let Some(gid) = changes.gid {
-        if gid != attr.gid && !(owner && gid == caller.gid) {
+        if gid != attr.gid && !(owner && caller.in_group(gid)) {
             return Err(not_permitted("changing the group", inode));
+        }
+    }
+    if let Some(mode) = changes.mode.as_mut() {
+        if !owner {
+            return Err(not_permitted("changing the mode", inode));
+        }
+        if !caller.in_group(changes.gid.unwrap_or(attr.gid)) {
+            *mode &= !SET_GID;
         }
     }
     if changes.size.is_some() && !allows(attr, caller, access::WRITE) {
@@ -254,34 +302,50 @@ mod tests {
         }
     }
 
-    const NOBODY_CALLER: Caller = Caller {
-        uid: NOBODY,
-        gid: NOBODY,
-    };
+    fn nobody() -> Caller {
+        Caller {
+            uid: NOBODY,
+            gid: NOBODY,
+            groups: Vec::new(),
+        }
+    }
 
     // Goal: nobody gets the others' bits of another user's file, the owner's of its own.
     #[test]
     fn mode_bits_decide() {
-        assert!(!allows(&file(0o600, 1000), NOBODY_CALLER, access::READ));
-        assert!(allows(&file(0o604, 1000), NOBODY_CALLER, access::READ));
+        assert!(!allows(&file(0o600, 1000), &nobody(), access::READ));
+        assert!(allows(&file(0o604, 1000), &nobody(), access::READ));
         assert!(!allows(
             &file(0o604, 1000),
-            NOBODY_CALLER,
+            &nobody(),
             access::READ | access::WRITE
         ));
-        assert!(allows(&file(0o600, NOBODY), NOBODY_CALLER, access::WRITE));
+        assert!(allows(&file(0o600, NOBODY), &nobody(), access::WRITE));
         assert!(!allows(
             &file(0o070, 5),
-            Caller { uid: 5, gid: 5 },
+            &Caller {
+                uid: 5,
+                gid: 5,
+                groups: vec![]
+            },
             access::READ
         ));
+        let member = Caller {
+            uid: 7,
+            gid: 7,
+            groups: vec![1000],
+        };
+        assert!(
+            allows(&file(0o640, 1000), &member, access::READ),
+            "a supplementary group"
+        );
     }
 
     // Goal: a squashed root cannot take a file, chmod another's, or truncate without write.
     #[test]
     fn set_attr_follows_the_kernel_rules() {
         let others = file(0o644, 1000);
-        let chown = AttrChanges {
+        let mut chown = AttrChanges {
             uid: Some(NOBODY),
             ..AttrChanges::default()
         };
@@ -293,12 +357,21 @@ mod tests {
             size: Some(0),
             ..AttrChanges::default()
         };
-        assert!(check_set_attr(&others, &chown, NOBODY_CALLER).is_err());
-        assert!(check_set_attr(&others, &chmod, NOBODY_CALLER).is_err());
-        assert!(check_set_attr(&others, &truncate, NOBODY_CALLER).is_err());
+        assert!(check_set_attr(&others, &mut chown, &nobody()).is_err());
+        assert!(check_set_attr(&others, &mut chmod.clone(), &nobody()).is_err());
+        assert!(check_set_attr(&others, &mut truncate.clone(), &nobody()).is_err());
         let own = file(0o644, NOBODY);
-        assert!(check_set_attr(&own, &chmod, NOBODY_CALLER).is_ok());
-        assert!(check_set_attr(&own, &truncate, NOBODY_CALLER).is_ok());
-        assert!(check_set_attr(&file(0o666, 1000), &truncate, NOBODY_CALLER).is_ok());
+        assert!(check_set_attr(&own, &mut chmod.clone(), &nobody()).is_ok());
+        assert!(check_set_attr(&own, &mut truncate.clone(), &nobody()).is_ok());
+        assert!(check_set_attr(&file(0o666, 1000), &mut truncate.clone(), &nobody()).is_ok());
+        // A set-group-id bit on a group the owner is not in is dropped.
+        let mut setgid = AttrChanges {
+            mode: Some(0o2755),
+            ..AttrChanges::default()
+        };
+        let mut theirs_group = file(0o644, NOBODY);
+        theirs_group.gid = 1000;
+        assert!(check_set_attr(&theirs_group, &mut setgid, &nobody()).is_ok());
+        assert_eq!(setgid.mode, Some(0o755));
     }
 }
