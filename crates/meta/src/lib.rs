@@ -55,4 +55,6 @@ pub enum MetaError {
 }
 
 #[cfg(test)]
+mod golden;
+#[cfg(test)]
 mod tests;

@@ -175,6 +175,7 @@ impl Monitor {
                     connect_timeout: Duration::from_secs(1),
                     origin: 0,
                     auth: self.auth.clone(),
+                    ..RpcClientOptions::default()
                 },
             ))
         }))

@@ -347,3 +347,63 @@ impl MgmtStore {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_mirror::{Group, Member, MemberState};
+
+    fn hex<T: Serialize>(value: &T) -> String {
+        postcard::to_stdvec(value)
+            .expect("records encode")
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+
+    // Goal: the records management stores keep their bytes: a change is a change of the
+    // on-disk format, which needs a conversion (docs/design/on-disk-format.md).
+    #[test]
+    fn stored_records_keep_their_bytes() {
+        let node = NodeRecord {
+            alias: "meta-1".into(),
+            addresses: vec!["10.0.0.1:8010".into()],
+        };
+        assert_eq!(hex(&node), "066d6574612d31010d31302e302e302e313a38303130");
+        let target = TargetRecord {
+            node: NodeId(2),
+            pool: StoragePoolId(1),
+        };
+        assert_eq!(hex(&target), "0201");
+        let rule = ClientRule {
+            name: "node17".into(),
+            read_only: true,
+            root_squash: false,
+            revoked: true,
+        };
+        assert_eq!(hex(&rule), "066e6f64653137010001");
+        let mut state = ControllerDurable::default();
+        state.map.groups.insert(
+            3,
+            Group {
+                id: 3,
+                version: 4,
+                primary: 1,
+                members: vec![
+                    Member {
+                        server: 1,
+                        state: MemberState::Good,
+                    },
+                    Member {
+                        server: 2,
+                        state: MemberState::NeedsResync { full: true },
+                    },
+                ],
+                loss_epoch: 5,
+            },
+        );
+        state.boots.insert(2, 9);
+        state.left_good.insert((3, 2));
+        assert_eq!(hex(&state), "010303040102010002010105010209010302");
+    }
+}

@@ -52,6 +52,7 @@ pub use membership::{Adopted, Membership, Refused, ResyncStart};
 pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
 
 use std::collections::BTreeMap;
+use weft_wire_derive::Wire;
 
 /// A storage server.
 pub type ServerId = u32;
@@ -89,18 +90,21 @@ pub enum Node {
 }
 
 /// A member's consistency state in one version of its group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
 pub enum MemberState {
     /// Holds everything the primary acknowledged; may be promoted.
+    #[wire(tag = 0)]
     Good,
     /// Receives new writes but is still being brought up to date; never promoted. `full`:
     /// everything is copied (it restarted and may have lost unsynced writes, or the primary
     /// changed), not only what it missed.
+    #[wire(tag = 1)]
     NeedsResync {
         /// Copy everything, not only what was missed.
         full: bool,
     },
     /// Out of the group for now: gets no writes; the primary records what it misses.
+    #[wire(tag = 2)]
     Absent,
 }
 

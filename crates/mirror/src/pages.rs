@@ -14,11 +14,13 @@
 
 use crate::Version;
 use std::collections::VecDeque;
+use weft_wire_derive::Wire;
 
 /// A change to a store file, as shipped to mirror members.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
 pub enum FileChange {
     /// Writes the next `len` bytes of the payload at `offset`.
+    #[wire(tag = 0)]
     Write {
         /// Where in the file.
         offset: u64,
@@ -26,6 +28,7 @@ pub enum FileChange {
         len: u32,
     },
     /// Cuts or extends (with zeros) the file to `len` bytes.
+    #[wire(tag = 1)]
     SetLen(u64),
 }
 

@@ -40,6 +40,8 @@ use weft_proto::codec::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"WFTA";
 /// Longest a handshake may take, on either side.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The protocol versions this build speaks: the oldest and the newest.
+pub const VERSIONS_SPOKEN: (u16, u16) = (PROTOCOL_VERSION_MIN, PROTOCOL_VERSION);
 /// Bytes of a cluster key.
 pub const KEY_BYTES: usize = 32;
 /// Where a host keeps its cluster key when nothing else names one.
@@ -750,14 +752,14 @@ pub enum ConnectError {
     Version(String),
 }
 
-/// The connecting side of the handshake; `Ok` with the version agreed. `address` names the
-/// server in errors.
+/// The connecting side of the handshake, offering protocol versions `versions` (lowest,
+/// highest); `Ok` with the version agreed. `address` names the server in errors.
 ///
 /// # Errors
 /// [`ConnectError`] saying which side failed and what to do.
 pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
-    auth: &Auth,
+    (auth, (lowest, highest)): (&Auth, (u16, u16)),
     (address, binding): (&str, &[u8]),
 ) -> Result<u16, ConnectError> {
     let transport =
@@ -765,8 +767,8 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     let client_nonce =
         random_nonce().map_err(|error| ConnectError::Transport(error.to_string()))?;
     let mut hello = HANDSHAKE_MAGIC.to_vec();
-    hello.extend_from_slice(&PROTOCOL_VERSION_MIN.to_le_bytes());
-    hello.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    hello.extend_from_slice(&lowest.to_le_bytes());
+    hello.extend_from_slice(&highest.to_le_bytes());
     hello.push(if auth.is_enabled() { FLAG_HOLDS_KEY } else { 0 });
     let name = auth.client_name().unwrap_or_default().as_bytes();
     hello.push(name.len() as u8);
@@ -897,7 +899,7 @@ mod tests {
             drop(a);
             outcome.map(|(version, _)| version)
         });
-        let client = connect(&mut b, &client, ("server:1", &[])).await;
+        let client = connect(&mut b, (&client, VERSIONS_SPOKEN), ("server:1", &[])).await;
         // A client that refuses the server hangs up, as a real one drops its connection.
         drop(b);
         (server.await.expect("server task"), client)
@@ -966,7 +968,7 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(1024);
         let server_key = cluster.clone();
         let server = tokio::spawn(async move { accept(&mut a, &server_key, &[]).await });
-        let client = connect(&mut b, &node7, ("server:1", &[])).await;
+        let client = connect(&mut b, (&node7, VERSIONS_SPOKEN), ("server:1", &[])).await;
         assert_eq!(client, Ok(PROTOCOL_VERSION));
         assert_eq!(
             server.await.expect("server task"),
@@ -1017,7 +1019,7 @@ mod tests {
                 .await
                 .map(|(version, _)| version)
         });
-        let client = connect(&mut b, &key, ("server:1", &[2; 32])).await;
+        let client = connect(&mut b, (&key, VERSIONS_SPOKEN), ("server:1", &[2; 32])).await;
         drop(b);
         assert!(
             matches!(client, Err(ConnectError::Refused(_))),
@@ -1058,8 +1060,9 @@ mod tests {
                 .map(|(version, _)| version)
         });
         let client_key = key.clone();
-        let client =
-            tokio::spawn(async move { connect(&mut client_end, &client_key, ("s", &[])).await });
+        let client = tokio::spawn(async move {
+            connect(&mut client_end, (&client_key, VERSIONS_SPOKEN), ("s", &[])).await
+        });
         let mut hello = vec![0u8; 10 + NONCE_BYTES];
         relay_client.read_exact(&mut hello).await.expect("hello");
         relay_server.write_all(&hello).await.expect("relay hello");

@@ -3,7 +3,7 @@
 //! than its deadline.
 
 use crate::auth::{self, Auth};
-use crate::connection::ClientConnection;
+use crate::connection::{ClientConnection, SendError};
 use crate::tls::Stream;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
+use weft_proto::codec::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use weft_proto::error::WireError;
 use weft_proto::messages::{Request, Response};
 use weft_proto::ErrorCode;
@@ -102,6 +103,9 @@ pub struct RpcClientOptions {
     pub origin: u32,
     /// What the connections prove themselves with.
     pub auth: Auth,
+    /// The newest protocol version offered in the handshake: [`PROTOCOL_VERSION`], or lower
+    /// to act as a peer of an older version (compatibility tests).
+    pub protocol_max: u16,
 }
 
 impl Default for RpcClientOptions {
@@ -112,6 +116,7 @@ impl Default for RpcClientOptions {
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             origin: 0,
             auth: Auth::none(),
+            protocol_max: PROTOCOL_VERSION,
         }
     }
 }
@@ -168,13 +173,18 @@ impl RpcClient {
                 address: self.address.clone(),
                 timeout: self.options.connect_timeout,
             })??;
-        let connection = Arc::new(ClientConnection::start(stream, self.options.origin));
+        let (stream, version) = stream;
+        let connection = Arc::new(ClientConnection::start(
+            stream,
+            (self.options.origin, version),
+        ));
         *guard = Some(Arc::clone(&connection));
         Ok(connection)
     }
 
-    /// A new connection to the peer, in TLS when configured, authenticated.
-    async fn open(&self) -> Result<Stream, RpcError> {
+    /// A new connection to the peer, in TLS when configured, authenticated; and the protocol
+    /// version agreed.
+    async fn open(&self) -> Result<(Stream, u16), RpcError> {
         let transport = |reason: String| RpcError::Transport {
             address: self.address.clone(),
             reason,
@@ -184,6 +194,7 @@ impl RpcClient {
             .map_err(|error| transport(error.to_string()))?;
         crate::connection::tune(&stream);
         let auth = &self.options.auth;
+        let versions = (PROTOCOL_VERSION_MIN, self.options.protocol_max);
         let (mut stream, binding) = match auth.tls() {
             None => (Stream::Tcp(stream), None),
             Some(tls) => {
@@ -199,11 +210,15 @@ impl RpcClient {
         };
         let binding = binding.as_ref().map(|b| b.as_slice()).unwrap_or_default();
         let outcome = match &mut stream {
-            Stream::Tcp(tcp) => auth::connect(tcp, auth, (&self.address, binding)).await,
-            Stream::Tls(tls) => auth::connect(tls, auth, (&self.address, binding)).await,
+            Stream::Tcp(tcp) => {
+                auth::connect(tcp, (auth, versions), (&self.address, binding)).await
+            }
+            Stream::Tls(tls) => {
+                auth::connect(tls, (auth, versions), (&self.address, binding)).await
+            }
         };
         match outcome {
-            Ok(_version) => Ok(stream),
+            Ok(version) => Ok((stream, version)),
             // In TLS 1.3 a server refuses a client's certificate after the client finished
             // its side: the refusal shows as the connection closing at the first read.
             Err(auth::ConnectError::Transport(reason)) if auth.tls().is_some() => {
@@ -248,7 +263,16 @@ impl RpcClient {
             address: self.address.clone(),
             reason,
         };
-        let (request_id, receiver) = connection.send(request, payload).await.map_err(transport)?;
+        let (request_id, receiver) = match connection.send(request, payload).await {
+            Ok(sent) => sent,
+            Err(SendError::Closed) => return Err(transport("connection closed".to_string())),
+            Err(SendError::TooNew(reason)) => {
+                return Err(RpcError::Refused {
+                    reason: format!("{}: {reason}", self.address),
+                    code: ErrorCode::VersionMismatch,
+                })
+            }
+        };
         match tokio::time::timeout(timeout, receiver).await {
             Err(_) => {
                 connection.forget(request_id);

@@ -43,12 +43,15 @@ pub(crate) struct OutFrame {
 }
 
 impl OutFrame {
+    /// A frame of `kind` in protocol `version` (the connection's).
     pub(crate) fn new(
         (kind, request_id, origin): (FrameKind, u64, u32),
+        version: u16,
         body: Vec<u8>,
         payload: Bytes,
     ) -> OutFrame {
         let header = FrameHeader {
+            version,
             kind,
             request_id,
             origin,
@@ -214,6 +217,15 @@ async fn write_one<W: AsyncWrite + Unpin>(
 
 type Waiter = oneshot::Sender<Result<(Reply, Bytes), String>>;
 
+/// Why a request could not be sent.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    /// The connection is closed.
+    Closed,
+    /// The peer speaks an older protocol version, in which the request cannot be said.
+    TooNew(String),
+}
+
 /// The client side of one connection.
 pub(crate) struct ClientConnection {
     frames: mpsc::Sender<OutFrame>,
@@ -222,10 +234,12 @@ pub(crate) struct ClientConnection {
     closed: Arc<AtomicBool>,
     /// Stamped on every request: the client session this connection works for.
     origin: u32,
+    /// The protocol version agreed in the handshake: requests are encoded in it.
+    version: u16,
 }
 
 impl ClientConnection {
-    pub(crate) fn start(stream: Stream, origin: u32) -> ClientConnection {
+    pub(crate) fn start(stream: Stream, (origin, version): (u32, u16)) -> ClientConnection {
         let (reader, writer) = stream.split();
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
@@ -242,6 +256,7 @@ impl ClientConnection {
             next_request_id: AtomicU64::new(1),
             closed,
             origin,
+            version,
         }
     }
 
@@ -250,11 +265,16 @@ impl ClientConnection {
     }
 
     /// Sends a request and returns the receiver of its reply.
+    ///
+    /// # Errors
+    /// [`SendError`]: the connection closed, or the peer's protocol version has no encoding
+    /// of the request.
     pub(crate) async fn send(
         &self,
         request: &Request,
         payload: Bytes,
-    ) -> Result<(u64, oneshot::Receiver<Result<(Reply, Bytes), String>>), String> {
+    ) -> Result<(u64, oneshot::Receiver<Result<(Reply, Bytes), String>>), SendError> {
+        let body = codec::encode_body_in(self.version, request).map_err(SendError::TooNew)?;
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let (waiter, receiver) = oneshot::channel();
         self.waiters
@@ -263,7 +283,8 @@ impl ClientConnection {
             .insert(request_id, waiter);
         let frame = OutFrame::new(
             (FrameKind::Request, request_id, self.origin),
-            codec::encode_body(request),
+            self.version,
+            body,
             payload,
         );
         if self.frames.send(frame).await.is_err() {
@@ -272,7 +293,7 @@ impl ClientConnection {
                 .expect("waiter map poisoned")
                 .remove(&request_id);
             self.closed.store(true, Ordering::Release);
-            return Err("connection closed".to_string());
+            return Err(SendError::Closed);
         }
         Ok((request_id, receiver))
     }
@@ -302,7 +323,7 @@ async fn read_responses(
                     .expect("waiter map poisoned")
                     .remove(&header.request_id);
                 let Some(waiter) = waiter else { continue };
-                let reply = codec::decode_body::<Reply>(&body)
+                let reply = codec::decode_body_in::<Reply>(header.version, &body)
                     .map(|reply| (reply, payload))
                     .map_err(|error| error.to_string());
                 let _ = waiter.send(reply);

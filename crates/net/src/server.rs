@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use weft_proto::access;
 use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
+use weft_proto::error::{ErrorCode, WireError};
 use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
 /// Requests one connection may have in flight before the server stops reading from it.
@@ -410,7 +411,7 @@ async fn serve_connection<H: Handler>(
                 return;
             }
         };
-        let request = match codec::decode_body::<Request>(&body) {
+        let request = match codec::decode_body_in::<Request>(header.version, &body) {
             Ok(request) => request,
             Err(error) => {
                 tracing::warn!(%peer, %error, "closing connection after a malformed request");
@@ -439,9 +440,19 @@ async fn serve_connection<H: Handler>(
                     Identity::Member => handler.handle(from, request, payload).await,
                 },
             };
+            // The answer goes in the version the request came in; one that version cannot
+            // say (an older peer's) is an error it can.
+            let (body, payload) = match codec::encode_body_in(header.version, &reply) {
+                Ok(body) => (body, payload),
+                Err(reason) => {
+                    let error = WireError::new(ErrorCode::VersionMismatch, reason);
+                    (codec::encode_body(&Err::<Response, _>(error)), Bytes::new())
+                }
+            };
             let frame = OutFrame::new(
                 (FrameKind::Response, header.request_id, 0),
-                codec::encode_body(&reply),
+                header.version,
+                body,
                 payload,
             );
             timer.finish(&reply, frame.len() as u64);
@@ -514,9 +525,13 @@ mod tests {
     /// A connection that passed the handshake, for sending raw bytes.
     async fn authenticated(address: &str) -> TcpStream {
         let mut stream = TcpStream::connect(address).await.expect("connect");
-        auth::connect(&mut stream, &cluster_key(), (address, &[]))
-            .await
-            .expect("handshake");
+        auth::connect(
+            &mut stream,
+            (&cluster_key(), auth::VERSIONS_SPOKEN),
+            (address, &[]),
+        )
+        .await
+        .expect("handshake");
         stream
     }
 
@@ -628,6 +643,7 @@ mod tests {
         .expect("read");
         assert!(answer.starts_with(b"HTTP/1.1 400"), "{answer:?}");
         let oversized = FrameHeader {
+            version: weft_proto::codec::PROTOCOL_VERSION,
             kind: FrameKind::Request,
             request_id: 1,
             body_len: FRAME_BODY_BYTES_MAX + 1,
@@ -638,6 +654,7 @@ mod tests {
         assert_closed(&address, &oversized.encode()).await;
         let body = codec::encode_body(&request());
         let damaged = FrameHeader {
+            version: weft_proto::codec::PROTOCOL_VERSION,
             kind: FrameKind::Request,
             request_id: 2,
             body_len: body.len() as u32,
@@ -650,6 +667,7 @@ mod tests {
         bytes.extend_from_slice(b"data");
         assert_closed(&address, &bytes).await;
         let garbage = FrameHeader {
+            version: weft_proto::codec::PROTOCOL_VERSION,
             kind: FrameKind::Request,
             request_id: 3,
             body_len: 5,
@@ -776,6 +794,7 @@ mod refusal_tests {
         let mut raw = TcpStream::connect(&address).await.expect("connect");
         let body = codec::encode_body(&request);
         let header = codec::FrameHeader {
+            version: weft_proto::codec::PROTOCOL_VERSION,
             kind: FrameKind::Request,
             request_id: 1,
             body_len: body.len() as u32,
@@ -1014,10 +1033,11 @@ mod refusal_tests {
         let (directory, address, _metrics) = start_counting().await;
         let mut stream = TcpStream::connect(&address).await.expect("connect");
         let auth = Auth::from_key_file(&directory.path().join("cluster.key")).expect("key");
-        auth::connect(&mut stream, &auth, (&address, &[]))
+        auth::connect(&mut stream, (&auth, auth::VERSIONS_SPOKEN), (&address, &[]))
             .await
             .expect("handshake");
         let header = codec::FrameHeader {
+            version: weft_proto::codec::PROTOCOL_VERSION,
             kind: FrameKind::Request,
             request_id: 1,
             body_len: 1 << 20,

@@ -3,7 +3,7 @@
 //! ```text
 //! offset  size  field
 //!      0     4  magic "WEFT" (0x54464557 little endian)
-//!      4     2  protocol version
+//!      4     2  protocol version the body is encoded in (the one the connection agreed on)
 //!      6     1  kind: 0 request, 1 response
 //!      7     1  flags (reserved, zero)
 //!      8     8  request id, echoed by the response
@@ -22,8 +22,9 @@ use serde::{de::DeserializeOwned, Serialize};
 /// "WEFT" in little endian.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WEFT");
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
-/// The oldest protocol version this build accepts from a peer (in the handshake).
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest protocol version this build speaks with a peer (in the handshake): one older
+/// than its own, for rolling upgrades.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 /// Size of the fixed header.
 pub const FRAME_HEADER_BYTES: usize = 32;
@@ -44,6 +45,8 @@ pub enum FrameKind {
 /// The decoded fixed header of a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// The protocol version of the body: [`PROTOCOL_VERSION_MIN`] to [`PROTOCOL_VERSION`].
+    pub version: u16,
     /// Request or response.
     pub kind: FrameKind,
     /// Chosen by the requester, echoed by the response.
@@ -70,7 +73,7 @@ pub enum DecodeError {
         found: u32,
     },
     /// The peer speaks another protocol version.
-    #[error("protocol version {found} is not supported (this build speaks {PROTOCOL_VERSION})")]
+    #[error("protocol version {found} is not supported (this build speaks {PROTOCOL_VERSION_MIN} to {PROTOCOL_VERSION})")]
     Version {
         /// The peer's version.
         found: u16,
@@ -114,7 +117,7 @@ impl FrameHeader {
     pub fn encode(&self) -> [u8; FRAME_HEADER_BYTES] {
         let mut bytes = [0u8; FRAME_HEADER_BYTES];
         bytes[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
-        bytes[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        bytes[4..6].copy_from_slice(&self.version.to_le_bytes());
         bytes[6] = self.kind as u8;
         bytes[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         bytes[16..20].copy_from_slice(&self.body_len.to_le_bytes());
@@ -137,7 +140,7 @@ impl FrameHeader {
             return Err(DecodeError::BadMagic { found: magic });
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-        if version != PROTOCOL_VERSION {
+        if !(PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION).contains(&version) {
             return Err(DecodeError::Version { found: version });
         }
         let kind = match bytes[6] {
@@ -148,6 +151,7 @@ impl FrameHeader {
         let mut request_id = [0u8; 8];
         request_id.copy_from_slice(&bytes[8..16]);
         let header = FrameHeader {
+            version,
             kind,
             request_id: u64::from_le_bytes(request_id),
             body_len: u32_at(16),
@@ -185,7 +189,7 @@ impl FrameHeader {
     }
 }
 
-/// Encodes a message body.
+/// Encodes a message body in this build's protocol version.
 ///
 /// # Panics
 /// If the message cannot be encoded, which for Weft's own message types cannot happen.
@@ -193,13 +197,33 @@ pub fn encode_body<T: Serialize>(message: &T) -> Vec<u8> {
     postcard::to_stdvec(message).expect("Weft messages always encode")
 }
 
-/// Decodes a message body.
+/// Encodes a message body in protocol `version` (see [`crate::wire`]).
+///
+/// # Errors
+/// When the message has no encoding in `version` (it is newer than the peer), saying what.
+pub fn encode_body_in<T: Serialize>(version: u16, message: &T) -> Result<Vec<u8>, String> {
+    crate::wire::in_version(version, || postcard::to_stdvec(message)).map_err(|error| {
+        crate::wire::take_too_new().map_or_else(|| error.to_string(), str::to_string)
+    })
+}
+
+/// Decodes a message body of this build's protocol version.
 ///
 /// # Errors
 /// [`DecodeError::Body`] when the bytes are not a valid `T`.
 pub fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    postcard::from_bytes(bytes).map_err(|error| DecodeError::Body {
-        reason: error.to_string(),
+    decode_body_in(PROTOCOL_VERSION, bytes)
+}
+
+/// Decodes a message body of protocol `version` (a frame header's).
+///
+/// # Errors
+/// [`DecodeError::Body`] when the bytes are not a valid `T`.
+pub fn decode_body_in<T: DeserializeOwned>(version: u16, bytes: &[u8]) -> Result<T, DecodeError> {
+    crate::wire::in_version(version, || postcard::from_bytes(bytes)).map_err(|error| {
+        DecodeError::Body {
+            reason: error.to_string(),
+        }
     })
 }
 
@@ -212,6 +236,7 @@ mod tests {
 
     fn header() -> FrameHeader {
         FrameHeader {
+            version: PROTOCOL_VERSION,
             kind: FrameKind::Request,
             request_id: 42,
             body_len: 10,
@@ -221,12 +246,19 @@ mod tests {
         }
     }
 
-    // Goal: a header decodes to what was encoded, and the golden bytes of version 1 never change.
+    // Goal: a header decodes to what was encoded, and its golden bytes never change; a header
+    // of the older version this build still speaks decodes as that version.
     #[test]
     fn header_round_trip_and_golden_bytes() {
         let bytes = header().encode();
         assert_eq!(FrameHeader::decode(&bytes), Ok(header()));
-        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 1, 0, 0, 0]);
+        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 2, 0, 0, 0]);
+        let older = FrameHeader {
+            version: PROTOCOL_VERSION_MIN,
+            ..header()
+        };
+        assert_eq!(&older.encode()[4..6], &[1, 0]);
+        assert_eq!(FrameHeader::decode(&older.encode()), Ok(older));
         assert_eq!(&bytes[8..16], &42u64.to_le_bytes());
         assert_eq!(&bytes[28..32], &7u32.to_le_bytes());
     }

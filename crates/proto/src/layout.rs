@@ -7,6 +7,7 @@
 //! lengths to the file size.
 
 use crate::ids::{StoragePoolId, TargetId};
+use crate::wire::Wire;
 use serde::{Deserialize, Serialize};
 
 /// Smallest chunk size a pattern may have.
@@ -25,12 +26,14 @@ const _: () = assert!(CHUNK_SIZE_MAX.is_power_of_two());
 const _: () = assert!(CHUNK_SIZE_DEFAULT >= CHUNK_SIZE_MIN && CHUNK_SIZE_DEFAULT <= CHUNK_SIZE_MAX);
 
 /// How a file's chunks map to storage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
 pub enum PatternKind {
     /// Chunks striped over targets, one copy each.
+    #[wire(tag = 0)]
     Raid0,
     /// Chunks striped over storage mirror groups: every chunk is on each member of its group.
     /// The layout's `targets` then name groups (their ids), not targets.
+    #[wire(tag = 1)]
     Mirrored,
 }
 

@@ -9,6 +9,7 @@
 //! - [`codec`] — the frame header and body encoding, with every size bounded.
 //! - [`messages`] — the typed request and response bodies of every service.
 //! - [`checksum`] — the payload checksum (CRC32C).
+//! - [`wire`] — explicit variant tags, and the version a message is encoded in.
 //!
 //! This crate is pure: no tokio, no file system, so the simulator, fuzzers and every service can
 //! use it and agree byte for byte.
@@ -21,6 +22,10 @@ pub mod ids;
 pub mod layout;
 pub mod locks;
 pub mod messages;
+pub mod wire;
+
+// The `Wire` derive names this crate by its name, from inside it too.
+extern crate self as weft_proto;
 
 pub use error::ErrorCode;
 pub use ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};

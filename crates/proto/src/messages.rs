@@ -4,6 +4,7 @@
 use crate::error::WireError;
 use crate::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use crate::layout::{FileLayout, SlotSet, StripePattern};
+use crate::wire::Wire;
 use serde::{Deserialize, Serialize};
 
 /// The extended attribute holding a directory's default spread: new subdirectories are spread
@@ -49,28 +50,34 @@ pub const CHECK_FINDINGS_MAX: usize = 1000;
 pub const NODE_ADDRESSES_MAX: usize = 16;
 
 /// The role a node plays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
+#[wire(rename_all = "snake_case")]
 pub enum NodeKind {
     /// The management service.
+    #[wire(tag = 0)]
     Management,
     /// A metadata server with one metadata target.
+    #[wire(tag = 1)]
     Meta,
     /// A storage server with one or more storage targets.
+    #[wire(tag = 2)]
     Storage,
 }
 
 /// Whether management hears from a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
+#[wire(rename_all = "snake_case")]
 pub enum Reachability {
     /// Heartbeats arrive on time.
+    #[wire(tag = 0)]
     Online,
     /// Heartbeats are late but the node is not yet declared dead.
+    #[wire(tag = 1)]
     ProbablyOffline,
     /// No heartbeat within the offline timeout.
+    #[wire(tag = 2)]
     Offline,
 }
 
@@ -142,33 +149,40 @@ pub struct ClusterMap {
     /// Mirror groups of storage targets and of metadata nodes.
     pub mirror_groups: Vec<MirrorGroupInfo>,
     /// The restrictions of client identities, by name.
+    #[serde(default, with = "crate::wire::since_2")]
     pub clients: Vec<crate::access::ClientRule>,
     /// The live sessions that client identities registered, with the client's name: a
     /// client may act only in its own sessions. Sessions of members are not listed.
+    #[serde(default, with = "crate::wire::since_2")]
     pub session_owners: Vec<(ClientId, String)>,
 }
 
 /// What a mirror group mirrors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
+#[wire(rename_all = "snake_case")]
 pub enum MirrorKind {
     /// Storage targets on different storage servers.
+    #[wire(tag = 0)]
     Storage,
     /// Metadata nodes (each with its one metadata target).
+    #[wire(tag = 1)]
     Meta,
 }
 
 /// A mirror group member's consistency state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
-#[serde(rename_all = "snake_case")]
+#[wire(rename_all = "snake_case")]
 pub enum Consistency {
     /// Holds everything the primary acknowledged.
+    #[wire(tag = 0)]
     Good,
     /// Is being brought up to date from the primary.
+    #[wire(tag = 1)]
     NeedsResync,
     /// Out of the group until it is brought back.
+    #[wire(tag = 2)]
     Bad,
 }
 
@@ -385,10 +399,11 @@ impl ClusterMap {
 }
 
 /// Requests served by management.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum MgmtRequest {
     /// A server announces itself; `node` is its saved id, or `None` on first start.
+    #[wire(tag = 0)]
     RegisterNode {
         /// Saved id, if any.
         node: Option<NodeId>,
@@ -400,6 +415,7 @@ pub enum MgmtRequest {
         addresses: Vec<String>,
     },
     /// A storage server announces a target; `target` is its saved id, or `None` when new.
+    #[wire(tag = 1)]
     RegisterTarget {
         /// The storage node.
         node: NodeId,
@@ -407,6 +423,7 @@ pub enum MgmtRequest {
         target: Option<TargetId>,
     },
     /// A server is alive; storage servers report their targets' usage.
+    #[wire(tag = 2)]
     Heartbeat {
         /// The node's role (ids are numbered per role).
         kind: NodeKind,
@@ -422,11 +439,13 @@ pub enum MgmtRequest {
         mirror: Option<MirrorHeartbeat>,
     },
     /// A client opens a session.
+    #[wire(tag = 3)]
     RegisterClient {
         /// Host name of the client.
         alias: String,
     },
     /// A client's session is alive.
+    #[wire(tag = 4)]
     ClientHeartbeat {
         /// The session.
         client: ClientId,
@@ -435,11 +454,14 @@ pub enum MgmtRequest {
         unserved: Vec<(String, u64)>,
     },
     /// Asks for the node and target maps.
+    #[wire(tag = 5)]
     GetClusterMap,
     /// Asks for management's view of the cluster: states, space, recent throughput, events.
+    #[wire(tag = 6)]
     GetClusterStatus,
     /// Creates a mirror group of these members (storage target ids, or metadata node ids),
     /// the first one primary.
+    #[wire(tag = 7)]
     CreateMirrorGroup {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -447,8 +469,10 @@ pub enum MgmtRequest {
         members: Vec<u32>,
     },
     /// Asks for the progress of the storage mirror resyncs running or finished lately.
+    #[wire(tag = 8)]
     GetResyncStats,
     /// Pairs every member not yet in a group with one on another node.
+    #[wire(tag = 9)]
     AutoCreateMirrorGroups {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -456,6 +480,7 @@ pub enum MgmtRequest {
     /// Takes (or renews) the cluster-wide lock that serializes directory renames between
     /// directories, so two of them on different metadata servers cannot make a loop. Granted
     /// when free, when its lease ran out, or to the same token.
+    #[wire(tag = 10)]
     AcquireRenameLock {
         /// The metadata node asking.
         holder: NodeId,
@@ -463,16 +488,19 @@ pub enum MgmtRequest {
         token: u64,
     },
     /// Gives the rename lock back.
+    #[wire(tag = 11)]
     ReleaseRenameLock {
         /// The token it was taken with.
         token: u64,
     },
     /// Sets the restrictions of a client identity (`weft client set`), replacing any it had.
+    #[wire(tag = 12, since = 2)]
     SetClientRule {
         /// The rule, naming its client.
         rule: crate::access::ClientRule,
     },
     /// Removes a client identity's restrictions (`weft client remove`).
+    #[wire(tag = 13, since = 2)]
     RemoveClientRule {
         /// The client's name.
         name: String,
@@ -491,21 +519,28 @@ pub struct MutationId {
 }
 
 /// The kind of a non-directory inode a create makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Wire)]
 pub enum FileKind {
     /// A regular file.
+    #[wire(tag = 0)]
     Regular,
     /// A directory.
+    #[wire(tag = 1)]
     Directory,
     /// A symbolic link.
+    #[wire(tag = 2)]
     Symlink,
     /// A named pipe.
+    #[wire(tag = 3)]
     Fifo,
     /// A Unix domain socket.
+    #[wire(tag = 4)]
     Socket,
     /// A character device.
+    #[wire(tag = 5)]
     CharDevice,
     /// A block device.
+    #[wire(tag = 6)]
     BlockDevice,
 }
 
@@ -538,11 +573,13 @@ pub struct Timestamp {
 }
 
 /// A time a setattr sets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
 pub enum TimeSet {
     /// The server's current time.
+    #[wire(tag = 0)]
     Now,
     /// A given time.
+    #[wire(tag = 1)]
     At(Timestamp),
 }
 
@@ -616,25 +653,31 @@ pub struct DirEntry {
 }
 
 /// How a setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Wire)]
 pub enum XattrSetMode {
     /// Create or replace.
     #[default]
+    #[wire(tag = 0)]
     Any,
     /// Fail with EEXIST if it exists.
+    #[wire(tag = 1)]
     Create,
     /// Fail with ENODATA if it does not exist.
+    #[wire(tag = 2)]
     Replace,
 }
 
 /// The kind of a byte-range lock request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
 pub enum LockKind {
     /// Shared (F_RDLCK).
+    #[wire(tag = 0)]
     Read,
     /// Exclusive (F_WRLCK).
+    #[wire(tag = 1)]
     Write,
     /// Release (F_UNLCK).
+    #[wire(tag = 2)]
     Unlock,
 }
 
@@ -681,10 +724,11 @@ pub struct SizeReport {
 }
 
 /// Requests served by a metadata server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum MetaRequest {
     /// Looks a name up in a directory.
+    #[wire(tag = 0)]
     Lookup {
         /// The directory.
         parent: InodeId,
@@ -692,11 +736,13 @@ pub enum MetaRequest {
         name: String,
     },
     /// Reads an inode's attributes.
+    #[wire(tag = 1)]
     GetAttr {
         /// The inode.
         inode: InodeId,
     },
     /// Changes an inode's attributes; a size change truncates.
+    #[wire(tag = 2)]
     SetAttr {
         /// Retry identity.
         mutation: MutationId,
@@ -706,6 +752,7 @@ pub enum MetaRequest {
         changes: AttrChanges,
     },
     /// Creates an entry of any kind, directories included.
+    #[wire(tag = 3)]
     Create {
         /// Retry identity.
         mutation: MutationId,
@@ -720,6 +767,7 @@ pub enum MetaRequest {
         open: Option<u64>,
     },
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
+    #[wire(tag = 4)]
     CreateSpread {
         /// Retry identity.
         mutation: MutationId,
@@ -733,6 +781,7 @@ pub enum MetaRequest {
         shards: u16,
     },
     /// Adds a hard link.
+    #[wire(tag = 5)]
     Link {
         /// Retry identity.
         mutation: MutationId,
@@ -744,6 +793,7 @@ pub enum MetaRequest {
         new_name: String,
     },
     /// Removes a non-directory entry.
+    #[wire(tag = 6)]
     Unlink {
         /// Retry identity.
         mutation: MutationId,
@@ -753,6 +803,7 @@ pub enum MetaRequest {
         name: String,
     },
     /// Removes an empty directory.
+    #[wire(tag = 7)]
     Rmdir {
         /// Retry identity.
         mutation: MutationId,
@@ -762,6 +813,7 @@ pub enum MetaRequest {
         name: String,
     },
     /// Renames an entry.
+    #[wire(tag = 8)]
     Rename {
         /// Retry identity.
         mutation: MutationId,
@@ -777,6 +829,7 @@ pub enum MetaRequest {
         flags: RenameFlags,
     },
     /// Lists a directory (or one shard of a spread directory) after a cookie.
+    #[wire(tag = 9)]
     ReadDir {
         /// The directory.
         dir: InodeId,
@@ -789,12 +842,14 @@ pub enum MetaRequest {
         max_entries: u32,
     },
     /// Reads a symbolic link.
+    #[wire(tag = 10)]
     ReadLink {
         /// The link.
         inode: InodeId,
     },
     /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
     /// (client, handle) pair names the open, so a retry registers nothing new.
+    #[wire(tag = 11)]
     Open {
         /// The session.
         client: ClientId,
@@ -803,10 +858,12 @@ pub enum MetaRequest {
         /// The file.
         inode: InodeId,
         /// What the open is for: [`crate::access::READ`] and [`crate::access::WRITE`] bits.
+        #[serde(default, with = "crate::wire::since_2")]
         access: u8,
     },
     /// A client closed handles of files of this home (clients gather the closes of a few
     /// milliseconds into one request). Idempotent, like `Open`.
+    #[wire(tag = 12)]
     Release {
         /// The session.
         client: ClientId,
@@ -816,11 +873,13 @@ pub enum MetaRequest {
     /// A client found an object of the file still waiting for a truncate (`TruncatePending`):
     /// the home sends the file's queued truncate to every target now and answers when each
     /// has it.
+    #[wire(tag = 13)]
     ApplyTruncate {
         /// The file.
         inode: InodeId,
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
+    #[wire(tag = 14)]
     ReportSize {
         /// The file.
         inode: InodeId,
@@ -828,6 +887,7 @@ pub enum MetaRequest {
         report: SizeReport,
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
+    #[wire(tag = 15)]
     SetXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -841,6 +901,7 @@ pub enum MetaRequest {
         mode: XattrSetMode,
     },
     /// Reads an extended attribute.
+    #[wire(tag = 16)]
     GetXattr {
         /// The inode.
         inode: InodeId,
@@ -848,11 +909,13 @@ pub enum MetaRequest {
         name: String,
     },
     /// Lists an inode's extended attribute names.
+    #[wire(tag = 17)]
     ListXattr {
         /// The inode.
         inode: InodeId,
     },
     /// Removes an extended attribute.
+    #[wire(tag = 18)]
     RemoveXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -863,6 +926,7 @@ pub enum MetaRequest {
     },
     /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
     /// leaves the same state.
+    #[wire(tag = 19)]
     SetLock {
         /// The session.
         client: ClientId,
@@ -877,6 +941,7 @@ pub enum MetaRequest {
         reclaim: bool,
     },
     /// Finds a lock that would conflict with `lock` (F_GETLK).
+    #[wire(tag = 20)]
     GetLock {
         /// The session.
         client: ClientId,
@@ -887,10 +952,12 @@ pub enum MetaRequest {
     },
     /// Asks for the server's lock epoch, which changes when it restarts: a client that sees a
     /// new epoch reclaims its locks.
+    #[wire(tag = 21)]
     LockEpoch,
     /// Server to server: creates a directory inode that a dentry on the coordinating server
     /// will name (the inode before the dentry, so a crash leaves at worst an orphan).
     /// Idempotent per (coordinator, intent).
+    #[wire(tag = 22)]
     CreateDirInode {
         /// The metadata node coordinating the mkdir.
         coordinator: NodeId,
@@ -912,6 +979,7 @@ pub enum MetaRequest {
         shard_of: Option<InodeId>,
     },
     /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
+    #[wire(tag = 23)]
     SetShards {
         /// The spread directory.
         dir: InodeId,
@@ -921,6 +989,7 @@ pub enum MetaRequest {
     /// Server to server: seals an empty shard of a spread directory being removed, so no entry
     /// is added to it meanwhile (`seal`), or unseals it when the removal gives up. Idempotent
     /// per (coordinator, intent); a missing shard is removed already.
+    #[wire(tag = 24)]
     SealShard {
         /// The shard.
         shard: InodeId,
@@ -933,6 +1002,7 @@ pub enum MetaRequest {
     },
     /// Server to server: copies what new entries inherit from a spread directory (mode, group,
     /// stripe pattern, default ACL, default spread) to one of its shards. Idempotent.
+    #[wire(tag = 25)]
     SyncShard {
         /// The shard.
         shard: InodeId,
@@ -951,16 +1021,19 @@ pub enum MetaRequest {
     },
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.
+    #[wire(tag = 26)]
     RemoveDirInode {
         /// The directory inode.
         inode: InodeId,
     },
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
+    #[wire(tag = 27)]
     RemoteReferences,
     /// Server to server: inserts a dentry for a rename coordinated by another server (the
     /// entry's old name is there), replacing a victim: a file, or an empty directory (one
     /// living on a third server must have been sealed by the coordinator). Applied once per
     /// (coordinator, intent).
+    #[wire(tag = 28)]
     InsertDentry {
         /// The metadata node coordinating the rename.
         coordinator: NodeId,
@@ -982,6 +1055,7 @@ pub enum MetaRequest {
     /// Server to server: the far half of a RENAME_EXCHANGE across servers: `name` in `parent`
     /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
     /// `child`); `Busy` when it names neither (the entry changed meanwhile).
+    #[wire(tag = 29)]
     ExchangeDentry {
         /// The metadata node coordinating the exchange.
         coordinator: NodeId,
@@ -1001,6 +1075,7 @@ pub enum MetaRequest {
     /// Server to server: a rename moved a dentry of `inode`, which lives on the receiver: its
     /// ctime becomes now and, for a directory, its parent pointer follows the dentry.
     /// Idempotent (a repeat only moves the ctime again).
+    #[wire(tag = 30)]
     Renamed {
         /// The renamed inode.
         inode: InodeId,
@@ -1011,6 +1086,7 @@ pub enum MetaRequest {
     /// or removes (hard links across servers). Applied once per (coordinator, intent, delta);
     /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
     /// keeps it as an orphan while it is open).
+    #[wire(tag = 31)]
     AdjustLinks {
         /// The metadata node coordinating the change.
         coordinator: NodeId,
@@ -1023,6 +1099,7 @@ pub enum MetaRequest {
     },
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
+    #[wire(tag = 32)]
     Check {
         /// Fix what is safe to fix.
         repair: bool,
@@ -1030,6 +1107,7 @@ pub enum MetaRequest {
         referenced: Vec<InodeId>,
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
+    #[wire(tag = 33)]
     SetPattern {
         /// Retry identity.
         mutation: MutationId,
@@ -1041,6 +1119,7 @@ pub enum MetaRequest {
     /// Primary to secondary of a metadata mirror group: changes to the primary's store file,
     /// applied in order to the member's copy. The payload holds the bytes of every `Write`,
     /// one after the other. With `sync`, the copy is synced before the answer.
+    #[wire(tag = 34)]
     ReplicaApply {
         /// The group.
         group: u32,
@@ -1062,6 +1141,7 @@ pub enum MetaRequest {
     /// Coordinator to another metadata home: every cross-server operation the coordinator
     /// recorded with an intent id below `below` has finished, durably. The home forgets its
     /// markers of their steps and refuses a late copy of one of them (`Superseded`).
+    #[wire(tag = 35)]
     IntentsSettled {
         /// The coordinating home.
         coordinator: NodeId,
@@ -1070,6 +1150,7 @@ pub enum MetaRequest {
     },
     /// How far this metadata server's consistency check is (`weft fsck` shows it while it
     /// waits for the check).
+    #[wire(tag = 36)]
     CheckProgress,
 }
 
@@ -1088,9 +1169,10 @@ pub struct MetaRoute {
 }
 
 /// What a StorageBench request asks of a storage server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
 pub enum StorageBenchOp {
     /// Starts a run on its targets (all of them when `targets` is empty) unless one runs.
+    #[wire(tag = 0)]
     Start {
         /// The targets to measure; empty for all of this server's.
         targets: Vec<TargetId>,
@@ -1104,10 +1186,13 @@ pub enum StorageBenchOp {
         threads: u16,
     },
     /// Reports the current or last run.
+    #[wire(tag = 1)]
     Status,
     /// Asks a running run to stop.
+    #[wire(tag = 2)]
     Stop,
     /// Removes the files the runs wrote.
+    #[wire(tag = 3)]
     Cleanup,
 }
 
@@ -1157,12 +1242,13 @@ pub struct ChangeTag {
 }
 
 /// Requests served by a storage server. Data travels as the frame payload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum StorageRequest {
     /// Writes the payload at an offset of an object, creating it if needed. Refused with
     /// `TruncatePending` while the object holds data from before a truncate of `generation`
     /// it has not had (see [`StorageRequest::Truncate`]).
+    #[wire(tag = 0)]
     Write {
         /// The target.
         target: TargetId,
@@ -1179,12 +1265,14 @@ pub enum StorageRequest {
     },
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
+    #[wire(tag = 1)]
     Bench {
         /// What to do.
         op: StorageBenchOp,
     },
     /// Network benchmark (`weft bench net`): a write whose payload is checked and dropped, or
     /// a read of `read_len` zero bytes, with no disk I/O; the target must exist.
+    #[wire(tag = 2)]
     NetBench {
         /// The target.
         target: TargetId,
@@ -1193,6 +1281,7 @@ pub enum StorageRequest {
     },
     /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
     /// Refused with `TruncatePending` like a write, so bytes a truncate cut never show.
+    #[wire(tag = 3)]
     Read {
         /// The target.
         target: TargetId,
@@ -1211,6 +1300,7 @@ pub enum StorageRequest {
     /// object already had that truncate or a newer one: a late or re-sent truncate never
     /// cuts what was written after it. The object then records the generation, durably
     /// before the answer.
+    #[wire(tag = 4)]
     Truncate {
         /// The target.
         target: TargetId,
@@ -1224,6 +1314,7 @@ pub enum StorageRequest {
         generation: u64,
     },
     /// Removes an object; removing a missing object succeeds.
+    #[wire(tag = 5)]
     Remove {
         /// The target.
         target: TargetId,
@@ -1235,6 +1326,7 @@ pub enum StorageRequest {
         tag: Option<ChangeTag>,
     },
     /// Makes an object's data durable.
+    #[wire(tag = 6)]
     Sync {
         /// The target.
         target: TargetId,
@@ -1245,6 +1337,7 @@ pub enum StorageRequest {
     },
     /// Allocates space for, or zeroes, a range of an object without changing its length.
     /// Refused with `TruncatePending` like a write.
+    #[wire(tag = 7)]
     Fallocate {
         /// The target.
         target: TargetId,
@@ -1265,6 +1358,7 @@ pub enum StorageRequest {
     },
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.
+    #[wire(tag = 8)]
     ListObjects {
         /// The target.
         target: TargetId,
@@ -1279,6 +1373,7 @@ pub enum StorageRequest {
         max: u32,
     },
     /// The length of an object (0 if it does not exist).
+    #[wire(tag = 9)]
     ObjectLength {
         /// The target.
         target: TargetId,
@@ -1290,6 +1385,7 @@ pub enum StorageRequest {
     /// The length of one copy of an object and the CRC32C of a range of it, read on the
     /// target named (a mirror member's own copy, never routed): `weft fsck` compares mirror
     /// members with it.
+    #[wire(tag = 10)]
     ObjectChecksum {
         /// The target.
         target: TargetId,
@@ -1304,6 +1400,7 @@ pub enum StorageRequest {
     },
     /// Makes everything on a mirror member's target durable: the last step of a resync (the
     /// member may hold changes it took before it left that no sync reached).
+    #[wire(tag = 11)]
     SyncTarget {
         /// The target.
         target: TargetId,
@@ -1429,11 +1526,13 @@ impl StorageRequest {
 
 /// What a fallocate does to an object range. The object's length never changes: the metadata
 /// server owns the file size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
 pub enum FallocateMode {
     /// Reserve the blocks (FALLOC_FL_KEEP_SIZE on the object).
+    #[wire(tag = 0)]
     Allocate,
     /// Make the range read as zeros and free its blocks (punch a hole).
+    #[wire(tag = 1)]
     Zero,
 }
 
@@ -1472,17 +1571,25 @@ pub struct CheckReport {
 }
 
 /// Any request, tagged with the service that serves it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
 pub enum Request {
     /// For management.
+    #[wire(tag = 0)]
     Mgmt(MgmtRequest),
     /// For a metadata server: the home it is routed to, the request, and who it acts for
     /// (what a squashing client's root is checked as; `None` from servers and tools).
-    Meta(MetaRoute, MetaRequest, Option<crate::access::Caller>),
+    #[wire(tag = 1)]
+    Meta(
+        MetaRoute,
+        MetaRequest,
+        #[serde(with = "crate::wire::since_2")] Option<crate::access::Caller>,
+    ),
     /// For a storage server.
+    #[wire(tag = 2)]
     Storage(StorageRequest),
     /// Any server's load counters since it started ([`NodeStats`]); answered by the server
     /// loop itself, for `weft stats` and management's cluster view.
+    #[wire(tag = 3)]
     Stats,
 }
 
@@ -1680,32 +1787,39 @@ pub struct TargetStats {
 }
 
 /// Successful answers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
 pub enum Response {
     /// Done, nothing to return.
+    #[wire(tag = 0)]
     Done,
     /// The node's id.
+    #[wire(tag = 1)]
     NodeRegistered {
         /// Allocated or confirmed id.
         node: NodeId,
     },
     /// The target's id.
+    #[wire(tag = 2)]
     TargetRegistered {
         /// Allocated or confirmed id.
         target: TargetId,
     },
     /// The client's session.
+    #[wire(tag = 3)]
     ClientRegistered {
         /// The new session id.
         client: ClientId,
     },
     /// The maps.
+    #[wire(tag = 4)]
     ClusterMap(ClusterMap),
     /// An inode's attributes.
+    #[wire(tag = 5)]
     Attr(InodeAttr),
     /// A new entry's attributes, with its directory's as they are after the change (when
     /// the directory's entries all live with it, so they are what a get-attributes would
     /// answer), which saves the client asking for them.
+    #[wire(tag = 6)]
     Created {
         /// The new entry.
         attr: InodeAttr,
@@ -1713,6 +1827,7 @@ pub enum Response {
         parent: Option<InodeAttr>,
     },
     /// A page of a directory listing.
+    #[wire(tag = 7)]
     DirEntries {
         /// Entries in cookie order.
         entries: Vec<DirEntry>,
@@ -1720,12 +1835,16 @@ pub enum Response {
         end: bool,
     },
     /// A symbolic link's target.
+    #[wire(tag = 8)]
     LinkTarget(String),
     /// An extended attribute's value.
+    #[wire(tag = 9)]
     XattrValue(Vec<u8>),
     /// An inode's extended attribute names.
+    #[wire(tag = 10)]
     XattrNames(Vec<String>),
     /// Bytes written; data read is in the payload.
+    #[wire(tag = 11)]
     Written {
         /// Bytes written.
         len: u32,
@@ -1735,15 +1854,19 @@ pub enum Response {
         verifier: u64,
     },
     /// An object's data is durable; `verifier` as in [`Response::Written`].
+    #[wire(tag = 12)]
     Synced {
         /// The verifier now.
         verifier: u64,
     },
     /// Data is in the payload.
+    #[wire(tag = 13)]
     Data,
     /// An object's length.
+    #[wire(tag = 14)]
     Length(u64),
     /// Objects as (inode, length), in inode order; `end` when nothing follows.
+    #[wire(tag = 15)]
     Objects {
         /// The objects.
         objects: Vec<(InodeId, u64)>,
@@ -1751,26 +1874,37 @@ pub enum Response {
         end: bool,
     },
     /// The result of a consistency check.
+    #[wire(tag = 16)]
     CheckReport(CheckReport),
     /// The lock that conflicts, or none.
+    #[wire(tag = 17)]
     LockConflict(Option<LockRange>),
     /// The server's lock epoch.
+    #[wire(tag = 18)]
     LockEpoch(u64),
     /// A list of inodes.
+    #[wire(tag = 19)]
     Inodes(Vec<InodeId>),
     /// Nothing needed doing (a rename onto another name of the same inode).
+    #[wire(tag = 20)]
     Unchanged,
     /// A storage server's StorageBench state.
+    #[wire(tag = 21)]
     StorageBench(StorageBenchStatus),
     /// A server's load counters.
+    #[wire(tag = 22)]
     Stats(NodeStats),
     /// Management's view of the cluster.
+    #[wire(tag = 23)]
     ClusterStatus(ClusterStatus),
     /// Mirror groups (the ones just created).
+    #[wire(tag = 24)]
     MirrorGroups(Vec<MirrorGroupInfo>),
     /// Resyncs of storage mirror members, as their primaries last reported them.
+    #[wire(tag = 25)]
     ResyncStats(Vec<ResyncProgress>),
     /// Management's answer to a heartbeat.
+    #[wire(tag = 26)]
     HeartbeatAck {
         /// A primary may serve until this long after it sent the heartbeat.
         lease_ms: u64,
@@ -1778,8 +1912,10 @@ pub enum Response {
         mirror_groups: Vec<MirrorGroupInfo>,
     },
     /// How far a consistency check is.
+    #[wire(tag = 27)]
     CheckProgress(CheckProgress),
     /// An object's length, and the CRC32C of the range of it asked for (holes read as zeros).
+    #[wire(tag = 28)]
     Checksum {
         /// The object's length.
         length: u64,

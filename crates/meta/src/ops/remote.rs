@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Response};
+use weft_proto::wire::Wire;
 use weft_proto::ErrorCode;
 
 /// A cross-server operation in flight, as recorded by its coordinator.
@@ -35,14 +36,16 @@ pub(crate) struct Intent {
     pub op: IntentOp,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Wire)]
 pub(crate) enum IntentOp {
+    #[wire(tag = 0)]
     Mkdir {
         parent: InodeId,
         name: String,
         home: NodeId,
         request: MetaRequest,
     },
+    #[wire(tag = 1)]
     Rmdir {
         parent: InodeId,
         name: String,
@@ -50,6 +53,7 @@ pub(crate) enum IntentOp {
     },
     /// mkdir of a spread directory: the directory on `home`, then its other shards on
     /// `shard_homes`, then the shard list on the directory, then the dentry.
+    #[wire(tag = 2)]
     MkdirSpread {
         parent: InodeId,
         name: String,
@@ -59,6 +63,7 @@ pub(crate) enum IntentOp {
     },
     /// rmdir of a spread directory: seal its other shards (each must be empty), remove the
     /// directory if it is empty, remove the shards, then the dentry; or unseal them again.
+    #[wire(tag = 3)]
     RmdirSpread {
         parent: InodeId,
         name: String,
@@ -66,6 +71,7 @@ pub(crate) enum IntentOp {
         shards: Vec<InodeId>,
     },
     /// A hard link here to an inode elsewhere: the inode's home counts the link first.
+    #[wire(tag = 4)]
     Link {
         inode: InodeId,
         kind_code: u8,
@@ -73,9 +79,11 @@ pub(crate) enum IntentOp {
         new_name: String,
     },
     /// The dentry here is already gone; the inode's home drops the link.
+    #[wire(tag = 5)]
     Unlink { inode: InodeId },
     /// A rename of a non-directory to a directory on another server: the new name first, then
     /// the old one goes.
+    #[wire(tag = 6)]
     RenameOut {
         parent: InodeId,
         name: String,
@@ -87,6 +95,7 @@ pub(crate) enum IntentOp {
     },
     /// RENAME_EXCHANGE with an entry on another server, or with inodes elsewhere: the far
     /// name first takes `child`, then the near one takes `other`.
+    #[wire(tag = 7)]
     Exchange {
         parent: InodeId,
         name: String,

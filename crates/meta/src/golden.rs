@@ -1,0 +1,249 @@
+//! Golden bytes of every record a metadata server stores: an inode, a truncate still to do, an
+//! intent of each kind of cross-server operation, a layout waiting for disposal, the slots a
+//! file was written to, a stored reply. They are in `golden_records.txt`; a difference is a
+//! change of the on-disk format, which needs a format version and a conversion
+//! (docs/design/on-disk-format.md). After a deliberate change,
+//! `WEFT_BLESS=1 cargo test -p weft-meta golden` records the new bytes.
+
+use crate::ops::remote::{Intent, IntentOp};
+use crate::store::{InodeRecord, TruncateWork};
+use std::fmt::Write as _;
+use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
+use weft_proto::messages::{
+    FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Reply, Response, Timestamp,
+};
+use weft_proto::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
+
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/golden_records.txt");
+
+fn inode(n: u64) -> InodeId {
+    InodeId::new(NodeId(1), n)
+}
+
+fn pattern() -> StripePattern {
+    StripePattern {
+        kind: PatternKind::Raid0,
+        chunk_size_bytes: 1 << 19,
+        num_targets: 2,
+        pool: StoragePoolId(1),
+    }
+}
+
+fn layout() -> FileLayout {
+    FileLayout {
+        pattern: pattern(),
+        targets: vec![TargetId(3), TargetId(4)],
+    }
+}
+
+fn file() -> InodeRecord {
+    InodeRecord {
+        kind: FileKind::Regular,
+        mode: 0o644,
+        nlink: 1,
+        uid: 1000,
+        gid: 100,
+        size: 4096,
+        rdev: 0,
+        atime: Timestamp {
+            seconds: 1,
+            nanos: 2,
+        },
+        mtime: Timestamp {
+            seconds: 3,
+            nanos: 4,
+        },
+        ctime: Timestamp {
+            seconds: 5,
+            nanos: 6,
+        },
+        truncate_generation: 2,
+        layout: Some(layout()),
+        pattern: None,
+        symlink: None,
+        parent: 0,
+        next_cookie: 0,
+        shards: Vec::new(),
+        shard_of: 0,
+        sealed: None,
+    }
+}
+
+fn directory() -> InodeRecord {
+    InodeRecord {
+        kind: FileKind::Directory,
+        nlink: 2,
+        layout: None,
+        pattern: Some(pattern()),
+        parent: inode(1).0,
+        next_cookie: 300,
+        shards: vec![inode(7).0],
+        shard_of: inode(6).0,
+        sealed: Some((2, 9)),
+        symlink: Some("unused".into()),
+        ..file()
+    }
+}
+
+fn mkdir() -> MetaRequest {
+    MetaRequest::Create {
+        mutation: mutation(),
+        parent: inode(1),
+        name: "d".into(),
+        new: NewInode {
+            kind: FileKind::Directory,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            umask: 0o022,
+            rdev: 0,
+            symlink: None,
+        },
+        open: None,
+    }
+}
+
+fn mutation() -> MutationId {
+    MutationId {
+        client: ClientId(7),
+        seq: 9,
+        oldest_pending: 8,
+    }
+}
+
+fn intents() -> Vec<IntentOp> {
+    vec![
+        IntentOp::Mkdir {
+            parent: inode(1),
+            name: "d".into(),
+            home: NodeId(2),
+            request: mkdir(),
+        },
+        IntentOp::Rmdir {
+            parent: inode(1),
+            name: "d".into(),
+            child: inode(9),
+        },
+        IntentOp::MkdirSpread {
+            parent: inode(1),
+            name: "s".into(),
+            home: NodeId(2),
+            request: mkdir(),
+            shard_homes: vec![NodeId(1), NodeId(2)],
+        },
+        IntentOp::RmdirSpread {
+            parent: inode(1),
+            name: "s".into(),
+            child: inode(9),
+            shards: vec![inode(10)],
+        },
+        IntentOp::Link {
+            inode: inode(9),
+            kind_code: 1,
+            new_parent: inode(1),
+            new_name: "l".into(),
+        },
+        IntentOp::Unlink { inode: inode(9) },
+        IntentOp::RenameOut {
+            parent: inode(1),
+            name: "a".into(),
+            child: inode(9),
+            kind_code: 1,
+            new_parent: inode(2),
+            new_name: "b".into(),
+            no_replace: true,
+        },
+        IntentOp::Exchange {
+            parent: inode(1),
+            name: "a".into(),
+            child: inode(9),
+            kind_code: 1,
+            new_parent: inode(2),
+            new_name: "b".into(),
+            other: inode(10),
+            other_kind_code: 2,
+        },
+    ]
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn records() -> String {
+    let mut out = String::new();
+    let mut line = |name: &str, bytes: Vec<u8>| {
+        writeln!(out, "{name} {}", hex(&bytes)).expect("write to a string");
+    };
+    let encode = |value: &dyn erased::Encode| value.encode();
+    line("inode/file", file().encode());
+    line("inode/directory", directory().encode());
+    line(
+        "truncate",
+        encode(&TruncateWork {
+            generation: 3,
+            size: 100,
+            layout: layout(),
+        }),
+    );
+    for (index, op) in intents().into_iter().enumerate() {
+        line(
+            &format!("intent/{index}"),
+            encode(&Intent {
+                mutation: mutation(),
+                op,
+            }),
+        );
+    }
+    line("disposal/layout", encode(&layout()));
+    let mut slots = SlotSet::default();
+    slots.insert(0);
+    slots.insert(130);
+    line("written/slots", encode(&slots));
+    let reply: Reply = Ok(Response::Attr(InodeAttr {
+        inode: inode(5),
+        ..file().to_attr(inode(5))
+    }));
+    line("reply/attr", encode(&reply));
+    out
+}
+
+/// Encodes a record as the store does: postcard, in this version.
+mod erased {
+    pub(super) trait Encode {
+        fn encode(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Encode for T {
+        fn encode(&self) -> Vec<u8> {
+            postcard::to_stdvec(self).expect("records encode")
+        }
+    }
+}
+
+// Goal: every stored record keeps its bytes, and an intent of every kind is among them; each
+// decodes back to itself.
+#[test]
+fn stored_records_keep_their_bytes() {
+    let tags: Vec<u32> = intents().iter().map(IntentOp::wire_tag).collect();
+    for (tag, name) in IntentOp::WIRE_TAGS {
+        assert!(tags.contains(tag), "no sample of IntentOp::{name}");
+    }
+    assert_eq!(
+        InodeRecord::decode(5, &directory().encode()).expect("decodes"),
+        directory()
+    );
+    let now = records();
+    if std::env::var_os("WEFT_BLESS").is_some() {
+        std::fs::write(GOLDEN, &now).expect("write the golden file");
+        return;
+    }
+    let recorded = std::fs::read_to_string(GOLDEN).expect("the golden file");
+    for (now, recorded) in now.lines().zip(recorded.lines()) {
+        assert_eq!(now, recorded, "a stored record's encoding changed");
+    }
+    assert_eq!(
+        now.lines().count(),
+        recorded.lines().count(),
+        "records added or removed"
+    );
+}

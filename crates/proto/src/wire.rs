@@ -1,0 +1,89 @@
+//! The protocol version a message is encoded in, for peers one version older
+//! (docs/design/protocol.md, "Versions").
+//!
+//! Enums that cross the wire or are stored on disk derive [`Wire`]: each variant's tag is in
+//! the source (`#[wire(tag = N)]`). A message changes between versions only by a variant
+//! added (`#[wire(tag = N, since = V)]`) or a field added (`#[serde(default, with =
+//! "crate::wire::since_2")]`): encoding for a peer of version 1 leaves the field out and
+//! refuses the variant; decoding a message of version 1 gives the field its default.
+//! [`crate::codec`] encodes and decodes bodies in the version a connection agreed on; stored
+//! records are always in the current version.
+
+use crate::codec::PROTOCOL_VERSION;
+use std::cell::Cell;
+
+pub use weft_wire_derive::Wire;
+
+thread_local! {
+    static VERSION: Cell<u16> = const { Cell::new(PROTOCOL_VERSION) };
+    /// Why the last encoding on this thread failed, when a message was too new for its peer
+    /// (postcard keeps no message of a serializer's own error).
+    static TOO_NEW: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// The error of encoding `what` (a variant or field) for a peer of an older version; used by
+/// the [`Wire`] derive.
+pub fn too_new<E: serde::ser::Error>(what: &'static str) -> E {
+    TOO_NEW.with(|cell| cell.set(Some(what)));
+    E::custom(what)
+}
+
+/// Why the last encoding on this thread failed for an older peer, if it did; cleared.
+pub(crate) fn take_too_new() -> Option<&'static str> {
+    TOO_NEW.with(Cell::take)
+}
+
+/// The version being encoded or decoded on this thread: [`PROTOCOL_VERSION`] outside
+/// [`in_version`].
+pub fn version() -> u16 {
+    VERSION.with(Cell::get)
+}
+
+/// Runs `work` (an encoding or a decoding, which never yields) in `version`.
+pub fn in_version<T>(version: u16, work: impl FnOnce() -> T) -> T {
+    let before = VERSION.with(|cell| cell.replace(version));
+    // Restored even if `work` panics, so a later message is not encoded in the wrong version.
+    struct Restore(u16);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            VERSION.with(|cell| cell.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    work()
+}
+
+/// A field added in protocol version 2: absent from encodings for version 1, and its
+/// default when decoded from one.
+pub mod since_2 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes `value`, or nothing for a peer of version 1.
+    ///
+    /// # Errors
+    /// As `value`'s own encoding.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if super::version() < 2 {
+            serializer.serialize_unit()
+        } else {
+            value.serialize(serializer)
+        }
+    }
+
+    /// Decodes the field, or gives its default for a message of version 1.
+    ///
+    /// # Errors
+    /// As `T`'s own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        if super::version() < 2 {
+            Ok(T::default())
+        } else {
+            T::deserialize(deserializer)
+        }
+    }
+}

@@ -1,0 +1,991 @@
+//! Golden bytes: the encoding of every message, fixed in `golden/messages.txt`.
+//!
+//! Every variant of every enum that crosses the wire is encoded here, with its nested
+//! structures filled in, and the bytes compared with the ones recorded. A change of a tag, of
+//! the order or type of a field, or of a nested structure shows as a difference: that is a
+//! change of the protocol, which needs a new protocol version (docs/design/protocol.md,
+//! "Versions"). Messages of the older version this build still speaks are recorded too.
+//! After a deliberate change, `WEFT_BLESS=1 cargo test -p weft-proto --test golden` records
+//! the new bytes; review the diff of the file like code.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use weft_mirror::pages::FileChange;
+use weft_proto::access::{Caller, ClientRule};
+use weft_proto::codec::{encode_body_in, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
+use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
+use weft_proto::messages::*;
+use weft_proto::{ClientId, ErrorCode, InodeId, NodeId, StoragePoolId, TargetId};
+
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/messages.txt");
+
+fn inode(n: u64) -> InodeId {
+    InodeId::new(NodeId(1), n)
+}
+
+fn mutation() -> MutationId {
+    MutationId {
+        client: ClientId(7),
+        seq: 9,
+        oldest_pending: 8,
+    }
+}
+
+fn pattern() -> StripePattern {
+    StripePattern {
+        kind: PatternKind::Raid0,
+        chunk_size_bytes: 1 << 19,
+        num_targets: 2,
+        pool: StoragePoolId(1),
+    }
+}
+
+fn layout() -> FileLayout {
+    FileLayout {
+        pattern: StripePattern {
+            kind: PatternKind::Mirrored,
+            ..pattern()
+        },
+        targets: vec![TargetId(3), TargetId(4)],
+    }
+}
+
+fn usage() -> SpaceUsage {
+    SpaceUsage {
+        total_bytes: 1000,
+        free_bytes: 600,
+        total_inodes: 50,
+        free_inodes: 40,
+    }
+}
+
+fn attr() -> InodeAttr {
+    InodeAttr {
+        inode: inode(5),
+        kind: FileKind::Regular,
+        mode: 0o644,
+        nlink: 1,
+        uid: 1000,
+        gid: 100,
+        size: 4096,
+        rdev: 0,
+        atime: Timestamp {
+            seconds: 1,
+            nanos: 2,
+        },
+        mtime: Timestamp {
+            seconds: 3,
+            nanos: 4,
+        },
+        ctime: Timestamp {
+            seconds: -5,
+            nanos: 6,
+        },
+        truncate_generation: 2,
+        layout: Some(layout()),
+        pattern: Some(pattern()),
+        parent: inode(1),
+        shards: vec![inode(6)],
+    }
+}
+
+fn new_inode(kind: FileKind) -> NewInode {
+    NewInode {
+        kind,
+        mode: 0o755,
+        uid: 1000,
+        gid: 100,
+        umask: 0o022,
+        rdev: 0,
+        symlink: Some("target".into()),
+    }
+}
+
+fn mirror_route() -> Option<MirrorRoute> {
+    Some(MirrorRoute {
+        group: 2,
+        version: 3,
+        forwarded: false,
+    })
+}
+
+fn change_tag() -> Option<ChangeTag> {
+    Some(ChangeTag {
+        client: ClientId(7),
+        number: 11,
+        settled_below: 10,
+        abandoned: vec![4],
+    })
+}
+
+fn group() -> MirrorGroupInfo {
+    MirrorGroupInfo {
+        id: 1,
+        kind: MirrorKind::Storage,
+        version: 4,
+        primary: 3,
+        members: vec![
+            MirrorMember {
+                id: 3,
+                node: NodeId(1),
+                state: Consistency::Good,
+                full_resync: false,
+            },
+            MirrorMember {
+                id: 4,
+                node: NodeId(2),
+                state: Consistency::NeedsResync,
+                full_resync: true,
+            },
+        ],
+        loss_epoch: 1,
+    }
+}
+
+fn resync() -> ResyncProgress {
+    ResyncProgress {
+        kind: MirrorKind::Meta,
+        group: 1,
+        member: 2,
+        version: 3,
+        objects_total: 4,
+        objects_copied: 5,
+        bytes_copied: 6,
+        elapsed_ms: 7,
+        done: false,
+        full: true,
+    }
+}
+
+fn cluster_map() -> ClusterMap {
+    ClusterMap {
+        nodes: vec![NodeInfo {
+            id: NodeId(1),
+            kind: NodeKind::Meta,
+            alias: "meta-1".into(),
+            addresses: vec!["10.0.0.1:8010".into()],
+            reachability: Reachability::Online,
+            meta_usage: Some(usage()),
+            meta_inodes_used: Some(3),
+        }],
+        targets: vec![TargetInfo {
+            id: TargetId(3),
+            node: NodeId(2),
+            pool: StoragePoolId(1),
+            reachability: Reachability::ProbablyOffline,
+            usage: usage(),
+        }],
+        live_sessions: vec![ClientId(7)],
+        mirror_groups: vec![group()],
+        clients: vec![ClientRule {
+            name: "node17".into(),
+            read_only: true,
+            root_squash: false,
+            revoked: false,
+        }],
+        session_owners: vec![(ClientId(7), "node17".into())],
+    }
+}
+
+fn lock() -> LockRange {
+    LockRange {
+        owner: 77,
+        kind: LockKind::Write,
+        start: 0,
+        end: u64::MAX,
+        pid: 1234,
+    }
+}
+
+fn route() -> MetaRoute {
+    MetaRoute {
+        home: NodeId(1),
+        version: 0,
+    }
+}
+
+fn caller() -> Option<Caller> {
+    Some(Caller {
+        uid: 1000,
+        gid: 100,
+        groups: vec![10, 20],
+    })
+}
+
+fn mgmt_requests() -> Vec<MgmtRequest> {
+    vec![
+        MgmtRequest::RegisterNode {
+            node: Some(NodeId(2)),
+            kind: NodeKind::Storage,
+            alias: "storage-2".into(),
+            addresses: vec!["10.0.0.2:8003".into()],
+        },
+        MgmtRequest::RegisterTarget {
+            node: NodeId(2),
+            target: None,
+        },
+        MgmtRequest::Heartbeat {
+            kind: NodeKind::Storage,
+            node: NodeId(2),
+            targets: vec![TargetReport {
+                target: TargetId(3),
+                usage: usage(),
+            }],
+            meta_usage: None,
+            meta_inodes_used: None,
+            mirror: Some(MirrorHeartbeat {
+                boot: 5,
+                unsynced_boot: 4,
+                interval_ms: 1000,
+                resynced: vec![(1, 4, 3)],
+                unreachable: vec![(2, 4, 5)],
+                resyncs: vec![resync()],
+            }),
+        },
+        MgmtRequest::RegisterClient {
+            alias: "client-host".into(),
+        },
+        MgmtRequest::ClientHeartbeat {
+            client: ClientId(7),
+            unserved: vec![("ioctl".into(), 3)],
+        },
+        MgmtRequest::GetClusterMap,
+        MgmtRequest::GetClusterStatus,
+        MgmtRequest::CreateMirrorGroup {
+            kind: MirrorKind::Storage,
+            members: vec![3, 4],
+        },
+        MgmtRequest::GetResyncStats,
+        MgmtRequest::AutoCreateMirrorGroups {
+            kind: MirrorKind::Meta,
+        },
+        MgmtRequest::AcquireRenameLock {
+            holder: NodeId(1),
+            token: 99,
+        },
+        MgmtRequest::ReleaseRenameLock { token: 99 },
+        MgmtRequest::SetClientRule {
+            rule: ClientRule {
+                name: "node17".into(),
+                read_only: false,
+                root_squash: true,
+                revoked: false,
+            },
+        },
+        MgmtRequest::RemoveClientRule {
+            name: "node17".into(),
+        },
+    ]
+}
+
+fn meta_requests() -> Vec<MetaRequest> {
+    vec![
+        MetaRequest::Lookup {
+            parent: inode(1),
+            name: "a".into(),
+        },
+        MetaRequest::GetAttr { inode: inode(5) },
+        MetaRequest::SetAttr {
+            mutation: mutation(),
+            inode: inode(5),
+            changes: AttrChanges {
+                mode: Some(0o600),
+                uid: None,
+                gid: Some(100),
+                size: Some(10),
+                atime: Some(TimeSet::Now),
+                mtime: Some(TimeSet::At(Timestamp {
+                    seconds: 9,
+                    nanos: 1,
+                })),
+            },
+        },
+        MetaRequest::Create {
+            mutation: mutation(),
+            parent: inode(1),
+            name: "f".into(),
+            new: new_inode(FileKind::Regular),
+            open: Some(3),
+        },
+        MetaRequest::CreateSpread {
+            mutation: mutation(),
+            parent: inode(1),
+            name: "d".into(),
+            new: new_inode(FileKind::Directory),
+            shards: 4,
+        },
+        MetaRequest::Link {
+            mutation: mutation(),
+            inode: inode(5),
+            new_parent: inode(1),
+            new_name: "l".into(),
+        },
+        MetaRequest::Unlink {
+            mutation: mutation(),
+            parent: inode(1),
+            name: "f".into(),
+        },
+        MetaRequest::Rmdir {
+            mutation: mutation(),
+            parent: inode(1),
+            name: "d".into(),
+        },
+        MetaRequest::Rename {
+            mutation: mutation(),
+            parent: inode(1),
+            name: "a".into(),
+            new_parent: inode(2),
+            new_name: "b".into(),
+            flags: RenameFlags {
+                no_replace: true,
+                exchange: false,
+            },
+        },
+        MetaRequest::ReadDir {
+            dir: inode(1),
+            shards: 1,
+            after_cookie: 5,
+            max_entries: 100,
+        },
+        MetaRequest::ReadLink { inode: inode(5) },
+        MetaRequest::Open {
+            client: ClientId(7),
+            handle: 12,
+            inode: inode(5),
+            access: weft_proto::access::READ | weft_proto::access::WRITE,
+        },
+        MetaRequest::Release {
+            client: ClientId(7),
+            handles: vec![(inode(5), 12)],
+        },
+        MetaRequest::ApplyTruncate { inode: inode(5) },
+        MetaRequest::ReportSize {
+            inode: inode(5),
+            report: SizeReport {
+                size: 4096,
+                truncate_generation: 2,
+                durable: true,
+                modified: true,
+                written: SlotSet::default(),
+            },
+        },
+        MetaRequest::SetXattr {
+            mutation: mutation(),
+            inode: inode(5),
+            name: "user.x".into(),
+            value: vec![1, 2],
+            mode: XattrSetMode::Create,
+        },
+        MetaRequest::GetXattr {
+            inode: inode(5),
+            name: "user.x".into(),
+        },
+        MetaRequest::ListXattr { inode: inode(5) },
+        MetaRequest::RemoveXattr {
+            mutation: mutation(),
+            inode: inode(5),
+            name: "user.x".into(),
+        },
+        MetaRequest::SetLock {
+            client: ClientId(7),
+            inode: inode(5),
+            lock: lock(),
+            wait_ms: 200,
+            reclaim: false,
+        },
+        MetaRequest::GetLock {
+            client: ClientId(7),
+            inode: inode(5),
+            lock: LockRange {
+                kind: LockKind::Read,
+                ..lock()
+            },
+        },
+        MetaRequest::LockEpoch,
+        MetaRequest::CreateDirInode {
+            coordinator: NodeId(1),
+            intent: 3,
+            parent: inode(1),
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            pattern: pattern(),
+            acls: vec![("system.posix_acl_default".into(), vec![2, 0, 0, 0])],
+            shard_of: Some(inode(2)),
+        },
+        MetaRequest::SetShards {
+            dir: inode(2),
+            shards: vec![inode(2), inode(3)],
+        },
+        MetaRequest::SealShard {
+            shard: inode(3),
+            coordinator: NodeId(1),
+            intent: 4,
+            seal: true,
+        },
+        MetaRequest::SyncShard {
+            shard: inode(3),
+            mode: 0o700,
+            uid: 1,
+            gid: 2,
+            pattern: pattern(),
+            default_acl: None,
+            default_spread: Some(b"4".to_vec()),
+        },
+        MetaRequest::RemoveDirInode { inode: inode(3) },
+        MetaRequest::RemoteReferences,
+        MetaRequest::InsertDentry {
+            coordinator: NodeId(1),
+            intent: 5,
+            parent: inode(1),
+            name: "n".into(),
+            child: inode(9),
+            kind: FileKind::Symlink,
+            no_replace: false,
+            sealed_victim: None,
+        },
+        MetaRequest::ExchangeDentry {
+            coordinator: NodeId(1),
+            intent: 6,
+            parent: inode(1),
+            name: "n".into(),
+            expect: inode(9),
+            child: inode(10),
+            kind: FileKind::Fifo,
+        },
+        MetaRequest::Renamed {
+            inode: inode(9),
+            parent: inode(2),
+        },
+        MetaRequest::AdjustLinks {
+            coordinator: NodeId(1),
+            intent: 7,
+            inode: inode(9),
+            delta: -1,
+        },
+        MetaRequest::Check {
+            repair: true,
+            referenced: vec![inode(9)],
+        },
+        MetaRequest::SetPattern {
+            mutation: mutation(),
+            dir: inode(1),
+            pattern: pattern(),
+        },
+        MetaRequest::ReplicaApply {
+            group: 1,
+            version: 2,
+            link: 3,
+            sequence: 4,
+            changes: vec![
+                FileChange::Write {
+                    offset: 4096,
+                    len: 10,
+                },
+                FileChange::SetLen(8192),
+            ],
+            sync: true,
+        },
+        MetaRequest::IntentsSettled {
+            coordinator: NodeId(1),
+            below: 8,
+        },
+        MetaRequest::CheckProgress,
+    ]
+}
+
+fn storage_requests() -> Vec<StorageRequest> {
+    vec![
+        StorageRequest::Write {
+            target: TargetId(3),
+            mirror: mirror_route(),
+            inode: inode(5),
+            generation: 2,
+            object_offset: 4096,
+            tag: change_tag(),
+        },
+        StorageRequest::Bench {
+            op: StorageBenchOp::Start {
+                targets: vec![TargetId(3)],
+                read: false,
+                block_bytes: 1 << 20,
+                bytes_per_thread: 1 << 30,
+                threads: 4,
+            },
+        },
+        StorageRequest::NetBench {
+            target: TargetId(3),
+            read_len: 4096,
+        },
+        StorageRequest::Read {
+            target: TargetId(3),
+            mirror: None,
+            inode: inode(5),
+            generation: 2,
+            object_offset: 0,
+            len: 4096,
+        },
+        StorageRequest::Truncate {
+            target: TargetId(3),
+            mirror: mirror_route(),
+            inode: inode(5),
+            length: 100,
+            generation: 3,
+        },
+        StorageRequest::Remove {
+            target: TargetId(3),
+            mirror: None,
+            inode: inode(5),
+            tag: None,
+        },
+        StorageRequest::Sync {
+            target: TargetId(3),
+            mirror: mirror_route(),
+            inode: inode(5),
+        },
+        StorageRequest::Fallocate {
+            target: TargetId(3),
+            mirror: None,
+            inode: inode(5),
+            generation: 2,
+            object_offset: 0,
+            len: 1 << 20,
+            mode: FallocateMode::Zero,
+            tag: change_tag(),
+        },
+        StorageRequest::ListObjects {
+            target: TargetId(3),
+            mirrored: true,
+            home: Some(NodeId(1)),
+            after: 5,
+            max: 1000,
+        },
+        StorageRequest::ObjectLength {
+            target: TargetId(3),
+            mirror: mirror_route(),
+            inode: inode(5),
+        },
+        StorageRequest::ObjectChecksum {
+            target: TargetId(3),
+            mirrored: false,
+            inode: inode(5),
+            offset: 0,
+            len: 4096,
+        },
+        StorageRequest::SyncTarget {
+            target: TargetId(3),
+            mirror: mirror_route(),
+        },
+    ]
+}
+
+fn bench_ops() -> Vec<StorageBenchOp> {
+    vec![
+        StorageBenchOp::Start {
+            targets: Vec::new(),
+            read: true,
+            block_bytes: 4096,
+            bytes_per_thread: 1 << 20,
+            threads: 1,
+        },
+        StorageBenchOp::Status,
+        StorageBenchOp::Stop,
+        StorageBenchOp::Cleanup,
+    ]
+}
+
+fn responses() -> Vec<Response> {
+    vec![
+        Response::Done,
+        Response::NodeRegistered { node: NodeId(2) },
+        Response::TargetRegistered {
+            target: TargetId(3),
+        },
+        Response::ClientRegistered {
+            client: ClientId(7),
+        },
+        Response::ClusterMap(cluster_map()),
+        Response::Attr(attr()),
+        Response::Created {
+            attr: attr(),
+            parent: None,
+        },
+        Response::DirEntries {
+            entries: vec![DirEntry {
+                name: "a".into(),
+                inode: inode(5),
+                kind: FileKind::Directory,
+                cookie: 17,
+            }],
+            end: true,
+        },
+        Response::LinkTarget("../t".into()),
+        Response::XattrValue(vec![9, 8]),
+        Response::XattrNames(vec!["user.x".into()]),
+        Response::Written {
+            len: 4096,
+            verifier: 33,
+        },
+        Response::Synced { verifier: 33 },
+        Response::Data,
+        Response::Length(100),
+        Response::Objects {
+            objects: vec![(inode(5), 4096)],
+            end: false,
+        },
+        Response::CheckReport(CheckReport {
+            node: NodeId(1),
+            inodes: 10,
+            dentries: 9,
+            objects: 8,
+            problems: vec!["p".into()],
+            problem_count: 1,
+            repairs: vec!["r".into()],
+            unreachable_targets: vec![TargetId(4)],
+        }),
+        Response::LockConflict(Some(lock())),
+        Response::LockEpoch(3),
+        Response::Inodes(vec![inode(2), inode(3)]),
+        Response::Unchanged,
+        Response::StorageBench(StorageBenchStatus {
+            running: true,
+            read: false,
+            targets: vec![TargetBenchResult {
+                target: TargetId(3),
+                bytes: 100,
+                elapsed_micros: 200,
+                finished: false,
+                error: Some("e".into()),
+            }],
+        }),
+        Response::Stats(NodeStats {
+            uptime_ms: 1,
+            requests: 2,
+            errors: 3,
+            received_bytes: 4,
+            sent_bytes: 5,
+            in_flight: 6,
+            ops: vec![("create".into(), 7)],
+            clients: vec![ClientStats {
+                client: ClientId(7),
+                requests: 8,
+                received_bytes: 9,
+                sent_bytes: 10,
+            }],
+            targets: vec![TargetStats {
+                target: TargetId(3),
+                operations: 11,
+                read_bytes: 12,
+                written_bytes: 13,
+                queue_depth: 14,
+                usage: usage(),
+            }],
+        }),
+        Response::ClusterStatus(ClusterStatus {
+            unix_ms: 1,
+            sample_interval_ms: 2,
+            totals: ClusterTotals {
+                nodes: 3,
+                nodes_online: 3,
+                targets: 4,
+                targets_online: 4,
+                client_sessions: 1,
+                capacity_bytes: 1000,
+                free_bytes: 600,
+                inodes: 10,
+                now: ClusterSample {
+                    unix_ms: 1,
+                    read_bytes_per_second: 2,
+                    written_bytes_per_second: 3,
+                    meta_ops_per_second: 4,
+                },
+            },
+            nodes: vec![NodeStatus {
+                id: NodeId(1),
+                kind: NodeKind::Management,
+                alias: "mgmt".into(),
+                addresses: vec!["10.0.0.1:8008".into()],
+                reachability: Reachability::Offline,
+                uptime_ms: 5,
+                requests_per_second: 6,
+                received_bytes_per_second: 7,
+                sent_bytes_per_second: 8,
+                in_flight: 9,
+                meta_usage: None,
+                meta_inodes: Some(1),
+            }],
+            targets: vec![TargetStatus {
+                id: TargetId(3),
+                node: NodeId(2),
+                pool: StoragePoolId(1),
+                reachability: Reachability::Online,
+                consistency: "good".into(),
+                usage: usage(),
+                read_bytes_per_second: 1,
+                written_bytes_per_second: 2,
+                operations_per_second: 3,
+                queue_depth: 4,
+            }],
+            clients: vec![ClientStatus {
+                client: ClientId(7),
+                requests_per_second: 1,
+                written_bytes_per_second: 2,
+                read_bytes_per_second: 3,
+            }],
+            history: vec![ClusterSample::default()],
+            events: vec![ClusterEvent {
+                unix_ms: 1,
+                level: "info".into(),
+                message: "m".into(),
+            }],
+        }),
+        Response::MirrorGroups(vec![group()]),
+        Response::ResyncStats(vec![resync()]),
+        Response::HeartbeatAck {
+            lease_ms: 3000,
+            mirror_groups: vec![MirrorGroupInfo {
+                kind: MirrorKind::Meta,
+                ..group()
+            }],
+        },
+        Response::CheckProgress(CheckProgress {
+            running: true,
+            phase: "objects".into(),
+            done: 1,
+            total: 2,
+        }),
+        Response::Checksum {
+            length: 4096,
+            crc: 0xDEAD_BEEF,
+        },
+    ]
+}
+
+fn requests() -> Vec<Request> {
+    vec![
+        Request::Mgmt(MgmtRequest::GetClusterMap),
+        Request::Meta(route(), MetaRequest::GetAttr { inode: inode(5) }, caller()),
+        Request::Meta(route(), MetaRequest::LockEpoch, None),
+        Request::Storage(StorageRequest::Sync {
+            target: TargetId(3),
+            mirror: None,
+            inode: inode(5),
+        }),
+        Request::Stats,
+    ]
+}
+
+/// Every tag of `all` is the tag of one of `samples`.
+fn covers(what: &str, all: &[(u32, &str)], samples: impl IntoIterator<Item = u32>) {
+    let seen: BTreeSet<u32> = samples.into_iter().collect();
+    let missing: Vec<&str> = all
+        .iter()
+        .filter(|(tag, _)| !seen.contains(tag))
+        .map(|(_, name)| *name)
+        .collect();
+    assert!(missing.is_empty(), "{what}: no sample of {missing:?}");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `name version hex` lines of every sample.
+fn encodings() -> String {
+    let mut out = String::new();
+    let mut line = |name: String, version: u16, bytes: Result<Vec<u8>, String>| {
+        let bytes = bytes.unwrap_or_else(|error| panic!("{name} in version {version}: {error}"));
+        writeln!(out, "{name} {version} {}", hex(&bytes)).expect("write to a string");
+    };
+    for request in mgmt_requests() {
+        let name = format!("MgmtRequest::{}", <&str>::from(&request));
+        line(
+            name,
+            PROTOCOL_VERSION,
+            encode_body_in(PROTOCOL_VERSION, &request),
+        );
+    }
+    for request in meta_requests() {
+        let name = format!("MetaRequest::{}", <&str>::from(&request));
+        line(
+            name,
+            PROTOCOL_VERSION,
+            encode_body_in(PROTOCOL_VERSION, &request),
+        );
+    }
+    for request in storage_requests() {
+        let name = format!("StorageRequest::{}", <&str>::from(&request));
+        line(
+            name,
+            PROTOCOL_VERSION,
+            encode_body_in(PROTOCOL_VERSION, &request),
+        );
+    }
+    for (index, op) in bench_ops().into_iter().enumerate() {
+        let name = format!("StorageBenchOp#{index}");
+        line(
+            name,
+            PROTOCOL_VERSION,
+            encode_body_in(PROTOCOL_VERSION, &op),
+        );
+    }
+    for (index, response) in responses().into_iter().enumerate() {
+        let name = format!("Response#{index}");
+        let reply: Reply = Ok(response);
+        line(
+            name,
+            PROTOCOL_VERSION,
+            encode_body_in(PROTOCOL_VERSION, &reply),
+        );
+    }
+    let error: Reply = Err(weft_proto::error::WireError::new(ErrorCode::ReadOnly, "ro"));
+    line(
+        "Reply::Err".into(),
+        PROTOCOL_VERSION,
+        encode_body_in(PROTOCOL_VERSION, &error),
+    );
+    for request in requests() {
+        let name = format!("Request::{}", request.op_name());
+        line(
+            name,
+            PROTOCOL_VERSION,
+            encode_body_in(PROTOCOL_VERSION, &request),
+        );
+    }
+    // What a peer of the older version sends and is sent: the same messages without what
+    // version 2 added.
+    let older = PROTOCOL_VERSION_MIN;
+    for request in requests() {
+        let name = format!("Request::{}", request.op_name());
+        line(name, older, encode_body_in(older, &request));
+    }
+    let open = &meta_requests()[11];
+    line(
+        "MetaRequest::open".into(),
+        older,
+        encode_body_in(older, open),
+    );
+    let map: Reply = Ok(Response::ClusterMap(cluster_map()));
+    line(
+        "Response::ClusterMap".into(),
+        older,
+        encode_body_in(older, &map),
+    );
+    out
+}
+
+// Goal: every variant of every message enum has a sample, so no message escapes the golden
+// bytes.
+#[test]
+fn every_variant_has_a_sample() {
+    covers(
+        "MgmtRequest",
+        MgmtRequest::WIRE_TAGS,
+        mgmt_requests().iter().map(MgmtRequest::wire_tag),
+    );
+    covers(
+        "MetaRequest",
+        MetaRequest::WIRE_TAGS,
+        meta_requests().iter().map(MetaRequest::wire_tag),
+    );
+    covers(
+        "StorageRequest",
+        StorageRequest::WIRE_TAGS,
+        storage_requests().iter().map(StorageRequest::wire_tag),
+    );
+    covers(
+        "StorageBenchOp",
+        StorageBenchOp::WIRE_TAGS,
+        bench_ops().iter().map(StorageBenchOp::wire_tag),
+    );
+    covers(
+        "Response",
+        Response::WIRE_TAGS,
+        responses().iter().map(Response::wire_tag),
+    );
+    covers(
+        "Request",
+        Request::WIRE_TAGS,
+        requests().iter().map(Request::wire_tag),
+    );
+    let kinds = [
+        FileKind::Regular,
+        FileKind::Directory,
+        FileKind::Symlink,
+        FileKind::Fifo,
+        FileKind::Socket,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+    ];
+    covers(
+        "FileKind",
+        FileKind::WIRE_TAGS,
+        kinds.iter().map(FileKind::wire_tag),
+    );
+}
+
+// Goal: the bytes of every message are the ones recorded; a change of any of them is a
+// change of the protocol and shows here. Every message also decodes back to itself.
+#[test]
+fn messages_keep_their_bytes() {
+    for request in requests() {
+        let bytes = weft_proto::codec::encode_body(&request);
+        assert_eq!(
+            weft_proto::codec::decode_body::<Request>(&bytes).as_ref(),
+            Ok(&request)
+        );
+    }
+    for response in responses() {
+        let reply: Reply = Ok(response);
+        let bytes = weft_proto::codec::encode_body(&reply);
+        assert_eq!(
+            weft_proto::codec::decode_body::<Reply>(&bytes).as_ref(),
+            Ok(&reply)
+        );
+    }
+    let now = encodings();
+    if std::env::var_os("WEFT_BLESS").is_some() {
+        std::fs::write(GOLDEN, &now).expect("write the golden file");
+        return;
+    }
+    let recorded = std::fs::read_to_string(GOLDEN).expect("the golden file");
+    for (now, recorded) in now.lines().zip(recorded.lines()) {
+        assert_eq!(
+            now, recorded,
+            "an encoding changed (a protocol change: see the top of this file)"
+        );
+    }
+    assert_eq!(
+        now.lines().count(),
+        recorded.lines().count(),
+        "messages added or removed"
+    );
+}
+
+// Goal: a message of the older version decodes into this version's type, with what version
+// 2 added at its default, and a variant the older version does not have is refused for it.
+#[test]
+fn the_older_version_decodes_and_is_spoken() {
+    let older = PROTOCOL_VERSION_MIN;
+    let request = Request::Meta(route(), meta_requests()[11].clone(), caller());
+    let bytes = encode_body_in(older, &request).expect("encodes for version 1");
+    let decoded: Request = weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
+    let Request::Meta(_, MetaRequest::Open { access, .. }, caller) = decoded else {
+        panic!("{decoded:?}")
+    };
+    assert_eq!((access, caller), (0, None));
+    let map: Reply = Ok(Response::ClusterMap(cluster_map()));
+    let bytes = encode_body_in(older, &map).expect("encodes for version 1");
+    let Ok(Ok(Response::ClusterMap(decoded))) =
+        weft_proto::codec::decode_body_in::<Reply>(older, &bytes)
+    else {
+        panic!("a map")
+    };
+    assert!(decoded.clients.is_empty() && decoded.session_owners.is_empty());
+    assert_eq!(decoded.nodes, cluster_map().nodes);
+    let refused = encode_body_in(older, &mgmt_requests()[12]);
+    assert!(
+        refused.is_err_and(|error| error.contains("needs protocol version 2")),
+        "a variant of version 2 is not sent to a peer of version 1"
+    );
+}
