@@ -25,6 +25,7 @@ fn unauthenticated_request(address: &str, request: &Request) -> Vec<u8> {
     let body = codec::encode_body(request);
     let header = FrameHeader {
         version: codec::PROTOCOL_VERSION,
+        flags: 0,
         kind: FrameKind::Request,
         request_id: 1,
         body_len: body.len() as u32,
@@ -826,4 +827,165 @@ fn a_peer_one_protocol_version_older_is_served() {
         .block_on(client.lookup(InodeId::ROOT, "from-v1"))
         .expect("the file");
     assert_eq!(attr.uid, 0);
+}
+
+/// The resident memory of process `pid`, in bytes.
+fn resident_bytes(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("the process runs");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kib| kib << 10)
+        .expect("VmRSS")
+}
+
+/// Most memory a flooded service may hold in this test: documented in docs/operations.md
+/// ("What an attacker on the network can still do").
+const FLOODED_SERVICE_BYTES_MAX: u64 = 256 << 20;
+
+// Goal: a flood of hostile connections leaves every service serving its members, with its
+// memory bounded: thousands of connections that send nothing, senders of one byte a second,
+// members' connections whose headers claim 4 MiB bodies that never come, and garbage after a
+// valid frame. Meanwhile a mount keeps reading and writing, and afterwards new connections
+// get in. Method: a cluster of real processes; each service in turn flooded from this
+// process, its resident memory sampled during the flood.
+#[test]
+fn a_flood_leaves_every_service_serving_and_bounded() {
+    use tokio::io::AsyncWriteExt;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let data = common::pattern(3, 1 << 20);
+    fs::write(mnt.join("before"), &data).expect("write");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let member = weft_net::Auth::from_key_file(&cluster.key_file()).expect("the key");
+    for (round, name) in ["mgmt", "meta-1", "storage-1"].into_iter().enumerate() {
+        let address = cluster.address_of(name).expect("address");
+        let pid = cluster.pid(name).expect("pid");
+        let mut peak = resident_bytes(pid);
+
+        // Members whose frames claim 4 MiB bodies and send 64 KiB of them; one that sends
+        // garbage after a valid frame.
+        let stalled = runtime.block_on(async {
+            let mut streams = Vec::new();
+            for index in 0..200 {
+                let Ok(mut stream) = tokio::net::TcpStream::connect(&address).await else {
+                    continue;
+                };
+                let versions = weft_net::auth::VERSIONS_SPOKEN;
+                if weft_net::auth::connect(&mut stream, (&member, versions), (&address, &[]))
+                    .await
+                    .is_err()
+                {
+                    continue;
+                }
+                let header = FrameHeader {
+                    version: codec::PROTOCOL_VERSION,
+                    flags: (index % 2) as u8,
+                    kind: FrameKind::Request,
+                    request_id: 1,
+                    body_len: codec::FRAME_BODY_BYTES_MAX,
+                    payload_len: 0,
+                    payload_crc: 0,
+                    origin: 0,
+                };
+                let _ = stream.write_all(&header.encode()).await;
+                let _ = stream.write_all(&vec![0x5a; 64 << 10]).await;
+                streams.push(stream);
+            }
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(&address).await {
+                let versions = weft_net::auth::VERSIONS_SPOKEN;
+                if weft_net::auth::connect(&mut stream, (&member, versions), (&address, &[]))
+                    .await
+                    .is_ok()
+                {
+                    let body = codec::encode_body(&Request::Stats);
+                    let header = FrameHeader {
+                        version: codec::PROTOCOL_VERSION,
+                        flags: 0,
+                        kind: FrameKind::Request,
+                        request_id: 1,
+                        body_len: body.len() as u32,
+                        payload_len: 0,
+                        payload_crc: 0,
+                        origin: 0,
+                    };
+                    let _ = stream.write_all(&header.encode()).await;
+                    let _ = stream.write_all(&body).await;
+                    let _ = stream.write_all(&[0xff; 4096]).await;
+                    streams.push(stream);
+                }
+            }
+            streams
+        });
+        // Then connections that never send a byte, and senders of a byte a second: new
+        // connections wait for them to time out, those already in go on.
+        let silent: Vec<std::net::TcpStream> = (0..2000)
+            .filter_map(|_| std::net::TcpStream::connect(&address).ok())
+            .collect();
+        let trickle: Vec<std::thread::JoinHandle<()>> = (0..20)
+            .map(|_| {
+                let address = address.clone();
+                std::thread::spawn(move || {
+                    let Ok(mut stream) = std::net::TcpStream::connect(&address) else {
+                        return;
+                    };
+                    for byte in b"WFT" {
+                        if stream.write_all(&[*byte]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            stalled.len() > 100,
+            "{name}: only {} members got in",
+            stalled.len()
+        );
+
+        // The members' mount keeps working through it.
+        for step in 0..3 {
+            peak = peak.max(resident_bytes(pid));
+            assert_eq!(
+                fs::read(mnt.join("before")).expect("read during the flood"),
+                data
+            );
+            let file = mnt.join(format!("during-{round}-{step}"));
+            fs::write(&file, &data).expect("write during the flood");
+            fs::File::open(&file)
+                .and_then(|file| file.sync_all())
+                .expect("fsync during the flood");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        peak = peak.max(resident_bytes(pid));
+        assert!(
+            peak < FLOODED_SERVICE_BYTES_MAX,
+            "{name} held {} MiB during the flood",
+            peak >> 20
+        );
+        drop((silent, stalled));
+        for thread in trickle {
+            let _ = thread.join();
+        }
+        // And once it ends, a new connection gets in.
+        let listed = cluster
+            .weft(&["node", "list", "--mgmt", cluster.mgmt()])
+            .expect("runs");
+        assert!(listed.status.success(), "{}", stderr(&listed));
+        eprintln!("{name}: at most {} MiB during the flood", peak >> 20);
+    }
+    assert_eq!(fs::read(mnt.join("before")).expect("read"), data);
 }

@@ -36,6 +36,11 @@ use weft_proto::messages::Response;
 /// Most operations applied in one transaction.
 const BATCH_OPERATIONS_MAX: usize = 512;
 
+/// Most operations queued or committing at once: a request beyond them waits for a slot
+/// before its operation is queued (back-pressure on the connections, not a queue that grows
+/// with the load).
+pub(crate) const QUEUED_OPERATIONS_MAX: usize = 4 * BATCH_OPERATIONS_MAX;
+
 /// Longest a committed change waits for a sync.
 const UNSYNCED_FOR_MAX: Duration = Duration::from_secs(1);
 
@@ -154,6 +159,8 @@ impl CommitMetrics {
 /// Handle to the writer thread.
 pub(crate) struct Committer {
     queue: mpsc::Sender<Queued>,
+    /// Slots of [`QUEUED_OPERATIONS_MAX`] operations in the queue or its batch.
+    slots: tokio::sync::Semaphore,
     metrics: CommitMetrics,
 }
 
@@ -193,7 +200,11 @@ impl Committer {
                 }
             })
             .expect("spawning the answer thread");
-        Committer { queue, metrics }
+        Committer {
+            queue,
+            slots: tokio::sync::Semaphore::new(QUEUED_OPERATIONS_MAX),
+            metrics,
+        }
     }
 
     /// Runs `op` in the next batch and hands back what it computed once its batch committed.
@@ -224,6 +235,12 @@ impl Committer {
     /// Runs `op` in the next batch and waits until its batch committed, and also until it is
     /// durable unless `op` answered [`Answered::Committed`].
     pub async fn run_eventual(&self, op: EventualOp) -> Result<Response, OpError> {
+        // Held until the answer: the operation's slot among those queued or committing.
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| OpError::Store("commit thread stopped".into()))?;
         let (answer, receiver) = oneshot::channel();
         self.metrics.queued.inc();
         if self.queue.send((op, answer)).is_err() {

@@ -109,10 +109,10 @@ impl MetaConfig {
     /// # Errors
     /// When the security keys contradict each other or a file is unusable.
     pub fn admission(&self) -> Result<weft_net::Admission, String> {
-        Ok(weft_net::Admission {
-            auth: weft_net::Auth::for_service(self.auth_settings())?,
-            connections_max: self.connections_max,
-        })
+        Ok(weft_net::Admission::new(
+            weft_net::Auth::for_service(self.auth_settings())?,
+            self.connections_max,
+        ))
     }
 
     /// The security keys of this config.

@@ -89,6 +89,10 @@ impl RpcError {
     }
 }
 
+/// Longest a pooled connection is reused after its last request: well below a server's idle
+/// timeout ([`crate::server::IDLE_TIMEOUT_DEFAULT`]).
+const REUSE_IDLE_MAX: Duration = Duration::from_secs(60);
+
 /// Tunables of an [`RpcClient`].
 #[derive(Clone, Debug)]
 pub struct RpcClientOptions {
@@ -163,7 +167,10 @@ impl RpcClient {
         let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut guard = self.slots[slot].lock().await;
         if let Some(connection) = guard.as_ref() {
-            if !connection.is_closed() {
+            // A connection unused for a while is replaced rather than reused: its server
+            // may be closing it as idle just now, and a request sent into that would be lost
+            // in the race.
+            if !connection.is_closed() && connection.idle_for() < REUSE_IDLE_MAX {
                 return Ok(Arc::clone(connection));
             }
         }
@@ -263,6 +270,7 @@ impl RpcClient {
             address: self.address.clone(),
             reason,
         };
+        crate::memory::note_activity();
         let (request_id, receiver) = match connection.send(request, payload).await {
             Ok(sent) => sent,
             Err(SendError::Closed) => return Err(transport("connection closed".to_string())),

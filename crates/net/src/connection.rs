@@ -43,15 +43,16 @@ pub(crate) struct OutFrame {
 }
 
 impl OutFrame {
-    /// A frame of `kind` in protocol `version` (the connection's).
+    /// A frame of `kind` in protocol `version` (the connection's), with header `flags`.
     pub(crate) fn new(
         (kind, request_id, origin): (FrameKind, u64, u32),
-        version: u16,
+        (version, flags): (u16, u8),
         body: Vec<u8>,
         payload: Bytes,
     ) -> OutFrame {
         let header = FrameHeader {
             version,
+            flags,
             kind,
             request_id,
             origin,
@@ -131,8 +132,15 @@ pub(crate) async fn read_rest<R: AsyncRead + Unpin>(
     header: &FrameHeader,
     buffer: PayloadBuffer,
 ) -> Result<(Vec<u8>, Bytes), FrameReadError> {
-    let mut body = vec![0u8; header.body_len as usize];
-    reader.read_exact(&mut body).await?;
+    // Into spare capacity, as the payload below: a body costs the memory of the bytes that
+    // arrived, not of the length its header claims.
+    let body_len = header.body_len as usize;
+    let mut body = Vec::with_capacity(body_len);
+    while body.len() < body_len {
+        if reader.read_buf(&mut body).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
     let len = header.payload_len as usize;
     let huge = buffer == PayloadBuffer::Huge && len >= HUGE_PAYLOAD;
     let payload = match huge.then(|| crate::buffer::take(len)).flatten() {
@@ -236,6 +244,8 @@ pub(crate) struct ClientConnection {
     origin: u32,
     /// The protocol version agreed in the handshake: requests are encoded in it.
     version: u16,
+    /// When the last request was sent.
+    last_sent: Mutex<std::time::Instant>,
 }
 
 impl ClientConnection {
@@ -257,7 +267,13 @@ impl ClientConnection {
             closed,
             origin,
             version,
+            last_sent: Mutex::new(std::time::Instant::now()),
         }
+    }
+
+    /// How long ago the last request was sent on this connection.
+    pub(crate) fn idle_for(&self) -> std::time::Duration {
+        self.last_sent.lock().expect("last sent poisoned").elapsed()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -275,6 +291,7 @@ impl ClientConnection {
         payload: Bytes,
     ) -> Result<(u64, oneshot::Receiver<Result<(Reply, Bytes), String>>), SendError> {
         let body = codec::encode_body_in(self.version, request).map_err(SendError::TooNew)?;
+        *self.last_sent.lock().expect("last sent poisoned") = std::time::Instant::now();
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let (waiter, receiver) = oneshot::channel();
         self.waiters
@@ -283,7 +300,14 @@ impl ClientConnection {
             .insert(request_id, waiter);
         let frame = OutFrame::new(
             (FrameKind::Request, request_id, self.origin),
-            self.version,
+            (
+                self.version,
+                if request.forwarded() {
+                    codec::FLAG_FORWARDED
+                } else {
+                    0
+                },
+            ),
             body,
             payload,
         );

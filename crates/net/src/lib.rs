@@ -9,6 +9,7 @@
 //! - [`http`] — HTTP on the same port: `/metrics` and the handler's pages.
 //! - [`metrics`] — what every server exports to Prometheus, and the per-client load table.
 //! - [`influx`] — the optional push of the same metrics to InfluxDB.
+//! - [`memory`] — free memory handed back to the kernel when the process is idle.
 //! - [`mirror`] — a server's side of its mirror groups: versions, lease, delivery, resync bookkeeping.
 //! - [`retry`] — the one retry and backoff policy.
 //! - [`tls`] — optional TLS: certificates of the cluster's CA both ways, and the stream type.
@@ -23,6 +24,7 @@ pub mod cluster;
 mod connection;
 pub mod http;
 pub mod influx;
+pub mod memory;
 pub mod metrics;
 pub mod mirror;
 pub mod retry;

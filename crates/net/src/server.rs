@@ -28,6 +28,15 @@ pub const CONNECTION_BUDGET_BYTES: usize = 64 << 20;
 /// Longest a frame may take to arrive once its header has.
 pub const FRAME_REST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Bytes of requests all connections of a service may have in flight, in each of its two
+/// pools (requests from clients and tools, and requests servers pass on to each other):
+/// what a service holds of requests is bounded whatever its connections do.
+pub const SERVICE_BUDGET_BYTES_DEFAULT: usize = 256 << 20;
+
+/// How long an authenticated connection may stay without a request in flight or arriving
+/// before the server closes it (clients open a new one when they need it).
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
+
 /// A service's request handler.
 pub trait Handler: Send + Sync + 'static {
     /// Serves one request of the peer `from`; the returned payload travels raw after the
@@ -61,12 +70,27 @@ pub struct Admission {
     /// Connections open at most (config `connections_max`); a quarter of them (at least 8) may
     /// be in their handshake, or serving HTTP, at once.
     pub connections_max: usize,
+    /// Bytes of requests in flight over all connections, per pool.
+    pub budget_bytes: usize,
+    /// How long a connection may stay idle.
+    pub idle_timeout: Duration,
 }
 
 /// Default of a service's `connections_max`.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4096;
 
 impl Admission {
+    /// Peers proving `auth`, at most `connections_max` at once, with the default budget and
+    /// idle timeout.
+    pub fn new(auth: Auth, connections_max: usize) -> Admission {
+        Admission {
+            auth,
+            connections_max,
+            budget_bytes: SERVICE_BUDGET_BYTES_DEFAULT,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+        }
+    }
+
     /// Connections at most in their handshake (or serving HTTP) at once: peers that have not
     /// proved anything cannot take every slot from the members.
     fn handshakes_max(&self) -> usize {
@@ -74,10 +98,18 @@ impl Admission {
     }
 }
 
-/// The slots of one service's connections.
+/// The slots of one service's connections, and the budgets of their requests.
 struct Slots {
     handshaking: Arc<Semaphore>,
     admitted: Arc<Semaphore>,
+    /// Bytes of requests in flight from clients and tools.
+    requests: Arc<Semaphore>,
+    /// Bytes of requests in flight that servers pass on to each other (mirror forwards,
+    /// metadata replication): a pool of their own, so that two servers each full of their
+    /// clients' writes, each forwarding to the other, can still read each other's forwards.
+    forwards: Arc<Semaphore>,
+    budget_bytes: usize,
+    idle_timeout: Duration,
 }
 
 /// Accepts connections on `listener` until `shutdown` completes: Weft RPC from peers that
@@ -94,6 +126,10 @@ pub async fn serve<H: Handler>(
     let slots = Arc::new(Slots {
         handshaking: Arc::new(Semaphore::new(admission.handshakes_max())),
         admitted: Arc::new(Semaphore::new(admission.connections_max)),
+        requests: Arc::new(Semaphore::new(admission.budget_bytes)),
+        forwards: Arc::new(Semaphore::new(admission.budget_bytes)),
+        budget_bytes: admission.budget_bytes,
+        idle_timeout: admission.idle_timeout,
     });
     accept_until(listener, shutdown, |stream| {
         let Ok(handshake) = Arc::clone(&slots.handshaking).try_acquire_owned() else {
@@ -268,9 +304,10 @@ async fn serve_any<H: Handler>(
 ) {
     let _open = metrics.rpc().connection();
     // Past its handshake a connection moves to a slot of the admitted, if one is free.
+    let admitted = Arc::clone(&slots);
     let admit = move || {
         drop(handshake);
-        Arc::clone(&slots.admitted).try_acquire_owned().ok()
+        Arc::clone(&admitted.admitted).try_acquire_owned().ok()
     };
     let peer = stream.peer_addr().ok();
     // One deadline for the first bytes, TLS and the whole handshake.
@@ -281,7 +318,8 @@ async fn serve_any<H: Handler>(
             match authenticate(stream, tls_first, &auth, deadline).await {
                 Ok((stream, from)) => match admit() {
                     Some(_slot) => {
-                        return serve_connection(stream, (peer, from), handler, metrics).await
+                        let serving = (handler, metrics, slots);
+                        return serve_connection(stream, (peer, from), serving).await;
                     }
                     None => Refusal::Full,
                 },
@@ -338,6 +376,17 @@ async fn in_time<T>(
         .unwrap_or(Err(Refusal::Timeout))
 }
 
+/// Completes once the connection has had no request in flight for `timeout` (a frame that
+/// arrives meanwhile ends the wait first).
+async fn idle(in_flight: &Semaphore, timeout: Duration) {
+    loop {
+        tokio::time::sleep(timeout).await;
+        if in_flight.available_permits() == REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
+            return;
+        }
+    }
+}
+
 /// The first byte of a TLS connection (a handshake record).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
@@ -363,8 +412,7 @@ async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
 async fn serve_connection<H: Handler>(
     stream: Stream,
     (peer, from): (Option<std::net::SocketAddr>, Identity),
-    handler: Arc<H>,
-    metrics: Metrics,
+    (handler, metrics, slots): (Arc<H>, Metrics, Arc<Slots>),
 ) {
     let peer = peer.map(|a| a.to_string()).unwrap_or_default();
     let (mut reader, writer) = stream.split();
@@ -373,7 +421,14 @@ async fn serve_connection<H: Handler>(
     let in_flight = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let budget = Arc::new(Semaphore::new(CONNECTION_BUDGET_BYTES));
     loop {
-        let header = match read_header(&mut reader).await {
+        let header = tokio::select! {
+            header = read_header(&mut reader) => header,
+            () = idle(&in_flight, slots.idle_timeout) => {
+                tracing::debug!(%peer, "closing an idle connection");
+                return;
+            }
+        };
+        let header = match header {
             Ok(header) => header,
             Err(crate::connection::FrameReadError::Closed) => return,
             Err(error) => {
@@ -391,6 +446,16 @@ async fn serve_connection<H: Handler>(
         let bytes = FRAME_HEADER_BYTES + header.body_len as usize + header.payload_len as usize;
         let held = Arc::clone(&budget)
             .acquire_many_owned(bytes.min(CONNECTION_BUDGET_BYTES) as u32)
+            .await
+            .expect("semaphore never closed");
+        // And from the service's budget: all connections together hold at most that much.
+        let pool = if header.flags & codec::FLAG_FORWARDED != 0 {
+            &slots.forwards
+        } else {
+            &slots.requests
+        };
+        let held_by_service = Arc::clone(pool)
+            .acquire_many_owned(bytes.min(slots.budget_bytes) as u32)
             .await
             .expect("semaphore never closed");
         let permit = Arc::clone(&in_flight)
@@ -418,6 +483,7 @@ async fn serve_connection<H: Handler>(
                 return;
             }
         };
+        crate::memory::note_activity();
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
         let metrics = metrics.clone();
@@ -451,13 +517,13 @@ async fn serve_connection<H: Handler>(
             };
             let frame = OutFrame::new(
                 (FrameKind::Response, header.request_id, 0),
-                header.version,
+                (header.version, 0),
                 body,
                 payload,
             );
             timer.finish(&reply, frame.len() as u64);
             let _ = frames.send(frame).await;
-            drop((permit, held));
+            drop((permit, held, held_by_service));
         });
     }
 }
@@ -513,10 +579,7 @@ mod tests {
             listener,
             Arc::new(Echo),
             metrics,
-            Admission {
-                auth: cluster_key(),
-                connections_max: CONNECTIONS_MAX_DEFAULT,
-            },
+            Admission::new(cluster_key(), CONNECTIONS_MAX_DEFAULT),
             std::future::pending(),
         ));
         address
@@ -644,6 +707,7 @@ mod tests {
         assert!(answer.starts_with(b"HTTP/1.1 400"), "{answer:?}");
         let oversized = FrameHeader {
             version: weft_proto::codec::PROTOCOL_VERSION,
+            flags: 0,
             kind: FrameKind::Request,
             request_id: 1,
             body_len: FRAME_BODY_BYTES_MAX + 1,
@@ -655,6 +719,7 @@ mod tests {
         let body = codec::encode_body(&request());
         let damaged = FrameHeader {
             version: weft_proto::codec::PROTOCOL_VERSION,
+            flags: 0,
             kind: FrameKind::Request,
             request_id: 2,
             body_len: body.len() as u32,
@@ -668,6 +733,7 @@ mod tests {
         assert_closed(&address, &bytes).await;
         let garbage = FrameHeader {
             version: weft_proto::codec::PROTOCOL_VERSION,
+            flags: 0,
             kind: FrameKind::Request,
             request_id: 3,
             body_len: 5,
@@ -725,13 +791,16 @@ mod refusal_tests {
         auth: Auth,
         connections_max: usize,
     ) -> (String, Metrics) {
+        start_admitted(handler, Admission::new(auth, connections_max)).await
+    }
+
+    async fn start_admitted<H: Handler>(
+        handler: Arc<H>,
+        admission: Admission,
+    ) -> (String, Metrics) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
         let metrics = crate::MetricsBuilder::new("test", None).build();
-        let admission = Admission {
-            auth,
-            connections_max,
-        };
         tokio::spawn(serve(
             listener,
             handler,
@@ -795,6 +864,7 @@ mod refusal_tests {
         let body = codec::encode_body(&request);
         let header = codec::FrameHeader {
             version: weft_proto::codec::PROTOCOL_VERSION,
+            flags: 0,
             kind: FrameKind::Request,
             request_id: 1,
             body_len: body.len() as u32,
@@ -1038,6 +1108,7 @@ mod refusal_tests {
             .expect("handshake");
         let header = codec::FrameHeader {
             version: weft_proto::codec::PROTOCOL_VERSION,
+            flags: 0,
             kind: FrameKind::Request,
             request_id: 1,
             body_len: 1 << 20,
@@ -1051,5 +1122,137 @@ mod refusal_tests {
         let closed =
             tokio::time::timeout(FRAME_REST_TIMEOUT * 3, stream.read_to_end(&mut answer)).await;
         assert!(closed.is_ok(), "the server closes a stalled frame");
+    }
+
+    // Goal: a connection with nothing in flight and nothing arriving is closed after the idle
+    // timeout; one whose request is still being served is not, however long it takes.
+    #[tokio::test]
+    async fn idle_connections_are_closed_busy_ones_are_not() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let cluster = key(directory.path(), "cluster.key");
+        let handler = Arc::new(Holding::default());
+        let admission = Admission {
+            idle_timeout: Duration::from_millis(300),
+            ..Admission::new(cluster.clone(), CONNECTIONS_MAX_DEFAULT)
+        };
+        let (address, _metrics) = start_admitted(Arc::clone(&handler), admission).await;
+
+        let mut idle = TcpStream::connect(&address).await.expect("connect");
+        auth::connect(
+            &mut idle,
+            (&cluster, auth::VERSIONS_SPOKEN),
+            (&address, &[]),
+        )
+        .await
+        .expect("handshake");
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(30), idle.read_to_end(&mut rest));
+        assert!(closed.await.is_ok(), "an idle connection is closed");
+
+        let client = RpcClient::new(
+            address,
+            RpcClientOptions {
+                auth: cluster,
+                connections: 1,
+                ..RpcClientOptions::default()
+            },
+        );
+        let call = tokio::spawn(async move {
+            client
+                .call(&Request::Mgmt(MgmtRequest::GetClusterMap), Bytes::new())
+                .await
+        });
+        for _ in 0..3000 {
+            if handler.started.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Ten idle timeouts while the request is served.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        handler.released.store(true, Ordering::SeqCst);
+        handler.release.notify_waiters();
+        call.await
+            .expect("task")
+            .expect("the busy connection stayed open for its answer");
+    }
+
+    // Goal: all connections of a service together hold at most its budget of request bytes:
+    // with handlers stalled, requests of 16 MiB on many connections are read only as far as
+    // the budget; requests servers pass on to each other have a budget of their own, so they
+    // are still read when clients' requests fill theirs.
+    #[tokio::test]
+    async fn a_service_reads_only_as_far_as_its_budget() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let cluster = key(directory.path(), "cluster.key");
+        let handler = Arc::new(Holding::default());
+        let admission = Admission {
+            budget_bytes: 40 << 20,
+            ..Admission::new(cluster.clone(), CONNECTIONS_MAX_DEFAULT)
+        };
+        let (address, _metrics) = start_admitted(Arc::clone(&handler), admission).await;
+        let options = RpcClientOptions {
+            auth: cluster,
+            connections: 1,
+            ..RpcClientOptions::default()
+        };
+        let payload = Bytes::from(vec![7u8; 16 << 20]);
+        let write = |forwarded: bool| {
+            Request::Storage(weft_proto::messages::StorageRequest::Write {
+                target: weft_proto::TargetId(1),
+                mirror: Some(weft_proto::messages::MirrorRoute {
+                    group: 1,
+                    version: 1,
+                    forwarded,
+                }),
+                inode: weft_proto::InodeId::ROOT,
+                generation: 0,
+                object_offset: 0,
+                tag: None,
+            })
+        };
+        // Six connections, one 16 MiB write each: two fit the 40 MiB budget.
+        let mut calls = Vec::new();
+        for _ in 0..6 {
+            let client = RpcClient::new(address.clone(), options.clone());
+            let (request, payload) = (write(false), payload.clone());
+            calls.push(tokio::spawn(
+                async move { client.call(&request, payload).await },
+            ));
+        }
+        for _ in 0..1500 {
+            if handler.started.load(Ordering::SeqCst) >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Give a server that ignored its budget time to read more.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(handler.started.load(Ordering::SeqCst), 2);
+        // A forwarded write is read all the same.
+        let forwarder = RpcClient::new(address.clone(), options.clone());
+        let (request, forwarded_payload) = (write(true), payload.clone());
+        calls.push(tokio::spawn(async move {
+            forwarder.call(&request, forwarded_payload).await
+        }));
+        for _ in 0..1500 {
+            if handler.started.load(Ordering::SeqCst) >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            handler.started.load(Ordering::SeqCst),
+            3,
+            "the forwarded write is read while clients' fill their budget"
+        );
+        handler.released.store(true, Ordering::SeqCst);
+        handler.release.notify_waiters();
+        for call in calls {
+            call.await
+                .expect("task")
+                .expect("served once the budget frees");
+        }
+        assert_eq!(handler.started.load(Ordering::SeqCst), 7);
     }
 }

@@ -224,6 +224,17 @@ pub fn foreign_session(name: &str, session: ClientId) -> WireError {
 }
 
 impl Request {
+    /// Whether it is a request a server passes on to another (a change a primary forwards to
+    /// its mirror members, a metadata primary's change to its copies): such requests take a
+    /// budget of their own on the receiving server (see `weft_net::server`).
+    pub fn forwarded(&self) -> bool {
+        match self {
+            Request::Storage(request) => request.mirror().is_some_and(|route| route.forwarded),
+            Request::Meta(_, MetaRequest::ReplicaApply { .. }, _) => true,
+            Request::Meta(..) | Request::Mgmt(_) | Request::Stats => false,
+        }
+    }
+
     /// The client sessions the request acts in: whose replies, opens, locks or changes it
     /// touches. A client identity may name only the sessions it registered.
     pub fn sessions(&self) -> Vec<ClientId> {

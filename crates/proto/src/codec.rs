@@ -5,7 +5,8 @@
 //!      0     4  magic "WEFT" (0x54464557 little endian)
 //!      4     2  protocol version the body is encoded in (the one the connection agreed on)
 //!      6     1  kind: 0 request, 1 response
-//!      7     1  flags (reserved, zero)
+//!      7     1  flags: 1 = a request a server passes on to another (a mirror forward, a
+//!               metadata replica's change), taken from a budget of its own
 //!      8     8  request id, echoed by the response
 //!     16     4  body length
 //!     20     4  payload length
@@ -28,6 +29,9 @@ pub const PROTOCOL_VERSION: u16 = 2;
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 /// Size of the fixed header.
 pub const FRAME_HEADER_BYTES: usize = 32;
+/// A header flag: the request is one a server passes on to another (a mirror forward, a
+/// metadata replica's change).
+pub const FLAG_FORWARDED: u8 = 1;
 /// Largest body: directory listings are batched to stay below it.
 pub const FRAME_BODY_BYTES_MAX: u32 = 4 * 1024 * 1024;
 /// Largest raw payload: clients cut I/O into pieces no larger.
@@ -47,6 +51,8 @@ pub enum FrameKind {
 pub struct FrameHeader {
     /// The protocol version of the body: [`PROTOCOL_VERSION_MIN`] to [`PROTOCOL_VERSION`].
     pub version: u16,
+    /// [`FLAG_FORWARDED`], or 0.
+    pub flags: u8,
     /// Request or response.
     pub kind: FrameKind,
     /// Chosen by the requester, echoed by the response.
@@ -119,6 +125,7 @@ impl FrameHeader {
         bytes[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
         bytes[4..6].copy_from_slice(&self.version.to_le_bytes());
         bytes[6] = self.kind as u8;
+        bytes[7] = self.flags;
         bytes[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         bytes[16..20].copy_from_slice(&self.body_len.to_le_bytes());
         bytes[20..24].copy_from_slice(&self.payload_len.to_le_bytes());
@@ -152,6 +159,7 @@ impl FrameHeader {
         request_id.copy_from_slice(&bytes[8..16]);
         let header = FrameHeader {
             version,
+            flags: bytes[7],
             kind,
             request_id: u64::from_le_bytes(request_id),
             body_len: u32_at(16),
@@ -237,6 +245,7 @@ mod tests {
     fn header() -> FrameHeader {
         FrameHeader {
             version: PROTOCOL_VERSION,
+            flags: 0,
             kind: FrameKind::Request,
             request_id: 42,
             body_len: 10,

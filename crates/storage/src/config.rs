@@ -103,10 +103,10 @@ impl StorageConfig {
     /// # Errors
     /// When the security keys contradict each other or a file is unusable.
     pub fn admission(&self) -> Result<weft_net::Admission, String> {
-        Ok(weft_net::Admission {
-            auth: weft_net::Auth::for_service(self.auth_settings())?,
-            connections_max: self.connections_max,
-        })
+        Ok(weft_net::Admission::new(
+            weft_net::Auth::for_service(self.auth_settings())?,
+            self.connections_max,
+        ))
     }
 
     /// The security keys of this config.

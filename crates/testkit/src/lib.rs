@@ -670,6 +670,31 @@ impl LocalCluster {
             .set_link(name, up)
     }
 
+    /// The process id of service `name`, while it runs.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.services
+            .get(name)
+            .and_then(|service| service.child.as_ref())
+            .map(std::process::Child::id)
+    }
+
+    /// The address of service `name` (`mgmt`, `meta-1`, `storage-2`), as management lists it.
+    ///
+    /// # Errors
+    /// When management cannot be asked or does not list it.
+    pub fn address_of(&self, name: &str) -> Result<String> {
+        if name == "mgmt" {
+            return Ok(self.mgmt.clone());
+        }
+        let output = self.weft(&["node", "list", "--mgmt", &self.mgmt])?;
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .find(|fields| fields.len() >= 4 && fields[1] == name)
+            .map(|fields| fields[3].trim_end_matches(',').to_string())
+            .ok_or_else(|| anyhow!("management does not list {name}"))
+    }
+
     /// Names of all services, e.g. `mgmt`, `meta-1`, `storage-2`.
     pub fn service_names(&self) -> Vec<String> {
         self.services.keys().cloned().collect()
