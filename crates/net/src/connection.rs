@@ -194,19 +194,30 @@ pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(
 ) {
     let mut writer = BufWriter::with_capacity(256 * 1024, writer);
     while let Some(frame) = frames.recv().await {
-        let mut result = write_one(&mut writer, &frame).await;
-        // Batch whatever else is queued into the same flush.
-        while result.is_ok() {
-            match frames.try_recv() {
-                Ok(frame) => result = write_one(&mut writer, &frame).await,
-                Err(_) => break,
+        // A peer that does not take what is written to it within the deadline is dropped:
+        // frames queued for it (and what they hold) are not kept for ever.
+        let batch = async {
+            write_one(&mut writer, &frame).await?;
+            // Batch whatever else is queued into the same flush.
+            while let Ok(frame) = frames.try_recv() {
+                write_one(&mut writer, &frame).await?;
             }
-        }
-        if result.is_err() || writer.flush().await.is_err() {
-            return;
+            writer.flush().await
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, batch).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::warn!(timeout = ?WRITE_TIMEOUT, "closing a connection whose peer does not read");
+                return;
+            }
         }
     }
 }
+
+/// Longest a batch of frames may take to be written: a peer that reads nothing for this long
+/// is closed.
+pub(crate) const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn write_one<W: AsyncWrite + Unpin>(
     writer: &mut BufWriter<W>,

@@ -98,6 +98,60 @@ impl Admission {
     }
 }
 
+/// What a request holds of its service's budget.
+type Held = (
+    tokio::sync::OwnedSemaphorePermit,
+    Option<tokio::sync::OwnedSemaphorePermit>,
+);
+
+impl Slots {
+    /// Takes `bytes` of a request of `from` from the service's budget: the servers' pool for
+    /// a member's request flagged as passed on between servers, else the requests' pool,
+    /// after the client's own share for a client identity.
+    async fn take(&self, from: &Identity, flags: u8, bytes: usize) -> Held {
+        let (pool, share) = match from {
+            Identity::Member if flags & codec::FLAG_FORWARDED != 0 => (&self.forwards, None),
+            Identity::Member => (&self.requests, None),
+            Identity::Client(name) => (&self.requests, Some(self.share_of(name))),
+        };
+        let share = match share {
+            Some(share) => Some(
+                share
+                    .acquire_many_owned(bytes.min(self.budget_bytes / CLIENT_SHARES) as u32)
+                    .await
+                    .expect("semaphore never closed"),
+            ),
+            None => None,
+        };
+        let pooled = Arc::clone(pool)
+            .acquire_many_owned(bytes.min(self.budget_bytes) as u32)
+            .await
+            .expect("semaphore never closed");
+        (pooled, share)
+    }
+
+    /// The share of the requests' budget the client `name` may hold.
+    fn share_of(&self, name: &Arc<str>) -> Arc<Semaphore> {
+        let mut shares = self.client_shares.lock().expect("client shares poisoned");
+        // Shares nobody holds are forgotten once there are many (clients come and go).
+        if shares.len() > CLIENT_SHARES_KEPT {
+            let full = self.budget_bytes / CLIENT_SHARES;
+            shares.retain(|_, share| share.available_permits() < full);
+        }
+        Arc::clone(
+            shares
+                .entry(Arc::clone(name))
+                .or_insert_with(|| Arc::new(Semaphore::new(self.budget_bytes / CLIENT_SHARES))),
+        )
+    }
+}
+
+/// A client identity holds at most this fraction of a service's requests budget.
+const CLIENT_SHARES: usize = 4;
+
+/// Client shares kept before idle ones are forgotten.
+const CLIENT_SHARES_KEPT: usize = 1024;
+
 /// The slots of one service's connections, and the budgets of their requests.
 struct Slots {
     handshaking: Arc<Semaphore>,
@@ -108,6 +162,8 @@ struct Slots {
     /// metadata replication): a pool of their own, so that two servers each full of their
     /// clients' writes, each forwarding to the other, can still read each other's forwards.
     forwards: Arc<Semaphore>,
+    /// Per client identity, its share of `requests`.
+    client_shares: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>,
     budget_bytes: usize,
     idle_timeout: Duration,
 }
@@ -128,6 +184,7 @@ pub async fn serve<H: Handler>(
         admitted: Arc::new(Semaphore::new(admission.connections_max)),
         requests: Arc::new(Semaphore::new(admission.budget_bytes)),
         forwards: Arc::new(Semaphore::new(admission.budget_bytes)),
+        client_shares: std::sync::Mutex::default(),
         budget_bytes: admission.budget_bytes,
         idle_timeout: admission.idle_timeout,
     });
@@ -421,6 +478,10 @@ async fn serve_connection<H: Handler>(
     let in_flight = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let budget = Arc::new(Semaphore::new(CONNECTION_BUDGET_BYTES));
     loop {
+        if frames.is_closed() {
+            // The writer gave up on the peer (it does not read its answers).
+            return;
+        }
         let header = tokio::select! {
             header = read_header(&mut reader) => header,
             () = idle(&in_flight, slots.idle_timeout) => {
@@ -449,15 +510,10 @@ async fn serve_connection<H: Handler>(
             .await
             .expect("semaphore never closed");
         // And from the service's budget: all connections together hold at most that much.
-        let pool = if header.flags & codec::FLAG_FORWARDED != 0 {
-            &slots.forwards
-        } else {
-            &slots.requests
-        };
-        let held_by_service = Arc::clone(pool)
-            .acquire_many_owned(bytes.min(slots.budget_bytes) as u32)
-            .await
-            .expect("semaphore never closed");
+        // A client identity takes at most a quarter of it, from its own share first, so one
+        // client cannot stall the others; it never takes from the servers' pool, whatever
+        // its header says.
+        let held_by_service = slots.take(&from, header.flags, bytes).await;
         let permit = Arc::clone(&in_flight)
             .acquire_owned()
             .await
@@ -484,12 +540,13 @@ async fn serve_connection<H: Handler>(
             }
         };
         crate::memory::note_activity();
+        let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
+        drop(body);
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
         let metrics = metrics.clone();
         let from = from.clone();
         tokio::spawn(async move {
-            let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
             let timer = metrics
                 .rpc()
                 .start(request.op_name(), header.origin, received);
@@ -522,8 +579,11 @@ async fn serve_connection<H: Handler>(
                 payload,
             );
             timer.finish(&reply, frame.len() as u64);
+            // The request is served: its bytes go back to the budgets now, not when its peer
+            // takes the answer (a peer that reads nothing is closed by the writer's deadline).
+            drop((held, held_by_service));
             let _ = frames.send(frame).await;
-            drop((permit, held, held_by_service));
+            drop(permit);
         });
     }
 }

@@ -228,11 +228,18 @@ pub fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> 
 /// # Errors
 /// [`DecodeError::Body`] when the bytes are not a valid `T`.
 pub fn decode_body_in<T: DeserializeOwned>(version: u16, bytes: &[u8]) -> Result<T, DecodeError> {
-    crate::wire::in_version(version, || postcard::from_bytes(bytes)).map_err(|error| {
-        DecodeError::Body {
+    let (message, rest) = crate::wire::in_version(version, || postcard::take_from_bytes(bytes))
+        .map_err(|error| DecodeError::Body {
             reason: error.to_string(),
-        }
-    })
+        })?;
+    // A body is one message: bytes after it are a peer that encodes something else (another
+    // version's fields, say) and must not be taken for this one.
+    if !rest.is_empty() {
+        return Err(DecodeError::Body {
+            reason: format!("{} bytes after the message", rest.len()),
+        });
+    }
+    Ok(message)
 }
 
 #[cfg(test)]
