@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Weft's tests need if it is missing, then runs them: the format check, clippy
-# with warnings as errors, and every unit and integration test. This is README's test command
+# with warnings as errors, every unit and integration test, and a short fuzzing of every
+# decoder. This is README's test command
 # and all of .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,3 +50,5 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Cluster tests start several processes each; two at a time suit a 2-core machine.
 cargo test --workspace -- --test-threads=2
+# Every decoder under a coverage-guided fuzzer for a while, from the corpus in fuzz/corpus.
+scripts/fuzz.sh --seconds 15

@@ -34,6 +34,21 @@ mod service;
 mod store;
 
 pub use config::{MetaConfig, TargetChooser};
+
+/// Entry points for the fuzzers (`fuzz/` at the top of the repository).
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes `bytes` as each kind of record a metadata server stores; none may panic,
+    /// whatever the bytes.
+    pub fn decode_stored_records(bytes: &[u8]) {
+        let _ = crate::store::InodeRecord::decode(1, bytes);
+        let _ = postcard::from_bytes::<crate::ops::remote::Intent>(bytes);
+        let _ = postcard::from_bytes::<crate::store::TruncateWork>(bytes);
+        let _ = postcard::from_bytes::<weft_proto::layout::FileLayout>(bytes);
+        let _ = postcard::from_bytes::<weft_proto::layout::SlotSet>(bytes);
+        let _ = crate::service::stored_reply(bytes);
+    }
+}
 pub use server::run;
 
 /// Why the metadata service could not start or stopped.

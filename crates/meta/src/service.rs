@@ -384,7 +384,7 @@ impl Meta {
     }
 }
 
-fn stored_reply(bytes: &[u8]) -> Result<Response, OpError> {
+pub(crate) fn stored_reply(bytes: &[u8]) -> Result<Response, OpError> {
     match postcard::from_bytes::<Reply>(bytes) {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(error)) => Err(OpError::Rejected(error)),

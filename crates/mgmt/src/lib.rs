@@ -20,6 +20,19 @@ mod monitor;
 mod service;
 mod store;
 
+/// Entry points for the fuzzers (`fuzz/` at the top of the repository).
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes `bytes` as each kind of record management stores; none may panic, whatever the
+    /// bytes.
+    pub fn decode_stored_records(bytes: &[u8]) {
+        let _ = postcard::from_bytes::<crate::store::NodeRecord>(bytes);
+        let _ = postcard::from_bytes::<crate::store::TargetRecord>(bytes);
+        let _ = postcard::from_bytes::<weft_proto::access::ClientRule>(bytes);
+        let _ = postcard::from_bytes::<weft_mirror::ControllerDurable>(bytes);
+    }
+}
+
 pub use config::MgmtConfig;
 pub use service::run;
 
