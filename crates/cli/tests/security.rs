@@ -15,6 +15,21 @@ use weft_proto::messages::{MgmtRequest, Request, StorageRequest};
 use weft_proto::{InodeId, TargetId};
 use weft_testkit::{wait_until, ClusterSpec};
 
+/// The header of a request frame with a body of `body_len` bytes and no payload.
+fn request_header(body_len: u32, flags: u8) -> [u8; codec::FRAME_HEADER_BYTES] {
+    FrameHeader {
+        version: codec::PROTOCOL_VERSION,
+        flags,
+        kind: FrameKind::Request,
+        request_id: 1,
+        body_len,
+        payload_len: 0,
+        payload_crc: 0,
+        origin: 0,
+    }
+    .encode()
+}
+
 /// Sends `request` as a frame at once, as a peer that skips the handshake would (every Weft
 /// before authentication did); returns every byte the server sent back before it closed.
 fn unauthenticated_request(address: &str, request: &Request) -> Vec<u8> {
@@ -23,17 +38,8 @@ fn unauthenticated_request(address: &str, request: &Request) -> Vec<u8> {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let body = codec::encode_body(request);
-    let header = FrameHeader {
-        version: codec::PROTOCOL_VERSION,
-        flags: 0,
-        kind: FrameKind::Request,
-        request_id: 1,
-        body_len: body.len() as u32,
-        payload_len: 0,
-        payload_crc: 0,
-        origin: 0,
-    };
-    let mut frame = header.encode().to_vec();
+    let header = request_header(body.len() as u32, 0);
+    let mut frame = header.to_vec();
     frame.extend_from_slice(&body);
     // The server may hang up before all of it is read.
     let _ = stream.write_all(&frame);
@@ -894,17 +900,8 @@ fn a_flood_leaves_every_service_serving_and_bounded() {
                 {
                     continue;
                 }
-                let header = FrameHeader {
-                    version: codec::PROTOCOL_VERSION,
-                    flags: (index % 2) as u8,
-                    kind: FrameKind::Request,
-                    request_id: 1,
-                    body_len: codec::FRAME_BODY_BYTES_MAX,
-                    payload_len: 0,
-                    payload_crc: 0,
-                    origin: 0,
-                };
-                let _ = stream.write_all(&header.encode()).await;
+                let header = request_header(codec::FRAME_BODY_BYTES_MAX, (index % 2) as u8);
+                let _ = stream.write_all(&header).await;
                 let _ = stream.write_all(&vec![0x5a; 64 << 10]).await;
                 streams.push(stream);
             }
@@ -915,17 +912,8 @@ fn a_flood_leaves_every_service_serving_and_bounded() {
                     .is_ok()
                 {
                     let body = codec::encode_body(&Request::Stats);
-                    let header = FrameHeader {
-                        version: codec::PROTOCOL_VERSION,
-                        flags: 0,
-                        kind: FrameKind::Request,
-                        request_id: 1,
-                        body_len: body.len() as u32,
-                        payload_len: 0,
-                        payload_crc: 0,
-                        origin: 0,
-                    };
-                    let _ = stream.write_all(&header.encode()).await;
+                    let header = request_header(body.len() as u32, 0);
+                    let _ = stream.write_all(&header).await;
                     let _ = stream.write_all(&body).await;
                     let _ = stream.write_all(&[0xff; 4096]).await;
                     streams.push(stream);

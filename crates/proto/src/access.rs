@@ -167,27 +167,39 @@ impl ClientRule {
     }
 }
 
+/// What a request is to admission: one a client may send that only reads, one a client may
+/// send that changes files, directories or attributes, or one for the cluster's members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Reads,
+    Changes,
+    Members,
+}
+
 impl Request {
-    /// Whether a client identity may send it: the file operations of a mount or the client
-    /// library. Every other request is for the cluster's members.
-    pub fn for_clients(&self) -> bool {
+    fn kind(&self) -> Kind {
         match self {
-            Request::Mgmt(request) => request.for_clients(),
-            Request::Meta(_, request, _) => request.for_clients(),
-            Request::Storage(request) => {
-                request.for_clients() && !request.mirror().is_some_and(|route| route.forwarded)
+            Request::Mgmt(request) => request.kind(),
+            Request::Meta(_, request, _) => request.kind(),
+            // A change a primary passes on is the members' business, whoever sends it.
+            Request::Storage(request) if request.mirror().is_some_and(|route| route.forwarded) => {
+                Kind::Members
             }
-            Request::Stats => true,
+            Request::Storage(request) => request.kind(),
+            Request::Stats => Kind::Reads,
         }
     }
 
-    /// Whether it changes files, directories or attributes: refused to read-only clients.
+    /// Whether a client identity may send it: the file operations of a mount or the client
+    /// library. Every other request is for the cluster's members.
+    pub fn for_clients(&self) -> bool {
+        self.kind() != Kind::Members
+    }
+
+    /// Whether it changes files, directories or attributes (refused to read-only clients);
+    /// every request for members counts as a change.
     pub fn changes_files(&self) -> bool {
-        match self {
-            Request::Mgmt(_) | Request::Stats => false,
-            Request::Meta(_, request, _) => request.changes_files(),
-            Request::Storage(request) => request.changes_files(),
-        }
+        self.kind() != Kind::Reads
     }
 }
 
@@ -293,13 +305,13 @@ impl MetaRequest {
 }
 
 impl MgmtRequest {
-    fn for_clients(&self) -> bool {
+    fn kind(&self) -> Kind {
         match self {
             MgmtRequest::RegisterClient { .. }
             | MgmtRequest::ClientHeartbeat { .. }
             | MgmtRequest::GetClusterMap
             | MgmtRequest::GetClusterStatus
-            | MgmtRequest::GetResyncStats => true,
+            | MgmtRequest::GetResyncStats => Kind::Reads,
             MgmtRequest::RegisterNode { .. }
             | MgmtRequest::RegisterTarget { .. }
             | MgmtRequest::Heartbeat { .. }
@@ -308,16 +320,28 @@ impl MgmtRequest {
             | MgmtRequest::AcquireRenameLock { .. }
             | MgmtRequest::ReleaseRenameLock { .. }
             | MgmtRequest::SetClientRule { .. }
-            | MgmtRequest::RemoveClientRule { .. } => false,
+            | MgmtRequest::RemoveClientRule { .. } => Kind::Members,
         }
     }
 }
 
 impl MetaRequest {
-    fn for_clients(&self) -> bool {
+    fn kind(&self) -> Kind {
         match self {
+            // A pending truncate applied is the file's own state catching up, not a change.
             MetaRequest::Lookup { .. }
             | MetaRequest::GetAttr { .. }
+            | MetaRequest::ReadDir { .. }
+            | MetaRequest::ReadLink { .. }
+            | MetaRequest::Release { .. }
+            | MetaRequest::ApplyTruncate { .. }
+            | MetaRequest::GetXattr { .. }
+            | MetaRequest::ListXattr { .. }
+            | MetaRequest::SetLock { .. }
+            | MetaRequest::GetLock { .. }
+            | MetaRequest::LockEpoch => Kind::Reads,
+            MetaRequest::Open { access, .. } if access & WRITE == 0 => Kind::Reads,
+            MetaRequest::Open { .. }
             | MetaRequest::SetAttr { .. }
             | MetaRequest::Create { .. }
             | MetaRequest::CreateSpread { .. }
@@ -325,20 +349,10 @@ impl MetaRequest {
             | MetaRequest::Unlink { .. }
             | MetaRequest::Rmdir { .. }
             | MetaRequest::Rename { .. }
-            | MetaRequest::ReadDir { .. }
-            | MetaRequest::ReadLink { .. }
-            | MetaRequest::Open { .. }
-            | MetaRequest::Release { .. }
-            | MetaRequest::ApplyTruncate { .. }
             | MetaRequest::ReportSize { .. }
             | MetaRequest::SetXattr { .. }
-            | MetaRequest::GetXattr { .. }
-            | MetaRequest::ListXattr { .. }
             | MetaRequest::RemoveXattr { .. }
-            | MetaRequest::SetLock { .. }
-            | MetaRequest::GetLock { .. }
-            | MetaRequest::LockEpoch
-            | MetaRequest::SetPattern { .. } => true,
+            | MetaRequest::SetPattern { .. } => Kind::Changes,
             MetaRequest::CreateDirInode { .. }
             | MetaRequest::SetShards { .. }
             | MetaRequest::SealShard { .. }
@@ -352,87 +366,25 @@ impl MetaRequest {
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
             | MetaRequest::ReplicaApply { .. }
-            | MetaRequest::IntentsSettled { .. } => false,
-        }
-    }
-
-    fn changes_files(&self) -> bool {
-        match self {
-            MetaRequest::SetAttr { .. }
-            | MetaRequest::Create { .. }
-            | MetaRequest::CreateSpread { .. }
-            | MetaRequest::Link { .. }
-            | MetaRequest::Unlink { .. }
-            | MetaRequest::Rmdir { .. }
-            | MetaRequest::Rename { .. }
-            | MetaRequest::ReportSize { .. }
-            | MetaRequest::SetXattr { .. }
-            | MetaRequest::RemoveXattr { .. }
-            | MetaRequest::SetPattern { .. } => true,
-            MetaRequest::Open { access, .. } => access & WRITE != 0,
-            // Members' requests change things, but are refused to clients before this asks.
-            MetaRequest::CreateDirInode { .. }
-            | MetaRequest::SetShards { .. }
-            | MetaRequest::SealShard { .. }
-            | MetaRequest::SyncShard { .. }
-            | MetaRequest::RemoveDirInode { .. }
-            | MetaRequest::InsertDentry { .. }
-            | MetaRequest::ExchangeDentry { .. }
-            | MetaRequest::Renamed { .. }
-            | MetaRequest::AdjustLinks { .. }
-            | MetaRequest::ReplicaApply { .. }
-            | MetaRequest::IntentsSettled { .. } => true,
-            // A pending truncate is the file's own state catching up, not a change of it.
-            MetaRequest::Lookup { .. }
-            | MetaRequest::GetAttr { .. }
-            | MetaRequest::ReadDir { .. }
-            | MetaRequest::ReadLink { .. }
-            | MetaRequest::Release { .. }
-            | MetaRequest::ApplyTruncate { .. }
-            | MetaRequest::GetXattr { .. }
-            | MetaRequest::ListXattr { .. }
-            | MetaRequest::SetLock { .. }
-            | MetaRequest::GetLock { .. }
-            | MetaRequest::LockEpoch
-            | MetaRequest::RemoteReferences
-            | MetaRequest::Check { .. }
-            | MetaRequest::CheckProgress => false,
+            | MetaRequest::IntentsSettled { .. } => Kind::Members,
         }
     }
 }
 
 impl StorageRequest {
-    fn for_clients(&self) -> bool {
+    fn kind(&self) -> Kind {
         match self {
-            StorageRequest::Write { .. }
-            | StorageRequest::Read { .. }
+            StorageRequest::Read { .. }
             | StorageRequest::Sync { .. }
-            | StorageRequest::Fallocate { .. }
-            | StorageRequest::NetBench { .. } => true,
+            | StorageRequest::NetBench { .. } => Kind::Reads,
+            StorageRequest::Write { .. } | StorageRequest::Fallocate { .. } => Kind::Changes,
             StorageRequest::Truncate { .. }
             | StorageRequest::Remove { .. }
             | StorageRequest::Bench { .. }
             | StorageRequest::ListObjects { .. }
             | StorageRequest::ObjectLength { .. }
             | StorageRequest::ObjectChecksum { .. }
-            | StorageRequest::SyncTarget { .. } => false,
-        }
-    }
-
-    fn changes_files(&self) -> bool {
-        match self {
-            StorageRequest::Write { .. }
-            | StorageRequest::Fallocate { .. }
-            | StorageRequest::Truncate { .. }
-            | StorageRequest::Remove { .. }
-            | StorageRequest::Bench { .. } => true,
-            StorageRequest::Read { .. }
-            | StorageRequest::Sync { .. }
-            | StorageRequest::NetBench { .. }
-            | StorageRequest::ListObjects { .. }
-            | StorageRequest::ObjectLength { .. }
-            | StorageRequest::ObjectChecksum { .. }
-            | StorageRequest::SyncTarget { .. } => false,
+            | StorageRequest::SyncTarget { .. } => Kind::Members,
         }
     }
 }
