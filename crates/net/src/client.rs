@@ -270,7 +270,7 @@ impl RpcClient {
             address: self.address.clone(),
             reason,
         };
-        crate::memory::note_activity();
+        crate::memory::note_activity(payload.len() as u64);
         let (request_id, receiver) = match connection.send(request, payload).await {
             Ok(sent) => sent,
             Err(SendError::Closed) => return Err(transport("connection closed".to_string())),
@@ -292,7 +292,10 @@ impl RpcClient {
             Ok(Err(_)) => Err(transport("connection closed".to_string())),
             Ok(Ok(Err(reason))) => Err(transport(reason)),
             Ok(Ok(Ok((Err(error), _)))) => Err(RpcError::Remote(error)),
-            Ok(Ok(Ok((Ok(response), payload)))) => Ok((response, payload)),
+            Ok(Ok(Ok((Ok(response), payload)))) => {
+                crate::memory::note_activity(payload.len() as u64);
+                Ok((response, payload))
+            }
         }
     }
 

@@ -3,32 +3,39 @@
 //! Freed memory stays in the allocator's arenas for the next request (see the allocator
 //! settings of the `weft` binary): fast under load, but a process that served a burst would
 //! keep its peak for ever. [`give_back_when_idle`] returns it to the kernel once the process
-//! has neither served nor sent a request for [`IDLE_BEFORE_TRIM`].
+//! has moved less than [`IDLE_BYTES`] of requests and answers in [`IDLE_BEFORE_TRIM`]: the
+//! heartbeats and map fetches that never stop do not count as load.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Requests served and sent by this process, counted by the server loop and the RPC client.
+/// Bytes of requests and answers this process served or sent, counted by the server loop and
+/// the RPC client.
 static ACTIVITY: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes moved in [`IDLE_BEFORE_TRIM`] below which the process counts as idle.
+pub const IDLE_BYTES: u64 = 1 << 20;
 
 /// How long a process must be idle before it gives memory back.
 pub const IDLE_BEFORE_TRIM: Duration = Duration::from_secs(10);
 
-/// Counts a request served or sent.
-pub(crate) fn note_activity() {
-    ACTIVITY.fetch_add(1, Ordering::Relaxed);
+/// Counts `bytes` of a request served or sent, or of its answer.
+pub(crate) fn note_activity(bytes: u64) {
+    ACTIVITY.fetch_add(bytes, Ordering::Relaxed);
 }
 
-/// Runs for ever: every [`IDLE_BEFORE_TRIM`] without a request, hands the allocator's free
-/// memory back to the kernel (once per idle period).
+/// Runs for ever: after every [`IDLE_BEFORE_TRIM`] with less than [`IDLE_BYTES`] moved, hands
+/// the allocator's free memory back to the kernel (once per idle period).
 pub async fn give_back_when_idle() {
     let mut seen = ACTIVITY.load(Ordering::Relaxed);
     let mut trimmed = false;
     loop {
         tokio::time::sleep(IDLE_BEFORE_TRIM).await;
         let now = ACTIVITY.load(Ordering::Relaxed);
-        if now != seen {
-            (seen, trimmed) = (now, false);
+        let moved = now.wrapping_sub(seen);
+        seen = now;
+        if moved >= IDLE_BYTES {
+            trimmed = false;
             continue;
         }
         if !trimmed {

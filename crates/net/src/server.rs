@@ -539,8 +539,8 @@ async fn serve_connection<H: Handler>(
                 return;
             }
         };
-        crate::memory::note_activity();
         let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
+        crate::memory::note_activity(received);
         drop(body);
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
@@ -579,6 +579,7 @@ async fn serve_connection<H: Handler>(
                 payload,
             );
             timer.finish(&reply, frame.len() as u64);
+            crate::memory::note_activity(frame.len() as u64);
             // The request is served: its bytes go back to the budgets now, not when its peer
             // takes the answer (a peer that reads nothing is closed by the writer's deadline).
             drop((held, held_by_service));
