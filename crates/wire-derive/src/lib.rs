@@ -364,6 +364,13 @@ fn enum_rename(attrs: &[Attribute]) -> syn::Result<Option<String>> {
 }
 
 fn variant_attrs(attrs: &[Attribute], ident: &Ident) -> syn::Result<(u32, Option<u16>)> {
+    // serde's attributes on a variant (rename, skip...) would be silently ignored here.
+    if let Some(attr) = attrs.iter().find(|attr| attr.path().is_ident("serde")) {
+        return Err(syn::Error::new_spanned(
+            attr,
+            "#[derive(Wire)] variants take #[wire(...)] only, not #[serde(...)]",
+        ));
+    }
     let (mut tag, mut since) = (None, None);
     for attr in attrs.iter().filter(|attr| attr.path().is_ident("wire")) {
         attr.parse_nested_meta(|meta| {
