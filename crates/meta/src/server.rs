@@ -23,7 +23,6 @@ use tokio::net::TcpListener;
 use weft_net::auth::Identity;
 use weft_net::mirror::{stale, Membership, Unsynced};
 use weft_net::ClusterView;
-use weft_proto::access::Caller;
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, META_HOME_MAX};
 use weft_proto::messages::{
@@ -509,34 +508,9 @@ impl Server {
     }
 }
 
-impl Server {
-    /// Who a client identity's request acts for when this server must check its access
-    /// itself (a client whose rule squashes root), after its rule admitted it; `None` for
-    /// members and for clients whose kernel's checks stand.
-    async fn client_caller(
-        &self,
-        from: &Identity,
-        request: &Request,
-    ) -> Result<Option<Caller>, WireError> {
-        let Identity::Client(name) = from else {
-            return Ok(None);
-        };
-        self.shared.cluster.admit_sessions(name, request).await?;
-        let map = self.shared.cluster.map();
-        let Some(rule) = map.client_rule(name) else {
-            return Ok(None);
-        };
-        rule.admit(request)?;
-        Ok(match request {
-            Request::Meta(_, _, caller) => rule.checked(caller.clone()),
-            _ => None,
-        })
-    }
-}
-
 impl weft_net::Handler for Server {
     async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
-        let checked = match self.client_caller(&from, &request).await {
+        let checked = match self.shared.cluster.admit_client(&from, &request).await {
             Ok(checked) => checked,
             Err(error) => return (Err(error), Bytes::new()),
         };

@@ -1,12 +1,13 @@
 //! [`ClusterView`]: the cluster map from management and a client per peer, shared by the client
 //! library and by servers that call other servers (a metadata server truncating objects).
 
+use crate::auth::Identity;
 use crate::client::{RpcClientOptions, RpcError};
 use crate::retry::RetryPolicy;
 use crate::stubs::{MetaClient, MgmtClient, StorageClient};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use weft_proto::access::{self, Sessions};
+use weft_proto::access::{self, Caller, Sessions};
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::Slot;
@@ -92,6 +93,31 @@ impl ClusterView {
         *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
         *fetched = Some(started);
         Ok(map)
+    }
+
+    /// Whether the peer `from` may send `request`, by its client's rule and sessions (a member
+    /// always may); `Some` with who a metadata request acts for when the server must check its
+    /// access itself (the client squashes root, [`weft_proto::access::ClientRule::checked`]).
+    ///
+    /// # Errors
+    /// The rule's refusal, or [`ClusterView::admit_sessions`]'.
+    pub async fn admit_client(
+        &self,
+        from: &Identity,
+        request: &Request,
+    ) -> Result<Option<Caller>, WireError> {
+        let Identity::Client(name) = from else {
+            return Ok(None);
+        };
+        let rule = self.map().client_rule(name).cloned();
+        if let Some(rule) = &rule {
+            rule.admit(request)?;
+        }
+        self.admit_sessions(name, request).await?;
+        Ok(match (rule, request) {
+            (Some(rule), Request::Meta(_, _, caller)) => rule.checked(caller.clone()),
+            _ => None,
+        })
     }
 
     /// Whether the client `name` may act in the sessions `request` names: sessions it

@@ -239,18 +239,8 @@ impl weft_net::Handler for Storage {
     }
 
     async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
-        if let Identity::Client(name) = &from {
-            let admitted = match self.cluster.map().client_rule(name) {
-                Some(rule) => rule.admit(&request),
-                None => Ok(()),
-            };
-            let admitted = match admitted {
-                Ok(()) => self.cluster.admit_sessions(name, &request).await,
-                refused => refused,
-            };
-            if let Err(error) = admitted {
-                return (Err(error), Bytes::new());
-            }
+        if let Err(error) = self.cluster.admit_client(&from, &request).await {
+            return (Err(error), Bytes::new());
         }
         let Request::Storage(request) = request else {
             return (
