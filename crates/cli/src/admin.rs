@@ -248,7 +248,7 @@ async fn cluster_map(cluster: &Cluster) -> Result<std::sync::Arc<ClusterMap>> {
 }
 
 /// The inode of a path inside a Weft mount.
-fn inode_of(path: &Path) -> Result<InodeId> {
+pub(crate) fn inode_of(path: &Path) -> Result<InodeId> {
     let metadata = std::fs::symlink_metadata(path)
         .with_context(|| format!("cannot stat {}", path.display()))?;
     Ok(if metadata.ino() == 1 {

@@ -2,9 +2,11 @@
 //! keeps and the metadata and storage servers enforce (docs/operations.md, "Security").
 
 use crate::admin::{connect, ClusterArgs};
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use weft_proto::access::ClientRule;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use weft_proto::access::{ClientRule, Subtree};
 
 #[derive(Subcommand)]
 pub enum ClientCommand {
@@ -22,6 +24,10 @@ pub enum ClientCommand {
         /// Refuse every request of it.
         #[arg(long)]
         revoked: bool,
+        /// Confine it to this directory (a path in a mount of the cluster): its mounts show
+        /// the directory as their root, and the servers refuse it anything outside.
+        #[arg(long, value_name = "DIR")]
+        subtree: Option<std::path::PathBuf>,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -40,19 +46,50 @@ pub enum ClientCommand {
 }
 
 fn restrictions(rule: &ClientRule) -> String {
-    let flags: Vec<&str> = [
+    let flags: Vec<String> = [
         (rule.read_only, "read-only"),
         (rule.root_squash, "root-squash"),
         (rule.revoked, "revoked"),
     ]
     .into_iter()
-    .filter_map(|(set, name)| set.then_some(name))
+    .filter_map(|(set, name)| set.then_some(name.to_string()))
+    .chain(
+        rule.subtree
+            .iter()
+            .map(|subtree| format!("subtree {} ({})", subtree.path, subtree.inode)),
+    )
     .collect();
     if flags.is_empty() {
         "none".to_string()
     } else {
         flags.join(", ")
     }
+}
+
+/// The directory at `dir`, a path in a mount of the cluster: its inode, and its path from the
+/// mount's root.
+fn subtree_at(dir: &Path) -> Result<Subtree> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot find {}", dir.display()))?;
+    if !dir.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    let inode = crate::admin::inode_of(&dir)?;
+    // The mount's root is the highest directory of the same file system.
+    let device = std::fs::metadata(&dir)?.dev();
+    let mut root = dir.as_path();
+    while let Some(parent) = root.parent() {
+        if std::fs::metadata(parent)?.dev() != device {
+            break;
+        }
+        root = parent;
+    }
+    let inside = dir.strip_prefix(root).unwrap_or(Path::new(""));
+    Ok(Subtree {
+        inode,
+        path: format!("/{}", inside.display()),
+    })
 }
 
 pub fn client(command: ClientCommand) -> Result<()> {
@@ -64,6 +101,7 @@ pub fn client(command: ClientCommand) -> Result<()> {
                 read_only,
                 root_squash,
                 revoked,
+                subtree,
                 cluster,
             } => {
                 let rule = ClientRule {
@@ -71,6 +109,7 @@ pub fn client(command: ClientCommand) -> Result<()> {
                     read_only,
                     root_squash,
                     revoked,
+                    subtree: subtree.as_deref().map(subtree_at).transpose()?,
                 };
                 let (view, _) = connect(&cluster.mgmt()?).await?;
                 view.mgmt()

@@ -728,12 +728,177 @@ fn client_identities_are_held_to_their_rules() {
     cluster.unmount(&read_only).expect("unmount");
 }
 
+// Goal: a client confined to a subtree sees that directory as its mount's root and reaches
+// nothing outside it, whatever inode it names: not the root, not a sibling's files, not by
+// creating, renaming or linking out; a file a member moves out is out of its reach at once,
+// a directory moved out once the servers' memory of it lapses; the members' files are
+// untouched. Method: a cluster of real processes with two metadata servers (directories
+// land on either, so the servers follow parents across servers), a mount with the client's
+// key, and the native library naming inodes outside.
+#[test]
+fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
+    use std::os::unix::fs::MetadataExt;
+    use weft_proto::access;
+    use weft_proto::ErrorCode;
+
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    fs::create_dir_all(mnt.join("projects/alice/deep/er")).expect("mkdir");
+    fs::create_dir_all(mnt.join("projects/bob")).expect("mkdir");
+    fs::write(mnt.join("projects/alice/notes"), b"alice's notes").expect("write");
+    fs::write(mnt.join("projects/alice/deep/er/leaf"), b"deep down").expect("write");
+    fs::write(mnt.join("projects/alice/leaving"), b"moves out").expect("write");
+    fs::write(mnt.join("projects/bob/secret"), b"bob's").expect("write");
+    fs::write(mnt.join("top"), b"at the top").expect("write");
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let alice = client_key(&cluster, scratch.path(), "alice");
+    let subtree = mnt.join("projects/alice");
+    set_rule(
+        &cluster,
+        &["alice", "--subtree", subtree.to_str().expect("utf-8")],
+    );
+    let listed = cluster
+        .weft(&["client", "list", "--mgmt", cluster.mgmt()])
+        .expect("runs");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.contains("subtree /projects/alice"), "{listed}");
+
+    // Through a mount: the subtree is the root, and everything in it works.
+    let alice_key = format!("auth_key_file={:?}", alice.display().to_string());
+    let confined = cluster.mount_with(&[&alice_key]).expect("mount as alice");
+    let mut names: Vec<String> = fs::read_dir(&confined)
+        .expect("list the root")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["deep", "leaving", "notes"]);
+    assert_eq!(
+        fs::read(confined.join("notes")).expect("read"),
+        b"alice's notes"
+    );
+    assert_eq!(
+        fs::read(confined.join("deep/er/leaf")).expect("read"),
+        b"deep down"
+    );
+    fs::write(confined.join("deep/new"), b"made by alice").expect("create");
+    fs::rename(confined.join("deep/new"), confined.join("new")).expect("rename inside");
+    assert_eq!(
+        fs::read(mnt.join("projects/alice/new")).expect("the members see it"),
+        b"made by alice"
+    );
+
+    // Through the native library, naming inodes outside.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let native = native_client(&runtime, &cluster, &alice);
+    let root = native.root();
+    assert_eq!(root.0, fs::metadata(&subtree).expect("stat").ino());
+    let outside = |result: Result<weft_proto::messages::InodeAttr, weft_client::ClientError>| {
+        result.is_err_and(|error| error.code() == ErrorCode::PermissionDenied)
+    };
+    assert!(outside(runtime.block_on(native.get_attr(InodeId::ROOT))));
+    assert!(outside(
+        runtime.block_on(native.lookup(InodeId::ROOT, "projects"))
+    ));
+    let projects = InodeId(fs::metadata(mnt.join("projects")).expect("stat").ino());
+    assert_eq!(
+        code(runtime.block_on(native.read_dir(projects, 0, 100))),
+        ErrorCode::PermissionDenied
+    );
+    let secret = InodeId(
+        fs::metadata(mnt.join("projects/bob/secret"))
+            .expect("stat")
+            .ino(),
+    );
+    assert!(outside(runtime.block_on(native.get_attr(secret))));
+    assert_eq!(
+        code(runtime.block_on(native.open(secret, 1, access::READ))),
+        ErrorCode::PermissionDenied
+    );
+    let mut file = weft_client::client::directory(0o644, 0, (0, 0));
+    file.kind = weft_proto::messages::FileKind::Regular;
+    assert!(outside(runtime.block_on(native.create(
+        InodeId::ROOT,
+        "planted",
+        file
+    ))));
+    assert_eq!(
+        code(runtime.block_on(native.rename(
+            root,
+            "notes",
+            InodeId::ROOT,
+            "stolen",
+            Default::default()
+        ))),
+        ErrorCode::PermissionDenied
+    );
+    let notes = runtime
+        .block_on(native.lookup(root, "notes"))
+        .expect("a file inside");
+    assert!(outside(runtime.block_on(native.link(
+        notes.inode,
+        InodeId::ROOT,
+        "linked"
+    ))));
+    assert_eq!(
+        code(runtime.block_on(native.rename(
+            projects,
+            "alice",
+            InodeId::ROOT,
+            "moved",
+            Default::default()
+        ))),
+        ErrorCode::PermissionDenied,
+        "nor can it move its own root"
+    );
+
+    // A file a member moves out is out of reach at once; a directory once the servers'
+    // memory of it lapses.
+    let leaving = runtime
+        .block_on(native.lookup(root, "leaving"))
+        .expect("a file inside");
+    let deep = runtime
+        .block_on(native.lookup(root, "deep"))
+        .expect("a directory inside");
+    fs::rename(mnt.join("projects/alice/leaving"), mnt.join("left")).expect("move out");
+    assert!(outside(runtime.block_on(native.get_attr(leaving.inode))));
+    fs::rename(mnt.join("projects/alice/deep"), mnt.join("deep")).expect("move out");
+    wait_until("the moved directory to be out of reach", || {
+        outside(runtime.block_on(native.get_attr(deep.inode)))
+    })
+    .expect("the directory moved out is refused");
+    assert!(runtime.block_on(native.get_attr(notes.inode)).is_ok());
+
+    // The members' files are as they were.
+    assert_eq!(
+        fs::read(mnt.join("projects/bob/secret")).expect("read"),
+        b"bob's"
+    );
+    assert_eq!(fs::read(mnt.join("top")).expect("read"), b"at the top");
+    assert!(!mnt.join("planted").exists() && !mnt.join("stolen").exists());
+    drop(native);
+    cluster.unmount(&confined).expect("unmount");
+}
+
 // Goal: rolling upgrades: servers of this version serve a peer of the previous protocol
 // version, which neither sends nor understands what the newer one added: it registers a
-// session, reads the map, creates and opens a file, writes and reads its data, in version 1
-// frames; what version 1 cannot say (a client rule) is refused on the older peer's side with
-// the reason, not sent garbled. Method: a cluster of real processes, and RPC clients that
-// offer only protocol version 1 in their handshake.
+// session, reads the map, creates and opens a file, writes and reads its data, in frames of
+// the older version; what it cannot say (a client rule's subtree) is refused on the older
+// peer's side with the reason, not sent garbled or dropped. Method: a cluster of real
+// processes, and RPC clients that offer only the older protocol version in their handshake.
 #[test]
 fn a_peer_one_protocol_version_older_is_served() {
     use weft_proto::codec::PROTOCOL_VERSION_MIN;
@@ -749,7 +914,7 @@ fn a_peer_one_protocol_version_older_is_served() {
     };
     runtime.block_on(async {
         let view = weft_net::ClusterView::new(cluster.mgmt(), older);
-        let map = view.refresh().await.expect("the map, in version 1");
+        let map = view.refresh().await.expect("the map, in the older version");
         assert!(!map.nodes.is_empty() && !map.targets.is_empty(), "{map:?}");
         let session = view
             .mgmt()
@@ -777,11 +942,11 @@ fn a_peer_one_protocol_version_older_is_served() {
         let (attr, _) = meta
             .create(mutation, (InodeId::ROOT, "from-v1"), new, None)
             .await
-            .expect("create in version 1");
+            .expect("create in the older version");
         let opened = meta
             .open(session, (1, weft_proto::access::WRITE), attr.inode)
             .await
-            .expect("open in version 1");
+            .expect("open in the older version");
         let layout = opened.layout.expect("a file's layout");
         let route = view
             .route(layout.slot(0))
@@ -795,29 +960,35 @@ fn a_peer_one_protocol_version_older_is_served() {
         let (written, _) = storage
             .write(route, (attr.inode, 0), 0, data.clone(), None)
             .await
-            .expect("write in version 1");
+            .expect("write in the older version");
         assert_eq!(written as usize, data.len());
         let read = storage
             .read(route, (attr.inode, 0), 0, data.len() as u32)
             .await
-            .expect("read in version 1");
+            .expect("read in the older version");
         assert_eq!(read, data);
 
         let refused = view
             .mgmt()
             .set_client_rule(weft_proto::access::ClientRule {
                 name: "x".into(),
+                subtree: Some(weft_proto::access::Subtree {
+                    inode: InodeId::ROOT,
+                    path: "/".into(),
+                }),
                 ..Default::default()
             })
             .await
-            .expect_err("version 1 has no client rules");
+            .expect_err("the older version has no subtree rules");
         assert_eq!(
             refused.code(),
             weft_proto::ErrorCode::VersionMismatch,
             "{refused}"
         );
         assert!(
-            refused.to_string().contains("needs protocol version 2"),
+            refused
+                .to_string()
+                .contains("a field of protocol version 3 is set"),
             "{refused}"
         );
     });

@@ -175,6 +175,8 @@ pub struct Client {
     pub(crate) cluster: Arc<ClusterView>,
     /// The client name of this client's key; `None` with the cluster key.
     identity: Option<String>,
+    /// See [`Client::root`].
+    root: InodeId,
     /// Requests the mount answered with an error it does not serve, by kind.
     pub(crate) unserved: crate::unserved::Unserved,
     /// The current session's id (a [`ClientId`]): a new one after the last one expired.
@@ -310,7 +312,12 @@ impl Client {
             .await?;
         cluster.set_origin(client.origin());
         let cluster = Arc::new(cluster);
-        cluster.refresh().await?;
+        let map = cluster.refresh().await?;
+        let root = identity
+            .as_deref()
+            .and_then(|name| map.client_rule(name))
+            .and_then(|rule| rule.subtree.as_ref())
+            .map_or(InodeId::ROOT, |subtree| subtree.inode);
         let retry = RetryPolicy {
             total_timeout: Duration::from_millis(config.retry_timeout_ms),
             ..RetryPolicy::default()
@@ -318,6 +325,7 @@ impl Client {
         let client = Arc::new(Client {
             cluster,
             identity,
+            root,
             client: AtomicU64::new(client.0),
             state_lost: Mutex::default(),
             renewing: tokio::sync::Mutex::new(()),
@@ -361,6 +369,12 @@ impl Client {
     /// the cluster key.
     pub fn identity(&self) -> Option<&str> {
         self.identity.as_deref()
+    }
+
+    /// The directory this client sees as its root: the subtree its client's rule confines it
+    /// to when it connected (`weft client set --subtree`), or the cluster's root.
+    pub fn root(&self) -> InodeId {
+        self.root
     }
 
     /// What the heartbeat reports: the requests the mount does not serve, by kind.

@@ -510,8 +510,8 @@ impl Server {
 
 impl weft_net::Handler for Server {
     async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
-        let checked = match self.shared.cluster.admit_client(&from, &request).await {
-            Ok(checked) => checked,
+        let checks = match self.shared.cluster.admit_client(&from, &request).await {
+            Ok(checks) => checks,
             Err(error) => return (Err(error), Bytes::new()),
         };
         let reply = match request {
@@ -520,7 +520,7 @@ impl weft_net::Handler for Server {
                 tokio::task::block_in_place(|| self.apply(&request, &payload))
             }
             Request::Meta(route, request, _) => match self.admit(route) {
-                Ok(meta) => match meta.serve(request, checked).await {
+                Ok(meta) => match meta.serve(request, checks).await {
                     // A change whose commit failed because its mirror group made another
                     // member primary meanwhile was never acknowledged: the client asks the new
                     // primary (a retry of one that did reach it is answered from its stored

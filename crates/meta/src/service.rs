@@ -2,6 +2,7 @@
 //! and heartbeats.
 
 mod access;
+mod subtree;
 mod verify;
 
 use crate::chooser::Chooser;
@@ -35,7 +36,7 @@ use tokio::sync::Notify;
 use weft_net::mirror::Membership;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, StorageClient};
-use weft_proto::access::Caller;
+use weft_proto::access::Checks;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
@@ -148,6 +149,8 @@ pub(crate) struct Meta {
     /// and the work loop's retry of it never run at once, so no retry of an older attempt can
     /// land after the setattr was answered and cut the writes that followed it.
     truncating: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Directories recently found inside a confined client's subtree (see [`subtree`]).
+    inside: subtree::Inside,
 }
 
 /// What dropping an open left of an inode's opens.
@@ -248,6 +251,7 @@ impl Meta {
                 Duration::from_millis(config.lock_grace_ms)
             }),
             seen: Mutex::default(),
+            inside: subtree::Inside::default(),
             fenced: Mutex::default(),
             expiring: Mutex::default(),
             intent_runs: IntentRuns::default(),
@@ -342,15 +346,20 @@ impl Meta {
         self.link.resync(start).await
     }
 
-    /// Runs a request for this home.
-    /// Serves `request`; for a `checked` caller (of a client that squashes root), after
-    /// checking its access as a kernel would (see [`access`]).
-    pub(crate) async fn serve(&self, mut request: MetaRequest, checked: Option<Caller>) -> Reply {
+    /// Serves `request`, after the checks its client's rule asks of this server: that every
+    /// inode it names lies in the client's subtree (see [`subtree`]), and for a caller of a
+    /// client that squashes root, its access as a kernel would check it (see [`access`]).
+    pub(crate) async fn serve(&self, mut request: MetaRequest, checks: Checks) -> Reply {
         if !*self.settled.borrow() {
             let mut settled = self.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
         }
-        if let Some(caller) = checked {
+        if let Some(subtree) = checks.subtree {
+            self.check_subtree(&request, subtree)
+                .await
+                .map_err(OpError::into_wire)?;
+        }
+        if let Some(caller) = checks.caller {
             self.check_access(&mut request, &caller)
                 .await
                 .map_err(OpError::into_wire)?;

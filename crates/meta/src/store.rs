@@ -148,7 +148,9 @@ pub(crate) struct InodeRecord {
     pub layout: Option<FileLayout>,
     pub pattern: Option<StripePattern>,
     pub symlink: Option<String>,
-    /// A directory's parent (the root is its own parent).
+    /// A directory's parent (the root is its own parent). A file's: the directory of one of
+    /// its names, the last one made or moved, or 0 when a removed name may have been that
+    /// one (see `service::subtree`; files made before parents were kept have 0 too).
     pub parent: u64,
     /// Unused since cookies come from name hashes ([`FIRST_COOKIE`]); kept in the record format.
     pub next_cookie: u64,

@@ -440,6 +440,82 @@ async fn rename_checks() {
     assert_eq!(code(over_dir), ErrorCode::IsDirectory);
 }
 
+// Goal: a file's parent is always a directory holding a name of it, or unknown (0), through
+// creates, links, unlinks and renames, so a subtree check never lets a client reach a file
+// its subtree holds no name of.
+#[tokio::test]
+async fn a_file_parent_holds_a_name_of_it() {
+    let f = fixture();
+    let a = f
+        .create(InodeId::ROOT, "a", FileKind::Directory)
+        .await
+        .expect("a");
+    let b = f
+        .create(InodeId::ROOT, "b", FileKind::Directory)
+        .await
+        .expect("b");
+    let file = f
+        .create(a.inode, "file", FileKind::Regular)
+        .await
+        .expect("file");
+    let parent = |f: &Fixture| match crate::ops::lookup::get_attr(
+        &f.db.begin_read().expect("read"),
+        file.inode,
+    ) {
+        Ok(Response::Attr(attr)) => attr.parent,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(parent(&f), a.inode, "made in a");
+    let inode = file.inode;
+    let run = |op: crate::commit::WriteOp| f.committer.run(op);
+    run(Box::new(move |txn| {
+        crate::ops::create::link(txn, inode, b.inode, "link")
+    }))
+    .await
+    .expect("link into b");
+    assert_eq!(parent(&f), a.inode, "a still holds a name");
+    run(Box::new(move |txn| unlink(txn, a.inode, "file", |_| false)))
+        .await
+        .expect("unlink in a");
+    assert_eq!(
+        parent(&f),
+        InodeId(0),
+        "the name that went may have been the one"
+    );
+    run(Box::new(move |txn| {
+        crate::ops::create::link(txn, inode, a.inode, "again")
+    }))
+    .await
+    .expect("link into a");
+    assert_eq!(
+        parent(&f),
+        a.inode,
+        "a file without a known parent takes the new one"
+    );
+    run(Box::new(move |txn| {
+        rename(
+            txn,
+            RenameArgs {
+                home: NodeId(1),
+                ancestry_checked: false,
+                parent: b.inode,
+                name: "link",
+                new_parent: InodeId::ROOT,
+                new_name: "moved",
+                flags: RenameFlags::default(),
+            },
+            |_| false,
+        )
+    }))
+    .await
+    .expect("rename out of b");
+    assert_eq!(
+        parent(&f),
+        InodeId::ROOT,
+        "a rename points it at the new name's directory"
+    );
+}
+
 /// Truncates `inode` to `size`; returns the new attributes.
 async fn truncate(f: &Fixture, inode: InodeId, size: u64) -> Response {
     f.committer

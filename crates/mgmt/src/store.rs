@@ -7,8 +7,8 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use weft_mirror::ControllerDurable;
-use weft_proto::access::ClientRule;
-use weft_proto::ids::{ClientId, NodeId, StoragePoolId, TargetId};
+use weft_proto::access::{ClientRule, Subtree};
+use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{MirrorKind, NodeKind};
 
 /// (kind, node id) → postcard [`NodeRecord`].
@@ -26,8 +26,20 @@ const MIRROR_STATE: TableDefinition<u8, &[u8]> = TableDefinition::new("mirror_st
 /// client session id → the name of the client identity that registered it (sessions of
 /// members are not in it).
 const SESSION_OWNERS: TableDefinition<u64, &str> = TableDefinition::new("session_owners");
-/// client name → postcard [`ClientRule`]: the restrictions of a client identity.
+/// client name → postcard [`RuleRecord`]: the restrictions of a client identity.
 const CLIENT_RULES: TableDefinition<&str, &[u8]> = TableDefinition::new("client_rules");
+/// client name → (directory inode, its path when the rule was set): the subtree a client is
+/// confined to ([`ClientRule::subtree`]), for the clients that have one.
+const CLIENT_SUBTREES: TableDefinition<&str, (u64, &str)> = TableDefinition::new("client_subtrees");
+
+/// A [`ClientRule`] as stored, but for its subtree (in [`CLIENT_SUBTREES`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RuleRecord {
+    pub name: String,
+    pub read_only: bool,
+    pub root_squash: bool,
+    pub revoked: bool,
+}
 
 fn mirror_kind_key(kind: MirrorKind) -> u8 {
     match kind {
@@ -84,6 +96,7 @@ impl MgmtStore {
             txn.open_table(CLIENTS).map_err(store_error)?;
             txn.open_table(MIRROR_STATE).map_err(store_error)?;
             txn.open_table(CLIENT_RULES).map_err(store_error)?;
+            txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
             txn.open_table(SESSION_OWNERS).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
@@ -301,12 +314,27 @@ impl MgmtStore {
 
     /// Commits `rule`, replacing its client's earlier one.
     pub fn set_client_rule(&self, rule: &ClientRule) -> Result<(), MgmtError> {
-        let bytes = postcard::to_stdvec(rule).map_err(store_error)?;
+        let record = RuleRecord {
+            name: rule.name.clone(),
+            read_only: rule.read_only,
+            root_squash: rule.root_squash,
+            revoked: rule.revoked,
+        };
+        let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
         let txn = self.db.begin_write().map_err(store_error)?;
         txn.open_table(CLIENT_RULES)
             .map_err(store_error)?
             .insert(rule.name.as_str(), bytes.as_slice())
             .map_err(store_error)?;
+        let mut subtrees = txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
+        match &rule.subtree {
+            Some(subtree) => subtrees
+                .insert(rule.name.as_str(), (subtree.inode.0, subtree.path.as_str()))
+                .map(drop),
+            None => subtrees.remove(rule.name.as_str()).map(drop),
+        }
+        .map_err(store_error)?;
+        drop(subtrees);
         txn.commit().map_err(store_error)
     }
 
@@ -319,6 +347,10 @@ impl MgmtStore {
             .remove(name)
             .map_err(store_error)?
             .is_some();
+        txn.open_table(CLIENT_SUBTREES)
+            .map_err(store_error)?
+            .remove(name)
+            .map_err(store_error)?;
         txn.commit().map_err(store_error)?;
         Ok(removed)
     }
@@ -327,10 +359,28 @@ impl MgmtStore {
     pub fn client_rules(&self) -> Result<Vec<ClientRule>, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let table = txn.open_table(CLIENT_RULES).map_err(store_error)?;
+        let subtrees = txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
         let mut rules = Vec::new();
         for entry in table.iter().map_err(store_error)? {
             let (_, value) = entry.map_err(store_error)?;
-            rules.push(postcard::from_bytes(value.value()).map_err(store_error)?);
+            let record: RuleRecord = postcard::from_bytes(value.value()).map_err(store_error)?;
+            let subtree = subtrees
+                .get(record.name.as_str())
+                .map_err(store_error)?
+                .map(|value| {
+                    let (inode, path) = value.value();
+                    Subtree {
+                        inode: InodeId(inode),
+                        path: path.to_string(),
+                    }
+                });
+            rules.push(ClientRule {
+                name: record.name,
+                read_only: record.read_only,
+                root_squash: record.root_squash,
+                revoked: record.revoked,
+                subtree,
+            });
         }
         Ok(rules)
     }
@@ -375,7 +425,7 @@ mod tests {
             pool: StoragePoolId(1),
         };
         assert_eq!(hex(&target), "0201");
-        let rule = ClientRule {
+        let rule = RuleRecord {
             name: "node17".into(),
             read_only: true,
             root_squash: false,

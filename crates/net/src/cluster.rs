@@ -7,7 +7,7 @@ use crate::retry::RetryPolicy;
 use crate::stubs::{MetaClient, MgmtClient, StorageClient};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use weft_proto::access::{self, Caller, Sessions};
+use weft_proto::access::{self, Checks, Sessions};
 use weft_proto::error::WireError;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::Slot;
@@ -96,8 +96,8 @@ impl ClusterView {
     }
 
     /// Whether the peer `from` may send `request`, by its client's rule and sessions (a member
-    /// always may); `Some` with who a metadata request acts for when the server must check its
-    /// access itself (the client squashes root, [`weft_proto::access::ClientRule::checked`]).
+    /// always may); with what a metadata server must check itself for it: who it acts for when
+    /// the client squashes root, the subtree it must stay in ([`Checks`]).
     ///
     /// # Errors
     /// The rule's refusal, or [`ClusterView::admit_sessions`]'.
@@ -105,9 +105,9 @@ impl ClusterView {
         &self,
         from: &Identity,
         request: &Request,
-    ) -> Result<Option<Caller>, WireError> {
+    ) -> Result<Checks, WireError> {
         let Identity::Client(name) = from else {
-            return Ok(None);
+            return Ok(Checks::default());
         };
         let rule = self.map().client_rule(name).cloned();
         if let Some(rule) = &rule {
@@ -115,8 +115,8 @@ impl ClusterView {
         }
         self.admit_sessions(name, request).await?;
         Ok(match (rule, request) {
-            (Some(rule), Request::Meta(_, _, caller)) => rule.checked(caller.clone()),
-            _ => None,
+            (Some(rule), Request::Meta(_, _, caller)) => rule.checks(caller.clone()),
+            _ => Checks::default(),
         })
     }
 

@@ -8,7 +8,7 @@
 //! them out in the cluster map; metadata and storage servers enforce them per connection.
 
 use crate::error::{ErrorCode, WireError};
-use crate::ids::ClientId;
+use crate::ids::{ClientId, InodeId};
 use crate::messages::{ClusterMap, MetaRequest, MgmtRequest, Request, StorageRequest};
 use serde::{Deserialize, Serialize};
 
@@ -93,9 +93,41 @@ pub struct ClientRule {
     pub root_squash: bool,
     /// Every request of the client is refused, until the rule changes.
     pub revoked: bool,
+    /// The directory the client is confined to: its mounts show it as their root, and the
+    /// metadata servers refuse every request that names an inode outside it.
+    #[serde(default, with = "crate::wire::since_3")]
+    pub subtree: Option<Subtree>,
+}
+
+/// The directory a client is confined to ([`ClientRule::subtree`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subtree {
+    /// The directory: it decides, wherever it moves.
+    pub inode: InodeId,
+    /// Its path when the rule was set, for people to read.
+    pub path: String,
+}
+
+/// What a metadata server checks itself for one request of a client, by the client's rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checks {
+    /// Who the request acts as, when the server checks its access itself
+    /// ([`ClientRule::checked`]).
+    pub caller: Option<Caller>,
+    /// The directory every inode the request names must lie in.
+    pub subtree: Option<InodeId>,
 }
 
 impl ClientRule {
+    /// What a metadata server checks itself for a request of this rule's client acting for
+    /// `caller`.
+    pub fn checks(&self, caller: Option<Caller>) -> Checks {
+        Checks {
+            caller: self.checked(caller),
+            subtree: self.subtree.as_ref().map(|subtree| subtree.inode),
+        }
+    }
+
     /// Who `caller` acts as on the servers when they check its access themselves: `Some` for
     /// every caller of a client this rule squashes, root as [`NOBODY`] (uid, group and any
     /// group 0 too), so no caller of it has root's powers; `None` when the servers leave the
@@ -118,6 +150,56 @@ impl ClientRule {
         caller.groups.truncate(CALLER_GROUPS_MAX);
         caller.groups.retain(|&group| group != 0);
         Some(caller)
+    }
+}
+
+impl MetaRequest {
+    /// The inodes a client's request names, each of which must lie in a confined client's
+    /// subtree. Not listed: the files of a release (the session's own opens, checked when
+    /// they were made, which must end even if the file moved away since). Requests for
+    /// members name none here: clients cannot send them.
+    pub fn inodes_named(&self) -> Vec<InodeId> {
+        match self {
+            MetaRequest::Lookup { parent, .. }
+            | MetaRequest::Create { parent, .. }
+            | MetaRequest::CreateSpread { parent, .. }
+            | MetaRequest::Unlink { parent, .. }
+            | MetaRequest::Rmdir { parent, .. } => vec![*parent],
+            MetaRequest::Rename {
+                parent, new_parent, ..
+            } => vec![*parent, *new_parent],
+            MetaRequest::Link {
+                inode, new_parent, ..
+            } => vec![*inode, *new_parent],
+            MetaRequest::ReadDir { dir, .. } | MetaRequest::SetPattern { dir, .. } => vec![*dir],
+            MetaRequest::GetAttr { inode }
+            | MetaRequest::SetAttr { inode, .. }
+            | MetaRequest::ReadLink { inode }
+            | MetaRequest::Open { inode, .. }
+            | MetaRequest::ApplyTruncate { inode }
+            | MetaRequest::ReportSize { inode, .. }
+            | MetaRequest::SetXattr { inode, .. }
+            | MetaRequest::GetXattr { inode, .. }
+            | MetaRequest::ListXattr { inode }
+            | MetaRequest::RemoveXattr { inode, .. }
+            | MetaRequest::SetLock { inode, .. }
+            | MetaRequest::GetLock { inode, .. } => vec![*inode],
+            MetaRequest::Release { .. } | MetaRequest::LockEpoch => Vec::new(),
+            MetaRequest::CreateDirInode { .. }
+            | MetaRequest::SetShards { .. }
+            | MetaRequest::SealShard { .. }
+            | MetaRequest::SyncShard { .. }
+            | MetaRequest::RemoveDirInode { .. }
+            | MetaRequest::RemoteReferences
+            | MetaRequest::InsertDentry { .. }
+            | MetaRequest::ExchangeDentry { .. }
+            | MetaRequest::Renamed { .. }
+            | MetaRequest::AdjustLinks { .. }
+            | MetaRequest::Check { .. }
+            | MetaRequest::CheckProgress
+            | MetaRequest::ReplicaApply { .. }
+            | MetaRequest::IntentsSettled { .. } => Vec::new(),
+        }
     }
 }
 

@@ -23,10 +23,10 @@ use serde::{de::DeserializeOwned, Serialize};
 /// "WEFT" in little endian.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WEFT");
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest protocol version this build speaks with a peer (in the handshake): one older
 /// than its own, for rolling upgrades.
-pub const PROTOCOL_VERSION_MIN: u16 = 1;
+pub const PROTOCOL_VERSION_MIN: u16 = 2;
 /// Size of the fixed header.
 pub const FRAME_HEADER_BYTES: usize = 32;
 /// A header flag: the request is one a server passes on to another (a mirror forward, a

@@ -4,8 +4,11 @@
 //! Enums that cross the wire or are stored on disk derive [`Wire`]: each variant's tag is in
 //! the source (`#[wire(tag = N)]`). A message changes between versions only by a variant
 //! added (`#[wire(tag = N, since = V)]`) or a field added (`#[serde(default, with =
-//! "crate::wire::since_2")]`): encoding for a peer of version 1 leaves the field out and
-//! refuses the variant; decoding a message of version 1 gives the field its default.
+//! "crate::wire::since_3")]`): encoding for a peer of an older version refuses the variant,
+//! and the field too unless it has its default (then it is left out: the peer would not
+//! have acted on it); decoding a message of an older version gives the field its default.
+//! (Fields of version 2, `since_2`, date from when version 1 was still spoken and are
+//! always present now.)
 //! [`crate::codec`] encodes and decodes bodies in the version a connection agreed on; stored
 //! records are always in the current version.
 
@@ -81,6 +84,48 @@ pub mod since_2 {
         deserializer: D,
     ) -> Result<T, D::Error> {
         if super::version() < 2 {
+            Ok(T::default())
+        } else {
+            T::deserialize(deserializer)
+        }
+    }
+}
+
+/// A field added in protocol version 3: left out of encodings for version 2 when it has its
+/// default, and refused when it is set (a peer that cannot read it must not act without
+/// it: a client's subtree rule is not silently dropped); its default when decoded from
+/// version 2.
+pub mod since_3 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes `value`; for a peer of version 2, nothing when it is the default.
+    ///
+    /// # Errors
+    /// As `value`'s own encoding; for a peer of version 2, the field when it is set.
+    pub fn serialize<T: Serialize + Default + PartialEq, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if super::version() >= 3 {
+            value.serialize(serializer)
+        } else if *value == T::default() {
+            serializer.serialize_unit()
+        } else {
+            Err(super::too_new(
+                "a field of protocol version 3 is set (a client rule's subtree), and the peer \
+                 speaks an older one",
+            ))
+        }
+    }
+
+    /// Decodes the field, or gives its default for a message of version 2.
+    ///
+    /// # Errors
+    /// As `T`'s own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        if super::version() < 3 {
             Ok(T::default())
         } else {
             T::deserialize(deserializer)

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use weft_mirror::pages::FileChange;
-use weft_proto::access::{Caller, ClientRule};
+use weft_proto::access::{Caller, ClientRule, Subtree};
 use weft_proto::codec::{encode_body_in, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
 use weft_proto::messages::*;
@@ -182,6 +182,7 @@ fn cluster_map() -> ClusterMap {
             read_only: true,
             root_squash: false,
             revoked: false,
+            subtree: None,
         }],
         session_owners: vec![(ClientId(7), "node17".into())],
     }
@@ -270,6 +271,10 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
                 read_only: false,
                 root_squash: true,
                 revoked: false,
+                subtree: Some(Subtree {
+                    inode: inode(6),
+                    path: "/projects/a".into(),
+                }),
             },
         },
         MgmtRequest::RemoveClientRule {
@@ -853,7 +858,7 @@ fn encodings() -> String {
         );
     }
     // What a peer of the older version sends and is sent: the same messages without what
-    // version 2 added.
+    // version 3 added.
     let older = PROTOCOL_VERSION_MIN;
     for request in requests() {
         let name = format!("Request::{}", request.op_name());
@@ -963,29 +968,33 @@ fn messages_keep_their_bytes() {
 }
 
 // Goal: a message of the older version decodes into this version's type, with what version
-// 2 added at its default, and a variant the older version does not have is refused for it.
+// 3 added at its default, and what the older version cannot say is refused for it, not
+// dropped: a client rule's subtree.
 #[test]
 fn the_older_version_decodes_and_is_spoken() {
     let older = PROTOCOL_VERSION_MIN;
-    let request = Request::Meta(route(), meta_requests()[11].clone(), caller());
-    let bytes = encode_body_in(older, &request).expect("encodes for version 1");
-    let decoded: Request = weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
-    let Request::Meta(_, MetaRequest::Open { access, .. }, caller) = decoded else {
-        panic!("{decoded:?}")
-    };
-    assert_eq!((access, caller), (0, None));
     let map: Reply = Ok(Response::ClusterMap(cluster_map()));
-    let bytes = encode_body_in(older, &map).expect("encodes for version 1");
+    let bytes = encode_body_in(older, &map).expect("encodes for version 2");
     let Ok(Ok(Response::ClusterMap(decoded))) =
         weft_proto::codec::decode_body_in::<Reply>(older, &bytes)
     else {
         panic!("a map")
     };
-    assert!(decoded.clients.is_empty() && decoded.session_owners.is_empty());
-    assert_eq!(decoded.nodes, cluster_map().nodes);
-    let refused = encode_body_in(older, &mgmt_requests()[12]);
+    assert_eq!(decoded, cluster_map());
+    let confining = &mgmt_requests()[12];
+    let MgmtRequest::SetClientRule { rule } = confining else {
+        panic!("{confining:?}")
+    };
+    assert!(rule.subtree.is_some());
+    let refused = encode_body_in(older, confining);
     assert!(
-        refused.is_err_and(|error| error.contains("needs protocol version 2")),
-        "a variant of version 2 is not sent to a peer of version 1"
+        refused.is_err_and(|error| error.contains("a field of protocol version 3 is set")),
+        "a subtree is not dropped on its way to a peer of version 2"
     );
+    let mut unconfined = rule.clone();
+    unconfined.subtree = None;
+    let request = MgmtRequest::SetClientRule { rule: unconfined };
+    let bytes = encode_body_in(older, &request).expect("a rule without a subtree encodes");
+    let decoded: MgmtRequest = weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
+    assert_eq!(decoded, request);
 }

@@ -136,19 +136,23 @@ impl std::fmt::Debug for WeftFs {
     }
 }
 
-fn to_inode(ino: INodeNo) -> InodeId {
-    if ino.0 == 1 {
-        InodeId::ROOT
-    } else {
-        InodeId(ino.0)
+impl State {
+    /// The inode of a FUSE inode number: 1 is the client's root ([`Client::root`]).
+    fn inode_of(&self, ino: INodeNo) -> InodeId {
+        if ino.0 == 1 {
+            self.client.root()
+        } else {
+            InodeId(ino.0)
+        }
     }
-}
 
-fn to_ino(inode: InodeId) -> INodeNo {
-    if inode == InodeId::ROOT {
-        INodeNo(1)
-    } else {
-        INodeNo(inode.0)
+    /// The FUSE inode number of an inode.
+    fn ino_of(&self, inode: InodeId) -> INodeNo {
+        if inode == self.client.root() {
+            INodeNo(1)
+        } else {
+            INodeNo(inode.0)
+        }
     }
 }
 
@@ -358,7 +362,7 @@ impl State {
             .map(|l| l.pattern.chunk_size_bytes)
             .unwrap_or(4096);
         FileAttr {
-            ino: to_ino(attr.inode),
+            ino: self.ino_of(attr.inode),
             size: attr.size,
             blocks: attr.size.div_ceil(512),
             atime: system_time(attr.atime),
@@ -614,11 +618,11 @@ impl WeftFs {
         new: NewInode,
         reply: ReplyEntry,
     ) {
-        let change = self.state.dirs.change(to_inode(parent));
+        let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             let result = state
                 .client
-                .create_entry(to_inode(parent), &name, new, None)
+                .create_entry(state.inode_of(parent), &name, new, None)
                 .await
                 .map(|created| {
                     change.finish(created.parent);
@@ -888,7 +892,7 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::ENOENT);
         };
         self.spawn(request, |state| async move {
-            let result = state.client.lookup(to_inode(parent), &name).await;
+            let result = state.client.lookup(state.inode_of(parent), &name).await;
             reply_entry(&state, reply, result);
         });
     }
@@ -902,11 +906,11 @@ impl Filesystem for WeftFs {
     ) {
         // After this client made or removed an entry in a directory, the kernel asks for its
         // attributes again; the change's reply had them.
-        if let Some((attr, left)) = self.state.dirs.get(to_inode(ino)) {
+        if let Some((attr, left)) = self.state.dirs.get(self.state.inode_of(ino)) {
             return reply.attr(&left, &self.state.merge(attr));
         }
         self.spawn(request, |state| async move {
-            match state.client.get_attr(to_inode(ino)).await {
+            match state.client.get_attr(state.inode_of(ino)).await {
                 Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
                 Err(error) => reply.error(errno(&error)),
             }
@@ -939,10 +943,10 @@ impl Filesystem for WeftFs {
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
         };
-        let change = self.state.dirs.change(to_inode(ino));
+        let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             let _change = change;
-            let inode = to_inode(ino);
+            let inode = state.inode_of(ino);
             if size.is_some() || mtime.is_some() {
                 // A truncate comes after the writes sent before it, and their report goes
                 // first: it records the slots they wrote, which the truncate then keeps if
@@ -976,7 +980,7 @@ impl Filesystem for WeftFs {
 
     fn readlink(&self, request: &Request, ino: INodeNo, reply: ReplyData) {
         self.spawn(request, |state| async move {
-            match state.client.read_link(to_inode(ino)).await {
+            match state.client.read_link(state.inode_of(ino)).await {
                 Ok(target) => reply.data(target.as_bytes()),
                 Err(error) => reply.error(errno(&error)),
             }
@@ -1036,9 +1040,12 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
-        let change = self.state.dirs.change(to_inode(parent));
+        let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
-            reply_empty(reply, state.client.unlink(to_inode(parent), &name).await);
+            reply_empty(
+                reply,
+                state.client.unlink(state.inode_of(parent), &name).await,
+            );
             drop(change);
         });
     }
@@ -1048,9 +1055,12 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::ENOENT);
         };
         self.state.dirs.forget_all();
-        let change = self.state.dirs.change(to_inode(parent));
+        let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
-            reply_empty(reply, state.client.rmdir(to_inode(parent), &name).await);
+            reply_empty(
+                reply,
+                state.client.rmdir(state.inode_of(parent), &name).await,
+            );
             drop(change);
         });
     }
@@ -1104,8 +1114,8 @@ impl Filesystem for WeftFs {
         // A moved directory changes too (its parent and ctime), and its inode is not named.
         self.state.dirs.forget_all();
         let changes = (
-            self.state.dirs.change(to_inode(parent)),
-            self.state.dirs.change(to_inode(new_parent)),
+            self.state.dirs.change(self.state.inode_of(parent)),
+            self.state.dirs.change(self.state.inode_of(new_parent)),
         );
         self.spawn(request, |state| async move {
             reply_empty(
@@ -1113,9 +1123,9 @@ impl Filesystem for WeftFs {
                 state
                     .client
                     .rename(
-                        to_inode(parent),
+                        state.inode_of(parent),
                         &name,
-                        to_inode(new_parent),
+                        state.inode_of(new_parent),
                         &new_name,
                         flags,
                     )
@@ -1136,11 +1146,11 @@ impl Filesystem for WeftFs {
         let Ok(new_name) = name_str(new_name).map(str::to_string) else {
             return reply.error(Errno::EINVAL);
         };
-        let change = self.state.dirs.change(to_inode(new_parent));
+        let change = self.state.dirs.change(self.state.inode_of(new_parent));
         self.spawn(request, |state| async move {
             let result = state
                 .client
-                .link(to_inode(ino), to_inode(new_parent), &new_name)
+                .link(state.inode_of(ino), state.inode_of(new_parent), &new_name)
                 .await;
             reply_entry(&state, reply, result);
             drop(change);
@@ -1149,7 +1159,10 @@ impl Filesystem for WeftFs {
 
     fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.spawn(request, |state| async move {
-            match state.open_handle(to_inode(ino), open_access(flags.0)).await {
+            match state
+                .open_handle(state.inode_of(ino), open_access(flags.0))
+                .await
+            {
                 Ok((handle, attr)) => {
                     state.merge(attr);
                     state.forget_attributes(ino);
@@ -1389,7 +1402,7 @@ impl Filesystem for WeftFs {
         mut reply: ReplyDirectory,
     ) {
         self.spawn(request, |state| async move {
-            let dir = to_inode(ino);
+            let dir = state.inode_of(ino);
             if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
             }
@@ -1404,7 +1417,7 @@ impl Filesystem for WeftFs {
                 };
                 for entry in &entries {
                     if reply.add(
-                        to_ino(entry.inode),
+                        state.ino_of(entry.inode),
                         entry.cookie,
                         file_type(entry.kind),
                         &entry.name,
@@ -1531,8 +1544,8 @@ impl Filesystem for WeftFs {
             pid,
         };
         self.spawn(request, |state| async move {
-            state.drain(to_inode(ino)).await;
-            match state.client.get_lock(to_inode(ino), wanted).await {
+            state.drain(state.inode_of(ino)).await;
+            match state.client.get_lock(state.inode_of(ino), wanted).await {
                 Ok(Some(held)) => {
                     let typ = if held.kind == LockKind::Write {
                         libc::F_WRLCK
@@ -1572,7 +1585,7 @@ impl Filesystem for WeftFs {
         };
         tracing::debug!(?lock, sleep, "setlk");
         self.spawn(request, |state| async move {
-            let inode = to_inode(ino);
+            let inode = state.inode_of(ino);
             // What was written under a lock reaches the servers before the lock changes.
             state.drain(inode).await;
             loop {
@@ -1614,13 +1627,13 @@ impl Filesystem for WeftFs {
         };
         let value = value.to_vec();
         self.state.forget_capability(ino);
-        let change = self.state.dirs.change(to_inode(ino));
+        let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             reply_empty(
                 reply,
                 state
                     .client
-                    .set_xattr(to_inode(ino), &name, &value, mode)
+                    .set_xattr(state.inode_of(ino), &name, &value, mode)
                     .await,
             );
             drop(change);
@@ -1643,7 +1656,7 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         self.spawn(request, |state| async move {
-            match state.client.get_xattr(to_inode(ino), &name).await {
+            match state.client.get_xattr(state.inode_of(ino), &name).await {
                 Ok(value) => reply_xattr(reply, size, &value),
                 Err(error) => {
                     if capability && error.errno() == libc::ENODATA {
@@ -1657,7 +1670,7 @@ impl Filesystem for WeftFs {
 
     fn listxattr(&self, request: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
         self.spawn(request, |state| async move {
-            match state.client.list_xattr(to_inode(ino)).await {
+            match state.client.list_xattr(state.inode_of(ino)).await {
                 Ok(names) => {
                     let mut list = Vec::new();
                     for name in names {
@@ -1676,9 +1689,12 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
         self.state.forget_capability(ino);
-        let change = self.state.dirs.change(to_inode(ino));
+        let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
-            reply_empty(reply, state.client.remove_xattr(to_inode(ino), &name).await);
+            reply_empty(
+                reply,
+                state.client.remove_xattr(state.inode_of(ino), &name).await,
+            );
             drop(change);
         });
     }
@@ -1705,13 +1721,13 @@ impl Filesystem for WeftFs {
             rdev: 0,
             symlink: None,
         };
-        let change = self.state.dirs.change(to_inode(parent));
+        let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             // One request creates the file and registers the open.
             let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
             let created = state
                 .client
-                .create_entry(to_inode(parent), &name, new, Some(handle))
+                .create_entry(state.inode_of(parent), &name, new, Some(handle))
                 .await;
             let attr = match created {
                 Ok(created) => {
@@ -1723,7 +1739,7 @@ impl Filesystem for WeftFs {
             state.add_handle(handle, &attr);
             let open_flags = fopen_flags(flags);
             // A new file has no file capabilities.
-            state.note_no_capability(to_ino(attr.inode));
+            state.note_no_capability(state.ino_of(attr.inode));
             reply.created(
                 &state.ttl,
                 &state.merge(attr),

@@ -142,7 +142,7 @@ pub(crate) fn create(
         layout,
         pattern: if is_dir { Some(pattern) } else { None },
         symlink: entry.new.symlink,
-        parent: if is_dir { entry.parent.0 } else { 0 },
+        parent: entry.parent.0,
         next_cookie: FIRST_COOKIE,
         shards: Vec::new(),
         shard_of: 0,
@@ -218,6 +218,10 @@ pub(crate) fn link(
     store_inode(&mut inodes, new_parent, &parent)?;
     record.nlink += 1;
     record.ctime = timestamp;
+    if record.parent == 0 {
+        // A file that lost track of its names' directories has one again.
+        record.parent = new_parent.0;
+    }
     store_inode(&mut inodes, inode, &record)?;
     Ok(Response::Attr(record.to_attr(inode)))
 }

@@ -836,7 +836,8 @@ pub(crate) fn adjust_links(
         return Ok(Response::Attr(record.to_attr(inode)));
     }
     let attr = record.to_attr(inode);
-    super::remove::drop_link(txn, &mut inodes, inode, record, is_open(inode))?;
+    // The name that went was in a directory of another home (the coordinator's).
+    super::remove::drop_link(txn, &mut inodes, (inode, None), record, is_open(inode))?;
     Ok(Response::Attr(attr))
 }
 
@@ -983,7 +984,7 @@ pub(crate) fn insert_dentry_for(
             super::remove::drop_link(
                 txn,
                 &mut inodes,
-                victim.child,
+                (victim.child, Some(*parent)),
                 victim_record,
                 is_open(victim.child),
             )?;
@@ -1060,7 +1061,7 @@ pub(crate) fn finish_rename_out(
 }
 
 /// On an inode's home, after a rename elsewhere moved a dentry of it: its ctime becomes now,
-/// and a directory points at its new parent (idempotent; a removed one is left).
+/// and it points at its new parent (idempotent; a removed one is left).
 pub(crate) fn renamed(
     txn: &WriteTransaction,
     inode: InodeId,
@@ -1081,9 +1082,7 @@ fn mark_renamed(
     };
     let mut record = InodeRecord::decode(inode.0, bytes.value())?;
     drop(bytes);
-    if record.is_dir() {
-        record.parent = parent.0;
-    }
+    record.parent = parent.0;
     record.ctime = now();
     store_inode(inodes, inode, &record)
 }

@@ -11,11 +11,13 @@ use weft_proto::ids::InodeId;
 use weft_proto::messages::Response;
 use weft_proto::ErrorCode;
 
-/// Drops one link of a non-directory inode; the last link disposes of it or makes it an orphan.
+/// Drops one link of a non-directory inode, a name in directory `from` (`None`: a directory
+/// of another home); the last link disposes of it or makes it an orphan. A file that keeps
+/// names forgets its parent when the name that went may have been in it.
 pub(crate) fn drop_link(
     txn: &WriteTransaction,
     inodes: &mut Table<u64, &'static [u8]>,
-    inode: InodeId,
+    (inode, from): (InodeId, Option<InodeId>),
     mut record: InodeRecord,
     is_open: bool,
 ) -> Result<(), OpError> {
@@ -26,6 +28,10 @@ pub(crate) fn drop_link(
     record.nlink = record.nlink.saturating_sub(1);
     record.ctime = now();
     if record.nlink > 0 {
+        let parent = InodeId(record.parent);
+        if from.map_or(parent.home() != inode.home(), |dir| dir == parent) {
+            record.parent = 0;
+        }
         return store_inode(inodes, inode, &record);
     }
     if is_open {
@@ -94,7 +100,7 @@ pub(crate) fn unlink(
     drop_link(
         txn,
         &mut inodes,
-        dentry.child,
+        (dentry.child, Some(parent)),
         record,
         is_open(dentry.child),
     )?;

@@ -198,7 +198,7 @@ pub(crate) fn rename(
             drop_link(
                 txn,
                 &mut inodes,
-                victim.child,
+                (victim.child, Some(new_parent)),
                 victim_record,
                 is_open(victim.child),
             )?;
@@ -232,9 +232,7 @@ pub(crate) fn rename(
     if source_local {
         let mut moved = load_inode(&inodes, source.child)?;
         moved.ctime = timestamp;
-        if source_is_dir {
-            moved.parent = new_parent.0;
-        }
+        moved.parent = new_parent.0;
         store_inode(&mut inodes, source.child, &moved)?;
     }
     Ok(Response::Done)
@@ -261,9 +259,7 @@ fn exchange(
     for (inode, new_home_dir) in [(source.child, new_parent), (victim.child, parent)] {
         let mut record = load_inode(inodes, inode)?;
         record.ctime = timestamp;
-        if record.is_dir() {
-            record.parent = new_home_dir.0;
-        }
+        record.parent = new_home_dir.0;
         store_inode(inodes, inode, &record)?;
     }
     if parent != new_parent {

@@ -201,7 +201,7 @@ impl Meta {
     }
 
     /// The attributes of `inode`, from this server's store or from its home.
-    async fn attr_of(&self, inode: InodeId) -> Result<InodeAttr, OpError> {
+    pub(super) async fn attr_of(&self, inode: InodeId) -> Result<InodeAttr, OpError> {
         let response = if inode.home() == self.node {
             self.read(|txn| get_attr(txn, inode))?
         } else {
