@@ -76,6 +76,14 @@ fn subtree_at(dir: &Path) -> Result<Subtree> {
         bail!("{} is not a directory", dir.display());
     }
     let inode = crate::admin::inode_of(&dir)?;
+    if inode == weft_proto::InodeId::ROOT {
+        // Also what the root of a confined client's mount looks like from here.
+        bail!(
+            "{} is the root of its mount: a subtree there confines nothing (give a directory \
+             below the root of a mount with the cluster key, or no --subtree)",
+            dir.display()
+        );
+    }
     // The mount's root is the highest directory of the same file system.
     let device = std::fs::metadata(&dir)?.dev();
     let mut root = dir.as_path();

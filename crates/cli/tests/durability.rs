@@ -658,11 +658,18 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
             let storage = std::sync::Arc::clone(&storage);
             async move {
                 storage
-                    .write(target, file, 0, bytes::Bytes::from_static(data), Some(tag))
+                    .write(
+                        target,
+                        file,
+                        0,
+                        bytes::Bytes::from_static(data),
+                        Some(tag),
+                        None,
+                    )
                     .await
             }
         };
-        let read = || async { storage.read(target, file, 0, 64).await.expect("read") };
+        let read = || async { storage.read(target, file, 0, 64, None).await.expect("read") };
 
         write(b"old bytes", tag(1, 1)).await.expect("the retry");
         write(b"new bytes", tag(2, 2))
@@ -676,7 +683,7 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
             let storage = std::sync::Arc::clone(&storage);
             async move {
                 storage
-                    .fallocate(target, file, 0, (4, FallocateMode::Zero), Some(tag))
+                    .fallocate(target, file, 0, (4, FallocateMode::Zero), Some(tag), None)
                     .await
             }
         };

@@ -777,7 +777,14 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
             async move {
                 let storage = view.storage_for_target(route.target).await?;
                 storage
-                    .write(route, file, 0, bytes::Bytes::from_static(data), Some(tag))
+                    .write(
+                        route,
+                        file,
+                        0,
+                        bytes::Bytes::from_static(data),
+                        Some(tag),
+                        None,
+                    )
                     .await
             }
         };
@@ -884,7 +891,14 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
         runtime.block_on(async {
             let storage = view.storage_for_target(member).await?;
             storage
-                .write(route, file, 0, bytes::Bytes::from_static(data), Some(tag))
+                .write(
+                    route,
+                    file,
+                    0,
+                    bytes::Bytes::from_static(data),
+                    Some(tag),
+                    None,
+                )
                 .await
         })
     };
@@ -976,12 +990,14 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
         generation: 0,
         object_offset: 0,
         tag: Some(tag(2)),
+        capability: None,
     };
     send(&write, b"copied").expect("the copy's bytes");
     let sync = |route: Route| StorageRequest::Sync {
         target: route.target,
         mirror: route.mirror,
         inode,
+        capability: None,
     };
     send(&sync, b"").expect("the copy's sync");
     let late = send(&remove, b"").expect_err("the late removal is refused");

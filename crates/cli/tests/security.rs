@@ -100,6 +100,7 @@ fn strangers_are_refused_before_any_request() {
                     target: TargetId(target),
                     mirror: None,
                     inode: InodeId(inode),
+                    capability: None,
                 }),
             );
             assert!(
@@ -400,6 +401,48 @@ fn native_client(
     runtime
         .block_on(weft_client::Client::connect(&config))
         .expect("a client key connects")
+}
+
+/// Runs `attempt` again while it is answered `Unavailable` (a server whose map does not list a
+/// new session yet answers so), at most 100 times.
+async fn once_settled<T, F, Fut>(attempt: F) -> Result<T, weft_net::RpcError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, weft_net::RpcError>>,
+{
+    for _ in 0..100 {
+        match attempt().await {
+            Err(error) if error.code() == weft_proto::ErrorCode::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+    attempt().await
+}
+
+/// Reads 5 bytes of, or writes to, the first object of `inode` (at `slot`) on its storage
+/// server, showing `capability`.
+async fn object_io(
+    view: &weft_net::ClusterView,
+    (inode, slot): (InodeId, weft_proto::layout::Slot),
+    capability: Option<weft_proto::access::Capability>,
+    write: bool,
+) -> Result<Vec<u8>, weft_net::RpcError> {
+    let route = view.route(slot).await?;
+    let storage = view.storage_for_target(route.target).await?;
+    if write {
+        let data = bytes::Bytes::from_static(b"overwritten");
+        storage
+            .write(route, (inode, 0), 0, data, None, capability)
+            .await
+            .map(|_| Vec::new())
+    } else {
+        storage
+            .read(route, (inode, 0), 0, 5, capability)
+            .await
+            .map(|data| data.to_vec())
+    }
 }
 
 /// Whether `result` is the error `errno`.
@@ -810,6 +853,10 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
         result.is_err_and(|error| error.code() == ErrorCode::PermissionDenied)
     };
     assert!(outside(runtime.block_on(native.get_attr(InodeId::ROOT))));
+    assert!(
+        outside(runtime.block_on(native.get_attr(InodeId::new(root.home(), 1 << 40)))),
+        "an inode that does not exist is refused as one outside: no oracle, no race"
+    );
     assert!(outside(
         runtime.block_on(native.lookup(InodeId::ROOT, "projects"))
     ));
@@ -864,6 +911,68 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
         ErrorCode::PermissionDenied,
         "nor can it move its own root"
     );
+
+    // Nor can it reach the objects of a file outside on the storage servers: they want, with
+    // each read and write, the capability its metadata server granted at an open.
+    let member = native_client(&runtime, &cluster, &cluster.key_file());
+    let secret_slot = runtime
+        .block_on(member.get_attr(secret))
+        .expect("the members see it")
+        .layout
+        .expect("a file's layout")
+        .slot(0);
+    let notes_slot = notes.layout.clone().expect("a file's layout").slot(0);
+    runtime.block_on(async {
+        let as_alice = weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(&alice).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        };
+        let view = weft_net::ClusterView::new(cluster.mgmt(), as_alice);
+        view.refresh().await.expect("the map");
+        let session = view
+            .mgmt()
+            .register_client("alice-by-hand".into())
+            .await
+            .expect("a session");
+        let meta = view.meta(notes.inode.home()).await.expect("its server");
+        let (_, granted) = once_settled(|| meta.open(session, (1, access::READ), notes.inode))
+            .await
+            .expect("an open inside");
+        let granted = granted.expect("a confined client is granted a capability");
+        assert_eq!(granted.access, access::READ);
+        let read =
+            once_settled(|| object_io(&view, (notes.inode, notes_slot), Some(granted), false))
+                .await;
+        assert_eq!(read.expect("its capability reads it"), b"alice");
+        for (what, file, capability, write) in [
+            ("no capability", (secret, secret_slot), None, false),
+            (
+                "another file's capability",
+                (secret, secret_slot),
+                Some(granted),
+                false,
+            ),
+            (
+                "a capability to read, for a write",
+                (notes.inode, notes_slot),
+                Some(granted),
+                true,
+            ),
+            (
+                "no capability, for a write",
+                (secret, secret_slot),
+                None,
+                true,
+            ),
+        ] {
+            let refused = once_settled(|| object_io(&view, file, capability, write)).await;
+            assert_eq!(
+                refused.expect_err(what).code(),
+                ErrorCode::PermissionDenied,
+                "{what}"
+            );
+        }
+    });
 
     // A file a member moves out is out of reach at once; a directory once the servers'
     // memory of it lapses.
@@ -939,14 +1048,16 @@ fn a_peer_one_protocol_version_older_is_served() {
             rdev: 0,
             symlink: None,
         };
-        let (attr, _) = meta
+        let attr = meta
             .create(mutation, (InodeId::ROOT, "from-v1"), new, None)
             .await
-            .expect("create in the older version");
-        let opened = meta
+            .expect("create in the older version")
+            .attr;
+        let (opened, capability) = meta
             .open(session, (1, weft_proto::access::WRITE), attr.inode)
             .await
             .expect("open in the older version");
+        assert_eq!(capability, None, "a member is granted none");
         let layout = opened.layout.expect("a file's layout");
         let route = view
             .route(layout.slot(0))
@@ -958,12 +1069,12 @@ fn a_peer_one_protocol_version_older_is_served() {
             .expect("its server");
         let data = bytes::Bytes::from_static(b"written by an older peer");
         let (written, _) = storage
-            .write(route, (attr.inode, 0), 0, data.clone(), None)
+            .write(route, (attr.inode, 0), 0, data.clone(), None, None)
             .await
             .expect("write in the older version");
         assert_eq!(written as usize, data.len());
         let read = storage
-            .read(route, (attr.inode, 0), 0, data.len() as u32)
+            .read(route, (attr.inode, 0), 0, data.len() as u32, None)
             .await
             .expect("read in the older version");
         assert_eq!(read, data);

@@ -673,20 +673,28 @@ impl Client {
             self.watch_home(parent.home()).await?;
         }
         let (mutation, _guard) = self.begin_mutation();
-        let (attr, parent_attr) = self
+        let created = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
                 async move { meta.create(mutation, (holder, name), new, open).await }
             })
             .await?;
+        let attr = created.attr;
         self.learn(&attr);
         if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {
             self.watch_home(attr.inode.home()).await?;
-            self.opens.record(attr.inode, handle);
+            self.opens.record(
+                (attr.inode, handle),
+                (
+                    weft_proto::access::READ | weft_proto::access::WRITE,
+                    weft_net::stubs::caller(),
+                ),
+                created.capability,
+            );
         }
         Ok(Created {
             attr,
-            parent: parent_attr.filter(|p| p.inode == parent),
+            parent: created.parent.filter(|p| p.inode == parent),
         })
     }
 
@@ -939,12 +947,16 @@ impl Client {
     ) -> Result<InodeAttr, ClientError> {
         self.watch_home(inode.home()).await?;
         let client = self.id();
-        let attr = self
+        let (attr, capability) = self
             .on_home(inode, |meta| async move {
                 meta.open(client, (handle, access), inode).await
             })
             .await?;
-        self.opens.record(inode, handle);
+        self.opens.record(
+            (inode, handle),
+            (access, weft_net::stubs::caller()),
+            capability,
+        );
         Ok(attr)
     }
 

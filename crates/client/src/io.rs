@@ -6,6 +6,7 @@ use crate::client::{Client, ClientError};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use weft_net::{RpcError, StorageClient};
+use weft_proto::access;
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_range, object_span, FileLayout, Slot};
@@ -155,12 +156,19 @@ pub(crate) async fn read(
             let slot = layout.slot(piece.target_index);
             let len = piece.len as u32;
             let net_bench = client.net_bench();
+            let capability = client.opens.capability(inode, access::READ);
             let data = on_slot(client, inode, slot, |storage, route| async move {
                 if net_bench {
                     return Ok(storage.net_bench(route.target, Bytes::new(), len).await?.1);
                 }
                 storage
-                    .read(route, (inode, generation), piece.object_offset, len)
+                    .read(
+                        route,
+                        (inode, generation),
+                        piece.object_offset,
+                        len,
+                        capability,
+                    )
                     .await
             })
             .await?;
@@ -200,6 +208,7 @@ pub(crate) async fn write(
             async move {
                 let slot = layout.slot(piece.target_index);
                 let net_bench = client.net_bench();
+                let capability = client.opens.capability(inode, access::WRITE);
                 let mut change = client.begin_change();
                 let sent = on_slot(client, inode, slot, |storage, route| {
                     let slice = slice.clone();
@@ -211,7 +220,14 @@ pub(crate) async fn write(
                         }
                         let file = (inode, generation);
                         storage
-                            .write(route, file, piece.object_offset, slice, Some(tag))
+                            .write(
+                                route,
+                                file,
+                                piece.object_offset,
+                                slice,
+                                Some(tag),
+                                capability,
+                            )
                             .await
                     }
                 })
@@ -241,9 +257,10 @@ pub(crate) async fn sync(
         // Nothing reached a disk.
         return Ok(());
     }
+    let capability = client.opens.capability(inode, 0);
     let requests = layout.slots().map(|slot| async move {
         let verifier = on_slot(client, inode, slot, |storage, route| async move {
-            storage.sync(route, inode).await
+            storage.sync(route, inode, capability).await
         })
         .await?;
         let written = client
@@ -281,6 +298,7 @@ pub(crate) async fn fallocate(
     let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
         let span = object_span(layout, index, offset, len);
         (!span.is_empty()).then_some(async move {
+            let capability = client.opens.capability(inode, access::WRITE);
             let mut change = client.begin_change();
             on_slot(client, inode, slot, |storage, route| {
                 let span = span.clone();
@@ -294,6 +312,7 @@ pub(crate) async fn fallocate(
                             span.start,
                             (len, mode),
                             Some(tag),
+                            capability,
                         )
                         .await
                 }

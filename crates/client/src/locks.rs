@@ -7,9 +7,10 @@
 //! unlinked while open is disposed of. What cannot be reclaimed is lost, and the file is told.
 
 use crate::client::{Client, ClientError};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use weft_net::{MetaClient, RpcError};
+use weft_proto::access::{Caller, Capability};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::locks::apply_to_owner;
 use weft_proto::messages::LockRange;
@@ -27,34 +28,70 @@ pub(crate) struct HeldLocks {
     epochs: Mutex<HashMap<NodeId, Option<u64>>>,
 }
 
-/// The handles this client has open: inode → handles.
+/// The handles this client has open: inode → handles, with what each was opened for and by
+/// whom (a reclaim asks the same), and the capabilities its opens were granted.
 #[derive(Default)]
 pub(crate) struct HeldOpens {
-    held: Mutex<HashMap<InodeId, HashSet<u64>>>,
+    held: Mutex<HashMap<InodeId, HeldFile>>,
+}
+
+/// The opens of one file.
+#[derive(Default)]
+struct HeldFile {
+    handles: HashMap<u64, (u8, Caller)>,
+    /// At most one per access asked (read, write, both).
+    capabilities: Vec<Capability>,
 }
 
 impl HeldOpens {
-    pub(crate) fn record(&self, inode: InodeId, handle: u64) {
+    pub(crate) fn record(
+        &self,
+        (inode, handle): (InodeId, u64),
+        opened: (u8, Caller),
+        capability: Option<Capability>,
+    ) {
         let mut held = self.held.lock().expect("held opens poisoned");
-        held.entry(inode).or_default().insert(handle);
+        let file = held.entry(inode).or_default();
+        file.handles.insert(handle, opened);
+        if let Some(capability) = capability {
+            file.capabilities
+                .retain(|kept| kept.access != capability.access);
+            file.capabilities.push(capability);
+        }
     }
 
+    /// Forgets a handle closed; the file's capabilities go with its last handle.
     pub(crate) fn forget(&self, inode: InodeId, handle: u64) {
         let mut held = self.held.lock().expect("held opens poisoned");
-        if let Some(handles) = held.get_mut(&inode) {
-            handles.remove(&handle);
-            if handles.is_empty() {
+        if let Some(file) = held.get_mut(&inode) {
+            file.handles.remove(&handle);
+            if file.handles.is_empty() {
                 held.remove(&inode);
             }
         }
     }
 
-    /// The handles open on files of `home`.
-    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64)> {
+    /// A capability of `inode` granting `want` ([`weft_proto::access`] bits), if an open of it
+    /// was granted one.
+    pub(crate) fn capability(&self, inode: InodeId, want: u8) -> Option<Capability> {
+        let held = self.held.lock().expect("held opens poisoned");
+        held.get(&inode)?
+            .capabilities
+            .iter()
+            .find(|capability| capability.access & want == want)
+            .copied()
+    }
+
+    /// The handles open on files of `home`, with what they were opened for and by whom.
+    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64, (u8, Caller))> {
         let held = self.held.lock().expect("held opens poisoned");
         held.iter()
             .filter(|(inode, _)| inode.home() == home)
-            .flat_map(|(inode, handles)| handles.iter().map(move |handle| (*inode, *handle)))
+            .flat_map(|(inode, file)| {
+                file.handles
+                    .iter()
+                    .map(move |(handle, opened)| (*inode, *handle, opened.clone()))
+            })
             .collect()
     }
 }
@@ -278,10 +315,19 @@ impl Client {
         }
         let client = self.id();
         let mut lost = 0;
-        for (inode, handle) in &held {
-            // No access asked: the file was opened already, this only registers the handle.
-            match meta.open(client, (*handle, 0), *inode).await {
-                Ok(_) => {}
+        for (inode, handle, (access, caller)) in &held {
+            // The same access for the same caller: a session's capabilities die with it, so
+            // the new one needs its own (the file's permissions are asked again).
+            let opened = weft_net::stubs::acting_for(
+                caller.clone(),
+                meta.open(client, (*handle, *access), *inode),
+            )
+            .await;
+            match opened {
+                Ok((_, capability)) => {
+                    self.opens
+                        .record((*inode, *handle), (*access, caller.clone()), capability);
+                }
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
                     return Err(error)
                 }

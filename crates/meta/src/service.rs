@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 use weft_net::mirror::Membership;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, StorageClient};
-use weft_proto::access::Checks;
+use weft_proto::access::{Checks, READ, WRITE};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId, ROOT_HOME};
 use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
@@ -364,7 +364,43 @@ impl Meta {
                 .await
                 .map_err(OpError::into_wire)?;
         }
-        self.handle_meta(request).await
+        let grant = match (&request, self.cluster.capabilities()) {
+            (_, None) => None,
+            _ if !checks.per_file => None,
+            (MetaRequest::Open { client, access, .. }, Some(capabilities)) => {
+                Some((capabilities, *access, *client))
+            }
+            (
+                MetaRequest::Create {
+                    mutation,
+                    open: Some(_),
+                    ..
+                },
+                Some(capabilities),
+            ) => Some((capabilities, READ | WRITE, mutation.client)),
+            _ => None,
+        };
+        let reply = self.handle_meta(request).await;
+        // A client whose access the servers decide gets, with an open, the grant the storage
+        // servers want from it (see `weft_net::capability`).
+        match (grant, reply) {
+            (Some((capabilities, access, session)), Ok(Response::Attr(attr))) => {
+                Ok(Response::Opened {
+                    capability: capabilities.grant(attr.inode, access, session),
+                    attr,
+                })
+            }
+            (Some((capabilities, access, session)), Ok(Response::Created { attr, parent, .. }))
+                if attr.kind == FileKind::Regular =>
+            {
+                Ok(Response::Created {
+                    capability: Some(capabilities.grant(attr.inode, access, session)),
+                    attr,
+                    parent,
+                })
+            }
+            (_, reply) => reply,
+        }
     }
 
     /// Makes every change committed so far durable: at a clean stop, so that the next start
@@ -1659,13 +1695,20 @@ impl Meta {
                 self.exchange_out(mutation, (parent, name), (new_parent, new_name), other)
                     .await
             } else if all_here {
+                if child.home() != here && !is_dir(kind) {
+                    // The file's home forgets its parent first, and learns the new one after:
+                    // a home that cannot be told afterwards keeps none, and refuses the file
+                    // to confined clients, rather than keep a directory without its name.
+                    self.mark_renamed(child, InodeId(0)).await?;
+                }
                 let renamed = self
                     .rename_local(
                         mutation, parent, name, new_parent, new_name, flags, moves_dirs,
                     )
                     .await?;
-                // An inode living elsewhere: only its dentry moved here, its ctime lives on
-                // its home. The rename is done: a home that cannot be told only misses a time.
+                // An inode living elsewhere: only its dentry moved here, its ctime and parent
+                // live on its home. The rename is done: a home that cannot be told misses a
+                // time, and a file's parent stays unknown.
                 if let Err(error) = self.mark_renamed(child, new_parent).await {
                     tracing::warn!(inode = %child, ?error, "could not move a renamed inode's ctime");
                 }

@@ -657,7 +657,13 @@ impl Mgmt {
                 Ok(Response::ResyncStats(stats))
             }
             MgmtRequest::GetClusterMap => {
-                Ok(Response::ClusterMap(self.cluster_map().map_err(internal)?))
+                let mut map = self.cluster_map().map_err(internal)?;
+                if let Some(name) = client_name {
+                    // A client learns its own rule and sessions, not the others'.
+                    map.clients.retain(|rule| rule.name == name);
+                    map.session_owners.retain(|(_, owner)| owner == name);
+                }
+                Ok(Response::ClusterMap(map))
             }
             MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
                 self.cluster_status().map_err(internal)?,

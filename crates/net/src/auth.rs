@@ -177,6 +177,16 @@ impl Auth {
         self.key.as_ref().and_then(|key| key.client.as_deref())
     }
 
+    /// A key derived from the cluster key for `label`; `None` without the cluster key (no key,
+    /// or a client's).
+    pub(crate) fn derived_key(&self, label: &[u8]) -> Option<hmac::Key> {
+        let key = self.key.as_ref().filter(|key| key.client.is_none())?;
+        Some(hmac::Key::new(
+            hmac::HMAC_SHA256,
+            hmac::sign(&key.key, label).as_ref(),
+        ))
+    }
+
     /// A service's: what [`Auth::from_settings`] gives, refused when it is a client key.
     ///
     /// # Errors

@@ -2,6 +2,7 @@
 //! library and by servers that call other servers (a metadata server truncating objects).
 
 use crate::auth::Identity;
+use crate::capability::Capabilities;
 use crate::client::{RpcClientOptions, RpcError};
 use crate::retry::RetryPolicy;
 use crate::stubs::{MetaClient, MgmtClient, StorageClient};
@@ -35,6 +36,8 @@ pub struct ClusterView {
     /// Clients per metadata node, for mirror traffic.
     meta_nodes: Mutex<HashMap<NodeId, Arc<MetaClient>>>,
     storage: Mutex<HashMap<NodeId, (String, Arc<StorageClient>)>>,
+    /// The capability key, for a process holding the cluster key.
+    capabilities: Option<Capabilities>,
 }
 
 /// Shortest time between two fetches of the map for a session it does not list.
@@ -55,6 +58,7 @@ impl ClusterView {
                     ..options.clone()
                 },
             ),
+            capabilities: Capabilities::of(&options.auth),
             options,
             map: RwLock::default(),
             fetched: tokio::sync::Mutex::new(None),
@@ -116,8 +120,36 @@ impl ClusterView {
         self.admit_sessions(name, request).await?;
         Ok(match (rule, request) {
             (Some(rule), Request::Meta(_, _, caller)) => rule.checks(caller.clone()),
-            _ => Checks::default(),
+            (Some(rule), _) => rule.checks(None),
+            (None, _) => Checks::default(),
         })
+    }
+
+    /// The capability key, for a process holding the cluster key.
+    pub fn capabilities(&self) -> Option<&Capabilities> {
+        self.capabilities.as_ref()
+    }
+
+    /// That a storage request of a client whose access the servers decide
+    /// ([`Checks::per_file`]) shows a capability for what it does to a file's objects.
+    ///
+    /// # Errors
+    /// `PermissionDenied` without one (or with a forged or narrower one).
+    pub fn check_capability(&self, checks: &Checks, request: &Request) -> Result<(), WireError> {
+        let Request::Storage(request) = request else {
+            return Ok(());
+        };
+        let Some((inode, want, capability)) = request.file_access().filter(|_| checks.per_file)
+        else {
+            return Ok(());
+        };
+        match &self.capabilities {
+            Some(capabilities) => capabilities.check(inode, want, capability),
+            None => Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                "this server holds no cluster key to check capabilities with",
+            )),
+        }
     }
 
     /// Whether the client `name` may act in the sessions `request` names: sessions it

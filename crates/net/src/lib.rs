@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod buffer;
+pub mod capability;
 pub mod client;
 pub mod cluster;
 mod connection;

@@ -664,6 +664,7 @@ mod tests {
             target: TargetId(1),
             mirror: None,
             inode: InodeId::ROOT,
+            capability: None,
         })
     }
 
@@ -1270,6 +1271,7 @@ mod refusal_tests {
                 generation: 0,
                 object_offset: 0,
                 tag: None,
+                capability: None,
             })
         };
         // Six connections, one 16 MiB write each: two fit the 40 MiB budget.

@@ -3,7 +3,7 @@
 
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
-use weft_proto::access::{Caller, ClientRule};
+use weft_proto::access::{Caller, Capability, ClientRule};
 use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
@@ -259,10 +259,23 @@ pub async fn acting_for<F: std::future::Future>(caller: Caller, work: F) -> F::O
     CALLER.scope(caller, work).await
 }
 
-fn caller() -> Caller {
+/// Who the metadata requests of the current task act for (see [`acting_for`]).
+pub fn caller() -> Caller {
     CALLER
         .try_with(Caller::clone)
         .unwrap_or_else(|_| Caller::of_process())
+}
+
+/// What a create answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateReply {
+    /// The new entry.
+    pub attr: InodeAttr,
+    /// Its directory after the change, when its server could tell.
+    pub parent: Option<InodeAttr>,
+    /// For a file created open by a client whose access the servers check: the grant of
+    /// access to its objects.
+    pub capability: Option<Capability>,
 }
 
 /// Client of one metadata home, on the server that serves it.
@@ -373,7 +386,7 @@ impl MetaClient {
     }
 
     /// Creates an entry of any kind; answers its attributes and, when the server sent them,
-    /// its directory's after the change.
+    /// its directory's after the change, and the capability of a file created open.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, `NoTargets`, or [`RpcError`] for transport failures.
@@ -383,7 +396,7 @@ impl MetaClient {
         (parent, name): (InodeId, &str),
         new: NewInode,
         open: Option<u64>,
-    ) -> Result<(InodeAttr, Option<InodeAttr>), RpcError> {
+    ) -> Result<CreateReply, RpcError> {
         let response = self
             .call(MetaRequest::Create {
                 mutation,
@@ -394,8 +407,8 @@ impl MetaClient {
             })
             .await?;
         expect_response!(self.rpc, response,
-            Response::Created { attr, parent } => (attr, parent),
-            Response::Attr(attr) => (attr, None))
+            Response::Created { attr, parent, capability } => CreateReply { attr, parent, capability },
+            Response::Attr(attr) => CreateReply { attr, parent: None, capability: None })
     }
 
     /// Creates a directory spread over `shards` metadata servers.
@@ -537,14 +550,18 @@ impl MetaClient {
         client: ClientId,
         (handle, access): (u64, u8),
         inode: InodeId,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Open {
-            client,
-            handle,
-            inode,
-            access,
-        })
-        .await
+    ) -> Result<(InodeAttr, Option<Capability>), RpcError> {
+        let response = self
+            .call(MetaRequest::Open {
+                client,
+                handle,
+                inode,
+                access,
+            })
+            .await?;
+        expect_response!(self.rpc, response,
+            Response::Opened { attr, capability } => (attr, Some(capability)),
+            Response::Attr(attr) => (attr, None))
     }
 
     /// Tells the server of several handles closed, of files of its home.
@@ -800,6 +817,7 @@ impl StorageClient {
         object_offset: u64,
         data: Bytes,
         tag: Option<ChangeTag>,
+        capability: Option<Capability>,
     ) -> Result<(u32, u64), RpcError> {
         let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Write {
@@ -809,6 +827,7 @@ impl StorageClient {
             generation,
             object_offset,
             tag,
+            capability,
         });
         let response = self.rpc.call(&request, data).await?.0;
         expect_response!(self.rpc, response, Response::Written { len, verifier } => (len, verifier))
@@ -867,6 +886,7 @@ impl StorageClient {
         (inode, generation): (InodeId, u64),
         object_offset: u64,
         len: u32,
+        capability: Option<Capability>,
     ) -> Result<Bytes, RpcError> {
         let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Read {
@@ -876,6 +896,7 @@ impl StorageClient {
             generation,
             object_offset,
             len,
+            capability,
         });
         let (response, payload) = self.rpc.call(&request, Bytes::new()).await?;
         expect_response!(self.rpc, response, Response::Data => payload)
@@ -922,12 +943,18 @@ impl StorageClient {
     ///
     /// # Errors
     /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn sync(&self, route: impl Into<Route>, inode: InodeId) -> Result<u64, RpcError> {
+    pub async fn sync(
+        &self,
+        route: impl Into<Route>,
+        inode: InodeId,
+        capability: Option<Capability>,
+    ) -> Result<u64, RpcError> {
         let route: Route = route.into();
         let request = Request::Storage(StorageRequest::Sync {
             target: route.target,
             mirror: route.mirror,
             inode,
+            capability,
         });
         let response = self.rpc.call(&request, Bytes::new()).await?.0;
         expect_response!(self.rpc, response, Response::Synced { verifier } => verifier)
@@ -946,6 +973,7 @@ impl StorageClient {
         object_offset: u64,
         (len, mode): (u64, FallocateMode),
         tag: Option<ChangeTag>,
+        capability: Option<Capability>,
     ) -> Result<(), RpcError> {
         let route: Route = route.into();
         self.done(StorageRequest::Fallocate {
@@ -957,6 +985,7 @@ impl StorageClient {
             len,
             mode,
             tag,
+            capability,
         })
         .await
     }

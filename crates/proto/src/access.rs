@@ -108,14 +108,34 @@ pub struct Subtree {
     pub path: String,
 }
 
-/// What a metadata server checks itself for one request of a client, by the client's rule.
+/// What the servers check themselves for one request of a client, by the client's rule.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Checks {
-    /// Who the request acts as, when the server checks its access itself
+    /// Who a metadata request acts as, when the server checks its access itself
     /// ([`ClientRule::checked`]).
     pub caller: Option<Caller>,
-    /// The directory every inode the request names must lie in.
+    /// The directory every inode a metadata request names must lie in.
     pub subtree: Option<InodeId>,
+    /// The servers decide which files the client may use (it squashes root or is confined
+    /// to a subtree), so a storage server wants a [`Capability`] with each read or change of
+    /// a file's objects, and a metadata server grants one at each open.
+    pub per_file: bool,
+}
+
+/// A metadata server's grant of access to the objects of one file, to one client session:
+/// made when a client whose access the servers check opens (or creates) the file, shown to
+/// the storage servers with each read, write, fallocate and sync of its objects. The proof is
+/// an HMAC-SHA256, with a key derived from the cluster key, of the inode, the access and the
+/// session, so a client can neither make one nor widen one; it is good while the session is
+/// the client's own and alive (a storage server checks that as for every request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capability {
+    /// The session it was granted to.
+    pub session: ClientId,
+    /// [`READ`] and [`WRITE`] bits.
+    pub access: u8,
+    /// The HMAC.
+    pub proof: [u8; 32],
 }
 
 impl ClientRule {
@@ -125,6 +145,7 @@ impl ClientRule {
         Checks {
             caller: self.checked(caller),
             subtree: self.subtree.as_ref().map(|subtree| subtree.inode),
+            per_file: self.root_squash || self.subtree.is_some(),
         }
     }
 
@@ -336,7 +357,18 @@ impl Request {
             Request::Mgmt(MgmtRequest::ClientHeartbeat { client, .. }) => vec![*client],
             Request::Mgmt(_) | Request::Stats => Vec::new(),
             Request::Meta(_, request, _) => request.sessions(),
-            Request::Storage(request) => request.tag().map(|tag| tag.client).into_iter().collect(),
+            Request::Storage(request) => {
+                let capability = request
+                    .file_access()
+                    .and_then(|(_, _, capability)| capability)
+                    .map(|capability| capability.session);
+                request
+                    .tag()
+                    .map(|tag| tag.client)
+                    .into_iter()
+                    .chain(capability)
+                    .collect()
+            }
         }
     }
 }
@@ -454,6 +486,34 @@ impl MetaRequest {
 }
 
 impl StorageRequest {
+    /// The file whose objects a client's request reads or changes, the access that needs (a
+    /// sync needs none: any open lets a client sync), and the capability the request shows.
+    /// `None` for requests that touch no file's objects or are for members.
+    pub fn file_access(&self) -> Option<(InodeId, u8, Option<&Capability>)> {
+        match self {
+            StorageRequest::Read {
+                inode, capability, ..
+            } => Some((*inode, READ, capability.as_ref())),
+            StorageRequest::Write {
+                inode, capability, ..
+            }
+            | StorageRequest::Fallocate {
+                inode, capability, ..
+            } => Some((*inode, WRITE, capability.as_ref())),
+            StorageRequest::Sync {
+                inode, capability, ..
+            } => Some((*inode, 0, capability.as_ref())),
+            StorageRequest::NetBench { .. }
+            | StorageRequest::Truncate { .. }
+            | StorageRequest::Remove { .. }
+            | StorageRequest::Bench { .. }
+            | StorageRequest::ListObjects { .. }
+            | StorageRequest::ObjectLength { .. }
+            | StorageRequest::ObjectChecksum { .. }
+            | StorageRequest::SyncTarget { .. } => None,
+        }
+    }
+
     fn kind(&self) -> Kind {
         match self {
             StorageRequest::Read { .. }

@@ -268,12 +268,12 @@ mod tests {
     fn header_round_trip_and_golden_bytes() {
         let bytes = header().encode();
         assert_eq!(FrameHeader::decode(&bytes), Ok(header()));
-        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 2, 0, 0, 0]);
+        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 3, 0, 0, 0]);
         let older = FrameHeader {
             version: PROTOCOL_VERSION_MIN,
             ..header()
         };
-        assert_eq!(&older.encode()[4..6], &[1, 0]);
+        assert_eq!(&older.encode()[4..6], &[2, 0]);
         assert_eq!(FrameHeader::decode(&older.encode()), Ok(older));
         assert_eq!(&bytes[8..16], &42u64.to_le_bytes());
         assert_eq!(&bytes[28..32], &7u32.to_le_bytes());
@@ -342,6 +342,7 @@ mod tests {
             generation: 5,
             object_offset: 4096,
             len: 65536,
+            capability: None,
         });
         let bytes = encode_body(&request);
         assert_eq!(decode_body::<Request>(&bytes), Ok(request));

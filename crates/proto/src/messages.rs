@@ -1,6 +1,7 @@
 //! Request and response bodies of every service. Names follow `<Verb><Noun>`; the frame header
 //! carries the request id, and chunk data travels as the frame's raw payload, never in a body.
 
+use crate::access::Capability;
 use crate::error::WireError;
 use crate::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use crate::layout::{FileLayout, SlotSet, StripePattern};
@@ -1262,6 +1263,10 @@ pub enum StorageRequest {
         object_offset: u64,
         /// The client change it is, if a client sent it (see [`ChangeTag`]).
         tag: Option<ChangeTag>,
+        /// What lets a client whose access the servers check read or change the file's
+        /// objects: the metadata server's grant at its open (see [`Capability`]).
+        #[serde(default, with = "crate::wire::since_3")]
+        capability: Option<Capability>,
     },
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
@@ -1295,6 +1300,10 @@ pub enum StorageRequest {
         object_offset: u64,
         /// Bytes wanted, at most [`IO_BYTES_MAX`].
         len: u32,
+        /// What lets a client whose access the servers check read or change the file's
+        /// objects: the metadata server's grant at its open (see [`Capability`]).
+        #[serde(default, with = "crate::wire::since_3")]
+        capability: Option<Capability>,
     },
     /// Cuts an object to a length, as truncate `generation` of its file asks, unless the
     /// object already had that truncate or a newer one: a late or re-sent truncate never
@@ -1334,6 +1343,10 @@ pub enum StorageRequest {
         mirror: Option<MirrorRoute>,
         /// The file.
         inode: InodeId,
+        /// What lets a client whose access the servers check read or change the file's
+        /// objects: the metadata server's grant at its open (see [`Capability`]).
+        #[serde(default, with = "crate::wire::since_3")]
+        capability: Option<Capability>,
     },
     /// Allocates space for, or zeroes, a range of an object without changing its length.
     /// Refused with `TruncatePending` like a write.
@@ -1355,6 +1368,10 @@ pub enum StorageRequest {
         mode: FallocateMode,
         /// The client change it is, if a client sent it (see [`ChangeTag`]).
         tag: Option<ChangeTag>,
+        /// What lets a client whose access the servers check read or change the file's
+        /// objects: the metadata server's grant at its open (see [`Capability`]).
+        #[serde(default, with = "crate::wire::since_3")]
+        capability: Option<Capability>,
     },
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.
@@ -1476,8 +1493,16 @@ impl StorageRequest {
         )
     }
 
-    /// The same request sent along `route` (a primary forwarding it to a member).
+    /// The same request sent along `route` (a primary forwarding it to a member), without the
+    /// client's capability: the member trusts the primary, which checked it.
     pub fn rerouted(mut self, route: Route) -> StorageRequest {
+        if let StorageRequest::Write { capability, .. }
+        | StorageRequest::Read { capability, .. }
+        | StorageRequest::Sync { capability, .. }
+        | StorageRequest::Fallocate { capability, .. } = &mut self
+        {
+            *capability = None;
+        }
         match &mut self {
             StorageRequest::Write { target, mirror, .. }
             | StorageRequest::Read { target, mirror, .. }
@@ -1825,6 +1850,10 @@ pub enum Response {
         attr: InodeAttr,
         /// Its directory, unless that is spread over several servers.
         parent: Option<InodeAttr>,
+        /// For a file created open by a client whose access the servers check: the grant of
+        /// access to its objects.
+        #[serde(default, with = "crate::wire::since_3")]
+        capability: Option<Capability>,
     },
     /// A page of a directory listing.
     #[wire(tag = 7)]
@@ -1921,6 +1950,15 @@ pub enum Response {
         length: u64,
         /// CRC32C of the bytes of the range that lie before `length`.
         crc: u32,
+    },
+    /// A file opened by a client whose access the servers check: its attributes, and the
+    /// grant of access to its objects the storage servers want from that client.
+    #[wire(tag = 29, since = 3)]
+    Opened {
+        /// The file.
+        attr: InodeAttr,
+        /// The grant.
+        capability: Capability,
     },
 }
 

@@ -91,24 +91,42 @@ pub mod since_2 {
     }
 }
 
-/// A field added in protocol version 3: left out of encodings for version 2 when it has its
-/// default, and refused when it is set (a peer that cannot read it must not act without
+/// A field added in protocol version 3 (an `Option`): left out of encodings for version 2 when
+/// it is `None`, and refused when it is set (a peer that cannot read it must not act without
 /// it: a client's subtree rule is not silently dropped); its default when decoded from
 /// version 2.
 pub mod since_3 {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    /// Encodes `value`; for a peer of version 2, nothing when it is the default.
+    /// A field of a later version: an `Option`, unset when `None`.
+    pub trait Unset {
+        /// Whether it holds nothing an older peer would miss.
+        fn is_unset(&self) -> bool;
+    }
+
+    impl<T> Unset for Option<T> {
+        fn is_unset(&self) -> bool {
+            self.is_none()
+        }
+    }
+
+    impl<T: Unset + ?Sized> Unset for &T {
+        fn is_unset(&self) -> bool {
+            (**self).is_unset()
+        }
+    }
+
+    /// Encodes `value`; for a peer of version 2, nothing when it is unset.
     ///
     /// # Errors
     /// As `value`'s own encoding; for a peer of version 2, the field when it is set.
-    pub fn serialize<T: Serialize + Default + PartialEq, S: Serializer>(
+    pub fn serialize<T: Serialize + Unset, S: Serializer>(
         value: &T,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         if super::version() >= 3 {
             value.serialize(serializer)
-        } else if *value == T::default() {
+        } else if value.is_unset() {
             serializer.serialize_unit()
         } else {
             Err(super::too_new(

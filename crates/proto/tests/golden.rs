@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use weft_mirror::pages::FileChange;
-use weft_proto::access::{Caller, ClientRule, Subtree};
+use weft_proto::access::{Caller, Capability, ClientRule, Subtree};
 use weft_proto::codec::{encode_body_in, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
 use weft_proto::messages::*;
@@ -21,6 +21,14 @@ const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/messages
 
 fn inode(n: u64) -> InodeId {
     InodeId::new(NodeId(1), n)
+}
+
+fn capability() -> Capability {
+    Capability {
+        session: ClientId(7),
+        access: 6,
+        proof: [0xab; 32],
+    }
 }
 
 fn mutation() -> MutationId {
@@ -508,6 +516,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             generation: 2,
             object_offset: 4096,
             tag: change_tag(),
+            capability: Some(capability()),
         },
         StorageRequest::Bench {
             op: StorageBenchOp::Start {
@@ -529,6 +538,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             generation: 2,
             object_offset: 0,
             len: 4096,
+            capability: None,
         },
         StorageRequest::Truncate {
             target: TargetId(3),
@@ -547,6 +557,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             target: TargetId(3),
             mirror: mirror_route(),
             inode: inode(5),
+            capability: Some(capability()),
         },
         StorageRequest::Fallocate {
             target: TargetId(3),
@@ -557,6 +568,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             len: 1 << 20,
             mode: FallocateMode::Zero,
             tag: change_tag(),
+            capability: None,
         },
         StorageRequest::ListObjects {
             target: TargetId(3),
@@ -614,6 +626,7 @@ fn responses() -> Vec<Response> {
         Response::Created {
             attr: attr(),
             parent: None,
+            capability: Some(capability()),
         },
         Response::DirEntries {
             entries: vec![DirEntry {
@@ -763,6 +776,10 @@ fn responses() -> Vec<Response> {
             length: 4096,
             crc: 0xDEAD_BEEF,
         },
+        Response::Opened {
+            attr: attr(),
+            capability: capability(),
+        },
     ]
 }
 
@@ -775,6 +792,7 @@ fn requests() -> Vec<Request> {
             target: TargetId(3),
             mirror: None,
             inode: inode(5),
+            capability: None,
         }),
         Request::Stats,
     ]

@@ -548,6 +548,7 @@ impl Mirror {
                         generation,
                         object_offset: offset,
                         tag: Some(self.step_tag(primary, start)),
+                        capability: None,
                     };
                     self.send_step(member, write, data).await?;
                 }
@@ -557,6 +558,7 @@ impl Mirror {
                         target: route.target,
                         mirror: route.mirror,
                         inode,
+                        capability: None,
                     };
                     self.send_step(member, sync, Bytes::new()).await?;
                 }

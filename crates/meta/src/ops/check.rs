@@ -452,6 +452,19 @@ fn check_inodes(
             }
             2 + subdirectories.get(&id).copied().unwrap_or(0)
         } else {
+            // A file's parent must hold a name of it (see `service::subtree`); with names
+            // only here that can be checked. An unknown one (0: a file made before parents
+            // were kept, or one whose named parent went) is filled in, not counted.
+            let remote_names = referenced.get(&inode).copied().unwrap_or(0);
+            if remote_names == 0 && !parents.contains(&record.parent) {
+                if record.parent != 0 {
+                    findings.problem(format!(
+                        "file {inode} records a parent that holds no name of it"
+                    ));
+                }
+                record.parent = parents[0];
+                changed = true;
+            }
             parents.len() as u32
         };
         if record.nlink != expected_links && !(record.nlink == 0 && parents.is_empty()) {

@@ -166,6 +166,7 @@ pub(crate) fn create(
     Ok(Response::Created {
         attr: record.to_attr(inode),
         parent: whole.then(|| parent.to_attr(entry.parent)),
+        capability: None,
     })
 }
 

@@ -1061,7 +1061,8 @@ pub(crate) fn finish_rename_out(
 }
 
 /// On an inode's home, after a rename elsewhere moved a dentry of it: its ctime becomes now,
-/// and it points at its new parent (idempotent; a removed one is left).
+/// and it points at its new parent (idempotent; a removed one is left). Parent 0 makes a
+/// file forget its parent, before a rename that moves its name (a directory keeps its own).
 pub(crate) fn renamed(
     txn: &WriteTransaction,
     inode: InodeId,
@@ -1082,7 +1083,9 @@ fn mark_renamed(
     };
     let mut record = InodeRecord::decode(inode.0, bytes.value())?;
     drop(bytes);
-    record.parent = parent.0;
+    if parent.0 != 0 || !record.is_dir() {
+        record.parent = parent.0;
+    }
     record.ctime = now();
     store_inode(inodes, inode, &record)
 }

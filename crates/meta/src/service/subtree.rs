@@ -8,8 +8,9 @@
 //! names inside and outside the subtree may be refused, never one the subtree holds no name
 //! of, except for the window in which its home learns of a rename on another server.
 //! The walk crosses servers for directories living elsewhere; directories found inside are
-//! remembered for [`INSIDE_TTL`], so a directory moved out of the subtree stays reachable
-//! for at most that long.
+//! remembered for [`INSIDE_TTL`] from when they were found, so a directory moved out of the
+//! subtree stays reachable for at most that long. An inode that does not exist is outside:
+//! a request naming a removed inode is refused like one naming an inode outside.
 
 use super::Meta;
 use crate::store::OpError;
@@ -28,26 +29,33 @@ const INSIDE_REMEMBERED_MAX: usize = 65_536;
 /// Most parents followed from one inode: deeper trees are refused to confined clients.
 const DEPTH_MAX: usize = 4_096;
 
-/// Directories found inside subtrees: (subtree, directory) → when.
+/// Directories found inside subtrees: (subtree, directory) → when that was known, which is
+/// when the walk that found it started, or as old as the memory that walk ended on: a walk
+/// through a remembered directory does not make it, or what lies below it, younger, so a
+/// directory moved out cannot be kept reachable by walking below it.
 #[derive(Default)]
 pub(crate) struct Inside(Mutex<HashMap<(InodeId, InodeId), Instant>>);
 
 impl Inside {
-    fn knows(&self, subtree: InodeId, dir: InodeId) -> bool {
+    /// Since when `dir` is known to lie in `subtree`, if that is recent enough to trust.
+    fn known_since(&self, subtree: InodeId, dir: InodeId) -> Option<Instant> {
         let known = self.0.lock().expect("subtree memory poisoned");
         known
             .get(&(subtree, dir))
-            .is_some_and(|found| found.elapsed() < INSIDE_TTL)
+            .copied()
+            .filter(|since| since.elapsed() < INSIDE_TTL)
     }
 
-    fn remember(&self, subtree: InodeId, dirs: &[InodeId]) {
+    fn remember(&self, subtree: InodeId, dirs: &[InodeId], since: Instant) {
         let mut known = self.0.lock().expect("subtree memory poisoned");
         if known.len() + dirs.len() > INSIDE_REMEMBERED_MAX {
-            known.clear();
+            known.retain(|_, found| found.elapsed() < INSIDE_TTL);
+            if known.len() + dirs.len() > INSIDE_REMEMBERED_MAX {
+                known.clear();
+            }
         }
-        let now = Instant::now();
         for dir in dirs {
-            known.insert((subtree, *dir), now);
+            known.insert((subtree, *dir), since);
         }
     }
 }
@@ -80,14 +88,20 @@ impl Meta {
         Ok(())
     }
 
-    /// Whether `inode` lies in `subtree`. An inode that does not exist is let through: the
-    /// request fails on its own, the same way for any missing inode.
+    /// Whether `inode` lies in `subtree`. An inode that does not exist does not: inode numbers
+    /// are predictable, and one let through could be created outside before its request
+    /// runs (and the answer would tell which outside numbers exist).
     async fn lies_in(&self, inode: InodeId, subtree: InodeId) -> Result<bool, OpError> {
+        let started = Instant::now();
         let mut visited = Vec::new();
         let mut at = inode;
         for _ in 0..DEPTH_MAX {
-            if at == subtree || self.inside.knows(subtree, at) {
-                self.inside.remember(subtree, &visited);
+            if at == subtree {
+                self.inside.remember(subtree, &visited, started);
+                return Ok(true);
+            }
+            if let Some(since) = self.inside.known_since(subtree, at) {
+                self.inside.remember(subtree, &visited, since);
                 return Ok(true);
             }
             if at == InodeId::ROOT || at.0 == 0 {
@@ -96,9 +110,7 @@ impl Meta {
             let attr = match self.attr_of(at).await {
                 Ok(attr) => attr,
                 Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => {
-                    // The named inode itself: its request fails as for any missing inode. A
-                    // parent that went meanwhile: outside, as far as anyone can tell.
-                    return Ok(at == inode);
+                    return Ok(false);
                 }
                 Err(error) => return Err(error),
             };

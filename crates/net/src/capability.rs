@@ -1,0 +1,119 @@
+//! Capabilities: a metadata server's grant of access to one file's objects, checked by the
+//! storage servers for clients whose access the servers decide (docs/design/security.md,
+//! "Capabilities"). Both derive the key from the cluster key; clients never hold it.
+
+use crate::auth::Auth;
+use ring::hmac;
+use weft_proto::access::{Capability, READ, WRITE};
+use weft_proto::error::WireError;
+use weft_proto::ids::{ClientId, InodeId};
+use weft_proto::ErrorCode;
+
+/// What the capability key is derived from the cluster key with.
+const KEY_LABEL: &[u8] = b"weft capability key";
+
+/// The key capabilities are granted and checked with.
+#[derive(Clone)]
+pub struct Capabilities {
+    key: hmac::Key,
+}
+
+impl std::fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Capabilities")
+    }
+}
+
+/// What a proof signs: the inode, the access and the session.
+fn signed(inode: InodeId, access: u8, session: ClientId) -> [u8; 17] {
+    let mut input = [0; 17];
+    input[..8].copy_from_slice(&inode.0.to_le_bytes());
+    input[8] = access;
+    input[9..].copy_from_slice(&session.0.to_le_bytes());
+    input
+}
+
+impl Capabilities {
+    /// The key of a process holding the cluster key; `None` for others.
+    pub fn of(auth: &Auth) -> Option<Capabilities> {
+        auth.derived_key(KEY_LABEL).map(|key| Capabilities { key })
+    }
+
+    /// A grant of `access` ([`READ`], [`WRITE`]) to the objects of `inode`, to `session`.
+    pub fn grant(&self, inode: InodeId, access: u8, session: ClientId) -> Capability {
+        let access = access & (READ | WRITE);
+        let tag = hmac::sign(&self.key, &signed(inode, access, session));
+        let mut proof = [0; 32];
+        proof.copy_from_slice(tag.as_ref());
+        Capability {
+            session,
+            access,
+            proof,
+        }
+    }
+
+    /// That `capability` grants `want` on the objects of `inode` (the session is checked
+    /// elsewhere, as every session a client names).
+    ///
+    /// # Errors
+    /// `PermissionDenied` when there is none, or it grants less or another file, or it is
+    /// forged.
+    pub fn check(
+        &self,
+        inode: InodeId,
+        want: u8,
+        capability: Option<&Capability>,
+    ) -> Result<(), WireError> {
+        let denied = |why: &str| {
+            Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                format!("access to the objects of {inode} denied: {why}"),
+            ))
+        };
+        let Some(capability) = capability else {
+            return denied("the client's access is checked by the servers, and it showed no capability from an open of the file");
+        };
+        if capability.access & want != want {
+            return denied("its capability does not grant that access");
+        }
+        let input = signed(inode, capability.access, capability.session);
+        if hmac::verify(&self.key, &input, &capability.proof).is_err() {
+            return denied("its capability was not granted for this file and session");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capabilities(key: &[u8]) -> Capabilities {
+        Capabilities {
+            key: hmac::Key::new(hmac::HMAC_SHA256, key),
+        }
+    }
+
+    // Goal: a capability opens what it was granted for and nothing else: not another file,
+    // not more access, not another session, not when made with another key.
+    #[test]
+    fn a_capability_grants_what_it_names() {
+        let ours = capabilities(b"one");
+        let inode = InodeId(7);
+        let session = ClientId(3);
+        let read = ours.grant(inode, READ, session);
+        assert!(ours.check(inode, READ, Some(&read)).is_ok());
+        assert!(ours.check(inode, 0, Some(&read)).is_ok());
+        assert!(ours.check(inode, WRITE, Some(&read)).is_err());
+        assert!(ours.check(InodeId(8), READ, Some(&read)).is_err());
+        assert!(ours.check(inode, READ, None).is_err());
+        let mut widened = read;
+        widened.access = READ | WRITE;
+        assert!(ours.check(inode, WRITE, Some(&widened)).is_err());
+        let mut moved = read;
+        moved.session = ClientId(4);
+        assert!(ours.check(inode, READ, Some(&moved)).is_err());
+        let theirs = capabilities(b"two").grant(inode, READ, session);
+        assert!(ours.check(inode, READ, Some(&theirs)).is_err());
+    }
+}
