@@ -968,7 +968,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
             let refused = once_settled(|| object_io(&view, file, capability, write)).await;
             assert_eq!(
                 refused.expect_err(what).code(),
-                ErrorCode::PermissionDenied,
+                ErrorCode::CapabilityNeeded,
                 "{what}"
             );
         }
@@ -1000,6 +1000,89 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
     assert!(!mnt.join("planted").exists() && !mnt.join("stolen").exists());
     drop(native);
     cluster.unmount(&confined).expect("unmount");
+}
+
+// Goal: a file a client opened before its rule made the servers decide its access (root
+// squash set while the file was open) stays readable: the first read the storage servers
+// refuse for want of a capability opens the file again for one, and is asked again. And a
+// squashed client of the older protocol version, which could show no capability, is
+// refused outright. Method: a cluster of real processes, a native client with a client key
+// holding a file open across `weft client set --root-squash`, raw reads without a
+// capability to see the storage servers apply the rule, and RPC clients of the older
+// version.
+#[test]
+fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
+    use weft_proto::access;
+    use weft_proto::ErrorCode;
+
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("open"), b"for everyone").expect("write");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let late = client_key(&cluster, scratch.path(), "late");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let native = native_client(&runtime, &cluster, &late);
+    let attr = runtime
+        .block_on(native.lookup(InodeId::ROOT, "open"))
+        .expect("lookup");
+    runtime
+        .block_on(native.open(attr.inode, 1, access::READ))
+        .expect("open before any rule");
+    let layout = attr.layout.clone().expect("a file's layout");
+    let read = || {
+        runtime.block_on(native.read(
+            (attr.inode, attr.truncate_generation),
+            &layout,
+            0,
+            12,
+            attr.size,
+        ))
+    };
+    assert_eq!(read().expect("read").as_ref(), b"for everyone");
+
+    set_rule(&cluster, &["late", "--root-squash"]);
+    let as_late = weft_net::RpcClientOptions {
+        auth: weft_net::Auth::from_key_file(&late).expect("the client key"),
+        ..weft_net::RpcClientOptions::default()
+    };
+    let view = weft_net::ClusterView::new(cluster.mgmt(), as_late.clone());
+    runtime.block_on(view.refresh()).expect("the map");
+    let slot = layout.slot(0);
+    wait_until(
+        "the storage servers to want capabilities of the client",
+        || {
+            runtime
+                .block_on(object_io(&view, (attr.inode, slot), None, false))
+                .is_err_and(|error| error.code() == ErrorCode::CapabilityNeeded)
+        },
+    )
+    .expect("the rule applies");
+    assert_eq!(
+        read().expect("read with a capability asked for").as_ref(),
+        b"for everyone"
+    );
+
+    let older = weft_net::RpcClientOptions {
+        protocol_max: weft_proto::codec::PROTOCOL_VERSION_MIN,
+        ..as_late
+    };
+    let view = weft_net::ClusterView::new(cluster.mgmt(), older);
+    runtime
+        .block_on(view.refresh())
+        .expect("the map, in the older version");
+    let refused = runtime
+        .block_on(async {
+            let meta = view.meta(attr.inode.home()).await?;
+            meta.get_attr(attr.inode).await
+        })
+        .expect_err("a squashed client of the older version is refused");
+    assert_eq!(refused.code(), ErrorCode::VersionMismatch, "{refused}");
+    assert!(refused.to_string().contains("upgrade it"), "{refused}");
+    drop(native);
 }
 
 // Goal: rolling upgrades: servers of this version serve a peer of the previous protocol

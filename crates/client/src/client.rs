@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
+use weft_proto::access::Capability;
 use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::{FileLayout, StripePattern};
 use weft_proto::messages::{
@@ -958,6 +959,37 @@ impl Client {
             capability,
         );
         Ok(attr)
+    }
+
+    /// Runs `attempt` (a read or change of `inode`'s objects) with a capability of this session
+    /// granting `want`, if an open of the file was granted one; when the storage server wants
+    /// one it did not get (none was granted yet, or it expired, or was another session's), opens
+    /// the file again for a new one, as the handle that asked that access was opened, and
+    /// runs `attempt` once more.
+    ///
+    /// # Errors
+    /// What `attempt` gave, or what the open again gave.
+    pub(crate) async fn with_capability<T, F, Fut>(
+        &self,
+        inode: InodeId,
+        want: u8,
+        attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(Option<Capability>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let session = self.id();
+        match attempt(self.opens.capability(inode, want, session)).await {
+            Err(error) if error.code() == ErrorCode::CapabilityNeeded => {
+                let Some((handle, (access, caller))) = self.opens.handle_for(inode, want) else {
+                    return Err(error);
+                };
+                weft_net::stubs::acting_for(caller, self.open(inode, handle, access)).await?;
+                attempt(self.opens.capability(inode, want, self.id())).await
+            }
+            other => other,
+        }
     }
 
     /// Forgets the verifiers of a file's writes not synced yet, once no open file of it is

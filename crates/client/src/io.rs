@@ -156,22 +156,24 @@ pub(crate) async fn read(
             let slot = layout.slot(piece.target_index);
             let len = piece.len as u32;
             let net_bench = client.net_bench();
-            let capability = client.opens.capability(inode, access::READ);
-            let data = on_slot(client, inode, slot, |storage, route| async move {
-                if net_bench {
-                    return Ok(storage.net_bench(route.target, Bytes::new(), len).await?.1);
-                }
-                storage
-                    .read(
-                        route,
-                        (inode, generation),
-                        piece.object_offset,
-                        len,
-                        capability,
-                    )
-                    .await
-            })
-            .await?;
+            let data = client
+                .with_capability(inode, access::READ, |capability| {
+                    on_slot(client, inode, slot, move |storage, route| async move {
+                        if net_bench {
+                            return Ok(storage.net_bench(route.target, Bytes::new(), len).await?.1);
+                        }
+                        storage
+                            .read(
+                                route,
+                                (inode, generation),
+                                piece.object_offset,
+                                len,
+                                capability,
+                            )
+                            .await
+                    })
+                })
+                .await?;
             Ok::<_, ClientError>((piece, data))
         });
     // Pieces come back in file order; a short one is a hole and reads as zeros.
@@ -208,30 +210,27 @@ pub(crate) async fn write(
             async move {
                 let slot = layout.slot(piece.target_index);
                 let net_bench = client.net_bench();
-                let capability = client.opens.capability(inode, access::WRITE);
                 let mut change = client.begin_change();
-                let sent = on_slot(client, inode, slot, |storage, route| {
-                    let slice = slice.clone();
-                    let tag = change.tag();
-                    async move {
-                        if net_bench {
-                            let len = storage.net_bench(route.target, slice, 0).await?.0;
-                            return Ok((len, 0));
-                        }
-                        let file = (inode, generation);
-                        storage
-                            .write(
-                                route,
-                                file,
-                                piece.object_offset,
-                                slice,
-                                Some(tag),
-                                capability,
-                            )
-                            .await
-                    }
-                })
-                .await;
+                let sent = client
+                    .with_capability(inode, access::WRITE, |capability| {
+                        let (slice, change) = (&slice, &change);
+                        on_slot(client, inode, slot, move |storage, route| {
+                            let slice = slice.clone();
+                            let tag = change.tag();
+                            async move {
+                                if net_bench {
+                                    let len = storage.net_bench(route.target, slice, 0).await?.0;
+                                    return Ok((len, 0));
+                                }
+                                let file = (inode, generation);
+                                let offset = piece.object_offset;
+                                storage
+                                    .write(route, file, offset, slice, Some(tag), capability)
+                                    .await
+                            }
+                        })
+                    })
+                    .await;
                 let (_, verifier) = sent.inspect_err(|_| change.failed())?;
                 client
                     .unsynced
@@ -257,12 +256,14 @@ pub(crate) async fn sync(
         // Nothing reached a disk.
         return Ok(());
     }
-    let capability = client.opens.capability(inode, 0);
     let requests = layout.slots().map(|slot| async move {
-        let verifier = on_slot(client, inode, slot, |storage, route| async move {
-            storage.sync(route, inode, capability).await
-        })
-        .await?;
+        let verifier = client
+            .with_capability(inode, 0, |capability| {
+                on_slot(client, inode, slot, move |storage, route| async move {
+                    storage.sync(route, inode, capability).await
+                })
+            })
+            .await?;
         let written = client
             .unsynced
             .lock()
@@ -298,27 +299,30 @@ pub(crate) async fn fallocate(
     let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
         let span = object_span(layout, index, offset, len);
         (!span.is_empty()).then_some(async move {
-            let capability = client.opens.capability(inode, access::WRITE);
             let mut change = client.begin_change();
-            on_slot(client, inode, slot, |storage, route| {
-                let span = span.clone();
-                let tag = change.tag();
-                async move {
-                    let len = span.end - span.start;
-                    storage
-                        .fallocate(
-                            route,
-                            (inode, generation),
-                            span.start,
-                            (len, mode),
-                            Some(tag),
-                            capability,
-                        )
-                        .await
-                }
-            })
-            .await
-            .inspect_err(|_| change.failed())
+            client
+                .with_capability(inode, access::WRITE, |capability| {
+                    let (span, change) = (&span, &change);
+                    on_slot(client, inode, slot, move |storage, route| {
+                        let span = span.clone();
+                        let tag = change.tag();
+                        async move {
+                            let len = span.end - span.start;
+                            storage
+                                .fallocate(
+                                    route,
+                                    (inode, generation),
+                                    span.start,
+                                    (len, mode),
+                                    Some(tag),
+                                    capability,
+                                )
+                                .await
+                        }
+                    })
+                })
+                .await
+                .inspect_err(|_| change.failed())
         })
     });
     for result in futures::future::join_all(requests).await {

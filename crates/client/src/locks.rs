@@ -71,15 +71,30 @@ impl HeldOpens {
         }
     }
 
-    /// A capability of `inode` granting `want` ([`weft_proto::access`] bits), if an open of it
-    /// was granted one.
-    pub(crate) fn capability(&self, inode: InodeId, want: u8) -> Option<Capability> {
+    /// A capability of `inode` granting `want` ([`weft_proto::access`] bits) to `session`, if
+    /// an open of it was granted one.
+    pub(crate) fn capability(
+        &self,
+        inode: InodeId,
+        want: u8,
+        session: weft_proto::ids::ClientId,
+    ) -> Option<Capability> {
         let held = self.held.lock().expect("held opens poisoned");
         held.get(&inode)?
             .capabilities
             .iter()
-            .find(|capability| capability.access & want == want)
+            .find(|capability| capability.access & want == want && capability.session == session)
             .copied()
+    }
+
+    /// A handle of `inode` opened for at least `want`, with what it was opened for and by whom.
+    pub(crate) fn handle_for(&self, inode: InodeId, want: u8) -> Option<(u64, (u8, Caller))> {
+        let held = self.held.lock().expect("held opens poisoned");
+        held.get(&inode)?
+            .handles
+            .iter()
+            .find(|(_, (access, _))| access & want == want)
+            .map(|(handle, opened)| (*handle, opened.clone()))
     }
 
     /// The handles open on files of `home`, with what they were opened for and by whom.
@@ -315,19 +330,11 @@ impl Client {
         }
         let client = self.id();
         let mut lost = 0;
-        for (inode, handle, (access, caller)) in &held {
-            // The same access for the same caller: a session's capabilities die with it, so
-            // the new one needs its own (the file's permissions are asked again).
-            let opened = weft_net::stubs::acting_for(
-                caller.clone(),
-                meta.open(client, (*handle, *access), *inode),
-            )
-            .await;
-            match opened {
-                Ok((_, capability)) => {
-                    self.opens
-                        .record((*inode, *handle), (*access, caller.clone()), capability);
-                }
+        for (inode, handle, _) in &held {
+            // No access asked: the file was opened already, this only registers the handle. A
+            // capability of an earlier session is renewed when a read or write wants it.
+            match meta.open(client, (*handle, 0), *inode).await {
+                Ok(_) => {}
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
                     return Err(error)
                 }

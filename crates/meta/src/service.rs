@@ -1695,17 +1695,28 @@ impl Meta {
                 self.exchange_out(mutation, (parent, name), (new_parent, new_name), other)
                     .await
             } else if all_here {
-                if child.home() != here && !is_dir(kind) {
+                let forgets = child.home() != here && !is_dir(kind);
+                if forgets {
                     // The file's home forgets its parent first, and learns the new one after:
                     // a home that cannot be told afterwards keeps none, and refuses the file
                     // to confined clients, rather than keep a directory without its name.
                     self.mark_renamed(child, InodeId(0)).await?;
                 }
-                let renamed = self
+                let renamed = match self
                     .rename_local(
                         mutation, parent, name, new_parent, new_name, flags, moves_dirs,
                     )
-                    .await?;
+                    .await
+                {
+                    Ok(renamed) => renamed,
+                    Err(error) => {
+                        // Nothing moved: the old directory still holds the name.
+                        if forgets {
+                            let _ = self.mark_renamed(child, parent).await;
+                        }
+                        return Err(error);
+                    }
+                };
                 // An inode living elsewhere: only its dentry moved here, its ctime and parent
                 // live on its home. The rename is done: a home that cannot be told misses a
                 // time, and a file's parent stays unknown.

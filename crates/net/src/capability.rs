@@ -11,6 +11,10 @@ use weft_proto::ErrorCode;
 
 /// What the capability key is derived from the cluster key with.
 const KEY_LABEL: &[u8] = b"weft capability key";
+/// How long a capability is good for: a client that keeps a file open longer opens it again
+/// for a new one, and a client that lost its right to the file (a chmod, a move out of its
+/// subtree, a new rule) keeps at most this long what it was granted before.
+pub const CAPABILITY_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The key capabilities are granted and checked with.
 #[derive(Clone)]
@@ -24,13 +28,21 @@ impl std::fmt::Debug for Capabilities {
     }
 }
 
-/// What a proof signs: the inode, the access and the session.
-fn signed(inode: InodeId, access: u8, session: ClientId) -> [u8; 17] {
-    let mut input = [0; 17];
+/// What a proof signs: the inode, the access, the session and the expiry.
+fn signed(inode: InodeId, access: u8, session: ClientId, expires: u64) -> [u8; 25] {
+    let mut input = [0; 25];
     input[..8].copy_from_slice(&inode.0.to_le_bytes());
     input[8] = access;
-    input[9..].copy_from_slice(&session.0.to_le_bytes());
+    input[9..17].copy_from_slice(&session.0.to_le_bytes());
+    input[17..].copy_from_slice(&expires.to_le_bytes());
     input
+}
+
+/// Seconds since the Unix epoch.
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 impl Capabilities {
@@ -39,15 +51,32 @@ impl Capabilities {
         auth.derived_key(KEY_LABEL).map(|key| Capabilities { key })
     }
 
-    /// A grant of `access` ([`READ`], [`WRITE`]) to the objects of `inode`, to `session`.
+    /// A grant of `access` ([`READ`], [`WRITE`]) to the objects of `inode`, to `session`, for
+    /// [`CAPABILITY_TTL`].
     pub fn grant(&self, inode: InodeId, access: u8, session: ClientId) -> Capability {
+        self.grant_until(
+            inode,
+            access,
+            session,
+            now_seconds() + CAPABILITY_TTL.as_secs(),
+        )
+    }
+
+    fn grant_until(
+        &self,
+        inode: InodeId,
+        access: u8,
+        session: ClientId,
+        expires: u64,
+    ) -> Capability {
         let access = access & (READ | WRITE);
-        let tag = hmac::sign(&self.key, &signed(inode, access, session));
+        let tag = hmac::sign(&self.key, &signed(inode, access, session, expires));
         let mut proof = [0; 32];
         proof.copy_from_slice(tag.as_ref());
         Capability {
             session,
             access,
+            expires,
             proof,
         }
     }
@@ -56,8 +85,8 @@ impl Capabilities {
     /// elsewhere, as every session a client names).
     ///
     /// # Errors
-    /// `PermissionDenied` when there is none, or it grants less or another file, or it is
-    /// forged.
+    /// `CapabilityNeeded` when there is none, or it grants less or another file, or it
+    /// expired, or it is forged.
     pub fn check(
         &self,
         inode: InodeId,
@@ -66,7 +95,7 @@ impl Capabilities {
     ) -> Result<(), WireError> {
         let denied = |why: &str| {
             Err(WireError::new(
-                ErrorCode::PermissionDenied,
+                ErrorCode::CapabilityNeeded,
                 format!("access to the objects of {inode} denied: {why}"),
             ))
         };
@@ -76,9 +105,17 @@ impl Capabilities {
         if capability.access & want != want {
             return denied("its capability does not grant that access");
         }
-        let input = signed(inode, capability.access, capability.session);
+        let input = signed(
+            inode,
+            capability.access,
+            capability.session,
+            capability.expires,
+        );
         if hmac::verify(&self.key, &input, &capability.proof).is_err() {
             return denied("its capability was not granted for this file and session");
+        }
+        if capability.expires <= now_seconds() {
+            return denied("its capability expired; open the file again");
         }
         Ok(())
     }
@@ -95,7 +132,7 @@ mod tests {
     }
 
     // Goal: a capability opens what it was granted for and nothing else: not another file,
-    // not more access, not another session, not when made with another key.
+    // not more access, not another session, not for longer, not when made with another key.
     #[test]
     fn a_capability_grants_what_it_names() {
         let ours = capabilities(b"one");
@@ -115,5 +152,13 @@ mod tests {
         assert!(ours.check(inode, READ, Some(&moved)).is_err());
         let theirs = capabilities(b"two").grant(inode, READ, session);
         assert!(ours.check(inode, READ, Some(&theirs)).is_err());
+        let mut extended = read;
+        extended.expires += 3600;
+        assert!(ours.check(inode, READ, Some(&extended)).is_err());
+        let expired = ours.grant_until(inode, READ, session, now_seconds() - 1);
+        let refused = ours
+            .check(inode, READ, Some(&expired))
+            .expect_err("expired");
+        assert_eq!(refused.code, ErrorCode::CapabilityNeeded);
     }
 }

@@ -18,6 +18,19 @@ use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::error::{ErrorCode, WireError};
 use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
+tokio::task_local! {
+    /// The protocol version of the request the current task serves.
+    static PEER_VERSION: u16;
+}
+
+/// The protocol version the request being served came in (this build's own outside a
+/// request's task): what the peer that sent it speaks.
+pub fn peer_version() -> u16 {
+    PEER_VERSION
+        .try_with(|version| *version)
+        .unwrap_or(weft_proto::codec::PROTOCOL_VERSION)
+}
+
 /// Requests one connection may have in flight before the server stops reading from it.
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
 
@@ -555,13 +568,18 @@ async fn serve_connection<H: Handler>(
                     let stats = metrics.rpc().node_stats(handler.target_stats());
                     (Ok(Response::Stats(stats)), Bytes::new())
                 }
-                request => match &from {
-                    Identity::Client(name) => match access::for_client(name, &request) {
-                        Ok(()) => handler.handle(from, request, payload).await,
-                        Err(error) => (Err(error), Bytes::new()),
-                    },
-                    Identity::Member => handler.handle(from, request, payload).await,
-                },
+                request => {
+                    let handled = async {
+                        match &from {
+                            Identity::Client(name) => match access::for_client(name, &request) {
+                                Ok(()) => handler.handle(from, request, payload).await,
+                                Err(error) => (Err(error), Bytes::new()),
+                            },
+                            Identity::Member => handler.handle(from, request, payload).await,
+                        }
+                    };
+                    PEER_VERSION.scope(header.version, handled).await
+                }
             };
             // The answer goes in the version the request came in; one that version cannot
             // say (an older peer's) is an error it can.

@@ -122,18 +122,23 @@ pub struct Checks {
     pub per_file: bool,
 }
 
-/// A metadata server's grant of access to the objects of one file, to one client session:
-/// made when a client whose access the servers check opens (or creates) the file, shown to
-/// the storage servers with each read, write, fallocate and sync of its objects. The proof is
-/// an HMAC-SHA256, with a key derived from the cluster key, of the inode, the access and the
-/// session, so a client can neither make one nor widen one; it is good while the session is
-/// the client's own and alive (a storage server checks that as for every request).
+/// A metadata server's grant of access to the objects of one file, to one client session,
+/// until a time: made when a client whose access the servers check opens (or creates) the
+/// file, shown to the storage servers with each read, write, fallocate and sync of its
+/// objects. The proof is an HMAC-SHA256, with a key derived from the cluster key, of the
+/// inode, the access, the session and the expiry, so a client can neither make one nor widen
+/// or extend one; it is good while the session is the client's own and alive (a storage
+/// server checks that as for every request) and until it expires, after which the client
+/// opens the file again for a new one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capability {
     /// The session it was granted to.
     pub session: ClientId,
     /// [`READ`] and [`WRITE`] bits.
     pub access: u8,
+    /// When it stops being good, in seconds since the Unix epoch (by the storage server's
+    /// clock).
+    pub expires: u64,
     /// The HMAC.
     pub proof: [u8; 32],
 }
@@ -145,8 +150,14 @@ impl ClientRule {
         Checks {
             caller: self.checked(caller),
             subtree: self.subtree.as_ref().map(|subtree| subtree.inode),
-            per_file: self.root_squash || self.subtree.is_some(),
+            per_file: self.per_file(),
         }
+    }
+
+    /// Whether the servers decide which files its client may use (it squashes root or is
+    /// confined to a subtree), and so want capabilities for its reads and writes.
+    pub fn per_file(&self) -> bool {
+        self.root_squash || self.subtree.is_some()
     }
 
     /// Who `caller` acts as on the servers when they check its access themselves: `Some` for

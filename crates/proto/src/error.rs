@@ -93,6 +93,11 @@ pub enum ErrorCode {
     /// on it (the original of a retried request, delayed): dropped, so it cannot land over
     /// a newer change.
     Superseded = 2006,
+    /// The storage server wants a capability for this read or change of a file's objects
+    /// (the client's access is checked by the servers): none was shown, or it expired,
+    /// belongs to another session, or grants less. The client gets a new one by opening the
+    /// file again, and asks again.
+    CapabilityNeeded = 2007,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -148,7 +153,7 @@ impl ErrorCode {
             ErrorCode::IsDirectory => libc::EISDIR,
             ErrorCode::NotDirectory => libc::ENOTDIR,
             ErrorCode::NameTooLong => libc::ENAMETOOLONG,
-            ErrorCode::PermissionDenied => libc::EACCES,
+            ErrorCode::PermissionDenied | ErrorCode::CapabilityNeeded => libc::EACCES,
             ErrorCode::NotPermitted => libc::EPERM,
             ErrorCode::CrossDevice => libc::EXDEV,
             ErrorCode::TooManyLinks => libc::EMLINK,
@@ -233,6 +238,7 @@ mod tests {
             ErrorCode::TimedOut,
             ErrorCode::Busy,
             ErrorCode::Superseded,
+            ErrorCode::CapabilityNeeded,
             ErrorCode::UnknownSession,
             ErrorCode::WrongService,
         ] {

@@ -1265,7 +1265,7 @@ pub enum StorageRequest {
         tag: Option<ChangeTag>,
         /// What lets a client whose access the servers check read or change the file's
         /// objects: the metadata server's grant at its open (see [`Capability`]).
-        #[serde(default, with = "crate::wire::since_3")]
+        #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
     },
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
@@ -1302,7 +1302,7 @@ pub enum StorageRequest {
         len: u32,
         /// What lets a client whose access the servers check read or change the file's
         /// objects: the metadata server's grant at its open (see [`Capability`]).
-        #[serde(default, with = "crate::wire::since_3")]
+        #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
     },
     /// Cuts an object to a length, as truncate `generation` of its file asks, unless the
@@ -1345,7 +1345,7 @@ pub enum StorageRequest {
         inode: InodeId,
         /// What lets a client whose access the servers check read or change the file's
         /// objects: the metadata server's grant at its open (see [`Capability`]).
-        #[serde(default, with = "crate::wire::since_3")]
+        #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
     },
     /// Allocates space for, or zeroes, a range of an object without changing its length.
@@ -1370,7 +1370,7 @@ pub enum StorageRequest {
         tag: Option<ChangeTag>,
         /// What lets a client whose access the servers check read or change the file's
         /// objects: the metadata server's grant at its open (see [`Capability`]).
-        #[serde(default, with = "crate::wire::since_3")]
+        #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
     },
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
@@ -1852,7 +1852,7 @@ pub enum Response {
         parent: Option<InodeAttr>,
         /// For a file created open by a client whose access the servers check: the grant of
         /// access to its objects.
-        #[serde(default, with = "crate::wire::since_3")]
+        #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
     },
     /// A page of a directory listing.

@@ -130,9 +130,44 @@ pub mod since_3 {
             serializer.serialize_unit()
         } else {
             Err(super::too_new(
-                "a field of protocol version 3 is set (a client rule's subtree), and the peer \
-                 speaks an older one",
+                "a field of protocol version 3 is set, and the peer speaks an older one",
             ))
+        }
+    }
+
+    /// Decodes the field, or gives its default for a message of version 2.
+    ///
+    /// # Errors
+    /// As `T`'s own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        if super::version() < 3 {
+            Ok(T::default())
+        } else {
+            T::deserialize(deserializer)
+        }
+    }
+}
+
+/// A field added in protocol version 3 that an older peer has no use for (a capability,
+/// which servers of version 2 do not check): left out of encodings for version 2 whatever it
+/// holds, and its default when decoded from version 2.
+pub mod since_3_advisory {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes `value`, or nothing for a peer of version 2.
+    ///
+    /// # Errors
+    /// As `value`'s own encoding.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if super::version() < 3 {
+            serializer.serialize_unit()
+        } else {
+            value.serialize(serializer)
         }
     }
 

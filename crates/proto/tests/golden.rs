@@ -27,6 +27,7 @@ fn capability() -> Capability {
     Capability {
         session: ClientId(7),
         access: 6,
+        expires: 1_800_000_000,
         proof: [0xab; 32],
     }
 }
@@ -1009,6 +1010,24 @@ fn the_older_version_decodes_and_is_spoken() {
         refused.is_err_and(|error| error.contains("a field of protocol version 3 is set")),
         "a subtree is not dropped on its way to a peer of version 2"
     );
+    let opened: Reply = Ok(Response::Opened {
+        attr: attr(),
+        capability: capability(),
+    });
+    assert!(
+        encode_body_in(older, &opened)
+            .is_err_and(|error| error.contains("needs protocol version 3")),
+        "a grant is not sent to a peer of version 2"
+    );
+    // A capability is left out for a peer of version 2, which does not check it.
+    let write = Request::Storage(storage_requests()[0].clone());
+    let bytes = encode_body_in(older, &write).expect("a write with a capability encodes");
+    let Request::Storage(StorageRequest::Write { capability, .. }) =
+        weft_proto::codec::decode_body_in::<Request>(older, &bytes).expect("decodes")
+    else {
+        panic!("a write")
+    };
+    assert_eq!(capability, None);
     let mut unconfined = rule.clone();
     unconfined.subtree = None;
     let request = MgmtRequest::SetClientRule { rule: unconfined };

@@ -673,19 +673,27 @@ fn supplementary_groups(pid: u32) -> Vec<u32> {
 }
 
 /// What an open with `flags` asks for, in [`weft_proto::access`] bits.
-fn open_access(flags: i32) -> u8 {
+/// What an open with `flags` is for. With writeback caching the kernel reads pages through
+/// any handle to fill in a partial write, so a handle opened for writing is opened for
+/// reading too (as a kernel-side cache needs: the file's read permission is checked).
+fn open_access(flags: i32, writeback_cache: bool) -> u8 {
     use weft_proto::access;
     let written = if flags & libc::O_TRUNC != 0 {
         access::WRITE
     } else {
         0
     };
-    written
+    let access = written
         | match flags & libc::O_ACCMODE {
             libc::O_WRONLY => access::WRITE,
             libc::O_RDWR => access::READ | access::WRITE,
             _ => access::READ,
-        }
+        };
+    if writeback_cache && access & access::WRITE != 0 {
+        access | access::READ
+    } else {
+        access
+    }
 }
 
 fn reply_entry(state: &State, reply: ReplyEntry, result: Result<InodeAttr, ClientError>) {
@@ -1160,7 +1168,10 @@ impl Filesystem for WeftFs {
     fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.spawn(request, |state| async move {
             match state
-                .open_handle(state.inode_of(ino), open_access(flags.0))
+                .open_handle(
+                    state.inode_of(ino),
+                    open_access(flags.0, state.writeback_cache),
+                )
                 .await
             {
                 Ok((handle, attr)) => {

@@ -157,6 +157,8 @@ pub(crate) fn check_not_in_flight(
 }
 
 /// What step (1) leaves to do.
+// One is made and consumed per cross-server operation: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Prepared {
     /// The request was answered before (a retry): this is its reply.
     Answered(Result<Response, OpError>),
