@@ -7,7 +7,8 @@
 //! must differ the same way both times. Either way, the members involved must still be good
 //! afterwards: a member that failed meanwhile is resynced, not reported.
 
-use super::{Meta, TARGET_RETRY};
+use super::work::TARGET_RETRY;
+use super::Meta;
 use crate::ops::check::{report_problem, Suspect, SuspectKind};
 use crate::store::{load_inode, load_written, OpError, INODES, TRUNCATES, UNREPORTED, WRITTEN};
 use weft_net::RpcError;

@@ -1,0 +1,397 @@
+//! Request dispatch: every metadata request to the function or protocol that serves it.
+
+use super::sessions::register_open;
+use super::Meta;
+use crate::ops::create::{create, link, NewEntry};
+use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
+use crate::ops::remote::{
+    adjust_links, create_dir_inode, exchange_dentry, insert_dentry_for, remote_references,
+    remove_dir_inode, renamed, seal_shard, set_shards, settle_intents, sync_shard,
+};
+use crate::ops::setattr::{report_size, set_attr, set_pattern};
+use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
+use crate::store::{OpError, INODES, UNREPORTED};
+use std::sync::Arc;
+use std::time::Duration;
+use weft_proto::error::WireError;
+use weft_proto::ids::InodeId;
+use weft_proto::messages::{FileKind, MetaRequest, Reply, Response, LOCK_WAIT_MS_MAX};
+use weft_proto::ErrorCode;
+
+impl Meta {
+    pub(super) async fn handle_meta(&self, request: MetaRequest) -> Reply {
+        let result = match request {
+            MetaRequest::Lookup { parent, name } => {
+                let home = self.node;
+                match self.read(|txn| lookup(txn, home, parent, &name)) {
+                    // The child is a directory placed on another server: ask it.
+                    Ok(Response::Inodes(children)) => self.remote_attr(children[0]).await,
+                    other => other,
+                }
+            }
+            MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
+            MetaRequest::ReadDir {
+                dir,
+                shards,
+                after_cookie,
+                max_entries,
+            } => self.read(|txn| read_dir(txn, (dir, shards), after_cookie, max_entries)),
+            MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
+            MetaRequest::Create {
+                mutation,
+                parent,
+                name,
+                new,
+                open,
+            } => {
+                if new.kind == FileKind::Regular {
+                    self.refresh_map_if_short(parent, std::time::Instant::now())
+                        .await;
+                }
+                if new.kind == FileKind::Directory {
+                    // A parent with a default spread makes every new subdirectory spread.
+                    if let Some(shards) = self.inherited_spread(parent).await {
+                        return self
+                            .mkdir_spread(mutation, (parent, name), new, shards)
+                            .await
+                            .map_err(OpError::into_wire);
+                    }
+                }
+                let home = if new.kind == FileKind::Directory {
+                    self.directory_chooser
+                        .choose_meta(&self.cluster.map(), self.node)
+                } else {
+                    self.node
+                };
+                let open = open
+                    .filter(|_| new.kind == FileKind::Regular)
+                    .map(|handle| (mutation.client, handle));
+                if home == self.node {
+                    let entry = NewEntry { parent, name, new };
+                    // The open is registered before the commit, so no unlink can dispose of
+                    // the new file between the two; and again after it, for a retry answered
+                    // from the stored reply.
+                    let opens = Arc::clone(&self.opens);
+                    let result = self
+                        .mutate(mutation, move |txn, context| {
+                            let response = create(txn, context, entry)?;
+                            if let (Some(handle), Response::Created { attr, .. }) =
+                                (open, &response)
+                            {
+                                register_open(&opens, handle, attr.inode);
+                                txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
+                            }
+                            Ok(response)
+                        })
+                        .await;
+                    if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
+                        register_open(&self.opens, handle, attr.inode);
+                    }
+                    result
+                } else {
+                    self.remote_mkdir(mutation, parent, name, new, home).await
+                }
+            }
+            MetaRequest::CreateSpread {
+                mutation,
+                parent,
+                name,
+                new,
+                shards,
+            } => {
+                self.mkdir_spread(mutation, (parent, name), new, shards)
+                    .await
+            }
+            MetaRequest::SetShards { dir, shards } => {
+                self.committer
+                    .run(Box::new(move |txn| set_shards(txn, dir, &shards)))
+                    .await
+            }
+            MetaRequest::SealShard {
+                shard,
+                coordinator,
+                intent,
+                seal,
+            } => {
+                self.committer
+                    .run(Box::new(move |txn| {
+                        seal_shard(txn, shard, (coordinator, intent), seal)
+                    }))
+                    .await
+            }
+            request @ MetaRequest::SyncShard { .. } => {
+                self.committer
+                    .run(Box::new(move |txn| sync_shard(txn, &request)))
+                    .await
+            }
+            MetaRequest::Link {
+                mutation,
+                inode,
+                new_parent,
+                new_name,
+            } => {
+                if inode.home() == self.node {
+                    self.mutate(mutation, move |txn, _| {
+                        link(txn, inode, new_parent, &new_name)
+                    })
+                    .await
+                } else {
+                    self.remote_link(mutation, inode, new_parent, new_name)
+                        .await
+                }
+            }
+            MetaRequest::Unlink {
+                mutation,
+                parent,
+                name,
+            } => self.unlink(mutation, parent, name).await,
+            MetaRequest::Rmdir {
+                mutation,
+                parent,
+                name,
+            } => self.rmdir(mutation, parent, name).await,
+            MetaRequest::Rename {
+                mutation,
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+            } => {
+                self.rename(mutation, parent, name, new_parent, new_name, flags)
+                    .await
+            }
+            MetaRequest::Renamed { inode, parent } => {
+                self.committer
+                    .run(Box::new(move |txn| renamed(txn, inode, parent)))
+                    .await
+            }
+            MetaRequest::SetAttr {
+                mutation,
+                inode,
+                changes,
+            } => {
+                let result = self
+                    .mutate(mutation, move |txn, _| set_attr(txn, inode, changes))
+                    .await;
+                if let Ok(Response::Attr(attr)) = &result {
+                    if attr.shards.len() > 1 {
+                        self.sync_shards(inode).await;
+                    }
+                }
+                if result.is_ok() && changes.size.is_some() {
+                    // The truncate is committed, and every target enforces it by its
+                    // generation: none serves a read or write of the new generation before
+                    // it has had the cut, and none cuts again once it has. Targets get it
+                    // now; one that is away keeps it queued and gets it when it returns, or
+                    // sooner when a client finds it waiting (ApplyTruncate).
+                    if let Err(error) = self.apply_truncate(inode).await {
+                        tracing::info!(%inode, %error, "a truncate waits for a target");
+                    }
+                }
+                result
+            }
+            MetaRequest::SetXattr {
+                mutation,
+                inode,
+                name,
+                value,
+                mode,
+            } => {
+                let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
+                let result = self
+                    .mutate(mutation, move |txn, _| {
+                        set_xattr(txn, inode, &name, &value, mode)
+                    })
+                    .await;
+                if result.is_ok() && inherited {
+                    self.sync_shards(inode).await;
+                }
+                result
+            }
+            MetaRequest::GetXattr { inode, name } => self.read(|txn| get_xattr(txn, inode, &name)),
+            MetaRequest::ListXattr { inode } => self.read(|txn| list_xattr(txn, inode)),
+            MetaRequest::RemoveXattr {
+                mutation,
+                inode,
+                name,
+            } => {
+                let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
+                let result = self
+                    .mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
+                    .await;
+                if result.is_ok() && inherited {
+                    self.sync_shards(inode).await;
+                }
+                result
+            }
+            MetaRequest::Check { repair, referenced } => {
+                let checked = self.check(repair, referenced).await;
+                self.check_progress
+                    .lock()
+                    .expect("progress poisoned")
+                    .running = false;
+                checked
+            }
+            MetaRequest::CheckProgress => Ok(Response::CheckProgress(
+                self.check_progress
+                    .lock()
+                    .expect("progress poisoned")
+                    .clone(),
+            )),
+            MetaRequest::RemoteReferences => {
+                let home = self.node;
+                self.read(|txn| remote_references(txn, home))
+            }
+            request @ MetaRequest::CreateDirInode { .. } => {
+                let home = self.node;
+                self.committer
+                    .run(Box::new(move |txn| create_dir_inode(txn, home, &request)))
+                    .await
+            }
+            request @ MetaRequest::ExchangeDentry { .. } => {
+                self.committer
+                    .run(Box::new(move |txn| exchange_dentry(txn, &request)))
+                    .await
+            }
+            request @ MetaRequest::InsertDentry { .. } => {
+                let home = self.node;
+                let is_open = self.is_open_fn();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        insert_dentry_for(txn, home, &request, is_open)
+                    }))
+                    .await
+            }
+            MetaRequest::AdjustLinks {
+                coordinator,
+                intent,
+                inode,
+                delta,
+            } => {
+                let is_open = self.is_open_fn();
+                self.committer
+                    .run(Box::new(move |txn| {
+                        adjust_links(txn, coordinator, intent, inode, delta, is_open)
+                    }))
+                    .await
+            }
+            MetaRequest::IntentsSettled { coordinator, below } => {
+                self.committer
+                    .run(Box::new(move |txn| settle_intents(txn, coordinator, below)))
+                    .await
+            }
+            MetaRequest::RemoveDirInode { inode } => {
+                self.committer
+                    .run(Box::new(move |txn| remove_dir_inode(txn, inode)))
+                    .await
+            }
+            MetaRequest::SetLock {
+                client,
+                inode,
+                lock,
+                wait_ms,
+                reclaim,
+            } => {
+                self.admit_session(client).map_err(OpError::into_wire)?;
+                let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
+                match self.locks.set(inode, client, lock, wait, reclaim).await {
+                    Ok(()) => Ok(Response::Done),
+                    Err(Some(held)) => Err(OpError::rejected(
+                        ErrorCode::WouldBlock,
+                        format!("a conflicting lock is held by process {}", held.pid),
+                    )),
+                    Err(None) => Err(OpError::rejected(
+                        ErrorCode::InGrace,
+                        "locks are being reclaimed after a restart; ask again",
+                    )),
+                }
+            }
+            MetaRequest::GetLock {
+                client,
+                inode,
+                lock,
+            } => Ok(Response::LockConflict(
+                self.locks.conflict(inode, client, &lock),
+            )),
+            MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
+            MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
+                ErrorCode::Internal,
+                "shipped store changes reached a home's handler",
+            ))),
+            MetaRequest::SetPattern {
+                mutation,
+                dir,
+                pattern,
+            } => {
+                let result = self
+                    .mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern))
+                    .await;
+                if result.is_ok() {
+                    self.sync_shards(dir).await;
+                }
+                result
+            }
+            MetaRequest::ApplyTruncate { inode } => self
+                .apply_truncate(inode)
+                .await
+                .map(|()| Response::Done)
+                .map_err(OpError::Rejected),
+            MetaRequest::ReportSize { inode, report } => {
+                self.committer
+                    .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
+                    .await
+            }
+            MetaRequest::Open {
+                client,
+                handle,
+                inode,
+                access: _,
+            } => self.open((client, handle), inode),
+            MetaRequest::Release { client, handles } => {
+                // Every handle is released even if one fails; the failure is the answer.
+                let mut released = Ok(Response::Done);
+                for (inode, handle) in handles {
+                    if let Err(error) = self.release((client, handle), inode).await {
+                        released = Err(error);
+                    }
+                }
+                released
+            }
+        };
+        result.map_err(OpError::into_wire)
+    }
+
+    /// Fetches the cluster map again when it holds fewer targets (mirror groups, for a mirrored
+    /// pattern) than a new file in `parent` wants: targets registered or groups made since the
+    /// last heartbeat would otherwise be left out of files created right after. The fetch must have started after the request arrived
+    /// (`arrived`); concurrent creates share it. A pool that really is smaller than the pattern
+    /// pays one round trip to management per batch of creates.
+    pub(super) async fn refresh_map_if_short(&self, parent: InodeId, arrived: std::time::Instant) {
+        let desired = self
+            .read(|txn| Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern))
+            .ok()
+            .flatten()
+            .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
+        let map = self.cluster.map();
+        let available = match desired.kind {
+            weft_proto::layout::PatternKind::Raid0 => map
+                .targets
+                .iter()
+                .filter(|t| t.pool == desired.pool)
+                .count(),
+            // Groups made since the map was fetched count too.
+            weft_proto::layout::PatternKind::Mirrored => map
+                .mirror_groups
+                .iter()
+                .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
+                .filter_map(|g| map.target(weft_proto::TargetId(g.primary)))
+                .filter(|t| t.pool == desired.pool)
+                .count(),
+        };
+        if available >= usize::from(desired.num_targets) {
+            return;
+        }
+        self.cluster.refresh_unless_fetched_since(arrived).await;
+    }
+}

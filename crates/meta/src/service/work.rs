@@ -1,0 +1,356 @@
+//! Background work of a home: queued truncates sent to the targets, objects of removed
+//! files disposed of, sizes settled from the objects after a crash, and the loop that runs
+//! them.
+
+use super::{rpc_error, Meta};
+use crate::ops::lookup::get_attr;
+use crate::ops::setattr::{finish_truncate, settle_size, FoundSize};
+use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
+use redb::ReadableTable;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weft_net::retry::RetryPolicy;
+use weft_net::StorageClient;
+use weft_proto::error::WireError;
+use weft_proto::ids::InodeId;
+use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
+use weft_proto::messages::Response;
+use weft_proto::ErrorCode;
+
+/// Interval at which queued truncates and disposals are retried when nothing wakes the worker.
+pub(super) const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Retries of a truncate or removal on a target before the work is left to the worker loop.
+pub(super) const TARGET_RETRY: RetryPolicy = RetryPolicy {
+    initial_backoff: Duration::from_millis(50),
+    max_backoff: Duration::from_millis(500),
+    total_timeout: Duration::from_secs(5),
+};
+
+/// Files whose sizes a start recomputes at once.
+pub(super) const SETTLE_AT_ONCE: usize = 32;
+
+/// Files whose objects are removed together and then forgotten in one commit.
+pub(super) const DISPOSE_BATCH_FILES: usize = 64;
+
+/// Works off the durable queues: truncates that did not reach all targets and objects of
+/// removed files. A target that is down gets its work when it comes back.
+pub(super) async fn work_loop(meta: Arc<Meta>) {
+    loop {
+        let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
+        // First: requests wait for it, and finishing an intent may ask another server.
+        meta.settle_unreported().await;
+        meta.finish_expiries().await;
+        meta.dispose_unclaimed_orphans().await;
+        meta.recover_intents().await;
+        meta.tell_settled().await;
+        let syncs: Vec<InodeId> = meta
+            .shard_syncs
+            .lock()
+            .expect("shard sync set poisoned")
+            .iter()
+            .copied()
+            .collect();
+        for dir in syncs {
+            meta.sync_shards(dir).await;
+        }
+        let pending = meta.read(|txn| {
+            let truncates: Vec<u64> = txn
+                .open_table(TRUNCATES)?
+                .iter()?
+                .map(|item| item.map(|(k, _)| k.value()))
+                .collect::<Result<_, _>>()?;
+            let disposals: Vec<(u64, Vec<u8>)> = txn
+                .open_table(DISPOSALS)?
+                .iter()?
+                .take(1024)
+                .map(|item| item.map(|(k, v)| (k.value(), v.value().to_vec())))
+                .collect::<Result<_, _>>()?;
+            Ok((truncates, disposals))
+        });
+        let Ok((truncates, disposals)) = pending else {
+            continue;
+        };
+        for inode in truncates {
+            if let Err(error) = meta.apply_truncate(InodeId(inode)).await {
+                tracing::debug!(%error, "truncate still pending");
+            }
+        }
+        let files: Vec<(InodeId, FileLayout)> = disposals
+            .into_iter()
+            .filter_map(
+                |(inode, bytes)| match postcard::from_bytes::<FileLayout>(&bytes) {
+                    Ok(layout) => Some((InodeId(inode), layout)),
+                    Err(error) => {
+                        tracing::error!(inode, %error, "damaged disposal record");
+                        None
+                    }
+                },
+            )
+            .collect();
+        for batch in files.chunks(DISPOSE_BATCH_FILES) {
+            meta.dispose_objects(batch).await;
+        }
+    }
+}
+
+/// The spread directories whose home is here.
+pub(super) fn spread_directories(txn: &redb::ReadTransaction) -> Result<Vec<InodeId>, OpError> {
+    let mut dirs = Vec::new();
+    for item in txn.open_table(INODES)?.iter()? {
+        let (key, value) = item?;
+        if !crate::store::InodeRecord::decode(key.value(), value.value())?
+            .shards
+            .is_empty()
+        {
+            dirs.push(InodeId(key.value()));
+        }
+    }
+    Ok(dirs)
+}
+
+impl Meta {
+    /// Raises a file's size to what its objects hold, as a report of the current truncate
+    /// generation, and takes it off [`UNREPORTED`]: for the files of a client that went away
+    /// and those still listed at a start. False, the file still listed, while a truncate has to
+    /// reach the targets (the objects may hold bytes past the size then), or while one of its
+    /// slots is in `unreachable`, the slots that failed earlier in this pass (a slot that
+    /// fails now joins them): a target that is down costs one wait per pass, not one per file.
+    pub(super) async fn settle_size(
+        &self,
+        inode: InodeId,
+        unreachable: Option<&Mutex<HashSet<Slot>>>,
+    ) -> Result<bool, OpError> {
+        let (attr, truncating, listed) = self.read(|txn| {
+            let attr = match get_attr(txn, inode) {
+                Ok(Response::Attr(attr)) => Some(attr),
+                Ok(_) => None,
+                Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => None,
+                Err(error) => return Err(error),
+            };
+            let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some();
+            let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
+            Ok((attr, truncating, listed))
+        })?;
+        let failed = |slot: &Slot| {
+            unreachable.is_some_and(|failed| {
+                failed
+                    .lock()
+                    .expect("unreachable slots poisoned")
+                    .contains(slot)
+            })
+        };
+        let found = match attr.and_then(|attr| Some((attr.layout.clone()?, attr))) {
+            Some(_) if truncating => return Ok(false),
+            Some((layout, _)) if layout.slots().any(|slot| failed(&slot)) => return Ok(false),
+            Some((layout, attr)) => {
+                let lengths = layout.slots().map(|slot| {
+                    self.cluster
+                        .call_storage(slot, &TARGET_RETRY, move |storage, route| async move {
+                            storage.object_length(route, inode).await
+                        })
+                });
+                let mut found = Vec::with_capacity(layout.targets.len());
+                let mut error = None;
+                for (slot, length) in layout.slots().zip(futures::future::join_all(lengths).await) {
+                    match length {
+                        Ok(length) => found.push(length),
+                        Err(failure) => {
+                            if let Some(unreachable) = unreachable {
+                                unreachable
+                                    .lock()
+                                    .expect("unreachable slots poisoned")
+                                    .insert(slot);
+                            }
+                            error.get_or_insert(failure);
+                        }
+                    }
+                }
+                if let Some(error) = error {
+                    return Err(rpc_error(error));
+                }
+                let size = weft_proto::layout::file_size_from_object_lengths(&layout, &found);
+                let mut written = SlotSet::default();
+                for (index, _) in found.iter().enumerate().filter(|(_, length)| **length > 0) {
+                    written.insert(index);
+                }
+                Some(FoundSize {
+                    generation: attr.truncate_generation,
+                    written,
+                    grown: (size > attr.size).then_some(size),
+                })
+            }
+            None => None,
+        };
+        let grown = found.as_ref().and_then(|found| found.grown);
+        let has_data = found
+            .as_ref()
+            .is_some_and(|found| !found.written.is_empty());
+        if grown.is_some() || has_data || listed {
+            self.committer
+                .run(Box::new(move |txn| settle_size(txn, inode, found)))
+                .await?;
+        }
+        if let Some(size) = grown {
+            tracing::info!(%inode, size, "size recovered from the objects");
+        }
+        Ok(true)
+    }
+
+    /// Settles the sizes of the files listed in [`UNREPORTED`] when this home started, some
+    /// at once; after the first attempt requests no longer wait (a target that is down keeps
+    /// its files listed until it is back).
+    pub(super) async fn settle_unreported(&self) {
+        use futures::StreamExt;
+        let listed: Vec<InodeId> = self
+            .unreported
+            .lock()
+            .expect("unreported set poisoned")
+            .iter()
+            .copied()
+            .collect();
+        let unreachable = Mutex::new(HashSet::new());
+        let unreachable = &unreachable;
+        let mut settling = futures::stream::iter(listed)
+            .map(|inode| async move { (inode, self.settle_size(inode, Some(unreachable)).await) })
+            .buffer_unordered(SETTLE_AT_ONCE);
+        while let Some((inode, settled)) = settling.next().await {
+            match settled {
+                Ok(true) => {
+                    self.unreported
+                        .lock()
+                        .expect("unreported set poisoned")
+                        .remove(&inode);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%inode, ?error, "could not recompute a size from the objects; retrying");
+                }
+            }
+        }
+        if !*self.settled.borrow() {
+            let waiting = self
+                .unreported
+                .lock()
+                .expect("unreported set poisoned")
+                .len();
+            tracing::info!(
+                waiting,
+                "sizes recomputed at the start; requests are served (files on targets that are away wait for them)"
+            );
+        }
+        self.settled.send_replace(true);
+    }
+
+    /// Applies a queued truncate on every target of the file, then retires the work item.
+    pub(super) async fn apply_truncate(&self, inode: InodeId) -> Result<(), WireError> {
+        let gate = Arc::clone(
+            self.truncating
+                .lock()
+                .expect("truncate locks poisoned")
+                .entry(inode)
+                .or_default(),
+        );
+        let applied = {
+            let _one = gate.lock().await;
+            self.apply_truncate_now(inode).await
+        };
+        let mut gates = self.truncating.lock().expect("truncate locks poisoned");
+        // The table's entry and this one: nobody else waits.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(&inode);
+        }
+        applied
+    }
+
+    /// Sends `inode`'s queued truncate, if any, to every target; the caller holds its lock.
+    pub(super) async fn apply_truncate_now(&self, inode: InodeId) -> Result<(), WireError> {
+        let work = self
+            .read(|txn| {
+                let table = txn.open_table(TRUNCATES)?;
+                let bytes = table.get(inode.0)?;
+                Ok(
+                    bytes
+                        .and_then(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).ok()),
+                )
+            })
+            .map_err(OpError::into_wire)?;
+        let Some(work) = work else { return Ok(()) };
+        let attempts = work.layout.slots().enumerate().map(|(index, slot)| {
+            let length = object_length_for_file_size(&work.layout, index, work.size);
+            let cluster = Arc::clone(&self.cluster);
+            async move {
+                let generation = work.generation;
+                let call = |storage: Arc<StorageClient>, route| async move {
+                    storage.truncate(route, (inode, generation), length).await
+                };
+                cluster.call_storage(slot, &TARGET_RETRY, call).await
+            }
+        });
+        for result in futures::future::join_all(attempts).await {
+            result.map_err(|error| {
+                WireError::new(
+                    ErrorCode::Io,
+                    format!("truncate of {inode} could not reach a target: {error}"),
+                )
+            })?;
+        }
+        let generation = work.generation;
+        self.committer
+            .run(Box::new(move |txn| finish_truncate(txn, inode, generation)))
+            .await
+            .map_err(OpError::into_wire)?;
+        Ok(())
+    }
+
+    /// Removes the objects of removed files, the files at once and each file's objects at
+    /// once, then forgets the files whose objects are all gone in one commit (a crash before
+    /// it only makes the next pass remove nothing again).
+    pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
+        let _disposing = self.disposing.lock().await;
+        let removals = files.iter().map(|(inode, layout)| {
+            let inode = *inode;
+            let slots = layout.slots().map(move |slot| {
+                let cluster = Arc::clone(&self.cluster);
+                async move {
+                    let call = |storage: Arc<StorageClient>, route| async move {
+                        storage.remove(route, inode).await
+                    };
+                    cluster.call_storage(slot, &TARGET_RETRY, call).await
+                }
+            });
+            async move {
+                futures::future::join_all(slots)
+                    .await
+                    .iter()
+                    .all(Result::is_ok)
+                    .then_some(inode)
+            }
+        });
+        let disposed: Vec<InodeId> = futures::future::join_all(removals)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if disposed.is_empty() {
+            return;
+        }
+        let forgotten = self
+            .committer
+            .run(Box::new(move |txn| {
+                let mut queue = txn.open_table(DISPOSALS)?;
+                for inode in &disposed {
+                    queue.remove(inode.0)?;
+                }
+                Ok(Response::Done)
+            }))
+            .await;
+        if let Err(error) = forgotten {
+            tracing::warn!(
+                ?error,
+                "could not forget disposed files; the next pass repeats them"
+            );
+        }
+    }
+}
