@@ -56,6 +56,38 @@ pub fn in_version<T>(version: u16, work: impl FnOnce() -> T) -> T {
     work()
 }
 
+/// Encodes a field added in protocol version `SINCE`, or nothing for an older peer.
+///
+/// # Errors
+/// As `value`'s own encoding.
+fn encode_since<const SINCE: u16, T: serde::Serialize, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    if version() < SINCE {
+        serializer.serialize_unit()
+    } else {
+        value.serialize(serializer)
+    }
+}
+
+/// Decodes a field added in protocol version `SINCE`, or gives its default for a message of
+/// an older version.
+///
+/// # Errors
+/// As `T`'s own decoding.
+fn decode_since<'de, const SINCE: u16, T, D>(deserializer: D) -> Result<T, D::Error>
+where
+    T: serde::Deserialize<'de> + Default,
+    D: serde::Deserializer<'de>,
+{
+    if version() < SINCE {
+        Ok(T::default())
+    } else {
+        T::deserialize(deserializer)
+    }
+}
+
 /// A field added in protocol version 2: absent from encodings for version 1, and its
 /// default when decoded from one.
 pub mod since_2 {
@@ -69,11 +101,7 @@ pub mod since_2 {
         value: &T,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        if super::version() < 2 {
-            serializer.serialize_unit()
-        } else {
-            value.serialize(serializer)
-        }
+        super::encode_since::<2, T, S>(value, serializer)
     }
 
     /// Decodes the field, or gives its default for a message of version 1.
@@ -83,11 +111,7 @@ pub mod since_2 {
     pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<T, D::Error> {
-        if super::version() < 2 {
-            Ok(T::default())
-        } else {
-            T::deserialize(deserializer)
-        }
+        super::decode_since::<2, T, D>(deserializer)
     }
 }
 
@@ -142,11 +166,7 @@ pub mod since_3 {
     pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<T, D::Error> {
-        if super::version() < 3 {
-            Ok(T::default())
-        } else {
-            T::deserialize(deserializer)
-        }
+        super::decode_since::<3, T, D>(deserializer)
     }
 }
 
@@ -164,11 +184,7 @@ pub mod since_3_advisory {
         value: &T,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        if super::version() < 3 {
-            serializer.serialize_unit()
-        } else {
-            value.serialize(serializer)
-        }
+        super::encode_since::<3, T, S>(value, serializer)
     }
 
     /// Decodes the field, or gives its default for a message of version 2.
@@ -178,10 +194,6 @@ pub mod since_3_advisory {
     pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<T, D::Error> {
-        if super::version() < 3 {
-            Ok(T::default())
-        } else {
-            T::deserialize(deserializer)
-        }
+        super::decode_since::<3, T, D>(deserializer)
     }
 }
