@@ -359,12 +359,19 @@ fn a_tls_cluster_admits_only_certificates_of_its_ca() {
         stderr(&refused)
     );
 
-    let log = cluster.log("mgmt");
+    // The server notes a failed TLS handshake when it sees the client give up, which may be
+    // after the client's process ended: the line is waited for.
     for reason in ["came without TLS", "failed TLS"] {
+        let logged = wait_until("management's log to name the refusal", || {
+            cluster
+                .log("mgmt")
+                .lines()
+                .any(|line| line.contains("refused a connection") && line.contains(reason))
+        });
         assert!(
-            log.lines()
-                .any(|line| line.contains("refused a connection") && line.contains(reason)),
-            "management's log names the refusal ({reason}):\n{log}"
+            logged.is_ok(),
+            "management's log names the refusal ({reason}):\n{}",
+            cluster.log("mgmt")
         );
     }
     assert_eq!(fs::read(mnt.join("over-tls")).expect("read"), data);
