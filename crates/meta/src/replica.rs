@@ -24,7 +24,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use weft_mirror::pages::{self, Changes, CopyOrder, Edit, PageResync, PageStep, SendOrder};
 use weft_net::mirror::{Membership, ResyncStart};
 use weft_net::{ClusterView, RpcError};
@@ -606,24 +605,14 @@ impl HomeLink {
             changes: shipment.changes.clone(),
             sync: shipment.sync,
         };
-        let result = async {
+        let timeout = self.membership.member_timeout();
+        let call = async {
             let client = self.cluster.meta_node(NodeId(member)).await?;
-            let timeout = self.membership.member_timeout();
-            match tokio::time::timeout(timeout, client.send(request, payload)).await {
-                Ok(result) => result,
-                Err(_) => Err(RpcError::Timeout {
-                    address: format!("metadata node {member}"),
-                    timeout,
-                }),
-            }
-        }
-        .await;
-        if result.as_ref().is_err_and(RpcError::is_retryable) {
-            self.cluster
-                .refresh_if_older(Duration::from_millis(500))
-                .await;
-        }
-        result
+            client.send(request, payload).await
+        };
+        self.cluster
+            .call_member(|| format!("metadata node {member}"), timeout, call)
+            .await
     }
 
     /// Brings the member of `start` up to date: when it left in sync and this server recorded
@@ -949,6 +938,7 @@ impl Replicas {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use weft_proto::messages::Consistency;
 
     /// Reading the file under the changes not yet in it gives what the file holds once they

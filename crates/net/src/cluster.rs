@@ -186,6 +186,33 @@ impl ClusterView {
         }
     }
 
+    /// Runs `call`, a request to a member of a mirror group (`member` names it in errors),
+    /// for at most `timeout`: a member cut off the network answers nothing, and its primary
+    /// must give up in time to report it. After a failure worth retrying, the map is fetched
+    /// again unless it is younger than half a second (the member may have moved).
+    ///
+    /// # Errors
+    /// What `call` gave, or `Timeout`.
+    pub async fn call_member<T>(
+        &self,
+        member: impl FnOnce() -> String,
+        timeout: std::time::Duration,
+        call: impl std::future::Future<Output = Result<T, RpcError>>,
+    ) -> Result<T, RpcError> {
+        let result = match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(RpcError::Timeout {
+                address: member(),
+                timeout,
+            }),
+        };
+        if result.as_ref().is_err_and(RpcError::is_retryable) {
+            self.refresh_if_older(std::time::Duration::from_millis(500))
+                .await;
+        }
+        result
+    }
+
     /// Fetches the map again unless it is younger than `age`: after a peer was unreachable (it
     /// may have restarted on a new address). Concurrent callers share one fetch.
     pub async fn refresh_if_older(&self, age: std::time::Duration) {

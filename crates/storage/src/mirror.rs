@@ -281,23 +281,13 @@ impl Mirror {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<(Response, Bytes), RpcError> {
-        let result = async {
+        let call = async {
             let client = self.cluster.storage_for_target(TargetId(member)).await?;
-            match tokio::time::timeout(timeout, client.send(request, payload)).await {
-                Ok(result) => result,
-                Err(_) => Err(RpcError::Timeout {
-                    address: format!("storage target {member}"),
-                    timeout,
-                }),
-            }
-        }
-        .await;
-        if result.as_ref().is_err_and(RpcError::is_retryable) {
-            self.cluster
-                .refresh_if_older(Duration::from_millis(500))
-                .await;
-        }
-        result
+            client.send(request, payload).await
+        };
+        self.cluster
+            .call_member(|| format!("storage target {member}"), timeout, call)
+            .await
     }
 
     /// Brings the member of `start` up to date from this server's target, the group's
