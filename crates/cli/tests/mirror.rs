@@ -902,8 +902,11 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
                 .await
         })
     };
-    let first = version();
+    // The group may still be settling (its members resyncing), so the version is read again
+    // until the member takes a forward in it.
+    let mut first = version();
     weft_testkit::wait_until("the member to take a forward", || {
+        first = version();
         forward(first, b"first", tag(u64::MAX - 3, 1)).is_ok()
     })
     .expect("forward taken");
