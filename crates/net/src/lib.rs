@@ -22,6 +22,7 @@ pub mod buffer;
 pub mod capability;
 pub mod client;
 pub mod cluster;
+pub mod config;
 mod connection;
 pub mod http;
 pub mod influx;
