@@ -29,7 +29,8 @@ pub(crate) struct HeldLocks {
 }
 
 /// The handles this client has open: inode → handles, with what each was opened for and by
-/// whom (a reclaim asks the same), and the capabilities its opens were granted.
+/// whom (an open for a new capability asks the same), and the capabilities its opens were
+/// granted.
 #[derive(Default)]
 pub(crate) struct HeldOpens {
     held: Mutex<HashMap<InodeId, HeldFile>>,
@@ -97,16 +98,12 @@ impl HeldOpens {
             .map(|(handle, opened)| (*handle, opened.clone()))
     }
 
-    /// The handles open on files of `home`, with what they were opened for and by whom.
-    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64, (u8, Caller))> {
+    /// The handles open on files of `home`.
+    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64)> {
         let held = self.held.lock().expect("held opens poisoned");
         held.iter()
             .filter(|(inode, _)| inode.home() == home)
-            .flat_map(|(inode, file)| {
-                file.handles
-                    .iter()
-                    .map(move |(handle, opened)| (*inode, *handle, opened.clone()))
-            })
+            .flat_map(|(inode, file)| file.handles.keys().map(move |handle| (*inode, *handle)))
             .collect()
     }
 }
@@ -330,7 +327,7 @@ impl Client {
         }
         let client = self.id();
         let mut lost = 0;
-        for (inode, handle, _) in &held {
+        for (inode, handle) in &held {
             // No access asked: the file was opened already, this only registers the handle. A
             // capability of an earlier session is renewed when a read or write wants it.
             match meta.open(client, (*handle, 0), *inode).await {

@@ -315,22 +315,16 @@ impl Meta {
                 .await
                 .map_err(OpError::into_wire)?;
         }
-        let grant = match (&request, self.cluster.capabilities()) {
-            (_, None) => None,
-            _ if !checks.per_file => None,
-            (MetaRequest::Open { client, access, .. }, Some(capabilities)) => {
-                Some((capabilities, *access, *client))
-            }
-            (
-                MetaRequest::Create {
-                    mutation,
-                    open: Some(_),
-                    ..
-                },
-                Some(capabilities),
-            ) => Some((capabilities, READ | WRITE, mutation.client)),
+        let capabilities = self.cluster.capabilities().filter(|_| checks.per_file);
+        let grant = capabilities.and_then(|capabilities| match &request {
+            MetaRequest::Open { client, access, .. } => Some((capabilities, *access, *client)),
+            MetaRequest::Create {
+                mutation,
+                open: Some(_),
+                ..
+            } => Some((capabilities, READ | WRITE, mutation.client)),
             _ => None,
-        };
+        });
         let reply = self.handle_meta(request).await;
         // A client whose access the servers decide gets, with an open, the grant the storage
         // servers want from it (see `weft_net::capability`).

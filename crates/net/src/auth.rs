@@ -118,11 +118,21 @@ struct ClusterKey {
 /// What a client key is derived with, before the client's name.
 const CLIENT_KEY_LABEL: &[u8] = b"weft client key";
 
-/// The client key of `name`, from the cluster key.
-fn client_key(cluster: &hmac::Key, name: &[u8]) -> hmac::Key {
+/// What the client key of `name` is the HMAC of, under the cluster key.
+fn client_key_input(name: &[u8]) -> Vec<u8> {
     let mut input = CLIENT_KEY_LABEL.to_vec();
     input.extend_from_slice(name);
-    hmac::Key::new(hmac::HMAC_SHA256, hmac::sign(cluster, &input).as_ref())
+    input
+}
+
+/// The client key of `name`, from the cluster key.
+fn client_key(cluster: &hmac::Key, name: &[u8]) -> hmac::Key {
+    derive(cluster, &client_key_input(name))
+}
+
+/// A key derived from `key` for `input`: the HMAC of `input` under `key`.
+fn derive(key: &hmac::Key, input: &[u8]) -> hmac::Key {
+    hmac::Key::new(hmac::HMAC_SHA256, hmac::sign(key, input).as_ref())
 }
 
 impl fmt::Debug for Auth {
@@ -181,10 +191,7 @@ impl Auth {
     /// or a client's).
     pub(crate) fn derived_key(&self, label: &[u8]) -> Option<hmac::Key> {
         let key = self.key.as_ref().filter(|key| key.client.is_none())?;
-        Some(hmac::Key::new(
-            hmac::HMAC_SHA256,
-            hmac::sign(&key.key, label).as_ref(),
-        ))
+        Some(derive(&key.key, label))
     }
 
     /// A service's: what [`Auth::from_settings`] gives, refused when it is a client key.
@@ -431,9 +438,7 @@ pub fn write_client_key(auth: &Auth, name: &str, file: &Path) -> Result<(), Stri
         }
         (None, _) => return Err("issuing a client key takes the cluster key".to_string()),
     };
-    let mut input = CLIENT_KEY_LABEL.to_vec();
-    input.extend_from_slice(name.as_bytes());
-    let key = hmac::sign(cluster, &input);
+    let key = hmac::sign(cluster, &client_key_input(name.as_bytes()));
     write_key_file(file, &format!("client {name}\n{}", hex(key.as_ref())))
 }
 

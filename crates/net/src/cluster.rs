@@ -99,12 +99,13 @@ impl ClusterView {
         Ok(map)
     }
 
-    /// Whether the peer `from` may send `request`, by its client's rule and sessions (a member
-    /// always may); with what a metadata server must check itself for it: who it acts for when
-    /// the client squashes root, the subtree it must stay in ([`Checks`]).
+    /// Whether the peer `from` may send `request`, by its client's rule, sessions and, for a
+    /// read or change of a file's objects, capability (a member always may); with what a
+    /// metadata server must check itself for it: who it acts for when the client squashes
+    /// root, the subtree it must stay in ([`Checks`]).
     ///
     /// # Errors
-    /// The rule's refusal, or [`ClusterView::admit_sessions`]'.
+    /// The rule's refusal, [`ClusterView::admit_sessions`]', or `CapabilityNeeded`.
     pub async fn admit_client(
         &self,
         from: &Identity,
@@ -130,11 +131,13 @@ impl ClusterView {
             }
         }
         self.admit_sessions(name, request).await?;
-        Ok(match (rule, request) {
+        let checks = match (rule, request) {
             (Some(rule), Request::Meta(_, _, caller)) => rule.checks(caller.clone()),
             (Some(rule), _) => rule.checks(None),
             (None, _) => Checks::default(),
-        })
+        };
+        self.check_capability(&checks, request)?;
+        Ok(checks)
     }
 
     /// The capability key, for a process holding the cluster key.
@@ -146,8 +149,8 @@ impl ClusterView {
     /// ([`Checks::per_file`]) shows a capability for what it does to a file's objects.
     ///
     /// # Errors
-    /// `PermissionDenied` without one (or with a forged or narrower one).
-    pub fn check_capability(&self, checks: &Checks, request: &Request) -> Result<(), WireError> {
+    /// `CapabilityNeeded` without one (or with a forged, narrower or expired one).
+    fn check_capability(&self, checks: &Checks, request: &Request) -> Result<(), WireError> {
         let Request::Storage(request) = request else {
             return Ok(());
         };
@@ -206,9 +209,14 @@ impl ClusterView {
                 timeout,
             }),
         };
+        self.after_call(result).await
+    }
+
+    /// `result`, after fetching the map again when it is a failure that may mean the peer
+    /// moved, unless the map is younger than [`MAP_REFRESH_AFTER_FAILURE_MIN`].
+    async fn after_call<T>(&self, result: Result<T, RpcError>) -> Result<T, RpcError> {
         if result.as_ref().is_err_and(RpcError::is_retryable) {
-            self.refresh_if_older(std::time::Duration::from_millis(500))
-                .await;
+            self.refresh_if_older(MAP_REFRESH_AFTER_FAILURE_MIN).await;
         }
         result
     }
@@ -350,10 +358,7 @@ impl ClusterView {
                     }
                 }
                 .await;
-                if result.as_ref().is_err_and(RpcError::is_retryable) {
-                    self.refresh_if_older(MAP_REFRESH_AFTER_FAILURE_MIN).await;
-                }
-                result
+                self.after_call(result).await
             })
             .await
     }

@@ -239,12 +239,7 @@ impl weft_net::Handler for Storage {
     }
 
     async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
-        let admitted = self
-            .cluster
-            .admit_client(&from, &request)
-            .await
-            .and_then(|checks| self.cluster.check_capability(&checks, &request));
-        if let Err(error) = admitted {
+        if let Err(error) = self.cluster.admit_client(&from, &request).await {
             return (Err(error), Bytes::new());
         }
         let Request::Storage(request) = request else {

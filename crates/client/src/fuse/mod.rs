@@ -672,8 +672,7 @@ fn supplementary_groups(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// What an open with `flags` asks for, in [`weft_proto::access`] bits.
-/// What an open with `flags` is for. With writeback caching the kernel reads pages through
+/// What an open with `flags` asks for, in [`weft_proto::access`] bits. With writeback caching the kernel reads pages through
 /// any handle to fill in a partial write, so a handle opened for writing is opened for
 /// reading too (as a kernel-side cache needs: the file's read permission is checked).
 fn open_access(flags: i32, writeback_cache: bool) -> u8 {

@@ -11,8 +11,9 @@ use weft_proto::ids::InodeId;
 use weft_proto::messages::{RenameFlags, Response};
 use weft_proto::ErrorCode;
 
-/// Most directory levels walked when checking for a loop; deeper trees are refused.
-const PATH_DEPTH_MAX: usize = 4096;
+/// Most directory levels walked up from an inode (checking a move for a loop, or that an
+/// inode lies in a subtree); deeper trees are refused.
+pub(crate) const PATH_DEPTH_MAX: usize = 4096;
 
 /// Whether `ancestor` is `dir` or one of its ancestors.
 fn is_ancestor(

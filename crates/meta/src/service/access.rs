@@ -11,7 +11,7 @@
 //! in.
 
 use super::{rpc_error, Meta};
-use crate::ops::lookup::{get_attr, lookup};
+use crate::ops::lookup::lookup;
 use crate::store::OpError;
 use weft_proto::access::{self, Caller};
 use weft_proto::error::WireError;
@@ -198,21 +198,6 @@ impl Meta {
             ));
         }
         Ok(child)
-    }
-
-    /// The attributes of `inode`, from this server's store or from its home.
-    pub(super) async fn attr_of(&self, inode: InodeId) -> Result<InodeAttr, OpError> {
-        let response = if inode.home() == self.node {
-            self.read(|txn| get_attr(txn, inode))?
-        } else {
-            self.remote_attr(inode).await?
-        };
-        match response {
-            Response::Attr(attr) => Ok(attr),
-            other => Err(OpError::Store(format!(
-                "the attributes of {inode} came back as {other:?}"
-            ))),
-        }
     }
 
     /// The attributes of the entry `name` of `parent`.

@@ -12,7 +12,7 @@ use crate::ops::remote::{
     prepare_unlink, settled_below, Intent, IntentOp, Prepared,
 };
 use crate::ops::remove::{rmdir, unlink};
-use crate::ops::rename::{rename, RenameArgs};
+use crate::ops::rename::{rename, RenameArgs, PATH_DEPTH_MAX};
 use crate::store::{OpError, INODES};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,9 +23,6 @@ use weft_proto::ErrorCode;
 
 /// Longest a directory rename waits for the cluster-wide rename lock.
 pub(super) const RENAME_LOCK_WAIT: Duration = Duration::from_secs(45);
-
-/// Most directory levels walked when checking a directory move for a loop.
-pub(super) const PATH_DEPTH_MAX: usize = 4096;
 
 /// Who runs a home's intents now. More than one may run the same intent at once (a client's
 /// retry finds its intent open and runs it too, recovery may be at it): the others' steps may
@@ -113,6 +110,21 @@ impl Meta {
         Ok(Response::Attr(
             meta.get_attr(inode).await.map_err(rpc_error)?,
         ))
+    }
+
+    /// The attributes of `inode`, from this server's store or from its home.
+    pub(super) async fn attr_of(&self, inode: InodeId) -> Result<InodeAttr, OpError> {
+        let response = if inode.home() == self.node {
+            self.read(|txn| get_attr(txn, inode))?
+        } else {
+            self.remote_attr(inode).await?
+        };
+        match response {
+            Response::Attr(attr) => Ok(attr),
+            other => Err(OpError::Store(format!(
+                "the attributes of {inode} came back as {other:?}"
+            ))),
+        }
     }
 
     /// mkdir of a directory placed on `home`: intent, remote inode, dentry (see `ops::remote`).
@@ -683,15 +695,7 @@ impl Meta {
             if dir == InodeId::ROOT {
                 return Ok(false);
             }
-            let attr = if dir.home() == self.node {
-                self.read(|txn| get_attr(txn, dir))?
-            } else {
-                self.remote_attr(dir).await?
-            };
-            let Response::Attr(attr) = attr else {
-                return Err(OpError::Store("attributes expected".into()));
-            };
-            dir = attr.parent;
+            dir = self.attr_of(dir).await?.parent;
         }
         Err(OpError::rejected(
             ErrorCode::InvalidArgument,

@@ -13,6 +13,7 @@
 //! a request naming a removed inode is refused like one naming an inode outside.
 
 use super::Meta;
+use crate::ops::rename::PATH_DEPTH_MAX;
 use crate::store::OpError;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,8 +27,6 @@ use weft_proto::ErrorCode;
 pub(crate) const INSIDE_TTL: Duration = Duration::from_secs(2);
 /// Most directories remembered; the memory is forgotten whole when full.
 const INSIDE_REMEMBERED_MAX: usize = 65_536;
-/// Most parents followed from one inode: deeper trees are refused to confined clients.
-const DEPTH_MAX: usize = 4_096;
 
 /// Directories found inside subtrees: (subtree, directory) → when that was known, which is
 /// when the walk that found it started, or as old as the memory that walk ended on: a walk
@@ -95,7 +94,7 @@ impl Meta {
         let started = Instant::now();
         let mut visited = Vec::new();
         let mut at = inode;
-        for _ in 0..DEPTH_MAX {
+        for _ in 0..PATH_DEPTH_MAX {
             if at == subtree {
                 self.inside.remember(subtree, &visited, started);
                 return Ok(true);
