@@ -9,6 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use weft_proto::ErrorCode;
 use weft_testkit::{wait_until, ClusterSpec};
 
 fn open(path: &Path) -> File {
@@ -124,6 +125,67 @@ fn locks_hold_across_mounts() {
         flock(&b, libc::LOCK_EX | libc::LOCK_NB).is_ok()
     })
     .expect("free after the holder closed");
+}
+
+// Goal: a lock request whose range ends before it starts is refused with a clear error, and
+// the server keeps serving locks. Method: a member's native session sends SetLock and GetLock
+// with byte 100 to byte 10, then a valid lock. Before, the server granted the inverted range
+// and kept it in its table, where no release could match it.
+#[test]
+fn an_inverted_lock_range_is_refused() {
+    use weft_proto::messages::{LockKind, LockRange};
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    std::fs::write(mnt.join("locked"), b"data").expect("a file");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
+        view.refresh().await.expect("the map");
+        let session = view
+            .mgmt()
+            .register_client("inverted-lock".into())
+            .await
+            .expect("a session");
+        let root = weft_proto::ids::InodeId::ROOT;
+        let meta = view.meta(root.home()).await.expect("the root's server");
+        let file = meta.lookup(root, "locked").await.expect("lookup").inode;
+        let inverted = LockRange {
+            owner: 1,
+            kind: LockKind::Write,
+            start: 100,
+            end: 10,
+            pid: 1,
+        };
+        let refused = meta
+            .set_lock(session, file, inverted, 0, false)
+            .await
+            .expect_err("an inverted range is refused");
+        assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{refused}");
+        assert!(
+            refused.to_string().contains("before it starts"),
+            "{refused}"
+        );
+        let refused = meta
+            .get_lock(session, file, inverted)
+            .await
+            .expect_err("a test of an inverted range is refused");
+        assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{refused}");
+        let valid = LockRange {
+            start: 10,
+            end: 100,
+            ..inverted
+        };
+        meta.set_lock(session, file, valid, 0, false)
+            .await
+            .expect("a valid lock is granted");
+        let unlock = LockRange {
+            kind: LockKind::Unlock,
+            ..valid
+        };
+        meta.set_lock(session, file, unlock, 0, false)
+            .await
+            .expect("and released");
+    });
 }
 
 // Goal: F_SETLKW blocks until the lock is released, and a blocked F_SETLKW ends with EINTR

@@ -21,7 +21,7 @@
 //! [`HomeFile`]: crate::replica::HomeFile
 
 use crate::replica::HomeLink;
-use crate::store::OpError;
+use crate::store::{OpError, StoreError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -70,7 +70,7 @@ type Queued = (EventualOp, Answer);
 /// store failure abandoned it), and how the commit ended.
 struct Committed {
     results: Vec<(Answer, Option<Result<Response, OpError>>)>,
-    outcome: Result<(), String>,
+    outcome: Result<(), StoreError>,
     started: Instant,
     /// The sync that makes the batch durable.
     sync: u64,
@@ -221,7 +221,7 @@ impl Committer {
         .await?;
         receiver
             .await
-            .map_err(|_| OpError::Store("the operation produced nothing".into()))
+            .map_err(|_| OpError::Store(StoreError::Stopped))
     }
 
     /// Runs `op` in the next batch and waits until its batch is durable.
@@ -240,16 +240,16 @@ impl Committer {
             .slots
             .acquire()
             .await
-            .map_err(|_| OpError::Store("commit thread stopped".into()))?;
+            .map_err(|_| OpError::Store(StoreError::Stopped))?;
         let (answer, receiver) = oneshot::channel();
         self.metrics.queued.inc();
         if self.queue.send((op, answer)).is_err() {
             self.metrics.queued.dec();
-            return Err(OpError::Store("commit thread stopped".into()));
+            return Err(OpError::Store(StoreError::Stopped));
         }
         receiver
             .await
-            .map_err(|_| OpError::Store("commit thread stopped".into()))?
+            .map_err(|_| OpError::Store(StoreError::Stopped))?
     }
 }
 
@@ -351,7 +351,7 @@ fn commit_batch(
         Err(error) => {
             return Committed {
                 results: vec![(first.1, None)],
-                outcome: Err(error.to_string()),
+                outcome: Err(redb_failed(error)),
                 started,
                 sync: 0,
                 synced: true,
@@ -407,13 +407,13 @@ fn commit_batch(
                 // is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            txn.commit().map_err(|error| error.to_string())
+            txn.commit().map_err(redb_failed)
         }
     };
     for (answer, response) in early {
         let _ = answer.send(match &outcome {
             Ok(()) => Ok(response),
-            Err(message) => Err(commit_failed(message)),
+            Err(error) => Err(OpError::Store(error.clone())),
         });
     }
     Committed {
@@ -436,19 +436,19 @@ impl CommitMetrics {
 }
 
 /// The answer of every operation of a batch whose commit or sync failed.
-fn commit_failed(message: &str) -> OpError {
-    OpError::Store(format!("metadata commit failed: {message}"))
+fn redb_failed(error: impl Into<redb::Error>) -> StoreError {
+    StoreError::Redb(std::sync::Arc::new(error.into()))
 }
 
 /// Answers each operation of a committed batch once `synced` says how its sync ended.
-fn answer(batch: Committed, synced: Result<(), String>, metrics: &CommitMetrics) {
+fn answer(batch: Committed, synced: Result<(), StoreError>, metrics: &CommitMetrics) {
     let operations = batch.results.len() + batch.answered;
     let outcome = batch.outcome.and(synced);
     for (answer, result) in batch.results {
         let reply = match (&outcome, result) {
             (Ok(()), Some(result)) => result,
-            (Ok(()), None) => Err(OpError::Store("batch abandoned".into())),
-            (Err(message), _) => Err(commit_failed(message)),
+            (Ok(()), None) => Err(OpError::inconsistent("batch abandoned")),
+            (Err(error), _) => Err(OpError::Store(error.clone())),
         };
         let _ = answer.send(reply);
     }

@@ -5,7 +5,7 @@
 //! (docs/design/on-disk-format.md). After a deliberate change,
 //! `WEFT_BLESS=1 cargo test -p weft-meta golden` records the new bytes.
 
-use crate::ops::remote::{Intent, IntentOp};
+use crate::ops::intent::{Intent, IntentOp};
 use crate::store::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
 use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};

@@ -7,13 +7,15 @@
 //! - `commit`: group commit — one writer thread batches concurrent operations into one
 //!   transaction and one fsync, and answers each after the commit.
 //! - `locks`: byte-range locks in memory, reclaim after a restart, release on session expiry.
-//! - `ops/`: one file per operation family (lookup, create, remove, rename, setattr, open).
+//! - `ops/`: one file per operation family on one server's store (lookup, create, remove,
+//!   rename, setattr, xattrs, check), and the intent table of operations spanning servers.
 //! - `acl`: POSIX ACLs in the xattr format, and their inheritance on create.
 //! - `chooser`: picks storage targets for new files.
 //! - `server`: the process — registration, heartbeats, and which homes it serves (its own,
 //!   and after a failover those of the mirror groups it is primary of).
-//! - `service`: one home's request handler, retry identity (mutation ids), background work
-//!   queues (object disposal, truncate).
+//! - `service`: one home's request handler: dispatch, sessions and open files, background work
+//!   (disposal, truncates, size settling), stored replies, fsck, and in `service/intents/` one
+//!   module per protocol spanning servers (mkdir, rmdir, link, unlink, rename, exchange, spread).
 //! - `replica`: metadata mirroring — a home's store file ships its changes to the home's
 //!   mirror members at every commit; members apply them to their copies.
 //!
@@ -42,11 +44,11 @@ pub mod fuzzing {
     /// whatever the bytes.
     pub fn decode_stored_records(bytes: &[u8]) {
         let _ = crate::store::InodeRecord::decode(1, bytes);
-        let _ = postcard::from_bytes::<crate::ops::remote::Intent>(bytes);
+        let _ = postcard::from_bytes::<crate::ops::intent::Intent>(bytes);
         let _ = postcard::from_bytes::<crate::store::TruncateWork>(bytes);
         let _ = postcard::from_bytes::<weft_proto::layout::FileLayout>(bytes);
         let _ = postcard::from_bytes::<weft_proto::layout::SlotSet>(bytes);
-        let _ = crate::service::stored_reply(bytes);
+        let _ = crate::store::stored_reply(bytes);
     }
 }
 pub use server::run;
@@ -55,18 +57,36 @@ pub use server::run;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MetaError {
-    /// The configuration is unusable (its authentication settings, its key file).
+    /// The configuration is unusable; the message lists every problem.
     #[error("{0}")]
     Config(String),
-    /// The data directory is missing or unusable.
-    #[error("{0}")]
-    DataDir(String),
-    /// The store could not be opened.
-    #[error("metadata store: {0}")]
-    Store(String),
+    /// A record of the data directory (node id, boot id) could not be read or written.
+    #[error(transparent)]
+    Record(#[from] weft_service::durable::RecordError),
+    /// The data directory or the listener failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A home's store could not be opened or prepared.
+    #[error("metadata store of home {home}")]
+    Store {
+        /// The home whose store it is.
+        home: weft_proto::ids::NodeId,
+        /// What failed: the store file, redb, or the first transaction.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Registration with management failed.
-    #[error("{0}")]
-    Register(String),
+    #[error(transparent)]
+    Register(#[from] weft_service::identity::RegisterError),
+    /// Management gave this server a node id an inode's home bits cannot hold.
+    #[error("metadata node id {0} does not fit an inode's home bits")]
+    NodeIdTooLarge(weft_proto::ids::NodeId),
 }
 
 #[cfg(test)]

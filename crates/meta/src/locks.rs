@@ -86,6 +86,8 @@ impl LockTable {
         if ranges.is_empty() {
             owners.remove(&(client, lock.owner));
         }
+        #[cfg(debug_assertions)]
+        check_owners(inode, owners);
         if owners.is_empty() {
             table.remove(&inode);
         }
@@ -156,6 +158,66 @@ impl LockTable {
         }
         count
     }
+}
+
+/// Checks what the table keeps true of one inode's locks: every owner listed holds a range,
+/// each range starts before it ends and is a lock (releases are never kept), one owner's
+/// ranges never overlap, and no two owners hold conflicting locks. O(n²): debug builds only.
+#[cfg(debug_assertions)]
+fn check_owners(inode: InodeId, owners: &Owners) {
+    for ((client, owner), ranges) in owners {
+        assert!(
+            !ranges.is_empty(),
+            "inode {inode}: owner {owner} of client {client} is listed without a range"
+        );
+        for (i, range) in ranges.iter().enumerate() {
+            assert!(
+                range.start <= range.end,
+                "inode {inode}: {range:?} ends before it starts"
+            );
+            assert_ne!(
+                range.kind,
+                LockKind::Unlock,
+                "inode {inode}: a release is kept as a lock"
+            );
+            for other in &ranges[i + 1..] {
+                assert!(
+                    !weft_proto::locks::overlaps(range, other),
+                    "inode {inode}: ranges {range:?} and {other:?} of one owner overlap"
+                );
+            }
+        }
+    }
+    for (key, ranges) in owners {
+        for (other_key, other_ranges) in owners {
+            if key == other_key {
+                continue;
+            }
+            for range in ranges {
+                for other in other_ranges {
+                    assert!(
+                        !conflicts(range, other),
+                        "inode {inode}: {key:?} holds {range:?} and {other_key:?} holds \
+                         {other:?}, which conflict"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Refuses a range that ends before it starts: no lock (or test of one) covers it.
+pub(crate) fn check_range(lock: &LockRange) -> Result<(), weft_proto::error::WireError> {
+    if lock.start > lock.end {
+        return Err(weft_proto::error::WireError::new(
+            weft_proto::ErrorCode::InvalidArgument,
+            format!(
+                "a lock range ends (byte {}) before it starts (byte {})",
+                lock.end, lock.start
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //!
 //! On a member, [`Replicas`] applies what its primary ships to its copy.
 
+use crate::store::StoreError;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fs::File;
@@ -163,7 +164,7 @@ struct Writes {
     /// Syncs finished: their changes are in the file, synced, and on every present member.
     done: u64,
     /// Why a sync failed; no later one is attempted.
-    failed: Option<String>,
+    failed: Option<Arc<std::io::Error>>,
     /// Set when redb closed the file: the flusher ends once it finished what was asked.
     closed: bool,
     /// Whether the running sync is carried out by the committing thread, not the flusher.
@@ -182,11 +183,13 @@ impl Writes {
     }
 
     /// How sync `ticket` ended: done, or failed (it or one before it); `None` while it runs.
-    fn outcome(&self, ticket: u64) -> Option<Result<(), String>> {
+    fn outcome(&self, ticket: u64) -> Option<Result<(), StoreError>> {
         if self.done >= ticket {
             return Some(Ok(()));
         }
-        self.failed.clone().map(Err)
+        self.failed
+            .clone()
+            .map(|error| Err(StoreError::Sync(error)))
     }
 }
 
@@ -400,7 +403,7 @@ impl HomeLink {
     }
 
     /// How sync `ticket` ended, if it did.
-    pub fn sync_outcome(&self, ticket: u64) -> Option<Result<(), String>> {
+    pub fn sync_outcome(&self, ticket: u64) -> Option<Result<(), StoreError>> {
         self.writes().outcome(ticket)
     }
 
@@ -409,7 +412,7 @@ impl HomeLink {
     ///
     /// # Errors
     /// Why that sync, or one before it, failed.
-    pub fn wait_synced(&self, ticket: u64) -> Result<(), String> {
+    pub fn wait_synced(&self, ticket: u64) -> Result<(), StoreError> {
         self.flushed
             .wait_while(self.writes(), |w| w.outcome(ticket).is_none())
             .expect("store writes poisoned")
@@ -464,7 +467,7 @@ impl HomeLink {
             Err(error) => {
                 tracing::error!(home = self.home.0, %error, "metadata store sync failed");
                 self.broken.store(true, Ordering::SeqCst);
-                writes.failed = Some(error.to_string());
+                writes.failed = Some(Arc::new(error));
             }
         }
         self.flushed.notify_all();
@@ -785,7 +788,7 @@ impl redb::StorageBackend for HomeFile {
             .wait_while(self.link.writes(), |w| w.running())
             .expect("store writes poisoned");
         if let Some(failure) = &writes.failed {
-            return Err(std::io::Error::other(failure.clone()));
+            return Err(std::io::Error::new(failure.kind(), Arc::clone(failure)));
         }
         let changes = Arc::new(std::mem::take(&mut writes.next));
         writes.flushing = Some(Arc::clone(&changes));
@@ -796,7 +799,7 @@ impl redb::StorageBackend for HomeFile {
             drop(writes);
             self.link.carry_out(&changes, ticket);
             return match &self.link.writes().failed {
-                Some(failure) => Err(std::io::Error::other(failure.clone())),
+                Some(failure) => Err(std::io::Error::new(failure.kind(), Arc::clone(failure))),
                 None => Ok(()),
             };
         }
@@ -1109,7 +1112,7 @@ mod tests {
     }
 
     /// Asks for a sync of what `file` was given and waits for it.
-    fn sync(file: &HomeFile) -> Result<(), String> {
+    fn sync(file: &HomeFile) -> Result<(), StoreError> {
         use redb::StorageBackend;
         file.sync_data(false).expect("sync asked");
         file.link.wait_synced(file.link.last_sync())

@@ -55,7 +55,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MetaError> {
-    config.validate().map_err(MetaError::DataDir)?;
+    config.validate().map_err(MetaError::Config)?;
     let admission = config.admission().map_err(MetaError::Config)?;
     let auth = admission.auth.clone();
     let cluster = Arc::new(ClusterView::new(
@@ -67,7 +67,10 @@ pub async fn run(
     ));
     let address = listener
         .local_addr()
-        .map_err(|e| MetaError::DataDir(e.to_string()))?
+        .map_err(|source| MetaError::Io {
+            what: "cannot read the listener's address",
+            source,
+        })?
         .to_string();
     let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
     let node = weft_service::identity::register_node(
@@ -77,12 +80,9 @@ pub async fn run(
         &alias,
         vec![address.clone()],
     )
-    .await
-    .map_err(MetaError::Register)?;
+    .await?;
     if node.0 > META_HOME_MAX {
-        return Err(MetaError::Register(format!(
-            "metadata node id {node} does not fit an inode's home bits"
-        )));
+        return Err(MetaError::NodeIdTooLarge(node));
     }
     let _ = cluster.refresh().await;
     let mut metrics = weft_net::MetricsBuilder::new("meta", Some(node.0));
@@ -95,8 +95,7 @@ pub async fn run(
         Arc::clone(&homes),
     );
     // Commits answered before their sync (size reports) wait in this process's memory.
-    let boot = weft_service::identity::next_boot(&config.data_dir)
-        .map_err(|e| MetaError::Store(format!("cannot record this start's boot id: {e}")))?;
+    let boot = weft_service::identity::next_boot(&config.data_dir)?;
     let membership = Arc::new(Membership::new(
         boot,
         Duration::from_millis(config.heartbeat_interval_ms),
@@ -105,7 +104,10 @@ pub async fn run(
     let missed = Arc::new(MissedLogs::default());
     missed
         .load(&config.data_dir)
-        .map_err(|e| MetaError::Store(format!("cannot read mirror records: {e}")))?;
+        .map_err(|source| MetaError::Io {
+            what: "cannot read the records of what absent mirror members missed",
+            source,
+        })?;
     let files = Arc::new(HomeFiles::default());
     let server = Arc::new(Server {
         replicas: Replicas::new(config.data_dir.clone(), node, Arc::clone(&files)),
@@ -139,7 +141,10 @@ pub async fn run(
         shutdown,
     )
     .await
-    .map_err(|e| MetaError::DataDir(e.to_string()))?;
+    .map_err(|source| MetaError::Io {
+        what: "serving requests failed",
+        source,
+    })?;
     heartbeat.abort();
     for meta in homes_now(&served) {
         meta.flush().await;
@@ -418,7 +423,10 @@ impl Server {
             let shared = Arc::clone(&self.shared);
             let meta = tokio::task::spawn_blocking(move || Meta::start(home, &shared))
                 .await
-                .map_err(|e| MetaError::Store(e.to_string()))??;
+                .map_err(|source| MetaError::Store {
+                    home,
+                    source: Box::new(source),
+                })??;
             tracing::info!(home = home.0, "metadata home served here");
             self.homes
                 .write()

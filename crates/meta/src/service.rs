@@ -19,7 +19,9 @@ mod subtree;
 mod verify;
 mod work;
 
-pub(crate) use replies::{idempotent, stored_reply};
+#[cfg(test)]
+pub(crate) use intents::mkdir::create_dir_inode;
+pub(crate) use replies::idempotent;
 
 use crate::chooser::Chooser;
 use crate::commit::{CommitMetrics, Committer};
@@ -114,8 +116,15 @@ pub(crate) struct Meta {
     inside: subtree::Inside,
 }
 
-fn store_error(error: impl std::fmt::Display) -> MetaError {
-    MetaError::Store(error.to_string())
+/// A failure opening or preparing `home`'s store.
+fn store_error(
+    home: NodeId,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> MetaError {
+    MetaError::Store {
+        home,
+        source: source.into(),
+    }
 }
 
 /// What every home a metadata server serves shares.
@@ -148,31 +157,27 @@ impl Meta {
             sync_seconds: shared.commit_metrics.sync_seconds.clone(),
         };
         let (link, file) = HomeLink::open(&shared.config.data_dir, shared.node, home, parts)
-            .map_err(store_error)?;
+            .map_err(|e| store_error(home, e))?;
         let db = Arc::new(
             redb::Builder::new()
                 .create_with_backend(file)
-                .map_err(store_error)?,
+                .map_err(|e| store_error(home, e))?,
         );
-        crate::store::create_tables(&db).map_err(|e| MetaError::Store(format!("{e:?}")))?;
+        crate::store::create_tables(&db).map_err(|e| store_error(home, e))?;
         let mut first_start = false;
         // Files unlinked while open before this start stay until the grace period is over:
         // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
         let orphans: HashSet<InodeId> = {
-            let txn = db.begin_write().map_err(store_error)?;
-            if home == ROOT_HOME
-                && ensure_root(&txn).map_err(|e| MetaError::Store(format!("{e:?}")))?
-            {
+            let txn = db.begin_write().map_err(|e| store_error(home, e))?;
+            if home == ROOT_HOME && ensure_root(&txn).map_err(|e| store_error(home, e))? {
                 tracing::info!("created the root directory");
                 first_start = true;
             }
             let orphans = txn
                 .open_table(crate::store::ORPHANS)
-                .map_err(|e| MetaError::Store(format!("{e:?}")))
-                .and_then(|table| {
-                    list_orphans(&table).map_err(|e| MetaError::Store(format!("{e:?}")))
-                })?;
-            txn.commit().map_err(store_error)?;
+                .map_err(|e| store_error(home, e))
+                .and_then(|table| list_orphans(&table).map_err(|e| store_error(home, e)))?;
+            txn.commit().map_err(|e| store_error(home, e))?;
             orphans
         };
         let config = &shared.config;

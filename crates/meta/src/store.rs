@@ -10,13 +10,14 @@
 //! | `truncates` | inode id | postcard [`TruncateWork`] awaiting its targets |
 //! | `orphans` | inode id | 0 — unlinked inodes still open somewhere |
 //! | `xattrs` | (inode, name) | value — extended attributes, POSIX ACLs included |
-//! | `intents` | intent id | postcard [`crate::ops::remote::Intent`]: a cross-server operation in flight |
+//! | `intents` | intent id | postcard [`crate::ops::intent::Intent`]: a cross-server operation in flight |
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 //! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
 //! | `written` | inode id | postcard [`SlotSet`]: the slots of the file's layout data was written to |
 
 use redb::{ReadableTable, Table, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
@@ -42,7 +43,7 @@ pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("in
 pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
 /// Per coordinating home: the intent id below which all its intents finished
-/// ([`crate::ops::remote::settle_intents`]); steps of those are late copies.
+/// ([`crate::ops::intent::settle_intents`]); steps of those are late copies.
 pub(crate) const SETTLED_INTENTS: TableDefinition<u32, u64> =
     TableDefinition::new("settled_intents");
 pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
@@ -285,18 +286,17 @@ impl InodeRecord {
     }
 
     pub fn decode(inode: u64, bytes: &[u8]) -> Result<InodeRecord, OpError> {
-        let damaged = |error: postcard::Error| {
-            OpError::Store(format!("inode {inode:#x} is damaged: {error}"))
-        };
+        let damaged =
+            |error: postcard::Error| StoreError::damaged(format!("inode {inode:#x}"), error).into();
         match bytes.split_first() {
             Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
             Some((1, rest)) => postcard::from_bytes::<InodeRecordV1>(rest)
                 .map(InodeRecord::from)
                 .map_err(damaged),
-            Some((version, _)) => Err(OpError::Store(format!(
+            Some((version, _)) => Err(OpError::inconsistent(format!(
                 "inode {inode:#x} has unknown format version {version}"
             ))),
-            None => Err(OpError::Store(format!("inode {inode:#x} is empty"))),
+            None => Err(OpError::inconsistent(format!("inode {inode:#x} is empty"))),
         }
     }
 
@@ -330,12 +330,55 @@ impl InodeRecord {
     }
 }
 
-/// Why an operation failed: rejected (nothing was written) or the store failed (the whole
-/// batch is abandoned).
-#[derive(Debug)]
+/// Why an operation failed: rejected (nothing was written, the batch goes on) or the store
+/// failed (the whole batch is abandoned).
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum OpError {
+    /// Refused: the code and message are the client's answer.
+    #[error("{0}")]
     Rejected(WireError),
-    Store(String),
+    /// This server failed: never the client's fault, and never kept as a reply.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A failure of a metadata server's store, of its commit, or of what it holds. Cloned into the
+/// answer of every operation of a failed batch, so its sources are shared.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// redb failed.
+    #[error("metadata store")]
+    Redb(#[source] Arc<redb::Error>),
+    /// A stored record does not decode.
+    #[error("{what} is damaged")]
+    Damaged {
+        /// Which record.
+        what: String,
+        /// Why it does not decode.
+        #[source]
+        source: postcard::Error,
+    },
+    /// The store, or another server's answer, contradicts what the operation relies on: a
+    /// broken invariant, reported with what was found.
+    #[error("{0}")]
+    Inconsistent(String),
+    /// Syncing the store file, or shipping its changes to the home's mirror members, failed;
+    /// no later commit is made durable until the home is opened again.
+    #[error("metadata store sync failed")]
+    Sync(#[source] Arc<std::io::Error>),
+    /// The commit thread has stopped: the home is closing.
+    #[error("the commit thread stopped")]
+    Stopped,
+}
+
+impl StoreError {
+    /// A stored record `what` that does not decode.
+    pub fn damaged(what: impl Into<String>, source: postcard::Error) -> StoreError {
+        StoreError::Damaged {
+            what: what.into(),
+            source,
+        }
+    }
 }
 
 impl OpError {
@@ -343,10 +386,19 @@ impl OpError {
         OpError::Rejected(WireError::new(code, message))
     }
 
+    /// A broken expectation of the store or of another server's answer (see
+    /// [`StoreError::Inconsistent`]).
+    pub fn inconsistent(message: impl Into<String>) -> OpError {
+        OpError::Store(StoreError::Inconsistent(message.into()))
+    }
+
+    /// The client's answer. A store failure is logged here with its whole chain of causes,
+    /// and the client learns only that this server failed.
     pub fn into_wire(self) -> WireError {
         match self {
             OpError::Rejected(error) => error,
-            OpError::Store(message) => {
+            OpError::Store(error) => {
+                let message = error_chain(&error);
                 tracing::error!(%message, "metadata store failed");
                 WireError::new(ErrorCode::Io, message)
             }
@@ -354,11 +406,35 @@ impl OpError {
     }
 }
 
+/// `error` and every source under it, on one line.
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_message = cause.to_string();
+        if !message.ends_with(&cause_message) {
+            message.push_str(": ");
+            message.push_str(&cause_message);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// A stored reply ([`REPLIES`]) as the answer it was.
+pub(crate) fn stored_reply(bytes: &[u8]) -> Result<weft_proto::messages::Response, OpError> {
+    match postcard::from_bytes::<weft_proto::messages::Reply>(bytes) {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(error)) => Err(OpError::Rejected(error)),
+        Err(error) => Err(StoreError::damaged("stored reply", error).into()),
+    }
+}
+
 macro_rules! store_errors {
     ($($error:ty),*) => {$(
         impl From<$error> for OpError {
             fn from(error: $error) -> OpError {
-                OpError::Store(error.to_string())
+                OpError::Store(StoreError::Redb(Arc::new(error.into())))
             }
         }
     )*};
@@ -430,7 +506,7 @@ pub(crate) fn load_written(
 ) -> Result<SlotSet, OpError> {
     match table.get(inode.0)? {
         Some(bytes) => postcard::from_bytes(bytes.value()).map_err(|error| {
-            OpError::Store(format!("written slots of {inode} are damaged: {error}"))
+            StoreError::damaged(format!("written slots of {inode}"), error).into()
         }),
         None => Ok(SlotSet::default()),
     }
@@ -584,7 +660,7 @@ pub(crate) fn insert_dentry(
 ) -> Result<(), OpError> {
     if let Err(OpError::Rejected(error)) = parent_record.accepts_new_name(parent, name) {
         // Callers check before they write: a rejection now would commit half an operation.
-        return Err(OpError::Store(format!(
+        return Err(OpError::inconsistent(format!(
             "an entry was added without its checks: {}",
             error.message
         )));
@@ -592,7 +668,7 @@ pub(crate) fn insert_dentry(
     // A full bucket is not among the callers' checks either: the batch is abandoned rather
     // than half of this operation committed.
     let cookie = free_cookie(entries, parent, name).map_err(|error| match error {
-        OpError::Rejected(error) => OpError::Store(error.message),
+        OpError::Rejected(error) => OpError::inconsistent(error.message),
         store => store,
     })?;
     entries.insert((parent.0, cookie), (child.0, kind_code(kind), name))?;

@@ -952,7 +952,8 @@ async fn entries_of_the_old_format_migrate() {
 // apply a remote mkdir step twice (one inode), settle, count the markers, send the step again.
 #[tokio::test]
 async fn settled_intents_leave_no_markers_and_refuse_late_steps() {
-    use crate::ops::remote::{create_dir_inode, settle_intents};
+    use crate::ops::intent::settle_intents;
+    use crate::service::create_dir_inode;
     use crate::store::REMOTE_CREATED;
     let f = fixture();
     let coordinator = NodeId(2);

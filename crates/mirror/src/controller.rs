@@ -329,6 +329,17 @@ impl Controller {
     /// its new writes must be stamped above everything from before), durably before anyone
     /// sees it.
     fn publish(&mut self, mut group: Group, before: &Group, force: bool) {
+        assert_eq!(group.id, before.id, "a group is published over another");
+        assert!(
+            group
+                .members
+                .iter()
+                .any(|member| member.server == group.primary),
+            "group {}: primary {:?} is not among its members {:?}",
+            group.id,
+            group.primary,
+            group.members
+        );
         if force
             || group.members != before.members
             || group.primary != before.primary

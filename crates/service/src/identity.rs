@@ -103,27 +103,50 @@ pub fn next_boot(data_dir: &Path) -> Result<u64, RecordError> {
     Ok(boot)
 }
 
+/// Why a server could not register with management.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// The saved id could not be read or the new one saved.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// Management refused, or stayed unreachable for the retry policy's time.
+    #[error(
+        "cannot register with management at {address} (check that management runs and the \
+         address is right)"
+    )]
+    Management {
+        /// Management's address.
+        address: String,
+        /// What the last attempt met.
+        #[source]
+        source: weft_net::RpcError,
+    },
+}
+
 /// Registers a server with management, keeping the id saved in `data_dir` (or saving the one
 /// management allocates). Retries while management is unreachable, so servers may start first.
 ///
 /// # Errors
-/// A message saying what is wrong: a damaged id file, or management refusing or unreachable
-/// after the retry policy's time.
+/// A damaged id file, or management refusing or unreachable after the retry policy's time.
 pub async fn register_node(
     data_dir: &Path,
     mgmt: &weft_net::MgmtClient,
     kind: weft_proto::messages::NodeKind,
     alias: &str,
     addresses: Vec<String>,
-) -> Result<NodeId, String> {
-    let saved = load_node_id(data_dir).map_err(|e| e.to_string())?;
+) -> Result<NodeId, RegisterError> {
+    let saved = load_node_id(data_dir)?;
     let policy = weft_net::retry::RetryPolicy::default();
     let node = policy
         .run(|| mgmt.register_node(saved, kind, alias.to_string(), addresses.clone()))
         .await
-        .map_err(|error| format!("cannot register with management at {}: {error}; check that management runs and the address is right", mgmt.address()))?;
+        .map_err(|source| RegisterError::Management {
+            address: mgmt.address().to_string(),
+            source,
+        })?;
     if saved != Some(node) {
-        save_node_id(data_dir, node).map_err(|e| e.to_string())?;
+        save_node_id(data_dir, node)?;
     }
     Ok(node)
 }

@@ -33,8 +33,12 @@ pub enum StorageError {
     /// The configuration is unusable; the message lists every problem.
     #[error("{0}")]
     Config(String),
+    /// A record of the data directory or of a target (node id, target id, boot id) could not
+    /// be read or written.
+    #[error(transparent)]
+    Record(#[from] weft_service::durable::RecordError),
     /// A target directory could not be prepared.
-    #[error("storage target {path}: {source}")]
+    #[error("storage target {path}")]
     Target {
         /// The target directory.
         path: std::path::PathBuf,
@@ -42,7 +46,25 @@ pub enum StorageError {
         #[source]
         source: std::io::Error,
     },
-    /// Registration with management failed.
-    #[error("{0}")]
-    Register(String),
+    /// The data directory or the listener failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Registration of the server with management failed.
+    #[error(transparent)]
+    Register(#[from] weft_service::identity::RegisterError),
+    /// Registration of a target with management failed.
+    #[error("cannot register target {path}")]
+    RegisterTarget {
+        /// The target directory.
+        path: std::path::PathBuf,
+        /// What the last attempt met.
+        #[source]
+        source: weft_net::RpcError,
+    },
 }

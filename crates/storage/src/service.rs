@@ -66,7 +66,10 @@ pub async fn run(
     let mgmt = cluster.mgmt();
     let address = listener
         .local_addr()
-        .map_err(|e| StorageError::Config(e.to_string()))?
+        .map_err(|source| StorageError::Io {
+            what: "cannot read the listener's address",
+            source,
+        })?
         .to_string();
     let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
     let node = weft_service::identity::register_node(
@@ -76,21 +79,19 @@ pub async fn run(
         &alias,
         vec![address.clone()],
     )
-    .await
-    .map_err(StorageError::Register)?;
+    .await?;
     let mut targets = HashMap::new();
     for path in &config.targets {
-        let saved = weft_service::identity::load_target_id(path)
-            .map_err(|e| StorageError::Config(e.to_string()))?;
+        let saved = weft_service::identity::load_target_id(path)?;
         let id = weft_net::retry::RetryPolicy::default()
             .run(|| mgmt.register_target(node, saved))
             .await
-            .map_err(|e| {
-                StorageError::Register(format!("cannot register target {}: {e}", path.display()))
+            .map_err(|source| StorageError::RegisterTarget {
+                path: path.clone(),
+                source,
             })?;
         if saved != Some(id) {
-            weft_service::identity::save_target_id(path, id)
-                .map_err(|e| StorageError::Config(e.to_string()))?;
+            weft_service::identity::save_target_id(path, id)?;
         }
         let target = Target::open(
             id,
@@ -113,8 +114,7 @@ pub async fn run(
     }
     let influxdb = config.influxdb.clone();
     let metrics_listen = config.metrics_listen.clone();
-    let boot = weft_service::identity::next_boot(&config.data_dir)
-        .map_err(|e| StorageError::Config(format!("cannot record this start's boot id: {e}")))?;
+    let boot = weft_service::identity::next_boot(&config.data_dir)?;
     let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let mirror = Arc::new(
@@ -131,7 +131,10 @@ pub async fn run(
             },
             MirrorMetrics::register(builder.registry()),
         )
-        .map_err(|e| StorageError::Config(format!("cannot read mirror records: {e}")))?,
+        .map_err(|source| StorageError::Io {
+            what: "cannot read the records of what absent mirror members missed",
+            source,
+        })?,
     );
     let storage = Arc::new(Storage {
         targets,
@@ -160,7 +163,10 @@ pub async fn run(
         shutdown,
     )
     .await
-    .map_err(|e| StorageError::Config(e.to_string()))?;
+    .map_err(|source| StorageError::Io {
+        what: "serving requests failed",
+        source,
+    })?;
     heartbeat.abort();
     Ok(())
 }

@@ -742,9 +742,7 @@ impl Target {
                     file.set_len(cut)
                         .map_err(|e| io_error("truncate object", &e))?;
                 }
-                set_generation(&file, generation)
-                    .map_err(|e| io_error("record truncate generation", &e))?;
-                file.generation.store(generation, Ordering::Release);
+                record_generation(&file, generation)?;
                 self.sync_file(&file)?;
                 self.sync_entry(object)?;
             }
@@ -858,9 +856,7 @@ impl Target {
             ),
             None => {
                 let file = self.file_for_write(object)?;
-                set_generation(&file, generation)
-                    .map_err(|e| io_error("record truncate generation", &e))?;
-                file.generation.store(generation, Ordering::Release);
+                record_generation(&file, generation)?;
                 self.unsynced_generations
                     .lock()
                     .expect("unsynced generations poisoned")
@@ -1212,6 +1208,20 @@ fn probe_generation_records(root: &Path) -> std::io::Result<()> {
 }
 
 /// Records truncate `generation` in `file`.
+/// Records truncate `generation` in an object's file and in its handle. Generations only
+/// grow: every caller checked, under the object's cut lock, that the object had an older one,
+/// and a smaller one recorded would let a late truncate cut data written after it.
+fn record_generation(file: &ObjectFile, generation: u64) -> Result<(), WireError> {
+    let previous = file.generation.load(Ordering::Acquire);
+    assert!(
+        previous < generation,
+        "truncate generation {generation} recorded over generation {previous}"
+    );
+    set_generation(file, generation).map_err(|e| io_error("record truncate generation", &e))?;
+    file.generation.store(generation, Ordering::Release);
+    Ok(())
+}
+
 fn set_generation(file: &File, generation: u64) -> std::io::Result<()> {
     let value = generation.to_le_bytes();
     // SAFETY: fsetxattr reads `value.len()` bytes of `value`; the descriptor stays open while

@@ -21,12 +21,12 @@ use crate::store::{
     InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
     XATTRS,
 };
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::layout::SlotSet;
 use weft_proto::layout::{object_length_for_file_size, Slot};
-use weft_proto::messages::{CheckReport, CHECK_FINDINGS_MAX};
+use weft_proto::messages::{CheckReport, Response, CHECK_FINDINGS_MAX};
 
 /// Collects findings, keeping the detailed list bounded; `fix` is the transaction repairs
 /// go in, if the check repairs.
@@ -691,4 +691,24 @@ fn check_copies(
         }
     }
     suspects
+}
+
+/// Inodes of other homes that dentries here name.
+pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<Response, OpError> {
+    let entries = txn.open_table(ENTRIES)?;
+    let mut out = Vec::new();
+    for item in entries.iter()? {
+        let (_, value) = item?;
+        let child = InodeId(value.value().0);
+        if child.home() != home {
+            out.push(child);
+        }
+    }
+    // A spread directory names its shards on other servers.
+    for item in txn.open_table(INODES)?.iter()? {
+        let (key, value) = item?;
+        let record = InodeRecord::decode(key.value(), value.value())?;
+        out.extend(record.shards.iter().skip(1).map(|shard| InodeId(*shard)));
+    }
+    Ok(Response::Inodes(out))
 }

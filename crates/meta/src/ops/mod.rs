@@ -4,8 +4,8 @@
 
 pub(crate) mod check;
 pub(crate) mod create;
+pub(crate) mod intent;
 pub(crate) mod lookup;
-pub(crate) mod remote;
 pub(crate) mod remove;
 pub(crate) mod rename;
 pub(crate) mod setattr;

@@ -86,7 +86,7 @@ pub(crate) fn unlink(
     let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
     let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
-    super::remote::check_not_in_flight(txn, parent, name, None)?;
+    super::intent::check_not_in_flight(txn, parent, name, None)?;
     if record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::IsDirectory,
@@ -116,7 +116,7 @@ pub(crate) fn rmdir(
     let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, parent)?;
     let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
-    super::remote::check_not_in_flight(txn, parent, name, None)?;
+    super::intent::check_not_in_flight(txn, parent, name, None)?;
     if !record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::NotDirectory,
@@ -124,7 +124,7 @@ pub(crate) fn rmdir(
         ));
     }
     if !record.shards.is_empty() {
-        return Err(OpError::Store(format!(
+        return Err(OpError::inconsistent(format!(
             "{name:?} is a spread directory: its rmdir takes the spread path"
         )));
     }

@@ -91,9 +91,9 @@ pub(crate) fn rename(
     let source = load_dentry(&entries, parent, name)?
         .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
     let victim = load_dentry(&entries, new_parent, new_name)?;
-    super::remote::check_not_in_flight(txn, parent, name, None)?;
+    super::intent::check_not_in_flight(txn, parent, name, None)?;
     if victim.is_some() {
-        super::remote::check_not_in_flight(txn, new_parent, new_name, None)?;
+        super::intent::check_not_in_flight(txn, new_parent, new_name, None)?;
     }
     // A file whose inode lives on another server (after a hard link or a move) can be renamed
     // here: only its dentry moves. A directory or a replaced victim living elsewhere cannot yet.

@@ -38,7 +38,7 @@ pub(crate) fn queue_truncate(
         layout: record
             .layout
             .clone()
-            .ok_or_else(|| OpError::Store(format!("regular file {inode} has no layout")))?,
+            .ok_or_else(|| OpError::inconsistent(format!("regular file {inode} has no layout")))?,
     };
     let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
     txn.open_table(TRUNCATES)?

@@ -207,7 +207,7 @@ pub(crate) fn inherited_mode_and_acls(
         ));
     };
     let mut acl = Acl::decode(&default).map_err(|reason| {
-        OpError::Store(format!("default ACL of {parent} is damaged: {reason}"))
+        OpError::inconsistent(format!("default ACL of {parent} is damaged: {reason}"))
     })?;
     let bits = acl.create_masq(mode);
     let mut acls = Vec::new();

@@ -210,7 +210,7 @@ impl Meta {
         match self.read(|txn| lookup(txn, home, parent, name))? {
             Response::Attr(attr) => Ok(attr),
             Response::Inodes(children) if !children.is_empty() => self.attr_of(children[0]).await,
-            other => Err(OpError::Store(format!(
+            other => Err(OpError::inconsistent(format!(
                 "the lookup of {name:?} in {parent} came back as {other:?}"
             ))),
         }

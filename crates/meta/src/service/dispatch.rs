@@ -1,13 +1,18 @@
 //! Request dispatch: every metadata request to the function or protocol that serves it.
 
+use super::intents::exchange::exchange_dentry;
+use super::intents::link::adjust_links;
+use super::intents::mkdir::create_dir_inode;
+use super::intents::rename::{insert_dentry_for, renamed};
+use super::intents::rmdir::remove_dir_inode;
+use super::intents::spread::{seal_shard, set_shards, sync_shard};
 use super::sessions::register_open;
 use super::Meta;
+use crate::locks::check_range;
+use crate::ops::check::remote_references;
 use crate::ops::create::{create, link, NewEntry};
+use crate::ops::intent::settle_intents;
 use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
-use crate::ops::remote::{
-    adjust_links, create_dir_inode, exchange_dentry, insert_dentry_for, remote_references,
-    remove_dir_inode, renamed, seal_shard, set_shards, settle_intents, sync_shard,
-};
 use crate::ops::setattr::{report_size, set_attr, set_pattern};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::store::{OpError, INODES, UNREPORTED};
@@ -294,6 +299,7 @@ impl Meta {
                 reclaim,
             } => {
                 self.admit_session(client).map_err(OpError::into_wire)?;
+                check_range(&lock)?;
                 let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
                 match self.locks.set(inode, client, lock, wait, reclaim).await {
                     Ok(()) => Ok(Response::Done),
@@ -311,9 +317,12 @@ impl Meta {
                 client,
                 inode,
                 lock,
-            } => Ok(Response::LockConflict(
-                self.locks.conflict(inode, client, &lock),
-            )),
+            } => {
+                check_range(&lock)?;
+                Ok(Response::LockConflict(
+                    self.locks.conflict(inode, client, &lock),
+                ))
+            }
             MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
             MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
                 ErrorCode::Internal,

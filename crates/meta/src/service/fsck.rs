@@ -157,7 +157,7 @@ impl Meta {
                 )
             })
             .await
-            .map_err(|error| OpError::Store(format!("the check stopped: {error}")))??
+            .map_err(|error| OpError::inconsistent(format!("the check stopped: {error}")))??
         };
         drop(disposing);
         let Checked {

@@ -1,18 +1,10 @@
 //! Stored replies: the answer of every mutating request, kept in the same transaction as
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
-use crate::store::{OpError, REPLIES};
+use crate::store::{stored_reply, OpError, REPLIES};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::messages::{MutationId, Reply, Response};
 use weft_proto::ErrorCode;
-
-pub(crate) fn stored_reply(bytes: &[u8]) -> Result<Response, OpError> {
-    match postcard::from_bytes::<Reply>(bytes) {
-        Ok(Ok(response)) => Ok(response),
-        Ok(Err(error)) => Err(OpError::Rejected(error)),
-        Err(error) => Err(OpError::Store(format!("stored reply is damaged: {error}"))),
-    }
-}
 
 /// Runs `op` unless this mutation already ran, and keeps its reply in the same transaction.
 pub(crate) fn idempotent(

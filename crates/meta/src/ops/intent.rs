@@ -1,0 +1,291 @@
+//! The intent table: a coordinator's record of each operation spanning metadata servers while
+//! it is in flight, the name each one protects from other operations meanwhile, and the
+//! settlement that lets other homes forget the markers of finished intents' steps.
+//!
+//! Every cross-server protocol (`service/intents/`) starts by recording an intent here, in the
+//! same transaction that checks the request, and ends by dropping it in the transaction that
+//! keeps the client's reply. A request retried after a crash finds its intent (or its reply)
+//! with [`earlier`] instead of starting over on a half-changed namespace.
+
+use crate::store::{
+    stored_reply, OpError, StoreError, COUNTERS, INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES,
+    SETTLED_INTENTS,
+};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use weft_proto::ids::{InodeId, NodeId};
+use weft_proto::messages::{MetaRequest, MutationId, Response};
+use weft_proto::wire::Wire;
+use weft_proto::ErrorCode;
+
+/// A cross-server operation in flight, as recorded by its coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Intent {
+    /// The client request it serves; its reply is kept under this id when it finishes.
+    pub mutation: MutationId,
+    pub op: IntentOp,
+}
+
+#[derive(Clone, Debug, Wire)]
+pub(crate) enum IntentOp {
+    #[wire(tag = 0)]
+    Mkdir {
+        parent: InodeId,
+        name: String,
+        home: NodeId,
+        request: MetaRequest,
+    },
+    #[wire(tag = 1)]
+    Rmdir {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+    },
+    /// mkdir of a spread directory: the directory on `home`, then its other shards on
+    /// `shard_homes`, then the shard list on the directory, then the dentry.
+    #[wire(tag = 2)]
+    MkdirSpread {
+        parent: InodeId,
+        name: String,
+        home: NodeId,
+        request: MetaRequest,
+        shard_homes: Vec<NodeId>,
+    },
+    /// rmdir of a spread directory: seal its other shards (each must be empty), remove the
+    /// directory if it is empty, remove the shards, then the dentry; or unseal them again.
+    #[wire(tag = 3)]
+    RmdirSpread {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+        shards: Vec<InodeId>,
+    },
+    /// A hard link here to an inode elsewhere: the inode's home counts the link first.
+    #[wire(tag = 4)]
+    Link {
+        inode: InodeId,
+        kind_code: u8,
+        new_parent: InodeId,
+        new_name: String,
+    },
+    /// The dentry here is already gone; the inode's home drops the link.
+    #[wire(tag = 5)]
+    Unlink { inode: InodeId },
+    /// A rename of a non-directory to a directory on another server: the new name first, then
+    /// the old one goes.
+    #[wire(tag = 6)]
+    RenameOut {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+        kind_code: u8,
+        new_parent: InodeId,
+        new_name: String,
+        no_replace: bool,
+    },
+    /// RENAME_EXCHANGE with an entry on another server, or with inodes elsewhere: the far
+    /// name first takes `child`, then the near one takes `other`.
+    #[wire(tag = 7)]
+    Exchange {
+        parent: InodeId,
+        name: String,
+        child: InodeId,
+        kind_code: u8,
+        new_parent: InodeId,
+        new_name: String,
+        other: InodeId,
+        other_kind_code: u8,
+    },
+}
+
+impl IntentOp {
+    /// The dentry here that the operation removes or replaces: no other operation may touch it
+    /// until the intent is finished.
+    fn protected_name(&self) -> Option<(InodeId, &str)> {
+        match self {
+            IntentOp::Rmdir { parent, name, .. }
+            | IntentOp::RmdirSpread { parent, name, .. }
+            | IntentOp::RenameOut { parent, name, .. }
+            | IntentOp::Exchange { parent, name, .. } => Some((*parent, name)),
+            IntentOp::Mkdir { .. }
+            | IntentOp::MkdirSpread { .. }
+            | IntentOp::Link { .. }
+            | IntentOp::Unlink { .. } => None,
+        }
+    }
+}
+
+/// Fails with `Busy` while an unfinished cross-server operation — other than `mutation`'s own,
+/// retried — is about to remove or replace `name` in `parent`; the client asks again.
+pub(crate) fn check_not_in_flight(
+    txn: &WriteTransaction,
+    parent: InodeId,
+    name: &str,
+    mutation: Option<MutationId>,
+) -> Result<(), OpError> {
+    let Some(id) = txn
+        .open_table(INTENT_NAMES)?
+        .get((parent.0, name))?
+        .map(|id| id.value())
+    else {
+        return Ok(());
+    };
+    if let Some(mutation) = mutation {
+        if let Some(bytes) = txn.open_table(INTENTS)?.get(id)? {
+            if let Ok(intent) = postcard::from_bytes::<Intent>(bytes.value()) {
+                if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(OpError::rejected(
+        ErrorCode::Busy,
+        format!("{name:?} is being changed by another operation; try again"),
+    ))
+}
+
+/// What step (1) leaves to do.
+// One is made and consumed per cross-server operation: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Prepared {
+    /// The request was answered before (a retry): this is its reply.
+    Answered(Result<Response, OpError>),
+    /// Go on with the intent.
+    Intent(u64, Intent),
+}
+
+/// What an earlier run of the same request left: its reply, or its intent still pending (a
+/// retry after a crash goes on with it rather than start over on a half-changed namespace).
+pub(crate) fn earlier(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+) -> Result<Option<Prepared>, OpError> {
+    let replies = txn.open_table(REPLIES)?;
+    if let Some(bytes) = replies.get((mutation.client.0, mutation.seq))? {
+        return Ok(Some(Prepared::Answered(stored_reply(bytes.value()))));
+    }
+    for item in txn.open_table(INTENTS)?.iter()? {
+        let (key, value) = item?;
+        if let Ok(intent) = postcard::from_bytes::<Intent>(value.value()) {
+            if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq {
+                return Ok(Some(Prepared::Intent(key.value(), intent)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// All intents, for recovery.
+pub(crate) fn intents(txn: &ReadTransaction) -> Result<Vec<(u64, Intent)>, OpError> {
+    let table = txn.open_table(INTENTS)?;
+    let mut out = Vec::new();
+    for item in table.iter()? {
+        let (key, value) = item?;
+        let intent: Intent = postcard::from_bytes(value.value())
+            .map_err(|error| StoreError::damaged(format!("intent {}", key.value()), error))?;
+        out.push((key.value(), intent));
+    }
+    Ok(out)
+}
+
+/// Records `intent` and returns its id. (A retry of the same request found its intent with
+/// [`earlier`] instead.)
+pub(crate) fn record_intent(txn: &WriteTransaction, intent: &Intent) -> Result<u64, OpError> {
+    let mut counters = txn.open_table(COUNTERS)?;
+    let id = counters.get("intent")?.map(|v| v.value()).unwrap_or(0) + 1;
+    counters.insert("intent", id)?;
+    let bytes = postcard::to_stdvec(intent).expect("intents encode");
+    txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    if let Some((parent, name)) = intent.op.protected_name() {
+        txn.open_table(INTENT_NAMES)?.insert((parent.0, name), id)?;
+    }
+    Ok(id)
+}
+
+/// Removes intent `id` and the name it protects; false when it was gone already.
+pub(crate) fn remove_intent(txn: &WriteTransaction, id: u64) -> Result<bool, OpError> {
+    let Some(bytes) = txn
+        .open_table(INTENTS)?
+        .remove(id)?
+        .map(|b| b.value().to_vec())
+    else {
+        return Ok(false);
+    };
+    if let Ok(intent) = postcard::from_bytes::<Intent>(&bytes) {
+        if let Some((parent, name)) = intent.op.protected_name() {
+            let mut names = txn.open_table(INTENT_NAMES)?;
+            if names.get((parent.0, name))?.map(|v| v.value()) == Some(id) {
+                names.remove((parent.0, name))?;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The bits of a step marker's key that hold the intent id; the bits above say which step.
+const INTENT_BITS: u64 = (1 << 61) - 1;
+
+/// The intent id below which every intent of this coordinator has finished: its oldest
+/// recorded one, or the next id when none is recorded.
+pub(crate) fn settled_below(txn: &ReadTransaction) -> Result<u64, OpError> {
+    if let Some((oldest, _)) = txn.open_table(INTENTS)?.first()? {
+        return Ok(oldest.value());
+    }
+    Ok(txn
+        .open_table(COUNTERS)?
+        .get("intent")?
+        .map_or(0, |v| v.value())
+        + 1)
+}
+
+/// On another home: records that every intent of `coordinator` below `below` finished, and
+/// forgets the markers of their steps, which no copy of a step may use any more.
+pub(crate) fn settle_intents(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    below: u64,
+) -> Result<Response, OpError> {
+    let mut settled = txn.open_table(SETTLED_INTENTS)?;
+    if settled
+        .get(coordinator.0)?
+        .is_some_and(|known| known.value() >= below)
+    {
+        return Ok(Response::Unchanged);
+    }
+    settled.insert(coordinator.0, below)?;
+    txn.open_table(REMOTE_CREATED)?.retain_in(
+        (coordinator.0, 0)..=(coordinator.0, u64::MAX),
+        |(_, key), _| key & INTENT_BITS >= below,
+    )?;
+    Ok(Response::Done)
+}
+
+/// Refuses a step of `coordinator`'s intent `intent` once that intent is known to have
+/// finished: it is a late copy, and the marker that made it harmless may be gone.
+pub(crate) fn check_unsettled(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    intent: u64,
+) -> Result<(), OpError> {
+    let below = txn
+        .open_table(SETTLED_INTENTS)?
+        .get(coordinator.0)?
+        .map_or(0, |v| v.value());
+    if intent < below {
+        return Err(OpError::rejected(
+            ErrorCode::Superseded,
+            format!(
+                "operation {intent} of metadata node {coordinator} finished; this is a late \
+                 copy of one of its steps"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn drop_intent(txn: &WriteTransaction, id: u64) -> Result<Response, OpError> {
+    remove_intent(txn, id)?;
+    Ok(Response::Done)
+}

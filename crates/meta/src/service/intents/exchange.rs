@@ -1,0 +1,243 @@
+//! RENAME_EXCHANGE with an entry on another server, or with inodes living elsewhere:
+//! (1) record the intent; (2) the far name takes the near inode, once per intent (`Busy` if the
+//! far entry changed meanwhile); the moved inodes' homes learn their parents; (3) the near name
+//! takes the far inode, the intent goes and the reply is kept.
+
+use super::rename::mark_renamed;
+use crate::ops::intent::{
+    check_not_in_flight, check_unsettled, drop_intent, earlier, record_intent, Intent, IntentOp,
+    Prepared,
+};
+use crate::service::{idempotent, Meta};
+use crate::store::{
+    load_dentry, load_dir, now, store_inode, Dentry, OpError, ENTRIES, INODES, REMOTE_CREATED,
+};
+use redb::{ReadableTable, WriteTransaction};
+use weft_proto::ids::InodeId;
+use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
+use weft_proto::ErrorCode;
+
+/// Exchange step (1), on the coordinator: checks the near name and records the intent.
+pub(crate) fn prepare_exchange(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    (parent, name): (InodeId, &str),
+    (new_parent, new_name): (InodeId, &str),
+    (other, other_kind): (InodeId, FileKind),
+) -> Result<Prepared, OpError> {
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(prepared);
+    }
+    let inodes = txn.open_table(INODES)?;
+    let entries = txn.open_table(ENTRIES)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
+    let dentry = load_dentry(&entries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
+    if dentry.child == other {
+        // Two names of one inode: nothing to swap.
+        return Ok(Prepared::Answered(Ok(Response::Done)));
+    }
+    drop((inodes, entries));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Exchange {
+            parent,
+            name: name.to_string(),
+            child: dentry.child,
+            kind_code: crate::store::kind_code(dentry.kind),
+            new_parent,
+            new_name: new_name.to_string(),
+            other,
+            other_kind_code: crate::store::kind_code(other_kind),
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Prepared::Intent(id, intent))
+}
+
+/// Exchange step (2), on the far name's server: the far name takes the near inode, once per
+/// (coordinator, intent); the directory's link count follows the kinds.
+pub(crate) fn exchange_dentry(
+    txn: &WriteTransaction,
+    request: &MetaRequest,
+) -> Result<Response, OpError> {
+    let MetaRequest::ExchangeDentry {
+        coordinator,
+        intent,
+        parent,
+        name,
+        expect,
+        child,
+        kind,
+    } = request
+    else {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "not a dentry exchange",
+        ));
+    };
+    check_unsettled(txn, *coordinator, *intent)?;
+    // The marker says this exchange was applied here already.
+    let key = (coordinator.0, *intent | (1 << 61));
+    if txn.open_table(REMOTE_CREATED)?.get(key)?.is_some() {
+        return Ok(Response::Unchanged);
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
+    let mut parent_record = load_dir(&inodes, *parent)?;
+    parent_record.check_holds_name(*parent, name)?;
+    let dentry = load_dentry(&entries, *parent, name)?
+        .filter(|dentry| dentry.child == *expect)
+        .ok_or_else(|| {
+            OpError::rejected(
+                ErrorCode::Busy,
+                format!("{name:?} changed during the exchange; try again"),
+            )
+        })?;
+    check_not_in_flight(txn, *parent, name, None)?;
+    crate::store::replace_dentry(
+        &mut entries,
+        *parent,
+        name,
+        Dentry {
+            child: *child,
+            kind: *kind,
+            ..dentry
+        },
+    )?;
+    let delta =
+        i64::from(*kind == FileKind::Directory) - i64::from(dentry.kind == FileKind::Directory);
+    parent_record.nlink = (i64::from(parent_record.nlink) + delta).max(0) as u32;
+    parent_record.touch(now());
+    store_inode(&mut inodes, *parent, &parent_record)?;
+    drop((inodes, entries));
+    txn.open_table(REMOTE_CREATED)?.insert(key, expect.0)?;
+    Ok(Response::Done)
+}
+
+/// Exchange step (3), on the coordinator: the near name takes the far inode, the intent goes
+/// and the reply is kept. With `outcome` an error of step (2), only the intent goes.
+pub(crate) fn finish_exchange(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    outcome: Result<(), OpError>,
+) -> Result<Response, OpError> {
+    let IntentOp::Exchange {
+        parent,
+        name,
+        child,
+        kind_code,
+        new_parent,
+        other,
+        other_kind_code,
+        ..
+    } = &intent.op
+    else {
+        return Err(OpError::inconsistent(format!(
+            "intent {id} is not an exchange"
+        )));
+    };
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |txn| {
+        outcome?;
+        let mut inodes = txn.open_table(INODES)?;
+        let mut entries = txn.open_table(ENTRIES)?;
+        if let Some(dentry) = load_dentry(&entries, *parent, name)? {
+            if dentry.child == *child {
+                crate::store::replace_dentry(
+                    &mut entries,
+                    *parent,
+                    name,
+                    Dentry {
+                        child: *other,
+                        kind: crate::store::kind_from_code(*other_kind_code),
+                        ..dentry
+                    },
+                )?;
+                let directory = crate::store::kind_code(FileKind::Directory);
+                let delta =
+                    i64::from(*other_kind_code == directory) - i64::from(*kind_code == directory);
+                let mut parent_record = load_dir(&inodes, *parent)?;
+                parent_record.nlink = (i64::from(parent_record.nlink) + delta).max(0) as u32;
+                parent_record.touch(now());
+                store_inode(&mut inodes, *parent, &parent_record)?;
+            }
+        }
+        // The swapped inodes that live here (those elsewhere were told by the coordinator).
+        mark_renamed(&mut inodes, *child, *new_parent)?;
+        mark_renamed(&mut inodes, *other, *parent)?;
+        Ok(Response::Done)
+    })
+}
+
+impl Meta {
+    /// RENAME_EXCHANGE with an entry elsewhere (see the module header).
+    pub(in crate::service) async fn exchange_out(
+        &self,
+        mutation: MutationId,
+        (parent, name): (InodeId, String),
+        (new_parent, new_name): (InodeId, String),
+        other: (InodeId, FileKind),
+    ) -> Result<Response, OpError> {
+        let preparing = self.intent_runs.preparing();
+        let prepared = self
+            .committer
+            .run_with(move |txn| {
+                prepare_exchange(
+                    txn,
+                    mutation,
+                    (parent, &name),
+                    (new_parent, &new_name),
+                    other,
+                )
+            })
+            .await?;
+        self.drive(prepared, preparing, "rename-after-intent").await
+    }
+
+    /// Exchange steps (2) and (3): the far name takes the near inode, the moved inodes' homes
+    /// learn their parents, then the near name takes the far inode.
+    pub(in crate::service) async fn continue_exchange(
+        &self,
+        id: u64,
+        intent: &Intent,
+    ) -> Result<Response, OpError> {
+        let IntentOp::Exchange {
+            child,
+            kind_code,
+            new_parent,
+            new_name,
+            other,
+            parent,
+            ..
+        } = &intent.op
+        else {
+            return Err(OpError::inconsistent(format!(
+                "intent {id} is not an exchange"
+            )));
+        };
+        let request = MetaRequest::ExchangeDentry {
+            coordinator: self.node,
+            intent: id,
+            parent: *new_parent,
+            name: new_name.clone(),
+            expect: *other,
+            child: *child,
+            kind: crate::store::kind_from_code(*kind_code),
+        };
+        let outcome = self.ask_meta(new_parent.home(), request).await?.map(|_| ());
+        if outcome.is_ok() {
+            self.mark_renamed(*child, *new_parent).await?;
+            self.mark_renamed(*other, *parent).await?;
+        }
+        weft_service::failpoint::failpoint("rename-after-remote");
+        let finishing = intent.clone();
+        self.committer
+            .run(Box::new(move |txn| {
+                finish_exchange(txn, id, &finishing, outcome)
+            }))
+            .await
+    }
+}

@@ -1,0 +1,281 @@
+//! mkdir of a directory whose inode lives on another metadata server. The server holding the
+//! dentry coordinates, with an intent record and idempotent steps:
+//!
+//! (1) record the intent and check the name; (2) the inode's home creates the inode,
+//! idempotently per (coordinator, intent); (3) insert the dentry, drop the intent and keep the
+//! reply, in one transaction. A crash after (1) or (2) leaves an intent that recovery finishes;
+//! if the name was taken meanwhile, the remote inode is removed again.
+
+use crate::ops::create::{load_parent_for_new, owner_group_and_mode};
+use crate::ops::intent::{
+    check_unsettled, earlier, record_intent, remove_intent, Intent, IntentOp, Prepared,
+};
+use crate::ops::xattr::{inherited_mode_and_acls, store_inherited};
+use crate::service::{idempotent, Meta};
+use crate::store::{
+    allocate_inode, insert_dentry, load_dentry, now, store_inode, InodeRecord, OpError, COUNTERS,
+    ENTRIES, INODES, INTENTS, REMOTE_CREATED, XATTRS,
+};
+use redb::{ReadableTable, WriteTransaction};
+use weft_proto::ids::{InodeId, NodeId};
+use weft_proto::layout::StripePattern;
+use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Response};
+use weft_proto::ErrorCode;
+
+/// mkdir step (1): checks the name, works out the new directory's mode, group, pattern and
+/// ACLs from the parent, and records the intent with the request for the inode's home.
+pub(crate) fn prepare_mkdir(
+    txn: &WriteTransaction,
+    coordinator: NodeId,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+    new: &NewInode,
+    (home, shard_homes): (NodeId, Vec<NodeId>),
+) -> Result<Prepared, OpError> {
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(prepared);
+    }
+    let inodes = txn.open_table(INODES)?;
+    let entries = txn.open_table(ENTRIES)?;
+    let parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;
+    let xattrs = txn.open_table(XATTRS)?;
+    let (mode, acls) = inherited_mode_and_acls(
+        &xattrs,
+        parent,
+        FileKind::Directory,
+        new.mode & 0o7777,
+        new.umask,
+    )?;
+    let (mode, gid) = owner_group_and_mode(&parent_record, true, mode, new.gid);
+    drop((inodes, entries, xattrs));
+    let pattern = parent_record.pattern.unwrap_or(StripePattern::DEFAULT);
+    let request = MetaRequest::CreateDirInode {
+        coordinator,
+        intent: 0,
+        parent,
+        mode,
+        uid: new.uid,
+        gid,
+        pattern,
+        acls: acls.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        shard_of: None,
+    };
+    let name = name.to_string();
+    let mut intent = Intent {
+        mutation,
+        op: if shard_homes.is_empty() {
+            IntentOp::Mkdir {
+                parent,
+                name,
+                home,
+                request,
+            }
+        } else {
+            IntentOp::MkdirSpread {
+                parent,
+                name,
+                home,
+                request,
+                shard_homes,
+            }
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    if let IntentOp::Mkdir { request, .. } | IntentOp::MkdirSpread { request, .. } = &mut intent.op
+    {
+        if let MetaRequest::CreateDirInode { intent: slot, .. } = request {
+            *slot = id;
+        }
+    }
+    // Store the request with its intent id, so recovery sends exactly the same one.
+    let bytes = postcard::to_stdvec(&intent).expect("intents encode");
+    txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    Ok(Prepared::Intent(id, intent))
+}
+
+/// mkdir step (2), on the inode's home: creates the directory inode (no dentry here), once per
+/// (coordinator, intent).
+pub(crate) fn create_dir_inode(
+    txn: &WriteTransaction,
+    home: NodeId,
+    request: &MetaRequest,
+) -> Result<Response, OpError> {
+    let MetaRequest::CreateDirInode {
+        coordinator,
+        intent,
+        parent,
+        mode,
+        uid,
+        gid,
+        pattern,
+        acls,
+        shard_of,
+    } = request
+    else {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "not a directory-inode creation",
+        ));
+    };
+    check_unsettled(txn, *coordinator, *intent)?;
+    pattern
+        .validate()
+        .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
+    let mut created = txn.open_table(REMOTE_CREATED)?;
+    let mut inodes = txn.open_table(INODES)?;
+    if let Some(existing) = created.get((coordinator.0, *intent))? {
+        let inode = InodeId(existing.value());
+        let record = crate::store::load_inode(&inodes, inode)?;
+        return Ok(Response::Attr(record.to_attr(inode)));
+    }
+    let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
+    let mut record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
+    record.shard_of = shard_of.map_or(0, |dir| dir.0);
+    store_inode(&mut inodes, inode, &record)?;
+    let inherited: Vec<(&'static str, Vec<u8>)> = acls
+        .iter()
+        .filter_map(|(name, value)| {
+            [
+                crate::acl::ACL_ACCESS,
+                crate::acl::ACL_DEFAULT,
+                crate::acl::DIR_SPREAD,
+            ]
+            .into_iter()
+            .find(|known| known == name)
+            .map(|known| (known, value.clone()))
+        })
+        .collect();
+    store_inherited(&mut txn.open_table(XATTRS)?, inode, &inherited)?;
+    created.insert((coordinator.0, *intent), inode.0)?;
+    Ok(Response::Attr(record.to_attr(inode)))
+}
+
+/// mkdir step (3): inserts the dentry naming the remote inode (see [`finish_new_name`]);
+/// the flag says whether the remote inode must be taken back.
+pub(crate) fn finish_mkdir(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    attr: &InodeAttr,
+) -> Result<(Result<Response, OpError>, bool), OpError> {
+    let (IntentOp::Mkdir { parent, name, .. } | IntentOp::MkdirSpread { parent, name, .. }) =
+        &intent.op
+    else {
+        return Err(OpError::inconsistent(format!("intent {id} is not a mkdir")));
+    };
+    finish_new_name(
+        txn,
+        id,
+        intent.mutation,
+        (*parent, name),
+        FileKind::Directory,
+        attr,
+    )
+}
+
+/// The last step of a mkdir or link across servers: names `attr.inode` as `name` in `parent`,
+/// drops intent `id` and keeps the reply. Returns the reply and whether the other server's
+/// work (the inode, or the counted link) must be taken back: only when this call found the
+/// intent and the name taken by another entry. An intent already gone was finished by another
+/// pass (a live request and recovery may race): its outcome stands, and the reply follows from
+/// the dentry — never a take-back, which could undo what a dentry names.
+pub(super) fn finish_new_name(
+    txn: &WriteTransaction,
+    id: u64,
+    mutation: MutationId,
+    (parent, name): (InodeId, &str),
+    kind: FileKind,
+    attr: &InodeAttr,
+) -> Result<(Result<Response, OpError>, bool), OpError> {
+    let ours = |txn: &WriteTransaction| -> Result<bool, OpError> {
+        Ok(load_dentry(&txn.open_table(ENTRIES)?, parent, name)?
+            .is_some_and(|d| d.child == attr.inode))
+    };
+    if !remove_intent(txn, id)? {
+        let outcome = if ours(txn)? {
+            Ok(Response::Attr(attr.clone()))
+        } else {
+            Err(OpError::rejected(
+                ErrorCode::Exists,
+                format!("{name:?} already exists"),
+            ))
+        };
+        return Ok((outcome, false));
+    }
+    let result = idempotent(txn, mutation, |txn| {
+        let mut inodes = txn.open_table(INODES)?;
+        let mut entries = txn.open_table(ENTRIES)?;
+        let mut parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;
+        insert_dentry(&mut entries, parent, &parent_record, name, attr.inode, kind)?;
+        if kind == FileKind::Directory {
+            parent_record.nlink += 1;
+        }
+        let timestamp = now();
+        parent_record.touch(timestamp);
+        store_inode(&mut inodes, parent, &parent_record)?;
+        Ok(Response::Attr(attr.clone()))
+    });
+    match result {
+        Err(OpError::Store(message)) => Err(OpError::Store(message)),
+        // A stored reply may say Exists for a request whose dentry is ours: no take-back then.
+        Err(rejected) => Ok((Err(rejected), !ours(txn)?)),
+        Ok(response) => Ok((Ok(response), false)),
+    }
+}
+
+impl Meta {
+    /// mkdir of a directory placed on `home`: intent, remote inode, dentry (see the module header).
+    pub(in crate::service) async fn remote_mkdir(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+        new: NewInode,
+        home: NodeId,
+    ) -> Result<Response, OpError> {
+        let coordinator = self.node;
+        let preparing = self.intent_runs.preparing();
+        let prepared = self
+            .committer
+            .run_with(move |txn| {
+                prepare_mkdir(
+                    txn,
+                    coordinator,
+                    mutation,
+                    parent,
+                    &name,
+                    &new,
+                    (home, Vec::new()),
+                )
+            })
+            .await?;
+        self.drive(prepared, preparing, "mkdir-after-intent").await
+    }
+
+    /// mkdir steps (2) and (3): the inode on its home, then the dentry here; the inode is taken back
+    /// when the name was taken meanwhile.
+    pub(in crate::service) async fn continue_mkdir(
+        &self,
+        id: u64,
+        intent: &Intent,
+    ) -> Result<Response, OpError> {
+        let IntentOp::Mkdir { home, request, .. } = &intent.op else {
+            return Err(OpError::inconsistent(format!("intent {id} is not a mkdir")));
+        };
+        let attr = self.call_meta_attr(*home, request.clone()).await?;
+        weft_service::failpoint::failpoint("mkdir-after-remote-create");
+        let finishing = intent.clone();
+        let (finished, take_back) = {
+            let attr = attr.clone();
+            self.committer
+                .run_with(move |txn| finish_mkdir(txn, id, &finishing, &attr))
+                .await?
+        };
+        if take_back {
+            // The name was taken while the inode was made: take the inode back.
+            let _ = self.remove_remote_dir(attr.inode).await;
+        }
+        finished
+    }
+}

@@ -1,0 +1,206 @@
+//! rmdir of a directory whose inode lives on another metadata server (and of a local one, which
+//! is one transaction):
+//!
+//! (1) record the intent; (2) the inode's home removes the directory if it is empty
+//! (idempotent: a missing inode is removed already); (3) remove the dentry, drop the intent and
+//! keep the reply. Recovery repeats (2) and (3); if (2) finds the directory not empty, the
+//! intent is dropped and the directory stays.
+
+use crate::ops::intent::{
+    check_not_in_flight, drop_intent, earlier, record_intent, Intent, IntentOp, Prepared,
+};
+use crate::ops::remove::rmdir;
+use crate::service::{idempotent, Meta};
+use crate::store::{
+    dir_is_empty, load_dentry, load_dir, now, remove_dentry, store_inode, InodeRecord, OpError,
+    ENTRIES, INODES, XATTRS,
+};
+use redb::{ReadableTable, WriteTransaction};
+use weft_proto::ids::{InodeId, NodeId};
+use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
+use weft_proto::ErrorCode;
+
+/// rmdir step (1) when the directory's inode lives elsewhere; `None` when it is local (the
+/// caller removes it in one local transaction).
+pub(crate) fn prepare_rmdir(
+    txn: &WriteTransaction,
+    home: NodeId,
+    mutation: MutationId,
+    parent: InodeId,
+    (name, shards): (&str, Vec<InodeId>),
+) -> Result<Option<Prepared>, OpError> {
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(Some(prepared));
+    }
+    let inodes = txn.open_table(INODES)?;
+    let entries = txn.open_table(ENTRIES)?;
+    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
+    let dentry = load_dentry(&entries, parent, name)?
+        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
+    if !shards.is_empty() {
+        drop((inodes, entries));
+        let intent = Intent {
+            mutation,
+            op: IntentOp::RmdirSpread {
+                parent,
+                name: name.to_string(),
+                child: dentry.child,
+                shards,
+            },
+        };
+        let id = record_intent(txn, &intent)?;
+        return Ok(Some(Prepared::Intent(id, intent)));
+    }
+    if dentry.child.home() == home {
+        return Ok(None);
+    }
+    if dentry.kind != FileKind::Directory {
+        return Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("{name:?} is not a directory"),
+        ));
+    }
+    drop((inodes, entries));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Rmdir {
+            parent,
+            name: name.to_string(),
+            child: dentry.child,
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Some(Prepared::Intent(id, intent)))
+}
+
+/// rmdir step (2), on the inode's home: removes an empty directory inode; a missing one is
+/// removed already.
+pub(crate) fn remove_dir_inode(
+    txn: &WriteTransaction,
+    inode: InodeId,
+) -> Result<Response, OpError> {
+    let mut inodes = txn.open_table(INODES)?;
+    let Some(bytes) = inodes.get(inode.0)? else {
+        return Ok(Response::Done);
+    };
+    let record = InodeRecord::decode(inode.0, bytes.value())?;
+    drop(bytes);
+    if !record.is_dir() {
+        return Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("inode {inode} is not a directory"),
+        ));
+    }
+    if !dir_is_empty(&txn.open_table(ENTRIES)?, inode)? {
+        return Err(OpError::rejected(
+            ErrorCode::NotEmpty,
+            "the directory is not empty",
+        ));
+    }
+    inodes.remove(inode.0)?;
+    crate::ops::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
+    Ok(Response::Done)
+}
+
+/// rmdir step (3): removes the dentry if it still names the removed directory, drops the intent
+/// and keeps the reply. With `outcome` an error of step (2), only the intent goes and the error
+/// is the reply.
+pub(crate) fn finish_rmdir(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+    outcome: Result<(), OpError>,
+) -> Result<Response, OpError> {
+    let (IntentOp::Rmdir {
+        parent,
+        name,
+        child,
+    }
+    | IntentOp::RmdirSpread {
+        parent,
+        name,
+        child,
+        ..
+    }) = &intent.op
+    else {
+        return Err(OpError::inconsistent(format!(
+            "intent {id} is not an rmdir"
+        )));
+    };
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |txn| {
+        outcome?;
+        let mut inodes = txn.open_table(INODES)?;
+        let mut entries = txn.open_table(ENTRIES)?;
+        let Some(dentry) = load_dentry(&entries, *parent, name)? else {
+            return Ok(Response::Done);
+        };
+        if dentry.child == *child {
+            remove_dentry(&mut entries, *parent, dentry)?;
+            let mut parent_record = load_dir(&inodes, *parent)?;
+            let timestamp = now();
+            parent_record.nlink = parent_record.nlink.saturating_sub(1);
+            parent_record.touch(timestamp);
+            store_inode(&mut inodes, *parent, &parent_record)?;
+        }
+        Ok(Response::Done)
+    })
+}
+
+impl Meta {
+    /// rmdir: local in one transaction, or with an intent when the directory lives elsewhere.
+    pub(in crate::service) async fn rmdir(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+    ) -> Result<Response, OpError> {
+        let home = self.node;
+        let lookup_name = name.clone();
+        let shards = self.shards_of_child(parent, &name).await?;
+        let preparing = self.intent_runs.preparing();
+        let prepared = self
+            .committer
+            .run_with(move |txn| prepare_rmdir(txn, home, mutation, parent, (&lookup_name, shards)))
+            .await?;
+        match prepared {
+            None => {
+                self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
+                    .await
+            }
+            Some(prepared) => self.drive(prepared, preparing, "rmdir-after-intent").await,
+        }
+    }
+
+    /// Removes an empty directory inode on its home: `Ok(Err)` when the home refuses.
+    pub(in crate::service) async fn remove_remote_dir(
+        &self,
+        inode: InodeId,
+    ) -> Result<Result<(), OpError>, OpError> {
+        let request = MetaRequest::RemoveDirInode { inode };
+        Ok(self.ask_meta(inode.home(), request).await?.map(|_| ()))
+    }
+
+    /// rmdir steps (2) and (3): the inode's home removes the directory if it is empty, then the
+    /// dentry goes here (or, refused, only the intent, with the refusal as the answer).
+    pub(in crate::service) async fn continue_rmdir(
+        &self,
+        id: u64,
+        intent: &Intent,
+    ) -> Result<Response, OpError> {
+        let IntentOp::Rmdir { child, .. } = &intent.op else {
+            return Err(OpError::inconsistent(format!(
+                "intent {id} is not an rmdir"
+            )));
+        };
+        let outcome = self.remove_remote_dir(*child).await?;
+        weft_service::failpoint::failpoint("rmdir-after-remote-remove");
+        let finishing = intent.clone();
+        self.committer
+            .run(Box::new(move |txn| {
+                finish_rmdir(txn, id, &finishing, outcome)
+            }))
+            .await
+    }
+}

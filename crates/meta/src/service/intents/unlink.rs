@@ -1,0 +1,120 @@
+//! unlink of a dentry whose inode lives on another metadata server: (1) remove the dentry
+//! together with recording the intent; (2) the inode's home drops the link (and disposes of the
+//! file, or keeps it as an orphan while it is open); (3) drop the intent. A local unlink is one
+//! transaction.
+
+use crate::ops::intent::{
+    check_not_in_flight, drop_intent, earlier, record_intent, Intent, IntentOp, Prepared,
+};
+use crate::ops::remove::unlink;
+use crate::service::{idempotent, Meta};
+use crate::store::{
+    load_dentry, load_dir, now, remove_dentry, store_inode, OpError, ENTRIES, INODES,
+};
+use redb::WriteTransaction;
+use weft_proto::ids::{InodeId, NodeId};
+use weft_proto::messages::{FileKind, MutationId, Response};
+use weft_proto::ErrorCode;
+
+/// Unlink step (1) of a dentry here naming an inode elsewhere: removes the dentry and records
+/// the intent in one transaction; `None` when the inode is local (the caller unlinks it
+/// locally).
+pub(crate) fn prepare_unlink(
+    txn: &WriteTransaction,
+    home: NodeId,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+) -> Result<Option<Prepared>, OpError> {
+    if let Some(prepared) = earlier(txn, mutation)? {
+        return Ok(Some(prepared));
+    }
+    let mut inodes = txn.open_table(INODES)?;
+    let mut entries = txn.open_table(ENTRIES)?;
+    let mut parent_record = load_dir(&inodes, parent)?;
+    parent_record.check_holds_name(parent, name)?;
+    let Some(dentry) = load_dentry(&entries, parent, name)? else {
+        return Err(OpError::rejected(
+            ErrorCode::NotFound,
+            format!("{name:?} not found"),
+        ));
+    };
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
+    if dentry.child.home() == home {
+        return Ok(None);
+    }
+    if dentry.kind == FileKind::Directory {
+        return Err(OpError::rejected(
+            ErrorCode::IsDirectory,
+            format!("{name:?} is a directory"),
+        ));
+    }
+    remove_dentry(&mut entries, parent, dentry)?;
+    let timestamp = now();
+    parent_record.touch(timestamp);
+    store_inode(&mut inodes, parent, &parent_record)?;
+    drop((inodes, entries));
+    let intent = Intent {
+        mutation,
+        op: IntentOp::Unlink {
+            inode: dentry.child,
+        },
+    };
+    let id = record_intent(txn, &intent)?;
+    Ok(Some(Prepared::Intent(id, intent)))
+}
+
+/// Unlink step (3): the inode's home dropped the link; drop the intent and keep the reply.
+pub(crate) fn finish_unlink(
+    txn: &WriteTransaction,
+    id: u64,
+    intent: &Intent,
+) -> Result<Response, OpError> {
+    drop_intent(txn, id)?;
+    idempotent(txn, intent.mutation, |_| Ok(Response::Done))
+}
+
+impl Meta {
+    /// unlink: local in one transaction, or with an intent when the inode lives elsewhere.
+    pub(in crate::service) async fn unlink(
+        &self,
+        mutation: MutationId,
+        parent: InodeId,
+        name: String,
+    ) -> Result<Response, OpError> {
+        let home = self.node;
+        let lookup_name = name.clone();
+        let preparing = self.intent_runs.preparing();
+        let prepared = self
+            .committer
+            .run_with(move |txn| prepare_unlink(txn, home, mutation, parent, &lookup_name))
+            .await?;
+        match prepared {
+            None => {
+                let is_open = self.is_open_fn();
+                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
+                    .await
+            }
+            Some(prepared) => self.drive(prepared, preparing, "unlink-after-intent").await,
+        }
+    }
+
+    /// Unlink step (2): the inode's home drops the link (the dentry went with the intent).
+    pub(in crate::service) async fn continue_unlink(
+        &self,
+        id: u64,
+        intent: &Intent,
+    ) -> Result<Response, OpError> {
+        let IntentOp::Unlink { inode } = &intent.op else {
+            return Err(OpError::inconsistent(format!(
+                "intent {id} is not an unlink"
+            )));
+        };
+        self.adjust_remote_links(id, *inode, -1).await?;
+        weft_service::failpoint::failpoint("unlink-after-remote");
+        let finishing = intent.clone();
+        self.committer
+            .run(Box::new(move |txn| finish_unlink(txn, id, &finishing)))
+            .await
+    }
+}
