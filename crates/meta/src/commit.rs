@@ -351,7 +351,7 @@ fn commit_batch(
         Err(error) => {
             return Committed {
                 results: vec![(first.1, None)],
-                outcome: Err(redb_failed(error)),
+                outcome: Err(error.into()),
                 started,
                 sync: 0,
                 synced: true,
@@ -407,7 +407,7 @@ fn commit_batch(
                 // is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            txn.commit().map_err(redb_failed)
+            txn.commit().map_err(StoreError::from)
         }
     };
     for (answer, response) in early {
@@ -433,11 +433,6 @@ impl CommitMetrics {
     pub fn deferred_syncs(&self) -> u64 {
         self.deferred_syncs.get()
     }
-}
-
-/// The answer of every operation of a batch whose commit or sync failed.
-fn redb_failed(error: impl Into<redb::Error>) -> StoreError {
-    StoreError::Redb(std::sync::Arc::new(error.into()))
 }
 
 /// Answers each operation of a committed batch once `synced` says how its sync ended.

@@ -5,7 +5,10 @@
 //! (docs/design/on-disk-format.md). After a deliberate change,
 //! `WEFT_BLESS=1 cargo test -p weft-meta golden` records the new bytes.
 
-use crate::ops::intent::{Intent, IntentOp};
+use crate::ops::intent::{
+    ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
+    SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
+};
 use crate::store::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
 use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
@@ -112,39 +115,36 @@ fn mutation() -> MutationId {
 }
 
 fn intents() -> Vec<IntentOp> {
+    let mkdir = |name: &str| MkdirIntent {
+        parent: inode(1),
+        name: name.into(),
+        home: NodeId(2),
+        request: mkdir(),
+    };
+    let rmdir = |name: &str| RmdirIntent {
+        parent: inode(1),
+        name: name.into(),
+        child: inode(9),
+    };
     vec![
-        IntentOp::Mkdir {
-            parent: inode(1),
-            name: "d".into(),
-            home: NodeId(2),
-            request: mkdir(),
-        },
-        IntentOp::Rmdir {
-            parent: inode(1),
-            name: "d".into(),
-            child: inode(9),
-        },
-        IntentOp::MkdirSpread {
-            parent: inode(1),
-            name: "s".into(),
-            home: NodeId(2),
-            request: mkdir(),
+        IntentOp::Mkdir(mkdir("d")),
+        IntentOp::Rmdir(rmdir("d")),
+        IntentOp::MkdirSpread(SpreadMkdirIntent {
+            mkdir: mkdir("s"),
             shard_homes: vec![NodeId(1), NodeId(2)],
-        },
-        IntentOp::RmdirSpread {
-            parent: inode(1),
-            name: "s".into(),
-            child: inode(9),
+        }),
+        IntentOp::RmdirSpread(SpreadRmdirIntent {
+            rmdir: rmdir("s"),
             shards: vec![inode(10)],
-        },
-        IntentOp::Link {
+        }),
+        IntentOp::Link(LinkIntent {
             inode: inode(9),
             kind_code: 1,
             new_parent: inode(1),
             new_name: "l".into(),
-        },
-        IntentOp::Unlink { inode: inode(9) },
-        IntentOp::RenameOut {
+        }),
+        IntentOp::Unlink(UnlinkIntent { inode: inode(9) }),
+        IntentOp::RenameOut(RenameIntent {
             parent: inode(1),
             name: "a".into(),
             child: inode(9),
@@ -152,8 +152,8 @@ fn intents() -> Vec<IntentOp> {
             new_parent: inode(2),
             new_name: "b".into(),
             no_replace: true,
-        },
-        IntentOp::Exchange {
+        }),
+        IntentOp::Exchange(ExchangeIntent {
             parent: inode(1),
             name: "a".into(),
             child: inode(9),
@@ -162,7 +162,7 @@ fn intents() -> Vec<IntentOp> {
             new_name: "b".into(),
             other: inode(10),
             other_kind_code: 2,
-        },
+        }),
     ]
 }
 

@@ -182,6 +182,13 @@ impl Writes {
         self.running() && !self.inline
     }
 
+    /// The failure that stopped syncs, as an I/O error for redb (the same error, shared).
+    fn failure(&self) -> Option<std::io::Error> {
+        self.failed
+            .as_ref()
+            .map(|failure| std::io::Error::new(failure.kind(), Arc::clone(failure)))
+    }
+
     /// How sync `ticket` ended: done, or failed (it or one before it); `None` while it runs.
     fn outcome(&self, ticket: u64) -> Option<Result<(), StoreError>> {
         if self.done >= ticket {
@@ -787,8 +794,8 @@ impl redb::StorageBackend for HomeFile {
             .flushed
             .wait_while(self.link.writes(), |w| w.running())
             .expect("store writes poisoned");
-        if let Some(failure) = &writes.failed {
-            return Err(std::io::Error::new(failure.kind(), Arc::clone(failure)));
+        if let Some(failure) = writes.failure() {
+            return Err(failure);
         }
         let changes = Arc::new(std::mem::take(&mut writes.next));
         writes.flushing = Some(Arc::clone(&changes));
@@ -798,10 +805,7 @@ impl redb::StorageBackend for HomeFile {
             let ticket = writes.asked;
             drop(writes);
             self.link.carry_out(&changes, ticket);
-            return match &self.link.writes().failed {
-                Some(failure) => Err(std::io::Error::new(failure.kind(), Arc::clone(failure))),
-                None => Ok(()),
-            };
+            return self.link.writes().failure().map_or(Ok(()), Err);
         }
         self.link.flushed.notify_all();
         Ok(())

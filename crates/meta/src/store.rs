@@ -432,9 +432,15 @@ pub(crate) fn stored_reply(bytes: &[u8]) -> Result<weft_proto::messages::Respons
 
 macro_rules! store_errors {
     ($($error:ty),*) => {$(
+        impl From<$error> for StoreError {
+            fn from(error: $error) -> StoreError {
+                StoreError::Redb(Arc::new(error.into()))
+            }
+        }
+
         impl From<$error> for OpError {
             fn from(error: $error) -> OpError {
-                OpError::Store(StoreError::Redb(Arc::new(error.into())))
+                OpError::Store(error.into())
             }
         }
     )*};

@@ -8,8 +8,8 @@
 //! with [`earlier`] instead of starting over on a half-changed namespace.
 
 use crate::store::{
-    stored_reply, OpError, StoreError, COUNTERS, INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES,
-    SETTLED_INTENTS,
+    load_dentry, load_dir, stored_reply, Dentry, OpError, StoreError, COUNTERS, ENTRIES, INODES,
+    INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES, SETTLED_INTENTS,
 };
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -26,76 +26,101 @@ pub(crate) struct Intent {
     pub op: IntentOp,
 }
 
+/// What a cross-server operation does. Each variant's record is the one its protocol module
+/// (`service/intents/`) runs and finishes; its fields are encoded in order, as they were when
+/// the variants held them directly.
 #[derive(Clone, Debug, Wire)]
 pub(crate) enum IntentOp {
     #[wire(tag = 0)]
-    Mkdir {
-        parent: InodeId,
-        name: String,
-        home: NodeId,
-        request: MetaRequest,
-    },
+    Mkdir(MkdirIntent),
     #[wire(tag = 1)]
-    Rmdir {
-        parent: InodeId,
-        name: String,
-        child: InodeId,
-    },
-    /// mkdir of a spread directory: the directory on `home`, then its other shards on
-    /// `shard_homes`, then the shard list on the directory, then the dentry.
+    Rmdir(RmdirIntent),
     #[wire(tag = 2)]
-    MkdirSpread {
-        parent: InodeId,
-        name: String,
-        home: NodeId,
-        request: MetaRequest,
-        shard_homes: Vec<NodeId>,
-    },
-    /// rmdir of a spread directory: seal its other shards (each must be empty), remove the
-    /// directory if it is empty, remove the shards, then the dentry; or unseal them again.
+    MkdirSpread(SpreadMkdirIntent),
     #[wire(tag = 3)]
-    RmdirSpread {
-        parent: InodeId,
-        name: String,
-        child: InodeId,
-        shards: Vec<InodeId>,
-    },
-    /// A hard link here to an inode elsewhere: the inode's home counts the link first.
+    RmdirSpread(SpreadRmdirIntent),
     #[wire(tag = 4)]
-    Link {
-        inode: InodeId,
-        kind_code: u8,
-        new_parent: InodeId,
-        new_name: String,
-    },
-    /// The dentry here is already gone; the inode's home drops the link.
+    Link(LinkIntent),
     #[wire(tag = 5)]
-    Unlink { inode: InodeId },
-    /// A rename of a non-directory to a directory on another server: the new name first, then
-    /// the old one goes.
+    Unlink(UnlinkIntent),
     #[wire(tag = 6)]
-    RenameOut {
-        parent: InodeId,
-        name: String,
-        child: InodeId,
-        kind_code: u8,
-        new_parent: InodeId,
-        new_name: String,
-        no_replace: bool,
-    },
-    /// RENAME_EXCHANGE with an entry on another server, or with inodes elsewhere: the far
-    /// name first takes `child`, then the near one takes `other`.
+    RenameOut(RenameIntent),
     #[wire(tag = 7)]
-    Exchange {
-        parent: InodeId,
-        name: String,
-        child: InodeId,
-        kind_code: u8,
-        new_parent: InodeId,
-        new_name: String,
-        other: InodeId,
-        other_kind_code: u8,
-    },
+    Exchange(ExchangeIntent),
+}
+
+/// mkdir of a directory whose inode `home` creates with `request`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct MkdirIntent {
+    pub parent: InodeId,
+    pub name: String,
+    pub home: NodeId,
+    pub request: MetaRequest,
+}
+
+/// rmdir of a directory whose inode `child` lives on another server.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RmdirIntent {
+    pub parent: InodeId,
+    pub name: String,
+    pub child: InodeId,
+}
+
+/// mkdir of a spread directory: the directory on `mkdir.home`, then its other shards on
+/// `shard_homes`, then the shard list on the directory, then the dentry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SpreadMkdirIntent {
+    pub mkdir: MkdirIntent,
+    pub shard_homes: Vec<NodeId>,
+}
+
+/// rmdir of a spread directory: seal its other shards (each must be empty), remove the
+/// directory if it is empty, remove the shards, then the dentry; or unseal them again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SpreadRmdirIntent {
+    pub rmdir: RmdirIntent,
+    pub shards: Vec<InodeId>,
+}
+
+/// A hard link here to an inode elsewhere: the inode's home counts the link first.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct LinkIntent {
+    pub inode: InodeId,
+    pub kind_code: u8,
+    pub new_parent: InodeId,
+    pub new_name: String,
+}
+
+/// The dentry here is already gone; the inode's home drops the link.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct UnlinkIntent {
+    pub inode: InodeId,
+}
+
+/// A rename to a directory on another server: the new name first, then the old one goes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RenameIntent {
+    pub parent: InodeId,
+    pub name: String,
+    pub child: InodeId,
+    pub kind_code: u8,
+    pub new_parent: InodeId,
+    pub new_name: String,
+    pub no_replace: bool,
+}
+
+/// RENAME_EXCHANGE with an entry on another server, or with inodes elsewhere: the far name
+/// first takes `child`, then the near one takes `other`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ExchangeIntent {
+    pub parent: InodeId,
+    pub name: String,
+    pub child: InodeId,
+    pub kind_code: u8,
+    pub new_parent: InodeId,
+    pub new_name: String,
+    pub other: InodeId,
+    pub other_kind_code: u8,
 }
 
 impl IntentOp {
@@ -103,14 +128,15 @@ impl IntentOp {
     /// until the intent is finished.
     fn protected_name(&self) -> Option<(InodeId, &str)> {
         match self {
-            IntentOp::Rmdir { parent, name, .. }
-            | IntentOp::RmdirSpread { parent, name, .. }
-            | IntentOp::RenameOut { parent, name, .. }
-            | IntentOp::Exchange { parent, name, .. } => Some((*parent, name)),
-            IntentOp::Mkdir { .. }
-            | IntentOp::MkdirSpread { .. }
-            | IntentOp::Link { .. }
-            | IntentOp::Unlink { .. } => None,
+            IntentOp::Rmdir(op) | IntentOp::RmdirSpread(SpreadRmdirIntent { rmdir: op, .. }) => {
+                Some((op.parent, &op.name))
+            }
+            IntentOp::RenameOut(op) => Some((op.parent, &op.name)),
+            IntentOp::Exchange(op) => Some((op.parent, &op.name)),
+            IntentOp::Mkdir(_)
+            | IntentOp::MkdirSpread(_)
+            | IntentOp::Link(_)
+            | IntentOp::Unlink(_) => None,
         }
     }
 }
@@ -144,6 +170,26 @@ pub(crate) fn check_not_in_flight(
         ErrorCode::Busy,
         format!("{name:?} is being changed by another operation; try again"),
     ))
+}
+
+/// The entry `name` of `parent` that an intent of `mutation` is about to remove or replace:
+/// the directory holds the name, the entry exists, and no other intent is changing it
+/// ([`check_not_in_flight`]).
+pub(crate) fn entry_to_change(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    parent: InodeId,
+    name: &str,
+) -> Result<Dentry, OpError> {
+    let dentry = {
+        let inodes = txn.open_table(INODES)?;
+        let entries = txn.open_table(ENTRIES)?;
+        load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
+        load_dentry(&entries, parent, name)?
+            .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?
+    };
+    check_not_in_flight(txn, parent, name, Some(mutation))?;
+    Ok(dentry)
 }
 
 /// What step (1) leaves to do.

@@ -94,7 +94,8 @@ impl Meta {
                     }
                     result
                 } else {
-                    self.remote_mkdir(mutation, parent, name, new, home).await
+                    self.remote_mkdir(mutation, parent, name, new, (home, Vec::new()))
+                        .await
                 }
             }
             MetaRequest::CreateSpread {

@@ -5,8 +5,8 @@
 
 use super::rename::mark_renamed;
 use crate::ops::intent::{
-    check_not_in_flight, check_unsettled, drop_intent, earlier, record_intent, Intent, IntentOp,
-    Prepared,
+    check_not_in_flight, check_unsettled, drop_intent, earlier, entry_to_change, record_intent,
+    ExchangeIntent, Intent, IntentOp, Prepared,
 };
 use crate::service::{idempotent, Meta};
 use crate::store::{
@@ -28,20 +28,14 @@ pub(crate) fn prepare_exchange(
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(prepared);
     }
-    let inodes = txn.open_table(INODES)?;
-    let entries = txn.open_table(ENTRIES)?;
-    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&entries, parent, name)?
-        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    check_not_in_flight(txn, parent, name, Some(mutation))?;
+    let dentry = entry_to_change(txn, mutation, parent, name)?;
     if dentry.child == other {
         // Two names of one inode: nothing to swap.
         return Ok(Prepared::Answered(Ok(Response::Done)));
     }
-    drop((inodes, entries));
     let intent = Intent {
         mutation,
-        op: IntentOp::Exchange {
+        op: IntentOp::Exchange(ExchangeIntent {
             parent,
             name: name.to_string(),
             child: dentry.child,
@@ -50,7 +44,7 @@ pub(crate) fn prepare_exchange(
             new_name: new_name.to_string(),
             other,
             other_kind_code: crate::store::kind_code(other_kind),
-        },
+        }),
     };
     let id = record_intent(txn, &intent)?;
     Ok(Prepared::Intent(id, intent))
@@ -121,10 +115,8 @@ pub(crate) fn exchange_dentry(
 pub(crate) fn finish_exchange(
     txn: &WriteTransaction,
     id: u64,
-    intent: &Intent,
-    outcome: Result<(), OpError>,
-) -> Result<Response, OpError> {
-    let IntentOp::Exchange {
+    mutation: MutationId,
+    ExchangeIntent {
         parent,
         name,
         child,
@@ -133,14 +125,11 @@ pub(crate) fn finish_exchange(
         other,
         other_kind_code,
         ..
-    } = &intent.op
-    else {
-        return Err(OpError::inconsistent(format!(
-            "intent {id} is not an exchange"
-        )));
-    };
+    }: &ExchangeIntent,
+    outcome: Result<(), OpError>,
+) -> Result<Response, OpError> {
     drop_intent(txn, id)?;
-    idempotent(txn, intent.mutation, |txn| {
+    idempotent(txn, mutation, |txn| {
         outcome?;
         let mut inodes = txn.open_table(INODES)?;
         let mut entries = txn.open_table(ENTRIES)?;
@@ -202,9 +191,10 @@ impl Meta {
     pub(in crate::service) async fn continue_exchange(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        exchange: &ExchangeIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::Exchange {
+        let ExchangeIntent {
             child,
             kind_code,
             new_parent,
@@ -212,12 +202,7 @@ impl Meta {
             other,
             parent,
             ..
-        } = &intent.op
-        else {
-            return Err(OpError::inconsistent(format!(
-                "intent {id} is not an exchange"
-            )));
-        };
+        } = exchange;
         let request = MetaRequest::ExchangeDentry {
             coordinator: self.node,
             intent: id,
@@ -233,10 +218,10 @@ impl Meta {
             self.mark_renamed(*other, *parent).await?;
         }
         weft_service::failpoint::failpoint("rename-after-remote");
-        let finishing = intent.clone();
+        let finishing = exchange.clone();
         self.committer
             .run(Box::new(move |txn| {
-                finish_exchange(txn, id, &finishing, outcome)
+                finish_exchange(txn, id, mutation, &finishing, outcome)
             }))
             .await
     }

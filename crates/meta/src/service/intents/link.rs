@@ -5,7 +5,9 @@
 
 use super::mkdir::finish_new_name;
 use crate::ops::create::load_parent_for_new;
-use crate::ops::intent::{check_unsettled, earlier, record_intent, Intent, IntentOp, Prepared};
+use crate::ops::intent::{
+    check_unsettled, earlier, record_intent, Intent, IntentOp, LinkIntent, Prepared,
+};
 use crate::service::Meta;
 use crate::store::{now, store_inode, InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED};
 use redb::{ReadableTable, WriteTransaction};
@@ -39,12 +41,12 @@ pub(crate) fn prepare_link(
     )?;
     let intent = Intent {
         mutation,
-        op: IntentOp::Link {
+        op: IntentOp::Link(LinkIntent {
             inode,
             kind_code: crate::store::kind_code(kind),
             new_parent,
             new_name: new_name.to_string(),
-        },
+        }),
     };
     let id = record_intent(txn, &intent)?;
     Ok(Prepared::Intent(id, intent))
@@ -55,31 +57,21 @@ pub(crate) fn prepare_link(
 pub(crate) fn finish_link(
     txn: &WriteTransaction,
     id: u64,
-    intent: &Intent,
-    attr: &InodeAttr,
-) -> Result<(Result<Response, OpError>, bool), OpError> {
-    let IntentOp::Link {
+    mutation: MutationId,
+    LinkIntent {
         inode,
         kind_code,
         new_parent,
         new_name,
-    } = &intent.op
-    else {
-        return Err(OpError::inconsistent(format!("intent {id} is not a link")));
-    };
+    }: &LinkIntent,
+    attr: &InodeAttr,
+) -> Result<(Result<Response, OpError>, bool), OpError> {
     debug_assert_eq!(
         *inode, attr.inode,
         "the link names the inode whose count went up"
     );
     let kind = crate::store::kind_from_code(*kind_code);
-    finish_new_name(
-        txn,
-        id,
-        intent.mutation,
-        (*new_parent, new_name),
-        kind,
-        attr,
-    )
+    finish_new_name(txn, id, mutation, (*new_parent, new_name), kind, attr)
 }
 
 /// On the inode's home: applies a link-count change once per (coordinator, intent, delta).
@@ -155,10 +147,7 @@ impl Meta {
         new_parent: InodeId,
         new_name: String,
     ) -> Result<Response, OpError> {
-        let Response::Attr(attr) = self.remote_attr(inode).await? else {
-            return Err(OpError::inconsistent("attributes expected"));
-        };
-        let kind = attr.kind;
+        let kind = self.attr_of(inode).await?.kind;
         let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
@@ -188,24 +177,22 @@ impl Meta {
     pub(in crate::service) async fn continue_link(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        link: &LinkIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::Link { inode, .. } = &intent.op else {
-            return Err(OpError::inconsistent(format!("intent {id} is not a link")));
-        };
-        let Response::Attr(attr) = self.adjust_remote_links(id, *inode, 1).await? else {
+        let Response::Attr(attr) = self.adjust_remote_links(id, link.inode, 1).await? else {
             return Err(OpError::inconsistent("attributes expected"));
         };
         weft_service::failpoint::failpoint("link-after-remote");
-        let finishing = intent.clone();
+        let finishing = link.clone();
         let (finished, give_back) = {
             let attr = attr.clone();
             self.committer
-                .run_with(move |txn| finish_link(txn, id, &finishing, &attr))
+                .run_with(move |txn| finish_link(txn, id, mutation, &finishing, &attr))
                 .await?
         };
         if give_back {
-            let _ = self.adjust_remote_links(id, *inode, -1).await;
+            let _ = self.adjust_remote_links(id, link.inode, -1).await;
         }
         finished
     }

@@ -8,7 +8,8 @@
 
 use crate::ops::create::{load_parent_for_new, owner_group_and_mode};
 use crate::ops::intent::{
-    check_unsettled, earlier, record_intent, remove_intent, Intent, IntentOp, Prepared,
+    check_unsettled, earlier, record_intent, remove_intent, Intent, IntentOp, MkdirIntent,
+    Prepared, SpreadMkdirIntent,
 };
 use crate::ops::xattr::{inherited_mode_and_acls, store_inherited};
 use crate::service::{idempotent, Meta};
@@ -61,30 +62,25 @@ pub(crate) fn prepare_mkdir(
         acls: acls.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         shard_of: None,
     };
-    let name = name.to_string();
+    let mkdir = MkdirIntent {
+        parent,
+        name: name.to_string(),
+        home,
+        request,
+    };
     let mut intent = Intent {
         mutation,
         op: if shard_homes.is_empty() {
-            IntentOp::Mkdir {
-                parent,
-                name,
-                home,
-                request,
-            }
+            IntentOp::Mkdir(mkdir)
         } else {
-            IntentOp::MkdirSpread {
-                parent,
-                name,
-                home,
-                request,
-                shard_homes,
-            }
+            IntentOp::MkdirSpread(SpreadMkdirIntent { mkdir, shard_homes })
         },
     };
     let id = record_intent(txn, &intent)?;
-    if let IntentOp::Mkdir { request, .. } | IntentOp::MkdirSpread { request, .. } = &mut intent.op
+    if let IntentOp::Mkdir(mkdir) | IntentOp::MkdirSpread(SpreadMkdirIntent { mkdir, .. }) =
+        &mut intent.op
     {
-        if let MetaRequest::CreateDirInode { intent: slot, .. } = request {
+        if let MetaRequest::CreateDirInode { intent: slot, .. } = &mut mkdir.request {
             *slot = id;
         }
     }
@@ -156,19 +152,15 @@ pub(crate) fn create_dir_inode(
 pub(crate) fn finish_mkdir(
     txn: &WriteTransaction,
     id: u64,
-    intent: &Intent,
+    mutation: MutationId,
+    mkdir: &MkdirIntent,
     attr: &InodeAttr,
 ) -> Result<(Result<Response, OpError>, bool), OpError> {
-    let (IntentOp::Mkdir { parent, name, .. } | IntentOp::MkdirSpread { parent, name, .. }) =
-        &intent.op
-    else {
-        return Err(OpError::inconsistent(format!("intent {id} is not a mkdir")));
-    };
     finish_new_name(
         txn,
         id,
-        intent.mutation,
-        (*parent, name),
+        mutation,
+        (mkdir.parent, &mkdir.name),
         FileKind::Directory,
         attr,
     )
@@ -225,14 +217,15 @@ pub(super) fn finish_new_name(
 }
 
 impl Meta {
-    /// mkdir of a directory placed on `home`: intent, remote inode, dentry (see the module header).
+    /// mkdir of a directory placed on `home`: intent, remote inode, dentry (see the module
+    /// header); with `shard_homes`, a directory spread over them too (see `spread`).
     pub(in crate::service) async fn remote_mkdir(
         &self,
         mutation: MutationId,
         parent: InodeId,
         name: String,
         new: NewInode,
-        home: NodeId,
+        (home, shard_homes): (NodeId, Vec<NodeId>),
     ) -> Result<Response, OpError> {
         let coordinator = self.node;
         let preparing = self.intent_runs.preparing();
@@ -246,7 +239,7 @@ impl Meta {
                     parent,
                     &name,
                     &new,
-                    (home, Vec::new()),
+                    (home, shard_homes),
                 )
             })
             .await?;
@@ -258,18 +251,18 @@ impl Meta {
     pub(in crate::service) async fn continue_mkdir(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        mkdir: &MkdirIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::Mkdir { home, request, .. } = &intent.op else {
-            return Err(OpError::inconsistent(format!("intent {id} is not a mkdir")));
-        };
-        let attr = self.call_meta_attr(*home, request.clone()).await?;
+        let attr = self
+            .call_meta_attr(mkdir.home, mkdir.request.clone())
+            .await?;
         weft_service::failpoint::failpoint("mkdir-after-remote-create");
-        let finishing = intent.clone();
+        let finishing = mkdir.clone();
         let (finished, take_back) = {
             let attr = attr.clone();
             self.committer
-                .run_with(move |txn| finish_mkdir(txn, id, &finishing, &attr))
+                .run_with(move |txn| finish_mkdir(txn, id, mutation, &finishing, &attr))
                 .await?
         };
         if take_back {

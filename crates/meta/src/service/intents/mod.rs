@@ -174,15 +174,16 @@ impl Meta {
     /// Runs the remaining steps of an intent: after step (1) in a live request, or in recovery.
     /// Errors reaching the other server leave the intent for the next recovery pass.
     pub(super) async fn finish_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
+        let mutation = intent.mutation;
         match &intent.op {
-            IntentOp::Mkdir { .. } => self.continue_mkdir(id, &intent).await,
-            IntentOp::Link { .. } => self.continue_link(id, &intent).await,
-            IntentOp::RenameOut { .. } => self.continue_rename(id, &intent).await,
-            IntentOp::Exchange { .. } => self.continue_exchange(id, &intent).await,
-            IntentOp::Unlink { .. } => self.continue_unlink(id, &intent).await,
-            IntentOp::MkdirSpread { .. } => self.continue_mkdir_spread(id, &intent).await,
-            IntentOp::RmdirSpread { .. } => self.continue_rmdir_spread(id, &intent).await,
-            IntentOp::Rmdir { .. } => self.continue_rmdir(id, &intent).await,
+            IntentOp::Mkdir(op) => self.continue_mkdir(id, mutation, op).await,
+            IntentOp::Rmdir(op) => self.continue_rmdir(id, mutation, op).await,
+            IntentOp::MkdirSpread(op) => self.continue_mkdir_spread(id, mutation, op).await,
+            IntentOp::RmdirSpread(op) => self.continue_rmdir_spread(id, mutation, op).await,
+            IntentOp::Link(op) => self.continue_link(id, mutation, op).await,
+            IntentOp::Unlink(op) => self.continue_unlink(id, mutation, op).await,
+            IntentOp::RenameOut(op) => self.continue_rename(id, mutation, op).await,
+            IntentOp::Exchange(op) => self.continue_exchange(id, mutation, op).await,
         }
     }
 

@@ -7,8 +7,8 @@
 //! checks across servers that it is not moved into its own subtree.
 
 use crate::ops::intent::{
-    check_not_in_flight, check_unsettled, drop_intent, earlier, record_intent, Intent, IntentOp,
-    Prepared,
+    check_not_in_flight, check_unsettled, drop_intent, earlier, entry_to_change, record_intent,
+    Intent, IntentOp, Prepared, RenameIntent,
 };
 use crate::ops::rename::{rename, RenameArgs, PATH_DEPTH_MAX};
 use crate::service::work::TARGET_RETRY;
@@ -37,16 +37,10 @@ pub(crate) fn prepare_rename_out(
         return Ok(prepared);
     }
     crate::store::check_name(new_name)?;
-    let inodes = txn.open_table(INODES)?;
-    let entries = txn.open_table(ENTRIES)?;
-    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&entries, parent, name)?
-        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    check_not_in_flight(txn, parent, name, Some(mutation))?;
-    drop((inodes, entries));
+    let dentry = entry_to_change(txn, mutation, parent, name)?;
     let intent = Intent {
         mutation,
-        op: IntentOp::RenameOut {
+        op: IntentOp::RenameOut(RenameIntent {
             parent,
             name: name.to_string(),
             child: dentry.child,
@@ -54,7 +48,7 @@ pub(crate) fn prepare_rename_out(
             new_parent,
             new_name: new_name.to_string(),
             no_replace: flags.no_replace,
-        },
+        }),
     };
     let id = record_intent(txn, &intent)?;
     Ok(Prepared::Intent(id, intent))
@@ -203,24 +197,19 @@ fn victim_response(victim: u64) -> Response {
 pub(crate) fn finish_rename_out(
     txn: &WriteTransaction,
     id: u64,
-    intent: &Intent,
-    outcome: Result<Response, OpError>,
-) -> Result<Response, OpError> {
-    let IntentOp::RenameOut {
+    mutation: MutationId,
+    RenameIntent {
         parent,
         name,
         child,
         kind_code,
         new_parent,
         ..
-    } = &intent.op
-    else {
-        return Err(OpError::inconsistent(format!(
-            "intent {id} is not a rename"
-        )));
-    };
+    }: &RenameIntent,
+    outcome: Result<Response, OpError>,
+) -> Result<Response, OpError> {
     drop_intent(txn, id)?;
-    idempotent(txn, intent.mutation, |txn| {
+    idempotent(txn, mutation, |txn| {
         if outcome? == Response::Unchanged {
             return Ok(Response::Done);
         }
@@ -533,21 +522,17 @@ impl Meta {
     pub(in crate::service) async fn continue_rename(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        rename: &RenameIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::RenameOut {
+        let RenameIntent {
             child,
             kind_code,
             new_parent,
             new_name,
             no_replace,
             ..
-        } = &intent.op
-        else {
-            return Err(OpError::inconsistent(format!(
-                "intent {id} is not a rename"
-            )));
-        };
+        } = rename;
         let meta = self
             .cluster
             .meta(new_parent.home())
@@ -616,10 +601,10 @@ impl Meta {
             self.mark_renamed(*child, *new_parent).await?;
         }
         weft_service::failpoint::failpoint("rename-after-remote");
-        let finishing = intent.clone();
+        let finishing = rename.clone();
         self.committer
             .run(Box::new(move |txn| {
-                finish_rename_out(txn, id, &finishing, outcome)
+                finish_rename_out(txn, id, mutation, &finishing, outcome)
             }))
             .await
     }

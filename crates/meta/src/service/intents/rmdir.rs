@@ -7,7 +7,8 @@
 //! intent is dropped and the directory stays.
 
 use crate::ops::intent::{
-    check_not_in_flight, drop_intent, earlier, record_intent, Intent, IntentOp, Prepared,
+    drop_intent, earlier, entry_to_change, record_intent, Intent, IntentOp, Prepared, RmdirIntent,
+    SpreadRmdirIntent,
 };
 use crate::ops::remove::rmdir;
 use crate::service::{idempotent, Meta};
@@ -32,44 +33,25 @@ pub(crate) fn prepare_rmdir(
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(Some(prepared));
     }
-    let inodes = txn.open_table(INODES)?;
-    let entries = txn.open_table(ENTRIES)?;
-    load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
-    let dentry = load_dentry(&entries, parent, name)?
-        .ok_or_else(|| OpError::rejected(ErrorCode::NotFound, format!("{name:?} not found")))?;
-    check_not_in_flight(txn, parent, name, Some(mutation))?;
-    if !shards.is_empty() {
-        drop((inodes, entries));
-        let intent = Intent {
-            mutation,
-            op: IntentOp::RmdirSpread {
-                parent,
-                name: name.to_string(),
-                child: dentry.child,
-                shards,
-            },
-        };
-        let id = record_intent(txn, &intent)?;
-        return Ok(Some(Prepared::Intent(id, intent)));
-    }
-    if dentry.child.home() == home {
+    let dentry = entry_to_change(txn, mutation, parent, name)?;
+    let rmdir = RmdirIntent {
+        parent,
+        name: name.to_string(),
+        child: dentry.child,
+    };
+    let op = if !shards.is_empty() {
+        IntentOp::RmdirSpread(SpreadRmdirIntent { rmdir, shards })
+    } else if dentry.child.home() == home {
         return Ok(None);
-    }
-    if dentry.kind != FileKind::Directory {
+    } else if dentry.kind != FileKind::Directory {
         return Err(OpError::rejected(
             ErrorCode::NotDirectory,
             format!("{name:?} is not a directory"),
         ));
-    }
-    drop((inodes, entries));
-    let intent = Intent {
-        mutation,
-        op: IntentOp::Rmdir {
-            parent,
-            name: name.to_string(),
-            child: dentry.child,
-        },
+    } else {
+        IntentOp::Rmdir(rmdir)
     };
+    let intent = Intent { mutation, op };
     let id = record_intent(txn, &intent)?;
     Ok(Some(Prepared::Intent(id, intent)))
 }
@@ -109,27 +91,16 @@ pub(crate) fn remove_dir_inode(
 pub(crate) fn finish_rmdir(
     txn: &WriteTransaction,
     id: u64,
-    intent: &Intent,
+    mutation: MutationId,
+    RmdirIntent {
+        parent,
+        name,
+        child,
+    }: &RmdirIntent,
     outcome: Result<(), OpError>,
 ) -> Result<Response, OpError> {
-    let (IntentOp::Rmdir {
-        parent,
-        name,
-        child,
-    }
-    | IntentOp::RmdirSpread {
-        parent,
-        name,
-        child,
-        ..
-    }) = &intent.op
-    else {
-        return Err(OpError::inconsistent(format!(
-            "intent {id} is not an rmdir"
-        )));
-    };
     drop_intent(txn, id)?;
-    idempotent(txn, intent.mutation, |txn| {
+    idempotent(txn, mutation, |txn| {
         outcome?;
         let mut inodes = txn.open_table(INODES)?;
         let mut entries = txn.open_table(ENTRIES)?;
@@ -187,19 +158,15 @@ impl Meta {
     pub(in crate::service) async fn continue_rmdir(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        rmdir: &RmdirIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::Rmdir { child, .. } = &intent.op else {
-            return Err(OpError::inconsistent(format!(
-                "intent {id} is not an rmdir"
-            )));
-        };
-        let outcome = self.remove_remote_dir(*child).await?;
+        let outcome = self.remove_remote_dir(rmdir.child).await?;
         weft_service::failpoint::failpoint("rmdir-after-remote-remove");
-        let finishing = intent.clone();
+        let finishing = rmdir.clone();
         self.committer
             .run(Box::new(move |txn| {
-                finish_rmdir(txn, id, &finishing, outcome)
+                finish_rmdir(txn, id, mutation, &finishing, outcome)
             }))
             .await
     }

@@ -4,9 +4,9 @@
 //! the shards, then the dentry, or unseals them again. What new entries inherit is copied from
 //! the directory to its shards after every change.
 
-use super::mkdir::{finish_mkdir, prepare_mkdir};
+use super::mkdir::finish_mkdir;
 use super::rmdir::finish_rmdir;
-use crate::ops::intent::{check_unsettled, Intent, IntentOp};
+use crate::ops::intent::{check_unsettled, MkdirIntent, SpreadMkdirIntent, SpreadRmdirIntent};
 use crate::ops::lookup::get_attr;
 use crate::service::Meta;
 use crate::store::{
@@ -169,23 +169,8 @@ impl Meta {
             ));
         }
         let home = homes.remove(0);
-        let coordinator = self.node;
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| {
-                prepare_mkdir(
-                    txn,
-                    coordinator,
-                    mutation,
-                    parent,
-                    &name,
-                    &new,
-                    (home, homes),
-                )
-            })
-            .await?;
-        self.drive(prepared, preparing, "mkdir-after-intent").await
+        self.remote_mkdir(mutation, parent, name, new, (home, homes))
+            .await
     }
 
     /// The spread a new subdirectory of `parent` inherits: its default spread, over as many
@@ -316,19 +301,10 @@ impl Meta {
     pub(in crate::service) async fn continue_mkdir_spread(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        SpreadMkdirIntent { mkdir, shard_homes }: &SpreadMkdirIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::MkdirSpread {
-            home,
-            request,
-            shard_homes,
-            ..
-        } = &intent.op
-        else {
-            return Err(OpError::inconsistent(format!(
-                "intent {id} is not a spread mkdir"
-            )));
-        };
+        let MkdirIntent { home, request, .. } = mkdir;
         let dir = self.call_meta_attr(*home, request.clone()).await?;
         let mut shards = vec![dir.inode];
         for shard_home in shard_homes {
@@ -365,11 +341,11 @@ impl Meta {
         };
         let attr = self.call_meta_attr(*home, request).await?;
         weft_service::failpoint::failpoint("mkdir-spread-after-shards");
-        let finishing = intent.clone();
+        let finishing = mkdir.clone();
         let (finished, take_back) = {
             let attr = attr.clone();
             self.committer
-                .run_with(move |txn| finish_mkdir(txn, id, &finishing, &attr))
+                .run_with(move |txn| finish_mkdir(txn, id, mutation, &finishing, &attr))
                 .await?
         };
         if take_back {
@@ -385,13 +361,10 @@ impl Meta {
     pub(in crate::service) async fn continue_rmdir_spread(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        SpreadRmdirIntent { rmdir, shards }: &SpreadRmdirIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::RmdirSpread { child, shards, .. } = &intent.op else {
-            return Err(OpError::inconsistent(format!(
-                "intent {id} is not a spread rmdir"
-            )));
-        };
+        let child = &rmdir.child;
         let others = &shards[1..];
         let mut outcome = self.seal_shards(id, others, true).await?;
         if outcome.is_ok() {
@@ -409,10 +382,10 @@ impl Meta {
         } else {
             self.seal_shards(id, others, false).await??;
         }
-        let finishing = intent.clone();
+        let finishing = rmdir.clone();
         self.committer
             .run(Box::new(move |txn| {
-                finish_rmdir(txn, id, &finishing, outcome)
+                finish_rmdir(txn, id, mutation, &finishing, outcome)
             }))
             .await
     }

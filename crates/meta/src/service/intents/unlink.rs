@@ -5,6 +5,7 @@
 
 use crate::ops::intent::{
     check_not_in_flight, drop_intent, earlier, record_intent, Intent, IntentOp, Prepared,
+    UnlinkIntent,
 };
 use crate::ops::remove::unlink;
 use crate::service::{idempotent, Meta};
@@ -56,9 +57,9 @@ pub(crate) fn prepare_unlink(
     drop((inodes, entries));
     let intent = Intent {
         mutation,
-        op: IntentOp::Unlink {
+        op: IntentOp::Unlink(UnlinkIntent {
             inode: dentry.child,
-        },
+        }),
     };
     let id = record_intent(txn, &intent)?;
     Ok(Some(Prepared::Intent(id, intent)))
@@ -68,10 +69,10 @@ pub(crate) fn prepare_unlink(
 pub(crate) fn finish_unlink(
     txn: &WriteTransaction,
     id: u64,
-    intent: &Intent,
+    mutation: MutationId,
 ) -> Result<Response, OpError> {
     drop_intent(txn, id)?;
-    idempotent(txn, intent.mutation, |_| Ok(Response::Done))
+    idempotent(txn, mutation, |_| Ok(Response::Done))
 }
 
 impl Meta {
@@ -103,18 +104,13 @@ impl Meta {
     pub(in crate::service) async fn continue_unlink(
         &self,
         id: u64,
-        intent: &Intent,
+        mutation: MutationId,
+        unlink: &UnlinkIntent,
     ) -> Result<Response, OpError> {
-        let IntentOp::Unlink { inode } = &intent.op else {
-            return Err(OpError::inconsistent(format!(
-                "intent {id} is not an unlink"
-            )));
-        };
-        self.adjust_remote_links(id, *inode, -1).await?;
+        self.adjust_remote_links(id, unlink.inode, -1).await?;
         weft_service::failpoint::failpoint("unlink-after-remote");
-        let finishing = intent.clone();
         self.committer
-            .run(Box::new(move |txn| finish_unlink(txn, id, &finishing)))
+            .run(Box::new(move |txn| finish_unlink(txn, id, mutation)))
             .await
     }
 }
