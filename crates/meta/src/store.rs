@@ -398,27 +398,12 @@ impl OpError {
         match self {
             OpError::Rejected(error) => error,
             OpError::Store(error) => {
-                let message = error_chain(&error);
+                let message = weft_proto::error::error_chain(&error);
                 tracing::error!(%message, "metadata store failed");
                 WireError::new(ErrorCode::Io, message)
             }
         }
     }
-}
-
-/// `error` and every source under it, on one line.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_message = cause.to_string();
-        if !message.ends_with(&cause_message) {
-            message.push_str(": ");
-            message.push_str(&cause_message);
-        }
-        source = cause.source();
-    }
-    message
 }
 
 /// A stored reply ([`REPLIES`]) as the answer it was.

@@ -91,12 +91,6 @@ impl StorageConfig {
                 self.direct_write_min_bytes
             ));
         }
-        if self.direct_io && self.crash_test_discard_unsynced {
-            problems.push(
-                "direct_io and crash_test_discard_unsynced exclude each other: the crash test keeps writes in memory"
-                    .to_string(),
-            );
-        }
         if problems.is_empty() {
             Ok(())
         } else {

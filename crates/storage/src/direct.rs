@@ -6,7 +6,7 @@
 //! block. Requests are not: an unaligned write reads the blocks at its edges, lays its bytes
 //! over them and writes whole blocks (read-modify-write), and then cuts the file back to its
 //! logical end if the last block ran past it. The caller serialises writes that share a block
-//! ([`Target`](crate::target::Target) holds a lock per object stripe: shared for aligned
+//! (the direct-I/O object store holds a lock per object stripe: shared for aligned
 //! writes, exclusive for read-modify-write).
 
 use bytes::Bytes;

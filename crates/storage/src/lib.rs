@@ -2,8 +2,11 @@
 //!
 //! Layout:
 //! - [`config`] — [`StorageConfig`].
-//! - `target`: one storage target — a directory of objects under hashed subdirectories, its
-//!   capacity accounting, poisoning after a failed fsync, and the crash-test journal.
+//! - `objects`: how a target keeps its objects' bytes — the object-store trait, the plain
+//!   store (open-file table and recycling), the O_DIRECT store and the crash-test journal
+//!   that wraps either — and the object tree on disk they share.
+//! - `target`: one storage target over one object store: capacity accounting, poisoning
+//!   after a failed fsync, and admission by truncate generation.
 //! - `service`: registration, heartbeats and the request handler.
 //! - `recycle`: emptied object files a new object reuses instead of allocating an inode.
 //! - `mirror`: storage mirror groups: admission by group version and lease, ordering and
@@ -19,6 +22,7 @@ mod direct;
 mod fence;
 mod metrics;
 mod mirror;
+mod objects;
 mod recycle;
 mod service;
 mod target;

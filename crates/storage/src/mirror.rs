@@ -10,7 +10,8 @@
 //! A member that left in sync gets only the objects the primary recorded as missed
 //! ([`weft_service::missed`]); any other returning member gets a full copy.
 
-use crate::target::{ObjectId, Space, Target};
+use crate::objects::{ObjectId, Space};
+use crate::target::Target;
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;

@@ -4,7 +4,8 @@
 use crate::fence::Admission;
 use crate::metrics::TargetMetrics;
 use crate::mirror::{Mirror, MirrorMetrics};
-use crate::target::{ObjectId, Space, Target};
+use crate::objects::{ObjectId, Space, StoreKind};
+use crate::target::Target;
 use crate::{StorageConfig, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -97,8 +98,11 @@ pub async fn run(
             id,
             path,
             config.target_capacity_bytes,
-            (config.crash_test_discard_unsynced, config.direct_io),
-            config.direct_write_min_bytes,
+            StoreKind {
+                direct_io: config.direct_io,
+                crash_test: config.crash_test_discard_unsynced,
+                direct_write_min_bytes: config.direct_write_min_bytes,
+            },
         )
         .map_err(|source| StorageError::Target {
             path: path.clone(),
@@ -485,15 +489,19 @@ impl Storage {
                     ..
                 } => target
                     .truncate(object(inode), length, generation)
+                    .map_err(WireError::from)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::Remove { inode, .. } => target
                     .remove(object(inode))
+                    .map_err(WireError::from)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::Sync { inode, .. } => target
                     .sync(object(inode))
+                    .map_err(WireError::from)
                     .map(|()| (Response::Synced { verifier }, Bytes::new())),
                 StorageRequest::SyncTarget { .. } => target
                     .sync_everything()
+                    .map_err(WireError::from)
                     .map(|()| (Response::Synced { verifier }, Bytes::new())),
                 StorageRequest::Fallocate {
                     inode,
@@ -504,6 +512,7 @@ impl Storage {
                     ..
                 } => target
                     .fallocate(object(inode), (object_offset, len), mode, generation)
+                    .map_err(WireError::from)
                     .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::ListObjects {
                     mirrored,
