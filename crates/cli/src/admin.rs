@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use weft_client::{Client, ClientConfig};
+use weft_client::{Client, ClientConfig, ClientError};
 use weft_net::{ClusterView, RpcClientOptions};
 use weft_proto::layout::{PatternKind, Slot, StripePattern};
 use weft_proto::messages::{
@@ -167,7 +167,7 @@ impl Cluster {
     pub async fn client(&self) -> Result<std::sync::Arc<Client>> {
         Client::connect(&self.client_config())
             .await
-            .map_err(|error| not_reached(&error.0, &self.mgmt))
+            .map_err(|error| not_reached(&error, &self.mgmt))
     }
 }
 
@@ -224,9 +224,11 @@ fn locate_mgmt(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
 
 /// Management at `mgmt` could not be asked: the error, with the question an unreachable
 /// server raises (a refusal already says what to do).
-pub(crate) fn not_reached(error: &weft_net::RpcError, mgmt: &str) -> anyhow::Error {
+pub(crate) fn not_reached(error: &ClientError, mgmt: &str) -> anyhow::Error {
     match error {
-        weft_net::RpcError::Refused { .. } => anyhow!("{error}"),
+        ClientError::Rpc(weft_net::RpcError::Refused { .. }) | ClientError::Config(_) => {
+            anyhow!("{error}")
+        }
         _ => anyhow!("{error}: is management running at {mgmt}?"),
     }
 }
@@ -239,7 +241,7 @@ pub(crate) async fn connect(
     let map = view
         .refresh()
         .await
-        .map_err(|error| not_reached(&error, &cluster.mgmt))?;
+        .map_err(|error| not_reached(&error.into(), &cluster.mgmt))?;
     Ok((view, map))
 }
 

@@ -216,7 +216,7 @@ pub struct Mount {
 pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Result<Mount> {
     let client: Arc<Client> = Client::connect(config)
         .await
-        .map_err(|error| crate::admin::not_reached(&error.0, &config.mgmt))?;
+        .map_err(|error| crate::admin::not_reached(&error, &config.mgmt))?;
     let fs = WeftFs::new(
         client,
         tokio::runtime::Handle::current(),

@@ -19,9 +19,6 @@ use weft_proto::ErrorCode;
 
 use weft_mirror::numbers::{Numbers, Pending};
 
-/// A map younger than this is not fetched again after a metadata server was unreachable.
-const MAP_REFRESH_AFTER_FAILURE_MIN: Duration = Duration::from_millis(500);
-
 /// Configuration of a client (`weft mount`).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -150,24 +147,47 @@ impl ClientConfig {
 
 /// Why a client operation failed. [`ClientError::errno`] is what a POSIX caller sees.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct ClientError(pub RpcError);
+#[non_exhaustive]
+pub enum ClientError {
+    /// A server answered with an error, or could not be reached in time.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    /// Writes to a file's object acknowledged since the last fsync may be lost: the server
+    /// that took them restarted (or every copy crashed) before they were synced, which the
+    /// sync's verifier showed.
+    #[error("writes to {inode} on {slot} since the last fsync may be lost: its server restarted (or every copy crashed) before they were synced")]
+    WritesLost {
+        /// The file.
+        inode: InodeId,
+        /// Where its object lives.
+        slot: weft_proto::layout::Slot,
+    },
+    /// The client's configuration is unusable; nothing was sent.
+    #[error("{0}")]
+    Config(String),
+}
 
 impl ClientError {
     /// The error code.
     pub fn code(&self) -> ErrorCode {
-        self.0.code()
+        match self {
+            ClientError::Rpc(error) => error.code(),
+            ClientError::WritesLost { .. } => ErrorCode::Io,
+            ClientError::Config(_) => ErrorCode::InvalidArgument,
+        }
     }
 
     /// The errno, through the one mapping in `proto`.
     pub fn errno(&self) -> i32 {
         self.code().to_errno()
     }
-}
 
-impl From<RpcError> for ClientError {
-    fn from(error: RpcError) -> ClientError {
-        ClientError(error)
+    /// The server's failure, when a server failed.
+    pub fn rpc(&self) -> Option<&RpcError> {
+        match self {
+            ClientError::Rpc(error) => Some(error),
+            _ => None,
+        }
     }
 }
 
@@ -293,12 +313,7 @@ impl Client {
     /// # Errors
     /// [`ClientError`] when management does not answer.
     pub async fn connect(config: &ClientConfig) -> Result<Arc<Client>, ClientError> {
-        let auth = config.auth().map_err(|reason| {
-            ClientError(RpcError::Refused {
-                reason,
-                code: ErrorCode::InvalidArgument,
-            })
-        })?;
+        let auth = config.auth().map_err(ClientError::Config)?;
         let identity = auth.client_name().map(str::to_string);
         let options = RpcClientOptions {
             connections: config.connections_per_server,
@@ -425,7 +440,11 @@ impl Client {
     /// session is registered, unless another caller did so already, and the next
     /// [`Client::reclaim`] opens the files still open here again in it (one disposed of
     /// meanwhile is lost).
-    pub(crate) async fn session_expired(&self, expired: ClientId, why: &RpcError) {
+    pub(crate) async fn session_expired(
+        &self,
+        expired: ClientId,
+        why: &(dyn std::fmt::Display + Sync),
+    ) {
         // One caller renews; the others wait for it and find the new session.
         let _renewing = self.renewing.lock().await;
         if self.id() != expired {
@@ -514,19 +533,7 @@ impl Client {
         F: Fn(Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        Ok(self
-            .retry
-            .run(|| async {
-                let result = self.cluster.call_meta(home, &call).await;
-                if result.as_ref().is_err_and(RpcError::is_retryable) {
-                    // The server may have restarted on a new address.
-                    self.cluster
-                        .refresh_if_older(MAP_REFRESH_AFTER_FAILURE_MIN)
-                        .await;
-                }
-                result
-            })
-            .await?)
+        Ok(self.cluster.call_meta(home, &self.retry, call).await?)
     }
 
     /// Remembers the shards of a spread directory.

@@ -7,7 +7,6 @@ use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use weft_net::{RpcError, StorageClient};
 use weft_proto::access;
-use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_range, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
@@ -270,14 +269,7 @@ pub(crate) async fn sync(
             .expect("unsynced writes poisoned")
             .remove(&(inode, slot));
         match written {
-            Some(written) if written != verifier => Err(ClientError(RpcError::Remote(
-                WireError::new(
-                    ErrorCode::Io,
-                    format!(
-                        "writes to {inode} on {slot} since the last fsync may be lost: its server restarted (or every copy crashed) before they were synced"
-                    ),
-                ),
-            ))),
+            Some(written) if written != verifier => Err(ClientError::WritesLost { inode, slot }),
             _ => Ok(()),
         }
     });

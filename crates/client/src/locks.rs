@@ -217,7 +217,7 @@ impl Client {
                 // the locks it held are lost (and told); this new request goes to the new
                 // session.
                 Err(error) if error.code() == ErrorCode::UnknownSession => {
-                    self.session_expired(client, &error.0).await;
+                    self.session_expired(client, &error).await;
                     if self.id() == client {
                         return Err(error);
                     }

@@ -363,14 +363,35 @@ impl ClusterView {
             .await
     }
 
-    /// Runs one metadata call on the server of `home` (the home's node, or its mirror
-    /// group's primary). A primary cut off the network answers nothing until the request
-    /// times out: once the home's group moved on, the call ends `StaleRoute`, so that it is
-    /// asked of the new primary instead.
+    /// Runs a call on the metadata server of `home` under `policy`: the home's node, or its
+    /// mirror group's primary. After a failure that may mean the server moved (restarted on
+    /// a new address) or the home's group changed (failover), the map is fetched again and
+    /// the call asked of the server it names now.
     ///
     /// # Errors
-    /// The error of `call`, `StaleRoute` when the group moved on meanwhile, or `UnknownNode`.
-    pub async fn call_meta<T, F, Fut>(&self, home: NodeId, call: F) -> Result<T, RpcError>
+    /// The last error of `call`, or `UnknownNode`.
+    pub async fn call_meta<T, F, Fut>(
+        &self,
+        home: NodeId,
+        policy: &RetryPolicy,
+        call: F,
+    ) -> Result<T, RpcError>
+    where
+        F: Fn(Arc<MetaClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        policy
+            .run(|| async {
+                let result = self.call_meta_once(home, &call).await;
+                self.after_call(result).await
+            })
+            .await
+    }
+
+    /// Runs one metadata call on the server of `home`. A primary cut off the network answers
+    /// nothing until the request times out: once the home's group moved on, the call ends
+    /// `StaleRoute`, so that it is asked of the new primary instead.
+    async fn call_meta_once<T, F, Fut>(&self, home: NodeId, call: F) -> Result<T, RpcError>
     where
         F: FnOnce(Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,

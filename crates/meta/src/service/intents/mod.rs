@@ -140,8 +140,11 @@ impl Meta {
         node: NodeId,
         request: MetaRequest,
     ) -> Result<Result<Response, OpError>, OpError> {
-        let meta = self.cluster.meta(node).await.map_err(rpc_error)?;
-        match TARGET_RETRY.run(|| meta.call(request.clone())).await {
+        let call = |meta: std::sync::Arc<weft_net::MetaClient>| {
+            let request = request.clone();
+            async move { meta.call(request).await }
+        };
+        match self.cluster.call_meta(node, &TARGET_RETRY, call).await {
             Ok(response) => Ok(Ok(response)),
             Err(weft_net::RpcError::Remote(error)) => Ok(Err(OpError::Rejected(error))),
             Err(error) => Err(rpc_error(error)),
