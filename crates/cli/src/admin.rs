@@ -337,7 +337,11 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
             "Metadata mirror group: {} (version {}), served by {}\n",
             group.id,
             group.version,
-            node_name(map, NodeKind::Meta, weft_proto::ids::NodeId(group.primary))
+            node_name(
+                map,
+                NodeKind::Meta,
+                weft_proto::ids::NodeId::from(group.primary)
+            )
         ));
     }
     if attr.shards.len() > 1 {
@@ -369,7 +373,7 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
             Some(layout) => out.push_str(&format!(
                 "+ Number of storage targets: desired: {}; actual: {}\n",
                 pattern.num_targets,
-                layout.targets.len()
+                layout.width()
             )),
             None => out.push_str(&format!(
                 "+ Number of storage targets: desired: {}\n",
@@ -407,7 +411,7 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
                                 .map(|m| {
                                     format!(
                                         "{} ({})",
-                                        target_name(TargetId(m.id)),
+                                        target_name(TargetId::from(m.id)),
                                         <&str>::from(m.state)
                                     )
                                 })

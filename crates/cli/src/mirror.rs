@@ -4,6 +4,7 @@
 use crate::admin::{connect, ClusterArgs};
 use anyhow::{anyhow, Result};
 use clap::{Subcommand, ValueEnum};
+use weft_proto::ids::MemberId;
 use weft_proto::messages::{
     ClusterMap, Consistency, MirrorGroupInfo, MirrorKind, NodeKind, ResyncProgress,
 };
@@ -62,7 +63,7 @@ fn state(state: Consistency) -> &'static str {
 }
 
 /// A member as `weft` shows it: `target 3 @ storage-2` or `meta-1`.
-fn member_name(map: &ClusterMap, group: &MirrorGroupInfo, id: u32) -> String {
+fn member_name(map: &ClusterMap, group: &MirrorGroupInfo, id: MemberId) -> String {
     let node = group.members.iter().find(|m| m.id == id).map(|m| m.node);
     let alias = |kind: NodeKind| {
         node.and_then(|node| map.node(kind, node))
@@ -178,7 +179,7 @@ pub fn mirror(command: MirrorCommand) -> Result<()> {
                 let (view, _) = connect(&mgmt).await?;
                 let created = view
                     .mgmt()
-                    .create_mirror_group(kind.into(), members)
+                    .create_mirror_group(kind.into(), members.into_iter().map(MemberId).collect())
                     .await
                     .map_err(|error| anyhow!("cannot create the mirror group: {error}"))?;
                 let map = view.refresh().await?;

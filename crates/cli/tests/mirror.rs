@@ -3,6 +3,7 @@
 mod common;
 
 use common::{cluster, weft};
+use weft_proto::ids::{GroupId, GroupVersion};
 use weft_testkit::ClusterSpec;
 
 // Goal: an operator can define mirror groups of storage targets and of metadata nodes: by
@@ -879,29 +880,30 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
             (group.id, group.version)
         })
     };
-    let forward = |(group, version): (u32, u64), data: &'static [u8], tag: ChangeTag| {
-        let route = Route {
-            target: member,
-            mirror: Some(MirrorRoute {
-                group,
-                version,
-                forwarded: true,
-            }),
+    let forward =
+        |(group, version): (GroupId, GroupVersion), data: &'static [u8], tag: ChangeTag| {
+            let route = Route {
+                target: member,
+                mirror: Some(MirrorRoute {
+                    group,
+                    version,
+                    forwarded: true,
+                }),
+            };
+            runtime.block_on(async {
+                let storage = view.storage_for_target(member).await?;
+                storage
+                    .write(
+                        route,
+                        file,
+                        0,
+                        bytes::Bytes::from_static(data),
+                        Some(tag),
+                        None,
+                    )
+                    .await
+            })
         };
-        runtime.block_on(async {
-            let storage = view.storage_for_target(member).await?;
-            storage
-                .write(
-                    route,
-                    file,
-                    0,
-                    bytes::Bytes::from_static(data),
-                    Some(tag),
-                    None,
-                )
-                .await
-        })
-    };
     // The group may still be settling (its members resyncing), so the version is read again
     // until the member takes a forward in it.
     let mut first = version();

@@ -152,7 +152,7 @@ pub(crate) async fn read(
     let requests = pieces(layout, offset, end - offset)
         .into_iter()
         .map(|piece| async move {
-            let slot = layout.slot(piece.target_index);
+            let slot = layout.slot(piece.slot_index);
             let len = piece.len as u32;
             let net_bench = client.net_bench();
             let data = client
@@ -207,7 +207,7 @@ pub(crate) async fn write(
             let at = (piece.file_offset - offset) as usize;
             let slice = data.slice(at..at + piece.len as usize);
             async move {
-                let slot = layout.slot(piece.target_index);
+                let slot = layout.slot(piece.slot_index);
                 let net_bench = client.net_bench();
                 let mut change = client.begin_change();
                 let sent = client

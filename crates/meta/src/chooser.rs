@@ -5,7 +5,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use weft_proto::ids::{NodeId, TargetId};
-use weft_proto::layout::{PatternKind, StripePattern};
+use weft_proto::layout::{PatternKind, Slot, StripePattern};
 use weft_proto::messages::{ClusterMap, MirrorKind, Reachability, TargetInfo};
 
 /// Bytes below which a target counts as full and new files avoid it.
@@ -55,32 +55,34 @@ impl Chooser {
 
     /// Up to `pattern.num_targets` distinct slots of the pattern's pool, reachable ones first
     /// and full ones last; empty when the pool has none at all. A slot is a target, or for a
-    /// mirrored pattern a storage mirror group (its id), judged by its primary.
-    pub fn choose(&self, map: &ClusterMap, pattern: &StripePattern) -> Vec<TargetId> {
-        let slots: Vec<TargetInfo> = match pattern.kind {
-            PatternKind::Raid0 => map.targets.clone(),
+    /// mirrored pattern a storage mirror group, judged by its primary.
+    pub fn choose(&self, map: &ClusterMap, pattern: &StripePattern) -> Vec<Slot> {
+        // Each candidate with what it is judged by: a target's own state, a group's primary's.
+        let slots: Vec<(Slot, &TargetInfo)> = match pattern.kind {
+            PatternKind::Raid0 => map
+                .targets
+                .iter()
+                .map(|target| (Slot::Target(target.id), target))
+                .collect(),
             PatternKind::Mirrored => map
                 .mirror_groups
                 .iter()
                 .filter(|group| group.kind == MirrorKind::Storage)
                 .filter_map(|group| {
-                    let primary = map.target(TargetId(group.primary))?;
-                    Some(TargetInfo {
-                        id: TargetId(group.id),
-                        ..primary.clone()
-                    })
+                    let primary = map.target(TargetId::from(group.primary))?;
+                    Some((Slot::Group(group.id), primary))
                 })
                 .collect(),
         };
         let mut candidates: Vec<_> = slots
-            .iter()
-            .filter(|t| t.pool == pattern.pool && t.reachability != Reachability::Offline)
-            .collect();
-        candidates.sort_by_key(|t| t.id);
-        let (roomy, full): (Vec<_>, Vec<_>) = candidates
             .into_iter()
-            .partition(|t| t.usage.total_bytes == 0 || t.usage.free_bytes >= TARGET_FREE_BYTES_MIN);
-        let mut ordered: Vec<TargetId> = roomy.iter().map(|t| t.id).collect();
+            .filter(|(_, t)| t.pool == pattern.pool && t.reachability != Reachability::Offline)
+            .collect();
+        candidates.sort_by_key(|(slot, _)| *slot);
+        let (roomy, full): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|(_, t)| {
+            t.usage.total_bytes == 0 || t.usage.free_bytes >= TARGET_FREE_BYTES_MIN
+        });
+        let mut ordered: Vec<Slot> = roomy.iter().map(|(slot, _)| *slot).collect();
         match self.kind {
             TargetChooser::Randomized => ordered.shuffle(&mut rand::thread_rng()),
             TargetChooser::Roundrobin => {
@@ -90,7 +92,7 @@ impl Chooser {
                 }
             }
         }
-        ordered.extend(full.iter().map(|t| t.id));
+        ordered.extend(full.iter().map(|(slot, _)| *slot));
         ordered.truncate(usize::from(pattern.num_targets));
         debug_assert!(ordered.len() <= usize::from(pattern.num_targets));
         ordered

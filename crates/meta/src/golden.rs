@@ -11,7 +11,7 @@ use crate::ops::intent::{
 };
 use crate::store::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
-use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
+use weft_proto::layout::{FileLayout, PatternKind, Slot, SlotSet, StripePattern};
 use weft_proto::messages::{
     FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Reply, Response, Timestamp,
 };
@@ -33,10 +33,10 @@ fn pattern() -> StripePattern {
 }
 
 fn layout() -> FileLayout {
-    FileLayout {
-        pattern: pattern(),
-        targets: vec![TargetId(3), TargetId(4)],
-    }
+    FileLayout::new(
+        pattern(),
+        vec![Slot::Target(TargetId(3)), Slot::Target(TargetId(4))],
+    )
 }
 
 fn file() -> InodeRecord {

@@ -30,6 +30,7 @@ use weft_net::mirror::{Membership, ResyncStart};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
+use weft_proto::ids::{GroupId, GroupVersion, MemberId};
 use weft_proto::messages::{
     FileChange, MetaRequest, MirrorGroupInfo, MirrorKind, Response, IO_BYTES_MAX,
 };
@@ -75,7 +76,11 @@ fn link_id() -> u64 {
 /// The metadata mirror group holding `home`, if any.
 pub(crate) fn group_of_home(groups: &[MirrorGroupInfo], home: NodeId) -> Option<&MirrorGroupInfo> {
     groups.iter().find(|group| {
-        group.kind == MirrorKind::Meta && group.members.first().is_some_and(|m| m.id == home.0)
+        group.kind == MirrorKind::Meta
+            && group
+                .members
+                .first()
+                .is_some_and(|m| m.id == MemberId::from(home))
     })
 }
 
@@ -202,8 +207,8 @@ impl Writes {
 
 /// Changes to send to a member of a home's group (see [`MetaRequest::ReplicaApply`]).
 struct Shipment {
-    group: u32,
-    version: u64,
+    group: GroupId,
+    version: GroupVersion,
     changes: Vec<FileChange>,
     sync: bool,
 }
@@ -549,24 +554,29 @@ impl HomeLink {
             // A sync given up is shipped again by the next link (`HomeFiles`): no member is
             // owed anything beyond it.
             self.membership
-                .deliver(self.node.0, group.id, &[], |member, version, _| {
-                    let pieces = &pieces;
-                    async move {
-                        // A member that fails a piece gets them all again (writing the same
-                        // bytes twice changes nothing) or leaves the group.
-                        for (index, (changes, payload)) in pieces.iter().enumerate() {
-                            let sync = index + 1 == pieces.len();
-                            let shipment = Shipment {
-                                group: group.id,
-                                version,
-                                changes: changes.clone(),
-                                sync,
-                            };
-                            self.send(member, &shipment, payload.clone()).await?;
+                .deliver(
+                    MemberId::from(self.node),
+                    group.id,
+                    &[],
+                    |member, version, _| {
+                        let pieces = &pieces;
+                        async move {
+                            // A member that fails a piece gets them all again (writing the same
+                            // bytes twice changes nothing) or leaves the group.
+                            for (index, (changes, payload)) in pieces.iter().enumerate() {
+                                let sync = index + 1 == pieces.len();
+                                let shipment = Shipment {
+                                    group: group.id,
+                                    version,
+                                    changes: changes.clone(),
+                                    sync,
+                                };
+                                self.send(member, &shipment, payload.clone()).await?;
+                            }
+                            Ok(())
                         }
-                        Ok(())
-                    }
-                })
+                    },
+                )
                 .await?;
             // Under the order lock, so a resync's view of the record misses nothing that was
             // not shipped to its member.
@@ -603,7 +613,7 @@ impl HomeLink {
     /// [`MetaRequest::ReplicaApply`]), bounded by the member timeout.
     async fn send(
         &self,
-        member: u32,
+        member: MemberId,
         shipment: &Shipment,
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
@@ -617,7 +627,7 @@ impl HomeLink {
         };
         let timeout = self.membership.member_timeout();
         let call = async {
-            let client = self.cluster.meta_node(NodeId(member)).await?;
+            let client = self.cluster.meta_node(NodeId::from(member)).await?;
             client.send(request, payload).await
         };
         self.cluster
@@ -645,18 +655,18 @@ impl HomeLink {
         if plan.incremental() {
             tracing::info!(
                 home = self.home.0,
-                group = start.group,
-                version = start.version,
-                member = start.member,
+                group = %start.group,
+                version = %start.version,
+                member = %start.member,
                 extents = plan.total(length),
                 "metadata resync of what the member missed started"
             );
         } else {
             tracing::info!(
                 home = self.home.0,
-                group = start.group,
-                version = start.version,
-                member = start.member,
+                group = %start.group,
+                version = %start.version,
+                member = %start.member,
                 bytes = length,
                 "metadata resync started"
             );
@@ -687,7 +697,9 @@ impl HomeLink {
                 }
                 None => break,
             };
-            let version = self.membership.resync_version(self.node.0, start)?;
+            let version = self
+                .membership
+                .resync_version(MemberId::from(self.node), start)?;
             let shipment = Shipment {
                 group: start.group,
                 version,
@@ -709,8 +721,8 @@ impl HomeLink {
         }
         tracing::info!(
             home = self.home.0,
-            group = start.group,
-            member = start.member,
+            group = %start.group,
+            member = %start.member,
             bytes = copied,
             "metadata resync brought the member's copy up to date"
         );
@@ -946,6 +958,7 @@ impl Replicas {
 mod tests {
     use super::*;
     use std::time::Duration;
+    use weft_proto::ids::{GroupId, GroupVersion, MemberId};
     use weft_proto::messages::Consistency;
 
     /// Reading the file under the changes not yet in it gives what the file holds once they
@@ -1011,16 +1024,19 @@ mod tests {
         };
         let copy = || std::fs::read(home_path(directory.path(), NodeId(2), home)).expect("copy");
 
-        write((3, 100, 5), 1).expect("a send");
-        write((3, 100, 6), 2).expect("the next send");
-        let late = write((3, 100, 4), 9).expect_err("an earlier send arriving late");
+        write((GroupVersion(3), 100, 5), 1).expect("a send");
+        write((GroupVersion(3), 100, 6), 2).expect("the next send");
+        let late = write((GroupVersion(3), 100, 4), 9).expect_err("an earlier send arriving late");
         assert_eq!(late.code, ErrorCode::Superseded);
         assert_eq!(copy(), [2; 4], "the late send left the newer bytes alone");
         // A primary that opened the home again sends under a later link, from 0.
-        write((3, 200, 0), 3).expect("a send of a later link");
-        assert!(write((3, 100, 7), 9).is_err(), "a send of the earlier link");
+        write((GroupVersion(3), 200, 0), 3).expect("a send of a later link");
+        assert!(
+            write((GroupVersion(3), 100, 7), 9).is_err(),
+            "a send of the earlier link"
+        );
         // A new group version starts over.
-        write((4, 50, 0), 4).expect("a send in a later version");
+        write((GroupVersion(4), 50, 0), 4).expect("a send in a later version");
         assert_eq!(copy(), [4; 4]);
     }
 
@@ -1052,13 +1068,13 @@ mod tests {
         );
         parts
             .missed
-            .start(&data_dir, 1, member)
+            .start(&data_dir, GroupId(1), MemberId(member))
             .expect("record started");
         let (_, file) = HomeLink::open(&data_dir, node, home, parts.clone()).expect("open again");
         redb::StorageBackend::write(&file, 1 << 20, &[8; 100]).expect("write");
         sync(&file).expect("a sync with the member absent");
         assert_eq!(
-            parts.missed.recorded(1, member),
+            parts.missed.recorded(GroupId(1), MemberId(member)),
             Some(vec![0, (1 << 20) / MISSED_EXTENT]),
             "the absent member's record holds the extent the failed sync wrote"
         );
@@ -1067,14 +1083,14 @@ mod tests {
     /// Home 1's group in `version`: node 1 its good primary, node 2 in `state`.
     fn home_group(version: u64, state: Consistency) -> MirrorGroupInfo {
         MirrorGroupInfo {
-            id: 1,
+            id: GroupId(1),
             kind: MirrorKind::Meta,
-            version,
-            primary: 1,
+            version: GroupVersion(version),
+            primary: MemberId(1),
             members: [(1, Consistency::Good), (2, state)]
                 .into_iter()
                 .map(|(id, state)| weft_proto::messages::MirrorMember {
-                    id,
+                    id: MemberId(id),
                     node: NodeId(id),
                     state,
                     full_resync: false,
@@ -1160,7 +1176,7 @@ mod tests {
         sync(&file).expect("a sync with the member gone");
         taker.join().expect("the map taken");
         assert_eq!(
-            parts.missed.recorded(1, member),
+            parts.missed.recorded(GroupId(1), MemberId(member)),
             Some(vec![0]),
             "the record of what the member misses holds the extent the sync wrote"
         );

@@ -24,6 +24,7 @@ use weft_net::auth::Identity;
 use weft_net::mirror::{stale, Membership, Unsynced};
 use weft_net::ClusterView;
 use weft_proto::error::WireError;
+use weft_proto::ids::{GroupVersion, MemberId};
 use weft_proto::ids::{NodeId, META_HOME_MAX};
 use weft_proto::messages::{
     Consistency, MetaRequest, MetaRoute, MirrorGroupInfo, MirrorKind, NodeKind, Reply, Request,
@@ -289,7 +290,7 @@ impl Server {
             .await
         {
             Ok((lease_ms, groups)) => {
-                let node = shared.node.0;
+                let node = MemberId::from(shared.node);
                 let adopted = shared.membership.adopt(
                     sent,
                     Duration::from_millis(lease_ms),
@@ -336,7 +337,7 @@ impl Server {
             .membership
             .group(start.group)
             .ok_or_else(|| stale(format!("mirror group {} is gone", start.group)))?;
-        let home = NodeId(group.members.first().map_or(0, |m| m.id));
+        let home = NodeId::from(group.members.first().map_or(MemberId(0), |m| m.id));
         // The home opens after the heartbeat that made this server its primary.
         let meta = loop {
             if let Some(meta) = self.served(home) {
@@ -344,7 +345,7 @@ impl Server {
             }
             self.shared
                 .membership
-                .resync_version(self.node().0, start)?;
+                .resync_version(MemberId::from(self.node()), start)?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         meta.resync(start).await
@@ -363,16 +364,16 @@ impl Server {
     fn wanted(&self, groups: &[MirrorGroupInfo]) -> Vec<NodeId> {
         let node = self.node();
         let mut wanted = Vec::new();
-        if group_of_home(groups, node).is_none_or(|g| g.primary == node.0) {
+        if group_of_home(groups, node).is_none_or(|g| g.primary == MemberId::from(node)) {
             wanted.push(node);
         }
         for group in groups {
-            if group.kind != MirrorKind::Meta || group.primary != node.0 {
+            if group.kind != MirrorKind::Meta || group.primary != MemberId::from(node) {
                 continue;
             }
             if let Some(first) = group.members.first() {
-                if first.id != node.0 {
-                    wanted.push(NodeId(first.id));
+                if first.id != MemberId::from(node) {
+                    wanted.push(NodeId::from(first.id));
                 }
             }
         }
@@ -411,7 +412,7 @@ impl Server {
                 let good = group
                     .members
                     .iter()
-                    .any(|m| m.id == self.node().0 && m.state == Consistency::Good);
+                    .any(|m| m.id == MemberId::from(self.node()) && m.state == Consistency::Good);
                 if !good {
                     continue;
                 }
@@ -451,7 +452,7 @@ impl Server {
     /// primary, or this server stopped the home's store.
     fn home_moved(&self, home: NodeId, meta: &Arc<Meta>) -> bool {
         let primary_elsewhere = group_of_home(&self.shared.membership.groups(), home)
-            .is_some_and(|group| group.primary != self.node().0);
+            .is_some_and(|group| group.primary != MemberId::from(self.node()));
         primary_elsewhere || self.served(home).is_none_or(|now| !Arc::ptr_eq(&now, meta))
     }
 
@@ -462,9 +463,9 @@ impl Server {
         let group = group_of_home(&membership.groups(), route.home).cloned();
         match group {
             Some(group) => {
-                membership.admit_primary(self.node().0, group.id, route.version)?;
+                membership.admit_primary(MemberId::from(self.node()), group.id, route.version)?;
             }
-            None if route.version != 0 => {
+            None if route.version != GroupVersion(0) => {
                 membership.wake.notify_one();
                 return Err(stale(format!(
                     "metadata home {} has no mirror group here, the request was routed with version {}",
@@ -498,13 +499,13 @@ impl Server {
         let membership = &self.shared.membership;
         let home = membership
             .group(*group)
-            .and_then(|g| g.members.first().map(|m| NodeId(m.id)))
+            .and_then(|g| g.members.first().map(|m| NodeId::from(m.id)))
             .ok_or_else(|| stale(format!("mirror group {group} is not known here")))?;
         // Admitted and written under the file's lock: a link of this server fenced a moment
         // ago writes nothing after it, and once the map says this server is primary no send
         // of its old primary is admitted any more.
         self.replicas.writing(home, || {
-            membership.admit_forward(self.node().0, *group, *version)?;
+            membership.admit_forward(MemberId::from(self.node()), *group, *version)?;
             // A member serves no home it receives a copy of.
             if self.served(home).is_some() {
                 self.stop(home);

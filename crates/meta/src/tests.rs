@@ -162,7 +162,7 @@ async fn create_lookup_unlink() {
         .await
         .expect("create");
     let layout = file.layout.clone().expect("files get a layout");
-    assert_eq!(layout.targets.len(), 4, "four distinct targets");
+    assert_eq!(layout.width(), 4, "four distinct targets");
     assert_eq!(dir.inode.home(), NodeId(1));
     assert!(
         matches!(f.lookup(dir.inode, "file"), Ok(Response::Attr(attr)) if attr.inode == file.inode)
@@ -713,10 +713,7 @@ async fn written_slots_follow_reports_and_truncates() {
         .expect("create");
     let inode = file.inode;
     let layout = file.layout.clone().expect("a file has a layout");
-    assert!(
-        layout.targets.len() >= 2,
-        "the fixture stripes over targets"
-    );
+    assert!(layout.width() >= 2, "the fixture stripes over targets");
     let chunk = u64::from(layout.pattern.chunk_size_bytes);
     let report = |size: u64, generation: u64, written: SlotSet| {
         f.committer.run_eventual(Box::new(move |txn| {

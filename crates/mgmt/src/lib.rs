@@ -66,7 +66,7 @@ pub enum MgmtError {
     )]
     EarlierStart {
         /// The member.
-        member: u32,
+        member: weft_proto::ids::MemberId,
         /// The heartbeat's boot id.
         boot: u64,
         /// The boot id management heard last.

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weft_mirror::{Controller, Group, GroupId, MemberState, Msg, Node, Timing};
-use weft_proto::ids::{NodeId, TargetId};
-use weft_proto::messages::{MirrorHeartbeat, MirrorKind};
+use weft_proto::ids::{GroupVersion, MemberId, NodeId, TargetId};
+use weft_proto::messages::{GroupMember, MirrorHeartbeat, MirrorKind};
 
 /// A commit of the groups' state slower than this is logged.
 const SLOW_COMMIT: Duration = Duration::from_secs(1);
@@ -78,13 +78,19 @@ impl Mirrors {
         &self,
         store: &MgmtStore,
         kind: MirrorKind,
-        groups: &[Vec<u32>],
+        groups: &[Vec<MemberId>],
     ) -> Result<Vec<Group>, MgmtError> {
         let mut controller = self.controller(kind).lock().expect("mirror lock poisoned");
-        let mut next: GroupId = controller.map().groups.keys().last().copied().unwrap_or(0);
+        let mut next = controller
+            .map()
+            .groups
+            .keys()
+            .last()
+            .copied()
+            .unwrap_or(GroupId(0));
         let mut ids = Vec::new();
         for members in groups {
-            next += 1;
+            next = GroupId(next.0 + 1);
             // A metadata home holds its namespace already: the other members start as copies
             // that need it in full.
             controller.create_group_of(next, members, kind == MirrorKind::Meta);
@@ -106,7 +112,7 @@ impl Mirrors {
         &self,
         store: &MgmtStore,
         kind: MirrorKind,
-        members: &[u32],
+        members: &[MemberId],
         heartbeat: MirrorHeartbeat,
     ) -> Result<(Duration, Vec<Group>, Vec<String>), MgmtError> {
         let interval = Duration::from_millis(heartbeat.interval_ms);
@@ -137,8 +143,8 @@ impl Mirrors {
                     boot: heartbeat.boot,
                     unsynced_boot: heartbeat.unsynced_boot,
                     sent_at: now,
-                    resynced: heartbeat.resynced.clone(),
-                    unreachable: heartbeat.unreachable.clone(),
+                    resynced: tuples(&heartbeat.resynced),
+                    unreachable: tuples(&heartbeat.unreachable),
                 },
             );
         }
@@ -235,9 +241,17 @@ fn describe_change(kind: MirrorKind, group: &Group, before: Option<&Group>) -> S
 /// Group members by node, for publishing.
 pub(crate) fn nodes_of_targets(
     targets: &[(TargetId, crate::store::TargetRecord)],
-) -> HashMap<u32, NodeId> {
+) -> HashMap<MemberId, NodeId> {
     targets
         .iter()
-        .map(|(target, record)| (target.0, record.node))
+        .map(|(target, record)| (MemberId::from(*target), record.node))
+        .collect()
+}
+
+/// Members a heartbeat reports, as the controller takes them.
+fn tuples(members: &[GroupMember]) -> Vec<(GroupId, GroupVersion, MemberId)> {
+    members
+        .iter()
+        .map(|m| (m.group, m.version, m.member))
         .collect()
 }

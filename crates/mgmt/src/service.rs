@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use weft_net::mirror::published;
 use weft_net::HttpReply;
 use weft_proto::error::WireError;
-use weft_proto::ids::{ClientId, NodeId, TargetId};
+use weft_proto::ids::{ClientId, GroupId, MemberId, NodeId, TargetId};
 use weft_proto::messages::{
     ClusterMap, MgmtRequest, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind, Reachability, Reply,
     Request, Response, ResyncProgress, SpaceUsage, MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
@@ -36,7 +36,7 @@ struct LiveState {
     /// as its last heartbeat counted them.
     client_unserved: HashMap<ClientId, Vec<(String, u64)>>,
     /// Mirror resyncs as their primaries last reported them, by (kind, group, member).
-    resyncs: HashMap<(MirrorKind, u32, u32), ResyncProgress>,
+    resyncs: HashMap<(MirrorKind, GroupId, MemberId), ResyncProgress>,
 }
 
 struct Mgmt {
@@ -287,7 +287,7 @@ impl Collector for ClusterCollector {
         for group in &map.mirror_groups {
             let id = group.id.to_string();
             let labels = [("kind", <&str>::from(group.kind)), ("group", id.as_str())];
-            ConstGauge::new(group.version as i64).encode(family.encode_family(&labels)?)?;
+            ConstGauge::new(group.version.0 as i64).encode(family.encode_family(&labels)?)?;
         }
         let unserved = self
             .0
@@ -329,9 +329,9 @@ fn describe_group(group: &MirrorGroupInfo, what: &str) -> String {
 /// Checks a requested group against the members still free; returns (member, node) pairs.
 fn check_mirror_group(
     kind: MirrorKind,
-    members: &[u32],
-    candidates: &[(u32, NodeId)],
-) -> Result<Vec<(u32, NodeId)>, WireError> {
+    members: &[MemberId],
+    candidates: &[(MemberId, NodeId)],
+) -> Result<Vec<(MemberId, NodeId)>, WireError> {
     let noun = match kind {
         MirrorKind::Storage => "storage target",
         MirrorKind::Meta => "metadata node",
@@ -362,8 +362,8 @@ fn check_mirror_group(
 
 /// Pairs free members two by two, never two on one node: each round takes one from each of
 /// the two nodes with the most left.
-fn pair_across_nodes(candidates: &[(u32, NodeId)]) -> Vec<Vec<(u32, NodeId)>> {
-    let mut by_node: std::collections::BTreeMap<NodeId, Vec<u32>> = Default::default();
+fn pair_across_nodes(candidates: &[(MemberId, NodeId)]) -> Vec<Vec<(MemberId, NodeId)>> {
+    let mut by_node: std::collections::BTreeMap<NodeId, Vec<MemberId>> = Default::default();
     for (member, node) in candidates {
         by_node.entry(*node).or_default().push(*member);
     }
@@ -527,9 +527,12 @@ impl Mgmt {
                             .insert((progress.kind, progress.group, progress.member), *progress);
                     }
                 }
-                let (mirror_kind, members): (MirrorKind, Vec<u32>) = match kind {
-                    NodeKind::Meta => (MirrorKind::Meta, vec![node.0]),
-                    _ => (MirrorKind::Storage, ids.iter().map(|t| t.0).collect()),
+                let (mirror_kind, members): (MirrorKind, Vec<MemberId>) = match kind {
+                    NodeKind::Meta => (MirrorKind::Meta, vec![MemberId::from(node)]),
+                    _ => (
+                        MirrorKind::Storage,
+                        ids.iter().copied().map(MemberId::from).collect(),
+                    ),
                 };
                 let (lease, groups, events) = self
                     .mirrors
@@ -550,8 +553,8 @@ impl Mgmt {
                 } else {
                     nodes_of_targets(&self.store.targets().map_err(internal)?)
                 };
-                let node_of = |member: u32| match mirror_kind {
-                    MirrorKind::Meta => NodeId(member),
+                let node_of = |member: MemberId| match mirror_kind {
+                    MirrorKind::Meta => NodeId::from(member),
                     MirrorKind::Storage => nodes.get(&member).copied().unwrap_or(NodeId(0)),
                 };
                 Ok(Response::HeartbeatAck {
@@ -637,7 +640,7 @@ impl Mgmt {
             MgmtRequest::GetResyncStats => {
                 let storage = self.mirrors.groups(MirrorKind::Storage);
                 let meta = self.mirrors.groups(MirrorKind::Meta);
-                let resyncing = |kind: MirrorKind, group: u32, member: u32| {
+                let resyncing = |kind: MirrorKind, group: GroupId, member: MemberId| {
                     let groups = match kind {
                         MirrorKind::Storage => &storage,
                         MirrorKind::Meta => &meta,
@@ -724,13 +727,13 @@ impl Mgmt {
     fn create_groups(
         &self,
         kind: MirrorKind,
-        groups: &[Vec<(u32, NodeId)>],
+        groups: &[Vec<(MemberId, NodeId)>],
     ) -> Result<Vec<MirrorGroupInfo>, MgmtError> {
-        let members: Vec<Vec<u32>> = groups
+        let members: Vec<Vec<MemberId>> = groups
             .iter()
             .map(|group| group.iter().map(|(member, _)| *member).collect())
             .collect();
-        let nodes: HashMap<u32, NodeId> = groups.iter().flatten().copied().collect();
+        let nodes: HashMap<MemberId, NodeId> = groups.iter().flatten().copied().collect();
         let created = self.mirrors.create(&self.store, kind, &members)?;
         Ok(created
             .iter()
@@ -743,7 +746,7 @@ impl Mgmt {
     fn check_meta_copies(
         &self,
         kind: MirrorKind,
-        groups: &[Vec<(u32, NodeId)>],
+        groups: &[Vec<(MemberId, NodeId)>],
     ) -> Result<(), WireError> {
         if kind != MirrorKind::Meta {
             return Ok(());
@@ -751,7 +754,7 @@ impl Mgmt {
         let live = self.live.lock().expect("live state poisoned");
         for members in groups {
             for (member, _) in members.iter().skip(1) {
-                match live.meta_usage.get(&NodeId(*member)) {
+                match live.meta_usage.get(&NodeId::from(*member)) {
                     Some((_, 0)) => {}
                     Some((_, inodes)) => {
                         return Err(WireError::new(ErrorCode::InvalidArgument, format!(
@@ -789,32 +792,32 @@ impl Mgmt {
             self.mirrors
                 .groups(MirrorKind::Meta)
                 .iter()
-                .map(|group| published(MirrorKind::Meta, group, NodeId)),
+                .map(|group| published(MirrorKind::Meta, group, NodeId::from)),
         );
         out
     }
 
     /// Members of `kind` not in a group yet, each with its node, in id order.
-    fn mirror_candidates(&self, kind: MirrorKind) -> Result<Vec<(u32, NodeId)>, MgmtError> {
-        let grouped: std::collections::HashSet<u32> = self
+    fn mirror_candidates(&self, kind: MirrorKind) -> Result<Vec<(MemberId, NodeId)>, MgmtError> {
+        let grouped: std::collections::HashSet<MemberId> = self
             .mirrors
             .groups(kind)
             .iter()
             .flat_map(|g| g.members.iter().map(|m| m.server))
             .collect();
-        let mut all: Vec<(u32, NodeId)> = match kind {
+        let mut all: Vec<(MemberId, NodeId)> = match kind {
             MirrorKind::Storage => self
                 .store
                 .targets()?
                 .into_iter()
-                .map(|(target, record)| (target.0, record.node))
+                .map(|(target, record)| (MemberId::from(target), record.node))
                 .collect(),
             MirrorKind::Meta => self
                 .store
                 .nodes()?
                 .into_iter()
                 .filter(|(node_kind, _, _)| *node_kind == NodeKind::Meta)
-                .map(|(_, node, _)| (node.0, node))
+                .map(|(_, node, _)| (MemberId::from(node), node))
                 .collect(),
         };
         all.retain(|(id, _)| !grouped.contains(id));

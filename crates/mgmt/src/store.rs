@@ -402,6 +402,7 @@ impl MgmtStore {
 mod tests {
     use super::*;
     use weft_mirror::{Group, Member, MemberState};
+    use weft_proto::ids::{GroupId, GroupVersion, MemberId};
 
     fn hex<T: Serialize>(value: &T) -> String {
         postcard::to_stdvec(value)
@@ -434,26 +435,26 @@ mod tests {
         assert_eq!(hex(&rule), "066e6f64653137010001");
         let mut state = ControllerDurable::default();
         state.map.groups.insert(
-            3,
+            GroupId(3),
             Group {
-                id: 3,
-                version: 4,
-                primary: 1,
+                id: GroupId(3),
+                version: GroupVersion(4),
+                primary: MemberId(1),
                 members: vec![
                     Member {
-                        server: 1,
+                        server: MemberId(1),
                         state: MemberState::Good,
                     },
                     Member {
-                        server: 2,
+                        server: MemberId(2),
                         state: MemberState::NeedsResync { full: true },
                     },
                 ],
                 loss_epoch: 5,
             },
         );
-        state.boots.insert(2, 9);
-        state.left_good.insert((3, 2));
+        state.boots.insert(MemberId(2), 9);
+        state.left_good.insert((GroupId(3), MemberId(2)));
         assert_eq!(hex(&state), "010303040102010002010105010209010302");
     }
 }

@@ -1,7 +1,7 @@
 //! The client's side: route to the primary with the map's version, retry until answered.
 
 use crate::{
-    Answer, Change, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing, PLAIN,
+    Answer, Change, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing, Version,
 };
 
 /// An operation a client runs.
@@ -114,9 +114,10 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
         };
         self.current = Some((index, now));
         let record = &self.history[index];
-        let (to, version) = match record.op.group() {
-            plain if plain >= PLAIN => (plain - PLAIN, 0),
-            group => match self.map.groups.get(&group) {
+        let group = record.op.group();
+        let (to, version) = match group.plain_server() {
+            Some(server) => (server, Version(0)),
+            None => match self.map.groups.get(&group) {
                 Some(group) => (group.primary, group.version),
                 None => {
                     return vec![Send {

@@ -74,7 +74,7 @@ impl Controller {
             id,
             Group {
                 id,
-                version: 1,
+                version: Version(1),
                 primary: servers[0],
                 members,
                 loss_epoch: 0,
@@ -345,7 +345,7 @@ impl Controller {
             || group.primary != before.primary
             || group.loss_epoch != before.loss_epoch
         {
-            group.version = before.version + 1;
+            group.version = before.version.next();
             self.durable.map.groups.insert(group.id, group);
         }
     }
@@ -410,34 +410,42 @@ mod tests {
     #[test]
     fn promotes_only_good_members_after_the_timeout() {
         let mut controller = Controller::new(TIMING, 0, ControllerDurable::default());
-        controller.create_group(1, &[1, 2]);
-        controller.create_group(2, &[3, 4]);
+        controller.create_group(GroupId(1), &[ServerId(1), ServerId(2)]);
+        controller.create_group(GroupId(2), &[ServerId(3), ServerId(4)]);
         for now in (0..=2_000).step_by(100) {
-            heartbeat(&mut controller, now, 2, 1);
-            heartbeat(&mut controller, now, 4, 1);
+            heartbeat(&mut controller, now, ServerId(2), 1);
+            heartbeat(&mut controller, now, ServerId(4), 1);
             if now < 1_000 {
-                heartbeat(&mut controller, now, 1, 1);
-                heartbeat(&mut controller, now, 3, 1);
+                heartbeat(&mut controller, now, ServerId(1), 1);
+                heartbeat(&mut controller, now, ServerId(3), 1);
             }
             if now == 500 {
                 // Server 4 restarts: it needs a full resync and cannot be promoted.
-                heartbeat(&mut controller, now, 4, 2);
+                heartbeat(&mut controller, now, ServerId(4), 2);
             }
             let _: Vec<Send<()>> = controller.tick(now);
-            let group = &controller.map().groups[&1];
+            let group = &controller.map().groups[&GroupId(1)];
             if now < 1_900 {
                 assert_eq!(
-                    group.primary, 1,
+                    group.primary,
+                    ServerId(1),
                     "no promotion before the timeout ({now} ms)"
                 );
             }
         }
-        let one = &controller.map().groups[&1];
-        assert_eq!(one.primary, 2, "the good secondary took over");
-        assert!(one.version > 1);
-        assert_eq!(one.member(1).map(|m| m.state), Some(MemberState::Absent));
-        let two = &controller.map().groups[&2];
-        assert_eq!(two.primary, 3, "a resyncing member is never promoted");
+        let one = &controller.map().groups[&GroupId(1)];
+        assert_eq!(one.primary, ServerId(2), "the good secondary took over");
+        assert!(one.version > Version(1));
+        assert_eq!(
+            one.member(ServerId(1)).map(|m| m.state),
+            Some(MemberState::Absent)
+        );
+        let two = &controller.map().groups[&GroupId(2)];
+        assert_eq!(
+            two.primary,
+            ServerId(3),
+            "a resyncing member is never promoted"
+        );
     }
 
     // Goal: after management restarts it marks nothing offline for a full timeout, even for
@@ -445,15 +453,23 @@ mod tests {
     #[test]
     fn waits_a_full_timeout_after_its_own_restart() {
         let mut first = Controller::new(TIMING, 0, ControllerDurable::default());
-        first.create_group(1, &[1, 2]);
+        first.create_group(GroupId(1), &[ServerId(1), ServerId(2)]);
         let stored = first.durable().clone();
         let mut restarted = Controller::new(TIMING, 10_000, stored);
         let _: Vec<Send<()>> = restarted.tick(10_900);
-        assert_eq!(restarted.map().groups[&1].version, 1, "nothing changed yet");
-        heartbeat(&mut restarted, 10_950, 2, 1);
+        assert_eq!(
+            restarted.map().groups[&GroupId(1)].version,
+            Version(1),
+            "nothing changed yet"
+        );
+        heartbeat(&mut restarted, 10_950, ServerId(2), 1);
         let _: Vec<Send<()>> = restarted.tick(11_000);
-        let group = &restarted.map().groups[&1];
-        assert_eq!(group.primary, 2, "then the silent primary is replaced");
+        let group = &restarted.map().groups[&GroupId(1)];
+        assert_eq!(
+            group.primary,
+            ServerId(2),
+            "then the silent primary is replaced"
+        );
     }
 
     // Goal: a heartbeat of a server's earlier start that arrives after its current start's is
@@ -463,19 +479,23 @@ mod tests {
     #[test]
     fn a_late_heartbeat_of_an_earlier_start_is_ignored() {
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
-        c.create_group(1, &[1, 2]);
-        heartbeat(&mut c, 0, 1, 7);
-        heartbeat(&mut c, 0, 2, 1);
-        let before = c.map().groups[&1].clone();
-        heartbeat(&mut c, 200, 1, 6);
-        heartbeat(&mut c, 200, 2, 1);
+        c.create_group(GroupId(1), &[ServerId(1), ServerId(2)]);
+        heartbeat(&mut c, 0, ServerId(1), 7);
+        heartbeat(&mut c, 0, ServerId(2), 1);
+        let before = c.map().groups[&GroupId(1)].clone();
+        heartbeat(&mut c, 200, ServerId(1), 6);
+        heartbeat(&mut c, 200, ServerId(2), 1);
         assert_eq!(
-            c.map().groups[&1],
+            c.map().groups[&GroupId(1)],
             before,
             "the late heartbeat of boot 6 changed nothing: server 1 stays primary"
         );
-        heartbeat(&mut c, 300, 1, 8);
-        assert_eq!(c.map().groups[&1].primary, 2, "a newer boot is a restart");
+        heartbeat(&mut c, 300, ServerId(1), 8);
+        assert_eq!(
+            c.map().groups[&GroupId(1)].primary,
+            ServerId(2),
+            "a newer boot is a restart"
+        );
     }
 
     // Goal: a member that left in sync, holding writes its primary then lost in a crash (no
@@ -485,21 +505,31 @@ mod tests {
     #[test]
     fn a_member_that_left_in_sync_is_copied_in_full_after_its_primary_lost_writes() {
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
-        c.create_group(1, &[1, 2]);
-        heartbeat(&mut c, 0, 1, 1);
-        heartbeat(&mut c, 0, 2, 1);
-        heartbeat_reporting(&mut c, 100, 1, 1, vec![(1, 1, 2)]);
+        c.create_group(GroupId(1), &[ServerId(1), ServerId(2)]);
+        heartbeat(&mut c, 0, ServerId(1), 1);
+        heartbeat(&mut c, 0, ServerId(2), 1);
+        heartbeat_reporting(
+            &mut c,
+            100,
+            ServerId(1),
+            1,
+            vec![(GroupId(1), Version(1), ServerId(2))],
+        );
         assert_eq!(
-            c.map().groups[&1].member(2).map(|m| m.state),
+            c.map().groups[&GroupId(1)]
+                .member(ServerId(2))
+                .map(|m| m.state),
             Some(MemberState::Absent)
         );
         // The primary's host crashes and it comes back alone: its unsynced writes are gone.
-        heartbeat(&mut c, 200, 1, 2);
-        assert_eq!(c.map().groups[&1].loss_epoch, 1);
-        heartbeat(&mut c, 1_200, 1, 2);
-        heartbeat(&mut c, 1_200, 2, 1);
+        heartbeat(&mut c, 200, ServerId(1), 2);
+        assert_eq!(c.map().groups[&GroupId(1)].loss_epoch, 1);
+        heartbeat(&mut c, 1_200, ServerId(1), 2);
+        heartbeat(&mut c, 1_200, ServerId(2), 1);
         assert_eq!(
-            c.map().groups[&1].member(2).map(|m| m.state),
+            c.map().groups[&GroupId(1)]
+                .member(ServerId(2))
+                .map(|m| m.state),
             Some(MemberState::NeedsResync { full: true })
         );
     }
@@ -510,29 +540,47 @@ mod tests {
     #[test]
     fn a_dropped_member_that_restarted_needs_a_full_resync() {
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
-        c.create_group(2, &[5, 2]);
-        heartbeat(&mut c, 0, 5, 1);
-        heartbeat(&mut c, 0, 2, 1);
-        heartbeat_reporting(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
+        c.create_group(GroupId(2), &[ServerId(5), ServerId(2)]);
+        heartbeat(&mut c, 0, ServerId(5), 1);
+        heartbeat(&mut c, 0, ServerId(2), 1);
+        heartbeat_reporting(
+            &mut c,
+            100,
+            ServerId(5),
+            1,
+            vec![(GroupId(2), Version(1), ServerId(2))],
+        );
         assert_eq!(
-            c.map().groups[&2].member(2).map(|m| m.state),
+            c.map().groups[&GroupId(2)]
+                .member(ServerId(2))
+                .map(|m| m.state),
             Some(MemberState::Absent)
         );
-        heartbeat(&mut c, 200, 2, 2);
-        heartbeat(&mut c, 2_000, 2, 2);
+        heartbeat(&mut c, 200, ServerId(2), 2);
+        heartbeat(&mut c, 2_000, ServerId(2), 2);
         assert_eq!(
-            c.map().groups[&2].member(2).map(|m| m.state),
+            c.map().groups[&GroupId(2)]
+                .member(ServerId(2))
+                .map(|m| m.state),
             Some(MemberState::NeedsResync { full: true })
         );
 
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
-        c.create_group(2, &[5, 2]);
-        heartbeat(&mut c, 0, 5, 1);
-        heartbeat_reporting(&mut c, 100, 5, 1, vec![(2, 1, 2)]);
-        heartbeat(&mut c, 2_000, 2, 7);
-        heartbeat(&mut c, 2_100, 2, 7);
+        c.create_group(GroupId(2), &[ServerId(5), ServerId(2)]);
+        heartbeat(&mut c, 0, ServerId(5), 1);
+        heartbeat_reporting(
+            &mut c,
+            100,
+            ServerId(5),
+            1,
+            vec![(GroupId(2), Version(1), ServerId(2))],
+        );
+        heartbeat(&mut c, 2_000, ServerId(2), 7);
+        heartbeat(&mut c, 2_100, ServerId(2), 7);
         assert_eq!(
-            c.map().groups[&2].member(2).map(|m| m.state),
+            c.map().groups[&GroupId(2)]
+                .member(ServerId(2))
+                .map(|m| m.state),
             Some(MemberState::NeedsResync { full: true }),
             "never heard before it left"
         );
@@ -544,7 +592,7 @@ mod tests {
     #[test]
     fn a_lone_primary_bumps_the_loss_epoch_only_when_it_lost_unsynced_writes() {
         let mut c = Controller::new(TIMING, 0, ControllerDurable::default());
-        c.create_group(1, &[5, 2]);
+        c.create_group(GroupId(1), &[ServerId(5), ServerId(2)]);
         let beat = |c: &mut Controller, now: Time, server: ServerId, boots: (u64, u64)| {
             let _: Vec<Send<()>> = c.handle(
                 now,
@@ -558,18 +606,22 @@ mod tests {
                 },
             );
         };
-        beat(&mut c, 0, 5, (1, 1));
-        beat(&mut c, 0, 2, (1, 1));
+        beat(&mut c, 0, ServerId(5), (1, 1));
+        beat(&mut c, 0, ServerId(2), (1, 1));
         // The secondary restarts: it needs a resync, so no member could take over.
-        beat(&mut c, 100, 2, (2, 2));
-        beat(&mut c, 200, 5, (2, 1));
-        let group = &c.map().groups[&1];
-        assert_eq!(group.primary, 5);
+        beat(&mut c, 100, ServerId(2), (2, 2));
+        beat(&mut c, 200, ServerId(5), (2, 1));
+        let group = &c.map().groups[&GroupId(1)];
+        assert_eq!(group.primary, ServerId(5));
         assert_eq!(
             group.loss_epoch, 0,
             "the process restarted, the host kept its writes"
         );
-        beat(&mut c, 300, 5, (3, 3));
-        assert_eq!(c.map().groups[&1].loss_epoch, 1, "the host restarted");
+        beat(&mut c, 300, ServerId(5), (3, 3));
+        assert_eq!(
+            c.map().groups[&GroupId(1)].loss_epoch,
+            1,
+            "the host restarted"
+        );
     }
 }

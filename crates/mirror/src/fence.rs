@@ -264,13 +264,25 @@ mod tests {
     #[test]
     fn a_new_version_starts_a_new_fence_and_an_older_one_fences_itself() {
         let mut fences = ForwardFences::<u32>::default();
-        let FenceOf::Current(fence) = fences.of(1, 5, || 50) else {
+        let FenceOf::Current(fence) = fences.of(GroupId(1), Version(5), || 50) else {
             panic!("the first version seen is current");
         };
         *fence += 1;
-        assert!(matches!(fences.of(1, 5, || 0), FenceOf::Current(&mut 51)));
-        assert!(matches!(fences.of(1, 4, || 0), FenceOf::Older));
-        assert!(matches!(fences.of(1, 6, || 60), FenceOf::Current(&mut 60)));
-        assert!(matches!(fences.of(2, 1, || 10), FenceOf::Current(&mut 10)));
+        assert!(matches!(
+            fences.of(GroupId(1), Version(5), || 0),
+            FenceOf::Current(&mut 51)
+        ));
+        assert!(matches!(
+            fences.of(GroupId(1), Version(4), || 0),
+            FenceOf::Older
+        ));
+        assert!(matches!(
+            fences.of(GroupId(1), Version(6), || 60),
+            FenceOf::Current(&mut 60)
+        ));
+        assert!(matches!(
+            fences.of(GroupId(2), Version(1), || 10),
+            FenceOf::Current(&mut 10)
+        ));
     }
 }

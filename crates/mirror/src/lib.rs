@@ -54,14 +54,90 @@ pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
 use std::collections::BTreeMap;
 use weft_wire_derive::Wire;
 
-/// A storage server.
-pub type ServerId = u32;
-/// A mirror group.
-pub type GroupId = u32;
+/// A member of mirror groups: a storage target of a storage group, or a metadata node of a
+/// metadata group (in the model, a server).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct ServerId(pub u32);
+
+/// A mirror group, numbered per kind from 1.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct GroupId(pub u32);
+
+/// A group's version: management bumps it whenever membership, states or primary change.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Version(pub u64);
+
+impl GroupId {
+    /// The group that names the plain objects of `server`'s target ([`PLAIN`]).
+    pub fn plain(server: ServerId) -> GroupId {
+        GroupId(PLAIN.0 + server.0)
+    }
+
+    /// The server whose plain objects this group id names, if it names such.
+    pub fn plain_server(self) -> Option<ServerId> {
+        (self >= PLAIN).then(|| ServerId(self.0 - PLAIN.0))
+    }
+}
+
+impl Version {
+    /// The version after this one.
+    pub fn next(self) -> Version {
+        Version(self.0 + 1)
+    }
+}
+
+macro_rules! display_number {
+    ($($name:ident),*) => {$(
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    )*};
+}
+display_number!(ServerId, GroupId, Version);
+
 /// A chunk of a group (in Weft: an object's chunk on the group's targets).
 pub type ChunkId = u64;
-/// A group's version: management bumps it whenever membership, states or primary change.
-pub type Version = u64;
 /// Milliseconds on the node's monotonic clock.
 pub type Time = u64;
 /// A client session.
@@ -72,11 +148,11 @@ pub type ClientId = u32;
 /// version and no copies; their loss epoch is the server's unsynced-boot id (a crash of its
 /// host loses what was not synced). They share chunk ids with mirrored chunks, as a storage
 /// target holds plain and mirrored objects of the same inode ids apart.
-pub const PLAIN: GroupId = 1 << 20;
+pub const PLAIN: GroupId = GroupId(1 << 20);
 
 /// Group ids from here on (below [`PLAIN`]) name metadata homes: groups that hold one store
 /// file, mirrored as metadata servers mirror theirs ([`pages`]).
-pub const HOMES: GroupId = 1 << 19;
+pub const HOMES: GroupId = GroupId(1 << 19);
 
 /// Where a message goes or comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -547,7 +623,7 @@ pub struct Send<D> {
 /// What the machines' unit tests share.
 #[cfg(test)]
 pub(crate) mod testing {
-    use crate::{Group, Member, MemberState, Timing, Version};
+    use crate::{Group, GroupId, Member, MemberState, ServerId, Timing, Version};
 
     /// Timeouts that keep `Timing::check`.
     pub(crate) const TIMING: Timing = Timing {
@@ -561,16 +637,16 @@ pub(crate) mod testing {
     /// Group 1 in `version`: server 1 its good primary, server 2 in `second`.
     pub(crate) fn pair(version: Version, second: MemberState) -> Group {
         Group {
-            id: 1,
+            id: GroupId(1),
             version,
-            primary: 1,
+            primary: ServerId(1),
             members: vec![
                 Member {
-                    server: 1,
+                    server: ServerId(1),
                     state: MemberState::Good,
                 },
                 Member {
-                    server: 2,
+                    server: ServerId(2),
                     state: second,
                 },
             ],

@@ -281,7 +281,7 @@ impl<G: Clone> Membership<G> {
         version: Version,
     ) -> Result<(), Refused> {
         let known = self.groups.get(&group).map(|(g, _)| g);
-        let known_version = known.map_or(0, |g| g.version);
+        let known_version = known.map_or(Version(0), |g| g.version);
         if known_version != version {
             return Err(Refused::WrongVersion {
                 known: known_version,
@@ -344,7 +344,10 @@ impl<G: Clone> Membership<G> {
         match self.version_to_member(now, primary, start.group, start.member)? {
             Some(version) if version == start.version => Ok(version),
             _ => Err(Refused::WrongVersion {
-                known: self.groups.get(&start.group).map_or(0, |(g, _)| g.version),
+                known: self
+                    .groups
+                    .get(&start.group)
+                    .map_or(Version(0), |(g, _)| g.version),
             }),
         }
     }
@@ -433,19 +436,40 @@ mod tests {
     #[test]
     fn a_member_owed_a_given_up_change_is_reported_and_its_record_starts_with_it() {
         let mut membership = Membership::<()>::new();
-        let local = |member: ServerId| member == 1;
-        membership.adopt(0, 1_000, vec![(group(1, MemberState::Good), ())], local);
+        let local = |member: ServerId| member == ServerId(1);
+        membership.adopt(
+            0,
+            1_000,
+            vec![(group(Version(1), MemberState::Good), ())],
+            local,
+        );
         assert!(membership.unreachable(10, 500).is_empty());
-        membership.undelivered(1, 2, [77]);
-        assert_eq!(membership.unreachable(10, 500), vec![(1, 1, 2)]);
-        membership.adopt(20, 1_000, vec![(group(2, MemberState::Good), ())], local);
+        membership.undelivered(GroupId(1), ServerId(2), [77]);
+        assert_eq!(
+            membership.unreachable(10, 500),
+            vec![(GroupId(1), Version(1), ServerId(2))]
+        );
+        membership.adopt(
+            20,
+            1_000,
+            vec![(group(Version(2), MemberState::Good), ())],
+            local,
+        );
         assert_eq!(
             membership.unreachable(30, 500),
-            vec![(1, 2, 2)],
+            vec![(GroupId(1), Version(2), ServerId(2))],
             "still reported under the new version"
         );
-        let adopted = membership.adopt(40, 1_000, vec![(group(3, MemberState::Absent), ())], local);
-        assert_eq!(adopted.record_missed, vec![(1, 2, vec![77])]);
+        let adopted = membership.adopt(
+            40,
+            1_000,
+            vec![(group(Version(3), MemberState::Absent), ())],
+            local,
+        );
+        assert_eq!(
+            adopted.record_missed,
+            vec![(GroupId(1), ServerId(2), vec![77])]
+        );
         assert!(membership.unreachable(50, 500).is_empty());
     }
 
@@ -454,25 +478,45 @@ mod tests {
     #[test]
     fn requests_and_forwards_are_admitted_by_version_and_lease() {
         let mut membership = Membership::<()>::new();
-        membership.adopt(0, 100, vec![(group(4, MemberState::Good), ())], |m| m == 1);
-        assert!(membership.admit_primary(50, 1, 1, 4).is_ok());
+        membership.adopt(
+            0,
+            100,
+            vec![(group(Version(4), MemberState::Good), ())],
+            |m| m == ServerId(1),
+        );
+        assert!(membership
+            .admit_primary(50, ServerId(1), GroupId(1), Version(4))
+            .is_ok());
         assert_eq!(
-            membership.admit_primary(50, 1, 1, 3).err(),
-            Some(Refused::WrongVersion { known: 4 })
+            membership
+                .admit_primary(50, ServerId(1), GroupId(1), Version(3))
+                .err(),
+            Some(Refused::WrongVersion { known: Version(4) })
         );
         assert_eq!(
-            membership.admit_primary(50, 2, 1, 4).err(),
-            Some(Refused::NotPrimary { primary: 1 })
+            membership
+                .admit_primary(50, ServerId(2), GroupId(1), Version(4))
+                .err(),
+            Some(Refused::NotPrimary {
+                primary: ServerId(1)
+            })
         );
         assert_eq!(
-            membership.admit_primary(100, 1, 1, 4).err(),
+            membership
+                .admit_primary(100, ServerId(1), GroupId(1), Version(4))
+                .err(),
             Some(Refused::NoLease)
         );
-        assert!(membership.admit_forward(2, 1, 4).is_ok());
-        assert_eq!(membership.admit_forward(1, 1, 4), Err(Refused::NotPresent));
+        assert!(membership
+            .admit_forward(ServerId(2), GroupId(1), Version(4))
+            .is_ok());
         assert_eq!(
-            membership.admit_forward(2, 1, 5),
-            Err(Refused::WrongVersion { known: 4 })
+            membership.admit_forward(ServerId(1), GroupId(1), Version(4)),
+            Err(Refused::NotPresent)
+        );
+        assert_eq!(
+            membership.admit_forward(ServerId(2), GroupId(1), Version(5)),
+            Err(Refused::WrongVersion { known: Version(4) })
         );
     }
 }

@@ -361,15 +361,21 @@ mod tests {
     #[test]
     fn a_copy_applies_only_newer_sends() {
         let mut copy = CopyOrder::default();
-        copy.admit((3, 100, 5)).expect("a send");
-        copy.admit((3, 100, 6)).expect("the next send");
-        assert_eq!(copy.admit((3, 100, 4)), Err((3, 100, 6)), "a late send");
-        copy.admit((3, 200, 0)).expect("a send of a later link");
+        copy.admit((Version(3), 100, 5)).expect("a send");
+        copy.admit((Version(3), 100, 6)).expect("the next send");
+        assert_eq!(
+            copy.admit((Version(3), 100, 4)),
+            Err((Version(3), 100, 6)),
+            "a late send"
+        );
+        copy.admit((Version(3), 200, 0))
+            .expect("a send of a later link");
         assert!(
-            copy.admit((3, 100, 7)).is_err(),
+            copy.admit((Version(3), 100, 7)).is_err(),
             "a send of the earlier link"
         );
-        copy.admit((4, 50, 0)).expect("a send in a later version");
+        copy.admit((Version(4), 50, 0))
+            .expect("a send in a later version");
     }
 
     // Goal: a resync of recorded extents copies each one that still lies in the file, cut at

@@ -325,12 +325,27 @@ mod tests {
         let mut numbering = ResyncNumbering::default();
         let mut clients = 100..;
         let mut next = || clients.next().expect("endless");
-        assert_eq!(numbering.of((1, 5, 2), &mut next).draw(), 1);
-        assert_eq!(numbering.of((1, 5, 2), &mut next).draw(), 2);
-        let again = numbering.of((1, 5, 2), &mut next);
+        assert_eq!(
+            numbering
+                .of((GroupId(1), Version(5), ServerId(2)), &mut next)
+                .draw(),
+            1
+        );
+        assert_eq!(
+            numbering
+                .of((GroupId(1), Version(5), ServerId(2)), &mut next)
+                .draw(),
+            2
+        );
+        let again = numbering.of((GroupId(1), Version(5), ServerId(2)), &mut next);
         assert_eq!((again.client, again.draw()), (100, 3));
-        let newer = numbering.of((1, 6, 2), &mut next);
+        let newer = numbering.of((GroupId(1), Version(6), ServerId(2)), &mut next);
         assert_eq!((newer.client, newer.draw()), (101, 1));
-        assert_eq!(numbering.of((1, 6, 3), &mut next).client, 102);
+        assert_eq!(
+            numbering
+                .of((GroupId(1), Version(6), ServerId(3)), &mut next)
+                .client,
+            102
+        );
     }
 }

@@ -235,9 +235,9 @@ impl Server {
             pending: BTreeMap::new(),
             resyncs: BTreeMap::new(),
             numbering: ResyncNumbering::default(),
-            next_resync_client: OWN_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
+            next_resync_client: OWN_CLIENTS | u64::from(id.0) << 40 | (boot & 0xff_ffff) << 16,
             forwards: Numbers::default(),
-            forwarder: OWN_CLIENTS | u64::from(id) << 40 | (boot & 0xff_ffff) << 16,
+            forwarder: OWN_CLIENTS | u64::from(id.0) << 40 | (boot & 0xff_ffff) << 16,
             homes: homes::Homes::default(),
             served: Vec::new(),
             resync_counts: ResyncCounts::default(),
@@ -1116,7 +1116,10 @@ impl Server {
         {
             return Ok(());
         }
-        let known = self.membership.group(group).map_or(0, |(g, _)| g.version);
+        let known = self
+            .membership
+            .group(group)
+            .map_or(Version(0), |(g, _)| g.version);
         Err(vec![Send {
             to: Node::Server(primary),
             msg: Msg::MemberRefused {
@@ -1242,7 +1245,7 @@ mod tests {
 
     fn map(version: Version) -> GroupMap {
         GroupMap {
-            groups: BTreeMap::from([(1, pair(version, MemberState::Good))]),
+            groups: BTreeMap::from([(GroupId(1), pair(version, MemberState::Good))]),
         }
     }
 
@@ -1257,8 +1260,8 @@ mod tests {
     /// Delivers to `member` every forward in `out`, returning what it answered.
     fn to_member(member: &mut Server, now: Time, out: Vec<Send<Bytes>>) -> Vec<Send<Bytes>> {
         out.into_iter()
-            .filter(|send| send.to == Node::Server(2))
-            .flat_map(|send| member.handle(now, Node::Server(1), send.msg))
+            .filter(|send| send.to == Node::Server(ServerId(2)))
+            .flat_map(|send| member.handle(now, Node::Server(ServerId(1)), send.msg))
             .collect()
     }
 
@@ -1268,17 +1271,17 @@ mod tests {
     // answering it from its fence as a copy of the first run.
     #[test]
     fn a_change_run_again_after_its_forward_was_given_up_reaches_the_member_again() {
-        let mut primary = Server::new(1, TIMING, (1, 1), Store::default(), 0);
-        let mut member = Server::new(2, TIMING, (1, 1), Store::default(), 0);
+        let mut primary = Server::new(ServerId(1), TIMING, (1, 1), Store::default(), 0);
+        let mut member = Server::new(ServerId(2), TIMING, (1, 1), Store::default(), 0);
         let ack = |sent_at| Msg::HeartbeatAck {
             sent_at,
-            map: map(1),
+            map: map(Version(1)),
         };
         primary.handle(0, Node::Mgmt, ack(0));
         member.handle(0, Node::Mgmt, ack(0));
         let change = |group_change: Change, seq| Msg::Change {
-            group: 1,
-            version: 1,
+            group: GroupId(1),
+            version: Version(1),
             change: group_change,
             seq,
         };
@@ -1305,12 +1308,12 @@ mod tests {
         primary.handle(410, Node::Mgmt, ack(405));
         let out = primary.handle(420, Node::Client(11), change(write(b"other"), 9));
         for answer in to_member(&mut member, 425, out) {
-            primary.handle(430, Node::Server(2), answer.msg);
+            primary.handle(430, Node::Server(ServerId(2)), answer.msg);
         }
         // Client 10 sends its change again; it runs again at the primary.
         let out = primary.handle(440, Node::Client(10), change(write(b"first"), 5));
         for answer in to_member(&mut member, 445, out) {
-            primary.handle(450, Node::Server(2), answer.msg);
+            primary.handle(450, Node::Server(ServerId(2)), answer.msg);
         }
         assert_eq!(
             member.store().volatile,

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use weft_proto::access::{self, Checks, Sessions};
 use weft_proto::error::WireError;
+use weft_proto::ids::GroupVersion;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::Slot;
 use weft_proto::messages::{
@@ -305,7 +306,7 @@ impl ClusterView {
             _ => {
                 let route = MetaRoute {
                     home: node,
-                    version: 0,
+                    version: GroupVersion(0),
                 };
                 let client = Arc::new(MetaClient::new(address, route, self.options.clone()));
                 clients.insert(node, Arc::clone(&client));
@@ -398,7 +399,7 @@ impl ClusterView {
     {
         let client = self.meta(home).await?;
         let route = client.route();
-        if route.version == 0 {
+        if route.version == GroupVersion(0) {
             return call(client).await;
         }
         let version = |map: &ClusterMap| Some(map.meta_route(home).1.version);
@@ -415,8 +416,8 @@ impl ClusterView {
     /// while a request routed by it is outstanding.
     async fn moved_on(
         &self,
-        version: impl Fn(&ClusterMap) -> Option<u64>,
-        routed: u64,
+        version: impl Fn(&ClusterMap) -> Option<GroupVersion>,
+        routed: GroupVersion,
         group: impl Fn() -> String,
     ) -> RpcError {
         loop {
@@ -446,7 +447,7 @@ impl ClusterView {
         };
         let lookup = |map: &ClusterMap| {
             map.mirror_group(MirrorKind::Storage, group).map(|g| Route {
-                target: TargetId(g.primary),
+                target: TargetId::from(g.primary),
                 mirror: Some(MirrorRoute {
                     group,
                     version: g.version,

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 use weft_mirror::{Group, Member, MemberState, Refused, Time};
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
+use weft_proto::ids::{GroupId, GroupVersion, MemberId};
+use weft_proto::messages::GroupMember;
 use weft_proto::messages::{
     Consistency, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MirrorMember, ResyncProgress,
 };
@@ -43,7 +45,7 @@ pub fn stale(message: String) -> WireError {
 pub fn published(
     kind: MirrorKind,
     group: &Group,
-    node_of: impl Fn(u32) -> NodeId,
+    node_of: impl Fn(MemberId) -> NodeId,
 ) -> MirrorGroupInfo {
     MirrorGroupInfo {
         id: group.id,
@@ -97,7 +99,7 @@ struct State {
     /// The decisions, with each group as management published it.
     decisions: weft_mirror::Membership<MirrorGroupInfo>,
     /// Progress of the resyncs running or finished, by (group, member), with their start.
-    progress: HashMap<(u32, u32), (ResyncProgress, Instant)>,
+    progress: HashMap<(GroupId, MemberId), (ResyncProgress, Instant)>,
 }
 
 /// Where a server keeps the writes it answered before syncing them.
@@ -186,7 +188,7 @@ impl Membership {
     }
 
     /// The group as last heard.
-    pub fn group(&self, group: u32) -> Option<MirrorGroupInfo> {
+    pub fn group(&self, group: GroupId) -> Option<MirrorGroupInfo> {
         self.state()
             .decisions
             .group(group)
@@ -215,8 +217,8 @@ impl Membership {
             boot: self.boot,
             unsynced_boot: self.unsynced_boot,
             interval_ms: self.interval.as_millis() as u64,
-            resynced: state.decisions.resynced(),
-            unreachable: state.decisions.unreachable(self.now(), timeout),
+            resynced: members(state.decisions.resynced()),
+            unreachable: members(state.decisions.unreachable(self.now(), timeout)),
             resyncs: state
                 .progress
                 .values()
@@ -239,7 +241,7 @@ impl Membership {
         sent: Instant,
         lease: Duration,
         groups: Vec<MirrorGroupInfo>,
-        local: impl Fn(u32) -> bool,
+        local: impl Fn(MemberId) -> bool,
         records: impl FnOnce(&Adopted),
     ) -> Adopted {
         let sent_at = self.time(sent);
@@ -255,13 +257,13 @@ impl Membership {
         );
         for (_, group) in &adopted.taken {
             tracing::info!(
-                group = group.id,
+                group = %group.id,
                 kind = state
                     .decisions
                     .group(group.id)
                     .map_or("", |(_, info)| <&str>::from(info.kind)),
-                version = group.version,
-                primary = group.primary,
+                version = %group.version,
+                primary = %group.primary,
                 "mirror group version adopted"
             );
         }
@@ -294,7 +296,7 @@ impl Membership {
         state.decisions.resync_ended(start, outcome.is_ok());
         match outcome {
             Ok(()) => {
-                tracing::info!(group, version, member, "member resynced");
+                tracing::info!(%group, %version, %member, "member resynced");
                 if let Some((progress, _)) = state.progress.get_mut(&(group, member)) {
                     progress.done = true;
                 }
@@ -302,7 +304,7 @@ impl Membership {
                 self.wake.notify_one();
             }
             Err(error) => {
-                tracing::info!(group, version, member, %error, "resync stopped; it starts again at the next map while the member needs it");
+                tracing::info!(%group, %version, %member, %error, "resync stopped; it starts again at the next map while the member needs it");
             }
         }
     }
@@ -356,7 +358,13 @@ impl Membership {
 
     /// A refusal as the sender sees it; wakes the heartbeat loop when the sender knows a
     /// newer map than this server or the lease ran out.
-    fn refusal(&self, refused: Refused, group: u32, routed: u64, what: &str) -> WireError {
+    fn refusal(
+        &self,
+        refused: Refused,
+        group: GroupId,
+        routed: GroupVersion,
+        what: &str,
+    ) -> WireError {
         if refused.sender_is_ahead(routed) {
             self.wake.notify_one();
         }
@@ -387,9 +395,9 @@ impl Membership {
     /// the lease ran out.
     pub fn admit_primary(
         &self,
-        primary: u32,
-        group: u32,
-        version: u64,
+        primary: MemberId,
+        group: GroupId,
+        version: GroupVersion,
     ) -> Result<MirrorGroupInfo, WireError> {
         let state = self.state();
         state
@@ -403,7 +411,12 @@ impl Membership {
     ///
     /// # Errors
     /// `StaleRoute` when the version differs or `member` is not a present secondary.
-    pub fn admit_forward(&self, member: u32, group: u32, version: u64) -> Result<(), WireError> {
+    pub fn admit_forward(
+        &self,
+        member: MemberId,
+        group: GroupId,
+        version: GroupVersion,
+    ) -> Result<(), WireError> {
         let state = self.state();
         state
             .decisions
@@ -412,7 +425,7 @@ impl Membership {
     }
 
     /// The members other than the primary that get changes now.
-    pub fn present_secondaries(&self, group: u32) -> Vec<u32> {
+    pub fn present_secondaries(&self, group: GroupId) -> Vec<MemberId> {
         self.state().decisions.present_secondaries(group)
     }
 
@@ -423,22 +436,26 @@ impl Membership {
     /// `StaleRoute` when `primary` is no longer the primary, or its lease ran out.
     pub fn version_to_member(
         &self,
-        primary: u32,
-        group: u32,
-        member: u32,
-    ) -> Result<Option<u64>, WireError> {
+        primary: MemberId,
+        group: GroupId,
+        member: MemberId,
+    ) -> Result<Option<GroupVersion>, WireError> {
         let state = self.state();
         state
             .decisions
             .version_to_member(self.now(), primary, group, member)
-            .map_err(|refused| self.refusal(refused, group, 0, "change"))
+            .map_err(|refused| self.refusal(refused, group, GroupVersion(0), "change"))
     }
 
     /// The version a resync step of `start` carries; fails once the resync's version is over.
     ///
     /// # Errors
     /// `StaleRoute` when the group moved on.
-    pub fn resync_version(&self, primary: u32, start: ResyncStart) -> Result<u64, WireError> {
+    pub fn resync_version(
+        &self,
+        primary: MemberId,
+        start: ResyncStart,
+    ) -> Result<GroupVersion, WireError> {
         let state = self.state();
         state
             .decisions
@@ -456,20 +473,20 @@ impl Membership {
     /// `StaleRoute` when `primary` stopped being the primary or its lease ran out meanwhile.
     pub async fn deliver<F, Fut>(
         &self,
-        primary: u32,
-        group: u32,
+        primary: MemberId,
+        group: GroupId,
         items: &[u64],
         send: F,
     ) -> Result<(), WireError>
     where
-        F: Fn(u32, u64, u32) -> Fut,
+        F: Fn(MemberId, GroupVersion, u32) -> Fut,
         Fut: Future<Output = Result<(), RpcError>>,
     {
         let members = self.present_secondaries(group);
         let send = &send;
         let sends = members.into_iter().map(|member| async move {
             // When sends under the current version began to fail.
-            let mut first_failure: Option<(Instant, u64)> = None;
+            let mut first_failure: Option<(Instant, GroupVersion)> = None;
             let mut attempt = 0;
             loop {
                 let version = match self.version_to_member(primary, group, member) {
@@ -491,7 +508,7 @@ impl Membership {
                     }
                     Err(error) => {
                         if first_failure.is_none() {
-                            tracing::warn!(group, member, %error, "a mirror member did not take a change; trying again");
+                            tracing::warn!(%group, %member, %error, "a mirror member did not take a change; trying again");
                         }
                         // A new version starts the member's time over.
                         let since = match first_failure {
@@ -524,7 +541,7 @@ impl Membership {
     ///
     /// # Errors
     /// `Unavailable` with the last failure.
-    pub async fn resync_step<F, Fut, T>(&self, member: u32, send: F) -> Result<T, WireError>
+    pub async fn resync_step<F, Fut, T>(&self, member: MemberId, send: F) -> Result<T, WireError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, RpcError>>,
@@ -534,7 +551,7 @@ impl Membership {
             match send().await {
                 Ok(value) => return Ok(value),
                 Err(error) if started.elapsed() < self.member_timeout() => {
-                    tracing::debug!(member, %error, "resync step failed; trying again");
+                    tracing::debug!(%member, %error, "resync step failed; trying again");
                     tokio::time::sleep(MEMBER_RETRY).await;
                 }
                 Err(error) => {
@@ -561,6 +578,18 @@ pub fn change_tag(
     }
 }
 
+/// Members as a heartbeat reports them.
+fn members(found: Vec<(GroupId, GroupVersion, MemberId)>) -> Vec<GroupMember> {
+    found
+        .into_iter()
+        .map(|(group, version, member)| GroupMember {
+            group,
+            version,
+            member,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,9 +600,9 @@ mod tests {
     fn a_resync_total_set_late_keeps_its_progress() {
         let membership = Membership::new(1, Duration::from_millis(100), Unsynced::InProcess);
         let start = ResyncStart {
-            group: 3,
-            version: 7,
-            member: 2,
+            group: GroupId(3),
+            version: GroupVersion(7),
+            member: MemberId(2),
             full: true,
         };
         membership.resync_started(start, 0, true);

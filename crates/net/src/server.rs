@@ -840,6 +840,7 @@ mod refusal_tests {
     use crate::client::{RpcClient, RpcClientOptions, RpcError};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weft_proto::ids::{GroupId, GroupVersion};
     use weft_proto::messages::MgmtRequest;
 
     /// Counts the requests it is asked to serve.
@@ -1281,8 +1282,8 @@ mod refusal_tests {
             Request::Storage(weft_proto::messages::StorageRequest::Write {
                 target: weft_proto::TargetId(1),
                 mirror: Some(weft_proto::messages::MirrorRoute {
-                    group: 1,
-                    version: 1,
+                    group: GroupId(1),
+                    version: GroupVersion(1),
                     forwarded,
                 }),
                 inode: weft_proto::InodeId::ROOT,

@@ -4,7 +4,7 @@
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
 use weft_proto::access::{Caller, Capability, ClientRule};
-use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
+use weft_proto::ids::{ClientId, InodeId, MemberId, NodeId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, ChangeTag, CheckProgress, CheckReport, ClusterMap, ClusterStatus, DirEntry,
@@ -195,7 +195,7 @@ impl MgmtClient {
     pub async fn create_mirror_group(
         &self,
         kind: MirrorKind,
-        members: Vec<u32>,
+        members: Vec<MemberId>,
     ) -> Result<Vec<MirrorGroupInfo>, RpcError> {
         let response = self
             .call(MgmtRequest::CreateMirrorGroup { kind, members })

@@ -545,14 +545,14 @@ impl StorageRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{ClientId, InodeId};
+    use crate::ids::{ClientId, GroupVersion, InodeId};
     use crate::messages::{MetaRoute, MutationId};
     use crate::NodeId;
 
     fn meta(request: MetaRequest) -> Request {
         let route = MetaRoute {
             home: NodeId(1),
-            version: 0,
+            version: GroupVersion(0),
         };
         Request::Meta(route, request, None)
     }

@@ -245,6 +245,7 @@ pub fn decode_body_in<T: DeserializeOwned>(version: u16, bytes: &[u8]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{GroupId, GroupVersion};
     use crate::messages::{Request, StorageRequest};
     use crate::{InodeId, TargetId};
     use proptest::prelude::*;
@@ -334,8 +335,8 @@ mod tests {
         let request = Request::Storage(StorageRequest::Read {
             target: TargetId(3),
             mirror: Some(crate::messages::MirrorRoute {
-                group: 2,
-                version: 7,
+                group: GroupId(2),
+                version: GroupVersion(7),
                 forwarded: true,
             }),
             inode: InodeId::ROOT,

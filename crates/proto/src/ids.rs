@@ -7,6 +7,39 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// A mirror group, numbered per kind from 1.
+pub use weft_mirror::GroupId;
+/// A member of a mirror group: a storage target id in a storage group, a metadata node id in
+/// a metadata group.
+pub use weft_mirror::ServerId as MemberId;
+/// A mirror group's version: management bumps it whenever its members, their states or its
+/// primary change.
+pub use weft_mirror::Version as GroupVersion;
+
+impl From<TargetId> for MemberId {
+    fn from(target: TargetId) -> MemberId {
+        MemberId(target.0)
+    }
+}
+
+impl From<MemberId> for TargetId {
+    fn from(member: MemberId) -> TargetId {
+        TargetId(member.0)
+    }
+}
+
+impl From<NodeId> for MemberId {
+    fn from(node: NodeId) -> MemberId {
+        MemberId(node.0)
+    }
+}
+
+impl From<MemberId> for NodeId {
+    fn from(member: MemberId) -> NodeId {
+        NodeId(member.0)
+    }
+}
+
 /// A node (management, metadata or storage server), allocated by management, never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NodeId(pub u32);

@@ -1,12 +1,12 @@
 //! Stripe patterns and the layout math: where every byte of a file lives.
 //!
-//! A file with `n` targets and chunk size `c` is cut into chunks; chunk `i` lives on
-//! `targets[i % n]` at offset `(i / n) * c` in that target's object (RAID0). This module is the
+//! A file striped over `n` slots (targets, or storage mirror groups) with chunk size `c` is cut
+//! into chunks; chunk `i` lives on slot `i % n` at offset `(i / n) * c` in that slot's object. This module is the
 //! only place that computes it, in both directions: [`map_range`] maps file bytes to object
 //! pieces, [`object_length_for_file_size`] and [`file_size_from_object_lengths`] relate object
 //! lengths to the file size.
 
-use crate::ids::{StoragePoolId, TargetId};
+use crate::ids::{GroupId, StoragePoolId, TargetId};
 use crate::wire::Wire;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +32,7 @@ pub enum PatternKind {
     #[wire(tag = 0)]
     Raid0,
     /// Chunks striped over storage mirror groups: every chunk is on each member of its group.
-    /// The layout's `targets` then name groups (their ids), not targets.
+    /// The layout's slots are then groups, not targets.
     #[wire(tag = 1)]
     Mirrored,
 }
@@ -126,23 +126,61 @@ impl StripePattern {
     }
 }
 
-/// A file's layout: its pattern and the targets chosen at creation, in stripe order.
+/// A file's layout: its pattern and the slots chosen at creation, in stripe order; chunk `i`
+/// is on slot `i % width`. Every slot is of the pattern's kind: a target for a striped
+/// pattern, a storage mirror group for a mirrored one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "LayoutRecord", into = "LayoutRecord")]
 pub struct FileLayout {
     /// The pattern the file was created with.
     pub pattern: StripePattern,
-    /// The targets holding the file's objects; chunk `i` is on `targets[i % len]`.
-    pub targets: Vec<TargetId>,
+    slots: Vec<Slot>,
+}
+
+/// A layout as it is stored and sent: the slots' ids, whose kind the pattern gives.
+#[derive(Clone, Serialize, Deserialize)]
+struct LayoutRecord {
+    pattern: StripePattern,
+    slots: Vec<u32>,
+}
+
+impl From<LayoutRecord> for FileLayout {
+    fn from(record: LayoutRecord) -> FileLayout {
+        let slot = |id: u32| match record.pattern.kind {
+            PatternKind::Raid0 => Slot::Target(TargetId(id)),
+            PatternKind::Mirrored => Slot::Group(GroupId(id)),
+        };
+        FileLayout {
+            slots: record.slots.iter().copied().map(slot).collect(),
+            pattern: record.pattern,
+        }
+    }
+}
+
+impl From<FileLayout> for LayoutRecord {
+    fn from(layout: FileLayout) -> LayoutRecord {
+        LayoutRecord {
+            pattern: layout.pattern,
+            slots: layout
+                .slots
+                .iter()
+                .map(|slot| match slot {
+                    Slot::Target(target) => target.0,
+                    Slot::Group(group) => group.0,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Where one stripe slot of a file lives: a storage target, or a storage mirror group whose
 /// primary serves it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Slot {
     /// One target holds the slot's object.
     Target(TargetId),
     /// Every member of this storage mirror group holds it.
-    Group(u32),
+    Group(GroupId),
 }
 
 impl From<TargetId> for Slot {
@@ -161,24 +199,45 @@ impl std::fmt::Display for Slot {
 }
 
 impl FileLayout {
-    /// What `targets[index]` names: a target, or a mirror group for a mirrored pattern.
-    pub fn slot(&self, index: usize) -> Slot {
-        let id = self.targets[index];
-        match self.pattern.kind {
-            PatternKind::Raid0 => Slot::Target(id),
-            PatternKind::Mirrored => Slot::Group(id.0),
+    /// A layout of `pattern` over `slots`, in stripe order.
+    ///
+    /// # Panics
+    /// If a slot is not of the pattern's kind (a group in a striped layout, a target in a
+    /// mirrored one), or there is no slot: a layout that could not be stored as it is.
+    pub fn new(pattern: StripePattern, slots: Vec<Slot>) -> FileLayout {
+        assert!(!slots.is_empty(), "a layout with no slot");
+        for slot in &slots {
+            assert!(
+                matches!(
+                    (pattern.kind, slot),
+                    (PatternKind::Raid0, Slot::Target(_)) | (PatternKind::Mirrored, Slot::Group(_))
+                ),
+                "{slot} in a layout of pattern {:?}",
+                pattern.kind
+            );
         }
+        FileLayout { pattern, slots }
+    }
+
+    /// The slot at `index` in stripe order.
+    pub fn slot(&self, index: usize) -> Slot {
+        self.slots[index]
     }
 
     /// Every slot, in stripe order.
     pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
-        (0..self.targets.len()).map(|index| self.slot(index))
+        self.slots.iter().copied()
+    }
+
+    /// How many slots the file is striped over.
+    pub fn width(&self) -> usize {
+        self.slots.len()
     }
 
     /// The index in the target list of the slot that has the object found on `target`, if
     /// this file has it: a plain object (`group` is `None`) when the target is one of its
     /// slots, a mirrored object of `group` when that group is one.
-    pub fn index_of_object(&self, target: TargetId, group: Option<u32>) -> Option<usize> {
+    pub fn index_of_object(&self, target: TargetId, group: Option<GroupId>) -> Option<usize> {
         self.slots().position(|slot| match slot {
             Slot::Target(mine) => mine == target,
             Slot::Group(mine) => group == Some(mine),
@@ -189,13 +248,13 @@ impl FileLayout {
 /// One contiguous piece of a file range that lies inside one chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkPiece {
-    /// Index into the layout's target list.
-    pub target_index: usize,
+    /// The slot (its index in the layout) whose object holds the piece.
+    pub slot_index: usize,
     /// The chunk's index in the file.
     pub chunk_index: u64,
     /// Offset of the piece in the file.
     pub file_offset: u64,
-    /// Offset of the piece in the target's object.
+    /// Offset of the piece in the slot's object.
     pub object_offset: u64,
     /// Length of the piece in bytes; never zero, never crossing a chunk boundary.
     pub len: u64,
@@ -204,12 +263,11 @@ pub struct ChunkPiece {
 /// Maps the file range `[offset, offset + len)` to pieces, in file order, each within one chunk.
 ///
 /// # Panics
-/// If the layout has no targets or a zero chunk size, which validated layouts never have.
+/// If the layout has a zero chunk size, which validated layouts never have.
 pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> {
     let chunk = u64::from(layout.pattern.chunk_size_bytes);
-    let targets = layout.targets.len() as u64;
+    let width = layout.width() as u64;
     assert!(chunk > 0, "layout with zero chunk size");
-    assert!(targets > 0, "layout with no targets");
     let end = offset.checked_add(len).expect("file range overflows u64");
     let mut pieces = Vec::with_capacity((len / chunk + 2) as usize);
     let mut position = offset;
@@ -217,9 +275,9 @@ pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> 
         let chunk_index = position / chunk;
         let within = position % chunk;
         let piece_len = (chunk - within).min(end - position);
-        let row = chunk_index / targets;
+        let row = chunk_index / width;
         pieces.push(ChunkPiece {
-            target_index: (chunk_index % targets) as usize,
+            slot_index: (chunk_index % width) as usize,
             chunk_index,
             file_offset: position,
             object_offset: row * chunk + within,
@@ -231,7 +289,7 @@ pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> 
     pieces
 }
 
-/// A set of a layout's slots by index in its target list: the slots a file's data was
+/// A set of a layout's slots by index: the slots a file's data was
 /// written to, so that `weft fsck` can tell a lost object from a hole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotSet([u64; 4]);
@@ -246,11 +304,11 @@ impl SlotSet {
             return set;
         }
         let chunk = u64::from(layout.pattern.chunk_size_bytes);
-        let targets = layout.targets.len() as u64;
+        let width = layout.width() as u64;
         let first = offset / chunk;
         let last = (offset + (len - 1)) / chunk;
-        for chunk_index in first..=last.min(first + targets - 1) {
-            set.insert((chunk_index % targets) as usize);
+        for chunk_index in first..=last.min(first + width - 1) {
+            set.insert((chunk_index % width) as usize);
         }
         set
     }
@@ -289,62 +347,60 @@ impl SlotSet {
     }
 }
 
-/// The length the object on `target_index` has when the file is exactly `file_size` bytes long
+/// The length the object on `slot_index` has when the file is exactly `file_size` bytes long
 /// and fully written. Truncate cuts each object to this length.
-pub fn object_length_for_file_size(
-    layout: &FileLayout,
-    target_index: usize,
-    file_size: u64,
-) -> u64 {
+pub fn object_length_for_file_size(layout: &FileLayout, slot_index: usize, file_size: u64) -> u64 {
     let chunk = u64::from(layout.pattern.chunk_size_bytes);
-    let targets = layout.targets.len() as u64;
-    let target = target_index as u64;
+    let width = layout.width() as u64;
+    let slot = slot_index as u64;
     assert!(
-        target < targets,
-        "target index {target_index} outside layout"
+        slot < width,
+        "slot index {slot_index} outside a layout of {width}"
     );
     let full_chunks = file_size / chunk;
     let remainder = file_size % chunk;
-    let full_on_target = if full_chunks > target {
-        (full_chunks - target).div_ceil(targets)
+    let full_on_slot = if full_chunks > slot {
+        (full_chunks - slot).div_ceil(width)
     } else {
         0
     };
-    let partial = if full_chunks % targets == target {
+    let partial = if full_chunks % width == slot {
         remainder
     } else {
         0
     };
-    full_on_target * chunk + partial
+    let length = full_on_slot * chunk + partial;
+    debug_assert!(length <= file_size, "slot {slot} holds more than the file");
+    length
 }
 
-/// The object range on `target_index` that holds the file range `[offset, offset + len)`.
-/// A file range's bytes on one target are contiguous in its object, so one range per target
+/// The object range on `slot_index` that holds the file range `[offset, offset + len)`.
+/// A file range's bytes on one slot are contiguous in its object, so one range per slot
 /// covers it; the range is empty when the file range has no byte there.
 pub fn object_span(
     layout: &FileLayout,
-    target_index: usize,
+    slot_index: usize,
     offset: u64,
     len: u64,
 ) -> std::ops::Range<u64> {
     let end = offset.checked_add(len).expect("file range overflows u64");
-    object_length_for_file_size(layout, target_index, offset)
-        ..object_length_for_file_size(layout, target_index, end)
+    object_length_for_file_size(layout, slot_index, offset)
+        ..object_length_for_file_size(layout, slot_index, end)
 }
 
 /// The file size implied by the objects' lengths, `lengths[i]` being the object on
-/// `targets[i]`: one past the last byte any object holds. Used to recompute a size from storage.
+/// slot `i`: one past the last byte any object holds. Used to recompute a size from storage.
 pub fn file_size_from_object_lengths(layout: &FileLayout, lengths: &[u64]) -> u64 {
     let chunk = u64::from(layout.pattern.chunk_size_bytes);
-    let targets = layout.targets.len() as u64;
-    assert_eq!(lengths.len() as u64, targets, "one length per target");
+    let width = layout.width() as u64;
+    assert_eq!(lengths.len() as u64, width, "one length per slot");
     lengths
         .iter()
         .enumerate()
         .filter(|(_, length)| **length > 0)
         .map(|(index, length)| {
             let last = length - 1;
-            let chunk_index = (last / chunk) * targets + index as u64;
+            let chunk_index = (last / chunk) * width + index as u64;
             chunk_index * chunk + last % chunk + 1
         })
         .max()
@@ -402,15 +458,17 @@ mod tests {
     }
 
     fn layout(chunk_shift: u32, targets: u32) -> FileLayout {
-        FileLayout {
-            pattern: StripePattern {
+        FileLayout::new(
+            StripePattern {
                 kind: PatternKind::Raid0,
                 chunk_size_bytes: 1 << chunk_shift,
                 num_targets: targets as u16,
                 pool: StoragePoolId::DEFAULT,
             },
-            targets: (0..targets).map(|t| TargetId(100 + t)).collect(),
-        }
+            (0..targets)
+                .map(|t| Slot::Target(TargetId(100 + t)))
+                .collect(),
+        )
     }
 
     // Goal: the example from the design, worked by hand: 64 KiB chunks over 4 targets.
@@ -419,10 +477,10 @@ mod tests {
         let l = layout(16, 4);
         let pieces = map_range(&l, 5 * 65536 + 10, 65536);
         assert_eq!(pieces.len(), 2);
-        assert_eq!(pieces[0].target_index, 1);
+        assert_eq!(pieces[0].slot_index, 1);
         assert_eq!(pieces[0].object_offset, 65536 + 10);
         assert_eq!(pieces[0].len, 65536 - 10);
-        assert_eq!(pieces[1].target_index, 2);
+        assert_eq!(pieces[1].slot_index, 2);
         assert_eq!(pieces[1].object_offset, 65536);
         assert_eq!(pieces[1].len, 10);
     }
@@ -441,7 +499,7 @@ mod tests {
         ] {
             let mut expected = SlotSet::default();
             for piece in map_range(&l, offset, len) {
-                expected.insert(piece.target_index);
+                expected.insert(piece.slot_index);
             }
             assert_eq!(
                 SlotSet::of_range(&l, offset, len),
@@ -482,7 +540,7 @@ mod tests {
                 prop_assert!(piece.len > 0);
                 prop_assert_eq!(piece.file_offset / chunk, (piece.file_offset + piece.len - 1) / chunk);
                 let i = piece.file_offset / chunk;
-                prop_assert_eq!(piece.target_index as u64, i % targets as u64);
+                prop_assert_eq!(piece.slot_index as u64, i % targets as u64);
                 prop_assert_eq!(piece.object_offset, (i / targets as u64) * chunk + piece.file_offset % chunk);
                 expected += piece.len;
             }
@@ -495,7 +553,7 @@ mod tests {
             let l = layout(shift, targets);
             let pieces = map_range(&l, offset, len);
             for index in 0..targets as usize {
-                let mine: Vec<_> = pieces.iter().filter(|p| p.target_index == index).collect();
+                let mine: Vec<_> = pieces.iter().filter(|p| p.slot_index == index).collect();
                 let span = object_span(&l, index, offset, len);
                 match (mine.first(), mine.last()) {
                     (Some(first), Some(last)) => {
@@ -516,7 +574,7 @@ mod tests {
             let mut lengths = vec![0u64; targets as usize];
             for piece in map_range(&l, 0, size) {
                 let end = piece.object_offset + piece.len;
-                lengths[piece.target_index] = lengths[piece.target_index].max(end);
+                lengths[piece.slot_index] = lengths[piece.slot_index].max(end);
             }
             for (index, length) in lengths.iter().enumerate() {
                 prop_assert_eq!(*length, object_length_for_file_size(&l, index, size));

@@ -3,7 +3,9 @@
 
 use crate::access::Capability;
 use crate::error::WireError;
-use crate::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
+use crate::ids::{
+    ClientId, GroupId, GroupVersion, InodeId, MemberId, NodeId, StoragePoolId, TargetId,
+};
 use crate::layout::{FileLayout, SlotSet, StripePattern};
 use crate::wire::Wire;
 use serde::{Deserialize, Serialize};
@@ -191,7 +193,7 @@ pub enum Consistency {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MirrorMember {
     /// The storage target id, or the metadata node id.
-    pub id: u32,
+    pub id: MemberId,
     /// The node that holds it.
     pub node: NodeId,
     /// Its state.
@@ -206,13 +208,13 @@ pub struct MirrorMember {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MirrorGroupInfo {
     /// The group (numbered per kind from 1).
-    pub id: u32,
+    pub id: GroupId,
     /// What it mirrors.
     pub kind: MirrorKind,
     /// Bumped whenever its members, states or primary change.
-    pub version: u64,
+    pub version: GroupVersion,
     /// The member that serves (its `id`).
-    pub primary: u32,
+    pub primary: MemberId,
     /// Every member, the primary included.
     pub members: Vec<MirrorMember>,
     /// Bumped when writes acknowledged but not synced may have been lost (every copy
@@ -220,8 +222,16 @@ pub struct MirrorGroupInfo {
     pub loss_epoch: u64,
 }
 
-/// A member of a mirror group in one version: (group, version, member).
-pub type GroupMember = (u32, u64, u32);
+/// A member of a mirror group in one version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GroupMember {
+    /// The group.
+    pub group: GroupId,
+    /// The version of the group the member was seen in.
+    pub version: GroupVersion,
+    /// The member.
+    pub member: MemberId,
+}
 
 /// What a storage server tells management about its mirror groups in each heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -249,11 +259,11 @@ pub struct ResyncProgress {
     /// Storage targets or metadata nodes.
     pub kind: MirrorKind,
     /// The mirror group.
-    pub group: u32,
+    pub group: GroupId,
     /// The member being brought up to date.
-    pub member: u32,
+    pub member: MemberId,
     /// The group version the resync runs in (a new version starts it again).
-    pub version: u64,
+    pub version: GroupVersion,
     /// Objects the primary holds (for a metadata group: 1 MiB chunks of its store file),
     /// counted when the resync started.
     pub objects_total: u64,
@@ -274,9 +284,9 @@ pub struct ResyncProgress {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MirrorRoute {
     /// The storage mirror group.
-    pub group: u32,
+    pub group: GroupId,
     /// Its version.
-    pub version: u64,
+    pub version: GroupVersion,
     /// Sent by the primary to a member (applied there, not forwarded again).
     pub forwarded: bool,
 }
@@ -307,12 +317,17 @@ impl ClusterMap {
     /// that is its own only copy.
     pub fn target_consistency(&self, target: TargetId) -> Consistency {
         self.mirror_group_of_target(target)
-            .and_then(|group| group.members.iter().find(|member| member.id == target.0))
+            .and_then(|group| {
+                group
+                    .members
+                    .iter()
+                    .find(|member| member.id == MemberId::from(target))
+            })
             .map_or(Consistency::Good, |member| member.state)
     }
 
     /// The mirror group of this kind and id, if defined.
-    pub fn mirror_group(&self, kind: MirrorKind, id: u32) -> Option<&MirrorGroupInfo> {
+    pub fn mirror_group(&self, kind: MirrorKind, id: GroupId) -> Option<&MirrorGroupInfo> {
         self.mirror_groups
             .iter()
             .find(|group| group.kind == kind && group.id == id)
@@ -321,7 +336,11 @@ impl ClusterMap {
     /// The metadata mirror group that holds `home`: the group whose first member it is.
     pub fn meta_group_of_home(&self, home: NodeId) -> Option<&MirrorGroupInfo> {
         self.mirror_groups.iter().find(|group| {
-            group.kind == MirrorKind::Meta && group.members.first().is_some_and(|m| m.id == home.0)
+            group.kind == MirrorKind::Meta
+                && group
+                    .members
+                    .first()
+                    .is_some_and(|m| m.id == MemberId::from(home))
         })
     }
 
@@ -330,13 +349,19 @@ impl ClusterMap {
     pub fn meta_route(&self, home: NodeId) -> (NodeId, MetaRoute) {
         match self.meta_group_of_home(home) {
             Some(group) => (
-                NodeId(group.primary),
+                NodeId::from(group.primary),
                 MetaRoute {
                     home,
                     version: group.version,
                 },
             ),
-            None => (home, MetaRoute { home, version: 0 }),
+            None => (
+                home,
+                MetaRoute {
+                    home,
+                    version: GroupVersion(0),
+                },
+            ),
         }
     }
 
@@ -344,7 +369,7 @@ impl ClusterMap {
     /// every metadata node except those that are only copies (a metadata mirror group's
     /// members after its first), skipping homes whose server is offline.
     pub fn meta_homes(&self) -> Vec<NodeId> {
-        let copies: Vec<u32> = self
+        let copies: Vec<MemberId> = self
             .mirror_groups
             .iter()
             .filter(|group| group.kind == MirrorKind::Meta)
@@ -353,7 +378,7 @@ impl ClusterMap {
         let mut homes: Vec<NodeId> = self
             .nodes
             .iter()
-            .filter(|n| n.kind == NodeKind::Meta && !copies.contains(&n.id.0))
+            .filter(|n| n.kind == NodeKind::Meta && !copies.contains(&MemberId::from(n.id)))
             .map(|n| n.id)
             .filter(|home| {
                 let (server, _) = self.meta_route(*home);
@@ -368,7 +393,8 @@ impl ClusterMap {
     /// The storage mirror group `target` is a member of, if any.
     pub fn mirror_group_of_target(&self, target: TargetId) -> Option<&MirrorGroupInfo> {
         self.mirror_groups.iter().find(|group| {
-            group.kind == MirrorKind::Storage && group.members.iter().any(|m| m.id == target.0)
+            group.kind == MirrorKind::Storage
+                && group.members.iter().any(|m| m.id == MemberId::from(target))
         })
     }
 
@@ -467,7 +493,7 @@ pub enum MgmtRequest {
         /// Storage or metadata.
         kind: MirrorKind,
         /// The members.
-        members: Vec<u32>,
+        members: Vec<MemberId>,
     },
     /// Asks for the progress of the storage mirror resyncs running or finished lately.
     #[wire(tag = 8)]
@@ -1123,9 +1149,9 @@ pub enum MetaRequest {
     #[wire(tag = 34)]
     ReplicaApply {
         /// The group.
-        group: u32,
+        group: GroupId,
         /// The group version the primary sends with.
-        version: u64,
+        version: GroupVersion,
         /// The primary's link to the home: when it was opened, in nanoseconds since the Unix
         /// epoch. A primary that opens the home again sends under a later one.
         link: u64,
@@ -1166,7 +1192,7 @@ pub struct MetaRoute {
     /// The home (a metadata node id, or a mirror group's first member).
     pub home: NodeId,
     /// The home's group version, or 0.
-    pub version: u64,
+    pub version: GroupVersion,
 }
 
 /// What a StorageBench request asks of a storage server.

@@ -13,7 +13,8 @@ use std::fmt::Write as _;
 use weft_mirror::pages::FileChange;
 use weft_proto::access::{Caller, Capability, ClientRule, Subtree};
 use weft_proto::codec::{encode_body_in, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
-use weft_proto::layout::{FileLayout, PatternKind, SlotSet, StripePattern};
+use weft_proto::ids::{GroupId, GroupVersion, MemberId};
+use weft_proto::layout::{FileLayout, PatternKind, Slot, SlotSet, StripePattern};
 use weft_proto::messages::*;
 use weft_proto::{ClientId, ErrorCode, InodeId, NodeId, StoragePoolId, TargetId};
 
@@ -50,13 +51,13 @@ fn pattern() -> StripePattern {
 }
 
 fn layout() -> FileLayout {
-    FileLayout {
-        pattern: StripePattern {
+    FileLayout::new(
+        StripePattern {
             kind: PatternKind::Mirrored,
             ..pattern()
         },
-        targets: vec![TargetId(3), TargetId(4)],
-    }
+        vec![Slot::Group(GroupId(3)), Slot::Group(GroupId(4))],
+    )
 }
 
 fn usage() -> SpaceUsage {
@@ -112,8 +113,8 @@ fn new_inode(kind: FileKind) -> NewInode {
 
 fn mirror_route() -> Option<MirrorRoute> {
     Some(MirrorRoute {
-        group: 2,
-        version: 3,
+        group: GroupId(2),
+        version: GroupVersion(3),
         forwarded: false,
     })
 }
@@ -129,19 +130,19 @@ fn change_tag() -> Option<ChangeTag> {
 
 fn group() -> MirrorGroupInfo {
     MirrorGroupInfo {
-        id: 1,
+        id: GroupId(1),
         kind: MirrorKind::Storage,
-        version: 4,
-        primary: 3,
+        version: GroupVersion(4),
+        primary: MemberId(3),
         members: vec![
             MirrorMember {
-                id: 3,
+                id: MemberId(3),
                 node: NodeId(1),
                 state: Consistency::Good,
                 full_resync: false,
             },
             MirrorMember {
-                id: 4,
+                id: MemberId(4),
                 node: NodeId(2),
                 state: Consistency::NeedsResync,
                 full_resync: true,
@@ -154,9 +155,9 @@ fn group() -> MirrorGroupInfo {
 fn resync() -> ResyncProgress {
     ResyncProgress {
         kind: MirrorKind::Meta,
-        group: 1,
-        member: 2,
-        version: 3,
+        group: GroupId(1),
+        member: MemberId(2),
+        version: GroupVersion(3),
         objects_total: 4,
         objects_copied: 5,
         bytes_copied: 6,
@@ -210,7 +211,7 @@ fn lock() -> LockRange {
 fn route() -> MetaRoute {
     MetaRoute {
         home: NodeId(1),
-        version: 0,
+        version: GroupVersion(0),
     }
 }
 
@@ -247,8 +248,16 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
                 boot: 5,
                 unsynced_boot: 4,
                 interval_ms: 1000,
-                resynced: vec![(1, 4, 3)],
-                unreachable: vec![(2, 4, 5)],
+                resynced: vec![GroupMember {
+                    group: GroupId(1),
+                    version: GroupVersion(4),
+                    member: MemberId(3),
+                }],
+                unreachable: vec![GroupMember {
+                    group: GroupId(2),
+                    version: GroupVersion(4),
+                    member: MemberId(5),
+                }],
                 resyncs: vec![resync()],
             }),
         },
@@ -263,7 +272,7 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
         MgmtRequest::GetClusterStatus,
         MgmtRequest::CreateMirrorGroup {
             kind: MirrorKind::Storage,
-            members: vec![3, 4],
+            members: vec![MemberId(3), MemberId(4)],
         },
         MgmtRequest::GetResyncStats,
         MgmtRequest::AutoCreateMirrorGroups {
@@ -487,8 +496,8 @@ fn meta_requests() -> Vec<MetaRequest> {
             pattern: pattern(),
         },
         MetaRequest::ReplicaApply {
-            group: 1,
-            version: 2,
+            group: GroupId(1),
+            version: GroupVersion(2),
             link: 3,
             sequence: 4,
             changes: vec![

@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use weft_net::mirror::Adopted;
+use weft_proto::ids::{GroupId, MemberId};
 
 struct Log {
     path: PathBuf,
@@ -39,20 +40,20 @@ impl Log {
 /// Every record this server keeps, by (group, member).
 #[derive(Default)]
 pub struct MissedLogs {
-    logs: Mutex<HashMap<(u32, u32), Log>>,
+    logs: Mutex<HashMap<(GroupId, MemberId), Log>>,
 }
 
-fn file_name(group: u32, member: u32) -> String {
+fn file_name(group: GroupId, member: MemberId) -> String {
     format!("missed-{group}-{member}")
 }
 
-fn parse_name(name: &str) -> Option<(u32, u32)> {
+fn parse_name(name: &str) -> Option<(GroupId, MemberId)> {
     let (group, member) = name.strip_prefix("missed-")?.split_once('-')?;
-    Some((group.parse().ok()?, member.parse().ok()?))
+    Some((GroupId(group.parse().ok()?), MemberId(member.parse().ok()?)))
 }
 
 impl MissedLogs {
-    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, u32), Log>> {
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<(GroupId, MemberId), Log>> {
         self.logs.lock().expect("missed logs poisoned")
     }
 
@@ -91,7 +92,7 @@ impl MissedLogs {
     ///
     /// # Errors
     /// When the record cannot be created.
-    pub fn start(&self, root: &Path, group: u32, member: u32) -> std::io::Result<()> {
+    pub fn start(&self, root: &Path, group: GroupId, member: MemberId) -> std::io::Result<()> {
         let mut logs = self.logs();
         if logs.contains_key(&(group, member)) {
             return Ok(());
@@ -116,15 +117,15 @@ impl MissedLogs {
             },
         );
         tracing::info!(
-            group,
-            member,
+            %group,
+            %member,
             "recording what an absent mirror member misses"
         );
         Ok(())
     }
 
     /// Whether `group` has any record.
-    pub fn any(&self, group: u32) -> bool {
+    pub fn any(&self, group: GroupId) -> bool {
         self.logs().keys().any(|(g, _)| *g == group)
     }
 
@@ -133,7 +134,7 @@ impl MissedLogs {
     ///
     /// # Errors
     /// When a record cannot be written: the change must not be answered then.
-    pub fn note(&self, group: u32, items: &[u64]) -> std::io::Result<()> {
+    pub fn note(&self, group: GroupId, items: &[u64]) -> std::io::Result<()> {
         let mut logs = self.logs();
         for ((g, _), log) in logs.iter_mut() {
             if *g == group {
@@ -147,7 +148,12 @@ impl MissedLogs {
     ///
     /// # Errors
     /// When the record cannot be written.
-    pub fn note_member(&self, group: u32, member: u32, items: &[u64]) -> std::io::Result<()> {
+    pub fn note_member(
+        &self,
+        group: GroupId,
+        member: MemberId,
+        items: &[u64],
+    ) -> std::io::Result<()> {
         match self.logs().get_mut(&(group, member)) {
             Some(log) => log.append(items),
             None => Ok(()),
@@ -155,14 +161,14 @@ impl MissedLogs {
     }
 
     /// What `member` of `group` missed, if recorded, in order.
-    pub fn recorded(&self, group: u32, member: u32) -> Option<Vec<u64>> {
+    pub fn recorded(&self, group: GroupId, member: MemberId) -> Option<Vec<u64>> {
         self.logs()
             .get(&(group, member))
             .map(|log| log.items.iter().copied().collect())
     }
 
     /// Drops the record of `member` of `group`.
-    pub fn forget(&self, group: u32, member: u32) {
+    pub fn forget(&self, group: GroupId, member: MemberId) {
         if let Some(log) = self.logs().remove(&(group, member)) {
             let _ = std::fs::remove_file(&log.path);
         }
@@ -172,7 +178,7 @@ impl MissedLogs {
     /// that left its group in sync while this server stayed its primary (in the directory
     /// `root` gives for the group's primary), and drops those of groups whose primary is no
     /// longer here.
-    pub fn follow(&self, adopted: &Adopted, root: impl Fn(u32) -> Option<PathBuf>) {
+    pub fn follow(&self, adopted: &Adopted, root: impl Fn(GroupId) -> Option<PathBuf>) {
         for group in &adopted.drop_missed {
             self.forget_group(*group);
         }
@@ -186,14 +192,14 @@ impl MissedLogs {
             if let Err(error) = started {
                 // Without a record the member is copied in full when it comes back.
                 self.forget(*group, *member);
-                tracing::error!(group, member, %error, "cannot record what a mirror member misses");
+                tracing::error!(%group, %member, %error, "cannot record what a mirror member misses");
             }
         }
     }
 
     /// Drops every record of `group` (this server is no longer its primary).
-    pub fn forget_group(&self, group: u32) {
-        let members: Vec<u32> = self
+    pub fn forget_group(&self, group: GroupId) {
+        let members: Vec<MemberId> = self
             .logs()
             .keys()
             .filter(|(g, _)| *g == group)
@@ -215,18 +221,23 @@ mod tests {
     fn records_survive_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
         let logs = MissedLogs::default();
-        logs.start(dir.path(), 2, 7).expect("start");
+        logs.start(dir.path(), GroupId(2), MemberId(7))
+            .expect("start");
         for item in [5, 3, 5, 9] {
-            logs.note(2, &[item]).expect("note");
+            logs.note(GroupId(2), &[item]).expect("note");
         }
-        logs.note(3, &[1]).expect("another group has no record");
+        logs.note(GroupId(3), &[1])
+            .expect("another group has no record");
         let reloaded = MissedLogs::default();
         reloaded.load(dir.path()).expect("load");
-        assert_eq!(reloaded.recorded(2, 7), Some(vec![3, 5, 9]));
-        assert_eq!(reloaded.recorded(3, 7), None);
-        reloaded.forget(2, 7);
+        assert_eq!(
+            reloaded.recorded(GroupId(2), MemberId(7)),
+            Some(vec![3, 5, 9])
+        );
+        assert_eq!(reloaded.recorded(GroupId(3), MemberId(7)), None);
+        reloaded.forget(GroupId(2), MemberId(7));
         let again = MissedLogs::default();
         again.load(dir.path()).expect("load");
-        assert_eq!(again.recorded(2, 7), None);
+        assert_eq!(again.recorded(GroupId(2), MemberId(7)), None);
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use weft_mirror::{
     home_region, is_home, Answer, Change, ChunkId, Client, ClientOp, Controller, ControllerDurable,
     GroupId, MemberState, Msg, Node, ResyncCounts, Send, Server, ServerId, Store, Time, Timing,
-    Version, HOMES, PLAIN,
+    Version, HOMES,
 };
 
 /// The shape of a run.
@@ -78,8 +78,16 @@ impl Config {
         Config {
             seed,
             servers: 6,
-            groups: vec![vec![1, 2], vec![2, 3], vec![3, 4], vec![4, 1, 2]],
-            homes: vec![vec![5, 6], vec![6, 5]],
+            groups: vec![
+                vec![ServerId(1), ServerId(2)],
+                vec![ServerId(2), ServerId(3)],
+                vec![ServerId(3), ServerId(4)],
+                vec![ServerId(4), ServerId(1), ServerId(2)],
+            ],
+            homes: vec![
+                vec![ServerId(5), ServerId(6)],
+                vec![ServerId(6), ServerId(5)],
+            ],
             clients: 6,
             chunks_per_client: 16,
             fault_ms: 20_000,
@@ -339,8 +347,9 @@ impl World {
 
     /// Every group and home with its members.
     fn all_groups(config: &Config) -> Vec<(GroupId, &Vec<ServerId>)> {
-        let groups = (1..).zip(&config.groups);
-        groups.chain((HOMES + 1..).zip(&config.homes)).collect()
+        let groups = (1..).map(GroupId).zip(&config.groups);
+        let homes = (HOMES.0 + 1..).map(GroupId).zip(&config.homes);
+        groups.chain(homes).collect()
     }
 
     fn group_of(&self, client: u32) -> GroupId {
@@ -391,8 +400,8 @@ impl World {
         let home = is_home(group);
         // Reads and syncs of the plain objects on a member target now and then too.
         let place = if !home && self.random.next_u64() % 4 == 0 {
-            let members = &self.config.groups[group as usize - 1];
-            PLAIN + members[client as usize % members.len()]
+            let members = &self.config.groups[group.0 as usize - 1];
+            GroupId::plain(members[client as usize % members.len()])
         } else {
             group
         };
@@ -443,10 +452,10 @@ impl World {
         // A quarter of the changes go to plain objects (same chunk ids) on a member target of
         // the client's group.
         if !home && self.random.next_u64() % 4 == 0 {
-            let members = &self.config.groups[group as usize - 1];
+            let members = &self.config.groups[group.0 as usize - 1];
             let server = members[client as usize % members.len()];
             return ClientOp::Change {
-                group: PLAIN + server,
+                group: GroupId::plain(server),
                 change,
             };
         }
@@ -655,9 +664,9 @@ impl World {
                     group.members, group.version
                 ));
             }
-            self.outcome.failovers += group.version.saturating_sub(1);
+            self.outcome.failovers += group.version.0.saturating_sub(1);
             if is_home(*id) {
-                self.outcome.home_failovers += group.version.saturating_sub(1);
+                self.outcome.home_failovers += group.version.0.saturating_sub(1);
             }
             let data = |server: ServerId| -> Option<BTreeMap<ChunkId, Data>> {
                 let machine = self.servers.get(&server)?.machine.as_ref()?;
@@ -737,10 +746,9 @@ impl World {
         // touched by the resyncs of the groups its target is a member of.
         for (index, client) in self.clients.iter().enumerate() {
             for (place, chunk) in World::chunks_in(&client.history) {
-                if place < PLAIN {
+                let Some(server) = place.plain_server() else {
                     continue;
-                }
-                let server = place - PLAIN;
+                };
                 let Some(machine) = self.servers.get(&server).and_then(|s| s.machine.as_ref())
                 else {
                     violations.push(format!("server {server} is down at the end"));
@@ -900,6 +908,7 @@ pub fn run(config: &Config) -> Outcome {
         mgmt_starts: 0,
         mgmt: Some(controller),
         servers: (1..=config.servers)
+            .map(ServerId)
             .map(|id| {
                 (
                     id,

@@ -25,7 +25,7 @@ use weft_mirror::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, Resy
 use weft_net::mirror::{Membership, ResyncStart, Unsynced};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
-use weft_proto::ids::{ClientId, InodeId, TargetId};
+use weft_proto::ids::{ClientId, GroupId, GroupVersion, InodeId, MemberId, TargetId};
 use weft_proto::messages::{
     ChangeTag, MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
     OBJECTS_PER_LIST_MAX,
@@ -136,7 +136,7 @@ impl Mirror {
             sent,
             lease,
             groups,
-            |member| self.targets.contains_key(&TargetId(member)),
+            |member| self.targets.contains_key(&TargetId::from(member)),
             |adopted| {
                 self.missed.follow(adopted, |group| {
                     let primary = adopted
@@ -144,7 +144,12 @@ impl Mirror {
                         .iter()
                         .find(|(_, g)| g.id == group)
                         .map(|(_, g)| g.primary)?;
-                    Some(self.targets.get(&TargetId(primary))?.root().to_path_buf())
+                    Some(
+                        self.targets
+                            .get(&TargetId::from(primary))?
+                            .root()
+                            .to_path_buf(),
+                    )
                 });
             },
         );
@@ -168,7 +173,7 @@ impl Mirror {
         route: MirrorRoute,
     ) -> Result<MirrorGroupInfo, WireError> {
         self.membership
-            .admit_primary(target.0, route.group, route.version)
+            .admit_primary(MemberId::from(target), route.group, route.version)
     }
 
     /// Checks a change forwarded to member `target` by its primary.
@@ -177,7 +182,7 @@ impl Mirror {
     /// `StaleRoute` when the version differs or `target` is not a present member.
     pub fn admit_forward(&self, target: TargetId, route: MirrorRoute) -> Result<(), WireError> {
         self.membership
-            .admit_forward(target.0, route.group, route.version)
+            .admit_forward(MemberId::from(target), route.group, route.version)
     }
 
     /// Holds changes to `range` of the object of `inode` on `target` that overlap it until
@@ -200,7 +205,7 @@ impl Mirror {
     pub async fn forward(
         &self,
         target: TargetId,
-        group: u32,
+        group: GroupId,
         request: &StorageRequest,
         payload: &Bytes,
     ) -> Result<(), WireError> {
@@ -217,25 +222,30 @@ impl Mirror {
         let mut numbered = request.takes_tag().then(|| self.forwards.begin());
         let delivered = self
             .membership
-            .deliver(target.0, group, &changed, |member, version, attempt| {
-                let mut forward = request
-                    .clone()
-                    .rerouted(member_route(group, version, member));
-                if let Some(pending) = &numbered {
-                    forward = forward.retagged(weft_net::mirror::change_tag(
-                        ClientId(self.forwarder),
-                        pending,
-                    ));
-                }
-                async move {
-                    if attempt > 0 {
-                        self.metrics.forward_retries.inc();
+            .deliver(
+                MemberId::from(target),
+                group,
+                &changed,
+                |member, version, attempt| {
+                    let mut forward = request
+                        .clone()
+                        .rerouted(member_route(group, version, member));
+                    if let Some(pending) = &numbered {
+                        forward = forward.retagged(weft_net::mirror::change_tag(
+                            ClientId(self.forwarder),
+                            pending,
+                        ));
                     }
-                    self.send(member, forward, payload.clone()).await?;
-                    self.metrics.forwards.inc();
-                    Ok(())
-                }
-            })
+                    async move {
+                        if attempt > 0 {
+                            self.metrics.forward_retries.inc();
+                        }
+                        self.send(member, forward, payload.clone()).await?;
+                        self.metrics.forwards.inc();
+                        Ok(())
+                    }
+                },
+            )
             .await;
         if delivered.is_err() {
             if let Some(pending) = &mut numbered {
@@ -265,7 +275,7 @@ impl Mirror {
     /// Sends one request to the server of `member`.
     async fn send(
         &self,
-        member: u32,
+        member: MemberId,
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
@@ -277,13 +287,16 @@ impl Mirror {
     /// Sends one request to the server of `member`, waiting at most `timeout`.
     async fn send_within(
         &self,
-        member: u32,
+        member: MemberId,
         request: StorageRequest,
         payload: Bytes,
         timeout: Duration,
     ) -> Result<(Response, Bytes), RpcError> {
         let call = async {
-            let client = self.cluster.storage_for_target(TargetId(member)).await?;
+            let client = self
+                .cluster
+                .storage_for_target(TargetId::from(member))
+                .await?;
             client.send(request, payload).await
         };
         self.cluster
@@ -306,7 +319,7 @@ impl Mirror {
         let primary = self
             .membership
             .group(group)
-            .map(|known| TargetId(known.primary))
+            .map(|known| TargetId::from(known.primary))
             .ok_or_else(|| stale("gone".into()))?;
         let target = self
             .targets
@@ -333,9 +346,9 @@ impl Mirror {
             }
         };
         tracing::info!(
-            group,
-            version,
-            member,
+            %group,
+            %version,
+            %member,
             full = !incremental,
             "resync started"
         );
@@ -380,7 +393,7 @@ impl Mirror {
                     .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
                     .0;
                     let count = plan.primary_listed(objects.into_iter().map(|(inode, _)| inode.0));
-                    tracing::info!(group, version, member, objects = count, "resync copies");
+                    tracing::info!(%group, %version, %member, objects = count, "resync copies");
                     self.membership.resync_total(start, count as u64);
                 }
                 ResyncStep::Object(inode) => {
@@ -397,14 +410,14 @@ impl Mirror {
         if incremental {
             self.missed.forget(group, member);
             tracing::info!(
-                group,
-                version,
-                member,
+                %group,
+                %version,
+                %member,
                 objects = copied,
                 "resync copied what the member missed"
             );
         } else {
-            tracing::info!(group, version, member, objects = copied, "resync copied");
+            tracing::info!(%group, %version, %member, objects = copied, "resync copied");
         }
         Ok(())
     }
@@ -427,7 +440,7 @@ impl Mirror {
                 Ok(_) => return Ok(()),
                 Err(error) if error.is_retryable() && tries + 1 < SYNC_TARGET_TRIES => {
                     tries += 1;
-                    tracing::warn!(member = start.member, %error, "syncing a resynced member failed; trying again");
+                    tracing::warn!(member = %start.member, %error, "syncing a resynced member failed; trying again");
                 }
                 Err(error) => {
                     return Err(WireError::new(ErrorCode::Unavailable, error.to_string()))
@@ -456,14 +469,16 @@ impl Mirror {
 
     /// The route of a resync step; fails once the resync's version is over.
     fn resync_route(&self, primary: TargetId, start: ResyncStart) -> Result<Route, WireError> {
-        let version = self.membership.resync_version(primary.0, start)?;
+        let version = self
+            .membership
+            .resync_version(MemberId::from(primary), start)?;
         Ok(member_route(start.group, version, start.member))
     }
 
     /// One resync step, tried until it lands or the resync's version is over.
     async fn send_step(
         &self,
-        member: u32,
+        member: MemberId,
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(), WireError> {
@@ -593,9 +608,9 @@ fn mirrored(inode: InodeId) -> ObjectId {
 }
 
 /// The route of a change to `member` of `group` in `version`.
-fn member_route(group: u32, version: u64, member: u32) -> Route {
+fn member_route(group: GroupId, version: GroupVersion, member: MemberId) -> Route {
     Route {
-        target: TargetId(member),
+        target: TargetId::from(member),
         mirror: Some(MirrorRoute {
             group,
             version,

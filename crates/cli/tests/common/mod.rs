@@ -243,7 +243,7 @@ pub async fn secondary_route(view: &weft_net::ClusterView) -> weft_proto::messag
         .expect("a secondary")
         .id;
     Route {
-        target: weft_proto::TargetId(member),
+        target: weft_proto::TargetId::from(member),
         mirror: Some(MirrorRoute {
             group: group.id,
             version: group.version,

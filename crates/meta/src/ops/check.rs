@@ -23,6 +23,7 @@ use crate::store::{
 };
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use weft_proto::ids::GroupId;
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::layout::SlotSet;
 use weft_proto::layout::{object_length_for_file_size, Slot};
@@ -66,13 +67,13 @@ struct Entry {
 
 /// An object found on a target: a plain one as (inode, target, `None`, length), a mirrored
 /// one as (inode, member target, `Some(group)`, length).
-pub(crate) type FoundObject = (InodeId, TargetId, Option<u32>, u64);
+pub(crate) type FoundObject = (InodeId, TargetId, Option<GroupId>, u64);
 
 /// Where the objects were looked for: the targets that were listed, and of each storage
 /// mirror group the members that hold every acknowledged change (good) and were listed.
 pub(crate) struct Listed {
     pub targets: HashSet<TargetId>,
-    pub good_members: HashMap<u32, Vec<TargetId>>,
+    pub good_members: HashMap<GroupId, Vec<TargetId>>,
 }
 
 /// A copy of a file's data the check did not find, or must compare with its other copies.
@@ -644,7 +645,7 @@ fn check_copies(
     (objects, listed): (&[FoundObject], &Listed),
     unsettled: &HashSet<InodeId>,
 ) -> Vec<Suspect> {
-    let present: HashSet<(InodeId, TargetId, Option<u32>)> = objects
+    let present: HashSet<(InodeId, TargetId, Option<GroupId>)> = objects
         .iter()
         .map(|&(inode, target, group, _)| (inode, target, group))
         .collect();
@@ -658,7 +659,7 @@ fn check_copies(
             continue;
         }
         let written = snapshot.written.get(&id).copied().unwrap_or_default();
-        for index in 0..layout.targets.len() {
+        for index in 0..layout.width() {
             if object_length_for_file_size(layout, index, record.size) == 0 {
                 continue;
             }

@@ -83,8 +83,8 @@ pub(crate) fn create(
     }
     let pattern = parent.pattern.unwrap_or(StripePattern::DEFAULT);
     let layout = if entry.new.kind == FileKind::Regular {
-        let targets = context.chooser.choose(&context.map, &pattern);
-        if targets.is_empty() {
+        let slots = context.chooser.choose(&context.map, &pattern);
+        if slots.is_empty() {
             return Err(OpError::rejected(
                 ErrorCode::NoTargets,
                 match pattern.kind {
@@ -96,7 +96,7 @@ pub(crate) fn create(
                 },
             ));
         }
-        Some(FileLayout { pattern, targets })
+        Some(FileLayout::new(pattern, slots))
     } else {
         None
     };

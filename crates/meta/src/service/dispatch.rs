@@ -3,6 +3,7 @@
 use super::intents::exchange::exchange_dentry;
 use super::intents::link::adjust_links;
 use super::intents::mkdir::create_dir_inode;
+use super::intents::mkdir::Placement;
 use super::intents::rename::{insert_dentry_for, renamed};
 use super::intents::rmdir::remove_dir_inode;
 use super::intents::spread::{seal_shard, set_shards, sync_shard};
@@ -57,7 +58,7 @@ impl Meta {
                     // A parent with a default spread makes every new subdirectory spread.
                     if let Some(shards) = self.inherited_spread(parent).await {
                         return self
-                            .mkdir_spread(mutation, (parent, name), new, shards)
+                            .mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
                             .await
                             .map_err(OpError::into_wire);
                     }
@@ -94,7 +95,11 @@ impl Meta {
                     }
                     result
                 } else {
-                    self.remote_mkdir(mutation, parent, name, new, (home, Vec::new()))
+                    let placement = Placement {
+                        home,
+                        shard_homes: Vec::new(),
+                    };
+                    self.remote_mkdir(mutation, NewEntry { parent, name, new }, placement)
                         .await
                 }
             }
@@ -105,7 +110,7 @@ impl Meta {
                 new,
                 shards,
             } => {
-                self.mkdir_spread(mutation, (parent, name), new, shards)
+                self.mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
                     .await
             }
             MetaRequest::SetShards { dir, shards } => {
@@ -395,7 +400,7 @@ impl Meta {
                 .mirror_groups
                 .iter()
                 .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
-                .filter_map(|g| map.target(weft_proto::TargetId(g.primary)))
+                .filter_map(|g| map.target(weft_proto::TargetId::from(g.primary)))
                 .filter(|t| t.pool == desired.pool)
                 .count(),
         };

@@ -122,9 +122,12 @@ impl Meta {
                 .map(|group| {
                     let good = group.members.iter().filter(|member| {
                         member.state == Consistency::Good
-                            && !unreachable.contains(&TargetId(member.id))
+                            && !unreachable.contains(&TargetId::from(member.id))
                     });
-                    (group.id, good.map(|member| TargetId(member.id)).collect())
+                    (
+                        group.id,
+                        good.map(|member| TargetId::from(member.id)).collect(),
+                    )
                 })
                 .collect(),
         };

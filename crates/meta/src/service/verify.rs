@@ -12,6 +12,7 @@ use super::Meta;
 use crate::ops::check::{report_problem, Suspect, SuspectKind};
 use crate::store::{load_inode, load_written, OpError, INODES, TRUNCATES, UNREPORTED, WRITTEN};
 use weft_net::RpcError;
+use weft_proto::ids::MemberId;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::layout::Slot;
 use weft_proto::messages::{CheckReport, Consistency, CHECKSUM_BYTES_MAX};
@@ -159,9 +160,9 @@ impl Meta {
             return false;
         };
         members.iter().all(|target| {
-            info.members
-                .iter()
-                .any(|member| member.id == target.0 && member.state == Consistency::Good)
+            info.members.iter().any(|member| {
+                member.id == MemberId::from(*target) && member.state == Consistency::Good
+            })
         })
     }
 

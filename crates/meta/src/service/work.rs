@@ -151,7 +151,7 @@ impl Meta {
                             storage.object_length(route, inode).await
                         })
                 });
-                let mut found = Vec::with_capacity(layout.targets.len());
+                let mut found = Vec::with_capacity(layout.width());
                 let mut error = None;
                 for (slot, length) in layout.slots().zip(futures::future::join_all(lengths).await) {
                     match length {

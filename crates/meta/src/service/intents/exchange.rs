@@ -17,14 +17,34 @@ use weft_proto::ids::InodeId;
 use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
 use weft_proto::ErrorCode;
 
+/// A RENAME_EXCHANGE of a name on this server with a name elsewhere.
+pub(crate) struct Exchange {
+    /// The near name's directory, here.
+    pub parent: InodeId,
+    pub name: String,
+    /// The far name's directory, elsewhere.
+    pub new_parent: InodeId,
+    pub new_name: String,
+    /// The inode the far name holds, and its kind.
+    pub other: InodeId,
+    pub other_kind: FileKind,
+}
+
 /// Exchange step (1), on the coordinator: checks the near name and records the intent.
 pub(crate) fn prepare_exchange(
     txn: &WriteTransaction,
     mutation: MutationId,
-    (parent, name): (InodeId, &str),
-    (new_parent, new_name): (InodeId, &str),
-    (other, other_kind): (InodeId, FileKind),
+    exchange: &Exchange,
 ) -> Result<Prepared, OpError> {
+    let Exchange {
+        parent,
+        name,
+        new_parent,
+        new_name,
+        other,
+        other_kind,
+    } = exchange;
+    let (parent, new_parent, other, other_kind) = (*parent, *new_parent, *other, *other_kind);
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(prepared);
     }
@@ -166,22 +186,12 @@ impl Meta {
     pub(in crate::service) async fn exchange_out(
         &self,
         mutation: MutationId,
-        (parent, name): (InodeId, String),
-        (new_parent, new_name): (InodeId, String),
-        other: (InodeId, FileKind),
+        exchange: Exchange,
     ) -> Result<Response, OpError> {
         let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
-            .run_with(move |txn| {
-                prepare_exchange(
-                    txn,
-                    mutation,
-                    (parent, &name),
-                    (new_parent, &new_name),
-                    other,
-                )
-            })
+            .run_with(move |txn| prepare_exchange(txn, mutation, &exchange))
             .await?;
         self.drive(prepared, preparing, "rename-after-intent").await
     }

@@ -6,7 +6,7 @@
 //! reply, in one transaction. A crash after (1) or (2) leaves an intent that recovery finishes;
 //! if the name was taken meanwhile, the remote inode is removed again.
 
-use crate::ops::create::{load_parent_for_new, owner_group_and_mode};
+use crate::ops::create::{load_parent_for_new, owner_group_and_mode, NewEntry};
 use crate::ops::intent::{
     check_unsettled, earlier, record_intent, remove_intent, Intent, IntentOp, MkdirIntent,
     Prepared, SpreadMkdirIntent,
@@ -20,8 +20,16 @@ use crate::store::{
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::layout::StripePattern;
-use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Response};
+use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, Response};
 use weft_proto::ErrorCode;
+
+/// Where a new directory made by an intent goes.
+pub(crate) struct Placement {
+    /// The home of its inode (of its first shard, for a spread directory).
+    pub home: NodeId,
+    /// The homes of its other shards; empty for a directory that is not spread.
+    pub shard_homes: Vec<NodeId>,
+}
 
 /// mkdir step (1): checks the name, works out the new directory's mode, group, pattern and
 /// ACLs from the parent, and records the intent with the request for the inode's home.
@@ -29,11 +37,12 @@ pub(crate) fn prepare_mkdir(
     txn: &WriteTransaction,
     coordinator: NodeId,
     mutation: MutationId,
-    parent: InodeId,
-    name: &str,
-    new: &NewInode,
-    (home, shard_homes): (NodeId, Vec<NodeId>),
+    entry: &NewEntry,
+    placement: Placement,
 ) -> Result<Prepared, OpError> {
+    let NewEntry { parent, name, new } = entry;
+    let (parent, name) = (*parent, name.as_str());
+    let Placement { home, shard_homes } = placement;
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(prepared);
     }
@@ -222,26 +231,14 @@ impl Meta {
     pub(in crate::service) async fn remote_mkdir(
         &self,
         mutation: MutationId,
-        parent: InodeId,
-        name: String,
-        new: NewInode,
-        (home, shard_homes): (NodeId, Vec<NodeId>),
+        entry: NewEntry,
+        placement: Placement,
     ) -> Result<Response, OpError> {
         let coordinator = self.node;
         let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
-            .run_with(move |txn| {
-                prepare_mkdir(
-                    txn,
-                    coordinator,
-                    mutation,
-                    parent,
-                    &name,
-                    &new,
-                    (home, shard_homes),
-                )
-            })
+            .run_with(move |txn| prepare_mkdir(txn, coordinator, mutation, &entry, placement))
             .await?;
         self.drive(prepared, preparing, "mkdir-after-intent").await
     }

@@ -6,6 +6,7 @@
 //! the reply. A directory moving to another parent first takes the cluster-wide rename lock and
 //! checks across servers that it is not moved into its own subtree.
 
+use super::exchange::Exchange;
 use crate::ops::intent::{
     check_not_in_flight, check_unsettled, drop_intent, earlier, entry_to_change, record_intent,
     Intent, IntentOp, Prepared, RenameIntent,
@@ -328,8 +329,16 @@ impl Meta {
                         format!("{new_name:?} not found"),
                     ));
                 };
-                self.exchange_out(mutation, (parent, name), (new_parent, new_name), other)
-                    .await
+                let (other, other_kind) = other;
+                let exchange = Exchange {
+                    parent,
+                    name,
+                    new_parent,
+                    new_name,
+                    other,
+                    other_kind,
+                };
+                self.exchange_out(mutation, exchange).await
             } else if all_here {
                 let forgets = child.home() != here && !is_dir(kind);
                 if forgets {

@@ -21,15 +21,27 @@ use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
 use weft_proto::ErrorCode;
 
+/// The directory an rmdir removes.
+pub(crate) struct RemovedDir<'a> {
+    pub parent: InodeId,
+    pub name: &'a str,
+    /// Its shards, when it is spread (empty when not).
+    pub shards: Vec<InodeId>,
+}
+
 /// rmdir step (1) when the directory's inode lives elsewhere; `None` when it is local (the
 /// caller removes it in one local transaction).
 pub(crate) fn prepare_rmdir(
     txn: &WriteTransaction,
     home: NodeId,
     mutation: MutationId,
-    parent: InodeId,
-    (name, shards): (&str, Vec<InodeId>),
+    removed: RemovedDir<'_>,
 ) -> Result<Option<Prepared>, OpError> {
+    let RemovedDir {
+        parent,
+        name,
+        shards,
+    } = removed;
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(Some(prepared));
     }
@@ -133,7 +145,14 @@ impl Meta {
         let preparing = self.intent_runs.preparing();
         let prepared = self
             .committer
-            .run_with(move |txn| prepare_rmdir(txn, home, mutation, parent, (&lookup_name, shards)))
+            .run_with(move |txn| {
+                let removed = RemovedDir {
+                    parent,
+                    name: &lookup_name,
+                    shards,
+                };
+                prepare_rmdir(txn, home, mutation, removed)
+            })
             .await?;
         match prepared {
             None => {

@@ -4,8 +4,9 @@
 //! the shards, then the dentry, or unseals them again. What new entries inherit is copied from
 //! the directory to its shards after every change.
 
-use super::mkdir::finish_mkdir;
+use super::mkdir::{finish_mkdir, Placement};
 use super::rmdir::finish_rmdir;
+use crate::ops::create::NewEntry;
 use crate::ops::intent::{check_unsettled, MkdirIntent, SpreadMkdirIntent, SpreadRmdirIntent};
 use crate::ops::lookup::get_attr;
 use crate::service::Meta;
@@ -14,7 +15,7 @@ use crate::store::{
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, NewInode, Response};
+use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
 use weft_proto::ErrorCode;
 
 /// On a spread directory's home: records its shards (idempotent) and answers its attributes.
@@ -132,11 +133,10 @@ impl Meta {
     pub(in crate::service) async fn mkdir_spread(
         &self,
         mutation: MutationId,
-        (parent, name): (InodeId, String),
-        new: NewInode,
+        entry: NewEntry,
         shards: u16,
     ) -> Result<Response, OpError> {
-        if new.kind != FileKind::Directory
+        if entry.new.kind != FileKind::Directory
             || !(2..=weft_proto::layout::DIR_SHARDS_MAX).contains(&shards)
         {
             return Err(OpError::rejected(
@@ -169,8 +169,11 @@ impl Meta {
             ));
         }
         let home = homes.remove(0);
-        self.remote_mkdir(mutation, parent, name, new, (home, homes))
-            .await
+        let placement = Placement {
+            home,
+            shard_homes: homes,
+        };
+        self.remote_mkdir(mutation, entry, placement).await
     }
 
     /// The spread a new subdirectory of `parent` inherits: its default spread, over as many
