@@ -221,7 +221,7 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
         client,
         tokio::runtime::Handle::current(),
         (
-            std::time::Duration::from_millis(config.attr_cache_ms),
+            config.attr_cache,
             config.write_behind_bytes,
             config.writeback_cache,
             config.read_ahead_bytes,

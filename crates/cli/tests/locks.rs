@@ -406,7 +406,7 @@ fn a_busy_program_keeps_its_session() {
         .expect("runtime");
     let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
     config.auth_key_file = Some(cluster.key_file());
-    config.heartbeat_interval_ms = 300;
+    config.heartbeat_interval = std::time::Duration::from_millis(300);
     let client = runtime
         .block_on(weft_client::Client::connect(&config))
         .expect("client");

@@ -640,7 +640,7 @@ fn a_commit_larger_than_a_frame_reaches_the_metadata_copy() {
     let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
     config.auth_key_file = Some(cluster.key_file());
     // Within the test cluster's short session timeout.
-    config.heartbeat_interval_ms = 300;
+    config.heartbeat_interval = std::time::Duration::from_millis(300);
     let client = runtime
         .block_on(weft_client::Client::connect(&config))
         .expect("client");

@@ -404,7 +404,7 @@ fn native_client(
 ) -> std::sync::Arc<weft_client::Client> {
     let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
     config.auth_key_file = Some(key_file.to_path_buf());
-    config.heartbeat_interval_ms = 300;
+    config.heartbeat_interval = std::time::Duration::from_millis(300);
     runtime
         .block_on(weft_client::Client::connect(&config))
         .expect("a client key connects")

@@ -19,85 +19,85 @@ use weft_proto::ErrorCode;
 
 use weft_mirror::numbers::{Numbers, Pending};
 
-/// Configuration of a client (`weft mount`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientConfig {
-    /// Management's address, `host:port`.
-    pub mgmt: String,
-    /// Connections kept to each server.
-    #[serde(default = "default_connections")]
-    pub connections_per_server: usize,
-    /// Deadline of one request, in milliseconds.
-    #[serde(default = "default_request_timeout")]
-    pub request_timeout_ms: u64,
-    /// How long a request is retried while its server is unreachable, in milliseconds.
-    #[serde(default = "default_retry_timeout")]
-    pub retry_timeout_ms: u64,
-    /// Interval of session heartbeats and map refreshes, in milliseconds.
-    #[serde(default = "default_heartbeat")]
-    pub heartbeat_interval_ms: u64,
-    /// FUSE worker threads.
-    #[serde(default = "default_fuse_threads")]
-    pub fuse_threads: usize,
-    /// How long the kernel may trust attributes and names it got from the mount, in
-    /// milliseconds (0: ask every time). A change made through another mount shows in a stat
-    /// here within this time; an open always fetches fresh attributes and drops cached data
-    /// (close-to-open consistency).
-    #[serde(default = "default_attr_cache")]
-    pub attr_cache_ms: u64,
-    /// Bytes of writes each open file may have on their way to the storage servers before a
-    /// write waits (write-behind; 0: every write waits for the servers). Errors of those writes
-    /// come back at the file's next write, flush (close) or fsync.
-    #[serde(default = "default_write_behind")]
-    pub write_behind_bytes: u32,
-    /// Bytes read ahead of a reader that reads a file in order, per open file, in windows of
-    /// this size (two at most in flight or kept; 0: none beyond the kernel's own). Dropped when
-    /// this client writes or truncates the file.
-    #[serde(default = "default_read_ahead")]
-    pub read_ahead_bytes: u64,
-    /// Let the kernel cache writes and trust its own file size (FUSE writeback caching). Only
-    /// for files one client writes at a time: another client's writes to a file this one has
-    /// cached pages of are not seen until it is opened again. Off by default.
-    #[serde(default)]
-    pub writeback_cache: bool,
-    /// The cluster key file (`weft keygen FILE`): every connection, made or accepted, proves
-    /// it holds this key. Required unless `auth = "none"`.
-    #[serde(default)]
-    pub auth_key_file: Option<std::path::PathBuf>,
-    /// `"none"` runs without authentication: any peer that reaches the port can read and
-    /// change everything (logged as a warning at every start).
-    #[serde(default)]
-    pub auth: Option<weft_net::AuthMode>,
-    /// TLS for every connection this process makes and accepts: its certificate (PEM),
-    /// signed by the cluster's CA. With `tls_key_file` and `tls_ca_file`; absent: plain TCP.
-    #[serde(default)]
-    pub tls_cert_file: Option<std::path::PathBuf>,
-    /// The private key of `tls_cert_file` (PEM).
-    #[serde(default)]
-    pub tls_key_file: Option<std::path::PathBuf>,
-    /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
+weft_net::security_config! {
+    /// Configuration of a client (`weft mount`).
+    #[derive(Clone, Debug, Deserialize, Serialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct ClientConfig {
+        /// Management's address, `host:port`.
+        pub mgmt: String,
+        /// Connections kept to each server.
+        #[serde(default = "default_connections")]
+        pub connections_per_server: usize,
+        /// Deadline of one request, in milliseconds.
+        #[serde(
+            rename = "request_timeout_ms",
+            default = "default_request_timeout",
+            with = "weft_net::config::millis"
+        )]
+        pub request_timeout: Duration,
+        /// How long a request is retried while its server is unreachable, in milliseconds.
+        #[serde(
+            rename = "retry_timeout_ms",
+            default = "default_retry_timeout",
+            with = "weft_net::config::millis"
+        )]
+        pub retry_timeout: Duration,
+        /// Interval of session heartbeats and map refreshes, in milliseconds.
+        #[serde(
+            rename = "heartbeat_interval_ms",
+            default = "default_heartbeat",
+            with = "weft_net::config::millis"
+        )]
+        pub heartbeat_interval: Duration,
+        /// FUSE worker threads.
+        #[serde(default = "default_fuse_threads")]
+        pub fuse_threads: usize,
+        /// How long the kernel may trust attributes and names it got from the mount, in
+        /// milliseconds (0: ask every time). A change made through another mount shows in a stat
+        /// here within this time; an open always fetches fresh attributes and drops cached data
+        /// (close-to-open consistency).
+        #[serde(
+            rename = "attr_cache_ms",
+            default = "default_attr_cache",
+            with = "weft_net::config::millis"
+        )]
+        pub attr_cache: Duration,
+        /// Bytes of writes each open file may have on their way to the storage servers before a
+        /// write waits (write-behind; 0: every write waits for the servers). Errors of those writes
+        /// come back at the file's next write, flush (close) or fsync.
+        #[serde(default = "default_write_behind")]
+        pub write_behind_bytes: u32,
+        /// Bytes read ahead of a reader that reads a file in order, per open file, in windows of
+        /// this size (two at most in flight or kept; 0: none beyond the kernel's own). Dropped when
+        /// this client writes or truncates the file.
+        #[serde(default = "default_read_ahead")]
+        pub read_ahead_bytes: u64,
+        /// Let the kernel cache writes and trust its own file size (FUSE writeback caching). Only
+        /// for files one client writes at a time: another client's writes to a file this one has
+        /// cached pages of are not seen until it is opened again. Off by default.
+        #[serde(default)]
+        pub writeback_cache: bool,
+    }
 }
 
 fn default_connections() -> usize {
     2
 }
-fn default_request_timeout() -> u64 {
-    30_000
+fn default_request_timeout() -> Duration {
+    Duration::from_millis(30_000)
 }
-fn default_retry_timeout() -> u64 {
-    60_000
+fn default_retry_timeout() -> Duration {
+    Duration::from_millis(60_000)
 }
-fn default_heartbeat() -> u64 {
-    5_000
+fn default_heartbeat() -> Duration {
+    Duration::from_millis(5_000)
 }
 fn default_fuse_threads() -> usize {
     4
 }
-fn default_attr_cache() -> u64 {
-    1_000
+fn default_attr_cache() -> Duration {
+    Duration::from_millis(1_000)
 }
 fn default_write_behind() -> u32 {
     4 * 1024 * 1024
@@ -113,11 +113,11 @@ impl ClientConfig {
         ClientConfig {
             mgmt: mgmt.into(),
             connections_per_server: default_connections(),
-            request_timeout_ms: default_request_timeout(),
-            retry_timeout_ms: default_retry_timeout(),
-            heartbeat_interval_ms: default_heartbeat(),
+            request_timeout: default_request_timeout(),
+            retry_timeout: default_retry_timeout(),
+            heartbeat_interval: default_heartbeat(),
             fuse_threads: default_fuse_threads(),
-            attr_cache_ms: default_attr_cache(),
+            attr_cache: default_attr_cache(),
             write_behind_bytes: default_write_behind(),
             read_ahead_bytes: default_read_ahead(),
             writeback_cache: false,
@@ -135,13 +135,7 @@ impl ClientConfig {
     /// # Errors
     /// When the config names neither or both, or the key file is unusable.
     pub fn auth(&self) -> Result<weft_net::Auth, String> {
-        weft_net::Auth::from_settings(weft_net::auth::AuthSettings {
-            mode: self.auth,
-            key_file: self.auth_key_file.as_deref(),
-            tls_cert_file: self.tls_cert_file.as_deref(),
-            tls_key_file: self.tls_key_file.as_deref(),
-            tls_ca_file: self.tls_ca_file.as_deref(),
-        })
+        weft_net::Auth::from_settings(self.auth_settings())
     }
 }
 
@@ -280,6 +274,10 @@ const RELEASE_GATHER: Duration = Duration::from_millis(2);
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
 const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
 
+/// How long a client waits before it asks again for a capability a metadata server did not
+/// grant while a storage server wanted one ([`Client::with_capability`]).
+const CAPABILITY_RETRY_SLICE: Duration = Duration::from_millis(50);
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
@@ -317,7 +315,7 @@ impl Client {
         let identity = auth.client_name().map(str::to_string);
         let options = RpcClientOptions {
             connections: config.connections_per_server,
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            request_timeout: config.request_timeout,
             auth,
             ..RpcClientOptions::default()
         };
@@ -335,7 +333,7 @@ impl Client {
             .and_then(|rule| rule.subtree.as_ref())
             .map_or(InodeId::ROOT, |subtree| subtree.inode);
         let retry = RetryPolicy {
-            total_timeout: Duration::from_millis(config.retry_timeout_ms),
+            total_timeout: config.retry_timeout,
             ..RetryPolicy::default()
         };
         let client = Arc::new(Client {
@@ -355,7 +353,7 @@ impl Client {
             net_bench: std::sync::atomic::AtomicBool::new(false),
             unserved: crate::unserved::Unserved::default(),
         });
-        let interval = Duration::from_millis(config.heartbeat_interval_ms);
+        let interval = config.heartbeat_interval;
         spawn_heartbeat(
             &client,
             interval,
@@ -972,7 +970,10 @@ impl Client {
     /// granting `want`, if an open of the file was granted one; when the storage server wants
     /// one it did not get (none was granted yet, or it expired, or was another session's), opens
     /// the file again for a new one, as the handle that asked that access was opened, and
-    /// runs `attempt` once more.
+    /// runs `attempt` once more. A storage server may learn of a new rule for this client
+    /// before the file's metadata server does, which then grants nothing: the open is asked
+    /// again, every [`CAPABILITY_RETRY_SLICE`], until it grants one or the retry policy's
+    /// time runs out.
     ///
     /// # Errors
     /// What `attempt` gave, or what the open again gave.
@@ -986,16 +987,28 @@ impl Client {
         F: Fn(Option<Capability>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
-        let session = self.id();
-        match attempt(self.opens.capability(inode, want, session)).await {
-            Err(error) if error.code() == ErrorCode::CapabilityNeeded => {
-                let Some((handle, (access, caller))) = self.opens.handle_for(inode, want) else {
-                    return Err(error);
-                };
-                weft_net::stubs::acting_for(caller, self.open(inode, handle, access)).await?;
-                attempt(self.opens.capability(inode, want, self.id())).await
+        let started = std::time::Instant::now();
+        let mut capability = self.opens.capability(inode, want, self.id());
+        loop {
+            match attempt(capability).await {
+                Err(error) if error.code() == ErrorCode::CapabilityNeeded => {
+                    let Some((handle, (access, caller))) = self.opens.handle_for(inode, want)
+                    else {
+                        return Err(error);
+                    };
+                    if started.elapsed() >= self.retry.total_timeout {
+                        return Err(error);
+                    }
+                    weft_net::stubs::acting_for(caller, self.open(inode, handle, access)).await?;
+                    capability = self.opens.capability(inode, want, self.id());
+                    if capability.is_none() {
+                        // The metadata server does not know the rule the storage server
+                        // applies yet.
+                        tokio::time::sleep(CAPABILITY_RETRY_SLICE).await;
+                    }
+                }
+                other => return other,
             }
-            other => other,
         }
     }
 

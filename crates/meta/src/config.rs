@@ -2,11 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default listening address of a metadata server.
 pub const META_LISTEN_DEFAULT: &str = "127.0.0.1:8005";
 /// Default heartbeat interval.
-pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 2_000;
+pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_millis(2_000);
 
 /// How a new file's storage targets are chosen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -41,30 +42,38 @@ weft_net::service_config! {
         #[serde(default)]
         pub directory_chooser: TargetChooser,
         /// Interval between heartbeats to management.
-        #[serde(default = "default_heartbeat")]
-        pub heartbeat_interval_ms: u64,
+        #[serde(
+            rename = "heartbeat_interval_ms",
+            default = "default_heartbeat",
+            with = "weft_net::config::millis"
+        )]
+        pub heartbeat_interval: Duration,
         /// After a start, only locks that clients reclaim are granted for this long, and files
         /// unlinked while open wait this long for clients to open them again before they are
         /// disposed of. It must exceed the clients' heartbeat interval, at which they notice the
         /// restart.
-        #[serde(default = "default_lock_grace")]
-        pub lock_grace_ms: u64,
+        #[serde(
+            rename = "lock_grace_ms",
+            default = "default_lock_grace",
+            with = "weft_net::config::millis"
+        )]
+        pub lock_grace: Duration,
     }
 }
 
 /// Default lock-reclaim grace period after a start.
-pub const LOCK_GRACE_MS_DEFAULT: u64 = 15_000;
+pub const LOCK_GRACE_DEFAULT: Duration = Duration::from_millis(15_000);
 
-fn default_lock_grace() -> u64 {
-    LOCK_GRACE_MS_DEFAULT
+fn default_lock_grace() -> Duration {
+    LOCK_GRACE_DEFAULT
 }
 
 fn default_listen() -> String {
     META_LISTEN_DEFAULT.to_string()
 }
 
-fn default_heartbeat() -> u64 {
-    HEARTBEAT_INTERVAL_MS_DEFAULT
+fn default_heartbeat() -> Duration {
+    HEARTBEAT_INTERVAL_DEFAULT
 }
 
 impl MetaConfig {
@@ -81,7 +90,7 @@ impl MetaConfig {
                 &self.data_dir,
             ));
         }
-        if self.heartbeat_interval_ms == 0 {
+        if self.heartbeat_interval.is_zero() {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
         }
         if problems.is_empty() {

@@ -475,7 +475,17 @@ impl HomeLink {
         writes.flushing = None;
         writes.inline = false;
         match result {
-            Ok(()) => writes.done = ticket,
+            Ok(()) => {
+                // Syncs finish one at a time, in the order redb asked for them: a commit told
+                // durable by an older ticket must never wait on a newer one, nor the reverse.
+                assert!(
+                    writes.done < ticket && ticket <= writes.asked,
+                    "sync {ticket} finished after sync {} with {} asked",
+                    writes.done,
+                    writes.asked
+                );
+                writes.done = ticket;
+            }
             Err(error) => {
                 tracing::error!(home = self.home.0, %error, "metadata store sync failed");
                 self.broken.store(true, Ordering::SeqCst);

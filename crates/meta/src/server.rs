@@ -99,7 +99,7 @@ pub async fn run(
     let boot = weft_service::identity::next_boot(&config.data_dir)?;
     let membership = Arc::new(Membership::new(
         boot,
-        Duration::from_millis(config.heartbeat_interval_ms),
+        config.heartbeat_interval,
         Unsynced::InProcess,
     ));
     let missed = Arc::new(MissedLogs::default());
@@ -127,7 +127,7 @@ pub async fn run(
     // Which homes to serve depends on the mirror groups: none is opened before management
     // has answered a heartbeat.
     while !server.heartbeat(&alias, &address).await {
-        tokio::time::sleep(Duration::from_millis(config.heartbeat_interval_ms)).await;
+        tokio::time::sleep(config.heartbeat_interval).await;
     }
     server.reconcile().await?;
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "metadata server serving");
@@ -245,7 +245,7 @@ fn inode_count(homes: &Homes) -> u64 {
 }
 
 async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {
-    let interval = Duration::from_millis(server.shared.config.heartbeat_interval_ms);
+    let interval = server.shared.config.heartbeat_interval;
     loop {
         tokio::select! {
             () = tokio::time::sleep(interval) => {}

@@ -204,7 +204,7 @@ impl Meta {
             locks: LockTable::new(if first_start {
                 Duration::ZERO
             } else {
-                Duration::from_millis(config.lock_grace_ms)
+                config.lock_grace
             }),
             seen: Mutex::default(),
             inside: subtree::Inside::default(),

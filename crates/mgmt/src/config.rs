@@ -2,11 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default listening address of management.
 pub const MGMT_LISTEN_DEFAULT: &str = "127.0.0.1:8008";
 /// Default time without a heartbeat after which a node is offline.
-pub const NODE_OFFLINE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const NODE_OFFLINE_TIMEOUT_DEFAULT: Duration = Duration::from_millis(30_000);
 
 weft_net::service_config! {
     /// Configuration of `weft serve mgmt`.
@@ -19,62 +20,82 @@ weft_net::service_config! {
         #[serde(default = "default_listen")]
         pub listen: String,
         /// A node silent this long is offline; silent half as long, probably offline.
-        #[serde(default = "default_offline_timeout")]
-        pub node_offline_timeout_ms: u64,
+        #[serde(
+            rename = "node_offline_timeout_ms",
+            default = "default_offline_timeout",
+            with = "weft_net::config::millis"
+        )]
+        pub node_offline_timeout: Duration,
         /// A client session silent this long has expired: servers drop its locks and opens.
-        #[serde(default = "default_session_timeout")]
-        pub session_timeout_ms: u64,
+        #[serde(
+            rename = "session_timeout_ms",
+            default = "default_session_timeout",
+            with = "weft_net::config::millis"
+        )]
+        pub session_timeout: Duration,
         /// The directory-rename lock is taken back from a holder that did not release it (it
         /// crashed) after this long.
-        #[serde(default = "default_rename_lock_lease")]
-        pub rename_lock_lease_ms: u64,
+        #[serde(
+            rename = "rename_lock_lease_ms",
+            default = "default_rename_lock_lease",
+            with = "weft_net::config::millis"
+        )]
+        pub rename_lock_lease: Duration,
         /// How often management samples every server's load for the cluster view, `weft stats`
         /// and the web page, and checks for nodes gone offline and targets filling up.
-        #[serde(default = "default_stats_interval")]
-        pub stats_interval_ms: u64,
+        #[serde(
+            rename = "stats_interval_ms",
+            default = "default_stats_interval",
+            with = "weft_net::config::millis"
+        )]
+        pub stats_interval: Duration,
         /// A storage mirror group's primary silent this long is replaced by a good member, and a
         /// silent member leaves its group. Primaries get a lease shorter than this by their
         /// heartbeat interval and a margin, so an old primary stops before a new one starts;
         /// I/O to a group pauses for about this long when its primary's server dies.
-        #[serde(default = "default_promotion_timeout")]
-        pub mirror_promotion_timeout_ms: u64,
+        #[serde(
+            rename = "mirror_promotion_timeout_ms",
+            default = "default_promotion_timeout",
+            with = "weft_net::config::millis"
+        )]
+        pub mirror_promotion_timeout: Duration,
     }
 }
 
 /// Default time a mirror group's primary may be silent before a good member replaces it.
-pub const MIRROR_PROMOTION_TIMEOUT_MS_DEFAULT: u64 = 6_000;
+pub const MIRROR_PROMOTION_TIMEOUT_DEFAULT: Duration = Duration::from_millis(6_000);
 
-fn default_promotion_timeout() -> u64 {
-    MIRROR_PROMOTION_TIMEOUT_MS_DEFAULT
+fn default_promotion_timeout() -> Duration {
+    MIRROR_PROMOTION_TIMEOUT_DEFAULT
 }
 
 /// Default interval of management's samples of the servers.
-pub const STATS_INTERVAL_MS_DEFAULT: u64 = 2_000;
+pub const STATS_INTERVAL_DEFAULT: Duration = Duration::from_millis(2_000);
 
-fn default_stats_interval() -> u64 {
-    STATS_INTERVAL_MS_DEFAULT
+fn default_stats_interval() -> Duration {
+    STATS_INTERVAL_DEFAULT
 }
 
 /// Default lease of the directory-rename lock.
-pub const RENAME_LOCK_LEASE_MS_DEFAULT: u64 = 30_000;
+pub const RENAME_LOCK_LEASE_DEFAULT: Duration = Duration::from_millis(30_000);
 
-fn default_rename_lock_lease() -> u64 {
-    RENAME_LOCK_LEASE_MS_DEFAULT
+fn default_rename_lock_lease() -> Duration {
+    RENAME_LOCK_LEASE_DEFAULT
 }
 
 /// Default time without a heartbeat after which a client session expires.
-pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+pub const SESSION_TIMEOUT_DEFAULT: Duration = Duration::from_millis(60_000);
 
-fn default_session_timeout() -> u64 {
-    SESSION_TIMEOUT_MS_DEFAULT
+fn default_session_timeout() -> Duration {
+    SESSION_TIMEOUT_DEFAULT
 }
 
 fn default_listen() -> String {
     MGMT_LISTEN_DEFAULT.to_string()
 }
 
-fn default_offline_timeout() -> u64 {
-    NODE_OFFLINE_TIMEOUT_MS_DEFAULT
+fn default_offline_timeout() -> Duration {
+    NODE_OFFLINE_TIMEOUT_DEFAULT
 }
 
 impl MgmtConfig {
@@ -85,28 +106,28 @@ impl MgmtConfig {
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
         self.shared_problems(&mut problems);
-        if self.node_offline_timeout_ms < 100 {
+        if self.node_offline_timeout < Duration::from_millis(100) {
             problems.push(format!(
                 "node_offline_timeout_ms = {} is below 100",
-                self.node_offline_timeout_ms
+                self.node_offline_timeout.as_millis()
             ));
         }
-        if self.stats_interval_ms < 100 {
+        if self.stats_interval < Duration::from_millis(100) {
             problems.push(format!(
                 "stats_interval_ms = {} is below 100",
-                self.stats_interval_ms
+                self.stats_interval.as_millis()
             ));
         }
-        if self.session_timeout_ms < 100 {
+        if self.session_timeout < Duration::from_millis(100) {
             problems.push(format!(
                 "session_timeout_ms = {} is below 100",
-                self.session_timeout_ms
+                self.session_timeout.as_millis()
             ));
         }
-        if self.mirror_promotion_timeout_ms < 1_000 {
+        if self.mirror_promotion_timeout < Duration::from_millis(1_000) {
             problems.push(format!(
                 "mirror_promotion_timeout_ms = {} is below 1000: it must exceed a lease and a storage heartbeat interval",
-                self.mirror_promotion_timeout_ms
+                self.mirror_promotion_timeout.as_millis()
             ));
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {

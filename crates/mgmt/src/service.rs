@@ -74,22 +74,16 @@ pub async fn run(
         source,
     })?;
     let store = MgmtStore::open(&config.data_dir)?;
-    let mirrors = Mirrors::open(
-        &store,
-        Duration::from_millis(config.mirror_promotion_timeout_ms),
-    )?;
+    let mirrors = Mirrors::open(&store, config.mirror_promotion_timeout)?;
     let mgmt = Arc::new(Mgmt {
         store,
         live: Mutex::default(),
         started: Instant::now(),
-        offline_timeout: Duration::from_millis(config.node_offline_timeout_ms),
-        session_timeout: Duration::from_millis(config.session_timeout_ms),
+        offline_timeout: config.node_offline_timeout,
+        session_timeout: config.session_timeout,
         rename_lock: Mutex::new(None),
-        rename_lock_lease: Duration::from_millis(config.rename_lock_lease_ms),
-        monitor: Monitor::new(
-            Duration::from_millis(config.stats_interval_ms),
-            auth.clone(),
-        ),
+        rename_lock_lease: config.rename_lock_lease,
+        monitor: Monitor::new(config.stats_interval, auth.clone()),
         mirror_lock: Mutex::new(()),
         mirrors,
     });

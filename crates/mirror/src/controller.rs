@@ -334,8 +334,8 @@ impl Controller {
             group
                 .members
                 .iter()
-                .any(|member| member.server == group.primary),
-            "group {}: primary {:?} is not among its members {:?}",
+                .any(|member| member.server == group.primary && member.state == MemberState::Good),
+            "group {}: primary {:?} is not a good member of {:?}",
             group.id,
             group.primary,
             group.members

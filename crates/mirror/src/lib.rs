@@ -54,57 +54,44 @@ pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
 use std::collections::BTreeMap;
 use weft_wire_derive::Wire;
 
-/// A member of mirror groups: a storage target of a storage group, or a metadata node of a
-/// metadata group (in the model, a server).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct ServerId(pub u32);
+/// Declares numbers that name things: a newtype over an integer, ordered, hashable, shown
+/// as the number, and encoded exactly as the integer.
+macro_rules! numbers {
+    ($($(#[$doc:meta])* $name:ident($int:ty);)*) => {$(
+        $(#[$doc])*
+        #[derive(
+            Clone,
+            Copy,
+            Debug,
+            Default,
+            PartialEq,
+            Eq,
+            PartialOrd,
+            Ord,
+            Hash,
+            serde::Serialize,
+            serde::Deserialize,
+        )]
+        #[serde(transparent)]
+        pub struct $name(pub $int);
 
-/// A mirror group, numbered per kind from 1.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct GroupId(pub u32);
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    )*};
+}
 
-/// A group's version: management bumps it whenever membership, states or primary change.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct Version(pub u64);
+numbers! {
+    /// A member of mirror groups: a storage target of a storage group, or a metadata node of a
+    /// metadata group (in the model, a server).
+    ServerId(u32);
+    /// A mirror group, numbered per kind from 1.
+    GroupId(u32);
+    /// A group's version: management bumps it whenever membership, states or primary change.
+    Version(u64);
+}
 
 impl GroupId {
     /// The group that names the plain objects of `server`'s target ([`PLAIN`]).
@@ -124,17 +111,6 @@ impl Version {
         Version(self.0 + 1)
     }
 }
-
-macro_rules! display_number {
-    ($($name:ident),*) => {$(
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.fmt(f)
-            }
-        }
-    )*};
-}
-display_number!(ServerId, GroupId, Version);
 
 /// A chunk of a group (in Weft: an object's chunk on the group's targets).
 pub type ChunkId = u64;

@@ -335,33 +335,28 @@ impl ClusterView {
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
         let slot = slot.into();
-        policy
-            .run(|| async {
-                let result = async {
-                    let route = self.route(slot).await?;
-                    let client = self.storage_for_target(route.target).await?;
-                    match route.mirror {
-                        None => call(client, route).await,
-                        Some(mirror) => {
-                            // A primary cut off the network answers nothing until the request
-                            // times out; once the group moved on, ask the new primary instead.
-                            let version = |map: &ClusterMap| {
-                                map.mirror_group(MirrorKind::Storage, mirror.group)
-                                    .map(|g| g.version)
-                            };
-                            tokio::select! {
-                                result = call(client, route) => result,
-                                moved = self.moved_on(version, mirror.version, || {
-                                    format!("storage mirror group {}", mirror.group)
-                                }) => Err(moved),
-                            }
-                        }
+        self.rerouted(policy, || async {
+            let route = self.route(slot).await?;
+            let client = self.storage_for_target(route.target).await?;
+            match route.mirror {
+                None => call(client, route).await,
+                Some(mirror) => {
+                    // A primary cut off the network answers nothing until the request
+                    // times out; once the group moved on, ask the new primary instead.
+                    let version = |map: &ClusterMap| {
+                        map.mirror_group(MirrorKind::Storage, mirror.group)
+                            .map(|g| g.version)
+                    };
+                    tokio::select! {
+                        result = call(client, route) => result,
+                        moved = self.moved_on(version, mirror.version, || {
+                            format!("storage mirror group {}", mirror.group)
+                        }) => Err(moved),
                     }
                 }
-                .await;
-                self.after_call(result).await
-            })
-            .await
+            }
+        })
+        .await
     }
 
     /// Runs a call on the metadata server of `home` under `policy`: the home's node, or its
@@ -381,9 +376,21 @@ impl ClusterView {
         F: Fn(Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
+        self.rerouted(policy, || self.call_meta_once(home, &call))
+            .await
+    }
+
+    /// The one reroute loop: runs `attempt` under `policy`, and after a failure that may mean
+    /// the server moved (a new address, a new primary) fetches the map again, unless it is
+    /// younger than [`MAP_REFRESH_AFTER_FAILURE_MIN`], so the next attempt routes anew.
+    async fn rerouted<T, F, Fut>(&self, policy: &RetryPolicy, attempt: F) -> Result<T, RpcError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
         policy
             .run(|| async {
-                let result = self.call_meta_once(home, &call).await;
+                let result = attempt().await;
                 self.after_call(result).await
             })
             .await

@@ -1,19 +1,45 @@
-//! The keys every service's config shares: the security keys, the connection cap, logging
-//! and metrics. A service declares its config with [`service_config!`](crate::service_config),
-//! which appends them to its own keys at the top level of the config file (so a misspelt key
-//! is still refused by `deny_unknown_fields`, which serde does not support with a flattened
-//! struct).
+//! The keys every process's config shares, declared once and appended to its own keys at the
+//! top level of the config file (so a misspelt key is still refused by `deny_unknown_fields`,
+//! which serde does not support with a flattened struct):
+//! - [`security_config!`](crate::security_config): the security keys, in every config, the
+//!   client's (`weft mount`) included;
+//! - [`service_config!`](crate::service_config): those, and the keys every server shares: the
+//!   connection cap, logging and metrics.
+//!
+//! Durations are `*_ms` keys read into a [`std::time::Duration`] once, by [`millis`].
 
 /// The default of `connections_max`.
 pub fn default_connections_max() -> usize {
     crate::CONNECTIONS_MAX_DEFAULT
 }
 
-/// Declares a service's config struct with the keys every service shares appended after its
-/// own (see [`crate::config`]), and gives it `admission()`, `auth_settings()` and
-/// `shared_problems()`. Every field of the struct must be `pub`.
+/// A duration kept in a config as whole milliseconds: `#[serde(rename = "x_ms", with =
+/// "weft_net::config::millis")] pub x: Duration`.
+pub mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// Writes `duration` as milliseconds.
+    ///
+    /// # Errors
+    /// What the serializer gives.
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Reads milliseconds as a duration.
+    ///
+    /// # Errors
+    /// What the deserializer gives for a value that is not a whole number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}
+
+/// Declares a config struct with the security keys appended after its own (see
+/// [`crate::config`]), and gives it `auth_settings()`. Every field of the struct must be `pub`.
 #[macro_export]
-macro_rules! service_config {
+macro_rules! security_config {
     (
         $(#[$meta:meta])*
         pub struct $name:ident {
@@ -26,11 +52,6 @@ macro_rules! service_config {
         $(#[$meta])*
         pub struct $name {
             $( $(#[$field_meta])* pub $field: $ty, )*
-            /// Connections this service keeps open at most; beyond it new ones are closed at
-            /// once (their peers retry). A quarter of them (at least 8) may be in their
-            /// handshake at once.
-            #[serde(default = "weft_net::config::default_connections_max")]
-            pub connections_max: usize,
             /// The cluster key file (`weft keygen FILE`): every connection, made or accepted,
             /// proves it holds this key. Required unless `auth = "none"`.
             #[serde(default)]
@@ -50,18 +71,60 @@ macro_rules! service_config {
             /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
             #[serde(default)]
             pub tls_ca_file: Option<std::path::PathBuf>,
-            /// Log filter: `info` (the default), `debug`, or per module, e.g.
-            /// `info,weft_meta=debug`. `--log` and `WEFT_LOG` win over it.
-            #[serde(default)]
-            pub log: Option<String>,
-            /// Also serve the metrics (and management's pages) over HTTP on this address,
-            /// e.g. `127.0.0.1:9100`; they are always served on `listen` too.
-            #[serde(default)]
-            pub metrics_listen: Option<String>,
-            /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`,
-            /// `database`, `interval_ms`).
-            #[serde(default)]
-            pub influxdb: Option<$crate::influx::InfluxConfig>,
+        }
+
+        impl $name {
+            /// The security keys of this config.
+            pub fn auth_settings(&self) -> $crate::auth::AuthSettings<'_> {
+                $crate::auth::AuthSettings {
+                    mode: self.auth,
+                    key_file: self.auth_key_file.as_deref(),
+                    tls_cert_file: self.tls_cert_file.as_deref(),
+                    tls_key_file: self.tls_key_file.as_deref(),
+                    tls_ca_file: self.tls_ca_file.as_deref(),
+                }
+            }
+        }
+    };
+}
+
+/// Declares a service's config struct with the keys every service shares appended after its
+/// own (see [`crate::config`]): the security keys ([`security_config!`](crate::security_config)),
+/// the connection cap, logging and metrics; and gives it `admission()`, `auth_settings()` and
+/// `shared_problems()`. Every field of the struct must be `pub`.
+#[macro_export]
+macro_rules! service_config {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$field_meta:meta])*
+                pub $field:ident : $ty:ty
+            ),* $(,)?
+        }
+    ) => {
+        $crate::security_config! {
+            $(#[$meta])*
+            pub struct $name {
+                $( $(#[$field_meta])* pub $field: $ty, )*
+                /// Connections this service keeps open at most; beyond it new ones are closed
+                /// at once (their peers retry). A quarter of them (at least 8) may be in their
+                /// handshake at once.
+                #[serde(default = "weft_net::config::default_connections_max")]
+                pub connections_max: usize,
+                /// Log filter: `info` (the default), `debug`, or per module, e.g.
+                /// `info,weft_meta=debug`. `--log` and `WEFT_LOG` win over it.
+                #[serde(default)]
+                pub log: Option<String>,
+                /// Also serve the metrics (and management's pages) over HTTP on this address,
+                /// e.g. `127.0.0.1:9100`; they are always served on `listen` too.
+                #[serde(default)]
+                pub metrics_listen: Option<String>,
+                /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`,
+                /// `database`, `interval_ms`).
+                #[serde(default)]
+                pub influxdb: Option<$crate::influx::InfluxConfig>,
+            }
         }
 
         impl $name {
@@ -74,17 +137,6 @@ macro_rules! service_config {
                     $crate::Auth::for_service(self.auth_settings())?,
                     self.connections_max,
                 ))
-            }
-
-            /// The security keys of this config.
-            pub fn auth_settings(&self) -> $crate::auth::AuthSettings<'_> {
-                $crate::auth::AuthSettings {
-                    mode: self.auth,
-                    key_file: self.auth_key_file.as_deref(),
-                    tls_cert_file: self.tls_cert_file.as_deref(),
-                    tls_key_file: self.tls_key_file.as_deref(),
-                    tls_ca_file: self.tls_ca_file.as_deref(),
-                }
             }
 
             /// Adds the problems of the shared keys to `problems`.

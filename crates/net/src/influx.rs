@@ -29,16 +29,20 @@ pub struct InfluxConfig {
     #[serde(default = "default_database")]
     pub database: String,
     /// Milliseconds between pushes.
-    #[serde(default = "default_interval")]
-    pub interval_ms: u64,
+    #[serde(
+        rename = "interval_ms",
+        default = "default_interval",
+        with = "crate::config::millis"
+    )]
+    pub interval: Duration,
 }
 
 fn default_database() -> String {
     DATABASE_DEFAULT.to_string()
 }
 
-fn default_interval() -> u64 {
-    INTERVAL_MS_DEFAULT
+fn default_interval() -> Duration {
+    Duration::from_millis(INTERVAL_MS_DEFAULT)
 }
 
 impl InfluxConfig {
@@ -54,10 +58,10 @@ impl InfluxConfig {
                 self.url
             ));
         }
-        if self.interval_ms < 100 {
+        if self.interval < Duration::from_millis(100) {
             problems.push(format!(
                 "influxdb.interval_ms = {} is below 100",
-                self.interval_ms
+                self.interval.as_millis()
             ));
         }
         if self.database.is_empty() {
@@ -83,7 +87,7 @@ pub fn spawn(config: InfluxConfig, metrics: Metrics) -> tokio::task::JoinHandle<
         let mut failing: Option<String> = None;
         let mut database_made = false;
         loop {
-            tokio::time::sleep(Duration::from_millis(config.interval_ms)).await;
+            tokio::time::sleep(config.interval).await;
             let outcome = async {
                 if !database_made {
                     let query = format!(
@@ -283,7 +287,7 @@ mod tests {
         let config = InfluxConfig {
             url: "https://db:8086".into(),
             database: String::new(),
-            interval_ms: 5,
+            interval: Duration::from_millis(5),
         };
         let problems = config.validate().expect_err("three problems");
         assert!(problems.contains("influxdb.url"), "{problems}");

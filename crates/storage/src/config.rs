@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default listening address of a storage server.
 pub const STORAGE_LISTEN_DEFAULT: &str = "127.0.0.1:8003";
@@ -24,8 +25,12 @@ weft_net::service_config! {
         #[serde(default)]
         pub alias: Option<String>,
         /// Interval between heartbeats to management.
-        #[serde(default = "default_heartbeat")]
-        pub heartbeat_interval_ms: u64,
+        #[serde(
+            rename = "heartbeat_interval_ms",
+            default = "default_heartbeat",
+            with = "weft_net::config::millis"
+        )]
+        pub heartbeat_interval: Duration,
         /// Most bytes of object data each target may hold (a quota); unlimited when absent.
         #[serde(default)]
         pub target_capacity_bytes: Option<u64>,
@@ -53,8 +58,8 @@ fn default_listen() -> String {
     STORAGE_LISTEN_DEFAULT.to_string()
 }
 
-fn default_heartbeat() -> u64 {
-    2_000
+fn default_heartbeat() -> Duration {
+    Duration::from_millis(2_000)
 }
 
 fn default_direct_write_min() -> u64 {
@@ -81,7 +86,7 @@ impl StorageConfig {
                 problems.push(missing("target", target));
             }
         }
-        if self.heartbeat_interval_ms == 0 {
+        if self.heartbeat_interval.is_zero() {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
         }
         let inline = crate::service::INLINE_IO_BYTES as u64;

@@ -125,7 +125,7 @@ pub async fn run(
         Mirror::new(
             Arc::clone(&cluster),
             targets.clone(),
-            (boot, Duration::from_millis(config.heartbeat_interval_ms)),
+            (boot, config.heartbeat_interval),
             // A crash-test target keeps unsynced writes in memory; the others write them to
             // their files (or the device) before they answer.
             if config.crash_test_discard_unsynced {
@@ -185,7 +185,7 @@ async fn heartbeat_loop(
 ) {
     /// Heartbeats woken early (a newer mirror group version was seen) come no closer.
     const EARLY_GAP: Duration = Duration::from_millis(50);
-    let interval = Duration::from_millis(config.heartbeat_interval_ms);
+    let interval = config.heartbeat_interval;
     let mgmt = cluster.mgmt();
     loop {
         let reports: Vec<TargetReport> = storage
