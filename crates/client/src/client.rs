@@ -33,21 +33,21 @@ weft_net::security_config! {
         #[serde(
             rename = "request_timeout_ms",
             default = "default_request_timeout",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub request_timeout: Duration,
         /// How long a request is retried while its server is unreachable, in milliseconds.
         #[serde(
             rename = "retry_timeout_ms",
             default = "default_retry_timeout",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub retry_timeout: Duration,
         /// Interval of session heartbeats and map refreshes, in milliseconds.
         #[serde(
             rename = "heartbeat_interval_ms",
             default = "default_heartbeat",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub heartbeat_interval: Duration,
         /// FUSE worker threads.
@@ -60,7 +60,7 @@ weft_net::security_config! {
         #[serde(
             rename = "attr_cache_ms",
             default = "default_attr_cache",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub attr_cache: Duration,
         /// Bytes of writes each open file may have on their way to the storage servers before a

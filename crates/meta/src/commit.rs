@@ -101,12 +101,12 @@ impl CommitMetrics {
         let metrics = CommitMetrics {
             queued: Gauge::default(),
             batch_operations: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
-            commit_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
+            commit_seconds: Histogram::new(weft_observe::metrics::latency_histogram_buckets()),
             commits: Counter::default(),
             unsynced: Counter::default(),
             deferred_syncs: Counter::default(),
             failed: Counter::default(),
-            sync_seconds: Histogram::new(weft_net::metrics::latency_histogram_buckets()),
+            sync_seconds: Histogram::new(weft_observe::metrics::latency_histogram_buckets()),
         };
         registry.register(
             "weft_meta_commit_queue_depth",

@@ -45,7 +45,7 @@ weft_net::service_config! {
         #[serde(
             rename = "heartbeat_interval_ms",
             default = "default_heartbeat",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub heartbeat_interval: Duration,
         /// After a start, only locks that clients reclaim are granted for this long, and files
@@ -55,7 +55,7 @@ weft_net::service_config! {
         #[serde(
             rename = "lock_grace_ms",
             default = "default_lock_grace",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub lock_grace: Duration,
     }

@@ -86,7 +86,7 @@ pub async fn run(
         return Err(MetaError::NodeIdTooLarge(node));
     }
     let _ = cluster.refresh().await;
-    let mut metrics = weft_net::MetricsBuilder::new("meta", Some(node.0));
+    let mut metrics = weft_observe::MetricsBuilder::new("meta", Some(node.0));
     let commit_metrics = CommitMetrics::register(metrics.registry());
     let homes: Homes = Arc::default();
     register_store_metrics(
@@ -173,7 +173,7 @@ fn register_store_metrics(
     homes: Homes,
 ) {
     let data_dir = data_dir.to_path_buf();
-    registry.register_collector(Box::new(weft_net::metrics::SpaceCollector(Box::new(
+    registry.register_collector(Box::new(weft_observe::metrics::SpaceCollector(Box::new(
         move || {
             let usage = weft_service::usage::file_system_usage(&data_dir).unwrap_or_default();
             vec![(node.0.to_string(), usage)]

@@ -23,14 +23,14 @@ weft_net::service_config! {
         #[serde(
             rename = "node_offline_timeout_ms",
             default = "default_offline_timeout",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub node_offline_timeout: Duration,
         /// A client session silent this long has expired: servers drop its locks and opens.
         #[serde(
             rename = "session_timeout_ms",
             default = "default_session_timeout",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub session_timeout: Duration,
         /// The directory-rename lock is taken back from a holder that did not release it (it
@@ -38,7 +38,7 @@ weft_net::service_config! {
         #[serde(
             rename = "rename_lock_lease_ms",
             default = "default_rename_lock_lease",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub rename_lock_lease: Duration,
         /// How often management samples every server's load for the cluster view, `weft stats`
@@ -46,7 +46,7 @@ weft_net::service_config! {
         #[serde(
             rename = "stats_interval_ms",
             default = "default_stats_interval",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub stats_interval: Duration,
         /// A storage mirror group's primary silent this long is replaced by a good member, and a
@@ -56,7 +56,7 @@ weft_net::service_config! {
         #[serde(
             rename = "mirror_promotion_timeout_ms",
             default = "default_promotion_timeout",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub mirror_promotion_timeout: Duration,
     }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use weft_net::mirror::published;
-use weft_net::HttpReply;
+use weft_observe::HttpReply;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, GroupId, MemberId, NodeId, TargetId};
 use weft_proto::messages::{
@@ -92,7 +92,7 @@ pub async fn run(
         .map(|a| a.to_string())
         .unwrap_or_default();
     tracing::info!(%address, metrics = %format!("http://{address}/metrics"), "management serving");
-    let mut metrics = weft_net::MetricsBuilder::new("mgmt", None);
+    let mut metrics = weft_observe::MetricsBuilder::new("mgmt", None);
     metrics
         .registry()
         .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));

@@ -6,34 +6,12 @@
 //! - [`service_config!`](crate::service_config): those, and the keys every server shares: the
 //!   connection cap, logging and metrics.
 //!
-//! Durations are `*_ms` keys read into a [`std::time::Duration`] once, by [`millis`].
+//! Durations are `*_ms` keys read into a [`std::time::Duration`] once, by
+//! [`weft_proto::millis`].
 
 /// The default of `connections_max`.
 pub fn default_connections_max() -> usize {
     crate::CONNECTIONS_MAX_DEFAULT
-}
-
-/// A duration kept in a config as whole milliseconds: `#[serde(rename = "x_ms", with =
-/// "weft_net::config::millis")] pub x: Duration`.
-pub mod millis {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    /// Writes `duration` as milliseconds.
-    ///
-    /// # Errors
-    /// What the serializer gives.
-    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    /// Reads milliseconds as a duration.
-    ///
-    /// # Errors
-    /// What the deserializer gives for a value that is not a whole number.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        u64::deserialize(deserializer).map(Duration::from_millis)
-    }
 }
 
 /// Declares a config struct with the security keys appended after its own (see
@@ -123,7 +101,7 @@ macro_rules! service_config {
                 /// Optional push of this service's metrics to InfluxDB (`[influxdb]`: `url`,
                 /// `database`, `interval_ms`).
                 #[serde(default)]
-                pub influxdb: Option<$crate::influx::InfluxConfig>,
+                pub influxdb: Option<$crate::observe::influx::InfluxConfig>,
             }
         }
 

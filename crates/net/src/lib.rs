@@ -5,10 +5,8 @@
 //! - [`buffer`] — huge-page buffers for large payloads, pooled (fewer segments per direct transfer).
 //! - [`connection`] — one TCP connection with many requests in flight, matched by request id.
 //! - [`client`] — [`RpcClient`], a pool of connections to one peer with deadlines.
-//! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`].
-//! - [`http`] — HTTP on the same port: `/metrics` and the handler's pages.
-//! - [`metrics`] — what every server exports to Prometheus, and the per-client load table.
-//! - [`influx`] — the optional push of the same metrics to InfluxDB.
+//! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`], and HTTP
+//!   on the same port to `weft_observe` (metrics, the service's pages, the InfluxDB push).
 //! - [`memory`] — free memory handed back to the kernel when the process is idle.
 //! - [`mirror`] — a server's side of its mirror groups: versions, lease, delivery, resync bookkeeping.
 //! - [`retry`] — the one retry and backoff policy.
@@ -24,10 +22,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 mod connection;
-pub mod http;
-pub mod influx;
 pub mod memory;
-pub mod metrics;
 pub mod mirror;
 pub mod retry;
 pub mod server;
@@ -37,7 +32,9 @@ pub mod tls;
 pub use auth::{Auth, AuthMode};
 pub use client::{RpcClient, RpcClientOptions, RpcError};
 pub use cluster::ClusterView;
-pub use http::HttpReply;
-pub use metrics::{Metrics, MetricsBuilder};
 pub use server::{serve, serve_with_exporters, Admission, Handler, CONNECTIONS_MAX_DEFAULT};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};
+
+/// For [`service_config!`]'s `influxdb` key.
+#[doc(hidden)]
+pub use weft_observe as observe;

@@ -4,8 +4,6 @@
 
 use crate::auth::{self, Auth, Identity, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
 use crate::connection::{read_header, read_rest, write_frames, OutFrame, PayloadBuffer};
-use crate::http::HttpReply;
-use crate::metrics::Metrics;
 use crate::tls::Stream;
 use bytes::Bytes;
 use std::future::Future;
@@ -13,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
+use weft_observe::http::HttpReply;
+use weft_observe::metrics::Metrics;
 use weft_proto::access;
 use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::error::{ErrorCode, WireError};
@@ -72,6 +72,15 @@ pub trait Handler: Send + Sync + 'static {
     /// A storage server's per-target counters, for [`Request::Stats`].
     fn target_stats(&self) -> Vec<TargetStats> {
         Vec::new()
+    }
+}
+
+/// A handler's pages, as the HTTP listener asks for them.
+struct HandlerPages<H>(Arc<H>);
+
+impl<H: Handler> weft_observe::Pages for HandlerPages<H> {
+    fn page(&self, path: &str, query: &str) -> impl Future<Output = Option<HttpReply>> + Send {
+        self.0.http(path, query)
     }
 }
 
@@ -318,7 +327,7 @@ pub async fn serve_with_exporters<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
     metrics: Metrics,
-    (influxdb, metrics_listen): (Option<crate::influx::InfluxConfig>, Option<&str>),
+    (influxdb, metrics_listen): (Option<weft_observe::influx::InfluxConfig>, Option<&str>),
     admission: Admission,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -328,7 +337,7 @@ pub async fn serve_with_exporters<H: Handler>(
         }
         None => None,
     };
-    let pusher = influxdb.map(|influxdb| crate::influx::spawn(influxdb, metrics.clone()));
+    let pusher = influxdb.map(|influxdb| weft_observe::influx::spawn(influxdb, metrics.clone()));
     serve(listener, handler, metrics, admission, shutdown).await;
     for task in pusher.into_iter().chain(http) {
         task.abort();
@@ -354,9 +363,9 @@ async fn spawn_metrics_listener<H: Handler>(
     })?;
     Ok(tokio::spawn(async move {
         accept_until(listener, std::future::pending(), |stream| {
-            tokio::spawn(crate::http::serve_http(
+            tokio::spawn(weft_observe::http::serve_http(
                 stream,
-                Arc::clone(&handler),
+                Arc::new(HandlerPages(Arc::clone(&handler))),
                 metrics.clone(),
             ));
         })
@@ -397,7 +406,10 @@ async fn serve_any<H: Handler>(
             }
         }
         Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => Refusal::NoHandshake,
-        Ok(Some(_)) => return crate::http::serve_http(stream, handler, metrics).await,
+        Ok(Some(_)) => {
+            return weft_observe::http::serve_http(stream, Arc::new(HandlerPages(handler)), metrics)
+                .await
+        }
         Ok(None) => return,
         Err(_) => Refusal::Timeout,
     };
@@ -653,7 +665,7 @@ mod tests {
     async fn start() -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
-        let metrics = crate::MetricsBuilder::new("test", None).build();
+        let metrics = weft_observe::MetricsBuilder::new("test", None).build();
         tokio::spawn(serve(
             listener,
             Arc::new(Echo),
@@ -881,7 +893,7 @@ mod refusal_tests {
     ) -> (String, Metrics) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
-        let metrics = crate::MetricsBuilder::new("test", None).build();
+        let metrics = weft_observe::MetricsBuilder::new("test", None).build();
         tokio::spawn(serve(
             listener,
             handler,

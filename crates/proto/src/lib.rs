@@ -29,3 +29,26 @@ extern crate self as weft_proto;
 
 pub use error::ErrorCode;
 pub use ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
+
+/// A duration kept in a config as whole milliseconds: `#[serde(rename = "x_ms", with =
+/// "weft_proto::millis")] pub x: Duration`.
+pub mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// Writes `duration` as milliseconds.
+    ///
+    /// # Errors
+    /// What the serializer gives.
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Reads milliseconds as a duration.
+    ///
+    /// # Errors
+    /// What the deserializer gives for a value that is not a whole number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}

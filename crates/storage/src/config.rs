@@ -28,7 +28,7 @@ weft_net::service_config! {
         #[serde(
             rename = "heartbeat_interval_ms",
             default = "default_heartbeat",
-            with = "weft_net::config::millis"
+            with = "weft_proto::millis"
         )]
         pub heartbeat_interval: Duration,
         /// Most bytes of object data each target may hold (a quota); unlimited when absent.

@@ -8,8 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
 use std::time::Instant;
-use weft_net::metrics::{latency_histogram, LatencyFamily, SpaceCollector};
-use weft_net::MetricsBuilder;
+use weft_observe::metrics::{latency_histogram, LatencyFamily, SpaceCollector};
+use weft_observe::MetricsBuilder;
 use weft_proto::messages::TargetStats;
 use weft_proto::TargetId;
 

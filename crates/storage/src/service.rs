@@ -119,7 +119,7 @@ pub async fn run(
     let influxdb = config.influxdb.clone();
     let metrics_listen = config.metrics_listen.clone();
     let boot = weft_service::identity::next_boot(&config.data_dir)?;
-    let mut builder = weft_net::MetricsBuilder::new("storage", Some(node.0));
+    let mut builder = weft_observe::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let mirror = Arc::new(
         Mirror::new(

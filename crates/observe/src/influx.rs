@@ -32,7 +32,7 @@ pub struct InfluxConfig {
     #[serde(
         rename = "interval_ms",
         default = "default_interval",
-        with = "crate::config::millis"
+        with = "weft_proto::millis"
     )]
     pub interval: Duration,
 }

@@ -5,7 +5,7 @@
 //! every server has — requests by operation with their latency, errors by kind, connections,
 //! bytes, load per client, and the process's CPU, memory and file descriptors — and the
 //! service adds its own families (per target) to [`MetricsBuilder::registry`] before
-//! [`MetricsBuilder::build`]. [`crate::serve`] records every request and answers
+//! [`MetricsBuilder::build`]. `weft_net::serve` records every request and answers
 //! `GET /metrics` on the service's own port.
 //!
 //! Names follow Prometheus' conventions: a `weft_` prefix, base units (`_bytes`, `_seconds`),
@@ -66,7 +66,7 @@ type Column<T> = (&'static str, &'static str, fn(&T) -> u64);
 /// A family of latency histograms.
 pub type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// A service's metrics: the registry to encode and the request counters [`crate::serve`] feeds.
+/// A service's metrics: the registry to encode and the request counters `weft_net::serve` feeds.
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Arc<Registry>,

@@ -1,11 +1,10 @@
 //! HTTP on a service's own port: `GET /metrics` for Prometheus, and whatever else the
-//! service's [`Handler::http`] answers (management's cluster view and web page).
+//! service's [`Pages`] answer (management's cluster view and web page).
 //!
-//! [`crate::serve`] tells the two protocols apart by a connection's first four bytes: a Weft
+//! `weft_net::serve` tells the two protocols apart by a connection's first four bytes: a Weft
 //! frame starts with the magic `WEFT`, anything else is handed to hyper as HTTP/1.1.
 
 use crate::metrics::Metrics;
-use crate::server::Handler;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -58,13 +57,23 @@ impl HttpReply {
     }
 }
 
+/// What a service serves over HTTP besides `/metrics`.
+pub trait Pages: Send + Sync + 'static {
+    /// Answers a GET of `path` (with `query`, without the `?`); `None` is a 404.
+    fn page(
+        &self,
+        path: &str,
+        query: &str,
+    ) -> impl std::future::Future<Output = Option<HttpReply>> + Send;
+}
+
 /// Serves HTTP/1.1 on `stream` until the peer closes it.
-pub(crate) async fn serve_http<H: Handler>(stream: TcpStream, handler: Arc<H>, metrics: Metrics) {
+pub async fn serve_http<P: Pages>(stream: TcpStream, pages: Arc<P>, metrics: Metrics) {
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-        let handler = Arc::clone(&handler);
+        let pages = Arc::clone(&pages);
         let metrics = metrics.clone();
         async move {
-            let reply = route(&*handler, &metrics, request.method(), request.uri()).await;
+            let reply = route(&*pages, &metrics, request.method(), request.uri()).await;
             let head = request.method() == Method::HEAD;
             Ok::<_, Infallible>(into_response(reply, head))
         }
@@ -88,8 +97,8 @@ const HTTP_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Longest an HTTP connection is kept open.
 const HTTP_CONNECTION_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
-async fn route<H: Handler>(
-    handler: &H,
+async fn route<P: Pages>(
+    pages: &P,
     metrics: &Metrics,
     method: &Method,
     uri: &hyper::Uri,
@@ -101,7 +110,7 @@ async fn route<H: Handler>(
     if path == "/metrics" {
         return HttpReply::ok(METRICS_CONTENT_TYPE, metrics.encode());
     }
-    match handler.http(path, uri.query().unwrap_or("")).await {
+    match pages.page(path, uri.query().unwrap_or("")).await {
         Some(reply) => reply,
         None => HttpReply::error(404, format!("no page at {path}; metrics are at /metrics")),
     }
