@@ -194,3 +194,37 @@ fn full_target_gives_enospc_and_loses_nothing() {
         "earlier data intact"
     );
 }
+
+// Goal: a storage server that takes fewer bytes of a write than it was sent is noticed: the
+// writer gets EIO at its sync, never a file that silently lacks bytes. Method: the storage
+// servers are armed to answer every write one byte short; a file written through the mount
+// and synced fails with EIO (write-behind keeps the error for the file's sync), and the
+// services keep serving.
+#[test]
+fn a_short_write_is_an_error_not_silence() {
+    use std::io::Write;
+
+    let mut cluster = cluster(ClusterSpec::default());
+    for storage in ["storage-1", "storage-2"] {
+        cluster
+            .set_env(
+                storage,
+                &[("WEFT_FAILPOINTS", "storage-answers-short-writes")],
+            )
+            .expect("arm");
+        cluster.restart(storage).expect("restart armed");
+    }
+    cluster.wait_ready().expect("ready");
+    let mnt = cluster.mount().expect("mount");
+    let mut file = fs::File::create(mnt.join("short")).expect("create");
+    let written = file.write_all(&pattern(41, 1024 * 1024));
+    let synced = written.and_then(|()| file.sync_all());
+    let error = synced.expect_err("a short write is not a success");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+    drop(file);
+    let (ok, nodes, _) = weft(&cluster, &["node", "list", "--mgmt", cluster.mgmt()]);
+    assert!(
+        ok && nodes.matches(" online ").count() == 3,
+        "every server still runs: {nodes}"
+    );
+}

@@ -156,6 +156,22 @@ pub enum ClientError {
         /// Where its object lives.
         slot: weft_proto::layout::Slot,
     },
+    /// A storage server took fewer bytes of a write than it was sent: the rest is not there.
+    #[error(
+        "{slot} took {written} of the {sent} bytes written to {inode} at object offset {offset}"
+    )]
+    ShortWrite {
+        /// The file.
+        inode: InodeId,
+        /// Where its object lives.
+        slot: weft_proto::layout::Slot,
+        /// Where the write went in the object.
+        offset: u64,
+        /// Bytes sent.
+        sent: u64,
+        /// Bytes the server said it wrote.
+        written: u64,
+    },
     /// The client's configuration is unusable; nothing was sent.
     #[error("{0}")]
     Config(String),
@@ -166,7 +182,7 @@ impl ClientError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ClientError::Rpc(error) => error.code(),
-            ClientError::WritesLost { .. } => ErrorCode::Io,
+            ClientError::WritesLost { .. } | ClientError::ShortWrite { .. } => ErrorCode::Io,
             ClientError::Config(_) => ErrorCode::InvalidArgument,
         }
     }

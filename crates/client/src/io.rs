@@ -230,7 +230,17 @@ pub(crate) async fn write(
                         })
                     })
                     .await;
-                let (_, verifier) = sent.inspect_err(|_| change.failed())?;
+                let (written, verifier) = sent.inspect_err(|_| change.failed())?;
+                if !net_bench && u64::from(written) != piece.len {
+                    change.failed();
+                    return Err(ClientError::ShortWrite {
+                        inode,
+                        slot,
+                        offset: piece.object_offset,
+                        sent: piece.len,
+                        written: u64::from(written),
+                    });
+                }
                 client
                     .unsynced
                     .lock()

@@ -1,7 +1,8 @@
 //! Fault-injection points. A point named in the `WEFT_FAILPOINTS` environment variable
 //! (comma-separated) ends the process right there, as a crash would; tests set it to kill a
-//! server at each step of a multi-step protocol. Without the variable a point costs one load
-//! of a cached empty list.
+//! server at each step of a multi-step protocol. A few points instead make a server misbehave
+//! in a way no crash shows ([`misbehave`]). Without the variable a point costs one load of a
+//! cached empty list.
 
 use std::sync::OnceLock;
 
@@ -21,6 +22,12 @@ fn armed() -> &'static [String] {
             })
             .unwrap_or_default()
     })
+}
+
+/// Whether the point `name` is armed: the caller then misbehaves as the point's name says,
+/// so that a test sees its peers notice.
+pub fn misbehave(name: &str) -> bool {
+    armed().iter().any(|point| point == name)
 }
 
 /// Ends the process (exit status 86) if the point `name` is armed.

@@ -460,7 +460,11 @@ impl Storage {
                     object_offset,
                     ..
                 } => {
-                    let len = target.write(object(inode), object_offset, payload, generation)?;
+                    let mut len =
+                        target.write(object(inode), object_offset, payload, generation)?;
+                    if weft_service::failpoint::misbehave("storage-answers-short-writes") {
+                        len = len.saturating_sub(1);
+                    }
                     Ok((Response::Written { len, verifier }, Bytes::new()))
                 }
                 StorageRequest::Read {
