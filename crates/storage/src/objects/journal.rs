@@ -3,6 +3,13 @@
 //! changes to the store it wraps, in order, and syncs them. Killing the server loses exactly
 //! what no sync covered — what a crash may lose at worst — so tests can check that nothing
 //! acknowledged as durable was only in a page cache.
+//!
+//! A replay runs alone per object (its replay lock), and the changes it applies stay pending,
+//! seen by every read, length and generation, until all of them are in the wrapped store: no
+//! one sees an object between its pending changes and its disk, and a sync that comes during
+//! another's replay waits for it, so it answers only once those changes are durable. Applying
+//! a pending change again over what it already did changes nothing, which a replay that
+//! failed half-way relies on: its changes stay pending for the next sync.
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -30,13 +37,46 @@ enum Pending {
 pub(crate) struct Journal {
     inner: Box<dyn ObjectStore>,
     pending: Mutex<HashMap<ObjectId, Vec<Pending>>>,
+    /// Per object stripe: held while an object's changes are applied, and by a removal.
+    replays: Vec<Mutex<()>>,
 }
+
+/// Replay lock stripes.
+const REPLAY_STRIPES: u64 = 64;
 
 impl Journal {
     pub fn new(inner: Box<dyn ObjectStore>) -> Journal {
         Journal {
             inner,
             pending: Mutex::default(),
+            replays: (0..REPLAY_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    fn replay_lock(&self, object: ObjectId) -> std::sync::MutexGuard<'_, ()> {
+        self.replays[(object.inode.0 % REPLAY_STRIPES) as usize]
+            .lock()
+            .expect("replay lock poisoned")
+    }
+
+    /// Applies `change` of `object` to the wrapped store, unless the store has it already: a
+    /// truncate (or a first write's generation) the object records is done.
+    fn apply(&self, object: ObjectId, change: Pending) -> Result<(), ObjectError> {
+        match change {
+            Pending::Write { offset, data } => self.inner.write(object, offset, data),
+            Pending::Truncate { generation, .. }
+                if generation <= self.inner.generation(object)? =>
+            {
+                Ok(())
+            }
+            // A generation recorded by a first write, before anything reached the disk.
+            Pending::Truncate {
+                length: 0,
+                generation,
+            } if !self.inner.exists(object) => self.inner.record_generation(object, generation),
+            Pending::Truncate { length, generation } => {
+                self.inner.cut(object, length, generation).map(|_| ())
+            }
         }
     }
 
@@ -63,6 +103,10 @@ impl Journal {
 impl ObjectStore for Journal {
     fn tree(&self) -> &Tree {
         self.inner.tree()
+    }
+
+    fn is_direct(&self) -> bool {
+        self.inner.is_direct()
     }
 
     fn exists(&self, object: ObjectId) -> bool {
@@ -188,6 +232,8 @@ impl ObjectStore for Journal {
     }
 
     fn remove(&self, object: ObjectId) -> Result<(), ObjectError> {
+        // Not while a replay may bring the object back.
+        let _replay = self.replay_lock(object);
         self.pending
             .lock()
             .expect("journal poisoned")
@@ -196,30 +242,24 @@ impl ObjectStore for Journal {
     }
 
     /// Applies the object's changes to the wrapped store in the order they were made, then
-    /// syncs it there.
+    /// syncs it there; they stay pending until every one is applied (see the module docs).
     fn sync(&self, object: ObjectId) -> Result<(), ObjectError> {
-        let changes = self
-            .pending
-            .lock()
-            .expect("journal poisoned")
-            .remove(&object)
-            .unwrap_or_default();
+        let _replay = self.replay_lock(object);
+        let changes = self.changes(object);
+        let count = changes.len();
         for change in changes {
-            match change {
-                Pending::Write { offset, data } => self.inner.write(object, offset, data)?,
-                // A generation recorded by a first write, before anything reached the disk.
-                Pending::Truncate {
-                    length: 0,
-                    generation,
-                } if !self.inner.exists(object) => {
-                    self.inner.record_generation(object, generation)?;
-                }
-                Pending::Truncate { length, generation } => {
-                    self.inner.cut(object, length, generation)?;
-                }
+            self.apply(object, change)?;
+        }
+        self.inner.sync(object)?;
+        // Synced: forget what was applied, keeping what came meanwhile.
+        let mut pending = self.pending.lock().expect("journal poisoned");
+        if let Some(list) = pending.get_mut(&object) {
+            list.drain(..count.min(list.len()));
+            if list.is_empty() {
+                pending.remove(&object);
             }
         }
-        self.inner.sync(object)
+        Ok(())
     }
 
     fn sync_everything(&self) -> Result<(), ObjectError> {
