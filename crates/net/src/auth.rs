@@ -757,10 +757,10 @@ pub(crate) async fn refuse<S: AsyncWrite + Unpin>(stream: &mut S, refusal: &Refu
 }
 
 /// Why a connection could not be authenticated, from the side that connected.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum ConnectError {
-    /// The peer could not be read or written.
-    Transport(String),
+    /// The peer could not be read or written, or answered nonsense.
+    Transport(crate::client::TransportError),
     /// Authentication or version negotiation failed: what to tell the user.
     Refused(String),
     /// The server speaks no version this binary speaks.
@@ -777,10 +777,14 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     (auth, (lowest, highest)): (&Auth, (u16, u16)),
     (address, binding): (&str, &[u8]),
 ) -> Result<u16, ConnectError> {
-    let transport =
-        |error: std::io::Error| ConnectError::Transport(format!("during the handshake: {error}"));
-    let client_nonce =
-        random_nonce().map_err(|error| ConnectError::Transport(error.to_string()))?;
+    let transport = |error: std::io::Error| {
+        ConnectError::Transport(crate::client::TransportError::io("run the handshake")(
+            error,
+        ))
+    };
+    let client_nonce = random_nonce().map_err(|error| {
+        ConnectError::Transport(crate::client::TransportError::Protocol(error.to_string()))
+    })?;
     let mut hello = HANDSHAKE_MAGIC.to_vec();
     hello.extend_from_slice(&lowest.to_le_bytes());
     hello.extend_from_slice(&highest.to_le_bytes());
@@ -844,14 +848,18 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
             match tag[0] {
                 TAG_WELCOME => Ok(version),
                 TAG_REFUSED => Err(read_refusal(stream, auth, address).await),
-                other => Err(ConnectError::Transport(format!(
-                    "{address} answered the handshake with message {other}"
-                ))),
+                other => Err(ConnectError::Transport(
+                    crate::client::TransportError::Protocol(format!(
+                        "{address} answered the handshake with message {other}"
+                    )),
+                )),
             }
         }
-        other => Err(ConnectError::Transport(format!(
-            "{address} answered the handshake with message {other}: is it a Weft service?"
-        ))),
+        other => Err(ConnectError::Transport(
+            crate::client::TransportError::Protocol(format!(
+                "{address} answered the handshake with message {other}: is it a Weft service?"
+            )),
+        )),
     }
 }
 
@@ -930,7 +938,7 @@ mod tests {
 
         let (server, client) = run(one.clone(), one.clone()).await;
         assert_eq!(server, Ok(PROTOCOL_VERSION));
-        assert_eq!(client, Ok(PROTOCOL_VERSION));
+        assert_eq!(client.map_err(|e| format!("{e:?}")), Ok(PROTOCOL_VERSION));
 
         let (server, client) = run(one.clone(), two.clone()).await;
         assert!(server.is_err(), "{server:?}");
@@ -959,7 +967,7 @@ mod tests {
 
         let (server, client) = run(Auth::none(), Auth::none()).await;
         assert_eq!(
-            (server, client),
+            (server, client.map_err(|e| format!("{e:?}"))),
             (Ok(PROTOCOL_VERSION), Ok(PROTOCOL_VERSION))
         );
     }
@@ -984,7 +992,7 @@ mod tests {
         let server_key = cluster.clone();
         let server = tokio::spawn(async move { accept(&mut a, &server_key, &[]).await });
         let client = connect(&mut b, (&node7, VERSIONS_SPOKEN), ("server:1", &[])).await;
-        assert_eq!(client, Ok(PROTOCOL_VERSION));
+        assert_eq!(client.map_err(|e| format!("{e:?}")), Ok(PROTOCOL_VERSION));
         assert_eq!(
             server.await.expect("server task"),
             Ok((PROTOCOL_VERSION, Identity::Client("node7".into())))
@@ -1103,7 +1111,10 @@ mod tests {
             .await
             .expect("relay welcome");
         assert_eq!(server.await.expect("server"), Ok(PROTOCOL_VERSION));
-        assert_eq!(client.await.expect("client"), Ok(PROTOCOL_VERSION));
+        assert_eq!(
+            client.await.expect("client").map_err(|e| format!("{e:?}")),
+            Ok(PROTOCOL_VERSION)
+        );
 
         let (outcome, _) = replay(key, vec![hello, proof]).await;
         assert_eq!(outcome, Err(Refusal::WrongKey));

@@ -23,6 +23,37 @@ pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 /// Most connections one client keeps to one peer.
 pub const CONNECTIONS_PER_PEER_MAX: usize = 64;
 
+/// Why the bytes to or from a peer did not get through.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The OS failed a connect, a read or a write.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error, shared by every call the broken connection carried.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The peer closed the connection.
+    #[error("connection closed")]
+    Closed,
+    /// The peer broke the protocol: a frame or a handshake message that makes no sense.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl TransportError {
+    /// An OS error met while doing `what`.
+    pub fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> TransportError {
+        move |source| TransportError::Io {
+            what,
+            source: Arc::new(source),
+        }
+    }
+}
+
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -31,12 +62,13 @@ pub enum RpcError {
     #[error("{0}")]
     Remote(WireError),
     /// The peer could not be reached or the connection broke.
-    #[error("cannot reach {address}: {reason}")]
+    #[error("cannot reach {address}: {source}")]
     Transport {
         /// The peer.
         address: String,
         /// What happened.
-        reason: String,
+        #[source]
+        source: TransportError,
     },
     /// No answer within the deadline.
     #[error("{address} did not answer within {timeout:?}")]
@@ -192,13 +224,13 @@ impl RpcClient {
     /// A new connection to the peer, in TLS when configured, authenticated; and the protocol
     /// version agreed.
     async fn open(&self) -> Result<(Stream, u16), RpcError> {
-        let transport = |reason: String| RpcError::Transport {
+        let transport = |source: TransportError| RpcError::Transport {
             address: self.address.clone(),
-            reason,
+            source,
         };
         let stream = TcpStream::connect(&self.address)
             .await
-            .map_err(|error| transport(error.to_string()))?;
+            .map_err(|error| transport(TransportError::io("connect")(error)))?;
         crate::connection::tune(&stream);
         let auth = &self.options.auth;
         let versions = (PROTOCOL_VERSION_MIN, self.options.protocol_max);
@@ -228,10 +260,10 @@ impl RpcClient {
             Ok(version) => Ok((stream, version)),
             // In TLS 1.3 a server refuses a client's certificate after the client finished
             // its side: the refusal shows as the connection closing at the first read.
-            Err(auth::ConnectError::Transport(reason)) if auth.tls().is_some() => {
-                Err(self.tls_refused(&reason))
+            Err(auth::ConnectError::Transport(failure)) if auth.tls().is_some() => {
+                Err(self.tls_refused(&failure.to_string()))
             }
-            Err(auth::ConnectError::Transport(reason)) => Err(transport(reason)),
+            Err(auth::ConnectError::Transport(failure)) => Err(transport(failure)),
             Err(auth::ConnectError::Refused(reason)) => Err(RpcError::Refused {
                 reason,
                 code: ErrorCode::PermissionDenied,
@@ -266,14 +298,14 @@ impl RpcClient {
     ) -> Result<(Response, Bytes), RpcError> {
         let timeout = self.options.request_timeout;
         let connection = self.connection().await?;
-        let transport = |reason: String| RpcError::Transport {
+        let transport = |source: TransportError| RpcError::Transport {
             address: self.address.clone(),
-            reason,
+            source,
         };
         crate::memory::note_activity(payload.len() as u64);
         let (request_id, receiver) = match connection.send(request, payload).await {
             Ok(sent) => sent,
-            Err(SendError::Closed) => return Err(transport("connection closed".to_string())),
+            Err(SendError::Closed) => return Err(transport(TransportError::Closed)),
             Err(SendError::TooNew(reason)) => {
                 return Err(RpcError::Refused {
                     reason: format!("{}: {reason}", self.address),
@@ -289,8 +321,8 @@ impl RpcClient {
                     timeout,
                 })
             }
-            Ok(Err(_)) => Err(transport("connection closed".to_string())),
-            Ok(Ok(Err(reason))) => Err(transport(reason)),
+            Ok(Err(_)) => Err(transport(TransportError::Closed)),
+            Ok(Ok(Err(failure))) => Err(transport(failure)),
             Ok(Ok(Ok((Err(error), _)))) => Err(RpcError::Remote(error)),
             Ok(Ok(Ok((Ok(response), payload)))) => {
                 crate::memory::note_activity(payload.len() as u64);

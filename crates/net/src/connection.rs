@@ -1,6 +1,7 @@
 //! One TCP connection: a writer task fed by a channel, a reader task that matches responses to
 //! waiting callers by request id. Frame reading and writing live here once, for both sides.
 
+use crate::client::TransportError;
 use crate::tls::{ReadHalf, Stream};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -234,7 +235,7 @@ async fn write_one<W: AsyncWrite + Unpin>(
     }
 }
 
-type Waiter = oneshot::Sender<Result<(Reply, Bytes), String>>;
+type Waiter = oneshot::Sender<Result<(Reply, Bytes), TransportError>>;
 
 /// Why a request could not be sent.
 #[derive(Debug)]
@@ -300,7 +301,13 @@ impl ClientConnection {
         &self,
         request: &Request,
         payload: Bytes,
-    ) -> Result<(u64, oneshot::Receiver<Result<(Reply, Bytes), String>>), SendError> {
+    ) -> Result<
+        (
+            u64,
+            oneshot::Receiver<Result<(Reply, Bytes), TransportError>>,
+        ),
+        SendError,
+    > {
         let body = codec::encode_body_in(self.version, request).map_err(SendError::TooNew)?;
         *self.last_sent.lock().expect("last sent poisoned") = std::time::Instant::now();
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -347,11 +354,13 @@ async fn read_responses(
     waiters: Arc<Mutex<HashMap<u64, Waiter>>>,
     closed: Arc<AtomicBool>,
 ) {
-    let reason = loop {
+    let failure = loop {
         match read_frame(&mut reader, PayloadBuffer::Heap).await {
             Ok((header, body, payload)) => {
                 if header.kind != FrameKind::Response {
-                    break "peer sent a request on a client connection".to_string();
+                    break TransportError::Protocol(
+                        "the peer sent a request on a client connection".to_string(),
+                    );
                 }
                 let waiter = waiters
                     .lock()
@@ -360,10 +369,14 @@ async fn read_responses(
                 let Some(waiter) = waiter else { continue };
                 let reply = codec::decode_body_in::<Reply>(header.version, &body)
                     .map(|reply| (reply, payload))
-                    .map_err(|error| error.to_string());
+                    .map_err(|error| TransportError::Protocol(error.to_string()));
                 let _ = waiter.send(reply);
             }
-            Err(error) => break error.to_string(),
+            Err(FrameReadError::Closed) => break TransportError::Closed,
+            Err(FrameReadError::Io(error)) => break TransportError::io("read a frame")(error),
+            Err(FrameReadError::Decode(error)) => {
+                break TransportError::Protocol(error.to_string())
+            }
         }
     };
     closed.store(true, Ordering::Release);
@@ -374,7 +387,7 @@ async fn read_responses(
         .map(|(_, w)| w)
         .collect();
     for waiter in pending {
-        let _ = waiter.send(Err(reason.clone()));
+        let _ = waiter.send(Err(failure.clone()));
     }
 }
 

@@ -30,7 +30,7 @@ pub mod stubs;
 pub mod tls;
 
 pub use auth::{Auth, AuthMode};
-pub use client::{RpcClient, RpcClientOptions, RpcError};
+pub use client::{RpcClient, RpcClientOptions, RpcError, TransportError};
 pub use cluster::ClusterView;
 pub use server::{serve, serve_with_exporters, Admission, Handler, CONNECTIONS_MAX_DEFAULT};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};
