@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weft_mirror::{Controller, Group, GroupId, MemberState, Msg, Node, Timing};
-use weft_proto::ids::{GroupVersion, MemberId, NodeId, TargetId};
-use weft_proto::messages::{GroupMember, MirrorHeartbeat, MirrorKind};
+use weft_proto::ids::{MemberId, NodeId, TargetId};
+use weft_proto::messages::{MirrorHeartbeat, MirrorKind};
 
 /// A commit of the groups' state slower than this is logged.
 const SLOW_COMMIT: Duration = Duration::from_secs(1);
@@ -143,8 +143,8 @@ impl Mirrors {
                     boot: heartbeat.boot,
                     unsynced_boot: heartbeat.unsynced_boot,
                     sent_at: now,
-                    resynced: tuples(&heartbeat.resynced),
-                    unreachable: tuples(&heartbeat.unreachable),
+                    resynced: heartbeat.resynced.clone(),
+                    unreachable: heartbeat.unreachable.clone(),
                 },
             );
         }
@@ -245,13 +245,5 @@ pub(crate) fn nodes_of_targets(
     targets
         .iter()
         .map(|(target, record)| (MemberId::from(*target), record.node))
-        .collect()
-}
-
-/// Members a heartbeat reports, as the controller takes them.
-fn tuples(members: &[GroupMember]) -> Vec<(GroupId, GroupVersion, MemberId)> {
-    members
-        .iter()
-        .map(|m| (m.group, m.version, m.member))
         .collect()
 }

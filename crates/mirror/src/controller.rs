@@ -1,7 +1,8 @@
 //! Management's side: group versions, leases, promotion and member states.
 
 use crate::{
-    Group, GroupId, GroupMap, Member, MemberState, Msg, Node, Send, ServerId, Time, Timing, Version,
+    Group, GroupId, GroupMap, GroupMember, Member, MemberState, Msg, Node, Send, ServerId, Time,
+    Timing, Version,
 };
 use std::collections::BTreeMap;
 
@@ -167,8 +168,8 @@ impl Controller {
         now: Time,
         server: ServerId,
         (boot, unsynced_boot): (u64, u64),
-        resynced: &[(GroupId, Version, ServerId)],
-        unreachable: &[(GroupId, Version, ServerId)],
+        resynced: &[GroupMember],
+        unreachable: &[GroupMember],
     ) {
         if self.earlier_start(server, boot).is_some() {
             return;
@@ -195,18 +196,20 @@ impl Controller {
             if restarted && group.member(server).is_some() {
                 self.member_restarted(&mut group, server, now, kept_unsynced);
             }
-            for (_, version, member) in resynced.iter().filter(|(g, _, _)| *g == id) {
+            for reported in resynced.iter().filter(|reported| reported.group == id) {
                 // Only the primary of this very version vouches for a resync.
-                if *version == group.version && group.primary == server {
-                    set_state(&mut group, *member, MemberState::Good, |s| {
+                if reported.version == group.version && group.primary == server {
+                    set_state(&mut group, reported.member, MemberState::Good, |s| {
                         matches!(s, MemberState::NeedsResync { .. })
                     });
                 }
             }
-            for (_, version, member) in unreachable.iter().filter(|(g, _, _)| *g == id) {
-                if *version == group.version && group.primary == server && *member != server {
-                    self.make_absent(&mut group, *member);
-                    self.dropped.insert((id, *member), now);
+            for reported in unreachable.iter().filter(|reported| reported.group == id) {
+                let member = reported.member;
+                if reported.version == group.version && group.primary == server && member != server
+                {
+                    self.make_absent(&mut group, member);
+                    self.dropped.insert((id, member), now);
                 }
             }
             // An absent member that is heard again comes back to be brought up to date.
@@ -390,7 +393,7 @@ mod tests {
         now: Time,
         server: ServerId,
         boot: u64,
-        unreachable: Vec<(GroupId, Version, ServerId)>,
+        unreachable: Vec<GroupMember>,
     ) {
         let _: Vec<Send<()>> = controller.handle(
             now,
@@ -513,7 +516,11 @@ mod tests {
             100,
             ServerId(1),
             1,
-            vec![(GroupId(1), Version(1), ServerId(2))],
+            vec![GroupMember {
+                group: GroupId(1),
+                version: Version(1),
+                member: ServerId(2),
+            }],
         );
         assert_eq!(
             c.map().groups[&GroupId(1)]
@@ -548,7 +555,11 @@ mod tests {
             100,
             ServerId(5),
             1,
-            vec![(GroupId(2), Version(1), ServerId(2))],
+            vec![GroupMember {
+                group: GroupId(2),
+                version: Version(1),
+                member: ServerId(2),
+            }],
         );
         assert_eq!(
             c.map().groups[&GroupId(2)]
@@ -573,7 +584,11 @@ mod tests {
             100,
             ServerId(5),
             1,
-            vec![(GroupId(2), Version(1), ServerId(2))],
+            vec![GroupMember {
+                group: GroupId(2),
+                version: Version(1),
+                member: ServerId(2),
+            }],
         );
         heartbeat(&mut c, 2_000, ServerId(2), 7);
         heartbeat(&mut c, 2_100, ServerId(2), 7);

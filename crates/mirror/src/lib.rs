@@ -112,6 +112,20 @@ impl Version {
     }
 }
 
+/// A member of a group in one version of it: what a primary reports about a member it brought
+/// up to date or cannot reach.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct GroupMember {
+    /// The group.
+    pub group: GroupId,
+    /// The version of the group the member was seen in.
+    pub version: Version,
+    /// The member.
+    pub member: ServerId,
+}
+
 /// A chunk of a group (in Weft: an object's chunk on the group's targets).
 pub type ChunkId = u64;
 /// Milliseconds on the node's monotonic clock.
@@ -399,10 +413,10 @@ pub enum Msg<D> {
         unsynced_boot: u64,
         /// The server's clock when it sent this; its lease counts from here.
         sent_at: Time,
-        /// Members this server (as primary) brought up to date: (group, version, member).
-        resynced: Vec<(GroupId, Version, ServerId)>,
-        /// Members this server (as primary) cannot reach: (group, version, member).
-        unreachable: Vec<(GroupId, Version, ServerId)>,
+        /// Members this server (as primary) brought up to date.
+        resynced: Vec<GroupMember>,
+        /// Members this server (as primary) cannot reach.
+        unreachable: Vec<GroupMember>,
     },
     /// Management → server: the map, and a lease until `sent_at + lease`.
     HeartbeatAck {

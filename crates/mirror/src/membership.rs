@@ -5,7 +5,7 @@
 //! changes for. Storage servers and metadata servers run this machine inside their I/O shell
 //! (`weft_net::mirror`); the simulator runs it inside [`crate::Server`].
 
-use crate::{Group, GroupId, MemberState, ServerId, Time, Version};
+use crate::{Group, GroupId, GroupMember, MemberState, ServerId, Time, Version};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A resync this server must run as primary: bring `member` of `group` up to date in
@@ -85,7 +85,7 @@ pub struct Membership<G> {
     /// Resyncs running: (group, member) → their version.
     resyncs: BTreeMap<(GroupId, ServerId), Version>,
     /// Resyncs finished, reported until management marks the member good.
-    resynced: BTreeSet<(GroupId, Version, ServerId)>,
+    resynced: BTreeSet<GroupMember>,
     /// Members that may lack changes this server applied as primary but gave up forwarding
     /// (its lease ran out first), with the changes' items. Such a member must not stay good:
     /// while present it is reported unreachable, whatever the version, and the record of what
@@ -190,11 +190,11 @@ impl<G: Clone> Membership<G> {
             })
         };
         // Reports management has acted on are dropped.
-        self.resynced.retain(|(group, version, member)| {
+        self.resynced.retain(|reported| {
             groups
-                .get(group)
-                .is_some_and(|(g, _)| g.version == *version)
-                || needs_resync(*group, *member)
+                .get(&reported.group)
+                .is_some_and(|(g, _)| g.version == reported.version)
+                || needs_resync(reported.group, reported.member)
         });
         self.failing.retain(|(group, member), (_, version)| {
             groups.get(group).is_some_and(|(g, _)| {
@@ -220,9 +220,11 @@ impl<G: Clone> Membership<G> {
                 };
                 let key = (group.id, member.server);
                 let wanted = member.server != group.primary
-                    && !self
-                        .resynced
-                        .contains(&(group.id, group.version, member.server));
+                    && !self.resynced.contains(&GroupMember {
+                        group: group.id,
+                        version: group.version,
+                        member: member.server,
+                    });
                 if wanted && self.resyncs.get(&key) != Some(&group.version) {
                     self.resyncs.insert(key, group.version);
                     adopted.starts.push(ResyncStart {
@@ -388,23 +390,31 @@ impl<G: Clone> Membership<G> {
     }
 
     /// Members to report unreachable at `now`: those whose changes have failed for
-    /// `member_timeout`, and those owed a change given up: (group, version, member).
-    pub fn unreachable(&self, now: Time, member_timeout: u64) -> Vec<(GroupId, Version, ServerId)> {
+    /// `member_timeout`, and those owed a change given up.
+    pub fn unreachable(&self, now: Time, member_timeout: u64) -> Vec<GroupMember> {
         let failing = self
             .failing
             .iter()
             .filter(|(_, (since, _))| now.saturating_sub(*since) >= member_timeout)
-            .map(|((group, member), (_, version))| (*group, *version, *member));
-        let owed = self.owed.keys().filter_map(|(group, member)| {
-            let (known, _) = self.groups.get(group)?;
-            Some((*group, known.version, *member))
+            .map(|(&(group, member), &(_, version))| GroupMember {
+                group,
+                version,
+                member,
+            });
+        let owed = self.owed.keys().filter_map(|&(group, member)| {
+            let (known, _) = self.groups.get(&group)?;
+            Some(GroupMember {
+                group,
+                version: known.version,
+                member,
+            })
         });
         let all: BTreeSet<_> = failing.chain(owed).collect();
         all.into_iter().collect()
     }
 
-    /// Resyncs finished and not yet acted on by management: (group, version, member).
-    pub fn resynced(&self) -> Vec<(GroupId, Version, ServerId)> {
+    /// Resyncs finished and not yet acted on by management.
+    pub fn resynced(&self) -> Vec<GroupMember> {
         self.resynced.iter().copied().collect()
     }
 
@@ -416,8 +426,11 @@ impl<G: Clone> Membership<G> {
             self.resyncs.remove(&key);
         }
         if finished {
-            self.resynced
-                .insert((start.group, start.version, start.member));
+            self.resynced.insert(GroupMember {
+                group: start.group,
+                version: start.version,
+                member: start.member,
+            });
         }
     }
 }
@@ -447,7 +460,11 @@ mod tests {
         membership.undelivered(GroupId(1), ServerId(2), [77]);
         assert_eq!(
             membership.unreachable(10, 500),
-            vec![(GroupId(1), Version(1), ServerId(2))]
+            vec![GroupMember {
+                group: GroupId(1),
+                version: Version(1),
+                member: ServerId(2),
+            }]
         );
         membership.adopt(
             20,
@@ -457,7 +474,11 @@ mod tests {
         );
         assert_eq!(
             membership.unreachable(30, 500),
-            vec![(GroupId(1), Version(2), ServerId(2))],
+            vec![GroupMember {
+                group: GroupId(1),
+                version: Version(2),
+                member: ServerId(2),
+            }],
             "still reported under the new version"
         );
         let adopted = membership.adopt(

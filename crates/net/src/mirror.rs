@@ -24,7 +24,6 @@ use weft_mirror::{Group, Member, MemberState, Refused, Time};
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
 use weft_proto::ids::{GroupId, GroupVersion, MemberId};
-use weft_proto::messages::GroupMember;
 use weft_proto::messages::{
     Consistency, MirrorGroupInfo, MirrorHeartbeat, MirrorKind, MirrorMember, ResyncProgress,
 };
@@ -217,8 +216,8 @@ impl Membership {
             boot: self.boot,
             unsynced_boot: self.unsynced_boot,
             interval_ms: self.interval.as_millis() as u64,
-            resynced: members(state.decisions.resynced()),
-            unreachable: members(state.decisions.unreachable(self.now(), timeout)),
+            resynced: state.decisions.resynced(),
+            unreachable: state.decisions.unreachable(self.now(), timeout),
             resyncs: state
                 .progress
                 .values()
@@ -576,18 +575,6 @@ pub fn change_tag(
         settled_below: marks.settled_below,
         abandoned: marks.abandoned,
     }
-}
-
-/// Members as a heartbeat reports them.
-fn members(found: Vec<(GroupId, GroupVersion, MemberId)>) -> Vec<GroupMember> {
-    found
-        .into_iter()
-        .map(|(group, version, member)| GroupMember {
-            group,
-            version,
-            member,
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -222,16 +222,8 @@ pub struct MirrorGroupInfo {
     pub loss_epoch: u64,
 }
 
-/// A member of a mirror group in one version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct GroupMember {
-    /// The group.
-    pub group: GroupId,
-    /// The version of the group the member was seen in.
-    pub version: GroupVersion,
-    /// The member.
-    pub member: MemberId,
-}
+/// A member of a mirror group in one version, as a heartbeat reports it.
+pub use weft_mirror::GroupMember;
 
 /// What a storage server tells management about its mirror groups in each heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
