@@ -156,26 +156,12 @@ pub(crate) fn rename(
                 (new_parent, new_name, victim),
             );
         }
-        match (source_is_dir, victim_record.is_dir()) {
-            (true, false) => {
-                return Err(OpError::rejected(
-                    ErrorCode::NotDirectory,
-                    format!("{new_name:?} is not a directory"),
-                ))
-            }
-            (false, true) => {
-                return Err(OpError::rejected(
-                    ErrorCode::IsDirectory,
-                    format!("{new_name:?} is a directory"),
-                ))
-            }
-            (true, true) if !dir_is_empty(&entries, victim.child)? => {
-                return Err(OpError::rejected(
-                    ErrorCode::NotEmpty,
-                    format!("{new_name:?} is not empty"),
-                ))
-            }
-            _ => {}
+        check_kinds_match(source_is_dir, victim_record.is_dir(), new_name)?;
+        if source_is_dir && !dir_is_empty(&entries, victim.child)? {
+            return Err(OpError::rejected(
+                ErrorCode::NotEmpty,
+                format!("{new_name:?} is not empty"),
+            ));
         }
     } else if flags.exchange {
         return Err(OpError::rejected(
@@ -278,4 +264,25 @@ fn exchange(
         store_inode(inodes, parent, &record)?;
     }
     Ok(Response::Done)
+}
+
+/// That an entry (a directory when `moving_dir`) may replace `name`, which holds a directory
+/// when `victim_dir`: rename(2) replaces a directory only with a directory, and anything else
+/// only with a non-directory.
+pub(crate) fn check_kinds_match(
+    moving_dir: bool,
+    victim_dir: bool,
+    name: &str,
+) -> Result<(), OpError> {
+    match (moving_dir, victim_dir) {
+        (true, false) => Err(OpError::rejected(
+            ErrorCode::NotDirectory,
+            format!("{name:?} is not a directory"),
+        )),
+        (false, true) => Err(OpError::rejected(
+            ErrorCode::IsDirectory,
+            format!("{name:?} is a directory"),
+        )),
+        _ => Ok(()),
+    }
 }

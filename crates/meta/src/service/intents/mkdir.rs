@@ -243,6 +243,21 @@ impl Meta {
         self.drive(prepared, preparing, "mkdir-after-intent").await
     }
 
+    /// mkdir step (3) once the inode is made as `attr`: the dentry here ([`finish_mkdir`]),
+    /// and whether the name was taken meanwhile, so what was made must be taken back.
+    pub(super) async fn commit_mkdir(
+        &self,
+        id: u64,
+        mutation: MutationId,
+        mkdir: &MkdirIntent,
+        attr: &InodeAttr,
+    ) -> Result<(Result<Response, OpError>, bool), OpError> {
+        let (mkdir, attr) = (mkdir.clone(), attr.clone());
+        self.committer
+            .run_with(move |txn| finish_mkdir(txn, id, mutation, &mkdir, &attr))
+            .await
+    }
+
     /// mkdir steps (2) and (3): the inode on its home, then the dentry here; the inode is taken back
     /// when the name was taken meanwhile.
     pub(in crate::service) async fn continue_mkdir(
@@ -255,13 +270,7 @@ impl Meta {
             .call_meta_attr(mkdir.home, mkdir.request.clone())
             .await?;
         weft_service::failpoint::failpoint("mkdir-after-remote-create");
-        let finishing = mkdir.clone();
-        let (finished, take_back) = {
-            let attr = attr.clone();
-            self.committer
-                .run_with(move |txn| finish_mkdir(txn, id, mutation, &finishing, &attr))
-                .await?
-        };
+        let (finished, take_back) = self.commit_mkdir(id, mutation, mkdir, &attr).await?;
         if take_back {
             // The name was taken while the inode was made: take the inode back.
             let _ = self.remove_remote_dir(attr.inode).await;

@@ -11,7 +11,7 @@ use crate::ops::intent::{
     check_not_in_flight, check_unsettled, drop_intent, earlier, entry_to_change, record_intent,
     Intent, IntentOp, Prepared, RenameIntent,
 };
-use crate::ops::rename::{rename, RenameArgs, PATH_DEPTH_MAX};
+use crate::ops::rename::{check_kinds_match, rename, RenameArgs, PATH_DEPTH_MAX};
 use crate::service::work::TARGET_RETRY;
 use crate::service::{idempotent, rpc_error, Meta};
 use crate::store::{
@@ -111,47 +111,30 @@ pub(crate) fn insert_dentry_for(
             ));
         }
         check_not_in_flight(txn, *parent, name, None)?;
-        match (
-            victim.kind == FileKind::Directory,
-            *kind == FileKind::Directory,
-        ) {
-            (true, false) => {
+        let victim_is_dir = victim.kind == FileKind::Directory;
+        check_kinds_match(*kind == FileKind::Directory, victim_is_dir, name)?;
+        if victim_is_dir && victim.child.home() == home {
+            let record = crate::store::load_inode(&inodes, victim.child)?;
+            if !record.shards.is_empty() {
                 return Err(OpError::rejected(
-                    ErrorCode::IsDirectory,
-                    format!("{name:?} is a directory"),
-                ))
-            }
-            (false, true) => {
-                return Err(OpError::rejected(
-                    ErrorCode::NotDirectory,
-                    format!("{name:?} is not a directory"),
-                ))
-            }
-            (true, true) if victim.child.home() == home => {
-                let record = crate::store::load_inode(&inodes, victim.child)?;
-                if !record.shards.is_empty() {
-                    return Err(OpError::rejected(
-                        ErrorCode::CrossDevice,
-                        format!("{name:?} is a spread directory: remove it first"),
-                    ));
-                }
-                if !dir_is_empty(&entries, victim.child)? {
-                    return Err(OpError::rejected(
-                        ErrorCode::NotEmpty,
-                        format!("{name:?} is not empty"),
-                    ));
-                }
-            }
-            (true, true) if *sealed_victim != Some(victim.child) => {
-                // Not the directory the coordinator sealed: the entry changed meanwhile.
-                return Err(OpError::rejected(
-                    ErrorCode::Busy,
-                    format!("{name:?} changed during the rename; try again"),
+                    ErrorCode::CrossDevice,
+                    format!("{name:?} is a spread directory: remove it first"),
                 ));
             }
-            _ => {}
+            if !dir_is_empty(&entries, victim.child)? {
+                return Err(OpError::rejected(
+                    ErrorCode::NotEmpty,
+                    format!("{name:?} is not empty"),
+                ));
+            }
+        } else if victim_is_dir && *sealed_victim != Some(victim.child) {
+            // Not the directory the coordinator sealed: the entry changed meanwhile.
+            return Err(OpError::rejected(
+                ErrorCode::Busy,
+                format!("{name:?} changed during the rename; try again"),
+            ));
         }
-        replaced_dir = victim.kind == FileKind::Directory;
+        replaced_dir = victim_is_dir;
         remove_dentry(&mut entries, *parent, victim)?;
         if replaced_dir && victim.child.home() == home {
             inodes.remove(victim.child.0)?;

@@ -4,7 +4,7 @@
 //! the shards, then the dentry, or unseals them again. What new entries inherit is copied from
 //! the directory to its shards after every change.
 
-use super::mkdir::{finish_mkdir, Placement};
+use super::mkdir::Placement;
 use super::rmdir::finish_rmdir;
 use crate::ops::create::NewEntry;
 use crate::ops::intent::{check_unsettled, MkdirIntent, SpreadMkdirIntent, SpreadRmdirIntent};
@@ -344,13 +344,7 @@ impl Meta {
         };
         let attr = self.call_meta_attr(*home, request).await?;
         weft_service::failpoint::failpoint("mkdir-spread-after-shards");
-        let finishing = mkdir.clone();
-        let (finished, take_back) = {
-            let attr = attr.clone();
-            self.committer
-                .run_with(move |txn| finish_mkdir(txn, id, mutation, &finishing, &attr))
-                .await?
-        };
+        let (finished, take_back) = self.commit_mkdir(id, mutation, mkdir, &attr).await?;
         if take_back {
             for shard in shards.iter().skip(1).chain(std::iter::once(&dir.inode)) {
                 let _ = self.remove_remote_dir(*shard).await;
