@@ -11,8 +11,8 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-use weft_proto::layout::{FileLayout, SlotSet};
-use weft_proto::messages::SizeReport;
+use weft_proto::layout::{map_requests, FileLayout};
+use weft_proto::messages::IO_BYTES_MAX;
 use weft_proto::InodeId;
 
 /// Size of a random I/O.
@@ -450,32 +450,18 @@ impl IoTarget for PosixFiles {
 
 /// Files through the native client library, without FUSE.
 pub struct NativeFiles {
-    /// The client.
+    /// The client; its configuration sets the write-behind and read-ahead of every file.
     pub client: Arc<weft_client::Client>,
     /// The runtime the client's connections live on.
     pub runtime: tokio::runtime::Handle,
     /// The directory the files go in.
     pub dir: InodeId,
-    /// Bytes each file may have written behind (0: every write waits for the servers).
-    pub write_behind: u32,
-    /// Bytes each file reads ahead of a sequential reader (0: none).
-    pub read_ahead: u64,
 }
 
-/// An open file of [`NativeFiles`]: its layout, its writes in flight, and the end of what
-/// this handle wrote.
+/// An open file of [`NativeFiles`].
 pub struct NativeFile {
-    inode: InodeId,
-    layout: FileLayout,
-    generation: u64,
-    size: u64,
-    writer: weft_client::FileWriter,
-    /// Reads of what the open found, with read-ahead.
-    reader: weft_client::FileReader,
-    written_end: std::sync::atomic::AtomicU64,
-    /// The slots of the layout this handle wrote to, sent with its size reports.
-    written: std::sync::Mutex<SlotSet>,
-    /// Buffers handed to the writer, reused once it has let go of them.
+    file: weft_client::OpenFile,
+    /// Buffers handed to the file's writes, reused once they have let go of them.
     spare: std::sync::Mutex<Vec<bytes::Bytes>>,
 }
 
@@ -484,7 +470,14 @@ pub struct NativeFile {
 const SPARE_BUFFERS: usize = 8;
 
 impl NativeFile {
-    /// A buffer of `len` bytes: a spare one the writer is done with, or a new one.
+    fn new(file: weft_client::OpenFile) -> NativeFile {
+        NativeFile {
+            file,
+            spare: std::sync::Mutex::default(),
+        }
+    }
+
+    /// A buffer of `len` bytes: a spare one the writes are done with, or a new one.
     fn buffer(&self, len: usize) -> bytes::BytesMut {
         let mut spare = self.spare.lock().expect("spare buffers poisoned");
         let done = spare
@@ -494,7 +487,7 @@ impl NativeFile {
             .unwrap_or_else(|| bytes::BytesMut::zeroed(len))
     }
 
-    /// Keeps a reference to `data` to reuse its buffer once the writer has let go of it.
+    /// Keeps a reference to `data` to reuse its buffer once the writes have let go of it.
     fn keep(&self, data: &bytes::Bytes) {
         let mut spare = self.spare.lock().expect("spare buffers poisoned");
         if spare.len() < SPARE_BUFFERS {
@@ -503,47 +496,24 @@ impl NativeFile {
     }
 }
 
-impl NativeFiles {
-    fn file(&self, attr: weft_proto::messages::InodeAttr) -> Result<NativeFile> {
-        let layout = attr.layout.context("a file has a layout")?;
-        Ok(NativeFile {
-            inode: attr.inode,
-            writer: weft_client::FileWriter::new(
-                Arc::clone(&self.client),
-                (attr.inode, attr.truncate_generation),
-                layout.clone(),
-                self.write_behind,
-            ),
-            reader: weft_client::FileReader::new(
-                Arc::clone(&self.client),
-                (attr.inode, attr.truncate_generation),
-                layout.clone(),
-                attr.size,
-                self.read_ahead,
-            ),
-            layout,
-            generation: attr.truncate_generation,
-            size: attr.size,
-            written_end: std::sync::atomic::AtomicU64::new(0),
-            written: std::sync::Mutex::default(),
-            spare: std::sync::Mutex::default(),
-        })
-    }
-}
-
 impl IoTarget for NativeFiles {
     type File = NativeFile;
 
     fn create(&self, name: &str) -> Result<NativeFile> {
         let new = crate::new_file();
-        self.file(
-            self.runtime
-                .block_on(self.client.create(self.dir, name, new))?,
-        )
+        let (file, _) = self
+            .runtime
+            .block_on(self.client.create_file((self.dir, name), new))?;
+        Ok(NativeFile::new(file))
     }
 
     fn open(&self, name: &str) -> Result<NativeFile> {
-        self.file(self.runtime.block_on(self.client.lookup(self.dir, name))?)
+        let file = self.runtime.block_on(async {
+            let attr = self.client.lookup(self.dir, name).await?;
+            let access = weft_proto::access::READ | weft_proto::access::WRITE;
+            self.client.open_file(attr.inode, access).await
+        })?;
+        Ok(NativeFile::new(file))
     }
 
     fn write_at(
@@ -553,79 +523,135 @@ impl IoTarget for NativeFiles {
         scratch: &mut [u8],
         fill: &dyn Fn(&mut [u8]),
     ) -> Result<()> {
-        // The writer takes the buffer over: no copy of the block on its way out.
+        // The file takes the buffer over: no copy of the block on its way out.
         let mut buffer = file.buffer(scratch.len());
         fill(&mut buffer);
         let data = buffer.freeze();
         file.keep(&data);
-        let len = data.len() as u64;
-        self.runtime.block_on(file.writer.write(offset, data))?;
-        file.written_end
-            .fetch_max(offset + len, std::sync::atomic::Ordering::Relaxed);
-        file.written
-            .lock()
-            .expect("written slots poisoned")
-            .extend(SlotSet::of_range(&file.layout, offset, len));
-        Ok(())
+        Ok(self.runtime.block_on(file.file.write(offset, data))?)
     }
 
     fn read_at(&self, file: &NativeFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let written_end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
-        if written_end == 0 {
-            // Nothing written through this handle: the reader, with read-ahead, knows it all.
-            let data = self
-                .runtime
-                .block_on(file.reader.read(offset, buf.len() as u64))?;
-            return Ok(data.copy_to(buf));
-        }
-        let data = self.runtime.block_on(async {
-            file.writer
-                .wait_clear((offset, offset + buf.len() as u64))
-                .await;
-            self.client
-                .read_data(
-                    (file.inode, file.generation),
-                    &file.layout,
-                    offset,
-                    buf.len() as u64,
-                    file.size.max(written_end),
-                )
-                .await
-        })?;
+        let data = self
+            .runtime
+            .block_on(file.file.read(offset, buf.len() as u64))?;
         Ok(data.copy_to(buf))
     }
 
     fn sync(&self, file: &NativeFile) -> Result<()> {
-        self.runtime.block_on(async {
-            file.writer.drain().await?;
-            self.client.sync_data(file.inode, &file.layout).await?;
-            let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
-            let report = SizeReport {
-                size: end,
-                truncate_generation: file.generation,
-                durable: true,
-                modified: true,
-                written: *file.written.lock().expect("written slots poisoned"),
-            };
-            self.client.report_size(file.inode, report).await?;
-            Ok(())
-        })
+        Ok(self.runtime.block_on(file.file.sync())?)
     }
 
     fn close(&self, file: NativeFile) -> Result<()> {
-        self.runtime.block_on(file.writer.drain())?;
-        let end = file.written_end.load(std::sync::atomic::Ordering::Relaxed);
-        if end > 0 {
-            let report = SizeReport {
-                size: end,
-                truncate_generation: file.generation,
-                durable: false,
-                modified: true,
-                written: *file.written.lock().expect("written slots poisoned"),
-            };
+        self.runtime.block_on(async {
+            let flushed = file.file.flush().await;
+            file.file.close().await?;
+            Ok(flushed?)
+        })
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        Ok(self.runtime.block_on(self.client.unlink(self.dir, name))?)
+    }
+}
+
+/// The network benchmark's files: made through the metadata servers, for their layouts, but
+/// their data goes to the storage servers' network benchmark request, which drops what it is
+/// sent and answers zeros, touching no disk. What it measures is the network and the
+/// protocol, on the same placement a file's data would take.
+pub struct NetFiles {
+    /// The client.
+    pub client: Arc<weft_client::Client>,
+    /// The runtime the client's connections live on.
+    pub runtime: tokio::runtime::Handle,
+    /// The directory the files go in.
+    pub dir: InodeId,
+}
+
+/// A file of [`NetFiles`]: where its data would go.
+pub struct NetFile {
+    layout: FileLayout,
+}
+
+impl NetFiles {
+    fn file(attr: weft_proto::messages::InodeAttr) -> Result<NetFile> {
+        Ok(NetFile {
+            layout: attr.layout.context("a file has a layout")?,
+        })
+    }
+}
+
+impl IoTarget for NetFiles {
+    type File = NetFile;
+
+    fn create(&self, name: &str) -> Result<NetFile> {
+        let new = crate::new_file();
+        NetFiles::file(
             self.runtime
-                .block_on(self.client.report_size(file.inode, report))?;
+                .block_on(self.client.create(self.dir, name, new))?,
+        )
+    }
+
+    fn open(&self, name: &str) -> Result<NetFile> {
+        NetFiles::file(self.runtime.block_on(self.client.lookup(self.dir, name))?)
+    }
+
+    fn write_at(
+        &self,
+        file: &NetFile,
+        offset: u64,
+        scratch: &mut [u8],
+        fill: &dyn Fn(&mut [u8]),
+    ) -> Result<()> {
+        fill(scratch);
+        let data = bytes::Bytes::copy_from_slice(scratch);
+        let pieces = map_requests(&file.layout, offset, data.len() as u64, IO_BYTES_MAX.into());
+        let sends = pieces.into_iter().map(|piece| {
+            let at = (piece.file_offset - offset) as usize;
+            let slice = data.slice(at..at + piece.len as usize);
+            let slot = file.layout.slot(piece.slot_index);
+            self.client.call_storage(slot, move |storage, route| {
+                let slice = slice.clone();
+                async move { storage.net_bench(route.target, slice, 0).await }
+            })
+        });
+        for sent in self.runtime.block_on(futures::future::join_all(sends)) {
+            sent?;
         }
+        Ok(())
+    }
+
+    fn read_at(&self, file: &NetFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let pieces = map_requests(&file.layout, offset, buf.len() as u64, IO_BYTES_MAX.into());
+        let reads = pieces.iter().map(|piece| {
+            let (slot, len) = (file.layout.slot(piece.slot_index), piece.len as u32);
+            self.client
+                .call_storage(slot, move |storage, route| async move {
+                    storage
+                        .net_bench(route.target, bytes::Bytes::new(), len)
+                        .await
+                })
+        });
+        let mut done = 0;
+        for (piece, read) in pieces
+            .iter()
+            .zip(self.runtime.block_on(futures::future::join_all(reads)))
+        {
+            let (_, data) = read?;
+            let at = (piece.file_offset - offset) as usize;
+            let count = data.len().min(piece.len as usize);
+            buf[at..at + count].copy_from_slice(&data[..count]);
+            done += count;
+        }
+        Ok(done)
+    }
+
+    fn sync(&self, _file: &NetFile) -> Result<()> {
+        // Nothing reached a disk.
+        Ok(())
+    }
+
+    fn close(&self, _file: NetFile) -> Result<()> {
         Ok(())
     }
 

@@ -9,8 +9,6 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-use weft_proto::layout::SlotSet;
-use weft_proto::messages::SizeReport;
 use weft_proto::InodeId;
 
 /// What the benchmark runs against: a POSIX directory or the native client.
@@ -291,33 +289,19 @@ impl MetaTarget for NativeTarget {
     fn create(&self, dir: &InodeId, name: &str, data: &[u8]) -> Result<()> {
         self.block(async {
             let new = crate::new_file();
-            let attr = self.client.create(*dir, name, new).await?;
             if data.is_empty() {
                 // An empty file is made by its create alone (mdtest's default, `-w 0`).
+                self.client.create(*dir, name, new).await?;
                 return Ok(());
             }
-            let layout = attr.layout.as_ref().context("a new file has a layout")?;
-            self.client
-                .write(
-                    (attr.inode, attr.truncate_generation),
-                    layout,
-                    0,
-                    bytes::Bytes::copy_from_slice(data),
-                )
-                .await?;
-            self.client
-                .report_size(
-                    attr.inode,
-                    SizeReport {
-                        size: data.len() as u64,
-                        truncate_generation: attr.truncate_generation,
-                        durable: false,
-                        modified: true,
-                        written: SlotSet::of_range(layout, 0, data.len() as u64),
-                    },
-                )
-                .await?;
-            Ok(())
+            let (file, _) = self.client.create_file((*dir, name), new).await?;
+            let written = file.write(0, bytes::Bytes::copy_from_slice(data)).await;
+            let flushed = match written {
+                Ok(()) => file.flush().await,
+                Err(error) => Err(error),
+            };
+            file.close().await?;
+            Ok(flushed?)
         })
     }
 
@@ -329,18 +313,13 @@ impl MetaTarget for NativeTarget {
     fn read(&self, dir: &InodeId, name: &str) -> Result<usize> {
         self.block(async {
             let attr = self.client.lookup(*dir, name).await?;
-            let layout = attr.layout.as_ref().context("a file has a layout")?;
-            Ok(self
+            let file = self
                 .client
-                .read(
-                    (attr.inode, attr.truncate_generation),
-                    layout,
-                    0,
-                    attr.size,
-                    attr.size,
-                )
-                .await?
-                .len())
+                .open_file(attr.inode, weft_proto::access::READ)
+                .await?;
+            let read = file.read(0, attr.size).await;
+            file.close().await?;
+            Ok(read?.len())
         })
     }
 

@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
-use weft_bench::io::{self, IoBenchConfig, IoPhaseResult, NativeFiles, PosixFiles};
+use weft_bench::io::{self, IoBenchConfig, IoPhaseResult, NativeFiles, NetFiles, PosixFiles};
 use weft_bench::meta::{self, MetaBenchConfig, NativeTarget, PhaseResult, PosixTarget};
 use weft_bench::svg::{Panel, Series};
 
@@ -146,8 +146,6 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             client: Arc::clone(&client),
             runtime: runtime.handle().clone(),
             dir,
-            write_behind: client_config.write_behind_bytes,
-            read_ahead: client_config.read_ahead_bytes,
         };
         let mut runs = Vec::new();
         for _ in 0..args.repeat {
@@ -428,20 +426,25 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
         (None, Some(mgmt)) => {
             let runtime = crate::runtime()?;
             let cluster = crate::admin::Cluster::at(mgmt.clone(), None);
-            let client_config = cluster.client_config();
             let client = runtime.block_on(cluster.client())?;
-            if net {
-                client.enable_net_bench();
-            }
-            let target = NativeFiles {
-                client,
-                runtime: runtime.handle().clone(),
-                dir: weft_proto::InodeId::ROOT,
-                write_behind: client_config.write_behind_bytes,
-                read_ahead: client_config.read_ahead_bytes,
-            };
+            let (runtime, dir) = (runtime.handle().clone(), weft_proto::InodeId::ROOT);
             for threads in &args.threads {
-                all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);
+                let name = run_name(*threads);
+                all.extend(if net {
+                    let target = NetFiles {
+                        client: Arc::clone(&client),
+                        runtime: runtime.clone(),
+                        dir,
+                    };
+                    io::run(&target, &config, *threads, &name)?
+                } else {
+                    let target = NativeFiles {
+                        client: Arc::clone(&client),
+                        runtime: runtime.clone(),
+                        dir,
+                    };
+                    io::run(&target, &config, *threads, &name)?
+                });
             }
             let kind = if net { "net" } else { "native" };
             args.label

@@ -220,12 +220,8 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
     let fs = WeftFs::new(
         client,
         tokio::runtime::Handle::current(),
-        (
-            config.attr_cache,
-            config.write_behind_bytes,
-            config.writeback_cache,
-            config.read_ahead_bytes,
-        ),
+        config.attr_cache,
+        config.writeback_cache,
     );
     let mounted = fuse_mount(fs, mountpoint, &config.mgmt, config.fuse_threads)?;
     // A client key proves only its client's name: the admin commands of this host would be

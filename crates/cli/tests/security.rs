@@ -405,6 +405,8 @@ fn native_client(
     let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
     config.auth_key_file = Some(key_file.to_path_buf());
     config.heartbeat_interval = std::time::Duration::from_millis(300);
+    // Every write answered by its servers: a refusal is the write's own answer.
+    config.write_behind_bytes = 0;
     runtime
         .block_on(weft_client::Client::connect(&config))
         .expect("a client key connects")
@@ -652,14 +654,11 @@ fn client_identities_are_held_to_their_rules() {
 
     // The storage servers learn the rule on their own: until they do, the write puts back
     // the bytes already there.
-    let layout = attr.layout.clone().expect("a file's layout");
+    let opened = runtime
+        .block_on(native.open_file(attr.inode, access::READ))
+        .expect("a reader may open for reading");
     wait_until("the storage servers to refuse the reader's writes", || {
-        let written = runtime.block_on(native.write(
-            (attr.inode, attr.truncate_generation),
-            &layout,
-            0,
-            bytes::Bytes::from_static(b"for everyone"),
-        ));
+        let written = runtime.block_on(opened.write(0, bytes::Bytes::from_static(b"for everyone")));
         written.is_err_and(|error| error.code() == ErrorCode::ReadOnly)
     })
     .expect("storage refuses the write");
@@ -1036,18 +1035,14 @@ fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
     let attr = runtime
         .block_on(native.lookup(InodeId::ROOT, "open"))
         .expect("lookup");
-    runtime
-        .block_on(native.open(attr.inode, 1, access::READ))
+    let opened = runtime
+        .block_on(native.open_file(attr.inode, access::READ))
         .expect("open before any rule");
     let layout = attr.layout.clone().expect("a file's layout");
     let read = || {
-        runtime.block_on(native.read(
-            (attr.inode, attr.truncate_generation),
-            &layout,
-            0,
-            12,
-            attr.size,
-        ))
+        runtime
+            .block_on(opened.read(0, 12))
+            .map(|data| data.into_bytes())
     };
     assert_eq!(read().expect("read").as_ref(), b"for everyone");
 

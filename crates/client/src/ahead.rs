@@ -1,16 +1,13 @@
-//! Read-ahead per open file: after two reads in a row that continue each other, the mount
-//! reads the next `read_ahead_bytes` in the background, in windows, and answers later reads
-//! from them. A window holds only while this client's writes, truncates and allocations of
+//! Read-ahead per open file: after two reads in a row that continue each other, an open file
+//! ([`crate::OpenFile`]) reads the next `read_ahead_bytes` in the background, in windows, and
+//! answers later reads from them. A window holds only while this client's writes, truncates and allocations of
 //! the file leave it alone: each of them bumps the file's data version, and a window read
 //! under another version is dropped. Windows live as long as their open file, which keeps the
-//! close-to-open promise: an open never sees data read before it. [`FileReader`] gives native
-//! callers the same read-ahead.
+//! close-to-open promise: an open never sees data read before it.
 
-use crate::{Client, ClientError, ReadData};
+use crate::ReadData;
 use futures::future::{BoxFuture, FutureExt, Shared};
-use std::sync::{Arc, Mutex};
-use weft_proto::ids::InodeId;
-use weft_proto::layout::FileLayout;
+use std::sync::Mutex;
 
 /// Windows kept per open file: the one being read from and the next.
 const WINDOWS_MAX: usize = 2;
@@ -130,80 +127,4 @@ fn slice(window: &ReadData, start: u64, offset: u64, size: u64, known: u64) -> O
         return None;
     }
     Some(window.slice(from, to))
-}
-
-/// Reads of one file through the native client with the mount's read-ahead: a sequential
-/// reader finds the next window already on its way. For a file this handle does not write:
-/// what it knows of the size is what the open saw.
-pub struct FileReader {
-    client: Arc<Client>,
-    inode: InodeId,
-    /// The file's truncate generation at the open.
-    generation: u64,
-    layout: FileLayout,
-    size: u64,
-    window: u64,
-    ahead: ReadAhead,
-}
-
-impl FileReader {
-    /// A reader of `file` (its inode, and its truncate generation at the open), `size` bytes
-    /// long at its open, reading ahead `window` bytes at a
-    /// time (0: never).
-    pub fn new(
-        client: Arc<Client>,
-        (inode, generation): (InodeId, u64),
-        layout: FileLayout,
-        size: u64,
-        window: u64,
-    ) -> FileReader {
-        FileReader {
-            client,
-            inode,
-            generation,
-            layout,
-            size,
-            window,
-            ahead: ReadAhead::default(),
-        }
-    }
-
-    /// Reads `len` bytes at `offset`; shorter at the end of the file. Runs on a tokio runtime.
-    /// The answer stays in the pieces it arrived in: [`ReadData::copy_to`] moves it into the
-    /// caller's buffer with one copy.
-    ///
-    /// # Errors
-    /// The read's error; a failed read-ahead window is read again directly.
-    pub async fn read(&self, offset: u64, len: u64) -> Result<ReadData, ClientError> {
-        let fetch = |(start, window_len): (u64, u64)| -> BoxFuture<'static, Option<ReadData>> {
-            let (client, file, layout, size) = (
-                Arc::clone(&self.client),
-                (self.inode, self.generation),
-                self.layout.clone(),
-                self.size,
-            );
-            let task = tokio::spawn(async move {
-                client
-                    .read_data(file, &layout, start, window_len, size)
-                    .await
-                    .ok()
-            });
-            Box::pin(async move { task.await.ok().flatten() })
-        };
-        let ahead = self
-            .ahead
-            .read((offset, len), (0, self.size), self.window, fetch);
-        if let Some(data) = ahead.await {
-            return Ok(data);
-        }
-        self.client
-            .read_data(
-                (self.inode, self.generation),
-                &self.layout,
-                offset,
-                len,
-                self.size,
-            )
-            .await
-    }
 }

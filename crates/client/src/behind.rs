@@ -1,8 +1,8 @@
 //! Write-behind: a write is answered once its data is on its way to the storage servers, with
 //! a bounded number of bytes in flight per file, so a single stream keeps several requests
-//! going instead of waiting for each. The mount answers FUSE writes this way; native callers
-//! get the same from [`FileWriter`]. What happens to the file afterwards waits for exactly what
-//! it must:
+//! going instead of waiting for each. An open file ([`crate::OpenFile`]) answers writes this
+//! way, for the mount and for native callers alike. What happens to the file afterwards waits
+//! for exactly what it must:
 //!
 //! - a write that overlaps one still in flight waits for it (order of overlapping writes is
 //!   the order the kernel sent them);
@@ -12,111 +12,8 @@
 //!   the next write, flush or fsync of that file returns it (a failure while other writes
 //!   still wait for budget is seen by them).
 
-use crate::client::{Client, ClientError};
-use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use weft_proto::ids::InodeId;
-use weft_proto::layout::FileLayout;
-
-/// One file's writes through the native library, written behind: [`FileWriter::write`]
-/// returns once the data is on its way, with at most the budget's bytes in flight, and
-/// [`FileWriter::drain`] — before a sync, a size report or a close — waits for all of them and
-/// returns the first error any of them met (that error also fails every later write).
-pub struct FileWriter {
-    client: Arc<Client>,
-    inode: InodeId,
-    /// The file's truncate generation the writes belong to.
-    generation: u64,
-    layout: FileLayout,
-    /// `None` with a budget of 0: every write waits for the servers.
-    inflight: Option<Arc<InFlight>>,
-    error: Arc<Mutex<Option<ClientError>>>,
-}
-
-impl FileWriter {
-    /// Writes of `file` (its inode, and the truncate generation the writes belong to; laid
-    /// out as `layout`) with `budget_bytes` in flight at most (0: none;
-    /// [`crate::ClientConfig::write_behind_bytes`] is the mount's).
-    pub fn new(
-        client: Arc<Client>,
-        (inode, generation): (InodeId, u64),
-        layout: FileLayout,
-        budget_bytes: u32,
-    ) -> FileWriter {
-        FileWriter {
-            client,
-            inode,
-            generation,
-            layout,
-            inflight: (budget_bytes > 0).then(|| Arc::new(InFlight::new(budget_bytes))),
-            error: Arc::default(),
-        }
-    }
-
-    fn failed(&self) -> Result<(), ClientError> {
-        match &*self.error.lock().expect("writer error poisoned") {
-            Some(error) => Err(error.clone()),
-            None => Ok(()),
-        }
-    }
-
-    /// Sends `data` to `offset`; returns once it is admitted into flight.
-    ///
-    /// # Errors
-    /// An earlier write's failure, or this one's when nothing is written behind.
-    pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), ClientError> {
-        self.failed()?;
-        let Some(inflight) = &self.inflight else {
-            return self
-                .client
-                .write((self.inode, self.generation), &self.layout, offset, data)
-                .await;
-        };
-        let admitted = inflight.admit((offset, offset + data.len() as u64)).await;
-        // A write that failed while this one waited for budget is this one's answer.
-        if let Err(error) = self.failed() {
-            admitted.finish();
-            return Err(error);
-        }
-        let client = Arc::clone(&self.client);
-        let (inode, layout, error) = (self.inode, self.layout.clone(), Arc::clone(&self.error));
-        let generation = self.generation;
-        tokio::spawn(async move {
-            if let Err(failure) = client
-                .write((inode, generation), &layout, offset, data)
-                .await
-            {
-                tracing::warn!(%inode, error = %failure, "a write-behind write failed");
-                error
-                    .lock()
-                    .expect("writer error poisoned")
-                    .get_or_insert(failure);
-            }
-            admitted.finish();
-        });
-        Ok(())
-    }
-
-    /// Waits for the writes in flight that overlap `[start, end)`: a read sees this writer's
-    /// writes.
-    pub async fn wait_clear(&self, range: (u64, u64)) {
-        if let Some(inflight) = &self.inflight {
-            inflight.wait_clear(range).await;
-        }
-    }
-
-    /// Waits for every write in flight.
-    ///
-    /// # Errors
-    /// The first error any write met.
-    pub async fn drain(&self) -> Result<(), ClientError> {
-        if let Some(inflight) = &self.inflight {
-            inflight.drain().await;
-        }
-        self.failed()
-    }
-}
 
 /// The writes of one inode in flight.
 pub(crate) struct InFlight {

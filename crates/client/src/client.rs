@@ -1,6 +1,5 @@
 //! [`Client`]: a session with management and every metadata and storage server.
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,10 +9,10 @@ use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
 use weft_proto::access::Capability;
 use weft_proto::ids::{ClientId, InodeId, NodeId};
-use weft_proto::layout::{FileLayout, StripePattern};
+use weft_proto::layout::{Slot, StripePattern};
 use weft_proto::messages::{
-    AttrChanges, ChangeTag, ClusterMap, DirEntry, FallocateMode, FileKind, InodeAttr, MutationId,
-    NewInode, RenameFlags, SizeReport, XattrSetMode,
+    AttrChanges, ChangeTag, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
+    RenameFlags, SizeReport, XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -175,6 +174,20 @@ pub enum ClientError {
     /// The client's configuration is unusable; nothing was sent.
     #[error("{0}")]
     Config(String),
+    /// A read, write or allocation of an open entry that is not a regular file.
+    #[error("{inode} has no data layout: it is not a regular file")]
+    NoLayout {
+        /// The entry.
+        inode: InodeId,
+    },
+    /// The locks or the open of a file were lost (the session expired, or they could not be
+    /// reclaimed after its metadata server restarted): its writer must not go on as if it
+    /// still excluded others.
+    #[error("the locks or the open of {inode} were lost: the session expired or could not reclaim them after a metadata server restart")]
+    StateLost {
+        /// The file.
+        inode: InodeId,
+    },
 }
 
 impl ClientError {
@@ -182,8 +195,10 @@ impl ClientError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ClientError::Rpc(error) => error.code(),
-            ClientError::WritesLost { .. } | ClientError::ShortWrite { .. } => ErrorCode::Io,
-            ClientError::Config(_) => ErrorCode::InvalidArgument,
+            ClientError::WritesLost { .. }
+            | ClientError::ShortWrite { .. }
+            | ClientError::StateLost { .. } => ErrorCode::Io,
+            ClientError::Config(_) | ClientError::NoLayout { .. } => ErrorCode::InvalidArgument,
         }
     }
 
@@ -212,10 +227,6 @@ pub struct Client {
     pub(crate) unserved: crate::unserved::Unserved,
     /// The current session's id (a [`ClientId`]): a new one after the last one expired.
     client: AtomicU64,
-    /// Told of every file whose locks or open this client lost (its session expired, or a lock
-    /// or an open could not be reclaimed after a metadata server restart): the mount fails the
-    /// file's next write, fsync and close with EIO.
-    state_lost: Mutex<Option<StateLost>>,
     /// Held while an expired session is replaced.
     renewing: tokio::sync::Mutex<()>,
     /// The numbers of this client's mutating requests.
@@ -227,11 +238,10 @@ pub struct Client {
     /// The shards of every spread directory this client has seen. A spread directory's shards
     /// never change and inode ids are never reused, so entries never go stale.
     spread: Mutex<HashMap<InodeId, Arc<[InodeId]>>>,
-    /// Network benchmark mode: data requests skip the servers' disks and data is dropped.
-    net_bench: std::sync::atomic::AtomicBool,
-    /// The verifier of the first write since the last sync, per file and slot: a sync that
-    /// answers another one means those writes may be lost ([`crate::io::sync`]).
-    pub(crate) unsynced: Mutex<HashMap<(InodeId, weft_proto::layout::Slot), u64>>,
+    /// Reads and changes of file data.
+    pub(crate) data: crate::io::DataPath,
+    /// The files open here.
+    pub(crate) files: crate::file::OpenFiles,
     /// Closed handles not told to their metadata servers yet, by home ([`Client::release_soon`]).
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
 }
@@ -280,9 +290,6 @@ fn spawn_heartbeat(client: &Arc<Client>, interval: Duration, mgmt: MgmtClient) {
         })
         .expect("a thread for the session heartbeat");
 }
-
-/// What [`Client::on_state_lost`] calls.
-pub type StateLost = Arc<dyn Fn(InodeId) + Send + Sync>;
 
 /// How long a closed handle waits for others to be told to its metadata server with.
 const RELEASE_GATHER: Duration = Duration::from_millis(2);
@@ -353,20 +360,19 @@ impl Client {
             ..RetryPolicy::default()
         };
         let client = Arc::new(Client {
+            data: crate::io::DataPath::new(Arc::clone(&cluster), retry),
             cluster,
             identity,
             root,
             client: AtomicU64::new(client.0),
-            state_lost: Mutex::default(),
             renewing: tokio::sync::Mutex::new(()),
             numbers: Numbers::default(),
             retry,
             locks: crate::locks::HeldLocks::default(),
             opens: crate::locks::HeldOpens::default(),
             spread: Mutex::default(),
-            unsynced: Mutex::default(),
+            files: crate::file::OpenFiles::new(config.write_behind_bytes, config.read_ahead_bytes),
             releases: Mutex::default(),
-            net_bench: std::sync::atomic::AtomicBool::new(false),
             unserved: crate::unserved::Unserved::default(),
         });
         let interval = config.heartbeat_interval;
@@ -416,37 +422,16 @@ impl Client {
             .collect()
     }
 
-    /// Network benchmark mode (`weft bench net`, never a mount): from now on this client's
-    /// data writes are dropped by the storage servers without touching a disk, and its data
-    /// reads return zeros. Only for measuring the network and the protocol.
-    pub fn enable_net_bench(&self) {
-        self.net_bench.store(true, Ordering::Relaxed);
-    }
-
-    pub(crate) fn net_bench(&self) -> bool {
-        self.net_bench.load(Ordering::Relaxed)
-    }
-
     /// This session's id.
     pub fn id(&self) -> ClientId {
         ClientId(self.client.load(Ordering::Acquire))
     }
 
-    /// Has `lost` called with every file whose locks or open this client loses from now on.
-    pub fn on_state_lost(&self, lost: StateLost) {
-        *self.state_lost.lock().expect("state-lost hook poisoned") = Some(lost);
-    }
-
-    /// Tells the mount that locks or an open of `inode` are lost.
+    /// Locks or an open of `inode` are lost: the file's next write, flush and sync fail, as
+    /// after a write error.
     pub(crate) fn state_lost(&self, inode: InodeId) {
-        let hook = self
-            .state_lost
-            .lock()
-            .expect("state-lost hook poisoned")
-            .clone();
-        if let Some(hook) = hook {
-            hook(inode);
-        }
+        self.files
+            .record_error(inode, ClientError::StateLost { inode });
     }
 
     /// Session `expired` has expired (`why`): the servers released its locks and opens, so
@@ -530,6 +515,20 @@ impl Client {
             },
             pending,
         )
+    }
+
+    /// Runs `call` on the storage server of `slot` (a target, or a mirror group's primary)
+    /// under the client's retry policy: a request of a tool that speaks to storage servers
+    /// itself, such as the network benchmark.
+    ///
+    /// # Errors
+    /// What the last try gave.
+    pub async fn call_storage<T, F, Fut>(&self, slot: Slot, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<weft_net::StorageClient>, weft_proto::messages::Route) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        Ok(self.cluster.call_storage(slot, &self.retry, call).await?)
     }
 
     /// Runs a metadata call on the home of `inode` under the retry policy.
@@ -647,7 +646,11 @@ impl Client {
         Ok(attr)
     }
 
-    /// Changes attributes; a size truncates.
+    /// Changes attributes; a size truncates. Of a file open here, a truncate comes after the
+    /// writes sent before it, and their report goes first: it records the slots they wrote,
+    /// which the truncate then keeps if its size leaves them bytes. A time set after writes
+    /// (futimens before close, as tar x and cp -p do) comes after their report, which moves
+    /// the mtime, and the report at close has nothing new to move it again.
     ///
     /// # Errors
     /// The namespace codes, or `Io` when a target could not be truncated.
@@ -656,11 +659,24 @@ impl Client {
         inode: InodeId,
         changes: AttrChanges,
     ) -> Result<InodeAttr, ClientError> {
+        let open = self.files.get(inode);
+        if let Some(open) = open
+            .as_ref()
+            .filter(|_| changes.size.is_some() || changes.mtime.is_some())
+        {
+            open.drain().await;
+            open.report_size(self, false).await?;
+        }
         let (mutation, _guard) = self.begin_mutation();
-        self.on_home(inode, |meta| async move {
-            meta.set_attr(mutation, inode, changes).await
-        })
-        .await
+        let attr = self
+            .on_home(inode, |meta| async move {
+                meta.set_attr(mutation, inode, changes).await
+            })
+            .await?;
+        if changes.size.is_some() {
+            self.files.truncated(&attr);
+        }
+        Ok(attr)
     }
 
     /// Creates an entry of any kind; `new.mode` is masked by `new.umask` unless the parent has
@@ -1028,15 +1044,6 @@ impl Client {
         }
     }
 
-    /// Forgets the verifiers of a file's writes not synced yet, once no open file of it is
-    /// left here to fsync them.
-    pub fn forget_unsynced(&self, inode: InodeId) {
-        self.unsynced
-            .lock()
-            .expect("unsynced writes poisoned")
-            .retain(|(written, _), _| *written != inode);
-    }
-
     /// Tells the metadata server of a closed handle within [`RELEASE_GATHER`], together with
     /// the other handles of its home closed meanwhile: one request for many closes. The
     /// server keeps the file open until then (an unlink meanwhile disposes of it at the
@@ -1127,71 +1134,6 @@ impl Client {
         .await
     }
 
-    /// Reads `[offset, offset + len)` of a file (inode, and the truncate generation the
-    /// caller knows), clamped to `size`; holes read as zeros.
-    ///
-    /// # Errors
-    /// Storage errors (`Io`, `UnknownTarget`, transport).
-    pub async fn read(
-        &self,
-        file: (InodeId, u64),
-        layout: &FileLayout,
-        offset: u64,
-        len: u64,
-        size: u64,
-    ) -> Result<Bytes, ClientError> {
-        Ok(self
-            .read_data(file, layout, offset, len, size)
-            .await?
-            .into_bytes())
-    }
-
-    /// Reads like [`Client::read`], keeping the pieces as they came from their targets: no
-    /// copy to join them (see [`crate::ReadData`]).
-    ///
-    /// # Errors
-    /// Storage errors (`Io`, `UnknownTarget`, transport).
-    pub async fn read_data(
-        &self,
-        file: (InodeId, u64),
-        layout: &FileLayout,
-        offset: u64,
-        len: u64,
-        size: u64,
-    ) -> Result<crate::ReadData, ClientError> {
-        crate::io::read(self, file, layout, offset, len, size).await
-    }
-
-    /// Writes `data` at `offset` of a file (inode, and the truncate generation the writer
-    /// writes in).
-    ///
-    /// # Errors
-    /// `NoSpace` when a target is full, storage and transport errors.
-    pub async fn write(
-        &self,
-        file: (InodeId, u64),
-        layout: &FileLayout,
-        offset: u64,
-        data: Bytes,
-    ) -> Result<(), ClientError> {
-        crate::io::write(self, file, layout, offset, data).await
-    }
-
-    /// Allocates (`Allocate`) or zeroes (`Zero`) a file range on its targets; the file size is
-    /// the caller's to report.
-    ///
-    /// # Errors
-    /// `NoSpace`, `NotSupported`, storage and transport errors.
-    pub async fn fallocate(
-        &self,
-        file: (InodeId, u64),
-        layout: &FileLayout,
-        (offset, len): (u64, u64),
-        mode: FallocateMode,
-    ) -> Result<(), ClientError> {
-        crate::io::fallocate(self, file, layout, (offset, len), mode).await
-    }
-
     /// Has `inode`'s home send the file's queued truncate to every target now (a target
     /// answered `TruncatePending`); returns when each has it.
     ///
@@ -1203,14 +1145,6 @@ impl Client {
             |meta| async move { meta.apply_truncate(inode).await },
         )
         .await
-    }
-
-    /// Makes a file's data durable on every target of its layout.
-    ///
-    /// # Errors
-    /// `TargetPoisoned`, `Io`, transport errors.
-    pub async fn sync_data(&self, inode: InodeId, layout: &FileLayout) -> Result<(), ClientError> {
-        crate::io::sync(self, inode, layout).await
     }
 }
 

@@ -1,14 +1,19 @@
-//! Striped I/O: a file range is cut into chunk pieces by the one layout function in `proto`, and
-//! the pieces go to their targets in parallel. Payloads are slices of the caller's buffer, never
-//! copied on the way out.
+//! The data path: a file range is cut into chunk pieces by the one layout function in `proto`,
+//! and the pieces go to their targets in parallel. Payloads are slices of the caller's buffer,
+//! never copied on the way out. [`DataPath`] holds what the data path needs of its own (the
+//! cluster view, the retry policy, the verifiers of unsynced writes); what it needs of the
+//! file's metadata server (a capability, a queued truncate, a change number) it asks the
+//! session for.
 
 use crate::client::{Client, ClientError};
 use bytes::{Bytes, BytesMut};
-use std::sync::Arc;
-use weft_net::{RpcError, StorageClient};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use weft_net::retry::RetryPolicy;
+use weft_net::{ClusterView, RpcError, StorageClient};
 use weft_proto::access;
 use weft_proto::ids::InodeId;
-use weft_proto::layout::{map_range, object_span, FileLayout, Slot};
+use weft_proto::layout::{map_requests, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
 use weft_proto::messages::{FallocateMode, Route};
 use weft_proto::ErrorCode;
@@ -17,56 +22,84 @@ use weft_proto::ErrorCode;
 /// the request fails: once is the rule; more means the truncate keeps failing to arrive.
 const TRUNCATE_PENDING_TRIES_MAX: u32 = 3;
 
-/// Runs `call` on the server of `slot` for file `inode`. An object that still waits for a
-/// truncate of the file it missed (`TruncatePending`: its target was away when the
-/// truncate was made) gets it first, through the file's home, and the call goes again.
-async fn on_slot<T, F, Fut>(
-    client: &Client,
-    inode: InodeId,
-    slot: Slot,
-    call: F,
-) -> Result<T, ClientError>
-where
-    F: Fn(Arc<StorageClient>, Route) -> Fut,
-    Fut: std::future::Future<Output = Result<T, RpcError>>,
-{
-    let mut tries = 0;
-    loop {
-        match client
-            .cluster
-            .call_storage(slot, &client.retry, &call)
-            .await
-        {
-            Err(RpcError::Remote(error))
-                if error.code == ErrorCode::TruncatePending
-                    && tries < TRUNCATE_PENDING_TRIES_MAX =>
-            {
-                tries += 1;
-                tracing::debug!(%inode, %slot, "an object waits for a truncate: applying it");
-                client.apply_truncate(inode).await?;
-            }
-            result => return Ok(result?),
-        }
+/// A file as its data is addressed: the inode, and the truncate generation its reads and
+/// writes are made in (a target refuses a change of an older one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileRef {
+    /// The file.
+    pub(crate) inode: InodeId,
+    /// Its truncate generation as the caller knows it.
+    pub(crate) generation: u64,
+}
+
+impl FileRef {
+    fn wire(self) -> (InodeId, u64) {
+        (self.inode, self.generation)
     }
 }
 
-/// Pieces of the range, further cut so no request exceeds [`IO_BYTES_MAX`].
-fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout::ChunkPiece> {
-    let mut out = Vec::new();
-    for piece in map_range(layout, offset, len) {
-        let mut done = 0;
-        while done < piece.len {
-            let part = (piece.len - done).min(u64::from(IO_BYTES_MAX));
-            out.push(weft_proto::layout::ChunkPiece {
-                file_offset: piece.file_offset + done,
-                object_offset: piece.object_offset + done,
-                len: part,
-                ..piece
-            });
-            done += part;
+/// Reads and changes of file data on the storage servers.
+pub(crate) struct DataPath {
+    cluster: Arc<ClusterView>,
+    retry: RetryPolicy,
+    /// The verifier of the first write since the last sync, per file and slot: a sync that
+    /// answers another one means those writes may be lost ([`DataPath::sync`]).
+    unsynced: Mutex<HashMap<(InodeId, Slot), u64>>,
+}
+
+impl DataPath {
+    pub(crate) fn new(cluster: Arc<ClusterView>, retry: RetryPolicy) -> DataPath {
+        DataPath {
+            cluster,
+            retry,
+            unsynced: Mutex::default(),
         }
     }
-    out
+
+    /// Runs `call` on the server of `slot` for file `inode` under the retry policy. An
+    /// object that still waits for a truncate of the file it missed (`TruncatePending`: its
+    /// target was away when the truncate was made) gets it first, through the file's home,
+    /// and the call goes again.
+    async fn on_slot<T, F, Fut>(
+        &self,
+        session: &Client,
+        inode: InodeId,
+        slot: Slot,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<StorageClient>, Route) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        let mut tries = 0;
+        loop {
+            match self.cluster.call_storage(slot, &self.retry, &call).await {
+                Err(RpcError::Remote(error))
+                    if error.code == ErrorCode::TruncatePending
+                        && tries < TRUNCATE_PENDING_TRIES_MAX =>
+                {
+                    tries += 1;
+                    tracing::debug!(%inode, %slot, "an object waits for a truncate: applying it");
+                    session.apply_truncate(inode).await?;
+                }
+                result => return Ok(result?),
+            }
+        }
+    }
+
+    /// Forgets the verifiers of a file's writes not synced yet, once no open file of it is
+    /// left here to fsync them.
+    pub(crate) fn forget_unsynced(&self, inode: InodeId) {
+        self.unsynced
+            .lock()
+            .expect("unsynced writes poisoned")
+            .retain(|(written, _), _| *written != inode);
+    }
+}
+
+/// Pieces of the range, each one request.
+fn pieces(layout: &FileLayout, offset: u64, len: u64) -> Vec<weft_proto::layout::ChunkPiece> {
+    map_requests(layout, offset, len, u64::from(IO_BYTES_MAX))
 }
 
 /// A file range as read from its targets: the pieces' buffers in file order (holes as zeros),
@@ -137,200 +170,201 @@ impl ReadData {
     }
 }
 
-pub(crate) async fn read(
-    client: &Client,
-    (inode, generation): (InodeId, u64),
-    layout: &FileLayout,
-    offset: u64,
-    len: u64,
-    size: u64,
-) -> Result<ReadData, ClientError> {
-    let end = offset.saturating_add(len).min(size);
-    if end <= offset {
-        return Ok(ReadData::default());
+impl DataPath {
+    /// Reads `[offset, offset + len)` of `file`, clamped to `size`; holes read as zeros.
+    pub(crate) async fn read(
+        &self,
+        session: &Client,
+        file: FileRef,
+        layout: &FileLayout,
+        (offset, len): (u64, u64),
+        size: u64,
+    ) -> Result<ReadData, ClientError> {
+        let end = offset.saturating_add(len).min(size);
+        if end <= offset {
+            return Ok(ReadData::default());
+        }
+        let inode = file.inode;
+        let requests = pieces(layout, offset, end - offset)
+            .into_iter()
+            .map(|piece| async move {
+                let slot = layout.slot(piece.slot_index);
+                let len = piece.len as u32;
+                let data = session
+                    .with_capability(inode, access::READ, |capability| {
+                        self.on_slot(session, inode, slot, move |storage, route| async move {
+                            storage
+                                .read(route, file.wire(), piece.object_offset, len, capability)
+                                .await
+                        })
+                    })
+                    .await?;
+                Ok::<_, ClientError>((piece, data))
+            });
+        // Pieces come back in file order; a short one is a hole and reads as zeros.
+        let mut parts = Vec::new();
+        for result in futures::future::join_all(requests).await {
+            let (piece, data) = result?;
+            let count = data.len().min(piece.len as usize);
+            if count > 0 {
+                parts.push(data.slice(..count));
+            }
+            if count < piece.len as usize {
+                // No piece is longer than a request, so the shared zeros cover any hole.
+                parts.push(weft_proto::messages::zeros(piece.len as usize - count));
+            }
+        }
+        let data = ReadData { parts };
+        debug_assert_eq!(data.len() as u64, end - offset);
+        Ok(data)
     }
-    let requests = pieces(layout, offset, end - offset)
-        .into_iter()
-        .map(|piece| async move {
-            let slot = layout.slot(piece.slot_index);
-            let len = piece.len as u32;
-            let net_bench = client.net_bench();
-            let data = client
-                .with_capability(inode, access::READ, |capability| {
-                    on_slot(client, inode, slot, move |storage, route| async move {
-                        if net_bench {
-                            return Ok(storage.net_bench(route.target, Bytes::new(), len).await?.1);
-                        }
-                        storage
-                            .read(
-                                route,
-                                (inode, generation),
-                                piece.object_offset,
-                                len,
-                                capability,
-                            )
-                            .await
+
+    /// Writes `data` at `offset` of `file`: every piece to its target, each a change of its
+    /// own (two pieces may go to the same server). A target that takes fewer bytes than it
+    /// was sent fails the write.
+    pub(crate) async fn write(
+        &self,
+        session: &Client,
+        file: FileRef,
+        layout: &FileLayout,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<(), ClientError> {
+        let inode = file.inode;
+        let requests = pieces(layout, offset, data.len() as u64)
+            .into_iter()
+            .map(|piece| {
+                let at = (piece.file_offset - offset) as usize;
+                let slice = data.slice(at..at + piece.len as usize);
+                async move {
+                    let slot = layout.slot(piece.slot_index);
+                    let mut change = session.begin_change();
+                    let sent = session
+                        .with_capability(inode, access::WRITE, |capability| {
+                            let (slice, change) = (&slice, &change);
+                            self.on_slot(session, inode, slot, move |storage, route| {
+                                let slice = slice.clone();
+                                let tag = change.tag();
+                                async move {
+                                    let offset = piece.object_offset;
+                                    storage
+                                        .write(
+                                            route,
+                                            file.wire(),
+                                            offset,
+                                            slice,
+                                            Some(tag),
+                                            capability,
+                                        )
+                                        .await
+                                }
+                            })
+                        })
+                        .await;
+                    let (written, verifier) = sent.inspect_err(|_| change.failed())?;
+                    if u64::from(written) != piece.len {
+                        change.failed();
+                        return Err(ClientError::ShortWrite {
+                            inode,
+                            slot,
+                            offset: piece.object_offset,
+                            sent: piece.len,
+                            written: u64::from(written),
+                        });
+                    }
+                    self.unsynced
+                        .lock()
+                        .expect("unsynced writes poisoned")
+                        .entry((inode, slot))
+                        .or_insert(verifier);
+                    Ok::<_, ClientError>(())
+                }
+            });
+        for result in futures::future::join_all(requests).await {
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Makes `inode`'s data durable on every slot of its layout, and checks that no write
+    /// acknowledged since the last sync was lost meanwhile (its verifier changed).
+    pub(crate) async fn sync(
+        &self,
+        session: &Client,
+        inode: InodeId,
+        layout: &FileLayout,
+    ) -> Result<(), ClientError> {
+        let requests = layout.slots().map(|slot| async move {
+            let verifier = session
+                .with_capability(inode, 0, |capability| {
+                    self.on_slot(session, inode, slot, move |storage, route| async move {
+                        storage.sync(route, inode, capability).await
                     })
                 })
                 .await?;
-            Ok::<_, ClientError>((piece, data))
+            let written = self
+                .unsynced
+                .lock()
+                .expect("unsynced writes poisoned")
+                .remove(&(inode, slot));
+            match written {
+                Some(written) if written != verifier => {
+                    Err(ClientError::WritesLost { inode, slot })
+                }
+                _ => Ok(()),
+            }
         });
-    // Pieces come back in file order; a short one is a hole and reads as zeros.
-    let mut parts = Vec::new();
-    for result in futures::future::join_all(requests).await {
-        let (piece, data) = result?;
-        let count = data.len().min(piece.len as usize);
-        if count > 0 {
-            parts.push(data.slice(..count));
+        for result in futures::future::join_all(requests).await {
+            result?;
         }
-        if count < piece.len as usize {
-            // No piece is longer than a request, so the shared zeros cover any hole.
-            parts.push(weft_proto::messages::zeros(piece.len as usize - count));
-        }
+        Ok(())
     }
-    let data = ReadData { parts };
-    debug_assert_eq!(data.len() as u64, end - offset);
-    Ok(data)
-}
 
-pub(crate) async fn write(
-    client: &Client,
-    (inode, generation): (InodeId, u64),
-    layout: &FileLayout,
-    offset: u64,
-    data: Bytes,
-) -> Result<(), ClientError> {
-    // Each piece is a change of its own: two pieces may go to the same server.
-    let requests = pieces(layout, offset, data.len() as u64)
-        .into_iter()
-        .map(|piece| {
-            let at = (piece.file_offset - offset) as usize;
-            let slice = data.slice(at..at + piece.len as usize);
-            async move {
-                let slot = layout.slot(piece.slot_index);
-                let net_bench = client.net_bench();
-                let mut change = client.begin_change();
-                let sent = client
+    /// Allocates or zeroes the file range `[offset, offset + len)` on every target it
+    /// touches, one request per target (a file range is contiguous in each object).
+    pub(crate) async fn fallocate(
+        &self,
+        session: &Client,
+        file: FileRef,
+        layout: &FileLayout,
+        (offset, len): (u64, u64),
+        mode: FallocateMode,
+    ) -> Result<(), ClientError> {
+        let inode = file.inode;
+        let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
+            let span = object_span(layout, index, offset, len);
+            (!span.is_empty()).then_some(async move {
+                let mut change = session.begin_change();
+                session
                     .with_capability(inode, access::WRITE, |capability| {
-                        let (slice, change) = (&slice, &change);
-                        on_slot(client, inode, slot, move |storage, route| {
-                            let slice = slice.clone();
+                        let (span, change) = (&span, &change);
+                        self.on_slot(session, inode, slot, move |storage, route| {
+                            let span = span.clone();
                             let tag = change.tag();
                             async move {
-                                if net_bench {
-                                    let len = storage.net_bench(route.target, slice, 0).await?.0;
-                                    return Ok((len, 0));
-                                }
-                                let file = (inode, generation);
-                                let offset = piece.object_offset;
+                                let len = span.end - span.start;
                                 storage
-                                    .write(route, file, offset, slice, Some(tag), capability)
+                                    .fallocate(
+                                        route,
+                                        file.wire(),
+                                        span.start,
+                                        (len, mode),
+                                        Some(tag),
+                                        capability,
+                                    )
                                     .await
                             }
                         })
                     })
-                    .await;
-                let (written, verifier) = sent.inspect_err(|_| change.failed())?;
-                if !net_bench && u64::from(written) != piece.len {
-                    change.failed();
-                    return Err(ClientError::ShortWrite {
-                        inode,
-                        slot,
-                        offset: piece.object_offset,
-                        sent: piece.len,
-                        written: u64::from(written),
-                    });
-                }
-                client
-                    .unsynced
-                    .lock()
-                    .expect("unsynced writes poisoned")
-                    .entry((inode, slot))
-                    .or_insert(verifier);
-                Ok::<_, ClientError>(())
-            }
-        });
-    for result in futures::future::join_all(requests).await {
-        result?;
-    }
-    Ok(())
-}
-
-pub(crate) async fn sync(
-    client: &Client,
-    inode: InodeId,
-    layout: &FileLayout,
-) -> Result<(), ClientError> {
-    if client.net_bench() {
-        // Nothing reached a disk.
-        return Ok(());
-    }
-    let requests = layout.slots().map(|slot| async move {
-        let verifier = client
-            .with_capability(inode, 0, |capability| {
-                on_slot(client, inode, slot, move |storage, route| async move {
-                    storage.sync(route, inode, capability).await
-                })
+                    .await
+                    .inspect_err(|_| change.failed())
             })
-            .await?;
-        let written = client
-            .unsynced
-            .lock()
-            .expect("unsynced writes poisoned")
-            .remove(&(inode, slot));
-        match written {
-            Some(written) if written != verifier => Err(ClientError::WritesLost { inode, slot }),
-            _ => Ok(()),
+        });
+        for result in futures::future::join_all(requests).await {
+            result?;
         }
-    });
-    for result in futures::future::join_all(requests).await {
-        result?;
+        Ok(())
     }
-    Ok(())
-}
-
-/// Allocates or zeroes the file range `[offset, offset + len)` on every target it touches,
-/// one request per target (a file range is contiguous in each object).
-pub(crate) async fn fallocate(
-    client: &Client,
-    (inode, generation): (InodeId, u64),
-    layout: &FileLayout,
-    (offset, len): (u64, u64),
-    mode: FallocateMode,
-) -> Result<(), ClientError> {
-    let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
-        let span = object_span(layout, index, offset, len);
-        (!span.is_empty()).then_some(async move {
-            let mut change = client.begin_change();
-            client
-                .with_capability(inode, access::WRITE, |capability| {
-                    let (span, change) = (&span, &change);
-                    on_slot(client, inode, slot, move |storage, route| {
-                        let span = span.clone();
-                        let tag = change.tag();
-                        async move {
-                            let len = span.end - span.start;
-                            storage
-                                .fallocate(
-                                    route,
-                                    (inode, generation),
-                                    span.start,
-                                    (len, mode),
-                                    Some(tag),
-                                    capability,
-                                )
-                                .await
-                        }
-                    })
-                })
-                .await
-                .inspect_err(|_| change.failed())
-        })
-    });
-    for result in futures::future::join_all(requests).await {
-        result?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

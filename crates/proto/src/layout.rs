@@ -289,6 +289,30 @@ pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> 
     pieces
 }
 
+/// Maps the file range `[offset, offset + len)` to pieces as [`map_range`] does, each further
+/// cut so that none is longer than `most` bytes: one request each.
+///
+/// # Panics
+/// If `most` is zero, or as [`map_range`].
+pub fn map_requests(layout: &FileLayout, offset: u64, len: u64, most: u64) -> Vec<ChunkPiece> {
+    assert!(most > 0, "requests of zero bytes");
+    let mut out = Vec::new();
+    for piece in map_range(layout, offset, len) {
+        let mut done = 0;
+        while done < piece.len {
+            let part = (piece.len - done).min(most);
+            out.push(ChunkPiece {
+                file_offset: piece.file_offset + done,
+                object_offset: piece.object_offset + done,
+                len: part,
+                ..piece
+            });
+            done += part;
+        }
+    }
+    out
+}
+
 /// A set of a layout's slots by index: the slots a file's data was
 /// written to, so that `weft fsck` can tell a lost object from a hole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -543,6 +567,24 @@ mod tests {
                 prop_assert_eq!(piece.slot_index as u64, i % targets as u64);
                 prop_assert_eq!(piece.object_offset, (i / targets as u64) * chunk + piece.file_offset % chunk);
                 expected += piece.len;
+            }
+            prop_assert_eq!(expected, offset + len);
+        }
+
+        // Goal: map_requests covers the same bytes as map_range, in order, on the same slots
+        // and object offsets, with no request longer than its limit.
+        #[test]
+        fn map_requests_cuts_pieces_to_the_limit(shift in 16u32..20, targets in 1u32..9, offset in 0u64..(1 << 26), len in 0u64..(1 << 22), most in 1u64..(1 << 20)) {
+            let l = layout(shift, targets);
+            let mut expected = offset;
+            for request in map_requests(&l, offset, len, most) {
+                prop_assert_eq!(request.file_offset, expected);
+                prop_assert!(request.len > 0 && request.len <= most);
+                let whole = map_range(&l, request.file_offset, request.len);
+                prop_assert_eq!(whole.len(), 1);
+                prop_assert_eq!(whole[0].slot_index, request.slot_index);
+                prop_assert_eq!(whole[0].object_offset, request.object_offset);
+                expected += request.len;
             }
             prop_assert_eq!(expected, offset + len);
         }

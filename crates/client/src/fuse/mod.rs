@@ -6,10 +6,9 @@
 //! the ones it holds, and never keeps the page cache, which gives close-to-open consistency:
 //! after a writer closes, every later open anywhere sees its size and data.
 //!
-//! Size: writes go to storage before `write` returns; the kernel then knows a larger size than
-//! the metadata server until the size is reported (at every FLUSH, i.e. close, and at fsync). So
-//! this adapter remembers, per inode, the largest end it wrote in the current truncate
-//! generation and never reports a smaller size to the kernel than that.
+//! Every open file is a [`crate::OpenFile`] of the client library: write-behind, read-ahead,
+//! the size this client wrote and the file's write errors live there, and this adapter only
+//! turns kernel requests into its calls and its answers into replies.
 
 mod dirs;
 pub mod mount;
@@ -17,6 +16,7 @@ pub mod mount;
 pub use mount::{detach_stale_mount, mount, MountError, Mounted};
 
 use crate::client::{Client, ClientError};
+use crate::OpenFile;
 use bytes::Bytes;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -27,15 +27,13 @@ use fuser::{
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_proto::access::Caller;
 use weft_proto::ids::InodeId;
-use weft_proto::layout::{FileLayout, SlotSet};
 use weft_proto::messages::{
-    AttrChanges, FallocateMode, FileKind, InodeAttr, LockKind, LockRange, NewInode, SizeReport,
-    TimeSet, Timestamp, XattrSetMode,
+    AttrChanges, FallocateMode, FileKind, InodeAttr, LockKind, LockRange, NewInode, TimeSet,
+    Timestamp, XattrSetMode,
 };
 use weft_proto::ErrorCode;
 
@@ -45,73 +43,16 @@ pub const FUSE_IO_BYTES_MAX: u32 = 1024 * 1024;
 /// Entries asked from the metadata server per readdir call.
 const READDIR_BATCH: u32 = 256;
 
-/// What this client knows of an inode beyond the metadata server.
-#[derive(Default)]
-struct LocalInode {
-    /// Open handles of this client.
-    opens: u32,
-    /// Truncate generation of the writes below.
-    generation: u64,
-    /// Largest end written by this client in `generation`.
-    written_end: u64,
-    /// The slots of the layout this client wrote to in `generation`, sent with every report.
-    written: SlotSet,
-    /// Largest end already reported to the metadata server.
-    reported_end: u64,
-    /// The size the metadata server last told.
-    size: u64,
-    /// Changes of the data this client made (writes, allocations, punched ranges) and how
-    /// many of them the metadata server has heard of: a report moves the file's mtime only
-    /// when it covers a new one.
-    changes: u64,
-    reported_changes: u64,
-    /// Bumped by every change of the file's data this client makes or learns of (writes,
-    /// truncates, allocations): read-ahead windows of an older version are dropped.
-    data_version: u64,
-    /// Write errors of the file, as Linux's errseq: how many there were and the last one's
-    /// errno. Every handle open when one happened reports it once at its next fsync (and at
-    /// every close until then), whichever handle's write or sync met it.
-    errors: (u64, i32),
-}
-
-/// What a read of a file goes by ([`State::read_view`]).
-#[derive(Clone, Copy, Default)]
-struct ReadView {
-    /// The size reads are clamped to.
-    known: u64,
-    /// The data version read-ahead windows are checked against.
-    version: u64,
-    /// The truncate generation the read is made in.
-    generation: u64,
-}
-
-struct OpenFile {
-    inode: InodeId,
-    layout: Option<FileLayout>,
-    /// How many of the file's write errors ([`LocalInode::errors`]) this handle reported
-    /// (or were before it opened).
-    errors_seen: AtomicU64,
-    /// What was read ahead for this open file.
-    ahead: crate::ahead::ReadAhead,
-}
-
 struct State {
     client: Arc<Client>,
     /// How long the kernel may trust what it is told.
     ttl: Duration,
     /// Tells the kernel to forget cached attributes; set once the session exists.
     notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Open files by FUSE handle (the handle's number with its metadata server).
     handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
-    next_handle: AtomicU64,
-    inodes: Mutex<HashMap<InodeId, LocalInode>>,
-    /// Bytes of writes each file may have in flight (0: every write waits for the servers).
-    write_behind: u32,
     /// Ask the kernel for writeback caching.
     writeback_cache: bool,
-    /// Writes in flight per inode.
-    inflight: Mutex<HashMap<InodeId, Arc<crate::behind::InFlight>>>,
-    /// Bytes per read-ahead window (0: no read-ahead).
-    read_ahead: u64,
     /// Files known to have no `security.capability` since an instant (see
     /// [`State::capability_absent`]).
     no_capability: Mutex<HashMap<u64, std::time::Instant>>,
@@ -264,67 +205,6 @@ impl State {
             .remove(&ino.0);
     }
 
-    /// The writes of `inode` in flight (write-behind).
-    fn inflight(&self, inode: InodeId) -> Arc<crate::behind::InFlight> {
-        Arc::clone(
-            self.inflight
-                .lock()
-                .expect("in-flight table poisoned")
-                .entry(inode)
-                .or_insert_with(|| {
-                    Arc::new(crate::behind::InFlight::new(self.write_behind.max(1)))
-                }),
-        )
-    }
-
-    /// Answers a FUSE write once it is admitted into flight (write-behind), and sends it.
-    async fn write_behind(
-        self: Arc<State>,
-        file: Arc<OpenFile>,
-        offset: u64,
-        data: Bytes,
-        reply: ReplyWrite,
-    ) {
-        if let Some(code) = self.pending_error(&file) {
-            return reply.error(Errno::from_i32(code));
-        }
-        let Some(layout) = file.layout.clone() else {
-            return reply.error(Errno::EINVAL);
-        };
-        let len = data.len() as u64;
-        let end = offset + len;
-        let admitted = self.inflight(file.inode).admit((offset, end)).await;
-        // A write that failed while this one waited for budget is this one's answer.
-        if let Some(code) = self.pending_error(&file) {
-            admitted.finish();
-            return reply.error(Errno::from_i32(code));
-        }
-        self.note_write(file.inode, end, SlotSet::of_range(&layout, offset, len));
-        reply.written(len as u32);
-        let result = self
-            .client
-            .write(self.file_ref(file.inode), &layout, offset, data)
-            .await;
-        if let Err(error) = result {
-            tracing::warn!(inode = %file.inode, %error, "a write-behind write failed");
-            self.record_error(file.inode, error.errno());
-        }
-        admitted.finish();
-    }
-
-    /// Waits until every write of `inode` in flight is done.
-    async fn drain(&self, inode: InodeId) {
-        let inflight = self
-            .inflight
-            .lock()
-            .expect("in-flight table poisoned")
-            .get(&inode)
-            .cloned();
-        if let Some(inflight) = inflight {
-            inflight.drain().await;
-        }
-    }
-
     /// Makes the kernel ask for `ino`'s attributes again before it next uses them (an open
     /// must see what other clients changed, even within the cache time).
     fn forget_attributes(&self, ino: INodeNo) {
@@ -339,23 +219,8 @@ impl State {
     }
 
     /// The attributes the kernel should see: the server's, with this client's unreported size.
-    fn merge(&self, mut attr: InodeAttr) -> FileAttr {
-        if attr.kind == FileKind::Regular {
-            let mut inodes = self.inodes.lock().expect("inode table poisoned");
-            if let Some(local) = inodes.get_mut(&attr.inode) {
-                local.size = attr.size;
-                if local.generation == attr.truncate_generation {
-                    attr.size = attr.size.max(local.written_end);
-                } else if attr.truncate_generation > local.generation {
-                    // Another client truncated: our older writes no longer count.
-                    local.data_version += 1;
-                    local.generation = attr.truncate_generation;
-                    local.written_end = 0;
-                    local.written = SlotSet::default();
-                    local.reported_end = 0;
-                }
-            }
-        }
+    fn merge(&self, attr: InodeAttr) -> FileAttr {
+        let attr = self.client.known(attr);
         let block_size = attr
             .layout
             .as_ref()
@@ -389,144 +254,14 @@ impl State {
             .ok_or(Errno::EBADF)
     }
 
-    /// Opens `inode` for `access` with the metadata server under a new handle and records it.
-    async fn open_handle(
-        &self,
-        inode: InodeId,
-        access: u8,
-    ) -> Result<(u64, InodeAttr), ClientError> {
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let attr = self.client.open(inode, handle, access).await?;
-        self.add_handle(handle, &attr);
-        Ok((handle, attr))
-    }
-
-    fn add_handle(&self, handle: u64, attr: &InodeAttr) {
-        let mut inodes = self.inodes.lock().expect("inode table poisoned");
-        let local = inodes.entry(attr.inode).or_insert_with(|| LocalInode {
-            generation: attr.truncate_generation,
-            ..LocalInode::default()
-        });
-        local.opens += 1;
-        local.size = attr.size;
-        let file = OpenFile {
-            inode: attr.inode,
-            layout: attr.layout.clone(),
-            // Errors from before this open are not this handle's to report.
-            errors_seen: AtomicU64::new(local.errors.0),
-            ahead: crate::ahead::ReadAhead::default(),
-        };
+    /// Records an open file under its handle.
+    fn add_handle(&self, file: OpenFile) -> FileHandle {
+        let handle = file.handle();
         self.handles
             .lock()
             .expect("handle table poisoned")
             .insert(handle, Arc::new(file));
-    }
-
-    /// What a read of `inode` goes by, read together: the size reads are clamped to (what
-    /// the server said, or what this client wrote), the data version read-ahead checks, and
-    /// the truncate generation the read is made in.
-    fn read_view(&self, inode: InodeId) -> ReadView {
-        let inodes = self.inodes.lock().expect("inode table poisoned");
-        inodes
-            .get(&inode)
-            .map_or(ReadView::default(), |l| ReadView {
-                known: l.size.max(l.written_end),
-                version: l.data_version,
-                generation: l.generation,
-            })
-    }
-
-    /// `inode` and the truncate generation this client knows it in: what its reads and
-    /// writes go by.
-    fn file_ref(&self, inode: InodeId) -> (InodeId, u64) {
-        let inodes = self.inodes.lock().expect("inode table poisoned");
-        (
-            inode,
-            inodes.get(&inode).map_or(0, |local| local.generation),
-        )
-    }
-
-    /// Notes a change that makes the file at least `end` bytes long and, for a write, the
-    /// slots it wrote data to (an allocation writes none: its range reads as zeros with or
-    /// without an object).
-    fn note_write(&self, inode: InodeId, end: u64, written: SlotSet) {
-        let mut inodes = self.inodes.lock().expect("inode table poisoned");
-        let local = inodes.entry(inode).or_default();
-        local.written_end = local.written_end.max(end);
-        local.written.extend(written);
-        local.data_version += 1;
-        local.changes += 1;
-    }
-
-    /// Notes a change of `inode`'s data that leaves its size alone (a punched or zeroed
-    /// range): read-ahead windows read before it are dropped.
-    fn note_change(&self, inode: InodeId) {
-        let mut inodes = self.inodes.lock().expect("inode table poisoned");
-        let local = inodes.entry(inode).or_default();
-        local.data_version += 1;
-        local.changes += 1;
-    }
-
-    /// Reads `[start, start + len)` in the background, after the writes in flight there.
-    fn read_window(
-        self: &Arc<Self>,
-        (inode, layout): (InodeId, FileLayout),
-        (start, len): (u64, u64),
-        view: ReadView,
-    ) -> futures::future::BoxFuture<'static, Option<crate::ReadData>> {
-        let state = Arc::clone(self);
-        let task = tokio::spawn(async move {
-            if state.write_behind > 0 {
-                state.inflight(inode).wait_clear((start, start + len)).await;
-            }
-            state
-                .client
-                .read_data((inode, view.generation), &layout, start, len, view.known)
-                .await
-                .ok()
-        });
-        Box::pin(async move { task.await.ok().flatten() })
-    }
-
-    /// Reports this client's written size and changes if there is anything new since the
-    /// last report (always, when the size must be made durable).
-    async fn report_size(&self, inode: InodeId, durable: bool) -> Result<(), ClientError> {
-        let pending = {
-            let inodes = self.inodes.lock().expect("inode table poisoned");
-            inodes.get(&inode).map(|l| {
-                (
-                    (l.written_end, l.generation, l.reported_end),
-                    (l.changes, l.reported_changes),
-                    l.written,
-                )
-            })
-        };
-        let Some(((written_end, generation, reported_end), (changes, reported_changes), written)) =
-            pending
-        else {
-            return Ok(());
-        };
-        let modified = changes > reported_changes;
-        if written_end <= reported_end && !modified && !durable {
-            return Ok(());
-        }
-        let report = SizeReport {
-            size: written_end,
-            truncate_generation: generation,
-            durable,
-            modified,
-            written,
-        };
-        let attr = self.client.report_size(inode, report).await?;
-        let mut inodes = self.inodes.lock().expect("inode table poisoned");
-        if let Some(local) = inodes.get_mut(&inode) {
-            if local.generation == generation {
-                local.reported_end = local.reported_end.max(written_end);
-            }
-            local.reported_changes = local.reported_changes.max(changes);
-            local.size = attr.size;
-        }
-        Ok(())
+        FileHandle(handle)
     }
 
     /// Releases every lock `owner` holds on `inode`, if it holds any.
@@ -543,69 +278,27 @@ impl State {
         };
         self.client.set_lock(inode, unlock, 0).await
     }
-
-    /// Records a write error of `inode`: every handle open now reports it once.
-    fn record_error(&self, inode: InodeId, errno: i32) {
-        let mut inodes = self.inodes.lock().expect("inode table poisoned");
-        if let Some(local) = inodes.get_mut(&inode) {
-            local.errors = (local.errors.0 + 1, errno);
-        }
-    }
-
-    /// Records a write error of `file` that this handle reports now, as its answer: the file's
-    /// other handles report it at their next fsync.
-    fn report_error(&self, file: &OpenFile, errno: i32) {
-        self.record_error(file.inode, errno);
-        self.take_error(file);
-    }
-
-    /// The file's write error this handle has not reported by an fsync yet, left for it (a
-    /// write-behind write refuses to go on after one; every close returns it).
-    fn pending_error(&self, file: &OpenFile) -> Option<i32> {
-        let inodes = self.inodes.lock().expect("inode table poisoned");
-        let (count, errno) = inodes.get(&file.inode)?.errors;
-        (count > file.errors_seen.load(Ordering::Acquire)).then_some(errno)
-    }
-
-    /// The file's write error this handle has not reported by an fsync yet, now reported.
-    fn take_error(&self, file: &OpenFile) -> Option<i32> {
-        let inodes = self.inodes.lock().expect("inode table poisoned");
-        let (count, errno) = inodes.get(&file.inode)?.errors;
-        (file.errors_seen.swap(count, Ordering::AcqRel) < count).then_some(errno)
-    }
 }
 
 impl WeftFs {
     /// A file system over `client`, answering from tasks on `runtime`; the kernel may trust
-    /// attributes and names for `attr_cache`; each file may have `write_behind` bytes of
-    /// writes in flight (0: none); `writeback_cache` asks the kernel to cache writes.
+    /// attributes and names for `attr_cache`; `writeback_cache` asks the kernel to cache
+    /// writes. Write-behind and read-ahead are the client's ([`crate::ClientConfig`]).
     pub fn new(
         client: Arc<Client>,
         runtime: tokio::runtime::Handle,
-        (attr_cache, write_behind, writeback_cache, read_ahead): (Duration, u32, bool, u64),
+        attr_cache: Duration,
+        writeback_cache: bool,
     ) -> WeftFs {
         let state = Arc::new(State {
             client,
             ttl: attr_cache,
-            write_behind,
             writeback_cache,
-            inflight: Mutex::default(),
-            read_ahead,
             no_capability: Mutex::default(),
             dirs: dirs::FreshDirs::new(attr_cache),
             notifier: std::sync::OnceLock::new(),
             handles: Mutex::default(),
-            next_handle: AtomicU64::new(1),
-            inodes: Mutex::default(),
         });
-        // A file whose locks were lost fails its next write, fsync and close, as a write
-        // error does: its writer must not go on as if it still excluded others.
-        let weak = Arc::downgrade(&state);
-        state.client.on_state_lost(Arc::new(move |inode| {
-            if let Some(state) = weak.upgrade() {
-                state.record_error(inode, libc::EIO);
-            }
-        }));
         WeftFs { runtime, state }
     }
 
@@ -953,33 +646,8 @@ impl Filesystem for WeftFs {
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             let _change = change;
-            let inode = state.inode_of(ino);
-            if size.is_some() || mtime.is_some() {
-                // A truncate comes after the writes sent before it, and their report goes
-                // first: it records the slots they wrote, which the truncate then keeps if
-                // its size leaves them bytes. A time set after writes (futimens before close,
-                // as tar x and cp -p do) comes after their report, which moves the mtime, and
-                // the report at close has nothing new to move it again.
-                state.drain(inode).await;
-                if let Err(error) = state.report_size(inode, false).await {
-                    return reply.error(errno(&error));
-                }
-            }
-            match state.client.set_attr(inode, changes).await {
-                Ok(attr) => {
-                    if size.is_some() {
-                        let mut inodes = state.inodes.lock().expect("inode table poisoned");
-                        if let Some(local) = inodes.get_mut(&inode) {
-                            local.generation = attr.truncate_generation;
-                            local.written_end = 0;
-                            local.written = SlotSet::default();
-                            local.reported_end = 0;
-                            local.size = attr.size;
-                            local.data_version += 1;
-                        }
-                    }
-                    reply.attr(&state.ttl, &state.merge(attr));
-                }
+            match state.client.set_attr(state.inode_of(ino), changes).await {
+                Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
                 Err(error) => reply.error(errno(&error)),
             }
         });
@@ -1166,18 +834,13 @@ impl Filesystem for WeftFs {
 
     fn open(&self, request: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.spawn(request, |state| async move {
-            match state
-                .open_handle(
-                    state.inode_of(ino),
-                    open_access(flags.0, state.writeback_cache),
-                )
-                .await
-            {
-                Ok((handle, attr)) => {
-                    state.merge(attr);
+            let access = open_access(flags.0, state.writeback_cache);
+            match state.client.open_file(state.inode_of(ino), access).await {
+                Ok(file) => {
+                    let handle = state.add_handle(file);
                     state.forget_attributes(ino);
                     state.forget_capability(ino);
-                    reply.opened(FileHandle(handle), fopen_flags(flags.0));
+                    reply.opened(handle, fopen_flags(flags.0));
                 }
                 Err(error) => reply.error(errno(&error)),
             }
@@ -1200,37 +863,9 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            let Some(layout) = &file.layout else {
-                return reply.error(Errno::EINVAL);
-            };
-            let view = state.read_view(file.inode);
-            let fetch = |window| state.read_window((file.inode, layout.clone()), window, view);
-            let ahead = file.ahead.read(
-                (offset, u64::from(size)),
-                (view.version, view.known),
-                state.read_ahead,
-                fetch,
-            );
-            if let Some(data) = ahead.await {
+            match file.read(offset, u64::from(size)).await {
                 // One buffer for the kernel: a read within one piece goes without a copy.
-                return reply.data(&data.into_bytes());
-            }
-            if state.write_behind > 0 {
-                let end = offset.saturating_add(u64::from(size));
-                state.inflight(file.inode).wait_clear((offset, end)).await;
-            }
-            match state
-                .client
-                .read(
-                    (file.inode, view.generation),
-                    layout,
-                    offset,
-                    u64::from(size),
-                    view.known,
-                )
-                .await
-            {
-                Ok(data) => reply.data(&data),
+                Ok(data) => reply.data(&data.into_bytes()),
                 Err(error) => reply.error(errno(&error)),
             }
         });
@@ -1256,29 +891,10 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            let Some(layout) = &file.layout else {
-                return reply.error(Errno::EINVAL);
-            };
-            let len = data.len() as u64;
-            if state.write_behind > 0 {
-                return state.write_behind(file, offset, data, reply).await;
-            }
-            match state
-                .client
-                .write(state.file_ref(file.inode), layout, offset, data)
-                .await
-            {
-                Ok(()) => {
-                    let written = SlotSet::of_range(layout, offset, len);
-                    state.note_write(file.inode, offset + len, written);
-                    reply.written(len as u32);
-                }
-                Err(error) => {
-                    // Some of its pieces may have landed: the file's other handles learn of
-                    // it at their next fsync.
-                    state.report_error(&file, error.errno());
-                    reply.error(errno(&error));
-                }
+            let len = data.len() as u32;
+            match file.write(offset, data).await {
+                Ok(()) => reply.written(len),
+                Err(error) => reply.error(errno(&error)),
             }
         });
     }
@@ -1296,28 +912,12 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            // The writes still in flight and the size report travel at once: close returns
-            // when both are done, and a failure of either is its answer. (Until close returns
-            // a reader elsewhere may see the new size before the last bytes; close-to-open
-            // promises nothing earlier.)
-            let (_, reported) = tokio::join!(
-                state.drain(file.inode),
-                state.report_size(file.inode, false)
-            );
+            let flushed = file.flush().await;
             // Every close(2) releases the closing process's record locks on the file.
-            if let Err(error) = state.release_locks(file.inode, lock_owner.0).await {
+            if let Err(error) = state.release_locks(file.inode(), lock_owner.0).await {
                 return reply.error(errno(&error));
             }
-            if let Err(error) = reported {
-                return reply.error(errno(&error));
-            }
-            // Reported, not consumed: a close of a copy of the descriptor (a child closing
-            // what it inherited at exec) must not take the error from the fsync of the
-            // process that wrote, as NFS's flush checks without advancing.
-            match state.pending_error(&file) {
-                Some(code) => reply.error(Errno::from_i32(code)),
-                None => reply.ok(),
-            }
+            reply_empty(reply, flushed);
         });
     }
 
@@ -1333,42 +933,25 @@ impl Filesystem for WeftFs {
     ) {
         self.spawn(request, |state| async move {
             tracing::debug!(?lock_owner, "release");
-            if let Ok(file) = state.handle(handle) {
-                state.drain(file.inode).await;
-            }
-            // The last close of an open file description releases its flock.
-            if let (Some(owner), Ok(file)) = (lock_owner, state.handle(handle)) {
-                if let Err(error) = state.release_locks(file.inode, owner.0).await {
+            let Ok(file) = state.handle(handle) else {
+                return reply.ok();
+            };
+            // The last close of an open file description releases its flock, after the
+            // writes made under it.
+            file.drain().await;
+            if let Some(owner) = lock_owner {
+                if let Err(error) = state.release_locks(file.inode(), owner.0).await {
                     tracing::warn!(%error, "releasing a flock failed");
                 }
             }
-            let Some(file) = state
+            state
                 .handles
                 .lock()
                 .expect("handle table poisoned")
-                .remove(&handle.0)
-            else {
-                return reply.ok();
-            };
-            let _ = state.report_size(file.inode, false).await;
-            {
-                let mut inodes = state.inodes.lock().expect("inode table poisoned");
-                if let Some(local) = inodes.get_mut(&file.inode) {
-                    local.opens = local.opens.saturating_sub(1);
-                    if local.opens == 0 {
-                        inodes.remove(&file.inode);
-                        // An fsync needs an open file: what was not synced is not checked.
-                        state.client.forget_unsynced(file.inode);
-                        // Its writes were drained above; a later open starts afresh.
-                        state
-                            .inflight
-                            .lock()
-                            .expect("in-flight table poisoned")
-                            .remove(&file.inode);
-                    }
-                }
+                .remove(&handle.0);
+            if let Err(error) = file.close().await {
+                tracing::debug!(%error, "reporting the size at release failed");
             }
-            state.client.release_soon(file.inode, handle.0);
             reply.ok();
         });
     }
@@ -1386,20 +969,7 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            state.drain(file.inode).await;
-            if let Some(layout) = &file.layout {
-                if let Err(error) = state.client.sync_data(file.inode, layout).await {
-                    state.report_error(&file, error.errno());
-                    return reply.error(errno(&error));
-                }
-            }
-            if let Err(error) = state.report_size(file.inode, true).await {
-                return reply.error(errno(&error));
-            }
-            match state.take_error(&file) {
-                Some(code) => reply.error(Errno::from_i32(code)),
-                None => reply.ok(),
-            }
+            reply_empty(reply, file.sync().await);
         });
     }
 
@@ -1503,31 +1073,8 @@ impl Filesystem for WeftFs {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
             };
-            let Some(layout) = &file.layout else {
-                return reply.error(Errno::EINVAL);
-            };
-            state.drain(file.inode).await;
-            if let Err(error) = state
-                .client
-                .fallocate(
-                    state.file_ref(file.inode),
-                    layout,
-                    (offset, length),
-                    storage_mode,
-                )
-                .await
-            {
-                return reply.error(errno(&error));
-            }
-            if keep_size {
-                // Zeroed bytes: what was read ahead of them is stale.
-                state.note_change(file.inode);
-            } else {
-                // The size grows as a write's would: known here at once, reported at close.
-                let end = offset.saturating_add(length);
-                state.note_write(file.inode, end, SlotSet::default());
-            }
-            reply.ok();
+            let range = (offset, length);
+            reply_empty(reply, file.allocate(range, storage_mode, keep_size).await);
         });
     }
 
@@ -1554,7 +1101,7 @@ impl Filesystem for WeftFs {
             pid,
         };
         self.spawn(request, |state| async move {
-            state.drain(state.inode_of(ino)).await;
+            state.client.drain_writes(state.inode_of(ino)).await;
             match state.client.get_lock(state.inode_of(ino), wanted).await {
                 Ok(Some(held)) => {
                     let typ = if held.kind == LockKind::Write {
@@ -1597,7 +1144,7 @@ impl Filesystem for WeftFs {
         self.spawn(request, |state| async move {
             let inode = state.inode_of(ino);
             // What was written under a lock reaches the servers before the lock changes.
-            state.drain(inode).await;
+            state.client.drain_writes(inode).await;
             loop {
                 let wait_ms = if sleep { LOCK_WAIT_SLICE_MS } else { 0 };
                 match state.client.set_lock(inode, lock, wait_ms).await {
@@ -1734,19 +1281,18 @@ impl Filesystem for WeftFs {
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             // One request creates the file and registers the open.
-            let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
             let created = state
                 .client
-                .create_entry(state.inode_of(parent), &name, new, Some(handle))
+                .create_file((state.inode_of(parent), &name), new)
                 .await;
-            let attr = match created {
-                Ok(created) => {
+            let (file, attr) = match created {
+                Ok((file, created)) => {
                     change.finish(created.parent);
-                    created.attr
+                    (file, created.attr)
                 }
                 Err(error) => return reply.error(errno(&error)),
             };
-            state.add_handle(handle, &attr);
+            let handle = state.add_handle(file);
             let open_flags = fopen_flags(flags);
             // A new file has no file capabilities.
             state.note_no_capability(state.ino_of(attr.inode));
@@ -1754,7 +1300,7 @@ impl Filesystem for WeftFs {
                 &state.ttl,
                 &state.merge(attr),
                 Generation(0),
-                FileHandle(handle),
+                handle,
                 open_flags,
             );
         });

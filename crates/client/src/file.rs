@@ -1,0 +1,635 @@
+//! Open files: what this client knows of a file it has open beyond its metadata server, and
+//! the handle ([`OpenFile`]) the mount and native callers read and write through. Admission of
+//! writes, read-ahead, sticky errors and the size this client wrote exist here once.
+//!
+//! Size: a write goes to storage before it is answered; this client then knows a larger size
+//! than the metadata server until the size is reported (at every flush, i.e. close, and at
+//! fsync). So it remembers, per inode, the largest end it wrote in the current truncate
+//! generation and never tells a smaller size than that ([`crate::Client::known`]).
+//!
+//! Errors: as Linux's errseq, a file counts its write errors and keeps the last; every handle
+//! open when one happened reports it once at its next fsync (and at every flush until then),
+//! whichever handle's write or sync met it.
+
+use crate::ahead::ReadAhead;
+use crate::behind::InFlight;
+use crate::client::{Client, ClientError};
+use crate::io::FileRef;
+use crate::ReadData;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use weft_proto::ids::InodeId;
+use weft_proto::layout::{FileLayout, SlotSet};
+use weft_proto::messages::{FallocateMode, FileKind, InodeAttr, SizeReport};
+
+/// What this client knows of one file it has open, beyond its metadata server.
+#[derive(Default)]
+struct Known {
+    /// Open handles of this client.
+    opens: u32,
+    /// Truncate generation of the writes below.
+    generation: u64,
+    /// Largest end written by this client in `generation`.
+    written_end: u64,
+    /// The slots of the layout this client wrote to in `generation`, sent with every report.
+    written: SlotSet,
+    /// Largest end already reported to the metadata server.
+    reported_end: u64,
+    /// The size the metadata server last told.
+    size: u64,
+    /// Changes of the data this client made (writes, allocations, punched ranges) and how
+    /// many of them the metadata server has heard of: a report moves the file's mtime only
+    /// when it covers a new one.
+    changes: u64,
+    reported_changes: u64,
+    /// Bumped by every change of the file's data this client makes or learns of (writes,
+    /// truncates, allocations): read-ahead windows of an older version are dropped.
+    data_version: u64,
+    /// How many write errors the file had, and the last one.
+    errors: u64,
+    last_error: Option<ClientError>,
+}
+
+impl Known {
+    /// Forgets the writes of an older truncate generation: `generation` is the file's now.
+    fn truncated(&mut self, generation: u64) {
+        self.data_version += 1;
+        self.generation = generation;
+        self.written_end = 0;
+        self.written = SlotSet::default();
+        self.reported_end = 0;
+    }
+}
+
+/// One file open here, shared by its handles: what is known of it and its writes in flight.
+pub(crate) struct Shared {
+    inode: InodeId,
+    known: Mutex<Known>,
+    inflight: Arc<InFlight>,
+}
+
+impl Shared {
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().expect("open file poisoned")
+    }
+
+    /// What a read goes by, read together: the size reads are clamped to (what the server
+    /// said, or what this client wrote), the data version read-ahead checks, and the
+    /// truncate generation the read is made in.
+    fn view(&self) -> ReadView {
+        let known = self.known();
+        ReadView {
+            file: FileRef {
+                inode: self.inode,
+                generation: known.generation,
+            },
+            size: known.size.max(known.written_end),
+            version: known.data_version,
+        }
+    }
+
+    fn file_ref(&self) -> FileRef {
+        FileRef {
+            inode: self.inode,
+            generation: self.known().generation,
+        }
+    }
+
+    /// Notes a change that makes the file at least `end` bytes long and, for a write, the
+    /// slots it wrote data to (an allocation writes none: its range reads as zeros with or
+    /// without an object).
+    fn note_write(&self, end: u64, written: SlotSet) {
+        let mut known = self.known();
+        known.written_end = known.written_end.max(end);
+        known.written.extend(written);
+        known.data_version += 1;
+        known.changes += 1;
+    }
+
+    /// Notes a change of the data that leaves its size alone (a punched or zeroed range):
+    /// read-ahead windows read before it are dropped.
+    fn note_change(&self) {
+        let mut known = self.known();
+        known.data_version += 1;
+        known.changes += 1;
+    }
+
+    /// Records a write error: every handle open now reports it once.
+    fn record_error(&self, error: ClientError) {
+        let mut known = self.known();
+        known.errors += 1;
+        known.last_error = Some(error);
+    }
+
+    /// The last write error, if there were more than `seen`; and how many there were.
+    fn errors_since(&self, seen: u64) -> (u64, Option<ClientError>) {
+        let known = self.known();
+        let error = (known.errors > seen)
+            .then(|| known.last_error.clone())
+            .flatten();
+        (known.errors, error)
+    }
+
+    /// Reports this client's written size and changes to `client`'s metadata server if there
+    /// is anything new since the last report (always, when the size must be made durable).
+    pub(crate) async fn report_size(
+        &self,
+        client: &Client,
+        durable: bool,
+    ) -> Result<(), ClientError> {
+        let (report, changes) = {
+            let known = self.known();
+            let modified = known.changes > known.reported_changes;
+            if known.written_end <= known.reported_end && !modified && !durable {
+                return Ok(());
+            }
+            let report = SizeReport {
+                size: known.written_end,
+                truncate_generation: known.generation,
+                durable,
+                modified,
+                written: known.written,
+            };
+            (report, known.changes)
+        };
+        let attr = client.report_size(self.inode, report).await?;
+        let mut known = self.known();
+        if known.generation == report.truncate_generation {
+            known.reported_end = known.reported_end.max(report.size);
+        }
+        known.reported_changes = known.reported_changes.max(changes);
+        known.size = attr.size;
+        Ok(())
+    }
+
+    /// Waits until every write in flight is done.
+    pub(crate) async fn drain(&self) {
+        self.inflight.drain().await;
+    }
+}
+
+/// What a read of a file goes by ([`Shared::view`]).
+#[derive(Clone, Copy)]
+struct ReadView {
+    file: FileRef,
+    /// The size reads are clamped to.
+    size: u64,
+    /// The data version read-ahead windows are checked against.
+    version: u64,
+}
+
+/// The files this client has open, by inode.
+pub(crate) struct OpenFiles {
+    inodes: Mutex<HashMap<InodeId, Arc<Shared>>>,
+    next_handle: AtomicU64,
+    /// Bytes of writes each file may have in flight (0: every write waits for the servers).
+    write_behind: u32,
+    /// Bytes per read-ahead window (0: no read-ahead).
+    read_ahead: u64,
+}
+
+impl OpenFiles {
+    pub(crate) fn new(write_behind: u32, read_ahead: u64) -> OpenFiles {
+        OpenFiles {
+            inodes: Mutex::default(),
+            next_handle: AtomicU64::new(1),
+            write_behind,
+            read_ahead,
+        }
+    }
+
+    fn inodes(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, Arc<Shared>>> {
+        self.inodes.lock().expect("open files poisoned")
+    }
+
+    /// A number for a new handle, unique in this client.
+    pub(crate) fn next_handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The file `inode`, if it is open here.
+    pub(crate) fn get(&self, inode: InodeId) -> Option<Arc<Shared>> {
+        self.inodes().get(&inode).cloned()
+    }
+
+    /// Records a new handle of the file `attr` describes (as its open answered).
+    fn add(&self, attr: &InodeAttr) -> Arc<Shared> {
+        let shared = {
+            let mut inodes = self.inodes();
+            let shared = inodes.entry(attr.inode).or_insert_with(|| {
+                Arc::new(Shared {
+                    inode: attr.inode,
+                    known: Mutex::new(Known {
+                        generation: attr.truncate_generation,
+                        ..Known::default()
+                    }),
+                    inflight: Arc::new(InFlight::new(self.write_behind.max(1))),
+                })
+            });
+            shared.known().opens += 1;
+            Arc::clone(shared)
+        };
+        self.merge(attr.clone());
+        shared
+    }
+
+    /// One handle of `inode` closed; after the last, the file is forgotten here. Returns
+    /// whether that was the last.
+    fn closed(&self, inode: InodeId) -> bool {
+        let mut inodes = self.inodes();
+        let Some(shared) = inodes.get(&inode) else {
+            return false;
+        };
+        let last = {
+            let mut known = shared.known();
+            known.opens = known.opens.saturating_sub(1);
+            known.opens == 0
+        };
+        if last {
+            inodes.remove(&inode);
+        }
+        last
+    }
+
+    /// The attributes as this client knows them: the server's, with this client's
+    /// unreported size; what the server said is remembered, and a truncate by another
+    /// client (a newer generation) drops this client's older writes.
+    pub(crate) fn merge(&self, mut attr: InodeAttr) -> InodeAttr {
+        if attr.kind != FileKind::Regular {
+            return attr;
+        }
+        let Some(shared) = self.get(attr.inode) else {
+            return attr;
+        };
+        let mut known = shared.known();
+        known.size = attr.size;
+        if known.generation == attr.truncate_generation {
+            attr.size = attr.size.max(known.written_end);
+        } else if attr.truncate_generation > known.generation {
+            known.truncated(attr.truncate_generation);
+        }
+        attr
+    }
+
+    /// This client set the size of `inode` (a truncate): its writes before no longer count.
+    pub(crate) fn truncated(&self, attr: &InodeAttr) {
+        if let Some(shared) = self.get(attr.inode) {
+            let mut known = shared.known();
+            known.truncated(attr.truncate_generation);
+            known.size = attr.size;
+        }
+    }
+
+    /// Records a write error of `inode` (or the loss of its locks or open): every handle open
+    /// now reports it once.
+    pub(crate) fn record_error(&self, inode: InodeId, error: ClientError) {
+        if let Some(shared) = self.get(inode) {
+            shared.record_error(error);
+        }
+    }
+}
+
+/// A file this client has open ([`Client::open_file`], [`Client::create_file`]): reads with
+/// read-ahead, writes written behind within a byte budget, and the file's write errors
+/// reported as Linux reports them. Dropping it without [`OpenFile::close`] leaves the open
+/// with the metadata server until the session ends.
+///
+/// Writes written behind are answered once on their way; a read
+/// waits for those it overlaps, and [`OpenFile::flush`], [`OpenFile::sync`],
+/// [`OpenFile::allocate`] and [`OpenFile::close`] wait for all of them.
+pub struct OpenFile {
+    client: Arc<Client>,
+    handle: u64,
+    layout: Option<FileLayout>,
+    shared: Arc<Shared>,
+    /// How many of the file's write errors this handle reported (or were before it opened).
+    errors_seen: AtomicU64,
+    /// What was read ahead for this handle. Windows live as long as their handle, which
+    /// keeps the close-to-open promise: an open never sees data read before it.
+    ahead: ReadAhead,
+}
+
+impl std::fmt::Debug for OpenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenFile")
+            .field("inode", &self.shared.inode)
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Opens `inode` for `access` (bits of [`weft_proto::access`]) with its metadata server.
+    ///
+    /// # Errors
+    /// As [`Client::open`].
+    pub async fn open_file(
+        self: &Arc<Self>,
+        inode: InodeId,
+        access: u8,
+    ) -> Result<OpenFile, ClientError> {
+        let handle = self.files.next_handle();
+        let attr = self.open(inode, handle, access).await?;
+        Ok(self.handle_of(handle, &attr))
+    }
+
+    /// Creates a regular file (or another entry, as [`Client::create_entry`]) in `parent`
+    /// and opens it for reading and writing, in one request.
+    ///
+    /// # Errors
+    /// As [`Client::create`].
+    pub async fn create_file(
+        self: &Arc<Self>,
+        (parent, name): (InodeId, &str),
+        new: weft_proto::messages::NewInode,
+    ) -> Result<(OpenFile, crate::Created), ClientError> {
+        let handle = self.files.next_handle();
+        let created = self.create_entry(parent, name, new, Some(handle)).await?;
+        Ok((self.handle_of(handle, &created.attr), created))
+    }
+
+    fn handle_of(self: &Arc<Self>, handle: u64, attr: &InodeAttr) -> OpenFile {
+        let shared = self.files.add(attr);
+        // Errors from before this open are not this handle's to report.
+        let errors_seen = AtomicU64::new(shared.known().errors);
+        OpenFile {
+            client: Arc::clone(self),
+            handle,
+            layout: attr.layout.clone(),
+            shared,
+            errors_seen,
+            ahead: ReadAhead::default(),
+        }
+    }
+
+    /// Waits until every write of `inode` in flight here is done (a lock is taken or
+    /// released after the writes made under the one before).
+    pub async fn drain_writes(&self, inode: InodeId) {
+        if let Some(shared) = self.files.get(inode) {
+            shared.drain().await;
+        }
+    }
+
+    /// `attr` as this client knows it: with the size this client wrote and has not reported
+    /// yet (see the module's notes on size).
+    pub fn known(&self, attr: InodeAttr) -> InodeAttr {
+        self.files.merge(attr)
+    }
+}
+
+impl OpenFile {
+    /// The file.
+    pub fn inode(&self) -> InodeId {
+        self.shared.inode
+    }
+
+    /// The handle's number, as its metadata server knows it.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    /// The file's layout.
+    ///
+    /// # Errors
+    /// [`ClientError::NoLayout`] when the open entry is not a regular file.
+    pub fn layout(&self) -> Result<&FileLayout, ClientError> {
+        self.layout.as_ref().ok_or(ClientError::NoLayout {
+            inode: self.shared.inode,
+        })
+    }
+
+    /// The file's write error this handle has not reported by a sync yet, left for it.
+    fn pending_error(&self) -> Option<ClientError> {
+        self.shared
+            .errors_since(self.errors_seen.load(Ordering::Acquire))
+            .1
+    }
+
+    /// The file's write error this handle has not reported by a sync yet, now reported.
+    fn take_error(&self) -> Option<ClientError> {
+        let (count, error) = self
+            .shared
+            .errors_since(self.errors_seen.load(Ordering::Acquire));
+        self.errors_seen.fetch_max(count, Ordering::AcqRel);
+        error
+    }
+
+    /// Records a write error that this handle reports now, as its answer: the file's other
+    /// handles report it at their next sync.
+    fn report_error(&self, error: &ClientError) {
+        self.shared.record_error(error.clone());
+        self.take_error();
+    }
+
+    /// Reads `len` bytes at `offset`; shorter at the end of the file as this client knows
+    /// it, holes as zeros. After two reads in a row that continue each other, the next
+    /// windows are read ahead. The answer stays in the pieces it arrived in
+    /// ([`ReadData::copy_to`] moves it into a caller's buffer with one copy).
+    ///
+    /// # Errors
+    /// The read's error; a failed read-ahead window is read again directly.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<ReadData, ClientError> {
+        let layout = self.layout()?;
+        let view = self.shared.view();
+        let fetch = |window| self.read_window(layout.clone(), window, view);
+        let ahead = self.ahead.read(
+            (offset, len),
+            (view.version, view.size),
+            self.client.files.read_ahead,
+            fetch,
+        );
+        if let Some(data) = ahead.await {
+            return Ok(data);
+        }
+        // A client reads its own writes.
+        let end = offset.saturating_add(len);
+        self.shared.inflight.wait_clear((offset, end)).await;
+        self.client
+            .data
+            .read(&self.client, view.file, layout, (offset, len), view.size)
+            .await
+    }
+
+    /// Reads `[start, start + len)` in the background, after the writes in flight there.
+    fn read_window(
+        &self,
+        layout: FileLayout,
+        (start, len): (u64, u64),
+        view: ReadView,
+    ) -> BoxFuture<'static, Option<ReadData>> {
+        let (client, shared) = (Arc::clone(&self.client), Arc::clone(&self.shared));
+        let task = tokio::spawn(async move {
+            shared.inflight.wait_clear((start, start + len)).await;
+            client
+                .data
+                .read(&client, view.file, &layout, (start, len), view.size)
+                .await
+                .ok()
+        });
+        Box::pin(async move { task.await.ok().flatten() })
+    }
+
+    /// Writes `data` at `offset`. With a write-behind budget the write is answered once it
+    /// is admitted into flight (after the writes it overlaps, within the budget); its failure
+    /// is then the answer of this handle's next write, flush or sync. Without one, the write
+    /// is answered when its targets took it.
+    ///
+    /// # Errors
+    /// An earlier write's failure not reported yet (written behind), or this write's.
+    pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), ClientError> {
+        let layout = self.layout()?;
+        let len = data.len() as u64;
+        let end = offset + len;
+        let written = SlotSet::of_range(layout, offset, len);
+        if self.client.files.write_behind == 0 {
+            let file = self.shared.file_ref();
+            return match self
+                .client
+                .data
+                .write(&self.client, file, layout, offset, data)
+                .await
+            {
+                Ok(()) => {
+                    self.shared.note_write(end, written);
+                    Ok(())
+                }
+                Err(error) => {
+                    // Some of its pieces may have landed: the file's other handles learn of
+                    // it at their next sync.
+                    self.report_error(&error);
+                    Err(error)
+                }
+            };
+        }
+        if let Some(error) = self.pending_error() {
+            return Err(error);
+        }
+        let admitted = self.shared.inflight.admit((offset, end)).await;
+        // A write that failed while this one waited for budget is this one's answer.
+        if let Some(error) = self.pending_error() {
+            admitted.finish();
+            return Err(error);
+        }
+        self.shared.note_write(end, written);
+        let (client, shared, layout) = (
+            Arc::clone(&self.client),
+            Arc::clone(&self.shared),
+            layout.clone(),
+        );
+        tokio::spawn(async move {
+            let file = shared.file_ref();
+            if let Err(error) = client
+                .data
+                .write(&client, file, &layout, offset, data)
+                .await
+            {
+                tracing::warn!(inode = %shared.inode, %error, "a write-behind write failed");
+                shared.record_error(error);
+            }
+            admitted.finish();
+        });
+        Ok(())
+    }
+
+    /// Waits until every write of the file in flight is done (their errors are kept for
+    /// the next flush or sync).
+    pub async fn drain(&self) {
+        self.shared.drain().await;
+    }
+
+    /// What a close does before it returns: waits for the writes in flight and reports the
+    /// size this client wrote, at once (a reader elsewhere may see the new size before the
+    /// last bytes until this returns; close-to-open promises nothing earlier).
+    ///
+    /// # Errors
+    /// The report's failure, or a write error this handle has not reported by a sync: left
+    /// for it, as NFS's flush checks without advancing, so that a close of a copy of the
+    /// descriptor does not take the error from the sync of the process that wrote.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        let (_, reported) = tokio::join!(
+            self.shared.drain(),
+            self.shared.report_size(&self.client, false)
+        );
+        reported?;
+        match self.pending_error() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the file's data and size durable: waits for the writes in flight, syncs every
+    /// target and reports the size as durable.
+    ///
+    /// # Errors
+    /// The sync's failure (writes lost since the last sync among them), the report's, or a
+    /// write error this handle had not reported yet, now reported.
+    pub async fn sync(&self) -> Result<(), ClientError> {
+        self.shared.drain().await;
+        if let Some(layout) = &self.layout {
+            let synced = self
+                .client
+                .data
+                .sync(&self.client, self.shared.inode, layout)
+                .await;
+            if let Err(error) = synced {
+                self.report_error(&error);
+                return Err(error);
+            }
+        }
+        self.shared.report_size(&self.client, true).await?;
+        match self.take_error() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Allocates (`Allocate`) or zeroes (`Zero`) `[offset, offset + len)` on its targets,
+    /// after the writes in flight. The file grows to the range's end unless `keep_size`.
+    ///
+    /// # Errors
+    /// `NoSpace`, `NotSupported`, storage and transport errors.
+    pub async fn allocate(
+        &self,
+        (offset, len): (u64, u64),
+        mode: FallocateMode,
+        keep_size: bool,
+    ) -> Result<(), ClientError> {
+        let layout = self.layout()?;
+        self.shared.drain().await;
+        let file = self.shared.file_ref();
+        self.client
+            .data
+            .fallocate(&self.client, file, layout, (offset, len), mode)
+            .await?;
+        if keep_size {
+            // Zeroed bytes: what was read ahead of them is stale.
+            self.shared.note_change();
+        } else {
+            // The size grows as a write's would: known here at once, reported at close.
+            self.shared
+                .note_write(offset.saturating_add(len), SlotSet::default());
+        }
+        Ok(())
+    }
+
+    /// Closes the handle: waits for the writes in flight, reports the size, and tells the
+    /// metadata server soon after ([`Client::release_soon`]). Call it once; the handle is
+    /// of no use afterwards.
+    ///
+    /// # Errors
+    /// The size report's failure; the handle is closed all the same.
+    pub async fn close(&self) -> Result<(), ClientError> {
+        self.shared.drain().await;
+        let reported = self.shared.report_size(&self.client, false).await;
+        let inode = self.shared.inode;
+        if self.client.files.closed(inode) {
+            // A sync needs an open file: what was not synced is not checked.
+            self.client.data.forget_unsynced(inode);
+        }
+        self.client.release_soon(inode, self.handle);
+        reported
+    }
+}
