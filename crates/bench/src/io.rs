@@ -163,15 +163,29 @@ struct Work<F> {
 
 type Step<'a, F> = &'a (dyn Fn(&Work<F>, &mut [u8], usize) -> Result<u64> + Sync);
 
+/// How many requests each thread of a phase makes, of how many bytes, and how many it keeps
+/// in flight.
+#[derive(Clone, Copy)]
+struct Requests {
+    count: usize,
+    bytes: usize,
+    depth: usize,
+}
+
 /// Runs `step(work, buffer, index)` for `index` in `0..count` on each thread; `step` returns
 /// bytes moved. With `depth` above 1 a thread keeps that many requests in flight: its indices
 /// are dealt to `depth` lanes, each a thread of its own with its own buffer.
 fn phase<T: IoTarget>(
     name: &'static str,
     works: &[Work<T::File>],
-    (count, buffer, depth): (usize, usize, usize),
+    requests: Requests,
     step: Step<'_, T::File>,
 ) -> Result<IoPhaseResult> {
+    let Requests {
+        count,
+        bytes: buffer,
+        depth,
+    } = requests;
     eprintln!("  {name}, {} threads", works.len());
     let barrier = Arc::new(Barrier::new(works.len() + 1));
     let (cpu, started, outcome) = std::thread::scope(|scope| {
@@ -319,7 +333,11 @@ pub fn run<T: IoTarget>(
     results.push(phase::<T>(
         "write",
         &works,
-        (blocks as usize, block, 1),
+        Requests {
+            count: blocks as usize,
+            bytes: block,
+            depth: 1,
+        },
         &write_step,
     )?);
     close_all(works)?;
@@ -331,7 +349,11 @@ pub fn run<T: IoTarget>(
     results.push(phase::<T>(
         "read",
         &works,
-        (blocks as usize, block, 1),
+        Requests {
+            count: blocks as usize,
+            bytes: block,
+            depth: 1,
+        },
         &read_step,
     )?);
 
@@ -348,11 +370,11 @@ pub fn run<T: IoTarget>(
         results.push(phase::<T>(
             "randwrite",
             &works,
-            (
-                config.random_ops_per_thread,
-                RANDOM_IO_BYTES,
-                config.queue_depth,
-            ),
+            Requests {
+                count: config.random_ops_per_thread,
+                bytes: RANDOM_IO_BYTES,
+                depth: config.queue_depth,
+            },
             &randwrite,
         )?);
         let randread = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
@@ -361,11 +383,11 @@ pub fn run<T: IoTarget>(
         results.push(phase::<T>(
             "randread",
             &works,
-            (
-                config.random_ops_per_thread,
-                RANDOM_IO_BYTES,
-                config.queue_depth,
-            ),
+            Requests {
+                count: config.random_ops_per_thread,
+                bytes: RANDOM_IO_BYTES,
+                depth: config.queue_depth,
+            },
             &randread,
         )?);
     }

@@ -39,7 +39,19 @@ use weft_service::missed::MissedLogs;
 
 /// Most payload bytes and changes of one shipped request: a sync's changes ship in pieces
 /// of this size, within the frame limits.
-const SHIP_LIMITS: (usize, usize) = (IO_BYTES_MAX as usize, 1 << 16);
+const SHIP_LIMITS: ShipLimits = ShipLimits {
+    bytes_max: IO_BYTES_MAX as usize,
+    changes_max: 1 << 16,
+};
+
+/// How much one shipped piece of a sync's changes may hold.
+#[derive(Clone, Copy, Debug)]
+struct ShipLimits {
+    /// Payload bytes.
+    bytes_max: usize,
+    /// Changes.
+    changes_max: usize,
+}
 /// Bytes of the store file per resync step.
 const RESYNC_CHUNK: u64 = 1 << 20;
 /// Bytes of the store file per item of a record of what an absent member misses.
@@ -90,7 +102,10 @@ pub(crate) fn group_of_home(groups: &[MirrorGroupInfo], home: NodeId) -> Option<
 fn pieces(
     changes: &[FileChange],
     payload: &Bytes,
-    (bytes_max, changes_max): (usize, usize),
+    ShipLimits {
+        bytes_max,
+        changes_max,
+    }: ShipLimits,
 ) -> Vec<(Vec<FileChange>, Bytes)> {
     let mut pieces = Vec::new();
     let mut piece = Vec::new();
@@ -1225,12 +1240,16 @@ mod tests {
         let whole = open("whole");
         apply_changes(&whole, &changes.changes, &changes.payload).expect("apply");
         let expected = std::fs::read(directory.path().join("whole")).expect("read");
-        for limits in [(1000, 3), (1, 1000), (4096, 1), (1 << 20, 1 << 10)] {
+        for (bytes_max, changes_max) in [(1000, 3), (1, 1000), (4096, 1), (1 << 20, 1 << 10)] {
+            let limits = ShipLimits {
+                bytes_max,
+                changes_max,
+            };
             let pieced = open("pieced");
             let pieces = pieces(&changes.changes, &payload, limits);
             for (piece, bytes) in &pieces {
                 assert!(
-                    bytes.len() <= limits.0 && piece.len() <= limits.1,
+                    bytes.len() <= bytes_max && piece.len() <= changes_max,
                     "{limits:?}"
                 );
                 apply_changes(&pieced, piece, bytes).expect("apply");

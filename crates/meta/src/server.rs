@@ -137,7 +137,7 @@ pub async fn run(
         listener,
         server,
         metrics.build(),
-        (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        config.exporters(),
         admission,
         shutdown,
     )

@@ -682,6 +682,7 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
 fn run_check(f: &Fixture, repair: bool) -> CheckReport {
     let txn = f.db.begin_write().expect("txn");
     let listed = crate::ops::check::Listed {
+        objects: Vec::new(),
         targets: std::collections::HashSet::new(),
         good_members: std::collections::HashMap::new(),
     };
@@ -689,7 +690,7 @@ fn run_check(f: &Fixture, repair: bool) -> CheckReport {
         &txn,
         repair.then_some(&txn),
         NodeId(1),
-        (&[], &listed),
+        &listed,
         &std::collections::HashSet::new(),
         &std::collections::HashMap::new(),
     )

@@ -102,7 +102,7 @@ pub async fn run(
         listener,
         mgmt,
         metrics.build(),
-        (config.influxdb.clone(), config.metrics_listen.as_deref()),
+        config.exporters(),
         admission,
         shutdown,
     )

@@ -134,7 +134,7 @@ impl Controller {
                     unreachable,
                 },
             ) => {
-                self.heartbeat(now, server, (boot, unsynced_boot), &resynced, &unreachable);
+                self.heartbeat(now, server, boot, unsynced_boot, &resynced, &unreachable);
                 vec![Send {
                     to: Node::Server(server),
                     msg: Msg::HeartbeatAck {
@@ -167,7 +167,8 @@ impl Controller {
         &mut self,
         now: Time,
         server: ServerId,
-        (boot, unsynced_boot): (u64, u64),
+        boot: u64,
+        unsynced_boot: u64,
         resynced: &[GroupMember],
         unreachable: &[GroupMember],
     ) {

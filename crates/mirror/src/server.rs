@@ -215,7 +215,8 @@ impl Server {
     pub fn new(
         id: ServerId,
         timing: Timing,
-        (boot, unsynced_boot): (u64, u64),
+        boot: u64,
+        unsynced_boot: u64,
         store: Store,
         now: Time,
     ) -> Server {
@@ -1271,8 +1272,8 @@ mod tests {
     // answering it from its fence as a copy of the first run.
     #[test]
     fn a_change_run_again_after_its_forward_was_given_up_reaches_the_member_again() {
-        let mut primary = Server::new(ServerId(1), TIMING, (1, 1), Store::default(), 0);
-        let mut member = Server::new(ServerId(2), TIMING, (1, 1), Store::default(), 0);
+        let mut primary = Server::new(ServerId(1), TIMING, 1, 1, Store::default(), 0);
+        let mut member = Server::new(ServerId(2), TIMING, 1, 1, Store::default(), 0);
         let ack = |sent_at| Msg::HeartbeatAck {
             sent_at,
             map: map(Version(1)),

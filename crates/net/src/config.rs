@@ -106,6 +106,14 @@ macro_rules! service_config {
         }
 
         impl $name {
+            /// What the service exports its metrics to besides its own port.
+            pub fn exporters(&self) -> $crate::Exporters {
+                $crate::Exporters {
+                    influxdb: self.influxdb.clone(),
+                    metrics_listen: self.metrics_listen.clone(),
+                }
+            }
+
             /// Who this service lets in, and how many at once.
             ///
             /// # Errors

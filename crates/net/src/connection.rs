@@ -43,14 +43,31 @@ pub(crate) struct OutFrame {
     pub payload: Bytes,
 }
 
+/// What a frame's header says besides the lengths and the checksum of what follows it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FrameHead {
+    /// Request or response.
+    pub kind: FrameKind,
+    /// Chosen by the requester, echoed by the response.
+    pub request_id: u64,
+    /// The requesting client session's (low 32 bits), 0 for servers and answers.
+    pub origin: u32,
+    /// The connection's protocol version.
+    pub version: u16,
+    /// Header flags.
+    pub flags: u8,
+}
+
 impl OutFrame {
-    /// A frame of `kind` in protocol `version` (the connection's), with header `flags`.
-    pub(crate) fn new(
-        (kind, request_id, origin): (FrameKind, u64, u32),
-        (version, flags): (u16, u8),
-        body: Vec<u8>,
-        payload: Bytes,
-    ) -> OutFrame {
+    /// A frame with the header `head`.
+    pub(crate) fn new(head: FrameHead, body: Vec<u8>, payload: Bytes) -> OutFrame {
+        let FrameHead {
+            kind,
+            request_id,
+            origin,
+            version,
+            flags,
+        } = head;
         let header = FrameHeader {
             version,
             flags,
@@ -316,19 +333,18 @@ impl ClientConnection {
             .lock()
             .expect("waiter map poisoned")
             .insert(request_id, waiter);
-        let frame = OutFrame::new(
-            (FrameKind::Request, request_id, self.origin),
-            (
-                self.version,
-                if request.forwarded() {
-                    codec::FLAG_FORWARDED
-                } else {
-                    0
-                },
-            ),
-            body,
-            payload,
-        );
+        let head = FrameHead {
+            kind: FrameKind::Request,
+            request_id,
+            origin: self.origin,
+            version: self.version,
+            flags: if request.forwarded() {
+                codec::FLAG_FORWARDED
+            } else {
+                0
+            },
+        };
+        let frame = OutFrame::new(head, body, payload);
         if self.frames.send(frame).await.is_err() {
             self.waiters
                 .lock()

@@ -32,7 +32,9 @@ pub mod tls;
 pub use auth::{Auth, AuthMode};
 pub use client::{RpcClient, RpcClientOptions, RpcError, TransportError};
 pub use cluster::ClusterView;
-pub use server::{serve, serve_with_exporters, Admission, Handler, CONNECTIONS_MAX_DEFAULT};
+pub use server::{
+    serve, serve_with_exporters, Admission, Exporters, Handler, CONNECTIONS_MAX_DEFAULT,
+};
 pub use stubs::{MetaClient, MgmtClient, StorageClient};
 
 /// For [`service_config!`]'s `influxdb` key.

@@ -3,7 +3,7 @@
 //! peer that fails the handshake is refused before any request of it is read.
 
 use crate::auth::{self, Auth, Identity, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
-use crate::connection::{read_header, read_rest, write_frames, OutFrame, PayloadBuffer};
+use crate::connection::{read_header, read_rest, write_frames, FrameHead, OutFrame, PayloadBuffer};
 use crate::tls::Stream;
 use bytes::Bytes;
 use std::future::Future;
@@ -215,13 +215,18 @@ pub async fn serve<H: Handler>(
             refusals.refused(&metrics, stream.peer_addr().ok(), &Refusal::Busy);
             return;
         };
-        tokio::spawn(serve_any(
-            stream,
-            Arc::clone(&handler),
-            metrics.clone(),
-            (admission.auth.clone(), Arc::clone(&refusals)),
-            (handshake, Arc::clone(&slots)),
-        ));
+        let gate = Gate {
+            auth: admission.auth.clone(),
+            refusals: Arc::clone(&refusals),
+            slots: Arc::clone(&slots),
+            handshake,
+        };
+        let serving = Serving {
+            handler: Arc::clone(&handler),
+            metrics: metrics.clone(),
+            slots: Arc::clone(&slots),
+        };
+        tokio::spawn(serve_any(stream, gate, serving));
     })
     .await;
 }
@@ -318,6 +323,15 @@ async fn accept_until(
     }
 }
 
+/// Where a service's metrics go besides its own port.
+#[derive(Clone, Debug, Default)]
+pub struct Exporters {
+    /// A push of the metrics to InfluxDB.
+    pub influxdb: Option<weft_observe::influx::InfluxConfig>,
+    /// An HTTP-only address for them.
+    pub metrics_listen: Option<String>,
+}
+
 /// [`serve`], with what the service's config asks for besides: a push of its metrics to
 /// InfluxDB, and an HTTP-only address for them (`metrics_listen`).
 ///
@@ -327,11 +341,15 @@ pub async fn serve_with_exporters<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
     metrics: Metrics,
-    (influxdb, metrics_listen): (Option<weft_observe::influx::InfluxConfig>, Option<&str>),
+    exporters: Exporters,
     admission: Admission,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let http = match metrics_listen {
+    let Exporters {
+        influxdb,
+        metrics_listen,
+    } = exporters;
+    let http = match metrics_listen.as_deref() {
         Some(address) => {
             Some(spawn_metrics_listener(address, Arc::clone(&handler), metrics.clone()).await?)
         }
@@ -373,20 +391,36 @@ async fn spawn_metrics_listener<H: Handler>(
     }))
 }
 
-/// Serves a connection as Weft RPC (after its handshake) or as HTTP, by its first bytes.
-async fn serve_any<H: Handler>(
-    stream: TcpStream,
+/// What a new connection passes before it is served: the handshake (with its slot among the
+/// connections in a handshake), then a slot among the admitted; refusals are logged.
+struct Gate {
+    auth: Auth,
+    refusals: Arc<RefusalLog>,
+    slots: Arc<Slots>,
+    handshake: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// What serves a connection's requests.
+struct Serving<H> {
     handler: Arc<H>,
     metrics: Metrics,
-    (auth, refusals): (Auth, Arc<RefusalLog>),
-    (handshake, slots): (tokio::sync::OwnedSemaphorePermit, Arc<Slots>),
-) {
+    slots: Arc<Slots>,
+}
+
+/// Serves a connection as Weft RPC (after its handshake) or as HTTP, by its first bytes.
+async fn serve_any<H: Handler>(stream: TcpStream, gate: Gate, serving: Serving<H>) {
+    let Gate {
+        auth,
+        refusals,
+        slots,
+        handshake,
+    } = gate;
+    let metrics = serving.metrics.clone();
     let _open = metrics.rpc().connection();
     // Past its handshake a connection moves to a slot of the admitted, if one is free.
-    let admitted = Arc::clone(&slots);
     let admit = move || {
         drop(handshake);
-        Arc::clone(&admitted.admitted).try_acquire_owned().ok()
+        Arc::clone(&slots.admitted).try_acquire_owned().ok()
     };
     let peer = stream.peer_addr().ok();
     // One deadline for the first bytes, TLS and the whole handshake.
@@ -397,7 +431,6 @@ async fn serve_any<H: Handler>(
             match authenticate(stream, tls_first, &auth, deadline).await {
                 Ok((stream, from)) => match admit() {
                     Some(_slot) => {
-                        let serving = (handler, metrics, slots);
                         return serve_connection(stream, (peer, from), serving).await;
                     }
                     None => Refusal::Full,
@@ -407,8 +440,8 @@ async fn serve_any<H: Handler>(
         }
         Ok(Some(magic)) if magic == FRAME_MAGIC.to_le_bytes() => Refusal::NoHandshake,
         Ok(Some(_)) => {
-            return weft_observe::http::serve_http(stream, Arc::new(HandlerPages(handler)), metrics)
-                .await
+            let pages = Arc::new(HandlerPages(serving.handler));
+            return weft_observe::http::serve_http(stream, pages, metrics).await;
         }
         Ok(None) => return,
         Err(_) => Refusal::Timeout,
@@ -494,8 +527,13 @@ async fn first_bytes(stream: &TcpStream) -> Option<[u8; 4]> {
 async fn serve_connection<H: Handler>(
     stream: Stream,
     (peer, from): (Option<std::net::SocketAddr>, Identity),
-    (handler, metrics, slots): (Arc<H>, Metrics, Arc<Slots>),
+    serving: Serving<H>,
 ) {
+    let Serving {
+        handler,
+        metrics,
+        slots,
+    } = serving;
     let peer = peer.map(|a| a.to_string()).unwrap_or_default();
     let (mut reader, writer) = stream.split();
     let (frames, queue) = mpsc::channel::<OutFrame>(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
@@ -602,12 +640,14 @@ async fn serve_connection<H: Handler>(
                     (codec::encode_body(&Err::<Response, _>(error)), Bytes::new())
                 }
             };
-            let frame = OutFrame::new(
-                (FrameKind::Response, header.request_id, 0),
-                (header.version, 0),
-                body,
-                payload,
-            );
+            let head = FrameHead {
+                kind: FrameKind::Response,
+                request_id: header.request_id,
+                origin: 0,
+                version: header.version,
+                flags: 0,
+            };
+            let frame = OutFrame::new(head, body, payload);
             timer.finish(&reply, frame.len() as u64);
             crate::memory::note_activity(frame.len() as u64);
             // The request is served: its bytes go back to the budgets now, not when its peer

@@ -574,8 +574,8 @@ impl World {
                 let slot = self.servers.get_mut(&id).expect("exists");
                 if let Some(store) = slot.crashed.take() {
                     slot.boot += 1;
-                    let boots = (slot.boot, slot.unsynced_boot);
-                    slot.machine = Some(Server::new(id, timing, boots, store, now));
+                    let (boot, unsynced_boot) = (slot.boot, slot.unsynced_boot);
+                    slot.machine = Some(Server::new(id, timing, boot, unsynced_boot, store, now));
                 }
             }
             Node::Client(_) => {}
@@ -913,7 +913,7 @@ pub fn run(config: &Config) -> Outcome {
                 (
                     id,
                     ServerSlot {
-                        machine: Some(Server::new(id, config.timing, (1, 1), Store::default(), 0)),
+                        machine: Some(Server::new(id, config.timing, 1, 1, Store::default(), 0)),
                         crashed: None,
                         boot: 1,
                         unsynced_boot: 1,

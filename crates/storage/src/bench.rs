@@ -27,6 +27,10 @@ struct TargetRun {
 /// A run, current or last.
 struct Run {
     read: bool,
+    /// Bytes per request.
+    block_bytes: u32,
+    /// Bytes each thread writes or reads.
+    bytes_per_thread: u64,
     started: Instant,
     stop: AtomicBool,
     targets: Vec<Arc<TargetRun>>,
@@ -89,6 +93,8 @@ impl StorageBench {
                 }
                 let run = Arc::new(Run {
                     read,
+                    block_bytes,
+                    bytes_per_thread,
                     started: Instant::now(),
                     stop: AtomicBool::new(false),
                     targets: chosen
@@ -111,12 +117,7 @@ impl StorageBench {
                         std::thread::Builder::new()
                             .name(format!("weft-bench-{}-{thread}", target.id))
                             .spawn(move || {
-                                let outcome = bench_thread(
-                                    &target,
-                                    &run,
-                                    &progress,
-                                    (thread, block_bytes, bytes_per_thread),
-                                );
+                                let outcome = bench_thread(&target, &run, &progress, thread);
                                 if let Err(error) = outcome {
                                     progress
                                         .error
@@ -218,12 +219,7 @@ impl Run {
 
 /// [`bench_thread`] on a direct-I/O target: the same file, read and written with O_DIRECT from
 /// an aligned buffer, as the target's objects are.
-fn direct_thread(
-    run: &Run,
-    progress: &TargetRun,
-    path: &std::path::Path,
-    (block_bytes, bytes_per_thread): (u32, u64),
-) -> Result<(), String> {
+fn direct_thread(run: &Run, progress: &TargetRun, path: &std::path::Path) -> Result<(), String> {
     use crate::direct;
     if run.read && !path.exists() {
         return Err(format!(
@@ -236,32 +232,26 @@ fn direct_thread(
     }
     let file = direct::open(path, !run.read)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut buffer = weft_net::buffer::HugeBuf::zeroed(block_bytes as usize)
+    let mut buffer = weft_net::buffer::HugeBuf::zeroed(run.block_bytes as usize)
         .map_err(|e| format!("cannot map a buffer: {e}"))?;
     buffer.as_mut_slice().fill(0x5a);
     let length = file.metadata().map_err(|e| format!("stat: {e}"))?.len();
     let read = run.read;
-    transfer(
-        run,
-        progress,
-        &file,
-        (block_bytes, bytes_per_thread),
-        |offset, len| {
-            let aligned = direct::is_aligned(offset, len);
-            match (read, aligned) {
-                (true, true) => file.read_at(&mut buffer.as_mut_slice()[..len], offset),
-                (true, false) => {
-                    direct::read_at(&file, offset, &mut buffer.as_mut_slice()[..len], length)
-                }
-                (false, true) => file
-                    .write_all_at(&buffer.as_slice()[..len], offset)
-                    .map(|()| len),
-                (false, false) => {
-                    direct::write_at(&file, offset, &buffer.as_slice()[..len], offset).map(|()| len)
-                }
+    transfer(run, progress, &file, |offset, len| {
+        let aligned = direct::is_aligned(offset, len);
+        match (read, aligned) {
+            (true, true) => file.read_at(&mut buffer.as_mut_slice()[..len], offset),
+            (true, false) => {
+                direct::read_at(&file, offset, &mut buffer.as_mut_slice()[..len], length)
             }
-        },
-    )
+            (false, true) => file
+                .write_all_at(&buffer.as_slice()[..len], offset)
+                .map(|()| len),
+            (false, false) => {
+                direct::write_at(&file, offset, &buffer.as_slice()[..len], offset).map(|()| len)
+            }
+        }
+    })
 }
 
 /// Moves `bytes_per_thread` in blocks with `io(offset, len)` (which answers the bytes moved),
@@ -270,9 +260,9 @@ fn transfer(
     run: &Run,
     progress: &TargetRun,
     file: &File,
-    (block_bytes, bytes_per_thread): (u32, u64),
     mut io: impl FnMut(u64, usize) -> std::io::Result<usize>,
 ) -> Result<(), String> {
+    let (block_bytes, bytes_per_thread) = (run.block_bytes, run.bytes_per_thread);
     let what = if run.read { "read" } else { "write" };
     let mut offset = 0u64;
     while offset < bytes_per_thread && !run.stop.load(Ordering::Acquire) {
@@ -295,13 +285,13 @@ fn bench_thread(
     target: &Target,
     run: &Run,
     progress: &TargetRun,
-    (thread, block_bytes, bytes_per_thread): (u16, u32, u64),
+    thread: u16,
 ) -> Result<(), String> {
     let dir = bench_dir(target);
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join(format!("thread-{thread}"));
     if target.is_direct() {
-        return direct_thread(run, progress, &path, (block_bytes, bytes_per_thread));
+        return direct_thread(run, progress, &path);
     }
     let file: File = if run.read {
         File::open(&path)
@@ -321,19 +311,13 @@ fn bench_thread(
         // SAFETY: posix_fadvise on a descriptor this function holds open.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
-    let mut buffer = vec![0x5a_u8; block_bytes as usize];
+    let mut buffer = vec![0x5a_u8; run.block_bytes as usize];
     let read = run.read;
-    transfer(
-        run,
-        progress,
-        &file,
-        (block_bytes, bytes_per_thread),
-        |offset, len| {
-            if read {
-                file.read_at(&mut buffer[..len], offset)
-            } else {
-                file.write_all_at(&buffer[..len], offset).map(|()| len)
-            }
-        },
-    )
+    transfer(run, progress, &file, |offset, len| {
+        if read {
+            file.read_at(&mut buffer[..len], offset)
+        } else {
+            file.write_all_at(&buffer[..len], offset).map(|()| len)
+        }
+    })
 }

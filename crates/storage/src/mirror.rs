@@ -101,7 +101,8 @@ impl Mirror {
     pub fn new(
         cluster: Arc<ClusterView>,
         targets: HashMap<TargetId, Arc<Target>>,
-        (boot, interval): (u64, Duration),
+        boot: u64,
+        interval: Duration,
         unsynced: Unsynced,
         metrics: MirrorMetrics,
     ) -> std::io::Result<Mirror> {

@@ -116,8 +116,7 @@ pub async fn run(
             "crash-test mode: unsynced writes live in memory and are lost when the process dies"
         );
     }
-    let influxdb = config.influxdb.clone();
-    let metrics_listen = config.metrics_listen.clone();
+    let exporters = config.exporters();
     let boot = weft_service::identity::next_boot(&config.data_dir)?;
     let mut builder = weft_observe::MetricsBuilder::new("storage", Some(node.0));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
@@ -125,7 +124,8 @@ pub async fn run(
         Mirror::new(
             Arc::clone(&cluster),
             targets.clone(),
-            (boot, config.heartbeat_interval),
+            boot,
+            config.heartbeat_interval,
             // A crash-test target keeps unsynced writes in memory; the others write them to
             // their files (or the device) before they answer.
             if config.crash_test_discard_unsynced {
@@ -162,7 +162,7 @@ pub async fn run(
         listener,
         storage,
         builder.build(),
-        (influxdb, metrics_listen.as_deref()),
+        exporters,
         admission,
         shutdown,
     )

@@ -69,9 +69,11 @@ struct Entry {
 /// one as (inode, member target, `Some(group)`, length).
 pub(crate) type FoundObject = (InodeId, TargetId, Option<GroupId>, u64);
 
-/// Where the objects were looked for: the targets that were listed, and of each storage
-/// mirror group the members that hold every acknowledged change (good) and were listed.
+/// The objects found on the targets, and where they were looked for: the targets that were
+/// listed, and of each storage mirror group the members that hold every acknowledged change
+/// (good) and were listed.
 pub(crate) struct Listed {
+    pub objects: Vec<FoundObject>,
     pub targets: HashSet<TargetId>,
     pub good_members: HashMap<GroupId, Vec<TargetId>>,
 }
@@ -236,7 +238,7 @@ pub(crate) fn check(
     source: &impl Source,
     fix: Option<&WriteTransaction>,
     home: NodeId,
-    (objects, listed): (&[FoundObject], &Listed),
+    listed: &Listed,
     open: &HashSet<InodeId>,
     referenced: &HashMap<InodeId, usize>,
 ) -> Result<Checked, OpError> {
@@ -245,7 +247,7 @@ pub(crate) fn check(
             node: home,
             inodes: 0,
             dentries: 0,
-            objects: objects.len() as u64,
+            objects: listed.objects.len() as u64,
             problems: Vec::new(),
             problem_count: 0,
             repairs: Vec::new(),
@@ -279,8 +281,8 @@ pub(crate) fn check(
         .chain(snapshot.unreported.iter().map(|id| InodeId(*id)))
         .chain(snapshot.truncates.iter().map(|id| InodeId(*id)))
         .collect();
-    let garbage = check_objects(&mut findings, &snapshot, objects, &unsettled)?;
-    let suspects = check_copies(&snapshot, (objects, listed), &unsettled);
+    let garbage = check_objects(&mut findings, &snapshot, &listed.objects, &unsettled)?;
+    let suspects = check_copies(&snapshot, listed, &unsettled);
     Ok(Checked {
         report: findings.report,
         garbage,
@@ -642,10 +644,11 @@ fn check_objects(
 /// the copies of a mirrored object on two or more good members, to be compared.
 fn check_copies(
     snapshot: &Snapshot,
-    (objects, listed): (&[FoundObject], &Listed),
+    listed: &Listed,
     unsettled: &HashSet<InodeId>,
 ) -> Vec<Suspect> {
-    let present: HashSet<(InodeId, TargetId, Option<GroupId>)> = objects
+    let present: HashSet<(InodeId, TargetId, Option<GroupId>)> = listed
+        .objects
         .iter()
         .map(|&(inode, target, group, _)| (inode, target, group))
         .collect();

@@ -109,6 +109,7 @@ impl Meta {
             open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::store::ORPHANS)?))?);
         }
         let listed = Listed {
+            objects,
             targets: map
                 .targets
                 .iter()
@@ -135,29 +136,13 @@ impl Meta {
         self.note_check_progress("checking the namespace", 0, 0);
         let checked = if repair {
             self.committer
-                .run_with(move |txn| {
-                    check(
-                        txn,
-                        Some(txn),
-                        home,
-                        (&objects, &listed),
-                        &open,
-                        &referenced,
-                    )
-                })
+                .run_with(move |txn| check(txn, Some(txn), home, &listed, &open, &referenced))
                 .await?
         } else {
             let db = Arc::clone(&self.db);
             tokio::task::spawn_blocking(move || {
                 let snapshot = db.begin_read()?;
-                check(
-                    &snapshot,
-                    None,
-                    home,
-                    (&objects, &listed),
-                    &open,
-                    &referenced,
-                )
+                check(&snapshot, None, home, &listed, &open, &referenced)
             })
             .await
             .map_err(|error| OpError::inconsistent(format!("the check stopped: {error}")))??
