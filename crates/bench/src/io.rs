@@ -7,12 +7,12 @@
 
 use crate::cpu::CpuSample;
 use anyhow::{bail, ensure, Context, Result};
+use futures::future::BoxFuture;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-use weft_proto::layout::{map_requests, FileLayout};
-use weft_proto::messages::IO_BYTES_MAX;
+use weft_proto::messages::Route;
 use weft_proto::InodeId;
 
 /// Size of a random I/O.
@@ -577,108 +577,49 @@ impl IoTarget for NativeFiles {
     }
 }
 
-/// The network benchmark's files: made through the metadata servers, for their layouts, but
-/// their data goes to the storage servers' network benchmark request, which drops what it is
-/// sent and answers zeros, touching no disk. What it measures is the network and the
-/// protocol, on the same placement a file's data would take.
-pub struct NetFiles {
-    /// The client.
-    pub client: Arc<weft_client::Client>,
-    /// The runtime the client's connections live on.
-    pub runtime: tokio::runtime::Handle,
-    /// The directory the files go in.
-    pub dir: InodeId,
-}
+/// The network benchmark's transport (`weft bench net`): every read and write of the native
+/// client crosses the network and the protocol to the storage server of its slot, which drops
+/// what it is sent and answers zeros, touching no disk (`StorageRequest::NetBench`). The rest
+/// of the client path — write-behind, read-ahead, the layout, the retry policy — is the one
+/// every client runs. Nothing reaches a disk, so a sync has nothing to do.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetBench;
 
-/// A file of [`NetFiles`]: where its data would go.
-pub struct NetFile {
-    layout: FileLayout,
-}
-
-impl NetFiles {
-    fn file(attr: weft_proto::messages::InodeAttr) -> Result<NetFile> {
-        Ok(NetFile {
-            layout: attr.layout.context("a file has a layout")?,
+impl weft_client::Transport for NetBench {
+    fn read(
+        &self,
+        storage: Arc<weft_net::StorageClient>,
+        route: Route,
+        piece: weft_client::PieceRead,
+    ) -> BoxFuture<'static, Result<bytes::Bytes, weft_net::RpcError>> {
+        Box::pin(async move {
+            let (_, data) = storage
+                .net_bench(route.target, bytes::Bytes::new(), piece.len)
+                .await?;
+            Ok(data)
         })
     }
-}
 
-impl IoTarget for NetFiles {
-    type File = NetFile;
-
-    fn create(&self, name: &str) -> Result<NetFile> {
-        let new = crate::new_file();
-        NetFiles::file(
-            self.runtime
-                .block_on(self.client.create(self.dir, name, new))?,
-        )
-    }
-
-    fn open(&self, name: &str) -> Result<NetFile> {
-        NetFiles::file(self.runtime.block_on(self.client.lookup(self.dir, name))?)
-    }
-
-    fn write_at(
+    fn write(
         &self,
-        file: &NetFile,
-        offset: u64,
-        scratch: &mut [u8],
-        fill: &dyn Fn(&mut [u8]),
-    ) -> Result<()> {
-        fill(scratch);
-        let data = bytes::Bytes::copy_from_slice(scratch);
-        let pieces = map_requests(&file.layout, offset, data.len() as u64, IO_BYTES_MAX.into());
-        let sends = pieces.into_iter().map(|piece| {
-            let at = (piece.file_offset - offset) as usize;
-            let slice = data.slice(at..at + piece.len as usize);
-            let slot = file.layout.slot(piece.slot_index);
-            self.client.call_storage(slot, move |storage, route| {
-                let slice = slice.clone();
-                async move { storage.net_bench(route.target, slice, 0).await }
-            })
-        });
-        for sent in self.runtime.block_on(futures::future::join_all(sends)) {
-            sent?;
-        }
-        Ok(())
+        storage: Arc<weft_net::StorageClient>,
+        route: Route,
+        piece: weft_client::PieceWrite,
+    ) -> BoxFuture<'static, Result<(u32, u64), weft_net::RpcError>> {
+        Box::pin(async move {
+            let (len, _) = storage.net_bench(route.target, piece.data, 0).await?;
+            Ok((len, 0))
+        })
     }
 
-    fn read_at(&self, file: &NetFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let pieces = map_requests(&file.layout, offset, buf.len() as u64, IO_BYTES_MAX.into());
-        let reads = pieces.iter().map(|piece| {
-            let (slot, len) = (file.layout.slot(piece.slot_index), piece.len as u32);
-            self.client
-                .call_storage(slot, move |storage, route| async move {
-                    storage
-                        .net_bench(route.target, bytes::Bytes::new(), len)
-                        .await
-                })
-        });
-        let mut done = 0;
-        for (piece, read) in pieces
-            .iter()
-            .zip(self.runtime.block_on(futures::future::join_all(reads)))
-        {
-            let (_, data) = read?;
-            let at = (piece.file_offset - offset) as usize;
-            let count = data.len().min(piece.len as usize);
-            buf[at..at + count].copy_from_slice(&data[..count]);
-            done += count;
-        }
-        Ok(done)
-    }
-
-    fn sync(&self, _file: &NetFile) -> Result<()> {
-        // Nothing reached a disk.
-        Ok(())
-    }
-
-    fn close(&self, _file: NetFile) -> Result<()> {
-        Ok(())
-    }
-
-    fn remove(&self, name: &str) -> Result<()> {
-        Ok(self.runtime.block_on(self.client.unlink(self.dir, name))?)
+    fn sync(
+        &self,
+        _storage: Arc<weft_net::StorageClient>,
+        _route: Route,
+        _inode: InodeId,
+        _capability: Option<weft_proto::access::Capability>,
+    ) -> BoxFuture<'static, Result<u64, weft_net::RpcError>> {
+        Box::pin(async { Ok(0) })
     }
 }
 

@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
-use weft_bench::io::{self, IoBenchConfig, IoPhaseResult, NativeFiles, NetFiles, PosixFiles};
+use weft_bench::io::{self, IoBenchConfig, IoPhaseResult, NativeFiles, PosixFiles};
 use weft_bench::meta::{self, MetaBenchConfig, NativeTarget, PhaseResult, PosixTarget};
 use weft_bench::svg::{Panel, Series};
 
@@ -426,25 +426,22 @@ fn run_io(args: IoArgs, net: bool) -> Result<()> {
         (None, Some(mgmt)) => {
             let runtime = crate::runtime()?;
             let cluster = crate::admin::Cluster::at(mgmt.clone(), None);
-            let client = runtime.block_on(cluster.client())?;
-            let (runtime, dir) = (runtime.handle().clone(), weft_proto::InodeId::ROOT);
+            let client = if net {
+                let config = cluster.client_config();
+                let transport = Arc::new(weft_bench::io::NetBench);
+                runtime
+                    .block_on(weft_client::Client::connect_over(&config, transport))
+                    .map_err(|error| crate::admin::not_reached(&error, mgmt))?
+            } else {
+                runtime.block_on(cluster.client())?
+            };
+            let target = NativeFiles {
+                client,
+                runtime: runtime.handle().clone(),
+                dir: weft_proto::InodeId::ROOT,
+            };
             for threads in &args.threads {
-                let name = run_name(*threads);
-                all.extend(if net {
-                    let target = NetFiles {
-                        client: Arc::clone(&client),
-                        runtime: runtime.clone(),
-                        dir,
-                    };
-                    io::run(&target, &config, *threads, &name)?
-                } else {
-                    let target = NativeFiles {
-                        client: Arc::clone(&client),
-                        runtime: runtime.clone(),
-                        dir,
-                    };
-                    io::run(&target, &config, *threads, &name)?
-                });
+                all.extend(io::run(&target, &config, *threads, &run_name(*threads))?);
             }
             let kind = if net { "net" } else { "native" };
             args.label

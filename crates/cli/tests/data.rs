@@ -366,3 +366,69 @@ fn read_ahead_sees_this_clients_writes_and_truncates() {
     );
     assert!(read(5 * MIB).is_empty(), "nothing past the new end");
 }
+
+// Goal: the native library's open files behave as the mount's do. Two handles of one file
+// share what this client wrote: a write through one is part of the size the client knows
+// before any report, and closing the other handle (twice, then dropping it) neither forgets
+// the file's state under the handle still open nor loses its data. Method: a native client
+// against a cluster of real processes; the size the client knows is compared with the
+// server's before the close that reports it, and the data read back through a fresh open.
+#[test]
+fn native_open_files_share_what_they_wrote_and_close_once() {
+    use weft_proto::access;
+
+    let cluster = cluster(ClusterSpec::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.auth_key_file = Some(cluster.key_file());
+    let client = runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("client");
+    let root = weft_proto::InodeId::ROOT;
+    let new = weft_client::client::directory(0o644, 0o022, (0, 0));
+    let new = weft_proto::messages::NewInode {
+        kind: weft_proto::messages::FileKind::Regular,
+        ..new
+    };
+    let data = pattern(7, 3 << 20);
+    runtime.block_on(async {
+        let (writer, created) = client
+            .create_file((root, "shared"), new)
+            .await
+            .expect("create");
+        let inode = created.attr.inode;
+        let both = access::READ | access::WRITE;
+        let other = client
+            .open_file(inode, both)
+            .await
+            .expect("a second handle");
+        other.close().await.expect("close");
+        other.close().await.expect("a second close does nothing");
+        drop(other);
+
+        writer
+            .write(0, bytes::Bytes::from(data.clone()))
+            .await
+            .expect("write");
+        writer.drain().await;
+        let server = client.get_attr(inode).await.expect("getattr");
+        assert_eq!(server.size, 0, "nothing reported yet");
+        assert_eq!(
+            client.known(server).size,
+            data.len() as u64,
+            "the client knows what its handle wrote while that handle is open"
+        );
+        writer.flush().await.expect("flush reports the size");
+        writer.close().await.expect("close");
+
+        let reader = client.open_file(inode, access::READ).await.expect("reopen");
+        let read = reader.read(0, data.len() as u64 + 10).await.expect("read");
+        assert_eq!(read.len(), data.len(), "the size reported at close");
+        assert!(read.into_bytes() == data, "the bytes written");
+        reader.close().await.expect("close");
+    });
+}

@@ -941,7 +941,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
             .await
             .expect("a session");
         let meta = view.meta(notes.inode.home()).await.expect("its server");
-        let (_, granted) = once_settled(|| meta.open(session, (1, access::READ), notes.inode))
+        let (_, granted) = once_settled(|| meta.open(session, 1, notes.inode, access::READ))
             .await
             .expect("an open inside");
         let granted = granted.expect("a confined client is granted a capability");
@@ -1134,12 +1134,12 @@ fn a_peer_one_protocol_version_older_is_served() {
             symlink: None,
         };
         let attr = meta
-            .create(mutation, (InodeId::ROOT, "from-v1"), new, None)
+            .create(mutation, InodeId::ROOT, "from-v1", new, None)
             .await
             .expect("create in the older version")
             .attr;
         let (opened, capability) = meta
-            .open(session, (1, weft_proto::access::WRITE), attr.inode)
+            .open(session, 1, attr.inode, weft_proto::access::WRITE)
             .await
             .expect("open in the older version");
         assert_eq!(capability, None, "a member is granted none");

@@ -334,6 +334,18 @@ impl Client {
     /// # Errors
     /// [`ClientError`] when management does not answer.
     pub async fn connect(config: &ClientConfig) -> Result<Arc<Client>, ClientError> {
+        Client::connect_over(config, Arc::new(crate::Objects)).await
+    }
+
+    /// Connects as [`Client::connect`] does, with file data going over `transport` instead of
+    /// to the storage servers' objects (a tool's own, such as the network benchmark's).
+    ///
+    /// # Errors
+    /// [`ClientError`] when management does not answer.
+    pub async fn connect_over(
+        config: &ClientConfig,
+        transport: Arc<dyn crate::Transport>,
+    ) -> Result<Arc<Client>, ClientError> {
         let auth = config.auth().map_err(ClientError::Config)?;
         let identity = auth.client_name().map(str::to_string);
         let options = RpcClientOptions {
@@ -360,7 +372,7 @@ impl Client {
             ..RetryPolicy::default()
         };
         let client = Arc::new(Client {
-            data: crate::io::DataPath::new(Arc::clone(&cluster), retry),
+            data: crate::io::DataPath::new(Arc::clone(&cluster), retry, transport),
             cluster,
             identity,
             root,
@@ -714,7 +726,7 @@ impl Client {
         let created = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
-                async move { meta.create(mutation, (holder, name), new, open).await }
+                async move { meta.create(mutation, holder, name, new, open).await }
             })
             .await?;
         let attr = created.attr;
@@ -754,7 +766,7 @@ impl Client {
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
                 async move {
-                    meta.create_spread(mutation, (holder, name), new, shards)
+                    meta.create_spread(mutation, holder, name, new, shards)
                         .await
                 }
             })
@@ -888,7 +900,7 @@ impl Client {
         let attempt = || {
             self.on_holder(parent, name, |meta, holder| async move {
                 let new_holder = self.holder(new_parent, new_name);
-                meta.rename(mutation, (holder, name), (new_holder, new_name), flags)
+                meta.rename(mutation, holder, name, new_holder, new_name, flags)
                     .await
             })
         };
@@ -917,7 +929,7 @@ impl Client {
             None => {
                 let listed = self
                     .on_home(dir, |meta| async move {
-                        meta.read_dir((dir, 1), after_cookie, max_entries).await
+                        meta.read_dir(dir, 1, after_cookie, max_entries).await
                     })
                     .await;
                 match listed {
@@ -940,7 +952,7 @@ impl Client {
             let shard = shards[index];
             let (mut entries, end) = self
                 .on_home(shard, |meta| async move {
-                    meta.read_dir((shard, count), after, max_entries).await
+                    meta.read_dir(shard, count, after, max_entries).await
                 })
                 .await
                 .or_else(|error| match error.code() {
@@ -987,7 +999,7 @@ impl Client {
         let client = self.id();
         let (attr, capability) = self
             .on_home(inode, |meta| async move {
-                meta.open(client, (handle, access), inode).await
+                meta.open(client, handle, inode, access).await
             })
             .await?;
         self.opens.record(

@@ -124,13 +124,22 @@ impl Shared {
         known.last_error = Some(error);
     }
 
-    /// The last write error, if there were more than `seen`; and how many there were.
-    fn errors_since(&self, seen: u64) -> (u64, Option<ClientError>) {
+    /// The last write error, if there were more than `seen`.
+    fn error_since(&self, seen: u64) -> Option<ClientError> {
         let known = self.known();
-        let error = (known.errors > seen)
+        (known.errors > seen)
             .then(|| known.last_error.clone())
-            .flatten();
-        (known.errors, error)
+            .flatten()
+    }
+
+    /// The last write error, if there were more than `seen`, and `seen` moved up to how many
+    /// there were: under the lock, so one error is taken once.
+    fn take_error(&self, seen: &AtomicU64) -> Option<ClientError> {
+        let known = self.known();
+        let before = seen.swap(known.errors, Ordering::AcqRel);
+        (known.errors > before)
+            .then(|| known.last_error.clone())
+            .flatten()
     }
 
     /// Reports this client's written size and changes to `client`'s metadata server if there
@@ -310,6 +319,8 @@ pub struct OpenFile {
     /// What was read ahead for this handle. Windows live as long as their handle, which
     /// keeps the close-to-open promise: an open never sees data read before it.
     ahead: ReadAhead,
+    /// Set by the close (or the drop): the handle is forgotten here once.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for OpenFile {
@@ -362,6 +373,7 @@ impl Client {
             shared,
             errors_seen,
             ahead: ReadAhead::default(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -404,17 +416,12 @@ impl OpenFile {
     /// The file's write error this handle has not reported by a sync yet, left for it.
     fn pending_error(&self) -> Option<ClientError> {
         self.shared
-            .errors_since(self.errors_seen.load(Ordering::Acquire))
-            .1
+            .error_since(self.errors_seen.load(Ordering::Acquire))
     }
 
     /// The file's write error this handle has not reported by a sync yet, now reported.
     fn take_error(&self) -> Option<ClientError> {
-        let (count, error) = self
-            .shared
-            .errors_since(self.errors_seen.load(Ordering::Acquire));
-        self.errors_seen.fetch_max(count, Ordering::AcqRel);
-        error
+        self.shared.take_error(&self.errors_seen)
     }
 
     /// Records a write error that this handle reports now, as its answer: the file's other
@@ -519,7 +526,10 @@ impl OpenFile {
             Arc::clone(&self.shared),
             layout.clone(),
         );
-        tokio::spawn(async move {
+        // The write acts for its writer, as it would have without write-behind (a queued
+        // truncate it has applied on the way is asked for as that writer).
+        let caller = weft_net::stubs::caller();
+        tokio::spawn(weft_net::stubs::acting_for(caller, async move {
             let file = shared.file_ref();
             if let Err(error) = client
                 .data
@@ -530,7 +540,7 @@ impl OpenFile {
                 shared.record_error(error);
             }
             admitted.finish();
-        });
+        }));
         Ok(())
     }
 
@@ -616,20 +626,45 @@ impl OpenFile {
     }
 
     /// Closes the handle: waits for the writes in flight, reports the size, and tells the
-    /// metadata server soon after ([`Client::release_soon`]). Call it once; the handle is
-    /// of no use afterwards.
+    /// metadata server soon after ([`Client::release_soon`]). The handle is of no use
+    /// afterwards; a second close does nothing.
     ///
     /// # Errors
     /// The size report's failure; the handle is closed all the same.
     pub async fn close(&self) -> Result<(), ClientError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.shared.drain().await;
         let reported = self.shared.report_size(&self.client, false).await;
+        self.forget();
+        reported
+    }
+
+    /// Forgets the handle here and tells its metadata server soon, once.
+    fn forget(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let inode = self.shared.inode;
         if self.client.files.closed(inode) {
             // A sync needs an open file: what was not synced is not checked.
             self.client.data.forget_unsynced(inode);
         }
-        self.client.release_soon(inode, self.handle);
-        reported
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.client.release_soon(inode, self.handle);
+        } else {
+            // Dropped outside the client's runtime: the server keeps the open until the
+            // session ends.
+            self.client.opens.forget(inode, self.handle);
+        }
+    }
+}
+
+/// A handle dropped without [`OpenFile::close`] is forgotten as a close would, without
+/// waiting for its writes in flight (they go on) or reporting its size.
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        self.forget();
     }
 }

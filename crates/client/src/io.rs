@@ -7,15 +7,16 @@
 
 use crate::client::{Client, ClientError};
 use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, RpcError, StorageClient};
-use weft_proto::access;
+use weft_proto::access::{self, Capability};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_requests, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
-use weft_proto::messages::{FallocateMode, Route};
+use weft_proto::messages::{ChangeTag, FallocateMode, Route};
 use weft_proto::ErrorCode;
 
 /// Times a request may find its object waiting for a truncate and have it applied before
@@ -38,20 +39,138 @@ impl FileRef {
     }
 }
 
+/// A read of a piece of file data from the object behind a route.
+#[derive(Clone, Copy, Debug)]
+pub struct PieceRead {
+    /// The file, and the truncate generation the read is made in.
+    pub file: (InodeId, u64),
+    /// Where in the object.
+    pub offset: u64,
+    /// Bytes wanted; fewer come back where the object ends.
+    pub len: u32,
+    /// The file's capability, when the server wants one.
+    pub capability: Option<Capability>,
+}
+
+/// A write of a piece of file data into the object behind a route.
+#[derive(Clone, Debug)]
+pub struct PieceWrite {
+    /// The file, and the truncate generation the write is made in.
+    pub file: (InodeId, u64),
+    /// Where in the object.
+    pub offset: u64,
+    /// The bytes.
+    pub data: Bytes,
+    /// The change the write is, numbered among the client's changes.
+    pub tag: ChangeTag,
+    /// The file's capability, when the server wants one.
+    pub capability: Option<Capability>,
+}
+
+/// How the data path's reads, writes and syncs reach a storage server, once it has chosen
+/// the server and the route: [`Objects`] for every client, the storage servers' objects; a
+/// tool may bring its own, as the network benchmark does (requests that cross the network
+/// and the protocol but never reach a disk). Fallocate always goes to the objects.
+pub trait Transport: Send + Sync {
+    /// Reads a piece; answers its bytes.
+    fn read(
+        &self,
+        storage: Arc<StorageClient>,
+        route: Route,
+        piece: PieceRead,
+    ) -> BoxFuture<'static, Result<Bytes, RpcError>>;
+
+    /// Writes a piece; answers the bytes written and the server's verifier.
+    fn write(
+        &self,
+        storage: Arc<StorageClient>,
+        route: Route,
+        piece: PieceWrite,
+    ) -> BoxFuture<'static, Result<(u32, u64), RpcError>>;
+
+    /// Makes the file's object behind `route` durable; answers the server's verifier.
+    fn sync(
+        &self,
+        storage: Arc<StorageClient>,
+        route: Route,
+        inode: InodeId,
+        capability: Option<Capability>,
+    ) -> BoxFuture<'static, Result<u64, RpcError>>;
+}
+
+/// The storage servers' objects: what every client reads and writes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Objects;
+
+impl Transport for Objects {
+    fn read(
+        &self,
+        storage: Arc<StorageClient>,
+        route: Route,
+        piece: PieceRead,
+    ) -> BoxFuture<'static, Result<Bytes, RpcError>> {
+        Box::pin(async move {
+            let PieceRead {
+                file,
+                offset,
+                len,
+                capability,
+            } = piece;
+            storage.read(route, file, offset, len, capability).await
+        })
+    }
+
+    fn write(
+        &self,
+        storage: Arc<StorageClient>,
+        route: Route,
+        piece: PieceWrite,
+    ) -> BoxFuture<'static, Result<(u32, u64), RpcError>> {
+        Box::pin(async move {
+            let PieceWrite {
+                file,
+                offset,
+                data,
+                tag,
+                capability,
+            } = piece;
+            storage
+                .write(route, file, offset, data, Some(tag), capability)
+                .await
+        })
+    }
+
+    fn sync(
+        &self,
+        storage: Arc<StorageClient>,
+        route: Route,
+        inode: InodeId,
+        capability: Option<Capability>,
+    ) -> BoxFuture<'static, Result<u64, RpcError>> {
+        Box::pin(async move { storage.sync(route, inode, capability).await })
+    }
+}
+
 /// Reads and changes of file data on the storage servers.
 pub(crate) struct DataPath {
     cluster: Arc<ClusterView>,
     retry: RetryPolicy,
+    transport: Arc<dyn Transport>,
     /// The verifier of the first write since the last sync, per file and slot: a sync that
     /// answers another one means those writes may be lost ([`DataPath::sync`]).
     unsynced: Mutex<HashMap<(InodeId, Slot), u64>>,
 }
 
 impl DataPath {
-    pub(crate) fn new(cluster: Arc<ClusterView>, retry: RetryPolicy) -> DataPath {
+    pub(crate) fn new(
+        cluster: Arc<ClusterView>,
+        retry: RetryPolicy,
+        transport: Arc<dyn Transport>,
+    ) -> DataPath {
         DataPath {
             cluster,
             retry,
+            transport,
             unsynced: Mutex::default(),
         }
     }
@@ -192,10 +311,14 @@ impl DataPath {
                 let len = piece.len as u32;
                 let data = session
                     .with_capability(inode, access::READ, |capability| {
-                        self.on_slot(session, inode, slot, move |storage, route| async move {
-                            storage
-                                .read(route, file.wire(), piece.object_offset, len, capability)
-                                .await
+                        self.on_slot(session, inode, slot, move |storage, route| {
+                            let read = PieceRead {
+                                file: file.wire(),
+                                offset: piece.object_offset,
+                                len,
+                                capability,
+                            };
+                            self.transport.read(storage, route, read)
                         })
                     })
                     .await?;
@@ -243,21 +366,14 @@ impl DataPath {
                         .with_capability(inode, access::WRITE, |capability| {
                             let (slice, change) = (&slice, &change);
                             self.on_slot(session, inode, slot, move |storage, route| {
-                                let slice = slice.clone();
-                                let tag = change.tag();
-                                async move {
-                                    let offset = piece.object_offset;
-                                    storage
-                                        .write(
-                                            route,
-                                            file.wire(),
-                                            offset,
-                                            slice,
-                                            Some(tag),
-                                            capability,
-                                        )
-                                        .await
-                                }
+                                let write = PieceWrite {
+                                    file: file.wire(),
+                                    offset: piece.object_offset,
+                                    data: slice.clone(),
+                                    tag: change.tag(),
+                                    capability,
+                                };
+                                self.transport.write(storage, route, write)
                             })
                         })
                         .await;
@@ -297,8 +413,8 @@ impl DataPath {
         let requests = layout.slots().map(|slot| async move {
             let verifier = session
                 .with_capability(inode, 0, |capability| {
-                    self.on_slot(session, inode, slot, move |storage, route| async move {
-                        storage.sync(route, inode, capability).await
+                    self.on_slot(session, inode, slot, move |storage, route| {
+                        self.transport.sync(storage, route, inode, capability)
                     })
                 })
                 .await?;

@@ -7,8 +7,9 @@
 //!   metadata server (the size it wrote, its write errors), reads and writes through it. The
 //!   mount and native callers both use it.
 //! - `io`: the data path — a request is cut with the layout math of `proto` and its pieces go
-//!   to their targets in parallel; holes read as zeros; what comes back stays in its pieces
-//!   ([`ReadData`]) until a caller needs one buffer.
+//!   to their targets in parallel, over a [`Transport`] (the storage servers' [`Objects`], or
+//!   a tool's own, such as the network benchmark's); holes read as zeros; what comes back
+//!   stays in its pieces ([`ReadData`]) until a caller needs one buffer.
 //! - `behind`: write-behind — the writes of a file in flight within a byte budget.
 //! - `ahead`: read-ahead — windows read before a sequential reader asks.
 //! - `locks`: the locks this client holds, reclaimed after a metadata server restarts.
@@ -28,4 +29,4 @@ mod unserved;
 
 pub use client::{Client, ClientConfig, ClientError, Created};
 pub use file::OpenFile;
-pub use io::ReadData;
+pub use io::{Objects, PieceRead, PieceWrite, ReadData, Transport};

@@ -330,7 +330,7 @@ impl Client {
         for (inode, handle) in &held {
             // No access asked: the file was opened already, this only registers the handle. A
             // capability of an earlier session is renewed when a read or write wants it.
-            match meta.open(client, (*handle, 0), *inode).await {
+            match meta.open(client, *handle, *inode, 0).await {
                 Ok(_) => {}
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
                     return Err(error)

@@ -59,13 +59,7 @@ pub async fn run(
     config.validate().map_err(MetaError::Config)?;
     let admission = config.admission().map_err(MetaError::Config)?;
     let auth = admission.auth.clone();
-    let cluster = Arc::new(ClusterView::new(
-        config.mgmt.clone(),
-        weft_net::RpcClientOptions {
-            auth: auth.clone(),
-            ..weft_net::RpcClientOptions::default()
-        },
-    ));
+    let cluster = Arc::new(ClusterView::for_member(config.mgmt.clone(), auth.clone()));
     let address = listener
         .local_addr()
         .map_err(|source| MetaError::Io {

@@ -49,6 +49,18 @@ fn unknown(what: String) -> RpcError {
 }
 
 impl ClusterView {
+    /// A member service's view: management at `mgmt_address`, reached with the service's
+    /// key, and the default options otherwise.
+    pub fn for_member(mgmt_address: impl Into<String>, auth: crate::Auth) -> ClusterView {
+        ClusterView::new(
+            mgmt_address,
+            RpcClientOptions {
+                auth,
+                ..RpcClientOptions::default()
+            },
+        )
+    }
+
     /// A view that talks to management at `mgmt_address`; call [`ClusterView::refresh`] first.
     pub fn new(mgmt_address: impl Into<String>, options: RpcClientOptions) -> ClusterView {
         ClusterView {

@@ -336,79 +336,85 @@ impl MetaClient {
             )
             .await
     }
+}
 
-    async fn attr(&self, request: MetaRequest) -> Result<InodeAttr, RpcError> {
-        let response = self.call(request).await?;
-        expect_response!(self.rpc, response, Response::Attr(attr) => attr)
-    }
+/// Declares the [`MetaClient`] stubs: each one sends the [`MetaRequest`] variant its
+/// parameters fill (a field named alone takes the parameter of its name; `field: value`
+/// converts one) and answers what the expected response carries. A metadata operation is its
+/// request variant, one entry here, the client's call of it and its arm in the server's
+/// dispatch.
+macro_rules! meta_stubs {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($param:ident: $ty:ty),* $(,)?) -> $answer:ty {
+            $variant:ident $({ $($field:ident $(: $value:expr)?),* $(,)? })?
+            => $($pattern:pat => $carried:expr),+ $(,)?
+        }
+    )*) => {
+        impl MetaClient {
+            $(
+                $(#[$doc])*
+                #[allow(clippy::too_many_arguments)]
+                pub async fn $name(&self, $($param: $ty),*) -> Result<$answer, RpcError> {
+                    let response = self
+                        .call(MetaRequest::$variant $({ $($field $(: $value)?),* })?)
+                        .await?;
+                    expect_response!(self.rpc, response, $($pattern => $carried),+)
+                }
+            )*
+        }
+    };
+}
 
-    async fn done(&self, request: MetaRequest) -> Result<(), RpcError> {
-        let response = self.call(request).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
-    }
-
+meta_stubs! {
     /// Looks a name up.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Lookup {
-            parent,
-            name: name.to_string(),
-        })
-        .await
+    fn lookup(parent: InodeId, name: &str) -> InodeAttr {
+        Lookup { parent, name: name.to_string() } => Response::Attr(attr) => attr
     }
 
     /// Reads attributes.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::GetAttr { inode }).await
+    fn get_attr(inode: InodeId) -> InodeAttr {
+        GetAttr { inode } => Response::Attr(attr) => attr
     }
 
     /// Changes attributes.
     ///
     /// # Errors
     /// As the server decides, or [`RpcError`] for transport failures.
-    pub async fn set_attr(
-        &self,
-        mutation: MutationId,
-        inode: InodeId,
-        changes: AttrChanges,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::SetAttr {
-            mutation,
-            inode,
-            changes,
-        })
-        .await
+    fn set_attr(mutation: MutationId, inode: InodeId, changes: AttrChanges) -> InodeAttr {
+        SetAttr { mutation, inode, changes } => Response::Attr(attr) => attr
     }
 
-    /// Creates an entry of any kind; answers its attributes and, when the server sent them,
-    /// its directory's after the change, and the capability of a file created open.
+    /// Creates an entry of any kind, opened with handle `open` when given; answers its
+    /// attributes and, when the server sent them, its directory's after the change, and the
+    /// capability of a file created open.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, `NoTargets`, or [`RpcError`] for transport failures.
-    pub async fn create(
-        &self,
+    fn create(
         mutation: MutationId,
-        (parent, name): (InodeId, &str),
+        parent: InodeId,
+        name: &str,
         new: NewInode,
         open: Option<u64>,
-    ) -> Result<CreateReply, RpcError> {
-        let response = self
-            .call(MetaRequest::Create {
-                mutation,
-                parent,
-                name: name.to_string(),
-                new,
-                open,
-            })
-            .await?;
-        expect_response!(self.rpc, response,
-            Response::Created { attr, parent, capability } => CreateReply { attr, parent, capability },
-            Response::Attr(attr) => CreateReply { attr, parent: None, capability: None })
+    ) -> CreateReply {
+        Create { mutation, parent, name: name.to_string(), new, open }
+            => Response::Created { attr, parent, capability } => CreateReply {
+                   attr,
+                   parent,
+                   capability,
+               },
+               Response::Attr(attr) => CreateReply {
+                   attr,
+                   parent: None,
+                   capability: None,
+               }
     }
 
     /// Creates a directory spread over `shards` metadata servers.
@@ -416,355 +422,238 @@ impl MetaClient {
     /// # Errors
     /// `Exists`, `NotFound`, `InvalidArgument` (more shards than servers), or [`RpcError`]
     /// for transport failures.
-    pub async fn create_spread(
-        &self,
+    fn create_spread(
         mutation: MutationId,
-        (parent, name): (InodeId, &str),
+        parent: InodeId,
+        name: &str,
         new: NewInode,
         shards: u16,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::CreateSpread {
-            mutation,
-            parent,
-            name: name.to_string(),
-            new,
-            shards,
-        })
-        .await
+    ) -> InodeAttr {
+        CreateSpread { mutation, parent, name: name.to_string(), new, shards }
+            => Response::Attr(attr) => attr
     }
 
     /// Adds a hard link.
     ///
     /// # Errors
     /// `Exists`, `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn link(
-        &self,
+    fn link(
         mutation: MutationId,
         inode: InodeId,
         new_parent: InodeId,
         new_name: &str,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::Link {
-            mutation,
-            inode,
-            new_parent,
-            new_name: new_name.to_string(),
-        })
-        .await
+    ) -> InodeAttr {
+        Link { mutation, inode, new_parent, new_name: new_name.to_string() }
+            => Response::Attr(attr) => attr
     }
 
     /// Removes a non-directory entry.
     ///
     /// # Errors
     /// `NotFound`, `IsDirectory`, or [`RpcError`] for transport failures.
-    pub async fn unlink(
-        &self,
-        mutation: MutationId,
-        parent: InodeId,
-        name: &str,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::Unlink {
-            mutation,
-            parent,
-            name: name.to_string(),
-        })
-        .await
+    fn unlink(mutation: MutationId, parent: InodeId, name: &str) -> () {
+        Unlink { mutation, parent, name: name.to_string() } => Response::Done => ()
     }
 
     /// Removes an empty directory.
     ///
     /// # Errors
     /// `NotFound`, `NotEmpty`, `NotDirectory`, or [`RpcError`] for transport failures.
-    pub async fn rmdir(
-        &self,
-        mutation: MutationId,
-        parent: InodeId,
-        name: &str,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::Rmdir {
-            mutation,
-            parent,
-            name: name.to_string(),
-        })
-        .await
+    fn rmdir(mutation: MutationId, parent: InodeId, name: &str) -> () {
+        Rmdir { mutation, parent, name: name.to_string() } => Response::Done => ()
     }
 
-    /// Renames an entry.
+    /// Renames `name` in `parent` to `new_name` in `new_parent`.
     ///
     /// # Errors
     /// The POSIX rename errors as codes, or [`RpcError`] for transport failures.
-    pub async fn rename(
-        &self,
+    fn rename(
         mutation: MutationId,
-        source: (InodeId, &str),
-        target: (InodeId, &str),
+        parent: InodeId,
+        name: &str,
+        new_parent: InodeId,
+        new_name: &str,
         flags: RenameFlags,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::Rename {
+    ) -> () {
+        Rename {
             mutation,
-            parent: source.0,
-            name: source.1.to_string(),
-            new_parent: target.0,
-            new_name: target.1.to_string(),
+            parent,
+            name: name.to_string(),
+            new_parent,
+            new_name: new_name.to_string(),
             flags,
-        })
-        .await
+        } => Response::Done => ()
     }
 
-    /// Lists a directory after a cookie.
+    /// Lists a directory (of `shards` shards, as the client believes) after a cookie;
+    /// answers the entries and whether the listing is at its end.
     ///
     /// # Errors
     /// `NotFound`, `NotDirectory`, or [`RpcError`] for transport failures.
-    pub async fn read_dir(
-        &self,
-        (dir, shards): (InodeId, u16),
+    fn read_dir(
+        dir: InodeId,
+        shards: u16,
         after_cookie: u64,
         max_entries: u32,
-    ) -> Result<(Vec<DirEntry>, bool), RpcError> {
-        let response = self
-            .call(MetaRequest::ReadDir {
-                dir,
-                shards,
-                after_cookie,
-                max_entries,
-            })
-            .await?;
-        expect_response!(self.rpc, response, Response::DirEntries { entries, end } => (entries, end))
+    ) -> (Vec<DirEntry>, bool) {
+        ReadDir { dir, shards, after_cookie, max_entries }
+            => Response::DirEntries { entries, end } => (entries, end)
     }
 
     /// Reads a symbolic link.
     ///
     /// # Errors
     /// `NotFound`, `NotSymlink`, or [`RpcError`] for transport failures.
-    pub async fn read_link(&self, inode: InodeId) -> Result<String, RpcError> {
-        let response = self.call(MetaRequest::ReadLink { inode }).await?;
-        expect_response!(self.rpc, response, Response::LinkTarget(target) => target)
+    fn read_link(inode: InodeId) -> String {
+        ReadLink { inode } => Response::LinkTarget(target) => target
     }
 
-    /// Registers an open file of a session, for `access` (the [`weft_proto::access`] bits).
+    /// Registers handle `handle` of a session's open file, for `access` (the
+    /// [`weft_proto::access`] bits); answers the file's attributes and the capability granted.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn open(
-        &self,
+    fn open(
         client: ClientId,
-        (handle, access): (u64, u8),
+        handle: u64,
         inode: InodeId,
-    ) -> Result<(InodeAttr, Option<Capability>), RpcError> {
-        let response = self
-            .call(MetaRequest::Open {
-                client,
-                handle,
-                inode,
-                access,
-            })
-            .await?;
-        expect_response!(self.rpc, response,
-            Response::Opened { attr, capability } => (attr, Some(capability)),
-            Response::Attr(attr) => (attr, None))
+        access: u8,
+    ) -> (InodeAttr, Option<Capability>) {
+        Open { client, handle, inode, access }
+            => Response::Opened { attr, capability } => (attr, Some(capability)),
+               Response::Attr(attr) => (attr, None)
     }
 
     /// Tells the server of several handles closed, of files of its home.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    pub async fn release(
-        &self,
-        client: ClientId,
-        handles: Vec<(InodeId, u64)>,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::Release { client, handles }).await
+    fn release(client: ClientId, handles: Vec<(InodeId, u64)>) -> () {
+        Release { client, handles } => Response::Done => ()
     }
 
     /// Has the file's queued truncate sent to every target now; answers once each has it.
     ///
     /// # Errors
     /// `Io` when a target cannot be reached, or [`RpcError`] for transport failures.
-    pub async fn apply_truncate(&self, inode: InodeId) -> Result<(), RpcError> {
-        self.done(MetaRequest::ApplyTruncate { inode }).await
+    fn apply_truncate(inode: InodeId) -> () {
+        ApplyTruncate { inode } => Response::Done => ()
     }
 
     /// Reports a file's size after writes.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn report_size(
-        &self,
-        inode: InodeId,
-        report: SizeReport,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::ReportSize { inode, report }).await
+    fn report_size(inode: InodeId, report: SizeReport) -> InodeAttr {
+        ReportSize { inode, report } => Response::Attr(attr) => attr
     }
 
     /// Sets an extended attribute.
     ///
     /// # Errors
     /// `Exists` / `NoAttribute` per `mode`, `OutOfRange`, or [`RpcError`] for transport failures.
-    pub async fn set_xattr(
-        &self,
+    fn set_xattr(
         mutation: MutationId,
         inode: InodeId,
         name: &str,
         value: Vec<u8>,
         mode: XattrSetMode,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::SetXattr {
-            mutation,
-            inode,
-            name: name.to_string(),
-            value,
-            mode,
-        })
-        .await
+    ) -> () {
+        SetXattr { mutation, inode, name: name.to_string(), value, mode } => Response::Done => ()
     }
 
     /// Reads an extended attribute.
     ///
     /// # Errors
     /// `NoAttribute`, or [`RpcError`] for transport failures.
-    pub async fn get_xattr(&self, inode: InodeId, name: &str) -> Result<Vec<u8>, RpcError> {
-        let response = self
-            .call(MetaRequest::GetXattr {
-                inode,
-                name: name.to_string(),
-            })
-            .await?;
-        expect_response!(self.rpc, response, Response::XattrValue(value) => value)
+    fn get_xattr(inode: InodeId, name: &str) -> Vec<u8> {
+        GetXattr { inode, name: name.to_string() } => Response::XattrValue(value) => value
     }
 
     /// Lists extended attribute names.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    pub async fn list_xattr(&self, inode: InodeId) -> Result<Vec<String>, RpcError> {
-        let response = self.call(MetaRequest::ListXattr { inode }).await?;
-        expect_response!(self.rpc, response, Response::XattrNames(names) => names)
+    fn list_xattr(inode: InodeId) -> Vec<String> {
+        ListXattr { inode } => Response::XattrNames(names) => names
     }
 
     /// Removes an extended attribute.
     ///
     /// # Errors
     /// `NoAttribute`, or [`RpcError`] for transport failures.
-    pub async fn remove_xattr(
-        &self,
-        mutation: MutationId,
-        inode: InodeId,
-        name: &str,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::RemoveXattr {
-            mutation,
-            inode,
-            name: name.to_string(),
-        })
-        .await
+    fn remove_xattr(mutation: MutationId, inode: InodeId, name: &str) -> () {
+        RemoveXattr { mutation, inode, name: name.to_string() } => Response::Done => ()
     }
 
     /// Sets, changes or releases a byte-range lock, waiting up to `wait_ms` for a conflict.
     ///
     /// # Errors
     /// `WouldBlock` when a conflicting lock stays, or [`RpcError`] for transport failures.
-    pub async fn set_lock(
-        &self,
+    fn set_lock(
         client: ClientId,
         inode: InodeId,
         lock: LockRange,
         wait_ms: u32,
         reclaim: bool,
-    ) -> Result<(), RpcError> {
-        self.done(MetaRequest::SetLock {
-            client,
-            inode,
-            lock,
-            wait_ms,
-            reclaim,
-        })
-        .await
+    ) -> () {
+        SetLock { client, inode, lock, wait_ms, reclaim } => Response::Done => ()
     }
 
     /// The lock that would conflict with `lock`, if any.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    pub async fn get_lock(
-        &self,
-        client: ClientId,
-        inode: InodeId,
-        lock: LockRange,
-    ) -> Result<Option<LockRange>, RpcError> {
-        let response = self
-            .call(MetaRequest::GetLock {
-                client,
-                inode,
-                lock,
-            })
-            .await?;
-        expect_response!(self.rpc, response, Response::LockConflict(conflict) => conflict)
+    fn get_lock(client: ClientId, inode: InodeId, lock: LockRange) -> Option<LockRange> {
+        GetLock { client, inode, lock } => Response::LockConflict(conflict) => conflict
     }
 
     /// The server's lock epoch.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    pub async fn lock_epoch(&self) -> Result<u64, RpcError> {
-        let response = self.call(MetaRequest::LockEpoch).await?;
-        expect_response!(self.rpc, response, Response::LockEpoch(epoch) => epoch)
+    fn lock_epoch() -> u64 {
+        LockEpoch => Response::LockEpoch(epoch) => epoch
     }
 
     /// Inodes of other homes that dentries on this server name.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    pub async fn remote_references(&self) -> Result<Vec<InodeId>, RpcError> {
-        let response = self.call(MetaRequest::RemoteReferences).await?;
-        expect_response!(self.rpc, response, Response::Inodes(inodes) => inodes)
+    fn remote_references() -> Vec<InodeId> {
+        RemoteReferences => Response::Inodes(inodes) => inodes
     }
 
     /// Removes an empty directory inode for a coordinating server (idempotent).
     ///
     /// # Errors
     /// `NotEmpty`, or [`RpcError`] for transport failures.
-    pub async fn remove_dir_inode(&self, inode: InodeId) -> Result<(), RpcError> {
-        self.done(MetaRequest::RemoveDirInode { inode }).await
+    fn remove_dir_inode(inode: InodeId) -> () {
+        RemoveDirInode { inode } => Response::Done => ()
     }
 
     /// Checks the namespace and objects of this metadata target.
     ///
     /// # Errors
     /// [`RpcError`] when the server is unreachable or the check fails.
-    pub async fn check(
-        &self,
-        repair: bool,
-        referenced: Vec<InodeId>,
-    ) -> Result<CheckReport, RpcError> {
-        let response = self.call(MetaRequest::Check { repair, referenced }).await?;
-        expect_response!(self.rpc, response, Response::CheckReport(report) => report)
+    fn check(repair: bool, referenced: Vec<InodeId>) -> CheckReport {
+        Check { repair, referenced } => Response::CheckReport(report) => report
     }
 
     /// How far this server's consistency check is.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    pub async fn check_progress(&self) -> Result<CheckProgress, RpcError> {
-        let response = self.call(MetaRequest::CheckProgress).await?;
-        expect_response!(self.rpc, response, Response::CheckProgress(progress) => progress)
+    fn check_progress() -> CheckProgress {
+        CheckProgress => Response::CheckProgress(progress) => progress
     }
 
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
     /// `NotDirectory`, or [`RpcError`] for transport failures.
-    pub async fn set_pattern(
-        &self,
-        mutation: MutationId,
-        dir: InodeId,
-        pattern: StripePattern,
-    ) -> Result<InodeAttr, RpcError> {
-        self.attr(MetaRequest::SetPattern {
-            mutation,
-            dir,
-            pattern,
-        })
-        .await
+    fn set_pattern(mutation: MutationId, dir: InodeId, pattern: StripePattern) -> InodeAttr {
+        SetPattern { mutation, dir, pattern } => Response::Attr(attr) => attr
     }
 }
 

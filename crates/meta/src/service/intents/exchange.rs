@@ -188,12 +188,11 @@ impl Meta {
         mutation: MutationId,
         exchange: Exchange,
     ) -> Result<Response, OpError> {
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| prepare_exchange(txn, mutation, &exchange))
-            .await?;
-        self.drive(prepared, preparing, "rename-after-intent").await
+        self.start_intent(
+            move |txn| prepare_exchange(txn, mutation, &exchange),
+            "rename-after-intent",
+        )
+        .await
     }
 
     /// Exchange steps (2) and (3): the far name takes the near inode, the moved inodes' homes

@@ -148,12 +148,11 @@ impl Meta {
         new_name: String,
     ) -> Result<Response, OpError> {
         let kind = self.attr_of(inode).await?.kind;
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| prepare_link(txn, mutation, inode, kind, new_parent, &new_name))
-            .await?;
-        self.drive(prepared, preparing, "link-after-intent").await
+        self.start_intent(
+            move |txn| prepare_link(txn, mutation, inode, kind, new_parent, &new_name),
+            "link-after-intent",
+        )
+        .await
     }
 
     /// Asks the home of `inode` to change its link count for intent `id`.

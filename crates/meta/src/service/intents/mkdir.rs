@@ -235,12 +235,11 @@ impl Meta {
         placement: Placement,
     ) -> Result<Response, OpError> {
         let coordinator = self.node;
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| prepare_mkdir(txn, coordinator, mutation, &entry, placement))
-            .await?;
-        self.drive(prepared, preparing, "mkdir-after-intent").await
+        self.start_intent(
+            move |txn| prepare_mkdir(txn, coordinator, mutation, &entry, placement),
+            "mkdir-after-intent",
+        )
+        .await
     }
 
     /// mkdir step (3) once the inode is made as `attr`: the dentry here ([`finish_mkdir`]),

@@ -190,6 +190,18 @@ impl Meta {
         }
     }
 
+    /// Starts a cross-server operation: `prepare` records its intent (or finds the stored
+    /// reply of a retry) in one transaction, then [`Meta::drive`] answers it.
+    pub(super) async fn start_intent(
+        &self,
+        prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Prepared, OpError> + Send + 'static,
+        failpoint: &str,
+    ) -> Result<Response, OpError> {
+        let preparing = self.intent_runs.preparing();
+        let prepared = self.committer.run_with(prepare).await?;
+        self.drive(prepared, preparing, failpoint).await
+    }
+
     /// Answers a prepared cross-server operation: a retry gets its stored reply; a new intent
     /// runs its remaining steps (`failpoint` names the crash point right after the intent).
     pub(super) async fn drive(

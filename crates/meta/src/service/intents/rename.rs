@@ -455,14 +455,13 @@ impl Meta {
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
     ) -> Result<Response, OpError> {
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| {
+        self.start_intent(
+            move |txn| {
                 prepare_rename_out(txn, mutation, parent, &name, new_parent, &new_name, flags)
-            })
-            .await?;
-        self.drive(prepared, preparing, "rename-after-intent").await
+            },
+            "rename-after-intent",
+        )
+        .await
     }
 
     /// Tells `inode`'s home, when that is another server, that a rename moved a dentry of it
