@@ -330,34 +330,26 @@ pub fn run<T: IoTarget>(
         }
         Ok(written)
     };
-    results.push(phase::<T>(
-        "write",
-        &works,
-        Requests {
-            count: blocks as usize,
-            bytes: block,
-            depth: 1,
-        },
-        &write_step,
-    )?);
+    let sequential = Requests {
+        count: blocks as usize,
+        bytes: block,
+        depth: 1,
+    };
+    results.push(phase::<T>("write", &works, sequential, &write_step)?);
     close_all(works)?;
 
     let works = open_all(false)?;
     let read_step = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
         read_block(w, buf, w.base + index as u64 * block as u64)
     };
-    results.push(phase::<T>(
-        "read",
-        &works,
-        Requests {
-            count: blocks as usize,
-            bytes: block,
-            depth: 1,
-        },
-        &read_step,
-    )?);
+    results.push(phase::<T>("read", &works, sequential, &read_step)?);
 
     if config.random_ops_per_thread > 0 {
+        let random = Requests {
+            count: config.random_ops_per_thread,
+            bytes: RANDOM_IO_BYTES,
+            depth: config.queue_depth,
+        };
         let pages = region / RANDOM_IO_BYTES as u64;
         let random_offset = |w: &Work<T::File>, index: usize| {
             let mut offsets =
@@ -367,29 +359,11 @@ pub fn run<T: IoTarget>(
         let randwrite = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
             write_block(w, buf, random_offset(w, index))
         };
-        results.push(phase::<T>(
-            "randwrite",
-            &works,
-            Requests {
-                count: config.random_ops_per_thread,
-                bytes: RANDOM_IO_BYTES,
-                depth: config.queue_depth,
-            },
-            &randwrite,
-        )?);
+        results.push(phase::<T>("randwrite", &works, random, &randwrite)?);
         let randread = |w: &Work<T::File>, buf: &mut [u8], index: usize| -> Result<u64> {
             read_block(w, buf, random_offset(w, index))
         };
-        results.push(phase::<T>(
-            "randread",
-            &works,
-            Requests {
-                count: config.random_ops_per_thread,
-                bytes: RANDOM_IO_BYTES,
-                depth: config.queue_depth,
-            },
-            &randread,
-        )?);
+        results.push(phase::<T>("randread", &works, random, &randread)?);
     }
     close_all(works)?;
     for name in &names {

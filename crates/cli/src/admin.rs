@@ -727,7 +727,8 @@ const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24
 
 /// Runs `meta`'s check, showing on stderr how far it is while it runs.
 async fn check_one(
-    (mgmt, view): (&Cluster, &ClusterView),
+    mgmt: &Cluster,
+    view: &ClusterView,
     node: &weft_proto::messages::NodeInfo,
     repair: bool,
     referenced: Vec<InodeId>,
@@ -767,7 +768,8 @@ async fn check_one(
 
 /// Runs the check on every metadata node; returns the problems found.
 async fn check_all(
-    (mgmt, view): (&Cluster, &ClusterView),
+    mgmt: &Cluster,
+    view: &ClusterView,
     map: &ClusterMap,
     repair: bool,
 ) -> Result<u64> {
@@ -788,7 +790,7 @@ async fn check_all(
     let mut problems = 0;
     for node in map.nodes.iter().filter(|n| n.kind == NodeKind::Meta) {
         let referenced = referenced.remove(&node.id).unwrap_or_default();
-        let report = check_one((mgmt, view), node, repair, referenced).await?;
+        let report = check_one(mgmt, view, node, repair, referenced).await?;
         println!(
             "{} [ID: {}]: {} inodes, {} entries, {} objects checked",
             node.alias, node.id, report.inodes, report.dentries, report.objects
@@ -818,10 +820,10 @@ pub fn fsck(args: FsckArgs) -> Result<()> {
     runtime.block_on(async {
         let mgmt = locate(&args.cluster.locator, args.cluster.path.as_deref())?;
         let (view, map) = connect(&mgmt).await?;
-        let mut problems = check_all((&mgmt, &view), &map, args.repair).await?;
+        let mut problems = check_all(&mgmt, &view, &map, args.repair).await?;
         if args.repair && problems > 0 {
             println!("checking again after the repair:");
-            problems = check_all((&mgmt, &view), &map, false).await?;
+            problems = check_all(&mgmt, &view, &map, false).await?;
         }
         if problems > 0 {
             bail!(

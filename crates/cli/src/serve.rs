@@ -150,11 +150,22 @@ pub struct MountArgs {
     mountpoint: Option<PathBuf>,
 }
 
-fn client_config(
-    file: Option<&Path>,
-    (mgmt, key_file): (Option<&str>, Option<&Path>),
-    set: &[String],
-) -> Result<ClientConfig> {
+/// What the command line says of a mount's client config: a config file, management's
+/// address, the key file, and `--set KEY=VALUE` overrides.
+struct ClientArgs<'a> {
+    file: Option<&'a Path>,
+    mgmt: Option<&'a str>,
+    key_file: Option<&'a Path>,
+    set: &'a [String],
+}
+
+fn client_config(args: ClientArgs<'_>) -> Result<ClientConfig> {
+    let ClientArgs {
+        file,
+        mgmt,
+        key_file,
+        set,
+    } = args;
     let mut overrides = Vec::new();
     if let Some(mgmt) = mgmt {
         overrides.push((
@@ -298,8 +309,12 @@ pub fn mount(args: MountArgs) -> Result<()> {
         let mut mounts = Vec::new();
         if let Some(file) = &args.all {
             for (mountpoint, config_file) in parse_mounts_file(file)? {
-                let config =
-                    client_config(Some(&config_file), (None, args.key_file.as_deref()), &[])?;
+                let config = client_config(ClientArgs {
+                    file: Some(&config_file),
+                    mgmt: None,
+                    key_file: args.key_file.as_deref(),
+                    set: &[],
+                })?;
                 mounts.push(connect_and_mount(&config, &mountpoint).await?);
                 println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
             }
@@ -307,11 +322,12 @@ pub fn mount(args: MountArgs) -> Result<()> {
             let mountpoint = args.mountpoint.clone().ok_or_else(|| {
                 anyhow!("give a mount point: weft mount --mgmt HOST:PORT MOUNTPOINT")
             })?;
-            let config = client_config(
-                args.config.as_deref(),
-                (args.mgmt.as_deref(), args.key_file.as_deref()),
-                &args.set,
-            )?;
+            let config = client_config(ClientArgs {
+                file: args.config.as_deref(),
+                mgmt: args.mgmt.as_deref(),
+                key_file: args.key_file.as_deref(),
+                set: &args.set,
+            })?;
             mounts.push(connect_and_mount(&config, &mountpoint).await?);
             println!("mounted weft@{} at {}", config.mgmt, mountpoint.display());
         }

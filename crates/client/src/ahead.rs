@@ -45,11 +45,22 @@ struct Plan {
     pub fetch: Option<(u64, u64)>,
 }
 
+/// The file as a read finds it: the version of its data and the size this client knows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileNow {
+    pub version: u64,
+    pub size: u64,
+}
+
 impl ReadAhead {
-    /// Notes a read of `size` bytes at `offset` of a file of `known` bytes whose data version
-    /// is `version`, and plans it: answer it from a window, and read the next window ahead
-    /// when the reader has been sequential, `window` bytes at a time.
-    fn plan(&self, offset: u64, size: u64, (version, known): (u64, u64), window: u64) -> Plan {
+    /// Notes a read of `size` bytes at `offset` of the file as it is `now`, and plans it:
+    /// answer it from a window, and read the next window ahead when the reader has been
+    /// sequential, `window` bytes at a time.
+    fn plan(&self, (offset, size): (u64, u64), now: FileNow, window: u64) -> Plan {
+        let FileNow {
+            version,
+            size: known,
+        } = now;
         let mut stream = self.state.lock().expect("read-ahead poisoned");
         stream.sequential = if offset == stream.next {
             stream.sequential.saturating_add(1)
@@ -89,16 +100,16 @@ impl ReadAhead {
     pub(crate) async fn read(
         &self,
         (offset, size): (u64, u64),
-        (version, known): (u64, u64),
+        now: FileNow,
         window: u64,
         fetch: impl FnOnce((u64, u64)) -> BoxFuture<'static, Option<ReadData>>,
     ) -> Option<ReadData> {
-        let plan = self.plan(offset, size, (version, known), window);
+        let plan = self.plan((offset, size), now, window);
         if let Some(next) = plan.fetch {
-            self.add(next, version, fetch(next));
+            self.add(next, now.version, fetch(next));
         }
         let (start, data) = plan.hit?;
-        slice(&data.await?, start, offset, size, known)
+        slice(&data.await?, start, offset, size, now.size)
     }
 
     /// Records a window being read.

@@ -444,7 +444,10 @@ impl OpenFile {
         let fetch = |window| self.read_window(layout.clone(), window, view);
         let ahead = self.ahead.read(
             (offset, len),
-            (view.version, view.size),
+            crate::ahead::FileNow {
+                version: view.version,
+                size: view.size,
+            },
             self.client.files.read_ahead,
             fetch,
         );

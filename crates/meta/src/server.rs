@@ -60,20 +60,16 @@ pub async fn run(
     let admission = config.admission().map_err(MetaError::Config)?;
     let auth = admission.auth.clone();
     let cluster = Arc::new(ClusterView::for_member(config.mgmt.clone(), auth.clone()));
-    let address = listener
-        .local_addr()
-        .map_err(|source| MetaError::Io {
-            what: "cannot read the listener's address",
-            source,
-        })?
-        .to_string();
-    let alias = config.alias.clone().unwrap_or_else(weft_service::host_name);
-    let node = weft_service::identity::register_node(
+    let weft_service::identity::Registered {
+        address,
+        alias,
+        node,
+    } = weft_service::identity::register_listener(
         &config.data_dir,
         cluster.mgmt(),
         NodeKind::Meta,
-        &alias,
-        vec![address.clone()],
+        config.alias.clone(),
+        &listener,
     )
     .await?;
     if node.0 > META_HOME_MAX {

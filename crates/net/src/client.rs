@@ -215,7 +215,8 @@ impl RpcClient {
         let (stream, version) = stream;
         let connection = Arc::new(ClientConnection::start(
             stream,
-            (self.options.origin, version),
+            self.options.origin,
+            version,
         ));
         *guard = Some(Arc::clone(&connection));
         Ok(connection)

@@ -278,7 +278,7 @@ pub(crate) struct ClientConnection {
 }
 
 impl ClientConnection {
-    pub(crate) fn start(stream: Stream, (origin, version): (u32, u16)) -> ClientConnection {
+    pub(crate) fn start(stream: Stream, origin: u32, version: u16) -> ClientConnection {
         let (reader, writer) = stream.split();
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();

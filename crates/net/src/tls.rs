@@ -131,30 +131,25 @@ impl Tls {
         )
         .build()
         .map_err(|e| format!("cannot use the CA {}: {e}", files.ca.display()))?;
+        let unusable = |e: rustls::Error| {
+            format!(
+                "certificate {} and key {}: {e}",
+                files.cert.display(),
+                files.key.display()
+            )
+        };
         let server = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(|e| {
-                format!(
-                    "certificate {} and key {}: {e}",
-                    files.cert.display(),
-                    files.key.display()
-                )
-            })?;
+            .map_err(unusable)?;
         let client = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
-            .map_err(|e| {
-                format!(
-                    "certificate {} and key {}: {e}",
-                    files.cert.display(),
-                    files.key.display()
-                )
-            })?;
+            .map_err(unusable)?;
         Ok(Tls {
             client: tokio_rustls::TlsConnector::from(Arc::new(client)),
             server: tokio_rustls::TlsAcceptor::from(Arc::new(server)),

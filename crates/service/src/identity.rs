@@ -110,6 +110,9 @@ pub enum RegisterError {
     /// The saved id could not be read or the new one saved.
     #[error(transparent)]
     Record(#[from] RecordError),
+    /// The listener's address could not be read.
+    #[error("cannot read the listener's address")]
+    Address(#[source] std::io::Error),
     /// Management refused, or stayed unreachable for the retry policy's time.
     #[error(
         "cannot register with management at {address} (check that management runs and the \
@@ -149,6 +152,43 @@ pub async fn register_node(
         save_node_id(data_dir, node)?;
     }
     Ok(node)
+}
+
+/// A member server registered with management: the address it serves on, its alias, and the
+/// node id management knows it by.
+#[derive(Clone, Debug)]
+pub struct Registered {
+    /// The address its listener took.
+    pub address: String,
+    /// Its alias: the configured one, or the host name.
+    pub alias: String,
+    /// Its node id.
+    pub node: NodeId,
+}
+
+/// Registers a server of `kind` serving on `listener` ([`register_node`]), named `alias` or
+/// else by the host name.
+///
+/// # Errors
+/// As [`register_node`], or the listener's address unreadable.
+pub async fn register_listener(
+    data_dir: &Path,
+    mgmt: &weft_net::MgmtClient,
+    kind: weft_proto::messages::NodeKind,
+    alias: Option<String>,
+    listener: &tokio::net::TcpListener,
+) -> Result<Registered, RegisterError> {
+    let address = listener
+        .local_addr()
+        .map_err(RegisterError::Address)?
+        .to_string();
+    let alias = alias.unwrap_or_else(crate::host_name);
+    let node = register_node(data_dir, mgmt, kind, &alias, vec![address.clone()]).await?;
+    Ok(Registered {
+        address,
+        alias,
+        node,
+    })
 }
 
 #[cfg(test)]

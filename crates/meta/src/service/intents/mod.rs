@@ -21,13 +21,14 @@ pub(super) mod unlink;
 
 use crate::ops::intent::{intents, settled_below, Intent, IntentOp, Prepared};
 use crate::ops::lookup::get_attr;
+use crate::ops::OpContext;
 use crate::service::work::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use crate::service::{rpc_error, Meta};
 use crate::store::OpError;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{InodeAttr, MetaRequest, Response};
+use weft_proto::messages::{InodeAttr, MetaRequest, MutationId, Response};
 
 /// Who runs a home's intents now. More than one may run the same intent at once (a client's
 /// retry finds its intent open and runs it too, recovery may be at it): the others' steps may
@@ -200,6 +201,27 @@ impl Meta {
         let preparing = self.intent_runs.preparing();
         let prepared = self.committer.run_with(prepare).await?;
         self.drive(prepared, preparing, failpoint).await
+    }
+
+    /// Runs an operation in one local transaction unless `prepare` finds it spans servers:
+    /// `prepare` answers `None` for the local case, which `local` then runs as a mutation;
+    /// otherwise the operation goes on as [`Meta::start_intent`]'s do.
+    pub(super) async fn local_or_intent(
+        &self,
+        mutation: MutationId,
+        prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Option<Prepared>, OpError>
+            + Send
+            + 'static,
+        local: impl FnOnce(&redb::WriteTransaction, &OpContext) -> Result<Response, OpError>
+            + Send
+            + 'static,
+        failpoint: &str,
+    ) -> Result<Response, OpError> {
+        let preparing = self.intent_runs.preparing();
+        match self.committer.run_with(prepare).await? {
+            None => self.mutate(mutation, local).await,
+            Some(prepared) => self.drive(prepared, preparing, failpoint).await,
+        }
     }
 
     /// Answers a prepared cross-server operation: a retry gets its stored reply; a new intent

@@ -142,25 +142,21 @@ impl Meta {
         let home = self.node;
         let lookup_name = name.clone();
         let shards = self.shards_of_child(parent, &name).await?;
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| {
-                let removed = RemovedDir {
-                    parent,
-                    name: &lookup_name,
-                    shards,
-                };
-                prepare_rmdir(txn, home, mutation, removed)
-            })
-            .await?;
-        match prepared {
-            None => {
-                self.mutate(mutation, move |txn, _| rmdir(txn, parent, &name))
-                    .await
-            }
-            Some(prepared) => self.drive(prepared, preparing, "rmdir-after-intent").await,
-        }
+        let prepare = move |txn: &redb::WriteTransaction| {
+            let removed = RemovedDir {
+                parent,
+                name: &lookup_name,
+                shards,
+            };
+            prepare_rmdir(txn, home, mutation, removed)
+        };
+        self.local_or_intent(
+            mutation,
+            prepare,
+            move |txn, _| rmdir(txn, parent, &name),
+            "rmdir-after-intent",
+        )
+        .await
     }
 
     /// Removes an empty directory inode on its home: `Ok(Err)` when the home refuses.

@@ -85,19 +85,14 @@ impl Meta {
     ) -> Result<Response, OpError> {
         let home = self.node;
         let lookup_name = name.clone();
-        let preparing = self.intent_runs.preparing();
-        let prepared = self
-            .committer
-            .run_with(move |txn| prepare_unlink(txn, home, mutation, parent, &lookup_name))
-            .await?;
-        match prepared {
-            None => {
-                let is_open = self.is_open_fn();
-                self.mutate(mutation, move |txn, _| unlink(txn, parent, &name, is_open))
-                    .await
-            }
-            Some(prepared) => self.drive(prepared, preparing, "unlink-after-intent").await,
-        }
+        let is_open = self.is_open_fn();
+        self.local_or_intent(
+            mutation,
+            move |txn| prepare_unlink(txn, home, mutation, parent, &lookup_name),
+            move |txn, _| unlink(txn, parent, &name, is_open),
+            "unlink-after-intent",
+        )
+        .await
     }
 
     /// Unlink step (2): the inode's home drops the link (the dentry went with the intent).
