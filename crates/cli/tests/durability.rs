@@ -683,7 +683,15 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
             let storage = std::sync::Arc::clone(&storage);
             async move {
                 storage
-                    .fallocate(target, file, 0, (4, FallocateMode::Zero), Some(tag), None)
+                    .fallocate(
+                        target.into(),
+                        file,
+                        0,
+                        4,
+                        FallocateMode::Zero,
+                        Some(tag),
+                        None,
+                    )
                     .await
             }
         };

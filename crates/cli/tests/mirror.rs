@@ -812,7 +812,7 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
             .await
             .expect("storage");
         let (length, crc) = storage
-            .object_checksum((route.target, true), file.0, (0, 64))
+            .object_checksum(route.target, true, file.0, 0, 64)
             .await
             .expect("the member's copy");
         assert_eq!(
@@ -930,9 +930,7 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
     let (length, crc) = runtime
         .block_on(async {
             let storage = view.storage_for_target(member).await?;
-            storage
-                .object_checksum((member, true), file.0, (0, 64))
-                .await
+            storage.object_checksum(member, true, file.0, 0, 64).await
         })
         .expect("the member's copy");
     assert_eq!(
@@ -1011,7 +1009,7 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
         .block_on(async {
             let storage = view.storage_for_target(route.target).await?;
             storage
-                .object_checksum((route.target, true), inode, (0, 64))
+                .object_checksum(route.target, true, inode, 0, 64)
                 .await
         })
         .expect("the member's copy");

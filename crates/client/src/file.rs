@@ -529,10 +529,7 @@ impl OpenFile {
             Arc::clone(&self.shared),
             layout.clone(),
         );
-        // The write acts for its writer, as it would have without write-behind (a queued
-        // truncate it has applied on the way is asked for as that writer).
-        let caller = weft_net::stubs::caller();
-        tokio::spawn(weft_net::stubs::acting_for(caller, async move {
+        let send = async move {
             let file = shared.file_ref();
             if let Err(error) = client
                 .data
@@ -543,7 +540,13 @@ impl OpenFile {
                 shared.record_error(error);
             }
             admitted.finish();
-        }));
+        };
+        // The write acts for its writer, as it would have without write-behind (a queued
+        // truncate it has applied on the way is asked for as that writer).
+        match weft_net::stubs::acting_caller() {
+            Some(caller) => tokio::spawn(weft_net::stubs::acting_for(caller, send)),
+            None => tokio::spawn(send),
+        };
         Ok(())
     }
 

@@ -464,7 +464,8 @@ impl DataPath {
                                         route,
                                         file.wire(),
                                         span.start,
-                                        (len, mode),
+                                        len,
+                                        mode,
                                         Some(tag),
                                         capability,
                                     )

@@ -689,6 +689,22 @@ pub(crate) fn remove_dentry(
     Ok(())
 }
 
+/// Takes `dentry`'s name out of directory `parent`, whose `record` gets its times moved and,
+/// for a subdirectory's name, one link fewer; stores the directory.
+pub(crate) fn take_name(
+    inodes: &mut Table<u64, &'static [u8]>,
+    entries: &mut Entries<'_>,
+    (parent, mut record): (InodeId, InodeRecord),
+    dentry: Dentry,
+) -> Result<(), OpError> {
+    remove_dentry(entries, parent, dentry)?;
+    if dentry.kind == FileKind::Directory {
+        record.nlink = record.nlink.saturating_sub(1);
+    }
+    record.touch(now());
+    store_inode(inodes, parent, &record)
+}
+
 /// Whether a directory has any entry.
 pub(crate) fn dir_is_empty(
     entries: &impl ReadableTable<(u64, u64), (u64, u8, &'static str)>,

@@ -259,6 +259,11 @@ pub async fn acting_for<F: std::future::Future>(caller: Caller, work: F) -> F::O
     CALLER.scope(caller, work).await
 }
 
+/// Whom the current task acts for, when it was told ([`acting_for`]); `None`: the process.
+pub fn acting_caller() -> Option<Caller> {
+    CALLER.try_with(Caller::clone).ok()
+}
+
 /// Who the metadata requests of the current task act for (see [`acting_for`]).
 pub fn caller() -> Caller {
     CALLER
@@ -338,26 +343,29 @@ impl MetaClient {
     }
 }
 
-/// Declares the [`MetaClient`] stubs: each one sends the [`MetaRequest`] variant its
-/// parameters fill (a field named alone takes the parameter of its name; `field: value`
-/// converts one) and answers what the expected response carries. A metadata operation is its
-/// request variant, one entry here, the client's call of it and its arm in the server's
-/// dispatch.
-macro_rules! meta_stubs {
-    ($(
-        $(#[$doc:meta])*
-        fn $name:ident($($param:ident: $ty:ty),* $(,)?) -> $answer:ty {
-            $variant:ident $({ $($field:ident $(: $value:expr)?),* $(,)? })?
-            => $($pattern:pat => $carried:expr),+ $(,)?
-        }
-    )*) => {
-        impl MetaClient {
+/// Declares stubs of a service client: each one sends the request variant its parameters
+/// fill (a field named alone takes the parameter of its name; `field: value` converts one)
+/// through the client's `call`, and answers what the expected response carries. A metadata
+/// operation is its request variant, one entry here, the client's call of it and its arm in
+/// the server's dispatch.
+macro_rules! stubs {
+    (
+        $client:ident: $request:ident;
+        $(
+            $(#[$doc:meta])*
+            fn $name:ident($($param:ident: $ty:ty),* $(,)?) -> $answer:ty {
+                $variant:ident $({ $($field:ident $(: $value:expr)?),* $(,)? })?
+                => $($pattern:pat => $carried:expr),+ $(,)?
+            }
+        )*
+    ) => {
+        impl $client {
             $(
                 $(#[$doc])*
                 #[allow(clippy::too_many_arguments)]
                 pub async fn $name(&self, $($param: $ty),*) -> Result<$answer, RpcError> {
                     let response = self
-                        .call(MetaRequest::$variant $({ $($field $(: $value)?),* })?)
+                        .call($request::$variant $({ $($field $(: $value)?),* })?)
                         .await?;
                     expect_response!(self.rpc, response, $($pattern => $carried),+)
                 }
@@ -366,7 +374,9 @@ macro_rules! meta_stubs {
     };
 }
 
-meta_stubs! {
+stubs! {
+    MetaClient: MetaRequest;
+
     /// Looks a name up.
     ///
     /// # Errors
@@ -671,13 +681,12 @@ impl StorageClient {
         }
     }
 
-    async fn done(&self, request: StorageRequest) -> Result<(), RpcError> {
-        let response = self
+    async fn call(&self, request: StorageRequest) -> Result<Response, RpcError> {
+        Ok(self
             .rpc
             .call(&Request::Storage(request), Bytes::new())
             .await?
-            .0;
-        expect_response!(self.rpc, response, Response::Done => ())
+            .0)
     }
 
     /// Sends any storage request with its payload; answers the response and its payload.
@@ -790,163 +799,110 @@ impl StorageClient {
         let (response, payload) = self.rpc.call(&request, Bytes::new()).await?;
         expect_response!(self.rpc, response, Response::Data => payload)
     }
+}
+
+stubs! {
+    StorageClient: StorageRequest;
 
     /// Cuts an object for truncate `generation` of its file (a no-op where the object had
     /// that truncate or a newer one).
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn truncate(
-        &self,
-        route: impl Into<Route>,
-        (inode, generation): (InodeId, u64),
-        length: u64,
-    ) -> Result<(), RpcError> {
-        let route: Route = route.into();
-        self.done(StorageRequest::Truncate {
+    fn truncate(route: Route, file: (InodeId, u64), length: u64) -> () {
+        Truncate {
             target: route.target,
             mirror: route.mirror,
-            inode,
+            inode: file.0,
             length,
-            generation,
-        })
-        .await
+            generation: file.1,
+        } => Response::Done => ()
     }
 
     /// Removes an object.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn remove(&self, route: impl Into<Route>, inode: InodeId) -> Result<(), RpcError> {
-        let route: Route = route.into();
-        self.done(StorageRequest::Remove {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-            tag: None,
-        })
-        .await
+    fn remove(route: Route, inode: InodeId) -> () {
+        Remove { target: route.target, mirror: route.mirror, inode, tag: None }
+            => Response::Done => ()
     }
 
     /// Makes an object durable; answers the verifier ([`Response::Synced`]).
     ///
     /// # Errors
     /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn sync(
-        &self,
-        route: impl Into<Route>,
-        inode: InodeId,
-        capability: Option<Capability>,
-    ) -> Result<u64, RpcError> {
-        let route: Route = route.into();
-        let request = Request::Storage(StorageRequest::Sync {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-            capability,
-        });
-        let response = self.rpc.call(&request, Bytes::new()).await?.0;
-        expect_response!(self.rpc, response, Response::Synced { verifier } => verifier)
+    fn sync(route: Route, inode: InodeId, capability: Option<Capability>) -> u64 {
+        Sync { target: route.target, mirror: route.mirror, inode, capability }
+            => Response::Synced { verifier } => verifier
     }
 
-    /// Allocates or zeroes an object range, in truncate `generation` of the file, as client
-    /// change `tag`.
+    /// Allocates or zeroes `len` bytes of an object at `object_offset`, in truncate
+    /// generation `file.1` of the file, as client change `tag`.
     ///
     /// # Errors
     /// `NoSpace`, `NotSupported`, `Io`, `TruncatePending`, `Superseded`, or [`RpcError`] for
     /// transport failures.
-    pub async fn fallocate(
-        &self,
-        route: impl Into<Route>,
-        (inode, generation): (InodeId, u64),
+    fn fallocate(
+        route: Route,
+        file: (InodeId, u64),
         object_offset: u64,
-        (len, mode): (u64, FallocateMode),
+        len: u64,
+        mode: FallocateMode,
         tag: Option<ChangeTag>,
         capability: Option<Capability>,
-    ) -> Result<(), RpcError> {
-        let route: Route = route.into();
-        self.done(StorageRequest::Fallocate {
+    ) -> () {
+        Fallocate {
             target: route.target,
             mirror: route.mirror,
-            inode,
-            generation,
+            inode: file.0,
+            generation: file.1,
             object_offset,
             len,
             mode,
             tag,
             capability,
-        })
-        .await
+        } => Response::Done => ()
     }
 
     /// One page of the objects of `home`'s files (of all files: `None`) on `target`, after
-    /// inode `after`: of mirrored files, or of plain ones.
+    /// inode `after`: of mirrored files, or of plain ones; and whether it is the last.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn list_objects(
-        &self,
+    fn list_objects(
         target: TargetId,
         mirrored: bool,
         home: Option<NodeId>,
         after: u64,
         max: u32,
-    ) -> Result<(Vec<(InodeId, u64)>, bool), RpcError> {
-        let response = self
-            .rpc
-            .call(
-                &Request::Storage(StorageRequest::ListObjects {
-                    target,
-                    mirrored,
-                    home,
-                    after,
-                    max,
-                }),
-                Bytes::new(),
-            )
-            .await?
-            .0;
-        expect_response!(self.rpc, response, Response::Objects { objects, end } => (objects, end))
+    ) -> (Vec<(InodeId, u64)>, bool) {
+        ListObjects { target, mirrored, home, after, max }
+            => Response::Objects { objects, end } => (objects, end)
     }
 
     /// An object's length.
     ///
     /// # Errors
     /// `UnknownTarget`, or [`RpcError`] for transport failures.
-    pub async fn object_length(
-        &self,
-        route: impl Into<Route>,
-        inode: InodeId,
-    ) -> Result<u64, RpcError> {
-        let route: Route = route.into();
-        let request = Request::Storage(StorageRequest::ObjectLength {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-        });
-        let response = self.rpc.call(&request, Bytes::new()).await?.0;
-        expect_response!(self.rpc, response, Response::Length(length) => length)
+    fn object_length(route: Route, inode: InodeId) -> u64 {
+        ObjectLength { target: route.target, mirror: route.mirror, inode }
+            => Response::Length(length) => length
     }
 
     /// The length of the copy of an object on `target` itself (a mirror member's own copy
-    /// when `mirrored`) and the CRC32C of the range `(offset, len)` of it.
+    /// when `mirrored`) and the CRC32C of `len` bytes of it at `offset`.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    pub async fn object_checksum(
-        &self,
-        (target, mirrored): (TargetId, bool),
+    fn object_checksum(
+        target: TargetId,
+        mirrored: bool,
         inode: InodeId,
-        (offset, len): (u64, u64),
-    ) -> Result<(u64, u32), RpcError> {
-        let request = Request::Storage(StorageRequest::ObjectChecksum {
-            target,
-            mirrored,
-            inode,
-            offset,
-            len,
-        });
-        let response = self.rpc.call(&request, Bytes::new()).await?.0;
-        expect_response!(self.rpc, response, Response::Checksum { length, crc } => (length, crc))
+        offset: u64,
+        len: u64,
+    ) -> (u64, u32) {
+        ObjectChecksum { target, mirrored, inode, offset, len }
+            => Response::Checksum { length, crc } => (length, crc)
     }
 }

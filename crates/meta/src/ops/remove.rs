@@ -3,7 +3,7 @@
 
 use crate::store::XATTRS;
 use crate::store::{
-    dir_is_empty, load_dentry, load_dir, load_inode, now, remove_dentry, store_inode, Dentry,
+    dir_is_empty, load_dentry, load_dir, load_inode, now, store_inode, take_name, Dentry,
     InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
 };
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -84,7 +84,7 @@ pub(crate) fn unlink(
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut entries = txn.open_table(ENTRIES)?;
-    let mut parent_record = load_dir(&inodes, parent)?;
+    let parent_record = load_dir(&inodes, parent)?;
     let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
     super::intent::check_not_in_flight(txn, parent, name, None)?;
     if record.is_dir() {
@@ -93,10 +93,7 @@ pub(crate) fn unlink(
             format!("{name:?} is a directory"),
         ));
     }
-    remove_dentry(&mut entries, parent, dentry)?;
-    let timestamp = now();
-    parent_record.touch(timestamp);
-    store_inode(&mut inodes, parent, &parent_record)?;
+    take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
     drop_link(
         txn,
         &mut inodes,
@@ -114,7 +111,7 @@ pub(crate) fn rmdir(
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut entries = txn.open_table(ENTRIES)?;
-    let mut parent_record = load_dir(&inodes, parent)?;
+    let parent_record = load_dir(&inodes, parent)?;
     let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
     super::intent::check_not_in_flight(txn, parent, name, None)?;
     if !record.is_dir() {
@@ -134,13 +131,9 @@ pub(crate) fn rmdir(
             format!("{name:?} is not empty"),
         ));
     }
-    remove_dentry(&mut entries, parent, dentry)?;
+    take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
     inodes.remove(dentry.child.0)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
-    let timestamp = now();
-    parent_record.nlink = parent_record.nlink.saturating_sub(1);
-    parent_record.touch(timestamp);
-    store_inode(&mut inodes, parent, &parent_record)?;
     Ok(Response::Done)
 }
 

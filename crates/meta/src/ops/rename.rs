@@ -15,6 +15,23 @@ use weft_proto::ErrorCode;
 /// inode lies in a subtree); deeper trees are refused.
 pub(crate) const PATH_DEPTH_MAX: usize = 4096;
 
+/// Where a walk from a directory up toward the root, looking for `ancestor`, stands at
+/// `dir`: `Some` when it ends there (found, or at the root), `None` when it goes on up.
+pub(crate) fn walk_ends_at(ancestor: InodeId, dir: InodeId) -> Option<bool> {
+    if dir == ancestor {
+        Some(true)
+    } else if dir == InodeId::ROOT {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// The answer of a walk up a tree deeper than [`PATH_DEPTH_MAX`].
+pub(crate) fn too_deep() -> OpError {
+    OpError::rejected(ErrorCode::InvalidArgument, "directory tree too deep")
+}
+
 /// Whether `ancestor` is `dir` or one of its ancestors.
 fn is_ancestor(
     inodes: &impl ReadableTable<u64, &'static [u8]>,
@@ -23,21 +40,15 @@ fn is_ancestor(
     mut dir: InodeId,
 ) -> Result<bool, OpError> {
     for _ in 0..PATH_DEPTH_MAX {
-        if dir == ancestor {
-            return Ok(true);
-        }
-        if dir == InodeId::ROOT {
-            return Ok(false);
+        if let Some(found) = walk_ends_at(ancestor, dir) {
+            return Ok(found);
         }
         if dir.home() != home {
             return Err(cross_server());
         }
         dir = InodeId(load_inode(inodes, dir)?.parent);
     }
-    Err(OpError::rejected(
-        ErrorCode::InvalidArgument,
-        "directory tree too deep",
-    ))
+    Err(too_deep())
 }
 
 /// A rename that involves another metadata server reached the one-server path; the service

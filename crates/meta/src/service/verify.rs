@@ -202,12 +202,11 @@ impl Meta {
             };
             let mut offset = 0;
             loop {
-                let range = (offset, CHECKSUM_BYTES_MAX);
                 let (length, crc) = self
                     .cluster
                     .call_storage(target, &TARGET_RETRY, |storage, _| async move {
                         storage
-                            .object_checksum((target, mirrored), inode, range)
+                            .object_checksum(target, mirrored, inode, offset, CHECKSUM_BYTES_MAX)
                             .await
                     })
                     .await

@@ -5,10 +5,10 @@
 
 use super::rename::mark_renamed;
 use crate::ops::intent::{
-    check_not_in_flight, check_unsettled, drop_intent, earlier, entry_to_change, record_intent,
-    ExchangeIntent, Intent, IntentOp, Prepared,
+    check_not_in_flight, check_unsettled, earlier, entry_to_change, record_intent, ExchangeIntent,
+    Intent, IntentOp, Prepared,
 };
-use crate::service::{idempotent, Meta};
+use crate::service::Meta;
 use crate::store::{
     load_dentry, load_dir, now, store_inode, Dentry, OpError, ENTRIES, INODES, REMOTE_CREATED,
 };
@@ -148,9 +148,7 @@ pub(crate) fn finish_exchange(
     }: &ExchangeIntent,
     outcome: Result<(), OpError>,
 ) -> Result<Response, OpError> {
-    drop_intent(txn, id)?;
-    idempotent(txn, mutation, |txn| {
-        outcome?;
+    super::conclude(txn, id, mutation, outcome, |txn, ()| {
         let mut inodes = txn.open_table(INODES)?;
         let mut entries = txn.open_table(ENTRIES)?;
         if let Some(dentry) = load_dentry(&entries, *parent, name)? {

@@ -109,6 +109,20 @@ impl Drop for Running<'_> {
     }
 }
 
+/// The last step of a cross-server operation, on its coordinator: the intent goes, and the
+/// reply `finish` makes (from what the steps before answered) is kept with its change; an
+/// error of a step before is the reply, and only the intent goes.
+pub(super) fn conclude<T>(
+    txn: &redb::WriteTransaction,
+    id: u64,
+    mutation: MutationId,
+    outcome: Result<T, OpError>,
+    finish: impl FnOnce(&redb::WriteTransaction, T) -> Result<Response, OpError>,
+) -> Result<Response, OpError> {
+    crate::ops::intent::drop_intent(txn, id)?;
+    crate::service::idempotent(txn, mutation, |txn| finish(txn, outcome?))
+}
+
 impl Meta {
     /// Attributes of an inode on another metadata server.
     pub(super) async fn remote_attr(&self, inode: InodeId) -> Result<Response, OpError> {

@@ -8,14 +8,16 @@
 
 use super::exchange::Exchange;
 use crate::ops::intent::{
-    check_not_in_flight, check_unsettled, drop_intent, earlier, entry_to_change, record_intent,
-    Intent, IntentOp, Prepared, RenameIntent,
+    check_not_in_flight, check_unsettled, earlier, entry_to_change, record_intent, Intent,
+    IntentOp, Prepared, RenameIntent,
 };
-use crate::ops::rename::{check_kinds_match, rename, RenameArgs, PATH_DEPTH_MAX};
+use crate::ops::rename::{
+    check_kinds_match, rename, too_deep, walk_ends_at, RenameArgs, PATH_DEPTH_MAX,
+};
 use crate::service::work::TARGET_RETRY;
-use crate::service::{idempotent, rpc_error, Meta};
+use crate::service::{rpc_error, Meta};
 use crate::store::{
-    dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry, store_inode,
+    dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry, store_inode, take_name,
     InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
@@ -186,29 +188,21 @@ pub(crate) fn finish_rename_out(
         parent,
         name,
         child,
-        kind_code,
         new_parent,
         ..
     }: &RenameIntent,
     outcome: Result<Response, OpError>,
 ) -> Result<Response, OpError> {
-    drop_intent(txn, id)?;
-    idempotent(txn, mutation, |txn| {
-        if outcome? == Response::Unchanged {
+    super::conclude(txn, id, mutation, outcome, |txn, outcome| {
+        if outcome == Response::Unchanged {
             return Ok(Response::Done);
         }
         let mut inodes = txn.open_table(INODES)?;
         let mut entries = txn.open_table(ENTRIES)?;
         if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {
-                remove_dentry(&mut entries, *parent, dentry)?;
-                let mut parent_record = load_dir(&inodes, *parent)?;
-                if *kind_code == crate::store::kind_code(FileKind::Directory) {
-                    parent_record.nlink = parent_record.nlink.saturating_sub(1);
-                }
-                let timestamp = now();
-                parent_record.touch(timestamp);
-                store_inode(&mut inodes, *parent, &parent_record)?;
+                let parent_record = load_dir(&inodes, *parent)?;
+                take_name(&mut inodes, &mut entries, (*parent, parent_record), dentry)?;
             }
         }
         // The moved inode, when it lives here (one elsewhere was told by the coordinator).
@@ -431,18 +425,12 @@ impl Meta {
         mut dir: InodeId,
     ) -> Result<bool, OpError> {
         for _ in 0..PATH_DEPTH_MAX {
-            if dir == ancestor {
-                return Ok(true);
-            }
-            if dir == InodeId::ROOT {
-                return Ok(false);
+            if let Some(found) = walk_ends_at(ancestor, dir) {
+                return Ok(found);
             }
             dir = self.attr_of(dir).await?.parent;
         }
-        Err(OpError::rejected(
-            ErrorCode::InvalidArgument,
-            "directory tree too deep",
-        ))
+        Err(too_deep())
     }
 
     /// A rename of a non-directory into a directory on another server (see the module header).

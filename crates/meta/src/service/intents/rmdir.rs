@@ -7,14 +7,13 @@
 //! intent is dropped and the directory stays.
 
 use crate::ops::intent::{
-    drop_intent, earlier, entry_to_change, record_intent, Intent, IntentOp, Prepared, RmdirIntent,
+    earlier, entry_to_change, record_intent, Intent, IntentOp, Prepared, RmdirIntent,
     SpreadRmdirIntent,
 };
 use crate::ops::remove::rmdir;
-use crate::service::{idempotent, Meta};
+use crate::service::Meta;
 use crate::store::{
-    dir_is_empty, load_dentry, load_dir, now, remove_dentry, store_inode, InodeRecord, OpError,
-    ENTRIES, INODES, XATTRS,
+    dir_is_empty, load_dentry, load_dir, take_name, InodeRecord, OpError, ENTRIES, INODES, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
@@ -111,21 +110,15 @@ pub(crate) fn finish_rmdir(
     }: &RmdirIntent,
     outcome: Result<(), OpError>,
 ) -> Result<Response, OpError> {
-    drop_intent(txn, id)?;
-    idempotent(txn, mutation, |txn| {
-        outcome?;
+    super::conclude(txn, id, mutation, outcome, |txn, ()| {
         let mut inodes = txn.open_table(INODES)?;
         let mut entries = txn.open_table(ENTRIES)?;
         let Some(dentry) = load_dentry(&entries, *parent, name)? else {
             return Ok(Response::Done);
         };
         if dentry.child == *child {
-            remove_dentry(&mut entries, *parent, dentry)?;
-            let mut parent_record = load_dir(&inodes, *parent)?;
-            let timestamp = now();
-            parent_record.nlink = parent_record.nlink.saturating_sub(1);
-            parent_record.touch(timestamp);
-            store_inode(&mut inodes, *parent, &parent_record)?;
+            let parent_record = load_dir(&inodes, *parent)?;
+            take_name(&mut inodes, &mut entries, (*parent, parent_record), dentry)?;
         }
         Ok(Response::Done)
     })

@@ -4,14 +4,11 @@
 //! transaction.
 
 use crate::ops::intent::{
-    check_not_in_flight, drop_intent, earlier, record_intent, Intent, IntentOp, Prepared,
-    UnlinkIntent,
+    check_not_in_flight, earlier, record_intent, Intent, IntentOp, Prepared, UnlinkIntent,
 };
 use crate::ops::remove::unlink;
-use crate::service::{idempotent, Meta};
-use crate::store::{
-    load_dentry, load_dir, now, remove_dentry, store_inode, OpError, ENTRIES, INODES,
-};
+use crate::service::Meta;
+use crate::store::{load_dentry, load_dir, take_name, OpError, ENTRIES, INODES};
 use redb::WriteTransaction;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MutationId, Response};
@@ -32,7 +29,7 @@ pub(crate) fn prepare_unlink(
     }
     let mut inodes = txn.open_table(INODES)?;
     let mut entries = txn.open_table(ENTRIES)?;
-    let mut parent_record = load_dir(&inodes, parent)?;
+    let parent_record = load_dir(&inodes, parent)?;
     parent_record.check_holds_name(parent, name)?;
     let Some(dentry) = load_dentry(&entries, parent, name)? else {
         return Err(OpError::rejected(
@@ -50,10 +47,7 @@ pub(crate) fn prepare_unlink(
             format!("{name:?} is a directory"),
         ));
     }
-    remove_dentry(&mut entries, parent, dentry)?;
-    let timestamp = now();
-    parent_record.touch(timestamp);
-    store_inode(&mut inodes, parent, &parent_record)?;
+    take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
     drop((inodes, entries));
     let intent = Intent {
         mutation,
@@ -71,8 +65,7 @@ pub(crate) fn finish_unlink(
     id: u64,
     mutation: MutationId,
 ) -> Result<Response, OpError> {
-    drop_intent(txn, id)?;
-    idempotent(txn, mutation, |_| Ok(Response::Done))
+    super::conclude(txn, id, mutation, Ok(()), |_, ()| Ok(Response::Done))
 }
 
 impl Meta {
