@@ -208,6 +208,40 @@ fn serde_attrs(attrs: &[Attribute]) -> Vec<&Attribute> {
         .collect()
 }
 
+/// The fields of a helper struct standing for a variant's fields, with their serde
+/// attributes: borrowed (`&'__w`) to serialize, owned to deserialize; named for a variant
+/// with named fields.
+fn helper_fields<'a>(
+    fields: impl IntoIterator<Item = &'a syn::Field>,
+    borrowed: bool,
+) -> Vec<Tokens> {
+    fields
+        .into_iter()
+        .map(|field| {
+            let attrs = serde_attrs(&field.attrs);
+            let ty = &field.ty;
+            let ty = if borrowed {
+                quote!(&'__w #ty)
+            } else {
+                quote!(#ty)
+            };
+            match &field.ident {
+                Some(name) => quote!(#(#attrs)* #name: #ty),
+                None => quote!(#(#attrs)* #ty),
+            }
+        })
+        .collect()
+}
+
+/// The names of a variant's named fields.
+fn field_names(fields: &syn::FieldsNamed) -> Vec<&Ident> {
+    fields
+        .named
+        .iter()
+        .filter_map(|field| field.ident.as_ref())
+        .collect()
+}
+
 fn serialize_arm(ty_name: &str, v: &Variant<'_>) -> Tokens {
     let ident = v.ident;
     let name = &v.name;
@@ -241,11 +275,7 @@ fn serialize_arm(ty_name: &str, v: &Variant<'_>) -> Tokens {
             let bindings: Vec<Ident> = (0..fields.unnamed.len())
                 .map(|i| format_ident!("__f{i}"))
                 .collect();
-            let helper_fields = fields.unnamed.iter().map(|field| {
-                let attrs = serde_attrs(&field.attrs);
-                let ty = &field.ty;
-                quote!(#(#attrs)* &'__w #ty)
-            });
+            let helper_fields = helper_fields(&fields.unnamed, true);
             quote! {
                 Self::#ident(#(#bindings),*) => {
                     #since
@@ -256,16 +286,8 @@ fn serialize_arm(ty_name: &str, v: &Variant<'_>) -> Tokens {
             }
         }
         Fields::Named(fields) => {
-            let names: Vec<&Ident> = fields
-                .named
-                .iter()
-                .filter_map(|field| field.ident.as_ref())
-                .collect();
-            let helper_fields = fields.named.iter().map(|field| {
-                let attrs = serde_attrs(&field.attrs);
-                let (name, ty) = (&field.ident, &field.ty);
-                quote!(#(#attrs)* #name: &'__w #ty)
-            });
+            let names = field_names(fields);
+            let helper_fields = helper_fields(&fields.named, true);
             quote! {
                 Self::#ident { #(#names),* } => {
                     #since
@@ -299,11 +321,7 @@ fn deserialize_arm(ty: &Ident, v: &Variant<'_>) -> Tokens {
             let bindings: Vec<Ident> = (0..fields.unnamed.len())
                 .map(|i| format_ident!("__f{i}"))
                 .collect();
-            let helper_fields = fields.unnamed.iter().map(|field| {
-                let attrs = serde_attrs(&field.attrs);
-                let ty = &field.ty;
-                quote!(#(#attrs)* #ty)
-            });
+            let helper_fields = helper_fields(&fields.unnamed, false);
             quote! {
                 #tag => {
                     #[derive(::serde::Deserialize)]
@@ -314,16 +332,8 @@ fn deserialize_arm(ty: &Ident, v: &Variant<'_>) -> Tokens {
             }
         }
         Fields::Named(fields) => {
-            let names: Vec<&Ident> = fields
-                .named
-                .iter()
-                .filter_map(|field| field.ident.as_ref())
-                .collect();
-            let helper_fields = fields.named.iter().map(|field| {
-                let attrs = serde_attrs(&field.attrs);
-                let (name, ty) = (&field.ident, &field.ty);
-                quote!(#(#attrs)* #name: #ty)
-            });
+            let names = field_names(fields);
+            let helper_fields = helper_fields(&fields.named, false);
             quote! {
                 #tag => {
                     #[derive(::serde::Deserialize)]

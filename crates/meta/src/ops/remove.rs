@@ -76,6 +76,21 @@ pub(crate) fn load_named(
     Ok((dentry, record))
 }
 
+/// What a removal of `name` from directory `parent` works on, once no cross-server operation
+/// in flight holds the name: the directory's record, the entry, and the record it names.
+fn to_remove(
+    txn: &WriteTransaction,
+    inodes: &Table<u64, &'static [u8]>,
+    entries: &crate::store::Entries<'_>,
+    parent: InodeId,
+    name: &str,
+) -> Result<(InodeRecord, Dentry, InodeRecord), OpError> {
+    let parent_record = load_dir(inodes, parent)?;
+    let (dentry, record) = load_named(inodes, entries, parent, name)?;
+    super::intent::check_not_in_flight(txn, parent, name, None)?;
+    Ok((parent_record, dentry, record))
+}
+
 pub(crate) fn unlink(
     txn: &WriteTransaction,
     parent: InodeId,
@@ -84,9 +99,7 @@ pub(crate) fn unlink(
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut entries = txn.open_table(ENTRIES)?;
-    let parent_record = load_dir(&inodes, parent)?;
-    let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
-    super::intent::check_not_in_flight(txn, parent, name, None)?;
+    let (parent_record, dentry, record) = to_remove(txn, &inodes, &entries, parent, name)?;
     if record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::IsDirectory,
@@ -111,9 +124,7 @@ pub(crate) fn rmdir(
 ) -> Result<Response, OpError> {
     let mut inodes = txn.open_table(INODES)?;
     let mut entries = txn.open_table(ENTRIES)?;
-    let parent_record = load_dir(&inodes, parent)?;
-    let (dentry, record) = load_named(&inodes, &entries, parent, name)?;
-    super::intent::check_not_in_flight(txn, parent, name, None)?;
+    let (parent_record, dentry, record) = to_remove(txn, &inodes, &entries, parent, name)?;
     if !record.is_dir() {
         return Err(OpError::rejected(
             ErrorCode::NotDirectory,
