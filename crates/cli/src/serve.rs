@@ -228,6 +228,17 @@ pub async fn connect_and_mount(config: &ClientConfig, mountpoint: &Path) -> Resu
     let client: Arc<Client> = Client::connect(config)
         .await
         .map_err(|error| crate::admin::not_reached(&error, &config.mgmt))?;
+    // A mount that cannot reach its root would answer EIO: wait for the cluster instead.
+    client
+        .wait_for_root(config.mount_wait, |why| {
+            eprintln!(
+                "waiting for a metadata server to answer for the root at {} ({why}); \
+                 giving up after {:?}",
+                mountpoint.display(),
+                config.mount_wait
+            );
+        })
+        .await?;
     let fs = WeftFs::new(
         client,
         tokio::runtime::Handle::current(),

@@ -604,3 +604,52 @@ fn up_with_two_metadata_servers() {
     assert!(up.wait().success());
     assert!(!is_mounted(&mnt));
 }
+
+// Goal: a mount started while no metadata server can answer for its root waits for one,
+// saying so, instead of mounting and answering EIO; it comes up and serves once the server is
+// back. A mount told to wait less gives up with a message that says what to start. Method: a
+// cluster of real processes with its metadata server killed; two mounts, one with
+// `mount_wait_ms=1500`; then the metadata server started again.
+#[test]
+fn a_mount_waits_for_its_cluster_or_says_why_not() {
+    let mut cluster = cluster(ClusterSpec::default());
+    cluster.kill("meta-1").expect("kill the metadata server");
+    let (impatient, impatient_name) = cluster
+        .start_mount(&["mount_wait_ms=1500"])
+        .expect("start a mount");
+    let (patient, patient_name) = cluster.start_mount(&[]).expect("start a mount");
+    wait_until("the mount to say it waits", || {
+        cluster
+            .log(&patient_name)
+            .contains("waiting for a metadata server to answer for the root")
+    })
+    .expect("the mount says it waits");
+    assert!(
+        !is_mounted(&patient),
+        "nothing is mounted before the root answers"
+    );
+    wait_until("the impatient mount to give up", || {
+        cluster.mount_has_exited(&impatient)
+    })
+    .expect("the impatient mount gives up");
+    let said = cluster.log(&impatient_name);
+    assert!(
+        said.contains("no metadata server answered for the root directory")
+            && said.contains("weft serve meta"),
+        "{said}"
+    );
+    assert!(
+        !is_mounted(&impatient),
+        "a mount that gave up left nothing mounted"
+    );
+
+    cluster
+        .restart("meta-1")
+        .expect("start the metadata server again");
+    wait_until("the waiting mount to come up", || {
+        is_mounted(&patient) && fs::read_dir(&patient).is_ok()
+    })
+    .expect("the mount comes up once its root answers");
+    fs::write(patient.join("after"), b"served").expect("write");
+    assert_eq!(fs::read(patient.join("after")).expect("read"), b"served");
+}

@@ -77,6 +77,15 @@ weft_net::security_config! {
         /// cached pages of are not seen until it is opened again. Off by default.
         #[serde(default)]
         pub writeback_cache: bool,
+        /// How long a mount waits, in milliseconds, for a metadata server to answer for its
+        /// root before it gives up with a message (a mount started before the cluster is up
+        /// waits for it instead of answering EIO).
+        #[serde(
+            rename = "mount_wait_ms",
+            default = "default_mount_wait",
+            with = "weft_proto::millis"
+        )]
+        pub mount_wait: Duration,
     }
 }
 
@@ -106,6 +115,10 @@ fn default_read_ahead() -> u64 {
     4 * 1024 * 1024
 }
 
+fn default_mount_wait() -> Duration {
+    Duration::from_secs(120)
+}
+
 impl ClientConfig {
     /// A config with every default and the given management address.
     pub fn new(mgmt: impl Into<String>) -> ClientConfig {
@@ -120,6 +133,7 @@ impl ClientConfig {
             write_behind_bytes: default_write_behind(),
             read_ahead_bytes: default_read_ahead(),
             writeback_cache: false,
+            mount_wait: default_mount_wait(),
             auth_key_file: None,
             auth: None,
             tls_cert_file: None,
@@ -174,6 +188,17 @@ pub enum ClientError {
     /// The client's configuration is unusable; nothing was sent.
     #[error("{0}")]
     Config(String),
+    /// No metadata server answered for the client's root in the time the client waits for
+    /// its cluster to come up.
+    #[error("no metadata server answered for the root directory within {waited:?} (last: {last}): start the metadata servers (`weft serve meta` with mgmt = {mgmt}) or check that they reach management")]
+    ClusterNotReady {
+        /// Management's address.
+        mgmt: String,
+        /// How long the client waited.
+        waited: Duration,
+        /// What the last try met.
+        last: String,
+    },
     /// A read, write or allocation of an open entry that is not a regular file.
     #[error("{inode} has no data layout: it is not a regular file")]
     NoLayout {
@@ -199,6 +224,7 @@ impl ClientError {
             | ClientError::ShortWrite { .. }
             | ClientError::StateLost { .. } => ErrorCode::Io,
             ClientError::Config(_) | ClientError::NoLayout { .. } => ErrorCode::InvalidArgument,
+            ClientError::ClusterNotReady { .. } => ErrorCode::Unavailable,
         }
     }
 
@@ -290,6 +316,12 @@ fn spawn_heartbeat(client: &Arc<Client>, interval: Duration, mgmt: MgmtClient) {
         })
         .expect("a thread for the session heartbeat");
 }
+
+/// How long one try of [`Client::wait_for_root`] waits for its answer.
+const ROOT_TRY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long [`Client::wait_for_root`] waits between tries.
+const ROOT_RETRY_SLICE: Duration = Duration::from_millis(500);
 
 /// How long a closed handle waits for others to be told to its metadata server with.
 const RELEASE_GATHER: Duration = Duration::from_millis(2);
@@ -411,6 +443,46 @@ impl Client {
             }
         });
         Ok(client)
+    }
+
+    /// Waits until a metadata server answers for this client's root, at most `limit`,
+    /// refreshing the map meanwhile (servers register after management, and a restarted one
+    /// comes back); `waiting` is called once, with what the first try met, when it does not
+    /// answer at once. Each try is one request, not the retry policy's minute.
+    ///
+    /// # Errors
+    /// [`ClientError::ClusterNotReady`] when none answered in time.
+    pub async fn wait_for_root(
+        &self,
+        limit: Duration,
+        waiting: impl FnOnce(&str),
+    ) -> Result<(), ClientError> {
+        let started = std::time::Instant::now();
+        let root = self.root;
+        let mut waiting = Some(waiting);
+        loop {
+            let tried = async {
+                let meta = self.cluster.meta(root.home()).await?;
+                meta.get_attr(root).await
+            };
+            let last = match tokio::time::timeout(ROOT_TRY_TIMEOUT, tried).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {ROOT_TRY_TIMEOUT:?}"),
+            };
+            if started.elapsed() >= limit {
+                return Err(ClientError::ClusterNotReady {
+                    mgmt: self.mgmt_address().to_string(),
+                    waited: started.elapsed(),
+                    last,
+                });
+            }
+            if let Some(waiting) = waiting.take() {
+                waiting(&last);
+            }
+            tokio::time::sleep(ROOT_RETRY_SLICE).await;
+            let _ = self.cluster.refresh().await;
+        }
     }
 
     /// The client name of this client's key (`weft keygen --client`); `None` when it holds

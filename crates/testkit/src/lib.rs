@@ -531,6 +531,20 @@ impl LocalCluster {
     /// # Errors
     /// When the mount does not come up in time.
     pub fn mount_with(&mut self, settings: &[&str]) -> Result<PathBuf> {
+        let (mountpoint, _) = self.start_mount(settings)?;
+        wait_until("the mount to answer", || {
+            is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
+        })?;
+        Ok(mountpoint)
+    }
+
+    /// Starts a `weft mount` as [`LocalCluster::mount_with`] does, without waiting for it to
+    /// answer; returns the mount point and the mount's name (for [`LocalCluster::log`] and
+    /// [`LocalCluster::has_exited`]).
+    ///
+    /// # Errors
+    /// When the process cannot be started.
+    pub fn start_mount(&mut self, settings: &[&str]) -> Result<(PathBuf, String)> {
         let mountpoint = self
             .root
             .path()
@@ -552,10 +566,7 @@ impl LocalCluster {
         args.push(mountpoint.display().to_string());
         let child = self.spawn_logged(&name, &args, &[])?;
         self.mounts.push((mountpoint.clone(), child));
-        wait_until("the mount to answer", || {
-            is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
-        })?;
-        Ok(mountpoint)
+        Ok((mountpoint, name))
     }
 
     /// Unmounts a mount point cleanly (SIGTERM to its `weft mount`, which unmounts).
@@ -639,6 +650,14 @@ impl LocalCluster {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Ok(())
+    }
+
+    /// Whether the `weft mount` serving `mountpoint` has exited.
+    pub fn mount_has_exited(&mut self, mountpoint: &Path) -> bool {
+        match self.mounts.iter_mut().find(|(path, _)| path == mountpoint) {
+            Some((_, child)) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
     }
 
     /// Whether a service's process has exited (for example at a fault-injection point).
