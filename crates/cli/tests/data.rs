@@ -378,16 +378,7 @@ fn native_open_files_share_what_they_wrote_and_close_once() {
     use weft_proto::access;
 
     let cluster = cluster(ClusterSpec::default());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
-    config.auth_key_file = Some(cluster.key_file());
-    let client = runtime
-        .block_on(weft_client::Client::connect(&config))
-        .expect("client");
+    let (runtime, client) = common::native_client(&cluster, |_| {});
     let root = weft_proto::InodeId::ROOT;
     let new = weft_client::client::directory(0o644, 0o022, (0, 0));
     let new = weft_proto::messages::NewInode {

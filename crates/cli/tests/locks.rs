@@ -399,17 +399,9 @@ fn management_forgets_expired_sessions() {
 #[test]
 fn a_busy_program_keeps_its_session() {
     let cluster = cluster(ClusterSpec::default());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
-    config.auth_key_file = Some(cluster.key_file());
-    config.heartbeat_interval = std::time::Duration::from_millis(300);
-    let client = runtime
-        .block_on(weft_client::Client::connect(&config))
-        .expect("client");
+    let (runtime, client) = common::native_client(&cluster, |config| {
+        config.heartbeat_interval = std::time::Duration::from_millis(300);
+    });
     let session = client.id();
     runtime.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();

@@ -425,3 +425,23 @@ pub fn member_options(cluster: &LocalCluster) -> weft_net::RpcClientOptions {
         ..weft_net::RpcClientOptions::default()
     }
 }
+
+/// A two-thread runtime, and a native client of `cluster` on it with the cluster key and the
+/// config as `configure` leaves it.
+pub fn native_client(
+    cluster: &LocalCluster,
+    configure: impl FnOnce(&mut weft_client::ClientConfig),
+) -> (tokio::runtime::Runtime, std::sync::Arc<weft_client::Client>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.auth_key_file = Some(cluster.key_file());
+    configure(&mut config);
+    let client = runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("a native client");
+    (runtime, client)
+}
