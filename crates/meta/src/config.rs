@@ -18,6 +18,10 @@ pub enum TargetChooser {
     Randomized,
     /// Consecutive targets, rotating the start per file.
     Roundrobin,
+    /// A random set of targets per file, each drawn with a weight of its free bytes: emptier
+    /// targets get more of the new files, so targets filled unevenly (or added later) level
+    /// out. For metadata servers, as `randomized`.
+    Balanced,
 }
 
 weft_net::service_config! {
