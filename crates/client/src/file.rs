@@ -245,22 +245,24 @@ impl OpenFiles {
         shared
     }
 
-    /// One handle of `inode` closed; after the last, the file is forgotten here. Returns
-    /// whether that was the last.
-    fn closed(&self, inode: InodeId) -> bool {
+    /// One handle of the file `shared` closed; after the last, the file is forgotten here
+    /// and `last` runs, under the table's lock: no open of the file can come between (its
+    /// writes would otherwise be forgotten with the closed ones).
+    fn closed(&self, shared: &Arc<Shared>, last: impl FnOnce()) {
         let mut inodes = self.inodes();
-        let Some(shared) = inodes.get(&inode) else {
-            return false;
-        };
-        let last = {
-            let mut known = shared.known();
-            known.opens = known.opens.saturating_sub(1);
-            known.opens == 0
-        };
-        if last {
-            inodes.remove(&inode);
+        let mut known = shared.known();
+        known.opens = known.opens.saturating_sub(1);
+        if known.opens > 0 {
+            return;
         }
-        last
+        drop(known);
+        if inodes
+            .get(&shared.inode)
+            .is_some_and(|listed| Arc::ptr_eq(listed, shared))
+        {
+            inodes.remove(&shared.inode);
+        }
+        last();
     }
 
     /// The attributes as this client knows them: the server's, with this client's
@@ -653,10 +655,11 @@ impl OpenFile {
             return;
         }
         let inode = self.shared.inode;
-        if self.client.files.closed(inode) {
-            // A sync needs an open file: what was not synced is not checked.
-            self.client.data.forget_unsynced(inode);
-        }
+        // A sync needs an open file: what was not synced is not checked.
+        let data = &self.client.data;
+        self.client
+            .files
+            .closed(&self.shared, || data.forget_unsynced(inode));
         if tokio::runtime::Handle::try_current().is_ok() {
             self.client.release_soon(inode, self.handle);
         } else {
