@@ -521,14 +521,18 @@ impl weft_net::Handler for Server {
             Request::Meta(route, request, _) => match self.admit(route) {
                 Ok(meta) => match meta.serve(request, checks).await {
                     // A change whose commit failed because its mirror group made another
-                    // member primary meanwhile was never acknowledged: the client asks the new
-                    // primary (a retry of one that did reach it is answered from its stored
-                    // reply).
+                    // member primary meanwhile, or because this server's lease ran out before
+                    // the change reached the members, was never acknowledged: the client asks
+                    // again, at the group's primary once it has one (a retry of one that did
+                    // reach the file is answered from its stored reply).
                     Err(error)
-                        if error.code == ErrorCode::Io && self.home_moved(route.home, &meta) =>
+                        if error.code == ErrorCode::Io
+                            && (self.home_moved(route.home, &meta)
+                                || self.admit(route).is_err()) =>
                     {
                         Err(stale(format!(
-                            "metadata home {} moved to another server during the change: {}",
+                            "metadata home {} could not finish the change here (its group moved \
+                             on, or this server's lease ran out): {}",
                             route.home, error.message
                         )))
                     }
