@@ -9,7 +9,7 @@ use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
 use weft_proto::access::Capability;
 use weft_proto::ids::{ClientId, InodeId, NodeId};
-use weft_proto::layout::{Slot, StripePattern};
+use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, ChangeTag, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
     RenameFlags, SizeReport, XattrSetMode,
@@ -599,20 +599,6 @@ impl Client {
             },
             pending,
         )
-    }
-
-    /// Runs `call` on the storage server of `slot` (a target, or a mirror group's primary)
-    /// under the client's retry policy: a request of a tool that speaks to storage servers
-    /// itself, such as the network benchmark.
-    ///
-    /// # Errors
-    /// What the last try gave.
-    pub async fn call_storage<T, F, Fut>(&self, slot: Slot, call: F) -> Result<T, ClientError>
-    where
-        F: Fn(Arc<weft_net::StorageClient>, weft_proto::messages::Route) -> Fut,
-        Fut: std::future::Future<Output = Result<T, RpcError>>,
-    {
-        Ok(self.cluster.call_storage(slot, &self.retry, call).await?)
     }
 
     /// Runs a metadata call on the home of `inode` under the retry policy.
