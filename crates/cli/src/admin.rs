@@ -40,6 +40,9 @@ pub enum EntryCommand {
         /// subdirectories; 0 or 1: not spread).
         #[arg(long)]
         spread: Option<u16>,
+        /// The storage pool (name or id) new files go to (`weft pool list`).
+        #[arg(long)]
+        pool: Option<String>,
         /// A directory inside a Weft mount.
         path: PathBuf,
         #[command(flatten)]
@@ -370,22 +373,28 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
             format_size(u64::from(pattern.chunk_size_bytes))
         ));
         match &attr.layout {
-            Some(layout) => out.push_str(&format!(
-                "+ Number of storage targets: desired: {}; actual: {}\n",
-                pattern.num_targets,
-                layout.width()
-            )),
+            Some(layout) => {
+                out.push_str(&format!(
+                    "+ Number of storage targets: desired: {}; actual: {}\n",
+                    pattern.num_targets,
+                    layout.width()
+                ));
+                if layout.width() < usize::from(pattern.num_targets) {
+                    out.push_str(&format!(
+                        "+ Fewer than desired: its pool had {} reachable when the file was made\n",
+                        layout.width()
+                    ));
+                }
+            }
             None => out.push_str(&format!(
                 "+ Number of storage targets: desired: {}\n",
                 pattern.num_targets
             )),
         }
-        let pool = if pattern.pool == weft_proto::StoragePoolId::DEFAULT {
-            "Default"
-        } else {
-            ""
-        };
-        out.push_str(&format!("+ Storage Pool: {} ({pool})\n", pattern.pool));
+        out.push_str(&format!(
+            "+ Storage Pool: {}\n",
+            crate::pool::pool_label(map, pattern.pool)
+        ));
         if let Some(layout) = &attr.layout {
             let target_name = |target: TargetId| {
                 let node = map
@@ -460,6 +469,7 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                 num_targets,
                 pattern,
                 spread,
+                pool,
                 path,
                 locator,
             } => {
@@ -467,8 +477,9 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                     && num_targets.is_none()
                     && spread.is_none()
                     && pattern.is_none()
+                    && pool.is_none()
                 {
-                    bail!("nothing to change: give --chunk-size, --num-targets, --pattern and/or --spread");
+                    bail!("nothing to change: give --chunk-size, --num-targets, --pattern, --pool and/or --spread");
                 }
                 let mgmt = locate(&locator, Some(&path))?;
                 let inode = inode_of(&path)?;
@@ -509,7 +520,11 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                         }
                     }
                 }
-                let mut new_pattern = StripePattern::raid0(chunk, targets, current.pool)?;
+                let pool = match pool {
+                    Some(name) => crate::pool::pool_named(&*client.cluster_map().await?, &name)?.id,
+                    None => current.pool,
+                };
+                let mut new_pattern = StripePattern::raid0(chunk, targets, pool)?;
                 let mirrored = match pattern {
                     Some(PatternArg::Mirrored) => true,
                     Some(PatternArg::Raid0) => false,

@@ -12,6 +12,7 @@ mod admin;
 mod bench;
 mod clients;
 mod mirror;
+mod pool;
 mod serve;
 mod signals;
 mod stats;
@@ -58,6 +59,12 @@ enum Command {
     Target {
         #[command(subcommand)]
         command: admin::TargetCommand,
+    },
+    /// Storage pools: which targets new files of a directory land on, and their capacity
+    /// limits.
+    Pool {
+        #[command(subcommand)]
+        command: pool::PoolCommand,
     },
     /// Space and inodes per storage target and metadata target.
     Df(admin::ClusterArgs),
@@ -238,6 +245,7 @@ fn run(command: Command) -> Result<()> {
         Command::Mkdir(args) => admin::mkdir(args),
         Command::Node { command } => admin::node(command),
         Command::Target { command } => admin::target(command),
+        Command::Pool { command } => pool::pool(command),
         Command::Df(args) => admin::df(args),
         Command::Cluster { command } => stats::cluster(command),
         Command::Mirror { command } => mirror::mirror(command),

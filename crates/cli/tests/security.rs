@@ -1010,12 +1010,10 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
 
 // Goal: a file a client opened before its rule made the servers decide its access (root
 // squash set while the file was open) stays readable: the first read the storage servers
-// refuse for want of a capability opens the file again for one, and is asked again. And a
-// squashed client of the older protocol version, which could show no capability, is
-// refused outright. Method: a cluster of real processes, a native client with a client key
-// holding a file open across `weft client set --root-squash`, raw reads without a
-// capability to see the storage servers apply the rule, and RPC clients of the older
-// version.
+// refuse for want of a capability opens the file again for one, and is asked again.
+// Method: a cluster of real processes, a native client with a client key holding a file open
+// across `weft client set --root-squash`, and raw reads without a capability to see the
+// storage servers apply the rule.
 #[test]
 fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
     use weft_proto::access;
@@ -1068,29 +1066,13 @@ fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
         b"for everyone"
     );
 
-    let older = weft_net::RpcClientOptions {
-        protocol_max: weft_proto::codec::PROTOCOL_VERSION_MIN,
-        ..as_late
-    };
-    let view = weft_net::ClusterView::new(cluster.mgmt(), older);
-    runtime
-        .block_on(view.refresh())
-        .expect("the map, in the older version");
-    let refused = runtime
-        .block_on(async {
-            let meta = view.meta(attr.inode.home()).await?;
-            meta.get_attr(attr.inode).await
-        })
-        .expect_err("a squashed client of the older version is refused");
-    assert_eq!(refused.code(), ErrorCode::VersionMismatch, "{refused}");
-    assert!(refused.to_string().contains("upgrade it"), "{refused}");
     drop(native);
 }
 
 // Goal: rolling upgrades: servers of this version serve a peer of the previous protocol
 // version, which neither sends nor understands what the newer one added: it registers a
 // session, reads the map, creates and opens a file, writes and reads its data, in frames of
-// the older version; what it cannot say (a client rule's subtree) is refused on the older
+// the older version; what it cannot say (a storage pool request) is refused on the older
 // peer's side with the reason, not sent garbled or dropped. Method: a cluster of real
 // processes, and RPC clients that offer only the older protocol version in their handshake.
 #[test]
@@ -1166,25 +1148,16 @@ fn a_peer_one_protocol_version_older_is_served() {
 
         let refused = view
             .mgmt()
-            .set_client_rule(weft_proto::access::ClientRule {
-                name: "x".into(),
-                subtree: Some(weft_proto::access::Subtree {
-                    inode: InodeId::ROOT,
-                    path: "/".into(),
-                }),
-                ..Default::default()
-            })
+            .create_pool("fast")
             .await
-            .expect_err("the older version has no subtree rules");
+            .expect_err("the older version has no storage pool requests");
         assert_eq!(
             refused.code(),
             weft_proto::ErrorCode::VersionMismatch,
             "{refused}"
         );
         assert!(
-            refused
-                .to_string()
-                .contains("a field of protocol version 3 is set"),
+            refused.to_string().contains("needs protocol version 4"),
             "{refused}"
         );
     });

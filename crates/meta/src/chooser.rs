@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::{PatternKind, Slot, StripePattern};
 use weft_proto::messages::{ClusterMap, MirrorKind, Reachability, TargetInfo};
-
-/// Bytes below which a target counts as full and new files avoid it.
-const TARGET_FREE_BYTES_MIN: u64 = 16 * 1024 * 1024;
+use weft_proto::pools::CapacityClass;
 
 pub(crate) struct Chooser {
     kind: TargetChooser,
@@ -55,16 +53,19 @@ impl Chooser {
         homes
     }
 
-    /// Up to `pattern.num_targets` distinct slots of the pattern's pool, reachable ones first
-    /// and full ones last; empty when the pool has none at all. A slot is a target, or for a
-    /// mirrored pattern a storage mirror group, judged by its primary.
+    /// Up to `pattern.num_targets` distinct slots of the pattern's pool, reachable ones only,
+    /// from the pool's normal targets first, then its low ones, then those in emergency
+    /// (capacity classes by the pool's limits, `weft_proto::pools`); empty when the pool has
+    /// none reachable. A slot is a target, or for a mirrored pattern a storage mirror group,
+    /// reachable by its primary and as full as its fullest member.
     pub fn choose(&self, map: &ClusterMap, pattern: &StripePattern) -> Vec<Slot> {
-        // Each candidate with what it is judged by: a target's own state, a group's primary's.
-        let slots: Vec<(Slot, &TargetInfo)> = match pattern.kind {
+        // Each candidate with its class and what it is otherwise judged by: a target's own
+        // state, a group's primary's.
+        let slots: Vec<(Slot, &TargetInfo, CapacityClass)> = match pattern.kind {
             PatternKind::Raid0 => map
                 .targets
                 .iter()
-                .map(|target| (Slot::Target(target.id), target))
+                .map(|target| (Slot::Target(target.id), target, map.capacity_class(target)))
                 .collect(),
             PatternKind::Mirrored => map
                 .mirror_groups
@@ -72,22 +73,48 @@ impl Chooser {
                 .filter(|group| group.kind == MirrorKind::Storage)
                 .filter_map(|group| {
                     let primary = map.target(TargetId::from(group.primary))?;
-                    Some((Slot::Group(group.id), primary))
+                    let fullest = group
+                        .members
+                        .iter()
+                        .filter_map(|m| map.target(TargetId::from(m.id)))
+                        .map(|member| map.capacity_class(member))
+                        .max()
+                        .unwrap_or(CapacityClass::Normal);
+                    Some((Slot::Group(group.id), primary, fullest))
                 })
                 .collect(),
         };
         let mut candidates: Vec<_> = slots
             .into_iter()
-            .filter(|(_, t)| t.pool == pattern.pool && t.reachability != Reachability::Offline)
+            .filter(|(_, t, _)| t.pool == pattern.pool && t.reachability != Reachability::Offline)
             .collect();
-        candidates.sort_by_key(|(slot, _)| *slot);
-        let (roomy, full): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|(_, t)| {
-            t.usage.total_bytes == 0 || t.usage.free_bytes >= TARGET_FREE_BYTES_MIN
-        });
-        let mut ordered: Vec<Slot> = roomy.iter().map(|(slot, _)| *slot).collect();
+        candidates.sort_by_key(|(slot, _, _)| *slot);
+        let mut ordered = Vec::with_capacity(candidates.len());
+        for class in [
+            CapacityClass::Normal,
+            CapacityClass::Low,
+            CapacityClass::Emergency,
+        ] {
+            let of_class: Vec<(Slot, &TargetInfo)> = candidates
+                .iter()
+                .filter(|(_, _, c)| *c == class)
+                .map(|(slot, target, _)| (*slot, *target))
+                .collect();
+            ordered.extend(self.in_policy_order(&of_class));
+            if ordered.len() >= usize::from(pattern.num_targets) {
+                break;
+            }
+        }
+        ordered.truncate(usize::from(pattern.num_targets));
+        ordered
+    }
+
+    /// Slots of one class in the order the policy takes them.
+    fn in_policy_order(&self, slots: &[(Slot, &TargetInfo)]) -> Vec<Slot> {
+        let mut ordered: Vec<Slot> = slots.iter().map(|(slot, _)| *slot).collect();
         match self.kind {
             TargetChooser::Randomized => ordered.shuffle(&mut rand::thread_rng()),
-            TargetChooser::Balanced => ordered = by_free_space(&roomy),
+            TargetChooser::Balanced => ordered = by_free_space(slots),
             TargetChooser::Roundrobin => {
                 if !ordered.is_empty() {
                     let start = self.next.fetch_add(1, Ordering::Relaxed) % ordered.len();
@@ -95,9 +122,6 @@ impl Chooser {
                 }
             }
         }
-        ordered.extend(full.iter().map(|(slot, _)| *slot));
-        ordered.truncate(usize::from(pattern.num_targets));
-        debug_assert!(ordered.len() <= usize::from(pattern.num_targets));
         ordered
     }
 }
@@ -159,10 +183,7 @@ mod tests {
         let map = ClusterMap {
             nodes: Vec::new(),
             targets: vec![target(1, 90), target(2, 30), target(3, 10), target(4, 10)],
-            live_sessions: Vec::new(),
-            mirror_groups: Vec::new(),
-            clients: Vec::new(),
-            session_owners: Vec::new(),
+            ..ClusterMap::default()
         };
         let pattern = StripePattern::raid0(1 << 20, 1, StoragePoolId::DEFAULT).expect("pattern");
         let count = |kind: TargetChooser| {
@@ -192,5 +213,51 @@ mod tests {
         );
         let even = count(TargetChooser::Randomized);
         assert!(even.iter().all(|&n| (700..1_300).contains(&n)), "{even:?}");
+    }
+
+    // Goal: new files avoid a pool's low targets while it has normal ones, and its targets in
+    // emergency while it has anything else, whatever the policy; a file wider than the
+    // normal targets takes the low ones next. Method: the chooser the metadata server runs,
+    // over a pool whose limits make targets 1 and 2 normal, 3 low and 4 in emergency.
+    #[test]
+    fn new_files_avoid_low_and_emergency_targets() {
+        let mut pool = weft_proto::pools::PoolInfo::default_pool();
+        pool.low.free_bytes = 20 << 30;
+        pool.emergency.free_bytes = 5 << 30;
+        let map = ClusterMap {
+            targets: vec![target(1, 90), target(2, 30), target(3, 10), target(4, 1)],
+            pools: vec![pool],
+            ..ClusterMap::default()
+        };
+        for kind in [
+            TargetChooser::Randomized,
+            TargetChooser::Balanced,
+            TargetChooser::Roundrobin,
+        ] {
+            let chooser = Chooser::new(kind);
+            for width in 1..=4u64 {
+                let pattern =
+                    StripePattern::raid0(1 << 20, width, StoragePoolId::DEFAULT).expect("pattern");
+                for _ in 0..50 {
+                    let mut chosen: Vec<u32> = chooser
+                        .choose(&map, &pattern)
+                        .iter()
+                        .map(|slot| match slot {
+                            Slot::Target(TargetId(id)) => *id,
+                            Slot::Group(_) => panic!("a raid0 file has targets"),
+                        })
+                        .collect();
+                    chosen.sort_unstable();
+                    let expected: Vec<u32> = match width {
+                        1 => vec![chosen[0]],
+                        2 => vec![1, 2],
+                        3 => vec![1, 2, 3],
+                        _ => vec![1, 2, 3, 4],
+                    };
+                    assert_eq!(chosen, expected, "{width} targets by {kind:?}");
+                    assert!(chosen[0] <= 2, "{width} targets by {kind:?}: {chosen:?}");
+                }
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! - `service`: the request handler and the in-memory heartbeat view.
 //! - `mirrors`: mirror groups: versions, primaries, member states and leases, driven by the
 //!   storage servers' heartbeats, committed before they are published.
+//! - `pools`: storage pools: created, removed, targets moved between them, capacity limits.
 //! - `monitor`: samples every server's load, keeps recent throughput, turns state changes
 //!   into events; the cluster view (`/api/cluster`, `weft cluster`) comes from it.
 //!
@@ -17,6 +18,7 @@
 pub mod config;
 mod mirrors;
 mod monitor;
+mod pools;
 mod service;
 mod store;
 
@@ -28,6 +30,7 @@ pub mod fuzzing {
     pub fn decode_stored_records(bytes: &[u8]) {
         let _ = postcard::from_bytes::<crate::store::NodeRecord>(bytes);
         let _ = postcard::from_bytes::<crate::store::TargetRecord>(bytes);
+        let _ = postcard::from_bytes::<crate::store::PoolRecord>(bytes);
         let _ = postcard::from_bytes::<weft_proto::access::ClientRule>(bytes);
         let _ = postcard::from_bytes::<weft_mirror::ControllerDurable>(bytes);
     }

@@ -2,6 +2,7 @@
 
 use crate::mirrors::{nodes_of_targets, Mirrors};
 use crate::monitor::Monitor;
+use crate::pools;
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use tokio::net::TcpListener;
 use weft_net::mirror::published;
 use weft_observe::HttpReply;
 use weft_proto::error::WireError;
-use weft_proto::ids::{ClientId, GroupId, MemberId, NodeId, TargetId};
+use weft_proto::ids::{ClientId, GroupId, MemberId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{
     ClusterMap, MgmtRequest, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind, Reachability, Reply,
     Request, Response, ResyncProgress, SpaceUsage, MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
@@ -387,6 +388,13 @@ fn pair_across_nodes(candidates: &[(MemberId, NodeId)]) -> Vec<Vec<(MemberId, No
     }
 }
 
+fn refused(refused: pools::Refused) -> WireError {
+    match refused {
+        pools::Refused::Wire(error) => error,
+        pools::Refused::Store(error) => internal(error),
+    }
+}
+
 fn internal(error: MgmtError) -> WireError {
     tracing::error!(%error, "management store failed");
     WireError::new(ErrorCode::Internal, error.to_string())
@@ -665,10 +673,29 @@ impl Mgmt {
             MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
                 self.cluster_status().map_err(internal)?,
             )),
+            MgmtRequest::CreatePool { name } => {
+                self.pool_change(|| pools::create(&self.store, &name))
+            }
+            MgmtRequest::RemovePool { pool } => {
+                self.pool_change(|| pools::remove(&self.store, pool))
+            }
+            MgmtRequest::MovePoolTargets { targets, from, to } => self.pool_change(|| {
+                // Mirror groups are not created while their members move.
+                let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
+                pools::move_targets(&self.store, &self.mirrors, &targets, from, to)
+            }),
+            MgmtRequest::SetPoolLimits {
+                pool,
+                low,
+                emergency,
+            } => self.pool_change(|| pools::set_limits(&self.store, pool, low, emergency)),
             MgmtRequest::CreateMirrorGroup { kind, members } => {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
                 let group = check_mirror_group(kind, &members, &candidates)?;
+                if kind == MirrorKind::Storage {
+                    pools::check_group_pool(&self.store, &members).map_err(refused)?;
+                }
                 self.check_meta_copies(kind, std::slice::from_ref(&group))?;
                 let created = self.create_groups(kind, &[group]).map_err(internal)?;
                 for group in &created {
@@ -679,7 +706,32 @@ impl Mgmt {
             MgmtRequest::AutoCreateMirrorGroups { kind } => {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
-                let groups = pair_across_nodes(&candidates);
+                // Storage targets pair within their pool: a group belongs to one.
+                let pool_of: HashMap<MemberId, StoragePoolId> = match kind {
+                    MirrorKind::Storage => self
+                        .store
+                        .targets()
+                        .map_err(internal)?
+                        .into_iter()
+                        .map(|(target, record)| (MemberId::from(target), record.pool))
+                        .collect(),
+                    MirrorKind::Meta => HashMap::new(),
+                };
+                let mut by_pool: std::collections::BTreeMap<
+                    StoragePoolId,
+                    Vec<(MemberId, NodeId)>,
+                > = Default::default();
+                for candidate in candidates {
+                    let pool = pool_of
+                        .get(&candidate.0)
+                        .copied()
+                        .unwrap_or(StoragePoolId::DEFAULT);
+                    by_pool.entry(pool).or_default().push(candidate);
+                }
+                let groups: Vec<_> = by_pool
+                    .values()
+                    .flat_map(|candidates| pair_across_nodes(candidates))
+                    .collect();
                 self.check_meta_copies(kind, &groups)?;
                 let created = self.create_groups(kind, &groups).map_err(internal)?;
                 for group in &created {
@@ -688,6 +740,17 @@ impl Mgmt {
                 Ok(Response::MirrorGroups(created))
             }
         }
+    }
+
+    /// Makes a pool change, notes it in the event log and answers it.
+    fn pool_change(
+        &self,
+        change: impl FnOnce() -> Result<pools::Changed, pools::Refused>,
+    ) -> Reply {
+        let changed = change().map_err(refused)?;
+        tracing::info!(event = %changed.event, "storage pools changed");
+        self.monitor.event(false, changed.event);
+        Ok(changed.response)
     }
 
     /// Whether `client`'s session is live: heard within the session timeout (after a restart,
@@ -832,6 +895,7 @@ impl Mgmt {
         let mut map = ClusterMap {
             mirror_groups,
             clients: self.store.client_rules()?,
+            pools: self.store.pools()?,
             ..ClusterMap::default()
         };
         for (kind, id, record) in nodes {

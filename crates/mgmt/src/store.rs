@@ -10,6 +10,7 @@ use weft_mirror::ControllerDurable;
 use weft_proto::access::{ClientRule, Subtree};
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{MirrorKind, NodeKind};
+use weft_proto::pools::{CapacityLimits, PoolInfo};
 
 /// (kind, node id) → postcard [`NodeRecord`].
 const NODES: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("nodes");
@@ -31,6 +32,17 @@ const CLIENT_RULES: TableDefinition<&str, &[u8]> = TableDefinition::new("client_
 /// client name → (directory inode, its path when the rule was set): the subtree a client is
 /// confined to ([`ClientRule::subtree`]), for the clients that have one.
 const CLIENT_SUBTREES: TableDefinition<&str, (u64, &str)> = TableDefinition::new("client_subtrees");
+/// pool id → postcard [`PoolRecord`]: the storage pools but for the default pool while its
+/// limits are its defaults.
+const POOLS: TableDefinition<u16, &[u8]> = TableDefinition::new("pools");
+
+/// A storage pool as stored: its [`PoolInfo`] but for the id, which is the key.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PoolRecord {
+    pub name: String,
+    pub low: CapacityLimits,
+    pub emergency: CapacityLimits,
+}
 
 /// A [`ClientRule`] as stored, but for its subtree (in [`CLIENT_SUBTREES`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -98,6 +110,7 @@ impl MgmtStore {
             txn.open_table(CLIENT_RULES).map_err(store_error)?;
             txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
             txn.open_table(SESSION_OWNERS).map_err(store_error)?;
+            txn.open_table(POOLS).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -385,6 +398,101 @@ impl MgmtStore {
         Ok(rules)
     }
 
+    /// Every storage pool, the default one included, by id.
+    pub fn pools(&self) -> Result<Vec<PoolInfo>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let table = txn.open_table(POOLS).map_err(store_error)?;
+        let mut pools = Vec::new();
+        for entry in table.iter().map_err(store_error)? {
+            let (id, value) = entry.map_err(store_error)?;
+            let record: PoolRecord = postcard::from_bytes(value.value()).map_err(store_error)?;
+            pools.push(PoolInfo {
+                id: StoragePoolId(id.value()),
+                name: record.name,
+                low: record.low,
+                emergency: record.emergency,
+            });
+        }
+        if !pools.iter().any(|pool| pool.id == StoragePoolId::DEFAULT) {
+            pools.insert(0, PoolInfo::default_pool());
+        }
+        Ok(pools)
+    }
+
+    /// Creates a pool called `name` with the default limits; `None` when one has that name.
+    pub fn create_pool(&self, name: &str) -> Result<Option<PoolInfo>, MgmtError> {
+        let pools = self.pools()?;
+        if pools.iter().any(|pool| pool.name == name) {
+            return Ok(None);
+        }
+        let txn = self.db.begin_write().map_err(store_error)?;
+        let pool = {
+            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+            let last = counters
+                .get("pool")
+                .map_err(store_error)?
+                .map(|v| v.value())
+                .unwrap_or(u64::from(StoragePoolId::DEFAULT.0))
+                .max(u64::from(StoragePoolId::DEFAULT.0));
+            let id = u16::try_from(last + 1)
+                .map_err(|_| MgmtError::Store("no pool id is left".into()))?;
+            counters.insert("pool", last + 1).map_err(store_error)?;
+            let pool = PoolInfo::new(StoragePoolId(id), name.to_string());
+            save_pool(&txn, &pool)?;
+            pool
+        };
+        txn.commit().map_err(store_error)?;
+        Ok(Some(pool))
+    }
+
+    /// Commits `pool`'s name and limits.
+    pub fn save_pool(&self, pool: &PoolInfo) -> Result<(), MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        save_pool(&txn, pool)?;
+        txn.commit().map_err(store_error)
+    }
+
+    /// Removes pool `id`; whether it was there. The caller checks it holds no target.
+    pub fn remove_pool(&self, id: StoragePoolId) -> Result<bool, MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        let removed = txn
+            .open_table(POOLS)
+            .map_err(store_error)?
+            .remove(id.0)
+            .map_err(store_error)?
+            .is_some();
+        txn.commit().map_err(store_error)?;
+        Ok(removed)
+    }
+
+    /// Puts `targets` into pool `to`, in one transaction.
+    pub fn set_targets_pool(
+        &self,
+        targets: &[TargetId],
+        to: StoragePoolId,
+    ) -> Result<(), MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            let mut table = txn.open_table(TARGETS).map_err(store_error)?;
+            for target in targets {
+                let Some(bytes) = table.get(target.0).map_err(store_error)? else {
+                    return Err(MgmtError::Store(format!(
+                        "target {target} is not registered"
+                    )));
+                };
+                let mut record: TargetRecord =
+                    postcard::from_bytes(bytes.value()).map_err(store_error)?;
+                drop(bytes);
+                record.pool = to;
+                let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
+                table
+                    .insert(target.0, bytes.as_slice())
+                    .map_err(store_error)?;
+            }
+        }
+        txn.commit().map_err(store_error)
+    }
+
     pub fn targets(&self) -> Result<Vec<(TargetId, TargetRecord)>, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let targets = txn.open_table(TARGETS).map_err(store_error)?;
@@ -396,6 +504,20 @@ impl MgmtStore {
         }
         Ok(out)
     }
+}
+
+fn save_pool(txn: &redb::WriteTransaction, pool: &PoolInfo) -> Result<(), MgmtError> {
+    let record = PoolRecord {
+        name: pool.name.clone(),
+        low: pool.low,
+        emergency: pool.emergency,
+    };
+    let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
+    txn.open_table(POOLS)
+        .map_err(store_error)?
+        .insert(pool.id.0, bytes.as_slice())
+        .map_err(store_error)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -433,6 +555,18 @@ mod tests {
             revoked: true,
         };
         assert_eq!(hex(&rule), "066e6f64653137010001");
+        let pool = PoolRecord {
+            name: "fast".into(),
+            low: CapacityLimits {
+                free_bytes: 1024,
+                free_inodes: 5,
+            },
+            emergency: CapacityLimits {
+                free_bytes: 2,
+                free_inodes: 1,
+            },
+        };
+        assert_eq!(hex(&pool), "04666173748008050201");
         let mut state = ControllerDurable::default();
         state.map.groups.insert(
             GroupId(3),

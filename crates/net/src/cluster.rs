@@ -130,18 +130,6 @@ impl ClusterView {
         let rule = self.map().client_rule(name).cloned();
         if let Some(rule) = &rule {
             rule.admit(request)?;
-            let version = crate::server::peer_version();
-            if rule.per_file() && version < 3 {
-                // Its reads and writes could not show the capabilities the storage servers
-                // want, and the answers to its opens could not carry them.
-                return Err(WireError::new(
-                    ErrorCode::VersionMismatch,
-                    format!(
-                        "client {name} squashes root or is confined to a subtree, which needs \
-                         protocol version 3; it speaks {version}: upgrade it"
-                    ),
-                ));
-            }
         }
         self.admit_sessions(name, request).await?;
         let checks = match (rule, request) {

@@ -4,7 +4,7 @@
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
 use weft_proto::access::{Caller, Capability, ClientRule};
-use weft_proto::ids::{ClientId, InodeId, MemberId, NodeId, TargetId};
+use weft_proto::ids::{ClientId, InodeId, MemberId, NodeId, StoragePoolId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
     AttrChanges, ChangeTag, CheckProgress, CheckReport, ClusterMap, ClusterStatus, DirEntry,
@@ -13,6 +13,7 @@ use weft_proto::messages::{
     Response, ResyncProgress, Route, SizeReport, SpaceUsage, StorageRequest, TargetReport,
     XattrSetMode,
 };
+use weft_proto::pools::{CapacityLimits, PoolInfo};
 
 /// Expects one response variant, or reports the mismatch.
 macro_rules! expect_response {
@@ -234,6 +235,61 @@ impl MgmtClient {
         let name = name.to_string();
         let response = self.call(MgmtRequest::RemoveClientRule { name }).await?;
         expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Creates an empty storage pool called `name`.
+    ///
+    /// # Errors
+    /// `Exists` or `InvalidArgument` for the name, or [`RpcError`].
+    pub async fn create_pool(&self, name: &str) -> Result<PoolInfo, RpcError> {
+        let name = name.to_string();
+        let response = self.call(MgmtRequest::CreatePool { name }).await?;
+        expect_response!(self.rpc, response, Response::Pool(pool) => pool)
+    }
+
+    /// Removes an empty storage pool.
+    ///
+    /// # Errors
+    /// `NotEmpty` while it holds targets, or [`RpcError`].
+    pub async fn remove_pool(&self, pool: StoragePoolId) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::RemovePool { pool }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Moves `targets` from pool `from` to pool `to` (a mirror group's targets together).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a target not in `from` or a group split, or [`RpcError`].
+    pub async fn move_pool_targets(
+        &self,
+        targets: Vec<TargetId>,
+        from: StoragePoolId,
+        to: StoragePoolId,
+    ) -> Result<(), RpcError> {
+        let response = self
+            .call(MgmtRequest::MovePoolTargets { targets, from, to })
+            .await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Sets a pool's capacity limits.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when emergency is above low, or [`RpcError`].
+    pub async fn set_pool_limits(
+        &self,
+        pool: StoragePoolId,
+        low: CapacityLimits,
+        emergency: CapacityLimits,
+    ) -> Result<PoolInfo, RpcError> {
+        let response = self
+            .call(MgmtRequest::SetPoolLimits {
+                pool,
+                low,
+                emergency,
+            })
+            .await?;
+        expect_response!(self.rpc, response, Response::Pool(pool) => pool)
     }
 
     /// Fetches management's view of the cluster: states, space, throughput, events.

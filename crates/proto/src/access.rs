@@ -445,7 +445,11 @@ impl MgmtRequest {
             | MgmtRequest::AcquireRenameLock { .. }
             | MgmtRequest::ReleaseRenameLock { .. }
             | MgmtRequest::SetClientRule { .. }
-            | MgmtRequest::RemoveClientRule { .. } => Kind::Members,
+            | MgmtRequest::RemoveClientRule { .. }
+            | MgmtRequest::CreatePool { .. }
+            | MgmtRequest::RemovePool { .. }
+            | MgmtRequest::MovePoolTargets { .. }
+            | MgmtRequest::SetPoolLimits { .. } => Kind::Members,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`locks`] — byte-range lock arithmetic shared by servers and clients.
 //! - [`codec`] — the frame header and body encoding, with every size bounded.
 //! - [`messages`] — the typed request and response bodies of every service.
+//! - [`pools`] — storage pools and the capacity classes of their targets.
 //! - [`checksum`] — the payload checksum (CRC32C).
 //! - [`wire`] — explicit variant tags, and the version a message is encoded in.
 //!
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod layout;
 pub mod locks;
 pub mod messages;
+pub mod pools;
 pub mod wire;
 
 // The `Wire` derive names this crate by its name, from inside it too.

@@ -158,6 +158,9 @@ pub struct ClusterMap {
     /// client may act only in its own sessions. Sessions of members are not listed.
     #[serde(default, with = "crate::wire::since_2")]
     pub session_owners: Vec<(ClientId, String)>,
+    /// The storage pools but for a default pool with its default limits (`pools.rs`).
+    #[serde(default, with = "crate::wire::since_4")]
+    pub pools: Vec<crate::pools::PoolInfo>,
 }
 
 /// What a mirror group mirrors.
@@ -523,6 +526,40 @@ pub enum MgmtRequest {
     RemoveClientRule {
         /// The client's name.
         name: String,
+    },
+    /// Creates an empty storage pool (`weft pool create`); answered with it.
+    #[wire(tag = 14, since = 4)]
+    CreatePool {
+        /// Its name.
+        name: String,
+    },
+    /// Removes an empty storage pool (`weft pool remove`).
+    #[wire(tag = 15, since = 4)]
+    RemovePool {
+        /// The pool.
+        pool: StoragePoolId,
+    },
+    /// Moves storage targets from one pool to another (`weft pool add-target|remove-target`):
+    /// each must be in `from`, and a target in a storage mirror group moves with its group's
+    /// other members.
+    #[wire(tag = 16, since = 4)]
+    MovePoolTargets {
+        /// The targets.
+        targets: Vec<TargetId>,
+        /// The pool they are in.
+        from: StoragePoolId,
+        /// The pool they go to.
+        to: StoragePoolId,
+    },
+    /// Sets a pool's capacity limits (`weft pool set`).
+    #[wire(tag = 17, since = 4)]
+    SetPoolLimits {
+        /// The pool.
+        pool: StoragePoolId,
+        /// Below these a target is low.
+        low: crate::pools::CapacityLimits,
+        /// Below these a target is in emergency.
+        emergency: crate::pools::CapacityLimits,
     },
 }
 
@@ -1978,6 +2015,9 @@ pub enum Response {
         /// The grant.
         capability: Capability,
     },
+    /// A storage pool.
+    #[wire(tag = 30, since = 4)]
+    Pool(crate::pools::PoolInfo),
 }
 
 impl Request {

@@ -197,3 +197,31 @@ pub mod since_3_advisory {
         super::decode_since::<3, T, D>(deserializer)
     }
 }
+
+/// A field added in protocol version 4 that an older peer does without (the storage pools'
+/// names and limits in the cluster map: a peer of version 3 places files by pool id alone):
+/// left out of encodings for version 3, and its default when decoded from version 3.
+pub mod since_4 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes `value`, or nothing for a peer of version 3.
+    ///
+    /// # Errors
+    /// As `value`'s own encoding.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::encode_since::<4, T, S>(value, serializer)
+    }
+
+    /// Decodes the field, or gives its default for a message of version 3.
+    ///
+    /// # Errors
+    /// As `T`'s own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        super::decode_since::<4, T, D>(deserializer)
+    }
+}

@@ -195,6 +195,22 @@ fn cluster_map() -> ClusterMap {
             subtree: None,
         }],
         session_owners: vec![(ClientId(7), "node17".into())],
+        pools: vec![pool()],
+    }
+}
+
+fn pool() -> weft_proto::pools::PoolInfo {
+    weft_proto::pools::PoolInfo {
+        id: StoragePoolId(2),
+        name: "fast".into(),
+        low: weft_proto::pools::CapacityLimits {
+            free_bytes: 1 << 30,
+            free_inodes: 1000,
+        },
+        emergency: weft_proto::pools::CapacityLimits {
+            free_bytes: 1 << 20,
+            free_inodes: 10,
+        },
     }
 }
 
@@ -297,6 +313,22 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
         },
         MgmtRequest::RemoveClientRule {
             name: "node17".into(),
+        },
+        MgmtRequest::CreatePool {
+            name: "fast".into(),
+        },
+        MgmtRequest::RemovePool {
+            pool: StoragePoolId(2),
+        },
+        MgmtRequest::MovePoolTargets {
+            targets: vec![TargetId(3), TargetId(4)],
+            from: StoragePoolId(1),
+            to: StoragePoolId(2),
+        },
+        MgmtRequest::SetPoolLimits {
+            pool: StoragePoolId(2),
+            low: pool().low,
+            emergency: pool().emergency,
         },
     ]
 }
@@ -790,6 +822,7 @@ fn responses() -> Vec<Response> {
             attr: attr(),
             capability: capability(),
         },
+        Response::Pool(pool()),
     ]
 }
 
@@ -886,7 +919,7 @@ fn encodings() -> String {
         );
     }
     // What a peer of the older version sends and is sent: the same messages without what
-    // version 3 added.
+    // version 4 added.
     let older = PROTOCOL_VERSION_MIN;
     for request in requests() {
         let name = format!("Request::{}", request.op_name());
@@ -996,51 +1029,53 @@ fn messages_keep_their_bytes() {
 }
 
 // Goal: a message of the older version decodes into this version's type, with what version
-// 3 added at its default, and what the older version cannot say is refused for it, not
-// dropped: a client rule's subtree.
+// 4 added at its default, and what the older version cannot say is refused for it, not
+// dropped: the storage pool requests.
 #[test]
 fn the_older_version_decodes_and_is_spoken() {
     let older = PROTOCOL_VERSION_MIN;
     let map: Reply = Ok(Response::ClusterMap(cluster_map()));
-    let bytes = encode_body_in(older, &map).expect("encodes for version 2");
+    let bytes = encode_body_in(older, &map).expect("encodes for version 3");
     let Ok(Ok(Response::ClusterMap(decoded))) =
         weft_proto::codec::decode_body_in::<Reply>(older, &bytes)
     else {
         panic!("a map")
     };
-    assert_eq!(decoded, cluster_map());
+    assert_eq!(
+        decoded,
+        ClusterMap {
+            pools: Vec::new(),
+            ..cluster_map()
+        },
+        "a peer of version 3 gets the map without the pools' names and limits"
+    );
+    let version_4 = mgmt_requests()
+        .into_iter()
+        .filter(|request| {
+            matches!(
+                request,
+                MgmtRequest::CreatePool { .. }
+                    | MgmtRequest::RemovePool { .. }
+                    | MgmtRequest::MovePoolTargets { .. }
+                    | MgmtRequest::SetPoolLimits { .. }
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(version_4.len(), 4);
+    for request in &version_4 {
+        assert!(
+            encode_body_in(older, request)
+                .is_err_and(|error| error.contains("needs protocol version 4")),
+            "{request:?} is not sent to a peer of version 3"
+        );
+    }
+    let pool: Reply = Ok(Response::Pool(pool()));
+    assert!(
+        encode_body_in(older, &pool).is_err_and(|error| error.contains("needs protocol version 4"))
+    );
+    // What version 3 added is spoken with it.
     let confining = &mgmt_requests()[12];
-    let MgmtRequest::SetClientRule { rule } = confining else {
-        panic!("{confining:?}")
-    };
-    assert!(rule.subtree.is_some());
-    let refused = encode_body_in(older, confining);
-    assert!(
-        refused.is_err_and(|error| error.contains("a field of protocol version 3 is set")),
-        "a subtree is not dropped on its way to a peer of version 2"
-    );
-    let opened: Reply = Ok(Response::Opened {
-        attr: attr(),
-        capability: capability(),
-    });
-    assert!(
-        encode_body_in(older, &opened)
-            .is_err_and(|error| error.contains("needs protocol version 3")),
-        "a grant is not sent to a peer of version 2"
-    );
-    // A capability is left out for a peer of version 2, which does not check it.
-    let write = Request::Storage(storage_requests()[0].clone());
-    let bytes = encode_body_in(older, &write).expect("a write with a capability encodes");
-    let Request::Storage(StorageRequest::Write { capability, .. }) =
-        weft_proto::codec::decode_body_in::<Request>(older, &bytes).expect("decodes")
-    else {
-        panic!("a write")
-    };
-    assert_eq!(capability, None);
-    let mut unconfined = rule.clone();
-    unconfined.subtree = None;
-    let request = MgmtRequest::SetClientRule { rule: unconfined };
-    let bytes = encode_body_in(older, &request).expect("a rule without a subtree encodes");
+    let bytes = encode_body_in(older, confining).expect("a subtree rule encodes for version 3");
     let decoded: MgmtRequest = weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
-    assert_eq!(decoded, request);
+    assert_eq!(&decoded, confining);
 }

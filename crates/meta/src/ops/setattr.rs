@@ -12,7 +12,7 @@ use crate::store::{
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
-use weft_proto::layout::{object_length_for_file_size, SlotSet, StripePattern};
+use weft_proto::layout::{object_length_for_file_size, PatternKind, SlotSet, StripePattern};
 use weft_proto::messages::{AttrChanges, FileKind, Response, SizeReport, TimeSet};
 use weft_proto::ErrorCode;
 
@@ -216,16 +216,38 @@ pub(crate) fn finish_truncate(
     Ok(Response::Done)
 }
 
+/// Sets a directory's stripe pattern. `slots` is how many its pool has (targets, or mirror
+/// groups for a mirrored pattern): a pattern that asks for more is refused when it changes the
+/// pool, the kind or the width (a file would get fewer than asked without a word), and kept
+/// when only its chunk size changes.
 pub(crate) fn set_pattern(
     txn: &WriteTransaction,
     dir: InodeId,
     pattern: StripePattern,
+    slots: usize,
 ) -> Result<Response, OpError> {
     pattern
         .validate()
         .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_dir(&inodes, dir)?;
+    let changes_width = record.pattern.is_none_or(|current| {
+        (current.pool, current.kind, current.num_targets)
+            != (pattern.pool, pattern.kind, pattern.num_targets)
+    });
+    if changes_width && slots < usize::from(pattern.num_targets) {
+        let what = match pattern.kind {
+            PatternKind::Raid0 => "targets",
+            PatternKind::Mirrored => "storage mirror groups",
+        };
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            format!(
+                "storage pool {} has {slots} {what}, fewer than the {} asked: ask for fewer (--num-targets) or add to the pool (weft pool add-target)",
+                pattern.pool, pattern.num_targets
+            ),
+        ));
+    }
     record.pattern = Some(pattern);
     record.ctime = now();
     store_inode(&mut inodes, dir, &record)?;

@@ -338,15 +338,20 @@ impl Meta {
                 mutation,
                 dir,
                 pattern,
-            } => {
-                let result = self
-                    .mutate(mutation, move |txn, _| set_pattern(txn, dir, pattern))
-                    .await;
-                if result.is_ok() {
-                    self.sync_shards(dir).await;
+            } => match self.pool_slots_for(&pattern).await {
+                Err(error) => Err(error),
+                Ok(slots) => {
+                    let result = self
+                        .mutate(mutation, move |txn, _| {
+                            set_pattern(txn, dir, pattern, slots)
+                        })
+                        .await;
+                    if result.is_ok() {
+                        self.sync_shards(dir).await;
+                    }
+                    result
                 }
-                result
-            }
+            },
             MetaRequest::ApplyTruncate { inode } => self
                 .apply_truncate(inode)
                 .await
@@ -377,6 +382,37 @@ impl Meta {
         result.map_err(OpError::into_wire)
     }
 
+    /// How many slots `pattern`'s pool has (targets, or storage mirror groups for a mirrored
+    /// pattern), from a map fetched again if it is short of the pattern (a pool just filled).
+    ///
+    /// # Errors
+    /// InvalidArgument when the pool does not exist.
+    async fn pool_slots_for(
+        &self,
+        pattern: &weft_proto::layout::StripePattern,
+    ) -> Result<usize, OpError> {
+        let mirrored = pattern.kind == weft_proto::layout::PatternKind::Mirrored;
+        let mut map = self.cluster.map();
+        if map.pool(pattern.pool).is_none()
+            || map.pool_slots(pattern.pool, mirrored) < usize::from(pattern.num_targets)
+        {
+            self.cluster
+                .refresh_unless_fetched_since(std::time::Instant::now())
+                .await;
+            map = self.cluster.map();
+        }
+        if map.pool(pattern.pool).is_none() {
+            return Err(OpError::rejected(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "storage pool {} does not exist (weft pool list)",
+                    pattern.pool
+                ),
+            ));
+        }
+        Ok(map.pool_slots(pattern.pool, mirrored))
+    }
+
     /// Fetches the cluster map again when it holds fewer targets (mirror groups, for a mirrored
     /// pattern) than a new file in `parent` wants: targets registered or groups made since the
     /// last heartbeat would otherwise be left out of files created right after. The fetch must have started after the request arrived
@@ -389,21 +425,9 @@ impl Meta {
             .flatten()
             .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
         let map = self.cluster.map();
-        let available = match desired.kind {
-            weft_proto::layout::PatternKind::Raid0 => map
-                .targets
-                .iter()
-                .filter(|t| t.pool == desired.pool)
-                .count(),
-            // Groups made since the map was fetched count too.
-            weft_proto::layout::PatternKind::Mirrored => map
-                .mirror_groups
-                .iter()
-                .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
-                .filter_map(|g| map.target(weft_proto::TargetId::from(g.primary)))
-                .filter(|t| t.pool == desired.pool)
-                .count(),
-        };
+        let mirrored = desired.kind == weft_proto::layout::PatternKind::Mirrored;
+        // Groups made since the map was fetched count too.
+        let available = map.pool_slots(desired.pool, mirrored);
         if available >= usize::from(desired.num_targets) {
             return;
         }
