@@ -130,3 +130,190 @@ fn row_of(list: &str, name: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// The `weft_cluster_map_epoch` a service exports.
+fn map_epoch(address: &str) -> u64 {
+    let (_, text) = weft_testkit::http_get(address, "/metrics").expect("metrics");
+    text.lines()
+        .find(|line| line.starts_with("weft_cluster_map_epoch"))
+        .and_then(|line| line.split_whitespace().last())
+        .and_then(|value| value.parse::<f64>().ok())
+        .map_or(0, |value| value as u64)
+}
+
+/// Waits until every metadata and storage server holds management's latest map.
+fn wait_for_the_map(cluster: &weft_testkit::LocalCluster) {
+    let latest = map_epoch(&cluster.address_of("mgmt").expect("mgmt"));
+    for name in cluster.service_names() {
+        let address = cluster.address_of(&name).expect("address");
+        weft_testkit::wait_until(&format!("{name} to hold map epoch {latest}"), || {
+            map_epoch(&address) >= latest
+        })
+        .expect("the map reaches every server");
+    }
+}
+
+// Goal: a change of the cluster map reaches the servers and clients that follow it as it
+// happens, not at their next fetch: a view of the map that never fetches it again learns of
+// a new pool and of new limits; every server exports the epoch of the map it holds, and
+// catches up with management's. Method: a cluster of real processes, a `ClusterView` that
+// follows management (as every server and mount does) after one fetch, `weft pool`
+// commands.
+#[test]
+fn a_map_change_reaches_its_followers_as_it_happens() {
+    let cluster = cluster(ClusterSpec::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let view = std::sync::Arc::new(weft_net::ClusterView::new(
+        cluster.mgmt(),
+        common::member_options(&cluster),
+    ));
+    let first = runtime
+        .block_on(async {
+            let map = view.refresh().await;
+            view.follow();
+            map
+        })
+        .expect("the map");
+    assert!(
+        first.epoch > 0,
+        "management of this version numbers its maps"
+    );
+    let mgmt = cluster.mgmt().to_string();
+    let (ok, _, err) = weft(&cluster, &["pool", "create", "watched", "--mgmt", &mgmt]);
+    assert!(ok, "{err}");
+    weft_testkit::wait_until("the followed view to learn of the new pool", || {
+        view.map().pools.iter().any(|pool| pool.name == "watched")
+    })
+    .expect("a new pool reaches the view");
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "pool",
+            "set",
+            "watched",
+            "--low-free",
+            "5G",
+            "--mgmt",
+            &mgmt,
+        ],
+    );
+    assert!(ok, "{err}");
+    weft_testkit::wait_until("the followed view to learn of the new limits", || {
+        view.map()
+            .pools
+            .iter()
+            .any(|pool| pool.name == "watched" && pool.low.free_bytes == 5 << 30)
+    })
+    .expect("new limits reach the view");
+    assert!(view.map().epoch > first.epoch);
+    wait_for_the_map(&cluster);
+}
+
+/// How many of `files` (in a directory of one-target files) lie on each of targets 1 to 3.
+fn files_per_target(
+    cluster: &weft_testkit::LocalCluster,
+    files: &[std::path::PathBuf],
+) -> [usize; 3] {
+    let mut counts = [0; 3];
+    for file in files {
+        let (targets, info) = targets_of(cluster, file);
+        match targets[..] {
+            [target @ 1..=3] => counts[target as usize - 1] += 1,
+            _ => panic!("one target of 1 to 3: {info}"),
+        }
+    }
+    counts
+}
+
+// Goal: targets filled unevenly level out: new files avoid a target below its pool's low
+// limit while others are normal, and with the balanced chooser the fuller of normal targets
+// gets fewer new files than the emptier ones, but some. Method: three storage servers of one
+// 64 MiB target each; 40 MiB written onto target 1 alone (through a pool of its own, then
+// given back to the default pool); the default pool's low limit set above and then below
+// target 1's free space; 90 new one-target files each time, their targets read back.
+#[test]
+fn new_files_go_to_the_emptier_targets() {
+    let mut cluster = cluster(ClusterSpec {
+        storage: 3,
+        targets_per_storage: 1,
+        target_capacity_bytes: Some(64 << 20),
+        meta_settings: vec!["target_chooser=\"balanced\"".into()],
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let mgmt = cluster.mgmt().to_string();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--mgmt", mgmt.as_str()]);
+        let (ok, out, err) = weft(&cluster, &all);
+        assert!(ok, "weft {args:?}: {err}");
+        out
+    };
+    run(&["pool", "create", "fill", "--targets", "1"]);
+    make_dir_with_pattern(
+        &cluster,
+        &mnt.join("fill"),
+        &["--pool", "fill", "--num-targets", "1"],
+    );
+    common::write_synced(&mnt.join("fill/big"), &vec![7u8; 40 << 20]);
+    run(&["pool", "remove-target", "fill", "--targets", "1"]);
+    make_dir_with_pattern(&cluster, &mnt.join("even"), &["--num-targets", "1"]);
+
+    // Target 1 has 24 MiB free: below a low limit of 32 MiB.
+    run(&[
+        "pool",
+        "set",
+        "default",
+        "--low-free",
+        "32M",
+        "--emergency-free",
+        "1M",
+    ]);
+    weft_testkit::wait_until("target 1 to report its usage and be low", || {
+        run(&["pool", "list"])
+            .lines()
+            .any(|line| line.contains(" default ") && line.contains("2 normal, 1 low"))
+    })
+    .expect("target 1 is low");
+    wait_for_the_map(&cluster);
+    let files: Vec<_> = (0..90).map(|i| mnt.join(format!("even/low-{i}"))).collect();
+    for file in &files {
+        fs::write(file, b"x").expect("create");
+    }
+    let counts = files_per_target(&cluster, &files);
+    assert_eq!(counts[0], 0, "no new file on the low target: {counts:?}");
+
+    // Below its free space, the limit leaves target 1 normal: it gets files again, fewer.
+    run(&["pool", "set", "default", "--low-free", "8M"]);
+    weft_testkit::wait_until("target 1 to be normal again", || {
+        run(&["pool", "list"])
+            .lines()
+            .any(|line| line.contains(" default ") && line.contains("3 normal, 0 low"))
+    })
+    .expect("target 1 is normal");
+    wait_for_the_map(&cluster);
+    let files: Vec<_> = (0..90)
+        .map(|i| mnt.join(format!("even/normal-{i}")))
+        .collect();
+    for file in &files {
+        fs::write(file, b"x").expect("create");
+    }
+    let counts = files_per_target(&cluster, &files);
+    // By free space, 24 : 64 : 64 of 90 files: about 14, 38 and 38.
+    assert!(
+        counts[0] > 0,
+        "the fuller target still gets some: {counts:?}"
+    );
+    assert!(
+        counts[0] < counts[1] && counts[0] < counts[2],
+        "the fuller target gets fewer: {counts:?}"
+    );
+    assert_eq!(
+        fs::read(mnt.join("fill/big")).expect("read").len(),
+        40 << 20
+    );
+}

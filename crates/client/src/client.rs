@@ -394,6 +394,7 @@ impl Client {
         cluster.set_origin(client.origin());
         let cluster = Arc::new(cluster);
         let map = cluster.refresh().await?;
+        cluster.follow();
         let root = identity
             .as_deref()
             .and_then(|name| map.client_rule(name))

@@ -76,7 +76,13 @@ pub async fn run(
         return Err(MetaError::NodeIdTooLarge(node));
     }
     let _ = cluster.refresh().await;
+    cluster.follow();
     let mut metrics = weft_observe::MetricsBuilder::new("meta", Some(node.0));
+    metrics
+        .registry()
+        .register_collector(Box::new(weft_observe::metrics::MapEpochCollector(
+            cluster.epoch_source(),
+        )));
     let commit_metrics = CommitMetrics::register(metrics.registry());
     let homes: Homes = Arc::default();
     register_store_metrics(

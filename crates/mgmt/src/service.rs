@@ -22,7 +22,8 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, GroupId, MemberId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{
     ClusterMap, MgmtRequest, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind, Reachability, Reply,
-    Request, Response, ResyncProgress, SpaceUsage, MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
+    Request, Response, ResyncProgress, SpaceUsage, MAP_WATCH_WAIT_MS_MAX, MIRROR_MEMBERS_MAX,
+    NODE_ADDRESSES_MAX,
 };
 use weft_proto::ErrorCode;
 
@@ -53,7 +54,16 @@ struct Mgmt {
     /// Serialises mirror group creation: the free members are read and taken at once.
     mirror_lock: Mutex<()>,
     mirrors: Mirrors,
+    /// The map's epoch, which watchers of the map wait on ([`Mgmt::publish_map`]).
+    map_epoch: tokio::sync::watch::Sender<u64>,
+    /// A digest of what routing and placement follow in the map published last.
+    map_shape: Mutex<u64>,
 }
+
+/// How often management looks for changes of the map that no request makes (a node going
+/// offline, a mirror group failing over, a target turning low, a session expiring) and
+/// publishes them.
+const MAP_PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The web page management serves at `/`: the cluster overview, with its styles and scripts
 /// inside (no CDN), drawn from `/api/cluster`.
@@ -87,6 +97,14 @@ pub async fn run(
         monitor: Monitor::new(config.stats_interval, auth.clone()),
         mirror_lock: Mutex::new(()),
         mirrors,
+        // Starts at the clock, so a map from before a restart has a smaller epoch than any
+        // after it.
+        map_epoch: tokio::sync::watch::Sender::new(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |since| since.as_micros() as u64),
+        ),
+        map_shape: Mutex::new(0),
     });
     let address = listener
         .local_addr()
@@ -97,8 +115,15 @@ pub async fn run(
     metrics
         .registry()
         .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
+    let epoch = Arc::downgrade(&mgmt);
+    metrics
+        .registry()
+        .register_collector(Box::new(weft_observe::metrics::MapEpochCollector(
+            Box::new(move || epoch.upgrade().map_or(0, |mgmt| *mgmt.map_epoch.borrow())),
+        )));
     let monitoring = tokio::spawn(monitor_loop(Arc::clone(&mgmt)));
     let mirroring = tokio::spawn(mirror_loop(Arc::clone(&mgmt)));
+    let publishing = tokio::spawn(publish_loop(Arc::clone(&mgmt)));
     weft_net::serve_with_exporters(
         listener,
         mgmt,
@@ -111,6 +136,7 @@ pub async fn run(
     .map_err(|e| MgmtError::Listen(e.to_string()))?;
     monitoring.abort();
     mirroring.abort();
+    publishing.abort();
     Ok(())
 }
 
@@ -128,6 +154,54 @@ async fn mirror_loop(mgmt: Arc<Mgmt>) {
             Err(error) => tracing::error!(%error, "cannot store a mirror group change"),
         }
     }
+}
+
+/// Publishes the changes of the map no request makes, a few times a second.
+async fn publish_loop(mgmt: Arc<Mgmt>) {
+    loop {
+        tokio::time::sleep(MAP_PUBLISH_INTERVAL).await;
+        tokio::task::block_in_place(|| mgmt.publish_map());
+    }
+}
+
+/// What of the map routing and placement follow, as a digest: everything but usage figures,
+/// with each target's capacity class in their place.
+fn map_shape(map: &ClusterMap) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let classes: Vec<weft_proto::pools::CapacityClass> =
+        map.targets.iter().map(|t| map.capacity_class(t)).collect();
+    let mut shape = map.clone();
+    shape.epoch = 0;
+    for node in &mut shape.nodes {
+        node.meta_usage = None;
+        node.meta_inodes_used = None;
+    }
+    for target in &mut shape.targets {
+        target.usage = SpaceUsage::default();
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    postcard::to_stdvec(&(shape, classes))
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether a request changes the map when it succeeds, so it is published at once.
+fn changes_map(request: &MgmtRequest) -> bool {
+    matches!(
+        request,
+        MgmtRequest::RegisterNode { .. }
+            | MgmtRequest::RegisterTarget { .. }
+            | MgmtRequest::RegisterClient { .. }
+            | MgmtRequest::CreateMirrorGroup { .. }
+            | MgmtRequest::AutoCreateMirrorGroups { .. }
+            | MgmtRequest::SetClientRule { .. }
+            | MgmtRequest::RemoveClientRule { .. }
+            | MgmtRequest::CreatePool { .. }
+            | MgmtRequest::RemovePool { .. }
+            | MgmtRequest::MovePoolTargets { .. }
+            | MgmtRequest::SetPoolLimits { .. }
+    )
 }
 
 /// Samples the servers and notes state changes, once per interval.
@@ -163,12 +237,24 @@ impl weft_net::Handler for Mgmt {
             }
         }
         let reply = match request {
+            Request::Mgmt(MgmtRequest::WatchClusterMap { after, wait_ms }) => {
+                let mut epochs = self.map_epoch.subscribe();
+                let wait = Duration::from_millis(u64::from(wait_ms.min(MAP_WATCH_WAIT_MS_MAX)));
+                // Answered with the map as it is when the wait runs out.
+                let _ = tokio::time::timeout(wait, epochs.wait_for(|epoch| *epoch > after)).await;
+                tokio::task::block_in_place(|| self.handle_mgmt(&from, MgmtRequest::GetClusterMap))
+            }
             // Requests may commit to the store (an fsync) or wait for a commit in flight: the
             // runtime moves its other tasks off this thread meanwhile, so a slow disk never
             // keeps management from answering map fetches and heartbeats that change nothing.
-            Request::Mgmt(request) => {
-                tokio::task::block_in_place(|| self.handle_mgmt(&from, request))
-            }
+            Request::Mgmt(request) => tokio::task::block_in_place(|| {
+                let publish = changes_map(&request);
+                let reply = self.handle_mgmt(&from, request);
+                if publish && reply.is_ok() {
+                    self.publish_map();
+                }
+                reply
+            }),
             other => Err(WireError::new(
                 ErrorCode::WrongService,
                 format!("management does not serve {other:?}"),
@@ -661,7 +747,7 @@ impl Mgmt {
                 stats.sort_by_key(|p| (p.kind == MirrorKind::Meta, p.group, p.member));
                 Ok(Response::ResyncStats(stats))
             }
-            MgmtRequest::GetClusterMap => {
+            MgmtRequest::GetClusterMap | MgmtRequest::WatchClusterMap { .. } => {
                 let mut map = self.cluster_map().map_err(internal)?;
                 if let Some(name) = client_name {
                     // A client learns its own rule and sessions, not the others'.
@@ -739,6 +825,24 @@ impl Mgmt {
                 }
                 Ok(Response::MirrorGroups(created))
             }
+        }
+    }
+
+    /// Publishes the map under a new epoch, waking its watchers, when what routing and
+    /// placement follow changed since it was last published.
+    fn publish_map(&self) {
+        let map = match self.cluster_map() {
+            Ok(map) => map,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the cluster map to publish it");
+                return;
+            }
+        };
+        let shape = map_shape(&map);
+        let mut last = self.map_shape.lock().expect("map shape poisoned");
+        if *last != shape {
+            *last = shape;
+            self.map_epoch.send_modify(|epoch| *epoch += 1);
         }
     }
 
@@ -896,6 +1000,7 @@ impl Mgmt {
             mirror_groups,
             clients: self.store.client_rules()?,
             pools: self.store.pools()?,
+            epoch: *self.map_epoch.borrow(),
             ..ClusterMap::default()
         };
         for (kind, id, record) in nodes {

@@ -21,6 +21,12 @@ use weft_proto::ErrorCode;
 /// A map younger than this is not fetched again after an unreachable peer.
 const MAP_REFRESH_AFTER_FAILURE_MIN: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Longest a watch of the map waits for a change before it asks again.
+const MAP_WATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Pause before a failed watch of the map is sent again.
+const MAP_WATCH_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How often the map is fetched while a request to a mirror group's primary is outstanding.
 const GROUP_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -106,10 +112,61 @@ impl ClusterView {
         // bring back a client rule that was changed meanwhile).
         let mut fetched = self.fetched.lock().await;
         let started = std::time::Instant::now();
-        let map = Arc::new(self.mgmt.cluster_map().await?);
-        *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
+        let map = self.install(self.mgmt.cluster_map().await?);
         *fetched = Some(started);
         Ok(map)
+    }
+
+    /// Takes a fetched `map`; returns it. A fetch always wins: after a restart of management
+    /// whose clock went back, its epochs are smaller, and only fetches can bring them in.
+    fn install(&self, map: ClusterMap) -> Arc<ClusterMap> {
+        let map = Arc::new(map);
+        *self.map.write().expect("map lock poisoned") = Arc::clone(&map);
+        map
+    }
+
+    /// The epoch of the held map, for the `weft_cluster_map_epoch` metric, while the view
+    /// lives (0 after).
+    pub fn epoch_source(self: &Arc<ClusterView>) -> Box<dyn Fn() -> u64 + Send + Sync> {
+        let view = Arc::downgrade(self);
+        Box::new(move || view.upgrade().map_or(0, |view| view.map().epoch))
+    }
+
+    /// Follows management's map from now on: a task asks for it each time it changes
+    /// ([`MgmtRequest::WatchClusterMap`](weft_proto::messages::MgmtRequest)), so a new
+    /// server, pool, mirror group or client rule reaches this view as it happens, not at the
+    /// next heartbeat's fetch. The task ends when the view is dropped, and at once against a
+    /// management of version 3 (which cannot be watched; the fetches at heartbeats remain).
+    pub fn follow(self: &Arc<ClusterView>) {
+        let view = Arc::downgrade(self);
+        // Well inside the request timeout, so a quiet cluster's watch is answered, not timed out.
+        let wait = (self.options.request_timeout / 2).min(MAP_WATCH_WAIT);
+        tokio::spawn(async move {
+            loop {
+                let Some(strong) = view.upgrade() else {
+                    return;
+                };
+                let after = strong.map().epoch;
+                match strong.mgmt.watch_cluster_map(after, wait).await {
+                    Ok(map) => {
+                        // Unless a fetch brought a later one meanwhile.
+                        let mut held = strong.map.write().expect("map lock poisoned");
+                        if map.epoch >= held.epoch {
+                            *held = Arc::new(map);
+                        }
+                    }
+                    Err(error) if error.code() == ErrorCode::VersionMismatch => {
+                        tracing::info!(%error, "management cannot be watched: the map is fetched at heartbeats");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "cannot watch the cluster map; trying again");
+                        drop(strong);
+                        tokio::time::sleep(MAP_WATCH_RETRY).await;
+                    }
+                }
+            }
+        });
     }
 
     /// Whether the peer `from` may send `request`, by its client's rule, sessions and, for a
@@ -241,7 +298,7 @@ impl ClusterView {
         }
         let started = std::time::Instant::now();
         if let Ok(map) = self.mgmt.cluster_map().await {
-            *self.map.write().expect("map lock poisoned") = Arc::new(map);
+            self.install(map);
             *fetched = Some(started);
         }
     }

@@ -189,6 +189,23 @@ impl MgmtClient {
         expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
     }
 
+    /// The cluster map once its epoch is past `after`, or after `wait` with the map as it is.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable; `VersionMismatch` from a management
+    /// of version 3, which cannot be watched.
+    pub async fn watch_cluster_map(
+        &self,
+        after: u64,
+        wait: std::time::Duration,
+    ) -> Result<ClusterMap, RpcError> {
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        let response = self
+            .call(MgmtRequest::WatchClusterMap { after, wait_ms })
+            .await?;
+        expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
+    }
+
     /// Creates a mirror group of `members`, the first primary.
     ///
     /// # Errors

@@ -525,6 +525,30 @@ impl ClientState {
 /// Reads the space of a service's targets at each scrape: (label value of `target`, usage).
 pub type SpaceSource = Box<dyn Fn() -> Vec<(String, SpaceUsage)> + Send + Sync>;
 
+/// Exports the epoch of the cluster map a service holds (`weft_cluster_map_epoch`), read at
+/// each scrape: management's is the latest, and a server or client whose epoch is behind it
+/// has not learned the last change yet.
+pub struct MapEpochCollector(pub Box<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for MapEpochCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MapEpochCollector")
+    }
+}
+
+impl Collector for MapEpochCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let metric = encoder.encode_descriptor(
+            "weft_cluster_map_epoch",
+            "The epoch of the cluster map this process holds; it grows with every change of \
+             the map that routing or placement follows.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new((self.0)() as i64).encode(metric)
+    }
+}
+
 /// Exports the capacity and free space and inodes of a service's targets, read at each
 /// scrape.
 pub struct SpaceCollector(pub SpaceSource);

@@ -435,6 +435,7 @@ impl MgmtRequest {
             MgmtRequest::RegisterClient { .. }
             | MgmtRequest::ClientHeartbeat { .. }
             | MgmtRequest::GetClusterMap
+            | MgmtRequest::WatchClusterMap { .. }
             | MgmtRequest::GetClusterStatus
             | MgmtRequest::GetResyncStats => Kind::Reads,
             MgmtRequest::RegisterNode { .. }

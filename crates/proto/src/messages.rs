@@ -140,6 +140,9 @@ pub struct TargetInfo {
     pub usage: SpaceUsage,
 }
 
+/// Longest management holds a [`MgmtRequest::WatchClusterMap`] before it answers.
+pub const MAP_WATCH_WAIT_MS_MAX: u32 = 30_000;
+
 /// The node and target maps clients and servers route with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -161,6 +164,11 @@ pub struct ClusterMap {
     /// The storage pools but for a default pool with its default limits (`pools.rs`).
     #[serde(default, with = "crate::wire::since_4")]
     pub pools: Vec<crate::pools::PoolInfo>,
+    /// Grows with every change of the map that routing or placement follows (not with usage
+    /// figures, but with a target's capacity class); larger after a restart of management.
+    /// 0 from a management of version 3.
+    #[serde(default, with = "crate::wire::since_4")]
+    pub epoch: u64,
 }
 
 /// What a mirror group mirrors.
@@ -550,6 +558,16 @@ pub enum MgmtRequest {
         from: StoragePoolId,
         /// The pool they go to.
         to: StoragePoolId,
+    },
+    /// Asks for the cluster map once its epoch is past `after`, or after `wait_ms` (at most
+    /// [`MAP_WATCH_WAIT_MS_MAX`]) with the map as it is: services and clients follow the map
+    /// with it, so a change reaches them as it happens.
+    #[wire(tag = 18, since = 4)]
+    WatchClusterMap {
+        /// The epoch of the map the asker holds.
+        after: u64,
+        /// Longest to wait for a change, in milliseconds.
+        wait_ms: u32,
     },
     /// Sets a pool's capacity limits (`weft pool set`).
     #[wire(tag = 17, since = 4)]

@@ -196,6 +196,7 @@ fn cluster_map() -> ClusterMap {
         }],
         session_owners: vec![(ClientId(7), "node17".into())],
         pools: vec![pool()],
+        epoch: 1_700_000_000_000_001,
     }
 }
 
@@ -329,6 +330,10 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
             pool: StoragePoolId(2),
             low: pool().low,
             emergency: pool().emergency,
+        },
+        MgmtRequest::WatchClusterMap {
+            after: 1_700_000_000_000_001,
+            wait_ms: 10_000,
         },
     ]
 }
@@ -1045,9 +1050,10 @@ fn the_older_version_decodes_and_is_spoken() {
         decoded,
         ClusterMap {
             pools: Vec::new(),
+            epoch: 0,
             ..cluster_map()
         },
-        "a peer of version 3 gets the map without the pools' names and limits"
+        "a peer of version 3 gets the map without the pools' names and limits, or its epoch"
     );
     let version_4 = mgmt_requests()
         .into_iter()
@@ -1058,10 +1064,11 @@ fn the_older_version_decodes_and_is_spoken() {
                     | MgmtRequest::RemovePool { .. }
                     | MgmtRequest::MovePoolTargets { .. }
                     | MgmtRequest::SetPoolLimits { .. }
+                    | MgmtRequest::WatchClusterMap { .. }
             )
         })
         .collect::<Vec<_>>();
-    assert_eq!(version_4.len(), 4);
+    assert_eq!(version_4.len(), 5);
     for request in &version_4 {
         assert!(
             encode_body_in(older, request)

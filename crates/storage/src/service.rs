@@ -101,6 +101,7 @@ pub async fn run(
         tracing::info!(target = id.0, path = %path.display(), "storage target ready");
         targets.insert(id, Arc::new(target));
     }
+    cluster.follow();
     if config.crash_test_discard_unsynced {
         tracing::warn!(
             "crash-test mode: unsynced writes live in memory and are lost when the process dies"
@@ -109,6 +110,11 @@ pub async fn run(
     let exporters = config.exporters();
     let boot = weft_service::identity::next_boot(&config.data_dir)?;
     let mut builder = weft_observe::MetricsBuilder::new("storage", Some(node.0));
+    builder
+        .registry()
+        .register_collector(Box::new(weft_observe::metrics::MapEpochCollector(
+            cluster.epoch_source(),
+        )));
     let metrics = TargetMetrics::register(&mut builder, targets.values().cloned().collect());
     let mirror = Arc::new(
         Mirror::new(

@@ -29,6 +29,11 @@ pub(crate) struct Target {
     /// on an empty object, take it alone, so neither slips between the other's check and
     /// its change.
     cuts: Vec<Mutex<()>>,
+    /// Per object stripe, on a target with a capacity: a change that may grow an object reads
+    /// its length, checks the growth against the capacity and counts it under it, so
+    /// concurrent writes to one object (a client writes a file's chunks in parallel) count
+    /// each new byte once.
+    growths: Vec<Mutex<()>>,
 }
 
 impl Target {
@@ -46,6 +51,7 @@ impl Target {
             capacity_bytes,
             poisoned: AtomicBool::new(false),
             cuts: (0..CUT_STRIPES).map(|_| Mutex::new(())).collect(),
+            growths: (0..CUT_STRIPES).map(|_| Mutex::new(())).collect(),
         })
     }
 
@@ -156,11 +162,31 @@ impl Target {
         let end = offset
             .checked_add(u64::from(len))
             .ok_or(ObjectError::Invalid("offset overflows"))?;
-        let growth = end.saturating_sub(self.length(object)?);
-        self.reserve(growth)?;
-        self.store.write(object, offset, data)?;
-        self.used_bytes.fetch_add(growth, Ordering::AcqRel);
+        self.growing(object, end, || self.store.write(object, offset, data))?;
         Ok(len)
+    }
+
+    /// Runs `change`, which may extend the object to `end`,
+    /// refused with `NoSpace` if the growth does not fit the target's capacity, and counts
+    /// the growth once it is made. On a target with a capacity, one change per object stripe
+    /// at a time: the length read is the one the change extends.
+    fn growing<T>(
+        &self,
+        object: ObjectId,
+        end: u64,
+        change: impl FnOnce() -> Result<T, ObjectError>,
+    ) -> Result<T, ObjectError> {
+        let _growing = self.capacity_bytes.map(|_| {
+            self.growths[(object.inode.0 % CUT_STRIPES) as usize]
+                .lock()
+                .expect("growth lock poisoned")
+        });
+        let length = self.length(object)?;
+        let growth = end.saturating_sub(length);
+        self.reserve(growth)?;
+        let done = change()?;
+        self.used_bytes.fetch_add(growth, Ordering::AcqRel);
+        Ok(done)
     }
 
     /// Up to `len` bytes at `offset`, short at the object's end, holes as zeros.
@@ -279,6 +305,8 @@ impl Target {
             .ok_or(ObjectError::Invalid("range overflows"))?;
         let length = self.length(object)?;
         match mode {
+            // Space is counted by object length, which an allocation keeps: it is only
+            // checked to fit.
             FallocateMode::Allocate => self.reserve(end.saturating_sub(length))?,
             FallocateMode::Zero if offset >= length => return Ok(()),
             FallocateMode::Zero => {}

@@ -36,6 +36,8 @@ pub struct ClusterSpec {
     pub settings: Vec<String>,
     /// Config settings given to the storage servers only, e.g. `direct_io=true`.
     pub storage_settings: Vec<String>,
+    /// Config settings given to the metadata servers only, e.g. `target_chooser="balanced"`.
+    pub meta_settings: Vec<String>,
     /// Every service in a network namespace of its own, on a bridge the host reaches, so a
     /// test can cut one off the network ([`LocalCluster::set_link`]). Needs root.
     pub netns: bool,
@@ -54,6 +56,7 @@ impl Default for ClusterSpec {
             target_capacity_bytes: None,
             settings: Vec::new(),
             storage_settings: Vec::new(),
+            meta_settings: Vec::new(),
             netns: false,
             tls: false,
         }
@@ -282,7 +285,14 @@ impl LocalCluster {
                     // Deterministic placement, so tests know directories spread.
                     "--set".into(),
                     "directory_chooser=\"roundrobin\"".into(),
-                ],
+                ]
+                .into_iter()
+                .chain(
+                    spec.meta_settings
+                        .iter()
+                        .flat_map(|setting| ["--set".to_string(), setting.clone()]),
+                )
+                .collect(),
             )?;
             // One at a time, so that meta-N is metadata node N (meta-1 holds the root).
             cluster.wait_registered(&format!("meta-{index}"))?;

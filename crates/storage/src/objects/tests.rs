@@ -49,6 +49,48 @@ fn opening_flattens_the_two_level_layout() {
     }
 }
 
+/// Concurrent writes that extend one object on a target with a capacity count each new byte
+/// once: eight threads writing the eight MiB of an object at once use 8 MiB of it, and the
+/// rest of a 12 MiB capacity stays writable. (Each write used to count its growth from the
+/// length it read before the others landed, up to 36 MiB here, and the target refused
+/// writes with most of it free.)
+#[test]
+fn concurrent_writes_to_one_object_count_their_growth_once() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let target = Arc::new(
+        Target::open(
+            TargetId(1),
+            directory.path(),
+            Some(12 << 20),
+            StoreKind::default(),
+        )
+        .expect("open"),
+    );
+    let object = ObjectId::plain(InodeId::new(weft_proto::NodeId(1), 9));
+    let start = Arc::new(std::sync::Barrier::new(8));
+    let writers: Vec<_> = (0..8u64)
+        .map(|index| {
+            let (target, start) = (Arc::clone(&target), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                target.write(
+                    object,
+                    index << 20,
+                    Bytes::from(vec![index as u8; 1 << 20]),
+                    0,
+                )
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().expect("writer").expect("each write fits");
+    }
+    assert_eq!(target.used_bytes(), 8 << 20);
+    target
+        .write(object, 8 << 20, Bytes::from(vec![1u8; 4 << 20]), 0)
+        .expect("the last 4 MiB fit");
+}
+
 /// The object contract every store keeps, checked through a target of kind `kind`.
 fn conformance(kind: StoreKind) {
     let directory = tempfile::tempdir().expect("tempdir");
