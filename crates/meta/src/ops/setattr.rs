@@ -218,8 +218,9 @@ pub(crate) fn finish_truncate(
 
 /// Sets a directory's stripe pattern. `slots` is how many its pool has (targets, or mirror
 /// groups for a mirrored pattern): a pattern that asks for more is refused when it changes the
-/// pool, the kind or the width (a file would get fewer than asked without a word), and kept
-/// when only its chunk size changes.
+/// pool or the width (a file would get fewer than asked without a word), and kept when only
+/// its chunk size or its kind changes (the width was asked of another pool or kind before:
+/// `weft entry info` says when a file gets fewer).
 pub(crate) fn set_pattern(
     txn: &WriteTransaction,
     dir: InodeId,
@@ -232,8 +233,7 @@ pub(crate) fn set_pattern(
     let mut inodes = txn.open_table(INODES)?;
     let mut record = load_dir(&inodes, dir)?;
     let changes_width = record.pattern.is_none_or(|current| {
-        (current.pool, current.kind, current.num_targets)
-            != (pattern.pool, pattern.kind, pattern.num_targets)
+        (current.pool, current.num_targets) != (pattern.pool, pattern.num_targets)
     });
     if changes_width && slots < usize::from(pattern.num_targets) {
         let what = match pattern.kind {
