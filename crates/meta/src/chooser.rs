@@ -43,9 +43,8 @@ impl Chooser {
             return homes;
         }
         let first = match self.kind {
-            TargetChooser::Randomized | TargetChooser::Balanced => {
-                rand::thread_rng().gen_range(0..homes.len())
-            }
+            TargetChooser::Randomized => rand::thread_rng().gen_range(0..homes.len()),
+            TargetChooser::Balanced => by_fewest_inodes(map, &homes),
             TargetChooser::Roundrobin => self.next.fetch_add(1, Ordering::Relaxed) % homes.len(),
         };
         homes.rotate_left(first);
@@ -123,6 +122,27 @@ impl Chooser {
             }
         }
         ordered
+    }
+}
+
+/// The index in `homes` of a home drawn with a weight of how far it is below the fullest
+/// (by the inodes its server reports), plus a share of the mean so none is left out: a
+/// server that joined empty gets most new directories until it catches up, not all of them.
+fn by_fewest_inodes(map: &ClusterMap, homes: &[NodeId]) -> usize {
+    let used: Vec<u64> = homes
+        .iter()
+        .map(|home| {
+            map.node(weft_proto::messages::NodeKind::Meta, *home)
+                .and_then(|node| node.meta_inodes_used)
+                .unwrap_or(0)
+        })
+        .collect();
+    let most = used.iter().copied().max().unwrap_or(0);
+    let share = used.iter().sum::<u64>() / (2 * used.len().max(1) as u64) + 1;
+    let weights = used.iter().map(|used| (most - used + share) as f64);
+    match rand::distributions::WeightedIndex::new(weights) {
+        Ok(index) => rand::thread_rng().sample(index),
+        Err(_) => 0,
     }
 }
 
@@ -213,6 +233,50 @@ mod tests {
         );
         let even = count(TargetChooser::Randomized);
         assert!(even.iter().all(|&n| (700..1_300).contains(&n)), "{even:?}");
+    }
+
+    // Goal: with the balanced directory chooser, a metadata server that joined empty gets
+    // most new directories, but not all, until it holds as many inodes as the others.
+    // Method: the chooser the metadata server runs, over a map of three servers holding
+    // 1,000,000 inodes each and one holding none, 4,000 new directories.
+    #[test]
+    fn balanced_directories_go_mostly_to_the_emptier_server() {
+        let node = |id: u32, inodes: u64| weft_proto::messages::NodeInfo {
+            id: NodeId(id),
+            kind: weft_proto::messages::NodeKind::Meta,
+            alias: format!("meta-{id}"),
+            addresses: vec![format!("127.0.0.1:{}", 9000 + id)],
+            reachability: Reachability::Online,
+            meta_usage: None,
+            meta_inodes_used: Some(inodes),
+        };
+        let map = ClusterMap {
+            nodes: vec![
+                node(1, 1_000_000),
+                node(2, 1_000_000),
+                node(3, 1_000_000),
+                node(4, 0),
+            ],
+            ..ClusterMap::default()
+        };
+        let chooser = Chooser::new(TargetChooser::Balanced);
+        let mut dirs = [0u32; 4];
+        for _ in 0..4_000 {
+            let home = chooser.choose_meta(&map, NodeId(1));
+            dirs[home.0 as usize - 1] += 1;
+        }
+        // Weights 375,001 : 375,001 : 375,001 : 1,375,001: the new one gets 55 %.
+        assert!(dirs[3] > 1_900 && dirs[3] < 2_500, "{dirs:?}");
+        assert!(dirs[..3].iter().all(|&n| n > 200), "{dirs:?}");
+        let even = ClusterMap {
+            nodes: vec![node(1, 500), node(2, 500), node(3, 500), node(4, 500)],
+            ..ClusterMap::default()
+        };
+        let mut dirs = [0u32; 4];
+        for _ in 0..4_000 {
+            dirs[chooser.choose_meta(&even, NodeId(1)).0 as usize - 1] += 1;
+        }
+        assert!(dirs.iter().all(|&n| (800..1_200).contains(&n)), "{dirs:?}");
     }
 
     // Goal: new files avoid a pool's low targets while it has normal ones, and its targets in

@@ -14,13 +14,15 @@ pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_millis(2_000);
 #[serde(rename_all = "lowercase")]
 pub enum TargetChooser {
     /// A random set of targets per file (spreads load without coordination).
-    #[default]
     Randomized,
     /// Consecutive targets, rotating the start per file.
     Roundrobin,
     /// A random set of targets per file, each drawn with a weight of its free bytes: emptier
     /// targets get more of the new files, so targets filled unevenly (or added later) level
-    /// out. For metadata servers, as `randomized`.
+    /// out. As a `directory_chooser`: a metadata server drawn with a weight of how many
+    /// fewer inodes it holds than the fullest, so a server that joins takes most new
+    /// directories until it catches up. The default.
+    #[default]
     Balanced,
 }
 
