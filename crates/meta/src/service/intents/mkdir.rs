@@ -220,8 +220,11 @@ pub(super) fn finish_new_name(
     match result {
         Err(OpError::Store(message)) => Err(OpError::Store(message)),
         // A stored reply may say Exists for a request whose dentry is ours: no take-back then.
+        // And it may name another inode: a retry of the request that was placed differently
+        // (on this server, after a restart) made the name first; what this intent made is
+        // then taken back.
         Err(rejected) => Ok((Err(rejected), !ours(txn)?)),
-        Ok(response) => Ok((Ok(response), false)),
+        Ok(response) => Ok((Ok(response), !ours(txn)?)),
     }
 }
 
