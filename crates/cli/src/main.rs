@@ -13,6 +13,7 @@ mod bench;
 mod clients;
 mod mirror;
 mod pool;
+mod quota;
 mod serve;
 mod signals;
 mod stats;
@@ -65,6 +66,11 @@ enum Command {
     Pool {
         #[command(subcommand)]
         command: pool::PoolCommand,
+    },
+    /// Quotas: what users and groups use, per storage pool.
+    Quota {
+        #[command(subcommand)]
+        command: quota::QuotaCommand,
     },
     /// Space and inodes per storage target and metadata target.
     Df(admin::ClusterArgs),
@@ -246,6 +252,7 @@ fn run(command: Command) -> Result<()> {
         Command::Node { command } => admin::node(command),
         Command::Target { command } => admin::target(command),
         Command::Pool { command } => pool::pool(command),
+        Command::Quota { command } => quota::quota(command),
         Command::Df(args) => admin::df(args),
         Command::Cluster { command } => stats::cluster(command),
         Command::Mirror { command } => mirror::mirror(command),

@@ -34,6 +34,7 @@ mod replica;
 mod server;
 mod service;
 mod store;
+mod usage;
 
 pub use config::{MetaConfig, TargetChooser};
 

@@ -178,6 +178,9 @@ fn register_store_metrics(
     registry.register_collector(Box::new(HomeCollector(homes)));
 }
 
+/// One figure of a row of usage.
+type UsageColumn = fn(&weft_proto::quota::QuotaUsage) -> u64;
+
 /// Counts something a served home holds.
 type Count = fn(&Meta) -> Result<u64, OpError>;
 
@@ -226,6 +229,44 @@ impl prometheus_client::collector::Collector for HomeCollector {
                 prometheus_client::metrics::MetricType::Gauge,
             )?;
             prometheus_client::metrics::gauge::ConstGauge::new(total as i64).encode(metric)?;
+        }
+        let mut usage = Vec::new();
+        for meta in homes.iter() {
+            if let Ok(rows) = meta.quota_usage() {
+                weft_proto::quota::add_usage(&mut usage, &rows);
+            }
+        }
+        let columns: [(&str, &str, UsageColumn); 2] = [
+            (
+                "weft_quota_used_bytes",
+                "Bytes of files (their sizes) each user and group has in each storage pool, in \
+                 the homes this metadata server serves.",
+                |row| row.bytes,
+            ),
+            (
+                "weft_quota_used_inodes",
+                "Inodes each user and group has in each storage pool, in the homes this \
+                 metadata server serves.",
+                |row| row.inodes,
+            ),
+        ];
+        for (name, help, value) in columns {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for row in &usage {
+                let (id, pool) = (row.id.to_string(), row.pool.to_string());
+                let labels = [
+                    ("kind", <&str>::from(row.kind)),
+                    ("id", id.as_str()),
+                    ("pool", pool.as_str()),
+                ];
+                prometheus_client::metrics::gauge::ConstGauge::new(value(row) as i64)
+                    .encode(family.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

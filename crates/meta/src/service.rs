@@ -397,6 +397,12 @@ impl Meta {
         Ok(txn.open_table(table)?.len()?)
     }
 
+    /// What each user and group uses in each pool in this home.
+    pub(crate) fn quota_usage(&self) -> Result<Vec<weft_proto::quota::QuotaUsage>, OpError> {
+        let txn = self.db.begin_read()?;
+        crate::usage::usage(&txn.open_table(crate::usage::USAGE)?)
+    }
+
     fn read<T>(
         &self,
         op: impl FnOnce(&redb::ReadTransaction) -> Result<T, OpError>,

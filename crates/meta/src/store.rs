@@ -14,6 +14,7 @@
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 //! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
 //! | `written` | inode id | postcard [`SlotSet`]: the slots of the file's layout data was written to |
+//! | `usage` | (user 0 or group 1, id, pool) | (bytes, inodes) it uses ([`crate::usage`]) |
 
 use redb::{ReadableTable, Table, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
@@ -77,8 +78,25 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
     txn.open_table(WRITTEN)?;
+    count_usage(&txn)?;
+    txn.open_table(crate::usage::USAGE)?;
     migrate_entries(&txn)?;
     txn.commit()?;
+    Ok(())
+}
+
+/// Counts what users and groups use in a store made before usage was kept (it has no usage
+/// table yet).
+fn count_usage(txn: &redb::WriteTransaction) -> Result<(), OpError> {
+    if txn
+        .list_tables()?
+        .any(|table| table.name() == crate::usage::USAGE.name())
+    {
+        return Ok(());
+    }
+    let counted = crate::usage::recount(&txn.open_table(INODES)?)?;
+    crate::usage::rewrite(txn, &counted)?;
+    tracing::info!(rows = counted.len(), "usage of users and groups counted");
     Ok(())
 }
 
@@ -550,13 +568,13 @@ pub(crate) fn load_dir(
     Ok(record)
 }
 
+/// Stores an inode, and what it uses ([`crate::usage`]).
 pub(crate) fn store_inode(
-    inodes: &mut Table<u64, &'static [u8]>,
+    inodes: &mut crate::usage::Inodes<'_>,
     inode: InodeId,
     record: &InodeRecord,
 ) -> Result<(), OpError> {
-    inodes.insert(inode.0, record.encode().as_slice())?;
-    Ok(())
+    inodes.store(inode, record)
 }
 
 /// A dentry as stored: the child it names, its cookie and the child's kind.
@@ -692,7 +710,7 @@ pub(crate) fn remove_dentry(
 /// Takes `dentry`'s name out of directory `parent`, whose `record` gets its times moved and,
 /// for a subdirectory's name, one link fewer; stores the directory.
 pub(crate) fn take_name(
-    inodes: &mut Table<u64, &'static [u8]>,
+    inodes: &mut crate::usage::Inodes<'_>,
     entries: &mut Entries<'_>,
     (parent, mut record): (InodeId, InodeRecord),
     dentry: Dentry,

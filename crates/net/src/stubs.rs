@@ -731,6 +731,14 @@ stubs! {
         CheckProgress => Response::CheckProgress(progress) => progress
     }
 
+    /// What each user and group uses in each pool in the homes this server serves.
+    ///
+    /// # Errors
+    /// [`RpcError`] for transport failures; `VersionMismatch` from a server of version 3.
+    fn quota_usage() -> Vec<weft_proto::quota::QuotaUsage> {
+        QuotaUsage => Response::QuotaUsage(usage) => usage
+    }
+
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors

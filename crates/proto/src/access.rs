@@ -229,6 +229,7 @@ impl MetaRequest {
             | MetaRequest::AdjustLinks { .. }
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
+            | MetaRequest::QuotaUsage
             | MetaRequest::ReplicaApply { .. }
             | MetaRequest::IntentsSettled { .. } => Vec::new(),
         }
@@ -423,6 +424,7 @@ impl MetaRequest {
             | MetaRequest::AdjustLinks { .. }
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
+            | MetaRequest::QuotaUsage
             | MetaRequest::ReplicaApply { .. }
             | MetaRequest::IntentsSettled { .. } => Vec::new(),
         }
@@ -495,6 +497,7 @@ impl MetaRequest {
             | MetaRequest::AdjustLinks { .. }
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
+            | MetaRequest::QuotaUsage
             | MetaRequest::ReplicaApply { .. }
             | MetaRequest::IntentsSettled { .. } => Kind::Members,
         }

@@ -9,6 +9,7 @@
 //! - [`codec`] — the frame header and body encoding, with every size bounded.
 //! - [`messages`] — the typed request and response bodies of every service.
 //! - [`pools`] — storage pools and the capacity classes of their targets.
+//! - [`quota`] — the space and inodes users and groups use, per pool.
 //! - [`checksum`] — the payload checksum (CRC32C).
 //! - [`wire`] — explicit variant tags, and the version a message is encoded in.
 //!
@@ -24,6 +25,7 @@ pub mod layout;
 pub mod locks;
 pub mod messages;
 pub mod pools;
+pub mod quota;
 pub mod wire;
 
 // The `Wire` derive names this crate by its name, from inside it too.

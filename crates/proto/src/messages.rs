@@ -1226,6 +1226,10 @@ pub enum MetaRequest {
     /// waits for the check).
     #[wire(tag = 36)]
     CheckProgress,
+    /// What each user and group uses in each pool in the homes this server serves (`weft
+    /// quota report` sums the servers).
+    #[wire(tag = 37, since = 4)]
+    QuotaUsage,
 }
 
 /// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]):
@@ -2036,6 +2040,9 @@ pub enum Response {
     /// A storage pool.
     #[wire(tag = 30, since = 4)]
     Pool(crate::pools::PoolInfo),
+    /// What users and groups use, per pool.
+    #[wire(tag = 31, since = 4)]
+    QuotaUsage(Vec<crate::quota::QuotaUsage>),
 }
 
 impl Request {

@@ -551,6 +551,7 @@ fn meta_requests() -> Vec<MetaRequest> {
             below: 8,
         },
         MetaRequest::CheckProgress,
+        MetaRequest::QuotaUsage,
     ]
 }
 
@@ -828,6 +829,13 @@ fn responses() -> Vec<Response> {
             capability: capability(),
         },
         Response::Pool(pool()),
+        Response::QuotaUsage(vec![weft_proto::quota::QuotaUsage {
+            kind: weft_proto::quota::QuotaKind::Group,
+            id: 1001,
+            pool: StoragePoolId(2),
+            bytes: 1 << 40,
+            inodes: 12_345,
+        }]),
     ]
 }
 

@@ -275,6 +275,7 @@ pub(crate) fn check(
         referenced,
     )?;
     check_queues(&mut findings, &mut snapshot)?;
+    check_usage(&mut findings, source)?;
     let unsettled: HashSet<InodeId> = open
         .iter()
         .copied()
@@ -431,7 +432,7 @@ fn check_inodes(
                     record.kind
                 ));
                 if let Some(txn) = findings.fix.filter(|_| !open.contains(&inode)) {
-                    dispose(txn, &mut txn.open_table(INODES)?, inode, &record)?;
+                    dispose(txn, &mut crate::usage::Inodes::open(txn)?, inode, &record)?;
                     snapshot.disposed(id);
                     findings.repaired(format!("disposed of unreachable inode {inode}"));
                 }
@@ -479,7 +480,7 @@ fn check_inodes(
             changed = true;
         }
         if let Some(txn) = findings.fix.filter(|_| changed) {
-            store_inode(&mut txn.open_table(INODES)?, inode, &record)?;
+            store_inode(&mut crate::usage::Inodes::open(txn)?, inode, &record)?;
             findings.repaired(format!("corrected inode {inode}"));
         }
         if snapshot.orphans.contains(&id) && !parents.is_empty() {
@@ -546,6 +547,57 @@ fn check_queues(findings: &mut Findings, snapshot: &mut Snapshot) -> Result<(), 
         )
     })?;
     snapshot.written.retain(|id, _| written.contains(id));
+    Ok(())
+}
+
+/// Compares what the usage table says users and groups use with a count of the inodes (after
+/// the repairs above), and with `--repair` writes the count: usage is right after any crash
+/// or bug once fsck ran.
+fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpError> {
+    let counted = match findings.fix {
+        Some(txn) => crate::usage::recount(&txn.open_table(INODES)?)?,
+        None => crate::usage::recount(&source.table(INODES)?)?,
+    };
+    let stored: HashMap<(u8, u32, u16), (u64, u64)> = source
+        .table(crate::usage::USAGE)?
+        .iter()?
+        .map(|item| item.map(|(key, value)| (key.value(), value.value())))
+        .collect::<Result<_, _>>()?;
+    let mut differ = false;
+    for (key, count) in &counted {
+        if stored.get(key) != Some(count) {
+            differ = true;
+            let (kind, id, pool) = key;
+            let was = stored.get(key).copied().unwrap_or_default();
+            findings.problem(format!(
+                "{} {id} in pool {pool} is recorded as using {} bytes and {} inodes; its inodes use {} bytes and {} inodes",
+                if *kind == 0 { "user" } else { "group" },
+                was.0,
+                was.1,
+                count.0,
+                count.1
+            ));
+        }
+    }
+    for ((kind, id, pool), was) in &stored {
+        if !counted.contains_key(&(*kind, *id, *pool)) {
+            differ = true;
+            findings.problem(format!(
+                "{} {id} in pool {pool} is recorded as using {} bytes and {} inodes; it has no inode",
+                if *kind == 0 { "user" } else { "group" },
+                was.0,
+                was.1
+            ));
+        }
+    }
+    if differ {
+        if let Some(txn) = findings.fix {
+            let rows = crate::usage::rewrite(txn, &counted)?;
+            findings.repaired(format!(
+                "recounted usage: {rows} rows of users and groups changed"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -629,7 +681,7 @@ fn check_objects(
         for inode in cut {
             let mut record = inodes[&inode.0].clone();
             queue_truncate(txn, inode, &mut record)?;
-            store_inode(&mut txn.open_table(INODES)?, inode, &record)?;
+            store_inode(&mut crate::usage::Inodes::open(txn)?, inode, &record)?;
             findings.repaired(format!(
                 "queued a truncate of {inode} to its size ({} bytes): its objects are cut to it",
                 record.size

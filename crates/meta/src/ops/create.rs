@@ -5,7 +5,7 @@ use super::OpContext;
 use crate::store::XATTRS;
 use crate::store::{
     allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode,
-    InodeRecord, OpError, COUNTERS, ENTRIES, FIRST_COOKIE, INODES, LINKS_MAX,
+    InodeRecord, OpError, COUNTERS, ENTRIES, FIRST_COOKIE, LINKS_MAX,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -69,7 +69,7 @@ pub(crate) fn create(
     entry: NewEntry,
 ) -> Result<Response, OpError> {
     check_name(&entry.name)?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut counters = txn.open_table(COUNTERS)?;
     let mut parent = load_parent_for_new(&inodes, &entries, entry.parent, &entry.name)?;
@@ -178,7 +178,7 @@ pub(crate) fn link(
     new_name: &str,
 ) -> Result<Response, OpError> {
     check_name(new_name)?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.is_dir() {
@@ -229,7 +229,7 @@ pub(crate) fn link(
 
 /// Creates the root directory if this MDT is its home and it does not exist yet.
 pub(crate) fn ensure_root(txn: &WriteTransaction) -> Result<bool, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     if inodes.get(InodeId::ROOT.0)?.is_some() {
         return Ok(false);
     }

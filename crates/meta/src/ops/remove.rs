@@ -4,9 +4,9 @@
 use crate::store::XATTRS;
 use crate::store::{
     dir_is_empty, load_dentry, load_dir, load_inode, now, store_inode, take_name, Dentry,
-    InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
+    InodeRecord, OpError, DISPOSALS, ENTRIES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
 };
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::Response;
 use weft_proto::ErrorCode;
@@ -16,7 +16,7 @@ use weft_proto::ErrorCode;
 /// names forgets its parent when the name that went may have been in it.
 pub(crate) fn drop_link(
     txn: &WriteTransaction,
-    inodes: &mut Table<u64, &'static [u8]>,
+    inodes: &mut crate::usage::Inodes<'_>,
     (inode, from): (InodeId, Option<InodeId>),
     mut record: InodeRecord,
     is_open: bool,
@@ -45,11 +45,11 @@ pub(crate) fn drop_link(
 /// Deletes an inode and queues its objects for removal.
 pub(crate) fn dispose(
     txn: &WriteTransaction,
-    inodes: &mut Table<u64, &'static [u8]>,
+    inodes: &mut crate::usage::Inodes<'_>,
     inode: InodeId,
     record: &InodeRecord,
 ) -> Result<(), OpError> {
-    inodes.remove(inode.0)?;
+    inodes.remove(inode)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
     txn.open_table(ORPHANS)?.remove(inode.0)?;
     txn.open_table(TRUNCATES)?.remove(inode.0)?;
@@ -80,7 +80,7 @@ pub(crate) fn load_named(
 /// in flight holds the name: the directory's record, the entry, and the record it names.
 fn to_remove(
     txn: &WriteTransaction,
-    inodes: &Table<u64, &'static [u8]>,
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
     entries: &crate::store::Entries<'_>,
     parent: InodeId,
     name: &str,
@@ -97,7 +97,7 @@ pub(crate) fn unlink(
     name: &str,
     is_open: impl Fn(InodeId) -> bool,
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let (parent_record, dentry, record) = to_remove(txn, &inodes, &entries, parent, name)?;
     if record.is_dir() {
@@ -122,7 +122,7 @@ pub(crate) fn rmdir(
     parent: InodeId,
     name: &str,
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let (parent_record, dentry, record) = to_remove(txn, &inodes, &entries, parent, name)?;
     if !record.is_dir() {
@@ -143,7 +143,7 @@ pub(crate) fn rmdir(
         ));
     }
     take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
-    inodes.remove(dentry.child.0)?;
+    inodes.remove(dentry.child)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
     Ok(Response::Done)
 }
@@ -154,7 +154,7 @@ pub(crate) fn release_orphan(txn: &WriteTransaction, inode: InodeId) -> Result<R
     if !orphaned {
         return Ok(Response::Done);
     }
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let record = load_inode(&inodes, inode)?;
     if record.nlink == 0 {
         dispose(txn, &mut inodes, inode, &record)?;

@@ -4,7 +4,7 @@
 use super::remove::drop_link;
 use crate::store::{
     check_name, dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry,
-    replace_dentry, store_inode, OpError, ENTRIES, INODES,
+    replace_dentry, store_inode, OpError, ENTRIES,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -95,7 +95,7 @@ pub(crate) fn rename(
             "RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other",
         ));
     }
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     load_dir(&inodes, new_parent)?.accepts_new_name(new_parent, new_name)?;
@@ -190,7 +190,7 @@ pub(crate) fn rename(
         let victim_record = load_inode(&inodes, victim.child)?;
         if victim_record.is_dir() {
             victim_was_dir = true;
-            inodes.remove(victim.child.0)?;
+            inodes.remove(victim.child)?;
             super::xattr::remove_all(&mut txn.open_table(crate::store::XATTRS)?, victim.child)?;
         } else {
             drop_link(
@@ -240,7 +240,7 @@ type Side<'a> = (InodeId, &'a str, crate::store::Dentry);
 
 /// RENAME_EXCHANGE: the two names swap the inodes they name, keeping their cookies.
 fn exchange(
-    inodes: &mut redb::Table<u64, &'static [u8]>,
+    inodes: &mut crate::usage::Inodes<'_>,
     entries: &mut crate::store::Entries<'_>,
     (parent, name, source): Side<'_>,
     (new_parent, new_name, victim): Side<'_>,

@@ -55,7 +55,7 @@ pub(crate) fn set_attr(
     inode: InodeId,
     changes: AttrChanges,
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     if let Some(size) = changes.size {
         match record.kind {
@@ -176,7 +176,7 @@ fn apply_size(
     modified: bool,
     written: SlotSet,
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.kind != FileKind::Regular {
         return Err(OpError::rejected(
@@ -230,7 +230,7 @@ pub(crate) fn set_pattern(
     pattern
         .validate()
         .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut record = load_dir(&inodes, dir)?;
     let changes_width = record.pattern.is_none_or(|current| {
         (current.pool, current.num_targets) != (pattern.pool, pattern.num_targets)

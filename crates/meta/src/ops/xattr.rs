@@ -53,7 +53,7 @@ pub(crate) fn set_xattr(
             ),
         ));
     }
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut xattrs = txn.open_table(XATTRS)?;
     let mut record = load_inode(&inodes, inode)?;
     let exists = xattrs.get((inode.0, name))?.is_some();
@@ -149,7 +149,7 @@ pub(crate) fn remove_xattr(
     name: &str,
 ) -> Result<Response, OpError> {
     check_name(name)?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     let mut xattrs = txn.open_table(XATTRS)?;
     if xattrs.remove((inode.0, name))?.is_none() {

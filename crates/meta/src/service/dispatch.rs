@@ -330,6 +330,7 @@ impl Meta {
                 ))
             }
             MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
+            MetaRequest::QuotaUsage => self.quota_usage().map(Response::QuotaUsage),
             MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
                 ErrorCode::Internal,
                 "shipped store changes reached a home's handler",

@@ -10,7 +10,7 @@ use crate::ops::intent::{
 };
 use crate::service::Meta;
 use crate::store::{
-    load_dentry, load_dir, now, store_inode, Dentry, OpError, ENTRIES, INODES, REMOTE_CREATED,
+    load_dentry, load_dir, now, store_inode, Dentry, OpError, ENTRIES, REMOTE_CREATED,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
@@ -97,7 +97,7 @@ pub(crate) fn exchange_dentry(
     if txn.open_table(REMOTE_CREATED)?.get(key)?.is_some() {
         return Ok(Response::Unchanged);
     }
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, *parent)?;
     parent_record.check_holds_name(*parent, name)?;
@@ -149,7 +149,7 @@ pub(crate) fn finish_exchange(
     outcome: Result<(), OpError>,
 ) -> Result<Response, OpError> {
     super::conclude(txn, id, mutation, outcome, |txn, ()| {
-        let mut inodes = txn.open_table(INODES)?;
+        let mut inodes = crate::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {

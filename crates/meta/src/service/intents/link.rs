@@ -95,7 +95,7 @@ pub(crate) fn adjust_links(
         },
     );
     let mut applied = txn.open_table(REMOTE_CREATED)?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let already = applied.get(key)?.is_some();
     let Some(bytes) = inodes.get(inode.0)? else {
         if already || delta < 0 {

@@ -128,7 +128,7 @@ pub(crate) fn create_dir_inode(
         .validate()
         .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
     let mut created = txn.open_table(REMOTE_CREATED)?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     if let Some(existing) = created.get((coordinator.0, *intent))? {
         let inode = InodeId(existing.value());
         let record = crate::store::load_inode(&inodes, inode)?;
@@ -205,7 +205,7 @@ pub(super) fn finish_new_name(
         return Ok((outcome, false));
     }
     let result = idempotent(txn, mutation, |txn| {
-        let mut inodes = txn.open_table(INODES)?;
+        let mut inodes = crate::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         let mut parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;
         insert_dentry(&mut entries, parent, &parent_record, name, attr.inode, kind)?;

@@ -18,7 +18,7 @@ use crate::service::work::TARGET_RETRY;
 use crate::service::{rpc_error, Meta};
 use crate::store::{
     dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry, store_inode, take_name,
-    InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED, XATTRS,
+    InodeRecord, OpError, ENTRIES, REMOTE_CREATED, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
 use std::time::Duration;
@@ -90,7 +90,7 @@ pub(crate) fn insert_dentry_for(
     if let Some(victim) = txn.open_table(REMOTE_CREATED)?.get(key)? {
         return Ok(victim_response(victim.value()));
     }
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, *parent)?;
     if parent_record.nlink == 0 {
@@ -139,7 +139,7 @@ pub(crate) fn insert_dentry_for(
         replaced_dir = victim_is_dir;
         remove_dentry(&mut entries, *parent, victim)?;
         if replaced_dir && victim.child.home() == home {
-            inodes.remove(victim.child.0)?;
+            inodes.remove(victim.child)?;
             crate::ops::xattr::remove_all(&mut txn.open_table(XATTRS)?, victim.child)?;
         } else if victim.child.home() == home {
             let victim_record = crate::store::load_inode(&inodes, victim.child)?;
@@ -197,7 +197,7 @@ pub(crate) fn finish_rename_out(
         if outcome == Response::Unchanged {
             return Ok(Response::Done);
         }
-        let mut inodes = txn.open_table(INODES)?;
+        let mut inodes = crate::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {
@@ -219,13 +219,13 @@ pub(crate) fn renamed(
     inode: InodeId,
     parent: InodeId,
 ) -> Result<Response, OpError> {
-    mark_renamed(&mut txn.open_table(INODES)?, inode, parent)?;
+    mark_renamed(&mut crate::usage::Inodes::open(txn)?, inode, parent)?;
     Ok(Response::Done)
 }
 
 /// [`renamed`] in an open inode table; an inode that does not live here is left alone.
 pub(super) fn mark_renamed(
-    inodes: &mut redb::Table<u64, &'static [u8]>,
+    inodes: &mut crate::usage::Inodes<'_>,
     inode: InodeId,
     parent: InodeId,
 ) -> Result<(), OpError> {

@@ -13,7 +13,7 @@ use crate::ops::intent::{
 use crate::ops::remove::rmdir;
 use crate::service::Meta;
 use crate::store::{
-    dir_is_empty, load_dentry, load_dir, take_name, InodeRecord, OpError, ENTRIES, INODES, XATTRS,
+    dir_is_empty, load_dentry, load_dir, take_name, InodeRecord, OpError, ENTRIES, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
@@ -73,7 +73,7 @@ pub(crate) fn remove_dir_inode(
     txn: &WriteTransaction,
     inode: InodeId,
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let Some(bytes) = inodes.get(inode.0)? else {
         return Ok(Response::Done);
     };
@@ -91,7 +91,7 @@ pub(crate) fn remove_dir_inode(
             "the directory is not empty",
         ));
     }
-    inodes.remove(inode.0)?;
+    inodes.remove(inode)?;
     crate::ops::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
     Ok(Response::Done)
 }
@@ -111,7 +111,7 @@ pub(crate) fn finish_rmdir(
     outcome: Result<(), OpError>,
 ) -> Result<Response, OpError> {
     super::conclude(txn, id, mutation, outcome, |txn, ()| {
-        let mut inodes = txn.open_table(INODES)?;
+        let mut inodes = crate::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         let Some(dentry) = load_dentry(&entries, *parent, name)? else {
             return Ok(Response::Done);

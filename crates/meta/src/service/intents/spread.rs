@@ -24,7 +24,7 @@ pub(crate) fn set_shards(
     dir: InodeId,
     shards: &[InodeId],
 ) -> Result<Response, OpError> {
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut record = load_dir(&inodes, dir)?;
     let shards: Vec<u64> = shards.iter().map(|shard| shard.0).collect();
     if record.shards != shards {
@@ -43,7 +43,7 @@ pub(crate) fn seal_shard(
     seal: bool,
 ) -> Result<Response, OpError> {
     check_unsettled(txn, owner.0, owner.1)?;
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let Some(bytes) = inodes.get(shard.0)? else {
         return Ok(Response::Done);
     };
@@ -94,7 +94,7 @@ pub(crate) fn sync_shard(
             "not a shard synchronisation",
         ));
     };
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let Some(bytes) = inodes.get(shard.0)? else {
         return Ok(Response::Done);
     };

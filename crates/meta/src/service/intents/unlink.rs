@@ -8,7 +8,7 @@ use crate::ops::intent::{
 };
 use crate::ops::remove::unlink;
 use crate::service::Meta;
-use crate::store::{load_dentry, load_dir, take_name, OpError, ENTRIES, INODES};
+use crate::store::{load_dentry, load_dir, take_name, OpError, ENTRIES};
 use redb::WriteTransaction;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MutationId, Response};
@@ -27,7 +27,7 @@ pub(crate) fn prepare_unlink(
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(Some(prepared));
     }
-    let mut inodes = txn.open_table(INODES)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let parent_record = load_dir(&inodes, parent)?;
     parent_record.check_holds_name(parent, name)?;
