@@ -47,6 +47,19 @@ fn a_pool_holds_the_new_files_of_its_directories() {
     assert!(ok, "{err}");
     assert_eq!(row_of(&list, "default"), "1,3", "{list}");
     assert_eq!(row_of(&list, "fast"), "2,4", "{list}");
+    let (_, metrics) =
+        weft_testkit::http_get(&cluster.address_of("mgmt").expect("mgmt"), "/metrics")
+            .expect("metrics");
+    let targets = |pool: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|line| {
+                line.starts_with("weft_pool_targets{") && line.contains(&format!("pool=\"{pool}\""))
+            })
+            .filter_map(|line| line.split_whitespace().last()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!((targets("default"), targets("fast")), (2, 2), "{metrics}");
 
     let dir = mnt.join("fast");
     let info = make_dir_with_pattern(&cluster, &dir, &["--pool", "fast", "--num-targets", "2"]);

@@ -178,9 +178,6 @@ fn register_store_metrics(
     registry.register_collector(Box::new(HomeCollector(homes)));
 }
 
-/// One figure of a row of usage.
-type UsageColumn = fn(&weft_proto::quota::QuotaUsage) -> u64;
-
 /// Counts something a served home holds.
 type Count = fn(&Meta) -> Result<u64, OpError>;
 
@@ -236,7 +233,7 @@ impl prometheus_client::collector::Collector for HomeCollector {
                 weft_proto::quota::add_usage(&mut usage, &rows);
             }
         }
-        let columns: [(&str, &str, UsageColumn); 2] = [
+        let columns: [weft_observe::metrics::Column<weft_proto::quota::QuotaUsage>; 2] = [
             (
                 "weft_quota_used_bytes",
                 "Bytes of files (their sizes) each user and group has in each storage pool, in \

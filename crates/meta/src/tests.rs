@@ -1058,7 +1058,11 @@ async fn a_store_without_usage_counts_it_when_it_opens() {
         crate::usage::usage(&txn.open_table(crate::usage::USAGE).expect("usage")).expect("rows")
     };
     let before = read(&f);
-    assert_eq!(before.iter().map(|row| row.inodes).sum::<u64>(), 4, "{before:?}");
+    assert_eq!(
+        before.iter().map(|row| row.inodes).sum::<u64>(),
+        4,
+        "{before:?}"
+    );
     let txn = f.db.begin_write().expect("txn");
     txn.delete_table(crate::usage::USAGE).expect("drop");
     txn.commit().expect("commit");

@@ -341,6 +341,48 @@ impl Collector for ClusterCollector {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             ConstGauge::new(value).encode(metric)?;
         }
+        let pools = map.all_pools();
+        let mut family = encoder.encode_descriptor(
+            "weft_pool_targets",
+            "Storage targets of each pool by capacity class (normal, low, emergency), by the \
+             pool's limits.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for pool in &pools {
+            for class in [
+                weft_proto::pools::CapacityClass::Normal,
+                weft_proto::pools::CapacityClass::Low,
+                weft_proto::pools::CapacityClass::Emergency,
+            ] {
+                let count = map
+                    .pool_targets(pool.id)
+                    .filter(|t| pool.class_of(&t.usage) == class)
+                    .count();
+                let labels = [("pool", pool.name.as_str()), ("class", <&str>::from(class))];
+                ConstGauge::new(count as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let columns: [weft_observe::metrics::Column<SpaceUsage>; 2] = [
+            (
+                "weft_pool_capacity_bytes",
+                "Bytes the targets of each pool may hold, as last reported.",
+                |usage| usage.total_bytes,
+            ),
+            (
+                "weft_pool_free_bytes",
+                "Bytes free on the targets of each pool, as last reported.",
+                |usage| usage.free_bytes,
+            ),
+        ];
+        for (name, help, value) in columns {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for pool in &pools {
+                let sum: u64 = map.pool_targets(pool.id).map(|t| value(&t.usage)).sum();
+                let labels = [("pool", pool.name.as_str())];
+                ConstGauge::new(sum as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let mut members: HashMap<(&'static str, &'static str), i64> = HashMap::new();
         for group in &map.mirror_groups {
             for member in &group.members {

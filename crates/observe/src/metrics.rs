@@ -61,7 +61,7 @@ pub struct ErrorLabels {
 }
 
 /// One series family drawn from a record: name, help, and the value of a record.
-type Column<T> = (&'static str, &'static str, fn(&T) -> u64);
+pub type Column<T> = (&'static str, &'static str, fn(&T) -> u64);
 
 /// A family of latency histograms.
 pub type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
