@@ -175,11 +175,7 @@ fn wait_for_the_map(cluster: &weft_testkit::LocalCluster) {
 #[test]
 fn a_map_change_reaches_its_followers_as_it_happens() {
     let cluster = cluster(ClusterSpec::default());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let view = std::sync::Arc::new(weft_net::ClusterView::new(
         cluster.mgmt(),
         common::member_options(&cluster),

@@ -502,11 +502,7 @@ fn client_identities_are_held_to_their_rules() {
     );
 
     // What only members send is refused to a client, by every service.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let as_reader = weft_net::RpcClientOptions {
         auth: weft_net::Auth::from_key_file(&reader).expect("the client key"),
         ..weft_net::RpcClientOptions::default()
@@ -847,11 +843,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
     );
 
     // Through the native library, naming inodes outside.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let native = native_client(&runtime, &cluster, &alice);
     let root = native.root();
     assert_eq!(root.0, fs::metadata(&subtree).expect("stat").ino());
@@ -1024,11 +1016,7 @@ fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
     fs::write(mnt.join("open"), b"for everyone").expect("write");
     let scratch = tempfile::tempdir().expect("tempdir");
     let late = client_key(&cluster, scratch.path(), "late");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let native = native_client(&runtime, &cluster, &late);
     let attr = runtime
         .block_on(native.lookup(InodeId::ROOT, "open"))
@@ -1079,11 +1067,7 @@ fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
 fn a_peer_one_protocol_version_older_is_served() {
     use weft_proto::codec::PROTOCOL_VERSION_MIN;
     let cluster = cluster(ClusterSpec::default());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let older = weft_net::RpcClientOptions {
         protocol_max: PROTOCOL_VERSION_MIN,
         ..common::member_options(&cluster)
@@ -1210,11 +1194,7 @@ fn a_flood_leaves_every_service_serving_and_bounded() {
     let mnt = cluster.mount().expect("mount");
     let data = common::pattern(3, 1 << 20);
     fs::write(mnt.join("before"), &data).expect("write");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     // The stalled frames come from a client identity: a quarter of a service's budget at most
     // is its to hold, so the members' requests are read meanwhile.
     let scratch = tempfile::tempdir().expect("tempdir");

@@ -426,17 +426,22 @@ pub fn member_options(cluster: &LocalCluster) -> weft_net::RpcClientOptions {
     }
 }
 
+/// A two-thread runtime, for native clients and RPC clients of a test cluster.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// A two-thread runtime, and a native client of `cluster` on it with the cluster key and the
 /// config as `configure` leaves it.
 pub fn native_client(
     cluster: &LocalCluster,
     configure: impl FnOnce(&mut weft_client::ClientConfig),
 ) -> (tokio::runtime::Runtime, std::sync::Arc<weft_client::Client>) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
     config.auth_key_file = Some(cluster.key_file());
     configure(&mut config);
