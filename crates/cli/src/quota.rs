@@ -1,13 +1,47 @@
-//! `weft quota report`: the space and inodes each user and group uses, per storage pool,
-//! summed over every metadata home.
+//! `weft quota set|list|report`: limits on the space and inodes users and groups use in each
+//! storage pool, and what they use, summed over every metadata home.
 
 use crate::admin::{connect, format_size, ClusterArgs};
 use anyhow::{anyhow, Result};
 use clap::Subcommand;
-use weft_proto::quota::{add_usage, QuotaKind, QuotaUsage};
+use weft_proto::quota::{add_usage, QuotaKind, QuotaLimits, QuotaRule, QuotaUsage};
 
 #[derive(Subcommand)]
 pub enum QuotaCommand {
+    /// Set the limits of a user or group in a pool (0 or absent: no limit; all absent:
+    /// the rule is removed). Over a hard limit, or over a soft one for longer than the grace
+    /// period (management's quota_grace_period_ms, a week by default), new inodes or writes
+    /// that grow files are refused with EDQUOT.
+    Set {
+        /// The user (name or id).
+        #[arg(long, conflicts_with = "group", required_unless_present = "group")]
+        user: Option<String>,
+        /// The group (name or id).
+        #[arg(long)]
+        group: Option<String>,
+        /// The pool (name or id); the default pool when absent.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Soft limit of bytes (file sizes), e.g. 900G.
+        #[arg(long)]
+        soft_bytes: Option<String>,
+        /// Hard limit of bytes, e.g. 1T.
+        #[arg(long)]
+        hard_bytes: Option<String>,
+        /// Soft limit of inodes.
+        #[arg(long)]
+        soft_inodes: Option<u64>,
+        /// Hard limit of inodes.
+        #[arg(long)]
+        hard_inodes: Option<u64>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// List every quota rule with what its user or group uses and where it stands.
+    List {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
     /// What each user and group uses, per storage pool: bytes (file sizes) and inodes.
     Report {
         /// Only this user (name or id).
@@ -91,10 +125,117 @@ pub(crate) async fn cluster_usage(view: &weft_net::ClusterView) -> Result<Vec<Qu
     Ok(total)
 }
 
+/// A limit as `weft` shows it: `-` for none.
+fn limit(value: u64, size: bool) -> String {
+    match (value, size) {
+        (0, _) => "-".into(),
+        (value, true) => format_size(value),
+        (value, false) => value.to_string(),
+    }
+}
+
+/// Where a quota stands: ok, in its grace period (until when), or blocked.
+fn standing(blocked: bool, grace_ends: Option<u64>) -> String {
+    if blocked {
+        return "BLOCKED".into();
+    }
+    match grace_ends {
+        Some(end) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            format!("grace {}h left", end.saturating_sub(now) / 3600)
+        }
+        None => "ok".into(),
+    }
+}
+
 pub fn quota(command: QuotaCommand) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         match command {
+            QuotaCommand::Set {
+                user,
+                group,
+                pool,
+                soft_bytes,
+                hard_bytes,
+                soft_inodes,
+                hard_inodes,
+                cluster,
+            } => {
+                let (view, map) = connect(&cluster.mgmt()?).await?;
+                let (kind, id) = match (user, group) {
+                    (Some(user), _) => (QuotaKind::User, id_of(QuotaKind::User, &user)?),
+                    (None, Some(group)) => (QuotaKind::Group, id_of(QuotaKind::Group, &group)?),
+                    (None, None) => anyhow::bail!("name a --user or a --group"),
+                };
+                let pool = match pool {
+                    Some(name) => crate::pool::pool_named(&map, &name)?.id,
+                    None => weft_proto::StoragePoolId::DEFAULT,
+                };
+                let size = |text: Option<String>| -> Result<u64> {
+                    text.map_or(Ok(0), |text| crate::admin::parse_size(&text))
+                };
+                let rule = QuotaRule {
+                    kind,
+                    id,
+                    pool,
+                    limits: QuotaLimits {
+                        soft_bytes: size(soft_bytes)?,
+                        hard_bytes: size(hard_bytes)?,
+                        soft_inodes: soft_inodes.unwrap_or(0),
+                        hard_inodes: hard_inodes.unwrap_or(0),
+                    },
+                };
+                view.mgmt()
+                    .set_quota(rule)
+                    .await
+                    .map_err(|error| anyhow!("cannot set the quota: {error}"))?;
+                if rule.limits.is_empty() {
+                    println!(
+                        "quota of {} {id} in pool {} removed",
+                        <&str>::from(kind),
+                        crate::pool::pool_label(&map, pool)
+                    );
+                } else {
+                    println!(
+                        "quota of {} {id} in pool {} set",
+                        <&str>::from(kind),
+                        crate::pool::pool_label(&map, pool)
+                    );
+                }
+            }
+            QuotaCommand::List { cluster } => {
+                let (view, map) = connect(&cluster.mgmt()?).await?;
+                let states = view
+                    .mgmt()
+                    .quotas()
+                    .await
+                    .map_err(|error| anyhow!("cannot read the quotas: {error}"))?;
+                println!(
+                    "{:<6} {:<12} {:>8} {:<12} {:>10} {:>10} {:>10} {:<16} {:>8} {:>8} {:>8} STATE",
+                    "TYPE", "NAME", "ID", "POOL", "USED", "SOFT", "HARD", "SPACE", "INODES", "SOFT", "HARD"
+                );
+                for state in states {
+                    let rule = state.rule;
+                    println!(
+                        "{:<6} {:<12} {:>8} {:<12} {:>10} {:>10} {:>10} {:<16} {:>8} {:>8} {:>8} {}",
+                        <&str>::from(rule.kind),
+                        name_of(rule.kind, rule.id),
+                        rule.id,
+                        map.pool(rule.pool).map_or_else(|| rule.pool.to_string(), |p| p.name),
+                        format_size(state.bytes),
+                        limit(rule.limits.soft_bytes, true),
+                        limit(rule.limits.hard_bytes, true),
+                        standing(state.bytes_blocked, state.bytes_grace_ends),
+                        state.inodes,
+                        limit(rule.limits.soft_inodes, false),
+                        limit(rule.limits.hard_inodes, false),
+                        standing(state.inodes_blocked, state.inodes_grace_ends),
+                    );
+                }
+            }
             QuotaCommand::Report {
                 user,
                 group,

@@ -110,6 +110,7 @@ async fn up(args: UpArgs) -> Result<()> {
         rename_lock_lease: weft_mgmt::config::RENAME_LOCK_LEASE_DEFAULT,
         stats_interval: weft_mgmt::config::STATS_INTERVAL_DEFAULT,
         mirror_promotion_timeout: weft_mgmt::config::MIRROR_PROMOTION_TIMEOUT_DEFAULT,
+        quota_grace_period: weft_mgmt::config::QUOTA_GRACE_PERIOD_DEFAULT,
         influxdb: None,
         metrics_listen: None,
         log: None,

@@ -448,3 +448,159 @@ fn quota_report_follows_what_users_and_groups_use() {
     let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", &mgmt]);
     assert!(ok, "fsck finds usage as the inodes count it: {report}{err}");
 }
+
+/// Whether `result` failed with EDQUOT.
+fn over_quota<T: std::fmt::Debug>(result: std::io::Result<T>) -> bool {
+    match result {
+        Err(error) => error.raw_os_error() == Some(libc::EDQUOT),
+        Ok(value) => panic!("refused with EDQUOT, not done: {value:?}"),
+    }
+}
+
+// Goal: quotas are enforced by the servers, per pool: a user at its hard inode limit makes no
+// new file (EDQUOT from open(O_CREAT) through the mount), at its hard space limit no write
+// grows a file (EDQUOT at fsync, the write's error), while overwrites inside a file go on; a
+// higher limit lets it go on; a soft limit held past its grace period blocks as a hard one.
+// Method: a pool of its own for the user's files, `weft quota set` and `weft quota list`,
+// writes through the mount, management with a grace period of one second.
+#[test]
+fn quotas_refuse_what_goes_over_them() {
+    use std::io::Write;
+    let mut cluster = cluster(ClusterSpec {
+        mgmt_settings: vec!["quota_grace_period_ms=1000".into()],
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let mgmt = cluster.mgmt().to_string();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--mgmt", mgmt.as_str()]);
+        let (ok, out, err) = weft(&cluster, &all);
+        assert!(ok, "weft {args:?}: {err}");
+        out
+    };
+    run(&["pool", "create", "q", "--targets", "1,3"]);
+    make_dir_with_pattern(
+        &cluster,
+        &mnt.join("q"),
+        &["--pool", "q", "--num-targets", "1"],
+    );
+    // The directory is one inode of user 0 in pool q; two files make three.
+    run(&[
+        "quota",
+        "set",
+        "--user",
+        "0",
+        "--pool",
+        "q",
+        "--hard-inodes",
+        "3",
+        "--hard-bytes",
+        "2M",
+    ]);
+    fs::write(mnt.join("q/a"), vec![1u8; 1 << 20]).expect("write a");
+    fs::write(mnt.join("q/b"), vec![2u8; 512 << 10]).expect("write b");
+    let blocked = |what: usize| {
+        move |list: &str| {
+            list.lines()
+                .find(|line| line.split_whitespace().nth(3) == Some("q"))
+                .and_then(|line| {
+                    let states: Vec<&str> = line
+                        .split_whitespace()
+                        .filter(|w| *w == "BLOCKED" || *w == "ok")
+                        .collect();
+                    states.get(what).map(|state| *state == "BLOCKED")
+                })
+                .unwrap_or(false)
+        }
+    };
+    weft_testkit::wait_until("user 0 to be at its inode limit", || {
+        blocked(1)(&run(&["quota", "list"]))
+    })
+    .expect("blocked");
+    wait_for_the_map(&cluster);
+    assert!(
+        over_quota(fs::File::create(mnt.join("q/c"))),
+        "no fourth inode"
+    );
+    // Elsewhere, the user is not limited.
+    fs::write(mnt.join("elsewhere"), b"free").expect("another pool has no limit");
+
+    // 1.5 MiB of 2: an overwrite goes on, growth to 2 MiB blocks the space.
+    let mut a = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("q/a"))
+        .expect("open a");
+    a.write_all(&vec![3u8; 1 << 20]).expect("overwrite");
+    a.sync_all().expect("an overwrite is no growth");
+    drop(a);
+    let mut b = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("q/b"))
+        .expect("open b");
+    b.write_all(&vec![4u8; 512 << 10]).expect("append");
+    b.sync_all().expect("up to the limit");
+    drop(b);
+    weft_testkit::wait_until("user 0 to be at its space limit", || {
+        blocked(0)(&run(&["quota", "list"]))
+    })
+    .expect("blocked");
+    wait_for_the_map(&cluster);
+    let mut b = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("q/b"))
+        .expect("open b");
+    let grew = b.write_all(b"one byte more").and_then(|()| b.sync_all());
+    assert!(over_quota(grew), "no growth over the hard space limit");
+    drop(b);
+    // (The refused bytes read as a hole: the size the kernel took from the write stays, as
+    // after any write whose writeback failed.)
+    assert_eq!(
+        fs::read(mnt.join("q/b")).expect("read")[..1 << 20],
+        [vec![2u8; 512 << 10], vec![4u8; 512 << 10]].concat()[..]
+    );
+
+    // A higher limit: both go on.
+    run(&[
+        "quota",
+        "set",
+        "--user",
+        "0",
+        "--pool",
+        "q",
+        "--hard-inodes",
+        "100",
+        "--hard-bytes",
+        "100M",
+    ]);
+    weft_testkit::wait_until("user 0 to be free again", || {
+        let list = run(&["quota", "list"]);
+        !blocked(0)(&list) && !blocked(1)(&list)
+    })
+    .expect("free");
+    wait_for_the_map(&cluster);
+    fs::write(mnt.join("q/c"), b"now").expect("a new file under the new limit");
+
+    // Over a soft limit longer than the grace period (1 s here): blocked as by a hard one.
+    run(&[
+        "quota",
+        "set",
+        "--user",
+        "0",
+        "--pool",
+        "q",
+        "--soft-inodes",
+        "2",
+        "--hard-inodes",
+        "100",
+    ]);
+    weft_testkit::wait_until("the grace period to run out", || {
+        blocked(1)(&run(&["quota", "list"]))
+    })
+    .expect("blocked after its grace");
+    wait_for_the_map(&cluster);
+    assert!(
+        over_quota(fs::File::create(mnt.join("q/d"))),
+        "no inode past the grace period"
+    );
+}

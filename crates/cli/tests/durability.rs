@@ -660,11 +660,14 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
                 storage
                     .write(
                         target,
-                        file,
-                        0,
-                        bytes::Bytes::from_static(data),
-                        Some(tag),
-                        None,
+                        weft_net::ObjectWrite {
+                            file,
+                            offset: 0,
+                            data: bytes::Bytes::from_static(data),
+                            tag: Some(tag),
+                            capability: None,
+                            owner: None,
+                        },
                     )
                     .await
             }

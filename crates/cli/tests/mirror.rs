@@ -780,11 +780,14 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
                 storage
                     .write(
                         route,
-                        file,
-                        0,
-                        bytes::Bytes::from_static(data),
-                        Some(tag),
-                        None,
+                        weft_net::ObjectWrite {
+                            file,
+                            offset: 0,
+                            data: bytes::Bytes::from_static(data),
+                            tag: Some(tag),
+                            capability: None,
+                            owner: None,
+                        },
                     )
                     .await
             }
@@ -895,11 +898,14 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
                 storage
                     .write(
                         route,
-                        file,
-                        0,
-                        bytes::Bytes::from_static(data),
-                        Some(tag),
-                        None,
+                        weft_net::ObjectWrite {
+                            file,
+                            offset: 0,
+                            data: bytes::Bytes::from_static(data),
+                            tag: Some(tag),
+                            capability: None,
+                            owner: None,
+                        },
                     )
                     .await
             })
@@ -994,6 +1000,7 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
         object_offset: 0,
         tag: Some(tag(2)),
         capability: None,
+        owner: None,
     };
     send(&write, b"copied").expect("the copy's bytes");
     let sync = |route: Route| StorageRequest::Sync {

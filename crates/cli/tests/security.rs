@@ -443,7 +443,17 @@ async fn object_io(
     if write {
         let data = bytes::Bytes::from_static(b"overwritten");
         storage
-            .write(route, (inode, 0), 0, data, None, capability)
+            .write(
+                route,
+                weft_net::ObjectWrite {
+                    file: (inode, 0),
+                    offset: 0,
+                    data,
+                    tag: None,
+                    capability,
+                    owner: None,
+                },
+            )
             .await
             .map(|_| Vec::new())
     } else {
@@ -1120,7 +1130,17 @@ fn a_peer_one_protocol_version_older_is_served() {
             .expect("its server");
         let data = bytes::Bytes::from_static(b"written by an older peer");
         let (written, _) = storage
-            .write(route, (attr.inode, 0), 0, data.clone(), None, None)
+            .write(
+                route,
+                weft_net::ObjectWrite {
+                    file: (attr.inode, 0),
+                    offset: 0,
+                    data: data.clone(),
+                    tag: None,
+                    capability: None,
+                    owner: None,
+                },
+            )
             .await
             .expect("write in the older version");
         assert_eq!(written as usize, data.len());

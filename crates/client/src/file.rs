@@ -40,6 +40,8 @@ struct Known {
     reported_end: u64,
     /// The size the metadata server last told.
     size: u64,
+    /// The owner and group the metadata server last told.
+    owner: (u32, u32),
     /// Changes of the data this client made (writes, allocations, punched ranges) and how
     /// many of them the metadata server has heard of: a report moves the file's mtime only
     /// when it covers a new one.
@@ -85,6 +87,7 @@ impl Shared {
             file: FileRef {
                 inode: self.inode,
                 generation: known.generation,
+                owner: known.owner,
             },
             size: known.size.max(known.written_end),
             version: known.data_version,
@@ -92,9 +95,11 @@ impl Shared {
     }
 
     fn file_ref(&self) -> FileRef {
+        let known = self.known();
         FileRef {
             inode: self.inode,
-            generation: self.known().generation,
+            generation: known.generation,
+            owner: known.owner,
         }
     }
 
@@ -277,6 +282,7 @@ impl OpenFiles {
         };
         let mut known = shared.known();
         known.size = attr.size;
+        known.owner = (attr.uid, attr.gid);
         if known.generation == attr.truncate_generation {
             attr.size = attr.size.max(known.written_end);
         } else if attr.truncate_generation > known.generation {

@@ -16,7 +16,7 @@ use weft_proto::access::{self, Capability};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_requests, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
-use weft_proto::messages::{ChangeTag, FallocateMode, Route};
+use weft_proto::messages::{FallocateMode, Route};
 use weft_proto::ErrorCode;
 
 /// Times a request may find its object waiting for a truncate and have it applied before
@@ -31,6 +31,8 @@ pub(crate) struct FileRef {
     pub(crate) inode: InodeId,
     /// Its truncate generation as the caller knows it.
     pub(crate) generation: u64,
+    /// Its owner and group as the caller knows them, for their space quotas.
+    pub(crate) owner: (u32, u32),
 }
 
 impl FileRef {
@@ -53,19 +55,7 @@ pub struct PieceRead {
 }
 
 /// A write of a piece of file data into the object behind a route.
-#[derive(Clone, Debug)]
-pub struct PieceWrite {
-    /// The file, and the truncate generation the write is made in.
-    pub file: (InodeId, u64),
-    /// Where in the object.
-    pub offset: u64,
-    /// The bytes.
-    pub data: Bytes,
-    /// The change the write is, numbered among the client's changes.
-    pub tag: ChangeTag,
-    /// The file's capability, when the server wants one.
-    pub capability: Option<Capability>,
-}
+pub use weft_net::ObjectWrite as PieceWrite;
 
 /// How the data path's reads, writes and syncs reach a storage server, once it has chosen
 /// the server and the route: [`Objects`] for every client, the storage servers' objects; a
@@ -126,18 +116,7 @@ impl Transport for Objects {
         route: Route,
         piece: PieceWrite,
     ) -> BoxFuture<'static, Result<(u32, u64), RpcError>> {
-        Box::pin(async move {
-            let PieceWrite {
-                file,
-                offset,
-                data,
-                tag,
-                capability,
-            } = piece;
-            storage
-                .write(route, file, offset, data, Some(tag), capability)
-                .await
-        })
+        Box::pin(async move { storage.write(route, piece).await })
     }
 
     fn sync(
@@ -370,8 +349,9 @@ impl DataPath {
                                     file: file.wire(),
                                     offset: piece.object_offset,
                                     data: slice.clone(),
-                                    tag: change.tag(),
+                                    tag: Some(change.tag()),
                                     capability,
+                                    owner: Some(file.owner),
                                 };
                                 self.transport.write(storage, route, write)
                             })

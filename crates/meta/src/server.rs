@@ -311,14 +311,22 @@ impl Server {
         // No count before a home is open: management keeps the last one.
         let serving = !self.homes.read().expect("home table poisoned").is_empty();
         let inodes = serving.then(|| inode_count(&self.homes));
+        let quota_usage = homes_now(&self.homes)
+            .iter()
+            .filter_map(|meta| Some((meta.home(), meta.quota_usage().ok()?)))
+            .collect();
         let sent = Instant::now();
+        let report = weft_net::stubs::MetaReport {
+            usage,
+            inodes_used: inodes,
+            quota_usage,
+        };
         match mgmt
             .heartbeat(
                 NodeKind::Meta,
                 shared.node,
                 Vec::new(),
-                usage,
-                inodes,
+                report,
                 Some(shared.membership.report()),
             )
             .await

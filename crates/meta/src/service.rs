@@ -397,6 +397,11 @@ impl Meta {
         Ok(txn.open_table(table)?.len()?)
     }
 
+    /// The home this serves.
+    pub(crate) fn home(&self) -> NodeId {
+        self.node
+    }
+
     /// What each user and group uses in each pool in this home.
     pub(crate) fn quota_usage(&self) -> Result<Vec<weft_proto::quota::QuotaUsage>, OpError> {
         let txn = self.db.begin_read()?;

@@ -59,7 +59,22 @@ weft_net::service_config! {
             with = "weft_proto::millis"
         )]
         pub mirror_promotion_timeout: Duration,
+        /// How long a user or group may stay over a soft quota limit before what the limit
+        /// counts is refused as over a hard one.
+        #[serde(
+            rename = "quota_grace_period_ms",
+            default = "default_quota_grace",
+            with = "weft_proto::millis"
+        )]
+        pub quota_grace_period: Duration,
     }
+}
+
+/// Default grace period of soft quota limits: a week.
+pub const QUOTA_GRACE_PERIOD_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+fn default_quota_grace() -> Duration {
+    QUOTA_GRACE_PERIOD_DEFAULT
 }
 
 /// Default time a mirror group's primary may be silent before a good member replaces it.

@@ -39,6 +39,8 @@ struct LiveState {
     client_unserved: HashMap<ClientId, Vec<(String, u64)>>,
     /// Mirror resyncs as their primaries last reported them, by (kind, group, member).
     resyncs: HashMap<(MirrorKind, GroupId, MemberId), ResyncProgress>,
+    /// What users and groups use per metadata home, as the server serving it last reported.
+    home_usage: HashMap<NodeId, Vec<weft_proto::quota::QuotaUsage>>,
 }
 
 struct Mgmt {
@@ -58,6 +60,7 @@ struct Mgmt {
     map_epoch: tokio::sync::watch::Sender<u64>,
     /// A digest of what routing and placement follow in the map published last.
     map_shape: Mutex<u64>,
+    quota_grace_period: Duration,
 }
 
 /// How often management looks for changes of the map that no request makes (a node going
@@ -105,6 +108,7 @@ pub async fn run(
                 .map_or(1, |since| since.as_micros() as u64),
         ),
         map_shape: Mutex::new(0),
+        quota_grace_period: config.quota_grace_period,
     });
     let address = listener
         .local_addr()
@@ -156,6 +160,13 @@ async fn mirror_loop(mgmt: Arc<Mgmt>) {
     }
 }
 
+/// Now, in seconds since the Unix epoch.
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
 /// Publishes the changes of the map no request makes, a few times a second.
 async fn publish_loop(mgmt: Arc<Mgmt>) {
     loop {
@@ -186,8 +197,10 @@ fn map_shape(map: &ClusterMap) -> u64 {
     hasher.finish()
 }
 
-/// Whether a request changes the map when it succeeds, so it is published at once.
-fn changes_map(request: &MgmtRequest) -> bool {
+/// Whether the map is published at once after a request: those that change it when they
+/// succeed, and the quota listing, which runs the grace periods first (usage reports and
+/// time move the rest, published by the next map made, at the latest by the loop).
+fn publishes_map(request: &MgmtRequest) -> bool {
     matches!(
         request,
         MgmtRequest::RegisterNode { .. }
@@ -201,6 +214,8 @@ fn changes_map(request: &MgmtRequest) -> bool {
             | MgmtRequest::RemovePool { .. }
             | MgmtRequest::MovePoolTargets { .. }
             | MgmtRequest::SetPoolLimits { .. }
+            | MgmtRequest::SetQuota { .. }
+            | MgmtRequest::GetQuotas
     )
 }
 
@@ -248,7 +263,7 @@ impl weft_net::Handler for Mgmt {
             // runtime moves its other tasks off this thread meanwhile, so a slow disk never
             // keeps management from answering map fetches and heartbeats that change nothing.
             Request::Mgmt(request) => tokio::task::block_in_place(|| {
-                let publish = changes_map(&request);
+                let publish = publishes_map(&request);
                 let reply = self.handle_mgmt(&from, request);
                 if publish && reply.is_ok() {
                     self.publish_map();
@@ -623,6 +638,7 @@ impl Mgmt {
                 meta_usage,
                 meta_inodes_used,
                 mirror,
+                quota_usage,
             } => {
                 if !self.store.node_exists(kind, node).map_err(internal)? {
                     return Err(WireError::new(
@@ -642,6 +658,9 @@ impl Mgmt {
                         let known = live.meta_usage.get(&node).map_or(0, |(_, used)| *used);
                         live.meta_usage
                             .insert(node, (usage, meta_inodes_used.unwrap_or(known)));
+                    }
+                    for (home, usage) in quota_usage {
+                        live.home_usage.insert(home, usage);
                     }
                 }
                 let Some(mirror) = mirror else {
@@ -801,6 +820,22 @@ impl Mgmt {
             MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
                 self.cluster_status().map_err(internal)?,
             )),
+            MgmtRequest::SetQuota { rule } => {
+                let limits = rule.limits;
+                let crosses = |soft: u64, hard: u64| soft > 0 && hard > 0 && soft > hard;
+                if crosses(limits.soft_bytes, limits.hard_bytes)
+                    || crosses(limits.soft_inodes, limits.hard_inodes)
+                {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        "a soft quota limit must not be above its hard one",
+                    ));
+                }
+                self.store.set_quota(&rule).map_err(internal)?;
+                tracing::info!(?rule, "quota set");
+                Ok(Response::Done)
+            }
+            MgmtRequest::GetQuotas => Ok(Response::Quotas(self.quota_states().map_err(internal)?)),
             MgmtRequest::CreatePool { name } => {
                 self.pool_change(|| pools::create(&self.store, &name))
             }
@@ -870,22 +905,101 @@ impl Mgmt {
         }
     }
 
+    /// Every quota rule with what its user or group uses (summed over the metadata homes as
+    /// they last reported), its grace periods and whether it is blocked.
+    fn quota_states(&self) -> Result<Vec<weft_proto::quota::QuotaState>, MgmtError> {
+        let rules = self.store.quota_rules()?;
+        let mut total = Vec::new();
+        {
+            let live = self.live.lock().expect("live state poisoned");
+            for usage in live.home_usage.values() {
+                weft_proto::quota::add_usage(&mut total, usage);
+            }
+        }
+        let now = unix_seconds();
+        let grace = self.quota_grace_period.as_secs();
+        let mut states = Vec::new();
+        for rule in rules {
+            let (bytes, inodes) = total
+                .iter()
+                .find(|u| (u.kind, u.id, u.pool) == (rule.kind, rule.id, rule.pool))
+                .map_or((0, 0), |u| (u.bytes, u.inodes));
+            let limits = rule.limits;
+            let ends = |what: u8| -> Result<Option<u64>, MgmtError> {
+                Ok(self
+                    .store
+                    .grace_since(&rule, what)?
+                    .map(|since| since + grace))
+            };
+            let bytes_grace_ends = if limits.soft_bytes > 0 && bytes > limits.soft_bytes {
+                ends(0)?
+            } else {
+                None
+            };
+            let inodes_grace_ends = if limits.soft_inodes > 0 && inodes > limits.soft_inodes {
+                ends(1)?
+            } else {
+                None
+            };
+            states.push(weft_proto::quota::QuotaState {
+                rule,
+                bytes,
+                inodes,
+                bytes_grace_ends,
+                inodes_grace_ends,
+                bytes_blocked: (limits.hard_bytes > 0 && bytes >= limits.hard_bytes)
+                    || bytes_grace_ends.is_some_and(|end| now >= end),
+                inodes_blocked: (limits.hard_inodes > 0 && inodes >= limits.hard_inodes)
+                    || inodes_grace_ends.is_some_and(|end| now >= end),
+            });
+        }
+        Ok(states)
+    }
+
+    /// Starts the grace period of every soft limit newly exceeded, and ends those of limits
+    /// no longer exceeded.
+    fn run_quota_grace(&self) -> Result<(), MgmtError> {
+        let now = unix_seconds();
+        for state in self.quota_states()? {
+            let limits = state.rule.limits;
+            for (what, soft, used) in [
+                (0, limits.soft_bytes, state.bytes),
+                (1, limits.soft_inodes, state.inodes),
+            ] {
+                let over = soft > 0 && used > soft;
+                let running = self.store.grace_since(&state.rule, what)?.is_some();
+                if over != running {
+                    self.store
+                        .set_grace(&state.rule, what, over.then_some(now))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Publishes the map under a new epoch, waking its watchers, when what routing and
     /// placement follow changed since it was last published.
     fn publish_map(&self) {
-        let map = match self.cluster_map() {
-            Ok(map) => map,
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the cluster map to publish it");
-                return;
-            }
-        };
-        let shape = map_shape(&map);
+        if let Err(error) = self.run_quota_grace() {
+            tracing::warn!(%error, "cannot run the grace periods of quotas");
+        }
+        if let Err(error) = self.cluster_map() {
+            tracing::warn!(%error, "cannot read the cluster map to publish it");
+        }
+    }
+
+    /// Gives `map` its epoch: a new one, which wakes the map's watchers, when what routing
+    /// and placement follow changed since the last map made. So every map anyone is given
+    /// has the epoch of what it holds, and a change is published by the first map made
+    /// after it, whoever asked.
+    fn stamp(&self, map: &mut ClusterMap) {
+        let shape = map_shape(map);
         let mut last = self.map_shape.lock().expect("map shape poisoned");
         if *last != shape {
             *last = shape;
             self.map_epoch.send_modify(|epoch| *epoch += 1);
         }
+        map.epoch = *self.map_epoch.borrow();
     }
 
     /// Makes a pool change, notes it in the event log and answers it.
@@ -1037,12 +1151,25 @@ impl Mgmt {
         let targets = self.store.targets()?;
         let mirror_groups = self.mirror_groups(&targets);
         let clients = self.store.clients()?;
+        let quota_blocked = self
+            .quota_states()?
+            .into_iter()
+            .filter(|state| state.bytes_blocked || state.inodes_blocked)
+            .map(|state| weft_proto::quota::QuotaBlock {
+                kind: state.rule.kind,
+                id: state.rule.id,
+                pool: state.rule.pool,
+                bytes: state.bytes_blocked,
+                inodes: state.inodes_blocked,
+            })
+            .collect();
+        // Taken after the quota states, which take it too.
         let live = self.live.lock().expect("live state poisoned");
         let mut map = ClusterMap {
             mirror_groups,
             clients: self.store.client_rules()?,
             pools: self.store.pools()?,
-            epoch: *self.map_epoch.borrow(),
+            quota_blocked,
             ..ClusterMap::default()
         };
         for (kind, id, record) in nodes {
@@ -1097,6 +1224,7 @@ impl Mgmt {
             }
             tracing::info!(sessions = expired.len(), "forgot expired client sessions");
         }
+        self.stamp(&mut map);
         Ok(map)
     }
 }

@@ -11,6 +11,7 @@ use weft_proto::access::{ClientRule, Subtree};
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{MirrorKind, NodeKind};
 use weft_proto::pools::{CapacityLimits, PoolInfo};
+use weft_proto::quota::{QuotaKind, QuotaLimits, QuotaRule};
 
 /// (kind, node id) → postcard [`NodeRecord`].
 const NODES: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("nodes");
@@ -35,6 +36,23 @@ const CLIENT_SUBTREES: TableDefinition<&str, (u64, &str)> = TableDefinition::new
 /// pool id → postcard [`PoolRecord`]: the storage pools but for the default pool while its
 /// limits are its defaults.
 const POOLS: TableDefinition<u16, &[u8]> = TableDefinition::new("pools");
+
+/// (kind: 0 user, 1 group; id; pool) → (soft bytes, hard bytes, soft inodes, hard inodes):
+/// the quota rules.
+const QUOTA_RULES: TableDefinition<QuotaKey, (u64, u64, u64, u64)> =
+    TableDefinition::new("quota_rules");
+/// (kind: 0 user, 1 group; id; pool).
+type QuotaKey = (u8, u32, u16);
+/// (kind, id, pool, limit: 0 bytes, 1 inodes) → Unix seconds since which the use has been over
+/// that soft limit: the grace periods running, kept across restarts.
+const QUOTA_GRACE: TableDefinition<(u8, u32, u16, u8), u64> = TableDefinition::new("quota_grace");
+
+fn quota_kind_key(kind: QuotaKind) -> u8 {
+    match kind {
+        QuotaKind::User => 0,
+        QuotaKind::Group => 1,
+    }
+}
 
 /// A storage pool as stored: its [`PoolInfo`] but for the id, which is the key.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -111,6 +129,8 @@ impl MgmtStore {
             txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
             txn.open_table(SESSION_OWNERS).map_err(store_error)?;
             txn.open_table(POOLS).map_err(store_error)?;
+            txn.open_table(QUOTA_RULES).map_err(store_error)?;
+            txn.open_table(QUOTA_GRACE).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -489,6 +509,95 @@ impl MgmtStore {
                     .insert(target.0, bytes.as_slice())
                     .map_err(store_error)?;
             }
+        }
+        txn.commit().map_err(store_error)
+    }
+
+    /// Commits `rule`, or removes its user's or group's rule in its pool when it sets no limit.
+    pub fn set_quota(&self, rule: &QuotaRule) -> Result<(), MgmtError> {
+        let key = (quota_kind_key(rule.kind), rule.id, rule.pool.0);
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            let mut rules = txn.open_table(QUOTA_RULES).map_err(store_error)?;
+            let limits = rule.limits;
+            if limits.is_empty() {
+                rules.remove(key).map_err(store_error)?;
+            } else {
+                rules
+                    .insert(
+                        key,
+                        (
+                            limits.soft_bytes,
+                            limits.hard_bytes,
+                            limits.soft_inodes,
+                            limits.hard_inodes,
+                        ),
+                    )
+                    .map_err(store_error)?;
+            }
+            let mut grace = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+            for what in [0, 1] {
+                grace
+                    .remove((key.0, key.1, key.2, what))
+                    .map_err(store_error)?;
+            }
+        }
+        txn.commit().map_err(store_error)
+    }
+
+    /// Every quota rule.
+    pub fn quota_rules(&self) -> Result<Vec<QuotaRule>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let table = txn.open_table(QUOTA_RULES).map_err(store_error)?;
+        let mut rules = Vec::new();
+        for entry in table.iter().map_err(store_error)? {
+            let (key, value) = entry.map_err(store_error)?;
+            let (kind, id, pool) = key.value();
+            let (soft_bytes, hard_bytes, soft_inodes, hard_inodes) = value.value();
+            rules.push(QuotaRule {
+                kind: if kind == 0 {
+                    QuotaKind::User
+                } else {
+                    QuotaKind::Group
+                },
+                id,
+                pool: StoragePoolId(pool),
+                limits: QuotaLimits {
+                    soft_bytes,
+                    hard_bytes,
+                    soft_inodes,
+                    hard_inodes,
+                },
+            });
+        }
+        Ok(rules)
+    }
+
+    /// Since when (Unix seconds) `rule`'s user or group has been over its soft limit of bytes
+    /// (`what` 0) or inodes (1).
+    pub fn grace_since(&self, rule: &QuotaRule, what: u8) -> Result<Option<u64>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+        let key = (quota_kind_key(rule.kind), rule.id, rule.pool.0, what);
+        Ok(table.get(key).map_err(store_error)?.map(|v| v.value()))
+    }
+
+    /// Starts (`since` Some) or ends the grace period of `rule`'s soft limit `what`.
+    pub fn set_grace(
+        &self,
+        rule: &QuotaRule,
+        what: u8,
+        since: Option<u64>,
+    ) -> Result<(), MgmtError> {
+        let key = (quota_kind_key(rule.kind), rule.id, rule.pool.0, what);
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            let mut table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+            match since {
+                Some(since) => table.insert(key, since).map(drop),
+                None => table.remove(key).map(drop),
+            }
+            .map_err(store_error)?;
         }
         txn.commit().map_err(store_error)
     }

@@ -35,7 +35,7 @@ pub use cluster::ClusterView;
 pub use server::{
     serve, serve_with_exporters, Admission, Exporters, Handler, CONNECTIONS_MAX_DEFAULT,
 };
-pub use stubs::{MetaClient, MgmtClient, StorageClient};
+pub use stubs::{MetaClient, MgmtClient, ObjectWrite, StorageClient};
 
 /// For [`service_config!`]'s `influxdb` key.
 #[doc(hidden)]

@@ -1343,6 +1343,7 @@ mod refusal_tests {
                 object_offset: 0,
                 tag: None,
                 capability: None,
+                owner: None,
             })
         };
         // Six connections, one 16 MiB write each: two fit the 40 MiB budget.

@@ -36,6 +36,34 @@ impl RpcClient {
     }
 }
 
+/// A write of file data into one object ([`StorageClient::write`]).
+#[derive(Clone, Debug)]
+pub struct ObjectWrite {
+    /// The file, and the truncate generation the write is made in.
+    pub file: (InodeId, u64),
+    /// Where in the object.
+    pub offset: u64,
+    /// The bytes.
+    pub data: Bytes,
+    /// The client change the write is (see [`ChangeTag`]), if a client sends it.
+    pub tag: Option<ChangeTag>,
+    /// The file's capability, when the server wants one.
+    pub capability: Option<Capability>,
+    /// The file's owner and group, for their space quotas.
+    pub owner: Option<(u32, u32)>,
+}
+
+/// What a metadata server reports in its heartbeat (nothing, for a storage server).
+#[derive(Debug, Default)]
+pub struct MetaReport {
+    /// Space and inodes of its metadata target.
+    pub usage: Option<SpaceUsage>,
+    /// Inodes of the homes it serves (none before it serves one: management keeps the last).
+    pub inodes_used: Option<u64>,
+    /// What each user and group uses in each pool, per home it serves.
+    pub quota_usage: Vec<(NodeId, Vec<weft_proto::quota::QuotaUsage>)>,
+}
+
 /// Client of the management service.
 #[derive(Debug)]
 pub struct MgmtClient {
@@ -110,10 +138,14 @@ impl MgmtClient {
         kind: NodeKind,
         node: NodeId,
         targets: Vec<TargetReport>,
-        meta_usage: Option<SpaceUsage>,
-        meta_inodes_used: Option<u64>,
+        meta: MetaReport,
         mirror: Option<MirrorHeartbeat>,
     ) -> Result<(u64, Vec<MirrorGroupInfo>), RpcError> {
+        let MetaReport {
+            usage: meta_usage,
+            inodes_used: meta_inodes_used,
+            quota_usage,
+        } = meta;
         let response = self
             .call(MgmtRequest::Heartbeat {
                 kind,
@@ -122,6 +154,7 @@ impl MgmtClient {
                 meta_usage,
                 meta_inodes_used,
                 mirror,
+                quota_usage,
             })
             .await?;
         expect_response!(self.rpc, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
@@ -307,6 +340,24 @@ impl MgmtClient {
             })
             .await?;
         expect_response!(self.rpc, response, Response::Pool(pool) => pool)
+    }
+
+    /// Sets (or with no limit removes) a quota rule.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a soft limit above its hard one, or [`RpcError`].
+    pub async fn set_quota(&self, rule: weft_proto::quota::QuotaRule) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::SetQuota { rule }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Every quota rule with its use and state.
+    ///
+    /// # Errors
+    /// [`RpcError`].
+    pub async fn quotas(&self) -> Result<Vec<weft_proto::quota::QuotaState>, RpcError> {
+        let response = self.call(MgmtRequest::GetQuotas).await?;
+        expect_response!(self.rpc, response, Response::Quotas(states) => states)
     }
 
     /// Fetches management's view of the cluster: states, space, throughput, events.
@@ -782,31 +833,35 @@ impl StorageClient {
         self.rpc.call(&Request::Storage(request), payload).await
     }
 
-    /// Writes `data` at `object_offset` of the object of `inode` on `target`, as a writer in
-    /// truncate `generation` of the file, as client change `tag` (see [`ChangeTag`]); answers
-    /// the bytes written and the write's verifier ([`Response::Written`]).
+    /// Writes `write.data` into the object of `write.file` behind `route` ([`ObjectWrite`]);
+    /// answers the bytes written and the write's verifier ([`Response::Written`]).
     ///
     /// # Errors
-    /// `NoSpace`, `UnknownTarget`, `TargetPoisoned`, `TruncatePending`, `Superseded`, or
-    /// [`RpcError`] for transport failures.
+    /// `NoSpace`, `QuotaExceeded`, `UnknownTarget`, `TargetPoisoned`, `TruncatePending`,
+    /// `Superseded`, or [`RpcError`] for transport failures.
     pub async fn write(
         &self,
         route: impl Into<Route>,
-        (inode, generation): (InodeId, u64),
-        object_offset: u64,
-        data: Bytes,
-        tag: Option<ChangeTag>,
-        capability: Option<Capability>,
+        write: ObjectWrite,
     ) -> Result<(u32, u64), RpcError> {
         let route: Route = route.into();
+        let ObjectWrite {
+            file: (inode, generation),
+            offset,
+            data,
+            tag,
+            capability,
+            owner,
+        } = write;
         let request = Request::Storage(StorageRequest::Write {
             target: route.target,
             mirror: route.mirror,
             inode,
             generation,
-            object_offset,
+            object_offset: offset,
             tag,
             capability,
+            owner,
         });
         let response = self.rpc.call(&request, data).await?.0;
         expect_response!(self.rpc, response, Response::Written { len, verifier } => (len, verifier))

@@ -452,7 +452,9 @@ impl MgmtRequest {
             | MgmtRequest::CreatePool { .. }
             | MgmtRequest::RemovePool { .. }
             | MgmtRequest::MovePoolTargets { .. }
-            | MgmtRequest::SetPoolLimits { .. } => Kind::Members,
+            | MgmtRequest::SetPoolLimits { .. }
+            | MgmtRequest::SetQuota { .. }
+            | MgmtRequest::GetQuotas => Kind::Members,
         }
     }
 }

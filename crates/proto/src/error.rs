@@ -98,6 +98,9 @@ pub enum ErrorCode {
     /// belongs to another session, or grants less. The client gets a new one by opening the
     /// file again, and asks again.
     CapabilityNeeded = 2007,
+    /// The change would take a user or group over its quota in the pool (`weft quota
+    /// report`): EDQUOT.
+    QuotaExceeded = 2008,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -158,6 +161,7 @@ impl ErrorCode {
             ErrorCode::CrossDevice => libc::EXDEV,
             ErrorCode::TooManyLinks => libc::EMLINK,
             ErrorCode::NoSpace | ErrorCode::NoTargets => libc::ENOSPC,
+            ErrorCode::QuotaExceeded => libc::EDQUOT,
             ErrorCode::NoAttribute => libc::ENODATA,
             ErrorCode::OutOfRange => libc::E2BIG,
             ErrorCode::WouldBlock | ErrorCode::InGrace | ErrorCode::Busy => libc::EAGAIN,
@@ -254,6 +258,7 @@ mod tests {
             ErrorCode::Busy,
             ErrorCode::Superseded,
             ErrorCode::CapabilityNeeded,
+            ErrorCode::QuotaExceeded,
             ErrorCode::UnknownSession,
             ErrorCode::WrongService,
         ] {

@@ -169,6 +169,9 @@ pub struct ClusterMap {
     /// 0 from a management of version 3.
     #[serde(default, with = "crate::wire::since_4")]
     pub epoch: u64,
+    /// Users and groups that may not grow their use in a pool (`quota.rs`).
+    #[serde(default, with = "crate::wire::since_4")]
+    pub quota_blocked: Vec<crate::quota::QuotaBlock>,
 }
 
 /// What a mirror group mirrors.
@@ -467,6 +470,9 @@ pub enum MgmtRequest {
         meta_inodes_used: Option<u64>,
         /// Mirror state of a storage server's targets.
         mirror: Option<MirrorHeartbeat>,
+        /// What each user and group uses in each pool, per metadata home this server serves.
+        #[serde(default, with = "crate::wire::since_4")]
+        quota_usage: Vec<(NodeId, Vec<crate::quota::QuotaUsage>)>,
     },
     /// A client opens a session.
     #[wire(tag = 3)]
@@ -569,6 +575,16 @@ pub enum MgmtRequest {
         /// Longest to wait for a change, in milliseconds.
         wait_ms: u32,
     },
+    /// Sets (or with all limits 0 removes) the quota limits of a user or group in a pool
+    /// (`weft quota set`).
+    #[wire(tag = 19, since = 4)]
+    SetQuota {
+        /// The rule.
+        rule: crate::quota::QuotaRule,
+    },
+    /// Asks for every quota rule with its use and state (`weft quota list`).
+    #[wire(tag = 20, since = 4)]
+    GetQuotas,
     /// Sets a pool's capacity limits (`weft pool set`).
     #[wire(tag = 17, since = 4)]
     SetPoolLimits {
@@ -1344,6 +1360,10 @@ pub enum StorageRequest {
         /// objects: the metadata server's grant at its open (see [`Capability`]).
         #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
+        /// The file's owner and group as the writer knows them: a write that grows the
+        /// object of a user or group over its space quota is refused.
+        #[serde(default, with = "crate::wire::since_4")]
+        owner: Option<(u32, u32)>,
     },
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
@@ -2043,6 +2063,9 @@ pub enum Response {
     /// What users and groups use, per pool.
     #[wire(tag = 31, since = 4)]
     QuotaUsage(Vec<crate::quota::QuotaUsage>),
+    /// Quota rules with their use and state.
+    #[wire(tag = 32, since = 4)]
+    Quotas(Vec<crate::quota::QuotaState>),
 }
 
 impl Request {

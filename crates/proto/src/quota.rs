@@ -1,7 +1,11 @@
-//! Quotas: the space and inodes each user, group and project uses in each storage pool.
+//! Quotas: the space and inodes each user and group uses in each storage pool, and the
+//! limits on them.
 //!
 //! Every metadata home keeps what its inodes use, changed in the same transaction as the
-//! inodes (`meta/src/usage.rs`); `weft quota report` sums the homes.
+//! inodes (`meta/src/usage.rs`), and reports it with its heartbeats. Management keeps the
+//! limits, sums the homes, runs the grace periods of soft limits, and publishes in the cluster
+//! map who is blocked ([`QuotaBlock`]): metadata servers then refuse their new inodes, storage
+//! servers the writes that grow their files, with `QuotaExceeded` (EDQUOT).
 
 use crate::ids::StoragePoolId;
 use crate::wire::Wire;
@@ -52,4 +56,120 @@ pub fn add_usage(into: &mut Vec<QuotaUsage>, more: &[QuotaUsage]) {
         }
     }
     into.sort_by_key(|r| (r.kind, r.id, r.pool));
+}
+
+/// The limits of one user or group in one pool; 0 is no limit. Over a hard limit, or over a
+/// soft one for longer than the grace period, new inodes (for the inode limits) or writes
+/// that grow files (for the byte limits) are refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaLimits {
+    /// Bytes that start the grace period.
+    pub soft_bytes: u64,
+    /// Bytes at which growth is refused.
+    pub hard_bytes: u64,
+    /// Inodes that start the grace period.
+    pub soft_inodes: u64,
+    /// Inodes at which new ones are refused.
+    pub hard_inodes: u64,
+}
+
+impl QuotaLimits {
+    /// Whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        *self == QuotaLimits::default()
+    }
+}
+
+/// The limits set on one user or group in one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaRule {
+    /// User or group.
+    pub kind: QuotaKind,
+    /// The user or group id.
+    pub id: u32,
+    /// The pool.
+    pub pool: StoragePoolId,
+    /// The limits (all 0: the rule is removed).
+    pub limits: QuotaLimits,
+}
+
+/// A rule with what its user or group uses and where it stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaState {
+    /// The rule.
+    pub rule: QuotaRule,
+    /// Bytes used, summed over the metadata homes as they last reported.
+    pub bytes: u64,
+    /// Inodes used.
+    pub inodes: u64,
+    /// When the grace period of the soft byte limit ends (Unix seconds), while over it.
+    pub bytes_grace_ends: Option<u64>,
+    /// When the grace period of the soft inode limit ends, while over it.
+    pub inodes_grace_ends: Option<u64>,
+    /// Whether writes that grow its files are refused.
+    pub bytes_blocked: bool,
+    /// Whether new inodes are refused.
+    pub inodes_blocked: bool,
+}
+
+/// A user or group that may not grow its use in a pool, as the cluster map lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QuotaBlock {
+    /// User or group.
+    pub kind: QuotaKind,
+    /// The user or group id.
+    pub id: u32,
+    /// The pool.
+    pub pool: StoragePoolId,
+    /// Writes that grow its files are refused.
+    pub bytes: bool,
+    /// New inodes are refused.
+    pub inodes: bool,
+}
+
+/// What a quota refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// A new inode.
+    Inode,
+    /// More bytes.
+    Bytes,
+}
+
+impl crate::messages::ClusterMap {
+    /// Why a change of `growth` by the owner `(uid, gid)` in `pool` is refused, if it is:
+    /// the user or the group is blocked for it.
+    pub fn quota_refusal(
+        &self,
+        (uid, gid): (u32, u32),
+        pool: StoragePoolId,
+        growth: Growth,
+    ) -> Option<crate::error::WireError> {
+        let blocked = self.quota_blocked.iter().find(|block| {
+            block.pool == pool
+                && match block.kind {
+                    QuotaKind::User => block.id == uid,
+                    QuotaKind::Group => block.id == gid,
+                }
+                && match growth {
+                    Growth::Inode => block.inodes,
+                    Growth::Bytes => block.bytes,
+                }
+        })?;
+        Some(crate::error::WireError::new(
+            crate::error::ErrorCode::QuotaExceeded,
+            format!(
+                "{} {} is over its {} quota in storage pool {} (weft quota report --{} {})",
+                <&str>::from(blocked.kind),
+                blocked.id,
+                match growth {
+                    Growth::Inode => "inode",
+                    Growth::Bytes => "space",
+                },
+                pool,
+                <&str>::from(blocked.kind),
+                blocked.id
+            ),
+        ))
+    }
 }

@@ -197,6 +197,37 @@ fn cluster_map() -> ClusterMap {
         session_owners: vec![(ClientId(7), "node17".into())],
         pools: vec![pool()],
         epoch: 1_700_000_000_000_001,
+        quota_blocked: vec![weft_proto::quota::QuotaBlock {
+            kind: weft_proto::quota::QuotaKind::User,
+            id: 1001,
+            pool: StoragePoolId(2),
+            bytes: true,
+            inodes: false,
+        }],
+    }
+}
+
+fn quota_usage() -> weft_proto::quota::QuotaUsage {
+    weft_proto::quota::QuotaUsage {
+        kind: weft_proto::quota::QuotaKind::Group,
+        id: 1001,
+        pool: StoragePoolId(2),
+        bytes: 1 << 40,
+        inodes: 12_345,
+    }
+}
+
+fn quota_rule() -> weft_proto::quota::QuotaRule {
+    weft_proto::quota::QuotaRule {
+        kind: weft_proto::quota::QuotaKind::User,
+        id: 1001,
+        pool: StoragePoolId(2),
+        limits: weft_proto::quota::QuotaLimits {
+            soft_bytes: 1 << 30,
+            hard_bytes: 2 << 30,
+            soft_inodes: 1000,
+            hard_inodes: 2000,
+        },
     }
 }
 
@@ -277,6 +308,7 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
                 }],
                 resyncs: vec![resync()],
             }),
+            quota_usage: vec![(NodeId(1), vec![quota_usage()])],
         },
         MgmtRequest::RegisterClient {
             alias: "client-host".into(),
@@ -335,6 +367,8 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
             after: 1_700_000_000_000_001,
             wait_ms: 10_000,
         },
+        MgmtRequest::SetQuota { rule: quota_rule() },
+        MgmtRequest::GetQuotas,
     ]
 }
 
@@ -565,6 +599,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             object_offset: 4096,
             tag: change_tag(),
             capability: Some(capability()),
+            owner: Some((1001, 2002)),
         },
         StorageRequest::Bench {
             op: StorageBenchOp::Start {
@@ -829,12 +864,15 @@ fn responses() -> Vec<Response> {
             capability: capability(),
         },
         Response::Pool(pool()),
-        Response::QuotaUsage(vec![weft_proto::quota::QuotaUsage {
-            kind: weft_proto::quota::QuotaKind::Group,
-            id: 1001,
-            pool: StoragePoolId(2),
-            bytes: 1 << 40,
-            inodes: 12_345,
+        Response::QuotaUsage(vec![quota_usage()]),
+        Response::Quotas(vec![weft_proto::quota::QuotaState {
+            rule: quota_rule(),
+            bytes: 3 << 30,
+            inodes: 1500,
+            bytes_grace_ends: None,
+            inodes_grace_ends: Some(1_800_000_000),
+            bytes_blocked: true,
+            inodes_blocked: false,
         }]),
     ]
 }
@@ -1059,6 +1097,7 @@ fn the_older_version_decodes_and_is_spoken() {
         ClusterMap {
             pools: Vec::new(),
             epoch: 0,
+            quota_blocked: Vec::new(),
             ..cluster_map()
         },
         "a peer of version 3 gets the map without the pools' names and limits, or its epoch"
@@ -1073,10 +1112,12 @@ fn the_older_version_decodes_and_is_spoken() {
                     | MgmtRequest::MovePoolTargets { .. }
                     | MgmtRequest::SetPoolLimits { .. }
                     | MgmtRequest::WatchClusterMap { .. }
+                    | MgmtRequest::SetQuota { .. }
+                    | MgmtRequest::GetQuotas
             )
         })
         .collect::<Vec<_>>();
-    assert_eq!(version_4.len(), 5);
+    assert_eq!(version_4.len(), 7);
     for request in &version_4 {
         assert!(
             encode_body_in(older, request)

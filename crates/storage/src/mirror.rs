@@ -556,6 +556,7 @@ impl Mirror {
                         object_offset: offset,
                         tag: Some(self.step_tag(primary, start)),
                         capability: None,
+                        owner: None,
                     };
                     self.send_step(member, write, data).await?;
                 }

@@ -195,7 +195,13 @@ async fn heartbeat_loop(
         let sent = std::time::Instant::now();
         let mirror = Some(storage.mirror.membership.report());
         match mgmt
-            .heartbeat(NodeKind::Storage, node, reports, None, None, mirror)
+            .heartbeat(
+                NodeKind::Storage,
+                node,
+                reports,
+                weft_net::stubs::MetaReport::default(),
+                mirror,
+            )
             .await
         {
             Ok((lease_ms, groups)) => {
@@ -322,6 +328,9 @@ impl weft_net::Handler for Storage {
             }
             _ => &self.fence,
         };
+        if let Err(error) = self.quota_admits(&target, &request, payload.len()) {
+            return (Err(error), Bytes::new());
+        }
         let running = match request.tag() {
             Some(tag) => match fence.admit(tag).await {
                 Ok(Admission::Run(running)) => Some(running),
@@ -349,6 +358,44 @@ impl weft_net::Handler for Storage {
 }
 
 impl Storage {
+    /// Refuses a client's write that grows a file whose owner or group is over its space
+    /// quota in this target's pool (as the cluster map lists them), with `QuotaExceeded`.
+    /// Forwards are not checked: the primary decided for the group.
+    fn quota_admits(
+        &self,
+        target: &Target,
+        request: &StorageRequest,
+        len: usize,
+    ) -> Result<(), WireError> {
+        let StorageRequest::Write {
+            inode,
+            object_offset,
+            owner: Some(owner),
+            mirror,
+            ..
+        } = request
+        else {
+            return Ok(());
+        };
+        if mirror.is_some_and(|route| route.forwarded) {
+            return Ok(());
+        }
+        let map = self.cluster.map();
+        let Some(pool) = map.target(target.id).map(|t| t.pool) else {
+            return Ok(());
+        };
+        let Some(refusal) = map.quota_refusal(*owner, pool, weft_proto::quota::Growth::Bytes)
+        else {
+            return Ok(());
+        };
+        let object = ObjectId::new(Space::of(*mirror), *inode);
+        let end = object_offset.saturating_add(len as u64);
+        if end > target.length(object).map_err(WireError::from)? {
+            return Err(refusal);
+        }
+        Ok(())
+    }
+
     /// The fence of the forwards of `route`'s group in its version.
     fn forward_fence(&self, route: MirrorRoute) -> Arc<crate::fence::ChangeFence> {
         let mut fences = self.forward_fences.lock().expect("forward fences poisoned");

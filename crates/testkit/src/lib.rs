@@ -38,6 +38,8 @@ pub struct ClusterSpec {
     pub storage_settings: Vec<String>,
     /// Config settings given to the metadata servers only, e.g. `target_chooser="balanced"`.
     pub meta_settings: Vec<String>,
+    /// Config settings given to management only, e.g. `quota_grace_period_ms=1000`.
+    pub mgmt_settings: Vec<String>,
     /// Every service in a network namespace of its own, on a bridge the host reaches, so a
     /// test can cut one off the network ([`LocalCluster::set_link`]). Needs root.
     pub netns: bool,
@@ -57,6 +59,7 @@ impl Default for ClusterSpec {
             settings: Vec::new(),
             storage_settings: Vec::new(),
             meta_settings: Vec::new(),
+            mgmt_settings: Vec::new(),
             netns: false,
             tls: false,
         }
@@ -260,7 +263,14 @@ impl LocalCluster {
                 "stats_interval_ms=500".into(),
                 "--set".into(),
                 "mirror_promotion_timeout_ms=3000".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                spec.mgmt_settings
+                    .iter()
+                    .flat_map(|setting| ["--set".to_string(), setting.clone()]),
+            )
+            .collect(),
         )?;
         for index in 1..=spec.meta {
             let dir = data.join(format!("meta-{index}"));

@@ -11,6 +11,7 @@ use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, PatternKind, StripePattern};
 use weft_proto::messages::{FileKind, NewInode, Response, SYMLINK_BYTES_MAX};
+use weft_proto::quota::Growth;
 use weft_proto::ErrorCode;
 
 const S_ISGID: u32 = 0o2000;
@@ -116,6 +117,16 @@ pub(crate) fn create(
         entry.new.mode & 0o7777,
         entry.new.umask,
     )?;
+
+    // A user or group over its inode quota in the pool makes no new inode.
+    let (_, gid) = owner_group_and_mode(&parent, is_dir, mode, entry.new.gid);
+    if let Some(refusal) =
+        context
+            .map
+            .quota_refusal((entry.new.uid, gid), pattern.pool, Growth::Inode)
+    {
+        return Err(OpError::Rejected(refusal));
+    }
 
     // Everything is checked; from here on the operation writes.
     let inode = allocate_inode(&mut counters, context.home)?;

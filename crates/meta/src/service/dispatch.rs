@@ -95,6 +95,23 @@ impl Meta {
                     }
                     result
                 } else {
+                    // A directory made on another server is checked against its creator's
+                    // inode quota here (a local create checks in its transaction).
+                    let pool = self
+                        .read(|txn| {
+                            Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern)
+                        })
+                        .ok()
+                        .flatten()
+                        .unwrap_or(weft_proto::layout::StripePattern::DEFAULT)
+                        .pool;
+                    if let Some(refusal) = self.cluster.map().quota_refusal(
+                        (new.uid, new.gid),
+                        pool,
+                        weft_proto::quota::Growth::Inode,
+                    ) {
+                        return Err(refusal);
+                    }
                     let placement = Placement {
                         home,
                         shard_homes: Vec::new(),
