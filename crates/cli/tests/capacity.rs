@@ -9,6 +9,15 @@ use std::fs;
 use std::path::Path;
 use weft_testkit::ClusterSpec;
 
+/// Runs `weft ARGS --mgmt …` against `cluster`, asserts it succeeded, and returns its output.
+fn run_ok(cluster: &weft_testkit::LocalCluster, args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.extend(["--mgmt", cluster.mgmt()]);
+    let (ok, out, err) = weft(cluster, &all);
+    assert!(ok, "weft {args:?}: {err}");
+    out
+}
+
 /// The targets `weft entry info` lists for a file.
 fn targets_of(cluster: &weft_testkit::LocalCluster, file: &Path) -> (Vec<u32>, String) {
     let path = file.display().to_string();
@@ -254,14 +263,7 @@ fn new_files_go_to_the_emptier_targets() {
         ..ClusterSpec::default()
     });
     let mnt = cluster.mount().expect("mount");
-    let mgmt = cluster.mgmt().to_string();
-    let run = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--mgmt", mgmt.as_str()]);
-        let (ok, out, err) = weft(&cluster, &all);
-        assert!(ok, "weft {args:?}: {err}");
-        out
-    };
+    let run = |args: &[&str]| run_ok(&cluster, args);
     run(&["pool", "create", "fill", "--targets", "1"]);
     make_dir_with_pattern(
         &cluster,
@@ -471,14 +473,7 @@ fn quotas_refuse_what_goes_over_them() {
         ..ClusterSpec::default()
     });
     let mnt = cluster.mount().expect("mount");
-    let mgmt = cluster.mgmt().to_string();
-    let run = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--mgmt", mgmt.as_str()]);
-        let (ok, out, err) = weft(&cluster, &all);
-        assert!(ok, "weft {args:?}: {err}");
-        out
-    };
+    let run = |args: &[&str]| run_ok(&cluster, args);
     run(&["pool", "create", "q", "--targets", "1,3"]);
     make_dir_with_pattern(
         &cluster,
