@@ -51,7 +51,7 @@ impl Meta {
                 open,
             } => {
                 if new.kind == FileKind::Regular {
-                    self.refresh_map_if_short(parent, std::time::Instant::now())
+                    self.map_for(&self.parent_pattern(parent), std::time::Instant::now())
                         .await;
                 }
                 if new.kind == FileKind::Directory {
@@ -97,14 +97,7 @@ impl Meta {
                 } else {
                     // A directory made on another server is checked against its creator's
                     // inode quota here (a local create checks in its transaction).
-                    let pool = self
-                        .read(|txn| {
-                            Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern)
-                        })
-                        .ok()
-                        .flatten()
-                        .unwrap_or(weft_proto::layout::StripePattern::DEFAULT)
-                        .pool;
+                    let pool = self.parent_pattern(parent).pool;
                     if let Some(refusal) = self.cluster.map().quota_refusal(
                         (new.uid, new.gid),
                         pool,
@@ -401,7 +394,7 @@ impl Meta {
     }
 
     /// How many slots `pattern`'s pool has (targets, or storage mirror groups for a mirrored
-    /// pattern), from a map fetched again if it is short of the pattern (a pool just filled).
+    /// pattern), by [`Meta::map_for`].
     ///
     /// # Errors
     /// InvalidArgument when the pool does not exist.
@@ -409,16 +402,7 @@ impl Meta {
         &self,
         pattern: &weft_proto::layout::StripePattern,
     ) -> Result<usize, OpError> {
-        let mirrored = pattern.kind == weft_proto::layout::PatternKind::Mirrored;
-        let mut map = self.cluster.map();
-        if map.pool(pattern.pool).is_none()
-            || map.pool_slots(pattern.pool, mirrored) < usize::from(pattern.num_targets)
-        {
-            self.cluster
-                .refresh_unless_fetched_since(std::time::Instant::now())
-                .await;
-            map = self.cluster.map();
-        }
+        let map = self.map_for(pattern, std::time::Instant::now()).await;
         if map.pool(pattern.pool).is_none() {
             return Err(OpError::rejected(
                 ErrorCode::InvalidArgument,
@@ -428,27 +412,38 @@ impl Meta {
                 ),
             ));
         }
+        let mirrored = pattern.kind == weft_proto::layout::PatternKind::Mirrored;
         Ok(map.pool_slots(pattern.pool, mirrored))
     }
 
-    /// Fetches the cluster map again when it holds fewer targets (mirror groups, for a mirrored
-    /// pattern) than a new file in `parent` wants: targets registered or groups made since the
-    /// last heartbeat would otherwise be left out of files created right after. The fetch must have started after the request arrived
-    /// (`arrived`); concurrent creates share it. A pool that really is smaller than the pattern
-    /// pays one round trip to management per batch of creates.
-    pub(super) async fn refresh_map_if_short(&self, parent: InodeId, arrived: std::time::Instant) {
-        let desired = self
-            .read(|txn| Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern))
+    /// The stripe pattern of directory `parent`, or the default one.
+    fn parent_pattern(&self, parent: InodeId) -> weft_proto::layout::StripePattern {
+        self.read(|txn| Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern))
             .ok()
             .flatten()
-            .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
+            .unwrap_or(weft_proto::layout::StripePattern::DEFAULT)
+    }
+
+    /// The cluster map, fetched again when it does not know `pattern`'s pool or holds fewer
+    /// targets (mirror groups, for a mirrored pattern) than the pattern wants: a pool made,
+    /// targets registered or groups made since the map came would otherwise be left out of
+    /// files created right after. The fetch must have started after the request arrived
+    /// (`arrived`); concurrent callers share it. A pool that really is smaller than the
+    /// pattern pays one round trip to management per batch of creates.
+    async fn map_for(
+        &self,
+        pattern: &weft_proto::layout::StripePattern,
+        arrived: std::time::Instant,
+    ) -> std::sync::Arc<weft_proto::messages::ClusterMap> {
         let map = self.cluster.map();
-        let mirrored = desired.kind == weft_proto::layout::PatternKind::Mirrored;
+        let mirrored = pattern.kind == weft_proto::layout::PatternKind::Mirrored;
         // Groups made since the map was fetched count too.
-        let available = map.pool_slots(desired.pool, mirrored);
-        if available >= usize::from(desired.num_targets) {
-            return;
+        if map.pool(pattern.pool).is_some()
+            && map.pool_slots(pattern.pool, mirrored) >= usize::from(pattern.num_targets)
+        {
+            return map;
         }
         self.cluster.refresh_unless_fetched_since(arrived).await;
+        self.cluster.map()
     }
 }
