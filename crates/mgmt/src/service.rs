@@ -25,6 +25,7 @@ use weft_proto::messages::{
     Request, Response, ResyncProgress, SpaceUsage, MAP_WATCH_WAIT_MS_MAX, MIRROR_MEMBERS_MAX,
     NODE_ADDRESSES_MAX,
 };
+use weft_proto::quota::QuotaKind;
 use weft_proto::ErrorCode;
 
 /// What management heard from a node lately; rebuilt from heartbeats after a restart.
@@ -905,42 +906,39 @@ impl Mgmt {
         }
     }
 
-    /// Every quota rule with what its user or group uses (summed over the metadata homes as
-    /// they last reported), its grace periods and whether it is blocked.
-    fn quota_states(&self) -> Result<Vec<weft_proto::quota::QuotaState>, MgmtError> {
-        let rules = self.store.quota_rules()?;
-        let mut total = Vec::new();
-        {
-            let live = self.live.lock().expect("live state poisoned");
-            for usage in live.home_usage.values() {
-                weft_proto::quota::add_usage(&mut total, usage);
-            }
+    /// What each user and group uses in each pool, summed over the metadata homes as they
+    /// last reported.
+    fn quota_totals(&self) -> HashMap<(QuotaKind, u32, StoragePoolId), (u64, u64)> {
+        let live = self.live.lock().expect("live state poisoned");
+        let mut totals: HashMap<_, (u64, u64)> = HashMap::new();
+        for row in live.home_usage.values().flatten() {
+            let total = totals.entry((row.kind, row.id, row.pool)).or_default();
+            total.0 += row.bytes;
+            total.1 += row.inodes;
         }
+        totals
+    }
+
+    /// Every quota rule with what its user or group uses, its grace periods and whether it
+    /// is blocked.
+    fn quota_states(&self) -> Result<Vec<weft_proto::quota::QuotaState>, MgmtError> {
+        let totals = self.quota_totals();
         let now = unix_seconds();
         let grace = self.quota_grace_period.as_secs();
         let mut states = Vec::new();
-        for rule in rules {
-            let (bytes, inodes) = total
-                .iter()
-                .find(|u| (u.kind, u.id, u.pool) == (rule.kind, rule.id, rule.pool))
-                .map_or((0, 0), |u| (u.bytes, u.inodes));
+        for (rule, since) in self.store.quota_rules()? {
+            let (bytes, inodes) = totals
+                .get(&(rule.kind, rule.id, rule.pool))
+                .copied()
+                .unwrap_or_default();
             let limits = rule.limits;
-            let ends = |what: u8| -> Result<Option<u64>, MgmtError> {
-                Ok(self
-                    .store
-                    .grace_since(&rule, what)?
-                    .map(|since| since + grace))
-            };
-            let bytes_grace_ends = if limits.soft_bytes > 0 && bytes > limits.soft_bytes {
-                ends(0)?
-            } else {
-                None
-            };
-            let inodes_grace_ends = if limits.soft_inodes > 0 && inodes > limits.soft_inodes {
-                ends(1)?
-            } else {
-                None
-            };
+            let ends = |over: bool, since: Option<u64>| since.filter(|_| over).map(|s| s + grace);
+            let bytes_grace_ends =
+                ends(limits.soft_bytes > 0 && bytes > limits.soft_bytes, since[0]);
+            let inodes_grace_ends = ends(
+                limits.soft_inodes > 0 && inodes > limits.soft_inodes,
+                since[1],
+            );
             states.push(weft_proto::quota::QuotaState {
                 rule,
                 bytes,
@@ -959,18 +957,21 @@ impl Mgmt {
     /// Starts the grace period of every soft limit newly exceeded, and ends those of limits
     /// no longer exceeded.
     fn run_quota_grace(&self) -> Result<(), MgmtError> {
+        let totals = self.quota_totals();
         let now = unix_seconds();
-        for state in self.quota_states()? {
-            let limits = state.rule.limits;
+        for (rule, since) in self.store.quota_rules()? {
+            let (bytes, inodes) = totals
+                .get(&(rule.kind, rule.id, rule.pool))
+                .copied()
+                .unwrap_or_default();
+            let limits = rule.limits;
             for (what, soft, used) in [
-                (0, limits.soft_bytes, state.bytes),
-                (1, limits.soft_inodes, state.inodes),
+                (0, limits.soft_bytes, bytes),
+                (1, limits.soft_inodes, inodes),
             ] {
                 let over = soft > 0 && used > soft;
-                let running = self.store.grace_since(&state.rule, what)?.is_some();
-                if over != running {
-                    self.store
-                        .set_grace(&state.rule, what, over.then_some(now))?;
+                if over != since[usize::from(what)].is_some() {
+                    self.store.set_grace(&rule, what, over.then_some(now))?;
                 }
             }
         }

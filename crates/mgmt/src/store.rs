@@ -43,6 +43,9 @@ const QUOTA_RULES: TableDefinition<QuotaKey, (u64, u64, u64, u64)> =
     TableDefinition::new("quota_rules");
 /// (kind: 0 user, 1 group; id; pool).
 type QuotaKey = (u8, u32, u16);
+/// Since when (Unix seconds) a rule's user or group has been over its soft limit of bytes
+/// and of inodes.
+pub(crate) type GraceStarts = [Option<u64>; 2];
 /// (kind, id, pool, limit: 0 bytes, 1 inodes) → Unix seconds since which the use has been over
 /// that soft limit: the grace periods running, kept across restarts.
 const QUOTA_GRACE: TableDefinition<(u8, u32, u16, u8), u64> = TableDefinition::new("quota_grace");
@@ -545,16 +548,25 @@ impl MgmtStore {
         txn.commit().map_err(store_error)
     }
 
-    /// Every quota rule.
-    pub fn quota_rules(&self) -> Result<Vec<QuotaRule>, MgmtError> {
+    /// Every quota rule, with since when (Unix seconds) its user or group has been over its
+    /// soft limit of bytes and of inodes: the grace periods running. One read of both tables.
+    pub fn quota_rules(&self) -> Result<Vec<(QuotaRule, GraceStarts)>, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let table = txn.open_table(QUOTA_RULES).map_err(store_error)?;
+        let graces = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+        let since = |key: QuotaKey, what: u8| -> Result<Option<u64>, MgmtError> {
+            Ok(graces
+                .get((key.0, key.1, key.2, what))
+                .map_err(store_error)?
+                .map(|v| v.value()))
+        };
         let mut rules = Vec::new();
         for entry in table.iter().map_err(store_error)? {
             let (key, value) = entry.map_err(store_error)?;
-            let (kind, id, pool) = key.value();
+            let key = key.value();
+            let (kind, id, pool) = key;
             let (soft_bytes, hard_bytes, soft_inodes, hard_inodes) = value.value();
-            rules.push(QuotaRule {
+            let rule = QuotaRule {
                 kind: if kind == 0 {
                     QuotaKind::User
                 } else {
@@ -568,18 +580,10 @@ impl MgmtStore {
                     soft_inodes,
                     hard_inodes,
                 },
-            });
+            };
+            rules.push((rule, [since(key, 0)?, since(key, 1)?]));
         }
         Ok(rules)
-    }
-
-    /// Since when (Unix seconds) `rule`'s user or group has been over its soft limit of bytes
-    /// (`what` 0) or inodes (1).
-    pub fn grace_since(&self, rule: &QuotaRule, what: u8) -> Result<Option<u64>, MgmtError> {
-        let txn = self.db.begin_read().map_err(store_error)?;
-        let table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
-        let key = (quota_kind_key(rule.kind), rule.id, rule.pool.0, what);
-        Ok(table.get(key).map_err(store_error)?.map(|v| v.value()))
     }
 
     /// Starts (`since` Some) or ends the grace period of `rule`'s soft limit `what`.

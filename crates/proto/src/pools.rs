@@ -146,10 +146,15 @@ impl ClusterMap {
         pools
     }
 
-    /// A target's capacity class by its pool's limits (normal if its pool is unknown).
+    /// A target's capacity class by its pool's limits (normal if its pool is unknown). Read
+    /// for every target at every file create: the pool is borrowed, not copied.
     pub fn capacity_class(&self, target: &TargetInfo) -> CapacityClass {
-        self.pool(target.pool)
-            .map_or(CapacityClass::Normal, |pool| pool.class_of(&target.usage))
+        match self.pools.iter().find(|pool| pool.id == target.pool) {
+            Some(pool) => pool.class_of(&target.usage),
+            None => self
+                .pool(target.pool)
+                .map_or(CapacityClass::Normal, |pool| pool.class_of(&target.usage)),
+        }
     }
 
     /// The targets of pool `id`.

@@ -41,21 +41,18 @@ pub struct QuotaUsage {
     pub inodes: u64,
 }
 
-/// Adds `more` to `into`, row by row (the homes' usage summed).
+/// Adds `more` to `into`, row by row (the homes' usage summed), in (kind, id, pool) order.
 pub fn add_usage(into: &mut Vec<QuotaUsage>, more: &[QuotaUsage]) {
-    for row in more {
-        match into
-            .iter_mut()
-            .find(|r| (r.kind, r.id, r.pool) == (row.kind, row.id, row.pool))
-        {
-            Some(found) => {
-                found.bytes += row.bytes;
-                found.inodes += row.inodes;
-            }
-            None => into.push(*row),
-        }
+    let mut rows = std::collections::BTreeMap::new();
+    for row in into.drain(..).chain(more.iter().copied()) {
+        rows.entry((row.kind, row.id, row.pool))
+            .and_modify(|sum: &mut QuotaUsage| {
+                sum.bytes += row.bytes;
+                sum.inodes += row.inodes;
+            })
+            .or_insert(row);
     }
-    into.sort_by_key(|r| (r.kind, r.id, r.pool));
+    into.extend(rows.into_values());
 }
 
 /// The limits of one user or group in one pool; 0 is no limit. Over a hard limit, or over a
