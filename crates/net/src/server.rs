@@ -18,19 +18,6 @@ use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::error::{ErrorCode, WireError};
 use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
-tokio::task_local! {
-    /// The protocol version of the request the current task serves.
-    static PEER_VERSION: u16;
-}
-
-/// The protocol version the request being served came in (this build's own outside a
-/// request's task): what the peer that sent it speaks.
-pub fn peer_version() -> u16 {
-    PEER_VERSION
-        .try_with(|version| *version)
-        .unwrap_or(weft_proto::codec::PROTOCOL_VERSION)
-}
-
 /// Requests one connection may have in flight before the server stops reading from it.
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
 
@@ -628,7 +615,7 @@ async fn serve_connection<H: Handler>(
                             Identity::Member => handler.handle(from, request, payload).await,
                         }
                     };
-                    PEER_VERSION.scope(header.version, handled).await
+                    handled.await
                 }
             };
             // The answer goes in the version the request came in; one that version cannot
