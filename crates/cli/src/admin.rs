@@ -1,4 +1,4 @@
-//! Administration: `weft entry info|set`, `weft node list`, `weft target list`, `weft df`.
+//! Administration: `weft entry info|set|migrate`, `weft node list`, `weft target list`, `weft df`.
 
 use crate::MgmtLocator;
 use anyhow::{anyhow, bail, Context, Result};
@@ -44,6 +44,22 @@ pub enum EntryCommand {
         #[arg(long)]
         pool: Option<String>,
         /// A directory inside a Weft mount.
+        path: PathBuf,
+        #[command(flatten)]
+        locator: MgmtLocator,
+    },
+    /// Move a file, or every file of a tree, onto other targets while in use: into a storage
+    /// pool (a tree's directories then send new files there too), or onto the targets named.
+    /// Readers and writers go on; a crash of a server resumes the move.
+    Migrate {
+        /// The storage pool (name or id) to move into (`weft pool list`).
+        #[arg(long)]
+        pool: Option<String>,
+        /// The targets to move one file onto, in stripe order (ids, comma separated; as many
+        /// as the file is striped over; those it is on already stay).
+        #[arg(long, value_name = "ID,ID,…")]
+        targets: Option<String>,
+        /// A file or directory inside a Weft mount.
         path: PathBuf,
         #[command(flatten)]
         locator: MgmtLocator,
@@ -540,6 +556,15 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                     path.display()
                 );
                 print!("{}", format_entry_info(&attr, &map));
+            }
+            EntryCommand::Migrate {
+                pool,
+                targets,
+                path,
+                locator,
+            } => {
+                let mgmt = locate(&locator, Some(&path))?;
+                crate::migrate::migrate(&mgmt, &path, pool, targets).await?;
             }
         }
         Ok(())

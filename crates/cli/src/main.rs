@@ -11,6 +11,7 @@
 mod admin;
 mod bench;
 mod clients;
+mod migrate;
 mod mirror;
 mod pool;
 mod quota;

@@ -53,6 +53,8 @@ struct Known {
     /// How many write errors the file had, and the last one.
     errors: u64,
     last_error: Option<ClientError>,
+    /// The file's layout as last heard of (it changes when the file moves to other targets).
+    layout: Option<Arc<FileLayout>>,
 }
 
 impl Known {
@@ -91,6 +93,46 @@ impl Shared {
             },
             size: known.size.max(known.written_end),
             version: known.data_version,
+        }
+    }
+
+    /// The file's layout.
+    fn layout(&self) -> Result<Arc<FileLayout>, ClientError> {
+        self.known()
+            .layout
+            .clone()
+            .ok_or(ClientError::NoLayout { inode: self.inode })
+    }
+
+    /// Runs `op` with the file's layout. An object that moved away (`Moved`: the file was
+    /// migrated, or its target drained) has the layout fetched again and `op` run with the new
+    /// one; while the layout is still the old one (its move is making its last copies), again
+    /// after a pause, for [`MOVED_WAIT`] at most.
+    async fn with_layout<T, F, Fut>(&self, client: &Client, op: F) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<FileLayout>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(10);
+        loop {
+            let layout = self.layout()?;
+            match op(Arc::clone(&layout)).await {
+                Err(error) if error.code() == weft_proto::ErrorCode::Moved => {
+                    // The new layout is learnt as any attributes are (`OpenFiles::merge`).
+                    client.known(client.get_attr(self.inode).await?);
+                    if *self.layout()? != *layout {
+                        tracing::debug!(inode = %self.inode, "the file moved: its new layout is used");
+                        continue;
+                    }
+                    if started.elapsed() > MOVED_WAIT {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                }
+                result => return result,
+            }
         }
     }
 
@@ -185,6 +227,11 @@ impl Shared {
     }
 }
 
+/// How long a read or change waits for a file whose objects are moving to get its new
+/// layout: the last copies of a move are short, but a metadata server restarting in the
+/// middle resumes them only once it is back.
+const MOVED_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What a read of a file goes by ([`Shared::view`]).
 #[derive(Clone, Copy)]
 struct ReadView {
@@ -238,6 +285,7 @@ impl OpenFiles {
                     inode: attr.inode,
                     known: Mutex::new(Known {
                         generation: attr.truncate_generation,
+                        layout: attr.layout.clone().map(Arc::new),
                         ..Known::default()
                     }),
                     inflight: Arc::new(InFlight::new(self.write_behind.max(1))),
@@ -283,6 +331,11 @@ impl OpenFiles {
         let mut known = shared.known();
         known.size = attr.size;
         known.owner = (attr.uid, attr.gid);
+        if let Some(layout) = &attr.layout {
+            if known.layout.as_deref() != Some(layout) {
+                known.layout = Some(Arc::new(layout.clone()));
+            }
+        }
         if known.generation == attr.truncate_generation {
             attr.size = attr.size.max(known.written_end);
         } else if attr.truncate_generation > known.generation {
@@ -320,7 +373,6 @@ impl OpenFiles {
 pub struct OpenFile {
     client: Arc<Client>,
     handle: u64,
-    layout: Option<FileLayout>,
     shared: Arc<Shared>,
     /// How many of the file's write errors this handle reported (or were before it opened).
     errors_seen: AtomicU64,
@@ -377,7 +429,6 @@ impl Client {
         OpenFile {
             client: Arc::clone(self),
             handle,
-            layout: attr.layout.clone(),
             shared,
             errors_seen,
             ahead: ReadAhead::default(),
@@ -415,10 +466,8 @@ impl OpenFile {
     ///
     /// # Errors
     /// [`ClientError::NoLayout`] when the open entry is not a regular file.
-    pub fn layout(&self) -> Result<&FileLayout, ClientError> {
-        self.layout.as_ref().ok_or(ClientError::NoLayout {
-            inode: self.shared.inode,
-        })
+    pub fn layout(&self) -> Result<Arc<FileLayout>, ClientError> {
+        self.shared.layout()
     }
 
     /// The file's write error this handle has not reported by a sync yet, left for it.
@@ -449,7 +498,7 @@ impl OpenFile {
     pub async fn read(&self, offset: u64, len: u64) -> Result<ReadData, ClientError> {
         let layout = self.layout()?;
         let view = self.shared.view();
-        let fetch = |window| self.read_window(layout.clone(), window, view);
+        let fetch = |window| self.read_window(Arc::clone(&layout), window, view);
         let ahead = self.ahead.read(
             (offset, len),
             crate::ahead::FileNow {
@@ -465,22 +514,28 @@ impl OpenFile {
         // A client reads its own writes.
         let end = offset.saturating_add(len);
         self.shared.inflight.wait_clear((offset, end)).await;
-        self.client
-            .data
-            .read(&self.client, view.file, layout, (offset, len), view.size)
+        let client = &self.client;
+        self.shared
+            .with_layout(client, |layout| async move {
+                client
+                    .data
+                    .read(client, view.file, &layout, (offset, len), view.size)
+                    .await
+            })
             .await
     }
 
     /// Reads `[start, start + len)` in the background, after the writes in flight there.
     fn read_window(
         &self,
-        layout: FileLayout,
+        layout: Arc<FileLayout>,
         (start, len): (u64, u64),
         view: ReadView,
     ) -> BoxFuture<'static, Option<ReadData>> {
         let (client, shared) = (Arc::clone(&self.client), Arc::clone(&self.shared));
         let task = tokio::spawn(async move {
             shared.inflight.wait_clear((start, start + len)).await;
+            // A window of a file that moved is read again directly.
             client
                 .data
                 .read(&client, view.file, &layout, (start, len), view.size)
@@ -501,13 +556,20 @@ impl OpenFile {
         let layout = self.layout()?;
         let len = data.len() as u64;
         let end = offset + len;
-        let written = SlotSet::of_range(layout, offset, len);
+        // By slot index, which a move keeps.
+        let written = SlotSet::of_range(&layout, offset, len);
         if self.client.files.write_behind == 0 {
             let file = self.shared.file_ref();
+            let client = &self.client;
+            let data = &data;
             return match self
-                .client
-                .data
-                .write(&self.client, file, layout, offset, data)
+                .shared
+                .with_layout(client, |layout| async move {
+                    client
+                        .data
+                        .write(client, file, &layout, offset, data.clone())
+                        .await
+                })
                 .await
             {
                 Ok(()) => {
@@ -532,18 +594,16 @@ impl OpenFile {
             return Err(error);
         }
         self.shared.note_write(end, written);
-        let (client, shared, layout) = (
-            Arc::clone(&self.client),
-            Arc::clone(&self.shared),
-            layout.clone(),
-        );
+        let (client, shared) = (Arc::clone(&self.client), Arc::clone(&self.shared));
         let send = async move {
             let file = shared.file_ref();
-            if let Err(error) = client
-                .data
-                .write(&client, file, &layout, offset, data)
-                .await
-            {
+            let (on, data) = (&client, &data);
+            let sent = shared
+                .with_layout(on, |layout| async move {
+                    on.data.write(on, file, &layout, offset, data.clone()).await
+                })
+                .await;
+            if let Err(error) = sent {
                 tracing::warn!(inode = %shared.inode, %error, "a write-behind write failed");
                 shared.record_error(error);
             }
@@ -592,11 +652,13 @@ impl OpenFile {
     /// write error this handle had not reported yet, now reported.
     pub async fn sync(&self) -> Result<(), ClientError> {
         self.shared.drain().await;
-        if let Some(layout) = &self.layout {
+        if self.shared.layout().is_ok() {
+            let (client, inode) = (&self.client, self.shared.inode);
             let synced = self
-                .client
-                .data
-                .sync(&self.client, self.shared.inode, layout)
+                .shared
+                .with_layout(client, |layout| async move {
+                    client.data.sync(client, inode, &layout).await
+                })
                 .await;
             if let Err(error) = synced {
                 self.report_error(&error);
@@ -621,12 +683,16 @@ impl OpenFile {
         mode: FallocateMode,
         keep_size: bool,
     ) -> Result<(), ClientError> {
-        let layout = self.layout()?;
         self.shared.drain().await;
         let file = self.shared.file_ref();
-        self.client
-            .data
-            .fallocate(&self.client, file, layout, (offset, len), mode)
+        let client = &self.client;
+        self.shared
+            .with_layout(client, |layout| async move {
+                client
+                    .data
+                    .fallocate(client, file, &layout, (offset, len), mode)
+                    .await
+            })
             .await?;
         if keep_size {
             // Zeroed bytes: what was read ahead of them is stale.

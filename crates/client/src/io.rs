@@ -383,14 +383,26 @@ impl DataPath {
     }
 
     /// Makes `inode`'s data durable on every slot of its layout, and checks that no write
-    /// acknowledged since the last sync was lost meanwhile (its verifier changed).
+    /// acknowledged since the last sync was lost meanwhile (its verifier changed): also on
+    /// slots the file moved away from since, whose servers took writes that the move copied
+    /// (a server that restarted before the copy lost them, and tells so by its verifier).
     pub(crate) async fn sync(
         &self,
         session: &Client,
         inode: InodeId,
         layout: &FileLayout,
     ) -> Result<(), ClientError> {
-        let requests = layout.slots().map(|slot| async move {
+        let mut slots: Vec<Slot> = layout.slots().collect();
+        slots.extend(
+            self.unsynced
+                .lock()
+                .expect("unsynced writes poisoned")
+                .keys()
+                .filter(|(written, slot)| *written == inode && !layout.slots().any(|s| s == *slot))
+                .map(|(_, slot)| *slot)
+                .collect::<Vec<_>>(),
+        );
+        let requests = slots.into_iter().map(|slot| async move {
             let verifier = session
                 .with_capability(inode, 0, |capability| {
                     self.on_slot(session, inode, slot, move |storage, route| {

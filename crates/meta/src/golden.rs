@@ -1,6 +1,7 @@
 //! Golden bytes of every record a metadata server stores: an inode, a truncate still to do, an
 //! intent of each kind of cross-server operation, a layout waiting for disposal, the slots a
-//! file was written to, a stored reply. They are in `golden_records.txt`; a difference is a
+//! file was written to, a move in flight, the targets holding a file's tombstones, a stored
+//! reply. They are in `golden_records.txt`; a difference is a
 //! change of the on-disk format, which needs a format version and a conversion
 //! (docs/design/on-disk-format.md). After a deliberate change,
 //! `WEFT_BLESS=1 cargo test -p weft-meta golden` records the new bytes.
@@ -200,6 +201,15 @@ fn records() -> String {
     slots.insert(0);
     slots.insert(130);
     line("written/slots", encode(&slots));
+    line(
+        "move",
+        encode(&crate::service::MoveWork {
+            slots: vec![(1, TargetId(3), TargetId(6))],
+            pool: StoragePoolId(2),
+            sealing: true,
+        }),
+    );
+    line("tombstones", encode(&vec![TargetId(3), TargetId(4)]));
     let reply: Reply = Ok(Response::Attr(InodeAttr {
         inode: inode(5),
         ..file().to_attr(inode(5))

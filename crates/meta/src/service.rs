@@ -6,6 +6,7 @@
 //! - `replies`: stored replies, which make every mutation idempotent;
 //! - `sessions`: client sessions, their open files and orphans, and expiry;
 //! - `work`: background work (truncates, disposal, size settling) and its loop;
+//! - `moves`: files moving to other targets while in use, and the loop that moves them;
 //! - `fsck`: the consistency check and its object verification (`verify`);
 //! - `access` and `subtree`: the checks a client's rule asks of this server.
 
@@ -13,6 +14,7 @@ mod access;
 mod dispatch;
 mod fsck;
 mod intents;
+mod moves;
 mod replies;
 mod sessions;
 mod subtree;
@@ -21,6 +23,9 @@ mod work;
 
 #[cfg(test)]
 pub(crate) use intents::mkdir::create_dir_inode;
+#[cfg(test)]
+pub(crate) use moves::MoveWork;
+pub(crate) use moves::{load_move, load_tombstones, take_moved_objects, MOVES, TOMBSTONES};
 pub(crate) use replies::idempotent;
 
 use crate::chooser::Chooser;
@@ -64,8 +69,8 @@ pub(crate) struct Meta {
     db: Arc<Database>,
     /// The store file's link to the home's mirror members.
     link: Arc<HomeLink>,
-    /// The background work loop.
-    worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The background work loop and the mover.
+    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     committer: Committer,
     cluster: Arc<ClusterView>,
     chooser: Arc<Chooser>,
@@ -112,6 +117,14 @@ pub(crate) struct Meta {
     /// and the work loop's retry of it never run at once, so no retry of an older attempt can
     /// land after the setattr was answered and cut the writes that followed it.
     truncating: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Wakes the mover (a move was recorded).
+    mover: Notify,
+    /// Woken by the mover after each file it worked on.
+    moved: Notify,
+    /// Moves given up, with why, until their migrate request hears it.
+    move_failures: Mutex<HashMap<InodeId, WireError>>,
+    /// Files whose objects are being pushed to other targets now: their disposal waits.
+    pushing: Mutex<HashSet<InodeId>>,
     /// Directories recently found inside a confined client's subtree (see [`subtree`]).
     inside: subtree::Inside,
 }
@@ -218,7 +231,11 @@ impl Meta {
             settled: tokio::sync::watch::Sender::new(false),
             disposing: tokio::sync::Mutex::new(()),
             truncating: Mutex::default(),
-            worker: Mutex::default(),
+            mover: Notify::new(),
+            moved: Notify::new(),
+            move_failures: Mutex::default(),
+            pushing: Mutex::default(),
+            workers: Mutex::default(),
         });
         match meta.read(spread_directories) {
             Ok(dirs) => meta
@@ -275,8 +292,14 @@ impl Meta {
             .extend(unreported);
         // Operations a crash interrupted are finished at once.
         meta.work.notify_one();
-        let worker = tokio::runtime::Handle::current().spawn(work_loop(Arc::clone(&meta)));
-        *meta.worker.lock().expect("worker slot poisoned") = Some(worker);
+        meta.mover.notify_one();
+        let runtime = tokio::runtime::Handle::current();
+        let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
+        let mover = runtime.spawn(Arc::clone(&meta).move_loop());
+        meta.workers
+            .lock()
+            .expect("worker slots poisoned")
+            .extend([worker, mover]);
         Ok(meta)
     }
 
@@ -284,7 +307,12 @@ impl Meta {
     /// background work ends. Requests still running fail.
     pub(crate) fn stop(&self) {
         self.link.fence();
-        if let Some(worker) = self.worker.lock().expect("worker slot poisoned").take() {
+        for worker in self
+            .workers
+            .lock()
+            .expect("worker slots poisoned")
+            .drain(..)
+        {
             worker.abort();
         }
     }

@@ -78,6 +78,8 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
     txn.open_table(WRITTEN)?;
+    txn.open_table(crate::service::MOVES)?;
+    txn.open_table(crate::service::TOMBSTONES)?;
     count_usage(&txn)?;
     txn.open_table(crate::usage::USAGE)?;
     migrate_entries(&txn)?;

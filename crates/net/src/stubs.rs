@@ -790,6 +790,20 @@ stubs! {
         QuotaUsage => Response::QuotaUsage(usage) => usage
     }
 
+    /// Moves a regular file onto `targets` (in stripe order) or into `pool`; answers how
+    /// many slots move and whether the move is done ([`MetaRequest::Migrate`]).
+    ///
+    /// # Errors
+    /// `NotFound`, `InvalidArgument` (not a regular file, a mirrored one, a target that
+    /// cannot take it), `NoTargets`, or [`RpcError`] for transport failures.
+    fn migrate(
+        inode: InodeId,
+        pool: Option<weft_proto::ids::StoragePoolId>,
+        targets: Vec<TargetId>,
+    ) -> (u16, bool) {
+        Migrate { inode, pool, targets } => Response::Migration { moving, done } => (moving, done)
+    }
+
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
@@ -1040,5 +1054,16 @@ stubs! {
     ) -> (u64, u32) {
         ObjectChecksum { target, mirrored, inode, offset, len }
             => Response::Checksum { length, crc } => (length, crc)
+    }
+
+    /// Pushes the plain object of `inode` on `target` to target `to`: what changed since the
+    /// last push, and with `seal` the last changes of an object sealed first; answers the
+    /// bytes copied ([`StorageRequest::Push`]).
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `NoSpace` and the errors of the copy's writes, or [`RpcError`] for
+    /// transport failures.
+    fn push(target: TargetId, inode: InodeId, to: TargetId, seal: bool) -> u64 {
+        Push { target, inode, to, seal } => Response::Pushed { copied } => copied
     }
 }

@@ -230,6 +230,7 @@ impl MetaRequest {
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
             | MetaRequest::QuotaUsage
+            | MetaRequest::Migrate { .. }
             | MetaRequest::ReplicaApply { .. }
             | MetaRequest::IntentsSettled { .. } => Vec::new(),
         }
@@ -425,6 +426,7 @@ impl MetaRequest {
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
             | MetaRequest::QuotaUsage
+            | MetaRequest::Migrate { .. }
             | MetaRequest::ReplicaApply { .. }
             | MetaRequest::IntentsSettled { .. } => Vec::new(),
         }
@@ -500,6 +502,7 @@ impl MetaRequest {
             | MetaRequest::Check { .. }
             | MetaRequest::CheckProgress
             | MetaRequest::QuotaUsage
+            | MetaRequest::Migrate { .. }
             | MetaRequest::ReplicaApply { .. }
             | MetaRequest::IntentsSettled { .. } => Kind::Members,
         }
@@ -531,7 +534,8 @@ impl StorageRequest {
             | StorageRequest::ListObjects { .. }
             | StorageRequest::ObjectLength { .. }
             | StorageRequest::ObjectChecksum { .. }
-            | StorageRequest::SyncTarget { .. } => None,
+            | StorageRequest::SyncTarget { .. }
+            | StorageRequest::Push { .. } => None,
         }
     }
 
@@ -547,7 +551,8 @@ impl StorageRequest {
             | StorageRequest::ListObjects { .. }
             | StorageRequest::ObjectLength { .. }
             | StorageRequest::ObjectChecksum { .. }
-            | StorageRequest::SyncTarget { .. } => Kind::Members,
+            | StorageRequest::SyncTarget { .. }
+            | StorageRequest::Push { .. } => Kind::Members,
         }
     }
 }

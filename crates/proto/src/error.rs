@@ -101,6 +101,9 @@ pub enum ErrorCode {
     /// The change would take a user or group over its quota in the pool (`weft quota
     /// report`): EDQUOT.
     QuotaExceeded = 2008,
+    /// The object moved to another target (its file was migrated, or its target drained):
+    /// the caller fetches the file's layout again and asks where it says.
+    Moved = 2009,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -144,6 +147,7 @@ impl ErrorCode {
             ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
             ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
             ErrorCode::StaleRoute | ErrorCode::TruncatePending | ErrorCode::Superseded => libc::EIO,
+            ErrorCode::Moved => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }

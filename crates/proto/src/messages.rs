@@ -1246,6 +1246,22 @@ pub enum MetaRequest {
     /// quota report` sums the servers).
     #[wire(tag = 37, since = 4)]
     QuotaUsage,
+    /// Moves a regular file's objects onto other targets while it stays in use (`weft entry
+    /// migrate`): every slot whose target is not in `pool` (when given), or is not the one
+    /// `targets` names at its index (when given), or is being drained, goes to another
+    /// target; the old layout stays the file's until the copies are complete and the new
+    /// one is switched in with one commit. Answered when the move is done, or with
+    /// `done: false` while it still runs (ask again: the move goes on either way, and a
+    /// restart resumes it).
+    #[wire(tag = 38, since = 4)]
+    Migrate {
+        /// The file.
+        inode: InodeId,
+        /// The pool the file should be in.
+        pool: Option<StoragePoolId>,
+        /// The targets the file should be on, in stripe order (empty: chosen in the pool).
+        targets: Vec<TargetId>,
+    },
 }
 
 /// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]):
@@ -1521,6 +1537,24 @@ pub enum StorageRequest {
         /// How it was routed (forwarded by the group's primary).
         mirror: Option<MirrorRoute>,
     },
+    /// A file's metadata server moving the file's object off `target` to target `to` (a
+    /// plain object): the first push copies the whole object and starts watching it, each
+    /// later one copies what changed since the one before. A push with `seal` first makes the
+    /// object refuse every read and change (`Moved`) for good, durably, copies the last
+    /// changes, syncs the copy and drops the object's data: the copy on `to` is then
+    /// complete, and the metadata server switches the file's layout to it. A sealed push
+    /// sent again answers at once.
+    #[wire(tag = 12, since = 4)]
+    Push {
+        /// The target the object is on.
+        target: TargetId,
+        /// The file.
+        inode: InodeId,
+        /// The target it moves to.
+        to: TargetId,
+        /// Whether this is the last push.
+        seal: bool,
+    },
 }
 
 impl StorageRequest {
@@ -1537,6 +1571,7 @@ impl StorageRequest {
             | StorageRequest::ObjectLength { target, .. }
             | StorageRequest::ObjectChecksum { target, .. }
             | StorageRequest::SyncTarget { target, .. }
+            | StorageRequest::Push { target, .. }
             | StorageRequest::NetBench { target, .. } => Some(*target),
             StorageRequest::Bench { .. } => None,
         }
@@ -1614,6 +1649,7 @@ impl StorageRequest {
             }
             StorageRequest::ListObjects { target, .. }
             | StorageRequest::ObjectChecksum { target, .. }
+            | StorageRequest::Push { target, .. }
             | StorageRequest::NetBench { target, .. } => {
                 *target = route.target;
             }
@@ -2066,6 +2102,20 @@ pub enum Response {
     /// Quota rules with their use and state.
     #[wire(tag = 32, since = 4)]
     Quotas(Vec<crate::quota::QuotaState>),
+    /// A push of an object to another target is done ([`StorageRequest::Push`]).
+    #[wire(tag = 33, since = 4)]
+    Pushed {
+        /// Bytes it copied.
+        copied: u64,
+    },
+    /// How far a file's move is ([`MetaRequest::Migrate`]).
+    #[wire(tag = 34, since = 4)]
+    Migration {
+        /// Slots of the layout that move (0: the file was where it should be).
+        moving: u16,
+        /// Whether the move is done.
+        done: bool,
+    },
 }
 
 impl Request {

@@ -586,6 +586,11 @@ fn meta_requests() -> Vec<MetaRequest> {
         },
         MetaRequest::CheckProgress,
         MetaRequest::QuotaUsage,
+        MetaRequest::Migrate {
+            inode: inode(5),
+            pool: Some(weft_proto::ids::StoragePoolId(2)),
+            targets: vec![TargetId(2), TargetId(4)],
+        },
     ]
 }
 
@@ -675,6 +680,12 @@ fn storage_requests() -> Vec<StorageRequest> {
         StorageRequest::SyncTarget {
             target: TargetId(3),
             mirror: mirror_route(),
+        },
+        StorageRequest::Push {
+            target: TargetId(1),
+            inode: inode(5),
+            to: TargetId(4),
+            seal: true,
         },
     ]
 }
@@ -874,6 +885,11 @@ fn responses() -> Vec<Response> {
             bytes_blocked: true,
             inodes_blocked: false,
         }]),
+        Response::Pushed { copied: 1 << 20 },
+        Response::Migration {
+            moving: 2,
+            done: false,
+        },
     ]
 }
 

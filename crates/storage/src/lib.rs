@@ -22,6 +22,7 @@ mod direct;
 mod fence;
 mod metrics;
 mod mirror;
+mod moves;
 mod objects;
 mod recycle;
 mod service;

@@ -43,6 +43,8 @@ struct Storage {
     /// primary that forwards it knows it is due), and what a client settled in one group says
     /// nothing of the order of its changes in another.
     forward_fences: Mutex<ForwardFences<Arc<crate::fence::ChangeFence>>>,
+    /// Per object stripe: one push of an object at a time.
+    pushing: Vec<tokio::sync::Mutex<()>>,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -144,6 +146,7 @@ pub async fn run(
         cluster: Arc::clone(&cluster),
         fence: crate::fence::ChangeFence::new(),
         forward_fences: Mutex::default(),
+        pushing: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
     });
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -313,6 +316,16 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
+        if let StorageRequest::Push {
+            inode, to, seal, ..
+        } = request
+        {
+            let pushed = self.push(target, inode, to, seal).await;
+            return match pushed {
+                Ok(copied) => (Ok(Response::Pushed { copied }), Bytes::new()),
+                Err(error) => (Err(error), Bytes::new()),
+            };
+        }
         // A client's change passes the fence where the client sent it, and at each member the
         // fence of its group's version: a primary sends a forward again when its answer does
         // not come in time, and the first copy, still on its way, must not land after a newer
@@ -358,6 +371,92 @@ impl weft_net::Handler for Storage {
 }
 
 impl Storage {
+    /// Pushes the plain object of `inode` on `target` to target `to` (see `crate::moves`):
+    /// the first push copies it all, later ones what changed since, and a push with `seal`
+    /// seals it, copies its last changes, syncs the copy and drops the data here. Answers
+    /// the bytes copied.
+    async fn push(
+        &self,
+        target: Arc<Target>,
+        inode: InodeId,
+        to: weft_proto::TargetId,
+        seal: bool,
+    ) -> Result<u64, WireError> {
+        /// Bytes read and sent per write of the copy.
+        const PIECE: u64 = 1 << 20;
+        let object = ObjectId::new(Space::Plain, inode);
+        let _one = self.pushing[(inode.0 % 64) as usize].lock().await;
+        let looked = Arc::clone(&target);
+        let taken = blocking(move || looked.take_changes(object, seal)).await?;
+        let crate::target::Taken::Changed {
+            changed,
+            length,
+            generation,
+        } = taken
+        else {
+            return Ok(0);
+        };
+        let retry = weft_net::retry::RetryPolicy::default();
+        let to_slot = weft_proto::layout::Slot::Target(to);
+        let ranges = match changed {
+            crate::moves::Changed::Whole => {
+                // From nothing: what an earlier watch copied may be stale.
+                self.cluster
+                    .call_storage(to_slot, &retry, |storage, route| async move {
+                        storage.remove(route, inode).await
+                    })
+                    .await
+                    .map_err(rpc_error)?;
+                vec![(0, length)]
+            }
+            crate::moves::Changed::Ranges(ranges) => crate::moves::merged(ranges),
+        };
+        let mut copied = 0;
+        for (offset, len) in ranges {
+            let end = offset.saturating_add(len).min(length);
+            let mut at = offset;
+            while at < end {
+                let piece = (end - at).min(PIECE);
+                let source = Arc::clone(&target);
+                let data = blocking(move || source.read(object, at, piece as u32)).await?;
+                // A hole stays a hole, but for the last byte, which gives the copy its length.
+                let last = at + piece == length;
+                if last || data.iter().any(|&byte| byte != 0) {
+                    let write = |storage: Arc<weft_net::StorageClient>, route| {
+                        let data = data.clone();
+                        async move {
+                            let write = weft_net::ObjectWrite {
+                                file: (inode, generation),
+                                offset: at,
+                                data,
+                                tag: None,
+                                capability: None,
+                                owner: None,
+                            };
+                            storage.write(route, write).await
+                        }
+                    };
+                    self.cluster
+                        .call_storage(to_slot, &retry, write)
+                        .await
+                        .map_err(rpc_error)?;
+                    copied += data.len() as u64;
+                }
+                at += piece;
+            }
+        }
+        if seal {
+            self.cluster
+                .call_storage(to_slot, &retry, |storage, route| async move {
+                    storage.sync(route, inode, None).await
+                })
+                .await
+                .map_err(rpc_error)?;
+            blocking(move || target.retire(object)).await?;
+        }
+        Ok(copied)
+    }
+
     /// Refuses a client's write that grows a file whose owner or group is over its space
     /// quota in this target's pool (as the cluster map lists them), with `QuotaExceeded`.
     /// Forwards are not checked: the primary decided for the group.
@@ -592,7 +691,9 @@ impl Storage {
                     let (length, crc) = target.checksum(object, range)?;
                     Ok((Response::Checksum { length, crc }, Bytes::new()))
                 }
-                StorageRequest::NetBench { .. } | StorageRequest::Bench { .. } => {
+                StorageRequest::NetBench { .. }
+                | StorageRequest::Bench { .. }
+                | StorageRequest::Push { .. } => {
                     unreachable!("answered above")
                 }
             }
@@ -613,6 +714,27 @@ impl Storage {
                 format!("storage task failed: {join}"),
             )),
         }
+    }
+}
+
+/// Runs object work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, crate::objects::ObjectError> + Send + 'static,
+) -> Result<T, WireError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(WireError::from),
+        Err(join) => Err(WireError::new(
+            ErrorCode::Internal,
+            format!("storage task failed: {join}"),
+        )),
+    }
+}
+
+/// A failed call to another storage server, as this server's answer.
+fn rpc_error(error: weft_net::RpcError) -> WireError {
+    match error {
+        weft_net::RpcError::Remote(error) => error,
+        other => WireError::new(ErrorCode::Unavailable, other.to_string()),
     }
 }
 

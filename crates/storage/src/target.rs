@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::moves::{Changed, Moves};
 use crate::objects::{ObjectError, ObjectId, ObjectStore, Space, StoreKind};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{FallocateMode, SpaceUsage};
@@ -34,6 +35,8 @@ pub(crate) struct Target {
     /// concurrent writes to one object (a client writes a file's chunks in parallel) count
     /// each new byte once.
     growths: Vec<Mutex<()>>,
+    /// Objects moving or moved off this target (see `crate::moves`).
+    moves: Moves,
 }
 
 impl Target {
@@ -44,7 +47,9 @@ impl Target {
         kind: StoreKind,
     ) -> std::io::Result<Target> {
         let (store, used) = crate::objects::open(root, kind)?;
+        let moves = Moves::open(root)?;
         Ok(Target {
+            moves,
             id,
             store,
             used_bytes: AtomicU64::new(used),
@@ -157,12 +162,14 @@ impl Target {
         generation: u64,
     ) -> Result<u32, ObjectError> {
         self.check_writable()?;
+        let _changing = self.moves.changing(object);
         let _cut = self.admit_change(object, generation)?;
         let len = u32::try_from(data.len()).map_err(|_| ObjectError::Invalid("write too large"))?;
         let end = offset
             .checked_add(u64::from(len))
             .ok_or(ObjectError::Invalid("offset overflows"))?;
         self.growing(object, end, || self.store.write(object, offset, data))?;
+        self.moves.note(object, offset, u64::from(len));
         Ok(len)
     }
 
@@ -205,6 +212,9 @@ impl Target {
         len: u32,
         generation: u64,
     ) -> Option<Bytes> {
+        if self.moves.is_sealed(object) {
+            return None;
+        }
         self.store.read_cached(object, offset, len, generation)
     }
 
@@ -221,12 +231,15 @@ impl Target {
         generation: u64,
     ) -> Result<(), ObjectError> {
         self.check_writable()?;
+        let _changing = self.moves.changing(object);
+        self.refuse_moved(object)?;
         let _cut = self.cut_lock(object);
         if generation <= self.generation(object)? || !self.exists(object) {
             return Ok(());
         }
         let before = self.poison_on(self.store.cut(object, length, generation))?;
         self.release(before.saturating_sub(length));
+        self.moves.note_cut(object);
         Ok(())
     }
 
@@ -247,6 +260,7 @@ impl Target {
     /// from before a truncate of that generation it has not had (its target was away when
     /// the truncate was made): the caller has the metadata server apply it and asks again.
     pub fn admit(&self, object: ObjectId, generation: u64) -> Result<(), ObjectError> {
+        self.refuse_moved(object)?;
         let recorded = self.generation(object)?;
         self.admit_recorded(object, generation, recorded)
     }
@@ -277,6 +291,7 @@ impl Target {
         object: ObjectId,
         generation: u64,
     ) -> Result<Option<MutexGuard<'_, ()>>, ObjectError> {
+        self.refuse_moved(object)?;
         if generation <= self.generation(object)? {
             return Ok(None);
         }
@@ -299,6 +314,7 @@ impl Target {
         generation: u64,
     ) -> Result<(), ObjectError> {
         self.check_writable()?;
+        let _changing = self.moves.changing(object);
         let _cut = self.admit_change(object, generation)?;
         let end = offset
             .checked_add(len)
@@ -311,7 +327,9 @@ impl Target {
             FallocateMode::Zero if offset >= length => return Ok(()),
             FallocateMode::Zero => {}
         }
-        self.store.fallocate(object, (offset, len), mode, length)
+        self.store.fallocate(object, (offset, len), mode, length)?;
+        self.moves.note(object, offset, len);
+        Ok(())
     }
 
     /// The objects of `home`'s inodes after object `after`, in object order, at most `max`;
@@ -340,11 +358,64 @@ impl Target {
         Ok((listed, end))
     }
 
+    /// Removes the object, and its seal if it moved away: its file is gone.
     pub fn remove(&self, object: ObjectId) -> Result<(), ObjectError> {
+        self.drop_data(object)?;
+        self.moves.forget(object).map_err(|source| ObjectError::Io {
+            what: "forget the seal of a removed object in",
+            path: self.root().join("moved"),
+            source,
+        })
+    }
+
+    /// Removes the object's data, keeping its seal.
+    fn drop_data(&self, object: ObjectId) -> Result<(), ObjectError> {
         let length = self.length(object)?;
         self.store.remove(object)?;
         self.release(length);
         Ok(())
+    }
+
+    /// Refuses a request for an object that moved away.
+    fn refuse_moved(&self, object: ObjectId) -> Result<(), ObjectError> {
+        if self.moves.is_sealed(object) {
+            return Err(ObjectError::Moved {
+                inode: object.inode,
+                target: self.id,
+            });
+        }
+        Ok(())
+    }
+
+    /// A push's look at the object it moves: whether it is gone already (sealed, its data
+    /// dropped by an earlier last push), else what changed since the last push (sealing it
+    /// first with `seal`), its length and its truncate generation.
+    pub fn take_changes(&self, object: ObjectId, seal: bool) -> Result<Taken, ObjectError> {
+        if self.moves.is_sealed(object) && !self.exists(object) {
+            return Ok(Taken::Gone);
+        }
+        let changed = self
+            .moves
+            .take(object, seal)
+            .map_err(|source| ObjectError::Io {
+                what: "seal an object moving off",
+                path: self.root().join("moved"),
+                source,
+            })?;
+        Ok(Taken::Changed {
+            changed,
+            length: self.length(object)?,
+            generation: self.generation(object)?,
+        })
+    }
+
+    /// Drops the data of an object whose last push is done: it lives on another target now.
+    pub fn retire(&self, object: ObjectId) -> Result<(), ObjectError> {
+        debug_assert!(
+            self.moves.is_sealed(object),
+            "retiring an object not sealed"
+        );
+        self.drop_data(object)
     }
 
     /// Makes the object's data durable. A failed fdatasync poisons the target.
@@ -372,6 +443,18 @@ impl Target {
         }
         usage
     }
+}
+
+/// What a push finds of the object it moves ([`Target::take_changes`]).
+pub(crate) enum Taken {
+    /// Its last push is done: it lives on its new target.
+    Gone,
+    /// What to copy.
+    Changed {
+        changed: Changed,
+        length: u64,
+        generation: u64,
+    },
 }
 
 #[cfg(test)]

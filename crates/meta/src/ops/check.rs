@@ -159,6 +159,9 @@ struct Snapshot {
     /// Inodes that have extended attributes.
     xattrs: HashSet<u64>,
     written: HashMap<u64, SlotSet>,
+    /// Per file, the targets its moves use besides its layout's: the copies of a move in
+    /// flight, and its tombstones (whose data a crash may have left).
+    moved: HashMap<u64, Vec<TargetId>>,
 }
 
 impl Snapshot {
@@ -194,9 +197,25 @@ impl Snapshot {
             let id = item?.0.value();
             written.insert(id, load_written(&table, InodeId(id))?);
         }
+        let mut moved: HashMap<u64, Vec<TargetId>> = HashMap::new();
+        let table = source.table(crate::service::MOVES)?;
+        for item in table.iter()? {
+            let id = item?.0.value();
+            if let Some(work) = crate::service::load_move(&table, InodeId(id))? {
+                let to = work.slots.iter().map(|&(_, _, to)| to);
+                moved.entry(id).or_default().extend(to);
+            }
+        }
+        let table = source.table(crate::service::TOMBSTONES)?;
+        for item in table.iter()? {
+            let id = item?.0.value();
+            let held = crate::service::load_tombstones(&table, InodeId(id))?;
+            moved.entry(id).or_default().extend(held);
+        }
         Ok(Snapshot {
             inodes,
             entries,
+            moved,
             orphans: keys(source, ORPHANS)?,
             truncates: keys(source, TRUNCATES)?,
             unreported: keys(source, UNREPORTED)?,
@@ -664,6 +683,12 @@ fn check_objects(
             continue;
         }
         if snapshot.disposals.contains(&inode.0) {
+            continue;
+        }
+        let moving = snapshot.moved.get(&inode.0);
+        if group.is_none() && moving.is_some_and(|targets| targets.contains(&target)) {
+            // A copy its move is making, or data a move left under a tombstone: the move
+            // or the file's removal takes care of it.
             continue;
         }
         let (what, slot) = match group {

@@ -56,7 +56,17 @@ pub(crate) fn dispose(
     txn.open_table(UNREPORTED)?.remove(inode.0)?;
     txn.open_table(WRITTEN)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
-        let bytes = postcard::to_stdvec(layout).expect("layouts always encode");
+        // Objects its moves left, or one in flight made, go with it.
+        let moved = crate::service::take_moved_objects(txn, inode)?;
+        let mut slots: Vec<_> = layout.slots().collect();
+        slots.extend(
+            moved
+                .into_iter()
+                .filter(|slot| !slots.contains(slot))
+                .collect::<Vec<_>>(),
+        );
+        let layout = weft_proto::layout::FileLayout::new(layout.pattern, slots);
+        let bytes = postcard::to_stdvec(&layout).expect("layouts always encode");
         txn.open_table(DISPOSALS)?
             .insert(inode.0, bytes.as_slice())?;
     }

@@ -341,6 +341,11 @@ impl Meta {
             }
             MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
             MetaRequest::QuotaUsage => self.quota_usage().map(Response::QuotaUsage),
+            MetaRequest::Migrate {
+                inode,
+                pool,
+                targets,
+            } => self.migrate(inode, pool, targets).await,
             MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
                 ErrorCode::Internal,
                 "shipped store changes reached a home's handler",

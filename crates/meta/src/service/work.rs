@@ -245,6 +245,14 @@ impl Meta {
 
     /// Applies a queued truncate on every target of the file, then retires the work item.
     pub(super) async fn apply_truncate(&self, inode: InodeId) -> Result<(), WireError> {
+        let gate = self.truncate_gate(inode);
+        let _one = gate.lock().await;
+        self.apply_truncate_now(inode).await
+    }
+
+    /// The lock a truncate of `inode` sent to its targets holds (and the last pushes of its
+    /// move, which its old objects refuse truncates during); forgotten with its last user.
+    pub(super) fn truncate_gate(&self, inode: InodeId) -> TruncateGate<'_> {
         let gate = Arc::clone(
             self.truncating
                 .lock()
@@ -252,16 +260,11 @@ impl Meta {
                 .entry(inode)
                 .or_default(),
         );
-        let applied = {
-            let _one = gate.lock().await;
-            self.apply_truncate_now(inode).await
-        };
-        let mut gates = self.truncating.lock().expect("truncate locks poisoned");
-        // The table's entry and this one: nobody else waits.
-        if Arc::strong_count(&gate) == 2 {
-            gates.remove(&inode);
+        TruncateGate {
+            meta: self,
+            inode,
+            gate,
         }
-        applied
     }
 
     /// Sends `inode`'s queued truncate, if any, to every target; the caller holds its lock.
@@ -309,7 +312,9 @@ impl Meta {
     /// it only makes the next pass remove nothing again).
     pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
         let _disposing = self.disposing.lock().await;
-        let removals = files.iter().map(|(inode, layout)| {
+        // A push of a file's move in flight could make a copy again after its removal.
+        let files = files.iter().filter(|(inode, _)| !self.is_pushing(*inode));
+        let removals = files.map(|(inode, layout)| {
             let inode = *inode;
             let slots = layout.slots().map(move |slot| {
                 let cluster = Arc::clone(&self.cluster);
@@ -351,6 +356,35 @@ impl Meta {
                 ?error,
                 "could not forget disposed files; the next pass repeats them"
             );
+        }
+    }
+}
+
+/// A held truncate lock of one file ([`Meta::truncate_gate`]).
+pub(super) struct TruncateGate<'a> {
+    meta: &'a Meta,
+    inode: InodeId,
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::ops::Deref for TruncateGate<'_> {
+    type Target = tokio::sync::Mutex<()>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.gate
+    }
+}
+
+impl Drop for TruncateGate<'_> {
+    fn drop(&mut self) {
+        let mut gates = self
+            .meta
+            .truncating
+            .lock()
+            .expect("truncate locks poisoned");
+        // The table's entry and this one: nobody else waits.
+        if Arc::strong_count(&self.gate) == 2 {
+            gates.remove(&self.inode);
         }
     }
 }

@@ -131,6 +131,9 @@ pub(crate) enum ObjectError {
         target: TargetId,
         generation: u64,
     },
+    /// The object moved to another target: its file's layout says which.
+    #[error("the object of {inode} moved off target {target}: fetch the file's layout again")]
+    Moved { inode: InodeId, target: TargetId },
     /// The request names a range the object cannot have.
     #[error("{0}")]
     Invalid(&'static str),
@@ -167,6 +170,7 @@ impl From<ObjectError> for WireError {
             ObjectError::NoSpace { .. } => ErrorCode::NoSpace,
             ObjectError::Poisoned { .. } => ErrorCode::TargetPoisoned,
             ObjectError::TruncatePending { .. } => ErrorCode::TruncatePending,
+            ObjectError::Moved { .. } => ErrorCode::Moved,
             ObjectError::Invalid(_) => ErrorCode::InvalidArgument,
             ObjectError::FallocateUnsupported { .. } => ErrorCode::NotSupported,
             ObjectError::Vanished { .. } => ErrorCode::Io,

@@ -1,0 +1,362 @@
+//! Data that moves while in use: `weft entry migrate` re-places files onto other targets
+//! while readers and writers go on, and a crash of the metadata server in the middle of a
+//! move loses nothing and finishes it.
+
+mod common;
+
+use common::{cluster, fsck_clean, make_dir_with_pattern, pattern, weft};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use weft_testkit::{ClusterSpec, LocalCluster};
+
+/// Bytes of one record of the writer.
+const RECORD: usize = 4096;
+
+/// The targets `weft entry info` lists for a file, and the whole listing.
+fn targets_of(cluster: &LocalCluster, file: &Path) -> (Vec<u32>, String) {
+    let path = file.display().to_string();
+    let (ok, info, err) = weft(cluster, &["entry", "info", &path, "--mgmt", cluster.mgmt()]);
+    assert!(ok, "entry info {path}: {err}");
+    let targets = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("  + "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter_map(|id| id.parse().ok())
+        .collect();
+    (targets, info)
+}
+
+/// Runs `weft entry migrate PATH --pool POOL`; returns (success, stdout, stderr).
+fn migrate(cluster: &LocalCluster, path: &Path, pool: &str) -> (bool, String, String) {
+    let path = path.display().to_string();
+    weft(
+        cluster,
+        &[
+            "entry",
+            "migrate",
+            &path,
+            "--pool",
+            pool,
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    )
+}
+
+/// Record `index` of the writer: its number over and over.
+fn record(index: u64) -> Vec<u8> {
+    index
+        .to_le_bytes()
+        .iter()
+        .copied()
+        .cycle()
+        .take(RECORD)
+        .collect()
+}
+
+/// A writer that keeps `file` open and appends numbered records to it, reading an earlier
+/// one back every few, until `stop`; it tells `started` after its first records, and
+/// answers how many it wrote, all fsynced.
+fn writer(file: PathBuf, stop: Arc<AtomicBool>, started: mpsc::Sender<()>) -> u64 {
+    let handle = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&file)
+        .expect("open the log");
+    let mut index = 0u64;
+    while !stop.load(Ordering::Acquire) || index < 64 {
+        handle
+            .write_all_at(&record(index), index * RECORD as u64)
+            .unwrap_or_else(|e| panic!("write record {index} of {}: {e}", file.display()));
+        if index % 8 == 7 {
+            let back = index / 2;
+            let mut read = vec![0u8; RECORD];
+            handle
+                .read_exact_at(&mut read, back * RECORD as u64)
+                .unwrap_or_else(|e| panic!("read record {back}: {e}"));
+            assert!(read == record(back), "record {back} read back wrong");
+        }
+        if index == 63 {
+            let _ = started.send(());
+        }
+        index += 1;
+    }
+    handle.sync_all().expect("fsync the log");
+    index
+}
+
+/// A reader that keeps `file` open and reads it in 1 MiB pieces, checking each against
+/// `expected`, until `stop`; answers how many pieces it read.
+fn reader(file: PathBuf, expected: Arc<Vec<u8>>, stop: Arc<AtomicBool>) -> u64 {
+    let handle = File::open(&file).expect("open for reading");
+    let piece = 1 << 20;
+    let mut reads = 0u64;
+    let mut offset = 0;
+    while !stop.load(Ordering::Acquire) || reads == 0 {
+        let len = piece.min(expected.len() - offset);
+        let mut read = vec![0u8; len];
+        handle
+            .read_exact_at(&mut read, offset as u64)
+            .unwrap_or_else(|e| panic!("read {} at {offset}: {e}", file.display()));
+        assert!(
+            read == expected[offset..offset + len],
+            "{} read wrong at {offset} while it moved",
+            file.display()
+        );
+        reads += 1;
+        offset = (offset + piece) % expected.len();
+    }
+    reads
+}
+
+/// Checks the writer's log: `count` records, each right.
+fn check_log(file: &Path, count: u64) {
+    let data = fs::read(file).expect("read the log");
+    assert_eq!(data.len() as u64, count * RECORD as u64, "the log's length");
+    for index in 0..count {
+        let at = (index as usize) * RECORD;
+        assert!(
+            data[at..at + RECORD] == record(index)[..],
+            "record {index} of the log is wrong after the move"
+        );
+    }
+}
+
+/// Object files in every target's tree, per (storage server, target).
+fn objects_per_target(cluster: &LocalCluster) -> Vec<((usize, usize), usize)> {
+    let mut counts = Vec::new();
+    for (storage, target) in [(1, 1), (1, 2), (2, 1), (2, 2)] {
+        let mut stack = vec![cluster.target_dir(storage, target).join("objects")];
+        let mut count = 0;
+        while let Some(directory) = stack.pop() {
+            for entry in fs::read_dir(&directory).expect("read objects").flatten() {
+                if entry.path().is_dir() {
+                    stack.push(entry.path());
+                } else {
+                    count += 1;
+                }
+            }
+        }
+        counts.push(((storage, target), count));
+    }
+    counts
+}
+
+// Goal: `weft entry migrate DIR --pool P` moves every file of a tree into another pool while
+// a reader and a writer keep the files open and busy: they see the right data throughout,
+// nothing a writer wrote is lost, the files' layouts name the new pool's targets only, the
+// old targets keep no data of them, new files of the tree go to the new pool, a second run
+// finds nothing to move, and the tree moves back again once nobody holds the files open.
+// Method: a two-target default pool and a two-target pool `fast`; files of several sizes
+// (a big one, a small one, an empty one, one in a subdirectory) written through the mount; a
+// reader thread on the big file and a writer thread appending to a log, both open across
+// the move; the `weft` commands an operator types; content compared byte for byte; fsck.
+#[test]
+fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let mgmt = cluster.mgmt().to_string();
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "pool",
+            "create",
+            "fast",
+            "--targets",
+            "2,4",
+            "--mgmt",
+            &mgmt,
+        ],
+    );
+    assert!(ok, "pool create: {err}");
+    let dir = mnt.join("project");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--num-targets", "2", "--chunk-size", "64K"],
+    );
+    let big = Arc::new(pattern(7, 12 << 20));
+    fs::write(dir.join("big"), &*big).expect("write big");
+    fs::write(dir.join("small"), b"a few bytes").expect("write small");
+    File::create(dir.join("empty")).expect("create empty");
+    fs::create_dir(dir.join("sub")).expect("mkdir sub");
+    let inner = pattern(8, 3 << 20);
+    fs::write(dir.join("sub/inner"), &inner).expect("write inner");
+    let (before, info) = targets_of(&cluster, &dir.join("big"));
+    assert!(
+        before.iter().all(|t| [1, 3].contains(t)),
+        "big starts in the default pool: {info}"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started, writing) = mpsc::channel();
+    let log = dir.join("log");
+    let write_thread = {
+        let (log, stop) = (log.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || writer(log, stop, started))
+    };
+    writing
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the writer started");
+    let read_thread = {
+        let (file, big, stop) = (dir.join("big"), Arc::clone(&big), Arc::clone(&stop));
+        std::thread::spawn(move || reader(file, big, stop))
+    };
+
+    let (ok, out, err) = migrate(&cluster, &dir, "fast");
+    assert!(ok, "migrate: {err}");
+    assert!(
+        out.contains("5 files looked at: 5 moved"),
+        "every file moved: {out}"
+    );
+    stop.store(true, Ordering::Release);
+    let written = write_thread.join().expect("writer");
+    let reads = read_thread.join().expect("reader");
+    assert!(
+        written >= 64 && reads >= 1,
+        "{written} records, {reads} reads"
+    );
+
+    assert_eq!(fs::read(dir.join("big")).expect("read big"), *big);
+    assert_eq!(fs::read(dir.join("small")).expect("small"), b"a few bytes");
+    assert_eq!(fs::read(dir.join("empty")).expect("empty"), b"");
+    assert_eq!(fs::read(dir.join("sub/inner")).expect("inner"), inner);
+    check_log(&log, written);
+    for name in ["big", "small", "empty", "sub/inner", "log"] {
+        let (targets, info) = targets_of(&cluster, &dir.join(name));
+        assert!(
+            targets.len() == 2 && targets.iter().all(|t| [2, 4].contains(t)),
+            "{name} is on the pool's targets: {info}"
+        );
+        assert!(info.contains("+ Storage Pool: fast (2)"), "{name}: {info}");
+    }
+    let counts = objects_per_target(&cluster);
+    let holding = counts.iter().filter(|(_, count)| *count > 0).count();
+    assert_eq!(
+        holding, 2,
+        "only the two targets of fast hold objects: {counts:?}"
+    );
+    let fresh = dir.join("sub/fresh");
+    fs::write(&fresh, pattern(9, 1 << 20)).expect("a new file");
+    let (targets, info) = targets_of(&cluster, &fresh);
+    assert!(
+        targets.iter().all(|t| [2, 4].contains(t)),
+        "a new file of the tree goes to the new pool: {info}"
+    );
+
+    let (ok, out, err) = migrate(&cluster, &dir, "fast");
+    assert!(ok, "migrate again: {err}");
+    assert!(out.contains("0 moved"), "nothing left to move: {out}");
+
+    // Nobody holds the files open now: their old targets may take them again.
+    let (ok, out, err) = migrate(&cluster, &dir, "default");
+    assert!(ok, "migrate back: {err}");
+    assert!(out.contains("6 files looked at: 6 moved"), "{out}");
+    assert_eq!(fs::read(dir.join("big")).expect("read big"), *big);
+    check_log(&log, written);
+    let (targets, info) = targets_of(&cluster, &dir.join("big"));
+    assert!(
+        targets.iter().all(|t| [1, 3].contains(t)),
+        "big is back in the default pool: {info}"
+    );
+    fsck_clean(&cluster);
+}
+
+// Goal: a move survives a crash of the file's metadata server at its two points of no return
+// (after the move is marked for its last copies, and after those copies were made and the
+// old objects sealed, before the layout switched), with a writer appending throughout: after
+// the restart the move finishes by itself, the writer's every record is there, and fsck is
+// clean. Method: fault-injection points end meta-1 at each step; the writer's requests meet
+// sealed objects and wait for the new layout across the restart.
+#[test]
+fn a_move_survives_a_crash_of_its_metadata_server() {
+    for point in ["move-after-sealing", "move-after-last-push"] {
+        let mut cluster = cluster(ClusterSpec::default());
+        let mnt = cluster.mount().expect("mount");
+        let mgmt = cluster.mgmt().to_string();
+        let (ok, _, err) = weft(
+            &cluster,
+            &[
+                "pool",
+                "create",
+                "fast",
+                "--targets",
+                "2,4",
+                "--mgmt",
+                &mgmt,
+            ],
+        );
+        assert!(ok, "{point}: pool create: {err}");
+        let dir = mnt.join("project");
+        make_dir_with_pattern(
+            &cluster,
+            &dir,
+            &["--num-targets", "2", "--chunk-size", "64K"],
+        );
+        let data = pattern(11, 6 << 20);
+        fs::write(dir.join("data"), &data).expect("write");
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let (started, writing) = mpsc::channel();
+        let log = dir.join("log");
+        let write_thread = {
+            let (log, stop) = (log.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || writer(log, stop, started))
+        };
+        writing
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the writer started");
+        cluster
+            .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
+            .expect("arm");
+        cluster.restart("meta-1").expect("restart armed");
+        cluster.wait_ready().expect("ready");
+        let moving = {
+            let (binary, args) = (
+                common::binary().to_path_buf(),
+                vec![
+                    "entry".to_string(),
+                    "migrate".to_string(),
+                    log.display().to_string(),
+                    "--pool".to_string(),
+                    "fast".to_string(),
+                    "--mgmt".to_string(),
+                    mgmt.clone(),
+                ],
+            );
+            let key = cluster.key_file();
+            std::thread::spawn(move || {
+                std::process::Command::new(binary)
+                    .args(&args)
+                    .env("WEFT_KEY_FILE", key)
+                    .output()
+            })
+        };
+        weft_testkit::wait_until(&format!("meta-1 to crash at {point}"), || {
+            cluster.has_exited("meta-1")
+        })
+        .expect("crashed");
+        let _ = moving.join();
+        cluster.set_env("meta-1", &[]).expect("disarm");
+        cluster.restart("meta-1").expect("restart");
+        cluster.wait_ready().expect("ready again");
+        let (ok, out, err) = migrate(&cluster, &log, "fast");
+        assert!(ok, "{point}: migrate after the restart: {err}");
+        assert!(out.contains("1 files looked at"), "{point}: {out}");
+        stop.store(true, Ordering::Release);
+        let written = write_thread.join().expect("writer");
+        check_log(&log, written);
+        let (targets, info) = targets_of(&cluster, &log);
+        assert!(
+            targets.iter().all(|t| [2, 4].contains(t)),
+            "{point}: the log moved: {info}"
+        );
+        assert_eq!(fs::read(dir.join("data")).expect("read"), data, "{point}");
+        fsck_clean(&cluster);
+    }
+}

@@ -1,0 +1,639 @@
+//! Moving a file's objects to other targets while it is in use (`weft entry migrate`).
+//!
+//! A move is planned per file: the slots of its layout whose targets must change, each with
+//! the target it goes to, recorded in [`MOVES`] before anything is copied. The file's home
+//! then has each old target push its object to the new one ([`StorageRequest::Push`]) in
+//! rounds while clients go on reading and writing the old objects; when a round copies little,
+//! the move is marked *sealing* and a last push seals each old object (it refuses clients
+//! from then on, who fetch the layout again and wait for the new one), copies the last
+//! changes and syncs the copy. One commit then switches the layout to the new targets and
+//! records the old ones as holding the file's tombstones ([`TOMBSTONES`]), which are
+//! removed with the file. Until that commit the old layout is the file's: a crash before it
+//! resumes the move (a sealing one with its last pushes, which answer at once where they
+//! were done), and nothing a client wrote is lost, since every change to an old object is
+//! copied or refused.
+//!
+//! A target holds one life of a file's object at most while a client may still hold a layout
+//! that names it: a file never moves onto a target that is one of its slots or holds one of
+//! its tombstones, so a client with a layout however old either reaches the object its
+//! layout means or a tombstone that sends it for a new one. A client forgets a file's layout
+//! with its last close, and an open fetches it anew; so once no client has the file open
+//! (and clients have had their grace period to reclaim opens after a restart), its
+//! tombstones are removed ([`Meta::clear_tombstones`]) and their targets may take it again.
+//!
+//! [`StorageRequest::Push`]: weft_proto::messages::StorageRequest::Push
+
+use super::work::TARGET_RETRY;
+use super::Meta;
+use crate::store::{load_inode, store_inode, OpError, INODES};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use weft_proto::error::WireError;
+use weft_proto::ids::{InodeId, StoragePoolId, TargetId};
+use weft_proto::layout::{FileLayout, PatternKind, Slot};
+use weft_proto::messages::{FileKind, Response};
+use weft_proto::ErrorCode;
+
+/// Files whose objects are moving: inode → postcard [`MoveWork`].
+pub(crate) const MOVES: TableDefinition<u64, &[u8]> = TableDefinition::new("moves");
+
+/// Targets that hold a tombstone of a file (its objects moved away from them): inode →
+/// postcard list of target ids. Their objects are removed with the file's.
+pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
+
+/// A round that copies at most this much is followed by the last one.
+const SMALL_ROUND_BYTES: u64 = 4 << 20;
+
+/// Rounds of a move before its last one, however much each copies.
+const ROUNDS_MAX: u32 = 8;
+
+/// How long a migrate request waits for its move before it answers that it still runs.
+const MIGRATE_WAIT: Duration = Duration::from_secs(20);
+
+/// A file's move: which slots go where, and how far it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MoveWork {
+    /// `(slot index, target it leaves, target it goes to)`.
+    pub slots: Vec<(u16, TargetId, TargetId)>,
+    /// The file's pool once moved.
+    pub pool: StoragePoolId,
+    /// Whether the last pushes started: the move only goes forward from here.
+    pub sealing: bool,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    what: &str,
+    inode: u64,
+    bytes: &[u8],
+) -> Result<T, OpError> {
+    postcard::from_bytes(bytes).map_err(|error| {
+        crate::store::StoreError::damaged(format!("{what} of inode {inode:#x}"), error).into()
+    })
+}
+
+/// The move of `inode` in flight, if any.
+pub(crate) fn load_move(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    inode: InodeId,
+) -> Result<Option<MoveWork>, OpError> {
+    match table.get(inode.0)? {
+        Some(bytes) => decode("the move", inode.0, bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The targets that hold tombstones of `inode`.
+pub(crate) fn load_tombstones(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    inode: InodeId,
+) -> Result<Vec<TargetId>, OpError> {
+    match table.get(inode.0)? {
+        Some(bytes) => decode("the tombstones", inode.0, bytes.value()),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Forgets the move and the tombstones of a file being disposed of, and answers the slots
+/// whose objects go with it besides its layout's: its tombstones, and the copies of a move
+/// in flight.
+pub(crate) fn take_moved_objects(
+    txn: &WriteTransaction,
+    inode: InodeId,
+) -> Result<Vec<Slot>, OpError> {
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut tombstones = txn.open_table(TOMBSTONES)?;
+    slots.extend(
+        load_tombstones(&tombstones, inode)?
+            .into_iter()
+            .map(Slot::Target),
+    );
+    tombstones.remove(inode.0)?;
+    let mut moves = txn.open_table(MOVES)?;
+    if let Some(work) = load_move(&moves, inode)? {
+        slots.extend(work.slots.iter().map(|&(_, _, to)| Slot::Target(to)));
+    }
+    moves.remove(inode.0)?;
+    Ok(slots)
+}
+
+fn invalid(message: String) -> OpError {
+    OpError::rejected(ErrorCode::InvalidArgument, message)
+}
+
+impl Meta {
+    /// `weft entry migrate` of one file: plans its move (see the module's notes), records
+    /// it and waits a while for the mover to finish it.
+    pub(super) async fn migrate(
+        &self,
+        inode: InodeId,
+        pool: Option<StoragePoolId>,
+        targets: Vec<TargetId>,
+    ) -> Result<Response, OpError> {
+        let (record, moving, tombstones) = self.read(|txn| {
+            let record = load_inode(&txn.open_table(INODES)?, inode)?;
+            let moving = load_move(&txn.open_table(MOVES)?, inode)?;
+            let tombstones = load_tombstones(&txn.open_table(TOMBSTONES)?, inode)?;
+            Ok((record, moving, tombstones))
+        })?;
+        if let Some(work) = moving {
+            return self.await_move(inode, work.slots.len() as u16).await;
+        }
+        let tombstones = match tombstones.is_empty() {
+            true => tombstones,
+            false => self.clear_tombstones(inode, tombstones).await?,
+        };
+        let layout = match (&record.kind, &record.layout) {
+            (FileKind::Regular, Some(layout)) => layout.clone(),
+            _ => {
+                return Err(invalid(format!(
+                    "{inode} is not a regular file: only files move"
+                )))
+            }
+        };
+        if layout.pattern.kind == PatternKind::Mirrored {
+            return Err(invalid(format!(
+                "{inode} is mirrored: its objects move with its storage mirror groups (replace a member of a group instead)"
+            )));
+        }
+        let mut map = self.cluster.map();
+        let wanted = pool.or_else(|| targets.first().and_then(|t| map.target(*t)).map(|t| t.pool));
+        if wanted.is_some_and(|p| map.pool(p).is_none()) {
+            self.cluster
+                .refresh_unless_fetched_since(std::time::Instant::now())
+                .await;
+            map = self.cluster.map();
+        }
+        let pool = wanted.unwrap_or(layout.pattern.pool);
+        if map.pool(pool).is_none() {
+            return Err(OpError::rejected(
+                ErrorCode::NotFound,
+                format!("there is no storage pool {pool}: `weft pool list` shows them"),
+            ));
+        }
+        let plan = plan_move(&self.chooser, &map, &layout, pool, &targets, &tombstones)?;
+        if plan.is_empty() {
+            if layout.pattern.pool != pool {
+                self.committer
+                    .run_with(move |txn| set_pool(txn, inode, pool))
+                    .await?;
+            }
+            return Ok(Response::Migration {
+                moving: 0,
+                done: true,
+            });
+        }
+        let work = MoveWork {
+            slots: plan,
+            pool,
+            sealing: false,
+        };
+        let moving = work.slots.len() as u16;
+        let expected = layout.clone();
+        self.committer
+            .run_with(move |txn| {
+                let current = load_inode(&txn.open_table(INODES)?, inode)?;
+                if current.layout.as_ref() != Some(&expected) {
+                    return Err(OpError::rejected(
+                        ErrorCode::Busy,
+                        format!("{inode} changed while its move was planned: ask again"),
+                    ));
+                }
+                let mut moves = txn.open_table(MOVES)?;
+                if load_move(&moves, inode)?.is_none() {
+                    let bytes = postcard::to_stdvec(&work).expect("moves always encode");
+                    moves.insert(inode.0, bytes.as_slice())?;
+                }
+                Ok(())
+            })
+            .await?;
+        self.mover.notify_one();
+        self.await_move(inode, moving).await
+    }
+
+    /// Removes the tombstones of `inode` (on `targets`) if no client can hold a layout that
+    /// names them: none has the file open, and the grace period in which clients reclaim
+    /// their opens after a restart is over. Answers the tombstones left.
+    async fn clear_tombstones(
+        &self,
+        inode: InodeId,
+        targets: Vec<TargetId>,
+    ) -> Result<Vec<TargetId>, OpError> {
+        if !self.locks.grace_over() || (self.is_open_fn())(inode) {
+            return Ok(targets);
+        }
+        let removals = targets.iter().map(|&target| {
+            let cluster = Arc::clone(&self.cluster);
+            async move {
+                let call = |storage: Arc<weft_net::StorageClient>, route| async move {
+                    storage.remove(route, inode).await
+                };
+                cluster
+                    .call_storage(Slot::Target(target), &TARGET_RETRY, call)
+                    .await
+                    .is_ok()
+                    .then_some(target)
+            }
+        });
+        let removed: Vec<TargetId> = futures::future::join_all(removals)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let gone = removed.clone();
+        self.committer
+            .run_with(move |txn| {
+                let mut table = txn.open_table(TOMBSTONES)?;
+                let mut held = load_tombstones(&table, inode)?;
+                held.retain(|target| !gone.contains(target));
+                if held.is_empty() {
+                    table.remove(inode.0)?;
+                } else {
+                    let bytes = postcard::to_stdvec(&held).expect("tombstones always encode");
+                    table.insert(inode.0, bytes.as_slice())?;
+                }
+                Ok(held)
+            })
+            .await
+    }
+
+    /// Waits up to [`MIGRATE_WAIT`] for the move of `inode` to finish.
+    async fn await_move(&self, inode: InodeId, moving: u16) -> Result<Response, OpError> {
+        let deadline = tokio::time::Instant::now() + MIGRATE_WAIT;
+        loop {
+            let notified = self.moved.notified();
+            if let Some(error) = self
+                .move_failures
+                .lock()
+                .expect("move failures poisoned")
+                .remove(&inode)
+            {
+                return Err(OpError::Rejected(error));
+            }
+            let pending =
+                self.read(|txn| Ok(load_move(&txn.open_table(MOVES)?, inode)?.is_some()))?;
+            if !pending {
+                return Ok(Response::Migration { moving, done: true });
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(Response::Migration {
+                    moving,
+                    done: false,
+                });
+            }
+        }
+    }
+
+    /// Works off the moves recorded, one file at a time, until the home stops.
+    pub(super) async fn move_loop(self: Arc<Self>) {
+        loop {
+            let _ =
+                tokio::time::timeout(super::work::WORK_RETRY_INTERVAL, self.mover.notified()).await;
+            let works = self.read(|txn| {
+                txn.open_table(MOVES)?
+                    .iter()?
+                    .map(|item| {
+                        let (key, value) = item?;
+                        let work: MoveWork = decode("the move", key.value(), value.value())?;
+                        Ok((InodeId(key.value()), work))
+                    })
+                    .collect::<Result<Vec<_>, OpError>>()
+            });
+            let works = match works {
+                Ok(works) => works,
+                Err(error) => {
+                    tracing::error!(?error, "cannot list the moves in flight");
+                    continue;
+                }
+            };
+            for (inode, work) in works {
+                match self.move_file(inode, work).await {
+                    Ok(()) => {}
+                    Err(MoveError::Later(error)) => {
+                        tracing::warn!(%inode, %error, "a move waits: it goes on later")
+                    }
+                    Err(MoveError::Abandoned(error)) => {
+                        tracing::warn!(%inode, %error, "a move was given up: the file stays where it was");
+                        self.move_failures
+                            .lock()
+                            .expect("move failures poisoned")
+                            .insert(inode, error);
+                    }
+                }
+                self.moved.notify_waiters();
+            }
+        }
+    }
+
+    /// Runs a file's move to its end (see the module's notes).
+    async fn move_file(&self, inode: InodeId, mut work: MoveWork) -> Result<(), MoveError> {
+        if !work.sealing {
+            let mut rounds = 0;
+            loop {
+                let copied = match self.push_round(inode, &work, false).await {
+                    Ok(copied) => copied,
+                    Err(error) if gives_up(&error) => {
+                        self.abandon_move(inode, &work).await;
+                        return Err(MoveError::Abandoned(error));
+                    }
+                    Err(error) => return Err(MoveError::Later(error)),
+                };
+                rounds += 1;
+                if copied <= SMALL_ROUND_BYTES || rounds >= ROUNDS_MAX {
+                    break;
+                }
+            }
+            let sealing = self
+                .committer
+                .run_with(move |txn| {
+                    let mut moves = txn.open_table(MOVES)?;
+                    let Some(mut work) = load_move(&moves, inode)? else {
+                        return Ok(None);
+                    };
+                    work.sealing = true;
+                    let bytes = postcard::to_stdvec(&work).expect("moves always encode");
+                    moves.insert(inode.0, bytes.as_slice())?;
+                    Ok(Some(work))
+                })
+                .await
+                .map_err(|error| MoveError::Later(error.into_wire()))?;
+            match sealing {
+                Some(sealing) => work = sealing,
+                // The file was removed meanwhile.
+                None => return Ok(()),
+            }
+            weft_service::failpoint::failpoint("move-after-sealing");
+        }
+        // A truncate of the file waits for the switch: the old objects refuse it once sealed.
+        let gate = self.truncate_gate(inode);
+        let _one = gate.lock().await;
+        self.push_round(inode, &work, true)
+            .await
+            .map_err(MoveError::Later)?;
+        weft_service::failpoint::failpoint("move-after-last-push");
+        let switched = work.clone();
+        self.committer
+            .run_with(move |txn| switch_layout(txn, inode, &switched))
+            .await
+            .map_err(|error| MoveError::Later(error.into_wire()))?;
+        tracing::info!(%inode, slots = work.slots.len(), pool = %work.pool, "file moved");
+        Ok(())
+    }
+
+    /// One push of every slot of a move, at once; answers the bytes copied. Skipped (0) when
+    /// the move is no longer recorded (its file was removed); the file's disposal waits for
+    /// the round, so no copy lands after its objects were removed.
+    async fn push_round(
+        &self,
+        inode: InodeId,
+        work: &MoveWork,
+        seal: bool,
+    ) -> Result<u64, WireError> {
+        let _pushing = self.pushing(inode);
+        let recorded = self
+            .read(|txn| Ok(load_move(&txn.open_table(MOVES)?, inode)?.is_some()))
+            .map_err(OpError::into_wire)?;
+        if !recorded {
+            return Ok(0);
+        }
+        let pushes = work.slots.iter().map(|&(_, from, to)| {
+            let cluster = Arc::clone(&self.cluster);
+            async move {
+                let call = |storage: Arc<weft_net::StorageClient>, _route| async move {
+                    storage.push(from, inode, to, seal).await
+                };
+                cluster
+                    .call_storage(Slot::Target(from), &TARGET_RETRY, call)
+                    .await
+                    .map_err(|error| match error {
+                        weft_net::RpcError::Remote(error) => error,
+                        other => WireError::new(ErrorCode::Unavailable, other.to_string()),
+                    })
+            }
+        });
+        let mut copied = 0;
+        for pushed in futures::future::join_all(pushes).await {
+            copied += pushed?;
+        }
+        Ok(copied)
+    }
+
+    /// Forgets a move that cannot be made (before its last pushes) and removes what it
+    /// copied.
+    async fn abandon_move(&self, inode: InodeId, work: &MoveWork) {
+        let forgotten = self
+            .committer
+            .run_with(move |txn| {
+                txn.open_table(MOVES)?.remove(inode.0)?;
+                Ok(())
+            })
+            .await;
+        if forgotten.is_err() {
+            return;
+        }
+        for &(_, _, to) in &work.slots {
+            let call = |storage: Arc<weft_net::StorageClient>, route| async move {
+                storage.remove(route, inode).await
+            };
+            if let Err(error) = self
+                .cluster
+                .call_storage(Slot::Target(to), &TARGET_RETRY, call)
+                .await
+            {
+                tracing::warn!(%inode, target = %to, %error, "the copy of a move given up stays: fsck lists it");
+            }
+        }
+    }
+
+    /// Marks `inode` as having pushes in flight until the guard drops: its disposal waits.
+    fn pushing(&self, inode: InodeId) -> PushingGuard<'_> {
+        self.pushing
+            .lock()
+            .expect("pushing set poisoned")
+            .insert(inode);
+        PushingGuard { meta: self, inode }
+    }
+
+    /// Whether pushes of `inode`'s objects are in flight.
+    pub(super) fn is_pushing(&self, inode: InodeId) -> bool {
+        self.pushing
+            .lock()
+            .expect("pushing set poisoned")
+            .contains(&inode)
+    }
+}
+
+struct PushingGuard<'a> {
+    meta: &'a Meta,
+    inode: InodeId,
+}
+
+impl Drop for PushingGuard<'_> {
+    fn drop(&mut self) {
+        self.meta
+            .pushing
+            .lock()
+            .expect("pushing set poisoned")
+            .remove(&self.inode);
+    }
+}
+
+/// Why a move stopped.
+enum MoveError {
+    /// It goes on at a later pass (a target is away, the store is busy).
+    Later(WireError),
+    /// It was given up before its last pushes: the new target cannot take the file.
+    Abandoned(WireError),
+}
+
+/// Whether a push's failure means the move cannot be made as planned.
+fn gives_up(error: &WireError) -> bool {
+    matches!(
+        error.code,
+        ErrorCode::NoSpace
+            | ErrorCode::QuotaExceeded
+            | ErrorCode::UnknownTarget
+            | ErrorCode::TargetPoisoned
+    )
+}
+
+/// The slots of `layout` that must move for the file to be in `pool` (on `targets`, when
+/// given), each with the target it goes to: never one the file is on or was on.
+fn plan_move(
+    chooser: &crate::chooser::Chooser,
+    map: &weft_proto::messages::ClusterMap,
+    layout: &FileLayout,
+    pool: StoragePoolId,
+    targets: &[TargetId],
+    tombstones: &[TargetId],
+) -> Result<Vec<(u16, TargetId, TargetId)>, OpError> {
+    if !targets.is_empty() && targets.len() != layout.width() {
+        return Err(invalid(format!(
+            "the file is striped over {} targets: name as many, in stripe order (not {})",
+            layout.width(),
+            targets.len()
+        )));
+    }
+    let current: Vec<TargetId> = layout
+        .slots()
+        .map(|slot| match slot {
+            Slot::Target(target) => target,
+            Slot::Group(_) => unreachable!("mirrored layouts are refused before"),
+        })
+        .collect();
+    let mut taken: BTreeSet<TargetId> = current.iter().chain(tombstones).copied().collect();
+    let moving: Vec<(u16, TargetId)> = current
+        .iter()
+        .enumerate()
+        .filter(|&(index, &target)| match targets.get(index) {
+            Some(&wanted) => wanted != target,
+            None => map.target(target).is_none_or(|t| t.pool != pool),
+        })
+        .map(|(index, &target)| (index as u16, target))
+        .collect();
+    if moving.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut plan = Vec::with_capacity(moving.len());
+    if targets.is_empty() {
+        let pattern = weft_proto::layout::StripePattern {
+            num_targets: weft_proto::layout::NUM_TARGETS_MAX,
+            pool,
+            ..layout.pattern
+        };
+        let mut free = chooser
+            .choose(map, &pattern)
+            .into_iter()
+            .filter_map(|slot| match slot {
+                Slot::Target(target) if !taken.contains(&target) => Some(target),
+                _ => None,
+            });
+        for (index, from) in moving {
+            let Some(to) = free.next() else {
+                return Err(OpError::rejected(
+                    ErrorCode::NoTargets,
+                    format!(
+                        "storage pool {pool} has too few reachable targets this file was never on to take {} of its slots: add targets to the pool",
+                        plan.len() + 1
+                    ),
+                ));
+            };
+            plan.push((index, from, to));
+        }
+        return Ok(plan);
+    }
+    for (index, from) in moving {
+        let to = targets[usize::from(index)];
+        let Some(info) = map.target(to) else {
+            return Err(OpError::rejected(
+                ErrorCode::NotFound,
+                format!("there is no target {to}: `weft target list` shows them"),
+            ));
+        };
+        if info.pool != pool {
+            return Err(invalid(format!(
+                "target {to} is in storage pool {}, not in pool {pool}",
+                info.pool
+            )));
+        }
+        if !taken.insert(to) {
+            return Err(invalid(format!(
+                "the file is or was on target {to} already: a file never moves onto a target it was on, so name another"
+            )));
+        }
+        plan.push((index, from, to));
+    }
+    Ok(plan)
+}
+
+/// Sets the pool of a file none of whose objects moves.
+fn set_pool(txn: &WriteTransaction, inode: InodeId, pool: StoragePoolId) -> Result<(), OpError> {
+    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut record = load_inode(&inodes, inode)?;
+    if let Some(layout) = &mut record.layout {
+        layout.pattern.pool = pool;
+    }
+    store_inode(&mut inodes, inode, &record)
+}
+
+/// The commit that ends a move: the layout names the new targets, the old ones hold the
+/// file's tombstones, and the move is forgotten.
+fn switch_layout(txn: &WriteTransaction, inode: InodeId, work: &MoveWork) -> Result<(), OpError> {
+    let mut moves = txn.open_table(MOVES)?;
+    if load_move(&moves, inode)?.is_none() {
+        // Removed with its file meanwhile.
+        return Ok(());
+    }
+    moves.remove(inode.0)?;
+    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut record = load_inode(&inodes, inode)?;
+    let Some(layout) = &record.layout else {
+        return Err(OpError::inconsistent(format!(
+            "{inode} moved without a layout"
+        )));
+    };
+    let mut slots: Vec<Slot> = layout.slots().collect();
+    for &(index, from, to) in &work.slots {
+        let slot = slots.get_mut(usize::from(index));
+        match slot {
+            Some(slot) if *slot == Slot::Target(from) => *slot = Slot::Target(to),
+            _ => {
+                return Err(OpError::inconsistent(format!(
+                    "the move of {inode} found slot {index} not on target {from}"
+                )))
+            }
+        }
+    }
+    let mut pattern = layout.pattern;
+    pattern.pool = work.pool;
+    record.layout = Some(FileLayout::new(pattern, slots));
+    store_inode(&mut inodes, inode, &record)?;
+    let mut tombstones = txn.open_table(TOMBSTONES)?;
+    let mut held = load_tombstones(&tombstones, inode)?;
+    held.extend(work.slots.iter().map(|&(_, from, _)| from));
+    let bytes = postcard::to_stdvec(&held).expect("tombstones always encode");
+    tombstones.insert(inode.0, bytes.as_slice())?;
+    Ok(())
+}
