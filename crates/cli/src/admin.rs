@@ -101,9 +101,32 @@ pub enum NodeCommand {
 pub enum TargetCommand {
     /// List storage targets.
     List {
-        /// Show reachability and consistency states.
+        /// Show reachability, consistency and drain states.
         #[arg(long)]
         state: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Move every file off a target: new files avoid it, and the metadata servers re-place
+    /// the files on it onto the other targets of its pool while they stay in use. `weft
+    /// target list --state` shows how many are left; `weft target remove` follows.
+    Drain {
+        /// The target's id.
+        target: u32,
+        /// Stop draining it: it takes new files again (files already moved stay moved).
+        #[arg(long)]
+        stop: bool,
+        /// Wait until no file uses it any more.
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Remove a drained target from the cluster for good: refused while any file still uses
+    /// it. Take its directory out of its storage server's config afterwards.
+    Remove {
+        /// The target's id.
+        target: u32,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -650,35 +673,120 @@ pub fn node(command: NodeCommand) -> Result<()> {
 }
 
 pub fn target(command: TargetCommand) -> Result<()> {
-    let TargetCommand::List { state, cluster } = command;
     let runtime = crate::runtime()?;
     runtime.block_on(async {
-        let map = cluster_map(&locate(&cluster.locator, cluster.path.as_deref())?).await?;
-        if state {
-            println!(
-                "{:<9} {:<17} {:<12} {:<6} NODE",
-                "TARGETID", "REACHABILITY", "CONSISTENCY", "POOL"
-            );
-        } else {
-            println!("{:<9} {:<6} NODE", "TARGETID", "POOL");
-        }
-        for target in &map.targets {
-            let node = node_name(&map, NodeKind::Storage, target.node);
-            if state {
-                let consistency: &str = map.target_consistency(target.id).into();
-                println!(
-                    "{:<9} {:<17} {:<12} {:<6} {node}",
-                    target.id.0,
-                    reachability(target.reachability),
-                    consistency,
-                    target.pool.0
-                );
-            } else {
-                println!("{:<9} {:<6} {node}", target.id.0, target.pool.0);
+        match command {
+            TargetCommand::List { state, cluster } => list_targets(&cluster, state).await,
+            TargetCommand::Drain {
+                target,
+                stop,
+                wait,
+                cluster,
+            } => {
+                let (view, _) = connect(&cluster.mgmt()?).await?;
+                let target = TargetId(target);
+                view.mgmt()
+                    .drain_target(target, stop)
+                    .await
+                    .map_err(|error| anyhow!("cannot drain target {target}: {error}"))?;
+                if stop {
+                    println!("target {target} takes new files again");
+                    return Ok(());
+                }
+                println!("target {target} is being drained: new files avoid it, files on it move off");
+                if wait {
+                    wait_drained(&view, target).await?;
+                }
+                Ok(())
+            }
+            TargetCommand::Remove { target, cluster } => {
+                let (view, _) = connect(&cluster.mgmt()?).await?;
+                let target = TargetId(target);
+                view.mgmt()
+                    .remove_target(target)
+                    .await
+                    .map_err(|error| anyhow!("cannot remove target {target}: {error}"))?;
+                println!("target {target} removed from the cluster: take its directory out of its storage server's config");
+                Ok(())
             }
         }
-        Ok(())
     })
+}
+
+/// Waits until management hears from every metadata server that no file uses draining
+/// `target`.
+async fn wait_drained(view: &ClusterView, target: TargetId) -> Result<()> {
+    let mut told = None;
+    loop {
+        let status = view.mgmt().cluster_status().await?;
+        let left = status
+            .targets
+            .iter()
+            .find(|t| t.id == target)
+            .map(|t| t.drain_left);
+        if left == Some(None)
+            && !view
+                .refresh()
+                .await?
+                .target(target)
+                .is_some_and(|t| t.draining)
+        {
+            bail!("target {target} is not being drained");
+        }
+        match left {
+            None => bail!("target {target} is no longer listed"),
+            Some(Some(0)) => {
+                println!("target {target} is drained: `weft target remove {target}` takes it out");
+                return Ok(());
+            }
+            Some(Some(left)) if told != Some(left) => {
+                println!("target {target}: {left} files left");
+                told = Some(left);
+            }
+            _ => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+async fn list_targets(cluster: &ClusterArgs, state: bool) -> Result<()> {
+    let (view, map) = connect(&locate(&cluster.locator, cluster.path.as_deref())?).await?;
+    if state {
+        let status = view.mgmt().cluster_status().await?;
+        println!(
+            "{:<9} {:<17} {:<12} {:<6} {:<20} NODE",
+            "TARGETID", "REACHABILITY", "CONSISTENCY", "POOL", "DRAIN"
+        );
+        for target in &map.targets {
+            let node = node_name(&map, NodeKind::Storage, target.node);
+            let consistency: &str = map.target_consistency(target.id).into();
+            let left = status
+                .targets
+                .iter()
+                .find(|t| t.id == target.id)
+                .and_then(|t| t.drain_left);
+            let drain = match (target.draining, left) {
+                (false, _) => "-".to_string(),
+                (true, Some(left)) => format!("draining, {left} left"),
+                (true, None) => "draining".to_string(),
+            };
+            println!(
+                "{:<9} {:<17} {:<12} {:<6} {:<20} {node}",
+                target.id.0,
+                reachability(target.reachability),
+                consistency,
+                target.pool.0,
+                drain
+            );
+        }
+    } else {
+        println!("{:<9} {:<6} NODE", "TARGETID", "POOL");
+        for target in &map.targets {
+            let node = node_name(&map, NodeKind::Storage, target.node);
+            println!("{:<9} {:<6} {node}", target.id.0, target.pool.0);
+        }
+    }
+    Ok(())
 }
 
 fn usage_line(name: &str, usage: &SpaceUsage) -> String {

@@ -46,6 +46,13 @@ fn migrate(cluster: &LocalCluster, path: &Path, pool: &str) -> (bool, String, St
     )
 }
 
+/// Runs `weft ARGS --mgmt …`; returns (success, stdout, stderr).
+fn ask(cluster: &LocalCluster, args: &[&str]) -> (bool, String, String) {
+    let mut all = args.to_vec();
+    all.extend(["--mgmt", cluster.mgmt()]);
+    weft(cluster, &all)
+}
+
 /// Record `index` of the writer: its number over and over.
 fn record(index: u64) -> Vec<u8> {
     index
@@ -359,4 +366,105 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
         assert_eq!(fs::read(dir.join("data")).expect("read"), data, "{point}");
         fsck_clean(&cluster);
     }
+}
+
+// Goal: `weft target drain T --wait` empties a target while its files are in use — a writer
+// appends to one of them throughout — new files avoid it, every file keeps its data, and
+// `weft target remove T` is refused before the drain and takes the target out after it; the
+// storage server that held it starts again without it. Method: the default four targets,
+// files of several sizes striped over two; the commands an operator types; the target's
+// object tree counted; content compared byte for byte; fsck.
+#[test]
+fn a_drained_target_empties_while_in_use_and_is_removed() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("data");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--num-targets", "2", "--chunk-size", "64K"],
+    );
+    let files: Vec<(PathBuf, Vec<u8>)> = (0..12u64)
+        .map(|index| {
+            let data = pattern(20 + index, (index as usize * 300_000) % (2 << 20));
+            let path = dir.join(format!("f{index}"));
+            fs::write(&path, &data).expect("write");
+            (path, data)
+        })
+        .collect();
+    let (ok, _, err) = ask(&cluster, &["target", "remove", "1"]);
+    assert!(
+        !ok && err.contains("not drained"),
+        "remove before a drain: {err}"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started, writing) = mpsc::channel();
+    let log = dir.join("log");
+    let write_thread = {
+        let (log, stop) = (log.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || writer(log, stop, started))
+    };
+    writing
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the writer started");
+    let (ok, out, err) = ask(&cluster, &["target", "drain", "1", "--wait"]);
+    assert!(ok, "drain: {err}");
+    assert!(out.contains("target 1 is drained"), "{out}");
+    stop.store(true, Ordering::Release);
+    let written = write_thread.join().expect("writer");
+    check_log(&log, written);
+
+    for index in 0..6 {
+        let path = dir.join(format!("new{index}"));
+        fs::write(&path, pattern(40 + index, 200_000)).expect("a new file");
+        let (targets, info) = targets_of(&cluster, &path);
+        assert!(
+            !targets.contains(&1),
+            "a new file avoids the draining target: {info}"
+        );
+    }
+    for (path, data) in &files {
+        assert_eq!(&fs::read(path).expect("read"), data, "{}", path.display());
+        let (targets, info) = targets_of(&cluster, path);
+        assert!(
+            !targets.contains(&1),
+            "{} left target 1: {info}",
+            path.display()
+        );
+    }
+    let counts = objects_per_target(&cluster);
+    assert_eq!(
+        counts[0],
+        ((1, 1), 0),
+        "target 1 holds no object: {counts:?}"
+    );
+    let (ok, state, err) = ask(&cluster, &["target", "list", "--state"]);
+    assert!(ok, "{err}");
+    assert!(state.contains("draining, 0 left"), "{state}");
+
+    let (ok, _, err) = ask(&cluster, &["target", "remove", "1"]);
+    assert!(ok, "remove after the drain: {err}");
+    let (ok, list, err) = ask(&cluster, &["target", "list"]);
+    assert!(ok, "{err}");
+    assert!(
+        !list
+            .lines()
+            .any(|line| line.split_whitespace().next() == Some("1")),
+        "target 1 is gone: {list}"
+    );
+    cluster.restart("storage-1").expect("restart storage-1");
+    weft_testkit::wait_until("storage-1 to serve target 2 again", || {
+        let (_, state, _) = ask(&cluster, &["target", "list", "--state"]);
+        cluster.log("storage-1").contains("target not served")
+            && state
+                .lines()
+                .any(|line| line.starts_with("2 ") && line.contains(" online "))
+    })
+    .expect("storage-1 back");
+    for (path, data) in &files {
+        assert_eq!(&fs::read(path).expect("read"), data, "{}", path.display());
+    }
+    check_log(&log, written);
+    fsck_clean(&cluster);
 }

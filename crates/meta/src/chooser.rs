@@ -52,7 +52,8 @@ impl Chooser {
         homes
     }
 
-    /// Up to `pattern.num_targets` distinct slots of the pattern's pool, reachable ones only,
+    /// Up to `pattern.num_targets` distinct slots of the pattern's pool, reachable ones only
+    /// and none being drained,
     /// from the pool's normal targets first, then its low ones, then those in emergency
     /// (capacity classes by the pool's limits, `weft_proto::pools`); empty when the pool has
     /// none reachable. A slot is a target, or for a mirrored pattern a storage mirror group,
@@ -85,7 +86,9 @@ impl Chooser {
         };
         let mut candidates: Vec<_> = slots
             .into_iter()
-            .filter(|(_, t, _)| t.pool == pattern.pool && t.reachability != Reachability::Offline)
+            .filter(|(_, t, _)| {
+                t.pool == pattern.pool && t.reachability != Reachability::Offline && !t.draining
+            })
             .collect();
         candidates.sort_by_key(|(slot, _, _)| *slot);
         let mut ordered = Vec::with_capacity(candidates.len());
@@ -191,6 +194,7 @@ mod tests {
                 total_inodes: 1 << 20,
                 free_inodes: 1 << 20,
             },
+            draining: false,
         }
     }
 

@@ -315,11 +315,28 @@ impl Server {
             .iter()
             .filter_map(|meta| Some((meta.home(), meta.quota_usage().ok()?)))
             .collect();
+        // A draining target is told of once every home looked for it.
+        let homes = homes_now(&self.homes);
+        let target_uses = shared
+            .cluster
+            .map()
+            .targets
+            .iter()
+            .filter(|target| target.draining)
+            .filter_map(|target| {
+                homes
+                    .iter()
+                    .map(|meta| meta.drain_uses(target.id))
+                    .sum::<Option<u64>>()
+                    .map(|uses| (target.id, uses))
+            })
+            .collect();
         let sent = Instant::now();
         let report = weft_net::stubs::MetaReport {
             usage,
             inodes_used: inodes,
             quota_usage,
+            target_uses,
         };
         match mgmt
             .heartbeat(

@@ -125,6 +125,8 @@ pub(crate) struct Meta {
     move_failures: Mutex<HashMap<InodeId, WireError>>,
     /// Files whose objects are being pushed to other targets now: their disposal waits.
     pushing: Mutex<HashSet<InodeId>>,
+    /// What the last look for files on draining targets found.
+    drain_scan: Mutex<moves::DrainScan>,
     /// Directories recently found inside a confined client's subtree (see [`subtree`]).
     inside: subtree::Inside,
 }
@@ -235,6 +237,7 @@ impl Meta {
             moved: Notify::new(),
             move_failures: Mutex::default(),
             pushing: Mutex::default(),
+            drain_scan: Mutex::default(),
             workers: Mutex::default(),
         });
         match meta.read(spread_directories) {

@@ -45,6 +45,7 @@ fn fixture() -> Fixture {
             pool: StoragePoolId::DEFAULT,
             reachability: Reachability::Online,
             usage: SpaceUsage::default(),
+            draining: false,
         })
         .collect();
     let context = Arc::new(OpContext {

@@ -61,6 +61,9 @@ pub enum MgmtError {
     /// The store could not be opened or written.
     #[error("management store: {0}")]
     Store(String),
+    /// A target removed from the cluster (`weft target remove`) registers again.
+    #[error("target {0} was removed from the cluster: take its directory out of the storage server's config (its data is no longer part of the file system)")]
+    TargetRemoved(weft_proto::ids::TargetId),
     /// A heartbeat of an earlier start of a mirror member than one management heard.
     #[error(
         "heartbeat of an earlier start of member {member} (boot id {boot}; management heard {known}): \

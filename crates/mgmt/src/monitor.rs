@@ -289,6 +289,7 @@ impl Monitor {
                 written_bytes_per_second: written,
                 operations_per_second: operations,
                 queue_depth,
+                drain_left: None,
             });
         }
         status.clients = state.client_rates();

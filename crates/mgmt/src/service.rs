@@ -42,6 +42,9 @@ struct LiveState {
     resyncs: HashMap<(MirrorKind, GroupId, MemberId), ResyncProgress>,
     /// What users and groups use per metadata home, as the server serving it last reported.
     home_usage: HashMap<NodeId, Vec<weft_proto::quota::QuotaUsage>>,
+    /// Per metadata node, when (Unix milliseconds) it last told how many of its files use each
+    /// draining target, and what it told.
+    target_uses: HashMap<NodeId, (u64, Vec<(TargetId, u64)>)>,
 }
 
 struct Mgmt {
@@ -216,6 +219,8 @@ fn publishes_map(request: &MgmtRequest) -> bool {
             | MgmtRequest::MovePoolTargets { .. }
             | MgmtRequest::SetPoolLimits { .. }
             | MgmtRequest::SetQuota { .. }
+            | MgmtRequest::DrainTarget { .. }
+            | MgmtRequest::RemoveTarget { .. }
             | MgmtRequest::GetQuotas
     )
 }
@@ -624,7 +629,15 @@ impl Mgmt {
                         format!("storage node {node} is not registered"),
                     ));
                 }
-                let target = self.store.register_target(node, target).map_err(internal)?;
+                let target =
+                    self.store
+                        .register_target(node, target)
+                        .map_err(|error| match error {
+                            MgmtError::TargetRemoved(_) => {
+                                WireError::new(ErrorCode::InvalidArgument, error.to_string())
+                            }
+                            error => internal(error),
+                        })?;
                 tracing::info!(
                     target = target.0,
                     node = node.0,
@@ -640,6 +653,7 @@ impl Mgmt {
                 meta_inodes_used,
                 mirror,
                 quota_usage,
+                target_uses,
             } => {
                 if !self.store.node_exists(kind, node).map_err(internal)? {
                     return Err(WireError::new(
@@ -662,6 +676,9 @@ impl Mgmt {
                     }
                     for (home, usage) in quota_usage {
                         live.home_usage.insert(home, usage);
+                    }
+                    if kind == NodeKind::Meta {
+                        live.target_uses.insert(node, (unix_ms(), target_uses));
                     }
                 }
                 let Some(mirror) = mirror else {
@@ -853,6 +870,8 @@ impl Mgmt {
                 low,
                 emergency,
             } => self.pool_change(|| pools::set_limits(&self.store, pool, low, emergency)),
+            MgmtRequest::DrainTarget { target, stop } => self.drain_target(target, stop),
+            MgmtRequest::RemoveTarget { target } => self.remove_target(target),
             MgmtRequest::CreateMirrorGroup { kind, members } => {
                 let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
                 let candidates = self.mirror_candidates(kind).map_err(internal)?;
@@ -1144,12 +1163,126 @@ impl Mgmt {
     }
 
     fn cluster_status(&self) -> Result<weft_proto::messages::ClusterStatus, MgmtError> {
-        Ok(self.monitor.status(&self.cluster_map()?))
+        let map = self.cluster_map()?;
+        let mut status = self.monitor.status(&map);
+        let draining = self.store.draining()?;
+        for target in &mut status.targets {
+            if let Some(&since) = draining.get(&target.id) {
+                target.drain_left = self.drain_progress(target.id, since)?.ok();
+            }
+        }
+        Ok(status)
+    }
+
+    /// `weft target drain`: marks the target (or unmarks it, with `stop`); the map carries it
+    /// to the metadata servers, which move their files off it.
+    fn drain_target(&self, target: TargetId, stop: bool) -> Reply {
+        let map = self.cluster_map().map_err(internal)?;
+        if map.target(target).is_none() {
+            return Err(WireError::new(
+                ErrorCode::NotFound,
+                format!("there is no target {target}: `weft target list` shows them"),
+            ));
+        }
+        let member = MemberId::from(target);
+        if let Some(group) = map
+            .mirror_groups
+            .iter()
+            .find(|g| g.kind == MirrorKind::Storage && g.members.iter().any(|m| m.id == member))
+        {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "target {target} is a member of storage mirror group {}: its mirrored objects move with the group, not by a drain",
+                    group.id
+                ),
+            ));
+        }
+        let event = if stop {
+            self.store.set_draining(target, None).map_err(internal)?;
+            format!("target {target} takes new files again: its drain stopped")
+        } else {
+            self.store
+                .set_draining(target, Some(unix_ms()))
+                .map_err(internal)?;
+            format!("target {target} is being drained: new files avoid it and files on it move off")
+        };
+        tracing::info!(%event, "drain");
+        self.monitor.event(false, event);
+        Ok(Response::Done)
+    }
+
+    /// How many files still use `target`, draining since `since` (Unix milliseconds): the sum
+    /// of what every metadata node told since then, or why it is not known yet.
+    fn drain_progress(
+        &self,
+        target: TargetId,
+        since: u64,
+    ) -> Result<Result<u64, String>, MgmtError> {
+        let metas: Vec<(NodeId, String)> = self
+            .store
+            .nodes()?
+            .into_iter()
+            .filter(|(kind, _, _)| *kind == NodeKind::Meta)
+            .map(|(_, id, record)| (id, record.alias))
+            .collect();
+        let live = self.live.lock().expect("live state poisoned");
+        let mut left = 0;
+        for (node, alias) in &metas {
+            let told = live.target_uses.get(node).and_then(|(at, uses)| {
+                let left = uses.iter().find(|(t, _)| *t == target)?.1;
+                (*at >= since).then_some(left)
+            });
+            match told {
+                Some(uses) => left += uses,
+                None => {
+                    return Ok(Err(format!(
+                        "metadata node {alias} ({node}) has not told yet how many of its files use target {target}: wait for its next heartbeat, or bring it back if it is offline"
+                    )))
+                }
+            }
+        }
+        Ok(Ok(left))
+    }
+
+    /// `weft target remove`: removes a drained target, once every metadata node told, since
+    /// its drain began, that none of its files use it.
+    fn remove_target(&self, target: TargetId) -> Reply {
+        let busy = |message: String| Err(WireError::new(ErrorCode::Busy, message));
+        let draining = self.store.draining().map_err(internal)?;
+        let Some(&since) = draining.get(&target) else {
+            return match self.cluster_map().map_err(internal)?.target(target) {
+                None => Err(WireError::new(
+                    ErrorCode::NotFound,
+                    format!("there is no target {target}: `weft target list` shows them"),
+                )),
+                Some(_) => busy(format!(
+                    "target {target} is not drained: `weft target drain {target}` moves its files off first"
+                )),
+            };
+        };
+        match self.drain_progress(target, since).map_err(internal)? {
+            Ok(0) => {}
+            Ok(left) => {
+                return busy(format!(
+                    "{left} files still use target {target}: their moves go on (`weft target list --state` shows how many are left)"
+                ))
+            }
+            Err(why) => return busy(why),
+        }
+        self.store
+            .remove_target(target, unix_ms())
+            .map_err(internal)?;
+        let event = format!("target {target} removed from the cluster");
+        tracing::info!(%event, "drain");
+        self.monitor.event(false, event);
+        Ok(Response::Done)
     }
 
     fn cluster_map(&self) -> Result<ClusterMap, MgmtError> {
         let nodes = self.store.nodes()?;
         let targets = self.store.targets()?;
+        let draining = self.store.draining()?;
         let mirror_groups = self.mirror_groups(&targets);
         let clients = self.store.clients()?;
         let quota_blocked = self
@@ -1200,6 +1333,7 @@ impl Mgmt {
                         .copied(),
                 ),
                 usage: live.target_usage.get(&id).copied().unwrap_or_default(),
+                draining: draining.contains_key(&id),
             });
         }
 
@@ -1228,4 +1362,11 @@ impl Mgmt {
         self.stamp(&mut map);
         Ok(map)
     }
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -49,6 +49,11 @@ pub(crate) type GraceStarts = [Option<u64>; 2];
 /// (kind, id, pool, limit: 0 bytes, 1 inodes) → Unix seconds since which the use has been over
 /// that soft limit: the grace periods running, kept across restarts.
 const QUOTA_GRACE: TableDefinition<(u8, u32, u16, u8), u64> = TableDefinition::new("quota_grace");
+/// target id → Unix milliseconds when its drain began (`weft target drain`).
+const DRAINING: TableDefinition<u32, u64> = TableDefinition::new("draining");
+/// target id → Unix milliseconds when it was removed from the cluster: it may not register
+/// again.
+const REMOVED_TARGETS: TableDefinition<u32, u64> = TableDefinition::new("removed_targets");
 
 fn quota_kind_key(kind: QuotaKind) -> u8 {
     match kind {
@@ -134,6 +139,8 @@ impl MgmtStore {
             txn.open_table(POOLS).map_err(store_error)?;
             txn.open_table(QUOTA_RULES).map_err(store_error)?;
             txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+            txn.open_table(DRAINING).map_err(store_error)?;
+            txn.open_table(REMOVED_TARGETS).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore { db })
@@ -193,6 +200,12 @@ impl MgmtStore {
         existing: Option<TargetId>,
     ) -> Result<TargetId, MgmtError> {
         let txn = self.db.begin_write().map_err(store_error)?;
+        if let Some(target) = existing {
+            let removed = txn.open_table(REMOVED_TARGETS).map_err(store_error)?;
+            if removed.get(target.0).map_err(store_error)?.is_some() {
+                return Err(MgmtError::TargetRemoved(target));
+            }
+        }
         let target = {
             let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
             let last = counters
@@ -602,6 +615,53 @@ impl MgmtStore {
                 None => table.remove(key).map(drop),
             }
             .map_err(store_error)?;
+        }
+        txn.commit().map_err(store_error)
+    }
+
+    /// The targets being drained, each with the Unix milliseconds its drain began.
+    pub fn draining(&self) -> Result<std::collections::HashMap<TargetId, u64>, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let table = txn.open_table(DRAINING).map_err(store_error)?;
+        let mut out = std::collections::HashMap::new();
+        for entry in table.iter().map_err(store_error)? {
+            let (key, value) = entry.map_err(store_error)?;
+            out.insert(TargetId(key.value()), value.value());
+        }
+        Ok(out)
+    }
+
+    /// Starts draining `target` at `unix_ms` (kept if it drains already), or stops it.
+    pub fn set_draining(&self, target: TargetId, unix_ms: Option<u64>) -> Result<(), MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            let mut table = txn.open_table(DRAINING).map_err(store_error)?;
+            match unix_ms {
+                Some(_) if table.get(target.0).map_err(store_error)?.is_some() => {}
+                Some(at) => drop(table.insert(target.0, at).map_err(store_error)?),
+                None => drop(table.remove(target.0).map_err(store_error)?),
+            }
+        }
+        txn.commit().map_err(store_error)
+    }
+
+    /// Removes `target` from the cluster at `unix_ms`, for good: it leaves its pool, and may
+    /// not register again.
+    pub fn remove_target(&self, target: TargetId, unix_ms: u64) -> Result<(), MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            txn.open_table(TARGETS)
+                .map_err(store_error)?
+                .remove(target.0)
+                .map_err(store_error)?;
+            txn.open_table(DRAINING)
+                .map_err(store_error)?
+                .remove(target.0)
+                .map_err(store_error)?;
+            txn.open_table(REMOVED_TARGETS)
+                .map_err(store_error)?
+                .insert(target.0, unix_ms)
+                .map_err(store_error)?;
         }
         txn.commit().map_err(store_error)
     }

@@ -62,6 +62,8 @@ pub struct MetaReport {
     pub inodes_used: Option<u64>,
     /// What each user and group uses in each pool, per home it serves.
     pub quota_usage: Vec<(NodeId, Vec<weft_proto::quota::QuotaUsage>)>,
+    /// Per target the map shows draining, the files of its homes that still use it.
+    pub target_uses: Vec<(TargetId, u64)>,
 }
 
 /// Client of the management service.
@@ -145,6 +147,7 @@ impl MgmtClient {
             usage: meta_usage,
             inodes_used: meta_inodes_used,
             quota_usage,
+            target_uses,
         } = meta;
         let response = self
             .call(MgmtRequest::Heartbeat {
@@ -155,6 +158,7 @@ impl MgmtClient {
                 meta_inodes_used,
                 mirror,
                 quota_usage,
+                target_uses,
             })
             .await?;
         expect_response!(self.rpc, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
@@ -295,6 +299,24 @@ impl MgmtClient {
         let name = name.to_string();
         let response = self.call(MgmtRequest::CreatePool { name }).await?;
         expect_response!(self.rpc, response, Response::Pool(pool) => pool)
+    }
+
+    /// Starts draining `target` (with `stop`, stops it).
+    ///
+    /// # Errors
+    /// `NotFound`, `InvalidArgument` (a mirror group member), or [`RpcError`].
+    pub async fn drain_target(&self, target: TargetId, stop: bool) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::DrainTarget { target, stop }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
+    }
+
+    /// Removes a drained target from the cluster.
+    ///
+    /// # Errors
+    /// `NotFound`, `Busy` while files still use it (the message says what), or [`RpcError`].
+    pub async fn remove_target(&self, target: TargetId) -> Result<(), RpcError> {
+        let response = self.call(MgmtRequest::RemoveTarget { target }).await?;
+        expect_response!(self.rpc, response, Response::Done => ())
     }
 
     /// Removes an empty storage pool.

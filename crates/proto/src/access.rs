@@ -456,6 +456,8 @@ impl MgmtRequest {
             | MgmtRequest::MovePoolTargets { .. }
             | MgmtRequest::SetPoolLimits { .. }
             | MgmtRequest::SetQuota { .. }
+            | MgmtRequest::DrainTarget { .. }
+            | MgmtRequest::RemoveTarget { .. }
             | MgmtRequest::GetQuotas => Kind::Members,
         }
     }

@@ -138,6 +138,9 @@ pub struct TargetInfo {
     pub reachability: Reachability,
     /// Last reported usage.
     pub usage: SpaceUsage,
+    /// Being drained (`weft target drain`): new files avoid it and the files on it move off.
+    #[serde(default, with = "crate::wire::since_4")]
+    pub draining: bool,
 }
 
 /// Longest management holds a [`MgmtRequest::WatchClusterMap`] before it answers.
@@ -473,6 +476,10 @@ pub enum MgmtRequest {
         /// What each user and group uses in each pool, per metadata home this server serves.
         #[serde(default, with = "crate::wire::since_4")]
         quota_usage: Vec<(NodeId, Vec<crate::quota::QuotaUsage>)>,
+        /// For every target the map shows draining: how many files of the homes this server
+        /// serves still use it (a slot of a layout, a move's copy, objects awaiting removal).
+        #[serde(default, with = "crate::wire::since_4")]
+        target_uses: Vec<(TargetId, u64)>,
     },
     /// A client opens a session.
     #[wire(tag = 3)]
@@ -594,6 +601,22 @@ pub enum MgmtRequest {
         low: crate::pools::CapacityLimits,
         /// Below these a target is in emergency.
         emergency: crate::pools::CapacityLimits,
+    },
+    /// Starts draining a target (`weft target drain`): new files avoid it and the metadata
+    /// servers move every file off it; with `stop`, it takes new files again.
+    #[wire(tag = 21, since = 4)]
+    DrainTarget {
+        /// The target.
+        target: TargetId,
+        /// Stop draining it instead.
+        stop: bool,
+    },
+    /// Removes a drained target from the cluster (`weft target remove`): refused while any
+    /// file still uses it, or a metadata server has not told since the drain began.
+    #[wire(tag = 22, since = 4)]
+    RemoveTarget {
+        /// The target.
+        target: TargetId,
     },
 }
 
@@ -1862,6 +1885,9 @@ pub struct TargetStatus {
     pub operations_per_second: u64,
     /// Disk operations queued or running when sampled.
     pub queue_depth: u64,
+    /// While it drains: files that still use it, as the metadata servers last told.
+    #[serde(default, with = "crate::wire::since_4")]
+    pub drain_left: Option<u64>,
 }
 
 /// One client session's load over the whole cluster.

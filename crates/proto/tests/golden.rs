@@ -184,6 +184,7 @@ fn cluster_map() -> ClusterMap {
             pool: StoragePoolId(1),
             reachability: Reachability::ProbablyOffline,
             usage: usage(),
+            draining: true,
         }],
         live_sessions: vec![ClientId(7)],
         mirror_groups: vec![group()],
@@ -309,6 +310,7 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
                 resyncs: vec![resync()],
             }),
             quota_usage: vec![(NodeId(1), vec![quota_usage()])],
+            target_uses: vec![(TargetId(3), 12)],
         },
         MgmtRequest::RegisterClient {
             alias: "client-host".into(),
@@ -369,6 +371,13 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
         },
         MgmtRequest::SetQuota { rule: quota_rule() },
         MgmtRequest::GetQuotas,
+        MgmtRequest::DrainTarget {
+            target: TargetId(3),
+            stop: false,
+        },
+        MgmtRequest::RemoveTarget {
+            target: TargetId(3),
+        },
     ]
 }
 
@@ -837,6 +846,7 @@ fn responses() -> Vec<Response> {
                 written_bytes_per_second: 2,
                 operations_per_second: 3,
                 queue_depth: 4,
+                drain_left: Some(12),
             }],
             clients: vec![ClientStatus {
                 client: ClientId(7),
@@ -1114,6 +1124,14 @@ fn the_older_version_decodes_and_is_spoken() {
             pools: Vec::new(),
             epoch: 0,
             quota_blocked: Vec::new(),
+            targets: cluster_map()
+                .targets
+                .into_iter()
+                .map(|target| TargetInfo {
+                    draining: false,
+                    ..target
+                })
+                .collect(),
             ..cluster_map()
         },
         "a peer of version 3 gets the map without the pools' names and limits, or its epoch"
@@ -1130,10 +1148,12 @@ fn the_older_version_decodes_and_is_spoken() {
                     | MgmtRequest::WatchClusterMap { .. }
                     | MgmtRequest::SetQuota { .. }
                     | MgmtRequest::GetQuotas
+                    | MgmtRequest::DrainTarget { .. }
+                    | MgmtRequest::RemoveTarget { .. }
             )
         })
         .collect::<Vec<_>>();
-    assert_eq!(version_4.len(), 7);
+    assert_eq!(version_4.len(), 9);
     for request in &version_4 {
         assert!(
             encode_body_in(older, request)

@@ -78,11 +78,22 @@ pub async fn run(
         let saved = weft_service::identity::load_target_id(path)?;
         let id = weft_net::retry::RetryPolicy::default()
             .run(|| mgmt.register_target(node, saved))
-            .await
-            .map_err(|source| StorageError::RegisterTarget {
-                path: path.clone(),
-                source,
-            })?;
+            .await;
+        let id = match id {
+            Ok(id) => id,
+            // A target removed from the cluster (`weft target remove`) stays out; the others
+            // serve.
+            Err(error) if saved.is_some() && error.code() == ErrorCode::InvalidArgument => {
+                tracing::error!(path = %path.display(), %error, "target not served");
+                continue;
+            }
+            Err(source) => {
+                return Err(StorageError::RegisterTarget {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        };
         if saved != Some(id) {
             weft_service::identity::save_target_id(path, id)?;
         }

@@ -185,30 +185,8 @@ impl Meta {
                 done: true,
             });
         }
-        let work = MoveWork {
-            slots: plan,
-            pool,
-            sealing: false,
-        };
-        let moving = work.slots.len() as u16;
-        let expected = layout.clone();
-        self.committer
-            .run_with(move |txn| {
-                let current = load_inode(&txn.open_table(INODES)?, inode)?;
-                if current.layout.as_ref() != Some(&expected) {
-                    return Err(OpError::rejected(
-                        ErrorCode::Busy,
-                        format!("{inode} changed while its move was planned: ask again"),
-                    ));
-                }
-                let mut moves = txn.open_table(MOVES)?;
-                if load_move(&moves, inode)?.is_none() {
-                    let bytes = postcard::to_stdvec(&work).expect("moves always encode");
-                    moves.insert(inode.0, bytes.as_slice())?;
-                }
-                Ok(())
-            })
-            .await?;
+        let moving = plan.len() as u16;
+        self.record_move(inode, layout, plan, pool).await?;
         self.mover.notify_one();
         self.await_move(inode, moving).await
     }
@@ -259,6 +237,96 @@ impl Meta {
             .await
     }
 
+    /// Records the move of `inode` (laid out as `layout`) by `plan`, into `pool`, unless
+    /// another is recorded; refused when the layout changed since it was read.
+    async fn record_move(
+        &self,
+        inode: InodeId,
+        layout: FileLayout,
+        plan: Vec<(u16, TargetId, TargetId)>,
+        pool: StoragePoolId,
+    ) -> Result<(), OpError> {
+        let work = MoveWork {
+            slots: plan,
+            pool,
+            sealing: false,
+        };
+        self.committer
+            .run_with(move |txn| {
+                let current = load_inode(&txn.open_table(INODES)?, inode)?;
+                if current.layout.as_ref() != Some(&layout) {
+                    return Err(OpError::rejected(
+                        ErrorCode::Busy,
+                        format!("{inode} changed while its move was planned: ask again"),
+                    ));
+                }
+                let mut moves = txn.open_table(MOVES)?;
+                if load_move(&moves, inode)?.is_none() {
+                    let bytes = postcard::to_stdvec(&work).expect("moves always encode");
+                    moves.insert(inode.0, bytes.as_slice())?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// Finds the files of this home that use a target being drained: counts them per target
+    /// (for the heartbeat: `weft target remove` waits for none) and records the moves of
+    /// some that have none yet, off the draining targets into their own pools.
+    async fn scan_draining(&self) {
+        let map = self.cluster.map();
+        let draining: Vec<TargetId> = map
+            .targets
+            .iter()
+            .filter(|t| t.draining)
+            .map(|t| t.id)
+            .collect();
+        if draining.is_empty() {
+            *self.drain_scan.lock().expect("drain scan poisoned") = DrainScan::default();
+            return;
+        }
+        let found = self.read(|txn| find_draining(txn, &draining));
+        let (uses, files) = match found {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::error!(?error, "cannot look for files on draining targets");
+                return;
+            }
+        };
+        *self.drain_scan.lock().expect("drain scan poisoned") = DrainScan {
+            draining: draining.clone(),
+            uses,
+        };
+        for (inode, layout) in files {
+            let tombstones = self
+                .read(|txn| load_tombstones(&txn.open_table(TOMBSTONES)?, inode))
+                .unwrap_or_default();
+            let pool = layout.pattern.pool;
+            let planned = plan_move(&self.chooser, &map, &layout, pool, &[], &tombstones)
+                .map_err(OpError::into_wire);
+            let recorded = match planned {
+                Ok(plan) if !plan.is_empty() => self
+                    .record_move(inode, layout, plan, pool)
+                    .await
+                    .map_err(OpError::into_wire),
+                Ok(_) => Ok(()),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = recorded {
+                tracing::warn!(%inode, %error, "a file on a draining target cannot move yet");
+            }
+        }
+    }
+
+    /// Per target the map shows draining, the files of this home that use it, as the last
+    /// scan found; `None` for a target the last scan did not look for.
+    pub(crate) fn drain_uses(&self, target: TargetId) -> Option<u64> {
+        let scan = self.drain_scan.lock().expect("drain scan poisoned");
+        scan.draining
+            .contains(&target)
+            .then(|| scan.uses.get(&target).copied().unwrap_or(0))
+    }
+
     /// Waits up to [`MIGRATE_WAIT`] for the move of `inode` to finish.
     async fn await_move(&self, inode: InodeId, moving: u16) -> Result<Response, OpError> {
         let deadline = tokio::time::Instant::now() + MIGRATE_WAIT;
@@ -291,6 +359,7 @@ impl Meta {
         loop {
             let _ =
                 tokio::time::timeout(super::work::WORK_RETRY_INTERVAL, self.mover.notified()).await;
+            self.scan_draining().await;
             let works = self.read(|txn| {
                 txn.open_table(MOVES)?
                     .iter()?
@@ -488,6 +557,75 @@ enum MoveError {
     Abandoned(WireError),
 }
 
+/// What the last look for files on draining targets found ([`Meta::scan_draining`]).
+#[derive(Default)]
+pub(crate) struct DrainScan {
+    /// The targets it looked for.
+    draining: Vec<TargetId>,
+    /// Per target, the files that use it.
+    uses: std::collections::HashMap<TargetId, u64>,
+}
+
+/// Files recorded for moving off draining targets per scan: the mover works them off before
+/// the next.
+const DRAIN_FILES_PER_SCAN: usize = 64;
+
+/// The files of a home that use one of the `draining` targets, counted per target (a slot of
+/// a layout, the copy of a move in flight, objects awaiting removal), and up to
+/// [`DRAIN_FILES_PER_SCAN`] of those with a slot there and no move yet, with their layouts.
+#[allow(clippy::type_complexity)]
+fn find_draining(
+    txn: &redb::ReadTransaction,
+    draining: &[TargetId],
+) -> Result<
+    (
+        std::collections::HashMap<TargetId, u64>,
+        Vec<(InodeId, FileLayout)>,
+    ),
+    OpError,
+> {
+    let mut uses: std::collections::HashMap<TargetId, u64> = std::collections::HashMap::new();
+    let mut files = Vec::new();
+    let moves = txn.open_table(MOVES)?;
+    let mut count = |targets: &mut dyn Iterator<Item = TargetId>| {
+        let mut counted = BTreeSet::new();
+        for target in targets {
+            if draining.contains(&target) && counted.insert(target) {
+                *uses.entry(target).or_default() += 1;
+            }
+        }
+        !counted.is_empty()
+    };
+    for item in txn.open_table(INODES)?.iter()? {
+        let (key, value) = item?;
+        let record = crate::store::InodeRecord::decode(key.value(), value.value())?;
+        let Some(layout) = record.layout else {
+            continue;
+        };
+        let on_draining = count(&mut layout.slots().filter_map(|slot| match slot {
+            Slot::Target(target) => Some(target),
+            Slot::Group(_) => None,
+        }));
+        if on_draining && files.len() < DRAIN_FILES_PER_SCAN && moves.get(key.value())?.is_none() {
+            files.push((InodeId(key.value()), layout));
+        }
+    }
+    for item in moves.iter()? {
+        let (key, value) = item?;
+        let work: MoveWork = decode("the move", key.value(), value.value())?;
+        count(&mut work.slots.iter().map(|&(_, _, to)| to));
+    }
+    for item in txn.open_table(crate::store::DISPOSALS)?.iter()? {
+        let (key, value) = item?;
+        let layout: FileLayout = decode("the disposal", key.value(), value.value())?;
+        count(&mut layout.slots().filter_map(|slot| match slot {
+            Slot::Target(target) => Some(target),
+            Slot::Group(_) => None,
+        }));
+    }
+    Ok((uses, files))
+}
+
 /// Whether a push's failure means the move cannot be made as planned.
 fn gives_up(error: &WireError) -> bool {
     matches!(
@@ -529,7 +667,9 @@ fn plan_move(
         .enumerate()
         .filter(|&(index, &target)| match targets.get(index) {
             Some(&wanted) => wanted != target,
-            None => map.target(target).is_none_or(|t| t.pool != pool),
+            None => map
+                .target(target)
+                .is_none_or(|t| t.pool != pool || t.draining),
         })
         .map(|(index, &target)| (index as u16, target))
         .collect();

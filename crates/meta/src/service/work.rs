@@ -316,7 +316,13 @@ impl Meta {
         let files = files.iter().filter(|(inode, _)| !self.is_pushing(*inode));
         let removals = files.map(|(inode, layout)| {
             let inode = *inode;
-            let slots = layout.slots().map(move |slot| {
+            let map = self.cluster.map();
+            // A target removed from the cluster took its objects with it.
+            let slots = layout.slots().filter(move |slot| match slot {
+                Slot::Target(target) => map.target(*target).is_some(),
+                Slot::Group(_) => true,
+            });
+            let slots = slots.map(move |slot| {
                 let cluster = Arc::clone(&self.cluster);
                 async move {
                     let call = |storage: Arc<StorageClient>, route| async move {
