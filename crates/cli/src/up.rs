@@ -141,6 +141,8 @@ async fn up(args: UpArgs) -> Result<()> {
             directory_chooser: weft_meta::TargetChooser::default(),
             heartbeat_interval: weft_meta::config::HEARTBEAT_INTERVAL_DEFAULT,
             lock_grace: weft_meta::config::LOCK_GRACE_DEFAULT,
+            rebalance_bytes_per_second: weft_meta::config::REBALANCE_BYTES_PER_SECOND_DEFAULT,
+            rebalance_margin_percent: weft_meta::config::REBALANCE_MARGIN_PERCENT_DEFAULT,
             influxdb: None,
             metrics_listen: None,
             log: None,

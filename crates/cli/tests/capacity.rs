@@ -259,7 +259,11 @@ fn new_files_go_to_the_emptier_targets() {
         storage: 3,
         targets_per_storage: 1,
         target_capacity_bytes: Some(64 << 20),
-        meta_settings: vec!["target_chooser=\"balanced\"".into()],
+        // Placement alone: rebalancing would move the filled target's data meanwhile.
+        meta_settings: vec![
+            "target_chooser=\"balanced\"".into(),
+            "rebalance_bytes_per_second=0".into(),
+        ],
         ..ClusterSpec::default()
     });
     let mnt = cluster.mount().expect("mount");

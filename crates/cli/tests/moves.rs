@@ -468,3 +468,99 @@ fn a_drained_target_empties_while_in_use_and_is_removed() {
     check_log(&log, written);
     fsck_clean(&cluster);
 }
+
+/// Bytes of object data on each of the four targets, in target order 1, 2, 3, 4 (storage-1
+/// holds targets 1 and 2, storage-2 targets 3 and 4).
+fn bytes_per_target(cluster: &LocalCluster) -> Vec<u64> {
+    [(1, 1), (1, 2), (2, 1), (2, 2)]
+        .iter()
+        .map(|&(storage, target)| {
+            let mut stack = vec![cluster.target_dir(storage, target).join("objects")];
+            let mut bytes = 0;
+            while let Some(directory) = stack.pop() {
+                for entry in fs::read_dir(&directory).expect("read objects").flatten() {
+                    let metadata = entry.metadata().expect("stat");
+                    if metadata.is_dir() {
+                        stack.push(entry.path());
+                    } else {
+                        bytes += metadata.len();
+                    }
+                }
+            }
+            bytes
+        })
+        .collect()
+}
+
+// Goal: targets added to a pool fill by themselves — background rebalancing moves data from
+// the full ones until every target is within the margin of the pool's mean fill — with no
+// command beyond adding them, and every file keeps its data. Method: 64 MiB targets; a pool
+// of two targets filled with 24 MiB through the mount; the other two targets added to the
+// pool; the bytes in each target's object tree watched until they level out (the
+// rebalancing rate is raised so the test does not wait on it); content compared; fsck.
+#[test]
+fn added_targets_fill_by_themselves_until_the_pool_is_level() {
+    let capacity: u64 = 64 << 20;
+    let mut cluster = cluster(ClusterSpec {
+        target_capacity_bytes: Some(capacity),
+        meta_settings: vec!["rebalance_bytes_per_second=1073741824".into()],
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let (ok, _, err) = ask(&cluster, &["pool", "create", "p", "--targets", "1,3"]);
+    assert!(ok, "pool create: {err}");
+    let dir = mnt.join("data");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--pool", "p", "--num-targets", "2", "--chunk-size", "64K"],
+    );
+    let files: Vec<(PathBuf, Vec<u8>)> = (0..16u64)
+        .map(|index| {
+            let data = pattern(60 + index, 1536 << 10);
+            let path = dir.join(format!("f{index}"));
+            fs::write(&path, &data).expect("write");
+            (path, data)
+        })
+        .collect();
+    let before = bytes_per_target(&cluster);
+    assert_eq!(
+        (before[1], before[3]),
+        (0, 0),
+        "targets 2 and 4 start empty: {before:?}"
+    );
+
+    let (ok, _, err) = ask(&cluster, &["pool", "add-target", "p", "--targets", "2,4"]);
+    assert!(ok, "add-target: {err}");
+    // Within the margin (5 % of a target's capacity) of the mean, and an object's size for
+    // the step that may still be on its way.
+    let slack = capacity * 5 / 100 + (768 << 10);
+    let mut last = Vec::new();
+    let level = weft_testkit::wait_until("the pool to level out", || {
+        last = bytes_per_target(&cluster);
+        let mean = last.iter().sum::<u64>() / 4;
+        last.iter().all(|&bytes| bytes.abs_diff(mean) <= slack)
+    });
+    assert!(
+        level.is_ok(),
+        "the targets did not level out: {last:?} from {before:?}"
+    );
+    assert!(
+        last[1] > 0 && last[3] > 0,
+        "the added targets took data: {last:?}"
+    );
+    for (path, data) in &files {
+        assert_eq!(&fs::read(path).expect("read"), data, "{}", path.display());
+    }
+    let metrics = weft_testkit::http_get(&cluster.address_of("meta-1").expect("meta"), "/metrics")
+        .expect("metrics")
+        .1;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("weft_meta_rebalanced_bytes_total")
+                && !line.ends_with(" 0")),
+        "rebalancing shows in the metrics: {metrics}"
+    );
+    fsck_clean(&cluster);
+}

@@ -64,7 +64,31 @@ weft_net::service_config! {
             with = "weft_proto::millis"
         )]
         pub lock_grace: Duration,
+        /// Bytes per second background rebalancing copies at most, per metadata home: data
+        /// moves from a pool's fullest target to its emptiest (targets just added, most of
+        /// all) at this rate at most, so foreground I/O keeps most of its throughput. 0
+        /// turns rebalancing off.
+        #[serde(default = "default_rebalance_rate")]
+        pub rebalance_bytes_per_second: u64,
+        /// Rebalancing goes on while a target's fill (the share of its bytes used) is more
+        /// than this many percentage points from its pool's mean.
+        #[serde(default = "default_rebalance_margin")]
+        pub rebalance_margin_percent: u8,
     }
+}
+
+/// Default rate of background rebalancing: 32 MiB/s per metadata home.
+pub const REBALANCE_BYTES_PER_SECOND_DEFAULT: u64 = 32 << 20;
+
+/// Default margin of background rebalancing: 5 percentage points of fill.
+pub const REBALANCE_MARGIN_PERCENT_DEFAULT: u8 = 5;
+
+fn default_rebalance_rate() -> u64 {
+    REBALANCE_BYTES_PER_SECOND_DEFAULT
+}
+
+fn default_rebalance_margin() -> u8 {
+    REBALANCE_MARGIN_PERCENT_DEFAULT
 }
 
 /// Default lock-reclaim grace period after a start.
@@ -98,6 +122,12 @@ impl MetaConfig {
         }
         if self.heartbeat_interval.is_zero() {
             problems.push("heartbeat_interval_ms must be above 0".to_string());
+        }
+        if !(1..=50).contains(&self.rebalance_margin_percent) {
+            problems.push(format!(
+                "rebalance_margin_percent is {}: give 1 to 50 (percentage points of fill)",
+                self.rebalance_margin_percent
+            ));
         }
         if problems.is_empty() {
             Ok(())

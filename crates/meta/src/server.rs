@@ -84,6 +84,7 @@ pub async fn run(
             cluster.epoch_source(),
         )));
     let commit_metrics = CommitMetrics::register(metrics.registry());
+    let move_metrics = crate::service::MoveMetrics::register(metrics.registry());
     let homes: Homes = Arc::default();
     register_store_metrics(
         metrics.registry(),
@@ -116,6 +117,7 @@ pub async fn run(
             missed,
             files,
             commit_metrics,
+            move_metrics,
         }),
         homes,
         reconciling: tokio::sync::Mutex::new(()),

@@ -23,6 +23,7 @@ mod work;
 
 #[cfg(test)]
 pub(crate) use intents::mkdir::create_dir_inode;
+pub(crate) use moves::MoveMetrics;
 #[cfg(test)]
 pub(crate) use moves::MoveWork;
 pub(crate) use moves::{load_move, load_tombstones, take_moved_objects, MOVES, TOMBSTONES};
@@ -127,6 +128,10 @@ pub(crate) struct Meta {
     pushing: Mutex<HashSet<InodeId>>,
     /// What the last look for files on draining targets found.
     drain_scan: Mutex<moves::DrainScan>,
+    /// How background rebalancing runs: bytes per second at most (0: not at all), and the
+    /// margin of fill it keeps targets within, in percentage points.
+    rebalance: (u64, u8),
+    move_metrics: moves::MoveMetrics,
     /// Directories recently found inside a confined client's subtree (see [`subtree`]).
     inside: subtree::Inside,
 }
@@ -154,6 +159,7 @@ pub(crate) struct Shared {
     /// What this server keeps of its homes' store files: changes not shipped, write locks.
     pub files: Arc<HomeFiles>,
     pub commit_metrics: CommitMetrics,
+    pub move_metrics: moves::MoveMetrics,
 }
 
 impl Meta {
@@ -238,6 +244,11 @@ impl Meta {
             move_failures: Mutex::default(),
             pushing: Mutex::default(),
             drain_scan: Mutex::default(),
+            rebalance: (
+                config.rebalance_bytes_per_second,
+                config.rebalance_margin_percent,
+            ),
+            move_metrics: shared.move_metrics.clone(),
             workers: Mutex::default(),
         });
         match meta.read(spread_directories) {

@@ -377,6 +377,7 @@ impl Meta {
                     continue;
                 }
             };
+            let idle = works.is_empty();
             for (inode, work) in works {
                 match self.move_file(inode, work).await {
                     Ok(()) => {}
@@ -393,7 +394,107 @@ impl Meta {
                 }
                 self.moved.notify_waiters();
             }
+            // Rebalancing waits for the moves asked for, and goes on while there is work.
+            if idle && self.rebalance_step().await {
+                self.mover.notify_one();
+            }
         }
+    }
+
+    /// One step of background rebalancing (see `rebalance_candidate`): in the first pool one
+    /// of whose targets is further than the margin from the pool's mean fill, moves one
+    /// object of a file of this home from the pool's fullest target to its emptiest, then
+    /// waits as long as the rate asks and until the map shows the targets' new usage.
+    /// Answers whether it moved something.
+    async fn rebalance_step(&self) -> bool {
+        let (rate, margin) = self.rebalance;
+        if rate == 0 {
+            return false;
+        }
+        let map = self.cluster.map();
+        for pool in map.all_pools() {
+            let targets: Vec<&weft_proto::messages::TargetInfo> = map
+                .targets
+                .iter()
+                .filter(|t| {
+                    t.pool == pool.id
+                        && !t.draining
+                        && t.usage.total_bytes > 0
+                        && t.reachability == weft_proto::messages::Reachability::Online
+                })
+                .collect();
+            if targets.len() < 2 {
+                continue;
+            }
+            let fill = |t: &weft_proto::messages::TargetInfo| {
+                1.0 - t.usage.free_bytes as f64 / t.usage.total_bytes as f64
+            };
+            let mean = targets.iter().map(|t| fill(t)).sum::<f64>() / targets.len() as f64;
+            let by_fill = |a: &&&weft_proto::messages::TargetInfo,
+                           b: &&&weft_proto::messages::TargetInfo| {
+                fill(a).total_cmp(&fill(b))
+            };
+            let (Some(fullest), Some(emptiest)) = (
+                targets.iter().max_by(by_fill),
+                targets.iter().min_by(by_fill),
+            ) else {
+                continue;
+            };
+            let margin = f64::from(margin) / 100.0;
+            if fill(fullest) - mean <= margin && mean - fill(emptiest) <= margin {
+                continue;
+            }
+            // Half the gap at most, so the two never cross.
+            let room =
+                ((fill(fullest) - fill(emptiest)) / 2.0 * emptiest.usage.total_bytes as f64) as u64;
+            let (from, to) = (fullest.id, emptiest.id);
+            let found = self.read(|txn| rebalance_candidate(txn, pool.id, from, to, room));
+            let (inode, layout, index, bytes) = match found {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(?error, "cannot look for a file to rebalance");
+                    return false;
+                }
+            };
+            let plan = vec![(index, from, to)];
+            if let Err(error) = self.record_move(inode, layout, plan.clone(), pool.id).await {
+                tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
+                return false;
+            }
+            let work = MoveWork {
+                slots: plan,
+                pool: pool.id,
+                sealing: false,
+            };
+            if let Err(MoveError::Later(error) | MoveError::Abandoned(error)) =
+                self.move_file(inode, work).await
+            {
+                tracing::warn!(%inode, %error, "a rebalancing move did not finish");
+                return false;
+            }
+            tracing::info!(%inode, %from, %to, bytes, "rebalanced");
+            self.move_metrics.rebalanced.inc_by(bytes);
+            let paced = Duration::from_secs_f64(bytes as f64 / rate as f64);
+            let before = (fullest.usage, emptiest.usage);
+            let waited = tokio::time::Instant::now();
+            tokio::time::sleep(paced).await;
+            // The next step judges by the usage this one made.
+            while waited.elapsed() < USAGE_WAIT {
+                if let Ok(map) = self.cluster.refresh().await {
+                    let now = (
+                        map.target(from).map(|t| t.usage),
+                        map.target(to).map(|t| t.usage),
+                    );
+                    if now != (Some(before.0), Some(before.1)) {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            return true;
+        }
+        false
     }
 
     /// Runs a file's move to its end (see the module's notes).
@@ -448,6 +549,7 @@ impl Meta {
             .await
             .map_err(|error| MoveError::Later(error.into_wire()))?;
         tracing::info!(%inode, slots = work.slots.len(), pool = %work.pool, "file moved");
+        self.move_metrics.files.inc();
         Ok(())
     }
 
@@ -484,7 +586,9 @@ impl Meta {
         });
         let mut copied = 0;
         for pushed in futures::future::join_all(pushes).await {
-            copied += pushed?;
+            let pushed = pushed?;
+            self.move_metrics.bytes.inc_by(pushed);
+            copied += pushed;
         }
         Ok(copied)
     }
@@ -555,6 +659,84 @@ enum MoveError {
     Later(WireError),
     /// It was given up before its last pushes: the new target cannot take the file.
     Abandoned(WireError),
+}
+
+/// What the moves of files report to Prometheus, summed over the homes of a server.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MoveMetrics {
+    /// Files whose move finished.
+    files: prometheus_client::metrics::counter::Counter,
+    /// Bytes their pushes copied.
+    bytes: prometheus_client::metrics::counter::Counter,
+    /// Bytes moved by background rebalancing.
+    rebalanced: prometheus_client::metrics::counter::Counter,
+}
+
+impl MoveMetrics {
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> MoveMetrics {
+        let metrics = MoveMetrics::default();
+        registry.register(
+            "weft_meta_moved_files",
+            "Files moved to other targets (migrate, drain and rebalancing), since the start",
+            metrics.files.clone(),
+        );
+        registry.register(
+            "weft_meta_moved_bytes",
+            "Bytes the moves of files copied between targets, since the start",
+            metrics.bytes.clone(),
+        );
+        registry.register(
+            "weft_meta_rebalanced_bytes",
+            "Bytes background rebalancing moved between targets, since the start",
+            metrics.rebalanced.clone(),
+        );
+        metrics
+    }
+}
+
+/// Longest a rebalancing step waits for the map to show what it moved.
+const USAGE_WAIT: Duration = Duration::from_secs(10);
+
+/// A file of this home in `pool` to move one object of from target `from` to target `to`
+/// for rebalancing: the one with the largest object on `from` that is at most `room` bytes,
+/// among files not on `to` (nor with a tombstone there) and not moving already. Answers the
+/// file, its layout, the slot's index and the object's bytes.
+fn rebalance_candidate(
+    txn: &redb::ReadTransaction,
+    pool: StoragePoolId,
+    from: TargetId,
+    to: TargetId,
+    room: u64,
+) -> Result<Option<(InodeId, FileLayout, u16, u64)>, OpError> {
+    let moves = txn.open_table(MOVES)?;
+    let tombstones = txn.open_table(TOMBSTONES)?;
+    let mut best: Option<(InodeId, FileLayout, u16, u64)> = None;
+    for item in txn.open_table(INODES)?.iter()? {
+        let (key, value) = item?;
+        let record = crate::store::InodeRecord::decode(key.value(), value.value())?;
+        let Some(layout) = record.layout else {
+            continue;
+        };
+        if layout.pattern.kind != PatternKind::Raid0 || layout.pattern.pool != pool {
+            continue;
+        }
+        let Some(index) = layout.slots().position(|slot| slot == Slot::Target(from)) else {
+            continue;
+        };
+        if layout.slots().any(|slot| slot == Slot::Target(to)) {
+            continue;
+        }
+        let bytes = weft_proto::layout::object_length_for_file_size(&layout, index, record.size);
+        if bytes == 0 || bytes > room || best.as_ref().is_some_and(|b| b.3 >= bytes) {
+            continue;
+        }
+        let inode = InodeId(key.value());
+        if moves.get(inode.0)?.is_some() || load_tombstones(&tombstones, inode)?.contains(&to) {
+            continue;
+        }
+        best = Some((inode, layout, index as u16, bytes));
+    }
+    Ok(best)
 }
 
 /// What the last look for files on draining targets found ([`Meta::scan_draining`]).
