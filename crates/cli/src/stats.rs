@@ -392,21 +392,58 @@ pub fn cluster(command: ClusterCommand) -> Result<()> {
             );
         }
         println!(
-            "\n  {:<7} {:<5} {:<17} {:<12} {:>10} {:>10} {:>11} {:>11}",
-            "TARGET", "NODE", "REACHABILITY", "CONSISTENCY", "SIZE", "FREE", "WRITE/s", "READ/s"
+            "\n  {:<7} {:<5} {:<5} {:<17} {:<12} {:>10} {:>10} {:>5} {:>11} {:>11}  MOVES",
+            "TARGET",
+            "NODE",
+            "POOL",
+            "REACHABILITY",
+            "CONSISTENCY",
+            "SIZE",
+            "FREE",
+            "USED",
+            "WRITE/s",
+            "READ/s"
         );
         for target in &status.targets {
+            let usage = target.usage;
+            let used = (usage.total_bytes - usage.free_bytes.min(usage.total_bytes))
+                .saturating_mul(100)
+                .checked_div(usage.total_bytes)
+                .unwrap_or(0);
+            let moves = match target.drain_left {
+                Some(left) => format!("draining, {left} files left"),
+                None => "-".to_string(),
+            };
             println!(
-                "  {:<7} {:<5} {:<17} {:<12} {:>10} {:>10} {:>11} {:>11}",
+                "  {:<7} {:<5} {:<5} {:<17} {:<12} {:>10} {:>10} {:>4}% {:>11} {:>11}  {moves}",
                 target.id.0,
                 target.node.0,
+                target.pool.0,
                 reachability(target.reachability),
                 target.consistency,
-                human(target.usage.total_bytes),
-                human(target.usage.free_bytes),
+                human(usage.total_bytes),
+                human(usage.free_bytes),
+                used,
                 human(target.written_bytes_per_second),
                 human(target.read_bytes_per_second)
             );
+        }
+        print_balance(&status);
+        if !status.quotas.is_empty() {
+            println!(
+                "\n  Quotas ({} rules, `weft quota list` shows them):",
+                status.quotas.len()
+            );
+            for state in status
+                .quotas
+                .iter()
+                .filter(|s| s.bytes_blocked || s.inodes_blocked)
+            {
+                println!(
+                    "  BLOCKED {:?} {} in pool {}",
+                    state.rule.kind, state.rule.id, state.rule.pool
+                );
+            }
         }
         if !status.events.is_empty() {
             println!("\n  Recent events:");
@@ -416,4 +453,35 @@ pub fn cluster(command: ClusterCommand) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Per pool of more than one target: the spread of the targets' fill, which rebalancing
+/// narrows (`rebalance_margin_percent` of the metadata servers).
+fn print_balance(status: &weft_proto::messages::ClusterStatus) {
+    let mut pools: std::collections::BTreeMap<u16, Vec<f64>> = std::collections::BTreeMap::new();
+    for target in &status.targets {
+        let usage = target.usage;
+        if usage.total_bytes > 0 {
+            let used = usage.total_bytes - usage.free_bytes.min(usage.total_bytes);
+            pools
+                .entry(target.pool.0)
+                .or_default()
+                .push(used as f64 * 100.0 / usage.total_bytes as f64);
+        }
+    }
+    let lines: Vec<String> = pools
+        .iter()
+        .filter(|(_, fills)| fills.len() > 1)
+        .map(|(pool, fills)| {
+            let mean = fills.iter().sum::<f64>() / fills.len() as f64;
+            let furthest = fills.iter().map(|f| (f - mean).abs()).fold(0.0, f64::max);
+            format!("  pool {pool}: mean fill {mean:.1} %, furthest target {furthest:.1} points from it")
+        })
+        .collect();
+    if !lines.is_empty() {
+        println!("\n  Balance (rebalancing works while a target is further than its margin):");
+        for line in lines {
+            println!("{line}");
+        }
+    }
 }

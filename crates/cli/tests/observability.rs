@@ -438,7 +438,7 @@ fn shown_value(dom: &str, id: &str) -> String {
 
 // Goal: management's web page, loaded in a real browser from a running cluster, shows the
 // cluster's numbers (nodes and targets online, capacity, sessions, inodes, every target with
-// its size) with no outside resource, and looks right. Method: headless Chromium dumps the
+// its size, the quota rules) with no outside resource, and looks right. Method: headless Chromium dumps the
 // DOM after the page's scripts ran; the numbers are compared with `weft cluster status`; a
 // screenshot is kept as a test artifact (target/test-artifacts/web-page.png).
 #[test]
@@ -446,6 +446,20 @@ fn web_page_shows_the_cluster() {
     let mut cluster = cluster(ClusterSpec::default());
     let mount = cluster.mount().expect("mount");
     fs::write(mount.join("shown"), pattern(8, 1024 * 1024)).expect("write");
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "1000",
+            "--hard-inodes",
+            "100",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "quota set: {err}");
     wait_for_samples(&cluster, 2);
     let url = format!("http://{}/", cluster.mgmt());
     let (code, page) = http_get(cluster.mgmt(), "/").expect("GET /");
@@ -484,6 +498,10 @@ fn web_page_shows_the_cluster() {
         "storage-2 listed online"
     );
     assert!(dom.contains("registered at"), "events are listed");
+    assert!(
+        dom.contains("data-quota=\"user 1000\""),
+        "the quota rule is listed"
+    );
 
     let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()

@@ -1165,6 +1165,7 @@ impl Mgmt {
     fn cluster_status(&self) -> Result<weft_proto::messages::ClusterStatus, MgmtError> {
         let map = self.cluster_map()?;
         let mut status = self.monitor.status(&map);
+        status.quotas = self.quota_states()?;
         let draining = self.store.draining()?;
         for target in &mut status.targets {
             if let Some(&since) = draining.get(&target.id) {

@@ -1795,6 +1795,9 @@ pub struct ClusterStatus {
     pub history: Vec<ClusterSample>,
     /// Recent events (nodes going offline or coming back, targets filling up), oldest first.
     pub events: Vec<ClusterEvent>,
+    /// Quota rules with their use and state.
+    #[serde(default, with = "crate::wire::since_4")]
+    pub quotas: Vec<crate::quota::QuotaState>,
 }
 
 /// Sums over the cluster.

@@ -860,6 +860,7 @@ fn responses() -> Vec<Response> {
                 level: "info".into(),
                 message: "m".into(),
             }],
+            quotas: Vec::new(),
         }),
         Response::MirrorGroups(vec![group()]),
         Response::ResyncStats(vec![resync()]),
