@@ -393,15 +393,27 @@ impl DataPath {
         layout: &FileLayout,
     ) -> Result<(), ClientError> {
         let mut slots: Vec<Slot> = layout.slots().collect();
-        slots.extend(
-            self.unsynced
-                .lock()
-                .expect("unsynced writes poisoned")
-                .keys()
-                .filter(|(written, slot)| *written == inode && !layout.slots().any(|s| s == *slot))
-                .map(|(_, slot)| *slot)
-                .collect::<Vec<_>>(),
-        );
+        {
+            let map = self.cluster.map();
+            let mut unsynced = self.unsynced.lock().expect("unsynced writes poisoned");
+            // A target removed from the cluster (drained first) cannot tell any more.
+            unsynced.retain(|&(written, slot), _| {
+                written != inode
+                    || match slot {
+                        Slot::Target(target) => map.target(target).is_some(),
+                        Slot::Group(_) => true,
+                    }
+            });
+            slots.extend(
+                unsynced
+                    .keys()
+                    .filter(|(written, slot)| {
+                        *written == inode && !layout.slots().any(|s| s == *slot)
+                    })
+                    .map(|(_, slot)| *slot)
+                    .collect::<Vec<_>>(),
+            );
+        }
         let requests = slots.into_iter().map(|slot| async move {
             let verifier = session
                 .with_capability(inode, 0, |capability| {

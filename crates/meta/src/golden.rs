@@ -204,6 +204,7 @@ fn records() -> String {
     line(
         "move",
         encode(&crate::service::MoveWork {
+            id: 0x1234_5678,
             slots: vec![(1, TargetId(3), TargetId(6))],
             pool: StoragePoolId(2),
             sealing: true,

@@ -317,20 +317,23 @@ impl Server {
             .iter()
             .filter_map(|meta| Some((meta.home(), meta.quota_usage().ok()?)))
             .collect();
-        // A draining target is told of once every home looked for it.
-        let homes = homes_now(&self.homes);
-        let target_uses = shared
+        // Per home, the draining targets it looked for.
+        let draining: Vec<weft_proto::ids::TargetId> = shared
             .cluster
             .map()
             .targets
             .iter()
             .filter(|target| target.draining)
-            .filter_map(|target| {
-                homes
+            .map(|target| target.id)
+            .collect();
+        let target_uses = homes_now(&self.homes)
+            .iter()
+            .map(|meta| {
+                let uses = draining
                     .iter()
-                    .map(|meta| meta.drain_uses(target.id))
-                    .sum::<Option<u64>>()
-                    .map(|uses| (target.id, uses))
+                    .filter_map(|&target| Some((target, meta.drain_uses(target)?)))
+                    .collect();
+                (meta.home(), uses)
             })
             .collect();
         let sent = Instant::now();

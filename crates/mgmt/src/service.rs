@@ -42,8 +42,8 @@ struct LiveState {
     resyncs: HashMap<(MirrorKind, GroupId, MemberId), ResyncProgress>,
     /// What users and groups use per metadata home, as the server serving it last reported.
     home_usage: HashMap<NodeId, Vec<weft_proto::quota::QuotaUsage>>,
-    /// Per metadata node, when (Unix milliseconds) it last told how many of its files use each
-    /// draining target, and what it told.
+    /// Per metadata home, when (Unix milliseconds) the server serving it last told how many
+    /// of its files use each draining target it looked for, and what it told.
     target_uses: HashMap<NodeId, (u64, Vec<(TargetId, u64)>)>,
 }
 
@@ -677,8 +677,9 @@ impl Mgmt {
                     for (home, usage) in quota_usage {
                         live.home_usage.insert(home, usage);
                     }
-                    if kind == NodeKind::Meta {
-                        live.target_uses.insert(node, (unix_ms(), target_uses));
+                    let now = unix_ms();
+                    for (home, uses) in target_uses {
+                        live.target_uses.insert(home, (now, uses));
                     }
                 }
                 let Some(mirror) = mirror else {
@@ -1220,17 +1221,11 @@ impl Mgmt {
         target: TargetId,
         since: u64,
     ) -> Result<Result<u64, String>, MgmtError> {
-        let metas: Vec<(NodeId, String)> = self
-            .store
-            .nodes()?
-            .into_iter()
-            .filter(|(kind, _, _)| *kind == NodeKind::Meta)
-            .map(|(_, id, record)| (id, record.alias))
-            .collect();
+        let homes = self.cluster_map()?.all_meta_homes();
         let live = self.live.lock().expect("live state poisoned");
         let mut left = 0;
-        for (node, alias) in &metas {
-            let told = live.target_uses.get(node).and_then(|(at, uses)| {
+        for home in homes {
+            let told = live.target_uses.get(&home).and_then(|(at, uses)| {
                 let left = uses.iter().find(|(t, _)| *t == target)?.1;
                 (*at >= since).then_some(left)
             });
@@ -1238,7 +1233,7 @@ impl Mgmt {
                 Some(uses) => left += uses,
                 None => {
                     return Ok(Err(format!(
-                        "metadata node {alias} ({node}) has not told yet how many of its files use target {target}: wait for its next heartbeat, or bring it back if it is offline"
+                        "the metadata server of home {home} has not told yet how many of its files use target {target}: wait for its next heartbeat, or bring it back if it is offline"
                     )))
                 }
             }

@@ -212,17 +212,25 @@ impl ClusterView {
         let Request::Storage(request) = request else {
             return Ok(());
         };
-        let Some((inode, want, capability)) = request.file_access().filter(|_| checks.per_file)
-        else {
+        if !checks.per_file {
             return Ok(());
-        };
-        match &self.capabilities {
-            Some(capabilities) => capabilities.check(inode, want, capability),
-            None => Err(WireError::new(
-                ErrorCode::PermissionDenied,
-                "this server holds no cluster key to check capabilities with",
-            )),
         }
+        for (inode, want, capability) in request
+            .file_access()
+            .into_iter()
+            .chain(request.source_access())
+        {
+            match &self.capabilities {
+                Some(capabilities) => capabilities.check(inode, want, capability)?,
+                None => {
+                    return Err(WireError::new(
+                        ErrorCode::PermissionDenied,
+                        "this server holds no cluster key to check capabilities with",
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether the client `name` may act in the sessions `request` names: sessions it

@@ -62,8 +62,9 @@ pub struct MetaReport {
     pub inodes_used: Option<u64>,
     /// What each user and group uses in each pool, per home it serves.
     pub quota_usage: Vec<(NodeId, Vec<weft_proto::quota::QuotaUsage>)>,
-    /// Per target the map shows draining, the files of its homes that still use it.
-    pub target_uses: Vec<(TargetId, u64)>,
+    /// Per home it serves, per target the map shows draining that the home looked for, the
+    /// files of the home that still use it.
+    pub target_uses: Vec<(NodeId, Vec<(TargetId, u64)>)>,
 }
 
 /// Client of the management service.
@@ -1000,6 +1001,16 @@ stubs! {
             => Response::Done => ()
     }
 
+    /// Removes an object as change `tag` of its sender, so a late copy of the removal,
+    /// retried, cannot land after the sender's later changes.
+    ///
+    /// # Errors
+    /// `UnknownTarget`, `Io`, `Superseded`, or [`RpcError`] for transport failures.
+    fn remove_tagged(route: Route, inode: InodeId, tag: ChangeTag) -> () {
+        Remove { target: route.target, mirror: route.mirror, inode, tag: Some(tag) }
+            => Response::Done => ()
+    }
+
     /// Makes an object durable; answers the verifier ([`Response::Synced`]).
     ///
     /// # Errors
@@ -1085,7 +1096,7 @@ stubs! {
     /// # Errors
     /// `UnknownTarget`, `NoSpace` and the errors of the copy's writes, or [`RpcError`] for
     /// transport failures.
-    fn push(target: TargetId, inode: InodeId, to: TargetId, seal: bool) -> u64 {
-        Push { target, inode, to, seal } => Response::Pushed { copied } => copied
+    fn push(target: TargetId, inode: InodeId, to: TargetId, id: u64, seal: bool) -> u64 {
+        Push { target, inode, to, id, seal } => Response::Pushed { copied } => copied
     }
 }

@@ -525,6 +525,9 @@ impl StorageRequest {
             }
             | StorageRequest::Fallocate {
                 inode, capability, ..
+            }
+            | StorageRequest::CopyFrom {
+                inode, capability, ..
             } => Some((*inode, WRITE, capability.as_ref())),
             StorageRequest::Sync {
                 inode, capability, ..
@@ -541,12 +544,27 @@ impl StorageRequest {
         }
     }
 
+    /// The file a request reads besides the one [`StorageRequest::file_access`] names (the
+    /// source of a copy), with the capability it shows for reading it.
+    pub fn source_access(&self) -> Option<(InodeId, u8, Option<&Capability>)> {
+        match self {
+            StorageRequest::CopyFrom {
+                source: (inode, _),
+                source_capability,
+                ..
+            } => Some((*inode, READ, source_capability.as_ref())),
+            _ => None,
+        }
+    }
+
     fn kind(&self) -> Kind {
         match self {
             StorageRequest::Read { .. }
             | StorageRequest::Sync { .. }
             | StorageRequest::NetBench { .. } => Kind::Reads,
-            StorageRequest::Write { .. } | StorageRequest::Fallocate { .. } => Kind::Changes,
+            StorageRequest::Write { .. }
+            | StorageRequest::Fallocate { .. }
+            | StorageRequest::CopyFrom { .. } => Kind::Changes,
             StorageRequest::Truncate { .. }
             | StorageRequest::Remove { .. }
             | StorageRequest::Bench { .. }

@@ -374,10 +374,9 @@ impl ClusterMap {
         }
     }
 
-    /// The homes new directories may be placed on, in id order, with the node serving each:
-    /// every metadata node except those that are only copies (a metadata mirror group's
-    /// members after its first), skipping homes whose server is offline.
-    pub fn meta_homes(&self) -> Vec<NodeId> {
+    /// Every metadata home, in id order: every metadata node except those that are only
+    /// copies (a metadata mirror group's members after its first).
+    pub fn all_meta_homes(&self) -> Vec<NodeId> {
         let copies: Vec<MemberId> = self
             .mirror_groups
             .iter()
@@ -389,13 +388,20 @@ impl ClusterMap {
             .iter()
             .filter(|n| n.kind == NodeKind::Meta && !copies.contains(&MemberId::from(n.id)))
             .map(|n| n.id)
-            .filter(|home| {
-                let (server, _) = self.meta_route(*home);
-                self.node(NodeKind::Meta, server)
-                    .is_some_and(|n| n.reachability != Reachability::Offline)
-            })
             .collect();
         homes.sort();
+        homes
+    }
+
+    /// The homes new directories may be placed on, in id order: [`ClusterMap::all_meta_homes`]
+    /// but those whose server is offline.
+    pub fn meta_homes(&self) -> Vec<NodeId> {
+        let mut homes = self.all_meta_homes();
+        homes.retain(|home| {
+            let (server, _) = self.meta_route(*home);
+            self.node(NodeKind::Meta, server)
+                .is_some_and(|n| n.reachability != Reachability::Offline)
+        });
         homes
     }
 
@@ -476,10 +482,11 @@ pub enum MgmtRequest {
         /// What each user and group uses in each pool, per metadata home this server serves.
         #[serde(default, with = "crate::wire::since_4")]
         quota_usage: Vec<(NodeId, Vec<crate::quota::QuotaUsage>)>,
-        /// For every target the map shows draining: how many files of the homes this server
-        /// serves still use it (a slot of a layout, a move's copy, objects awaiting removal).
+        /// Per metadata home this server serves, for every target the map shows draining
+        /// that the home looked for: how many of its files still use it (a slot of a layout,
+        /// a move's copy, objects awaiting removal).
         #[serde(default, with = "crate::wire::since_4")]
-        target_uses: Vec<(TargetId, u64)>,
+        target_uses: Vec<(NodeId, Vec<(TargetId, u64)>)>,
     },
     /// A client opens a session.
     #[wire(tag = 3)]
@@ -1287,6 +1294,17 @@ pub enum MetaRequest {
     },
 }
 
+/// A piece of a source file's object that a [`StorageRequest::CopyFrom`] copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyPiece {
+    /// The target that holds the object.
+    pub target: TargetId,
+    /// Offset in the object.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
 /// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]):
 /// the mirroring of store files is `weft_mirror::pages`.
 pub use weft_mirror::pages::FileChange;
@@ -1560,6 +1578,35 @@ pub enum StorageRequest {
         /// How it was routed (forwarded by the group's primary).
         mirror: Option<MirrorRoute>,
     },
+    /// Copies bytes of a file's objects into an object of this target (`copy_file_range`):
+    /// the server reads each piece where it lives — on this server, or from the storage
+    /// server of its target — and writes them in order at `object_offset`, so the data never
+    /// crosses the client. A piece that ends early reads as zeros (a hole). Refused like a
+    /// write (`TruncatePending`, `NoSpace`, `QuotaExceeded`), and answered like one.
+    #[wire(tag = 13, since = 4)]
+    CopyFrom {
+        /// The target.
+        target: TargetId,
+        /// The file written.
+        inode: InodeId,
+        /// Its truncate generation the writer writes in.
+        generation: u64,
+        /// Offset in the object.
+        object_offset: u64,
+        /// The file read, and its truncate generation the reader reads in.
+        source: (InodeId, u64),
+        /// The pieces of the source file's objects whose bytes go, in order, at
+        /// `object_offset`: at most [`IO_BYTES_MAX`] bytes in all.
+        pieces: Vec<CopyPiece>,
+        /// The client change it is (see [`ChangeTag`]).
+        tag: Option<ChangeTag>,
+        /// The capability to write the file written, when the server wants one.
+        capability: Option<Capability>,
+        /// The capability to read the file read, when the server wants one.
+        source_capability: Option<Capability>,
+        /// The written file's owner and group, for their space quotas.
+        owner: Option<(u32, u32)>,
+    },
     /// A file's metadata server moving the file's object off `target` to target `to` (a
     /// plain object): the first push copies the whole object and starts watching it, each
     /// later one copies what changed since the one before. A push with `seal` first makes the
@@ -1575,6 +1622,9 @@ pub enum StorageRequest {
         inode: InodeId,
         /// The target it moves to.
         to: TargetId,
+        /// The move, as its metadata server numbers it: a push of another move (one given up
+        /// and planned again) copies the whole object again.
+        id: u64,
         /// Whether this is the last push.
         seal: bool,
     },
@@ -1595,6 +1645,7 @@ impl StorageRequest {
             | StorageRequest::ObjectChecksum { target, .. }
             | StorageRequest::SyncTarget { target, .. }
             | StorageRequest::Push { target, .. }
+            | StorageRequest::CopyFrom { target, .. }
             | StorageRequest::NetBench { target, .. } => Some(*target),
             StorageRequest::Bench { .. } => None,
         }
@@ -1621,6 +1672,7 @@ impl StorageRequest {
         match self {
             StorageRequest::Write { tag, .. }
             | StorageRequest::Fallocate { tag, .. }
+            | StorageRequest::CopyFrom { tag, .. }
             | StorageRequest::Remove { tag, .. } => tag.as_ref(),
             _ => None,
         }
@@ -1673,6 +1725,7 @@ impl StorageRequest {
             StorageRequest::ListObjects { target, .. }
             | StorageRequest::ObjectChecksum { target, .. }
             | StorageRequest::Push { target, .. }
+            | StorageRequest::CopyFrom { target, .. }
             | StorageRequest::NetBench { target, .. } => {
                 *target = route.target;
             }

@@ -310,7 +310,7 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
                 resyncs: vec![resync()],
             }),
             quota_usage: vec![(NodeId(1), vec![quota_usage()])],
-            target_uses: vec![(TargetId(3), 12)],
+            target_uses: vec![(NodeId(1), vec![(TargetId(3), 12)])],
         },
         MgmtRequest::RegisterClient {
             alias: "client-host".into(),
@@ -690,10 +690,27 @@ fn storage_requests() -> Vec<StorageRequest> {
             target: TargetId(3),
             mirror: mirror_route(),
         },
+        StorageRequest::CopyFrom {
+            target: TargetId(3),
+            inode: inode(6),
+            generation: 2,
+            object_offset: 1 << 20,
+            source: (inode(5), 1),
+            pieces: vec![weft_proto::messages::CopyPiece {
+                target: TargetId(1),
+                offset: 4096,
+                len: 65536,
+            }],
+            tag: change_tag(),
+            capability: Some(capability()),
+            source_capability: Some(capability()),
+            owner: Some((1000, 100)),
+        },
         StorageRequest::Push {
             target: TargetId(1),
             inode: inode(5),
             to: TargetId(4),
+            id: 0x1234_5678,
             seal: true,
         },
     ]

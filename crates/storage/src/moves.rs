@@ -16,7 +16,7 @@
 //! it, and the next round copies the whole object again onto a fresh copy.
 
 use crate::objects::{ObjectId, Space};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,16 +38,52 @@ pub(crate) enum Changed {
     Ranges(Vec<(u64, u64)>),
 }
 
+impl Changed {
+    /// Both changes.
+    fn join(self, other: Changed) -> Changed {
+        match (self, other) {
+            (Changed::Ranges(mut ranges), Changed::Ranges(more)) => {
+                ranges.extend(more);
+                Changed::Ranges(ranges)
+            }
+            _ => Changed::Whole,
+        }
+    }
+}
+
+/// The watch of one object moving.
+struct Watch {
+    /// The move it is for: a push of another (a move given up and planned again) starts over.
+    id: u64,
+    /// Noted since the last round took them.
+    changed: Changed,
+    /// Taken by rounds that did not complete yet.
+    owed: Changed,
+    /// What the copy's server answered its first writes with: another answer means it
+    /// restarted and may have lost what it was sent before.
+    verifier: Option<u64>,
+}
+
+/// What a round copies ([`Moves::take`]).
+pub(crate) struct Watched {
+    pub changed: Changed,
+    /// The copy's server's verifier at the last round that completed.
+    pub verifier: Option<u64>,
+}
+
 /// The objects of one target that moved (or are moving) away, and the watches of those
 /// being copied.
 pub(crate) struct Moves {
     /// `<target>/moved`: one empty file per sealed object.
     dir: PathBuf,
-    sealed: RwLock<HashSet<ObjectId>>,
+    /// Per sealed object, the verifier this server answered its writes with when it was
+    /// sealed: a sync of it answers that one, so a client's fsync after the move tells a
+    /// write lost before the copy (this server restarted before the seal) from none.
+    sealed: RwLock<HashMap<ObjectId, u64>>,
     /// How many objects are sealed or watched: a change of an object of a target with none
     /// looks no further.
     marked: AtomicUsize,
-    watches: Mutex<HashMap<ObjectId, Changed>>,
+    watches: Mutex<HashMap<ObjectId, Watch>>,
     /// Per object stripe: a change holds it shared from its admission to its note, a seal
     /// and the start of a watch alone.
     stripes: Vec<RwLock<()>>,
@@ -58,12 +94,18 @@ impl Moves {
     pub fn open(root: &Path) -> io::Result<Moves> {
         let dir = root.join("moved");
         std::fs::create_dir_all(&dir)?;
-        let mut sealed = HashSet::new();
+        let mut sealed = HashMap::new();
         for entry in std::fs::read_dir(&dir)? {
-            let name = entry?.file_name();
+            let entry = entry?;
+            let name = entry.file_name();
             match name.to_str().and_then(parse_marker) {
                 Some(object) => {
-                    sealed.insert(object);
+                    let bytes = std::fs::read(entry.path())?;
+                    let verifier = bytes
+                        .get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_le_bytes);
+                    sealed.insert(object, verifier);
                 }
                 None => tracing::warn!(
                     name = %name.to_string_lossy(),
@@ -97,7 +139,19 @@ impl Moves {
                 .sealed
                 .read()
                 .expect("seals poisoned")
-                .contains(&object)
+                .contains_key(&object)
+    }
+
+    /// The verifier a sealed object's writes were answered with when it was sealed.
+    pub fn sealed_verifier(&self, object: ObjectId) -> Option<u64> {
+        if self.marked.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.sealed
+            .read()
+            .expect("seals poisoned")
+            .get(&object)
+            .copied()
     }
 
     /// Notes that `[offset, offset + len)` of `object` changed, if it is watched. Called
@@ -107,7 +161,11 @@ impl Moves {
             return;
         }
         let mut watches = self.watches.lock().expect("watches poisoned");
-        let Some(Changed::Ranges(ranges)) = watches.get_mut(&object) else {
+        let Some(Watch {
+            changed: Changed::Ranges(ranges),
+            ..
+        }) = watches.get_mut(&object)
+        else {
             return;
         };
         ranges.push((offset, len));
@@ -124,44 +182,88 @@ impl Moves {
         if self.marked.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(changed) = self
+        if let Some(watch) = self
             .watches
             .lock()
             .expect("watches poisoned")
             .get_mut(&object)
         {
-            *changed = Changed::Whole;
+            watch.changed = Changed::Whole;
         }
     }
 
-    /// What changed of `object` since the last call, and from now on nothing: a new watch
-    /// (none ran, or it was lost with a restart) answers [`Changed::Whole`]. With `seal`,
-    /// the object is sealed first, durably, and its watch ends.
-    pub fn take(&self, object: ObjectId, seal: bool) -> io::Result<Changed> {
+    /// What changed of `object` since the last round of move `id` that completed
+    /// ([`Moves::ack`]), and the verifier its copy's server answered then: a watch of another
+    /// move, or none (lost with a restart), answers [`Changed::Whole`]. What it answers stays
+    /// owed until acknowledged, so a round that fails is made again in full by the next.
+    /// With `seal` (the verifier this server answers writes with now), the object is sealed
+    /// first, durably, and its watch ends.
+    pub fn take(&self, object: ObjectId, id: u64, seal: Option<u64>) -> io::Result<Watched> {
         // Alone on the stripe: every change admitted before is noted, none after slips by.
         let _alone = self.stripe(object).write().expect("seal lock poisoned");
-        if seal && !self.is_sealed(object) {
+        if let Some(verifier) = seal.filter(|_| !self.is_sealed(object)) {
             let marker = self.dir.join(marker_name(object));
-            std::fs::File::create(&marker)?.sync_all()?;
+            let mut file = std::fs::File::create(&marker)?;
+            std::io::Write::write_all(&mut file, &verifier.to_le_bytes())?;
+            file.sync_all()?;
             weft_service::durable::sync_directory(&self.dir)?;
-            self.sealed.write().expect("seals poisoned").insert(object);
+            self.sealed
+                .write()
+                .expect("seals poisoned")
+                .insert(object, verifier);
             self.marked.fetch_add(1, Ordering::AcqRel);
         }
         let mut watches = self.watches.lock().expect("watches poisoned");
-        let changed = if seal {
-            let changed = watches.remove(&object);
-            if changed.is_some() {
-                self.marked.fetch_sub(1, Ordering::AcqRel);
-            }
-            changed
-        } else {
-            let changed = watches.insert(object, Changed::Ranges(Vec::new()));
-            if changed.is_none() {
-                self.marked.fetch_add(1, Ordering::AcqRel);
-            }
-            changed
+        let fresh = || Watch {
+            id,
+            changed: Changed::Ranges(Vec::new()),
+            owed: Changed::Whole,
+            verifier: None,
         };
-        Ok(changed.unwrap_or(Changed::Whole))
+        let watch = match watches.get_mut(&object) {
+            Some(watch) if watch.id == id => watch,
+            Some(watch) => {
+                *watch = fresh();
+                watch
+            }
+            None => {
+                self.marked.fetch_add(1, Ordering::AcqRel);
+                watches.entry(object).or_insert_with(fresh)
+            }
+        };
+        let changed = std::mem::replace(&mut watch.changed, Changed::Ranges(Vec::new()));
+        watch.owed = watch.owed.clone().join(changed);
+        let taken = Watched {
+            changed: watch.owed.clone(),
+            verifier: watch.verifier,
+        };
+        if seal.is_some() {
+            // The last round: one that fails is made again from the sealed object, in full.
+            watches.remove(&object);
+            self.marked.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(taken)
+    }
+
+    /// Settles a round of move `id` that copied all it was owed, with the verifier the
+    /// copy's server answered (its copy is lost if it answers another later).
+    pub fn ack(&self, object: ObjectId, id: u64, verifier: Option<u64>) {
+        let mut watches = self.watches.lock().expect("watches poisoned");
+        if let Some(watch) = watches.get_mut(&object).filter(|w| w.id == id) {
+            watch.owed = Changed::Ranges(Vec::new());
+            if verifier.is_some() {
+                watch.verifier = verifier;
+            }
+        }
+    }
+
+    /// Makes the next round of move `id` copy the whole object again onto a fresh copy.
+    pub fn restart(&self, object: ObjectId, id: u64) {
+        let mut watches = self.watches.lock().expect("watches poisoned");
+        if let Some(watch) = watches.get_mut(&object).filter(|w| w.id == id) {
+            watch.owed = Changed::Whole;
+            watch.verifier = None;
+        }
     }
 
     /// Forgets `object`'s seal and watch: its file was removed.
@@ -176,7 +278,13 @@ impl Moves {
         {
             self.marked.fetch_sub(1, Ordering::AcqRel);
         }
-        if !self.sealed.write().expect("seals poisoned").remove(&object) {
+        if self
+            .sealed
+            .write()
+            .expect("seals poisoned")
+            .remove(&object)
+            .is_none()
+        {
             return Ok(());
         }
         self.marked.fetch_sub(1, Ordering::AcqRel);
@@ -236,33 +344,59 @@ mod tests {
         assert_eq!(merged(Vec::new()), Vec::new());
     }
 
-    // Goal: a watch sees every change after it started, a seal survives a reopen, and a
+    // Goal: a watch sees every change after it started, owes what a round took until the
+    // round is acknowledged, starts over for another move, a seal survives a reopen, and a
     // watch does not.
     #[test]
     fn seals_last_and_watches_do_not() {
         let dir = tempfile::tempdir().expect("dir");
         let object = ObjectId::new(Space::Plain, InodeId(0x2a));
         let moves = Moves::open(dir.path()).expect("open");
+        let take = |id, seal: bool| {
+            moves
+                .take(object, id, seal.then_some(9))
+                .expect("take")
+                .changed
+        };
         moves.note(object, 0, 10);
-        assert_eq!(moves.take(object, false).expect("take"), Changed::Whole);
+        assert_eq!(take(1, false), Changed::Whole);
+        // Not acknowledged: owed again, with what came since.
+        moves.note(object, 100, 10);
+        assert_eq!(take(1, false), Changed::Whole);
+        moves.ack(object, 1, Some(7));
         moves.note(object, 100, 10);
         moves.note(object, 5, 1);
+        assert_eq!(take(1, false), Changed::Ranges(vec![(100, 10), (5, 1)]));
+        moves.note(object, 50, 1);
         assert_eq!(
-            moves.take(object, false).expect("take"),
-            Changed::Ranges(vec![(100, 10), (5, 1)])
+            take(1, false),
+            Changed::Ranges(vec![(100, 10), (5, 1), (50, 1)]),
+            "a round that failed is owed again"
         );
+        moves.ack(object, 1, None);
+        assert_eq!(moves.take(object, 1, None).expect("take").verifier, Some(7));
+        moves.ack(object, 1, None);
         moves.note_cut(object);
-        assert_eq!(moves.take(object, false).expect("take"), Changed::Whole);
+        assert_eq!(take(1, false), Changed::Whole);
+        moves.ack(object, 1, None);
+        assert_eq!(take(2, false), Changed::Whole, "another move starts over");
+        moves.ack(object, 2, None);
         assert!(!moves.is_sealed(object));
-        assert_eq!(
-            moves.take(object, true).expect("seal"),
-            Changed::Ranges(Vec::new())
-        );
+        assert_eq!(take(2, true), Changed::Ranges(Vec::new()));
         assert!(moves.is_sealed(object));
         drop(moves);
         let moves = Moves::open(dir.path()).expect("reopen");
         assert!(moves.is_sealed(object));
-        assert_eq!(moves.take(object, true).expect("seal"), Changed::Whole);
+        assert_eq!(
+            moves.sealed_verifier(object),
+            Some(9),
+            "kept across a reopen"
+        );
+        assert_eq!(
+            moves.take(object, 2, Some(10)).expect("seal").changed,
+            Changed::Whole
+        );
+        assert_eq!(moves.sealed_verifier(object), Some(9), "sealed once");
         moves.forget(object).expect("forget");
         assert!(!moves.is_sealed(object));
         let moves = Moves::open(dir.path()).expect("reopen");

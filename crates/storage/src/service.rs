@@ -45,6 +45,11 @@ struct Storage {
     forward_fences: Mutex<ForwardFences<Arc<crate::fence::ChangeFence>>>,
     /// Per object stripe: one push of an object at a time.
     pushing: Vec<tokio::sync::Mutex<()>>,
+    /// The sender the copies of pushes go as, one per object stripe (`| stripe`): a number of
+    /// this start's own, above every client session's.
+    push_sender: u64,
+    /// Per object stripe, the number of the next change a push sends.
+    push_numbers: Vec<std::sync::atomic::AtomicU64>,
 }
 
 /// Runs a storage server until `shutdown` completes.
@@ -158,6 +163,10 @@ pub async fn run(
         fence: crate::fence::ChangeFence::new(),
         forward_fences: Mutex::default(),
         pushing: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+        push_sender: (1 << 63) | ((u64::from(node.0) & 0xffff) << 40) | ((boot & 0xff_ffff) << 16),
+        push_numbers: (0..64)
+            .map(|_| std::sync::atomic::AtomicU64::new(1))
+            .collect(),
     });
     tracing::info!(node = node.0, %address, %alias, metrics = %format!("http://{address}/metrics"), "storage server serving");
     let heartbeat = tokio::spawn(heartbeat_loop(
@@ -327,11 +336,23 @@ impl weft_net::Handler for Storage {
                 ),
             };
         }
+        // A copy is a write of what it reads: the rest of its way is a write's.
+        let (request, payload) = match request {
+            StorageRequest::CopyFrom { .. } => match self.gather_copy(request).await {
+                Ok(write) => write,
+                Err(error) => return (Err(error), Bytes::new()),
+            },
+            request => (request, payload),
+        };
         if let StorageRequest::Push {
-            inode, to, seal, ..
+            inode,
+            to,
+            id,
+            seal,
+            ..
         } = request
         {
-            let pushed = self.push(target, inode, to, seal).await;
+            let pushed = self.push(target, (inode, to, id), seal).await;
             return match pushed {
                 Ok(copied) => (Ok(Response::Pushed { copied }), Bytes::new()),
                 Err(error) => (Err(error), Bytes::new()),
@@ -382,39 +403,152 @@ impl weft_net::Handler for Storage {
 }
 
 impl Storage {
-    /// Pushes the plain object of `inode` on `target` to target `to` (see `crate::moves`):
-    /// the first push copies it all, later ones what changed since, and a push with `seal`
-    /// seals it, copies its last changes, syncs the copy and drops the data here. Answers
-    /// the bytes copied.
+    /// The write a copy makes (`StorageRequest::CopyFrom`): its pieces read where they live
+    /// (this server's targets, or another storage server's), each a hole (zeros) where its
+    /// object ends, joined in order.
+    async fn gather_copy(
+        &self,
+        request: StorageRequest,
+    ) -> Result<(StorageRequest, Bytes), WireError> {
+        let StorageRequest::CopyFrom {
+            target,
+            inode,
+            generation,
+            object_offset,
+            source,
+            pieces,
+            tag,
+            owner,
+            ..
+        } = request
+        else {
+            unreachable!("only copies are gathered")
+        };
+        let total: u64 = pieces.iter().map(|piece| u64::from(piece.len)).sum();
+        if total > u64::from(IO_BYTES_MAX) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("a copy of {total} bytes exceeds {IO_BYTES_MAX}"),
+            ));
+        }
+        let retry = weft_net::retry::RetryPolicy::default();
+        let reads = pieces.iter().map(|piece| {
+            let piece = *piece;
+            let retry = &retry;
+            async move {
+                let data = match self.targets.get(&piece.target).cloned() {
+                    Some(local) => {
+                        let object = ObjectId::new(Space::Plain, source.0);
+                        blocking(move || {
+                            local.read_admitted(object, source.1, piece.offset, piece.len)
+                        })
+                        .await?
+                    }
+                    None => self
+                        .cluster
+                        .call_storage(
+                            weft_proto::layout::Slot::Target(piece.target),
+                            retry,
+                            |storage, route| async move {
+                                storage
+                                    .read(route, source, piece.offset, piece.len, None)
+                                    .await
+                            },
+                        )
+                        .await
+                        .map_err(rpc_error)?,
+                };
+                let mut data = bytes::BytesMut::from(&data[..data.len().min(piece.len as usize)]);
+                data.resize(piece.len as usize, 0);
+                Ok::<_, WireError>(data)
+            }
+        });
+        let mut payload = bytes::BytesMut::with_capacity(total as usize);
+        for read in futures::future::join_all(reads).await {
+            payload.extend_from_slice(&read?);
+        }
+        let write = StorageRequest::Write {
+            target,
+            mirror: None,
+            inode,
+            generation,
+            object_offset,
+            tag,
+            capability: None,
+            owner,
+        };
+        Ok((write, payload.freeze()))
+    }
+
+    /// Pushes the plain object of `inode` on `target` to target `to` for move `id` (see
+    /// `crate::moves`): the first push copies it all, later ones what changed since the last
+    /// that completed, and a push with `seal` seals it, copies its last changes, syncs the
+    /// copy and drops the data here. The copy's writes go as the changes of one sender per
+    /// object stripe, numbered in order, so a late copy of one retried cannot land over a
+    /// newer one; a copy whose server restarted since it took earlier rounds (its verifier
+    /// changed) is made again in full. Answers the bytes copied.
     async fn push(
         &self,
         target: Arc<Target>,
-        inode: InodeId,
-        to: weft_proto::TargetId,
+        (inode, to, id): (InodeId, weft_proto::TargetId, u64),
         seal: bool,
     ) -> Result<u64, WireError> {
         /// Bytes read and sent per write of the copy.
         const PIECE: u64 = 1 << 20;
         let object = ObjectId::new(Space::Plain, inode);
-        let _one = self.pushing[(inode.0 % 64) as usize].lock().await;
+        let stripe = (inode.0 % 64) as usize;
+        let _one = self.pushing[stripe].lock().await;
         let looked = Arc::clone(&target);
-        let taken = blocking(move || looked.take_changes(object, seal)).await?;
+        let sealing = seal.then(|| self.mirror.unsynced_boot());
+        let taken = blocking(move || looked.take_changes(object, id, sealing)).await?;
         let crate::target::Taken::Changed {
             changed,
+            verifier: before,
             length,
             generation,
         } = taken
         else {
             return Ok(0);
         };
-        let retry = weft_net::retry::RetryPolicy::default();
         let to_slot = weft_proto::layout::Slot::Target(to);
+        let sender = weft_proto::ids::ClientId(self.push_sender | stripe as u64);
+        let tag = || {
+            let number =
+                self.push_numbers[stripe].fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            weft_proto::messages::ChangeTag {
+                client: sender,
+                number,
+                settled_below: number,
+                abandoned: Vec::new(),
+            }
+        };
+        let mut verifier = before;
+        // A copy whose server restarted since it took earlier rounds may have lost them.
+        let mut seen = |answered: u64| -> Result<(), WireError> {
+            match verifier {
+                Some(known) if known != answered => {
+                    target.moves().restart(object, id);
+                    Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        format!("the server of target {to} restarted while {inode} was copied to it: copying it again"),
+                    ))
+                }
+                _ => {
+                    verifier = Some(answered);
+                    Ok(())
+                }
+            }
+        };
+        let retry = weft_net::retry::RetryPolicy::default();
+        let whole = changed == crate::moves::Changed::Whole;
         let ranges = match changed {
             crate::moves::Changed::Whole => {
                 // From nothing: what an earlier watch copied may be stale.
+                let tag = tag();
                 self.cluster
-                    .call_storage(to_slot, &retry, |storage, route| async move {
-                        storage.remove(route, inode).await
+                    .call_storage(to_slot, &retry, |storage, route| {
+                        let tag = tag.clone();
+                        async move { storage.remove_tagged(route, inode, tag).await }
                     })
                     .await
                     .map_err(rpc_error)?;
@@ -430,40 +564,57 @@ impl Storage {
                 let piece = (end - at).min(PIECE);
                 let source = Arc::clone(&target);
                 let data = blocking(move || source.read(object, at, piece as u32)).await?;
-                // A hole stays a hole, but for the last byte, which gives the copy its length.
+                // On a fresh copy a hole stays a hole, but for the last byte, which gives the
+                // copy its length; a changed range may have become zeros and is written.
                 let last = at + piece == length;
-                if last || data.iter().any(|&byte| byte != 0) {
+                if !whole || last || data.iter().any(|&byte| byte != 0) {
+                    let tag = tag();
                     let write = |storage: Arc<weft_net::StorageClient>, route| {
-                        let data = data.clone();
+                        let (data, tag) = (data.clone(), tag.clone());
                         async move {
                             let write = weft_net::ObjectWrite {
                                 file: (inode, generation),
                                 offset: at,
                                 data,
-                                tag: None,
+                                tag: Some(tag),
                                 capability: None,
                                 owner: None,
                             };
                             storage.write(route, write).await
                         }
                     };
-                    self.cluster
+                    let (written, answered) = self
+                        .cluster
                         .call_storage(to_slot, &retry, write)
                         .await
                         .map_err(rpc_error)?;
+                    if written as usize != data.len() {
+                        return Err(WireError::new(
+                            ErrorCode::Io,
+                            format!(
+                                "target {to} took {written} of {} bytes copied of {inode}",
+                                data.len()
+                            ),
+                        ));
+                    }
+                    seen(answered)?;
                     copied += data.len() as u64;
                 }
                 at += piece;
             }
         }
         if seal {
-            self.cluster
+            let synced = self
+                .cluster
                 .call_storage(to_slot, &retry, |storage, route| async move {
                     storage.sync(route, inode, None).await
                 })
                 .await
                 .map_err(rpc_error)?;
+            seen(synced)?;
             blocking(move || target.retire(object)).await?;
+        } else {
+            target.moves().ack(object, id, verifier);
         }
         Ok(copied)
     }
@@ -633,10 +784,9 @@ impl Storage {
                             format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
                         ));
                     }
-                    target.admit(object(inode), generation)?;
                     Ok((
                         Response::Data,
-                        target.read(object(inode), object_offset, len)?,
+                        target.read_admitted(object(inode), generation, object_offset, len)?,
                     ))
                 }
                 StorageRequest::Truncate {
@@ -652,10 +802,15 @@ impl Storage {
                     .remove(object(inode))
                     .map_err(WireError::from)
                     .map(|()| (Response::Done, Bytes::new())),
-                StorageRequest::Sync { inode, .. } => target
-                    .sync(object(inode))
-                    .map_err(WireError::from)
-                    .map(|()| (Response::Synced { verifier }, Bytes::new())),
+                StorageRequest::Sync { inode, .. } => {
+                    target.sync(object(inode))?;
+                    // An object that moved away answers as it did when it was sealed.
+                    let verifier = target
+                        .moves()
+                        .sealed_verifier(object(inode))
+                        .unwrap_or(verifier);
+                    Ok((Response::Synced { verifier }, Bytes::new()))
+                }
                 StorageRequest::SyncTarget { .. } => target
                     .sync_everything()
                     .map_err(WireError::from)
@@ -704,8 +859,9 @@ impl Storage {
                 }
                 StorageRequest::NetBench { .. }
                 | StorageRequest::Bench { .. }
-                | StorageRequest::Push { .. } => {
-                    unreachable!("answered above")
+                | StorageRequest::Push { .. }
+                | StorageRequest::CopyFrom { .. } => {
+                    unreachable!("answered or made a write above")
                 }
             }
         };

@@ -196,6 +196,21 @@ impl Target {
         Ok(done)
     }
 
+    /// A client's read of truncate `generation` ([`Target::admit`], then [`Target::read`]),
+    /// under the seal lock: a read admitted before the object is sealed ends before its data
+    /// can be dropped.
+    pub fn read_admitted(
+        &self,
+        object: ObjectId,
+        generation: u64,
+        offset: u64,
+        len: u32,
+    ) -> Result<Bytes, ObjectError> {
+        let _reading = self.moves.changing(object);
+        self.admit(object, generation)?;
+        self.read(object, offset, len)
+    }
+
     /// Up to `len` bytes at `offset`, short at the object's end, holes as zeros.
     pub fn read(&self, object: ObjectId, offset: u64, len: u32) -> Result<Bytes, ObjectError> {
         self.store.read(object, offset, len)
@@ -212,6 +227,9 @@ impl Target {
         len: u32,
         generation: u64,
     ) -> Option<Bytes> {
+        // Under the seal lock, so the object cannot be sealed and its data dropped between
+        // the look and the read.
+        let _reading = self.moves.changing(object);
         if self.moves.is_sealed(object) {
             return None;
         }
@@ -387,26 +405,38 @@ impl Target {
         Ok(())
     }
 
-    /// A push's look at the object it moves: whether it is gone already (sealed, its data
-    /// dropped by an earlier last push), else what changed since the last push (sealing it
-    /// first with `seal`), its length and its truncate generation.
-    pub fn take_changes(&self, object: ObjectId, seal: bool) -> Result<Taken, ObjectError> {
+    /// A push's look at the object it moves for move `id`: whether it is gone already
+    /// (sealed, its data dropped by an earlier last push), else what to copy (sealing it
+    /// first with `seal`, the verifier of this server's writes now, see [`Moves::take`]), its
+    /// length and its truncate generation.
+    pub fn take_changes(
+        &self,
+        object: ObjectId,
+        id: u64,
+        seal: Option<u64>,
+    ) -> Result<Taken, ObjectError> {
         if self.moves.is_sealed(object) && !self.exists(object) {
             return Ok(Taken::Gone);
         }
-        let changed = self
+        let watched = self
             .moves
-            .take(object, seal)
+            .take(object, id, seal)
             .map_err(|source| ObjectError::Io {
                 what: "seal an object moving off",
                 path: self.root().join("moved"),
                 source,
             })?;
         Ok(Taken::Changed {
-            changed,
+            changed: watched.changed,
+            verifier: watched.verifier,
             length: self.length(object)?,
             generation: self.generation(object)?,
         })
+    }
+
+    /// The moves of this target's objects.
+    pub fn moves(&self) -> &Moves {
+        &self.moves
     }
 
     /// Drops the data of an object whose last push is done: it lives on another target now.
@@ -452,6 +482,8 @@ pub(crate) enum Taken {
     /// What to copy.
     Changed {
         changed: Changed,
+        /// The copy's server's verifier at the last round that completed.
+        verifier: Option<u64>,
         length: u64,
         generation: u64,
     },

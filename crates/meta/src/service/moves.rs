@@ -56,6 +56,9 @@ const MIGRATE_WAIT: Duration = Duration::from_secs(20);
 /// A file's move: which slots go where, and how far it is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct MoveWork {
+    /// The move's number, which its pushes carry: the old targets start their copy over
+    /// for a move of another number.
+    pub id: u64,
     /// `(slot index, target it leaves, target it goes to)`.
     pub slots: Vec<(u16, TargetId, TargetId)>,
     /// The file's pool once moved.
@@ -247,6 +250,7 @@ impl Meta {
         pool: StoragePoolId,
     ) -> Result<(), OpError> {
         let work = MoveWork {
+            id: rand::random(),
             slots: plan,
             pool,
             sealing: false,
@@ -462,10 +466,9 @@ impl Meta {
                 tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
                 return false;
             }
-            let work = MoveWork {
-                slots: plan,
-                pool: pool.id,
-                sealing: false,
+            let work = match self.read(|txn| load_move(&txn.open_table(MOVES)?, inode)) {
+                Ok(Some(work)) => work,
+                _ => return false,
             };
             if let Err(MoveError::Later(error) | MoveError::Abandoned(error)) =
                 self.move_file(inode, work).await
@@ -504,11 +507,11 @@ impl Meta {
             loop {
                 let copied = match self.push_round(inode, &work, false).await {
                     Ok(copied) => copied,
-                    Err(error) if gives_up(&error) => {
+                    Err((error, _)) if gives_up(&error) => {
                         self.abandon_move(inode, &work).await;
                         return Err(MoveError::Abandoned(error));
                     }
-                    Err(error) => return Err(MoveError::Later(error)),
+                    Err((error, _)) => return Err(MoveError::Later(error)),
                 };
                 rounds += 1;
                 if copied <= SMALL_ROUND_BYTES || rounds >= ROUNDS_MAX {
@@ -539,9 +542,16 @@ impl Meta {
         // A truncate of the file waits for the switch: the old objects refuse it once sealed.
         let gate = self.truncate_gate(inode);
         let _one = gate.lock().await;
-        self.push_round(inode, &work, true)
-            .await
-            .map_err(MoveError::Later)?;
+        match self.push_round(inode, &work, true).await {
+            Ok(_) => {}
+            Err((error, failed)) if gives_up(&error) => {
+                // The new target cannot take it, and the move cannot go back: the sealed old
+                // objects keep their data until a copy is complete, so another target gets it.
+                self.retarget(inode, &work, &failed).await;
+                return Err(MoveError::Later(error));
+            }
+            Err((error, _)) => return Err(MoveError::Later(error)),
+        }
         weft_service::failpoint::failpoint("move-after-last-push");
         let switched = work.clone();
         self.committer
@@ -561,36 +571,127 @@ impl Meta {
         inode: InodeId,
         work: &MoveWork,
         seal: bool,
-    ) -> Result<u64, WireError> {
+    ) -> Result<u64, (WireError, Vec<u16>)> {
         let _pushing = self.pushing(inode);
         let recorded = self
             .read(|txn| Ok(load_move(&txn.open_table(MOVES)?, inode)?.is_some()))
-            .map_err(OpError::into_wire)?;
+            .map_err(|error| (error.into_wire(), Vec::new()))?;
         if !recorded {
             return Ok(0);
         }
-        let pushes = work.slots.iter().map(|&(_, from, to)| {
+        let id = work.id;
+        let pushes = work.slots.iter().map(|&(index, from, to)| {
             let cluster = Arc::clone(&self.cluster);
             async move {
                 let call = |storage: Arc<weft_net::StorageClient>, _route| async move {
-                    storage.push(from, inode, to, seal).await
+                    storage.push(from, inode, to, id, seal).await
                 };
-                cluster
+                let pushed = cluster
                     .call_storage(Slot::Target(from), &TARGET_RETRY, call)
                     .await
                     .map_err(|error| match error {
                         weft_net::RpcError::Remote(error) => error,
                         other => WireError::new(ErrorCode::Unavailable, other.to_string()),
-                    })
+                    });
+                (index, pushed)
             }
         });
         let mut copied = 0;
-        for pushed in futures::future::join_all(pushes).await {
-            let pushed = pushed?;
-            self.move_metrics.bytes.inc_by(pushed);
-            copied += pushed;
+        let mut failed = Vec::new();
+        let mut first = None;
+        for (index, pushed) in futures::future::join_all(pushes).await {
+            match pushed {
+                Ok(pushed) => {
+                    self.move_metrics.bytes.inc_by(pushed);
+                    copied += pushed;
+                }
+                Err(error) => {
+                    failed.push(index);
+                    // The error that ends the move, if any, is the one reported.
+                    if first.as_ref().is_none_or(|e: &WireError| !gives_up(e)) {
+                        first = Some(error);
+                    }
+                }
+            }
         }
-        Ok(copied)
+        match first {
+            Some(error) => Err((error, failed)),
+            None => Ok(copied),
+        }
+    }
+
+    /// Gives the `failed` slots of a sealing move new targets (and the move a new number, so
+    /// their sealed old objects copy in full to them); slots whose last push was done keep
+    /// theirs (their old objects answer at once).
+    async fn retarget(&self, inode: InodeId, work: &MoveWork, failed: &[u16]) {
+        let map = self.cluster.map();
+        let record = self.read(|txn| {
+            let record = load_inode(&txn.open_table(INODES)?, inode)?;
+            let tombstones = load_tombstones(&txn.open_table(TOMBSTONES)?, inode)?;
+            Ok((record, tombstones))
+        });
+        let Ok((record, mut taken)) = record else {
+            return;
+        };
+        let Some(layout) = record.layout else {
+            return;
+        };
+        taken.extend(work.slots.iter().map(|&(_, _, to)| to));
+        let pattern = weft_proto::layout::StripePattern {
+            num_targets: weft_proto::layout::NUM_TARGETS_MAX,
+            pool: work.pool,
+            ..layout.pattern
+        };
+        let mut free =
+            self.chooser
+                .choose(&map, &pattern)
+                .into_iter()
+                .filter_map(|slot| match slot {
+                    Slot::Target(target)
+                        if !taken.contains(&target) && !layout.slots().any(|s| s == slot) =>
+                    {
+                        Some(target)
+                    }
+                    _ => None,
+                });
+        let mut next = work.clone();
+        next.id = rand::random();
+        for slot in &mut next.slots {
+            if failed.contains(&slot.0) {
+                match free.next() {
+                    Some(to) => slot.2 = to,
+                    None => {
+                        tracing::warn!(%inode, "no target left for a sealed move: it waits for one");
+                        return;
+                    }
+                }
+            }
+        }
+        let stored = self
+            .committer
+            .run_with(move |txn| {
+                let mut moves = txn.open_table(MOVES)?;
+                if load_move(&moves, inode)?.is_some() {
+                    let bytes = postcard::to_stdvec(&next).expect("moves always encode");
+                    moves.insert(inode.0, bytes.as_slice())?;
+                }
+                Ok(())
+            })
+            .await;
+        if stored.is_ok() {
+            // What the last targets were sent goes (fsck would list it).
+            for &(index, _, to) in &work.slots {
+                if failed.contains(&index) {
+                    let call = |storage: Arc<weft_net::StorageClient>, route| async move {
+                        storage.remove(route, inode).await
+                    };
+                    let _ = self
+                        .cluster
+                        .call_storage(Slot::Target(to), &TARGET_RETRY, call)
+                        .await;
+                }
+            }
+        }
     }
 
     /// Forgets a move that cannot be made (before its last pushes) and removes what it
@@ -950,8 +1051,20 @@ fn switch_layout(txn: &WriteTransaction, inode: InodeId, work: &MoveWork) -> Res
     }
     let mut pattern = layout.pattern;
     pattern.pool = work.pool;
-    record.layout = Some(FileLayout::new(pattern, slots));
+    let moved = FileLayout::new(pattern, slots);
+    record.layout = Some(moved.clone());
     store_inode(&mut inodes, inode, &record)?;
+    // A truncate still to send goes to the new objects.
+    let mut truncates = txn.open_table(crate::store::TRUNCATES)?;
+    let queued = truncates
+        .get(inode.0)?
+        .map(|bytes| decode::<crate::store::TruncateWork>("the truncate", inode.0, bytes.value()))
+        .transpose()?;
+    if let Some(mut truncate) = queued {
+        truncate.layout = moved;
+        let bytes = postcard::to_stdvec(&truncate).expect("truncates always encode");
+        truncates.insert(inode.0, bytes.as_slice())?;
+    }
     let mut tombstones = txn.open_table(TOMBSTONES)?;
     let mut held = load_tombstones(&tombstones, inode)?;
     held.extend(work.slots.iter().map(|&(_, from, _)| from));

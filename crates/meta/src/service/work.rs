@@ -114,7 +114,8 @@ impl Meta {
     /// Raises a file's size to what its objects hold, as a report of the current truncate
     /// generation, and takes it off [`UNREPORTED`]: for the files of a client that went away
     /// and those still listed at a start. False, the file still listed, while a truncate has to
-    /// reach the targets (the objects may hold bytes past the size then), or while one of its
+    /// reach the targets (the objects may hold bytes past the size then), while a move of its
+    /// objects makes its last copies, or while one of its
     /// slots is in `unreachable`, the slots that failed earlier in this pass (a slot that
     /// fails now joins them): a target that is down costs one wait per pass, not one per file.
     pub(super) async fn settle_size(
@@ -129,7 +130,11 @@ impl Meta {
                 Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => None,
                 Err(error) => return Err(error),
             };
-            let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some();
+            // A sealing move's old objects may have given up their data already: the size
+            // is settled from the new ones, once the move switched to them.
+            let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some()
+                || super::load_move(&txn.open_table(super::MOVES)?, inode)?
+                    .is_some_and(|work| work.sealing);
             let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
             Ok((attr, truncating, listed))
         })?;
