@@ -643,3 +643,116 @@ fn a_move_given_up_leaves_the_file_whole_and_a_later_one_copies_it_all() {
     );
     fsck_clean(&cluster);
 }
+
+/// The count of one request type a service's `/metrics` shows.
+fn requests_of(cluster: &LocalCluster, service: &str, op: &str) -> u64 {
+    let address = cluster.address_of(service).expect("address");
+    let (_, metrics) = weft_testkit::http_get(&address, "/metrics").expect("metrics");
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("weft_requests_total{") && line.contains(&format!("op=\"{op}\""))
+        })
+        .filter_map(|line| line.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+// Goal: copy_file_range, and `cp` that uses it, copy between Weft files on the storage servers:
+// the copy is exact (ranges at any offset, a sparse source, across chunk and stripe edges,
+// between files of different chunk sizes and widths), and the data does not cross the client
+// (the storage servers served copies, and the mount sent no write for it). Method: files
+// written through the mount; libc::copy_file_range at odd offsets and `cp` run on it; the
+// content compared; the storage servers' request counters read.
+#[test]
+fn copy_file_range_copies_on_the_storage_servers() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let a = mnt.join("a");
+    let b = mnt.join("b");
+    make_dir_with_pattern(&cluster, &a, &["--num-targets", "2", "--chunk-size", "64K"]);
+    make_dir_with_pattern(
+        &cluster,
+        &b,
+        &["--num-targets", "3", "--chunk-size", "128K"],
+    );
+    let mut data = pattern(80, 5 << 20);
+    // A hole in the middle.
+    data[(1 << 20)..(2 << 20)].fill(0);
+    let source = a.join("source");
+    {
+        let file = File::create(&source).expect("create");
+        file.write_all_at(&data[..1 << 20], 0).expect("write");
+        file.write_all_at(&data[2 << 20..], 2 << 20).expect("write");
+    }
+    let writes_before =
+        requests_of(&cluster, "storage-1", "write") + requests_of(&cluster, "storage-2", "write");
+
+    let target = b.join("copy");
+    let input = File::open(&source).expect("open source");
+    let output = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&target)
+        .expect("open target");
+    use std::os::fd::AsRawFd;
+    let copy = |from: i64, to: i64, len: usize| {
+        let (mut from, mut to) = (from, to);
+        let mut left = len;
+        while left > 0 {
+            // SAFETY: both descriptors are open; the offsets are valid pointers.
+            let copied = unsafe {
+                libc::copy_file_range(
+                    input.as_raw_fd(),
+                    &mut from,
+                    output.as_raw_fd(),
+                    &mut to,
+                    left,
+                    0,
+                )
+            };
+            assert!(
+                copied > 0,
+                "copy_file_range: {}",
+                std::io::Error::last_os_error()
+            );
+            left -= copied as usize;
+        }
+    };
+    // An odd range first, then the rest around it.
+    copy(12_345, 12_345, 3 << 20);
+    copy(0, 0, 12_345);
+    copy(
+        12_345 + (3 << 20),
+        12_345 + (3 << 20),
+        data.len() - 12_345 - (3 << 20),
+    );
+    output.sync_all().expect("fsync");
+    drop((input, output));
+    assert!(
+        fs::read(&target).expect("read the copy") == data,
+        "the copy is exact"
+    );
+    let copies = requests_of(&cluster, "storage-1", "copy_from")
+        + requests_of(&cluster, "storage-2", "copy_from");
+    let writes_after =
+        requests_of(&cluster, "storage-1", "write") + requests_of(&cluster, "storage-2", "write");
+    assert!(copies > 0, "the storage servers copied");
+    assert_eq!(
+        writes_after, writes_before,
+        "the mount sent no write for the copy"
+    );
+
+    let by_cp = b.join("by-cp");
+    let status = std::process::Command::new("cp")
+        .arg(&source)
+        .arg(&by_cp)
+        .status()
+        .expect("cp runs");
+    assert!(status.success(), "cp");
+    assert!(
+        fs::read(&by_cp).expect("read") == data,
+        "cp's copy is exact"
+    );
+    fsck_clean(&cluster);
+}

@@ -227,6 +227,9 @@ impl Shared {
     }
 }
 
+/// Most bytes one `copy_file_range` copies: the kernel asks again for the rest.
+pub const COPY_BYTES_MAX: u64 = 64 << 20;
+
 /// How long a read or change waits for a file whose objects are moving to get its new
 /// layout: the last copies of a move are short, but a metadata server restarting in the
 /// middle resumes them only once it is back.
@@ -703,6 +706,82 @@ impl OpenFile {
                 .note_write(offset.saturating_add(len), SlotSet::default());
         }
         Ok(())
+    }
+
+    /// Copies up to `len` bytes at `from` of `source` to `to` of this file (`copy_file_range`),
+    /// at most [`COPY_BYTES_MAX`] per call and not past the source's end; answers how many.
+    /// Between files striped over targets the storage servers copy, each reading the source's
+    /// objects itself, so the data never crosses this client; for mirrored files the client
+    /// reads and writes. The copy lands after the writes in flight of both files, and counts
+    /// as a write of this file (its size is reported at close or fsync).
+    ///
+    /// # Errors
+    /// As a read of `source` and a write of this file.
+    pub async fn copy_from(
+        &self,
+        source: &OpenFile,
+        from: u64,
+        to: u64,
+        len: u64,
+    ) -> Result<u64, ClientError> {
+        source.shared.drain().await;
+        self.shared.drain().await;
+        if let Some(error) = self.pending_error() {
+            return Err(error);
+        }
+        let len = len
+            .min(source.shared.view().size.saturating_sub(from))
+            .min(COPY_BYTES_MAX);
+        if len == 0 {
+            return Ok(0);
+        }
+        let striped =
+            |layout: &FileLayout| layout.pattern.kind == weft_proto::layout::PatternKind::Raid0;
+        if !striped(&*self.layout()?) || !striped(&*source.layout()?) {
+            let data = source.read(from, len).await?;
+            let len = data.len() as u64;
+            self.write(to, data.into_bytes()).await?;
+            return Ok(len);
+        }
+        let client = &self.client;
+        let (file, from_file) = (self.shared.file_ref(), source.shared.file_ref());
+        let copied = self
+            .shared
+            .with_layout(client, |layout| {
+                let source = &source.shared;
+                async move {
+                    // The source may have moved too: its layout is fetched again with this
+                    // file's when a copy meets a moved object.
+                    let source_layout = source.layout()?;
+                    let copied = client
+                        .data
+                        .copy(
+                            client,
+                            (file, &layout),
+                            (from_file, &source_layout),
+                            (from, to, len),
+                        )
+                        .await;
+                    if matches!(&copied, Err(error) if error.code() == weft_proto::ErrorCode::Moved)
+                    {
+                        client.known(client.get_attr(source.inode).await?);
+                    }
+                    copied
+                }
+            })
+            .await;
+        match copied {
+            Ok(()) => {
+                let layout = self.layout()?;
+                self.shared
+                    .note_write(to + len, SlotSet::of_range(&layout, to, len));
+                Ok(len)
+            }
+            Err(error) => {
+                self.report_error(&error);
+                Err(error)
+            }
+        }
     }
 
     /// Closes the handle: waits for the writes in flight, reports the size, and tells the

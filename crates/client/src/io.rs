@@ -440,6 +440,83 @@ impl DataPath {
         Ok(())
     }
 
+    /// Copies `len` bytes at `from` of `source` (laid out as `source_layout`) to `to` of
+    /// `file`, each piece of `file`'s objects by its storage server, which reads the source's
+    /// objects itself: the data never reaches this client. Both layouts are striped over
+    /// targets.
+    pub(crate) async fn copy(
+        &self,
+        session: &Client,
+        (file, layout): (FileRef, &FileLayout),
+        (source, source_layout): (FileRef, &FileLayout),
+        (from, to, len): (u64, u64, u64),
+    ) -> Result<(), ClientError> {
+        let inode = file.inode;
+        let requests = pieces(layout, to, len).into_iter().map(|piece| async move {
+            let slot = layout.slot(piece.slot_index);
+            let start = from + (piece.file_offset - to);
+            let parts: Vec<weft_proto::messages::CopyPiece> =
+                weft_proto::layout::map_range(source_layout, start, piece.len)
+                    .into_iter()
+                    .filter_map(|part| match source_layout.slot(part.slot_index) {
+                        Slot::Target(target) => Some(weft_proto::messages::CopyPiece {
+                            target,
+                            offset: part.object_offset,
+                            len: part.len as u32,
+                        }),
+                        Slot::Group(_) => None,
+                    })
+                    .collect();
+            let mut change = session.begin_change();
+            let sent = session
+                .with_capability(source.inode, access::READ, |source_capability| {
+                    let (parts, change) = (&parts, &change);
+                    session.with_capability(inode, access::WRITE, move |capability| {
+                        self.on_slot(session, inode, slot, move |storage, route| {
+                            let parts = parts.clone();
+                            let tag = change.tag();
+                            async move {
+                                storage
+                                    .copy_from(
+                                        route,
+                                        file.wire(),
+                                        piece.object_offset,
+                                        source.wire(),
+                                        parts,
+                                        Some(tag),
+                                        (capability, source_capability),
+                                        Some(file.owner),
+                                    )
+                                    .await
+                            }
+                        })
+                    })
+                })
+                .await;
+            let (written, verifier) = sent.inspect_err(|_| change.failed())?;
+            if u64::from(written) != piece.len {
+                change.failed();
+                return Err(ClientError::ShortWrite {
+                    inode,
+                    slot,
+                    offset: piece.object_offset,
+                    sent: piece.len,
+                    written: u64::from(written),
+                });
+            }
+            self.unsynced
+                .lock()
+                .expect("unsynced writes poisoned")
+                .entry((inode, slot))
+                .or_insert(verifier);
+            Ok::<_, ClientError>(())
+        });
+        for result in futures::future::join_all(requests).await {
+            result?;
+        }
+        Ok(())
+    }
+
     /// Allocates or zeroes the file range `[offset, offset + len)` on every target it
     /// touches, one request per target (a file range is contiguous in each object).
     pub(crate) async fn fallocate(

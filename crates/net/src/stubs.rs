@@ -1001,6 +1001,36 @@ stubs! {
             => Response::Done => ()
     }
 
+    /// Copies `pieces` of the objects of `source` into the object of `file` at
+    /// `object_offset` on the servers (`copy_file_range`); answers the bytes written and the
+    /// server's verifier, as a write.
+    ///
+    /// # Errors
+    /// As a write, and the errors of reading the source's objects.
+    fn copy_from(
+        route: Route,
+        file: (InodeId, u64),
+        object_offset: u64,
+        source: (InodeId, u64),
+        pieces: Vec<weft_proto::messages::CopyPiece>,
+        tag: Option<ChangeTag>,
+        capabilities: (Option<Capability>, Option<Capability>),
+        owner: Option<(u32, u32)>,
+    ) -> (u32, u64) {
+        CopyFrom {
+            target: route.target,
+            inode: file.0,
+            generation: file.1,
+            object_offset,
+            source,
+            pieces,
+            tag,
+            capability: capabilities.0,
+            source_capability: capabilities.1,
+            owner,
+        } => Response::Written { len, verifier } => (len, verifier)
+    }
+
     /// Removes an object as change `tag` of its sender, so a late copy of the removal,
     /// retried, cannot land after the sender's later changes.
     ///

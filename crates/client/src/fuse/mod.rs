@@ -547,20 +547,30 @@ impl Filesystem for WeftFs {
 
     fn copy_file_range(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino_in: INodeNo,
-        _handle_in: FileHandle,
-        _offset_in: u64,
+        handle_in: FileHandle,
+        offset_in: u64,
         _ino_out: INodeNo,
-        _handle_out: FileHandle,
-        _offset_out: u64,
-        _len: u64,
-        _flags: fuser::CopyFileRangeFlags,
+        handle_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        // ENOSYS: the kernel stops asking and copies through reads and writes.
-        self.state.client.unserved.note("copy_file_range", "ENOSYS");
-        reply.error(Errno::ENOSYS);
+        if flags.bits() != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        self.spawn(request, |state| async move {
+            let (source, file) = match (state.handle(handle_in), state.handle(handle_out)) {
+                (Ok(source), Ok(file)) => (source, file),
+                (Err(error), _) | (_, Err(error)) => return reply.error(error),
+            };
+            match file.copy_from(&source, offset_in, offset_out, len).await {
+                Ok(copied) => reply.written(copied as u32),
+                Err(error) => reply.error(errno(&error)),
+            }
+        });
     }
 
     fn bmap(
