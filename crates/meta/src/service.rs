@@ -132,6 +132,9 @@ pub(crate) struct Meta {
     /// margin of fill it keeps targets within, in percentage points.
     rebalance: (u64, u8),
     move_metrics: moves::MoveMetrics,
+    /// Per target, the usage the map showed when rebalancing last moved an object onto or
+    /// off it, and the bytes it moved since.
+    ledger: Mutex<HashMap<weft_proto::ids::TargetId, (weft_proto::messages::SpaceUsage, i64)>>,
     /// Directories recently found inside a confined client's subtree (see [`subtree`]).
     inside: subtree::Inside,
 }
@@ -249,6 +252,7 @@ impl Meta {
                 config.rebalance_margin_percent,
             ),
             move_metrics: shared.move_metrics.clone(),
+            ledger: Mutex::default(),
             workers: Mutex::default(),
         });
         match meta.read(spread_directories) {

@@ -322,6 +322,27 @@ impl Meta {
         }
     }
 
+    /// The bytes this home moved onto (positive) or off each of `targets` since its usage in
+    /// the map last changed: a report newer than the moves forgets them.
+    fn ledger_now(
+        &self,
+        targets: &[&weft_proto::messages::TargetInfo],
+    ) -> std::collections::HashMap<TargetId, i64> {
+        let mut ledger = self.ledger.lock().expect("ledger poisoned");
+        for target in targets {
+            if ledger
+                .get(&target.id)
+                .is_some_and(|(seen, _)| *seen != target.usage)
+            {
+                ledger.remove(&target.id);
+            }
+        }
+        ledger
+            .iter()
+            .map(|(target, (_, moved))| (*target, *moved))
+            .collect()
+    }
+
     /// Per target the map shows draining, the files of this home that use it, as the last
     /// scan found; `None` for a target the last scan did not look for.
     pub(crate) fn drain_uses(&self, target: TargetId) -> Option<u64> {
@@ -408,8 +429,9 @@ impl Meta {
     /// One step of background rebalancing (see `rebalance_candidate`): in the first pool one
     /// of whose targets is further than the margin from the pool's mean fill, moves one
     /// object of a file of this home from the pool's fullest target to its emptiest, then
-    /// waits as long as the rate asks and until the map shows the targets' new usage.
-    /// Answers whether it moved something.
+    /// waits as long as the rate asks. Fill is judged by the usage in the map plus what this
+    /// home moved since a target last reported (the ledger), so steps need not wait for the
+    /// heartbeats. Answers whether it moved something.
     async fn rebalance_step(&self) -> bool {
         let (rate, margin) = self.rebalance;
         if rate == 0 {
@@ -430,8 +452,12 @@ impl Meta {
             if targets.len() < 2 {
                 continue;
             }
+            // What the map shows, with what this home moved since the target last reported.
+            let ledger = self.ledger_now(&targets);
             let fill = |t: &weft_proto::messages::TargetInfo| {
-                1.0 - t.usage.free_bytes as f64 / t.usage.total_bytes as f64
+                let used = t.usage.total_bytes.saturating_sub(t.usage.free_bytes) as f64
+                    + ledger.get(&t.id).copied().unwrap_or(0) as f64;
+                used / t.usage.total_bytes as f64
             };
             let mean = targets.iter().map(|t| fill(t)).sum::<f64>() / targets.len() as f64;
             let by_fill = |a: &&&weft_proto::messages::TargetInfo,
@@ -478,23 +504,12 @@ impl Meta {
             }
             tracing::info!(%inode, %from, %to, bytes, "rebalanced");
             self.move_metrics.rebalanced.inc_by(bytes);
-            let paced = Duration::from_secs_f64(bytes as f64 / rate as f64);
-            let before = (fullest.usage, emptiest.usage);
-            let waited = tokio::time::Instant::now();
-            tokio::time::sleep(paced).await;
-            // The next step judges by the usage this one made.
-            while waited.elapsed() < USAGE_WAIT {
-                if let Ok(map) = self.cluster.refresh().await {
-                    let now = (
-                        map.target(from).map(|t| t.usage),
-                        map.target(to).map(|t| t.usage),
-                    );
-                    if now != (Some(before.0), Some(before.1)) {
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            {
+                let mut ledger = self.ledger.lock().expect("ledger poisoned");
+                ledger.entry(from).or_insert((fullest.usage, 0)).1 -= bytes as i64;
+                ledger.entry(to).or_insert((emptiest.usage, 0)).1 += bytes as i64;
             }
+            tokio::time::sleep(Duration::from_secs_f64(bytes as f64 / rate as f64)).await;
             return true;
         }
         false
@@ -794,9 +809,6 @@ impl MoveMetrics {
         metrics
     }
 }
-
-/// Longest a rebalancing step waits for the map to show what it moved.
-const USAGE_WAIT: Duration = Duration::from_secs(10);
 
 /// A file of this home in `pool` to move one object of from target `from` to target `to`
 /// for rebalancing: the one with the largest object on `from` that is at most `room` bytes,
