@@ -6,7 +6,6 @@ mod common;
 
 use common::{cluster, make_dir_with_pattern, weft};
 use std::fs;
-use std::path::Path;
 use weft_testkit::ClusterSpec;
 
 /// Runs `weft ARGS --mgmt …` against `cluster`, asserts it succeeded, and returns its output.
@@ -16,20 +15,6 @@ fn run_ok(cluster: &weft_testkit::LocalCluster, args: &[&str]) -> String {
     let (ok, out, err) = weft(cluster, &all);
     assert!(ok, "weft {args:?}: {err}");
     out
-}
-
-/// The targets `weft entry info` lists for a file.
-fn targets_of(cluster: &weft_testkit::LocalCluster, file: &Path) -> (Vec<u32>, String) {
-    let path = file.display().to_string();
-    let (ok, info, err) = weft(cluster, &["entry", "info", &path, "--mgmt", cluster.mgmt()]);
-    assert!(ok, "entry info {path}: {err}");
-    let targets = info
-        .lines()
-        .filter_map(|line| line.strip_prefix("  + "))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .filter_map(|id| id.parse().ok())
-        .collect();
-    (targets, info)
 }
 
 // Goal: a storage pool sends a directory's new files to its targets and nowhere else, as
@@ -76,7 +61,7 @@ fn a_pool_holds_the_new_files_of_its_directories() {
     for index in 0..8 {
         let file = dir.join(format!("f{index}"));
         fs::write(&file, vec![index as u8; 3 << 20]).expect("write");
-        let (mut targets, info) = targets_of(&cluster, &file);
+        let (mut targets, info) = common::layout_targets(&cluster, &file);
         targets.sort_unstable();
         assert_eq!(targets, vec![2, 4], "{info}");
         assert!(info.contains("+ Storage Pool: fast (2)"), "{info}");
@@ -85,7 +70,7 @@ fn a_pool_holds_the_new_files_of_its_directories() {
     // A subdirectory inherits the pool.
     fs::create_dir(dir.join("sub")).expect("mkdir");
     fs::write(dir.join("sub/g"), b"inherited").expect("write");
-    let (mut targets, info) = targets_of(&cluster, &dir.join("sub/g"));
+    let (mut targets, info) = common::layout_targets(&cluster, &dir.join("sub/g"));
     targets.sort_unstable();
     assert_eq!(targets, vec![2, 4], "{info}");
 
@@ -127,7 +112,7 @@ fn a_pool_holds_the_new_files_of_its_directories() {
         ],
     );
     fs::write(mirrored.join("m"), b"mirrored in fast").expect("write");
-    let (_, info) = targets_of(&cluster, &mirrored.join("m"));
+    let (_, info) = common::layout_targets(&cluster, &mirrored.join("m"));
     assert!(info.contains("group 1"), "{info}");
 
     // Emptied, the pool can go; its files stay readable where they are.
@@ -238,7 +223,7 @@ fn files_per_target(
 ) -> [usize; 3] {
     let mut counts = [0; 3];
     for file in files {
-        let (targets, info) = targets_of(cluster, file);
+        let (targets, info) = common::layout_targets(cluster, file);
         match targets[..] {
             [target @ 1..=3] => counts[target as usize - 1] += 1,
             _ => panic!("one target of 1 to 3: {info}"),

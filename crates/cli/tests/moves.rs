@@ -15,20 +15,6 @@ use weft_testkit::{ClusterSpec, LocalCluster};
 /// Bytes of one record of the writer.
 const RECORD: usize = 4096;
 
-/// The targets `weft entry info` lists for a file, and the whole listing.
-fn targets_of(cluster: &LocalCluster, file: &Path) -> (Vec<u32>, String) {
-    let path = file.display().to_string();
-    let (ok, info, err) = weft(cluster, &["entry", "info", &path, "--mgmt", cluster.mgmt()]);
-    assert!(ok, "entry info {path}: {err}");
-    let targets = info
-        .lines()
-        .filter_map(|line| line.strip_prefix("  + "))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .filter_map(|id| id.parse().ok())
-        .collect();
-    (targets, info)
-}
-
 /// Runs `weft entry migrate PATH --pool POOL`; returns (success, stdout, stderr).
 fn migrate(cluster: &LocalCluster, path: &Path, pool: &str) -> (bool, String, String) {
     let path = path.display().to_string();
@@ -44,6 +30,22 @@ fn migrate(cluster: &LocalCluster, path: &Path, pool: &str) -> (bool, String, St
             cluster.mgmt(),
         ],
     )
+}
+
+/// The standard cluster, mounted, with pool `fast` (targets 2 and 4) and a directory
+/// `project` whose files stripe over two targets of the default pool (1 and 3).
+fn with_a_fast_pool() -> (LocalCluster, PathBuf) {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let (ok, _, err) = ask(&cluster, &["pool", "create", "fast", "--targets", "2,4"]);
+    assert!(ok, "pool create: {err}");
+    let dir = mnt.join("project");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--num-targets", "2", "--chunk-size", "64K"],
+    );
+    (cluster, dir)
 }
 
 /// Runs `weft ARGS --mgmt …`; returns (success, stdout, stderr).
@@ -95,6 +97,21 @@ fn writer(file: PathBuf, stop: Arc<AtomicBool>, started: mpsc::Sender<()>) -> u6
     }
     handle.sync_all().expect("fsync the log");
     index
+}
+
+/// Starts [`writer`] on `log` and waits for its first records; answers the flag that stops
+/// it and its thread.
+fn start_writer(log: &Path) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started, writing) = mpsc::channel();
+    let thread = {
+        let (log, stop) = (log.to_path_buf(), Arc::clone(&stop));
+        std::thread::spawn(move || writer(log, stop, started))
+    };
+    writing
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the writer started");
+    (stop, thread)
 }
 
 /// A reader that keeps `file` open and reads it in 1 MiB pieces, checking each against
@@ -165,28 +182,7 @@ fn objects_per_target(cluster: &LocalCluster) -> Vec<((usize, usize), usize)> {
 // the move; the `weft` commands an operator types; content compared byte for byte; fsck.
 #[test]
 fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
-    let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster.mount().expect("mount");
-    let mgmt = cluster.mgmt().to_string();
-    let (ok, _, err) = weft(
-        &cluster,
-        &[
-            "pool",
-            "create",
-            "fast",
-            "--targets",
-            "2,4",
-            "--mgmt",
-            &mgmt,
-        ],
-    );
-    assert!(ok, "pool create: {err}");
-    let dir = mnt.join("project");
-    make_dir_with_pattern(
-        &cluster,
-        &dir,
-        &["--num-targets", "2", "--chunk-size", "64K"],
-    );
+    let (cluster, dir) = with_a_fast_pool();
     let big = Arc::new(pattern(7, 12 << 20));
     fs::write(dir.join("big"), &*big).expect("write big");
     fs::write(dir.join("small"), b"a few bytes").expect("write small");
@@ -194,22 +190,14 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
     fs::create_dir(dir.join("sub")).expect("mkdir sub");
     let inner = pattern(8, 3 << 20);
     fs::write(dir.join("sub/inner"), &inner).expect("write inner");
-    let (before, info) = targets_of(&cluster, &dir.join("big"));
+    let (before, info) = common::layout_targets(&cluster, &dir.join("big"));
     assert!(
         before.iter().all(|t| [1, 3].contains(t)),
         "big starts in the default pool: {info}"
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (started, writing) = mpsc::channel();
     let log = dir.join("log");
-    let write_thread = {
-        let (log, stop) = (log.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || writer(log, stop, started))
-    };
-    writing
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the writer started");
+    let (stop, write_thread) = start_writer(&log);
     let read_thread = {
         let (file, big, stop) = (dir.join("big"), Arc::clone(&big), Arc::clone(&stop));
         std::thread::spawn(move || reader(file, big, stop))
@@ -247,7 +235,7 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
     );
     check_log(&log, written);
     for name in ["big", "small", "empty", "sub/inner", "log"] {
-        let (targets, info) = targets_of(&cluster, &dir.join(name));
+        let (targets, info) = common::layout_targets(&cluster, &dir.join(name));
         assert!(
             targets.len() == 2 && targets.iter().all(|t| [2, 4].contains(t)),
             "{name} is on the pool's targets: {info}"
@@ -262,7 +250,7 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
     );
     let fresh = dir.join("sub/fresh");
     fs::write(&fresh, pattern(9, 1 << 20)).expect("a new file");
-    let (targets, info) = targets_of(&cluster, &fresh);
+    let (targets, info) = common::layout_targets(&cluster, &fresh);
     assert!(
         targets.iter().all(|t| [2, 4].contains(t)),
         "a new file of the tree goes to the new pool: {info}"
@@ -281,7 +269,7 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
         "content"
     );
     check_log(&log, written);
-    let (targets, info) = targets_of(&cluster, &dir.join("big"));
+    let (targets, info) = common::layout_targets(&cluster, &dir.join("big"));
     assert!(
         targets.iter().all(|t| [1, 3].contains(t)),
         "big is back in the default pool: {info}"
@@ -298,41 +286,13 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
 #[test]
 fn a_move_survives_a_crash_of_its_metadata_server() {
     for point in ["move-after-sealing", "move-after-last-push"] {
-        let mut cluster = cluster(ClusterSpec::default());
-        let mnt = cluster.mount().expect("mount");
+        let (mut cluster, dir) = with_a_fast_pool();
         let mgmt = cluster.mgmt().to_string();
-        let (ok, _, err) = weft(
-            &cluster,
-            &[
-                "pool",
-                "create",
-                "fast",
-                "--targets",
-                "2,4",
-                "--mgmt",
-                &mgmt,
-            ],
-        );
-        assert!(ok, "{point}: pool create: {err}");
-        let dir = mnt.join("project");
-        make_dir_with_pattern(
-            &cluster,
-            &dir,
-            &["--num-targets", "2", "--chunk-size", "64K"],
-        );
         let data = pattern(11, 6 << 20);
         fs::write(dir.join("data"), &data).expect("write");
 
-        let stop = Arc::new(AtomicBool::new(false));
-        let (started, writing) = mpsc::channel();
         let log = dir.join("log");
-        let write_thread = {
-            let (log, stop) = (log.clone(), Arc::clone(&stop));
-            std::thread::spawn(move || writer(log, stop, started))
-        };
-        writing
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the writer started");
+        let (stop, write_thread) = start_writer(&log);
         cluster
             .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
             .expect("arm");
@@ -373,7 +333,7 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
         stop.store(true, Ordering::Release);
         let written = write_thread.join().expect("writer");
         check_log(&log, written);
-        let (targets, info) = targets_of(&cluster, &log);
+        let (targets, info) = common::layout_targets(&cluster, &log);
         assert!(
             targets.iter().all(|t| [2, 4].contains(t)),
             "{point}: the log moved: {info}"
@@ -413,16 +373,8 @@ fn a_drained_target_empties_while_in_use_and_is_removed() {
         "remove before a drain: {err}"
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (started, writing) = mpsc::channel();
     let log = dir.join("log");
-    let write_thread = {
-        let (log, stop) = (log.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || writer(log, stop, started))
-    };
-    writing
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the writer started");
+    let (stop, write_thread) = start_writer(&log);
     let (ok, out, err) = ask(&cluster, &["target", "drain", "1", "--wait"]);
     assert!(ok, "drain: {err}");
     assert!(out.contains("target 1 is drained"), "{out}");
@@ -433,7 +385,7 @@ fn a_drained_target_empties_while_in_use_and_is_removed() {
     for index in 0..6 {
         let path = dir.join(format!("new{index}"));
         fs::write(&path, pattern(40 + index, 200_000)).expect("a new file");
-        let (targets, info) = targets_of(&cluster, &path);
+        let (targets, info) = common::layout_targets(&cluster, &path);
         assert!(
             !targets.contains(&1),
             "a new file avoids the draining target: {info}"
@@ -441,7 +393,7 @@ fn a_drained_target_empties_while_in_use_and_is_removed() {
     }
     for (path, data) in &files {
         assert!(&fs::read(path).expect("read") == data, "{}", path.display());
-        let (targets, info) = targets_of(&cluster, path);
+        let (targets, info) = common::layout_targets(&cluster, path);
         assert!(
             !targets.contains(&1),
             "{} left target 1: {info}",
@@ -623,7 +575,7 @@ fn a_move_given_up_leaves_the_file_whole_and_a_later_one_copies_it_all() {
         fs::read(&victim).expect("read") == data,
         "the victim stayed whole"
     );
-    let (on, info) = targets_of(&cluster, &victim);
+    let (on, info) = common::layout_targets(&cluster, &victim);
     assert!(
         on.iter().all(|t| [1, 3].contains(t)),
         "it stayed in pool a: {info}"
@@ -632,7 +584,7 @@ fn a_move_given_up_leaves_the_file_whole_and_a_later_one_copies_it_all() {
     fs::remove_file(&filler).expect("remove the filler");
     weft_testkit::wait_until("room for the victim", || migrate(&cluster, &victim, "b").0)
         .expect("the victim moved");
-    let (now, info) = targets_of(&cluster, &victim);
+    let (now, info) = common::layout_targets(&cluster, &victim);
     assert!(
         now.iter().all(|t| [2, 4].contains(t)),
         "the victim moved: {info}"

@@ -357,28 +357,41 @@ impl DataPath {
                             })
                         })
                         .await;
-                    let (written, verifier) = sent.inspect_err(|_| change.failed())?;
-                    if u64::from(written) != piece.len {
-                        change.failed();
-                        return Err(ClientError::ShortWrite {
-                            inode,
-                            slot,
-                            offset: piece.object_offset,
-                            sent: piece.len,
-                            written: u64::from(written),
-                        });
-                    }
-                    self.unsynced
-                        .lock()
-                        .expect("unsynced writes poisoned")
-                        .entry((inode, slot))
-                        .or_insert(verifier);
-                    Ok::<_, ClientError>(())
+                    self.written(&mut change, (inode, slot), &piece, sent)
                 }
             });
         for result in futures::future::join_all(requests).await {
             result?;
         }
+        Ok(())
+    }
+
+    /// The end of a piece written to `slot` (by a write or a copy), as change `change`: a
+    /// failure or a short answer fails the change, and the verifier of the first write since
+    /// the last sync is kept for the sync to check.
+    fn written(
+        &self,
+        change: &mut crate::client::Change<'_>,
+        (inode, slot): (InodeId, Slot),
+        piece: &weft_proto::layout::ChunkPiece,
+        sent: Result<(u32, u64), ClientError>,
+    ) -> Result<(), ClientError> {
+        let (written, verifier) = sent.inspect_err(|_| change.failed())?;
+        if u64::from(written) != piece.len {
+            change.failed();
+            return Err(ClientError::ShortWrite {
+                inode,
+                slot,
+                offset: piece.object_offset,
+                sent: piece.len,
+                written: u64::from(written),
+            });
+        }
+        self.unsynced
+            .lock()
+            .expect("unsynced writes poisoned")
+            .entry((inode, slot))
+            .or_insert(verifier);
         Ok(())
     }
 
@@ -493,23 +506,7 @@ impl DataPath {
                     })
                 })
                 .await;
-            let (written, verifier) = sent.inspect_err(|_| change.failed())?;
-            if u64::from(written) != piece.len {
-                change.failed();
-                return Err(ClientError::ShortWrite {
-                    inode,
-                    slot,
-                    offset: piece.object_offset,
-                    sent: piece.len,
-                    written: u64::from(written),
-                });
-            }
-            self.unsynced
-                .lock()
-                .expect("unsynced writes poisoned")
-                .entry((inode, slot))
-                .or_insert(verifier);
-            Ok::<_, ClientError>(())
+            self.written(&mut change, (inode, slot), &piece, sent)
         });
         for result in futures::future::join_all(requests).await {
             result?;
