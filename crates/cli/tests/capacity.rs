@@ -450,8 +450,9 @@ fn over_quota<T: std::fmt::Debug>(result: std::io::Result<T>) -> bool {
 
 // Goal: quotas are enforced by the servers, per pool: a user at its hard inode limit makes no
 // new file (EDQUOT from open(O_CREAT) through the mount), at its hard space limit no write
-// grows a file (EDQUOT at fsync, the write's error), while overwrites inside a file go on; a
-// higher limit lets it go on; a soft limit held past its grace period blocks as a hard one.
+// grows a file (EDQUOT at fsync, the write's error), nor a truncate that extends one, nor a
+// chown that hands it a file, while overwrites inside a file go on; a higher limit lets it go
+// on; a soft limit held past its grace period blocks as a hard one.
 // Method: a pool of its own for the user's files, `weft quota set` and `weft quota list`,
 // writes through the mount, management with a grace period of one second.
 #[test]
@@ -469,6 +470,9 @@ fn quotas_refuse_what_goes_over_them() {
         &mnt.join("q"),
         &["--pool", "q", "--num-targets", "1"],
     );
+    // Another user's file, before the limits: it counts for user 1000.
+    fs::write(mnt.join("q/theirs"), b"theirs").expect("write theirs");
+    std::os::unix::fs::chown(mnt.join("q/theirs"), Some(1000), None).expect("chown to 1000");
     // The directory is one inode of user 0 in pool q; two files make three.
     run(&[
         "quota",
@@ -543,6 +547,24 @@ fn quotas_refuse_what_goes_over_them() {
         fs::read(mnt.join("q/b")).expect("read")[..1 << 20],
         [vec![2u8; 512 << 10], vec![4u8; 512 << 10]].concat()[..]
     );
+
+    // A truncate that extends a file grows it as a write would; a chown to the blocked user
+    // hands it the file's inode and bytes: both refused. Shrinking is allowed.
+    let extend = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("q/a"))
+        .and_then(|file| file.set_len(4 << 20));
+    assert!(over_quota(extend), "no growth by an extending truncate");
+    assert!(
+        over_quota(std::os::unix::fs::chown(
+            mnt.join("q/theirs"),
+            Some(0),
+            None
+        )),
+        "no chown to a blocked user"
+    );
+    std::os::unix::fs::chown(mnt.join("q/theirs"), Some(1001), None)
+        .expect("a chown to a user with room");
 
     // A higher limit: both go on.
     run(&[

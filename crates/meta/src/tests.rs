@@ -528,6 +528,7 @@ async fn truncate(f: &Fixture, inode: InodeId, size: u64) -> Response {
                     size: Some(size),
                     ..AttrChanges::default()
                 },
+                &weft_proto::messages::ClusterMap::default(),
             )
         }))
         .await

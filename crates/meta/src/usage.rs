@@ -41,13 +41,7 @@ fn charges(record: &InodeRecord) -> Option<([Key; 2], u64)> {
     if record.shard_of != 0 {
         return None;
     }
-    let pool = record
-        .layout
-        .as_ref()
-        .map(|layout| layout.pattern.pool)
-        .or(record.pattern.map(|pattern| pattern.pool))
-        .unwrap_or(StoragePoolId::DEFAULT)
-        .0;
+    let pool = pool_of(record).0;
     let bytes = if record.kind == FileKind::Regular {
         record.size
     } else {
@@ -60,6 +54,16 @@ fn charges(record: &InodeRecord) -> Option<([Key; 2], u64)> {
         ],
         bytes,
     ))
+}
+
+/// The pool an inode's use counts in: a file's layout's, a directory's pattern's.
+pub(crate) fn pool_of(record: &InodeRecord) -> StoragePoolId {
+    record
+        .layout
+        .as_ref()
+        .map(|layout| layout.pattern.pool)
+        .or(record.pattern.map(|pattern| pattern.pool))
+        .unwrap_or(StoragePoolId::DEFAULT)
 }
 
 /// The inodes table of a mutating operation, with the usage it keeps.

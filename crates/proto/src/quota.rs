@@ -142,12 +142,22 @@ impl crate::messages::ClusterMap {
         pool: StoragePoolId,
         growth: Growth,
     ) -> Option<crate::error::WireError> {
+        self.quota_refusal_of(QuotaKind::User, uid, pool, growth)
+            .or_else(|| self.quota_refusal_of(QuotaKind::Group, gid, pool, growth))
+    }
+
+    /// Why a change of `growth` by the user or group `id` in `pool` is refused, if it is.
+    pub fn quota_refusal_of(
+        &self,
+        kind: QuotaKind,
+        id: u32,
+        pool: StoragePoolId,
+        growth: Growth,
+    ) -> Option<crate::error::WireError> {
         let blocked = self.quota_blocked.iter().find(|block| {
             block.pool == pool
-                && match block.kind {
-                    QuotaKind::User => block.id == uid,
-                    QuotaKind::Group => block.id == gid,
-                }
+                && block.kind == kind
+                && block.id == id
                 && match growth {
                     Growth::Inode => block.inodes,
                     Growth::Bytes => block.bytes,

@@ -50,13 +50,60 @@ pub(crate) fn queue_truncate(
 }
 
 /// Applies attribute changes; returns the new attributes and whether truncate work was queued.
+/// Refuses what a change would add to a user or group its quota blocks in the inode's pool
+/// (`QuotaExceeded`, EDQUOT): a chown hands the inode, and a file's bytes, to its new owner;
+/// a truncate that extends a file grows its bytes as a write would.
+fn quota_admits(
+    map: &weft_proto::messages::ClusterMap,
+    record: &InodeRecord,
+    changes: &AttrChanges,
+) -> Result<(), OpError> {
+    use weft_proto::quota::{Growth, QuotaKind};
+    let pool = crate::usage::pool_of(record);
+    let bytes = if record.kind == FileKind::Regular {
+        record.size
+    } else {
+        0
+    };
+    for (kind, now, new) in [
+        (QuotaKind::User, record.uid, changes.uid),
+        (QuotaKind::Group, record.gid, changes.gid),
+    ] {
+        let Some(new) = new.filter(|new| *new != now) else {
+            continue;
+        };
+        let refusal = map
+            .quota_refusal_of(kind, new, pool, Growth::Inode)
+            .or_else(|| {
+                (bytes > 0)
+                    .then(|| map.quota_refusal_of(kind, new, pool, Growth::Bytes))
+                    .flatten()
+            });
+        if let Some(refusal) = refusal {
+            return Err(OpError::Rejected(refusal));
+        }
+    }
+    if changes.size.is_some_and(|size| size > record.size) {
+        let owner = (
+            changes.uid.unwrap_or(record.uid),
+            changes.gid.unwrap_or(record.gid),
+        );
+        if let Some(refusal) = map.quota_refusal(owner, pool, Growth::Bytes) {
+            return Err(OpError::Rejected(refusal));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn set_attr(
     txn: &WriteTransaction,
     inode: InodeId,
     changes: AttrChanges,
+    map: &weft_proto::messages::ClusterMap,
 ) -> Result<Response, OpError> {
     let mut inodes = crate::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
+    quota_admits(map, &record, &changes)?;
     if let Some(size) = changes.size {
         match record.kind {
             FileKind::Regular => {}

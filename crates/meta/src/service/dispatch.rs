@@ -193,7 +193,9 @@ impl Meta {
                 changes,
             } => {
                 let result = self
-                    .mutate(mutation, move |txn, _| set_attr(txn, inode, changes))
+                    .mutate(mutation, move |txn, context| {
+                        set_attr(txn, inode, changes, &context.map)
+                    })
                     .await;
                 if let Ok(Response::Attr(attr)) = &result {
                     if attr.shards.len() > 1 {
