@@ -162,6 +162,9 @@ struct Snapshot {
     /// Per file, the targets its moves use besides its layout's: the copies of a move in
     /// flight, and its tombstones (whose data a crash may have left).
     moved: HashMap<u64, Vec<TargetId>>,
+    /// Files with a move in flight: their objects are in transit (a sealing move's old
+    /// objects may have given up their data already), so their copies are not judged.
+    moving: HashSet<u64>,
 }
 
 impl Snapshot {
@@ -198,9 +201,11 @@ impl Snapshot {
             written.insert(id, load_written(&table, InodeId(id))?);
         }
         let mut moved: HashMap<u64, Vec<TargetId>> = HashMap::new();
+        let mut moving = HashSet::new();
         let table = source.table(crate::service::MOVES)?;
         for item in table.iter()? {
             let id = item?.0.value();
+            moving.insert(id);
             if let Some(work) = crate::service::load_move(&table, InodeId(id))? {
                 let to = work.slots.iter().map(|&(_, _, to)| to);
                 moved.entry(id).or_default().extend(to);
@@ -216,6 +221,7 @@ impl Snapshot {
             inodes,
             entries,
             moved,
+            moving,
             orphans: keys(source, ORPHANS)?,
             truncates: keys(source, TRUNCATES)?,
             unreported: keys(source, UNREPORTED)?,
@@ -735,7 +741,7 @@ fn check_copies(
         let Some(layout) = &record.layout else {
             continue;
         };
-        if unsettled.contains(&inode) {
+        if unsettled.contains(&inode) || snapshot.moving.contains(&id) {
             continue;
         }
         let written = snapshot.written.get(&id).copied().unwrap_or_default();
