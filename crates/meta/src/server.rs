@@ -313,7 +313,8 @@ impl Server {
         // No count before a home is open: management keeps the last one.
         let serving = !self.homes.read().expect("home table poisoned").is_empty();
         let inodes = serving.then(|| inode_count(&self.homes));
-        let quota_usage = homes_now(&self.homes)
+        let homes = homes_now(&self.homes);
+        let quota_usage = homes
             .iter()
             .filter_map(|meta| Some((meta.home(), meta.quota_usage().ok()?)))
             .collect();
@@ -326,7 +327,7 @@ impl Server {
             .filter(|target| target.draining)
             .map(|target| target.id)
             .collect();
-        let target_uses = homes_now(&self.homes)
+        let target_uses = homes
             .iter()
             .map(|meta| {
                 let uses = draining

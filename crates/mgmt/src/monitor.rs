@@ -74,7 +74,8 @@ fn per_second(new: u64, old: u64, seconds: f64) -> u64 {
     (new.saturating_sub(old) as f64 / seconds).round() as u64
 }
 
-fn unix_ms() -> u64 {
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -1,7 +1,7 @@
 //! The management request handler and its in-memory heartbeat view.
 
 use crate::mirrors::{nodes_of_targets, Mirrors};
-use crate::monitor::Monitor;
+use crate::monitor::{unix_ms, Monitor};
 use crate::pools;
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
@@ -1358,11 +1358,4 @@ impl Mgmt {
         self.stamp(&mut map);
         Ok(map)
     }
-}
-
-/// Now, in milliseconds since the Unix epoch.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

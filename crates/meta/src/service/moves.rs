@@ -88,6 +88,17 @@ pub(crate) fn load_move(
     }
 }
 
+/// Records `work` as the move of `inode`.
+fn store_move(
+    moves: &mut redb::Table<'_, u64, &'static [u8]>,
+    inode: InodeId,
+    work: &MoveWork,
+) -> Result<(), OpError> {
+    let bytes = postcard::to_stdvec(work).expect("moves always encode");
+    moves.insert(inode.0, bytes.as_slice())?;
+    Ok(())
+}
+
 /// The targets that hold tombstones of `inode`.
 pub(crate) fn load_tombstones(
     table: &impl ReadableTable<u64, &'static [u8]>,
@@ -205,18 +216,11 @@ impl Meta {
         if !self.locks.grace_over() || (self.is_open_fn())(inode) {
             return Ok(targets);
         }
-        let removals = targets.iter().map(|&target| {
-            let cluster = Arc::clone(&self.cluster);
-            async move {
-                let call = |storage: Arc<weft_net::StorageClient>, route| async move {
-                    storage.remove(route, inode).await
-                };
-                cluster
-                    .call_storage(Slot::Target(target), &TARGET_RETRY, call)
-                    .await
-                    .is_ok()
-                    .then_some(target)
-            }
+        let removals = targets.iter().map(|&target| async move {
+            self.remove_object(target, inode)
+                .await
+                .is_ok()
+                .then_some(target)
         });
         let removed: Vec<TargetId> = futures::future::join_all(removals)
             .await
@@ -266,8 +270,7 @@ impl Meta {
                 }
                 let mut moves = txn.open_table(MOVES)?;
                 if load_move(&moves, inode)?.is_none() {
-                    let bytes = postcard::to_stdvec(&work).expect("moves always encode");
-                    moves.insert(inode.0, bytes.as_slice())?;
+                    store_move(&mut moves, inode, &work)?;
                 }
                 Ok(())
             })
@@ -541,8 +544,7 @@ impl Meta {
                         return Ok(None);
                     };
                     work.sealing = true;
-                    let bytes = postcard::to_stdvec(&work).expect("moves always encode");
-                    moves.insert(inode.0, bytes.as_slice())?;
+                    store_move(&mut moves, inode, &work)?;
                     Ok(Some(work))
                 })
                 .await
@@ -645,30 +647,19 @@ impl Meta {
             let tombstones = load_tombstones(&txn.open_table(TOMBSTONES)?, inode)?;
             Ok((record, tombstones))
         });
-        let Ok((record, mut taken)) = record else {
+        let Ok((record, tombstones)) = record else {
             return;
         };
+        let mut taken: BTreeSet<TargetId> = tombstones.into_iter().collect();
         let Some(layout) = record.layout else {
             return;
         };
         taken.extend(work.slots.iter().map(|&(_, _, to)| to));
-        let pattern = weft_proto::layout::StripePattern {
-            num_targets: weft_proto::layout::NUM_TARGETS_MAX,
-            pool: work.pool,
-            ..layout.pattern
-        };
-        let mut free =
-            self.chooser
-                .choose(&map, &pattern)
-                .into_iter()
-                .filter_map(|slot| match slot {
-                    Slot::Target(target)
-                        if !taken.contains(&target) && !layout.slots().any(|s| s == slot) =>
-                    {
-                        Some(target)
-                    }
-                    _ => None,
-                });
+        taken.extend(layout.slots().filter_map(|slot| match slot {
+            Slot::Target(target) => Some(target),
+            Slot::Group(_) => None,
+        }));
+        let mut free = free_targets(&self.chooser, &map, &layout, work.pool, &taken).into_iter();
         let mut next = work.clone();
         next.id = rand::random();
         for slot in &mut next.slots {
@@ -687,8 +678,7 @@ impl Meta {
             .run_with(move |txn| {
                 let mut moves = txn.open_table(MOVES)?;
                 if load_move(&moves, inode)?.is_some() {
-                    let bytes = postcard::to_stdvec(&next).expect("moves always encode");
-                    moves.insert(inode.0, bytes.as_slice())?;
+                    store_move(&mut moves, inode, &next)?;
                 }
                 Ok(())
             })
@@ -697,13 +687,7 @@ impl Meta {
             // What the last targets were sent goes (fsck would list it).
             for &(index, _, to) in &work.slots {
                 if failed.contains(&index) {
-                    let call = |storage: Arc<weft_net::StorageClient>, route| async move {
-                        storage.remove(route, inode).await
-                    };
-                    let _ = self
-                        .cluster
-                        .call_storage(Slot::Target(to), &TARGET_RETRY, call)
-                        .await;
+                    let _ = self.remove_object(to, inode).await;
                 }
             }
         }
@@ -723,17 +707,24 @@ impl Meta {
             return;
         }
         for &(_, _, to) in &work.slots {
-            let call = |storage: Arc<weft_net::StorageClient>, route| async move {
-                storage.remove(route, inode).await
-            };
-            if let Err(error) = self
-                .cluster
-                .call_storage(Slot::Target(to), &TARGET_RETRY, call)
-                .await
-            {
+            if let Err(error) = self.remove_object(to, inode).await {
                 tracing::warn!(%inode, target = %to, %error, "the copy of a move given up stays: fsck lists it");
             }
         }
+    }
+
+    /// Removes the plain object of `inode` on `target` (a copy, or a tombstone).
+    async fn remove_object(
+        &self,
+        target: TargetId,
+        inode: InodeId,
+    ) -> Result<(), weft_net::RpcError> {
+        let call = |storage: Arc<weft_net::StorageClient>, route| async move {
+            storage.remove(route, inode).await
+        };
+        self.cluster
+            .call_storage(Slot::Target(target), &TARGET_RETRY, call)
+            .await
     }
 
     /// Marks `inode` as having pushes in flight until the guard drops: its disposal waits.
@@ -973,18 +964,7 @@ fn plan_move(
     }
     let mut plan = Vec::with_capacity(moving.len());
     if targets.is_empty() {
-        let pattern = weft_proto::layout::StripePattern {
-            num_targets: weft_proto::layout::NUM_TARGETS_MAX,
-            pool,
-            ..layout.pattern
-        };
-        let mut free = chooser
-            .choose(map, &pattern)
-            .into_iter()
-            .filter_map(|slot| match slot {
-                Slot::Target(target) if !taken.contains(&target) => Some(target),
-                _ => None,
-            });
+        let mut free = free_targets(chooser, map, layout, pool, &taken).into_iter();
         for (index, from) in moving {
             let Some(to) = free.next() else {
                 return Err(OpError::rejected(
@@ -1021,6 +1001,30 @@ fn plan_move(
         plan.push((index, from, to));
     }
     Ok(plan)
+}
+
+/// The targets of `pool` a file laid out as `layout` could move onto, in the order the
+/// chooser takes them, but for those in `taken`.
+fn free_targets(
+    chooser: &crate::chooser::Chooser,
+    map: &weft_proto::messages::ClusterMap,
+    layout: &FileLayout,
+    pool: StoragePoolId,
+    taken: &BTreeSet<TargetId>,
+) -> Vec<TargetId> {
+    let pattern = weft_proto::layout::StripePattern {
+        num_targets: weft_proto::layout::NUM_TARGETS_MAX,
+        pool,
+        ..layout.pattern
+    };
+    chooser
+        .choose(map, &pattern)
+        .into_iter()
+        .filter_map(|slot| match slot {
+            Slot::Target(target) if !taken.contains(&target) => Some(target),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Sets the pool of a file none of whose objects moves.
