@@ -302,6 +302,41 @@ pub(crate) fn inode_of(path: &Path) -> Result<InodeId> {
     })
 }
 
+/// Every entry of a tree, its top first, depth first in name order, with its metadata (not
+/// following symbolic links).
+pub(crate) struct Tree {
+    pending: Vec<PathBuf>,
+}
+
+impl Tree {
+    pub(crate) fn new(top: &Path) -> Tree {
+        Tree {
+            pending: vec![top.to_path_buf()],
+        }
+    }
+}
+
+impl Iterator for Tree {
+    type Item = Result<(PathBuf, std::fs::Metadata)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let path = self.pending.pop()?;
+        let listed = (|| {
+            let metadata = std::fs::symlink_metadata(&path)
+                .with_context(|| format!("cannot stat {}", path.display()))?;
+            if metadata.is_dir() {
+                let mut children: Vec<PathBuf> = std::fs::read_dir(&path)
+                    .and_then(|entries| entries.map(|entry| entry.map(|e| e.path())).collect())
+                    .with_context(|| format!("cannot list {}", path.display()))?;
+                children.sort();
+                self.pending.extend(children.into_iter().rev());
+            }
+            Ok(metadata)
+        })();
+        Some(listed.map(|metadata| (path, metadata)))
+    }
+}
+
 /// "512K", "1M", "4G", or bytes.
 pub fn parse_size(text: &str) -> Result<u64> {
     let text = text.trim();
@@ -385,6 +420,9 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
                 weft_proto::ids::NodeId::from(group.primary)
             )
         ));
+    }
+    if attr.project != 0 {
+        out.push_str(&format!("Project: {}\n", attr.project));
     }
     if attr.shards.len() > 1 {
         out.push_str(&format!(

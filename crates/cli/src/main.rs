@@ -68,7 +68,7 @@ enum Command {
         #[command(subcommand)]
         command: pool::PoolCommand,
     },
-    /// Quotas: what users and groups use, per storage pool.
+    /// Quotas: what users, groups and projects (directory trees) use, per storage pool.
     Quota {
         #[command(subcommand)]
         command: quota::QuotaCommand,

@@ -4,7 +4,7 @@
 
 use crate::admin::{connect, inode_of, Cluster};
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use weft_net::ClusterView;
 use weft_proto::ids::{StoragePoolId, TargetId};
 use weft_proto::layout::StripePattern;
@@ -64,22 +64,13 @@ pub(crate) async fn migrate(
     } else {
         None
     };
-    let mut pending = vec![path.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        let metadata = std::fs::symlink_metadata(&path)
-            .with_context(|| format!("cannot stat {}", path.display()))?;
+    for entry in crate::admin::Tree::new(path) {
+        let (path, metadata) = entry?;
         if metadata.is_dir() {
             if let (Some(client), Some(pool)) = (&client, destination.pool) {
                 set_directory_pool(client, &path, pool).await?;
                 tally.directories += 1;
             }
-            let mut children: Vec<PathBuf> = std::fs::read_dir(&path)
-                .with_context(|| format!("cannot list {}", path.display()))?
-                .map(|entry| entry.map(|e| e.path()))
-                .collect::<std::io::Result<_>>()
-                .with_context(|| format!("cannot list {}", path.display()))?;
-            children.sort();
-            pending.extend(children.into_iter().rev());
         } else if metadata.is_file() {
             let slots = migrate_file(&view, &path, &destination).await?;
             tally.files += 1;

@@ -1,24 +1,49 @@
-//! `weft quota set|list|report`: limits on the space and inodes users and groups use in each
-//! storage pool, and what they use, summed over every metadata home.
+//! `weft quota set|list|report|project`: limits on the space and inodes users, groups and
+//! projects use in each storage pool, what they use, summed over every metadata home, and
+//! the project of a directory tree.
 
 use crate::admin::{connect, format_size, ClusterArgs};
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Subcommand;
 use weft_proto::quota::{add_usage, QuotaKind, QuotaLimits, QuotaRule, QuotaUsage};
 
+/// Whose quota: a user, a group or a project.
+#[derive(clap::Args)]
+#[group(multiple = false)]
+pub struct Whose {
+    /// A user (name or id).
+    #[arg(long)]
+    user: Option<String>,
+    /// A group (name or id).
+    #[arg(long)]
+    group: Option<String>,
+    /// A project: the id `weft quota project` gave a directory tree.
+    #[arg(long)]
+    project: Option<u32>,
+}
+
+impl Whose {
+    /// The kind and id named, if one is.
+    fn named(&self) -> Result<Option<(QuotaKind, u32)>> {
+        Ok(match (&self.user, &self.group, self.project) {
+            (Some(user), _, _) => Some((QuotaKind::User, id_of(QuotaKind::User, user)?)),
+            (_, Some(group), _) => Some((QuotaKind::Group, id_of(QuotaKind::Group, group)?)),
+            (_, _, Some(0)) => anyhow::bail!("project 0 is no project: name one from 1 up"),
+            (_, _, Some(project)) => Some((QuotaKind::Project, project)),
+            (None, None, None) => None,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 pub enum QuotaCommand {
-    /// Set the limits of a user or group in a pool (0 or absent: no limit; all absent:
-    /// the rule is removed). Over a hard limit, or over a soft one for longer than the grace
-    /// period (management's quota_grace_period_ms, a week by default), new inodes or writes
-    /// that grow files are refused with EDQUOT.
+    /// Set the limits of a user, group or project in a pool (0 or absent: no limit; all
+    /// absent: the rule is removed). Over a hard limit, or over a soft one for longer than
+    /// the grace period (management's quota_grace_period_ms, a week by default), new inodes
+    /// or writes that grow files are refused with EDQUOT.
     Set {
-        /// The user (name or id).
-        #[arg(long, conflicts_with = "group", required_unless_present = "group")]
-        user: Option<String>,
-        /// The group (name or id).
-        #[arg(long)]
-        group: Option<String>,
+        #[command(flatten)]
+        whose: Whose,
         /// The pool (name or id); the default pool when absent.
         #[arg(long)]
         pool: Option<String>,
@@ -37,24 +62,33 @@ pub enum QuotaCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
-    /// List every quota rule with what its user or group uses and where it stands.
+    /// List every quota rule with what its user, group or project uses and where it stands.
     List {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
-    /// What each user and group uses, per storage pool: bytes (file sizes) and inodes.
+    /// What each user, group and project uses, per storage pool: bytes (file sizes) and
+    /// inodes.
     Report {
-        /// Only this user (name or id).
-        #[arg(long)]
-        user: Option<String>,
-        /// Only this group (name or id).
-        #[arg(long)]
-        group: Option<String>,
+        /// Only this user, group or project.
+        #[command(flatten)]
+        whose: Whose,
         /// Only this pool (name or id).
         #[arg(long)]
         pool: Option<String>,
         #[command(flatten)]
         cluster: ClusterArgs,
+    },
+    /// Make a directory tree a project: DIR and everything under it count in project ID's
+    /// quotas (0: in none), and what is made in it later takes the id. A rename into a tree
+    /// of another project is refused with EXDEV (`mv` then copies), as on XFS and Lustre.
+    Project {
+        /// The top of the tree, through a Weft mount.
+        dir: std::path::PathBuf,
+        /// The project id.
+        id: u32,
+        #[command(flatten)]
+        locator: crate::MgmtLocator,
     },
 }
 
@@ -66,6 +100,7 @@ fn id_of(kind: QuotaKind, name: &str) -> Result<u32> {
     let found = match kind {
         QuotaKind::User => nix_user(name),
         QuotaKind::Group => nix_group(name),
+        QuotaKind::Project => None,
     };
     found.ok_or_else(|| {
         anyhow!(
@@ -104,6 +139,7 @@ fn name_of(kind: QuotaKind, id: u32) -> String {
                 let entry = libc::getgrgid(id);
                 (!entry.is_null()).then(|| std::ffi::CStr::from_ptr((*entry).gr_name))
             }
+            QuotaKind::Project => None,
         }
         .map(|name| name.to_string_lossy().into_owned())
     };
@@ -155,8 +191,7 @@ pub fn quota(command: QuotaCommand) -> Result<()> {
     runtime.block_on(async {
         match command {
             QuotaCommand::Set {
-                user,
-                group,
+                whose,
                 pool,
                 soft_bytes,
                 hard_bytes,
@@ -165,11 +200,9 @@ pub fn quota(command: QuotaCommand) -> Result<()> {
                 cluster,
             } => {
                 let (view, map) = connect(&cluster.mgmt()?).await?;
-                let (kind, id) = match (user, group) {
-                    (Some(user), _) => (QuotaKind::User, id_of(QuotaKind::User, &user)?),
-                    (None, Some(group)) => (QuotaKind::Group, id_of(QuotaKind::Group, &group)?),
-                    (None, None) => anyhow::bail!("name a --user or a --group"),
-                };
+                let (kind, id) = whose
+                    .named()?
+                    .ok_or_else(|| anyhow!("name a --user, a --group or a --project"))?;
                 let pool = match pool {
                     Some(name) => crate::pool::pool_named(&map, &name)?.id,
                     None => weft_proto::StoragePoolId::DEFAULT,
@@ -206,6 +239,31 @@ pub fn quota(command: QuotaCommand) -> Result<()> {
                     );
                 }
             }
+            QuotaCommand::Project { dir, id, locator } => {
+                let dir = crate::absolute(&dir);
+                let cluster = crate::admin::locate(&locator, Some(&dir))?;
+                let client = cluster.client().await?;
+                let changes = weft_proto::messages::AttrChanges {
+                    project: Some(id),
+                    ..Default::default()
+                };
+                let mut entries = 0u64;
+                for entry in crate::admin::Tree::new(&dir) {
+                    let (path, _) = entry?;
+                    client
+                        .set_attr(crate::admin::inode_of(&path)?, changes)
+                        .await
+                        .with_context(|| format!("cannot set the project of {}", path.display()))?;
+                    entries += 1;
+                }
+                match id {
+                    0 => println!("{entries} entries of {} are in no project", dir.display()),
+                    id => println!(
+                        "{entries} entries of {} count in project {id}; new ones will too",
+                        dir.display()
+                    ),
+                }
+            }
             QuotaCommand::List { cluster } => {
                 let (view, map) = connect(&cluster.mgmt()?).await?;
                 let states = view
@@ -237,8 +295,7 @@ pub fn quota(command: QuotaCommand) -> Result<()> {
                 }
             }
             QuotaCommand::Report {
-                user,
-                group,
+                whose,
                 pool,
                 cluster,
             } => {
@@ -246,22 +303,12 @@ pub fn quota(command: QuotaCommand) -> Result<()> {
                 let pool = pool
                     .map(|name| crate::pool::pool_named(&map, &name))
                     .transpose()?;
-                let user = user.map(|u| id_of(QuotaKind::User, &u)).transpose()?;
-                let group = group.map(|g| id_of(QuotaKind::Group, &g)).transpose()?;
+                let whose = whose.named()?;
                 let rows: Vec<QuotaUsage> = cluster_usage(&view)
                     .await?
                     .into_iter()
                     .filter(|row| pool.as_ref().is_none_or(|p| p.id == row.pool))
-                    .filter(|row| match (user, group) {
-                        (None, None) => true,
-                        (Some(uid), gid) => {
-                            (row.kind == QuotaKind::User && row.id == uid)
-                                || gid.is_some_and(|gid| {
-                                    row.kind == QuotaKind::Group && row.id == gid
-                                })
-                        }
-                        (None, Some(gid)) => row.kind == QuotaKind::Group && row.id == gid,
-                    })
+                    .filter(|row| whose.is_none_or(|whose| whose == (row.kind, row.id)))
                     .collect();
                 println!(
                     "{:<6} {:<16} {:>8} {:<16} {:>12} {:>10}",

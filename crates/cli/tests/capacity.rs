@@ -610,3 +610,156 @@ fn quotas_refuse_what_goes_over_them() {
         "no inode past the grace period"
     );
 }
+
+/// The standings (`ok`, `BLOCKED`) of space and inodes in the `weft quota list` line of
+/// `kind` (user, group, project).
+fn standings(list: &str, kind: &str) -> Vec<String> {
+    list.lines()
+        .find(|line| line.split_whitespace().next() == Some(kind))
+        .map(|line| {
+            line.split_whitespace()
+                .filter(|word| *word == "BLOCKED" || *word == "ok")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// Goal: a project quota counts a directory tree, wherever its entries live: `weft quota
+// project` gives a tree its id (shown by `weft entry info`), what is made in it later takes
+// the id (on either metadata server, in a spread directory's shards too), a rename into the
+// tree from outside is refused with EXDEV so `mv` copies and the copy counts, a rename out
+// keeps counting; at its hard limits no file or directory is made in the tree and no write
+// grows one of its files (EDQUOT through the mount), while the same user goes on outside;
+// the usage survives a kill of the metadata servers and fsck agrees with it.
+// Method: two metadata servers, a spread directory in the tree, the commands an operator
+// types, files written, renamed and moved through the mount.
+#[test]
+fn a_project_quota_counts_a_directory_tree() {
+    use std::io::Write;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let run = |args: &[&str]| run_ok(&cluster, args);
+    let path = |name: &str| mnt.join(name).display().to_string();
+    fs::create_dir_all(mnt.join("proj/sub")).expect("mkdir");
+    fs::write(mnt.join("proj/old"), vec![1u8; 1 << 20]).expect("write");
+    fs::write(mnt.join("outside"), vec![2u8; 1 << 20]).expect("write");
+    run(&["mkdir", "--spread", "2", &path("proj/wide")]);
+
+    let set = run(&["quota", "project", &path("proj"), "7"]);
+    assert!(set.contains("4 entries"), "{set}");
+    let info = run(&["entry", "info", &path("proj/old")]);
+    assert!(info.contains("Project: 7"), "{info}");
+    assert!(
+        !run(&["entry", "info", &path("outside")]).contains("Project:"),
+        "outside the tree, no project"
+    );
+
+    // New entries take the project, in the spread directory's shards on both servers too.
+    fs::write(mnt.join("proj/sub/new"), vec![3u8; 1 << 20]).expect("write");
+    fs::create_dir(mnt.join("proj/sub/deeper")).expect("mkdir");
+    for i in 0..4 {
+        fs::write(mnt.join(format!("proj/wide/f{i}")), b"").expect("create");
+    }
+    fs::create_dir(mnt.join("proj/wide/d")).expect("mkdir in the spread directory");
+    let project = |used: &str, inodes: u64| {
+        vec![(
+            "project".to_string(),
+            7,
+            "default".to_string(),
+            used.to_string(),
+            inodes,
+        )]
+    };
+    // proj, sub, old, wide, new, deeper, f0..f3, d.
+    assert_eq!(quota_rows(&cluster, &["--project", "7"]), project("2M", 11));
+
+    // Into the tree from outside: EXDEV, and `mv` copies; out of it: it keeps counting.
+    let refused = fs::rename(mnt.join("outside"), mnt.join("proj/moved"));
+    assert_eq!(
+        refused.map_err(|error| error.raw_os_error()),
+        Err(Some(libc::EXDEV)),
+        "a rename into another project"
+    );
+    let mv = std::process::Command::new("mv")
+        .arg(mnt.join("outside"))
+        .arg(mnt.join("proj/moved"))
+        .output()
+        .expect("mv");
+    assert!(mv.status.success(), "{mv:?}");
+    fs::rename(mnt.join("proj/sub/new"), mnt.join("proj/sub/deeper/new"))
+        .expect("a rename inside the project");
+    fs::rename(mnt.join("proj/old"), mnt.join("old-out")).expect("a rename out of the tree");
+    assert_eq!(quota_rows(&cluster, &["--project", "7"]), project("3M", 12));
+    let info = run(&["entry", "info", &path("proj/moved")]);
+    assert!(
+        info.contains("Project: 7"),
+        "the copy is the project's: {info}"
+    );
+
+    // At both hard limits: nothing new in the tree, no growth of its files; outside, the
+    // same user goes on.
+    run(&[
+        "quota",
+        "set",
+        "--project",
+        "7",
+        "--hard-bytes",
+        "3M",
+        "--hard-inodes",
+        "12",
+    ]);
+    weft_testkit::wait_until("project 7 to be blocked", || {
+        standings(&run(&["quota", "list"]), "project") == ["BLOCKED", "BLOCKED"]
+    })
+    .expect("blocked");
+    wait_for_the_map(&cluster);
+    assert!(
+        over_quota(fs::File::create(mnt.join("proj/sub/x"))),
+        "no new file in the project"
+    );
+    assert!(
+        over_quota(fs::create_dir(mnt.join("proj/wide/e"))),
+        "no new directory in the project"
+    );
+    let mut new = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("proj/sub/deeper/new"))
+        .expect("open");
+    let grew = new.write_all(b"more").and_then(|()| new.sync_all());
+    assert!(over_quota(grew), "no growth of the project's files");
+    drop(new);
+    fs::write(mnt.join("free"), b"outside").expect("the user is not limited outside");
+    let mut out = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("old-out"))
+        .expect("open");
+    assert!(
+        over_quota(out.write_all(b"more").and_then(|()| out.sync_all())),
+        "a file renamed out of the tree still counts in its project"
+    );
+    drop(out);
+
+    // (The refused appends left their files longer by a hole, as the kernel took the size
+    // from the writes, and each file counts its length.)
+    let before = quota_rows(&cluster, &["--project", "7"]);
+    assert_eq!(before[0].4, 12, "{before:?}");
+    for meta in ["meta-1", "meta-2"] {
+        cluster.kill(meta).expect("kill");
+        cluster.restart(meta).expect("restart");
+    }
+    weft_testkit::wait_until("the metadata servers to answer again", || {
+        weft(&cluster, &["quota", "report", "--mgmt", cluster.mgmt()]).0
+    })
+    .expect("back");
+    assert_eq!(
+        quota_rows(&cluster, &["--project", "7"]),
+        before,
+        "usage survives a kill"
+    );
+    let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "fsck finds usage as the inodes count it: {report}{err}");
+}

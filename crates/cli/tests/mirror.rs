@@ -1001,6 +1001,7 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
         tag: Some(tag(2)),
         capability: None,
         owner: None,
+        project: 0,
     };
     send(&write, b"copied").expect("the copy's bytes");
     let sync = |route: Route| StorageRequest::Sync {

@@ -1070,7 +1070,7 @@ fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
 // Goal: rolling upgrades: servers of this version serve a peer of the previous protocol
 // version, which neither sends nor understands what the newer one added: it registers a
 // session, reads the map, creates and opens a file, writes and reads its data, in frames of
-// the older version; what it cannot say (a storage pool request) is refused on the older
+// the older version; what it cannot say (a project's quota) is refused on the older
 // peer's side with the reason, not sent garbled or dropped. Method: a cluster of real
 // processes, and RPC clients that offer only the older protocol version in their handshake.
 #[test]
@@ -1152,16 +1152,24 @@ fn a_peer_one_protocol_version_older_is_served() {
 
         let refused = view
             .mgmt()
-            .create_pool("fast")
+            .set_quota(weft_proto::quota::QuotaRule {
+                kind: weft_proto::quota::QuotaKind::Project,
+                id: 7,
+                pool: weft_proto::StoragePoolId::DEFAULT,
+                limits: weft_proto::quota::QuotaLimits {
+                    hard_inodes: 10,
+                    ..Default::default()
+                },
+            })
             .await
-            .expect_err("the older version has no storage pool requests");
+            .expect_err("the older version has no project quotas");
         assert_eq!(
             refused.code(),
             weft_proto::ErrorCode::VersionMismatch,
             "{refused}"
         );
         assert!(
-            refused.to_string().contains("needs protocol version 4"),
+            refused.to_string().contains("needs protocol version 5"),
             "{refused}"
         );
     });

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, SlotSet};
 use weft_proto::messages::{FallocateMode, FileKind, InodeAttr, SizeReport};
+use weft_proto::quota::Owner;
 
 /// What this client knows of one file it has open, beyond its metadata server.
 #[derive(Default)]
@@ -40,8 +41,8 @@ struct Known {
     reported_end: u64,
     /// The size the metadata server last told.
     size: u64,
-    /// The owner and group the metadata server last told.
-    owner: (u32, u32),
+    /// The owner, group and project the metadata server last told.
+    owner: Owner,
     /// Changes of the data this client made (writes, allocations, punched ranges) and how
     /// many of them the metadata server has heard of: a report moves the file's mtime only
     /// when it covers a new one.
@@ -147,13 +148,23 @@ impl Shared {
 
     /// Notes a change that makes the file at least `end` bytes long and, for a write, the
     /// slots it wrote data to (an allocation writes none: its range reads as zeros with or
-    /// without an object).
-    fn note_write(&self, end: u64, written: SlotSet) {
+    /// without an object); answers the slots not noted before.
+    fn note_write(&self, end: u64, written: SlotSet) -> SlotSet {
         let mut known = self.known();
         known.written_end = known.written_end.max(end);
+        let mut added = written;
+        added.retain(|index| !known.written.contains(index));
         known.written.extend(written);
         known.data_version += 1;
         known.changes += 1;
+        added
+    }
+
+    /// Takes back the slots a write noted that failed (`note_write`'s answer): the metadata
+    /// server must not take a slot no write reached for one whose data is lost when its
+    /// object is missing (a write refused by a quota, onto a slot with no object yet).
+    fn unnote_written(&self, failed: SlotSet) {
+        self.known().written.retain(|index| !failed.contains(index));
     }
 
     /// Notes a change of the data that leaves its size alone (a punched or zeroed range):
@@ -333,7 +344,11 @@ impl OpenFiles {
         };
         let mut known = shared.known();
         known.size = attr.size;
-        known.owner = (attr.uid, attr.gid);
+        known.owner = Owner {
+            uid: attr.uid,
+            gid: attr.gid,
+            project: attr.project,
+        };
         if let Some(layout) = &attr.layout {
             if known.layout.as_deref() != Some(layout) {
                 known.layout = Some(Arc::new(layout.clone()));
@@ -596,7 +611,7 @@ impl OpenFile {
             admitted.finish();
             return Err(error);
         }
-        self.shared.note_write(end, written);
+        let noted = self.shared.note_write(end, written);
         let (client, shared) = (Arc::clone(&self.client), Arc::clone(&self.shared));
         let send = async move {
             let file = shared.file_ref();
@@ -608,6 +623,7 @@ impl OpenFile {
                 .await;
             if let Err(error) = sent {
                 tracing::warn!(inode = %shared.inode, %error, "a write-behind write failed");
+                shared.unnote_written(noted);
                 shared.record_error(error);
             }
             admitted.finish();

@@ -31,8 +31,8 @@ pub(crate) struct FileRef {
     pub(crate) inode: InodeId,
     /// Its truncate generation as the caller knows it.
     pub(crate) generation: u64,
-    /// Its owner and group as the caller knows them, for their space quotas.
-    pub(crate) owner: (u32, u32),
+    /// Its owner, group and project as the caller knows them, for their space quotas.
+    pub(crate) owner: weft_proto::quota::Owner,
 }
 
 impl FileRef {

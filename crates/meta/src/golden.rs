@@ -14,7 +14,7 @@ use crate::store::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
 use weft_proto::layout::{FileLayout, PatternKind, Slot, SlotSet, StripePattern};
 use weft_proto::messages::{
-    FileKind, InodeAttr, MetaRequest, MutationId, NewInode, Reply, Response, Timestamp,
+    FileKind, InodeAttr, MetaRequest, MutationId, Reply, Response, Timestamp,
 };
 use weft_proto::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 
@@ -70,6 +70,7 @@ fn file() -> InodeRecord {
         shards: Vec::new(),
         shard_of: 0,
         sealed: None,
+        project: 0,
     }
 }
 
@@ -85,25 +86,24 @@ fn directory() -> InodeRecord {
         shard_of: inode(6).0,
         sealed: Some((2, 9)),
         symlink: Some("unused".into()),
+        project: 42,
         ..file()
     }
 }
 
+/// The request a mkdir intent keeps: the directory's inode on its home.
 fn mkdir() -> MetaRequest {
-    MetaRequest::Create {
-        mutation: mutation(),
+    MetaRequest::CreateDirInode {
+        coordinator: NodeId(1),
+        intent: 3,
         parent: inode(1),
-        name: "d".into(),
-        new: NewInode {
-            kind: FileKind::Directory,
-            mode: 0o755,
-            uid: 0,
-            gid: 0,
-            umask: 0o022,
-            rdev: 0,
-            symlink: None,
-        },
-        open: None,
+        mode: 0o2755,
+        uid: 1000,
+        gid: 100,
+        pattern: pattern(),
+        acls: vec![("system.posix_acl_default".into(), vec![2, 0, 0, 0])],
+        shard_of: None,
+        project: 42,
     }
 }
 
@@ -256,5 +256,115 @@ fn stored_records_keep_their_bytes() {
         now.lines().count(),
         recorded.lines().count(),
         "records added or removed"
+    );
+}
+
+// Goal: an inode record of format version 2 (before projects) reads as in no project.
+#[test]
+fn inode_records_of_version_2_decode() {
+    const DIRECTORY_V2: &str = "0201a40302e80764802000020206040a060200010080802002010106756e7573656481808080808040ac02018780808080804086808080808040010209";
+    let bytes: Vec<u8> = (0..DIRECTORY_V2.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&DIRECTORY_V2[at..at + 2], 16).expect("hex"))
+        .collect();
+    assert_eq!(
+        InodeRecord::decode(5, &bytes).expect("decodes"),
+        InodeRecord {
+            project: 0,
+            ..directory()
+        }
+    );
+}
+
+// Goal: the intents and replies of a store written by protocol version 4 are converted when
+// it opens: a directory-inode request and attributes read on, in no project.
+#[test]
+fn intents_and_replies_of_version_4_are_converted() {
+    use redb::{TableDefinition, TableHandle};
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = redb::Database::create(dir.path().join("meta.redb")).expect("a store");
+    let intent = |project| Intent {
+        mutation: mutation(),
+        op: IntentOp::Mkdir(MkdirIntent {
+            parent: inode(1),
+            name: "d".into(),
+            home: NodeId(2),
+            request: match mkdir() {
+                MetaRequest::CreateDirInode {
+                    coordinator,
+                    intent,
+                    parent,
+                    mode,
+                    uid,
+                    gid,
+                    pattern,
+                    acls,
+                    shard_of,
+                    ..
+                } => MetaRequest::CreateDirInode {
+                    coordinator,
+                    intent,
+                    parent,
+                    mode,
+                    uid,
+                    gid,
+                    pattern,
+                    acls,
+                    shard_of,
+                    project,
+                },
+                _ => unreachable!("a directory-inode request"),
+            },
+        }),
+    };
+    {
+        let txn = db.begin_write().expect("a transaction");
+        let old: TableDefinition<u64, &[u8]> = TableDefinition::new("intents");
+        let bytes = weft_proto::wire::in_version(4, || postcard::to_stdvec(&intent(42)))
+            .expect("encodes in version 4");
+        txn.open_table(old)
+            .expect("the old table")
+            .insert(7, bytes.as_slice())
+            .expect("stored");
+        let old: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
+        let reply: Reply = Ok(Response::Attr(directory().to_attr(inode(5))));
+        let bytes = weft_proto::wire::in_version(4, || postcard::to_stdvec(&reply))
+            .expect("encodes in version 4");
+        txn.open_table(old)
+            .expect("the old table")
+            .insert((7, 9), bytes.as_slice())
+            .expect("stored");
+        txn.commit().expect("committed");
+    }
+    crate::store::create_tables(&db).expect("the store opens");
+    let txn = db.begin_read().expect("a read");
+    let table = txn.open_table(crate::store::INTENTS).expect("the intents");
+    let stored = table.get(7).expect("read").expect("the intent is kept");
+    let converted: Intent = postcard::from_bytes(stored.value()).expect("decodes");
+    assert_eq!(
+        format!("{:?}", converted.op),
+        format!("{:?}", intent(0).op),
+        "the intent reads on, its directory in no project"
+    );
+    let replies = txn.open_table(crate::store::REPLIES).expect("the replies");
+    let stored = replies
+        .get((7, 9))
+        .expect("read")
+        .expect("the reply is kept");
+    assert_eq!(
+        crate::store::stored_reply(stored.value()).expect("decodes"),
+        Response::Attr(
+            InodeRecord {
+                project: 0,
+                ..directory()
+            }
+            .to_attr(inode(5))
+        )
+    );
+    assert!(
+        !txn.list_tables()
+            .expect("tables")
+            .any(|table| ["intents", "replies"].contains(&table.name())),
+        "the old tables are gone"
     );
 }

@@ -35,12 +35,17 @@ pub(crate) const ENTRIES: TableDefinition<(u64, u64), (u64, u8, &str)> =
 /// The entries table as stored by a mutating operation.
 pub(crate) type Entries<'txn> = Table<'txn, (u64, u64), (u64, u8, &'static str)>;
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
-pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
+/// Replies kept for retries, encoded in the protocol version the table is named after (a
+/// store of an older version's table is converted when it opens: [`convert_from_version_4`]).
+pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies_v5");
 pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("disposals");
 pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
 pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
 pub(crate) const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
-pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("intents");
+/// Cross-server operations in flight (`ops/intent.rs`). An intent may hold a `MetaRequest`,
+/// encoded in the protocol version the table is named after; a store of an older version's
+/// table is converted when it opens ([`convert_from_version_4`]).
+pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("intents_v5");
 pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
 /// Per coordinating home: the intent id below which all its intents finished
@@ -83,6 +88,16 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     count_usage(&txn)?;
     txn.open_table(crate::usage::USAGE)?;
     migrate_entries(&txn)?;
+    convert_from_version_4::<u64, crate::ops::intent::Intent>(
+        &txn,
+        TableDefinition::new("intents"),
+        INTENTS,
+    )?;
+    convert_from_version_4::<(u64, u64), weft_proto::messages::Reply>(
+        &txn,
+        TableDefinition::new("replies"),
+        REPLIES,
+    )?;
     txn.commit()?;
     Ok(())
 }
@@ -139,8 +154,47 @@ fn migrate_entries(txn: &redb::WriteTransaction) -> Result<(), OpError> {
     Ok(())
 }
 
+/// Re-encodes the records of table `old` of a store written by protocol version 4 (intents
+/// holding requests, replies) in this version into `new`, and drops `old`. A field added
+/// since (a project) takes its default.
+fn convert_from_version_4<K, T>(
+    txn: &redb::WriteTransaction,
+    old: TableDefinition<K, &[u8]>,
+    new: TableDefinition<K, &[u8]>,
+) -> Result<(), OpError>
+where
+    K: redb::Key + 'static,
+    T: Serialize + serde::de::DeserializeOwned,
+{
+    if !txn.list_tables()?.any(|table| table.name() == old.name()) {
+        return Ok(());
+    }
+    let mut converted = 0u64;
+    {
+        let mut records = txn.open_table(new)?;
+        let stored = txn.open_table(old)?;
+        for item in stored.iter()? {
+            let (key, bytes) = item?;
+            let record: T = weft_proto::wire::in_version(4, || postcard::from_bytes(bytes.value()))
+                .map_err(|error| {
+                    StoreError::damaged(format!("a record of {}", old.name()), error)
+                })?;
+            let bytes = postcard::to_stdvec(&record).expect("records encode");
+            records.insert(key.value(), bytes.as_slice())?;
+            converted += 1;
+        }
+    }
+    txn.delete_table(old)?;
+    tracing::info!(
+        table = old.name(),
+        records = converted,
+        "records converted to protocol version 5"
+    );
+    Ok(())
+}
+
 /// Format version of inode records; older versions decode through explicit migrations.
-const INODE_FORMAT_VERSION: u8 = 2;
+const INODE_FORMAT_VERSION: u8 = 3;
 /// What the unused `next_cookie` of an inode record holds (cookies come from name hashes).
 pub(crate) const FIRST_COOKIE: u64 = 3;
 /// Cookie bits that number the names of one hash bucket: 256 names whose hashes collide can
@@ -182,6 +236,59 @@ pub(crate) struct InodeRecord {
     /// A shard sealed by the rmdir of its directory: (coordinator, intent). No entry is added
     /// while it is sealed.
     pub sealed: Option<(u32, u64)>,
+    /// The project whose quotas count it (0: none), taken from its directory at creation.
+    pub project: u32,
+}
+
+/// Version 2 of [`InodeRecord`], before projects.
+#[derive(Deserialize)]
+struct InodeRecordV2 {
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    rdev: u32,
+    atime: Timestamp,
+    mtime: Timestamp,
+    ctime: Timestamp,
+    truncate_generation: u64,
+    layout: Option<FileLayout>,
+    pattern: Option<StripePattern>,
+    symlink: Option<String>,
+    parent: u64,
+    next_cookie: u64,
+    shards: Vec<u64>,
+    shard_of: u64,
+    sealed: Option<(u32, u64)>,
+}
+
+impl From<InodeRecordV2> for InodeRecord {
+    fn from(v2: InodeRecordV2) -> InodeRecord {
+        InodeRecord {
+            kind: v2.kind,
+            mode: v2.mode,
+            nlink: v2.nlink,
+            uid: v2.uid,
+            gid: v2.gid,
+            size: v2.size,
+            rdev: v2.rdev,
+            atime: v2.atime,
+            mtime: v2.mtime,
+            ctime: v2.ctime,
+            truncate_generation: v2.truncate_generation,
+            layout: v2.layout,
+            pattern: v2.pattern,
+            symlink: v2.symlink,
+            parent: v2.parent,
+            next_cookie: v2.next_cookie,
+            shards: v2.shards,
+            shard_of: v2.shard_of,
+            sealed: v2.sealed,
+            project: 0,
+        }
+    }
 }
 
 /// Version 1 of [`InodeRecord`], before spread directories.
@@ -205,9 +312,9 @@ struct InodeRecordV1 {
     next_cookie: u64,
 }
 
-impl From<InodeRecordV1> for InodeRecord {
-    fn from(v1: InodeRecordV1) -> InodeRecord {
-        InodeRecord {
+impl From<InodeRecordV1> for InodeRecordV2 {
+    fn from(v1: InodeRecordV1) -> InodeRecordV2 {
+        InodeRecordV2 {
             kind: v1.kind,
             mode: v1.mode,
             nlink: v1.nlink,
@@ -269,6 +376,16 @@ impl InodeRecord {
             shards: Vec::new(),
             shard_of: 0,
             sealed: None,
+            project: 0,
+        }
+    }
+
+    /// Whose quotas count it.
+    pub fn owner(&self) -> weft_proto::quota::Owner {
+        weft_proto::quota::Owner {
+            uid: self.uid,
+            gid: self.gid,
+            project: self.project,
         }
     }
 
@@ -296,6 +413,7 @@ impl InodeRecord {
             pattern: self.pattern,
             parent: InodeId(self.parent),
             shards: self.shards.iter().copied().map(InodeId).collect(),
+            project: self.project,
         }
     }
 
@@ -310,8 +428,11 @@ impl InodeRecord {
             |error: postcard::Error| StoreError::damaged(format!("inode {inode:#x}"), error).into();
         match bytes.split_first() {
             Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
-            Some((1, rest)) => postcard::from_bytes::<InodeRecordV1>(rest)
+            Some((2, rest)) => postcard::from_bytes::<InodeRecordV2>(rest)
                 .map(InodeRecord::from)
+                .map_err(damaged),
+            Some((1, rest)) => postcard::from_bytes::<InodeRecordV1>(rest)
+                .map(|v1| InodeRecord::from(InodeRecordV2::from(v1)))
                 .map_err(damaged),
             Some((version, _)) => Err(OpError::inconsistent(format!(
                 "inode {inode:#x} has unknown format version {version}"

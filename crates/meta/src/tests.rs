@@ -968,6 +968,7 @@ async fn settled_intents_leave_no_markers_and_refuse_late_steps() {
             pattern: weft_proto::layout::StripePattern::DEFAULT,
             acls: Vec::new(),
             shard_of: None,
+            project: 0,
         };
         f.committer.run(Box::new(move |txn| {
             create_dir_inode(txn, NodeId(1), &request)

@@ -1,4 +1,4 @@
-//! What each user and group uses in each storage pool, kept in the same transaction as the
+//! What each user, group and project uses in each storage pool, kept in the same transaction as the
 //! inodes: every inode a mutating operation stores or removes goes through [`Inodes`], which
 //! takes the old record's use off and adds the new one's. `weft quota report` reads it
 //! ([`usage`]), `weft fsck` recounts it from the inodes ([`recount`]).
@@ -15,29 +15,14 @@ use weft_proto::ids::{InodeId, StoragePoolId};
 use weft_proto::messages::FileKind;
 use weft_proto::quota::{QuotaKind, QuotaUsage};
 
-/// (kind: 0 user, 1 group; user or group id; pool) → (bytes, inodes).
+/// (kind: 0 user, 1 group, 2 project; its id; pool) → (bytes, inodes).
 pub(crate) const USAGE: TableDefinition<(u8, u32, u16), (u64, u64)> = TableDefinition::new("usage");
 
 type Key = (u8, u32, u16);
 
-fn kind_key(kind: QuotaKind) -> u8 {
-    match kind {
-        QuotaKind::User => 0,
-        QuotaKind::Group => 1,
-    }
-}
-
-fn kind_from_key(key: u8) -> Option<QuotaKind> {
-    match key {
-        0 => Some(QuotaKind::User),
-        1 => Some(QuotaKind::Group),
-        _ => None,
-    }
-}
-
-/// The rows `record` counts in, with the bytes it uses there (and one inode each); none for
-/// a shard of a spread directory.
-fn charges(record: &InodeRecord) -> Option<([Key; 2], u64)> {
+/// The rows `record` counts in (its user's, its group's, its project's if it has one), with
+/// the bytes it uses there (and one inode each); none for a shard of a spread directory.
+fn charges(record: &InodeRecord) -> Option<(Vec<Key>, u64)> {
     if record.shard_of != 0 {
         return None;
     }
@@ -47,13 +32,12 @@ fn charges(record: &InodeRecord) -> Option<([Key; 2], u64)> {
     } else {
         0
     };
-    Some((
-        [
-            (kind_key(QuotaKind::User), record.uid, pool),
-            (kind_key(QuotaKind::Group), record.gid, pool),
-        ],
-        bytes,
-    ))
+    let keys = record
+        .owner()
+        .ids()
+        .map(|(kind, id)| (kind.key(), id, pool))
+        .collect();
+    Some((keys, bytes))
 }
 
 /// The pool an inode's use counts in: a file's layout's, a directory's pattern's.
@@ -111,7 +95,7 @@ impl<'txn> Inodes<'txn> {
         Ok(())
     }
 
-    fn charge(&mut self, (keys, bytes): ([Key; 2], u64), add: bool) -> Result<(), OpError> {
+    fn charge(&mut self, (keys, bytes): (Vec<Key>, u64), add: bool) -> Result<(), OpError> {
         for key in keys {
             let (used, inodes) = self.usage.get(key)?.map_or((0, 0), |v| v.value());
             let (used, inodes) = if add {
@@ -199,7 +183,7 @@ pub(crate) fn usage(
     for item in table.iter()? {
         let (key, value) = item?;
         let (kind, id, pool) = key.value();
-        let Some(kind) = kind_from_key(kind) else {
+        let Some(kind) = QuotaKind::from_key(kind) else {
             continue;
         };
         let (bytes, inodes) = value.value();

@@ -55,13 +55,6 @@ const DRAINING: TableDefinition<u32, u64> = TableDefinition::new("draining");
 /// again.
 const REMOVED_TARGETS: TableDefinition<u32, u64> = TableDefinition::new("removed_targets");
 
-fn quota_kind_key(kind: QuotaKind) -> u8 {
-    match kind {
-        QuotaKind::User => 0,
-        QuotaKind::Group => 1,
-    }
-}
-
 /// A storage pool as stored: its [`PoolInfo`] but for the id, which is the key.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct PoolRecord {
@@ -531,7 +524,7 @@ impl MgmtStore {
 
     /// Commits `rule`, or removes its user's or group's rule in its pool when it sets no limit.
     pub fn set_quota(&self, rule: &QuotaRule) -> Result<(), MgmtError> {
-        let key = (quota_kind_key(rule.kind), rule.id, rule.pool.0);
+        let key = (rule.kind.key(), rule.id, rule.pool.0);
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut rules = txn.open_table(QUOTA_RULES).map_err(store_error)?;
@@ -579,12 +572,11 @@ impl MgmtStore {
             let key = key.value();
             let (kind, id, pool) = key;
             let (soft_bytes, hard_bytes, soft_inodes, hard_inodes) = value.value();
+            let Some(kind) = QuotaKind::from_key(kind) else {
+                continue;
+            };
             let rule = QuotaRule {
-                kind: if kind == 0 {
-                    QuotaKind::User
-                } else {
-                    QuotaKind::Group
-                },
+                kind,
                 id,
                 pool: StoragePoolId(pool),
                 limits: QuotaLimits {
@@ -606,7 +598,7 @@ impl MgmtStore {
         what: u8,
         since: Option<u64>,
     ) -> Result<(), MgmtError> {
-        let key = (quota_kind_key(rule.kind), rule.id, rule.pool.0, what);
+        let key = (rule.kind.key(), rule.id, rule.pool.0, what);
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;

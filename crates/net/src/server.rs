@@ -1331,6 +1331,7 @@ mod refusal_tests {
                 tag: None,
                 capability: None,
                 owner: None,
+                project: 0,
             })
         };
         // Six connections, one 16 MiB write each: two fit the 40 MiB budget.

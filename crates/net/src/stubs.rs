@@ -49,8 +49,8 @@ pub struct ObjectWrite {
     pub tag: Option<ChangeTag>,
     /// The file's capability, when the server wants one.
     pub capability: Option<Capability>,
-    /// The file's owner and group, for their space quotas.
-    pub owner: Option<(u32, u32)>,
+    /// The file's owner, group and project, for their space quotas.
+    pub owner: Option<weft_proto::quota::Owner>,
 }
 
 /// What a metadata server reports in its heartbeat (nothing, for a storage server).
@@ -898,7 +898,8 @@ impl StorageClient {
             object_offset: offset,
             tag,
             capability,
-            owner,
+            owner: owner.map(|owner| (owner.uid, owner.gid)),
+            project: owner.map_or(0, |owner| owner.project),
         });
         let response = self.rpc.call(&request, data).await?.0;
         expect_response!(self.rpc, response, Response::Written { len, verifier } => (len, verifier))
@@ -1015,7 +1016,7 @@ stubs! {
         pieces: Vec<weft_proto::messages::CopyPiece>,
         tag: Option<ChangeTag>,
         capabilities: (Option<Capability>, Option<Capability>),
-        owner: Option<(u32, u32)>,
+        owner: Option<weft_proto::quota::Owner>,
     ) -> (u32, u64) {
         CopyFrom {
             target: route.target,
@@ -1027,7 +1028,8 @@ stubs! {
             tag,
             capability: capabilities.0,
             source_capability: capabilities.1,
-            owner,
+            owner: owner.map(|owner| (owner.uid, owner.gid)),
+            project: owner.map_or(0, |owner| owner.project),
         } => Response::Written { len, verifier } => (len, verifier)
     }
 

@@ -23,10 +23,10 @@ use serde::{de::DeserializeOwned, Serialize};
 /// "WEFT" in little endian.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WEFT");
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The oldest protocol version this build speaks with a peer (in the handshake): one older
 /// than its own, for rolling upgrades.
-pub const PROTOCOL_VERSION_MIN: u16 = 3;
+pub const PROTOCOL_VERSION_MIN: u16 = 4;
 /// Size of the fixed header.
 pub const FRAME_HEADER_BYTES: usize = 32;
 /// A header flag: the request is one a server passes on to another (a mirror forward, a
@@ -269,12 +269,12 @@ mod tests {
     fn header_round_trip_and_golden_bytes() {
         let bytes = header().encode();
         assert_eq!(FrameHeader::decode(&bytes), Ok(header()));
-        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 4, 0, 0, 0]);
+        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 5, 0, 0, 0]);
         let older = FrameHeader {
             version: PROTOCOL_VERSION_MIN,
             ..header()
         };
-        assert_eq!(&older.encode()[4..6], &[3, 0]);
+        assert_eq!(&older.encode()[4..6], &[4, 0]);
         assert_eq!(FrameHeader::decode(&older.encode()), Ok(older));
         assert_eq!(&bytes[8..16], &42u64.to_le_bytes());
         assert_eq!(&bytes[28..32], &7u32.to_le_bytes());

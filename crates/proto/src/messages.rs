@@ -740,6 +740,10 @@ pub struct InodeAttr {
     /// [`crate::layout::dir_shard_of_name`]; the first is the directory itself. Empty for a
     /// directory on one server and for other kinds.
     pub shards: Vec<InodeId>,
+    /// The project whose quotas count the inode (a directory tree's, `weft quota project`);
+    /// 0 for none. New inodes take their directory's.
+    #[serde(default, with = "crate::wire::since_5")]
+    pub project: u32,
 }
 
 /// Attribute changes of a setattr.
@@ -757,6 +761,9 @@ pub struct AttrChanges {
     pub atime: Option<TimeSet>,
     /// New modification time.
     pub mtime: Option<TimeSet>,
+    /// New project (`weft quota project`; a client whose access the servers check may not).
+    #[serde(default, with = "crate::wire::since_5_set")]
+    pub project: Option<u32>,
 }
 
 /// One directory entry of a listing.
@@ -1097,6 +1104,9 @@ pub enum MetaRequest {
         acls: Vec<(String, Vec<u8>)>,
         /// For a shard of a spread directory: the directory it belongs to.
         shard_of: Option<InodeId>,
+        /// The project it inherits.
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
     },
     /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
     #[wire(tag = 23)]
@@ -1138,6 +1148,9 @@ pub enum MetaRequest {
         default_acl: Option<Vec<u8>>,
         /// The directory's default spread for new subdirectories, if any.
         default_spread: Option<Vec<u8>>,
+        /// The directory's project.
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
     },
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.
@@ -1171,6 +1184,9 @@ pub enum MetaRequest {
         no_replace: bool,
         /// The directory victim on a third server that the coordinator sealed empty.
         sealed_victim: Option<InodeId>,
+        /// The project of the inode moved (a directory of another project refuses it).
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
     },
     /// Server to server: the far half of a RENAME_EXCHANGE across servers: `name` in `parent`
     /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
@@ -1421,6 +1437,9 @@ pub enum StorageRequest {
         /// object of a user or group over its space quota is refused.
         #[serde(default, with = "crate::wire::since_4")]
         owner: Option<(u32, u32)>,
+        /// The file's project as the writer knows it, for its space quota (0: none).
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
     },
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
@@ -1606,6 +1625,9 @@ pub enum StorageRequest {
         source_capability: Option<Capability>,
         /// The written file's owner and group, for their space quotas.
         owner: Option<(u32, u32)>,
+        /// The written file's project, for its space quota (0: none).
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
     },
     /// A file's metadata server moving the file's object off `target` to target `to` (a
     /// plain object): the first push copies the whole object and starts watching it, each

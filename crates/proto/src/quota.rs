@@ -1,5 +1,6 @@
-//! Quotas: the space and inodes each user and group uses in each storage pool, and the
-//! limits on them.
+//! Quotas: the space and inodes each user, group and project uses in each storage pool, and
+//! the limits on them. A project is a directory tree: its inodes carry its id, which new
+//! inodes take from their directory (`weft quota project DIR ID` sets it on a tree).
 //!
 //! Every metadata home keeps what its inodes use, changed in the same transaction as the
 //! inodes (`meta/src/usage.rs`), and reports it with its heartbeats. Management keeps the
@@ -22,16 +23,62 @@ pub enum QuotaKind {
     /// A group id: the files of that group.
     #[wire(tag = 1)]
     Group,
+    /// A project id: the inodes of a directory tree.
+    #[wire(tag = 2, since = 5)]
+    Project,
 }
 
-/// What one user or group uses in one pool: the sizes of its files there, and its inodes (a
-/// file counts in its layout's pool, any other inode in its own pattern's pool or the
-/// default one). A file's size is its length, holes included.
+impl QuotaKind {
+    /// Its number in the keys of stored tables (the metadata servers' usage, management's
+    /// rules): the same as its wire tag, and never changed.
+    pub fn key(self) -> u8 {
+        match self {
+            QuotaKind::User => 0,
+            QuotaKind::Group => 1,
+            QuotaKind::Project => 2,
+        }
+    }
+
+    /// The kind a stored key names, if any.
+    pub fn from_key(key: u8) -> Option<QuotaKind> {
+        [QuotaKind::User, QuotaKind::Group, QuotaKind::Project]
+            .into_iter()
+            .find(|kind| kind.key() == key)
+    }
+}
+
+/// Whose quotas an inode counts in: its owner, its group and its project (0: none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// The owner.
+    pub uid: u32,
+    /// The group.
+    pub gid: u32,
+    /// The project, 0 for none.
+    pub project: u32,
+}
+
+impl Owner {
+    /// The ids of each kind that count the inode: user, group, and the project if it has one.
+    pub fn ids(self) -> impl Iterator<Item = (QuotaKind, u32)> {
+        [
+            Some((QuotaKind::User, self.uid)),
+            Some((QuotaKind::Group, self.gid)),
+            (self.project != 0).then_some((QuotaKind::Project, self.project)),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// What one user, group or project uses in one pool: the sizes of its files there, and its
+/// inodes (a file counts in its layout's pool, any other inode in its own pattern's pool or
+/// the default one). A file's size is its length, holes included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaUsage {
-    /// User or group.
+    /// User, group or project.
     pub kind: QuotaKind,
-    /// The user or group id.
+    /// The user, group or project id.
     pub id: u32,
     /// The pool.
     pub pool: StoragePoolId,
@@ -55,9 +102,9 @@ pub fn add_usage(into: &mut Vec<QuotaUsage>, more: &[QuotaUsage]) {
     into.extend(rows.into_values());
 }
 
-/// The limits of one user or group in one pool; 0 is no limit. Over a hard limit, or over a
-/// soft one for longer than the grace period, new inodes (for the inode limits) or writes
-/// that grow files (for the byte limits) are refused.
+/// The limits of one user, group or project in one pool; 0 is no limit. Over a hard limit, or
+/// over a soft one for longer than the grace period, new inodes (for the inode limits) or
+/// writes that grow files (for the byte limits) are refused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaLimits {
     /// Bytes that start the grace period.
@@ -77,12 +124,12 @@ impl QuotaLimits {
     }
 }
 
-/// The limits set on one user or group in one pool.
+/// The limits set on one user, group or project in one pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaRule {
-    /// User or group.
+    /// User, group or project.
     pub kind: QuotaKind,
-    /// The user or group id.
+    /// The user, group or project id.
     pub id: u32,
     /// The pool.
     pub pool: StoragePoolId,
@@ -90,7 +137,7 @@ pub struct QuotaRule {
     pub limits: QuotaLimits,
 }
 
-/// A rule with what its user or group uses and where it stands.
+/// A rule with what its user, group or project uses and where it stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaState {
     /// The rule.
@@ -109,12 +156,13 @@ pub struct QuotaState {
     pub inodes_blocked: bool,
 }
 
-/// A user or group that may not grow its use in a pool, as the cluster map lists them.
+/// A user, group or project that may not grow its use in a pool, as the cluster map lists
+/// them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QuotaBlock {
-    /// User or group.
+    /// User, group or project.
     pub kind: QuotaKind,
-    /// The user or group id.
+    /// The user, group or project id.
     pub id: u32,
     /// The pool.
     pub pool: StoragePoolId,
@@ -134,19 +182,21 @@ pub enum Growth {
 }
 
 impl crate::messages::ClusterMap {
-    /// Why a change of `growth` by the owner `(uid, gid)` in `pool` is refused, if it is:
-    /// the user or the group is blocked for it.
+    /// Why a change of `growth` of an inode of `owner` in `pool` is refused, if it is: its
+    /// user, group or project is blocked for it.
     pub fn quota_refusal(
         &self,
-        (uid, gid): (u32, u32),
+        owner: Owner,
         pool: StoragePoolId,
         growth: Growth,
     ) -> Option<crate::error::WireError> {
-        self.quota_refusal_of(QuotaKind::User, uid, pool, growth)
-            .or_else(|| self.quota_refusal_of(QuotaKind::Group, gid, pool, growth))
+        owner
+            .ids()
+            .find_map(|(kind, id)| self.quota_refusal_of(kind, id, pool, growth))
     }
 
-    /// Why a change of `growth` by the user or group `id` in `pool` is refused, if it is.
+    /// Why a change of `growth` by the user, group or project `id` in `pool` is refused, if
+    /// it is.
     pub fn quota_refusal_of(
         &self,
         kind: QuotaKind,

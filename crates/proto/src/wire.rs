@@ -71,6 +71,29 @@ fn encode_since<const SINCE: u16, T: serde::Serialize, S: serde::Serializer>(
     }
 }
 
+/// Encodes a field added in protocol version `SINCE` that an older peer must not go without:
+/// nothing for an older peer when it is unset, refused with `refusal` when it is set.
+///
+/// # Errors
+/// As `value`'s own encoding; for an older peer, the field when it is set.
+fn encode_set_since<const SINCE: u16, T, S>(
+    value: &T,
+    serializer: S,
+    refusal: &'static str,
+) -> Result<S::Ok, S::Error>
+where
+    T: serde::Serialize + since_3::Unset,
+    S: serde::Serializer,
+{
+    if version() >= SINCE {
+        value.serialize(serializer)
+    } else if value.is_unset() {
+        serializer.serialize_unit()
+    } else {
+        Err(too_new(refusal))
+    }
+}
+
 /// Decodes a field added in protocol version `SINCE`, or gives its default for a message of
 /// an older version.
 ///
@@ -148,15 +171,11 @@ pub mod since_3 {
         value: &T,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        if super::version() >= 3 {
-            value.serialize(serializer)
-        } else if value.is_unset() {
-            serializer.serialize_unit()
-        } else {
-            Err(super::too_new(
-                "a field of protocol version 3 is set, and the peer speaks an older one",
-            ))
-        }
+        super::encode_set_since::<3, T, S>(
+            value,
+            serializer,
+            "a field of protocol version 3 is set, and the peer speaks an older one",
+        )
     }
 
     /// Decodes the field, or gives its default for a message of version 2.
@@ -223,5 +242,66 @@ pub mod since_4 {
         deserializer: D,
     ) -> Result<T, D::Error> {
         super::decode_since::<4, T, D>(deserializer)
+    }
+}
+
+/// A field added in protocol version 5 (project quotas: an inode's project, carried where
+/// its owner is): left out of encodings for version 4 when it has its default, and its
+/// default when decoded from version 4.
+pub mod since_5 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes `value`, or nothing for a peer of version 4.
+    ///
+    /// # Errors
+    /// As `value`'s own encoding.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::encode_since::<5, T, S>(value, serializer)
+    }
+
+    /// Decodes the field, or gives its default for a message of version 4.
+    ///
+    /// # Errors
+    /// As `T`'s own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        super::decode_since::<5, T, D>(deserializer)
+    }
+}
+
+/// A field added in protocol version 5 that an older peer must not go without (the project a
+/// setattr gives an inode, an `Option`): left out of encodings for version 4 when it is
+/// `None`, refused when it is set; its default when decoded from version 4.
+pub mod since_5_set {
+    use super::since_3::Unset;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes `value`; for a peer of version 4, nothing when it is unset.
+    ///
+    /// # Errors
+    /// As `value`'s own encoding; for a peer of version 4, the field when it is set.
+    pub fn serialize<T: Serialize + Unset, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::encode_set_since::<5, T, S>(
+            value,
+            serializer,
+            "a field of protocol version 5 is set, and the peer speaks an older one",
+        )
+    }
+
+    /// Decodes the field, or gives its default for a message of version 4.
+    ///
+    /// # Errors
+    /// As `T`'s own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        super::decode_since::<5, T, D>(deserializer)
     }
 }

@@ -96,6 +96,7 @@ fn attr() -> InodeAttr {
         pattern: Some(pattern()),
         parent: inode(1),
         shards: vec![inode(6)],
+        project: 42,
     }
 }
 
@@ -210,7 +211,7 @@ fn cluster_map() -> ClusterMap {
 
 fn quota_usage() -> weft_proto::quota::QuotaUsage {
     weft_proto::quota::QuotaUsage {
-        kind: weft_proto::quota::QuotaKind::Group,
+        kind: weft_proto::quota::QuotaKind::Project,
         id: 1001,
         pool: StoragePoolId(2),
         bytes: 1 << 40,
@@ -401,6 +402,7 @@ fn meta_requests() -> Vec<MetaRequest> {
                     seconds: 9,
                     nanos: 1,
                 })),
+                project: None,
             },
         },
         MetaRequest::Create {
@@ -515,6 +517,7 @@ fn meta_requests() -> Vec<MetaRequest> {
             pattern: pattern(),
             acls: vec![("system.posix_acl_default".into(), vec![2, 0, 0, 0])],
             shard_of: Some(inode(2)),
+            project: 42,
         },
         MetaRequest::SetShards {
             dir: inode(2),
@@ -534,6 +537,7 @@ fn meta_requests() -> Vec<MetaRequest> {
             pattern: pattern(),
             default_acl: None,
             default_spread: Some(b"4".to_vec()),
+            project: 42,
         },
         MetaRequest::RemoveDirInode { inode: inode(3) },
         MetaRequest::RemoteReferences,
@@ -546,6 +550,7 @@ fn meta_requests() -> Vec<MetaRequest> {
             kind: FileKind::Symlink,
             no_replace: false,
             sealed_victim: None,
+            project: 42,
         },
         MetaRequest::ExchangeDentry {
             coordinator: NodeId(1),
@@ -614,6 +619,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             tag: change_tag(),
             capability: Some(capability()),
             owner: Some((1001, 2002)),
+            project: 42,
         },
         StorageRequest::Bench {
             op: StorageBenchOp::Start {
@@ -705,6 +711,7 @@ fn storage_requests() -> Vec<StorageRequest> {
             capability: Some(capability()),
             source_capability: Some(capability()),
             owner: Some((1000, 100)),
+            project: 42,
         },
         StorageRequest::Push {
             target: TargetId(1),
@@ -1014,7 +1021,7 @@ fn encodings() -> String {
         );
     }
     // What a peer of the older version sends and is sent: the same messages without what
-    // version 4 added.
+    // version 5 added.
     let older = PROTOCOL_VERSION_MIN;
     for request in requests() {
         let name = format!("Request::{}", request.op_name());
@@ -1124,68 +1131,73 @@ fn messages_keep_their_bytes() {
 }
 
 // Goal: a message of the older version decodes into this version's type, with what version
-// 4 added at its default, and what the older version cannot say is refused for it, not
-// dropped: the storage pool requests.
+// 5 added at its default, and what the older version cannot say is refused for it, not
+// dropped: a project's quota, a setattr that gives a project.
 #[test]
 fn the_older_version_decodes_and_is_spoken() {
     let older = PROTOCOL_VERSION_MIN;
+    let decode_older = |reply: &Reply| -> Reply {
+        let bytes = encode_body_in(older, reply).expect("encodes for version 4");
+        weft_proto::codec::decode_body_in::<Reply>(older, &bytes).expect("decodes")
+    };
     let map: Reply = Ok(Response::ClusterMap(cluster_map()));
-    let bytes = encode_body_in(older, &map).expect("encodes for version 3");
-    let Ok(Ok(Response::ClusterMap(decoded))) =
-        weft_proto::codec::decode_body_in::<Reply>(older, &bytes)
-    else {
-        panic!("a map")
+    assert_eq!(
+        decode_older(&map),
+        map,
+        "the map did not change in version 5"
+    );
+    let Ok(Response::Attr(decoded)) = decode_older(&Ok(Response::Attr(attr()))) else {
+        panic!("attributes")
     };
     assert_eq!(
         decoded,
-        ClusterMap {
-            pools: Vec::new(),
-            epoch: 0,
-            quota_blocked: Vec::new(),
-            targets: cluster_map()
-                .targets
-                .into_iter()
-                .map(|target| TargetInfo {
-                    draining: false,
-                    ..target
-                })
-                .collect(),
-            ..cluster_map()
+        InodeAttr {
+            project: 0,
+            ..attr()
         },
-        "a peer of version 3 gets the map without the pools' names and limits, or its epoch"
+        "a peer of version 4 gets attributes without the project"
     );
-    let version_4 = mgmt_requests()
-        .into_iter()
-        .filter(|request| {
-            matches!(
-                request,
-                MgmtRequest::CreatePool { .. }
-                    | MgmtRequest::RemovePool { .. }
-                    | MgmtRequest::MovePoolTargets { .. }
-                    | MgmtRequest::SetPoolLimits { .. }
-                    | MgmtRequest::WatchClusterMap { .. }
-                    | MgmtRequest::SetQuota { .. }
-                    | MgmtRequest::GetQuotas
-                    | MgmtRequest::DrainTarget { .. }
-                    | MgmtRequest::RemoveTarget { .. }
-            )
-        })
-        .collect::<Vec<_>>();
-    assert_eq!(version_4.len(), 9);
-    for request in &version_4 {
-        assert!(
-            encode_body_in(older, request)
-                .is_err_and(|error| error.contains("needs protocol version 4")),
-            "{request:?} is not sent to a peer of version 3"
-        );
-    }
-    let pool: Reply = Ok(Response::Pool(pool()));
+    let write = &storage_requests()[0];
+    let bytes = encode_body_in(older, write).expect("a write encodes for version 4");
+    let decoded: StorageRequest =
+        weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
+    let StorageRequest::Write { project, owner, .. } = decoded else {
+        panic!("a write")
+    };
+    assert_eq!(
+        (project, owner),
+        (0, Some((1001, 2002))),
+        "a server of version 4 checks the owner's quotas, not the project's"
+    );
+    let usage: Reply = Ok(Response::QuotaUsage(vec![quota_usage()]));
     assert!(
-        encode_body_in(older, &pool).is_err_and(|error| error.contains("needs protocol version 4"))
+        encode_body_in(older, &usage)
+            .is_err_and(|error| error.contains("needs protocol version 5")),
+        "a project's usage is not sent to a peer of version 4"
     );
-    // What version 3 added is spoken with it.
-    let confining = &mgmt_requests()[12];
-    let bytes = encode_body_in(older, confining).expect("a subtree rule encodes for version 3");
-    let decoded: MgmtRequest = weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
-    assert_eq!(&decoded, confining);
+    let project_rule = MgmtRequest::SetQuota {
+        rule: weft_proto::quota::QuotaRule {
+            kind: weft_proto::quota::QuotaKind::Project,
+            ..quota_rule()
+        },
+    };
+    assert!(encode_body_in(older, &project_rule)
+        .is_err_and(|error| error.contains("needs protocol version 5")));
+    let set_project = MetaRequest::SetAttr {
+        mutation: mutation(),
+        inode: inode(5),
+        changes: AttrChanges {
+            project: Some(42),
+            ..AttrChanges::default()
+        },
+    };
+    assert!(
+        encode_body_in(older, &set_project)
+            .is_err_and(|error| error.contains("protocol version 5")),
+        "a setattr that gives a project is refused for a server that would drop it"
+    );
+    let chmod = &meta_requests()[2];
+    let bytes = encode_body_in(older, chmod).expect("a setattr without a project encodes");
+    let decoded: MetaRequest = weft_proto::codec::decode_body_in(older, &bytes).expect("decodes");
+    assert_eq!(&decoded, chmod);
 }

@@ -557,6 +557,7 @@ impl Mirror {
                         tag: Some(self.step_tag(primary, start)),
                         capability: None,
                         owner: None,
+                        project: 0,
                     };
                     self.send_step(member, write, data).await?;
                 }

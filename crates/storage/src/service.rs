@@ -419,6 +419,7 @@ impl Storage {
             pieces,
             tag,
             owner,
+            project,
             ..
         } = request
         else {
@@ -476,6 +477,7 @@ impl Storage {
             tag,
             capability: None,
             owner,
+            project,
         };
         Ok((write, payload.freeze()))
     }
@@ -619,8 +621,8 @@ impl Storage {
         Ok(copied)
     }
 
-    /// Refuses a client's write that grows a file whose owner or group is over its space
-    /// quota in this target's pool (as the cluster map lists them), with `QuotaExceeded`.
+    /// Refuses a client's write that grows a file whose owner, group or project is over its
+    /// space quota in this target's pool (as the cluster map lists them), with `QuotaExceeded`.
     /// Forwards are not checked: the primary decided for the group.
     fn quota_admits(
         &self,
@@ -631,7 +633,8 @@ impl Storage {
         let StorageRequest::Write {
             inode,
             object_offset,
-            owner: Some(owner),
+            owner: Some((uid, gid)),
+            project,
             mirror,
             ..
         } = request
@@ -645,8 +648,12 @@ impl Storage {
         let Some(pool) = map.target(target.id).map(|t| t.pool) else {
             return Ok(());
         };
-        let Some(refusal) = map.quota_refusal(*owner, pool, weft_proto::quota::Growth::Bytes)
-        else {
+        let owner = weft_proto::quota::Owner {
+            uid: *uid,
+            gid: *gid,
+            project: *project,
+        };
+        let Some(refusal) = map.quota_refusal(owner, pool, weft_proto::quota::Growth::Bytes) else {
             return Ok(());
         };
         let object = ObjectId::new(Space::of(*mirror), *inode);

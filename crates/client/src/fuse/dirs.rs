@@ -166,6 +166,7 @@ mod tests {
             pattern: None,
             parent: InodeId(0),
             shards: Vec::new(),
+            project: 0,
         }
     }
 

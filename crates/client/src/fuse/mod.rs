@@ -652,6 +652,7 @@ impl Filesystem for WeftFs {
             size,
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
+            project: None,
         };
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {

@@ -118,12 +118,16 @@ pub(crate) fn create(
         entry.new.umask,
     )?;
 
-    // A user or group over its inode quota in the pool makes no new inode.
+    // A user, group or project over its inode quota in the pool makes no new inode.
     let (_, gid) = owner_group_and_mode(&parent, is_dir, mode, entry.new.gid);
-    if let Some(refusal) =
-        context
-            .map
-            .quota_refusal((entry.new.uid, gid), pattern.pool, Growth::Inode)
+    let owner = weft_proto::quota::Owner {
+        uid: entry.new.uid,
+        gid,
+        project: parent.project,
+    };
+    if let Some(refusal) = context
+        .map
+        .quota_refusal(owner, pattern.pool, Growth::Inode)
     {
         return Err(OpError::Rejected(refusal));
     }
@@ -158,6 +162,7 @@ pub(crate) fn create(
         shards: Vec::new(),
         shard_of: 0,
         sealed: None,
+        project: parent.project,
     };
     store_inode(&mut inodes, inode, &record)?;
     insert_dentry(
@@ -211,6 +216,7 @@ pub(crate) fn link(
         ));
     }
     let mut parent = load_dir(&inodes, new_parent)?;
+    super::check_project(parent.project, record.project)?;
     if load_dentry(&entries, new_parent, new_name)?.is_some() {
         return Err(OpError::rejected(
             ErrorCode::Exists,

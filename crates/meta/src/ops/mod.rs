@@ -25,3 +25,23 @@ pub(crate) struct OpContext {
     /// The cluster map when the operation was queued.
     pub map: Arc<ClusterMap>,
 }
+
+/// Refuses a name in a directory of project `dir_project` for an inode of another project
+/// (EXDEV, as XFS and Lustre do: `mv` then copies, and the copy counts in the directory's
+/// project). A directory outside every project (0) takes any inode, which keeps its project.
+pub(crate) fn check_project(dir_project: u32, project: u32) -> Result<(), crate::store::OpError> {
+    if dir_project == 0 || dir_project == project {
+        return Ok(());
+    }
+    Err(crate::store::OpError::rejected(
+        weft_proto::ErrorCode::CrossDevice,
+        format!(
+            "the directory belongs to project {dir_project} and the entry to {}: \
+             it moves by copying",
+            match project {
+                0 => "none".to_string(),
+                project => format!("project {project}"),
+            }
+        ),
+    ))
+}

@@ -122,6 +122,15 @@ pub(crate) fn rename(
             "dentry kind matches the inode"
         );
     }
+    if new_parent != parent {
+        // The project of an inode living elsewhere is taken as its old directory's.
+        let project = if source_local {
+            load_inode(&inodes, source.child)?.project
+        } else {
+            load_dir(&inodes, parent)?.project
+        };
+        super::check_project(load_dir(&inodes, new_parent)?.project, project)?;
+    }
 
     if source_is_dir
         && new_parent != parent
@@ -159,6 +168,9 @@ pub(crate) fn rename(
                     ErrorCode::InvalidArgument,
                     "cannot move a directory into its own subtree",
                 ));
+            }
+            if new_parent != parent {
+                super::check_project(load_dir(&inodes, parent)?.project, victim_record.project)?;
             }
             return exchange(
                 &mut inodes,

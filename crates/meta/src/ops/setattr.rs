@@ -49,34 +49,35 @@ pub(crate) fn queue_truncate(
     })
 }
 
-/// Applies attribute changes; returns the new attributes and whether truncate work was queued.
-/// Refuses what a change would add to a user or group its quota blocks in the inode's pool
-/// (`QuotaExceeded`, EDQUOT): a chown hands the inode, and a file's bytes, to its new owner;
-/// a truncate that extends a file grows its bytes as a write would.
+/// Refuses what a change would add to a user, group or project its quota blocks in the
+/// inode's pool (`QuotaExceeded`, EDQUOT): a chown (or a change of project) hands the inode,
+/// and a file's bytes, to its new owner; a truncate that extends a file grows its bytes as a
+/// write would.
 fn quota_admits(
     map: &weft_proto::messages::ClusterMap,
     record: &InodeRecord,
     changes: &AttrChanges,
 ) -> Result<(), OpError> {
-    use weft_proto::quota::{Growth, QuotaKind};
+    use weft_proto::quota::{Growth, Owner};
     let pool = crate::usage::pool_of(record);
     let bytes = if record.kind == FileKind::Regular {
         record.size
     } else {
         0
     };
-    for (kind, now, new) in [
-        (QuotaKind::User, record.uid, changes.uid),
-        (QuotaKind::Group, record.gid, changes.gid),
-    ] {
-        let Some(new) = new.filter(|new| *new != now) else {
-            continue;
-        };
+    let now = record.owner();
+    let new = Owner {
+        uid: changes.uid.unwrap_or(now.uid),
+        gid: changes.gid.unwrap_or(now.gid),
+        project: changes.project.unwrap_or(now.project),
+    };
+    let counted: Vec<_> = now.ids().collect();
+    for (kind, id) in new.ids().filter(|ids| !counted.contains(ids)) {
         let refusal = map
-            .quota_refusal_of(kind, new, pool, Growth::Inode)
+            .quota_refusal_of(kind, id, pool, Growth::Inode)
             .or_else(|| {
                 (bytes > 0)
-                    .then(|| map.quota_refusal_of(kind, new, pool, Growth::Bytes))
+                    .then(|| map.quota_refusal_of(kind, id, pool, Growth::Bytes))
                     .flatten()
             });
         if let Some(refusal) = refusal {
@@ -84,17 +85,14 @@ fn quota_admits(
         }
     }
     if changes.size.is_some_and(|size| size > record.size) {
-        let owner = (
-            changes.uid.unwrap_or(record.uid),
-            changes.gid.unwrap_or(record.gid),
-        );
-        if let Some(refusal) = map.quota_refusal(owner, pool, Growth::Bytes) {
+        if let Some(refusal) = map.quota_refusal(new, pool, Growth::Bytes) {
             return Err(OpError::Rejected(refusal));
         }
     }
     Ok(())
 }
 
+/// Applies attribute changes; returns the new attributes and whether truncate work was queued.
 pub(crate) fn set_attr(
     txn: &WriteTransaction,
     inode: InodeId,
@@ -136,6 +134,9 @@ pub(crate) fn set_attr(
     }
     if let Some(gid) = changes.gid {
         record.gid = gid;
+    }
+    if let Some(project) = changes.project {
+        record.project = project;
     }
     if let Some(atime) = changes.atime {
         record.atime = resolve(atime);

@@ -128,6 +128,10 @@ impl Meta {
                 }
             }
             MetaRequest::SetAttr { inode, changes, .. } => {
+                if changes.project.is_some() {
+                    // Projects are the cluster's quotas: set by its members' tools.
+                    return Err(not_permitted("changing the project", *inode));
+                }
                 let attr = self.attr_of(*inode).await?;
                 check_set_attr(&attr, changes, caller)
             }
@@ -284,6 +288,7 @@ mod tests {
             pattern: None,
             parent: InodeId::new(NodeId(1), 1),
             shards: Vec::new(),
+            project: 0,
         }
     }
 

@@ -51,7 +51,7 @@ impl Meta {
                 open,
             } => {
                 if new.kind == FileKind::Regular {
-                    self.map_for(&self.parent_pattern(parent), std::time::Instant::now())
+                    self.map_for(&self.parent_pattern(parent).0, std::time::Instant::now())
                         .await;
                 }
                 if new.kind == FileKind::Directory {
@@ -96,11 +96,17 @@ impl Meta {
                     result
                 } else {
                     // A directory made on another server is checked against its creator's
-                    // inode quota here (a local create checks in its transaction).
-                    let pool = self.parent_pattern(parent).pool;
+                    // and its project's inode quotas here (a local create checks in its
+                    // transaction).
+                    let (pattern, project) = self.parent_pattern(parent);
+                    let owner = weft_proto::quota::Owner {
+                        uid: new.uid,
+                        gid: new.gid,
+                        project,
+                    };
                     if let Some(refusal) = self.cluster.map().quota_refusal(
-                        (new.uid, new.gid),
-                        pool,
+                        owner,
+                        pattern.pool,
                         weft_proto::quota::Growth::Inode,
                     ) {
                         return Err(refusal);
@@ -424,11 +430,18 @@ impl Meta {
     }
 
     /// The stripe pattern of directory `parent`, or the default one.
-    fn parent_pattern(&self, parent: InodeId) -> weft_proto::layout::StripePattern {
-        self.read(|txn| Ok(crate::store::load_dir(&txn.open_table(INODES)?, parent)?.pattern))
-            .ok()
-            .flatten()
-            .unwrap_or(weft_proto::layout::StripePattern::DEFAULT)
+    /// The stripe pattern and the project new entries of `parent` take.
+    fn parent_pattern(&self, parent: InodeId) -> (weft_proto::layout::StripePattern, u32) {
+        let record = self
+            .read(|txn| crate::store::load_dir(&txn.open_table(INODES)?, parent))
+            .ok();
+        (
+            record
+                .as_ref()
+                .and_then(|record| record.pattern)
+                .unwrap_or(weft_proto::layout::StripePattern::DEFAULT),
+            record.map_or(0, |record| record.project),
+        )
     }
 
     /// The cluster map, fetched again when it does not know `pattern`'s pool or holds fewer

@@ -70,6 +70,7 @@ pub(crate) fn prepare_mkdir(
         pattern,
         acls: acls.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         shard_of: None,
+        project: parent_record.project,
     };
     let mkdir = MkdirIntent {
         parent,
@@ -116,6 +117,7 @@ pub(crate) fn create_dir_inode(
         pattern,
         acls,
         shard_of,
+        project,
     } = request
     else {
         return Err(OpError::rejected(
@@ -137,6 +139,7 @@ pub(crate) fn create_dir_inode(
     let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
     let mut record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
     record.shard_of = shard_of.map_or(0, |dir| dir.0);
+    record.project = *project;
     store_inode(&mut inodes, inode, &record)?;
     let inherited: Vec<(&'static str, Vec<u8>)> = acls
         .iter()

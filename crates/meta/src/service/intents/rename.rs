@@ -18,7 +18,7 @@ use crate::service::work::TARGET_RETRY;
 use crate::service::{rpc_error, Meta};
 use crate::store::{
     dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry, store_inode, take_name,
-    InodeRecord, OpError, ENTRIES, REMOTE_CREATED, XATTRS,
+    InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED, XATTRS,
 };
 use redb::{ReadableTable, WriteTransaction};
 use std::time::Duration;
@@ -76,6 +76,7 @@ pub(crate) fn insert_dentry_for(
         kind,
         no_replace,
         sealed_victim,
+        project,
     } = request
     else {
         return Err(OpError::rejected(
@@ -100,6 +101,7 @@ pub(crate) fn insert_dentry_for(
         ));
     }
     parent_record.accepts_new_name(*parent, name)?;
+    crate::ops::check_project(parent_record.project, *project)?;
     let mut replaced_elsewhere = 0;
     let mut replaced_dir = false;
     if let Some(victim) = load_dentry(&entries, *parent, name)? {
@@ -543,6 +545,17 @@ impl Meta {
                 Err(error) => return Err(rpc_error(error)),
             }
         }
+        // The project of the inode moved: its record's when it lives here, its old
+        // directory's otherwise.
+        let project = self.read(|txn| {
+            let inodes = txn.open_table(INODES)?;
+            let from = if child.home() == self.node {
+                *child
+            } else {
+                rename.parent
+            };
+            Ok(crate::store::load_inode(&inodes, from).map_or(0, |record| record.project))
+        })?;
         let outcome = match outcome {
             Err(error) => Err(error),
             Ok(()) => {
@@ -555,6 +568,7 @@ impl Meta {
                     kind: crate::store::kind_from_code(*kind_code),
                     no_replace: *no_replace,
                     sealed_victim: sealed,
+                    project,
                 };
                 self.ask_meta(new_parent.home(), request).await?
             }

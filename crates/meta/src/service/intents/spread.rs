@@ -87,6 +87,7 @@ pub(crate) fn sync_shard(
         pattern,
         default_acl,
         default_spread,
+        project,
     } = request
     else {
         return Err(OpError::rejected(
@@ -110,6 +111,7 @@ pub(crate) fn sync_shard(
     record.uid = *uid;
     record.gid = *gid;
     record.pattern = Some(*pattern);
+    record.project = *project;
     store_inode(&mut inodes, *shard, &record)?;
     let mut xattrs = txn.open_table(XATTRS)?;
     for (name, value) in [
@@ -270,6 +272,7 @@ impl Meta {
                     .unwrap_or(weft_proto::layout::StripePattern::DEFAULT),
                 default_acl: default_acl.clone(),
                 default_spread: default_spread.clone(),
+                project: record.project,
             };
             self.call_meta(shard.home(), request).await?;
         }
@@ -319,6 +322,7 @@ impl Meta {
                 gid,
                 pattern,
                 acls,
+                project,
                 ..
             } = request.clone()
             else {
@@ -334,6 +338,7 @@ impl Meta {
                 pattern,
                 acls,
                 shard_of: Some(dir.inode),
+                project,
             };
             let shard = self.call_meta_attr(*shard_home, shard_request).await?;
             shards.push(shard.inode);
