@@ -303,15 +303,20 @@ pub(crate) fn inode_of(path: &Path) -> Result<InodeId> {
 }
 
 /// Every entry of a tree, its top first, depth first in name order, with its metadata (not
-/// following symbolic links).
+/// following symbolic links). A directory is listed only when the entry after it is asked
+/// for, so what the caller does to a directory (its project, its pool) comes before the
+/// listing: an entry made in it meanwhile inherits it or is listed.
 pub(crate) struct Tree {
     pending: Vec<PathBuf>,
+    /// The directory last answered, not listed yet.
+    unlisted: Option<PathBuf>,
 }
 
 impl Tree {
     pub(crate) fn new(top: &Path) -> Tree {
         Tree {
             pending: vec![top.to_path_buf()],
+            unlisted: None,
         }
     }
 }
@@ -320,20 +325,31 @@ impl Iterator for Tree {
     type Item = Result<(PathBuf, std::fs::Metadata)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let path = self.pending.pop()?;
-        let listed = (|| {
-            let metadata = std::fs::symlink_metadata(&path)
-                .with_context(|| format!("cannot stat {}", path.display()))?;
-            if metadata.is_dir() {
-                let mut children: Vec<PathBuf> = std::fs::read_dir(&path)
-                    .and_then(|entries| entries.map(|entry| entry.map(|e| e.path())).collect())
-                    .with_context(|| format!("cannot list {}", path.display()))?;
-                children.sort();
-                self.pending.extend(children.into_iter().rev());
+        if let Some(dir) = self.unlisted.take() {
+            let listed: Result<Vec<PathBuf>> = std::fs::read_dir(&dir)
+                .and_then(|entries| entries.map(|entry| entry.map(|e| e.path())).collect())
+                .with_context(|| format!("cannot list {}", dir.display()));
+            match listed {
+                Ok(mut children) => {
+                    children.sort();
+                    self.pending.extend(children.into_iter().rev());
+                }
+                Err(error) => return Some(Err(error)),
             }
-            Ok(metadata)
-        })();
-        Some(listed.map(|metadata| (path, metadata)))
+        }
+        let path = self.pending.pop()?;
+        let metadata = match std::fs::symlink_metadata(&path) {
+            Ok(metadata) => metadata,
+            Err(error) => {
+                return Some(Err(
+                    anyhow::Error::new(error).context(format!("cannot stat {}", path.display()))
+                ))
+            }
+        };
+        if metadata.is_dir() {
+            self.unlisted = Some(path.clone());
+        }
+        Some(Ok((path, metadata)))
     }
 }
 

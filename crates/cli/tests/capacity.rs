@@ -690,6 +690,36 @@ fn a_project_quota_counts_a_directory_tree() {
         .output()
         .expect("mv");
     assert!(mv.status.success(), "{mv:?}");
+    fs::create_dir(mnt.join("dir-out")).expect("mkdir");
+    assert_eq!(
+        fs::rename(mnt.join("dir-out"), mnt.join("proj/sub/dir-in"))
+            .map_err(|error| error.raw_os_error()),
+        Err(Some(libc::EXDEV)),
+        "a directory renamed into another project"
+    );
+    fs::remove_dir(mnt.join("dir-out")).expect("rmdir");
+    let c_path = |name: &str| {
+        std::ffi::CString::new(mnt.join(name).into_os_string().into_encoded_bytes())
+            .expect("a path")
+    };
+    let (inside, outside) = (c_path("proj/sub/new"), c_path("old-out-of-tree"));
+    fs::write(mnt.join("old-out-of-tree"), b"swap me").expect("write");
+    // SAFETY: renameat2(2) reads two NUL-terminated paths.
+    let swapped = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            inside.as_ptr(),
+            libc::AT_FDCWD,
+            outside.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(
+        (swapped, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EXDEV)),
+        "an exchange across projects"
+    );
+    fs::remove_file(mnt.join("old-out-of-tree")).expect("unlink");
     fs::rename(mnt.join("proj/sub/new"), mnt.join("proj/sub/deeper/new"))
         .expect("a rename inside the project");
     fs::rename(mnt.join("proj/old"), mnt.join("old-out")).expect("a rename out of the tree");
@@ -724,6 +754,21 @@ fn a_project_quota_counts_a_directory_tree() {
     assert!(
         over_quota(fs::create_dir(mnt.join("proj/wide/e"))),
         "no new directory in the project"
+    );
+    let (made, _, err) = weft(
+        &cluster,
+        &[
+            "mkdir",
+            "--spread",
+            "2",
+            &path("proj/wide2"),
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(
+        !made && err.contains("quota"),
+        "no new spread directory in the project: {err}"
     );
     let mut new = fs::OpenOptions::new()
         .append(true)

@@ -37,6 +37,8 @@ struct Known {
     written_end: u64,
     /// The slots of the layout this client wrote to in `generation`, sent with every report.
     written: SlotSet,
+    /// Of those, the slots a write behind has reached in `generation`.
+    landed: SlotSet,
     /// Largest end already reported to the metadata server.
     reported_end: u64,
     /// The size the metadata server last told.
@@ -65,6 +67,7 @@ impl Known {
         self.generation = generation;
         self.written_end = 0;
         self.written = SlotSet::default();
+        self.landed = SlotSet::default();
         self.reported_end = 0;
     }
 }
@@ -160,11 +163,21 @@ impl Shared {
         added
     }
 
-    /// Takes back the slots a write noted that failed (`note_write`'s answer): the metadata
-    /// server must not take a slot no write reached for one whose data is lost when its
-    /// object is missing (a write refused by a quota, onto a slot with no object yet).
-    fn unnote_written(&self, failed: SlotSet) {
-        self.known().written.retain(|index| !failed.contains(index));
+    /// Settles a write behind of `written` (its slots): reached, or failed with the slots
+    /// it noted first (`note_write`'s answer) taken back but for those another write
+    /// reached. The metadata server must not take a slot no write reached for one whose data
+    /// is lost when its object is missing (a write refused by a quota, onto a slot with no
+    /// object yet).
+    fn settle_written(&self, written: SlotSet, noted: SlotSet, landed: bool) {
+        let mut known = self.known();
+        if landed {
+            known.landed.extend(written);
+            return;
+        }
+        let reached = known.landed;
+        known
+            .written
+            .retain(|index| !noted.contains(index) || reached.contains(index));
     }
 
     /// Notes a change of the data that leaves its size alone (a punched or zeroed range):
@@ -621,9 +634,9 @@ impl OpenFile {
                     on.data.write(on, file, &layout, offset, data.clone()).await
                 })
                 .await;
+            shared.settle_written(written, noted, sent.is_ok());
             if let Err(error) = sent {
                 tracing::warn!(inode = %shared.inode, %error, "a write-behind write failed");
-                shared.unnote_written(noted);
                 shared.record_error(error);
             }
             admitted.finish();

@@ -175,10 +175,16 @@ where
         let stored = txn.open_table(old)?;
         for item in stored.iter()? {
             let (key, bytes) = item?;
-            let record: T = weft_proto::wire::in_version(4, || postcard::from_bytes(bytes.value()))
-                .map_err(|error| {
-                    StoreError::damaged(format!("a record of {}", old.name()), error)
-                })?;
+            let decoded =
+                weft_proto::wire::in_version(4, || postcard::from_bytes::<T>(bytes.value()));
+            let record = match decoded {
+                Ok(record) => record,
+                Err(error) => {
+                    // As version 4 did: a record it could not read was passed over.
+                    tracing::warn!(table = old.name(), %error, "an unreadable record is left out");
+                    continue;
+                }
+            };
             let bytes = postcard::to_stdvec(&record).expect("records encode");
             records.insert(key.value(), bytes.as_slice())?;
             converted += 1;

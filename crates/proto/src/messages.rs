@@ -172,8 +172,8 @@ pub struct ClusterMap {
     /// 0 from a management of version 3.
     #[serde(default, with = "crate::wire::since_4")]
     pub epoch: u64,
-    /// Users and groups that may not grow their use in a pool (`quota.rs`).
-    #[serde(default, with = "crate::wire::since_4")]
+    /// Users, groups and projects that may not grow their use in a pool (`quota.rs`).
+    #[serde(default, with = "crate::quota::spoken_rows")]
     pub quota_blocked: Vec<crate::quota::QuotaBlock>,
 }
 
@@ -479,8 +479,9 @@ pub enum MgmtRequest {
         meta_inodes_used: Option<u64>,
         /// Mirror state of a storage server's targets.
         mirror: Option<MirrorHeartbeat>,
-        /// What each user and group uses in each pool, per metadata home this server serves.
-        #[serde(default, with = "crate::wire::since_4")]
+        /// What each user, group and project uses in each pool, per metadata home this
+        /// server serves.
+        #[serde(default, with = "crate::quota::spoken_rows_per_home")]
         quota_usage: Vec<(NodeId, Vec<crate::quota::QuotaUsage>)>,
         /// Per metadata home this server serves, for every target the map shows draining
         /// that the home looked for: how many of its files still use it (a slot of a layout,
@@ -1871,7 +1872,7 @@ pub struct ClusterStatus {
     /// Recent events (nodes going offline or coming back, targets filling up), oldest first.
     pub events: Vec<ClusterEvent>,
     /// Quota rules with their use and state.
-    #[serde(default, with = "crate::wire::since_4")]
+    #[serde(default, with = "crate::quota::spoken_rows")]
     pub quotas: Vec<crate::quota::QuotaState>,
 }
 
@@ -2200,12 +2201,12 @@ pub enum Response {
     /// A storage pool.
     #[wire(tag = 30, since = 4)]
     Pool(crate::pools::PoolInfo),
-    /// What users and groups use, per pool.
+    /// What users, groups and projects use, per pool.
     #[wire(tag = 31, since = 4)]
-    QuotaUsage(Vec<crate::quota::QuotaUsage>),
+    QuotaUsage(#[serde(with = "crate::quota::spoken_rows")] Vec<crate::quota::QuotaUsage>),
     /// Quota rules with their use and state.
     #[wire(tag = 32, since = 4)]
-    Quotas(Vec<crate::quota::QuotaState>),
+    Quotas(#[serde(with = "crate::quota::spoken_rows")] Vec<crate::quota::QuotaState>),
     /// A push of an object to another target is done ([`StorageRequest::Push`]).
     #[wire(tag = 33, since = 4)]
     Pushed {

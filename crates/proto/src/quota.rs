@@ -230,3 +230,103 @@ impl crate::messages::ClusterMap {
         ))
     }
 }
+
+/// A row of quota figures or rules, of one kind.
+pub trait QuotaRow {
+    /// Whose row it is.
+    fn kind(&self) -> QuotaKind;
+}
+
+impl QuotaRow for QuotaUsage {
+    fn kind(&self) -> QuotaKind {
+        self.kind
+    }
+}
+
+impl QuotaRow for QuotaBlock {
+    fn kind(&self) -> QuotaKind {
+        self.kind
+    }
+}
+
+impl QuotaRow for QuotaState {
+    fn kind(&self) -> QuotaKind {
+        self.rule.kind
+    }
+}
+
+/// Whether a peer of the protocol version being encoded reads rows of `kind`: one of
+/// version 4 knows no projects, and neither counts nor enforces them.
+fn spoken(kind: QuotaKind) -> bool {
+    kind != QuotaKind::Project || crate::wire::version() >= 5
+}
+
+/// Quota rows as the peer reads them: those of projects are left out for a peer of version
+/// 4 (its map, its heartbeats and its answers go on without them).
+pub mod spoken_rows {
+    use super::QuotaRow;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes the rows the peer reads.
+    ///
+    /// # Errors
+    /// As the rows' own encoding.
+    pub fn serialize<T: Serialize + QuotaRow, S: Serializer>(
+        rows: &[T],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let spoken: Vec<&T> = rows
+            .iter()
+            .filter(|row| super::spoken(row.kind()))
+            .collect();
+        spoken.serialize(serializer)
+    }
+
+    /// Decodes the rows.
+    ///
+    /// # Errors
+    /// As the rows' own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<T>, D::Error> {
+        Vec::deserialize(deserializer)
+    }
+}
+
+/// [`spoken_rows`] of each of a server's metadata homes.
+pub mod spoken_rows_per_home {
+    use super::QuotaRow;
+    use crate::ids::NodeId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Encodes the rows the peer reads, home by home.
+    ///
+    /// # Errors
+    /// As the rows' own encoding.
+    pub fn serialize<T: Serialize + QuotaRow, S: Serializer>(
+        homes: &[(NodeId, Vec<T>)],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let spoken: Vec<(&NodeId, Vec<&T>)> = homes
+            .iter()
+            .map(|(home, rows)| {
+                let rows = rows
+                    .iter()
+                    .filter(|row| super::spoken(row.kind()))
+                    .collect();
+                (home, rows)
+            })
+            .collect();
+        spoken.serialize(serializer)
+    }
+
+    /// Decodes the rows.
+    ///
+    /// # Errors
+    /// As the rows' own decoding.
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<(NodeId, Vec<T>)>, D::Error> {
+        Vec::deserialize(deserializer)
+    }
+}

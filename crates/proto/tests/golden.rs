@@ -1169,11 +1169,26 @@ fn the_older_version_decodes_and_is_spoken() {
         (0, Some((1001, 2002))),
         "a server of version 4 checks the owner's quotas, not the project's"
     );
-    let usage: Reply = Ok(Response::QuotaUsage(vec![quota_usage()]));
-    assert!(
-        encode_body_in(older, &usage)
-            .is_err_and(|error| error.contains("needs protocol version 5")),
+    // A project's rows are left out for it, and what it is sent goes on without them.
+    let user_usage = weft_proto::quota::QuotaUsage {
+        kind: weft_proto::quota::QuotaKind::User,
+        ..quota_usage()
+    };
+    let usage: Reply = Ok(Response::QuotaUsage(vec![quota_usage(), user_usage]));
+    assert_eq!(
+        decode_older(&usage),
+        Ok(Response::QuotaUsage(vec![user_usage])),
         "a project's usage is not sent to a peer of version 4"
+    );
+    let mut blocked = cluster_map();
+    blocked.quota_blocked.push(weft_proto::quota::QuotaBlock {
+        kind: weft_proto::quota::QuotaKind::Project,
+        ..blocked.quota_blocked[0]
+    });
+    assert_eq!(
+        decode_older(&Ok(Response::ClusterMap(blocked))),
+        map,
+        "a peer of version 4 gets the map without the blocked projects"
     );
     let project_rule = MgmtRequest::SetQuota {
         rule: weft_proto::quota::QuotaRule {

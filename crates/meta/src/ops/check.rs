@@ -596,7 +596,7 @@ fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpEr
             let was = stored.get(key).copied().unwrap_or_default();
             findings.problem(format!(
                 "{} {id} in pool {pool} is recorded as using {} bytes and {} inodes; its inodes use {} bytes and {} inodes",
-                if *kind == 0 { "user" } else { "group" },
+                kind_name(*kind),
                 was.0,
                 was.1,
                 count.0,
@@ -609,7 +609,7 @@ fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpEr
             differ = true;
             findings.problem(format!(
                 "{} {id} in pool {pool} is recorded as using {} bytes and {} inodes; it has no inode",
-                if *kind == 0 { "user" } else { "group" },
+                kind_name(*kind),
                 was.0,
                 was.1
             ));
@@ -619,7 +619,7 @@ fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpEr
         if let Some(txn) = findings.fix {
             let rows = crate::usage::rewrite(txn, &counted)?;
             findings.repaired(format!(
-                "recounted usage: {rows} rows of users and groups changed"
+                "recounted usage: {rows} rows of users, groups and projects changed"
             ));
         }
     }
@@ -798,4 +798,9 @@ pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<R
         out.extend(record.shards.iter().skip(1).map(|shard| InodeId(*shard)));
     }
     Ok(Response::Inodes(out))
+}
+
+/// The name of a kind of quota as the usage table stores it.
+fn kind_name(key: u8) -> &'static str {
+    weft_proto::quota::QuotaKind::from_key(key).map_or("unknown kind of", <&str>::from)
 }

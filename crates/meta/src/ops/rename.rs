@@ -122,13 +122,9 @@ pub(crate) fn rename(
             "dentry kind matches the inode"
         );
     }
-    if new_parent != parent {
-        // The project of an inode living elsewhere is taken as its old directory's.
-        let project = if source_local {
-            load_inode(&inodes, source.child)?.project
-        } else {
-            load_dir(&inodes, parent)?.project
-        };
+    if new_parent != parent && source_local {
+        // (The service checked an inode living elsewhere against its home's record.)
+        let project = load_inode(&inodes, source.child)?.project;
         super::check_project(load_dir(&inodes, new_parent)?.project, project)?;
     }
 

@@ -57,6 +57,7 @@ impl Meta {
                 if new.kind == FileKind::Directory {
                     // A parent with a default spread makes every new subdirectory spread.
                     if let Some(shards) = self.inherited_spread(parent).await {
+                        self.admits_directory(parent, &new)?;
                         return self
                             .mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
                             .await
@@ -95,22 +96,7 @@ impl Meta {
                     }
                     result
                 } else {
-                    // A directory made on another server is checked against its creator's
-                    // and its project's inode quotas here (a local create checks in its
-                    // transaction).
-                    let (pattern, project) = self.parent_pattern(parent);
-                    let owner = weft_proto::quota::Owner {
-                        uid: new.uid,
-                        gid: new.gid,
-                        project,
-                    };
-                    if let Some(refusal) = self.cluster.map().quota_refusal(
-                        owner,
-                        pattern.pool,
-                        weft_proto::quota::Growth::Inode,
-                    ) {
-                        return Err(refusal);
-                    }
+                    self.admits_directory(parent, &new)?;
                     let placement = Placement {
                         home,
                         shard_homes: Vec::new(),
@@ -126,6 +112,7 @@ impl Meta {
                 new,
                 shards,
             } => {
+                self.admits_directory(parent, &new)?;
                 self.mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
                     .await
             }
@@ -163,6 +150,9 @@ impl Meta {
                     })
                     .await
                 } else {
+                    self.check_project(inode, new_parent)
+                        .await
+                        .map_err(OpError::into_wire)?;
                     self.remote_link(mutation, inode, new_parent, new_name)
                         .await
                 }
@@ -430,6 +420,30 @@ impl Meta {
     }
 
     /// The stripe pattern of directory `parent`, or the default one.
+    /// Refuses a directory made through an intent (on another server, or spread) whose
+    /// creator or project is over its inode quota in the pool (a local create checks in its
+    /// transaction).
+    fn admits_directory(
+        &self,
+        parent: InodeId,
+        new: &weft_proto::messages::NewInode,
+    ) -> Result<(), weft_proto::error::WireError> {
+        let (pattern, project) = self.parent_pattern(parent);
+        let owner = weft_proto::quota::Owner {
+            uid: new.uid,
+            gid: new.gid,
+            project,
+        };
+        match self.cluster.map().quota_refusal(
+            owner,
+            pattern.pool,
+            weft_proto::quota::Growth::Inode,
+        ) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
     /// The stripe pattern and the project new entries of `parent` take.
     fn parent_pattern(&self, parent: InodeId) -> (weft_proto::layout::StripePattern, u32) {
         let record = self

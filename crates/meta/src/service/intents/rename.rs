@@ -294,6 +294,13 @@ impl Meta {
         } else {
             None
         };
+        if parent != new_parent {
+            // Between directories of different projects: EXDEV (`ops::check_project`).
+            self.check_project(child, new_parent).await?;
+            if let Some((other, _)) = other.filter(|_| flags.exchange) {
+                self.check_project(other, parent).await?;
+            }
+        }
         let is_dir = |kind: FileKind| kind == FileKind::Directory;
         let other_dir = flags.exchange && other.is_some_and(|(_, kind)| is_dir(kind));
         let moves_dirs = parent != new_parent && (is_dir(kind) || other_dir);
@@ -391,6 +398,28 @@ impl Meta {
             tracing::warn!(%error, "could not release the rename lock; its lease will end it");
         }
         result
+    }
+
+    /// The project of `inode`, from its record here or from its home.
+    pub(in crate::service) async fn project_of(&self, inode: InodeId) -> Result<u32, OpError> {
+        if inode.home() == self.node {
+            return self.read(|txn| {
+                Ok(crate::store::load_inode(&txn.open_table(INODES)?, inode)?.project)
+            });
+        }
+        let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
+        let attr = meta.get_attr(inode).await.map_err(rpc_error)?;
+        Ok(attr.project)
+    }
+
+    /// Refuses a name for `inode` in directory `dir` of another project (EXDEV), wherever
+    /// the two live. A one-server operation checks again in its transaction.
+    pub(in crate::service) async fn check_project(
+        &self,
+        inode: InodeId,
+        dir: InodeId,
+    ) -> Result<(), OpError> {
+        crate::ops::check_project(self.project_of(dir).await?, self.project_of(inode).await?)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -545,17 +574,13 @@ impl Meta {
                 Err(error) => return Err(rpc_error(error)),
             }
         }
-        // The project of the inode moved: its record's when it lives here, its old
-        // directory's otherwise.
-        let project = self.read(|txn| {
-            let inodes = txn.open_table(INODES)?;
-            let from = if child.home() == self.node {
-                *child
-            } else {
-                rename.parent
-            };
-            Ok(crate::store::load_inode(&inodes, from).map_or(0, |record| record.project))
-        })?;
+        // The project of the inode moved, for the new directory to check (an inode removed
+        // meanwhile has none).
+        let project = match self.project_of(*child).await {
+            Ok(project) => project,
+            Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => 0,
+            Err(error) => return Err(error),
+        };
         let outcome = match outcome {
             Err(error) => Err(error),
             Ok(()) => {
