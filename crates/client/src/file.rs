@@ -27,6 +27,10 @@ use weft_proto::messages::{FallocateMode, FileKind, InodeAttr, SizeReport};
 use weft_proto::quota::Owner;
 
 /// What this client knows of one file it has open, beyond its metadata server.
+/// Growth of a file by this client's writes after which it reports the size while the file
+/// stays open ([`Shared::report_when_grown`]).
+const REPORT_GROWTH_BYTES: u64 = 64 << 20;
+
 #[derive(Default)]
 struct Known {
     /// Open handles of this client.
@@ -39,6 +43,8 @@ struct Known {
     written: SlotSet,
     /// Of those, the slots a write behind has reached in `generation`.
     landed: SlotSet,
+    /// Whether a report of the size made while the file stays open is on its way.
+    reporting: bool,
     /// Largest end already reported to the metadata server.
     reported_end: u64,
     /// The size the metadata server last told.
@@ -82,6 +88,33 @@ pub(crate) struct Shared {
 impl Shared {
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {
         self.known.lock().expect("open file poisoned")
+    }
+
+    /// Reports the size in the background once this client's writes grew the file by
+    /// [`REPORT_GROWTH_BYTES`] since its last report, without waiting for a close or fsync:
+    /// a file's bytes count in its quotas from its reports, so a writer that keeps a file
+    /// open cannot go far past a quota unnoticed.
+    fn report_when_grown(self: &Arc<Self>, client: &Arc<Client>) {
+        {
+            let mut known = self.known();
+            if known.reporting
+                || known.written_end.saturating_sub(known.reported_end) < REPORT_GROWTH_BYTES
+            {
+                return;
+            }
+            known.reporting = true;
+        }
+        let (shared, client) = (Arc::clone(self), Arc::clone(client));
+        let report = async move {
+            if let Err(error) = shared.report_size(&client, false).await {
+                tracing::debug!(inode = %shared.inode, %error, "a size report of an open file failed");
+            }
+            shared.known().reporting = false;
+        };
+        match weft_net::stubs::acting_caller() {
+            Some(caller) => tokio::spawn(weft_net::stubs::acting_for(caller, report)),
+            None => tokio::spawn(report),
+        };
     }
 
     /// What a read goes by, read together: the size reads are clamped to (what the server
@@ -605,6 +638,7 @@ impl OpenFile {
             {
                 Ok(()) => {
                     self.shared.note_write(end, written);
+                    self.shared.report_when_grown(&self.client);
                     Ok(())
                 }
                 Err(error) => {
@@ -635,6 +669,9 @@ impl OpenFile {
                 })
                 .await;
             shared.settle_written(written, noted, sent.is_ok());
+            if sent.is_ok() {
+                shared.report_when_grown(&client);
+            }
             if let Err(error) = sent {
                 tracing::warn!(inode = %shared.inode, %error, "a write-behind write failed");
                 shared.record_error(error);
