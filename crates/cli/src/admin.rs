@@ -59,6 +59,12 @@ pub enum EntryCommand {
         /// as the file is striped over; those it is on already stay).
         #[arg(long, value_name = "ID,ID,…")]
         targets: Option<String>,
+        /// Restripe into chunks of this size (e.g. 1M), onto targets the file was never on.
+        #[arg(long)]
+        chunk_size: Option<String>,
+        /// Restripe over this many targets, onto targets the file was never on.
+        #[arg(long)]
+        num_targets: Option<u16>,
         /// A file or directory inside a Weft mount.
         path: PathBuf,
         #[command(flatten)]
@@ -637,11 +643,21 @@ pub fn entry(command: EntryCommand) -> Result<()> {
             EntryCommand::Migrate {
                 pool,
                 targets,
+                chunk_size,
+                num_targets,
                 path,
                 locator,
             } => {
                 let mgmt = locate(&locator, Some(&path))?;
-                crate::migrate::migrate(&mgmt, &path, pool, targets).await?;
+                let chunk = chunk_size.map(|size| parse_size(&size)).transpose()?;
+                let chunk = chunk
+                    .map(|chunk| {
+                        u32::try_from(chunk).map_err(|_| anyhow!("--chunk-size {chunk} is too large"))
+                    })
+                    .transpose()?;
+                let pattern = (chunk.is_some() || num_targets.is_some())
+                    .then(|| (chunk.unwrap_or(0), num_targets.unwrap_or(0)));
+                crate::migrate::migrate(&mgmt, &path, (pool, targets), pattern).await?;
             }
         }
         Ok(())

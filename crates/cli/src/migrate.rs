@@ -13,6 +13,8 @@ use weft_proto::layout::StripePattern;
 pub(crate) struct Destination {
     pub pool: Option<StoragePoolId>,
     pub targets: Vec<TargetId>,
+    /// The chunk size and width to restripe into (0: the file's own).
+    pub pattern: Option<(u32, u16)>,
 }
 
 /// What a migrate did.
@@ -24,13 +26,14 @@ struct Tally {
     directories: u64,
 }
 
-/// Moves `path` (a file, or every file under a directory) to `destination`; with a pool, the
-/// directories of the tree send their new files there too.
+/// Moves `path` (a file, or every file under a directory) to `destination` (a pool, targets,
+/// a pattern of another chunk size or width: `(chunk, width)`, 0 for the file's own); the
+/// directories of the tree give their new files the pool and the pattern too.
 pub(crate) async fn migrate(
     cluster: &Cluster,
     path: &Path,
-    pool: Option<String>,
-    targets: Option<String>,
+    (pool, targets): (Option<String>, Option<String>),
+    pattern: Option<(u32, u16)>,
 ) -> Result<()> {
     let (view, map) = connect(cluster).await?;
     let pool = match pool {
@@ -49,15 +52,21 @@ pub(crate) async fn migrate(
             .collect::<Result<Vec<_>>>()?,
         None => Vec::new(),
     };
-    if pool.is_none() && targets.is_empty() {
-        bail!("nowhere to move to: give --pool NAME or --targets ID,ID,…");
+    if pool.is_none() && targets.is_empty() && pattern.is_none() {
+        bail!(
+            "nowhere to move to: give --pool NAME, --targets ID,ID,… or --chunk-size and --num-targets"
+        );
     }
     let metadata = std::fs::symlink_metadata(path)
         .with_context(|| format!("cannot stat {}", path.display()))?;
     if metadata.is_dir() && !targets.is_empty() {
         bail!("--targets names the targets of one file: give --pool to move a tree");
     }
-    let destination = Destination { pool, targets };
+    let destination = Destination {
+        pool,
+        targets,
+        pattern,
+    };
     let mut tally = Tally::default();
     let client = if metadata.is_dir() {
         Some(cluster.client().await?)
@@ -67,9 +76,10 @@ pub(crate) async fn migrate(
     for entry in crate::admin::Tree::new(path) {
         let (path, metadata) = entry?;
         if metadata.is_dir() {
-            if let (Some(client), Some(pool)) = (&client, destination.pool) {
-                set_directory_pool(client, &path, pool).await?;
-                tally.directories += 1;
+            if let Some(client) = &client {
+                if set_directory_pattern(client, &path, &destination).await? {
+                    tally.directories += 1;
+                }
             }
         } else if metadata.is_file() {
             let slots = migrate_file(&view, &path, &destination).await?;
@@ -81,7 +91,7 @@ pub(crate) async fn migrate(
         }
     }
     println!(
-        "{} files looked at: {} moved ({} objects), {} already in place; {} directories send new files to the pool",
+        "{} files looked at: {} moved ({} objects), {} already in place; {} directories give their new files the new pool or pattern",
         tally.files,
         tally.moved,
         tally.slots,
@@ -97,7 +107,7 @@ async fn migrate_file(view: &ClusterView, path: &Path, to: &Destination) -> Resu
     let meta = view.meta(inode.home()).await?;
     loop {
         let (moving, done) = meta
-            .migrate(inode, to.pool, to.targets.clone())
+            .migrate(inode, to.pool, to.targets.clone(), to.pattern)
             .await
             .with_context(|| format!("cannot move {}", path.display()))?;
         if done {
@@ -110,27 +120,42 @@ async fn migrate_file(view: &ClusterView, path: &Path, to: &Destination) -> Resu
     }
 }
 
-/// Makes a directory's new files go to `pool`, keeping the rest of its pattern.
-async fn set_directory_pool(
+/// Gives a directory's new files the pool and the chunk size and width the files move to,
+/// keeping the rest of its pattern; answers whether it changed.
+async fn set_directory_pattern(
     client: &std::sync::Arc<weft_client::Client>,
     path: &Path,
-    pool: StoragePoolId,
-) -> Result<()> {
+    to: &Destination,
+) -> Result<bool> {
     let inode = inode_of(path)?;
     let attr = client
         .get_attr(inode)
         .await
         .with_context(|| format!("cannot read {}", path.display()))?;
     let Some(pattern) = attr.pattern else {
-        return Ok(());
+        return Ok(false);
     };
-    if pattern.pool == pool {
-        return Ok(());
+    let (chunk, width) = to.pattern.unwrap_or((0, 0));
+    let new = StripePattern {
+        pool: to.pool.unwrap_or(pattern.pool),
+        chunk_size_bytes: if chunk == 0 {
+            pattern.chunk_size_bytes
+        } else {
+            chunk
+        },
+        num_targets: if width == 0 {
+            pattern.num_targets
+        } else {
+            width
+        },
+        ..pattern
+    };
+    if new == pattern {
+        return Ok(false);
     }
-    let pattern = StripePattern { pool, ..pattern };
     client
-        .set_pattern(inode, pattern)
+        .set_pattern(inode, new)
         .await
-        .with_context(|| format!("cannot set the pool of {}", path.display()))?;
-    Ok(())
+        .with_context(|| format!("cannot set the pattern of {}", path.display()))?;
+    Ok(true)
 }

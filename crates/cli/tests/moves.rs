@@ -277,15 +277,22 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
     fsck_clean(&cluster);
 }
 
-// Goal: a move survives a crash of the file's metadata server at its two points of no return
-// (after the move is marked for its last copies, and after those copies were made and the
-// old objects sealed, before the layout switched), with a writer appending throughout: after
-// the restart the move finishes by itself, the writer's every record is there, and fsck is
-// clean. Method: fault-injection points end meta-1 at each step; the writer's requests meet
-// sealed objects and wait for the new layout across the restart.
+// Goal: a move, and a restripe into another pattern, survive a crash of the file's metadata
+// server at their two points of no return (after the move is marked for its last copies, and
+// after those copies were made and the old objects sealed, before the layout switched), with
+// a writer appending throughout: after the restart the move finishes by itself, the writer's
+// every record is there, and fsck is clean. Method: fault-injection points end meta-1 at
+// each step; the writer's requests meet sealed objects and wait for the new layout across
+// the restart.
 #[test]
 fn a_move_survives_a_crash_of_its_metadata_server() {
-    for point in ["move-after-sealing", "move-after-last-push"] {
+    let restripe = ["--chunk-size", "128K", "--num-targets", "2"];
+    for (point, pattern_args) in [
+        ("move-after-sealing", &[][..]),
+        ("move-after-last-push", &[][..]),
+        ("move-after-sealing", &restripe[..]),
+        ("move-after-last-push", &restripe[..]),
+    ] {
         let (mut cluster, dir) = with_a_fast_pool();
         let mgmt = cluster.mgmt().to_string();
         let data = pattern(11, 6 << 20);
@@ -301,15 +308,19 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
         let moving = {
             let (binary, args) = (
                 common::binary().to_path_buf(),
-                vec![
-                    "entry".to_string(),
-                    "migrate".to_string(),
-                    log.display().to_string(),
-                    "--pool".to_string(),
-                    "fast".to_string(),
-                    "--mgmt".to_string(),
-                    mgmt.clone(),
-                ],
+                [
+                    "entry",
+                    "migrate",
+                    &log.display().to_string(),
+                    "--pool",
+                    "fast",
+                    "--mgmt",
+                    &mgmt,
+                ]
+                .iter()
+                .chain(pattern_args)
+                .map(|arg| arg.to_string())
+                .collect::<Vec<_>>(),
             );
             let key = cluster.key_file();
             std::thread::spawn(move || {
@@ -338,6 +349,12 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
             targets.iter().all(|t| [2, 4].contains(t)),
             "{point}: the log moved: {info}"
         );
+        if !pattern_args.is_empty() {
+            assert!(
+                info.contains("+ Chunksize: 128K"),
+                "{point}: the log was restriped: {info}"
+            );
+        }
         assert!(fs::read(dir.join("data")).expect("read") == data, "{point}");
         fsck_clean(&cluster);
     }
@@ -706,5 +723,103 @@ fn copy_file_range_copies_on_the_storage_servers() {
         fs::read(&by_cp).expect("read") == data,
         "cp's copy is exact"
     );
+    fsck_clean(&cluster);
+}
+
+// Goal: `weft entry migrate DIR --chunk-size C --num-targets N` restripes every file of a
+// tree into another pattern while a reader and a writer keep files open and busy: they see
+// the right data throughout, nothing written is lost, a sparse file keeps its holes as zeros,
+// every file's layout has the new chunk size and width on targets it was never on, new files
+// of the tree get the new pattern, a second run restripes nothing, and fsck is clean.
+// Method: the default four targets; files striped over one target in 64K chunks, written
+// through the mount (one with a hole); a reader thread and an appending writer open across
+// the restripe; content compared byte for byte.
+#[test]
+fn a_tree_is_restriped_while_it_is_read_and_written() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("narrow");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--num-targets", "1", "--chunk-size", "64K"],
+    );
+    let big = Arc::new(pattern(21, 9 << 20));
+    fs::write(dir.join("big"), &*big).expect("write big");
+    fs::write(dir.join("small"), b"a few bytes").expect("write small");
+    let sparse = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join("sparse"))
+        .expect("create sparse");
+    let tail = pattern(22, 300 << 10);
+    sparse
+        .write_all_at(&tail, 5 << 20)
+        .expect("write past a hole");
+    drop(sparse);
+    let mut expected_sparse = vec![0u8; 5 << 20];
+    expected_sparse.extend_from_slice(&tail);
+
+    let log = dir.join("log");
+    let (stop, write_thread) = start_writer(&log);
+    let read_thread = {
+        let (file, big, stop) = (dir.join("big"), Arc::clone(&big), Arc::clone(&stop));
+        std::thread::spawn(move || reader(file, big, stop))
+    };
+    let path = dir.display().to_string();
+    let restripe = || {
+        ask(
+            &cluster,
+            &[
+                "entry",
+                "migrate",
+                &path,
+                "--chunk-size",
+                "128K",
+                "--num-targets",
+                "3",
+            ],
+        )
+    };
+    let (ok, out, err) = restripe();
+    assert!(ok, "migrate: {err}");
+    assert!(
+        out.contains("4 files looked at: 4 moved"),
+        "every file was restriped: {out}"
+    );
+    stop.store(true, Ordering::Release);
+    let written = write_thread.join().expect("writer");
+    let reads = read_thread.join().expect("reader");
+    assert!(
+        written >= 64 && reads >= 1,
+        "{written} records, {reads} reads"
+    );
+
+    assert!(fs::read(dir.join("big")).expect("big") == *big, "content");
+    assert!(
+        fs::read(dir.join("small")).expect("small") == b"a few bytes",
+        "content"
+    );
+    assert!(
+        fs::read(dir.join("sparse")).expect("sparse") == expected_sparse,
+        "the sparse file's content"
+    );
+    check_log(&log, written);
+    for name in ["big", "small", "sparse", "log"] {
+        let (targets, info) = common::layout_targets(&cluster, &dir.join(name));
+        assert_eq!(targets.len(), 3, "{name} is striped over three: {info}");
+        assert!(info.contains("+ Chunksize: 128K"), "{name}: {info}");
+    }
+    let fresh = dir.join("fresh");
+    fs::write(&fresh, pattern(23, 1 << 20)).expect("a new file");
+    let (targets, info) = common::layout_targets(&cluster, &fresh);
+    assert!(
+        targets.len() == 3 && info.contains("+ Chunksize: 128K"),
+        "a new file of the tree gets the new pattern: {info}"
+    );
+    let (ok, out, err) = restripe();
+    assert!(ok, "migrate again: {err}");
+    assert!(out.contains("0 moved"), "nothing left to restripe: {out}");
     fsck_clean(&cluster);
 }

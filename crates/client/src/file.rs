@@ -397,6 +397,16 @@ impl OpenFiles {
         };
         if let Some(layout) = &attr.layout {
             if known.layout.as_deref() != Some(layout) {
+                let restriped = known.layout.as_deref().is_some_and(|old| {
+                    (old.pattern.chunk_size_bytes, old.width())
+                        != (layout.pattern.chunk_size_bytes, layout.width())
+                });
+                if restriped {
+                    // The slots written name places in the old pattern; the file's home
+                    // took the new one's from its objects.
+                    known.written = SlotSet::default();
+                    known.landed = SlotSet::default();
+                }
                 known.layout = Some(Arc::new(layout.clone()));
             }
         }

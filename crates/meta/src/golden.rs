@@ -208,6 +208,7 @@ fn records() -> String {
             slots: vec![(1, TargetId(3), TargetId(6))],
             pool: StoragePoolId(2),
             sealing: true,
+            layout: Some(layout()),
         }),
     );
     line("tombstones", encode(&vec![TargetId(3), TargetId(4)]));

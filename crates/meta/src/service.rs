@@ -24,7 +24,6 @@ mod work;
 #[cfg(test)]
 pub(crate) use intents::mkdir::create_dir_inode;
 pub(crate) use moves::MoveMetrics;
-#[cfg(test)]
 pub(crate) use moves::MoveWork;
 pub(crate) use moves::{load_move, load_tombstones, take_moved_objects, MOVES, TOMBSTONES};
 pub(crate) use replies::idempotent;

@@ -98,6 +98,11 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
         TableDefinition::new("replies"),
         REPLIES,
     )?;
+    convert_from_version_4::<u64, crate::service::MoveWork>(
+        &txn,
+        TableDefinition::new("moves"),
+        crate::service::MOVES,
+    )?;
     txn.commit()?;
     Ok(())
 }

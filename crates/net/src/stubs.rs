@@ -823,8 +823,9 @@ stubs! {
         inode: InodeId,
         pool: Option<weft_proto::ids::StoragePoolId>,
         targets: Vec<TargetId>,
+        pattern: Option<(u32, u16)>,
     ) -> (u16, bool) {
-        Migrate { inode, pool, targets } => Response::Migration { moving, done } => (moving, done)
+        Migrate { inode, pool, targets, pattern } => Response::Migration { moving, done } => (moving, done)
     }
 
     /// Sets a directory's stripe pattern.
@@ -1128,7 +1129,14 @@ stubs! {
     /// # Errors
     /// `UnknownTarget`, `NoSpace` and the errors of the copy's writes, or [`RpcError`] for
     /// transport failures.
-    fn push(target: TargetId, inode: InodeId, to: TargetId, id: u64, seal: bool) -> u64 {
-        Push { target, inode, to, id, seal } => Response::Pushed { copied } => copied
+    fn push(
+        target: TargetId,
+        inode: InodeId,
+        to: TargetId,
+        id: u64,
+        seal: bool,
+        into: Option<weft_proto::messages::Restripe>,
+    ) -> u64 {
+        Push { target, inode, to, id, seal, into } => Response::Pushed { copied } => copied
     }
 }

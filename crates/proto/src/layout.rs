@@ -289,6 +289,18 @@ pub fn map_range(layout: &FileLayout, offset: u64, len: u64) -> Vec<ChunkPiece> 
     pieces
 }
 
+/// Where byte `object_offset` of the object of slot `slot_index` lies in the file: the
+/// inverse of [`map_range`]'s object offsets.
+///
+/// # Panics
+/// If the layout has a zero chunk size, which validated layouts never have.
+pub fn file_offset_of(layout: &FileLayout, slot_index: usize, object_offset: u64) -> u64 {
+    let chunk = u64::from(layout.pattern.chunk_size_bytes);
+    assert!(chunk > 0, "layout with zero chunk size");
+    let row = object_offset / chunk;
+    (row * layout.width() as u64 + slot_index as u64) * chunk + object_offset % chunk
+}
+
 /// Maps the file range `[offset, offset + len)` to pieces as [`map_range`] does, each further
 /// cut so that none is longer than `most` bytes: one request each.
 ///

@@ -1308,6 +1308,10 @@ pub enum MetaRequest {
         pool: Option<StoragePoolId>,
         /// The targets the file should be on, in stripe order (empty: chosen in the pool).
         targets: Vec<TargetId>,
+        /// The chunk size and width the file should have (restriped onto targets it is not
+        /// on), if another than its own.
+        #[serde(default, with = "crate::wire::since_5_set")]
+        pattern: Option<(u32, u16)>,
     },
 }
 
@@ -1650,7 +1654,23 @@ pub enum StorageRequest {
         id: u64,
         /// Whether this is the last push.
         seal: bool,
+        /// For a file being restriped into another pattern: where the object's bytes go
+        /// instead of to `to` (which is then the object's own target).
+        #[serde(default, with = "crate::wire::since_5_set")]
+        into: Option<Restripe>,
     },
+}
+
+/// The object pushed is slot `slot` of layout `from`; its bytes go to their places in the
+/// objects of layout `to` (plain targets none of which holds an object of `from`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restripe {
+    /// The object's slot in `from`.
+    pub slot: u16,
+    /// The file's layout now.
+    pub from: FileLayout,
+    /// The layout it is restriped into.
+    pub to: FileLayout,
 }
 
 impl StorageRequest {

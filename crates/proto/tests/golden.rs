@@ -604,6 +604,7 @@ fn meta_requests() -> Vec<MetaRequest> {
             inode: inode(5),
             pool: Some(weft_proto::ids::StoragePoolId(2)),
             targets: vec![TargetId(2), TargetId(4)],
+            pattern: Some((1 << 20, 3)),
         },
     ]
 }
@@ -719,6 +720,14 @@ fn storage_requests() -> Vec<StorageRequest> {
             to: TargetId(4),
             id: 0x1234_5678,
             seal: true,
+            into: Some(weft_proto::messages::Restripe {
+                slot: 1,
+                from: layout(),
+                to: FileLayout::new(
+                    pattern(),
+                    vec![Slot::Target(TargetId(7)), Slot::Target(TargetId(8))],
+                ),
+            }),
         },
     ]
 }

@@ -349,10 +349,17 @@ impl weft_net::Handler for Storage {
             to,
             id,
             seal,
+            into,
             ..
         } = request
         {
-            let pushed = self.push(target, (inode, to, id), seal).await;
+            let pushed = match into {
+                Some(restripe) => {
+                    self.push_restripe(target, (inode, id), seal, restripe)
+                        .await
+                }
+                None => self.push(target, (inode, to, id), seal).await,
+            };
             return match pushed {
                 Ok(copied) => (Ok(Response::Pushed { copied }), Bytes::new()),
                 Err(error) => (Err(error), Bytes::new()),
@@ -513,17 +520,7 @@ impl Storage {
             return Ok(0);
         };
         let to_slot = weft_proto::layout::Slot::Target(to);
-        let sender = weft_proto::ids::ClientId(self.push_sender | stripe as u64);
-        let tag = || {
-            let number =
-                self.push_numbers[stripe].fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            weft_proto::messages::ChangeTag {
-                client: sender,
-                number,
-                settled_below: number,
-                abandoned: Vec::new(),
-            }
-        };
+        let tag = || self.push_tag(stripe);
         let mut verifier = before;
         // A copy whose server restarted since it took earlier rounds may have lost them.
         let mut seen = |answered: u64| -> Result<(), WireError> {
@@ -617,6 +614,189 @@ impl Storage {
             blocking(move || target.retire(object)).await?;
         } else {
             target.moves().ack(object, id, verifier);
+        }
+        Ok(copied)
+    }
+
+    /// The next change of the synthetic sender of object stripe `stripe` (see [`Self::push`]).
+    fn push_tag(&self, stripe: usize) -> weft_proto::messages::ChangeTag {
+        let sender = weft_proto::ids::ClientId(self.push_sender | stripe as u64);
+        let number = self.push_numbers[stripe].fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        weft_proto::messages::ChangeTag {
+            client: sender,
+            number,
+            settled_below: number,
+            abandoned: Vec::new(),
+        }
+    }
+
+    /// Pushes the plain object of `inode` on `target`, slot `restripe.slot` of the file's
+    /// layout, into the objects of the layout the file is restriped into, for move `id`: as
+    /// [`Self::push`], but each byte goes to its place in the new layout, ranges of zeros are
+    /// punched there (the new objects may hold an earlier round's bytes; the object's last
+    /// byte is written, so the copies' lengths still give the file's), and every round ends
+    /// with a sync of the copies it wrote (so no earlier round can be lost by a restart of
+    /// their servers; one that restarted during the round has the whole object copied again).
+    async fn push_restripe(
+        &self,
+        target: Arc<Target>,
+        (inode, id): (InodeId, u64),
+        seal: bool,
+        restripe: weft_proto::messages::Restripe,
+    ) -> Result<u64, WireError> {
+        use weft_proto::layout::Slot;
+        /// Bytes read per step of the copy.
+        const PIECE: u64 = 1 << 20;
+        let weft_proto::messages::Restripe { slot, from, to } = restripe;
+        let object = ObjectId::new(Space::Plain, inode);
+        let stripe = (inode.0 % 64) as usize;
+        let _one = self.pushing[stripe].lock().await;
+        let looked = Arc::clone(&target);
+        let sealing = seal.then(|| self.mirror.unsynced_boot());
+        let taken = blocking(move || looked.take_changes(object, id, sealing)).await?;
+        let crate::target::Taken::Changed {
+            changed,
+            length,
+            generation,
+            ..
+        } = taken
+        else {
+            return Ok(0);
+        };
+        let ranges = match changed {
+            crate::moves::Changed::Whole => vec![(0, length)],
+            crate::moves::Changed::Ranges(ranges) => crate::moves::merged(ranges),
+        };
+        let retry = weft_net::retry::RetryPolicy::default();
+        let chunk = u64::from(from.pattern.chunk_size_bytes);
+        // What each copy's server answered this round: they must still answer it at the sync.
+        let mut answers: std::collections::BTreeMap<weft_proto::TargetId, u64> =
+            std::collections::BTreeMap::new();
+        let mut copied = 0;
+        for (offset, len) in ranges {
+            let end = offset.saturating_add(len).min(length);
+            let mut at = offset;
+            while at < end {
+                // Within one chunk of the old layout: one contiguous range of the file.
+                let piece = (end - at).min(PIECE).min(chunk - at % chunk);
+                let source = Arc::clone(&target);
+                let data = blocking(move || source.read(object, at, piece as u32)).await?;
+                let mut data = bytes::BytesMut::from(&data[..]);
+                data.resize(piece as usize, 0);
+                let data = data.freeze();
+                let file_offset = weft_proto::layout::file_offset_of(&from, usize::from(slot), at);
+                let last = at + piece == length;
+                for place in weft_proto::layout::map_range(&to, file_offset, piece) {
+                    let Slot::Target(copy) = to.slot(place.slot_index) else {
+                        return Err(WireError::new(
+                            ErrorCode::InvalidArgument,
+                            "a file is restriped onto plain targets only",
+                        ));
+                    };
+                    let start = (place.file_offset - file_offset) as usize;
+                    let bytes = data.slice(start..start + place.len as usize);
+                    let holds_last = last && start + bytes.len() == data.len();
+                    let tag = self.push_tag(stripe);
+                    let answered = if bytes.iter().all(|&byte| byte == 0) && !holds_last {
+                        let punch = |storage: Arc<weft_net::StorageClient>, route| {
+                            let tag = tag.clone();
+                            async move {
+                                storage
+                                    .fallocate(
+                                        route,
+                                        (inode, generation),
+                                        place.object_offset,
+                                        place.len,
+                                        weft_proto::messages::FallocateMode::Zero,
+                                        Some(tag),
+                                        None,
+                                    )
+                                    .await
+                            }
+                        };
+                        self.cluster
+                            .call_storage(Slot::Target(copy), &retry, punch)
+                            .await
+                            .map_err(rpc_error)?;
+                        None
+                    } else {
+                        let write = |storage: Arc<weft_net::StorageClient>, route| {
+                            let (bytes, tag) = (bytes.clone(), tag.clone());
+                            async move {
+                                let write = weft_net::ObjectWrite {
+                                    file: (inode, generation),
+                                    offset: place.object_offset,
+                                    data: bytes,
+                                    tag: Some(tag),
+                                    capability: None,
+                                    owner: None,
+                                };
+                                storage.write(route, write).await
+                            }
+                        };
+                        let (written, answered) = self
+                            .cluster
+                            .call_storage(Slot::Target(copy), &retry, write)
+                            .await
+                            .map_err(rpc_error)?;
+                        if written as u64 != place.len {
+                            return Err(WireError::new(
+                                ErrorCode::Io,
+                                format!(
+                                    "target {copy} took {written} of {} bytes copied of {inode}",
+                                    place.len
+                                ),
+                            ));
+                        }
+                        copied += place.len;
+                        Some(answered)
+                    };
+                    let known = answers.entry(copy).or_insert(answered.unwrap_or(0));
+                    if let Some(answered) = answered {
+                        if *known == 0 {
+                            *known = answered;
+                        }
+                        if *known != answered {
+                            target.moves().restart(object, id);
+                            return Err(copy_restarted(copy, inode));
+                        }
+                    }
+                }
+                at += piece;
+            }
+        }
+        // The copies written this round (all of them for the last) are synced: a server that
+        // restarted meanwhile answers another verifier than its writes did.
+        let synced: Vec<weft_proto::TargetId> = if seal {
+            to.slots()
+                .filter_map(|slot| match slot {
+                    Slot::Target(copy) => Some(copy),
+                    Slot::Group(_) => None,
+                })
+                .collect()
+        } else {
+            answers.keys().copied().collect()
+        };
+        for copy in synced {
+            let verifier = self
+                .cluster
+                .call_storage(Slot::Target(copy), &retry, |storage, route| async move {
+                    storage.sync(route, inode, None).await
+                })
+                .await
+                .map_err(rpc_error)?;
+            if answers
+                .get(&copy)
+                .is_some_and(|&known| known != 0 && known != verifier)
+            {
+                target.moves().restart(object, id);
+                return Err(copy_restarted(copy, inode));
+            }
+        }
+        if seal {
+            blocking(move || target.retire(object)).await?;
+        } else {
+            target.moves().ack(object, id, None);
         }
         Ok(copied)
     }
@@ -922,3 +1102,11 @@ fn rpc_error(error: weft_net::RpcError) -> WireError {
 /// would pause a pool thread; the pause is the kernel pacing writers to the disk, short and
 /// bounded.
 pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
+
+/// A push's copy whose server restarted during the round: the whole object is copied again.
+fn copy_restarted(copy: weft_proto::TargetId, inode: InodeId) -> WireError {
+    WireError::new(
+        ErrorCode::Unavailable,
+        format!("the server of target {copy} restarted while {inode} was copied to it: copying it again"),
+    )
+}

@@ -207,8 +207,7 @@ impl Snapshot {
             let id = item?.0.value();
             moving.insert(id);
             if let Some(work) = crate::service::load_move(&table, InodeId(id))? {
-                let to = work.slots.iter().map(|&(_, _, to)| to);
-                moved.entry(id).or_default().extend(to);
+                moved.entry(id).or_default().extend(work.copies());
             }
         }
         let table = source.table(crate::service::TOMBSTONES)?;

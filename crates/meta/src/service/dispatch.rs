@@ -343,7 +343,8 @@ impl Meta {
                 inode,
                 pool,
                 targets,
-            } => self.migrate(inode, pool, targets).await,
+                pattern,
+            } => self.migrate(inode, pool, targets, pattern).await,
             MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
                 ErrorCode::Internal,
                 "shipped store changes reached a home's handler",

@@ -37,8 +37,9 @@ use weft_proto::layout::{FileLayout, PatternKind, Slot};
 use weft_proto::messages::{FileKind, Response};
 use weft_proto::ErrorCode;
 
-/// Files whose objects are moving: inode → postcard [`MoveWork`].
-pub(crate) const MOVES: TableDefinition<u64, &[u8]> = TableDefinition::new("moves");
+/// Files whose objects are moving: inode → postcard [`MoveWork`], in protocol version 5 (a
+/// store's `moves` of version 4 is converted when it opens).
+pub(crate) const MOVES: TableDefinition<u64, &[u8]> = TableDefinition::new("moves_v5");
 
 /// Targets that hold a tombstone of a file (its objects moved away from them): inode →
 /// postcard list of target ids. Their objects are removed with the file's.
@@ -59,12 +60,38 @@ pub(crate) struct MoveWork {
     /// The move's number, which its pushes carry: the old targets start their copy over
     /// for a move of another number.
     pub id: u64,
-    /// `(slot index, target it leaves, target it goes to)`.
+    /// `(slot index, target it leaves, target it goes to)`; for a restripe, every slot of
+    /// the layout, each with its own target twice.
     pub slots: Vec<(u16, TargetId, TargetId)>,
     /// The file's pool once moved.
     pub pool: StoragePoolId,
     /// Whether the last pushes started: the move only goes forward from here.
     pub sealing: bool,
+    /// For a restripe into another pattern: the layout the file gets, on targets that hold
+    /// none of its objects or tombstones.
+    #[serde(default, with = "weft_proto::wire::since_5")]
+    pub layout: Option<FileLayout>,
+}
+
+impl MoveWork {
+    /// The targets the move copies the file's objects onto.
+    pub(crate) fn copies(&self) -> Vec<TargetId> {
+        match &self.layout {
+            Some(layout) => plain_targets(layout),
+            None => self.slots.iter().map(|&(_, _, to)| to).collect(),
+        }
+    }
+}
+
+/// The targets of a plain layout's slots, in stripe order.
+fn plain_targets(layout: &FileLayout) -> Vec<TargetId> {
+    layout
+        .slots()
+        .filter_map(|slot| match slot {
+            Slot::Target(target) => Some(target),
+            Slot::Group(_) => None,
+        })
+        .collect()
 }
 
 fn decode<T: serde::de::DeserializeOwned>(
@@ -127,7 +154,7 @@ pub(crate) fn take_moved_objects(
     tombstones.remove(inode.0)?;
     let mut moves = txn.open_table(MOVES)?;
     if let Some(work) = load_move(&moves, inode)? {
-        slots.extend(work.slots.iter().map(|&(_, _, to)| Slot::Target(to)));
+        slots.extend(work.copies().into_iter().map(Slot::Target));
     }
     moves.remove(inode.0)?;
     Ok(slots)
@@ -145,6 +172,7 @@ impl Meta {
         inode: InodeId,
         pool: Option<StoragePoolId>,
         targets: Vec<TargetId>,
+        pattern: Option<(u32, u16)>,
     ) -> Result<Response, OpError> {
         let (record, moving, tombstones) = self.read(|txn| {
             let record = load_inode(&txn.open_table(INODES)?, inode)?;
@@ -187,6 +215,45 @@ impl Meta {
                 format!("there is no storage pool {pool}: `weft pool list` shows them"),
             ));
         }
+        // 0 keeps the file's own chunk size or width.
+        let restriped = pattern
+            .map(|(chunk, width)| {
+                (
+                    if chunk == 0 {
+                        layout.pattern.chunk_size_bytes
+                    } else {
+                        chunk
+                    },
+                    if width == 0 {
+                        layout.width() as u16
+                    } else {
+                        width
+                    },
+                )
+            })
+            .filter(|&(chunk, width)| {
+                (chunk, usize::from(width)) != (layout.pattern.chunk_size_bytes, layout.width())
+            });
+        if let Some((chunk, width)) = restriped {
+            let new = plan_restripe(
+                &self.chooser,
+                &map,
+                &layout,
+                (pool, chunk, width),
+                &targets,
+                &tombstones,
+            )?;
+            let slots: Vec<(u16, TargetId, TargetId)> = plain_targets(&layout)
+                .into_iter()
+                .enumerate()
+                .map(|(index, target)| (index as u16, target, target))
+                .collect();
+            let moving = slots.len() as u16;
+            self.record_move(inode, layout, slots, (pool, Some(new)))
+                .await?;
+            self.mover.notify_one();
+            return self.await_move(inode, moving).await;
+        }
         let plan = plan_move(&self.chooser, &map, &layout, pool, &targets, &tombstones)?;
         if plan.is_empty() {
             if layout.pattern.pool != pool {
@@ -200,7 +267,7 @@ impl Meta {
             });
         }
         let moving = plan.len() as u16;
-        self.record_move(inode, layout, plan, pool).await?;
+        self.record_move(inode, layout, plan, (pool, None)).await?;
         self.mover.notify_one();
         self.await_move(inode, moving).await
     }
@@ -244,20 +311,22 @@ impl Meta {
             .await
     }
 
-    /// Records the move of `inode` (laid out as `layout`) by `plan`, into `pool`, unless
-    /// another is recorded; refused when the layout changed since it was read.
+    /// Records the move of `inode` (laid out as `layout`) by `plan`, into `pool` (and into
+    /// the new layout of a restripe), unless another is recorded; refused when the layout
+    /// changed since it was read.
     async fn record_move(
         &self,
         inode: InodeId,
         layout: FileLayout,
         plan: Vec<(u16, TargetId, TargetId)>,
-        pool: StoragePoolId,
+        (pool, restriped): (StoragePoolId, Option<FileLayout>),
     ) -> Result<(), OpError> {
         let work = MoveWork {
             id: rand::random(),
             slots: plan,
             pool,
             sealing: false,
+            layout: restriped,
         };
         self.committer
             .run_with(move |txn| {
@@ -313,7 +382,7 @@ impl Meta {
                 .map_err(OpError::into_wire);
             let recorded = match planned {
                 Ok(plan) if !plan.is_empty() => self
-                    .record_move(inode, layout, plan, pool)
+                    .record_move(inode, layout, plan, (pool, None))
                     .await
                     .map_err(OpError::into_wire),
                 Ok(_) => Ok(()),
@@ -491,7 +560,10 @@ impl Meta {
                 }
             };
             let plan = vec![(index, from, to)];
-            if let Err(error) = self.record_move(inode, layout, plan.clone(), pool.id).await {
+            if let Err(error) = self
+                .record_move(inode, layout, plan.clone(), (pool.id, None))
+                .await
+            {
                 tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
                 return false;
             }
@@ -570,9 +642,19 @@ impl Meta {
             Err((error, _)) => return Err(MoveError::Later(error)),
         }
         weft_service::failpoint::failpoint("move-after-last-push");
+        // A restriped file's new objects tell which slots hold data, and how long the file
+        // is at least (writes not reported yet included).
+        let lengths = match &work.layout {
+            Some(layout) => Some(
+                self.object_lengths(inode, layout)
+                    .await
+                    .map_err(MoveError::Later)?,
+            ),
+            None => None,
+        };
         let switched = work.clone();
         self.committer
-            .run_with(move |txn| switch_layout(txn, inode, &switched))
+            .run_with(move |txn| switch_layout(txn, inode, &switched, lengths.as_deref()))
             .await
             .map_err(|error| MoveError::Later(error.into_wire()))?;
         tracing::info!(%inode, slots = work.slots.len(), pool = %work.pool, "file moved");
@@ -597,11 +679,28 @@ impl Meta {
             return Ok(0);
         }
         let id = work.id;
+        // A restripe sends every old object's bytes to their places in the new layout.
+        let current = match &work.layout {
+            Some(_) => self
+                .read(|txn| Ok(load_inode(&txn.open_table(INODES)?, inode)?.layout))
+                .map_err(|error| (error.into_wire(), Vec::new()))?,
+            None => None,
+        };
+        let restripe = |index: u16| {
+            let (from, to) = (current.clone()?, work.layout.clone()?);
+            Some(weft_proto::messages::Restripe {
+                slot: index,
+                from,
+                to,
+            })
+        };
         let pushes = work.slots.iter().map(|&(index, from, to)| {
             let cluster = Arc::clone(&self.cluster);
+            let into = restripe(index);
             async move {
-                let call = |storage: Arc<weft_net::StorageClient>, _route| async move {
-                    storage.push(from, inode, to, id, seal).await
+                let call = |storage: Arc<weft_net::StorageClient>, _route| {
+                    let into = into.clone();
+                    async move { storage.push(from, inode, to, id, seal, into).await }
                 };
                 let pushed = cluster
                     .call_storage(Slot::Target(from), &TARGET_RETRY, call)
@@ -654,6 +753,34 @@ impl Meta {
         let Some(layout) = record.layout else {
             return;
         };
+        if let Some(restriped) = &work.layout {
+            // A restripe gets a whole new layout, away from the targets it was copied to.
+            taken.extend(work.copies());
+            let shape = (
+                work.pool,
+                restriped.pattern.chunk_size_bytes,
+                restriped.width() as u16,
+            );
+            let taken: Vec<TargetId> = taken.into_iter().collect();
+            let new = match plan_restripe(&self.chooser, &map, &layout, shape, &[], &taken) {
+                Ok(new) => new,
+                Err(error) => {
+                    tracing::warn!(%inode, ?error, "no targets left for a sealed restripe: it waits for them");
+                    return;
+                }
+            };
+            let next = MoveWork {
+                id: rand::random(),
+                layout: Some(new),
+                ..work.clone()
+            };
+            if self.store_if_moving(inode, next).await.is_ok() {
+                for to in work.copies() {
+                    let _ = self.remove_object(to, inode).await;
+                }
+            }
+            return;
+        }
         taken.extend(work.slots.iter().map(|&(_, _, to)| to));
         taken.extend(layout.slots().filter_map(|slot| match slot {
             Slot::Target(target) => Some(target),
@@ -673,17 +800,7 @@ impl Meta {
                 }
             }
         }
-        let stored = self
-            .committer
-            .run_with(move |txn| {
-                let mut moves = txn.open_table(MOVES)?;
-                if load_move(&moves, inode)?.is_some() {
-                    store_move(&mut moves, inode, &next)?;
-                }
-                Ok(())
-            })
-            .await;
-        if stored.is_ok() {
+        if self.store_if_moving(inode, next).await.is_ok() {
             // What the last targets were sent goes (fsck would list it).
             for &(index, _, to) in &work.slots {
                 if failed.contains(&index) {
@@ -691,6 +808,19 @@ impl Meta {
                 }
             }
         }
+    }
+
+    /// Records `next` as the move of `inode`, if it still has one.
+    async fn store_if_moving(&self, inode: InodeId, next: MoveWork) -> Result<(), OpError> {
+        self.committer
+            .run_with(move |txn| {
+                let mut moves = txn.open_table(MOVES)?;
+                if load_move(&moves, inode)?.is_some() {
+                    store_move(&mut moves, inode, &next)?;
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// Forgets a move that cannot be made (before its last pushes) and removes what it
@@ -706,11 +836,35 @@ impl Meta {
         if forgotten.is_err() {
             return;
         }
-        for &(_, _, to) in &work.slots {
+        for to in work.copies() {
             if let Err(error) = self.remove_object(to, inode).await {
                 tracing::warn!(%inode, target = %to, %error, "the copy of a move given up stays: fsck lists it");
             }
         }
+    }
+
+    /// The lengths of the objects of `inode` in `layout`, slot by slot.
+    async fn object_lengths(
+        &self,
+        inode: InodeId,
+        layout: &FileLayout,
+    ) -> Result<Vec<u64>, WireError> {
+        let lengths = layout.slots().map(|slot| async move {
+            let call = |storage: Arc<weft_net::StorageClient>, route| async move {
+                storage.object_length(route, inode).await
+            };
+            self.cluster
+                .call_storage(slot, &TARGET_RETRY, call)
+                .await
+                .map_err(|error| match error {
+                    weft_net::RpcError::Remote(error) => error,
+                    other => WireError::new(ErrorCode::Unavailable, other.to_string()),
+                })
+        });
+        futures::future::join_all(lengths)
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// Removes the plain object of `inode` on `target` (a copy, or a tombstone).
@@ -899,7 +1053,7 @@ fn find_draining(
     for item in moves.iter()? {
         let (key, value) = item?;
         let work: MoveWork = decode("the move", key.value(), value.value())?;
-        count(&mut work.slots.iter().map(|&(_, _, to)| to));
+        count(&mut work.copies().into_iter());
     }
     for item in txn.open_table(crate::store::DISPOSALS)?.iter()? {
         let (key, value) = item?;
@@ -1003,6 +1157,81 @@ fn plan_move(
     Ok(plan)
 }
 
+/// The layout a file laid out as `layout` gets when restriped into chunks of `chunk` bytes
+/// over `width` targets of `pool` (`targets`, when given): targets that hold none of its
+/// objects and none of its tombstones, so no client with an old layout reaches a new object.
+fn plan_restripe(
+    chooser: &crate::chooser::Chooser,
+    map: &weft_proto::messages::ClusterMap,
+    layout: &FileLayout,
+    (pool, chunk, width): (StoragePoolId, u32, u16),
+    targets: &[TargetId],
+    tombstones: &[TargetId],
+) -> Result<FileLayout, OpError> {
+    let pattern = weft_proto::layout::StripePattern {
+        chunk_size_bytes: chunk,
+        num_targets: width,
+        pool,
+        ..layout.pattern
+    };
+    pattern
+        .validate()
+        .map_err(|error| invalid(format!("the new pattern: {error}")))?;
+    let taken: BTreeSet<TargetId> = plain_targets(layout)
+        .into_iter()
+        .chain(tombstones.iter().copied())
+        .collect();
+    let chosen: Vec<TargetId> = if targets.is_empty() {
+        free_targets(chooser, map, layout, pool, &taken)
+            .into_iter()
+            .take(usize::from(width))
+            .collect()
+    } else {
+        if targets.len() != usize::from(width) {
+            return Err(invalid(format!(
+                "a file restriped over {width} targets needs {width} of them named, not {}",
+                targets.len()
+            )));
+        }
+        for target in targets {
+            match map.target(*target) {
+                None => {
+                    return Err(OpError::rejected(
+                        ErrorCode::NotFound,
+                        format!("there is no target {target}: `weft target list` shows them"),
+                    ))
+                }
+                Some(info) if info.pool != pool => {
+                    return Err(invalid(format!(
+                        "target {target} is in storage pool {}, not in pool {pool}",
+                        info.pool
+                    )))
+                }
+                Some(_) if taken.contains(target) => {
+                    return Err(invalid(format!(
+                        "the file is or was on target {target}: a file is restriped onto targets it never was on"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        targets.to_vec()
+    };
+    if chosen.len() < usize::from(width) {
+        return Err(OpError::rejected(
+            ErrorCode::NoTargets,
+            format!(
+                "storage pool {pool} has {} reachable targets this file was never on, and a restripe over {width} needs as many: add targets to the pool, or move the file to another pool first",
+                chosen.len()
+            ),
+        ));
+    }
+    Ok(FileLayout::new(
+        pattern,
+        chosen.into_iter().map(Slot::Target).collect(),
+    ))
+}
+
 /// The targets of `pool` a file laid out as `layout` could move onto, in the order the
 /// chooser takes them, but for those in `taken`.
 fn free_targets(
@@ -1037,9 +1266,15 @@ fn set_pool(txn: &WriteTransaction, inode: InodeId, pool: StoragePoolId) -> Resu
     store_inode(&mut inodes, inode, &record)
 }
 
-/// The commit that ends a move: the layout names the new targets, the old ones hold the
-/// file's tombstones, and the move is forgotten.
-fn switch_layout(txn: &WriteTransaction, inode: InodeId, work: &MoveWork) -> Result<(), OpError> {
+/// The commit that ends a move: the layout names the new targets (a restripe's new layout,
+/// whose objects' `lengths` tell the slots that hold data and a least size), the old ones
+/// hold the file's tombstones, and the move is forgotten.
+fn switch_layout(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    work: &MoveWork,
+    lengths: Option<&[u64]>,
+) -> Result<(), OpError> {
     let mut moves = txn.open_table(MOVES)?;
     if load_move(&moves, inode)?.is_none() {
         // Removed with its file meanwhile.
@@ -1054,7 +1289,8 @@ fn switch_layout(txn: &WriteTransaction, inode: InodeId, work: &MoveWork) -> Res
         )));
     };
     let mut slots: Vec<Slot> = layout.slots().collect();
-    for &(index, from, to) in &work.slots {
+    let left = plain_targets(layout);
+    for &(index, from, to) in work.slots.iter().filter(|_| work.layout.is_none()) {
         let slot = slots.get_mut(usize::from(index));
         match slot {
             Some(slot) if *slot == Slot::Target(from) => *slot = Slot::Target(to),
@@ -1067,7 +1303,37 @@ fn switch_layout(txn: &WriteTransaction, inode: InodeId, work: &MoveWork) -> Res
     }
     let mut pattern = layout.pattern;
     pattern.pool = work.pool;
-    let moved = FileLayout::new(pattern, slots);
+    let moved = match &work.layout {
+        Some(restriped) => {
+            if work
+                .slots
+                .iter()
+                .map(|&(_, from, _)| from)
+                .ne(left.iter().copied())
+            {
+                return Err(OpError::inconsistent(format!(
+                    "the restripe of {inode} was planned from another layout"
+                )));
+            }
+            let lengths = lengths.unwrap_or_default();
+            record.size = record
+                .size
+                .max(weft_proto::layout::file_size_from_object_lengths(
+                    restriped, lengths,
+                ));
+            let mut written = weft_proto::layout::SlotSet::default();
+            for (index, _) in lengths
+                .iter()
+                .enumerate()
+                .filter(|(_, length)| **length > 0)
+            {
+                written.insert(index);
+            }
+            crate::store::change_written(txn, inode, |slots| *slots = written)?;
+            restriped.clone()
+        }
+        None => FileLayout::new(pattern, slots),
+    };
     record.layout = Some(moved.clone());
     store_inode(&mut inodes, inode, &record)?;
     // A truncate still to send goes to the new objects.
@@ -1084,6 +1350,8 @@ fn switch_layout(txn: &WriteTransaction, inode: InodeId, work: &MoveWork) -> Res
     let mut tombstones = txn.open_table(TOMBSTONES)?;
     let mut held = load_tombstones(&tombstones, inode)?;
     held.extend(work.slots.iter().map(|&(_, from, _)| from));
+    held.sort_unstable();
+    held.dedup();
     let bytes = postcard::to_stdvec(&held).expect("tombstones always encode");
     tombstones.insert(inode.0, bytes.as_slice())?;
     Ok(())
