@@ -167,6 +167,17 @@ fn intents() -> Vec<IntentOp> {
     ]
 }
 
+/// A move in flight, of a restripe.
+fn moving() -> crate::service::MoveWork {
+    crate::service::MoveWork {
+        id: 0x1234_5678,
+        slots: vec![(1, TargetId(3), TargetId(6))],
+        pool: StoragePoolId(2),
+        sealing: true,
+        layout: Some(layout()),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
@@ -201,16 +212,7 @@ fn records() -> String {
     slots.insert(0);
     slots.insert(130);
     line("written/slots", encode(&slots));
-    line(
-        "move",
-        encode(&crate::service::MoveWork {
-            id: 0x1234_5678,
-            slots: vec![(1, TargetId(3), TargetId(6))],
-            pool: StoragePoolId(2),
-            sealing: true,
-            layout: Some(layout()),
-        }),
-    );
+    line("move", encode(&moving()));
     line("tombstones", encode(&vec![TargetId(3), TargetId(4)]));
     let reply: Reply = Ok(Response::Attr(InodeAttr {
         inode: inode(5),
@@ -277,8 +279,9 @@ fn inode_records_of_version_2_decode() {
     );
 }
 
-// Goal: the intents and replies of a store written by protocol version 4 are converted when
-// it opens: a directory-inode request and attributes read on, in no project.
+// Goal: the intents, replies and moves of a store written by protocol version 4 are
+// converted when it opens: a directory-inode request and attributes read on, in no project,
+// and a move in flight goes on as a move (no restripe).
 #[test]
 fn intents_and_replies_of_version_4_are_converted() {
     use redb::{TableDefinition, TableHandle};
@@ -335,6 +338,13 @@ fn intents_and_replies_of_version_4_are_converted() {
             .expect("the old table")
             .insert((7, 9), bytes.as_slice())
             .expect("stored");
+        let old: TableDefinition<u64, &[u8]> = TableDefinition::new("moves");
+        let bytes = weft_proto::wire::in_version(4, || postcard::to_stdvec(&moving()))
+            .expect("encodes in version 4");
+        txn.open_table(old)
+            .expect("the old table")
+            .insert(5, bytes.as_slice())
+            .expect("stored");
         txn.commit().expect("committed");
     }
     crate::store::create_tables(&db).expect("the store opens");
@@ -362,10 +372,21 @@ fn intents_and_replies_of_version_4_are_converted() {
             .to_attr(inode(5))
         )
     );
+    let moves = txn.open_table(crate::service::MOVES).expect("the moves");
+    let stored = moves.get(5).expect("read").expect("the move is kept");
+    let converted: crate::service::MoveWork =
+        postcard::from_bytes(stored.value()).expect("decodes");
+    assert_eq!(
+        converted,
+        crate::service::MoveWork {
+            layout: None,
+            ..moving()
+        }
+    );
     assert!(
         !txn.list_tables()
             .expect("tables")
-            .any(|table| ["intents", "replies"].contains(&table.name())),
+            .any(|table| ["intents", "replies", "moves"].contains(&table.name())),
         "the old tables are gone"
     );
 }
