@@ -138,6 +138,34 @@ fn reader(file: PathBuf, expected: Arc<Vec<u8>>, stop: Arc<AtomicBool>) -> u64 {
     reads
 }
 
+/// A writer that keeps `file` open and, until `stop`, writes 6 MiB at its start and
+/// truncates it shorter, over and over; answers what the file must hold, all fsynced.
+fn cutter(file: PathBuf, stop: Arc<AtomicBool>) -> Vec<u8> {
+    let handle = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&file)
+        .expect("open the cut file");
+    let mut expected = Vec::new();
+    let mut round = 0u64;
+    while !stop.load(Ordering::Acquire) || round < 4 {
+        expected = pattern(100 + round, 6 << 20);
+        handle
+            .write_all_at(&expected, 0)
+            .unwrap_or_else(|e| panic!("write round {round} of {}: {e}", file.display()));
+        let cut = ((64 + round % 128) << 10) as usize;
+        handle
+            .set_len(cut as u64)
+            .unwrap_or_else(|e| panic!("truncate round {round} of {}: {e}", file.display()));
+        expected.truncate(cut);
+        round += 1;
+    }
+    handle.sync_all().expect("fsync the cut file");
+    expected
+}
+
 /// Checks the writer's log: `count` records, each right.
 fn check_log(file: &Path, count: u64) {
     let data = fs::read(file).expect("read the log");
@@ -767,6 +795,10 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
         let (file, big, stop) = (dir.join("big"), Arc::clone(&big), Arc::clone(&stop));
         std::thread::spawn(move || reader(file, big, stop))
     };
+    let cut_thread = {
+        let (file, stop) = (dir.join("cut"), Arc::clone(&stop));
+        std::thread::spawn(move || cutter(file, stop))
+    };
     let path = dir.display().to_string();
     let restripe = || {
         ask(
@@ -785,12 +817,17 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
     let (ok, out, err) = restripe();
     assert!(ok, "migrate: {err}");
     assert!(
-        out.contains("4 files looked at: 4 moved"),
+        out.contains("5 files looked at: 5 moved"),
         "every file was restriped: {out}"
     );
     stop.store(true, Ordering::Release);
     let written = write_thread.join().expect("writer");
     let reads = read_thread.join().expect("reader");
+    let cut = cut_thread.join().expect("cutter");
+    assert!(
+        fs::read(dir.join("cut")).expect("cut") == cut,
+        "the file truncated throughout holds what it must"
+    );
     assert!(
         written >= 64 && reads >= 1,
         "{written} records, {reads} reads"
@@ -806,7 +843,7 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
         "the sparse file's content"
     );
     check_log(&log, written);
-    for name in ["big", "small", "sparse", "log"] {
+    for name in ["big", "small", "sparse", "log", "cut"] {
         let (targets, info) = common::layout_targets(&cluster, &dir.join(name));
         assert_eq!(targets.len(), 3, "{name} is striped over three: {info}");
         assert!(info.contains("+ Chunksize: 128K"), "{name}: {info}");

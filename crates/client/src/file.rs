@@ -627,11 +627,10 @@ impl OpenFile {
     /// # Errors
     /// An earlier write's failure not reported yet (written behind), or this write's.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), ClientError> {
-        let layout = self.layout()?;
         let len = data.len() as u64;
         let end = offset + len;
-        // By slot index, which a move keeps.
-        let written = SlotSet::of_range(&layout, offset, len);
+        // The slots written, by index, which a move keeps; a restripe does not, so they are
+        // taken in the pattern the write went to (or, written behind, known when it is sent).
         if self.client.files.write_behind == 0 {
             let file = self.shared.file_ref();
             let client = &self.client;
@@ -642,11 +641,12 @@ impl OpenFile {
                     client
                         .data
                         .write(client, file, &layout, offset, data.clone())
-                        .await
+                        .await?;
+                    Ok(SlotSet::of_range(&layout, offset, len))
                 })
                 .await
             {
-                Ok(()) => {
+                Ok(written) => {
                     self.shared.note_write(end, written);
                     self.shared.report_when_grown(&self.client);
                     Ok(())
@@ -668,6 +668,8 @@ impl OpenFile {
             admitted.finish();
             return Err(error);
         }
+        // In the pattern known now (a restripe may have come while this one waited).
+        let written = SlotSet::of_range(&*self.layout()?, offset, len);
         let noted = self.shared.note_write(end, written);
         let (client, shared) = (Arc::clone(&self.client), Arc::clone(&self.shared));
         let send = async move {

@@ -634,9 +634,10 @@ impl Storage {
     /// layout, into the objects of the layout the file is restriped into, for move `id`: as
     /// [`Self::push`], but each byte goes to its place in the new layout, ranges of zeros are
     /// punched there (the new objects may hold an earlier round's bytes; the object's last
-    /// byte is written, so the copies' lengths still give the file's), and every round ends
-    /// with a sync of the copies it wrote (so no earlier round can be lost by a restart of
-    /// their servers; one that restarted during the round has the whole object copied again).
+    /// byte is written, so the copies' lengths still give the file's), and every round syncs
+    /// the copies before and after it: no earlier round can be lost by a restart of their
+    /// servers, and one that restarted during the round (another verifier) has the whole
+    /// object copied again.
     async fn push_restripe(
         &self,
         target: Arc<Target>,
@@ -669,9 +670,9 @@ impl Storage {
         };
         let retry = weft_net::retry::RetryPolicy::default();
         let chunk = u64::from(from.pattern.chunk_size_bytes);
-        // What each copy's server answered this round: they must still answer it at the sync.
-        let mut answers: std::collections::BTreeMap<weft_proto::TargetId, u64> =
-            std::collections::BTreeMap::new();
+        // What the copies' servers answer before the round: every write, and the syncs after
+        // it, must get the same (a punch answers nothing, so all are synced at both ends).
+        let before = self.copy_verifiers(inode, &to, &retry).await?;
         let mut copied = 0;
         for (offset, len) in ranges {
             let end = offset.saturating_add(len).min(length);
@@ -751,47 +752,20 @@ impl Storage {
                         copied += place.len;
                         Some(answered)
                     };
-                    let known = answers.entry(copy).or_insert(answered.unwrap_or(0));
-                    if let Some(answered) = answered {
-                        if *known == 0 {
-                            *known = answered;
-                        }
-                        if *known != answered {
-                            target.moves().restart(object, id);
-                            return Err(copy_restarted(copy, inode));
-                        }
+                    if answered.is_some_and(|answered| before.get(&copy) != Some(&answered)) {
+                        target.moves().restart(object, id);
+                        return Err(copy_restarted(copy, inode));
                     }
                 }
                 at += piece;
             }
         }
-        // The copies written this round (all of them for the last) are synced: a server that
-        // restarted meanwhile answers another verifier than its writes did.
-        let synced: Vec<weft_proto::TargetId> = if seal {
-            to.slots()
-                .filter_map(|slot| match slot {
-                    Slot::Target(copy) => Some(copy),
-                    Slot::Group(_) => None,
-                })
-                .collect()
-        } else {
-            answers.keys().copied().collect()
-        };
-        for copy in synced {
-            let verifier = self
-                .cluster
-                .call_storage(Slot::Target(copy), &retry, |storage, route| async move {
-                    storage.sync(route, inode, None).await
-                })
-                .await
-                .map_err(rpc_error)?;
-            if answers
-                .get(&copy)
-                .is_some_and(|&known| known != 0 && known != verifier)
-            {
-                target.moves().restart(object, id);
-                return Err(copy_restarted(copy, inode));
-            }
+        // The copies are synced: a server that restarted during the round answers another
+        // verifier than before it.
+        let after = self.copy_verifiers(inode, &to, &retry).await?;
+        if let Some((&copy, _)) = after.iter().find(|(copy, v)| before.get(copy) != Some(v)) {
+            target.moves().restart(object, id);
+            return Err(copy_restarted(copy, inode));
         }
         if seal {
             blocking(move || target.retire(object)).await?;
@@ -799,6 +773,31 @@ impl Storage {
             target.moves().ack(object, id, None);
         }
         Ok(copied)
+    }
+
+    /// Syncs the objects of `inode` in the plain layout `layout`, answering each target's
+    /// verifier.
+    async fn copy_verifiers(
+        &self,
+        inode: InodeId,
+        layout: &weft_proto::layout::FileLayout,
+        retry: &weft_net::retry::RetryPolicy,
+    ) -> Result<std::collections::BTreeMap<weft_proto::TargetId, u64>, WireError> {
+        let mut verifiers = std::collections::BTreeMap::new();
+        for slot in layout.slots() {
+            let weft_proto::layout::Slot::Target(copy) = slot else {
+                continue;
+            };
+            let verifier = self
+                .cluster
+                .call_storage(slot, retry, |storage, route| async move {
+                    storage.sync(route, inode, None).await
+                })
+                .await
+                .map_err(rpc_error)?;
+            verifiers.insert(copy, verifier);
+        }
+        Ok(verifiers)
     }
 
     /// Refuses a client's write that grows a file whose owner, group or project is over its

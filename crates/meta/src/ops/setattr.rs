@@ -241,6 +241,11 @@ fn apply_size(
     }
     store_inode(&mut inodes, inode, &record)?;
     if generation == record.truncate_generation && !written.is_empty() {
+        // A report sent as the file was restriped may name slots of its old pattern: those
+        // past the layout's width are no slots of it.
+        let width = record.layout.as_ref().map_or(0, |layout| layout.width());
+        let mut written = written;
+        written.retain(|index| index < width);
         change_written(txn, inode, |slots| slots.extend(written))?;
     }
     Ok(Response::Attr(record.to_attr(inode)))

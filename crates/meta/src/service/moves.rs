@@ -592,6 +592,30 @@ impl Meta {
 
     /// Runs a file's move to its end (see the module's notes).
     async fn move_file(&self, inode: InodeId, mut work: MoveWork) -> Result<(), MoveError> {
+        // The file's truncates wait for the switch: a plain move's from its last round on
+        // (the old objects refuse them once sealed), a restripe's from its first (a cut of
+        // an old object would have its copy start over onto new objects that hold the other
+        // old objects' bytes, in the generation before the cut). A truncate still on its way
+        // to the targets goes first.
+        let gate = self.truncate_gate(inode);
+        let mut held = None;
+        if work.layout.is_some() {
+            held = Some(gate.lock().await);
+            let queued = self
+                .read(|txn| {
+                    Ok(txn
+                        .open_table(crate::store::TRUNCATES)?
+                        .get(inode.0)?
+                        .is_some())
+                })
+                .map_err(|error| MoveError::Later(error.into_wire()))?;
+            if queued {
+                return Err(MoveError::Later(WireError::new(
+                    ErrorCode::Busy,
+                    format!("a truncate of {inode} is still on its way to its targets: its restripe waits for it"),
+                )));
+            }
+        }
         if !work.sealing {
             let mut rounds = 0;
             loop {
@@ -628,11 +652,19 @@ impl Meta {
             }
             weft_service::failpoint::failpoint("move-after-sealing");
         }
-        // A truncate of the file waits for the switch: the old objects refuse it once sealed.
-        let gate = self.truncate_gate(inode);
-        let _one = gate.lock().await;
+        let _one = match held {
+            Some(held) => held,
+            None => gate.lock().await,
+        };
         match self.push_round(inode, &work, true).await {
             Ok(_) => {}
+            Err((error, _)) if gives_up(&error) && work.layout.is_some() => {
+                // The old objects that finished their last round gave up their data, which
+                // only the new objects hold now: the restripe waits for its targets to take
+                // the rest (the file's requests wait meanwhile).
+                tracing::error!(%inode, %error, "a restripe's last round cannot finish: it waits for its new targets to have room");
+                return Err(MoveError::Later(error));
+            }
             Err((error, failed)) if gives_up(&error) => {
                 // The new target cannot take it, and the move cannot go back: the sealed old
                 // objects keep their data until a copy is complete, so another target gets it.
@@ -753,34 +785,6 @@ impl Meta {
         let Some(layout) = record.layout else {
             return;
         };
-        if let Some(restriped) = &work.layout {
-            // A restripe gets a whole new layout, away from the targets it was copied to.
-            taken.extend(work.copies());
-            let shape = (
-                work.pool,
-                restriped.pattern.chunk_size_bytes,
-                restriped.width() as u16,
-            );
-            let taken: Vec<TargetId> = taken.into_iter().collect();
-            let new = match plan_restripe(&self.chooser, &map, &layout, shape, &[], &taken) {
-                Ok(new) => new,
-                Err(error) => {
-                    tracing::warn!(%inode, ?error, "no targets left for a sealed restripe: it waits for them");
-                    return;
-                }
-            };
-            let next = MoveWork {
-                id: rand::random(),
-                layout: Some(new),
-                ..work.clone()
-            };
-            if self.store_if_moving(inode, next).await.is_ok() {
-                for to in work.copies() {
-                    let _ = self.remove_object(to, inode).await;
-                }
-            }
-            return;
-        }
         taken.extend(work.slots.iter().map(|&(_, _, to)| to));
         taken.extend(layout.slots().filter_map(|slot| match slot {
             Slot::Target(target) => Some(target),
@@ -1212,6 +1216,11 @@ fn plan_restripe(
                         "the file is or was on target {target}: a file is restriped onto targets it never was on"
                     )))
                 }
+                Some(_) if targets.iter().filter(|t| *t == target).count() > 1 => {
+                    return Err(invalid(format!(
+                        "target {target} is named twice: a file has one object per target"
+                    )))
+                }
                 Some(_) => {}
             }
         }
@@ -1316,11 +1325,19 @@ fn switch_layout(
                 )));
             }
             let lengths = lengths.unwrap_or_default();
-            record.size = record
-                .size
-                .max(weft_proto::layout::file_size_from_object_lengths(
-                    restriped, lengths,
-                ));
+            // Writes not reported yet may have gone past the size; a truncate still to
+            // reach the new objects decides it instead.
+            if txn
+                .open_table(crate::store::TRUNCATES)?
+                .get(inode.0)?
+                .is_none()
+            {
+                record.size = record
+                    .size
+                    .max(weft_proto::layout::file_size_from_object_lengths(
+                        restriped, lengths,
+                    ));
+            }
             let mut written = weft_proto::layout::SlotSet::default();
             for (index, _) in lengths
                 .iter()
