@@ -5,7 +5,9 @@
 //! mirrored directory and in a plain (striped, unmirrored) one. It records each change only
 //! after it returned, and after its fsync: every one is claimed durable. Meanwhile the nemesis
 //! kills one server at a time with SIGKILL and starts it again, or cuts one off the network
-//! and reconnects it, and waits until every mirror member is good again before the next fault.
+//! and reconnects it, and waits until every mirror member is good again before the next fault;
+//! between faults it restripes the plain directory's files into another chunk size and width
+//! (`weft entry migrate`), in the background, so moves run through the faults.
 //! Storage runs in crash-test mode, so a kill loses every write not synced, as a power loss
 //! would. Every read checks the bytes it got against the record; at the end every recorded file
 //! must hold exactly its bytes (through the mount, and through a new mount), nothing deleted is
@@ -280,6 +282,63 @@ fn fault(cluster: &mut LocalCluster, rng: &mut Rng) -> String {
     what
 }
 
+/// The patterns the nemesis restripes the plain directory into, in turn: chunk size and width.
+const RESTRIPES: [(&str, &str); 3] = [("128K", "2"), ("64K", "1"), ("256K", "2")];
+
+/// Starts `weft entry migrate DIR` into the next of [`RESTRIPES`], in the background, unless
+/// the last one still runs; returns what it started, if anything.
+fn restripe(
+    cluster: &LocalCluster,
+    dir: &Path,
+    running: &mut Option<std::process::Child>,
+    next: &mut usize,
+) -> Option<String> {
+    if let Some(child) = running {
+        match child.try_wait() {
+            Ok(None) => return None,
+            _ => *running = None,
+        }
+    }
+    let (chunk, width) = RESTRIPES[*next % RESTRIPES.len()];
+    *next += 1;
+    let log = std::fs::File::create(restripe_log(cluster, *next)).expect("a restripe's log");
+    let child = std::process::Command::new(common::binary())
+        .args(["entry", "migrate"])
+        .arg(dir)
+        .args(["--chunk-size", chunk, "--num-targets", width])
+        .args(["--mgmt", cluster.mgmt()])
+        .env("WEFT_KEY_FILE", cluster.key_file())
+        .env("WEFT_LOG", "warn")
+        .stdout(log.try_clone().expect("the log again"))
+        .stderr(log)
+        .spawn()
+        .expect("weft entry migrate starts");
+    *running = Some(child);
+    Some(format!(
+        "restriping the plain files into {chunk} chunks over {width}"
+    ))
+}
+
+/// Where the output of restripe `number` goes.
+fn restripe_log(cluster: &LocalCluster, number: usize) -> PathBuf {
+    cluster.root().join(format!("logs/restripe-{number}.log"))
+}
+
+/// Files the restripes moved, as their logs say ("N files looked at: M moved").
+fn restriped(cluster: &LocalCluster, count: usize) -> u64 {
+    (1..=count)
+        .filter_map(|number| std::fs::read_to_string(restripe_log(cluster, number)).ok())
+        .flat_map(|log| {
+            log.lines()
+                .filter_map(|line| {
+                    let (_, moved) = line.split_once(" files looked at: ")?;
+                    moved.split_whitespace().next()?.parse::<u64>().ok()
+                })
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// Runs the workload against faults for `run`, then checks everything it recorded.
 fn nemesis(run: Duration, seed: u64) {
     eprintln!("nemesis: seed {seed}, {run:?} of faults");
@@ -321,8 +380,17 @@ fn nemesis(run: Duration, seed: u64) {
     let mut rng = Rng(Random::new(seed ^ 0x006e_656d_6573_6973));
     let started = Instant::now();
     let mut faults = Vec::new();
+    let (mut restriping, mut restripes) = (None, 0);
     while started.elapsed() < run && !worker.is_finished() {
         std::thread::sleep(Duration::from_millis(500 + rng.below(3000)));
+        if rng.below(2) == 0 {
+            if let Some(what) = restripe(&cluster, &dirs[1], &mut restriping, &mut restripes) {
+                eprintln!(
+                    "[{:>6.1} s] nemesis: {what}",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
         let what = fault(&mut cluster, &mut rng);
         eprintln!(
             "[{:>6.1} s] nemesis: {what}",
@@ -331,6 +399,17 @@ fn nemesis(run: Duration, seed: u64) {
         faults.push(what);
     }
     stop.store(true, Ordering::Relaxed);
+    // A restripe still running finishes: with every server up, nothing stops it.
+    if let Some(mut child) = restriping {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while child.try_wait().expect("wait for migrate").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "seed {seed}: a restripe did not finish in 5 minutes with every server up"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     let record = worker
         .join()
         .expect("workload thread")
@@ -382,12 +461,14 @@ fn nemesis(run: Duration, seed: u64) {
     common::fsck_clean(&cluster);
     eprintln!(
         "nemesis: seed {seed}: {} operations ({} checked reads), {} faults, longest pause {:?}, \
-         {} changes of plain files lost to a restart (EIO), {} files checked, 0 differences",
+         {} changes of plain files lost to a restart (EIO), {} files restriped in {restripes} \
+         runs, {} files checked, 0 differences",
         record.operations,
         record.reads,
         faults.len(),
         record.longest,
         record.lost_claims,
+        restriped(&cluster, restripes),
         record.files.len()
     );
 }
