@@ -19,13 +19,5 @@ pub mod svg;
 
 /// The regular file the native-client benchmarks create: mode 0644 (umask 022), owned by root.
 pub(crate) fn new_file() -> weft_proto::messages::NewInode {
-    weft_proto::messages::NewInode {
-        kind: weft_proto::messages::FileKind::Regular,
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        umask: 0o022,
-        rdev: 0,
-        symlink: None,
-    }
+    weft_client::client::regular_file(0o644, 0o022, (0, 0))
 }

@@ -786,15 +786,7 @@ fn a_project_quota_counts_a_directory_tree() {
             .lookup(weft_proto::InodeId::ROOT, "proj")
             .await
             .expect("proj");
-        let new = weft_proto::messages::NewInode {
-            kind: weft_proto::messages::FileKind::Regular,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            umask: 0o022,
-            rdev: 0,
-            symlink: None,
-        };
+        let new = weft_client::client::regular_file(0o644, 0o022, (0, 0));
         let created = client.create(proj.inode, "native", new).await;
         let moved = client
             .lookup(proj.inode, "moved")
@@ -867,15 +859,7 @@ fn a_file_held_open_is_counted_as_it_grows() {
     let (runtime, client) = common::native_client(&cluster, |config| {
         config.heartbeat_interval = std::time::Duration::from_millis(300);
     });
-    let new = weft_proto::messages::NewInode {
-        kind: weft_proto::messages::FileKind::Regular,
-        mode: 0o644,
-        uid: 5005,
-        gid: 6005,
-        umask: 0o022,
-        rdev: 0,
-        symlink: None,
-    };
+    let new = weft_client::client::regular_file(0o644, 0o022, (5005, 6005));
     let (file, _) = runtime
         .block_on(client.create_file((weft_proto::InodeId::ROOT, "log"), new))
         .expect("create");

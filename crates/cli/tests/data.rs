@@ -380,11 +380,7 @@ fn native_open_files_share_what_they_wrote_and_close_once() {
     let cluster = cluster(ClusterSpec::default());
     let (runtime, client) = common::native_client(&cluster, |_| {});
     let root = weft_proto::InodeId::ROOT;
-    let new = weft_client::client::directory(0o644, 0o022, (0, 0));
-    let new = weft_proto::messages::NewInode {
-        kind: weft_proto::messages::FileKind::Regular,
-        ..new
-    };
+    let new = weft_client::client::regular_file(0o644, 0o022, (0, 0));
     let data = pattern(7, 3 << 20);
     runtime.block_on(async {
         let (writer, created) = client

@@ -114,6 +114,37 @@ fn start_writer(log: &Path) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
     (stop, thread)
 }
 
+/// An appending writer of `log` ([`writer`]) and a reader of `file`, which must hold
+/// `expected` ([`reader`]), busy until `stop`.
+struct Busy {
+    stop: Arc<AtomicBool>,
+    write: std::thread::JoinHandle<u64>,
+    read: std::thread::JoinHandle<u64>,
+}
+
+impl Busy {
+    fn start(log: &Path, file: PathBuf, expected: &Arc<Vec<u8>>) -> Busy {
+        let (stop, write) = start_writer(log);
+        let read = {
+            let (expected, stop) = (Arc::clone(expected), Arc::clone(&stop));
+            std::thread::spawn(move || reader(file, expected, stop))
+        };
+        Busy { stop, write, read }
+    }
+
+    /// Stops both; answers the records written, after checking both did their part.
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Release);
+        let written = self.write.join().expect("writer");
+        let reads = self.read.join().expect("reader");
+        assert!(
+            written >= 64 && reads >= 1,
+            "{written} records, {reads} reads"
+        );
+        written
+    }
+}
+
 /// A reader that keeps `file` open and reads it in 1 MiB pieces, checking each against
 /// `expected`, until `stop`; answers how many pieces it read.
 fn reader(file: PathBuf, expected: Arc<Vec<u8>>, stop: Arc<AtomicBool>) -> u64 {
@@ -225,11 +256,7 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
     );
 
     let log = dir.join("log");
-    let (stop, write_thread) = start_writer(&log);
-    let read_thread = {
-        let (file, big, stop) = (dir.join("big"), Arc::clone(&big), Arc::clone(&stop));
-        std::thread::spawn(move || reader(file, big, stop))
-    };
+    let busy = Busy::start(&log, dir.join("big"), &big);
 
     let (ok, out, err) = migrate(&cluster, &dir, "fast");
     assert!(ok, "migrate: {err}");
@@ -237,13 +264,7 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
         out.contains("5 files looked at: 5 moved"),
         "every file moved: {out}"
     );
-    stop.store(true, Ordering::Release);
-    let written = write_thread.join().expect("writer");
-    let reads = read_thread.join().expect("reader");
-    assert!(
-        written >= 64 && reads >= 1,
-        "{written} records, {reads} reads"
-    );
+    let written = busy.finish();
 
     assert!(
         fs::read(dir.join("big")).expect("read big") == *big,
@@ -790,13 +811,9 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
     expected_sparse.extend_from_slice(&tail);
 
     let log = dir.join("log");
-    let (stop, write_thread) = start_writer(&log);
-    let read_thread = {
-        let (file, big, stop) = (dir.join("big"), Arc::clone(&big), Arc::clone(&stop));
-        std::thread::spawn(move || reader(file, big, stop))
-    };
+    let busy = Busy::start(&log, dir.join("big"), &big);
     let cut_thread = {
-        let (file, stop) = (dir.join("cut"), Arc::clone(&stop));
+        let (file, stop) = (dir.join("cut"), Arc::clone(&busy.stop));
         std::thread::spawn(move || cutter(file, stop))
     };
     let path = dir.display().to_string();
@@ -820,17 +837,11 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
         out.contains("5 files looked at: 5 moved"),
         "every file was restriped: {out}"
     );
-    stop.store(true, Ordering::Release);
-    let written = write_thread.join().expect("writer");
-    let reads = read_thread.join().expect("reader");
+    let written = busy.finish();
     let cut = cut_thread.join().expect("cutter");
     assert!(
         fs::read(dir.join("cut")).expect("cut") == cut,
         "the file truncated throughout holds what it must"
-    );
-    assert!(
-        written >= 64 && reads >= 1,
-        "{written} records, {reads} reads"
     );
 
     assert!(fs::read(dir.join("big")).expect("big") == *big, "content");

@@ -1100,15 +1100,7 @@ fn a_peer_one_protocol_version_older_is_served() {
             seq: 1,
             oldest_pending: 1,
         };
-        let new = weft_proto::messages::NewInode {
-            kind: weft_proto::messages::FileKind::Regular,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            umask: 0o022,
-            rdev: 0,
-            symlink: None,
-        };
+        let new = weft_client::client::regular_file(0o644, 0o022, (0, 0));
         let attr = meta
             .create(mutation, InodeId::ROOT, "from-v1", new, None)
             .await

@@ -1243,6 +1243,15 @@ pub fn directory(mode: u32, umask: u32, (uid, gid): (u32, u32)) -> NewInode {
     }
 }
 
+/// What to create for a regular file with `mode` (masked by `umask` unless the parent has a
+/// default ACL) owned by (uid, gid).
+pub fn regular_file(mode: u32, umask: u32, owner: (u32, u32)) -> NewInode {
+    NewInode {
+        kind: FileKind::Regular,
+        ..directory(mode, umask, owner)
+    }
+}
+
 /// The host name, as the session's alias.
 fn weft_service_free_host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -93,6 +93,11 @@ fn directory() -> InodeRecord {
 
 /// The request a mkdir intent keeps: the directory's inode on its home.
 fn mkdir() -> MetaRequest {
+    mkdir_in(42)
+}
+
+/// [`mkdir`]'s request for a directory of `project`.
+fn mkdir_in(project: u32) -> MetaRequest {
     MetaRequest::CreateDirInode {
         coordinator: NodeId(1),
         intent: 3,
@@ -103,7 +108,7 @@ fn mkdir() -> MetaRequest {
         pattern: pattern(),
         acls: vec![("system.posix_acl_default".into(), vec![2, 0, 0, 0])],
         shard_of: None,
-        project: 42,
+        project,
     }
 }
 
@@ -293,32 +298,7 @@ fn intents_and_replies_of_version_4_are_converted() {
             parent: inode(1),
             name: "d".into(),
             home: NodeId(2),
-            request: match mkdir() {
-                MetaRequest::CreateDirInode {
-                    coordinator,
-                    intent,
-                    parent,
-                    mode,
-                    uid,
-                    gid,
-                    pattern,
-                    acls,
-                    shard_of,
-                    ..
-                } => MetaRequest::CreateDirInode {
-                    coordinator,
-                    intent,
-                    parent,
-                    mode,
-                    uid,
-                    gid,
-                    pattern,
-                    acls,
-                    shard_of,
-                    project,
-                },
-                _ => unreachable!("a directory-inode request"),
-            },
+            request: mkdir_in(project),
         }),
     };
     {

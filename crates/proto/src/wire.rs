@@ -82,7 +82,7 @@ fn encode_set_since<const SINCE: u16, T, S>(
     refusal: &'static str,
 ) -> Result<S::Ok, S::Error>
 where
-    T: serde::Serialize + since_3::Unset,
+    T: serde::Serialize + Unset,
     S: serde::Serializer,
 {
     if version() >= SINCE {
@@ -111,197 +111,137 @@ where
     }
 }
 
-/// A field added in protocol version 2: absent from encodings for version 1, and its
-/// default when decoded from one.
-pub mod since_2 {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+/// A field of a later version: an `Option`, unset when `None`.
+pub trait Unset {
+    /// Whether it holds nothing an older peer would miss.
+    fn is_unset(&self) -> bool;
+}
 
-    /// Encodes `value`, or nothing for a peer of version 1.
-    ///
-    /// # Errors
-    /// As `value`'s own encoding.
-    pub fn serialize<T: Serialize, S: Serializer>(
-        value: &T,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        super::encode_since::<2, T, S>(value, serializer)
-    }
-
-    /// Decodes the field, or gives its default for a message of version 1.
-    ///
-    /// # Errors
-    /// As `T`'s own decoding.
-    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<T, D::Error> {
-        super::decode_since::<2, T, D>(deserializer)
+impl<T> Unset for Option<T> {
+    fn is_unset(&self) -> bool {
+        self.is_none()
     }
 }
 
-/// A field added in protocol version 3 (an `Option`): left out of encodings for version 2 when
-/// it is `None`, and refused when it is set (a peer that cannot read it must not act without
-/// it: a client's subtree rule is not silently dropped); its default when decoded from
-/// version 2.
-pub mod since_3 {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    /// A field of a later version: an `Option`, unset when `None`.
-    pub trait Unset {
-        /// Whether it holds nothing an older peer would miss.
-        fn is_unset(&self) -> bool;
+impl<T: Unset + ?Sized> Unset for &T {
+    fn is_unset(&self) -> bool {
+        (**self).is_unset()
     }
+}
 
-    impl<T> Unset for Option<T> {
-        fn is_unset(&self) -> bool {
-            self.is_none()
+/// A `with` module for a field added in protocol version `$since` that an older peer does
+/// without: left out of encodings for it whatever it holds, and its default when decoded
+/// from one.
+macro_rules! field_since {
+    ($(#[$doc:meta])* $name:ident, $since:literal) => {
+        $(#[$doc])*
+        pub mod $name {
+            use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+            /// Encodes `value`, or nothing for a peer of an older version.
+            ///
+            /// # Errors
+            /// As `value`'s own encoding.
+            pub fn serialize<T: Serialize, S: Serializer>(
+                value: &T,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                super::encode_since::<$since, T, S>(value, serializer)
+            }
+
+            /// Decodes the field, or gives its default for a message of an older version.
+            ///
+            /// # Errors
+            /// As `T`'s own decoding.
+            pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+                deserializer: D,
+            ) -> Result<T, D::Error> {
+                super::decode_since::<$since, T, D>(deserializer)
+            }
         }
-    }
+    };
+}
 
-    impl<T: Unset + ?Sized> Unset for &T {
-        fn is_unset(&self) -> bool {
-            (**self).is_unset()
+/// A `with` module for a field added in protocol version `$since` (an `Option`) that an
+/// older peer must not go without: left out of encodings for it when unset, refused when set
+/// (a peer that cannot read it must not act without it); its default when decoded from one.
+macro_rules! set_field_since {
+    ($(#[$doc:meta])* $name:ident, $since:literal, $refusal:literal) => {
+        $(#[$doc])*
+        pub mod $name {
+            use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+            /// Encodes `value`; for a peer of an older version, nothing when it is unset.
+            ///
+            /// # Errors
+            /// As `value`'s own encoding; for a peer of an older version, the field when it
+            /// is set.
+            pub fn serialize<T: Serialize + super::Unset, S: Serializer>(
+                value: &T,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                super::encode_set_since::<$since, T, S>(value, serializer, $refusal)
+            }
+
+            /// Decodes the field, or gives its default for a message of an older version.
+            ///
+            /// # Errors
+            /// As `T`'s own decoding.
+            pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
+                deserializer: D,
+            ) -> Result<T, D::Error> {
+                super::decode_since::<$since, T, D>(deserializer)
+            }
         }
-    }
-
-    /// Encodes `value`; for a peer of version 2, nothing when it is unset.
-    ///
-    /// # Errors
-    /// As `value`'s own encoding; for a peer of version 2, the field when it is set.
-    pub fn serialize<T: Serialize + Unset, S: Serializer>(
-        value: &T,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        super::encode_set_since::<3, T, S>(
-            value,
-            serializer,
-            "a field of protocol version 3 is set, and the peer speaks an older one",
-        )
-    }
-
-    /// Decodes the field, or gives its default for a message of version 2.
-    ///
-    /// # Errors
-    /// As `T`'s own decoding.
-    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<T, D::Error> {
-        super::decode_since::<3, T, D>(deserializer)
-    }
+    };
 }
 
-/// A field added in protocol version 3 that an older peer has no use for (a capability,
-/// which servers of version 2 do not check): left out of encodings for version 2 whatever it
-/// holds, and its default when decoded from version 2.
-pub mod since_3_advisory {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+field_since!(
+    /// A field added in protocol version 2: absent from encodings for version 1, and its
+    /// default when decoded from one.
+    since_2,
+    2
+);
 
-    /// Encodes `value`, or nothing for a peer of version 2.
-    ///
-    /// # Errors
-    /// As `value`'s own encoding.
-    pub fn serialize<T: Serialize, S: Serializer>(
-        value: &T,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        super::encode_since::<3, T, S>(value, serializer)
-    }
+set_field_since!(
+    /// A field added in protocol version 3 (an `Option`): left out of encodings for version 2
+    /// when it is `None`, and refused when it is set (a client's subtree rule is not silently
+    /// dropped); its default when decoded from version 2.
+    since_3,
+    3,
+    "a field of protocol version 3 is set, and the peer speaks an older one"
+);
 
-    /// Decodes the field, or gives its default for a message of version 2.
-    ///
-    /// # Errors
-    /// As `T`'s own decoding.
-    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<T, D::Error> {
-        super::decode_since::<3, T, D>(deserializer)
-    }
-}
+field_since!(
+    /// A field added in protocol version 3 that an older peer has no use for (a capability,
+    /// which servers of version 2 do not check): left out of encodings for version 2 whatever
+    /// it holds, and its default when decoded from version 2.
+    since_3_advisory,
+    3
+);
 
-/// A field added in protocol version 4 that an older peer does without (the storage pools'
-/// names and limits in the cluster map: a peer of version 3 places files by pool id alone):
-/// left out of encodings for version 3, and its default when decoded from version 3.
-pub mod since_4 {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+field_since!(
+    /// A field added in protocol version 4 that an older peer does without (the storage
+    /// pools' names and limits in the cluster map: a peer of version 3 places files by pool id
+    /// alone): left out of encodings for version 3, and its default when decoded from it.
+    since_4,
+    4
+);
 
-    /// Encodes `value`, or nothing for a peer of version 3.
-    ///
-    /// # Errors
-    /// As `value`'s own encoding.
-    pub fn serialize<T: Serialize, S: Serializer>(
-        value: &T,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        super::encode_since::<4, T, S>(value, serializer)
-    }
+field_since!(
+    /// A field added in protocol version 5 (project quotas: an inode's project, carried where
+    /// its owner is): left out of encodings for version 4, and its default when decoded from
+    /// version 4.
+    since_5,
+    5
+);
 
-    /// Decodes the field, or gives its default for a message of version 3.
-    ///
-    /// # Errors
-    /// As `T`'s own decoding.
-    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<T, D::Error> {
-        super::decode_since::<4, T, D>(deserializer)
-    }
-}
-
-/// A field added in protocol version 5 (project quotas: an inode's project, carried where
-/// its owner is): left out of encodings for version 4 when it has its default, and its
-/// default when decoded from version 4.
-pub mod since_5 {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    /// Encodes `value`, or nothing for a peer of version 4.
-    ///
-    /// # Errors
-    /// As `value`'s own encoding.
-    pub fn serialize<T: Serialize, S: Serializer>(
-        value: &T,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        super::encode_since::<5, T, S>(value, serializer)
-    }
-
-    /// Decodes the field, or gives its default for a message of version 4.
-    ///
-    /// # Errors
-    /// As `T`'s own decoding.
-    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<T, D::Error> {
-        super::decode_since::<5, T, D>(deserializer)
-    }
-}
-
-/// A field added in protocol version 5 that an older peer must not go without (the project a
-/// setattr gives an inode, an `Option`): left out of encodings for version 4 when it is
-/// `None`, refused when it is set; its default when decoded from version 4.
-pub mod since_5_set {
-    use super::since_3::Unset;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    /// Encodes `value`; for a peer of version 4, nothing when it is unset.
-    ///
-    /// # Errors
-    /// As `value`'s own encoding; for a peer of version 4, the field when it is set.
-    pub fn serialize<T: Serialize + Unset, S: Serializer>(
-        value: &T,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        super::encode_set_since::<5, T, S>(
-            value,
-            serializer,
-            "a field of protocol version 5 is set, and the peer speaks an older one",
-        )
-    }
-
-    /// Decodes the field, or gives its default for a message of version 4.
-    ///
-    /// # Errors
-    /// As `T`'s own decoding.
-    pub fn deserialize<'de, T: Deserialize<'de> + Default, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<T, D::Error> {
-        super::decode_since::<5, T, D>(deserializer)
-    }
-}
+set_field_since!(
+    /// A field added in protocol version 5 that an older peer must not go without (the
+    /// project a setattr gives an inode, a restripe's pattern, an `Option`): left out of
+    /// encodings for version 4 when it is `None`, refused when it is set; its default when
+    /// decoded from version 4.
+    since_5_set,
+    5,
+    "a field of protocol version 5 is set, and the peer speaks an older one"
+);

@@ -505,11 +505,7 @@ impl Storage {
         /// Bytes read and sent per write of the copy.
         const PIECE: u64 = 1 << 20;
         let object = ObjectId::new(Space::Plain, inode);
-        let stripe = (inode.0 % 64) as usize;
-        let _one = self.pushing[stripe].lock().await;
-        let looked = Arc::clone(&target);
-        let sealing = seal.then(|| self.mirror.unsynced_boot());
-        let taken = blocking(move || looked.take_changes(object, id, sealing)).await?;
+        let (_one, stripe, taken) = self.take_push(&target, inode, id, seal).await?;
         let crate::target::Taken::Changed {
             changed,
             verifier: before,
@@ -527,10 +523,7 @@ impl Storage {
             match verifier {
                 Some(known) if known != answered => {
                     target.moves().restart(object, id);
-                    Err(WireError::new(
-                        ErrorCode::Unavailable,
-                        format!("the server of target {to} restarted while {inode} was copied to it: copying it again"),
-                    ))
+                    Err(copy_restarted(to, inode))
                 }
                 _ => {
                     verifier = Some(answered);
@@ -567,35 +560,9 @@ impl Storage {
                 // copy its length; a changed range may have become zeros and is written.
                 let last = at + piece == length;
                 if !whole || last || data.iter().any(|&byte| byte != 0) {
-                    let tag = tag();
-                    let write = |storage: Arc<weft_net::StorageClient>, route| {
-                        let (data, tag) = (data.clone(), tag.clone());
-                        async move {
-                            let write = weft_net::ObjectWrite {
-                                file: (inode, generation),
-                                offset: at,
-                                data,
-                                tag: Some(tag),
-                                capability: None,
-                                owner: None,
-                            };
-                            storage.write(route, write).await
-                        }
-                    };
-                    let (written, answered) = self
-                        .cluster
-                        .call_storage(to_slot, &retry, write)
-                        .await
-                        .map_err(rpc_error)?;
-                    if written as usize != data.len() {
-                        return Err(WireError::new(
-                            ErrorCode::Io,
-                            format!(
-                                "target {to} took {written} of {} bytes copied of {inode}",
-                                data.len()
-                            ),
-                        ));
-                    }
+                    let answered = self
+                        .write_copy(to, ((inode, generation), at), data.clone(), tag(), &retry)
+                        .await?;
                     seen(answered)?;
                     copied += data.len() as u64;
                 }
@@ -616,6 +583,25 @@ impl Storage {
             target.moves().ack(object, id, verifier);
         }
         Ok(copied)
+    }
+
+    /// The start of a push of the plain object of `inode` on `target` for move `id`: alone
+    /// on the object's push stripe (answered, with the guard), takes what changed of it since
+    /// the last round, sealing it first for the last one.
+    async fn take_push(
+        &self,
+        target: &Arc<Target>,
+        inode: InodeId,
+        id: u64,
+        seal: bool,
+    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, usize, crate::target::Taken), WireError> {
+        let object = ObjectId::new(Space::Plain, inode);
+        let stripe = (inode.0 % 64) as usize;
+        let one = self.pushing[stripe].lock().await;
+        let looked = Arc::clone(target);
+        let sealing = seal.then(|| self.mirror.unsynced_boot());
+        let taken = blocking(move || looked.take_changes(object, id, sealing)).await?;
+        Ok((one, stripe, taken))
     }
 
     /// The next change of the synthetic sender of object stripe `stripe` (see [`Self::push`]).
@@ -650,11 +636,7 @@ impl Storage {
         const PIECE: u64 = 1 << 20;
         let weft_proto::messages::Restripe { slot, from, to } = restripe;
         let object = ObjectId::new(Space::Plain, inode);
-        let stripe = (inode.0 % 64) as usize;
-        let _one = self.pushing[stripe].lock().await;
-        let looked = Arc::clone(&target);
-        let sealing = seal.then(|| self.mirror.unsynced_boot());
-        let taken = blocking(move || looked.take_changes(object, id, sealing)).await?;
+        let (_one, stripe, taken) = self.take_push(&target, inode, id, seal).await?;
         let crate::target::Taken::Changed {
             changed,
             length,
@@ -721,34 +703,15 @@ impl Storage {
                             .map_err(rpc_error)?;
                         None
                     } else {
-                        let write = |storage: Arc<weft_net::StorageClient>, route| {
-                            let (bytes, tag) = (bytes.clone(), tag.clone());
-                            async move {
-                                let write = weft_net::ObjectWrite {
-                                    file: (inode, generation),
-                                    offset: place.object_offset,
-                                    data: bytes,
-                                    tag: Some(tag),
-                                    capability: None,
-                                    owner: None,
-                                };
-                                storage.write(route, write).await
-                            }
-                        };
-                        let (written, answered) = self
-                            .cluster
-                            .call_storage(Slot::Target(copy), &retry, write)
-                            .await
-                            .map_err(rpc_error)?;
-                        if written as u64 != place.len {
-                            return Err(WireError::new(
-                                ErrorCode::Io,
-                                format!(
-                                    "target {copy} took {written} of {} bytes copied of {inode}",
-                                    place.len
-                                ),
-                            ));
-                        }
+                        let answered = self
+                            .write_copy(
+                                copy,
+                                ((inode, generation), place.object_offset),
+                                bytes,
+                                tag,
+                                &retry,
+                            )
+                            .await?;
                         copied += place.len;
                         Some(answered)
                     };
@@ -773,6 +736,49 @@ impl Storage {
             target.moves().ack(object, id, None);
         }
         Ok(copied)
+    }
+
+    /// Writes `data` at `offset` of the plain object of `file` (inode, truncate generation)
+    /// on target `copy`, as change `tag` of a push; a short write fails. Answers the copy's
+    /// server's verifier.
+    async fn write_copy(
+        &self,
+        copy: weft_proto::TargetId,
+        (file, offset): ((InodeId, u64), u64),
+        data: Bytes,
+        tag: weft_proto::messages::ChangeTag,
+        retry: &weft_net::retry::RetryPolicy,
+    ) -> Result<u64, WireError> {
+        let write = |storage: Arc<weft_net::StorageClient>, route| {
+            let (data, tag) = (data.clone(), tag.clone());
+            async move {
+                let write = weft_net::ObjectWrite {
+                    file,
+                    offset,
+                    data,
+                    tag: Some(tag),
+                    capability: None,
+                    owner: None,
+                };
+                storage.write(route, write).await
+            }
+        };
+        let (written, answered) = self
+            .cluster
+            .call_storage(weft_proto::layout::Slot::Target(copy), retry, write)
+            .await
+            .map_err(rpc_error)?;
+        if written as usize != data.len() {
+            return Err(WireError::new(
+                ErrorCode::Io,
+                format!(
+                    "target {copy} took {written} of {} bytes copied of {}",
+                    data.len(),
+                    file.0
+                ),
+            ));
+        }
+        Ok(answered)
     }
 
     /// Syncs the objects of `inode` in the plain layout `layout`, answering each target's
