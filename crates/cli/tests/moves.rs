@@ -197,6 +197,14 @@ fn cutter(file: PathBuf, stop: Arc<AtomicBool>) -> Vec<u8> {
     expected
 }
 
+/// Checks that each file of `dir` holds its bytes.
+fn holds(dir: &Path, files: &[(&str, &[u8])]) {
+    for (name, expected) in files {
+        let data = fs::read(dir.join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
+        assert!(data == *expected, "{name}'s content");
+    }
+}
+
 /// Checks the writer's log: `count` records, each right.
 fn check_log(file: &Path, count: u64) {
     let data = fs::read(file).expect("read the log");
@@ -266,21 +274,14 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
     );
     let written = busy.finish();
 
-    assert!(
-        fs::read(dir.join("big")).expect("read big") == *big,
-        "content"
-    );
-    assert!(
-        fs::read(dir.join("small")).expect("small") == b"a few bytes",
-        "content"
-    );
-    assert!(
-        fs::read(dir.join("empty")).expect("empty") == b"",
-        "content"
-    );
-    assert!(
-        fs::read(dir.join("sub/inner")).expect("inner") == inner,
-        "content"
+    holds(
+        &dir,
+        &[
+            ("big", &big),
+            ("small", b"a few bytes"),
+            ("empty", b""),
+            ("sub/inner", &inner),
+        ],
     );
     check_log(&log, written);
     for name in ["big", "small", "empty", "sub/inner", "log"] {
@@ -839,19 +840,15 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
     );
     let written = busy.finish();
     let cut = cut_thread.join().expect("cutter");
-    assert!(
-        fs::read(dir.join("cut")).expect("cut") == cut,
-        "the file truncated throughout holds what it must"
-    );
-
-    assert!(fs::read(dir.join("big")).expect("big") == *big, "content");
-    assert!(
-        fs::read(dir.join("small")).expect("small") == b"a few bytes",
-        "content"
-    );
-    assert!(
-        fs::read(dir.join("sparse")).expect("sparse") == expected_sparse,
-        "the sparse file's content"
+    // The file truncated throughout, and the sparse one's hole, hold what they must.
+    holds(
+        &dir,
+        &[
+            ("cut", &cut),
+            ("big", &big),
+            ("small", b"a few bytes"),
+            ("sparse", &expected_sparse),
+        ],
     );
     check_log(&log, written);
     for name in ["big", "small", "sparse", "log", "cut"] {

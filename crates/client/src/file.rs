@@ -26,11 +26,11 @@ use weft_proto::layout::{FileLayout, SlotSet};
 use weft_proto::messages::{FallocateMode, FileKind, InodeAttr, SizeReport};
 use weft_proto::quota::Owner;
 
-/// What this client knows of one file it has open, beyond its metadata server.
 /// Growth of a file by this client's writes after which it reports the size while the file
 /// stays open ([`Shared::report_when_grown`]).
 const REPORT_GROWTH_BYTES: u64 = 64 << 20;
 
+/// What this client knows of one file it has open, beyond its metadata server.
 #[derive(Default)]
 struct Known {
     /// Open handles of this client.

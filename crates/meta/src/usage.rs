@@ -1,6 +1,6 @@
-//! What each user, group and project uses in each storage pool, kept in the same transaction as the
-//! inodes: every inode a mutating operation stores or removes goes through [`Inodes`], which
-//! takes the old record's use off and adds the new one's. `weft quota report` reads it
+//! What each user, group and project uses in each storage pool, kept in the same transaction
+//! as the inodes: every inode a mutating operation stores or removes goes through [`Inodes`],
+//! which takes the old record's use off and adds the new one's. `weft quota report` reads it
 //! ([`usage`]), `weft fsck` recounts it from the inodes ([`recount`]).
 //!
 //! A regular file uses its size (holes included) and one inode in its layout's pool; any

@@ -781,29 +781,30 @@ impl Storage {
         Ok(answered)
     }
 
-    /// Syncs the objects of `inode` in the plain layout `layout`, answering each target's
-    /// verifier.
+    /// Syncs the objects of `inode` in the plain layout `layout`, all at once, answering each
+    /// target's verifier.
     async fn copy_verifiers(
         &self,
         inode: InodeId,
         layout: &weft_proto::layout::FileLayout,
         retry: &weft_net::retry::RetryPolicy,
     ) -> Result<std::collections::BTreeMap<weft_proto::TargetId, u64>, WireError> {
-        let mut verifiers = std::collections::BTreeMap::new();
-        for slot in layout.slots() {
+        let syncs = layout.slots().filter_map(|slot| {
             let weft_proto::layout::Slot::Target(copy) = slot else {
-                continue;
+                return None;
             };
-            let verifier = self
-                .cluster
-                .call_storage(slot, retry, |storage, route| async move {
-                    storage.sync(route, inode, None).await
-                })
-                .await
-                .map_err(rpc_error)?;
-            verifiers.insert(copy, verifier);
-        }
-        Ok(verifiers)
+            Some(async move {
+                let verifier = self
+                    .cluster
+                    .call_storage(slot, retry, |storage, route| async move {
+                        storage.sync(route, inode, None).await
+                    })
+                    .await
+                    .map_err(rpc_error)?;
+                Ok((copy, verifier))
+            })
+        });
+        futures::future::join_all(syncs).await.into_iter().collect()
     }
 
     /// Refuses a client's write that grows a file whose owner, group or project is over its

@@ -737,10 +737,7 @@ impl Meta {
                 let pushed = cluster
                     .call_storage(Slot::Target(from), &TARGET_RETRY, call)
                     .await
-                    .map_err(|error| match error {
-                        weft_net::RpcError::Remote(error) => error,
-                        other => WireError::new(ErrorCode::Unavailable, other.to_string()),
-                    });
+                    .map_err(|error| super::rpc_error(error).into_wire());
                 (index, pushed)
             }
         });
@@ -786,10 +783,7 @@ impl Meta {
             return;
         };
         taken.extend(work.slots.iter().map(|&(_, _, to)| to));
-        taken.extend(layout.slots().filter_map(|slot| match slot {
-            Slot::Target(target) => Some(target),
-            Slot::Group(_) => None,
-        }));
+        taken.extend(plain_targets(&layout));
         let mut free = free_targets(&self.chooser, &map, &layout, work.pool, &taken).into_iter();
         let mut next = work.clone();
         next.id = rand::random();
@@ -860,10 +854,7 @@ impl Meta {
             self.cluster
                 .call_storage(slot, &TARGET_RETRY, call)
                 .await
-                .map_err(|error| match error {
-                    weft_net::RpcError::Remote(error) => error,
-                    other => WireError::new(ErrorCode::Unavailable, other.to_string()),
-                })
+                .map_err(|error| super::rpc_error(error).into_wire())
         });
         futures::future::join_all(lengths)
             .await
@@ -1046,10 +1037,7 @@ fn find_draining(
         let Some(layout) = record.layout else {
             continue;
         };
-        let on_draining = count(&mut layout.slots().filter_map(|slot| match slot {
-            Slot::Target(target) => Some(target),
-            Slot::Group(_) => None,
-        }));
+        let on_draining = count(&mut plain_targets(&layout).into_iter());
         if on_draining && files.len() < DRAIN_FILES_PER_SCAN && moves.get(key.value())?.is_none() {
             files.push((InodeId(key.value()), layout));
         }
@@ -1062,10 +1050,7 @@ fn find_draining(
     for item in txn.open_table(crate::store::DISPOSALS)?.iter()? {
         let (key, value) = item?;
         let layout: FileLayout = decode("the disposal", key.value(), value.value())?;
-        count(&mut layout.slots().filter_map(|slot| match slot {
-            Slot::Target(target) => Some(target),
-            Slot::Group(_) => None,
-        }));
+        count(&mut plain_targets(&layout).into_iter());
     }
     Ok((uses, files))
 }
@@ -1297,28 +1282,13 @@ fn switch_layout(
             "{inode} moved without a layout"
         )));
     };
-    let mut slots: Vec<Slot> = layout.slots().collect();
-    let left = plain_targets(layout);
-    for &(index, from, to) in work.slots.iter().filter(|_| work.layout.is_none()) {
-        let slot = slots.get_mut(usize::from(index));
-        match slot {
-            Some(slot) if *slot == Slot::Target(from) => *slot = Slot::Target(to),
-            _ => {
-                return Err(OpError::inconsistent(format!(
-                    "the move of {inode} found slot {index} not on target {from}"
-                )))
-            }
-        }
-    }
-    let mut pattern = layout.pattern;
-    pattern.pool = work.pool;
     let moved = match &work.layout {
         Some(restriped) => {
             if work
                 .slots
                 .iter()
                 .map(|&(_, from, _)| from)
-                .ne(left.iter().copied())
+                .ne(plain_targets(layout))
             {
                 return Err(OpError::inconsistent(format!(
                     "the restripe of {inode} was planned from another layout"
@@ -1349,7 +1319,24 @@ fn switch_layout(
             crate::store::change_written(txn, inode, |slots| *slots = written)?;
             restriped.clone()
         }
-        None => FileLayout::new(pattern, slots),
+        None => {
+            let mut slots: Vec<Slot> = layout.slots().collect();
+            for &(index, from, to) in &work.slots {
+                match slots.get_mut(usize::from(index)) {
+                    Some(slot) if *slot == Slot::Target(from) => *slot = Slot::Target(to),
+                    _ => {
+                        return Err(OpError::inconsistent(format!(
+                            "the move of {inode} found slot {index} not on target {from}"
+                        )))
+                    }
+                }
+            }
+            let pattern = weft_proto::layout::StripePattern {
+                pool: work.pool,
+                ..layout.pattern
+            };
+            FileLayout::new(pattern, slots)
+        }
     };
     record.layout = Some(moved.clone());
     store_inode(&mut inodes, inode, &record)?;

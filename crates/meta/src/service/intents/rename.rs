@@ -574,16 +574,16 @@ impl Meta {
                 Err(error) => return Err(rpc_error(error)),
             }
         }
-        // The project of the inode moved, for the new directory to check (an inode removed
-        // meanwhile has none).
-        let project = match self.project_of(*child).await {
-            Ok(project) => project,
-            Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => 0,
-            Err(error) => return Err(error),
-        };
         let outcome = match outcome {
             Err(error) => Err(error),
             Ok(()) => {
+                // The project of the inode moved, for the new directory to check (an inode
+                // removed meanwhile has none).
+                let project = match self.project_of(*child).await {
+                    Ok(project) => project,
+                    Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => 0,
+                    Err(error) => return Err(error),
+                };
                 let request = MetaRequest::InsertDentry {
                     coordinator: self.node,
                     intent: id,
