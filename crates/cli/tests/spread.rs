@@ -93,6 +93,20 @@ fn spread_directory_works_like_any_other() {
     assert_eq!(listed.len(), FILES + 6, "every entry is listed once");
     assert_eq!(listed.iter().collect::<BTreeSet<_>>().len(), FILES + 6);
     assert_eq!(fs::metadata(&big).expect("stat").nlink(), 2 + 6);
+    // The count gathers every shard's however the kernel learns it: from a lookup (its
+    // caches dropped) or from a setattr's reply, not only from a getattr.
+    fs::write("/proc/sys/vm/drop_caches", "2").expect("drop the kernel's dentries");
+    assert_eq!(
+        fs::metadata(&big).expect("stat").nlink(),
+        2 + 6,
+        "after a lookup"
+    );
+    fs::set_permissions(&big, fs::Permissions::from_mode(0o775)).expect("chmod");
+    assert_eq!(
+        fs::metadata(&big).expect("stat").nlink(),
+        2 + 6,
+        "after a setattr"
+    );
     for i in 0..FILES {
         assert_eq!(
             fs::read_to_string(big.join(format!("f{i}"))).expect("read"),

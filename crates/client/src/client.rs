@@ -694,7 +694,7 @@ impl Client {
             })
             .await?;
         self.learn(&attr);
-        Ok(attr)
+        self.gathered(attr).await
     }
 
     /// Reads attributes. A spread directory's link count and times gather its shards'.
@@ -702,10 +702,17 @@ impl Client {
     /// # Errors
     /// `NotFound` and the other namespace codes.
     pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
-        let mut attr = self
+        let attr = self
             .on_home(inode, |meta| async move { meta.get_attr(inode).await })
             .await?;
         self.learn(&attr);
+        self.gathered(attr).await
+    }
+
+    /// `attr` as it is whole: a spread directory's server holds only its own shard's
+    /// subdirectories and times, so every answer that gives the directory's attributes
+    /// (getattr, lookup, setattr) adds the other shards' in.
+    async fn gathered(&self, mut attr: InodeAttr) -> Result<InodeAttr, ClientError> {
         for shard in attr.shards.clone().into_iter().skip(1) {
             let part = self
                 .on_home(shard, |meta| async move { meta.get_attr(shard).await })
@@ -747,7 +754,7 @@ impl Client {
         if changes.size.is_some() {
             self.files.truncated(&attr);
         }
-        Ok(attr)
+        self.gathered(attr).await
     }
 
     /// Creates an entry of any kind; `new.mode` is masked by `new.umask` unless the parent has
