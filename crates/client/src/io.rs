@@ -409,13 +409,10 @@ impl DataPath {
         {
             let map = self.cluster.map();
             let mut unsynced = self.unsynced.lock().expect("unsynced writes poisoned");
-            // A target removed from the cluster (drained first) cannot tell any more.
+            // A target removed from the cluster (drained first), or a storage mirror group
+            // removed with its drained member, cannot tell any more.
             unsynced.retain(|&(written, slot), _| {
-                written != inode
-                    || match slot {
-                        Slot::Target(target) => map.target(target).is_some(),
-                        Slot::Group(_) => true,
-                    }
+                written != inode || !map.slot_targets(slot).is_empty()
             });
             slots.extend(
                 unsynced

@@ -86,8 +86,9 @@ impl Chooser {
         };
         let mut candidates: Vec<_> = slots
             .into_iter()
-            .filter(|(_, t, _)| {
-                t.pool == pattern.pool && t.reachability != Reachability::Offline && !t.draining
+            .filter(|(slot, t, _)| {
+                t.reachability != Reachability::Offline
+                    && map.slot_placement(*slot) == Some((pattern.pool, false))
             })
             .collect();
         candidates.sort_by_key(|(slot, _, _)| *slot);

@@ -10,6 +10,7 @@ use crate::ops::intent::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
     SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
 };
+use crate::service::SlotId;
 use crate::store::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
 use weft_proto::layout::{FileLayout, PatternKind, Slot, SlotSet, StripePattern};
@@ -176,7 +177,7 @@ fn intents() -> Vec<IntentOp> {
 fn moving() -> crate::service::MoveWork {
     crate::service::MoveWork {
         id: 0x1234_5678,
-        slots: vec![(1, TargetId(3), TargetId(6))],
+        slots: vec![(1, SlotId(3), SlotId(6))],
         pool: StoragePoolId(2),
         sealing: true,
         layout: Some(layout()),
@@ -218,7 +219,7 @@ fn records() -> String {
     slots.insert(130);
     line("written/slots", encode(&slots));
     line("move", encode(&moving()));
-    line("tombstones", encode(&vec![TargetId(3), TargetId(4)]));
+    line("tombstones", encode(&vec![SlotId(3), SlotId(4)]));
     let reply: Reply = Ok(Response::Attr(InodeAttr {
         inode: inode(5),
         ..file().to_attr(inode(5))

@@ -81,13 +81,16 @@ impl Mirrors {
         groups: &[Vec<MemberId>],
     ) -> Result<Vec<Group>, MgmtError> {
         let mut controller = self.controller(kind).lock().expect("mirror lock poisoned");
+        // Never the id of a group removed since: a client or a file's tombstone may still
+        // name it.
         let mut next = controller
             .map()
             .groups
             .keys()
             .last()
             .copied()
-            .unwrap_or(GroupId(0));
+            .unwrap_or(GroupId(0))
+            .max(GroupId(store.last_mirror_group(kind)?));
         let mut ids = Vec::new();
         for members in groups {
             next = GroupId(next.0 + 1);
@@ -101,6 +104,19 @@ impl Mirrors {
             .iter()
             .map(|id| controller.map().groups[id].clone())
             .collect())
+    }
+
+    /// Removes storage mirror group `id`, committed before it returns: its members are in no
+    /// group from the next map on (the caller checked that no file uses it).
+    pub fn dissolve(&self, store: &MgmtStore, id: GroupId) -> Result<(), MgmtError> {
+        let mut controller = self
+            .controller(MirrorKind::Storage)
+            .lock()
+            .expect("mirror lock poisoned");
+        if controller.remove_group(id) {
+            store.save_mirror_state(MirrorKind::Storage, controller.durable())?;
+        }
+        Ok(())
     }
 
     /// A server's heartbeat for its `members` (a storage server's targets, or a metadata

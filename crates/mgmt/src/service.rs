@@ -1186,20 +1186,9 @@ impl Mgmt {
                 format!("there is no target {target}: `weft target list` shows them"),
             ));
         }
-        let member = MemberId::from(target);
-        if let Some(group) = map
-            .mirror_groups
-            .iter()
-            .find(|g| g.kind == MirrorKind::Storage && g.members.iter().any(|m| m.id == member))
-        {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "target {target} is a member of storage mirror group {}: its mirrored objects move with the group, not by a drain",
-                    group.id
-                ),
-            ));
-        }
+        // A member of a storage mirror group drains its group: the group's files move to
+        // other groups (`ClusterMap::slot_placement`).
+        let group = map.mirror_group_of_target(target).map(|group| group.id);
         let event = if stop {
             self.store.set_draining(target, None).map_err(internal)?;
             format!("target {target} takes new files again: its drain stopped")
@@ -1207,7 +1196,10 @@ impl Mgmt {
             self.store
                 .set_draining(target, Some(unix_ms()))
                 .map_err(internal)?;
-            format!("target {target} is being drained: new files avoid it and files on it move off")
+            match group {
+                None => format!("target {target} is being drained: new files avoid it and files on it move off"),
+                Some(group) => format!("target {target} is being drained: new files avoid its storage mirror group {group}, and files mirrored on the group move to other groups"),
+            }
         };
         tracing::info!(%event, "drain");
         self.monitor.event(false, event);
@@ -1266,10 +1258,37 @@ impl Mgmt {
             }
             Err(why) => return busy(why),
         }
+        // Its storage mirror group holds nothing any more (every file on it moved): it goes
+        // with the target, and its other members are free for new groups.
+        let group = self
+            .cluster_map()
+            .map_err(internal)?
+            .mirror_group_of_target(target)
+            .cloned();
+        if let Some(group) = &group {
+            self.mirrors
+                .dissolve(&self.store, weft_mirror::GroupId(group.id.0))
+                .map_err(internal)?;
+        }
         self.store
             .remove_target(target, unix_ms())
             .map_err(internal)?;
-        let event = format!("target {target} removed from the cluster");
+        let event = match &group {
+            None => format!("target {target} removed from the cluster"),
+            Some(group) => {
+                let others: Vec<String> = group
+                    .members
+                    .iter()
+                    .filter(|m| TargetId::from(m.id) != target)
+                    .map(|m| m.id.to_string())
+                    .collect();
+                format!(
+                    "target {target} removed from the cluster with its storage mirror group {}: targets {} are in no group now (`weft mirror autocreate storage` pairs them again)",
+                    group.id,
+                    others.join(", ")
+                )
+            }
+        };
         tracing::info!(%event, "drain");
         self.monitor.event(false, event);
         Ok(Response::Done)

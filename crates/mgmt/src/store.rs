@@ -72,6 +72,14 @@ pub(crate) struct RuleRecord {
     pub revoked: bool,
 }
 
+/// The counter of the ids given to mirror groups of `kind`.
+fn mirror_group_counter(kind: MirrorKind) -> &'static str {
+    match kind {
+        MirrorKind::Storage => "storage_mirror_group",
+        MirrorKind::Meta => "meta_mirror_group",
+    }
+}
+
 fn mirror_kind_key(kind: MirrorKind) -> u8 {
     match kind {
         MirrorKind::Storage => 0,
@@ -339,7 +347,37 @@ impl MgmtStore {
             .map_err(store_error)?
             .insert(mirror_kind_key(kind), bytes.as_slice())
             .map_err(store_error)?;
+        // The highest group id ever given, so a removed group's id is not given again.
+        {
+            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+            let name = mirror_group_counter(kind);
+            let last = counters
+                .get(name)
+                .map_err(store_error)?
+                .map_or(0, |v| v.value());
+            let highest = state
+                .map
+                .groups
+                .keys()
+                .map(|id| u64::from(id.0))
+                .max()
+                .unwrap_or(0);
+            if highest > last {
+                counters.insert(name, highest).map_err(store_error)?;
+            }
+        }
         txn.commit().map_err(store_error)
+    }
+
+    /// The highest id a mirror group of `kind` was ever given (0: none yet).
+    pub fn last_mirror_group(&self, kind: MirrorKind) -> Result<u32, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let counters = txn.open_table(COUNTERS).map_err(store_error)?;
+        let last = counters
+            .get(mirror_group_counter(kind))
+            .map_err(store_error)?
+            .map_or(0, |v| v.value());
+        Ok(u32::try_from(last).unwrap_or(u32::MAX))
     }
 
     /// The sessions client identities registered, with the client's name.

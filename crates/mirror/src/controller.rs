@@ -83,6 +83,14 @@ impl Controller {
         );
     }
 
+    /// Removes group `id` (its last member left the cluster, no file uses it): its members
+    /// are in no group from the next map on. Answers whether there was one.
+    pub fn remove_group(&mut self, id: GroupId) -> bool {
+        self.durable.left_good.retain(|(group, _)| *group != id);
+        self.dropped.retain(|(group, _), _| *group != id);
+        self.durable.map.groups.remove(&id).is_some()
+    }
+
     /// What survives a crash.
     pub fn durable(&self) -> &ControllerDurable {
         &self.durable

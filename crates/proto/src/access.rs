@@ -540,7 +540,8 @@ impl StorageRequest {
             | StorageRequest::ObjectLength { .. }
             | StorageRequest::ObjectChecksum { .. }
             | StorageRequest::SyncTarget { .. }
-            | StorageRequest::Push { .. } => None,
+            | StorageRequest::Push { .. }
+            | StorageRequest::Seal { .. } => None,
         }
     }
 
@@ -572,7 +573,8 @@ impl StorageRequest {
             | StorageRequest::ObjectLength { .. }
             | StorageRequest::ObjectChecksum { .. }
             | StorageRequest::SyncTarget { .. }
-            | StorageRequest::Push { .. } => Kind::Members,
+            | StorageRequest::Push { .. }
+            | StorageRequest::Seal { .. } => Kind::Members,
         }
     }
 }

@@ -405,6 +405,40 @@ impl ClusterMap {
         homes
     }
 
+    /// The pool a layout slot's objects are in, and whether a target that holds them is being
+    /// drained: a target's own; a storage mirror group's primary's pool, drained when any of
+    /// its members is. `None` for a target or group the map does not have.
+    pub fn slot_placement(&self, slot: crate::layout::Slot) -> Option<(StoragePoolId, bool)> {
+        match slot {
+            crate::layout::Slot::Target(target) => {
+                self.target(target).map(|t| (t.pool, t.draining))
+            }
+            crate::layout::Slot::Group(group) => {
+                let group = self.mirror_group(MirrorKind::Storage, group)?;
+                let primary = self.target(TargetId::from(group.primary))?;
+                let draining = self
+                    .slot_targets(crate::layout::Slot::Group(group.id))
+                    .into_iter()
+                    .any(|member| self.target(member).is_some_and(|t| t.draining));
+                Some((primary.pool, draining))
+            }
+        }
+    }
+
+    /// The targets that hold a layout slot's objects: the target, or a storage mirror group's
+    /// members; none for a target or group the map does not have (removed from the cluster).
+    pub fn slot_targets(&self, slot: crate::layout::Slot) -> Vec<TargetId> {
+        match slot {
+            crate::layout::Slot::Target(target) => {
+                self.target(target).map(|t| t.id).into_iter().collect()
+            }
+            crate::layout::Slot::Group(group) => self
+                .mirror_group(MirrorKind::Storage, group)
+                .map(|group| group.members.iter().map(|m| TargetId::from(m.id)).collect())
+                .unwrap_or_default(),
+        }
+    }
+
     /// The storage mirror group `target` is a member of, if any.
     pub fn mirror_group_of_target(&self, target: TargetId) -> Option<&MirrorGroupInfo> {
         self.mirror_groups.iter().find(|group| {
@@ -1634,6 +1668,20 @@ pub enum StorageRequest {
         #[serde(default, with = "crate::wire::since_5")]
         project: u32,
     },
+    /// A mirrored object that moved to another storage mirror group (its copy there is
+    /// complete and synced), sealed on a member as on its group's primary: every read and
+    /// change of it is refused with `Moved` from then on, durably, and its data is dropped.
+    /// Sent only by the group's primary to its members (with a move's last push, or by a
+    /// resync); the seal stays as the object's tombstone until its file is removed.
+    #[wire(tag = 14, since = 6)]
+    Seal {
+        /// The member's target.
+        target: TargetId,
+        /// How it was routed (forwarded by the group's primary).
+        mirror: Option<MirrorRoute>,
+        /// The file.
+        inode: InodeId,
+    },
     /// A file's metadata server moving the file's object off `target` to target `to` (a
     /// plain object): the first push copies the whole object and starts watching it, each
     /// later one copies what changed since the one before. A push with `seal` first makes the
@@ -1688,6 +1736,7 @@ impl StorageRequest {
             | StorageRequest::ObjectChecksum { target, .. }
             | StorageRequest::SyncTarget { target, .. }
             | StorageRequest::Push { target, .. }
+            | StorageRequest::Seal { target, .. }
             | StorageRequest::CopyFrom { target, .. }
             | StorageRequest::NetBench { target, .. } => Some(*target),
             StorageRequest::Bench { .. } => None,
@@ -1704,6 +1753,7 @@ impl StorageRequest {
             | StorageRequest::Sync { mirror, .. }
             | StorageRequest::Fallocate { mirror, .. }
             | StorageRequest::SyncTarget { mirror, .. }
+            | StorageRequest::Seal { mirror, .. }
             | StorageRequest::ObjectLength { mirror, .. } => *mirror,
             _ => None,
         }
@@ -1761,6 +1811,7 @@ impl StorageRequest {
             | StorageRequest::Sync { target, mirror, .. }
             | StorageRequest::Fallocate { target, mirror, .. }
             | StorageRequest::SyncTarget { target, mirror }
+            | StorageRequest::Seal { target, mirror, .. }
             | StorageRequest::ObjectLength { target, mirror, .. } => {
                 *target = route.target;
                 *mirror = route.mirror;
@@ -1793,9 +1844,9 @@ impl StorageRequest {
                 len,
                 ..
             } => Some((*inode, *object_offset..object_offset.saturating_add(*len))),
-            StorageRequest::Truncate { inode, .. } | StorageRequest::Remove { inode, .. } => {
-                Some((*inode, 0..u64::MAX))
-            }
+            StorageRequest::Truncate { inode, .. }
+            | StorageRequest::Remove { inode, .. }
+            | StorageRequest::Seal { inode, .. } => Some((*inode, 0..u64::MAX)),
             _ => None,
         }
     }

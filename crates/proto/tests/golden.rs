@@ -714,6 +714,15 @@ fn storage_requests() -> Vec<StorageRequest> {
             owner: Some((1000, 100)),
             project: 42,
         },
+        StorageRequest::Seal {
+            target: TargetId(2),
+            mirror: Some(MirrorRoute {
+                group: GroupId(3),
+                version: GroupVersion(4),
+                forwarded: true,
+            }),
+            inode: inode(5),
+        },
         StorageRequest::Push {
             target: TargetId(1),
             inode: inode(5),
@@ -1219,6 +1228,15 @@ fn the_older_version_decodes_and_is_spoken() {
         encode_body_in(older, &set_project)
             .is_err_and(|error| error.contains("protocol version 5")),
         "a setattr that gives a project is refused for a server that would drop it"
+    );
+    let seal = storage_requests()
+        .into_iter()
+        .find(|request| matches!(request, StorageRequest::Seal { .. }))
+        .expect("a seal");
+    assert!(
+        encode_body_in(PROTOCOL_VERSION - 1, &seal)
+            .is_err_and(|error| error.contains("protocol version 6")),
+        "a seal is refused for a member of version 5, which could not seal"
     );
     let chmod = &meta_requests()[2];
     let bytes = encode_body_in(older, chmod).expect("a setattr without a project encodes");

@@ -381,7 +381,7 @@ impl Mirror {
                     let inode = InodeId(inode);
                     let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
                     if !target.exists(mirrored(inode)) {
-                        self.remove_on_member(primary, start, inode).await?;
+                        self.settle_gone(&target, start, inode).await?;
                         self.metrics.resync_objects.inc();
                     }
                 }
@@ -393,7 +393,20 @@ impl Mirror {
                     .await
                     .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
                     .0;
-                    let count = plan.primary_listed(objects.into_iter().map(|(inode, _)| inode.0));
+                    // Objects that moved to another group have only their seal here, which
+                    // the member gets too.
+                    let mut inodes: Vec<u64> =
+                        objects.into_iter().map(|(inode, _)| inode.0).collect();
+                    inodes.extend(
+                        target
+                            .moves()
+                            .sealed_off(group.0)
+                            .into_iter()
+                            .map(|inode| inode.0),
+                    );
+                    inodes.sort_unstable();
+                    inodes.dedup();
+                    let count = plan.primary_listed(inodes);
                     tracing::info!(%group, %version, %member, objects = count, "resync copies");
                     self.membership.resync_total(start, count as u64);
                 }
@@ -508,6 +521,27 @@ impl Mirror {
         self.send_step(start.member, remove, Bytes::new()).await
     }
 
+    /// Makes the member's copy of the object of `inode`, which this primary does not hold,
+    /// as it is here: sealed if it moved to another group (see
+    /// [`StorageRequest::Seal`]), removed otherwise. Called under the object's range lock.
+    async fn settle_gone(
+        &self,
+        target: &Target,
+        start: ResyncStart,
+        inode: InodeId,
+    ) -> Result<(), WireError> {
+        if !target.moves().is_sealed_off(mirrored(inode), start.group.0) {
+            return self.remove_on_member(target.id, start, inode).await;
+        }
+        let route = self.resync_route(target.id, start)?;
+        let seal = StorageRequest::Seal {
+            target: route.target,
+            mirror: route.mirror,
+            inode,
+        };
+        self.send_step(start.member, seal, Bytes::new()).await
+    }
+
     /// Brings one object to the member under its range lock, so changes to it wait: copied
     /// by its [`CopySteps`] (every byte written in the truncate generation the primary's
     /// object has, so the member records it too) if the primary holds it, removed from the
@@ -522,8 +556,8 @@ impl Mirror {
         let member = start.member;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
         if !target.exists(mirrored(inode)) {
-            // Removed since the member left.
-            self.remove_on_member(primary, start, inode).await?;
+            // Removed, or moved to another group, since the member left.
+            self.settle_gone(target, start, inode).await?;
             return Ok(0);
         }
         let length = target.length(mirrored(inode))?;

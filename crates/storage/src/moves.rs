@@ -64,6 +64,39 @@ struct Watch {
     verifier: Option<u64>,
 }
 
+/// What a seal records (in its marker file): the verifier a sync of the object answers from
+/// then on, and for a mirrored object the storage mirror group it moved off. A target is in
+/// one group at a time, so a seal of another group than the one a request comes through is
+/// of a group that was removed since ([`Moves::forget_stale`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SealMark {
+    pub verifier: u64,
+    pub group: Option<u32>,
+}
+
+impl SealMark {
+    fn encode(self) -> Vec<u8> {
+        let mut bytes = self.verifier.to_le_bytes().to_vec();
+        if let Some(group) = self.group {
+            bytes.extend_from_slice(&group.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// A marker's bytes; a marker written before seals named groups has the verifier alone.
+    fn decode(bytes: &[u8]) -> SealMark {
+        let verifier = bytes
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes);
+        let group = bytes
+            .get(8..12)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes);
+        SealMark { verifier, group }
+    }
+}
+
 /// What a round copies ([`Moves::take`]).
 pub(crate) struct Watched {
     pub changed: Changed,
@@ -76,10 +109,11 @@ pub(crate) struct Watched {
 pub(crate) struct Moves {
     /// `<target>/moved`: one empty file per sealed object.
     dir: PathBuf,
-    /// Per sealed object, the verifier this server answered its writes with when it was
-    /// sealed: a sync of it answers that one, so a client's fsync after the move tells a
-    /// write lost before the copy (this server restarted before the seal) from none.
-    sealed: RwLock<HashMap<ObjectId, u64>>,
+    /// Per sealed object, its mark: the verifier this server answered its writes with when it
+    /// was sealed (a sync of it answers that one, so a client's fsync after the move tells a
+    /// write lost before the copy, this server restarted before the seal, from none), and the
+    /// group a mirrored object moved off.
+    sealed: RwLock<HashMap<ObjectId, SealMark>>,
     /// How many objects are sealed or watched: a change of an object of a target with none
     /// looks no further.
     marked: AtomicUsize,
@@ -101,11 +135,7 @@ impl Moves {
             match name.to_str().and_then(parse_marker) {
                 Some(object) => {
                     let bytes = std::fs::read(entry.path())?;
-                    let verifier = bytes
-                        .get(..8)
-                        .and_then(|b| b.try_into().ok())
-                        .map_or(0, u64::from_le_bytes);
-                    sealed.insert(object, verifier);
+                    sealed.insert(object, SealMark::decode(&bytes));
                 }
                 None => tracing::warn!(
                     name = %name.to_string_lossy(),
@@ -151,7 +181,24 @@ impl Moves {
             .read()
             .expect("seals poisoned")
             .get(&object)
-            .copied()
+            .map(|mark| mark.verifier)
+    }
+
+    /// Forgets the seal of `object` if it is of another storage mirror group than `group`,
+    /// through which a request for it came: that group was removed, and this target is a
+    /// member of a new one, where the file may live again. Answers whether it did.
+    pub fn forget_stale(&self, object: ObjectId, group: u32) -> io::Result<bool> {
+        let stale = self.marked.load(Ordering::Acquire) > 0
+            && self
+                .sealed
+                .read()
+                .expect("seals poisoned")
+                .get(&object)
+                .is_some_and(|mark| mark.group.is_some_and(|sealed| sealed != group));
+        if stale {
+            self.forget(object)?;
+        }
+        Ok(stale)
     }
 
     /// Notes that `[offset, offset + len)` of `object` changed, if it is watched. Called
@@ -198,20 +245,11 @@ impl Moves {
     /// owed until acknowledged, so a round that fails is made again in full by the next.
     /// With `seal` (the verifier this server answers writes with now), the object is sealed
     /// first, durably, and its watch ends.
-    pub fn take(&self, object: ObjectId, id: u64, seal: Option<u64>) -> io::Result<Watched> {
+    pub fn take(&self, object: ObjectId, id: u64, seal: Option<SealMark>) -> io::Result<Watched> {
         // Alone on the stripe: every change admitted before is noted, none after slips by.
         let _alone = self.stripe(object).write().expect("seal lock poisoned");
-        if let Some(verifier) = seal.filter(|_| !self.is_sealed(object)) {
-            let marker = self.dir.join(marker_name(object));
-            let mut file = std::fs::File::create(&marker)?;
-            std::io::Write::write_all(&mut file, &verifier.to_le_bytes())?;
-            file.sync_all()?;
-            weft_service::durable::sync_directory(&self.dir)?;
-            self.sealed
-                .write()
-                .expect("seals poisoned")
-                .insert(object, verifier);
-            self.marked.fetch_add(1, Ordering::AcqRel);
+        if let Some(mark) = seal {
+            self.seal_alone(object, mark)?;
         }
         let mut watches = self.watches.lock().expect("watches poisoned");
         let fresh = || Watch {
@@ -243,6 +281,60 @@ impl Moves {
             self.marked.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(taken)
+    }
+
+    /// Seals `object` with `mark`, durably, unless it is sealed already. A mirror member's
+    /// object is sealed so, at its primary's word: it has no watch, since only a primary
+    /// copies.
+    pub fn seal(&self, object: ObjectId, mark: SealMark) -> io::Result<()> {
+        let _alone = self.stripe(object).write().expect("seal lock poisoned");
+        self.seal_alone(object, mark)
+    }
+
+    /// [`Moves::seal`], alone on the object's stripe already.
+    fn seal_alone(&self, object: ObjectId, mark: SealMark) -> io::Result<()> {
+        if self.is_sealed(object) {
+            return Ok(());
+        }
+        let marker = self.dir.join(marker_name(object));
+        let mut file = std::fs::File::create(&marker)?;
+        std::io::Write::write_all(&mut file, &mark.encode())?;
+        file.sync_all()?;
+        weft_service::durable::sync_directory(&self.dir)?;
+        self.sealed
+            .write()
+            .expect("seals poisoned")
+            .insert(object, mark);
+        self.marked.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The mirrored objects sealed here as they moved off storage mirror group `group`
+    /// (whether or not their data is dropped yet).
+    pub fn sealed_off(&self, group: u32) -> Vec<InodeId> {
+        let mut sealed: Vec<InodeId> = self
+            .sealed
+            .read()
+            .expect("seals poisoned")
+            .iter()
+            .filter(|(object, mark)| {
+                object.space == Space::Mirrored && mark.group.is_none_or(|g| g == group)
+            })
+            .map(|(object, _)| object.inode)
+            .collect();
+        sealed.sort_unstable();
+        sealed
+    }
+
+    /// Whether the mirrored `object` is sealed as it moved off storage mirror group `group`.
+    pub fn is_sealed_off(&self, object: ObjectId, group: u32) -> bool {
+        self.marked.load(Ordering::Acquire) > 0
+            && self
+                .sealed
+                .read()
+                .expect("seals poisoned")
+                .get(&object)
+                .is_some_and(|mark| mark.group.is_none_or(|g| g == group))
     }
 
     /// Settles a round of move `id` that copied all it was owed, with the verifier the
@@ -354,7 +446,14 @@ mod tests {
         let moves = Moves::open(dir.path()).expect("open");
         let take = |id, seal: bool| {
             moves
-                .take(object, id, seal.then_some(9))
+                .take(
+                    object,
+                    id,
+                    seal.then_some(SealMark {
+                        verifier: 9,
+                        group: None,
+                    }),
+                )
                 .expect("take")
                 .changed
         };
@@ -393,7 +492,17 @@ mod tests {
             "kept across a reopen"
         );
         assert_eq!(
-            moves.take(object, 2, Some(10)).expect("seal").changed,
+            moves
+                .take(
+                    object,
+                    2,
+                    Some(SealMark {
+                        verifier: 10,
+                        group: None
+                    })
+                )
+                .expect("seal")
+                .changed,
             Changed::Whole
         );
         assert_eq!(moves.sealed_verifier(object), Some(9), "sealed once");

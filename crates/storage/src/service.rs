@@ -365,6 +365,20 @@ impl weft_net::Handler for Storage {
                 Err(error) => (Err(error), Bytes::new()),
             };
         }
+        if matches!(request, StorageRequest::Seal { .. })
+            && !request.mirror().is_some_and(|route| route.forwarded)
+        {
+            let error = WireError::new(
+                ErrorCode::InvalidArgument,
+                "only a storage mirror group's primary seals an object, on its members",
+            );
+            return (Err(error), Bytes::new());
+        }
+        if let (Some(route), Some(inode)) = (request.mirror(), mirrored_inode(&request)) {
+            if let Err(error) = target.forget_stale_seal(inode, route.group.0) {
+                return (Err(error.into()), Bytes::new());
+            }
+        }
         // A client's change passes the fence where the client sent it, and at each member the
         // fence of its group's version: a primary sends a forward again when its answer does
         // not come in time, and the first copy, still on its way, must not land after a newer
@@ -505,7 +519,7 @@ impl Storage {
         /// Bytes read and sent per write of the copy.
         const PIECE: u64 = 1 << 20;
         let object = ObjectId::new(Space::Plain, inode);
-        let (_one, stripe, taken) = self.take_push(&target, inode, id, seal).await?;
+        let (_one, stripe, taken) = self.take_push(&target, (object, None), id, seal).await?;
         let crate::target::Taken::Changed {
             changed,
             verifier: before,
@@ -523,7 +537,7 @@ impl Storage {
             match verifier {
                 Some(known) if known != answered => {
                     target.moves().restart(object, id);
-                    Err(copy_restarted(to, inode))
+                    Err(copy_restarted(to_slot, inode))
                 }
                 _ => {
                     verifier = Some(answered);
@@ -561,7 +575,13 @@ impl Storage {
                 let last = at + piece == length;
                 if !whole || last || data.iter().any(|&byte| byte != 0) {
                     let answered = self
-                        .write_copy(to, ((inode, generation), at), data.clone(), tag(), &retry)
+                        .write_copy(
+                            to_slot,
+                            ((inode, generation), at),
+                            data.clone(),
+                            tag(),
+                            &retry,
+                        )
                         .await?;
                     seen(answered)?;
                     copied += data.len() as u64;
@@ -591,15 +611,27 @@ impl Storage {
     async fn take_push(
         &self,
         target: &Arc<Target>,
-        inode: InodeId,
+        (object, group): (ObjectId, Option<weft_proto::ids::GroupId>),
         id: u64,
         seal: bool,
     ) -> Result<(tokio::sync::MutexGuard<'_, ()>, usize, crate::target::Taken), WireError> {
-        let object = ObjectId::new(Space::Plain, inode);
+        let inode = object.inode;
         let stripe = (inode.0 % 64) as usize;
         let one = self.pushing[stripe].lock().await;
+        // A mirrored object is sealed once every change its primary took has reached the
+        // members too: the changes hold their ranges until forwarded, and none is admitted
+        // after the seal (see `as_primary`).
+        let _whole = match (object.space, seal) {
+            (Space::Mirrored, true) => {
+                Some(self.mirror.lock_range(target.id, inode, 0..u64::MAX).await)
+            }
+            _ => None,
+        };
         let looked = Arc::clone(target);
-        let sealing = seal.then(|| self.mirror.unsynced_boot());
+        let sealing = seal.then(|| crate::moves::SealMark {
+            verifier: self.mirror.unsynced_boot(),
+            group: group.map(|group| group.0),
+        });
         let taken = blocking(move || looked.take_changes(object, id, sealing)).await?;
         Ok((one, stripe, taken))
     }
@@ -616,14 +648,23 @@ impl Storage {
         }
     }
 
-    /// Pushes the plain object of `inode` on `target`, slot `restripe.slot` of the file's
-    /// layout, into the objects of the layout the file is restriped into, for move `id`: as
-    /// [`Self::push`], but each byte goes to its place in the new layout, ranges of zeros are
-    /// punched there (the new objects may hold an earlier round's bytes; the object's last
-    /// byte is written, so the copies' lengths still give the file's), and every round syncs
-    /// the copies before and after it: no earlier round can be lost by a restart of their
-    /// servers, and one that restarted during the round (another verifier) has the whole
-    /// object copied again.
+    /// Pushes the object of `inode` on `target`, slot `restripe.slot` of the file's layout,
+    /// into the objects of the layout the file gets, for move `id`: as [`Self::push`], but
+    /// each byte goes to its place in the new layout, ranges of zeros are punched there (the
+    /// new objects may hold an earlier round's bytes; the object's last byte is written, so
+    /// the copies' lengths still give the file's), and every round syncs the new objects
+    /// before and after it: no earlier round can be lost by a restart of their servers, and
+    /// one that restarted during the round (another verifier) has the whole object copied
+    /// again. The new layout is another pattern (a restripe), or the same one with some
+    /// slots on other mirror groups (a mirrored file's move).
+    ///
+    /// The object of a mirrored file is pushed by its group's primary (this target, or the
+    /// push is refused as sent to a stale route), whose members took every change it did;
+    /// the copies are writes to the new groups' primaries, which forward them as any write.
+    /// Its last push seals it on every member as here ([`StorageRequest::Seal`]) once the
+    /// copy is synced, then drops its data here: until then a member that takes over as
+    /// primary holds all of it and is pushed from in full, and after it none takes a
+    /// change a client with the old layout sends.
     async fn push_restripe(
         &self,
         target: Arc<Target>,
@@ -635,8 +676,21 @@ impl Storage {
         /// Bytes read per step of the copy.
         const PIECE: u64 = 1 << 20;
         let weft_proto::messages::Restripe { slot, from, to } = restripe;
-        let object = ObjectId::new(Space::Plain, inode);
-        let (_one, stripe, taken) = self.take_push(&target, inode, id, seal).await?;
+        if usize::from(slot) >= from.width() {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a push of slot {slot} of a layout of {} slots",
+                    from.width()
+                ),
+            ));
+        }
+        let group = match from.slot(usize::from(slot)) {
+            Slot::Target(_) => None,
+            Slot::Group(group) => Some(self.admit_group_push(&target, group)?),
+        };
+        let object = ObjectId::new(Space::mirrored(group.is_some()), inode);
+        let (_one, stripe, taken) = self.take_push(&target, (object, group), id, seal).await?;
         let crate::target::Taken::Changed {
             changed,
             length,
@@ -644,17 +698,31 @@ impl Storage {
             ..
         } = taken
         else {
+            // Gone here: its members were sealed before (sent again, which does nothing to
+            // those that have it, for one that missed it and took over since).
+            if let Some(group) = group {
+                let _whole = self.mirror.lock_range(target.id, inode, 0..u64::MAX).await;
+                self.seal_members(&target, group, inode).await?;
+            }
             return Ok(0);
         };
+        if seal && group.is_some() {
+            weft_service::failpoint::failpoint("mirrored-push-after-seal");
+        }
         let ranges = match changed {
             crate::moves::Changed::Whole => vec![(0, length)],
             crate::moves::Changed::Ranges(ranges) => crate::moves::merged(ranges),
         };
         let retry = weft_net::retry::RetryPolicy::default();
         let chunk = u64::from(from.pattern.chunk_size_bytes);
-        // What the copies' servers answer before the round: every write, and the syncs after
-        // it, must get the same (a punch answers nothing, so all are synced at both ends).
-        let before = self.copy_verifiers(inode, &to, &retry).await?;
+        // What the new objects' servers answer before the round: every write, and the syncs
+        // after it, must get the same (a punch answers nothing, so all are synced at both
+        // ends).
+        let copies: Vec<Slot> = to
+            .slots()
+            .filter(|s| !from.slots().any(|f| f == *s))
+            .collect();
+        let before = self.copy_verifiers(inode, &copies, &retry).await?;
         let mut copied = 0;
         for (offset, len) in ranges {
             let end = offset.saturating_add(len).min(length);
@@ -670,12 +738,13 @@ impl Storage {
                 let file_offset = weft_proto::layout::file_offset_of(&from, usize::from(slot), at);
                 let last = at + piece == length;
                 for place in weft_proto::layout::map_range(&to, file_offset, piece) {
-                    let Slot::Target(copy) = to.slot(place.slot_index) else {
+                    let copy = to.slot(place.slot_index);
+                    if !copies.contains(&copy) {
                         return Err(WireError::new(
                             ErrorCode::InvalidArgument,
-                            "a file is restriped onto plain targets only",
+                            format!("a push of {inode} would write into {copy}, which holds an object of the file already"),
                         ));
-                    };
+                    }
                     let start = (place.file_offset - file_offset) as usize;
                     let bytes = data.slice(start..start + place.len as usize);
                     let holds_last = last && start + bytes.len() == data.len();
@@ -698,7 +767,7 @@ impl Storage {
                             }
                         };
                         self.cluster
-                            .call_storage(Slot::Target(copy), &retry, punch)
+                            .call_storage(copy, &retry, punch)
                             .await
                             .map_err(rpc_error)?;
                         None
@@ -725,12 +794,22 @@ impl Storage {
         }
         // The copies are synced: a server that restarted during the round answers another
         // verifier than before it.
-        let after = self.copy_verifiers(inode, &to, &retry).await?;
+        let after = self.copy_verifiers(inode, &copies, &retry).await?;
         if let Some((&copy, _)) = after.iter().find(|(copy, v)| before.get(copy) != Some(v)) {
             target.moves().restart(object, id);
             return Err(copy_restarted(copy, inode));
         }
         if seal {
+            // A resync of the object to a member waits, and then finds it sealed.
+            let _whole = match group {
+                Some(group) => {
+                    let held = self.mirror.lock_range(target.id, inode, 0..u64::MAX).await;
+                    self.seal_members(&target, group, inode).await?;
+                    weft_service::failpoint::failpoint("mirrored-push-after-members-sealed");
+                    Some(held)
+                }
+                None => None,
+            };
             blocking(move || target.retire(object)).await?;
         } else {
             target.moves().ack(object, id, None);
@@ -738,12 +817,52 @@ impl Storage {
         Ok(copied)
     }
 
-    /// Writes `data` at `offset` of the plain object of `file` (inode, truncate generation)
-    /// on target `copy`, as change `tag` of a push; a short write fails. Answers the copy's
-    /// server's verifier.
+    /// Checks that `target` is the primary of `group`, whose object a push is for, in the
+    /// group's version known here and with its lease.
+    fn admit_group_push(
+        &self,
+        target: &Target,
+        group: weft_proto::ids::GroupId,
+    ) -> Result<weft_proto::ids::GroupId, WireError> {
+        let known = self.mirror.membership.group(group).ok_or_else(|| {
+            weft_net::mirror::stale(format!(
+                "target {} knows no storage mirror group {group}",
+                target.id
+            ))
+        })?;
+        let route = MirrorRoute {
+            group,
+            version: known.version,
+            forwarded: false,
+        };
+        self.mirror.admit_primary(target.id, route)?;
+        Ok(group)
+    }
+
+    /// Seals the object of `inode` on every present member of `group`, whose primary is
+    /// `target` (one absent is owed it, as any change, and gets it with its resync).
+    async fn seal_members(
+        &self,
+        target: &Target,
+        group: weft_proto::ids::GroupId,
+        inode: InodeId,
+    ) -> Result<(), WireError> {
+        let seal = StorageRequest::Seal {
+            target: target.id,
+            mirror: None,
+            inode,
+        };
+        self.mirror
+            .forward(target.id, group, &seal, &Bytes::new())
+            .await
+    }
+
+    /// Writes `data` at `offset` of the object of `file` (inode, truncate generation) in
+    /// slot `copy` (a target, or a mirror group through its primary), as change `tag` of a
+    /// push; a short write fails. Answers the copy's server's verifier.
     async fn write_copy(
         &self,
-        copy: weft_proto::TargetId,
+        copy: weft_proto::layout::Slot,
         (file, offset): ((InodeId, u64), u64),
         data: Bytes,
         tag: weft_proto::messages::ChangeTag,
@@ -765,14 +884,14 @@ impl Storage {
         };
         let (written, answered) = self
             .cluster
-            .call_storage(weft_proto::layout::Slot::Target(copy), retry, write)
+            .call_storage(copy, retry, write)
             .await
             .map_err(rpc_error)?;
         if written as usize != data.len() {
             return Err(WireError::new(
                 ErrorCode::Io,
                 format!(
-                    "target {copy} took {written} of {} bytes copied of {}",
+                    "{copy} took {written} of {} bytes copied of {}",
                     data.len(),
                     file.0
                 ),
@@ -781,28 +900,22 @@ impl Storage {
         Ok(answered)
     }
 
-    /// Syncs the objects of `inode` in the plain layout `layout`, all at once, answering each
-    /// target's verifier.
+    /// Syncs the objects of `inode` in `copies`, all at once, answering each one's verifier.
     async fn copy_verifiers(
         &self,
         inode: InodeId,
-        layout: &weft_proto::layout::FileLayout,
+        copies: &[weft_proto::layout::Slot],
         retry: &weft_net::retry::RetryPolicy,
-    ) -> Result<std::collections::BTreeMap<weft_proto::TargetId, u64>, WireError> {
-        let syncs = layout.slots().filter_map(|slot| {
-            let weft_proto::layout::Slot::Target(copy) = slot else {
-                return None;
-            };
-            Some(async move {
-                let verifier = self
-                    .cluster
-                    .call_storage(slot, retry, |storage, route| async move {
-                        storage.sync(route, inode, None).await
-                    })
-                    .await
-                    .map_err(rpc_error)?;
-                Ok((copy, verifier))
-            })
+    ) -> Result<std::collections::BTreeMap<weft_proto::layout::Slot, u64>, WireError> {
+        let syncs = copies.iter().map(|&copy| async move {
+            let verifier = self
+                .cluster
+                .call_storage(copy, retry, |storage, route| async move {
+                    storage.sync(route, inode, None).await
+                })
+                .await
+                .map_err(rpc_error)?;
+            Ok((copy, verifier))
         });
         futures::future::join_all(syncs).await.into_iter().collect()
     }
@@ -893,6 +1006,14 @@ impl Storage {
         // held the range while its forward hung): admitted again, or a change with no member
         // to reach would be answered from a deposed primary alone.
         let group = self.mirror.admit_primary(target.id, route)?;
+        // An object sealed (its file's last push began) takes no change the members would
+        // take: its copy would miss it.
+        if let StorageRequest::Write { inode, .. }
+        | StorageRequest::Truncate { inode, .. }
+        | StorageRequest::Fallocate { inode, .. } = &request
+        {
+            target.refuse_moved(ObjectId::new(Space::Mirrored, *inode))?;
+        }
         // Here and on the members at once: the range lock keeps overlapping changes in order.
         let (answer, forwarded) = futures::join!(
             self.local(Arc::clone(&target), request.clone(), payload.clone()),
@@ -1050,6 +1171,16 @@ impl Storage {
                     let (length, crc) = target.checksum(object, range)?;
                     Ok((Response::Checksum { length, crc }, Bytes::new()))
                 }
+                StorageRequest::Seal { inode, mirror, .. } => target
+                    .seal_and_retire(
+                        object(inode),
+                        crate::moves::SealMark {
+                            verifier,
+                            group: mirror.map(|route| route.group.0),
+                        },
+                    )
+                    .map_err(WireError::from)
+                    .map(|()| (Response::Done, Bytes::new())),
                 StorageRequest::NetBench { .. }
                 | StorageRequest::Bench { .. }
                 | StorageRequest::Push { .. }
@@ -1110,9 +1241,24 @@ fn rpc_error(error: weft_net::RpcError) -> WireError {
 pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
 
 /// A push's copy whose server restarted during the round: the whole object is copied again.
-fn copy_restarted(copy: weft_proto::TargetId, inode: InodeId) -> WireError {
+/// The file a request routed through a storage mirror group is about, if any.
+fn mirrored_inode(request: &StorageRequest) -> Option<InodeId> {
+    match request {
+        StorageRequest::Write { inode, .. }
+        | StorageRequest::Read { inode, .. }
+        | StorageRequest::Truncate { inode, .. }
+        | StorageRequest::Remove { inode, .. }
+        | StorageRequest::Sync { inode, .. }
+        | StorageRequest::Fallocate { inode, .. }
+        | StorageRequest::ObjectLength { inode, .. }
+        | StorageRequest::Seal { inode, .. } => Some(*inode),
+        _ => None,
+    }
+}
+
+fn copy_restarted(copy: weft_proto::layout::Slot, inode: InodeId) -> WireError {
     WireError::new(
         ErrorCode::Unavailable,
-        format!("the server of target {copy} restarted while {inode} was copied to it: copying it again"),
+        format!("the server of {copy} restarted while {inode} was copied to it: copying it again"),
     )
 }

@@ -394,8 +394,30 @@ impl Target {
         Ok(())
     }
 
+    /// Forgets the seal of the mirrored object of `inode` if it is of another group than
+    /// `group` (see [`crate::moves::Moves::forget_stale`]).
+    pub fn forget_stale_seal(
+        &self,
+        inode: weft_proto::ids::InodeId,
+        group: u32,
+    ) -> Result<(), ObjectError> {
+        let object = ObjectId::new(crate::objects::Space::Mirrored, inode);
+        match self.moves.forget_stale(object, group) {
+            Ok(true) => {
+                tracing::info!(%inode, target = %self.id, group, "a seal of a removed mirror group forgotten: the file may live in this target's new group");
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(source) => Err(ObjectError::Io {
+                what: "forget a stale seal in",
+                path: self.root().join("moved"),
+                source,
+            }),
+        }
+    }
+
     /// Refuses a request for an object that moved away.
-    fn refuse_moved(&self, object: ObjectId) -> Result<(), ObjectError> {
+    pub(crate) fn refuse_moved(&self, object: ObjectId) -> Result<(), ObjectError> {
         if self.moves.is_sealed(object) {
             return Err(ObjectError::Moved {
                 inode: object.inode,
@@ -413,7 +435,7 @@ impl Target {
         &self,
         object: ObjectId,
         id: u64,
-        seal: Option<u64>,
+        seal: Option<crate::moves::SealMark>,
     ) -> Result<Taken, ObjectError> {
         if self.moves.is_sealed(object) && !self.exists(object) {
             return Ok(Taken::Gone);
@@ -446,6 +468,28 @@ impl Target {
             "retiring an object not sealed"
         );
         self.drop_data(object)
+    }
+
+    /// Seals a mirror member's copy of an object that moved to another group, at its
+    /// primary's word ([`weft_proto::messages::StorageRequest::Seal`]), and drops its data.
+    /// Done again, it does nothing.
+    pub fn seal_and_retire(
+        &self,
+        object: ObjectId,
+        mark: crate::moves::SealMark,
+    ) -> Result<(), ObjectError> {
+        self.check_writable()?;
+        self.moves
+            .seal(object, mark)
+            .map_err(|source| ObjectError::Io {
+                what: "seal an object that moved off",
+                path: self.root().join("moved"),
+                source,
+            })?;
+        if self.exists(object) {
+            self.drop_data(object)?;
+        }
+        Ok(())
     }
 
     /// Makes the object's data durable. A failed fdatasync poisons the target.

@@ -46,6 +46,9 @@ pub struct ClusterSpec {
     /// Every connection in TLS, with a CA and certificate made by `weft certgen` in the
     /// cluster's directory (`tls/`, beside the key, where mounts and tools find it).
     pub tls: bool,
+    /// Extra environment of services from their first start, `(service, key, value)`, e.g.
+    /// `("storage-1", "WEFT_FAILPOINTS", "…")`; [`LocalCluster::set_env`] changes it later.
+    pub env: Vec<(String, String, String)>,
 }
 
 impl Default for ClusterSpec {
@@ -62,6 +65,7 @@ impl Default for ClusterSpec {
             mgmt_settings: Vec::new(),
             netns: false,
             tls: false,
+            env: Vec::new(),
         }
     }
 }
@@ -370,11 +374,18 @@ impl LocalCluster {
         for setting in &self.spec.settings {
             args.extend(["--set".to_string(), setting.clone()]);
         }
+        let env = self
+            .spec
+            .env
+            .iter()
+            .filter(|(service, _, _)| service == name)
+            .map(|(_, key, value)| (key.clone(), value.clone()))
+            .collect();
         self.services.insert(
             name.to_string(),
             Service {
                 args,
-                env: Vec::new(),
+                env,
                 child: None,
             },
         );

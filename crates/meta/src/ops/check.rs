@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::GroupId;
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::layout::SlotSet;
-use weft_proto::layout::{object_length_for_file_size, Slot};
+use weft_proto::layout::{object_length_for_file_size, PatternKind, Slot};
 use weft_proto::messages::{CheckReport, Response, CHECK_FINDINGS_MAX};
 
 /// Collects findings, keeping the detailed list bounded; `fix` is the transaction repairs
@@ -159,9 +159,9 @@ struct Snapshot {
     /// Inodes that have extended attributes.
     xattrs: HashSet<u64>,
     written: HashMap<u64, SlotSet>,
-    /// Per file, the targets its moves use besides its layout's: the copies of a move in
+    /// Per file, the slots its moves use besides its layout's: the copies of a move in
     /// flight, and its tombstones (whose data a crash may have left).
-    moved: HashMap<u64, Vec<TargetId>>,
+    moved: HashMap<u64, Vec<Slot>>,
     /// Files with a move in flight: their objects are in transit (a sealing move's old
     /// objects may have given up their data already), so their copies are not judged.
     moving: HashSet<u64>,
@@ -200,21 +200,31 @@ impl Snapshot {
             let id = item?.0.value();
             written.insert(id, load_written(&table, InodeId(id))?);
         }
-        let mut moved: HashMap<u64, Vec<TargetId>> = HashMap::new();
+        // The slots a file's objects moved onto or off are of its layout's kind.
+        let kind = |id: u64| {
+            inodes
+                .get(&id)
+                .and_then(|record: &InodeRecord| record.layout.as_ref())
+                .map_or(PatternKind::Raid0, |layout| layout.pattern.kind)
+        };
+        let mut moved: HashMap<u64, Vec<Slot>> = HashMap::new();
         let mut moving = HashSet::new();
         let table = source.table(crate::service::MOVES)?;
         for item in table.iter()? {
             let id = item?.0.value();
             moving.insert(id);
             if let Some(work) = crate::service::load_move(&table, InodeId(id))? {
-                moved.entry(id).or_default().extend(work.copies());
+                moved.entry(id).or_default().extend(work.copies(kind(id)));
             }
         }
         let table = source.table(crate::service::TOMBSTONES)?;
         for item in table.iter()? {
             let id = item?.0.value();
             let held = crate::service::load_tombstones(&table, InodeId(id))?;
-            moved.entry(id).or_default().extend(held);
+            moved
+                .entry(id)
+                .or_default()
+                .extend(held.into_iter().map(|slot| slot.slot(kind(id))));
         }
         Ok(Snapshot {
             inodes,
@@ -690,16 +700,19 @@ fn check_objects(
         if snapshot.disposals.contains(&inode.0) {
             continue;
         }
-        let moving = snapshot.moved.get(&inode.0);
-        if group.is_none() && moving.is_some_and(|targets| targets.contains(&target)) {
-            // A copy its move is making, or data a move left under a tombstone: the move
-            // or the file's removal takes care of it.
-            continue;
-        }
         let (what, slot) = match group {
             None => ("object", Slot::Target(target)),
             Some(group) => ("mirrored object", Slot::Group(group)),
         };
+        if snapshot
+            .moved
+            .get(&inode.0)
+            .is_some_and(|slots| slots.contains(&slot))
+        {
+            // A copy its move is making, or data a move left under a tombstone: the move
+            // or the file's removal takes care of it.
+            continue;
+        }
         findings.problem(format!(
             "{what} of {inode} on target {target} belongs to no file"
         ));

@@ -32,7 +32,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use weft_proto::error::WireError;
-use weft_proto::ids::{InodeId, StoragePoolId, TargetId};
+use weft_proto::ids::{GroupId, InodeId, StoragePoolId, TargetId};
 use weft_proto::layout::{FileLayout, PatternKind, Slot};
 use weft_proto::messages::{FileKind, Response};
 use weft_proto::ErrorCode;
@@ -41,9 +41,33 @@ use weft_proto::ErrorCode;
 /// store's `moves` of version 4 is converted when it opens).
 pub(crate) const MOVES: TableDefinition<u64, &[u8]> = TableDefinition::new("moves_v5");
 
-/// Targets that hold a tombstone of a file (its objects moved away from them): inode →
-/// postcard list of target ids. Their objects are removed with the file's.
+/// Slots that hold a tombstone of a file (its objects moved away from them): inode →
+/// postcard list of [`SlotId`]s. Their objects are removed with the file's.
 pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
+
+/// A slot of a file's layout as a move or a tombstone records it: the id of a target, or of
+/// a storage mirror group for a mirrored file, whose layout's kind tells which (as a stored
+/// layout's slots do; a file keeps its kind through its moves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct SlotId(pub u32);
+
+impl SlotId {
+    pub(crate) fn of(slot: Slot) -> SlotId {
+        match slot {
+            Slot::Target(target) => SlotId(target.0),
+            Slot::Group(group) => SlotId(group.0),
+        }
+    }
+
+    /// The slot this is in a layout of `kind`.
+    pub(crate) fn slot(self, kind: PatternKind) -> Slot {
+        match kind {
+            PatternKind::Raid0 => Slot::Target(TargetId(self.0)),
+            PatternKind::Mirrored => Slot::Group(GroupId(self.0)),
+        }
+    }
+}
 
 /// A round that copies at most this much is followed by the last one.
 const SMALL_ROUND_BYTES: u64 = 4 << 20;
@@ -60,9 +84,9 @@ pub(crate) struct MoveWork {
     /// The move's number, which its pushes carry: the old targets start their copy over
     /// for a move of another number.
     pub id: u64,
-    /// `(slot index, target it leaves, target it goes to)`; for a restripe, every slot of
-    /// the layout, each with its own target twice.
-    pub slots: Vec<(u16, TargetId, TargetId)>,
+    /// `(slot index, slot it leaves, slot it goes to)`: targets, or storage mirror groups for
+    /// a mirrored file; for a restripe, every slot of the layout, each with its own id twice.
+    pub slots: Vec<(u16, SlotId, SlotId)>,
     /// The file's pool once moved.
     pub pool: StoragePoolId,
     /// Whether the last pushes started: the move only goes forward from here.
@@ -74,24 +98,45 @@ pub(crate) struct MoveWork {
 }
 
 impl MoveWork {
-    /// The targets the move copies the file's objects onto.
-    pub(crate) fn copies(&self) -> Vec<TargetId> {
+    /// The slots the move copies the objects of a file of `kind` onto.
+    pub(crate) fn copies(&self, kind: PatternKind) -> Vec<Slot> {
         match &self.layout {
-            Some(layout) => plain_targets(layout),
-            None => self.slots.iter().map(|&(_, _, to)| to).collect(),
+            Some(layout) => layout.slots().collect(),
+            None => self.slots.iter().map(|&(_, _, to)| to.slot(kind)).collect(),
         }
     }
-}
 
-/// The targets of a plain layout's slots, in stripe order.
-fn plain_targets(layout: &FileLayout) -> Vec<TargetId> {
-    layout
-        .slots()
-        .filter_map(|slot| match slot {
-            Slot::Target(target) => Some(target),
-            Slot::Group(_) => None,
-        })
-        .collect()
+    /// The layout a file laid out as `layout` has once moved: a restripe's new one, or the
+    /// same with the moved slots on their new targets (or groups) and in the move's pool.
+    fn moved_layout(&self, layout: &FileLayout) -> Result<FileLayout, String> {
+        if let Some(restriped) = &self.layout {
+            return Ok(restriped.clone());
+        }
+        let kind = layout.pattern.kind;
+        let mut slots: Vec<Slot> = layout.slots().collect();
+        for &(index, from, to) in &self.slots {
+            match slots.get_mut(usize::from(index)) {
+                Some(slot) if *slot == from.slot(kind) => *slot = to.slot(kind),
+                _ => {
+                    return Err(format!(
+                        "slot {index} is not on {} any more",
+                        from.slot(kind)
+                    ))
+                }
+            }
+        }
+        let pattern = weft_proto::layout::StripePattern {
+            pool: self.pool,
+            ..layout.pattern
+        };
+        Ok(FileLayout::new(pattern, slots))
+    }
+
+    /// Whether the file's objects go to their new places through the new layout (see
+    /// `StorageRequest::Push::into`): a restripe's, and every move of a mirrored file.
+    fn through_layout(&self, kind: PatternKind) -> bool {
+        self.layout.is_some() || kind == PatternKind::Mirrored
+    }
 }
 
 fn decode<T: serde::de::DeserializeOwned>(
@@ -126,35 +171,36 @@ fn store_move(
     Ok(())
 }
 
-/// The targets that hold tombstones of `inode`.
+/// The slots that hold tombstones of `inode`.
 pub(crate) fn load_tombstones(
     table: &impl ReadableTable<u64, &'static [u8]>,
     inode: InodeId,
-) -> Result<Vec<TargetId>, OpError> {
+) -> Result<Vec<SlotId>, OpError> {
     match table.get(inode.0)? {
         Some(bytes) => decode("the tombstones", inode.0, bytes.value()),
         None => Ok(Vec::new()),
     }
 }
 
-/// Forgets the move and the tombstones of a file being disposed of, and answers the slots
-/// whose objects go with it besides its layout's: its tombstones, and the copies of a move
-/// in flight.
+/// Forgets the move and the tombstones of a file of `kind` being disposed of, and answers
+/// the slots whose objects go with it besides its layout's: its tombstones, and the copies
+/// of a move in flight.
 pub(crate) fn take_moved_objects(
     txn: &WriteTransaction,
     inode: InodeId,
+    kind: PatternKind,
 ) -> Result<Vec<Slot>, OpError> {
     let mut slots: Vec<Slot> = Vec::new();
     let mut tombstones = txn.open_table(TOMBSTONES)?;
     slots.extend(
         load_tombstones(&tombstones, inode)?
             .into_iter()
-            .map(Slot::Target),
+            .map(|id| id.slot(kind)),
     );
     tombstones.remove(inode.0)?;
     let mut moves = txn.open_table(MOVES)?;
     if let Some(work) = load_move(&moves, inode)? {
-        slots.extend(work.copies().into_iter().map(Slot::Target));
+        slots.extend(work.copies(kind));
     }
     moves.remove(inode.0)?;
     Ok(slots)
@@ -183,10 +229,6 @@ impl Meta {
         if let Some(work) = moving {
             return self.await_move(inode, work.slots.len() as u16).await;
         }
-        let tombstones = match tombstones.is_empty() {
-            true => tombstones,
-            false => self.clear_tombstones(inode, tombstones).await?,
-        };
         let layout = match (&record.kind, &record.layout) {
             (FileKind::Regular, Some(layout)) => layout.clone(),
             _ => {
@@ -195,9 +237,17 @@ impl Meta {
                 )))
             }
         };
-        if layout.pattern.kind == PatternKind::Mirrored {
+        let kind = layout.pattern.kind;
+        let tombstones: Vec<Slot> = match tombstones.is_empty() {
+            true => Vec::new(),
+            false => self.clear_tombstones(inode, kind, tombstones).await?,
+        }
+        .into_iter()
+        .map(|id| id.slot(kind))
+        .collect();
+        if layout.pattern.kind == PatternKind::Mirrored && !targets.is_empty() {
             return Err(invalid(format!(
-                "{inode} is mirrored: its objects move with its storage mirror groups (replace a member of a group instead)"
+                "{inode} is mirrored: its slots are storage mirror groups, which the file's pool (--pool) gives, not targets"
             )));
         }
         let mut map = self.cluster.map();
@@ -243,10 +293,10 @@ impl Meta {
                 &targets,
                 &tombstones,
             )?;
-            let slots: Vec<(u16, TargetId, TargetId)> = plain_targets(&layout)
-                .into_iter()
+            let slots: Vec<(u16, SlotId, SlotId)> = layout
+                .slots()
                 .enumerate()
-                .map(|(index, target)| (index as u16, target, target))
+                .map(|(index, slot)| (index as u16, SlotId::of(slot), SlotId::of(slot)))
                 .collect();
             let moving = slots.len() as u16;
             self.record_move(inode, layout, slots, (pool, Some(new)))
@@ -272,24 +322,25 @@ impl Meta {
         self.await_move(inode, moving).await
     }
 
-    /// Removes the tombstones of `inode` (on `targets`) if no client can hold a layout that
-    /// names them: none has the file open, and the grace period in which clients reclaim
-    /// their opens after a restart is over. Answers the tombstones left.
+    /// Removes the tombstones of `inode`, a file of `kind` (on `held`), if no client can hold
+    /// a layout that names them: none has the file open, and the grace period in which
+    /// clients reclaim their opens after a restart is over. Answers the tombstones left.
     async fn clear_tombstones(
         &self,
         inode: InodeId,
-        targets: Vec<TargetId>,
-    ) -> Result<Vec<TargetId>, OpError> {
+        kind: PatternKind,
+        held: Vec<SlotId>,
+    ) -> Result<Vec<SlotId>, OpError> {
         if !self.locks.grace_over() || (self.is_open_fn())(inode) {
-            return Ok(targets);
+            return Ok(held);
         }
-        let removals = targets.iter().map(|&target| async move {
-            self.remove_object(target, inode)
+        let removals = held.iter().map(|&id| async move {
+            self.remove_object(id.slot(kind), inode)
                 .await
                 .is_ok()
-                .then_some(target)
+                .then_some(id)
         });
-        let removed: Vec<TargetId> = futures::future::join_all(removals)
+        let removed: Vec<SlotId> = futures::future::join_all(removals)
             .await
             .into_iter()
             .flatten()
@@ -299,7 +350,7 @@ impl Meta {
             .run_with(move |txn| {
                 let mut table = txn.open_table(TOMBSTONES)?;
                 let mut held = load_tombstones(&table, inode)?;
-                held.retain(|target| !gone.contains(target));
+                held.retain(|id| !gone.contains(id));
                 if held.is_empty() {
                     table.remove(inode.0)?;
                 } else {
@@ -318,7 +369,7 @@ impl Meta {
         &self,
         inode: InodeId,
         layout: FileLayout,
-        plan: Vec<(u16, TargetId, TargetId)>,
+        plan: Vec<(u16, SlotId, SlotId)>,
         (pool, restriped): (StoragePoolId, Option<FileLayout>),
     ) -> Result<(), OpError> {
         let work = MoveWork {
@@ -361,7 +412,7 @@ impl Meta {
             *self.drain_scan.lock().expect("drain scan poisoned") = DrainScan::default();
             return;
         }
-        let found = self.read(|txn| find_draining(txn, &draining));
+        let found = self.read(|txn| find_draining(txn, &map, &draining));
         let (uses, files) = match found {
             Ok(found) => found,
             Err(error) => {
@@ -374,9 +425,13 @@ impl Meta {
             uses,
         };
         for (inode, layout) in files {
-            let tombstones = self
+            let kind = layout.pattern.kind;
+            let tombstones: Vec<Slot> = self
                 .read(|txn| load_tombstones(&txn.open_table(TOMBSTONES)?, inode))
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .into_iter()
+                .map(|id| id.slot(kind))
+                .collect();
             let pool = layout.pattern.pool;
             let planned = plan_move(&self.chooser, &map, &layout, pool, &[], &tombstones)
                 .map_err(OpError::into_wire);
@@ -559,7 +614,7 @@ impl Meta {
                     return false;
                 }
             };
-            let plan = vec![(index, from, to)];
+            let plan = vec![(index, SlotId(from.0), SlotId(to.0))];
             if let Err(error) = self
                 .record_move(inode, layout, plan.clone(), (pool.id, None))
                 .await
@@ -592,14 +647,25 @@ impl Meta {
 
     /// Runs a file's move to its end (see the module's notes).
     async fn move_file(&self, inode: InodeId, mut work: MoveWork) -> Result<(), MoveError> {
+        let kind = match self.read(|txn| Ok(load_inode(&txn.open_table(INODES)?, inode)?.layout)) {
+            Ok(Some(layout)) => layout.pattern.kind,
+            Ok(None) => {
+                return Err(MoveError::Later(WireError::new(
+                    ErrorCode::Internal,
+                    format!("{inode} moves without a layout"),
+                )))
+            }
+            // Removed with its move meanwhile, or the store cannot be read: the next pass sees.
+            Err(error) => return Err(MoveError::Later(error.into_wire())),
+        };
         // The file's truncates wait for the switch: a plain move's from its last round on
-        // (the old objects refuse them once sealed), a restripe's from its first (a cut of
-        // an old object would have its copy start over onto new objects that hold the other
-        // old objects' bytes, in the generation before the cut). A truncate still on its way
-        // to the targets goes first.
+        // (the old objects refuse them once sealed), a restripe's (and a mirrored file's
+        // move's) from its first (a cut of an old object would have its copy start over onto
+        // new objects that may hold bytes past the cut, in the generation before it). A
+        // truncate still on its way to the targets goes first.
         let gate = self.truncate_gate(inode);
         let mut held = None;
-        if work.layout.is_some() {
+        if work.through_layout(kind) {
             held = Some(gate.lock().await);
             let queued = self
                 .read(|txn| {
@@ -622,7 +688,7 @@ impl Meta {
                 let copied = match self.push_round(inode, &work, false).await {
                     Ok(copied) => copied,
                     Err((error, _)) if gives_up(&error) => {
-                        self.abandon_move(inode, &work).await;
+                        self.abandon_move(inode, &work, kind).await;
                         return Err(MoveError::Abandoned(error));
                     }
                     Err((error, _)) => return Err(MoveError::Later(error)),
@@ -711,31 +777,46 @@ impl Meta {
             return Ok(0);
         }
         let id = work.id;
-        // A restripe sends every old object's bytes to their places in the new layout.
-        let current = match &work.layout {
-            Some(_) => self
-                .read(|txn| Ok(load_inode(&txn.open_table(INODES)?, inode)?.layout))
-                .map_err(|error| (error.into_wire(), Vec::new()))?,
-            None => None,
-        };
-        let restripe = |index: u16| {
-            let (from, to) = (current.clone()?, work.layout.clone()?);
-            Some(weft_proto::messages::Restripe {
-                slot: index,
-                from,
-                to,
-            })
+        let layout = self
+            .read(|txn| Ok(load_inode(&txn.open_table(INODES)?, inode)?.layout))
+            .map_err(|error| (error.into_wire(), Vec::new()))?
+            .ok_or_else(|| {
+                let error = WireError::new(
+                    ErrorCode::Internal,
+                    format!("{inode} moves without a layout"),
+                );
+                (error, Vec::new())
+            })?;
+        let kind = layout.pattern.kind;
+        // A restripe, and any move of a mirrored file, sends each old object's bytes to their
+        // places in the layout the file gets.
+        let into = match work.through_layout(kind) {
+            true => Some(
+                work.moved_layout(&layout)
+                    .map_err(|why| (WireError::new(ErrorCode::Internal, why), Vec::new()))?,
+            ),
+            false => None,
         };
         let pushes = work.slots.iter().map(|&(index, from, to)| {
             let cluster = Arc::clone(&self.cluster);
-            let into = restripe(index);
+            let into = into.clone().map(|to| weft_proto::messages::Restripe {
+                slot: index,
+                from: layout.clone(),
+                to,
+            });
             async move {
-                let call = |storage: Arc<weft_net::StorageClient>, _route| {
+                let call = |storage: Arc<weft_net::StorageClient>,
+                            route: weft_proto::messages::Route| {
                     let into = into.clone();
-                    async move { storage.push(from, inode, to, id, seal, into).await }
+                    // The object's target: the plain one, or the group's primary.
+                    let (source, to) = match into {
+                        Some(_) => (route.target, route.target),
+                        None => (route.target, TargetId(to.0)),
+                    };
+                    async move { storage.push(source, inode, to, id, seal, into).await }
                 };
                 let pushed = cluster
-                    .call_storage(Slot::Target(from), &TARGET_RETRY, call)
+                    .call_storage(from.slot(kind), &TARGET_RETRY, call)
                     .await
                     .map_err(|error| super::rpc_error(error).into_wire());
                 (index, pushed)
@@ -778,19 +859,20 @@ impl Meta {
         let Ok((record, tombstones)) = record else {
             return;
         };
-        let mut taken: BTreeSet<TargetId> = tombstones.into_iter().collect();
         let Some(layout) = record.layout else {
             return;
         };
-        taken.extend(work.slots.iter().map(|&(_, _, to)| to));
-        taken.extend(plain_targets(&layout));
-        let mut free = free_targets(&self.chooser, &map, &layout, work.pool, &taken).into_iter();
+        let kind = layout.pattern.kind;
+        let mut taken: BTreeSet<Slot> = tombstones.into_iter().map(|id| id.slot(kind)).collect();
+        taken.extend(work.slots.iter().map(|&(_, _, to)| to.slot(kind)));
+        taken.extend(layout.slots());
+        let mut free = free_slots(&self.chooser, &map, &layout, work.pool, &taken).into_iter();
         let mut next = work.clone();
         next.id = rand::random();
         for slot in &mut next.slots {
             if failed.contains(&slot.0) {
                 match free.next() {
-                    Some(to) => slot.2 = to,
+                    Some(to) => slot.2 = SlotId::of(to),
                     None => {
                         tracing::warn!(%inode, "no target left for a sealed move: it waits for one");
                         return;
@@ -802,7 +884,7 @@ impl Meta {
             // What the last targets were sent goes (fsck would list it).
             for &(index, _, to) in &work.slots {
                 if failed.contains(&index) {
-                    let _ = self.remove_object(to, inode).await;
+                    let _ = self.remove_object(to.slot(kind), inode).await;
                 }
             }
         }
@@ -823,7 +905,7 @@ impl Meta {
 
     /// Forgets a move that cannot be made (before its last pushes) and removes what it
     /// copied.
-    async fn abandon_move(&self, inode: InodeId, work: &MoveWork) {
+    async fn abandon_move(&self, inode: InodeId, work: &MoveWork, kind: PatternKind) {
         let forgotten = self
             .committer
             .run_with(move |txn| {
@@ -834,9 +916,9 @@ impl Meta {
         if forgotten.is_err() {
             return;
         }
-        for to in work.copies() {
+        for to in work.copies(kind) {
             if let Err(error) = self.remove_object(to, inode).await {
-                tracing::warn!(%inode, target = %to, %error, "the copy of a move given up stays: fsck lists it");
+                tracing::warn!(%inode, slot = %to, %error, "the copy of a move given up stays: fsck lists it");
             }
         }
     }
@@ -862,18 +944,16 @@ impl Meta {
             .collect()
     }
 
-    /// Removes the plain object of `inode` on `target` (a copy, or a tombstone).
-    async fn remove_object(
-        &self,
-        target: TargetId,
-        inode: InodeId,
-    ) -> Result<(), weft_net::RpcError> {
+    /// Removes the object of `inode` in `slot` (a copy, or a tombstone).
+    async fn remove_object(&self, slot: Slot, inode: InodeId) -> Result<(), weft_net::RpcError> {
+        if self.cluster.map().slot_targets(slot).is_empty() {
+            // Removed from the cluster with what it held.
+            return Ok(());
+        }
         let call = |storage: Arc<weft_net::StorageClient>, route| async move {
             storage.remove(route, inode).await
         };
-        self.cluster
-            .call_storage(Slot::Target(target), &TARGET_RETRY, call)
-            .await
+        self.cluster.call_storage(slot, &TARGET_RETRY, call).await
     }
 
     /// Marks `inode` as having pushes in flight until the guard drops: its disposal waits.
@@ -984,7 +1064,9 @@ fn rebalance_candidate(
             continue;
         }
         let inode = InodeId(key.value());
-        if moves.get(inode.0)?.is_some() || load_tombstones(&tombstones, inode)?.contains(&to) {
+        if moves.get(inode.0)?.is_some()
+            || load_tombstones(&tombstones, inode)?.contains(&SlotId(to.0))
+        {
             continue;
         }
         best = Some((inode, layout, index as u16, bytes));
@@ -1006,11 +1088,13 @@ pub(crate) struct DrainScan {
 const DRAIN_FILES_PER_SCAN: usize = 64;
 
 /// The files of a home that use one of the `draining` targets, counted per target (a slot of
-/// a layout, the copy of a move in flight, objects awaiting removal), and up to
-/// [`DRAIN_FILES_PER_SCAN`] of those with a slot there and no move yet, with their layouts.
+/// a layout, the copy of a move in flight, objects awaiting removal: a target, or a member
+/// of a storage mirror group by `map`), and up to [`DRAIN_FILES_PER_SCAN`] of those with a
+/// slot there and no move yet, with their layouts.
 #[allow(clippy::type_complexity)]
 fn find_draining(
     txn: &redb::ReadTransaction,
+    map: &weft_proto::messages::ClusterMap,
     draining: &[TargetId],
 ) -> Result<
     (
@@ -1022,22 +1106,23 @@ fn find_draining(
     let mut uses: std::collections::HashMap<TargetId, u64> = std::collections::HashMap::new();
     let mut files = Vec::new();
     let moves = txn.open_table(MOVES)?;
-    let mut count = |targets: &mut dyn Iterator<Item = TargetId>| {
+    let inodes = txn.open_table(INODES)?;
+    let mut count = |slots: &mut dyn Iterator<Item = Slot>| {
         let mut counted = BTreeSet::new();
-        for target in targets {
+        for target in slots.flat_map(|slot| map.slot_targets(slot)) {
             if draining.contains(&target) && counted.insert(target) {
                 *uses.entry(target).or_default() += 1;
             }
         }
         !counted.is_empty()
     };
-    for item in txn.open_table(INODES)?.iter()? {
+    for item in inodes.iter()? {
         let (key, value) = item?;
         let record = crate::store::InodeRecord::decode(key.value(), value.value())?;
         let Some(layout) = record.layout else {
             continue;
         };
-        let on_draining = count(&mut plain_targets(&layout).into_iter());
+        let on_draining = count(&mut layout.slots());
         if on_draining && files.len() < DRAIN_FILES_PER_SCAN && moves.get(key.value())?.is_none() {
             files.push((InodeId(key.value()), layout));
         }
@@ -1045,12 +1130,16 @@ fn find_draining(
     for item in moves.iter()? {
         let (key, value) = item?;
         let work: MoveWork = decode("the move", key.value(), value.value())?;
-        count(&mut work.copies().into_iter());
+        let kind = match load_inode(&inodes, InodeId(key.value())) {
+            Ok(record) => record.layout.map_or(PatternKind::Raid0, |l| l.pattern.kind),
+            Err(_) => continue,
+        };
+        count(&mut work.copies(kind).into_iter());
     }
     for item in txn.open_table(crate::store::DISPOSALS)?.iter()? {
         let (key, value) = item?;
         let layout: FileLayout = decode("the disposal", key.value(), value.value())?;
-        count(&mut plain_targets(&layout).into_iter());
+        count(&mut layout.slots());
     }
     Ok((uses, files))
 }
@@ -1067,15 +1156,17 @@ fn gives_up(error: &WireError) -> bool {
 }
 
 /// The slots of `layout` that must move for the file to be in `pool` (on `targets`, when
-/// given), each with the target it goes to: never one the file is on or was on.
+/// given, for a plain file), each with the slot it goes to: never one the file is on or was
+/// on (`tombstones`). A slot moves when it is in another pool, or a target holding it is
+/// being drained.
 fn plan_move(
     chooser: &crate::chooser::Chooser,
     map: &weft_proto::messages::ClusterMap,
     layout: &FileLayout,
     pool: StoragePoolId,
     targets: &[TargetId],
-    tombstones: &[TargetId],
-) -> Result<Vec<(u16, TargetId, TargetId)>, OpError> {
+    tombstones: &[Slot],
+) -> Result<Vec<(u16, SlotId, SlotId)>, OpError> {
     if !targets.is_empty() && targets.len() != layout.width() {
         return Err(invalid(format!(
             "the file is striped over {} targets: name as many, in stripe order (not {})",
@@ -1083,42 +1174,40 @@ fn plan_move(
             targets.len()
         )));
     }
-    let current: Vec<TargetId> = layout
-        .slots()
-        .map(|slot| match slot {
-            Slot::Target(target) => target,
-            Slot::Group(_) => unreachable!("mirrored layouts are refused before"),
-        })
-        .collect();
-    let mut taken: BTreeSet<TargetId> = current.iter().chain(tombstones).copied().collect();
-    let moving: Vec<(u16, TargetId)> = current
+    let current: Vec<Slot> = layout.slots().collect();
+    let mut taken: BTreeSet<Slot> = current.iter().chain(tombstones).copied().collect();
+    let moving: Vec<(u16, Slot)> = current
         .iter()
         .enumerate()
-        .filter(|&(index, &target)| match targets.get(index) {
-            Some(&wanted) => wanted != target,
+        .filter(|&(index, &slot)| match targets.get(index) {
+            Some(&wanted) => Slot::Target(wanted) != slot,
             None => map
-                .target(target)
-                .is_none_or(|t| t.pool != pool || t.draining),
+                .slot_placement(slot)
+                .is_none_or(|(its_pool, draining)| its_pool != pool || draining),
         })
-        .map(|(index, &target)| (index as u16, target))
+        .map(|(index, &slot)| (index as u16, slot))
         .collect();
     if moving.is_empty() {
         return Ok(Vec::new());
     }
     let mut plan = Vec::with_capacity(moving.len());
     if targets.is_empty() {
-        let mut free = free_targets(chooser, map, layout, pool, &taken).into_iter();
+        let mut free = free_slots(chooser, map, layout, pool, &taken).into_iter();
         for (index, from) in moving {
             let Some(to) = free.next() else {
+                let what = match layout.pattern.kind {
+                    PatternKind::Raid0 => "targets",
+                    PatternKind::Mirrored => "storage mirror groups",
+                };
                 return Err(OpError::rejected(
                     ErrorCode::NoTargets,
                     format!(
-                        "storage pool {pool} has too few reachable targets this file was never on to take {} of its slots: add targets to the pool",
+                        "storage pool {pool} has too few reachable {what} this file was never on to take {} of its slots: add {what} to the pool",
                         plan.len() + 1
                     ),
                 ));
             };
-            plan.push((index, from, to));
+            plan.push((index, SlotId::of(from), SlotId::of(to)));
         }
         return Ok(plan);
     }
@@ -1136,26 +1225,27 @@ fn plan_move(
                 info.pool
             )));
         }
-        if !taken.insert(to) {
+        if !taken.insert(Slot::Target(to)) {
             return Err(invalid(format!(
                 "the file is or was on target {to} already: a file never moves onto a target it was on, so name another"
             )));
         }
-        plan.push((index, from, to));
+        plan.push((index, SlotId::of(from), SlotId(to.0)));
     }
     Ok(plan)
 }
 
 /// The layout a file laid out as `layout` gets when restriped into chunks of `chunk` bytes
-/// over `width` targets of `pool` (`targets`, when given): targets that hold none of its
-/// objects and none of its tombstones, so no client with an old layout reaches a new object.
+/// over `width` slots of `pool` (`targets`, when given, for a plain file): slots that hold
+/// none of its objects and none of its tombstones, so no client with an old layout reaches
+/// a new object.
 fn plan_restripe(
     chooser: &crate::chooser::Chooser,
     map: &weft_proto::messages::ClusterMap,
     layout: &FileLayout,
     (pool, chunk, width): (StoragePoolId, u32, u16),
     targets: &[TargetId],
-    tombstones: &[TargetId],
+    tombstones: &[Slot],
 ) -> Result<FileLayout, OpError> {
     let pattern = weft_proto::layout::StripePattern {
         chunk_size_bytes: chunk,
@@ -1166,12 +1256,9 @@ fn plan_restripe(
     pattern
         .validate()
         .map_err(|error| invalid(format!("the new pattern: {error}")))?;
-    let taken: BTreeSet<TargetId> = plain_targets(layout)
-        .into_iter()
-        .chain(tombstones.iter().copied())
-        .collect();
-    let chosen: Vec<TargetId> = if targets.is_empty() {
-        free_targets(chooser, map, layout, pool, &taken)
+    let taken: BTreeSet<Slot> = layout.slots().chain(tombstones.iter().copied()).collect();
+    let chosen: Vec<Slot> = if targets.is_empty() {
+        free_slots(chooser, map, layout, pool, &taken)
             .into_iter()
             .take(usize::from(width))
             .collect()
@@ -1196,7 +1283,7 @@ fn plan_restripe(
                         info.pool
                     )))
                 }
-                Some(_) if taken.contains(target) => {
+                Some(_) if taken.contains(&Slot::Target(*target)) => {
                     return Err(invalid(format!(
                         "the file is or was on target {target}: a file is restriped onto targets it never was on"
                     )))
@@ -1209,32 +1296,34 @@ fn plan_restripe(
                 Some(_) => {}
             }
         }
-        targets.to_vec()
+        targets.iter().copied().map(Slot::Target).collect()
     };
     if chosen.len() < usize::from(width) {
+        let what = match layout.pattern.kind {
+            PatternKind::Raid0 => "targets",
+            PatternKind::Mirrored => "storage mirror groups",
+        };
         return Err(OpError::rejected(
             ErrorCode::NoTargets,
             format!(
-                "storage pool {pool} has {} reachable targets this file was never on, and a restripe over {width} needs as many: add targets to the pool, or move the file to another pool first",
+                "storage pool {pool} has {} reachable {what} this file was never on, and a restripe over {width} needs as many: add {what} to the pool, or move the file to another pool first",
                 chosen.len()
             ),
         ));
     }
-    Ok(FileLayout::new(
-        pattern,
-        chosen.into_iter().map(Slot::Target).collect(),
-    ))
+    Ok(FileLayout::new(pattern, chosen))
 }
 
-/// The targets of `pool` a file laid out as `layout` could move onto, in the order the
-/// chooser takes them, but for those in `taken`.
-fn free_targets(
+/// The slots (targets, or storage mirror groups for a mirrored file) of `pool` a file laid
+/// out as `layout` could move onto, in the order the chooser takes them, but for those in
+/// `taken`.
+fn free_slots(
     chooser: &crate::chooser::Chooser,
     map: &weft_proto::messages::ClusterMap,
     layout: &FileLayout,
     pool: StoragePoolId,
-    taken: &BTreeSet<TargetId>,
-) -> Vec<TargetId> {
+    taken: &BTreeSet<Slot>,
+) -> Vec<Slot> {
     let pattern = weft_proto::layout::StripePattern {
         num_targets: weft_proto::layout::NUM_TARGETS_MAX,
         pool,
@@ -1243,10 +1332,7 @@ fn free_targets(
     chooser
         .choose(map, &pattern)
         .into_iter()
-        .filter_map(|slot| match slot {
-            Slot::Target(target) if !taken.contains(&target) => Some(target),
-            _ => None,
-        })
+        .filter(|slot| !taken.contains(slot))
         .collect()
 }
 
@@ -1282,62 +1368,42 @@ fn switch_layout(
             "{inode} moved without a layout"
         )));
     };
-    let moved = match &work.layout {
-        Some(restriped) => {
-            if work
-                .slots
-                .iter()
-                .map(|&(_, from, _)| from)
-                .ne(plain_targets(layout))
-            {
-                return Err(OpError::inconsistent(format!(
-                    "the restripe of {inode} was planned from another layout"
-                )));
-            }
-            let lengths = lengths.unwrap_or_default();
-            // Writes not reported yet may have gone past the size; a truncate still to
-            // reach the new objects decides it instead.
-            if txn
-                .open_table(crate::store::TRUNCATES)?
-                .get(inode.0)?
-                .is_none()
-            {
-                record.size = record
-                    .size
-                    .max(weft_proto::layout::file_size_from_object_lengths(
-                        restriped, lengths,
-                    ));
-            }
-            let mut written = weft_proto::layout::SlotSet::default();
-            for (index, _) in lengths
-                .iter()
-                .enumerate()
-                .filter(|(_, length)| **length > 0)
-            {
-                written.insert(index);
-            }
-            crate::store::change_written(txn, inode, |slots| *slots = written)?;
-            restriped.clone()
+    let kind = layout.pattern.kind;
+    if work.slots.iter().any(|&(index, from, _)| {
+        usize::from(index) >= layout.width() || layout.slot(usize::from(index)) != from.slot(kind)
+    }) {
+        return Err(OpError::inconsistent(format!(
+            "the move of {inode} was planned from another layout"
+        )));
+    }
+    let moved = work
+        .moved_layout(layout)
+        .map_err(|why| OpError::inconsistent(format!("the move of {inode}: {why}")))?;
+    if let Some(restriped) = &work.layout {
+        let lengths = lengths.unwrap_or_default();
+        // Writes not reported yet may have gone past the size; a truncate still to reach
+        // the new objects decides it instead.
+        if txn
+            .open_table(crate::store::TRUNCATES)?
+            .get(inode.0)?
+            .is_none()
+        {
+            record.size = record
+                .size
+                .max(weft_proto::layout::file_size_from_object_lengths(
+                    restriped, lengths,
+                ));
         }
-        None => {
-            let mut slots: Vec<Slot> = layout.slots().collect();
-            for &(index, from, to) in &work.slots {
-                match slots.get_mut(usize::from(index)) {
-                    Some(slot) if *slot == Slot::Target(from) => *slot = Slot::Target(to),
-                    _ => {
-                        return Err(OpError::inconsistent(format!(
-                            "the move of {inode} found slot {index} not on target {from}"
-                        )))
-                    }
-                }
-            }
-            let pattern = weft_proto::layout::StripePattern {
-                pool: work.pool,
-                ..layout.pattern
-            };
-            FileLayout::new(pattern, slots)
+        let mut written = weft_proto::layout::SlotSet::default();
+        for (index, _) in lengths
+            .iter()
+            .enumerate()
+            .filter(|(_, length)| **length > 0)
+        {
+            written.insert(index);
         }
-    };
+        crate::store::change_written(txn, inode, |slots| *slots = written)?;
+    }
     record.layout = Some(moved.clone());
     store_inode(&mut inodes, inode, &record)?;
     // A truncate still to send goes to the new objects.

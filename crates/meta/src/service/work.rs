@@ -322,11 +322,11 @@ impl Meta {
         let removals = files.map(|(inode, layout)| {
             let inode = *inode;
             let map = self.cluster.map();
-            // A target removed from the cluster took its objects with it.
-            let slots = layout.slots().filter(move |slot| match slot {
-                Slot::Target(target) => map.target(*target).is_some(),
-                Slot::Group(_) => true,
-            });
+            // A target removed from the cluster took its objects with it, and a storage
+            // mirror group removed with its member the tombstones it held.
+            let slots = layout
+                .slots()
+                .filter(move |slot| !map.slot_targets(*slot).is_empty());
             let slots = slots.map(move |slot| {
                 let cluster = Arc::clone(&self.cluster);
                 async move {
