@@ -1384,5 +1384,40 @@ fn members_of_emptied_groups_serve_again_in_a_new_group() {
         assert_eq!(group, new, "{name}: {info}");
     }
     holds(&dir, &expected);
+
+    // Nobody holds the files open: the groups they left take them again, restriped over two.
+    let (ok, out, err) = ask(
+        &cluster,
+        &[
+            "entry",
+            "migrate",
+            &dir.display().to_string(),
+            "--pool",
+            "default",
+            "--num-targets",
+            "2",
+            "--chunk-size",
+            "128K",
+        ],
+    );
+    assert!(ok, "restripe over two groups: {err}");
+    assert!(out.contains("12 files looked at: 12 moved"), "{out}");
+    let (_, info) = common::layout_targets(&cluster, &dir.join("f11"));
+    assert!(
+        info.contains(&format!("+ group {}", pairs_group(&groups, &pairs[2])))
+            && info.contains(&format!("+ group {}", pairs_group(&groups, &pairs[3])))
+            && info.contains("+ Chunksize: 128K"),
+        "restriped over the default pool's two groups: {info}"
+    );
+    holds(&dir, &expected);
     fsck_clean(&cluster);
+}
+
+/// The id of the group whose members are `pair`.
+fn pairs_group(groups: &[(u32, Vec<u32>)], pair: &[u32; 2]) -> u32 {
+    groups
+        .iter()
+        .find(|(_, members)| members.contains(&pair[0]))
+        .map(|(id, _)| *id)
+        .expect("a group of the pair")
 }
