@@ -6,8 +6,9 @@
 //! after it returned, and after its fsync: every one is claimed durable. Meanwhile the nemesis
 //! kills one server at a time with SIGKILL and starts it again, or cuts one off the network
 //! and reconnects it, and waits until every mirror member is good again before the next fault;
-//! between faults it restripes the plain directory's files into another chunk size and width
-//! (`weft entry migrate`), in the background, so moves run through the faults.
+//! between faults it restripes the plain directory's files, or the mirrored directory's (from
+//! group to group), into another chunk size and width (`weft entry migrate`), in the
+//! background, so moves run through the faults.
 //! Storage runs in crash-test mode, so a kill loses every write not synced, as a power loss
 //! would. Every read checks the bytes it got against the record; at the end every recorded file
 //! must hold exactly its bytes (through the mount, and through a new mount), nothing deleted is
@@ -285,11 +286,17 @@ fn fault(cluster: &mut LocalCluster, rng: &mut Rng) -> String {
 /// The patterns the nemesis restripes the plain directory into, in turn: chunk size and width.
 const RESTRIPES: [(&str, &str); 3] = [("128K", "2"), ("64K", "1"), ("256K", "2")];
 
-/// Starts `weft entry migrate DIR` into the next of [`RESTRIPES`], in the background, unless
-/// the last one still runs; returns what it started, if anything.
+/// The patterns it restripes the mirrored directory into, in turn (over the three groups: a
+/// file is restriped onto groups it was never on, or left once nobody held it open).
+const MIRRORED_RESTRIPES: [(&str, &str); 2] = [("128K", "2"), ("64K", "1")];
+
+/// Starts `weft entry migrate DIR` of the plain directory (`dirs[1]`) into the next of
+/// [`RESTRIPES`], or of the mirrored one (`dirs[0]`) into the next of [`MIRRORED_RESTRIPES`],
+/// in turn, in the background, unless the last one still runs; returns what it started, if
+/// anything.
 fn restripe(
     cluster: &LocalCluster,
-    dir: &Path,
+    dirs: &[PathBuf; 2],
     running: &mut Option<std::process::Child>,
     next: &mut usize,
 ) -> Option<String> {
@@ -299,7 +306,14 @@ fn restripe(
             _ => *running = None,
         }
     }
-    let (chunk, width) = RESTRIPES[*next % RESTRIPES.len()];
+    let (dir, what, (chunk, width)) = match *next % 2 {
+        0 => (&dirs[1], "plain", RESTRIPES[*next / 2 % RESTRIPES.len()]),
+        _ => (
+            &dirs[0],
+            "mirrored",
+            MIRRORED_RESTRIPES[*next / 2 % MIRRORED_RESTRIPES.len()],
+        ),
+    };
     *next += 1;
     let log = std::fs::File::create(restripe_log(cluster, *next)).expect("a restripe's log");
     let child = std::process::Command::new(common::binary())
@@ -315,7 +329,7 @@ fn restripe(
         .expect("weft entry migrate starts");
     *running = Some(child);
     Some(format!(
-        "restriping the plain files into {chunk} chunks over {width}"
+        "restriping the {what} files into {chunk} chunks over {width}"
     ))
 }
 
@@ -354,10 +368,11 @@ fn nemesis(run: Duration, seed: u64) {
     common::autocreate_meta_groups(&cluster);
     let mnt = cluster.mount().expect("mount");
     let dirs = [mnt.join("mirrored"), mnt.join("plain")];
+    // Over one of the three groups, so its restripes find groups to go to.
     common::make_mirrored_dir(
         &cluster,
         &dirs[0],
-        &["--num-targets", "3", "--chunk-size", "64K"],
+        &["--num-targets", "1", "--chunk-size", "64K"],
     );
     common::make_dir_with_pattern(
         &cluster,
@@ -384,7 +399,7 @@ fn nemesis(run: Duration, seed: u64) {
     while started.elapsed() < run && !worker.is_finished() {
         std::thread::sleep(Duration::from_millis(500 + rng.below(3000)));
         if rng.below(2) == 0 {
-            if let Some(what) = restripe(&cluster, &dirs[1], &mut restriping, &mut restripes) {
+            if let Some(what) = restripe(&cluster, &dirs, &mut restriping, &mut restripes) {
                 eprintln!(
                     "[{:>6.1} s] nemesis: {what}",
                     started.elapsed().as_secs_f64()

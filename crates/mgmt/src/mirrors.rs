@@ -113,6 +113,8 @@ impl Mirrors {
             .controller(MirrorKind::Storage)
             .lock()
             .expect("mirror lock poisoned");
+        // Its id counted as given before it goes, so no later group gets it.
+        store.note_mirror_group(MirrorKind::Storage, id.0)?;
         if controller.remove_group(id) {
             store.save_mirror_state(MirrorKind::Storage, controller.durable())?;
         }

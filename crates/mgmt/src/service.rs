@@ -1266,6 +1266,18 @@ impl Mgmt {
             .mirror_group_of_target(target)
             .cloned();
         if let Some(group) = &group {
+            // A member that missed changes (the seals of the objects that moved off) would
+            // keep them when it joins another group.
+            if let Some(behind) = group.members.iter().find(|m| {
+                TargetId::from(m.id) != target && m.state != weft_proto::messages::Consistency::Good
+            }) {
+                return busy(format!(
+                    "target {} of storage mirror group {} is {}: the group goes with target {target} once its other members are good (their resync brings them what they missed)",
+                    behind.id,
+                    group.id,
+                    <&str>::from(behind.state)
+                ));
+            }
             self.mirrors
                 .dissolve(&self.store, weft_mirror::GroupId(group.id.0))
                 .map_err(internal)?;

@@ -72,6 +72,24 @@ pub(crate) struct RuleRecord {
     pub revoked: bool,
 }
 
+/// Raises the counter of the ids given to mirror groups of `kind` to `id`, if it is lower.
+fn raise_group_counter(
+    txn: &redb::WriteTransaction,
+    kind: MirrorKind,
+    id: u32,
+) -> Result<(), MgmtError> {
+    let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+    let name = mirror_group_counter(kind);
+    let last = counters
+        .get(name)
+        .map_err(store_error)?
+        .map_or(0, |v| v.value());
+    if u64::from(id) > last {
+        counters.insert(name, u64::from(id)).map_err(store_error)?;
+    }
+    Ok(())
+}
+
 /// The counter of the ids given to mirror groups of `kind`.
 fn mirror_group_counter(kind: MirrorKind) -> &'static str {
     match kind {
@@ -348,24 +366,16 @@ impl MgmtStore {
             .insert(mirror_kind_key(kind), bytes.as_slice())
             .map_err(store_error)?;
         // The highest group id ever given, so a removed group's id is not given again.
-        {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let name = mirror_group_counter(kind);
-            let last = counters
-                .get(name)
-                .map_err(store_error)?
-                .map_or(0, |v| v.value());
-            let highest = state
-                .map
-                .groups
-                .keys()
-                .map(|id| u64::from(id.0))
-                .max()
-                .unwrap_or(0);
-            if highest > last {
-                counters.insert(name, highest).map_err(store_error)?;
-            }
-        }
+        let highest = state.map.groups.keys().map(|id| id.0).max().unwrap_or(0);
+        raise_group_counter(&txn, kind, highest)?;
+        txn.commit().map_err(store_error)
+    }
+
+    /// Counts `id` as given to a mirror group of `kind` (the highest given stays the
+    /// highest).
+    pub fn note_mirror_group(&self, kind: MirrorKind, id: u32) -> Result<(), MgmtError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        raise_group_counter(&txn, kind, id)?;
         txn.commit().map_err(store_error)
     }
 

@@ -1122,9 +1122,10 @@ stubs! {
             => Response::Checksum { length, crc } => (length, crc)
     }
 
-    /// Pushes the plain object of `inode` on `target` to target `to`: what changed since the
-    /// last push, and with `seal` the last changes of an object sealed first; answers the
-    /// bytes copied ([`StorageRequest::Push`]).
+    /// Pushes the object of `inode` on `target` to target `to` (or through layouts, `into`;
+    /// a mirrored object by the primary of `group`): what changed since the last push, and
+    /// with `seal` the last changes of an object sealed first; answers the bytes copied
+    /// ([`StorageRequest::Push`]).
     ///
     /// # Errors
     /// `UnknownTarget`, `NoSpace` and the errors of the copy's writes, or [`RpcError`] for
@@ -1136,7 +1137,8 @@ stubs! {
         id: u64,
         seal: bool,
         into: Option<weft_proto::messages::Restripe>,
+        group: Option<weft_proto::ids::GroupId>,
     ) -> u64 {
-        Push { target, inode, to, id, seal, into } => Response::Pushed { copied } => copied
+        Push { target, inode, to, id, seal, into, group } => Response::Pushed { copied } => copied
     }
 }

@@ -1706,6 +1706,10 @@ pub enum StorageRequest {
         /// instead of to `to` (which is then the object's own target).
         #[serde(default, with = "crate::wire::since_5_set")]
         into: Option<Restripe>,
+        /// For a mirrored file's object: the storage mirror group `target` is the primary of
+        /// (the slot `into` moves). A server of an older version could not push it.
+        #[serde(default, with = "crate::wire::since_6_set")]
+        group: Option<GroupId>,
     },
 }
 

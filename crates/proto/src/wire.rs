@@ -245,3 +245,13 @@ set_field_since!(
     5,
     "a field of protocol version 5 is set, and the peer speaks an older one"
 );
+
+set_field_since!(
+    /// A field added in protocol version 6 that an older peer must not go without (the
+    /// storage mirror group a push of a mirrored object is from): left out of encodings for
+    /// version 5 when it is `None`, refused when it is set; its default when decoded from an
+    /// older version.
+    since_6_set,
+    6,
+    "a field of protocol version 6 is set, and the peer speaks an older one"
+);

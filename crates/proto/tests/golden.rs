@@ -737,6 +737,7 @@ fn storage_requests() -> Vec<StorageRequest> {
                     vec![Slot::Target(TargetId(7)), Slot::Target(TargetId(8))],
                 ),
             }),
+            group: Some(GroupId(4)),
         },
     ]
 }
@@ -1237,6 +1238,15 @@ fn the_older_version_decodes_and_is_spoken() {
         encode_body_in(PROTOCOL_VERSION - 1, &seal)
             .is_err_and(|error| error.contains("protocol version 6")),
         "a seal is refused for a member of version 5, which could not seal"
+    );
+    let mirrored_push = storage_requests()
+        .into_iter()
+        .find(|request| matches!(request, StorageRequest::Push { .. }))
+        .expect("a push");
+    assert!(
+        encode_body_in(PROTOCOL_VERSION - 1, &mirrored_push)
+            .is_err_and(|error| error.contains("protocol version 6")),
+        "a mirrored object's push is refused for a primary of version 5, which would push nothing"
     );
     let chmod = &meta_requests()[2];
     let bytes = encode_body_in(older, chmod).expect("a setattr without a project encodes");

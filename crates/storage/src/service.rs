@@ -350,12 +350,13 @@ impl weft_net::Handler for Storage {
             id,
             seal,
             into,
+            group,
             ..
         } = request
         {
             let pushed = match into {
                 Some(restripe) => {
-                    self.push_restripe(target, (inode, id), seal, restripe)
+                    self.push_restripe(target, (inode, id), seal, (restripe, group))
                         .await
                 }
                 None => self.push(target, (inode, to, id), seal).await,
@@ -578,9 +579,8 @@ impl Storage {
                         .write_copy(
                             to_slot,
                             ((inode, generation), at),
-                            data.clone(),
-                            tag(),
-                            &retry,
+                            (data.clone(), tag()),
+                            (&retry, &|| Ok(())),
                         )
                         .await?;
                     seen(answered)?;
@@ -670,7 +670,10 @@ impl Storage {
         target: Arc<Target>,
         (inode, id): (InodeId, u64),
         seal: bool,
-        restripe: weft_proto::messages::Restripe,
+        (restripe, named): (
+            weft_proto::messages::Restripe,
+            Option<weft_proto::ids::GroupId>,
+        ),
     ) -> Result<u64, WireError> {
         use weft_proto::layout::Slot;
         /// Bytes read per step of the copy.
@@ -687,8 +690,23 @@ impl Storage {
         }
         let group = match from.slot(usize::from(slot)) {
             Slot::Target(_) => None,
-            Slot::Group(group) => Some(self.admit_group_push(&target, group)?),
+            Slot::Group(group) => Some(group),
         };
+        if group != named {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("a push of slot {slot} of {inode} names another storage mirror group than its layout"),
+            ));
+        }
+        // A mirrored object is pushed by its group's primary only, and only while it is one:
+        // checked before every write of the copy too (and every try of one), so a primary
+        // deposed meanwhile (another took over, and its own push copies the object) sends no
+        // stale bytes after its lease.
+        let admitted = || match group {
+            Some(group) => self.admit_group_push(&target, group),
+            None => Ok(()),
+        };
+        admitted()?;
         let object = ObjectId::new(Space::mirrored(group.is_some()), inode);
         let (_one, stripe, taken) = self.take_push(&target, (object, group), id, seal).await?;
         let crate::target::Taken::Changed {
@@ -752,7 +770,9 @@ impl Storage {
                     let answered = if bytes.iter().all(|&byte| byte == 0) && !holds_last {
                         let punch = |storage: Arc<weft_net::StorageClient>, route| {
                             let tag = tag.clone();
+                            let admitted = admitted().map_err(weft_net::RpcError::Remote);
                             async move {
+                                admitted?;
                                 storage
                                     .fallocate(
                                         route,
@@ -776,9 +796,8 @@ impl Storage {
                             .write_copy(
                                 copy,
                                 ((inode, generation), place.object_offset),
-                                bytes,
-                                tag,
-                                &retry,
+                                (bytes, tag),
+                                (&retry, &admitted),
                             )
                             .await?;
                         copied += place.len;
@@ -804,6 +823,7 @@ impl Storage {
             let _whole = match group {
                 Some(group) => {
                     let held = self.mirror.lock_range(target.id, inode, 0..u64::MAX).await;
+                    admitted()?;
                     self.seal_members(&target, group, inode).await?;
                     weft_service::failpoint::failpoint("mirrored-push-after-members-sealed");
                     Some(held)
@@ -823,7 +843,7 @@ impl Storage {
         &self,
         target: &Target,
         group: weft_proto::ids::GroupId,
-    ) -> Result<weft_proto::ids::GroupId, WireError> {
+    ) -> Result<(), WireError> {
         let known = self.mirror.membership.group(group).ok_or_else(|| {
             weft_net::mirror::stale(format!(
                 "target {} knows no storage mirror group {group}",
@@ -835,8 +855,7 @@ impl Storage {
             version: known.version,
             forwarded: false,
         };
-        self.mirror.admit_primary(target.id, route)?;
-        Ok(group)
+        self.mirror.admit_primary(target.id, route).map(|_| ())
     }
 
     /// Seals the object of `inode` on every present member of `group`, whose primary is
@@ -859,18 +878,23 @@ impl Storage {
 
     /// Writes `data` at `offset` of the object of `file` (inode, truncate generation) in
     /// slot `copy` (a target, or a mirror group through its primary), as change `tag` of a
-    /// push; a short write fails. Answers the copy's server's verifier.
+    /// push, each try only if `admitted` still says so; a short write fails. Answers the
+    /// copy's server's verifier.
     async fn write_copy(
         &self,
         copy: weft_proto::layout::Slot,
         (file, offset): ((InodeId, u64), u64),
-        data: Bytes,
-        tag: weft_proto::messages::ChangeTag,
-        retry: &weft_net::retry::RetryPolicy,
+        (data, tag): (Bytes, weft_proto::messages::ChangeTag),
+        (retry, admitted): (
+            &weft_net::retry::RetryPolicy,
+            &(dyn Fn() -> Result<(), WireError> + Sync),
+        ),
     ) -> Result<u64, WireError> {
         let write = |storage: Arc<weft_net::StorageClient>, route| {
             let (data, tag) = (data.clone(), tag.clone());
+            let admitted = admitted().map_err(weft_net::RpcError::Remote);
             async move {
+                admitted?;
                 let write = weft_net::ObjectWrite {
                     file,
                     offset,

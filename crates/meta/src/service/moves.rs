@@ -808,12 +808,21 @@ impl Meta {
                 let call = |storage: Arc<weft_net::StorageClient>,
                             route: weft_proto::messages::Route| {
                     let into = into.clone();
-                    // The object's target: the plain one, or the group's primary.
-                    let (source, to) = match into {
-                        Some(_) => (route.target, route.target),
-                        None => (route.target, TargetId(to.0)),
+                    // The object's target: the plain one, or the group's primary (a peer of an
+                    // older version, which could not push it, is refused by the encoding).
+                    let to = match into {
+                        Some(_) => route.target,
+                        None => TargetId(to.0),
                     };
-                    async move { storage.push(source, inode, to, id, seal, into).await }
+                    let group = match from.slot(kind) {
+                        Slot::Group(group) => Some(group),
+                        Slot::Target(_) => None,
+                    };
+                    async move {
+                        storage
+                            .push(route.target, inode, to, id, seal, into, group)
+                            .await
+                    }
                 };
                 let pushed = cluster
                     .call_storage(from.slot(kind), &TARGET_RETRY, call)
