@@ -968,27 +968,38 @@ fn target_homes(
     homes
 }
 
-/// Mirrored objects (holding data) on each target, by target id.
-fn mirrored_objects(
+/// The sizes of the mirrored objects (holding data) on each target, by target id.
+fn mirrored_sizes(
     cluster: &LocalCluster,
     servers: usize,
-) -> std::collections::BTreeMap<u32, usize> {
-    let mut counts = std::collections::BTreeMap::new();
+) -> std::collections::BTreeMap<u32, Vec<u64>> {
+    let mut sizes = std::collections::BTreeMap::new();
     for (id, (_, path)) in target_homes(cluster, servers) {
         let mut stack = vec![path.join("mirrored")];
-        let mut count = 0;
+        let mut found = Vec::new();
         while let Some(directory) = stack.pop() {
             for entry in fs::read_dir(&directory).into_iter().flatten().flatten() {
                 if entry.path().is_dir() {
                     stack.push(entry.path());
                 } else {
-                    count += 1;
+                    found.push(entry.metadata().map_or(0, |m| m.len()));
                 }
             }
         }
-        counts.insert(id, count);
+        sizes.insert(id, found);
     }
-    counts
+    sizes
+}
+
+/// Mirrored objects (holding data) on each target, by target id.
+fn mirrored_objects(
+    cluster: &LocalCluster,
+    servers: usize,
+) -> std::collections::BTreeMap<u32, usize> {
+    mirrored_sizes(cluster, servers)
+        .into_iter()
+        .map(|(id, sizes)| (id, sizes.len()))
+        .collect()
 }
 
 // Goal: mirrored files move between storage mirror groups while in use. A drain of one
@@ -1442,4 +1453,110 @@ fn pairs_group(groups: &[(u32, Vec<u32>)], pair: &[u32; 2]) -> u32 {
         .find(|(_, members)| members.contains(&pair[0]))
         .map(|(id, _)| *id)
         .expect("a group of the pair")
+}
+
+// Goal: a storage mirror group added to a pool fills by itself — background rebalancing moves
+// mirrored files from the fullest groups (as full as their fullest member) until every group
+// is within the margin of the mean — with no command beyond making the group, and every file
+// keeps its data. Method: 64 MiB targets; two groups filled with 24 MiB of mirrored files
+// through the mount; a third group made of the two targets left; the bytes in each member's
+// tree of mirrored objects watched until they level out (the rebalancing rate is raised so
+// the test does not wait on it); content compared; fsck.
+#[test]
+fn an_added_mirror_group_fills_by_itself_until_the_pool_is_level() {
+    let capacity: u64 = 64 << 20;
+    let mut cluster = cluster(ClusterSpec {
+        storage: 3,
+        target_capacity_bytes: Some(capacity),
+        meta_settings: vec!["rebalance_bytes_per_second=1073741824".into()],
+        ..ClusterSpec::default()
+    });
+    weft_testkit::wait_until("every storage server to log its targets", || {
+        target_homes(&cluster, 3).len() == 6
+    })
+    .expect("targets logged");
+    let homes = target_homes(&cluster, 3);
+    let on = |server: usize| -> Vec<u32> {
+        homes
+            .iter()
+            .filter(|(_, (s, _))| *s == server)
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    let (s1, s2, s3) = (on(1), on(2), on(3));
+    for pair in [[s1[0], s2[0]], [s2[1], s3[0]]] {
+        let list = format!("{},{}", pair[0], pair[1]);
+        let (ok, _, err) = ask(
+            &cluster,
+            &["mirror", "create", "storage", "--members", &list],
+        );
+        assert!(ok, "mirror create {list}: {err}");
+    }
+    weft_testkit::wait_until("every member good", || {
+        let (_, list, _) = ask(&cluster, &["mirror", "list"]);
+        list.matches("(good)").count() == 4
+    })
+    .expect("groups formed");
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("data");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &[
+            "--pattern",
+            "mirrored",
+            "--num-targets",
+            "1",
+            "--chunk-size",
+            "64K",
+        ],
+    );
+    let files: Vec<(PathBuf, Vec<u8>)> = (0..16u64)
+        .map(|index| {
+            let data = pattern(90 + index, 1536 << 10);
+            let path = dir.join(format!("f{index}"));
+            fs::write(&path, &data).expect("write");
+            (path, data)
+        })
+        .collect();
+    let bytes = |cluster: &LocalCluster| -> std::collections::BTreeMap<u32, u64> {
+        mirrored_sizes(cluster, 3)
+            .into_iter()
+            .map(|(id, sizes)| (id, sizes.iter().sum()))
+            .collect()
+    };
+    let before = bytes(&cluster);
+    assert_eq!(
+        (before[&s1[1]], before[&s3[1]]),
+        (0, 0),
+        "the targets left start empty: {before:?}"
+    );
+
+    let list = format!("{},{}", s1[1], s3[1]);
+    let (ok, _, err) = ask(
+        &cluster,
+        &["mirror", "create", "storage", "--members", &list],
+    );
+    assert!(ok, "the new group: {err}");
+    // Within the margin (5 % of a target's capacity) of the members' mean, and an object's
+    // size for the step that may still be on its way.
+    let slack = capacity * 5 / 100 + (1536 << 10);
+    let mut last = std::collections::BTreeMap::new();
+    let level = weft_testkit::wait_until("the groups to level out", || {
+        last = bytes(&cluster);
+        let mean = last.values().sum::<u64>() / last.len() as u64;
+        last.values().all(|&b| b.abs_diff(mean) <= slack)
+    });
+    assert!(
+        level.is_ok(),
+        "the groups did not level out: {last:?} from {before:?}"
+    );
+    assert!(
+        last[&s1[1]] > 0 && last[&s3[1]] > 0,
+        "both members of the new group took data: {last:?}"
+    );
+    for (path, data) in &files {
+        assert!(&fs::read(path).expect("read") == data, "{}", path.display());
+    }
+    fsck_clean(&cluster);
 }

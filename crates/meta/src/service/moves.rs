@@ -554,16 +554,18 @@ impl Meta {
     }
 
     /// One step of background rebalancing (see `rebalance_candidate`): in the first pool one
-    /// of whose targets is further than the margin from the pool's mean fill, moves one
-    /// object of a file of this home from the pool's fullest target to its emptiest, then
-    /// waits as long as the rate asks. Fill is judged by the usage in the map plus what this
-    /// home moved since a target last reported (the ledger), so steps need not wait for the
-    /// heartbeats. Answers whether it moved something.
+    /// of whose slots is further than the margin from the mean fill of the pool's slots of
+    /// its kind (its targets, for plain files; its storage mirror groups, each as full as its
+    /// fullest member, for mirrored ones), moves one object of a file of this home from the
+    /// fullest slot to the emptiest, then waits as long as the rate asks. Fill is judged by
+    /// the usage in the map plus what this home moved since a target last reported (the
+    /// ledger), so steps need not wait for the heartbeats. Answers whether it moved something.
     async fn rebalance_step(&self) -> bool {
         let (rate, margin) = self.rebalance;
         if rate == 0 {
             return false;
         }
+        let margin = f64::from(margin) / 100.0;
         let map = self.cluster.map();
         for pool in map.all_pools() {
             let targets: Vec<&weft_proto::messages::TargetInfo> = map
@@ -576,9 +578,6 @@ impl Meta {
                         && t.reachability == weft_proto::messages::Reachability::Online
                 })
                 .collect();
-            if targets.len() < 2 {
-                continue;
-            }
             // What the map shows, with what this home moved since the target last reported.
             let ledger = self.ledger_now(&targets);
             let fill = |t: &weft_proto::messages::TargetInfo| {
@@ -586,61 +585,101 @@ impl Meta {
                     + ledger.get(&t.id).copied().unwrap_or(0) as f64;
                 used / t.usage.total_bytes as f64
             };
-            let mean = targets.iter().map(|t| fill(t)).sum::<f64>() / targets.len() as f64;
-            let by_fill = |a: &&&weft_proto::messages::TargetInfo,
-                           b: &&&weft_proto::messages::TargetInfo| {
-                fill(a).total_cmp(&fill(b))
-            };
-            let (Some(fullest), Some(emptiest)) = (
-                targets.iter().max_by(by_fill),
-                targets.iter().min_by(by_fill),
-            ) else {
-                continue;
-            };
-            let margin = f64::from(margin) / 100.0;
-            if fill(fullest) - mean <= margin && mean - fill(emptiest) <= margin {
-                continue;
-            }
-            // Half the gap at most, so the two never cross.
-            let room =
-                ((fill(fullest) - fill(emptiest)) / 2.0 * emptiest.usage.total_bytes as f64) as u64;
-            let (from, to) = (fullest.id, emptiest.id);
-            let found = self.read(|txn| rebalance_candidate(txn, pool.id, from, to, room));
-            let (inode, layout, index, bytes) = match found {
-                Ok(Some(found)) => found,
-                Ok(None) => continue,
-                Err(error) => {
-                    tracing::warn!(?error, "cannot look for a file to rebalance");
+            for kind in [PatternKind::Raid0, PatternKind::Mirrored] {
+                // Each slot with the targets that hold it, every one of them usable.
+                let slots: Vec<(Slot, Vec<&weft_proto::messages::TargetInfo>)> = match kind {
+                    PatternKind::Raid0 => targets
+                        .iter()
+                        .map(|t| (Slot::Target(t.id), vec![*t]))
+                        .collect(),
+                    PatternKind::Mirrored => map
+                        .mirror_groups
+                        .iter()
+                        .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
+                        .filter_map(|g| {
+                            let slot = Slot::Group(g.id);
+                            let members: Vec<&weft_proto::messages::TargetInfo> = map
+                                .slot_targets(slot)
+                                .iter()
+                                .filter_map(|id| targets.iter().find(|t| t.id == *id).copied())
+                                .collect();
+                            (members.len() == g.members.len()).then_some((slot, members))
+                        })
+                        .collect(),
+                };
+                if slots.len() < 2 {
+                    continue;
+                }
+                let slot_fill = |members: &[&weft_proto::messages::TargetInfo]| {
+                    members.iter().map(|t| fill(t)).fold(0.0, f64::max)
+                };
+                let mean =
+                    slots.iter().map(|(_, m)| slot_fill(m)).sum::<f64>() / slots.len() as f64;
+                let by_fill =
+                    |a: &&(Slot, Vec<&weft_proto::messages::TargetInfo>),
+                     b: &&(Slot, Vec<&weft_proto::messages::TargetInfo>)| {
+                        slot_fill(&a.1).total_cmp(&slot_fill(&b.1))
+                    };
+                let (Some(fullest), Some(emptiest)) =
+                    (slots.iter().max_by(by_fill), slots.iter().min_by(by_fill))
+                else {
+                    continue;
+                };
+                let (full, empty) = (slot_fill(&fullest.1), slot_fill(&emptiest.1));
+                if full - mean <= margin && mean - empty <= margin {
+                    continue;
+                }
+                // Half the gap at most, so the two never cross.
+                let smallest = emptiest
+                    .1
+                    .iter()
+                    .map(|t| t.usage.total_bytes)
+                    .min()
+                    .unwrap_or(0);
+                let room = ((full - empty) / 2.0 * smallest as f64) as u64;
+                let (from, to) = (fullest.0, emptiest.0);
+                let found =
+                    self.read(|txn| rebalance_candidate(txn, (pool.id, kind), from, to, room));
+                let (inode, layout, index, bytes) = match found {
+                    Ok(Some(found)) => found,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        tracing::warn!(?error, "cannot look for a file to rebalance");
+                        return false;
+                    }
+                };
+                let plan = vec![(index, SlotId::of(from), SlotId::of(to))];
+                if let Err(error) = self
+                    .record_move(inode, layout, plan.clone(), (pool.id, None))
+                    .await
+                {
+                    tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
                     return false;
                 }
-            };
-            let plan = vec![(index, SlotId(from.0), SlotId(to.0))];
-            if let Err(error) = self
-                .record_move(inode, layout, plan.clone(), (pool.id, None))
-                .await
-            {
-                tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
-                return false;
+                let work = match self.read(|txn| load_move(&txn.open_table(MOVES)?, inode)) {
+                    Ok(Some(work)) => work,
+                    _ => return false,
+                };
+                if let Err(MoveError::Later(error) | MoveError::Abandoned(error)) =
+                    self.move_file(inode, work).await
+                {
+                    tracing::warn!(%inode, %error, "a rebalancing move did not finish");
+                    return false;
+                }
+                tracing::info!(%inode, %from, %to, bytes, "rebalanced");
+                self.move_metrics.rebalanced.inc_by(bytes);
+                {
+                    let mut ledger = self.ledger.lock().expect("ledger poisoned");
+                    for (members, sign) in [(&fullest.1, -1i64), (&emptiest.1, 1i64)] {
+                        for member in members.iter() {
+                            ledger.entry(member.id).or_insert((member.usage, 0)).1 +=
+                                sign * bytes as i64;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs_f64(bytes as f64 / rate as f64)).await;
+                return true;
             }
-            let work = match self.read(|txn| load_move(&txn.open_table(MOVES)?, inode)) {
-                Ok(Some(work)) => work,
-                _ => return false,
-            };
-            if let Err(MoveError::Later(error) | MoveError::Abandoned(error)) =
-                self.move_file(inode, work).await
-            {
-                tracing::warn!(%inode, %error, "a rebalancing move did not finish");
-                return false;
-            }
-            tracing::info!(%inode, %from, %to, bytes, "rebalanced");
-            self.move_metrics.rebalanced.inc_by(bytes);
-            {
-                let mut ledger = self.ledger.lock().expect("ledger poisoned");
-                ledger.entry(from).or_insert((fullest.usage, 0)).1 -= bytes as i64;
-                ledger.entry(to).or_insert((emptiest.usage, 0)).1 += bytes as i64;
-            }
-            tokio::time::sleep(Duration::from_secs_f64(bytes as f64 / rate as f64)).await;
-            return true;
         }
         false
     }
@@ -1039,15 +1078,15 @@ impl MoveMetrics {
     }
 }
 
-/// A file of this home in `pool` to move one object of from target `from` to target `to`
-/// for rebalancing: the one with the largest object on `from` that is at most `room` bytes,
-/// among files not on `to` (nor with a tombstone there) and not moving already. Answers the
-/// file, its layout, the slot's index and the object's bytes.
+/// A file of this home in `pool`, laid out as `kind`, to move one object of from slot `from`
+/// to slot `to` for rebalancing: the one with the largest object in `from` that is at most
+/// `room` bytes, among files not on `to` (nor with a tombstone there) and not moving already.
+/// Answers the file, its layout, the slot's index and the object's bytes.
 fn rebalance_candidate(
     txn: &redb::ReadTransaction,
-    pool: StoragePoolId,
-    from: TargetId,
-    to: TargetId,
+    (pool, kind): (StoragePoolId, PatternKind),
+    from: Slot,
+    to: Slot,
     room: u64,
 ) -> Result<Option<(InodeId, FileLayout, u16, u64)>, OpError> {
     let moves = txn.open_table(MOVES)?;
@@ -1059,13 +1098,13 @@ fn rebalance_candidate(
         let Some(layout) = record.layout else {
             continue;
         };
-        if layout.pattern.kind != PatternKind::Raid0 || layout.pattern.pool != pool {
+        if layout.pattern.kind != kind || layout.pattern.pool != pool {
             continue;
         }
-        let Some(index) = layout.slots().position(|slot| slot == Slot::Target(from)) else {
+        let Some(index) = layout.slots().position(|slot| slot == from) else {
             continue;
         };
-        if layout.slots().any(|slot| slot == Slot::Target(to)) {
+        if layout.slots().any(|slot| slot == to) {
             continue;
         }
         let bytes = weft_proto::layout::object_length_for_file_size(&layout, index, record.size);
@@ -1074,7 +1113,7 @@ fn rebalance_candidate(
         }
         let inode = InodeId(key.value());
         if moves.get(inode.0)?.is_some()
-            || load_tombstones(&tombstones, inode)?.contains(&SlotId(to.0))
+            || load_tombstones(&tombstones, inode)?.contains(&SlotId::of(to))
         {
             continue;
         }
