@@ -968,6 +968,45 @@ fn target_homes(
     homes
 }
 
+/// The targets of each storage server (index 0: storage-1), in id order, once every one of
+/// the `servers` logged its two targets.
+fn targets_by_server(cluster: &LocalCluster, servers: usize) -> Vec<Vec<u32>> {
+    weft_testkit::wait_until("every storage server to log its targets", || {
+        target_homes(cluster, servers).len() == 2 * servers
+    })
+    .expect("targets logged");
+    let homes = target_homes(cluster, servers);
+    (1..=servers)
+        .map(|server| {
+            homes
+                .iter()
+                .filter(|(_, (s, _))| *s == server)
+                .map(|(id, _)| *id)
+                .collect()
+        })
+        .collect()
+}
+
+/// Makes a storage mirror group of each pair (its first target primary), and waits until
+/// every member of every group is good.
+fn make_groups(cluster: &LocalCluster, pairs: &[[u32; 2]]) {
+    for pair in pairs {
+        let list = format!("{},{}", pair[0], pair[1]);
+        let (ok, _, err) = ask(
+            cluster,
+            &["mirror", "create", "storage", "--members", &list],
+        );
+        assert!(ok, "mirror create {list}: {err}");
+    }
+    weft_testkit::wait_until("every member good", || {
+        let (_, list, _) = ask(cluster, &["mirror", "list"]);
+        !list.contains("(needs-resync)")
+            && !list.contains("(bad)")
+            && list.matches("(good)").count() >= 2 * pairs.len()
+    })
+    .expect("groups formed");
+}
+
 /// The sizes of the mirrored objects (holding data) on each target, by target id.
 fn mirrored_sizes(
     cluster: &LocalCluster,
@@ -1143,34 +1182,11 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
             env: vec![("storage-1".into(), "WEFT_FAILPOINTS".into(), point.into())],
             ..ClusterSpec::default()
         });
-        weft_testkit::wait_until("every storage server to log its targets", || {
-            target_homes(&cluster, 3).len() == 6
-        })
-        .expect("targets logged");
-        let homes = target_homes(&cluster, 3);
-        let on = |server: usize| -> Vec<u32> {
-            homes
-                .iter()
-                .filter(|(_, (s, _))| *s == server)
-                .map(|(id, _)| *id)
-                .collect()
-        };
-        let (one, two, three) = (on(1), on(2), on(3));
+        let targets = targets_by_server(&cluster, 3);
+        let (one, two, three) = (&targets[0], &targets[1], &targets[2]);
         // The source group's primary on storage-1; the others spread so each keeps a member.
         let members = [[one[0], two[0]], [two[1], three[0]], [three[1], one[1]]];
-        for pair in &members {
-            let list = format!("{},{}", pair[0], pair[1]);
-            let (ok, _, err) = ask(
-                &cluster,
-                &["mirror", "create", "storage", "--members", &list],
-            );
-            assert!(ok, "{point}: mirror create {list}: {err}");
-        }
-        weft_testkit::wait_until("every member good", || {
-            let (_, list, _) = ask(&cluster, &["mirror", "list"]);
-            list.matches("(good)").count() == 6
-        })
-        .expect("groups formed");
+        make_groups(&cluster, &members);
         let groups = mirror_groups(&cluster);
         let id_of = |pair: &[u32; 2]| {
             groups
@@ -1285,38 +1301,15 @@ fn members_of_emptied_groups_serve_again_in_a_new_group() {
         storage: 4,
         ..ClusterSpec::default()
     });
-    weft_testkit::wait_until("every storage server to log its targets", || {
-        target_homes(&cluster, 4).len() == 8
-    })
-    .expect("targets logged");
-    let homes = target_homes(&cluster, 4);
-    let on = |server: usize| -> Vec<u32> {
-        homes
-            .iter()
-            .filter(|(_, (s, _))| *s == server)
-            .map(|(id, _)| *id)
-            .collect()
-    };
-    let (s1, s2, s3, s4) = (on(1), on(2), on(3), on(4));
+    let targets = targets_by_server(&cluster, 4);
+    let (s1, s2, s3, s4) = (&targets[0], &targets[1], &targets[2], &targets[3]);
     let pairs = [
         [s1[0], s2[0]],
         [s3[0], s4[0]],
         [s1[1], s3[1]],
         [s2[1], s4[1]],
     ];
-    for pair in &pairs {
-        let list = format!("{},{}", pair[0], pair[1]);
-        let (ok, _, err) = ask(
-            &cluster,
-            &["mirror", "create", "storage", "--members", &list],
-        );
-        assert!(ok, "mirror create {list}: {err}");
-    }
-    weft_testkit::wait_until("every member good", || {
-        let (_, list, _) = ask(&cluster, &["mirror", "list"]);
-        list.matches("(good)").count() == 8
-    })
-    .expect("groups formed");
+    make_groups(&cluster, &pairs);
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("project");
     make_dir_with_pattern(
@@ -1471,32 +1464,9 @@ fn an_added_mirror_group_fills_by_itself_until_the_pool_is_level() {
         meta_settings: vec!["rebalance_bytes_per_second=1073741824".into()],
         ..ClusterSpec::default()
     });
-    weft_testkit::wait_until("every storage server to log its targets", || {
-        target_homes(&cluster, 3).len() == 6
-    })
-    .expect("targets logged");
-    let homes = target_homes(&cluster, 3);
-    let on = |server: usize| -> Vec<u32> {
-        homes
-            .iter()
-            .filter(|(_, (s, _))| *s == server)
-            .map(|(id, _)| *id)
-            .collect()
-    };
-    let (s1, s2, s3) = (on(1), on(2), on(3));
-    for pair in [[s1[0], s2[0]], [s2[1], s3[0]]] {
-        let list = format!("{},{}", pair[0], pair[1]);
-        let (ok, _, err) = ask(
-            &cluster,
-            &["mirror", "create", "storage", "--members", &list],
-        );
-        assert!(ok, "mirror create {list}: {err}");
-    }
-    weft_testkit::wait_until("every member good", || {
-        let (_, list, _) = ask(&cluster, &["mirror", "list"]);
-        list.matches("(good)").count() == 4
-    })
-    .expect("groups formed");
+    let targets = targets_by_server(&cluster, 3);
+    let (s1, s2, s3) = (&targets[0], &targets[1], &targets[2]);
+    make_groups(&cluster, &[[s1[0], s2[0]], [s2[1], s3[0]]]);
     let mnt = cluster.mount().expect("mount");
     let dir = mnt.join("data");
     make_dir_with_pattern(

@@ -338,17 +338,25 @@ fn restripe_log(cluster: &LocalCluster, number: usize) -> PathBuf {
     cluster.root().join(format!("logs/restripe-{number}.log"))
 }
 
-/// Files the restripes moved, as their logs say ("N files looked at: M moved").
-fn restriped(cluster: &LocalCluster, count: usize) -> u64 {
-    (1..=count)
-        .filter_map(|number| std::fs::read_to_string(restripe_log(cluster, number)).ok())
-        .flat_map(|log| {
-            log.lines()
-                .filter_map(|line| {
-                    let (_, moved) = line.split_once(" files looked at: ")?;
-                    moved.split_whitespace().next()?.parse::<u64>().ok()
-                })
-                .collect::<Vec<_>>()
+/// Files the restripes moved, as their logs say ("N files looked at: M moved"): of the plain
+/// directory (odd runs), and of the mirrored one (even runs).
+fn restriped(cluster: &LocalCluster, count: usize) -> (u64, u64) {
+    let moved = |mirrored: bool| -> u64 {
+        (1..=count)
+            .filter(|number| (number % 2 == 0) == mirrored)
+            .filter_map(|number| std::fs::read_to_string(restripe_log(cluster, number)).ok())
+            .map(|log| moved_in(&log))
+            .sum()
+    };
+    (moved(false), moved(true))
+}
+
+/// The files a restripe's log says it moved.
+fn moved_in(log: &str) -> u64 {
+    log.lines()
+        .filter_map(|line| {
+            let (_, moved) = line.split_once(" files looked at: ")?;
+            moved.split_whitespace().next()?.parse::<u64>().ok()
         })
         .sum()
 }
@@ -474,16 +482,18 @@ fn nemesis(run: Duration, seed: u64) {
     let fresh = cluster.mount().expect("a new mount");
     check(&fresh, "a new mount");
     common::fsck_clean(&cluster);
+    let (plain, mirrored) = restriped(&cluster, restripes);
     eprintln!(
         "nemesis: seed {seed}: {} operations ({} checked reads), {} faults, longest pause {:?}, \
-         {} changes of plain files lost to a restart (EIO), {} files restriped in {restripes} \
-         runs, {} files checked, 0 differences",
+         {} changes of plain files lost to a restart (EIO), {} plain and {} mirrored files \
+         restriped in {restripes} runs, {} files checked, 0 differences",
         record.operations,
         record.reads,
         faults.len(),
         record.longest,
         record.lost_claims,
-        restriped(&cluster, restripes),
+        plain,
+        mirrored,
         record.files.len()
     );
 }
