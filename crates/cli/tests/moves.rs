@@ -896,19 +896,24 @@ fn with_mirror_groups() -> (LocalCluster, PathBuf, Vec<(u32, Vec<u32>)>) {
     );
     assert!(ok, "pool add-target: {err}");
     let dir = mnt.join("project");
-    make_dir_with_pattern(
+    common::make_mirrored_dir(
         &cluster,
         &dir,
-        &[
-            "--pattern",
-            "mirrored",
-            "--num-targets",
-            "1",
-            "--chunk-size",
-            "64K",
-        ],
+        &["--num-targets", "1", "--chunk-size", "64K"],
     );
     (cluster, dir, groups)
+}
+
+/// Mounts the cluster and makes directory `name` in it, whose files are mirrored on one group
+/// each, in 64 KiB chunks.
+fn mirrored_dir(cluster: &mut LocalCluster, name: &str) -> PathBuf {
+    let dir = cluster.mount().expect("mount").join(name);
+    common::make_mirrored_dir(
+        cluster,
+        &dir,
+        &["--num-targets", "1", "--chunk-size", "64K"],
+    );
+    dir
 }
 
 /// The storage mirror groups of the cluster: each group's id and member targets, its primary
@@ -1210,20 +1215,7 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
             );
             assert!(ok, "{point}: {err}");
         }
-        let mnt = cluster.mount().expect("mount");
-        let dir = mnt.join("project");
-        make_dir_with_pattern(
-            &cluster,
-            &dir,
-            &[
-                "--pattern",
-                "mirrored",
-                "--num-targets",
-                "1",
-                "--chunk-size",
-                "64K",
-            ],
-        );
+        let dir = mirrored_dir(&mut cluster, "project");
         let data = pattern(61, 6 << 20);
         fs::write(dir.join("data"), &data).expect("write");
         assert_eq!(group_of(&cluster, &dir.join("data")).0, source, "{point}");
@@ -1310,20 +1302,7 @@ fn members_of_emptied_groups_serve_again_in_a_new_group() {
         [s2[1], s4[1]],
     ];
     make_groups(&cluster, &pairs);
-    let mnt = cluster.mount().expect("mount");
-    let dir = mnt.join("project");
-    make_dir_with_pattern(
-        &cluster,
-        &dir,
-        &[
-            "--pattern",
-            "mirrored",
-            "--num-targets",
-            "1",
-            "--chunk-size",
-            "64K",
-        ],
-    );
+    let dir = mirrored_dir(&mut cluster, "project");
     let files: Vec<(String, Vec<u8>)> = (0..12u64)
         .map(|index| {
             let name = format!("f{index}");
@@ -1467,20 +1446,7 @@ fn an_added_mirror_group_fills_by_itself_until_the_pool_is_level() {
     let targets = targets_by_server(&cluster, 3);
     let (s1, s2, s3) = (&targets[0], &targets[1], &targets[2]);
     make_groups(&cluster, &[[s1[0], s2[0]], [s2[1], s3[0]]]);
-    let mnt = cluster.mount().expect("mount");
-    let dir = mnt.join("data");
-    make_dir_with_pattern(
-        &cluster,
-        &dir,
-        &[
-            "--pattern",
-            "mirrored",
-            "--num-targets",
-            "1",
-            "--chunk-size",
-            "64K",
-        ],
-    );
+    let dir = mirrored_dir(&mut cluster, "data");
     let files: Vec<(PathBuf, Vec<u8>)> = (0..16u64)
         .map(|index| {
             let data = pattern(90 + index, 1536 << 10);
