@@ -101,13 +101,25 @@ pub(crate) async fn migrate(
     Ok(())
 }
 
-/// Moves one file and waits until its move is done; answers how many of its objects moved.
+/// How long a migrate waits for a file's metadata server that does not answer (restarting,
+/// or its mirror group failing over) before it gives up.
+const META_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Moves one file and waits until its move is done; answers how many of its objects moved. A
+/// metadata server that does not answer is waited for (the move is asked for again: asking
+/// twice does not move twice).
 async fn migrate_file(view: &ClusterView, path: &Path, to: &Destination) -> Result<u16> {
     let inode = inode_of(path)?;
-    let meta = view.meta(inode.home()).await?;
+    let patience = weft_net::retry::RetryPolicy {
+        total_timeout: META_WAIT,
+        ..weft_net::retry::RetryPolicy::default()
+    };
     loop {
-        let (moving, done) = meta
-            .migrate(inode, to.pool, to.targets.clone(), to.pattern)
+        let (moving, done) = view
+            .call_meta(inode.home(), &patience, |meta| {
+                let targets = to.targets.clone();
+                async move { meta.migrate(inode, to.pool, targets, to.pattern).await }
+            })
             .await
             .with_context(|| format!("cannot move {}", path.display()))?;
         if done {

@@ -1496,3 +1496,53 @@ fn an_added_mirror_group_fills_by_itself_until_the_pool_is_level() {
     }
     fsck_clean(&cluster);
 }
+
+// Goal: `weft entry migrate` that finds the file's metadata server down waits for it and
+// finishes the move once the server is back, rather than giving up at once (as it did when a
+// nemesis fault met a restripe). Method: the file's attributes read (so the command finds the
+// file), meta-1 killed, the command started, meta-1 started again a little later; the
+// command's exit, its report, the file's layout and content.
+#[test]
+fn a_migrate_waits_for_its_metadata_server() {
+    let (mut cluster, dir) = with_a_fast_pool();
+    let data = pattern(13, 2 << 20);
+    let file = dir.join("data");
+    fs::write(&file, &data).expect("write");
+    let mgmt = cluster.mgmt().to_string();
+    cluster.kill("meta-1").expect("kill meta-1");
+    let moving = {
+        let (binary, path, key) = (
+            common::binary().to_path_buf(),
+            file.display().to_string(),
+            cluster.key_file(),
+        );
+        std::thread::spawn(move || {
+            std::process::Command::new(binary)
+                .args(["entry", "migrate", &path, "--pool", "fast", "--mgmt", &mgmt])
+                .env("WEFT_KEY_FILE", key)
+                .output()
+                .expect("weft entry migrate runs")
+        })
+    };
+    // Long enough for the command to meet the server down (it passes either way).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    cluster.restart("meta-1").expect("restart meta-1");
+    let out = moving.join().expect("migrate");
+    assert!(
+        out.status.success(),
+        "migrate waited for the server: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 files looked at: 1 moved"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    cluster.wait_ready().expect("ready");
+    let (targets, info) = common::layout_targets(&cluster, &file);
+    assert!(
+        targets.iter().all(|t| [2, 4].contains(t)),
+        "the file moved: {info}"
+    );
+    assert!(fs::read(&file).expect("read") == data);
+}
