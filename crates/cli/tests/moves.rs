@@ -384,10 +384,11 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
             cluster.has_exited("meta-1")
         })
         .expect("crashed");
-        let _ = moving.join();
         cluster.set_env("meta-1", &[]).expect("disarm");
         cluster.restart("meta-1").expect("restart");
         cluster.wait_ready().expect("ready again");
+        // The command waited for its metadata server, and ends with the move.
+        let _ = moving.join();
         let (ok, out, err) = migrate(&cluster, &log, "fast");
         assert!(ok, "{point}: migrate after the restart: {err}");
         assert!(out.contains("1 files looked at"), "{point}: {out}");
