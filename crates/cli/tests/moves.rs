@@ -32,6 +32,34 @@ fn migrate(cluster: &LocalCluster, path: &Path, pool: &str) -> (bool, String, St
     )
 }
 
+/// Starts `weft entry migrate PATH --pool POOL MORE…` in a thread; its output when it ends.
+fn migrate_in_background(
+    cluster: &LocalCluster,
+    path: &Path,
+    pool: &str,
+    more: &[&str],
+) -> std::thread::JoinHandle<std::io::Result<std::process::Output>> {
+    let args: Vec<String> = [
+        "entry",
+        "migrate",
+        &path.display().to_string(),
+        "--pool",
+        pool,
+    ]
+    .iter()
+    .chain(["--mgmt", cluster.mgmt()].iter())
+    .chain(more)
+    .map(|arg| arg.to_string())
+    .collect();
+    let (binary, key) = (common::binary().to_path_buf(), cluster.key_file());
+    std::thread::spawn(move || {
+        std::process::Command::new(binary)
+            .args(&args)
+            .env("WEFT_KEY_FILE", key)
+            .output()
+    })
+}
+
 /// The standard cluster, mounted, with pool `fast` (targets 2 and 4) and a directory
 /// `project` whose files stripe over two targets of the default pool (1 and 3).
 fn with_a_fast_pool() -> (LocalCluster, PathBuf) {
@@ -344,7 +372,6 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
         ("move-after-last-push", &restripe[..]),
     ] {
         let (mut cluster, dir) = with_a_fast_pool();
-        let mgmt = cluster.mgmt().to_string();
         let data = pattern(11, 6 << 20);
         fs::write(dir.join("data"), &data).expect("write");
 
@@ -355,31 +382,7 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
             .expect("arm");
         cluster.restart("meta-1").expect("restart armed");
         cluster.wait_ready().expect("ready");
-        let moving = {
-            let (binary, args) = (
-                common::binary().to_path_buf(),
-                [
-                    "entry",
-                    "migrate",
-                    &log.display().to_string(),
-                    "--pool",
-                    "fast",
-                    "--mgmt",
-                    &mgmt,
-                ]
-                .iter()
-                .chain(pattern_args)
-                .map(|arg| arg.to_string())
-                .collect::<Vec<_>>(),
-            );
-            let key = cluster.key_file();
-            std::thread::spawn(move || {
-                std::process::Command::new(binary)
-                    .args(&args)
-                    .env("WEFT_KEY_FILE", key)
-                    .output()
-            })
-        };
+        let moving = migrate_in_background(&cluster, &log, "fast", pattern_args);
         weft_testkit::wait_until(&format!("meta-1 to crash at {point}"), || {
             cluster.has_exited("meta-1")
         })
@@ -1223,20 +1226,7 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
         let log = dir.join("log");
         let (stop, write_thread) = start_writer(&log);
 
-        let mgmt = cluster.mgmt().to_string();
-        let moving = {
-            let (binary, path, key) = (
-                common::binary().to_path_buf(),
-                dir.display().to_string(),
-                cluster.key_file(),
-            );
-            std::thread::spawn(move || {
-                std::process::Command::new(binary)
-                    .args(["entry", "migrate", &path, "--pool", "fast", "--mgmt", &mgmt])
-                    .env("WEFT_KEY_FILE", key)
-                    .output()
-            })
-        };
+        let moving = migrate_in_background(&cluster, &dir, "fast", &[]);
         let crashed = weft_testkit::wait_until(&format!("storage-1 to crash at {point}"), || {
             cluster.has_exited("storage-1")
         });
@@ -1509,26 +1499,15 @@ fn a_migrate_waits_for_its_metadata_server() {
     let data = pattern(13, 2 << 20);
     let file = dir.join("data");
     fs::write(&file, &data).expect("write");
-    let mgmt = cluster.mgmt().to_string();
     cluster.kill("meta-1").expect("kill meta-1");
-    let moving = {
-        let (binary, path, key) = (
-            common::binary().to_path_buf(),
-            file.display().to_string(),
-            cluster.key_file(),
-        );
-        std::thread::spawn(move || {
-            std::process::Command::new(binary)
-                .args(["entry", "migrate", &path, "--pool", "fast", "--mgmt", &mgmt])
-                .env("WEFT_KEY_FILE", key)
-                .output()
-                .expect("weft entry migrate runs")
-        })
-    };
+    let moving = migrate_in_background(&cluster, &file, "fast", &[]);
     // Long enough for the command to meet the server down (it passes either way).
     std::thread::sleep(std::time::Duration::from_secs(3));
     cluster.restart("meta-1").expect("restart meta-1");
-    let out = moving.join().expect("migrate");
+    let out = moving
+        .join()
+        .expect("migrate")
+        .expect("weft entry migrate runs");
     assert!(
         out.status.success(),
         "migrate waited for the server: {}",
