@@ -533,7 +533,7 @@ async fn storage_bench_all(
         if !only.is_empty() && !only.iter().any(holds) {
             continue;
         }
-        let Some(address) = node.addresses.first() else {
+        let Some(address) = node.address() else {
             continue;
         };
         let storage = weft_net::StorageClient::new(address.clone(), cluster.options()?);

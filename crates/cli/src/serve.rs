@@ -79,12 +79,12 @@ fn load<T: DeserializeOwned>(args: &ServeArgs) -> Result<T> {
     )?)
 }
 
-async fn bind(address: &str) -> Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| {
-            format!("cannot listen on {address}: pick a free address with --listen HOST:PORT")
-        })
+async fn bind(listen: &str) -> Result<weft_net::Listeners> {
+    weft_net::Listeners::bind(listen).await.with_context(|| {
+        format!(
+            "cannot listen on {listen}: pick free addresses with --listen HOST:PORT[,HOST:PORT...]"
+        )
+    })
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {

@@ -86,7 +86,7 @@ fn servers(map: &ClusterMap, options: &RpcClientOptions) -> Vec<Server> {
                 name: node.alias.clone(),
                 kind: node.kind,
                 rpc: RpcClient::new(
-                    node.addresses.first()?.clone(),
+                    node.address()?,
                     RpcClientOptions {
                         connections: 1,
                         request_timeout: Duration::from_secs(5),

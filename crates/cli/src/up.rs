@@ -124,7 +124,9 @@ async fn up(args: UpArgs) -> Result<()> {
     let stopping = shutdown();
     services.push((
         "management".into(),
-        tokio::spawn(async move { Ok(weft_mgmt::run(config, mgmt_listener, stopping).await?) }),
+        tokio::spawn(
+            async move { Ok(weft_mgmt::run(config, mgmt_listener.into(), stopping).await?) },
+        ),
     ));
 
     let mut lines = vec![format!("  management   {mgmt}")];
@@ -158,7 +160,9 @@ async fn up(args: UpArgs) -> Result<()> {
         let stopping = shutdown();
         services.push((
             format!("meta-{index}"),
-            tokio::spawn(async move { Ok(weft_meta::run(config, listener, stopping).await?) }),
+            tokio::spawn(
+                async move { Ok(weft_meta::run(config, listener.into(), stopping).await?) },
+            ),
         ));
         // One at a time, so that meta-N registers as metadata node N on a new cluster.
         wait_until_ready(
@@ -204,7 +208,9 @@ async fn up(args: UpArgs) -> Result<()> {
         let stopping = shutdown();
         services.push((
             format!("storage-{index}"),
-            tokio::spawn(async move { Ok(weft_storage::run(config, listener, stopping).await?) }),
+            tokio::spawn(
+                async move { Ok(weft_storage::run(config, listener.into(), stopping).await?) },
+            ),
         ));
     }
 

@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use weft_net::auth::Identity;
 use weft_net::mirror::{stale, Membership, Unsynced};
 use weft_net::ClusterView;
@@ -53,7 +52,7 @@ struct Server {
 /// [`MetaError`] when the data directory, the store or registration fails.
 pub async fn run(
     config: MetaConfig,
-    listener: TcpListener,
+    listeners: weft_net::Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MetaError> {
     config.validate().map_err(MetaError::Config)?;
@@ -69,7 +68,7 @@ pub async fn run(
         cluster.mgmt(),
         NodeKind::Meta,
         config.alias.clone(),
-        &listener,
+        &listeners,
     )
     .await?;
     if node.0 > META_HOME_MAX {
@@ -132,7 +131,7 @@ pub async fn run(
     let heartbeat = tokio::spawn(heartbeat_loop(Arc::clone(&server), alias, address));
     let served = Arc::clone(&server.homes);
     weft_net::serve_with_exporters(
-        listener,
+        listeners,
         server,
         metrics.build(),
         config.exporters(),
@@ -383,7 +382,7 @@ impl Server {
                         Some(shared.node),
                         NodeKind::Meta,
                         alias.to_string(),
-                        vec![address.to_string()],
+                        weft_net::rails(address).map(str::to_string).collect(),
                     )
                     .await;
                 false

@@ -130,10 +130,10 @@ impl Monitor {
             if node.reachability == Reachability::Offline {
                 continue;
             }
-            let Some(address) = node.addresses.first() else {
+            let Some(address) = node.address() else {
                 continue;
             };
-            let client = self.connection(address);
+            let client = self.connection(&address);
             let key = (node.kind, node.id);
             polls.spawn(async move { (key, client.node_stats().await) });
         }

@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use weft_net::mirror::published;
 use weft_observe::HttpReply;
 use weft_proto::error::WireError;
@@ -82,7 +81,7 @@ const WEB_PAGE: &str = include_str!("web/index.html");
 /// [`MgmtError`] when the data directory or store cannot be used.
 pub async fn run(
     config: MgmtConfig,
-    listener: TcpListener,
+    listeners: weft_net::Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MgmtError> {
     let admission = config.admission().map_err(MgmtError::Config)?;
@@ -114,10 +113,7 @@ pub async fn run(
         map_shape: Mutex::new(0),
         quota_grace_period: config.quota_grace_period,
     });
-    let address = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let address = listeners.address();
     tracing::info!(%address, metrics = %format!("http://{address}/metrics"), "management serving");
     let mut metrics = weft_observe::MetricsBuilder::new("mgmt", None);
     metrics
@@ -133,7 +129,7 @@ pub async fn run(
     let mirroring = tokio::spawn(mirror_loop(Arc::clone(&mgmt)));
     let publishing = tokio::spawn(publish_loop(Arc::clone(&mgmt)));
     weft_net::serve_with_exporters(
-        listener,
+        listeners,
         mgmt,
         metrics.build(),
         config.exporters(),

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use weft_proto::codec::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use weft_proto::error::WireError;
-use weft_proto::messages::{Request, Response};
+use weft_proto::messages::{rails, Request, Response};
 use weft_proto::ErrorCode;
 
 /// Default deadline of one request.
@@ -157,11 +157,51 @@ impl Default for RpcClientOptions {
     }
 }
 
-/// Connections to one peer address.
+/// How long a rail whose connect or connection failed is passed over when a connection is
+/// opened: long enough not to wait for a dead link's connect timeout on every call, short
+/// enough to use the rail again soon after it is back.
+const RAIL_REST: Duration = Duration::from_secs(5);
+
+/// One address of the peer, and when a connect or connection over it last failed.
+struct Rail {
+    address: String,
+    failed: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Rail {
+    fn fail(&self) {
+        *self.failed.lock().expect("rail lock poisoned") = Some(std::time::Instant::now());
+    }
+
+    /// Whether the rail failed less than [`RAIL_REST`] ago.
+    fn resting(&self) -> bool {
+        self.failed
+            .lock()
+            .expect("rail lock poisoned")
+            .is_some_and(|at| at.elapsed() < RAIL_REST)
+    }
+}
+
+/// A pooled connection and the rail it runs over.
+struct Pooled {
+    rail: usize,
+    connection: Arc<ClientConnection>,
+}
+
+/// What the connections to one peer share with the tasks that move them back to their rails.
+struct Pool {
+    rails: Vec<Rail>,
+    options: RpcClientOptions,
+    slots: Vec<Mutex<Option<Pooled>>>,
+    /// Per slot: a connection over its own rail is being opened in the background.
+    returning: Vec<std::sync::atomic::AtomicBool>,
+}
+
+/// Connections to one peer, spread over its rails: slot `i` runs over rail `i % rails`, moves
+/// to another rail while its own fails, and back once it answers again.
 pub struct RpcClient {
     address: String,
-    options: RpcClientOptions,
-    slots: Vec<Mutex<Option<Arc<ClientConnection>>>>,
+    pool: Arc<Pool>,
     next_slot: AtomicUsize,
 }
 
@@ -174,62 +214,145 @@ impl std::fmt::Debug for RpcClient {
 }
 
 impl RpcClient {
-    /// A client for `address` (`host:port`); nothing is connected until the first call.
+    /// A client for `address` (`host:port`, or several comma-separated: the peer's rails);
+    /// nothing is connected until the first call. Each rail gets at least one connection.
     pub fn new(address: impl Into<String>, options: RpcClientOptions) -> RpcClient {
-        let connections = options.connections.clamp(1, CONNECTIONS_PER_PEER_MAX);
+        let address = address.into();
+        let mut rails: Vec<Rail> = rails(&address)
+            .map(|rail| Rail {
+                address: rail.to_string(),
+                failed: std::sync::Mutex::new(None),
+            })
+            .collect();
+        if rails.is_empty() {
+            // Connecting to it fails with the address named, as for any bad address.
+            rails.push(Rail {
+                address: address.clone(),
+                failed: std::sync::Mutex::new(None),
+            });
+        }
+        let connections = options
+            .connections
+            .max(rails.len())
+            .clamp(1, CONNECTIONS_PER_PEER_MAX);
         RpcClient {
-            address: address.into(),
-            options,
-            slots: (0..connections).map(|_| Mutex::new(None)).collect(),
+            address,
+            pool: Arc::new(Pool {
+                rails,
+                options,
+                slots: (0..connections).map(|_| Mutex::new(None)).collect(),
+                returning: (0..connections)
+                    .map(|_| std::sync::atomic::AtomicBool::new(false))
+                    .collect(),
+            }),
             next_slot: AtomicUsize::new(0),
         }
     }
 
-    /// The peer's address.
+    /// The peer's address, as given (all its rails).
     pub fn address(&self) -> &str {
         &self.address
     }
 
     /// The client name of the key these connections prove, when it is a client key.
     pub fn client_name(&self) -> Option<&str> {
-        self.options.auth.client_name()
+        self.pool.options.auth.client_name()
     }
 
-    async fn connection(&self) -> Result<Arc<ClientConnection>, RpcError> {
-        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let mut guard = self.slots[slot].lock().await;
-        if let Some(connection) = guard.as_ref() {
+    /// A connection for the next call: its slot, its rail and itself.
+    async fn connection(&self) -> Result<(usize, usize, Arc<ClientConnection>), RpcError> {
+        let pool = &self.pool;
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
+        let own_rail = slot % pool.rails.len();
+        let mut guard = pool.slots[slot].lock().await;
+        if let Some(pooled) = guard.as_ref() {
             // A connection unused for a while is replaced rather than reused: its server
             // may be closing it as idle just now, and a request sent into that would be lost
             // in the race.
+            let connection = &pooled.connection;
             if !connection.is_closed() && connection.idle_for() < REUSE_IDLE_MAX {
-                return Ok(Arc::clone(connection));
+                if pooled.rail != own_rail && !pool.rails[own_rail].resting() {
+                    Pool::return_to_rail(pool, slot, own_rail);
+                }
+                return Ok((slot, pooled.rail, Arc::clone(connection)));
+            }
+            if connection.is_closed() && pool.rails.len() > 1 {
+                // A connection that broke may have broken with its link: the new one tries
+                // the other rails first.
+                pool.rails[pooled.rail].fail();
             }
         }
-        let stream = tokio::time::timeout(self.options.connect_timeout, self.open())
-            .await
-            .map_err(|_| RpcError::Timeout {
-                address: self.address.clone(),
-                timeout: self.options.connect_timeout,
-            })??;
-        let (stream, version) = stream;
-        let connection = Arc::new(ClientConnection::start(
+        // The slot's own rail first, then the others; rails that failed just now last.
+        let mut order: Vec<usize> = (0..pool.rails.len())
+            .map(|step| (own_rail + step) % pool.rails.len())
+            .collect();
+        order.sort_by_key(|&rail| pool.rails[rail].resting());
+        let mut last = None;
+        for rail in order {
+            match pool.open_on(rail).await {
+                Ok(connection) => {
+                    *guard = Some(Pooled {
+                        rail,
+                        connection: Arc::clone(&connection),
+                    });
+                    return Ok((slot, rail, connection));
+                }
+                Err(error @ RpcError::Refused { .. }) => return Err(error),
+                Err(error) => {
+                    pool.rails[rail].fail();
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.expect("a peer has at least one rail"))
+    }
+}
+
+impl Pool {
+    /// A new connection over `rail`, within the connect timeout.
+    async fn open_on(&self, rail: usize) -> Result<Arc<ClientConnection>, RpcError> {
+        let address = &self.rails[rail].address;
+        let (stream, version) =
+            tokio::time::timeout(self.options.connect_timeout, self.open(address))
+                .await
+                .map_err(|_| RpcError::Timeout {
+                    address: address.clone(),
+                    timeout: self.options.connect_timeout,
+                })??;
+        Ok(Arc::new(ClientConnection::start(
             stream,
             self.options.origin,
             version,
-        ));
-        *guard = Some(Arc::clone(&connection));
-        Ok(connection)
+        )))
+    }
+
+    /// Opens a connection over `slot`'s own `rail` in the background and puts it in the slot
+    /// once it stands; the calls meanwhile go on over the connection the slot has.
+    fn return_to_rail(pool: &Arc<Pool>, slot: usize, rail: usize) {
+        if pool.returning[slot].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pool = Arc::clone(pool);
+        tokio::spawn(async move {
+            match pool.open_on(rail).await {
+                Ok(connection) => {
+                    tracing::debug!(rail = %pool.rails[rail].address, "connection back on its rail");
+                    *pool.slots[slot].lock().await = Some(Pooled { rail, connection });
+                }
+                Err(_) => pool.rails[rail].fail(),
+            }
+            pool.returning[slot].store(false, Ordering::Release);
+        });
     }
 
     /// A new connection to the peer, in TLS when configured, authenticated; and the protocol
     /// version agreed.
-    async fn open(&self) -> Result<(Stream, u16), RpcError> {
+    async fn open(&self, address: &str) -> Result<(Stream, u16), RpcError> {
         let transport = |source: TransportError| RpcError::Transport {
-            address: self.address.clone(),
+            address: address.to_string(),
             source,
         };
-        let stream = TcpStream::connect(&self.address)
+        let stream = TcpStream::connect(address)
             .await
             .map_err(|error| transport(TransportError::io("connect")(error)))?;
         crate::connection::tune(&stream);
@@ -244,25 +367,21 @@ impl RpcClient {
                 let (stream, binding) = tls
                     .connect(stream)
                     .await
-                    .map_err(|error| self.tls_refused(&error.to_string()))?;
+                    .map_err(|error| tls_refused(address, &error.to_string()))?;
                 (Stream::Tls(Box::new(stream)), Some(binding))
             }
         };
         let binding = binding.as_ref().map(|b| b.as_slice()).unwrap_or_default();
         let outcome = match &mut stream {
-            Stream::Tcp(tcp) => {
-                auth::connect(tcp, (auth, versions), (&self.address, binding)).await
-            }
-            Stream::Tls(tls) => {
-                auth::connect(tls, (auth, versions), (&self.address, binding)).await
-            }
+            Stream::Tcp(tcp) => auth::connect(tcp, (auth, versions), (address, binding)).await,
+            Stream::Tls(tls) => auth::connect(tls, (auth, versions), (address, binding)).await,
         };
         match outcome {
             Ok(version) => Ok((stream, version)),
             // In TLS 1.3 a server refuses a client's certificate after the client finished
             // its side: the refusal shows as the connection closing at the first read.
             Err(auth::ConnectError::Transport(failure)) if auth.tls().is_some() => {
-                Err(self.tls_refused(&failure.to_string()))
+                Err(tls_refused(address, &failure.to_string()))
             }
             Err(auth::ConnectError::Transport(failure)) => Err(transport(failure)),
             Err(auth::ConnectError::Refused(reason)) => Err(RpcError::Refused {
@@ -275,19 +394,20 @@ impl RpcClient {
             }),
         }
     }
+}
 
-    /// A TLS failure with this peer, said as what to check.
-    fn tls_refused(&self, error: &str) -> RpcError {
-        RpcError::Refused {
-            reason: format!(
-                "TLS with {} failed: {error} (does it run with TLS, and are both certificates \
-                 from this cluster's CA?)",
-                self.address
-            ),
-            code: ErrorCode::PermissionDenied,
-        }
+/// A TLS failure with the peer at `address`, said as what to check.
+fn tls_refused(address: &str, error: &str) -> RpcError {
+    RpcError::Refused {
+        reason: format!(
+            "TLS with {address} failed: {error} (does it run with TLS, and are both \
+             certificates from this cluster's CA?)"
+        ),
+        code: ErrorCode::PermissionDenied,
     }
+}
 
+impl RpcClient {
     /// Sends a request with a payload and waits for its answer and payload.
     ///
     /// # Errors
@@ -297,11 +417,29 @@ impl RpcClient {
         request: &Request,
         payload: Bytes,
     ) -> Result<(Response, Bytes), RpcError> {
-        let timeout = self.options.request_timeout;
-        let connection = self.connection().await?;
-        let transport = |source: TransportError| RpcError::Transport {
-            address: self.address.clone(),
-            source,
+        self.call_within(request, payload, self.pool.options.request_timeout)
+            .await
+    }
+
+    /// [`RpcClient::call`] with a deadline of its own: for calls that must fail over to
+    /// another rail sooner than a cut link is noticed (heartbeats, which hold leases).
+    ///
+    /// # Errors
+    /// [`RpcError`] when the peer is unreachable, too slow, or answers with an error.
+    pub async fn call_within(
+        &self,
+        request: &Request,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<(Response, Bytes), RpcError> {
+        let (slot, rail, connection) = self.connection().await?;
+        let transport = |source: TransportError| {
+            // Calls meanwhile open their connections over the peer's other rails.
+            self.pool.rails[rail].fail();
+            RpcError::Transport {
+                address: self.pool.rails[rail].address.clone(),
+                source,
+            }
         };
         crate::memory::note_activity(payload.len() as u64);
         let (request_id, receiver) = match connection.send(request, payload).await {
@@ -317,8 +455,19 @@ impl RpcClient {
         match tokio::time::timeout(timeout, receiver).await {
             Err(_) => {
                 connection.forget(request_id);
+                // The rail may be cut (a stalled link shows no error for many seconds): the
+                // next calls of this slot open a connection, over another rail while this
+                // one rests. Calls still waiting on this connection keep it.
+                self.pool.rails[rail].fail();
+                let mut pooled = self.pool.slots[slot].lock().await;
+                if pooled
+                    .as_ref()
+                    .is_some_and(|pooled| Arc::ptr_eq(&pooled.connection, &connection))
+                {
+                    *pooled = None;
+                }
                 Err(RpcError::Timeout {
-                    address: self.address.clone(),
+                    address: self.pool.rails[rail].address.clone(),
                     timeout,
                 })
             }

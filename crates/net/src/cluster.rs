@@ -322,7 +322,7 @@ impl ClusterView {
             let map = self.map();
             let (server, route) = map.meta_route(home);
             map.node(NodeKind::Meta, server)
-                .and_then(|info| info.addresses.first().cloned())
+                .and_then(|info| info.address())
                 .map(|address| (address, route))
         };
         let (address, route) = match resolve() {
@@ -355,7 +355,7 @@ impl ClusterView {
         let resolve = || {
             self.map()
                 .node(NodeKind::Meta, node)
-                .and_then(|info| info.addresses.first().cloned())
+                .and_then(|info| info.address())
         };
         let address = match resolve() {
             Some(address) => address,
@@ -549,7 +549,7 @@ impl ClusterView {
         let lookup = |map: &ClusterMap| {
             map.target(target)
                 .and_then(|t| map.node(NodeKind::Storage, t.node))
-                .map(|n| (n.id, n.addresses.first().cloned()))
+                .map(|n| (n.id, n.address()))
         };
         let found = match lookup(&self.map()) {
             Some(found) => found,

@@ -24,7 +24,13 @@ const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2
 /// Unanswered probes before the connection is dropped.
 const KEEPALIVE_RETRIES: u32 = 3;
 
-/// Sets the socket options every Weft connection uses: no Nagle delay, fast keepalives.
+/// Longest sent data may stay unacknowledged before the connection is dropped: a cut link
+/// under load is noticed as an idle one is (the kernel would retransmit for many minutes),
+/// and its calls fail over to another rail or are retried.
+const UNACKNOWLEDGED_MAX: std::time::Duration = std::time::Duration::from_secs(12);
+
+/// Sets the socket options every Weft connection uses: no Nagle delay, fast keepalives, and
+/// no waiting for acknowledgements longer than [`UNACKNOWLEDGED_MAX`].
 pub(crate) fn tune(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let keepalive = socket2::TcpKeepalive::new()
@@ -33,6 +39,11 @@ pub(crate) fn tune(stream: &TcpStream) {
         .with_retries(KEEPALIVE_RETRIES);
     if let Err(error) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
         tracing::debug!(%error, "cannot set TCP keepalive");
+    }
+    if let Err(error) =
+        socket2::SockRef::from(stream).set_tcp_user_timeout(Some(UNACKNOWLEDGED_MAX))
+    {
+        tracing::debug!(%error, "cannot set TCP user timeout");
     }
 }
 

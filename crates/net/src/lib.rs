@@ -33,9 +33,10 @@ pub use auth::{Auth, AuthMode};
 pub use client::{RpcClient, RpcClientOptions, RpcError, TransportError};
 pub use cluster::ClusterView;
 pub use server::{
-    serve, serve_with_exporters, Admission, Exporters, Handler, CONNECTIONS_MAX_DEFAULT,
+    serve, serve_with_exporters, Admission, Exporters, Handler, Listeners, CONNECTIONS_MAX_DEFAULT,
 };
 pub use stubs::{MetaClient, MgmtClient, ObjectWrite, StorageClient};
+pub use weft_proto::messages::{rail_address, rails};
 
 /// For [`service_config!`]'s `influxdb` key.
 #[doc(hidden)]

@@ -181,7 +181,7 @@ struct Slots {
 /// prove `admission.auth`, and HTTP for the metrics and the handler's pages, on the same port.
 /// A connection beyond the caps is closed at once (its peer retries later).
 pub async fn serve<H: Handler>(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     handler: Arc<H>,
     metrics: Metrics,
     admission: Admission,
@@ -197,7 +197,7 @@ pub async fn serve<H: Handler>(
         budget_bytes: admission.budget_bytes,
         idle_timeout: admission.idle_timeout,
     });
-    accept_until(listener, shutdown, |stream| {
+    accept_until(listeners.into(), shutdown, |stream| {
         let Ok(handshake) = Arc::clone(&slots.handshaking).try_acquire_owned() else {
             refusals.refused(&metrics, stream.peer_addr().ok(), &Refusal::Busy);
             return;
@@ -285,27 +285,100 @@ impl RefusalLog {
     }
 }
 
-/// Hands every accepted connection to `serve` until `shutdown` completes.
+/// The sockets a service listens on: one per rail (network interface) of its node.
+#[derive(Debug)]
+pub struct Listeners(Vec<TcpListener>);
+
+impl From<TcpListener> for Listeners {
+    fn from(listener: TcpListener) -> Self {
+        Listeners(vec![listener])
+    }
+}
+
+impl Listeners {
+    /// Binds every address of `listen` (`host:port`, or several comma-separated: one per
+    /// rail).
+    ///
+    /// # Errors
+    /// When an address cannot be bound, with the address named.
+    pub async fn bind(listen: &str) -> std::io::Result<Listeners> {
+        let mut listeners = Vec::new();
+        for address in weft_proto::messages::rails(listen) {
+            let listener = TcpListener::bind(address).await.map_err(|error| {
+                std::io::Error::new(error.kind(), format!("cannot listen on {address}: {error}"))
+            })?;
+            listeners.push(listener);
+        }
+        if listeners.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("no address to listen on in {listen:?}"),
+            ));
+        }
+        Ok(Listeners(listeners))
+    }
+
+    /// The addresses the sockets took, one per rail.
+    ///
+    /// # Errors
+    /// When a socket's address cannot be read.
+    pub fn addresses(&self) -> std::io::Result<Vec<String>> {
+        self.0
+            .iter()
+            .map(|listener| listener.local_addr().map(|address| address.to_string()))
+            .collect()
+    }
+
+    /// The address peers name this node by: its rails, comma-separated.
+    pub fn address(&self) -> String {
+        weft_proto::messages::rail_address(&self.addresses().unwrap_or_default())
+    }
+}
+
+/// Hands every connection accepted on any of `listeners` to `serve` until `shutdown`
+/// completes.
 async fn accept_until(
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()>,
     serve: impl Fn(TcpStream),
 ) {
+    let (accepted, mut streams) = tokio::sync::mpsc::channel(64);
+    let accepting: Vec<_> = listeners
+        .0
+        .into_iter()
+        .map(|listener| tokio::spawn(accept_loop(listener, accepted.clone())))
+        .collect();
+    drop(accepted);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    tracing::debug!(%peer, "connection accepted");
-                    serve(stream);
-                }
-                Err(error) => {
-                    // Running out of file descriptors must not end the accept loop.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
+            _ = &mut shutdown => break,
+            stream = streams.recv() => match stream {
+                Some(stream) => serve(stream),
+                None => break,
             },
+        }
+    }
+    for task in accepting {
+        task.abort();
+    }
+}
+
+/// Accepts connections on one socket and passes them on until the receiver is gone.
+async fn accept_loop(listener: TcpListener, accepted: tokio::sync::mpsc::Sender<TcpStream>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tracing::debug!(%peer, "connection accepted");
+                if accepted.send(stream).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                // Running out of file descriptors must not end the accept loop.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
         }
     }
 }
@@ -325,7 +398,7 @@ pub struct Exporters {
 /// # Errors
 /// When `metrics_listen` cannot be bound, with the address named.
 pub async fn serve_with_exporters<H: Handler>(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     handler: Arc<H>,
     metrics: Metrics,
     exporters: Exporters,
@@ -343,7 +416,7 @@ pub async fn serve_with_exporters<H: Handler>(
         None => None,
     };
     let pusher = influxdb.map(|influxdb| weft_observe::influx::spawn(influxdb, metrics.clone()));
-    serve(listener, handler, metrics, admission, shutdown).await;
+    serve(listeners, handler, metrics, admission, shutdown).await;
     for task in pusher.into_iter().chain(http) {
         task.abort();
     }
@@ -367,7 +440,7 @@ async fn spawn_metrics_listener<H: Handler>(
         )
     })?;
     Ok(tokio::spawn(async move {
-        accept_until(listener, std::future::pending(), |stream| {
+        accept_until(listener.into(), std::future::pending(), |stream| {
             tokio::spawn(weft_observe::http::serve_http(
                 stream,
                 Arc::new(HandlerPages(Arc::clone(&handler))),
@@ -690,17 +763,51 @@ mod tests {
 
     /// An echo server that admits holders of [`cluster_key`].
     async fn start() -> String {
+        start_measured().await.0
+    }
+
+    /// An echo server, and its metrics.
+    async fn start_measured() -> (String, Metrics) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
         let metrics = weft_observe::MetricsBuilder::new("test", None).build();
         tokio::spawn(serve(
             listener,
             Arc::new(Echo),
-            metrics,
+            metrics.clone(),
             Admission::new(cluster_key(), CONNECTIONS_MAX_DEFAULT),
             std::future::pending(),
         ));
-        address
+        (address, metrics)
+    }
+
+    // Goal: a peer with two rails gets a client's connections spread over both, and while one
+    // refuses connections every call goes through the other: none fails.
+    #[tokio::test]
+    async fn calls_spread_over_rails_and_go_on_over_one() {
+        let (first, first_metrics) = start_measured().await;
+        let (second, second_metrics) = start_measured().await;
+        let client = RpcClient::new(format!("{first},{second}"), options());
+        for _ in 0..4 {
+            client.call(&request(), Bytes::new()).await.expect("call");
+        }
+        for metrics in [&first_metrics, &second_metrics] {
+            let text = metrics.encode();
+            assert!(
+                text.contains("weft_connections{role=\"test\"} 1"),
+                "one connection on each rail: {text}"
+            );
+        }
+        let gone = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let dead = gone.local_addr().expect("address").to_string();
+        drop(gone);
+        let client = RpcClient::new(format!("{dead},{second}"), options());
+        for _ in 0..6 {
+            client
+                .call(&request(), Bytes::new())
+                .await
+                .expect("a call over the rail left");
+        }
     }
 
     /// A connection that passed the handshake, for sending raw bytes.

@@ -15,6 +15,11 @@ use weft_proto::messages::{
 };
 use weft_proto::pools::{CapacityLimits, PoolInfo};
 
+/// Longest a heartbeat (a server's or a client session's) waits for management's answer
+/// before the next is sent, over another connection: well below the default offline, session
+/// and promotion timeouts, well above the time a loaded management takes to answer.
+pub const HEARTBEAT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Expects one response variant, or reports the mismatch.
 macro_rules! expect_response {
     ($client:expr, $response:expr, $($pattern:pat => $value:expr),+) => {
@@ -94,6 +99,16 @@ impl MgmtClient {
             .0)
     }
 
+    /// A heartbeat: within [`HEARTBEAT_DEADLINE`], so that one sent over a cut rail gives
+    /// way to the next over another rail before the lease or session it renews runs out.
+    async fn beat(&self, request: MgmtRequest) -> Result<Response, RpcError> {
+        Ok(self
+            .rpc
+            .call_within(&Request::Mgmt(request), Bytes::new(), HEARTBEAT_DEADLINE)
+            .await?
+            .0)
+    }
+
     /// Registers a server, keeping `node` if it has one.
     ///
     /// # Errors
@@ -151,7 +166,7 @@ impl MgmtClient {
             target_uses,
         } = meta;
         let response = self
-            .call(MgmtRequest::Heartbeat {
+            .beat(MgmtRequest::Heartbeat {
                 kind,
                 node,
                 targets,
@@ -193,7 +208,7 @@ impl MgmtClient {
         unserved: Vec<(String, u64)>,
     ) -> Result<(), RpcError> {
         let response = self
-            .call(MgmtRequest::ClientHeartbeat { client, unserved })
+            .beat(MgmtRequest::ClientHeartbeat { client, unserved })
             .await?;
         expect_response!(self.rpc, response, Response::Done => ())
     }

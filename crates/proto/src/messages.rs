@@ -52,6 +52,21 @@ pub const CHECK_FINDINGS_MAX: usize = 1000;
 /// Most addresses a node announces.
 pub const NODE_ADDRESSES_MAX: usize = 16;
 
+/// The addresses (rails) of a node peers name by `address`: a node with several network
+/// interfaces announces one address per rail, and is named by all of them, comma-separated
+/// (`10.0.1.5:7002,10.0.2.5:7002`).
+pub fn rails(address: &str) -> impl Iterator<Item = &str> {
+    address
+        .split(',')
+        .map(str::trim)
+        .filter(|rail| !rail.is_empty())
+}
+
+/// The address peers name a node by: its rails, comma-separated (the inverse of [`rails`]).
+pub fn rail_address(addresses: &[String]) -> String {
+    addresses.join(",")
+}
+
 /// The role a node plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Wire, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
@@ -123,6 +138,14 @@ pub struct NodeInfo {
     pub meta_usage: Option<SpaceUsage>,
     /// Inodes in use on its metadata target, for metadata nodes.
     pub meta_inodes_used: Option<u64>,
+}
+
+impl NodeInfo {
+    /// The address peers reach it by, all its rails ([`rail_address`]); `None` when it
+    /// announced none.
+    pub fn address(&self) -> Option<String> {
+        (!self.addresses.is_empty()).then(|| rail_address(&self.addresses))
+    }
 }
 
 /// A storage target as management knows it.

@@ -158,7 +158,7 @@ pub async fn register_node(
 /// node id management knows it by.
 #[derive(Clone, Debug)]
 pub struct Registered {
-    /// The address its listener took.
+    /// The addresses its listeners took, comma-separated (one per rail).
     pub address: String,
     /// Its alias: the configured one, or the host name.
     pub alias: String,
@@ -166,24 +166,22 @@ pub struct Registered {
     pub node: NodeId,
 }
 
-/// Registers a server of `kind` serving on `listener` ([`register_node`]), named `alias` or
-/// else by the host name.
+/// Registers a server of `kind` serving on `listeners` ([`register_node`]) with every rail's
+/// address, named `alias` or else by the host name.
 ///
 /// # Errors
-/// As [`register_node`], or the listener's address unreadable.
+/// As [`register_node`], or a listener's address unreadable.
 pub async fn register_listener(
     data_dir: &Path,
     mgmt: &weft_net::MgmtClient,
     kind: weft_proto::messages::NodeKind,
     alias: Option<String>,
-    listener: &tokio::net::TcpListener,
+    listeners: &weft_net::Listeners,
 ) -> Result<Registered, RegisterError> {
-    let address = listener
-        .local_addr()
-        .map_err(RegisterError::Address)?
-        .to_string();
+    let addresses = listeners.addresses().map_err(RegisterError::Address)?;
+    let address = weft_net::rail_address(&addresses);
     let alias = alias.unwrap_or_else(crate::host_name);
-    let node = register_node(data_dir, mgmt, kind, &alias, vec![address.clone()]).await?;
+    let node = register_node(data_dir, mgmt, kind, &alias, addresses).await?;
     Ok(Registered {
         address,
         alias,

@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use weft_mirror::fence::{FenceOf, ForwardFences};
 use weft_net::auth::Identity;
 use weft_net::mirror::Unsynced;
@@ -58,7 +57,7 @@ struct Storage {
 /// [`StorageError`] when the config, a target directory or registration fails.
 pub async fn run(
     config: StorageConfig,
-    listener: TcpListener,
+    listeners: weft_net::Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
     config.validate().map_err(StorageError::Config)?;
@@ -75,7 +74,7 @@ pub async fn run(
         mgmt,
         NodeKind::Storage,
         config.alias.clone(),
-        &listener,
+        &listeners,
     )
     .await?;
     let mut targets = HashMap::new();
@@ -178,7 +177,7 @@ pub async fn run(
         address,
     ));
     weft_net::serve_with_exporters(
-        listener,
+        listeners,
         storage,
         builder.build(),
         exporters,
@@ -243,7 +242,7 @@ async fn heartbeat_loop(
                         Some(node),
                         NodeKind::Storage,
                         alias.clone(),
-                        vec![address.clone()],
+                        weft_net::rails(&address).map(str::to_string).collect(),
                     )
                     .await
                     .is_ok()

@@ -43,6 +43,12 @@ pub struct ClusterSpec {
     /// Every service in a network namespace of its own, on a bridge the host reaches, so a
     /// test can cut one off the network ([`LocalCluster::set_link`]). Needs root.
     pub netns: bool,
+    /// With `netns`: the networks (rails) every host is on, each a bridge of its own; every
+    /// service listens on, and is reached at, one address per rail.
+    pub rails: usize,
+    /// With `netns`: every link's rate each way in megabits per second (`tc`), so that the
+    /// network limits bandwidth as it does between real hosts.
+    pub link_rate_mbit: Option<u32>,
     /// Every connection in TLS, with a CA and certificate made by `weft certgen` in the
     /// cluster's directory (`tls/`, beside the key, where mounts and tools find it).
     pub tls: bool,
@@ -64,6 +70,8 @@ impl Default for ClusterSpec {
             meta_settings: Vec::new(),
             mgmt_settings: Vec::new(),
             netns: false,
+            rails: 1,
+            link_rate_mbit: None,
             tls: false,
             env: Vec::new(),
         }
@@ -198,14 +206,19 @@ impl LocalCluster {
         )?;
         fs::create_dir_all(root.path().join("logs"))?;
         let mut network = if spec.netns {
-            Some(netns::Network::create()?)
+            Some(netns::Network::create(spec.rails, spec.link_rate_mbit)?)
         } else {
             None
         };
         // In namespaces every service has an address of its own, so ports can be fixed.
         let mut listen = |service: &str, host: u8, port: u16| -> Result<String> {
             match network.as_mut() {
-                Some(network) => Ok(format!("{}:{port}", network.add(service, host)?)),
+                Some(network) => Ok(network
+                    .add(service, host)?
+                    .iter()
+                    .map(|address| format!("{address}:{port}"))
+                    .collect::<Vec<_>>()
+                    .join(",")),
                 None if service == "mgmt" => Ok(format!("127.0.0.1:{}", free_port()?)),
                 None => Ok("127.0.0.1:0".to_string()),
             }
@@ -396,13 +409,21 @@ impl LocalCluster {
         self.root.path().join("logs").join(format!("{name}.log"))
     }
 
-    fn spawn_logged(&self, name: &str, args: &[String], env: &[(String, String)]) -> Result<Child> {
+    /// Starts the binary as `name` (its log's name) in the network namespace of `host` (a
+    /// service or a client host; the host's own network when it has none).
+    fn spawn_logged(
+        &self,
+        name: &str,
+        host: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Child> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(self.log_path(name))?;
         let mut command = match &self.network {
-            Some(network) => network.command(name, &self.binary),
+            Some(network) => network.command(host, &self.binary),
             None => Command::new(&self.binary),
         };
         command
@@ -423,7 +444,7 @@ impl LocalCluster {
             .get(name)
             .ok_or_else(|| anyhow!("no service {name}"))?;
         let (args, env) = (service.args.clone(), service.env.clone());
-        let child = self.spawn_logged(name, &args, &env)?;
+        let child = self.spawn_logged(name, name, &args, &env)?;
         self.services.get_mut(name).expect("checked above").child = Some(child);
         Ok(())
     }
@@ -576,6 +597,34 @@ impl LocalCluster {
     /// # Errors
     /// When the process cannot be started.
     pub fn start_mount(&mut self, settings: &[&str]) -> Result<(PathBuf, String)> {
+        self.start_mount_on("", settings)
+    }
+
+    /// Mounts the file system from client host `host` (1, 2, …): a network namespace of its
+    /// own with an address on every rail, as a compute node on the cluster's networks would
+    /// be; the mount point is seen on this host as any other. Only for clusters started with
+    /// `netns`.
+    ///
+    /// # Errors
+    /// When the host's namespace cannot be made or the mount does not come up in time.
+    pub fn mount_on(&mut self, host: usize, settings: &[&str]) -> Result<PathBuf> {
+        let name = format!("client-{host}");
+        let network = self
+            .network
+            .as_mut()
+            .ok_or_else(|| anyhow!("client hosts need a cluster started with netns"))?;
+        if !network.has(&name) {
+            let number = u8::try_from(100 + host).context("at most 150 client hosts")?;
+            network.add(&name, number)?;
+        }
+        let (mountpoint, _) = self.start_mount_on(&name, settings)?;
+        wait_until("the mount to answer", || {
+            is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
+        })?;
+        Ok(mountpoint)
+    }
+
+    fn start_mount_on(&mut self, host: &str, settings: &[&str]) -> Result<(PathBuf, String)> {
         let mountpoint = self
             .root
             .path()
@@ -595,7 +644,7 @@ impl LocalCluster {
             args.push((*setting).to_string());
         }
         args.push(mountpoint.display().to_string());
-        let child = self.spawn_logged(&name, &args, &[])?;
+        let child = self.spawn_logged(&name, host, &args, &[])?;
         self.mounts.push((mountpoint.clone(), child));
         Ok((mountpoint, name))
     }
@@ -717,7 +766,30 @@ impl LocalCluster {
         self.network
             .as_ref()
             .ok_or_else(|| anyhow!("the cluster was started without network namespaces"))?
-            .set_link(name, up)
+            .set_link(name, None, up)
+    }
+
+    /// Takes the link of a service or client host (`client-1`) on one rail (0, 1, …) down or
+    /// brings it back; its other rails stay up.
+    ///
+    /// # Errors
+    /// When the cluster has no namespaces or no such rail, or `ip` fails.
+    pub fn set_rail(&self, name: &str, rail: usize, up: bool) -> Result<()> {
+        self.network
+            .as_ref()
+            .ok_or_else(|| anyhow!("the cluster was started without network namespaces"))?
+            .set_link(name, Some(rail), up)
+    }
+
+    /// Bytes carried so far, both ways, by the link of a service or client host on `rail`.
+    ///
+    /// # Errors
+    /// When the cluster has no namespaces or the host no such link.
+    pub fn rail_bytes(&self, name: &str, rail: usize) -> Result<u64> {
+        self.network
+            .as_ref()
+            .ok_or_else(|| anyhow!("the cluster was started without network namespaces"))?
+            .link_bytes(name, rail)
     }
 
     /// The process id of service `name`, while it runs.
