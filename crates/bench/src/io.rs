@@ -89,7 +89,7 @@ pub struct IoPhaseResult {
 
 /// Fills `block` with the pattern of the bytes at `offset` of file `seed`: every 8-byte word
 /// holds its own file offset mixed with the seed.
-fn fill(block: &mut [u8], seed: u64, offset: u64) {
+pub(crate) fn fill(block: &mut [u8], seed: u64, offset: u64) {
     let mix = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let word = |index: usize| ((offset + index as u64 * 8) ^ mix).to_le_bytes();
     // Whole words as fixed-size stores (the compiler vectorises them); a copy of a length
@@ -105,7 +105,7 @@ fn fill(block: &mut [u8], seed: u64, offset: u64) {
 
 /// Checks the first word of every 4 KiB page of `block` (enough to catch a misplaced or stale
 /// page without doubling the CPU work).
-fn check(block: &[u8], seed: u64, offset: u64) -> Result<()> {
+pub(crate) fn check(block: &[u8], seed: u64, offset: u64) -> Result<()> {
     let mut expected = [0u8; 8];
     for page in (0..block.len()).step_by(4096) {
         let end = (page + 8).min(block.len());

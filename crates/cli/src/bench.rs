@@ -19,6 +19,14 @@ pub enum BenchCommand {
     /// I/O (writes dropped, reads answered with zeros): the network and the protocol alone.
     /// Needs --mgmt.
     Net(IoArgs),
+    /// IO500's phases (ior-easy and ior-hard write and read, mdtest-easy and mdtest-hard,
+    /// find) in its order through a directory, scored with its formula.
+    Io500(Io500Args),
+    /// Management under simulated nodes: servers and client sessions that register,
+    /// heartbeat and follow the map as real ones do; reports heartbeat and map push latency,
+    /// management's CPU and bytes sent. Use a management of its own: the simulated nodes stay
+    /// registered.
+    Mgmt(MgmtSimArgs),
     /// Runs the `io` workload through the native client over every combination of chunk
     /// sizes, target counts and connections per server, and says which wins and by how much.
     Sweep(SweepArgs),
@@ -28,6 +36,144 @@ pub enum BenchCommand {
         #[command(subcommand)]
         action: StorageBenchAction,
     },
+}
+
+#[derive(Args)]
+pub struct Io500Args {
+    /// Run in this directory (a Weft mount, or any file system to compare with).
+    #[arg(long)]
+    path: PathBuf,
+    /// Threads (IO500's processes).
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// ior-easy: bytes each thread writes to its own file, in 1 MiB transfers (suffixes K, M, G).
+    #[arg(long, default_value = "256M")]
+    easy_size: String,
+    /// ior-hard: 47,008-byte records each thread writes to the shared file.
+    #[arg(long, default_value_t = 2000)]
+    hard_records: u64,
+    /// mdtest-easy: empty files each thread makes in its own directory.
+    #[arg(long, default_value_t = 2000)]
+    easy_files: usize,
+    /// mdtest-hard: 3,901-byte files each thread makes in the shared directory.
+    #[arg(long, default_value_t = 1000)]
+    hard_files: usize,
+    /// Name of this target in the output and the JSON.
+    #[arg(long)]
+    label: Option<String>,
+    /// Append the result as a JSON line to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn run_io500(args: Io500Args) -> Result<()> {
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let config = weft_bench::io500::Io500Config {
+        threads: args.threads,
+        easy_bytes_per_thread: crate::admin::parse_size(&args.easy_size)?,
+        hard_records_per_thread: args.hard_records,
+        easy_files_per_thread: args.easy_files,
+        hard_files_per_thread: args.hard_files,
+    };
+    let run = format!("weft-io500-{}", std::process::id());
+    let result = weft_bench::io500::run(&args.path, &config, &run)
+        .with_context(|| format!("IO500 run in {}", args.path.display()))?;
+    let label = args
+        .label
+        .unwrap_or_else(|| args.path.display().to_string());
+    weft_bench::io500::print(&label, &result);
+    if let Some(path) = &args.json {
+        append_json(
+            path,
+            std::iter::once(
+                serde_json::json!({ "label": label, "config": config, "result": result }),
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct MgmtSimArgs {
+    #[command(flatten)]
+    locator: crate::MgmtLocator,
+    /// Simulated storage servers (one target each).
+    #[arg(long, default_value_t = 200)]
+    servers: usize,
+    /// Simulated client sessions.
+    #[arg(long, default_value_t = 1000)]
+    clients: usize,
+    /// A server's heartbeat interval, ms.
+    #[arg(long, default_value_t = 2000)]
+    server_heartbeat_ms: u64,
+    /// A client's heartbeat interval, ms.
+    #[arg(long, default_value_t = 5000)]
+    client_heartbeat_ms: u64,
+    /// Map changes (a target registered) made while the nodes heartbeat.
+    #[arg(long, default_value_t = 10)]
+    changes: usize,
+    /// Time between two map changes, ms.
+    #[arg(long, default_value_t = 2000)]
+    change_interval_ms: u64,
+    /// Management's process id, to measure its CPU.
+    #[arg(long)]
+    mgmt_pid: Option<u32>,
+    /// Append the result as a JSON line to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn run_mgmt_sim(args: MgmtSimArgs) -> Result<()> {
+    let cluster = crate::admin::locate(&args.locator, None)?;
+    let config = weft_bench::mgmt::MgmtBenchConfig {
+        servers: args.servers,
+        clients: args.clients,
+        server_heartbeat: std::time::Duration::from_millis(args.server_heartbeat_ms),
+        client_heartbeat: std::time::Duration::from_millis(args.client_heartbeat_ms),
+        changes: args.changes,
+        change_interval: std::time::Duration::from_millis(args.change_interval_ms),
+    };
+    let options = cluster.options()?;
+    let result = crate::runtime()?.block_on(weft_bench::mgmt::run(
+        &cluster.mgmt,
+        &options,
+        &config,
+        args.mgmt_pid,
+    ))?;
+    let latency = |name: &str, l: &weft_bench::mgmt::Latency| {
+        println!(
+            "{name:<22} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  ({} samples)",
+            l.p50_ms, l.p99_ms, l.max_ms, l.count
+        );
+    };
+    println!(
+        "{} servers, {} client sessions: {:.0} registrations/s",
+        args.servers, args.clients, result.registrations_per_second
+    );
+    latency("server heartbeat", &result.server_heartbeat);
+    latency("client heartbeat", &result.client_heartbeat);
+    latency("map push to every node", &result.map_push);
+    println!(
+        "heartbeat errors {}; management CPU {}; sent {:.1} MB/s; map {} bytes",
+        result.heartbeat_errors,
+        result
+            .mgmt_cpu_cores
+            .map_or("not measured".to_string(), |cores| format!(
+                "{:.2} cores",
+                cores
+            )),
+        result.mgmt_sent_bytes_per_second / 1e6,
+        result.map_bytes
+    );
+    if let Some(path) = &args.json {
+        append_json(
+            path,
+            std::iter::once(serde_json::json!({ "config": config, "result": result })),
+        )?;
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -684,6 +830,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
     let args = match command {
         BenchCommand::Storage { action } => return run_storage_bench(action),
         BenchCommand::Sweep(args) => return run_sweep(args),
+        BenchCommand::Io500(args) => return run_io500(args),
+        BenchCommand::Mgmt(args) => return run_mgmt_sim(args),
         BenchCommand::Meta(args) => args,
         BenchCommand::Io(args) => return run_io(args, false),
         BenchCommand::Net(args) => return run_io(args, true),

@@ -190,3 +190,208 @@ fn clients_write_through_a_cut_rail() {
     verify(&first.join("wide/two"), 2 << 32, two);
     common::fsck_clean(&cluster);
 }
+
+/// One point of a scaling curve: the hosts, the sum of the rates of the links that limit it,
+/// and what fio measured.
+struct Point {
+    storage: usize,
+    clients: usize,
+    /// Sum of the limiting links' rates, MB/s of frames (each way).
+    limit: f64,
+    write: f64,
+    read: f64,
+}
+
+/// Runs one fio job per client mount at once; answers the sum of their rates, MB/s.
+fn fio_on_all(mounts: &[PathBuf], job: &[&str]) -> f64 {
+    let runs: Vec<_> = mounts
+        .iter()
+        .enumerate()
+        .map(|(index, mount)| {
+            let directory = mount.join("scale").join(format!("client-{}", index + 1));
+            std::fs::create_dir_all(&directory).expect("client directory");
+            std::process::Command::new("fio")
+                .args([
+                    "--name=scale",
+                    &format!("--directory={}", directory.display()),
+                    "--bs=1M",
+                    "--direct=1",
+                    "--ioengine=libaio",
+                    "--iodepth=16",
+                    "--numjobs=2",
+                    "--group_reporting",
+                    "--output-format=json",
+                ])
+                .args(job)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("fio runs (scripts/test.sh installs it)")
+        })
+        .collect();
+    runs.into_iter()
+        .map(|run| {
+            let output = run.wait_with_output().expect("fio");
+            assert!(
+                output.status.success(),
+                "fio: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let report: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("fio's JSON report");
+            let job = &report["jobs"][0];
+            (job["write"]["bw_bytes"].as_f64().unwrap_or(0.0)
+                + job["read"]["bw_bytes"].as_f64().unwrap_or(0.0))
+                / 1e6
+        })
+        .sum()
+}
+
+/// Measures sequential writes, then reads, of `clients` client hosts against `storage`
+/// storage hosts (a target each, every file striped over all), with storage links at
+/// `storage_mbit` and client links at `client_mbit` (None: not limited).
+fn measure_point(
+    storage: usize,
+    clients: usize,
+    storage_mbit: Option<u32>,
+    client_mbit: Option<u32>,
+    seconds: u64,
+) -> Point {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 1,
+        storage,
+        targets_per_storage: 1,
+        netns: true,
+        link_rate_mbit: storage_mbit,
+        client_link_rate_mbit: client_mbit,
+        ..ClusterSpec::default()
+    });
+    let mounts: Vec<PathBuf> = (1..=clients)
+        .map(|host| cluster.mount_on(host, &[]).expect("mount"))
+        .collect();
+    let dir = mounts[0].join("scale");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let (ok, _, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "set",
+            "--chunk-size",
+            "1M",
+            "--num-targets",
+            &storage.to_string(),
+            &dir.display().to_string(),
+        ],
+    );
+    assert!(ok, "{err}");
+    let sum = |count: usize, mbit: Option<u32>| mbit.map(|m| count as f64 * f64::from(m) / 8.0);
+    let limit = match (sum(storage, storage_mbit), sum(clients, client_mbit)) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => panic!("a scaling point needs rate-limited links"),
+    };
+    // Each job writes what the links carry in `seconds`, so the reads find whole files.
+    let per_job_mib = ((limit * seconds as f64) / (clients * 2) as f64).ceil() as u64;
+    let size = format!("--size={per_job_mib}M");
+    let write = fio_on_all(&mounts, &["--rw=write", &size, "--end_fsync=1"]);
+    let runtime = format!("--runtime={seconds}");
+    let read = fio_on_all(&mounts, &["--rw=read", &size, "--time_based", &runtime]);
+    eprintln!(
+        "{storage} storage, {clients} client hosts: limit {limit:.0} MB/s, write {write:.1}, read {read:.1}"
+    );
+    drop(cluster);
+    Point {
+        storage,
+        clients,
+        limit,
+        write,
+        read,
+    }
+}
+
+/// A number from the environment, or `default`.
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+// Goal: aggregate sequential bandwidth grows with the hosts when the network is the limit:
+// 1, 2, 4 and 8 storage hosts (their links limited, two client hosts whose links are not),
+// then 1, 2 and 4 client hosts (their links limited) against four storage hosts whose links
+// are not; each point as a ratio to the sum of the limiting links' rates. Run by
+// scripts/bench-scale.sh (release build): writes a Markdown table and an SVG plot into
+// WEFT_SCALE_OUT.
+#[test]
+#[ignore = "a benchmark: scripts/bench-scale.sh"]
+fn scaling_curve() {
+    let seconds = setting("WEFT_SCALE_SECONDS", 10);
+    let storage_mbit = setting("WEFT_SCALE_STORAGE_MBIT", 200) as u32;
+    let client_mbit = setting("WEFT_SCALE_CLIENT_MBIT", 400) as u32;
+    let out = PathBuf::from(std::env::var("WEFT_SCALE_OUT").unwrap_or_else(|_| ".".into()));
+    let mut by_storage = Vec::new();
+    for storage in [1, 2, 4, 8] {
+        by_storage.push(measure_point(storage, 2, Some(storage_mbit), None, seconds));
+    }
+    let mut by_clients = Vec::new();
+    for clients in [1, 2, 4] {
+        by_clients.push(measure_point(4, clients, None, Some(client_mbit), seconds));
+    }
+    let mut table = String::from(
+        "| storage hosts | client hosts | limiting links | link limit MB/s | write MB/s | write / limit | read MB/s | read / limit |\n|---:|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for (points, limiting) in [
+        (&by_storage, format!("storage, {storage_mbit} Mbit/s each")),
+        (&by_clients, format!("client, {client_mbit} Mbit/s each")),
+    ] {
+        for point in points {
+            table.push_str(&format!(
+                "| {} | {} | {limiting} | {:.0} | {:.1} | {:.3} | {:.1} | {:.3} |\n",
+                point.storage,
+                point.clients,
+                point.limit,
+                point.write,
+                point.write / point.limit,
+                point.read,
+                point.read / point.limit,
+            ));
+        }
+    }
+    print!("{table}");
+    std::fs::write(out.join("scale.md"), &table).expect("write the table");
+    let series = |points: &[Point], x: fn(&Point) -> usize| {
+        vec![
+            weft_bench::svg::Series {
+                name: "write".into(),
+                points: points
+                    .iter()
+                    .map(|p| (x(p) as f64, p.write / p.limit))
+                    .collect(),
+            },
+            weft_bench::svg::Series {
+                name: "read".into(),
+                points: points
+                    .iter()
+                    .map(|p| (x(p) as f64, p.read / p.limit))
+                    .collect(),
+            },
+        ]
+    };
+    let panels = [
+        weft_bench::svg::Panel {
+            title: format!("Storage hosts ({storage_mbit} Mbit/s links), 2 client hosts"),
+            x_label: "storage hosts".into(),
+            y_label: "bandwidth / link limit".into(),
+            series: series(&by_storage, |p| p.storage),
+        },
+        weft_bench::svg::Panel {
+            title: format!("Client hosts ({client_mbit} Mbit/s links), 4 storage hosts"),
+            x_label: "client hosts".into(),
+            y_label: "bandwidth / link limit".into(),
+            series: series(&by_clients, |p| p.clients),
+        },
+    ];
+    std::fs::write(out.join("scale.svg"), weft_bench::svg::render(&panels))
+        .expect("write the plot");
+}

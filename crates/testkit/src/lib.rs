@@ -46,9 +46,11 @@ pub struct ClusterSpec {
     /// With `netns`: the networks (rails) every host is on, each a bridge of its own; every
     /// service listens on, and is reached at, one address per rail.
     pub rails: usize,
-    /// With `netns`: every link's rate each way in megabits per second (`tc`), so that the
-    /// network limits bandwidth as it does between real hosts.
+    /// With `netns`: every server link's rate each way in megabits per second (`tc`), so
+    /// that the network limits bandwidth as it does between real hosts.
     pub link_rate_mbit: Option<u32>,
+    /// With `netns`: every client host's link rate each way ([`LocalCluster::mount_on`]).
+    pub client_link_rate_mbit: Option<u32>,
     /// Every connection in TLS, with a CA and certificate made by `weft certgen` in the
     /// cluster's directory (`tls/`, beside the key, where mounts and tools find it).
     pub tls: bool,
@@ -72,6 +74,7 @@ impl Default for ClusterSpec {
             netns: false,
             rails: 1,
             link_rate_mbit: None,
+            client_link_rate_mbit: None,
             tls: false,
             env: Vec::new(),
         }
@@ -206,7 +209,7 @@ impl LocalCluster {
         )?;
         fs::create_dir_all(root.path().join("logs"))?;
         let mut network = if spec.netns {
-            Some(netns::Network::create(spec.rails, spec.link_rate_mbit)?)
+            Some(netns::Network::create(spec.rails)?)
         } else {
             None
         };
@@ -214,7 +217,7 @@ impl LocalCluster {
         let mut listen = |service: &str, host: u8, port: u16| -> Result<String> {
             match network.as_mut() {
                 Some(network) => Ok(network
-                    .add(service, host)?
+                    .add(service, host, spec.link_rate_mbit)?
                     .iter()
                     .map(|address| format!("{address}:{port}"))
                     .collect::<Vec<_>>()
@@ -615,7 +618,7 @@ impl LocalCluster {
             .ok_or_else(|| anyhow!("client hosts need a cluster started with netns"))?;
         if !network.has(&name) {
             let number = u8::try_from(100 + host).context("at most 150 client hosts")?;
-            network.add(&name, number)?;
+            network.add(&name, number, self.spec.client_link_rate_mbit)?;
         }
         let (mountpoint, _) = self.start_mount_on(&name, settings)?;
         wait_until("the mount to answer", || {

@@ -31,8 +31,6 @@ struct Rail {
 pub(crate) struct Network {
     tag: String,
     rails: Vec<Rail>,
-    /// Each link's rate in each direction, in megabits per second.
-    rate_mbit: Option<u32>,
     links: BTreeMap<String, Link>,
 }
 
@@ -51,6 +49,9 @@ fn ip(args: &[&str]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The links' MTU: jumbo frames, as on cluster networks (headers are under 1 % of a frame).
+const MTU: &str = "9000";
 
 fn tc(args: &[&str]) -> Result<()> {
     let output = Command::new("tc")
@@ -87,9 +88,8 @@ fn shaping(rate_mbit: u32) -> Vec<String> {
 }
 
 impl Network {
-    /// `rails` bridges, each with the host at `.1` of a /24 of 10.0.0.0/8 no route uses yet;
-    /// every link added later is shaped to `rate_mbit` each way, when given.
-    pub fn create(rails: usize, rate_mbit: Option<u32>) -> Result<Network> {
+    /// `rails` bridges, each with the host at `.1` of a /24 of 10.0.0.0/8 no route uses yet.
+    pub fn create(rails: usize) -> Result<Network> {
         let number = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let tag = format!("{:04x}{:02x}", pid & 0xffff, number & 0xff);
@@ -104,7 +104,6 @@ impl Network {
         let mut network = Network {
             tag,
             rails: Vec::new(),
-            rate_mbit,
             links: BTreeMap::new(),
         };
         for rail in 0..rails.max(1) {
@@ -119,7 +118,7 @@ impl Network {
                 })
                 .context("no free /24 for a test network")?;
             let bridge = format!("wb{}{rail}", network.tag);
-            ip(&["link", "add", &bridge, "type", "bridge"])?;
+            ip(&["link", "add", &bridge, "mtu", MTU, "type", "bridge"])?;
             network.rails.push(Rail { prefix, bridge });
             let rail = network.rails.last().expect("just pushed");
             ip(&["link", "set", &rail.bridge, "up"])?;
@@ -135,8 +134,14 @@ impl Network {
     }
 
     /// Gives `host_name` (a service or a client host) a namespace with address `.host` on
-    /// every rail; returns the addresses, in rail order.
-    pub fn add(&mut self, host_name: &str, host: u8) -> Result<Vec<String>> {
+    /// every rail, each link shaped to `rate_mbit` each way when given; returns the
+    /// addresses, in rail order. Links carry jumbo frames, as cluster networks do.
+    pub fn add(
+        &mut self,
+        host_name: &str,
+        host: u8,
+        rate_mbit: Option<u32>,
+    ) -> Result<Vec<String>> {
         let namespace = format!("weft-{}-{host_name}", self.tag);
         ip(&["netns", "add", &namespace])?;
         self.links.insert(
@@ -153,7 +158,8 @@ impl Network {
             let inner_end = format!("wp{}{index}{host:02x}", self.tag);
             let address = format!("{}.{host}", rail.prefix);
             ip(&[
-                "link", "add", &host_end, "type", "veth", "peer", "name", &inner_end,
+                "link", "add", &host_end, "mtu", MTU, "type", "veth", "peer", "name", &inner_end,
+                "mtu", MTU,
             ])?;
             self.links
                 .get_mut(host_name)
@@ -173,7 +179,7 @@ impl Network {
                 &inner_end,
             ])?;
             ip(&["-n", &namespace, "link", "set", &inner_end, "up"])?;
-            if let Some(rate) = self.rate_mbit {
+            if let Some(rate) = rate_mbit {
                 // Both ways: what the host sends (the bridge into the namespace) and what it
                 // receives.
                 let shape = shaping(rate);
