@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # IO500's phases (`weft bench io500`: ior-easy and ior-hard write and read, mdtest-easy and
-# mdtest-hard, find) in one run on: the local disk, a `weft up` mount (default layout), and
-# single-node GlusterFS and MooseFS through their FUSE clients (../shared/bench/peers/). The
+# mdtest-hard, find) in one run on: the local disk, a `weft up` mount (default layout), a
+# namespace cluster (four storage hosts, two metadata servers, one client host, 2,000 Mbit/s
+# links: the `io500_on_hosts` test of crates/cli/tests/scale.rs), and single-node GlusterFS and
+# MooseFS through their FUSE clients (../shared/bench/peers/). The
 # same threads and sizes everywhere; each phase and score is printed per target, then Weft's
-# as a ratio to the local disk and to the better peer.
+# as a ratio to the better peer.
 # Usage: scripts/bench-io500.sh [THREADS] [EASY_SIZE] [HARD_RECORDS] [EASY_FILES] [HARD_FILES]
 #        (default 4 threads, 256M, 2000 records, 2000 and 1000 files per thread)
 set -euo pipefail
@@ -30,6 +32,9 @@ io500 "$WORK/mnt" weft
 kill -INT $UP; wait $UP || true
 trap - EXIT
 
+WEFT_IO500_ARGS="${ARGS[*]}" WEFT_IO500_JSON=$RESULTS TMPDIR=$WORK \
+  cargo test --release -p weft --test scale io500_on_hosts -- --ignored --nocapture
+
 for PEER in gluster moosefs; do
   if "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1; then
     io500 "$WORK/$PEER-mnt" "$PEER"
@@ -55,14 +60,15 @@ def value(result, name):
     return next(p["value"] for p in result["phases"] if p["name"] == name)
 names = [p["name"] for p in weft["phases"]] + ["bandwidth_score", "metadata_score", "score"]
 labels = list(runs)
-print("\n| phase | " + " | ".join(labels) + " | Weft / local | Weft / best peer |")
-print("|---|" + "---:|" * (len(labels) + 2))
+wefts = [label for label in ("weft", "weft-hosts") if label in runs]
+print("\n| phase | " + " | ".join(labels) + " | "
+      + " | ".join(f"{w} / best peer" for w in wefts) + " |")
+print("|---|" + "---:|" * (len(labels) + len(wefts)))
 for name in names:
     values = [value(runs[label], name) for label in labels]
     best = max((value(p, name) for p in peers), default=0)
-    local = value(runs["local"], name) if "local" in runs else 0
-    mine = value(weft, name)
-    print(f"| {name} | " + " | ".join(f"{v:.4g}" for v in values)
-          + f" | {mine / local if local else 0:.2f} | {mine / best if best else 0:.2f} |")
+    ratios = [value(runs[w], name) / best if best else 0 for w in wefts]
+    print(f"| {name} | " + " | ".join(f"{v:.4g}" for v in values) + " | "
+          + " | ".join(f"{r:.2f}" for r in ratios) + " |")
 PY
 echo "results: $RESULTS"

@@ -12,6 +12,7 @@
 # the hosts of a real cluster have a disk each, the namespaces of this machine share one, whose
 # bandwidth would otherwise be what the larger points measure (set WEFT_SCALE_TMP=/tmp to see
 # it).
+# WEFT_SCALE_ONLY=storage (or clients) runs one curve only.
 # Usage: scripts/bench-scale.sh [SECONDS] [STORAGE_MBIT] [CLIENT_MBIT] [OUT]
 #        (default 10 s per phase, 200 and 400 Mbit/s)
 set -euo pipefail

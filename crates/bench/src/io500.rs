@@ -17,7 +17,10 @@
 //! are small enough for one machine: the phases are IO500's, not its five-minute runs, so a
 //! score is comparable between file systems measured in the same run, not with the IO500 list.
 //!
-//! Every byte read is checked against what was written.
+//! Every byte read is checked against what was written. With `drop_caches` (root), the kernel's
+//! page, dentry and inode caches are emptied before every phase after the writes: on one
+//! machine the reads would otherwise come from the cache the writes left, where IO500 reads
+//! data another node wrote.
 
 use crate::io::{check, fill};
 use anyhow::{ensure, Context, Result};
@@ -47,6 +50,16 @@ pub struct Io500Config {
     pub easy_files_per_thread: usize,
     /// Files each thread makes in mdtest-hard.
     pub hard_files_per_thread: usize,
+    /// Empty the kernel's caches before every phase after the writes.
+    pub drop_caches: bool,
+}
+
+/// Writes back what is dirty and empties the kernel's page, dentry and inode caches.
+fn drop_caches() -> Result<()> {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .context("cannot empty the kernel's caches (needs root; or run with --keep-caches)")
 }
 
 /// One phase's outcome.
@@ -230,6 +243,13 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         false,
     );
+    let fresh = || -> Result<()> {
+        if config.drop_caches {
+            drop_caches()?;
+        }
+        Ok(())
+    };
+    fresh()?;
     let started = Instant::now();
     let (examined, found) = walk(&top)?;
     note("find", (started.elapsed().as_secs_f64(), examined), false);
@@ -238,6 +258,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         found == expected,
         "find counted {found} files of {MDTEST_HARD_FILE_BYTES} bytes, mdtest-hard made {expected}"
     );
+    fresh()?;
     note(
         "ior-easy-read",
         timed(threads, &|thread| {
@@ -253,6 +274,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         true,
     );
+    fresh()?;
     note(
         "mdtest-easy-stat",
         timed(threads, &|thread| {
@@ -265,6 +287,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         false,
     );
+    fresh()?;
     note(
         "ior-hard-read",
         timed(threads, &|thread| {
@@ -280,6 +303,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         true,
     );
+    fresh()?;
     note(
         "mdtest-hard-stat",
         timed(threads, &|thread| {
@@ -298,6 +322,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         false,
     );
+    fresh()?;
     note(
         "mdtest-easy-delete",
         timed(threads, &|thread| {
@@ -310,6 +335,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         false,
     );
+    fresh()?;
     note(
         "mdtest-hard-read",
         timed(threads, &|thread| {
@@ -327,6 +353,7 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         })?,
         false,
     );
+    fresh()?;
     note(
         "mdtest-hard-delete",
         timed(threads, &|thread| {
@@ -421,6 +448,7 @@ mod tests {
             hard_records_per_thread: 20,
             easy_files_per_thread: 30,
             hard_files_per_thread: 30,
+            drop_caches: false,
         };
         let result = run(directory.path(), &config, "io500").expect("run");
         let names: Vec<&str> = result.phases.iter().map(|p| p.name).collect();

@@ -58,6 +58,10 @@ pub struct Io500Args {
     /// mdtest-hard: 3,901-byte files each thread makes in the shared directory.
     #[arg(long, default_value_t = 1000)]
     hard_files: usize,
+    /// Leave the kernel's caches alone (by default they are emptied before every phase after
+    /// the writes, which needs root, so that reads do not come from what the writes cached).
+    #[arg(long)]
+    keep_caches: bool,
     /// Name of this target in the output and the JSON.
     #[arg(long)]
     label: Option<String>,
@@ -76,6 +80,7 @@ fn run_io500(args: Io500Args) -> Result<()> {
         hard_records_per_thread: args.hard_records,
         easy_files_per_thread: args.easy_files,
         hard_files_per_thread: args.hard_files,
+        drop_caches: !args.keep_caches,
     };
     let run = format!("weft-io500-{}", std::process::id());
     let result = weft_bench::io500::run(&args.path, &config, &run)

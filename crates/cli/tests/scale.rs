@@ -202,8 +202,9 @@ struct Point {
     read: f64,
 }
 
-/// Runs one fio job per client mount at once; answers the sum of their rates, MB/s.
-fn fio_on_all(mounts: &[PathBuf], job: &[&str]) -> f64 {
+/// Runs one fio job per client mount at once; answers the sum of their rates (MB/s) and the
+/// bytes they moved.
+fn fio_on_all(mounts: &[PathBuf], job: &[&str]) -> (f64, f64) {
     let runs: Vec<_> = mounts
         .iter()
         .enumerate()
@@ -240,11 +241,13 @@ fn fio_on_all(mounts: &[PathBuf], job: &[&str]) -> f64 {
             let report: serde_json::Value =
                 serde_json::from_slice(&output.stdout).expect("fio's JSON report");
             let job = &report["jobs"][0];
-            (job["write"]["bw_bytes"].as_f64().unwrap_or(0.0)
-                + job["read"]["bw_bytes"].as_f64().unwrap_or(0.0))
-                / 1e6
+            let both = |field: &str| {
+                job["write"][field].as_f64().unwrap_or(0.0)
+                    + job["read"][field].as_f64().unwrap_or(0.0)
+            };
+            (both("bw_bytes") / 1e6, both("io_bytes"))
         })
-        .sum()
+        .fold((0.0, 0.0), |sum, one| (sum.0 + one.0, sum.1 + one.1))
 }
 
 /// Measures sequential writes, then reads, of `clients` client hosts against `storage`
@@ -293,11 +296,30 @@ fn measure_point(
     // Each job writes what the links carry in `seconds`, so the reads find whole files.
     let per_job_mib = ((limit * seconds as f64) / (clients * 2) as f64).ceil() as u64;
     let size = format!("--size={per_job_mib}M");
-    let write = fio_on_all(&mounts, &["--rw=write", &size, "--end_fsync=1"]);
+    // The bytes the limiting links carried (both ways, frames) per byte fio moved: what the
+    // protocol, the headers and any read-ahead past what fio read add.
+    let limiting: Vec<String> = if storage_mbit.is_some() {
+        (1..=storage).map(|s| format!("storage-{s}")).collect()
+    } else {
+        (1..=clients).map(|c| format!("client-{c}")).collect()
+    };
+    let carried = || -> f64 {
+        limiting
+            .iter()
+            .map(|host| cluster.rail_bytes(host, 0).expect("link counters") as f64)
+            .sum()
+    };
+    let before = carried();
+    let (write, written) = fio_on_all(&mounts, &["--rw=write", &size, "--end_fsync=1"]);
+    let between = carried();
     let runtime = format!("--runtime={seconds}");
-    let read = fio_on_all(&mounts, &["--rw=read", &size, "--time_based", &runtime]);
+    let (read, read_bytes) = fio_on_all(&mounts, &["--rw=read", &size, "--time_based", &runtime]);
+    let after = carried();
     eprintln!(
-        "{storage} storage, {clients} client hosts: limit {limit:.0} MB/s, write {write:.1}, read {read:.1}"
+        "{storage} storage, {clients} client hosts: limit {limit:.0} MB/s, write {write:.1} \
+         ({:.3} link bytes per byte), read {read:.1} ({:.3} link bytes per byte)",
+        (between - before) / written,
+        (after - between) / read_bytes,
     );
     drop(cluster);
     Point {
@@ -330,12 +352,14 @@ fn scaling_curve() {
     let storage_mbit = setting("WEFT_SCALE_STORAGE_MBIT", 200) as u32;
     let client_mbit = setting("WEFT_SCALE_CLIENT_MBIT", 400) as u32;
     let out = PathBuf::from(std::env::var("WEFT_SCALE_OUT").unwrap_or_else(|_| ".".into()));
+    // WEFT_SCALE_ONLY=storage or clients runs one of the two curves.
+    let only = std::env::var("WEFT_SCALE_ONLY").unwrap_or_default();
     let mut by_storage = Vec::new();
-    for storage in [1, 2, 4, 8] {
+    for storage in [1, 2, 4, 8].into_iter().filter(|_| only != "clients") {
         by_storage.push(measure_point(storage, 2, Some(storage_mbit), None, seconds));
     }
     let mut by_clients = Vec::new();
-    for clients in [1, 2, 4] {
+    for clients in [1, 2, 4].into_iter().filter(|_| only != "storage") {
         by_clients.push(measure_point(4, clients, None, Some(client_mbit), seconds));
     }
     let mut table = String::from(
@@ -394,4 +418,40 @@ fn scaling_curve() {
     ];
     std::fs::write(out.join("scale.svg"), weft_bench::svg::render(&panels))
         .expect("write the plot");
+}
+
+// Goal: IO500's phases through one mount on a client host of a namespace cluster (four
+// storage hosts, two metadata servers, links at WEFT_IO500_MBIT, 2,000 Mbit/s by default).
+// Run by scripts/bench-io500.sh (release build), which prints the result beside the local
+// disk's and the peers'; its JSON line is appended to WEFT_IO500_JSON.
+#[test]
+#[ignore = "a benchmark: scripts/bench-io500.sh"]
+fn io500_on_hosts() {
+    let mbit = setting("WEFT_IO500_MBIT", 2000) as u32;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        storage: 4,
+        targets_per_storage: 1,
+        netns: true,
+        link_rate_mbit: Some(mbit),
+        client_link_rate_mbit: Some(mbit),
+        ..ClusterSpec::default()
+    });
+    let mount = cluster.mount_on(1, &[]).expect("mount");
+    let args: Vec<String> = std::env::var("WEFT_IO500_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let mut command = std::process::Command::new(common::binary());
+    command
+        .args(["bench", "io500", "--path"])
+        .arg(&mount)
+        .args(["--label", "weft-hosts"])
+        .args(&args);
+    if let Ok(json) = std::env::var("WEFT_IO500_JSON") {
+        command.args(["--json", &json]);
+    }
+    let status = command.status().expect("weft bench io500 runs");
+    assert!(status.success(), "weft bench io500 failed");
 }

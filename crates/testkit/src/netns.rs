@@ -69,7 +69,7 @@ fn tc(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The token-bucket arguments that hold a link to `rate_mbit` with a queue of about 50 ms.
+/// The token-bucket arguments that hold a link to `rate_mbit` with a queue of up to 100 ms.
 fn shaping(rate_mbit: u32) -> Vec<String> {
     // A bucket of 10 ms worth (at least 64 KiB, one segmentation-offload packet), so a TCP
     // stream keeps the link busy without bursting far past the rate.
@@ -82,7 +82,7 @@ fn shaping(rate_mbit: u32) -> Vec<String> {
         "burst".to_string(),
         burst.to_string(),
         "latency".to_string(),
-        "50ms".to_string(),
+        "100ms".to_string(),
     ]
     .to_vec()
 }
