@@ -196,6 +196,7 @@ fn clients_write_through_a_cut_rail() {
 struct Point {
     storage: usize,
     clients: usize,
+    rails: usize,
     /// Sum of the limiting links' rates, MB/s of frames (each way).
     limit: f64,
     write: f64,
@@ -251,11 +252,11 @@ fn fio_on_all(mounts: &[PathBuf], job: &[&str]) -> (f64, f64) {
 }
 
 /// Measures sequential writes, then reads, of `clients` client hosts against `storage`
-/// storage hosts (a target each, every file striped over all), with storage links at
-/// `storage_mbit` and client links at `client_mbit` (None: not limited).
+/// storage hosts (a target each, every file striped over all), every host on `rails` rails,
+/// with storage links at `storage_mbit` and client links at `client_mbit` (None: not
+/// limited).
 fn measure_point(
-    storage: usize,
-    clients: usize,
+    (storage, clients, rails): (usize, usize, usize),
     storage_mbit: Option<u32>,
     client_mbit: Option<u32>,
     seconds: u64,
@@ -265,6 +266,7 @@ fn measure_point(
         storage,
         targets_per_storage: 1,
         netns: true,
+        rails,
         link_rate_mbit: storage_mbit,
         client_link_rate_mbit: client_mbit,
         ..ClusterSpec::default()
@@ -287,7 +289,8 @@ fn measure_point(
         ],
     );
     assert!(ok, "{err}");
-    let sum = |count: usize, mbit: Option<u32>| mbit.map(|m| count as f64 * f64::from(m) / 8.0);
+    let sum =
+        |hosts: usize, mbit: Option<u32>| mbit.map(|m| (hosts * rails) as f64 * f64::from(m) / 8.0);
     let limit = match (sum(storage, storage_mbit), sum(clients, client_mbit)) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
@@ -306,7 +309,8 @@ fn measure_point(
     let carried = || -> f64 {
         limiting
             .iter()
-            .map(|host| cluster.rail_bytes(host, 0).expect("link counters") as f64)
+            .flat_map(|host| (0..rails).map(move |rail| (host, rail)))
+            .map(|(host, rail)| cluster.rail_bytes(host, rail).expect("link counters") as f64)
             .sum()
     };
     let before = carried();
@@ -316,7 +320,7 @@ fn measure_point(
     let (read, read_bytes) = fio_on_all(&mounts, &["--rw=read", &size, "--time_based", &runtime]);
     let after = carried();
     eprintln!(
-        "{storage} storage, {clients} client hosts: limit {limit:.0} MB/s, write {write:.1} \
+        "{storage} storage, {clients} client hosts, {rails} rails: limit {limit:.0} MB/s, write {write:.1} \
          ({:.3} link bytes per byte), read {read:.1} ({:.3} link bytes per byte)",
         (between - before) / written,
         (after - between) / read_bytes,
@@ -325,6 +329,7 @@ fn measure_point(
     Point {
         storage,
         clients,
+        rails,
         limit,
         write,
         read,
@@ -342,7 +347,8 @@ fn setting(name: &str, default: u64) -> u64 {
 // Goal: aggregate sequential bandwidth grows with the hosts when the network is the limit:
 // 1, 2, 4 and 8 storage hosts (their links limited, two client hosts whose links are not),
 // then 1, 2 and 4 client hosts (their links limited) against four storage hosts whose links
-// are not; each point as a ratio to the sum of the limiting links' rates. Run by
+// are not, then one storage host on one and on two rails (its links limited); each point as
+// a ratio to the sum of the limiting links' rates. Run by
 // scripts/bench-scale.sh (release build): writes a Markdown table and an SVG plot into
 // WEFT_SCALE_OUT.
 #[test]
@@ -352,28 +358,51 @@ fn scaling_curve() {
     let storage_mbit = setting("WEFT_SCALE_STORAGE_MBIT", 200) as u32;
     let client_mbit = setting("WEFT_SCALE_CLIENT_MBIT", 400) as u32;
     let out = PathBuf::from(std::env::var("WEFT_SCALE_OUT").unwrap_or_else(|_| ".".into()));
-    // WEFT_SCALE_ONLY=storage or clients runs one of the two curves.
+    // WEFT_SCALE_ONLY=storage, clients or rails runs one of the three curves.
     let only = std::env::var("WEFT_SCALE_ONLY").unwrap_or_default();
+    let runs = |curve: &str| only.is_empty() || only == curve;
     let mut by_storage = Vec::new();
-    for storage in [1, 2, 4, 8].into_iter().filter(|_| only != "clients") {
-        by_storage.push(measure_point(storage, 2, Some(storage_mbit), None, seconds));
+    for storage in [1, 2, 4, 8].into_iter().filter(|_| runs("storage")) {
+        by_storage.push(measure_point(
+            (storage, 2, 1),
+            Some(storage_mbit),
+            None,
+            seconds,
+        ));
     }
     let mut by_clients = Vec::new();
-    for clients in [1, 2, 4].into_iter().filter(|_| only != "storage") {
-        by_clients.push(measure_point(4, clients, None, Some(client_mbit), seconds));
+    for clients in [1, 2, 4].into_iter().filter(|_| runs("clients")) {
+        by_clients.push(measure_point(
+            (4, clients, 1),
+            None,
+            Some(client_mbit),
+            seconds,
+        ));
+    }
+    // One storage host on one rail, then on two: its rails' bandwidth adds up.
+    let mut by_rails = Vec::new();
+    for rails in [1, 2].into_iter().filter(|_| runs("rails")) {
+        by_rails.push(measure_point(
+            (1, 1, rails),
+            Some(storage_mbit),
+            None,
+            seconds,
+        ));
     }
     let mut table = String::from(
-        "| storage hosts | client hosts | limiting links | link limit MB/s | write MB/s | write / limit | read MB/s | read / limit |\n|---:|---:|---|---:|---:|---:|---:|---:|\n",
+        "| storage hosts | client hosts | rails | limiting links | link limit MB/s | write MB/s | write / limit | read MB/s | read / limit |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|\n",
     );
     for (points, limiting) in [
         (&by_storage, format!("storage, {storage_mbit} Mbit/s each")),
         (&by_clients, format!("client, {client_mbit} Mbit/s each")),
+        (&by_rails, format!("storage, {storage_mbit} Mbit/s each")),
     ] {
         for point in points {
             table.push_str(&format!(
-                "| {} | {} | {limiting} | {:.0} | {:.1} | {:.3} | {:.1} | {:.3} |\n",
+                "| {} | {} | {} | {limiting} | {:.0} | {:.1} | {:.3} | {:.1} | {:.3} |\n",
                 point.storage,
                 point.clients,
+                point.rails,
                 point.limit,
                 point.write,
                 point.write / point.limit,
@@ -402,7 +431,7 @@ fn scaling_curve() {
             },
         ]
     };
-    let panels = [
+    let mut panels = vec![
         weft_bench::svg::Panel {
             title: format!("Storage hosts ({storage_mbit} Mbit/s links), 2 client hosts"),
             x_label: "storage hosts".into(),
@@ -415,7 +444,14 @@ fn scaling_curve() {
             y_label: "bandwidth / link limit".into(),
             series: series(&by_clients, |p| p.clients),
         },
+        weft_bench::svg::Panel {
+            title: format!("Rails of one storage host ({storage_mbit} Mbit/s each)"),
+            x_label: "rails".into(),
+            y_label: "bandwidth / link limit".into(),
+            series: series(&by_rails, |p| p.rails),
+        },
     ];
+    panels.retain(|panel| panel.series.iter().any(|series| !series.points.is_empty()));
     std::fs::write(out.join("scale.svg"), weft_bench::svg::render(&panels))
         .expect("write the plot");
 }
