@@ -224,11 +224,11 @@ pub async fn run(
                 let sent = Instant::now();
                 let beat = client
                     .heartbeat(
-                        NodeKind::Storage,
-                        node,
+                        (NodeKind::Storage, node),
                         vec![TargetReport { target, usage }],
                         weft_net::stubs::MetaReport::default(),
                         None,
+                        weft_net::stubs::HEARTBEAT_DEADLINE,
                     )
                     .await;
                 match beat {

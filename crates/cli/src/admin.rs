@@ -232,9 +232,7 @@ fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
         })
         .max_by_key(|(_, target, _)| target.as_os_str().len())
         .and_then(|(source, target, _)| {
-            source
-                .strip_prefix("weft@")
-                .map(|mgmt| (target, mgmt.to_string()))
+            weft_client::fuse::mount::mgmt_of(&source).map(|mgmt| (target, mgmt))
         })
 }
 
@@ -258,7 +256,7 @@ fn locate_mgmt(locator: &MgmtLocator, path: Option<&Path>) -> Result<String> {
         let mounts: Vec<_> = weft_client::fuse::mount::trusted_fuse_mounts()
             .into_iter()
             .filter(|(_, _, kind)| kind == "fuse.weft" || kind == "fuse")
-            .filter_map(|(source, _, _)| source.strip_prefix("weft@").map(str::to_string))
+            .filter_map(|(source, _, _)| weft_client::fuse::mount::mgmt_of(&source))
             .collect();
         if let [only] = &mounts[..] {
             return Ok(only.clone());

@@ -80,9 +80,10 @@ fn load<T: DeserializeOwned>(args: &ServeArgs) -> Result<T> {
 }
 
 async fn bind(listen: &str) -> Result<weft_net::Listeners> {
-    weft_net::Listeners::bind(listen).await.with_context(|| {
-        format!(
-            "cannot listen on {listen}: pick free addresses with --listen HOST:PORT[,HOST:PORT...]"
+    weft_net::Listeners::bind(listen).await.map_err(|error| {
+        anyhow!(
+            "{error}: pick free addresses with --listen HOST:PORT (or several, comma-separated: \
+             one per rail)"
         )
     })
 }

@@ -345,11 +345,11 @@ impl Server {
         };
         match mgmt
             .heartbeat(
-                NodeKind::Meta,
-                shared.node,
+                (NodeKind::Meta, shared.node),
                 Vec::new(),
                 report,
                 Some(shared.membership.report()),
+                shared.membership.heartbeat_deadline(),
             )
             .await
         {

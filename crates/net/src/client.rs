@@ -259,8 +259,8 @@ impl RpcClient {
         self.pool.options.auth.client_name()
     }
 
-    /// A connection for the next call: its slot, its rail and itself.
-    async fn connection(&self) -> Result<(usize, usize, Arc<ClientConnection>), RpcError> {
+    /// A connection for the next call, and its rail.
+    async fn connection(&self) -> Result<(usize, Arc<ClientConnection>), RpcError> {
         let pool = &self.pool;
         let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
         let own_rail = slot % pool.rails.len();
@@ -274,7 +274,7 @@ impl RpcClient {
                 if pooled.rail != own_rail && !pool.rails[own_rail].resting() {
                     Pool::return_to_rail(pool, slot, own_rail);
                 }
-                return Ok((slot, pooled.rail, Arc::clone(connection)));
+                return Ok((pooled.rail, Arc::clone(connection)));
             }
             if connection.is_closed() && pool.rails.len() > 1 {
                 // A connection that broke may have broken with its link: the new one tries
@@ -295,7 +295,7 @@ impl RpcClient {
                         rail,
                         connection: Arc::clone(&connection),
                     });
-                    return Ok((slot, rail, connection));
+                    return Ok((rail, connection));
                 }
                 Err(error @ RpcError::Refused { .. }) => return Err(error),
                 Err(error) => {
@@ -432,7 +432,7 @@ impl RpcClient {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<(Response, Bytes), RpcError> {
-        let (slot, rail, connection) = self.connection().await?;
+        let (rail, connection) = self.connection().await?;
         let transport = |source: TransportError| {
             // Calls meanwhile open their connections over the peer's other rails.
             self.pool.rails[rail].fail();
@@ -455,16 +455,12 @@ impl RpcClient {
         match tokio::time::timeout(timeout, receiver).await {
             Err(_) => {
                 connection.forget(request_id);
-                // The rail may be cut (a stalled link shows no error for many seconds): the
-                // next calls of this slot open a connection, over another rail while this
-                // one rests. Calls still waiting on this connection keep it.
-                self.pool.rails[rail].fail();
-                let mut pooled = self.pool.slots[slot].lock().await;
-                if pooled
-                    .as_ref()
-                    .is_some_and(|pooled| Arc::ptr_eq(&pooled.connection, &connection))
-                {
-                    *pooled = None;
+                if self.pool.rails.len() > 1 {
+                    // The rail may be cut (a stalled link shows no error for many seconds):
+                    // the next call of this slot opens a connection, over another rail while
+                    // this one rests. Calls still waiting on this connection keep it.
+                    self.pool.rails[rail].fail();
+                    connection.retire();
                 }
                 Err(RpcError::Timeout {
                     address: self.pool.rails[rail].address.clone(),

@@ -24,10 +24,12 @@ const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2
 /// Unanswered probes before the connection is dropped.
 const KEEPALIVE_RETRIES: u32 = 3;
 
-/// Longest sent data may stay unacknowledged before the connection is dropped: a cut link
-/// under load is noticed as an idle one is (the kernel would retransmit for many minutes),
-/// and its calls fail over to another rail or are retried.
-const UNACKNOWLEDGED_MAX: std::time::Duration = std::time::Duration::from_secs(12);
+/// Longest sent data may stay unacknowledged (or wait for a peer's receive window to open)
+/// before the connection is dropped: a cut link under load is noticed in a bounded time (the
+/// kernel would retransmit for many minutes), and its calls fail over to another rail or are
+/// retried. Longer than a server may hold back reading a connection whose budget is full
+/// (requests waiting for a mirror failover), shorter than a request's default deadline.
+const UNACKNOWLEDGED_MAX: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Sets the socket options every Weft connection uses: no Nagle delay, fast keepalives, and
 /// no waiting for acknowledgements longer than [`UNACKNOWLEDGED_MAX`].
@@ -314,6 +316,12 @@ impl ClientConnection {
     /// How long ago the last request was sent on this connection.
     pub(crate) fn idle_for(&self) -> std::time::Duration {
         self.last_sent.lock().expect("last sent poisoned").elapsed()
+    }
+
+    /// Marks the connection as not to be used for new calls (its slot opens another); the
+    /// calls waiting on it still get their answers.
+    pub(crate) fn retire(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     pub(crate) fn is_closed(&self) -> bool {

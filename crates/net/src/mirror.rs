@@ -132,6 +132,8 @@ pub struct Membership {
     /// Time zero of the decisions' clock.
     epoch: Instant,
     state: Mutex<State>,
+    /// The last lease management granted, in milliseconds.
+    lease_ms: std::sync::atomic::AtomicU64,
     /// Wakes the heartbeat loop early: a request showed that a newer map exists, or a resync
     /// finished.
     pub wake: tokio::sync::Notify,
@@ -153,8 +155,17 @@ impl Membership {
             interval,
             epoch: Instant::now(),
             state: Mutex::default(),
+            lease_ms: std::sync::atomic::AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// How long the next heartbeat may wait for its answer: the last lease granted (an answer
+    /// later than that renews nothing), and at least [`crate::stubs::HEARTBEAT_DEADLINE`], so
+    /// that a heartbeat sent over a cut rail gives way to the next over another in time.
+    pub fn heartbeat_deadline(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.load(std::sync::atomic::Ordering::Relaxed))
+            .max(crate::stubs::HEARTBEAT_DEADLINE)
     }
 
     /// This process's boot id.
@@ -244,6 +255,10 @@ impl Membership {
         records: impl FnOnce(&Adopted),
     ) -> Adopted {
         let sent_at = self.time(sent);
+        self.lease_ms.store(
+            lease.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut state = self.state();
         let adopted = state.decisions.adopt(
             sent_at,

@@ -361,6 +361,9 @@ async fn accept_until(
     }
     for task in accepting {
         task.abort();
+        // Its socket is closed once the task is gone: a service started again in the same
+        // process may bind the address at once.
+        let _ = task.await;
     }
 }
 

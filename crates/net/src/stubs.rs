@@ -3,6 +3,7 @@
 
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
+use std::time::Duration;
 use weft_proto::access::{Caller, Capability, ClientRule};
 use weft_proto::ids::{ClientId, InodeId, MemberId, NodeId, StoragePoolId, TargetId};
 use weft_proto::layout::StripePattern;
@@ -18,7 +19,7 @@ use weft_proto::pools::{CapacityLimits, PoolInfo};
 /// Longest a heartbeat (a server's or a client session's) waits for management's answer
 /// before the next is sent, over another connection: well below the default offline, session
 /// and promotion timeouts, well above the time a loaded management takes to answer.
-pub const HEARTBEAT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+pub const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Expects one response variant, or reports the mismatch.
 macro_rules! expect_response {
@@ -99,12 +100,12 @@ impl MgmtClient {
             .0)
     }
 
-    /// A heartbeat: within [`HEARTBEAT_DEADLINE`], so that one sent over a cut rail gives
-    /// way to the next over another rail before the lease or session it renews runs out.
-    async fn beat(&self, request: MgmtRequest) -> Result<Response, RpcError> {
+    /// A heartbeat, answered within `deadline`: one sent over a cut rail gives way to the next
+    /// over another rail before the lease or session it renews runs out.
+    async fn beat(&self, request: MgmtRequest, deadline: Duration) -> Result<Response, RpcError> {
         Ok(self
             .rpc
-            .call_within(&Request::Mgmt(request), Bytes::new(), HEARTBEAT_DEADLINE)
+            .call_within(&Request::Mgmt(request), Bytes::new(), deadline)
             .await?
             .0)
     }
@@ -146,18 +147,19 @@ impl MgmtClient {
         expect_response!(self.rpc, response, Response::TargetRegistered { target } => target)
     }
 
-    /// Sends a heartbeat with usage reports; answers the lease granted and the node's storage
-    /// mirror groups.
+    /// Sends a heartbeat with usage reports, answered within `deadline`
+    /// ([`crate::mirror::Membership::heartbeat_deadline`]); answers the lease granted and the
+    /// node's storage mirror groups.
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable or does not know the node.
     pub async fn heartbeat(
         &self,
-        kind: NodeKind,
-        node: NodeId,
+        (kind, node): (NodeKind, NodeId),
         targets: Vec<TargetReport>,
         meta: MetaReport,
         mirror: Option<MirrorHeartbeat>,
+        deadline: Duration,
     ) -> Result<(u64, Vec<MirrorGroupInfo>), RpcError> {
         let MetaReport {
             usage: meta_usage,
@@ -166,16 +168,19 @@ impl MgmtClient {
             target_uses,
         } = meta;
         let response = self
-            .beat(MgmtRequest::Heartbeat {
-                kind,
-                node,
-                targets,
-                meta_usage,
-                meta_inodes_used,
-                mirror,
-                quota_usage,
-                target_uses,
-            })
+            .beat(
+                MgmtRequest::Heartbeat {
+                    kind,
+                    node,
+                    targets,
+                    meta_usage,
+                    meta_inodes_used,
+                    mirror,
+                    quota_usage,
+                    target_uses,
+                },
+                deadline,
+            )
             .await?;
         expect_response!(self.rpc, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
     }
@@ -208,7 +213,10 @@ impl MgmtClient {
         unserved: Vec<(String, u64)>,
     ) -> Result<(), RpcError> {
         let response = self
-            .beat(MgmtRequest::ClientHeartbeat { client, unserved })
+            .beat(
+                MgmtRequest::ClientHeartbeat { client, unserved },
+                HEARTBEAT_DEADLINE,
+            )
             .await?;
         expect_response!(self.rpc, response, Response::Done => ())
     }

@@ -218,11 +218,11 @@ async fn heartbeat_loop(
         let mirror = Some(storage.mirror.membership.report());
         match mgmt
             .heartbeat(
-                NodeKind::Storage,
-                node,
+                (NodeKind::Storage, node),
                 reports,
                 weft_net::stubs::MetaReport::default(),
                 mirror,
+                storage.mirror.membership.heartbeat_deadline(),
             )
             .await
         {

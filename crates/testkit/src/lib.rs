@@ -617,7 +617,11 @@ impl LocalCluster {
             .as_mut()
             .ok_or_else(|| anyhow!("client hosts need a cluster started with netns"))?;
         if !network.has(&name) {
-            let number = u8::try_from(100 + host).context("at most 150 client hosts")?;
+            anyhow::ensure!(
+                (1..=150).contains(&host),
+                "client hosts are numbered 1 to 150"
+            );
+            let number = u8::try_from(100 + host).context("client host number")?;
             network.add(&name, number, self.spec.client_link_rate_mbit)?;
         }
         let (mountpoint, _) = self.start_mount_on(&name, settings)?;

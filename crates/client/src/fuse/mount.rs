@@ -35,6 +35,21 @@ pub fn mounted_file_systems() -> Vec<(String, PathBuf, String)> {
     mounts(|_| true)
 }
 
+/// The source a mount of the cluster whose management is at `mgmt` shows (`weft@ADDRESS`). A
+/// management on several rails has a comma-separated address; mount options are
+/// comma-separated too (fusermount would split the name), so its commas are shown as `+`.
+pub fn source_of(mgmt: &str) -> String {
+    format!("weft@{}", mgmt.replace(',', "+"))
+}
+
+/// The management address of a mount whose source is `source` ([`source_of`]), if it is one
+/// of Weft's.
+pub fn mgmt_of(source: &str) -> Option<String> {
+    source
+        .strip_prefix("weft@")
+        .map(|mgmt| mgmt.replace('+', ","))
+}
+
 /// The FUSE file systems mounted by this user or by root: what the admin commands may take a
 /// management address from. A mount another user made (FUSE lets users mount with any
 /// `fsname`) could point them at a server of its choosing.
@@ -154,7 +169,7 @@ pub fn mount(
     }
     let mut config = fuser::Config::default();
     config.mount_options = vec![
-        fuser::MountOption::FSName(format!("weft@{mgmt}")),
+        fuser::MountOption::FSName(source_of(mgmt)),
         fuser::MountOption::Subtype("weft".to_string()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::NoAtime,
@@ -213,5 +228,25 @@ impl Mounted {
             let _ = thread.join();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a mount's source names management on every rail without a comma (fusermount
+    // splits its options at commas), and the admin commands read the address back whole.
+    #[test]
+    fn a_source_names_every_rail_without_a_comma() {
+        let mgmt = "10.1.0.2:7000,10.2.0.2:7000";
+        let source = source_of(mgmt);
+        assert!(!source.contains(','), "{source}");
+        assert_eq!(mgmt_of(&source).as_deref(), Some(mgmt));
+        assert_eq!(
+            mgmt_of(&source_of("127.0.0.1:1")).as_deref(),
+            Some("127.0.0.1:1")
+        );
+        assert_eq!(mgmt_of("tmpfs"), None);
     }
 }
