@@ -13,10 +13,10 @@ cd "$(dirname "$0")/.."
 THREADS=${1:-4}
 ARGS=(--threads "$THREADS" --easy-size "${2:-256M}" --hard-records "${3:-2000}"
       --easy-files "${4:-2000}" --hard-files "${5:-1000}")
-SHARED=${SHARED_BENCH:-../shared/bench}
 WORK=$(mktemp -d /tmp/weft-bench-io500.XXXXXX)
 chmod a+rx "$WORK"   # the peers' daemons run as their own users
 mkdir -p "$WORK/local"
+. scripts/bench-tools.sh
 cargo build --release --quiet
 WEFT=$PWD/target/release/weft
 RESULTS=$WORK/io500.json
@@ -35,14 +35,7 @@ trap - EXIT
 WEFT_IO500_ARGS="${ARGS[*]}" WEFT_IO500_JSON=$RESULTS TMPDIR=$WORK \
   cargo test --release -p weft --test scale io500_on_hosts -- --ignored --nocapture
 
-for PEER in gluster moosefs; do
-  if "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1; then
-    io500 "$WORK/$PEER-mnt" "$PEER"
-  else
-    echo "$PEER did not start; see $WORK/$PEER.log" >&2
-  fi
-  "$SHARED/peers/$PEER.sh" down "$WORK/$PEER-mnt" "$WORK/$PEER-base" >> "$WORK/$PEER.log" 2>&1 || true
-done
+each_peer "$WORK" gluster,moosefs io500
 
 python3 - "$RESULTS" <<'PY'
 import json, sys

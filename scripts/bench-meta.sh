@@ -47,16 +47,9 @@ umount "$WORK/bindfs"
 # Peers from Debian's packages, single node, through their FUSE clients (the shared scripts
 # install them on first use). PEERS= (empty) skips them.
 PEERS=${PEERS-gluster,moosefs}
-SHARED=${SHARED_BENCH:-../shared/bench}
 chmod a+rx "$WORK"   # the peers' daemons run as their own users
-for PEER in ${PEERS//,/ }; do
-  if "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1; then
-    bench --path "$WORK/$PEER-mnt" --label "$PEER"
-  else
-    echo "$PEER did not start; see $WORK/$PEER.log" >&2
-  fi
-  "$SHARED/peers/$PEER.sh" down "$WORK/$PEER-mnt" "$WORK/$PEER-base" >> "$WORK/$PEER.log" 2>&1 || true
-done
+peer_bench() { bench --path "$1" --label "$2"; }
+each_peer "$WORK" "$PEERS" peer_bench
 
 for META in 1 2 4; do
   "$WEFT" up --meta-servers "$META" --data-dir "$WORK/data-$META" --mountpoint "$WORK/mnt-$META" > "$WORK/up-$META.log" 2>&1 &

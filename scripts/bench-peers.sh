@@ -37,14 +37,7 @@ for VARIANT in weft weft-pagecache; do
   trap - EXIT
 done
 
-for PEER in gluster moosefs; do
-  if "$SHARED/peers/$PEER.sh" up "$WORK/$PEER-mnt" "$WORK/$PEER-base" > "$WORK/$PEER.log" 2>&1; then
-    fio_set "$WORK/$PEER-mnt" "$PEER"
-  else
-    echo "$PEER did not start; see $WORK/$PEER.log" >&2
-  fi
-  "$SHARED/peers/$PEER.sh" down "$WORK/$PEER-mnt" "$WORK/$PEER-base" >> "$WORK/$PEER.log" 2>&1 || true
-done
+each_peer "$WORK" gluster,moosefs fio_set
 
 python3 - "$WORK/summary.txt" <<'PY'
 import sys

@@ -12,3 +12,20 @@ need() {
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 }
+
+# `each_peer WORK PEERS COMMAND...` starts each peer of PEERS (comma-separated: gluster,
+# moosefs; ../shared/bench/peers/) with its mount and data under WORK, runs
+# `COMMAND... MOUNTPOINT PEER`, and stops it again; a peer that does not start is skipped with
+# a line naming its log.
+each_peer() {
+  local work=$1 peers=$2 shared=${SHARED_BENCH:-../shared/bench} peer
+  shift 2
+  for peer in ${peers//,/ }; do
+    if "$shared/peers/$peer.sh" up "$work/$peer-mnt" "$work/$peer-base" > "$work/$peer.log" 2>&1; then
+      "$@" "$work/$peer-mnt" "$peer"
+    else
+      echo "$peer did not start; see $work/$peer.log" >&2
+    fi
+    "$shared/peers/$peer.sh" down "$work/$peer-mnt" "$work/$peer-base" >> "$work/$peer.log" 2>&1 || true
+  done
+}

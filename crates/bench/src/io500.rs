@@ -125,6 +125,24 @@ fn timed(threads: usize, work: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result
     })
 }
 
+/// One metadata phase: `op(path, thread, index)` on each of `files` files of every thread, file
+/// `index` of `thread` being at `path(thread, index)`; answers as [`timed`] does, counting
+/// operations. An error names the file.
+fn each_file(
+    threads: usize,
+    files: usize,
+    path: &(dyn Fn(usize, usize) -> PathBuf + Sync),
+    op: &(dyn Fn(&Path, usize, usize) -> Result<()> + Sync),
+) -> Result<(f64, u64)> {
+    timed(threads, &|thread| {
+        for index in 0..files {
+            let path = path(thread, index);
+            op(&path, thread, index).with_context(|| path.display().to_string())?;
+        }
+        Ok(files as u64)
+    })
+}
+
 /// The name of file `index` of `thread`.
 fn file_name(thread: usize, index: usize) -> String {
     format!("file.{thread}.{index}")
@@ -202,14 +220,16 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
     );
     note(
         "mdtest-easy-write",
-        timed(threads, &|thread| {
-            for index in 0..config.easy_files_per_thread {
-                let path = md_easy_path(thread, index);
-                std::fs::File::create(&path)
-                    .with_context(|| format!("mdtest-easy-write: create {}", path.display()))?;
-            }
-            Ok(config.easy_files_per_thread as u64)
-        })?,
+        each_file(
+            threads,
+            config.easy_files_per_thread,
+            &md_easy_path,
+            &|path, _, _| {
+                std::fs::File::create(path)?;
+                Ok(())
+            },
+        )
+        .context("mdtest-easy-write")?,
         false,
     );
     note(
@@ -233,14 +253,13 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
     );
     note(
         "mdtest-hard-write",
-        timed(threads, &|thread| {
-            for index in 0..config.hard_files_per_thread {
-                let path = md_hard_path(thread, index);
-                std::fs::write(&path, hard_data(thread, index))
-                    .with_context(|| format!("mdtest-hard-write: {}", path.display()))?;
-            }
-            Ok(config.hard_files_per_thread as u64)
-        })?,
+        each_file(
+            threads,
+            config.hard_files_per_thread,
+            &md_hard_path,
+            &|path, thread, index| Ok(std::fs::write(path, hard_data(thread, index))?),
+        )
+        .context("mdtest-hard-write")?,
         false,
     );
     let fresh = || -> Result<()> {
@@ -277,14 +296,16 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
     fresh()?;
     note(
         "mdtest-easy-stat",
-        timed(threads, &|thread| {
-            for index in 0..config.easy_files_per_thread {
-                let path = md_easy_path(thread, index);
-                std::fs::metadata(&path)
-                    .with_context(|| format!("mdtest-easy-stat: {}", path.display()))?;
-            }
-            Ok(config.easy_files_per_thread as u64)
-        })?,
+        each_file(
+            threads,
+            config.easy_files_per_thread,
+            &md_easy_path,
+            &|path, _, _| {
+                std::fs::metadata(path)?;
+                Ok(())
+            },
+        )
+        .context("mdtest-easy-stat")?,
         false,
     );
     fresh()?;
@@ -306,64 +327,59 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
     fresh()?;
     note(
         "mdtest-hard-stat",
-        timed(threads, &|thread| {
-            for index in 0..config.hard_files_per_thread {
-                let path = md_hard_path(thread, index);
-                let size = std::fs::metadata(&path)
-                    .with_context(|| format!("mdtest-hard-stat: {}", path.display()))?
-                    .len();
-                ensure!(
-                    size == MDTEST_HARD_FILE_BYTES as u64,
-                    "{} has {size} bytes",
-                    path.display()
-                );
-            }
-            Ok(config.hard_files_per_thread as u64)
-        })?,
+        each_file(
+            threads,
+            config.hard_files_per_thread,
+            &md_hard_path,
+            &|path, _, _| {
+                let size = std::fs::metadata(path)?.len();
+                ensure!(size == MDTEST_HARD_FILE_BYTES as u64, "it has {size} bytes");
+                Ok(())
+            },
+        )
+        .context("mdtest-hard-stat")?,
         false,
     );
     fresh()?;
     note(
         "mdtest-easy-delete",
-        timed(threads, &|thread| {
-            for index in 0..config.easy_files_per_thread {
-                let path = md_easy_path(thread, index);
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("mdtest-easy-delete: {}", path.display()))?;
-            }
-            Ok(config.easy_files_per_thread as u64)
-        })?,
+        each_file(
+            threads,
+            config.easy_files_per_thread,
+            &md_easy_path,
+            &|path, _, _| Ok(std::fs::remove_file(path)?),
+        )
+        .context("mdtest-easy-delete")?,
         false,
     );
     fresh()?;
     note(
         "mdtest-hard-read",
-        timed(threads, &|thread| {
-            for index in 0..config.hard_files_per_thread {
-                let path = md_hard_path(thread, index);
-                let data = std::fs::read(&path)
-                    .with_context(|| format!("mdtest-hard-read: {}", path.display()))?;
+        each_file(
+            threads,
+            config.hard_files_per_thread,
+            &md_hard_path,
+            &|path, thread, index| {
                 ensure!(
-                    data == hard_data(thread, index),
-                    "{} does not hold what was written",
-                    path.display()
+                    std::fs::read(path)? == hard_data(thread, index),
+                    "it does not hold what was written"
                 );
-            }
-            Ok(config.hard_files_per_thread as u64)
-        })?,
+                Ok(())
+            },
+        )
+        .context("mdtest-hard-read")?,
         false,
     );
     fresh()?;
     note(
         "mdtest-hard-delete",
-        timed(threads, &|thread| {
-            for index in 0..config.hard_files_per_thread {
-                let path = md_hard_path(thread, index);
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("mdtest-hard-delete: {}", path.display()))?;
-            }
-            Ok(config.hard_files_per_thread as u64)
-        })?,
+        each_file(
+            threads,
+            config.hard_files_per_thread,
+            &md_hard_path,
+            &|path, _, _| Ok(std::fs::remove_file(path)?),
+        )
+        .context("mdtest-hard-delete")?,
         false,
     );
     std::fs::remove_dir_all(&top).with_context(|| format!("remove {}", top.display()))?;

@@ -117,6 +117,41 @@ struct Arrivals {
     seen: Vec<Vec<(u64, Instant)>>,
 }
 
+/// Where a simulated node's heartbeats are counted, and when they stop.
+struct Beating {
+    /// Latencies of the heartbeats answered.
+    beats: Arc<Mutex<Vec<Duration>>>,
+    /// Heartbeats that failed.
+    errors: Arc<AtomicU64>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Beating {
+    /// Runs `beat` (true when answered) every `interval` from `offset` on, until stopped.
+    fn spawn<F, Beat>(
+        self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        (offset, interval): (Duration, Duration),
+        beat: F,
+    ) where
+        F: Fn() -> Beat + Send + 'static,
+        Beat: std::future::Future<Output = bool> + Send,
+    {
+        tasks.spawn(async move {
+            tokio::time::sleep(offset).await;
+            while !self.stopping.load(Ordering::Acquire) {
+                let sent = Instant::now();
+                if beat().await {
+                    self.beats.lock().expect("beats").push(sent.elapsed());
+                } else {
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(interval.saturating_sub(sent.elapsed())).await;
+            }
+        });
+    }
+}
+
 /// Runs the simulation against management at `mgmt` for `steady` after every node has
 /// registered.
 ///
@@ -208,21 +243,20 @@ pub async fn run(
             }
         });
     }
+    let beating = |beats: &Arc<Mutex<Vec<Duration>>>| Beating {
+        beats: Arc::clone(beats),
+        errors: Arc::clone(&errors),
+        stopping: Arc::clone(&stopping),
+    };
     for (index, (client, node, target)) in servers.iter().enumerate() {
         let (client, node, target) = (Arc::clone(client), *node, *target);
-        let (beats, errors, stopping) = (
-            Arc::clone(&server_beats),
-            Arc::clone(&errors),
-            Arc::clone(&stopping),
-        );
         let interval = config.server_heartbeat;
         // Spread over the interval, as servers started at different times are.
         let offset = interval.mul_f64(index as f64 / config.servers.max(1) as f64);
-        tasks.spawn(async move {
-            tokio::time::sleep(offset).await;
-            while !stopping.load(Ordering::Acquire) {
-                let sent = Instant::now();
-                let beat = client
+        beating(&server_beats).spawn(&mut tasks, (offset, interval), move || {
+            let client = Arc::clone(&client);
+            async move {
+                client
                     .heartbeat(
                         (NodeKind::Storage, node),
                         vec![TargetReport { target, usage }],
@@ -230,38 +264,18 @@ pub async fn run(
                         None,
                         weft_net::stubs::HEARTBEAT_DEADLINE,
                     )
-                    .await;
-                match beat {
-                    Ok(_) => beats.lock().expect("beats").push(sent.elapsed()),
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                tokio::time::sleep(interval.saturating_sub(sent.elapsed())).await;
+                    .await
+                    .is_ok()
             }
         });
     }
     for (index, (client, session)) in clients.iter().enumerate() {
         let (client, session) = (Arc::clone(client), *session);
-        let (beats, errors, stopping) = (
-            Arc::clone(&client_beats),
-            Arc::clone(&errors),
-            Arc::clone(&stopping),
-        );
         let interval = config.client_heartbeat;
         let offset = interval.mul_f64(index as f64 / config.clients.max(1) as f64);
-        tasks.spawn(async move {
-            tokio::time::sleep(offset).await;
-            while !stopping.load(Ordering::Acquire) {
-                let sent = Instant::now();
-                match client.client_heartbeat(session, Vec::new()).await {
-                    Ok(()) => beats.lock().expect("beats").push(sent.elapsed()),
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                tokio::time::sleep(interval.saturating_sub(sent.elapsed())).await;
-            }
+        beating(&client_beats).spawn(&mut tasks, (offset, interval), move || {
+            let client = Arc::clone(&client);
+            async move { client.client_heartbeat(session, Vec::new()).await.is_ok() }
         });
     }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cluster, weft};
+use common::cluster;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,6 +90,21 @@ fn verify(path: &Path, seed: u64, records: u64) {
     }
 }
 
+/// Cuts `host`'s link on `rail`, waits until every writer wrote 16 more records, and restores
+/// the link.
+fn write_through_cut(cluster: &LocalCluster, writers: &[Writer], (host, rail): (&str, usize)) {
+    cluster.set_rail(host, rail, false).expect("cut the rail");
+    for writer in writers {
+        writer.advance(
+            16 * RECORD_BYTES as u64,
+            &format!("writes while {host}'s rail {rail} is cut"),
+        );
+    }
+    cluster
+        .set_rail(host, rail, true)
+        .expect("restore the rail");
+}
+
 fn bytes_on(cluster: &LocalCluster, host: &str) -> [u64; 2] {
     [0, 1].map(|rail| cluster.rail_bytes(host, rail).expect("link counters"))
 }
@@ -125,21 +140,11 @@ fn clients_write_through_a_cut_rail() {
     }
     let first = cluster.mount_on(1, &[]).expect("mount on client host 1");
     let second = cluster.mount_on(2, &[]).expect("mount on client host 2");
-    let dir = first.join("wide");
-    std::fs::create_dir(&dir).expect("mkdir");
-    let (ok, _, err) = weft(
+    common::make_dir_with_pattern(
         &cluster,
-        &[
-            "entry",
-            "set",
-            "--chunk-size",
-            "256K",
-            "--num-targets",
-            "3",
-            &dir.display().to_string(),
-        ],
+        &first.join("wide"),
+        &["--chunk-size", "256K", "--num-targets", "3"],
     );
-    assert!(ok, "{err}");
     let writers = [
         Writer::start(first.join("wide/one"), 1 << 32),
         Writer::start(second.join("wide/two"), 2 << 32),
@@ -149,31 +154,8 @@ fn clients_write_through_a_cut_rail() {
     }
     let before = bytes_on(&cluster, "storage-1");
 
-    cluster
-        .set_rail("storage-1", 0, false)
-        .expect("cut storage-1's first rail");
-    for writer in &writers {
-        writer.advance(
-            16 * RECORD_BYTES as u64,
-            "writes while storage-1's first rail is cut",
-        );
-    }
-    cluster
-        .set_rail("storage-1", 0, true)
-        .expect("restore the rail");
-
-    cluster
-        .set_rail("client-1", 1, false)
-        .expect("cut client host 1's second rail");
-    for writer in &writers {
-        writer.advance(
-            16 * RECORD_BYTES as u64,
-            "writes while client host 1's second rail is cut",
-        );
-    }
-    cluster
-        .set_rail("client-1", 1, true)
-        .expect("restore the rail");
+    write_through_cut(&cluster, &writers, ("storage-1", 0));
+    write_through_cut(&cluster, &writers, ("client-1", 1));
     for writer in &writers {
         writer.advance(8 * RECORD_BYTES as u64, "writes after the rails are back");
     }
@@ -274,21 +256,12 @@ fn measure_point(
     let mounts: Vec<PathBuf> = (1..=clients)
         .map(|host| cluster.mount_on(host, &[]).expect("mount"))
         .collect();
-    let dir = mounts[0].join("scale");
-    std::fs::create_dir(&dir).expect("mkdir");
-    let (ok, _, err) = weft(
+    let targets = storage.to_string();
+    common::make_dir_with_pattern(
         &cluster,
-        &[
-            "entry",
-            "set",
-            "--chunk-size",
-            "1M",
-            "--num-targets",
-            &storage.to_string(),
-            &dir.display().to_string(),
-        ],
+        &mounts[0].join("scale"),
+        &["--chunk-size", "1M", "--num-targets", &targets],
     );
-    assert!(ok, "{err}");
     let sum =
         |hosts: usize, mbit: Option<u32>| mbit.map(|m| (hosts * rails) as f64 * f64::from(m) / 8.0);
     let limit = match (sum(storage, storage_mbit), sum(clients, client_mbit)) {

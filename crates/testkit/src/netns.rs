@@ -34,40 +34,33 @@ pub(crate) struct Network {
     links: BTreeMap<String, Link>,
 }
 
-fn ip(args: &[&str]) -> Result<()> {
-    let output = Command::new("ip")
+/// Runs an iproute2 `tool` (`ip`, `tc`) with `args`; its stderr in the error when it fails.
+fn iproute2(tool: &str, args: &[&str]) -> Result<()> {
+    let output = Command::new(tool)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .context("cannot run ip (iproute2)")?;
+        .with_context(|| format!("cannot run {tool} (iproute2)"))?;
     if !output.status.success() {
         bail!(
-            "ip {} failed: {}",
+            "{tool} {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
     Ok(())
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    iproute2("ip", args)
+}
+
+fn tc(args: &[&str]) -> Result<()> {
+    iproute2("tc", args)
 }
 
 /// The links' MTU: jumbo frames, as on cluster networks (headers are under 1 % of a frame).
 const MTU: &str = "9000";
-
-fn tc(args: &[&str]) -> Result<()> {
-    let output = Command::new("tc")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("cannot run tc (iproute2)")?;
-    if !output.status.success() {
-        bail!(
-            "tc {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
-}
 
 /// The token-bucket arguments that hold a link to `rate_mbit` with a queue of up to 100 ms.
 fn shaping(rate_mbit: u32) -> Vec<String> {
