@@ -63,8 +63,23 @@ struct Mgmt {
     map_epoch: tokio::sync::watch::Sender<u64>,
     /// A digest of what routing and placement follow in the map published last.
     map_shape: Mutex<u64>,
+    /// The map last built for a watcher, and when ([`Mgmt::watched_map`]).
+    watched: Mutex<Option<(Instant, Arc<ClusterMap>)>>,
     quota_grace_period: Duration,
 }
+
+/// `map` as the client identity `client` may see it (all of it for members): a client learns
+/// its own rule and sessions, not the others'.
+fn as_seen_by(map: &mut ClusterMap, client: Option<&str>) {
+    if let Some(name) = client {
+        map.clients.retain(|rule| rule.name == name);
+        map.session_owners.retain(|(_, owner)| owner == name);
+    }
+}
+
+/// Longest a map built for one watcher of the map serves the others: every node watches the
+/// map, and a change wakes them all at once.
+const WATCHED_MAP_SHARED_FOR: Duration = Duration::from_millis(100);
 
 /// How often management looks for changes of the map that no request makes (a node going
 /// offline, a mirror group failing over, a target turning low, a session expiring) and
@@ -111,6 +126,7 @@ pub async fn run(
                 .map_or(1, |since| since.as_micros() as u64),
         ),
         map_shape: Mutex::new(0),
+        watched: Mutex::new(None),
         quota_grace_period: config.quota_grace_period,
     });
     let address = listeners.address();
@@ -259,7 +275,7 @@ impl weft_net::Handler for Mgmt {
                 let wait = Duration::from_millis(u64::from(wait_ms.min(MAP_WATCH_WAIT_MS_MAX)));
                 // Answered with the map as it is when the wait runs out.
                 let _ = tokio::time::timeout(wait, epochs.wait_for(|epoch| *epoch > after)).await;
-                tokio::task::block_in_place(|| self.handle_mgmt(&from, MgmtRequest::GetClusterMap))
+                tokio::task::block_in_place(|| self.watched_map(&from))
             }
             // Requests may commit to the store (an fsync) or wait for a commit in flight: the
             // runtime moves its other tasks off this thread meanwhile, so a slow disk never
@@ -825,11 +841,7 @@ impl Mgmt {
             }
             MgmtRequest::GetClusterMap | MgmtRequest::WatchClusterMap { .. } => {
                 let mut map = self.cluster_map().map_err(internal)?;
-                if let Some(name) = client_name {
-                    // A client learns its own rule and sessions, not the others'.
-                    map.clients.retain(|rule| rule.name == name);
-                    map.session_owners.retain(|(_, owner)| owner == name);
-                }
+                as_seen_by(&mut map, client_name);
                 Ok(Response::ClusterMap(map))
             }
             MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
@@ -996,6 +1008,34 @@ impl Mgmt {
 
     /// Publishes the map under a new epoch, waking its watchers, when what routing and
     /// placement follow changed since it was last published.
+    /// The map for a watcher of the map. A change wakes every node at once, and each fetches
+    /// the map: one built for another watcher in the last [`WATCHED_MAP_SHARED_FOR`], with
+    /// the epoch current now, serves them all, instead of one build from the store per node.
+    /// (A fetch by request, `GetClusterMap`, always builds the map afresh.)
+    fn watched_map(&self, from: &weft_net::auth::Identity) -> Reply {
+        let map = {
+            let mut watched = self.watched.lock().expect("watched map poisoned");
+            let current = *self.map_epoch.borrow();
+            match watched.as_ref() {
+                Some((built, map))
+                    if map.epoch == current && built.elapsed() < WATCHED_MAP_SHARED_FOR =>
+                {
+                    Arc::clone(map)
+                }
+                _ => {
+                    let map = Arc::new(self.cluster_map().map_err(internal)?);
+                    *watched = Some((Instant::now(), Arc::clone(&map)));
+                    map
+                }
+            }
+        };
+        let mut map = ClusterMap::clone(&map);
+        if let weft_net::auth::Identity::Client(name) = from {
+            as_seen_by(&mut map, Some(name));
+        }
+        Ok(Response::ClusterMap(map))
+    }
+
     fn publish_map(&self) {
         if let Err(error) = self.run_quota_grace() {
             tracing::warn!(%error, "cannot run the grace periods of quotas");
