@@ -169,6 +169,13 @@ struct Rail {
 }
 
 impl Rail {
+    fn new(address: impl Into<String>) -> Rail {
+        Rail {
+            address: address.into(),
+            failed: std::sync::Mutex::new(None),
+        }
+    }
+
     fn fail(&self) {
         *self.failed.lock().expect("rail lock poisoned") = Some(std::time::Instant::now());
     }
@@ -218,18 +225,10 @@ impl RpcClient {
     /// nothing is connected until the first call. Each rail gets at least one connection.
     pub fn new(address: impl Into<String>, options: RpcClientOptions) -> RpcClient {
         let address = address.into();
-        let mut rails: Vec<Rail> = rails(&address)
-            .map(|rail| Rail {
-                address: rail.to_string(),
-                failed: std::sync::Mutex::new(None),
-            })
-            .collect();
+        let mut rails: Vec<Rail> = rails(&address).map(Rail::new).collect();
         if rails.is_empty() {
             // Connecting to it fails with the address named, as for any bad address.
-            rails.push(Rail {
-                address: address.clone(),
-                failed: std::sync::Mutex::new(None),
-            });
+            rails.push(Rail::new(address.as_str()));
         }
         let connections = options
             .connections
