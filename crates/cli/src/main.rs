@@ -169,8 +169,7 @@ const ALLOCATOR_TRIM_THRESHOLD: libc::c_int = 256 << 20;
 fn main() {
     tune_allocator();
     let cli = Cli::parse();
-    let filter = match tracing_subscriber::EnvFilter::try_new(cli.log.as_deref().unwrap_or("info"))
-    {
+    let filter = match log_filter(cli.log.as_deref().unwrap_or("info")) {
         Ok(filter) => filter,
         Err(error) => {
             eprintln!(
@@ -206,6 +205,19 @@ fn main() {
     }
 }
 
+/// The log filter `spec` names. The replication library of management logs every vote and
+/// election at `info`: only its warnings are kept, unless `spec` names it
+/// (`info,openraft=info`).
+fn log_filter(
+    spec: &str,
+) -> Result<tracing_subscriber::EnvFilter, tracing_subscriber::filter::ParseError> {
+    if spec.contains("openraft") {
+        tracing_subscriber::EnvFilter::try_new(spec)
+    } else {
+        tracing_subscriber::EnvFilter::try_new(format!("{spec},openraft=warn"))
+    }
+}
+
 /// The log filter's handle, and whether `--log` or `WEFT_LOG` set it.
 static LOG_FILTER: std::sync::OnceLock<(
     tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
@@ -220,7 +232,7 @@ pub fn configure_log(filter: Option<&str>) -> Result<()> {
     if *from_command_line {
         return Ok(());
     }
-    let parsed = tracing_subscriber::EnvFilter::try_new(filter).map_err(|error| {
+    let parsed = log_filter(filter).map_err(|error| {
         anyhow::anyhow!(
             "invalid configuration: log = {filter:?} is not a log filter (e.g. info, debug, weft_meta=debug): {error}"
         )

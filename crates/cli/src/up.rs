@@ -111,6 +111,8 @@ async fn up(args: UpArgs) -> Result<()> {
         stats_interval: weft_mgmt::config::STATS_INTERVAL_DEFAULT,
         mirror_promotion_timeout: weft_mgmt::config::MIRROR_PROMOTION_TIMEOUT_DEFAULT,
         quota_grace_period: weft_mgmt::config::QUOTA_GRACE_PERIOD_DEFAULT,
+        replicas: Vec::new(),
+        replica: 0,
         influxdb: None,
         metrics_listen: None,
         log: None,

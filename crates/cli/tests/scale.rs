@@ -4,91 +4,9 @@
 
 mod common;
 
-use common::cluster;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
-
-/// Bytes one write of the writers carries.
-const RECORD_BYTES: usize = 1 << 20;
-
-/// A file written record after record from one client host until stopped.
-struct Writer {
-    written: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<std::io::Result<u64>>,
-}
-
-impl Writer {
-    fn start(path: PathBuf, seed: u64) -> Writer {
-        let written = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = std::thread::spawn({
-            let (written, stop) = (Arc::clone(&written), Arc::clone(&stop));
-            move || {
-                common::private_file_table();
-                let mut file = std::fs::File::create(&path)?;
-                let mut records = 0;
-                while !stop.load(Ordering::Acquire) {
-                    file.write_all(&common::pattern(seed + records, RECORD_BYTES))?;
-                    records += 1;
-                    written.store(records * RECORD_BYTES as u64, Ordering::Release);
-                }
-                file.sync_all()?;
-                Ok(records)
-            }
-        });
-        Writer {
-            written,
-            stop,
-            thread,
-        }
-    }
-
-    fn written(&self) -> u64 {
-        self.written.load(Ordering::Acquire)
-    }
-
-    /// Waits until `more` bytes were written after now.
-    fn advance(&self, more: u64, what: &str) {
-        let from = self.written();
-        wait_until(what, || {
-            self.thread.is_finished() || self.written() >= from + more
-        })
-        .expect("the writer goes on");
-        assert!(!self.thread.is_finished(), "the writer stopped: {what}");
-    }
-
-    /// Stops the writer; answers how many records it wrote, or the error it met.
-    fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Release);
-        self.thread
-            .join()
-            .expect("writer thread")
-            .expect("every write and the fsync succeed: a cut rail is a pause, not an error")
-    }
-}
-
-/// Checks the `records` records of `seed` at `path`.
-fn verify(path: &Path, seed: u64, records: u64) {
-    let data = std::fs::read(path).expect("read back");
-    assert_eq!(
-        data.len() as u64,
-        records * RECORD_BYTES as u64,
-        "{} holds every record",
-        path.display()
-    );
-    for (record, chunk) in data.chunks(RECORD_BYTES).enumerate() {
-        assert!(
-            chunk == common::pattern(seed + record as u64, RECORD_BYTES).as_slice(),
-            "record {record} of {} reads back as written",
-            path.display()
-        );
-    }
-}
+use common::{cluster, verify, Writer, RECORD_BYTES};
+use std::path::PathBuf;
+use weft_testkit::{ClusterSpec, LocalCluster};
 
 /// Cuts `host`'s link on `rail`, waits until every writer wrote 16 more records, and restores
 /// the link.

@@ -67,6 +67,16 @@ weft_net::service_config! {
             with = "weft_proto::millis"
         )]
         pub quota_grace_period: Duration,
+        /// Every management server of a replicated management, this one included, each as
+        /// nodes and clients reach it (its rails comma-separated), in the same order in every
+        /// server's config: 3 or 5 of them, which keep serving while a majority runs. Empty
+        /// (the default): this server alone.
+        #[serde(default)]
+        pub replicas: Vec<String>,
+        /// Which of `replicas` this server is: 1 for the first. Server 1 starts the replicated
+        /// log the first time.
+        #[serde(default)]
+        pub replica: u64,
     }
 }
 
@@ -143,6 +153,37 @@ impl MgmtConfig {
             problems.push(format!(
                 "mirror_promotion_timeout_ms = {} is below 1000: it must exceed a lease and a storage heartbeat interval",
                 self.mirror_promotion_timeout.as_millis()
+            ));
+        }
+        if !self.replicas.is_empty() {
+            if self.replicas.len() < 3 || self.replicas.len() % 2 == 0 {
+                problems.push(format!(
+                    "replicas lists {} management servers: list 3 or 5 (an even number survives \
+                     no more failures than one fewer), or none for a single management server",
+                    self.replicas.len()
+                ));
+            }
+            if self.replica == 0 || self.replica > self.replicas.len() as u64 {
+                problems.push(format!(
+                    "replica = {} does not name one of the {} replicas: set it to this server's \
+                     place in the list, 1 for the first",
+                    self.replica,
+                    self.replicas.len()
+                ));
+            }
+            if let Some(bad) = self.replicas.iter().find(|address| {
+                address.contains(';')
+                    || weft_proto::messages::rails(address).next().is_none()
+                    || weft_proto::messages::rails(address).any(|rail| !rail.contains(':'))
+            }) {
+                problems.push(format!(
+                    "replicas: {bad:?} is not one server's address (host:port, its rails separated by commas)"
+                ));
+            }
+        } else if self.replica != 0 {
+            problems.push(format!(
+                "replica = {} but replicas lists no management server: list them all, or leave replica out",
+                self.replica
             ));
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {

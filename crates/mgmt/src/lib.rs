@@ -8,6 +8,8 @@
 //! - `mirrors`: mirror groups: versions, primaries, member states and leases, driven by the
 //!   storage servers' heartbeats, committed before they are published.
 //! - `pools`: storage pools: created, removed, targets moved between them, capacity limits.
+//! - `replication`: the store replicated over 3 or 5 management servers with Raft; only the
+//!   leader serves.
 //! - `monitor`: samples every server's load, keeps recent throughput, turns state changes
 //!   into events; the cluster view (`/api/cluster`, `weft cluster`) comes from it.
 //!
@@ -19,6 +21,7 @@ pub mod config;
 mod mirrors;
 mod monitor;
 mod pools;
+mod replication;
 mod service;
 mod store;
 
@@ -61,6 +64,10 @@ pub enum MgmtError {
     /// The store could not be opened or written.
     #[error("management store: {0}")]
     Store(String),
+    /// This server is not the leader of a replicated management (the message names the
+    /// leader), or lost its majority before a change was committed.
+    #[error("{0}")]
+    NotLeader(String),
     /// A target removed from the cluster (`weft target remove`) registers again.
     #[error("target {0} was removed from the cluster: take its directory out of the storage server's config (its data is no longer part of the file system)")]
     TargetRemoved(weft_proto::ids::TargetId),

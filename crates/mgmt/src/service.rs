@@ -3,6 +3,7 @@
 use crate::mirrors::{nodes_of_targets, Mirrors};
 use crate::monitor::{unix_ms, Monitor};
 use crate::pools;
+use crate::replication::{self, Log, LogStore, Network, Raft, StateMachine};
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
@@ -90,7 +91,8 @@ const MAP_PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
 /// inside (no CDN), drawn from `/api/cluster`.
 const WEB_PAGE: &str = include_str!("web/index.html");
 
-/// Runs management until `shutdown` completes.
+/// Runs management until `shutdown` completes: this server alone, or one of a replicated
+/// management (`replicas` in the config), which serves while it leads.
 ///
 /// # Errors
 /// [`MgmtError`] when the data directory or store cannot be used.
@@ -106,58 +108,284 @@ pub async fn run(
         source,
     })?;
     let store = MgmtStore::open(&config.data_dir)?;
-    let mirrors = Mirrors::open(&store, config.mirror_promotion_timeout)?;
-    let mgmt = Arc::new(Mgmt {
-        store,
-        live: Mutex::default(),
-        started: Instant::now(),
-        offline_timeout: config.node_offline_timeout,
-        session_timeout: config.session_timeout,
-        rename_lock: Mutex::new(None),
-        rename_lock_lease: config.rename_lock_lease,
-        monitor: Monitor::new(config.stats_interval, auth.clone()),
-        mirror_lock: Mutex::new(()),
-        mirrors,
-        // Starts at the clock, so a map from before a restart has a smaller epoch than any
-        // after it.
-        map_epoch: tokio::sync::watch::Sender::new(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |since| since.as_micros() as u64),
-        ),
-        map_shape: Mutex::new(0),
-        watched: Mutex::new(None),
-        quota_grace_period: config.quota_grace_period,
+    let raft = if config.replicas.is_empty() {
+        None
+    } else {
+        Some(start_replication(&config, &store, auth.clone()).await?)
+    };
+    let front = Arc::new(Front {
+        config,
+        auth,
+        raft: raft.clone(),
+        serving: std::sync::RwLock::new(None),
     });
+    let leading = match &raft {
+        None => {
+            front.serve(store)?;
+            None
+        }
+        Some(raft) => Some(tokio::spawn(lead(Arc::clone(&front), raft.clone(), store))),
+    };
     let address = listeners.address();
     tracing::info!(%address, metrics = %format!("http://{address}/metrics"), "management serving");
     let mut metrics = weft_observe::MetricsBuilder::new("mgmt", None);
     metrics
         .registry()
-        .register_collector(Box::new(ClusterCollector(Arc::clone(&mgmt))));
-    let epoch = Arc::downgrade(&mgmt);
+        .register_collector(Box::new(ClusterCollector(Arc::clone(&front))));
+    let epoch = Arc::downgrade(&front);
     metrics
         .registry()
         .register_collector(Box::new(weft_observe::metrics::MapEpochCollector(
-            Box::new(move || epoch.upgrade().map_or(0, |mgmt| *mgmt.map_epoch.borrow())),
+            Box::new(move || {
+                epoch
+                    .upgrade()
+                    .and_then(|front| front.leading())
+                    .map_or(0, |mgmt| *mgmt.map_epoch.borrow())
+            }),
         )));
-    let monitoring = tokio::spawn(monitor_loop(Arc::clone(&mgmt)));
-    let mirroring = tokio::spawn(mirror_loop(Arc::clone(&mgmt)));
-    let publishing = tokio::spawn(publish_loop(Arc::clone(&mgmt)));
-    weft_net::serve_with_exporters(
+    let exporters = front.config.exporters();
+    let served = weft_net::serve_with_exporters(
         listeners,
-        mgmt,
+        Arc::clone(&front),
         metrics.build(),
-        config.exporters(),
+        exporters,
         admission,
         shutdown,
     )
     .await
-    .map_err(|e| MgmtError::Listen(e.to_string()))?;
-    monitoring.abort();
-    mirroring.abort();
-    publishing.abort();
-    Ok(())
+    .map_err(|e| MgmtError::Listen(e.to_string()));
+    if let Some(leading) = leading {
+        leading.abort();
+        let _ = leading.await;
+    }
+    front.stop_serving();
+    if let Some(raft) = raft {
+        let _ = raft.shutdown().await;
+    }
+    served
+}
+
+/// Starts this server's Raft node; server 1 starts the log the first time.
+async fn start_replication(
+    config: &MgmtConfig,
+    store: &MgmtStore,
+    auth: weft_net::Auth,
+) -> Result<Raft, MgmtError> {
+    let log = LogStore::open(&config.data_dir)?;
+    let machine = StateMachine::new(store)?;
+    let network = Network {
+        options: weft_net::RpcClientOptions {
+            connections: 1,
+            request_timeout: replication::ELECTION_TIMEOUT.0,
+            connect_timeout: replication::ELECTION_TIMEOUT.0,
+            auth,
+            ..weft_net::RpcClientOptions::default()
+        },
+    };
+    let raft = Raft::new(
+        config.replica,
+        Arc::new(replication::raft_config()?),
+        network,
+        log,
+        machine,
+    )
+    .await
+    .map_err(|error| MgmtError::Store(format!("replicated log: {error}")))?;
+    let fresh = !raft
+        .is_initialized()
+        .await
+        .map_err(|error| MgmtError::Store(format!("replicated log: {error}")))?;
+    if fresh && config.replica == 1 {
+        raft.initialize(replication::membership(&config.replicas))
+            .await
+            .map_err(|error| {
+                MgmtError::Store(format!("cannot start the replicated log: {error}"))
+            })?;
+        tracing::info!(servers = ?config.replicas, "replicated log started");
+    }
+    tracing::info!(
+        replica = config.replica,
+        of = config.replicas.len(),
+        "management replicated"
+    );
+    Ok(raft)
+}
+
+/// Serves while this server leads: once it leads, and every entry committed before is
+/// applied here, it serves as a restarted management does (it waits a full offline and
+/// promotion timeout before it declares anything offline or promotes anyone); once it no
+/// longer leads, it stops.
+async fn lead(front: Arc<Front>, raft: Raft, store: MgmtStore) {
+    let mut metrics = raft.metrics();
+    loop {
+        let leads = metrics.borrow_and_update().state == openraft::ServerState::Leader;
+        let serving = front.leading().is_some();
+        if leads && !serving {
+            match raft.ensure_linearizable().await {
+                Ok(_) => match front.serve(store.replicated(Log::new(raft.clone()))) {
+                    Ok(()) => tracing::info!("this management server leads"),
+                    Err(error) => tracing::error!(%error, "cannot serve as the leader"),
+                },
+                Err(error) => tracing::debug!(%error, "lost the lead before serving"),
+            }
+            // Looks again at once: the lead may have changed meanwhile.
+            tokio::time::sleep(replication::HEARTBEAT_INTERVAL).await;
+            continue;
+        }
+        if !leads && serving {
+            front.stop_serving();
+            tracing::info!("this management server no longer leads");
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What answers on management's address: the service while this server serves (alone, or as
+/// the leader of a replicated management), `NotLeader` naming the leader otherwise, and the
+/// other management servers' replication messages.
+struct Front {
+    config: MgmtConfig,
+    auth: weft_net::Auth,
+    raft: Option<Raft>,
+    serving: std::sync::RwLock<Option<Serving>>,
+}
+
+/// The service while this server serves, with its background loops.
+struct Serving {
+    mgmt: Arc<Mgmt>,
+    loops: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        for task in &self.loops {
+            task.abort();
+        }
+    }
+}
+
+impl Front {
+    /// Starts serving from `store`.
+    fn serve(&self, store: MgmtStore) -> Result<(), MgmtError> {
+        let mgmt = Arc::new(Mgmt::new(&self.config, store, self.auth.clone())?);
+        let loops = vec![
+            tokio::spawn(monitor_loop(Arc::clone(&mgmt))),
+            tokio::spawn(mirror_loop(Arc::clone(&mgmt))),
+            tokio::spawn(publish_loop(Arc::clone(&mgmt))),
+        ];
+        *self.serving.write().expect("serving poisoned") = Some(Serving { mgmt, loops });
+        Ok(())
+    }
+
+    fn stop_serving(&self) {
+        self.serving.write().expect("serving poisoned").take();
+    }
+
+    /// The service, while this server serves.
+    fn leading(&self) -> Option<Arc<Mgmt>> {
+        self.serving
+            .read()
+            .expect("serving poisoned")
+            .as_ref()
+            .map(|serving| Arc::clone(&serving.mgmt))
+    }
+
+    /// The answer of a server that does not serve: who leads, as far as it knows.
+    fn not_leader(&self) -> WireError {
+        let leader = self.raft.as_ref().and_then(|raft| {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            let leader = metrics.current_leader?;
+            metrics
+                .membership_config
+                .membership()
+                .get_node(&leader)
+                .map(|node| node.addr.clone())
+        });
+        WireError::new(
+            ErrorCode::NotLeader,
+            replication::leader_named(leader.as_deref()),
+        )
+    }
+}
+
+impl weft_net::Handler for Front {
+    async fn handle(
+        &self,
+        from: weft_net::auth::Identity,
+        request: Request,
+        payload: Bytes,
+    ) -> (Reply, Bytes) {
+        if let Request::Mgmt(MgmtRequest::Raft { call }) = request {
+            let answered = match (&self.raft, &from) {
+                (Some(raft), weft_net::auth::Identity::Member) => {
+                    replication::answer(raft, call, &payload)
+                        .await
+                        .map_err(|error| WireError::new(ErrorCode::InvalidArgument, error))
+                }
+                (Some(_), weft_net::auth::Identity::Client(_)) => Err(WireError::new(
+                    ErrorCode::PermissionDenied,
+                    "only management servers replicate management",
+                )),
+                (None, _) => Err(WireError::new(
+                    ErrorCode::WrongService,
+                    "this management server is not replicated (no replicas in its config)",
+                )),
+            };
+            return match answered {
+                Ok(payload) => (Ok(Response::Raft), payload),
+                Err(error) => (Err(error), Bytes::new()),
+            };
+        }
+        match self.leading() {
+            Some(mgmt) => mgmt.handle(from, request).await,
+            None => (Err(self.not_leader()), Bytes::new()),
+        }
+    }
+
+    async fn http(&self, path: &str, _query: &str) -> Option<HttpReply> {
+        match path {
+            "/" | "/index.html" => Some(HttpReply::ok("text/html; charset=utf-8", WEB_PAGE)),
+            "/api/cluster" => Some(match self.leading() {
+                Some(mgmt) => match mgmt.cluster_status() {
+                    Ok(status) => HttpReply::json(&status),
+                    Err(error) => HttpReply::error(500, error.to_string()),
+                },
+                None => HttpReply::error(503, self.not_leader().message),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl Mgmt {
+    fn new(config: &MgmtConfig, store: MgmtStore, auth: weft_net::Auth) -> Result<Mgmt, MgmtError> {
+        let mirrors = Mirrors::open(&store, config.mirror_promotion_timeout)?;
+        Ok(Mgmt {
+            store,
+            live: Mutex::default(),
+            started: Instant::now(),
+            offline_timeout: config.node_offline_timeout,
+            session_timeout: config.session_timeout,
+            rename_lock: Mutex::new(None),
+            rename_lock_lease: config.rename_lock_lease,
+            monitor: Monitor::new(config.stats_interval, auth),
+            mirror_lock: Mutex::new(()),
+            mirrors,
+            // Starts at the clock, so a map from before a restart (or from an earlier
+            // leader) has a smaller epoch than any after it.
+            map_epoch: tokio::sync::watch::Sender::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |since| since.as_micros() as u64),
+            ),
+            map_shape: Mutex::new(0),
+            watched: Mutex::new(None),
+            quota_grace_period: config.quota_grace_period,
+        })
+    }
 }
 
 /// Replaces silent primaries of mirror groups, a few times per promotion timeout.
@@ -248,13 +476,8 @@ async fn monitor_loop(mgmt: Arc<Mgmt>) {
     }
 }
 
-impl weft_net::Handler for Mgmt {
-    async fn handle(
-        &self,
-        from: weft_net::auth::Identity,
-        request: Request,
-        _payload: Bytes,
-    ) -> (Reply, Bytes) {
+impl Mgmt {
+    async fn handle(&self, from: weft_net::auth::Identity, request: Request) -> (Reply, Bytes) {
         if let weft_net::auth::Identity::Client(name) = &from {
             let rule = self
                 .store
@@ -295,22 +518,11 @@ impl weft_net::Handler for Mgmt {
         };
         (reply, Bytes::new())
     }
-
-    async fn http(&self, path: &str, _query: &str) -> Option<HttpReply> {
-        match path {
-            "/" | "/index.html" => Some(HttpReply::ok("text/html; charset=utf-8", WEB_PAGE)),
-            "/api/cluster" => Some(match self.cluster_status() {
-                Ok(status) => HttpReply::json(&status),
-                Err(error) => HttpReply::error(500, error.to_string()),
-            }),
-            _ => None,
-        }
-    }
 }
 
 /// The cluster as management sees it, for Prometheus: nodes and targets by reachability,
 /// storage space, live client sessions.
-struct ClusterCollector(Arc<Mgmt>);
+struct ClusterCollector(Arc<Front>);
 
 impl std::fmt::Debug for ClusterCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -320,7 +532,10 @@ impl std::fmt::Debug for ClusterCollector {
 
 impl Collector for ClusterCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(map) = self.0.cluster_map() else {
+        let Some(mgmt) = self.0.leading() else {
+            return Ok(());
+        };
+        let Ok(map) = mgmt.cluster_map() else {
             return Ok(());
         };
         let mut nodes: HashMap<(&'static str, &'static str), i64> = HashMap::new();
@@ -445,8 +660,7 @@ impl Collector for ClusterCollector {
             let labels = [("kind", <&str>::from(group.kind)), ("group", id.as_str())];
             ConstGauge::new(group.version.0 as i64).encode(family.encode_family(&labels)?)?;
         }
-        let unserved = self
-            .0
+        let unserved = mgmt
             .live
             .lock()
             .expect("live state poisoned")
@@ -557,6 +771,9 @@ fn refused(refused: pools::Refused) -> WireError {
 }
 
 fn internal(error: MgmtError) -> WireError {
+    if let MgmtError::NotLeader(message) = error {
+        return WireError::new(ErrorCode::NotLeader, message);
+    }
     tracing::error!(%error, "management store failed");
     WireError::new(ErrorCode::Internal, error.to_string())
 }
@@ -667,6 +884,14 @@ impl Mgmt {
                 quota_usage,
                 target_uses,
             } => {
+                // A leader cut off from the others must not renew leases another leader
+                // could be granting: the node asks another server.
+                if !self.store.leads_a_majority() {
+                    return Err(WireError::new(
+                        ErrorCode::NotLeader,
+                        "this management server lost contact with the majority of its replicas",
+                    ));
+                }
                 if !self.store.node_exists(kind, node).map_err(internal)? {
                     return Err(WireError::new(
                         ErrorCode::UnknownNode,
@@ -863,6 +1088,11 @@ impl Mgmt {
                 Ok(Response::Done)
             }
             MgmtRequest::GetQuotas => Ok(Response::Quotas(self.quota_states().map_err(internal)?)),
+            // Answered before the service (`Front`).
+            MgmtRequest::Raft { .. } => Err(WireError::new(
+                ErrorCode::WrongService,
+                "replication messages are answered by the replication",
+            )),
             MgmtRequest::CreatePool { name } => {
                 self.pool_change(|| pools::create(&self.store, &name))
             }

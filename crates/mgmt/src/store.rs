@@ -3,9 +3,12 @@
 //! Every change commits (fsync) before the request that made it is answered.
 
 use crate::MgmtError;
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{
+    Database, ReadTransaction, ReadableTable, TableDefinition, TableHandle, WriteTransaction,
+};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
 use weft_mirror::ControllerDurable;
 use weft_proto::access::{ClientRule, Subtree};
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
@@ -56,7 +59,7 @@ const DRAINING: TableDefinition<u32, u64> = TableDefinition::new("draining");
 const REMOVED_TARGETS: TableDefinition<u32, u64> = TableDefinition::new("removed_targets");
 
 /// A storage pool as stored: its [`PoolInfo`] but for the id, which is the key.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PoolRecord {
     pub name: String,
     pub low: CapacityLimits,
@@ -64,7 +67,7 @@ pub(crate) struct PoolRecord {
 }
 
 /// A [`ClientRule`] as stored, but for its subtree (in [`CLIENT_SUBTREES`]).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RuleRecord {
     pub name: String,
     pub read_only: bool,
@@ -73,13 +76,13 @@ pub(crate) struct RuleRecord {
 }
 
 /// Raises the counter of the ids given to mirror groups of `kind` to `id`, if it is lower.
-fn raise_group_counter(
-    txn: &redb::WriteTransaction,
-    kind: MirrorKind,
-    id: u32,
-) -> Result<(), MgmtError> {
+fn raise_group_counter(txn: &WriteTransaction, kind: u8, id: u32) -> Result<(), MgmtError> {
     let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-    let name = mirror_group_counter(kind);
+    let name = mirror_group_counter(if kind == mirror_kind_key(MirrorKind::Meta) {
+        MirrorKind::Meta
+    } else {
+        MirrorKind::Storage
+    });
     let last = counters
         .get(name)
         .map_err(store_error)?
@@ -105,7 +108,7 @@ fn mirror_kind_key(kind: MirrorKind) -> u8 {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct NodeRecord {
     pub alias: String,
     pub addresses: Vec<String>,
@@ -138,11 +141,16 @@ fn store_error(error: impl std::fmt::Display) -> MgmtError {
     MgmtError::Store(error.to_string())
 }
 
+/// Management's durable state: read from its redb database, changed by [`Command`]s — applied
+/// at once by a management server alone, or through the replicated log ([`crate::replication`])
+/// by every management server of a replicated cluster, in the log's order.
 pub(crate) struct MgmtStore {
-    db: Database,
+    db: Arc<Database>,
+    log: Option<crate::replication::Log>,
 }
 
 impl MgmtStore {
+    /// The store in `data_dir`, changed by this server alone.
     pub fn open(data_dir: &Path) -> Result<MgmtStore, MgmtError> {
         let db = Database::create(data_dir.join("mgmt.redb")).map_err(store_error)?;
         let txn = db.begin_write().map_err(store_error)?;
@@ -162,7 +170,45 @@ impl MgmtStore {
             txn.open_table(REMOVED_TARGETS).map_err(store_error)?;
         }
         txn.commit().map_err(store_error)?;
-        Ok(MgmtStore { db })
+        Ok(MgmtStore {
+            db: Arc::new(db),
+            log: None,
+        })
+    }
+
+    /// The same database, changed through the replicated `log` from now on.
+    pub fn replicated(&self, log: crate::replication::Log) -> MgmtStore {
+        MgmtStore {
+            db: Arc::clone(&self.db),
+            log: Some(log),
+        }
+    }
+
+    /// Whether this server may grant leases now: always when alone; as one of a replicated
+    /// management, while it leads a majority ([`crate::replication::Log::leads_a_majority`]).
+    pub fn leads_a_majority(&self) -> bool {
+        self.log
+            .as_ref()
+            .is_none_or(crate::replication::Log::leads_a_majority)
+    }
+
+    /// The database, for the replicated log's state machine.
+    pub fn database(&self) -> Arc<Database> {
+        Arc::clone(&self.db)
+    }
+
+    /// Makes `command`: commits it here, or has the replicated log commit it on a majority of
+    /// the management servers and apply it here.
+    fn execute(&self, command: Command) -> Result<Outcome, MgmtError> {
+        match &self.log {
+            Some(log) => log.propose(command),
+            None => {
+                let txn = self.db.begin_write().map_err(store_error)?;
+                let outcome = apply(&txn, &command)?;
+                txn.commit().map_err(store_error)?;
+                Ok(outcome)
+            }
+        }
     }
 
     /// Registers or re-registers a node; returns its id.
@@ -172,45 +218,12 @@ impl MgmtStore {
         existing: Option<NodeId>,
         record: &NodeRecord,
     ) -> Result<NodeId, MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        let node = {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let counter_name = match kind {
-                NodeKind::Meta => "meta_node",
-                NodeKind::Storage => "storage_node",
-                NodeKind::Management => "management_node",
-            };
-            let last = counters
-                .get(counter_name)
-                .map_err(store_error)?
-                .map(|v| v.value())
-                .unwrap_or(0);
-            let node = match existing {
-                Some(node) => {
-                    // A node keeps the id it saved, even one this store has never seen (a
-                    // restored management store); the counter moves past it.
-                    if u64::from(node.0) > last {
-                        counters
-                            .insert(counter_name, u64::from(node.0))
-                            .map_err(store_error)?;
-                    }
-                    node
-                }
-                None => {
-                    let next = last + 1;
-                    counters.insert(counter_name, next).map_err(store_error)?;
-                    NodeId(u32::try_from(next).map_err(store_error)?)
-                }
-            };
-            let mut nodes = txn.open_table(NODES).map_err(store_error)?;
-            let bytes = postcard::to_stdvec(record).map_err(store_error)?;
-            nodes
-                .insert((kind_key(kind), node.0), bytes.as_slice())
-                .map_err(store_error)?;
-            node
-        };
-        txn.commit().map_err(store_error)?;
-        Ok(node)
+        let outcome = self.execute(Command::RegisterNode {
+            kind: kind_key(kind),
+            existing: existing.map(|node| node.0),
+            record: record.clone(),
+        })?;
+        Ok(NodeId(outcome.small_id()?))
     }
 
     pub fn register_target(
@@ -218,94 +231,186 @@ impl MgmtStore {
         node: NodeId,
         existing: Option<TargetId>,
     ) -> Result<TargetId, MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        if let Some(target) = existing {
-            let removed = txn.open_table(REMOVED_TARGETS).map_err(store_error)?;
-            if removed.get(target.0).map_err(store_error)?.is_some() {
-                return Err(MgmtError::TargetRemoved(target));
-            }
+        match self.execute(Command::RegisterTarget {
+            node: node.0,
+            existing: existing.map(|target| target.0),
+        })? {
+            Outcome::TargetRemoved(target) => Err(MgmtError::TargetRemoved(TargetId(target))),
+            outcome => Ok(TargetId(outcome.small_id()?)),
         }
-        let target = {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let last = counters
-                .get("target")
-                .map_err(store_error)?
-                .map(|v| v.value())
-                .unwrap_or(0);
-            let target = match existing {
-                Some(target) => {
-                    if u64::from(target.0) > last {
-                        counters
-                            .insert("target", u64::from(target.0))
-                            .map_err(store_error)?;
-                    }
-                    target
-                }
-                None => {
-                    counters.insert("target", last + 1).map_err(store_error)?;
-                    TargetId(u32::try_from(last + 1).map_err(store_error)?)
-                }
-            };
-            let mut targets = txn.open_table(TARGETS).map_err(store_error)?;
-            let pool = match targets.get(target.0).map_err(store_error)? {
-                Some(bytes) => postcard::from_bytes::<TargetRecord>(bytes.value())
-                    .map(|r| r.pool)
-                    .unwrap_or(StoragePoolId::DEFAULT),
-                None => StoragePoolId::DEFAULT,
-            };
-            let bytes = postcard::to_stdvec(&TargetRecord { node, pool }).map_err(store_error)?;
-            targets
-                .insert(target.0, bytes.as_slice())
-                .map_err(store_error)?;
-            target
-        };
-        txn.commit().map_err(store_error)?;
-        Ok(target)
     }
 
     /// Registers a session for `alias`, registered by the client identity `owner` (`None`
     /// for a member).
     pub fn register_client(&self, alias: &str, owner: Option<&str>) -> Result<ClientId, MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        let client = {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let next = counters
-                .get("client")
-                .map_err(store_error)?
-                .map(|v| v.value())
-                .unwrap_or(0)
-                + 1;
-            counters.insert("client", next).map_err(store_error)?;
-            let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
-            clients.insert(next, alias).map_err(store_error)?;
-            if let Some(owner) = owner {
-                let mut owners = txn.open_table(SESSION_OWNERS).map_err(store_error)?;
-                owners.insert(next, owner).map_err(store_error)?;
-            }
-            ClientId(next)
-        };
-        txn.commit().map_err(store_error)?;
-        Ok(client)
+        let outcome = self.execute(Command::RegisterClient {
+            alias: alias.to_string(),
+            owner: owner.map(str::to_string),
+        })?;
+        Ok(ClientId(outcome.id()?))
+    }
+
+    /// Forgets expired client sessions.
+    pub fn remove_clients(&self, expired: &[ClientId]) -> Result<(), MgmtError> {
+        self.execute(Command::RemoveClients {
+            clients: expired.iter().map(|client| client.0).collect(),
+        })
+        .map(drop)
+    }
+
+    /// Commits the state of `kind`'s mirror groups.
+    pub fn save_mirror_state(
+        &self,
+        kind: MirrorKind,
+        state: &ControllerDurable,
+    ) -> Result<(), MgmtError> {
+        self.execute(Command::SaveMirrorState {
+            kind: mirror_kind_key(kind),
+            state: postcard::to_stdvec(state).map_err(store_error)?,
+            // The highest group id ever given, so a removed group's id is not given again.
+            highest: state.map.groups.keys().map(|id| id.0).max().unwrap_or(0),
+        })
+        .map(drop)
+    }
+
+    /// Counts `id` as given to a mirror group of `kind` (the highest given stays the
+    /// highest).
+    pub fn note_mirror_group(&self, kind: MirrorKind, id: u32) -> Result<(), MgmtError> {
+        self.execute(Command::NoteMirrorGroup {
+            kind: mirror_kind_key(kind),
+            id,
+        })
+        .map(drop)
+    }
+
+    /// Commits `rule`, replacing its client's earlier one.
+    pub fn set_client_rule(&self, rule: &ClientRule) -> Result<(), MgmtError> {
+        self.execute(Command::SetClientRule {
+            rule: RuleRecord {
+                name: rule.name.clone(),
+                read_only: rule.read_only,
+                root_squash: rule.root_squash,
+                revoked: rule.revoked,
+            },
+            subtree: rule
+                .subtree
+                .as_ref()
+                .map(|subtree| (subtree.inode.0, subtree.path.clone())),
+        })
+        .map(drop)
+    }
+
+    /// Removes the rule of the client `name`; whether it had one.
+    pub fn remove_client_rule(&self, name: &str) -> Result<bool, MgmtError> {
+        self.execute(Command::RemoveClientRule {
+            name: name.to_string(),
+        })?
+        .found()
+    }
+
+    /// Creates a pool called `name` with the default limits; `None` when one has that name.
+    pub fn create_pool(&self, name: &str) -> Result<Option<PoolInfo>, MgmtError> {
+        match self.execute(Command::CreatePool {
+            name: name.to_string(),
+        })? {
+            Outcome::Pool(pool) => Ok(pool.map(|(id, record)| PoolInfo {
+                id: StoragePoolId(id),
+                name: record.name,
+                low: record.low,
+                emergency: record.emergency,
+            })),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    /// Commits `pool`'s name and limits.
+    pub fn save_pool(&self, pool: &PoolInfo) -> Result<(), MgmtError> {
+        self.execute(Command::SavePool {
+            id: pool.id.0,
+            pool: PoolRecord {
+                name: pool.name.clone(),
+                low: pool.low,
+                emergency: pool.emergency,
+            },
+        })
+        .map(drop)
+    }
+
+    /// Removes pool `id`; whether it was there. The caller checks it holds no target.
+    pub fn remove_pool(&self, id: StoragePoolId) -> Result<bool, MgmtError> {
+        self.execute(Command::RemovePool { id: id.0 })?.found()
+    }
+
+    /// Puts `targets` into pool `to`, in one transaction.
+    pub fn set_targets_pool(
+        &self,
+        targets: &[TargetId],
+        to: StoragePoolId,
+    ) -> Result<(), MgmtError> {
+        match self.execute(Command::SetTargetsPool {
+            targets: targets.iter().map(|target| target.0).collect(),
+            pool: to.0,
+        })? {
+            Outcome::NotRegistered(target) => Err(MgmtError::Store(format!(
+                "target {} is not registered",
+                TargetId(target)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Commits `rule`, or removes its user's or group's rule in its pool when it sets no limit.
+    pub fn set_quota(&self, rule: &QuotaRule) -> Result<(), MgmtError> {
+        let limits = rule.limits;
+        self.execute(Command::SetQuota {
+            key: (rule.kind.key(), rule.id, rule.pool.0),
+            limits: (
+                limits.soft_bytes,
+                limits.hard_bytes,
+                limits.soft_inodes,
+                limits.hard_inodes,
+            ),
+        })
+        .map(drop)
+    }
+
+    /// Starts (`since` Some) or ends the grace period of `rule`'s soft limit `what`.
+    pub fn set_grace(
+        &self,
+        rule: &QuotaRule,
+        what: u8,
+        since: Option<u64>,
+    ) -> Result<(), MgmtError> {
+        self.execute(Command::SetGrace {
+            key: (rule.kind.key(), rule.id, rule.pool.0, what),
+            since,
+        })
+        .map(drop)
+    }
+
+    /// Starts draining `target` at `unix_ms` (kept if it drains already), or stops it.
+    pub fn set_draining(&self, target: TargetId, unix_ms: Option<u64>) -> Result<(), MgmtError> {
+        self.execute(Command::SetDraining {
+            target: target.0,
+            since_ms: unix_ms,
+        })
+        .map(drop)
+    }
+
+    /// Removes `target` from the cluster at `unix_ms`, for good: it leaves its pool, and may
+    /// not register again.
+    pub fn remove_target(&self, target: TargetId, unix_ms: u64) -> Result<(), MgmtError> {
+        self.execute(Command::RemoveTarget {
+            target: target.0,
+            at_ms: unix_ms,
+        })
+        .map(drop)
     }
 
     pub fn client_exists(&self, client: ClientId) -> Result<bool, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let clients = txn.open_table(CLIENTS).map_err(store_error)?;
         Ok(clients.get(client.0).map_err(store_error)?.is_some())
-    }
-
-    /// Forgets expired client sessions.
-    pub fn remove_clients(&self, expired: &[ClientId]) -> Result<(), MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        {
-            let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
-            let mut owners = txn.open_table(SESSION_OWNERS).map_err(store_error)?;
-            for client in expired {
-                clients.remove(client.0).map_err(store_error)?;
-                owners.remove(client.0).map_err(store_error)?;
-            }
-        }
-        txn.commit().map_err(store_error)
     }
 
     pub fn clients(&self) -> Result<Vec<ClientId>, MgmtError> {
@@ -353,32 +458,6 @@ impl MgmtStore {
         }
     }
 
-    /// Commits the state of `kind`'s mirror groups.
-    pub fn save_mirror_state(
-        &self,
-        kind: MirrorKind,
-        state: &ControllerDurable,
-    ) -> Result<(), MgmtError> {
-        let bytes = postcard::to_stdvec(state).map_err(store_error)?;
-        let txn = self.db.begin_write().map_err(store_error)?;
-        txn.open_table(MIRROR_STATE)
-            .map_err(store_error)?
-            .insert(mirror_kind_key(kind), bytes.as_slice())
-            .map_err(store_error)?;
-        // The highest group id ever given, so a removed group's id is not given again.
-        let highest = state.map.groups.keys().map(|id| id.0).max().unwrap_or(0);
-        raise_group_counter(&txn, kind, highest)?;
-        txn.commit().map_err(store_error)
-    }
-
-    /// Counts `id` as given to a mirror group of `kind` (the highest given stays the
-    /// highest).
-    pub fn note_mirror_group(&self, kind: MirrorKind, id: u32) -> Result<(), MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        raise_group_counter(&txn, kind, id)?;
-        txn.commit().map_err(store_error)
-    }
-
     /// The highest id a mirror group of `kind` was ever given (0: none yet).
     pub fn last_mirror_group(&self, kind: MirrorKind) -> Result<u32, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
@@ -400,49 +479,6 @@ impl MgmtStore {
             owners.push((ClientId(id.value()), name.value().to_string()));
         }
         Ok(owners)
-    }
-
-    /// Commits `rule`, replacing its client's earlier one.
-    pub fn set_client_rule(&self, rule: &ClientRule) -> Result<(), MgmtError> {
-        let record = RuleRecord {
-            name: rule.name.clone(),
-            read_only: rule.read_only,
-            root_squash: rule.root_squash,
-            revoked: rule.revoked,
-        };
-        let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
-        let txn = self.db.begin_write().map_err(store_error)?;
-        txn.open_table(CLIENT_RULES)
-            .map_err(store_error)?
-            .insert(rule.name.as_str(), bytes.as_slice())
-            .map_err(store_error)?;
-        let mut subtrees = txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
-        match &rule.subtree {
-            Some(subtree) => subtrees
-                .insert(rule.name.as_str(), (subtree.inode.0, subtree.path.as_str()))
-                .map(drop),
-            None => subtrees.remove(rule.name.as_str()).map(drop),
-        }
-        .map_err(store_error)?;
-        drop(subtrees);
-        txn.commit().map_err(store_error)
-    }
-
-    /// Removes the rule of the client `name`; whether it had one.
-    pub fn remove_client_rule(&self, name: &str) -> Result<bool, MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        let removed = txn
-            .open_table(CLIENT_RULES)
-            .map_err(store_error)?
-            .remove(name)
-            .map_err(store_error)?
-            .is_some();
-        txn.open_table(CLIENT_SUBTREES)
-            .map_err(store_error)?
-            .remove(name)
-            .map_err(store_error)?;
-        txn.commit().map_err(store_error)?;
-        Ok(removed)
     }
 
     /// Every client identity's rule, by name.
@@ -496,112 +532,6 @@ impl MgmtStore {
         Ok(pools)
     }
 
-    /// Creates a pool called `name` with the default limits; `None` when one has that name.
-    pub fn create_pool(&self, name: &str) -> Result<Option<PoolInfo>, MgmtError> {
-        let pools = self.pools()?;
-        if pools.iter().any(|pool| pool.name == name) {
-            return Ok(None);
-        }
-        let txn = self.db.begin_write().map_err(store_error)?;
-        let pool = {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let last = counters
-                .get("pool")
-                .map_err(store_error)?
-                .map(|v| v.value())
-                .unwrap_or(u64::from(StoragePoolId::DEFAULT.0))
-                .max(u64::from(StoragePoolId::DEFAULT.0));
-            let id = u16::try_from(last + 1)
-                .map_err(|_| MgmtError::Store("no pool id is left".into()))?;
-            counters.insert("pool", last + 1).map_err(store_error)?;
-            let pool = PoolInfo::new(StoragePoolId(id), name.to_string());
-            save_pool(&txn, &pool)?;
-            pool
-        };
-        txn.commit().map_err(store_error)?;
-        Ok(Some(pool))
-    }
-
-    /// Commits `pool`'s name and limits.
-    pub fn save_pool(&self, pool: &PoolInfo) -> Result<(), MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        save_pool(&txn, pool)?;
-        txn.commit().map_err(store_error)
-    }
-
-    /// Removes pool `id`; whether it was there. The caller checks it holds no target.
-    pub fn remove_pool(&self, id: StoragePoolId) -> Result<bool, MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        let removed = txn
-            .open_table(POOLS)
-            .map_err(store_error)?
-            .remove(id.0)
-            .map_err(store_error)?
-            .is_some();
-        txn.commit().map_err(store_error)?;
-        Ok(removed)
-    }
-
-    /// Puts `targets` into pool `to`, in one transaction.
-    pub fn set_targets_pool(
-        &self,
-        targets: &[TargetId],
-        to: StoragePoolId,
-    ) -> Result<(), MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        {
-            let mut table = txn.open_table(TARGETS).map_err(store_error)?;
-            for target in targets {
-                let Some(bytes) = table.get(target.0).map_err(store_error)? else {
-                    return Err(MgmtError::Store(format!(
-                        "target {target} is not registered"
-                    )));
-                };
-                let mut record: TargetRecord =
-                    postcard::from_bytes(bytes.value()).map_err(store_error)?;
-                drop(bytes);
-                record.pool = to;
-                let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
-                table
-                    .insert(target.0, bytes.as_slice())
-                    .map_err(store_error)?;
-            }
-        }
-        txn.commit().map_err(store_error)
-    }
-
-    /// Commits `rule`, or removes its user's or group's rule in its pool when it sets no limit.
-    pub fn set_quota(&self, rule: &QuotaRule) -> Result<(), MgmtError> {
-        let key = (rule.kind.key(), rule.id, rule.pool.0);
-        let txn = self.db.begin_write().map_err(store_error)?;
-        {
-            let mut rules = txn.open_table(QUOTA_RULES).map_err(store_error)?;
-            let limits = rule.limits;
-            if limits.is_empty() {
-                rules.remove(key).map_err(store_error)?;
-            } else {
-                rules
-                    .insert(
-                        key,
-                        (
-                            limits.soft_bytes,
-                            limits.hard_bytes,
-                            limits.soft_inodes,
-                            limits.hard_inodes,
-                        ),
-                    )
-                    .map_err(store_error)?;
-            }
-            let mut grace = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
-            for what in [0, 1] {
-                grace
-                    .remove((key.0, key.1, key.2, what))
-                    .map_err(store_error)?;
-            }
-        }
-        txn.commit().map_err(store_error)
-    }
-
     /// Every quota rule, with since when (Unix seconds) its user or group has been over its
     /// soft limit of bytes and of inodes: the grace periods running. One read of both tables.
     pub fn quota_rules(&self) -> Result<Vec<(QuotaRule, GraceStarts)>, MgmtError> {
@@ -639,26 +569,6 @@ impl MgmtStore {
         Ok(rules)
     }
 
-    /// Starts (`since` Some) or ends the grace period of `rule`'s soft limit `what`.
-    pub fn set_grace(
-        &self,
-        rule: &QuotaRule,
-        what: u8,
-        since: Option<u64>,
-    ) -> Result<(), MgmtError> {
-        let key = (rule.kind.key(), rule.id, rule.pool.0, what);
-        let txn = self.db.begin_write().map_err(store_error)?;
-        {
-            let mut table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
-            match since {
-                Some(since) => table.insert(key, since).map(drop),
-                None => table.remove(key).map(drop),
-            }
-            .map_err(store_error)?;
-        }
-        txn.commit().map_err(store_error)
-    }
-
     /// The targets being drained, each with the Unix milliseconds its drain began.
     pub fn draining(&self) -> Result<std::collections::HashMap<TargetId, u64>, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
@@ -669,41 +579,6 @@ impl MgmtStore {
             out.insert(TargetId(key.value()), value.value());
         }
         Ok(out)
-    }
-
-    /// Starts draining `target` at `unix_ms` (kept if it drains already), or stops it.
-    pub fn set_draining(&self, target: TargetId, unix_ms: Option<u64>) -> Result<(), MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        {
-            let mut table = txn.open_table(DRAINING).map_err(store_error)?;
-            match unix_ms {
-                Some(_) if table.get(target.0).map_err(store_error)?.is_some() => {}
-                Some(at) => drop(table.insert(target.0, at).map_err(store_error)?),
-                None => drop(table.remove(target.0).map_err(store_error)?),
-            }
-        }
-        txn.commit().map_err(store_error)
-    }
-
-    /// Removes `target` from the cluster at `unix_ms`, for good: it leaves its pool, and may
-    /// not register again.
-    pub fn remove_target(&self, target: TargetId, unix_ms: u64) -> Result<(), MgmtError> {
-        let txn = self.db.begin_write().map_err(store_error)?;
-        {
-            txn.open_table(TARGETS)
-                .map_err(store_error)?
-                .remove(target.0)
-                .map_err(store_error)?;
-            txn.open_table(DRAINING)
-                .map_err(store_error)?
-                .remove(target.0)
-                .map_err(store_error)?;
-            txn.open_table(REMOVED_TARGETS)
-                .map_err(store_error)?
-                .insert(target.0, unix_ms)
-                .map_err(store_error)?;
-        }
-        txn.commit().map_err(store_error)
     }
 
     pub fn targets(&self) -> Result<Vec<(TargetId, TargetRecord)>, MgmtError> {
@@ -719,17 +594,484 @@ impl MgmtStore {
     }
 }
 
-fn save_pool(txn: &redb::WriteTransaction, pool: &PoolInfo) -> Result<(), MgmtError> {
-    let record = PoolRecord {
-        name: pool.name.clone(),
-        low: pool.low,
-        emergency: pool.emergency,
-    };
-    let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
+/// A change of management's durable state, as [`MgmtStore::execute`] makes it and the
+/// replicated log carries it: stored records and plain numbers, so its bytes keep their
+/// meaning in a log written by an older build. Applied by [`apply`], the same way by every
+/// management server: whatever it allocates (ids) comes from the state it is applied to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Command {
+    /// A node registers: keeps `existing`, or is given the next id of its kind.
+    RegisterNode {
+        kind: u8,
+        existing: Option<u32>,
+        record: NodeRecord,
+    },
+    /// A storage target registers: keeps `existing` (unless it was removed), or is given the
+    /// next id.
+    RegisterTarget {
+        node: u32,
+        existing: Option<u32>,
+    },
+    /// A client session opens.
+    RegisterClient {
+        alias: String,
+        owner: Option<String>,
+    },
+    /// Expired client sessions are forgotten.
+    RemoveClients {
+        clients: Vec<u64>,
+    },
+    /// The state of a kind's mirror groups (a postcard [`ControllerDurable`]), and the highest
+    /// group id in it.
+    SaveMirrorState {
+        kind: u8,
+        state: Vec<u8>,
+        highest: u32,
+    },
+    /// A mirror group id is counted as given.
+    NoteMirrorGroup {
+        kind: u8,
+        id: u32,
+    },
+    /// A client identity's rule, with its subtree (directory inode, path).
+    SetClientRule {
+        rule: RuleRecord,
+        subtree: Option<(u64, String)>,
+    },
+    RemoveClientRule {
+        name: String,
+    },
+    /// A pool is created, unless one has the name.
+    CreatePool {
+        name: String,
+    },
+    SavePool {
+        id: u16,
+        pool: PoolRecord,
+    },
+    RemovePool {
+        id: u16,
+    },
+    /// Targets move into a pool, all or none.
+    SetTargetsPool {
+        targets: Vec<u32>,
+        pool: u16,
+    },
+    /// A quota rule (soft and hard bytes, soft and hard inodes); all zero removes it. Its
+    /// grace periods end.
+    SetQuota {
+        key: QuotaKey,
+        limits: (u64, u64, u64, u64),
+    },
+    SetGrace {
+        key: (u8, u32, u16, u8),
+        since: Option<u64>,
+    },
+    SetDraining {
+        target: u32,
+        since_ms: Option<u64>,
+    },
+    RemoveTarget {
+        target: u32,
+        at_ms: u64,
+    },
+}
+
+/// What a [`Command`] came to, as it is answered to whoever made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Outcome {
+    Done,
+    /// The id given (a node's, a target's, a client session's).
+    Id(u64),
+    /// Whether what was removed was there.
+    Found(bool),
+    /// The pool created, or `None` when one had its name.
+    Pool(Option<(u16, PoolRecord)>),
+    /// Refused: the target was removed from the cluster.
+    TargetRemoved(u32),
+    /// Refused: the target is not registered.
+    NotRegistered(u32),
+}
+
+impl Outcome {
+    fn id(self) -> Result<u64, MgmtError> {
+        match self {
+            Outcome::Id(id) => Ok(id),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    /// A node's or a target's id.
+    fn small_id(self) -> Result<u32, MgmtError> {
+        u32::try_from(self.id()?).map_err(store_error)
+    }
+
+    fn found(self) -> Result<bool, MgmtError> {
+        match self {
+            Outcome::Found(found) => Ok(found),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    fn unexpected(&self) -> MgmtError {
+        MgmtError::Store(format!("a change of the store came to {self:?}"))
+    }
+}
+
+/// Gives the next id of `counter`, or keeps `existing` and moves the counter past it (a node
+/// keeps the id it saved, even one this store has never seen: a restored management store).
+fn allocate(
+    txn: &WriteTransaction,
+    counter: &str,
+    existing: Option<u64>,
+) -> Result<u64, MgmtError> {
+    let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+    let last = counters
+        .get(counter)
+        .map_err(store_error)?
+        .map_or(0, |v| v.value());
+    let id = existing.unwrap_or(last + 1);
+    if id > last {
+        counters.insert(counter, id).map_err(store_error)?;
+    }
+    Ok(id)
+}
+
+/// Applies `command` in `txn`: what every management server does with each command of the
+/// log, and a server alone with each change. Refusals ([`Outcome::TargetRemoved`],
+/// [`Outcome::NotRegistered`]) change nothing; an error is the store's own failure.
+pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome, MgmtError> {
+    match command {
+        Command::RegisterNode {
+            kind,
+            existing,
+            record,
+        } => {
+            let counter = match kind_from_key(*kind) {
+                Some(NodeKind::Meta) => "meta_node",
+                Some(NodeKind::Storage) => "storage_node",
+                Some(NodeKind::Management) => "management_node",
+                None => return Err(MgmtError::Store(format!("no node kind {kind}"))),
+            };
+            let node = allocate(txn, counter, existing.map(u64::from))?;
+            let node = u32::try_from(node).map_err(store_error)?;
+            let bytes = postcard::to_stdvec(record).map_err(store_error)?;
+            txn.open_table(NODES)
+                .map_err(store_error)?
+                .insert((*kind, node), bytes.as_slice())
+                .map_err(store_error)?;
+            Ok(Outcome::Id(u64::from(node)))
+        }
+        Command::RegisterTarget { node, existing } => {
+            if let Some(target) = existing {
+                let removed = txn.open_table(REMOVED_TARGETS).map_err(store_error)?;
+                if removed.get(*target).map_err(store_error)?.is_some() {
+                    return Ok(Outcome::TargetRemoved(*target));
+                }
+            }
+            let target = allocate(txn, "target", existing.map(u64::from))?;
+            let target = u32::try_from(target).map_err(store_error)?;
+            let mut targets = txn.open_table(TARGETS).map_err(store_error)?;
+            let pool = match targets.get(target).map_err(store_error)? {
+                Some(bytes) => postcard::from_bytes::<TargetRecord>(bytes.value())
+                    .map(|r| r.pool)
+                    .unwrap_or(StoragePoolId::DEFAULT),
+                None => StoragePoolId::DEFAULT,
+            };
+            let record = TargetRecord {
+                node: NodeId(*node),
+                pool,
+            };
+            let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
+            targets
+                .insert(target, bytes.as_slice())
+                .map_err(store_error)?;
+            Ok(Outcome::Id(u64::from(target)))
+        }
+        Command::RegisterClient { alias, owner } => {
+            let client = allocate(txn, "client", None)?;
+            txn.open_table(CLIENTS)
+                .map_err(store_error)?
+                .insert(client, alias.as_str())
+                .map_err(store_error)?;
+            if let Some(owner) = owner {
+                txn.open_table(SESSION_OWNERS)
+                    .map_err(store_error)?
+                    .insert(client, owner.as_str())
+                    .map_err(store_error)?;
+            }
+            Ok(Outcome::Id(client))
+        }
+        Command::RemoveClients { clients: expired } => {
+            let mut clients = txn.open_table(CLIENTS).map_err(store_error)?;
+            let mut owners = txn.open_table(SESSION_OWNERS).map_err(store_error)?;
+            for client in expired {
+                clients.remove(*client).map_err(store_error)?;
+                owners.remove(*client).map_err(store_error)?;
+            }
+            Ok(Outcome::Done)
+        }
+        Command::SaveMirrorState {
+            kind,
+            state,
+            highest,
+        } => {
+            txn.open_table(MIRROR_STATE)
+                .map_err(store_error)?
+                .insert(*kind, state.as_slice())
+                .map_err(store_error)?;
+            raise_group_counter(txn, *kind, *highest)?;
+            Ok(Outcome::Done)
+        }
+        Command::NoteMirrorGroup { kind, id } => {
+            raise_group_counter(txn, *kind, *id)?;
+            Ok(Outcome::Done)
+        }
+        Command::SetClientRule { rule, subtree } => {
+            let bytes = postcard::to_stdvec(rule).map_err(store_error)?;
+            txn.open_table(CLIENT_RULES)
+                .map_err(store_error)?
+                .insert(rule.name.as_str(), bytes.as_slice())
+                .map_err(store_error)?;
+            let mut subtrees = txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
+            match subtree {
+                Some((inode, path)) => subtrees
+                    .insert(rule.name.as_str(), (*inode, path.as_str()))
+                    .map(drop),
+                None => subtrees.remove(rule.name.as_str()).map(drop),
+            }
+            .map_err(store_error)?;
+            Ok(Outcome::Done)
+        }
+        Command::RemoveClientRule { name } => {
+            let removed = txn
+                .open_table(CLIENT_RULES)
+                .map_err(store_error)?
+                .remove(name.as_str())
+                .map_err(store_error)?
+                .is_some();
+            txn.open_table(CLIENT_SUBTREES)
+                .map_err(store_error)?
+                .remove(name.as_str())
+                .map_err(store_error)?;
+            Ok(Outcome::Found(removed))
+        }
+        Command::CreatePool { name } => {
+            // The default pool is stored only once its limits change.
+            let mut names = vec![PoolInfo::default_pool().name];
+            {
+                let pools = txn.open_table(POOLS).map_err(store_error)?;
+                for entry in pools.iter().map_err(store_error)? {
+                    let (id, value) = entry.map_err(store_error)?;
+                    let record: PoolRecord =
+                        postcard::from_bytes(value.value()).map_err(store_error)?;
+                    if id.value() == StoragePoolId::DEFAULT.0 {
+                        names[0] = record.name;
+                    } else {
+                        names.push(record.name);
+                    }
+                }
+            }
+            if names.contains(name) {
+                return Ok(Outcome::Pool(None));
+            }
+            let default = u64::from(StoragePoolId::DEFAULT.0);
+            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+            let last = counters
+                .get("pool")
+                .map_err(store_error)?
+                .map_or(default, |v| v.value())
+                .max(default);
+            let id = u16::try_from(last + 1)
+                .map_err(|_| MgmtError::Store("no pool id is left".into()))?;
+            counters.insert("pool", last + 1).map_err(store_error)?;
+            drop(counters);
+            let pool = PoolInfo::new(StoragePoolId(id), name.clone());
+            let record = PoolRecord {
+                name: pool.name,
+                low: pool.low,
+                emergency: pool.emergency,
+            };
+            save_pool(txn, id, &record)?;
+            Ok(Outcome::Pool(Some((id, record))))
+        }
+        Command::SavePool { id, pool } => {
+            save_pool(txn, *id, pool)?;
+            Ok(Outcome::Done)
+        }
+        Command::RemovePool { id } => {
+            let removed = txn
+                .open_table(POOLS)
+                .map_err(store_error)?
+                .remove(*id)
+                .map_err(store_error)?
+                .is_some();
+            Ok(Outcome::Found(removed))
+        }
+        Command::SetTargetsPool { targets, pool } => {
+            let mut table = txn.open_table(TARGETS).map_err(store_error)?;
+            let mut records = Vec::with_capacity(targets.len());
+            for target in targets {
+                let Some(bytes) = table.get(*target).map_err(store_error)? else {
+                    return Ok(Outcome::NotRegistered(*target));
+                };
+                let record: TargetRecord =
+                    postcard::from_bytes(bytes.value()).map_err(store_error)?;
+                records.push((*target, record));
+            }
+            for (target, mut record) in records {
+                record.pool = StoragePoolId(*pool);
+                let bytes = postcard::to_stdvec(&record).map_err(store_error)?;
+                table
+                    .insert(target, bytes.as_slice())
+                    .map_err(store_error)?;
+            }
+            Ok(Outcome::Done)
+        }
+        Command::SetQuota { key, limits } => {
+            let mut rules = txn.open_table(QUOTA_RULES).map_err(store_error)?;
+            if *limits == (0, 0, 0, 0) {
+                rules.remove(*key).map_err(store_error)?;
+            } else {
+                rules.insert(*key, *limits).map_err(store_error)?;
+            }
+            let mut grace = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+            for what in [0, 1] {
+                grace
+                    .remove((key.0, key.1, key.2, what))
+                    .map_err(store_error)?;
+            }
+            Ok(Outcome::Done)
+        }
+        Command::SetGrace { key, since } => {
+            let mut table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
+            match since {
+                Some(since) => table.insert(*key, *since).map(drop),
+                None => table.remove(*key).map(drop),
+            }
+            .map_err(store_error)?;
+            Ok(Outcome::Done)
+        }
+        Command::SetDraining { target, since_ms } => {
+            let mut table = txn.open_table(DRAINING).map_err(store_error)?;
+            match since_ms {
+                Some(_) if table.get(*target).map_err(store_error)?.is_some() => {}
+                Some(at) => drop(table.insert(*target, *at).map_err(store_error)?),
+                None => drop(table.remove(*target).map_err(store_error)?),
+            }
+            Ok(Outcome::Done)
+        }
+        Command::RemoveTarget { target, at_ms } => {
+            txn.open_table(TARGETS)
+                .map_err(store_error)?
+                .remove(*target)
+                .map_err(store_error)?;
+            txn.open_table(DRAINING)
+                .map_err(store_error)?
+                .remove(*target)
+                .map_err(store_error)?;
+            txn.open_table(REMOVED_TARGETS)
+                .map_err(store_error)?
+                .insert(*target, *at_ms)
+                .map_err(store_error)?;
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+fn save_pool(txn: &WriteTransaction, id: u16, record: &PoolRecord) -> Result<(), MgmtError> {
+    let bytes = postcard::to_stdvec(record).map_err(store_error)?;
     txn.open_table(POOLS)
         .map_err(store_error)?
-        .insert(pool.id.0, bytes.as_slice())
+        .insert(id, bytes.as_slice())
         .map_err(store_error)?;
+    Ok(())
+}
+
+/// Every row of every table of management's state, as bytes, by table: what a replicated
+/// management server sends one too far behind the log to catch up by it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct StateRows {
+    tables: Vec<(String, Rows)>,
+}
+
+/// A table's rows: (key, value), as redb encodes them.
+type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Calls `$each!(TABLE)` for every table of management's state.
+macro_rules! for_each_state_table {
+    ($each:ident) => {
+        $each!(NODES);
+        $each!(TARGETS);
+        $each!(COUNTERS);
+        $each!(CLIENTS);
+        $each!(MIRROR_STATE);
+        $each!(SESSION_OWNERS);
+        $each!(CLIENT_RULES);
+        $each!(CLIENT_SUBTREES);
+        $each!(POOLS);
+        $each!(QUOTA_RULES);
+        $each!(QUOTA_GRACE);
+        $each!(DRAINING);
+        $each!(REMOVED_TARGETS);
+    };
+}
+
+/// Reads every row of the state in one read transaction.
+pub(crate) fn state_rows(txn: &ReadTransaction) -> Result<StateRows, MgmtError> {
+    fn rows<K: redb::Key + 'static, V: redb::Value + 'static>(
+        txn: &ReadTransaction,
+        table: TableDefinition<K, V>,
+    ) -> Result<(String, Rows), MgmtError> {
+        let opened = txn.open_table(table).map_err(store_error)?;
+        let mut out = Vec::new();
+        for entry in opened.iter().map_err(store_error)? {
+            let (key, value) = entry.map_err(store_error)?;
+            out.push((
+                K::as_bytes(&key.value()).as_ref().to_vec(),
+                V::as_bytes(&value.value()).as_ref().to_vec(),
+            ));
+        }
+        Ok((table.name().to_string(), out))
+    }
+    let mut state = StateRows::default();
+    macro_rules! dump {
+        ($table:ident) => {
+            state.tables.push(rows(txn, $table)?)
+        };
+    }
+    for_each_state_table!(dump);
+    Ok(state)
+}
+
+/// Replaces the whole state by `state`, in `txn`.
+pub(crate) fn load_state_rows(txn: &WriteTransaction, state: &StateRows) -> Result<(), MgmtError> {
+    fn load<K: redb::Key + 'static, V: redb::Value + 'static>(
+        txn: &WriteTransaction,
+        table: TableDefinition<K, V>,
+        state: &StateRows,
+    ) -> Result<(), MgmtError> {
+        txn.delete_table(table).map_err(store_error)?;
+        let mut opened = txn.open_table(table).map_err(store_error)?;
+        let rows = state
+            .tables
+            .iter()
+            .find(|(name, _)| name == table.name())
+            .map(|(_, rows)| rows.as_slice())
+            .unwrap_or_default();
+        for (key, value) in rows {
+            opened
+                .insert(K::from_bytes(key), V::from_bytes(value))
+                .map_err(store_error)?;
+        }
+        Ok(())
+    }
+    macro_rules! replace {
+        ($table:ident) => {
+            load(txn, $table, state)?
+        };
+    }
+    for_each_state_table!(replace);
     Ok(())
 }
 
@@ -803,5 +1145,80 @@ mod tests {
         state.boots.insert(MemberId(2), 9);
         state.left_good.insert((GroupId(3), MemberId(2)));
         assert_eq!(hex(&state), "010303040102010002010105010209010302");
+    }
+
+    // Goal: the commands of the replicated log keep their bytes: a log written by one build
+    // is applied by the next (docs/design/on-disk-format.md).
+    #[test]
+    fn commands_keep_their_bytes() {
+        let register = Command::RegisterNode {
+            kind: 2,
+            existing: None,
+            record: NodeRecord {
+                alias: "s".into(),
+                addresses: vec!["a:1".into()],
+            },
+        };
+        assert_eq!(hex(&register), "00020001730103613a31");
+        assert_eq!(
+            hex(&Command::SetDraining {
+                target: 3,
+                since_ms: Some(5)
+            }),
+            "0e030105"
+        );
+        assert_eq!(hex(&Outcome::Id(300)), "01ac02");
+    }
+
+    // Goal: a management server that installs another's snapshot holds what that one holds,
+    // and allocates the same next ids.
+    #[test]
+    fn a_snapshot_carries_the_whole_state() {
+        let (dir_a, dir_b) = (
+            tempfile::tempdir().expect("dir"),
+            tempfile::tempdir().expect("dir"),
+        );
+        let a = MgmtStore::open(dir_a.path()).expect("store a");
+        let b = MgmtStore::open(dir_b.path()).expect("store b");
+        let record = NodeRecord {
+            alias: "storage-1".into(),
+            addresses: vec!["10.0.0.1:1".into()],
+        };
+        let node = a
+            .register_node(NodeKind::Storage, None, &record)
+            .expect("node");
+        let target = a.register_target(node, None).expect("target");
+        a.register_client("host", Some("reader")).expect("client");
+        a.create_pool("fast").expect("pool").expect("created");
+        a.set_draining(target, Some(7)).expect("drain");
+        // b held something of its own: replaced, not merged.
+        b.register_node(NodeKind::Meta, None, &record)
+            .expect("b's node");
+
+        let rows = state_rows(&a.db.begin_read().expect("read")).expect("rows");
+        let txn = b.db.begin_write().expect("write");
+        load_state_rows(&txn, &rows).expect("load");
+        txn.commit().expect("commit");
+
+        let nodes = |store: &MgmtStore| store.nodes().expect("nodes");
+        assert_eq!(nodes(&a), nodes(&b));
+        assert_eq!(
+            format!("{:?}", a.targets().expect("targets")),
+            format!("{:?}", b.targets().expect("targets"))
+        );
+        assert_eq!(a.pools().expect("pools"), b.pools().expect("pools"));
+        assert_eq!(
+            a.session_owners().expect("owners"),
+            b.session_owners().expect("owners")
+        );
+        assert_eq!(
+            a.draining().expect("draining"),
+            b.draining().expect("draining")
+        );
+        assert_eq!(
+            a.register_target(node, None).expect("next on a"),
+            b.register_target(node, None).expect("next on b"),
+            "the counters came along"
+        );
     }
 }

@@ -21,6 +21,16 @@ use weft_proto::pools::{CapacityLimits, PoolInfo};
 /// and promotion timeouts, well above the time a loaded management takes to answer.
 pub const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 
+/// Whether a request to one server of a replicated management goes to another after `error`:
+/// the server does not lead, or cannot be reached.
+fn asks_another(error: &RpcError) -> bool {
+    match error {
+        RpcError::Remote(error) => error.code == weft_proto::ErrorCode::NotLeader,
+        RpcError::Transport { .. } | RpcError::Timeout { .. } => true,
+        _ => false,
+    }
+}
+
 /// Expects one response variant, or reports the mismatch.
 macro_rules! expect_response {
     ($client:expr, $response:expr, $($pattern:pat => $value:expr),+) => {
@@ -73,41 +83,100 @@ pub struct MetaReport {
     pub target_uses: Vec<(NodeId, Vec<(TargetId, u64)>)>,
 }
 
-/// Client of the management service.
+/// Client of the management service: of its one server, or of every server of a replicated
+/// management (named together, separated by `;`), asking the one that answered last first
+/// and the others in turn when it is not the leader or cannot be reached.
 #[derive(Debug)]
 pub struct MgmtClient {
-    rpc: RpcClient,
+    address: String,
+    servers: Vec<RpcClient>,
+    /// The server asked first: the last that answered.
+    answered: std::sync::atomic::AtomicUsize,
 }
 
+/// How long a client of a replicated management keeps looking for its leader (an election
+/// takes a few seconds) before it gives up on a request.
+const LEADER_SEARCH: Duration = Duration::from_secs(6);
+/// The pause between two rounds of the management servers while none leads.
+const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(300);
+
 impl MgmtClient {
-    /// A client for management at `address`.
+    /// A client for management at `address`: one server's address (its rails separated by
+    /// commas), or every management server's, separated by `;`.
     pub fn new(address: impl Into<String>, options: RpcClientOptions) -> MgmtClient {
+        let address = address.into();
+        let mut servers: Vec<RpcClient> = weft_proto::messages::mgmt_servers(&address)
+            .map(|server| RpcClient::new(server, options.clone()))
+            .collect();
+        if servers.is_empty() {
+            servers.push(RpcClient::new(address.clone(), options));
+        }
         MgmtClient {
-            rpc: RpcClient::new(address, options),
+            address,
+            servers,
+            answered: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    /// Management's address.
+    /// Management's address, as given.
     pub fn address(&self) -> &str {
-        self.rpc.address()
+        &self.address
+    }
+
+    fn unexpected(&self, response: &Response) -> RpcError {
+        RpcError::Unexpected {
+            address: self.address.clone(),
+            response: format!("{response:?}"),
+        }
     }
 
     async fn call(&self, request: MgmtRequest) -> Result<Response, RpcError> {
-        Ok(self
-            .rpc
-            .call(&Request::Mgmt(request), Bytes::new())
-            .await?
-            .0)
+        self.ask(request, None).await
     }
 
     /// A heartbeat, answered within `deadline`: one sent over a cut rail gives way to the next
-    /// over another rail before the lease or session it renews runs out.
+    /// over another rail before the lease or session it renews runs out. Asks each server
+    /// once at most: the next heartbeat comes soon.
     async fn beat(&self, request: MgmtRequest, deadline: Duration) -> Result<Response, RpcError> {
-        Ok(self
-            .rpc
-            .call_within(&Request::Mgmt(request), Bytes::new(), deadline)
-            .await?
-            .0)
+        self.ask(request, Some(deadline)).await
+    }
+
+    /// Asks the server that answered last, then the others while they are not the leader or
+    /// cannot be reached; with no deadline, for up to [`LEADER_SEARCH`] while none leads.
+    async fn ask(
+        &self,
+        request: MgmtRequest,
+        deadline: Option<Duration>,
+    ) -> Result<Response, RpcError> {
+        use std::sync::atomic::Ordering;
+        let request = Request::Mgmt(request);
+        let count = self.servers.len();
+        let searching_until = std::time::Instant::now() + LEADER_SEARCH;
+        loop {
+            let first = self.answered.load(Ordering::Relaxed);
+            let mut error = None;
+            for i in 0..count {
+                let index = (first + i) % count;
+                let server = &self.servers[index];
+                let answer = match deadline {
+                    Some(deadline) => server.call_within(&request, Bytes::new(), deadline).await,
+                    None => server.call(&request, Bytes::new()).await,
+                };
+                match answer {
+                    Ok((response, _)) => {
+                        self.answered.store(index, Ordering::Relaxed);
+                        return Ok(response);
+                    }
+                    Err(failed) if count > 1 && asks_another(&failed) => error = Some(failed),
+                    Err(failed) => return Err(failed),
+                }
+            }
+            let error = error.expect("every server was asked");
+            if deadline.is_some() || std::time::Instant::now() >= searching_until {
+                return Err(error);
+            }
+            tokio::time::sleep(LEADER_SEARCH_PAUSE).await;
+        }
     }
 
     /// Registers a server, keeping `node` if it has one.
@@ -129,7 +198,7 @@ impl MgmtClient {
                 addresses,
             })
             .await?;
-        expect_response!(self.rpc, response, Response::NodeRegistered { node } => node)
+        expect_response!(self, response, Response::NodeRegistered { node } => node)
     }
 
     /// Registers a storage target, keeping `target` if it has one.
@@ -144,7 +213,7 @@ impl MgmtClient {
         let response = self
             .call(MgmtRequest::RegisterTarget { node, target })
             .await?;
-        expect_response!(self.rpc, response, Response::TargetRegistered { target } => target)
+        expect_response!(self, response, Response::TargetRegistered { target } => target)
     }
 
     /// Sends a heartbeat with usage reports, answered within `deadline`
@@ -182,7 +251,7 @@ impl MgmtClient {
                 deadline,
             )
             .await?;
-        expect_response!(self.rpc, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
+        expect_response!(self, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
     }
 
     /// The progress of storage mirror resyncs.
@@ -191,7 +260,7 @@ impl MgmtClient {
     /// [`RpcError`] when management is unreachable.
     pub async fn resync_stats(&self) -> Result<Vec<ResyncProgress>, RpcError> {
         let response = self.call(MgmtRequest::GetResyncStats).await?;
-        expect_response!(self.rpc, response, Response::ResyncStats(stats) => stats)
+        expect_response!(self, response, Response::ResyncStats(stats) => stats)
     }
 
     /// Opens a client session.
@@ -200,7 +269,7 @@ impl MgmtClient {
     /// [`RpcError`] when management is unreachable.
     pub async fn register_client(&self, alias: String) -> Result<ClientId, RpcError> {
         let response = self.call(MgmtRequest::RegisterClient { alias }).await?;
-        expect_response!(self.rpc, response, Response::ClientRegistered { client } => client)
+        expect_response!(self, response, Response::ClientRegistered { client } => client)
     }
 
     /// Renews a client session, reporting what its mount does not serve.
@@ -218,7 +287,7 @@ impl MgmtClient {
                 HEARTBEAT_DEADLINE,
             )
             .await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Takes the cluster-wide directory-rename lock; `WouldBlock` while another holds it.
@@ -229,7 +298,7 @@ impl MgmtClient {
         let response = self
             .call(MgmtRequest::AcquireRenameLock { holder, token })
             .await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Gives the rename lock back.
@@ -238,7 +307,7 @@ impl MgmtClient {
     /// [`RpcError`] when management is unreachable.
     pub async fn release_rename_lock(&self, token: u64) -> Result<(), RpcError> {
         let response = self.call(MgmtRequest::ReleaseRenameLock { token }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Fetches the node and target maps.
@@ -247,7 +316,7 @@ impl MgmtClient {
     /// [`RpcError`] when management is unreachable.
     pub async fn cluster_map(&self) -> Result<ClusterMap, RpcError> {
         let response = self.call(MgmtRequest::GetClusterMap).await?;
-        expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
+        expect_response!(self, response, Response::ClusterMap(map) => map)
     }
 
     /// The cluster map once its epoch is past `after`, or after `wait` with the map as it is.
@@ -264,7 +333,7 @@ impl MgmtClient {
         let response = self
             .call(MgmtRequest::WatchClusterMap { after, wait_ms })
             .await?;
-        expect_response!(self.rpc, response, Response::ClusterMap(map) => map)
+        expect_response!(self, response, Response::ClusterMap(map) => map)
     }
 
     /// Creates a mirror group of `members`, the first primary.
@@ -279,7 +348,7 @@ impl MgmtClient {
         let response = self
             .call(MgmtRequest::CreateMirrorGroup { kind, members })
             .await?;
-        expect_response!(self.rpc, response, Response::MirrorGroups(groups) => groups)
+        expect_response!(self, response, Response::MirrorGroups(groups) => groups)
     }
 
     /// Pairs every member not in a group yet with one on another node.
@@ -293,7 +362,7 @@ impl MgmtClient {
         let response = self
             .call(MgmtRequest::AutoCreateMirrorGroups { kind })
             .await?;
-        expect_response!(self.rpc, response, Response::MirrorGroups(groups) => groups)
+        expect_response!(self, response, Response::MirrorGroups(groups) => groups)
     }
 
     /// Sets the restrictions of a client identity, replacing any it had.
@@ -302,7 +371,7 @@ impl MgmtClient {
     /// [`RpcError`].
     pub async fn set_client_rule(&self, rule: ClientRule) -> Result<(), RpcError> {
         let response = self.call(MgmtRequest::SetClientRule { rule }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Removes a client identity's restrictions.
@@ -312,7 +381,7 @@ impl MgmtClient {
     pub async fn remove_client_rule(&self, name: &str) -> Result<(), RpcError> {
         let name = name.to_string();
         let response = self.call(MgmtRequest::RemoveClientRule { name }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Creates an empty storage pool called `name`.
@@ -322,7 +391,7 @@ impl MgmtClient {
     pub async fn create_pool(&self, name: &str) -> Result<PoolInfo, RpcError> {
         let name = name.to_string();
         let response = self.call(MgmtRequest::CreatePool { name }).await?;
-        expect_response!(self.rpc, response, Response::Pool(pool) => pool)
+        expect_response!(self, response, Response::Pool(pool) => pool)
     }
 
     /// Starts draining `target` (with `stop`, stops it).
@@ -331,7 +400,7 @@ impl MgmtClient {
     /// `NotFound`, `InvalidArgument` (a mirror group member), or [`RpcError`].
     pub async fn drain_target(&self, target: TargetId, stop: bool) -> Result<(), RpcError> {
         let response = self.call(MgmtRequest::DrainTarget { target, stop }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Removes a drained target from the cluster.
@@ -340,7 +409,7 @@ impl MgmtClient {
     /// `NotFound`, `Busy` while files still use it (the message says what), or [`RpcError`].
     pub async fn remove_target(&self, target: TargetId) -> Result<(), RpcError> {
         let response = self.call(MgmtRequest::RemoveTarget { target }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Removes an empty storage pool.
@@ -349,7 +418,7 @@ impl MgmtClient {
     /// `NotEmpty` while it holds targets, or [`RpcError`].
     pub async fn remove_pool(&self, pool: StoragePoolId) -> Result<(), RpcError> {
         let response = self.call(MgmtRequest::RemovePool { pool }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Moves `targets` from pool `from` to pool `to` (a mirror group's targets together).
@@ -365,7 +434,7 @@ impl MgmtClient {
         let response = self
             .call(MgmtRequest::MovePoolTargets { targets, from, to })
             .await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Sets a pool's capacity limits.
@@ -385,7 +454,7 @@ impl MgmtClient {
                 emergency,
             })
             .await?;
-        expect_response!(self.rpc, response, Response::Pool(pool) => pool)
+        expect_response!(self, response, Response::Pool(pool) => pool)
     }
 
     /// Sets (or with no limit removes) a quota rule.
@@ -394,7 +463,7 @@ impl MgmtClient {
     /// `InvalidArgument` for a soft limit above its hard one, or [`RpcError`].
     pub async fn set_quota(&self, rule: weft_proto::quota::QuotaRule) -> Result<(), RpcError> {
         let response = self.call(MgmtRequest::SetQuota { rule }).await?;
-        expect_response!(self.rpc, response, Response::Done => ())
+        expect_response!(self, response, Response::Done => ())
     }
 
     /// Every quota rule with its use and state.
@@ -403,7 +472,7 @@ impl MgmtClient {
     /// [`RpcError`].
     pub async fn quotas(&self) -> Result<Vec<weft_proto::quota::QuotaState>, RpcError> {
         let response = self.call(MgmtRequest::GetQuotas).await?;
-        expect_response!(self.rpc, response, Response::Quotas(states) => states)
+        expect_response!(self, response, Response::Quotas(states) => states)
     }
 
     /// Fetches management's view of the cluster: states, space, throughput, events.
@@ -412,7 +481,7 @@ impl MgmtClient {
     /// [`RpcError`] when management is unreachable.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, RpcError> {
         let response = self.call(MgmtRequest::GetClusterStatus).await?;
-        expect_response!(self.rpc, response, Response::ClusterStatus(status) => status)
+        expect_response!(self, response, Response::ClusterStatus(status) => status)
     }
 }
 

@@ -458,6 +458,7 @@ impl MgmtRequest {
             | MgmtRequest::SetQuota { .. }
             | MgmtRequest::DrainTarget { .. }
             | MgmtRequest::RemoveTarget { .. }
+            | MgmtRequest::Raft { .. }
             | MgmtRequest::GetQuotas => Kind::Members,
         }
     }

@@ -110,6 +110,9 @@ pub enum ErrorCode {
     UnknownNode = 3000,
     /// The client session is unknown or expired.
     UnknownSession = 3001,
+    /// The management server is not its cluster's leader (management is replicated): the
+    /// message names the leader when it knows one; ask the leader, or another server.
+    NotLeader = 3002,
 
     // Protocol, 4xxx.
     /// The peer speaks another protocol version.
@@ -146,6 +149,7 @@ impl ErrorCode {
             ErrorCode::TargetPoisoned => libc::EIO,
             ErrorCode::InvalidArgument | ErrorCode::NotSymlink => libc::EINVAL,
             ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
+            ErrorCode::NotLeader => libc::EIO,
             ErrorCode::StaleRoute | ErrorCode::TruncatePending | ErrorCode::Superseded => libc::EIO,
             ErrorCode::Moved => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
@@ -264,6 +268,7 @@ mod tests {
             ErrorCode::CapabilityNeeded,
             ErrorCode::QuotaExceeded,
             ErrorCode::UnknownSession,
+            ErrorCode::NotLeader,
             ErrorCode::WrongService,
         ] {
             let bytes = encode(&WireError::new(code, "m"));

@@ -683,6 +683,40 @@ pub enum MgmtRequest {
         /// The target.
         target: TargetId,
     },
+    /// A message of the replication between management servers: the request, encoded by the
+    /// replication library, is the payload, and so is its answer ([`Response::Raft`]). Only
+    /// members send it.
+    #[wire(tag = 23, since = 7)]
+    Raft {
+        /// Which message.
+        call: RaftCall,
+    },
+}
+
+/// The messages management servers replicate their state with ([`MgmtRequest::Raft`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+#[wire(rename_all = "snake_case")]
+pub enum RaftCall {
+    /// Log entries (or a heartbeat) from the leader.
+    #[wire(tag = 0)]
+    AppendEntries,
+    /// A candidate asks for a vote.
+    #[wire(tag = 1)]
+    Vote,
+    /// A chunk of the leader's snapshot of the state, for a server too far behind its log.
+    #[wire(tag = 2)]
+    InstallSnapshot,
+}
+
+/// The management servers named by `address`: a cluster with several management servers
+/// (replicated) names them all, separated by `;` (each with its rails, comma-separated):
+/// `10.0.1.1:8008;10.0.1.2:8008;10.0.1.3:8008`.
+pub fn mgmt_servers(address: &str) -> impl Iterator<Item = &str> {
+    address
+        .split(';')
+        .map(str::trim)
+        .filter(|server| !server.is_empty())
 }
 
 /// Identifies a mutating metadata request so a retry gets the original answer.
@@ -2319,6 +2353,9 @@ pub enum Response {
         /// Whether the move is done.
         done: bool,
     },
+    /// The answer to a [`MgmtRequest::Raft`], in the payload.
+    #[wire(tag = 35, since = 7)]
+    Raft,
 }
 
 impl Request {

@@ -379,6 +379,12 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
         MgmtRequest::RemoveTarget {
             target: TargetId(3),
         },
+        MgmtRequest::Raft {
+            call: RaftCall::AppendEntries,
+        },
+        MgmtRequest::Raft {
+            call: RaftCall::InstallSnapshot,
+        },
     ]
 }
 
@@ -944,6 +950,7 @@ fn responses() -> Vec<Response> {
             moving: 2,
             done: false,
         },
+        Response::Raft,
     ]
 }
 
@@ -1235,8 +1242,7 @@ fn the_older_version_decodes_and_is_spoken() {
         .find(|request| matches!(request, StorageRequest::Seal { .. }))
         .expect("a seal");
     assert!(
-        encode_body_in(PROTOCOL_VERSION - 1, &seal)
-            .is_err_and(|error| error.contains("protocol version 6")),
+        encode_body_in(5, &seal).is_err_and(|error| error.contains("protocol version 6")),
         "a seal is refused for a member of version 5, which could not seal"
     );
     let mirrored_push = storage_requests()
@@ -1244,9 +1250,18 @@ fn the_older_version_decodes_and_is_spoken() {
         .find(|request| matches!(request, StorageRequest::Push { .. }))
         .expect("a push");
     assert!(
-        encode_body_in(PROTOCOL_VERSION - 1, &mirrored_push)
-            .is_err_and(|error| error.contains("protocol version 6")),
+        encode_body_in(5, &mirrored_push).is_err_and(|error| error.contains("protocol version 6")),
         "a mirrored object's push is refused for a primary of version 5, which would push nothing"
+    );
+    assert!(
+        encode_body_in(
+            6,
+            &MgmtRequest::Raft {
+                call: RaftCall::Vote
+            }
+        )
+        .is_err_and(|error| error.contains("protocol version 7")),
+        "replication is refused for a management server of version 6, which does not replicate"
     );
     let chmod = &meta_requests()[2];
     let bytes = encode_body_in(older, chmod).expect("a setattr without a project encodes");

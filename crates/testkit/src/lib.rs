@@ -40,6 +40,9 @@ pub struct ClusterSpec {
     pub meta_settings: Vec<String>,
     /// Config settings given to management only, e.g. `quota_grace_period_ms=1000`.
     pub mgmt_settings: Vec<String>,
+    /// Management servers: 1 (`mgmt`), or 3 or 5 replicating management (`mgmt-1`,
+    /// `mgmt-2`, …), which every node and tool is given together ([`LocalCluster::mgmt`]).
+    pub mgmt_replicas: usize,
     /// Every service in a network namespace of its own, on a bridge the host reaches, so a
     /// test can cut one off the network ([`LocalCluster::set_link`]). Needs root.
     pub netns: bool,
@@ -71,6 +74,7 @@ impl Default for ClusterSpec {
             storage_settings: Vec::new(),
             meta_settings: Vec::new(),
             mgmt_settings: Vec::new(),
+            mgmt_replicas: 1,
             netns: false,
             rails: 1,
             link_rate_mbit: None,
@@ -100,6 +104,15 @@ pub struct LocalCluster {
     mounts_started: usize,
     /// The namespaces of the services, when the spec asks for them; dropped after them.
     network: Option<netns::Network>,
+}
+
+/// The names of `replicas` management servers: `mgmt` alone, `mgmt-1`, `mgmt-2`, … when
+/// replicated.
+fn mgmt_names(replicas: usize) -> Vec<String> {
+    match replicas {
+        0 | 1 => vec!["mgmt".to_string()],
+        count => (1..=count).map(|index| format!("mgmt-{index}")).collect(),
+    }
 }
 
 /// Polls `check` until it returns true; fails with `what` after [`WAIT_DEADLINE`].
@@ -222,11 +235,17 @@ impl LocalCluster {
                     .map(|address| format!("{address}:{port}"))
                     .collect::<Vec<_>>()
                     .join(",")),
-                None if service == "mgmt" => Ok(format!("127.0.0.1:{}", free_port()?)),
+                None if service.starts_with("mgmt") => Ok(format!("127.0.0.1:{}", free_port()?)),
                 None => Ok("127.0.0.1:0".to_string()),
             }
         };
-        let mgmt = listen("mgmt", 2, 7000)?;
+        let mgmt_names = mgmt_names(spec.mgmt_replicas);
+        let mgmt_listen: Vec<String> = mgmt_names
+            .iter()
+            .enumerate()
+            .map(|(index, name)| listen(name, 2 + index as u8, 7000))
+            .collect::<Result<_>>()?;
+        let mgmt = mgmt_listen.join(";");
         let meta_listen: Vec<String> = (1..=spec.meta)
             .map(|index| listen(&format!("meta-{index}"), 10 + index as u8, 7001))
             .collect::<Result<_>>()?;
@@ -262,17 +281,16 @@ impl LocalCluster {
             }
         }
         let data = cluster.root.path().join("data");
-        let mgmt_dir = data.join("mgmt");
-        fs::create_dir_all(&mgmt_dir)?;
-        cluster.add_service(
-            "mgmt",
-            vec![
+        for (index, name) in mgmt_names.iter().enumerate() {
+            let mgmt_dir = data.join(name);
+            fs::create_dir_all(&mgmt_dir)?;
+            let mut args: Vec<String> = vec![
                 "serve".into(),
                 "mgmt".into(),
                 "--data-dir".into(),
                 mgmt_dir.display().to_string(),
                 "--listen".into(),
-                mgmt.clone(),
+                mgmt_listen[index].clone(),
                 "--set".into(),
                 "node_offline_timeout_ms=4000".into(),
                 "--set".into(),
@@ -283,15 +301,22 @@ impl LocalCluster {
                 "stats_interval_ms=500".into(),
                 "--set".into(),
                 "mirror_promotion_timeout_ms=3000".into(),
-            ]
-            .into_iter()
-            .chain(
+            ];
+            if mgmt_names.len() > 1 {
+                args.extend([
+                    "--set".into(),
+                    format!("replicas={mgmt_listen:?}"),
+                    "--set".into(),
+                    format!("replica={}", index + 1),
+                ]);
+            }
+            args.extend(
                 spec.mgmt_settings
                     .iter()
                     .flat_map(|setting| ["--set".to_string(), setting.clone()]),
-            )
-            .collect(),
-        )?;
+            );
+            cluster.add_service(name, args)?;
+        }
         for index in 1..=spec.meta {
             let dir = data.join(format!("meta-{index}"));
             fs::create_dir_all(&dir)?;
@@ -452,9 +477,29 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Management's address.
+    /// Management's address: every management server's, separated by `;`, when replicated.
     pub fn mgmt(&self) -> &str {
         &self.mgmt
+    }
+
+    /// The management server that leads a replicated management now (`mgmt-2`): the one that
+    /// answers; waits while none does (an election).
+    ///
+    /// # Errors
+    /// When none leads within [`WAIT_DEADLINE`].
+    pub fn mgmt_leader(&self) -> Result<String> {
+        let names = mgmt_names(self.spec.mgmt_replicas);
+        let mut leader = None;
+        wait_until("a management server that leads", || {
+            leader = names.iter().find(|name| {
+                self.address_of(name).is_ok_and(|address| {
+                    self.weft(&["node", "list", "--mgmt", &address])
+                        .is_ok_and(|output| output.status.success())
+                })
+            });
+            leader.is_some()
+        })?;
+        Ok(leader.expect("found").clone())
     }
 
     /// The address of every service, management first, as management lists them.
@@ -463,7 +508,7 @@ impl LocalCluster {
     /// When management cannot be asked.
     pub fn service_addresses(&self) -> Result<Vec<String>> {
         let output = self.weft(&["node", "list", "--mgmt", &self.mgmt])?;
-        let mut addresses = vec![self.mgmt.clone()];
+        let mut addresses: Vec<String> = self.mgmt.split(';').map(str::to_string).collect();
         for line in String::from_utf8_lossy(&output.stdout).lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.len() >= 4 && fields[0].parse::<u32>().is_ok() {
@@ -814,6 +859,17 @@ impl LocalCluster {
     pub fn address_of(&self, name: &str) -> Result<String> {
         if name == "mgmt" {
             return Ok(self.mgmt.clone());
+        }
+        if let Some(index) = name
+            .strip_prefix("mgmt-")
+            .and_then(|index| index.parse::<usize>().ok())
+        {
+            return self
+                .mgmt
+                .split(';')
+                .nth(index.wrapping_sub(1))
+                .map(str::to_string)
+                .ok_or_else(|| anyhow!("no management server {name}"));
         }
         let output = self.weft(&["node", "list", "--mgmt", &self.mgmt])?;
         String::from_utf8_lossy(&output.stdout)

@@ -2,8 +2,12 @@
 #![allow(dead_code)]
 
 use std::ffi::CString;
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 /// The `weft` binary under test.
@@ -449,4 +453,82 @@ pub fn native_client(
         .block_on(weft_client::Client::connect(&config))
         .expect("a native client");
     (runtime, client)
+}
+
+/// Bytes one write of the writers carries.
+pub const RECORD_BYTES: usize = 1 << 20;
+
+/// A file written record after record (through a mount) until stopped.
+pub struct Writer {
+    written: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<std::io::Result<u64>>,
+}
+
+impl Writer {
+    pub fn start(path: PathBuf, seed: u64) -> Writer {
+        let written = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let (written, stop) = (Arc::clone(&written), Arc::clone(&stop));
+            move || {
+                private_file_table();
+                let mut file = std::fs::File::create(&path)?;
+                let mut records = 0;
+                while !stop.load(Ordering::Acquire) {
+                    file.write_all(&pattern(seed + records, RECORD_BYTES))?;
+                    records += 1;
+                    written.store(records * RECORD_BYTES as u64, Ordering::Release);
+                }
+                file.sync_all()?;
+                Ok(records)
+            }
+        });
+        Writer {
+            written,
+            stop,
+            thread,
+        }
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    /// Waits until `more` bytes were written after now.
+    pub fn advance(&self, more: u64, what: &str) {
+        let from = self.written();
+        wait_until(what, || {
+            self.thread.is_finished() || self.written() >= from + more
+        })
+        .expect("the writer goes on");
+        assert!(!self.thread.is_finished(), "the writer stopped: {what}");
+    }
+
+    /// Stops the writer; answers how many records it wrote, or the error it met.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .expect("writer thread")
+            .expect("every write and the fsync succeed: a failure is a pause, not an error")
+    }
+}
+
+/// Checks the `records` records of `seed` at `path`.
+pub fn verify(path: &Path, seed: u64, records: u64) {
+    let data = std::fs::read(path).expect("read back");
+    assert_eq!(
+        data.len() as u64,
+        records * RECORD_BYTES as u64,
+        "{} holds every record",
+        path.display()
+    );
+    for (record, chunk) in data.chunks(RECORD_BYTES).enumerate() {
+        assert!(
+            chunk == pattern(seed + record as u64, RECORD_BYTES).as_slice(),
+            "record {record} of {} reads back as written",
+            path.display()
+        );
+    }
 }
