@@ -27,10 +27,11 @@ fn bytes_on(cluster: &LocalCluster, host: &str) -> [u64; 2] {
     [0, 1].map(|rail| cluster.rail_bytes(host, rail).expect("link counters"))
 }
 
-// Goal: a cluster of hosts on two rate-limited rails serves two client hosts; every server
-// is reached over both rails (their traffic spread over both); a storage host's rail and then
-// a client host's rail cut while both clients write costs a pause, not an error, and the
-// writes go on; what each wrote reads back whole from the other host.
+// Goal: a cluster of hosts on two rate-limited rails, with three management servers, serves
+// two client hosts; every server is reached over both rails (their traffic spread over both);
+// a storage host's rail and then a client host's rail cut, and then management's leader
+// killed, while both clients write costs a pause, not an error, and the writes go on; what
+// each wrote reads back whole from the other host.
 #[test]
 fn clients_write_through_a_cut_rail() {
     let mut cluster = cluster(ClusterSpec {
@@ -40,6 +41,7 @@ fn clients_write_through_a_cut_rail() {
         netns: true,
         rails: 2,
         link_rate_mbit: Some(400),
+        mgmt_replicas: 3,
         // A cut rail holds a call for up to a heartbeat's deadline: the production defaults
         // of these timeouts are longer still.
         mgmt_settings: vec![
@@ -74,6 +76,17 @@ fn clients_write_through_a_cut_rail() {
 
     write_through_cut(&cluster, &writers, ("storage-1", 0));
     write_through_cut(&cluster, &writers, ("client-1", 1));
+    // Management's leader killed while both write: another leads, the writes go on.
+    let leader = cluster.mgmt_leader().expect("management leads");
+    cluster.kill(&leader).expect("kill management's leader");
+    for writer in &writers {
+        writer.advance(
+            8 * RECORD_BYTES as u64,
+            "writes after management's leader was killed",
+        );
+    }
+    let next = cluster.mgmt_leader().expect("another management server leads");
+    assert_ne!(next, leader, "another management server leads");
     for writer in &writers {
         writer.advance(8 * RECORD_BYTES as u64, "writes after the rails are back");
     }

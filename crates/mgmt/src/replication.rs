@@ -345,25 +345,14 @@ impl StateMachine {
     }
 
     fn applied(&self) -> Fallible<Applied> {
-        let txn = self.db.begin_read().map_err(read_error)?;
-        let table = txn.open_table(APPLIED).map_err(read_error)?;
-        let applied = match table.get("applied").map_err(read_error)? {
-            Some(bytes) => decode(bytes.value())?,
-            None => None,
-        };
-        let membership = match table.get("membership").map_err(read_error)? {
-            Some(bytes) => decode(bytes.value())?,
-            None => StoredMembership::default(),
-        };
-        Ok((applied, membership))
+        applied_in(&self.db.begin_read().map_err(read_error)?)
     }
 
     fn snapshot(&self) -> Fallible<Option<Snapshot<Types>>> {
-        let (rows, (applied, membership)) = {
-            let txn = self.db.begin_read().map_err(read_error)?;
-            let rows = state_rows(&txn).map_err(read_error)?;
-            (rows, self.applied()?)
-        };
+        // One read transaction: the rows are those of the last entry it names.
+        let txn = self.db.begin_read().map_err(read_error)?;
+        let rows = state_rows(&txn).map_err(read_error)?;
+        let (applied, membership) = applied_in(&txn)?;
         let Some(last) = applied else {
             return Ok(None);
         };
@@ -377,6 +366,19 @@ impl StateMachine {
             snapshot: Box::new(Cursor::new(body)),
         }))
     }
+}
+
+fn applied_in(txn: &redb::ReadTransaction) -> Fallible<Applied> {
+    let table = txn.open_table(APPLIED).map_err(read_error)?;
+    let applied = match table.get("applied").map_err(read_error)? {
+        Some(bytes) => decode(bytes.value())?,
+        None => None,
+    };
+    let membership = match table.get("membership").map_err(read_error)? {
+        Some(bytes) => decode(bytes.value())?,
+        None => StoredMembership::default(),
+    };
+    Ok((applied, membership))
 }
 
 fn save_applied(

@@ -216,7 +216,7 @@ async fn start_replication(
 /// promotion timeout before it declares anything offline or promotes anyone); once it no
 /// longer leads, it stops.
 async fn lead(front: Arc<Front>, raft: Raft, store: MgmtStore) {
-    let mut metrics = raft.metrics();
+    let mut metrics = raft.server_metrics();
     loop {
         let leads = metrics.borrow_and_update().state == openraft::ServerState::Leader;
         let serving = front.leading().is_some();
@@ -363,6 +363,12 @@ impl weft_net::Handler for Front {
 impl Mgmt {
     fn new(config: &MgmtConfig, store: MgmtStore, auth: weft_net::Auth) -> Result<Mgmt, MgmtError> {
         let mirrors = Mirrors::open(&store, config.mirror_promotion_timeout)?;
+        // Past every epoch a management before this one published, so the map's watchers
+        // take this one's maps whatever the clocks say.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |since| since.as_micros() as u64);
+        let first_epoch = store.start_map_epochs(clock)?;
         Ok(Mgmt {
             store,
             live: Mutex::default(),
@@ -374,13 +380,7 @@ impl Mgmt {
             monitor: Monitor::new(config.stats_interval, auth),
             mirror_lock: Mutex::new(()),
             mirrors,
-            // Starts at the clock, so a map from before a restart (or from an earlier
-            // leader) has a smaller epoch than any after it.
-            map_epoch: tokio::sync::watch::Sender::new(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |since| since.as_micros() as u64),
-            ),
+            map_epoch: tokio::sync::watch::Sender::new(first_epoch),
             map_shape: Mutex::new(0),
             watched: Mutex::new(None),
             quota_grace_period: config.quota_grace_period,

@@ -22,6 +22,8 @@ const NODES: TableDefinition<(u8, u32), &[u8]> = TableDefinition::new("nodes");
 const TARGETS: TableDefinition<u32, &[u8]> = TableDefinition::new("targets");
 /// counter name → last value allocated.
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// The counter of the first map epochs of management servers that started serving.
+const MAP_EPOCH_COUNTER: &str = "map_epoch";
 /// client id → client alias.
 const CLIENTS: TableDefinition<u64, &str> = TableDefinition::new("clients");
 /// mirror kind → postcard [`weft_mirror::ControllerDurable`]: that kind's mirror groups with
@@ -458,6 +460,25 @@ impl MgmtStore {
         }
     }
 
+    /// The first map epoch of a management server that starts serving: past every epoch an
+    /// earlier one (before a restart, or another server of a replicated management) could
+    /// have published, whatever the clocks — at least `clock`, the time in microseconds.
+    pub fn start_map_epochs(&self, clock: u64) -> Result<u64, MgmtError> {
+        let last = {
+            let txn = self.db.begin_read().map_err(store_error)?;
+            let counters = txn.open_table(COUNTERS).map_err(store_error)?;
+            let last = counters
+                .get(MAP_EPOCH_COUNTER)
+                .map_err(store_error)?
+                .map_or(0, |v| v.value());
+            last
+        };
+        // A server publishes far fewer than 2^32 maps between two starts.
+        let epoch = clock.max(last.saturating_add(1 << 32));
+        self.execute(Command::NoteMapEpoch { epoch })?;
+        Ok(epoch)
+    }
+
     /// The highest id a mirror group of `kind` was ever given (0: none yet).
     pub fn last_mirror_group(&self, kind: MirrorKind) -> Result<u32, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
@@ -675,6 +696,11 @@ pub(crate) enum Command {
         target: u32,
         at_ms: u64,
     },
+    /// A management server starts serving with map epochs from `epoch` on (the highest
+    /// noted stays).
+    NoteMapEpoch {
+        epoch: u64,
+    },
 }
 
 /// What a [`Command`] came to, as it is answered to whoever made it.
@@ -825,6 +851,19 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
         }
         Command::NoteMirrorGroup { kind, id } => {
             raise_group_counter(txn, *kind, *id)?;
+            Ok(Outcome::Done)
+        }
+        Command::NoteMapEpoch { epoch } => {
+            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
+            let last = counters
+                .get(MAP_EPOCH_COUNTER)
+                .map_err(store_error)?
+                .map_or(0, |v| v.value());
+            if *epoch > last {
+                counters
+                    .insert(MAP_EPOCH_COUNTER, *epoch)
+                    .map_err(store_error)?;
+            }
             Ok(Outcome::Done)
         }
         Command::SetClientRule { rule, subtree } => {
