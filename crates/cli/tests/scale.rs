@@ -85,7 +85,9 @@ fn clients_write_through_a_cut_rail() {
             "writes after management's leader was killed",
         );
     }
-    let next = cluster.mgmt_leader().expect("another management server leads");
+    let next = cluster
+        .mgmt_leader()
+        .expect("another management server leads");
     assert_ne!(next, leader, "another management server leads");
     for writer in &writers {
         writer.advance(8 * RECORD_BYTES as u64, "writes after the rails are back");
