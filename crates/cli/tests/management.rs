@@ -5,7 +5,7 @@
 mod common;
 
 use common::{cluster, verify, weft, Writer, RECORD_BYTES};
-use weft_testkit::{ClusterSpec, LocalCluster};
+use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 /// What management lists of nodes and targets, without what changes by itself (reachability,
 /// space).
@@ -24,6 +24,26 @@ fn registered(cluster: &LocalCluster) -> (Vec<String>, Vec<String>) {
     (nodes, targets)
 }
 
+/// Pairs the two storage targets into a mirror group, once both members are good.
+fn mirror_the_targets(cluster: &LocalCluster) {
+    common::autocreate_storage_groups(cluster);
+    wait_until("both members good", || {
+        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        list.matches("(good)").count() == 2
+    })
+    .expect("group formed");
+}
+
+fn assert_group_whole(cluster: &LocalCluster) {
+    let (ok, list, err) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        list.matches("(good)").count(),
+        2,
+        "the group is whole: {list}"
+    );
+}
+
 // Goal: with three management servers, killing the leader while a mirrored file is written
 // costs a pause, not an error: another server is elected, the storage servers' leases and the
 // mount's session are renewed by it, a new mount registers with it, and every node, target and
@@ -37,12 +57,7 @@ fn management_survives_the_loss_of_its_leader() {
         mgmt_replicas: 3,
         ..ClusterSpec::default()
     });
-    common::autocreate_storage_groups(&cluster);
-    weft_testkit::wait_until("both members good", || {
-        let (_, list, _) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
-        list.matches("(good)").count() == 2
-    })
-    .expect("group formed");
+    mirror_the_targets(&cluster);
     let before = registered(&cluster);
     assert_eq!(
         before.0.len(),
@@ -77,12 +92,65 @@ fn management_survives_the_loss_of_its_leader() {
     }
     let records = writer.stop();
     verify(&mount.join("file"), 7, records);
-    let (ok, list, err) = weft(&cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
-    assert!(ok, "{err}");
-    assert_eq!(
-        list.matches("(good)").count(),
-        2,
-        "the group is whole: {list}"
+    assert_group_whole(&cluster);
+    common::fsck_clean(&cluster);
+}
+
+// Goal: a management leader cut off from the other management servers, while the storage
+// servers and the mount still reach it, stops serving before another is elected (no two
+// leaders renew leases at once): the mirrored file's writes go on under the new leader, nothing
+// registered is lost, and once the path is mended the old leader follows the new one.
+#[test]
+fn a_leader_cut_off_from_the_other_management_servers_gives_way() {
+    let mut cluster = cluster(ClusterSpec {
+        storage: 2,
+        targets_per_storage: 1,
+        mgmt_replicas: 3,
+        netns: true,
+        ..ClusterSpec::default()
+    });
+    mirror_the_targets(&cluster);
+    let before = registered(&cluster);
+    let mount = cluster.mount().expect("mount");
+    let writer = Writer::start(mount.join("file"), 9);
+    writer.advance(4 * RECORD_BYTES as u64, "the first records");
+
+    let leader = cluster.mgmt_leader().expect("a leader");
+    let others: Vec<String> = (1..=3)
+        .map(|index| format!("mgmt-{index}"))
+        .filter(|name| *name != leader)
+        .collect();
+    for other in &others {
+        cluster
+            .set_path(&leader, other, false)
+            .expect("cut the path");
+    }
+    let address = cluster.address_of(&leader).expect("address");
+    wait_until("the cut-off leader to stop serving", || {
+        !weft(&cluster, &["node", "list", "--mgmt", &address]).0
+    })
+    .expect("a leader without its majority stops serving");
+    let next = cluster.mgmt_leader().expect("another leader");
+    assert_ne!(next, leader, "another server leads");
+    writer.advance(
+        8 * RECORD_BYTES as u64,
+        "writes while management's old leader is cut off from the others",
     );
+    assert_eq!(registered(&cluster), before, "nothing registered is lost");
+
+    for other in &others {
+        cluster
+            .set_path(&leader, other, true)
+            .expect("mend the path");
+    }
+    wait_until("the old leader to follow the new one", || {
+        let (ok, _, err) = weft(&cluster, &["node", "list", "--mgmt", &address]);
+        !ok && err.contains("the leader is at")
+    })
+    .expect("the old leader names the new one");
+    writer.advance(4 * RECORD_BYTES as u64, "writes after the path is mended");
+    let records = writer.stop();
+    verify(&mount.join("file"), 9, records);
+    assert_group_whole(&cluster);
     common::fsck_clean(&cluster);
 }

@@ -64,6 +64,9 @@ pub enum MgmtError {
     /// The store could not be opened or written.
     #[error("management store: {0}")]
     Store(String),
+    /// A change refused the same way by every management server (no id is left).
+    #[error("{0}")]
+    Refused(String),
     /// This server is not the leader of a replicated management (the message names the
     /// leader), or lost its majority before a change was committed.
     #[error("{0}")]

@@ -43,7 +43,7 @@ use std::io::Cursor;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weft_net::{RpcClient, RpcClientOptions};
 use weft_proto::messages::{MgmtRequest, RaftCall, Request, Response};
 
@@ -74,26 +74,170 @@ pub(crate) const ELECTION_TIMEOUT: (Duration, Duration) =
 /// answered with an error (the change may still be committed later).
 const PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// This server's Raft node, on a runtime of its own: however busy the service's threads are
+/// (each change a request makes waits for the log in one of them), the log goes on, and so
+/// does the clock a change's wait is bounded by.
+pub(crate) struct Replica {
+    runtime: Option<tokio::runtime::Runtime>,
+    raft: Raft,
+}
+
+impl Replica {
+    /// Starts this server's Raft node over `store`; server 1 starts the log the first time.
+    pub async fn start(
+        config: &crate::MgmtConfig,
+        store: &MgmtStore,
+        auth: weft_net::Auth,
+    ) -> Result<Replica, MgmtError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("weft-raft")
+            .enable_all()
+            .build()
+            .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))?;
+        let log = LogStore::open(&config.data_dir)?;
+        let machine = StateMachine::new(store)?;
+        if machine
+            .applied()
+            .map_err(|error| MgmtError::Store(error.to_string()))?
+            .0
+            .is_none()
+            && store.holds_anything()?
+        {
+            return Err(MgmtError::Config(format!(
+                "{} holds the state of a management server that was not replicated: a replicated \
+                 management starts from empty data directories (turning a single management \
+                 server into three is not supported yet)",
+                config.data_dir.display()
+            )));
+        }
+        let network = Network {
+            options: weft_net::RpcClientOptions {
+                connections: 1,
+                request_timeout: ELECTION_TIMEOUT.0,
+                connect_timeout: ELECTION_TIMEOUT.0,
+                auth,
+                ..weft_net::RpcClientOptions::default()
+            },
+        };
+        let settings = Arc::new(raft_config()?);
+        let (replica, replicas) = (config.replica, config.replicas.clone());
+        let raft = runtime
+            .spawn(async move {
+                let raft = Raft::new(replica, settings, network, log, machine)
+                    .await
+                    .map_err(|error| MgmtError::Store(format!("replicated log: {error}")))?;
+                let fresh = !raft
+                    .is_initialized()
+                    .await
+                    .map_err(|error| MgmtError::Store(format!("replicated log: {error}")))?;
+                if fresh && replica == 1 {
+                    raft.initialize(membership(&replicas))
+                        .await
+                        .map_err(|error| {
+                            MgmtError::Store(format!("cannot start the replicated log: {error}"))
+                        })?;
+                    tracing::info!(servers = ?replicas, "replicated log started");
+                }
+                Ok::<_, MgmtError>(raft)
+            })
+            .await
+            .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))??;
+        tracing::info!(
+            replica = config.replica,
+            of = config.replicas.len(),
+            "management replicated"
+        );
+        Ok(Replica {
+            runtime: Some(runtime),
+            raft,
+        })
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The log the store makes its changes through.
+    pub fn log(&self) -> Log {
+        let runtime = self.runtime.as_ref().expect("running").handle().clone();
+        Log::new(self.raft.clone(), runtime)
+    }
+
+    /// Stops the Raft node and its runtime.
+    pub async fn shutdown(mut self) {
+        let _ = self.raft.shutdown().await;
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// The replicated log, as the store makes its changes through it.
 #[derive(Clone)]
 pub(crate) struct Log {
     raft: Raft,
+    /// The Raft node's runtime, where changes are proposed.
+    runtime: tokio::runtime::Handle,
+    /// When a majority last acknowledged this server as leader, as far as this server knows;
+    /// `None` while it does not lead.
+    majority_heard: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Log {
-    pub fn new(raft: Raft) -> Log {
-        Log { raft }
+    /// The log of `raft`; follows its metrics to know when a majority last acknowledged it.
+    fn new(raft: Raft, runtime: tokio::runtime::Handle) -> Log {
+        let majority_heard = Arc::new(std::sync::Mutex::new(None));
+        let mut metrics = raft.metrics();
+        runtime.spawn({
+            let majority_heard = Arc::clone(&majority_heard);
+            async move {
+                loop {
+                    let heard = {
+                        let metrics = metrics.borrow_and_update();
+                        match (metrics.state, metrics.millis_since_quorum_ack) {
+                            (ServerState::Leader, Some(ms)) => {
+                                Instant::now().checked_sub(Duration::from_millis(ms))
+                            }
+                            _ => None,
+                        }
+                    };
+                    *majority_heard.lock().expect("majority poisoned") = heard;
+                    // Ends with the Raft node.
+                    if metrics.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Log {
+            raft,
+            runtime,
+            majority_heard,
+        }
     }
 
-    /// Commits `command` on a majority and applies it here; its outcome.
+    /// Commits `command` on a majority and applies it here; its outcome. Waits on this thread
+    /// (the caller's request is served in a thread that may block), for the Raft node's
+    /// runtime, at most [`PROPOSE_TIMEOUT`].
     pub fn propose(&self, command: Command) -> Result<Outcome, MgmtError> {
-        let runtime = tokio::runtime::Handle::current();
-        let written = tokio::task::block_in_place(|| {
-            runtime.block_on(tokio::time::timeout(
-                PROPOSE_TIMEOUT,
-                self.raft.client_write(command),
-            ))
+        let (sent, written) = std::sync::mpsc::sync_channel(1);
+        let raft = self.raft.clone();
+        self.runtime.spawn(async move {
+            let _ = sent.send(raft.client_write(command).await);
         });
+        let written = match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::block_in_place(|| written.recv_timeout(PROPOSE_TIMEOUT)),
+            Err(_) => written.recv_timeout(PROPOSE_TIMEOUT),
+        };
         match written {
             Ok(Ok(response)) => Ok(response.data),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
@@ -102,22 +246,24 @@ impl Log {
                 )))
             }
             Ok(Err(error)) => Err(MgmtError::Store(format!("replicated log: {error}"))),
-            Err(_) => Err(MgmtError::NotLeader(format!(
-                "no majority of the management servers committed a change within {PROPOSE_TIMEOUT:?}"
+            // Not NotLeader: the change may still be committed, and a client must not make it
+            // again elsewhere.
+            Err(_) => Err(MgmtError::Store(format!(
+                "no majority of the management servers committed a change within \
+                 {PROPOSE_TIMEOUT:?}: it may still be made; ask again once a leader serves"
             ))),
         }
     }
 
     /// Whether this server leads and heard from a majority lately — within the shortest
     /// election timeout, before which no other server can be elected: a lease it grants now
-    /// cannot overlap one a later leader grants.
+    /// cannot overlap one a later leader grants. Measured against this clock, so it turns false
+    /// on its own when the Raft node stalls and stops telling.
     pub fn leads_a_majority(&self) -> bool {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        metrics.state == ServerState::Leader
-            && metrics
-                .millis_since_quorum_ack
-                .is_some_and(|ms| u128::from(ms) < ELECTION_TIMEOUT.0.as_millis())
+        self.majority_heard
+            .lock()
+            .expect("majority poisoned")
+            .is_some_and(|heard| heard.elapsed() < ELECTION_TIMEOUT.0)
     }
 }
 

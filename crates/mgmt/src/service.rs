@@ -3,7 +3,7 @@
 use crate::mirrors::{nodes_of_targets, Mirrors};
 use crate::monitor::{unix_ms, Monitor};
 use crate::pools;
-use crate::replication::{self, Log, LogStore, Network, Raft, StateMachine};
+use crate::replication::{self, Raft, Replica};
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
@@ -56,6 +56,9 @@ struct Mgmt {
     /// The directory-rename lock: (token, holder, lease end).
     rename_lock: Mutex<Option<(u64, NodeId, Instant)>>,
     rename_lock_lease: Duration,
+    /// Before this, the rename lock is not granted: a leader that took over from another
+    /// waits out any lease the other granted.
+    rename_lock_from: Instant,
     monitor: Monitor,
     /// Serialises mirror group creation: the free members are read and taken at once.
     mirror_lock: Mutex<()>,
@@ -108,23 +111,30 @@ pub async fn run(
         source,
     })?;
     let store = MgmtStore::open(&config.data_dir)?;
-    let raft = if config.replicas.is_empty() {
+    let replica = if config.replicas.is_empty() {
         None
     } else {
-        Some(start_replication(&config, &store, auth.clone()).await?)
+        Some(Replica::start(&config, &store, auth.clone()).await?)
     };
     let front = Arc::new(Front {
         config,
         auth,
-        raft: raft.clone(),
+        raft: replica.as_ref().map(|replica| replica.raft().clone()),
         serving: std::sync::RwLock::new(None),
     });
-    let leading = match &raft {
+    // Ends when the Raft node stops for good (an error of its store): the server stops too.
+    let (raft_stopped, stopping) = tokio::sync::oneshot::channel::<String>();
+    let leading = match &replica {
+        Some(replica) => Some(tokio::spawn(lead(
+            Arc::clone(&front),
+            replica.raft().clone(),
+            store.replicated(replica.log()),
+            raft_stopped,
+        ))),
         None => {
             front.serve(store)?;
             None
         }
-        Some(raft) => Some(tokio::spawn(lead(Arc::clone(&front), raft.clone(), store))),
     };
     let address = listeners.address();
     tracing::info!(%address, metrics = %format!("http://{address}/metrics"), "management serving");
@@ -144,13 +154,19 @@ pub async fn run(
             }),
         )));
     let exporters = front.config.exporters();
+    let failed = std::sync::Mutex::new(None);
     let served = weft_net::serve_with_exporters(
         listeners,
         Arc::clone(&front),
         metrics.build(),
         exporters,
         admission,
-        shutdown,
+        async {
+            tokio::select! {
+                () = shutdown => {}
+                Ok(why) = stopping => *failed.lock().expect("failed poisoned") = Some(why),
+            }
+        },
     )
     .await
     .map_err(|e| MgmtError::Listen(e.to_string()));
@@ -159,71 +175,50 @@ pub async fn run(
         let _ = leading.await;
     }
     front.stop_serving();
-    if let Some(raft) = raft {
-        let _ = raft.shutdown().await;
+    if let Some(replica) = replica {
+        replica.shutdown().await;
+    }
+    if let Some(why) = failed.lock().expect("failed poisoned").take() {
+        return Err(MgmtError::Store(why));
     }
     served
-}
-
-/// Starts this server's Raft node; server 1 starts the log the first time.
-async fn start_replication(
-    config: &MgmtConfig,
-    store: &MgmtStore,
-    auth: weft_net::Auth,
-) -> Result<Raft, MgmtError> {
-    let log = LogStore::open(&config.data_dir)?;
-    let machine = StateMachine::new(store)?;
-    let network = Network {
-        options: weft_net::RpcClientOptions {
-            connections: 1,
-            request_timeout: replication::ELECTION_TIMEOUT.0,
-            connect_timeout: replication::ELECTION_TIMEOUT.0,
-            auth,
-            ..weft_net::RpcClientOptions::default()
-        },
-    };
-    let raft = Raft::new(
-        config.replica,
-        Arc::new(replication::raft_config()?),
-        network,
-        log,
-        machine,
-    )
-    .await
-    .map_err(|error| MgmtError::Store(format!("replicated log: {error}")))?;
-    let fresh = !raft
-        .is_initialized()
-        .await
-        .map_err(|error| MgmtError::Store(format!("replicated log: {error}")))?;
-    if fresh && config.replica == 1 {
-        raft.initialize(replication::membership(&config.replicas))
-            .await
-            .map_err(|error| {
-                MgmtError::Store(format!("cannot start the replicated log: {error}"))
-            })?;
-        tracing::info!(servers = ?config.replicas, "replicated log started");
-    }
-    tracing::info!(
-        replica = config.replica,
-        of = config.replicas.len(),
-        "management replicated"
-    );
-    Ok(raft)
 }
 
 /// Serves while this server leads: once it leads, and every entry committed before is
 /// applied here, it serves as a restarted management does (it waits a full offline and
 /// promotion timeout before it declares anything offline or promotes anyone); once it no
-/// longer leads, it stops.
-async fn lead(front: Arc<Front>, raft: Raft, store: MgmtStore) {
+/// longer leads, it stops. `store` makes its changes through the replicated log.
+async fn lead(
+    front: Arc<Front>,
+    raft: Raft,
+    store: MgmtStore,
+    raft_stopped: tokio::sync::oneshot::Sender<String>,
+) {
     let mut metrics = raft.server_metrics();
+    // The term this server serves in: a lead lost and won again between two looks is a new
+    // term, served afresh (another leader may have changed the store meanwhile).
+    let mut serving_term = None;
     loop {
-        let leads = metrics.borrow_and_update().state == openraft::ServerState::Leader;
-        let serving = front.leading().is_some();
-        if leads && !serving {
+        let (leads, term) = {
+            let metrics = metrics.borrow_and_update();
+            (
+                metrics.state == openraft::ServerState::Leader,
+                metrics.vote.leader_id.term,
+            )
+        };
+        if serving_term.is_some_and(|serving| serving != term) || (!leads && serving_term.is_some())
+        {
+            front.stop_serving();
+            serving_term = None;
+            tracing::info!("this management server no longer leads");
+        }
+        if leads && serving_term.is_none() {
             match raft.ensure_linearizable().await {
-                Ok(_) => match front.serve(store.replicated(Log::new(raft.clone()))) {
-                    Ok(()) => tracing::info!("this management server leads"),
+                Ok(_) => match front.serve(store.clone()) {
+                    Ok(()) => {
+                        serving_term = Some(term);
+                        tracing::info!(term, "this management server leads");
+                    }
                     Err(error) => tracing::error!(%error, "cannot serve as the leader"),
                 },
                 Err(error) => tracing::debug!(%error, "lost the lead before serving"),
@@ -232,11 +227,14 @@ async fn lead(front: Arc<Front>, raft: Raft, store: MgmtStore) {
             tokio::time::sleep(replication::HEARTBEAT_INTERVAL).await;
             continue;
         }
-        if !leads && serving {
-            front.stop_serving();
-            tracing::info!("this management server no longer leads");
-        }
         if metrics.changed().await.is_err() {
+            front.stop_serving();
+            let why = match &raft.metrics().borrow().running_state {
+                Err(fatal) => format!("the replicated log stopped: {fatal}"),
+                Ok(()) => "the replicated log stopped".to_string(),
+            };
+            tracing::error!(%why, "management stops");
+            let _ = raft_stopped.send(why);
             return;
         }
     }
@@ -340,7 +338,9 @@ impl weft_net::Handler for Front {
             };
         }
         match self.leading() {
-            Some(mgmt) => mgmt.handle(from, request).await,
+            // A leader cut off from the majority stops serving before another is elected.
+            Some(mgmt) if mgmt.store.leads_a_majority() => mgmt.handle(from, request).await,
+            Some(_) => (Err(lost_majority()), Bytes::new()),
             None => (Err(self.not_leader()), Bytes::new()),
         }
     }
@@ -369,6 +369,11 @@ impl Mgmt {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |since| since.as_micros() as u64);
         let first_epoch = store.start_map_epochs(clock)?;
+        let rename_lock_from = if store.is_replicated() {
+            Instant::now() + config.rename_lock_lease
+        } else {
+            Instant::now()
+        };
         Ok(Mgmt {
             store,
             live: Mutex::default(),
@@ -377,6 +382,7 @@ impl Mgmt {
             session_timeout: config.session_timeout,
             rename_lock: Mutex::new(None),
             rename_lock_lease: config.rename_lock_lease,
+            rename_lock_from,
             monitor: Monitor::new(config.stats_interval, auth),
             mirror_lock: Mutex::new(()),
             mirrors,
@@ -770,9 +776,19 @@ fn refused(refused: pools::Refused) -> WireError {
     }
 }
 
+/// The answer of a leader that has not heard from a majority of the management servers lately.
+fn lost_majority() -> WireError {
+    WireError::new(
+        ErrorCode::NotLeader,
+        "this management server lost contact with the majority of its replicas: ask another",
+    )
+}
+
 fn internal(error: MgmtError) -> WireError {
-    if let MgmtError::NotLeader(message) = error {
-        return WireError::new(ErrorCode::NotLeader, message);
+    match error {
+        MgmtError::NotLeader(message) => return WireError::new(ErrorCode::NotLeader, message),
+        MgmtError::Refused(message) => return WireError::new(ErrorCode::OutOfRange, message),
+        _ => {}
     }
     tracing::error!(%error, "management store failed");
     WireError::new(ErrorCode::Internal, error.to_string())
@@ -884,14 +900,6 @@ impl Mgmt {
                 quota_usage,
                 target_uses,
             } => {
-                // A leader cut off from the others must not renew leases another leader
-                // could be granting: the node asks another server.
-                if !self.store.leads_a_majority() {
-                    return Err(WireError::new(
-                        ErrorCode::NotLeader,
-                        "this management server lost contact with the majority of its replicas",
-                    ));
-                }
                 if !self.store.node_exists(kind, node).map_err(internal)? {
                     return Err(WireError::new(
                         ErrorCode::UnknownNode,
@@ -962,6 +970,11 @@ impl Mgmt {
                     MirrorKind::Meta => NodeId::from(member),
                     MirrorKind::Storage => nodes.get(&member).copied().unwrap_or(NodeId(0)),
                 };
+                // Checked as the lease is granted: a leader cut off from the others must not
+                // renew leases another leader could be granting; the node asks another server.
+                if !self.store.leads_a_majority() {
+                    return Err(lost_majority());
+                }
                 Ok(Response::HeartbeatAck {
                     lease_ms: lease.as_millis() as u64,
                     mirror_groups: groups
@@ -1021,6 +1034,13 @@ impl Mgmt {
                 }
             }
             MgmtRequest::AcquireRenameLock { holder, token } => {
+                if Instant::now() < self.rename_lock_from {
+                    return Err(WireError::new(
+                        ErrorCode::WouldBlock,
+                        "management's leader changed: the rename lock is granted again once \
+                         the lease an earlier leader could have granted runs out",
+                    ));
+                }
                 let mut lock = self.rename_lock.lock().expect("rename lock poisoned");
                 match *lock {
                     Some((held, by, until)) if held != token && Instant::now() < until => {

@@ -145,7 +145,9 @@ fn store_error(error: impl std::fmt::Display) -> MgmtError {
 
 /// Management's durable state: read from its redb database, changed by [`Command`]s — applied
 /// at once by a management server alone, or through the replicated log ([`crate::replication`])
-/// by every management server of a replicated cluster, in the log's order.
+/// by every management server of a replicated cluster, in the log's order. Clones share the
+/// database.
+#[derive(Clone)]
 pub(crate) struct MgmtStore {
     db: Arc<Database>,
     log: Option<crate::replication::Log>,
@@ -194,6 +196,20 @@ impl MgmtStore {
             .is_none_or(crate::replication::Log::leads_a_majority)
     }
 
+    /// Whether changes go through the replicated log.
+    pub fn is_replicated(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Whether any table holds a row.
+    pub fn holds_anything(&self) -> Result<bool, MgmtError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        Ok(state_rows(&txn)?
+            .tables
+            .iter()
+            .any(|(_, rows)| !rows.is_empty()))
+    }
+
     /// The database, for the replicated log's state machine.
     pub fn database(&self) -> Arc<Database> {
         Arc::clone(&self.db)
@@ -210,7 +226,8 @@ impl MgmtStore {
                 txn.commit().map_err(store_error)?;
                 Ok(outcome)
             }
-        }
+        }?
+        .refused()
     }
 
     /// Registers or re-registers a node; returns its id.
@@ -717,6 +734,8 @@ pub(crate) enum Outcome {
     TargetRemoved(u32),
     /// Refused: the target is not registered.
     NotRegistered(u32),
+    /// Refused, the same way on every server (an id past the last one, say): nothing changed.
+    Refused(String),
 }
 
 impl Outcome {
@@ -724,6 +743,14 @@ impl Outcome {
         match self {
             Outcome::Id(id) => Ok(id),
             other => Err(other.unexpected()),
+        }
+    }
+
+    /// The error a refusal is, or the outcome.
+    fn refused(self) -> Result<Outcome, MgmtError> {
+        match self {
+            Outcome::Refused(why) => Err(MgmtError::Refused(why)),
+            outcome => Ok(outcome),
         }
     }
 
@@ -745,22 +772,28 @@ impl Outcome {
 }
 
 /// Gives the next id of `counter`, or keeps `existing` and moves the counter past it (a node
-/// keeps the id it saved, even one this store has never seen: a restored management store).
+/// keeps the id it saved, even one this store has never seen: a restored management store);
+/// `None`, changing nothing, when the id would pass `max`.
 fn allocate(
     txn: &WriteTransaction,
     counter: &str,
     existing: Option<u64>,
-) -> Result<u64, MgmtError> {
+    max: u64,
+) -> Result<Option<u64>, MgmtError> {
     let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
     let last = counters
         .get(counter)
         .map_err(store_error)?
         .map_or(0, |v| v.value());
-    let id = existing.unwrap_or(last + 1);
+    let id = match existing {
+        Some(id) if id <= max => id,
+        None if last < max => last + 1,
+        _ => return Ok(None),
+    };
     if id > last {
         counters.insert(counter, id).map_err(store_error)?;
     }
-    Ok(id)
+    Ok(Some(id))
 }
 
 /// Applies `command` in `txn`: what every management server does with each command of the
@@ -779,8 +812,11 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
                 Some(NodeKind::Management) => "management_node",
                 None => return Err(MgmtError::Store(format!("no node kind {kind}"))),
             };
-            let node = allocate(txn, counter, existing.map(u64::from))?;
-            let node = u32::try_from(node).map_err(store_error)?;
+            let Some(node) = allocate(txn, counter, existing.map(u64::from), u32::MAX.into())?
+            else {
+                return Ok(Outcome::Refused(format!("no {counter} id is left")));
+            };
+            let node = node as u32;
             let bytes = postcard::to_stdvec(record).map_err(store_error)?;
             txn.open_table(NODES)
                 .map_err(store_error)?
@@ -795,8 +831,11 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
                     return Ok(Outcome::TargetRemoved(*target));
                 }
             }
-            let target = allocate(txn, "target", existing.map(u64::from))?;
-            let target = u32::try_from(target).map_err(store_error)?;
+            let Some(target) = allocate(txn, "target", existing.map(u64::from), u32::MAX.into())?
+            else {
+                return Ok(Outcome::Refused("no target id is left".into()));
+            };
+            let target = target as u32;
             let mut targets = txn.open_table(TARGETS).map_err(store_error)?;
             let pool = match targets.get(target).map_err(store_error)? {
                 Some(bytes) => postcard::from_bytes::<TargetRecord>(bytes.value())
@@ -815,7 +854,9 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
             Ok(Outcome::Id(u64::from(target)))
         }
         Command::RegisterClient { alias, owner } => {
-            let client = allocate(txn, "client", None)?;
+            let Some(client) = allocate(txn, "client", None, u64::MAX)? else {
+                return Ok(Outcome::Refused("no client session id is left".into()));
+            };
             txn.open_table(CLIENTS)
                 .map_err(store_error)?
                 .insert(client, alias.as_str())
@@ -921,8 +962,9 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
                 .map_err(store_error)?
                 .map_or(default, |v| v.value())
                 .max(default);
-            let id = u16::try_from(last + 1)
-                .map_err(|_| MgmtError::Store("no pool id is left".into()))?;
+            let Ok(id) = u16::try_from(last + 1) else {
+                return Ok(Outcome::Refused("no pool id is left".into()));
+            };
             counters.insert("pool", last + 1).map_err(store_error)?;
             drop(counters);
             let pool = PoolInfo::new(StoragePoolId(id), name.clone());
@@ -1259,5 +1301,33 @@ mod tests {
             b.register_target(node, None).expect("next on b"),
             "the counters came along"
         );
+    }
+
+    // Goal: an id past the last one is refused the same way on every server, changing
+    // nothing (an error instead would stop the replicated log on every server for good).
+    #[test]
+    fn an_id_past_the_last_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = MgmtStore::open(dir.path()).expect("store");
+        assert!(
+            !store.holds_anything().expect("read"),
+            "a new store is empty"
+        );
+        let record = NodeRecord {
+            alias: "m".into(),
+            addresses: vec!["a:1".into()],
+        };
+        let last = store
+            .register_node(NodeKind::Meta, Some(NodeId(u32::MAX)), &record)
+            .expect("the last id is kept");
+        assert_eq!(last, NodeId(u32::MAX));
+        let before = store.nodes().expect("nodes");
+        let refused = store.register_node(NodeKind::Meta, None, &record);
+        assert!(
+            matches!(refused, Err(MgmtError::Refused(ref why)) if why.contains("no meta_node id")),
+            "{refused:?}"
+        );
+        assert_eq!(store.nodes().expect("nodes"), before);
+        assert!(store.holds_anything().expect("read"));
     }
 }

@@ -821,6 +821,19 @@ impl LocalCluster {
             .set_link(name, None, up)
     }
 
+    /// Cuts the path between two services (`mgmt-1`, `mgmt-2`) on every rail, both ways
+    /// (`up: false`), while each still reaches every other host; or mends it. Only for
+    /// clusters started with `netns`.
+    ///
+    /// # Errors
+    /// When the cluster has no namespaces or `ip` fails.
+    pub fn set_path(&self, a: &str, b: &str, up: bool) -> Result<()> {
+        self.network
+            .as_ref()
+            .ok_or_else(|| anyhow!("the cluster was started without network namespaces"))?
+            .set_path(a, b, up)
+    }
+
     /// Takes the link of a service or client host (`client-1`) on one rail (0, 1, …) down or
     /// brings it back; its other rails stay up.
     ///

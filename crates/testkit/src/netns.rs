@@ -18,6 +18,8 @@ struct Link {
     namespace: String,
     /// The host ends of the veth pairs, on the rails' bridges, in rail order.
     host_ends: Vec<String>,
+    /// The host's address on each rail, in rail order.
+    addresses: Vec<String>,
 }
 
 /// One network: a bridge on the host with a /24 of its own.
@@ -142,6 +144,7 @@ impl Network {
             Link {
                 namespace: namespace.clone(),
                 host_ends: Vec::new(),
+                addresses: Vec::new(),
             },
         );
         ip(&["-n", &namespace, "link", "set", "lo", "up"])?;
@@ -186,7 +189,36 @@ impl Network {
             }
             addresses.push(address);
         }
+        self.links
+            .get_mut(host_name)
+            .expect("added above")
+            .addresses
+            .clone_from(&addresses);
         Ok(addresses)
+    }
+
+    /// Cuts the path between hosts `a` and `b` on every rail (`up: false`), both ways, as a
+    /// broken switch between them would: each still reaches every other host. Or mends it.
+    pub fn set_path(&self, a: &str, b: &str, up: bool) -> Result<()> {
+        let link = |name: &str| {
+            self.links
+                .get(name)
+                .with_context(|| format!("{name} has no network namespace"))
+        };
+        let (a, b) = (link(a)?, link(b)?);
+        for (from, to) in [(a, b), (b, a)] {
+            for address in &to.addresses {
+                ip(&[
+                    "-n",
+                    &from.namespace,
+                    "route",
+                    if up { "del" } else { "add" },
+                    "blackhole",
+                    &format!("{address}/32"),
+                ])?;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes carried so far (both ways) by `host_name`'s link on `rail`.
