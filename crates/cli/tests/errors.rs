@@ -228,3 +228,71 @@ fn a_short_write_is_an_error_not_silence() {
         "every server still runs: {nodes}"
     );
 }
+
+// Goal: the settings of a replicated management are checked, with what to do, and a server's
+// store that holds a single management server's state is not taken over by a replica (the
+// other replicas would not hold it). Method: `weft serve mgmt` with two replicas, with no
+// `replica`, and with three replicas over the data directory of a management that ran alone.
+#[test]
+fn replicated_management_settings_are_checked() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let data = directory.path().display().to_string();
+    let three = r#"replicas=["127.0.0.1:1","127.0.0.1:2","127.0.0.1:3"]"#;
+    let (ok, output) = run(&[
+        "serve",
+        "mgmt",
+        "--data-dir",
+        &data,
+        "--set",
+        r#"replicas=["127.0.0.1:1","127.0.0.1:2"]"#,
+        "--set",
+        "replica=1",
+    ]);
+    assert!(!ok);
+    assert!(output.contains("list 3 or 5"), "{output}");
+    let (ok, output) = run(&["serve", "mgmt", "--data-dir", &data, "--set", three]);
+    assert!(!ok);
+    assert!(output.contains("replica = 0 does not name"), "{output}");
+
+    let log = directory.path().join("alone.log");
+    let mut alone = Command::new(binary())
+        .args([
+            "serve",
+            "mgmt",
+            "--data-dir",
+            &data,
+            "--listen",
+            "127.0.0.1:0",
+            "--set",
+            r#"auth="none""#,
+        ])
+        .env("WEFT_LOG", "info")
+        .stderr(fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("weft runs");
+    wait_until("management to serve", || {
+        fs::read_to_string(&log).is_ok_and(|text| text.contains("management serving"))
+    })
+    .expect("a management server alone starts");
+    let _ = alone.kill();
+    let _ = alone.wait();
+    let (ok, output) = run(&[
+        "serve",
+        "mgmt",
+        "--data-dir",
+        &data,
+        "--listen",
+        "127.0.0.1:0",
+        "--set",
+        three,
+        "--set",
+        "replica=1",
+        "--set",
+        r#"auth="none""#,
+    ]);
+    assert!(!ok, "{output}");
+    assert!(
+        output.contains("was not replicated") && output.contains("empty data directories"),
+        "{output}"
+    );
+}

@@ -89,12 +89,6 @@ impl Replica {
         store: &MgmtStore,
         auth: weft_net::Auth,
     ) -> Result<Replica, MgmtError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("weft-raft")
-            .enable_all()
-            .build()
-            .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))?;
         let log = LogStore::open(&config.data_dir)?;
         let machine = StateMachine::new(store)?;
         if machine
@@ -122,7 +116,13 @@ impl Replica {
         };
         let settings = Arc::new(raft_config()?);
         let (replica, replicas) = (config.replica, config.replicas.clone());
-        let raft = runtime
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("weft-raft")
+            .enable_all()
+            .build()
+            .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))?;
+        let started = runtime
             .spawn(async move {
                 let raft = Raft::new(replica, settings, network, log, machine)
                     .await
@@ -142,7 +142,16 @@ impl Replica {
                 Ok::<_, MgmtError>(raft)
             })
             .await
-            .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))??;
+            .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))
+            .flatten();
+        let raft = match started {
+            Ok(raft) => raft,
+            Err(error) => {
+                // Not dropped here: a runtime cannot be dropped inside another.
+                runtime.shutdown_background();
+                return Err(error);
+            }
+        };
         tracing::info!(
             replica = config.replica,
             of = config.replicas.len(),
