@@ -143,7 +143,7 @@ impl Replica {
             })
             .await
             .map_err(|error| MgmtError::Store(format!("replication runtime: {error}")))
-            .flatten();
+            .and_then(|started| started);
         let raft = match started {
             Ok(raft) => raft,
             Err(error) => {
