@@ -127,7 +127,8 @@ enum Command {
 /// Where the admin commands find management, and the key that lets them in.
 #[derive(clap::Args, Clone, Debug)]
 pub struct MgmtLocator {
-    /// Management address; by default that of the Weft mount holding the path (or the cwd).
+    /// Management address (several servers separated by `;`); by default that of the Weft
+    /// mount holding the path (or the cwd).
     #[arg(long)]
     mgmt: Option<String>,
     /// The cluster key file; by default WEFT_KEY_FILE, then the key of the local `weft up`

@@ -131,7 +131,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct MountArgs {
-    /// Management address, HOST:PORT.
+    /// Management address, HOST:PORT; several management servers separated by `;`.
     #[arg(long)]
     mgmt: Option<String>,
     /// Client config file (TOML); `mgmt` may be set there.

@@ -237,35 +237,32 @@ fn a_short_write_is_an_error_not_silence() {
 fn replicated_management_settings_are_checked() {
     let directory = tempfile::tempdir().expect("tempdir");
     let data = directory.path().display().to_string();
+    let serve = |settings: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["serve", "mgmt", "--data-dir", &data]
+            .into_iter()
+            .chain(["--listen", "127.0.0.1:0", "--set", r#"auth="none""#])
+            .map(str::to_string)
+            .collect();
+        for setting in settings {
+            args.extend(["--set".to_string(), setting.to_string()]);
+        }
+        args
+    };
+    let run_with = |settings: &[&str]| {
+        let args = serve(settings);
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
     let three = r#"replicas=["127.0.0.1:1","127.0.0.1:2","127.0.0.1:3"]"#;
-    let (ok, output) = run(&[
-        "serve",
-        "mgmt",
-        "--data-dir",
-        &data,
-        "--set",
-        r#"replicas=["127.0.0.1:1","127.0.0.1:2"]"#,
-        "--set",
-        "replica=1",
-    ]);
+    let (ok, output) = run_with(&[r#"replicas=["127.0.0.1:1","127.0.0.1:2"]"#, "replica=1"]);
     assert!(!ok);
     assert!(output.contains("list 3 or 5"), "{output}");
-    let (ok, output) = run(&["serve", "mgmt", "--data-dir", &data, "--set", three]);
+    let (ok, output) = run_with(&[three]);
     assert!(!ok);
     assert!(output.contains("replica = 0 does not name"), "{output}");
 
     let log = directory.path().join("alone.log");
     let mut alone = Command::new(binary())
-        .args([
-            "serve",
-            "mgmt",
-            "--data-dir",
-            &data,
-            "--listen",
-            "127.0.0.1:0",
-            "--set",
-            r#"auth="none""#,
-        ])
+        .args(serve(&[]))
         .env("WEFT_LOG", "info")
         .stderr(fs::File::create(&log).expect("log"))
         .spawn()
@@ -276,20 +273,7 @@ fn replicated_management_settings_are_checked() {
     .expect("a management server alone starts");
     let _ = alone.kill();
     let _ = alone.wait();
-    let (ok, output) = run(&[
-        "serve",
-        "mgmt",
-        "--data-dir",
-        &data,
-        "--listen",
-        "127.0.0.1:0",
-        "--set",
-        three,
-        "--set",
-        "replica=1",
-        "--set",
-        r#"auth="none""#,
-    ]);
+    let (ok, output) = run_with(&[three, "replica=1"]);
     assert!(!ok, "{output}");
     assert!(
         output.contains("was not replicated") && output.contains("empty data directories"),

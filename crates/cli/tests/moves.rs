@@ -365,10 +365,10 @@ fn a_tree_moves_to_another_pool_while_it_is_read_and_written() {
 #[test]
 fn a_move_survives_a_crash_of_its_metadata_server() {
     let restripe = ["--chunk-size", "128K", "--num-targets", "2"];
+    // Each crash point once and each kind of move once: the points are steps of the metadata
+    // server's move, the same for both kinds, and every pairing cost CI a minute more.
     for (point, pattern_args) in [
         ("move-after-sealing", &[][..]),
-        ("move-after-last-push", &[][..]),
-        ("move-after-sealing", &restripe[..]),
         ("move-after-last-push", &restripe[..]),
     ] {
         let (mut cluster, dir) = with_a_fast_pool();

@@ -23,7 +23,8 @@ weft_net::security_config! {
     #[derive(Clone, Debug, Deserialize, Serialize)]
     #[serde(deny_unknown_fields)]
     pub struct ClientConfig {
-        /// Management's address, `host:port`.
+        /// Management's address, `host:port` (its rails comma-separated; several management
+        /// servers separated by `;`).
         pub mgmt: String,
         /// Connections kept to each server.
         #[serde(default = "default_connections")]

@@ -36,7 +36,8 @@ weft_net::service_config! {
         /// Address to listen on, `host:port` (port 0 picks a free one).
         #[serde(default = "default_listen")]
         pub listen: String,
-        /// Management's address, `host:port`.
+        /// Management's address, `host:port` (its rails comma-separated; several management
+        /// servers separated by `;`).
         pub mgmt: String,
         /// Name shown in listings; the host name by default.
         #[serde(default)]

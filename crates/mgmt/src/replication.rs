@@ -635,8 +635,9 @@ pub(crate) struct Network {
 impl RaftNetworkFactory<Types> for Network {
     type Network = Peer;
 
-    async fn new_client(&mut self, _target: u64, node: &BasicNode) -> Peer {
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Peer {
         Peer {
+            target,
             rpc: RpcClient::new(node.addr.clone(), self.options.clone()),
         }
     }
@@ -644,6 +645,8 @@ impl RaftNetworkFactory<Types> for Network {
 
 /// Another management server, as the log's messages reach it.
 pub(crate) struct Peer {
+    /// Its Raft id.
+    target: u64,
     rpc: RpcClient,
 }
 
@@ -674,7 +677,7 @@ impl Peer {
         }
         let answer: Result<A, RaftError<u64, E>> = postcard::from_bytes(&payload)
             .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
-        answer.map_err(|error| RPCError::RemoteError(RemoteError::new(0, error)))
+        answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
 }
 
