@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{cluster, verify, weft, Writer, RECORD_BYTES};
+use common::{binary, cluster, run, verify, weft, Writer, RECORD_BYTES};
+use std::fs;
+use std::process::Command;
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 /// What management lists of nodes and targets, without what changes by itself (reachability,
@@ -175,4 +177,56 @@ fn a_leader_cut_off_from_the_other_management_servers_gives_way() {
     verify(&mount.join("file"), 9, records);
     assert_group_whole(&cluster);
     common::fsck_clean(&cluster);
+}
+
+// Goal: the settings of a replicated management are checked, with what to do, and a server's
+// store that holds a single management server's state is not taken over by a replica (the
+// other replicas would not hold it). Method: `weft serve mgmt` with two replicas, with no
+// `replica`, and with three replicas over the data directory of a management that ran alone.
+#[test]
+fn replicated_management_settings_are_checked() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let data = directory.path().display().to_string();
+    let serve = |settings: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["serve", "mgmt", "--data-dir", &data]
+            .into_iter()
+            .chain(["--listen", "127.0.0.1:0", "--set", r#"auth="none""#])
+            .map(str::to_string)
+            .collect();
+        for setting in settings {
+            args.extend(["--set".to_string(), setting.to_string()]);
+        }
+        args
+    };
+    let run_with = |settings: &[&str]| {
+        let args = serve(settings);
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let three = r#"replicas=["127.0.0.1:1","127.0.0.1:2","127.0.0.1:3"]"#;
+    let (ok, output) = run_with(&[r#"replicas=["127.0.0.1:1","127.0.0.1:2"]"#, "replica=1"]);
+    assert!(!ok);
+    assert!(output.contains("list 3 or 5"), "{output}");
+    let (ok, output) = run_with(&[three]);
+    assert!(!ok);
+    assert!(output.contains("replica = 0 does not name"), "{output}");
+
+    let log = directory.path().join("alone.log");
+    let mut alone = Command::new(binary())
+        .args(serve(&[]))
+        .env("WEFT_LOG", "info")
+        .stderr(fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("weft runs");
+    wait_until("management to serve", || {
+        fs::read_to_string(&log).is_ok_and(|text| text.contains("management serving"))
+    })
+    .expect("a management server alone starts");
+    let _ = alone.kill();
+    let _ = alone.wait();
+    let (ok, output) = run_with(&[three, "replica=1"]);
+    assert!(!ok, "{output}");
+    assert!(
+        output.contains("was not replicated") && output.contains("empty data directories"),
+        "{output}"
+    );
 }

@@ -15,6 +15,24 @@ pub fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_weft"))
 }
 
+/// Runs the binary with `args` outside any cluster (logging errors only); whether it
+/// succeeded, and what it printed on both outputs.
+pub fn run(args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(binary())
+        .args(args)
+        .env("WEFT_LOG", "error")
+        .output()
+        .expect("weft runs");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
 /// Starts the standard test cluster: management, one metadata server, two storage servers
 /// with two targets each.
 pub fn cluster(spec: ClusterSpec) -> LocalCluster {
