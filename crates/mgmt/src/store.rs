@@ -79,18 +79,23 @@ pub(crate) struct RuleRecord {
 
 /// Raises the counter of the ids given to mirror groups of `kind` to `id`, if it is lower.
 fn raise_group_counter(txn: &WriteTransaction, kind: u8, id: u32) -> Result<(), MgmtError> {
-    let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
     let name = mirror_group_counter(if kind == mirror_kind_key(MirrorKind::Meta) {
         MirrorKind::Meta
     } else {
         MirrorKind::Storage
     });
+    raise_counter(txn, name, u64::from(id))
+}
+
+/// Raises the counter `name` to `value`, if it is lower.
+fn raise_counter(txn: &WriteTransaction, name: &str, value: u64) -> Result<(), MgmtError> {
+    let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
     let last = counters
         .get(name)
         .map_err(store_error)?
         .map_or(0, |v| v.value());
-    if u64::from(id) > last {
-        counters.insert(name, u64::from(id)).map_err(store_error)?;
+    if value > last {
+        counters.insert(name, value).map_err(store_error)?;
     }
     Ok(())
 }
@@ -895,16 +900,7 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
             Ok(Outcome::Done)
         }
         Command::NoteMapEpoch { epoch } => {
-            let mut counters = txn.open_table(COUNTERS).map_err(store_error)?;
-            let last = counters
-                .get(MAP_EPOCH_COUNTER)
-                .map_err(store_error)?
-                .map_or(0, |v| v.value());
-            if *epoch > last {
-                counters
-                    .insert(MAP_EPOCH_COUNTER, *epoch)
-                    .map_err(store_error)?;
-            }
+            raise_counter(txn, MAP_EPOCH_COUNTER, *epoch)?;
             Ok(Outcome::Done)
         }
         Command::SetClientRule { rule, subtree } => {
