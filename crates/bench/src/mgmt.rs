@@ -190,7 +190,8 @@ pub async fn run(
         let session = client
             .register_client(format!("sim-client-{index}"))
             .await
-            .context("register a simulated client session")?;
+            .context("register a simulated client session")?
+            .id;
         clients.push((client, session));
     }
     let registrations = config.servers * 2 + config.clients;

@@ -145,7 +145,8 @@ fn an_inverted_lock_range_is_refused() {
             .mgmt()
             .register_client("inverted-lock".into())
             .await
-            .expect("a session");
+            .expect("a session")
+            .id;
         let root = weft_proto::ids::InodeId::ROOT;
         let meta = view.meta(root.home()).await.expect("the root's server");
         let file = meta.lookup(root, "locked").await.expect("lookup").inode;
@@ -330,6 +331,40 @@ fn a_client_whose_session_expired_is_told_its_locks_are_gone() {
         set_lock(&held, libc::F_WRLCK, 0, 0).is_ok()
     })
     .expect("a new session locks again");
+}
+
+// Goal: a client set to heartbeat more slowly than the cluster's session timeout keeps its
+// session: management says the timeout when it opens the session, and the client beats within
+// it. (Every `weft` tool, `weft entry migrate` among them, ran with the 5 s default against a
+// cluster whose sessions last 3 s, and lost its session, with its locks and opens, every 5 s.)
+// Method: the test cluster's sessions last 3 s; mount 1 is set to heartbeat every 20 s and
+// holds a lock for 10 s; mount 2 must never get the lock, and mount 1 must never see its
+// session expire.
+#[test]
+fn a_client_set_to_heartbeat_slowly_keeps_its_session() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let slow = cluster
+        .mount_with(&["heartbeat_interval_ms=20000"])
+        .expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let held = open(&slow.join("held"));
+    set_lock(&held, libc::F_WRLCK, 0, 0).expect("lock through mount 1");
+    let other = open(&second.join("held"));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < until {
+        assert_eq!(
+            errno(set_lock(&other, libc::F_WRLCK, 0, 0)),
+            libc::EAGAIN,
+            "mount 1's lock must hold while it lives"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    held.sync_all().expect("mount 1's file is still good");
+    assert!(
+        !cluster.log("mount-1").contains("session expired"),
+        "mount 1 lost its session: {}",
+        cluster.log("mount-1")
+    );
 }
 
 // Goal: expired client sessions are forgotten: management kept every client ever registered

@@ -873,6 +873,88 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
     fsck_clean(&cluster);
 }
 
+// Goal: a truncate made while a restripe waits between two rounds (the old object's server
+// went down after a round had filled the new objects) reaches the new objects too: the
+// restripe finishes, and the file holds what the truncate left, with zeros past it when it
+// grows again. (The truncate reached the old object alone; the new ones, holding bytes of the
+// generation before it, refused every later copy with TruncatePending, and the restripe never
+// finished.) Method: a file on one target; its storage server is armed to exit after a round
+// of a restripe's push; the file is cut while that server is down; the server comes back.
+#[test]
+fn a_truncate_between_two_rounds_of_a_restripe_reaches_the_new_objects() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("narrow");
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--num-targets", "1", "--chunk-size", "64K"],
+    );
+    let file = dir.join("data");
+    let data = pattern(41, 3 << 20);
+    fs::write(&file, &data).expect("write");
+    let (targets, info) = common::layout_targets(&cluster, &file);
+    let homes = targets_by_server(&cluster, 2);
+    let server = homes
+        .iter()
+        .position(|held| held.contains(&targets[0]))
+        .map(|index| format!("storage-{}", index + 1))
+        .unwrap_or_else(|| panic!("the file's target has a server: {info} {homes:?}"));
+    cluster
+        .set_env(&server, &[("WEFT_FAILPOINTS", "restripe-push-after-round")])
+        .expect("arm");
+    cluster.restart(&server).expect("restart armed");
+    cluster.wait_ready().expect("ready");
+
+    let restripe = ["--chunk-size", "128K", "--num-targets", "2"];
+    let moving = migrate_in_background(&cluster, &file, "default", &restripe);
+    weft_testkit::wait_until(&format!("{server} to exit after a round"), || {
+        cluster.has_exited(&server)
+    })
+    .expect("a round was copied");
+    let cut = (1 << 20) + 5;
+    OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .expect("open")
+        .set_len(cut)
+        .expect("truncate while the old object's server is down");
+    cluster.set_env(&server, &[]).expect("disarm");
+    cluster.restart(&server).expect("restart");
+    cluster.wait_ready().expect("ready again");
+    let finished = weft_testkit::wait_until("the restripe to finish", || {
+        common::layout_targets(&cluster, &file)
+            .1
+            .contains("+ Chunksize: 128K")
+    });
+    if let Err(error) = finished {
+        panic!(
+            "{error}; the metadata server logged:\n{}",
+            cluster.log("meta-1")
+        );
+    }
+    let migrated = moving.join().expect("migrate").expect("migrate ran");
+    assert!(migrated.status.success(), "{migrated:?}");
+    assert!(
+        fs::read(&file).expect("read") == data[..cut as usize],
+        "the file holds what the truncate left"
+    );
+    let grown = 3 << 20;
+    OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .expect("open")
+        .set_len(grown)
+        .expect("grow");
+    let mut expected = data[..cut as usize].to_vec();
+    expected.resize(grown as usize, 0);
+    assert!(
+        fs::read(&file).expect("read") == expected,
+        "zeros past the cut once the file grows"
+    );
+    fsck_clean(&cluster);
+}
+
 /// Three storage servers of two targets each, mounted, paired into three storage mirror
 /// groups (each member on another server), the third in pool `fast`, and a directory
 /// `project` whose files are mirrored on one group of the default pool. Answers the groups'
@@ -1230,14 +1312,36 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
         let crashed = weft_testkit::wait_until(&format!("storage-1 to crash at {point}"), || {
             cluster.has_exited("storage-1")
         });
-        let migrated = moving.join();
         if let Err(error) = crashed {
             panic!(
-                "{error}: migrate answered {migrated:?}; groups {:?}; storage-1 logged:\n{}",
+                "{error}: migrate answered {:?}; groups {:?}; storage-1 logged:\n{}",
+                moving.join(),
                 ask(&cluster, &["mirror", "list"]).1,
                 cluster.log("storage-1")
             );
         }
+        // A truncate while the move waits to make its last copies (the group fails over):
+        // it goes to the new objects once the move is done. (It was sent to the old group,
+        // whose sealed objects refused it, or whose new primary, unsealed, took it and then
+        // copied the cut object into new objects of the older generation, which refused it:
+        // either way the move never finished.)
+        let cut = (1 << 20) + 5;
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join("data"))
+            .expect("open")
+            .set_len(cut)
+            .expect("truncate during the last copies");
+        let moved = weft_testkit::wait_until("data to reach the fast group", || {
+            group_of(&cluster, &dir.join("data")).0 == fast
+        });
+        if let Err(error) = moved {
+            panic!(
+                "{point}: {error}; meta-1 logged:\n{}",
+                cluster.log("meta-1")
+            );
+        }
+        let _ = moving.join();
         let (ok, out, err) = migrate(&cluster, &dir, "fast");
         assert!(ok, "{point}: migrate with the primary down: {err}");
         assert!(out.contains("2 files looked at"), "{point}: {out}");
@@ -1252,7 +1356,22 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
         stop.store(true, Ordering::Release);
         let written = write_thread.join().expect("writer");
         check_log(&log, written);
-        assert!(fs::read(dir.join("data")).expect("read") == data, "{point}");
+        let mut expected = data[..cut as usize].to_vec();
+        assert!(
+            fs::read(dir.join("data")).expect("read") == expected,
+            "{point}: data holds what the truncate left"
+        );
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join("data"))
+            .expect("open")
+            .set_len(data.len() as u64)
+            .expect("grow");
+        expected.resize(data.len(), 0);
+        assert!(
+            fs::read(dir.join("data")).expect("read") == expected,
+            "{point}: zeros past the cut once the file grows"
+        );
         for name in ["data", "log"] {
             let (group, info) = group_of(&cluster, &dir.join(name));
             assert_eq!(group, fast, "{point}: {name} moved: {info}");

@@ -941,7 +941,8 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
             .mgmt()
             .register_client("alice-by-hand".into())
             .await
-            .expect("a session");
+            .expect("a session")
+            .id;
         let meta = view.meta(notes.inode.home()).await.expect("its server");
         let (_, granted) = once_settled(|| meta.open(session, 1, notes.inode, access::READ))
             .await
@@ -1090,7 +1091,8 @@ fn a_peer_one_protocol_version_older_is_served() {
             .mgmt()
             .register_client("older-peer".into())
             .await
-            .expect("a session");
+            .expect("a session")
+            .id;
         let meta = view
             .meta(InodeId::ROOT.home())
             .await

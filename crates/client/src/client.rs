@@ -318,6 +318,16 @@ fn spawn_heartbeat(client: &Arc<Client>, interval: Duration, mgmt: MgmtClient) {
         .expect("a thread for the session heartbeat");
 }
 
+/// How often a client heartbeats: as configured, and at least three times within the session
+/// timeout management said (a client configured for a slower heartbeat than the cluster's
+/// timeout would lose its session, and its locks and opens, between two heartbeats).
+fn heartbeat_interval(configured: Duration, session_timeout: Option<Duration>) -> Duration {
+    match session_timeout {
+        Some(timeout) => configured.min(timeout / 3),
+        None => configured,
+    }
+}
+
 /// How long one try of [`Client::wait_for_root`] waits for its answer.
 const ROOT_TRY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -388,10 +398,11 @@ impl Client {
             ..RpcClientOptions::default()
         };
         let mut cluster = ClusterView::new(config.mgmt.clone(), options.clone());
-        let client = cluster
+        let session = cluster
             .mgmt()
             .register_client(weft_service_free_host_name())
             .await?;
+        let client = session.id;
         cluster.set_origin(client.origin());
         let cluster = Arc::new(cluster);
         let map = cluster.refresh().await?;
@@ -421,7 +432,7 @@ impl Client {
             releases: Mutex::default(),
             unserved: crate::unserved::Unserved::default(),
         });
-        let interval = config.heartbeat_interval;
+        let interval = heartbeat_interval(config.heartbeat_interval, session.timeout);
         spawn_heartbeat(
             &client,
             interval,
@@ -553,6 +564,7 @@ impl Client {
             .await
         {
             Ok(session) => {
+                let session = session.id;
                 if self
                     .client
                     .compare_exchange(expired.0, session.0, Ordering::AcqRel, Ordering::Acquire)

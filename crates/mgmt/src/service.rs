@@ -994,7 +994,11 @@ impl Mgmt {
                     .client_last_heard
                     .insert(client, Instant::now());
                 tracing::info!(client = %client, %alias, "client session registered");
-                Ok(Response::ClientRegistered { client })
+                Ok(Response::ClientRegistered {
+                    client,
+                    session_timeout_ms: u64::try_from(self.session_timeout.as_millis())
+                        .unwrap_or(u64::MAX),
+                })
             }
             MgmtRequest::ClientHeartbeat { client, unserved } => {
                 // A client keeps alive only its own sessions (one that expired is told so

@@ -35,7 +35,7 @@ pub use cluster::ClusterView;
 pub use server::{
     serve, serve_with_exporters, Admission, Exporters, Handler, Listeners, CONNECTIONS_MAX_DEFAULT,
 };
-pub use stubs::{MetaClient, MgmtClient, ObjectWrite, StorageClient};
+pub use stubs::{MetaClient, MgmtClient, ObjectWrite, Session, StorageClient};
 pub use weft_proto::messages::{rail_address, rails};
 
 /// For [`service_config!`]'s `influxdb` key.

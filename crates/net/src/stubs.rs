@@ -83,6 +83,16 @@ pub struct MetaReport {
     pub target_uses: Vec<(NodeId, Vec<(TargetId, u64)>)>,
 }
 
+/// A client session management opened ([`MgmtClient::register_client`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// The session's id.
+    pub id: ClientId,
+    /// How long management keeps it without a heartbeat, when it says (a server of protocol
+    /// version 6 does not).
+    pub timeout: Option<Duration>,
+}
+
 /// Client of the management service: of its one server, or of every server of a replicated
 /// management (named together, separated by `;`), asking the one that answered last first
 /// and the others in turn when it is not the leader or cannot be reached.
@@ -267,9 +277,12 @@ impl MgmtClient {
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable.
-    pub async fn register_client(&self, alias: String) -> Result<ClientId, RpcError> {
+    pub async fn register_client(&self, alias: String) -> Result<Session, RpcError> {
         let response = self.call(MgmtRequest::RegisterClient { alias }).await?;
-        expect_response!(self, response, Response::ClientRegistered { client } => client)
+        expect_response!(self, response, Response::ClientRegistered { client, session_timeout_ms } => Session {
+            id: client,
+            timeout: (session_timeout_ms > 0).then(|| Duration::from_millis(session_timeout_ms)),
+        })
     }
 
     /// Renews a client session, reporting what its mount does not serve.

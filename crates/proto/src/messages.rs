@@ -2204,6 +2204,10 @@ pub enum Response {
     ClientRegistered {
         /// The new session id.
         client: ClientId,
+        /// How long management keeps the session without a heartbeat, in milliseconds (0:
+        /// not said, from a server of version 6). The client heartbeats well within it.
+        #[serde(default, with = "crate::wire::since_7")]
+        session_timeout_ms: u64,
     },
     /// The maps.
     #[wire(tag = 4)]

@@ -246,6 +246,14 @@ set_field_since!(
     "a field of protocol version 5 is set, and the peer speaks an older one"
 );
 
+field_since!(
+    /// A field added in protocol version 7 that an older peer does without (how long a new
+    /// client session lives unheard, which a client of version 6 takes from its own
+    /// settings): left out of encodings for version 6, and its default when decoded from it.
+    since_7,
+    7
+);
+
 set_field_since!(
     /// A field added in protocol version 6 that an older peer must not go without (the
     /// storage mirror group a push of a mirrored object is from): left out of encodings for

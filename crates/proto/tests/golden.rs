@@ -772,6 +772,7 @@ fn responses() -> Vec<Response> {
         },
         Response::ClientRegistered {
             client: ClientId(7),
+            session_timeout_ms: 30_000,
         },
         Response::ClusterMap(cluster_map()),
         Response::Attr(attr()),

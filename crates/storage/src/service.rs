@@ -817,6 +817,9 @@ impl Storage {
             target.moves().restart(object, id);
             return Err(copy_restarted(copy, inode));
         }
+        if !seal {
+            weft_service::failpoint::failpoint("restripe-push-after-round");
+        }
         if seal {
             // A resync of the object to a member waits, and then finds it sealed.
             let _whole = match group {

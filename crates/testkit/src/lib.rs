@@ -903,10 +903,30 @@ impl LocalCluster {
         fs::read_to_string(self.log_path(name)).unwrap_or_default()
     }
 
+    /// Prints the end of every log, and copies the whole logs into the directory
+    /// `WEFT_TEST_KEEP_LOGS` names, if set (the cluster's own directory goes with it).
     fn print_logs(&self) {
         let Ok(entries) = fs::read_dir(self.root.path().join("logs")) else {
             return;
         };
+        if let Some(keep) = std::env::var_os("WEFT_TEST_KEEP_LOGS") {
+            let into = PathBuf::from(keep).join(
+                self.root
+                    .path()
+                    .file_name()
+                    .unwrap_or_else(|| std::ffi::OsStr::new("cluster")),
+            );
+            let copied = fs::create_dir_all(&into).and_then(|()| {
+                for entry in fs::read_dir(self.root.path().join("logs"))?.flatten() {
+                    fs::copy(entry.path(), into.join(entry.file_name()))?;
+                }
+                Ok(())
+            });
+            match copied {
+                Ok(()) => eprintln!("logs kept in {}", into.display()),
+                Err(error) => eprintln!("cannot keep the logs in {}: {error}", into.display()),
+            }
+        }
         for entry in entries.flatten() {
             let text = fs::read_to_string(entry.path()).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(40).collect();

@@ -108,7 +108,7 @@ impl MoveWork {
 
     /// The layout a file laid out as `layout` has once moved: a restripe's new one, or the
     /// same with the moved slots on their new targets (or groups) and in the move's pool.
-    fn moved_layout(&self, layout: &FileLayout) -> Result<FileLayout, String> {
+    pub(super) fn moved_layout(&self, layout: &FileLayout) -> Result<FileLayout, String> {
         if let Some(restriped) = &self.layout {
             return Ok(restriped.clone());
         }
@@ -134,7 +134,7 @@ impl MoveWork {
 
     /// Whether the file's objects go to their new places through the new layout (see
     /// `StorageRequest::Push::into`): a restripe's, and every move of a mirrored file.
-    fn through_layout(&self, kind: PatternKind) -> bool {
+    pub(super) fn through_layout(&self, kind: PatternKind) -> bool {
         self.layout.is_some() || kind == PatternKind::Mirrored
     }
 }
@@ -697,28 +697,19 @@ impl Meta {
             // Removed with its move meanwhile, or the store cannot be read: the next pass sees.
             Err(error) => return Err(MoveError::Later(error.into_wire())),
         };
-        // The file's truncates wait for the switch: a plain move's from its last round on
-        // (the old objects refuse them once sealed), a restripe's (and a mirrored file's
-        // move's) from its first (a cut of an old object would have its copy start over onto
-        // new objects that may hold bytes past the cut, in the generation before it). A
-        // truncate still on its way to the targets goes first.
+        // A file's truncates and its move's rounds exclude each other: a plain move's last
+        // round (the old objects refuse truncates once sealed), every round of a restripe
+        // (and of a mirrored file's move), which a truncate cuts the copies of too. A truncate
+        // still on its way to the targets goes first, unless the last round began: then it
+        // waits for the switch (see `apply_truncate_now`).
         let gate = self.truncate_gate(inode);
         let mut held = None;
         if work.through_layout(kind) {
             held = Some(gate.lock().await);
-            let queued = self
-                .read(|txn| {
-                    Ok(txn
-                        .open_table(crate::store::TRUNCATES)?
-                        .get(inode.0)?
-                        .is_some())
-                })
-                .map_err(|error| MoveError::Later(error.into_wire()))?;
-            if queued {
-                return Err(MoveError::Later(WireError::new(
-                    ErrorCode::Busy,
-                    format!("a truncate of {inode} is still on its way to its targets: its restripe waits for it"),
-                )));
+            if !work.sealing {
+                self.apply_truncate_now(inode)
+                    .await
+                    .map_err(MoveError::Later)?;
             }
         }
         if !work.sealing {
@@ -796,6 +787,10 @@ impl Meta {
             .map_err(|error| MoveError::Later(error.into_wire()))?;
         tracing::info!(%inode, slots = work.slots.len(), pool = %work.pool, "file moved");
         self.move_metrics.files.inc();
+        // A truncate that waited for the switch goes to the new objects now.
+        if let Err(error) = self.apply_truncate_now(inode).await {
+            tracing::info!(%inode, %error, "a truncate waits for a target");
+        }
         Ok(())
     }
 

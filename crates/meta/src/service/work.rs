@@ -273,20 +273,64 @@ impl Meta {
     }
 
     /// Sends `inode`'s queued truncate, if any, to every target; the caller holds its lock.
+    ///
+    /// While the file moves through a new layout (a restripe, or a mirrored file's move),
+    /// the objects copied so far are cut too, in the same generation, so the old and the new
+    /// objects stay alike: the next round copies the cut objects again into new ones that
+    /// take the generation's writes. (Cut on the old objects alone, the new ones held bytes of
+    /// the generation before and refused every later copy as waiting for the truncate, which
+    /// never came: the move never finished.) From the move's last round on, the old objects
+    /// must not change, and the truncate waits for the move's switch, which gives it the new
+    /// layout (`Unavailable` meanwhile).
     pub(super) async fn apply_truncate_now(&self, inode: InodeId) -> Result<(), WireError> {
-        let work = self
+        let queued = self
             .read(|txn| {
                 let table = txn.open_table(TRUNCATES)?;
-                let bytes = table.get(inode.0)?;
-                Ok(
-                    bytes
-                        .and_then(|bytes| postcard::from_bytes::<TruncateWork>(bytes.value()).ok()),
-                )
+                let Some(bytes) = table.get(inode.0)? else {
+                    return Ok(None);
+                };
+                let Ok(work) = postcard::from_bytes::<TruncateWork>(bytes.value()) else {
+                    return Ok(None);
+                };
+                let moving = super::load_move(&txn.open_table(super::MOVES)?, inode)?;
+                Ok(Some((work, moving)))
             })
             .map_err(OpError::into_wire)?;
-        let Some(work) = work else { return Ok(()) };
-        let attempts = work.layout.slots().enumerate().map(|(index, slot)| {
-            let length = object_length_for_file_size(&work.layout, index, work.size);
+        let Some((work, moving)) = queued else {
+            return Ok(());
+        };
+        let mut cuts: Vec<(Slot, u64)> = work
+            .layout
+            .slots()
+            .enumerate()
+            .map(|(index, slot)| {
+                let length = object_length_for_file_size(&work.layout, index, work.size);
+                (slot, length)
+            })
+            .collect();
+        if let Some(moving) = moving.filter(|m| m.through_layout(work.layout.pattern.kind)) {
+            if moving.sealing {
+                return Err(WireError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "{inode} is making the last copies of its move: its truncate goes to \
+                         the new objects once the move is done"
+                    ),
+                ));
+            }
+            let new = moving.moved_layout(&work.layout).map_err(|why| {
+                WireError::new(ErrorCode::Internal, format!("the move of {inode}: {why}"))
+            })?;
+            cuts.extend(
+                new.slots()
+                    .enumerate()
+                    .filter(|(_, slot)| !work.layout.slots().any(|old| old == *slot))
+                    .map(|(index, slot)| {
+                        (slot, object_length_for_file_size(&new, index, work.size))
+                    }),
+            );
+        }
+        let attempts = cuts.into_iter().map(|(slot, length)| {
             let cluster = Arc::clone(&self.cluster);
             async move {
                 let generation = work.generation;
