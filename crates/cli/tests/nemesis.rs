@@ -333,6 +333,24 @@ fn restripe(
     ))
 }
 
+/// The last lines of the metadata servers' logs about moves that wait or were given up.
+fn moves_waiting(cluster: &LocalCluster) -> String {
+    let mut lines = Vec::new();
+    for meta in ["meta-1", "meta-2"] {
+        let log = cluster.log(meta);
+        let about: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("a move waits") || line.contains("a move was given up"))
+            .collect();
+        lines.extend(
+            about[about.len().saturating_sub(5)..]
+                .iter()
+                .map(|line| format!("{meta}: {line}")),
+        );
+    }
+    lines.join("\n")
+}
+
 /// Where the output of restripe `number` goes.
 fn restripe_log(cluster: &LocalCluster, number: usize) -> PathBuf {
     cluster.root().join(format!("logs/restripe-{number}.log"))
@@ -428,7 +446,9 @@ fn nemesis(run: Duration, seed: u64) {
         while child.try_wait().expect("wait for migrate").is_none() {
             assert!(
                 Instant::now() < deadline,
-                "seed {seed}: a restripe did not finish in 5 minutes with every server up"
+                "seed {seed}: a restripe did not finish in 5 minutes with every server up; \
+                 the metadata servers' last words on moves:\n{}",
+                moves_waiting(&cluster)
             );
             std::thread::sleep(Duration::from_millis(200));
         }

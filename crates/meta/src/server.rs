@@ -291,7 +291,12 @@ async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {
             tracing::error!(%error, "could not change the homes served here");
         }
         let fetch_started = Instant::now();
-        if let Ok(map) = server.shared.cluster.refresh().await {
+        if let Ok(map) = server
+            .shared
+            .cluster
+            .refresh_within(weft_net::stubs::HEARTBEAT_DEADLINE)
+            .await
+        {
             for meta in homes_now(&server.homes) {
                 meta.after_map(&map, fetch_started);
             }

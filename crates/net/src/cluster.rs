@@ -117,6 +117,25 @@ impl ClusterView {
         Ok(map)
     }
 
+    /// [`ClusterView::refresh`], given up after `deadline`. A server's heartbeat loop fetches
+    /// the map after each heartbeat: while management elects a leader, a fetch looks for one
+    /// for seconds, and the loop's next heartbeat (its lease, its being seen online) must not
+    /// wait behind it.
+    ///
+    /// # Errors
+    /// As [`ClusterView::refresh`], or `Timeout` once `deadline` passed.
+    pub async fn refresh_within(
+        &self,
+        deadline: std::time::Duration,
+    ) -> Result<Arc<ClusterMap>, RpcError> {
+        tokio::time::timeout(deadline, self.refresh())
+            .await
+            .map_err(|_| RpcError::Timeout {
+                address: self.mgmt.address().to_string(),
+                timeout: deadline,
+            })?
+    }
+
     /// Takes a fetched `map`; returns it. A fetch always wins: after a restart of management
     /// whose clock went back, its epochs are smaller, and only fetches can bring them in.
     fn install(&self, map: ClusterMap) -> Arc<ClusterMap> {

@@ -231,7 +231,10 @@ async fn heartbeat_loop(
                     .mirror
                     .adopt(sent, Duration::from_millis(lease_ms), groups);
                 // The map brings the rules of client identities this server enforces.
-                if let Err(error) = cluster.refresh().await {
+                if let Err(error) = cluster
+                    .refresh_within(weft_net::stubs::HEARTBEAT_DEADLINE)
+                    .await
+                {
                     tracing::warn!(%error, "cannot fetch the cluster map");
                 }
             }
