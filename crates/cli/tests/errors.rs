@@ -145,8 +145,15 @@ fn full_target_gives_enospc_and_loses_nothing() {
     );
 
     fs::remove_file(mnt.join("huge")).expect("remove the partial file");
+    // A write is acknowledged by its fsync: `fs::write` ignores what close(2) answers, which
+    // is where the error of a write still in flight at the last write(2) comes back.
+    let write_synced = |path: &std::path::Path, data: &[u8]| {
+        let mut file = fs::File::create(path)?;
+        std::io::Write::write_all(&mut file, data)?;
+        file.sync_all()
+    };
     wait_until("space to come back", || {
-        fs::write(mnt.join("again"), pattern(33, 2 * 1024 * 1024)).is_ok()
+        write_synced(&mnt.join("again"), &pattern(33, 2 * 1024 * 1024)).is_ok()
     })
     .expect("space back");
     assert_eq!(
