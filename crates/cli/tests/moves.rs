@@ -60,6 +60,19 @@ fn migrate_in_background(
     })
 }
 
+/// The standard cluster, mounted, with a directory `name` whose files stripe over `width`
+/// targets in 64 KiB chunks.
+fn with_a_dir(name: &str, width: &str) -> (LocalCluster, PathBuf) {
+    let mut cluster = cluster(ClusterSpec::default());
+    let dir = cluster.mount().expect("mount").join(name);
+    make_dir_with_pattern(
+        &cluster,
+        &dir,
+        &["--num-targets", width, "--chunk-size", "64K"],
+    );
+    (cluster, dir)
+}
+
 /// The standard cluster, mounted, with pool `fast` (targets 2 and 4) and a directory
 /// `project` whose files stripe over two targets of the default pool (1 and 3).
 fn with_a_fast_pool() -> (LocalCluster, PathBuf) {
@@ -422,14 +435,7 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
 // object tree counted; content compared byte for byte; fsck.
 #[test]
 fn a_drained_target_empties_while_in_use_and_is_removed() {
-    let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster.mount().expect("mount");
-    let dir = mnt.join("data");
-    make_dir_with_pattern(
-        &cluster,
-        &dir,
-        &["--num-targets", "2", "--chunk-size", "64K"],
-    );
+    let (mut cluster, dir) = with_a_dir("data", "2");
     let files: Vec<(PathBuf, Vec<u8>)> = (0..12u64)
         .map(|index| {
             let data = pattern(20 + index, (index as usize * 300_000) % (2 << 20));
@@ -790,14 +796,7 @@ fn copy_file_range_copies_on_the_storage_servers() {
 // the restripe; content compared byte for byte.
 #[test]
 fn a_tree_is_restriped_while_it_is_read_and_written() {
-    let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster.mount().expect("mount");
-    let dir = mnt.join("narrow");
-    make_dir_with_pattern(
-        &cluster,
-        &dir,
-        &["--num-targets", "1", "--chunk-size", "64K"],
-    );
+    let (cluster, dir) = with_a_dir("narrow", "1");
     let big = Arc::new(pattern(21, 9 << 20));
     fs::write(dir.join("big"), &*big).expect("write big");
     fs::write(dir.join("small"), b"a few bytes").expect("write small");
@@ -882,14 +881,7 @@ fn a_tree_is_restriped_while_it_is_read_and_written() {
 // of a restripe's push; the file is cut while that server is down; the server comes back.
 #[test]
 fn a_truncate_between_two_rounds_of_a_restripe_reaches_the_new_objects() {
-    let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster.mount().expect("mount");
-    let dir = mnt.join("narrow");
-    make_dir_with_pattern(
-        &cluster,
-        &dir,
-        &["--num-targets", "1", "--chunk-size", "64K"],
-    );
+    let (mut cluster, dir) = with_a_dir("narrow", "1");
     let file = dir.join("data");
     let data = pattern(41, 3 << 20);
     fs::write(&file, &data).expect("write");
