@@ -363,17 +363,20 @@ impl weft_net::Handler for Front {
 impl Mgmt {
     fn new(config: &MgmtConfig, store: MgmtStore, auth: weft_net::Auth) -> Result<Mgmt, MgmtError> {
         let mirrors = Mirrors::open(&store, config.mirror_promotion_timeout)?;
+        // A management that ran before (or another leader of a replicated one) may have
+        // granted the directory-rename lock, which it kept in memory only: it is granted
+        // again once that lease is surely over. A store with nothing in it has no before.
+        let rename_lock_from = if store.is_replicated() || store.holds_anything()? {
+            Instant::now() + config.rename_lock_lease
+        } else {
+            Instant::now()
+        };
         // Past every epoch a management before this one published, so the map's watchers
         // take this one's maps whatever the clocks say.
         let clock = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |since| since.as_micros() as u64);
         let first_epoch = store.start_map_epochs(clock)?;
-        let rename_lock_from = if store.is_replicated() {
-            Instant::now() + config.rename_lock_lease
-        } else {
-            Instant::now()
-        };
         Ok(Mgmt {
             store,
             live: Mutex::default(),
@@ -1041,8 +1044,8 @@ impl Mgmt {
                 if Instant::now() < self.rename_lock_from {
                     return Err(WireError::new(
                         ErrorCode::WouldBlock,
-                        "management's leader changed: the rename lock is granted again once \
-                         the lease an earlier leader could have granted runs out",
+                        "management started again (or its leader changed): the rename lock is \
+                         granted again once the lease granted before could have run out",
                     ));
                 }
                 let mut lock = self.rename_lock.lock().expect("rename lock poisoned");
