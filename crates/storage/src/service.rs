@@ -408,6 +408,17 @@ impl weft_net::Handler for Storage {
             },
             None => None,
         };
+        // A truncate waits for a push of its object still running here (its metadata server
+        // may have stopped waiting for it): the copies the push makes, in the generation
+        // before the truncate, land before the metadata server cuts them too.
+        let _no_push = match &request {
+            StorageRequest::Truncate { inode, .. }
+                if !request.mirror().is_some_and(|route| route.forwarded) =>
+            {
+                Some(self.pushing[(inode.0 % 64) as usize].lock().await)
+            }
+            _ => None,
+        };
         let outcome = match request.mirror() {
             None => self.local(target, request, payload).await,
             Some(route) if route.forwarded => match self.mirror.admit_forward(target_id, route) {
@@ -1269,7 +1280,6 @@ fn rpc_error(error: weft_net::RpcError) -> WireError {
 /// bounded.
 pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
 
-/// A push's copy whose server restarted during the round: the whole object is copied again.
 /// The file a request routed through a storage mirror group is about, if any.
 fn mirrored_inode(request: &StorageRequest) -> Option<InodeId> {
     match request {
@@ -1285,6 +1295,7 @@ fn mirrored_inode(request: &StorageRequest) -> Option<InodeId> {
     }
 }
 
+/// A push's copy whose server restarted during the round: the whole object is copied again.
 fn copy_restarted(copy: weft_proto::layout::Slot, inode: InodeId) -> WireError {
     WireError::new(
         ErrorCode::Unavailable,

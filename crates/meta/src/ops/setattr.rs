@@ -124,6 +124,18 @@ pub(crate) fn set_attr(
                 "size too large",
             ));
         }
+        // The last copies of a restripe (or of a mirrored file's move) copy what the old
+        // objects hold in their own truncate generation: a truncate waits for the switch.
+        let moves = txn.open_table(crate::service::MOVES)?;
+        if let Some(work) = crate::service::load_move(&moves, inode)? {
+            let kind = record.layout.as_ref().map(|layout| layout.pattern.kind);
+            if work.sealing && kind.is_some_and(|kind| work.through_layout(kind)) {
+                return Err(OpError::rejected(
+                    ErrorCode::Busy,
+                    format!("{inode} is making the last copies of its move: its truncate waits for them"),
+                ));
+            }
+        }
     }
     let timestamp = now();
     if let Some(mode) = changes.mode {

@@ -24,6 +24,10 @@ use weft_proto::ids::InodeId;
 use weft_proto::messages::{FileKind, MetaRequest, Reply, Response, LOCK_WAIT_MS_MAX};
 use weft_proto::ErrorCode;
 
+/// How long a truncate waits here for the last copies of its file's move before its client is
+/// told to ask again (`Unavailable`): well within a request's deadline.
+const TRUNCATE_WAITS_FOR_MOVE: Duration = Duration::from_secs(10);
+
 impl Meta {
     pub(super) async fn handle_meta(&self, request: MetaRequest) -> Reply {
         let result = match request {
@@ -188,11 +192,30 @@ impl Meta {
                 inode,
                 changes,
             } => {
-                let result = self
-                    .mutate(mutation, move |txn, context| {
-                        set_attr(txn, inode, changes, &context.map)
-                    })
-                    .await;
+                // A truncate of a file making the last copies of its move waits for them
+                // (`Busy`, kept as no answer), and asks again.
+                let started = std::time::Instant::now();
+                let result = loop {
+                    let result = self
+                        .mutate(mutation, move |txn, context| {
+                            set_attr(txn, inode, changes, &context.map)
+                        })
+                        .await;
+                    match &result {
+                        Err(OpError::Rejected(error))
+                            if error.code == ErrorCode::Busy && changes.size.is_some() =>
+                        {
+                            if started.elapsed() > TRUNCATE_WAITS_FOR_MOVE {
+                                break Err(OpError::Rejected(WireError::new(
+                                    ErrorCode::Unavailable,
+                                    error.message.clone(),
+                                )));
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        _ => break result,
+                    }
+                };
                 if let Ok(Response::Attr(attr)) = &result {
                     if attr.shards.len() > 1 {
                         self.sync_shards(inode).await;

@@ -134,7 +134,7 @@ impl MoveWork {
 
     /// Whether the file's objects go to their new places through the new layout (see
     /// `StorageRequest::Push::into`): a restripe's, and every move of a mirrored file.
-    pub(super) fn through_layout(&self, kind: PatternKind) -> bool {
+    pub(crate) fn through_layout(&self, kind: PatternKind) -> bool {
         self.layout.is_some() || kind == PatternKind::Mirrored
     }
 }
@@ -707,9 +707,15 @@ impl Meta {
         if work.through_layout(kind) {
             held = Some(gate.lock().await);
             if !work.sealing {
-                self.apply_truncate_now(inode)
-                    .await
-                    .map_err(MoveError::Later)?;
+                match self.apply_truncate_now(inode).await {
+                    Ok(()) => {}
+                    // A copy's target is gone or refuses: the move cannot be made.
+                    Err(error) if gives_up(&error) => {
+                        self.abandon_move(inode, &work, kind).await;
+                        return Err(MoveError::Abandoned(error));
+                    }
+                    Err(error) => return Err(MoveError::Later(error)),
+                }
             }
         }
         if !work.sealing {
@@ -728,23 +734,45 @@ impl Meta {
                     break;
                 }
             }
+            let through = work.through_layout(kind);
             let sealing = self
                 .committer
                 .run_with(move |txn| {
                     let mut moves = txn.open_table(MOVES)?;
                     let Some(mut work) = load_move(&moves, inode)? else {
-                        return Ok(None);
+                        return Ok(Sealing::Gone);
                     };
+                    // A truncate committed during the rounds goes first (from here on a
+                    // truncate waits for the switch: see `set_attr`).
+                    if through
+                        && txn
+                            .open_table(crate::store::TRUNCATES)?
+                            .get(inode.0)?
+                            .is_some()
+                    {
+                        return Ok(Sealing::TruncateFirst);
+                    }
                     work.sealing = true;
                     store_move(&mut moves, inode, &work)?;
-                    Ok(Some(work))
+                    Ok(Sealing::Sealed(work))
                 })
                 .await
                 .map_err(|error| MoveError::Later(error.into_wire()))?;
             match sealing {
-                Some(sealing) => work = sealing,
+                Sealing::Sealed(sealing) => work = sealing,
                 // The file was removed meanwhile.
-                None => return Ok(()),
+                Sealing::Gone => return Ok(()),
+                Sealing::TruncateFirst => {
+                    self.apply_truncate_now(inode)
+                        .await
+                        .map_err(MoveError::Later)?;
+                    return Err(MoveError::Later(WireError::new(
+                        ErrorCode::Busy,
+                        format!(
+                            "{inode} was truncated during the rounds of its move: they go again"
+                        ),
+                    )));
+                }
             }
             weft_service::failpoint::failpoint("move-after-sealing");
         }
@@ -1032,6 +1060,15 @@ impl Drop for PushingGuard<'_> {
     }
 }
 
+/// What the commit that marks a move sealing found.
+enum Sealing {
+    Sealed(MoveWork),
+    /// The file was removed meanwhile.
+    Gone,
+    /// A truncate is queued: it goes to the objects (and the rounds again) first.
+    TruncateFirst,
+}
+
 /// Why a move stopped.
 enum MoveError {
     /// It goes on at a later pass (a target is away, the store is busy).
@@ -1188,7 +1225,7 @@ fn find_draining(
 }
 
 /// Whether a push's failure means the move cannot be made as planned.
-fn gives_up(error: &WireError) -> bool {
+pub(super) fn gives_up(error: &WireError) -> bool {
     matches!(
         error.code,
         ErrorCode::NoSpace

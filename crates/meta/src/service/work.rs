@@ -299,7 +299,7 @@ impl Meta {
         let Some((work, moving)) = queued else {
             return Ok(());
         };
-        let mut cuts: Vec<(Slot, u64)> = work
+        let old: Vec<(Slot, u64)> = work
             .layout
             .slots()
             .enumerate()
@@ -308,6 +308,7 @@ impl Meta {
                 (slot, length)
             })
             .collect();
+        let mut copies: Vec<(Slot, u64)> = Vec::new();
         if let Some(moving) = moving.filter(|m| m.through_layout(work.layout.pattern.kind)) {
             if moving.sealing {
                 return Err(WireError::new(
@@ -321,7 +322,7 @@ impl Meta {
             let new = moving.moved_layout(&work.layout).map_err(|why| {
                 WireError::new(ErrorCode::Internal, format!("the move of {inode}: {why}"))
             })?;
-            cuts.extend(
+            copies.extend(
                 new.slots()
                     .enumerate()
                     .filter(|(_, slot)| !work.layout.slots().any(|old| old == *slot))
@@ -330,22 +331,38 @@ impl Meta {
                     }),
             );
         }
-        let attempts = cuts.into_iter().map(|(slot, length)| {
-            let cluster = Arc::clone(&self.cluster);
-            async move {
-                let generation = work.generation;
-                let call = |storage: Arc<StorageClient>, route| async move {
-                    storage.truncate(route, (inode, generation), length).await
-                };
-                cluster.call_storage(slot, &TARGET_RETRY, call).await
-            }
-        });
-        for result in futures::future::join_all(attempts).await {
+        let cut = |cuts: Vec<(Slot, u64)>| {
+            let generation = work.generation;
+            futures::future::join_all(cuts.into_iter().map(move |(slot, length)| {
+                let cluster = Arc::clone(&self.cluster);
+                async move {
+                    let call = |storage: Arc<StorageClient>, route| async move {
+                        storage.truncate(route, (inode, generation), length).await
+                    };
+                    cluster.call_storage(slot, &TARGET_RETRY, call).await
+                }
+            }))
+        };
+        let unreached = |error: weft_net::RpcError| {
+            WireError::new(
+                ErrorCode::Io,
+                format!("truncate of {inode} could not reach a target: {error}"),
+            )
+        };
+        // The old objects first: each waits there for a push of it still running (its
+        // copies, of the generation before, land before the copies are cut).
+        for result in cut(old).await {
+            result.map_err(unreached)?;
+        }
+        for result in cut(copies).await {
             result.map_err(|error| {
-                WireError::new(
-                    ErrorCode::Io,
-                    format!("truncate of {inode} could not reach a target: {error}"),
-                )
+                // A copy whose target is gone or refuses ends the move (see `move_file`).
+                let refused = rpc_error(error.clone()).into_wire();
+                if super::moves::gives_up(&refused) {
+                    refused
+                } else {
+                    unreached(error)
+                }
             })?;
         }
         let generation = work.generation;
