@@ -161,9 +161,11 @@ pub async fn run(
         cluster: Arc::clone(&cluster),
         fence: crate::fence::ChangeFence::new(),
         forward_fences: Mutex::default(),
-        pushing: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+        pushing: (0..PUSH_STRIPES)
+            .map(|_| tokio::sync::Mutex::new(()))
+            .collect(),
         push_sender: (1 << 63) | ((u64::from(node.0) & 0xffff) << 40) | ((boot & 0xff_ffff) << 16),
-        push_numbers: (0..64)
+        push_numbers: (0..PUSH_STRIPES)
             .map(|_| std::sync::atomic::AtomicU64::new(1))
             .collect(),
     });
@@ -415,7 +417,7 @@ impl weft_net::Handler for Storage {
             StorageRequest::Truncate { inode, .. }
                 if !request.mirror().is_some_and(|route| route.forwarded) =>
             {
-                Some(self.pushing[(inode.0 % 64) as usize].lock().await)
+                Some(self.pushing[push_stripe(*inode)].lock().await)
             }
             _ => None,
         };
@@ -629,7 +631,7 @@ impl Storage {
         seal: bool,
     ) -> Result<(tokio::sync::MutexGuard<'_, ()>, usize, crate::target::Taken), WireError> {
         let inode = object.inode;
-        let stripe = (inode.0 % 64) as usize;
+        let stripe = push_stripe(inode);
         let one = self.pushing[stripe].lock().await;
         // A mirrored object is sealed once every change its primary took has reached the
         // members too: the changes hold their ranges until forwarded, and none is admitted
@@ -831,9 +833,6 @@ impl Storage {
             target.moves().restart(object, id);
             return Err(copy_restarted(copy, inode));
         }
-        if !seal {
-            weft_service::failpoint::failpoint("restripe-push-after-round");
-        }
         if seal {
             // A resync of the object to a member waits, and then finds it sealed.
             let _whole = match group {
@@ -848,6 +847,7 @@ impl Storage {
             };
             blocking(move || target.retire(object)).await?;
         } else {
+            weft_service::failpoint::failpoint("restripe-push-after-round");
             target.moves().ack(object, id, None);
         }
         Ok(copied)
@@ -1279,6 +1279,15 @@ fn rpc_error(error: weft_net::RpcError) -> WireError {
 /// would pause a pool thread; the pause is the kernel pacing writers to the disk, short and
 /// bounded.
 pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
+
+/// Stripes of the locks that keep one push of an object at a time (and a truncate from
+/// landing while one runs), and of the pushes' change numbers.
+const PUSH_STRIPES: usize = 64;
+
+/// The push stripe of the objects of `inode`.
+fn push_stripe(inode: InodeId) -> usize {
+    (inode.0 % PUSH_STRIPES as u64) as usize
+}
 
 /// The file a request routed through a storage mirror group is about, if any.
 fn mirrored_inode(request: &StorageRequest) -> Option<InodeId> {
