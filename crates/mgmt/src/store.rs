@@ -4,7 +4,8 @@
 
 use crate::MgmtError;
 use redb::{
-    Database, ReadTransaction, ReadableTable, TableDefinition, TableHandle, WriteTransaction,
+    Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle,
+    WriteTransaction,
 };
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -206,13 +207,10 @@ impl MgmtStore {
         self.log.is_some()
     }
 
-    /// Whether any table holds a row.
+    /// Whether any table holds a row (asked at every start: no row is read).
     pub fn holds_anything(&self) -> Result<bool, MgmtError> {
         let txn = self.db.begin_read().map_err(store_error)?;
-        Ok(state_rows(&txn)?
-            .tables
-            .iter()
-            .any(|(_, rows)| !rows.is_empty()))
+        holds_rows(&txn)
     }
 
     /// The database, for the replicated log's state machine.
@@ -1119,6 +1117,25 @@ pub(crate) fn state_rows(txn: &ReadTransaction) -> Result<StateRows, MgmtError> 
     }
     for_each_state_table!(dump);
     Ok(state)
+}
+
+/// Whether any table of the state holds a row.
+fn holds_rows(txn: &ReadTransaction) -> Result<bool, MgmtError> {
+    fn holds<K: redb::Key + 'static, V: redb::Value + 'static>(
+        txn: &ReadTransaction,
+        table: TableDefinition<K, V>,
+    ) -> Result<bool, MgmtError> {
+        let opened = txn.open_table(table).map_err(store_error)?;
+        Ok(!opened.is_empty().map_err(store_error)?)
+    }
+    let mut any = false;
+    macro_rules! look {
+        ($table:ident) => {
+            any = any || holds(txn, $table)?
+        };
+    }
+    for_each_state_table!(look);
+    Ok(any)
 }
 
 /// Replaces the whole state by `state`, in `txn`.
