@@ -909,26 +909,32 @@ impl LocalCluster {
         let Ok(entries) = fs::read_dir(self.root.path().join("logs")) else {
             return;
         };
-        if let Some(keep) = std::env::var_os("WEFT_TEST_KEEP_LOGS") {
+        let keep = std::env::var_os("WEFT_TEST_KEEP_LOGS").and_then(|keep| {
             let into = PathBuf::from(keep).join(
                 self.root
                     .path()
                     .file_name()
                     .unwrap_or_else(|| std::ffi::OsStr::new("cluster")),
             );
-            let copied = fs::create_dir_all(&into).and_then(|()| {
-                for entry in fs::read_dir(self.root.path().join("logs"))?.flatten() {
-                    fs::copy(entry.path(), into.join(entry.file_name()))?;
+            match fs::create_dir_all(&into) {
+                Ok(()) => Some(into),
+                Err(error) => {
+                    eprintln!("cannot keep the logs in {}: {error}", into.display());
+                    None
                 }
-                Ok(())
-            });
-            match copied {
-                Ok(()) => eprintln!("logs kept in {}", into.display()),
-                Err(error) => eprintln!("cannot keep the logs in {}: {error}", into.display()),
             }
-        }
+        });
         for entry in entries.flatten() {
             let text = fs::read_to_string(entry.path()).unwrap_or_default();
+            if let Some(into) = &keep {
+                if let Err(error) = fs::write(into.join(entry.file_name()), &text) {
+                    eprintln!(
+                        "cannot keep {} in {}: {error}",
+                        entry.path().display(),
+                        into.display()
+                    );
+                }
+            }
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
             eprintln!(
                 "===== {} (last {} lines) =====",
