@@ -54,17 +54,21 @@ fn assert_group_whole(cluster: &LocalCluster) {
     );
 }
 
-// Goal: with three management servers, killing the leader while a mirrored file is written
-// costs a pause, not an error: another server is elected, the storage servers' leases and the
-// mount's session are renewed by it, a new mount registers with it, and every node, target and
-// mirror group registered before is still there — also after the old leader comes back and
-// the leader is killed once more, and after every management server restarts at once.
-#[test]
-fn management_survives_the_loss_of_its_leader() {
+/// A cluster of `replicas` management servers, a metadata server and two storage servers
+/// whose targets are mirrored, mounted, with what it registered and a writer of `file`
+/// (records of `seed`) past its first records.
+struct Writing {
+    cluster: LocalCluster,
+    before: (Vec<String>, Vec<String>),
+    mount: std::path::PathBuf,
+    writer: Writer,
+}
+
+fn writing_under(replicas: usize, seed: u64) -> Writing {
     let mut cluster = cluster(ClusterSpec {
         storage: 2,
         targets_per_storage: 1,
-        mgmt_replicas: 3,
+        mgmt_replicas: replicas,
         ..ClusterSpec::default()
     });
     mirror_the_targets(&cluster);
@@ -75,8 +79,29 @@ fn management_survives_the_loss_of_its_leader() {
         "a metadata and two storage nodes: {before:?}"
     );
     let mount = cluster.mount().expect("mount");
-    let writer = Writer::start(mount.join("file"), 7);
+    let writer = Writer::start(mount.join("file"), seed);
     writer.advance(4 * RECORD_BYTES as u64, "the first records");
+    Writing {
+        cluster,
+        before,
+        mount,
+        writer,
+    }
+}
+
+// Goal: with three management servers, killing the leader while a mirrored file is written
+// costs a pause, not an error: another server is elected, the storage servers' leases and the
+// mount's session are renewed by it, a new mount registers with it, and every node, target and
+// mirror group registered before is still there — also after the old leader comes back and
+// the leader is killed once more, and after every management server restarts at once.
+#[test]
+fn management_survives_the_loss_of_its_leader() {
+    let Writing {
+        mut cluster,
+        before,
+        mount,
+        writer,
+    } = writing_under(3, 7);
 
     for round in 1..=2 {
         let leader = cluster.mgmt_leader().expect("a leader");
@@ -126,17 +151,12 @@ fn management_survives_the_loss_of_its_leader() {
 // restart between the two kills.
 #[test]
 fn five_management_servers_survive_the_loss_of_two() {
-    let mut cluster = cluster(ClusterSpec {
-        storage: 2,
-        targets_per_storage: 1,
-        mgmt_replicas: 5,
-        ..ClusterSpec::default()
-    });
-    mirror_the_targets(&cluster);
-    let before = registered(&cluster);
-    let mount = cluster.mount().expect("mount");
-    let writer = Writer::start(mount.join("file"), 9);
-    writer.advance(4 * RECORD_BYTES as u64, "the first records");
+    let Writing {
+        mut cluster,
+        before,
+        mount,
+        writer,
+    } = writing_under(5, 9);
     let mut killed = Vec::new();
     for round in 1..=2 {
         let leader = cluster.mgmt_leader().expect("a leader");
