@@ -944,7 +944,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
             .expect("a session")
             .id;
         let meta = view.meta(notes.inode.home()).await.expect("its server");
-        let (_, granted) = once_settled(|| meta.open(session, 1, notes.inode, access::READ))
+        let (_, granted) = once_settled(|| meta.open(session, 1, notes.inode, access::READ, None))
             .await
             .expect("an open inside");
         let granted = granted.expect("a confined client is granted a capability");
@@ -1109,7 +1109,7 @@ fn a_peer_one_protocol_version_older_is_served() {
             .expect("create in the older version")
             .attr;
         let (opened, capability) = meta
-            .open(session, 1, attr.inode, weft_proto::access::WRITE)
+            .open(session, 1, attr.inode, weft_proto::access::WRITE, None)
             .await
             .expect("open in the older version");
         assert_eq!(capability, None, "a member is granted none");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
-use weft_proto::access::Capability;
+use weft_proto::access::{Capability, WRITE};
 use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
@@ -750,6 +750,22 @@ impl Client {
         inode: InodeId,
         changes: AttrChanges,
     ) -> Result<InodeAttr, ClientError> {
+        self.set_attr_through(inode, changes, None).await
+    }
+
+    /// Changes attributes through the open handle `handle` when given (`ftruncate`,
+    /// `futimens`): the servers judge the change by what the handle was opened for, as POSIX
+    /// judges a descriptor, whatever the mode says now.
+    ///
+    /// # Errors
+    /// As [`Client::set_attr`].
+    pub async fn set_attr_through(
+        &self,
+        inode: InodeId,
+        changes: AttrChanges,
+        handle: Option<u64>,
+    ) -> Result<InodeAttr, ClientError> {
+        let granted = handle.and_then(|handle| self.opens.granted(inode, handle, WRITE, self.id()));
         let open = self.files.get(inode);
         if let Some(open) = open
             .as_ref()
@@ -761,7 +777,7 @@ impl Client {
         let (mutation, _guard) = self.begin_mutation();
         let attr = self
             .on_home(inode, |meta| async move {
-                meta.set_attr(mutation, inode, changes).await
+                meta.set_attr(mutation, inode, changes, granted).await
             })
             .await?;
         if changes.size.is_some() {
@@ -1076,9 +1092,11 @@ impl Client {
     ) -> Result<InodeAttr, ClientError> {
         self.watch_home(inode.home()).await?;
         let client = self.id();
+        // A handle opened again shows what it was granted before.
+        let granted = self.opens.granted(inode, handle, access, client);
         let (attr, capability) = self
             .on_home(inode, |meta| async move {
-                meta.open(client, handle, inode, access).await
+                meta.open(client, handle, inode, access, granted).await
             })
             .await?;
         self.opens.record(
@@ -1203,8 +1221,10 @@ impl Client {
         inode: InodeId,
         report: SizeReport,
     ) -> Result<InodeAttr, ClientError> {
+        // What was written went through an open for writing: its capability shows it.
+        let granted = self.opens.capability(inode, WRITE, self.id());
         self.on_home(inode, |meta| async move {
-            meta.report_size(inode, report).await
+            meta.report_size(inode, report, granted).await
         })
         .await
     }

@@ -438,8 +438,8 @@ impl OpenFiles {
 
 /// A file this client has open ([`Client::open_file`], [`Client::create_file`]): reads with
 /// read-ahead, writes written behind within a byte budget, and the file's write errors
-/// reported as Linux reports them. Dropping it without [`OpenFile::close`] leaves the open
-/// with the metadata server until the session ends.
+/// reported as Linux reports them. Dropping it without [`OpenFile::close`] closes it in the
+/// background (see its `Drop`).
 ///
 /// Writes written behind are answered once on their way; a read
 /// waits for those it overlaps, and [`OpenFile::flush`], [`OpenFile::sync`],
@@ -883,26 +883,54 @@ impl OpenFile {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let inode = self.shared.inode;
-        // A sync needs an open file: what was not synced is not checked.
-        let data = &self.client.data;
-        self.client
-            .files
-            .closed(&self.shared, || data.forget_unsynced(inode));
-        if tokio::runtime::Handle::try_current().is_ok() {
-            self.client.release_soon(inode, self.handle);
-        } else {
-            // Dropped outside the client's runtime: the server keeps the open until the
-            // session ends.
-            self.client.opens.forget(inode, self.handle);
-        }
+        forget_handle(&self.client, &self.shared, self.handle);
     }
 }
 
-/// A handle dropped without [`OpenFile::close`] is forgotten as a close would, without
-/// waiting for its writes in flight (they go on) or reporting its size.
+/// Forgets handle `handle` of the file `shared` here and tells its metadata server soon.
+fn forget_handle(client: &Arc<Client>, shared: &Arc<Shared>, handle: u64) {
+    let inode = shared.inode;
+    // A sync needs an open file: what was not synced is not checked.
+    let data = &client.data;
+    client.files.closed(shared, || data.forget_unsynced(inode));
+    if tokio::runtime::Handle::try_current().is_ok() {
+        client.release_soon(inode, handle);
+    } else {
+        // Dropped outside the client's runtime: the server keeps the open until the
+        // session ends, and then takes the size from the objects.
+        client.opens.forget(inode, handle);
+    }
+}
+
+/// A handle dropped without [`OpenFile::close`] is closed in the background as a close
+/// would: after its writes in flight, the size it wrote is reported, then the open is
+/// released, so what it wrote keeps its size as a file of a process that exits without
+/// closing does. Dropped outside a runtime, it is forgotten here at once and its metadata
+/// server keeps the open until the session ends (when the size is taken from the objects).
 impl Drop for OpenFile {
     fn drop(&mut self) {
-        self.forget();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (client, shared, handle) = (
+            Arc::clone(&self.client),
+            Arc::clone(&self.shared),
+            self.handle,
+        );
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            forget_handle(&client, &shared, handle);
+            return;
+        };
+        let close = async move {
+            shared.drain().await;
+            if let Err(error) = shared.report_size(&client, false).await {
+                tracing::warn!(inode = %shared.inode, %error, "the size report of a handle dropped without a close failed");
+            }
+            forget_handle(&client, &shared, handle);
+        };
+        match weft_net::stubs::acting_caller() {
+            Some(caller) => runtime.spawn(weft_net::stubs::acting_for(caller, close)),
+            None => runtime.spawn(close),
+        };
     }
 }

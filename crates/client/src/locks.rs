@@ -88,6 +88,26 @@ impl HeldOpens {
             .copied()
     }
 
+    /// The capability of `session` granting `want` that handle `handle` of `inode` holds,
+    /// if it was opened for at least that (expired or not: it shows what the open was
+    /// granted, see [`weft_proto::messages::MetaRequest::Open`]).
+    pub(crate) fn granted(
+        &self,
+        inode: InodeId,
+        handle: u64,
+        want: u8,
+        session: weft_proto::ids::ClientId,
+    ) -> Option<Capability> {
+        let opened_for = {
+            let held = self.held.lock().expect("held opens poisoned");
+            held.get(&inode)?.handles.get(&handle)?.0
+        };
+        if want == 0 || opened_for & want != want {
+            return None;
+        }
+        self.capability(inode, want, session)
+    }
+
     /// A handle of `inode` opened for at least `want`, with what it was opened for and by whom.
     pub(crate) fn handle_for(&self, inode: InodeId, want: u8) -> Option<(u64, (u8, Caller))> {
         let held = self.held.lock().expect("held opens poisoned");
@@ -330,7 +350,7 @@ impl Client {
         for (inode, handle) in &held {
             // No access asked: the file was opened already, this only registers the handle. A
             // capability of an earlier session is renewed when a read or write wants it.
-            match meta.open(client, *handle, *inode, 0).await {
+            match meta.open(client, *handle, *inode, 0, None).await {
                 Ok(_) => {}
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
                     return Err(error)

@@ -28,7 +28,7 @@ pub(crate) use moves::MoveWork;
 #[cfg(test)]
 pub(crate) use moves::SlotId;
 pub(crate) use moves::{load_move, load_tombstones, take_moved_objects, MOVES, TOMBSTONES};
-pub(crate) use replies::idempotent;
+pub(crate) use replies::{idempotent, refuse_settled};
 
 use crate::chooser::Chooser;
 use crate::commit::{CommitMetrics, Committer};

@@ -38,6 +38,10 @@ pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("co
 /// Replies kept for retries, encoded in the protocol version the table is named after (a
 /// store of an older version's table is converted when it opens: [`convert_from_version_4`]).
 pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies_v5");
+/// Per client session: the sequence number below which the client said every mutation was
+/// answered (the largest `oldest_pending` it sent), whose replies were dropped: a copy of
+/// such a mutation arriving late is refused, never run a second time.
+pub(crate) const REPLY_FLOORS: TableDefinition<u64, u64> = TableDefinition::new("reply_floors");
 pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("disposals");
 pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
 pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
@@ -73,6 +77,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(ENTRIES)?;
     txn.open_table(COUNTERS)?;
     txn.open_table(REPLIES)?;
+    txn.open_table(REPLY_FLOORS)?;
     txn.open_table(DISPOSALS)?;
     txn.open_table(TRUNCATES)?;
     txn.open_table(ORPHANS)?;

@@ -220,6 +220,70 @@ async fn retried_mutation_gets_original_answer() {
     );
 }
 
+// Goal: a copy of a mutation that arrives after its client said every mutation below a higher
+// number was answered (its reply dropped then) is refused as superseded, never run a second
+// time: a very late duplicate of a create does not make the file again after it was removed,
+// while a retry the client may still send gets its stored answer.
+#[tokio::test]
+async fn a_very_late_duplicate_is_refused_not_run_again() {
+    let f = fixture();
+    let early = MutationId {
+        client: ClientId(9),
+        seq: 2,
+        oldest_pending: 2,
+    };
+    f.create_as(early, InodeId::ROOT, "late", FileKind::Regular)
+        .await
+        .expect("the first run");
+    // The client goes on: every mutation below 10 was answered, and it sends number 10.
+    let later = MutationId {
+        client: ClientId(9),
+        seq: 10,
+        oldest_pending: 10,
+    };
+    f.create_as(later, InodeId::ROOT, "later", FileKind::Regular)
+        .await
+        .expect("a later mutation");
+    let first = f
+        .create_as(later, InodeId::ROOT, "later", FileKind::Regular)
+        .await
+        .expect("a retry of a pending one");
+    assert!(
+        matches!(f.lookup(InodeId::ROOT, "later"), Ok(Response::Attr(attr)) if attr.inode == first.inode),
+        "a mutation not yet settled gets its stored answer"
+    );
+    // A copy of number 2, delayed in the network, arrives now: refused, whatever it asks.
+    assert_eq!(
+        code(
+            f.create_as(early, InodeId::ROOT, "late", FileKind::Regular)
+                .await
+        ),
+        ErrorCode::Superseded
+    );
+    let never_seen = MutationId {
+        client: ClientId(9),
+        seq: 5,
+        oldest_pending: 5,
+    };
+    assert_eq!(
+        code(
+            f.create_as(never_seen, InodeId::ROOT, "ghost", FileKind::Regular)
+                .await
+        ),
+        ErrorCode::Superseded,
+        "a number below the settled ones is refused even if it never ran"
+    );
+    // Another session is not affected.
+    let other = MutationId {
+        client: ClientId(11),
+        seq: 1,
+        oldest_pending: 1,
+    };
+    f.create_as(other, InodeId::ROOT, "other", FileKind::Regular)
+        .await
+        .expect("another session's first mutation");
+}
+
 // Goal: concurrent operations share commits, and a rejected one does not disturb the others.
 #[tokio::test]
 async fn group_commit_isolates_rejections() {

@@ -105,19 +105,34 @@ impl Capabilities {
         if capability.access & want != want {
             return denied("its capability does not grant that access");
         }
-        let input = signed(
-            inode,
-            capability.access,
-            capability.session,
-            capability.expires,
-        );
-        if hmac::verify(&self.key, &input, &capability.proof).is_err() {
+        if !self.genuine(inode, capability) {
             return denied("its capability was not granted for this file and session");
         }
         if capability.expires <= now_seconds() {
             return denied("its capability expired; open the file again");
         }
         Ok(())
+    }
+}
+
+impl Capabilities {
+    /// Whether `capability` was granted by a metadata server for `inode`, with at least
+    /// `want`, expired or not: it proves what an open of its session was granted, which is
+    /// what a change through that open is judged by (the metadata server checks that the
+    /// session still holds an open of the file).
+    pub fn proves(&self, inode: InodeId, want: u8, capability: &Capability) -> bool {
+        capability.access & want == want && self.genuine(inode, capability)
+    }
+
+    /// Whether the proof of `capability` verifies for `inode`.
+    fn genuine(&self, inode: InodeId, capability: &Capability) -> bool {
+        let input = signed(
+            inode,
+            capability.access,
+            capability.session,
+            capability.expires,
+        );
+        hmac::verify(&self.key, &input, &capability.proof).is_ok()
     }
 }
 
@@ -160,5 +175,11 @@ mod tests {
             .check(inode, READ, Some(&expired))
             .expect_err("expired");
         assert_eq!(refused.code, ErrorCode::CapabilityNeeded);
+        // An expired one still proves what its open was granted, and no more.
+        assert!(ours.proves(inode, READ, &expired));
+        assert!(!ours.proves(inode, WRITE, &expired));
+        assert!(!ours.proves(InodeId(8), READ, &expired));
+        assert!(!ours.proves(inode, READ | WRITE, &widened));
+        assert!(!ours.proves(inode, READ, &theirs));
     }
 }

@@ -645,12 +645,17 @@ stubs! {
         GetAttr { inode } => Response::Attr(attr) => attr
     }
 
-    /// Changes attributes.
+    /// Changes attributes, through the open that was `granted` a capability when given.
     ///
     /// # Errors
     /// As the server decides, or [`RpcError`] for transport failures.
-    fn set_attr(mutation: MutationId, inode: InodeId, changes: AttrChanges) -> InodeAttr {
-        SetAttr { mutation, inode, changes } => Response::Attr(attr) => attr
+    fn set_attr(
+        mutation: MutationId,
+        inode: InodeId,
+        changes: AttrChanges,
+        granted: Option<Capability>,
+    ) -> InodeAttr {
+        SetAttr { mutation, inode, changes, granted } => Response::Attr(attr) => attr
     }
 
     /// Creates an entry of any kind, opened with handle `open` when given; answers its
@@ -771,7 +776,8 @@ stubs! {
     }
 
     /// Registers handle `handle` of a session's open file, for `access` (the
-    /// [`weft_proto::access`] bits); answers the file's attributes and the capability granted.
+    /// [`weft_proto::access`] bits), showing what the handle was `granted` before when it is
+    /// opened again; answers the file's attributes and the capability granted.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
@@ -780,8 +786,9 @@ stubs! {
         handle: u64,
         inode: InodeId,
         access: u8,
+        granted: Option<Capability>,
     ) -> (InodeAttr, Option<Capability>) {
-        Open { client, handle, inode, access }
+        Open { client, handle, inode, access, granted }
             => Response::Opened { attr, capability } => (attr, Some(capability)),
                Response::Attr(attr) => (attr, None)
     }
@@ -802,12 +809,17 @@ stubs! {
         ApplyTruncate { inode } => Response::Done => ()
     }
 
-    /// Reports a file's size after writes.
+    /// Reports a file's size after writes, through the open for writing that was `granted`
+    /// a capability when given.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    fn report_size(inode: InodeId, report: SizeReport) -> InodeAttr {
-        ReportSize { inode, report } => Response::Attr(attr) => attr
+    fn report_size(
+        inode: InodeId,
+        report: SizeReport,
+        granted: Option<Capability>,
+    ) -> InodeAttr {
+        ReportSize { inode, report, granted } => Response::Attr(attr) => attr
     }
 
     /// Sets an extended attribute.

@@ -389,8 +389,20 @@ impl Request {
 impl MetaRequest {
     fn sessions(&self) -> Vec<ClientId> {
         match self {
-            MetaRequest::SetAttr { mutation, .. }
-            | MetaRequest::Create { mutation, .. }
+            MetaRequest::SetAttr {
+                mutation, granted, ..
+            } => std::iter::once(mutation.client)
+                .chain(granted.map(|granted| granted.session))
+                .collect(),
+            MetaRequest::Open {
+                client, granted, ..
+            } => std::iter::once(*client)
+                .chain(granted.map(|granted| granted.session))
+                .collect(),
+            MetaRequest::ReportSize { granted, .. } => {
+                granted.map(|granted| granted.session).into_iter().collect()
+            }
+            MetaRequest::Create { mutation, .. }
             | MetaRequest::CreateSpread { mutation, .. }
             | MetaRequest::Link { mutation, .. }
             | MetaRequest::Unlink { mutation, .. }
@@ -399,8 +411,7 @@ impl MetaRequest {
             | MetaRequest::SetXattr { mutation, .. }
             | MetaRequest::RemoveXattr { mutation, .. }
             | MetaRequest::SetPattern { mutation, .. } => vec![mutation.client],
-            MetaRequest::Open { client, .. }
-            | MetaRequest::Release { client, .. }
+            MetaRequest::Release { client, .. }
             | MetaRequest::SetLock { client, .. }
             | MetaRequest::GetLock { client, .. } => vec![*client],
             MetaRequest::Lookup { .. }
@@ -408,7 +419,6 @@ impl MetaRequest {
             | MetaRequest::ReadDir { .. }
             | MetaRequest::ReadLink { .. }
             | MetaRequest::ApplyTruncate { .. }
-            | MetaRequest::ReportSize { .. }
             | MetaRequest::GetXattr { .. }
             | MetaRequest::ListXattr { .. }
             | MetaRequest::LockEpoch => Vec::new(),
@@ -606,6 +616,7 @@ mod tests {
             handle: 1,
             inode,
             access: READ | WRITE,
+            granted: None,
         });
         let unlink = meta(MetaRequest::Unlink {
             mutation: MutationId {

@@ -91,7 +91,9 @@ pub enum ErrorCode {
     TruncatePending = 2005,
     /// A copy of a client's change that arrived after the client had its answer or gave up
     /// on it (the original of a retried request, delayed): dropped, so it cannot land over
-    /// a newer change.
+    /// a newer change. A metadata server answers it too for a mutation below the number its
+    /// client said every earlier mutation was answered by (its reply dropped then), so a very
+    /// late copy never runs a second time.
     Superseded = 2006,
     /// The storage server wants a capability for this read or change of a file's objects
     /// (the client's access is checked by the servers): none was shown, or it expired,

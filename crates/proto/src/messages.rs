@@ -969,6 +969,11 @@ pub enum MetaRequest {
         inode: InodeId,
         /// What to change.
         changes: AttrChanges,
+        /// The capability of the open the change is made through (`ftruncate`), for a client
+        /// whose access the servers check: a descriptor opened for writing may truncate
+        /// whatever the mode says now, as POSIX judges a descriptor by its open.
+        #[serde(default, with = "crate::wire::since_8")]
+        granted: Option<Capability>,
     },
     /// Creates an entry of any kind, directories included.
     #[wire(tag = 3)]
@@ -1079,6 +1084,11 @@ pub enum MetaRequest {
         /// What the open is for: [`crate::access::READ`] and [`crate::access::WRITE`] bits.
         #[serde(default, with = "crate::wire::since_2")]
         access: u8,
+        /// For an open asked again for a new capability (the one it had expired, or the
+        /// metadata server restarted), the capability the handle was granted before: the open
+        /// is granted what it was, whatever the mode says now.
+        #[serde(default, with = "crate::wire::since_8")]
+        granted: Option<Capability>,
     },
     /// A client closed handles of files of this home (clients gather the closes of a few
     /// milliseconds into one request). Idempotent, like `Open`.
@@ -1104,6 +1114,10 @@ pub enum MetaRequest {
         inode: InodeId,
         /// What the client wrote.
         report: SizeReport,
+        /// The capability of the client's open for writing, for a client whose access the
+        /// servers check: what it wrote through it is reported whatever the mode says now.
+        #[serde(default, with = "crate::wire::since_8")]
+        granted: Option<Capability>,
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
     #[wire(tag = 15)]

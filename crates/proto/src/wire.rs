@@ -254,6 +254,14 @@ field_since!(
     7
 );
 
+field_since!(
+    /// A field added in protocol version 8 that an older peer does without (the capability
+    /// of the open a change is made through, which a server of version 7 does not look at):
+    /// left out of encodings for version 7, and its default when decoded from it.
+    since_8,
+    8
+);
+
 set_field_since!(
     /// A field added in protocol version 6 that an older peer must not go without (the
     /// storage mirror group a push of a mirrored object is from): left out of encodings for

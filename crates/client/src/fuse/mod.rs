@@ -638,7 +638,7 @@ impl Filesystem for WeftFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _handle: Option<FileHandle>,
+        handle: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -657,7 +657,13 @@ impl Filesystem for WeftFs {
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             let _change = change;
-            match state.client.set_attr(state.inode_of(ino), changes).await {
+            // Through a descriptor (ftruncate), judged by what it was opened for.
+            let through = handle.map(|handle| handle.0);
+            match state
+                .client
+                .set_attr_through(state.inode_of(ino), changes, through)
+                .await
+            {
                 Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
                 Err(error) => reply.error(errno(&error)),
             }

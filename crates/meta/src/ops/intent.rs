@@ -220,6 +220,7 @@ pub(crate) fn earlier(
             }
         }
     }
+    crate::service::refuse_settled(txn, mutation)?;
     Ok(None)
 }
 

@@ -13,7 +13,7 @@
 use super::{rpc_error, Meta};
 use crate::ops::lookup::lookup;
 use crate::store::OpError;
-use weft_proto::access::{self, Caller};
+use weft_proto::access::{self, Caller, Capability};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{AttrChanges, FileKind, InodeAttr, MetaRequest, Response, TimeSet};
@@ -67,11 +67,22 @@ impl Meta {
         match request {
             MetaRequest::Lookup { parent, .. } => self.require(*parent, caller, SEARCH).await,
             MetaRequest::ReadDir { dir, .. } => self.require(*dir, caller, access::READ).await,
-            MetaRequest::Open { inode, access, .. } => {
+            MetaRequest::Open {
+                inode,
+                access,
+                granted,
+                ..
+            } => {
                 let want = *access & (access::READ | access::WRITE);
+                if self.opened_for(*inode, want, granted.as_ref()) {
+                    return Ok(());
+                }
                 self.require(*inode, caller, want).await
             }
-            MetaRequest::ReportSize { inode, .. } => {
+            MetaRequest::ReportSize { inode, granted, .. } => {
+                if self.opened_for(*inode, access::WRITE, granted.as_ref()) {
+                    return Ok(());
+                }
                 self.require(*inode, caller, access::WRITE).await
             }
             MetaRequest::Create { parent, new, .. }
@@ -127,13 +138,19 @@ impl Meta {
                     other => other.map(drop),
                 }
             }
-            MetaRequest::SetAttr { inode, changes, .. } => {
+            MetaRequest::SetAttr {
+                inode,
+                changes,
+                granted,
+                ..
+            } => {
                 if changes.project.is_some() {
                     // Projects are the cluster's quotas: set by its members' tools.
                     return Err(not_permitted("changing the project", *inode));
                 }
                 let attr = self.attr_of(*inode).await?;
-                check_set_attr(&attr, changes, caller)
+                let through_writer = self.opened_for(*inode, access::WRITE, granted.as_ref());
+                check_set_attr(&attr, changes, caller, through_writer)
             }
             MetaRequest::SetXattr { inode, name, .. }
             | MetaRequest::RemoveXattr { inode, name, .. } => {
@@ -166,6 +183,25 @@ impl Meta {
             ))),
             _ => Ok(()),
         }
+    }
+
+    /// Whether the request is made through an open of `inode` granted `want`: `granted` is a
+    /// capability a metadata server granted for it (expired or not), and its session still
+    /// holds an open of the file here. POSIX judges a write, a truncate or a size through a
+    /// descriptor by the access it was opened with, not by the mode at the time: a file
+    /// created 0444 and written (as git and tar make them) keeps its bytes.
+    fn opened_for(&self, inode: InodeId, want: u8, granted: Option<&Capability>) -> bool {
+        let Some(granted) = granted else {
+            return false;
+        };
+        if want == 0 {
+            return false;
+        }
+        let proven = self
+            .cluster
+            .capabilities()
+            .is_some_and(|capabilities| capabilities.proves(inode, want, granted));
+        proven && self.holds_open(granted.session, inode)
     }
 
     async fn require(&self, inode: InodeId, caller: &Caller, want: u8) -> Result<(), OpError> {
@@ -224,14 +260,17 @@ impl Meta {
 /// What a kernel lets a caller without capabilities change: the mode and set times as the
 /// owner (a set-group-id bit only on a group it is in), the group as the owner to a group it
 /// is in, the size with write access, times to now as the owner or with write access; never
-/// the owner.
+/// the owner. Through a descriptor opened for writing (`through_writer`), write access is
+/// the descriptor's.
 fn check_set_attr(
     attr: &InodeAttr,
     changes: &mut AttrChanges,
     caller: &Caller,
+    through_writer: bool,
 ) -> Result<(), OpError> {
     let owner = attr.uid == caller.uid;
     let inode = attr.inode;
+    let writes = through_writer || allows(attr, caller, access::WRITE);
     if changes.uid.is_some_and(|uid| uid != attr.uid) {
         return Err(not_permitted("changing the owner", inode));
     }
@@ -248,15 +287,13 @@ fn check_set_attr(
             *mode &= !SET_GID;
         }
     }
-    if changes.size.is_some() && !allows(attr, caller, access::WRITE) {
+    if changes.size.is_some() && !writes {
         return Err(denied("truncating", inode));
     }
     for time in [changes.atime, changes.mtime].into_iter().flatten() {
         match time {
             TimeSet::At(_) if !owner => return Err(not_permitted("setting the times", inode)),
-            TimeSet::Now if !owner && !allows(attr, caller, access::WRITE) => {
-                return Err(denied("touching", inode))
-            }
+            TimeSet::Now if !owner && !writes => return Err(denied("touching", inode)),
             _ => {}
         }
     }
@@ -347,13 +384,15 @@ mod tests {
             size: Some(0),
             ..AttrChanges::default()
         };
-        assert!(check_set_attr(&others, &mut chown, &nobody()).is_err());
-        assert!(check_set_attr(&others, &mut chmod.clone(), &nobody()).is_err());
-        assert!(check_set_attr(&others, &mut truncate.clone(), &nobody()).is_err());
+        assert!(check_set_attr(&others, &mut chown, &nobody(), false).is_err());
+        assert!(check_set_attr(&others, &mut chmod.clone(), &nobody(), false).is_err());
+        assert!(check_set_attr(&others, &mut truncate.clone(), &nobody(), false).is_err());
         let own = file(0o644, NOBODY);
-        assert!(check_set_attr(&own, &mut chmod.clone(), &nobody()).is_ok());
-        assert!(check_set_attr(&own, &mut truncate.clone(), &nobody()).is_ok());
-        assert!(check_set_attr(&file(0o666, 1000), &mut truncate.clone(), &nobody()).is_ok());
+        assert!(check_set_attr(&own, &mut chmod.clone(), &nobody(), false).is_ok());
+        assert!(check_set_attr(&own, &mut truncate.clone(), &nobody(), false).is_ok());
+        assert!(
+            check_set_attr(&file(0o666, 1000), &mut truncate.clone(), &nobody(), false).is_ok()
+        );
         // A set-group-id bit on a group the owner is not in is dropped.
         let mut setgid = AttrChanges {
             mode: Some(0o2755),
@@ -361,7 +400,13 @@ mod tests {
         };
         let mut theirs_group = file(0o644, NOBODY);
         theirs_group.gid = 1000;
-        assert!(check_set_attr(&theirs_group, &mut setgid, &nobody()).is_ok());
+        assert!(check_set_attr(&theirs_group, &mut setgid, &nobody(), false).is_ok());
         assert_eq!(setgid.mode, Some(0o755));
+        // Through a descriptor opened for writing, a read-only file is cut (ftruncate of a
+        // file created 0444), but its mode is still only its owner's to change.
+        let read_only = file(0o444, 1000);
+        assert!(check_set_attr(&read_only, &mut truncate.clone(), &nobody(), false).is_err());
+        assert!(check_set_attr(&read_only, &mut truncate.clone(), &nobody(), true).is_ok());
+        assert!(check_set_attr(&read_only, &mut chmod.clone(), &nobody(), true).is_err());
     }
 }

@@ -191,6 +191,7 @@ impl Meta {
                 mutation,
                 inode,
                 changes,
+                granted: _,
             } => {
                 // A truncate of a file making the last copies of its move waits for them
                 // (`Busy`, kept as no answer), and asks again.
@@ -395,7 +396,7 @@ impl Meta {
                 .await
                 .map(|()| Response::Done)
                 .map_err(OpError::Rejected),
-            MetaRequest::ReportSize { inode, report } => {
+            MetaRequest::ReportSize { inode, report, .. } => {
                 self.committer
                     .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
                     .await
@@ -405,6 +406,7 @@ impl Meta {
                 handle,
                 inode,
                 access: _,
+                granted: _,
             } => self.open((client, handle), inode),
             MetaRequest::Release { client, handles } => {
                 // Every handle is released even if one fails; the failure is the answer.

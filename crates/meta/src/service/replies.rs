@@ -1,7 +1,7 @@
 //! Stored replies: the answer of every mutating request, kept in the same transaction as
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
-use crate::store::{stored_reply, OpError, REPLIES};
+use crate::store::{stored_reply, OpError, REPLIES, REPLY_FLOORS};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::messages::{MutationId, Reply, Response};
 use weft_proto::ErrorCode;
@@ -16,6 +16,7 @@ pub(crate) fn idempotent(
     if let Some(bytes) = txn.open_table(REPLIES)?.get((client, mutation.seq))? {
         return stored_reply(bytes.value());
     }
+    refuse_settled(txn, mutation)?;
     let result = op(txn);
     let reply: Reply = match &result {
         Ok(response) => Ok(response.clone()),
@@ -36,9 +37,33 @@ pub(crate) fn idempotent(
             .expect("replies encode")
             .as_slice(),
     )?;
-    replies.retain_in(
-        (client, 0)..(client, mutation.oldest_pending.min(mutation.seq)),
-        |_, _| false,
-    )?;
+    let settled = mutation.oldest_pending.min(mutation.seq);
+    replies.retain_in((client, 0)..(client, settled), |_, _| false)?;
+    let mut floors = txn.open_table(REPLY_FLOORS)?;
+    let floor = floors.get(client)?.map_or(0, |floor| floor.value());
+    if settled > floor {
+        floors.insert(client, settled)?;
+    }
     result
+}
+
+/// Refuses `mutation` when its client said before that every mutation below a higher number
+/// was answered: its reply was dropped then, and a copy arriving this late (a retry's
+/// original, delayed in the network) must not run a second time. `Superseded`: the client
+/// had its answer long ago.
+pub(crate) fn refuse_settled(txn: &WriteTransaction, mutation: MutationId) -> Result<(), OpError> {
+    let floor = txn
+        .open_table(REPLY_FLOORS)?
+        .get(mutation.client.0)?
+        .map_or(0, |floor| floor.value());
+    if mutation.seq < floor {
+        return Err(OpError::rejected(
+            ErrorCode::Superseded,
+            format!(
+                "mutation {} of client session {} arrived after the session said every mutation below {floor} was answered: a late copy, not run again",
+                mutation.seq, mutation.client
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@ use super::Meta;
 use crate::commit::Answered;
 use crate::ops::lookup::get_attr;
 use crate::ops::remove::{list_orphans, release_orphan};
-use crate::store::{OpError, REPLIES, UNREPORTED};
+use crate::store::{OpError, REPLIES, REPLY_FLOORS, UNREPORTED};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use weft_proto::ids::{ClientId, InodeId};
@@ -155,8 +155,10 @@ impl Meta {
             .committer
             .run_eventual(Box::new(move |txn| {
                 let mut replies = txn.open_table(REPLIES)?;
+                let mut floors = txn.open_table(REPLY_FLOORS)?;
                 for client in &gone {
                     replies.retain_in((client.0, 0)..=(client.0, u64::MAX), |_, _| false)?;
+                    floors.remove(client.0)?;
                 }
                 Ok((Response::Done, Answered::Committed))
             }))
@@ -183,6 +185,16 @@ impl Meta {
             let _ = self.drop_open(open, inode);
         }
         result
+    }
+
+    /// Whether `session` holds an open of `inode` here.
+    pub(super) fn holds_open(&self, session: ClientId, inode: InodeId) -> bool {
+        self.opens
+            .lock()
+            .expect("open table poisoned")
+            .handles
+            .get(&inode)
+            .is_some_and(|handles| handles.iter().any(|(client, _)| *client == session))
     }
 
     /// Drops an open and tells whether the inode is still open anywhere.

@@ -1,0 +1,227 @@
+//! What the users of restricted clients, quotas and the native library count on: a
+//! root-squashed mount keeps the read-only files it writes (as git and tar make them), and
+//! the native library keeps what a handle dropped without a close wrote.
+
+mod common;
+
+use common::{cluster, weft};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::IntoRawFd;
+use std::path::Path;
+use std::process::Command;
+use weft_testkit::{wait_until, ClusterSpec};
+
+/// Issues the key of client `name` in `dir` and sets its rule to `rule` (`--root-squash`…).
+fn restricted_key(
+    cluster: &weft_testkit::LocalCluster,
+    dir: &Path,
+    name: &str,
+    rule: &[&str],
+) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.key"));
+    let key = cluster.key_file();
+    let made = Command::new(common::binary())
+        .args(["keygen", "--client", name, file.to_str().expect("utf-8")])
+        .env("WEFT_KEY_FILE", &key)
+        .env("WEFT_LOG", "error")
+        .output()
+        .expect("weft runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let mut args = vec!["client", "set", name];
+    args.extend_from_slice(rule);
+    args.extend_from_slice(&["--mgmt", cluster.mgmt()]);
+    let (ok, out, err) = weft(cluster, &args);
+    assert!(ok, "{out}{err}");
+    file
+}
+
+/// Runs `program` with `args` in `dir` as root; panics with its output when it fails.
+fn run_in(dir: &Path, program: &str, args: &[&str]) {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("the tool runs");
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// close(2) of `file`, with its error.
+fn close(file: fs::File) -> std::io::Result<()> {
+    // SAFETY: the descriptor is ours alone (taken out of the File) and closed once.
+    if unsafe { libc::close(file.into_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+// Goal: a root-squashed mount keeps a read-only file it writes, as POSIX judges a write
+// through a descriptor by the access it was opened with: a file created with mode 0444 and
+// written takes its bytes, its size report at close, an ftruncate and an fchmod through the
+// descriptor; git (which makes every object 0444) inits, adds, commits and packs; tar
+// extracts read-only files; and every byte survives `weft fsck --repair`.
+// Method: a cluster of real processes, a mount with a root-squashed client key, the tools run
+// as root in it, the bytes read back through a member mount after the repair.
+#[test]
+fn a_root_squashed_mount_keeps_the_read_only_files_it_writes() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::create_dir(mnt.join("work")).expect("mkdir");
+    fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");
+    fs::write(mnt.join("secret"), b"root's").expect("write");
+    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let setting = format!("auth_key_file={:?}", key.display().to_string());
+    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
+    wait_until("the servers to apply the squash", || {
+        fs::read(squash.join("secret")).is_err()
+    })
+    .expect("root squash applies");
+    let work = squash.join("work");
+
+    // One file, by hand: created 0444, written, cut through the descriptor, its mode changed
+    // through the descriptor, closed.
+    let data = common::pattern(43, 100_000);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(work.join("read-only"))
+        .expect("create 0444");
+    file.write_all(&data).expect("write");
+    file.write_all(&[7; 5000]).expect("write past the end kept");
+    file.set_len(data.len() as u64)
+        .expect("ftruncate through a descriptor opened for writing");
+    file.set_permissions(fs::Permissions::from_mode(0o400))
+        .expect("fchmod by the owner");
+    close(file).expect("close reports the size");
+    assert_eq!(fs::read(mnt.join("work/read-only")).expect("read"), data);
+
+    // git makes every object read-only; tar x sets the modes it extracts after writing. (A
+    // directory archived without write access is another matter: tar as root makes it with
+    // that mode before filling it, which a squashed root, as nobody, cannot fill: as on NFS.)
+    let repo = work.join("repo");
+    fs::create_dir(&repo).expect("mkdir");
+    let git = |args: &[&str]| {
+        let mut all = vec![
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=weft",
+            "-c",
+            "user.email=weft@example.invalid",
+        ];
+        all.extend_from_slice(args);
+        run_in(&repo, "git", &all);
+    };
+    git(&["init", "-q"]);
+    for index in 0..20u64 {
+        fs::write(
+            repo.join(format!("file-{index}")),
+            common::pattern(index, 3000 + index as usize * 997),
+        )
+        .expect("write a file to commit");
+    }
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "twenty files"]);
+    git(&["gc", "-q"]);
+    git(&["fsck", "--full"]);
+
+    let source = scratch.path().join("tree");
+    fs::create_dir_all(source.join("sub")).expect("mkdir");
+    for index in 0..5u64 {
+        let path = source.join(format!("sub/ro-{index}"));
+        fs::write(&path, common::pattern(100 + index, 20_000)).expect("write");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).expect("chmod");
+    }
+    let tarball = scratch.path().join("tree.tar");
+    run_in(
+        scratch.path(),
+        "tar",
+        &["cf", tarball.to_str().expect("utf-8"), "tree"],
+    );
+    // As root, tar gives each file its archived owner: a squashed root may not (as on NFS).
+    run_in(
+        &work,
+        "tar",
+        &["xf", tarball.to_str().expect("utf-8"), "--no-same-owner"],
+    );
+
+    // Every byte survives a repair, read through a member mount.
+    let (ok, report, err) = weft(&cluster, &["fsck", "--repair", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "fsck --repair: {report}{err}");
+    assert_eq!(fs::read(mnt.join("work/read-only")).expect("read"), data);
+    for index in 0..5u64 {
+        assert_eq!(
+            fs::read(mnt.join(format!("work/tree/sub/ro-{index}"))).expect("read"),
+            common::pattern(100 + index, 20_000),
+            "an extracted read-only file"
+        );
+    }
+    let member_repo = mnt.join("work/repo");
+    let output = Command::new("git")
+        .args(["-c", "safe.directory=*", "fsck", "--full"])
+        .current_dir(&member_repo)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "the repository is whole after the repair: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for index in 0..20u64 {
+        assert_eq!(
+            fs::read(member_repo.join(format!("file-{index}"))).expect("read"),
+            common::pattern(index, 3000 + index as usize * 997)
+        );
+    }
+    cluster.unmount(&squash).expect("unmount");
+}
+
+// Goal: a file the native library wrote through a handle dropped without `close()` keeps its
+// size and bytes, as a file whose process exits without closing does: the size reaches its
+// metadata server (other clients see it, while the writer's session lives on), and `weft fsck
+// --repair` leaves the bytes alone. Method: a cluster of real processes, a native client that
+// writes and drops the handle, a member mount that reads the file back.
+#[test]
+fn a_handle_dropped_without_a_close_keeps_what_it_wrote() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let (runtime, native) = common::native_client(&cluster, |_| {});
+    let data = common::pattern(1, 300_000);
+    let new = weft_client::client::regular_file(0o644, 0, (0, 0));
+    runtime.block_on(async {
+        let (file, _) = native
+            .create_file((weft_proto::ids::InodeId::ROOT, "dropped"), new)
+            .await
+            .expect("create");
+        file.write(0, bytes::Bytes::from(data.clone()))
+            .await
+            .expect("write");
+        drop(file);
+    });
+    wait_until(
+        "the dropped handle's size to reach its metadata server",
+        || fs::metadata(mnt.join("dropped")).is_ok_and(|meta| meta.len() == data.len() as u64),
+    )
+    .expect("the size of a dropped handle is reported");
+    let (ok, report, err) = weft(&cluster, &["fsck", "--repair", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "fsck --repair: {report}{err}");
+    assert_eq!(fs::read(mnt.join("dropped")).expect("read"), data);
+    drop(native);
+}
