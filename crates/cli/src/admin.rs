@@ -122,7 +122,8 @@ pub enum TargetCommand {
         /// Stop draining it: it takes new files again (files already moved stay moved).
         #[arg(long)]
         stop: bool,
-        /// Wait until no file uses it any more.
+        /// Wait until no file uses it any more; fail, saying why, once every file left has no
+        /// place to move to.
         #[arg(long)]
         wait: bool,
         #[command(flatten)]
@@ -787,11 +788,19 @@ async fn wait_drained(view: &ClusterView, target: TargetId) -> Result<()> {
     let mut told = None;
     loop {
         let status = view.mgmt().cluster_status().await?;
-        let left = status
-            .targets
-            .iter()
-            .find(|t| t.id == target)
-            .map(|t| t.drain_left);
+        let listed = status.targets.iter().find(|t| t.id == target);
+        let left = listed.map(|t| t.drain_left);
+        // Every file left has no place to go: waiting would be for ever.
+        if let Some((Some(left), Some(blocked))) = listed.map(|t| (t.drain_left, &t.drain_blocked))
+        {
+            if left > 0 && blocked.files >= left {
+                bail!(
+                    "target {target} cannot be drained as things stand: {} files cannot move off it: {} (`weft target list --state` shows this while it waits; `weft target drain {target} --stop` ends the drain)",
+                    blocked.files,
+                    blocked.why
+                );
+            }
+        }
         if left == Some(None)
             && !view
                 .refresh()
@@ -822,9 +831,10 @@ async fn list_targets(cluster: &ClusterArgs, state: bool) -> Result<()> {
     if state {
         let status = view.mgmt().cluster_status().await?;
         println!(
-            "{:<9} {:<17} {:<12} {:<6} {:<20} NODE",
+            "{:<9} {:<17} {:<12} {:<6} {:<30} NODE",
             "TARGETID", "REACHABILITY", "CONSISTENCY", "POOL", "DRAIN"
         );
+        let mut stuck = Vec::new();
         for target in &map.targets {
             let node = node_name(&map, NodeKind::Storage, target.node);
             let consistency: &str = map.target_consistency(target.id).into();
@@ -833,18 +843,35 @@ async fn list_targets(cluster: &ClusterArgs, state: bool) -> Result<()> {
                 .iter()
                 .find(|t| t.id == target.id)
                 .and_then(|t| t.drain_left);
-            let drain = match (target.draining, left) {
-                (false, _) => "-".to_string(),
-                (true, Some(left)) => format!("draining, {left} left"),
-                (true, None) => "draining".to_string(),
+            let blocked = status
+                .targets
+                .iter()
+                .find(|t| t.id == target.id)
+                .and_then(|t| t.drain_blocked.clone());
+            let drain = match (target.draining, left, &blocked) {
+                (false, _, _) => "-".to_string(),
+                (true, Some(left), Some(blocked)) => {
+                    format!("draining, {left} left, {} stuck", blocked.files)
+                }
+                (true, Some(left), None) => format!("draining, {left} left"),
+                (true, None, _) => "draining".to_string(),
             };
+            if let Some(blocked) = blocked.filter(|_| target.draining) {
+                stuck.push((target.id, blocked));
+            }
             println!(
-                "{:<9} {:<17} {:<12} {:<6} {:<20} {node}",
+                "{:<9} {:<17} {:<12} {:<6} {:<30} {node}",
                 target.id.0,
                 reachability(target.reachability),
                 consistency,
                 target.pool.0,
                 drain
+            );
+        }
+        for (target, blocked) in stuck {
+            println!(
+                "target {target}: the drain waits: {} files cannot move off it: {}",
+                blocked.files, blocked.why
             );
         }
     } else {

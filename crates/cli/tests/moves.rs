@@ -427,6 +427,81 @@ fn a_move_survives_a_crash_of_its_metadata_server() {
     }
 }
 
+// Goal: a drain that cannot finish says so and why, where an operator looks: files striped
+// over every target of their pool have no target to move to (a file never moves onto a target
+// it is on), so `weft target list --state` shows them stuck with the reason and what to do,
+// `weft target drain T --wait` ends with that reason instead of waiting for ever, the files
+// that can move still move, and every byte stays. Method: the default four targets, eight
+// files striped over all four and four over two; the commands an operator types.
+#[test]
+fn a_drain_that_cannot_finish_says_why() {
+    let (cluster, wide) = with_a_dir("wide", "4");
+    let narrow = wide.with_file_name("narrow");
+    make_dir_with_pattern(
+        &cluster,
+        &narrow,
+        &["--num-targets", "2", "--chunk-size", "64K"],
+    );
+    let mut files = Vec::new();
+    for index in 0..8u64 {
+        let path = wide.join(format!("f{index}"));
+        let data = pattern(60 + index, 1 << 20);
+        fs::write(&path, &data).expect("write");
+        files.push((path, data));
+    }
+    let target = 3;
+    let mut on_target = 0;
+    for index in 0..4u64 {
+        let path = narrow.join(format!("g{index}"));
+        let data = pattern(80 + index, 300_000);
+        fs::write(&path, &data).expect("write");
+        on_target += usize::from(common::layout_targets(&cluster, &path).0.contains(&target));
+        files.push((path, data));
+    }
+    let (ok, out, err) = ask(&cluster, &["target", "drain", &target.to_string()]);
+    assert!(ok, "drain: {out}{err}");
+    let stuck = "8 files cannot move off it";
+    let mut state = String::new();
+    weft_testkit::wait_until(
+        "`weft target list --state` to say why the drain waits",
+        || {
+            state = ask(&cluster, &["target", "list", "--state"]).1;
+            state.contains(stuck) && state.contains("draining, 8 left, 8 stuck")
+        },
+    )
+    .unwrap_or_else(|_| panic!("the drain explains itself: {state}"));
+    assert!(
+        state.contains("add targets to the pool") && state.contains("--pool"),
+        "the reason says what to do: {state}"
+    );
+    let (ok, out, err) = ask(
+        &cluster,
+        &["target", "drain", &target.to_string(), "--wait"],
+    );
+    assert!(!ok, "a drain that cannot finish is not waited for: {out}");
+    assert!(
+        err.contains("cannot be drained") && err.contains(stuck),
+        "--wait ends with the reason: {err}"
+    );
+    // The files that could move did ({on_target} of the narrow ones were on the target).
+    for index in 0..4u64 {
+        let path = narrow.join(format!("g{index}"));
+        let (targets, info) = common::layout_targets(&cluster, &path);
+        assert!(
+            !targets.contains(&target),
+            "a file that can move moved off ({on_target} were on it): {info}"
+        );
+    }
+    let (ok, _, err) = ask(
+        &cluster,
+        &["target", "drain", &target.to_string(), "--stop"],
+    );
+    assert!(ok, "the drain stops: {err}");
+    for (path, data) in &files {
+        assert!(&fs::read(path).expect("read") == data, "{}", path.display());
+    }
+}
+
 // Goal: `weft target drain T --wait` empties a target while its files are in use — a writer
 // appends to one of them throughout — new files avoid it, every file keeps its data, and
 // `weft target remove T` is refused before the drain and takes the target out after it; the

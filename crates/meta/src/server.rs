@@ -341,12 +341,18 @@ impl Server {
                 (meta.home(), uses)
             })
             .collect();
+        let drain_blocked = homes
+            .iter()
+            .map(|meta| (meta.home(), meta.drain_blocked()))
+            .filter(|(_, blocked)| !blocked.is_empty())
+            .collect();
         let sent = Instant::now();
         let report = weft_net::stubs::MetaReport {
             usage,
             inodes_used: inodes,
             quota_usage,
             target_uses,
+            drain_blocked,
         };
         match mgmt
             .heartbeat(

@@ -291,6 +291,7 @@ impl Monitor {
                 operations_per_second: operations,
                 queue_depth,
                 drain_left: None,
+                drain_blocked: None,
             });
         }
         status.clients = state.client_rates();

@@ -45,6 +45,9 @@ struct LiveState {
     /// Per metadata home, when (Unix milliseconds) the server serving it last told how many
     /// of its files use each draining target it looked for, and what it told.
     target_uses: HashMap<NodeId, (u64, Vec<(TargetId, u64)>)>,
+    /// Per metadata home: the draining targets some of whose files cannot move off, and why,
+    /// as it last told (with its `target_uses`).
+    drain_blocked: HashMap<NodeId, Vec<weft_proto::messages::DrainBlock>>,
 }
 
 struct Mgmt {
@@ -902,6 +905,7 @@ impl Mgmt {
                 mirror,
                 quota_usage,
                 target_uses,
+                drain_blocked,
             } => {
                 if !self.store.node_exists(kind, node).map_err(internal)? {
                     return Err(WireError::new(
@@ -927,7 +931,12 @@ impl Mgmt {
                     }
                     let now = unix_ms();
                     for (home, uses) in target_uses {
+                        // A home that tells its uses and no blocked files has none.
+                        live.drain_blocked.remove(&home);
                         live.target_uses.insert(home, (now, uses));
+                    }
+                    for (home, blocked) in drain_blocked {
+                        live.drain_blocked.insert(home, blocked);
                     }
                 }
                 let Some(mirror) = mirror else {
@@ -1464,9 +1473,27 @@ impl Mgmt {
         for target in &mut status.targets {
             if let Some(&since) = draining.get(&target.id) {
                 target.drain_left = self.drain_progress(target.id, since)?.ok();
+                target.drain_blocked = self.drain_blocked(target.id);
             }
         }
         Ok(status)
+    }
+
+    /// The files of draining `target` that the metadata homes found unable to move off,
+    /// summed over the homes, with the first reason told.
+    fn drain_blocked(&self, target: TargetId) -> Option<weft_proto::messages::DrainBlock> {
+        let live = self.live.lock().expect("live state poisoned");
+        let mut blocks = live
+            .drain_blocked
+            .values()
+            .flatten()
+            .filter(|block| block.target == target);
+        let first = blocks.next()?.clone();
+        let more: u64 = blocks.map(|block| block.files).sum();
+        Some(weft_proto::messages::DrainBlock {
+            files: first.files + more,
+            ..first
+        })
     }
 
     /// `weft target drain`: marks the target (or unmarks it, with `stop`); the map carries it

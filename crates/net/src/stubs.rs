@@ -81,6 +81,8 @@ pub struct MetaReport {
     /// Per home it serves, per target the map shows draining that the home looked for, the
     /// files of the home that still use it.
     pub target_uses: Vec<(NodeId, Vec<(TargetId, u64)>)>,
+    /// Per home it serves, the draining targets some of whose files cannot move off, and why.
+    pub drain_blocked: Vec<(NodeId, Vec<weft_proto::messages::DrainBlock>)>,
 }
 
 /// A client session management opened ([`MgmtClient::register_client`]).
@@ -245,6 +247,7 @@ impl MgmtClient {
             inodes_used: meta_inodes_used,
             quota_usage,
             target_uses,
+            drain_blocked,
         } = meta;
         let response = self
             .beat(
@@ -257,6 +260,7 @@ impl MgmtClient {
                     mirror,
                     quota_usage,
                     target_uses,
+                    drain_blocked,
                 },
                 deadline,
             )

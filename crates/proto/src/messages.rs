@@ -545,6 +545,10 @@ pub enum MgmtRequest {
         /// a move's copy, objects awaiting removal).
         #[serde(default, with = "crate::wire::since_4")]
         target_uses: Vec<(NodeId, Vec<(TargetId, u64)>)>,
+        /// Per metadata home this server serves: the draining targets some of whose files
+        /// cannot move off, how many, and why.
+        #[serde(default, with = "crate::wire::since_8")]
+        drain_blocked: Vec<(NodeId, Vec<DrainBlock>)>,
     },
     /// A client opens a session.
     #[wire(tag = 3)]
@@ -2113,6 +2117,22 @@ pub struct TargetStatus {
     /// While it drains: files that still use it, as the metadata servers last told.
     #[serde(default, with = "crate::wire::since_4")]
     pub drain_left: Option<u64>,
+    /// While it drains: why some of those files cannot move off (and what to do), when
+    /// the metadata servers found some that cannot.
+    #[serde(default, with = "crate::wire::since_8")]
+    pub drain_blocked: Option<DrainBlock>,
+}
+
+/// Files of a draining target that cannot move off it, as a metadata home (or, summed,
+/// management) found them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainBlock {
+    /// The draining target.
+    pub target: TargetId,
+    /// How many files that use it found no place to move to.
+    pub files: u64,
+    /// Why (of the first), and what to do.
+    pub why: String,
 }
 
 /// One client session's load over the whole cluster.

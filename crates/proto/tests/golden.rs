@@ -24,6 +24,14 @@ fn inode(n: u64) -> InodeId {
     InodeId::new(NodeId(1), n)
 }
 
+fn drain_block() -> DrainBlock {
+    DrainBlock {
+        target: TargetId(3),
+        files: 8,
+        why: "no target".into(),
+    }
+}
+
 fn capability() -> Capability {
     Capability {
         session: ClientId(7),
@@ -312,6 +320,7 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
             }),
             quota_usage: vec![(NodeId(1), vec![quota_usage()])],
             target_uses: vec![(NodeId(1), vec![(TargetId(3), 12)])],
+            drain_blocked: vec![(NodeId(1), vec![drain_block()])],
         },
         MgmtRequest::RegisterClient {
             alias: "client-host".into(),
@@ -900,6 +909,7 @@ fn responses() -> Vec<Response> {
                 operations_per_second: 3,
                 queue_depth: 4,
                 drain_left: Some(12),
+                drain_blocked: Some(drain_block()),
             }],
             clients: vec![ClientStatus {
                 client: ClientId(7),

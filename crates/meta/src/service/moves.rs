@@ -28,7 +28,7 @@ use super::Meta;
 use crate::store::{load_inode, store_inode, OpError, INODES};
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use weft_proto::error::WireError;
@@ -412,18 +412,35 @@ impl Meta {
             *self.drain_scan.lock().expect("drain scan poisoned") = DrainScan::default();
             return;
         }
-        let found = self.read(|txn| find_draining(txn, &map, &draining));
-        let (uses, files) = match found {
+        // Files found unable to move are looked at again only once the map changed (a target
+        // added, a pool changed): until then the scan takes others, which may move.
+        let stuck: HashSet<InodeId> = {
+            let scan = self.drain_scan.lock().expect("drain scan poisoned");
+            if scan.epoch == map.epoch && scan.draining == draining {
+                scan.stuck.keys().copied().collect()
+            } else {
+                HashSet::new()
+            }
+        };
+        let found = self.read(|txn| find_draining(txn, &map, &draining, &stuck));
+        let (uses, files, still_stuck) = match found {
             Ok(found) => found,
             Err(error) => {
                 tracing::error!(?error, "cannot look for files on draining targets");
                 return;
             }
         };
-        *self.drain_scan.lock().expect("drain scan poisoned") = DrainScan {
-            draining: draining.clone(),
-            uses,
-        };
+        {
+            let mut scan = self.drain_scan.lock().expect("drain scan poisoned");
+            if scan.epoch != map.epoch || scan.draining != draining {
+                scan.stuck.clear();
+            }
+            // A stuck file removed (or moved by hand) meanwhile is stuck no more.
+            scan.stuck.retain(|inode, _| still_stuck.contains(inode));
+            scan.draining = draining.clone();
+            scan.uses = uses;
+            scan.epoch = map.epoch;
+        }
         for (inode, layout) in files {
             let kind = layout.pattern.kind;
             let tombstones: Vec<Slot> = self
@@ -435,18 +452,60 @@ impl Meta {
             let pool = layout.pattern.pool;
             let planned = plan_move(&self.chooser, &map, &layout, pool, &[], &tombstones)
                 .map_err(OpError::into_wire);
+            let on: Vec<TargetId> = layout
+                .slots()
+                .flat_map(|slot| map.slot_targets(slot))
+                .filter(|target| draining.contains(target))
+                .collect();
             let recorded = match planned {
                 Ok(plan) if !plan.is_empty() => self
                     .record_move(inode, layout, plan, (pool, None))
                     .await
                     .map_err(OpError::into_wire),
                 Ok(_) => Ok(()),
+                Err(error) if error.code == ErrorCode::NoTargets => {
+                    // It has no place to go: said where an operator looks, not only here.
+                    let what = match layout.pattern.kind {
+                        PatternKind::Raid0 => "target",
+                        PatternKind::Mirrored => "storage mirror group",
+                    };
+                    let why = format!(
+                        "storage pool {pool} has no reachable {what} these files are not on already (a file has one object per {what} and never moves onto one it is on): add {what}s to the pool, or move the files to another pool (`weft entry migrate PATH --pool P`); the drain goes on by itself once they can move"
+                    );
+                    tracing::warn!(%inode, %error, "a file on a draining target has no place to move to");
+                    self.drain_scan
+                        .lock()
+                        .expect("drain scan poisoned")
+                        .stuck
+                        .insert(inode, (on, why));
+                    continue;
+                }
                 Err(error) => Err(error),
             };
             if let Err(error) = recorded {
                 tracing::warn!(%inode, %error, "a file on a draining target cannot move yet");
             }
         }
+    }
+
+    /// Per target the map shows draining, the files of this home that use it and cannot
+    /// move off, and why, as the last scans found.
+    pub(crate) fn drain_blocked(&self) -> Vec<weft_proto::messages::DrainBlock> {
+        let scan = self.drain_scan.lock().expect("drain scan poisoned");
+        let mut blocked: std::collections::BTreeMap<TargetId, (u64, &str)> = Default::default();
+        for (on, why) in scan.stuck.values() {
+            for target in on {
+                blocked.entry(*target).or_insert((0, why)).0 += 1;
+            }
+        }
+        blocked
+            .into_iter()
+            .map(|(target, (files, why))| weft_proto::messages::DrainBlock {
+                target,
+                files,
+                why: why.to_string(),
+            })
+            .collect()
     }
 
     /// The bytes this home moved onto (positive) or off each of `targets` since its usage in
@@ -1161,6 +1220,10 @@ pub(crate) struct DrainScan {
     draining: Vec<TargetId>,
     /// Per target, the files that use it.
     uses: std::collections::HashMap<TargetId, u64>,
+    /// The epoch of the map the scans since `stuck` was cleared went by.
+    epoch: u64,
+    /// Files found with no place to move to, with the draining targets they use and why.
+    stuck: std::collections::HashMap<InodeId, (Vec<TargetId>, String)>,
 }
 
 /// Files recorded for moving off draining targets per scan: the mover works them off before
@@ -1170,19 +1233,23 @@ const DRAIN_FILES_PER_SCAN: usize = 64;
 /// The files of a home that use one of the `draining` targets, counted per target (a slot of
 /// a layout, the copy of a move in flight, objects awaiting removal: a target, or a member
 /// of a storage mirror group by `map`), and up to [`DRAIN_FILES_PER_SCAN`] of those with a
-/// slot there and no move yet, with their layouts.
+/// slot there and no move yet, with their layouts, but for those `stuck` (found unable to
+/// move under the same map).
 #[allow(clippy::type_complexity)]
 fn find_draining(
     txn: &redb::ReadTransaction,
     map: &weft_proto::messages::ClusterMap,
     draining: &[TargetId],
+    stuck: &HashSet<InodeId>,
 ) -> Result<
     (
         std::collections::HashMap<TargetId, u64>,
         Vec<(InodeId, FileLayout)>,
+        HashSet<InodeId>,
     ),
     OpError,
 > {
+    let mut still_stuck = HashSet::new();
     let mut uses: std::collections::HashMap<TargetId, u64> = std::collections::HashMap::new();
     let mut files = Vec::new();
     let moves = txn.open_table(MOVES)?;
@@ -1203,6 +1270,11 @@ fn find_draining(
             continue;
         };
         let on_draining = count(&mut layout.slots());
+        let inode = InodeId(key.value());
+        if on_draining && stuck.contains(&inode) {
+            still_stuck.insert(inode);
+            continue;
+        }
         if on_draining && files.len() < DRAIN_FILES_PER_SCAN && moves.get(key.value())?.is_none() {
             files.push((InodeId(key.value()), layout));
         }
@@ -1221,7 +1293,7 @@ fn find_draining(
         let layout: FileLayout = decode("the disposal", key.value(), value.value())?;
         count(&mut layout.slots());
     }
-    Ok((uses, files))
+    Ok((uses, files, still_stuck))
 }
 
 /// Whether a push's failure means the move cannot be made as planned.
