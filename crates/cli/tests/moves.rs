@@ -1199,6 +1199,71 @@ fn mirrored_objects(
         .collect()
 }
 
+// Goal: the seal a moved mirrored file leaves on its old group's members holds while that
+// group exists: a request that names another group (any client can send one, a read among
+// them) does not make the member forget it, so a writer still holding the old layout is told
+// the file moved instead of having its writes land where nobody reads them. Method: three
+// storage servers in three groups; a mirrored file migrated to another pool's group; raw
+// requests to the old group's primary through the protocol.
+#[test]
+fn a_moved_mirrored_files_seal_holds_against_other_groups() {
+    use std::os::unix::fs::MetadataExt;
+    use weft_proto::ids::{GroupId, InodeId};
+    let (cluster, dir, groups) = with_mirror_groups();
+    let file = dir.join("sealed");
+    fs::write(&file, pattern(90, 200_000)).expect("write");
+    let (old_group, _) = group_of(&cluster, &file);
+    let inode = InodeId(fs::metadata(&file).expect("stat").ino());
+    let (ok, out, err) = migrate(&cluster, &file, "fast");
+    assert!(ok, "migrate: {out}{err}");
+    assert_eq!(
+        group_of(&cluster, &file).0,
+        groups[2].0,
+        "moved to pool fast"
+    );
+
+    let runtime = common::runtime();
+    let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
+    let old_route = runtime
+        .block_on(view.route(weft_proto::layout::Slot::Group(GroupId(old_group))))
+        .expect("the old group's route");
+    let storage = runtime
+        .block_on(view.storage_for_target(old_route.target))
+        .expect("the old primary's server");
+    let write_old = || {
+        runtime.block_on(storage.write(
+            old_route,
+            weft_net::ObjectWrite {
+                file: (inode, 0),
+                offset: 0,
+                data: bytes::Bytes::from_static(b"late write with the old layout"),
+                tag: None,
+                capability: None,
+                owner: None,
+            },
+        ))
+    };
+    let moved = |result: Result<(u32, u64), weft_net::RpcError>| {
+        result.is_err_and(|error| error.code() == weft_proto::ErrorCode::Moved)
+    };
+    assert!(
+        moved(write_old()),
+        "a write with the old layout is told the file moved"
+    );
+    // Requests naming other groups, existing or not, for the sealed object.
+    for other in [groups[1].0, groups[2].0, 999] {
+        let mut elsewhere = old_route;
+        let mirror = elsewhere.mirror.as_mut().expect("a group route");
+        mirror.group = GroupId(other);
+        let _ = runtime.block_on(storage.read(elsewhere, (inode, 0), 0, 5, None));
+    }
+    assert!(
+        moved(write_old()),
+        "the seal holds after requests naming other groups"
+    );
+    assert_eq!(fs::read(&file).expect("read"), pattern(90, 200_000));
+}
+
 // Goal: mirrored files move between storage mirror groups while in use. A drain of one
 // member of a group moves every file mirrored on the group to another group of the pool (new
 // files avoid the group meanwhile), and `weft entry migrate --pool` takes a mirrored tree to

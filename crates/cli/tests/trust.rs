@@ -225,3 +225,123 @@ fn a_handle_dropped_without_a_close_keeps_what_it_wrote() {
     assert_eq!(fs::read(mnt.join("dropped")).expect("read"), data);
     drop(native);
 }
+
+/// A native client of `cluster` proving the client key in `key_file`, on `runtime`.
+fn client_with_key(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &weft_testkit::LocalCluster,
+    key_file: &Path,
+) -> std::sync::Arc<weft_client::Client> {
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.auth_key_file = Some(key_file.to_path_buf());
+    config.heartbeat_interval = std::time::Duration::from_millis(300);
+    runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("a client key connects")
+}
+
+/// Runs `attempt` again while it is answered `Unavailable` (a server whose map does not list a
+/// new session yet answers so), at most 100 times.
+async fn once_settled<T, F, Fut>(attempt: F) -> Result<T, weft_net::RpcError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, weft_net::RpcError>>,
+{
+    for _ in 0..100 {
+        match attempt().await {
+            Err(error) if error.code() == weft_proto::ErrorCode::Unavailable => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+    attempt().await
+}
+
+// Goal: a create sent again with an old mutation id is answered from its stored reply, but
+// is granted access to the file only while the file still allows it: once a member gave the
+// file to another user (chown, chmod 600), a squashed client that re-sends the create gets
+// the reply without a capability, so it cannot read or write the file through it. Method: a
+// cluster of real processes; a root-squashed client key; raw metadata requests through the
+// protocol in the client's own session.
+#[test]
+fn a_create_sent_again_is_not_granted_what_the_file_no_longer_allows() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::create_dir(mnt.join("shared")).expect("mkdir");
+    fs::set_permissions(mnt.join("shared"), fs::Permissions::from_mode(0o777)).expect("chmod");
+    let shared = weft_proto::ids::InodeId(fs::metadata(mnt.join("shared")).expect("stat").ino());
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+
+    let runtime = common::runtime();
+    let native = client_with_key(&runtime, &cluster, &key);
+    let view = weft_net::ClusterView::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
+    let meta = runtime
+        .block_on(view.meta(shared.home()))
+        .expect("the directory's server");
+    let mutation = weft_proto::messages::MutationId {
+        client: native.id(),
+        seq: 1 << 40,
+        oldest_pending: 1,
+    };
+    let create = || {
+        meta.create(
+            mutation,
+            shared,
+            "given-away",
+            weft_client::client::regular_file(0o644, 0, (0, 0)),
+            Some(1 << 40),
+        )
+    };
+    // The metadata server squashes the client (and grants capabilities) once its map has
+    // the rule: probe with creates of their own.
+    let probe = std::sync::atomic::AtomicU64::new(1 << 39);
+    wait_until("the metadata server to apply the squash", || {
+        let seq = probe.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let probe_mutation = weft_proto::messages::MutationId { seq, ..mutation };
+        let name = format!("probe-{seq}");
+        runtime
+            .block_on(once_settled(|| {
+                meta.create(
+                    probe_mutation,
+                    shared,
+                    &name,
+                    weft_client::client::regular_file(0o644, 0, (0, 0)),
+                    Some(seq),
+                )
+            }))
+            .is_ok_and(|created| created.capability.is_some())
+    })
+    .expect("the rule applies");
+    let first = runtime
+        .block_on(once_settled(create))
+        .expect("the create runs");
+    assert!(
+        first.capability.is_some(),
+        "a new file's creator may use it"
+    );
+    assert_eq!(first.attr.uid, weft_proto::access::NOBODY);
+
+    // A member gives the file to user 1000 alone.
+    let path = mnt.join("shared/given-away");
+    std::os::unix::fs::chown(&path, Some(1000), Some(1000)).expect("chown");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    let again = runtime
+        .block_on(once_settled(create))
+        .expect("the create sent again is answered");
+    assert_eq!(again.attr.inode, first.attr.inode, "the stored reply");
+    assert!(
+        again.capability.is_none(),
+        "no access granted to a file that is another user's now"
+    );
+    drop(native);
+}

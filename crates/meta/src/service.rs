@@ -362,8 +362,8 @@ impl Meta {
                 .await
                 .map_err(OpError::into_wire)?;
         }
-        if let Some(caller) = checks.caller {
-            self.check_access(&mut request, &caller)
+        if let Some(caller) = &checks.caller {
+            self.check_access(&mut request, caller)
                 .await
                 .map_err(OpError::into_wire)?;
         }
@@ -377,7 +377,30 @@ impl Meta {
             } => Some((capabilities, READ | WRITE, mutation.client)),
             _ => None,
         });
+        // A create sent again is answered from its stored reply, whatever became of the file
+        // since: it is granted again only what the file still allows (see `regranted`).
+        let replayed = match &request {
+            MetaRequest::Create { mutation, .. } if grant.is_some() => self
+                .read(|txn| {
+                    let replies = txn.open_table(REPLIES)?;
+                    Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
+                })
+                .map_err(OpError::into_wire)?,
+            _ => false,
+        };
         let reply = self.handle_meta(request).await;
+        let reply = match reply {
+            Ok(Response::Created { attr, parent, .. })
+                if replayed && !self.regranted(attr.inode, &checks).await =>
+            {
+                return Ok(Response::Created {
+                    attr,
+                    parent,
+                    capability: None,
+                })
+            }
+            reply => reply,
+        };
         // A client whose access the servers decide gets, with an open, the grant the storage
         // servers want from it (see `weft_net::capability`).
         match (grant, reply) {
@@ -397,6 +420,27 @@ impl Meta {
                 })
             }
             (_, reply) => reply,
+        }
+    }
+
+    /// Whether a create sent again, answered from its stored reply, is granted again what its
+    /// first run granted (reading and writing the new file): only while the file is still
+    /// inside the client's subtree and, for a checked caller, still the caller's own. A file
+    /// given away or moved out since is opened again by the client when it wants access,
+    /// with the checks of an open.
+    async fn regranted(&self, inode: InodeId, checks: &Checks) -> bool {
+        if let Some(subtree) = checks.subtree {
+            let named = MetaRequest::GetAttr { inode };
+            if self.check_subtree(&named, subtree).await.is_err() {
+                return false;
+            }
+        }
+        match &checks.caller {
+            Some(caller) => self
+                .attr_of(inode)
+                .await
+                .is_ok_and(|attr| attr.uid == caller.uid),
+            None => true,
         }
     }
 

@@ -185,16 +185,25 @@ impl Moves {
     }
 
     /// Forgets the seal of `object` if it is of another storage mirror group than `group`,
-    /// through which a request for it came: that group was removed, and this target is a
-    /// member of a new one, where the file may live again. Answers whether it did.
-    pub fn forget_stale(&self, object: ObjectId, group: u32) -> io::Result<bool> {
+    /// through which a request for it came, and that group was `removed`: this target is a
+    /// member of a new one, where the file may live again. A seal of a group that still
+    /// exists stays whatever a request names. Answers whether it did.
+    pub fn forget_stale(
+        &self,
+        object: ObjectId,
+        group: u32,
+        removed: impl Fn(u32) -> bool,
+    ) -> io::Result<bool> {
         let stale = self.marked.load(Ordering::Acquire) > 0
             && self
                 .sealed
                 .read()
                 .expect("seals poisoned")
                 .get(&object)
-                .is_some_and(|mark| mark.group.is_some_and(|sealed| sealed != group));
+                .is_some_and(|mark| {
+                    mark.group
+                        .is_some_and(|sealed| sealed != group && removed(sealed))
+                });
         if stale {
             self.forget(object)?;
         }

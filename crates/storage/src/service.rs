@@ -380,7 +380,12 @@ impl weft_net::Handler for Storage {
             return (Err(error), Bytes::new());
         }
         if let (Some(route), Some(inode)) = (request.mirror(), mirrored_inode(&request)) {
-            if let Err(error) = target.forget_stale_seal(inode, route.group.0) {
+            // Only a seal of a group the map no longer has is stale: while the group exists,
+            // a writer with the old layout reaches the object through it and must be told
+            // the file moved, whatever group another request names.
+            let map = self.cluster.map();
+            let removed = |group: u32| !map.mirror_groups.iter().any(|known| known.id.0 == group);
+            if let Err(error) = target.forget_stale_seal(inode, route.group.0, removed) {
                 return (Err(error.into()), Bytes::new());
             }
         }

@@ -395,14 +395,15 @@ impl Target {
     }
 
     /// Forgets the seal of the mirrored object of `inode` if it is of another group than
-    /// `group` (see [`crate::moves::Moves::forget_stale`]).
+    /// `group`, one that was `removed` (see [`crate::moves::Moves::forget_stale`]).
     pub fn forget_stale_seal(
         &self,
         inode: weft_proto::ids::InodeId,
         group: u32,
+        removed: impl Fn(u32) -> bool,
     ) -> Result<(), ObjectError> {
         let object = ObjectId::new(crate::objects::Space::Mirrored, inode);
-        match self.moves.forget_stale(object, group) {
+        match self.moves.forget_stale(object, group, removed) {
             Ok(true) => {
                 tracing::info!(%inode, target = %self.id, group, "a seal of a removed mirror group forgotten: the file may live in this target's new group");
                 Ok(())
