@@ -345,3 +345,104 @@ fn a_create_sent_again_is_not_granted_what_the_file_no_longer_allows() {
     );
     drop(native);
 }
+
+// Goal: a client confined to a subtree, without root squash, cannot take its files out of
+// what holds them: it may not change a file's project (a project quota) nor a directory's
+// storage pool (a pool its members keep it out of), while it may still change the stripe
+// width in its pool. Method: a cluster of real processes, a pool `fast`, a subtree-confined
+// client key, the native library.
+#[test]
+fn a_confined_client_cannot_change_projects_or_pools() {
+    use weft_proto::ErrorCode;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let (ok, out, err) = weft(
+        &cluster,
+        &[
+            "pool",
+            "create",
+            "fast",
+            "--targets",
+            "2,4",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "pool create: {out}{err}");
+    let jail = mnt.join("jail");
+    fs::create_dir(&jail).expect("mkdir");
+    fs::write(jail.join("file"), b"confined").expect("write");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(
+        &cluster,
+        scratch.path(),
+        "confined",
+        &["--subtree", jail.to_str().expect("utf-8")],
+    );
+    let runtime = common::runtime();
+    let native = client_with_key(&runtime, &cluster, &key);
+    let root = native.root();
+    let file = runtime
+        .block_on(native.lookup(root, "file"))
+        .expect("lookup")
+        .inode;
+    let map = runtime.block_on(native.cluster_map()).expect("map");
+    let fast = map
+        .all_pools()
+        .into_iter()
+        .find(|pool| pool.name == "fast")
+        .expect("pool fast")
+        .id;
+    let set_project = || {
+        runtime.block_on(native.set_attr(
+            file,
+            weft_proto::messages::AttrChanges {
+                project: Some(42),
+                ..Default::default()
+            },
+        ))
+    };
+    wait_until("the metadata server to confine the client", || {
+        set_project().is_err_and(|error| error.code() == ErrorCode::NotPermitted)
+    })
+    .expect("a confined client may not change a project");
+    let pattern = runtime
+        .block_on(native.get_attr(root))
+        .expect("stat")
+        .pattern
+        .unwrap_or(weft_proto::layout::StripePattern::DEFAULT);
+    let into_fast = weft_proto::layout::StripePattern {
+        pool: fast,
+        ..pattern
+    };
+    assert_eq!(
+        runtime
+            .block_on(native.set_pattern(root, into_fast))
+            .expect_err("a confined client may not change its pool")
+            .code(),
+        ErrorCode::NotPermitted
+    );
+    let narrower = weft_proto::layout::StripePattern {
+        num_targets: 1,
+        ..pattern
+    };
+    runtime
+        .block_on(native.set_pattern(root, narrower))
+        .expect("the width in its own pool is its own to change");
+    let (ok, info, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "info",
+            jail.join("file").to_str().expect("utf-8"),
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        !info.contains("project: 42") && !info.contains("Project: 42"),
+        "{info}"
+    );
+    drop(native);
+}

@@ -362,6 +362,10 @@ impl Meta {
                 .await
                 .map_err(OpError::into_wire)?;
         }
+        if checks.per_file {
+            self.check_restricted(&request)
+                .map_err(OpError::into_wire)?;
+        }
         if let Some(caller) = &checks.caller {
             self.check_access(&mut request, caller)
                 .await

@@ -204,6 +204,33 @@ impl Meta {
         proven && self.holds_open(granted.session, inode)
     }
 
+    /// Refuses what no restricted client (one that squashes root or is confined to a subtree)
+    /// may change, whatever its caller: a project (the cluster's quotas, set by its members'
+    /// tools) and a directory's pool (a pool its members keep it out of), either of which
+    /// would let it out of what holds it.
+    ///
+    /// # Errors
+    /// `NotPermitted` naming what and why.
+    pub(crate) fn check_restricted(&self, request: &MetaRequest) -> Result<(), OpError> {
+        let members_only = |what: &str, inode: InodeId| {
+            Err(OpError::Rejected(WireError::new(
+                ErrorCode::NotPermitted,
+                format!("{what} of {inode} is for the cluster's members: this client is restricted (root squash or a subtree)"),
+            )))
+        };
+        match request {
+            MetaRequest::SetAttr { inode, changes, .. } if changes.project.is_some() => {
+                members_only("changing the project", *inode)
+            }
+            MetaRequest::SetPattern { dir, pattern, .. }
+                if pattern.pool != self.parent_pattern(*dir).0.pool =>
+            {
+                members_only("changing the storage pool", *dir)
+            }
+            _ => Ok(()),
+        }
+    }
+
     async fn require(&self, inode: InodeId, caller: &Caller, want: u8) -> Result<(), OpError> {
         if allows(&self.attr_of(inode).await?, caller, want) {
             return Ok(());

@@ -471,7 +471,10 @@ impl Meta {
     }
 
     /// The stripe pattern and the project new entries of `parent` take.
-    fn parent_pattern(&self, parent: InodeId) -> (weft_proto::layout::StripePattern, u32) {
+    pub(super) fn parent_pattern(
+        &self,
+        parent: InodeId,
+    ) -> (weft_proto::layout::StripePattern, u32) {
         let record = self
             .read(|txn| crate::store::load_dir(&txn.open_table(INODES)?, parent))
             .ok();
