@@ -113,6 +113,7 @@ async fn up(args: UpArgs) -> Result<()> {
         quota_grace_period: weft_mgmt::config::QUOTA_GRACE_PERIOD_DEFAULT,
         replicas: Vec::new(),
         replica: 0,
+        web_details: false,
         influxdb: None,
         metrics_listen: None,
         log: None,

@@ -438,12 +438,16 @@ fn shown_value(dom: &str, id: &str) -> String {
 
 // Goal: management's web page, loaded in a real browser from a running cluster, shows the
 // cluster's numbers (nodes and targets online, capacity, sessions, inodes, every target with
-// its size, the quota rules) with no outside resource, and looks right. Method: headless Chromium dumps the
+// its size, the quota rules where management is told to show them) with no outside resource,
+// and looks right. Method: headless Chromium dumps the
 // DOM after the page's scripts ran; the numbers are compared with `weft cluster status`; a
 // screenshot is kept as a test artifact (target/test-artifacts/web-page.png).
 #[test]
 fn web_page_shows_the_cluster() {
-    let mut cluster = cluster(ClusterSpec::default());
+    let mut cluster = cluster(ClusterSpec {
+        mgmt_settings: vec!["web_details=true".into()],
+        ..ClusterSpec::default()
+    });
     let mount = cluster.mount().expect("mount");
     fs::write(mount.join("shown"), pattern(8, 1024 * 1024)).expect("write");
     let (ok, _, err) = weft(

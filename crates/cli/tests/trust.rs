@@ -446,3 +446,146 @@ fn a_confined_client_cannot_change_projects_or_pools() {
     );
     drop(native);
 }
+
+// Goal: a restricted client's locks are held to what its session has open and bounded: a
+// read-only client cannot hold an exclusive lock on another user's file (it would keep that
+// file's writers waiting), a restricted client cannot lock a file it has not opened (or an
+// inode number it made up), and no lock owner can split its locks of one file into more
+// ranges than the bound; shared locks of a file it opened work. Method: a cluster of real
+// processes, a read-only client key, lock requests through the protocol in its own session.
+#[test]
+fn a_restricted_clients_locks_are_checked_and_bounded() {
+    use std::os::unix::fs::MetadataExt;
+    use weft_proto::messages::{LockKind, LockRange};
+    use weft_proto::ErrorCode;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("theirs"), b"a file of user 1000").expect("write");
+    std::os::unix::fs::chown(mnt.join("theirs"), Some(1000), Some(1000)).expect("chown");
+    let inode = weft_proto::ids::InodeId(fs::metadata(mnt.join("theirs")).expect("stat").ino());
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "reader", &["--read-only"]);
+
+    let runtime = common::runtime();
+    let native = client_with_key(&runtime, &cluster, &key);
+    let view = weft_net::ClusterView::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
+    let meta = runtime
+        .block_on(view.meta(inode.home()))
+        .expect("the file's server");
+    let session = native.id();
+    let lock = |kind: LockKind, start: u64, end: u64| LockRange {
+        owner: 77,
+        kind,
+        start,
+        end,
+        pid: 1,
+    };
+    let set = |range: LockRange, target: weft_proto::ids::InodeId| {
+        runtime.block_on(once_settled(|| {
+            meta.set_lock(session, target, range, 0, false)
+        }))
+    };
+    let code = |result: Result<(), weft_net::RpcError>| result.expect_err("refused").code();
+    wait_until("the metadata server to apply the read-only rule", || {
+        set(lock(LockKind::Write, 0, 10), inode)
+            .is_err_and(|error| error.code() == ErrorCode::ReadOnly)
+    })
+    .expect("a read-only client may not hold an exclusive lock");
+    assert_eq!(
+        code(set(lock(LockKind::Read, 0, 10), inode)),
+        ErrorCode::NotPermitted,
+        "a lock of a file the session has not open"
+    );
+    let made_up = weft_proto::ids::InodeId::new(inode.home(), 999_999);
+    assert_eq!(
+        code(set(lock(LockKind::Read, 0, 10), made_up)),
+        ErrorCode::NotPermitted,
+        "a lock of an inode number made up"
+    );
+    runtime
+        .block_on(once_settled(|| {
+            meta.open(session, 5, inode, weft_proto::access::READ, None)
+        }))
+        .expect("a reader opens for reading");
+    set(lock(LockKind::Read, 0, 10), inode).expect("a shared lock of a file it opened");
+    // Every other byte, one range each, up to the bound: the next split is refused.
+    let bound = 4096u64;
+    for index in 1..bound {
+        let start = 100 + index * 2;
+        set(lock(LockKind::Read, start, start), inode).expect("a lock within the bound");
+    }
+    let past = 100 + bound * 2;
+    assert_eq!(
+        code(set(lock(LockKind::Read, past, past), inode)),
+        ErrorCode::NoSpace,
+        "a lock past the bound of ranges"
+    );
+    // Releasing stays possible, and frees room.
+    set(lock(LockKind::Unlock, 0, u64::MAX), inode).expect("release everything");
+    set(lock(LockKind::Read, past, past), inode).expect("room again");
+    drop(native);
+}
+
+// Goal: who uses what is for the cluster's members: management's HTTP view (`/api/cluster`,
+// the web page), which anyone who reaches its port reads, and the status a client key asks
+// for, show neither the client sessions nor the quotas; the members' `weft cluster status`
+// shows both. Method: a cluster of real processes with a mount (a session) and a quota rule;
+// GET /api/cluster; the status asked with a client key and with the cluster key.
+#[test]
+fn who_uses_what_is_for_the_members() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("used"), common::pattern(3, 100_000)).expect("write");
+    let (ok, out, err) = weft(
+        &cluster,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "1000",
+            "--hard-bytes",
+            "1G",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "quota set: {out}{err}");
+    let (code, body) = weft_testkit::http_get(cluster.mgmt(), "/api/cluster").expect("GET");
+    assert_eq!(code, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(json["quotas"].as_array().map(Vec::len), Some(0), "{json}");
+    assert_eq!(json["clients"].as_array().map(Vec::len), Some(0), "{json}");
+    assert!(
+        json["totals"]["client_sessions"].as_u64() >= Some(1),
+        "the totals stay: {json}"
+    );
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "plain", &[]);
+    let runtime = common::runtime();
+    let as_client = weft_net::MgmtClient::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
+    let status = runtime
+        .block_on(as_client.cluster_status())
+        .expect("a client reads the cluster's state");
+    assert!(
+        status.quotas.is_empty() && status.clients.is_empty(),
+        "{status:?}"
+    );
+    let member = weft_net::MgmtClient::new(cluster.mgmt(), common::member_options(&cluster));
+    let status = runtime
+        .block_on(member.cluster_status())
+        .expect("a member reads it all");
+    assert_eq!(status.quotas.len(), 1, "{:?}", status.quotas);
+}

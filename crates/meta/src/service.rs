@@ -221,6 +221,7 @@ impl Meta {
             orphans_unclaimed: std::sync::atomic::AtomicBool::new(!orphans.is_empty()),
             opens: Arc::new(Mutex::new(OpenTable {
                 handles: HashMap::new(),
+                per_session: HashMap::new(),
                 // The last close of a reclaimed open of one disposes of it.
                 maybe_orphaned: orphans,
             })),
@@ -364,6 +365,10 @@ impl Meta {
         }
         if checks.per_file {
             self.check_restricted(&request)
+                .map_err(OpError::into_wire)?;
+        }
+        if checks.restricted() {
+            self.check_holds(&request, &checks)
                 .map_err(OpError::into_wire)?;
         }
         if let Some(caller) = &checks.caller {

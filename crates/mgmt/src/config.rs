@@ -77,6 +77,13 @@ weft_net::service_config! {
         /// log the first time.
         #[serde(default)]
         pub replica: u64,
+        /// Whether the cluster view over HTTP (`/api/cluster` and the web page), which anyone
+        /// who reaches management's port can read, shows the client sessions and every
+        /// quota's rule and use. Off by default: those are for the cluster's members (`weft
+        /// cluster status` with the cluster key, `weft quota list`); turn it on where the
+        /// port is reached from a trusted network only.
+        #[serde(default)]
+        pub web_details: bool,
     }
 }
 

@@ -353,7 +353,9 @@ impl weft_net::Handler for Front {
             "/" | "/index.html" => Some(HttpReply::ok("text/html; charset=utf-8", WEB_PAGE)),
             "/api/cluster" => Some(match self.leading() {
                 Some(mgmt) => match mgmt.cluster_status() {
-                    Ok(status) => HttpReply::json(&status),
+                    Ok(status) if self.config.web_details => HttpReply::json(&status),
+                    // Anyone who reaches the port reads this: not who uses what.
+                    Ok(status) => HttpReply::json(&status.without_details()),
                     Err(error) => HttpReply::error(500, error.to_string()),
                 },
                 None => HttpReply::error(503, self.not_leader().message),
@@ -1105,9 +1107,15 @@ impl Mgmt {
                 as_seen_by(&mut map, client_name);
                 Ok(Response::ClusterMap(map))
             }
-            MgmtRequest::GetClusterStatus => Ok(Response::ClusterStatus(
-                self.cluster_status().map_err(internal)?,
-            )),
+            MgmtRequest::GetClusterStatus => {
+                let status = self.cluster_status().map_err(internal)?;
+                // A client learns the cluster's state, not the other sessions' load or every
+                // user's quota use.
+                Ok(Response::ClusterStatus(match client_name {
+                    Some(_) => status.without_details(),
+                    None => status,
+                }))
+            }
             MgmtRequest::SetQuota { rule } => {
                 let limits = rule.limits;
                 let crosses = |soft: u64, hard: u64| soft > 0 && hard > 0 && soft > hard;

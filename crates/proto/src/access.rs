@@ -120,6 +120,16 @@ pub struct Checks {
     /// to a subtree), so a storage server wants a [`Capability`] with each read or change of
     /// a file's objects, and a metadata server grants one at each open.
     pub per_file: bool,
+    /// The client may read but not change (its changes are refused before this is asked).
+    pub read_only: bool,
+}
+
+impl Checks {
+    /// Whether the client is held to a rule at all (read-only, root squash, a subtree): its
+    /// locks and opens are checked and bounded.
+    pub fn restricted(&self) -> bool {
+        self.per_file || self.read_only
+    }
 }
 
 /// A metadata server's grant of access to the objects of one file, to one client session,
@@ -151,6 +161,7 @@ impl ClientRule {
             caller: self.checked(caller),
             subtree: self.subtree.as_ref().map(|subtree| subtree.inode),
             per_file: self.per_file(),
+            read_only: self.read_only,
         }
     }
 

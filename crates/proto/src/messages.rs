@@ -2026,6 +2026,16 @@ pub struct ClusterStatus {
     pub quotas: Vec<crate::quota::QuotaState>,
 }
 
+impl ClusterStatus {
+    /// The view for those who are not the cluster's members (a client key, or anyone over
+    /// HTTP): without the client sessions and the quotas, which tell who uses what.
+    pub fn without_details(mut self) -> ClusterStatus {
+        self.clients.clear();
+        self.quotas.clear();
+        self
+    }
+}
+
 /// Sums over the cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterTotals {

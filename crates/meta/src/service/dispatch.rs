@@ -9,7 +9,7 @@ use super::intents::rmdir::remove_dir_inode;
 use super::intents::spread::{seal_shard, set_shards, sync_shard};
 use super::sessions::register_open;
 use super::Meta;
-use crate::locks::check_range;
+use crate::locks::{check_range, LockRefusal, LOCK_RANGES_PER_OWNER_MAX};
 use crate::ops::check::remote_references;
 use crate::ops::create::{create, link, NewEntry};
 use crate::ops::intent::settle_intents;
@@ -341,13 +341,20 @@ impl Meta {
                 let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
                 match self.locks.set(inode, client, lock, wait, reclaim).await {
                     Ok(()) => Ok(Response::Done),
-                    Err(Some(held)) => Err(OpError::rejected(
+                    Err(LockRefusal::Conflict(held)) => Err(OpError::rejected(
                         ErrorCode::WouldBlock,
                         format!("a conflicting lock is held by process {}", held.pid),
                     )),
-                    Err(None) => Err(OpError::rejected(
+                    Err(LockRefusal::InGrace) => Err(OpError::rejected(
                         ErrorCode::InGrace,
                         "locks are being reclaimed after a restart; ask again",
+                    )),
+                    Err(LockRefusal::TooMany) => Err(OpError::rejected(
+                        ErrorCode::NoSpace,
+                        format!(
+                            "lock owner {} would hold more than {LOCK_RANGES_PER_OWNER_MAX} ranges of {inode}: merge its locks",
+                            lock.owner
+                        ),
                     )),
                 }
             }

@@ -9,22 +9,27 @@ use crate::ops::remove::{list_orphans, release_orphan};
 use crate::store::{OpError, REPLIES, REPLY_FLOORS, UNREPORTED};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use weft_proto::access::Checks;
 use weft_proto::ids::{ClientId, InodeId};
-use weft_proto::messages::Response;
+use weft_proto::messages::{LockKind, MetaRequest, MutationId, Response};
 use weft_proto::ErrorCode;
 
 /// An open file handle: the client session and its handle number.
 pub(super) type OpenHandle = (ClientId, u64);
 
+/// Most files one session of a restricted client (read-only, root squash, a subtree) holds
+/// open on one metadata server: an open beyond it is refused (EMFILE), so such a client cannot
+/// make the open table grow without bound.
+pub(super) const OPENS_PER_SESSION_MAX: usize = 65_536;
+
 /// Registers `open` of `inode`; true when it was new.
 pub(super) fn register_open(opens: &Mutex<OpenTable>, open: OpenHandle, inode: InodeId) -> bool {
-    opens
-        .lock()
-        .expect("open table poisoned")
-        .handles
-        .entry(inode)
-        .or_default()
-        .insert(open)
+    let mut opens = opens.lock().expect("open table poisoned");
+    let added = opens.handles.entry(inode).or_default().insert(open);
+    if added {
+        *opens.per_session.entry(open.0).or_default() += 1;
+    }
+    added
 }
 
 /// The files open anywhere, and which of them an unlink or rename saw open.
@@ -32,6 +37,8 @@ pub(super) fn register_open(opens: &Mutex<OpenTable>, open: OpenHandle, inode: I
 pub(super) struct OpenTable {
     /// Open handles per inode.
     pub(super) handles: HashMap<InodeId, HashSet<OpenHandle>>,
+    /// Open handles per session (the sum of `handles` by session).
+    pub(super) per_session: HashMap<ClientId, usize>,
     /// Inodes an operation that may orphan them (the last unlink, a rename over them) found
     /// open. Only their last close has an orphan to look for; every other close is free.
     /// Checked and marked under the same lock as `handles`, so no close slips between.
@@ -187,6 +194,66 @@ impl Meta {
         result
     }
 
+    /// Refuses what a restricted client may not hold (see [`Checks::restricted`]): a lock of a
+    /// file its session has not open here (locks come through descriptors; a reclaim after a
+    /// restart follows the reclaim of the opens), an exclusive lock of a read-only client
+    /// (it would hold other clients' writers off), and an open past
+    /// [`OPENS_PER_SESSION_MAX`].
+    ///
+    /// # Errors
+    /// `NotPermitted`, `ReadOnly` or `NoSpace`, saying which.
+    pub(crate) fn check_holds(
+        &self,
+        request: &MetaRequest,
+        checks: &Checks,
+    ) -> Result<(), OpError> {
+        match request {
+            MetaRequest::SetLock {
+                client,
+                inode,
+                lock,
+                ..
+            } if lock.kind != LockKind::Unlock => {
+                if checks.read_only && lock.kind == LockKind::Write {
+                    return Err(OpError::rejected(
+                        ErrorCode::ReadOnly,
+                        format!("an exclusive lock of {inode} by a read-only client: it takes shared locks only"),
+                    ));
+                }
+                if !self.holds_open(*client, *inode) {
+                    return Err(OpError::rejected(
+                        ErrorCode::NotPermitted,
+                        format!("a lock of {inode}, which session {client} has not open: a restricted client locks the files it opened"),
+                    ));
+                }
+                Ok(())
+            }
+            MetaRequest::Open { client, .. }
+            | MetaRequest::Create {
+                mutation: MutationId { client, .. },
+                open: Some(_),
+                ..
+            } => {
+                let held = self
+                    .opens
+                    .lock()
+                    .expect("open table poisoned")
+                    .per_session
+                    .get(client)
+                    .copied()
+                    .unwrap_or(0);
+                if held >= OPENS_PER_SESSION_MAX {
+                    return Err(OpError::rejected(
+                        ErrorCode::NoSpace,
+                        format!("session {client} holds {held} files open on this metadata server, the most a restricted client may: close some"),
+                    ));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether `session` holds an open of `inode` here.
     pub(super) fn holds_open(&self, session: ClientId, inode: InodeId) -> bool {
         self.opens
@@ -203,8 +270,17 @@ impl Meta {
         let Some(handles) = opens.handles.get_mut(&inode) else {
             return Dropped::Held;
         };
-        handles.remove(&open);
-        if !handles.is_empty() {
+        let removed = handles.remove(&open);
+        let held = !handles.is_empty();
+        if removed {
+            if let Some(count) = opens.per_session.get_mut(&open.0) {
+                *count -= 1;
+                if *count == 0 {
+                    opens.per_session.remove(&open.0);
+                }
+            }
+        }
+        if held {
             return Dropped::Held;
         }
         opens.handles.remove(&inode);
