@@ -406,10 +406,23 @@ fn nemesis(run: Duration, seed: u64) {
         &["--num-targets", "4", "--chunk-size", "64K"],
     );
 
+    // A restricted client works beside the member mount: a root-squashed mount, whose root
+    // acts as nobody, in directories of its own, under a quota of nobody's that is counted
+    // (and checked by fsck) but never reached.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let squash = squashed_mount(&mut cluster, scratch.path(), &mnt);
+    let squashed_dirs = dirs.clone().map(|dir| {
+        let own = dir.join("squashed");
+        std::fs::create_dir(&own).expect("mkdir");
+        std::fs::set_permissions(&own, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .expect("chmod");
+        squash.join(own.strip_prefix(&mnt).expect("in the mount"))
+    });
+
     let stop = Arc::new(AtomicBool::new(false));
-    let ready = Arc::new(std::sync::Barrier::new(2));
-    let worker = {
-        let (stop, ready, dirs) = (Arc::clone(&stop), Arc::clone(&ready), dirs.clone());
+    let ready = Arc::new(std::sync::Barrier::new(3));
+    let start_worker = |dirs: [PathBuf; 2], seed: u64| {
+        let (stop, ready) = (Arc::clone(&stop), Arc::clone(&ready));
         std::thread::spawn(move || {
             // The processes this test starts must not carry the workload's open files.
             common::private_file_table();
@@ -417,12 +430,14 @@ fn nemesis(run: Duration, seed: u64) {
             workload(&dirs, seed, &stop)
         })
     };
+    let worker = start_worker(dirs.clone(), seed);
+    let squashed_worker = start_worker(squashed_dirs, seed ^ 0x5155_4153_48);
     ready.wait();
     let mut rng = Rng(Random::new(seed ^ 0x006e_656d_6573_6973));
     let started = Instant::now();
     let mut faults = Vec::new();
     let (mut restriping, mut restripes) = (None, 0);
-    while started.elapsed() < run && !worker.is_finished() {
+    while started.elapsed() < run && !worker.is_finished() && !squashed_worker.is_finished() {
         std::thread::sleep(Duration::from_millis(500 + rng.below(3000)));
         if rng.below(2) == 0 {
             if let Some(what) = restripe(&cluster, &dirs, &mut restriping, &mut restripes) {
@@ -457,10 +472,16 @@ fn nemesis(run: Duration, seed: u64) {
         .join()
         .expect("workload thread")
         .unwrap_or_else(|error| panic!("seed {seed}: the workload failed: {error}"));
+    let squashed = squashed_worker
+        .join()
+        .expect("workload thread")
+        .unwrap_or_else(|error| {
+            panic!("seed {seed}: the root-squashed client's workload failed: {error}")
+        });
     // A plain file whose change was lost to a restart (its fsync said so) may lack an object
     // its data was written to, which fsck rightly reports as lost data: it goes, as an
     // application told of the loss would write it again or remove it.
-    for path in &record.unknown {
+    for path in record.unknown.iter().chain(&squashed.unknown) {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -468,10 +489,10 @@ fn nemesis(run: Duration, seed: u64) {
         }
     }
 
-    let check = |root: &Path, through: &str| {
+    let check_one = |record: &Record, of: &Path, root: &Path, through: &str| {
         let mut differences = Vec::new();
         for (path, expected) in &record.files {
-            let path = root.join(path.strip_prefix(&mnt).expect("in the mount"));
+            let path = root.join(path.strip_prefix(of).expect("in the mount"));
             match std::fs::File::open(&path).and_then(|mut file| {
                 let mut bytes = Vec::new();
                 file.read_to_end(&mut bytes).map(|_| bytes)
@@ -487,7 +508,7 @@ fn nemesis(run: Duration, seed: u64) {
             }
         }
         for path in &record.gone {
-            let path = root.join(path.strip_prefix(&mnt).expect("in the mount"));
+            let path = root.join(path.strip_prefix(of).expect("in the mount"));
             if path.exists() {
                 differences.push(format!("{} is back after its removal", path.display()));
             }
@@ -498,24 +519,103 @@ fn nemesis(run: Duration, seed: u64) {
             differences.len()
         );
     };
+    let check = |root: &Path, through: &str| {
+        check_one(&record, &mnt, root, through);
+        check_one(
+            &squashed,
+            &squash,
+            root,
+            &format!("{through} (the squashed client's files)"),
+        );
+    };
     check(&mnt, "the mount");
     let fresh = cluster.mount().expect("a new mount");
     check(&fresh, "a new mount");
     common::fsck_clean(&cluster);
+    let (_, quotas, _) = weft(&cluster, &["quota", "list", "--mgmt", cluster.mgmt()]);
+    eprintln!("nemesis: seed {seed}: quotas at the end:\n{quotas}");
     let (plain, mirrored) = restriped(&cluster, restripes);
     eprintln!(
-        "nemesis: seed {seed}: {} operations ({} checked reads), {} faults, longest pause {:?}, \
+        "nemesis: seed {seed}: {} operations ({} checked reads, {} of them by the root-squashed \
+         client), {} faults, longest pause {:?}, \
          {} changes of plain files lost to a restart (EIO), {} plain and {} mirrored files \
          restriped in {restripes} runs, {} files checked, 0 differences",
-        record.operations,
-        record.reads,
+        record.operations + squashed.operations,
+        record.reads + squashed.reads,
+        squashed.operations,
         faults.len(),
-        record.longest,
-        record.lost_claims,
+        record.longest.max(squashed.longest),
+        record.lost_claims + squashed.lost_claims,
         plain,
         mirrored,
-        record.files.len()
+        record.files.len() + squashed.files.len()
     );
+}
+
+/// Mounts the cluster with the key of a root-squashed client made in `dir`, once the metadata
+/// servers squash it, under a quota of nobody's (user 65534) that is counted but never
+/// reached; `member` is a member mount.
+fn squashed_mount(cluster: &mut LocalCluster, dir: &Path, member: &Path) -> PathBuf {
+    let key = dir.join("squashed.key");
+    let made = std::process::Command::new(common::binary())
+        .args([
+            "keygen",
+            "--client",
+            "squashed",
+            key.to_str().expect("utf-8"),
+        ])
+        .env("WEFT_KEY_FILE", cluster.key_file())
+        .env("WEFT_LOG", "error")
+        .output()
+        .expect("weft runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let mgmt = cluster.mgmt().to_string();
+    for args in [
+        vec![
+            "client",
+            "set",
+            "squashed",
+            "--root-squash",
+            "--mgmt",
+            &mgmt,
+        ],
+        vec![
+            "quota",
+            "set",
+            "--user",
+            "65534",
+            "--hard-bytes",
+            "64G",
+            "--hard-inodes",
+            "1000000",
+            "--mgmt",
+            &mgmt,
+        ],
+    ] {
+        let (ok, out, err) = weft(cluster, &args);
+        assert!(ok, "weft {args:?}: {out}{err}");
+    }
+    // Synced: storage runs in crash-test mode, and a kill would take unsynced bytes.
+    let mut only = std::fs::File::create(member.join("root-only")).expect("create");
+    only.write_all(b"root's").expect("write");
+    only.sync_all().expect("fsync");
+    drop(only);
+    std::fs::set_permissions(
+        member.join("root-only"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let setting = format!("auth_key_file={:?}", key.display().to_string());
+    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
+    wait_until("the servers to squash the client", || {
+        std::fs::read(squash.join("root-only")).is_err()
+    })
+    .expect("root squash applies");
+    squash
 }
 
 /// An operation slower than this is named in the log when it is the slowest yet.
