@@ -431,7 +431,7 @@ fn nemesis(run: Duration, seed: u64) {
         })
     };
     let worker = start_worker(dirs.clone(), seed);
-    let squashed_worker = start_worker(squashed_dirs, seed ^ 0x5155_4153_48);
+    let squashed_worker = start_worker(squashed_dirs, seed ^ 0x0051_5541_5348);
     ready.wait();
     let mut rng = Rng(Random::new(seed ^ 0x006e_656d_6573_6973));
     let started = Instant::now();
