@@ -450,8 +450,9 @@ fn a_confined_client_cannot_change_projects_or_pools() {
 // Goal: a restricted client's locks are held to what its session has open and bounded: a
 // read-only client cannot hold an exclusive lock on another user's file (it would keep that
 // file's writers waiting), a restricted client cannot lock a file it has not opened (or an
-// inode number it made up), and no lock owner can split its locks of one file into more
-// ranges than the bound; shared locks of a file it opened work. Method: a cluster of real
+// inode number it made up) nor open one for nothing, and no session can split its locks of
+// one file into more ranges than the bound, under any owners; shared locks of a file it opened
+// work. Method: a cluster of real
 // processes, a read-only client key, lock requests through the protocol in its own session.
 #[test]
 fn a_restricted_clients_locks_are_checked_and_bounded() {
@@ -514,21 +515,40 @@ fn a_restricted_clients_locks_are_checked_and_bounded() {
         }))
         .expect("a reader opens for reading");
     set(lock(LockKind::Read, 0, 10), inode).expect("a shared lock of a file it opened");
-    // Every other byte, one range each, up to the bound: the next split is refused.
+    assert_eq!(
+        runtime
+            .block_on(once_settled(|| meta.open(session, 6, inode, 0, None)))
+            .expect_err("an open for nothing")
+            .code(),
+        ErrorCode::InvalidArgument,
+        "a restricted client says what it opens for"
+    );
+    // Every other byte, one range each and under owners of its choosing, up to the bound
+    // of the session: the next split is refused.
     let bound = 4096u64;
+    let owned = |owner: u64, kind: LockKind, start: u64, end: u64| LockRange {
+        owner,
+        kind,
+        start,
+        end,
+        pid: 1,
+    };
     for index in 1..bound {
         let start = 100 + index * 2;
-        set(lock(LockKind::Read, start, start), inode).expect("a lock within the bound");
+        set(owned(index % 7, LockKind::Read, start, start), inode)
+            .expect("a lock within the bound");
     }
     let past = 100 + bound * 2;
     assert_eq!(
-        code(set(lock(LockKind::Read, past, past), inode)),
-        ErrorCode::NoSpace,
-        "a lock past the bound of ranges"
+        code(set(owned(1000, LockKind::Read, past, past), inode)),
+        ErrorCode::TooManyLocks,
+        "a lock past the bound of ranges, whatever its owner"
     );
     // Releasing stays possible, and frees room.
-    set(lock(LockKind::Unlock, 0, u64::MAX), inode).expect("release everything");
-    set(lock(LockKind::Read, past, past), inode).expect("room again");
+    for owner in 0..7 {
+        set(owned(owner, LockKind::Unlock, 0, u64::MAX), inode).expect("release");
+    }
+    set(owned(1000, LockKind::Read, past, past), inode).expect("room again");
     drop(native);
 }
 
@@ -588,4 +608,86 @@ fn who_uses_what_is_for_the_members() {
         .block_on(member.cluster_status())
         .expect("a member reads it all");
     assert_eq!(status.quotas.len(), 1, "{:?}", status.quotas);
+}
+
+// Goal: what a descriptor was granted goes with that descriptor: once a root-squashed
+// client closed a file it had open for writing and the file's mode no longer lets it write,
+// the capability of that closed open, shown with another open (for reading) or with a new
+// handle, neither cuts the file nor gets write access again. Method: a cluster of real
+// processes; a root-squashed client key; raw metadata requests in the client's own session.
+#[test]
+fn a_closed_descriptors_capability_grants_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    use weft_proto::access::{READ, WRITE};
+    use weft_proto::ErrorCode;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("root-file"), b"root's, writable by all for now").expect("write");
+    fs::set_permissions(mnt.join("root-file"), fs::Permissions::from_mode(0o666)).expect("chmod");
+    let inode = weft_proto::ids::InodeId(fs::metadata(mnt.join("root-file")).expect("stat").ino());
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let runtime = common::runtime();
+    let native = client_with_key(&runtime, &cluster, &key);
+    let view = weft_net::ClusterView::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
+    let meta = runtime
+        .block_on(view.meta(inode.home()))
+        .expect("the file's server");
+    let session = native.id();
+    let mut granted = None;
+    wait_until(
+        "the metadata server to grant the squashed client a capability",
+        || {
+            granted = runtime
+                .block_on(once_settled(|| {
+                    meta.open(session, 1, inode, READ | WRITE, None)
+                }))
+                .ok()
+                .and_then(|(_, capability)| capability);
+            granted.is_some()
+        },
+    )
+    .expect("a capability for writing");
+    runtime
+        .block_on(meta.release(session, vec![(inode, 1)]))
+        .expect("close");
+    fs::set_permissions(mnt.join("root-file"), fs::Permissions::from_mode(0o644)).expect("chmod");
+    // Another open, for reading, which the mode allows.
+    runtime
+        .block_on(meta.open(session, 2, inode, READ, None))
+        .expect("others may read");
+    let mutation = weft_proto::messages::MutationId {
+        client: session,
+        seq: 1 << 41,
+        oldest_pending: 1,
+    };
+    let cut = weft_proto::messages::AttrChanges {
+        size: Some(0),
+        ..Default::default()
+    };
+    assert_eq!(
+        runtime
+            .block_on(meta.set_attr(mutation, inode, cut, granted))
+            .expect_err("no cut through a closed descriptor")
+            .code(),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        runtime
+            .block_on(meta.open(session, 3, inode, READ | WRITE, granted))
+            .expect_err("no write access again")
+            .code(),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        fs::read(mnt.join("root-file")).expect("read"),
+        b"root's, writable by all for now"
+    );
+    drop(native);
 }

@@ -118,12 +118,16 @@ impl HeldOpens {
             .map(|(handle, opened)| (*handle, opened.clone()))
     }
 
-    /// The handles open on files of `home`.
-    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64)> {
+    /// The handles open on files of `home`, with what each was opened for and by whom.
+    fn of_home(&self, home: NodeId) -> Vec<(InodeId, u64, (u8, Caller))> {
         let held = self.held.lock().expect("held opens poisoned");
         held.iter()
             .filter(|(inode, _)| inode.home() == home)
-            .flat_map(|(inode, file)| file.handles.keys().map(move |handle| (*inode, *handle)))
+            .flat_map(|(inode, file)| {
+                file.handles
+                    .iter()
+                    .map(move |(handle, opened)| (*inode, *handle, opened.clone()))
+            })
             .collect()
     }
 }
@@ -347,10 +351,16 @@ impl Client {
         }
         let client = self.id();
         let mut lost = 0;
-        for (inode, handle) in &held {
-            // No access asked: the file was opened already, this only registers the handle. A
-            // capability of an earlier session is renewed when a read or write wants it.
-            match meta.open(client, *handle, *inode, 0, None).await {
+        for (inode, handle, (access, caller)) in &held {
+            // Opened again for what it was opened for, by whom it was, showing what it was
+            // granted in this session (so a file written since its mode allowed it is still
+            // the handle's, as POSIX has it); a capability of an earlier session is none.
+            let granted = self.opens.granted(*inode, *handle, *access, client);
+            let reopened = weft_net::stubs::acting_for(
+                caller.clone(),
+                meta.open(client, *handle, *inode, *access, granted),
+            );
+            match reopened.await {
                 Ok(_) => {}
                 Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
                     return Err(error)

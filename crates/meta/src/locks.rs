@@ -21,10 +21,10 @@ use weft_proto::messages::{LockKind, LockRange};
 /// The ranges one (client, owner) holds on one inode.
 type Owners = HashMap<(ClientId, u64), Vec<LockRange>>;
 
-/// Most ranges one lock owner holds on one file: a lock that would split an owner's ranges
-/// past it is refused (ENOLCK), so a client cannot make the table grow without bound by
-/// locking every other byte.
-pub(crate) const LOCK_RANGES_PER_OWNER_MAX: usize = 4096;
+/// Most ranges one client session holds on one file, over all its lock owners: a lock that
+/// would take it past that is refused (ENOLCK), so a client cannot make the table grow
+/// without bound by locking every other byte, under as many owners as it likes.
+pub(crate) const LOCK_RANGES_PER_SESSION_MAX: usize = 4096;
 
 /// Why a lock was not set.
 #[derive(Debug)]
@@ -33,7 +33,7 @@ pub(crate) enum LockRefusal {
     Conflict(LockRange),
     /// The server is in its grace period after a start: only reclaims are granted.
     InGrace,
-    /// The owner would hold more than [`LOCK_RANGES_PER_OWNER_MAX`] ranges of the file.
+    /// The session would hold more than [`LOCK_RANGES_PER_SESSION_MAX`] ranges of the file.
     TooMany,
 }
 
@@ -90,18 +90,24 @@ impl LockTable {
             .copied()
     }
 
-    /// Applies `lock` unless another owner's lock conflicts or the owner would hold too many
-    /// ranges of the file.
+    /// Applies `lock` unless another owner's lock conflicts or the session would hold too
+    /// many ranges of the file.
     fn apply(&self, inode: InodeId, client: ClientId, lock: &LockRange) -> Result<(), LockRefusal> {
         let mut table = self.held.lock().expect("lock table poisoned");
         let owners = table.entry(inode).or_default();
         if let Some(conflict) = Self::find_conflict(owners, client, lock) {
             return Err(LockRefusal::Conflict(conflict));
         }
+        let session_holds: usize = owners
+            .iter()
+            .filter(|(key, _)| key.0 == client)
+            .map(|(_, ranges)| ranges.len())
+            .sum();
         let ranges = owners.entry((client, lock.owner)).or_default();
         let mut applied = ranges.clone();
         apply_to_owner(&mut applied, lock);
-        if applied.len() > LOCK_RANGES_PER_OWNER_MAX && applied.len() > ranges.len() {
+        let after = session_holds - ranges.len() + applied.len();
+        if after > LOCK_RANGES_PER_SESSION_MAX && applied.len() > ranges.len() {
             if ranges.is_empty() {
                 owners.remove(&(client, lock.owner));
             }
@@ -128,7 +134,7 @@ impl LockTable {
 
     /// Sets `lock`, waiting up to `wait` for conflicting locks to go. Outside reclaims, no lock
     /// is granted during the grace period after a start. Returns the conflict when the wait
-    /// ran out, or that the owner would hold too many ranges.
+    /// ran out, or that the session would hold too many ranges.
     pub async fn set(
         &self,
         inode: InodeId,

@@ -28,7 +28,7 @@ pub(crate) use moves::MoveWork;
 #[cfg(test)]
 pub(crate) use moves::SlotId;
 pub(crate) use moves::{load_move, load_tombstones, take_moved_objects, MOVES, TOMBSTONES};
-pub(crate) use replies::{idempotent, refuse_settled};
+pub(crate) use replies::{idempotent, idempotent_admitted, refuse_settled};
 
 use crate::chooser::Chooser;
 use crate::commit::{CommitMetrics, Committer};
@@ -222,6 +222,7 @@ impl Meta {
             opens: Arc::new(Mutex::new(OpenTable {
                 handles: HashMap::new(),
                 per_session: HashMap::new(),
+                access: HashMap::new(),
                 // The last close of a reclaimed open of one disposes of it.
                 maybe_orphaned: orphans,
             })),
@@ -389,26 +390,34 @@ impl Meta {
         // A create sent again is answered from its stored reply, whatever became of the file
         // since: it is granted again only what the file still allows (see `regranted`).
         let replayed = match &request {
-            MetaRequest::Create { mutation, .. } if grant.is_some() => self
+            MetaRequest::Create {
+                mutation,
+                open: Some(handle),
+                ..
+            } if grant.is_some() => self
                 .read(|txn| {
                     let replies = txn.open_table(REPLIES)?;
                     Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
                 })
-                .map_err(OpError::into_wire)?,
-            _ => false,
+                .map_err(OpError::into_wire)?
+                .then_some((mutation.client, *handle)),
+            _ => None,
         };
         let reply = self.handle_meta(request).await;
-        let reply = match reply {
-            Ok(Response::Created { attr, parent, .. })
-                if replayed && !self.regranted(attr.inode, &checks).await =>
+        let reply = match (reply, replayed) {
+            (Ok(Response::Created { attr, parent, .. }), Some(open))
+                if !self.regranted(attr.inode, &checks).await =>
             {
+                // Nor is it held open for the client: it opens the file, with an open's
+                // checks, when it wants it.
+                let _ = self.release(open, attr.inode).await;
                 return Ok(Response::Created {
                     attr,
                     parent,
                     capability: None,
-                })
+                });
             }
-            reply => reply,
+            (reply, _) => reply,
         };
         // A client whose access the servers decide gets, with an open, the grant the storage
         // servers want from it (see `weft_net::capability`).

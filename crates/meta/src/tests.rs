@@ -273,6 +273,43 @@ async fn a_very_late_duplicate_is_refused_not_run_again() {
         ErrorCode::Superseded,
         "a number below the settled ones is refused even if it never ran"
     );
+    // The last step of a mutation admitted before (a cross-server operation's intent was
+    // recorded, then its coordinator waited for a server that was down while the client went
+    // on) still finishes: half of a rename must not stay.
+    let admitted = MutationId {
+        client: ClientId(9),
+        seq: 3,
+        oldest_pending: 3,
+    };
+    let context = Arc::clone(&f.context);
+    let finished = f
+        .committer
+        .run(Box::new(move |txn| {
+            crate::service::idempotent_admitted(txn, admitted, |txn| {
+                create(
+                    txn,
+                    &context,
+                    NewEntry {
+                        parent: InodeId::ROOT,
+                        name: "admitted".into(),
+                        new: NewInode {
+                            kind: FileKind::Regular,
+                            mode: 0o644,
+                            uid: 0,
+                            gid: 0,
+                            umask: 0o022,
+                            rdev: 0,
+                            symlink: None,
+                        },
+                    },
+                )
+            })
+        }))
+        .await;
+    assert!(
+        finished.is_ok(),
+        "an admitted mutation's last step runs below the floor: {finished:?}"
+    );
     // Another session is not affected.
     let other = MutationId {
         client: ClientId(11),

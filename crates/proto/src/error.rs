@@ -71,6 +71,12 @@ pub enum ErrorCode {
     /// The client is read-only (`weft client set NAME --read-only`): it may not change
     /// files or the namespace.
     ReadOnly = 1019,
+    /// The session holds as many files open on the metadata server as its client may (a
+    /// restricted client's bound): EMFILE. A peer of protocol version 7 reads it as `Internal`.
+    TooManyOpen = 1020,
+    /// The lock would leave the session holding more byte ranges of the file than the server
+    /// keeps: ENOLCK. A peer of protocol version 7 reads it as `Internal`.
+    TooManyLocks = 1021,
 
     // Storage, 2xxx.
     /// The target has no space left.
@@ -176,6 +182,8 @@ impl ErrorCode {
             ErrorCode::OutOfRange => libc::E2BIG,
             ErrorCode::WouldBlock | ErrorCode::InGrace | ErrorCode::Busy => libc::EAGAIN,
             ErrorCode::ReadOnly => libc::EROFS,
+            ErrorCode::TooManyOpen => libc::EMFILE,
+            ErrorCode::TooManyLocks => libc::ENOLCK,
         }
     }
 
@@ -244,6 +252,10 @@ mod tests {
         assert_eq!(ErrorCode::VersionMismatch as u16, 4000);
         assert_eq!(ErrorCode::NotFound.to_errno(), libc::ENOENT);
         assert_eq!(ErrorCode::NoSpace.to_errno(), libc::ENOSPC);
+        assert_eq!(ErrorCode::TooManyOpen as u16, 1020);
+        assert_eq!(ErrorCode::TooManyLocks as u16, 1021);
+        assert_eq!(ErrorCode::TooManyOpen.to_errno(), libc::EMFILE);
+        assert_eq!(ErrorCode::TooManyLocks.to_errno(), libc::ENOLCK);
     }
 
     // Goal: what crosses the wire (and is kept in stored replies) is the code's number, not

@@ -68,13 +68,14 @@ impl Meta {
             MetaRequest::Lookup { parent, .. } => self.require(*parent, caller, SEARCH).await,
             MetaRequest::ReadDir { dir, .. } => self.require(*dir, caller, access::READ).await,
             MetaRequest::Open {
+                client,
+                handle,
                 inode,
                 access,
                 granted,
-                ..
             } => {
                 let want = *access & (access::READ | access::WRITE);
-                if self.opened_for(*inode, want, granted.as_ref()) {
+                if self.reopened_for((*client, *handle), *inode, want, granted.as_ref()) {
                     return Ok(());
                 }
                 self.require(*inode, caller, want).await
@@ -185,23 +186,49 @@ impl Meta {
         }
     }
 
-    /// Whether the request is made through an open of `inode` granted `want`: `granted` is a
+    /// Whether the request is made through an open of `inode` for `want`: `granted` is a
     /// capability a metadata server granted for it (expired or not), and its session still
-    /// holds an open of the file here. POSIX judges a write, a truncate or a size through a
-    /// descriptor by the access it was opened with, not by the mode at the time: a file
-    /// created 0444 and written (as git and tar make them) keeps its bytes.
+    /// holds an open of the file here registered for that access. POSIX judges a write, a
+    /// truncate or a size through a descriptor by the access it was opened with, not by the
+    /// mode at the time: a file created 0444 and written (as git and tar make them) keeps its
+    /// bytes.
     fn opened_for(&self, inode: InodeId, want: u8, granted: Option<&Capability>) -> bool {
-        let Some(granted) = granted else {
+        let Some(granted) = granted.filter(|granted| self.proves(inode, want, granted)) else {
             return false;
         };
-        if want == 0 {
+        self.open_access(granted.session, inode) & want == want
+    }
+
+    /// Whether an open is handle `open` asked again for what it was granted before: `granted`
+    /// proves the grant to its session, and the handle is registered here for `want` (a
+    /// renewal of an expired capability), or this server is in its grace period after a start
+    /// (a reclaim, which registers it again).
+    fn reopened_for(
+        &self,
+        open: (weft_proto::ids::ClientId, u64),
+        inode: InodeId,
+        want: u8,
+        granted: Option<&Capability>,
+    ) -> bool {
+        let Some(granted) = granted.filter(|granted| self.proves(inode, want, granted)) else {
+            return false;
+        };
+        if granted.session != open.0 {
             return false;
         }
-        let proven = self
-            .cluster
-            .capabilities()
-            .is_some_and(|capabilities| capabilities.proves(inode, want, granted));
-        proven && self.holds_open(granted.session, inode)
+        let registered = self
+            .handle_access(open, inode)
+            .is_some_and(|access| access & want == want);
+        registered || !self.locks.grace_over()
+    }
+
+    /// Whether `granted` is a capability of `inode` for at least `want` (not nothing).
+    fn proves(&self, inode: InodeId, want: u8, granted: &Capability) -> bool {
+        want != 0
+            && self
+                .cluster
+                .capabilities()
+                .is_some_and(|capabilities| capabilities.proves(inode, want, granted))
     }
 
     /// Refuses what no restricted client (one that squashes root or is confined to a subtree)

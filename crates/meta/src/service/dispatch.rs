@@ -9,7 +9,7 @@ use super::intents::rmdir::remove_dir_inode;
 use super::intents::spread::{seal_shard, set_shards, sync_shard};
 use super::sessions::register_open;
 use super::Meta;
-use crate::locks::{check_range, LockRefusal, LOCK_RANGES_PER_OWNER_MAX};
+use crate::locks::{check_range, LockRefusal, LOCK_RANGES_PER_SESSION_MAX};
 use crate::ops::check::remote_references;
 use crate::ops::create::{create, link, NewEntry};
 use crate::ops::intent::settle_intents;
@@ -19,6 +19,7 @@ use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
 use crate::store::{OpError, INODES, UNREPORTED};
 use std::sync::Arc;
 use std::time::Duration;
+use weft_proto::access::{READ, WRITE};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{FileKind, MetaRequest, Reply, Response, LOCK_WAIT_MS_MAX};
@@ -89,14 +90,14 @@ impl Meta {
                             if let (Some(handle), Response::Created { attr, .. }) =
                                 (open, &response)
                             {
-                                register_open(&opens, handle, attr.inode);
+                                register_open(&opens, handle, attr.inode, READ | WRITE);
                                 txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
                             }
                             Ok(response)
                         })
                         .await;
                     if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
-                        register_open(&self.opens, handle, attr.inode);
+                        register_open(&self.opens, handle, attr.inode, READ | WRITE);
                     }
                     result
                 } else {
@@ -350,10 +351,9 @@ impl Meta {
                         "locks are being reclaimed after a restart; ask again",
                     )),
                     Err(LockRefusal::TooMany) => Err(OpError::rejected(
-                        ErrorCode::NoSpace,
+                        ErrorCode::TooManyLocks,
                         format!(
-                            "lock owner {} would hold more than {LOCK_RANGES_PER_OWNER_MAX} ranges of {inode}: merge its locks",
-                            lock.owner
+                            "session {client} would hold more than {LOCK_RANGES_PER_SESSION_MAX} locked ranges of {inode}: release or merge some"
                         ),
                     )),
                 }
@@ -412,9 +412,9 @@ impl Meta {
                 client,
                 handle,
                 inode,
-                access: _,
+                access,
                 granted: _,
-            } => self.open((client, handle), inode),
+            } => self.open((client, handle), inode, access),
             MetaRequest::Release { client, handles } => {
                 // Every handle is released even if one fails; the failure is the answer.
                 let mut released = Ok(Response::Done);

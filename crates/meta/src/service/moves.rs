@@ -414,8 +414,15 @@ impl Meta {
         }
         // Files found unable to move are looked at again only once the map changed (a target
         // added, a pool changed): until then the scan takes others, which may move.
+        // Files found unable to move are looked at again every `STUCK_RECHECK_SCANS` scans
+        // too: a tombstone that kept a target from them may have gone meanwhile.
         let stuck: HashSet<InodeId> = {
-            let scan = self.drain_scan.lock().expect("drain scan poisoned");
+            let mut scan = self.drain_scan.lock().expect("drain scan poisoned");
+            scan.scans_since_recheck += 1;
+            if scan.scans_since_recheck >= STUCK_RECHECK_SCANS {
+                scan.scans_since_recheck = 0;
+                scan.stuck.clear();
+            }
             if scan.epoch == map.epoch && scan.draining == draining {
                 scan.stuck.keys().copied().collect()
             } else {
@@ -1224,7 +1231,13 @@ pub(crate) struct DrainScan {
     epoch: u64,
     /// Files found with no place to move to, with the draining targets they use and why.
     stuck: std::collections::HashMap<InodeId, (Vec<TargetId>, String)>,
+    /// Scans since `stuck` was last emptied to be looked at again.
+    scans_since_recheck: u32,
 }
+
+/// Scans after which files found unable to move are looked at again even if the map did not
+/// change (about a minute at a scan every two seconds).
+const STUCK_RECHECK_SCANS: u32 = 30;
 
 /// Files recorded for moving off draining targets per scan: the mover works them off before
 /// the next.

@@ -7,16 +7,39 @@ use weft_proto::messages::{MutationId, Reply, Response};
 use weft_proto::ErrorCode;
 
 /// Runs `op` unless this mutation already ran, and keeps its reply in the same transaction.
+/// A mutation below its client's settled number is refused ([`refuse_settled`]).
 pub(crate) fn idempotent(
     txn: &WriteTransaction,
     mutation: MutationId,
+    op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
+) -> Result<Response, OpError> {
+    keep_reply(txn, mutation, true, op)
+}
+
+/// As [`idempotent`], for the last step of a mutation admitted before (a cross-server
+/// operation whose intent was recorded): it finishes whatever its client said since, or the
+/// namespace would keep half of it.
+pub(crate) fn idempotent_admitted(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
+) -> Result<Response, OpError> {
+    keep_reply(txn, mutation, false, op)
+}
+
+fn keep_reply(
+    txn: &WriteTransaction,
+    mutation: MutationId,
+    starts: bool,
     op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
 ) -> Result<Response, OpError> {
     let client = mutation.client.0;
     if let Some(bytes) = txn.open_table(REPLIES)?.get((client, mutation.seq))? {
         return stored_reply(bytes.value());
     }
-    refuse_settled(txn, mutation)?;
+    if starts {
+        refuse_settled(txn, mutation)?;
+    }
     let result = op(txn);
     let reply: Reply = match &result {
         Ok(response) => Ok(response.clone()),

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use weft_proto::access::Checks;
 use weft_proto::ids::{ClientId, InodeId};
-use weft_proto::messages::{LockKind, MetaRequest, MutationId, Response};
+use weft_proto::messages::{LockKind, MetaRequest, Response};
 use weft_proto::ErrorCode;
 
 /// An open file handle: the client session and its handle number.
@@ -22,13 +22,20 @@ pub(super) type OpenHandle = (ClientId, u64);
 /// make the open table grow without bound.
 pub(super) const OPENS_PER_SESSION_MAX: usize = 65_536;
 
-/// Registers `open` of `inode`; true when it was new.
-pub(super) fn register_open(opens: &Mutex<OpenTable>, open: OpenHandle, inode: InodeId) -> bool {
+/// Registers `open` of `inode` for `access` (added to what it was registered for); true
+/// when it was new.
+pub(super) fn register_open(
+    opens: &Mutex<OpenTable>,
+    open: OpenHandle,
+    inode: InodeId,
+    access: u8,
+) -> bool {
     let mut opens = opens.lock().expect("open table poisoned");
     let added = opens.handles.entry(inode).or_default().insert(open);
     if added {
         *opens.per_session.entry(open.0).or_default() += 1;
     }
+    *opens.access.entry(open).or_default() |= access;
     added
 }
 
@@ -39,6 +46,9 @@ pub(super) struct OpenTable {
     pub(super) handles: HashMap<InodeId, HashSet<OpenHandle>>,
     /// Open handles per session (the sum of `handles` by session).
     pub(super) per_session: HashMap<ClientId, usize>,
+    /// What each open handle was opened for ([`weft_proto::access`] bits): a change through
+    /// it is judged by this (see `Meta::opened_for`).
+    pub(super) access: HashMap<OpenHandle, u8>,
     /// Inodes an operation that may orphan them (the last unlink, a rename over them) found
     /// open. Only their last close has an orphan to look for; every other close is free.
     /// Checked and marked under the same lock as `handles`, so no close slips between.
@@ -183,10 +193,16 @@ impl Meta {
         );
     }
 
-    /// Registers an open; registering the same (client, handle) again changes nothing.
-    pub(super) fn open(&self, open: OpenHandle, inode: InodeId) -> Result<Response, OpError> {
+    /// Registers an open for `access`; registering the same (client, handle) again adds the
+    /// access asked.
+    pub(super) fn open(
+        &self,
+        open: OpenHandle,
+        inode: InodeId,
+        access: u8,
+    ) -> Result<Response, OpError> {
         self.admit_session(open.0)?;
-        let added = register_open(&self.opens, open, inode);
+        let added = register_open(&self.opens, open, inode, access);
         let result = self.read(|txn| get_attr(txn, inode));
         if result.is_err() && added {
             let _ = self.drop_open(open, inode);
@@ -195,18 +211,35 @@ impl Meta {
     }
 
     /// Refuses what a restricted client may not hold (see [`Checks::restricted`]): a lock of a
-    /// file its session has not open here (locks come through descriptors; a reclaim after a
-    /// restart follows the reclaim of the opens), an exclusive lock of a read-only client
-    /// (it would hold other clients' writers off), and an open past
-    /// [`OPENS_PER_SESSION_MAX`].
+    /// file its session has not open here for reading or writing (locks come through
+    /// descriptors; after a restart the opens are reclaimed before the locks), an exclusive
+    /// lock of a read-only client (it would hold other clients' writers off), an open that
+    /// says for nothing (only a reclaim in the grace period after a start may), and a new open
+    /// past [`OPENS_PER_SESSION_MAX`] (a handle opened again, or a create answered from its
+    /// stored reply, is no new open).
     ///
     /// # Errors
-    /// `NotPermitted`, `ReadOnly` or `NoSpace`, saying which.
+    /// `NotPermitted`, `ReadOnly`, `InvalidArgument` or `TooManyOpen`, saying which.
     pub(crate) fn check_holds(
         &self,
         request: &MetaRequest,
         checks: &Checks,
     ) -> Result<(), OpError> {
+        let too_many = |client: &ClientId, held: usize| {
+            Err(OpError::rejected(
+                ErrorCode::TooManyOpen,
+                format!("session {client} holds {held} files open on this metadata server, the most a restricted client may: close some"),
+            ))
+        };
+        let held_by = |client: &ClientId| {
+            self.opens
+                .lock()
+                .expect("open table poisoned")
+                .per_session
+                .get(client)
+                .copied()
+                .unwrap_or(0)
+        };
         match request {
             MetaRequest::SetLock {
                 client,
@@ -220,48 +253,82 @@ impl Meta {
                         format!("an exclusive lock of {inode} by a read-only client: it takes shared locks only"),
                     ));
                 }
-                if !self.holds_open(*client, *inode) {
+                if self.open_access(*client, *inode) == 0 {
                     return Err(OpError::rejected(
                         ErrorCode::NotPermitted,
-                        format!("a lock of {inode}, which session {client} has not open: a restricted client locks the files it opened"),
+                        format!("a lock of {inode}, which session {client} has not open for reading or writing: a restricted client locks the files it opened"),
                     ));
                 }
                 Ok(())
             }
-            MetaRequest::Open { client, .. }
-            | MetaRequest::Create {
-                mutation: MutationId { client, .. },
+            MetaRequest::Open {
+                client,
+                handle,
+                inode,
+                access,
+                ..
+            } => {
+                if *access == 0 && self.locks.grace_over() {
+                    return Err(OpError::rejected(
+                        ErrorCode::InvalidArgument,
+                        format!("an open of {inode} for neither reading nor writing: a restricted client says what it opens for"),
+                    ));
+                }
+                let held = held_by(client);
+                if held >= OPENS_PER_SESSION_MAX
+                    && self.handle_access((*client, *handle), *inode).is_none()
+                {
+                    return too_many(client, held);
+                }
+                Ok(())
+            }
+            MetaRequest::Create {
+                mutation,
                 open: Some(_),
                 ..
             } => {
-                let held = self
-                    .opens
-                    .lock()
-                    .expect("open table poisoned")
-                    .per_session
-                    .get(client)
-                    .copied()
-                    .unwrap_or(0);
-                if held >= OPENS_PER_SESSION_MAX {
-                    return Err(OpError::rejected(
-                        ErrorCode::NoSpace,
-                        format!("session {client} holds {held} files open on this metadata server, the most a restricted client may: close some"),
-                    ));
+                let held = held_by(&mutation.client);
+                if held < OPENS_PER_SESSION_MAX {
+                    return Ok(());
                 }
-                Ok(())
+                let answered = self.read(|txn| {
+                    let replies = txn.open_table(REPLIES)?;
+                    Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
+                })?;
+                if answered {
+                    return Ok(());
+                }
+                too_many(&mutation.client, held)
             }
             _ => Ok(()),
         }
     }
 
-    /// Whether `session` holds an open of `inode` here.
-    pub(super) fn holds_open(&self, session: ClientId, inode: InodeId) -> bool {
-        self.opens
-            .lock()
-            .expect("open table poisoned")
+    /// What the opens `session` holds of `inode` here were opened for, together
+    /// ([`weft_proto::access`] bits; 0 when it holds none).
+    pub(super) fn open_access(&self, session: ClientId, inode: InodeId) -> u8 {
+        let opens = self.opens.lock().expect("open table poisoned");
+        opens.handles.get(&inode).map_or(0, |handles| {
+            handles
+                .iter()
+                .filter(|(client, _)| *client == session)
+                .fold(0, |access, open| {
+                    access | opens.access.get(open).copied().unwrap_or(0)
+                })
+        })
+    }
+
+    /// What open `open` of `inode` was opened for here, if it is registered.
+    pub(super) fn handle_access(&self, open: OpenHandle, inode: InodeId) -> Option<u8> {
+        let opens = self.opens.lock().expect("open table poisoned");
+        if !opens
             .handles
             .get(&inode)
-            .is_some_and(|handles| handles.iter().any(|(client, _)| *client == session))
+            .is_some_and(|handles| handles.contains(&open))
+        {
+            return None;
+        }
+        Some(opens.access.get(&open).copied().unwrap_or(0))
     }
 
     /// Drops an open and tells whether the inode is still open anywhere.
@@ -273,6 +340,7 @@ impl Meta {
         let removed = handles.remove(&open);
         let held = !handles.is_empty();
         if removed {
+            opens.access.remove(&open);
             if let Some(count) = opens.per_session.get_mut(&open.0) {
                 *count -= 1;
                 if *count == 0 {

@@ -12,7 +12,7 @@ use crate::ops::intent::{
     Prepared, SpreadMkdirIntent,
 };
 use crate::ops::xattr::{inherited_mode_and_acls, store_inherited};
-use crate::service::{idempotent, Meta};
+use crate::service::{idempotent_admitted, Meta};
 use crate::store::{
     allocate_inode, insert_dentry, load_dentry, now, store_inode, InodeRecord, OpError, COUNTERS,
     ENTRIES, INODES, INTENTS, REMOTE_CREATED, XATTRS,
@@ -207,7 +207,8 @@ pub(super) fn finish_new_name(
         };
         return Ok((outcome, false));
     }
-    let result = idempotent(txn, mutation, |txn| {
+    // Admitted when its intent was recorded: finished whatever its client settled since.
+    let result = idempotent_admitted(txn, mutation, |txn| {
         let mut inodes = crate::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         let mut parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;

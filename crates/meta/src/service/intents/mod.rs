@@ -120,7 +120,8 @@ pub(super) fn conclude<T>(
     finish: impl FnOnce(&redb::WriteTransaction, T) -> Result<Response, OpError>,
 ) -> Result<Response, OpError> {
     crate::ops::intent::drop_intent(txn, id)?;
-    crate::service::idempotent(txn, mutation, |txn| finish(txn, outcome?))
+    // Admitted when its intent was recorded: finished whatever its client settled since.
+    crate::service::idempotent_admitted(txn, mutation, |txn| finish(txn, outcome?))
 }
 
 impl Meta {
