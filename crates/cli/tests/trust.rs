@@ -691,3 +691,61 @@ fn a_closed_descriptors_capability_grants_nothing() {
     );
     drop(native);
 }
+
+// Goal: capabilities expire by the cluster's clock, not each server's own: with a storage
+// server whose clock runs 20 minutes ahead (twice a capability's life), a root-squashed mount
+// still writes and reads files striped over it. Method: a cluster of real processes, one
+// storage server started with its clock moved (`WEFT_TEST_CLOCK_SKEW_MS`, a test setting),
+// a mount with a root-squashed client key.
+#[test]
+fn capabilities_expire_by_the_clusters_clock() {
+    let mut cluster = cluster(ClusterSpec {
+        env: vec![(
+            "storage-2".into(),
+            "WEFT_TEST_CLOCK_SKEW_MS".into(),
+            "1200000".into(),
+        )],
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let wide = mnt.join("wide");
+    fs::create_dir(&wide).expect("mkdir");
+    fs::set_permissions(&wide, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (ok, out, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "set",
+            "--num-targets",
+            "4",
+            "--chunk-size",
+            "64K",
+            wide.to_str().expect("utf-8"),
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "entry set: {out}{err}");
+    fs::write(mnt.join("secret"), b"root's").expect("write");
+    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let setting = format!("auth_key_file={:?}", key.display().to_string());
+    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
+    wait_until("the servers to apply the squash", || {
+        fs::read(squash.join("secret")).is_err()
+    })
+    .expect("root squash applies");
+    let data = common::pattern(7, 1 << 20);
+    let mut file = fs::File::create(squash.join("wide/striped")).expect("create");
+    file.write_all(&data)
+        .and_then(|()| file.sync_all())
+        .expect("a write over every target, one of them 20 minutes ahead");
+    close(file).expect("close");
+    assert_eq!(
+        fs::read(squash.join("wide/striped")).expect("read back"),
+        data
+    );
+    assert_eq!(fs::read(mnt.join("wide/striped")).expect("read"), data);
+    cluster.unmount(&squash).expect("unmount");
+}

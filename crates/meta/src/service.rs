@@ -420,11 +420,12 @@ impl Meta {
             (reply, _) => reply,
         };
         // A client whose access the servers decide gets, with an open, the grant the storage
-        // servers want from it (see `weft_net::capability`).
+        // servers want from it (see `weft_net::capability`), by the cluster's clock.
+        let now_seconds = self.cluster.mgmt().cluster_clock_ms() / 1000;
         match (grant, reply) {
             (Some((capabilities, access, session)), Ok(Response::Attr(attr))) => {
                 Ok(Response::Opened {
-                    capability: capabilities.grant(attr.inode, access, session),
+                    capability: capabilities.grant(attr.inode, access, session, now_seconds),
                     attr,
                 })
             }
@@ -432,7 +433,7 @@ impl Meta {
                 if attr.kind == FileKind::Regular =>
             {
                 Ok(Response::Created {
-                    capability: Some(capabilities.grant(attr.inode, access, session)),
+                    capability: Some(capabilities.grant(attr.inode, access, session, now_seconds)),
                     attr,
                     parent,
                 })

@@ -945,6 +945,7 @@ impl Mgmt {
                     return Ok(Response::HeartbeatAck {
                         lease_ms: 0,
                         mirror_groups: Vec::new(),
+                        unix_ms: unix_ms(),
                     });
                 };
                 {
@@ -990,6 +991,7 @@ impl Mgmt {
                     return Err(lost_majority());
                 }
                 Ok(Response::HeartbeatAck {
+                    unix_ms: unix_ms(),
                     lease_ms: lease.as_millis() as u64,
                     mirror_groups: groups
                         .iter()

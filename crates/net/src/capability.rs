@@ -38,11 +38,27 @@ fn signed(inode: InodeId, access: u8, session: ClientId, expires: u64) -> [u8; 2
     input
 }
 
-/// Seconds since the Unix epoch.
-fn now_seconds() -> u64 {
-    std::time::SystemTime::now()
+/// This process's clock, in milliseconds since the Unix epoch. Tests move it by
+/// `WEFT_TEST_CLOCK_SKEW_MS` (a fault-injection setting only tests set) to play a server
+/// whose clock is off; the cluster's clock ([`crate::MgmtClient::cluster_clock_ms`]) is what
+/// capabilities go by.
+pub fn local_clock_ms() -> u64 {
+    static SKEW_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    let skew = *SKEW_MS.get_or_init(|| {
+        std::env::var("WEFT_TEST_CLOCK_SKEW_MS")
+            .ok()
+            .and_then(|skew| skew.parse().ok())
+            .unwrap_or(0)
+    });
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
+        .map_or(0, |since| since.as_millis() as u64);
+    now.saturating_add_signed(skew)
+}
+
+#[cfg(test)]
+fn now_seconds() -> u64 {
+    local_clock_ms() / 1000
 }
 
 impl Capabilities {
@@ -52,13 +68,19 @@ impl Capabilities {
     }
 
     /// A grant of `access` ([`READ`], [`WRITE`]) to the objects of `inode`, to `session`, for
-    /// [`CAPABILITY_TTL`].
-    pub fn grant(&self, inode: InodeId, access: u8, session: ClientId) -> Capability {
+    /// [`CAPABILITY_TTL`] from `now_seconds` (the cluster's clock).
+    pub fn grant(
+        &self,
+        inode: InodeId,
+        access: u8,
+        session: ClientId,
+        now_seconds: u64,
+    ) -> Capability {
         self.grant_until(
             inode,
             access,
             session,
-            now_seconds() + CAPABILITY_TTL.as_secs(),
+            now_seconds + CAPABILITY_TTL.as_secs(),
         )
     }
 
@@ -81,8 +103,8 @@ impl Capabilities {
         }
     }
 
-    /// That `capability` grants `want` on the objects of `inode` (the session is checked
-    /// elsewhere, as every session a client names).
+    /// That `capability` grants `want` on the objects of `inode` at `now_seconds` (the
+    /// cluster's clock; the session is checked elsewhere, as every session a client names).
     ///
     /// # Errors
     /// `CapabilityNeeded` when there is none, or it grants less or another file, or it
@@ -92,6 +114,7 @@ impl Capabilities {
         inode: InodeId,
         want: u8,
         capability: Option<&Capability>,
+        now_seconds: u64,
     ) -> Result<(), WireError> {
         let denied = |why: &str| {
             Err(WireError::new(
@@ -108,7 +131,7 @@ impl Capabilities {
         if !self.genuine(inode, capability) {
             return denied("its capability was not granted for this file and session");
         }
-        if capability.expires <= now_seconds() {
+        if capability.expires <= now_seconds {
             return denied("its capability expired; open the file again");
         }
         Ok(())
@@ -153,26 +176,27 @@ mod tests {
         let ours = capabilities(b"one");
         let inode = InodeId(7);
         let session = ClientId(3);
-        let read = ours.grant(inode, READ, session);
-        assert!(ours.check(inode, READ, Some(&read)).is_ok());
-        assert!(ours.check(inode, 0, Some(&read)).is_ok());
-        assert!(ours.check(inode, WRITE, Some(&read)).is_err());
-        assert!(ours.check(InodeId(8), READ, Some(&read)).is_err());
-        assert!(ours.check(inode, READ, None).is_err());
+        let now = now_seconds();
+        let read = ours.grant(inode, READ, session, now);
+        assert!(ours.check(inode, READ, Some(&read), now).is_ok());
+        assert!(ours.check(inode, 0, Some(&read), now).is_ok());
+        assert!(ours.check(inode, WRITE, Some(&read), now).is_err());
+        assert!(ours.check(InodeId(8), READ, Some(&read), now).is_err());
+        assert!(ours.check(inode, READ, None, now).is_err());
         let mut widened = read;
         widened.access = READ | WRITE;
-        assert!(ours.check(inode, WRITE, Some(&widened)).is_err());
+        assert!(ours.check(inode, WRITE, Some(&widened), now).is_err());
         let mut moved = read;
         moved.session = ClientId(4);
-        assert!(ours.check(inode, READ, Some(&moved)).is_err());
-        let theirs = capabilities(b"two").grant(inode, READ, session);
-        assert!(ours.check(inode, READ, Some(&theirs)).is_err());
+        assert!(ours.check(inode, READ, Some(&moved), now).is_err());
+        let theirs = capabilities(b"two").grant(inode, READ, session, now);
+        assert!(ours.check(inode, READ, Some(&theirs), now).is_err());
         let mut extended = read;
         extended.expires += 3600;
-        assert!(ours.check(inode, READ, Some(&extended)).is_err());
-        let expired = ours.grant_until(inode, READ, session, now_seconds() - 1);
+        assert!(ours.check(inode, READ, Some(&extended), now).is_err());
+        let expired = ours.grant_until(inode, READ, session, now - 1);
         let refused = ours
-            .check(inode, READ, Some(&expired))
+            .check(inode, READ, Some(&expired), now)
             .expect_err("expired");
         assert_eq!(refused.code, ErrorCode::CapabilityNeeded);
         // An expired one still proves what its open was granted, and no more.
@@ -181,5 +205,9 @@ mod tests {
         assert!(!ours.proves(InodeId(8), READ, &expired));
         assert!(!ours.proves(inode, READ | WRITE, &widened));
         assert!(!ours.proves(inode, READ, &theirs));
+        // Expiry is read on the clock given (the cluster's): granted by one server's, it
+        // holds on another's until the same moment.
+        assert!(ours.check(inode, READ, Some(&read), now + 599).is_ok());
+        assert!(ours.check(inode, READ, Some(&read), now + 600).is_err());
     }
 }

@@ -240,7 +240,12 @@ impl ClusterView {
             .chain(request.source_access())
         {
             match &self.capabilities {
-                Some(capabilities) => capabilities.check(inode, want, capability)?,
+                Some(capabilities) => capabilities.check(
+                    inode,
+                    want,
+                    capability,
+                    self.mgmt.cluster_clock_ms() / 1000,
+                )?,
                 None => {
                     return Err(WireError::new(
                         ErrorCode::PermissionDenied,

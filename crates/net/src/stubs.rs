@@ -104,6 +104,9 @@ pub struct MgmtClient {
     servers: Vec<RpcClient>,
     /// The server asked first: the last that answered.
     answered: std::sync::atomic::AtomicUsize,
+    /// The cluster's clock (management's) less this process's, in milliseconds, as the last
+    /// heartbeat measured it ([`MgmtClient::cluster_clock_ms`]).
+    clock_offset_ms: std::sync::atomic::AtomicI64,
 }
 
 /// How long a client of a replicated management keeps looking for its leader (an election
@@ -127,7 +130,19 @@ impl MgmtClient {
             address,
             servers,
             answered: std::sync::atomic::AtomicUsize::new(0),
+            clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
         }
+    }
+
+    /// The cluster's clock now, in milliseconds since the Unix epoch: this process's clock
+    /// moved by what the last heartbeat measured against management's (this process's own
+    /// before the first). Capabilities are granted and checked by it, so servers whose clocks
+    /// differ agree on when one expires, to within a heartbeat's round trip.
+    pub fn cluster_clock_ms(&self) -> u64 {
+        let offset = self
+            .clock_offset_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        crate::capability::local_clock_ms().saturating_add_signed(offset)
     }
 
     /// Management's address, as given.
@@ -249,6 +264,7 @@ impl MgmtClient {
             target_uses,
             drain_blocked,
         } = meta;
+        let asked_at = crate::capability::local_clock_ms();
         let response = self
             .beat(
                 MgmtRequest::Heartbeat {
@@ -265,7 +281,17 @@ impl MgmtClient {
                 deadline,
             )
             .await?;
-        expect_response!(self, response, Response::HeartbeatAck { lease_ms, mirror_groups } => (lease_ms, mirror_groups))
+        let answered_at = crate::capability::local_clock_ms();
+        if let Response::HeartbeatAck { unix_ms, .. } = &response {
+            if *unix_ms > 0 {
+                // Management's clock read half way through the round trip.
+                let middle = asked_at / 2 + answered_at / 2;
+                let offset = *unix_ms as i64 - middle as i64;
+                self.clock_offset_ms
+                    .store(offset, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        expect_response!(self, response, Response::HeartbeatAck { lease_ms, mirror_groups, .. } => (lease_ms, mirror_groups))
     }
 
     /// The progress of storage mirror resyncs.

@@ -2357,6 +2357,11 @@ pub enum Response {
         lease_ms: u64,
         /// The storage mirror groups the node's targets are members of.
         mirror_groups: Vec<MirrorGroupInfo>,
+        /// Management's clock when it answered, in milliseconds since the Unix epoch: the
+        /// cluster's clock, which capabilities' expiry is granted and checked by (0 from a
+        /// management of version 7).
+        #[serde(default, with = "crate::wire::since_8")]
+        unix_ms: u64,
     },
     /// How far a consistency check is.
     #[wire(tag = 27)]

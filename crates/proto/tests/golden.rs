@@ -933,6 +933,7 @@ fn responses() -> Vec<Response> {
                 kind: MirrorKind::Meta,
                 ..group()
             }],
+            unix_ms: 1_800_000_000_000,
         },
         Response::CheckProgress(CheckProgress {
             running: true,
