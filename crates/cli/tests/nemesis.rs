@@ -556,34 +556,12 @@ fn nemesis(run: Duration, seed: u64) {
 /// servers squash it, under a quota of nobody's (user 65534) that is counted but never
 /// reached; `member` is a member mount.
 fn squashed_mount(cluster: &mut LocalCluster, dir: &Path, member: &Path) -> PathBuf {
-    let key = dir.join("squashed.key");
-    let made = std::process::Command::new(common::binary())
-        .args([
-            "keygen",
-            "--client",
-            "squashed",
-            key.to_str().expect("utf-8"),
-        ])
-        .env("WEFT_KEY_FILE", cluster.key_file())
-        .env("WEFT_LOG", "error")
-        .output()
-        .expect("weft runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let key = common::client_key(cluster, dir, "squashed");
+    common::set_rule(cluster, &["squashed", "--root-squash"]);
     let mgmt = cluster.mgmt().to_string();
-    for args in [
-        vec![
-            "client",
-            "set",
-            "squashed",
-            "--root-squash",
-            "--mgmt",
-            &mgmt,
-        ],
-        vec![
+    let (ok, out, err) = weft(
+        cluster,
+        &[
             "quota",
             "set",
             "--user",
@@ -595,10 +573,8 @@ fn squashed_mount(cluster: &mut LocalCluster, dir: &Path, member: &Path) -> Path
             "--mgmt",
             &mgmt,
         ],
-    ] {
-        let (ok, out, err) = weft(cluster, &args);
-        assert!(ok, "weft {args:?}: {out}{err}");
-    }
+    );
+    assert!(ok, "quota set: {out}{err}");
     // Synced: storage runs in crash-test mode, and a kill would take unsynced bytes.
     let mut only = std::fs::File::create(member.join("root-only")).expect("create");
     only.write_all(b"root's").expect("write");

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{binary, cluster};
+use common::{binary, client_key, cluster, keyed_client, once_settled, set_rule};
 use std::fs;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -377,59 +377,6 @@ fn a_tls_cluster_admits_only_certificates_of_its_ca() {
     assert_eq!(fs::read(mnt.join("over-tls")).expect("read"), data);
 }
 
-/// Issues the key of client `name` from the test cluster's key, in `dir`.
-fn client_key(cluster: &weft_testkit::LocalCluster, dir: &Path, name: &str) -> std::path::PathBuf {
-    let file = dir.join(format!("{name}.key"));
-    let made = weft_with_key(
-        Some(&cluster.key_file()),
-        &["keygen", "--client", name, file.to_str().expect("utf-8")],
-    );
-    assert!(made.status.success(), "{}", stderr(&made));
-    file
-}
-
-fn set_rule(cluster: &weft_testkit::LocalCluster, args: &[&str]) {
-    let mut all = vec!["client", "set"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--mgmt", cluster.mgmt()]);
-    let set = cluster.weft(&all).expect("runs");
-    assert!(set.status.success(), "{}", stderr(&set));
-}
-
-/// A native client of the cluster proving the key in `key_file`.
-fn native_client(
-    runtime: &tokio::runtime::Runtime,
-    cluster: &weft_testkit::LocalCluster,
-    key_file: &Path,
-) -> std::sync::Arc<weft_client::Client> {
-    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
-    config.auth_key_file = Some(key_file.to_path_buf());
-    config.heartbeat_interval = std::time::Duration::from_millis(300);
-    // Every write answered by its servers: a refusal is the write's own answer.
-    config.write_behind_bytes = 0;
-    runtime
-        .block_on(weft_client::Client::connect(&config))
-        .expect("a client key connects")
-}
-
-/// Runs `attempt` again while it is answered `Unavailable` (a server whose map does not list a
-/// new session yet answers so), at most 100 times.
-async fn once_settled<T, F, Fut>(attempt: F) -> Result<T, weft_net::RpcError>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<T, weft_net::RpcError>>,
-{
-    for _ in 0..100 {
-        match attempt().await {
-            Err(error) if error.code() == weft_proto::ErrorCode::Unavailable => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
-    attempt().await
-}
-
 /// Reads 5 bytes of, or writes to, the first object of `inode` (at `slot`) on its storage
 /// server, showing `capability`.
 async fn object_io(
@@ -593,7 +540,7 @@ fn client_identities_are_held_to_their_rules() {
     );
 
     // And through the native library, down to the storage servers.
-    let native = native_client(&runtime, &cluster, &reader);
+    let native = keyed_client(&runtime, &cluster, &reader);
     let attr = runtime
         .block_on(native.lookup(InodeId::ROOT, "open"))
         .expect("lookup");
@@ -708,7 +655,7 @@ fn client_identities_are_held_to_their_rules() {
     assert_eq!((made.uid(), made.gid()), (NOBODY, NOBODY));
 
     // And through the native library (this process is root, as the mount's callers were).
-    let native = native_client(&runtime, &cluster, &squashed);
+    let native = keyed_client(&runtime, &cluster, &squashed);
     let secret = runtime
         .block_on(native.lookup(InodeId::ROOT, "secret"))
         .expect("lookup");
@@ -854,7 +801,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
 
     // Through the native library, naming inodes outside.
     let runtime = common::runtime();
-    let native = native_client(&runtime, &cluster, &alice);
+    let native = keyed_client(&runtime, &cluster, &alice);
     let root = native.root();
     assert_eq!(root.0, fs::metadata(&subtree).expect("stat").ino());
     let outside = |result: Result<weft_proto::messages::InodeAttr, weft_client::ClientError>| {
@@ -922,7 +869,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
 
     // Nor can it reach the objects of a file outside on the storage servers: they want, with
     // each read and write, the capability its metadata server granted at an open.
-    let member = native_client(&runtime, &cluster, &cluster.key_file());
+    let member = keyed_client(&runtime, &cluster, &cluster.key_file());
     let secret_slot = runtime
         .block_on(member.get_attr(secret))
         .expect("the members see it")
@@ -1028,7 +975,7 @@ fn a_file_opened_before_the_rule_changed_gets_a_capability_when_asked() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let late = client_key(&cluster, scratch.path(), "late");
     let runtime = common::runtime();
-    let native = native_client(&runtime, &cluster, &late);
+    let native = keyed_client(&runtime, &cluster, &late);
     let attr = runtime
         .block_on(native.lookup(InodeId::ROOT, "open"))
         .expect("lookup");

@@ -20,25 +20,31 @@ fn restricted_key(
     name: &str,
     rule: &[&str],
 ) -> std::path::PathBuf {
-    let file = dir.join(format!("{name}.key"));
-    let key = cluster.key_file();
-    let made = Command::new(common::binary())
-        .args(["keygen", "--client", name, file.to_str().expect("utf-8")])
-        .env("WEFT_KEY_FILE", &key)
-        .env("WEFT_LOG", "error")
-        .output()
-        .expect("weft runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let mut args = vec!["client", "set", name];
+    let file = common::client_key(cluster, dir, name);
+    let mut args = vec![name];
     args.extend_from_slice(rule);
-    args.extend_from_slice(&["--mgmt", cluster.mgmt()]);
-    let (ok, out, err) = weft(cluster, &args);
-    assert!(ok, "{out}{err}");
+    common::set_rule(cluster, &args);
     file
+}
+
+/// A metadata client of `home`'s server proving the client key in `key_file`, for requests
+/// through the protocol.
+fn meta_as(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &weft_testkit::LocalCluster,
+    key_file: &Path,
+    home: weft_proto::NodeId,
+) -> std::sync::Arc<weft_net::MetaClient> {
+    let view = weft_net::ClusterView::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(key_file).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
+    runtime
+        .block_on(view.meta(home))
+        .expect("the metadata server")
 }
 
 /// Runs `program` with `args` in `dir` as root; panics with its output when it fails.
@@ -226,38 +232,6 @@ fn a_handle_dropped_without_a_close_keeps_what_it_wrote() {
     drop(native);
 }
 
-/// A native client of `cluster` proving the client key in `key_file`, on `runtime`.
-fn client_with_key(
-    runtime: &tokio::runtime::Runtime,
-    cluster: &weft_testkit::LocalCluster,
-    key_file: &Path,
-) -> std::sync::Arc<weft_client::Client> {
-    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
-    config.auth_key_file = Some(key_file.to_path_buf());
-    config.heartbeat_interval = std::time::Duration::from_millis(300);
-    runtime
-        .block_on(weft_client::Client::connect(&config))
-        .expect("a client key connects")
-}
-
-/// Runs `attempt` again while it is answered `Unavailable` (a server whose map does not list a
-/// new session yet answers so), at most 100 times.
-async fn once_settled<T, F, Fut>(attempt: F) -> Result<T, weft_net::RpcError>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<T, weft_net::RpcError>>,
-{
-    for _ in 0..100 {
-        match attempt().await {
-            Err(error) if error.code() == weft_proto::ErrorCode::Unavailable => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
-    attempt().await
-}
-
 // Goal: a create sent again with an old mutation id is answered from its stored reply, but
 // is granted access to the file only while the file still allows it: once a member gave the
 // file to another user (chown, chmod 600), a squashed client that re-sends the create gets
@@ -276,17 +250,8 @@ fn a_create_sent_again_is_not_granted_what_the_file_no_longer_allows() {
     let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
 
     let runtime = common::runtime();
-    let native = client_with_key(&runtime, &cluster, &key);
-    let view = weft_net::ClusterView::new(
-        cluster.mgmt(),
-        weft_net::RpcClientOptions {
-            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
-            ..weft_net::RpcClientOptions::default()
-        },
-    );
-    let meta = runtime
-        .block_on(view.meta(shared.home()))
-        .expect("the directory's server");
+    let native = common::keyed_client(&runtime, &cluster, &key);
+    let meta = meta_as(&runtime, &cluster, &key, shared.home());
     let mutation = weft_proto::messages::MutationId {
         client: native.id(),
         seq: 1 << 40,
@@ -309,7 +274,7 @@ fn a_create_sent_again_is_not_granted_what_the_file_no_longer_allows() {
         let probe_mutation = weft_proto::messages::MutationId { seq, ..mutation };
         let name = format!("probe-{seq}");
         runtime
-            .block_on(once_settled(|| {
+            .block_on(common::once_settled(|| {
                 meta.create(
                     probe_mutation,
                     shared,
@@ -322,7 +287,7 @@ fn a_create_sent_again_is_not_granted_what_the_file_no_longer_allows() {
     })
     .expect("the rule applies");
     let first = runtime
-        .block_on(once_settled(create))
+        .block_on(common::once_settled(create))
         .expect("the create runs");
     assert!(
         first.capability.is_some(),
@@ -336,7 +301,7 @@ fn a_create_sent_again_is_not_granted_what_the_file_no_longer_allows() {
     fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
 
     let again = runtime
-        .block_on(once_settled(create))
+        .block_on(common::once_settled(create))
         .expect("the create sent again is answered");
     assert_eq!(again.attr.inode, first.attr.inode, "the stored reply");
     assert!(
@@ -380,7 +345,7 @@ fn a_confined_client_cannot_change_projects_or_pools() {
         &["--subtree", jail.to_str().expect("utf-8")],
     );
     let runtime = common::runtime();
-    let native = client_with_key(&runtime, &cluster, &key);
+    let native = common::keyed_client(&runtime, &cluster, &key);
     let root = native.root();
     let file = runtime
         .block_on(native.lookup(root, "file"))
@@ -468,17 +433,8 @@ fn a_restricted_clients_locks_are_checked_and_bounded() {
     let key = restricted_key(&cluster, scratch.path(), "reader", &["--read-only"]);
 
     let runtime = common::runtime();
-    let native = client_with_key(&runtime, &cluster, &key);
-    let view = weft_net::ClusterView::new(
-        cluster.mgmt(),
-        weft_net::RpcClientOptions {
-            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
-            ..weft_net::RpcClientOptions::default()
-        },
-    );
-    let meta = runtime
-        .block_on(view.meta(inode.home()))
-        .expect("the file's server");
+    let native = common::keyed_client(&runtime, &cluster, &key);
+    let meta = meta_as(&runtime, &cluster, &key, inode.home());
     let session = native.id();
     let lock = |kind: LockKind, start: u64, end: u64| LockRange {
         owner: 77,
@@ -488,7 +444,7 @@ fn a_restricted_clients_locks_are_checked_and_bounded() {
         pid: 1,
     };
     let set = |range: LockRange, target: weft_proto::ids::InodeId| {
-        runtime.block_on(once_settled(|| {
+        runtime.block_on(common::once_settled(|| {
             meta.set_lock(session, target, range, 0, false)
         }))
     };
@@ -510,14 +466,16 @@ fn a_restricted_clients_locks_are_checked_and_bounded() {
         "a lock of an inode number made up"
     );
     runtime
-        .block_on(once_settled(|| {
+        .block_on(common::once_settled(|| {
             meta.open(session, 5, inode, weft_proto::access::READ, None)
         }))
         .expect("a reader opens for reading");
     set(lock(LockKind::Read, 0, 10), inode).expect("a shared lock of a file it opened");
     assert_eq!(
         runtime
-            .block_on(once_settled(|| meta.open(session, 6, inode, 0, None)))
+            .block_on(common::once_settled(
+                || meta.open(session, 6, inode, 0, None)
+            ))
             .expect_err("an open for nothing")
             .code(),
         ErrorCode::InvalidArgument,
@@ -628,24 +586,15 @@ fn a_closed_descriptors_capability_grants_nothing() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
     let runtime = common::runtime();
-    let native = client_with_key(&runtime, &cluster, &key);
-    let view = weft_net::ClusterView::new(
-        cluster.mgmt(),
-        weft_net::RpcClientOptions {
-            auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
-            ..weft_net::RpcClientOptions::default()
-        },
-    );
-    let meta = runtime
-        .block_on(view.meta(inode.home()))
-        .expect("the file's server");
+    let native = common::keyed_client(&runtime, &cluster, &key);
+    let meta = meta_as(&runtime, &cluster, &key, inode.home());
     let session = native.id();
     let mut granted = None;
     wait_until(
         "the metadata server to grant the squashed client a capability",
         || {
             granted = runtime
-                .block_on(once_settled(|| {
+                .block_on(common::once_settled(|| {
                     meta.open(session, 1, inode, READ | WRITE, None)
                 }))
                 .ok()

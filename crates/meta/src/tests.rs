@@ -220,6 +220,15 @@ async fn retried_mutation_gets_original_answer() {
     );
 }
 
+/// Mutation `seq` of `client`, which says every mutation below it was answered.
+fn answered_below(client: ClientId, seq: u64) -> MutationId {
+    MutationId {
+        client,
+        seq,
+        oldest_pending: seq,
+    }
+}
+
 // Goal: a copy of a mutation that arrives after its client said every mutation below a higher
 // number was answered (its reply dropped then) is refused as superseded, never run a second
 // time: a very late duplicate of a create does not make the file again after it was removed,
@@ -227,20 +236,12 @@ async fn retried_mutation_gets_original_answer() {
 #[tokio::test]
 async fn a_very_late_duplicate_is_refused_not_run_again() {
     let f = fixture();
-    let early = MutationId {
-        client: ClientId(9),
-        seq: 2,
-        oldest_pending: 2,
-    };
+    let early = answered_below(ClientId(9), 2);
     f.create_as(early, InodeId::ROOT, "late", FileKind::Regular)
         .await
         .expect("the first run");
     // The client goes on: every mutation below 10 was answered, and it sends number 10.
-    let later = MutationId {
-        client: ClientId(9),
-        seq: 10,
-        oldest_pending: 10,
-    };
+    let later = answered_below(ClientId(9), 10);
     f.create_as(later, InodeId::ROOT, "later", FileKind::Regular)
         .await
         .expect("a later mutation");
@@ -260,11 +261,7 @@ async fn a_very_late_duplicate_is_refused_not_run_again() {
         ),
         ErrorCode::Superseded
     );
-    let never_seen = MutationId {
-        client: ClientId(9),
-        seq: 5,
-        oldest_pending: 5,
-    };
+    let never_seen = answered_below(ClientId(9), 5);
     assert_eq!(
         code(
             f.create_as(never_seen, InodeId::ROOT, "ghost", FileKind::Regular)
@@ -276,11 +273,7 @@ async fn a_very_late_duplicate_is_refused_not_run_again() {
     // The last step of a mutation admitted before (a cross-server operation's intent was
     // recorded, then its coordinator waited for a server that was down while the client went
     // on) still finishes: half of a rename must not stay.
-    let admitted = MutationId {
-        client: ClientId(9),
-        seq: 3,
-        oldest_pending: 3,
-    };
+    let admitted = answered_below(ClientId(9), 3);
     let context = Arc::clone(&f.context);
     let finished = f
         .committer
@@ -311,11 +304,7 @@ async fn a_very_late_duplicate_is_refused_not_run_again() {
         "an admitted mutation's last step runs below the floor: {finished:?}"
     );
     // Another session is not affected.
-    let other = MutationId {
-        client: ClientId(11),
-        seq: 1,
-        oldest_pending: 1,
-    };
+    let other = answered_below(ClientId(11), 1);
     f.create_as(other, InodeId::ROOT, "other", FileKind::Regular)
         .await
         .expect("another session's first mutation");

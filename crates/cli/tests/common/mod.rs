@@ -550,3 +550,63 @@ pub fn verify(path: &Path, seed: u64, records: u64) {
         );
     }
 }
+
+/// Issues the key of client `name` from the test cluster's key, in `dir`.
+pub fn client_key(cluster: &LocalCluster, dir: &Path, name: &str) -> PathBuf {
+    let file = dir.join(format!("{name}.key"));
+    let made = std::process::Command::new(binary())
+        .args(["keygen", "--client", name, file.to_str().expect("utf-8")])
+        .env("WEFT_KEY_FILE", cluster.key_file())
+        .env("WEFT_LOG", "error")
+        .output()
+        .expect("weft runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    file
+}
+
+/// Sets a client's rule: `weft client set ARGS…` (the client's name first).
+pub fn set_rule(cluster: &LocalCluster, args: &[&str]) {
+    let mut all = vec!["client", "set"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--mgmt", cluster.mgmt()]);
+    let (ok, out, err) = weft(cluster, &all);
+    assert!(ok, "weft {all:?}: {out}{err}");
+}
+
+/// A native client of the cluster proving the key in `key_file`, on `runtime`; every write
+/// is answered by its servers (no write-behind), so a refusal is the write's own answer.
+pub fn keyed_client(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &LocalCluster,
+    key_file: &Path,
+) -> Arc<weft_client::Client> {
+    let mut config = weft_client::ClientConfig::new(cluster.mgmt().to_string());
+    config.auth_key_file = Some(key_file.to_path_buf());
+    config.heartbeat_interval = std::time::Duration::from_millis(300);
+    config.write_behind_bytes = 0;
+    runtime
+        .block_on(weft_client::Client::connect(&config))
+        .expect("a client key connects")
+}
+
+/// Runs `attempt` again while it is answered `Unavailable` (a server whose map does not list a
+/// new session yet answers so), at most 100 times.
+pub async fn once_settled<T, F, Fut>(attempt: F) -> Result<T, weft_net::RpcError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, weft_net::RpcError>>,
+{
+    for _ in 0..100 {
+        match attempt().await {
+            Err(error) if error.code() == weft_proto::ErrorCode::Unavailable => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+    attempt().await
+}
