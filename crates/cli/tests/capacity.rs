@@ -555,6 +555,30 @@ fn quotas_refuse_what_goes_over_them() {
         .open(mnt.join("q/a"))
         .and_then(|file| file.set_len(4 << 20));
     assert!(over_quota(extend), "no growth by an extending truncate");
+    // An allocation takes space whether or not it grows the size: refused either way.
+    let a = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("q/a"))
+        .expect("open a");
+    for (flags, what) in [
+        (0, "an allocation past the end"),
+        (
+            libc::FALLOC_FL_KEEP_SIZE,
+            "an allocation that keeps the size",
+        ),
+    ] {
+        // SAFETY: fallocate(2) on a descriptor this test owns.
+        let allocated = unsafe {
+            libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&a), flags, 2 << 20, 1 << 20)
+        };
+        let result = if allocated == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        };
+        assert!(over_quota(result), "{what} of a blocked user's file");
+    }
+    drop(a);
     assert!(
         over_quota(std::os::unix::fs::chown(
             mnt.join("q/theirs"),

@@ -694,6 +694,7 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
                         FallocateMode::Zero,
                         Some(tag),
                         None,
+                        None,
                     )
                     .await
             }

@@ -543,6 +543,7 @@ impl DataPath {
                                         mode,
                                         Some(tag),
                                         capability,
+                                        Some(file.owner),
                                     )
                                     .await
                             }

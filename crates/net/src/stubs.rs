@@ -1214,6 +1214,7 @@ stubs! {
         mode: FallocateMode,
         tag: Option<ChangeTag>,
         capability: Option<Capability>,
+        owner: Option<weft_proto::quota::Owner>,
     ) -> () {
         Fallocate {
             target: route.target,
@@ -1225,6 +1226,8 @@ stubs! {
             mode,
             tag,
             capability,
+            owner: owner.map(|owner| (owner.uid, owner.gid)),
+            project: owner.map_or(0, |owner| owner.project),
         } => Response::Done => ()
     }
 

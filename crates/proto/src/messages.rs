@@ -1659,6 +1659,13 @@ pub enum StorageRequest {
         /// objects: the metadata server's grant at its open (see [`Capability`]).
         #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
+        /// The file's owner and group as the client knows them: an allocation of a blocked
+        /// owner's file is refused with `QuotaExceeded` (a server of version 7 takes none).
+        #[serde(default, with = "crate::wire::since_8")]
+        owner: Option<(u32, u32)>,
+        /// The file's project as the client knows it (0: none).
+        #[serde(default, with = "crate::wire::since_8")]
+        project: u32,
     },
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.

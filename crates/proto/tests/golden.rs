@@ -691,6 +691,8 @@ fn storage_requests() -> Vec<StorageRequest> {
             mode: FallocateMode::Zero,
             tag: change_tag(),
             capability: None,
+            owner: Some((1000, 100)),
+            project: 42,
         },
         StorageRequest::ListObjects {
             target: TargetId(3),

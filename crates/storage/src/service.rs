@@ -802,6 +802,8 @@ impl Storage {
                                         weft_proto::messages::FallocateMode::Zero,
                                         Some(tag),
                                         None,
+                                        // A move's copy: not a client's growth.
+                                        None,
                                     )
                                     .await
                             }
@@ -966,7 +968,8 @@ impl Storage {
     }
 
     /// Refuses a client's write that grows a file whose owner, group or project is over its
-    /// space quota in this target's pool (as the cluster map lists them), with `QuotaExceeded`.
+    /// space quota in this target's pool (as the cluster map lists them), and any allocation
+    /// of such a file's space (with or without its size), with `QuotaExceeded`.
     /// Forwards are not checked: the primary decided for the group.
     fn quota_admits(
         &self,
@@ -974,16 +977,44 @@ impl Storage {
         request: &StorageRequest,
         len: usize,
     ) -> Result<(), WireError> {
-        let StorageRequest::Write {
-            inode,
-            object_offset,
-            owner: Some((uid, gid)),
-            project,
-            mirror,
-            ..
-        } = request
-        else {
-            return Ok(());
+        // What the request would grow: a write its end; an allocation every byte of its
+        // range (it takes space whatever the object's length), zeroing its end.
+        let (inode, object_offset, (uid, gid), project, mirror, len, allocates) = match request {
+            StorageRequest::Write {
+                inode,
+                object_offset,
+                owner: Some(owner),
+                project,
+                mirror,
+                ..
+            } => (
+                inode,
+                object_offset,
+                owner,
+                project,
+                mirror,
+                len as u64,
+                false,
+            ),
+            StorageRequest::Fallocate {
+                inode,
+                object_offset,
+                len,
+                mode,
+                owner: Some(owner),
+                project,
+                mirror,
+                ..
+            } => (
+                inode,
+                object_offset,
+                owner,
+                project,
+                mirror,
+                *len,
+                *mode == weft_proto::messages::FallocateMode::Allocate,
+            ),
+            _ => return Ok(()),
         };
         if mirror.is_some_and(|route| route.forwarded) {
             return Ok(());
@@ -1000,8 +1031,11 @@ impl Storage {
         let Some(refusal) = map.quota_refusal(owner, pool, weft_proto::quota::Growth::Bytes) else {
             return Ok(());
         };
+        if allocates {
+            return Err(refusal);
+        }
         let object = ObjectId::new(Space::of(*mirror), *inode);
-        let end = object_offset.saturating_add(len as u64);
+        let end = object_offset.saturating_add(len);
         if end > target.length(object).map_err(WireError::from)? {
             return Err(refusal);
         }
