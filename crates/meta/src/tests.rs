@@ -89,19 +89,7 @@ impl Fixture {
         kind: FileKind,
     ) -> Result<InodeAttr, OpError> {
         let context = Arc::clone(&self.context);
-        let entry = NewEntry {
-            parent,
-            name: name.to_string(),
-            new: NewInode {
-                kind,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                umask: 0o022,
-                rdev: 0,
-                symlink: None,
-            },
-        };
+        let entry = new_entry(parent, name, kind);
         let response = self
             .committer
             .run(Box::new(move |txn| {
@@ -139,6 +127,23 @@ impl Fixture {
             Response::DirEntries { entries, end } => (entries, end),
             other => panic!("{other:?}"),
         }
+    }
+}
+
+/// A new entry `name` of `kind` in `parent`, root's, mode 0644.
+fn new_entry(parent: InodeId, name: &str, kind: FileKind) -> NewEntry {
+    NewEntry {
+        parent,
+        name: name.to_string(),
+        new: NewInode {
+            kind,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            umask: 0o022,
+            rdev: 0,
+            symlink: None,
+        },
     }
 }
 
@@ -282,19 +287,7 @@ async fn a_very_late_duplicate_is_refused_not_run_again() {
                 create(
                     txn,
                     &context,
-                    NewEntry {
-                        parent: InodeId::ROOT,
-                        name: "admitted".into(),
-                        new: NewInode {
-                            kind: FileKind::Regular,
-                            mode: 0o644,
-                            uid: 0,
-                            gid: 0,
-                            umask: 0o022,
-                            rdev: 0,
-                            symlink: None,
-                        },
-                    },
+                    new_entry(InodeId::ROOT, "admitted", FileKind::Regular),
                 )
             })
         }))

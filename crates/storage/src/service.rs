@@ -977,9 +977,9 @@ impl Storage {
         request: &StorageRequest,
         len: usize,
     ) -> Result<(), WireError> {
-        // What the request would grow: a write its end; an allocation every byte of its
-        // range (it takes space whatever the object's length), zeroing its end.
-        let (inode, object_offset, (uid, gid), project, mirror, len, allocates) = match request {
+        // Where the request grows the object: past its end for a write or a zeroing; any
+        // allocation takes space whatever the object's length (`None`).
+        let ((uid, gid), project, mirror, inode, grows_past) = match request {
             StorageRequest::Write {
                 inode,
                 object_offset,
@@ -988,13 +988,11 @@ impl Storage {
                 mirror,
                 ..
             } => (
-                inode,
-                object_offset,
                 owner,
                 project,
                 mirror,
-                len as u64,
-                false,
+                inode,
+                Some(object_offset.saturating_add(len as u64)),
             ),
             StorageRequest::Fallocate {
                 inode,
@@ -1005,15 +1003,12 @@ impl Storage {
                 project,
                 mirror,
                 ..
-            } => (
-                inode,
-                object_offset,
-                owner,
-                project,
-                mirror,
-                *len,
-                *mode == weft_proto::messages::FallocateMode::Allocate,
-            ),
+            } => {
+                let end = object_offset.saturating_add(*len);
+                let grows_past =
+                    (*mode != weft_proto::messages::FallocateMode::Allocate).then_some(end);
+                (owner, project, mirror, inode, grows_past)
+            }
             _ => return Ok(()),
         };
         if mirror.is_some_and(|route| route.forwarded) {
@@ -1031,11 +1026,10 @@ impl Storage {
         let Some(refusal) = map.quota_refusal(owner, pool, weft_proto::quota::Growth::Bytes) else {
             return Ok(());
         };
-        if allocates {
+        let Some(end) = grows_past else {
             return Err(refusal);
-        }
+        };
         let object = ObjectId::new(Space::of(*mirror), *inode);
-        let end = object_offset.saturating_add(len);
         if end > target.length(object).map_err(WireError::from)? {
             return Err(refusal);
         }
