@@ -918,3 +918,128 @@ fn a_file_held_open_is_counted_as_it_grows() {
     })
     .expect("counted at close");
 }
+
+/// What `weft quota report` says user `uid` uses, in bytes, over all pools.
+fn bytes_used_by(cluster: &weft_testkit::LocalCluster, uid: &str) -> u64 {
+    quota_rows(cluster, &["--user", uid])
+        .iter()
+        .map(|row| {
+            let text = &row.3;
+            let (number, unit) = match text.char_indices().last() {
+                Some((at, 'G')) => (&text[..at], 1 << 30),
+                Some((at, 'M')) => (&text[..at], 1 << 20),
+                Some((at, 'K')) => (&text[..at], 1 << 10),
+                _ => (text.as_str(), 1),
+            };
+            number.parse::<u64>().expect("a size") * unit
+        })
+        .sum()
+}
+
+/// Runs `script` with `sh` as user nobody in `dir`: whether it succeeded, and its stderr.
+fn as_nobody(dir: &std::path::Path, script: &str) -> (bool, String) {
+    let output = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "sh", "-c", script])
+        .current_dir(dir)
+        .output()
+        .expect("runuser");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+// Goal: a hard byte limit is hard. A user at 8 MiB who writes 32 MiB with dd (conv=fsync)
+// is refused with EDQUOT, and nothing it does lands past the limit, however the file grows:
+// writes through the mount (written behind by the kernel), an extending truncate, an
+// allocation with and without its size, a copy (copy_file_range), and writes through the
+// native library; a new file does not take another MiB. The usage management counts and the
+// sizes a fresh mount sees stay within 8 MiB. A higher limit lets the same dd through.
+// Method: `weft quota set` on nobody, the tools run as nobody through runuser in a
+// world-writable directory, a native client writing as nobody, `weft quota report`.
+#[test]
+fn a_hard_limit_holds_however_a_file_grows() {
+    let limit: u64 = 8 << 20;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    run_ok(
+        &cluster,
+        &["quota", "set", "--user", "65534", "--hard-bytes", "8M"],
+    );
+    wait_for_the_map(&cluster);
+    let q = mnt.join("q");
+    fs::create_dir(&q).expect("mkdir");
+    fs::set_permissions(&q, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).expect("chmod");
+
+    let (ok, err) = as_nobody(&q, "dd if=/dev/zero of=big bs=1M count=32 conv=fsync");
+    assert!(!ok, "32 MiB written under an 8 MiB limit");
+    assert!(err.contains("Disk quota exceeded"), "dd says why: {err}");
+    let (ok, err) = as_nobody(&q, "dd if=/dev/zero of=more bs=1M count=2 conv=fsync");
+    assert!(
+        !ok && err.contains("Disk quota exceeded"),
+        "a new file takes no more: {err}"
+    );
+    for (script, what) in [
+        ("truncate -s 64M big", "an extending truncate"),
+        ("fallocate -l 4M allocated", "an allocation"),
+        (
+            "touch kept && fallocate -n -l 4M kept",
+            "an allocation that keeps the size",
+        ),
+        ("cp --reflink=never big copy", "a copy"),
+    ] {
+        let (ok, err) = as_nobody(&q, script);
+        assert!(!ok, "{what} went past the limit");
+        assert!(err.contains("Disk quota exceeded"), "{what}: {err}");
+    }
+    // The native library, as nobody: refused at the limit too.
+    {
+        let (runtime, client) = common::native_client(&cluster, |_| {});
+        let q_inode = runtime
+            .block_on(client.lookup(weft_proto::InodeId::ROOT, "q"))
+            .expect("lookup q")
+            .inode;
+        let new = weft_client::client::regular_file(0o644, 0o022, (65534, 65534));
+        let (file, _) = runtime
+            .block_on(client.create_file((q_inode, "native"), new))
+            .expect("create");
+        let block = bytes::Bytes::from(vec![7u8; 1 << 20]);
+        let refused = (0..16u64)
+            .map(|at| runtime.block_on(file.write(at << 20, block.clone())))
+            .find_map(Result::err)
+            .expect("16 MiB written through the native library under the limit");
+        assert_eq!(
+            refused.code(),
+            weft_proto::ErrorCode::QuotaExceeded,
+            "{refused}"
+        );
+        let _ = runtime.block_on(file.close());
+    }
+    weft_testkit::wait_until("every close to be counted", || {
+        let used = bytes_used_by(&cluster, "65534");
+        assert!(used <= limit, "nobody uses {used} bytes, past its limit");
+        used > 0
+    })
+    .expect("counted");
+    // A fresh mount sees the sizes the servers keep.
+    cluster.unmount(&mnt).expect("unmount");
+    let mnt = cluster.mount().expect("mount again");
+    let sizes: u64 = fs::read_dir(mnt.join("q"))
+        .expect("list")
+        .map(|entry| entry.expect("entry").metadata().expect("stat").len())
+        .sum();
+    assert!(sizes <= limit, "nobody's files hold {sizes} bytes");
+    assert!(bytes_used_by(&cluster, "65534") <= limit);
+
+    // A higher limit: the same dd goes through.
+    run_ok(
+        &cluster,
+        &["quota", "set", "--user", "65534", "--hard-bytes", "64M"],
+    );
+    wait_for_the_map(&cluster);
+    let (ok, err) = as_nobody(
+        &mnt.join("q"),
+        "dd if=/dev/zero of=big bs=1M count=32 conv=fsync",
+    );
+    assert!(ok, "dd under a raised limit: {err}");
+}

@@ -1229,6 +1229,24 @@ impl Client {
         .await
     }
 
+    /// Asks `inode`'s home for room to grow the file open as `handle` to `to`; answers the
+    /// end it may grow the file to (short of `to` at a hard limit).
+    ///
+    /// # Errors
+    /// `QuotaExceeded` when no room is left, or the request's error.
+    pub(crate) async fn reserve(
+        &self,
+        inode: InodeId,
+        handle: u64,
+        to: u64,
+    ) -> Result<u64, ClientError> {
+        let client = self.id();
+        self.on_home(inode, |meta| async move {
+            meta.reserve(client, handle, inode, to).await
+        })
+        .await
+    }
+
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors

@@ -64,6 +64,9 @@ struct Known {
     last_error: Option<ClientError>,
     /// The file's layout as last heard of (it changes when the file moves to other targets).
     layout: Option<Arc<FileLayout>>,
+    /// The end the file's home reserved room for this client's opens to grow it to, when its
+    /// owner, group or project has a hard byte limit (`Client::reserve`); 0 before any.
+    room: u64,
 }
 
 impl Known {
@@ -211,6 +214,43 @@ impl Shared {
         known
             .written
             .retain(|index| !noted.contains(index) || reached.contains(index));
+    }
+
+    /// Makes room to grow the file to `end` through open `handle`: when the file's owner,
+    /// group or project has a hard byte limit in its pool, growth past the room its home
+    /// reserved asks the home for more first (the home answers a batch beyond `end`, so a
+    /// streaming writer asks once per batch).
+    ///
+    /// # Errors
+    /// `QuotaExceeded` when the home has no room left up to `end`, or the request's error.
+    async fn make_room(&self, client: &Client, handle: u64, end: u64) -> Result<(), ClientError> {
+        let (owner, pool) = {
+            let known = self.known();
+            if end <= known.room.max(known.size) {
+                return Ok(());
+            }
+            let Some(layout) = known.layout.as_ref() else {
+                return Ok(());
+            };
+            (known.owner, layout.pattern.pool)
+        };
+        let map = client.cluster.map();
+        if !map.hard_limited(owner, pool, weft_proto::quota::Growth::Bytes) {
+            return Ok(());
+        }
+        let room = client.reserve(self.inode, handle, end).await?;
+        let mut known = self.known();
+        known.room = known.room.max(room);
+        if known.room < end {
+            return Err(ClientError::Rpc(weft_net::RpcError::Remote(weft_proto::error::WireError::new(
+                weft_proto::ErrorCode::QuotaExceeded,
+                format!(
+                    "{} has room to grow to {} bytes, and a write would take it to {end}: a quota of its owner, group or project is at its hard limit (weft quota list)",
+                    self.inode, known.room
+                ),
+            ))));
+        }
+        Ok(())
     }
 
     /// Notes a change of the data that leaves its size alone (a punched or zeroed range):
@@ -629,6 +669,9 @@ impl OpenFile {
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), ClientError> {
         let len = data.len() as u64;
         let end = offset + len;
+        self.shared
+            .make_room(&self.client, self.handle, end)
+            .await?;
         // The slots written, by index, which a move keeps; a restripe does not, so they are
         // taken in the pattern the write went to (or, written behind, known when it is sent).
         if self.client.files.write_behind == 0 {
@@ -765,6 +808,10 @@ impl OpenFile {
         keep_size: bool,
     ) -> Result<(), ClientError> {
         self.shared.drain().await;
+        // An allocation takes space with or without the size: it needs the room either way.
+        self.shared
+            .make_room(&self.client, self.handle, offset.saturating_add(len))
+            .await?;
         let file = self.shared.file_ref();
         let client = &self.client;
         self.shared
@@ -821,6 +868,9 @@ impl OpenFile {
             self.write(to, data.into_bytes()).await?;
             return Ok(len);
         }
+        self.shared
+            .make_room(&self.client, self.handle, to + len)
+            .await?;
         let client = &self.client;
         let (file, from_file) = (self.shared.file_ref(), source.shared.file_ref());
         let copied = self

@@ -299,6 +299,8 @@ async fn heartbeat_loop(server: Arc<Server>, alias: String, address: String) {
         {
             for meta in homes_now(&server.homes) {
                 meta.after_map(&map, fetch_started);
+                // Quota grants held past their need go back, off the heartbeat's path.
+                tokio::spawn(async move { meta.return_spare_grants().await });
             }
         }
     }

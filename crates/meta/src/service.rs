@@ -13,6 +13,7 @@
 mod access;
 mod dispatch;
 mod fsck;
+mod grants;
 mod intents;
 mod moves;
 mod replies;
@@ -138,6 +139,8 @@ pub(crate) struct Meta {
     ledger: Mutex<HashMap<weft_proto::ids::TargetId, (weft_proto::messages::SpaceUsage, i64)>>,
     /// Directories recently found inside a confined client's subtree (see [`subtree`]).
     inside: subtree::Inside,
+    /// What this home holds of hard quotas, and what counts against it (see [`grants`]).
+    grants: Arc<grants::QuotaGrants>,
 }
 
 /// A failure opening or preparing `home`'s store.
@@ -235,6 +238,7 @@ impl Meta {
             }),
             seen: Mutex::default(),
             inside: subtree::Inside::default(),
+            grants: Arc::default(),
             fenced: Mutex::default(),
             expiring: Mutex::default(),
             intent_runs: IntentRuns::default(),
@@ -485,6 +489,7 @@ impl Meta {
         fetch_started: std::time::Instant,
     ) {
         self.expire_sessions(map, fetch_started);
+        self.grants.adopt_limits(&map.quota_hard);
         self.work.notify_one();
     }
 }

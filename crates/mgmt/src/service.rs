@@ -1134,6 +1134,18 @@ impl Mgmt {
                 Ok(Response::Done)
             }
             MgmtRequest::GetQuotas => Ok(Response::Quotas(self.quota_states().map_err(internal)?)),
+            MgmtRequest::GrantQuota {
+                home,
+                key,
+                bytes,
+                inodes,
+            } => {
+                let (bytes, inodes) = self
+                    .store
+                    .grant_quota(key, home, (bytes, inodes))
+                    .map_err(internal)?;
+                Ok(Response::QuotaGranted { bytes, inodes })
+            }
             // Answered before the service (`Front`).
             MgmtRequest::Raft { .. } => Err(WireError::new(
                 ErrorCode::WrongService,
@@ -1642,8 +1654,21 @@ impl Mgmt {
         let draining = self.store.draining()?;
         let mirror_groups = self.mirror_groups(&targets);
         let clients = self.store.clients()?;
-        let quota_blocked = self
-            .quota_states()?
+        let states = self.quota_states()?;
+        let quota_hard = states
+            .iter()
+            .filter(|state| state.rule.limits.hard_bytes > 0 || state.rule.limits.hard_inodes > 0)
+            .map(|state| weft_proto::quota::QuotaHard {
+                key: weft_proto::quota::QuotaKey {
+                    kind: state.rule.kind,
+                    id: state.rule.id,
+                    pool: state.rule.pool,
+                },
+                bytes: state.rule.limits.hard_bytes,
+                inodes: state.rule.limits.hard_inodes,
+            })
+            .collect();
+        let quota_blocked = states
             .into_iter()
             .filter(|state| state.bytes_blocked || state.inodes_blocked)
             .map(|state| weft_proto::quota::QuotaBlock {
@@ -1661,6 +1686,7 @@ impl Mgmt {
             clients: self.store.client_rules()?,
             pools: self.store.pools()?,
             quota_blocked,
+            quota_hard,
             ..ClusterMap::default()
         };
         for (kind, id, record) in nodes {

@@ -55,6 +55,11 @@ pub(crate) type GraceStarts = [Option<u64>; 2];
 /// (kind, id, pool, limit: 0 bytes, 1 inodes) → Unix seconds since which the use has been over
 /// that soft limit: the grace periods running, kept across restarts.
 const QUOTA_GRACE: TableDefinition<(u8, u32, u16, u8), u64> = TableDefinition::new("quota_grace");
+/// (kind, id, pool, metadata home) → (bytes, inodes): what each home holds of a hard quota
+/// (`MgmtRequest::GrantQuota`). Together within the hard limits; a rule set anew drops its
+/// grants, and the homes ask again.
+const QUOTA_GRANTS: TableDefinition<(u8, u32, u16, u32), (u64, u64)> =
+    TableDefinition::new("quota_grants");
 /// target id → Unix milliseconds when its drain began (`weft target drain`).
 const DRAINING: TableDefinition<u32, u64> = TableDefinition::new("draining");
 /// target id → Unix milliseconds when it was removed from the cluster: it may not register
@@ -159,25 +164,38 @@ pub(crate) struct MgmtStore {
     log: Option<crate::replication::Log>,
 }
 
+/// Calls `$each!(TABLE)` for every table of management's state.
+macro_rules! for_each_state_table {
+    ($each:ident) => {
+        $each!(NODES);
+        $each!(TARGETS);
+        $each!(COUNTERS);
+        $each!(CLIENTS);
+        $each!(MIRROR_STATE);
+        $each!(SESSION_OWNERS);
+        $each!(CLIENT_RULES);
+        $each!(CLIENT_SUBTREES);
+        $each!(POOLS);
+        $each!(QUOTA_RULES);
+        $each!(QUOTA_GRACE);
+        $each!(QUOTA_GRANTS);
+        $each!(DRAINING);
+        $each!(REMOVED_TARGETS);
+    };
+}
+
 impl MgmtStore {
     /// The store in `data_dir`, changed by this server alone.
     pub fn open(data_dir: &Path) -> Result<MgmtStore, MgmtError> {
         let db = Database::create(data_dir.join("mgmt.redb")).map_err(store_error)?;
         let txn = db.begin_write().map_err(store_error)?;
         {
-            txn.open_table(NODES).map_err(store_error)?;
-            txn.open_table(TARGETS).map_err(store_error)?;
-            txn.open_table(COUNTERS).map_err(store_error)?;
-            txn.open_table(CLIENTS).map_err(store_error)?;
-            txn.open_table(MIRROR_STATE).map_err(store_error)?;
-            txn.open_table(CLIENT_RULES).map_err(store_error)?;
-            txn.open_table(CLIENT_SUBTREES).map_err(store_error)?;
-            txn.open_table(SESSION_OWNERS).map_err(store_error)?;
-            txn.open_table(POOLS).map_err(store_error)?;
-            txn.open_table(QUOTA_RULES).map_err(store_error)?;
-            txn.open_table(QUOTA_GRACE).map_err(store_error)?;
-            txn.open_table(DRAINING).map_err(store_error)?;
-            txn.open_table(REMOVED_TARGETS).map_err(store_error)?;
+            macro_rules! create {
+                ($table:ident) => {
+                    txn.open_table($table).map_err(store_error)?;
+                };
+            }
+            for_each_state_table!(create);
         }
         txn.commit().map_err(store_error)?;
         Ok(MgmtStore {
@@ -394,6 +412,39 @@ impl MgmtStore {
             ),
         })
         .map(drop)
+    }
+
+    /// Has `home` hold `asked` (bytes, inodes) of `key`'s hard limits, or as much of it as
+    /// keeps every home's grants together within them; answers what it now holds. An ask the
+    /// grants would answer without a change (the same again, or more at a limit already
+    /// given out) is answered from them, without a commit.
+    pub fn grant_quota(
+        &self,
+        key: weft_proto::quota::QuotaKey,
+        home: NodeId,
+        asked: (u64, u64),
+    ) -> Result<(u64, u64), MgmtError> {
+        let key = (key.kind.key(), key.id, key.pool.0);
+        {
+            let txn = self.db.begin_read().map_err(store_error)?;
+            let rules = txn.open_table(QUOTA_RULES).map_err(store_error)?;
+            let grants = txn.open_table(QUOTA_GRANTS).map_err(store_error)?;
+            let held = grants
+                .get((key.0, key.1, key.2, home.0))
+                .map_err(store_error)?
+                .map_or((0, 0), |row| row.value());
+            if granted(&rules, &grants, key, home.0, asked)? == held {
+                return Ok(held);
+            }
+        }
+        match self.execute(Command::GrantQuota {
+            key,
+            home: home.0,
+            asked,
+        })? {
+            Outcome::Granted(bytes, inodes) => Ok((bytes, inodes)),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Starts (`since` Some) or ends the grace period of `rule`'s soft limit `what`.
@@ -721,6 +772,13 @@ pub(crate) enum Command {
     NoteMapEpoch {
         epoch: u64,
     },
+    /// A metadata home asks to hold (bytes, inodes) of a hard quota: it is given what keeps
+    /// every home's grants together within the rule's hard limits ([`granted`]).
+    GrantQuota {
+        key: QuotaKey,
+        home: u32,
+        asked: (u64, u64),
+    },
 }
 
 /// What a [`Command`] came to, as it is answered to whoever made it.
@@ -739,6 +797,8 @@ pub(crate) enum Outcome {
     NotRegistered(u32),
     /// Refused, the same way on every server (an id past the last one, say): nothing changed.
     Refused(String),
+    /// What a home now holds of a hard quota (bytes, inodes).
+    Granted(u64, u64),
 }
 
 impl Outcome {
@@ -1010,6 +1070,13 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
             } else {
                 rules.insert(*key, *limits).map_err(store_error)?;
             }
+            let mut grants = txn.open_table(QUOTA_GRANTS).map_err(store_error)?;
+            grants
+                .retain_in(
+                    (key.0, key.1, key.2, 0)..=(key.0, key.1, key.2, u32::MAX),
+                    |_, _| false,
+                )
+                .map_err(store_error)?;
             let mut grace = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
             for what in [0, 1] {
                 grace
@@ -1017,6 +1084,18 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
                     .map_err(store_error)?;
             }
             Ok(Outcome::Done)
+        }
+        Command::GrantQuota { key, home, asked } => {
+            let rules = txn.open_table(QUOTA_RULES).map_err(store_error)?;
+            let mut grants = txn.open_table(QUOTA_GRANTS).map_err(store_error)?;
+            let given = granted(&rules, &grants, *key, *home, *asked)?;
+            let row = (key.0, key.1, key.2, *home);
+            if given == (0, 0) {
+                grants.remove(row).map_err(store_error)?;
+            } else {
+                grants.insert(row, given).map_err(store_error)?;
+            }
+            Ok(Outcome::Granted(given.0, given.1))
         }
         Command::SetGrace { key, since } => {
             let mut table = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
@@ -1073,23 +1152,45 @@ pub(crate) struct StateRows {
 /// A table's rows: (key, value), as redb encodes them.
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// Calls `$each!(TABLE)` for every table of management's state.
-macro_rules! for_each_state_table {
-    ($each:ident) => {
-        $each!(NODES);
-        $each!(TARGETS);
-        $each!(COUNTERS);
-        $each!(CLIENTS);
-        $each!(MIRROR_STATE);
-        $each!(SESSION_OWNERS);
-        $each!(CLIENT_RULES);
-        $each!(CLIENT_SUBTREES);
-        $each!(POOLS);
-        $each!(QUOTA_RULES);
-        $each!(QUOTA_GRACE);
-        $each!(DRAINING);
-        $each!(REMOVED_TARGETS);
+/// What `home` may hold of `key`'s hard limits when it asks `asked` (bytes, inodes): the ask,
+/// cut to what the other homes' grants leave of each hard limit (a limit of 0 cuts nothing).
+fn granted(
+    rules: &impl ReadableTable<QuotaKey, (u64, u64, u64, u64)>,
+    grants: &impl ReadableTable<(u8, u32, u16, u32), (u64, u64)>,
+    key: QuotaKey,
+    home: u32,
+    asked: (u64, u64),
+) -> Result<(u64, u64), MgmtError> {
+    let (_, hard_bytes, _, hard_inodes) = rules
+        .get(key)
+        .map_err(store_error)?
+        .map_or((0, 0, 0, 0), |rule| rule.value());
+    let mut others = (0u64, 0u64);
+    for entry in grants
+        .range((key.0, key.1, key.2, 0)..=(key.0, key.1, key.2, u32::MAX))
+        .map_err(store_error)?
+    {
+        let (row, held) = entry.map_err(store_error)?;
+        if row.value().3 != home {
+            let (bytes, inodes) = held.value();
+            others = (
+                others.0.saturating_add(bytes),
+                others.1.saturating_add(inodes),
+            );
+        }
+    }
+    let cut = |asked: u64, hard: u64, others: u64| match hard {
+        0 => asked,
+        hard => asked.min(hard.saturating_sub(others)),
     };
+    let given = (
+        cut(asked.0, hard_bytes, others.0),
+        cut(asked.1, hard_inodes, others.1),
+    );
+    // The grants together stay within each hard limit (a rule set anew drops its grants).
+    assert!(hard_bytes == 0 || given.0 == 0 || given.0 + others.0 <= hard_bytes);
+    assert!(hard_inodes == 0 || given.1 == 0 || given.1 + others.1 <= hard_inodes);
+    Ok(given)
 }
 
 /// Reads every row of the state in one read transaction.

@@ -509,6 +509,28 @@ impl MgmtClient {
         expect_response!(self, response, Response::Done => ())
     }
 
+    /// Asks management for `home` to hold `bytes` and `inodes` of `key`'s hard limits;
+    /// answers what it now holds.
+    ///
+    /// # Errors
+    /// [`RpcError`].
+    pub async fn grant_quota(
+        &self,
+        home: weft_proto::ids::NodeId,
+        key: weft_proto::quota::QuotaKey,
+        (bytes, inodes): (u64, u64),
+    ) -> Result<(u64, u64), RpcError> {
+        let response = self
+            .call(MgmtRequest::GrantQuota {
+                home,
+                key,
+                bytes,
+                inodes,
+            })
+            .await?;
+        expect_response!(self, response, Response::QuotaGranted { bytes, inodes } => (bytes, inodes))
+    }
+
     /// Every quota rule with its use and state.
     ///
     /// # Errors
@@ -829,6 +851,16 @@ stubs! {
     /// [`RpcError`] for transport failures.
     fn release(client: ClientId, handles: Vec<(InodeId, u64)>) -> () {
         Release { client, handles } => Response::Done => ()
+    }
+
+    /// Asks for room to grow the file open as `handle` to `to`; answers the end it may grow
+    /// the file to.
+    ///
+    /// # Errors
+    /// `QuotaExceeded` when no room is left, `NotPermitted` without an open for writing, or
+    /// [`RpcError`] for transport failures.
+    fn reserve(client: ClientId, handle: u64, inode: InodeId, to: u64) -> u64 {
+        Reserve { client, handle, inode, to } => Response::Reserved { to } => to
     }
 
     /// Has the file's queued truncate sent to every target now; answers once each has it.

@@ -220,6 +220,7 @@ impl MetaRequest {
             | MetaRequest::ReadLink { inode }
             | MetaRequest::Open { inode, .. }
             | MetaRequest::ApplyTruncate { inode }
+            | MetaRequest::Reserve { inode, .. }
             | MetaRequest::ReportSize { inode, .. }
             | MetaRequest::SetXattr { inode, .. }
             | MetaRequest::GetXattr { inode, .. }
@@ -423,6 +424,7 @@ impl MetaRequest {
             | MetaRequest::RemoveXattr { mutation, .. }
             | MetaRequest::SetPattern { mutation, .. } => vec![mutation.client],
             MetaRequest::Release { client, .. }
+            | MetaRequest::Reserve { client, .. }
             | MetaRequest::SetLock { client, .. }
             | MetaRequest::GetLock { client, .. } => vec![*client],
             MetaRequest::Lookup { .. }
@@ -480,6 +482,7 @@ impl MgmtRequest {
             | MgmtRequest::DrainTarget { .. }
             | MgmtRequest::RemoveTarget { .. }
             | MgmtRequest::Raft { .. }
+            | MgmtRequest::GrantQuota { .. }
             | MgmtRequest::GetQuotas => Kind::Members,
         }
     }
@@ -510,6 +513,7 @@ impl MetaRequest {
             | MetaRequest::Rmdir { .. }
             | MetaRequest::Rename { .. }
             | MetaRequest::ReportSize { .. }
+            | MetaRequest::Reserve { .. }
             | MetaRequest::SetXattr { .. }
             | MetaRequest::RemoveXattr { .. }
             | MetaRequest::SetPattern { .. } => Kind::Changes,

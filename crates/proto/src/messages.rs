@@ -198,6 +198,10 @@ pub struct ClusterMap {
     /// Users, groups and projects that may not grow their use in a pool (`quota.rs`).
     #[serde(default, with = "crate::quota::spoken_rows")]
     pub quota_blocked: Vec<crate::quota::QuotaBlock>,
+    /// The hard limits of users, groups and projects, which the metadata homes hold grants
+    /// of (`quota.rs`, [`MgmtRequest::GrantQuota`]).
+    #[serde(default, with = "crate::wire::since_9")]
+    pub quota_hard: Vec<crate::quota::QuotaHard>,
 }
 
 /// What a mirror group mirrors.
@@ -661,6 +665,22 @@ pub enum MgmtRequest {
     /// Asks for every quota rule with its use and state (`weft quota list`).
     #[wire(tag = 20, since = 4)]
     GetQuotas,
+    /// A metadata home asks to hold `bytes` and `inodes` of a hard-limited user's, group's or
+    /// project's use in a pool (all its inodes use there, and what its writers may still
+    /// grow them by): management grants what keeps every home's grants together within the
+    /// hard limit, and answers what the home now holds, which may be less than asked (and
+    /// less than it held: asking less gives back).
+    #[wire(tag = 24, since = 9)]
+    GrantQuota {
+        /// The home.
+        home: NodeId,
+        /// Whose use, in which pool.
+        key: crate::quota::QuotaKey,
+        /// Bytes it asks to hold.
+        bytes: u64,
+        /// Inodes it asks to hold.
+        inodes: u64,
+    },
     /// Sets a pool's capacity limits (`weft pool set`).
     #[wire(tag = 17, since = 4)]
     SetPoolLimits {
@@ -1110,6 +1130,22 @@ pub enum MetaRequest {
     ApplyTruncate {
         /// The file.
         inode: InodeId,
+    },
+    /// A client about to write a file past `to` (the end it may grow the file to) asks for
+    /// room to: a file whose owner, group or project has a hard byte limit grows only into
+    /// room its home reserved for an open, out of the home's grant (`quota.rs`). Answered
+    /// with the end the open may now grow the file to (which may be short of `to` at the
+    /// limit), [`Response::Reserved`].
+    #[wire(tag = 39, since = 9)]
+    Reserve {
+        /// The session.
+        client: ClientId,
+        /// The handle of the open for writing.
+        handle: u64,
+        /// The file.
+        inode: InodeId,
+        /// The end the client wants to write to.
+        to: u64,
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
     #[wire(tag = 14)]
@@ -2416,6 +2452,20 @@ pub enum Response {
     /// The answer to a [`MgmtRequest::Raft`], in the payload.
     #[wire(tag = 35, since = 7)]
     Raft,
+    /// The end an open may grow its file to ([`MetaRequest::Reserve`]).
+    #[wire(tag = 36, since = 9)]
+    Reserved {
+        /// The end.
+        to: u64,
+    },
+    /// What a home now holds of a quota ([`MgmtRequest::GrantQuota`]).
+    #[wire(tag = 37, since = 9)]
+    QuotaGranted {
+        /// Bytes.
+        bytes: u64,
+        /// Inodes.
+        inodes: u64,
+    },
 }
 
 impl Request {

@@ -172,6 +172,43 @@ pub struct QuotaBlock {
     pub inodes: bool,
 }
 
+/// Whose use in which pool: a quota's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct QuotaKey {
+    /// User, group or project.
+    pub kind: QuotaKind,
+    /// The user, group or project id.
+    pub id: u32,
+    /// The pool.
+    pub pool: StoragePoolId,
+}
+
+impl std::fmt::Display for QuotaKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} in storage pool {}",
+            <&str>::from(self.kind),
+            self.id,
+            self.pool
+        )
+    }
+}
+
+/// The hard limits of one user, group or project in one pool (0: none), as the cluster map
+/// lists them: the metadata homes hold grants of them from management, and let their inodes
+/// and their writers' room grow only within what they hold, so every home's use together
+/// stays within the limit (docs/design/quotas.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaHard {
+    /// Whose limits.
+    pub key: QuotaKey,
+    /// Hard byte limit.
+    pub bytes: u64,
+    /// Hard inode limit.
+    pub inodes: u64,
+}
+
 /// What a quota refuses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Growth {
@@ -228,6 +265,33 @@ impl crate::messages::ClusterMap {
                 blocked.id
             ),
         ))
+    }
+}
+
+impl crate::messages::ClusterMap {
+    /// The hard limits that count a growth of `owner`'s use in `pool`: its user's, group's
+    /// and project's, those that have one.
+    pub fn hard_limits(&self, owner: Owner, pool: StoragePoolId) -> Vec<QuotaHard> {
+        if self.quota_hard.is_empty() {
+            return Vec::new();
+        }
+        owner
+            .ids()
+            .filter_map(|(kind, id)| {
+                let key = QuotaKey { kind, id, pool };
+                self.quota_hard.iter().find(|hard| hard.key == key).copied()
+            })
+            .collect()
+    }
+
+    /// Whether a growth of `owner`'s files in `pool` by `growth` counts against a hard limit.
+    pub fn hard_limited(&self, owner: Owner, pool: StoragePoolId, growth: Growth) -> bool {
+        self.hard_limits(owner, pool)
+            .iter()
+            .any(|hard| match growth {
+                Growth::Bytes => hard.bytes > 0,
+                Growth::Inode => hard.inodes > 0,
+            })
     }
 }
 

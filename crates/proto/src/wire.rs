@@ -262,6 +262,14 @@ field_since!(
     8
 );
 
+field_since!(
+    /// A field added in protocol version 9 that an older peer does without (the hard quota
+    /// limits in the cluster map, which homes of version 8 enforce by the blocked list only):
+    /// left out of encodings for version 8, and its default when decoded from it.
+    since_9,
+    9
+);
+
 set_field_since!(
     /// A field added in protocol version 6 that an older peer must not go without (the
     /// storage mirror group a push of a mirrored object is from): left out of encodings for

@@ -214,6 +214,19 @@ fn cluster_map() -> ClusterMap {
             bytes: true,
             inodes: false,
         }],
+        quota_hard: vec![weft_proto::quota::QuotaHard {
+            key: quota_key(),
+            bytes: 8 << 20,
+            inodes: 1000,
+        }],
+    }
+}
+
+fn quota_key() -> weft_proto::quota::QuotaKey {
+    weft_proto::quota::QuotaKey {
+        kind: weft_proto::quota::QuotaKind::User,
+        id: 65534,
+        pool: StoragePoolId(2),
     }
 }
 
@@ -381,6 +394,12 @@ fn mgmt_requests() -> Vec<MgmtRequest> {
         },
         MgmtRequest::SetQuota { rule: quota_rule() },
         MgmtRequest::GetQuotas,
+        MgmtRequest::GrantQuota {
+            home: NodeId(2),
+            key: quota_key(),
+            bytes: 12 << 20,
+            inodes: 64,
+        },
         MgmtRequest::DrainTarget {
             target: TargetId(3),
             stop: false,
@@ -481,6 +500,12 @@ fn meta_requests() -> Vec<MetaRequest> {
             handles: vec![(inode(5), 12)],
         },
         MetaRequest::ApplyTruncate { inode: inode(5) },
+        MetaRequest::Reserve {
+            client: ClientId(7),
+            handle: 3,
+            inode: inode(5),
+            to: 5 << 20,
+        },
         MetaRequest::ReportSize {
             inode: inode(5),
             report: SizeReport {
@@ -968,6 +993,11 @@ fn responses() -> Vec<Response> {
             done: false,
         },
         Response::Raft,
+        Response::Reserved { to: 9 << 20 },
+        Response::QuotaGranted {
+            bytes: 12 << 20,
+            inodes: 64,
+        },
     ]
 }
 
@@ -1183,11 +1213,16 @@ fn the_older_version_decodes_and_is_spoken() {
         let bytes = encode_body_in(older, reply).expect("encodes for version 4");
         weft_proto::codec::decode_body_in::<Reply>(older, &bytes).expect("decodes")
     };
-    let map: Reply = Ok(Response::ClusterMap(cluster_map()));
+    // The hard limits came in version 9: a peer of version 4 (or 8) goes without them, and
+    // enforces the blocked list only.
+    let map: Reply = Ok(Response::ClusterMap(ClusterMap {
+        quota_hard: Vec::new(),
+        ..cluster_map()
+    }));
     assert_eq!(
-        decode_older(&map),
+        decode_older(&Ok(Response::ClusterMap(cluster_map()))),
         map,
-        "the map did not change in version 5"
+        "the map did not change in version 5 but for the hard limits of version 9"
     );
     let Ok(Response::Attr(decoded)) = decode_older(&Ok(Response::Attr(attr()))) else {
         panic!("attributes")

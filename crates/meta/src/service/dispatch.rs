@@ -75,6 +75,12 @@ impl Meta {
                 } else {
                     self.node
                 };
+                // A new inode counts in its owner's hard inode limits from its check here to
+                // its commit, on whichever home makes it.
+                let _charged = self
+                    .charge_new_inode(mutation, parent, &new)
+                    .await
+                    .map_err(OpError::into_wire)?;
                 let open = open
                     .filter(|_| new.kind == FileKind::Regular)
                     .map(|handle| (mutation.client, handle));
@@ -194,6 +200,10 @@ impl Meta {
                 changes,
                 granted: _,
             } => {
+                let _charged = self
+                    .charge_truncate(mutation, inode, changes.size)
+                    .await
+                    .map_err(OpError::into_wire)?;
                 // A truncate of a file making the last copies of its move waits for them
                 // (`Busy`, kept as no answer), and asks again.
                 let started = std::time::Instant::now();
@@ -404,10 +414,21 @@ impl Meta {
                 .map(|()| Response::Done)
                 .map_err(OpError::Rejected),
             MetaRequest::ReportSize { inode, report, .. } => {
-                self.committer
+                let reported = self
+                    .committer
                     .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
-                    .await
+                    .await;
+                if let Ok(Response::Attr(attr)) = &reported {
+                    self.grants.sized(inode, attr.size);
+                }
+                reported
             }
+            MetaRequest::Reserve {
+                client,
+                handle,
+                inode,
+                to,
+            } => self.reserve((client, handle), inode, to).await,
             MetaRequest::Open {
                 client,
                 handle,
@@ -475,6 +496,66 @@ impl Meta {
             Some(refusal) => Err(refusal),
             None => Ok(()),
         }
+    }
+
+    /// Whether `mutation` was answered before (its stored reply answers it again, and what
+    /// it made is counted already).
+    fn answered_before(&self, mutation: weft_proto::messages::MutationId) -> Result<bool, OpError> {
+        self.read(|txn| {
+            let replies = txn.open_table(crate::store::REPLIES)?;
+            let answered =
+                redb::ReadableTable::get(&replies, (mutation.client.0, mutation.seq))?.is_some();
+            Ok(answered)
+        })
+    }
+
+    /// Counts the inode `new` makes in `parent` against this home's grants of its owner's,
+    /// group's and project's hard inode limits, until the guard drops; refuses it at a limit.
+    async fn charge_new_inode(
+        &self,
+        mutation: weft_proto::messages::MutationId,
+        parent: InodeId,
+        new: &weft_proto::messages::NewInode,
+    ) -> Result<Option<super::grants::Charged>, OpError> {
+        if self.cluster.map().quota_hard.is_empty() || self.answered_before(mutation)? {
+            return Ok(None);
+        }
+        let (pattern, project) = self.parent_pattern(parent);
+        let owner = weft_proto::quota::Owner {
+            uid: new.uid,
+            gid: new.gid,
+            project,
+        };
+        self.charge(owner, pattern.pool, (0, 1)).await
+    }
+
+    /// Counts the growth of an extending truncate of `inode` to `size` against this home's
+    /// grants of its owner's hard byte limits, until the guard drops; refuses it at a limit.
+    async fn charge_truncate(
+        &self,
+        mutation: weft_proto::messages::MutationId,
+        inode: InodeId,
+        size: Option<u64>,
+    ) -> Result<Option<super::grants::Charged>, OpError> {
+        let Some(size) = size else {
+            return Ok(None);
+        };
+        if self.cluster.map().quota_hard.is_empty() || self.answered_before(mutation)? {
+            return Ok(None);
+        }
+        let Ok(record) = self.read(|txn| crate::store::load_inode(&txn.open_table(INODES)?, inode))
+        else {
+            return Ok(None);
+        };
+        if size <= record.size || record.kind != FileKind::Regular {
+            return Ok(None);
+        }
+        self.charge(
+            record.owner(),
+            crate::usage::pool_of(&record),
+            (size - record.size, 0),
+        )
+        .await
     }
 
     /// The stripe pattern and the project new entries of `parent` take.

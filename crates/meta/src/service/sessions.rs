@@ -340,6 +340,7 @@ impl Meta {
         let removed = handles.remove(&open);
         let held = !handles.is_empty();
         if removed {
+            self.grants.forget_room(open);
             opens.access.remove(&open);
             if let Some(count) = opens.per_session.get_mut(&open.0) {
                 *count -= 1;
