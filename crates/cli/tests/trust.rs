@@ -698,3 +698,128 @@ fn capabilities_expire_by_the_clusters_clock() {
     assert_eq!(fs::read(mnt.join("wide/striped")).expect("read"), data);
     cluster.unmount(&squash).expect("unmount");
 }
+
+/// A storage client of the server holding `target`, proving the client key in `key_file`.
+fn storage_as(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &weft_testkit::LocalCluster,
+    key_file: &Path,
+    target: weft_proto::TargetId,
+) -> std::sync::Arc<weft_net::StorageClient> {
+    let view = weft_net::ClusterView::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(key_file).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    );
+    runtime
+        .block_on(view.storage_for_target(target))
+        .expect("the storage server")
+}
+
+// Goal: a restricted client that speaks the protocol itself cannot grow a file past the room
+// its home reserved for it under a hard quota, nor count the growth in another owner's quota
+// or in none: the storage servers judge a write by what its capability binds (the file's
+// owner and the end its objects may grow to), whatever owner the write names. A forged bound
+// is refused as any forged capability. Method: a cluster of real processes, a hard limit on
+// nobody, a root-squashed client key (its files are nobody's), the file's capability from a
+// raw open, raw writes to the file's first object.
+#[test]
+fn a_restricted_client_grows_a_file_only_into_its_room() {
+    use weft_proto::access::{READ, WRITE};
+    use weft_proto::ErrorCode;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let (ok, out, err) = weft(
+        &cluster,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "65534",
+            "--hard-bytes",
+            "8M",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "quota set: {out}{err}");
+    fs::create_dir(mnt.join("q")).expect("mkdir");
+    fs::set_permissions(mnt.join("q"), fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let runtime = common::runtime();
+    let native = common::keyed_client(&runtime, &cluster, &key);
+    let q = runtime
+        .block_on(common::once_settled(|| async {
+            native
+                .lookup(weft_proto::InodeId::ROOT, "q")
+                .await
+                .map_err(|error| match error {
+                    weft_client::ClientError::Rpc(error) => error,
+                    other => panic!("{other}"),
+                })
+        }))
+        .expect("lookup q");
+    let new = weft_client::client::regular_file(0o644, 0o022, (0, 0));
+    let (file, _) = runtime
+        .block_on(native.create_file((q.inode, "f"), new))
+        .expect("create as the squashed client");
+    runtime
+        .block_on(file.write(0, bytes::Bytes::from(vec![1u8; 64 << 10])))
+        .expect("a write within the limit");
+    let attr = runtime
+        .block_on(native.get_attr(file.inode()))
+        .expect("stat");
+    assert_eq!(attr.uid, 65534, "a squashed client's file is nobody's");
+    let target = match attr.layout.as_ref().expect("a layout").slot(0) {
+        weft_proto::layout::Slot::Target(target) => target,
+        other => panic!("a striped file, not {other:?}"),
+    };
+    let meta = meta_as(&runtime, &cluster, &key, file.inode().home());
+    let (_, capability) = runtime
+        .block_on(meta.open(native.id(), 90, file.inode(), READ | WRITE, None))
+        .expect("open");
+    let capability = capability.expect("a capability");
+    let bound = capability.growth.expect("a growth bound");
+    assert_eq!((bound.uid, bound.gid), (65534, 65534));
+    assert!(
+        bound.object_end < 8 << 20,
+        "the room is no wider than the limit"
+    );
+    let storage = storage_as(&runtime, &cluster, &key, target);
+    let write = |offset: u64, capability, owner| {
+        runtime.block_on(storage.write(
+            target,
+            weft_net::stubs::ObjectWrite {
+                file: (file.inode(), 0),
+                offset,
+                data: bytes::Bytes::from(vec![2u8; 64 << 10]),
+                tag: None,
+                capability: Some(capability),
+                owner,
+            },
+        ))
+    };
+    let root = weft_proto::quota::Owner {
+        uid: 0,
+        gid: 0,
+        project: 0,
+    };
+    write(0, capability, None).expect("a write inside the file");
+    for owner in [None, Some(root)] {
+        let refused = write(8 << 20, capability, owner).expect_err("a write past the room");
+        assert_eq!(refused.code(), ErrorCode::QuotaExceeded, "{refused}");
+    }
+    let forged = weft_proto::access::Capability {
+        growth: Some(weft_proto::access::GrowthBound {
+            object_end: u64::MAX,
+            ..bound
+        }),
+        ..capability
+    };
+    let refused = write(8 << 20, forged, Some(root)).expect_err("a forged bound");
+    assert_eq!(refused.code(), ErrorCode::CapabilityNeeded, "{refused}");
+    runtime.block_on(file.close()).expect("close");
+}

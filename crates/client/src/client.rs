@@ -1241,10 +1241,15 @@ impl Client {
         to: u64,
     ) -> Result<u64, ClientError> {
         let client = self.id();
-        self.on_home(inode, |meta| async move {
-            meta.reserve(client, handle, inode, to).await
-        })
-        .await
+        let (to, capability) = self
+            .on_home(inode, |meta| async move {
+                meta.reserve(client, handle, inode, to).await
+            })
+            .await?;
+        if let Some(capability) = capability {
+            self.opens.renew(inode, capability);
+        }
+        Ok(to)
     }
 
     /// Sets a directory's stripe pattern.

@@ -51,10 +51,23 @@ impl HeldOpens {
         opened: (u8, Caller),
         capability: Option<Capability>,
     ) {
-        let mut held = self.held.lock().expect("held opens poisoned");
-        let file = held.entry(inode).or_default();
-        file.handles.insert(handle, opened);
+        self.held
+            .lock()
+            .expect("held opens poisoned")
+            .entry(inode)
+            .or_default()
+            .handles
+            .insert(handle, opened);
         if let Some(capability) = capability {
+            self.renew(inode, capability);
+        }
+    }
+
+    /// Keeps `capability` for the file instead of the one granting the same access (a grant
+    /// made again, with a wider growth bound, for the room its home reserved).
+    pub(crate) fn renew(&self, inode: InodeId, capability: Capability) {
+        let mut held = self.held.lock().expect("held opens poisoned");
+        if let Some(file) = held.get_mut(&inode) {
             file.capabilities
                 .retain(|kept| kept.access != capability.access);
             file.capabilities.push(capability);

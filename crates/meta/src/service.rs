@@ -382,15 +382,30 @@ impl Meta {
                 .map_err(OpError::into_wire)?;
         }
         let capabilities = self.cluster.capabilities().filter(|_| checks.per_file);
-        let grant = capabilities.and_then(|capabilities| match &request {
+        let grant_for = capabilities.and_then(|capabilities| match &request {
             MetaRequest::Open { client, access, .. } => Some((capabilities, *access, *client)),
             MetaRequest::Create {
                 mutation,
                 open: Some(_),
                 ..
             } => Some((capabilities, READ | WRITE, mutation.client)),
+            // Room reserved: the open is granted again, with the room as its growth bound.
+            MetaRequest::Reserve {
+                client,
+                handle,
+                inode,
+                ..
+            } => Some((
+                capabilities,
+                self.handle_access((*client, *handle), *inode).unwrap_or(0),
+                *client,
+            )),
             _ => None,
         });
+        let reserving = match &request {
+            MetaRequest::Reserve { inode, .. } => Some(*inode),
+            _ => None,
+        };
         // A create sent again is answered from its stored reply, whatever became of the file
         // since: it is granted again only what the file still allows (see `regranted`).
         let replayed = match &request {
@@ -398,7 +413,7 @@ impl Meta {
                 mutation,
                 open: Some(handle),
                 ..
-            } if grant.is_some() => self
+            } if grant_for.is_some() => self
                 .read(|txn| {
                     let replies = txn.open_table(REPLIES)?;
                     Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
@@ -426,10 +441,18 @@ impl Meta {
         // A client whose access the servers decide gets, with an open, the grant the storage
         // servers want from it (see `weft_net::capability`), by the cluster's clock.
         let now_seconds = self.cluster.mgmt().cluster_clock_ms() / 1000;
-        match (grant, reply) {
+        let grant = |capabilities: &weft_net::capability::Capabilities, inode, access, session| {
+            capabilities.grant(
+                (inode, access),
+                session,
+                now_seconds,
+                self.growth_bound(inode, session),
+            )
+        };
+        match (grant_for, reply) {
             (Some((capabilities, access, session)), Ok(Response::Attr(attr))) => {
                 Ok(Response::Opened {
-                    capability: capabilities.grant(attr.inode, access, session, now_seconds),
+                    capability: grant(capabilities, attr.inode, access, session),
                     attr,
                 })
             }
@@ -437,9 +460,16 @@ impl Meta {
                 if attr.kind == FileKind::Regular =>
             {
                 Ok(Response::Created {
-                    capability: Some(capabilities.grant(attr.inode, access, session, now_seconds)),
+                    capability: Some(grant(capabilities, attr.inode, access, session)),
                     attr,
                     parent,
+                })
+            }
+            (Some((capabilities, access, session)), Ok(Response::Reserved { to, .. })) => {
+                let inode = reserving.expect("a reserve's answer");
+                Ok(Response::Reserved {
+                    to,
+                    capability: Some(grant(capabilities, inode, access, session)),
                 })
             }
             (_, reply) => reply,

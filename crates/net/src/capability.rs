@@ -4,7 +4,7 @@
 
 use crate::auth::Auth;
 use ring::hmac;
-use weft_proto::access::{Capability, READ, WRITE};
+use weft_proto::access::{Capability, GrowthBound, READ, WRITE};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId};
 use weft_proto::ErrorCode;
@@ -28,13 +28,26 @@ impl std::fmt::Debug for Capabilities {
     }
 }
 
-/// What a proof signs: the inode, the access, the session and the expiry.
-fn signed(inode: InodeId, access: u8, session: ClientId, expires: u64) -> [u8; 25] {
-    let mut input = [0; 25];
-    input[..8].copy_from_slice(&inode.0.to_le_bytes());
-    input[8] = access;
-    input[9..17].copy_from_slice(&session.0.to_le_bytes());
-    input[17..].copy_from_slice(&expires.to_le_bytes());
+/// What a proof signs: the inode, the access, the session and the expiry, and the growth
+/// bound when there is one (a grant of version 8 had none, and signs as it did).
+fn signed(
+    inode: InodeId,
+    access: u8,
+    session: ClientId,
+    expires: u64,
+    growth: Option<GrowthBound>,
+) -> Vec<u8> {
+    let mut input = Vec::with_capacity(45);
+    input.extend_from_slice(&inode.0.to_le_bytes());
+    input.push(access);
+    input.extend_from_slice(&session.0.to_le_bytes());
+    input.extend_from_slice(&expires.to_le_bytes());
+    if let Some(growth) = growth {
+        input.extend_from_slice(&growth.uid.to_le_bytes());
+        input.extend_from_slice(&growth.gid.to_le_bytes());
+        input.extend_from_slice(&growth.project.to_le_bytes());
+        input.extend_from_slice(&growth.object_end.to_le_bytes());
+    }
     input
 }
 
@@ -68,31 +81,32 @@ impl Capabilities {
     }
 
     /// A grant of `access` ([`READ`], [`WRITE`]) to the objects of `inode`, to `session`, for
-    /// [`CAPABILITY_TTL`] from `now_seconds` (the cluster's clock).
+    /// [`CAPABILITY_TTL`] from `now_seconds` (the cluster's clock), binding the file's growth
+    /// through it to `growth`.
     pub fn grant(
         &self,
-        inode: InodeId,
-        access: u8,
+        (inode, access): (InodeId, u8),
         session: ClientId,
         now_seconds: u64,
+        growth: Option<GrowthBound>,
     ) -> Capability {
         self.grant_until(
-            inode,
-            access,
+            (inode, access),
             session,
             now_seconds + CAPABILITY_TTL.as_secs(),
+            growth,
         )
     }
 
     fn grant_until(
         &self,
-        inode: InodeId,
-        access: u8,
+        (inode, access): (InodeId, u8),
         session: ClientId,
         expires: u64,
+        growth: Option<GrowthBound>,
     ) -> Capability {
         let access = access & (READ | WRITE);
-        let tag = hmac::sign(&self.key, &signed(inode, access, session, expires));
+        let tag = hmac::sign(&self.key, &signed(inode, access, session, expires, growth));
         let mut proof = [0; 32];
         proof.copy_from_slice(tag.as_ref());
         Capability {
@@ -100,6 +114,7 @@ impl Capabilities {
             access,
             expires,
             proof,
+            growth,
         }
     }
 
@@ -154,6 +169,7 @@ impl Capabilities {
             capability.access,
             capability.session,
             capability.expires,
+            capability.growth,
         );
         hmac::verify(&self.key, &input, &capability.proof).is_ok()
     }
@@ -177,7 +193,7 @@ mod tests {
         let inode = InodeId(7);
         let session = ClientId(3);
         let now = now_seconds();
-        let read = ours.grant(inode, READ, session, now);
+        let read = ours.grant((inode, READ), session, now, None);
         assert!(ours.check(inode, READ, Some(&read), now).is_ok());
         assert!(ours.check(inode, 0, Some(&read), now).is_ok());
         assert!(ours.check(inode, WRITE, Some(&read), now).is_err());
@@ -189,12 +205,12 @@ mod tests {
         let mut moved = read;
         moved.session = ClientId(4);
         assert!(ours.check(inode, READ, Some(&moved), now).is_err());
-        let theirs = capabilities(b"two").grant(inode, READ, session, now);
+        let theirs = capabilities(b"two").grant((inode, READ), session, now, None);
         assert!(ours.check(inode, READ, Some(&theirs), now).is_err());
         let mut extended = read;
         extended.expires += 3600;
         assert!(ours.check(inode, READ, Some(&extended), now).is_err());
-        let expired = ours.grant_until(inode, READ, session, now - 1);
+        let expired = ours.grant_until((inode, READ), session, now - 1, None);
         let refused = ours
             .check(inode, READ, Some(&expired), now)
             .expect_err("expired");
@@ -209,5 +225,33 @@ mod tests {
         // holds on another's until the same moment.
         assert!(ours.check(inode, READ, Some(&read), now + 599).is_ok());
         assert!(ours.check(inode, READ, Some(&read), now + 600).is_err());
+        // The growth bound is signed too: neither taken off, nor put on, nor moved.
+        let bound = GrowthBound {
+            uid: 65534,
+            gid: 65534,
+            project: 0,
+            object_end: 1 << 20,
+        };
+        let write = ours.grant((inode, WRITE), session, now, Some(bound));
+        assert!(ours.check(inode, WRITE, Some(&write), now).is_ok());
+        for forged in [
+            None,
+            Some(GrowthBound {
+                object_end: u64::MAX,
+                ..bound
+            }),
+            Some(GrowthBound { uid: 0, ..bound }),
+        ] {
+            let forged = Capability {
+                growth: forged,
+                ..write
+            };
+            assert!(ours.check(inode, WRITE, Some(&forged), now).is_err());
+        }
+        let unbound = Capability {
+            growth: Some(bound),
+            ..read
+        };
+        assert!(ours.check(inode, READ, Some(&unbound), now).is_err());
     }
 }

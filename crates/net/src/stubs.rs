@@ -859,8 +859,8 @@ stubs! {
     /// # Errors
     /// `QuotaExceeded` when no room is left, `NotPermitted` without an open for writing, or
     /// [`RpcError`] for transport failures.
-    fn reserve(client: ClientId, handle: u64, inode: InodeId, to: u64) -> u64 {
-        Reserve { client, handle, inode, to } => Response::Reserved { to } => to
+    fn reserve(client: ClientId, handle: u64, inode: InodeId, to: u64) -> (u64, Option<Capability>) {
+        Reserve { client, handle, inode, to } => Response::Reserved { to, capability } => (to, capability)
     }
 
     /// Has the file's queued truncate sent to every target now; answers once each has it.

@@ -151,6 +151,26 @@ pub struct Capability {
     pub expires: u64,
     /// The HMAC.
     pub proof: [u8; 32],
+    /// Whose quotas the file's growth through it counts in, and how far it may grow each
+    /// object (protocol version 9, signed with the rest); `None` from a server of version 8.
+    #[serde(default, with = "crate::wire::since_9")]
+    pub growth: Option<GrowthBound>,
+}
+
+/// What a capability binds a file's growth to: the owner, group and project a storage
+/// server counts it in (whatever the request says), and the end each of the file's objects
+/// may grow to, from the room the file's home reserved for the session's writers
+/// (docs/design/quotas.md); `u64::MAX` when no hard byte limit counts the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrowthBound {
+    /// The file's owner.
+    pub uid: u32,
+    /// The file's group.
+    pub gid: u32,
+    /// The file's project (0: none).
+    pub project: u32,
+    /// The end past which none of the file's objects may grow.
+    pub object_end: u64,
 }
 
 impl ClientRule {

@@ -2457,6 +2457,9 @@ pub enum Response {
     Reserved {
         /// The end.
         to: u64,
+        /// For a client whose access the servers check: a new grant of the open, which lets
+        /// its writes grow the file's objects as far as the room.
+        capability: Option<Capability>,
     },
     /// What a home now holds of a quota ([`MgmtRequest::GrantQuota`]).
     #[wire(tag = 37, since = 9)]

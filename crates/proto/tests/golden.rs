@@ -38,6 +38,12 @@ fn capability() -> Capability {
         access: 6,
         expires: 1_800_000_000,
         proof: [0xab; 32],
+        growth: Some(weft_proto::access::GrowthBound {
+            uid: 65534,
+            gid: 65534,
+            project: 9,
+            object_end: 3 << 20,
+        }),
     }
 }
 
@@ -993,7 +999,10 @@ fn responses() -> Vec<Response> {
             done: false,
         },
         Response::Raft,
-        Response::Reserved { to: 9 << 20 },
+        Response::Reserved {
+            to: 9 << 20,
+            capability: Some(capability()),
+        },
         Response::QuotaGranted {
             bytes: 12 << 20,
             inodes: 64,

@@ -462,6 +462,7 @@ impl Storage {
             tag,
             owner,
             project,
+            capability,
             ..
         } = request
         else {
@@ -517,7 +518,8 @@ impl Storage {
             generation,
             object_offset,
             tag,
-            capability: None,
+            // Checked with the copy: it binds the write's growth as the copy's.
+            capability,
             owner,
             project,
         };
@@ -969,68 +971,89 @@ impl Storage {
 
     /// Refuses a client's write that grows a file whose owner, group or project is over its
     /// space quota in this target's pool (as the cluster map lists them), and any allocation
-    /// of such a file's space (with or without its size), with `QuotaExceeded`.
-    /// Forwards are not checked: the primary decided for the group.
+    /// of such a file's space (with or without its size), with `QuotaExceeded`. A request that
+    /// shows a capability is judged by what the capability binds (its owner, whatever the
+    /// request says, and the end its objects may grow to: the room the file's home reserved
+    /// for the client), so a restricted client cannot name another owner, none, or grow a
+    /// file past its room. Forwards are not checked: the primary decided for the group.
     fn quota_admits(
         &self,
         target: &Target,
         request: &StorageRequest,
         len: usize,
     ) -> Result<(), WireError> {
-        // Where the request grows the object: past its end for a write or a zeroing; any
-        // allocation takes space whatever the object's length (`None`).
-        let ((uid, gid), project, mirror, inode, grows_past) = match request {
+        // Where the request grows the object to: past its end for a write or a zeroing; any
+        // allocation takes space whatever the object's length (`allocates`).
+        let (said, mirror, inode, end, allocates) = match request {
             StorageRequest::Write {
                 inode,
                 object_offset,
-                owner: Some(owner),
+                owner,
                 project,
                 mirror,
                 ..
             } => (
-                owner,
-                project,
+                owner.map(|owner| (owner, *project)),
                 mirror,
                 inode,
-                Some(object_offset.saturating_add(len as u64)),
+                object_offset.saturating_add(len as u64),
+                false,
             ),
             StorageRequest::Fallocate {
                 inode,
                 object_offset,
                 len,
                 mode,
-                owner: Some(owner),
+                owner,
                 project,
                 mirror,
                 ..
-            } => {
-                let end = object_offset.saturating_add(*len);
-                let grows_past =
-                    (*mode != weft_proto::messages::FallocateMode::Allocate).then_some(end);
-                (owner, project, mirror, inode, grows_past)
-            }
+            } => (
+                owner.map(|owner| (owner, *project)),
+                mirror,
+                inode,
+                object_offset.saturating_add(*len),
+                *mode == weft_proto::messages::FallocateMode::Allocate,
+            ),
             _ => return Ok(()),
         };
         if mirror.is_some_and(|route| route.forwarded) {
             return Ok(());
         }
+        let bound = request
+            .file_access()
+            .and_then(|(_, _, capability)| capability)
+            .and_then(|capability| capability.growth);
+        let object = ObjectId::new(Space::of(*mirror), *inode);
+        let length = || target.length(object).map_err(WireError::from);
+        let owner = match (bound, said) {
+            (Some(bound), _) => {
+                if end > bound.object_end && end > length()? {
+                    return Err(WireError::new(
+                        ErrorCode::QuotaExceeded,
+                        format!(
+                            "a change of {inode} to object offset {end} passes the room its home reserved (to {}): ask it for room first (a quota of its owner, group or project is limited)",
+                            bound.object_end
+                        ),
+                    ));
+                }
+                weft_proto::quota::Owner {
+                    uid: bound.uid,
+                    gid: bound.gid,
+                    project: bound.project,
+                }
+            }
+            (None, Some(((uid, gid), project))) => weft_proto::quota::Owner { uid, gid, project },
+            (None, None) => return Ok(()),
+        };
         let map = self.cluster.map();
         let Some(pool) = map.target(target.id).map(|t| t.pool) else {
             return Ok(());
         };
-        let owner = weft_proto::quota::Owner {
-            uid: *uid,
-            gid: *gid,
-            project: *project,
-        };
         let Some(refusal) = map.quota_refusal(owner, pool, weft_proto::quota::Growth::Bytes) else {
             return Ok(());
         };
-        let Some(end) = grows_past else {
-            return Err(refusal);
-        };
-        let object = ObjectId::new(Space::of(*mirror), *inode);
-        if end > target.length(object).map_err(WireError::from)? {
+        if allocates || end > length()? {
             return Err(refusal);
         }
         Ok(())

@@ -15,7 +15,7 @@ use super::Meta;
 use crate::store::{load_inode, OpError, INODES};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use weft_proto::access::WRITE;
+use weft_proto::access::{GrowthBound, WRITE};
 use weft_proto::ids::{InodeId, StoragePoolId};
 use weft_proto::messages::Response;
 use weft_proto::quota::{Owner, QuotaHard, QuotaKey};
@@ -283,6 +283,48 @@ impl Meta {
         Ok(())
     }
 
+    /// The growth bound of a capability of `session` for `inode`: the file's owner, group
+    /// and project, and the end its objects may grow to: as far as the room this home
+    /// reserved for the session's opens of it (or its size, without one) takes them, or no
+    /// end when no hard byte limit counts the file. `None` for what is no regular file.
+    pub(super) fn growth_bound(
+        &self,
+        inode: InodeId,
+        session: weft_proto::ids::ClientId,
+    ) -> Option<GrowthBound> {
+        let record = self
+            .read(|txn| load_inode(&txn.open_table(INODES)?, inode))
+            .ok()?;
+        let layout = record.layout.as_ref()?;
+        let owner = record.owner();
+        let limited = self.cluster.map().hard_limited(
+            owner,
+            crate::usage::pool_of(&record),
+            weft_proto::quota::Growth::Bytes,
+        );
+        let object_end = if limited {
+            let room = self
+                .grants
+                .ledger()
+                .rooms
+                .iter()
+                .filter(|((client, _), room)| *client == session && room.inode == inode)
+                .map(|(_, room)| room.end)
+                .max()
+                .unwrap_or(0);
+            // The first object of a stripe is the longest.
+            weft_proto::layout::object_length_for_file_size(layout, 0, room.max(record.size))
+        } else {
+            u64::MAX
+        };
+        Some(GrowthBound {
+            uid: owner.uid,
+            gid: owner.gid,
+            project: owner.project,
+            object_end,
+        })
+    }
+
     /// Room for open `open` (registered for writing) to grow `inode` to `to`: answers the
     /// end it may grow the file to, `to` and a batch more when its quotas hold it, less at a
     /// hard limit, and no end at all when no hard byte limit counts the file.
@@ -309,7 +351,10 @@ impl Meta {
             .filter(|hard| hard.bytes > 0)
             .collect();
         if limits.is_empty() {
-            return Ok(Response::Reserved { to: u64::MAX });
+            return Ok(Response::Reserved {
+                to: u64::MAX,
+                capability: None,
+            });
         }
         let keys: Vec<QuotaKey> = limits.iter().map(|hard| hard.key).collect();
         let batch = batch(&limits);
@@ -323,7 +368,10 @@ impl Meta {
                 .map_or(record.size, |room| room.end.max(record.size))
         };
         if to <= base {
-            return Ok(Response::Reserved { to: base });
+            return Ok(Response::Reserved {
+                to: base,
+                capability: None,
+            });
         }
         let used = self.used(&keys)?;
         let size = record.size;
@@ -353,7 +401,10 @@ impl Meta {
         );
         drop(ledger);
         outcome?;
-        Ok(Response::Reserved { to: end })
+        Ok(Response::Reserved {
+            to: end,
+            capability: None,
+        })
     }
 
     /// Counts growth of `growth` (bytes, inodes) of `owner`'s use in `pool` against this
