@@ -1042,4 +1042,21 @@ fn a_hard_limit_holds_however_a_file_grows() {
         "dd if=/dev/zero of=big bs=1M count=32 conv=fsync",
     );
     assert!(ok, "dd under a raised limit: {err}");
+    // Space allocated past the size counts after the close too: allocations that keep the
+    // size, one file after another, stop at the limit as writes do.
+    let (ok, err) = as_nobody(
+        &mnt.join("q"),
+        "for f in k1 k2 k3 k4; do touch $f && fallocate -n -l 16M $f || exit 1; done",
+    );
+    assert!(
+        !ok,
+        "64 MiB allocated past 32 MiB written under a 64 MiB limit"
+    );
+    assert!(err.contains("Disk quota exceeded"), "{err}");
+    weft_testkit::wait_until("the allocations to be counted", || {
+        let used = bytes_used_by(&cluster, "65534");
+        assert!(used <= 64 << 20, "nobody uses {used} bytes, past its limit");
+        used >= (32 << 20) + (16 << 20)
+    })
+    .expect("allocations counted");
 }

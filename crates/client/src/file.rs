@@ -64,6 +64,9 @@ struct Known {
     last_error: Option<ClientError>,
     /// The file's layout as last heard of (it changes when the file moves to other targets).
     layout: Option<Arc<FileLayout>>,
+    /// The end of what this client allocated past the size in `generation` (`fallocate` with
+    /// `KEEP_SIZE`), reported for the file's quotas.
+    allocated_end: u64,
     /// The end the file's home reserved room for this client's opens to grow it to, when its
     /// owner, group or project has a hard byte limit (`Client::reserve`); 0 before any.
     room: u64,
@@ -78,6 +81,7 @@ impl Known {
         self.written = SlotSet::default();
         self.landed = SlotSet::default();
         self.reported_end = 0;
+        self.allocated_end = 0;
     }
 }
 
@@ -305,6 +309,7 @@ impl Shared {
                 durable,
                 modified,
                 written: known.written,
+                allocated: known.allocated_end,
             };
             (report, known.changes)
         };
@@ -823,8 +828,11 @@ impl OpenFile {
             })
             .await?;
         if keep_size {
-            // Zeroed bytes: what was read ahead of them is stale.
+            // Zeroed bytes: what was read ahead of them is stale. The space counts in the
+            // file's quotas from its next report.
             self.shared.note_change();
+            let mut known = self.shared.known();
+            known.allocated_end = known.allocated_end.max(offset.saturating_add(len));
         } else {
             // The size grows as a write's would: known here at once, reported at close.
             self.shared

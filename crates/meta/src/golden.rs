@@ -72,6 +72,7 @@ fn file() -> InodeRecord {
         shard_of: 0,
         sealed: None,
         project: 0,
+        allocated: 1 << 20,
     }
 }
 
@@ -88,6 +89,7 @@ fn directory() -> InodeRecord {
         sealed: Some((2, 9)),
         symlink: Some("unused".into()),
         project: 42,
+        allocated: 0,
         ..file()
     }
 }
@@ -265,6 +267,21 @@ fn stored_records_keep_their_bytes() {
         now.lines().count(),
         recorded.lines().count(),
         "records added or removed"
+    );
+}
+
+// Goal: an inode record of format version 3 (before allocations past the size were kept)
+// reads as with none.
+#[test]
+fn inode_records_of_version_3_decode() {
+    const DIRECTORY_V3: &str = "0301a40302e80764802000020206040a060200010080802002010106756e7573656481808080808040ac020187808080808040868080808080400102092a";
+    let bytes: Vec<u8> = (0..DIRECTORY_V3.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&DIRECTORY_V3[at..at + 2], 16).expect("hex"))
+        .collect();
+    assert_eq!(
+        InodeRecord::decode(5, &bytes).expect("decodes"),
+        directory()
     );
 }
 

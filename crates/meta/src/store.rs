@@ -210,7 +210,7 @@ where
 }
 
 /// Format version of inode records; older versions decode through explicit migrations.
-const INODE_FORMAT_VERSION: u8 = 3;
+const INODE_FORMAT_VERSION: u8 = 4;
 /// What the unused `next_cookie` of an inode record holds (cookies come from name hashes).
 pub(crate) const FIRST_COOKIE: u64 = 3;
 /// Cookie bits that number the names of one hash bucket: 256 names whose hashes collide can
@@ -254,6 +254,63 @@ pub(crate) struct InodeRecord {
     pub sealed: Option<(u32, u64)>,
     /// The project whose quotas count it (0: none), taken from its directory at creation.
     pub project: u32,
+    /// The end of the space allocated to a regular file past its size (`fallocate` with
+    /// `KEEP_SIZE`), as its writers reported it in its truncate generation; 0 when none.
+    /// Quotas count a file's size or this, the larger: space it holds either way.
+    pub allocated: u64,
+}
+
+/// Version 3 of [`InodeRecord`], before allocations past the size were kept.
+#[derive(Deserialize)]
+struct InodeRecordV3 {
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    rdev: u32,
+    atime: Timestamp,
+    mtime: Timestamp,
+    ctime: Timestamp,
+    truncate_generation: u64,
+    layout: Option<FileLayout>,
+    pattern: Option<StripePattern>,
+    symlink: Option<String>,
+    parent: u64,
+    next_cookie: u64,
+    shards: Vec<u64>,
+    shard_of: u64,
+    sealed: Option<(u32, u64)>,
+    project: u32,
+}
+
+impl From<InodeRecordV3> for InodeRecord {
+    fn from(v3: InodeRecordV3) -> InodeRecord {
+        InodeRecord {
+            kind: v3.kind,
+            mode: v3.mode,
+            nlink: v3.nlink,
+            uid: v3.uid,
+            gid: v3.gid,
+            size: v3.size,
+            rdev: v3.rdev,
+            atime: v3.atime,
+            mtime: v3.mtime,
+            ctime: v3.ctime,
+            truncate_generation: v3.truncate_generation,
+            layout: v3.layout,
+            pattern: v3.pattern,
+            symlink: v3.symlink,
+            parent: v3.parent,
+            next_cookie: v3.next_cookie,
+            shards: v3.shards,
+            shard_of: v3.shard_of,
+            sealed: v3.sealed,
+            project: v3.project,
+            allocated: 0,
+        }
+    }
 }
 
 /// Version 2 of [`InodeRecord`], before projects.
@@ -303,6 +360,7 @@ impl From<InodeRecordV2> for InodeRecord {
             shard_of: v2.shard_of,
             sealed: v2.sealed,
             project: 0,
+            allocated: 0,
         }
     }
 }
@@ -393,6 +451,7 @@ impl InodeRecord {
             shard_of: 0,
             sealed: None,
             project: 0,
+            allocated: 0,
         }
     }
 
@@ -444,6 +503,9 @@ impl InodeRecord {
             |error: postcard::Error| StoreError::damaged(format!("inode {inode:#x}"), error).into();
         match bytes.split_first() {
             Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
+            Some((3, rest)) => postcard::from_bytes::<InodeRecordV3>(rest)
+                .map(InodeRecord::from)
+                .map_err(damaged),
             Some((2, rest)) => postcard::from_bytes::<InodeRecordV2>(rest)
                 .map(InodeRecord::from)
                 .map_err(damaged),

@@ -626,6 +626,7 @@ fn written(size: u64, generation: u64, durable: bool) -> SizeReport {
         durable,
         modified: true,
         written: SlotSet::default(),
+        allocated: 0,
     }
 }
 

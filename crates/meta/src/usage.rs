@@ -3,7 +3,8 @@
 //! which takes the old record's use off and adds the new one's. `weft quota report` reads it
 //! ([`usage`]), `weft fsck` recounts it from the inodes ([`recount`]).
 //!
-//! A regular file uses its size (holes included) and one inode in its layout's pool; any
+//! A regular file uses its size (holes included), or the end of the space allocated past it
+//! (`fallocate` with `KEEP_SIZE`) when that is larger, and one inode in its layout's pool; any
 //! other inode uses one inode in its own pattern's pool (a directory's) or the default pool.
 //! A file unlinked while open uses both until its last close. Shards of a spread directory
 //! are the directory's, not inodes of their own.
@@ -28,7 +29,7 @@ fn charges(record: &InodeRecord) -> Option<(Vec<Key>, u64)> {
     }
     let pool = pool_of(record).0;
     let bytes = if record.kind == FileKind::Regular {
-        record.size
+        record.size.max(record.allocated)
     } else {
         0
     };

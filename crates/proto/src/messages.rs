@@ -964,6 +964,10 @@ pub struct SizeReport {
     /// The slots of the file's layout this client wrote to in the generation: the file
     /// records them, so `weft fsck` can tell a lost object from a hole.
     pub written: SlotSet,
+    /// The end of what this client allocated past the size in the generation (`fallocate`
+    /// with `KEEP_SIZE`), which quotas count; 0 when nothing (protocol version 9).
+    #[serde(default, with = "crate::wire::since_9")]
+    pub allocated: u64,
 }
 
 /// Requests served by a metadata server.

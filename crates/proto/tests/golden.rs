@@ -520,6 +520,7 @@ fn meta_requests() -> Vec<MetaRequest> {
                 durable: true,
                 modified: true,
                 written: SlotSet::default(),
+                allocated: 8192,
             },
             granted: Some(capability()),
         },

@@ -163,6 +163,7 @@ pub(crate) fn create(
         shard_of: 0,
         sealed: None,
         project: parent.project,
+        allocated: 0,
     };
     store_inode(&mut inodes, inode, &record)?;
     insert_dentry(

@@ -158,6 +158,8 @@ pub(crate) fn set_attr(
     }
     if let Some(size) = changes.size {
         record.size = size;
+        // The truncate cuts every object past the size, what was allocated there too.
+        record.allocated = 0;
         if changes.mtime.is_none() {
             record.mtime = timestamp;
         }
@@ -184,7 +186,7 @@ pub(crate) fn report_size(
     let response = apply_size(
         txn,
         inode,
-        (report.size, report.truncate_generation),
+        (report.size, report.truncate_generation, report.allocated),
         report.modified,
         report.written,
     )?;
@@ -219,7 +221,13 @@ pub(crate) fn settle_size(
             // writes changed the file.
             let size = found.grown.unwrap_or(0);
             let grown = found.grown.is_some();
-            apply_size(txn, inode, (size, found.generation), grown, found.written)?
+            apply_size(
+                txn,
+                inode,
+                (size, found.generation, 0),
+                grown,
+                found.written,
+            )?
         }
         _ => Response::Done,
     };
@@ -232,7 +240,7 @@ pub(crate) fn settle_size(
 fn apply_size(
     txn: &WriteTransaction,
     inode: InodeId,
-    (size, generation): (u64, u64),
+    (size, generation, allocated): (u64, u64, u64),
     modified: bool,
     written: SlotSet,
 ) -> Result<Response, OpError> {
@@ -247,6 +255,9 @@ fn apply_size(
     let timestamp = now();
     if generation == record.truncate_generation && size > record.size {
         record.size = size;
+    }
+    if generation == record.truncate_generation {
+        record.allocated = record.allocated.max(allocated);
     }
     if generation == record.truncate_generation && modified {
         record.touch(timestamp);
