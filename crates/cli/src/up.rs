@@ -114,6 +114,7 @@ async fn up(args: UpArgs) -> Result<()> {
         replicas: Vec::new(),
         replica: 0,
         web_details: false,
+        sessions_per_client: weft_mgmt::config::SESSIONS_PER_CLIENT_DEFAULT,
         influxdb: None,
         metrics_listen: None,
         log: None,

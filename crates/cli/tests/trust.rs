@@ -823,3 +823,45 @@ fn a_restricted_client_grows_a_file_only_into_its_room() {
     assert_eq!(refused.code(), ErrorCode::CapabilityNeeded, "{refused}");
     runtime.block_on(file.close()).expect("close");
 }
+
+// Goal: one client key cannot make management's store grow without bound: past
+// `sessions_per_client` live sessions its registrations are refused with a reason, while
+// another key still registers. Method: a cluster of real processes with management's bound
+// set to 4; registrations of sessions through the protocol with two client keys.
+#[test]
+fn a_client_key_holds_a_bounded_number_of_sessions() {
+    let cluster = cluster(ClusterSpec {
+        mgmt_settings: vec!["sessions_per_client=4".into()],
+        ..ClusterSpec::default()
+    });
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let runtime = common::runtime();
+    let mgmt_as = |name: &str| {
+        let key = common::client_key(&cluster, scratch.path(), name);
+        weft_net::ClusterView::new(
+            cluster.mgmt(),
+            weft_net::RpcClientOptions {
+                auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
+                ..weft_net::RpcClientOptions::default()
+            },
+        )
+    };
+    let greedy = mgmt_as("greedy");
+    for n in 0..4 {
+        runtime
+            .block_on(greedy.mgmt().register_client(format!("s{n}")))
+            .expect("a session within the bound");
+    }
+    let refused = runtime
+        .block_on(greedy.mgmt().register_client("one more".into()))
+        .expect_err("a fifth session");
+    assert_eq!(refused.code(), weft_proto::ErrorCode::PermissionDenied);
+    assert!(
+        refused.to_string().contains("sessions_per_client"),
+        "{refused}"
+    );
+    let other = mgmt_as("other");
+    runtime
+        .block_on(other.mgmt().register_client("mine".into()))
+        .expect("another key registers");
+}

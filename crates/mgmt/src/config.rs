@@ -84,7 +84,19 @@ weft_net::service_config! {
         /// port is reached from a trusted network only.
         #[serde(default)]
         pub web_details: bool,
+        /// Most live sessions one client key may hold at once: a registration past it is
+        /// refused, so a client key cannot make management's store grow without bound.
+        /// Sessions end when their clients stop heartbeating. Members are not counted.
+        #[serde(default = "default_sessions_per_client")]
+        pub sessions_per_client: usize,
     }
+}
+
+/// Default for `sessions_per_client`: far more mounts and jobs than one host runs.
+pub const SESSIONS_PER_CLIENT_DEFAULT: usize = 1024;
+
+fn default_sessions_per_client() -> usize {
+    SESSIONS_PER_CLIENT_DEFAULT
 }
 
 /// Default grace period of soft quota limits: a week.

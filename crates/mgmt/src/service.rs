@@ -73,6 +73,8 @@ struct Mgmt {
     /// The map last built for a watcher, and when ([`Mgmt::watched_map`]).
     watched: Mutex<Option<(Instant, Arc<ClusterMap>)>>,
     quota_grace_period: Duration,
+    /// Most live sessions of one client key (`sessions_per_client`).
+    sessions_per_client: usize,
 }
 
 /// `map` as the client identity `client` may see it (all of it for members): a client learns
@@ -398,6 +400,7 @@ impl Mgmt {
             map_shape: Mutex::new(0),
             watched: Mutex::new(None),
             quota_grace_period: config.quota_grace_period,
+            sessions_per_client: config.sessions_per_client,
         })
     }
 }
@@ -1000,6 +1003,21 @@ impl Mgmt {
                 })
             }
             MgmtRequest::RegisterClient { alias } => {
+                if let Some(name) = client_name {
+                    let held = self
+                        .store
+                        .session_owners()
+                        .map_err(internal)?
+                        .iter()
+                        .filter(|(_, owner)| owner == name)
+                        .count();
+                    if held >= self.sessions_per_client {
+                        return Err(WireError::new(
+                            ErrorCode::PermissionDenied,
+                            format!("client {name} holds {held} live sessions, the most one client key may (management's sessions_per_client): sessions end when their clients stop"),
+                        ));
+                    }
+                }
                 let client = self
                     .store
                     .register_client(&alias, client_name)
