@@ -1060,3 +1060,106 @@ fn a_hard_limit_holds_however_a_file_grows() {
     })
     .expect("allocations counted");
 }
+
+// Goal: the room a writer holds under a hard limit counts for as long as the writer may use
+// it: a truncate of its file to nothing leaves the room counted (the writer may fill it again
+// without asking), and so does the close of one of two handles of one client. Another file
+// gets only what is left, and the use never passes the limit. Method: a native client as
+// nobody under an 8 MiB limit, writes of 1 MiB until refused, `weft quota report`.
+#[test]
+fn a_writers_room_counts_across_truncates_and_handles() {
+    let limit: u64 = 8 << 20;
+    let cluster = cluster(ClusterSpec::default());
+    run_ok(
+        &cluster,
+        &["quota", "set", "--user", "65534", "--hard-bytes", "8M"],
+    );
+    wait_for_the_map(&cluster);
+    let (runtime, client) = common::native_client(&cluster, |_| {});
+    let block = bytes::Bytes::from(vec![7u8; 1 << 20]);
+    let create = |name: &str| {
+        let new = weft_client::client::regular_file(0o644, 0o022, (65534, 65534));
+        runtime
+            .block_on(client.create_file((weft_proto::InodeId::ROOT, name), new))
+            .expect("create")
+            .0
+    };
+    // MiB written at 0, 1, 2… until one is refused (EDQUOT), at most `most`.
+    let fill = |file: &weft_client::OpenFile, most: u64| -> u64 {
+        for at in 0..most {
+            if let Err(error) = runtime.block_on(file.write(at << 20, block.clone())) {
+                assert_eq!(
+                    error.code(),
+                    weft_proto::ErrorCode::QuotaExceeded,
+                    "{error}"
+                );
+                return at;
+            }
+        }
+        most
+    };
+    let settled_use = |files: &[&weft_client::OpenFile]| {
+        for file in files {
+            runtime.block_on(file.flush()).expect("report");
+        }
+        let used = bytes_used_by(&cluster, "65534");
+        assert!(used <= limit, "nobody uses {used} bytes, past its limit");
+        used
+    };
+
+    // A truncate to nothing: the room stays counted, the file is filled again.
+    let a = create("a");
+    assert_eq!(fill(&a, 6), 6);
+    runtime
+        .block_on(client.set_attr(
+            a.inode(),
+            weft_proto::messages::AttrChanges {
+                size: Some(0),
+                ..Default::default()
+            },
+        ))
+        .expect("truncate");
+    let b = create("b");
+    let into_b = fill(&b, 8);
+    assert!(into_b < 2, "b took {into_b} MiB of a's room");
+    assert_eq!(fill(&a, 6), 6, "a fills its room again");
+    settled_use(&[&a, &b]);
+    runtime.block_on(a.close()).expect("close a");
+    runtime.block_on(b.close()).expect("close b");
+    runtime
+        .block_on(client.set_attr(
+            b.inode(),
+            weft_proto::messages::AttrChanges {
+                size: Some(0),
+                ..Default::default()
+            },
+        ))
+        .expect("truncate b");
+    runtime
+        .block_on(client.set_attr(
+            a.inode(),
+            weft_proto::messages::AttrChanges {
+                size: Some(0),
+                ..Default::default()
+            },
+        ))
+        .expect("truncate a");
+
+    // Two handles of one file: the close of one leaves the other's room counted.
+    let c = create("c");
+    let c_again = runtime
+        .block_on(client.open_file(
+            c.inode(),
+            weft_proto::access::READ | weft_proto::access::WRITE,
+        ))
+        .expect("open again");
+    assert_eq!(fill(&c, 3), 3);
+    runtime.block_on(c.close()).expect("close one handle");
+    let d = create("d");
+    fill(&d, 8);
+    fill(&c_again, 3);
+    settled_use(&[&c_again, &d]);
+    runtime.block_on(c_again.close()).expect("close");
+    runtime.block_on(d.close()).expect("close");
+    settled_use(&[]);
+}

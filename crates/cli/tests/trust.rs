@@ -821,6 +821,13 @@ fn a_restricted_client_grows_a_file_only_into_its_room() {
     };
     let refused = write(8 << 20, forged, Some(root)).expect_err("a forged bound");
     assert_eq!(refused.code(), ErrorCode::CapabilityNeeded, "{refused}");
+    // Nor can it take the bound off: a client of version 9 shows it.
+    let stripped = weft_proto::access::Capability {
+        growth: None,
+        ..capability
+    };
+    let refused = write(8 << 20, stripped, Some(root)).expect_err("a stripped bound");
+    assert_eq!(refused.code(), ErrorCode::CapabilityNeeded, "{refused}");
     runtime.block_on(file.close()).expect("close");
 }
 

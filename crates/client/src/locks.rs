@@ -94,10 +94,17 @@ impl HeldOpens {
         session: weft_proto::ids::ClientId,
     ) -> Option<Capability> {
         let held = self.held.lock().expect("held opens poisoned");
+        // Of those that grant it, the one whose room reaches furthest (a reserve grants the
+        // access of the open it was asked through again, with the new room).
         held.get(&inode)?
             .capabilities
             .iter()
-            .find(|capability| capability.access & want == want && capability.session == session)
+            .filter(|capability| capability.access & want == want && capability.session == session)
+            .max_by_key(|capability| {
+                capability
+                    .growth
+                    .map_or(u64::MAX, |growth| growth.object_end)
+            })
             .copied()
     }
 

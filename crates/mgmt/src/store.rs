@@ -56,8 +56,8 @@ pub(crate) type GraceStarts = [Option<u64>; 2];
 /// that soft limit: the grace periods running, kept across restarts.
 const QUOTA_GRACE: TableDefinition<(u8, u32, u16, u8), u64> = TableDefinition::new("quota_grace");
 /// (kind, id, pool, metadata home) → (bytes, inodes): what each home holds of a hard quota
-/// (`MgmtRequest::GrantQuota`). Together within the hard limits; a rule set anew drops its
-/// grants, and the homes ask again.
+/// (`MgmtRequest::GrantQuota`). Together within the hard limits (but for grants given before
+/// a limit was lowered, until their homes ask again); a rule removed drops its grants.
 const QUOTA_GRANTS: TableDefinition<(u8, u32, u16, u32), (u64, u64)> =
     TableDefinition::new("quota_grants");
 /// target id → Unix milliseconds when its drain began (`weft target drain`).
@@ -1070,13 +1070,17 @@ pub(crate) fn apply(txn: &WriteTransaction, command: &Command) -> Result<Outcome
             } else {
                 rules.insert(*key, *limits).map_err(store_error)?;
             }
-            let mut grants = txn.open_table(QUOTA_GRANTS).map_err(store_error)?;
-            grants
-                .retain_in(
-                    (key.0, key.1, key.2, 0)..=(key.0, key.1, key.2, u32::MAX),
-                    |_, _| false,
-                )
-                .map_err(store_error)?;
+            // A rule removed takes its grants with it. A rule set anew keeps them: each home
+            // forgets what it held of a changed limit and tells management what it needs.
+            if *limits == (0, 0, 0, 0) {
+                let mut grants = txn.open_table(QUOTA_GRANTS).map_err(store_error)?;
+                grants
+                    .retain_in(
+                        (key.0, key.1, key.2, 0)..=(key.0, key.1, key.2, u32::MAX),
+                        |_, _| false,
+                    )
+                    .map_err(store_error)?;
+            }
             let mut grace = txn.open_table(QUOTA_GRACE).map_err(store_error)?;
             for what in [0, 1] {
                 grace
@@ -1187,7 +1191,7 @@ fn granted(
         cut(asked.0, hard_bytes, others.0),
         cut(asked.1, hard_inodes, others.1),
     );
-    // The grants together stay within each hard limit (a rule set anew drops its grants).
+    // What is given keeps the grants together within each hard limit.
     assert!(hard_bytes == 0 || given.0 == 0 || given.0 + others.0 <= hard_bytes);
     assert!(hard_inodes == 0 || given.1 == 0 || given.1 + others.1 <= hard_inodes);
     Ok(given)

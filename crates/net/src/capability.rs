@@ -28,14 +28,14 @@ impl std::fmt::Debug for Capabilities {
     }
 }
 
-/// What a proof signs: the inode, the access, the session and the expiry, and the growth
-/// bound when there is one (a grant of version 8 had none, and signs as it did).
+/// What a proof signs: the inode, the access, the session and the expiry; for the proof of a
+/// growth bound, its fields too.
 fn signed(
     inode: InodeId,
     access: u8,
     session: ClientId,
     expires: u64,
-    growth: Option<GrowthBound>,
+    growth: Option<&GrowthBound>,
 ) -> Vec<u8> {
     let mut input = Vec::with_capacity(45);
     input.extend_from_slice(&inode.0.to_le_bytes());
@@ -106,15 +106,21 @@ impl Capabilities {
         growth: Option<GrowthBound>,
     ) -> Capability {
         let access = access & (READ | WRITE);
-        let tag = hmac::sign(&self.key, &signed(inode, access, session, expires, growth));
-        let mut proof = [0; 32];
-        proof.copy_from_slice(tag.as_ref());
+        let sign = |growth: Option<&GrowthBound>| {
+            let tag = hmac::sign(&self.key, &signed(inode, access, session, expires, growth));
+            let mut proof = [0; 32];
+            proof.copy_from_slice(tag.as_ref());
+            proof
+        };
         Capability {
             session,
             access,
             expires,
-            proof,
-            growth,
+            proof: sign(None),
+            growth: growth.map(|growth| GrowthBound {
+                proof: sign(Some(&growth)),
+                ..growth
+            }),
         }
     }
 
@@ -164,14 +170,21 @@ impl Capabilities {
 
     /// Whether the proof of `capability` verifies for `inode`.
     fn genuine(&self, inode: InodeId, capability: &Capability) -> bool {
-        let input = signed(
-            inode,
-            capability.access,
-            capability.session,
-            capability.expires,
-            capability.growth,
-        );
-        hmac::verify(&self.key, &input, &capability.proof).is_ok()
+        let verify = |growth: Option<&GrowthBound>, proof: &[u8; 32]| {
+            let input = signed(
+                inode,
+                capability.access,
+                capability.session,
+                capability.expires,
+                growth,
+            );
+            hmac::verify(&self.key, &input, proof).is_ok()
+        };
+        verify(None, &capability.proof)
+            && capability
+                .growth
+                .as_ref()
+                .is_none_or(|growth| verify(Some(growth), &growth.proof))
     }
 }
 
@@ -231,16 +244,24 @@ mod tests {
             gid: 65534,
             project: 0,
             object_end: 1 << 20,
+            proof: [0; 32],
         };
         let write = ours.grant((inode, WRITE), session, now, Some(bound));
         assert!(ours.check(inode, WRITE, Some(&write), now).is_ok());
+        // A peer of version 8 never sees the bound: the rest still proves itself.
+        let older = Capability {
+            growth: None,
+            ..write
+        };
+        assert!(ours.check(inode, WRITE, Some(&older), now).is_ok());
+        let granted = write.growth.expect("a bound");
         for forged in [
-            None,
             Some(GrowthBound {
                 object_end: u64::MAX,
-                ..bound
+                ..granted
             }),
-            Some(GrowthBound { uid: 0, ..bound }),
+            Some(GrowthBound { uid: 0, ..granted }),
+            Some(bound),
         ] {
             let forged = Capability {
                 growth: forged,

@@ -18,6 +18,19 @@ use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::error::{ErrorCode, WireError};
 use weft_proto::messages::{Reply, Request, Response, TargetStats};
 
+tokio::task_local! {
+    /// The protocol version of the request being handled on this task.
+    static PEER_VERSION: u16;
+}
+
+/// The protocol version the request being handled came in: what its sender speaks. The
+/// newest outside a request's handling.
+pub fn peer_version() -> u16 {
+    PEER_VERSION
+        .try_with(|version| *version)
+        .unwrap_or(weft_proto::codec::PROTOCOL_VERSION)
+}
+
 /// Requests one connection may have in flight before the server stops reading from it.
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: usize = 128;
 
@@ -691,7 +704,7 @@ async fn serve_connection<H: Handler>(
                             Identity::Member => handler.handle(from, request, payload).await,
                         }
                     };
-                    handled.await
+                    PEER_VERSION.scope(header.version, handled).await
                 }
             };
             // The answer goes in the version the request came in; one that version cannot

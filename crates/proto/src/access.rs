@@ -171,6 +171,10 @@ pub struct GrowthBound {
     pub project: u32,
     /// The end past which none of the file's objects may grow.
     pub object_end: u64,
+    /// The HMAC of the capability's other fields and these. The capability's own proof
+    /// signs what a peer of version 8 checks, so a client of version 8 (which never sees
+    /// this) still shows a good one; a peer of version 9 must show this too.
+    pub proof: [u8; 32],
 }
 
 impl ClientRule {

@@ -43,6 +43,7 @@ fn capability() -> Capability {
             gid: 65534,
             project: 9,
             object_end: 3 << 20,
+            proof: [0xcd; 32],
         }),
     }
 }

@@ -1020,10 +1020,20 @@ impl Storage {
         if mirror.is_some_and(|route| route.forwarded) {
             return Ok(());
         }
-        let bound = request
+        let capability = request
             .file_access()
-            .and_then(|(_, _, capability)| capability)
-            .and_then(|capability| capability.growth);
+            .and_then(|(_, _, capability)| capability);
+        // A metadata server of version 9 binds every capability of a regular file's open:
+        // one shown without its bound by a peer of version 9 had it taken off.
+        if capability.is_some_and(|capability| capability.growth.is_none())
+            && weft_net::server::peer_version() >= 9
+        {
+            return Err(WireError::new(
+                ErrorCode::CapabilityNeeded,
+                format!("a capability of {inode} without its growth bound: open the file again"),
+            ));
+        }
+        let bound = capability.and_then(|capability| capability.growth);
         let object = ObjectId::new(Space::of(*mirror), *inode);
         let length = || target.length(object).map_err(WireError::from);
         let owner = match (bound, said) {

@@ -59,6 +59,12 @@ impl Meta {
                     self.map_for(&self.parent_pattern(parent).0, std::time::Instant::now())
                         .await;
                 }
+                // A new inode counts in its owner's hard inode limits from its check here to
+                // its commit, on whichever home makes it.
+                let _charged = self
+                    .charge_new_inode(mutation, parent, &new)
+                    .await
+                    .map_err(OpError::into_wire)?;
                 if new.kind == FileKind::Directory {
                     // A parent with a default spread makes every new subdirectory spread.
                     if let Some(shards) = self.inherited_spread(parent).await {
@@ -75,12 +81,6 @@ impl Meta {
                 } else {
                     self.node
                 };
-                // A new inode counts in its owner's hard inode limits from its check here to
-                // its commit, on whichever home makes it.
-                let _charged = self
-                    .charge_new_inode(mutation, parent, &new)
-                    .await
-                    .map_err(OpError::into_wire)?;
                 let open = open
                     .filter(|_| new.kind == FileKind::Regular)
                     .map(|handle| (mutation.client, handle));
@@ -124,6 +124,10 @@ impl Meta {
                 shards,
             } => {
                 self.admits_directory(parent, &new)?;
+                let _charged = self
+                    .charge_new_inode(mutation, parent, &new)
+                    .await
+                    .map_err(OpError::into_wire)?;
                 self.mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
                     .await
             }
@@ -228,6 +232,9 @@ impl Meta {
                         _ => break result,
                     }
                 };
+                if result.is_ok() && changes.size.is_some() {
+                    self.recount_rooms(inode);
+                }
                 if let Ok(Response::Attr(attr)) = &result {
                     if attr.shards.len() > 1 {
                         self.sync_shards(inode).await;
@@ -418,8 +425,8 @@ impl Meta {
                     .committer
                     .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
                     .await;
-                if let Ok(Response::Attr(attr)) = &reported {
-                    self.grants.sized(inode, attr.size);
+                if reported.is_ok() {
+                    self.recount_rooms(inode);
                 }
                 reported
             }

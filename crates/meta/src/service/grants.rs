@@ -1,22 +1,22 @@
 //! Hard quotas, held where the inodes are counted (docs/design/quotas.md): each home holds a
 //! grant from management of every hard-limited user's, group's and project's use, and lets
 //! that use grow only within it. What a home's inodes use there (the usage table, changed
-//! in their transactions), the room it reserved for its open writers to grow their files
-//! into, and the growth of operations between their check and their commit, together never
-//! pass what it holds; management gives out grants that together stay within the limit. So
-//! a hard limit holds in file sizes and inodes, whatever the number of homes, writers and
-//! targets, but for what the rooms of a crashed home had given (see the design).
+//! in their transactions), the room it reserved for its writers to grow their files into,
+//! and the growth of operations between their check and their commit, together never pass
+//! what it holds; management gives out grants that together stay within the limit. So a hard
+//! limit holds in file sizes and inodes, whatever the number of homes, writers and targets,
+//! but for what the rooms of a crashed home had given (see the design).
 //!
 //! [`Ledger`] is the arithmetic, without I/O; [`Meta::reserve`] and [`Meta::charge`] ask
 //! management when it says a grant is short.
 
 use super::sessions::OpenHandle;
 use super::Meta;
-use crate::store::{load_inode, OpError, INODES};
-use std::collections::HashMap;
+use crate::store::{load_inode, InodeRecord, OpError, INODES};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use weft_proto::access::{GrowthBound, WRITE};
-use weft_proto::ids::{InodeId, StoragePoolId};
+use weft_proto::ids::{ClientId, InodeId, StoragePoolId};
 use weft_proto::messages::Response;
 use weft_proto::quota::{Owner, QuotaHard, QuotaKey};
 use weft_proto::ErrorCode;
@@ -29,6 +29,8 @@ const ROOM_BATCH_MIN: u64 = 64 << 10;
 /// How many batches a home asks management for beyond what it needs now, so it asks once
 /// per several reserves; it gives back what it holds past twice that.
 const GRANT_SLACK_BATCHES: u64 = 4;
+/// Inodes per batch, for the slack of inode grants.
+const INODE_BATCH: u64 = 16;
 
 /// The batch of room for limits `limits`: a sixteenth of the smallest byte limit, within
 /// [`ROOM_BATCH_MIN`] and [`ROOM_BATCH_MAX`].
@@ -41,19 +43,28 @@ fn batch(limits: &[QuotaHard]) -> u64 {
         .unwrap_or(ROOM_BATCH_MAX)
 }
 
-/// Room reserved for one open's writes to grow its file into.
-struct Room {
-    inode: InodeId,
-    keys: Vec<QuotaKey>,
-    /// The end the open may grow the file to.
-    end: u64,
-    /// The file's size as last counted in the usage table: the room counts past it.
-    size: u64,
+/// What a file counts in its quotas' bytes: its size, or the end of what was allocated past
+/// it, whichever is larger (`usage.rs`).
+fn counted(record: &InodeRecord) -> u64 {
+    record.size.max(record.allocated)
 }
 
-impl Room {
+/// The room reserved for the writers of one file: each session's end, counted once past
+/// the file's counted size (the furthest end of them all).
+struct Rooms {
+    keys: Vec<QuotaKey>,
+    /// The file's bytes as the usage table counts them now.
+    counted: u64,
+    ends: HashMap<ClientId, u64>,
+}
+
+impl Rooms {
+    fn furthest(&self) -> u64 {
+        self.ends.values().copied().max().unwrap_or(0)
+    }
+
     fn bytes(&self) -> u64 {
-        self.end.saturating_sub(self.size)
+        self.furthest().saturating_sub(self.counted)
     }
 }
 
@@ -66,29 +77,37 @@ struct Pending {
 /// What a home holds of each hard quota, and what counts against it besides its inodes' use.
 #[derive(Default)]
 pub(crate) struct Ledger {
-    /// The hard limits the grants were given under, as the map last listed them: a limit set
-    /// anew drops its grants (management does too).
+    /// The hard limits the grants were given under, as the map last listed them.
     limits: Vec<QuotaHard>,
     /// (bytes, inodes) held of each quota.
     held: HashMap<QuotaKey, (u64, u64)>,
-    rooms: HashMap<OpenHandle, Room>,
+    /// Quotas whose grant management may record otherwise than `held` (after a start, or a
+    /// limit changed): the next pass of [`Meta::return_spare_grants`] sets it to what the
+    /// home needs.
+    stale: BTreeSet<QuotaKey>,
+    rooms: HashMap<InodeId, Rooms>,
     pending: HashMap<u64, Pending>,
     next_pending: u64,
 }
 
 impl Ledger {
-    /// Adopts the hard limits of a new map: the grants of a limit changed or removed are
-    /// dropped (management dropped them when the rule was set).
+    /// Adopts the hard limits of a new map: what is held of a limit that changed, appeared
+    /// or went is forgotten (nothing more is given from it before management is asked), and
+    /// management is told again what the home needs of each changed or new one.
     pub(crate) fn adopt_limits(&mut self, limits: &[QuotaHard]) {
         if self.limits == limits {
             return;
         }
-        let kept: Vec<QuotaKey> = limits
-            .iter()
-            .filter(|hard| self.limits.contains(hard))
-            .map(|hard| hard.key)
-            .collect();
-        self.held.retain(|key, _| kept.contains(key));
+        for hard in limits {
+            if !self.limits.contains(hard) {
+                self.held.remove(&hard.key);
+                self.stale.insert(hard.key);
+            }
+        }
+        self.held
+            .retain(|key, _| limits.iter().any(|hard| hard.key == *key));
+        self.stale
+            .retain(|key| limits.iter().any(|hard| hard.key == *key));
         self.limits = limits.to_vec();
     }
 
@@ -98,8 +117,8 @@ impl Ledger {
         let rooms: u64 = self
             .rooms
             .values()
-            .filter(|room| room.keys.contains(&key))
-            .map(Room::bytes)
+            .filter(|rooms| rooms.keys.contains(&key))
+            .map(Rooms::bytes)
             .sum();
         self.pending
             .values()
@@ -114,8 +133,8 @@ impl Ledger {
     }
 
     /// What to ask management to hold of `key` for `growth` on top of `used`, if what is held
-    /// falls short: enough for it and [`GRANT_SLACK_BATCHES`] batches more of bytes (or as
-    /// many inodes) where it grows.
+    /// falls short: enough for it and [`GRANT_SLACK_BATCHES`] batches more of bytes (or of
+    /// inodes) where it grows; the other stays as held.
     fn short(
         &self,
         key: QuotaKey,
@@ -129,7 +148,6 @@ impl Ledger {
             used.1 + reserved.1 + growth.1,
         );
         let held = self.held(key);
-        // Only what grows is asked for: the other stays as held.
         let short = |grows: u64, need: u64, held: u64| grows > 0 && need > held;
         if !short(growth.0, need.0, held.0) && !short(growth.1, need.1, held.1) {
             return None;
@@ -140,7 +158,7 @@ impl Ledger {
         };
         Some((
             ask(growth.0, need.0, held.0, batch),
-            ask(growth.1, need.1, held.1, 16),
+            ask(growth.1, need.1, held.1, INODE_BATCH),
         ))
     }
 
@@ -153,24 +171,90 @@ impl Ledger {
         )
     }
 
-    /// The quotas holding more than their use needs, with what to keep of each: what is
-    /// used and reserved, and the slack.
-    fn spare(&self, used: impl Fn(QuotaKey) -> (u64, u64)) -> Vec<(QuotaKey, (u64, u64))> {
-        self.held
+    /// What `key` should hold for `used`: what is used and reserved, and the slack.
+    fn keep(&self, key: QuotaKey, used: (u64, u64)) -> (u64, u64) {
+        let batch = self
+            .limits
             .iter()
-            .filter_map(|(&key, &held)| {
-                let limits = self.limits.iter().find(|hard| hard.key == key)?;
-                let (used, reserved) = (used(key), self.reserved(key));
-                let batch = batch(std::slice::from_ref(limits));
-                let keep = (
-                    used.0 + reserved.0 + GRANT_SLACK_BATCHES * batch,
-                    used.1 + reserved.1 + GRANT_SLACK_BATCHES * 16,
-                );
-                let over = |held: u64, keep: u64, per: u64| held > keep + GRANT_SLACK_BATCHES * per;
-                (over(held.0, keep.0, batch) || over(held.1, keep.1, 16))
+            .find(|hard| hard.key == key)
+            .map_or(ROOM_BATCH_MAX, |hard| batch(std::slice::from_ref(hard)));
+        let reserved = self.reserved(key);
+        (
+            used.0 + reserved.0 + GRANT_SLACK_BATCHES * batch,
+            used.1 + reserved.1 + GRANT_SLACK_BATCHES * INODE_BATCH,
+        )
+    }
+
+    /// The quotas whose grant management should set again, with what to hold: the stale
+    /// ones, and those holding more than [`Ledger::keep`] by more than the slack again.
+    fn to_settle(&self, used: impl Fn(QuotaKey) -> (u64, u64)) -> Vec<(QuotaKey, (u64, u64))> {
+        let keys: BTreeSet<QuotaKey> = self.held.keys().chain(self.stale.iter()).copied().collect();
+        keys.into_iter()
+            .filter_map(|key| {
+                let keep = self.keep(key, used(key));
+                let held = self.held(key);
+                if self.stale.contains(&key) {
+                    return Some((key, keep));
+                }
+                let over = |held: u64, keep: u64| held > 2 * keep;
+                (over(held.0, keep.0) || over(held.1, keep.1))
                     .then_some((key, (held.0.min(keep.0), held.1.min(keep.1))))
             })
             .collect()
+    }
+
+    /// Where a session's room for `inode` may end for growth to `to`, if its grants allow:
+    /// `to` and a batch more when they hold it, else as far as they hold if that reaches
+    /// `to`; `None` when they cannot reach `to` (the room stays as it was). `used` is each
+    /// key's use; the room's file counts `counted` bytes.
+    fn fit_room(
+        &self,
+        (inode, session): (InodeId, ClientId),
+        keys: &[QuotaKey],
+        used: &HashMap<QuotaKey, (u64, u64)>,
+        (counted, to, batch): (u64, u64, u64),
+    ) -> Option<u64> {
+        let rooms = self.rooms.get(&inode);
+        let others = rooms.map_or(0, |rooms| {
+            rooms
+                .ends
+                .iter()
+                .filter(|(client, _)| **client != session)
+                .map(|(_, end)| *end)
+                .max()
+                .unwrap_or(0)
+        });
+        let own = rooms.and_then(|rooms| rooms.ends.get(&session).copied());
+        // The inode's room runs to the furthest end: only growth past it takes more.
+        let furthest = others.max(own.unwrap_or(0)).max(counted);
+        let free = keys
+            .iter()
+            .map(|key| {
+                self.free(*key, used.get(key).copied().unwrap_or_default())
+                    .0
+            })
+            .min()
+            .unwrap_or(0);
+        let wanted = to.saturating_add(batch);
+        let end = wanted.min(furthest.saturating_add(free).max(furthest));
+        (end >= to).then_some(end)
+    }
+
+    fn set_room(
+        &mut self,
+        (inode, session): (InodeId, ClientId),
+        keys: Vec<QuotaKey>,
+        counted: u64,
+        end: u64,
+    ) {
+        let rooms = self.rooms.entry(inode).or_insert_with(|| Rooms {
+            keys,
+            counted,
+            ends: HashMap::new(),
+        });
+        rooms.counted = counted;
+        let own = rooms.ends.entry(session).or_default();
+        *own = (*own).max(end);
     }
 }
 
@@ -186,20 +270,28 @@ impl QuotaGrants {
         self.ledger.lock().expect("quota ledger poisoned")
     }
 
-    /// The file `inode` is now `size` bytes long in the usage table: its rooms count past it.
-    pub(crate) fn sized(&self, inode: InodeId, size: u64) {
-        for room in self.ledger().rooms.values_mut() {
-            if room.inode == inode {
-                room.size = room.size.max(size);
-            }
+    /// Whether a room is reserved for `inode`.
+    pub(crate) fn holds_room(&self, inode: InodeId) -> bool {
+        let ledger = self.ledger();
+        !ledger.rooms.is_empty() && ledger.rooms.contains_key(&inode)
+    }
+
+    /// The file `inode` now counts `counted` bytes in the usage table (it grew, or was cut):
+    /// its rooms count past that.
+    fn recounted(&self, inode: InodeId, counted: u64) {
+        if let Some(rooms) = self.ledger().rooms.get_mut(&inode) {
+            rooms.counted = counted;
         }
     }
 
-    /// Open `open` ended: its room is given back.
-    pub(crate) fn forget_room(&self, open: OpenHandle) {
+    /// Session `session` holds no open of `inode` here any more: its room is given back.
+    pub(crate) fn forget_room(&self, session: ClientId, inode: InodeId) {
         let mut ledger = self.ledger();
-        if !ledger.rooms.is_empty() {
-            ledger.rooms.remove(&open);
+        if let Some(rooms) = ledger.rooms.get_mut(&inode) {
+            rooms.ends.remove(&session);
+            if rooms.ends.is_empty() {
+                ledger.rooms.remove(&inode);
+            }
         }
     }
 
@@ -252,46 +344,75 @@ impl Meta {
         })
     }
 
+    /// Asks management to hold `asked` of `key`, and adopts what it grants.
+    async fn ask_grant(&self, key: QuotaKey, asked: (u64, u64)) -> Result<(), OpError> {
+        let given = self
+            .cluster
+            .mgmt()
+            .grant_quota(self.node, key, asked)
+            .await
+            .map_err(|error| {
+                OpError::rejected(
+                    ErrorCode::Unavailable,
+                    format!("management did not answer a grant of the quota of {key}: {error}; try again"),
+                )
+            })?;
+        let mut ledger = self.grants.ledger();
+        ledger.held.insert(key, given);
+        ledger.stale.remove(&key);
+        Ok(())
+    }
+
     /// Asks management for what the ledger says each of `limits` falls short of for
-    /// `growth`, and adopts what it grants. Called with the grants' asking lock held.
+    /// `growth`. Called with the grants' asking lock held.
     async fn top_up(
         &self,
         limits: &[QuotaHard],
-        used: &HashMap<QuotaKey, (u64, u64)>,
         growth: (u64, u64),
         batch: u64,
     ) -> Result<(), OpError> {
-        for hard in limits {
-            let key = hard.key;
+        let keys: Vec<QuotaKey> = limits.iter().map(|hard| hard.key).collect();
+        let used = self.used(&keys)?;
+        for key in keys {
             let asked = self.grants.ledger().short(key, used[&key], growth, batch);
-            let Some(asked) = asked else {
-                continue;
-            };
-            let given = self
-                .cluster
-                .mgmt()
-                .grant_quota(self.node, key, asked)
-                .await
-                .map_err(|error| {
-                    OpError::rejected(
-                        ErrorCode::Unavailable,
-                        format!("management did not answer a grant of the quota of {key}: {error}; try again"),
-                    )
-                })?;
-            self.grants.ledger().held.insert(key, given);
+            if let Some(asked) = asked {
+                self.ask_grant(key, asked).await?;
+            }
         }
         Ok(())
     }
 
+    /// Gives `session`'s room for `inode` up to `to` if the grants hold it; the end it may
+    /// grow the file to, or `None`. The open must still be registered: the ledger is
+    /// changed under the open table's lock, so a close cannot slip between.
+    fn try_room(
+        &self,
+        open: OpenHandle,
+        (inode, counted, to): (InodeId, u64, u64),
+        (keys, batch): (&[QuotaKey], u64),
+    ) -> Result<Option<u64>, OpError> {
+        let used = self.used(keys)?;
+        let opens = self.opens.lock().expect("open table poisoned");
+        if !opens
+            .handles
+            .get(&inode)
+            .is_some_and(|handles| handles.contains(&open))
+        {
+            return Err(not_open(open, inode));
+        }
+        let mut ledger = self.grants.ledger();
+        let end = ledger.fit_room((inode, open.0), keys, &used, (counted, to, batch));
+        if let Some(end) = end {
+            ledger.set_room((inode, open.0), keys.to_vec(), counted, end);
+        }
+        Ok(end)
+    }
+
     /// The growth bound of a capability of `session` for `inode`: the file's owner, group
     /// and project, and the end its objects may grow to: as far as the room this home
-    /// reserved for the session's opens of it (or its size, without one) takes them, or no
-    /// end when no hard byte limit counts the file. `None` for what is no regular file.
-    pub(super) fn growth_bound(
-        &self,
-        inode: InodeId,
-        session: weft_proto::ids::ClientId,
-    ) -> Option<GrowthBound> {
+    /// reserved for the session (or its counted size, without one) takes them, or no end
+    /// when no hard byte limit counts the file. `None` for what is no regular file.
+    pub(super) fn growth_bound(&self, inode: InodeId, session: ClientId) -> Option<GrowthBound> {
         let record = self
             .read(|txn| load_inode(&txn.open_table(INODES)?, inode))
             .ok()?;
@@ -307,13 +428,11 @@ impl Meta {
                 .grants
                 .ledger()
                 .rooms
-                .iter()
-                .filter(|((client, _), room)| *client == session && room.inode == inode)
-                .map(|(_, room)| room.end)
-                .max()
+                .get(&inode)
+                .and_then(|rooms| rooms.ends.get(&session).copied())
                 .unwrap_or(0);
             // The first object of a stripe is the longest.
-            weft_proto::layout::object_length_for_file_size(layout, 0, room.max(record.size))
+            weft_proto::layout::object_length_for_file_size(layout, 0, room.max(counted(&record)))
         } else {
             u64::MAX
         };
@@ -322,12 +441,14 @@ impl Meta {
             gid: owner.gid,
             project: owner.project,
             object_end,
+            proof: [0; 32],
         })
     }
 
     /// Room for open `open` (registered for writing) to grow `inode` to `to`: answers the
-    /// end it may grow the file to, `to` and a batch more when its quotas hold it, less at a
-    /// hard limit, and no end at all when no hard byte limit counts the file.
+    /// end it may grow the file to, `to` and a batch more when its quotas hold it, what it
+    /// had when they cannot reach `to` (the write is then refused), and no end at all when
+    /// no hard byte limit counts the file.
     ///
     /// # Errors
     /// `NotPermitted` without an open for writing; `Unavailable` when management did not
@@ -339,72 +460,50 @@ impl Meta {
         to: u64,
     ) -> Result<Response, OpError> {
         if self.handle_access(open, inode).unwrap_or(0) & WRITE == 0 {
-            return Err(OpError::rejected(
-                ErrorCode::NotPermitted,
-                format!("room to grow {inode} was asked through handle {} of session {}, which is not open for writing here", open.1, open.0),
-            ));
+            return Err(not_open(open, inode));
         }
-        let record = self.read(|txn| load_inode(&txn.open_table(INODES)?, inode))?;
-        let limits: Vec<QuotaHard> = self
-            .limits_of(record.owner(), crate::usage::pool_of(&record))
-            .into_iter()
-            .filter(|hard| hard.bytes > 0)
-            .collect();
+        let load = || self.read(|txn| load_inode(&txn.open_table(INODES)?, inode));
+        let limits_of = |record: &InodeRecord| -> Vec<QuotaHard> {
+            self.limits_of(record.owner(), crate::usage::pool_of(record))
+                .into_iter()
+                .filter(|hard| hard.bytes > 0)
+                .collect()
+        };
+        let mut record = load()?;
+        let mut limits = limits_of(&record);
         if limits.is_empty() {
-            return Ok(Response::Reserved {
-                to: u64::MAX,
-                capability: None,
-            });
+            // The client's map lists a limit this server's does not know yet: the newer
+            // map decides.
+            let _ = self.cluster.refresh().await;
+            record = load()?;
+            limits = limits_of(&record);
+        }
+        if limits.is_empty() {
+            return Ok(reserved(u64::MAX));
         }
         let keys: Vec<QuotaKey> = limits.iter().map(|hard| hard.key).collect();
         let batch = batch(&limits);
-        let _asking = self.grants.asking.lock().await;
-        let base = {
-            let ledger = self.grants.ledger();
-            ledger
-                .rooms
-                .get(&open)
-                .filter(|room| room.inode == inode)
-                .map_or(record.size, |room| room.end.max(record.size))
-        };
-        if to <= base {
-            return Ok(Response::Reserved {
-                to: base,
-                capability: None,
-            });
+        let counted = counted(&record);
+        let had = self
+            .grants
+            .ledger()
+            .rooms
+            .get(&inode)
+            .and_then(|rooms| rooms.ends.get(&open.0).copied())
+            .unwrap_or(0)
+            .max(counted);
+        if to <= had {
+            return Ok(reserved(had));
         }
-        let used = self.used(&keys)?;
-        let size = record.size;
-        // The room it had is given back and asked again with the growth, so it does not
-        // count twice: the room wanted runs from the size to `to` and a batch more.
-        let wanted = to.saturating_add(batch).saturating_sub(size);
-        let old = self.grants.ledger().rooms.remove(&open);
-        drop(old);
-        let outcome = self.top_up(&limits, &used, (wanted, 0), batch).await;
-        let mut ledger = self.grants.ledger();
-        let fits = keys
-            .iter()
-            .map(|key| ledger.free(*key, used[key]).0)
-            .min()
-            .unwrap_or(0);
-        // What the room it had promised stays promised (a limit set anew may have dropped
-        // the grant that held it): it counts until the open ends.
-        let end = (size + fits.min(wanted)).max(base);
-        ledger.rooms.insert(
-            open,
-            Room {
-                inode,
-                keys,
-                end,
-                size,
-            },
-        );
-        drop(ledger);
-        outcome?;
-        Ok(Response::Reserved {
-            to: end,
-            capability: None,
-        })
+        if let Some(end) = self.try_room(open, (inode, counted, to), (&keys, batch))? {
+            return Ok(reserved(end));
+        }
+        let _asking = self.grants.asking.lock().await;
+        let growth = to.saturating_add(batch).saturating_sub(had);
+        let asked = self.top_up(&limits, (growth, 0), batch).await;
+        let end = self.try_room(open, (inode, counted, to), (&keys, batch))?;
+        asked?;
+        Ok(reserved(end.unwrap_or(had)))
     }
 
     /// Counts growth of `growth` (bytes, inodes) of `owner`'s use in `pool` against this
@@ -428,55 +527,111 @@ impl Meta {
             return Ok(None);
         }
         let keys: Vec<QuotaKey> = limits.iter().map(|hard| hard.key).collect();
-        let batch = batch(&limits);
-        let _asking = self.grants.asking.lock().await;
-        let used = self.used(&keys)?;
-        self.top_up(&limits, &used, growth, batch).await?;
-        let mut ledger = self.grants.ledger();
-        for hard in &limits {
-            let free = ledger.free(hard.key, used[&hard.key]);
-            if hard.bytes > 0 && growth.0 > free.0 {
-                return Err(exceeded(hard.key, hard.bytes, "bytes"));
-            }
-            if hard.inodes > 0 && growth.1 > free.1 {
-                return Err(exceeded(hard.key, hard.inodes, "inodes"));
+        let fits = |ledger: &Ledger, used: &HashMap<QuotaKey, (u64, u64)>| {
+            limits.iter().find_map(|hard| {
+                let free = ledger.free(hard.key, used[&hard.key]);
+                if hard.bytes > 0 && growth.0 > free.0 {
+                    Some(exceeded(hard.key, hard.bytes, "bytes"))
+                } else if hard.inodes > 0 && growth.1 > free.1 {
+                    Some(exceeded(hard.key, hard.inodes, "inodes"))
+                } else {
+                    None
+                }
+            })
+        };
+        let charge = |ledger: &mut Ledger| {
+            let id = ledger.next_pending;
+            ledger.next_pending += 1;
+            ledger.pending.insert(
+                id,
+                Pending {
+                    keys: keys.clone(),
+                    growth,
+                },
+            );
+            Some(Charged {
+                grants: Arc::clone(&self.grants),
+                id,
+            })
+        };
+        {
+            let used = self.used(&keys)?;
+            let mut ledger = self.grants.ledger();
+            if fits(&ledger, &used).is_none() {
+                return Ok(charge(&mut ledger));
             }
         }
-        let id = ledger.next_pending;
-        ledger.next_pending += 1;
-        ledger.pending.insert(id, Pending { keys, growth });
-        Ok(Some(Charged {
-            grants: Arc::clone(&self.grants),
-            id,
-        }))
+        let _asking = self.grants.asking.lock().await;
+        self.top_up(&limits, growth, batch(&limits)).await?;
+        let used = self.used(&keys)?;
+        let mut ledger = self.grants.ledger();
+        match fits(&ledger, &used) {
+            Some(refusal) => Err(refusal),
+            None => Ok(charge(&mut ledger)),
+        }
     }
 
-    /// Gives back to management what this home holds past its use's needs (background
-    /// work, with each heartbeat).
+    /// The file `inode`'s bytes changed in the usage table (a size reported, a truncate):
+    /// the rooms reserved for it count past what it counts now.
+    pub(super) fn recount_rooms(&self, inode: InodeId) {
+        if !self.grants.holds_room(inode) {
+            return;
+        }
+        if let Ok(record) = self.read(|txn| load_inode(&txn.open_table(INODES)?, inode)) {
+            self.grants.recounted(inode, counted(&record));
+        }
+    }
+
+    /// Tells management again what this home needs of the quotas whose grant may be
+    /// recorded otherwise (after a start or a limit's change), and gives back what it holds
+    /// far past its needs (background work, with each heartbeat; skipped while another ask
+    /// runs).
     pub(crate) async fn return_spare_grants(&self) {
-        let _asking = self.grants.asking.lock().await;
-        let keys: Vec<QuotaKey> = self.grants.ledger().held.keys().copied().collect();
+        let Ok(_asking) = self.grants.asking.try_lock() else {
+            return;
+        };
+        let keys: Vec<QuotaKey> = {
+            let ledger = self.grants.ledger();
+            ledger
+                .held
+                .keys()
+                .chain(ledger.stale.iter())
+                .copied()
+                .collect()
+        };
         if keys.is_empty() {
             return;
         }
         let Ok(used) = self.used(&keys) else {
             return;
         };
-        let spare = self
+        let settle = self
             .grants
             .ledger()
-            .spare(|key| used.get(&key).copied().unwrap_or_default());
-        for (key, keep) in spare {
-            match self.cluster.mgmt().grant_quota(self.node, key, keep).await {
-                Ok(given) => {
-                    self.grants.ledger().held.insert(key, given);
-                }
-                Err(error) => {
-                    tracing::debug!(%key, %error, "could not give back a spare quota grant");
-                }
+            .to_settle(|key| used.get(&key).copied().unwrap_or_default());
+        for (key, keep) in settle {
+            if let Err(error) = self.ask_grant(key, keep).await {
+                tracing::debug!(%key, ?error, "could not settle a quota grant");
             }
         }
     }
+}
+
+fn reserved(to: u64) -> Response {
+    Response::Reserved {
+        to,
+        capability: None,
+    }
+}
+
+fn not_open(open: OpenHandle, inode: InodeId) -> OpError {
+    OpError::rejected(
+        ErrorCode::NotPermitted,
+        format!(
+            "room to grow {inode} was asked through handle {} of session {}, which is not open for writing here",
+            open.1, open.0
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -492,14 +647,19 @@ mod tests {
         }
     }
 
+    fn limit(bytes: u64) -> QuotaHard {
+        QuotaHard {
+            key: key(),
+            bytes,
+            inodes: 0,
+        }
+    }
+
     fn ledger_holding(bytes: u64) -> Ledger {
         let mut ledger = Ledger::default();
-        ledger.adopt_limits(&[QuotaHard {
-            key: key(),
-            bytes: 8 << 20,
-            inodes: 0,
-        }]);
+        ledger.adopt_limits(&[limit(8 << 20)]);
         ledger.held.insert(key(), (bytes, 0));
+        ledger.stale.clear();
         ledger
     }
 
@@ -507,15 +667,9 @@ mod tests {
     fn rooms_and_pending_growth_count_against_the_grant() {
         let mut ledger = ledger_holding(8 << 20);
         assert_eq!(ledger.free(key(), (1 << 20, 3)).0, 7 << 20);
-        ledger.rooms.insert(
-            (weft_proto::ids::ClientId(1), 1),
-            Room {
-                inode: InodeId(5),
-                keys: vec![key()],
-                end: 3 << 20,
-                size: 1 << 20,
-            },
-        );
+        // Two sessions' rooms of one file count once, to the furthest end.
+        ledger.set_room((InodeId(5), ClientId(1)), vec![key()], 1 << 20, 3 << 20);
+        ledger.set_room((InodeId(5), ClientId(2)), vec![key()], 1 << 20, 2 << 20);
         ledger.pending.insert(
             0,
             Pending {
@@ -534,22 +688,46 @@ mod tests {
     }
 
     #[test]
-    fn a_limit_set_anew_drops_its_grant() {
+    fn a_room_that_cannot_reach_the_end_asked_stays_as_it_was() {
         let mut ledger = ledger_holding(8 << 20);
-        ledger.adopt_limits(&[QuotaHard {
-            key: key(),
-            bytes: 4 << 20,
-            inodes: 0,
-        }]);
+        let used = HashMap::from([(key(), (6 << 20, 1))]);
+        let at = (InodeId(5), ClientId(1));
+        // 2 MiB free: a room to 7 MiB (and up to a batch more) fits, one to 9 MiB does not.
+        assert_eq!(
+            ledger.fit_room(at, &[key()], &used, (0, 1 << 20, 512 << 10)),
+            Some((1 << 20) + (512 << 10))
+        );
+        assert_eq!(
+            ledger.fit_room(at, &[key()], &used, (0, 3 << 20, 512 << 10)),
+            None
+        );
+        ledger.set_room(at, vec![key()], 0, 1 << 20);
+        // A cut file (counted 0) keeps its room counted from 0.
+        assert_eq!(ledger.reserved(key()).0, 1 << 20);
+    }
+
+    #[test]
+    fn a_changed_limit_forgets_its_grant_and_is_told_again() {
+        let mut ledger = ledger_holding(8 << 20);
+        ledger.adopt_limits(&[limit(4 << 20)]);
         assert_eq!(ledger.held(key()), (0, 0));
+        // A batch of a 4 MiB limit is 256 KiB: it asks for 1 MiB of slack over 1 MiB used.
+        assert_eq!(
+            ledger.to_settle(|_| (1 << 20, 0)),
+            vec![(key(), (2 << 20, 64))]
+        );
     }
 
     #[test]
     fn a_grant_far_past_its_use_is_given_back_down_to_use_and_slack() {
         let ledger = ledger_holding(8 << 20);
         // A batch of an 8 MiB limit is 512 KiB: keep 2 MiB of slack over 1 MiB used.
-        let spare = ledger.spare(|_| (1 << 20, 0));
-        assert_eq!(spare, vec![(key(), (3 << 20, 0))]);
-        assert!(ledger_holding(3 << 20).spare(|_| (1 << 20, 0)).is_empty());
+        assert_eq!(
+            ledger.to_settle(|_| (1 << 20, 0)),
+            vec![(key(), (3 << 20, 0))]
+        );
+        assert!(ledger_holding(5 << 20)
+            .to_settle(|_| (1 << 20, 0))
+            .is_empty());
     }
 }

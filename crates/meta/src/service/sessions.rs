@@ -340,7 +340,10 @@ impl Meta {
         let removed = handles.remove(&open);
         let held = !handles.is_empty();
         if removed {
-            self.grants.forget_room(open);
+            // The session's room for the file goes with its last open of it.
+            if !handles.iter().any(|(session, _)| *session == open.0) {
+                self.grants.forget_room(open.0, inode);
+            }
             opens.access.remove(&open);
             if let Some(count) = opens.per_session.get_mut(&open.0) {
                 *count -= 1;
