@@ -391,7 +391,6 @@ impl Meta {
         (inode, counted, to): (InodeId, u64, u64),
         (keys, batch): (&[QuotaKey], u64),
     ) -> Result<Option<u64>, OpError> {
-        let used = self.used(keys)?;
         let opens = self.opens.lock().expect("open table poisoned");
         if !opens
             .handles
@@ -401,6 +400,9 @@ impl Meta {
             return Err(not_open(open, inode));
         }
         let mut ledger = self.grants.ledger();
+        // Read under the ledger: an operation's growth leaves the ledger only after its
+        // commit, so it is counted here either way.
+        let used = self.used(keys)?;
         let end = ledger.fit_room((inode, open.0), keys, &used, (counted, to, batch));
         if let Some(end) = end {
             ledger.set_room((inode, open.0), keys.to_vec(), counted, end);
@@ -554,17 +556,18 @@ impl Meta {
                 id,
             })
         };
+        // The use is read under the ledger, as in `try_room`.
         {
-            let used = self.used(&keys)?;
             let mut ledger = self.grants.ledger();
+            let used = self.used(&keys)?;
             if fits(&ledger, &used).is_none() {
                 return Ok(charge(&mut ledger));
             }
         }
         let _asking = self.grants.asking.lock().await;
         self.top_up(&limits, growth, batch(&limits)).await?;
-        let used = self.used(&keys)?;
         let mut ledger = self.grants.ledger();
+        let used = self.used(&keys)?;
         match fits(&ledger, &used) {
             Some(refusal) => Err(refusal),
             None => Ok(charge(&mut ledger)),
