@@ -29,8 +29,10 @@ const ROOM_BATCH_MIN: u64 = 64 << 10;
 /// How many batches a home asks management for beyond what it needs now, so it asks once
 /// per several reserves; it gives back what it holds past twice that.
 const GRANT_SLACK_BATCHES: u64 = 4;
-/// Inodes per batch, for the slack of inode grants.
-const INODE_BATCH: u64 = 16;
+/// The least inodes a home asks for at a time beyond what it needs now.
+const INODE_BATCH_MIN: u64 = 16;
+/// The most.
+const INODE_BATCH_MAX: u64 = 4096;
 
 /// The batch of room for limits `limits`: a sixteenth of the smallest byte limit, within
 /// [`ROOM_BATCH_MIN`] and [`ROOM_BATCH_MAX`].
@@ -41,6 +43,17 @@ fn batch(limits: &[QuotaHard]) -> u64 {
         .map(|hard| (hard.bytes / 16).clamp(ROOM_BATCH_MIN, ROOM_BATCH_MAX))
         .min()
         .unwrap_or(ROOM_BATCH_MAX)
+}
+
+/// The batch of inodes for limits `limits`: a sixteenth of the smallest inode limit, within
+/// [`INODE_BATCH_MIN`] and [`INODE_BATCH_MAX`].
+fn inode_batch(limits: &[QuotaHard]) -> u64 {
+    limits
+        .iter()
+        .filter(|hard| hard.inodes > 0)
+        .map(|hard| (hard.inodes / 16).clamp(INODE_BATCH_MIN, INODE_BATCH_MAX))
+        .min()
+        .unwrap_or(INODE_BATCH_MIN)
 }
 
 /// What a file counts in its quotas' bytes: its size, or the end of what was allocated past
@@ -133,14 +146,14 @@ impl Ledger {
     }
 
     /// What to ask management to hold of `key` for `growth` on top of `used`, if what is held
-    /// falls short: enough for it and [`GRANT_SLACK_BATCHES`] batches more of bytes (or of
-    /// inodes) where it grows; the other stays as held.
+    /// falls short: enough for it and [`GRANT_SLACK_BATCHES`] batches more (of bytes, of
+    /// inodes: `batches`) where it grows; the other stays as held.
     fn short(
         &self,
         key: QuotaKey,
         used: (u64, u64),
         growth: (u64, u64),
-        batch: u64,
+        batches: (u64, u64),
     ) -> Option<(u64, u64)> {
         let reserved = self.reserved(key);
         let need = (
@@ -157,8 +170,8 @@ impl Ledger {
             _ => held.max(need + GRANT_SLACK_BATCHES * per),
         };
         Some((
-            ask(growth.0, need.0, held.0, batch),
-            ask(growth.1, need.1, held.1, INODE_BATCH),
+            ask(growth.0, need.0, held.0, batches.0),
+            ask(growth.1, need.1, held.1, batches.1),
         ))
     }
 
@@ -173,15 +186,15 @@ impl Ledger {
 
     /// What `key` should hold for `used`: what is used and reserved, and the slack.
     fn keep(&self, key: QuotaKey, used: (u64, u64)) -> (u64, u64) {
-        let batch = self
-            .limits
-            .iter()
-            .find(|hard| hard.key == key)
-            .map_or(ROOM_BATCH_MAX, |hard| batch(std::slice::from_ref(hard)));
+        let limit = self.limits.iter().find(|hard| hard.key == key);
+        let (bytes, inodes) = limit.map_or((ROOM_BATCH_MAX, INODE_BATCH_MIN), |hard| {
+            let hard = std::slice::from_ref(hard);
+            (batch(hard), inode_batch(hard))
+        });
         let reserved = self.reserved(key);
         (
-            used.0 + reserved.0 + GRANT_SLACK_BATCHES * batch,
-            used.1 + reserved.1 + GRANT_SLACK_BATCHES * INODE_BATCH,
+            used.0 + reserved.0 + GRANT_SLACK_BATCHES * bytes,
+            used.1 + reserved.1 + GRANT_SLACK_BATCHES * inodes,
         )
     }
 
@@ -365,16 +378,12 @@ impl Meta {
 
     /// Asks management for what the ledger says each of `limits` falls short of for
     /// `growth`. Called with the grants' asking lock held.
-    async fn top_up(
-        &self,
-        limits: &[QuotaHard],
-        growth: (u64, u64),
-        batch: u64,
-    ) -> Result<(), OpError> {
+    async fn top_up(&self, limits: &[QuotaHard], growth: (u64, u64)) -> Result<(), OpError> {
         let keys: Vec<QuotaKey> = limits.iter().map(|hard| hard.key).collect();
+        let batches = (batch(limits), inode_batch(limits));
         let used = self.used(&keys)?;
         for key in keys {
-            let asked = self.grants.ledger().short(key, used[&key], growth, batch);
+            let asked = self.grants.ledger().short(key, used[&key], growth, batches);
             if let Some(asked) = asked {
                 self.ask_grant(key, asked).await?;
             }
@@ -502,7 +511,7 @@ impl Meta {
         }
         let _asking = self.grants.asking.lock().await;
         let growth = to.saturating_add(batch).saturating_sub(had);
-        let asked = self.top_up(&limits, (growth, 0), batch).await;
+        let asked = self.top_up(&limits, (growth, 0)).await;
         let end = self.try_room(open, (inode, counted, to), (&keys, batch))?;
         asked?;
         Ok(reserved(end.unwrap_or(had)))
@@ -565,7 +574,7 @@ impl Meta {
             }
         }
         let _asking = self.grants.asking.lock().await;
-        self.top_up(&limits, growth, batch(&limits)).await?;
+        self.top_up(&limits, growth).await?;
         let mut ledger = self.grants.ledger();
         let used = self.used(&keys)?;
         match fits(&ledger, &used) {
@@ -682,10 +691,10 @@ mod tests {
         );
         assert_eq!(ledger.free(key(), (1 << 20, 3)).0, 4 << 20);
         assert!(ledger
-            .short(key(), (1 << 20, 3), (4 << 20, 0), 1 << 20)
+            .short(key(), (1 << 20, 3), (4 << 20, 0), (1 << 20, 16))
             .is_none());
         assert_eq!(
-            ledger.short(key(), (1 << 20, 3), (5 << 20, 0), 1 << 20),
+            ledger.short(key(), (1 << 20, 3), (5 << 20, 0), (1 << 20, 16)),
             Some(((9 << 20) + 4 * (1 << 20), 0))
         );
     }
