@@ -1166,3 +1166,30 @@ fn a_writers_room_counts_across_truncates_and_handles() {
     runtime.block_on(d.close()).expect("close");
     settled_use(&[]);
 }
+
+// Goal: a hard limit holds for mirrored files as for plain ones: a user at 8 MiB who writes
+// 32 MiB with dd into a mirrored directory is refused with EDQUOT and uses no more than the
+// limit (a file's size counts once, whatever its copies). Method: a storage mirror pair,
+// `weft entry set --pattern mirrored`, dd as nobody through the mount, `weft quota report`.
+#[test]
+fn a_hard_limit_holds_for_mirrored_files() {
+    let mut cluster = common::mirrored_pair();
+    let mnt = cluster.mount().expect("mount");
+    run_ok(
+        &cluster,
+        &["quota", "set", "--user", "65534", "--hard-bytes", "8M"],
+    );
+    wait_for_the_map(&cluster);
+    let q = mnt.join("q");
+    common::make_mirrored_dir(&cluster, &q, &[]);
+    fs::set_permissions(&q, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).expect("chmod");
+    let (ok, err) = as_nobody(&q, "dd if=/dev/zero of=big bs=1M count=32 conv=fsync");
+    assert!(!ok, "32 MiB written under an 8 MiB limit");
+    assert!(err.contains("Disk quota exceeded"), "dd says why: {err}");
+    weft_testkit::wait_until("the close to be counted", || {
+        let used = bytes_used_by(&cluster, "65534");
+        assert!(used <= 8 << 20, "nobody uses {used} bytes, past its limit");
+        used > 0
+    })
+    .expect("counted");
+}
