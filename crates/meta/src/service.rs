@@ -407,19 +407,16 @@ impl Meta {
             _ => None,
         };
         // A create sent again is answered from its stored reply, whatever became of the file
-        // since: it is granted again only what the file still allows (see `regranted`).
+        // since: it is granted again only what the file still allows (see `regranted`). Every
+        // create with an open of a client the servers check is judged so, since a copy sent
+        // again may arrive while the first runs, and only the file can tell (a file just made
+        // allows its maker everything).
         let replayed = match &request {
             MetaRequest::Create {
                 mutation,
                 open: Some(handle),
                 ..
-            } if grant_for.is_some() => self
-                .read(|txn| {
-                    let replies = txn.open_table(REPLIES)?;
-                    Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
-                })
-                .map_err(OpError::into_wire)?
-                .then_some((mutation.client, *handle)),
+            } if grant_for.is_some() => Some((mutation.client, *handle)),
             _ => None,
         };
         let reply = self.handle_meta(request).await;
