@@ -1367,6 +1367,53 @@ mod tests {
             "0e030105"
         );
         assert_eq!(hex(&Outcome::Id(300)), "01ac02");
+        assert_eq!(
+            hex(&Command::GrantQuota {
+                key: (0, 65534, 1),
+                home: 2,
+                asked: (5, 1),
+            }),
+            "1100feff0301020501"
+        );
+        assert_eq!(hex(&Outcome::Granted(5, 1)), "070501");
+    }
+
+    // Goal: the grants of a hard limit together never pass it, whichever home asks and in
+    // which order; a home that asks less gives back, and another then gets it; a limit set
+    // again keeps them, a rule removed drops them. Method: one store, the grant requests of
+    // two homes.
+    #[test]
+    fn grants_stay_within_the_hard_limit() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = MgmtStore::open(dir.path()).expect("store");
+        let rule = |hard_bytes| QuotaRule {
+            kind: QuotaKind::User,
+            id: 65534,
+            pool: StoragePoolId::DEFAULT,
+            limits: QuotaLimits {
+                hard_bytes,
+                ..QuotaLimits::default()
+            },
+        };
+        store.set_quota(&rule(8 << 20)).expect("rule");
+        let key = weft_proto::quota::QuotaKey {
+            kind: QuotaKind::User,
+            id: 65534,
+            pool: StoragePoolId::DEFAULT,
+        };
+        let (one, two) = (NodeId(1), NodeId(2));
+        let grant = |home, bytes| store.grant_quota(key, home, (bytes, 0)).expect("grant");
+        assert_eq!(grant(one, 6 << 20), (6 << 20, 0));
+        assert_eq!(grant(two, 6 << 20), (2 << 20, 0), "what home 1 leaves");
+        assert_eq!(grant(one, 1 << 20), (1 << 20, 0), "home 1 gives back");
+        assert_eq!(grant(two, 6 << 20), (6 << 20, 0));
+        assert_eq!(grant(one, 4 << 20), (2 << 20, 0));
+        // Lowered: what was given stays until asked again, and nothing more is given.
+        store.set_quota(&rule(4 << 20)).expect("lowered");
+        assert_eq!(grant(one, 3 << 20), (0, 0));
+        assert_eq!(grant(two, 3 << 20), (3 << 20, 0));
+        store.set_quota(&rule(0)).expect("removed");
+        assert_eq!(grant(one, 16 << 20), (16 << 20, 0), "no limit cuts nothing");
     }
 
     // Goal: a management server that installs another's snapshot holds what that one holds,
