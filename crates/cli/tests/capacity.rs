@@ -893,20 +893,7 @@ fn a_file_held_open_is_counted_as_it_grows() {
             .block_on(file.write(at << 20, block.clone()))
             .expect("write");
     }
-    // `weft quota report`'s figure in bytes ("80M", "1K", or bytes).
-    let used = || -> u64 {
-        let rows = quota_rows(&cluster, &["--user", "5005"]);
-        let Some(text) = rows.first().map(|row| row.3.clone()) else {
-            return 0;
-        };
-        let (number, unit) = match text.char_indices().last() {
-            Some((at, 'G')) => (&text[..at], 1 << 30),
-            Some((at, 'M')) => (&text[..at], 1 << 20),
-            Some((at, 'K')) => (&text[..at], 1 << 10),
-            _ => (text.as_str(), 1),
-        };
-        number.parse::<u64>().expect("a size") * unit
-    };
+    let used = || bytes_used_by(&cluster, "5005");
     weft_testkit::wait_until("the open file's growth to be counted", || {
         // Reported every 64 MiB of growth: at least that much before the close.
         used() >= 64 << 20
@@ -919,7 +906,8 @@ fn a_file_held_open_is_counted_as_it_grows() {
     .expect("counted at close");
 }
 
-/// What `weft quota report` says user `uid` uses, in bytes, over all pools.
+/// What `weft quota report` says user `uid` uses, in bytes ("80M", "1K", or bytes), over all
+/// pools.
 fn bytes_used_by(cluster: &weft_testkit::LocalCluster, uid: &str) -> u64 {
     quota_rows(cluster, &["--user", uid])
         .iter()
@@ -1107,18 +1095,20 @@ fn a_writers_room_counts_across_truncates_and_handles() {
         used
     };
 
+    let truncate = |file: &weft_client::OpenFile, what: &str| {
+        let to_nothing = weft_proto::messages::AttrChanges {
+            size: Some(0),
+            ..Default::default()
+        };
+        runtime
+            .block_on(client.set_attr(file.inode(), to_nothing))
+            .expect(what);
+    };
+
     // A truncate to nothing: the room stays counted, the file is filled again.
     let a = create("a");
     assert_eq!(fill(&a, 6), 6);
-    runtime
-        .block_on(client.set_attr(
-            a.inode(),
-            weft_proto::messages::AttrChanges {
-                size: Some(0),
-                ..Default::default()
-            },
-        ))
-        .expect("truncate");
+    truncate(&a, "truncate");
     let b = create("b");
     let into_b = fill(&b, 8);
     assert!(into_b < 2, "b took {into_b} MiB of a's room");
@@ -1126,24 +1116,8 @@ fn a_writers_room_counts_across_truncates_and_handles() {
     settled_use(&[&a, &b]);
     runtime.block_on(a.close()).expect("close a");
     runtime.block_on(b.close()).expect("close b");
-    runtime
-        .block_on(client.set_attr(
-            b.inode(),
-            weft_proto::messages::AttrChanges {
-                size: Some(0),
-                ..Default::default()
-            },
-        ))
-        .expect("truncate b");
-    runtime
-        .block_on(client.set_attr(
-            a.inode(),
-            weft_proto::messages::AttrChanges {
-                size: Some(0),
-                ..Default::default()
-            },
-        ))
-        .expect("truncate a");
+    truncate(&b, "truncate b");
+    truncate(&a, "truncate a");
 
     // Two handles of one file: the close of one leaves the other's room counted.
     let c = create("c");

@@ -27,23 +27,27 @@ fn restricted_key(
     file
 }
 
-/// A metadata client of `home`'s server proving the client key in `key_file`, for requests
-/// through the protocol.
+/// A view of `cluster` proving the client key in `key_file`, for requests through the
+/// protocol.
+fn view_as(cluster: &weft_testkit::LocalCluster, key_file: &Path) -> weft_net::ClusterView {
+    weft_net::ClusterView::new(
+        cluster.mgmt(),
+        weft_net::RpcClientOptions {
+            auth: weft_net::Auth::from_key_file(key_file).expect("the client key"),
+            ..weft_net::RpcClientOptions::default()
+        },
+    )
+}
+
+/// A metadata client of `home`'s server proving the client key in `key_file`.
 fn meta_as(
     runtime: &tokio::runtime::Runtime,
     cluster: &weft_testkit::LocalCluster,
     key_file: &Path,
     home: weft_proto::NodeId,
 ) -> std::sync::Arc<weft_net::MetaClient> {
-    let view = weft_net::ClusterView::new(
-        cluster.mgmt(),
-        weft_net::RpcClientOptions {
-            auth: weft_net::Auth::from_key_file(key_file).expect("the client key"),
-            ..weft_net::RpcClientOptions::default()
-        },
-    );
     runtime
-        .block_on(view.meta(home))
+        .block_on(view_as(cluster, key_file).meta(home))
         .expect("the metadata server")
 }
 
@@ -706,15 +710,8 @@ fn storage_as(
     key_file: &Path,
     target: weft_proto::TargetId,
 ) -> std::sync::Arc<weft_net::StorageClient> {
-    let view = weft_net::ClusterView::new(
-        cluster.mgmt(),
-        weft_net::RpcClientOptions {
-            auth: weft_net::Auth::from_key_file(key_file).expect("the client key"),
-            ..weft_net::RpcClientOptions::default()
-        },
-    );
     runtime
-        .block_on(view.storage_for_target(target))
+        .block_on(view_as(cluster, key_file).storage_for_target(target))
         .expect("the storage server")
 }
 
@@ -844,13 +841,9 @@ fn a_client_key_holds_a_bounded_number_of_sessions() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let runtime = common::runtime();
     let mgmt_as = |name: &str| {
-        let key = common::client_key(&cluster, scratch.path(), name);
-        weft_net::ClusterView::new(
-            cluster.mgmt(),
-            weft_net::RpcClientOptions {
-                auth: weft_net::Auth::from_key_file(&key).expect("the client key"),
-                ..weft_net::RpcClientOptions::default()
-            },
+        view_as(
+            &cluster,
+            &common::client_key(&cluster, scratch.path(), name),
         )
     };
     let greedy = mgmt_as("greedy");

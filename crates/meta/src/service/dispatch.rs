@@ -505,17 +505,6 @@ impl Meta {
         }
     }
 
-    /// Whether `mutation` was answered before (its stored reply answers it again, and what
-    /// it made is counted already).
-    fn answered_before(&self, mutation: weft_proto::messages::MutationId) -> Result<bool, OpError> {
-        self.read(|txn| {
-            let replies = txn.open_table(crate::store::REPLIES)?;
-            let answered =
-                redb::ReadableTable::get(&replies, (mutation.client.0, mutation.seq))?.is_some();
-            Ok(answered)
-        })
-    }
-
     /// Counts the inode `new` makes in `parent` against this home's grants of its owner's,
     /// group's and project's hard inode limits, until the guard drops; refuses it at a limit.
     async fn charge_new_inode(

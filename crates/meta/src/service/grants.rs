@@ -37,23 +37,33 @@ const INODE_BATCH_MAX: u64 = 4096;
 /// The batch of room for limits `limits`: a sixteenth of the smallest byte limit, within
 /// [`ROOM_BATCH_MIN`] and [`ROOM_BATCH_MAX`].
 fn batch(limits: &[QuotaHard]) -> u64 {
-    limits
-        .iter()
-        .filter(|hard| hard.bytes > 0)
-        .map(|hard| (hard.bytes / 16).clamp(ROOM_BATCH_MIN, ROOM_BATCH_MAX))
-        .min()
-        .unwrap_or(ROOM_BATCH_MAX)
+    sixteenth(limits, |hard| hard.bytes, (ROOM_BATCH_MIN, ROOM_BATCH_MAX)).unwrap_or(ROOM_BATCH_MAX)
 }
 
 /// The batch of inodes for limits `limits`: a sixteenth of the smallest inode limit, within
 /// [`INODE_BATCH_MIN`] and [`INODE_BATCH_MAX`].
 fn inode_batch(limits: &[QuotaHard]) -> u64 {
+    sixteenth(
+        limits,
+        |hard| hard.inodes,
+        (INODE_BATCH_MIN, INODE_BATCH_MAX),
+    )
+    .unwrap_or(INODE_BATCH_MIN)
+}
+
+/// A sixteenth of the smallest of `limits`' limits `of` picks (0: none), within `(min,
+/// max)`; `None` when none is set.
+fn sixteenth(
+    limits: &[QuotaHard],
+    of: impl Fn(&QuotaHard) -> u64,
+    (min, max): (u64, u64),
+) -> Option<u64> {
     limits
         .iter()
-        .filter(|hard| hard.inodes > 0)
-        .map(|hard| (hard.inodes / 16).clamp(INODE_BATCH_MIN, INODE_BATCH_MAX))
+        .map(of)
+        .filter(|limit| *limit > 0)
+        .map(|limit| (limit / 16).clamp(min, max))
         .min()
-        .unwrap_or(INODE_BATCH_MIN)
 }
 
 /// What a file counts in its quotas' bytes: its size, or the end of what was allocated past

@@ -291,17 +291,25 @@ impl Meta {
                 if held < OPENS_PER_SESSION_MAX {
                     return Ok(());
                 }
-                let answered = self.read(|txn| {
-                    let replies = txn.open_table(REPLIES)?;
-                    Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
-                })?;
-                if answered {
+                if self.answered_before(*mutation)? {
                     return Ok(());
                 }
                 too_many(&mutation.client, held)
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether `mutation` was answered before (its stored reply answers it again, and what
+    /// it made is counted already).
+    pub(super) fn answered_before(
+        &self,
+        mutation: weft_proto::messages::MutationId,
+    ) -> Result<bool, OpError> {
+        self.read(|txn| {
+            let replies = txn.open_table(REPLIES)?;
+            Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
+        })
     }
 
     /// What the opens `session` holds of `inode` here were opened for, together
