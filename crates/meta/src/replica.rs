@@ -732,7 +732,7 @@ impl HomeLink {
                 sync,
             };
             self.membership
-                .resync_step(start.member, || {
+                .resync_step(MemberId::from(self.node), start, || {
                     self.send(start.member, &shipment, payload.clone())
                 })
                 .await?;

@@ -38,10 +38,12 @@
 
 mod client;
 mod controller;
+pub mod delivery;
 pub mod fence;
 mod membership;
 pub mod numbers;
 pub mod pages;
+pub mod primary;
 pub mod ranges;
 pub mod resync;
 mod server;

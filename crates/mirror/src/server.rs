@@ -9,9 +9,11 @@
 //! here orders copies by anything the storage servers do not have: no stamps, no versions on
 //! data.
 
+use crate::delivery::{Delivery, GivenUp, Pace, Sending};
 use crate::fence::{Admission, Fence, FenceOf, ForwardFences, Tag};
 use crate::membership::{Membership, Refused, ResyncStart};
 use crate::numbers::Numbers;
+use crate::primary::PrimaryChange;
 use crate::ranges::RangeTable;
 use crate::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use crate::{
@@ -76,53 +78,53 @@ enum Work {
     List { after: ChunkId },
 }
 
-/// A member a forward waits for.
-#[derive(Clone, Copy, Debug)]
-struct Waiting {
-    /// When it was last sent.
-    sent: Time,
-    /// The version it was last sent with, and since when sends under that version failed.
-    version: Version,
-    since: Time,
-}
-
-impl Waiting {
-    /// Notes in `waiting` that a send to `member` under `version` left at `now`.
-    fn sent(
-        waiting: &mut BTreeMap<ServerId, Waiting>,
-        member: ServerId,
-        now: Time,
-        version: Version,
-    ) {
-        let waiting = waiting.entry(member).or_insert(Waiting {
-            sent: now,
-            version,
-            since: now,
-        });
-        if waiting.version != version {
-            // A new version starts the member's time over.
-            waiting.version = version;
-            waiting.since = now;
-        }
-        waiting.sent = now;
-    }
-}
-
 /// A forward waiting for members' acknowledgements.
 #[derive(Clone, Debug)]
 struct Pending {
-    group: GroupId,
     work: Work,
-    waiting: BTreeMap<ServerId, Waiting>,
-    /// The client to answer when every member has it, with the answer.
-    client: Option<(ClientId, u64, Answer<Bytes>)>,
+    run: Run,
+    /// The client to answer when it ends.
+    client: Option<(ClientId, u64)>,
     /// The chunk range this forward holds, released when it ends.
     held: Option<Held>,
-    /// The resync this is a step of: sent with the resync's version only, and given up (the
-    /// resync stops) when the member does not take it within the member timeout.
-    resync: Option<ResyncStart>,
-    /// The number of a client's change among this server's forwards.
-    forward: Option<u64>,
+}
+
+/// What a forward is.
+#[derive(Clone, Debug)]
+enum Run {
+    /// A client's change or sync, as its primary runs it.
+    Client(PrimaryChange),
+    /// A step of a resync: sent with the resync's version only, and given up (the resync
+    /// stops) when the member does not take it within the member timeout.
+    Step(Delivery),
+}
+
+impl Pending {
+    fn delivery(&self) -> &Delivery {
+        match &self.run {
+            Run::Client(change) => &change.delivery,
+            Run::Step(delivery) => delivery,
+        }
+    }
+
+    fn delivery_mut(&mut self) -> &mut Delivery {
+        match &mut self.run {
+            Run::Client(change) => &mut change.delivery,
+            Run::Step(delivery) => delivery,
+        }
+    }
+
+    fn group(&self) -> GroupId {
+        self.delivery().group()
+    }
+
+    /// The resync this is a step of.
+    fn resync(&self) -> Option<ResyncStart> {
+        match self.delivery().sending() {
+            Sending::Step(start) => Some(*start),
+            Sending::Change { .. } => None,
+        }
+    }
 }
 
 /// A chunk's whole range, held.
@@ -266,41 +268,24 @@ impl Server {
             .map_or(0, |(g, _)| g.loss_epoch)
     }
 
+    /// How this server paces its copies to members: a copy lost on the network is sent
+    /// again after the retry interval.
+    fn pace(&self) -> Pace {
+        Pace {
+            resend: self.timing.retry_ms,
+            retry: self.timing.retry_ms,
+            member_timeout: self.timing.member_timeout_ms,
+        }
+    }
+
     /// Heartbeats, retries of forwards, and resync progress.
     pub fn tick(&mut self, now: Time) -> Vec<Send<Bytes>> {
         let mut out = Vec::new();
-        let timeout = self.timing.member_timeout_ms;
-        // Members a change has not reached for the member timeout; resync steps the member
-        // has not taken for as long stop their resync.
+        // Copies due, members late (reported, or their resync step given up).
         for op in self.pending.keys().copied().collect::<Vec<_>>() {
-            let pending = &self.pending[&op];
-            let late: Vec<(ServerId, Waiting)> = pending
-                .waiting
-                .iter()
-                .filter(|(_, w)| now.saturating_sub(w.since) >= timeout)
-                .map(|(member, w)| (*member, *w))
-                .collect();
-            if late.is_empty() {
-                continue;
-            }
-            match pending.resync {
-                Some(start) => {
-                    out.extend(self.end_pending(now, op));
-                    out.extend(self.stop_resync(now, start));
-                }
-                None => {
-                    let group = pending.group;
-                    for (member, waiting) in late {
-                        self.membership.delivery_failing(
-                            group,
-                            member,
-                            waiting.version,
-                            waiting.since,
-                        );
-                    }
-                }
-            }
+            out.extend(self.send_due(now, op));
         }
+        out.extend(self.settle_all(now));
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.timing.heartbeat_ms;
             out.push(Send {
@@ -310,77 +295,71 @@ impl Server {
                     unsynced_boot: self.unsynced_boot,
                     sent_at: now,
                     resynced: self.membership.resynced(),
-                    unreachable: self.membership.unreachable(now, timeout),
+                    unreachable: self
+                        .membership
+                        .unreachable(now, self.timing.member_timeout_ms),
                 },
             });
         }
-        let retry = self.timing.retry_ms;
-        for op in self.pending.keys().copied().collect::<Vec<_>>() {
-            let due: Vec<ServerId> = self.pending.get(&op).map_or(Vec::new(), |p| {
-                p.waiting
-                    .iter()
-                    .filter(|(_, w)| now.saturating_sub(w.sent) >= retry)
-                    .map(|(member, _)| *member)
-                    .collect()
-            });
-            for member in due {
-                out.extend(self.send_forward(now, op, member));
-            }
-        }
-        out.extend(self.complete_finished(now));
         out.extend(self.advance_resyncs(now));
         out.extend(self.tick_homes(now));
         out
     }
 
-    /// Sends forward `op` to `member` with the version the decisions give; a member that left
-    /// stops being waited for; a forward this server may no longer send is given up (its
-    /// client told to route again, a resync stopped).
-    fn send_forward(&mut self, now: Time, op: u64, member: ServerId) -> Vec<Send<Bytes>> {
-        let Some(pending) = self.pending.get(&op) else {
+    /// Sends the copies of forward `op` that its [`Delivery`] says are due, each with the
+    /// version it carries and (a client's change) what this server settled or gave up on
+    /// as it is now.
+    fn send_due(&mut self, now: Time, op: u64) -> Vec<Send<Bytes>> {
+        let pace = self.pace();
+        let Some(pending) = self.pending.get_mut(&op) else {
             return Vec::new();
         };
-        match self.send_version(now, pending.group, member, pending.resync) {
-            Ok(Some(version)) => {
-                let pending = self.pending.get_mut(&op).expect("looked up above");
-                Waiting::sent(&mut pending.waiting, member, now, version);
-                if let (Some(number), Work::Change { tag, .. }) =
-                    (pending.forward, &mut pending.work)
-                {
-                    // What this server settled or gave up on is looked at again for every copy.
-                    let marks = self.forwards.marks(number);
-                    tag.settled_below = marks.settled_below;
-                    tag.abandoned = marks.abandoned;
-                }
-                vec![forward(op, pending, version, member)]
-            }
-            Ok(None) => {
-                let pending = self.pending.get_mut(&op).expect("looked up above");
-                pending.waiting.remove(&member);
-                Vec::new()
-            }
-            Err(refused) => {
-                let pending = &self.pending[&op];
-                if let Some(start) = pending.resync {
-                    let mut out = self.end_pending(now, op);
-                    out.extend(self.stop_resync(now, start));
-                    return out;
-                }
-                if let Work::Change { change, .. } = &pending.work {
-                    // Applied here, given up before these members took it.
-                    let chunk = change.chunk();
-                    for member in pending.waiting.keys() {
-                        self.membership.undelivered(pending.group, *member, [chunk]);
-                    }
-                }
-                if let Some(pending) = self.pending.get_mut(&op) {
-                    if let Some((_, _, answer)) = &mut pending.client {
-                        *answer = Answer::Refused(refusal(refused));
-                    }
-                }
-                self.end_pending(now, op)
+        let copies = pending.delivery_mut().due(&mut self.membership, now, pace);
+        if let (Run::Client(change), Work::Change { tag, .. }) = (&pending.run, &mut pending.work) {
+            if let Some((_, marks)) = change.tag(&self.forwards) {
+                tag.settled_below = marks.settled_below;
+                tag.abandoned = marks.abandoned;
             }
         }
+        copies
+            .into_iter()
+            .map(|(member, version)| forward(op, pending, version, member))
+            .collect()
+    }
+
+    /// Ends every forward whose delivery ended: taken by every member (its client answered,
+    /// its resync moved on), or given up (its client told to route again, its resync
+    /// stopped).
+    fn settle_all(&mut self, now: Time) -> Vec<Send<Bytes>> {
+        let ended: Vec<(u64, Result<(), GivenUp>)> = self
+            .pending
+            .iter()
+            .filter_map(|(op, p)| Some((*op, p.delivery().outcome()?)))
+            .collect();
+        let mut out = Vec::new();
+        for (op, outcome) in ended {
+            let Some(pending) = self.pending.get(&op) else {
+                continue;
+            };
+            let resync = pending.resync();
+            match (outcome, resync) {
+                (Ok(()), Some(start)) => {
+                    out.extend(self.end_pending(now, op));
+                    if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
+                        if resync.in_flight == Some(op) {
+                            resync.in_flight = None;
+                        }
+                    }
+                }
+                (Ok(()), None) => out.extend(self.end_pending(now, op)),
+                (Err(_), Some(start)) => {
+                    out.extend(self.end_pending(now, op));
+                    out.extend(self.stop_resync(now, start));
+                }
+                (Err(_), None) => out.extend(self.end_pending(now, op)),
+            }
+        }
+        out
     }
 
     /// Ends forward `op`: its client gets its answer (a refusal is not kept by the fence, so
@@ -390,14 +369,20 @@ impl Server {
             return Vec::new();
         };
         let mut out = Vec::new();
-        if let Some(number) = pending.forward {
-            let given_up = matches!(pending.client, Some((_, _, Answer::Refused(_))));
-            self.forwards.end(number, given_up);
-        }
-        if let Some((client, seq, answer)) = pending.client {
-            let kept = (!matches!(answer, Answer::Refused(_))).then(|| answer.clone());
-            self.fence.finished(u64::from(client), seq, kept);
-            out.push(reply(client, seq, answer));
+        if let Run::Client(change) = pending.run {
+            let answer = match (change.end(&self.forwards), &pending.work) {
+                (Ok(epoch), Work::Change { .. }) => Answer::Written { epoch },
+                (Ok(_), _) => Answer::Done,
+                (Err(GivenUp::Refused(refused)), _) => Answer::Refused(refusal(refused)),
+                (Err(GivenUp::Late { .. }), _) => Answer::Refused(Refusal::WrongVersion),
+            };
+            if let Some((client, seq)) = pending.client {
+                if let Work::Change { .. } = pending.work {
+                    let kept = (!matches!(answer, Answer::Refused(_))).then(|| answer.clone());
+                    self.fence.finished(u64::from(client), seq, kept);
+                }
+                out.push(reply(client, seq, answer));
+            }
         }
         if let Some(held) = pending.held {
             out.extend(self.release(now, held));
@@ -560,7 +545,7 @@ impl Server {
                     end,
                 },
             ) => {
-                let listed = self.pending.get(&op).and_then(|p| p.resync);
+                let listed = self.pending.get(&op).and_then(Pending::resync);
                 if let Some(start) = listed {
                     if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
                         if resync.in_flight == Some(op) {
@@ -573,8 +558,12 @@ impl Server {
             (Node::Server(member), Msg::MemberAck { group, op, .. }) => {
                 self.acknowledged(group, op, member, now)
             }
-            // A member that knows another version refused: the forward is sent again on a
-            // later tick, once one of the two has the current map.
+            // A member that knows another version refused: the forward is sent again after a
+            // pause, once one of the two has the current map.
+            (Node::Server(member), Msg::MemberRefused { group, op, .. }) if !is_home(group) => {
+                self.refused_by_member(now, op, member);
+                Vec::new()
+            }
             _ => Vec::new(),
         }
     }
@@ -688,28 +677,33 @@ impl Server {
             change,
         } = queued;
         let held = Held { key, id };
-        // The wait may have outlived this server's primacy or its lease: admitted again, or a
-        // change with no member to reach would be answered from a deposed primary alone.
-        if let Some(refusal) = self.admit(now, group, version) {
-            self.fence.finished(u64::from(client), seq, None);
-            let mut out = vec![reply(client, seq, Answer::Refused(refusal))];
-            out.extend(self.release(now, held));
-            return out;
-        }
+        let begun = PrimaryChange::begin(
+            &self.membership,
+            &self.forwards,
+            now,
+            self.id,
+            (group, version),
+            vec![chunk],
+            true,
+        );
+        let run = match begun {
+            Ok(run) => run,
+            Err(refused) => {
+                self.fence.finished(u64::from(client), seq, None);
+                let mut out = vec![reply(client, seq, Answer::Refused(refusal(refused)))];
+                out.extend(self.release(now, held));
+                return out;
+            }
+        };
+        self.served.push((now, group, version));
         change.apply_to(&mut self.store.volatile, group);
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
                 missed.insert(chunk);
             }
         }
-        let answer = Answer::Written {
-            epoch: self.loss_epoch(group),
-        };
-        let members = self.membership.present_secondaries(group);
-        // Numbered among this server's forwards, not by its client: a change run again here
-        // (its forwarding given up, its client sending it again) is a new forward that each
-        // member applies again, not a copy of the first run it answered already.
-        let (number, _) = self.forwards.draw();
+        // Its tag's marks are set as each copy leaves.
+        let (number, _) = run.tag(&self.forwards).expect("numbered");
         let tag = ChangeId {
             client: self.forwarder,
             number,
@@ -719,15 +713,11 @@ impl Server {
         self.start(
             now,
             Pending {
-                group,
                 work: Work::Change { tag, change },
-                waiting: BTreeMap::new(),
-                client: Some((client, seq, answer)),
+                run: Run::Client(run),
+                client: Some((client, seq)),
                 held: Some(held),
-                resync: None,
-                forward: Some(number),
             },
-            members,
         )
         .1
     }
@@ -740,53 +730,45 @@ impl Server {
         since: u64,
         seq: u64,
     ) -> Vec<Send<Bytes>> {
-        if let Some(refusal) = self.admit(now, group, version) {
-            return vec![reply(client, seq, Answer::Refused(refusal))];
-        }
+        // Not a change: not numbered, nothing for the fence to keep.
+        let begun = PrimaryChange::begin(
+            &self.membership,
+            &self.forwards,
+            now,
+            self.id,
+            (group, version),
+            Vec::new(),
+            false,
+        );
+        let run = match begun {
+            Ok(run) => run,
+            Err(refused) => return vec![reply(client, seq, Answer::Refused(refusal(refused)))],
+        };
+        self.served.push((now, group, version));
         if since < self.loss_epoch(group) {
             return vec![reply(client, seq, Answer::Lost)];
         }
         self.store.sync(group);
-        let members = self.membership.present_secondaries(group);
-        // Not a change: nothing for the fence to keep.
         let pending = Pending {
-            group,
             work: Work::Sync,
-            waiting: BTreeMap::new(),
-            client: None,
+            run: Run::Client(run),
+            client: Some((client, seq)),
             held: None,
-            resync: None,
-            forward: None,
         };
-        let (op, mut out) = self.start(now, pending, members);
-        match op.and_then(|op| self.pending.get_mut(&op)) {
-            Some(pending) => pending.client = Some((client, seq, Answer::Done)),
-            None => out.push(reply(client, seq, Answer::Done)),
-        }
-        out
+        self.start(now, pending).1
     }
 
-    /// Sends `pending` to `members`; ends it at once if there is none. Returns the forward's
-    /// operation id while it waits, beside what to send.
-    fn start(
-        &mut self,
-        now: Time,
-        pending: Pending,
-        members: Vec<ServerId>,
-    ) -> (Option<u64>, Vec<Send<Bytes>>) {
+    /// Starts forward `pending`, sending its first copies; it ends at once when no member
+    /// waits for it. Returns the forward's operation id while it waits, beside what to send.
+    fn start(&mut self, now: Time, pending: Pending) -> (Option<u64>, Vec<Send<Bytes>>) {
         let op = self.op_id();
         self.pending.insert(op, pending);
-        if members.is_empty() {
-            return (None, self.end_pending(now, op));
-        }
-        let mut out = Vec::new();
-        for member in members {
-            out.extend(self.send_forward(now, op, member));
-        }
-        out.extend(self.complete_finished(now));
+        let mut out = self.send_due(now, op);
+        out.extend(self.settle_all(now));
         (self.pending.contains_key(&op).then_some(op), out)
     }
 
+    /// A member took forward `op`.
     fn acknowledged(
         &mut self,
         group: GroupId,
@@ -797,39 +779,24 @@ impl Server {
         let Some(pending) = self.pending.get_mut(&op) else {
             return Vec::new();
         };
-        if pending.group != group || pending.waiting.remove(&member).is_none() {
+        if pending.group() != group {
             return Vec::new();
         }
-        if pending.resync.is_none() {
-            self.membership.delivered(group, member);
-        }
-        let mut out = self.complete_finished(now);
+        pending
+            .delivery_mut()
+            .acknowledged(&mut self.membership, member);
+        let mut out = self.settle_all(now);
         out.extend(self.advance_resyncs(now));
         out
     }
 
-    /// Ends the forwards every member has acknowledged, and moves their resyncs on.
-    fn complete_finished(&mut self, now: Time) -> Vec<Send<Bytes>> {
-        let finished: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.waiting.is_empty())
-            .map(|(op, _)| *op)
-            .collect();
-        let mut out = Vec::new();
-        for op in finished {
-            let resync = self.pending.get(&op).and_then(|p| p.resync);
-            out.extend(self.end_pending(now, op));
-            let Some(start) = resync else {
-                continue;
-            };
-            if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
-                if resync.in_flight == Some(op) {
-                    resync.in_flight = None;
-                }
-            }
+    /// A member refused forward `op` (it knows another version): the next copy waits for the
+    /// retry interval.
+    fn refused_by_member(&mut self, now: Time, op: u64, member: ServerId) {
+        let pace = self.pace();
+        if let Some(pending) = self.pending.get_mut(&op) {
+            pending.delivery_mut().failed(member, now, pace);
         }
-        out
     }
 
     /// A resync stops (its version ended, or the member does not take its steps); it starts
@@ -871,7 +838,7 @@ impl Server {
             let unacknowledged = self
                 .pending
                 .values()
-                .filter(|p| p.group == *group && p.waiting.contains_key(member))
+                .filter(|p| p.group() == *group && p.delivery().waits_for(*member))
                 .filter_map(|p| match &p.work {
                     Work::Change { change, .. } => Some(change.chunk()),
                     _ => None,
@@ -897,34 +864,15 @@ impl Server {
             for start in ended {
                 out.extend(self.stop_resync(now, start));
             }
-            let mine: Vec<u64> = self
-                .pending
-                .iter()
-                .filter(|(_, p)| p.group == group.id)
-                .map(|(op, _)| *op)
-                .collect();
-            if group.primary != id {
-                // Given up: their clients route again.
-                for op in mine {
-                    if let Some(Pending {
-                        client: Some((_, _, answer)),
-                        ..
-                    }) = self.pending.get_mut(&op)
-                    {
-                        *answer = Answer::Refused(Refusal::NotPrimary);
-                    }
-                    out.extend(self.end_pending(now, op));
-                }
-            } else {
-                let present: BTreeSet<ServerId> =
-                    group.present_secondaries().map(|m| m.server).collect();
-                for op in mine {
-                    if let Some(pending) = self.pending.get_mut(&op) {
-                        pending.waiting.retain(|member, _| present.contains(member));
-                    }
+            // A deposed primary gives its forwards up (their clients route again); one still
+            // primary stops waiting for members that left.
+            for pending in self.pending.values_mut() {
+                if pending.group() == group.id {
+                    pending.delivery_mut().revisit(&mut self.membership, now);
                 }
             }
         }
+        out.extend(self.settle_all(now));
         for start in adopted.starts {
             if is_home(start.group) {
                 out.extend(self.start_page_resync(now, start));
@@ -958,7 +906,7 @@ impl Server {
                 }
             }
         }
-        out.extend(self.complete_finished(now));
+        out.extend(self.settle_all(now));
         out.extend(self.advance_resyncs(now));
         out
     }
@@ -1062,16 +1010,20 @@ impl Server {
 
     /// Sends one step of `start`'s resync to its member, as the resync's forward under way.
     fn send_step(&mut self, now: Time, start: ResyncStart, work: Work) -> Vec<Send<Bytes>> {
+        let delivery = Delivery::new(
+            &self.membership,
+            now,
+            self.id,
+            start.group,
+            Sending::Step(start),
+        );
         let pending = Pending {
-            group: start.group,
             work,
-            waiting: BTreeMap::new(),
+            run: Run::Step(delivery),
             client: None,
             held: None,
-            resync: Some(start),
-            forward: None,
         };
-        let (op, out) = self.start(now, pending, vec![start.member]);
+        let (op, out) = self.start(now, pending);
         if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
             if resync.start == start {
                 // A step that ended at once (the member left) leaves nothing to wait for.
@@ -1079,26 +1031,6 @@ impl Server {
             }
         }
         out
-    }
-
-    /// The version a send to `member` of `group` carries now: a resync step's, or a change's
-    /// (`None`: the member left).
-    fn send_version(
-        &self,
-        now: Time,
-        group: GroupId,
-        member: ServerId,
-        resync: Option<ResyncStart>,
-    ) -> Result<Option<Version>, Refused> {
-        match resync {
-            Some(start) => self
-                .membership
-                .resync_version(now, self.id, start)
-                .map(Some),
-            None => self
-                .membership
-                .version_to_member(now, self.id, group, member),
-        }
     }
 
     /// Admits send `op` of `primary` to this member of `group` in `version`, or answers that
@@ -1191,7 +1123,7 @@ const COPY_PIECE: u64 = 8;
 
 /// Forward `op` to `member` under `version`.
 fn forward(op: u64, pending: &Pending, version: Version, member: ServerId) -> Send<Bytes> {
-    let group = pending.group;
+    let group = pending.group();
     let msg = match &pending.work {
         Work::Change { tag, change } => Msg::Forward {
             group,

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use weft_mirror::delivery::{Delivery, GivenUp, Pace, Sending};
 use weft_mirror::{Group, Member, MemberState, Refused, Time};
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
@@ -477,11 +478,23 @@ impl Membership {
             .map_err(|refused| self.refusal(refused, start.group, start.version, "resync"))
     }
 
+    /// How this server paces its copies to members: a copy failed is sent again after
+    /// [`MEMBER_RETRY`]; each call ends by itself within the member timeout, so a copy is
+    /// never sent again while one is on its way.
+    fn pace(&self) -> Pace {
+        let member_timeout = self.member_timeout().as_millis() as Time;
+        Pace {
+            resend: member_timeout.saturating_mul(2),
+            retry: MEMBER_RETRY.as_millis() as Time,
+            member_timeout,
+        }
+    }
+
     /// Delivers a change from `primary` to every present secondary of `group` with `send`
-    /// (member, version, attempt), trying each until it has it or has left the group. A
-    /// member that does not take it within the member timeout is reported unreachable. When
-    /// the change is given up, the members that did not take it are owed `items` (see
-    /// [`weft_mirror::Membership::undelivered`]).
+    /// (member, version, attempt), as [`Delivery`] decides: each member is tried until it has
+    /// it or has left the group; one that does not take it within the member timeout is
+    /// reported unreachable. When the change is given up, the members that did not take it
+    /// are owed `items` (see [`weft_mirror::Membership::undelivered`]).
     ///
     /// # Errors
     /// `StaleRoute` when `primary` stopped being the primary or its lease ran out meanwhile.
@@ -496,82 +509,130 @@ impl Membership {
         F: Fn(MemberId, GroupVersion, u32) -> Fut,
         Fut: Future<Output = Result<(), RpcError>>,
     {
-        let members = self.present_secondaries(group);
-        let send = &send;
-        let sends = members.into_iter().map(|member| async move {
-            // When sends under the current version began to fail.
-            let mut first_failure: Option<(Instant, GroupVersion)> = None;
-            let mut attempt = 0;
-            loop {
-                let version = match self.version_to_member(primary, group, member) {
-                    Ok(Some(version)) => version,
-                    Ok(None) => return Ok(()),
-                    Err(error) => {
-                        self.state().decisions.undelivered(
-                            group,
-                            member,
-                            items.iter().copied(),
-                        );
-                        return Err(error);
-                    }
-                };
-                match send(member, version, attempt).await {
-                    Ok(()) => {
-                        self.state().decisions.delivered(group, member);
-                        return Ok(());
-                    }
-                    Err(error) => {
-                        if first_failure.is_none() {
-                            tracing::warn!(%group, %member, %error, "a mirror member did not take a change; trying again");
-                        }
-                        // A new version starts the member's time over.
-                        let since = match first_failure {
-                            Some((since, under)) if under == version => since,
-                            _ => Instant::now(),
-                        };
-                        first_failure = Some((since, version));
-                        if !error.is_retryable() || since.elapsed() >= self.member_timeout() {
-                            // Kept only while the version the change carried still holds: a
-                            // send that failed as the group moved on says nothing of the new
-                            // one.
-                            let since = self.time(since);
-                            self.state()
-                                .decisions
-                                .delivery_failing(group, member, version, since);
-                        }
-                        attempt += 1;
-                        tokio::time::sleep(MEMBER_RETRY).await;
-                    }
-                }
-            }
-        });
-        for result in futures::future::join_all(sends).await {
-            result?;
-        }
-        Ok(())
+        let sending = Sending::Change {
+            items: items.to_vec(),
+        };
+        let delivery = Delivery::new(&self.state().decisions, self.now(), primary, group, sending);
+        self.drive(delivery, send)
+            .await
+            .map(drop)
+            .map_err(|(given_up, _)| self.given_up(given_up, group, GroupVersion(0), "change"))
     }
 
-    /// Sends one resync step with `send` until it lands or the member timeout passes.
+    /// Sends one step of resync `start` from `primary` with `send` until its member takes
+    /// it; returns the member's answer.
     ///
     /// # Errors
-    /// `Unavailable` with the last failure.
-    pub async fn resync_step<F, Fut, T>(&self, member: MemberId, send: F) -> Result<T, WireError>
+    /// `StaleRoute` once the group left the resync's version (or `primary` its role or
+    /// lease); `Unavailable` with the last failure when the member did not take it within
+    /// the member timeout.
+    pub async fn resync_step<F, Fut, T>(
+        &self,
+        primary: MemberId,
+        start: ResyncStart,
+        send: F,
+    ) -> Result<T, WireError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, RpcError>>,
     {
-        let started = Instant::now();
+        let delivery = Delivery::new(
+            &self.state().decisions,
+            self.now(),
+            primary,
+            start.group,
+            Sending::Step(start),
+        );
+        let mut taken =
+            self.drive(delivery, |_, _, _| send())
+                .await
+                .map_err(|(given_up, last)| match (given_up, last) {
+                    (GivenUp::Late { member }, Some(error)) => WireError::new(
+                        ErrorCode::Unavailable,
+                        format!("member {member} did not take a resync step in time: {error}"),
+                    ),
+                    (given_up, _) => self.given_up(given_up, start.group, start.version, "resync"),
+                })?;
+        let (_, answer) = taken.pop().ok_or_else(|| {
+            WireError::new(
+                ErrorCode::StaleRoute,
+                format!("member {} left mirror group {}", start.member, start.group),
+            )
+        })?;
+        Ok(answer)
+    }
+
+    /// Runs `delivery` to its end: sends each copy it asks for with `send` (member, version,
+    /// attempt), tells it how each fared, and wakes when it says. Returns the answers of the
+    /// members that took it, or why it was given up with the last failure seen.
+    async fn drive<F, Fut, T>(
+        &self,
+        mut delivery: Delivery,
+        send: F,
+    ) -> Result<Vec<(MemberId, T)>, (GivenUp, Option<RpcError>)>
+    where
+        F: Fn(MemberId, GroupVersion, u32) -> Fut,
+        Fut: Future<Output = Result<T, RpcError>>,
+    {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let pace = self.pace();
+        let group = delivery.group();
+        let send = &send;
+        let mut calls = FuturesUnordered::new();
+        let mut attempts: HashMap<MemberId, u32> = HashMap::new();
+        let mut taken = Vec::new();
+        let mut last_failure = None;
         loop {
-            match send().await {
-                Ok(value) => return Ok(value),
-                Err(error) if started.elapsed() < self.member_timeout() => {
-                    tracing::debug!(%member, %error, "resync step failed; trying again");
-                    tokio::time::sleep(MEMBER_RETRY).await;
-                }
-                Err(error) => {
-                    return Err(WireError::new(ErrorCode::Unavailable, error.to_string()))
-                }
+            let copies = delivery.due(&mut self.state().decisions, self.now(), pace);
+            for (member, version) in copies {
+                let attempt = attempts.entry(member).or_default();
+                let this = *attempt;
+                *attempt += 1;
+                calls.push(async move { (member, send(member, version, this).await) });
             }
+            match delivery.outcome() {
+                Some(Ok(())) => return Ok(taken),
+                Some(Err(given_up)) => return Err((given_up, last_failure)),
+                None => {}
+            }
+            let wake = delivery
+                .next_wake(pace)
+                .map_or(self.epoch + self.member_timeout(), |at| {
+                    self.epoch + Duration::from_millis(at)
+                });
+            tokio::select! {
+                Some((member, result)) = calls.next(), if !calls.is_empty() => match result {
+                    Ok(answer) => {
+                        delivery.acknowledged(&mut self.state().decisions, member);
+                        taken.push((member, answer));
+                    }
+                    Err(error) => {
+                        if attempts.get(&member) == Some(&1) {
+                            tracing::warn!(%group, %member, %error, "a mirror member did not take a send; trying again");
+                        }
+                        delivery.failed(member, self.now(), pace);
+                        last_failure = Some(error);
+                    }
+                },
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+
+    /// What a sender sees of a send given up.
+    fn given_up(
+        &self,
+        given_up: GivenUp,
+        group: GroupId,
+        routed: GroupVersion,
+        what: &str,
+    ) -> WireError {
+        match given_up {
+            GivenUp::Refused(refused) => self.refusal(refused, group, routed, what),
+            GivenUp::Late { member } => WireError::new(
+                ErrorCode::Unavailable,
+                format!("member {member} of mirror group {group} did not take a {what} in time"),
+            ),
         }
     }
 }

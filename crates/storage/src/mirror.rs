@@ -489,16 +489,18 @@ impl Mirror {
         Ok(member_route(start.group, version, start.member))
     }
 
-    /// One resync step, tried until it lands or the resync's version is over.
+    /// One resync step of `start` from `primary`, tried until it lands or the resync's
+    /// version is over.
     async fn send_step(
         &self,
-        member: MemberId,
+        primary: TargetId,
+        start: ResyncStart,
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(), WireError> {
         self.membership
-            .resync_step(member, || {
-                self.send(member, request.clone(), payload.clone())
+            .resync_step(MemberId::from(primary), start, || {
+                self.send(start.member, request.clone(), payload.clone())
             })
             .await
             .map(|_| ())
@@ -518,7 +520,7 @@ impl Mirror {
             inode,
             tag: Some(self.step_tag(primary, start)),
         };
-        self.send_step(start.member, remove, Bytes::new()).await
+        self.send_step(primary, start, remove, Bytes::new()).await
     }
 
     /// Makes the member's copy of the object of `inode`, which this primary does not hold,
@@ -539,7 +541,7 @@ impl Mirror {
             mirror: route.mirror,
             inode,
         };
-        self.send_step(start.member, seal, Bytes::new()).await
+        self.send_step(target.id, start, seal, Bytes::new()).await
     }
 
     /// Brings one object to the member under its range lock, so changes to it wait: copied
@@ -553,7 +555,6 @@ impl Mirror {
         inode: InodeId,
     ) -> Result<u64, WireError> {
         let primary = target.id;
-        let member = start.member;
         let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
         if !target.exists(mirrored(inode)) {
             // Removed, or moved to another group, since the member left.
@@ -593,7 +594,7 @@ impl Mirror {
                         owner: None,
                         project: 0,
                     };
-                    self.send_step(member, write, data).await?;
+                    self.send_step(primary, start, write, data).await?;
                 }
                 CopyStep::Sync => {
                     let route = self.resync_route(primary, start)?;
@@ -603,7 +604,7 @@ impl Mirror {
                         inode,
                         capability: None,
                     };
-                    self.send_step(member, sync, Bytes::new()).await?;
+                    self.send_step(primary, start, sync, Bytes::new()).await?;
                 }
             }
         }

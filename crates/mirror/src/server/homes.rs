@@ -11,7 +11,8 @@
 //! A metadata server keeps the commits of its next sync in its own memory: every restart of
 //! it loses them (its heartbeats say so), but none of them was answered.
 
-use super::{refusal, reply, Server, Waiting};
+use super::{refusal, reply, Server};
+use crate::delivery::{Delivery, GivenUp, Sending};
 use crate::membership::ResyncStart;
 use crate::pages::{Changes, CopyOrder, FileChange, PageResync, PageStep, SendOrder};
 use crate::{
@@ -98,11 +99,20 @@ struct Shipment {
     /// The file's length before a sync's changes.
     before: u64,
     sync: bool,
-    waiting: BTreeMap<ServerId, Waiting>,
+    /// The members it waits for, as [`Delivery`] decides (a resync's step: its member).
+    delivery: Delivery,
     /// The clients of a sync's commits.
     clients: Vec<(ClientId, u64)>,
+}
+
+impl Shipment {
     /// The resync this is a step of.
-    resync: Option<ResyncStart>,
+    fn resync(&self) -> Option<ResyncStart> {
+        match self.delivery.sending() {
+            Sending::Step(start) => Some(*start),
+            Sending::Change { .. } => None,
+        }
+    }
 }
 
 /// A resync of a member's copy.
@@ -251,17 +261,24 @@ impl Server {
             let before = self.file_len(group);
             changes.apply_to(self.store.volatile.entry((group, 0)).or_default());
             self.store.sync(group);
-            let members = self.membership.present_secondaries(group);
+            // A sync given up is shipped again at the home's next opening: no member is owed
+            // anything beyond it.
+            let delivery = Delivery::new(
+                &self.membership,
+                now,
+                self.id,
+                group,
+                Sending::Change { items: Vec::new() },
+            );
             let shipment = Shipment {
                 op: 0,
                 changes,
                 before,
                 sync: true,
-                waiting: BTreeMap::new(),
+                delivery,
                 clients,
-                resync: None,
             };
-            return self.start_shipment(now, group, shipment, members);
+            return self.start_shipment(now, group, shipment);
         }
         let Some(key) = self
             .homes
@@ -288,16 +305,16 @@ impl Server {
             None => return Vec::new(),
         };
         let start = run.start;
+        let delivery = Delivery::new(&self.membership, now, self.id, group, Sending::Step(start));
         let shipment = Shipment {
             op: 0,
             changes,
             before: len,
             sync,
-            waiting: BTreeMap::new(),
+            delivery,
             clients: Vec::new(),
-            resync: Some(start),
         };
-        self.start_shipment(now, group, shipment, vec![start.member])
+        self.start_shipment(now, group, shipment)
     }
 
     fn start_shipment(
@@ -305,55 +322,48 @@ impl Server {
         now: Time,
         group: GroupId,
         mut shipment: Shipment,
-        members: Vec<ServerId>,
     ) -> Vec<Send<Bytes>> {
         shipment.op = self.op_id();
         let Some(home) = self.homes.served.get_mut(&group) else {
             return Vec::new();
         };
         home.busy = Some(shipment);
-        let mut out = Vec::new();
-        for member in members {
-            out.extend(self.send_page(now, group, member));
-        }
+        let mut out = self.send_pages(now, group);
         out.extend(self.settle(now, group));
         out
     }
 
-    /// Sends the shipment under way to `member` as a new send; a member that left stops
-    /// being waited for; a shipment this server may no longer send is given up.
-    fn send_page(&mut self, now: Time, group: GroupId, member: ServerId) -> Vec<Send<Bytes>> {
-        let Some(shipment) = self.homes.served.get(&group).and_then(|h| h.busy.as_ref()) else {
+    /// Sends the copies of the shipment under way that its [`Delivery`] says are due, each a
+    /// new send of its own.
+    fn send_pages(&mut self, now: Time, group: GroupId) -> Vec<Send<Bytes>> {
+        let pace = self.pace();
+        let Some(home) = self.homes.served.get_mut(&group) else {
             return Vec::new();
         };
-        let version = match self.send_version(now, group, member, shipment.resync) {
-            Ok(Some(version)) => version,
-            Ok(None) => {
-                if let Some(shipment) = self.shipment(group) {
-                    shipment.waiting.remove(&member);
-                }
-                return Vec::new();
-            }
-            Err(refused) => return self.give_up(now, group, refusal(refused)),
+        let link = home.link;
+        let Some(shipment) = home.busy.as_mut() else {
+            return Vec::new();
         };
-        self.homes.sends += 1;
-        let sequence = self.homes.sends;
-        let home = self.homes.served.get_mut(&group).expect("looked up above");
-        let order: SendOrder = (version, home.link, sequence);
-        let shipment = home.busy.as_mut().expect("looked up above");
-        Waiting::sent(&mut shipment.waiting, member, now, version);
-        vec![Send {
-            to: Node::Server(member),
-            msg: Msg::PageApply {
-                group,
-                version,
-                op: shipment.op,
-                order,
-                changes: shipment.changes.changes.clone(),
-                payload: shipment.changes.payload.clone(),
-                sync: shipment.sync,
-            },
-        }]
+        let copies = shipment.delivery.due(&mut self.membership, now, pace);
+        copies
+            .into_iter()
+            .map(|(member, version)| {
+                self.homes.sends += 1;
+                let order: SendOrder = (version, link, self.homes.sends);
+                Send {
+                    to: Node::Server(member),
+                    msg: Msg::PageApply {
+                        group,
+                        version,
+                        op: shipment.op,
+                        order,
+                        changes: shipment.changes.changes.clone(),
+                        payload: shipment.changes.payload.clone(),
+                        sync: shipment.sync,
+                    },
+                }
+            })
+            .collect()
     }
 
     fn shipment(&mut self, group: GroupId) -> Option<&mut Shipment> {
@@ -371,15 +381,16 @@ impl Server {
         group: GroupId,
         op: u64,
     ) -> Vec<Send<Bytes>> {
-        let Some(shipment) = self.shipment(group).filter(|s| s.op == op) else {
+        let Some(shipment) = self
+            .homes
+            .served
+            .get_mut(&group)
+            .and_then(|h| h.busy.as_mut())
+            .filter(|s| s.op == op)
+        else {
             return Vec::new();
         };
-        if shipment.waiting.remove(&member).is_none() {
-            return Vec::new();
-        }
-        if shipment.resync.is_none() {
-            self.membership.delivered(group, member);
-        }
+        shipment.delivery.acknowledged(&mut self.membership, member);
         self.settle(now, group)
     }
 
@@ -387,13 +398,15 @@ impl Server {
     /// the absent members' records before its commits are answered; a resync's last step
     /// finishes it. The next send starts.
     fn settle(&mut self, now: Time, group: GroupId) -> Vec<Send<Bytes>> {
-        if !self.shipment(group).is_some_and(|s| s.waiting.is_empty()) {
-            return Vec::new();
+        match self.shipment(group).and_then(|s| s.delivery.outcome()) {
+            None => return Vec::new(),
+            Some(Err(given_up)) => return self.give_up(now, group, given_up),
+            Some(Ok(())) => {}
         }
         let home = self.homes.served.get_mut(&group).expect("has a shipment");
         let shipment = home.busy.take().expect("has a shipment");
         let mut out = Vec::new();
-        match shipment.resync {
+        match shipment.resync() {
             Some(start) => {
                 let key = (start.group, start.member);
                 let current = self
@@ -432,7 +445,7 @@ impl Server {
     /// The shipment under way can no longer be sent: a resync's step stops its resync; a
     /// sync is kept, with its clients, for the home's next opening, and the home closes: the
     /// commits of the next sync, not in the file, are refused.
-    fn give_up(&mut self, now: Time, group: GroupId, refusal: Refusal) -> Vec<Send<Bytes>> {
+    fn give_up(&mut self, now: Time, group: GroupId, given_up: GivenUp) -> Vec<Send<Bytes>> {
         let Some(shipment) = self
             .homes
             .served
@@ -441,19 +454,20 @@ impl Server {
         else {
             return Vec::new();
         };
-        if let Some(start) = shipment.resync {
+        if let Some(start) = shipment.resync() {
             let mut out = self.stop_page_resync(now, start);
             out.extend(self.ship_next(now, group));
             return out;
-        }
-        for member in shipment.waiting.keys() {
-            self.membership.undelivered(group, *member, []);
         }
         // Written and synced here, perhaps not on every member.
         let kept = self.homes.unshipped.entry(group).or_default();
         kept.changes.extend(&shipment.changes);
         kept.clients.extend(shipment.clients);
-        self.close_home(group, refusal)
+        let refused = match given_up {
+            GivenUp::Refused(refused) => refusal(refused),
+            GivenUp::Late { .. } => Refusal::WrongVersion,
+        };
+        self.close_home(group, refused)
     }
 
     fn refuse(&mut self, clients: Vec<(ClientId, u64)>, refusal: Refusal) -> Vec<Send<Bytes>> {
@@ -493,7 +507,7 @@ impl Server {
         self.membership.resync_ended(start, false);
         let ours = self
             .shipment(start.group)
-            .is_some_and(|s| s.resync == Some(start));
+            .is_some_and(|s| s.resync() == Some(start));
         if !ours {
             return Vec::new();
         }
@@ -548,10 +562,13 @@ impl Server {
             out.extend(self.close_home(group.id, Refusal::NotPrimary));
             return out;
         }
-        if let Some(shipment) = self.shipment(group.id) {
-            shipment
-                .waiting
-                .retain(|member, _| group.present_secondaries().any(|m| m.server == *member));
+        if let Some(shipment) = self
+            .homes
+            .served
+            .get_mut(&group.id)
+            .and_then(|h| h.busy.as_mut())
+        {
+            shipment.delivery.revisit(&mut self.membership, now);
         }
         out.extend(self.settle(now, group.id));
         out
@@ -561,7 +578,6 @@ impl Server {
     /// member timeout are reported (or their resync stops).
     pub(super) fn tick_homes(&mut self, now: Time) -> Vec<Send<Bytes>> {
         let mut out = Vec::new();
-        let (timeout, retry) = (self.timing.member_timeout_ms, self.timing.retry_ms);
         // A home this server is primary of is served: opened again after a sync failed.
         let primary_of: Vec<GroupId> = self
             .membership
@@ -575,40 +591,8 @@ impl Server {
             }
         }
         for group in self.homes.served.keys().copied().collect::<Vec<_>>() {
-            if let Some(shipment) = self.shipment(group) {
-                let late: Vec<(ServerId, Waiting)> = shipment
-                    .waiting
-                    .iter()
-                    .filter(|(_, w)| now.saturating_sub(w.since) >= timeout)
-                    .map(|(member, w)| (*member, *w))
-                    .collect();
-                match shipment.resync {
-                    Some(start) if !late.is_empty() => {
-                        out.extend(self.stop_page_resync(now, start));
-                        continue;
-                    }
-                    _ => {
-                        for (member, waiting) in late {
-                            self.membership.delivery_failing(
-                                group,
-                                member,
-                                waiting.version,
-                                waiting.since,
-                            );
-                        }
-                    }
-                }
-            }
-            let due: Vec<ServerId> = self.shipment(group).map_or(Vec::new(), |s| {
-                s.waiting
-                    .iter()
-                    .filter(|(_, w)| now.saturating_sub(w.sent) >= retry)
-                    .map(|(member, _)| *member)
-                    .collect()
-            });
-            for member in due {
-                out.extend(self.send_page(now, group, member));
-            }
+            out.extend(self.send_pages(now, group));
+            out.extend(self.settle(now, group));
             out.extend(self.ship_next(now, group));
         }
         out
