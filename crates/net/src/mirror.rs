@@ -21,6 +21,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weft_mirror::delivery::{Delivery, GivenUp, Pace, Sending};
+use weft_mirror::primary::PrimaryChange;
 use weft_mirror::{Group, Member, MemberState, Refused, Time};
 use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
@@ -512,7 +513,51 @@ impl Membership {
         let sending = Sending::Change {
             items: items.to_vec(),
         };
-        let delivery = Delivery::new(&self.state().decisions, self.now(), primary, group, sending);
+        let mut delivery =
+            Delivery::new(&self.state().decisions, self.now(), primary, group, sending);
+        self.deliver_change(&mut delivery, send).await
+    }
+
+    /// Begins a change of `items` of `group`, routed with `version` to member `primary`, once
+    /// it holds its range (see [`PrimaryChange::begin`]).
+    ///
+    /// # Errors
+    /// `StaleRoute` when this member may no longer serve it.
+    pub fn begin_change(
+        &self,
+        primary: MemberId,
+        (group, version): (GroupId, GroupVersion),
+        items: Vec<u64>,
+        forwards: &weft_mirror::numbers::Numbers,
+        numbered: bool,
+    ) -> Result<PrimaryChange, WireError> {
+        PrimaryChange::begin(
+            &self.state().decisions,
+            forwards,
+            self.now(),
+            primary,
+            (group, version),
+            items,
+            numbered,
+        )
+        .map_err(|refused| self.refusal(refused, group, version, "request"))
+    }
+
+    /// Runs the delivery of a change to its end with `send` (member, version, attempt).
+    ///
+    /// # Errors
+    /// `StaleRoute` when the primary stopped being the primary or its lease ran out
+    /// meanwhile.
+    pub async fn deliver_change<F, Fut>(
+        &self,
+        delivery: &mut Delivery,
+        send: F,
+    ) -> Result<(), WireError>
+    where
+        F: Fn(MemberId, GroupVersion, u32) -> Fut,
+        Fut: Future<Output = Result<(), RpcError>>,
+    {
+        let group = delivery.group();
         self.drive(delivery, send)
             .await
             .map(drop)
@@ -536,23 +581,22 @@ impl Membership {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, RpcError>>,
     {
-        let delivery = Delivery::new(
+        let mut delivery = Delivery::new(
             &self.state().decisions,
             self.now(),
             primary,
             start.group,
             Sending::Step(start),
         );
-        let mut taken =
-            self.drive(delivery, |_, _, _| send())
-                .await
-                .map_err(|(given_up, last)| match (given_up, last) {
-                    (GivenUp::Late { member }, Some(error)) => WireError::new(
-                        ErrorCode::Unavailable,
-                        format!("member {member} did not take a resync step in time: {error}"),
-                    ),
-                    (given_up, _) => self.given_up(given_up, start.group, start.version, "resync"),
-                })?;
+        let mut taken = self.drive(&mut delivery, |_, _, _| send()).await.map_err(
+            |(given_up, last)| match (given_up, last) {
+                (GivenUp::Late { member }, Some(error)) => WireError::new(
+                    ErrorCode::Unavailable,
+                    format!("member {member} did not take a resync step in time: {error}"),
+                ),
+                (given_up, _) => self.given_up(given_up, start.group, start.version, "resync"),
+            },
+        )?;
         let (_, answer) = taken.pop().ok_or_else(|| {
             WireError::new(
                 ErrorCode::StaleRoute,
@@ -567,7 +611,7 @@ impl Membership {
     /// members that took it, or why it was given up with the last failure seen.
     async fn drive<F, Fut, T>(
         &self,
-        mut delivery: Delivery,
+        delivery: &mut Delivery,
         send: F,
     ) -> Result<Vec<(MemberId, T)>, (GivenUp, Option<RpcError>)>
     where

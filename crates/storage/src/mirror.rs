@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use weft_mirror::numbers::Numbers;
+use weft_mirror::primary::PrimaryChange;
 use weft_mirror::ranges::RangeTable;
 use weft_mirror::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
 use weft_net::mirror::{Membership, ResyncStart, Unsynced};
@@ -197,63 +198,86 @@ impl Mirror {
         self.ranges.lock((target, inode), range).await
     }
 
-    /// Sends a change the primary `target` applied to every present member of `group`, and
-    /// waits until each has it or has left the group.
+    /// Begins `request`, a change routed by `route` to the primary `target` that holds its
+    /// range ([`PrimaryChange::begin`]: admitted again, numbered among this server's
+    /// forwards, its delivery to the present members started).
+    ///
+    /// # Errors
+    /// `StaleRoute` when this target may no longer serve it: the client routes again.
+    pub fn begin(
+        &self,
+        target: TargetId,
+        route: MirrorRoute,
+        request: &StorageRequest,
+        payload_len: usize,
+    ) -> Result<Forwarding<'_>, WireError> {
+        // The object a member that does not take the change is owed if it is given up.
+        let items: Vec<u64> = request
+            .changed_range(payload_len)
+            .map(|(inode, _)| inode.0)
+            .into_iter()
+            .collect();
+        let change = self.membership.begin_change(
+            MemberId::from(target),
+            (route.group, route.version),
+            items,
+            &self.forwards,
+            request.takes_tag(),
+        )?;
+        Ok(Forwarding {
+            forwards: &self.forwards,
+            change: Some(change),
+        })
+    }
+
+    /// Sends a change begun here and applied (or being applied) here to every present
+    /// member, and waits until each has it or has left the group. Returns the verifier to
+    /// answer with: the group's loss epoch, as only a crash of every copy loses what was not
+    /// synced.
     ///
     /// # Errors
     /// `StaleRoute` when this target stopped being the group's primary meanwhile: the client
     /// sends the change again to the new primary.
     pub async fn forward(
         &self,
-        target: TargetId,
-        group: GroupId,
+        mut forwarding: Forwarding<'_>,
         request: &StorageRequest,
         payload: &Bytes,
-    ) -> Result<(), WireError> {
-        // The object a member that does not take the change is owed if it is given up.
-        let changed: Vec<u64> = request
-            .changed_range(payload.len())
-            .map(|(inode, _)| inode.0)
-            .into_iter()
-            .collect();
-        // Numbered among this server's forwards, not by the change's client: a change run
-        // again here (its forwarding given up, its client sending it again) is a new forward
-        // that each member applies again, not a copy of the first run it answered already;
-        // a copy of a forward given up is dropped once a later one names it.
-        let mut numbered = request.takes_tag().then(|| self.forwards.begin());
+    ) -> Result<u64, WireError> {
+        let change = forwarding.change.as_mut().expect("a change is ended once");
+        let number = change.tag(&self.forwards).map(|(number, _)| number);
+        let group = change.delivery.group();
         let delivered = self
             .membership
-            .deliver(
-                MemberId::from(target),
-                group,
-                &changed,
-                |member, version, attempt| {
-                    let mut forward = request
-                        .clone()
-                        .rerouted(member_route(group, version, member));
-                    if let Some(pending) = &numbered {
-                        forward = forward.retagged(weft_net::mirror::change_tag(
-                            ClientId(self.forwarder),
-                            pending,
-                        ));
+            .deliver_change(&mut change.delivery, |member, version, attempt| {
+                let mut forward = request
+                    .clone()
+                    .rerouted(member_route(group, version, member));
+                if let Some(number) = number {
+                    // What this server settled or gave up on, as it is now.
+                    let marks = self.forwards.marks(number);
+                    forward = forward.retagged(ChangeTag {
+                        client: ClientId(self.forwarder),
+                        number,
+                        settled_below: marks.settled_below,
+                        abandoned: marks.abandoned,
+                    });
+                }
+                async move {
+                    if attempt > 0 {
+                        self.metrics.forward_retries.inc();
                     }
-                    async move {
-                        if attempt > 0 {
-                            self.metrics.forward_retries.inc();
-                        }
-                        self.send(member, forward, payload.clone()).await?;
-                        self.metrics.forwards.inc();
-                        Ok(())
-                    }
-                },
-            )
+                    self.send(member, forward, payload.clone()).await?;
+                    self.metrics.forwards.inc();
+                    Ok(())
+                }
+            })
             .await;
-        if delivered.is_err() {
-            if let Some(pending) = &mut numbered {
-                pending.failed();
-            }
-        }
-        drop(numbered);
+        let ended = forwarding
+            .change
+            .take()
+            .expect("a change is ended once")
+            .end(&self.forwards);
         delivered?;
         // Members that left miss this change: recorded before it is answered.
         if let Some((inode, _)) = request.changed_range(payload.len()) {
@@ -270,7 +294,7 @@ impl Mirror {
                 })?;
             }
         }
-        Ok(())
+        ended.map_err(|_| stale(format!("the change to mirror group {group} was given up")))
     }
 
     /// Sends one request to the server of `member`.
@@ -654,6 +678,22 @@ fn member_route(group: GroupId, version: GroupVersion, member: MemberId) -> Rout
             version,
             forwarded: true,
         }),
+    }
+}
+
+/// A change begun at this primary ([`Mirror::begin`]); dropped before it ended (its request
+/// went away), it is given up, so a copy of it still on its way to a member is dropped.
+pub(crate) struct Forwarding<'a> {
+    forwards: &'a Numbers,
+    change: Option<PrimaryChange>,
+}
+
+impl Drop for Forwarding<'_> {
+    fn drop(&mut self) {
+        if let Some(change) = self.change.take() {
+            // Ended without an outcome: abandoned.
+            let _ = change.end(self.forwards);
+        }
     }
 }
 

@@ -869,18 +869,28 @@ impl Storage {
         target: &Target,
         group: weft_proto::ids::GroupId,
     ) -> Result<(), WireError> {
+        let route = self.own_route(target, group)?;
+        self.mirror.admit_primary(target.id, route).map(|_| ())
+    }
+
+    /// The route of a change `target` makes itself as primary of `group`: the group's version
+    /// known here.
+    fn own_route(
+        &self,
+        target: &Target,
+        group: weft_proto::ids::GroupId,
+    ) -> Result<MirrorRoute, WireError> {
         let known = self.mirror.membership.group(group).ok_or_else(|| {
             weft_net::mirror::stale(format!(
                 "target {} knows no storage mirror group {group}",
                 target.id
             ))
         })?;
-        let route = MirrorRoute {
+        Ok(MirrorRoute {
             group,
             version: known.version,
             forwarded: false,
-        };
-        self.mirror.admit_primary(target.id, route).map(|_| ())
+        })
     }
 
     /// Seals the object of `inode` on every present member of `group`, whose primary is
@@ -896,9 +906,12 @@ impl Storage {
             mirror: None,
             inode,
         };
+        let route = self.own_route(target, group)?;
+        let forwarding = self.mirror.begin(target.id, route, &seal, 0)?;
         self.mirror
-            .forward(target.id, group, &seal, &Bytes::new())
+            .forward(forwarding, &seal, &Bytes::new())
             .await
+            .map(drop)
     }
 
     /// Writes `data` at `offset` of the object of `file` (inode, truncate generation) in
@@ -1108,10 +1121,10 @@ impl Storage {
             Some((inode, range)) => Some(self.mirror.lock_range(target.id, inode, range).await),
             None => None,
         };
-        // The wait may have outlived this target's primacy or its lease (a change before it
-        // held the range while its forward hung): admitted again, or a change with no member
-        // to reach would be answered from a deposed primary alone.
-        let group = self.mirror.admit_primary(target.id, route)?;
+        // Admitted again: the wait may have outlived this target's role or lease.
+        let forwarding = self
+            .mirror
+            .begin(target.id, route, &request, payload.len())?;
         // An object sealed (its file's last push began) takes no change the members would
         // take: its copy would miss it.
         if let StorageRequest::Write { inode, .. }
@@ -1123,11 +1136,9 @@ impl Storage {
         // Here and on the members at once: the range lock keeps overlapping changes in order.
         let (answer, forwarded) = futures::join!(
             self.local(Arc::clone(&target), request.clone(), payload.clone()),
-            self.mirror.forward(target.id, group.id, &request, &payload)
+            self.mirror.forward(forwarding, &request, &payload)
         );
-        forwarded?;
-        // For a mirrored object, only a crash of every copy loses what was not synced.
-        let verifier = group.loss_epoch;
+        let verifier = forwarded?;
         answer.map(|(response, payload)| match response {
             Response::Written { len, .. } => (Response::Written { len, verifier }, payload),
             Response::Synced { .. } => (Response::Synced { verifier }, payload),
