@@ -302,16 +302,70 @@ mod tests {
 
     fn member_of(version: Version) -> Membership<()> {
         let mut membership = Membership::new();
+        adopt(&mut membership, 0, version);
+        membership
+    }
+
+    /// Server 1 hears at `at` that group 1 is in `version`, server 2 good.
+    fn adopt(membership: &mut Membership<()>, at: Time, version: Version) {
         let map = GroupMap {
             groups: BTreeMap::from([(GroupId(1), pair(version, MemberState::Good))]),
         };
         membership.adopt(
-            0,
+            at,
             TIMING.lease_ms,
             map.groups.into_values().map(|g| (g, ())).collect(),
             |member| member == ServerId(1),
         );
-        membership
+    }
+
+    // Goal: a change given up (its primary's lease ran out) before its member took it, and
+    // before the member was late, leaves the member owed it: reported unreachable, so it
+    // cannot stay good without the change.
+    #[test]
+    fn a_change_given_up_leaves_its_member_owed_it() {
+        let mut membership = member_of(Version(1));
+        let patient = Pace {
+            member_timeout: 1_000_000,
+            ..PACE
+        };
+        let change = Sending::Change { items: vec![7] };
+        let mut delivery = Delivery::new(&membership, 0, ServerId(1), GroupId(1), change);
+        delivery.due(&mut membership, 0, patient);
+        delivery.revisit(&mut membership, 100_000);
+        assert!(matches!(delivery.outcome(), Some(Err(_))));
+        assert_eq!(
+            membership
+                .unreachable(100_000, patient.member_timeout)
+                .iter()
+                .map(|m| m.member)
+                .collect::<Vec<_>>(),
+            vec![ServerId(2)],
+            "owed the change given up"
+        );
+    }
+
+    // Goal: a copy under a new version starts its member's time over: the member is late
+    // only a member timeout after the first copy it could take.
+    #[test]
+    fn a_new_version_starts_a_members_time_over() {
+        let mut membership = member_of(Version(1));
+        let change = Sending::Change { items: vec![7] };
+        let mut delivery = Delivery::new(&membership, 0, ServerId(1), GroupId(1), change);
+        delivery.due(&mut membership, 0, PACE);
+        adopt(&mut membership, 150, Version(2));
+        assert_eq!(
+            delivery.due(&mut membership, 160, PACE),
+            vec![(ServerId(2), Version(2))]
+        );
+        delivery.failed(ServerId(2), 170, PACE);
+        delivery.due(&mut membership, 250, PACE);
+        assert!(
+            membership.unreachable(250, PACE.member_timeout).is_empty(),
+            "not late 90 ms into the new version"
+        );
+        delivery.due(&mut membership, 360, PACE);
+        assert_eq!(membership.unreachable(360, PACE.member_timeout).len(), 1);
     }
 
     // Goal: a change reaches its member with the group's version, is sent again while

@@ -140,39 +140,46 @@ mod tests {
         );
     }
 
-    // Goal: a change given up is named as abandoned to the members' fences, so a copy of it
-    // still on its way is dropped; one answered is settled.
+    // Goal: a change given up while an older one is still on its way is named as abandoned
+    // to the members' fences, so a copy of it still on its way is dropped (the older one
+    // keeps the settled mark below it); one answered is settled.
     #[test]
     fn a_change_given_up_is_abandoned() {
         let mut membership = primary_of(Version(1));
         let forwards = Numbers::default();
         let group = (GroupId(1), Version(1));
+        let begin = |items| {
+            PrimaryChange::begin(&membership, &forwards, 0, ServerId(1), group, items, true)
+                .expect("admitted")
+        };
+        let older = begin(vec![6]);
+        let mut given_up = begin(vec![7]);
+        let mut answered = begin(vec![8]);
         let pace = crate::delivery::Pace {
             resend: 100,
             retry: 100,
-            member_timeout: 200,
+            member_timeout: 1_000_000,
         };
-        let mut first =
-            PrimaryChange::begin(&membership, &forwards, 0, ServerId(1), group, vec![7], true)
-                .expect("admitted");
-        let mut second =
-            PrimaryChange::begin(&membership, &forwards, 0, ServerId(1), group, vec![8], true)
-                .expect("admitted");
-        first.delivery.due(&mut membership, 0, pace);
-        second.delivery.due(&mut membership, 0, pace);
-        second.delivery.acknowledged(&mut membership, ServerId(2));
-        assert_eq!(second.end(&forwards), Ok(0));
+        answered.delivery.due(&mut membership, 0, pace);
+        answered.delivery.acknowledged(&mut membership, ServerId(2));
+        let (answered_number, _) = answered.tag(&forwards).expect("numbered");
+        assert_eq!(answered.end(&forwards), Ok(0));
         // Past the lease: given up.
-        first.delivery.due(&mut membership, 10_000, pace);
-        let (number, _) = first.tag(&forwards).expect("numbered");
-        assert!(first.end(&forwards).is_err());
-        let third =
-            PrimaryChange::begin(&membership, &forwards, 0, ServerId(1), group, vec![9], true)
-                .expect("admitted");
-        let (_, marks) = third.tag(&forwards).expect("numbered");
+        given_up.delivery.revisit(&mut membership, 10_000);
+        let (number, _) = given_up.tag(&forwards).expect("numbered");
+        assert!(given_up.end(&forwards).is_err());
+        let (_, marks) = older.tag(&forwards).expect("numbered");
         assert!(
-            marks.settled_below > number || marks.abandoned.contains(&number),
-            "the given-up change is settled or named abandoned: {marks:?}"
+            marks.settled_below < number,
+            "the older change is still pending"
+        );
+        assert!(
+            marks.abandoned.contains(&number),
+            "the given-up change is named abandoned: {marks:?}"
+        );
+        assert!(
+            !marks.abandoned.contains(&answered_number),
+            "the answered one is not"
         );
     }
 }

@@ -25,19 +25,57 @@ pub enum ResyncStep {
         /// The last object of the previous page (0: from the start).
         after: u64,
     },
-    /// Under the object's range lock: remove the member's copy unless the primary holds it.
+    /// Take the object's whole range, and keep it until [`ResyncStep::Release`]; answer
+    /// with [`ResyncPlan::holds`]. The member's copy goes unless the primary holds the
+    /// object. Asked again until answered (a shell that cannot take the range yet asks
+    /// later).
     RemoveIfGone(u64),
     /// List the primary's objects; answer with [`ResyncPlan::primary_listed`].
     ListPrimary,
-    /// Under the object's range lock: copy it ([`CopySteps`]) if the primary holds it,
-    /// otherwise remove the member's copy.
+    /// Take the object's whole range, and keep it until [`ResyncStep::Release`]; answer
+    /// with [`ResyncPlan::holds`]. The object is copied ([`CopySteps`]) if the primary
+    /// holds it, otherwise the member's copy goes. Asked again until answered.
     Object(u64),
+    /// Remove the member's copy of the object.
+    Remove(u64),
+    /// Seal the member's copy of the object: its file moved to another group, and only the
+    /// seal is left here.
+    Seal(u64),
+    /// Write the primary's bytes `offset..offset + len` of the object, read now.
+    Write {
+        /// The object.
+        object: u64,
+        /// Where.
+        offset: u64,
+        /// How many.
+        len: u64,
+    },
+    /// Sync the member's copy of the object.
+    SyncObject(u64),
+    /// The object is settled: let its range go.
+    Release(u64),
     /// Make everything the member holds durable: it may hold changes it took before it left
     /// that no sync reached since (its primary synced without it), and once it is good it
     /// may be promoted, after a crash, as the only copy.
     SyncMember,
     /// Every step landed: the member is up to date.
     Done,
+}
+
+/// What the primary holds of an object, under its whole range ([`ResyncPlan::holds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// The object, `length` bytes long; copied in writes of at most `largest`.
+    Object {
+        /// Its length.
+        length: u64,
+        /// The largest write of its copy.
+        largest: u64,
+    },
+    /// Only its seal: the object's file moved to another group.
+    SealedOff,
+    /// Nothing: removed since the member left (or never made here).
+    Gone,
 }
 
 #[derive(Debug)]
@@ -61,6 +99,19 @@ pub struct ResyncPlan {
     objects: Option<VecDeque<u64>>,
     listed: bool,
     synced: bool,
+    /// The object whose range the shell is to take (its step, asked again until
+    /// answered), or the steps left for the object whose range it holds.
+    object: Option<Object>,
+    incremental: bool,
+}
+
+/// The object under way.
+#[derive(Debug)]
+enum Object {
+    /// Its range to take.
+    Taking(ResyncStep),
+    /// Its steps left, the last its release.
+    Steps(VecDeque<ResyncStep>),
 }
 
 impl ResyncPlan {
@@ -71,6 +122,8 @@ impl ResyncPlan {
             objects: Some(objects.into_iter().collect()),
             listed: false,
             synced: false,
+            object: None,
+            incremental: true,
         }
     }
 
@@ -83,12 +136,76 @@ impl ResyncPlan {
             objects: None,
             listed: false,
             synced: false,
+            object: None,
+            incremental: false,
         }
+    }
+
+    /// Whether this copies only what the member missed (its record is forgotten once it is
+    /// done).
+    pub fn incremental(&self) -> bool {
+        self.incremental
     }
 
     /// The next step; a step is done before the next is asked for (a resync whose step
     /// failed is given up and planned again).
     pub fn step(&mut self) -> ResyncStep {
+        match &mut self.object {
+            Some(Object::Taking(step)) => return *step,
+            Some(Object::Steps(steps)) => {
+                let step = steps
+                    .pop_front()
+                    .expect("an object's steps end with its release");
+                if steps.is_empty() {
+                    self.object = None;
+                }
+                return step;
+            }
+            None => {}
+        }
+        let step = self.next_object_or_more();
+        if let ResyncStep::RemoveIfGone(_) | ResyncStep::Object(_) = step {
+            self.object = Some(Object::Taking(step));
+        }
+        step
+    }
+
+    /// The answer to [`ResyncStep::RemoveIfGone`] or [`ResyncStep::Object`]: what the
+    /// primary holds of the object, now that the shell holds its whole range. The object's
+    /// steps follow, the last its release: nothing to do when the member may keep its copy;
+    /// the member's copy sealed or removed when the primary holds only a seal or nothing;
+    /// otherwise the member's copy removed, every byte written, then synced.
+    pub fn holds(&mut self, held: Held) {
+        let Some(Object::Taking(step)) = self.object else {
+            return;
+        };
+        let (object, copy) = match step {
+            ResyncStep::RemoveIfGone(object) => (object, false),
+            ResyncStep::Object(object) => (object, true),
+            _ => unreachable!("only an object's step takes its range"),
+        };
+        let mut steps: VecDeque<ResyncStep> = match held {
+            Held::Object { .. } if !copy => VecDeque::new(),
+            Held::Object { length, largest } => CopySteps::new(length, largest)
+                .map(|copy| match copy {
+                    CopyStep::Remove => ResyncStep::Remove(object),
+                    CopyStep::Write { offset, len } => ResyncStep::Write {
+                        object,
+                        offset,
+                        len,
+                    },
+                    CopyStep::Sync => ResyncStep::SyncObject(object),
+                })
+                .collect(),
+            Held::SealedOff => VecDeque::from([ResyncStep::Seal(object)]),
+            Held::Gone => VecDeque::from([ResyncStep::Remove(object)]),
+        };
+        steps.push_back(ResyncStep::Release(object));
+        self.object = Some(Object::Steps(steps));
+    }
+
+    /// The next step past the objects under way.
+    fn next_object_or_more(&mut self) -> ResyncStep {
         while let Some(listing) = &mut self.member {
             match listing {
                 Listing::Next(after) => {
@@ -268,6 +385,16 @@ mod tests {
                 ResyncStep::ListPrimary => {
                     plan.primary_listed(primary.iter().copied());
                 }
+                ResyncStep::RemoveIfGone(object) | ResyncStep::Object(object) => {
+                    plan.holds(if primary.contains(&object) {
+                        Held::Object {
+                            length: 6,
+                            largest: 4,
+                        }
+                    } else {
+                        Held::Gone
+                    });
+                }
                 _ => {}
             }
         }
@@ -281,8 +408,28 @@ mod tests {
         use ResyncStep::*;
         let mut missed = ResyncPlan::missed([4, 9]);
         assert_eq!(
-            all(&mut missed, vec![], &[]),
-            vec![Object(4), Object(9), SyncMember, Done]
+            all(&mut missed, vec![], &[9]),
+            vec![
+                Object(4),
+                Remove(4),
+                Release(4),
+                Object(9),
+                Remove(9),
+                Write {
+                    object: 9,
+                    offset: 0,
+                    len: 4
+                },
+                Write {
+                    object: 9,
+                    offset: 4,
+                    len: 2
+                },
+                SyncObject(9),
+                Release(9),
+                SyncMember,
+                Done
+            ]
         );
         let mut full = ResyncPlan::full();
         assert_eq!(
@@ -290,16 +437,62 @@ mod tests {
             vec![
                 ListMember { after: 0 },
                 RemoveIfGone(1),
+                Release(1),
                 RemoveIfGone(3),
+                Remove(3),
+                Release(3),
                 ListMember { after: 3 },
                 ListMember { after: 3 },
                 RemoveIfGone(5),
+                Remove(5),
+                Release(5),
                 ListPrimary,
                 Object(1),
+                Remove(1),
+                Write {
+                    object: 1,
+                    offset: 0,
+                    len: 4
+                },
+                Write {
+                    object: 1,
+                    offset: 4,
+                    len: 2
+                },
+                SyncObject(1),
+                Release(1),
                 Object(2),
+                Remove(2),
+                Write {
+                    object: 2,
+                    offset: 0,
+                    len: 4
+                },
+                Write {
+                    object: 2,
+                    offset: 4,
+                    len: 2
+                },
+                SyncObject(2),
+                Release(2),
                 SyncMember,
                 Done
             ]
+        );
+    }
+
+    // Goal: an object's step is asked again until the shell holds its range and says what
+    // the primary holds; an object that moved away is sealed on the member, not removed.
+    #[test]
+    fn an_object_waits_for_its_range_and_a_moved_one_is_sealed() {
+        use ResyncStep::*;
+        let mut plan = ResyncPlan::missed([4]);
+        assert_eq!(plan.step(), Object(4));
+        assert_eq!(plan.step(), Object(4), "asked again until answered");
+        plan.holds(Held::SealedOff);
+        assert_eq!(
+            [plan.step(), plan.step(), plan.step()],
+            [Seal(4), Release(4), SyncMember]
         );
     }
 

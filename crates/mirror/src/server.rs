@@ -15,7 +15,7 @@ use crate::membership::{Membership, Refused, ResyncStart};
 use crate::numbers::Numbers;
 use crate::primary::PrimaryChange;
 use crate::ranges::RangeTable;
-use crate::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
+use crate::resync::{self, ResyncNumbering, ResyncPlan, ResyncStep};
 use crate::{
     Answer, Bytes, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal,
     Send, ServerId, Time, Timing, Version, PLAIN,
@@ -149,12 +149,8 @@ struct Queued {
 struct Resync {
     start: ResyncStart,
     plan: ResyncPlan,
-    /// Only what the member missed (not a full copy).
-    incremental: bool,
-    /// A step waiting for its chunk's range.
-    blocked: Option<ResyncStep>,
-    /// The chunk being brought over, held, and the forwards left for it.
-    object: Option<(Held, VecDeque<Step>)>,
+    /// The range of the chunk being brought over, held.
+    object: Option<Held>,
     /// The forward under way.
     in_flight: Option<u64>,
 }
@@ -810,7 +806,7 @@ impl Server {
             if let Some(op) = resync.in_flight {
                 out.extend(self.end_pending(now, op));
             }
-            if let Some((held, _)) = resync.object {
+            if let Some(held) = resync.object {
                 out.extend(self.release(now, held));
             }
         }
@@ -879,19 +875,17 @@ impl Server {
                 continue;
             }
             let key = (start.group, start.member);
-            let (incremental, plan) = match self.store.missed.get(&key) {
-                Some(chunks) if !start.full => (true, ResyncPlan::missed(chunks.iter().copied())),
+            let plan = match self.store.missed.get(&key) {
+                Some(chunks) if !start.full => ResyncPlan::missed(chunks.iter().copied()),
                 _ => {
                     // A record of what it missed does not cover a full copy.
                     self.store.missed.remove(&key);
-                    (false, ResyncPlan::full())
+                    ResyncPlan::full()
                 }
             };
             let resync = Resync {
                 start,
-                incremental,
                 plan,
-                blocked: None,
                 object: None,
                 in_flight: None,
             };
@@ -901,7 +895,7 @@ impl Server {
                 if let Some(op) = replaced.in_flight {
                     out.extend(self.end_pending(now, op));
                 }
-                if let Some((held, _)) = replaced.object {
+                if let Some(held) = replaced.object {
                     out.extend(self.release(now, held));
                 }
             }
@@ -911,9 +905,10 @@ impl Server {
         out
     }
 
-    /// Moves each resync on as far as it goes without waiting: the next forward of the
-    /// object under way; else the plan's next step, its chunk's range taken first (a step
-    /// whose range is held waits); a resync whose steps all landed is reported finished.
+    /// Moves each resync on as far as it goes without waiting, by its plan: a step that
+    /// takes a chunk's range waits while the range is held (the plan asks for it again); a
+    /// step sent to the member waits for it; a resync whose steps all landed is reported
+    /// finished.
     fn advance_resyncs(&mut self, now: Time) -> Vec<Send<Bytes>> {
         let mut out = Vec::new();
         for key in self.resyncs.keys().copied().collect::<Vec<_>>() {
@@ -922,90 +917,94 @@ impl Server {
                     break;
                 }
                 let start = resync.start;
-                if let Some((held, steps)) = &mut resync.object {
-                    let Some(step) = steps.pop_front() else {
-                        let held = *held;
-                        resync.object = None;
-                        out.extend(self.release(now, held));
-                        continue;
-                    };
-                    let work = match step {
-                        Step::Change(change) => {
-                            let numbers = self.numbering.of(
-                                (start.group, start.version, start.member),
-                                || {
-                                    self.next_resync_client += 1;
-                                    self.next_resync_client
-                                },
-                            );
-                            let number = numbers.draw();
-                            let tag = ChangeId {
-                                client: numbers.client,
-                                number,
-                                settled_below: number,
-                                abandoned: Vec::new(),
-                            };
-                            Work::Change { tag, change }
-                        }
-                        Step::Sync(chunk) => Work::SyncChunk(chunk),
-                    };
-                    out.extend(self.send_step(now, start, work));
-                    continue;
-                }
-                let step = match resync.blocked.take() {
-                    Some(step) => step,
-                    None => resync.plan.step(),
-                };
-                match step {
+                let group = start.group;
+                let work = match resync.plan.step() {
                     ResyncStep::Object(chunk) | ResyncStep::RemoveIfGone(chunk) => {
-                        let object = (start.group, chunk);
+                        let object = (group, chunk);
                         let Ok(id) = self.ranges.try_lock(&object, 0..u64::MAX, || ()) else {
-                            resync.blocked = Some(step);
                             break;
                         };
-                        let held = Held { key: object, id };
-                        let steps = match (step, self.store.volatile.get(&object)) {
-                            (ResyncStep::RemoveIfGone(_), Some(_)) => VecDeque::new(),
-                            (_, Some(data)) => CopySteps::new(data.len() as u64, COPY_PIECE)
-                                .map(|copy| match copy {
-                                    CopyStep::Remove => Step::Change(Change::Remove { chunk }),
-                                    CopyStep::Write { offset, len } => {
-                                        let piece = offset as usize..(offset + len) as usize;
-                                        Step::Change(Change::Write {
-                                            chunk,
-                                            offset,
-                                            data: data[piece].to_vec(),
-                                        })
-                                    }
-                                    CopyStep::Sync => Step::Sync(chunk),
-                                })
-                                .collect(),
-                            (_, None) => VecDeque::from([Step::Change(Change::Remove { chunk })]),
-                        };
-                        resync.object = Some((held, steps));
+                        resync.object = Some(Held { key: object, id });
+                        resync.plan.holds(match self.store.volatile.get(&object) {
+                            Some(data) => resync::Held::Object {
+                                length: data.len() as u64,
+                                largest: COPY_PIECE,
+                            },
+                            None => resync::Held::Gone,
+                        });
+                        continue;
                     }
-                    ResyncStep::ListMember { after } => {
-                        out.extend(self.send_step(now, start, Work::List { after }));
+                    ResyncStep::Remove(chunk) => Work::Change {
+                        tag: self.step_tag(start),
+                        change: Change::Remove { chunk },
+                    },
+                    ResyncStep::Write {
+                        object: chunk,
+                        offset,
+                        len,
+                    } => {
+                        let data =
+                            self.store
+                                .volatile
+                                .get(&(group, chunk))
+                                .map_or(Vec::new(), |data| {
+                                    let piece = offset as usize..(offset + len) as usize;
+                                    data[piece].to_vec()
+                                });
+                        Work::Change {
+                            tag: self.step_tag(start),
+                            change: Change::Write {
+                                chunk,
+                                offset,
+                                data,
+                            },
+                        }
                     }
+                    ResyncStep::SyncObject(chunk) => Work::SyncChunk(chunk),
+                    ResyncStep::Seal(_) => unreachable!("the simulator moves no chunks"),
+                    ResyncStep::Release(_) => {
+                        if let Some(held) = resync.object.take() {
+                            out.extend(self.release(now, held));
+                        }
+                        continue;
+                    }
+                    ResyncStep::ListMember { after } => Work::List { after },
                     ResyncStep::ListPrimary => {
-                        resync.plan.primary_listed(self.store.chunks(start.group));
+                        resync.plan.primary_listed(self.store.chunks(group));
+                        continue;
                     }
-                    ResyncStep::SyncMember => {
-                        out.extend(self.send_step(now, start, Work::Sync));
-                    }
+                    ResyncStep::SyncMember => Work::Sync,
                     ResyncStep::Done => {
                         self.resync_counts.finished += 1;
                         let resync = self.resyncs.remove(&key).expect("looked up above");
-                        if resync.incremental {
+                        if resync.plan.incremental() {
                             self.store.missed.remove(&key);
                         }
                         self.membership.resync_ended(start, true);
                         break;
                     }
-                }
+                };
+                out.extend(self.send_step(now, start, work));
             }
         }
         out
+    }
+
+    /// The tag of the next step of `start`'s resync.
+    fn step_tag(&mut self, start: ResyncStart) -> ChangeId {
+        let numbers = self
+            .numbering
+            .of((start.group, start.version, start.member), || {
+                self.next_resync_client += 1;
+                self.next_resync_client
+            });
+        let number = numbers.draw();
+        ChangeId {
+            client: numbers.client,
+            number,
+            settled_below: number,
+            abandoned: Vec::new(),
+        }
     }
 
     /// Sends one step of `start`'s resync to its member, as the resync's forward under way.
@@ -1106,13 +1105,6 @@ impl Server {
             msg: Msg::MemberAck { group, version, op },
         }]
     }
-}
-
-/// A step of bringing one object over, before its tag is drawn.
-#[derive(Clone, Debug)]
-enum Step {
-    Change(Change),
-    Sync(ChunkId),
 }
 
 /// Chunks per page of a member's listing.

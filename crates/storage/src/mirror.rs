@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use weft_mirror::numbers::Numbers;
 use weft_mirror::primary::PrimaryChange;
 use weft_mirror::ranges::RangeTable;
-use weft_mirror::resync::{CopyStep, CopySteps, ResyncNumbering, ResyncPlan, ResyncStep};
+use weft_mirror::resync::{Held, ResyncNumbering, ResyncPlan, ResyncStep};
 use weft_net::mirror::{Membership, ResyncStart, Unsynced};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
@@ -378,6 +378,11 @@ impl Mirror {
             "resync started"
         );
         let mut copied = 0u64;
+        // The object whose range is held, with what its copy needs: its length and truncate
+        // generation (every byte is written in the generation the primary's object has, so
+        // the member records it too), and whether it counts as copied (not a look at an
+        // object of the member's listing).
+        let mut held: Option<(RangeGuard<'_>, u64, u64, bool)> = None;
         loop {
             match plan.step() {
                 ResyncStep::ListMember { after } => {
@@ -401,12 +406,97 @@ impl Mirror {
                     };
                     plan.listed(objects.iter().map(|(inode, _)| inode.0).collect(), end);
                 }
-                ResyncStep::RemoveIfGone(inode) => {
+                step @ (ResyncStep::RemoveIfGone(inode) | ResyncStep::Object(inode)) => {
+                    let copies = matches!(step, ResyncStep::Object(_));
                     let inode = InodeId(inode);
-                    let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
-                    if !target.exists(mirrored(inode)) {
-                        self.settle_gone(&target, start, inode).await?;
+                    let guard = self.lock_range(primary, inode, 0..u64::MAX).await;
+                    let object = mirrored(inode);
+                    let (state, length, generation) = if target.exists(object) {
+                        let length = target.length(object)?;
+                        let state = Held::Object {
+                            length,
+                            largest: u64::from(IO_BYTES_MAX),
+                        };
+                        (state, length, target.generation(object)?)
+                    } else if target.moves().is_sealed_off(object, group.0) {
+                        (Held::SealedOff, 0, 0)
+                    } else {
+                        (Held::Gone, 0, 0)
+                    };
+                    held = Some((guard, length, generation, copies));
+                    plan.holds(state);
+                }
+                ResyncStep::Remove(inode) => {
+                    let route = self.resync_route(primary, start)?;
+                    let remove = StorageRequest::Remove {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode: InodeId(inode),
+                        tag: Some(self.step_tag(primary, start)),
+                    };
+                    self.send_step(primary, start, remove, Bytes::new()).await?;
+                }
+                ResyncStep::Seal(inode) => {
+                    let route = self.resync_route(primary, start)?;
+                    let seal = StorageRequest::Seal {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode: InodeId(inode),
+                    };
+                    self.send_step(primary, start, seal, Bytes::new()).await?;
+                }
+                ResyncStep::Write {
+                    object: inode,
+                    offset,
+                    len,
+                } => {
+                    let inode = InodeId(inode);
+                    let generation = held.as_ref().map_or(0, |(_, _, generation, _)| *generation);
+                    let reading = Arc::clone(&target);
+                    let len = u32::try_from(len).unwrap_or(IO_BYTES_MAX);
+                    let data = tokio::task::spawn_blocking(move || {
+                        reading.read(mirrored(inode), offset, len)
+                    })
+                    .await
+                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+                    if data.len() != len as usize {
+                        return Err(WireError::new(
+                            ErrorCode::Internal,
+                            format!(
+                                "object {inode} changed length while it was copied under its lock"
+                            ),
+                        ));
+                    }
+                    let route = self.resync_route(primary, start)?;
+                    let write = StorageRequest::Write {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode,
+                        generation,
+                        object_offset: offset,
+                        tag: Some(self.step_tag(primary, start)),
+                        capability: None,
+                        owner: None,
+                        project: 0,
+                    };
+                    self.send_step(primary, start, write, data).await?;
+                }
+                ResyncStep::SyncObject(inode) => {
+                    let route = self.resync_route(primary, start)?;
+                    let sync = StorageRequest::Sync {
+                        target: route.target,
+                        mirror: route.mirror,
+                        inode: InodeId(inode),
+                        capability: None,
+                    };
+                    self.send_step(primary, start, sync, Bytes::new()).await?;
+                }
+                ResyncStep::Release(_) => {
+                    if let Some((_, bytes, _, true)) = held.take() {
+                        copied += 1;
                         self.metrics.resync_objects.inc();
+                        self.metrics.resync_bytes.inc_by(bytes);
+                        self.membership.resync_copied(start, bytes);
                     }
                 }
                 ResyncStep::ListPrimary => {
@@ -433,13 +523,6 @@ impl Mirror {
                     let count = plan.primary_listed(inodes);
                     tracing::info!(%group, %version, %member, objects = count, "resync copies");
                     self.membership.resync_total(start, count as u64);
-                }
-                ResyncStep::Object(inode) => {
-                    let bytes = self.resync_object(&target, start, InodeId(inode)).await?;
-                    copied += 1;
-                    self.metrics.resync_objects.inc();
-                    self.metrics.resync_bytes.inc_by(bytes);
-                    self.membership.resync_copied(start, bytes);
                 }
                 ResyncStep::SyncMember => self.sync_member(primary, start).await?,
                 ResyncStep::Done => break,
@@ -528,111 +611,6 @@ impl Mirror {
             })
             .await
             .map(|_| ())
-    }
-
-    /// Removes the member's copy of the object of `inode`.
-    async fn remove_on_member(
-        &self,
-        primary: TargetId,
-        start: ResyncStart,
-        inode: InodeId,
-    ) -> Result<(), WireError> {
-        let route = self.resync_route(primary, start)?;
-        let remove = StorageRequest::Remove {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-            tag: Some(self.step_tag(primary, start)),
-        };
-        self.send_step(primary, start, remove, Bytes::new()).await
-    }
-
-    /// Makes the member's copy of the object of `inode`, which this primary does not hold,
-    /// as it is here: sealed if it moved to another group (see
-    /// [`StorageRequest::Seal`]), removed otherwise. Called under the object's range lock.
-    async fn settle_gone(
-        &self,
-        target: &Target,
-        start: ResyncStart,
-        inode: InodeId,
-    ) -> Result<(), WireError> {
-        if !target.moves().is_sealed_off(mirrored(inode), start.group.0) {
-            return self.remove_on_member(target.id, start, inode).await;
-        }
-        let route = self.resync_route(target.id, start)?;
-        let seal = StorageRequest::Seal {
-            target: route.target,
-            mirror: route.mirror,
-            inode,
-        };
-        self.send_step(target.id, start, seal, Bytes::new()).await
-    }
-
-    /// Brings one object to the member under its range lock, so changes to it wait: copied
-    /// by its [`CopySteps`] (every byte written in the truncate generation the primary's
-    /// object has, so the member records it too) if the primary holds it, removed from the
-    /// member otherwise. Returns the bytes copied.
-    async fn resync_object(
-        &self,
-        target: &Arc<Target>,
-        start: ResyncStart,
-        inode: InodeId,
-    ) -> Result<u64, WireError> {
-        let primary = target.id;
-        let _held = self.lock_range(primary, inode, 0..u64::MAX).await;
-        if !target.exists(mirrored(inode)) {
-            // Removed, or moved to another group, since the member left.
-            self.settle_gone(target, start, inode).await?;
-            return Ok(0);
-        }
-        let length = target.length(mirrored(inode))?;
-        let generation = target.generation(mirrored(inode))?;
-        for step in CopySteps::new(length, u64::from(IO_BYTES_MAX)) {
-            match step {
-                CopyStep::Remove => self.remove_on_member(primary, start, inode).await?,
-                CopyStep::Write { offset, len } => {
-                    let reading = Arc::clone(target);
-                    let len = u32::try_from(len).unwrap_or(IO_BYTES_MAX);
-                    let data = tokio::task::spawn_blocking(move || {
-                        reading.read(mirrored(inode), offset, len)
-                    })
-                    .await
-                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
-                    if data.len() != len as usize {
-                        return Err(WireError::new(
-                            ErrorCode::Internal,
-                            format!(
-                                "object {inode} changed length while it was copied under its lock"
-                            ),
-                        ));
-                    }
-                    let route = self.resync_route(primary, start)?;
-                    let write = StorageRequest::Write {
-                        target: route.target,
-                        mirror: route.mirror,
-                        inode,
-                        generation,
-                        object_offset: offset,
-                        tag: Some(self.step_tag(primary, start)),
-                        capability: None,
-                        owner: None,
-                        project: 0,
-                    };
-                    self.send_step(primary, start, write, data).await?;
-                }
-                CopyStep::Sync => {
-                    let route = self.resync_route(primary, start)?;
-                    let sync = StorageRequest::Sync {
-                        target: route.target,
-                        mirror: route.mirror,
-                        inode,
-                        capability: None,
-                    };
-                    self.send_step(primary, start, sync, Bytes::new()).await?;
-                }
-            }
-        }
-        Ok(length)
     }
 }
 
