@@ -1,8 +1,8 @@
 //! One send of a primary to members of its group, until each took it or left: a client's
 //! change (or a sync) to every present secondary, or one step of a resync to its member.
 //! Storage servers and metadata servers drive it in their I/O shell
-//! (`weft_net::mirror::Membership::deliver`, `resync_step`), the simulator's [`crate::Server`]
-//! in its forwards; both over the same [`Membership`] decisions.
+//! (`weft_net::mirror::Membership::deliver`, `resync_step`), the simulator's server
+//! (`crates/sim`) in its forwards; both over the same [`Membership`] decisions.
 //!
 //! The rules it keeps:
 //! - every copy carries the version the decisions give now; a member that left the group is

@@ -17,17 +17,13 @@
 //! - [`pages`] (every metadata server): a sync's changes to a home's store file and the
 //!   extents they write, the order in which a copy takes its primary's sends, and the steps
 //!   of a copy's resync.
-//! - [`Server`] (the simulator's storage and metadata server): [`Membership`] and the storage
-//!   servers' fence, range locks and resync steps over chunks in memory; for the groups from
-//!   [`HOMES`] on, a metadata server's homes, whose store files ship by [`pages`]. As a primary it applies a
-//!   change under the chunk's range, forwards it to every present member and answers the
-//!   client only when all of them have it; it serves only while its lease holds. As a
-//!   secondary it applies what its primary forwards, through the fence of the group's
-//!   version. A returning member is brought up to date by its primary (what it missed, or
-//!   everything), while new writes keep reaching it.
-//! - [`Client`]: sends each operation to the primary of its group with the version it routed
-//!   with, and retries — same sequence number, so retries are idempotent — through refusals,
-//!   lost messages and failovers.
+//! - [`delivery`], [`primary`] (every storage and metadata server): one send of a primary
+//!   until each member took it or left, and a client's change at its primary from its range to
+//!   its answer.
+//!
+//! Everything here is run by the services. The simulator (`crates/sim`) builds its storage
+//! and metadata servers and its clients from these machines, as thin shells over messages
+//! and chunks in memory, so what it checks is what the services run.
 //!
 //! Safety rests on four rules. Every request and forward carries a group version and is
 //! refused by a member that knows another. A primary holds a chunk's range while a change to
@@ -36,7 +32,6 @@
 //! dropped by the receiver's fence. A primary's lease ends before management may promote
 //! anyone: `lease + heartbeat + margin <= promotion timeout` ([`Timing::check`]).
 
-mod client;
 mod controller;
 pub mod delivery;
 pub mod fence;
@@ -46,12 +41,9 @@ pub mod pages;
 pub mod primary;
 pub mod ranges;
 pub mod resync;
-mod server;
 
-pub use client::{Client, ClientOp, OpRecord};
 pub use controller::{Controller, ControllerDurable};
 pub use membership::{Adopted, Membership, Refused, ResyncStart};
-pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
 
 use std::collections::BTreeMap;
 use weft_wire_derive::Wire;
@@ -612,13 +604,13 @@ pub struct Send<D> {
     pub msg: Msg<D>,
 }
 
-/// What the machines' unit tests share.
-#[cfg(test)]
-pub(crate) mod testing {
+/// What the machines' unit tests (here and in the simulator) share.
+#[doc(hidden)]
+pub mod testing {
     use crate::{Group, GroupId, Member, MemberState, ServerId, Timing, Version};
 
     /// Timeouts that keep `Timing::check`.
-    pub(crate) const TIMING: Timing = Timing {
+    pub const TIMING: Timing = Timing {
         heartbeat_ms: 100,
         lease_ms: 300,
         promotion_timeout_ms: 1_000,
@@ -627,7 +619,7 @@ pub(crate) mod testing {
     };
 
     /// Group 1 in `version`: server 1 its good primary, server 2 in `second`.
-    pub(crate) fn pair(version: Version, second: MemberState) -> Group {
+    pub fn pair(version: Version, second: MemberState) -> Group {
         Group {
             id: GroupId(1),
             version,

@@ -3,7 +3,7 @@
 //! forward may be applied, which members a change must reach, which members to report
 //! unreachable, which resyncs to run, and which absent members to keep a record of missed
 //! changes for. Storage servers and metadata servers run this machine inside their I/O shell
-//! (`weft_net::mirror`); the simulator runs it inside [`crate::Server`].
+//! (`weft_net::mirror`); the simulator runs it inside its servers (`crates/sim`).
 
 use crate::{Group, GroupId, GroupMember, MemberState, ServerId, Time, Version};
 use std::collections::{BTreeMap, BTreeSet};

@@ -10,7 +10,7 @@
 //! while no sync ships, and then the file's length and a sync.
 //!
 //! Metadata servers run these over their redb files (`meta/src/replica.rs`); the simulator's
-//! servers run them over store files in memory (the homes of [`crate::Server`]).
+//! servers run them over store files in memory (the homes of the simulator's servers, `crates/sim`).
 
 use crate::Version;
 use std::collections::VecDeque;

@@ -1,7 +1,7 @@
 //! A client's change at its group's primary, from the moment it holds its range of the
 //! object to its answer. Storage servers run it in `Storage::as_primary`
 //! (`crates/storage/src/service.rs`, `crates/storage/src/mirror.rs`), the simulator's
-//! [`crate::Server`] in its changes and syncs.
+//! server (`crates/sim`) in its changes and syncs.
 //!
 //! Before it starts, the shell admits the request ([`Membership::admit_primary`]) and takes
 //! the change's range ([`crate::ranges::RangeTable`]), which may wait for overlapping changes.

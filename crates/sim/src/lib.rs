@@ -17,10 +17,14 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+mod client;
+mod server;
+
+pub use client::{Client, ClientOp, OpRecord};
+pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
 use weft_mirror::{
-    home_region, is_home, Answer, Change, ChunkId, Client, ClientOp, Controller, ControllerDurable,
-    GroupId, MemberState, Msg, Node, ResyncCounts, Send, Server, ServerId, Store, Time, Timing,
-    Version, HOMES,
+    Answer, Change, ChunkId, Controller, ControllerDurable, GroupId, MemberState, Msg, Node, Send,
+    ServerId, Time, Timing, Version, HOMES,
 };
 
 /// The shape of a run.
@@ -371,7 +375,7 @@ impl World {
     }
 
     /// Every (group or plain place, chunk) `history` names.
-    fn chunks_in(history: &[weft_mirror::OpRecord<Data>]) -> BTreeSet<(GroupId, ChunkId)> {
+    fn chunks_in(history: &[OpRecord<Data>]) -> BTreeSet<(GroupId, ChunkId)> {
         history
             .iter()
             .filter_map(|record| match &record.op {
@@ -836,7 +840,7 @@ impl World {
 /// may have taken the chunk back to any state since that sync, and later changes apply to
 /// whichever it was.
 fn allowed_states(
-    history: &[weft_mirror::OpRecord<Data>],
+    history: &[OpRecord<Data>],
     (place, chunk): (GroupId, ChunkId),
     epoch: u64,
 ) -> BTreeSet<Data> {

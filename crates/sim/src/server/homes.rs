@@ -12,14 +12,14 @@
 //! it loses them (its heartbeats say so), but none of them was answered.
 
 use super::{refusal, reply, Server};
-use crate::delivery::{Delivery, GivenUp, Sending};
-use crate::membership::ResyncStart;
-use crate::pages::{Changes, CopyOrder, FileChange, PageResync, PageStep, SendOrder};
-use crate::{
+use std::collections::BTreeMap;
+use weft_mirror::delivery::{Delivery, GivenUp, Sending};
+use weft_mirror::pages::{Changes, CopyOrder, FileChange, PageResync, PageStep, SendOrder};
+use weft_mirror::ResyncStart;
+use weft_mirror::{
     Answer, Bytes, Change, ChunkId, ClientId, GroupId, Msg, Node, Refusal, Send, ServerId, Time,
     Version, HOMES, PLAIN,
 };
-use std::collections::BTreeMap;
 
 /// Bytes of a home's store file per client chunk: a change of chunk `c` at `offset` writes
 /// the file at `c * REGION + offset`.
@@ -546,7 +546,7 @@ impl Server {
 
     /// A newer version of home `group`: resyncs of another version stop; a deposed primary
     /// stops serving it; a primary stops waiting for members that left.
-    pub(super) fn adopt_home(&mut self, now: Time, group: &crate::Group) -> Vec<Send<Bytes>> {
+    pub(super) fn adopt_home(&mut self, now: Time, group: &weft_mirror::Group) -> Vec<Send<Bytes>> {
         let mut out = Vec::new();
         let ended: Vec<ResyncStart> = self
             .homes

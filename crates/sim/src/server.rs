@@ -9,18 +9,18 @@
 //! here orders copies by anything the storage servers do not have: no stamps, no versions on
 //! data.
 
-use crate::delivery::{Delivery, GivenUp, Pace, Sending};
-use crate::fence::{Admission, Fence, FenceOf, ForwardFences, Tag};
-use crate::membership::{Membership, Refused, ResyncStart};
-use crate::numbers::Numbers;
-use crate::primary::PrimaryChange;
-use crate::ranges::RangeTable;
-use crate::resync::{self, ResyncNumbering, ResyncPlan, ResyncStep};
-use crate::{
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use weft_mirror::delivery::{Delivery, GivenUp, Pace, Sending};
+use weft_mirror::fence::{Admission, Fence, FenceOf, ForwardFences, Tag};
+use weft_mirror::numbers::Numbers;
+use weft_mirror::primary::PrimaryChange;
+use weft_mirror::ranges::RangeTable;
+use weft_mirror::resync::{self, ResyncNumbering, ResyncPlan, ResyncStep};
+use weft_mirror::{
     Answer, Bytes, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal,
     Send, ServerId, Time, Timing, Version, PLAIN,
 };
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use weft_mirror::{Membership, Refused, ResyncStart};
 
 mod homes;
 pub use homes::{home_region, is_home, REGION};
@@ -1165,8 +1165,8 @@ fn reply(client: ClientId, seq: u64, answer: Answer<Bytes>) -> Send<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{pair, TIMING};
-    use crate::MemberState;
+    use weft_mirror::testing::{pair, TIMING};
+    use weft_mirror::MemberState;
 
     fn map(version: Version) -> GroupMap {
         GroupMap {

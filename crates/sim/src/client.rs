@@ -1,6 +1,6 @@
 //! The client's side: route to the primary with the map's version, retry until answered.
 
-use crate::{
+use weft_mirror::{
     Answer, Change, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Send, Time, Timing, Version,
 };
 
