@@ -943,14 +943,15 @@ impl Server {
                         offset,
                         len,
                     } => {
-                        let data =
-                            self.store
-                                .volatile
-                                .get(&(group, chunk))
-                                .map_or(Vec::new(), |data| {
-                                    let piece = offset as usize..(offset + len) as usize;
-                                    data[piece].to_vec()
-                                });
+                        // Under the chunk's range, as the plan holds it: the chunk is as long
+                        // as when its copy began (a storage server fails the resync there).
+                        let piece = offset as usize..(offset + len) as usize;
+                        let data = match self.store.volatile.get(&(group, chunk)) {
+                            Some(data) if data.len() >= piece.end => data[piece].to_vec(),
+                            _ => panic!(
+                                "chunk {chunk} of group {group:?} changed while its resync copy held its range"
+                            ),
+                        };
                         Work::Change {
                             tag: self.step_tag(start),
                             change: Change::Write {
