@@ -297,6 +297,13 @@ pub enum Change {
         /// The chunk.
         chunk: ChunkId,
     },
+    /// The chunk moved to another group, as a storage server's object whose file's last push
+    /// ended: its bytes go, and every later change or read of it is answered
+    /// [`Answer::Moved`].
+    Seal {
+        /// The chunk.
+        chunk: ChunkId,
+    },
 }
 
 impl Change {
@@ -306,7 +313,8 @@ impl Change {
             Change::Write { chunk, .. }
             | Change::Punch { chunk, .. }
             | Change::Truncate { chunk, .. }
-            | Change::Remove { chunk } => *chunk,
+            | Change::Remove { chunk }
+            | Change::Seal { chunk } => *chunk,
         }
     }
 
@@ -316,7 +324,7 @@ impl Change {
         match self {
             Change::Write { offset, data, .. } => *offset..*offset + data.len() as u64,
             Change::Punch { offset, len, .. } => *offset..*offset + *len,
-            Change::Truncate { .. } | Change::Remove { .. } => 0..u64::MAX,
+            Change::Truncate { .. } | Change::Remove { .. } | Change::Seal { .. } => 0..u64::MAX,
         }
     }
 
@@ -344,7 +352,7 @@ impl Change {
                     .get_or_insert_with(Vec::new)
                     .resize(*length as usize, 0);
             }
-            Change::Remove { .. } => *object = None,
+            Change::Remove { .. } | Change::Seal { .. } => *object = None,
         }
     }
 
@@ -393,6 +401,8 @@ pub enum Answer<D> {
     },
     /// Refused; the client fetches the map and tries again.
     Refused(Refusal),
+    /// The chunk was sealed (it moved to another group): nothing was changed or read.
+    Moved,
 }
 
 /// Every message the machines exchange.

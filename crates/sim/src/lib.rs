@@ -130,6 +130,10 @@ pub struct Outcome {
     pub home_commits: u64,
     /// Primary changes of metadata homes.
     pub home_failovers: u64,
+    /// Chunks sealed (moved away), and later changes of sealed chunks refused as moved.
+    pub seals: u64,
+    /// Later changes of sealed chunks, each refused as moved.
+    pub moved: u64,
     /// Messages delivered.
     pub messages: u64,
     /// Resyncs started, finished, and stopped before they finished (a crash of the primary
@@ -224,6 +228,9 @@ struct World {
     next_value: u64,
     /// The chunk each (client, slot) changes now.
     slots: BTreeMap<(u32, u64), ChunkId>,
+    /// The chunks each client sealed: it writes to them now and then afterwards, as a writer
+    /// still holding a moved file's old layout does.
+    sealed: BTreeMap<u32, Vec<ChunkId>>,
     outcome: Outcome,
 }
 
@@ -428,7 +435,31 @@ impl World {
         } else {
             self.random.next_u64() % 16
         };
+        let sealed = self.sealed.get(&client).map_or(0, Vec::len) as u64;
         let change = match kind {
+            // A chunk moves away: sealed, and the slot's next chunk is a new one.
+            3 if self.random.chance(250) => {
+                let next = chunk + self.config.chunks_per_client;
+                self.slots.insert((client, index), next);
+                self.sealed.entry(client).or_default().push(chunk);
+                return ClientOp::Change {
+                    group,
+                    change: Change::Seal { chunk },
+                };
+            }
+            // A write to a chunk sealed before: it must be refused as moved.
+            4 if sealed > 0 => {
+                let at = (self.random.next_u64() % sealed) as usize;
+                let chunk = self.sealed[&client][at];
+                return ClientOp::Change {
+                    group,
+                    change: Change::Write {
+                        chunk,
+                        offset,
+                        data: vec![0xee; len as usize],
+                    },
+                };
+            }
             0 => Change::Punch { chunk, offset, len },
             1 => Change::Truncate {
                 chunk,
@@ -650,6 +681,19 @@ impl World {
             }
             self.outcome.operations +=
                 client.history.iter().filter(|r| r.done.is_some()).count() as u64;
+            for record in &client.history {
+                match (&record.op, &record.done) {
+                    (
+                        ClientOp::Change {
+                            change: Change::Seal { .. },
+                            ..
+                        },
+                        Some(_),
+                    ) => self.outcome.seals += 1,
+                    (ClientOp::Change { .. }, Some((_, Answer::Moved))) => self.outcome.moved += 1,
+                    _ => {}
+                }
+            }
             self.outcome.home_commits += client
                 .history
                 .iter()
@@ -684,6 +728,28 @@ impl World {
                         .collect(),
                 )
             };
+            // Every member holds the seals its primary holds.
+            let sealed = |server: ServerId| -> Option<BTreeSet<ChunkId>> {
+                let machine = self.servers.get(&server)?.machine.as_ref()?;
+                Some(
+                    machine
+                        .store()
+                        .sealed
+                        .range((*id, 0)..=(*id, ChunkId::MAX))
+                        .map(|(_, chunk)| *chunk)
+                        .collect(),
+                )
+            };
+            let primary_sealed = sealed(group.primary);
+            for member in &group.members {
+                let held = sealed(member.server);
+                if held != primary_sealed {
+                    violations.push(format!(
+                        "group {id}: member {} holds the seals {held:?}, primary {} {primary_sealed:?}",
+                        member.server, group.primary
+                    ));
+                }
+            }
             let primary = data(group.primary);
             for member in &group.members {
                 let held = data(member.server);
@@ -793,6 +859,35 @@ impl World {
                 }
             }
         }
+        // A sealed chunk takes no change and serves no read once its seal was answered: a
+        // writer with the moved file's old layout is never answered from the group nobody
+        // reads.
+        for (index, client) in self.clients.iter().enumerate() {
+            let mut sealed: BTreeSet<(GroupId, ChunkId)> = BTreeSet::new();
+            for (at, record) in client.history.iter().enumerate() {
+                let (group, chunk) = match &record.op {
+                    ClientOp::Change { group, change } => (*group, change.chunk()),
+                    ClientOp::Read { group, chunk } => (*group, *chunk),
+                    ClientOp::Sync { .. } => continue,
+                };
+                let answered = record.done.as_ref().map(|(_, answer)| answer);
+                if sealed.contains(&(group, chunk)) && answered != Some(&Answer::Moved) {
+                    violations.push(format!(
+                        "client {index}: op {at} on chunk {chunk} of group {group}, sealed before, was answered {answered:?}"
+                    ));
+                }
+                if let (
+                    ClientOp::Change {
+                        change: Change::Seal { .. },
+                        ..
+                    },
+                    Some(_),
+                ) = (&record.op, answered)
+                {
+                    sealed.insert((group, chunk));
+                }
+            }
+        }
         // No two primaries at once.
         let mut served = self.served.clone();
         served.sort();
@@ -852,8 +947,24 @@ fn allowed_states(
         | ClientOp::Sync { group }
         | ClientOp::Read { group, .. } => *group == place,
     });
-    let anything_since = |timeline: &[BTreeSet<Data>]| -> Vec<BTreeSet<Data>> {
-        vec![timeline.iter().flatten().cloned().collect()]
+    let apply = |change: &Change, state: &Data| -> Data {
+        let mut object = Some(state.clone());
+        change.apply(&mut object);
+        object.unwrap_or_default()
+    };
+    // The chunk's changes since the last `Done` sync.
+    let mut recent: Vec<&Change> = Vec::new();
+    // After a crash of every copy: any state since that sync; and, as the client runs one
+    // operation at a time, the change it had under way then may have run again after the
+    // crash (its retry, once a copy answered before the crash was lost), on top of
+    // whichever it was.
+    let anything_since = |timeline: &[BTreeSet<Data>], recent: &[&Change]| {
+        let states: BTreeSet<Data> = timeline.iter().flatten().cloned().collect();
+        let again: Vec<Data> = recent
+            .iter()
+            .flat_map(|change| states.iter().map(|state| apply(change, state)))
+            .collect();
+        vec![states.into_iter().chain(again).collect::<BTreeSet<Data>>()]
     };
     for record in mine {
         let (answered, lost) = match &record.done {
@@ -862,31 +973,35 @@ fn allowed_states(
             _ => (seen, false),
         };
         if answered > seen || lost {
-            timeline = anything_since(&timeline);
+            timeline = anything_since(&timeline, &recent);
             seen = seen.max(answered);
         }
         match (&record.op, &record.done) {
-            (ClientOp::Change { change, .. }, _) if change.chunk() == chunk => {
+            // A change answered `Moved` changed nothing, but a seal (a copy of it sent
+            // before may have sealed the chunk).
+            (ClientOp::Change { change, .. }, done)
+                if change.chunk() == chunk
+                    && (matches!(change, Change::Seal { .. })
+                        || !matches!(done, Some((_, Answer::Moved)))) =>
+            {
                 let next = timeline
                     .last()
                     .expect("never empty")
                     .iter()
-                    .map(|state| {
-                        let mut object = Some(state.clone());
-                        change.apply(&mut object);
-                        object.unwrap_or_default()
-                    })
+                    .map(|state| apply(change, state))
                     .collect();
                 timeline.push(next);
+                recent.push(change);
             }
             (ClientOp::Sync { .. }, Some((_, Answer::Done))) => {
                 timeline = vec![timeline.pop().expect("never empty")];
+                recent.clear();
             }
             _ => {}
         }
     }
     if epoch > seen {
-        timeline = anything_since(&timeline);
+        timeline = anything_since(&timeline, &recent);
     }
     timeline.into_iter().flatten().collect()
 }
@@ -933,6 +1048,7 @@ pub fn run(config: &Config) -> Outcome {
         served: Vec::new(),
         next_value: 0,
         slots: BTreeMap::new(),
+        sealed: BTreeMap::new(),
         outcome: Outcome::default(),
     };
     world.run();
@@ -966,6 +1082,8 @@ mod tests {
             totals.partitions += outcome.partitions;
             totals.failovers += outcome.failovers;
             totals.home_commits += outcome.home_commits;
+            totals.seals += outcome.seals;
+            totals.moved += outcome.moved;
             totals.home_failovers += outcome.home_failovers;
             totals.count_resyncs(outcome.resyncs);
             if !outcome.violations.is_empty() {
@@ -992,6 +1110,10 @@ mod tests {
         if many {
             assert!(totals.operations > 0 && totals.crashes > 0 && totals.partitions > 0);
             assert!(totals.failovers > 0, "the runs exercised failovers");
+            assert!(
+                totals.seals > 0 && totals.moved > 0,
+                "the runs sealed chunks and refused later changes of them: {totals:?}"
+            );
             assert!(
                 totals.home_commits > 0 && totals.home_failovers > 0,
                 "the runs committed to metadata homes and failed them over"

@@ -36,6 +36,9 @@ pub struct Store {
     pub durable: BTreeMap<(GroupId, ChunkId), Bytes>,
     /// The chunks each absent member misses, per (group, member); durable.
     pub missed: BTreeMap<(GroupId, ServerId), BTreeSet<ChunkId>>,
+    /// The chunks sealed (moved to another group), whose bytes are gone; durable as soon as
+    /// they are sealed, as a storage target's seal is.
+    pub sealed: BTreeSet<(GroupId, ChunkId)>,
 }
 
 impl Store {
@@ -56,6 +59,18 @@ impl Store {
             Some(data) => self.durable.insert(key, data.clone()),
             None => self.durable.remove(&key),
         };
+    }
+
+    /// Applies `change` to its chunk of `group`: a seal takes the chunk's bytes, durably,
+    /// and marks it sealed.
+    fn apply(&mut self, group: GroupId, change: &Change) {
+        if let Change::Seal { chunk } = change {
+            self.volatile.remove(&(group, *chunk));
+            self.durable.remove(&(group, *chunk));
+            self.sealed.insert((group, *chunk));
+            return;
+        }
+        change.apply_to(&mut self.volatile, group);
     }
 
     fn chunks(&self, group: GroupId) -> impl Iterator<Item = ChunkId> + '_ {
@@ -497,6 +512,7 @@ impl Server {
             ) => {
                 let answer = match self.admit(now, group, version) {
                     Some(refusal) => Answer::Refused(refusal),
+                    None if self.store.sealed.contains(&(group, chunk)) => Answer::Moved,
                     None => Answer::Data {
                         data: self.store.volatile.get(&(group, chunk)).cloned(),
                         epoch: self.loss_epoch(group),
@@ -673,6 +689,19 @@ impl Server {
             change,
         } = queued;
         let held = Held { key, id };
+        // A sealed chunk takes no change (its copy elsewhere would miss it), as a storage
+        // server refuses one to a sealed object before it forwards it.
+        if self.store.sealed.contains(&key) {
+            let answer = match self.admit(now, group, version) {
+                Some(refusal) => Answer::Refused(refusal),
+                None => Answer::Moved,
+            };
+            let kept = (answer == Answer::Moved).then(|| answer.clone());
+            self.fence.finished(u64::from(client), seq, kept);
+            let mut out = vec![reply(client, seq, answer)];
+            out.extend(self.release(now, held));
+            return out;
+        }
         let begun = PrimaryChange::begin(
             &self.membership,
             &self.forwards,
@@ -692,7 +721,7 @@ impl Server {
             }
         };
         self.served.push((now, group, version));
-        change.apply_to(&mut self.store.volatile, group);
+        self.store.apply(group, &change);
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
                 missed.insert(chunk);
@@ -926,6 +955,7 @@ impl Server {
                         };
                         resync.object = Some(Held { key: object, id });
                         resync.plan.holds(match self.store.volatile.get(&object) {
+                            _ if self.store.sealed.contains(&object) => resync::Held::SealedOff,
                             Some(data) => resync::Held::Object {
                                 length: data.len() as u64,
                                 largest: COPY_PIECE,
@@ -962,7 +992,10 @@ impl Server {
                         }
                     }
                     ResyncStep::SyncObject(chunk) => Work::SyncChunk(chunk),
-                    ResyncStep::Seal(_) => unreachable!("the simulator moves no chunks"),
+                    ResyncStep::Seal(chunk) => Work::Change {
+                        tag: self.step_tag(start),
+                        change: Change::Seal { chunk },
+                    },
                     ResyncStep::Release(_) => {
                         if let Some(held) = resync.object.take() {
                             out.extend(self.release(now, held));
@@ -971,7 +1004,17 @@ impl Server {
                     }
                     ResyncStep::ListMember { after } => Work::List { after },
                     ResyncStep::ListPrimary => {
-                        resync.plan.primary_listed(self.store.chunks(group));
+                        // Sealed chunks too: the member gets their seals.
+                        let sealed = self
+                            .store
+                            .sealed
+                            .range((group, 0)..=(group, ChunkId::MAX))
+                            .map(|(_, chunk)| *chunk);
+                        let mut chunks: Vec<ChunkId> =
+                            self.store.chunks(group).chain(sealed).collect();
+                        chunks.sort_unstable();
+                        chunks.dedup();
+                        resync.plan.primary_listed(chunks);
                         continue;
                     }
                     ResyncStep::SyncMember => Work::Sync,
@@ -1089,7 +1132,7 @@ impl Server {
                 match fence.admit(tag.tag(), now) {
                     Admission::Run => {
                         fence.finished(tag.client, tag.number, Some(()));
-                        change.apply_to(&mut self.store.volatile, group);
+                        self.store.apply(group, &change);
                     }
                     Admission::Answered(()) => {}
                     // Dropped, as a storage server answers `Superseded`: the primary tries
