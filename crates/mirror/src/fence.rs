@@ -21,7 +21,8 @@
 //! kept until their client's mark passes them; a client idle for a while is forgotten
 //! ([`Fence::forget_idle`]), which bounds the table when clients go away.
 
-use crate::{GroupId, Time, Version};
+use crate::membership::{Membership, Refused};
+use crate::{GroupId, ServerId, Time, Version};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What a copy of a change says of itself and of its client's other changes.
@@ -193,6 +194,26 @@ impl<F> ForwardFences<F> {
         let (_, fence) = self.by_group.get_mut(&group).expect("inserted above");
         FenceOf::Current(fence)
     }
+
+    /// A forward from the primary of `group` in `version` reaching `member`: admitted by the
+    /// member's decisions (`member` is a present secondary of that version, see
+    /// [`Membership::admit_forward`]), then the fence to pass it through. A forward that
+    /// waited in its fence (a copy of it was running) is admitted again before it applies:
+    /// the group may have moved on meanwhile.
+    ///
+    /// # Errors
+    /// Why the member refuses it: the sender routes again once one of the two has the
+    /// current map.
+    pub fn admit<G: Clone>(
+        &mut self,
+        membership: &Membership<G>,
+        member: ServerId,
+        (group, version): (GroupId, Version),
+        new: impl FnOnce() -> F,
+    ) -> Result<FenceOf<'_, F>, Refused> {
+        membership.admit_forward(member, group, version)?;
+        Ok(self.of(group, version, new))
+    }
 }
 
 #[cfg(test)]
@@ -206,6 +227,56 @@ mod tests {
             settled_below,
             abandoned,
         }
+    }
+
+    // Goal: a forward reaches a member's fence only when the member is a present secondary
+    // of the version it carries; one of a version older than a fence kept runs through a fence
+    // of its own.
+    #[test]
+    fn forwards_are_admitted_by_version_before_their_fence() {
+        use crate::testing::{pair, TIMING};
+        use crate::{GroupMap, MemberState};
+        let mut membership = Membership::new();
+        let adopt = |membership: &mut Membership<()>, version, state| {
+            let map = GroupMap {
+                groups: BTreeMap::from([(GroupId(1), pair(version, state))]),
+            };
+            membership.adopt(
+                0,
+                TIMING.lease_ms,
+                map.groups.into_values().map(|g| (g, ())).collect(),
+                |member| member == ServerId(2),
+            );
+        };
+        adopt(&mut membership, Version(2), MemberState::Good);
+        let mut fences = ForwardFences::<u32>::default();
+        let group = GroupId(1);
+        assert!(matches!(
+            fences.admit(&membership, ServerId(2), (group, Version(2)), || 2),
+            Ok(FenceOf::Current(2))
+        ));
+        assert_eq!(
+            fences
+                .admit(&membership, ServerId(2), (group, Version(1)), || 1)
+                .err(),
+            Some(Refused::WrongVersion { known: Version(2) })
+        );
+        adopt(&mut membership, Version(3), MemberState::Absent);
+        assert_eq!(
+            fences
+                .admit(&membership, ServerId(2), (group, Version(3)), || 3)
+                .err(),
+            Some(Refused::NotPresent),
+            "an absent member takes no forwards"
+        );
+        // This member admitted a forward of version 4 already (it heard of it first).
+        fences.of(group, Version(4), || 4);
+        let mut behind = Membership::new();
+        adopt(&mut behind, Version(3), MemberState::Good);
+        assert!(matches!(
+            fences.admit(&behind, ServerId(2), (group, Version(3)), || 3),
+            Ok(FenceOf::Older)
+        ));
     }
 
     // Goal: a change runs once; a retry gets its answer; a late copy of a settled or

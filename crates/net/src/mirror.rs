@@ -440,6 +440,25 @@ impl Membership {
             .map_err(|refused| self.refusal(refused, group, version, "forward"))
     }
 
+    /// Admits a forward from the primary of `group` in `version` to `member` and gives the
+    /// fence to pass it through ([`weft_mirror::fence::ForwardFences::admit`]).
+    ///
+    /// # Errors
+    /// `StaleRoute` when the version differs or `member` is not a present secondary.
+    pub fn admit_forward_fence<'a, F>(
+        &self,
+        fences: &'a mut weft_mirror::fence::ForwardFences<F>,
+        member: MemberId,
+        group: GroupId,
+        version: GroupVersion,
+        new: impl FnOnce() -> F,
+    ) -> Result<weft_mirror::fence::FenceOf<'a, F>, WireError> {
+        let state = self.state();
+        fences
+            .admit(&state.decisions, member, (group, version), new)
+            .map_err(|refused| self.refusal(refused, group, version, "forward"))
+    }
+
     /// The members other than the primary that get changes now.
     pub fn present_secondaries(&self, group: GroupId) -> Vec<MemberId> {
         self.state().decisions.present_secondaries(group)

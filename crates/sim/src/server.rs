@@ -1076,34 +1076,20 @@ impl Server {
         out
     }
 
-    /// Admits send `op` of `primary` to this member of `group` in `version`, or answers that
-    /// this member knows another version.
-    fn admit_from_primary(
-        &self,
-        primary: ServerId,
-        group: GroupId,
-        version: Version,
-        op: u64,
-    ) -> Result<(), Vec<Send<Bytes>>> {
-        if self
-            .membership
-            .admit_forward(self.id, group, version)
-            .is_ok()
-        {
-            return Ok(());
-        }
+    /// What a member answers a send of `primary` it refuses: the version it knows.
+    fn member_refused(&self, primary: ServerId, group: GroupId, op: u64) -> Vec<Send<Bytes>> {
         let known = self
             .membership
             .group(group)
             .map_or(Version(0), |(g, _)| g.version);
-        Err(vec![Send {
+        vec![Send {
             to: Node::Server(primary),
             msg: Msg::MemberRefused {
                 group,
                 version: known,
                 op,
             },
-        }])
+        }]
     }
 
     /// A forward from this group's primary: admitted by version, a change through the fence
@@ -1119,16 +1105,17 @@ impl Server {
             } => (*group, *version, *op),
             _ => return Vec::new(),
         };
-        if let Err(refused) = self.admit_from_primary(primary, group, version, op) {
-            return refused;
-        }
+        let mut alone = Fence::default();
+        let admitted =
+            self.forward_fences
+                .admit(&self.membership, self.id, (group, version), Fence::default);
+        let fence = match admitted {
+            Ok(FenceOf::Current(fence)) => fence,
+            Ok(FenceOf::Older) => &mut alone,
+            Err(_) => return self.member_refused(primary, group, op),
+        };
         match msg {
             Msg::Forward { tag, change, .. } => {
-                let mut alone = Fence::default();
-                let fence = match self.forward_fences.of(group, version, Fence::default) {
-                    FenceOf::Current(fence) => fence,
-                    FenceOf::Older => &mut alone,
-                };
                 match fence.admit(tag.tag(), now) {
                     Admission::Run => {
                         fence.finished(tag.client, tag.number, Some(()));

@@ -395,13 +395,13 @@ impl weft_net::Handler for Storage {
         // change.
         let forward_fence;
         let fence = match request.mirror() {
-            Some(route) if route.forwarded => {
-                if let Err(error) = self.mirror.admit_forward(target_id, route) {
-                    return (Err(error), Bytes::new());
+            Some(route) if route.forwarded => match self.forward_fence(target_id, route) {
+                Ok(fence) => {
+                    forward_fence = fence;
+                    &*forward_fence
                 }
-                forward_fence = self.forward_fence(route);
-                &*forward_fence
-            }
+                Err(error) => return (Err(error), Bytes::new()),
+            },
             _ => &self.fence,
         };
         if let Err(error) = self.quota_admits(&target, &request, payload.len()) {
@@ -1082,15 +1082,25 @@ impl Storage {
         Ok(())
     }
 
-    /// The fence of the forwards of `route`'s group in its version.
-    fn forward_fence(&self, route: MirrorRoute) -> Arc<crate::fence::ChangeFence> {
+    /// Admits a forward to member `target` along `route`, and gives the fence of the forwards
+    /// of its group in its version (one of its own for a forward of an older version).
+    fn forward_fence(
+        &self,
+        target: weft_proto::TargetId,
+        route: MirrorRoute,
+    ) -> Result<Arc<crate::fence::ChangeFence>, WireError> {
         let mut fences = self.forward_fences.lock().expect("forward fences poisoned");
-        match fences.of(route.group, route.version, || {
-            Arc::new(crate::fence::ChangeFence::new())
-        }) {
+        let fence = self.mirror.membership.admit_forward_fence(
+            &mut fences,
+            weft_proto::ids::MemberId::from(target),
+            route.group,
+            route.version,
+            || Arc::new(crate::fence::ChangeFence::new()),
+        )?;
+        Ok(match fence {
             FenceOf::Current(fence) => Arc::clone(fence),
             FenceOf::Older => Arc::new(crate::fence::ChangeFence::new()),
-        }
+        })
     }
 
     /// A request to a mirrored object at its group's primary: admitted by version and lease;

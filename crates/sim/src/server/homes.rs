@@ -613,8 +613,12 @@ impl Server {
         else {
             return Vec::new();
         };
-        if let Err(refused) = self.admit_from_primary(primary, group, version, op) {
-            return refused;
+        if self
+            .membership
+            .admit_forward(self.id, group, version)
+            .is_err()
+        {
+            return self.member_refused(primary, group, op);
         }
         // A member serves no home it receives a copy of.
         let mut out = self.close_home(group, Refusal::NotPrimary);
