@@ -1133,7 +1133,7 @@ mod tests {
     fn primaries_cut_from_management_never_serve_beside_their_successor() {
         let range = seeds();
         let many = range.end - range.start > 10;
-        let totals = check_seeds(range.start..range.end.min(100), |seed| Config {
+        let totals = check_seeds(range.start..range.end.min(1000), |seed| Config {
             faults: FaultMix::ManagementCuts,
             ..Config::standard(seed)
         });
