@@ -362,7 +362,7 @@ impl Change<'_> {
     /// The tag a copy of the change sent now carries: what this client has settled is
     /// looked at again for every retry.
     pub(crate) fn tag(&self) -> ChangeTag {
-        weft_net::mirror::change_tag(self.client.id(), &self.pending)
+        weft_net::mirror::change_tag(self.client.id(), self.pending.number, self.pending.marks())
     }
 
     /// The change failed: a copy of it still on its way must not land later.

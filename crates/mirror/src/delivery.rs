@@ -120,9 +120,12 @@ impl Delivery {
         self.group
     }
 
-    /// What is sent.
-    pub fn sending(&self) -> &Sending {
-        &self.sending
+    /// The resync this is a step of (`None`: a change).
+    pub fn step_of(&self) -> Option<ResyncStart> {
+        match self.sending {
+            Sending::Step(start) => Some(start),
+            Sending::Change { .. } => None,
+        }
     }
 
     /// Whether it still waits for `member`.
@@ -279,20 +282,13 @@ impl Delivery {
         }
         self.given_up = Some(why);
     }
-
-    /// Gives the send up from outside (the shell stopped it), as [`Delivery::due`] would.
-    pub fn abandon<G: Clone>(&mut self, membership: &mut Membership<G>, why: GivenUp) {
-        if self.given_up.is_none() {
-            self.give_up(membership, why);
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{pair, TIMING};
-    use crate::{GroupMap, MemberState};
+    use crate::testing::adopt_pair;
+    use crate::MemberState;
 
     const PACE: Pace = Pace {
         resend: 100,
@@ -308,15 +304,7 @@ mod tests {
 
     /// Server 1 hears at `at` that group 1 is in `version`, server 2 good.
     fn adopt(membership: &mut Membership<()>, at: Time, version: Version) {
-        let map = GroupMap {
-            groups: BTreeMap::from([(GroupId(1), pair(version, MemberState::Good))]),
-        };
-        membership.adopt(
-            at,
-            TIMING.lease_ms,
-            map.groups.into_values().map(|g| (g, ())).collect(),
-            |member| member == ServerId(1),
-        );
+        adopt_pair(membership, ServerId(1), at, (version, MemberState::Good));
     }
 
     // Goal: a change given up (its primary's lease ran out) before its member took it, and

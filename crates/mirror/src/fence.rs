@@ -234,19 +234,11 @@ mod tests {
     // of its own.
     #[test]
     fn forwards_are_admitted_by_version_before_their_fence() {
-        use crate::testing::{pair, TIMING};
-        use crate::{GroupMap, MemberState};
+        use crate::testing::adopt_pair;
+        use crate::MemberState;
         let mut membership = Membership::new();
         let adopt = |membership: &mut Membership<()>, version, state| {
-            let map = GroupMap {
-                groups: BTreeMap::from([(GroupId(1), pair(version, state))]),
-            };
-            membership.adopt(
-                0,
-                TIMING.lease_ms,
-                map.groups.into_values().map(|g| (g, ())).collect(),
-                |member| member == ServerId(2),
-            );
+            adopt_pair(membership, ServerId(2), 0, (version, state));
         };
         adopt(&mut membership, Version(2), MemberState::Good);
         let mut fences = ForwardFences::<u32>::default();

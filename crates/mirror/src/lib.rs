@@ -617,7 +617,23 @@ pub struct Send<D> {
 /// What the machines' unit tests (here and in the simulator) share.
 #[doc(hidden)]
 pub mod testing {
-    use crate::{Group, GroupId, Member, MemberState, ServerId, Timing, Version};
+    use crate::{Group, GroupId, Member, MemberState, Membership, ServerId, Time, Timing, Version};
+
+    /// Server `local` hears at `at` that group 1 ([`pair`]) is in `version`, server 2 in
+    /// `second`; its lease runs from `at`.
+    pub fn adopt_pair(
+        membership: &mut Membership<()>,
+        local: ServerId,
+        at: Time,
+        (version, second): (Version, MemberState),
+    ) {
+        membership.adopt(
+            at,
+            TIMING.lease_ms,
+            vec![(pair(version, second), ())],
+            |member| member == local,
+        );
+    }
 
     /// Timeouts that keep `Timing::check`.
     pub const TIMING: Timing = Timing {

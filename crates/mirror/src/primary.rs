@@ -64,6 +64,11 @@ impl PrimaryChange {
         })
     }
 
+    /// Its number among the primary's forwards (`None`: a sync, not numbered).
+    pub fn number(&self) -> Option<u64> {
+        self.number
+    }
+
     /// The number and marks a copy sent now carries: what this primary settled or gave up
     /// on is looked at again for every copy.
     pub fn tag(&self, forwards: &Numbers) -> Option<(u64, Marks)> {
@@ -91,20 +96,16 @@ impl PrimaryChange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{pair, TIMING};
-    use crate::{GroupMap, MemberState};
-    use std::collections::BTreeMap;
+    use crate::testing::adopt_pair;
+    use crate::MemberState;
 
     fn primary_of(version: Version) -> Membership<()> {
         let mut membership = Membership::new();
-        let map = GroupMap {
-            groups: BTreeMap::from([(GroupId(1), pair(version, MemberState::Good))]),
-        };
-        membership.adopt(
+        adopt_pair(
+            &mut membership,
+            ServerId(1),
             0,
-            TIMING.lease_ms,
-            map.groups.into_values().map(|g| (g, ())).collect(),
-            |member| member == ServerId(1),
+            (version, MemberState::Good),
         );
         membership
     }

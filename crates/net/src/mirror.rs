@@ -700,17 +700,17 @@ impl Membership {
     }
 }
 
-/// The tag a copy of pending change `pending` of `sender` carries when it is sent now: what
-/// the sender has settled or given up on is looked at again for every copy (a client's
-/// requests, a primary's forwards).
+/// The tag a copy of pending change `number` of `sender` carries when it is sent now, with
+/// what the sender has settled or given up on as `marks` say now (looked at again for every
+/// copy: a client's requests, a primary's forwards).
 pub fn change_tag(
     sender: weft_proto::ids::ClientId,
-    pending: &weft_mirror::numbers::Pending<'_>,
+    number: u64,
+    marks: weft_mirror::numbers::Marks,
 ) -> weft_proto::messages::ChangeTag {
-    let marks = pending.marks();
     weft_proto::messages::ChangeTag {
         client: sender,
-        number: pending.number,
+        number,
         settled_below: marks.settled_below,
         abandoned: marks.abandoned,
     }

@@ -135,10 +135,7 @@ impl Pending {
 
     /// The resync this is a step of.
     fn resync(&self) -> Option<ResyncStart> {
-        match self.delivery().sending() {
-            Sending::Step(start) => Some(*start),
-            Sending::Change { .. } => None,
-        }
+        self.delivery().step_of()
     }
 }
 
@@ -728,7 +725,7 @@ impl Server {
             }
         }
         // Its tag's marks are set as each copy leaves.
-        let (number, _) = run.tag(&self.forwards).expect("numbered");
+        let number = run.number().expect("numbered");
         let tag = ChangeId {
             client: self.forwarder,
             number,

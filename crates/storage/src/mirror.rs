@@ -245,7 +245,7 @@ impl Mirror {
         payload: &Bytes,
     ) -> Result<u64, WireError> {
         let change = forwarding.change.as_mut().expect("a change is ended once");
-        let number = change.tag(&self.forwards).map(|(number, _)| number);
+        let number = change.number();
         let group = change.delivery.group();
         let delivered = self
             .membership
@@ -254,14 +254,11 @@ impl Mirror {
                     .clone()
                     .rerouted(member_route(group, version, member));
                 if let Some(number) = number {
-                    // What this server settled or gave up on, as it is now.
-                    let marks = self.forwards.marks(number);
-                    forward = forward.retagged(ChangeTag {
-                        client: ClientId(self.forwarder),
+                    forward = forward.retagged(weft_net::mirror::change_tag(
+                        ClientId(self.forwarder),
                         number,
-                        settled_below: marks.settled_below,
-                        abandoned: marks.abandoned,
-                    });
+                        self.forwards.marks(number),
+                    ));
                 }
                 async move {
                     if attempt > 0 {

@@ -108,10 +108,7 @@ struct Shipment {
 impl Shipment {
     /// The resync this is a step of.
     fn resync(&self) -> Option<ResyncStart> {
-        match self.delivery.sending() {
-            Sending::Step(start) => Some(*start),
-            Sending::Change { .. } => None,
-        }
+        self.delivery.step_of()
     }
 }
 
