@@ -414,7 +414,13 @@ impl Mirror {
                             length,
                             largest: u64::from(IO_BYTES_MAX),
                         };
-                        (state, length, target.generation(object)?)
+                        // Only a copy writes, in the object's truncate generation.
+                        let generation = if copies {
+                            target.generation(object)?
+                        } else {
+                            0
+                        };
+                        (state, length, generation)
                     } else if target.moves().is_sealed_off(object, group.0) {
                         (Held::SealedOff, 0, 0)
                     } else {
