@@ -1167,3 +1167,57 @@ fn a_hard_limit_holds_for_mirrored_files() {
     })
     .expect("counted");
 }
+
+// Goal: a writer under a hard limit goes on writing across a failover of its file's metadata
+// server. The server that takes the home over learns the writer's open only when the writer
+// reclaims it; until then it answers that it is in its grace period, and the writer reclaims
+// at once and asks again, instead of failing its write with EPERM ("not open for writing
+// here", as the nemesis saw). Method: two mirrored metadata servers, a native client whose
+// periodic reclaim would come only after an hour (so only the answer can make it reclaim),
+// a file of a user under a hard limit held open with 1 MiB written, its home's server
+// killed, then 16 MiB more written (past any room the first server granted) and closed.
+#[test]
+fn a_writer_under_a_hard_limit_goes_on_across_a_metadata_failover() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        mgmt_settings: vec!["session_timeout_ms=36000000".into()],
+        ..ClusterSpec::default()
+    });
+    common::autocreate_meta_groups(&cluster);
+    run_ok(
+        &cluster,
+        &["quota", "set", "--user", "5005", "--hard-bytes", "1G"],
+    );
+    wait_for_the_map(&cluster);
+    let (runtime, client) = common::native_client(&cluster, |config| {
+        config.heartbeat_interval = std::time::Duration::from_secs(3600);
+    });
+    let new = weft_client::client::regular_file(0o644, 0o022, (5005, 6005));
+    let (file, created) = runtime
+        .block_on(client.create_file((weft_proto::InodeId::ROOT, "held"), new))
+        .expect("create");
+    let inode = created.attr.inode;
+    let block = bytes::Bytes::from(vec![7u8; 1 << 20]);
+    runtime
+        .block_on(file.write(0, block.clone()))
+        .expect("write before the failover");
+    assert_eq!(
+        inode.home().0,
+        1,
+        "the file is on the root's home, meta-1's"
+    );
+    cluster.kill("meta-1").expect("kill the home's server");
+    weft_testkit::wait_until("meta-2 to take the home over", || {
+        let line = common::meta_group_line(&cluster);
+        line.find("meta-2") < line.find("meta-1")
+    })
+    .expect("failover");
+    for at in 1..=16u64 {
+        runtime
+            .block_on(file.write(at << 20, block.clone()))
+            .unwrap_or_else(|error| panic!("write at {at} MiB after the failover: {error}"));
+    }
+    runtime.block_on(file.close()).expect("close");
+    let attr = runtime.block_on(client.get_attr(inode)).expect("stat");
+    assert_eq!(attr.size, 17 << 20, "every byte written is the file's");
+}

@@ -26,6 +26,9 @@ pub(crate) struct HeldLocks {
     /// The epoch of each home this client held a lock or an open on when it last looked;
     /// `None` once everything held there must be reclaimed whatever its epoch (a new session).
     epochs: Mutex<HashMap<NodeId, Option<u64>>>,
+    /// Held by the reclaim under way: the periodic one and one a grace answer asked for do
+    /// not reclaim the same home twice at once.
+    reclaiming: tokio::sync::Mutex<()>,
 }
 
 /// The handles this client has open: inode → handles, with what each was opened for and by
@@ -255,7 +258,9 @@ impl Client {
                 // After a restart the server takes only reclaims for its grace period; a new
                 // lock waits for it to end rather than fail.
                 Err(error) if error.code() == ErrorCode::InGrace => {
-                    tokio::time::sleep(GRACE_POLL).await
+                    // A restricted client's lock needs its open there: reclaimed first.
+                    self.reclaim().await;
+                    tokio::time::sleep(GRACE_POLL).await;
                 }
                 // The server released this session's locks before the client heard of it:
                 // the locks it held are lost (and told); this new request goes to the new
@@ -296,10 +301,36 @@ impl Client {
         self.locks.holds(inode, owner)
     }
 
+    /// Runs `call` on `inode`'s home when it needs an open of this client registered there:
+    /// room to grow, a size report, a change through a descriptor. A server that started
+    /// serving the home moments ago (a restart, a takeover) answers `InGrace` until this
+    /// client reclaimed its opens there; the client reclaims at once and asks again, until the
+    /// server has them or its grace period ended (then it answers for itself).
+    pub(crate) async fn through_open<T, F, Fut>(
+        &self,
+        inode: InodeId,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(std::sync::Arc<MetaClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        loop {
+            match self.on_home(inode, &call).await {
+                Err(error) if error.code() == ErrorCode::InGrace => {
+                    self.reclaim().await;
+                    tokio::time::sleep(GRACE_POLL).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Reclaims the opens and locks held on every home whose epoch changed (it restarted, or
     /// another server took it over). A home that cannot be reached is tried again at the next
     /// heartbeat.
     pub(crate) async fn reclaim(&self) {
+        let _reclaiming = self.locks.reclaiming.lock().await;
         let homes: Vec<(NodeId, Option<u64>)> = self
             .locks
             .epochs

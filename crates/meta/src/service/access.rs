@@ -84,7 +84,9 @@ impl Meta {
                 if self.opened_for(*inode, access::WRITE, granted.as_ref()) {
                     return Ok(());
                 }
-                self.require(*inode, caller, access::WRITE).await
+                self.require(*inode, caller, access::WRITE)
+                    .await
+                    .map_err(|refusal| self.unreclaimed(*inode, granted.as_ref(), refusal))
             }
             MetaRequest::Create { parent, new, .. }
             | MetaRequest::CreateSpread { parent, new, .. } => {
@@ -152,6 +154,7 @@ impl Meta {
                 let attr = self.attr_of(*inode).await?;
                 let through_writer = self.opened_for(*inode, access::WRITE, granted.as_ref());
                 check_set_attr(&attr, changes, caller, through_writer)
+                    .map_err(|refusal| self.unreclaimed(*inode, granted.as_ref(), refusal))
             }
             MetaRequest::SetXattr { inode, name, .. }
             | MetaRequest::RemoveXattr { inode, name, .. } => {
@@ -197,6 +200,27 @@ impl Meta {
             return false;
         };
         self.open_access(granted.session, inode) & want == want
+    }
+
+    /// What a request through an open of `inode` that `granted` proves is refused with when
+    /// its mode does not allow it: `refusal`, unless the open's session holds no open of the
+    /// file here and this server may still be waiting for it to reclaim one (see
+    /// `Meta::open_missing`).
+    fn unreclaimed(
+        &self,
+        inode: InodeId,
+        granted: Option<&Capability>,
+        refusal: OpError,
+    ) -> OpError {
+        match granted {
+            Some(granted)
+                if self.proves(inode, access::WRITE, granted)
+                    && self.open_access(granted.session, inode) == 0 =>
+            {
+                self.open_missing(granted.session, inode, refusal)
+            }
+            _ => refusal,
+        }
     }
 
     /// Whether an open is handle `open` asked again for what it was granted before: `granted`

@@ -472,16 +472,18 @@ impl Meta {
     /// no hard byte limit counts the file.
     ///
     /// # Errors
-    /// `NotPermitted` without an open for writing; `Unavailable` when management did not
-    /// answer.
+    /// `NotPermitted` without an open for writing (`InGrace` while it may be one its client
+    /// has not reclaimed yet); `Unavailable` when management did not answer.
     pub(super) async fn reserve(
         &self,
         open: OpenHandle,
         inode: InodeId,
         to: u64,
     ) -> Result<Response, OpError> {
-        if self.handle_access(open, inode).unwrap_or(0) & WRITE == 0 {
-            return Err(not_open(open, inode));
+        match self.handle_access(open, inode) {
+            Some(access) if access & WRITE != 0 => {}
+            Some(_) => return Err(not_open(open, inode)),
+            None => return Err(self.open_missing(open.0, inode, not_open(open, inode))),
         }
         let load = || self.read(|txn| load_inode(&txn.open_table(INODES)?, inode));
         let limits_of = |record: &InodeRecord| -> Vec<QuotaHard> {

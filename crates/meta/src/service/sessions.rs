@@ -254,10 +254,10 @@ impl Meta {
                     ));
                 }
                 if self.open_access(*client, *inode) == 0 {
-                    return Err(OpError::rejected(
+                    return Err(self.open_missing(*client, *inode, OpError::rejected(
                         ErrorCode::NotPermitted,
                         format!("a lock of {inode}, which session {client} has not open for reading or writing: a restricted client locks the files it opened"),
-                    ));
+                    )));
                 }
                 Ok(())
             }
@@ -324,6 +324,26 @@ impl Meta {
                     access | opens.access.get(open).copied().unwrap_or(0)
                 })
         })
+    }
+
+    /// Why a request that needs `session`'s open of `inode` registered here, and did not
+    /// find it, is refused: in the grace period after this server started serving the home
+    /// (a restart, or a takeover from the server that held it) the open may be one its client
+    /// has not reclaimed yet, so the client is told to reclaim and ask again (`InGrace`);
+    /// after it, `refusal` (the open is not there).
+    pub(super) fn open_missing(
+        &self,
+        session: ClientId,
+        inode: InodeId,
+        refusal: OpError,
+    ) -> OpError {
+        if self.locks.grace_over() {
+            return refusal;
+        }
+        OpError::rejected(
+            ErrorCode::InGrace,
+            format!("session {session} has no open of {inode} registered here yet: this metadata server started serving the file's home moments ago, and its clients reclaim their opens now; ask again once reclaimed"),
+        )
     }
 
     /// What open `open` of `inode` was opened for here, if it is registered.
