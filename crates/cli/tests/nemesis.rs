@@ -276,10 +276,15 @@ fn fault(cluster: &mut LocalCluster, rng: &mut Rng) -> String {
         cluster.set_link(server, true).expect("reconnect");
         format!("cut {server} off for {down:?}")
     };
-    wait_until(&format!("every mirror member good after: {what}"), || {
+    if let Err(error) = wait_until(&format!("every mirror member good after: {what}"), || {
         all_good(cluster)
-    })
-    .expect("the cluster recovers");
+    }) {
+        // What the groups are at, and what their servers say of them: the end of each log
+        // is printed as the cluster drops, but a stuck group shows best here.
+        let (_, list, _) = weft(cluster, &["mirror", "list", "--mgmt", cluster.mgmt()]);
+        let (_, status, _) = weft(cluster, &["cluster", "status", "--mgmt", cluster.mgmt()]);
+        panic!("the cluster recovers: {error}\nmirror list:\n{list}\ncluster status:\n{status}");
+    }
     what
 }
 
