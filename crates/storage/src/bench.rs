@@ -3,6 +3,9 @@
 //! in the way (like `beegfs-ctl --storagebench`). A run goes on in the background; status,
 //! stop and cleanup are requests of their own. Files live in `<target>/bench/`, apart from the
 //! objects, and the writes end with fsync so the numbers are the disk's.
+//!
+//! NetBench, which measures the network and the protocol alone, is answered here too
+//! ([`serve`]): the storage server's request path serves files only.
 
 use crate::target::Target;
 use std::fs::{self, File, OpenOptions};
@@ -319,5 +322,57 @@ fn bench_thread(
         } else {
             file.write_all_at(&buffer[..len], offset).map(|()| len)
         }
+    })
+}
+
+/// Answers the requests that measure the server rather than serve files: StorageBench (its
+/// targets' disks, `bench`) and NetBench (the network and the protocol alone, no disk: a
+/// write of `payload_len` bytes is taken, a read answered with zeros). `None` for every
+/// other request.
+pub(crate) async fn serve(
+    bench: &Arc<StorageBench>,
+    request: &weft_proto::messages::StorageRequest,
+    payload_len: usize,
+    targets: &std::collections::HashMap<TargetId, Arc<Target>>,
+) -> Option<(weft_proto::messages::Reply, bytes::Bytes)> {
+    use weft_proto::messages::{Response, StorageRequest};
+    let answer = match *request {
+        StorageRequest::Bench { ref op } => {
+            let (bench, op) = (Arc::clone(bench), op.clone());
+            let mut targets: Vec<Arc<Target>> = targets.values().cloned().collect();
+            targets.sort_by_key(|t| t.id);
+            match tokio::task::spawn_blocking(move || bench.handle(op, &targets)).await {
+                Ok(Ok(status)) => Ok((Response::StorageBench(status), bytes::Bytes::new())),
+                Ok(Err(error)) => Err(error),
+                Err(join) => Err(rejected(
+                    ErrorCode::Internal,
+                    format!("storage bench failed: {join}"),
+                )),
+            }
+        }
+        StorageRequest::NetBench { target, .. } if !targets.contains_key(&target) => {
+            Err(crate::service::unknown_target(target))
+        }
+        StorageRequest::NetBench { read_len, .. } => match read_len {
+            0 => Ok((
+                Response::Written {
+                    len: payload_len as u32,
+                    verifier: 0,
+                },
+                bytes::Bytes::new(),
+            )),
+            len if len <= IO_BYTES_MAX => {
+                Ok((Response::Data, weft_proto::messages::zeros(len as usize)))
+            }
+            len => Err(rejected(
+                ErrorCode::InvalidArgument,
+                format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
+            )),
+        },
+        _ => return None,
+    };
+    Some(match answer {
+        Ok((response, payload)) => (Ok(response), payload),
+        Err(error) => (Err(error), bytes::Bytes::new()),
     })
 }

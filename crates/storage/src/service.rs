@@ -290,56 +290,40 @@ impl weft_net::Handler for Storage {
                 Bytes::new(),
             );
         };
-        if let StorageRequest::Bench { op } = request {
-            let bench = Arc::clone(&self.bench);
-            let mut targets: Vec<Arc<Target>> = self.targets.values().cloned().collect();
-            targets.sort_by_key(|t| t.id);
-            let outcome = tokio::task::spawn_blocking(move || bench.handle(op, &targets)).await;
-            return match outcome {
-                Ok(Ok(status)) => (Ok(Response::StorageBench(status)), Bytes::new()),
-                Ok(Err(error)) => (Err(error), Bytes::new()),
-                Err(join) => (
-                    Err(WireError::new(
-                        ErrorCode::Internal,
-                        format!("storage bench failed: {join}"),
-                    )),
-                    Bytes::new(),
-                ),
-            };
+        if let Some(answer) =
+            crate::bench::serve(&self.bench, &request, payload.len(), &self.targets).await
+        {
+            return answer;
         }
         let Some(target_id) = request.target() else {
             unreachable!("only StorageBench names no target, answered above")
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
-            let error = WireError::new(
-                ErrorCode::UnknownTarget,
-                format!("this server does not hold target {target_id}"),
-            );
-            return (Err(error), Bytes::new());
+            return (Err(unknown_target(target_id)), Bytes::new());
         };
-        if let StorageRequest::NetBench { read_len, .. } = request {
-            // No disk: the network and the protocol alone.
-            return match read_len {
-                0 => (
-                    Ok(Response::Written {
-                        len: payload.len() as u32,
-                        verifier: 0,
-                    }),
-                    Bytes::new(),
-                ),
-                len if len <= IO_BYTES_MAX => (
-                    Ok(Response::Data),
-                    weft_proto::messages::zeros(len as usize),
-                ),
-                len => (
-                    Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),
-                    )),
-                    Bytes::new(),
-                ),
-            };
-        }
+        self.serve(target, request, payload).await
+    }
+}
+
+/// The refusal of a request for a target this server does not hold.
+pub(crate) fn unknown_target(target: weft_proto::TargetId) -> WireError {
+    WireError::new(
+        ErrorCode::UnknownTarget,
+        format!("this server does not hold target {target}"),
+    )
+}
+
+impl Storage {
+    /// Serves a request for `target`, one of this server's: a push, or a read or change of
+    /// its objects (through the fences, the quota check, and as its mirror group's primary or
+    /// member when it names one).
+    async fn serve(
+        &self,
+        target: Arc<Target>,
+        request: StorageRequest,
+        payload: Bytes,
+    ) -> (Reply, Bytes) {
+        let target_id = target.id;
         // A copy is a write of what it reads: the rest of its way is a write's.
         let (request, payload) = match request {
             StorageRequest::CopyFrom { .. } => match self.gather_copy(request).await {
@@ -348,24 +332,8 @@ impl weft_net::Handler for Storage {
             },
             request => (request, payload),
         };
-        if let StorageRequest::Push {
-            inode,
-            to,
-            id,
-            seal,
-            into,
-            group,
-            ..
-        } = request
-        {
-            let pushed = match into {
-                Some(restripe) => {
-                    self.push_restripe(target, (inode, id), seal, (restripe, group))
-                        .await
-                }
-                None => self.push(target, (inode, to, id), seal).await,
-            };
-            return match pushed {
+        if let StorageRequest::Push { .. } = request {
+            return match self.serve_push(target, request).await {
                 Ok(copied) => (Ok(Response::Pushed { copied }), Bytes::new()),
                 Err(error) => (Err(error), Bytes::new()),
             };
@@ -445,6 +413,34 @@ impl weft_net::Handler for Storage {
 }
 
 impl Storage {
+    /// Serves a push of an object of `target` to its new place (a move): to the target
+    /// `to`, or restriped into the layout `into`; answers how many bytes it copied.
+    async fn serve_push(
+        &self,
+        target: Arc<Target>,
+        request: StorageRequest,
+    ) -> Result<u64, WireError> {
+        let StorageRequest::Push {
+            inode,
+            to,
+            id,
+            seal,
+            into,
+            group,
+            ..
+        } = request
+        else {
+            unreachable!("only pushes are served as pushes")
+        };
+        match into {
+            Some(restripe) => {
+                self.push_restripe(target, (inode, id), seal, (restripe, group))
+                    .await
+            }
+            None => self.push(target, (inode, to, id), seal).await,
+        }
+    }
+
     /// The write a copy makes (`StorageRequest::CopyFrom`): its pieces read where they live
     /// (this server's targets, or another storage server's), each a hole (zeros) where its
     /// object ends, joined in order.
