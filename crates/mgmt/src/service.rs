@@ -829,3 +829,72 @@ impl Mgmt {
         }
     }
 }
+
+/// What the service modules' tests share: a management service on a fresh store, asked
+/// requests directly (no network), and the nodes and targets they need.
+#[cfg(test)]
+mod testing {
+    use super::*;
+
+    /// A management service on a fresh store in a temporary directory.
+    pub(super) struct Fixture {
+        _dir: tempfile::TempDir,
+        pub mgmt: Mgmt,
+    }
+
+    pub(super) fn mgmt() -> Fixture {
+        let dir = tempfile::tempdir().expect("dir");
+        let config: MgmtConfig = toml::from_str(&format!(
+            "data_dir = {:?}",
+            dir.path().display().to_string()
+        ))
+        .expect("config");
+        let store = MgmtStore::open(dir.path()).expect("store");
+        let mgmt = Mgmt::new(&config, store, weft_net::Auth::none()).expect("management");
+        Fixture { _dir: dir, mgmt }
+    }
+
+    impl Fixture {
+        /// Asks `request` as a member (a server or an admin tool).
+        pub fn ask(&self, request: MgmtRequest) -> Reply {
+            self.mgmt
+                .handle_mgmt(&weft_net::auth::Identity::Member, request)
+        }
+
+        /// Asks `request` as the holder of client `name`'s key.
+        pub fn ask_as(&self, name: &str, request: MgmtRequest) -> Reply {
+            self.mgmt
+                .handle_mgmt(&weft_net::auth::Identity::Client(name.into()), request)
+        }
+
+        /// The error code `request` is refused with.
+        pub fn refused(&self, request: MgmtRequest) -> ErrorCode {
+            match self.ask(request) {
+                Ok(response) => panic!("answered {response:?}"),
+                Err(error) => error.code,
+            }
+        }
+
+        /// Registers a node of `kind` named `alias`; returns its id.
+        pub fn node(&self, kind: NodeKind, alias: &str) -> NodeId {
+            let registered = self.ask(MgmtRequest::RegisterNode {
+                node: None,
+                kind,
+                alias: alias.into(),
+                addresses: vec![format!("{alias}:1")],
+            });
+            match registered {
+                Ok(Response::NodeRegistered { node }) => node,
+                other => panic!("registering {alias}: {other:?}"),
+            }
+        }
+
+        /// Registers a new target of storage node `node`; returns its id.
+        pub fn target(&self, node: NodeId) -> TargetId {
+            match self.ask(MgmtRequest::RegisterTarget { node, target: None }) {
+                Ok(Response::TargetRegistered { target }) => target,
+                other => panic!("registering a target of {node}: {other:?}"),
+            }
+        }
+    }
+}

@@ -164,3 +164,40 @@ impl Mgmt {
         Ok(Response::Done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    // Goal: a drain names a target that exists, and the map carries it to the servers until
+    // it is stopped.
+    #[test]
+    fn a_drain_is_of_a_known_target_and_reaches_the_map() {
+        let fixture = testing::mgmt();
+        let node = fixture.node(NodeKind::Storage, "storage-1");
+        let target = fixture.target(node);
+        assert_eq!(
+            fixture.refused(MgmtRequest::DrainTarget {
+                target: TargetId(9),
+                stop: false,
+            }),
+            ErrorCode::NotFound
+        );
+        let draining = |fixture: &testing::Fixture| {
+            let map = fixture.mgmt.cluster_map().expect("map");
+            map.target(target).expect("listed").draining
+        };
+        fixture
+            .ask(MgmtRequest::DrainTarget {
+                target,
+                stop: false,
+            })
+            .expect("drain");
+        assert!(draining(&fixture), "the map says the target drains");
+        fixture
+            .ask(MgmtRequest::DrainTarget { target, stop: true })
+            .expect("drain stopped");
+        assert!(!draining(&fixture), "the drain stopped");
+    }
+}

@@ -260,3 +260,80 @@ pub(super) fn pair_across_nodes(candidates: &[(MemberId, NodeId)]) -> Vec<Vec<(M
         groups.push(group);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    // Goal: a mirror group survives the loss of a node: members on one node, too few
+    // members, or a target already in a group are refused; autocreate pairs the free targets
+    // across nodes, each pair on two nodes, and leaves none paired twice.
+    #[test]
+    fn mirror_groups_span_nodes() {
+        let fixture = testing::mgmt();
+        let nodes: Vec<NodeId> = (1..=3)
+            .map(|n| fixture.node(NodeKind::Storage, &format!("storage-{n}")))
+            .collect();
+        let targets: Vec<(TargetId, NodeId)> = nodes
+            .iter()
+            .flat_map(|node| {
+                [
+                    (fixture.target(*node), *node),
+                    (fixture.target(*node), *node),
+                ]
+            })
+            .collect();
+        let member = |index: usize| MemberId::from(targets[index].0);
+        let create = |members: Vec<MemberId>| MgmtRequest::CreateMirrorGroup {
+            kind: MirrorKind::Storage,
+            members,
+        };
+        assert_eq!(
+            fixture.refused(create(vec![member(0), member(1)])),
+            ErrorCode::InvalidArgument,
+            "two targets of one node"
+        );
+        assert_eq!(
+            fixture.refused(create(vec![member(0)])),
+            ErrorCode::InvalidArgument,
+            "one member"
+        );
+        fixture
+            .ask(create(vec![member(0), member(2)]))
+            .expect("a group across two nodes");
+        assert_eq!(
+            fixture.refused(create(vec![member(0), member(4)])),
+            ErrorCode::InvalidArgument,
+            "a member already in a group"
+        );
+        let Ok(Response::MirrorGroups(created)) =
+            fixture.ask(MgmtRequest::AutoCreateMirrorGroups {
+                kind: MirrorKind::Storage,
+            })
+        else {
+            panic!("autocreate answers its groups");
+        };
+        assert_eq!(
+            created.len(),
+            2,
+            "the four free targets paired: {created:?}"
+        );
+        let node_of = |member: MemberId| {
+            targets
+                .iter()
+                .find(|(target, _)| MemberId::from(*target) == member)
+                .expect("a registered target")
+                .1
+        };
+        let mut seen = vec![member(0), member(2)];
+        for group in &created {
+            let members: Vec<MemberId> = group.members.iter().map(|m| m.id).collect();
+            assert_ne!(node_of(members[0]), node_of(members[1]), "{group:?}");
+            for member in members {
+                assert!(!seen.contains(&member), "{member} paired twice");
+                seen.push(member);
+            }
+        }
+    }
+}

@@ -14,8 +14,6 @@ impl Mgmt {
         }))
     }
 
-    /// Publishes the map under a new epoch, waking its watchers, when what routing and
-    /// placement follow changed since it was last published.
     /// The map for a watcher of the map. A change wakes every node at once, and each fetches
     /// the map: one built for another watcher in the last [`WATCHED_MAP_SHARED_FOR`], with
     /// the epoch current now, serves them all, instead of one build from the store per node.
@@ -44,6 +42,8 @@ impl Mgmt {
         Ok(Response::ClusterMap(map))
     }
 
+    /// Publishes the map under a new epoch, waking its watchers, when what routing and
+    /// placement follow changed since it was last published.
     pub(super) fn publish_map(&self) {
         if let Err(error) = self.run_quota_grace() {
             tracing::warn!(%error, "cannot run the grace periods of quotas");
@@ -177,5 +177,33 @@ impl Mgmt {
             }
         }
         Ok(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    // Goal: the map lists what registered, and a client key's view of the cluster's status
+    // leaves out the other sessions and every user's quota use.
+    #[test]
+    fn the_map_lists_what_registered_and_a_client_sees_less() {
+        let fixture = testing::mgmt();
+        let node = fixture.node(NodeKind::Storage, "storage-1");
+        let target = fixture.target(node);
+        let Ok(Response::ClusterMap(map)) = fixture.ask(MgmtRequest::GetClusterMap) else {
+            panic!("the map");
+        };
+        assert!(map.target(target).is_some(), "{map:?}");
+        let Ok(Response::ClusterStatus(full)) = fixture.ask(MgmtRequest::GetClusterStatus) else {
+            panic!("the status");
+        };
+        let Ok(Response::ClusterStatus(seen)) =
+            fixture.ask_as("lab", MgmtRequest::GetClusterStatus)
+        else {
+            panic!("the status as a client");
+        };
+        assert_eq!(seen, full.without_details());
     }
 }

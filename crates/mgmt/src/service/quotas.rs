@@ -106,3 +106,56 @@ impl Mgmt {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+    use weft_proto::quota::{QuotaKey, QuotaKind, QuotaLimits, QuotaRule};
+
+    // Goal: a quota rule set is listed, and the homes are granted no more of a hard limit
+    // together than the limit: a second home asking for all of it gets what the first left.
+    #[test]
+    fn grants_of_a_hard_limit_stay_within_it() {
+        let fixture = testing::mgmt();
+        let key = QuotaKey {
+            kind: QuotaKind::User,
+            id: 1000,
+            pool: StoragePoolId::DEFAULT,
+        };
+        let limits = QuotaLimits {
+            hard_bytes: 100,
+            ..QuotaLimits::default()
+        };
+        fixture
+            .ask(MgmtRequest::SetQuota {
+                rule: QuotaRule {
+                    kind: key.kind,
+                    id: key.id,
+                    pool: key.pool,
+                    limits,
+                },
+            })
+            .expect("quota set");
+        match fixture.ask(MgmtRequest::GetQuotas) {
+            Ok(Response::Quotas(states)) => {
+                assert!(
+                    states.iter().any(|state| state.rule.limits == limits),
+                    "{states:?}"
+                );
+            }
+            other => panic!("quotas: {other:?}"),
+        }
+        let grant = |home: u32, bytes: u64| match fixture.ask(MgmtRequest::GrantQuota {
+            home: NodeId(home),
+            key,
+            bytes,
+            inodes: 0,
+        }) {
+            Ok(Response::QuotaGranted { bytes, .. }) => bytes,
+            other => panic!("a grant: {other:?}"),
+        };
+        assert_eq!(grant(1, 70), 70);
+        assert_eq!(grant(2, 100), 30, "what home 1 holds is not granted again");
+    }
+}

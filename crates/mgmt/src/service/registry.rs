@@ -224,3 +224,76 @@ impl Mgmt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    fn heartbeat(kind: NodeKind, node: NodeId, targets: &[TargetId]) -> MgmtRequest {
+        let usage = SpaceUsage {
+            total_bytes: 100,
+            free_bytes: 60,
+            total_inodes: 10,
+            free_inodes: 5,
+        };
+        MgmtRequest::Heartbeat {
+            kind,
+            node,
+            targets: targets
+                .iter()
+                .map(|target| weft_proto::messages::TargetReport {
+                    target: *target,
+                    usage,
+                })
+                .collect(),
+            meta_usage: None,
+            meta_inodes_used: None,
+            mirror: None,
+            quota_usage: Vec::new(),
+            target_uses: Vec::new(),
+            drain_blocked: Vec::new(),
+        }
+    }
+
+    // Goal: nodes and targets register with ids of their own kind, and only what registered
+    // is heard: a node that announces no address, a target of an unknown node and the
+    // heartbeat of a node management does not know are refused, saying what to do.
+    #[test]
+    fn only_registered_nodes_are_heard() {
+        let fixture = testing::mgmt();
+        let storage = fixture.node(NodeKind::Storage, "storage-1");
+        let meta = fixture.node(NodeKind::Meta, "meta-1");
+        assert_eq!((storage, meta), (NodeId(1), NodeId(1)), "ids per kind");
+        let target = fixture.target(storage);
+        assert_eq!(
+            fixture.refused(MgmtRequest::RegisterNode {
+                node: None,
+                kind: NodeKind::Storage,
+                alias: "mute".into(),
+                addresses: Vec::new(),
+            }),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            fixture.refused(MgmtRequest::RegisterTarget {
+                node: NodeId(9),
+                target: None,
+            }),
+            ErrorCode::UnknownNode
+        );
+        match fixture.ask(heartbeat(NodeKind::Storage, storage, &[target])) {
+            Ok(Response::HeartbeatAck { lease_ms: 0, .. }) => {}
+            other => panic!("a node without mirror members: {other:?}"),
+        }
+        assert_eq!(
+            fixture.refused(heartbeat(NodeKind::Storage, NodeId(9), &[])),
+            ErrorCode::UnknownNode
+        );
+        let live = fixture.mgmt.live.lock().expect("live");
+        assert_eq!(
+            live.target_usage[&target].free_bytes, 60,
+            "the usage is noted"
+        );
+    }
+}

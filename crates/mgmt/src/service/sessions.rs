@@ -138,3 +138,61 @@ impl Mgmt {
         heard.elapsed() < self.session_timeout
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use super::*;
+
+    fn rule(name: &str) -> weft_proto::access::ClientRule {
+        weft_proto::access::ClientRule {
+            name: name.into(),
+            read_only: true,
+            ..weft_proto::access::ClientRule::default()
+        }
+    }
+
+    // Goal: a client identity's rule is set only under a name a key can carry, and removing
+    // one that is not there says so; sessions are numbered apart, and a session of a client
+    // key is its identity's.
+    #[test]
+    fn rules_and_sessions_are_kept_apart() {
+        let fixture = testing::mgmt();
+        assert_eq!(
+            fixture.refused(MgmtRequest::SetClientRule {
+                rule: rule("no/slash")
+            }),
+            ErrorCode::InvalidArgument
+        );
+        fixture
+            .ask(MgmtRequest::SetClientRule { rule: rule("lab") })
+            .expect("rule set");
+        fixture
+            .ask(MgmtRequest::RemoveClientRule { name: "lab".into() })
+            .expect("rule removed");
+        assert_eq!(
+            fixture.refused(MgmtRequest::RemoveClientRule { name: "lab".into() }),
+            ErrorCode::NotFound
+        );
+        let session = |reply: Reply| match reply {
+            Ok(Response::ClientRegistered { client, .. }) => client,
+            other => panic!("a session: {other:?}"),
+        };
+        let first = session(fixture.ask(MgmtRequest::RegisterClient {
+            alias: "host-a".into(),
+        }));
+        let second = session(fixture.ask_as(
+            "lab",
+            MgmtRequest::RegisterClient {
+                alias: "host-b".into(),
+            },
+        ));
+        assert_ne!(first, second, "each session its own id");
+        let owners = fixture.mgmt.store.session_owners().expect("owners read");
+        assert_eq!(
+            owners,
+            vec![(second, "lab".to_string())],
+            "a member's session has no owner"
+        );
+    }
+}
