@@ -261,6 +261,8 @@ fn writer_loop(
 ) {
     // When the first commit answered before its sync was made, while it is not synced yet.
     let mut unsynced_since: Option<Instant> = None;
+    // The sync of the last batch that committed with one.
+    let mut last_sync = 0;
     loop {
         if let Some(since) = unsynced_since {
             let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX);
@@ -287,6 +289,18 @@ fn writer_loop(
             },
         };
         let batch = commit_batch(db, first, receiver, syncs);
+        if syncs.is_some() && batch.outcome.is_ok() && batch.synced {
+            // Its answers wait for its own sync: one asked after every earlier batch's. A
+            // commit that asked for none would be answered on an older batch's sync, before
+            // its own changes are on disk.
+            assert!(
+                batch.sync > last_sync,
+                "a batch of {} operations committed with sync {} after a batch with sync {last_sync}: its answers would not wait for its own changes",
+                batch.results.len(),
+                batch.sync
+            );
+            last_sync = batch.sync;
+        }
         if batch.outcome.is_ok() {
             if batch.synced {
                 // A sync makes every commit before it durable too.

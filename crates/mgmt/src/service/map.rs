@@ -186,7 +186,7 @@ mod tests {
     use super::*;
 
     // Goal: the map lists what registered, and a client key's view of the cluster's status
-    // leaves out the other sessions and every user's quota use.
+    // leaves out every user's quota use, which a member's view shows, and the sessions' load.
     #[test]
     fn the_map_lists_what_registered_and_a_client_sees_less() {
         let fixture = testing::mgmt();
@@ -196,14 +196,39 @@ mod tests {
             panic!("the map");
         };
         assert!(map.target(target).is_some(), "{map:?}");
+        fixture
+            .ask(MgmtRequest::SetQuota {
+                rule: weft_proto::quota::QuotaRule {
+                    kind: weft_proto::quota::QuotaKind::User,
+                    id: 1000,
+                    pool: StoragePoolId::DEFAULT,
+                    limits: weft_proto::quota::QuotaLimits {
+                        hard_bytes: 100,
+                        ..weft_proto::quota::QuotaLimits::default()
+                    },
+                },
+            })
+            .expect("a quota");
         let Ok(Response::ClusterStatus(full)) = fixture.ask(MgmtRequest::GetClusterStatus) else {
             panic!("the status");
         };
+        assert!(
+            !full.quotas.is_empty(),
+            "a member sees the quotas: {full:?}"
+        );
         let Ok(Response::ClusterStatus(seen)) =
             fixture.ask_as("lab", MgmtRequest::GetClusterStatus)
         else {
             panic!("the status as a client");
         };
-        assert_eq!(seen, full.without_details());
+        assert!(
+            seen.clients.is_empty() && seen.quotas.is_empty(),
+            "a client sees neither: {seen:?}"
+        );
+        assert_eq!(
+            (seen.nodes, seen.targets),
+            (full.nodes, full.targets),
+            "both see the nodes and targets"
+        );
     }
 }
