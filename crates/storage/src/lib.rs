@@ -7,7 +7,8 @@
 //!   that wraps either — and the object tree on disk they share.
 //! - `target`: one storage target over one object store: capacity accounting, poisoning
 //!   after a failed fsync, and admission by truncate generation.
-//! - `service`: registration, heartbeats and the request handler.
+//! - `service`: registration, heartbeats and the request handler; `service/push`, the
+//!   source side of a move (its copies, restripes and seals).
 //! - `recycle`: emptied object files a new object reuses instead of allocating an inode.
 //! - `mirror`: storage mirror groups: admission by group version and lease, ordering and
 //!   forwarding changes to members, resync of returning members.
