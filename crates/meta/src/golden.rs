@@ -10,7 +10,7 @@ use crate::ops::intent::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
     SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
 };
-use crate::service::SlotId;
+use crate::store::SlotId;
 use crate::store::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
 use weft_proto::layout::{FileLayout, PatternKind, Slot, SlotSet, StripePattern};
@@ -176,8 +176,8 @@ fn intents() -> Vec<IntentOp> {
 }
 
 /// A move in flight, of a restripe.
-fn moving() -> crate::service::MoveWork {
-    crate::service::MoveWork {
+fn moving() -> crate::store::MoveWork {
+    crate::store::MoveWork {
         id: 0x1234_5678,
         slots: vec![(1, SlotId(3), SlotId(6))],
         pool: StoragePoolId(2),
@@ -370,13 +370,12 @@ fn intents_and_replies_of_version_4_are_converted() {
             .to_attr(inode(5))
         )
     );
-    let moves = txn.open_table(crate::service::MOVES).expect("the moves");
+    let moves = txn.open_table(crate::store::MOVES).expect("the moves");
     let stored = moves.get(5).expect("read").expect("the move is kept");
-    let converted: crate::service::MoveWork =
-        postcard::from_bytes(stored.value()).expect("decodes");
+    let converted: crate::store::MoveWork = postcard::from_bytes(stored.value()).expect("decodes");
     assert_eq!(
         converted,
-        crate::service::MoveWork {
+        crate::store::MoveWork {
             layout: None,
             ..moving()
         }

@@ -25,10 +25,6 @@ mod work;
 #[cfg(test)]
 pub(crate) use intents::mkdir::create_dir_inode;
 pub(crate) use moves::MoveMetrics;
-pub(crate) use moves::MoveWork;
-#[cfg(test)]
-pub(crate) use moves::SlotId;
-pub(crate) use moves::{load_move, load_tombstones, take_moved_objects, MOVES, TOMBSTONES};
 pub(crate) use replies::{idempotent, idempotent_admitted, refuse_settled};
 
 use crate::chooser::Chooser;

@@ -16,6 +16,13 @@
 //! | `written` | inode id | postcard [`SlotSet`]: the slots of the file's layout data was written to |
 //! | `usage` | (user 0 or group 1, id, pool) | (bytes, inodes) it uses ([`crate::usage`]) |
 
+mod moves;
+
+pub(crate) use moves::{
+    decode as decode_record, load_move, load_tombstones, store_move, take_moved_objects, MoveWork,
+    SlotId, MOVES, TOMBSTONES,
+};
+
 use redb::{ReadableTable, Table, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -88,8 +95,8 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
     txn.open_table(WRITTEN)?;
-    txn.open_table(crate::service::MOVES)?;
-    txn.open_table(crate::service::TOMBSTONES)?;
+    txn.open_table(MOVES)?;
+    txn.open_table(TOMBSTONES)?;
     count_usage(&txn)?;
     txn.open_table(crate::usage::USAGE)?;
     migrate_entries(&txn)?;
@@ -103,11 +110,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
         TableDefinition::new("replies"),
         REPLIES,
     )?;
-    convert_from_version_4::<u64, crate::service::MoveWork>(
-        &txn,
-        TableDefinition::new("moves"),
-        crate::service::MOVES,
-    )?;
+    convert_from_version_4::<u64, MoveWork>(&txn, TableDefinition::new("moves"), MOVES)?;
     txn.commit()?;
     Ok(())
 }

@@ -209,18 +209,18 @@ impl Snapshot {
         };
         let mut moved: HashMap<u64, Vec<Slot>> = HashMap::new();
         let mut moving = HashSet::new();
-        let table = source.table(crate::service::MOVES)?;
+        let table = source.table(crate::store::MOVES)?;
         for item in table.iter()? {
             let id = item?.0.value();
             moving.insert(id);
-            if let Some(work) = crate::service::load_move(&table, InodeId(id))? {
+            if let Some(work) = crate::store::load_move(&table, InodeId(id))? {
                 moved.entry(id).or_default().extend(work.copies(kind(id)));
             }
         }
-        let table = source.table(crate::service::TOMBSTONES)?;
+        let table = source.table(crate::store::TOMBSTONES)?;
         for item in table.iter()? {
             let id = item?.0.value();
-            let held = crate::service::load_tombstones(&table, InodeId(id))?;
+            let held = crate::store::load_tombstones(&table, InodeId(id))?;
             moved
                 .entry(id)
                 .or_default()

@@ -57,7 +57,7 @@ pub(crate) fn dispose(
     txn.open_table(WRITTEN)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
         // Objects its moves left, or one in flight made, go with it.
-        let moved = crate::service::take_moved_objects(txn, inode, layout.pattern.kind)?;
+        let moved = crate::store::take_moved_objects(txn, inode, layout.pattern.kind)?;
         let mut slots: Vec<_> = layout.slots().collect();
         slots.extend(
             moved

@@ -126,8 +126,8 @@ pub(crate) fn set_attr(
         }
         // The last copies of a restripe (or of a mirrored file's move) copy what the old
         // objects hold in their own truncate generation: a truncate waits for the switch.
-        let moves = txn.open_table(crate::service::MOVES)?;
-        if let Some(work) = crate::service::load_move(&moves, inode)? {
+        let moves = txn.open_table(crate::store::MOVES)?;
+        if let Some(work) = crate::store::load_move(&moves, inode)? {
             let kind = record.layout.as_ref().map(|layout| layout.pattern.kind);
             if work.sealing && kind.is_some_and(|kind| work.through_layout(kind)) {
                 return Err(OpError::rejected(

@@ -133,7 +133,7 @@ impl Meta {
             // A sealing move's old objects may have given up their data already: the size
             // is settled from the new ones, once the move switched to them.
             let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some()
-                || super::load_move(&txn.open_table(super::MOVES)?, inode)?
+                || crate::store::load_move(&txn.open_table(crate::store::MOVES)?, inode)?
                     .is_some_and(|work| work.sealing);
             let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
             Ok((attr, truncating, listed))
@@ -292,7 +292,7 @@ impl Meta {
                 let Ok(work) = postcard::from_bytes::<TruncateWork>(bytes.value()) else {
                     return Ok(None);
                 };
-                let moving = super::load_move(&txn.open_table(super::MOVES)?, inode)?;
+                let moving = crate::store::load_move(&txn.open_table(crate::store::MOVES)?, inode)?;
                 Ok(Some((work, moving)))
             })
             .map_err(OpError::into_wire)?;
