@@ -865,3 +865,69 @@ fn a_client_key_holds_a_bounded_number_of_sessions() {
         .block_on(other.mgmt().register_client("mine".into()))
         .expect("another key registers");
 }
+
+// Goal: a root-squashed writer keeps its read-only file across a failover of the file's
+// metadata server: its close reports the size through the descriptor it opened for writing,
+// and the server that took the home over, which learns the open only when the writer
+// reclaims it, answers that it is in its grace period instead of judging the write by the
+// mode (EACCES, and the size lost). Method: two mirrored metadata servers, a native client
+// with a root-squashed key whose periodic reclaim would come only after an hour, a 0444 file
+// it creates and writes, meta-1 killed, then the close; a member client reads the size.
+#[test]
+fn a_squashed_writer_keeps_its_read_only_file_across_a_metadata_failover() {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        mgmt_settings: vec!["session_timeout_ms=36000000".into()],
+        ..ClusterSpec::default()
+    });
+    common::autocreate_meta_groups(&cluster);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let (runtime, member) = common::native_client(&cluster, |_| {});
+    let root = weft_proto::ids::InodeId::ROOT;
+    let open_root = weft_proto::messages::AttrChanges {
+        mode: Some(0o777),
+        ..weft_proto::messages::AttrChanges::default()
+    };
+    runtime
+        .block_on(member.set_attr(root, open_root))
+        .expect("chmod 777 /");
+    let (squashed_runtime, squashed) = common::native_client(&cluster, |config| {
+        config.auth_key_file = Some(key.clone());
+        config.heartbeat_interval = std::time::Duration::from_secs(3600);
+    });
+    let data = common::pattern(7, 200_000);
+    let new = weft_client::client::regular_file(0o444, 0, (0, 0));
+    let (file, created) = squashed_runtime
+        .block_on(squashed.create_file((root, "read-only"), new))
+        .expect("create as nobody");
+    assert_eq!(
+        created.attr.uid, 65534,
+        "the squashed root creates as nobody"
+    );
+    assert_eq!(
+        created.attr.inode.home().0,
+        1,
+        "the file is on meta-1's home"
+    );
+    squashed_runtime
+        .block_on(file.write(0, bytes::Bytes::from(data.clone())))
+        .expect("write");
+    cluster.kill("meta-1").expect("kill the home's server");
+    wait_until("meta-2 to take the home over", || {
+        let line = common::meta_group_line(&cluster);
+        line.find("meta-2") < line.find("meta-1")
+    })
+    .expect("failover");
+    squashed_runtime
+        .block_on(file.close())
+        .expect("the close reports the size through the open descriptor");
+    let attr = runtime
+        .block_on(member.get_attr(created.attr.inode))
+        .expect("stat");
+    assert_eq!(
+        attr.size,
+        data.len() as u64,
+        "every byte written is the file's"
+    );
+}
