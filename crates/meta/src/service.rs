@@ -25,7 +25,7 @@ mod work;
 #[cfg(test)]
 pub(crate) use intents::mkdir::create_dir_inode;
 pub(crate) use moves::MoveMetrics;
-pub(crate) use replies::{idempotent, idempotent_admitted, refuse_settled};
+pub(crate) use replies::{idempotent, idempotent_admitted};
 
 use crate::chooser::Chooser;
 use crate::commit::{CommitMetrics, Committer};

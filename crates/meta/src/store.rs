@@ -10,14 +10,19 @@
 //! | `truncates` | inode id | postcard [`TruncateWork`] awaiting its targets |
 //! | `orphans` | inode id | 0 — unlinked inodes still open somewhere |
 //! | `xattrs` | (inode, name) | value — extended attributes, POSIX ACLs included |
-//! | `intents` | intent id | postcard [`crate::ops::intent::Intent`]: a cross-server operation in flight |
+//! | `intents` | intent id | postcard [`Intent`]: a cross-server operation in flight |
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 //! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
 //! | `written` | inode id | postcard [`SlotSet`]: the slots of the file's layout data was written to |
 //! | `usage` | (user 0 or group 1, id, pool) | (bytes, inodes) it uses ([`crate::usage`]) |
 
+mod intents;
 mod moves;
 
+pub(crate) use intents::{
+    ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
+    SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
+};
 pub(crate) use moves::{
     decode as decode_record, load_move, load_tombstones, store_move, take_moved_objects, MoveWork,
     SlotId, MOVES, TOMBSTONES,
@@ -100,11 +105,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     count_usage(&txn)?;
     txn.open_table(crate::usage::USAGE)?;
     migrate_entries(&txn)?;
-    convert_from_version_4::<u64, crate::ops::intent::Intent>(
-        &txn,
-        TableDefinition::new("intents"),
-        INTENTS,
-    )?;
+    convert_from_version_4::<u64, Intent>(&txn, TableDefinition::new("intents"), INTENTS)?;
     convert_from_version_4::<(u64, u64), weft_proto::messages::Reply>(
         &txn,
         TableDefinition::new("replies"),
@@ -946,4 +947,28 @@ pub(crate) fn allocate_inode(
     let next = counters.get("inode")?.map(|v| v.value()).unwrap_or(1) + 1;
     counters.insert("inode", next)?;
     Ok(InodeId::new(home, next))
+}
+
+/// Refuses `mutation` when its client said before that every mutation below a higher number
+/// was answered: its reply was dropped then, and a copy arriving this late (a retry's
+/// original, delayed in the network) must not run a second time. `Superseded`: the client
+/// had its answer long ago.
+pub(crate) fn refuse_settled(
+    txn: &redb::WriteTransaction,
+    mutation: weft_proto::messages::MutationId,
+) -> Result<(), OpError> {
+    let floor = txn
+        .open_table(REPLY_FLOORS)?
+        .get(mutation.client.0)?
+        .map_or(0, |floor| floor.value());
+    if mutation.seq < floor {
+        return Err(OpError::rejected(
+            ErrorCode::Superseded,
+            format!(
+                "mutation {} of client session {} arrived after the session said every mutation below {floor} was answered: a late copy, not run again",
+                mutation.seq, mutation.client
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! Stored replies: the answer of every mutating request, kept in the same transaction as
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
-use crate::store::{stored_reply, OpError, REPLIES, REPLY_FLOORS};
+use crate::store::{refuse_settled, stored_reply, OpError, REPLIES, REPLY_FLOORS};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::messages::{MutationId, Reply, Response};
 use weft_proto::ErrorCode;
@@ -68,25 +68,4 @@ fn keep_reply(
         floors.insert(client, settled)?;
     }
     result
-}
-
-/// Refuses `mutation` when its client said before that every mutation below a higher number
-/// was answered: its reply was dropped then, and a copy arriving this late (a retry's
-/// original, delayed in the network) must not run a second time. `Superseded`: the client
-/// had its answer long ago.
-pub(crate) fn refuse_settled(txn: &WriteTransaction, mutation: MutationId) -> Result<(), OpError> {
-    let floor = txn
-        .open_table(REPLY_FLOORS)?
-        .get(mutation.client.0)?
-        .map_or(0, |floor| floor.value());
-    if mutation.seq < floor {
-        return Err(OpError::rejected(
-            ErrorCode::Superseded,
-            format!(
-                "mutation {} of client session {} arrived after the session said every mutation below {floor} was answered: a late copy, not run again",
-                mutation.seq, mutation.client
-            ),
-        ));
-    }
-    Ok(())
 }
