@@ -776,7 +776,7 @@ impl Client {
         }
         let (mutation, _guard) = self.begin_mutation();
         let attr = self
-            .through_open(inode, |meta| async move {
+            .through_grace(inode, |meta| async move {
                 meta.set_attr(mutation, inode, changes, granted).await
             })
             .await?;
@@ -1223,7 +1223,7 @@ impl Client {
     ) -> Result<InodeAttr, ClientError> {
         // What was written went through an open for writing: its capability shows it.
         let granted = self.opens.capability(inode, WRITE, self.id());
-        self.through_open(inode, |meta| async move {
+        self.through_grace(inode, |meta| async move {
             meta.report_size(inode, report, granted).await
         })
         .await
@@ -1242,7 +1242,7 @@ impl Client {
     ) -> Result<u64, ClientError> {
         let client = self.id();
         let (to, capability) = self
-            .through_open(inode, |meta| async move {
+            .through_grace(inode, |meta| async move {
                 meta.reserve(client, handle, inode, to).await
             })
             .await?;

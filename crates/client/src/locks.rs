@@ -249,19 +249,15 @@ impl Client {
         self.watch_home(inode.home()).await?;
         let mut client = self.id();
         loop {
+            // After a restart the server takes only reclaims for its grace period: a new lock
+            // waits for it to end rather than fail (and a restricted client's lock, which
+            // needs its open there, waits for that open's reclaim).
             let attempt = self
-                .on_home(inode, |meta| async move {
+                .through_grace(inode, |meta| async move {
                     meta.set_lock(client, inode, lock, wait_ms, false).await
                 })
                 .await;
             match attempt {
-                // After a restart the server takes only reclaims for its grace period; a new
-                // lock waits for it to end rather than fail.
-                Err(error) if error.code() == ErrorCode::InGrace => {
-                    // A restricted client's lock needs its open there: reclaimed first.
-                    self.reclaim().await;
-                    tokio::time::sleep(GRACE_POLL).await;
-                }
                 // The server released this session's locks before the client heard of it:
                 // the locks it held are lost (and told); this new request goes to the new
                 // session.
@@ -301,12 +297,14 @@ impl Client {
         self.locks.holds(inode, owner)
     }
 
-    /// Runs `call` on `inode`'s home when it needs an open of this client registered there:
-    /// room to grow, a size report, a change through a descriptor. A server that started
-    /// serving the home moments ago (a restart, a takeover) answers `InGrace` until this
-    /// client reclaimed its opens there; the client reclaims at once and asks again, until the
-    /// server has them or its grace period ended (then it answers for itself).
-    pub(crate) async fn through_open<T, F, Fut>(
+    /// Runs `call` on `inode`'s home when the home may answer `InGrace`: a call that needs an
+    /// open of this client registered there (room to grow, a size report, a change through a
+    /// descriptor, a restricted client's lock), or a new lock. A server that started serving
+    /// the home moments ago (a restart, a takeover) answers so until this client reclaimed
+    /// what it holds there, and takes no new lock before its grace period ends; the client
+    /// reclaims at once and asks again, every [`GRACE_POLL`], until the server answers for
+    /// itself.
+    pub(crate) async fn through_grace<T, F, Fut>(
         &self,
         inode: InodeId,
         call: F,
