@@ -1206,12 +1206,7 @@ fn a_writer_under_a_hard_limit_goes_on_across_a_metadata_failover() {
         1,
         "the file is on the root's home, meta-1's"
     );
-    cluster.kill("meta-1").expect("kill the home's server");
-    weft_testkit::wait_until("meta-2 to take the home over", || {
-        let line = common::meta_group_line(&cluster);
-        line.find("meta-2") < line.find("meta-1")
-    })
-    .expect("failover");
+    common::fail_meta_1_over(&mut cluster);
     for at in 1..=16u64 {
         runtime
             .block_on(file.write(at << 20, block.clone()))

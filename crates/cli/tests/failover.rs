@@ -301,11 +301,7 @@ fn mirrored_cluster_survives_server_loss_under_load() {
 
     note("killing the primary metadata server");
     // 2. The primary metadata server dies: its copy takes over; it comes back as a copy.
-    cluster.kill("meta-1").expect("kill meta-1");
-    wait_until("meta-2 to take over the namespace", || {
-        meta_primary(&cluster) == "meta-2"
-    })
-    .expect("metadata failover");
+    common::fail_meta_1_over(&mut cluster);
     cluster.restart("meta-1").expect("restart meta-1");
     common::wait_meta_member_good(&cluster, "meta-1");
 

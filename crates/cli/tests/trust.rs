@@ -913,12 +913,7 @@ fn a_squashed_writer_keeps_its_read_only_file_across_a_metadata_failover() {
     squashed_runtime
         .block_on(file.write(0, bytes::Bytes::from(data.clone())))
         .expect("write");
-    cluster.kill("meta-1").expect("kill the home's server");
-    wait_until("meta-2 to take the home over", || {
-        let line = common::meta_group_line(&cluster);
-        line.find("meta-2") < line.find("meta-1")
-    })
-    .expect("failover");
+    common::fail_meta_1_over(&mut cluster);
     squashed_runtime
         .block_on(file.close())
         .expect("the close reports the size through the open descriptor");

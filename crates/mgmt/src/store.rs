@@ -784,7 +784,8 @@ mod tests {
     use weft_mirror::{Group, Member, MemberState};
     use weft_proto::ids::{GroupId, GroupVersion, MemberId};
 
-    fn hex<T: Serialize>(value: &T) -> String {
+    /// `value`'s stored bytes, in hex (the store's tests and the log's).
+    pub(super) fn hex<T: Serialize>(value: &T) -> String {
         postcard::to_stdvec(value)
             .expect("records encode")
             .iter()

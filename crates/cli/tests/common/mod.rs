@@ -379,6 +379,17 @@ pub fn meta_group_line(cluster: &LocalCluster) -> String {
         .to_string()
 }
 
+/// Kills meta-1, the primary of the metadata group, and waits until meta-2 serves its home
+/// (lists first in the group).
+pub fn fail_meta_1_over(cluster: &mut LocalCluster) {
+    cluster.kill("meta-1").expect("kill meta-1");
+    weft_testkit::wait_until("meta-2 to take over meta-1's home", || {
+        let line = meta_group_line(cluster);
+        line.find("meta-2") < line.find("meta-1")
+    })
+    .expect("metadata failover");
+}
+
 /// Waits until the metadata group lists `member` (an alias such as `meta-2`) good.
 pub fn wait_meta_member_good(cluster: &LocalCluster, member: &str) {
     weft_testkit::wait_until(&format!("{member} to be a good copy"), || {

@@ -614,17 +614,10 @@ pub(super) fn granted(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::hex;
     use super::*;
     use weft_mirror::{Group, Member, MemberState};
     use weft_proto::ids::{GroupId, GroupVersion, MemberId};
-
-    fn hex<T: Serialize>(value: &T) -> String {
-        postcard::to_stdvec(value)
-            .expect("commands encode")
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
-    }
 
     fn group(version: u64, primary: u32, members: &[u32]) -> Group {
         Group {
