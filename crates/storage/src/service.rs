@@ -336,8 +336,20 @@ impl Storage {
             },
             request => (request, payload),
         };
-        if let StorageRequest::Push { .. } = request {
-            return match self.serve_push(target, request).await {
+        if let StorageRequest::Push {
+            inode,
+            to,
+            id,
+            seal,
+            into,
+            group,
+            ..
+        } = request
+        {
+            return match self
+                .serve_push(target, (inode, to, id), seal, (into, group))
+                .await
+            {
                 Ok(copied) => (Ok(Response::Pushed { copied }), Bytes::new()),
                 Err(error) => (Err(error), Bytes::new()),
             };

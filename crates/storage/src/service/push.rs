@@ -10,20 +10,13 @@ impl Storage {
     pub(super) async fn serve_push(
         &self,
         target: Arc<Target>,
-        request: StorageRequest,
+        (inode, to, id): (InodeId, weft_proto::TargetId, u64),
+        seal: bool,
+        (into, group): (
+            Option<weft_proto::messages::Restripe>,
+            Option<weft_proto::ids::GroupId>,
+        ),
     ) -> Result<u64, WireError> {
-        let StorageRequest::Push {
-            inode,
-            to,
-            id,
-            seal,
-            into,
-            group,
-            ..
-        } = request
-        else {
-            unreachable!("only pushes are served as pushes")
-        };
         match into {
             Some(restripe) => {
                 self.push_restripe(target, (inode, id), seal, (restripe, group))
