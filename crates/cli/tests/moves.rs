@@ -1521,6 +1521,141 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
     }
 }
 
+// Goal: a mirrored file that moved off a group and back while one of the group's members was
+// away can be written while that member catches up: the seal the member still holds from the
+// first move (it missed its removal) does not refuse the changes its primary forwards, and the
+// resync completes with the member's copy equal to the primary's. (The member refused the
+// forwards as moved, forever: the change held the object's range, the resync waited for it,
+// and the file's writes and truncates hung.) Method: three storage servers, two groups made
+// by hand, one in pool `fast`; the file migrated to `fast` and back while the member's server
+// is down; the resync held at its start (a test point) while a write, a truncate and an fsync
+// go through the mount, and another file of the group is written throughout (the member takes
+// its changes, so it is never reported failing); content compared, fsck (which compares the
+// members' copies).
+#[test]
+fn a_mirrored_file_moved_back_while_a_member_was_away_takes_changes_during_its_resync() {
+    let mut cluster = cluster(ClusterSpec {
+        storage: 3,
+        env: vec![(
+            "storage-1".into(),
+            "WEFT_FAILPOINTS".into(),
+            "resync-waits-at-its-gate".into(),
+        )],
+        ..ClusterSpec::default()
+    });
+    let targets = targets_by_server(&cluster, 3);
+    let (one, two, three) = (&targets[0], &targets[1], &targets[2]);
+    // The file's group: primary on storage-1, member on storage-2; `fast` has neither server's
+    // member in doubt once storage-2 is down.
+    let members = [[one[0], two[0]], [three[0], one[1]]];
+    make_groups(&cluster, &members);
+    let groups = mirror_groups(&cluster);
+    let id_of = |pair: &[u32; 2]| {
+        groups
+            .iter()
+            .find(|(_, m)| m.contains(&pair[0]))
+            .expect("a group")
+            .0
+    };
+    let (home, fast) = (id_of(&members[0]), id_of(&members[1]));
+    let (ok, _, err) = ask(&cluster, &["pool", "create", "fast"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = ask(
+        &cluster,
+        &[
+            "pool",
+            "add-target",
+            "fast",
+            "--mirror-groups",
+            &fast.to_string(),
+        ],
+    );
+    assert!(ok, "{err}");
+    let dir = mirrored_dir(&mut cluster, "project");
+    let file = dir.join("data");
+    let data = pattern(47, 300_000);
+    fs::write(&file, &data).expect("write");
+    assert_eq!(group_of(&cluster, &file).0, home);
+    let (ok, out, err) = migrate(&cluster, &file, "fast");
+    assert!(ok, "migrate to fast: {out}{err}");
+    assert_eq!(group_of(&cluster, &file).0, fast);
+
+    cluster.kill("storage-2").expect("kill storage-2");
+    weft_testkit::wait_until("the member on storage-2 to leave its group", || {
+        let (_, list, _) = ask(&cluster, &["mirror", "list"]);
+        list.matches("(good)").count() == 3
+    })
+    .expect("member out");
+    // Back home: the old seal goes from the primary (the member misses its removal), and the
+    // file's object is copied onto the primary alone.
+    let (ok, out, err) = migrate(&cluster, &file, "default");
+    assert!(ok, "migrate back: {out}{err}");
+    assert_eq!(group_of(&cluster, &file).0, home);
+
+    // Changes of another file of the group reach the member throughout, as a busy group's do.
+    let log = dir.join("log");
+    let (stop, write_thread) = start_writer(&log);
+    assert_eq!(group_of(&cluster, &log).0, home);
+
+    let gate = target_homes(&cluster, 3)[&one[0]].1.join("resync-gate");
+    fs::write(&gate, b"").expect("close the resync gate");
+    let started = |cluster: &LocalCluster| {
+        cluster
+            .log("storage-1")
+            .lines()
+            .filter(|line| {
+                line.contains("resync started") && line.contains(&format!("group={home} "))
+            })
+            .count()
+    };
+    let before = started(&cluster);
+    cluster.restart("storage-2").expect("restart storage-2");
+    weft_testkit::wait_until("the member's resync to start", || {
+        started(&cluster) > before
+    })
+    .expect("resync started");
+
+    let changing = {
+        let file = file.clone();
+        std::thread::spawn(move || -> std::io::Result<()> {
+            let mut handle = OpenOptions::new().write(true).open(&file)?;
+            std::io::Write::write_all(&mut handle, b"written during the resync")?;
+            handle.set_len(200_000)?;
+            handle.sync_all()
+        })
+    };
+    let finished = weft_testkit::wait_until("the changes during the resync to finish", || {
+        changing.is_finished()
+    });
+    fs::remove_file(&gate).expect("open the resync gate");
+    if let Err(error) = finished {
+        panic!(
+            "{error}; groups {}; storage-1 logged:\n{}",
+            ask(&cluster, &["mirror", "list"]).1,
+            cluster.log("storage-1")
+        );
+    }
+    changing
+        .join()
+        .expect("thread")
+        .expect("write, truncate, fsync");
+    weft_testkit::wait_until("the member brought up to date", || {
+        let (_, list, _) = ask(&cluster, &["mirror", "list"]);
+        list.matches("(good)").count() == 4
+    })
+    .expect("resynced");
+    let mut expected = data[..200_000].to_vec();
+    expected[..25].copy_from_slice(b"written during the resync");
+    assert!(
+        fs::read(&file).expect("read") == expected,
+        "the file holds its changes"
+    );
+    stop.store(true, Ordering::Release);
+    let written = write_thread.join().expect("writer");
+    check_log(&log, written);
+    fsck_clean(&cluster);
+}
+
 // Goal: storage mirror groups emptied by drains go with their removed members (not while
 // another member is out of date), and their other members serve again in a new group, where
 // files that once lived on the old groups can move back: the seals the old groups left there

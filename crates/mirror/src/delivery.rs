@@ -12,7 +12,8 @@
 //!   a resync's step that late stops its resync instead;
 //! - a change given up before some members took it leaves them owed its items, so they are
 //!   reported unreachable and copied in full or by the record of what they missed;
-//! - a change a member took clears what was reported failing of it.
+//! - a change a member took clears what was reported failing of it by that change's delivery
+//!   (only: a member that takes other changes but keeps refusing one is still failing).
 //!
 //! The shell sends what [`Delivery::due`] asks for, tells [`Delivery::acknowledged`] or
 //! [`Delivery::failed`] how each copy fared, and wakes at [`Delivery::next_wake`].
@@ -73,6 +74,8 @@ struct Waiting {
 /// One send of a primary, waiting for its members.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
+    /// Names this delivery's reports of failing members ([`Membership::delivery_failing`]).
+    id: u64,
     primary: ServerId,
     group: GroupId,
     sending: Sending,
@@ -94,7 +97,9 @@ impl Delivery {
             Sending::Change { .. } => membership.present_secondaries(group),
             Sending::Step(start) => vec![start.member],
         };
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Delivery {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             primary,
             group,
             sending,
@@ -160,7 +165,12 @@ impl Delivery {
                 if !waiting.reported && now.saturating_sub(since) >= pace.member_timeout {
                     match self.sending {
                         Sending::Change { .. } => {
-                            membership.delivery_failing(self.group, member, version, since);
+                            membership.delivery_failing(
+                                (self.group, member),
+                                self.id,
+                                version,
+                                since,
+                            );
                             waiting.reported = true;
                             self.waiting.insert(member, waiting);
                         }
@@ -193,6 +203,7 @@ impl Delivery {
                 }
                 Ok(None) => {
                     self.waiting.remove(&member);
+                    membership.delivered(self.group, member, self.id);
                 }
                 Err(refused) => {
                     self.give_up(membership, GivenUp::Refused(refused));
@@ -214,6 +225,7 @@ impl Delivery {
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     self.waiting.remove(&member);
+                    membership.delivered(self.group, member, self.id);
                 }
                 Err(refused) => {
                     self.give_up(membership, GivenUp::Refused(refused));
@@ -227,7 +239,7 @@ impl Delivery {
     pub fn acknowledged<G: Clone>(&mut self, membership: &mut Membership<G>, member: ServerId) {
         if self.waiting.remove(&member).is_some() && matches!(self.sending, Sending::Change { .. })
         {
-            membership.delivered(self.group, member);
+            membership.delivered(self.group, member, self.id);
         }
     }
 
@@ -404,6 +416,31 @@ mod tests {
         assert!(!membership
             .unreachable(100_000, PACE.member_timeout)
             .is_empty());
+    }
+
+    // Goal: a member that takes other changes but keeps refusing one is still reported
+    // unreachable once that one is late, until that one reaches it. (A change the member took
+    // cleared every report of it, so a member refusing one object's changes, while it took the
+    // rest, was never taken out, and the change waited for it forever.)
+    #[test]
+    fn a_change_a_member_keeps_refusing_is_not_hidden_by_those_it_takes() {
+        let mut membership = member_of(Version(1));
+        let change = || Sending::Change { items: vec![7] };
+        let mut refused = Delivery::new(&membership, 0, ServerId(1), GroupId(1), change());
+        refused.due(&mut membership, 0, PACE);
+        refused.failed(ServerId(2), 10, PACE);
+        refused.due(&mut membership, 200, PACE);
+        let mut taken = Delivery::new(&membership, 210, ServerId(1), GroupId(1), change());
+        taken.due(&mut membership, 210, PACE);
+        taken.acknowledged(&mut membership, ServerId(2));
+        assert_eq!(taken.outcome(), Some(Ok(())));
+        assert_eq!(
+            membership.unreachable(220, PACE.member_timeout).len(),
+            1,
+            "still failing the change it refuses"
+        );
+        refused.acknowledged(&mut membership, ServerId(2));
+        assert!(membership.unreachable(230, PACE.member_timeout).is_empty());
     }
 
     // Goal: a resync's step that its member does not take in time stops the resync.

@@ -79,9 +79,10 @@ pub struct Membership<G> {
     groups: BTreeMap<GroupId, (Group, G)>,
     /// A primary serves until then.
     lease_until: Option<Time>,
-    /// Members a change has not reached, since when, under which version: a failure under an
-    /// older version is about a membership that no longer holds.
-    failing: BTreeMap<(GroupId, ServerId), (Time, Version)>,
+    /// Members a change has not reached, per delivery of it (so that changes the member does
+    /// take do not hide one it keeps refusing), since when, under which version: a failure
+    /// under an older version is about a membership that no longer holds.
+    failing: BTreeMap<(GroupId, ServerId, u64), (Time, Version)>,
     /// Resyncs running: (group, member) → their version.
     resyncs: BTreeMap<(GroupId, ServerId), Version>,
     /// Resyncs finished, reported until management marks the member good.
@@ -196,7 +197,7 @@ impl<G: Clone> Membership<G> {
                 .is_some_and(|(g, _)| g.version == reported.version)
                 || needs_resync(reported.group, reported.member)
         });
-        self.failing.retain(|(group, member), (_, version)| {
+        self.failing.retain(|(group, member, _), (_, version)| {
             groups.get(group).is_some_and(|(g, _)| {
                 g.version == *version
                     && g.member(*member)
@@ -354,12 +355,13 @@ impl<G: Clone> Membership<G> {
         }
     }
 
-    /// A change sent under `version` has not reached `member` since `since`: once that lasts
-    /// the member timeout, the member is reported unreachable (while `version` holds).
+    /// A change sent under `version` by delivery `delivery` has not reached `member` since
+    /// `since`: once that lasts the member timeout, the member is reported unreachable (while
+    /// `version` holds, and until that delivery reaches it), whatever other changes it takes.
     pub fn delivery_failing(
         &mut self,
-        group: GroupId,
-        member: ServerId,
+        (group, member): (GroupId, ServerId),
+        delivery: u64,
         version: Version,
         since: Time,
     ) {
@@ -367,15 +369,15 @@ impl<G: Clone> Membership<G> {
             .groups
             .get(&group)
             .is_some_and(|(g, _)| g.version == version);
-        let kept = self.failing.get(&(group, member)).map(|(_, v)| *v);
-        if holds && kept != Some(version) {
-            self.failing.insert((group, member), (since, version));
+        if holds {
+            self.failing
+                .insert((group, member, delivery), (since, version));
         }
     }
 
-    /// A change reached `member`.
-    pub fn delivered(&mut self, group: GroupId, member: ServerId) {
-        self.failing.remove(&(group, member));
+    /// Delivery `delivery` reached `member`, or stopped waiting for it.
+    pub fn delivered(&mut self, group: GroupId, member: ServerId, delivery: u64) {
+        self.failing.remove(&(group, member, delivery));
     }
 
     /// This server applied the change of `items` as primary of `group` and gave up
@@ -396,7 +398,7 @@ impl<G: Clone> Membership<G> {
             .failing
             .iter()
             .filter(|(_, (since, _))| now.saturating_sub(*since) >= member_timeout)
-            .map(|(&(group, member), &(_, version))| GroupMember {
+            .map(|(&(group, member, _), &(_, version))| GroupMember {
                 group,
                 version,
                 member,

@@ -374,6 +374,13 @@ impl Mirror {
             full = !incremental,
             "resync started"
         );
+        // A test holds the resync here, its member back in the group, while it makes changes
+        // the member takes before any copy.
+        while weft_service::failpoint::misbehave("resync-waits-at-its-gate")
+            && target.root().join(RESYNC_GATE).exists()
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let mut copied = 0u64;
         // The object whose range is held, with what its copy needs: its length and truncate
         // generation (every byte is written in the generation the primary's object has, so
@@ -620,6 +627,10 @@ impl Mirror {
 /// How long a resync waits for its member to sync its target (a `syncfs` of the member's file
 /// system, which may hold much more than the group's objects); at most a request's deadline.
 const SYNC_TARGET_TIMEOUT: Duration = weft_net::client::REQUEST_TIMEOUT_DEFAULT;
+
+/// With the `resync-waits-at-its-gate` point armed, a resync of a group waits while this
+/// file exists in its primary's target directory.
+const RESYNC_GATE: &str = "resync-gate";
 
 /// How many times a resync tries to sync its member before it gives up.
 const SYNC_TARGET_TRIES: u32 = 3;

@@ -413,7 +413,7 @@ impl Storage {
         let outcome = match request.mirror() {
             None => self.local(target, request, payload).await,
             Some(route) if route.forwarded => match self.mirror.admit_forward(target_id, route) {
-                Ok(()) => self.local(target, request, payload).await,
+                Ok(()) => self.as_member(target, request, payload).await,
                 Err(error) => Err(error),
             },
             Some(route) => self.as_primary(target, route, request, payload).await,
@@ -682,6 +682,35 @@ impl Storage {
             Response::Synced { .. } => (Response::Synced { verifier }, payload),
             other => (other, payload),
         })
+    }
+
+    /// A request its group's primary forwarded to this member target, admitted: a change of
+    /// an object first drops a seal the primary no longer holds
+    /// ([`Target::forget_seal_the_primary_lacks`]).
+    async fn as_member(
+        &self,
+        target: Arc<Target>,
+        request: StorageRequest,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), WireError> {
+        if let StorageRequest::Write { inode, .. }
+        | StorageRequest::Truncate { inode, .. }
+        | StorageRequest::Fallocate { inode, .. } = &request
+        {
+            // Looked at here, a load of a counter when nothing is sealed: the forget itself
+            // (a marker removed, its directory synced) goes to the blocking pool.
+            if !target
+                .moves()
+                .is_sealed(ObjectId::new(Space::Mirrored, *inode))
+            {
+                return self.local(target, request, payload).await;
+            }
+            let (forgetting, inode) = (Arc::clone(&target), *inode);
+            tokio::task::spawn_blocking(move || forgetting.forget_seal_the_primary_lacks(inode))
+                .await
+                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+        }
+        self.local(target, request, payload).await
     }
 
     /// Runs a request on this server's own target, timed: on the blocking pool, or, for a small

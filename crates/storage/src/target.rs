@@ -417,6 +417,32 @@ impl Target {
         }
     }
 
+    /// Forgets the seal of the mirrored object of `inode` on this member target, at a change
+    /// of it that the group's primary forwarded. The primary admits a change only of an
+    /// object it holds unsealed, under the object's whole range, which a seal takes too and
+    /// keeps until every present member is sealed: a seal here that the primary does not hold
+    /// is one whose removal (with the file's tombstones) this member missed while it was
+    /// away, and the file lives in the group again. Refused as moved, the change would be
+    /// sent again forever while the resync that removes the seal waits for its range.
+    pub fn forget_seal_the_primary_lacks(
+        &self,
+        inode: weft_proto::ids::InodeId,
+    ) -> Result<(), ObjectError> {
+        let object = ObjectId::new(crate::objects::Space::Mirrored, inode);
+        if !self.moves.is_sealed(object) {
+            return Ok(());
+        }
+        self.moves
+            .forget(object)
+            .map_err(|source| ObjectError::Io {
+                what: "forget a seal its primary lacks in",
+                path: self.root().join("moved"),
+                source,
+            })?;
+        tracing::info!(%inode, target = %self.id, "a seal whose removal this member missed forgotten: its primary changes the file here again");
+        Ok(())
+    }
+
     /// Refuses a request for an object that moved away.
     pub(crate) fn refuse_moved(&self, object: ObjectId) -> Result<(), ObjectError> {
         if self.moves.is_sealed(object) {
