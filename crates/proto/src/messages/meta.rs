@@ -1,0 +1,750 @@
+//! Requests served by metadata servers ([`MetaRequest`]) and the records they carry: inodes,
+//! attributes, directory entries, locks, size reports.
+
+use super::*;
+
+/// Identifies a mutating metadata request so a retry gets the original answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MutationId {
+    /// The client session.
+    pub client: ClientId,
+    /// Increases by one per mutating request of this client.
+    pub seq: u64,
+    /// The lowest sequence number the client still waits for: replies below it may be dropped.
+    pub oldest_pending: u64,
+}
+
+/// The kind of a non-directory inode a create makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Wire)]
+pub enum FileKind {
+    /// A regular file.
+    #[wire(tag = 0)]
+    Regular,
+    /// A directory.
+    #[wire(tag = 1)]
+    Directory,
+    /// A symbolic link.
+    #[wire(tag = 2)]
+    Symlink,
+    /// A named pipe.
+    #[wire(tag = 3)]
+    Fifo,
+    /// A Unix domain socket.
+    #[wire(tag = 4)]
+    Socket,
+    /// A character device.
+    #[wire(tag = 5)]
+    CharDevice,
+    /// A block device.
+    #[wire(tag = 6)]
+    BlockDevice,
+}
+
+/// What a new inode is made of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewInode {
+    /// What to create.
+    pub kind: FileKind,
+    /// Requested permission bits, umask not applied.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// The creator's umask, applied unless the directory has a default ACL.
+    pub umask: u32,
+    /// Device number for device files.
+    pub rdev: u32,
+    /// Target of a symbolic link.
+    pub symlink: Option<String>,
+}
+
+/// A time stamp with nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Timestamp {
+    /// Seconds since the Unix epoch.
+    pub seconds: i64,
+    /// Nanoseconds within the second.
+    pub nanos: u32,
+}
+
+/// A time a setattr sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
+pub enum TimeSet {
+    /// The server's current time.
+    #[wire(tag = 0)]
+    Now,
+    /// A given time.
+    #[wire(tag = 1)]
+    At(Timestamp),
+}
+
+/// An inode's attributes, as a stat shows them, plus its layout or pattern.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeAttr {
+    /// The inode.
+    pub inode: InodeId,
+    /// File type.
+    pub kind: FileKind,
+    /// Permission bits, with set-id and sticky bits (no file type bits).
+    pub mode: u32,
+    /// Hard link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device number for device files.
+    pub rdev: u32,
+    /// Last access.
+    pub atime: Timestamp,
+    /// Last data change.
+    pub mtime: Timestamp,
+    /// Last attribute change.
+    pub ctime: Timestamp,
+    /// Truncate generation: size reports from older generations are dropped.
+    pub truncate_generation: u64,
+    /// A regular file's layout.
+    pub layout: Option<FileLayout>,
+    /// A directory's pattern.
+    pub pattern: Option<StripePattern>,
+    /// A directory's parent (the root's is itself); zero for other kinds.
+    pub parent: InodeId,
+    /// A spread directory's shards: the directory inodes that hold its entries, by
+    /// [`crate::layout::dir_shard_of_name`]; the first is the directory itself. Empty for a
+    /// directory on one server and for other kinds.
+    pub shards: Vec<InodeId>,
+    /// The project whose quotas count the inode (a directory tree's, `weft quota project`);
+    /// 0 for none. New inodes take their directory's.
+    #[serde(default, with = "crate::wire::since_5")]
+    pub project: u32,
+}
+
+/// Attribute changes of a setattr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttrChanges {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeSet>,
+    /// New modification time.
+    pub mtime: Option<TimeSet>,
+    /// New project (`weft quota project`; a client whose access the servers check may not).
+    #[serde(default, with = "crate::wire::since_5_set")]
+    pub project: Option<u32>,
+}
+
+/// One directory entry of a listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// The name.
+    pub name: String,
+    /// The inode it names.
+    pub inode: InodeId,
+    /// Its type.
+    pub kind: FileKind,
+    /// Stable position in the directory: a listing resumes after it.
+    pub cookie: u64,
+}
+
+/// How a setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Wire)]
+pub enum XattrSetMode {
+    /// Create or replace.
+    #[default]
+    #[wire(tag = 0)]
+    Any,
+    /// Fail with EEXIST if it exists.
+    #[wire(tag = 1)]
+    Create,
+    /// Fail with ENODATA if it does not exist.
+    #[wire(tag = 2)]
+    Replace,
+}
+
+/// The kind of a byte-range lock request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Wire)]
+pub enum LockKind {
+    /// Shared (F_RDLCK).
+    #[wire(tag = 0)]
+    Read,
+    /// Exclusive (F_WRLCK).
+    #[wire(tag = 1)]
+    Write,
+    /// Release (F_UNLCK).
+    #[wire(tag = 2)]
+    Unlock,
+}
+
+/// A byte-range lock of one lock owner (a process for fcntl locks, an open file for flock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRange {
+    /// The lock owner, unique within the client.
+    pub owner: u64,
+    /// Shared, exclusive or release.
+    pub kind: LockKind,
+    /// First byte.
+    pub start: u64,
+    /// Last byte, inclusive (`u64::MAX` for "to the end of the file").
+    pub end: u64,
+    /// The process that asked, reported to F_GETLK callers.
+    pub pid: u32,
+}
+
+/// Flags of a rename.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameFlags {
+    /// Fail with EEXIST if the new name exists.
+    pub no_replace: bool,
+    /// Swap the two entries atomically.
+    pub exchange: bool,
+}
+
+/// A writer's report of what it did to a file since its last report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeReport {
+    /// One past the last byte written.
+    pub size: u64,
+    /// The truncate generation the writes belong to.
+    pub truncate_generation: u64,
+    /// Whether the new size must be durable before the reply (fsync).
+    pub durable: bool,
+    /// Whether the file's data changed since the last report: only then do its mtime and
+    /// ctime move to the time of the report. A report that only confirms a size (fsync after
+    /// a `futimens`, as `cp -p` and `tar x` do) leaves the times alone.
+    pub modified: bool,
+    /// The slots of the file's layout this client wrote to in the generation: the file
+    /// records them, so `weft fsck` can tell a lost object from a hole.
+    pub written: SlotSet,
+    /// The end of what this client allocated past the size in the generation (`fallocate`
+    /// with `KEEP_SIZE`), which quotas count; 0 when nothing (protocol version 9).
+    #[serde(default, with = "crate::wire::since_9")]
+    pub allocated: u64,
+}
+
+/// Requests served by a metadata server.
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum MetaRequest {
+    /// Looks a name up in a directory.
+    #[wire(tag = 0)]
+    Lookup {
+        /// The directory.
+        parent: InodeId,
+        /// The name.
+        name: String,
+    },
+    /// Reads an inode's attributes.
+    #[wire(tag = 1)]
+    GetAttr {
+        /// The inode.
+        inode: InodeId,
+    },
+    /// Changes an inode's attributes; a size change truncates.
+    #[wire(tag = 2)]
+    SetAttr {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode.
+        inode: InodeId,
+        /// What to change.
+        changes: AttrChanges,
+        /// The capability of the open the change is made through (`ftruncate`), for a client
+        /// whose access the servers check: a descriptor opened for writing may truncate
+        /// whatever the mode says now, as POSIX judges a descriptor by its open.
+        #[serde(default, with = "crate::wire::since_8")]
+        granted: Option<Capability>,
+    },
+    /// Creates an entry of any kind, directories included.
+    #[wire(tag = 3)]
+    Create {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// What to create.
+        new: NewInode,
+        /// Also opens the new regular file for the mutation's client with this handle, as
+        /// [`MetaRequest::Open`] would (saving a round trip per `open(O_CREAT)`).
+        open: Option<u64>,
+    },
+    /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
+    #[wire(tag = 4)]
+    CreateSpread {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// What to create (a directory).
+        new: NewInode,
+        /// How many metadata servers hold its entries (2..=DIR_SHARDS_MAX).
+        shards: u16,
+    },
+    /// Adds a hard link.
+    #[wire(tag = 5)]
+    Link {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode to link.
+        inode: InodeId,
+        /// The directory of the new name.
+        new_parent: InodeId,
+        /// The new name.
+        new_name: String,
+    },
+    /// Removes a non-directory entry.
+    #[wire(tag = 6)]
+    Unlink {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        parent: InodeId,
+        /// The name.
+        name: String,
+    },
+    /// Removes an empty directory.
+    #[wire(tag = 7)]
+    Rmdir {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The parent directory.
+        parent: InodeId,
+        /// The name.
+        name: String,
+    },
+    /// Renames an entry.
+    #[wire(tag = 8)]
+    Rename {
+        /// Retry identity.
+        mutation: MutationId,
+        /// Source directory.
+        parent: InodeId,
+        /// Source name.
+        name: String,
+        /// Destination directory.
+        new_parent: InodeId,
+        /// Destination name.
+        new_name: String,
+        /// RENAME_NOREPLACE / RENAME_EXCHANGE.
+        flags: RenameFlags,
+    },
+    /// Lists a directory (or one shard of a spread directory) after a cookie.
+    #[wire(tag = 9)]
+    ReadDir {
+        /// The directory.
+        dir: InodeId,
+        /// The shard count the client believes the directory has (1: not spread); a spread
+        /// directory answers `WrongShard` to a client that does not know it is spread.
+        shards: u16,
+        /// Resume after this cookie (0 from the start).
+        after_cookie: u64,
+        /// Most entries wanted.
+        max_entries: u32,
+    },
+    /// Reads a symbolic link.
+    #[wire(tag = 10)]
+    ReadLink {
+        /// The link.
+        inode: InodeId,
+    },
+    /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
+    /// (client, handle) pair names the open, so a retry registers nothing new.
+    #[wire(tag = 11)]
+    Open {
+        /// The session.
+        client: ClientId,
+        /// The client's handle of this open, unique within the session.
+        handle: u64,
+        /// The file.
+        inode: InodeId,
+        /// What the open is for: [`crate::access::READ`] and [`crate::access::WRITE`] bits.
+        #[serde(default, with = "crate::wire::since_2")]
+        access: u8,
+        /// For an open asked again for a new capability (the one it had expired, or the
+        /// metadata server restarted), the capability the handle was granted before: the open
+        /// is granted what it was, whatever the mode says now.
+        #[serde(default, with = "crate::wire::since_8")]
+        granted: Option<Capability>,
+    },
+    /// A client closed handles of files of this home (clients gather the closes of a few
+    /// milliseconds into one request). Idempotent, like `Open`.
+    #[wire(tag = 12)]
+    Release {
+        /// The session.
+        client: ClientId,
+        /// The files and the handles given at their opens.
+        handles: Vec<(InodeId, u64)>,
+    },
+    /// A client found an object of the file still waiting for a truncate (`TruncatePending`):
+    /// the home sends the file's queued truncate to every target now and answers when each
+    /// has it.
+    #[wire(tag = 13)]
+    ApplyTruncate {
+        /// The file.
+        inode: InodeId,
+    },
+    /// A client about to write a file past `to` (the end it may grow the file to) asks for
+    /// room to: a file whose owner, group or project has a hard byte limit grows only into
+    /// room its home reserved for an open, out of the home's grant (`quota.rs`). Answered
+    /// with the end the open may now grow the file to (which may be short of `to` at the
+    /// limit), [`Response::Reserved`].
+    #[wire(tag = 39, since = 9)]
+    Reserve {
+        /// The session.
+        client: ClientId,
+        /// The handle of the open for writing.
+        handle: u64,
+        /// The file.
+        inode: InodeId,
+        /// The end the client wants to write to.
+        to: u64,
+    },
+    /// A client reports a file's size after writing; the largest report of the generation wins.
+    #[wire(tag = 14)]
+    ReportSize {
+        /// The file.
+        inode: InodeId,
+        /// What the client wrote.
+        report: SizeReport,
+        /// The capability of the client's open for writing, for a client whose access the
+        /// servers check: what it wrote through it is reported whatever the mode says now.
+        #[serde(default, with = "crate::wire::since_8")]
+        granted: Option<Capability>,
+    },
+    /// Sets an extended attribute (including `system.posix_acl_*`).
+    #[wire(tag = 15)]
+    SetXattr {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode.
+        inode: InodeId,
+        /// Full name with namespace, e.g. `user.origin`.
+        name: String,
+        /// The value, at most [`XATTR_VALUE_BYTES_MAX`] bytes.
+        value: Vec<u8>,
+        /// XATTR_CREATE / XATTR_REPLACE.
+        mode: XattrSetMode,
+    },
+    /// Reads an extended attribute.
+    #[wire(tag = 16)]
+    GetXattr {
+        /// The inode.
+        inode: InodeId,
+        /// Full name with namespace.
+        name: String,
+    },
+    /// Lists an inode's extended attribute names.
+    #[wire(tag = 17)]
+    ListXattr {
+        /// The inode.
+        inode: InodeId,
+    },
+    /// Removes an extended attribute.
+    #[wire(tag = 18)]
+    RemoveXattr {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The inode.
+        inode: InodeId,
+        /// Full name with namespace.
+        name: String,
+    },
+    /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
+    /// leaves the same state.
+    #[wire(tag = 19)]
+    SetLock {
+        /// The session.
+        client: ClientId,
+        /// The file.
+        inode: InodeId,
+        /// The lock.
+        lock: LockRange,
+        /// How long to wait for a conflicting lock to go, in milliseconds (0: do not wait).
+        /// A wait that runs out answers `WouldBlock`; the client asks again.
+        wait_ms: u32,
+        /// The client reclaims a lock it held before this server restarted.
+        reclaim: bool,
+    },
+    /// Finds a lock that would conflict with `lock` (F_GETLK).
+    #[wire(tag = 20)]
+    GetLock {
+        /// The session.
+        client: ClientId,
+        /// The file.
+        inode: InodeId,
+        /// The lock that would be taken.
+        lock: LockRange,
+    },
+    /// Asks for the server's lock epoch, which changes when it restarts: a client that sees a
+    /// new epoch reclaims its locks.
+    #[wire(tag = 21)]
+    LockEpoch,
+    /// Server to server: creates a directory inode that a dentry on the coordinating server
+    /// will name (the inode before the dentry, so a crash leaves at worst an orphan).
+    /// Idempotent per (coordinator, intent).
+    #[wire(tag = 22)]
+    CreateDirInode {
+        /// The metadata node coordinating the mkdir.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The directory that will hold the dentry.
+        parent: InodeId,
+        /// Permission bits and set-id bits, final (umask and ACLs already applied).
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group, final (set-group-id directories already applied).
+        gid: u32,
+        /// The stripe pattern it inherits.
+        pattern: StripePattern,
+        /// ACL attributes it inherits: (name, value).
+        acls: Vec<(String, Vec<u8>)>,
+        /// For a shard of a spread directory: the directory it belongs to.
+        shard_of: Option<InodeId>,
+        /// The project it inherits.
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
+    },
+    /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
+    #[wire(tag = 23)]
+    SetShards {
+        /// The spread directory.
+        dir: InodeId,
+        /// Its shards, the directory itself first.
+        shards: Vec<InodeId>,
+    },
+    /// Server to server: seals an empty shard of a spread directory being removed, so no entry
+    /// is added to it meanwhile (`seal`), or unseals it when the removal gives up. Idempotent
+    /// per (coordinator, intent); a missing shard is removed already.
+    #[wire(tag = 24)]
+    SealShard {
+        /// The shard.
+        shard: InodeId,
+        /// The metadata node coordinating the rmdir.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// Seal (true) or unseal (false).
+        seal: bool,
+    },
+    /// Server to server: copies what new entries inherit from a spread directory (mode, group,
+    /// stripe pattern, default ACL, default spread) to one of its shards. Idempotent.
+    #[wire(tag = 25)]
+    SyncShard {
+        /// The shard.
+        shard: InodeId,
+        /// The directory's permission and set-id bits.
+        mode: u32,
+        /// The directory's owner.
+        uid: u32,
+        /// The directory's group.
+        gid: u32,
+        /// The directory's stripe pattern.
+        pattern: StripePattern,
+        /// The directory's default ACL, if any.
+        default_acl: Option<Vec<u8>>,
+        /// The directory's default spread for new subdirectories, if any.
+        default_spread: Option<Vec<u8>>,
+        /// The directory's project.
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
+    },
+    /// Server to server: removes an empty directory inode whose dentry the coordinating server
+    /// is removing. Idempotent: a missing inode is already removed.
+    #[wire(tag = 26)]
+    RemoveDirInode {
+        /// The directory inode.
+        inode: InodeId,
+    },
+    /// Inodes of other homes that dentries on this server name (for `weft fsck`).
+    #[wire(tag = 27)]
+    RemoteReferences,
+    /// Server to server: inserts a dentry for a rename coordinated by another server (the
+    /// entry's old name is there), replacing a victim: a file, or an empty directory (one
+    /// living on a third server must have been sealed by the coordinator). Applied once per
+    /// (coordinator, intent).
+    #[wire(tag = 28)]
+    InsertDentry {
+        /// The metadata node coordinating the rename.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The directory of the new name.
+        parent: InodeId,
+        /// The new name.
+        name: String,
+        /// The inode the name will name.
+        child: InodeId,
+        /// Its type.
+        kind: FileKind,
+        /// RENAME_NOREPLACE.
+        no_replace: bool,
+        /// The directory victim on a third server that the coordinator sealed empty.
+        sealed_victim: Option<InodeId>,
+        /// The project of the inode moved (a directory of another project refuses it).
+        #[serde(default, with = "crate::wire::since_5")]
+        project: u32,
+    },
+    /// Server to server: the far half of a RENAME_EXCHANGE across servers: `name` in `parent`
+    /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
+    /// `child`); `Busy` when it names neither (the entry changed meanwhile).
+    #[wire(tag = 29)]
+    ExchangeDentry {
+        /// The metadata node coordinating the exchange.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The directory of the far name.
+        parent: InodeId,
+        /// The far name.
+        name: String,
+        /// The inode it names now.
+        expect: InodeId,
+        /// The inode it will name.
+        child: InodeId,
+        /// The type of `child`.
+        kind: FileKind,
+    },
+    /// Server to server: a rename moved a dentry of `inode`, which lives on the receiver: its
+    /// ctime becomes now and, for a directory, its parent pointer follows the dentry.
+    /// Idempotent (a repeat only moves the ctime again).
+    #[wire(tag = 30)]
+    Renamed {
+        /// The renamed inode.
+        inode: InodeId,
+        /// The directory its dentry is in now.
+        parent: InodeId,
+    },
+    /// Server to server: changes the link count of an inode whose dentry another server adds
+    /// or removes (hard links across servers). Applied once per (coordinator, intent, delta);
+    /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
+    /// keeps it as an orphan while it is open).
+    #[wire(tag = 31)]
+    AdjustLinks {
+        /// The metadata node coordinating the change.
+        coordinator: NodeId,
+        /// The coordinator's intent record.
+        intent: u64,
+        /// The inode.
+        inode: InodeId,
+        /// +1 for a new dentry, -1 for a removed one.
+        delta: i32,
+    },
+    /// Checks this metadata target's namespace and the objects of its files; with `repair`,
+    /// fixes what can be fixed safely.
+    #[wire(tag = 32)]
+    Check {
+        /// Fix what is safe to fix.
+        repair: bool,
+        /// Inodes of this home that dentries on other metadata servers name.
+        referenced: Vec<InodeId>,
+    },
+    /// Sets a directory's stripe pattern for new files and subdirectories.
+    #[wire(tag = 33)]
+    SetPattern {
+        /// Retry identity.
+        mutation: MutationId,
+        /// The directory.
+        dir: InodeId,
+        /// The new pattern.
+        pattern: StripePattern,
+    },
+    /// Primary to secondary of a metadata mirror group: changes to the primary's store file,
+    /// applied in order to the member's copy. The payload holds the bytes of every `Write`,
+    /// one after the other. With `sync`, the copy is synced before the answer.
+    #[wire(tag = 34)]
+    ReplicaApply {
+        /// The group.
+        group: GroupId,
+        /// The group version the primary sends with.
+        version: GroupVersion,
+        /// The primary's link to the home: when it was opened, in nanoseconds since the Unix
+        /// epoch. A primary that opens the home again sends under a later one.
+        link: u64,
+        /// This send's number on the link, new for every send and retry. A member applies
+        /// only sends newer than every one it applied in the version: a late copy of an
+        /// earlier send (one its primary gave up on and sent again) would write old bytes
+        /// over newer ones.
+        sequence: u64,
+        /// The changes, in the order the primary made them.
+        changes: Vec<FileChange>,
+        /// Sync the copy before answering.
+        sync: bool,
+    },
+    /// Coordinator to another metadata home: every cross-server operation the coordinator
+    /// recorded with an intent id below `below` has finished, durably. The home forgets its
+    /// markers of their steps and refuses a late copy of one of them (`Superseded`).
+    #[wire(tag = 35)]
+    IntentsSettled {
+        /// The coordinating home.
+        coordinator: NodeId,
+        /// Its oldest unfinished intent, or its next intent id when none is unfinished.
+        below: u64,
+    },
+    /// How far this metadata server's consistency check is (`weft fsck` shows it while it
+    /// waits for the check).
+    #[wire(tag = 36)]
+    CheckProgress,
+    /// What each user and group uses in each pool in the homes this server serves (`weft
+    /// quota report` sums the servers).
+    #[wire(tag = 37, since = 4)]
+    QuotaUsage,
+    /// Moves a regular file's objects onto other targets while it stays in use (`weft entry
+    /// migrate`): every slot whose target is not in `pool` (when given), or is not the one
+    /// `targets` names at its index (when given), or is being drained, goes to another
+    /// target; the old layout stays the file's until the copies are complete and the new
+    /// one is switched in with one commit. Answered when the move is done, or with
+    /// `done: false` while it still runs (ask again: the move goes on either way, and a
+    /// restart resumes it).
+    #[wire(tag = 38, since = 4)]
+    Migrate {
+        /// The file.
+        inode: InodeId,
+        /// The pool the file should be in.
+        pool: Option<StoragePoolId>,
+        /// The targets the file should be on, in stripe order (empty: chosen in the pool).
+        targets: Vec<TargetId>,
+        /// The chunk size and width the file should have (restriped onto targets it is not
+        /// on), if another than its own.
+        #[serde(default, with = "crate::wire::since_5_set")]
+        pattern: Option<(u32, u16)>,
+    },
+}
+
+/// A piece of a source file's object that a [`StorageRequest::CopyFrom`] copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyPiece {
+    /// The target that holds the object.
+    pub target: TargetId,
+    /// Offset in the object.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
+/// A change to a metadata store file, shipped to mirror members ([`MetaRequest::ReplicaApply`]):
+/// the mirroring of store files is `weft_mirror::pages`.
+pub use weft_mirror::pages::FileChange;
+
+/// Where a metadata request goes: the home whose inodes it names, and for a mirrored home the
+/// version of its group the sender routed it with (0 for a home without a group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaRoute {
+    /// The home (a metadata node id, or a mirror group's first member).
+    pub home: NodeId,
+    /// The home's group version, or 0.
+    pub version: GroupVersion,
+}
