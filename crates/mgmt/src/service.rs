@@ -3,6 +3,7 @@
 mod capacity;
 mod groups;
 mod map;
+mod metrics;
 mod quotas;
 mod registry;
 mod sessions;
@@ -14,11 +15,6 @@ use crate::replication::{self, Raft, Replica};
 use crate::store::{MgmtStore, NodeRecord};
 use crate::{MgmtConfig, MgmtError};
 use bytes::Bytes;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -153,7 +149,7 @@ pub async fn run(
     let mut metrics = weft_observe::MetricsBuilder::new("mgmt", None);
     metrics
         .registry()
-        .register_collector(Box::new(ClusterCollector(Arc::clone(&front))));
+        .register_collector(Box::new(metrics::ClusterCollector(Arc::clone(&front))));
     let epoch = Arc::downgrade(&front);
     metrics
         .registry()
@@ -541,170 +537,6 @@ impl Mgmt {
             )),
         };
         (reply, Bytes::new())
-    }
-}
-
-/// The cluster as management sees it, for Prometheus: nodes and targets by reachability,
-/// storage space, live client sessions.
-struct ClusterCollector(Arc<Front>);
-
-impl std::fmt::Debug for ClusterCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClusterCollector")
-    }
-}
-
-impl Collector for ClusterCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(mgmt) = self.0.leading() else {
-            return Ok(());
-        };
-        let Ok(map) = mgmt.cluster_map() else {
-            return Ok(());
-        };
-        let mut nodes: HashMap<(&'static str, &'static str), i64> = HashMap::new();
-        for node in &map.nodes {
-            *nodes
-                .entry((node.kind.into(), node.reachability.into()))
-                .or_default() += 1;
-        }
-        let mut family = encoder.encode_descriptor(
-            "weft_cluster_nodes",
-            "Registered nodes by kind and reachability.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for ((kind, reachability), count) in nodes {
-            let labels = [("kind", kind), ("reachability", reachability)];
-            ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
-        }
-        let mut targets: HashMap<&'static str, i64> = HashMap::new();
-        for target in &map.targets {
-            *targets.entry(target.reachability.into()).or_default() += 1;
-        }
-        let mut family = encoder.encode_descriptor(
-            "weft_cluster_storage_targets",
-            "Registered storage targets by reachability.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (reachability, count) in targets {
-            let labels = [("reachability", reachability)];
-            ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
-        }
-        let sums: [(&str, &str, i64); 3] = [
-            (
-                "weft_cluster_storage_capacity_bytes",
-                "Bytes all storage targets may hold, as last reported.",
-                map.targets.iter().map(|t| t.usage.total_bytes as i64).sum(),
-            ),
-            (
-                "weft_cluster_storage_free_bytes",
-                "Bytes free on all storage targets, as last reported.",
-                map.targets.iter().map(|t| t.usage.free_bytes as i64).sum(),
-            ),
-            (
-                "weft_cluster_client_sessions",
-                "Client sessions that are alive.",
-                map.live_sessions.len() as i64,
-            ),
-        ];
-        for (name, help, value) in sums {
-            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            ConstGauge::new(value).encode(metric)?;
-        }
-        let pools = map.all_pools();
-        let mut family = encoder.encode_descriptor(
-            "weft_pool_targets",
-            "Storage targets of each pool by capacity class (normal, low, emergency), by the \
-             pool's limits.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for pool in &pools {
-            for class in [
-                weft_proto::pools::CapacityClass::Normal,
-                weft_proto::pools::CapacityClass::Low,
-                weft_proto::pools::CapacityClass::Emergency,
-            ] {
-                let count = map
-                    .pool_targets(pool.id)
-                    .filter(|t| pool.class_of(&t.usage) == class)
-                    .count();
-                let labels = [("pool", pool.name.as_str()), ("class", <&str>::from(class))];
-                ConstGauge::new(count as i64).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        let columns: [weft_observe::metrics::Column<SpaceUsage>; 2] = [
-            (
-                "weft_pool_capacity_bytes",
-                "Bytes the targets of each pool may hold, as last reported.",
-                |usage| usage.total_bytes,
-            ),
-            (
-                "weft_pool_free_bytes",
-                "Bytes free on the targets of each pool, as last reported.",
-                |usage| usage.free_bytes,
-            ),
-        ];
-        for (name, help, value) in columns {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for pool in &pools {
-                let sum: u64 = map.pool_targets(pool.id).map(|t| value(&t.usage)).sum();
-                let labels = [("pool", pool.name.as_str())];
-                ConstGauge::new(sum as i64).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        let mut members: HashMap<(&'static str, &'static str), i64> = HashMap::new();
-        for group in &map.mirror_groups {
-            for member in &group.members {
-                *members
-                    .entry((group.kind.into(), member.state.into()))
-                    .or_default() += 1;
-            }
-        }
-        let mut family = encoder.encode_descriptor(
-            "weft_cluster_mirror_members",
-            "Members of mirror groups by kind and consistency (good, needs-resync, bad).",
-            None,
-            MetricType::Gauge,
-        )?;
-        for ((kind, state), count) in members {
-            let labels = [("kind", kind), ("state", state)];
-            ConstGauge::new(count).encode(family.encode_family(&labels)?)?;
-        }
-        let mut family = encoder.encode_descriptor(
-            "weft_cluster_mirror_group_version",
-            "Each mirror group's version: it changes with every failover, drop or return.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for group in &map.mirror_groups {
-            let id = group.id.to_string();
-            let labels = [("kind", <&str>::from(group.kind)), ("group", id.as_str())];
-            ConstGauge::new(group.version.0 as i64).encode(family.encode_family(&labels)?)?;
-        }
-        let unserved = mgmt
-            .live
-            .lock()
-            .expect("live state poisoned")
-            .client_unserved
-            .clone();
-        let mut family = encoder.encode_descriptor(
-            "weft_client_unserved_requests",
-            "Requests each client's mount answered with an error because it does not serve them \
-             (ioctl, poll, lseek…), by kind, as its heartbeats report them.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (client, kinds) in unserved {
-            let client = client.to_string();
-            for (kind, count) in kinds {
-                let labels = [("client", client.as_str()), ("request", kind.as_str())];
-                ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -81,99 +81,122 @@ impl World {
             if is_home(*id) {
                 self.outcome.home_failovers += group.version.0.saturating_sub(1);
             }
-            let data = |server: ServerId| -> Option<BTreeMap<ChunkId, Data>> {
-                let machine = self.servers.get(&server)?.machine.as_ref()?;
-                Some(
-                    machine
-                        .store()
-                        .volatile
-                        .iter()
-                        .filter(|((g, _), bytes)| g == id && !bytes.is_empty())
-                        .map(|((_, chunk), bytes)| (*chunk, bytes.clone()))
-                        .collect(),
-                )
-            };
-            // Every member holds the seals its primary holds.
-            let sealed = |server: ServerId| -> Option<BTreeSet<ChunkId>> {
-                let machine = self.servers.get(&server)?.machine.as_ref()?;
-                Some(
-                    machine
-                        .store()
-                        .sealed
-                        .range((*id, 0)..=(*id, ChunkId::MAX))
-                        .map(|(_, chunk)| *chunk)
-                        .collect(),
-                )
-            };
-            let primary_sealed = sealed(group.primary);
-            for member in &group.members {
-                let held = sealed(member.server);
-                if held != primary_sealed {
-                    violations.push(format!(
-                        "group {id}: member {} holds the seals {held:?}, primary {} {primary_sealed:?}",
-                        member.server, group.primary
-                    ));
-                }
-            }
-            let primary = data(group.primary);
-            for member in &group.members {
-                let held = data(member.server);
-                if held != primary {
-                    let (held, primary) = (
-                        held.unwrap_or_default(),
-                        primary.clone().unwrap_or_default(),
-                    );
-                    let differ: Vec<String> = held
-                        .keys()
-                        .chain(primary.keys())
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .filter(|chunk| held.get(chunk) != primary.get(chunk))
-                        .map(|chunk| {
-                            format!(
-                                "chunk {chunk}: {:?} on the member, {:?} on the primary",
-                                held.get(chunk),
-                                primary.get(chunk)
-                            )
-                        })
-                        .collect();
-                    violations.push(format!(
-                        "group {id}: member {} differs from primary {}: {}",
-                        member.server,
-                        group.primary,
-                        differ.join("; ")
-                    ));
-                }
-            }
-            let Some(primary) = primary else {
+            let Some(primary) = self.check_copies(id, group, violations) else {
                 continue;
             };
-            for (index, client) in self.clients.iter().enumerate() {
-                let index = index as u32;
-                if self.group_of(index) != *id {
-                    continue;
-                }
-                for (_, chunk) in World::chunks_in(&client.history)
+            self.check_history(id, group, &primary, violations);
+        }
+    }
+
+    /// Every member of `group` (`id`) holds the seals and the data its primary holds; answers
+    /// the primary's data (`None` while it is down).
+    fn check_copies(
+        &self,
+        id: &GroupId,
+        group: &weft_mirror::Group,
+        violations: &mut Vec<String>,
+    ) -> Option<BTreeMap<ChunkId, Data>> {
+        let data = |server: ServerId| -> Option<BTreeMap<ChunkId, Data>> {
+            let machine = self.servers.get(&server)?.machine.as_ref()?;
+            Some(
+                machine
+                    .store()
+                    .volatile
+                    .iter()
+                    .filter(|((g, _), bytes)| g == id && !bytes.is_empty())
+                    .map(|((_, chunk), bytes)| (*chunk, bytes.clone()))
+                    .collect(),
+            )
+        };
+        // Every member holds the seals its primary holds.
+        let sealed = |server: ServerId| -> Option<BTreeSet<ChunkId>> {
+            let machine = self.servers.get(&server)?.machine.as_ref()?;
+            Some(
+                machine
+                    .store()
+                    .sealed
+                    .range((*id, 0)..=(*id, ChunkId::MAX))
+                    .map(|(_, chunk)| *chunk)
+                    .collect(),
+            )
+        };
+        let primary_sealed = sealed(group.primary);
+        for member in &group.members {
+            let held = sealed(member.server);
+            if held != primary_sealed {
+                violations.push(format!(
+                    "group {id}: member {} holds the seals {held:?}, primary {} {primary_sealed:?}",
+                    member.server, group.primary
+                ));
+            }
+        }
+        let primary = data(group.primary);
+        for member in &group.members {
+            let held = data(member.server);
+            if held != primary {
+                let (held, primary) = (
+                    held.unwrap_or_default(),
+                    primary.clone().unwrap_or_default(),
+                );
+                let differ: Vec<String> = held
+                    .keys()
+                    .chain(primary.keys())
+                    .collect::<BTreeSet<_>>()
                     .into_iter()
-                    .filter(|(place, _)| place == id)
-                {
-                    // A home answers a commit only once it is synced everywhere: nothing it
-                    // answered is ever lost, whatever the loss epoch says.
-                    let (epoch, found) = if is_home(*id) {
-                        (0, home_region(primary.get(&0), chunk))
-                    } else {
-                        (
-                            group.loss_epoch,
-                            primary.get(&chunk).cloned().unwrap_or_default(),
+                    .filter(|chunk| held.get(chunk) != primary.get(chunk))
+                    .map(|chunk| {
+                        format!(
+                            "chunk {chunk}: {:?} on the member, {:?} on the primary",
+                            held.get(chunk),
+                            primary.get(chunk)
                         )
-                    };
-                    let allowed = allowed_states(&client.history, (*id, chunk), epoch);
-                    if !allowed.contains(&found) {
-                        violations.push(format!(
-                            "group {id} chunk {chunk}: holds {found:?}, none of the {} states its changes since the last acknowledged sync may have left",
-                            allowed.len()
-                        ));
-                    }
+                    })
+                    .collect();
+                violations.push(format!(
+                    "group {id}: member {} differs from primary {}: {}",
+                    member.server,
+                    group.primary,
+                    differ.join("; ")
+                ));
+            }
+        }
+        primary
+    }
+
+    /// What the primary of `group` (`id`) holds of each chunk, `primary`, is a state its
+    /// clients' changes since their last acknowledged sync may have left.
+    fn check_history(
+        &self,
+        id: &GroupId,
+        group: &weft_mirror::Group,
+        primary: &BTreeMap<ChunkId, Data>,
+        violations: &mut Vec<String>,
+    ) {
+        for (index, client) in self.clients.iter().enumerate() {
+            let index = index as u32;
+            if self.group_of(index) != *id {
+                continue;
+            }
+            for (_, chunk) in World::chunks_in(&client.history)
+                .into_iter()
+                .filter(|(place, _)| place == id)
+            {
+                // A home answers a commit only once it is synced everywhere: nothing it
+                // answered is ever lost, whatever the loss epoch says.
+                let (epoch, found) = if is_home(*id) {
+                    (0, home_region(primary.get(&0), chunk))
+                } else {
+                    (
+                        group.loss_epoch,
+                        primary.get(&chunk).cloned().unwrap_or_default(),
+                    )
+                };
+                let allowed = allowed_states(&client.history, (*id, chunk), epoch);
+                if !allowed.contains(&found) {
+                    violations.push(format!(
+                        "group {id} chunk {chunk}: holds {found:?}, none of the {} states its changes since the last acknowledged sync may have left",
+                        allowed.len()
+                    ));
                 }
             }
         }

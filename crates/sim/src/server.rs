@@ -421,105 +421,10 @@ impl Server {
     pub fn handle(&mut self, now: Time, from: Node, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
         match (from, msg) {
             (Node::Mgmt, Msg::HeartbeatAck { sent_at, map }) => self.adopt(sent_at, map, now),
-            (
-                Node::Client(client),
-                Msg::Change {
-                    group,
-                    version,
-                    change,
-                    seq,
-                },
-            ) if is_home(group) => self.home_change(now, client, (group, version), change, seq),
-            (
-                Node::Client(client),
-                Msg::Sync {
-                    group,
-                    version,
-                    seq,
-                    ..
-                },
-            ) if is_home(group) => self.home_sync(now, client, (group, version), seq),
-            (
-                Node::Client(client),
-                Msg::Read {
-                    group,
-                    version,
-                    chunk,
-                    seq,
-                },
-            ) if is_home(group) => self.home_read(now, client, (group, version), chunk, seq),
+            (Node::Client(client), msg) => self.client_message(now, client, msg),
             (Node::Server(primary), msg @ Msg::PageApply { .. }) => self.page_apply(primary, msg),
             (Node::Server(member), Msg::MemberAck { group, op, .. }) if is_home(group) => {
                 self.page_acknowledged(now, member, group, op)
-            }
-            (
-                Node::Client(client),
-                Msg::Change {
-                    group, change, seq, ..
-                },
-            ) if group >= PLAIN => self.plain_change(now, client, group, change, seq),
-            (
-                Node::Client(client),
-                Msg::Sync {
-                    group, since, seq, ..
-                },
-            ) if group >= PLAIN => {
-                let answer = if since < self.unsynced_boot {
-                    Answer::Lost
-                } else {
-                    self.store.sync(group);
-                    Answer::Done
-                };
-                vec![reply(client, seq, answer)]
-            }
-            (
-                Node::Client(client),
-                Msg::Read {
-                    group, chunk, seq, ..
-                },
-            ) if group >= PLAIN => {
-                let answer = Answer::Data {
-                    data: self.store.volatile.get(&(group, chunk)).cloned(),
-                    epoch: self.unsynced_boot,
-                };
-                vec![reply(client, seq, answer)]
-            }
-            (
-                Node::Client(client),
-                Msg::Change {
-                    group,
-                    version,
-                    change,
-                    seq,
-                },
-            ) => self.client_change(now, client, (group, version), change, seq),
-            (
-                Node::Client(client),
-                Msg::Sync {
-                    group,
-                    version,
-                    since,
-                    seq,
-                },
-            ) => self.client_sync(now, client, (group, version), since, seq),
-            (
-                Node::Client(client),
-                Msg::Read {
-                    group,
-                    version,
-                    chunk,
-                    seq,
-                },
-            ) => {
-                let answer = match self.admit(now, group, version) {
-                    Some(refusal) => Answer::Refused(refusal),
-                    None if self.store.sealed.contains(&(group, chunk)) => Answer::Moved,
-                    None => Answer::Data {
-                        data: self.store.volatile.get(&(group, chunk)).cloned(),
-                        epoch: self.loss_epoch(group),
-                    },
-                };
-                vec![reply(client, seq, answer)]
             }
             (
                 Node::Server(primary),
@@ -530,25 +435,7 @@ impl Server {
                 Msg::ListChunks {
                     group, op, after, ..
                 },
-            ) => {
-                // Pages of a few, so that the listing is paged as a storage server's is.
-                let chunks: Vec<ChunkId> = self
-                    .store
-                    .chunks(group)
-                    .filter(|chunk| *chunk > after)
-                    .take(LIST_PAGE + 1)
-                    .collect();
-                let end = chunks.len() <= LIST_PAGE;
-                vec![Send {
-                    to: Node::Server(primary),
-                    msg: Msg::Chunks {
-                        group,
-                        op,
-                        chunks: chunks.into_iter().take(LIST_PAGE).collect(),
-                        end,
-                    },
-                }]
-            }
+            ) => vec![self.list_chunks(primary, group, op, after)],
             (
                 Node::Server(member),
                 Msg::Chunks {
@@ -558,14 +445,7 @@ impl Server {
                     end,
                 },
             ) => {
-                let listed = self.pending.get(&op).and_then(Pending::resync);
-                if let Some(start) = listed {
-                    if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
-                        if resync.in_flight == Some(op) {
-                            resync.plan.listed(chunks, end);
-                        }
-                    }
-                }
+                self.chunks_listed(op, chunks, end);
                 self.acknowledged(group, op, member, now)
             }
             (Node::Server(member), Msg::MemberAck { group, op, .. }) => {
@@ -578,6 +458,122 @@ impl Server {
                 Vec::new()
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// Handles a client's message: to a metadata home, a plain group (no mirror) or a
+    /// mirrored one.
+    fn client_message(&mut self, now: Time, client: ClientId, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
+        match msg {
+            Msg::Change {
+                group,
+                version,
+                change,
+                seq,
+            } if is_home(group) => self.home_change(now, client, (group, version), change, seq),
+            Msg::Sync {
+                group,
+                version,
+                seq,
+                ..
+            } if is_home(group) => self.home_sync(now, client, (group, version), seq),
+            Msg::Read {
+                group,
+                version,
+                chunk,
+                seq,
+            } if is_home(group) => self.home_read(now, client, (group, version), chunk, seq),
+            Msg::Change {
+                group, change, seq, ..
+            } if group >= PLAIN => self.plain_change(now, client, group, change, seq),
+            Msg::Sync {
+                group, since, seq, ..
+            } if group >= PLAIN => {
+                let answer = if since < self.unsynced_boot {
+                    Answer::Lost
+                } else {
+                    self.store.sync(group);
+                    Answer::Done
+                };
+                vec![reply(client, seq, answer)]
+            }
+            Msg::Read {
+                group, chunk, seq, ..
+            } if group >= PLAIN => {
+                let answer = Answer::Data {
+                    data: self.store.volatile.get(&(group, chunk)).cloned(),
+                    epoch: self.unsynced_boot,
+                };
+                vec![reply(client, seq, answer)]
+            }
+            Msg::Change {
+                group,
+                version,
+                change,
+                seq,
+            } => self.client_change(now, client, (group, version), change, seq),
+            Msg::Sync {
+                group,
+                version,
+                since,
+                seq,
+            } => self.client_sync(now, client, (group, version), since, seq),
+            Msg::Read {
+                group,
+                version,
+                chunk,
+                seq,
+            } => {
+                let answer = match self.admit(now, group, version) {
+                    Some(refusal) => Answer::Refused(refusal),
+                    None if self.store.sealed.contains(&(group, chunk)) => Answer::Moved,
+                    None => Answer::Data {
+                        data: self.store.volatile.get(&(group, chunk)).cloned(),
+                        epoch: self.loss_epoch(group),
+                    },
+                };
+                vec![reply(client, seq, answer)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A page of this member's chunks of `group` after `after`, for its primary's resync:
+    /// pages of a few, so that the listing is paged as a storage server's is.
+    fn list_chunks(
+        &self,
+        primary: ServerId,
+        group: GroupId,
+        op: u64,
+        after: ChunkId,
+    ) -> Send<Bytes> {
+        let chunks: Vec<ChunkId> = self
+            .store
+            .chunks(group)
+            .filter(|chunk| *chunk > after)
+            .take(LIST_PAGE + 1)
+            .collect();
+        let end = chunks.len() <= LIST_PAGE;
+        Send {
+            to: Node::Server(primary),
+            msg: Msg::Chunks {
+                group,
+                op,
+                chunks: chunks.into_iter().take(LIST_PAGE).collect(),
+                end,
+            },
+        }
+    }
+
+    /// A member's listing for the resync step `op`, if that resync still waits for it.
+    fn chunks_listed(&mut self, op: u64, chunks: Vec<ChunkId>, end: bool) {
+        let listed = self.pending.get(&op).and_then(Pending::resync);
+        if let Some(start) = listed {
+            if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
+                if resync.in_flight == Some(op) {
+                    resync.plan.listed(chunks, end);
+                }
+            }
         }
     }
 
