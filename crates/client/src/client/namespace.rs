@@ -1,0 +1,388 @@
+//! The namespace calls of a [`Client`]: lookups and attributes, creating, linking, renaming
+//! and removing entries, extended attributes, listings, each sent to the metadata server
+//! that holds what it names.
+
+use super::*;
+
+impl Client {
+    /// Looks `name` up in `parent`.
+    ///
+    /// # Errors
+    /// `NotFound` and the other namespace codes.
+    pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, ClientError> {
+        let attr = self
+            .on_holder(parent, name, |meta, holder| async move {
+                meta.lookup(holder, name).await
+            })
+            .await?;
+        self.learn(&attr);
+        self.gathered(attr).await
+    }
+
+    /// Reads attributes. A spread directory's link count and times gather its shards'.
+    ///
+    /// # Errors
+    /// `NotFound` and the other namespace codes.
+    pub async fn get_attr(&self, inode: InodeId) -> Result<InodeAttr, ClientError> {
+        let attr = self
+            .on_home(inode, |meta| async move { meta.get_attr(inode).await })
+            .await?;
+        self.learn(&attr);
+        self.gathered(attr).await
+    }
+
+    /// `attr` as it is whole: a spread directory's server holds only its own shard's
+    /// subdirectories and times, so every answer that gives the directory's attributes
+    /// (getattr, lookup, setattr) adds the other shards' in.
+    async fn gathered(&self, mut attr: InodeAttr) -> Result<InodeAttr, ClientError> {
+        for shard in attr.shards.clone().into_iter().skip(1) {
+            let part = self
+                .on_home(shard, |meta| async move { meta.get_attr(shard).await })
+                .await?;
+            attr.nlink += part.nlink.saturating_sub(2);
+            attr.mtime = attr.mtime.max(part.mtime);
+            attr.ctime = attr.ctime.max(part.ctime);
+        }
+        Ok(attr)
+    }
+
+    /// Changes attributes; a size truncates. Of a file open here, a truncate comes after the
+    /// writes sent before it, and their report goes first: it records the slots they wrote,
+    /// which the truncate then keeps if its size leaves them bytes. A time set after writes
+    /// (futimens before close, as tar x and cp -p do) comes after their report, which moves
+    /// the mtime, and the report at close has nothing new to move it again.
+    ///
+    /// # Errors
+    /// The namespace codes, or `Io` when a target could not be truncated.
+    pub async fn set_attr(
+        &self,
+        inode: InodeId,
+        changes: AttrChanges,
+    ) -> Result<InodeAttr, ClientError> {
+        self.set_attr_through(inode, changes, None).await
+    }
+
+    /// Changes attributes through the open handle `handle` when given (`ftruncate`,
+    /// `futimens`): the servers judge the change by what the handle was opened for, as POSIX
+    /// judges a descriptor, whatever the mode says now.
+    ///
+    /// # Errors
+    /// As [`Client::set_attr`].
+    pub async fn set_attr_through(
+        &self,
+        inode: InodeId,
+        changes: AttrChanges,
+        handle: Option<u64>,
+    ) -> Result<InodeAttr, ClientError> {
+        let granted = handle.and_then(|handle| self.opens.granted(inode, handle, WRITE, self.id()));
+        let open = self.files.get(inode);
+        if let Some(open) = open
+            .as_ref()
+            .filter(|_| changes.size.is_some() || changes.mtime.is_some())
+        {
+            open.drain().await;
+            open.report_size(self, false).await?;
+        }
+        let (mutation, _guard) = self.begin_mutation();
+        let attr = self
+            .through_grace(inode, |meta| async move {
+                meta.set_attr(mutation, inode, changes, granted).await
+            })
+            .await?;
+        if changes.size.is_some() {
+            self.files.truncated(&attr);
+        }
+        self.gathered(attr).await
+    }
+
+    /// Creates an entry of any kind; `new.mode` is masked by `new.umask` unless the parent has
+    /// a default ACL.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, `NoTargets` and the other namespace codes.
+    pub async fn create(
+        &self,
+        parent: InodeId,
+        name: &str,
+        new: NewInode,
+    ) -> Result<InodeAttr, ClientError> {
+        Ok(self.create_entry(parent, name, new, None).await?.attr)
+    }
+
+    /// Creates an entry of any kind, opening a new regular file with handle `open` if given
+    /// in the same request (as [`Client::open`] would: one round trip for `open(O_CREAT)`),
+    /// and answers the directory's attributes after the change too when its server could.
+    ///
+    /// # Errors
+    /// As [`Client::create`].
+    pub async fn create_entry(
+        &self,
+        parent: InodeId,
+        name: &str,
+        new: NewInode,
+        open: Option<u64>,
+    ) -> Result<Created, ClientError> {
+        if open.is_some() {
+            // A new file lives on the server of its directory (or of its shard).
+            self.watch_home(parent.home()).await?;
+        }
+        let (mutation, _guard) = self.begin_mutation();
+        let created = self
+            .on_holder(parent, name, |meta, holder| {
+                let new = new.clone();
+                async move { meta.create(mutation, holder, name, new, open).await }
+            })
+            .await?;
+        let attr = created.attr;
+        self.learn(&attr);
+        if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {
+            self.watch_home(attr.inode.home()).await?;
+            self.opens.record(
+                (attr.inode, handle),
+                (
+                    weft_proto::access::READ | weft_proto::access::WRITE,
+                    weft_net::stubs::caller(),
+                ),
+                created.capability,
+            );
+        }
+        Ok(Created {
+            attr,
+            parent: created.parent.filter(|p| p.inode == parent),
+        })
+    }
+
+    /// Creates a directory whose entries spread over `shards` metadata servers by name hash,
+    /// for directories of very many entries.
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound`, `InvalidArgument` (more shards than metadata servers).
+    pub async fn mkdir_spread(
+        &self,
+        (parent, name): (InodeId, &str),
+        (mode, umask): (u32, u32),
+        owner: (u32, u32),
+        shards: u16,
+    ) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        let new = directory(mode, umask, owner);
+        let attr = self
+            .on_holder(parent, name, |meta, holder| {
+                let new = new.clone();
+                async move {
+                    meta.create_spread(mutation, holder, name, new, shards)
+                        .await
+                }
+            })
+            .await?;
+        self.learn(&attr);
+        Ok(attr)
+    }
+
+    /// Creates a directory owned by `owner` (uid, gid).
+    ///
+    /// # Errors
+    /// `Exists`, `NotFound` and the other namespace codes.
+    pub async fn mkdir(
+        &self,
+        parent: InodeId,
+        name: &str,
+        mode: u32,
+        umask: u32,
+        owner: (u32, u32),
+    ) -> Result<InodeAttr, ClientError> {
+        self.create(parent, name, directory(mode, umask, owner))
+            .await
+    }
+
+    /// Sets an extended attribute (POSIX ACLs are `system.posix_acl_*` attributes).
+    ///
+    /// # Errors
+    /// `Exists` / `NoAttribute` per `mode`, `OutOfRange`.
+    pub async fn set_xattr(
+        &self,
+        inode: InodeId,
+        name: &str,
+        value: &[u8],
+        mode: XattrSetMode,
+    ) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(inode, |meta| async move {
+            meta.set_xattr(mutation, inode, name, value.to_vec(), mode)
+                .await
+        })
+        .await
+    }
+
+    /// Reads an extended attribute.
+    ///
+    /// # Errors
+    /// `NoAttribute`.
+    pub async fn get_xattr(&self, inode: InodeId, name: &str) -> Result<Vec<u8>, ClientError> {
+        self.on_home(
+            inode,
+            |meta| async move { meta.get_xattr(inode, name).await },
+        )
+        .await
+    }
+
+    /// Lists extended attribute names.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub async fn list_xattr(&self, inode: InodeId) -> Result<Vec<String>, ClientError> {
+        self.on_home(inode, |meta| async move { meta.list_xattr(inode).await })
+            .await
+    }
+
+    /// Removes an extended attribute.
+    ///
+    /// # Errors
+    /// `NoAttribute`.
+    pub async fn remove_xattr(&self, inode: InodeId, name: &str) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_home(inode, |meta| async move {
+            meta.remove_xattr(mutation, inode, name).await
+        })
+        .await
+    }
+
+    /// Adds a hard link.
+    ///
+    /// # Errors
+    /// `Exists`, `NotPermitted` (directories) and the other namespace codes.
+    pub async fn link(
+        &self,
+        inode: InodeId,
+        new_parent: InodeId,
+        new_name: &str,
+    ) -> Result<InodeAttr, ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_holder(new_parent, new_name, |meta, holder| async move {
+            meta.link(mutation, inode, holder, new_name).await
+        })
+        .await
+    }
+
+    /// Removes a non-directory entry.
+    ///
+    /// # Errors
+    /// `NotFound`, `IsDirectory` and the other namespace codes.
+    pub async fn unlink(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_holder(parent, name, |meta, holder| async move {
+            meta.unlink(mutation, holder, name).await
+        })
+        .await
+    }
+
+    /// Removes an empty directory.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotEmpty`, `NotDirectory` and the other namespace codes.
+    pub async fn rmdir(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        self.on_holder(parent, name, |meta, holder| async move {
+            meta.rmdir(mutation, holder, name).await
+        })
+        .await
+    }
+
+    /// Renames an entry.
+    ///
+    /// # Errors
+    /// The POSIX rename errors as codes.
+    pub async fn rename(
+        &self,
+        parent: InodeId,
+        name: &str,
+        new_parent: InodeId,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> Result<(), ClientError> {
+        let (mutation, _guard) = self.begin_mutation();
+        let attempt = || {
+            self.on_holder(parent, name, |meta, holder| async move {
+                let new_holder = self.holder(new_parent, new_name);
+                meta.rename(mutation, holder, name, new_holder, new_name, flags)
+                    .await
+            })
+        };
+        match attempt().await {
+            // The destination is a spread directory this client did not know of.
+            Err(error) if error.code() == ErrorCode::WrongShard => {
+                self.get_attr(new_parent).await?;
+                attempt().await
+            }
+            other => other,
+        }
+    }
+
+    /// Lists a directory after a cookie.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDirectory`.
+    pub async fn read_dir(
+        &self,
+        dir: InodeId,
+        after_cookie: u64,
+        max_entries: u32,
+    ) -> Result<(Vec<DirEntry>, bool), ClientError> {
+        let shards = match self.shards(dir) {
+            Some(shards) => shards,
+            None => {
+                let listed = self
+                    .on_home(dir, |meta| async move {
+                        meta.read_dir(dir, 1, after_cookie, max_entries).await
+                    })
+                    .await;
+                match listed {
+                    Err(error) if error.code() == ErrorCode::WrongShard => {
+                        self.get_attr(dir).await?;
+                        match self.shards(dir) {
+                            Some(shards) => shards,
+                            None => return Err(error),
+                        }
+                    }
+                    other => return other,
+                }
+            }
+        };
+        // A spread directory lists its shards one after the other; a position names the shard
+        // and the cookie within it.
+        let count = shards.len() as u16;
+        let (mut index, mut after) = weft_proto::layout::split_dir_shard_cookie(after_cookie);
+        while index < shards.len() {
+            let shard = shards[index];
+            let (mut entries, end) = self
+                .on_home(shard, |meta| async move {
+                    meta.read_dir(shard, count, after, max_entries).await
+                })
+                .await
+                .or_else(|error| match error.code() {
+                    // A shard read after its rmdir: nothing is left to list.
+                    ErrorCode::NotFound if index > 0 => Ok((Vec::new(), true)),
+                    _ => Err(error),
+                })?;
+            for entry in &mut entries {
+                entry.cookie = weft_proto::layout::dir_shard_cookie(index, entry.cookie);
+            }
+            let last = index + 1 == shards.len();
+            if !entries.is_empty() || last {
+                return Ok((entries, end && last));
+            }
+            index += 1;
+            after = 0;
+        }
+        Ok((Vec::new(), true))
+    }
+
+    /// Reads a symbolic link.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotSymlink`.
+    pub async fn read_link(&self, inode: InodeId) -> Result<String, ClientError> {
+        self.on_home(inode, |meta| async move { meta.read_link(inode).await })
+            .await
+    }
+}
