@@ -38,7 +38,6 @@ use crate::store::{OpError, REPLIES, UNREPORTED};
 use crate::{MetaConfig, MetaError};
 use intents::IntentRuns;
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
-use sessions::OpenTable;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -75,11 +74,6 @@ pub(crate) struct Meta {
     chooser: Arc<Chooser>,
     /// Places new directories on metadata servers.
     directory_chooser: Chooser,
-    /// Open counts per inode and client session: an unlinked inode lives while one is held.
-    opens: Arc<Mutex<OpenTable>>,
-    /// Orphans from before this start may wait for the end of the grace period, in which
-    /// clients reclaim their opens.
-    orphans_unclaimed: std::sync::atomic::AtomicBool,
     work: Notify,
     locks: LockTable,
     /// Who runs this home's intents now: requests (first tries and retries) and recovery.
@@ -88,16 +82,6 @@ pub(crate) struct Meta {
     settled_told: Mutex<HashMap<NodeId, u64>>,
     /// How far the consistency check that runs (or ran last) is.
     check_progress: Mutex<CheckProgress>,
-    /// When this server first heard of each client session, so that a session that registered
-    /// after the last map fetch is not taken for expired.
-    seen: Mutex<HashMap<ClientId, std::time::Instant>>,
-    /// Sessions this server released as expired: their locks and opens are refused from then
-    /// on (`UnknownSession`), so a client that missed its expiry learns it instead of acting
-    /// on locks another client may hold now.
-    fenced: Mutex<HashSet<ClientId>>,
-    /// Sessions fenced as expired whose opens and stored replies the background work has
-    /// still to release.
-    expiring: Mutex<HashSet<ClientId>>,
     /// Spread directories whose shards must still learn what new entries inherit (every
     /// spread directory after a start, since a crash may have come between a change and its
     /// copy to the shards).
@@ -116,23 +100,10 @@ pub(crate) struct Meta {
     /// and the work loop's retry of it never run at once, so no retry of an older attempt can
     /// land after the setattr was answered and cut the writes that followed it.
     truncating: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Wakes the mover (a move was recorded).
-    mover: Notify,
-    /// Woken by the mover after each file it worked on.
-    moved: Notify,
-    /// Moves given up, with why, until their migrate request hears it.
-    move_failures: Mutex<HashMap<InodeId, WireError>>,
-    /// Files whose objects are being pushed to other targets now: their disposal waits.
-    pushing: Mutex<HashSet<InodeId>>,
-    /// What the last look for files on draining targets found.
-    drain_scan: Mutex<moves::DrainScan>,
-    /// How background rebalancing runs: bytes per second at most (0: not at all), and the
-    /// margin of fill it keeps targets within, in percentage points.
-    rebalance: (u64, u8),
-    move_metrics: moves::MoveMetrics,
-    /// Per target, the usage the map showed when rebalancing last moved an object onto or
-    /// off it, and the bytes it moved since.
-    ledger: Mutex<HashMap<weft_proto::ids::TargetId, (weft_proto::messages::SpaceUsage, i64)>>,
+    /// Client sessions' opens and expiries on this home (see [`sessions`]).
+    sessions: sessions::SessionState,
+    /// The moves subsystem's state (see [`moves`]).
+    moves: moves::MoveState,
     /// Directories recently found inside a confined client's subtree (see [`subtree`]).
     inside: subtree::Inside,
     /// What this home holds of hard quotas, and what counts against it (see [`grants`]).
@@ -217,14 +188,7 @@ impl Meta {
             cluster: Arc::clone(&shared.cluster),
             chooser: Arc::new(Chooser::new(config.target_chooser)),
             directory_chooser: Chooser::new(config.directory_chooser),
-            orphans_unclaimed: std::sync::atomic::AtomicBool::new(!orphans.is_empty()),
-            opens: Arc::new(Mutex::new(OpenTable {
-                handles: HashMap::new(),
-                per_session: HashMap::new(),
-                access: HashMap::new(),
-                // The last close of a reclaimed open of one disposes of it.
-                maybe_orphaned: orphans,
-            })),
+            sessions: sessions::SessionState::new(orphans),
             work: Notify::new(),
             // A new file system has no locks to reclaim.
             locks: LockTable::new(if first_start {
@@ -232,11 +196,8 @@ impl Meta {
             } else {
                 config.lock_grace
             }),
-            seen: Mutex::default(),
             inside: subtree::Inside::default(),
             grants: Arc::default(),
-            fenced: Mutex::default(),
-            expiring: Mutex::default(),
             intent_runs: IntentRuns::default(),
             settled_told: Mutex::default(),
             check_progress: Mutex::default(),
@@ -245,17 +206,13 @@ impl Meta {
             settled: tokio::sync::watch::Sender::new(false),
             disposing: tokio::sync::Mutex::new(()),
             truncating: Mutex::default(),
-            mover: Notify::new(),
-            moved: Notify::new(),
-            move_failures: Mutex::default(),
-            pushing: Mutex::default(),
-            drain_scan: Mutex::default(),
-            rebalance: (
-                config.rebalance_bytes_per_second,
-                config.rebalance_margin_percent,
+            moves: moves::MoveState::new(
+                (
+                    config.rebalance_bytes_per_second,
+                    config.rebalance_margin_percent,
+                ),
+                shared.move_metrics.clone(),
             ),
-            move_metrics: shared.move_metrics.clone(),
-            ledger: Mutex::default(),
             workers: Mutex::default(),
         });
         match meta.read(spread_directories) {
@@ -298,7 +255,7 @@ impl Meta {
             Ok(clients)
         }) {
             Ok(clients) => {
-                let mut seen = meta.seen.lock().expect("seen table poisoned");
+                let mut seen = meta.sessions.seen.lock().expect("seen table poisoned");
                 for client in clients {
                     seen.entry(client).or_insert_with(std::time::Instant::now);
                 }
@@ -313,7 +270,7 @@ impl Meta {
             .extend(unreported);
         // Operations a crash interrupted are finished at once.
         meta.work.notify_one();
-        meta.mover.notify_one();
+        meta.moves.mover.notify_one();
         let runtime = tokio::runtime::Handle::current();
         let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
         let mover = runtime.spawn(Arc::clone(&meta).move_loop());
@@ -557,7 +514,7 @@ impl Meta {
     /// Whether an inode is open, for an operation that orphans it if it is: the inode is
     /// remembered so that its last close looks for the orphan.
     fn is_open_fn(&self) -> impl Fn(InodeId) -> bool + Send + 'static {
-        let opens = Arc::clone(&self.opens);
+        let opens = Arc::clone(&self.sessions.opens);
         move |inode| {
             let mut opens = opens.lock().expect("open table poisoned");
             let open = opens.handles.contains_key(&inode);

@@ -89,7 +89,7 @@ impl Meta {
                     // The open is registered before the commit, so no unlink can dispose of
                     // the new file between the two; and again after it, for a retry answered
                     // from the stored reply.
-                    let opens = Arc::clone(&self.opens);
+                    let opens = Arc::clone(&self.sessions.opens);
                     let result = self
                         .mutate(mutation, move |txn, context| {
                             let response = create(txn, context, entry)?;
@@ -103,7 +103,7 @@ impl Meta {
                         })
                         .await;
                     if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
-                        register_open(&self.opens, handle, attr.inode, READ | WRITE);
+                        register_open(&self.sessions.opens, handle, attr.inode, READ | WRITE);
                     }
                     result
                 } else {

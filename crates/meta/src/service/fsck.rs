@@ -92,6 +92,7 @@ impl Meta {
             }
         }
         let mut open: HashSet<InodeId> = self
+            .sessions
             .opens
             .lock()
             .expect("open table poisoned")
@@ -100,6 +101,7 @@ impl Meta {
             .copied()
             .collect();
         if self
+            .sessions
             .orphans_unclaimed
             .load(std::sync::atomic::Ordering::Acquire)
             && !self.locks.grace_over()

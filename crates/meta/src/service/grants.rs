@@ -410,7 +410,7 @@ impl Meta {
         (inode, counted, to): (InodeId, u64, u64),
         (keys, batch): (&[QuotaKey], u64),
     ) -> Result<Option<u64>, OpError> {
-        let opens = self.opens.lock().expect("open table poisoned");
+        let opens = self.sessions.opens.lock().expect("open table poisoned");
         if !opens
             .handles
             .get(&inode)

@@ -37,9 +37,10 @@ use crate::store::{
     INODES, MOVES, TOMBSTONES,
 };
 use redb::{ReadableTable, WriteTransaction};
-use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, StoragePoolId, TargetId};
 use weft_proto::layout::{FileLayout, PatternKind, Slot};
@@ -57,6 +58,45 @@ const MIGRATE_WAIT: Duration = Duration::from_secs(20);
 
 fn invalid(message: String) -> OpError {
     OpError::rejected(ErrorCode::InvalidArgument, message)
+}
+
+/// What the moves subsystem keeps of a home beside its tables: the mover's wake-ups, the
+/// moves given up, the files being pushed, the last drain scan, background rebalancing's
+/// settings and ledger, and its metrics.
+pub(crate) struct MoveState {
+    /// Wakes the mover (a move was recorded).
+    pub(super) mover: Notify,
+    /// Woken by the mover after each file it worked on.
+    moved: Notify,
+    /// Moves given up, with why, until their migrate request hears it.
+    failures: Mutex<HashMap<InodeId, WireError>>,
+    /// Files whose objects are being pushed to other targets now: their disposal waits.
+    pushing: Mutex<HashSet<InodeId>>,
+    /// What the last look for files on draining targets found.
+    drain_scan: Mutex<DrainScan>,
+    /// How background rebalancing runs: bytes per second at most (0: not at all), and the
+    /// margin of fill it keeps targets within, in percentage points.
+    rebalance: (u64, u8),
+    metrics: MoveMetrics,
+    /// Per target, the usage the map showed when rebalancing last moved an object onto or
+    /// off it, and the bytes it moved since.
+    ledger: Mutex<HashMap<weft_proto::ids::TargetId, (weft_proto::messages::SpaceUsage, i64)>>,
+}
+
+impl MoveState {
+    /// Nothing moving yet, rebalancing as `rebalance` says (bytes per second, margin).
+    pub(crate) fn new(rebalance: (u64, u8), metrics: MoveMetrics) -> MoveState {
+        MoveState {
+            mover: Notify::new(),
+            moved: Notify::new(),
+            failures: Mutex::default(),
+            pushing: Mutex::default(),
+            drain_scan: Mutex::default(),
+            rebalance,
+            metrics,
+            ledger: Mutex::default(),
+        }
+    }
 }
 
 impl Meta {
@@ -150,7 +190,7 @@ impl Meta {
             let moving = slots.len() as u16;
             self.record_move(inode, layout, slots, (pool, Some(new)))
                 .await?;
-            self.mover.notify_one();
+            self.moves.mover.notify_one();
             return self.await_move(inode, moving).await;
         }
         let plan = plan_move(&self.chooser, &map, &layout, pool, &targets, &tombstones)?;
@@ -167,7 +207,7 @@ impl Meta {
         }
         let moving = plan.len() as u16;
         self.record_move(inode, layout, plan, (pool, None)).await?;
-        self.mover.notify_one();
+        self.moves.mover.notify_one();
         self.await_move(inode, moving).await
     }
 
@@ -250,9 +290,10 @@ impl Meta {
     async fn await_move(&self, inode: InodeId, moving: u16) -> Result<Response, OpError> {
         let deadline = tokio::time::Instant::now() + MIGRATE_WAIT;
         loop {
-            let notified = self.moved.notified();
+            let notified = self.moves.moved.notified();
             if let Some(error) = self
-                .move_failures
+                .moves
+                .failures
                 .lock()
                 .expect("move failures poisoned")
                 .remove(&inode)
@@ -276,8 +317,11 @@ impl Meta {
     /// Works off the moves recorded, one file at a time, until the home stops.
     pub(super) async fn move_loop(self: Arc<Self>) {
         loop {
-            let _ =
-                tokio::time::timeout(super::work::WORK_RETRY_INTERVAL, self.mover.notified()).await;
+            let _ = tokio::time::timeout(
+                super::work::WORK_RETRY_INTERVAL,
+                self.moves.mover.notified(),
+            )
+            .await;
             self.scan_draining().await;
             let works = self.read(|txn| {
                 txn.open_table(MOVES)?
@@ -305,17 +349,18 @@ impl Meta {
                     }
                     Err(MoveError::Abandoned(error)) => {
                         tracing::warn!(%inode, %error, "a move was given up: the file stays where it was");
-                        self.move_failures
+                        self.moves
+                            .failures
                             .lock()
                             .expect("move failures poisoned")
                             .insert(inode, error);
                     }
                 }
-                self.moved.notify_waiters();
+                self.moves.moved.notify_waiters();
             }
             // Rebalancing waits for the moves asked for, and goes on while there is work.
             if idle && self.rebalance_step().await {
-                self.mover.notify_one();
+                self.moves.mover.notify_one();
             }
         }
     }
@@ -328,7 +373,7 @@ impl Meta {
     /// the usage in the map plus what this home moved since a target last reported (the
     /// ledger), so steps need not wait for the heartbeats. Answers whether it moved something.
     async fn rebalance_step(&self) -> bool {
-        let (rate, margin) = self.rebalance;
+        let (rate, margin) = self.moves.rebalance;
         if rate == 0 {
             return false;
         }
@@ -434,9 +479,9 @@ impl Meta {
                     return false;
                 }
                 tracing::info!(%inode, %from, %to, bytes, "rebalanced");
-                self.move_metrics.rebalanced.inc_by(bytes);
+                self.moves.metrics.rebalanced.inc_by(bytes);
                 {
-                    let mut ledger = self.ledger.lock().expect("ledger poisoned");
+                    let mut ledger = self.moves.ledger.lock().expect("ledger poisoned");
                     for (members, sign) in [(&fullest.1, -1i64), (&emptiest.1, 1i64)] {
                         for member in members.iter() {
                             ledger.entry(member.id).or_insert((member.usage, 0)).1 +=
@@ -581,7 +626,7 @@ impl Meta {
             .await
             .map_err(|error| MoveError::Later(error.into_wire()))?;
         tracing::info!(%inode, slots = work.slots.len(), pool = %work.pool, "file moved");
-        self.move_metrics.files.inc();
+        self.moves.metrics.files.inc();
         // A truncate that waited for the switch goes to the new objects now.
         if let Err(error) = self.apply_truncate_now(inode).await {
             tracing::info!(%inode, %error, "a truncate waits for a target");
@@ -666,7 +711,7 @@ impl Meta {
         for (index, pushed) in futures::future::join_all(pushes).await {
             match pushed {
                 Ok(pushed) => {
-                    self.move_metrics.bytes.inc_by(pushed);
+                    self.moves.metrics.bytes.inc_by(pushed);
                     copied += pushed;
                 }
                 Err(error) => {
@@ -796,7 +841,8 @@ impl Meta {
 
     /// Marks `inode` as having pushes in flight until the guard drops: its disposal waits.
     fn pushing(&self, inode: InodeId) -> PushingGuard<'_> {
-        self.pushing
+        self.moves
+            .pushing
             .lock()
             .expect("pushing set poisoned")
             .insert(inode);
@@ -805,7 +851,8 @@ impl Meta {
 
     /// Whether pushes of `inode`'s objects are in flight.
     pub(super) fn is_pushing(&self, inode: InodeId) -> bool {
-        self.pushing
+        self.moves
+            .pushing
             .lock()
             .expect("pushing set poisoned")
             .contains(&inode)
@@ -820,6 +867,7 @@ struct PushingGuard<'a> {
 impl Drop for PushingGuard<'_> {
     fn drop(&mut self) {
         self.meta
+            .moves
             .pushing
             .lock()
             .expect("pushing set poisoned")

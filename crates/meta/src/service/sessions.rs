@@ -22,6 +22,44 @@ pub(super) type OpenHandle = (ClientId, u64);
 /// make the open table grow without bound.
 pub(super) const OPENS_PER_SESSION_MAX: usize = 65_536;
 
+/// What a home keeps of its client sessions beside its tables.
+pub(crate) struct SessionState {
+    /// Open counts per inode and client session: an unlinked inode lives while one is held.
+    pub(super) opens: Arc<Mutex<OpenTable>>,
+    /// Orphans from before this start may wait for the end of the grace period, in which
+    /// clients reclaim their opens.
+    pub(super) orphans_unclaimed: std::sync::atomic::AtomicBool,
+    /// When this server first heard of each client session, so that a session that registered
+    /// after the last map fetch is not taken for expired.
+    pub(super) seen: Mutex<HashMap<ClientId, std::time::Instant>>,
+    /// Sessions this server released as expired: their locks and opens are refused from then
+    /// on (`UnknownSession`), so a client that missed its expiry learns it instead of acting
+    /// on locks another client may hold now.
+    fenced: Mutex<HashSet<ClientId>>,
+    /// Sessions fenced as expired whose opens and stored replies the background work has
+    /// still to release.
+    expiring: Mutex<HashSet<ClientId>>,
+}
+
+impl SessionState {
+    /// No session known yet; `orphans` were unlinked while open before this start, and wait
+    /// for their clients to reclaim them (the last close of a reclaimed open disposes of one).
+    pub(super) fn new(orphans: HashSet<InodeId>) -> SessionState {
+        SessionState {
+            orphans_unclaimed: std::sync::atomic::AtomicBool::new(!orphans.is_empty()),
+            opens: Arc::new(Mutex::new(OpenTable {
+                handles: HashMap::new(),
+                per_session: HashMap::new(),
+                access: HashMap::new(),
+                maybe_orphaned: orphans,
+            })),
+            seen: Mutex::default(),
+            fenced: Mutex::default(),
+            expiring: Mutex::default(),
+        }
+    }
+}
+
 /// Registers `open` of `inode` for `access` (added to what it was registered for); true
 /// when it was new.
 pub(super) fn register_open(
@@ -70,6 +108,7 @@ impl Meta {
     /// released as expired.
     pub(super) fn admit_session(&self, client: ClientId) -> Result<(), OpError> {
         if self
+            .sessions
             .fenced
             .lock()
             .expect("fenced sessions poisoned")
@@ -87,7 +126,8 @@ impl Meta {
     }
 
     pub(super) fn note_client(&self, client: ClientId) {
-        self.seen
+        self.sessions
+            .seen
             .lock()
             .expect("seen table poisoned")
             .entry(client)
@@ -104,7 +144,7 @@ impl Meta {
     ) {
         let live: HashSet<ClientId> = map.live_sessions.iter().copied().collect();
         let expired: HashSet<ClientId> = {
-            let seen = self.seen.lock().expect("seen table poisoned");
+            let seen = self.sessions.seen.lock().expect("seen table poisoned");
             seen.iter()
                 .filter(|(client, first)| !live.contains(client) && **first < fetch_started)
                 .map(|(client, _)| *client)
@@ -114,11 +154,13 @@ impl Meta {
             return;
         }
         let released = self.locks.release_clients(&expired);
-        self.seen
+        self.sessions
+            .seen
             .lock()
             .expect("seen table poisoned")
             .retain(|client, _| !expired.contains(client));
-        self.fenced
+        self.sessions
+            .fenced
             .lock()
             .expect("fenced sessions poisoned")
             .extend(expired.iter().copied());
@@ -127,7 +169,8 @@ impl Meta {
             locks = released,
             "fenced expired client sessions and released their locks"
         );
-        self.expiring
+        self.sessions
+            .expiring
             .lock()
             .expect("expiring sessions poisoned")
             .extend(expired);
@@ -136,13 +179,18 @@ impl Meta {
     /// Releases the opens and drops the stored replies of the sessions fenced as expired
     /// since the last call (background work: it commits).
     pub(super) async fn finish_expiries(&self) {
-        let expired =
-            std::mem::take(&mut *self.expiring.lock().expect("expiring sessions poisoned"));
+        let expired = std::mem::take(
+            &mut *self
+                .sessions
+                .expiring
+                .lock()
+                .expect("expiring sessions poisoned"),
+        );
         if expired.is_empty() {
             return;
         }
         let closed: Vec<(OpenHandle, InodeId)> = {
-            let opens = self.opens.lock().expect("open table poisoned");
+            let opens = self.sessions.opens.lock().expect("open table poisoned");
             opens
                 .handles
                 .iter()
@@ -202,7 +250,7 @@ impl Meta {
         access: u8,
     ) -> Result<Response, OpError> {
         self.admit_session(open.0)?;
-        let added = register_open(&self.opens, open, inode, access);
+        let added = register_open(&self.sessions.opens, open, inode, access);
         let result = self.read(|txn| get_attr(txn, inode));
         if result.is_err() && added {
             let _ = self.drop_open(open, inode);
@@ -232,7 +280,8 @@ impl Meta {
             ))
         };
         let held_by = |client: &ClientId| {
-            self.opens
+            self.sessions
+                .opens
                 .lock()
                 .expect("open table poisoned")
                 .per_session
@@ -315,7 +364,7 @@ impl Meta {
     /// What the opens `session` holds of `inode` here were opened for, together
     /// ([`weft_proto::access`] bits; 0 when it holds none).
     pub(super) fn open_access(&self, session: ClientId, inode: InodeId) -> u8 {
-        let opens = self.opens.lock().expect("open table poisoned");
+        let opens = self.sessions.opens.lock().expect("open table poisoned");
         opens.handles.get(&inode).map_or(0, |handles| {
             handles
                 .iter()
@@ -348,7 +397,7 @@ impl Meta {
 
     /// What open `open` of `inode` was opened for here, if it is registered.
     pub(super) fn handle_access(&self, open: OpenHandle, inode: InodeId) -> Option<u8> {
-        let opens = self.opens.lock().expect("open table poisoned");
+        let opens = self.sessions.opens.lock().expect("open table poisoned");
         if !opens
             .handles
             .get(&inode)
@@ -361,7 +410,7 @@ impl Meta {
 
     /// Drops an open and tells whether the inode is still open anywhere.
     pub(super) fn drop_open(&self, open: OpenHandle, inode: InodeId) -> Dropped {
-        let mut opens = self.opens.lock().expect("open table poisoned");
+        let mut opens = self.sessions.opens.lock().expect("open table poisoned");
         let Some(handles) = opens.handles.get_mut(&inode) else {
             return Dropped::Held;
         };
@@ -415,7 +464,7 @@ impl Meta {
             }
             // Only a last close of a file an unlink or rename saw open costs a durable commit.
             Dropped::LastOfOrphan => {
-                let opens = Arc::clone(&self.opens);
+                let opens = Arc::clone(&self.sessions.opens);
                 self.committer
                     .run(Box::new(move |txn| {
                         // Opened again while this waited: keep it.
@@ -440,10 +489,10 @@ impl Meta {
     /// an open of in the grace period (their holders are gone), once it is over.
     pub(super) async fn dispose_unclaimed_orphans(&self) {
         use std::sync::atomic::Ordering;
-        if !self.orphans_unclaimed.load(Ordering::Acquire) || !self.locks.grace_over() {
+        if !self.sessions.orphans_unclaimed.load(Ordering::Acquire) || !self.locks.grace_over() {
             return;
         }
-        let opens = Arc::clone(&self.opens);
+        let opens = Arc::clone(&self.sessions.opens);
         let disposed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = Arc::clone(&disposed);
         let result = self
@@ -462,7 +511,9 @@ impl Meta {
             .await;
         match result {
             Ok(_) => {
-                self.orphans_unclaimed.store(false, Ordering::Release);
+                self.sessions
+                    .orphans_unclaimed
+                    .store(false, Ordering::Release);
                 tracing::info!(
                     home = self.node.0,
                     disposed = disposed.load(Ordering::Relaxed),

@@ -236,6 +236,7 @@ impl Meta {
     /// has no size to report nor a truncate under way.
     fn settled(&self, suspect: &Suspect) -> Result<bool, OpError> {
         let open = self
+            .sessions
             .opens
             .lock()
             .expect("open table poisoned")

@@ -17,7 +17,7 @@ impl Meta {
             .map(|t| t.id)
             .collect();
         if draining.is_empty() {
-            *self.drain_scan.lock().expect("drain scan poisoned") = DrainScan::default();
+            *self.moves.drain_scan.lock().expect("drain scan poisoned") = DrainScan::default();
             return;
         }
         // Files found unable to move are looked at again only once the map changed (a target
@@ -25,7 +25,7 @@ impl Meta {
         // Files found unable to move are looked at again every `STUCK_RECHECK_SCANS` scans
         // too: a tombstone that kept a target from them may have gone meanwhile.
         let stuck: HashSet<InodeId> = {
-            let mut scan = self.drain_scan.lock().expect("drain scan poisoned");
+            let mut scan = self.moves.drain_scan.lock().expect("drain scan poisoned");
             scan.scans_since_recheck += 1;
             if scan.scans_since_recheck >= STUCK_RECHECK_SCANS {
                 scan.scans_since_recheck = 0;
@@ -46,7 +46,7 @@ impl Meta {
             }
         };
         {
-            let mut scan = self.drain_scan.lock().expect("drain scan poisoned");
+            let mut scan = self.moves.drain_scan.lock().expect("drain scan poisoned");
             if scan.epoch != map.epoch || scan.draining != draining {
                 scan.stuck.clear();
             }
@@ -88,7 +88,8 @@ impl Meta {
                         "storage pool {pool} has no reachable {what} these files are not on already (a file has one object per {what} and never moves onto one it is on): add {what}s to the pool, or move the files to another pool (`weft entry migrate PATH --pool P`); the drain goes on by itself once they can move"
                     );
                     tracing::warn!(%inode, %error, "a file on a draining target has no place to move to");
-                    self.drain_scan
+                    self.moves
+                        .drain_scan
                         .lock()
                         .expect("drain scan poisoned")
                         .stuck
@@ -106,7 +107,7 @@ impl Meta {
     /// Per target the map shows draining, the files of this home that use it and cannot
     /// move off, and why, as the last scans found.
     pub(crate) fn drain_blocked(&self) -> Vec<weft_proto::messages::DrainBlock> {
-        let scan = self.drain_scan.lock().expect("drain scan poisoned");
+        let scan = self.moves.drain_scan.lock().expect("drain scan poisoned");
         let mut blocked: std::collections::BTreeMap<TargetId, (u64, &str)> = Default::default();
         for (on, why) in scan.stuck.values() {
             for target in on {
@@ -129,7 +130,7 @@ impl Meta {
         &self,
         targets: &[&weft_proto::messages::TargetInfo],
     ) -> std::collections::HashMap<TargetId, i64> {
-        let mut ledger = self.ledger.lock().expect("ledger poisoned");
+        let mut ledger = self.moves.ledger.lock().expect("ledger poisoned");
         for target in targets {
             if ledger
                 .get(&target.id)
@@ -147,7 +148,7 @@ impl Meta {
     /// Per target the map shows draining, the files of this home that use it, as the last
     /// scan found; `None` for a target the last scan did not look for.
     pub(crate) fn drain_uses(&self, target: TargetId) -> Option<u64> {
-        let scan = self.drain_scan.lock().expect("drain scan poisoned");
+        let scan = self.moves.drain_scan.lock().expect("drain scan poisoned");
         scan.draining
             .contains(&target)
             .then(|| scan.uses.get(&target).copied().unwrap_or(0))
