@@ -36,12 +36,10 @@ use crate::ops::OpContext;
 use crate::replica::{HomeFiles, HomeLink, LinkParts};
 use crate::store::{OpError, REPLIES, UNREPORTED};
 use crate::{MetaConfig, MetaError};
-use intents::IntentRuns;
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Notify;
 use weft_net::mirror::Membership;
 use weft_net::ClusterView;
 use weft_proto::access::{Checks, READ, WRITE};
@@ -74,32 +72,14 @@ pub(crate) struct Meta {
     chooser: Arc<Chooser>,
     /// Places new directories on metadata servers.
     directory_chooser: Chooser,
-    work: Notify,
     locks: LockTable,
-    /// Who runs this home's intents now: requests (first tries and retries) and recovery.
-    intent_runs: IntentRuns,
-    /// Per other home: the intent id below which it was told this home's intents finished.
-    settled_told: Mutex<HashMap<NodeId, u64>>,
     /// How far the consistency check that runs (or ran last) is.
     check_progress: Mutex<CheckProgress>,
-    /// Spread directories whose shards must still learn what new entries inherit (every
-    /// spread directory after a start, since a crash may have come between a change and its
-    /// copy to the shards).
-    shard_syncs: Mutex<std::collections::BTreeSet<InodeId>>,
-    /// Files listed in [`UNREPORTED`] when this home started, whose sizes the work loop
-    /// recomputes from their objects: a report of theirs may have been lost with the
-    /// process.
-    unreported: Mutex<std::collections::BTreeSet<InodeId>>,
-    /// Whether the work loop has made its first attempt at those sizes: requests wait for it,
-    /// so no reader sees a size a crash cut short.
-    settled: tokio::sync::watch::Sender<bool>,
-    /// Held while objects of removed files are deleted, and by fsck while it lists objects and
-    /// checks them: an object deleted between the two would look like one without a file.
-    disposing: tokio::sync::Mutex<()>,
-    /// Held per inode while its queued truncate is sent to the targets: a setattr's truncate
-    /// and the work loop's retry of it never run at once, so no retry of an older attempt can
-    /// land after the setattr was answered and cut the writes that followed it.
-    truncating: Mutex<HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The runs of this home's intents, and what other homes were told of them (see
+    /// [`intents`]).
+    intents: intents::IntentState,
+    /// What the background work loop works through (see [`work`]).
+    background: work::Background,
     /// Client sessions' opens and expiries on this home (see [`sessions`]).
     sessions: sessions::SessionState,
     /// The moves subsystem's state (see [`moves`]).
@@ -189,7 +169,6 @@ impl Meta {
             chooser: Arc::new(Chooser::new(config.target_chooser)),
             directory_chooser: Chooser::new(config.directory_chooser),
             sessions: sessions::SessionState::new(orphans),
-            work: Notify::new(),
             // A new file system has no locks to reclaim.
             locks: LockTable::new(if first_start {
                 Duration::ZERO
@@ -198,14 +177,9 @@ impl Meta {
             }),
             inside: subtree::Inside::default(),
             grants: Arc::default(),
-            intent_runs: IntentRuns::default(),
-            settled_told: Mutex::default(),
             check_progress: Mutex::default(),
-            shard_syncs: Mutex::default(),
-            unreported: Mutex::default(),
-            settled: tokio::sync::watch::Sender::new(false),
-            disposing: tokio::sync::Mutex::new(()),
-            truncating: Mutex::default(),
+            intents: intents::IntentState::default(),
+            background: work::Background::default(),
             moves: moves::MoveState::new(
                 (
                     config.rebalance_bytes_per_second,
@@ -217,6 +191,7 @@ impl Meta {
         });
         match meta.read(spread_directories) {
             Ok(dirs) => meta
+                .intents
                 .shard_syncs
                 .lock()
                 .expect("shard sync set poisoned")
@@ -236,7 +211,7 @@ impl Meta {
                 Vec::new()
             });
         if unreported.is_empty() {
-            meta.settled.send_replace(true);
+            meta.background.settled.send_replace(true);
         }
         // The sessions with stored replies here are expired like any seen here, so the replies
         // of a client that went away while this server was down are dropped too.
@@ -264,12 +239,13 @@ impl Meta {
                 tracing::error!(?error, "could not list the sessions with stored replies")
             }
         }
-        meta.unreported
+        meta.background
+            .unreported
             .lock()
             .expect("unreported set poisoned")
             .extend(unreported);
         // Operations a crash interrupted are finished at once.
-        meta.work.notify_one();
+        meta.background.work.notify_one();
         meta.moves.mover.notify_one();
         let runtime = tokio::runtime::Handle::current();
         let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
@@ -312,8 +288,8 @@ impl Meta {
     /// inode it names lies in the client's subtree (see [`subtree`]), and for a caller of a
     /// client that squashes root, its access as a kernel would check it (see [`access`]).
     pub(crate) async fn serve(&self, mut request: MetaRequest, checks: Checks) -> Reply {
-        if !*self.settled.borrow() {
-            let mut settled = self.settled.subscribe();
+        if !*self.background.settled.borrow() {
+            let mut settled = self.background.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
         }
         if let Some(subtree) = checks.subtree {
@@ -470,7 +446,7 @@ impl Meta {
     ) {
         self.expire_sessions(map, fetch_started);
         self.grants.adopt_limits(&map.quota_hard);
-        self.work.notify_one();
+        self.background.work.notify_one();
     }
 }
 
@@ -538,7 +514,7 @@ impl Meta {
                 idempotent(txn, mutation, |txn| op(txn, &context))
             }))
             .await;
-        self.work.notify_one();
+        self.background.work.notify_one();
         result
     }
 }

@@ -39,7 +39,7 @@ impl Meta {
             *counts.entry(inode).or_default() += 1;
         }
         let referenced = counts;
-        let disposing = self.disposing.lock().await;
+        let disposing = self.background.disposing.lock().await;
         let map = self
             .cluster
             .refresh()
@@ -173,7 +173,7 @@ impl Meta {
             }
         }
         report.unreachable_targets = unreachable;
-        self.work.notify_one();
+        self.background.work.notify_one();
         Ok(Response::CheckReport(report))
     }
 }

@@ -479,7 +479,7 @@ impl Meta {
                         release_orphan(txn, inode)
                     }))
                     .await?;
-                self.work.notify_one();
+                self.background.work.notify_one();
             }
         }
         Ok(Response::Done)
@@ -519,7 +519,7 @@ impl Meta {
                     disposed = disposed.load(Ordering::Relaxed),
                     "disposed of the files unlinked while open before the start that no client reclaimed"
                 );
-                self.work.notify_one();
+                self.background.work.notify_one();
             }
             Err(error) => tracing::warn!(?error, "could not dispose of unclaimed orphans"),
         }

@@ -18,6 +18,38 @@ use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet}
 use weft_proto::messages::Response;
 use weft_proto::ErrorCode;
 
+/// What the background work loop of a home works through beside its tables.
+pub(crate) struct Background {
+    /// Wakes the work loop.
+    pub(super) work: tokio::sync::Notify,
+    /// Files listed in [`UNREPORTED`] when this home started, whose sizes the work loop
+    /// recomputes from their objects: a report of theirs may have been lost with the
+    /// process.
+    pub(super) unreported: Mutex<std::collections::BTreeSet<InodeId>>,
+    /// Whether the work loop has made its first attempt at those sizes: requests wait for it,
+    /// so no reader sees a size a crash cut short.
+    pub(super) settled: tokio::sync::watch::Sender<bool>,
+    /// Held while objects of removed files are deleted, and by fsck while it lists objects and
+    /// checks them: an object deleted between the two would look like one without a file.
+    pub(super) disposing: tokio::sync::Mutex<()>,
+    /// Held per inode while its queued truncate is sent to the targets: a setattr's truncate
+    /// and the work loop's retry of it never run at once, so no retry of an older attempt can
+    /// land after the setattr was answered and cut the writes that followed it.
+    truncating: Mutex<std::collections::HashMap<InodeId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Default for Background {
+    fn default() -> Background {
+        Background {
+            work: tokio::sync::Notify::new(),
+            unreported: Mutex::default(),
+            settled: tokio::sync::watch::Sender::new(false),
+            disposing: tokio::sync::Mutex::new(()),
+            truncating: Mutex::default(),
+        }
+    }
+}
+
 /// Interval at which queued truncates and disposals are retried when nothing wakes the worker.
 pub(super) const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -38,7 +70,7 @@ pub(super) const DISPOSE_BATCH_FILES: usize = 64;
 /// removed files. A target that is down gets its work when it comes back.
 pub(super) async fn work_loop(meta: Arc<Meta>) {
     loop {
-        let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.work.notified()).await;
+        let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.background.work.notified()).await;
         // First: requests wait for it, and finishing an intent may ask another server.
         meta.settle_unreported().await;
         meta.finish_expiries().await;
@@ -46,6 +78,7 @@ pub(super) async fn work_loop(meta: Arc<Meta>) {
         meta.recover_intents().await;
         meta.tell_settled().await;
         let syncs: Vec<InodeId> = meta
+            .intents
             .shard_syncs
             .lock()
             .expect("shard sync set poisoned")
@@ -209,6 +242,7 @@ impl Meta {
     pub(super) async fn settle_unreported(&self) {
         use futures::StreamExt;
         let listed: Vec<InodeId> = self
+            .background
             .unreported
             .lock()
             .expect("unreported set poisoned")
@@ -223,7 +257,8 @@ impl Meta {
         while let Some((inode, settled)) = settling.next().await {
             match settled {
                 Ok(true) => {
-                    self.unreported
+                    self.background
+                        .unreported
                         .lock()
                         .expect("unreported set poisoned")
                         .remove(&inode);
@@ -234,8 +269,9 @@ impl Meta {
                 }
             }
         }
-        if !*self.settled.borrow() {
+        if !*self.background.settled.borrow() {
             let waiting = self
+                .background
                 .unreported
                 .lock()
                 .expect("unreported set poisoned")
@@ -245,7 +281,7 @@ impl Meta {
                 "sizes recomputed at the start; requests are served (files on targets that are away wait for them)"
             );
         }
-        self.settled.send_replace(true);
+        self.background.settled.send_replace(true);
     }
 
     /// Applies a queued truncate on every target of the file, then retires the work item.
@@ -259,7 +295,8 @@ impl Meta {
     /// move, which its old objects refuse truncates during); forgotten with its last user.
     pub(super) fn truncate_gate(&self, inode: InodeId) -> TruncateGate<'_> {
         let gate = Arc::clone(
-            self.truncating
+            self.background
+                .truncating
                 .lock()
                 .expect("truncate locks poisoned")
                 .entry(inode)
@@ -377,7 +414,7 @@ impl Meta {
     /// once, then forgets the files whose objects are all gone in one commit (a crash before
     /// it only makes the next pass remove nothing again).
     pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
-        let _disposing = self.disposing.lock().await;
+        let _disposing = self.background.disposing.lock().await;
         // A push of a file's move in flight could make a copy again after its removal.
         let files = files.iter().filter(|(inode, _)| !self.is_pushing(*inode));
         let removals = files.map(|(inode, layout)| {
@@ -451,6 +488,7 @@ impl Drop for TruncateGate<'_> {
     fn drop(&mut self) {
         let mut gates = self
             .meta
+            .background
             .truncating
             .lock()
             .expect("truncate locks poisoned");

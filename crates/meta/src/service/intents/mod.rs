@@ -30,6 +30,19 @@ use std::sync::Mutex;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{InodeAttr, MetaRequest, MutationId, Response};
 
+/// What a home keeps of its intents beside its tables.
+#[derive(Default)]
+pub(crate) struct IntentState {
+    /// Who runs this home's intents now: requests (first tries and retries) and recovery.
+    pub(super) runs: IntentRuns,
+    /// Per other home: the intent id below which it was told this home's intents finished.
+    pub(super) settled_told: Mutex<HashMap<NodeId, u64>>,
+    /// Spread directories whose shards must still learn what new entries inherit (every
+    /// spread directory after a start, since a crash may have come between a change and its
+    /// copy to the shards).
+    pub(in crate::service) shard_syncs: Mutex<std::collections::BTreeSet<InodeId>>,
+}
+
 /// Who runs a home's intents now. More than one may run the same intent at once (a client's
 /// retry finds its intent open and runs it too, recovery may be at it): the others' steps may
 /// still be on their way when one of them finishes it, so the other homes are told it settled
@@ -213,7 +226,7 @@ impl Meta {
         prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Prepared, OpError> + Send + 'static,
         failpoint: &str,
     ) -> Result<Response, OpError> {
-        let preparing = self.intent_runs.preparing();
+        let preparing = self.intents.runs.preparing();
         let prepared = self.committer.run_with(prepare).await?;
         self.drive(prepared, preparing, failpoint).await
     }
@@ -232,7 +245,7 @@ impl Meta {
             + 'static,
         failpoint: &str,
     ) -> Result<Response, OpError> {
-        let preparing = self.intent_runs.preparing();
+        let preparing = self.intents.runs.preparing();
         match self.committer.run_with(prepare).await? {
             None => self.mutate(mutation, local).await,
             Some(prepared) => self.drive(prepared, preparing, failpoint).await,
@@ -264,7 +277,7 @@ impl Meta {
         };
         for (id, intent) in pending {
             // A request finishing it now is left alone.
-            let Some(_running) = self.intent_runs.recover(id) else {
+            let Some(_running) = self.intents.runs.recover(id) else {
                 continue;
             };
             match self.finish_intent(id, intent).await {
@@ -291,12 +304,16 @@ impl Meta {
         };
         // Read after the store: a request that found an intent open before it was finished
         // is preparing or running it now, and its steps must still land.
-        let Some(running) = self.intent_runs.oldest() else {
+        let Some(running) = self.intents.runs.oldest() else {
             return;
         };
         let below = running.map_or(oldest_open, |running| running.min(oldest_open));
         let homes: Vec<NodeId> = {
-            let told = self.settled_told.lock().expect("settled table poisoned");
+            let told = self
+                .intents
+                .settled_told
+                .lock()
+                .expect("settled table poisoned");
             self.cluster
                 .map()
                 .meta_homes()
@@ -329,7 +346,8 @@ impl Meta {
                     .ok()
             };
             if told.await.is_some() {
-                self.settled_told
+                self.intents
+                    .settled_told
                     .lock()
                     .expect("settled table poisoned")
                     .insert(home, below);

@@ -232,7 +232,8 @@ impl Meta {
     /// Copies what new entries inherit from spread directory `dir` to its shards; a shard that
     /// cannot be reached gets it from the work loop later.
     pub(in crate::service) async fn sync_shards(&self, dir: InodeId) {
-        self.shard_syncs
+        self.intents
+            .shard_syncs
             .lock()
             .expect("shard sync set poisoned")
             .insert(dir);
@@ -240,7 +241,8 @@ impl Meta {
             tracing::warn!(%dir, ?error, "a shard of a spread directory is not up to date yet");
             return;
         }
-        self.shard_syncs
+        self.intents
+            .shard_syncs
             .lock()
             .expect("shard sync set poisoned")
             .remove(&dir);
