@@ -162,7 +162,7 @@ impl Shared {
         loop {
             let layout = self.layout()?;
             match op(Arc::clone(&layout)).await {
-                Err(error) if error.code() == weft_proto::ErrorCode::Moved => {
+                Err(error) if error.code().recovery() == weft_proto::Recovery::Relayout => {
                     // The new layout is learnt as any attributes are (`OpenFiles::merge`).
                     client.known(client.get_attr(self.inode).await?);
                     if *self.layout()? != *layout {
@@ -903,7 +903,7 @@ impl OpenFile {
                             (from, to, len),
                         )
                         .await;
-                    if matches!(&copied, Err(error) if error.code() == weft_proto::ErrorCode::Moved)
+                    if matches!(&copied, Err(error) if error.code().recovery() == weft_proto::Recovery::Relayout)
                     {
                         client.known(client.get_attr(source.inode).await?);
                     }

@@ -17,7 +17,7 @@ use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_requests, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
 use weft_proto::messages::{FallocateMode, Route};
-use weft_proto::ErrorCode;
+use weft_proto::Recovery;
 
 /// Times a request may find its object waiting for a truncate and have it applied before
 /// the request fails: once is the rule; more means the truncate keeps failing to arrive.
@@ -173,7 +173,7 @@ impl DataPath {
         loop {
             match self.cluster.call_storage(slot, &self.retry, &call).await {
                 Err(RpcError::Remote(error))
-                    if error.code == ErrorCode::TruncatePending
+                    if error.code.recovery() == Recovery::ApplyTruncate
                         && tries < TRUNCATE_PENDING_TRIES_MAX =>
                 {
                     tries += 1;

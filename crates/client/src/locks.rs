@@ -14,7 +14,7 @@ use weft_proto::access::{Caller, Capability};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::locks::apply_to_owner;
 use weft_proto::messages::LockRange;
-use weft_proto::ErrorCode;
+use weft_proto::Recovery;
 
 /// How often a lock request asks again while its server is in its grace period.
 const GRACE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
@@ -261,7 +261,7 @@ impl Client {
                 // The server released this session's locks before the client heard of it:
                 // the locks it held are lost (and told); this new request goes to the new
                 // session.
-                Err(error) if error.code() == ErrorCode::UnknownSession => {
+                Err(error) if error.code().recovery() == Recovery::NewSession => {
                     self.session_expired(client, &error).await;
                     if self.id() == client {
                         return Err(error);
@@ -315,7 +315,7 @@ impl Client {
     {
         loop {
             match self.on_home(inode, &call).await {
-                Err(error) if error.code() == ErrorCode::InGrace => {
+                Err(error) if error.code().recovery() == Recovery::Reclaim => {
                     self.reclaim().await;
                     tokio::time::sleep(GRACE_POLL).await;
                 }
@@ -349,7 +349,7 @@ impl Client {
             }
             match self.reclaim_opens(&meta, home).await {
                 Ok(()) => {}
-                Err(error) if error.code() == ErrorCode::UnknownSession => {
+                Err(error) if error.code().recovery() == Recovery::NewSession => {
                     self.session_expired(self.id(), &error).await;
                     return;
                 }
@@ -360,7 +360,7 @@ impl Client {
             for (inode, lock) in &held {
                 match meta.set_lock(self.id(), *inode, *lock, 0, true).await {
                     Ok(()) => reclaimed += 1,
-                    Err(error) if error.code() == ErrorCode::UnknownSession => {
+                    Err(error) if error.code().recovery() == Recovery::NewSession => {
                         self.session_expired(self.id(), &error).await;
                         return;
                     }
@@ -411,7 +411,9 @@ impl Client {
             );
             match reopened.await {
                 Ok(_) => {}
-                Err(error) if error.is_retryable() || error.code() == ErrorCode::UnknownSession => {
+                Err(error)
+                    if error.is_retryable() || error.code().recovery() == Recovery::NewSession =>
+                {
                     return Err(error)
                 }
                 Err(error) => {

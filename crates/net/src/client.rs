@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 use weft_proto::codec::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use weft_proto::error::WireError;
 use weft_proto::messages::{rails, Request, Response};
-use weft_proto::ErrorCode;
+use weft_proto::{ErrorCode, Recovery};
 
 /// Default deadline of one request.
 pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
@@ -112,9 +112,7 @@ impl RpcError {
     /// Whether the same request may succeed if sent again: the peer was not reached or busy.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RpcError::Remote(error) => {
-                matches!(error.code, ErrorCode::Unavailable | ErrorCode::StaleRoute)
-            }
+            RpcError::Remote(error) => error.code.recovery() == Recovery::Reroute,
             RpcError::Transport { .. } | RpcError::Timeout { .. } => true,
             RpcError::Refused { .. } | RpcError::Unexpected { .. } => false,
         }

@@ -144,6 +144,33 @@ impl<'de> Deserialize<'de> for ErrorCode {
     }
 }
 
+/// What a client does when a request fails with an [`ErrorCode`]: each code has exactly one
+/// recovery ([`ErrorCode::recovery`]), and every retry loop of the client and of the servers'
+/// calls to each other asks it instead of naming codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+pub enum Recovery {
+    /// Route again (the map fetched anew: another address, a new primary) and send again.
+    Reroute,
+    /// Fetch the file's layout again and send with the new one: the object moved.
+    Relayout,
+    /// Reclaim the session's opens and locks on the home (a server that took it over waits
+    /// for them), then send again.
+    Reclaim,
+    /// Have the file's home apply the truncate the object missed, then send again.
+    ApplyTruncate,
+    /// Learn the directory's shards, then send to the one that holds the name.
+    LearnShards,
+    /// Send again after a pause: the server is in the middle of something that ends (an rmdir
+    /// of a spread directory).
+    Wait,
+    /// Fetch a capability for the file (open it again), then send again.
+    Reopen,
+    /// The session expired: what depended on it is lost; a new session starts.
+    NewSession,
+    /// The answer stands: report it.
+    Fail,
+}
+
 impl ErrorCode {
     /// The code's name in snake case (`not_found`), as metrics label it.
     pub fn name(self) -> &'static str {
@@ -151,6 +178,57 @@ impl ErrorCode {
     }
 
     /// The errno a POSIX caller sees for this code. The only such mapping in Weft.
+    /// What a client does after a request failed with this code.
+    pub fn recovery(self) -> Recovery {
+        match self {
+            ErrorCode::Unavailable | ErrorCode::StaleRoute => Recovery::Reroute,
+            ErrorCode::Moved => Recovery::Relayout,
+            ErrorCode::InGrace => Recovery::Reclaim,
+            ErrorCode::TruncatePending => Recovery::ApplyTruncate,
+            ErrorCode::WrongShard => Recovery::LearnShards,
+            ErrorCode::Busy => Recovery::Wait,
+            ErrorCode::CapabilityNeeded => Recovery::Reopen,
+            ErrorCode::UnknownSession => Recovery::NewSession,
+            // Management's own client asks the next server on `NotLeader`; a request sent
+            // to a server that does not serve its home (`WrongHome`) or an old protocol
+            // (`VersionMismatch`) is a bug or a misconfiguration, not a route to retry.
+            ErrorCode::Internal
+            | ErrorCode::InvalidArgument
+            | ErrorCode::Io
+            | ErrorCode::NotSupported
+            | ErrorCode::TimedOut
+            | ErrorCode::NotFound
+            | ErrorCode::Exists
+            | ErrorCode::NotEmpty
+            | ErrorCode::IsDirectory
+            | ErrorCode::NotDirectory
+            | ErrorCode::NameTooLong
+            | ErrorCode::PermissionDenied
+            | ErrorCode::NotPermitted
+            | ErrorCode::CrossDevice
+            | ErrorCode::TooManyLinks
+            | ErrorCode::NotSymlink
+            | ErrorCode::WrongHome
+            | ErrorCode::NoTargets
+            | ErrorCode::NoAttribute
+            | ErrorCode::OutOfRange
+            | ErrorCode::WouldBlock
+            | ErrorCode::ReadOnly
+            | ErrorCode::TooManyOpen
+            | ErrorCode::TooManyLocks
+            | ErrorCode::NoSpace
+            | ErrorCode::ChecksumMismatch
+            | ErrorCode::TargetPoisoned
+            | ErrorCode::UnknownTarget
+            | ErrorCode::Superseded
+            | ErrorCode::QuotaExceeded
+            | ErrorCode::UnknownNode
+            | ErrorCode::NotLeader
+            | ErrorCode::VersionMismatch
+            | ErrorCode::WrongService => Recovery::Fail,
+        }
+    }
+
     pub fn to_errno(self) -> i32 {
         match self {
             ErrorCode::Internal | ErrorCode::Io | ErrorCode::ChecksumMismatch => libc::EIO,

@@ -31,7 +31,7 @@ pub mod wire;
 // The `Wire` derive names this crate by its name, from inside it too.
 extern crate self as weft_proto;
 
-pub use error::ErrorCode;
+pub use error::{ErrorCode, Recovery};
 pub use ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 
 /// A duration kept in a config as whole milliseconds: `#[serde(rename = "x_ms", with =

@@ -13,7 +13,7 @@ use weft_proto::messages::{
     AttrChanges, ChangeTag, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
     RenameFlags, SizeReport, XattrSetMode,
 };
-use weft_proto::ErrorCode;
+use weft_proto::{ErrorCode, Recovery};
 
 use weft_mirror::numbers::{Numbers, Pending};
 
@@ -82,7 +82,7 @@ fn spawn_heartbeat(client: &Arc<Client>, interval: Duration, mgmt: MgmtClient) {
                         return;
                     };
                     match mgmt.client_heartbeat(session, unserved).await {
-                        Err(error) if error.code() == ErrorCode::UnknownSession => {
+                        Err(error) if error.code().recovery() == Recovery::NewSession => {
                             let Some(client) = weak.upgrade() else {
                                 return;
                             };
@@ -462,12 +462,12 @@ impl Client {
             let holder = self.holder(dir, name);
             let result = self.on_home(holder, |meta| call(meta, holder)).await;
             match result {
-                Err(error) if error.code() == ErrorCode::WrongShard && !learned => {
+                Err(error) if error.code().recovery() == Recovery::LearnShards && !learned => {
                     learned = true;
                     self.get_attr(dir).await?;
                 }
                 Err(error)
-                    if error.code() == ErrorCode::Busy
+                    if error.code().recovery() == Recovery::Wait
                         && started.elapsed() < self.retry.total_timeout =>
                 {
                     tokio::time::sleep(BUSY_RETRY_SLICE).await;
@@ -532,7 +532,7 @@ impl Client {
         let mut capability = self.opens.capability(inode, want, self.id());
         loop {
             match attempt(capability).await {
-                Err(error) if error.code() == ErrorCode::CapabilityNeeded => {
+                Err(error) if error.code().recovery() == Recovery::Reopen => {
                     let Some((handle, (access, caller))) = self.opens.handle_for(inode, want)
                     else {
                         return Err(error);

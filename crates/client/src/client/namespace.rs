@@ -310,7 +310,7 @@ impl Client {
         };
         match attempt().await {
             // The destination is a spread directory this client did not know of.
-            Err(error) if error.code() == ErrorCode::WrongShard => {
+            Err(error) if error.code().recovery() == weft_proto::Recovery::LearnShards => {
                 self.get_attr(new_parent).await?;
                 attempt().await
             }
@@ -337,7 +337,7 @@ impl Client {
                     })
                     .await;
                 match listed {
-                    Err(error) if error.code() == ErrorCode::WrongShard => {
+                    Err(error) if error.code().recovery() == weft_proto::Recovery::LearnShards => {
                         self.get_attr(dir).await?;
                         match self.shards(dir) {
                             Some(shards) => shards,
