@@ -151,33 +151,37 @@ impl Shared {
     /// Runs `op` with the file's layout. An object that moved away (`Moved`: the file was
     /// migrated, or its target drained) has the layout fetched again and `op` run with the new
     /// one; while the layout is still the old one (its move is making its last copies), again
-    /// after a pause, for [`MOVED_WAIT`] at most.
+    /// after a pause, until the operation's deadline ([`Client::within`]).
     async fn with_layout<T, F, Fut>(&self, client: &Client, op: F) -> Result<T, ClientError>
     where
         F: Fn(Arc<FileLayout>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
-        let started = std::time::Instant::now();
-        let mut pause = std::time::Duration::from_millis(10);
-        loop {
-            let layout = self.layout()?;
-            match op(Arc::clone(&layout)).await {
-                Err(error) if error.code().recovery() == weft_proto::Recovery::Relayout => {
-                    // The new layout is learnt as any attributes are (`OpenFiles::merge`).
-                    client.known(client.get_attr(self.inode).await?);
-                    if *self.layout()? != *layout {
-                        tracing::debug!(inode = %self.inode, "the file moved: its new layout is used");
-                        continue;
+        client
+            .within(async {
+                let mut pause = std::time::Duration::from_millis(10);
+                loop {
+                    let layout = self.layout()?;
+                    match op(Arc::clone(&layout)).await {
+                        Err(error) if error.code().recovery() == weft_proto::Recovery::Relayout => {
+                            // The new layout is learnt as any attributes are
+                            // (`OpenFiles::merge`).
+                            client.known(client.get_attr(self.inode).await?);
+                            if *self.layout()? != *layout {
+                                tracing::debug!(inode = %self.inode, "the file moved: its new layout is used");
+                                continue;
+                            }
+                            if !weft_net::retry::time_left(pause) {
+                                return Err(error);
+                            }
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                        }
+                        result => return result,
                     }
-                    if started.elapsed() > MOVED_WAIT {
-                        return Err(error);
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
                 }
-                result => return result,
-            }
-        }
+            })
+            .await
     }
 
     fn file_ref(&self) -> FileRef {
@@ -336,11 +340,6 @@ impl Shared {
 
 /// Most bytes one `copy_file_range` copies: the kernel asks again for the rest.
 pub const COPY_BYTES_MAX: u64 = 64 << 20;
-
-/// How long a read or change waits for a file whose objects are moving to get its new
-/// layout: the last copies of a move are short, but a metadata server restarting in the
-/// middle resumes them only once it is back.
-const MOVED_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// What a read of a file goes by ([`Shared::view`]).
 #[derive(Clone, Copy)]

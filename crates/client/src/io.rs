@@ -19,10 +19,6 @@ use weft_proto::messages::IO_BYTES_MAX;
 use weft_proto::messages::{FallocateMode, Route};
 use weft_proto::Recovery;
 
-/// Times a request may find its object waiting for a truncate and have it applied before
-/// the request fails: once is the rule; more means the truncate keeps failing to arrive.
-const TRUNCATE_PENDING_TRIES_MAX: u32 = 3;
-
 /// A file as its data is addressed: the inode, and the truncate generation its reads and
 /// writes are made in (a target refuses a change of an older one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,20 +165,22 @@ impl DataPath {
         F: Fn(Arc<StorageClient>, Route) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        let mut tries = 0;
-        loop {
-            match self.cluster.call_storage(slot, &self.retry, &call).await {
-                Err(RpcError::Remote(error))
-                    if error.code.recovery() == Recovery::ApplyTruncate
-                        && tries < TRUNCATE_PENDING_TRIES_MAX =>
-                {
-                    tries += 1;
-                    tracing::debug!(%inode, %slot, "an object waits for a truncate: applying it");
-                    session.apply_truncate(inode).await?;
+        session
+            .within(async {
+                loop {
+                    match self.cluster.call_storage(slot, &self.retry, &call).await {
+                        Err(RpcError::Remote(error))
+                            if error.code.recovery() == Recovery::ApplyTruncate
+                                && weft_net::retry::time_left(std::time::Duration::ZERO) =>
+                        {
+                            tracing::debug!(%inode, %slot, "an object waits for a truncate: applying it");
+                            session.apply_truncate(inode).await?;
+                        }
+                        result => return Ok(result?),
+                    }
                 }
-                result => return Ok(result?),
-            }
-        }
+            })
+            .await
     }
 
     /// Forgets the verifiers of a file's writes not synced yet, once no open file of it is

@@ -303,7 +303,7 @@ impl Client {
     /// the home moments ago (a restart, a takeover) answers so until this client reclaimed
     /// what it holds there, and takes no new lock before its grace period ends; the client
     /// reclaims at once and asks again, every [`GRACE_POLL`], until the server answers for
-    /// itself.
+    /// itself or the operation's deadline comes.
     pub(crate) async fn through_grace<T, F, Fut>(
         &self,
         inode: InodeId,
@@ -313,15 +313,21 @@ impl Client {
         F: Fn(std::sync::Arc<MetaClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        loop {
-            match self.on_home(inode, &call).await {
-                Err(error) if error.code().recovery() == Recovery::Reclaim => {
-                    self.reclaim().await;
-                    tokio::time::sleep(GRACE_POLL).await;
+        self.within(async {
+            loop {
+                match self.on_home(inode, &call).await {
+                    Err(error)
+                        if error.code().recovery() == Recovery::Reclaim
+                            && weft_net::retry::time_left(GRACE_POLL) =>
+                    {
+                        self.reclaim().await;
+                        tokio::time::sleep(GRACE_POLL).await;
+                    }
+                    other => return other,
                 }
-                other => return other,
             }
-        }
+        })
+        .await
     }
 
     /// Reclaims the opens and locks held on every home whose epoch changed (it restarted, or

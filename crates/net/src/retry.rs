@@ -9,6 +9,34 @@ use std::time::Duration;
 use tokio::time::Instant;
 use weft_proto::ErrorCode;
 
+tokio::task_local! {
+    /// When the operation this task runs for gives up ([`within`]).
+    static DEADLINE: Instant;
+}
+
+/// Runs `work` under one deadline, `total` from now, at which every retry loop inside it
+/// ends: [`RetryPolicy::run`], and the client's loops around it that ask [`deadline`] (a
+/// file's layout fetched again, a truncate applied, a grace period waited out, a busy shard
+/// asked again). Inside another such run the outer deadline stands, so however the loops
+/// nest, one deadline covers the operation.
+pub async fn within<F: Future>(total: Duration, work: F) -> F::Output {
+    if DEADLINE.try_with(|_| ()).is_ok() {
+        return work.await;
+    }
+    DEADLINE.scope(Instant::now() + total, work).await
+}
+
+/// The deadline of the operation this task runs for, if it runs [`within`] one.
+pub fn deadline() -> Option<Instant> {
+    DEADLINE.try_with(|deadline| *deadline).ok()
+}
+
+/// Whether the operation this task runs for has time left for a pause of `pause` (always,
+/// outside [`within`]).
+pub fn time_left(pause: Duration) -> bool {
+    deadline().is_none_or(|deadline| Instant::now() + pause < deadline)
+}
+
 /// Longest pause before a request refused for a stale mirror route is sent again.
 const STALE_ROUTE_PAUSE: Duration = Duration::from_millis(100);
 
@@ -41,7 +69,9 @@ impl RetryPolicy {
         total_timeout: Duration::ZERO,
     };
 
-    /// Runs `operation` until it succeeds, fails with a non-retryable error, or time runs out.
+    /// Runs `operation` until it succeeds, fails with a non-retryable error, or time runs out
+    /// (this policy's, or the deadline of the operation it runs [`within`], whichever comes
+    /// first).
     ///
     /// # Errors
     /// The last error of `operation`.
@@ -50,14 +80,13 @@ impl RetryPolicy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, RpcError>>,
     {
-        let started = Instant::now();
+        let own = Instant::now() + self.total_timeout;
+        let end = deadline().map_or(own, |deadline| deadline.min(own));
         let mut backoff = self.initial_backoff;
         loop {
             match operation().await {
                 Ok(value) => return Ok(value),
-                Err(error)
-                    if error.is_retryable() && started.elapsed() + backoff < self.total_timeout =>
-                {
+                Err(error) if error.is_retryable() && Instant::now() + backoff < end => {
                     tracing::debug!(%error, ?backoff, "retrying");
                     if error.code() == ErrorCode::StaleRoute {
                         // The server is reachable and a newer route exists or comes soon (a
@@ -71,5 +100,56 @@ impl RetryPolicy {
                 Err(error) => return Err(error),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_proto::error::WireError;
+
+    fn unavailable() -> RpcError {
+        RpcError::Remote(WireError::new(ErrorCode::Unavailable, "down"))
+    }
+
+    // Goal: however the loops of an operation nest, each with its own time, they all end at
+    // the operation's one deadline, having retried until then; outside an operation a loop
+    // keeps its own time.
+    #[tokio::test(start_paused = true)]
+    async fn nested_loops_end_at_the_operations_deadline() {
+        let patient = RetryPolicy {
+            total_timeout: Duration::from_secs(3600),
+            ..RetryPolicy::default()
+        };
+        let started = Instant::now();
+        let result: Result<(), RpcError> = within(Duration::from_secs(10), async {
+            within(Duration::from_secs(3600), async {
+                while time_left(Duration::ZERO) {
+                    patient
+                        .run(|| async { Err::<(), _>(unavailable()) })
+                        .await?;
+                }
+                Ok(())
+            })
+            .await
+        })
+        .await;
+        assert!(result.is_err());
+        let took = started.elapsed();
+        assert!(
+            took <= Duration::from_secs(10) && took >= Duration::from_secs(9),
+            "retried until the outer deadline, no further: {took:?}"
+        );
+        assert!(deadline().is_none() && time_left(Duration::from_secs(3600)));
+        let quick = RetryPolicy {
+            total_timeout: Duration::from_secs(2),
+            ..RetryPolicy::default()
+        };
+        let started = Instant::now();
+        assert!(quick
+            .run(|| async { Err::<(), _>(unavailable()) })
+            .await
+            .is_err());
+        assert!(started.elapsed() <= Duration::from_secs(2));
     }
 }

@@ -456,25 +456,27 @@ impl Client {
         F: Fn(Arc<MetaClient>, InodeId) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        let started = std::time::Instant::now();
-        let mut learned = false;
-        loop {
-            let holder = self.holder(dir, name);
-            let result = self.on_home(holder, |meta| call(meta, holder)).await;
-            match result {
-                Err(error) if error.code().recovery() == Recovery::LearnShards && !learned => {
-                    learned = true;
-                    self.get_attr(dir).await?;
+        self.within(async {
+            let mut learned = false;
+            loop {
+                let holder = self.holder(dir, name);
+                let result = self.on_home(holder, |meta| call(meta, holder)).await;
+                match result {
+                    Err(error) if error.code().recovery() == Recovery::LearnShards && !learned => {
+                        learned = true;
+                        self.get_attr(dir).await?;
+                    }
+                    Err(error)
+                        if error.code().recovery() == Recovery::Wait
+                            && weft_net::retry::time_left(BUSY_RETRY_SLICE) =>
+                    {
+                        tokio::time::sleep(BUSY_RETRY_SLICE).await;
+                    }
+                    other => return other,
                 }
-                Err(error)
-                    if error.code().recovery() == Recovery::Wait
-                        && started.elapsed() < self.retry.total_timeout =>
-                {
-                    tokio::time::sleep(BUSY_RETRY_SLICE).await;
-                }
-                other => return other,
             }
-        }
+        })
+        .await
     }
 
     /// Registers open `handle` (unique within this session) of `inode` for `access` (the
@@ -528,29 +530,38 @@ impl Client {
         F: Fn(Option<Capability>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
-        let started = std::time::Instant::now();
-        let mut capability = self.opens.capability(inode, want, self.id());
-        loop {
-            match attempt(capability).await {
-                Err(error) if error.code().recovery() == Recovery::Reopen => {
-                    let Some((handle, (access, caller))) = self.opens.handle_for(inode, want)
-                    else {
-                        return Err(error);
-                    };
-                    if started.elapsed() >= self.retry.total_timeout {
-                        return Err(error);
+        self.within(async {
+            let mut capability = self.opens.capability(inode, want, self.id());
+            loop {
+                match attempt(capability).await {
+                    Err(error) if error.code().recovery() == Recovery::Reopen => {
+                        let Some((handle, (access, caller))) = self.opens.handle_for(inode, want)
+                        else {
+                            return Err(error);
+                        };
+                        if !weft_net::retry::time_left(CAPABILITY_RETRY_SLICE) {
+                            return Err(error);
+                        }
+                        weft_net::stubs::acting_for(caller, self.open(inode, handle, access))
+                            .await?;
+                        capability = self.opens.capability(inode, want, self.id());
+                        if capability.is_none() {
+                            // The metadata server does not know the rule the storage server
+                            // applies yet.
+                            tokio::time::sleep(CAPABILITY_RETRY_SLICE).await;
+                        }
                     }
-                    weft_net::stubs::acting_for(caller, self.open(inode, handle, access)).await?;
-                    capability = self.opens.capability(inode, want, self.id());
-                    if capability.is_none() {
-                        // The metadata server does not know the rule the storage server
-                        // applies yet.
-                        tokio::time::sleep(CAPABILITY_RETRY_SLICE).await;
-                    }
+                    other => return other,
                 }
-                other => return other,
             }
-        }
+        })
+        .await
+    }
+
+    /// Runs `work`, an operation of this client, under one deadline (the retry policy's
+    /// time) that every retry loop inside it ends at ([`weft_net::retry::within`]).
+    pub(crate) async fn within<F: std::future::Future>(&self, work: F) -> F::Output {
+        weft_net::retry::within(self.retry.total_timeout, work).await
     }
 
     /// Tells the metadata server of a closed handle within [`RELEASE_GATHER`], together with
