@@ -1261,6 +1261,40 @@ fn a_moved_mirrored_files_seal_holds_against_other_groups() {
         moved(write_old()),
         "the seal holds after requests naming other groups"
     );
+
+    // A truncate forwarded by the old primary that reaches its member only now (a late copy:
+    // truncates carry no change tag, so no fence drops it) is answered and leaves the
+    // member's seal: a member promoted later still tells old writers the file moved.
+    let member = groups
+        .iter()
+        .find(|(id, _)| *id == old_group)
+        .map(|(_, members)| members[1])
+        .expect("the old group's member");
+    let member_storage = runtime
+        .block_on(view.storage_for_target(weft_proto::TargetId(member)))
+        .expect("the old member's server");
+    let mut forwarded = old_route.mirror.expect("a group route");
+    forwarded.forwarded = true;
+    let late_truncate = weft_proto::messages::StorageRequest::Truncate {
+        target: weft_proto::TargetId(member),
+        mirror: Some(forwarded),
+        inode,
+        length: 0,
+        generation: u64::MAX,
+    };
+    runtime
+        .block_on(member_storage.send(late_truncate, bytes::Bytes::new()))
+        .expect("a late truncate on a sealed member object changes nothing, and is answered");
+    let homes = target_homes(&cluster, 3);
+    let marker = homes[&member]
+        .1
+        .join("moved")
+        .join(format!("mirrored-{:016x}", inode.0));
+    assert!(
+        marker.exists(),
+        "the member keeps its seal: {} missing",
+        marker.display()
+    );
     assert_eq!(fs::read(&file).expect("read"), pattern(90, 200_000));
 }
 
@@ -1618,9 +1652,10 @@ fn a_mirrored_file_moved_back_while_a_member_was_away_takes_changes_during_its_r
     let changing = {
         let file = file.clone();
         std::thread::spawn(move || -> std::io::Result<()> {
+            // A truncate first, as the nemesis run's was: on the member it meets the seal.
             let mut handle = OpenOptions::new().write(true).open(&file)?;
-            std::io::Write::write_all(&mut handle, b"written during the resync")?;
             handle.set_len(200_000)?;
+            std::io::Write::write_all(&mut handle, b"written during the resync")?;
             handle.sync_all()
         })
     };

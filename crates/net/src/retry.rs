@@ -19,11 +19,18 @@ tokio::task_local! {
 /// file's layout fetched again, a truncate applied, a grace period waited out, a busy shard
 /// asked again). Inside another such run the outer deadline stands, so however the loops
 /// nest, one deadline covers the operation.
-pub async fn within<F: Future>(total: Duration, work: F) -> F::Output {
-    if DEADLINE.try_with(|_| ()).is_ok() {
-        return work.await;
+///
+/// `work` goes to the heap at once: the loops nest, and each level's future would otherwise
+/// hold the next one's whole.
+pub fn within<F: Future>(total: Duration, work: F) -> impl Future<Output = F::Output> {
+    let work = Box::pin(work);
+    let deadline = Instant::now() + total;
+    async move {
+        if DEADLINE.try_with(|_| ()).is_ok() {
+            return work.await;
+        }
+        DEADLINE.scope(deadline, work).await
     }
-    DEADLINE.scope(Instant::now() + total, work).await
 }
 
 /// The deadline of the operation this task runs for, if it runs [`within`] one.

@@ -684,32 +684,42 @@ impl Storage {
         })
     }
 
-    /// A request its group's primary forwarded to this member target, admitted: a change of
-    /// an object first drops a seal the primary no longer holds
-    /// ([`Target::forget_seal_the_primary_lacks`]).
+    /// A request its group's primary forwarded to this member target, admitted. A write or
+    /// allocation of an object sealed here first drops the seal, which the primary no longer
+    /// holds ([`Target::forget_seal_the_primary_lacks`]): both carry tags, so the change fence
+    /// of the group's version already dropped any late copy of one sent before a seal. A
+    /// truncate carries none, and a late copy of one must not undo a seal: on a sealed object
+    /// (which holds no data) it changes nothing, as on a missing one, and is answered so.
     async fn as_member(
         &self,
         target: Arc<Target>,
         request: StorageRequest,
         payload: Bytes,
     ) -> Result<(Response, Bytes), WireError> {
-        if let StorageRequest::Write { inode, .. }
-        | StorageRequest::Truncate { inode, .. }
-        | StorageRequest::Fallocate { inode, .. } = &request
+        let inode = match &request {
+            StorageRequest::Write { inode, .. }
+            | StorageRequest::Fallocate { inode, .. }
+            | StorageRequest::Truncate { inode, .. } => *inode,
+            _ => return self.local(target, request, payload).await,
+        };
+        // Looked at here, a load of a counter when nothing is sealed: the forget itself (a
+        // marker removed, its directory synced) goes to the blocking pool.
+        if !target
+            .moves()
+            .is_sealed(ObjectId::new(Space::Mirrored, inode))
         {
-            // Looked at here, a load of a counter when nothing is sealed: the forget itself
-            // (a marker removed, its directory synced) goes to the blocking pool.
-            if !target
-                .moves()
-                .is_sealed(ObjectId::new(Space::Mirrored, *inode))
-            {
-                return self.local(target, request, payload).await;
-            }
-            let (forgetting, inode) = (Arc::clone(&target), *inode);
-            tokio::task::spawn_blocking(move || forgetting.forget_seal_the_primary_lacks(inode))
-                .await
-                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+            return self.local(target, request, payload).await;
         }
+        match &request {
+            StorageRequest::Truncate { .. } => return Ok((Response::Done, Bytes::new())),
+            // Untagged (no primary sends one): refused as moved, as before the fence.
+            _ if request.tag().is_none() => return self.local(target, request, payload).await,
+            _ => {}
+        }
+        let forgetting = Arc::clone(&target);
+        tokio::task::spawn_blocking(move || forgetting.forget_seal_the_primary_lacks(inode))
+            .await
+            .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
         self.local(target, request, payload).await
     }
 

@@ -560,8 +560,11 @@ impl Client {
 
     /// Runs `work`, an operation of this client, under one deadline (the retry policy's
     /// time) that every retry loop inside it ends at ([`weft_net::retry::within`]).
-    pub(crate) async fn within<F: std::future::Future>(&self, work: F) -> F::Output {
-        weft_net::retry::within(self.retry.total_timeout, work).await
+    pub(crate) fn within<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        weft_net::retry::within(self.retry.total_timeout, work)
     }
 
     /// Tells the metadata server of a closed handle within [`RELEASE_GATHER`], together with
