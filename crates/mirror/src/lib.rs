@@ -17,6 +17,8 @@
 //! - [`pages`] (every metadata server): a sync's changes to a home's store file and the
 //!   extents they write, the order in which a copy takes its primary's sends, and the steps
 //!   of a copy's resync.
+//! - [`watch`] (every storage server): what changed of an object moving off its target since
+//!   the last round of its move's copy took it.
 //! - [`delivery`], [`primary`] (every storage and metadata server): one send of a primary
 //!   until each member took it or left, and a client's change at its primary from its range to
 //!   its answer.
@@ -41,6 +43,7 @@ pub mod pages;
 pub mod primary;
 pub mod ranges;
 pub mod resync;
+pub mod watch;
 
 pub use controller::{Controller, ControllerDurable};
 pub use membership::{Adopted, Membership, Refused, ResyncStart};

@@ -12,8 +12,9 @@
 //! stays as the object's tombstone until its file is removed.
 //!
 //! A change and a seal exclude each other on the object's stripe lock, so no change lands
-//! after the last round looked at the notes. A watch lives in memory only: a restart loses
-//! it, and the next round copies the whole object again onto a fresh copy.
+//! after the last round looked at the notes. The watches are the shared machine of
+//! [`weft_mirror::watch`]; they live in memory only: a restart loses them, and the next round
+//! copies the whole object again onto a fresh copy.
 
 use crate::objects::{ObjectId, Space};
 use std::collections::HashMap;
@@ -21,48 +22,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use weft_mirror::watch::Watches;
+pub(crate) use weft_mirror::watch::{Changed, Watched};
 use weft_proto::ids::InodeId;
 
 /// Lock stripes of the seal locks.
 const STRIPES: u64 = 64;
-
-/// Ranges a watch keeps apart before it merges them into one span.
-const RANGES_MAX: usize = 1024;
-
-/// What changed of a watched object since the last round looked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Changed {
-    /// Everything: a new watch, or a truncate (the copy is made again from nothing).
-    Whole,
-    /// These byte ranges, `(offset, len)`, unordered and maybe overlapping.
-    Ranges(Vec<(u64, u64)>),
-}
-
-impl Changed {
-    /// Both changes.
-    fn join(self, other: Changed) -> Changed {
-        match (self, other) {
-            (Changed::Ranges(mut ranges), Changed::Ranges(more)) => {
-                ranges.extend(more);
-                Changed::Ranges(ranges)
-            }
-            _ => Changed::Whole,
-        }
-    }
-}
-
-/// The watch of one object moving.
-struct Watch {
-    /// The move it is for: a push of another (a move given up and planned again) starts over.
-    id: u64,
-    /// Noted since the last round took them.
-    changed: Changed,
-    /// Taken by rounds that did not complete yet.
-    owed: Changed,
-    /// What the copy's server answered its first writes with: another answer means it
-    /// restarted and may have lost what it was sent before.
-    verifier: Option<u64>,
-}
 
 /// What a seal records (in its marker file): the verifier a sync of the object answers from
 /// then on, and for a mirrored object the storage mirror group it moved off. A target is in
@@ -97,13 +62,6 @@ impl SealMark {
     }
 }
 
-/// What a round copies ([`Moves::take`]).
-pub(crate) struct Watched {
-    pub changed: Changed,
-    /// The copy's server's verifier at the last round that completed.
-    pub verifier: Option<u64>,
-}
-
 /// The objects of one target that moved (or are moving) away, and the watches of those
 /// being copied.
 pub(crate) struct Moves {
@@ -117,7 +75,7 @@ pub(crate) struct Moves {
     /// How many objects are sealed or watched: a change of an object of a target with none
     /// looks no further.
     marked: AtomicUsize,
-    watches: Mutex<HashMap<ObjectId, Watch>>,
+    watches: Mutex<Watches<ObjectId>>,
     /// Per object stripe: a change holds it shared from its admission to its note, a seal
     /// and the start of a watch alone.
     stripes: Vec<RwLock<()>>,
@@ -216,20 +174,7 @@ impl Moves {
         if self.marked.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut watches = self.watches.lock().expect("watches poisoned");
-        let Some(Watch {
-            changed: Changed::Ranges(ranges),
-            ..
-        }) = watches.get_mut(&object)
-        else {
-            return;
-        };
-        ranges.push((offset, len));
-        if ranges.len() > RANGES_MAX {
-            let start = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-            let end = ranges.iter().map(|r| r.0 + r.1).max().unwrap_or(0);
-            *ranges = vec![(start, end - start)];
-        }
+        self.watches().note(object, offset, len);
     }
 
     /// Notes that `object` was cut, if it is watched: the next round copies it all again.
@@ -238,14 +183,11 @@ impl Moves {
         if self.marked.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(watch) = self
-            .watches
-            .lock()
-            .expect("watches poisoned")
-            .get_mut(&object)
-        {
-            watch.changed = Changed::Whole;
-        }
+        self.watches().note_cut(object);
+    }
+
+    fn watches(&self) -> std::sync::MutexGuard<'_, Watches<ObjectId>> {
+        self.watches.lock().expect("watches poisoned")
     }
 
     /// What changed of `object` since the last round of move `id` that completed
@@ -260,35 +202,16 @@ impl Moves {
         if let Some(mark) = seal {
             self.seal_alone(object, mark)?;
         }
-        let mut watches = self.watches.lock().expect("watches poisoned");
-        let fresh = || Watch {
-            id,
-            changed: Changed::Ranges(Vec::new()),
-            owed: Changed::Whole,
-            verifier: None,
+        let mut watches = self.watches();
+        let before = watches.len();
+        let taken = watches.take(object, id, seal.is_some());
+        // A watch started (a first round) or ended (the last); changes of this object wait
+        // on the stripe meanwhile, and look at the count after.
+        match watches.len().cmp(&before) {
+            std::cmp::Ordering::Greater => self.marked.fetch_add(1, Ordering::AcqRel),
+            std::cmp::Ordering::Less => self.marked.fetch_sub(1, Ordering::AcqRel),
+            std::cmp::Ordering::Equal => 0,
         };
-        let watch = match watches.get_mut(&object) {
-            Some(watch) if watch.id == id => watch,
-            Some(watch) => {
-                *watch = fresh();
-                watch
-            }
-            None => {
-                self.marked.fetch_add(1, Ordering::AcqRel);
-                watches.entry(object).or_insert_with(fresh)
-            }
-        };
-        let changed = std::mem::replace(&mut watch.changed, Changed::Ranges(Vec::new()));
-        watch.owed = watch.owed.clone().join(changed);
-        let taken = Watched {
-            changed: watch.owed.clone(),
-            verifier: watch.verifier,
-        };
-        if seal.is_some() {
-            // The last round: one that fails is made again from the sealed object, in full.
-            watches.remove(&object);
-            self.marked.fetch_sub(1, Ordering::AcqRel);
-        }
         Ok(taken)
     }
 
@@ -349,34 +272,18 @@ impl Moves {
     /// Settles a round of move `id` that copied all it was owed, with the verifier the
     /// copy's server answered (its copy is lost if it answers another later).
     pub fn ack(&self, object: ObjectId, id: u64, verifier: Option<u64>) {
-        let mut watches = self.watches.lock().expect("watches poisoned");
-        if let Some(watch) = watches.get_mut(&object).filter(|w| w.id == id) {
-            watch.owed = Changed::Ranges(Vec::new());
-            if verifier.is_some() {
-                watch.verifier = verifier;
-            }
-        }
+        self.watches().ack(object, id, verifier);
     }
 
     /// Makes the next round of move `id` copy the whole object again onto a fresh copy.
     pub fn restart(&self, object: ObjectId, id: u64) {
-        let mut watches = self.watches.lock().expect("watches poisoned");
-        if let Some(watch) = watches.get_mut(&object).filter(|w| w.id == id) {
-            watch.owed = Changed::Whole;
-            watch.verifier = None;
-        }
+        self.watches().restart(object, id);
     }
 
     /// Forgets `object`'s seal and watch: its file was removed.
     pub fn forget(&self, object: ObjectId) -> io::Result<()> {
         let _alone = self.stripe(object).write().expect("seal lock poisoned");
-        if self
-            .watches
-            .lock()
-            .expect("watches poisoned")
-            .remove(&object)
-            .is_some()
-        {
+        if self.watches().forget(object) {
             self.marked.fetch_sub(1, Ordering::AcqRel);
         }
         if self
@@ -394,22 +301,6 @@ impl Moves {
             _ => weft_service::durable::sync_directory(&self.dir),
         }
     }
-}
-
-/// Merges ranges into disjoint ones in offset order.
-pub(crate) fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-    for (offset, len) in ranges {
-        let end = offset.saturating_add(len);
-        match out.last_mut() {
-            Some((start, span)) if offset <= *start + *span => {
-                *span = (*span).max(end - *start);
-            }
-            _ => out.push((offset, len)),
-        }
-    }
-    out
 }
 
 fn marker_name(object: ObjectId) -> String {
@@ -434,16 +325,6 @@ fn parse_marker(name: &str) -> Option<ObjectId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // Goal: ranges noted in any order come out disjoint and in order, touching ones joined.
-    #[test]
-    fn ranges_merge_in_order() {
-        assert_eq!(
-            merged(vec![(10, 5), (0, 4), (4, 2), (12, 10), (40, 1)]),
-            vec![(0, 6), (10, 12), (40, 1)]
-        );
-        assert_eq!(merged(Vec::new()), Vec::new());
-    }
 
     // Goal: a watch sees every change after it started, owes what a round took until the
     // round is acknowledged, starts over for another move, a seal survives a reopen, and a

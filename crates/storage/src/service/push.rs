@@ -70,21 +70,18 @@ impl Storage {
         };
         let retry = weft_net::retry::RetryPolicy::default();
         let whole = changed == crate::moves::Changed::Whole;
-        let ranges = match changed {
-            crate::moves::Changed::Whole => {
-                // From nothing: what an earlier watch copied may be stale.
-                let tag = tag();
-                self.cluster
-                    .call_storage(to_slot, &retry, |storage, route| {
-                        let tag = tag.clone();
-                        async move { storage.remove_tagged(route, inode, tag).await }
-                    })
-                    .await
-                    .map_err(rpc_error)?;
-                vec![(0, length)]
-            }
-            crate::moves::Changed::Ranges(ranges) => crate::moves::merged(ranges),
-        };
+        if whole {
+            // From nothing: what an earlier watch copied may be stale.
+            let tag = tag();
+            self.cluster
+                .call_storage(to_slot, &retry, |storage, route| {
+                    let tag = tag.clone();
+                    async move { storage.remove_tagged(route, inode, tag).await }
+                })
+                .await
+                .map_err(rpc_error)?;
+        }
+        let ranges = changed.to_copy(length);
         let mut copied = 0;
         for (offset, len) in ranges {
             let end = offset.saturating_add(len).min(length);
@@ -249,10 +246,7 @@ impl Storage {
         if seal && group.is_some() {
             weft_service::failpoint::failpoint("mirrored-push-after-seal");
         }
-        let ranges = match changed {
-            crate::moves::Changed::Whole => vec![(0, length)],
-            crate::moves::Changed::Ranges(ranges) => crate::moves::merged(ranges),
-        };
+        let ranges = changed.to_copy(length);
         let retry = weft_net::retry::RetryPolicy::default();
         let chunk = u64::from(from.pattern.chunk_size_bytes);
         // What the new objects' servers answer before the round: every write, and the syncs
