@@ -21,7 +21,9 @@ weft_net::security_config! {
             with = "weft_proto::millis"
         )]
         pub request_timeout: Duration,
-        /// How long a request is retried while its server is unreachable, in milliseconds.
+        /// How long one operation (a read, a write, a namespace call) is retried, in
+        /// milliseconds: one deadline for all its retries, while its server is unreachable, its
+        /// file moves, its object waits for a truncate or its home is in its grace period.
         #[serde(
             rename = "retry_timeout_ms",
             default = "default_retry_timeout",
