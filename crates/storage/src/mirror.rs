@@ -336,51 +336,11 @@ impl Mirror {
             group,
             version,
             member,
-            full,
+            ..
         } = start;
-        let primary = self
-            .membership
-            .group(group)
-            .map(|known| TargetId::from(known.primary))
-            .ok_or_else(|| stale("gone".into()))?;
-        let target = self
-            .targets
-            .get(&primary)
-            .cloned()
-            .ok_or_else(|| stale(format!("target {primary} is not on this server")))?;
-        let recorded = if full {
-            None
-        } else {
-            self.missed.recorded(group, member)
-        };
-        let incremental = recorded.is_some();
-        let mut plan = match recorded {
-            Some(inodes) => {
-                self.membership
-                    .resync_started(start, inodes.len() as u64, false);
-                ResyncPlan::missed(inodes)
-            }
-            None => {
-                // A record of what it missed does not cover a full copy.
-                self.missed.forget(group, member);
-                self.membership.resync_started(start, 0, true);
-                ResyncPlan::full()
-            }
-        };
-        tracing::info!(
-            %group,
-            %version,
-            %member,
-            full = !incremental,
-            "resync started"
-        );
-        // A test holds the resync here, its member back in the group, while it makes changes
-        // the member takes before any copy.
-        while weft_service::failpoint::misbehave("resync-waits-at-its-gate")
-            && target.root().join(RESYNC_GATE).exists()
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (primary, target) = self.primary_of(group)?;
+        let (mut plan, incremental) = self.plan_resync(start);
+        held_at_gate(&target).await;
         let mut copied = 0u64;
         // The object whose range is held, with what its copy needs: its length and truncate
         // generation (every byte is written in the generation the primary's object has, so
@@ -390,116 +350,52 @@ impl Mirror {
         loop {
             match plan.step() {
                 ResyncStep::ListMember { after } => {
-                    let route = self.resync_route(primary, start)?;
-                    let request = StorageRequest::ListObjects {
-                        target: route.target,
-                        mirrored: true,
-                        home: None,
-                        after,
-                        max: OBJECTS_PER_LIST_MAX,
-                    };
-                    let (response, _) = self
-                        .send(member, request, Bytes::new())
-                        .await
-                        .map_err(|e| WireError::new(ErrorCode::Unavailable, e.to_string()))?;
-                    let Response::Objects { objects, end } = response else {
-                        return Err(WireError::new(
-                            ErrorCode::Internal,
-                            "a member answered a listing with something else",
-                        ));
-                    };
-                    plan.listed(objects.iter().map(|(inode, _)| inode.0).collect(), end);
+                    let (objects, end) = self.list_member(primary, start, after).await?;
+                    plan.listed(objects, end);
                 }
                 step @ (ResyncStep::RemoveIfGone(inode) | ResyncStep::Object(inode)) => {
                     let copies = matches!(step, ResyncStep::Object(_));
                     let inode = InodeId(inode);
                     let guard = self.lock_range(primary, inode, 0..u64::MAX).await;
-                    let object = mirrored(inode);
-                    let (state, length, generation) = if target.exists(object) {
-                        let length = target.length(object)?;
-                        let state = Held::Object {
-                            length,
-                            largest: u64::from(IO_BYTES_MAX),
-                        };
-                        // Only a copy writes, in the object's truncate generation.
-                        let generation = if copies {
-                            target.generation(object)?
-                        } else {
-                            0
-                        };
-                        (state, length, generation)
-                    } else if target.moves().is_sealed_off(object, group.0) {
-                        (Held::SealedOff, 0, 0)
-                    } else {
-                        (Held::Gone, 0, 0)
-                    };
+                    let (state, length, generation) = look_at(&target, group, inode, copies)?;
                     held = Some((guard, length, generation, copies));
                     plan.holds(state);
                 }
                 ResyncStep::Remove(inode) => {
-                    let route = self.resync_route(primary, start)?;
-                    let remove = StorageRequest::Remove {
-                        target: route.target,
-                        mirror: route.mirror,
+                    let tag = self.step_tag(primary, start);
+                    self.member_step(primary, start, |target, mirror| StorageRequest::Remove {
+                        target,
+                        mirror,
                         inode: InodeId(inode),
-                        tag: Some(self.step_tag(primary, start)),
-                    };
-                    self.send_step(primary, start, remove, Bytes::new()).await?;
+                        tag: Some(tag),
+                    })
+                    .await?;
                 }
                 ResyncStep::Seal(inode) => {
-                    let route = self.resync_route(primary, start)?;
-                    let seal = StorageRequest::Seal {
-                        target: route.target,
-                        mirror: route.mirror,
+                    self.member_step(primary, start, |target, mirror| StorageRequest::Seal {
+                        target,
+                        mirror,
                         inode: InodeId(inode),
-                    };
-                    self.send_step(primary, start, seal, Bytes::new()).await?;
+                    })
+                    .await?;
+                }
+                ResyncStep::SyncObject(inode) => {
+                    self.member_step(primary, start, |target, mirror| StorageRequest::Sync {
+                        target,
+                        mirror,
+                        inode: InodeId(inode),
+                        capability: None,
+                    })
+                    .await?;
                 }
                 ResyncStep::Write {
                     object: inode,
                     offset,
                     len,
                 } => {
-                    let inode = InodeId(inode);
                     let generation = held.as_ref().map_or(0, |(_, _, generation, _)| *generation);
-                    let reading = Arc::clone(&target);
-                    let len = u32::try_from(len).unwrap_or(IO_BYTES_MAX);
-                    let data = tokio::task::spawn_blocking(move || {
-                        reading.read(mirrored(inode), offset, len)
-                    })
-                    .await
-                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
-                    if data.len() != len as usize {
-                        return Err(WireError::new(
-                            ErrorCode::Internal,
-                            format!(
-                                "object {inode} changed length while it was copied under its lock"
-                            ),
-                        ));
-                    }
-                    let route = self.resync_route(primary, start)?;
-                    let write = StorageRequest::Write {
-                        target: route.target,
-                        mirror: route.mirror,
-                        inode,
-                        generation,
-                        object_offset: offset,
-                        tag: Some(self.step_tag(primary, start)),
-                        capability: None,
-                        owner: None,
-                        project: 0,
-                    };
-                    self.send_step(primary, start, write, data).await?;
-                }
-                ResyncStep::SyncObject(inode) => {
-                    let route = self.resync_route(primary, start)?;
-                    let sync = StorageRequest::Sync {
-                        target: route.target,
-                        mirror: route.mirror,
-                        inode: InodeId(inode),
-                        capability: None,
-                    };
-                    self.send_step(primary, start, sync, Bytes::new()).await?;
+                    let piece = (InodeId(inode), generation, offset, len);
+                    self.copy_piece(&target, primary, start, piece).await?;
                 }
                 ResyncStep::Release(_) => {
                     if let Some((_, bytes, _, true)) = held.take() {
@@ -510,26 +406,7 @@ impl Mirror {
                     }
                 }
                 ResyncStep::ListPrimary => {
-                    let listing = Arc::clone(&target);
-                    let objects = tokio::task::spawn_blocking(move || {
-                        listing.list_objects(Space::Mirrored, None, 0, u32::MAX)
-                    })
-                    .await
-                    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
-                    .0;
-                    // Objects that moved to another group have only their seal here, which
-                    // the member gets too.
-                    let mut inodes: Vec<u64> =
-                        objects.into_iter().map(|(inode, _)| inode.0).collect();
-                    inodes.extend(
-                        target
-                            .moves()
-                            .sealed_off(group.0)
-                            .into_iter()
-                            .map(|inode| inode.0),
-                    );
-                    inodes.sort_unstable();
-                    inodes.dedup();
+                    let inodes = list_primary(&target, group).await?;
                     let count = plan.primary_listed(inodes);
                     tracing::info!(%group, %version, %member, objects = count, "resync copies");
                     self.membership.resync_total(start, count as u64);
@@ -540,17 +417,135 @@ impl Mirror {
         }
         if incremental {
             self.missed.forget(group, member);
-            tracing::info!(
-                %group,
-                %version,
-                %member,
-                objects = copied,
-                "resync copied what the member missed"
-            );
+            tracing::info!(%group, %version, %member, objects = copied, "resync copied what the member missed");
         } else {
             tracing::info!(%group, %version, %member, objects = copied, "resync copied");
         }
         Ok(())
+    }
+
+    /// The primary target of `group`, which is on this server.
+    fn primary_of(&self, group: GroupId) -> Result<(TargetId, Arc<Target>), WireError> {
+        let primary = self
+            .membership
+            .group(group)
+            .map(|known| TargetId::from(known.primary))
+            .ok_or_else(|| stale("gone".into()))?;
+        let target = self
+            .targets
+            .get(&primary)
+            .cloned()
+            .ok_or_else(|| stale(format!("target {primary} is not on this server")))?;
+        Ok((primary, target))
+    }
+
+    /// The plan of `start`'s resync, and whether it copies only what the member missed: when
+    /// management says the member left in sync and this server recorded what it missed, only
+    /// those objects; otherwise every object (and a record, which does not cover a full copy,
+    /// is dropped).
+    fn plan_resync(&self, start: ResyncStart) -> (ResyncPlan, bool) {
+        let recorded = match start.full {
+            true => None,
+            false => self.missed.recorded(start.group, start.member),
+        };
+        let (plan, incremental) = match recorded {
+            Some(inodes) => {
+                self.membership
+                    .resync_started(start, inodes.len() as u64, false);
+                (ResyncPlan::missed(inodes), true)
+            }
+            None => {
+                self.missed.forget(start.group, start.member);
+                self.membership.resync_started(start, 0, true);
+                (ResyncPlan::full(), false)
+            }
+        };
+        tracing::info!(
+            group = %start.group,
+            version = %start.version,
+            member = %start.member,
+            full = !incremental,
+            "resync started"
+        );
+        (plan, incremental)
+    }
+
+    /// Sends a step of `start`'s resync without payload: the request `make` gives for the
+    /// member's target and route.
+    async fn member_step(
+        &self,
+        primary: TargetId,
+        start: ResyncStart,
+        make: impl FnOnce(TargetId, Option<MirrorRoute>) -> StorageRequest,
+    ) -> Result<(), WireError> {
+        let route = self.resync_route(primary, start)?;
+        let request = make(route.target, route.mirror);
+        self.send_step(primary, start, request, Bytes::new()).await
+    }
+
+    /// A page of the mirrored objects of `start`'s member after `after`, and whether it is
+    /// the last.
+    async fn list_member(
+        &self,
+        primary: TargetId,
+        start: ResyncStart,
+        after: u64,
+    ) -> Result<(Vec<u64>, bool), WireError> {
+        let route = self.resync_route(primary, start)?;
+        let request = StorageRequest::ListObjects {
+            target: route.target,
+            mirrored: true,
+            home: None,
+            after,
+            max: OBJECTS_PER_LIST_MAX,
+        };
+        let (response, _) = self
+            .send(start.member, request, Bytes::new())
+            .await
+            .map_err(|e| WireError::new(ErrorCode::Unavailable, e.to_string()))?;
+        let Response::Objects { objects, end } = response else {
+            return Err(WireError::new(
+                ErrorCode::Internal,
+                "a member answered a listing with something else",
+            ));
+        };
+        Ok((objects.iter().map(|(inode, _)| inode.0).collect(), end))
+    }
+
+    /// Copies one piece of an object held for `start`'s resync to its member: `len` bytes at
+    /// `offset` of `inode`, read now under the object's range, written in the object's
+    /// truncate `generation`.
+    async fn copy_piece(
+        &self,
+        target: &Arc<Target>,
+        primary: TargetId,
+        start: ResyncStart,
+        (inode, generation, offset, len): (InodeId, u64, u64, u64),
+    ) -> Result<(), WireError> {
+        let reading = Arc::clone(target);
+        let len = u32::try_from(len).unwrap_or(IO_BYTES_MAX);
+        let data = tokio::task::spawn_blocking(move || reading.read(mirrored(inode), offset, len))
+            .await
+            .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??;
+        if data.len() != len as usize {
+            return Err(WireError::new(
+                ErrorCode::Internal,
+                format!("object {inode} changed length while it was copied under its lock"),
+            ));
+        }
+        let route = self.resync_route(primary, start)?;
+        let write = StorageRequest::Write {
+            target: route.target,
+            mirror: route.mirror,
+            inode,
+            generation,
+            object_offset: offset,
+            tag: Some(self.step_tag(primary, start)),
+            capability: None,
+            owner: None,
+            project: 0,
+        };
+        self.send_step(primary, start, write, data).await
     }
 
     /// Makes everything the member of `start` holds durable: a `syncfs` of its file system,
@@ -622,6 +617,65 @@ impl Mirror {
             .await
             .map(|_| ())
     }
+}
+
+/// A test holds a resync here, its member back in the group, while it makes changes the
+/// member takes before any copy: with the `resync-waits-at-its-gate` point armed, while
+/// [`RESYNC_GATE`] exists in the primary's target directory.
+async fn held_at_gate(target: &Target) {
+    while weft_service::failpoint::misbehave("resync-waits-at-its-gate")
+        && target.root().join(RESYNC_GATE).exists()
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the primary `target` of `group` holds of the mirrored object of `inode`, its range
+/// held: the object (with its length, and for a `copy` its truncate generation, which every
+/// byte of the copy is written in), only its seal (it moved off the group), or nothing.
+fn look_at(
+    target: &Target,
+    group: GroupId,
+    inode: InodeId,
+    copy: bool,
+) -> Result<(Held, u64, u64), WireError> {
+    let object = mirrored(inode);
+    if target.exists(object) {
+        let length = target.length(object)?;
+        let state = Held::Object {
+            length,
+            largest: u64::from(IO_BYTES_MAX),
+        };
+        let generation = if copy { target.generation(object)? } else { 0 };
+        return Ok((state, length, generation));
+    }
+    if target.moves().is_sealed_off(object, group.0) {
+        return Ok((Held::SealedOff, 0, 0));
+    }
+    Ok((Held::Gone, 0, 0))
+}
+
+/// The mirrored objects the primary `target` of `group` holds, with those that moved to
+/// another group and left only their seal here (which the member gets too), in order.
+async fn list_primary(target: &Arc<Target>, group: GroupId) -> Result<Vec<u64>, WireError> {
+    let listing = Arc::clone(target);
+    let objects = tokio::task::spawn_blocking(move || {
+        listing.list_objects(Space::Mirrored, None, 0, u32::MAX)
+    })
+    .await
+    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))??
+    .0;
+    let mut inodes: Vec<u64> = objects.into_iter().map(|(inode, _)| inode.0).collect();
+    inodes.extend(
+        target
+            .moves()
+            .sealed_off(group.0)
+            .into_iter()
+            .map(|inode| inode.0),
+    );
+    inodes.sort_unstable();
+    inodes.dedup();
+    Ok(inodes)
 }
 
 /// How long a resync waits for its member to sync its target (a `syncfs` of the member's file
