@@ -20,17 +20,16 @@ tokio::task_local! {
 /// asked again). Inside another such run the outer deadline stands, so however the loops
 /// nest, one deadline covers the operation.
 ///
-/// `work` goes to the heap at once: the loops nest, and each level's future would otherwise
-/// hold the next one's whole.
+/// Call it from the task the operation runs in (it looks for an outer deadline at once). The
+/// future it answers is `work` itself, or `work` in the deadline's scope: no copy of `work`
+/// beside it, as an `async fn` would keep (the loops nest, and each level's future would hold
+/// the next one's twice: a debug build's mount overflowed its stack so).
 pub fn within<F: Future>(total: Duration, work: F) -> impl Future<Output = F::Output> {
-    let work = Box::pin(work);
-    let deadline = Instant::now() + total;
-    async move {
-        if DEADLINE.try_with(|_| ()).is_ok() {
-            return work.await;
-        }
-        DEADLINE.scope(deadline, work).await
+    use futures::future::Either;
+    if DEADLINE.try_with(|_| ()).is_ok() {
+        return Either::Left(work);
     }
+    Either::Right(DEADLINE.scope(Instant::now() + total, work))
 }
 
 /// The deadline of the operation this task runs for, if it runs [`within`] one.
