@@ -1040,14 +1040,7 @@ fn with_mirror_groups() -> (LocalCluster, PathBuf, Vec<(u32, Vec<u32>)>) {
     .expect("groups formed");
     let groups = mirror_groups(&cluster);
     assert_eq!(groups.len(), 3, "{groups:?}");
-    let (ok, _, err) = ask(&cluster, &["pool", "create", "fast"]);
-    assert!(ok, "pool create: {err}");
-    let third = groups[2].0.to_string();
-    let (ok, _, err) = ask(
-        &cluster,
-        &["pool", "add-target", "fast", "--mirror-groups", &third],
-    );
-    assert!(ok, "pool add-target: {err}");
+    pool_of_group(&cluster, "fast", groups[2].0);
     let dir = mnt.join("project");
     common::make_mirrored_dir(
         &cluster,
@@ -1163,6 +1156,18 @@ fn make_groups(cluster: &LocalCluster, pairs: &[[u32; 2]]) {
             && list.matches("(good)").count() >= 2 * pairs.len()
     })
     .expect("groups formed");
+}
+
+/// Makes storage pool `pool` of the storage mirror group `group`.
+fn pool_of_group(cluster: &LocalCluster, pool: &str, group: u32) {
+    let (ok, _, err) = ask(cluster, &["pool", "create", pool]);
+    assert!(ok, "pool create {pool}: {err}");
+    let group = group.to_string();
+    let (ok, _, err) = ask(
+        cluster,
+        &["pool", "add-target", pool, "--mirror-groups", &group],
+    );
+    assert!(ok, "pool add-target {pool} --mirror-groups {group}: {err}");
 }
 
 /// The sizes of the mirrored objects (holding data) on each target, by target id.
@@ -1445,27 +1450,14 @@ fn a_mirrored_move_survives_a_crash_of_its_groups_primary() {
         let members = [[one[0], two[0]], [two[1], three[0]], [three[1], one[1]]];
         make_groups(&cluster, &members);
         let groups = mirror_groups(&cluster);
-        let id_of = |pair: &[u32; 2]| {
-            groups
-                .iter()
-                .find(|(_, m)| m.contains(&pair[0]))
-                .expect("a group")
-                .0
-        };
+        let id_of = |pair: &[u32; 2]| pairs_group(&groups, pair);
         let (source, spare, fast) = (id_of(&members[0]), id_of(&members[1]), id_of(&members[2]));
         assert!(
             groups.contains(&(source, members[0].to_vec())),
             "{point}: the source group's primary is on storage-1: {groups:?}"
         );
         for (pool, group) in [("spare", spare), ("fast", fast)] {
-            let (ok, _, err) = ask(&cluster, &["pool", "create", pool]);
-            assert!(ok, "{point}: {err}");
-            let group = group.to_string();
-            let (ok, _, err) = ask(
-                &cluster,
-                &["pool", "add-target", pool, "--mirror-groups", &group],
-            );
-            assert!(ok, "{point}: {err}");
+            pool_of_group(&cluster, pool, group);
         }
         let dir = mirrored_dir(&mut cluster, "project");
         let data = pattern(61, 6 << 20);
@@ -1584,27 +1576,11 @@ fn a_mirrored_file_moved_back_while_a_member_was_away_takes_changes_during_its_r
     let members = [[one[0], two[0]], [three[0], one[1]]];
     make_groups(&cluster, &members);
     let groups = mirror_groups(&cluster);
-    let id_of = |pair: &[u32; 2]| {
-        groups
-            .iter()
-            .find(|(_, m)| m.contains(&pair[0]))
-            .expect("a group")
-            .0
-    };
-    let (home, fast) = (id_of(&members[0]), id_of(&members[1]));
-    let (ok, _, err) = ask(&cluster, &["pool", "create", "fast"]);
-    assert!(ok, "{err}");
-    let (ok, _, err) = ask(
-        &cluster,
-        &[
-            "pool",
-            "add-target",
-            "fast",
-            "--mirror-groups",
-            &fast.to_string(),
-        ],
+    let (home, fast) = (
+        pairs_group(&groups, &members[0]),
+        pairs_group(&groups, &members[1]),
     );
-    assert!(ok, "{err}");
+    pool_of_group(&cluster, "fast", fast);
     let dir = mirrored_dir(&mut cluster, "project");
     let file = dir.join("data");
     let data = pattern(47, 300_000);
@@ -1780,19 +1756,7 @@ fn members_of_emptied_groups_serve_again_in_a_new_group() {
         list.matches("(good)").count() == 6
     })
     .expect("new group formed");
-    let (ok, _, err) = ask(&cluster, &["pool", "create", "again"]);
-    assert!(ok, "{err}");
-    let (ok, _, err) = ask(
-        &cluster,
-        &[
-            "pool",
-            "add-target",
-            "again",
-            "--mirror-groups",
-            &new.to_string(),
-        ],
-    );
-    assert!(ok, "{err}");
+    pool_of_group(&cluster, "again", new);
     let (ok, out, err) = migrate(&cluster, &dir, "again");
     assert!(ok, "migrate onto the new group: {err}");
     assert!(out.contains("12 files looked at: 12 moved"), "{out}");
