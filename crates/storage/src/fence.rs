@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use weft_mirror::fence::{Fence, Tag};
 use weft_proto::error::WireError;
 use weft_proto::messages::{ChangeTag, Response};
-use weft_proto::ErrorCode;
+use weft_proto::{ErrorCode, Recovery};
 
 /// How long a client with nothing running is remembered after its last change.
 const CLIENT_IDLE: Duration = Duration::from_secs(600);
@@ -126,10 +126,12 @@ impl ChangeFence {
 impl Running<'_> {
     /// Records the change's answer, for a copy that comes later.
     pub(crate) fn answer(mut self, answer: Result<&Response, &WireError>) {
+        // A refusal its sender recovers from by sending the same change here again (routed
+        // anew, or once its truncate is applied) must let that copy run.
         let resent = answer.is_err_and(|error| {
             matches!(
-                error.code,
-                ErrorCode::Unavailable | ErrorCode::StaleRoute | ErrorCode::TruncatePending
+                error.code.recovery(),
+                Recovery::Reroute | Recovery::ApplyTruncate
             )
         });
         if !resent {

@@ -379,11 +379,9 @@ impl Target {
     /// Removes the object, and its seal if it moved away: its file is gone.
     pub fn remove(&self, object: ObjectId) -> Result<(), ObjectError> {
         self.drop_data(object)?;
-        self.moves.forget(object).map_err(|source| ObjectError::Io {
-            what: "forget the seal of a removed object in",
-            path: self.root().join("moved"),
-            source,
-        })
+        self.moves
+            .forget(object)
+            .map_err(self.seals_failed("forget the seal of a removed object in"))
     }
 
     /// Removes the object's data, keeping its seal.
@@ -409,11 +407,7 @@ impl Target {
                 Ok(())
             }
             Ok(false) => Ok(()),
-            Err(source) => Err(ObjectError::Io {
-                what: "forget a stale seal in",
-                path: self.root().join("moved"),
-                source,
-            }),
+            Err(source) => Err(self.seals_failed("forget a stale seal in")(source)),
         }
     }
 
@@ -434,13 +428,18 @@ impl Target {
         }
         self.moves
             .forget(object)
-            .map_err(|source| ObjectError::Io {
-                what: "forget a seal its primary lacks in",
-                path: self.root().join("moved"),
-                source,
-            })?;
+            .map_err(self.seals_failed("forget a seal its primary lacks in"))?;
         tracing::info!(%inode, target = %self.id, "a seal whose removal this member missed forgotten: its primary changes the file here again");
         Ok(())
+    }
+
+    /// The error of a failed change of this target's seal markers (`<target>/moved`).
+    fn seals_failed(&self, what: &'static str) -> impl FnOnce(std::io::Error) -> ObjectError + '_ {
+        move |source| ObjectError::Io {
+            what,
+            path: self.root().join("moved"),
+            source,
+        }
     }
 
     /// Refuses a request for an object that moved away.
@@ -470,11 +469,7 @@ impl Target {
         let watched = self
             .moves
             .take(object, id, seal)
-            .map_err(|source| ObjectError::Io {
-                what: "seal an object moving off",
-                path: self.root().join("moved"),
-                source,
-            })?;
+            .map_err(self.seals_failed("seal an object moving off"))?;
         Ok(Taken::Changed {
             changed: watched.changed,
             verifier: watched.verifier,
@@ -508,11 +503,7 @@ impl Target {
         self.check_writable()?;
         self.moves
             .seal(object, mark)
-            .map_err(|source| ObjectError::Io {
-                what: "seal an object that moved off",
-                path: self.root().join("moved"),
-                source,
-            })?;
+            .map_err(self.seals_failed("seal an object that moved off"))?;
         if self.exists(object) {
             self.drop_data(object)?;
         }

@@ -4,7 +4,7 @@
 use crate::store::{refuse_settled, stored_reply, OpError, REPLIES, REPLY_FLOORS};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::messages::{MutationId, Reply, Response};
-use weft_proto::ErrorCode;
+use weft_proto::Recovery;
 
 /// Runs `op` unless this mutation already ran, and keeps its reply in the same transaction.
 /// A mutation below its client's settled number is refused ([`refuse_settled`]).
@@ -46,7 +46,10 @@ fn keep_reply(
         // Asked of the wrong shard, or of one being removed: the client asks again, perhaps
         // elsewhere, with the same mutation; no answer is kept.
         Err(OpError::Rejected(error))
-            if matches!(error.code, ErrorCode::WrongShard | ErrorCode::Busy) =>
+            if matches!(
+                error.code.recovery(),
+                Recovery::LearnShards | Recovery::Wait
+            ) =>
         {
             return result
         }
