@@ -41,6 +41,7 @@ mod membership;
 pub mod numbers;
 pub mod pages;
 pub mod primary;
+pub mod push;
 pub mod ranges;
 pub mod resync;
 pub mod watch;
@@ -468,6 +469,25 @@ pub enum Msg<D> {
         /// The chunk.
         chunk: ChunkId,
         /// The client's sequence number.
+        seq: u64,
+    },
+    /// Mover → primary of the group a chunk moves off: run a round of its copy to group `to`
+    /// ([`push`]), the last one (`seal`) sealing it here and on every member. Answered
+    /// [`Answer::Done`] once the round is done, refused as any request otherwise.
+    Push {
+        /// The group the chunk moves off.
+        group: GroupId,
+        /// The version the mover routed with.
+        version: Version,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The group it moves to.
+        to: GroupId,
+        /// The move (a round of another starts its copy over).
+        id: u64,
+        /// Whether this is the last round.
+        seal: bool,
+        /// The mover's sequence number.
         seq: u64,
     },
     /// Primary → client.

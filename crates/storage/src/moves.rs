@@ -22,8 +22,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
+pub(crate) use weft_mirror::watch::Watched;
 use weft_mirror::watch::Watches;
-pub(crate) use weft_mirror::watch::{Changed, Watched};
 use weft_proto::ids::InodeId;
 
 /// Lock stripes of the seal locks.
@@ -325,6 +325,7 @@ fn parse_marker(name: &str) -> Option<ObjectId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_mirror::watch::Changed;
 
     // Goal: a watch sees every change after it started, owes what a round took until the
     // round is acknowledged, starts over for another move, a seal survives a reopen, and a

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::moves::{Changed, Moves};
+use crate::moves::Moves;
 use crate::objects::{ObjectError, ObjectId, ObjectStore, Space, StoreKind};
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::messages::{FallocateMode, SpaceUsage};
@@ -471,8 +471,7 @@ impl Target {
             .take(object, id, seal)
             .map_err(self.seals_failed("seal an object moving off"))?;
         Ok(Taken::Changed {
-            changed: watched.changed,
-            verifier: watched.verifier,
+            watched,
             length: self.length(object)?,
             generation: self.generation(object)?,
         })
@@ -543,9 +542,8 @@ pub(crate) enum Taken {
     Gone,
     /// What to copy.
     Changed {
-        changed: Changed,
-        /// The copy's server's verifier at the last round that completed.
-        verifier: Option<u64>,
+        /// What changed, and the copy's server's verifier at the last round that completed.
+        watched: crate::moves::Watched,
         length: u64,
         generation: u64,
     },

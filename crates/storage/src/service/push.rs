@@ -3,6 +3,7 @@
 //! this group's members (see `crate::moves` for the seal and the watch of its changes).
 
 use super::*;
+use weft_mirror::push::{Restarted, Round, Step};
 
 impl Storage {
     /// Serves a push of an object of `target` to its new place (a move): to the target
@@ -44,8 +45,7 @@ impl Storage {
         let object = ObjectId::new(Space::Plain, inode);
         let (_one, stripe, taken) = self.take_push(&target, (object, None), id, seal).await?;
         let crate::target::Taken::Changed {
-            changed,
-            verifier: before,
+            watched,
             length,
             generation,
         } = taken
@@ -53,73 +53,71 @@ impl Storage {
             return Ok(0);
         };
         let to_slot = weft_proto::layout::Slot::Target(to);
-        let tag = || self.push_tag(stripe);
-        let mut verifier = before;
-        // A copy whose server restarted since it took earlier rounds may have lost them.
-        let mut seen = |answered: u64| -> Result<(), WireError> {
-            match verifier {
-                Some(known) if known != answered => {
-                    target.moves().restart(object, id);
-                    Err(copy_restarted(to_slot, inode))
-                }
-                _ => {
-                    verifier = Some(answered);
-                    Ok(())
-                }
-            }
+        let plan = weft_mirror::push::Plan {
+            piece: PIECE,
+            boundary: u64::MAX,
+            verify_each_round: false,
+            clear_when_whole: true,
+            mirrored: false,
+        };
+        let mut round = Round::new(watched, length, seal, plan, Some(to_slot));
+        let restarted = |Restarted(copy)| {
+            target.moves().restart(object, id);
+            copy_restarted(copy, inode)
         };
         let retry = weft_net::retry::RetryPolicy::default();
-        let whole = changed == crate::moves::Changed::Whole;
-        if whole {
-            // From nothing: what an earlier watch copied may be stale.
-            let tag = tag();
-            self.cluster
-                .call_storage(to_slot, &retry, |storage, route| {
-                    let tag = tag.clone();
-                    async move { storage.remove_tagged(route, inode, tag).await }
-                })
-                .await
-                .map_err(rpc_error)?;
-        }
-        let ranges = changed.to_copy(length);
         let mut copied = 0;
-        for (offset, len) in ranges {
-            let end = offset.saturating_add(len).min(length);
-            let mut at = offset;
-            while at < end {
-                let piece = (end - at).min(PIECE);
-                let source = Arc::clone(&target);
-                let data = blocking(move || source.read(object, at, piece as u32)).await?;
-                // On a fresh copy a hole stays a hole, but for the last byte, which gives the
-                // copy its length; a changed range may have become zeros and is written.
-                let last = at + piece == length;
-                if !whole || last || data.iter().any(|&byte| byte != 0) {
-                    let answered = self
-                        .write_copy(
-                            to_slot,
-                            ((inode, generation), at),
-                            (data.clone(), tag()),
-                            (&retry, &|| Ok(())),
-                        )
-                        .await?;
-                    seen(answered)?;
-                    copied += data.len() as u64;
+        while let Some(step) = round.next_step() {
+            match step {
+                Step::Clear => {
+                    let tag = self.push_tag(stripe);
+                    self.cluster
+                        .call_storage(to_slot, &retry, |storage, route| {
+                            let tag = tag.clone();
+                            async move { storage.remove_tagged(route, inode, tag).await }
+                        })
+                        .await
+                        .map_err(rpc_error)?;
                 }
-                at += piece;
+                Step::Copy(piece) => {
+                    let source = Arc::clone(&target);
+                    let data =
+                        blocking(move || source.read(object, piece.offset, piece.len as u32))
+                            .await?;
+                    // On a fresh copy a hole stays a hole, but for the last byte, which gives
+                    // the copy its length; a changed range may have become zeros and is
+                    // written.
+                    if !piece.fresh || piece.last || data.iter().any(|&byte| byte != 0) {
+                        let len = data.len() as u64;
+                        let answered = self
+                            .write_copy(
+                                to_slot,
+                                ((inode, generation), piece.offset),
+                                (data, self.push_tag(stripe)),
+                                (&retry, &|| Ok(())),
+                            )
+                            .await?;
+                        round.answered(to_slot, answered).map_err(restarted)?;
+                        copied += len;
+                    }
+                }
+                Step::Verify => {
+                    let synced = self
+                        .cluster
+                        .call_storage(to_slot, &retry, |storage, route| async move {
+                            storage.sync(route, inode, None).await
+                        })
+                        .await
+                        .map_err(rpc_error)?;
+                    round.answered(to_slot, synced).map_err(restarted)?;
+                }
+                Step::Retire => {
+                    let target = Arc::clone(&target);
+                    blocking(move || target.retire(object)).await?;
+                }
+                Step::Ack { verifier } => target.moves().ack(object, id, verifier),
+                Step::SealMembers => unreachable!("a plain object has no members"),
             }
-        }
-        if seal {
-            let synced = self
-                .cluster
-                .call_storage(to_slot, &retry, |storage, route| async move {
-                    storage.sync(route, inode, None).await
-                })
-                .await
-                .map_err(rpc_error)?;
-            seen(synced)?;
-            blocking(move || target.retire(object)).await?;
-        } else {
-            target.moves().ack(object, id, verifier);
         }
         Ok(copied)
     }
@@ -228,132 +226,172 @@ impl Storage {
         admitted()?;
         let object = ObjectId::new(Space::mirrored(group.is_some()), inode);
         let (_one, stripe, taken) = self.take_push(&target, (object, group), id, seal).await?;
-        let crate::target::Taken::Changed {
-            changed,
-            length,
-            generation,
-            ..
-        } = taken
-        else {
-            // Gone here: its members were sealed before (sent again, which does nothing to
-            // those that have it, for one that missed it and took over since).
-            if let Some(group) = group {
-                let _whole = self.mirror.lock_range(target.id, inode, 0..u64::MAX).await;
-                self.seal_members(&target, group, inode).await?;
-            }
-            return Ok(0);
+        let plan = weft_mirror::push::Plan {
+            piece: PIECE,
+            // Within one chunk of the old layout: one contiguous range of the file.
+            boundary: u64::from(from.pattern.chunk_size_bytes),
+            // A punch answers no verifier, so the copies are synced at both ends of a round.
+            verify_each_round: true,
+            clear_when_whole: false,
+            mirrored: group.is_some(),
         };
-        if seal && group.is_some() {
-            weft_service::failpoint::failpoint("mirrored-push-after-seal");
-        }
-        let ranges = changed.to_copy(length);
+        let (mut round, generation) = match taken {
+            crate::target::Taken::Changed {
+                watched,
+                length,
+                generation,
+            } => {
+                if seal && group.is_some() {
+                    weft_service::failpoint::failpoint("mirrored-push-after-seal");
+                }
+                (Round::new(watched, length, seal, plan, None), generation)
+            }
+            // Gone here: its members were sealed before (sealed again).
+            crate::target::Taken::Gone => (Round::gone(plan), 0),
+        };
+        let restarted = |Restarted(copy)| {
+            target.moves().restart(object, id);
+            copy_restarted(copy, inode)
+        };
         let retry = weft_net::retry::RetryPolicy::default();
-        let chunk = u64::from(from.pattern.chunk_size_bytes);
-        // What the new objects' servers answer before the round: every write, and the syncs
-        // after it, must get the same (a punch answers nothing, so all are synced at both
-        // ends).
         let copies: Vec<Slot> = to
             .slots()
             .filter(|s| !from.slots().any(|f| f == *s))
             .collect();
-        let before = self.copy_verifiers(inode, &copies, &retry).await?;
+        // A resync of the object to a member waits for the seal, and then finds it sealed.
+        let mut whole = None;
         let mut copied = 0;
-        for (offset, len) in ranges {
-            let end = offset.saturating_add(len).min(length);
-            let mut at = offset;
-            while at < end {
-                // Within one chunk of the old layout: one contiguous range of the file.
-                let piece = (end - at).min(PIECE).min(chunk - at % chunk);
-                let source = Arc::clone(&target);
-                let data = blocking(move || source.read(object, at, piece as u32)).await?;
-                let mut data = bytes::BytesMut::from(&data[..]);
-                data.resize(piece as usize, 0);
-                let data = data.freeze();
-                let file_offset = weft_proto::layout::file_offset_of(&from, usize::from(slot), at);
-                let last = at + piece == length;
-                for place in weft_proto::layout::map_range(&to, file_offset, piece) {
-                    let copy = to.slot(place.slot_index);
-                    if !copies.contains(&copy) {
-                        return Err(WireError::new(
-                            ErrorCode::InvalidArgument,
-                            format!("a push of {inode} would write into {copy}, which holds an object of the file already"),
-                        ));
-                    }
-                    let start = (place.file_offset - file_offset) as usize;
-                    let bytes = data.slice(start..start + place.len as usize);
-                    let holds_last = last && start + bytes.len() == data.len();
-                    let tag = self.push_tag(stripe);
-                    let answered = if bytes.iter().all(|&byte| byte == 0) && !holds_last {
-                        let punch = |storage: Arc<weft_net::StorageClient>, route| {
-                            let tag = tag.clone();
-                            let admitted = admitted().map_err(weft_net::RpcError::Remote);
-                            async move {
-                                admitted?;
-                                storage
-                                    .fallocate(
-                                        route,
-                                        (inode, generation),
-                                        place.object_offset,
-                                        place.len,
-                                        weft_proto::messages::FallocateMode::Zero,
-                                        Some(tag),
-                                        None,
-                                        // A move's copy: not a client's growth.
-                                        None,
-                                    )
-                                    .await
-                            }
-                        };
-                        self.cluster
-                            .call_storage(copy, &retry, punch)
-                            .await
-                            .map_err(rpc_error)?;
-                        None
-                    } else {
-                        let answered = self
-                            .write_copy(
-                                copy,
-                                ((inode, generation), place.object_offset),
-                                (bytes, tag),
-                                (&retry, &admitted),
-                            )
-                            .await?;
-                        copied += place.len;
-                        Some(answered)
-                    };
-                    if answered.is_some_and(|answered| before.get(&copy) != Some(&answered)) {
-                        target.moves().restart(object, id);
-                        return Err(copy_restarted(copy, inode));
+        while let Some(step) = round.next_step() {
+            match step {
+                Step::Verify => {
+                    for (copy, verifier) in self.copy_verifiers(inode, &copies, &retry).await? {
+                        round.answered(copy, verifier).map_err(restarted)?;
                     }
                 }
-                at += piece;
-            }
-        }
-        // The copies are synced: a server that restarted during the round answers another
-        // verifier than before it.
-        let after = self.copy_verifiers(inode, &copies, &retry).await?;
-        if let Some((&copy, _)) = after.iter().find(|(copy, v)| before.get(copy) != Some(v)) {
-            target.moves().restart(object, id);
-            return Err(copy_restarted(copy, inode));
-        }
-        if seal {
-            // A resync of the object to a member waits, and then finds it sealed.
-            let _whole = match group {
-                Some(group) => {
-                    let held = self.mirror.lock_range(target.id, inode, 0..u64::MAX).await;
+                Step::Copy(piece) => {
+                    let source = Arc::clone(&target);
+                    let data =
+                        blocking(move || source.read(object, piece.offset, piece.len as u32))
+                            .await?;
+                    let mut data = bytes::BytesMut::from(&data[..]);
+                    data.resize(piece.len as usize, 0);
+                    let restriped = Restriped {
+                        file: (inode, generation),
+                        from: &from,
+                        slot,
+                        to: &to,
+                        copies: &copies,
+                    };
+                    let sent = (data.freeze(), piece, stripe);
+                    for (copy, answered) in self
+                        .copy_restriped(restriped, sent, (&retry, &admitted))
+                        .await?
+                    {
+                        if let Some(answered) = answered {
+                            round.answered(copy, answered).map_err(restarted)?;
+                        }
+                    }
+                    copied += piece.len;
+                }
+                Step::SealMembers => {
+                    let group = group.expect("only a mirrored object's members are sealed");
+                    whole = Some(self.mirror.lock_range(target.id, inode, 0..u64::MAX).await);
                     admitted()?;
                     self.seal_members(&target, group, inode).await?;
                     weft_service::failpoint::failpoint("mirrored-push-after-members-sealed");
-                    Some(held)
                 }
-                None => None,
-            };
-            blocking(move || target.retire(object)).await?;
-        } else {
-            weft_service::failpoint::failpoint("restripe-push-after-round");
-            target.moves().ack(object, id, None);
+                Step::Retire => {
+                    let target = Arc::clone(&target);
+                    blocking(move || target.retire(object)).await?;
+                }
+                Step::Ack { verifier } => {
+                    weft_service::failpoint::failpoint("restripe-push-after-round");
+                    target.moves().ack(object, id, verifier);
+                }
+                Step::Clear => unreachable!("a restripe's copies are not cleared"),
+            }
         }
+        drop(whole);
         Ok(copied)
+    }
+
+    /// Writes one piece of an object (`data`, read at `piece.offset`) into its places in the
+    /// file's new layout, as changes of object stripe `stripe`'s push sender, each try only if
+    /// `admitted` still says so: ranges of zeros are punched there (the new objects may hold
+    /// an earlier round's bytes), but the object's last byte is written, so the copies'
+    /// lengths still give the file's. Answers each copy written to, with the verifier its
+    /// write answered (a punch answers none).
+    async fn copy_restriped(
+        &self,
+        restriped: Restriped<'_>,
+        (data, piece, stripe): (Bytes, weft_mirror::push::Piece, usize),
+        (retry, admitted): (
+            &weft_net::retry::RetryPolicy,
+            &(dyn Fn() -> Result<(), WireError> + Sync),
+        ),
+    ) -> Result<Vec<(weft_proto::layout::Slot, Option<u64>)>, WireError> {
+        let Restriped {
+            file,
+            from,
+            slot,
+            to,
+            copies,
+        } = restriped;
+        let inode = file.0;
+        let file_offset = weft_proto::layout::file_offset_of(from, usize::from(slot), piece.offset);
+        let mut answers = Vec::new();
+        for place in weft_proto::layout::map_range(to, file_offset, piece.len) {
+            let copy = to.slot(place.slot_index);
+            if !copies.contains(&copy) {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("a push of {inode} would write into {copy}, which holds an object of the file already"),
+                ));
+            }
+            let start = (place.file_offset - file_offset) as usize;
+            let bytes = data.slice(start..start + place.len as usize);
+            let holds_last = piece.last && start + bytes.len() == data.len();
+            let tag = self.push_tag(stripe);
+            let answered = if bytes.iter().all(|&byte| byte == 0) && !holds_last {
+                let punch = |storage: Arc<weft_net::StorageClient>, route| {
+                    let tag = tag.clone();
+                    let admitted = admitted().map_err(weft_net::RpcError::Remote);
+                    async move {
+                        admitted?;
+                        storage
+                            .fallocate(
+                                route,
+                                file,
+                                place.object_offset,
+                                place.len,
+                                weft_proto::messages::FallocateMode::Zero,
+                                Some(tag),
+                                None,
+                                // A move's copy: not a client's growth.
+                                None,
+                            )
+                            .await
+                    }
+                };
+                self.cluster
+                    .call_storage(copy, retry, punch)
+                    .await
+                    .map_err(rpc_error)?;
+                None
+            } else {
+                let answered = self
+                    .write_copy(
+                        copy,
+                        (file, place.object_offset),
+                        (bytes, tag),
+                        (retry, admitted),
+                    )
+                    .await?;
+                Some(answered)
+            };
+            answers.push((copy, answered));
+        }
+        Ok(answers)
     }
 
     /// Checks that `target` is the primary of `group`, whose object a push is for, in the
@@ -475,6 +513,17 @@ impl Storage {
         });
         futures::future::join_all(syncs).await.into_iter().collect()
     }
+}
+
+/// Where a restripe's piece goes: the object of `file` (inode, truncate generation) in slot
+/// `slot` of layout `from`, into the objects of layout `to` in `copies` (its slots that the
+/// file does not use yet).
+pub(super) struct Restriped<'a> {
+    file: (InodeId, u64),
+    from: &'a weft_proto::layout::FileLayout,
+    slot: u16,
+    to: &'a weft_proto::layout::FileLayout,
+    copies: &'a [weft_proto::layout::Slot],
 }
 
 /// Stripes of the locks that keep one push of an object at a time (and a truncate from
