@@ -173,6 +173,12 @@ impl<K: Copy + Eq + Hash> Watches<K> {
         }
     }
 
+    /// Forgets the watches of the objects `ended` says: the next round of each copies it
+    /// all again.
+    pub fn forget_where(&mut self, ended: impl Fn(&K) -> bool) {
+        self.watches.retain(|object, _| !ended(object));
+    }
+
     /// Forgets `object`'s watch (its file was removed); answers whether it had one.
     pub fn forget(&mut self, object: K) -> bool {
         self.watches.remove(&object).is_some()

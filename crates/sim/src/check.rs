@@ -13,10 +13,16 @@ impl World {
             return;
         };
         let map = mgmt.map().clone();
+        // A move whose last round was answered since the last tick.
+        for mover in self.config.clients..self.config.clients + self.config.movers {
+            if self.clients[mover as usize].idle() {
+                self.moved_on(mover);
+            }
+        }
         self.check_answers(&mut violations);
         self.check_groups(&map, &mut violations);
         self.check_plain_objects(&mut violations);
-        self.check_reads(&mut violations);
+        self.check_reads(&map, &mut violations);
         self.check_seals(&mut violations);
         self.check_primaries(&mut violations);
         violations.truncate(20);
@@ -44,13 +50,7 @@ impl World {
                 client.history.iter().filter(|r| r.done.is_some()).count() as u64;
             for record in &client.history {
                 match (&record.op, &record.done) {
-                    (
-                        ClientOp::Change {
-                            change: Change::Seal { .. },
-                            ..
-                        },
-                        Some(_),
-                    ) => self.outcome.seals += 1,
+                    (ClientOp::Move { seal: true, .. }, Some(_)) => self.outcome.seals += 1,
                     (ClientOp::Change { .. }, Some((_, Answer::Moved))) => self.outcome.moved += 1,
                     _ => {}
                 }
@@ -84,7 +84,7 @@ impl World {
             let Some(primary) = self.check_copies(id, group, violations) else {
                 continue;
             };
-            self.check_history(id, group, &primary, violations);
+            self.check_history(map, id, &primary, violations);
         }
     }
 
@@ -167,20 +167,31 @@ impl World {
     /// clients' changes since their last acknowledged sync may have left.
     fn check_history(
         &self,
+        map: &weft_mirror::GroupMap,
         id: &GroupId,
-        group: &weft_mirror::Group,
         primary: &BTreeMap<ChunkId, Data>,
         violations: &mut Vec<String>,
     ) {
-        for (index, client) in self.clients.iter().enumerate() {
-            let index = index as u32;
-            if self.group_of(index) != *id {
-                continue;
-            }
+        let group = &map.groups[id];
+        for client in &self.clients {
             for (_, chunk) in World::chunks_in(&client.history)
                 .into_iter()
                 .filter(|(place, _)| place == id)
             {
+                // Moved off: sealed, its bytes dropped.
+                if self
+                    .moved
+                    .get(&chunk)
+                    .is_some_and(|moved| moved.from == *id)
+                {
+                    if let Some(found) = primary.get(&chunk) {
+                        violations.push(format!(
+                            "group {id} chunk {chunk}: moved off to group {}, still holds {found:?}",
+                            self.moved[&chunk].to
+                        ));
+                    }
+                    continue;
+                }
                 // A home answers a commit only once it is synced everywhere: nothing it
                 // answered is ever lost, whatever the loss epoch says.
                 let (epoch, found) = if is_home(*id) {
@@ -191,7 +202,7 @@ impl World {
                         primary.get(&chunk).cloned().unwrap_or_default(),
                     )
                 };
-                let allowed = allowed_states(&client.history, (*id, chunk), epoch);
+                let allowed = self.chunk_states(map, &client.history, (*id, chunk), epoch);
                 if !allowed.contains(&found) {
                     violations.push(format!(
                         "group {id} chunk {chunk}: holds {found:?}, none of the {} states its changes since the last acknowledged sync may have left",
@@ -217,7 +228,8 @@ impl World {
                     continue;
                 };
                 let epoch = self.servers[&server].unsynced_boot;
-                let allowed = allowed_states(&client.history, (place, chunk), epoch);
+                let empty = BTreeSet::from([Data::new()]);
+                let allowed = allowed_states(&client.history, (place, chunk), epoch, empty);
                 let found = machine
                     .store()
                     .volatile
@@ -234,8 +246,30 @@ impl World {
         }
     }
 
+    /// The states `chunk` of `place` may be in after `history` when the place's loss epoch
+    /// is `epoch` ([`allowed_states`]); a chunk that moved to `place` starts from any state
+    /// it may have been in where it moved from (its last round copied what it held once
+    /// sealed, and synced the copy).
+    fn chunk_states(
+        &self,
+        map: &weft_mirror::GroupMap,
+        history: &[OpRecord<Data>],
+        (place, chunk): (GroupId, ChunkId),
+        epoch: u64,
+    ) -> BTreeSet<Data> {
+        let start = match self.moved.get(&chunk) {
+            Some(moved) if moved.to == place => {
+                let before = map.groups.get(&moved.from).map_or(0, |g| g.loss_epoch);
+                let empty = BTreeSet::from([Data::new()]);
+                allowed_states(history, (moved.from, chunk), before, empty)
+            }
+            _ => BTreeSet::from([Data::new()]),
+        };
+        allowed_states(history, (place, chunk), epoch, start)
+    }
+
     /// Reads never see a synced change undone.
-    fn check_reads(&self, violations: &mut Vec<String>) {
+    fn check_reads(&self, map: &weft_mirror::GroupMap, violations: &mut Vec<String>) {
         // Reads never see a synced change undone: each returns what the chunk's last change
         // followed by an acknowledged sync left, or what a later one left.
         for (index, client) in self.clients.iter().enumerate() {
@@ -246,7 +280,8 @@ impl World {
                     continue;
                 };
                 let found = data.clone().unwrap_or_default();
-                let allowed = allowed_states(&client.history[..at], (*group, *chunk), *epoch);
+                let allowed =
+                    self.chunk_states(map, &client.history[..at], (*group, *chunk), *epoch);
                 if !allowed.contains(&found) {
                     violations.push(format!(
                         "client {index} read {found:?} from chunk {chunk} at op {at}, none of the {} states its changes since the last acknowledged sync may have left",
@@ -257,34 +292,29 @@ impl World {
         }
     }
 
-    /// A sealed chunk takes no change and serves no read once its seal was answered.
+    /// A moved chunk takes no change and serves no read where it moved off once its last
+    /// round was answered: a writer with the moved file's old layout is never answered from
+    /// the group nobody reads.
     fn check_seals(&self, violations: &mut Vec<String>) {
-        // A sealed chunk takes no change and serves no read once its seal was answered: a
-        // writer with the moved file's old layout is never answered from the group nobody
-        // reads.
         for (index, client) in self.clients.iter().enumerate() {
-            let mut sealed: BTreeSet<(GroupId, ChunkId)> = BTreeSet::new();
             for (at, record) in client.history.iter().enumerate() {
                 let (group, chunk) = match &record.op {
                     ClientOp::Change { group, change } => (*group, change.chunk()),
                     ClientOp::Read { group, chunk } => (*group, *chunk),
-                    ClientOp::Sync { .. } => continue,
+                    ClientOp::Sync { .. } | ClientOp::Move { .. } => continue,
+                };
+                let Some(moved) = self.moved.get(&chunk) else {
+                    continue;
                 };
                 let answered = record.done.as_ref().map(|(_, answer)| answer);
-                if sealed.contains(&(group, chunk)) && answered != Some(&Answer::Moved) {
-                    violations.push(format!(
-                        "client {index}: op {at} on chunk {chunk} of group {group}, sealed before, was answered {answered:?}"
-                    ));
-                }
-                if let (
-                    ClientOp::Change {
-                        change: Change::Seal { .. },
-                        ..
-                    },
-                    Some(_),
-                ) = (&record.op, answered)
+                if moved.from == group
+                    && record.issued > moved.at
+                    && answered != Some(&Answer::Moved)
                 {
-                    sealed.insert((group, chunk));
+                    violations.push(format!(
+                        "client {index}: op {at} on chunk {chunk} of group {group}, moved off to group {} at {} ms, was answered {answered:?}",
+                        moved.to, moved.at
+                    ));
                 }
             }
         }
@@ -332,14 +362,16 @@ fn allowed_states(
     history: &[OpRecord<Data>],
     (place, chunk): (GroupId, ChunkId),
     epoch: u64,
+    start: BTreeSet<Data>,
 ) -> BTreeSet<Data> {
     // The states the chunk may be in after each change since the last `Done` sync.
-    let mut timeline: Vec<BTreeSet<Data>> = vec![BTreeSet::from([Data::new()])];
+    let mut timeline: Vec<BTreeSet<Data>> = vec![start];
     let mut seen = 0;
     let mine = history.iter().filter(|record| match &record.op {
         ClientOp::Change { group, .. }
         | ClientOp::Sync { group }
         | ClientOp::Read { group, .. } => *group == place,
+        ClientOp::Move { .. } => false,
     });
     let apply = |change: &Change, state: &Data| -> Data {
         let mut object = Some(state.clone());
@@ -371,19 +403,15 @@ fn allowed_states(
             seen = seen.max(answered);
         }
         match (&record.op, &record.done) {
-            // A change answered `Moved` changed nothing, but a seal (a copy of it sent
-            // before may have sealed the chunk).
-            (ClientOp::Change { change, .. }, done)
-                if change.chunk() == chunk
-                    && (matches!(change, Change::Seal { .. })
-                        || !matches!(done, Some((_, Answer::Moved)))) =>
-            {
-                let next = timeline
-                    .last()
-                    .expect("never empty")
-                    .iter()
-                    .map(|state| apply(change, state))
-                    .collect();
+            // A change answered `Moved` may have been applied before its chunk was sealed
+            // (a first run of it given up), and copied with the chunk, or not.
+            (ClientOp::Change { change, .. }, done) if change.chunk() == chunk => {
+                let before = timeline.last().expect("never empty");
+                let mut next: BTreeSet<Data> =
+                    before.iter().map(|state| apply(change, state)).collect();
+                if matches!(done, Some((_, Answer::Moved))) {
+                    next.extend(before.iter().cloned());
+                }
                 timeline.push(next);
                 recent.push(change);
             }

@@ -26,6 +26,20 @@ pub enum ClientOp {
         /// The chunk.
         chunk: ChunkId,
     },
+    /// Run a round of a chunk's move to another group, as a metadata server pushes an
+    /// object of a file it moves.
+    Move {
+        /// The group the chunk moves off.
+        group: GroupId,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The group it moves to.
+        to: GroupId,
+        /// The move.
+        id: u64,
+        /// Whether this is its last round.
+        seal: bool,
+    },
 }
 
 impl ClientOp {
@@ -33,7 +47,8 @@ impl ClientOp {
         match self {
             ClientOp::Change { group, .. }
             | ClientOp::Sync { group }
-            | ClientOp::Read { group, .. } => *group,
+            | ClientOp::Read { group, .. }
+            | ClientOp::Move { group, .. } => *group,
         }
     }
 }
@@ -145,6 +160,21 @@ impl<D: Clone + std::fmt::Debug> Client<D> {
                 group: *group,
                 version,
                 chunk: *chunk,
+                seq,
+            },
+            ClientOp::Move {
+                group,
+                chunk,
+                to,
+                id,
+                seal,
+            } => Msg::Push {
+                group: *group,
+                version,
+                chunk: *chunk,
+                to: *to,
+                id: *id,
+                seal: *seal,
                 seq,
             },
         };

@@ -1,7 +1,7 @@
 //! A deterministic simulator of mirror groups: management, storage and metadata servers and
 //! clients run the `weft-mirror` state machines (the servers' membership, the storage servers'
-//! change fence, range locks and resync plan, the metadata servers' store-file shipping among
-//! them) over a simulated network, driven by one seeded random source
+//! change fence, range locks, resync plan and moves' rounds and watches, the metadata servers'
+//! store-file shipping among them) over a simulated network, driven by one seeded random source
 //! through message loss, reordering and stalls, partitions, crashes of a host (which lose
 //! unsynced writes) and of a server's process (which keep them: they were in the kernel). The
 //! same seed replays the same run, event for event.
@@ -11,7 +11,10 @@
 //! - every client operation was answered, and every member of every group is good again;
 //! - the members of each group hold identical data;
 //! - no write covered by an acknowledged sync is lost: each chunk holds its last synced write
-//!   or a later one; no commit a metadata home answered is lost;
+//!   or a later one, in the group it moved to if a mover moved it (its last round answered);
+//!   no commit a metadata home answered is lost;
+//! - a chunk moved off a group holds no bytes there, and every change or read sent there
+//!   after its move is refused as moved;
 //! - no two primaries served at once: per group, served versions never go back in time, and
 //!   one version is served by one server.
 
@@ -22,7 +25,7 @@ mod client;
 mod server;
 
 pub use client::{Client, ClientOp, OpRecord};
-pub use server::{home_region, is_home, ResyncCounts, Server, Store, REGION};
+pub use server::{copier_of, home_region, is_home, ResyncCounts, Server, Store, COPIERS, REGION};
 use weft_mirror::{
     Answer, Change, ChunkId, Controller, ControllerDurable, GroupId, MemberState, Msg, Node, Send,
     ServerId, Time, Timing, Version, HOMES,
@@ -43,6 +46,9 @@ pub struct Config {
     pub homes: Vec<Vec<ServerId>>,
     /// Clients; each writes its own chunks of one group or home.
     pub clients: u32,
+    /// Movers: clients that move other clients' chunks to other groups, round by round, as
+    /// metadata servers push the objects of the files they move.
+    pub movers: u32,
     /// Chunks per client.
     pub chunks_per_client: u64,
     /// Milliseconds of faults.
@@ -94,6 +100,7 @@ impl Config {
                 vec![ServerId(6), ServerId(5)],
             ],
             clients: 6,
+            movers: 1,
             chunks_per_client: 16,
             fault_ms: 20_000,
             quiet_ms: 30_000,
@@ -131,7 +138,7 @@ pub struct Outcome {
     pub home_commits: u64,
     /// Primary changes of metadata homes.
     pub home_failovers: u64,
-    /// Chunks sealed (moved away), and later changes of sealed chunks refused as moved.
+    /// Chunks moved to another group (their last round answered).
     pub seals: u64,
     /// Later changes of sealed chunks, each refused as moved.
     pub moved: u64,
@@ -209,6 +216,28 @@ struct ServerSlot {
     in_process: bool,
 }
 
+/// A move under way.
+#[derive(Clone, Copy, Debug)]
+struct Moving {
+    chunk: ChunkId,
+    from: GroupId,
+    to: GroupId,
+    id: u64,
+    /// Rounds before the last one still to run.
+    rounds_left: u32,
+    /// Whether the last round was sent.
+    sealing: bool,
+}
+
+/// A chunk that moved.
+#[derive(Clone, Copy, Debug)]
+struct Moved {
+    from: GroupId,
+    to: GroupId,
+    /// When its last round was answered.
+    at: Time,
+}
+
 struct World {
     config: Config,
     random: Random,
@@ -229,9 +258,19 @@ struct World {
     next_value: u64,
     /// The chunk each (client, slot) changes now.
     slots: BTreeMap<(u32, u64), ChunkId>,
-    /// The chunks each client sealed: it writes to them now and then afterwards, as a writer
-    /// still holding a moved file's old layout does.
-    sealed: BTreeMap<u32, Vec<ChunkId>>,
+    /// Where each moved chunk lives now (every other chunk lives in its client's group).
+    location: BTreeMap<ChunkId, GroupId>,
+    /// The move each mover runs: its chunk, the groups it moves off and to, its id, and the
+    /// rounds left before its last.
+    moving: BTreeMap<u32, Moving>,
+    /// Every chunk moved: off which group, to which, and when its last round was answered.
+    moved: BTreeMap<ChunkId, Moved>,
+    /// Moves started.
+    next_move: u64,
+    /// The chunks each client had moved, with the group they moved off: it writes to them
+    /// there now and then afterwards, as a writer still holding a moved file's old layout
+    /// does.
+    sealed: BTreeMap<u32, Vec<(GroupId, ChunkId)>>,
     outcome: Outcome,
 }
 
@@ -248,6 +287,7 @@ impl World {
     }
 
     fn is_cut(&self, a: Node, b: Node) -> bool {
+        let (a, b) = (host(a), host(b));
         self.cut.contains(&(a.min(b), a.max(b)))
     }
 
@@ -276,16 +316,20 @@ impl World {
         }
     }
 
+    /// Takes what server `server` served, and sends what its copier sends.
     fn drain_served(&mut self, server: ServerId) {
-        if let Some(machine) = self
-            .servers
-            .get_mut(&server)
-            .and_then(|s| s.machine.as_mut())
-        {
-            for (time, group, version) in machine.served.drain(..) {
-                self.served.push((time, group, version, server));
-            }
+        let Some(slot) = self.servers.get_mut(&server) else {
+            return;
+        };
+        let boot = slot.boot;
+        let Some(machine) = slot.machine.as_mut() else {
+            return;
+        };
+        for (time, group, version) in machine.served.drain(..) {
+            self.served.push((time, group, version, server));
         }
+        let copied = machine.take_copier_sends();
+        self.send_all(Node::Client(copier_of(server, boot)), copied);
     }
 
     /// Which start of `node` runs now (clients never restart).
@@ -316,6 +360,23 @@ impl World {
                 self.drain_served(id);
                 sends
             }
+            Node::Client(id) if id >= COPIERS => {
+                let server = ServerId((id & !COPIERS) >> 16);
+                let Some(slot) = self.servers.get_mut(&server) else {
+                    return;
+                };
+                if copier_of(server, slot.boot) != id {
+                    return;
+                }
+                let Some(machine) = slot.machine.as_mut() else {
+                    return;
+                };
+                let sends = machine.copier_handle(now, from, msg);
+                self.drain_served(server);
+                self.outcome.messages += 1;
+                self.send_all(Node::Server(server), sends);
+                return;
+            }
             Node::Client(id) => self.clients[id as usize].handle(now, from, msg),
         };
         self.outcome.messages += 1;
@@ -338,16 +399,26 @@ impl World {
                 Some(machine) => machine.tick(now),
                 None => continue,
             };
+            self.drain_served(id);
             self.send_all(Node::Server(id), sends);
         }
         for index in 0..self.clients.len() {
-            let sends = if self.clients[index].idle() && self.now < self.stop_submitting() {
-                let op = self.next_op(index as u32);
-                self.clients[index].submit(now, op)
-            } else {
-                self.clients[index].tick(now)
+            let client = index as u32;
+            let idle = self.clients[index].idle();
+            let mover = client >= self.config.clients;
+            if mover && idle {
+                self.moved_on(client);
+            }
+            let op = match idle && self.now < self.stop_submitting() {
+                true if mover => self.next_round(client),
+                true => Some(self.next_op(client)),
+                false => None,
             };
-            self.send_all(Node::Client(index as u32), sends);
+            let sends = match op {
+                Some(op) => self.clients[index].submit(now, op),
+                None => self.clients[index].tick(now),
+            };
+            self.send_all(Node::Client(client), sends);
         }
         self.schedule(now + 10, Event::Tick);
     }
@@ -389,9 +460,92 @@ impl World {
             .filter_map(|record| match &record.op {
                 ClientOp::Change { group, change } => Some((*group, change.chunk())),
                 ClientOp::Read { group, chunk } => Some((*group, *chunk)),
-                ClientOp::Sync { .. } => None,
+                ClientOp::Sync { .. } | ClientOp::Move { .. } => None,
             })
             .collect()
+    }
+
+    /// The mover `client`'s move, when its last round was answered: its chunk lives in its
+    /// new group from now on.
+    fn moved_on(&mut self, client: u32) {
+        let Some(moving) = self.moving.get(&client).copied() else {
+            return;
+        };
+        if !moving.sealing {
+            return;
+        }
+        self.moving.remove(&client);
+        let at = match self.clients[client as usize].history.last() {
+            Some(OpRecord {
+                done: Some((at, _)),
+                ..
+            }) => *at,
+            _ => self.now,
+        };
+        self.location.insert(moving.chunk, moving.to);
+        self.moved.insert(
+            moving.chunk,
+            Moved {
+                from: moving.from,
+                to: moving.to,
+                at,
+            },
+        );
+        let owner = (moving.chunk / 1_000_000) as u32;
+        self.sealed
+            .entry(owner)
+            .or_default()
+            .push((moving.from, moving.chunk));
+    }
+
+    /// The mover `client`'s next round: of its move under way, or of a new move of a chunk
+    /// of a client of a mirrored group, never moved before, to another mirrored group; none
+    /// for a while now and then.
+    fn next_round(&mut self, client: u32) -> Option<ClientOp> {
+        if !self.moving.contains_key(&client) {
+            if self.random.next_u64() % 4 != 0 {
+                return None;
+            }
+            let owner = (self.random.next_u64() % u64::from(self.config.clients)) as u32;
+            let groups = self.config.groups.len() as u32;
+            let from = self.group_of(owner);
+            if is_home(from) || groups < 2 {
+                return None;
+            }
+            let index = self.random.next_u64() % self.config.chunks_per_client;
+            let chunk = self.chunk_of(owner, index);
+            let busy = self.moving.values().any(|m| m.chunk == chunk);
+            if busy || self.moved.contains_key(&chunk) {
+                return None;
+            }
+            let to = GroupId(
+                (from.0 - 1 + self.random.between(1, u64::from(groups) - 1) as u32) % groups + 1,
+            );
+            self.next_move += 1;
+            let moving = Moving {
+                chunk,
+                from,
+                to,
+                id: self.next_move,
+                rounds_left: self.random.between(0, 2) as u32,
+                sealing: false,
+            };
+            self.moving.insert(client, moving);
+        }
+        let moving = self.moving.get_mut(&client).expect("just made");
+        let seal = moving.rounds_left == 0;
+        if seal {
+            moving.sealing = true;
+        } else {
+            moving.rounds_left -= 1;
+        }
+        Some(ClientOp::Move {
+            group: moving.from,
+            chunk: moving.chunk,
+            to: moving.to,
+            id: moving.id,
+            seal,
+        })
     }
 
     fn next_op(&mut self, client: u32) -> ClientOp {
@@ -410,18 +564,41 @@ impl World {
         // Out of twenty operations: two reads, 2 to 8 syncs (by seed), the rest changes.
         let syncs = 2 + self.config.seed % 4 * 2;
         let home = is_home(group);
-        // Reads and syncs of the plain objects on a member target now and then too.
-        let place = if !home && self.random.next_u64() % 4 == 0 {
-            let members = &self.config.groups[group.0 as usize - 1];
-            GroupId::plain(members[client as usize % members.len()])
+        // The plain objects on a member target are the client group's.
+        let members = if home {
+            Vec::new()
         } else {
-            group
+            self.config.groups[group.0 as usize - 1].clone()
+        };
+        // A moved chunk is changed and read where it lives now.
+        let located = match home {
+            // A home's regions are numbered apart from the groups' chunks, and never move.
+            true => group,
+            false => self.location.get(&chunk).copied().unwrap_or(group),
+        };
+        // Reads and syncs of the plain objects on a member target now and then too, and
+        // syncs of the groups the client's chunks moved to.
+        let moved_to: Vec<GroupId> = self
+            .sealed
+            .get(&client)
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, chunk)| self.location.get(chunk).copied())
+            .collect();
+        let place = match self.random.next_u64() % 8 {
+            0 | 1 if !home => GroupId::plain(members[client as usize % members.len()]),
+            2 if !moved_to.is_empty() => {
+                moved_to[(self.random.next_u64() % moved_to.len() as u64) as usize]
+            }
+            _ => located,
         };
         if roll >= 18 {
-            return ClientOp::Read {
-                group: place,
-                chunk,
+            let group = if place.plain_server().is_some() {
+                place
+            } else {
+                located
             };
+            return ClientOp::Read { group, chunk };
         }
         if roll >= 18 - syncs {
             return ClientOp::Sync { group: place };
@@ -438,20 +615,10 @@ impl World {
         };
         let sealed = self.sealed.get(&client).map_or(0, Vec::len) as u64;
         let change = match kind {
-            // A chunk moves away: sealed, and the slot's next chunk is a new one.
-            3 if self.random.chance(250) => {
-                let next = chunk + self.config.chunks_per_client;
-                self.slots.insert((client, index), next);
-                self.sealed.entry(client).or_default().push(chunk);
-                return ClientOp::Change {
-                    group,
-                    change: Change::Seal { chunk },
-                };
-            }
-            // A write to a chunk sealed before: it must be refused as moved.
+            // A write to a chunk moved off a group, sent there: it must be refused as moved.
             4 if sealed > 0 => {
                 let at = (self.random.next_u64() % sealed) as usize;
-                let chunk = self.sealed[&client][at];
+                let (group, chunk) = self.sealed[&client][at];
                 return ClientOp::Change {
                     group,
                     change: Change::Write {
@@ -488,14 +655,16 @@ impl World {
         // A quarter of the changes go to plain objects (same chunk ids) on a member target of
         // the client's group.
         if !home && self.random.next_u64() % 4 == 0 {
-            let members = &self.config.groups[group.0 as usize - 1];
             let server = members[client as usize % members.len()];
             return ClientOp::Change {
                 group: GroupId::plain(server),
                 change,
             };
         }
-        ClientOp::Change { group, change }
+        ClientOp::Change {
+            group: located,
+            change,
+        }
     }
 
     fn fault(&mut self) {
@@ -527,7 +696,7 @@ impl World {
                 let id = Node::Server(pick(&mut self.random));
                 let mut others: Vec<Node> = vec![Node::Mgmt];
                 others.extend(servers.iter().map(|s| Node::Server(*s)));
-                others.extend((0..self.config.clients).map(Node::Client));
+                others.extend((0..self.config.clients + self.config.movers).map(Node::Client));
                 let heal = self.now + self.random.between(200, 3_000);
                 for other in others.into_iter().filter(|o| *o != id) {
                     self.cut.insert((id.min(other), id.max(other)));
@@ -666,6 +835,14 @@ impl World {
     }
 }
 
+/// The node whose links carry `node`'s messages: a server's copier's are the server's.
+fn host(node: Node) -> Node {
+    match node {
+        Node::Client(id) if id >= COPIERS => Node::Server(ServerId((id & !COPIERS) >> 16)),
+        node => node,
+    }
+}
+
 /// Runs one simulation.
 ///
 /// # Panics
@@ -701,13 +878,17 @@ pub fn run(config: &Config) -> Outcome {
                 )
             })
             .collect(),
-        clients: (0..config.clients)
+        clients: (0..config.clients + config.movers)
             .map(|id| Client::new(id, config.timing))
             .collect(),
         cut: BTreeSet::new(),
         served: Vec::new(),
         next_value: 0,
         slots: BTreeMap::new(),
+        location: BTreeMap::new(),
+        moving: BTreeMap::new(),
+        moved: BTreeMap::new(),
+        next_move: 0,
         sealed: BTreeMap::new(),
         outcome: Outcome::default(),
     };
@@ -772,7 +953,7 @@ mod tests {
             assert!(totals.failovers > 0, "the runs exercised failovers");
             assert!(
                 totals.seals > 0 && totals.moved > 0,
-                "the runs sealed chunks and refused later changes of them: {totals:?}"
+                "the runs moved chunks and refused later changes of them where they moved off: {totals:?}"
             );
             assert!(
                 totals.home_commits > 0 && totals.home_failovers > 0,

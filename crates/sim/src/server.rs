@@ -16,6 +16,7 @@ use weft_mirror::numbers::Numbers;
 use weft_mirror::primary::PrimaryChange;
 use weft_mirror::ranges::RangeTable;
 use weft_mirror::resync::{self, ResyncNumbering, ResyncPlan, ResyncStep};
+use weft_mirror::watch::Watches;
 use weft_mirror::{
     Answer, Bytes, Change, ChangeId, ChunkId, ClientId, GroupId, GroupMap, Msg, Node, Refusal,
     Send, ServerId, Time, Timing, Version, PLAIN,
@@ -24,9 +25,11 @@ use weft_mirror::{Membership, Refused, ResyncStart};
 
 mod homes;
 mod member;
+mod pushes;
 mod resyncs;
 
 pub use homes::{home_region, is_home, REGION};
+pub use pushes::{copier_of, COPIERS};
 use resyncs::LIST_PAGE;
 
 /// A server's data: what the page cache holds (`volatile`) and what reached the disk
@@ -65,16 +68,26 @@ impl Store {
         };
     }
 
-    /// Applies `change` to its chunk of `group`: a seal takes the chunk's bytes, durably,
-    /// and marks it sealed.
+    /// Applies `change` to its chunk of `group`: a seal (a member's, at its primary's word)
+    /// marks the chunk sealed and takes its bytes, durably.
     fn apply(&mut self, group: GroupId, change: &Change) {
         if let Change::Seal { chunk } = change {
-            self.volatile.remove(&(group, *chunk));
-            self.durable.remove(&(group, *chunk));
-            self.sealed.insert((group, *chunk));
+            self.seal((group, *chunk));
+            self.retire((group, *chunk));
             return;
         }
         change.apply_to(&mut self.volatile, group);
+    }
+
+    /// Marks a chunk sealed, durably: it takes no change and serves no read from now on.
+    fn seal(&mut self, key: (GroupId, ChunkId)) {
+        self.sealed.insert(key);
+    }
+
+    /// Drops a sealed chunk's bytes, durably: it lives in another group now.
+    fn retire(&mut self, key: (GroupId, ChunkId)) {
+        self.volatile.remove(&key);
+        self.durable.remove(&key);
     }
 
     fn chunks(&self, group: GroupId) -> impl Iterator<Item = ChunkId> + '_ {
@@ -106,6 +119,8 @@ struct Pending {
     client: Option<(ClientId, u64)>,
     /// The chunk range this forward holds, released when it ends.
     held: Option<Held>,
+    /// Whether the push under way waits for it (its seal of the members).
+    for_push: bool,
 }
 
 /// What a forward is.
@@ -200,6 +215,13 @@ pub struct Server {
     forwarder: u64,
     /// The metadata homes it serves and mirrors.
     homes: homes::Homes,
+    /// What changed of each chunk being moved off, as primary, since its move's last round.
+    watches: Watches<(GroupId, ChunkId)>,
+    /// The move's round under way here, as primary of the group its chunk moves off.
+    push: Option<pushes::PushRun>,
+    /// The client this server's pushes write their copies through, and what it sends.
+    copier: crate::Client<Bytes>,
+    copier_out: Vec<Send<Bytes>>,
     /// Client operations served as primary: (time, group, version), for the simulator's
     /// split-brain check.
     pub served: Vec<(Time, GroupId, Version)>,
@@ -254,6 +276,10 @@ impl Server {
             forwards: Numbers::default(),
             forwarder: OWN_CLIENTS | u64::from(id.0) << 40 | (boot & 0xff_ffff) << 16,
             homes: homes::Homes::default(),
+            watches: Watches::default(),
+            push: None,
+            copier: crate::Client::new(copier_of(id, boot), timing),
+            copier_out: Vec::new(),
             served: Vec::new(),
             resync_counts: ResyncCounts::default(),
         }
@@ -315,6 +341,7 @@ impl Server {
         }
         out.extend(self.advance_resyncs(now));
         out.extend(self.tick_homes(now));
+        out.extend(self.tick_push(now));
         out
     }
 
@@ -381,6 +408,12 @@ impl Server {
             return Vec::new();
         };
         let mut out = Vec::new();
+        if pending.for_push {
+            if let Run::Client(change) = pending.run {
+                out.extend(self.members_sealed(now, change.end(&self.forwards).is_ok()));
+            }
+            return out;
+        }
         if let Run::Client(change) = pending.run {
             let answer = match (change.end(&self.forwards), &pending.work) {
                 (Ok(epoch), Work::Change { .. }) => Answer::Written { epoch },
@@ -421,6 +454,18 @@ impl Server {
     pub fn handle(&mut self, now: Time, from: Node, msg: Msg<Bytes>) -> Vec<Send<Bytes>> {
         match (from, msg) {
             (Node::Mgmt, Msg::HeartbeatAck { sent_at, map }) => self.adopt(sent_at, map, now),
+            (
+                Node::Client(mover),
+                Msg::Push {
+                    group,
+                    version,
+                    chunk,
+                    to,
+                    id,
+                    seal,
+                    seq,
+                },
+            ) => self.push_request(now, (mover, seq), (group, version, chunk), (to, id, seal)),
             (Node::Client(client), msg) => self.client_message(now, client, msg),
             (Node::Server(primary), msg @ Msg::PageApply { .. }) => self.page_apply(primary, msg),
             (Node::Server(member), Msg::MemberAck { group, op, .. }) if is_home(group) => {
@@ -719,6 +764,7 @@ impl Server {
         };
         self.served.push((now, group, version));
         self.store.apply(group, &change);
+        self.note(key, &change);
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
                 missed.insert(chunk);
@@ -739,6 +785,7 @@ impl Server {
                 run: Run::Client(run),
                 client: Some((client, seq)),
                 held: Some(held),
+                for_push: false,
             },
         )
         .1
@@ -776,6 +823,7 @@ impl Server {
             run: Run::Client(run),
             client: Some((client, seq)),
             held: None,
+            for_push: false,
         };
         self.start(now, pending).1
     }
@@ -858,6 +906,9 @@ impl Server {
                 out.extend(self.adopt_home(now, group));
                 continue;
             }
+            // Another version: another primary may have run rounds of this group's moves
+            // meanwhile, whose whole copies cleared what this one's watches count on.
+            self.watches.forget_where(|(g, _)| *g == group.id);
             let ended: Vec<ResyncStart> = self
                 .resyncs
                 .values()

@@ -44,12 +44,15 @@ impl Server {
                             break;
                         };
                         resync.object = Some(Held { key: object, id });
+                        // A chunk sealed by a move's last round keeps its bytes until the
+                        // round retires them, and is copied until then, as a storage
+                        // server's object is: a member that takes over holds all of it.
                         resync.plan.holds(match self.store.volatile.get(&object) {
-                            _ if self.store.sealed.contains(&object) => resync::Held::SealedOff,
                             Some(data) => resync::Held::Object {
                                 length: data.len() as u64,
                                 largest: COPY_PIECE,
                             },
+                            None if self.store.sealed.contains(&object) => resync::Held::SealedOff,
                             None => resync::Held::Gone,
                         });
                         continue;
@@ -160,6 +163,7 @@ impl Server {
             run: Run::Step(delivery),
             client: None,
             held: None,
+            for_push: false,
         };
         let (op, out) = self.start(now, pending);
         if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
