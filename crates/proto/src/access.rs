@@ -9,7 +9,7 @@
 
 use crate::error::{ErrorCode, WireError};
 use crate::ids::{ClientId, InodeId};
-use crate::messages::{ClusterMap, MetaRequest, MgmtRequest, Request, StorageRequest};
+use crate::messages::{ClusterMap, MetaRequest, Request, StorageRequest};
 use serde::{Deserialize, Serialize};
 
 /// The user and group root is squashed to: `nobody` on most systems.
@@ -220,59 +220,6 @@ impl ClientRule {
     }
 }
 
-impl MetaRequest {
-    /// The inodes a client's request names, each of which must lie in a confined client's
-    /// subtree. Not listed: the files of a release (the session's own opens, checked when
-    /// they were made, which must end even if the file moved away since). Requests for
-    /// members name none here: clients cannot send them.
-    pub fn inodes_named(&self) -> Vec<InodeId> {
-        match self {
-            MetaRequest::Lookup { parent, .. }
-            | MetaRequest::Create { parent, .. }
-            | MetaRequest::CreateSpread { parent, .. }
-            | MetaRequest::Unlink { parent, .. }
-            | MetaRequest::Rmdir { parent, .. } => vec![*parent],
-            MetaRequest::Rename {
-                parent, new_parent, ..
-            } => vec![*parent, *new_parent],
-            MetaRequest::Link {
-                inode, new_parent, ..
-            } => vec![*inode, *new_parent],
-            MetaRequest::ReadDir { dir, .. } | MetaRequest::SetPattern { dir, .. } => vec![*dir],
-            MetaRequest::GetAttr { inode }
-            | MetaRequest::SetAttr { inode, .. }
-            | MetaRequest::ReadLink { inode }
-            | MetaRequest::Open { inode, .. }
-            | MetaRequest::ApplyTruncate { inode }
-            | MetaRequest::Reserve { inode, .. }
-            | MetaRequest::ReportSize { inode, .. }
-            | MetaRequest::SetXattr { inode, .. }
-            | MetaRequest::GetXattr { inode, .. }
-            | MetaRequest::ListXattr { inode }
-            | MetaRequest::RemoveXattr { inode, .. }
-            | MetaRequest::SetLock { inode, .. }
-            | MetaRequest::GetLock { inode, .. } => vec![*inode],
-            MetaRequest::Release { .. } | MetaRequest::LockEpoch => Vec::new(),
-            MetaRequest::CreateDirInode { .. }
-            | MetaRequest::SetShards { .. }
-            | MetaRequest::SealShard { .. }
-            | MetaRequest::SyncShard { .. }
-            | MetaRequest::RemoveDirInode { .. }
-            | MetaRequest::RemoteReferences
-            | MetaRequest::InsertDentry { .. }
-            | MetaRequest::ExchangeDentry { .. }
-            | MetaRequest::Renamed { .. }
-            | MetaRequest::AdjustLinks { .. }
-            | MetaRequest::Check { .. }
-            | MetaRequest::CheckProgress
-            | MetaRequest::QuotaUsage
-            | MetaRequest::Migrate { .. }
-            | MetaRequest::ReplicaApply { .. }
-            | MetaRequest::IntentsSettled { .. } => Vec::new(),
-        }
-    }
-}
-
 /// Whether the client named `name` may send `request` at all: only requests for clients
 /// ([`Request::for_clients`]). Members are not asked.
 ///
@@ -321,11 +268,56 @@ impl ClientRule {
 
 /// What a request is to admission: one a client may send that only reads, one a client may
 /// send that changes files, directories or attributes, or one for the cluster's members.
+/// Each request declares it on its variant (`#[access(...)]`, [`Access`]), beside the inodes
+/// it names and the sessions it acts in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Reads,
     Changes,
     Members,
+}
+
+pub use weft_wire_derive::Access;
+
+/// An open for writing changes its file; one for reading only does not.
+pub(crate) fn open_kind(access: u8) -> Kind {
+    match access & WRITE {
+        0 => Kind::Reads,
+        _ => Kind::Changes,
+    }
+}
+
+/// A field of a request that names the client sessions it acts in
+/// (`#[access(sessions(FIELD))]`).
+pub trait ActsIn {
+    /// Adds the sessions it names to `sessions`.
+    fn acts_in(&self, sessions: &mut Vec<ClientId>);
+}
+
+impl ActsIn for ClientId {
+    fn acts_in(&self, sessions: &mut Vec<ClientId>) {
+        sessions.push(*self);
+    }
+}
+
+impl ActsIn for crate::messages::MutationId {
+    fn acts_in(&self, sessions: &mut Vec<ClientId>) {
+        sessions.push(self.client);
+    }
+}
+
+impl ActsIn for Capability {
+    fn acts_in(&self, sessions: &mut Vec<ClientId>) {
+        sessions.push(self.session);
+    }
+}
+
+impl<T: ActsIn> ActsIn for Option<T> {
+    fn acts_in(&self, sessions: &mut Vec<ClientId>) {
+        if let Some(named) = self {
+            named.acts_in(sessions);
+        }
+    }
 }
 
 impl Request {
@@ -403,8 +395,8 @@ impl Request {
     /// touches. A client identity may name only the sessions it registered.
     pub fn sessions(&self) -> Vec<ClientId> {
         match self {
-            Request::Mgmt(MgmtRequest::ClientHeartbeat { client, .. }) => vec![*client],
-            Request::Mgmt(_) | Request::Stats => Vec::new(),
+            Request::Mgmt(request) => request.sessions(),
+            Request::Stats => Vec::new(),
             Request::Meta(_, request, _) => request.sessions(),
             Request::Storage(request) => {
                 let capability = request
@@ -418,145 +410,6 @@ impl Request {
                     .chain(capability)
                     .collect()
             }
-        }
-    }
-}
-
-impl MetaRequest {
-    fn sessions(&self) -> Vec<ClientId> {
-        match self {
-            MetaRequest::SetAttr {
-                mutation, granted, ..
-            } => std::iter::once(mutation.client)
-                .chain(granted.map(|granted| granted.session))
-                .collect(),
-            MetaRequest::Open {
-                client, granted, ..
-            } => std::iter::once(*client)
-                .chain(granted.map(|granted| granted.session))
-                .collect(),
-            MetaRequest::ReportSize { granted, .. } => {
-                granted.map(|granted| granted.session).into_iter().collect()
-            }
-            MetaRequest::Create { mutation, .. }
-            | MetaRequest::CreateSpread { mutation, .. }
-            | MetaRequest::Link { mutation, .. }
-            | MetaRequest::Unlink { mutation, .. }
-            | MetaRequest::Rmdir { mutation, .. }
-            | MetaRequest::Rename { mutation, .. }
-            | MetaRequest::SetXattr { mutation, .. }
-            | MetaRequest::RemoveXattr { mutation, .. }
-            | MetaRequest::SetPattern { mutation, .. } => vec![mutation.client],
-            MetaRequest::Release { client, .. }
-            | MetaRequest::Reserve { client, .. }
-            | MetaRequest::SetLock { client, .. }
-            | MetaRequest::GetLock { client, .. } => vec![*client],
-            MetaRequest::Lookup { .. }
-            | MetaRequest::GetAttr { .. }
-            | MetaRequest::ReadDir { .. }
-            | MetaRequest::ReadLink { .. }
-            | MetaRequest::ApplyTruncate { .. }
-            | MetaRequest::GetXattr { .. }
-            | MetaRequest::ListXattr { .. }
-            | MetaRequest::LockEpoch => Vec::new(),
-            // For members only: refused to clients before this is asked.
-            MetaRequest::CreateDirInode { .. }
-            | MetaRequest::SetShards { .. }
-            | MetaRequest::SealShard { .. }
-            | MetaRequest::SyncShard { .. }
-            | MetaRequest::RemoveDirInode { .. }
-            | MetaRequest::RemoteReferences
-            | MetaRequest::InsertDentry { .. }
-            | MetaRequest::ExchangeDentry { .. }
-            | MetaRequest::Renamed { .. }
-            | MetaRequest::AdjustLinks { .. }
-            | MetaRequest::Check { .. }
-            | MetaRequest::CheckProgress
-            | MetaRequest::QuotaUsage
-            | MetaRequest::Migrate { .. }
-            | MetaRequest::ReplicaApply { .. }
-            | MetaRequest::IntentsSettled { .. } => Vec::new(),
-        }
-    }
-}
-
-impl MgmtRequest {
-    fn kind(&self) -> Kind {
-        match self {
-            MgmtRequest::RegisterClient { .. }
-            | MgmtRequest::ClientHeartbeat { .. }
-            | MgmtRequest::GetClusterMap
-            | MgmtRequest::WatchClusterMap { .. }
-            | MgmtRequest::GetClusterStatus
-            | MgmtRequest::GetResyncStats => Kind::Reads,
-            MgmtRequest::RegisterNode { .. }
-            | MgmtRequest::RegisterTarget { .. }
-            | MgmtRequest::Heartbeat { .. }
-            | MgmtRequest::CreateMirrorGroup { .. }
-            | MgmtRequest::AutoCreateMirrorGroups { .. }
-            | MgmtRequest::AcquireRenameLock { .. }
-            | MgmtRequest::ReleaseRenameLock { .. }
-            | MgmtRequest::SetClientRule { .. }
-            | MgmtRequest::RemoveClientRule { .. }
-            | MgmtRequest::CreatePool { .. }
-            | MgmtRequest::RemovePool { .. }
-            | MgmtRequest::MovePoolTargets { .. }
-            | MgmtRequest::SetPoolLimits { .. }
-            | MgmtRequest::SetQuota { .. }
-            | MgmtRequest::DrainTarget { .. }
-            | MgmtRequest::RemoveTarget { .. }
-            | MgmtRequest::Raft { .. }
-            | MgmtRequest::GrantQuota { .. }
-            | MgmtRequest::GetQuotas => Kind::Members,
-        }
-    }
-}
-
-impl MetaRequest {
-    fn kind(&self) -> Kind {
-        match self {
-            // A pending truncate applied is the file's own state catching up, not a change.
-            MetaRequest::Lookup { .. }
-            | MetaRequest::GetAttr { .. }
-            | MetaRequest::ReadDir { .. }
-            | MetaRequest::ReadLink { .. }
-            | MetaRequest::Release { .. }
-            | MetaRequest::ApplyTruncate { .. }
-            | MetaRequest::GetXattr { .. }
-            | MetaRequest::ListXattr { .. }
-            | MetaRequest::SetLock { .. }
-            | MetaRequest::GetLock { .. }
-            | MetaRequest::LockEpoch => Kind::Reads,
-            MetaRequest::Open { access, .. } if access & WRITE == 0 => Kind::Reads,
-            MetaRequest::Open { .. }
-            | MetaRequest::SetAttr { .. }
-            | MetaRequest::Create { .. }
-            | MetaRequest::CreateSpread { .. }
-            | MetaRequest::Link { .. }
-            | MetaRequest::Unlink { .. }
-            | MetaRequest::Rmdir { .. }
-            | MetaRequest::Rename { .. }
-            | MetaRequest::ReportSize { .. }
-            | MetaRequest::Reserve { .. }
-            | MetaRequest::SetXattr { .. }
-            | MetaRequest::RemoveXattr { .. }
-            | MetaRequest::SetPattern { .. } => Kind::Changes,
-            MetaRequest::CreateDirInode { .. }
-            | MetaRequest::SetShards { .. }
-            | MetaRequest::SealShard { .. }
-            | MetaRequest::SyncShard { .. }
-            | MetaRequest::RemoveDirInode { .. }
-            | MetaRequest::RemoteReferences
-            | MetaRequest::InsertDentry { .. }
-            | MetaRequest::ExchangeDentry { .. }
-            | MetaRequest::Renamed { .. }
-            | MetaRequest::AdjustLinks { .. }
-            | MetaRequest::Check { .. }
-            | MetaRequest::CheckProgress
-            | MetaRequest::QuotaUsage
-            | MetaRequest::Migrate { .. }
-            | MetaRequest::ReplicaApply { .. }
-            | MetaRequest::IntentsSettled { .. } => Kind::Members,
         }
     }
 }
@@ -607,33 +460,13 @@ impl StorageRequest {
             _ => None,
         }
     }
-
-    fn kind(&self) -> Kind {
-        match self {
-            StorageRequest::Read { .. }
-            | StorageRequest::Sync { .. }
-            | StorageRequest::NetBench { .. } => Kind::Reads,
-            StorageRequest::Write { .. }
-            | StorageRequest::Fallocate { .. }
-            | StorageRequest::CopyFrom { .. } => Kind::Changes,
-            StorageRequest::Truncate { .. }
-            | StorageRequest::Remove { .. }
-            | StorageRequest::Bench { .. }
-            | StorageRequest::ListObjects { .. }
-            | StorageRequest::ObjectLength { .. }
-            | StorageRequest::ObjectChecksum { .. }
-            | StorageRequest::SyncTarget { .. }
-            | StorageRequest::Push { .. }
-            | StorageRequest::Seal { .. } => Kind::Members,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ids::{ClientId, GroupVersion, InodeId};
-    use crate::messages::{MetaRoute, MutationId};
+    use crate::messages::{MetaRoute, MgmtRequest, MutationId};
     use crate::NodeId;
 
     fn meta(request: MetaRequest) -> Request {
@@ -642,6 +475,72 @@ mod tests {
             version: GroupVersion(0),
         };
         Request::Meta(route, request, None)
+    }
+
+    // Goal: what each request declares on its variant reaches admission: an open is a change
+    // only for writing, a rename names both directories and a link its inode and new
+    // directory, the sessions of a truncate through a descriptor are the mutation's and the
+    // capability's, a heartbeat acts in its session, and requests between servers name no
+    // inode and no session.
+    #[test]
+    fn declared_access_reaches_admission() {
+        let inode = InodeId::new(NodeId(1), 7);
+        let other = InodeId::new(NodeId(2), 9);
+        let mutation = MutationId {
+            client: ClientId(3),
+            seq: 1,
+            oldest_pending: 1,
+        };
+        let open = |access| MetaRequest::Open {
+            client: ClientId(1),
+            handle: 1,
+            inode,
+            access,
+            granted: None,
+        };
+        assert_eq!(open(READ).kind(), Kind::Reads);
+        assert_eq!(open(READ | WRITE).kind(), Kind::Changes);
+        assert_eq!(open(READ).sessions(), vec![ClientId(1)]);
+        let rename = MetaRequest::Rename {
+            mutation: mutation.clone(),
+            parent: inode,
+            name: "a".into(),
+            new_parent: other,
+            new_name: "b".into(),
+            flags: crate::messages::RenameFlags::default(),
+        };
+        assert_eq!(rename.inodes_named(), vec![inode, other]);
+        assert_eq!(rename.kind(), Kind::Changes);
+        let link = MetaRequest::Link {
+            mutation: mutation.clone(),
+            inode,
+            new_parent: other,
+            new_name: "l".into(),
+        };
+        assert_eq!(link.inodes_named(), vec![inode, other]);
+        let capability = Capability {
+            session: ClientId(4),
+            access: WRITE,
+            expires: 0,
+            proof: [0; 32],
+            growth: None,
+        };
+        let truncate = MetaRequest::SetAttr {
+            mutation,
+            inode,
+            changes: crate::messages::AttrChanges::default(),
+            granted: Some(capability),
+        };
+        assert_eq!(truncate.sessions(), vec![ClientId(3), ClientId(4)]);
+        let heartbeat = MgmtRequest::ClientHeartbeat {
+            client: ClientId(5),
+            unserved: Vec::new(),
+        };
+        assert_eq!(heartbeat.sessions(), vec![ClientId(5)]);
+        assert_eq!(heartbeat.kind(), Kind::Reads);
+        let between = MetaRequest::RemoteReferences;
+        assert_eq!(between.kind(), Kind::Members);
+        assert!(between.inodes_named().is_empty() && between.sessions().is_empty());
     }
 
     // Goal: a client may make file operations and nothing servers do among themselves; a

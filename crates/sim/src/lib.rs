@@ -22,9 +22,11 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 mod check;
 mod client;
+mod movers;
 mod server;
 
 pub use client::{Client, ClientOp, OpRecord};
+use movers::{Moved, Moving};
 pub use server::{copier_of, home_region, is_home, ResyncCounts, Server, Store, COPIERS, REGION};
 use weft_mirror::{
     Answer, Change, ChunkId, Controller, ControllerDurable, GroupId, MemberState, Msg, Node, Send,
@@ -214,28 +216,6 @@ struct ServerSlot {
     unsynced_boot: u64,
     /// Whether it keeps what it has not synced in its own memory (a metadata server).
     in_process: bool,
-}
-
-/// A move under way.
-#[derive(Clone, Copy, Debug)]
-struct Moving {
-    chunk: ChunkId,
-    from: GroupId,
-    to: GroupId,
-    id: u64,
-    /// Rounds before the last one still to run.
-    rounds_left: u32,
-    /// Whether the last round was sent.
-    sealing: bool,
-}
-
-/// A chunk that moved.
-#[derive(Clone, Copy, Debug)]
-struct Moved {
-    from: GroupId,
-    to: GroupId,
-    /// When its last round was answered.
-    at: Time,
 }
 
 struct World {
@@ -465,87 +445,44 @@ impl World {
             .collect()
     }
 
-    /// The mover `client`'s move, when its last round was answered: its chunk lives in its
-    /// new group from now on.
-    fn moved_on(&mut self, client: u32) {
-        let Some(moving) = self.moving.get(&client).copied() else {
-            return;
-        };
-        if !moving.sealing {
-            return;
+    /// Where `client`'s chunk `chunk` lives: its group's, or the group it moved to. A
+    /// home's regions are numbered apart from the groups' chunks, and never move.
+    fn located(&self, client: u32, chunk: ChunkId) -> GroupId {
+        let group = self.group_of(client);
+        match is_home(group) {
+            true => group,
+            false => self.location.get(&chunk).copied().unwrap_or(group),
         }
-        self.moving.remove(&client);
-        let at = match self.clients[client as usize].history.last() {
-            Some(OpRecord {
-                done: Some((at, _)),
-                ..
-            }) => *at,
-            _ => self.now,
-        };
-        self.location.insert(moving.chunk, moving.to);
-        self.moved.insert(
-            moving.chunk,
-            Moved {
-                from: moving.from,
-                to: moving.to,
-                at,
-            },
-        );
-        let owner = (moving.chunk / 1_000_000) as u32;
-        self.sealed
-            .entry(owner)
-            .or_default()
-            .push((moving.from, moving.chunk));
     }
 
-    /// The mover `client`'s next round: of its move under way, or of a new move of a chunk
-    /// of a client of a mirrored group, never moved before, to another mirrored group; none
-    /// for a while now and then.
-    fn next_round(&mut self, client: u32) -> Option<ClientOp> {
-        if !self.moving.contains_key(&client) {
-            if self.random.next_u64() % 4 != 0 {
-                return None;
-            }
-            let owner = (self.random.next_u64() % u64::from(self.config.clients)) as u32;
-            let groups = self.config.groups.len() as u32;
-            let from = self.group_of(owner);
-            if is_home(from) || groups < 2 {
-                return None;
-            }
-            let index = self.random.next_u64() % self.config.chunks_per_client;
-            let chunk = self.chunk_of(owner, index);
-            let busy = self.moving.values().any(|m| m.chunk == chunk);
-            if busy || self.moved.contains_key(&chunk) {
-                return None;
-            }
-            let to = GroupId(
-                (from.0 - 1 + self.random.between(1, u64::from(groups) - 1) as u32) % groups + 1,
-            );
-            self.next_move += 1;
-            let moving = Moving {
-                chunk,
-                from,
-                to,
-                id: self.next_move,
-                rounds_left: self.random.between(0, 2) as u32,
-                sealing: false,
-            };
-            self.moving.insert(client, moving);
+    /// The plain objects of `client`: on a member target of its group (none for a home's).
+    fn plain_of(&self, client: u32) -> Option<GroupId> {
+        let group = self.group_of(client);
+        if is_home(group) {
+            return None;
         }
-        let moving = self.moving.get_mut(&client).expect("just made");
-        let seal = moving.rounds_left == 0;
-        if seal {
-            moving.sealing = true;
-        } else {
-            moving.rounds_left -= 1;
+        let members = &self.config.groups[group.0 as usize - 1];
+        Some(GroupId::plain(members[client as usize % members.len()]))
+    }
+
+    /// Where `client`'s next read or sync goes, for its chunk `located` there: there mostly,
+    /// to its plain objects now and then, and for a sync now and then to a group some of its
+    /// chunks moved to.
+    fn place(&mut self, client: u32, located: GroupId) -> GroupId {
+        let moved_to: Vec<GroupId> = self
+            .sealed
+            .get(&client)
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, chunk)| self.location.get(chunk).copied())
+            .collect();
+        match (self.random.next_u64() % 8, self.plain_of(client)) {
+            (0 | 1, Some(plain)) => plain,
+            (2, _) if !moved_to.is_empty() => {
+                moved_to[(self.random.next_u64() % moved_to.len() as u64) as usize]
+            }
+            _ => located,
         }
-        Some(ClientOp::Move {
-            group: moving.from,
-            chunk: moving.chunk,
-            to: moving.to,
-            id: moving.id,
-            seal,
-        })
     }
 
     fn next_op(&mut self, client: u32) -> ClientOp {
@@ -564,34 +501,8 @@ impl World {
         // Out of twenty operations: two reads, 2 to 8 syncs (by seed), the rest changes.
         let syncs = 2 + self.config.seed % 4 * 2;
         let home = is_home(group);
-        // The plain objects on a member target are the client group's.
-        let members = if home {
-            Vec::new()
-        } else {
-            self.config.groups[group.0 as usize - 1].clone()
-        };
-        // A moved chunk is changed and read where it lives now.
-        let located = match home {
-            // A home's regions are numbered apart from the groups' chunks, and never move.
-            true => group,
-            false => self.location.get(&chunk).copied().unwrap_or(group),
-        };
-        // Reads and syncs of the plain objects on a member target now and then too, and
-        // syncs of the groups the client's chunks moved to.
-        let moved_to: Vec<GroupId> = self
-            .sealed
-            .get(&client)
-            .into_iter()
-            .flatten()
-            .filter_map(|(_, chunk)| self.location.get(chunk).copied())
-            .collect();
-        let place = match self.random.next_u64() % 8 {
-            0 | 1 if !home => GroupId::plain(members[client as usize % members.len()]),
-            2 if !moved_to.is_empty() => {
-                moved_to[(self.random.next_u64() % moved_to.len() as u64) as usize]
-            }
-            _ => located,
-        };
+        let located = self.located(client, chunk);
+        let place = self.place(client, located);
         if roll >= 18 {
             let group = if place.plain_server().is_some() {
                 place
@@ -654,10 +565,12 @@ impl World {
         };
         // A quarter of the changes go to plain objects (same chunk ids) on a member target of
         // the client's group.
-        if !home && self.random.next_u64() % 4 == 0 {
-            let server = members[client as usize % members.len()];
+        if let Some(plain) = self
+            .plain_of(client)
+            .filter(|_| self.random.next_u64() % 4 == 0)
+        {
             return ClientOp::Change {
-                group: GroupId::plain(server),
+                group: plain,
                 change,
             };
         }

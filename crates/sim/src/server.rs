@@ -9,7 +9,7 @@
 //! here orders copies by anything the storage servers do not have: no stamps, no versions on
 //! data.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use weft_mirror::delivery::{Delivery, GivenUp, Pace, Sending};
 use weft_mirror::fence::{Admission, Fence, FenceOf, ForwardFences, Tag};
 use weft_mirror::numbers::Numbers;
@@ -27,75 +27,12 @@ mod homes;
 mod member;
 mod pushes;
 mod resyncs;
+mod store;
 
 pub use homes::{home_region, is_home, REGION};
 pub use pushes::{copier_of, COPIERS};
 use resyncs::LIST_PAGE;
-
-/// A server's data: what the page cache holds (`volatile`) and what reached the disk
-/// (`durable`). A crash keeps only `durable`. The records of what absent members missed are
-/// written durably before the writes they cover are acknowledged.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Store {
-    /// Every chunk as reads see it.
-    pub volatile: BTreeMap<(GroupId, ChunkId), Bytes>,
-    /// Every chunk as it is on disk.
-    pub durable: BTreeMap<(GroupId, ChunkId), Bytes>,
-    /// The chunks each absent member misses, per (group, member); durable.
-    pub missed: BTreeMap<(GroupId, ServerId), BTreeSet<ChunkId>>,
-    /// The chunks sealed (moved to another group), whose bytes are gone; durable as soon as
-    /// they are sealed, as a storage target's seal is.
-    pub sealed: BTreeSet<(GroupId, ChunkId)>,
-}
-
-impl Store {
-    /// A crash: what was not synced is gone.
-    pub fn crash(&mut self) {
-        self.volatile = self.durable.clone();
-    }
-
-    fn sync(&mut self, group: GroupId) {
-        self.durable.retain(|(g, _), _| *g != group);
-        for (key, data) in self.volatile.range((group, 0)..=(group, ChunkId::MAX)) {
-            self.durable.insert(*key, data.clone());
-        }
-    }
-
-    fn sync_chunk(&mut self, key: (GroupId, ChunkId)) {
-        match self.volatile.get(&key) {
-            Some(data) => self.durable.insert(key, data.clone()),
-            None => self.durable.remove(&key),
-        };
-    }
-
-    /// Applies `change` to its chunk of `group`: a seal (a member's, at its primary's word)
-    /// marks the chunk sealed and takes its bytes, durably.
-    fn apply(&mut self, group: GroupId, change: &Change) {
-        if let Change::Seal { chunk } = change {
-            self.seal((group, *chunk));
-            self.retire((group, *chunk));
-            return;
-        }
-        change.apply_to(&mut self.volatile, group);
-    }
-
-    /// Marks a chunk sealed, durably: it takes no change and serves no read from now on.
-    fn seal(&mut self, key: (GroupId, ChunkId)) {
-        self.sealed.insert(key);
-    }
-
-    /// Drops a sealed chunk's bytes, durably: it lives in another group now.
-    fn retire(&mut self, key: (GroupId, ChunkId)) {
-        self.volatile.remove(&key);
-        self.durable.remove(&key);
-    }
-
-    fn chunks(&self, group: GroupId) -> impl Iterator<Item = ChunkId> + '_ {
-        self.volatile
-            .range((group, 0)..=(group, ChunkId::MAX))
-            .map(|((_, chunk), _)| *chunk)
-    }
-}
+pub use store::Store;
 
 /// What a forward to the members does.
 #[derive(Clone, Debug)]

@@ -231,11 +231,12 @@ pub struct SizeReport {
 }
 
 /// Requests served by a metadata server.
-#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Access)]
 #[strum(serialize_all = "snake_case")]
 pub enum MetaRequest {
     /// Looks a name up in a directory.
     #[wire(tag = 0)]
+    #[access(reads, inodes(parent))]
     Lookup {
         /// The directory.
         parent: InodeId,
@@ -244,12 +245,14 @@ pub enum MetaRequest {
     },
     /// Reads an inode's attributes.
     #[wire(tag = 1)]
+    #[access(reads, inodes(inode))]
     GetAttr {
         /// The inode.
         inode: InodeId,
     },
     /// Changes an inode's attributes; a size change truncates.
     #[wire(tag = 2)]
+    #[access(changes, inodes(inode), sessions(mutation, granted))]
     SetAttr {
         /// Retry identity.
         mutation: MutationId,
@@ -265,6 +268,7 @@ pub enum MetaRequest {
     },
     /// Creates an entry of any kind, directories included.
     #[wire(tag = 3)]
+    #[access(changes, inodes(parent), sessions(mutation))]
     Create {
         /// Retry identity.
         mutation: MutationId,
@@ -280,6 +284,7 @@ pub enum MetaRequest {
     },
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
     #[wire(tag = 4)]
+    #[access(changes, inodes(parent), sessions(mutation))]
     CreateSpread {
         /// Retry identity.
         mutation: MutationId,
@@ -294,6 +299,7 @@ pub enum MetaRequest {
     },
     /// Adds a hard link.
     #[wire(tag = 5)]
+    #[access(changes, inodes(inode, new_parent), sessions(mutation))]
     Link {
         /// Retry identity.
         mutation: MutationId,
@@ -306,6 +312,7 @@ pub enum MetaRequest {
     },
     /// Removes a non-directory entry.
     #[wire(tag = 6)]
+    #[access(changes, inodes(parent), sessions(mutation))]
     Unlink {
         /// Retry identity.
         mutation: MutationId,
@@ -316,6 +323,7 @@ pub enum MetaRequest {
     },
     /// Removes an empty directory.
     #[wire(tag = 7)]
+    #[access(changes, inodes(parent), sessions(mutation))]
     Rmdir {
         /// Retry identity.
         mutation: MutationId,
@@ -326,6 +334,7 @@ pub enum MetaRequest {
     },
     /// Renames an entry.
     #[wire(tag = 8)]
+    #[access(changes, inodes(parent, new_parent), sessions(mutation))]
     Rename {
         /// Retry identity.
         mutation: MutationId,
@@ -342,6 +351,7 @@ pub enum MetaRequest {
     },
     /// Lists a directory (or one shard of a spread directory) after a cookie.
     #[wire(tag = 9)]
+    #[access(reads, inodes(dir))]
     ReadDir {
         /// The directory.
         dir: InodeId,
@@ -355,6 +365,7 @@ pub enum MetaRequest {
     },
     /// Reads a symbolic link.
     #[wire(tag = 10)]
+    #[access(reads, inodes(inode))]
     ReadLink {
         /// The link.
         inode: InodeId,
@@ -362,6 +373,7 @@ pub enum MetaRequest {
     /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
     /// (client, handle) pair names the open, so a retry registers nothing new.
     #[wire(tag = 11)]
+    #[access(kind = crate::access::open_kind(*access), inodes(inode), sessions(client, granted))]
     Open {
         /// The session.
         client: ClientId,
@@ -381,6 +393,7 @@ pub enum MetaRequest {
     /// A client closed handles of files of this home (clients gather the closes of a few
     /// milliseconds into one request). Idempotent, like `Open`.
     #[wire(tag = 12)]
+    #[access(reads, sessions(client))]
     Release {
         /// The session.
         client: ClientId,
@@ -391,6 +404,7 @@ pub enum MetaRequest {
     /// the home sends the file's queued truncate to every target now and answers when each
     /// has it.
     #[wire(tag = 13)]
+    #[access(reads, inodes(inode))]
     ApplyTruncate {
         /// The file.
         inode: InodeId,
@@ -401,6 +415,7 @@ pub enum MetaRequest {
     /// with the end the open may now grow the file to (which may be short of `to` at the
     /// limit), [`Response::Reserved`].
     #[wire(tag = 39, since = 9)]
+    #[access(changes, inodes(inode), sessions(client))]
     Reserve {
         /// The session.
         client: ClientId,
@@ -413,6 +428,7 @@ pub enum MetaRequest {
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
     #[wire(tag = 14)]
+    #[access(changes, inodes(inode), sessions(granted))]
     ReportSize {
         /// The file.
         inode: InodeId,
@@ -425,6 +441,7 @@ pub enum MetaRequest {
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
     #[wire(tag = 15)]
+    #[access(changes, inodes(inode), sessions(mutation))]
     SetXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -439,6 +456,7 @@ pub enum MetaRequest {
     },
     /// Reads an extended attribute.
     #[wire(tag = 16)]
+    #[access(reads, inodes(inode))]
     GetXattr {
         /// The inode.
         inode: InodeId,
@@ -447,12 +465,14 @@ pub enum MetaRequest {
     },
     /// Lists an inode's extended attribute names.
     #[wire(tag = 17)]
+    #[access(reads, inodes(inode))]
     ListXattr {
         /// The inode.
         inode: InodeId,
     },
     /// Removes an extended attribute.
     #[wire(tag = 18)]
+    #[access(changes, inodes(inode), sessions(mutation))]
     RemoveXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -464,6 +484,7 @@ pub enum MetaRequest {
     /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
     /// leaves the same state.
     #[wire(tag = 19)]
+    #[access(reads, inodes(inode), sessions(client))]
     SetLock {
         /// The session.
         client: ClientId,
@@ -479,6 +500,7 @@ pub enum MetaRequest {
     },
     /// Finds a lock that would conflict with `lock` (F_GETLK).
     #[wire(tag = 20)]
+    #[access(reads, inodes(inode), sessions(client))]
     GetLock {
         /// The session.
         client: ClientId,
@@ -490,11 +512,13 @@ pub enum MetaRequest {
     /// Asks for the server's lock epoch, which changes when it restarts: a client that sees a
     /// new epoch reclaims its locks.
     #[wire(tag = 21)]
+    #[access(reads)]
     LockEpoch,
     /// Server to server: creates a directory inode that a dentry on the coordinating server
     /// will name (the inode before the dentry, so a crash leaves at worst an orphan).
     /// Idempotent per (coordinator, intent).
     #[wire(tag = 22)]
+    #[access(members)]
     CreateDirInode {
         /// The metadata node coordinating the mkdir.
         coordinator: NodeId,
@@ -520,6 +544,7 @@ pub enum MetaRequest {
     },
     /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
     #[wire(tag = 23)]
+    #[access(members)]
     SetShards {
         /// The spread directory.
         dir: InodeId,
@@ -530,6 +555,7 @@ pub enum MetaRequest {
     /// is added to it meanwhile (`seal`), or unseals it when the removal gives up. Idempotent
     /// per (coordinator, intent); a missing shard is removed already.
     #[wire(tag = 24)]
+    #[access(members)]
     SealShard {
         /// The shard.
         shard: InodeId,
@@ -543,6 +569,7 @@ pub enum MetaRequest {
     /// Server to server: copies what new entries inherit from a spread directory (mode, group,
     /// stripe pattern, default ACL, default spread) to one of its shards. Idempotent.
     #[wire(tag = 25)]
+    #[access(members)]
     SyncShard {
         /// The shard.
         shard: InodeId,
@@ -565,18 +592,21 @@ pub enum MetaRequest {
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.
     #[wire(tag = 26)]
+    #[access(members)]
     RemoveDirInode {
         /// The directory inode.
         inode: InodeId,
     },
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
     #[wire(tag = 27)]
+    #[access(members)]
     RemoteReferences,
     /// Server to server: inserts a dentry for a rename coordinated by another server (the
     /// entry's old name is there), replacing a victim: a file, or an empty directory (one
     /// living on a third server must have been sealed by the coordinator). Applied once per
     /// (coordinator, intent).
     #[wire(tag = 28)]
+    #[access(members)]
     InsertDentry {
         /// The metadata node coordinating the rename.
         coordinator: NodeId,
@@ -602,6 +632,7 @@ pub enum MetaRequest {
     /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
     /// `child`); `Busy` when it names neither (the entry changed meanwhile).
     #[wire(tag = 29)]
+    #[access(members)]
     ExchangeDentry {
         /// The metadata node coordinating the exchange.
         coordinator: NodeId,
@@ -622,6 +653,7 @@ pub enum MetaRequest {
     /// ctime becomes now and, for a directory, its parent pointer follows the dentry.
     /// Idempotent (a repeat only moves the ctime again).
     #[wire(tag = 30)]
+    #[access(members)]
     Renamed {
         /// The renamed inode.
         inode: InodeId,
@@ -633,6 +665,7 @@ pub enum MetaRequest {
     /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
     /// keeps it as an orphan while it is open).
     #[wire(tag = 31)]
+    #[access(members)]
     AdjustLinks {
         /// The metadata node coordinating the change.
         coordinator: NodeId,
@@ -646,6 +679,7 @@ pub enum MetaRequest {
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
     #[wire(tag = 32)]
+    #[access(members)]
     Check {
         /// Fix what is safe to fix.
         repair: bool,
@@ -654,6 +688,7 @@ pub enum MetaRequest {
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
     #[wire(tag = 33)]
+    #[access(changes, inodes(dir), sessions(mutation))]
     SetPattern {
         /// Retry identity.
         mutation: MutationId,
@@ -666,6 +701,7 @@ pub enum MetaRequest {
     /// applied in order to the member's copy. The payload holds the bytes of every `Write`,
     /// one after the other. With `sync`, the copy is synced before the answer.
     #[wire(tag = 34)]
+    #[access(members)]
     ReplicaApply {
         /// The group.
         group: GroupId,
@@ -688,6 +724,7 @@ pub enum MetaRequest {
     /// recorded with an intent id below `below` has finished, durably. The home forgets its
     /// markers of their steps and refuses a late copy of one of them (`Superseded`).
     #[wire(tag = 35)]
+    #[access(members)]
     IntentsSettled {
         /// The coordinating home.
         coordinator: NodeId,
@@ -697,10 +734,12 @@ pub enum MetaRequest {
     /// How far this metadata server's consistency check is (`weft fsck` shows it while it
     /// waits for the check).
     #[wire(tag = 36)]
+    #[access(members)]
     CheckProgress,
     /// What each user and group uses in each pool in the homes this server serves (`weft
     /// quota report` sums the servers).
     #[wire(tag = 37, since = 4)]
+    #[access(members)]
     QuotaUsage,
     /// Moves a regular file's objects onto other targets while it stays in use (`weft entry
     /// migrate`): every slot whose target is not in `pool` (when given), or is not the one
@@ -710,6 +749,7 @@ pub enum MetaRequest {
     /// `done: false` while it still runs (ask again: the move goes on either way, and a
     /// restart resumes it).
     #[wire(tag = 38, since = 4)]
+    #[access(members)]
     Migrate {
         /// The file.
         inode: InodeId,

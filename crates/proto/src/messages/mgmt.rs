@@ -3,11 +3,12 @@
 use super::*;
 
 /// Requests served by management.
-#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Access)]
 #[strum(serialize_all = "snake_case")]
 pub enum MgmtRequest {
     /// A server announces itself; `node` is its saved id, or `None` on first start.
     #[wire(tag = 0)]
+    #[access(members)]
     RegisterNode {
         /// Saved id, if any.
         node: Option<NodeId>,
@@ -20,6 +21,7 @@ pub enum MgmtRequest {
     },
     /// A storage server announces a target; `target` is its saved id, or `None` when new.
     #[wire(tag = 1)]
+    #[access(members)]
     RegisterTarget {
         /// The storage node.
         node: NodeId,
@@ -28,6 +30,7 @@ pub enum MgmtRequest {
     },
     /// A server is alive; storage servers report their targets' usage.
     #[wire(tag = 2)]
+    #[access(members)]
     Heartbeat {
         /// The node's role (ids are numbered per role).
         kind: NodeKind,
@@ -57,12 +60,14 @@ pub enum MgmtRequest {
     },
     /// A client opens a session.
     #[wire(tag = 3)]
+    #[access(reads)]
     RegisterClient {
         /// Host name of the client.
         alias: String,
     },
     /// A client's session is alive.
     #[wire(tag = 4)]
+    #[access(reads, sessions(client))]
     ClientHeartbeat {
         /// The session.
         client: ClientId,
@@ -72,13 +77,16 @@ pub enum MgmtRequest {
     },
     /// Asks for the node and target maps.
     #[wire(tag = 5)]
+    #[access(reads)]
     GetClusterMap,
     /// Asks for management's view of the cluster: states, space, recent throughput, events.
     #[wire(tag = 6)]
+    #[access(reads)]
     GetClusterStatus,
     /// Creates a mirror group of these members (storage target ids, or metadata node ids),
     /// the first one primary.
     #[wire(tag = 7)]
+    #[access(members)]
     CreateMirrorGroup {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -87,9 +95,11 @@ pub enum MgmtRequest {
     },
     /// Asks for the progress of the storage mirror resyncs running or finished lately.
     #[wire(tag = 8)]
+    #[access(reads)]
     GetResyncStats,
     /// Pairs every member not yet in a group with one on another node.
     #[wire(tag = 9)]
+    #[access(members)]
     AutoCreateMirrorGroups {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -98,6 +108,7 @@ pub enum MgmtRequest {
     /// directories, so two of them on different metadata servers cannot make a loop. Granted
     /// when free, when its lease ran out, or to the same token.
     #[wire(tag = 10)]
+    #[access(members)]
     AcquireRenameLock {
         /// The metadata node asking.
         holder: NodeId,
@@ -106,30 +117,35 @@ pub enum MgmtRequest {
     },
     /// Gives the rename lock back.
     #[wire(tag = 11)]
+    #[access(members)]
     ReleaseRenameLock {
         /// The token it was taken with.
         token: u64,
     },
     /// Sets the restrictions of a client identity (`weft client set`), replacing any it had.
     #[wire(tag = 12, since = 2)]
+    #[access(members)]
     SetClientRule {
         /// The rule, naming its client.
         rule: crate::access::ClientRule,
     },
     /// Removes a client identity's restrictions (`weft client remove`).
     #[wire(tag = 13, since = 2)]
+    #[access(members)]
     RemoveClientRule {
         /// The client's name.
         name: String,
     },
     /// Creates an empty storage pool (`weft pool create`); answered with it.
     #[wire(tag = 14, since = 4)]
+    #[access(members)]
     CreatePool {
         /// Its name.
         name: String,
     },
     /// Removes an empty storage pool (`weft pool remove`).
     #[wire(tag = 15, since = 4)]
+    #[access(members)]
     RemovePool {
         /// The pool.
         pool: StoragePoolId,
@@ -138,6 +154,7 @@ pub enum MgmtRequest {
     /// each must be in `from`, and a target in a storage mirror group moves with its group's
     /// other members.
     #[wire(tag = 16, since = 4)]
+    #[access(members)]
     MovePoolTargets {
         /// The targets.
         targets: Vec<TargetId>,
@@ -150,6 +167,7 @@ pub enum MgmtRequest {
     /// [`MAP_WATCH_WAIT_MS_MAX`]) with the map as it is: services and clients follow the map
     /// with it, so a change reaches them as it happens.
     #[wire(tag = 18, since = 4)]
+    #[access(reads)]
     WatchClusterMap {
         /// The epoch of the map the asker holds.
         after: u64,
@@ -159,12 +177,14 @@ pub enum MgmtRequest {
     /// Sets (or with all limits 0 removes) the quota limits of a user or group in a pool
     /// (`weft quota set`).
     #[wire(tag = 19, since = 4)]
+    #[access(members)]
     SetQuota {
         /// The rule.
         rule: crate::quota::QuotaRule,
     },
     /// Asks for every quota rule with its use and state (`weft quota list`).
     #[wire(tag = 20, since = 4)]
+    #[access(members)]
     GetQuotas,
     /// A metadata home asks to hold `bytes` and `inodes` of a hard-limited user's, group's or
     /// project's use in a pool (all its inodes use there, and what its writers may still
@@ -172,6 +192,7 @@ pub enum MgmtRequest {
     /// hard limit, and answers what the home now holds, which may be less than asked (and
     /// less than it held: asking less gives back).
     #[wire(tag = 24, since = 9)]
+    #[access(members)]
     GrantQuota {
         /// The home.
         home: NodeId,
@@ -184,6 +205,7 @@ pub enum MgmtRequest {
     },
     /// Sets a pool's capacity limits (`weft pool set`).
     #[wire(tag = 17, since = 4)]
+    #[access(members)]
     SetPoolLimits {
         /// The pool.
         pool: StoragePoolId,
@@ -195,6 +217,7 @@ pub enum MgmtRequest {
     /// Starts draining a target (`weft target drain`): new files avoid it and the metadata
     /// servers move every file off it; with `stop`, it takes new files again.
     #[wire(tag = 21, since = 4)]
+    #[access(members)]
     DrainTarget {
         /// The target.
         target: TargetId,
@@ -204,6 +227,7 @@ pub enum MgmtRequest {
     /// Removes a drained target from the cluster (`weft target remove`): refused while any
     /// file still uses it, or a metadata server has not told since the drain began.
     #[wire(tag = 22, since = 4)]
+    #[access(members)]
     RemoveTarget {
         /// The target.
         target: TargetId,
@@ -212,6 +236,7 @@ pub enum MgmtRequest {
     /// replication library, is the payload, and so is its answer ([`Response::Raft`]). Only
     /// members send it.
     #[wire(tag = 23, since = 7)]
+    #[access(members)]
     Raft {
         /// Which message.
         call: RaftCall,

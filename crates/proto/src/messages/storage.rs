@@ -77,13 +77,14 @@ pub struct ChangeTag {
 }
 
 /// Requests served by a storage server. Data travels as the frame payload.
-#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Access)]
 #[strum(serialize_all = "snake_case")]
 pub enum StorageRequest {
     /// Writes the payload at an offset of an object, creating it if needed. Refused with
     /// `TruncatePending` while the object holds data from before a truncate of `generation`
     /// it has not had (see [`StorageRequest::Truncate`]).
     #[wire(tag = 0)]
+    #[access(changes)]
     Write {
         /// The target.
         target: TargetId,
@@ -112,6 +113,7 @@ pub enum StorageRequest {
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
     #[wire(tag = 1)]
+    #[access(members)]
     Bench {
         /// What to do.
         op: StorageBenchOp,
@@ -119,6 +121,7 @@ pub enum StorageRequest {
     /// Network benchmark (`weft bench net`): a write whose payload is checked and dropped, or
     /// a read of `read_len` zero bytes, with no disk I/O; the target must exist.
     #[wire(tag = 2)]
+    #[access(reads)]
     NetBench {
         /// The target.
         target: TargetId,
@@ -128,6 +131,7 @@ pub enum StorageRequest {
     /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
     /// Refused with `TruncatePending` like a write, so bytes a truncate cut never show.
     #[wire(tag = 3)]
+    #[access(reads)]
     Read {
         /// The target.
         target: TargetId,
@@ -151,6 +155,7 @@ pub enum StorageRequest {
     /// cuts what was written after it. The object then records the generation, durably
     /// before the answer.
     #[wire(tag = 4)]
+    #[access(members)]
     Truncate {
         /// The target.
         target: TargetId,
@@ -165,6 +170,7 @@ pub enum StorageRequest {
     },
     /// Removes an object; removing a missing object succeeds.
     #[wire(tag = 5)]
+    #[access(members)]
     Remove {
         /// The target.
         target: TargetId,
@@ -177,6 +183,7 @@ pub enum StorageRequest {
     },
     /// Makes an object's data durable.
     #[wire(tag = 6)]
+    #[access(reads)]
     Sync {
         /// The target.
         target: TargetId,
@@ -192,6 +199,7 @@ pub enum StorageRequest {
     /// Allocates space for, or zeroes, a range of an object without changing its length.
     /// Refused with `TruncatePending` like a write.
     #[wire(tag = 7)]
+    #[access(changes)]
     Fallocate {
         /// The target.
         target: TargetId,
@@ -224,6 +232,7 @@ pub enum StorageRequest {
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.
     #[wire(tag = 8)]
+    #[access(members)]
     ListObjects {
         /// The target.
         target: TargetId,
@@ -239,6 +248,7 @@ pub enum StorageRequest {
     },
     /// The length of an object (0 if it does not exist).
     #[wire(tag = 9)]
+    #[access(members)]
     ObjectLength {
         /// The target.
         target: TargetId,
@@ -251,6 +261,7 @@ pub enum StorageRequest {
     /// target named (a mirror member's own copy, never routed): `weft fsck` compares mirror
     /// members with it.
     #[wire(tag = 10)]
+    #[access(members)]
     ObjectChecksum {
         /// The target.
         target: TargetId,
@@ -266,6 +277,7 @@ pub enum StorageRequest {
     /// Makes everything on a mirror member's target durable: the last step of a resync (the
     /// member may hold changes it took before it left that no sync reached).
     #[wire(tag = 11)]
+    #[access(members)]
     SyncTarget {
         /// The target.
         target: TargetId,
@@ -278,6 +290,7 @@ pub enum StorageRequest {
     /// crosses the client. A piece that ends early reads as zeros (a hole). Refused like a
     /// write (`TruncatePending`, `NoSpace`, `QuotaExceeded`), and answered like one.
     #[wire(tag = 13, since = 4)]
+    #[access(changes)]
     CopyFrom {
         /// The target.
         target: TargetId,
@@ -310,6 +323,7 @@ pub enum StorageRequest {
     /// Sent only by the group's primary to its members (with a move's last push, or by a
     /// resync); the seal stays as the object's tombstone until its file is removed.
     #[wire(tag = 14, since = 6)]
+    #[access(members)]
     Seal {
         /// The member's target.
         target: TargetId,
@@ -326,6 +340,7 @@ pub enum StorageRequest {
     /// complete, and the metadata server switches the file's layout to it. A sealed push
     /// sent again answers at once.
     #[wire(tag = 12, since = 4)]
+    #[access(members)]
     Push {
         /// The target the object is on.
         target: TargetId,

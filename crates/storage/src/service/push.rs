@@ -193,28 +193,8 @@ impl Storage {
         ),
     ) -> Result<u64, WireError> {
         use weft_proto::layout::Slot;
-        /// Bytes read per step of the copy.
-        const PIECE: u64 = 1 << 20;
+        let group = restriped_group(inode, &restripe, named)?;
         let weft_proto::messages::Restripe { slot, from, to } = restripe;
-        if usize::from(slot) >= from.width() {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "a push of slot {slot} of a layout of {} slots",
-                    from.width()
-                ),
-            ));
-        }
-        let group = match from.slot(usize::from(slot)) {
-            Slot::Target(_) => None,
-            Slot::Group(group) => Some(group),
-        };
-        if group != named {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("a push of slot {slot} of {inode} names another storage mirror group than its layout"),
-            ));
-        }
         // A mirrored object is pushed by its group's primary only, and only while it is one:
         // checked before every write of the copy too (and every try of one), so a primary
         // deposed meanwhile (another took over, and its own push copies the object) sends no
@@ -226,15 +206,7 @@ impl Storage {
         admitted()?;
         let object = ObjectId::new(Space::mirrored(group.is_some()), inode);
         let (_one, stripe, taken) = self.take_push(&target, (object, group), id, seal).await?;
-        let plan = weft_mirror::push::Plan {
-            piece: PIECE,
-            // Within one chunk of the old layout: one contiguous range of the file.
-            boundary: u64::from(from.pattern.chunk_size_bytes),
-            // A punch answers no verifier, so the copies are synced at both ends of a round.
-            verify_each_round: true,
-            clear_when_whole: false,
-            mirrored: group.is_some(),
-        };
+        let plan = restripe_plan(&from, group.is_some());
         let (mut round, generation) = match taken {
             crate::target::Taken::Changed {
                 watched,
@@ -258,6 +230,13 @@ impl Storage {
             .slots()
             .filter(|s| !from.slots().any(|f| f == *s))
             .collect();
+        let restriped = Restriped {
+            file: (inode, generation),
+            from: &from,
+            slot,
+            to: &to,
+            copies: &copies,
+        };
         // A resync of the object to a member waits for the seal, and then finds it sealed.
         let mut whole = None;
         let mut copied = 0;
@@ -269,22 +248,9 @@ impl Storage {
                     }
                 }
                 Step::Copy(piece) => {
-                    let source = Arc::clone(&target);
-                    let data =
-                        blocking(move || source.read(object, piece.offset, piece.len as u32))
-                            .await?;
-                    let mut data = bytes::BytesMut::from(&data[..]);
-                    data.resize(piece.len as usize, 0);
-                    let restriped = Restriped {
-                        file: (inode, generation),
-                        from: &from,
-                        slot,
-                        to: &to,
-                        copies: &copies,
-                    };
-                    let sent = (data.freeze(), piece, stripe);
+                    let source = (&target, object, piece);
                     for (copy, answered) in self
-                        .copy_restriped(restriped, sent, (&retry, &admitted))
+                        .copy_restriped(source, restriped, stripe, (&retry, &admitted))
                         .await?
                     {
                         if let Some(answered) = answered {
@@ -315,16 +281,17 @@ impl Storage {
         Ok(copied)
     }
 
-    /// Writes one piece of an object (`data`, read at `piece.offset`) into its places in the
-    /// file's new layout, as changes of object stripe `stripe`'s push sender, each try only if
-    /// `admitted` still says so: ranges of zeros are punched there (the new objects may hold
-    /// an earlier round's bytes), but the object's last byte is written, so the copies'
-    /// lengths still give the file's. Answers each copy written to, with the verifier its
-    /// write answered (a punch answers none).
+    /// Copies one piece of `object` on `target` into its places in the file's new layout, as
+    /// changes of object stripe `stripe`'s push sender, each try only if `admitted` still says
+    /// so: ranges of zeros are punched there (the new objects may hold an earlier round's
+    /// bytes), but the object's last byte is written, so the copies' lengths still give the
+    /// file's. Answers each copy written to, with the verifier its write answered (a punch
+    /// answers none).
     async fn copy_restriped(
         &self,
+        (target, object, piece): (&Arc<Target>, ObjectId, weft_mirror::push::Piece),
         restriped: Restriped<'_>,
-        (data, piece, stripe): (Bytes, weft_mirror::push::Piece, usize),
+        stripe: usize,
         (retry, admitted): (
             &weft_net::retry::RetryPolicy,
             &(dyn Fn() -> Result<(), WireError> + Sync),
@@ -338,6 +305,11 @@ impl Storage {
             copies,
         } = restriped;
         let inode = file.0;
+        let source = Arc::clone(target);
+        let data = blocking(move || source.read(object, piece.offset, piece.len as u32)).await?;
+        let mut data = bytes::BytesMut::from(&data[..]);
+        data.resize(piece.len as usize, 0);
+        let data = data.freeze();
         let file_offset = weft_proto::layout::file_offset_of(from, usize::from(slot), piece.offset);
         let mut answers = Vec::new();
         for place in weft_proto::layout::map_range(to, file_offset, piece.len) {
@@ -515,9 +487,54 @@ impl Storage {
     }
 }
 
+/// How a restripe's round copies (or a mirrored object's move), from layout `from`.
+fn restripe_plan(from: &weft_proto::layout::FileLayout, mirrored: bool) -> weft_mirror::push::Plan {
+    weft_mirror::push::Plan {
+        // Bytes read per step of the copy.
+        piece: 1 << 20,
+        // Within one chunk of the old layout: one contiguous range of the file.
+        boundary: u64::from(from.pattern.chunk_size_bytes),
+        // A punch answers no verifier, so the copies are synced at both ends of a round.
+        verify_each_round: true,
+        clear_when_whole: false,
+        mirrored,
+    }
+}
+
+/// The storage mirror group of the object a push of `restripe` is for (`None`: a plain
+/// object), checked against the group the request `named`.
+fn restriped_group(
+    inode: InodeId,
+    restripe: &weft_proto::messages::Restripe,
+    named: Option<weft_proto::ids::GroupId>,
+) -> Result<Option<weft_proto::ids::GroupId>, WireError> {
+    let (slot, from) = (restripe.slot, &restripe.from);
+    if usize::from(slot) >= from.width() {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "a push of slot {slot} of a layout of {} slots",
+                from.width()
+            ),
+        ));
+    }
+    let group = match from.slot(usize::from(slot)) {
+        weft_proto::layout::Slot::Target(_) => None,
+        weft_proto::layout::Slot::Group(group) => Some(group),
+    };
+    if group != named {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("a push of slot {slot} of {inode} names another storage mirror group than its layout"),
+        ));
+    }
+    Ok(group)
+}
+
 /// Where a restripe's piece goes: the object of `file` (inode, truncate generation) in slot
 /// `slot` of layout `from`, into the objects of layout `to` in `copies` (its slots that the
 /// file does not use yet).
+#[derive(Clone, Copy)]
 pub(super) struct Restriped<'a> {
     file: (InodeId, u64),
     from: &'a weft_proto::layout::FileLayout,
