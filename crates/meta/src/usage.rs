@@ -99,6 +99,11 @@ impl<'txn> Inodes<'txn> {
     fn charge(&mut self, (keys, bytes): (Vec<Key>, u64), add: bool) -> Result<(), OpError> {
         for key in keys {
             let (used, inodes) = self.usage.get(key)?.map_or((0, 0), |v| v.value());
+            // The counters count the rows, in the rows' transaction: one taken off was put on.
+            debug_assert!(
+                add || (used >= bytes && inodes >= 1),
+                "usage {key:?} holds {used} bytes and {inodes} inodes, less than the {bytes} bytes and inode of a row it counted"
+            );
             let (used, inodes) = if add {
                 (used.saturating_add(bytes), inodes.saturating_add(1))
             } else {

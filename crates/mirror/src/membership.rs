@@ -151,6 +151,15 @@ impl<G: Clone> Membership<G> {
             if !newer {
                 continue;
             }
+            // Management publishes a group only with its primary among its members.
+            assert!(
+                group.member(group.primary).is_some(),
+                "group {} version {}: primary {:?} is none of its members {:?}",
+                group.id,
+                group.version,
+                group.primary,
+                group.members
+            );
             let before = self
                 .groups
                 .insert(group.id, (group.clone(), kept))

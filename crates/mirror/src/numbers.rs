@@ -89,6 +89,12 @@ impl Numbers {
     pub fn marks(&self, number: u64) -> Marks {
         let mut state = self.state.lock().expect("change numbers poisoned");
         let settled_below = state.pending.first().copied().unwrap_or(number);
+        // The mark never passes a change still sent: its receiver would drop it as late.
+        assert!(
+            settled_below <= number,
+            "change {number} is sent with everything below {settled_below} settled (pending: {:?})",
+            state.pending
+        );
         state.abandoned = state.abandoned.split_off(&settled_below);
         Marks {
             settled_below,
@@ -100,7 +106,8 @@ impl Numbers {
     /// way must not land later.
     pub fn end(&self, number: u64, failed: bool) {
         let mut state = self.state.lock().expect("change numbers poisoned");
-        state.pending.remove(&number);
+        let was_pending = state.pending.remove(&number);
+        debug_assert!(was_pending, "change {number} settled twice");
         if failed {
             state.abandoned.insert(number);
         }

@@ -502,7 +502,7 @@ mod tests {
         assert_eq!(open(READ | WRITE).kind(), Kind::Changes);
         assert_eq!(open(READ).sessions(), vec![ClientId(1)]);
         let rename = MetaRequest::Rename {
-            mutation: mutation.clone(),
+            mutation,
             parent: inode,
             name: "a".into(),
             new_parent: other,
@@ -512,7 +512,7 @@ mod tests {
         assert_eq!(rename.inodes_named(), vec![inode, other]);
         assert_eq!(rename.kind(), Kind::Changes);
         let link = MetaRequest::Link {
-            mutation: mutation.clone(),
+            mutation,
             inode,
             new_parent: other,
             new_name: "l".into(),
