@@ -32,146 +32,17 @@ const TRUNCATE_WAITS_FOR_MOVE: Duration = Duration::from_secs(10);
 impl Meta {
     pub(super) async fn handle_meta(&self, request: MetaRequest) -> Reply {
         let result = match request {
-            MetaRequest::Lookup { parent, name } => {
-                let home = self.node;
-                match self.read(|txn| lookup(txn, home, parent, &name)) {
-                    // The child is a directory placed on another server: ask it.
-                    Ok(Response::Inodes(children)) => self.remote_attr(children[0]).await,
-                    other => other,
-                }
+            request @ (MetaRequest::Lookup { .. }
+            | MetaRequest::GetAttr { .. }
+            | MetaRequest::ReadDir { .. }
+            | MetaRequest::ReadLink { .. }
+            | MetaRequest::GetXattr { .. }
+            | MetaRequest::ListXattr { .. }) => self.serve_read(request).await,
+            request @ MetaRequest::Create { .. } => return self.create_request(request).await,
+            request @ MetaRequest::CreateSpread { .. } => {
+                return self.create_spread_request(request).await
             }
-            MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
-            MetaRequest::ReadDir {
-                dir,
-                shards,
-                after_cookie,
-                max_entries,
-            } => self.read(|txn| read_dir(txn, (dir, shards), after_cookie, max_entries)),
-            MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
-            MetaRequest::Create {
-                mutation,
-                parent,
-                name,
-                new,
-                open,
-            } => {
-                if new.kind == FileKind::Regular {
-                    self.map_for(&self.parent_pattern(parent).0, std::time::Instant::now())
-                        .await;
-                }
-                // A new inode counts in its owner's hard inode limits from its check here to
-                // its commit, on whichever home makes it.
-                let _charged = self
-                    .charge_new_inode(mutation, parent, &new)
-                    .await
-                    .map_err(OpError::into_wire)?;
-                if new.kind == FileKind::Directory {
-                    // A parent with a default spread makes every new subdirectory spread.
-                    if let Some(shards) = self.inherited_spread(parent).await {
-                        self.admits_directory(parent, &new)?;
-                        return self
-                            .mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
-                            .await
-                            .map_err(OpError::into_wire);
-                    }
-                }
-                let home = if new.kind == FileKind::Directory {
-                    self.directory_chooser
-                        .choose_meta(&self.cluster.map(), self.node)
-                } else {
-                    self.node
-                };
-                let open = open
-                    .filter(|_| new.kind == FileKind::Regular)
-                    .map(|handle| (mutation.client, handle));
-                if home == self.node {
-                    let entry = NewEntry { parent, name, new };
-                    // The open is registered before the commit, so no unlink can dispose of
-                    // the new file between the two; and again after it, for a retry answered
-                    // from the stored reply.
-                    let opens = Arc::clone(&self.sessions.opens);
-                    let result = self
-                        .mutate(mutation, move |txn, context| {
-                            let response = create(txn, context, entry)?;
-                            if let (Some(handle), Response::Created { attr, .. }) =
-                                (open, &response)
-                            {
-                                register_open(&opens, handle, attr.inode, READ | WRITE);
-                                txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
-                            }
-                            Ok(response)
-                        })
-                        .await;
-                    if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
-                        register_open(&self.sessions.opens, handle, attr.inode, READ | WRITE);
-                    }
-                    result
-                } else {
-                    self.admits_directory(parent, &new)?;
-                    let placement = Placement {
-                        home,
-                        shard_homes: Vec::new(),
-                    };
-                    self.remote_mkdir(mutation, NewEntry { parent, name, new }, placement)
-                        .await
-                }
-            }
-            MetaRequest::CreateSpread {
-                mutation,
-                parent,
-                name,
-                new,
-                shards,
-            } => {
-                self.admits_directory(parent, &new)?;
-                let _charged = self
-                    .charge_new_inode(mutation, parent, &new)
-                    .await
-                    .map_err(OpError::into_wire)?;
-                self.mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
-                    .await
-            }
-            MetaRequest::SetShards { dir, shards } => {
-                self.committer
-                    .run(Box::new(move |txn| set_shards(txn, dir, &shards)))
-                    .await
-            }
-            MetaRequest::SealShard {
-                shard,
-                coordinator,
-                intent,
-                seal,
-            } => {
-                self.committer
-                    .run(Box::new(move |txn| {
-                        seal_shard(txn, shard, (coordinator, intent), seal)
-                    }))
-                    .await
-            }
-            request @ MetaRequest::SyncShard { .. } => {
-                self.committer
-                    .run(Box::new(move |txn| sync_shard(txn, &request)))
-                    .await
-            }
-            MetaRequest::Link {
-                mutation,
-                inode,
-                new_parent,
-                new_name,
-            } => {
-                if inode.home() == self.node {
-                    self.mutate(mutation, move |txn, _| {
-                        link(txn, inode, new_parent, &new_name)
-                    })
-                    .await
-                } else {
-                    self.check_project(inode, new_parent)
-                        .await
-                        .map_err(OpError::into_wire)?;
-                    self.remote_link(mutation, inode, new_parent, new_name)
-                        .await
-                }
-            }
+            request @ MetaRequest::Link { .. } => return self.link_request(request).await,
             MetaRequest::Unlink {
                 mutation,
                 parent,
@@ -193,65 +64,7 @@ impl Meta {
                 self.rename(mutation, parent, name, new_parent, new_name, flags)
                     .await
             }
-            MetaRequest::Renamed { inode, parent } => {
-                self.committer
-                    .run(Box::new(move |txn| renamed(txn, inode, parent)))
-                    .await
-            }
-            MetaRequest::SetAttr {
-                mutation,
-                inode,
-                changes,
-                granted: _,
-            } => {
-                let _charged = self
-                    .charge_truncate(mutation, inode, changes.size)
-                    .await
-                    .map_err(OpError::into_wire)?;
-                // A truncate of a file making the last copies of its move waits for them
-                // (`Busy`, kept as no answer), and asks again.
-                let started = std::time::Instant::now();
-                let result = loop {
-                    let result = self
-                        .mutate(mutation, move |txn, context| {
-                            set_attr(txn, inode, changes, &context.map)
-                        })
-                        .await;
-                    match &result {
-                        Err(OpError::Rejected(error))
-                            if error.code == ErrorCode::Busy && changes.size.is_some() =>
-                        {
-                            if started.elapsed() > TRUNCATE_WAITS_FOR_MOVE {
-                                break Err(OpError::Rejected(WireError::new(
-                                    ErrorCode::Unavailable,
-                                    error.message.clone(),
-                                )));
-                            }
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        _ => break result,
-                    }
-                };
-                if result.is_ok() && changes.size.is_some() {
-                    self.recount_rooms(inode);
-                }
-                if let Ok(Response::Attr(attr)) = &result {
-                    if attr.shards.len() > 1 {
-                        self.sync_shards(inode).await;
-                    }
-                }
-                if result.is_ok() && changes.size.is_some() {
-                    // The truncate is committed, and every target enforces it by its
-                    // generation: none serves a read or write of the new generation before
-                    // it has had the cut, and none cuts again once it has. Targets get it
-                    // now; one that is away keeps it queued and gets it when it returns, or
-                    // sooner when a client finds it waiting (ApplyTruncate).
-                    if let Err(error) = self.apply_truncate(inode).await {
-                        tracing::info!(%inode, %error, "a truncate waits for a target");
-                    }
-                }
-                result
-            }
+            request @ MetaRequest::SetAttr { .. } => return self.set_attr_request(request).await,
             MetaRequest::SetXattr {
                 mutation,
                 inode,
@@ -259,122 +72,90 @@ impl Meta {
                 value,
                 mode,
             } => {
-                let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
-                let result = self
-                    .mutate(mutation, move |txn, _| {
-                        set_xattr(txn, inode, &name, &value, mode)
-                    })
-                    .await;
-                if result.is_ok() && inherited {
-                    self.sync_shards(inode).await;
-                }
-                result
+                let set = move |txn: &redb::WriteTransaction, name: &str| {
+                    set_xattr(txn, inode, name, &value, mode)
+                };
+                self.change_xattr(mutation, (inode, name), set).await
             }
-            MetaRequest::GetXattr { inode, name } => self.read(|txn| get_xattr(txn, inode, &name)),
-            MetaRequest::ListXattr { inode } => self.read(|txn| list_xattr(txn, inode)),
             MetaRequest::RemoveXattr {
                 mutation,
                 inode,
                 name,
             } => {
-                let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
-                let result = self
-                    .mutate(mutation, move |txn, _| remove_xattr(txn, inode, &name))
-                    .await;
-                if result.is_ok() && inherited {
-                    self.sync_shards(inode).await;
+                let remove =
+                    move |txn: &redb::WriteTransaction, name: &str| remove_xattr(txn, inode, name);
+                self.change_xattr(mutation, (inode, name), remove).await
+            }
+            MetaRequest::SetPattern {
+                mutation,
+                dir,
+                pattern,
+            } => self.set_pattern_request(mutation, dir, pattern).await,
+            request @ (MetaRequest::Open { .. }
+            | MetaRequest::Release { .. }
+            | MetaRequest::Reserve { .. }
+            | MetaRequest::ReportSize { .. }
+            | MetaRequest::ApplyTruncate { .. }
+            | MetaRequest::SetLock { .. }
+            | MetaRequest::GetLock { .. }
+            | MetaRequest::LockEpoch) => return self.serve_file_request(request).await,
+            request @ (MetaRequest::SetShards { .. }
+            | MetaRequest::SealShard { .. }
+            | MetaRequest::SyncShard { .. }
+            | MetaRequest::Renamed { .. }
+            | MetaRequest::CreateDirInode { .. }
+            | MetaRequest::ExchangeDentry { .. }
+            | MetaRequest::InsertDentry { .. }
+            | MetaRequest::AdjustLinks { .. }
+            | MetaRequest::IntentsSettled { .. }
+            | MetaRequest::RemoveDirInode { .. }
+            | MetaRequest::RemoteReferences
+            | MetaRequest::Check { .. }
+            | MetaRequest::CheckProgress
+            | MetaRequest::QuotaUsage
+            | MetaRequest::Migrate { .. }
+            | MetaRequest::ReplicaApply { .. }) => self.serve_member_step(request).await,
+        };
+        result.map_err(OpError::into_wire)
+    }
+
+    /// Serves a read of the namespace: a lookup, attributes, a directory's entries, a
+    /// link's target, extended attributes.
+    async fn serve_read(&self, request: MetaRequest) -> Result<Response, OpError> {
+        match request {
+            MetaRequest::Lookup { parent, name } => {
+                let home = self.node;
+                match self.read(|txn| lookup(txn, home, parent, &name)) {
+                    // The child is a directory placed on another server: ask it.
+                    Ok(Response::Inodes(children)) => self.remote_attr(children[0]).await,
+                    other => other,
                 }
-                result
             }
-            MetaRequest::Check { repair, referenced } => {
-                let checked = self.check(repair, referenced).await;
-                self.check_progress
-                    .lock()
-                    .expect("progress poisoned")
-                    .running = false;
-                checked
-            }
-            MetaRequest::CheckProgress => Ok(Response::CheckProgress(
-                self.check_progress
-                    .lock()
-                    .expect("progress poisoned")
-                    .clone(),
-            )),
-            MetaRequest::RemoteReferences => {
-                let home = self.node;
-                self.read(|txn| remote_references(txn, home))
-            }
-            request @ MetaRequest::CreateDirInode { .. } => {
-                let home = self.node;
-                self.committer
-                    .run(Box::new(move |txn| create_dir_inode(txn, home, &request)))
-                    .await
-            }
-            request @ MetaRequest::ExchangeDentry { .. } => {
-                self.committer
-                    .run(Box::new(move |txn| exchange_dentry(txn, &request)))
-                    .await
-            }
-            request @ MetaRequest::InsertDentry { .. } => {
-                let home = self.node;
-                let is_open = self.is_open_fn();
-                self.committer
-                    .run(Box::new(move |txn| {
-                        insert_dentry_for(txn, home, &request, is_open)
-                    }))
-                    .await
-            }
-            MetaRequest::AdjustLinks {
-                coordinator,
-                intent,
-                inode,
-                delta,
-            } => {
-                let is_open = self.is_open_fn();
-                self.committer
-                    .run(Box::new(move |txn| {
-                        adjust_links(txn, coordinator, intent, inode, delta, is_open)
-                    }))
-                    .await
-            }
-            MetaRequest::IntentsSettled { coordinator, below } => {
-                self.committer
-                    .run(Box::new(move |txn| settle_intents(txn, coordinator, below)))
-                    .await
-            }
-            MetaRequest::RemoveDirInode { inode } => {
-                self.committer
-                    .run(Box::new(move |txn| remove_dir_inode(txn, inode)))
-                    .await
-            }
+            MetaRequest::GetAttr { inode } => self.read(|txn| get_attr(txn, inode)),
+            MetaRequest::ReadDir {
+                dir,
+                shards,
+                after_cookie,
+                max_entries,
+            } => self.read(|txn| read_dir(txn, (dir, shards), after_cookie, max_entries)),
+            MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
+            MetaRequest::GetXattr { inode, name } => self.read(|txn| get_xattr(txn, inode, &name)),
+            MetaRequest::ListXattr { inode } => self.read(|txn| list_xattr(txn, inode)),
+            _ => unreachable!("only reads come here"),
+        }
+    }
+
+    /// Serves a request about a session's open files: opens and releases, room to grow and
+    /// size reports, pending truncates, and locks.
+    async fn serve_file_request(&self, request: MetaRequest) -> Reply {
+        let result = match request {
             MetaRequest::SetLock {
                 client,
                 inode,
                 lock,
                 wait_ms,
                 reclaim,
-            } => {
-                self.admit_session(client).map_err(OpError::into_wire)?;
-                check_range(&lock)?;
-                let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
-                match self.locks.set(inode, client, lock, wait, reclaim).await {
-                    Ok(()) => Ok(Response::Done),
-                    Err(LockRefusal::Conflict(held)) => Err(OpError::rejected(
-                        ErrorCode::WouldBlock,
-                        format!("a conflicting lock is held by process {}", held.pid),
-                    )),
-                    Err(LockRefusal::InGrace) => Err(OpError::rejected(
-                        ErrorCode::InGrace,
-                        "locks are being reclaimed after a restart; ask again",
-                    )),
-                    Err(LockRefusal::TooMany) => Err(OpError::rejected(
-                        ErrorCode::TooManyLocks,
-                        format!(
-                            "session {client} would hold more than {LOCK_RANGES_PER_SESSION_MAX} locked ranges of {inode}: release or merge some"
-                        ),
-                    )),
-                }
-            }
+            } => return self.set_lock((client, inode), lock, wait_ms, reclaim).await,
             MetaRequest::GetLock {
                 client,
                 inode,
@@ -386,35 +167,6 @@ impl Meta {
                 ))
             }
             MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
-            MetaRequest::QuotaUsage => self.quota_usage().map(Response::QuotaUsage),
-            MetaRequest::Migrate {
-                inode,
-                pool,
-                targets,
-                pattern,
-            } => self.migrate(inode, pool, targets, pattern).await,
-            MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
-                ErrorCode::Internal,
-                "shipped store changes reached a home's handler",
-            ))),
-            MetaRequest::SetPattern {
-                mutation,
-                dir,
-                pattern,
-            } => match self.pool_slots_for(&pattern).await {
-                Err(error) => Err(error),
-                Ok(slots) => {
-                    let result = self
-                        .mutate(mutation, move |txn, _| {
-                            set_pattern(txn, dir, pattern, slots)
-                        })
-                        .await;
-                    if result.is_ok() {
-                        self.sync_shards(dir).await;
-                    }
-                    result
-                }
-            },
             MetaRequest::ApplyTruncate { inode } => self
                 .apply_truncate(inode)
                 .await
@@ -443,18 +195,380 @@ impl Meta {
                 access,
                 granted: _,
             } => self.open((client, handle), inode, access),
-            MetaRequest::Release { client, handles } => {
-                // Every handle is released even if one fails; the failure is the answer.
-                let mut released = Ok(Response::Done);
-                for (inode, handle) in handles {
-                    if let Err(error) = self.release((client, handle), inode).await {
-                        released = Err(error);
-                    }
+            MetaRequest::Release { client, handles } => self.release_handles(client, handles).await,
+            _ => unreachable!("only file requests come here"),
+        };
+        result.map_err(OpError::into_wire)
+    }
+
+    /// Serves a request only the cluster's members send: a step of another home's
+    /// cross-server operation, a check, a move, a quota report.
+    async fn serve_member_step(&self, request: MetaRequest) -> Result<Response, OpError> {
+        match request {
+            MetaRequest::SetShards { dir, shards } => {
+                self.step(move |txn| set_shards(txn, dir, &shards)).await
+            }
+            MetaRequest::SealShard {
+                shard,
+                coordinator,
+                intent,
+                seal,
+            } => {
+                self.step(move |txn| seal_shard(txn, shard, (coordinator, intent), seal))
+                    .await
+            }
+            request @ MetaRequest::SyncShard { .. } => {
+                self.step(move |txn| sync_shard(txn, &request)).await
+            }
+            MetaRequest::Renamed { inode, parent } => {
+                self.step(move |txn| renamed(txn, inode, parent)).await
+            }
+            MetaRequest::Check { repair, referenced } => {
+                let checked = self.check(repair, referenced).await;
+                self.check_progress
+                    .lock()
+                    .expect("progress poisoned")
+                    .running = false;
+                checked
+            }
+            MetaRequest::CheckProgress => Ok(Response::CheckProgress(
+                self.check_progress
+                    .lock()
+                    .expect("progress poisoned")
+                    .clone(),
+            )),
+            MetaRequest::RemoteReferences => {
+                let home = self.node;
+                self.read(|txn| remote_references(txn, home))
+            }
+            request @ MetaRequest::CreateDirInode { .. } => {
+                let home = self.node;
+                self.step(move |txn| create_dir_inode(txn, home, &request))
+                    .await
+            }
+            request @ MetaRequest::ExchangeDentry { .. } => {
+                self.step(move |txn| exchange_dentry(txn, &request)).await
+            }
+            request @ MetaRequest::InsertDentry { .. } => {
+                let home = self.node;
+                let is_open = self.is_open_fn();
+                self.step(move |txn| insert_dentry_for(txn, home, &request, is_open))
+                    .await
+            }
+            MetaRequest::AdjustLinks {
+                coordinator,
+                intent,
+                inode,
+                delta,
+            } => {
+                let is_open = self.is_open_fn();
+                self.step(move |txn| adjust_links(txn, coordinator, intent, inode, delta, is_open))
+                    .await
+            }
+            MetaRequest::IntentsSettled { coordinator, below } => {
+                self.step(move |txn| settle_intents(txn, coordinator, below))
+                    .await
+            }
+            MetaRequest::RemoveDirInode { inode } => {
+                self.step(move |txn| remove_dir_inode(txn, inode)).await
+            }
+            MetaRequest::QuotaUsage => self.quota_usage().map(Response::QuotaUsage),
+            MetaRequest::Migrate {
+                inode,
+                pool,
+                targets,
+                pattern,
+            } => self.migrate(inode, pool, targets, pattern).await,
+            MetaRequest::ReplicaApply { .. } => Err(OpError::Rejected(WireError::new(
+                ErrorCode::Internal,
+                "shipped store changes reached a home's handler",
+            ))),
+            _ => unreachable!("only members' requests come here"),
+        }
+    }
+
+    /// Serves a create: here, or a directory on the home its chooser picks, or spread over
+    /// several; a regular file opened for the mutation's client with handle `open`.
+    async fn create_request(&self, request: MetaRequest) -> Reply {
+        let MetaRequest::Create {
+            mutation,
+            parent,
+            name,
+            new,
+            open,
+        } = request
+        else {
+            unreachable!("a create");
+        };
+        let result: Result<Response, OpError> = {
+            if new.kind == FileKind::Regular {
+                self.map_for(&self.parent_pattern(parent).0, std::time::Instant::now())
+                    .await;
+            }
+            // A new inode counts in its owner's hard inode limits from its check here to
+            // its commit, on whichever home makes it.
+            let _charged = self
+                .charge_new_inode(mutation, parent, &new)
+                .await
+                .map_err(OpError::into_wire)?;
+            if new.kind == FileKind::Directory {
+                // A parent with a default spread makes every new subdirectory spread.
+                if let Some(shards) = self.inherited_spread(parent).await {
+                    self.admits_directory(parent, &new)?;
+                    return self
+                        .mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
+                        .await
+                        .map_err(OpError::into_wire);
                 }
-                released
+            }
+            let home = if new.kind == FileKind::Directory {
+                self.directory_chooser
+                    .choose_meta(&self.cluster.map(), self.node)
+            } else {
+                self.node
+            };
+            let open = open
+                .filter(|_| new.kind == FileKind::Regular)
+                .map(|handle| (mutation.client, handle));
+            if home == self.node {
+                let entry = NewEntry { parent, name, new };
+                // The open is registered before the commit, so no unlink can dispose of
+                // the new file between the two; and again after it, for a retry answered
+                // from the stored reply.
+                let opens = Arc::clone(&self.sessions.opens);
+                let result = self
+                    .mutate(mutation, move |txn, context| {
+                        let response = create(txn, context, entry)?;
+                        if let (Some(handle), Response::Created { attr, .. }) = (open, &response) {
+                            register_open(&opens, handle, attr.inode, READ | WRITE);
+                            txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
+                        }
+                        Ok(response)
+                    })
+                    .await;
+                if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
+                    register_open(&self.sessions.opens, handle, attr.inode, READ | WRITE);
+                }
+                result
+            } else {
+                self.admits_directory(parent, &new)?;
+                let placement = Placement {
+                    home,
+                    shard_homes: Vec::new(),
+                };
+                self.remote_mkdir(mutation, NewEntry { parent, name, new }, placement)
+                    .await
             }
         };
         result.map_err(OpError::into_wire)
+    }
+
+    /// Serves a create of a directory whose entries spread over several homes.
+    async fn create_spread_request(&self, request: MetaRequest) -> Reply {
+        let MetaRequest::CreateSpread {
+            mutation,
+            parent,
+            name,
+            new,
+            shards,
+        } = request
+        else {
+            unreachable!("a spread directory's create");
+        };
+        self.admits_directory(parent, &new)?;
+        let _charged = self
+            .charge_new_inode(mutation, parent, &new)
+            .await
+            .map_err(OpError::into_wire)?;
+        self.mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
+            .await
+            .map_err(OpError::into_wire)
+    }
+
+    /// Serves a hard link: here when the inode is this home's, else by the cross-server
+    /// protocol with the inode's home.
+    async fn link_request(&self, request: MetaRequest) -> Reply {
+        let MetaRequest::Link {
+            mutation,
+            inode,
+            new_parent,
+            new_name,
+        } = request
+        else {
+            unreachable!("a link");
+        };
+        let linked = if inode.home() == self.node {
+            self.mutate(mutation, move |txn, _| {
+                link(txn, inode, new_parent, &new_name)
+            })
+            .await
+        } else {
+            self.check_project(inode, new_parent)
+                .await
+                .map_err(OpError::into_wire)?;
+            self.remote_link(mutation, inode, new_parent, new_name)
+                .await
+        };
+        linked.map_err(OpError::into_wire)
+    }
+
+    /// Serves an attribute change; a truncate waits for the last copies of its file's move,
+    /// then reaches the targets.
+    async fn set_attr_request(&self, request: MetaRequest) -> Reply {
+        let MetaRequest::SetAttr {
+            mutation,
+            inode,
+            changes,
+            ..
+        } = request
+        else {
+            unreachable!("an attribute change");
+        };
+        let result: Result<Response, OpError> = {
+            let _charged = self
+                .charge_truncate(mutation, inode, changes.size)
+                .await
+                .map_err(OpError::into_wire)?;
+            // A truncate of a file making the last copies of its move waits for them
+            // (`Busy`, kept as no answer), and asks again.
+            let started = std::time::Instant::now();
+            let result = loop {
+                let result = self
+                    .mutate(mutation, move |txn, context| {
+                        set_attr(txn, inode, changes, &context.map)
+                    })
+                    .await;
+                match &result {
+                    Err(OpError::Rejected(error))
+                        if error.code == ErrorCode::Busy && changes.size.is_some() =>
+                    {
+                        if started.elapsed() > TRUNCATE_WAITS_FOR_MOVE {
+                            break Err(OpError::Rejected(WireError::new(
+                                ErrorCode::Unavailable,
+                                error.message.clone(),
+                            )));
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    _ => break result,
+                }
+            };
+            if result.is_ok() && changes.size.is_some() {
+                self.recount_rooms(inode);
+            }
+            if let Ok(Response::Attr(attr)) = &result {
+                if attr.shards.len() > 1 {
+                    self.sync_shards(inode).await;
+                }
+            }
+            if result.is_ok() && changes.size.is_some() {
+                // The truncate is committed, and every target enforces it by its
+                // generation: none serves a read or write of the new generation before
+                // it has had the cut, and none cuts again once it has. Targets get it
+                // now; one that is away keeps it queued and gets it when it returns, or
+                // sooner when a client finds it waiting (ApplyTruncate).
+                if let Err(error) = self.apply_truncate(inode).await {
+                    tracing::info!(%inode, %error, "a truncate waits for a target");
+                }
+            }
+            result
+        };
+        result.map_err(OpError::into_wire)
+    }
+
+    /// Serves a lock of a range of `inode` for session `client`, waiting up to `wait_ms`.
+    async fn set_lock(
+        &self,
+        (client, inode): (weft_proto::ids::ClientId, InodeId),
+        lock: weft_proto::messages::LockRange,
+        wait_ms: u32,
+        reclaim: bool,
+    ) -> Reply {
+        let result: Result<Response, OpError> = {
+            self.admit_session(client).map_err(OpError::into_wire)?;
+            check_range(&lock)?;
+            let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
+            match self.locks.set(inode, client, lock, wait, reclaim).await {
+                Ok(()) => Ok(Response::Done),
+                Err(LockRefusal::Conflict(held)) => Err(OpError::rejected(
+                    ErrorCode::WouldBlock,
+                    format!("a conflicting lock is held by process {}", held.pid),
+                )),
+                Err(LockRefusal::InGrace) => Err(OpError::rejected(
+                    ErrorCode::InGrace,
+                    "locks are being reclaimed after a restart; ask again",
+                )),
+                Err(LockRefusal::TooMany) => Err(OpError::rejected(
+                    ErrorCode::TooManyLocks,
+                    format!(
+                        "session {client} would hold more than {LOCK_RANGES_PER_SESSION_MAX} locked ranges of {inode}: release or merge some"
+                    ),
+                )),
+            }
+        };
+        result.map_err(OpError::into_wire)
+    }
+
+    /// Commits one step another server asked for (a cross-server operation's, a check's):
+    /// no mutation id, its own reply kept by its caller's intent.
+    async fn step(
+        &self,
+        op: impl FnOnce(&redb::WriteTransaction) -> Result<Response, OpError> + Send + 'static,
+    ) -> Result<Response, OpError> {
+        self.committer.run(Box::new(op)).await
+    }
+
+    /// Serves a change of an extended attribute of `inode` named `name`: one inherited by
+    /// new entries (a default ACL, a default spread) reaches the directory's other shards.
+    async fn change_xattr(
+        &self,
+        mutation: weft_proto::messages::MutationId,
+        (inode, name): (InodeId, String),
+        change: impl FnOnce(&redb::WriteTransaction, &str) -> Result<Response, OpError> + Send + 'static,
+    ) -> Result<Response, OpError> {
+        let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
+        let result = self
+            .mutate(mutation, move |txn, _| change(txn, &name))
+            .await;
+        if result.is_ok() && inherited {
+            self.sync_shards(inode).await;
+        }
+        result
+    }
+
+    /// Serves a change of directory `dir`'s pattern, which reaches its other shards.
+    async fn set_pattern_request(
+        &self,
+        mutation: weft_proto::messages::MutationId,
+        dir: InodeId,
+        pattern: weft_proto::layout::StripePattern,
+    ) -> Result<Response, OpError> {
+        let slots = self.pool_slots_for(&pattern).await?;
+        let result = self
+            .mutate(mutation, move |txn, _| {
+                set_pattern(txn, dir, pattern, slots)
+            })
+            .await;
+        if result.is_ok() {
+            self.sync_shards(dir).await;
+        }
+        result
+    }
+
+    /// Serves a release of session `client`'s `handles`: every one is released even if one
+    /// fails, and the failure is the answer.
+    async fn release_handles(
+        &self,
+        client: weft_proto::ids::ClientId,
+        handles: Vec<(InodeId, u64)>,
+    ) -> Result<Response, OpError> {
+        let mut released = Ok(Response::Done);
+        for (inode, handle) in handles {
+            if let Err(error) = self.release((client, handle), inode).await {
+                released = Err(error);
+            }
+        }
+        released
     }
 
     /// How many slots `pattern`'s pool has (targets, or storage mirror groups for a mirrored
