@@ -130,6 +130,31 @@ impl<G: Clone> Membership<G> {
         self.lease_until.is_some_and(|until| now < until)
     }
 
+    /// As primary of `group`, newly adopted over `before`: a member that left since, good
+    /// before under this same primary, gets a record of what it misses, starting with what
+    /// it was owed.
+    fn record_missed(&mut self, group: &Group, before: Option<&Group>, adopted: &mut Adopted) {
+        let same_primary = before.is_some_and(|b| b.primary == group.primary);
+        for member in &group.members {
+            let was_good = before
+                .and_then(|b| b.member(member.server))
+                .is_some_and(|m| m.state == MemberState::Good);
+            if member.server != group.primary
+                && member.state == MemberState::Absent
+                && same_primary
+                && was_good
+            {
+                let owed = self
+                    .owed
+                    .remove(&(group.id, member.server))
+                    .unwrap_or_default();
+                adopted
+                    .record_missed
+                    .push((group.id, member.server, owed.into_iter().collect()));
+            }
+        }
+    }
+
     /// Takes management's answer to a heartbeat sent at `sent_at`: a lease until
     /// `sent_at + lease_ms`, and the groups (newer versions replace older ones). `local` says
     /// which members live on this server.
@@ -165,28 +190,7 @@ impl<G: Clone> Membership<G> {
                 .insert(group.id, (group.clone(), kept))
                 .map(|(before, _)| before);
             if local(group.primary) {
-                let same_primary = before.as_ref().is_some_and(|b| b.primary == group.primary);
-                for member in &group.members {
-                    let was_good = before
-                        .as_ref()
-                        .and_then(|b| b.member(member.server))
-                        .is_some_and(|m| m.state == MemberState::Good);
-                    if member.server != group.primary
-                        && member.state == MemberState::Absent
-                        && same_primary
-                        && was_good
-                    {
-                        let owed = self
-                            .owed
-                            .remove(&(group.id, member.server))
-                            .unwrap_or_default();
-                        adopted.record_missed.push((
-                            group.id,
-                            member.server,
-                            owed.into_iter().collect(),
-                        ));
-                    }
-                }
+                self.record_missed(&group, before.as_ref(), &mut adopted);
             } else {
                 adopted.drop_missed.push(group.id);
             }

@@ -81,47 +81,7 @@ pub async fn run(
         &listeners,
     )
     .await?;
-    let mut targets = HashMap::new();
-    for path in &config.targets {
-        let saved = weft_service::identity::load_target_id(path)?;
-        let id = weft_net::retry::RetryPolicy::default()
-            .run(|| mgmt.register_target(node, saved))
-            .await;
-        let id = match id {
-            Ok(id) => id,
-            // A target removed from the cluster (`weft target remove`) stays out; the others
-            // serve.
-            Err(error) if saved.is_some() && error.code() == ErrorCode::InvalidArgument => {
-                tracing::error!(path = %path.display(), %error, "target not served");
-                continue;
-            }
-            Err(source) => {
-                return Err(StorageError::RegisterTarget {
-                    path: path.clone(),
-                    source,
-                })
-            }
-        };
-        if saved != Some(id) {
-            weft_service::identity::save_target_id(path, id)?;
-        }
-        let target = Target::open(
-            id,
-            path,
-            config.target_capacity_bytes,
-            StoreKind {
-                direct_io: config.direct_io,
-                crash_test: config.crash_test_discard_unsynced,
-                direct_write_min_bytes: config.direct_write_min_bytes,
-            },
-        )
-        .map_err(|source| StorageError::Target {
-            path: path.clone(),
-            source,
-        })?;
-        tracing::info!(target = id.0, path = %path.display(), "storage target ready");
-        targets.insert(id, Arc::new(target));
-    }
+    let targets = open_targets(&config, mgmt, node).await?;
     cluster.follow();
     if config.crash_test_discard_unsynced {
         tracing::warn!(
@@ -197,6 +157,57 @@ pub async fn run(
     })?;
     heartbeat.abort();
     Ok(())
+}
+
+/// Registers and opens the targets of `config` for storage server `node`: a target removed
+/// from the cluster (`weft target remove`) stays out, and the others serve.
+async fn open_targets(
+    config: &StorageConfig,
+    mgmt: &weft_net::MgmtClient,
+    node: NodeId,
+) -> Result<HashMap<weft_proto::TargetId, Arc<Target>>, StorageError> {
+    let mut targets = HashMap::new();
+    for path in &config.targets {
+        let saved = weft_service::identity::load_target_id(path)?;
+        let id = weft_net::retry::RetryPolicy::default()
+            .run(|| mgmt.register_target(node, saved))
+            .await;
+        let id = match id {
+            Ok(id) => id,
+            // A target removed from the cluster (`weft target remove`) stays out; the others
+            // serve.
+            Err(error) if saved.is_some() && error.code() == ErrorCode::InvalidArgument => {
+                tracing::error!(path = %path.display(), %error, "target not served");
+                continue;
+            }
+            Err(source) => {
+                return Err(StorageError::RegisterTarget {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        };
+        if saved != Some(id) {
+            weft_service::identity::save_target_id(path, id)?;
+        }
+        let target = Target::open(
+            id,
+            path,
+            config.target_capacity_bytes,
+            StoreKind {
+                direct_io: config.direct_io,
+                crash_test: config.crash_test_discard_unsynced,
+                direct_write_min_bytes: config.direct_write_min_bytes,
+            },
+        )
+        .map_err(|source| StorageError::Target {
+            path: path.clone(),
+            source,
+        })?;
+        tracing::info!(target = id.0, path = %path.display(), "storage target ready");
+        targets.insert(id, Arc::new(target));
+    }
+    Ok(targets)
 }
 
 async fn heartbeat_loop(
@@ -318,6 +329,29 @@ pub(crate) fn unknown_target(target: weft_proto::TargetId) -> WireError {
 }
 
 impl Storage {
+    /// Refuses a seal a client sends (only a group's primary seals, on its members), and
+    /// forgets a seal `target` holds of the mirrored object a request names that is of a
+    /// group the map no longer has.
+    fn check_seal(&self, target: &Target, request: &StorageRequest) -> Result<(), WireError> {
+        if matches!(request, StorageRequest::Seal { .. })
+            && !request.mirror().is_some_and(|route| route.forwarded)
+        {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "only a storage mirror group's primary seals an object, on its members",
+            ));
+        }
+        if let (Some(route), Some(inode)) = (request.mirror(), mirrored_inode(request)) {
+            // Only a seal of a group the map no longer has is stale: while the group exists,
+            // a writer with the old layout reaches the object through it and must be told
+            // the file moved, whatever group another request names.
+            let map = self.cluster.map();
+            let removed = |group: u32| !map.mirror_groups.iter().any(|known| known.id.0 == group);
+            target.forget_stale_seal(inode, route.group.0, removed)?;
+        }
+        Ok(())
+    }
+
     /// Serves a request for `target`, one of this server's: a push, or a read or change of
     /// its objects (through the fences, the quota check, and as its mirror group's primary or
     /// member when it names one).
@@ -354,24 +388,8 @@ impl Storage {
                 Err(error) => (Err(error), Bytes::new()),
             };
         }
-        if matches!(request, StorageRequest::Seal { .. })
-            && !request.mirror().is_some_and(|route| route.forwarded)
-        {
-            let error = WireError::new(
-                ErrorCode::InvalidArgument,
-                "only a storage mirror group's primary seals an object, on its members",
-            );
+        if let Err(error) = self.check_seal(&target, &request) {
             return (Err(error), Bytes::new());
-        }
-        if let (Some(route), Some(inode)) = (request.mirror(), mirrored_inode(&request)) {
-            // Only a seal of a group the map no longer has is stale: while the group exists,
-            // a writer with the old layout reaches the object through it and must be told
-            // the file moved, whatever group another request names.
-            let map = self.cluster.map();
-            let removed = |group: u32| !map.mirror_groups.iter().any(|known| known.id.0 == group);
-            if let Err(error) = target.forget_stale_seal(inode, route.group.0, removed) {
-                return (Err(error.into()), Bytes::new());
-            }
         }
         // A client's change passes the fence where the client sent it, and at each member the
         // fence of its group's version: a primary sends a forward again when its answer does
