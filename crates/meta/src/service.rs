@@ -284,6 +284,29 @@ impl Meta {
         self.link.resync(start).await
     }
 
+    /// The checks a restricted client's `request` passes before it is served, by its
+    /// `checks`: its subtree, the files it may name, what it may hold, and its callers'
+    /// access as a kernel would check it (which may make what it creates the caller's).
+    async fn check_client(
+        &self,
+        request: &mut MetaRequest,
+        checks: &Checks,
+    ) -> Result<(), OpError> {
+        if let Some(subtree) = checks.subtree {
+            self.check_subtree(request, subtree).await?;
+        }
+        if checks.per_file {
+            self.check_restricted(request)?;
+        }
+        if checks.restricted() {
+            self.check_holds(request, checks)?;
+        }
+        if let Some(caller) = &checks.caller {
+            self.check_access(request, caller).await?;
+        }
+        Ok(())
+    }
+
     /// Serves `request`, after the checks its client's rule asks of this server: that every
     /// inode it names lies in the client's subtree (see [`subtree`]), and for a caller of a
     /// client that squashes root, its access as a kernel would check it (see [`access`]).
@@ -292,24 +315,9 @@ impl Meta {
             let mut settled = self.background.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
         }
-        if let Some(subtree) = checks.subtree {
-            self.check_subtree(&request, subtree)
-                .await
-                .map_err(OpError::into_wire)?;
-        }
-        if checks.per_file {
-            self.check_restricted(&request)
-                .map_err(OpError::into_wire)?;
-        }
-        if checks.restricted() {
-            self.check_holds(&request, &checks)
-                .map_err(OpError::into_wire)?;
-        }
-        if let Some(caller) = &checks.caller {
-            self.check_access(&mut request, caller)
-                .await
-                .map_err(OpError::into_wire)?;
-        }
+        self.check_client(&mut request, &checks)
+            .await
+            .map_err(OpError::into_wire)?;
         let capabilities = self.cluster.capabilities().filter(|_| checks.per_file);
         let grant_for = capabilities.and_then(|capabilities| match &request {
             MetaRequest::Open { client, access, .. } => Some((capabilities, *access, *client)),

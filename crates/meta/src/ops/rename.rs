@@ -190,12 +190,38 @@ pub(crate) fn rename(
     }
 
     // Everything is checked; from here on the operation writes.
+    let moved = (parent, name, source);
+    let replaced = (new_parent, new_name, victim);
+    write_rename(
+        txn,
+        (&mut inodes, &mut entries),
+        (moved, source_local),
+        replaced,
+        is_open,
+    )
+}
+
+/// The writes of a checked rename: `source` (named `name` in `parent`; its inode on this
+/// server when `source_local`) takes `new_name` in `new_parent`, replacing `victim` there if
+/// any (a directory's record goes with it, a file's link is dropped); then the directories'
+/// links and times, and the moved inode's parent.
+fn write_rename(
+    txn: &WriteTransaction,
+    (inodes, entries): (
+        &mut crate::usage::Inodes<'_>,
+        &mut crate::store::Entries<'_>,
+    ),
+    ((parent, _name, source), source_local): (Side<'_>, bool),
+    (new_parent, new_name, victim): (InodeId, &str, Option<crate::store::Dentry>),
+    is_open: impl Fn(InodeId) -> bool,
+) -> Result<Response, OpError> {
+    let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
     let timestamp = now();
-    remove_dentry(&mut entries, parent, source)?;
+    remove_dentry(entries, parent, source)?;
     let mut victim_was_dir = false;
     if let Some(victim) = victim {
-        remove_dentry(&mut entries, new_parent, victim)?;
-        let victim_record = load_inode(&inodes, victim.child)?;
+        remove_dentry(entries, new_parent, victim)?;
+        let victim_record = load_inode(inodes, victim.child)?;
         if victim_record.is_dir() {
             victim_was_dir = true;
             inodes.remove(victim.child)?;
@@ -203,16 +229,16 @@ pub(crate) fn rename(
         } else {
             drop_link(
                 txn,
-                &mut inodes,
+                inodes,
                 (victim.child, Some(new_parent)),
                 victim_record,
                 is_open(victim.child),
             )?;
         }
     }
-    let mut target_dir = load_dir(&inodes, new_parent)?;
+    let mut target_dir = load_dir(inodes, new_parent)?;
     insert_dentry(
-        &mut entries,
+        entries,
         new_parent,
         &target_dir,
         new_name,
@@ -226,20 +252,20 @@ pub(crate) fn rename(
         target_dir.nlink += 1;
     }
     target_dir.touch(timestamp);
-    store_inode(&mut inodes, new_parent, &target_dir)?;
+    store_inode(inodes, new_parent, &target_dir)?;
     if new_parent != parent {
-        let mut source_dir = load_dir(&inodes, parent)?;
+        let mut source_dir = load_dir(inodes, parent)?;
         if source_is_dir {
             source_dir.nlink = source_dir.nlink.saturating_sub(1);
         }
         source_dir.touch(timestamp);
-        store_inode(&mut inodes, parent, &source_dir)?;
+        store_inode(inodes, parent, &source_dir)?;
     }
     if source_local {
-        let mut moved = load_inode(&inodes, source.child)?;
+        let mut moved = load_inode(inodes, source.child)?;
         moved.ctime = timestamp;
         moved.parent = new_parent.0;
-        store_inode(&mut inodes, source.child, &moved)?;
+        store_inode(inodes, source.child, &moved)?;
     }
     Ok(Response::Done)
 }
