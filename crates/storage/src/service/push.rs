@@ -207,6 +207,7 @@ impl Storage {
         let object = ObjectId::new(Space::mirrored(group.is_some()), inode);
         let (_one, stripe, taken) = self.take_push(&target, (object, group), id, seal).await?;
         let plan = restripe_plan(&from, group.is_some());
+        let gone = matches!(taken, crate::target::Taken::Gone);
         let (mut round, generation) = match taken {
             crate::target::Taken::Changed {
                 watched,
@@ -237,8 +238,8 @@ impl Storage {
             to: &to,
             copies: &copies,
         };
-        // A resync of the object to a member waits for the seal, and then finds it sealed.
-        let mut whole = None;
+        // Held from the members' seal on: a resync of the object then finds it sealed.
+        let mut _whole = None;
         let mut copied = 0;
         while let Some(step) = round.next_step() {
             match step {
@@ -253,18 +254,20 @@ impl Storage {
                         .copy_restriped(source, restriped, stripe, (&retry, &admitted))
                         .await?
                     {
-                        if let Some(answered) = answered {
+                        if let Some((answered, written)) = answered {
                             round.answered(copy, answered).map_err(restarted)?;
+                            copied += written;
                         }
                     }
-                    copied += piece.len;
                 }
                 Step::SealMembers => {
                     let group = group.expect("only a mirrored object's members are sealed");
-                    whole = Some(self.mirror.lock_range(target.id, inode, 0..u64::MAX).await);
+                    _whole = Some(self.mirror.lock_range(target.id, inode, 0..u64::MAX).await);
                     admitted()?;
                     self.seal_members(&target, group, inode).await?;
-                    weft_service::failpoint::failpoint("mirrored-push-after-members-sealed");
+                    if !gone {
+                        weft_service::failpoint::failpoint("mirrored-push-after-members-sealed");
+                    }
                 }
                 Step::Retire => {
                     let target = Arc::clone(&target);
@@ -277,7 +280,6 @@ impl Storage {
                 Step::Clear => unreachable!("a restripe's copies are not cleared"),
             }
         }
-        drop(whole);
         Ok(copied)
     }
 
@@ -285,8 +287,8 @@ impl Storage {
     /// changes of object stripe `stripe`'s push sender, each try only if `admitted` still says
     /// so: ranges of zeros are punched there (the new objects may hold an earlier round's
     /// bytes), but the object's last byte is written, so the copies' lengths still give the
-    /// file's. Answers each copy written to, with the verifier its write answered (a punch
-    /// answers none).
+    /// file's. Answers each copy written to, with the verifier its write answered and the
+    /// bytes it wrote (a punch answers neither).
     async fn copy_restriped(
         &self,
         (target, object, piece): (&Arc<Target>, ObjectId, weft_mirror::push::Piece),
@@ -296,7 +298,7 @@ impl Storage {
             &weft_net::retry::RetryPolicy,
             &(dyn Fn() -> Result<(), WireError> + Sync),
         ),
-    ) -> Result<Vec<(weft_proto::layout::Slot, Option<u64>)>, WireError> {
+    ) -> Result<Vec<(weft_proto::layout::Slot, Option<(u64, u64)>)>, WireError> {
         let Restriped {
             file,
             from,
@@ -359,7 +361,7 @@ impl Storage {
                         (retry, admitted),
                     )
                     .await?;
-                Some(answered)
+                Some((answered, place.len))
             };
             answers.push((copy, answered));
         }
