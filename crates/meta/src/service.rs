@@ -189,8 +189,27 @@ impl Meta {
             ),
             workers: Mutex::default(),
         });
-        match meta.read(spread_directories) {
-            Ok(dirs) => meta
+        meta.recover_from_store();
+        // Operations a crash interrupted are finished at once.
+        meta.background.work.notify_one();
+        meta.moves.mover.notify_one();
+        let runtime = tokio::runtime::Handle::current();
+        let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
+        let mover = runtime.spawn(Arc::clone(&meta).move_loop());
+        meta.workers
+            .lock()
+            .expect("worker slots poisoned")
+            .extend([worker, mover]);
+        Ok(meta)
+    }
+
+    /// What a start learns from its store: the spread directories whose shards to sync, the
+    /// files whose size no client reported yet, and the sessions with stored replies (expired
+    /// like any seen here, so the replies of a client that went away while this server was
+    /// down are dropped too).
+    fn recover_from_store(&self) {
+        match self.read(spread_directories) {
+            Ok(dirs) => self
                 .intents
                 .shard_syncs
                 .lock()
@@ -198,7 +217,7 @@ impl Meta {
                 .extend(dirs),
             Err(error) => tracing::error!(?error, "could not list the spread directories"),
         }
-        let unreported = meta
+        let unreported = self
             .read(|txn| {
                 txn.open_table(UNREPORTED)?
                     .iter()?
@@ -211,11 +230,11 @@ impl Meta {
                 Vec::new()
             });
         if unreported.is_empty() {
-            meta.background.settled.send_replace(true);
+            self.background.settled.send_replace(true);
         }
         // The sessions with stored replies here are expired like any seen here, so the replies
         // of a client that went away while this server was down are dropped too.
-        match meta.read(|txn| {
+        match self.read(|txn| {
             let mut clients = HashSet::new();
             let mut next = 0;
             let replies = txn.open_table(REPLIES)?;
@@ -230,7 +249,7 @@ impl Meta {
             Ok(clients)
         }) {
             Ok(clients) => {
-                let mut seen = meta.sessions.seen.lock().expect("seen table poisoned");
+                let mut seen = self.sessions.seen.lock().expect("seen table poisoned");
                 for client in clients {
                     seen.entry(client).or_insert_with(std::time::Instant::now);
                 }
@@ -239,22 +258,11 @@ impl Meta {
                 tracing::error!(?error, "could not list the sessions with stored replies")
             }
         }
-        meta.background
+        self.background
             .unreported
             .lock()
             .expect("unreported set poisoned")
             .extend(unreported);
-        // Operations a crash interrupted are finished at once.
-        meta.background.work.notify_one();
-        meta.moves.mover.notify_one();
-        let runtime = tokio::runtime::Handle::current();
-        let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
-        let mover = runtime.spawn(Arc::clone(&meta).move_loop());
-        meta.workers
-            .lock()
-            .expect("worker slots poisoned")
-            .extend([worker, mover]);
-        Ok(meta)
     }
 
     /// Stops serving: nothing is written to the store through this instance again, and its
