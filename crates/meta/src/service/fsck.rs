@@ -45,71 +45,8 @@ impl Meta {
             .refresh()
             .await
             .unwrap_or_else(|_| self.cluster.map());
-        let mut objects = Vec::new();
-        let mut unreachable: Vec<TargetId> = Vec::new();
-        // Every target's plain objects, and a group member's mirrored objects as well.
-        let spaces = map.targets.iter().flat_map(|t| {
-            let group = map.mirror_group_of_target(t.id).map(|g| g.id);
-            std::iter::once((t.id, None)).chain(group.map(|group| (t.id, Some(group))))
-        });
-        let spaces: Vec<_> = spaces.collect();
-        for (listed, &(target, group)) in spaces.iter().enumerate() {
-            let total = spaces.len() as u64;
-            self.note_check_progress("listing objects on targets", listed as u64, total);
-            if unreachable.contains(&target) {
-                continue;
-            }
-            let mut after = 0;
-            loop {
-                let home = Some(self.node);
-                let mirrored = group.is_some();
-                let page = self
-                    .cluster
-                    .call_storage(target, &TARGET_RETRY, |storage, _| async move {
-                        storage
-                            .list_objects(target, mirrored, home, after, OBJECTS_PER_LIST_MAX)
-                            .await
-                    })
-                    .await;
-                match page {
-                    Ok((listed, end)) => {
-                        after = listed.last().map(|(inode, _)| inode.0).unwrap_or(after);
-                        objects.extend(
-                            listed
-                                .into_iter()
-                                .map(|(inode, length)| (inode, target, group, length)),
-                        );
-                        if end {
-                            break;
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(target = target.0, %error, "fsck cannot list a target");
-                        unreachable.push(target);
-                        break;
-                    }
-                }
-            }
-        }
-        let mut open: HashSet<InodeId> = self
-            .sessions
-            .opens
-            .lock()
-            .expect("open table poisoned")
-            .handles
-            .keys()
-            .copied()
-            .collect();
-        if self
-            .sessions
-            .orphans_unclaimed
-            .load(std::sync::atomic::Ordering::Acquire)
-            && !self.locks.grace_over()
-        {
-            // Files unlinked while open before the start wait for their clients to open them
-            // again until the grace period is over.
-            open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::store::ORPHANS)?))?);
-        }
+        let (objects, unreachable) = self.list_objects_everywhere(&map).await;
+        let open = self.files_held_open()?;
         let listed = Listed {
             objects,
             targets: map
@@ -175,5 +112,87 @@ impl Meta {
         report.unreachable_targets = unreachable;
         self.background.work.notify_one();
         Ok(Response::CheckReport(report))
+    }
+
+    /// This home's objects on every target of `map`, plain and (on a storage mirror group's
+    /// members) mirrored, each with its target, group and length; and the targets that could
+    /// not be listed.
+    async fn list_objects_everywhere(
+        &self,
+        map: &weft_proto::messages::ClusterMap,
+    ) -> (Vec<crate::ops::check::FoundObject>, Vec<TargetId>) {
+        let mut objects = Vec::new();
+        let mut unreachable: Vec<TargetId> = Vec::new();
+        // Every target's plain objects, and a group member's mirrored objects as well.
+        let spaces = map.targets.iter().flat_map(|t| {
+            let group = map.mirror_group_of_target(t.id).map(|g| g.id);
+            std::iter::once((t.id, None)).chain(group.map(|group| (t.id, Some(group))))
+        });
+        let spaces: Vec<_> = spaces.collect();
+        for (listed, &(target, group)) in spaces.iter().enumerate() {
+            let total = spaces.len() as u64;
+            self.note_check_progress("listing objects on targets", listed as u64, total);
+            if unreachable.contains(&target) {
+                continue;
+            }
+            let mut after = 0;
+            loop {
+                let home = Some(self.node);
+                let mirrored = group.is_some();
+                let page = self
+                    .cluster
+                    .call_storage(target, &TARGET_RETRY, |storage, _| async move {
+                        storage
+                            .list_objects(target, mirrored, home, after, OBJECTS_PER_LIST_MAX)
+                            .await
+                    })
+                    .await;
+                match page {
+                    Ok((listed, end)) => {
+                        after = listed.last().map(|(inode, _)| inode.0).unwrap_or(after);
+                        objects.extend(
+                            listed
+                                .into_iter()
+                                .map(|(inode, length)| (inode, target, group, length)),
+                        );
+                        if end {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(target = target.0, %error, "fsck cannot list a target");
+                        unreachable.push(target);
+                        break;
+                    }
+                }
+            }
+        }
+        (objects, unreachable)
+    }
+
+    /// The files the check must not take for garbage: those open here, and while the grace
+    /// period lasts those unlinked while open before the start, which their clients may open
+    /// again.
+    fn files_held_open(&self) -> Result<HashSet<InodeId>, OpError> {
+        let mut open: HashSet<InodeId> = self
+            .sessions
+            .opens
+            .lock()
+            .expect("open table poisoned")
+            .handles
+            .keys()
+            .copied()
+            .collect();
+        if self
+            .sessions
+            .orphans_unclaimed
+            .load(std::sync::atomic::Ordering::Acquire)
+            && !self.locks.grace_over()
+        {
+            // Files unlinked while open before the start wait for their clients to open them
+            // again until the grace period is over.
+            open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::store::ORPHANS)?))?);
+        }
+        Ok(open)
     }
 }
