@@ -496,19 +496,69 @@ impl Meta {
         false
     }
 
-    /// Runs a file's move to its end (see the module's notes).
-    async fn move_file(&self, inode: InodeId, mut work: MoveWork) -> Result<(), MoveError> {
-        let kind = match self.read(|txn| Ok(load_inode(&txn.open_table(INODES)?, inode)?.layout)) {
-            Ok(Some(layout)) => layout.pattern.kind,
-            Ok(None) => {
-                return Err(MoveError::Later(WireError::new(
-                    ErrorCode::Internal,
-                    format!("{inode} moves without a layout"),
+    /// Records that `inode`'s move makes its last round (a move through the file's layout,
+    /// `through`, first lets a truncate committed during the rounds reach the targets, and
+    /// has the rounds go again). Answers the move as recorded, or `None` when the file was
+    /// removed meanwhile.
+    async fn mark_sealing(
+        &self,
+        inode: InodeId,
+        through: bool,
+    ) -> Result<Option<MoveWork>, MoveError> {
+        let sealing = self
+            .committer
+            .run_with(move |txn| {
+                let mut moves = txn.open_table(MOVES)?;
+                let Some(mut work) = load_move(&moves, inode)? else {
+                    return Ok(Sealing::Gone);
+                };
+                // A truncate committed during the rounds goes first (from here on a
+                // truncate waits for the switch: see `set_attr`).
+                if through
+                    && txn
+                        .open_table(crate::store::TRUNCATES)?
+                        .get(inode.0)?
+                        .is_some()
+                {
+                    return Ok(Sealing::TruncateFirst);
+                }
+                work.sealing = true;
+                store_move(&mut moves, inode, &work)?;
+                Ok(Sealing::Sealed(work))
+            })
+            .await
+            .map_err(|error| MoveError::Later(error.into_wire()))?;
+        match sealing {
+            Sealing::Sealed(sealing) => Ok(Some(sealing)),
+            Sealing::Gone => Ok(None),
+            Sealing::TruncateFirst => {
+                self.apply_truncate_now(inode)
+                    .await
+                    .map_err(MoveError::Later)?;
+                Err(MoveError::Later(WireError::new(
+                    ErrorCode::Busy,
+                    format!("{inode} was truncated during the rounds of its move: they go again"),
                 )))
             }
+        }
+    }
+
+    /// The pattern kind of the file `inode` that moves.
+    fn moving_kind(&self, inode: InodeId) -> Result<weft_proto::layout::PatternKind, MoveError> {
+        match self.read(|txn| Ok(load_inode(&txn.open_table(INODES)?, inode)?.layout)) {
+            Ok(Some(layout)) => Ok(layout.pattern.kind),
+            Ok(None) => Err(MoveError::Later(WireError::new(
+                ErrorCode::Internal,
+                format!("{inode} moves without a layout"),
+            ))),
             // Removed with its move meanwhile, or the store cannot be read: the next pass sees.
-            Err(error) => return Err(MoveError::Later(error.into_wire())),
-        };
+            Err(error) => Err(MoveError::Later(error.into_wire())),
+        }
+    }
+
+    /// Runs a file's move to its end (see the module's notes).
+    async fn move_file(&self, inode: InodeId, mut work: MoveWork) -> Result<(), MoveError> {
+        let kind = self.moving_kind(inode)?;
         // A file's truncates and its move's rounds exclude each other: a plain move's last
         // round (the old objects refuse truncates once sealed), every round of a restripe
         // (and of a mirrored file's move), which a truncate cuts the copies of too. A truncate
@@ -546,45 +596,10 @@ impl Meta {
                     break;
                 }
             }
-            let through = work.through_layout(kind);
-            let sealing = self
-                .committer
-                .run_with(move |txn| {
-                    let mut moves = txn.open_table(MOVES)?;
-                    let Some(mut work) = load_move(&moves, inode)? else {
-                        return Ok(Sealing::Gone);
-                    };
-                    // A truncate committed during the rounds goes first (from here on a
-                    // truncate waits for the switch: see `set_attr`).
-                    if through
-                        && txn
-                            .open_table(crate::store::TRUNCATES)?
-                            .get(inode.0)?
-                            .is_some()
-                    {
-                        return Ok(Sealing::TruncateFirst);
-                    }
-                    work.sealing = true;
-                    store_move(&mut moves, inode, &work)?;
-                    Ok(Sealing::Sealed(work))
-                })
-                .await
-                .map_err(|error| MoveError::Later(error.into_wire()))?;
-            match sealing {
-                Sealing::Sealed(sealing) => work = sealing,
+            match self.mark_sealing(inode, work.through_layout(kind)).await? {
+                Some(sealing) => work = sealing,
                 // The file was removed meanwhile.
-                Sealing::Gone => return Ok(()),
-                Sealing::TruncateFirst => {
-                    self.apply_truncate_now(inode)
-                        .await
-                        .map_err(MoveError::Later)?;
-                    return Err(MoveError::Later(WireError::new(
-                        ErrorCode::Busy,
-                        format!(
-                            "{inode} was truncated during the rounds of its move: they go again"
-                        ),
-                    )));
-                }
+                None => return Ok(()),
             }
             weft_service::failpoint::failpoint("move-after-sealing");
         }
