@@ -8,6 +8,8 @@ use super::*;
 /// A move under way.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Moving {
+    /// The client whose chunk it is.
+    pub(crate) owner: u32,
     pub(crate) chunk: ChunkId,
     pub(crate) from: GroupId,
     pub(crate) to: GroupId,
@@ -54,9 +56,8 @@ impl World {
                 at,
             },
         );
-        let owner = (moving.chunk / 1_000_000) as u32;
         self.sealed
-            .entry(owner)
+            .entry(moving.owner)
             .or_default()
             .push((moving.from, moving.chunk));
     }
@@ -86,6 +87,7 @@ impl World {
             );
             self.next_move += 1;
             let moving = Moving {
+                owner,
                 chunk,
                 from,
                 to,

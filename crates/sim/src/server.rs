@@ -52,12 +52,8 @@ enum Work {
 struct Pending {
     work: Work,
     run: Run,
-    /// The client to answer when it ends.
-    client: Option<(ClientId, u64)>,
-    /// The chunk range this forward holds, released when it ends.
-    held: Option<Held>,
-    /// Whether the push under way waits for it (its seal of the members).
-    for_push: bool,
+    /// Who waits for it to end.
+    waiter: Waiter,
 }
 
 /// What a forward is.
@@ -93,6 +89,17 @@ impl Pending {
     fn resync(&self) -> Option<ResyncStart> {
         self.delivery().step_of()
     }
+}
+
+/// Who waits for a forward to end.
+#[derive(Clone, Copy, Debug, Default)]
+struct Waiter {
+    /// The client to answer.
+    client: Option<(ClientId, u64)>,
+    /// The chunk range the forward holds, released when it ends.
+    held: Option<Held>,
+    /// Whether the push under way waits for it (its seal of the members).
+    for_push: bool,
 }
 
 /// A chunk's whole range, held.
@@ -345,7 +352,7 @@ impl Server {
             return Vec::new();
         };
         let mut out = Vec::new();
-        if pending.for_push {
+        if pending.waiter.for_push {
             if let Run::Client(change) = pending.run {
                 out.extend(self.members_sealed(now, change.end(&self.forwards).is_ok()));
             }
@@ -358,7 +365,7 @@ impl Server {
                 (Err(GivenUp::Refused(refused)), _) => Answer::Refused(refusal(refused)),
                 (Err(GivenUp::Late { .. }), _) => Answer::Refused(Refusal::WrongVersion),
             };
-            if let Some((client, seq)) = pending.client {
+            if let Some((client, seq)) = pending.waiter.client {
                 if let Work::Change { .. } = pending.work {
                     let kept = (!matches!(answer, Answer::Refused(_))).then(|| answer.clone());
                     self.fence.finished(u64::from(client), seq, kept);
@@ -366,7 +373,7 @@ impl Server {
                 out.push(reply(client, seq, answer));
             }
         }
-        if let Some(held) = pending.held {
+        if let Some(held) = pending.waiter.held {
             out.extend(self.release(now, held));
         }
         out
@@ -681,16 +688,7 @@ impl Server {
             out.extend(self.release(now, held));
             return out;
         }
-        let begun = PrimaryChange::begin(
-            &self.membership,
-            &self.forwards,
-            now,
-            self.id,
-            (group, version),
-            vec![chunk],
-            true,
-        );
-        let run = match begun {
+        let run = match self.begin_change(now, (group, version), chunk) {
             Ok(run) => run,
             Err(refused) => {
                 self.fence.finished(u64::from(client), seq, None);
@@ -702,9 +700,46 @@ impl Server {
         self.served.push((now, group, version));
         self.store.apply(group, &change);
         self.note(key, &change);
+        let waiter = Waiter {
+            client: Some((client, seq)),
+            held: Some(held),
+            ..Waiter::default()
+        };
+        self.forward_change(now, (group, run), change, waiter)
+    }
+
+    /// Begins a change of `chunk` of `group` as its primary in `version`: admitted again,
+    /// numbered among this server's forwards.
+    fn begin_change(
+        &self,
+        now: Time,
+        (group, version): (GroupId, Version),
+        chunk: ChunkId,
+    ) -> Result<PrimaryChange, Refused> {
+        PrimaryChange::begin(
+            &self.membership,
+            &self.forwards,
+            now,
+            self.id,
+            (group, version),
+            vec![chunk],
+            true,
+        )
+    }
+
+    /// Forwards `change` of `group`, begun as `run` (and applied here), to every present
+    /// member; an absent one gets its chunk in its record of what it misses. `waiter` says
+    /// who waits for it to end.
+    fn forward_change(
+        &mut self,
+        now: Time,
+        (group, run): (GroupId, PrimaryChange),
+        change: Change,
+        waiter: Waiter,
+    ) -> Vec<Send<Bytes>> {
         for ((missed_group, _), missed) in &mut self.store.missed {
             if *missed_group == group {
-                missed.insert(chunk);
+                missed.insert(change.chunk());
             }
         }
         // Its tag's marks are set as each copy leaves.
@@ -720,9 +755,7 @@ impl Server {
             Pending {
                 work: Work::Change { tag, change },
                 run: Run::Client(run),
-                client: Some((client, seq)),
-                held: Some(held),
-                for_push: false,
+                waiter,
             },
         )
         .1
@@ -758,9 +791,10 @@ impl Server {
         let pending = Pending {
             work: Work::Sync,
             run: Run::Client(run),
-            client: Some((client, seq)),
-            held: None,
-            for_push: false,
+            waiter: Waiter {
+                client: Some((client, seq)),
+                ..Waiter::default()
+            },
         };
         self.start(now, pending).1
     }

@@ -207,45 +207,15 @@ impl Server {
         (group, chunk): (GroupId, ChunkId),
         version: Version,
     ) -> Vec<Send<Bytes>> {
-        let begun = PrimaryChange::begin(
-            &self.membership,
-            &self.forwards,
-            now,
-            self.id,
-            (group, version),
-            vec![chunk],
-            true,
-        );
-        let run = match begun {
+        let run = match self.begin_change(now, (group, version), chunk) {
             Ok(run) => run,
             Err(refused) => return self.end_push(now, Answer::Refused(refusal(refused))),
         };
-        for ((missed_group, _), missed) in &mut self.store.missed {
-            if *missed_group == group {
-                missed.insert(chunk);
-            }
-        }
-        let number = run.number().expect("numbered");
-        let tag = ChangeId {
-            client: self.forwarder,
-            number,
-            settled_below: number,
-            abandoned: Vec::new(),
+        let waiter = Waiter {
+            for_push: true,
+            ..Waiter::default()
         };
-        self.start(
-            now,
-            Pending {
-                work: Work::Change {
-                    tag,
-                    change: Change::Seal { chunk },
-                },
-                run: Run::Client(run),
-                client: None,
-                held: None,
-                for_push: true,
-            },
-        )
-        .1
+        self.forward_change(now, (group, run), Change::Seal { chunk }, waiter)
     }
 
     /// The members' seal ended: taken by every present member, or given up (the round

@@ -161,9 +161,7 @@ impl Server {
         let pending = Pending {
             work,
             run: Run::Step(delivery),
-            client: None,
-            held: None,
-            for_push: false,
+            waiter: Waiter::default(),
         };
         let (op, out) = self.start(now, pending);
         if let Some(resync) = self.resyncs.get_mut(&(start.group, start.member)) {
