@@ -22,7 +22,7 @@ use std::time::Duration;
 use weft_proto::access::{READ, WRITE};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{FileKind, MetaRequest, Reply, Response, LOCK_WAIT_MS_MAX};
+use weft_proto::messages::{FileKind, MetaRequest, MutationId, Reply, Response, LOCK_WAIT_MS_MAX};
 use weft_proto::ErrorCode;
 
 /// How long a truncate waits here for the last copies of its file's move before its client is
@@ -38,11 +38,36 @@ impl Meta {
             | MetaRequest::ReadLink { .. }
             | MetaRequest::GetXattr { .. }
             | MetaRequest::ListXattr { .. }) => self.serve_read(request).await,
-            request @ MetaRequest::Create { .. } => return self.create_request(request).await,
-            request @ MetaRequest::CreateSpread { .. } => {
-                return self.create_spread_request(request).await
+            MetaRequest::Create {
+                mutation,
+                parent,
+                name,
+                new,
+                open,
+            } => {
+                let entry = NewEntry { parent, name, new };
+                return self.create_request(mutation, entry, open).await;
             }
-            request @ MetaRequest::Link { .. } => return self.link_request(request).await,
+            MetaRequest::CreateSpread {
+                mutation,
+                parent,
+                name,
+                new,
+                shards,
+            } => {
+                let entry = NewEntry { parent, name, new };
+                return self.create_spread_request(mutation, entry, shards).await;
+            }
+            MetaRequest::Link {
+                mutation,
+                inode,
+                new_parent,
+                new_name,
+            } => {
+                return self
+                    .link_request(mutation, inode, (new_parent, new_name))
+                    .await
+            }
             MetaRequest::Unlink {
                 mutation,
                 parent,
@@ -64,7 +89,12 @@ impl Meta {
                 self.rename(mutation, parent, name, new_parent, new_name, flags)
                     .await
             }
-            request @ MetaRequest::SetAttr { .. } => return self.set_attr_request(request).await,
+            MetaRequest::SetAttr {
+                mutation,
+                inode,
+                changes,
+                granted: _,
+            } => return self.set_attr_request(mutation, inode, changes).await,
             MetaRequest::SetXattr {
                 mutation,
                 inode,
@@ -289,17 +319,12 @@ impl Meta {
 
     /// Serves a create: here, or a directory on the home its chooser picks, or spread over
     /// several; a regular file opened for the mutation's client with handle `open`.
-    async fn create_request(&self, request: MetaRequest) -> Reply {
-        let MetaRequest::Create {
-            mutation,
-            parent,
-            name,
-            new,
-            open,
-        } = request
-        else {
-            unreachable!("a create");
-        };
+    async fn create_request(
+        &self,
+        mutation: MutationId,
+        NewEntry { parent, name, new }: NewEntry,
+        open: Option<u64>,
+    ) -> Reply {
         let result: Result<Response, OpError> = {
             if new.kind == FileKind::Regular {
                 self.map_for(&self.parent_pattern(parent).0, std::time::Instant::now())
@@ -364,39 +389,30 @@ impl Meta {
     }
 
     /// Serves a create of a directory whose entries spread over several homes.
-    async fn create_spread_request(&self, request: MetaRequest) -> Reply {
-        let MetaRequest::CreateSpread {
-            mutation,
-            parent,
-            name,
-            new,
-            shards,
-        } = request
-        else {
-            unreachable!("a spread directory's create");
-        };
-        self.admits_directory(parent, &new)?;
+    async fn create_spread_request(
+        &self,
+        mutation: MutationId,
+        entry: NewEntry,
+        shards: u16,
+    ) -> Reply {
+        self.admits_directory(entry.parent, &entry.new)?;
         let _charged = self
-            .charge_new_inode(mutation, parent, &new)
+            .charge_new_inode(mutation, entry.parent, &entry.new)
             .await
             .map_err(OpError::into_wire)?;
-        self.mkdir_spread(mutation, NewEntry { parent, name, new }, shards)
+        self.mkdir_spread(mutation, entry, shards)
             .await
             .map_err(OpError::into_wire)
     }
 
     /// Serves a hard link: here when the inode is this home's, else by the cross-server
     /// protocol with the inode's home.
-    async fn link_request(&self, request: MetaRequest) -> Reply {
-        let MetaRequest::Link {
-            mutation,
-            inode,
-            new_parent,
-            new_name,
-        } = request
-        else {
-            unreachable!("a link");
-        };
+    async fn link_request(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        (new_parent, new_name): (InodeId, String),
+    ) -> Reply {
         let linked = if inode.home() == self.node {
             self.mutate(mutation, move |txn, _| {
                 link(txn, inode, new_parent, &new_name)
@@ -414,16 +430,12 @@ impl Meta {
 
     /// Serves an attribute change; a truncate waits for the last copies of its file's move,
     /// then reaches the targets.
-    async fn set_attr_request(&self, request: MetaRequest) -> Reply {
-        let MetaRequest::SetAttr {
-            mutation,
-            inode,
-            changes,
-            ..
-        } = request
-        else {
-            unreachable!("an attribute change");
-        };
+    async fn set_attr_request(
+        &self,
+        mutation: MutationId,
+        inode: InodeId,
+        changes: weft_proto::messages::AttrChanges,
+    ) -> Reply {
         let result: Result<Response, OpError> = {
             let _charged = self
                 .charge_truncate(mutation, inode, changes.size)
@@ -522,7 +534,7 @@ impl Meta {
     /// new entries (a default ACL, a default spread) reaches the directory's other shards.
     async fn change_xattr(
         &self,
-        mutation: weft_proto::messages::MutationId,
+        mutation: MutationId,
         (inode, name): (InodeId, String),
         change: impl FnOnce(&redb::WriteTransaction, &str) -> Result<Response, OpError> + Send + 'static,
     ) -> Result<Response, OpError> {
@@ -539,7 +551,7 @@ impl Meta {
     /// Serves a change of directory `dir`'s pattern, which reaches its other shards.
     async fn set_pattern_request(
         &self,
-        mutation: weft_proto::messages::MutationId,
+        mutation: MutationId,
         dir: InodeId,
         pattern: weft_proto::layout::StripePattern,
     ) -> Result<Response, OpError> {
@@ -623,7 +635,7 @@ impl Meta {
     /// group's and project's hard inode limits, until the guard drops; refuses it at a limit.
     async fn charge_new_inode(
         &self,
-        mutation: weft_proto::messages::MutationId,
+        mutation: MutationId,
         parent: InodeId,
         new: &weft_proto::messages::NewInode,
     ) -> Result<Option<super::grants::Charged>, OpError> {
@@ -643,7 +655,7 @@ impl Meta {
     /// grants of its owner's hard byte limits, until the guard drops; refuses it at a limit.
     async fn charge_truncate(
         &self,
-        mutation: weft_proto::messages::MutationId,
+        mutation: MutationId,
         inode: InodeId,
         size: Option<u64>,
     ) -> Result<Option<super::grants::Charged>, OpError> {
