@@ -559,6 +559,8 @@ impl IoTarget for NativeFiles {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NetBench;
 
+use weft_proto::answer::{Synced, Written};
+
 impl weft_client::Transport for NetBench {
     fn read(
         &self,
@@ -579,10 +581,10 @@ impl weft_client::Transport for NetBench {
         storage: Arc<weft_net::StorageClient>,
         route: Route,
         piece: weft_client::PieceWrite,
-    ) -> BoxFuture<'static, Result<(u32, u64), weft_net::RpcError>> {
+    ) -> BoxFuture<'static, Result<Written, weft_net::RpcError>> {
         Box::pin(async move {
             let (len, _) = storage.net_bench(route.target, piece.data, 0).await?;
-            Ok((len, 0))
+            Ok(Written { len, verifier: 0 })
         })
     }
 
@@ -592,8 +594,8 @@ impl weft_client::Transport for NetBench {
         _route: Route,
         _inode: InodeId,
         _capability: Option<weft_proto::access::Capability>,
-    ) -> BoxFuture<'static, Result<u64, weft_net::RpcError>> {
-        Box::pin(async { Ok(0) })
+    ) -> BoxFuture<'static, Result<Synced, weft_net::RpcError>> {
+        Box::pin(async { Ok(Synced { verifier: 0 }) })
     }
 }
 

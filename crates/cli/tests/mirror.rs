@@ -822,7 +822,7 @@ fn a_late_copy_of_a_forward_never_lands_over_a_newer_one() {
             .storage_for_target(route.target)
             .await
             .expect("storage");
-        let (length, crc) = storage
+        let weft_proto::answer::Checksum { length, crc } = storage
             .object_checksum(route.target, true, file.0, 0, 64)
             .await
             .expect("the member's copy");
@@ -941,7 +941,7 @@ fn a_change_forwarded_again_in_a_new_version_runs_again() {
         forward(second, b"first", tag(u64::MAX - 3, 1)).is_ok()
     })
     .expect("forward taken in the new version");
-    let (length, crc) = runtime
+    let weft_proto::answer::Checksum { length, crc } = runtime
         .block_on(async {
             let storage = view.storage_for_target(member).await?;
             storage.object_checksum(member, true, file.0, 0, 64).await
@@ -1021,7 +1021,7 @@ fn a_late_copy_of_a_resync_step_never_undoes_later_ones() {
     send(&sync, b"").expect("the copy's sync");
     let late = send(&remove, b"").expect_err("the late removal is refused");
     assert_eq!(late.code(), weft_proto::ErrorCode::Superseded, "{late}");
-    let (length, crc) = runtime
+    let weft_proto::answer::Checksum { length, crc } = runtime
         .block_on(async {
             let storage = view.storage_for_target(route.target).await?;
             storage

@@ -1248,7 +1248,7 @@ fn a_moved_mirrored_files_seal_holds_against_other_groups() {
             },
         ))
     };
-    let moved = |result: Result<(u32, u64), weft_net::RpcError>| {
+    let moved = |result: Result<weft_proto::answer::Written, weft_net::RpcError>| {
         result.is_err_and(|error| error.code() == weft_proto::ErrorCode::Moved)
     };
     assert!(

@@ -465,7 +465,7 @@ fn client_identities_are_held_to_their_rules() {
         ..weft_net::RpcClientOptions::default()
     };
     let mgmt = weft_net::RpcClient::new(cluster.mgmt(), as_reader.clone());
-    let refused = runtime.block_on(mgmt.call(
+    let refused = runtime.block_on(mgmt.call::<weft_proto::messages::MgmtResponse>(
         &Request::Mgmt(MgmtRequest::RegisterNode {
             node: Some(weft_proto::NodeId(1)),
             kind: weft_proto::messages::NodeKind::Storage,
@@ -491,7 +491,9 @@ fn client_identities_are_held_to_their_rules() {
             inode: InodeId(inode),
             tag: None,
         });
-        let refused = runtime.block_on(storage.call(&removal, bytes::Bytes::new()));
+        let refused = runtime.block_on(
+            storage.call::<weft_proto::messages::StorageResponse>(&removal, bytes::Bytes::new()),
+        );
         assert_eq!(
             refused.expect_err("a client cannot remove objects").code(),
             ErrorCode::PermissionDenied,
@@ -589,7 +591,7 @@ fn client_identities_are_held_to_their_rules() {
         None,
     );
     let refused = runtime
-        .block_on(meta.call(&release, bytes::Bytes::new()))
+        .block_on(meta.call::<weft_proto::messages::MetaResponse>(&release, bytes::Bytes::new()))
         .expect_err("another's session");
     assert_eq!(refused.code(), ErrorCode::PermissionDenied, "{refused}");
     assert!(
@@ -601,7 +603,7 @@ fn client_identities_are_held_to_their_rules() {
         unserved: Vec::new(),
     });
     let refused = runtime
-        .block_on(mgmt.call(&heartbeat, bytes::Bytes::new()))
+        .block_on(mgmt.call::<weft_proto::messages::MgmtResponse>(&heartbeat, bytes::Bytes::new()))
         .expect_err("another's session");
     assert_eq!(refused.code(), ErrorCode::PermissionDenied, "{refused}");
 
@@ -1070,7 +1072,7 @@ fn a_peer_one_protocol_version_older_is_served() {
             .await
             .expect("its server");
         let data = bytes::Bytes::from_static(b"written by an older peer");
-        let (written, _) = storage
+        let weft_proto::answer::Written { len: written, .. } = storage
             .write(
                 route,
                 weft_net::ObjectWrite {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, RpcError, StorageClient};
 use weft_proto::access::{self, Capability};
+use weft_proto::answer::{Synced, Written};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{map_requests, object_span, FileLayout, Slot};
 use weft_proto::messages::IO_BYTES_MAX;
@@ -72,7 +73,7 @@ pub trait Transport: Send + Sync {
         storage: Arc<StorageClient>,
         route: Route,
         piece: PieceWrite,
-    ) -> BoxFuture<'static, Result<(u32, u64), RpcError>>;
+    ) -> BoxFuture<'static, Result<Written, RpcError>>;
 
     /// Makes the file's object behind `route` durable; answers the server's verifier.
     fn sync(
@@ -81,7 +82,7 @@ pub trait Transport: Send + Sync {
         route: Route,
         inode: InodeId,
         capability: Option<Capability>,
-    ) -> BoxFuture<'static, Result<u64, RpcError>>;
+    ) -> BoxFuture<'static, Result<Synced, RpcError>>;
 }
 
 /// The storage servers' objects: what every client reads and writes.
@@ -111,7 +112,7 @@ impl Transport for Objects {
         storage: Arc<StorageClient>,
         route: Route,
         piece: PieceWrite,
-    ) -> BoxFuture<'static, Result<(u32, u64), RpcError>> {
+    ) -> BoxFuture<'static, Result<Written, RpcError>> {
         Box::pin(async move { storage.write(route, piece).await })
     }
 
@@ -121,7 +122,7 @@ impl Transport for Objects {
         route: Route,
         inode: InodeId,
         capability: Option<Capability>,
-    ) -> BoxFuture<'static, Result<u64, RpcError>> {
+    ) -> BoxFuture<'static, Result<Synced, RpcError>> {
         Box::pin(async move { storage.sync(route, inode, capability).await })
     }
 }
@@ -372,9 +373,12 @@ impl DataPath {
         change: &mut crate::client::Change<'_>,
         (inode, slot): (InodeId, Slot),
         piece: &weft_proto::layout::ChunkPiece,
-        sent: Result<(u32, u64), ClientError>,
+        sent: Result<Written, ClientError>,
     ) -> Result<(), ClientError> {
-        let (written, verifier) = sent.inspect_err(|_| change.failed())?;
+        let Written {
+            len: written,
+            verifier,
+        } = sent.inspect_err(|_| change.failed())?;
         if u64::from(written) != piece.len {
             change.failed();
             return Err(ClientError::ShortWrite {
@@ -423,7 +427,7 @@ impl DataPath {
             );
         }
         let requests = slots.into_iter().map(|slot| async move {
-            let verifier = session
+            let Synced { verifier } = session
                 .with_capability(inode, 0, |capability| {
                     self.on_slot(session, inode, slot, move |storage, route| {
                         self.transport.sync(storage, route, inode, capability)

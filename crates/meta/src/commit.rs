@@ -21,7 +21,7 @@
 //! [`HomeFile`]: crate::replica::HomeFile
 
 use crate::replica::HomeLink;
-use crate::store::{OpError, StoreError};
+use crate::schema::{OpError, StoreError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -31,7 +31,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use weft_proto::messages::Response;
+use weft_proto::messages::MetaResponse;
 
 /// Most operations applied in one transaction.
 const BATCH_OPERATIONS_MAX: usize = 512;
@@ -48,7 +48,8 @@ const UNSYNCED_FOR_MAX: Duration = Duration::from_secs(1);
 const UNSYNCED_BYTES_MAX: usize = 16 << 20;
 
 /// An operation run inside the batch transaction; answered once its batch is durable.
-pub(crate) type WriteOp = Box<dyn FnOnce(&WriteTransaction) -> Result<Response, OpError> + Send>;
+pub(crate) type WriteOp =
+    Box<dyn FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError> + Send>;
 
 /// When an applied operation may be answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,15 +62,15 @@ pub(crate) enum Answered {
 
 /// An operation that tells, as it applies, when it may be answered.
 pub(crate) type EventualOp =
-    Box<dyn FnOnce(&WriteTransaction) -> Result<(Response, Answered), OpError> + Send>;
+    Box<dyn FnOnce(&WriteTransaction) -> Result<(MetaResponse, Answered), OpError> + Send>;
 
-type Answer = oneshot::Sender<Result<Response, OpError>>;
+type Answer = oneshot::Sender<Result<MetaResponse, OpError>>;
 type Queued = (EventualOp, Answer);
 
 /// A committed batch waiting for its sync: each operation's answer and result (none when a
 /// store failure abandoned it), and how the commit ended.
 struct Committed {
-    results: Vec<(Answer, Option<Result<Response, OpError>>)>,
+    results: Vec<(Answer, Option<Result<MetaResponse, OpError>>)>,
     outcome: Result<(), StoreError>,
     started: Instant,
     /// The sync that makes the batch durable.
@@ -216,7 +217,7 @@ impl Committer {
         self.run(Box::new(move |txn| {
             let value = op(txn)?;
             let _ = sender.send(value);
-            Ok(Response::Done)
+            Ok(MetaResponse::Done)
         }))
         .await?;
         receiver
@@ -225,7 +226,7 @@ impl Committer {
     }
 
     /// Runs `op` in the next batch and waits until its batch is durable.
-    pub async fn run(&self, op: WriteOp) -> Result<Response, OpError> {
+    pub async fn run(&self, op: WriteOp) -> Result<MetaResponse, OpError> {
         self.run_eventual(Box::new(move |txn| {
             op(txn).map(|response| (response, Answered::Durable))
         }))
@@ -234,7 +235,7 @@ impl Committer {
 
     /// Runs `op` in the next batch and waits until its batch committed, and also until it is
     /// durable unless `op` answered [`Answered::Committed`].
-    pub async fn run_eventual(&self, op: EventualOp) -> Result<Response, OpError> {
+    pub async fn run_eventual(&self, op: EventualOp) -> Result<MetaResponse, OpError> {
         // Held until the answer: the operation's slot among those queued or committing.
         let _slot = self
             .slots

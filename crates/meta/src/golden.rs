@@ -10,12 +10,12 @@ use crate::ops::intent::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
     SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
 };
-use crate::store::SlotId;
-use crate::store::{InodeRecord, TruncateWork};
+use crate::schema::SlotId;
+use crate::schema::{InodeRecord, TruncateWork};
 use std::fmt::Write as _;
 use weft_proto::layout::{FileLayout, PatternKind, Slot, SlotSet, StripePattern};
 use weft_proto::messages::{
-    FileKind, InodeAttr, MetaRequest, MutationId, Reply, Response, Timestamp,
+    FileKind, InodeAttr, MetaRequest, MetaResponse, MutationId, Reply, Timestamp,
 };
 use weft_proto::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 
@@ -176,8 +176,8 @@ fn intents() -> Vec<IntentOp> {
 }
 
 /// A move in flight, of a restripe.
-fn moving() -> crate::store::MoveWork {
-    crate::store::MoveWork {
+fn moving() -> crate::schema::MoveWork {
+    crate::schema::MoveWork {
         id: 0x1234_5678,
         slots: vec![(1, SlotId(3), SlotId(6))],
         pool: StoragePoolId(2),
@@ -222,7 +222,7 @@ fn records() -> String {
     line("written/slots", encode(&slots));
     line("move", encode(&moving()));
     line("tombstones", encode(&vec![SlotId(3), SlotId(4)]));
-    let reply: Reply = Ok(Response::Attr(InodeAttr {
+    let reply: Reply<MetaResponse> = Ok(MetaResponse::Attr(InodeAttr {
         inode: inode(5),
         ..file().to_attr(inode(5))
     }));
@@ -329,7 +329,7 @@ fn intents_and_replies_of_version_4_are_converted() {
             .insert(7, bytes.as_slice())
             .expect("stored");
         let old: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
-        let reply: Reply = Ok(Response::Attr(directory().to_attr(inode(5))));
+        let reply: Reply<MetaResponse> = Ok(MetaResponse::Attr(directory().to_attr(inode(5))));
         let bytes = weft_proto::wire::in_version(4, || postcard::to_stdvec(&reply))
             .expect("encodes in version 4");
         txn.open_table(old)
@@ -345,9 +345,9 @@ fn intents_and_replies_of_version_4_are_converted() {
             .expect("stored");
         txn.commit().expect("committed");
     }
-    crate::store::create_tables(&db).expect("the store opens");
+    crate::schema::create_tables(&db).expect("the store opens");
     let txn = db.begin_read().expect("a read");
-    let table = txn.open_table(crate::store::INTENTS).expect("the intents");
+    let table = txn.open_table(crate::schema::INTENTS).expect("the intents");
     let stored = table.get(7).expect("read").expect("the intent is kept");
     let converted: Intent = postcard::from_bytes(stored.value()).expect("decodes");
     assert_eq!(
@@ -355,14 +355,14 @@ fn intents_and_replies_of_version_4_are_converted() {
         format!("{:?}", intent(0).op),
         "the intent reads on, its directory in no project"
     );
-    let replies = txn.open_table(crate::store::REPLIES).expect("the replies");
+    let replies = txn.open_table(crate::schema::REPLIES).expect("the replies");
     let stored = replies
         .get((7, 9))
         .expect("read")
         .expect("the reply is kept");
     assert_eq!(
-        crate::store::stored_reply(stored.value()).expect("decodes"),
-        Response::Attr(
+        crate::schema::stored_reply(stored.value()).expect("decodes"),
+        MetaResponse::Attr(
             InodeRecord {
                 project: 0,
                 ..directory()
@@ -370,12 +370,12 @@ fn intents_and_replies_of_version_4_are_converted() {
             .to_attr(inode(5))
         )
     );
-    let moves = txn.open_table(crate::store::MOVES).expect("the moves");
+    let moves = txn.open_table(crate::schema::MOVES).expect("the moves");
     let stored = moves.get(5).expect("read").expect("the move is kept");
-    let converted: crate::store::MoveWork = postcard::from_bytes(stored.value()).expect("decodes");
+    let converted: crate::schema::MoveWork = postcard::from_bytes(stored.value()).expect("decodes");
     assert_eq!(
         converted,
-        crate::store::MoveWork {
+        crate::schema::MoveWork {
             layout: None,
             ..moving()
         }

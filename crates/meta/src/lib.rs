@@ -31,10 +31,9 @@ pub mod config;
 mod locks;
 mod ops;
 mod replica;
+mod schema;
 mod server;
 mod service;
-mod store;
-mod usage;
 
 pub use config::{MetaConfig, TargetChooser};
 
@@ -44,12 +43,12 @@ pub mod fuzzing {
     /// Decodes `bytes` as each kind of record a metadata server stores; none may panic,
     /// whatever the bytes.
     pub fn decode_stored_records(bytes: &[u8]) {
-        let _ = crate::store::InodeRecord::decode(1, bytes);
+        let _ = crate::schema::InodeRecord::decode(1, bytes);
         let _ = postcard::from_bytes::<crate::ops::intent::Intent>(bytes);
-        let _ = postcard::from_bytes::<crate::store::TruncateWork>(bytes);
+        let _ = postcard::from_bytes::<crate::schema::TruncateWork>(bytes);
         let _ = postcard::from_bytes::<weft_proto::layout::FileLayout>(bytes);
         let _ = postcard::from_bytes::<weft_proto::layout::SlotSet>(bytes);
-        let _ = crate::store::stored_reply(bytes);
+        let _ = crate::schema::stored_reply(bytes);
     }
 }
 pub use server::run;

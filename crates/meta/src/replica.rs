@@ -17,7 +17,7 @@
 //!
 //! On a member, [`Replicas`] applies what its primary ships to its copy.
 
-use crate::store::StoreError;
+use crate::schema::StoreError;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fs::File;
@@ -32,7 +32,7 @@ use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
 use weft_proto::ids::{GroupId, GroupVersion, MemberId};
 use weft_proto::messages::{
-    FileChange, MetaRequest, MirrorGroupInfo, MirrorKind, Response, IO_BYTES_MAX,
+    FileChange, MetaRequest, MetaResponse, MirrorGroupInfo, MirrorKind, IO_BYTES_MAX,
 };
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
@@ -641,7 +641,7 @@ impl HomeLink {
         member: MemberId,
         shipment: &Shipment,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(MetaResponse, Bytes), RpcError> {
         let request = MetaRequest::ReplicaApply {
             group: shipment.group,
             version: shipment.version,

@@ -11,8 +11,8 @@
 
 use crate::commit::CommitMetrics;
 use crate::replica::{group_of_home, HomeFiles, Replicas};
+use crate::schema::{OpError, INODES, REMOTE_CREATED, REPLIES};
 use crate::service::{Meta, Shared};
-use crate::store::{OpError, INODES, REMOTE_CREATED, REPLIES};
 use crate::{MetaConfig, MetaError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -26,8 +26,8 @@ use weft_proto::error::WireError;
 use weft_proto::ids::{GroupVersion, MemberId};
 use weft_proto::ids::{NodeId, META_HOME_MAX};
 use weft_proto::messages::{
-    Consistency, MetaRequest, MetaRoute, MirrorGroupInfo, MirrorKind, NodeKind, Reply, Request,
-    Response,
+    Consistency, MetaRequest, MetaResponse, MetaRoute, MirrorGroupInfo, MirrorKind, NodeKind,
+    Reply, Request,
 };
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
@@ -561,7 +561,7 @@ impl Server {
     }
 
     /// Applies changes a primary shipped to this member's copy.
-    fn apply(&self, request: &MetaRequest, payload: &Bytes) -> Result<Response, WireError> {
+    fn apply(&self, request: &MetaRequest, payload: &Bytes) -> Result<MetaResponse, WireError> {
         let MetaRequest::ReplicaApply {
             group,
             version,
@@ -589,13 +589,20 @@ impl Server {
             }
             self.replicas
                 .apply(home, (*version, *link, *sequence), changes, payload, *sync)?;
-            Ok(Response::Done)
+            Ok(MetaResponse::Done)
         })
     }
 }
 
 impl weft_net::Handler for Server {
-    async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
+    type Response = MetaResponse;
+
+    async fn handle(
+        &self,
+        from: Identity,
+        request: Request,
+        payload: Bytes,
+    ) -> (Reply<MetaResponse>, Bytes) {
         let checks = match self.shared.cluster.admit_client(&from, &request).await {
             Ok(checks) => checks,
             Err(error) => return (Err(error), Bytes::new()),
@@ -605,33 +612,49 @@ impl weft_net::Handler for Server {
                 // The copy is written and synced in place: a short blocking section.
                 tokio::task::block_in_place(|| self.apply(&request, &payload))
             }
-            Request::Meta(route, request, _) => match self.admit(route) {
-                Ok(meta) => match meta.serve(request, checks).await {
-                    // A change whose commit failed because its mirror group made another
-                    // member primary meanwhile, or because this server's lease ran out before
-                    // the change reached the members, was never acknowledged: the client asks
-                    // again, at the group's primary once it has one (a retry of one that did
-                    // reach the file is answered from its stored reply).
-                    Err(error)
-                        if error.code == ErrorCode::Io
-                            && (self.home_moved(route.home, &meta)
-                                || self.admit(route).is_err()) =>
-                    {
-                        Err(stale(format!(
-                            "metadata home {} could not finish the change here (its group moved \
-                             on, or this server's lease ran out): {}",
-                            route.home, error.message
-                        )))
-                    }
-                    reply => reply,
-                },
-                Err(error) => Err(error),
-            },
+            Request::Meta(route, request, _) => {
+                let (op, fits): (&str, _) = ((&request).into(), request.answer_fits());
+                let reply = self.serve_home(route, request, checks).await;
+                weft_proto::answer::debug_check(op, fits, &reply);
+                reply
+            }
             other => Err(WireError::new(
                 ErrorCode::WrongService,
                 format!("a metadata server does not serve {other:?}"),
             )),
         };
         (reply, Bytes::new())
+    }
+}
+
+impl Server {
+    /// Serves a request for the home `route` names.
+    async fn serve_home(
+        &self,
+        route: MetaRoute,
+        request: MetaRequest,
+        checks: weft_proto::access::Checks,
+    ) -> Reply<MetaResponse> {
+        match self.admit(route) {
+            Ok(meta) => match meta.serve(request, checks).await {
+                // A change whose commit failed because its mirror group made another
+                // member primary meanwhile, or because this server's lease ran out before
+                // the change reached the members, was never acknowledged: the client asks
+                // again, at the group's primary once it has one (a retry of one that did
+                // reach the file is answered from its stored reply).
+                Err(error)
+                    if error.code == ErrorCode::Io
+                        && (self.home_moved(route.home, &meta) || self.admit(route).is_err()) =>
+                {
+                    Err(stale(format!(
+                        "metadata home {} could not finish the change here (its group moved \
+                             on, or this server's lease ran out): {}",
+                        route.home, error.message
+                    )))
+                }
+                reply => reply,
+            },
+            Err(error) => Err(error),
+        }
     }
 }

@@ -19,6 +19,7 @@ mod moves;
 mod replies;
 mod sessions;
 mod subtree;
+mod targets;
 mod verify;
 mod work;
 
@@ -34,7 +35,7 @@ use crate::ops::create::ensure_root;
 use crate::ops::remove::list_orphans;
 use crate::ops::OpContext;
 use crate::replica::{HomeFiles, HomeLink, LinkParts};
-use crate::store::{OpError, REPLIES, UNREPORTED};
+use crate::schema::{OpError, REPLIES, UNREPORTED};
 use crate::{MetaConfig, MetaError};
 use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::collections::HashSet;
@@ -45,7 +46,7 @@ use weft_net::ClusterView;
 use weft_proto::access::{Checks, READ, WRITE};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, InodeId, NodeId, ROOT_HOME};
-use weft_proto::messages::{CheckProgress, FileKind, MetaRequest, MutationId, Reply, Response};
+use weft_proto::messages::{CheckProgress, FileKind, MetaRequest, MetaResponse, MutationId, Reply};
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
 use work::{spread_directories, work_loop};
@@ -138,7 +139,7 @@ impl Meta {
                 .create_with_backend(file)
                 .map_err(|e| store_error(home, e))?,
         );
-        crate::store::create_tables(&db).map_err(|e| store_error(home, e))?;
+        crate::schema::create_tables(&db).map_err(|e| store_error(home, e))?;
         let mut first_start = false;
         // Files unlinked while open before this start stay until the grace period is over:
         // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
@@ -149,7 +150,7 @@ impl Meta {
                 first_start = true;
             }
             let orphans = txn
-                .open_table(crate::store::ORPHANS)
+                .open_table(crate::schema::ORPHANS)
                 .map_err(|e| store_error(home, e))
                 .and_then(|table| list_orphans(&table).map_err(|e| store_error(home, e)))?;
             txn.commit().map_err(|e| store_error(home, e))?;
@@ -318,7 +319,11 @@ impl Meta {
     /// Serves `request`, after the checks its client's rule asks of this server: that every
     /// inode it names lies in the client's subtree (see [`subtree`]), and for a caller of a
     /// client that squashes root, its access as a kernel would check it (see [`access`]).
-    pub(crate) async fn serve(&self, mut request: MetaRequest, checks: Checks) -> Reply {
+    pub(crate) async fn serve(
+        &self,
+        mut request: MetaRequest,
+        checks: Checks,
+    ) -> Reply<MetaResponse> {
         if !*self.background.settled.borrow() {
             let mut settled = self.background.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
@@ -366,13 +371,13 @@ impl Meta {
         };
         let reply = self.handle_meta(request).await;
         let reply = match (reply, replayed) {
-            (Ok(Response::Created { attr, parent, .. }), Some(open))
+            (Ok(MetaResponse::Created { attr, parent, .. }), Some(open))
                 if !self.regranted(attr.inode, &checks).await =>
             {
                 // Nor is it held open for the client: it opens the file, with an open's
                 // checks, when it wants it.
                 let _ = self.release(open, attr.inode).await;
-                return Ok(Response::Created {
+                return Ok(MetaResponse::Created {
                     attr,
                     parent,
                     capability: None,
@@ -392,24 +397,23 @@ impl Meta {
             )
         };
         match (grant_for, reply) {
-            (Some((capabilities, access, session)), Ok(Response::Attr(attr))) => {
-                Ok(Response::Opened {
+            (Some((capabilities, access, session)), Ok(MetaResponse::Attr(attr))) => {
+                Ok(MetaResponse::Opened {
                     capability: grant(capabilities, attr.inode, access, session),
                     attr,
                 })
             }
-            (Some((capabilities, access, session)), Ok(Response::Created { attr, parent, .. }))
-                if attr.kind == FileKind::Regular =>
-            {
-                Ok(Response::Created {
-                    capability: Some(grant(capabilities, attr.inode, access, session)),
-                    attr,
-                    parent,
-                })
-            }
-            (Some((capabilities, access, session)), Ok(Response::Reserved { to, .. })) => {
+            (
+                Some((capabilities, access, session)),
+                Ok(MetaResponse::Created { attr, parent, .. }),
+            ) if attr.kind == FileKind::Regular => Ok(MetaResponse::Created {
+                capability: Some(grant(capabilities, attr.inode, access, session)),
+                attr,
+                parent,
+            }),
+            (Some((capabilities, access, session)), Ok(MetaResponse::Reserved { to, .. })) => {
                 let inode = reserving.expect("a reserve's answer");
-                Ok(Response::Reserved {
+                Ok(MetaResponse::Reserved {
                     to,
                     capability: Some(grant(capabilities, inode, access, session)),
                 })
@@ -442,7 +446,11 @@ impl Meta {
     /// Makes every change committed so far durable: at a clean stop, so that the next start
     /// has no size to recompute.
     pub(crate) async fn flush(&self) {
-        if let Err(error) = self.committer.run(Box::new(|_| Ok(Response::Done))).await {
+        if let Err(error) = self
+            .committer
+            .run(Box::new(|_| Ok(MetaResponse::Done)))
+            .await
+        {
             tracing::warn!(
                 home = self.node.0,
                 ?error,
@@ -492,7 +500,7 @@ impl Meta {
     /// What each user and group uses in each pool in this home.
     pub(crate) fn quota_usage(&self) -> Result<Vec<weft_proto::quota::QuotaUsage>, OpError> {
         let txn = self.db.begin_read()?;
-        crate::usage::usage(&txn.open_table(crate::usage::USAGE)?)
+        crate::schema::usage::usage(&txn.open_table(crate::schema::usage::USAGE)?)
     }
 
     fn read<T>(
@@ -520,8 +528,8 @@ impl Meta {
     async fn mutate(
         &self,
         mutation: MutationId,
-        op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<Response, OpError> + Send + 'static,
-    ) -> Result<Response, OpError> {
+        op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<MetaResponse, OpError> + Send + 'static,
+    ) -> Result<MetaResponse, OpError> {
         self.admit_session(mutation.client)?;
         let context = self.context();
         let result = self

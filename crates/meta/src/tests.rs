@@ -10,15 +10,15 @@ use crate::ops::remove::unlink;
 use crate::ops::rename::{rename, RenameArgs};
 use crate::ops::setattr::{report_size, set_attr};
 use crate::ops::OpContext;
+use crate::schema::{create_tables, OpError, DISPOSALS, UNREPORTED};
 use crate::service::idempotent;
-use crate::store::{create_tables, OpError, DISPOSALS, UNREPORTED};
 use redb::{Database, ReadableTableMetadata};
 use std::sync::Arc;
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::layout::SlotSet;
 use weft_proto::messages::{
-    AttrChanges, CheckReport, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
-    Reachability, RenameFlags, Response, SizeReport, SpaceUsage, TargetInfo,
+    AttrChanges, CheckReport, ClusterMap, DirEntry, FileKind, InodeAttr, MetaResponse, MutationId,
+    NewInode, Reachability, RenameFlags, SizeReport, SpaceUsage, TargetInfo,
 };
 use weft_proto::ErrorCode;
 
@@ -97,7 +97,7 @@ impl Fixture {
             }))
             .await?;
         match response {
-            Response::Created { attr, .. } => Ok(attr),
+            MetaResponse::Created { attr, .. } => Ok(attr),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -111,7 +111,7 @@ impl Fixture {
         self.create_as(self.mutation(), parent, name, kind).await
     }
 
-    fn lookup(&self, parent: InodeId, name: &str) -> Result<Response, OpError> {
+    fn lookup(&self, parent: InodeId, name: &str) -> Result<MetaResponse, OpError> {
         lookup(
             &self.db.begin_read().expect("read"),
             NodeId(1),
@@ -124,7 +124,7 @@ impl Fixture {
     fn list(&self, dir: InodeId, after: u64, max: u32) -> (Vec<DirEntry>, bool) {
         match read_dir(&self.db.begin_read().expect("read"), (dir, 1), after, max).expect("readdir")
         {
-            Response::DirEntries { entries, end } => (entries, end),
+            MetaResponse::DirEntries { entries, end } => (entries, end),
             other => panic!("{other:?}"),
         }
     }
@@ -171,7 +171,7 @@ async fn create_lookup_unlink() {
     assert_eq!(layout.width(), 4, "four distinct targets");
     assert_eq!(dir.inode.home(), NodeId(1));
     assert!(
-        matches!(f.lookup(dir.inode, "file"), Ok(Response::Attr(attr)) if attr.inode == file.inode)
+        matches!(f.lookup(dir.inode, "file"), Ok(MetaResponse::Attr(attr)) if attr.inode == file.inode)
     );
     assert_eq!(
         code(f.create(dir.inode, "file", FileKind::Regular).await),
@@ -255,7 +255,7 @@ async fn a_very_late_duplicate_is_refused_not_run_again() {
         .await
         .expect("a retry of a pending one");
     assert!(
-        matches!(f.lookup(InodeId::ROOT, "later"), Ok(Response::Attr(attr)) if attr.inode == first.inode),
+        matches!(f.lookup(InodeId::ROOT, "later"), Ok(MetaResponse::Attr(attr)) if attr.inode == first.inode),
         "a mutation not yet settled gets its stored answer"
     );
     // A copy of number 2, delayed in the network, arrives now: refused, whatever it asks.
@@ -387,15 +387,15 @@ async fn names_with_colliding_hashes_coexist() {
     // Another name filed first in the bucket of "twin", as a hash collision would file it.
     let txn = f.db.begin_write().expect("txn");
     {
-        let mut entries = txn.open_table(crate::store::ENTRIES).expect("entries");
-        let bucket = crate::store::name_bucket("twin");
+        let mut entries = txn.open_table(crate::schema::ENTRIES).expect("entries");
+        let bucket = crate::schema::name_bucket("twin");
         entries
             .insert((InodeId::ROOT.0, bucket), (real.inode.0, 1, "collider"))
             .expect("insert");
-        let mut inodes = crate::usage::Inodes::open(&txn).expect("inodes");
-        let mut record = crate::store::load_inode(&inodes, real.inode).expect("real");
+        let mut inodes = crate::schema::usage::Inodes::open(&txn).expect("inodes");
+        let mut record = crate::schema::load_inode(&inodes, real.inode).expect("real");
         record.nlink = 2;
-        crate::store::store_inode(&mut inodes, real.inode, &record).expect("store");
+        crate::schema::store_inode(&mut inodes, real.inode, &record).expect("store");
     }
     txn.commit().expect("commit");
     let twin = f
@@ -403,7 +403,7 @@ async fn names_with_colliding_hashes_coexist() {
         .await
         .expect("create twin");
     let lookup_of = |name: &str| match f.lookup(InodeId::ROOT, name) {
-        Ok(Response::Attr(attr)) => Some(attr.inode),
+        Ok(MetaResponse::Attr(attr)) => Some(attr.inode),
         Err(OpError::Rejected(e)) if e.code == ErrorCode::NotFound => None,
         other => panic!("{other:?}"),
     };
@@ -437,20 +437,20 @@ async fn fsck_repairs_a_name_filed_twice_in_one_run() {
         .create(InodeId::ROOT, "file", FileKind::Regular)
         .await
         .expect("create");
-    let bucket = crate::store::name_bucket("file");
+    let bucket = crate::schema::name_bucket("file");
     assert!(bucket > 1 << 8, "the misfiled entry sorts first");
     let txn = f.db.begin_write().expect("txn");
     {
-        let mut entries = txn.open_table(crate::store::ENTRIES).expect("entries");
+        let mut entries = txn.open_table(crate::schema::ENTRIES).expect("entries");
         for cookie in [bucket + 1, 1 << 8] {
             entries
                 .insert((InodeId::ROOT.0, cookie), (file.inode.0, 1, "file"))
                 .expect("insert");
         }
-        let mut inodes = crate::usage::Inodes::open(&txn).expect("inodes");
-        let mut record = crate::store::load_inode(&inodes, file.inode).expect("file");
+        let mut inodes = crate::schema::usage::Inodes::open(&txn).expect("inodes");
+        let mut record = crate::schema::load_inode(&inodes, file.inode).expect("file");
         record.nlink = 3;
-        crate::store::store_inode(&mut inodes, file.inode, &record).expect("store");
+        crate::schema::store_inode(&mut inodes, file.inode, &record).expect("store");
     }
     txn.commit().expect("commit");
     let found = run_check(&f, false);
@@ -459,7 +459,7 @@ async fn fsck_repairs_a_name_filed_twice_in_one_run() {
     let report = run_check(&f, false);
     assert_eq!(report.problem_count, 0, "{:#?}", report.problems);
     match f.lookup(InodeId::ROOT, "file") {
-        Ok(Response::Attr(attr)) => {
+        Ok(MetaResponse::Attr(attr)) => {
             assert_eq!(attr.inode, file.inode);
             assert_eq!(attr.nlink, 1, "one name, one link");
         }
@@ -546,7 +546,7 @@ async fn a_file_parent_holds_a_name_of_it() {
         &f.db.begin_read().expect("read"),
         file.inode,
     ) {
-        Ok(Response::Attr(attr)) => attr.parent,
+        Ok(MetaResponse::Attr(attr)) => attr.parent,
         other => panic!("{other:?}"),
     };
     assert_eq!(parent(&f), a.inode, "made in a");
@@ -601,7 +601,7 @@ async fn a_file_parent_holds_a_name_of_it() {
 }
 
 /// Truncates `inode` to `size`; returns the new attributes.
-async fn truncate(f: &Fixture, inode: InodeId, size: u64) -> Response {
+async fn truncate(f: &Fixture, inode: InodeId, size: u64) -> MetaResponse {
     f.committer
         .run(Box::new(move |txn| {
             set_attr(
@@ -648,15 +648,15 @@ async fn size_reports_follow_truncate_generations() {
     report(1000, 0).await.expect("report");
     report(500, 0).await.expect("smaller report");
     let truncated = truncate(&f, inode, 10).await;
-    let Response::Attr(attr) = truncated else {
+    let MetaResponse::Attr(attr) = truncated else {
         panic!("attr")
     };
     assert_eq!((attr.size, attr.truncate_generation), (10, 1));
-    let Response::Attr(attr) = report(2000, 0).await.expect("stale report") else {
+    let MetaResponse::Attr(attr) = report(2000, 0).await.expect("stale report") else {
         panic!("attr")
     };
     assert_eq!(attr.size, 10, "a report of the old generation is dropped");
-    let Response::Attr(attr) = report(30, 1).await.expect("report") else {
+    let MetaResponse::Attr(attr) = report(30, 1).await.expect("report") else {
         panic!("attr")
     };
     assert_eq!(attr.size, 30);
@@ -759,7 +759,7 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
         .expect("mkdir");
     list(dir.inode);
     assert_eq!(
-        code(report(dir.inode, 10, false).map(|_| Response::Done)),
+        code(report(dir.inode, 10, false).map(|_| MetaResponse::Done)),
         ErrorCode::InvalidArgument
     );
     assert!(listed(dir.inode), "a rejected report writes nothing");
@@ -811,8 +811,8 @@ async fn written_slots_follow_reports_and_truncates() {
     };
     let recorded = || {
         let txn = f.db.begin_read().expect("read");
-        let table = txn.open_table(crate::store::WRITTEN).expect("table");
-        crate::store::load_written(&table, inode).expect("load")
+        let table = txn.open_table(crate::schema::WRITTEN).expect("table");
+        crate::schema::load_written(&table, inode).expect("load")
     };
     let both = SlotSet::of_range(&layout, 0, 2 * chunk);
     assert_eq!(both.iter().collect::<Vec<_>>(), vec![0, 1]);
@@ -866,18 +866,18 @@ async fn fsck_finds_and_repairs_damage() {
 
     let txn = f.db.begin_write().expect("txn");
     {
-        let mut inodes = crate::usage::Inodes::open(&txn).expect("inodes");
+        let mut inodes = crate::schema::usage::Inodes::open(&txn).expect("inodes");
         inodes
             .remove(lost.inode)
             .expect("drop an inode under its dentry");
-        let mut record = crate::store::load_inode(&inodes, kept.inode).expect("kept");
+        let mut record = crate::schema::load_inode(&inodes, kept.inode).expect("kept");
         record.nlink = 5;
-        crate::store::store_inode(&mut inodes, kept.inode, &record).expect("wrong link count");
-        let mut entries = txn.open_table(crate::store::ENTRIES).expect("dentries");
-        let dentry = crate::store::load_dentry(&entries, InodeId::ROOT, "hidden")
+        crate::schema::store_inode(&mut inodes, kept.inode, &record).expect("wrong link count");
+        let mut entries = txn.open_table(crate::schema::ENTRIES).expect("dentries");
+        let dentry = crate::schema::load_dentry(&entries, InodeId::ROOT, "hidden")
             .expect("read")
             .expect("dentry");
-        crate::store::remove_dentry(&mut entries, InodeId::ROOT, dentry).expect("orphan an inode");
+        crate::schema::remove_dentry(&mut entries, InodeId::ROOT, dentry).expect("orphan an inode");
         txn.open_table(UNREPORTED)
             .expect("unreported")
             .insert(lost.inode.0 + 1000, ())
@@ -955,13 +955,13 @@ fn version_one_inode_records_decode() {
     };
     let mut bytes = vec![1u8];
     bytes.extend(postcard::to_stdvec(&old).expect("encode"));
-    let record = crate::store::InodeRecord::decode(42, &bytes).expect("version 1 decodes");
+    let record = crate::schema::InodeRecord::decode(42, &bytes).expect("version 1 decodes");
     assert_eq!(
         (record.mode, record.nlink, record.uid, record.next_cookie),
         (0o755, 3, 7, 9)
     );
     assert!(record.shards.is_empty() && record.shard_of == 0 && record.sealed.is_none());
-    let again = crate::store::InodeRecord::decode(42, &record.encode()).expect("round trip");
+    let again = crate::schema::InodeRecord::decode(42, &record.encode()).expect("round trip");
     assert_eq!(again, record);
 }
 
@@ -985,17 +985,17 @@ async fn entries_of_the_old_format_migrate() {
     // Rewrite both entries the way the old format stored them.
     let txn = f.db.begin_write().expect("txn");
     {
-        let mut entries = txn.open_table(crate::store::ENTRIES).expect("entries");
+        let mut entries = txn.open_table(crate::schema::ENTRIES).expect("entries");
         let mut dentries = txn.open_table(DENTRIES_V1).expect("dentries");
         let mut cookies = txn.open_table(COOKIES_V1).expect("cookies");
         for (parent, name, child, kind) in [
             (InodeId::ROOT, "dir", dir.inode, 2),
             (dir.inode, "file", file.inode, 1),
         ] {
-            let dentry = crate::store::load_dentry(&entries, parent, name)
+            let dentry = crate::schema::load_dentry(&entries, parent, name)
                 .expect("read")
                 .expect("dentry");
-            crate::store::remove_dentry(&mut entries, parent, dentry).expect("remove");
+            crate::schema::remove_dentry(&mut entries, parent, dentry).expect("remove");
             dentries
                 .insert((parent.0, name), (child.0, 3, kind))
                 .expect("old dentry");
@@ -1016,7 +1016,7 @@ async fn entries_of_the_old_format_migrate() {
         "old tables dropped"
     );
     match f.lookup(dir.inode, "file").expect("lookup") {
-        Response::Attr(attr) => assert_eq!(attr.inode, file.inode),
+        MetaResponse::Attr(attr) => assert_eq!(attr.inode, file.inode),
         other => panic!("{other:?}"),
     }
     let (entries, end) = f.list(InodeId::ROOT, 0, 100);
@@ -1037,8 +1037,8 @@ async fn entries_of_the_old_format_migrate() {
 #[tokio::test]
 async fn settled_intents_leave_no_markers_and_refuse_late_steps() {
     use crate::ops::intent::settle_intents;
+    use crate::schema::REMOTE_CREATED;
     use crate::service::create_dir_inode;
-    use crate::store::REMOTE_CREATED;
     let f = fixture();
     let coordinator = NodeId(2);
     let step = |intent: u64| {
@@ -1058,8 +1058,8 @@ async fn settled_intents_leave_no_markers_and_refuse_late_steps() {
             create_dir_inode(txn, NodeId(1), &request)
         }))
     };
-    let inode = |response: Response| match response {
-        Response::Attr(attr) => attr.inode,
+    let inode = |response: MetaResponse| match response {
+        MetaResponse::Attr(attr) => attr.inode,
         other => panic!("{other:?}"),
     };
     let markers = || {
@@ -1109,7 +1109,7 @@ async fn fsck_recounts_usage() {
     assert!(run_check(&f, false).problems.is_empty(), "counted as made");
     let txn = f.db.begin_write().expect("txn");
     {
-        let mut usage = txn.open_table(crate::usage::USAGE).expect("usage");
+        let mut usage = txn.open_table(crate::schema::usage::USAGE).expect("usage");
         usage.insert((0, 0, 1), (12345, 1)).expect("insert");
         usage.insert((1, 77, 1), (5, 5)).expect("insert");
     }
@@ -1142,7 +1142,8 @@ async fn a_store_without_usage_counts_it_when_it_opens() {
         .expect("create");
     let read = |f: &Fixture| {
         let txn = f.db.begin_read().expect("read");
-        crate::usage::usage(&txn.open_table(crate::usage::USAGE).expect("usage")).expect("rows")
+        crate::schema::usage::usage(&txn.open_table(crate::schema::usage::USAGE).expect("usage"))
+            .expect("rows")
     };
     let before = read(&f);
     assert_eq!(
@@ -1151,7 +1152,7 @@ async fn a_store_without_usage_counts_it_when_it_opens() {
         "{before:?}"
     );
     let txn = f.db.begin_write().expect("txn");
-    txn.delete_table(crate::usage::USAGE).expect("drop");
+    txn.delete_table(crate::schema::usage::USAGE).expect("drop");
     txn.commit().expect("commit");
     create_tables(&f.db).expect("open again");
     assert_eq!(read(&f), before);

@@ -8,7 +8,7 @@ use crate::MgmtError;
 use std::collections::BTreeSet;
 use weft_proto::error::WireError;
 use weft_proto::ids::{MemberId, StoragePoolId, TargetId};
-use weft_proto::messages::{MirrorKind, Response};
+use weft_proto::messages::{MgmtResponse, MirrorKind};
 use weft_proto::pools::{valid_pool_name, CapacityLimits, PoolInfo, POOL_NAME_MAX};
 use weft_proto::ErrorCode;
 
@@ -18,7 +18,7 @@ fn invalid(message: String) -> WireError {
 
 /// What a pool change did, for the answer and the event log.
 pub(crate) struct Changed {
-    pub response: Response,
+    pub response: MgmtResponse,
     pub event: String,
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn create(store: &MgmtStore, name: &str) -> Result<Changed, Refused> 
     };
     Ok(Changed {
         event: format!("storage pool {} ({}) created", pool.name, pool.id),
-        response: Response::Pool(pool),
+        response: MgmtResponse::Pool(pool),
     })
 }
 
@@ -102,7 +102,7 @@ pub(crate) fn remove(store: &MgmtStore, id: StoragePoolId) -> Result<Changed, Re
     store.remove_pool(id)?;
     Ok(Changed {
         event: format!("storage pool {} ({id}) removed", pool.name),
-        response: Response::Done,
+        response: MgmtResponse::Done,
     })
 }
 
@@ -174,7 +174,7 @@ pub(crate) fn move_targets(
             from_pool.name,
             to_pool.name
         ),
-        response: Response::Done,
+        response: MgmtResponse::Done,
     })
 }
 
@@ -200,7 +200,7 @@ pub(crate) fn set_limits(
             "storage pool {} limits set: low below {} bytes or {} inodes free, emergency below {} bytes or {} inodes",
             pool.name, low.free_bytes, low.free_inodes, emergency.free_bytes, emergency.free_inodes
         ),
-        response: Response::Pool(pool),
+        response: MgmtResponse::Pool(pool),
     })
 }
 

@@ -45,7 +45,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_net::{RpcClient, RpcClientOptions};
-use weft_proto::messages::{MgmtRequest, RaftCall, Request, Response};
+use weft_proto::messages::{mgmt_answers, MgmtRequest, MgmtResponse, RaftCall, Request};
 
 openraft::declare_raft_types!(
     /// What management's replicated log is made of.
@@ -664,17 +664,17 @@ impl Peer {
             .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         let (response, payload) = self
             .rpc
-            .call_within(
+            .call_within::<MgmtResponse>(
                 &Request::Mgmt(MgmtRequest::Raft { call }),
                 Bytes::from(body),
                 option.hard_ttl(),
             )
             .await
             .map_err(|error| RPCError::Unreachable(Unreachable::new(&error)))?;
-        if response != Response::Raft {
-            let error = self.rpc.unexpected(&response);
-            return Err(RPCError::Network(NetworkError::new(&error)));
-        }
+        let _: mgmt_answers::Raft = self
+            .rpc
+            .answer(response)
+            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         let answer: Result<A, RaftError<u64, E>> = postcard::from_bytes(&payload)
             .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))

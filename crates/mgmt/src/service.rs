@@ -24,9 +24,9 @@ use weft_observe::HttpReply;
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, GroupId, MemberId, NodeId, StoragePoolId, TargetId};
 use weft_proto::messages::{
-    ClusterMap, MgmtRequest, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind, Reachability, Reply,
-    Request, Response, ResyncProgress, SpaceUsage, MAP_WATCH_WAIT_MS_MAX, MIRROR_MEMBERS_MAX,
-    NODE_ADDRESSES_MAX,
+    ClusterMap, MgmtRequest, MgmtResponse, MirrorGroupInfo, MirrorKind, NodeInfo, NodeKind,
+    Reachability, Reply, Request, ResyncProgress, SpaceUsage, MAP_WATCH_WAIT_MS_MAX,
+    MIRROR_MEMBERS_MAX, NODE_ADDRESSES_MAX,
 };
 use weft_proto::quota::QuotaKind;
 use weft_proto::ErrorCode;
@@ -318,12 +318,14 @@ impl Front {
 }
 
 impl weft_net::Handler for Front {
+    type Response = MgmtResponse;
+
     async fn handle(
         &self,
         from: weft_net::auth::Identity,
         request: Request,
         payload: Bytes,
-    ) -> (Reply, Bytes) {
+    ) -> (Reply<MgmtResponse>, Bytes) {
         if let Request::Mgmt(MgmtRequest::Raft { call }) = request {
             let answered = match (&self.raft, &from) {
                 (Some(raft), weft_net::auth::Identity::Member) => {
@@ -341,13 +343,23 @@ impl weft_net::Handler for Front {
                 )),
             };
             return match answered {
-                Ok(payload) => (Ok(Response::Raft), payload),
+                Ok(payload) => (Ok(MgmtResponse::Raft), payload),
                 Err(error) => (Err(error), Bytes::new()),
             };
         }
         match self.leading() {
             // A leader cut off from the majority stops serving before another is elected.
-            Some(mgmt) if mgmt.store.leads_a_majority() => mgmt.handle(from, request).await,
+            Some(mgmt) if mgmt.store.leads_a_majority() => {
+                let declared = match &request {
+                    Request::Mgmt(request) => Some((request.into(), request.answer_fits())),
+                    _ => None,
+                };
+                let answer = mgmt.handle(from, request).await;
+                if let Some((op, fits)) = declared {
+                    weft_proto::answer::debug_check(op, fits, &answer.0);
+                }
+                answer
+            }
             Some(_) => (Err(lost_majority()), Bytes::new()),
             None => (Err(self.not_leader()), Bytes::new()),
         }
@@ -497,7 +509,11 @@ async fn monitor_loop(mgmt: Arc<Mgmt>) {
 }
 
 impl Mgmt {
-    async fn handle(&self, from: weft_net::auth::Identity, request: Request) -> (Reply, Bytes) {
+    async fn handle(
+        &self,
+        from: weft_net::auth::Identity,
+        request: Request,
+    ) -> (Reply<MgmtResponse>, Bytes) {
         if let weft_net::auth::Identity::Client(name) = &from {
             let rule = self
                 .store
@@ -566,7 +582,11 @@ fn internal(error: MgmtError) -> WireError {
 }
 
 impl Mgmt {
-    fn handle_mgmt(&self, from: &weft_net::auth::Identity, request: MgmtRequest) -> Reply {
+    fn handle_mgmt(
+        &self,
+        from: &weft_net::auth::Identity,
+        request: MgmtRequest,
+    ) -> Reply<MgmtResponse> {
         let client_name = match from {
             weft_net::auth::Identity::Client(name) => Some(&**name),
             weft_net::auth::Identity::Member => None,
@@ -614,17 +634,19 @@ impl Mgmt {
                 if lock.is_some_and(|(held, _, _)| held == token) {
                     *lock = None;
                 }
-                Ok(Response::Done)
+                Ok(MgmtResponse::Done)
             }
             MgmtRequest::GetResyncStats => self.get_resync_stats(),
             MgmtRequest::GetClusterMap | MgmtRequest::WatchClusterMap { .. } => {
                 let mut map = self.cluster_map().map_err(internal)?;
                 as_seen_by(&mut map, client_name);
-                Ok(Response::ClusterMap(map))
+                Ok(MgmtResponse::ClusterMap(map))
             }
             MgmtRequest::GetClusterStatus => self.get_cluster_status(client_name),
             MgmtRequest::SetQuota { rule } => self.set_quota(rule),
-            MgmtRequest::GetQuotas => Ok(Response::Quotas(self.quota_states().map_err(internal)?)),
+            MgmtRequest::GetQuotas => {
+                Ok(MgmtResponse::Quotas(self.quota_states().map_err(internal)?))
+            }
             MgmtRequest::GrantQuota {
                 home,
                 key,
@@ -688,13 +710,13 @@ mod testing {
 
     impl Fixture {
         /// Asks `request` as a member (a server or an admin tool).
-        pub fn ask(&self, request: MgmtRequest) -> Reply {
+        pub fn ask(&self, request: MgmtRequest) -> Reply<MgmtResponse> {
             self.mgmt
                 .handle_mgmt(&weft_net::auth::Identity::Member, request)
         }
 
         /// Asks `request` as the holder of client `name`'s key.
-        pub fn ask_as(&self, name: &str, request: MgmtRequest) -> Reply {
+        pub fn ask_as(&self, name: &str, request: MgmtRequest) -> Reply<MgmtResponse> {
             self.mgmt
                 .handle_mgmt(&weft_net::auth::Identity::Client(name.into()), request)
         }
@@ -716,7 +738,7 @@ mod testing {
                 addresses: vec![format!("{alias}:1")],
             });
             match registered {
-                Ok(Response::NodeRegistered { node }) => node,
+                Ok(MgmtResponse::NodeRegistered { node }) => node,
                 other => panic!("registering {alias}: {other:?}"),
             }
         }
@@ -724,7 +746,7 @@ mod testing {
         /// Registers a new target of storage node `node`; returns its id.
         pub fn target(&self, node: NodeId) -> TargetId {
             match self.ask(MgmtRequest::RegisterTarget { node, target: None }) {
-                Ok(Response::TargetRegistered { target }) => target,
+                Ok(MgmtResponse::TargetRegistered { target }) => target,
                 other => panic!("registering a target of {node}: {other:?}"),
             }
         }

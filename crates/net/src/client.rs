@@ -6,6 +6,7 @@ use crate::auth::{self, Auth};
 use crate::connection::{ClientConnection, SendError};
 use crate::tls::Stream;
 use bytes::Bytes;
+use serde::de::DeserializeOwned;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use weft_proto::codec::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use weft_proto::error::WireError;
-use weft_proto::messages::{rails, Request, Response};
+use weft_proto::messages::{rails, Request};
 use weft_proto::{ErrorCode, Recovery};
 
 /// Default deadline of one request.
@@ -409,11 +410,11 @@ impl RpcClient {
     ///
     /// # Errors
     /// [`RpcError`] when the peer is unreachable, too slow, or answers with an error.
-    pub async fn call(
+    pub async fn call<R: DeserializeOwned>(
         &self,
         request: &Request,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(R, Bytes), RpcError> {
         self.call_within(request, payload, self.pool.options.request_timeout)
             .await
     }
@@ -423,12 +424,12 @@ impl RpcClient {
     ///
     /// # Errors
     /// [`RpcError`] when the peer is unreachable, too slow, or answers with an error.
-    pub async fn call_within(
+    pub async fn call_within<R: DeserializeOwned>(
         &self,
         request: &Request,
         payload: Bytes,
         timeout: Duration,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(R, Bytes), RpcError> {
         let (rail, connection) = self.connection().await?;
         let transport = |source: TransportError| {
             // Calls meanwhile open their connections over the peer's other rails.
@@ -466,16 +467,19 @@ impl RpcClient {
             }
             Ok(Err(_)) => Err(transport(TransportError::Closed)),
             Ok(Ok(Err(failure))) => Err(transport(failure)),
-            Ok(Ok(Ok((Err(error), _)))) => Err(RpcError::Remote(error)),
-            Ok(Ok(Ok((Ok(response), payload)))) => {
-                crate::memory::note_activity(payload.len() as u64);
-                Ok((response, payload))
-            }
+            Ok(Ok(Ok(answered))) => match answered.reply::<R>() {
+                Err(failure) => Err(transport(failure)),
+                Ok(Err(error)) => Err(RpcError::Remote(error)),
+                Ok(Ok(response)) => {
+                    crate::memory::note_activity(answered.payload.len() as u64);
+                    Ok((response, answered.payload))
+                }
+            },
         }
     }
 
-    /// An error for a response of the wrong type.
-    pub fn unexpected(&self, response: &Response) -> RpcError {
+    /// An error for a response that does not carry what its request declares.
+    pub fn unexpected(&self, response: &impl std::fmt::Debug) -> RpcError {
         RpcError::Unexpected {
             address: self.address.clone(),
             response: format!("{response:?}"),

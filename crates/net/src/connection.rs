@@ -4,6 +4,7 @@
 use crate::client::TransportError;
 use crate::tls::{ReadHalf, Stream};
 use bytes::{Bytes, BytesMut};
+use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -265,7 +266,29 @@ async fn write_one<W: AsyncWrite + Unpin>(
     }
 }
 
-type Waiter = oneshot::Sender<Result<(Reply, Bytes), TransportError>>;
+/// A response frame as it arrived: the caller decodes its body, as the response of the
+/// service it asked ([`Answered::reply`]).
+pub(crate) struct Answered {
+    /// The protocol version the body is in.
+    version: u16,
+    /// The reply, encoded.
+    body: Vec<u8>,
+    /// The raw payload after it.
+    pub(crate) payload: Bytes,
+}
+
+impl Answered {
+    /// The reply, decoded as service response `R`.
+    ///
+    /// # Errors
+    /// [`TransportError::Protocol`] when the body is not a reply of that service.
+    pub(crate) fn reply<R: DeserializeOwned>(&self) -> Result<Reply<R>, TransportError> {
+        codec::decode_body_in::<Reply<R>>(self.version, &self.body)
+            .map_err(|error| TransportError::Protocol(error.to_string()))
+    }
+}
+
+type Waiter = oneshot::Sender<Result<Answered, TransportError>>;
 
 /// Why a request could not be sent.
 #[derive(Debug)]
@@ -337,13 +360,7 @@ impl ClientConnection {
         &self,
         request: &Request,
         payload: Bytes,
-    ) -> Result<
-        (
-            u64,
-            oneshot::Receiver<Result<(Reply, Bytes), TransportError>>,
-        ),
-        SendError,
-    > {
+    ) -> Result<(u64, oneshot::Receiver<Result<Answered, TransportError>>), SendError> {
         let body = codec::encode_body_in(self.version, request).map_err(SendError::TooNew)?;
         *self.last_sent.lock().expect("last sent poisoned") = std::time::Instant::now();
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -402,10 +419,11 @@ async fn read_responses(
                     .expect("waiter map poisoned")
                     .remove(&header.request_id);
                 let Some(waiter) = waiter else { continue };
-                let reply = codec::decode_body_in::<Reply>(header.version, &body)
-                    .map(|reply| (reply, payload))
-                    .map_err(|error| TransportError::Protocol(error.to_string()));
-                let _ = waiter.send(reply);
+                let _ = waiter.send(Ok(Answered {
+                    version: header.version,
+                    body,
+                    payload,
+                }));
             }
             Err(FrameReadError::Closed) => break TransportError::Closed,
             Err(FrameReadError::Io(error)) => break TransportError::io("read a frame")(error),

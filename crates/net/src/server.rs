@@ -6,6 +6,7 @@ use crate::auth::{self, Auth, Identity, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIME
 use crate::connection::{read_header, read_rest, write_frames, FrameHead, OutFrame, PayloadBuffer};
 use crate::tls::Stream;
 use bytes::Bytes;
+use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use weft_observe::metrics::Metrics;
 use weft_proto::access;
 use weft_proto::codec::{self, FrameKind, FRAME_HEADER_BYTES, FRAME_MAGIC};
 use weft_proto::error::{ErrorCode, WireError};
-use weft_proto::messages::{Reply, Request, Response, TargetStats};
+use weft_proto::messages::{Reply, Request, StatsResponse, TargetStats};
 
 tokio::task_local! {
     /// The protocol version of the request being handled on this task.
@@ -50,8 +51,28 @@ pub const SERVICE_BUDGET_BYTES_DEFAULT: usize = 256 << 20;
 /// before the server closes it (clients open a new one when they need it).
 pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
 
+/// A reply's body, in the version the request came in (one that version cannot say, an older
+/// peer's, becomes an error it can), with its payload and the error it carries, if any.
+fn encode_reply<R: Serialize>(
+    version: u16,
+    reply: &Reply<R>,
+    payload: Bytes,
+) -> (Vec<u8>, Bytes, Option<WireError>) {
+    match codec::encode_body_in(version, reply) {
+        Ok(body) => (body, payload, reply.as_ref().err().cloned()),
+        Err(reason) => {
+            let error = WireError::new(ErrorCode::VersionMismatch, reason);
+            let body = codec::encode_body(&Err::<(), _>(error.clone()));
+            (body, Bytes::new(), Some(error))
+        }
+    }
+}
+
 /// A service's request handler.
 pub trait Handler: Send + Sync + 'static {
+    /// What the service answers (`MetaResponse`, `MgmtResponse`, `StorageResponse`).
+    type Response: Serialize + Send + 'static;
+
     /// Serves one request of the peer `from`; the returned payload travels raw after the
     /// reply body. A client identity's requests reach it only when they are for clients
     /// ([`Request::for_clients`]); the handler applies the client's rule.
@@ -60,7 +81,7 @@ pub trait Handler: Send + Sync + 'static {
         from: Identity,
         request: Request,
         payload: Bytes,
-    ) -> impl Future<Output = (Reply, Bytes)> + Send;
+    ) -> impl Future<Output = (Reply<Self::Response>, Bytes)> + Send;
 
     /// Answers an HTTP GET of `path` (with `query`, without the `?`) on the service's port;
     /// `None` is a 404. `/metrics` is answered before this is asked.
@@ -689,10 +710,14 @@ async fn serve_connection<H: Handler>(
             let timer = metrics
                 .rpc()
                 .start(request.op_name(), header.origin, received);
-            let (reply, payload): (Reply, Bytes) = match request {
+            let (body, payload, error) = match request {
                 Request::Stats => {
                     let stats = metrics.rpc().node_stats(handler.target_stats());
-                    (Ok(Response::Stats(stats)), Bytes::new())
+                    encode_reply(
+                        header.version,
+                        &Ok(StatsResponse::Stats(stats)),
+                        Bytes::new(),
+                    )
                 }
                 request => {
                     let handled = async {
@@ -704,16 +729,8 @@ async fn serve_connection<H: Handler>(
                             Identity::Member => handler.handle(from, request, payload).await,
                         }
                     };
-                    PEER_VERSION.scope(header.version, handled).await
-                }
-            };
-            // The answer goes in the version the request came in; one that version cannot
-            // say (an older peer's) is an error it can.
-            let (body, payload) = match codec::encode_body_in(header.version, &reply) {
-                Ok(body) => (body, payload),
-                Err(reason) => {
-                    let error = WireError::new(ErrorCode::VersionMismatch, reason);
-                    (codec::encode_body(&Err::<Response, _>(error)), Bytes::new())
+                    let (reply, payload) = PEER_VERSION.scope(header.version, handled).await;
+                    encode_reply(header.version, &reply, payload)
                 }
             };
             let head = FrameHead {
@@ -724,7 +741,7 @@ async fn serve_connection<H: Handler>(
                 flags: 0,
             };
             let frame = OutFrame::new(head, body, payload);
-            timer.finish(&reply, frame.len() as u64);
+            timer.finish(error.as_ref(), frame.len() as u64);
             crate::memory::note_activity(frame.len() as u64);
             // The request is served: its bytes go back to the budgets now, not when its peer
             // takes the answer (a peer that reads nothing is closed by the writer's deadline).

@@ -5,16 +5,46 @@ use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
 use std::time::Duration;
 use weft_proto::access::{Caller, Capability, ClientRule};
+use weft_proto::answer::Answer;
+pub use weft_proto::answer::CreateReply;
 use weft_proto::ids::{ClientId, InodeId, MemberId, NodeId, StoragePoolId, TargetId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, ChangeTag, CheckProgress, CheckReport, ClusterMap, ClusterStatus, DirEntry,
-    FallocateMode, InodeAttr, LockRange, MetaRequest, MetaRoute, MgmtRequest, MirrorGroupInfo,
-    MirrorHeartbeat, MirrorKind, MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request,
-    Response, ResyncProgress, Route, SizeReport, SpaceUsage, StorageRequest, TargetReport,
-    XattrSetMode,
+    mgmt_answers, storage_answers, AttrChanges, ChangeTag, FallocateMode, LockRange, MetaRequest,
+    MetaResponse, MetaRoute, MgmtRequest, MgmtResponse, MirrorGroupInfo, MirrorHeartbeat,
+    MirrorKind, MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Route, SizeReport,
+    SpaceUsage, StatsResponse, StorageRequest, StorageResponse, TargetReport, XattrSetMode,
 };
-use weft_proto::pools::{CapacityLimits, PoolInfo};
+use weft_proto::pools::CapacityLimits;
+
+/// Declares stubs of a service client: each one sends the request variant its parameters
+/// fill (a field named alone takes the parameter of its name; `field: value` converts one)
+/// through the client's `ask`, and returns the answer the variant declares
+/// (`answers::Variant`, see [`weft_proto::answer`]).
+macro_rules! stubs {
+    (
+        $client:ident: $request:ident, $answers:ident;
+        $(
+            $(#[$doc:meta])*
+            fn $name:ident($($param:ident: $ty:ty),* $(,)?) {
+                $variant:ident $({ $($field:ident $(: $value:expr)?),* $(,)? })?
+            }
+        )*
+    ) => {
+        impl $client {
+            $(
+                $(#[$doc])*
+                #[allow(clippy::too_many_arguments)]
+                pub async fn $name(
+                    &self,
+                    $($param: $ty),*
+                ) -> Result<weft_proto::messages::$answers::$variant, RpcError> {
+                    self.ask($request::$variant $({ $($field $(: $value)?),* })?).await
+                }
+            )*
+        }
+    };
+}
 
 /// Longest a heartbeat (a server's or a client session's) waits for management's answer
 /// before the next is sent, over another connection: well below the default offline, session
@@ -31,24 +61,25 @@ fn asks_another(error: &RpcError) -> bool {
     }
 }
 
-/// Expects one response variant, or reports the mismatch.
-macro_rules! expect_response {
-    ($client:expr, $response:expr, $($pattern:pat => $value:expr),+) => {
-        match $response {
-            $($pattern => Ok($value),)+
-            other => Err($client.unexpected(&other)),
-        }
-    };
-}
-
 impl RpcClient {
+    /// The answer `A` that `response`, of service response `R`, carries; a response that
+    /// carries another is the server's error, reported as such.
+    ///
+    /// # Errors
+    /// [`RpcError::Unexpected`] when the response is not the answer.
+    pub fn answer<R: std::fmt::Debug, A: Answer<R>>(&self, response: R) -> Result<A, RpcError> {
+        A::take(response).map_err(|other| self.unexpected(&other))
+    }
+
     /// Asks any server for its load counters since it started.
     ///
     /// # Errors
     /// [`RpcError`] when the server is unreachable.
     pub async fn node_stats(&self) -> Result<NodeStats, RpcError> {
-        let (response, _) = self.call(&Request::Stats, Bytes::new()).await?;
-        expect_response!(self, response, Response::Stats(stats) => stats)
+        let (response, _) = self
+            .call::<StatsResponse>(&Request::Stats, Bytes::new())
+            .await?;
+        self.answer(response)
     }
 }
 
@@ -150,31 +181,32 @@ impl MgmtClient {
         &self.address
     }
 
-    fn unexpected(&self, response: &Response) -> RpcError {
-        RpcError::Unexpected {
-            address: self.address.clone(),
-            response: format!("{response:?}"),
-        }
-    }
-
-    async fn call(&self, request: MgmtRequest) -> Result<Response, RpcError> {
-        self.ask(request, None).await
+    /// Sends `request` and answers what it declares.
+    async fn ask<A: Answer<MgmtResponse>>(&self, request: MgmtRequest) -> Result<A, RpcError> {
+        let (server, response) = self.send(request, None).await?;
+        server.answer(response)
     }
 
     /// A heartbeat, answered within `deadline`: one sent over a cut rail gives way to the next
     /// over another rail before the lease or session it renews runs out. Asks each server
     /// once at most: the next heartbeat comes soon.
-    async fn beat(&self, request: MgmtRequest, deadline: Duration) -> Result<Response, RpcError> {
-        self.ask(request, Some(deadline)).await
+    async fn beat<A: Answer<MgmtResponse>>(
+        &self,
+        request: MgmtRequest,
+        deadline: Duration,
+    ) -> Result<A, RpcError> {
+        let (server, response) = self.send(request, Some(deadline)).await?;
+        server.answer(response)
     }
 
     /// Asks the server that answered last, then the others while they are not the leader or
     /// cannot be reached; with no deadline, for up to [`LEADER_SEARCH`] while none leads.
-    async fn ask(
+    /// Answers the server that answered, and its response.
+    async fn send(
         &self,
         request: MgmtRequest,
         deadline: Option<Duration>,
-    ) -> Result<Response, RpcError> {
+    ) -> Result<(&RpcClient, MgmtResponse), RpcError> {
         use std::sync::atomic::Ordering;
         let request = Request::Mgmt(request);
         let count = self.servers.len();
@@ -192,7 +224,7 @@ impl MgmtClient {
                 match answer {
                     Ok((response, _)) => {
                         self.answered.store(index, Ordering::Relaxed);
-                        return Ok(response);
+                        return Ok((server, response));
                     }
                     Err(failed) if count > 1 && asks_another(&failed) => error = Some(failed),
                     Err(failed) => return Err(failed),
@@ -204,43 +236,6 @@ impl MgmtClient {
             }
             tokio::time::sleep(LEADER_SEARCH_PAUSE).await;
         }
-    }
-
-    /// Registers a server, keeping `node` if it has one.
-    ///
-    /// # Errors
-    /// [`RpcError`] when management is unreachable or refuses.
-    pub async fn register_node(
-        &self,
-        node: Option<NodeId>,
-        kind: NodeKind,
-        alias: String,
-        addresses: Vec<String>,
-    ) -> Result<NodeId, RpcError> {
-        let response = self
-            .call(MgmtRequest::RegisterNode {
-                node,
-                kind,
-                alias,
-                addresses,
-            })
-            .await?;
-        expect_response!(self, response, Response::NodeRegistered { node } => node)
-    }
-
-    /// Registers a storage target, keeping `target` if it has one.
-    ///
-    /// # Errors
-    /// [`RpcError`] when management is unreachable or refuses.
-    pub async fn register_target(
-        &self,
-        node: NodeId,
-        target: Option<TargetId>,
-    ) -> Result<TargetId, RpcError> {
-        let response = self
-            .call(MgmtRequest::RegisterTarget { node, target })
-            .await?;
-        expect_response!(self, response, Response::TargetRegistered { target } => target)
     }
 
     /// Sends a heartbeat with usage reports, answered within `deadline`
@@ -265,7 +260,7 @@ impl MgmtClient {
             drain_blocked,
         } = meta;
         let asked_at = crate::capability::local_clock_ms();
-        let response = self
+        let ack: mgmt_answers::Heartbeat = self
             .beat(
                 MgmtRequest::Heartbeat {
                     kind,
@@ -282,25 +277,14 @@ impl MgmtClient {
             )
             .await?;
         let answered_at = crate::capability::local_clock_ms();
-        if let Response::HeartbeatAck { unix_ms, .. } = &response {
-            if *unix_ms > 0 {
-                // Management's clock read half way through the round trip.
-                let middle = asked_at / 2 + answered_at / 2;
-                let offset = *unix_ms as i64 - middle as i64;
-                self.clock_offset_ms
-                    .store(offset, std::sync::atomic::Ordering::Relaxed);
-            }
+        if ack.unix_ms > 0 {
+            // Management's clock read half way through the round trip.
+            let middle = asked_at / 2 + answered_at / 2;
+            let offset = ack.unix_ms as i64 - middle as i64;
+            self.clock_offset_ms
+                .store(offset, std::sync::atomic::Ordering::Relaxed);
         }
-        expect_response!(self, response, Response::HeartbeatAck { lease_ms, mirror_groups, .. } => (lease_ms, mirror_groups))
-    }
-
-    /// The progress of storage mirror resyncs.
-    ///
-    /// # Errors
-    /// [`RpcError`] when management is unreachable.
-    pub async fn resync_stats(&self) -> Result<Vec<ResyncProgress>, RpcError> {
-        let response = self.call(MgmtRequest::GetResyncStats).await?;
-        expect_response!(self, response, Response::ResyncStats(stats) => stats)
+        Ok((ack.lease_ms, ack.mirror_groups))
     }
 
     /// Opens a client session.
@@ -308,10 +292,12 @@ impl MgmtClient {
     /// # Errors
     /// [`RpcError`] when management is unreachable.
     pub async fn register_client(&self, alias: String) -> Result<Session, RpcError> {
-        let response = self.call(MgmtRequest::RegisterClient { alias }).await?;
-        expect_response!(self, response, Response::ClientRegistered { client, session_timeout_ms } => Session {
-            id: client,
-            timeout: (session_timeout_ms > 0).then(|| Duration::from_millis(session_timeout_ms)),
+        let registered: mgmt_answers::RegisterClient =
+            self.ask(MgmtRequest::RegisterClient { alias }).await?;
+        let timeout_ms = registered.session_timeout_ms;
+        Ok(Session {
+            id: registered.client,
+            timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)),
         })
     }
 
@@ -324,42 +310,60 @@ impl MgmtClient {
         client: ClientId,
         unserved: Vec<(String, u64)>,
     ) -> Result<(), RpcError> {
-        let response = self
-            .beat(
-                MgmtRequest::ClientHeartbeat { client, unserved },
-                HEARTBEAT_DEADLINE,
-            )
-            .await?;
-        expect_response!(self, response, Response::Done => ())
+        let request = MgmtRequest::ClientHeartbeat { client, unserved };
+        self.beat(request, HEARTBEAT_DEADLINE).await
+    }
+}
+
+stubs! {
+    MgmtClient: MgmtRequest, mgmt_answers;
+
+    /// Registers a server, keeping `node` if it has one.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable or refuses.
+    fn register_node(node: Option<NodeId>, kind: NodeKind, alias: String, addresses: Vec<String>) {
+        RegisterNode { node, kind, alias, addresses }
+    }
+
+    /// Registers a storage target, keeping `target` if it has one.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable or refuses.
+    fn register_target(node: NodeId, target: Option<TargetId>) {
+        RegisterTarget { node, target }
+    }
+
+    /// The progress of storage mirror resyncs.
+    ///
+    /// # Errors
+    /// [`RpcError`] when management is unreachable.
+    fn resync_stats() {
+        GetResyncStats
     }
 
     /// Takes the cluster-wide directory-rename lock; `WouldBlock` while another holds it.
     ///
     /// # Errors
     /// `WouldBlock`, or [`RpcError`] when management is unreachable.
-    pub async fn acquire_rename_lock(&self, holder: NodeId, token: u64) -> Result<(), RpcError> {
-        let response = self
-            .call(MgmtRequest::AcquireRenameLock { holder, token })
-            .await?;
-        expect_response!(self, response, Response::Done => ())
+    fn acquire_rename_lock(holder: NodeId, token: u64) {
+        AcquireRenameLock { holder, token }
     }
 
     /// Gives the rename lock back.
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable.
-    pub async fn release_rename_lock(&self, token: u64) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::ReleaseRenameLock { token }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn release_rename_lock(token: u64) {
+        ReleaseRenameLock { token }
     }
 
     /// Fetches the node and target maps.
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable.
-    pub async fn cluster_map(&self) -> Result<ClusterMap, RpcError> {
-        let response = self.call(MgmtRequest::GetClusterMap).await?;
-        expect_response!(self, response, Response::ClusterMap(map) => map)
+    fn cluster_map() {
+        GetClusterMap
     }
 
     /// The cluster map once its epoch is past `after`, or after `wait` with the map as it is.
@@ -367,186 +371,121 @@ impl MgmtClient {
     /// # Errors
     /// [`RpcError`] when management is unreachable; `VersionMismatch` from a management
     /// of version 3, which cannot be watched.
-    pub async fn watch_cluster_map(
-        &self,
-        after: u64,
-        wait: std::time::Duration,
-    ) -> Result<ClusterMap, RpcError> {
-        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
-        let response = self
-            .call(MgmtRequest::WatchClusterMap { after, wait_ms })
-            .await?;
-        expect_response!(self, response, Response::ClusterMap(map) => map)
+    fn watch_cluster_map(after: u64, wait: Duration) {
+        WatchClusterMap { after, wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX) }
     }
 
     /// Creates a mirror group of `members`, the first primary.
     ///
     /// # Errors
     /// `InvalidArgument` naming what is wrong with the members, or [`RpcError`].
-    pub async fn create_mirror_group(
-        &self,
-        kind: MirrorKind,
-        members: Vec<MemberId>,
-    ) -> Result<Vec<MirrorGroupInfo>, RpcError> {
-        let response = self
-            .call(MgmtRequest::CreateMirrorGroup { kind, members })
-            .await?;
-        expect_response!(self, response, Response::MirrorGroups(groups) => groups)
+    fn create_mirror_group(kind: MirrorKind, members: Vec<MemberId>) {
+        CreateMirrorGroup { kind, members }
     }
 
     /// Pairs every member not in a group yet with one on another node.
     ///
     /// # Errors
     /// [`RpcError`].
-    pub async fn autocreate_mirror_groups(
-        &self,
-        kind: MirrorKind,
-    ) -> Result<Vec<MirrorGroupInfo>, RpcError> {
-        let response = self
-            .call(MgmtRequest::AutoCreateMirrorGroups { kind })
-            .await?;
-        expect_response!(self, response, Response::MirrorGroups(groups) => groups)
+    fn autocreate_mirror_groups(kind: MirrorKind) {
+        AutoCreateMirrorGroups { kind }
     }
 
     /// Sets the restrictions of a client identity, replacing any it had.
     ///
     /// # Errors
     /// [`RpcError`].
-    pub async fn set_client_rule(&self, rule: ClientRule) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::SetClientRule { rule }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn set_client_rule(rule: ClientRule) {
+        SetClientRule { rule }
     }
 
     /// Removes a client identity's restrictions.
     ///
     /// # Errors
     /// `NotFound` when it had none, or [`RpcError`].
-    pub async fn remove_client_rule(&self, name: &str) -> Result<(), RpcError> {
-        let name = name.to_string();
-        let response = self.call(MgmtRequest::RemoveClientRule { name }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn remove_client_rule(name: &str) {
+        RemoveClientRule { name: name.to_string() }
     }
 
     /// Creates an empty storage pool called `name`.
     ///
     /// # Errors
     /// `Exists` or `InvalidArgument` for the name, or [`RpcError`].
-    pub async fn create_pool(&self, name: &str) -> Result<PoolInfo, RpcError> {
-        let name = name.to_string();
-        let response = self.call(MgmtRequest::CreatePool { name }).await?;
-        expect_response!(self, response, Response::Pool(pool) => pool)
+    fn create_pool(name: &str) {
+        CreatePool { name: name.to_string() }
     }
 
     /// Starts draining `target` (with `stop`, stops it).
     ///
     /// # Errors
     /// `NotFound`, `InvalidArgument` (a mirror group member), or [`RpcError`].
-    pub async fn drain_target(&self, target: TargetId, stop: bool) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::DrainTarget { target, stop }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn drain_target(target: TargetId, stop: bool) {
+        DrainTarget { target, stop }
     }
 
     /// Removes a drained target from the cluster.
     ///
     /// # Errors
     /// `NotFound`, `Busy` while files still use it (the message says what), or [`RpcError`].
-    pub async fn remove_target(&self, target: TargetId) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::RemoveTarget { target }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn remove_target(target: TargetId) {
+        RemoveTarget { target }
     }
 
     /// Removes an empty storage pool.
     ///
     /// # Errors
     /// `NotEmpty` while it holds targets, or [`RpcError`].
-    pub async fn remove_pool(&self, pool: StoragePoolId) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::RemovePool { pool }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn remove_pool(pool: StoragePoolId) {
+        RemovePool { pool }
     }
 
     /// Moves `targets` from pool `from` to pool `to` (a mirror group's targets together).
     ///
     /// # Errors
     /// `InvalidArgument` for a target not in `from` or a group split, or [`RpcError`].
-    pub async fn move_pool_targets(
-        &self,
-        targets: Vec<TargetId>,
-        from: StoragePoolId,
-        to: StoragePoolId,
-    ) -> Result<(), RpcError> {
-        let response = self
-            .call(MgmtRequest::MovePoolTargets { targets, from, to })
-            .await?;
-        expect_response!(self, response, Response::Done => ())
+    fn move_pool_targets(targets: Vec<TargetId>, from: StoragePoolId, to: StoragePoolId) {
+        MovePoolTargets { targets, from, to }
     }
 
     /// Sets a pool's capacity limits.
     ///
     /// # Errors
     /// `InvalidArgument` when emergency is above low, or [`RpcError`].
-    pub async fn set_pool_limits(
-        &self,
-        pool: StoragePoolId,
-        low: CapacityLimits,
-        emergency: CapacityLimits,
-    ) -> Result<PoolInfo, RpcError> {
-        let response = self
-            .call(MgmtRequest::SetPoolLimits {
-                pool,
-                low,
-                emergency,
-            })
-            .await?;
-        expect_response!(self, response, Response::Pool(pool) => pool)
+    fn set_pool_limits(pool: StoragePoolId, low: CapacityLimits, emergency: CapacityLimits) {
+        SetPoolLimits { pool, low, emergency }
     }
 
     /// Sets (or with no limit removes) a quota rule.
     ///
     /// # Errors
     /// `InvalidArgument` for a soft limit above its hard one, or [`RpcError`].
-    pub async fn set_quota(&self, rule: weft_proto::quota::QuotaRule) -> Result<(), RpcError> {
-        let response = self.call(MgmtRequest::SetQuota { rule }).await?;
-        expect_response!(self, response, Response::Done => ())
+    fn set_quota(rule: weft_proto::quota::QuotaRule) {
+        SetQuota { rule }
     }
 
-    /// Asks management for `home` to hold `bytes` and `inodes` of `key`'s hard limits;
+    /// Asks management for `home` to hold `amount` (bytes, inodes) of `key`'s hard limits;
     /// answers what it now holds.
     ///
     /// # Errors
     /// [`RpcError`].
-    pub async fn grant_quota(
-        &self,
-        home: weft_proto::ids::NodeId,
-        key: weft_proto::quota::QuotaKey,
-        (bytes, inodes): (u64, u64),
-    ) -> Result<(u64, u64), RpcError> {
-        let response = self
-            .call(MgmtRequest::GrantQuota {
-                home,
-                key,
-                bytes,
-                inodes,
-            })
-            .await?;
-        expect_response!(self, response, Response::QuotaGranted { bytes, inodes } => (bytes, inodes))
+    fn grant_quota(home: NodeId, key: weft_proto::quota::QuotaKey, amount: (u64, u64)) {
+        GrantQuota { home, key, bytes: amount.0, inodes: amount.1 }
     }
 
     /// Every quota rule with its use and state.
     ///
     /// # Errors
     /// [`RpcError`].
-    pub async fn quotas(&self) -> Result<Vec<weft_proto::quota::QuotaState>, RpcError> {
-        let response = self.call(MgmtRequest::GetQuotas).await?;
-        expect_response!(self, response, Response::Quotas(states) => states)
+    fn quotas() {
+        GetQuotas
     }
 
     /// Fetches management's view of the cluster: states, space, throughput, events.
     ///
     /// # Errors
     /// [`RpcError`] when management is unreachable.
-    pub async fn cluster_status(&self) -> Result<ClusterStatus, RpcError> {
-        let response = self.call(MgmtRequest::GetClusterStatus).await?;
-        expect_response!(self, response, Response::ClusterStatus(status) => status)
+    fn cluster_status() {
+        GetClusterStatus
     }
 }
 
@@ -573,18 +512,6 @@ pub fn caller() -> Caller {
     CALLER
         .try_with(Caller::clone)
         .unwrap_or_else(|_| Caller::of_process())
-}
-
-/// What a create answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CreateReply {
-    /// The new entry.
-    pub attr: InodeAttr,
-    /// Its directory after the change, when its server could tell.
-    pub parent: Option<InodeAttr>,
-    /// For a file created open by a client whose access the servers check: the grant of
-    /// access to its objects.
-    pub capability: Option<Capability>,
 }
 
 /// Client of one metadata home, on the server that serves it.
@@ -621,8 +548,17 @@ impl MetaClient {
     ///
     /// # Errors
     /// [`RpcError`] when the server is unreachable or answers with an error.
-    pub async fn call(&self, request: MetaRequest) -> Result<Response, RpcError> {
+    pub async fn call(&self, request: MetaRequest) -> Result<MetaResponse, RpcError> {
         Ok(self.send(request, Bytes::new()).await?.0)
+    }
+
+    /// Sends a metadata request and answers what it declares.
+    ///
+    /// # Errors
+    /// [`RpcError`] when the server is unreachable or answers with an error.
+    pub async fn ask<A: Answer<MetaResponse>>(&self, request: MetaRequest) -> Result<A, RpcError> {
+        let response = self.call(request).await?;
+        self.rpc.answer(response)
     }
 
     /// Sends any metadata request with a payload.
@@ -633,7 +569,7 @@ impl MetaClient {
         &self,
         request: MetaRequest,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(MetaResponse, Bytes), RpcError> {
         self.rpc
             .call(
                 &Request::Meta(
@@ -647,54 +583,23 @@ impl MetaClient {
     }
 }
 
-/// Declares stubs of a service client: each one sends the request variant its parameters
-/// fill (a field named alone takes the parameter of its name; `field: value` converts one)
-/// through the client's `call`, and answers what the expected response carries. A metadata
-/// operation is its request variant, one entry here, the client's call of it and its arm in
-/// the server's dispatch.
-macro_rules! stubs {
-    (
-        $client:ident: $request:ident;
-        $(
-            $(#[$doc:meta])*
-            fn $name:ident($($param:ident: $ty:ty),* $(,)?) -> $answer:ty {
-                $variant:ident $({ $($field:ident $(: $value:expr)?),* $(,)? })?
-                => $($pattern:pat => $carried:expr),+ $(,)?
-            }
-        )*
-    ) => {
-        impl $client {
-            $(
-                $(#[$doc])*
-                #[allow(clippy::too_many_arguments)]
-                pub async fn $name(&self, $($param: $ty),*) -> Result<$answer, RpcError> {
-                    let response = self
-                        .call($request::$variant $({ $($field $(: $value)?),* })?)
-                        .await?;
-                    expect_response!(self.rpc, response, $($pattern => $carried),+)
-                }
-            )*
-        }
-    };
-}
-
 stubs! {
-    MetaClient: MetaRequest;
+    MetaClient: MetaRequest, meta_answers;
 
     /// Looks a name up.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    fn lookup(parent: InodeId, name: &str) -> InodeAttr {
-        Lookup { parent, name: name.to_string() } => Response::Attr(attr) => attr
+    fn lookup(parent: InodeId, name: &str) {
+        Lookup { parent, name: name.to_string() }
     }
 
     /// Reads attributes.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    fn get_attr(inode: InodeId) -> InodeAttr {
-        GetAttr { inode } => Response::Attr(attr) => attr
+    fn get_attr(inode: InodeId) {
+        GetAttr { inode }
     }
 
     /// Changes attributes, through the open that was `granted` a capability when given.
@@ -706,8 +611,8 @@ stubs! {
         inode: InodeId,
         changes: AttrChanges,
         granted: Option<Capability>,
-    ) -> InodeAttr {
-        SetAttr { mutation, inode, changes, granted } => Response::Attr(attr) => attr
+    ) {
+        SetAttr { mutation, inode, changes, granted }
     }
 
     /// Creates an entry of any kind, opened with handle `open` when given; answers its
@@ -722,18 +627,8 @@ stubs! {
         name: &str,
         new: NewInode,
         open: Option<u64>,
-    ) -> CreateReply {
+    ) {
         Create { mutation, parent, name: name.to_string(), new, open }
-            => Response::Created { attr, parent, capability } => CreateReply {
-                   attr,
-                   parent,
-                   capability,
-               },
-               Response::Attr(attr) => CreateReply {
-                   attr,
-                   parent: None,
-                   capability: None,
-               }
     }
 
     /// Creates a directory spread over `shards` metadata servers.
@@ -747,9 +642,8 @@ stubs! {
         name: &str,
         new: NewInode,
         shards: u16,
-    ) -> InodeAttr {
+    ) {
         CreateSpread { mutation, parent, name: name.to_string(), new, shards }
-            => Response::Attr(attr) => attr
     }
 
     /// Adds a hard link.
@@ -761,25 +655,24 @@ stubs! {
         inode: InodeId,
         new_parent: InodeId,
         new_name: &str,
-    ) -> InodeAttr {
+    ) {
         Link { mutation, inode, new_parent, new_name: new_name.to_string() }
-            => Response::Attr(attr) => attr
     }
 
     /// Removes a non-directory entry.
     ///
     /// # Errors
     /// `NotFound`, `IsDirectory`, or [`RpcError`] for transport failures.
-    fn unlink(mutation: MutationId, parent: InodeId, name: &str) -> () {
-        Unlink { mutation, parent, name: name.to_string() } => Response::Done => ()
+    fn unlink(mutation: MutationId, parent: InodeId, name: &str) {
+        Unlink { mutation, parent, name: name.to_string() }
     }
 
     /// Removes an empty directory.
     ///
     /// # Errors
     /// `NotFound`, `NotEmpty`, `NotDirectory`, or [`RpcError`] for transport failures.
-    fn rmdir(mutation: MutationId, parent: InodeId, name: &str) -> () {
-        Rmdir { mutation, parent, name: name.to_string() } => Response::Done => ()
+    fn rmdir(mutation: MutationId, parent: InodeId, name: &str) {
+        Rmdir { mutation, parent, name: name.to_string() }
     }
 
     /// Renames `name` in `parent` to `new_name` in `new_parent`.
@@ -793,7 +686,7 @@ stubs! {
         new_parent: InodeId,
         new_name: &str,
         flags: RenameFlags,
-    ) -> () {
+    ) {
         Rename {
             mutation,
             parent,
@@ -801,7 +694,7 @@ stubs! {
             new_parent,
             new_name: new_name.to_string(),
             flags,
-        } => Response::Done => ()
+        }
     }
 
     /// Lists a directory (of `shards` shards, as the client believes) after a cookie;
@@ -814,17 +707,26 @@ stubs! {
         shards: u16,
         after_cookie: u64,
         max_entries: u32,
-    ) -> (Vec<DirEntry>, bool) {
+    ) {
         ReadDir { dir, shards, after_cookie, max_entries }
-            => Response::DirEntries { entries, end } => (entries, end)
+    }
+
+    /// Lists a directory as [`MetaClient::read_dir`] does, each entry with its inode's
+    /// attributes where this server holds the inode.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDirectory`, `VersionMismatch` from a server of protocol version 9, or
+    /// [`RpcError`] for transport failures.
+    fn read_dir_plus(dir: InodeId, shards: u16, after_cookie: u64, max_entries: u32) {
+        ReadDirPlus { dir, shards, after_cookie, max_entries }
     }
 
     /// Reads a symbolic link.
     ///
     /// # Errors
     /// `NotFound`, `NotSymlink`, or [`RpcError`] for transport failures.
-    fn read_link(inode: InodeId) -> String {
-        ReadLink { inode } => Response::LinkTarget(target) => target
+    fn read_link(inode: InodeId) {
+        ReadLink { inode }
     }
 
     /// Registers handle `handle` of a session's open file, for `access` (the
@@ -839,18 +741,16 @@ stubs! {
         inode: InodeId,
         access: u8,
         granted: Option<Capability>,
-    ) -> (InodeAttr, Option<Capability>) {
+    ) {
         Open { client, handle, inode, access, granted }
-            => Response::Opened { attr, capability } => (attr, Some(capability)),
-               Response::Attr(attr) => (attr, None)
     }
 
     /// Tells the server of several handles closed, of files of its home.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    fn release(client: ClientId, handles: Vec<(InodeId, u64)>) -> () {
-        Release { client, handles } => Response::Done => ()
+    fn release(client: ClientId, handles: Vec<(InodeId, u64)>) {
+        Release { client, handles }
     }
 
     /// Asks for room to grow the file open as `handle` to `to`; answers the end it may grow
@@ -859,16 +759,16 @@ stubs! {
     /// # Errors
     /// `QuotaExceeded` when no room is left, `NotPermitted` without an open for writing, or
     /// [`RpcError`] for transport failures.
-    fn reserve(client: ClientId, handle: u64, inode: InodeId, to: u64) -> (u64, Option<Capability>) {
-        Reserve { client, handle, inode, to } => Response::Reserved { to, capability } => (to, capability)
+    fn reserve(client: ClientId, handle: u64, inode: InodeId, to: u64) {
+        Reserve { client, handle, inode, to }
     }
 
     /// Has the file's queued truncate sent to every target now; answers once each has it.
     ///
     /// # Errors
     /// `Io` when a target cannot be reached, or [`RpcError`] for transport failures.
-    fn apply_truncate(inode: InodeId) -> () {
-        ApplyTruncate { inode } => Response::Done => ()
+    fn apply_truncate(inode: InodeId) {
+        ApplyTruncate { inode }
     }
 
     /// Reports a file's size after writes, through the open for writing that was `granted`
@@ -880,8 +780,8 @@ stubs! {
         inode: InodeId,
         report: SizeReport,
         granted: Option<Capability>,
-    ) -> InodeAttr {
-        ReportSize { inode, report, granted } => Response::Attr(attr) => attr
+    ) {
+        ReportSize { inode, report, granted }
     }
 
     /// Sets an extended attribute.
@@ -894,32 +794,32 @@ stubs! {
         name: &str,
         value: Vec<u8>,
         mode: XattrSetMode,
-    ) -> () {
-        SetXattr { mutation, inode, name: name.to_string(), value, mode } => Response::Done => ()
+    ) {
+        SetXattr { mutation, inode, name: name.to_string(), value, mode }
     }
 
     /// Reads an extended attribute.
     ///
     /// # Errors
     /// `NoAttribute`, or [`RpcError`] for transport failures.
-    fn get_xattr(inode: InodeId, name: &str) -> Vec<u8> {
-        GetXattr { inode, name: name.to_string() } => Response::XattrValue(value) => value
+    fn get_xattr(inode: InodeId, name: &str) {
+        GetXattr { inode, name: name.to_string() }
     }
 
     /// Lists extended attribute names.
     ///
     /// # Errors
     /// `NotFound`, or [`RpcError`] for transport failures.
-    fn list_xattr(inode: InodeId) -> Vec<String> {
-        ListXattr { inode } => Response::XattrNames(names) => names
+    fn list_xattr(inode: InodeId) {
+        ListXattr { inode }
     }
 
     /// Removes an extended attribute.
     ///
     /// # Errors
     /// `NoAttribute`, or [`RpcError`] for transport failures.
-    fn remove_xattr(mutation: MutationId, inode: InodeId, name: &str) -> () {
-        RemoveXattr { mutation, inode, name: name.to_string() } => Response::Done => ()
+    fn remove_xattr(mutation: MutationId, inode: InodeId, name: &str) {
+        RemoveXattr { mutation, inode, name: name.to_string() }
     }
 
     /// Sets, changes or releases a byte-range lock, waiting up to `wait_ms` for a conflict.
@@ -932,64 +832,64 @@ stubs! {
         lock: LockRange,
         wait_ms: u32,
         reclaim: bool,
-    ) -> () {
-        SetLock { client, inode, lock, wait_ms, reclaim } => Response::Done => ()
+    ) {
+        SetLock { client, inode, lock, wait_ms, reclaim }
     }
 
     /// The lock that would conflict with `lock`, if any.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    fn get_lock(client: ClientId, inode: InodeId, lock: LockRange) -> Option<LockRange> {
-        GetLock { client, inode, lock } => Response::LockConflict(conflict) => conflict
+    fn get_lock(client: ClientId, inode: InodeId, lock: LockRange) {
+        GetLock { client, inode, lock }
     }
 
     /// The server's lock epoch.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    fn lock_epoch() -> u64 {
-        LockEpoch => Response::LockEpoch(epoch) => epoch
+    fn lock_epoch() {
+        LockEpoch
     }
 
     /// Inodes of other homes that dentries on this server name.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    fn remote_references() -> Vec<InodeId> {
-        RemoteReferences => Response::Inodes(inodes) => inodes
+    fn remote_references() {
+        RemoteReferences
     }
 
     /// Removes an empty directory inode for a coordinating server (idempotent).
     ///
     /// # Errors
     /// `NotEmpty`, or [`RpcError`] for transport failures.
-    fn remove_dir_inode(inode: InodeId) -> () {
-        RemoveDirInode { inode } => Response::Done => ()
+    fn remove_dir_inode(inode: InodeId) {
+        RemoveDirInode { inode }
     }
 
     /// Checks the namespace and objects of this metadata target.
     ///
     /// # Errors
     /// [`RpcError`] when the server is unreachable or the check fails.
-    fn check(repair: bool, referenced: Vec<InodeId>) -> CheckReport {
-        Check { repair, referenced } => Response::CheckReport(report) => report
+    fn check(repair: bool, referenced: Vec<InodeId>) {
+        Check { repair, referenced }
     }
 
     /// How far this server's consistency check is.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures.
-    fn check_progress() -> CheckProgress {
-        CheckProgress => Response::CheckProgress(progress) => progress
+    fn check_progress() {
+        CheckProgress
     }
 
     /// What each user and group uses in each pool in the homes this server serves.
     ///
     /// # Errors
     /// [`RpcError`] for transport failures; `VersionMismatch` from a server of version 3.
-    fn quota_usage() -> Vec<weft_proto::quota::QuotaUsage> {
-        QuotaUsage => Response::QuotaUsage(usage) => usage
+    fn quota_usage() {
+        QuotaUsage
     }
 
     /// Moves a regular file onto `targets` (in stripe order) or into `pool`; answers how
@@ -1003,16 +903,16 @@ stubs! {
         pool: Option<weft_proto::ids::StoragePoolId>,
         targets: Vec<TargetId>,
         pattern: Option<(u32, u16)>,
-    ) -> (u16, bool) {
-        Migrate { inode, pool, targets, pattern } => Response::Migration { moving, done } => (moving, done)
+    ) {
+        Migrate { inode, pool, targets, pattern }
     }
 
     /// Sets a directory's stripe pattern.
     ///
     /// # Errors
     /// `NotDirectory`, or [`RpcError`] for transport failures.
-    fn set_pattern(mutation: MutationId, dir: InodeId, pattern: StripePattern) -> InodeAttr {
-        SetPattern { mutation, dir, pattern } => Response::Attr(attr) => attr
+    fn set_pattern(mutation: MutationId, dir: InodeId, pattern: StripePattern) {
+        SetPattern { mutation, dir, pattern }
     }
 }
 
@@ -1030,12 +930,13 @@ impl StorageClient {
         }
     }
 
-    async fn call(&self, request: StorageRequest) -> Result<Response, RpcError> {
-        Ok(self
-            .rpc
-            .call(&Request::Storage(request), Bytes::new())
-            .await?
-            .0)
+    /// Sends a storage request without payload and answers what it declares.
+    async fn ask<A: Answer<StorageResponse>>(
+        &self,
+        request: StorageRequest,
+    ) -> Result<A, RpcError> {
+        let (response, _) = self.send(request, Bytes::new()).await?;
+        self.rpc.answer(response)
     }
 
     /// Sends any storage request with its payload; answers the response and its payload.
@@ -1046,12 +947,12 @@ impl StorageClient {
         &self,
         request: StorageRequest,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(StorageResponse, Bytes), RpcError> {
         self.rpc.call(&Request::Storage(request), payload).await
     }
 
     /// Writes `write.data` into the object of `write.file` behind `route` ([`ObjectWrite`]);
-    /// answers the bytes written and the write's verifier ([`Response::Written`]).
+    /// answers the bytes written and the write's verifier.
     ///
     /// # Errors
     /// `NoSpace`, `QuotaExceeded`, `UnknownTarget`, `TargetPoisoned`, `TruncatePending`,
@@ -1060,7 +961,7 @@ impl StorageClient {
         &self,
         route: impl Into<Route>,
         write: ObjectWrite,
-    ) -> Result<(u32, u64), RpcError> {
+    ) -> Result<storage_answers::Write, RpcError> {
         let route: Route = route.into();
         let ObjectWrite {
             file: (inode, generation),
@@ -1070,7 +971,7 @@ impl StorageClient {
             capability,
             owner,
         } = write;
-        let request = Request::Storage(StorageRequest::Write {
+        let request = StorageRequest::Write {
             target: route.target,
             mirror: route.mirror,
             inode,
@@ -1080,9 +981,9 @@ impl StorageClient {
             capability,
             owner: owner.map(|owner| (owner.uid, owner.gid)),
             project: owner.map_or(0, |owner| owner.project),
-        });
-        let response = self.rpc.call(&request, data).await?.0;
-        expect_response!(self.rpc, response, Response::Written { len, verifier } => (len, verifier))
+        };
+        let (response, _) = self.send(request, data).await?;
+        self.rpc.answer(response)
     }
 
     /// StorageBench on this server's own targets.
@@ -1092,16 +993,8 @@ impl StorageClient {
     pub async fn storage_bench(
         &self,
         op: weft_proto::messages::StorageBenchOp,
-    ) -> Result<weft_proto::messages::StorageBenchStatus, RpcError> {
-        let response = self
-            .rpc
-            .call(
-                &Request::Storage(StorageRequest::Bench { op }),
-                Bytes::new(),
-            )
-            .await?
-            .0;
-        expect_response!(self.rpc, response, Response::StorageBench(status) => status)
+    ) -> Result<storage_answers::Bench, RpcError> {
+        self.ask(StorageRequest::Bench { op }).await
     }
 
     /// Network benchmark: sends `data` (dropped by the server) or asks for `read_len` bytes
@@ -1115,15 +1008,12 @@ impl StorageClient {
         data: Bytes,
         read_len: u32,
     ) -> Result<(u32, Bytes), RpcError> {
-        let request = Request::Storage(StorageRequest::NetBench { target, read_len });
-        let (response, payload) = self.rpc.call(&request, data).await?;
+        let request = StorageRequest::NetBench { target, read_len };
+        let (response, payload) = self.send(request, data).await?;
         match response {
-            Response::Written { len, .. } => Ok((len, payload)),
-            Response::Data => Ok((payload.len() as u32, payload)),
-            other => Err(RpcError::Unexpected {
-                address: self.rpc.address().to_string(),
-                response: format!("{other:?}"),
-            }),
+            StorageResponse::Written { len, .. } => Ok((len, payload)),
+            StorageResponse::Data => Ok((payload.len() as u32, payload)),
+            other => Err(self.rpc.unexpected(&other)),
         }
     }
 
@@ -1141,7 +1031,7 @@ impl StorageClient {
         capability: Option<Capability>,
     ) -> Result<Bytes, RpcError> {
         let route: Route = route.into();
-        let request = Request::Storage(StorageRequest::Read {
+        let request = StorageRequest::Read {
             target: route.target,
             mirror: route.mirror,
             inode,
@@ -1149,37 +1039,37 @@ impl StorageClient {
             object_offset,
             len,
             capability,
-        });
-        let (response, payload) = self.rpc.call(&request, Bytes::new()).await?;
-        expect_response!(self.rpc, response, Response::Data => payload)
+        };
+        let (response, payload) = self.send(request, Bytes::new()).await?;
+        let storage_answers::Read { .. } = self.rpc.answer(response)?;
+        Ok(payload)
     }
 }
 
 stubs! {
-    StorageClient: StorageRequest;
+    StorageClient: StorageRequest, storage_answers;
 
     /// Cuts an object for truncate `generation` of its file (a no-op where the object had
     /// that truncate or a newer one).
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    fn truncate(route: Route, file: (InodeId, u64), length: u64) -> () {
+    fn truncate(route: Route, file: (InodeId, u64), length: u64) {
         Truncate {
             target: route.target,
             mirror: route.mirror,
             inode: file.0,
             length,
             generation: file.1,
-        } => Response::Done => ()
+        }
     }
 
     /// Removes an object.
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, or [`RpcError`] for transport failures.
-    fn remove(route: Route, inode: InodeId) -> () {
+    fn remove(route: Route, inode: InodeId) {
         Remove { target: route.target, mirror: route.mirror, inode, tag: None }
-            => Response::Done => ()
     }
 
     /// Copies `pieces` of the objects of `source` into the object of `file` at
@@ -1197,7 +1087,7 @@ stubs! {
         tag: Option<ChangeTag>,
         capabilities: (Option<Capability>, Option<Capability>),
         owner: Option<weft_proto::quota::Owner>,
-    ) -> (u32, u64) {
+    ) {
         CopyFrom {
             target: route.target,
             inode: file.0,
@@ -1210,7 +1100,7 @@ stubs! {
             source_capability: capabilities.1,
             owner: owner.map(|owner| (owner.uid, owner.gid)),
             project: owner.map_or(0, |owner| owner.project),
-        } => Response::Written { len, verifier } => (len, verifier)
+        }
     }
 
     /// Removes an object as change `tag` of its sender, so a late copy of the removal,
@@ -1218,18 +1108,16 @@ stubs! {
     ///
     /// # Errors
     /// `UnknownTarget`, `Io`, `Superseded`, or [`RpcError`] for transport failures.
-    fn remove_tagged(route: Route, inode: InodeId, tag: ChangeTag) -> () {
+    fn remove_tagged(route: Route, inode: InodeId, tag: ChangeTag) {
         Remove { target: route.target, mirror: route.mirror, inode, tag: Some(tag) }
-            => Response::Done => ()
     }
 
-    /// Makes an object durable; answers the verifier ([`Response::Synced`]).
+    /// Makes an object durable; answers the verifier ([`StorageResponse::Synced`]).
     ///
     /// # Errors
     /// `TargetPoisoned`, `Io`, or [`RpcError`] for transport failures.
-    fn sync(route: Route, inode: InodeId, capability: Option<Capability>) -> u64 {
+    fn sync(route: Route, inode: InodeId, capability: Option<Capability>) {
         Sync { target: route.target, mirror: route.mirror, inode, capability }
-            => Response::Synced { verifier } => verifier
     }
 
     /// Allocates or zeroes `len` bytes of an object at `object_offset`, in truncate
@@ -1247,7 +1135,7 @@ stubs! {
         tag: Option<ChangeTag>,
         capability: Option<Capability>,
         owner: Option<weft_proto::quota::Owner>,
-    ) -> () {
+    ) {
         Fallocate {
             target: route.target,
             mirror: route.mirror,
@@ -1260,7 +1148,7 @@ stubs! {
             capability,
             owner: owner.map(|owner| (owner.uid, owner.gid)),
             project: owner.map_or(0, |owner| owner.project),
-        } => Response::Done => ()
+        }
     }
 
     /// One page of the objects of `home`'s files (of all files: `None`) on `target`, after
@@ -1274,18 +1162,16 @@ stubs! {
         home: Option<NodeId>,
         after: u64,
         max: u32,
-    ) -> (Vec<(InodeId, u64)>, bool) {
+    ) {
         ListObjects { target, mirrored, home, after, max }
-            => Response::Objects { objects, end } => (objects, end)
     }
 
     /// An object's length.
     ///
     /// # Errors
     /// `UnknownTarget`, or [`RpcError`] for transport failures.
-    fn object_length(route: Route, inode: InodeId) -> u64 {
+    fn object_length(route: Route, inode: InodeId) {
         ObjectLength { target: route.target, mirror: route.mirror, inode }
-            => Response::Length(length) => length
     }
 
     /// The length of the copy of an object on `target` itself (a mirror member's own copy
@@ -1299,9 +1185,8 @@ stubs! {
         inode: InodeId,
         offset: u64,
         len: u64,
-    ) -> (u64, u32) {
+    ) {
         ObjectChecksum { target, mirrored, inode, offset, len }
-            => Response::Checksum { length, crc } => (length, crc)
     }
 
     /// Pushes the object of `inode` on `target` to target `to` (or through layouts, `into`;
@@ -1320,7 +1205,7 @@ stubs! {
         seal: bool,
         into: Option<weft_proto::messages::Restripe>,
         group: Option<weft_proto::ids::GroupId>,
-    ) -> u64 {
-        Push { target, inode, to, id, seal, into, group } => Response::Pushed { copied } => copied
+    ) {
+        Push { target, inode, to, id, seal, into, group }
     }
 }

@@ -24,9 +24,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weft_proto::messages::{
-    ClientStats, NodeStats, Reply, SpaceUsage, TargetStats, STATS_CLIENTS_MAX,
-};
+use weft_proto::error::WireError;
+use weft_proto::messages::{ClientStats, NodeStats, SpaceUsage, TargetStats, STATS_CLIENTS_MAX};
 use weft_proto::ClientId;
 
 /// Clients shown with their own `client` label; the others are summed under `client="other"`.
@@ -305,14 +304,14 @@ pub struct RequestTimer<'a> {
 
 impl RequestTimer<'_> {
     /// Records the answer: its kind, its size and how long it took.
-    pub fn finish(self, reply: &Reply, sent: u64) {
+    pub fn finish(self, error: Option<&WireError>, sent: u64) {
         let metrics = self.metrics;
         let labels = OpLabels { op: self.op };
         metrics
             .durations
             .get_or_create(&labels)
             .observe(self.started.elapsed().as_secs_f64());
-        if let Err(error) = reply {
+        if let Some(error) = error {
             metrics
                 .errors
                 .get_or_create(&ErrorLabels {
@@ -323,7 +322,7 @@ impl RequestTimer<'_> {
         {
             let mut totals = metrics.totals.lock().expect("totals poisoned");
             *totals.ops.entry(self.op).or_default() += 1;
-            totals.errors += u64::from(reply.is_err());
+            totals.errors += u64::from(error.is_some());
         }
         metrics.sent_bytes.inc_by(sent);
         metrics.in_flight.dec();
@@ -866,7 +865,7 @@ mod tests {
     fn exposition_names_and_labels() {
         let metrics = MetricsBuilder::new("storage", Some(3)).build();
         let timer = metrics.rpc().start("write", 9, 4096);
-        timer.finish(&Ok(weft_proto::messages::Response::Done), 16);
+        timer.finish(None, 16);
         let text = metrics.encode();
         for expected in [
             "weft_requests_total{role=\"storage\",node=\"3\",op=\"write\"} 1",

@@ -268,8 +268,8 @@ impl ClientRule {
 
 /// What a request is to admission: one a client may send that only reads, one a client may
 /// send that changes files, directories or attributes, or one for the cluster's members.
-/// Each request declares it on its variant (`#[access(...)]`, [`Access`]), beside the inodes
-/// it names and the sessions it acts in.
+/// Each request declares it on its variant (`#[request(...)]`, [`Declared`]), beside the
+/// inodes it names, the sessions it acts in and what it answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Reads,
@@ -277,7 +277,7 @@ pub(crate) enum Kind {
     Members,
 }
 
-pub use weft_wire_derive::Access;
+pub use weft_wire_derive::Declared;
 
 /// An open for writing changes its file; one for reading only does not.
 pub(crate) fn open_kind(access: u8) -> Kind {
@@ -288,7 +288,7 @@ pub(crate) fn open_kind(access: u8) -> Kind {
 }
 
 /// A field of a request that names the client sessions it acts in
-/// (`#[access(sessions(FIELD))]`).
+/// (`#[request(sessions(FIELD))]`).
 pub trait ActsIn {
     /// Adds the sessions it names to `sessions`.
     fn acts_in(&self, sessions: &mut Vec<ClientId>);

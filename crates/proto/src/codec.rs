@@ -23,11 +23,12 @@ use serde::{de::DeserializeOwned, Serialize};
 /// "WEFT" in little endian.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WEFT");
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;
 /// The oldest protocol version this build speaks with a peer (in the handshake): older
 /// ones, for rolling upgrades (version 6 only added the seal mirror members take from their
 /// primary, version 7 the messages management servers replicate with, version 8 the
-/// capability a change through a descriptor shows, version 9 the grants of hard quotas, so a peer of version 4 is still spoken to
+/// capability a change through a descriptor shows, version 9 the grants of hard quotas, version 10
+/// the listing with attributes, so a peer of version 4 is still spoken to
 /// as before).
 pub const PROTOCOL_VERSION_MIN: u16 = 4;
 /// Size of the fixed header.

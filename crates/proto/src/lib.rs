@@ -17,6 +17,7 @@
 //! use it and agree byte for byte.
 
 pub mod access;
+pub mod answer;
 pub mod checksum;
 pub mod codec;
 pub mod error;

@@ -3,7 +3,7 @@
 //! inodes take from their directory (`weft quota project DIR ID` sets it on a tree).
 //!
 //! Every metadata home keeps what its inodes use, changed in the same transaction as the
-//! inodes (`meta/src/usage.rs`), and reports it with its heartbeats. Management keeps the
+//! inodes (`meta/src/schema/usage.rs`), and reports it with its heartbeats. Management keeps the
 //! limits, sums the homes, runs the grace periods of soft limits, and publishes in the cluster
 //! map who is blocked ([`QuotaBlock`]): metadata servers then refuse their new inodes, storage
 //! servers the writes that grow their files, with `QuotaExceeded` (EDQUOT).

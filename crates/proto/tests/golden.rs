@@ -8,7 +8,7 @@
 //! After a deliberate change, `WEFT_BLESS=1 cargo test -p weft-proto --test golden` records
 //! the new bytes; review the diff of the file like code.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use weft_mirror::pages::FileChange;
 use weft_proto::access::{Caller, Capability, ClientRule, Subtree};
@@ -657,6 +657,12 @@ fn meta_requests() -> Vec<MetaRequest> {
             targets: vec![TargetId(2), TargetId(4)],
             pattern: Some((1 << 20, 3)),
         },
+        MetaRequest::ReadDirPlus {
+            dir: inode(1),
+            shards: 2,
+            after_cookie: 5,
+            max_entries: 100,
+        },
     ]
 }
 
@@ -810,25 +816,16 @@ fn bench_ops() -> Vec<StorageBenchOp> {
     ]
 }
 
-fn responses() -> Vec<Response> {
+fn meta_responses() -> Vec<MetaResponse> {
     vec![
-        Response::Done,
-        Response::NodeRegistered { node: NodeId(2) },
-        Response::TargetRegistered {
-            target: TargetId(3),
-        },
-        Response::ClientRegistered {
-            client: ClientId(7),
-            session_timeout_ms: 30_000,
-        },
-        Response::ClusterMap(cluster_map()),
-        Response::Attr(attr()),
-        Response::Created {
+        MetaResponse::Done,
+        MetaResponse::Attr(attr()),
+        MetaResponse::Created {
             attr: attr(),
             parent: None,
             capability: Some(capability()),
         },
-        Response::DirEntries {
+        MetaResponse::DirEntries {
             entries: vec![DirEntry {
                 name: "a".into(),
                 inode: inode(5),
@@ -837,21 +834,10 @@ fn responses() -> Vec<Response> {
             }],
             end: true,
         },
-        Response::LinkTarget("../t".into()),
-        Response::XattrValue(vec![9, 8]),
-        Response::XattrNames(vec!["user.x".into()]),
-        Response::Written {
-            len: 4096,
-            verifier: 33,
-        },
-        Response::Synced { verifier: 33 },
-        Response::Data,
-        Response::Length(100),
-        Response::Objects {
-            objects: vec![(inode(5), 4096)],
-            end: false,
-        },
-        Response::CheckReport(CheckReport {
+        MetaResponse::LinkTarget("../t".into()),
+        MetaResponse::XattrValue(vec![9, 8]),
+        MetaResponse::XattrNames(vec!["user.x".into()]),
+        MetaResponse::CheckReport(CheckReport {
             node: NodeId(1),
             inodes: 10,
             dentries: 9,
@@ -861,45 +847,68 @@ fn responses() -> Vec<Response> {
             repairs: vec!["r".into()],
             unreachable_targets: vec![TargetId(4)],
         }),
-        Response::LockConflict(Some(lock())),
-        Response::LockEpoch(3),
-        Response::Inodes(vec![inode(2), inode(3)]),
-        Response::Unchanged,
-        Response::StorageBench(StorageBenchStatus {
+        MetaResponse::LockConflict(Some(lock())),
+        MetaResponse::LockEpoch(3),
+        MetaResponse::Inodes(vec![inode(2), inode(3)]),
+        MetaResponse::Unchanged,
+        MetaResponse::CheckProgress(CheckProgress {
             running: true,
-            read: false,
-            targets: vec![TargetBenchResult {
-                target: TargetId(3),
-                bytes: 100,
-                elapsed_micros: 200,
-                finished: false,
-                error: Some("e".into()),
-            }],
+            phase: "objects".into(),
+            done: 1,
+            total: 2,
         }),
-        Response::Stats(NodeStats {
-            uptime_ms: 1,
-            requests: 2,
-            errors: 3,
-            received_bytes: 4,
-            sent_bytes: 5,
-            in_flight: 6,
-            ops: vec![("create".into(), 7)],
-            clients: vec![ClientStats {
-                client: ClientId(7),
-                requests: 8,
-                received_bytes: 9,
-                sent_bytes: 10,
-            }],
-            targets: vec![TargetStats {
-                target: TargetId(3),
-                operations: 11,
-                read_bytes: 12,
-                written_bytes: 13,
-                queue_depth: 14,
-                usage: usage(),
-            }],
-        }),
-        Response::ClusterStatus(ClusterStatus {
+        MetaResponse::Opened {
+            attr: attr(),
+            capability: capability(),
+        },
+        MetaResponse::QuotaUsage(vec![quota_usage()]),
+        MetaResponse::Migration {
+            moving: 2,
+            done: false,
+        },
+        MetaResponse::Reserved {
+            to: 9 << 20,
+            capability: Some(capability()),
+        },
+        MetaResponse::DirEntriesPlus {
+            entries: vec![
+                DirEntryPlus {
+                    entry: DirEntry {
+                        name: "f".into(),
+                        inode: inode(6),
+                        kind: FileKind::Regular,
+                        cookie: 18,
+                    },
+                    attr: Some(attr()),
+                },
+                DirEntryPlus {
+                    entry: DirEntry {
+                        name: "elsewhere".into(),
+                        inode: InodeId::new(NodeId(2), 7),
+                        kind: FileKind::Directory,
+                        cookie: 19,
+                    },
+                    attr: None,
+                },
+            ],
+            end: false,
+        },
+    ]
+}
+
+fn mgmt_responses() -> Vec<MgmtResponse> {
+    vec![
+        MgmtResponse::Done,
+        MgmtResponse::NodeRegistered { node: NodeId(2) },
+        MgmtResponse::TargetRegistered {
+            target: TargetId(3),
+        },
+        MgmtResponse::ClientRegistered {
+            client: ClientId(7),
+            session_timeout_ms: 30_000,
+        },
+        MgmtResponse::ClusterMap(cluster_map()),
+        MgmtResponse::ClusterStatus(ClusterStatus {
             unix_ms: 1,
             sample_interval_ms: 2,
             totals: ClusterTotals {
@@ -960,9 +969,9 @@ fn responses() -> Vec<Response> {
             }],
             quotas: Vec::new(),
         }),
-        Response::MirrorGroups(vec![group()]),
-        Response::ResyncStats(vec![resync()]),
-        Response::HeartbeatAck {
+        MgmtResponse::MirrorGroups(vec![group()]),
+        MgmtResponse::ResyncStats(vec![resync()]),
+        MgmtResponse::HeartbeatAck {
             lease_ms: 3000,
             mirror_groups: vec![MirrorGroupInfo {
                 kind: MirrorKind::Meta,
@@ -970,23 +979,8 @@ fn responses() -> Vec<Response> {
             }],
             unix_ms: 1_800_000_000_000,
         },
-        Response::CheckProgress(CheckProgress {
-            running: true,
-            phase: "objects".into(),
-            done: 1,
-            total: 2,
-        }),
-        Response::Checksum {
-            length: 4096,
-            crc: 0xDEAD_BEEF,
-        },
-        Response::Opened {
-            attr: attr(),
-            capability: capability(),
-        },
-        Response::Pool(pool()),
-        Response::QuotaUsage(vec![quota_usage()]),
-        Response::Quotas(vec![weft_proto::quota::QuotaState {
+        MgmtResponse::Pool(pool()),
+        MgmtResponse::Quotas(vec![weft_proto::quota::QuotaState {
             rule: quota_rule(),
             bytes: 3 << 30,
             inodes: 1500,
@@ -995,21 +989,71 @@ fn responses() -> Vec<Response> {
             bytes_blocked: true,
             inodes_blocked: false,
         }]),
-        Response::Pushed { copied: 1 << 20 },
-        Response::Migration {
-            moving: 2,
-            done: false,
-        },
-        Response::Raft,
-        Response::Reserved {
-            to: 9 << 20,
-            capability: Some(capability()),
-        },
-        Response::QuotaGranted {
+        MgmtResponse::Raft,
+        MgmtResponse::QuotaGranted {
             bytes: 12 << 20,
             inodes: 64,
         },
     ]
+}
+
+fn storage_responses() -> Vec<StorageResponse> {
+    vec![
+        StorageResponse::Done,
+        StorageResponse::Written {
+            len: 4096,
+            verifier: 33,
+        },
+        StorageResponse::Synced { verifier: 33 },
+        StorageResponse::Data,
+        StorageResponse::Length(100),
+        StorageResponse::Objects {
+            objects: vec![(inode(5), 4096)],
+            end: false,
+        },
+        StorageResponse::StorageBench(StorageBenchStatus {
+            running: true,
+            read: false,
+            targets: vec![TargetBenchResult {
+                target: TargetId(3),
+                bytes: 100,
+                elapsed_micros: 200,
+                finished: false,
+                error: Some("e".into()),
+            }],
+        }),
+        StorageResponse::Checksum {
+            length: 4096,
+            crc: 0xDEAD_BEEF,
+        },
+        StorageResponse::Pushed { copied: 1 << 20 },
+    ]
+}
+
+fn stats_responses() -> Vec<StatsResponse> {
+    vec![StatsResponse::Stats(NodeStats {
+        uptime_ms: 1,
+        requests: 2,
+        errors: 3,
+        received_bytes: 4,
+        sent_bytes: 5,
+        in_flight: 6,
+        ops: vec![("create".into(), 7)],
+        clients: vec![ClientStats {
+            client: ClientId(7),
+            requests: 8,
+            received_bytes: 9,
+            sent_bytes: 10,
+        }],
+        targets: vec![TargetStats {
+            target: TargetId(3),
+            operations: 11,
+            read_bytes: 12,
+            written_bytes: 13,
+            queue_depth: 14,
+            usage: usage(),
+        }],
+    })]
 }
 
 fn requests() -> Vec<Request> {
@@ -1025,6 +1069,43 @@ fn requests() -> Vec<Request> {
         }),
         Request::Stats,
     ]
+}
+
+/// Each response of every service, as its tag and its encoding in a reply.
+fn response_encodings() -> Vec<(u32, Result<Vec<u8>, String>)> {
+    fn encoded<R: serde::Serialize>(
+        responses: Vec<R>,
+        tag: fn(&R) -> u32,
+    ) -> Vec<(u32, Result<Vec<u8>, String>)> {
+        responses
+            .into_iter()
+            .map(|response| {
+                let tag = tag(&response);
+                let reply: Reply<R> = Ok(response);
+                (tag, encode_body_in(PROTOCOL_VERSION, &reply))
+            })
+            .collect()
+    }
+    let mut all = encoded(meta_responses(), MetaResponse::wire_tag);
+    all.extend(encoded(mgmt_responses(), MgmtResponse::wire_tag));
+    all.extend(encoded(storage_responses(), StorageResponse::wire_tag));
+    all.extend(encoded(stats_responses(), StatsResponse::wire_tag));
+    all
+}
+
+/// Each of `responses`, in a reply, decodes back to itself.
+fn round_trips<R>(responses: Vec<R>)
+where
+    R: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    for response in responses {
+        let reply: Reply<R> = Ok(response);
+        let bytes = weft_proto::codec::encode_body(&reply);
+        assert_eq!(
+            weft_proto::codec::decode_body::<Reply<R>>(&bytes).as_ref(),
+            Ok(&reply)
+        );
+    }
 }
 
 /// Every tag of `all` is the tag of one of `samples`.
@@ -1081,16 +1162,20 @@ fn encodings() -> String {
             encode_body_in(PROTOCOL_VERSION, &op),
         );
     }
-    for (index, response) in responses().into_iter().enumerate() {
-        let name = format!("Response#{index}");
-        let reply: Reply = Ok(response);
-        line(
-            name,
-            PROTOCOL_VERSION,
-            encode_body_in(PROTOCOL_VERSION, &reply),
-        );
+    // The services' responses kept the tags they had in one enum: listed by tag, a tag that
+    // several services answer (`Done`) once, after checking that they encode alike.
+    let mut responses: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    for (tag, bytes) in response_encodings() {
+        let bytes = bytes.unwrap_or_else(|error| panic!("response {tag}: {error}"));
+        if let Some(earlier) = responses.insert(tag, bytes.clone()) {
+            assert_eq!(earlier, bytes, "responses of tag {tag} encode differently");
+        }
     }
-    let error: Reply = Err(weft_proto::error::WireError::new(ErrorCode::ReadOnly, "ro"));
+    for (tag, bytes) in responses {
+        line(format!("Response#{tag}"), PROTOCOL_VERSION, Ok(bytes));
+    }
+    let error: Reply<MetaResponse> =
+        Err(weft_proto::error::WireError::new(ErrorCode::ReadOnly, "ro"));
     line(
         "Reply::Err".into(),
         PROTOCOL_VERSION,
@@ -1117,7 +1202,7 @@ fn encodings() -> String {
         older,
         encode_body_in(older, open),
     );
-    let map: Reply = Ok(Response::ClusterMap(cluster_map()));
+    let map: Reply<MgmtResponse> = Ok(MgmtResponse::ClusterMap(cluster_map()));
     line(
         "Response::ClusterMap".into(),
         older,
@@ -1151,9 +1236,24 @@ fn every_variant_has_a_sample() {
         bench_ops().iter().map(StorageBenchOp::wire_tag),
     );
     covers(
-        "Response",
-        Response::WIRE_TAGS,
-        responses().iter().map(Response::wire_tag),
+        "MetaResponse",
+        MetaResponse::WIRE_TAGS,
+        meta_responses().iter().map(MetaResponse::wire_tag),
+    );
+    covers(
+        "MgmtResponse",
+        MgmtResponse::WIRE_TAGS,
+        mgmt_responses().iter().map(MgmtResponse::wire_tag),
+    );
+    covers(
+        "StorageResponse",
+        StorageResponse::WIRE_TAGS,
+        storage_responses().iter().map(StorageResponse::wire_tag),
+    );
+    covers(
+        "StatsResponse",
+        StatsResponse::WIRE_TAGS,
+        stats_responses().iter().map(StatsResponse::wire_tag),
     );
     covers(
         "Request",
@@ -1187,14 +1287,10 @@ fn messages_keep_their_bytes() {
             Ok(&request)
         );
     }
-    for response in responses() {
-        let reply: Reply = Ok(response);
-        let bytes = weft_proto::codec::encode_body(&reply);
-        assert_eq!(
-            weft_proto::codec::decode_body::<Reply>(&bytes).as_ref(),
-            Ok(&reply)
-        );
-    }
+    round_trips(meta_responses());
+    round_trips(mgmt_responses());
+    round_trips(storage_responses());
+    round_trips(stats_responses());
     let now = encodings();
     if std::env::var_os("WEFT_BLESS").is_some() {
         std::fs::write(GOLDEN, &now).expect("write the golden file");
@@ -1220,22 +1316,24 @@ fn messages_keep_their_bytes() {
 #[test]
 fn the_older_version_decodes_and_is_spoken() {
     let older = PROTOCOL_VERSION_MIN;
-    let decode_older = |reply: &Reply| -> Reply {
+    fn in_older<R: serde::Serialize + serde::de::DeserializeOwned>(reply: &Reply<R>) -> Reply<R> {
+        let older = PROTOCOL_VERSION_MIN;
         let bytes = encode_body_in(older, reply).expect("encodes for version 4");
-        weft_proto::codec::decode_body_in::<Reply>(older, &bytes).expect("decodes")
-    };
+        weft_proto::codec::decode_body_in::<Reply<R>>(older, &bytes).expect("decodes")
+    }
+    let decode_older = in_older::<MgmtResponse>;
     // The hard limits came in version 9: a peer of version 4 (or 8) goes without them, and
     // enforces the blocked list only.
-    let map: Reply = Ok(Response::ClusterMap(ClusterMap {
+    let map: Reply<MgmtResponse> = Ok(MgmtResponse::ClusterMap(ClusterMap {
         quota_hard: Vec::new(),
         ..cluster_map()
     }));
     assert_eq!(
-        decode_older(&Ok(Response::ClusterMap(cluster_map()))),
+        decode_older(&Ok(MgmtResponse::ClusterMap(cluster_map()))),
         map,
         "the map did not change in version 5 but for the hard limits of version 9"
     );
-    let Ok(Response::Attr(decoded)) = decode_older(&Ok(Response::Attr(attr()))) else {
+    let Ok(MetaResponse::Attr(decoded)) = in_older(&Ok(MetaResponse::Attr(attr()))) else {
         panic!("attributes")
     };
     assert_eq!(
@@ -1263,10 +1361,10 @@ fn the_older_version_decodes_and_is_spoken() {
         kind: weft_proto::quota::QuotaKind::User,
         ..quota_usage()
     };
-    let usage: Reply = Ok(Response::QuotaUsage(vec![quota_usage(), user_usage]));
+    let usage: Reply<MetaResponse> = Ok(MetaResponse::QuotaUsage(vec![quota_usage(), user_usage]));
     assert_eq!(
-        decode_older(&usage),
-        Ok(Response::QuotaUsage(vec![user_usage])),
+        in_older(&usage),
+        Ok(MetaResponse::QuotaUsage(vec![user_usage])),
         "a project's usage is not sent to a peer of version 4"
     );
     let mut blocked = cluster_map();
@@ -1275,7 +1373,7 @@ fn the_older_version_decodes_and_is_spoken() {
         ..blocked.quota_blocked[0]
     });
     assert_eq!(
-        decode_older(&Ok(Response::ClusterMap(blocked))),
+        decode_older(&Ok(MgmtResponse::ClusterMap(blocked))),
         map,
         "a peer of version 4 gets the map without the blocked projects"
     );

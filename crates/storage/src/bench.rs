@@ -334,15 +334,18 @@ pub(crate) async fn serve(
     request: &weft_proto::messages::StorageRequest,
     payload_len: usize,
     targets: &std::collections::HashMap<TargetId, Arc<Target>>,
-) -> Option<(weft_proto::messages::Reply, bytes::Bytes)> {
-    use weft_proto::messages::{Response, StorageRequest};
+) -> Option<(
+    weft_proto::messages::Reply<weft_proto::messages::StorageResponse>,
+    bytes::Bytes,
+)> {
+    use weft_proto::messages::{StorageRequest, StorageResponse};
     let answer = match *request {
         StorageRequest::Bench { ref op } => {
             let (bench, op) = (Arc::clone(bench), op.clone());
             let mut targets: Vec<Arc<Target>> = targets.values().cloned().collect();
             targets.sort_by_key(|t| t.id);
             match tokio::task::spawn_blocking(move || bench.handle(op, &targets)).await {
-                Ok(Ok(status)) => Ok((Response::StorageBench(status), bytes::Bytes::new())),
+                Ok(Ok(status)) => Ok((StorageResponse::StorageBench(status), bytes::Bytes::new())),
                 Ok(Err(error)) => Err(error),
                 Err(join) => Err(rejected(
                     ErrorCode::Internal,
@@ -355,15 +358,16 @@ pub(crate) async fn serve(
         }
         StorageRequest::NetBench { read_len, .. } => match read_len {
             0 => Ok((
-                Response::Written {
+                StorageResponse::Written {
                     len: payload_len as u32,
                     verifier: 0,
                 },
                 bytes::Bytes::new(),
             )),
-            len if len <= IO_BYTES_MAX => {
-                Ok((Response::Data, weft_proto::messages::zeros(len as usize)))
-            }
+            len if len <= IO_BYTES_MAX => Ok((
+                StorageResponse::Data,
+                weft_proto::messages::zeros(len as usize),
+            )),
             len => Err(rejected(
                 ErrorCode::InvalidArgument,
                 format!("read of {len} bytes exceeds {IO_BYTES_MAX}"),

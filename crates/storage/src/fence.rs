@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use weft_mirror::fence::{Fence, Tag};
 use weft_proto::error::WireError;
-use weft_proto::messages::{ChangeTag, Response};
+use weft_proto::messages::{ChangeTag, StorageResponse};
 use weft_proto::{ErrorCode, Recovery};
 
 /// How long a client with nothing running is remembered after its last change.
@@ -20,7 +20,7 @@ const CLIENT_IDLE: Duration = Duration::from_secs(600);
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// The answer to a change.
-pub(crate) type Answer = Result<Response, WireError>;
+pub(crate) type Answer = Result<StorageResponse, WireError>;
 
 struct State {
     fence: Fence<Answer>,
@@ -125,7 +125,7 @@ impl ChangeFence {
 
 impl Running<'_> {
     /// Records the change's answer, for a copy that comes later.
-    pub(crate) fn answer(mut self, answer: Result<&Response, &WireError>) {
+    pub(crate) fn answer(mut self, answer: Result<&StorageResponse, &WireError>) {
         // A refusal its sender recovers from by sending the same change here again (routed
         // anew, or once its truncate is applied) must let that copy run.
         let resent = answer.is_err_and(|error| {
@@ -167,8 +167,8 @@ mod tests {
         }
     }
 
-    fn written(len: u32) -> Response {
-        Response::Written { len, verifier: 3 }
+    fn written(len: u32) -> StorageResponse {
+        StorageResponse::Written { len, verifier: 3 }
     }
 
     async fn run<'a>(fence: &'a ChangeFence, tag: &ChangeTag) -> Running<'a> {
@@ -194,7 +194,7 @@ mod tests {
         original.answer(Ok(&written(10)));
         assert!(matches!(
             retry.await.expect("admitted"),
-            Admission::Answered(Ok(Response::Written { len: 10, .. }))
+            Admission::Answered(Ok(StorageResponse::Written { len: 10, .. }))
         ));
         // An answer the client resends after is not kept: the retry runs.
         run(&fence, &tag(2, 1, &[]))

@@ -28,7 +28,7 @@ use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
 use weft_proto::ids::{ClientId, GroupId, GroupVersion, InodeId, MemberId, TargetId};
 use weft_proto::messages::{
-    ChangeTag, MirrorGroupInfo, MirrorRoute, Response, Route, StorageRequest, IO_BYTES_MAX,
+    ChangeTag, MirrorGroupInfo, MirrorRoute, Route, StorageRequest, StorageResponse, IO_BYTES_MAX,
     OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
@@ -300,7 +300,7 @@ impl Mirror {
         member: MemberId,
         request: StorageRequest,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(StorageResponse, Bytes), RpcError> {
         // A member cut off the network answers nothing: give up in time to report it.
         let timeout = self.membership.member_timeout();
         self.send_within(member, request, payload, timeout).await
@@ -313,7 +313,7 @@ impl Mirror {
         request: StorageRequest,
         payload: Bytes,
         timeout: Duration,
-    ) -> Result<(Response, Bytes), RpcError> {
+    ) -> Result<(StorageResponse, Bytes), RpcError> {
         let call = async {
             let client = self
                 .cluster
@@ -503,7 +503,7 @@ impl Mirror {
             .send(start.member, request, Bytes::new())
             .await
             .map_err(|e| WireError::new(ErrorCode::Unavailable, e.to_string()))?;
-        let Response::Objects { objects, end } = response else {
+        let StorageResponse::Objects { objects, end } = response else {
             return Err(WireError::new(
                 ErrorCode::Internal,
                 "a member answered a listing with something else",

@@ -23,7 +23,7 @@ use weft_net::ClusterView;
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{
-    MirrorRoute, NodeKind, Reply, Request, Response, StorageRequest, TargetReport,
+    MirrorRoute, NodeKind, Reply, Request, StorageRequest, StorageResponse, TargetReport,
     CHECKSUM_BYTES_MAX, IO_BYTES_MAX, OBJECTS_PER_LIST_MAX,
 };
 use weft_proto::ErrorCode;
@@ -282,6 +282,8 @@ async fn heartbeat_loop(
 }
 
 impl weft_net::Handler for Storage {
+    type Response = StorageResponse;
+
     fn target_stats(&self) -> Vec<weft_proto::messages::TargetStats> {
         let mut stats: Vec<_> = self
             .targets
@@ -292,7 +294,12 @@ impl weft_net::Handler for Storage {
         stats
     }
 
-    async fn handle(&self, from: Identity, request: Request, payload: Bytes) -> (Reply, Bytes) {
+    async fn handle(
+        &self,
+        from: Identity,
+        request: Request,
+        payload: Bytes,
+    ) -> (Reply<StorageResponse>, Bytes) {
         if let Err(error) = self.cluster.admit_client(&from, &request).await {
             return (Err(error), Bytes::new());
         }
@@ -305,6 +312,20 @@ impl weft_net::Handler for Storage {
                 Bytes::new(),
             );
         };
+        let (op, fits): (&str, _) = ((&request).into(), request.answer_fits());
+        let answer = self.handle_storage(request, payload).await;
+        weft_proto::answer::debug_check(op, fits, &answer.0);
+        answer
+    }
+}
+
+impl Storage {
+    /// Serves a storage request: a benchmark's, or one for a target of this server.
+    async fn handle_storage(
+        &self,
+        request: StorageRequest,
+        payload: Bytes,
+    ) -> (Reply<StorageResponse>, Bytes) {
         if let Some(answer) =
             crate::bench::serve(&self.bench, &request, payload.len(), &self.targets).await
         {
@@ -360,7 +381,7 @@ impl Storage {
         target: Arc<Target>,
         request: StorageRequest,
         payload: Bytes,
-    ) -> (Reply, Bytes) {
+    ) -> (Reply<StorageResponse>, Bytes) {
         let target_id = target.id;
         // A copy is a write of what it reads: the rest of its way is a write's.
         let (request, payload) = match request {
@@ -384,7 +405,7 @@ impl Storage {
                 .serve_push(target, (inode, to, id), seal, (into, group))
                 .await
             {
-                Ok(copied) => (Ok(Response::Pushed { copied }), Bytes::new()),
+                Ok(copied) => (Ok(StorageResponse::Pushed { copied }), Bytes::new()),
                 Err(error) => (Err(error), Bytes::new()),
             };
         }
@@ -660,7 +681,7 @@ impl Storage {
         route: MirrorRoute,
         request: StorageRequest,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), WireError> {
+    ) -> Result<(StorageResponse, Bytes), WireError> {
         self.mirror.admit_primary(target.id, route)?;
         let changes = matches!(
             request,
@@ -696,8 +717,10 @@ impl Storage {
         );
         let verifier = forwarded?;
         answer.map(|(response, payload)| match response {
-            Response::Written { len, .. } => (Response::Written { len, verifier }, payload),
-            Response::Synced { .. } => (Response::Synced { verifier }, payload),
+            StorageResponse::Written { len, .. } => {
+                (StorageResponse::Written { len, verifier }, payload)
+            }
+            StorageResponse::Synced { .. } => (StorageResponse::Synced { verifier }, payload),
             other => (other, payload),
         })
     }
@@ -713,7 +736,7 @@ impl Storage {
         target: Arc<Target>,
         request: StorageRequest,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), WireError> {
+    ) -> Result<(StorageResponse, Bytes), WireError> {
         let inode = match &request {
             StorageRequest::Write { inode, .. }
             | StorageRequest::Fallocate { inode, .. }
@@ -729,7 +752,7 @@ impl Storage {
             return self.local(target, request, payload).await;
         }
         match &request {
-            StorageRequest::Truncate { .. } => return Ok((Response::Done, Bytes::new())),
+            StorageRequest::Truncate { .. } => return Ok((StorageResponse::Done, Bytes::new())),
             // Untagged (no primary sends one): refused as moved, as before the fence.
             _ if request.tag().is_none() => return self.local(target, request, payload).await,
             _ => {}
@@ -749,7 +772,7 @@ impl Storage {
         target: Arc<Target>,
         request: StorageRequest,
         payload: Bytes,
-    ) -> Result<(Response, Bytes), WireError> {
+    ) -> Result<(StorageResponse, Bytes), WireError> {
         let target_id = target.id;
         let space = Space::of(request.mirror());
         let object = move |inode: InodeId| ObjectId::new(space, inode);
@@ -772,7 +795,7 @@ impl Storage {
                 let cached = target.read_cached(object(*inode), *object_offset, *len, *generation);
                 if let Some(data) = cached {
                     disk_op.finish(data.len() as u64, 0);
-                    return Ok((Response::Data, data));
+                    return Ok((StorageResponse::Data, data));
                 }
             }
         }
@@ -810,7 +833,7 @@ fn on_target(
     request: StorageRequest,
     payload: Bytes,
     verifier: u64,
-) -> Result<(Response, Bytes), WireError> {
+) -> Result<(StorageResponse, Bytes), WireError> {
     let space = Space::of(request.mirror());
     let object = move |inode: InodeId| ObjectId::new(space, inode);
     match request {
@@ -824,7 +847,7 @@ fn on_target(
             if weft_service::failpoint::misbehave("storage-answers-short-writes") {
                 len = len.saturating_sub(1);
             }
-            Ok((Response::Written { len, verifier }, Bytes::new()))
+            Ok((StorageResponse::Written { len, verifier }, Bytes::new()))
         }
         StorageRequest::Read {
             inode,
@@ -840,7 +863,7 @@ fn on_target(
                 ));
             }
             Ok((
-                Response::Data,
+                StorageResponse::Data,
                 target.read_admitted(object(inode), generation, object_offset, len)?,
             ))
         }
@@ -852,11 +875,11 @@ fn on_target(
         } => target
             .truncate(object(inode), length, generation)
             .map_err(WireError::from)
-            .map(|()| (Response::Done, Bytes::new())),
+            .map(|()| (StorageResponse::Done, Bytes::new())),
         StorageRequest::Remove { inode, .. } => target
             .remove(object(inode))
             .map_err(WireError::from)
-            .map(|()| (Response::Done, Bytes::new())),
+            .map(|()| (StorageResponse::Done, Bytes::new())),
         StorageRequest::Sync { inode, .. } => {
             target.sync(object(inode))?;
             // An object that moved away answers as it did when it was sealed.
@@ -864,12 +887,12 @@ fn on_target(
                 .moves()
                 .sealed_verifier(object(inode))
                 .unwrap_or(verifier);
-            Ok((Response::Synced { verifier }, Bytes::new()))
+            Ok((StorageResponse::Synced { verifier }, Bytes::new()))
         }
         StorageRequest::SyncTarget { .. } => target
             .sync_everything()
             .map_err(WireError::from)
-            .map(|()| (Response::Synced { verifier }, Bytes::new())),
+            .map(|()| (StorageResponse::Synced { verifier }, Bytes::new())),
         StorageRequest::Fallocate {
             inode,
             generation,
@@ -880,7 +903,7 @@ fn on_target(
         } => target
             .fallocate(object(inode), (object_offset, len), mode, generation)
             .map_err(WireError::from)
-            .map(|()| (Response::Done, Bytes::new())),
+            .map(|()| (StorageResponse::Done, Bytes::new())),
         other => look_at_target(target, other, verifier),
     }
 }
@@ -891,7 +914,7 @@ fn look_at_target(
     target: &Target,
     request: StorageRequest,
     verifier: u64,
-) -> Result<(Response, Bytes), WireError> {
+) -> Result<(StorageResponse, Bytes), WireError> {
     let space = Space::of(request.mirror());
     let object = move |inode: InodeId| ObjectId::new(space, inode);
     match request {
@@ -908,10 +931,10 @@ fn look_at_target(
                 after,
                 max.min(OBJECTS_PER_LIST_MAX),
             )?;
-            Ok((Response::Objects { objects, end }, Bytes::new()))
+            Ok((StorageResponse::Objects { objects, end }, Bytes::new()))
         }
         StorageRequest::ObjectLength { inode, .. } => Ok((
-            Response::Length(target.length(object(inode))?),
+            StorageResponse::Length(target.length(object(inode))?),
             Bytes::new(),
         )),
         StorageRequest::ObjectChecksum {
@@ -924,7 +947,7 @@ fn look_at_target(
             let object = ObjectId::new(Space::mirrored(mirrored), inode);
             let range = (offset, len.min(CHECKSUM_BYTES_MAX));
             let (length, crc) = target.checksum(object, range)?;
-            Ok((Response::Checksum { length, crc }, Bytes::new()))
+            Ok((StorageResponse::Checksum { length, crc }, Bytes::new()))
         }
         StorageRequest::Seal { inode, mirror, .. } => target
             .seal_and_retire(
@@ -935,7 +958,7 @@ fn look_at_target(
                 },
             )
             .map_err(WireError::from)
-            .map(|()| (Response::Done, Bytes::new())),
+            .map(|()| (StorageResponse::Done, Bytes::new())),
         StorageRequest::NetBench { .. }
         | StorageRequest::Bench { .. }
         | StorageRequest::Push { .. }

@@ -905,6 +905,16 @@ impl LocalCluster {
 
     /// Prints the end of every log, and copies the whole logs into the directory
     /// `WEFT_TEST_KEEP_LOGS` names, if set (the cluster's own directory goes with it).
+    /// The name of a log in which a process of the cluster panicked, if one did.
+    fn log_with_a_panic(&self) -> Option<String> {
+        let entries = fs::read_dir(self.root.path().join("logs")).ok()?;
+        entries.flatten().find_map(|entry| {
+            let text = fs::read_to_string(entry.path()).unwrap_or_default();
+            text.contains("panicked at")
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+    }
+
     fn print_logs(&self) {
         let Ok(entries) = fs::read_dir(self.root.path().join("logs")) else {
             return;
@@ -981,6 +991,14 @@ impl Drop for LocalCluster {
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
             let _ = self.kill(&name);
+        }
+        // An assertion that fired in a server is a bug, even where its client got over it
+        // (a request answered by another server, or tried again).
+        if !std::thread::panicking() {
+            if let Some(log) = self.log_with_a_panic() {
+                self.print_logs();
+                panic!("a process of the cluster panicked (see {log} above)");
+            }
         }
     }
 }

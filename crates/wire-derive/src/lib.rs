@@ -15,22 +15,22 @@
 //! The derive also gives the enum `WIRE_TAGS` (every tag with its variant's name) and
 //! `wire_tag(&self)`, with which the golden-byte tests check that every variant is covered.
 //!
-//! `#[derive(Access)]` declares, on each variant of a request enum, what the request is to
-//! admission (see the `access` module).
+//! `#[derive(Declared)]` declares, on each variant of a request enum, what the request is to
+//! admission and what it answers (see the `declared` module).
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};
 use quote::{format_ident, quote};
 use syn::{parse_macro_input, Attribute, Data, DeriveInput, Fields, Ident, LitInt, LitStr};
 
-mod access;
+mod declared;
 
-/// Derives a request enum's `kind`, `inodes_named` and `sessions` from each variant's
-/// `#[access(...)]` (see the `access` module).
-#[proc_macro_derive(Access, attributes(access))]
-pub fn derive_access(input: TokenStream) -> TokenStream {
+/// Derives a request enum's `kind`, `inodes_named`, `sessions`, `answer_fits` and answers
+/// module from its `#[request(...)]` declarations (see the `declared` module).
+#[proc_macro_derive(Declared, attributes(request))]
+pub fn derive_declared(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
-    access::expand(&input)
+    declared::expand(&input)
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -74,7 +74,16 @@ weft_net::security_config! {
             with = "weft_proto::millis"
         )]
         pub mount_wait: Duration,
+        /// The newest protocol version the client speaks (default: this build's). Pin it to
+        /// the servers' while a cluster is upgraded clients first; a server of any version from
+        /// 4 on serves the client.
+        #[serde(default = "default_protocol_max")]
+        pub protocol_max: u16,
     }
+}
+
+fn default_protocol_max() -> u16 {
+    weft_proto::codec::PROTOCOL_VERSION
 }
 
 fn default_connections() -> usize {
@@ -122,6 +131,7 @@ impl ClientConfig {
             read_ahead_bytes: default_read_ahead(),
             writeback_cache: false,
             mount_wait: default_mount_wait(),
+            protocol_max: default_protocol_max(),
             auth_key_file: None,
             auth: None,
             tls_cert_file: None,

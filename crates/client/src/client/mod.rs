@@ -176,6 +176,7 @@ impl Client {
             connections: config.connections_per_server,
             request_timeout: config.request_timeout,
             auth,
+            protocol_max: config.protocol_max,
             ..RpcClientOptions::default()
         };
         let mut cluster = ClusterView::new(config.mgmt.clone(), options.clone());

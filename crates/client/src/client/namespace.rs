@@ -3,6 +3,7 @@
 //! that holds what it names.
 
 use super::*;
+use weft_proto::messages::DirEntryPlus;
 
 impl Client {
     /// Looks `name` up in `parent`.
@@ -328,13 +329,86 @@ impl Client {
         after_cookie: u64,
         max_entries: u32,
     ) -> Result<(Vec<DirEntry>, bool), ClientError> {
+        self.list(
+            dir,
+            after_cookie,
+            |meta, (shard, count), after| async move {
+                meta.read_dir(shard, count, after, max_entries).await
+            },
+        )
+        .await
+    }
+
+    /// Lists a directory after a cookie, each entry with its inode's attributes, as a lookup
+    /// of it would answer them: in one request per page where the directory's server holds
+    /// the inodes, with a get-attributes for each that another server holds (and for every
+    /// entry, from a server of protocol version 9). An entry removed before its attributes
+    /// were read is left out.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDirectory`.
+    pub async fn read_dir_plus(
+        &self,
+        dir: InodeId,
+        after_cookie: u64,
+        max_entries: u32,
+    ) -> Result<(Vec<(DirEntry, InodeAttr)>, bool), ClientError> {
+        let listed = self
+            .list(
+                dir,
+                after_cookie,
+                |meta, (shard, count), after| async move {
+                    meta.read_dir_plus(shard, count, after, max_entries).await
+                },
+            )
+            .await;
+        let (entries, end) = match listed {
+            Err(error) if error.code() == ErrorCode::VersionMismatch => {
+                let (entries, end) = self.read_dir(dir, after_cookie, max_entries).await?;
+                let entries = entries
+                    .into_iter()
+                    .map(|entry| DirEntryPlus { entry, attr: None })
+                    .collect();
+                (entries, end)
+            }
+            listed => listed?,
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for DirEntryPlus { entry, attr } in entries {
+            let attr = match attr {
+                Some(attr) => {
+                    self.learn(&attr);
+                    self.gathered(attr).await
+                }
+                None => self.get_attr(entry.inode).await,
+            };
+            match attr {
+                Ok(attr) => out.push((entry, attr)),
+                Err(error) if error.code() == ErrorCode::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok((out, end))
+    }
+
+    /// A page of `dir`'s listing after a cookie, each page of a shard asked for by `page`
+    /// (given the shard, the shard count and the cookie within the shard).
+    async fn list<T, F, Fut>(
+        &self,
+        dir: InodeId,
+        after_cookie: u64,
+        page: F,
+    ) -> Result<(Vec<T>, bool), ClientError>
+    where
+        T: Listed,
+        F: Fn(Arc<MetaClient>, (InodeId, u16), u64) -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<T>, bool), RpcError>>,
+    {
         let shards = match self.shards(dir) {
             Some(shards) => shards,
             None => {
                 let listed = self
-                    .on_home(dir, |meta| async move {
-                        meta.read_dir(dir, 1, after_cookie, max_entries).await
-                    })
+                    .on_home(dir, |meta| page(meta, (dir, 1), after_cookie))
                     .await;
                 match listed {
                     Err(error) if error.code().recovery() == weft_proto::Recovery::LearnShards => {
@@ -355,9 +429,7 @@ impl Client {
         while index < shards.len() {
             let shard = shards[index];
             let (mut entries, end) = self
-                .on_home(shard, |meta| async move {
-                    meta.read_dir(shard, count, after, max_entries).await
-                })
+                .on_home(shard, |meta| page(meta, (shard, count), after))
                 .await
                 .or_else(|error| match error.code() {
                     // A shard read after its rmdir: nothing is left to list.
@@ -365,7 +437,8 @@ impl Client {
                     _ => Err(error),
                 })?;
             for entry in &mut entries {
-                entry.cookie = weft_proto::layout::dir_shard_cookie(index, entry.cookie);
+                let cookie = entry.cookie();
+                *cookie = weft_proto::layout::dir_shard_cookie(index, *cookie);
             }
             let last = index + 1 == shards.len();
             if !entries.is_empty() || last {
@@ -384,5 +457,24 @@ impl Client {
     pub async fn read_link(&self, inode: InodeId) -> Result<String, ClientError> {
         self.on_home(inode, |meta| async move { meta.read_link(inode).await })
             .await
+    }
+}
+
+/// An entry of a page of a listing, whose cookie a spread directory's listing makes name the
+/// shard too.
+trait Listed {
+    /// Its cookie.
+    fn cookie(&mut self) -> &mut u64;
+}
+
+impl Listed for DirEntry {
+    fn cookie(&mut self) -> &mut u64 {
+        &mut self.cookie
+    }
+}
+
+impl Listed for DirEntryPlus {
+    fn cookie(&mut self) -> &mut u64 {
+        &mut self.entry.cookie
     }
 }

@@ -28,8 +28,8 @@ use bytes::Bytes;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -64,6 +64,10 @@ impl Filesystem for WeftFs {
         // directory operations let lookups and creates in one directory proceed together.
         let _ =
             config.add_capabilities(InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_PARALLEL_DIROPS);
+        // Listings carry their entries' attributes where the kernel wants them (`ls -l`,
+        // `find`): no lookup per entry afterwards.
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         // A file opened with O_DIRECT may still be mapped, as on a local file system: the
         // mapping goes through the page cache (kernels from 6.6; older ones refuse the mmap).
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
@@ -628,6 +632,67 @@ impl Filesystem for WeftFs {
                         entry.cookie,
                         file_type(entry.kind),
                         &entry.name,
+                    ) {
+                        return reply.ok();
+                    }
+                    after = entry.cookie;
+                }
+                if end || entries.is_empty() {
+                    return reply.ok();
+                }
+            }
+        });
+    }
+
+    fn readdirplus(
+        &self,
+        request: &Request,
+        ino: INodeNo,
+        _handle: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.spawn(request, |state| async move {
+            let dir = state.inode_of(ino);
+            // The kernel takes no entry for "." and "..": their attributes are not read.
+            let dots = FileAttr {
+                ino,
+                size: 0,
+                blocks: 0,
+                atime: UNIX_EPOCH,
+                mtime: UNIX_EPOCH,
+                ctime: UNIX_EPOCH,
+                crtime: UNIX_EPOCH,
+                kind: FileType::Directory,
+                perm: 0o755,
+                nlink: 2,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: 4096,
+                flags: 0,
+            };
+            for (at, name) in [(1, "."), (2, "..")] {
+                if offset < at && reply.add(ino, at, name, &state.ttl, &dots, Generation(0)) {
+                    return reply.ok();
+                }
+            }
+            let mut after = offset.max(2);
+            loop {
+                let listed = state.client.read_dir_plus(dir, after, READDIR_BATCH).await;
+                let (entries, end) = match listed {
+                    Ok(page) => page,
+                    Err(error) => return reply.error(errno(&error)),
+                };
+                for (entry, attr) in &entries {
+                    let attr = state.merge(attr.clone());
+                    if reply.add(
+                        attr.ino,
+                        entry.cookie,
+                        &entry.name,
+                        &state.ttl,
+                        &attr,
+                        Generation(0),
                     ) {
                         return reply.ok();
                     }

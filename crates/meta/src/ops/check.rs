@@ -16,7 +16,7 @@
 use super::remove::dispose;
 use super::setattr::queue_truncate;
 use super::xattr::remove_all;
-use crate::store::{
+use crate::schema::{
     cookie_fits_name, kind_code, load_dentry, load_written, replace_dentry, store_inode, Dentry,
     InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
     XATTRS,
@@ -27,7 +27,7 @@ use weft_proto::ids::GroupId;
 use weft_proto::ids::{InodeId, NodeId, TargetId};
 use weft_proto::layout::SlotSet;
 use weft_proto::layout::{object_length_for_file_size, PatternKind, Slot};
-use weft_proto::messages::{CheckReport, Response, CHECK_FINDINGS_MAX};
+use weft_proto::messages::{CheckReport, MetaResponse, CHECK_FINDINGS_MAX};
 
 /// Collects findings, keeping the detailed list bounded; `fix` is the transaction repairs
 /// go in, if the check repairs.
@@ -209,18 +209,18 @@ impl Snapshot {
         };
         let mut moved: HashMap<u64, Vec<Slot>> = HashMap::new();
         let mut moving = HashSet::new();
-        let table = source.table(crate::store::MOVES)?;
+        let table = source.table(crate::schema::MOVES)?;
         for item in table.iter()? {
             let id = item?.0.value();
             moving.insert(id);
-            if let Some(work) = crate::store::load_move(&table, InodeId(id))? {
+            if let Some(work) = crate::schema::load_move(&table, InodeId(id))? {
                 moved.entry(id).or_default().extend(work.copies(kind(id)));
             }
         }
-        let table = source.table(crate::store::TOMBSTONES)?;
+        let table = source.table(crate::schema::TOMBSTONES)?;
         for item in table.iter()? {
             let id = item?.0.value();
-            let held = crate::store::load_tombstones(&table, InodeId(id))?;
+            let held = crate::schema::load_tombstones(&table, InodeId(id))?;
             moved
                 .entry(id)
                 .or_default()
@@ -371,7 +371,7 @@ fn check_dentries(
         let dentry = Dentry {
             child: InodeId(entry.child),
             cookie: entry.cookie,
-            kind: crate::store::kind_from_code(entry.kind),
+            kind: crate::schema::kind_from_code(entry.kind),
         };
         if let Some(child) = child {
             if kind_code(child.kind) != entry.kind {
@@ -397,7 +397,7 @@ fn check_dentries(
                 let parent_record = &inodes[&entry.parent];
                 let kind = child.map_or(dentry.kind, |child| child.kind);
                 if load_dentry(&table, parent, &entry.name)?.is_none() {
-                    crate::store::insert_dentry(
+                    crate::schema::insert_dentry(
                         &mut table,
                         parent,
                         parent_record,
@@ -466,7 +466,12 @@ fn check_inodes(
                     record.kind
                 ));
                 if let Some(txn) = findings.fix.filter(|_| !open.contains(&inode)) {
-                    dispose(txn, &mut crate::usage::Inodes::open(txn)?, inode, &record)?;
+                    dispose(
+                        txn,
+                        &mut crate::schema::usage::Inodes::open(txn)?,
+                        inode,
+                        &record,
+                    )?;
                     snapshot.disposed(id);
                     findings.repaired(format!("disposed of unreachable inode {inode}"));
                 }
@@ -514,7 +519,11 @@ fn check_inodes(
             changed = true;
         }
         if let Some(txn) = findings.fix.filter(|_| changed) {
-            store_inode(&mut crate::usage::Inodes::open(txn)?, inode, &record)?;
+            store_inode(
+                &mut crate::schema::usage::Inodes::open(txn)?,
+                inode,
+                &record,
+            )?;
             findings.repaired(format!("corrected inode {inode}"));
         }
         if snapshot.orphans.contains(&id) && !parents.is_empty() {
@@ -589,11 +598,11 @@ fn check_queues(findings: &mut Findings, snapshot: &mut Snapshot) -> Result<(), 
 /// or bug once fsck ran.
 fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpError> {
     let counted = match findings.fix {
-        Some(txn) => crate::usage::recount(&txn.open_table(INODES)?)?,
-        None => crate::usage::recount(&source.table(INODES)?)?,
+        Some(txn) => crate::schema::usage::recount(&txn.open_table(INODES)?)?,
+        None => crate::schema::usage::recount(&source.table(INODES)?)?,
     };
     let stored: HashMap<(u8, u32, u16), (u64, u64)> = source
-        .table(crate::usage::USAGE)?
+        .table(crate::schema::usage::USAGE)?
         .iter()?
         .map(|item| item.map(|(key, value)| (key.value(), value.value())))
         .collect::<Result<_, _>>()?;
@@ -626,7 +635,7 @@ fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpEr
     }
     if differ {
         if let Some(txn) = findings.fix {
-            let rows = crate::usage::rewrite(txn, &counted)?;
+            let rows = crate::schema::usage::rewrite(txn, &counted)?;
             findings.repaired(format!(
                 "recounted usage: {rows} rows of users, groups and projects changed"
             ));
@@ -724,7 +733,11 @@ fn check_objects(
         for inode in cut {
             let mut record = inodes[&inode.0].clone();
             queue_truncate(txn, inode, &mut record)?;
-            store_inode(&mut crate::usage::Inodes::open(txn)?, inode, &record)?;
+            store_inode(
+                &mut crate::schema::usage::Inodes::open(txn)?,
+                inode,
+                &record,
+            )?;
             findings.repaired(format!(
                 "queued a truncate of {inode} to its size ({} bytes): its objects are cut to it",
                 record.size
@@ -793,7 +806,10 @@ fn check_copies(
 }
 
 /// Inodes of other homes that dentries here name.
-pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<Response, OpError> {
+pub(crate) fn remote_references(
+    txn: &ReadTransaction,
+    home: NodeId,
+) -> Result<MetaResponse, OpError> {
     let entries = txn.open_table(ENTRIES)?;
     let mut out = Vec::new();
     for item in entries.iter()? {
@@ -809,7 +825,7 @@ pub(crate) fn remote_references(txn: &ReadTransaction, home: NodeId) -> Result<R
         let record = InodeRecord::decode(key.value(), value.value())?;
         out.extend(record.shards.iter().skip(1).map(|shard| InodeId(*shard)));
     }
-    Ok(Response::Inodes(out))
+    Ok(MetaResponse::Inodes(out))
 }
 
 /// The name of a kind of quota as the usage table stores it.

@@ -2,15 +2,15 @@
 
 use super::xattr::{inherited_mode_and_acls, store_inherited};
 use super::OpContext;
-use crate::store::XATTRS;
-use crate::store::{
+use crate::schema::XATTRS;
+use crate::schema::{
     allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode,
     InodeRecord, OpError, COUNTERS, ENTRIES, FIRST_COOKIE, LINKS_MAX,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, PatternKind, StripePattern};
-use weft_proto::messages::{FileKind, NewInode, Response, SYMLINK_BYTES_MAX};
+use weft_proto::messages::{FileKind, MetaResponse, NewInode, SYMLINK_BYTES_MAX};
 use weft_proto::quota::Growth;
 use weft_proto::ErrorCode;
 
@@ -68,9 +68,9 @@ pub(crate) fn create(
     txn: &WriteTransaction,
     context: &OpContext,
     entry: NewEntry,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_name(&entry.name)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut counters = txn.open_table(COUNTERS)?;
     let mut parent = load_parent_for_new(&inodes, &entries, entry.parent, &entry.name)?;
@@ -180,7 +180,7 @@ pub(crate) fn create(
     parent.touch(timestamp);
     store_inode(&mut inodes, entry.parent, &parent)?;
     let whole = parent.shards.is_empty() && parent.shard_of == 0;
-    Ok(Response::Created {
+    Ok(MetaResponse::Created {
         attr: record.to_attr(inode),
         parent: whole.then(|| parent.to_attr(entry.parent)),
         capability: None,
@@ -193,9 +193,9 @@ pub(crate) fn link(
     inode: InodeId,
     new_parent: InodeId,
     new_name: &str,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_name(new_name)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.is_dir() {
@@ -242,12 +242,12 @@ pub(crate) fn link(
         record.parent = new_parent.0;
     }
     store_inode(&mut inodes, inode, &record)?;
-    Ok(Response::Attr(record.to_attr(inode)))
+    Ok(MetaResponse::Attr(record.to_attr(inode)))
 }
 
 /// Creates the root directory if this MDT is its home and it does not exist yet.
 pub(crate) fn ensure_root(txn: &WriteTransaction) -> Result<bool, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     if inodes.get(InodeId::ROOT.0)?.is_some() {
         return Ok(false);
     }

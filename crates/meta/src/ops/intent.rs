@@ -7,17 +7,17 @@
 //! keeps the client's reply. A request retried after a crash finds its intent (or its reply)
 //! with [`earlier`] instead of starting over on a half-changed namespace.
 
-use crate::store::{
+use crate::schema::{
     load_dentry, load_dir, refuse_settled, stored_reply, Dentry, OpError, StoreError, COUNTERS,
     ENTRIES, INODES, INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES, SETTLED_INTENTS,
 };
-pub(crate) use crate::store::{
+pub(crate) use crate::schema::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
     SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
 };
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{MutationId, Response};
+use weft_proto::messages::{MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// Fails with `Busy` while an unfinished cross-server operation — other than `mutation`'s own,
@@ -76,7 +76,7 @@ pub(crate) fn entry_to_change(
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Prepared {
     /// The request was answered before (a retry): this is its reply.
-    Answered(Result<Response, OpError>),
+    Answered(Result<MetaResponse, OpError>),
     /// Go on with the intent.
     Intent(u64, Intent),
 }
@@ -172,20 +172,20 @@ pub(crate) fn settle_intents(
     txn: &WriteTransaction,
     coordinator: NodeId,
     below: u64,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let mut settled = txn.open_table(SETTLED_INTENTS)?;
     if settled
         .get(coordinator.0)?
         .is_some_and(|known| known.value() >= below)
     {
-        return Ok(Response::Unchanged);
+        return Ok(MetaResponse::Unchanged);
     }
     settled.insert(coordinator.0, below)?;
     txn.open_table(REMOTE_CREATED)?.retain_in(
         (coordinator.0, 0)..=(coordinator.0, u64::MAX),
         |(_, key), _| key & INTENT_BITS >= below,
     )?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// Refuses a step of `coordinator`'s intent `intent` once that intent is known to have
@@ -211,7 +211,7 @@ pub(crate) fn check_unsettled(
     Ok(())
 }
 
-pub(crate) fn drop_intent(txn: &WriteTransaction, id: u64) -> Result<Response, OpError> {
+pub(crate) fn drop_intent(txn: &WriteTransaction, id: u64) -> Result<MetaResponse, OpError> {
     remove_intent(txn, id)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }

@@ -1,11 +1,12 @@
-//! Lookup, getattr, readdir and readlink: read-only, on a snapshot.
+//! Lookup, getattr, readdir (with attributes or without) and readlink: read-only, on a
+//! snapshot.
 
-use crate::store::{
+use crate::schema::{
     check_name, kind_from_code, load_dentry, load_dir, load_inode, OpError, ENTRIES, INODES,
 };
 use redb::ReadTransaction;
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{DirEntry, FileKind, Response, READDIR_ENTRIES_MAX};
+use weft_proto::messages::{DirEntry, DirEntryPlus, FileKind, MetaResponse, READDIR_ENTRIES_MAX};
 use weft_proto::ErrorCode;
 
 /// Looks a name up: the attributes of a local child, or `Inodes([child])` for a child whose
@@ -15,7 +16,7 @@ pub(crate) fn lookup(
     home: weft_proto::NodeId,
     parent: InodeId,
     name: &str,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     if name.len() > weft_proto::messages::NAME_BYTES_MAX {
         check_name(name)?;
     }
@@ -30,15 +31,17 @@ pub(crate) fn lookup(
     })?;
     if dentry.child.home() != home {
         // A directory whose inode lives on another server: the caller asks it.
-        return Ok(Response::Inodes(vec![dentry.child]));
+        return Ok(MetaResponse::Inodes(vec![dentry.child]));
     }
     let record = load_inode(&inodes, dentry.child)?;
-    Ok(Response::Attr(record.to_attr(dentry.child)))
+    Ok(MetaResponse::Attr(record.to_attr(dentry.child)))
 }
 
-pub(crate) fn get_attr(txn: &ReadTransaction, inode: InodeId) -> Result<Response, OpError> {
+pub(crate) fn get_attr(txn: &ReadTransaction, inode: InodeId) -> Result<MetaResponse, OpError> {
     let inodes = txn.open_table(INODES)?;
-    Ok(Response::Attr(load_inode(&inodes, inode)?.to_attr(inode)))
+    Ok(MetaResponse::Attr(
+        load_inode(&inodes, inode)?.to_attr(inode),
+    ))
 }
 
 /// Lists `dir` after a cookie. `shards` is the shard count the caller believes `dir` has: a
@@ -48,7 +51,7 @@ pub(crate) fn read_dir(
     (dir, shards): (InodeId, u16),
     after_cookie: u64,
     max_entries: u32,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let inodes = txn.open_table(INODES)?;
     let entries = txn.open_table(ENTRIES)?;
     let record = load_dir(&inodes, dir)?;
@@ -79,17 +82,46 @@ pub(crate) fn read_dir(
         }
     }
     let end = range.next().is_none();
-    Ok(Response::DirEntries {
+    Ok(MetaResponse::DirEntries {
         entries: entries_out,
         end,
     })
 }
 
-pub(crate) fn read_link(txn: &ReadTransaction, inode: InodeId) -> Result<Response, OpError> {
+/// Lists `dir` as [`read_dir`] does, each entry with its inode's attributes where this home
+/// holds the inode (read in the same snapshot).
+pub(crate) fn read_dir_plus(
+    txn: &ReadTransaction,
+    home: weft_proto::NodeId,
+    (dir, shards): (InodeId, u16),
+    after_cookie: u64,
+    max_entries: u32,
+) -> Result<MetaResponse, OpError> {
+    let MetaResponse::DirEntries { entries, end } =
+        read_dir(txn, (dir, shards), after_cookie, max_entries)?
+    else {
+        unreachable!("a listing answers its entries")
+    };
+    let inodes = txn.open_table(INODES)?;
+    let mut listed = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let attr = match entry.inode.home() == home {
+            true => Some(load_inode(&inodes, entry.inode)?.to_attr(entry.inode)),
+            false => None,
+        };
+        listed.push(DirEntryPlus { entry, attr });
+    }
+    Ok(MetaResponse::DirEntriesPlus {
+        entries: listed,
+        end,
+    })
+}
+
+pub(crate) fn read_link(txn: &ReadTransaction, inode: InodeId) -> Result<MetaResponse, OpError> {
     let inodes = txn.open_table(INODES)?;
     let record = load_inode(&inodes, inode)?;
     match (record.kind, record.symlink) {
-        (FileKind::Symlink, Some(target)) => Ok(Response::LinkTarget(target)),
+        (FileKind::Symlink, Some(target)) => Ok(MetaResponse::LinkTarget(target)),
         _ => Err(OpError::rejected(
             ErrorCode::NotSymlink,
             format!("inode {inode} is not a symbolic link"),

@@ -29,11 +29,11 @@ pub(crate) struct OpContext {
 /// Refuses a name in a directory of project `dir_project` for an inode of another project
 /// (EXDEV, as XFS and Lustre do: `mv` then copies, and the copy counts in the directory's
 /// project). A directory outside every project (0) takes any inode, which keeps its project.
-pub(crate) fn check_project(dir_project: u32, project: u32) -> Result<(), crate::store::OpError> {
+pub(crate) fn check_project(dir_project: u32, project: u32) -> Result<(), crate::schema::OpError> {
     if dir_project == 0 || dir_project == project {
         return Ok(());
     }
-    Err(crate::store::OpError::rejected(
+    Err(crate::schema::OpError::rejected(
         weft_proto::ErrorCode::CrossDevice,
         format!(
             "the directory belongs to project {dir_project} and the entry to {}: \

@@ -1,14 +1,14 @@
 //! Unlink and rmdir, and what happens to an inode whose last link goes: its objects are queued
 //! for disposal, or, while a client still has it open, it waits on the orphan list.
 
-use crate::store::XATTRS;
-use crate::store::{
+use crate::schema::XATTRS;
+use crate::schema::{
     dir_is_empty, load_dentry, load_dir, load_inode, now, store_inode, take_name, Dentry,
     InodeRecord, OpError, DISPOSALS, ENTRIES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
-use weft_proto::messages::Response;
+use weft_proto::messages::MetaResponse;
 use weft_proto::ErrorCode;
 
 /// Drops one link of a non-directory inode, a name in directory `from` (`None`: a directory
@@ -16,7 +16,7 @@ use weft_proto::ErrorCode;
 /// names forgets its parent when the name that went may have been in it.
 pub(crate) fn drop_link(
     txn: &WriteTransaction,
-    inodes: &mut crate::usage::Inodes<'_>,
+    inodes: &mut crate::schema::usage::Inodes<'_>,
     (inode, from): (InodeId, Option<InodeId>),
     mut record: InodeRecord,
     is_open: bool,
@@ -45,7 +45,7 @@ pub(crate) fn drop_link(
 /// Deletes an inode and queues its objects for removal.
 pub(crate) fn dispose(
     txn: &WriteTransaction,
-    inodes: &mut crate::usage::Inodes<'_>,
+    inodes: &mut crate::schema::usage::Inodes<'_>,
     inode: InodeId,
     record: &InodeRecord,
 ) -> Result<(), OpError> {
@@ -57,7 +57,7 @@ pub(crate) fn dispose(
     txn.open_table(WRITTEN)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
         // Objects its moves left, or one in flight made, go with it.
-        let moved = crate::store::take_moved_objects(txn, inode, layout.pattern.kind)?;
+        let moved = crate::schema::take_moved_objects(txn, inode, layout.pattern.kind)?;
         let mut slots: Vec<_> = layout.slots().collect();
         slots.extend(
             moved
@@ -91,7 +91,7 @@ pub(crate) fn load_named(
 fn to_remove(
     txn: &WriteTransaction,
     inodes: &impl ReadableTable<u64, &'static [u8]>,
-    entries: &crate::store::Entries<'_>,
+    entries: &crate::schema::Entries<'_>,
     parent: InodeId,
     name: &str,
 ) -> Result<(InodeRecord, Dentry, InodeRecord), OpError> {
@@ -106,8 +106,8 @@ pub(crate) fn unlink(
     parent: InodeId,
     name: &str,
     is_open: impl Fn(InodeId) -> bool,
-) -> Result<Response, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+) -> Result<MetaResponse, OpError> {
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let (parent_record, dentry, record) = to_remove(txn, &inodes, &entries, parent, name)?;
     if record.is_dir() {
@@ -124,15 +124,15 @@ pub(crate) fn unlink(
         record,
         is_open(dentry.child),
     )?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 pub(crate) fn rmdir(
     txn: &WriteTransaction,
     parent: InodeId,
     name: &str,
-) -> Result<Response, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+) -> Result<MetaResponse, OpError> {
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let (parent_record, dentry, record) = to_remove(txn, &inodes, &entries, parent, name)?;
     if !record.is_dir() {
@@ -155,23 +155,26 @@ pub(crate) fn rmdir(
     take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
     inodes.remove(dentry.child)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// Disposes of an orphan once its last open is released.
-pub(crate) fn release_orphan(txn: &WriteTransaction, inode: InodeId) -> Result<Response, OpError> {
+pub(crate) fn release_orphan(
+    txn: &WriteTransaction,
+    inode: InodeId,
+) -> Result<MetaResponse, OpError> {
     let orphaned = txn.open_table(ORPHANS)?.get(inode.0)?.is_some();
     if !orphaned {
-        return Ok(Response::Done);
+        return Ok(MetaResponse::Done);
     }
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let record = load_inode(&inodes, inode)?;
     if record.nlink == 0 {
         dispose(txn, &mut inodes, inode, &record)?;
     } else {
         txn.open_table(ORPHANS)?.remove(inode.0)?;
     }
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// The files unlinked while open, from the `ORPHANS` table of any transaction.

@@ -2,13 +2,13 @@
 //! RENAME_EXCHANGE, and never moving a directory into its own subtree.
 
 use super::remove::drop_link;
-use crate::store::{
+use crate::schema::{
     check_name, dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry,
-    replace_dentry, store_inode, OpError, ENTRIES,
+    replace_dentry, store_inode, InodeRecord, OpError, ENTRIES,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{RenameFlags, Response};
+use weft_proto::messages::{MetaResponse, RenameFlags};
 use weft_proto::ErrorCode;
 
 /// Most directory levels walked up from an inode (checking a move for a loop, or that an
@@ -78,7 +78,7 @@ pub(crate) fn rename(
     txn: &WriteTransaction,
     args: RenameArgs<'_>,
     is_open: impl Fn(InodeId) -> bool,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let RenameArgs {
         home,
         ancestry_checked,
@@ -95,7 +95,7 @@ pub(crate) fn rename(
             "RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other",
         ));
     }
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     load_dir(&inodes, parent)?.check_holds_name(parent, name)?;
     load_dir(&inodes, new_parent)?.accepts_new_name(new_parent, new_name)?;
@@ -147,7 +147,7 @@ pub(crate) fn rename(
         }
         if victim.child == source.child {
             // Two names of one inode: POSIX says do nothing and succeed.
-            return Ok(Response::Done);
+            return Ok(MetaResponse::Done);
         }
         let victim_record = load_inode(&inodes, victim.child)?;
         if !victim_record.shards.is_empty() && !flags.exchange {
@@ -208,13 +208,13 @@ pub(crate) fn rename(
 fn write_rename(
     txn: &WriteTransaction,
     (inodes, entries): (
-        &mut crate::usage::Inodes<'_>,
-        &mut crate::store::Entries<'_>,
+        &mut crate::schema::usage::Inodes<'_>,
+        &mut crate::schema::Entries<'_>,
     ),
     ((parent, _name, source), source_local): (Side<'_>, bool),
-    (new_parent, new_name, victim): (InodeId, &str, Option<crate::store::Dentry>),
+    (new_parent, new_name, victim): (InodeId, &str, Option<crate::schema::Dentry>),
     is_open: impl Fn(InodeId) -> bool,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
     let timestamp = now();
     remove_dentry(entries, parent, source)?;
@@ -225,7 +225,7 @@ fn write_rename(
         if victim_record.is_dir() {
             victim_was_dir = true;
             inodes.remove(victim.child)?;
-            super::xattr::remove_all(&mut txn.open_table(crate::store::XATTRS)?, victim.child)?;
+            super::xattr::remove_all(&mut txn.open_table(crate::schema::XATTRS)?, victim.child)?;
         } else {
             drop_link(
                 txn,
@@ -267,21 +267,21 @@ fn write_rename(
         moved.parent = new_parent.0;
         store_inode(inodes, source.child, &moved)?;
     }
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
-type Side<'a> = (InodeId, &'a str, crate::store::Dentry);
+type Side<'a> = (InodeId, &'a str, crate::schema::Dentry);
 
 /// RENAME_EXCHANGE: the two names swap the inodes they name, keeping their cookies.
 fn exchange(
-    inodes: &mut crate::usage::Inodes<'_>,
-    entries: &mut crate::store::Entries<'_>,
+    inodes: &mut crate::schema::usage::Inodes<'_>,
+    entries: &mut crate::schema::Entries<'_>,
     (parent, name, source): Side<'_>,
     (new_parent, new_name, victim): Side<'_>,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let timestamp = now();
     let swapped =
-        |dentry: crate::store::Dentry, other: crate::store::Dentry| crate::store::Dentry {
+        |dentry: crate::schema::Dentry, other: crate::schema::Dentry| crate::schema::Dentry {
             child: other.child,
             kind: other.kind,
             ..dentry
@@ -308,7 +308,7 @@ fn exchange(
         record.touch(timestamp);
         store_inode(inodes, parent, &record)?;
     }
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// That an entry (a directory when `moving_dir`) may replace `name`, which holds a directory
@@ -330,4 +330,34 @@ pub(crate) fn check_kinds_match(
         )),
         _ => Ok(()),
     }
+}
+
+/// On an inode's home, after a rename elsewhere moved a dentry of it: its ctime becomes now,
+/// and it points at its new parent (idempotent; a removed one is left). Parent 0 makes a
+/// file forget its parent, before a rename that moves its name (a directory keeps its own).
+pub(crate) fn renamed(
+    txn: &WriteTransaction,
+    inode: InodeId,
+    parent: InodeId,
+) -> Result<MetaResponse, OpError> {
+    mark_renamed(&mut crate::schema::usage::Inodes::open(txn)?, inode, parent)?;
+    Ok(MetaResponse::Done)
+}
+
+/// [`renamed`] in an open inode table; an inode that does not live here is left alone.
+pub(crate) fn mark_renamed(
+    inodes: &mut crate::schema::usage::Inodes<'_>,
+    inode: InodeId,
+    parent: InodeId,
+) -> Result<(), OpError> {
+    let Some(bytes) = inodes.get(inode.0)? else {
+        return Ok(());
+    };
+    let mut record = InodeRecord::decode(inode.0, bytes.value())?;
+    drop(bytes);
+    if parent.0 != 0 || !record.is_dir() {
+        record.parent = parent.0;
+    }
+    record.ctime = now();
+    store_inode(inodes, inode, &record)
 }

@@ -6,14 +6,14 @@
 //! dropped, so a write that raced a truncate cannot resurrect the old size.
 
 use crate::commit::Answered;
-use crate::store::{
+use crate::schema::{
     change_written, load_dir, load_inode, now, store_inode, InodeRecord, OpError, TruncateWork,
     INODES, TRUNCATES, UNREPORTED,
 };
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{object_length_for_file_size, PatternKind, SlotSet, StripePattern};
-use weft_proto::messages::{AttrChanges, FileKind, Response, SizeReport, TimeSet};
+use weft_proto::messages::{AttrChanges, FileKind, MetaResponse, SizeReport, TimeSet};
 use weft_proto::ErrorCode;
 
 fn resolve(time: TimeSet) -> weft_proto::messages::Timestamp {
@@ -59,7 +59,7 @@ fn quota_admits(
     changes: &AttrChanges,
 ) -> Result<(), OpError> {
     use weft_proto::quota::{Growth, Owner};
-    let pool = crate::usage::pool_of(record);
+    let pool = crate::schema::usage::pool_of(record);
     let bytes = if record.kind == FileKind::Regular {
         record.size
     } else {
@@ -98,8 +98,8 @@ pub(crate) fn set_attr(
     inode: InodeId,
     changes: AttrChanges,
     map: &weft_proto::messages::ClusterMap,
-) -> Result<Response, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+) -> Result<MetaResponse, OpError> {
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     quota_admits(map, &record, &changes)?;
     if let Some(size) = changes.size {
@@ -126,8 +126,8 @@ pub(crate) fn set_attr(
         }
         // The last copies of a restripe (or of a mirrored file's move) copy what the old
         // objects hold in their own truncate generation: a truncate waits for the switch.
-        let moves = txn.open_table(crate::store::MOVES)?;
-        if let Some(work) = crate::store::load_move(&moves, inode)? {
+        let moves = txn.open_table(crate::schema::MOVES)?;
+        if let Some(work) = crate::schema::load_move(&moves, inode)? {
             let kind = record.layout.as_ref().map(|layout| layout.pattern.kind);
             if work.sealing && kind.is_some_and(|kind| work.through_layout(kind)) {
                 return Err(OpError::rejected(
@@ -170,7 +170,7 @@ pub(crate) fn set_attr(
     }
     record.ctime = timestamp;
     store_inode(&mut inodes, inode, &record)?;
-    Ok(Response::Attr(record.to_attr(inode)))
+    Ok(MetaResponse::Attr(record.to_attr(inode)))
 }
 
 /// A writer's size report: the largest report of the current generation wins. It may be
@@ -182,7 +182,7 @@ pub(crate) fn report_size(
     txn: &WriteTransaction,
     inode: InodeId,
     report: SizeReport,
-) -> Result<(Response, Answered), OpError> {
+) -> Result<(MetaResponse, Answered), OpError> {
     let response = apply_size(
         txn,
         inode,
@@ -214,7 +214,7 @@ pub(crate) fn settle_size(
     txn: &WriteTransaction,
     inode: InodeId,
     found: Option<FoundSize>,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let response = match found {
         Some(found) if txn.open_table(INODES)?.get(inode.0)?.is_some() => {
             // The writer's report was lost: if the objects hold more than the size, its
@@ -229,7 +229,7 @@ pub(crate) fn settle_size(
                 found.written,
             )?
         }
-        _ => Response::Done,
+        _ => MetaResponse::Done,
     };
     txn.open_table(UNREPORTED)?.remove(inode.0)?;
     Ok(response)
@@ -243,8 +243,8 @@ fn apply_size(
     (size, generation, allocated): (u64, u64, u64),
     modified: bool,
     written: SlotSet,
-) -> Result<Response, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+) -> Result<MetaResponse, OpError> {
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     if record.kind != FileKind::Regular {
         return Err(OpError::rejected(
@@ -271,7 +271,7 @@ fn apply_size(
         written.retain(|index| index < width);
         change_written(txn, inode, |slots| slots.extend(written))?;
     }
-    Ok(Response::Attr(record.to_attr(inode)))
+    Ok(MetaResponse::Attr(record.to_attr(inode)))
 }
 
 /// Removes a truncate work item once every target applied it, unless a newer one replaced it.
@@ -279,7 +279,7 @@ pub(crate) fn finish_truncate(
     txn: &WriteTransaction,
     inode: InodeId,
     generation: u64,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let mut truncates = txn.open_table(TRUNCATES)?;
     let current = truncates.get(inode.0)?.map(|bytes| {
         postcard::from_bytes::<TruncateWork>(bytes.value()).map(|work| work.generation)
@@ -289,7 +289,7 @@ pub(crate) fn finish_truncate(
             truncates.remove(inode.0)?;
         }
     }
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// Sets a directory's stripe pattern. `slots` is how many its pool has (targets, or mirror
@@ -302,11 +302,11 @@ pub(crate) fn set_pattern(
     dir: InodeId,
     pattern: StripePattern,
     slots: usize,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     pattern
         .validate()
         .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_dir(&inodes, dir)?;
     let changes_width = record.pattern.is_none_or(|current| {
         (current.pool, current.num_targets) != (pattern.pool, pattern.num_targets)
@@ -327,5 +327,5 @@ pub(crate) fn set_pattern(
     record.pattern = Some(pattern);
     record.ctime = now();
     store_inode(&mut inodes, dir, &record)?;
-    Ok(Response::Attr(record.to_attr(dir)))
+    Ok(MetaResponse::Attr(record.to_attr(dir)))
 }

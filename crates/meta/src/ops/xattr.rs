@@ -3,11 +3,11 @@
 //! namespace before a request arrives, so the server checks bounds and formats only.
 
 use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
-use crate::store::{load_inode, now, store_inode, OpError, INODES, XATTRS};
+use crate::schema::{load_inode, now, store_inode, OpError, INODES, XATTRS};
 use redb::{ReadTransaction, ReadableTable, Table, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{
-    FileKind, Response, XattrSetMode, XATTR_LIST_BYTES_MAX, XATTR_NAME_BYTES_MAX,
+    FileKind, MetaResponse, XattrSetMode, XATTR_LIST_BYTES_MAX, XATTR_NAME_BYTES_MAX,
     XATTR_VALUE_BYTES_MAX,
 };
 use weft_proto::ErrorCode;
@@ -42,7 +42,7 @@ pub(crate) fn set_xattr(
     name: &str,
     value: &[u8],
     mode: XattrSetMode,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_name(name)?;
     if value.len() > XATTR_VALUE_BYTES_MAX {
         return Err(OpError::rejected(
@@ -53,7 +53,7 @@ pub(crate) fn set_xattr(
             ),
         ));
     }
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut xattrs = txn.open_table(XATTRS)?;
     let mut record = load_inode(&inodes, inode)?;
     let exists = xattrs.get((inode.0, name))?.is_some();
@@ -116,18 +116,18 @@ pub(crate) fn set_xattr(
     }
     record.ctime = now();
     store_inode(&mut inodes, inode, &record)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 pub(crate) fn get_xattr(
     txn: &ReadTransaction,
     inode: InodeId,
     name: &str,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_name(name)?;
     load_inode(&txn.open_table(INODES)?, inode)?;
     match txn.open_table(XATTRS)?.get((inode.0, name))? {
-        Some(value) => Ok(Response::XattrValue(value.value().to_vec())),
+        Some(value) => Ok(MetaResponse::XattrValue(value.value().to_vec())),
         None => Err(OpError::rejected(
             ErrorCode::NoAttribute,
             format!("attribute {name} does not exist"),
@@ -135,9 +135,9 @@ pub(crate) fn get_xattr(
     }
 }
 
-pub(crate) fn list_xattr(txn: &ReadTransaction, inode: InodeId) -> Result<Response, OpError> {
+pub(crate) fn list_xattr(txn: &ReadTransaction, inode: InodeId) -> Result<MetaResponse, OpError> {
     load_inode(&txn.open_table(INODES)?, inode)?;
-    Ok(Response::XattrNames(names(
+    Ok(MetaResponse::XattrNames(names(
         &txn.open_table(XATTRS)?,
         inode,
     )?))
@@ -147,9 +147,9 @@ pub(crate) fn remove_xattr(
     txn: &WriteTransaction,
     inode: InodeId,
     name: &str,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_name(name)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     let mut xattrs = txn.open_table(XATTRS)?;
     if xattrs.remove((inode.0, name))?.is_none() {
@@ -160,7 +160,7 @@ pub(crate) fn remove_xattr(
     }
     record.ctime = now();
     store_inode(&mut inodes, inode, &record)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// Removes every attribute of an inode that is going away.

@@ -12,11 +12,11 @@
 
 use super::{rpc_error, Meta};
 use crate::ops::lookup::lookup;
-use crate::store::OpError;
+use crate::schema::OpError;
 use weft_proto::access::{self, Caller, Capability};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{AttrChanges, FileKind, InodeAttr, MetaRequest, Response, TimeSet};
+use weft_proto::messages::{AttrChanges, FileKind, InodeAttr, MetaRequest, MetaResponse, TimeSet};
 use weft_proto::ErrorCode;
 
 const STICKY: u32 = 0o1000;
@@ -67,6 +67,10 @@ impl Meta {
         match request {
             MetaRequest::Lookup { parent, .. } => self.require(*parent, caller, SEARCH).await,
             MetaRequest::ReadDir { dir, .. } => self.require(*dir, caller, access::READ).await,
+            // The entries' attributes are what a lookup of each would answer: search too.
+            MetaRequest::ReadDirPlus { dir, .. } => {
+                self.require(*dir, caller, access::READ | SEARCH).await
+            }
             MetaRequest::Open {
                 client,
                 handle,
@@ -326,8 +330,10 @@ impl Meta {
         }
         let home = self.node;
         match self.read(|txn| lookup(txn, home, parent, name))? {
-            Response::Attr(attr) => Ok(attr),
-            Response::Inodes(children) if !children.is_empty() => self.attr_of(children[0]).await,
+            MetaResponse::Attr(attr) => Ok(attr),
+            MetaResponse::Inodes(children) if !children.is_empty() => {
+                self.attr_of(children[0]).await
+            }
             other => Err(OpError::inconsistent(format!(
                 "the lookup of {name:?} in {parent} came back as {other:?}"
             ))),

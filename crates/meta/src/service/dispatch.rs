@@ -4,7 +4,7 @@ use super::intents::exchange::exchange_dentry;
 use super::intents::link::adjust_links;
 use super::intents::mkdir::create_dir_inode;
 use super::intents::mkdir::Placement;
-use super::intents::rename::{insert_dentry_for, renamed};
+use super::intents::rename::insert_dentry_for;
 use super::intents::rmdir::remove_dir_inode;
 use super::intents::spread::{seal_shard, set_shards, sync_shard};
 use super::sessions::register_open;
@@ -13,16 +13,19 @@ use crate::locks::{check_range, LockRefusal, LOCK_RANGES_PER_SESSION_MAX};
 use crate::ops::check::remote_references;
 use crate::ops::create::{create, link, NewEntry};
 use crate::ops::intent::settle_intents;
-use crate::ops::lookup::{get_attr, lookup, read_dir, read_link};
+use crate::ops::lookup::{get_attr, lookup, read_dir, read_dir_plus, read_link};
+use crate::ops::rename::renamed;
 use crate::ops::setattr::{report_size, set_attr, set_pattern};
 use crate::ops::xattr::{get_xattr, list_xattr, remove_xattr, set_xattr};
-use crate::store::{OpError, INODES, UNREPORTED};
+use crate::schema::{OpError, INODES, UNREPORTED};
 use std::sync::Arc;
 use std::time::Duration;
 use weft_proto::access::{READ, WRITE};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, Reply, Response, LOCK_WAIT_MS_MAX};
+use weft_proto::messages::{
+    FileKind, MetaRequest, MetaResponse, MutationId, Reply, LOCK_WAIT_MS_MAX,
+};
 use weft_proto::ErrorCode;
 
 /// How long a truncate waits here for the last copies of its file's move before its client is
@@ -30,11 +33,12 @@ use weft_proto::ErrorCode;
 const TRUNCATE_WAITS_FOR_MOVE: Duration = Duration::from_secs(10);
 
 impl Meta {
-    pub(super) async fn handle_meta(&self, request: MetaRequest) -> Reply {
+    pub(super) async fn handle_meta(&self, request: MetaRequest) -> Reply<MetaResponse> {
         let result = match request {
             request @ (MetaRequest::Lookup { .. }
             | MetaRequest::GetAttr { .. }
             | MetaRequest::ReadDir { .. }
+            | MetaRequest::ReadDirPlus { .. }
             | MetaRequest::ReadLink { .. }
             | MetaRequest::GetXattr { .. }
             | MetaRequest::ListXattr { .. }) => self.serve_read(request).await,
@@ -151,13 +155,13 @@ impl Meta {
 
     /// Serves a read of the namespace: a lookup, attributes, a directory's entries, a
     /// link's target, extended attributes.
-    async fn serve_read(&self, request: MetaRequest) -> Result<Response, OpError> {
+    async fn serve_read(&self, request: MetaRequest) -> Result<MetaResponse, OpError> {
         match request {
             MetaRequest::Lookup { parent, name } => {
                 let home = self.node;
                 match self.read(|txn| lookup(txn, home, parent, &name)) {
                     // The child is a directory placed on another server: ask it.
-                    Ok(Response::Inodes(children)) => self.remote_attr(children[0]).await,
+                    Ok(MetaResponse::Inodes(children)) => self.remote_attr(children[0]).await,
                     other => other,
                 }
             }
@@ -168,6 +172,15 @@ impl Meta {
                 after_cookie,
                 max_entries,
             } => self.read(|txn| read_dir(txn, (dir, shards), after_cookie, max_entries)),
+            MetaRequest::ReadDirPlus {
+                dir,
+                shards,
+                after_cookie,
+                max_entries,
+            } => {
+                let (home, at) = (self.node, after_cookie);
+                self.read(|txn| read_dir_plus(txn, home, (dir, shards), at, max_entries))
+            }
             MetaRequest::ReadLink { inode } => self.read(|txn| read_link(txn, inode)),
             MetaRequest::GetXattr { inode, name } => self.read(|txn| get_xattr(txn, inode, &name)),
             MetaRequest::ListXattr { inode } => self.read(|txn| list_xattr(txn, inode)),
@@ -177,7 +190,7 @@ impl Meta {
 
     /// Serves a request about a session's open files: opens and releases, room to grow and
     /// size reports, pending truncates, and locks.
-    async fn serve_file_request(&self, request: MetaRequest) -> Reply {
+    async fn serve_file_request(&self, request: MetaRequest) -> Reply<MetaResponse> {
         let result = match request {
             MetaRequest::SetLock {
                 client,
@@ -192,15 +205,15 @@ impl Meta {
                 lock,
             } => {
                 check_range(&lock)?;
-                Ok(Response::LockConflict(
+                Ok(MetaResponse::LockConflict(
                     self.locks.conflict(inode, client, &lock),
                 ))
             }
-            MetaRequest::LockEpoch => Ok(Response::LockEpoch(self.locks.epoch())),
+            MetaRequest::LockEpoch => Ok(MetaResponse::LockEpoch(self.locks.epoch())),
             MetaRequest::ApplyTruncate { inode } => self
                 .apply_truncate(inode)
                 .await
-                .map(|()| Response::Done)
+                .map(|()| MetaResponse::Done)
                 .map_err(OpError::Rejected),
             MetaRequest::ReportSize { inode, report, .. } => {
                 let reported = self
@@ -233,7 +246,7 @@ impl Meta {
 
     /// Serves a request only the cluster's members send: a step of another home's
     /// cross-server operation, a check, a move, a quota report.
-    async fn serve_member_step(&self, request: MetaRequest) -> Result<Response, OpError> {
+    async fn serve_member_step(&self, request: MetaRequest) -> Result<MetaResponse, OpError> {
         match request {
             MetaRequest::SetShards { dir, shards } => {
                 self.step(move |txn| set_shards(txn, dir, &shards)).await
@@ -261,7 +274,7 @@ impl Meta {
                     .running = false;
                 checked
             }
-            MetaRequest::CheckProgress => Ok(Response::CheckProgress(
+            MetaRequest::CheckProgress => Ok(MetaResponse::CheckProgress(
                 self.check_progress
                     .lock()
                     .expect("progress poisoned")
@@ -302,7 +315,7 @@ impl Meta {
             MetaRequest::RemoveDirInode { inode } => {
                 self.step(move |txn| remove_dir_inode(txn, inode)).await
             }
-            MetaRequest::QuotaUsage => self.quota_usage().map(Response::QuotaUsage),
+            MetaRequest::QuotaUsage => self.quota_usage().map(MetaResponse::QuotaUsage),
             MetaRequest::Migrate {
                 inode,
                 pool,
@@ -324,8 +337,8 @@ impl Meta {
         mutation: MutationId,
         NewEntry { parent, name, new }: NewEntry,
         open: Option<u64>,
-    ) -> Reply {
-        let result: Result<Response, OpError> = {
+    ) -> Reply<MetaResponse> {
+        let result: Result<MetaResponse, OpError> = {
             if new.kind == FileKind::Regular {
                 self.map_for(&self.parent_pattern(parent).0, std::time::Instant::now())
                     .await;
@@ -364,14 +377,16 @@ impl Meta {
                 let result = self
                     .mutate(mutation, move |txn, context| {
                         let response = create(txn, context, entry)?;
-                        if let (Some(handle), Response::Created { attr, .. }) = (open, &response) {
+                        if let (Some(handle), MetaResponse::Created { attr, .. }) =
+                            (open, &response)
+                        {
                             register_open(&opens, handle, attr.inode, READ | WRITE);
                             txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
                         }
                         Ok(response)
                     })
                     .await;
-                if let (Some(handle), Ok(Response::Created { attr, .. })) = (open, &result) {
+                if let (Some(handle), Ok(MetaResponse::Created { attr, .. })) = (open, &result) {
                     register_open(&self.sessions.opens, handle, attr.inode, READ | WRITE);
                 }
                 result
@@ -394,7 +409,7 @@ impl Meta {
         mutation: MutationId,
         entry: NewEntry,
         shards: u16,
-    ) -> Reply {
+    ) -> Reply<MetaResponse> {
         self.admits_directory(entry.parent, &entry.new)?;
         let _charged = self
             .charge_new_inode(mutation, entry.parent, &entry.new)
@@ -412,7 +427,7 @@ impl Meta {
         mutation: MutationId,
         inode: InodeId,
         (new_parent, new_name): (InodeId, String),
-    ) -> Reply {
+    ) -> Reply<MetaResponse> {
         let linked = if inode.home() == self.node {
             self.mutate(mutation, move |txn, _| {
                 link(txn, inode, new_parent, &new_name)
@@ -435,8 +450,8 @@ impl Meta {
         mutation: MutationId,
         inode: InodeId,
         changes: weft_proto::messages::AttrChanges,
-    ) -> Reply {
-        let result: Result<Response, OpError> = {
+    ) -> Reply<MetaResponse> {
+        let result: Result<MetaResponse, OpError> = {
             let _charged = self
                 .charge_truncate(mutation, inode, changes.size)
                 .await
@@ -468,7 +483,7 @@ impl Meta {
             if result.is_ok() && changes.size.is_some() {
                 self.recount_rooms(inode);
             }
-            if let Ok(Response::Attr(attr)) = &result {
+            if let Ok(MetaResponse::Attr(attr)) = &result {
                 if attr.shards.len() > 1 {
                     self.sync_shards(inode).await;
                 }
@@ -495,13 +510,13 @@ impl Meta {
         lock: weft_proto::messages::LockRange,
         wait_ms: u32,
         reclaim: bool,
-    ) -> Reply {
-        let result: Result<Response, OpError> = {
+    ) -> Reply<MetaResponse> {
+        let result: Result<MetaResponse, OpError> = {
             self.admit_session(client).map_err(OpError::into_wire)?;
             check_range(&lock)?;
             let wait = Duration::from_millis(u64::from(wait_ms.min(LOCK_WAIT_MS_MAX)));
             match self.locks.set(inode, client, lock, wait, reclaim).await {
-                Ok(()) => Ok(Response::Done),
+                Ok(()) => Ok(MetaResponse::Done),
                 Err(LockRefusal::Conflict(held)) => Err(OpError::rejected(
                     ErrorCode::WouldBlock,
                     format!("a conflicting lock is held by process {}", held.pid),
@@ -525,8 +540,8 @@ impl Meta {
     /// no mutation id, its own reply kept by its caller's intent.
     async fn step(
         &self,
-        op: impl FnOnce(&redb::WriteTransaction) -> Result<Response, OpError> + Send + 'static,
-    ) -> Result<Response, OpError> {
+        op: impl FnOnce(&redb::WriteTransaction) -> Result<MetaResponse, OpError> + Send + 'static,
+    ) -> Result<MetaResponse, OpError> {
         self.committer.run(Box::new(op)).await
     }
 
@@ -536,8 +551,10 @@ impl Meta {
         &self,
         mutation: MutationId,
         (inode, name): (InodeId, String),
-        change: impl FnOnce(&redb::WriteTransaction, &str) -> Result<Response, OpError> + Send + 'static,
-    ) -> Result<Response, OpError> {
+        change: impl FnOnce(&redb::WriteTransaction, &str) -> Result<MetaResponse, OpError>
+            + Send
+            + 'static,
+    ) -> Result<MetaResponse, OpError> {
         let inherited = name == crate::acl::ACL_DEFAULT || name == crate::acl::DIR_SPREAD;
         let result = self
             .mutate(mutation, move |txn, _| change(txn, &name))
@@ -554,7 +571,7 @@ impl Meta {
         mutation: MutationId,
         dir: InodeId,
         pattern: weft_proto::layout::StripePattern,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let slots = self.pool_slots_for(&pattern).await?;
         let result = self
             .mutate(mutation, move |txn, _| {
@@ -573,8 +590,8 @@ impl Meta {
         &self,
         client: weft_proto::ids::ClientId,
         handles: Vec<(InodeId, u64)>,
-    ) -> Result<Response, OpError> {
-        let mut released = Ok(Response::Done);
+    ) -> Result<MetaResponse, OpError> {
+        let mut released = Ok(MetaResponse::Done);
         for (inode, handle) in handles {
             if let Err(error) = self.release((client, handle), inode).await {
                 released = Err(error);
@@ -665,7 +682,8 @@ impl Meta {
         if self.cluster.map().quota_hard.is_empty() || self.answered_before(mutation)? {
             return Ok(None);
         }
-        let Ok(record) = self.read(|txn| crate::store::load_inode(&txn.open_table(INODES)?, inode))
+        let Ok(record) =
+            self.read(|txn| crate::schema::load_inode(&txn.open_table(INODES)?, inode))
         else {
             return Ok(None);
         };
@@ -674,7 +692,7 @@ impl Meta {
         }
         self.charge(
             record.owner(),
-            crate::usage::pool_of(&record),
+            crate::schema::usage::pool_of(&record),
             (size - record.size, 0),
         )
         .await
@@ -686,7 +704,7 @@ impl Meta {
         parent: InodeId,
     ) -> (weft_proto::layout::StripePattern, u32) {
         let record = self
-            .read(|txn| crate::store::load_dir(&txn.open_table(INODES)?, parent))
+            .read(|txn| crate::schema::load_dir(&txn.open_table(INODES)?, parent))
             .ok();
         (
             record

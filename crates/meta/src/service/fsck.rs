@@ -1,16 +1,17 @@
 //! The consistency check of a home (`weft fsck`): its progress, and the objects of its
 //! files looked for on the targets.
 
-use super::work::TARGET_RETRY;
+use super::targets::TARGET_RETRY;
 use super::Meta;
 use crate::ops::check::{check, Checked, Listed};
 use crate::ops::remove::list_orphans;
-use crate::store::OpError;
+use crate::schema::OpError;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use weft_proto::answer::ObjectsPage;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::messages::{
-    CheckProgress, Consistency, MirrorKind, Response, OBJECTS_PER_LIST_MAX,
+    CheckProgress, Consistency, MetaResponse, MirrorKind, OBJECTS_PER_LIST_MAX,
 };
 
 impl Meta {
@@ -33,7 +34,7 @@ impl Meta {
         &self,
         repair: bool,
         referenced: Vec<InodeId>,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let mut counts: HashMap<InodeId, usize> = HashMap::new();
         for inode in referenced {
             *counts.entry(inode).or_default() += 1;
@@ -111,7 +112,7 @@ impl Meta {
         }
         report.unreachable_targets = unreachable;
         self.background.work.notify_one();
-        Ok(Response::CheckReport(report))
+        Ok(MetaResponse::CheckReport(report))
     }
 
     /// This home's objects on every target of `map`, plain and (on a storage mirror group's
@@ -148,7 +149,10 @@ impl Meta {
                     })
                     .await;
                 match page {
-                    Ok((listed, end)) => {
+                    Ok(ObjectsPage {
+                        objects: listed,
+                        end,
+                    }) => {
                         after = listed.last().map(|(inode, _)| inode.0).unwrap_or(after);
                         objects.extend(
                             listed
@@ -191,7 +195,7 @@ impl Meta {
         {
             // Files unlinked while open before the start wait for their clients to open them
             // again until the grace period is over.
-            open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::store::ORPHANS)?))?);
+            open.extend(self.read(|txn| list_orphans(&txn.open_table(crate::schema::ORPHANS)?))?);
         }
         Ok(open)
     }

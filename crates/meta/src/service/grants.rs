@@ -12,12 +12,12 @@
 
 use super::sessions::OpenHandle;
 use super::Meta;
-use crate::store::{load_inode, InodeRecord, OpError, INODES};
+use crate::schema::{load_inode, InodeRecord, OpError, INODES};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use weft_proto::access::{GrowthBound, WRITE};
 use weft_proto::ids::{ClientId, InodeId, StoragePoolId};
-use weft_proto::messages::Response;
+use weft_proto::messages::MetaResponse;
 use weft_proto::quota::{Owner, QuotaHard, QuotaKey};
 use weft_proto::ErrorCode;
 
@@ -67,7 +67,7 @@ fn sixteenth(
 }
 
 /// What a file counts in its quotas' bytes: its size, or the end of what was allocated past
-/// it, whichever is larger (`usage.rs`).
+/// it, whichever is larger (`schema/usage.rs`).
 fn counted(record: &InodeRecord) -> u64 {
     record.size.max(record.allocated)
 }
@@ -356,7 +356,7 @@ impl Meta {
     /// What the usage table says `keys` use: (bytes, inodes) each.
     fn used(&self, keys: &[QuotaKey]) -> Result<HashMap<QuotaKey, (u64, u64)>, OpError> {
         self.read(|txn| {
-            let table = txn.open_table(crate::usage::USAGE)?;
+            let table = txn.open_table(crate::schema::usage::USAGE)?;
             let mut used = HashMap::new();
             for key in keys {
                 let row = redb::ReadableTable::get(&table, (key.kind.key(), key.id, key.pool.0))?
@@ -441,7 +441,7 @@ impl Meta {
         let owner = record.owner();
         let limited = self.cluster.map().hard_limited(
             owner,
-            crate::usage::pool_of(&record),
+            crate::schema::usage::pool_of(&record),
             weft_proto::quota::Growth::Bytes,
         );
         let object_end = if limited {
@@ -479,7 +479,7 @@ impl Meta {
         open: OpenHandle,
         inode: InodeId,
         to: u64,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         match self.handle_access(open, inode) {
             Some(access) if access & WRITE != 0 => {}
             Some(_) => return Err(not_open(open, inode)),
@@ -487,7 +487,7 @@ impl Meta {
         }
         let load = || self.read(|txn| load_inode(&txn.open_table(INODES)?, inode));
         let limits_of = |record: &InodeRecord| -> Vec<QuotaHard> {
-            self.limits_of(record.owner(), crate::usage::pool_of(record))
+            self.limits_of(record.owner(), crate::schema::usage::pool_of(record))
                 .into_iter()
                 .filter(|hard| hard.bytes > 0)
                 .collect()
@@ -641,8 +641,8 @@ impl Meta {
     }
 }
 
-fn reserved(to: u64) -> Response {
-    Response::Reserved {
+fn reserved(to: u64) -> MetaResponse {
+    MetaResponse::Reserved {
         to,
         capability: None,
     }

@@ -29,10 +29,10 @@ mod plan;
 pub(crate) use drain::DrainScan;
 use plan::{free_slots, plan_move, plan_restripe, rebalance_candidate, set_pool, switch_layout};
 
-use super::work::TARGET_RETRY;
+use super::targets::{ends_a_move, TARGET_RETRY, WORK_RETRY_INTERVAL};
 use super::Meta;
-use crate::store::decode_record as decode;
-use crate::store::{
+use crate::schema::decode_record as decode;
+use crate::schema::{
     load_inode, load_move, load_tombstones, store_inode, store_move, MoveWork, OpError, SlotId,
     INODES, MOVES, TOMBSTONES,
 };
@@ -44,7 +44,7 @@ use tokio::sync::Notify;
 use weft_proto::error::WireError;
 use weft_proto::ids::{InodeId, StoragePoolId, TargetId};
 use weft_proto::layout::{FileLayout, PatternKind, Slot};
-use weft_proto::messages::{FileKind, Response};
+use weft_proto::messages::{FileKind, MetaResponse};
 use weft_proto::ErrorCode;
 
 /// A round that copies at most this much is followed by the last one.
@@ -108,7 +108,7 @@ impl Meta {
         pool: Option<StoragePoolId>,
         targets: Vec<TargetId>,
         pattern: Option<(u32, u16)>,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let (record, moving, tombstones) = self.read(|txn| {
             let record = load_inode(&txn.open_table(INODES)?, inode)?;
             let moving = load_move(&txn.open_table(MOVES)?, inode)?;
@@ -200,7 +200,7 @@ impl Meta {
                     .run_with(move |txn| set_pool(txn, inode, pool))
                     .await?;
             }
-            return Ok(Response::Migration {
+            return Ok(MetaResponse::Migration {
                 moving: 0,
                 done: true,
             });
@@ -287,7 +287,7 @@ impl Meta {
     }
 
     /// Waits up to [`MIGRATE_WAIT`] for the move of `inode` to finish.
-    async fn await_move(&self, inode: InodeId, moving: u16) -> Result<Response, OpError> {
+    async fn await_move(&self, inode: InodeId, moving: u16) -> Result<MetaResponse, OpError> {
         let deadline = tokio::time::Instant::now() + MIGRATE_WAIT;
         loop {
             let notified = self.moves.moved.notified();
@@ -303,10 +303,10 @@ impl Meta {
             let pending =
                 self.read(|txn| Ok(load_move(&txn.open_table(MOVES)?, inode)?.is_some()))?;
             if !pending {
-                return Ok(Response::Migration { moving, done: true });
+                return Ok(MetaResponse::Migration { moving, done: true });
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(Response::Migration {
+                return Ok(MetaResponse::Migration {
                     moving,
                     done: false,
                 });
@@ -317,11 +317,7 @@ impl Meta {
     /// Works off the moves recorded, one file at a time, until the home stops.
     pub(super) async fn move_loop(self: Arc<Self>) {
         loop {
-            let _ = tokio::time::timeout(
-                super::work::WORK_RETRY_INTERVAL,
-                self.moves.mover.notified(),
-            )
-            .await;
+            let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, self.moves.mover.notified()).await;
             self.scan_draining().await;
             let works = self.read(|txn| {
                 txn.open_table(MOVES)?
@@ -516,7 +512,7 @@ impl Meta {
                 // truncate waits for the switch: see `set_attr`).
                 if through
                     && txn
-                        .open_table(crate::store::TRUNCATES)?
+                        .open_table(crate::schema::TRUNCATES)?
                         .get(inode.0)?
                         .is_some()
                 {
@@ -572,7 +568,7 @@ impl Meta {
                 match self.apply_truncate_now(inode).await {
                     Ok(()) => {}
                     // A copy's target is gone or refuses: the move cannot be made.
-                    Err(error) if gives_up(&error) => {
+                    Err(error) if ends_a_move(&error) => {
                         self.abandon_move(inode, &work, kind).await;
                         return Err(MoveError::Abandoned(error));
                     }
@@ -585,7 +581,7 @@ impl Meta {
             loop {
                 let copied = match self.push_round(inode, &work, false).await {
                     Ok(copied) => copied,
-                    Err((error, _)) if gives_up(&error) => {
+                    Err((error, _)) if ends_a_move(&error) => {
                         self.abandon_move(inode, &work, kind).await;
                         return Err(MoveError::Abandoned(error));
                     }
@@ -609,14 +605,14 @@ impl Meta {
         };
         match self.push_round(inode, &work, true).await {
             Ok(_) => {}
-            Err((error, _)) if gives_up(&error) && work.layout.is_some() => {
+            Err((error, _)) if ends_a_move(&error) && work.layout.is_some() => {
                 // The old objects that finished their last round gave up their data, which
                 // only the new objects hold now: the restripe waits for its targets to take
                 // the rest (the file's requests wait meanwhile).
                 tracing::error!(%inode, %error, "a restripe's last round cannot finish: it waits for its new targets to have room");
                 return Err(MoveError::Later(error));
             }
-            Err((error, failed)) if gives_up(&error) => {
+            Err((error, failed)) if ends_a_move(&error) => {
                 // The new target cannot take it, and the move cannot go back: the sealed old
                 // objects keep their data until a copy is complete, so another target gets it.
                 self.retarget(inode, &work, &failed).await;
@@ -725,14 +721,14 @@ impl Meta {
         let mut first = None;
         for (index, pushed) in futures::future::join_all(pushes).await {
             match pushed {
-                Ok(pushed) => {
+                Ok(weft_proto::answer::Pushed { copied: pushed }) => {
                     self.moves.metrics.bytes.inc_by(pushed);
                     copied += pushed;
                 }
                 Err(error) => {
                     failed.push(index);
                     // The error that ends the move, if any, is the one reported.
-                    if first.as_ref().is_none_or(|e: &WireError| !gives_up(e)) {
+                    if first.as_ref().is_none_or(|e: &WireError| !ends_a_move(e)) {
                         first = Some(error);
                     }
                 }
@@ -938,15 +934,4 @@ impl MoveMetrics {
         );
         metrics
     }
-}
-
-/// Whether a push's failure means the move cannot be made as planned.
-pub(super) fn gives_up(error: &WireError) -> bool {
-    matches!(
-        error.code,
-        ErrorCode::NoSpace
-            | ErrorCode::QuotaExceeded
-            | ErrorCode::UnknownTarget
-            | ErrorCode::TargetPoisoned
-    )
 }

@@ -1,9 +1,9 @@
 //! Stored replies: the answer of every mutating request, kept in the same transaction as
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
-use crate::store::{refuse_settled, stored_reply, OpError, REPLIES, REPLY_FLOORS};
+use crate::schema::{refuse_settled, stored_reply, OpError, REPLIES, REPLY_FLOORS};
 use redb::{ReadableTable, WriteTransaction};
-use weft_proto::messages::{MutationId, Reply, Response};
+use weft_proto::messages::{MetaResponse, MutationId, Reply};
 use weft_proto::Recovery;
 
 /// Runs `op` unless this mutation already ran, and keeps its reply in the same transaction.
@@ -11,8 +11,8 @@ use weft_proto::Recovery;
 pub(crate) fn idempotent(
     txn: &WriteTransaction,
     mutation: MutationId,
-    op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
-) -> Result<Response, OpError> {
+    op: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
+) -> Result<MetaResponse, OpError> {
     keep_reply(txn, mutation, true, op)
 }
 
@@ -22,8 +22,8 @@ pub(crate) fn idempotent(
 pub(crate) fn idempotent_admitted(
     txn: &WriteTransaction,
     mutation: MutationId,
-    op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
-) -> Result<Response, OpError> {
+    op: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
+) -> Result<MetaResponse, OpError> {
     keep_reply(txn, mutation, false, op)
 }
 
@@ -31,8 +31,8 @@ fn keep_reply(
     txn: &WriteTransaction,
     mutation: MutationId,
     starts: bool,
-    op: impl FnOnce(&WriteTransaction) -> Result<Response, OpError>,
-) -> Result<Response, OpError> {
+    op: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
+) -> Result<MetaResponse, OpError> {
     let client = mutation.client.0;
     if let Some(bytes) = txn.open_table(REPLIES)?.get((client, mutation.seq))? {
         return stored_reply(bytes.value());
@@ -41,7 +41,7 @@ fn keep_reply(
         refuse_settled(txn, mutation)?;
     }
     let result = op(txn);
-    let reply: Reply = match &result {
+    let reply: Reply<MetaResponse> = match &result {
         Ok(response) => Ok(response.clone()),
         // Asked of the wrong shard, or of one being removed: the client asks again, perhaps
         // elsewhere, with the same mutation; no answer is kept.

@@ -6,12 +6,12 @@ use super::Meta;
 use crate::commit::Answered;
 use crate::ops::lookup::get_attr;
 use crate::ops::remove::{list_orphans, release_orphan};
-use crate::store::{OpError, REPLIES, REPLY_FLOORS, UNREPORTED};
+use crate::schema::{OpError, REPLIES, REPLY_FLOORS, UNREPORTED};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use weft_proto::access::Checks;
 use weft_proto::ids::{ClientId, InodeId};
-use weft_proto::messages::{LockKind, MetaRequest, Response};
+use weft_proto::messages::{LockKind, MetaRequest, MetaResponse};
 use weft_proto::ErrorCode;
 
 /// An open file handle: the client session and its handle number.
@@ -225,7 +225,7 @@ impl Meta {
                     replies.retain_in((client.0, 0)..=(client.0, u64::MAX), |_, _| false)?;
                     floors.remove(client.0)?;
                 }
-                Ok((Response::Done, Answered::Committed))
+                Ok((MetaResponse::Done, Answered::Committed))
             }))
             .await;
         if let Err(error) = dropped {
@@ -248,7 +248,7 @@ impl Meta {
         open: OpenHandle,
         inode: InodeId,
         access: u8,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         self.admit_session(open.0)?;
         let added = register_open(&self.sessions.opens, open, inode, access);
         let result = self.read(|txn| get_attr(txn, inode));
@@ -444,7 +444,7 @@ impl Meta {
         &self,
         open: OpenHandle,
         inode: InodeId,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         match self.drop_open(open, inode) {
             Dropped::Held => {}
             // A file closed before its writer reported a size (nothing was written) leaves
@@ -457,7 +457,7 @@ impl Meta {
                     self.committer
                         .run_eventual(Box::new(move |txn| {
                             txn.open_table(UNREPORTED)?.remove(inode.0)?;
-                            Ok((Response::Done, Answered::Committed))
+                            Ok((MetaResponse::Done, Answered::Committed))
                         }))
                         .await?;
                 }
@@ -474,7 +474,7 @@ impl Meta {
                             .handles
                             .contains_key(&inode)
                         {
-                            return Ok(Response::Done);
+                            return Ok(MetaResponse::Done);
                         }
                         release_orphan(txn, inode)
                     }))
@@ -482,7 +482,7 @@ impl Meta {
                 self.background.work.notify_one();
             }
         }
-        Ok(Response::Done)
+        Ok(MetaResponse::Done)
     }
 
     /// Disposes of the files unlinked while open before this start that no client reclaimed
@@ -498,7 +498,7 @@ impl Meta {
         let result = self
             .committer
             .run(Box::new(move |txn| {
-                let orphans = list_orphans(&txn.open_table(crate::store::ORPHANS)?)?;
+                let orphans = list_orphans(&txn.open_table(crate::schema::ORPHANS)?)?;
                 let opens = opens.lock().expect("open table poisoned");
                 for inode in orphans {
                     if !opens.handles.contains_key(&inode) {
@@ -506,7 +506,7 @@ impl Meta {
                         counted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Ok(Response::Done)
+                Ok(MetaResponse::Done)
             }))
             .await;
         match result {

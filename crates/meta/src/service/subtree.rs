@@ -14,7 +14,7 @@
 
 use super::Meta;
 use crate::ops::rename::PATH_DEPTH_MAX;
-use crate::store::OpError;
+use crate::schema::OpError;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

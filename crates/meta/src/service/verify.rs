@@ -7,11 +7,12 @@
 //! must differ the same way both times. Either way, the members involved must still be good
 //! afterwards: a member that failed meanwhile is resynced, not reported.
 
-use super::work::TARGET_RETRY;
+use super::targets::TARGET_RETRY;
 use super::Meta;
 use crate::ops::check::{report_problem, Suspect, SuspectKind};
-use crate::store::{load_inode, load_written, OpError, INODES, TRUNCATES, UNREPORTED, WRITTEN};
+use crate::schema::{load_inode, load_written, OpError, INODES, TRUNCATES, UNREPORTED, WRITTEN};
 use weft_net::RpcError;
+use weft_proto::answer::{Checksum, ObjectsPage};
 use weft_proto::ids::MemberId;
 use weft_proto::ids::{InodeId, TargetId};
 use weft_proto::layout::Slot;
@@ -174,7 +175,9 @@ impl Meta {
         inode: InodeId,
     ) -> Result<bool, Unverified> {
         let home = Some(self.node);
-        let (listed, _) = self
+        let ObjectsPage {
+            objects: listed, ..
+        } = self
             .cluster
             .call_storage(target, &TARGET_RETRY, |storage, _| async move {
                 storage
@@ -202,7 +205,7 @@ impl Meta {
             };
             let mut offset = 0;
             loop {
-                let (length, crc) = self
+                let Checksum { length, crc } = self
                     .cluster
                     .call_storage(target, &TARGET_RETRY, |storage, _| async move {
                         storage

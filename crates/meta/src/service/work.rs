@@ -2,20 +2,19 @@
 //! files disposed of, sizes settled from the objects after a crash, and the loop that runs
 //! them.
 
+use super::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use super::{rpc_error, Meta};
 use crate::ops::lookup::get_attr;
 use crate::ops::setattr::{finish_truncate, settle_size, FoundSize};
-use crate::store::{OpError, TruncateWork, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
+use crate::schema::{OpError, TruncateWork, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
 use redb::ReadableTable;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use weft_net::retry::RetryPolicy;
 use weft_net::StorageClient;
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{object_length_for_file_size, FileLayout, Slot, SlotSet};
-use weft_proto::messages::Response;
+use weft_proto::messages::MetaResponse;
 use weft_proto::ErrorCode;
 
 /// What the background work loop of a home works through beside its tables.
@@ -49,16 +48,6 @@ impl Default for Background {
         }
     }
 }
-
-/// Interval at which queued truncates and disposals are retried when nothing wakes the worker.
-pub(super) const WORK_RETRY_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Retries of a truncate or removal on a target before the work is left to the worker loop.
-pub(super) const TARGET_RETRY: RetryPolicy = RetryPolicy {
-    initial_backoff: Duration::from_millis(50),
-    max_backoff: Duration::from_millis(500),
-    total_timeout: Duration::from_secs(5),
-};
 
 /// Files whose sizes a start recomputes at once.
 pub(super) const SETTLE_AT_ONCE: usize = 32;
@@ -133,7 +122,7 @@ pub(super) fn spread_directories(txn: &redb::ReadTransaction) -> Result<Vec<Inod
     let mut dirs = Vec::new();
     for item in txn.open_table(INODES)?.iter()? {
         let (key, value) = item?;
-        if !crate::store::InodeRecord::decode(key.value(), value.value())?
+        if !crate::schema::InodeRecord::decode(key.value(), value.value())?
             .shards
             .is_empty()
         {
@@ -158,7 +147,7 @@ impl Meta {
     ) -> Result<bool, OpError> {
         let (attr, truncating, listed) = self.read(|txn| {
             let attr = match get_attr(txn, inode) {
-                Ok(Response::Attr(attr)) => Some(attr),
+                Ok(MetaResponse::Attr(attr)) => Some(attr),
                 Ok(_) => None,
                 Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => None,
                 Err(error) => return Err(error),
@@ -166,7 +155,7 @@ impl Meta {
             // A sealing move's old objects may have given up their data already: the size
             // is settled from the new ones, once the move switched to them.
             let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some()
-                || crate::store::load_move(&txn.open_table(crate::store::MOVES)?, inode)?
+                || crate::schema::load_move(&txn.open_table(crate::schema::MOVES)?, inode)?
                     .is_some_and(|work| work.sealing);
             let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
             Ok((attr, truncating, listed))
@@ -329,7 +318,8 @@ impl Meta {
                 let Ok(work) = postcard::from_bytes::<TruncateWork>(bytes.value()) else {
                     return Ok(None);
                 };
-                let moving = crate::store::load_move(&txn.open_table(crate::store::MOVES)?, inode)?;
+                let moving =
+                    crate::schema::load_move(&txn.open_table(crate::schema::MOVES)?, inode)?;
                 Ok(Some((work, moving)))
             })
             .map_err(OpError::into_wire)?;
@@ -395,7 +385,7 @@ impl Meta {
             result.map_err(|error| {
                 // A copy whose target is gone or refuses ends the move (see `move_file`).
                 let refused = rpc_error(error.clone()).into_wire();
-                if super::moves::gives_up(&refused) {
+                if super::targets::ends_a_move(&refused) {
                     refused
                 } else {
                     unreached(error)
@@ -457,7 +447,7 @@ impl Meta {
                 for inode in &disposed {
                     queue.remove(inode.0)?;
                 }
-                Ok(Response::Done)
+                Ok(MetaResponse::Done)
             }))
             .await;
         if let Err(error) = forgotten {

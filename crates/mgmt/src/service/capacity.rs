@@ -7,7 +7,7 @@ impl Mgmt {
     pub(super) fn pool_change(
         &self,
         change: impl FnOnce() -> Result<pools::Changed, pools::Refused>,
-    ) -> Reply {
+    ) -> Reply<MgmtResponse> {
         let changed = change().map_err(refused)?;
         tracing::info!(event = %changed.event, "storage pools changed");
         self.monitor.event(false, changed.event);
@@ -36,7 +36,7 @@ impl Mgmt {
 
     /// `weft target drain`: marks the target (or unmarks it, with `stop`); the map carries it
     /// to the metadata servers, which move their files off it.
-    pub(super) fn drain_target(&self, target: TargetId, stop: bool) -> Reply {
+    pub(super) fn drain_target(&self, target: TargetId, stop: bool) -> Reply<MgmtResponse> {
         let map = self.cluster_map().map_err(internal)?;
         if map.target(target).is_none() {
             return Err(WireError::new(
@@ -61,7 +61,7 @@ impl Mgmt {
         };
         tracing::info!(%event, "drain");
         self.monitor.event(false, event);
-        Ok(Response::Done)
+        Ok(MgmtResponse::Done)
     }
 
     /// How many files still use `target`, draining since `since` (Unix milliseconds): the sum
@@ -93,7 +93,7 @@ impl Mgmt {
 
     /// `weft target remove`: removes a drained target, once every metadata node told, since
     /// its drain began, that none of its files use it.
-    pub(super) fn remove_target(&self, target: TargetId) -> Reply {
+    pub(super) fn remove_target(&self, target: TargetId) -> Reply<MgmtResponse> {
         let busy = |message: String| Err(WireError::new(ErrorCode::Busy, message));
         let draining = self.store.draining().map_err(internal)?;
         let Some(&since) = draining.get(&target) else {
@@ -161,7 +161,7 @@ impl Mgmt {
         };
         tracing::info!(%event, "drain");
         self.monitor.event(false, event);
-        Ok(Response::Done)
+        Ok(MgmtResponse::Done)
     }
 }
 

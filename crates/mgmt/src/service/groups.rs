@@ -3,7 +3,7 @@
 use super::*;
 
 impl Mgmt {
-    pub(super) fn get_resync_stats(&self) -> Reply {
+    pub(super) fn get_resync_stats(&self) -> Reply<MgmtResponse> {
         let storage = self.mirrors.groups(MirrorKind::Storage);
         let meta = self.mirrors.groups(MirrorKind::Meta);
         let resyncing = |kind: MirrorKind, group: GroupId, member: MemberId| {
@@ -23,10 +23,14 @@ impl Mgmt {
             .retain(|(kind, group, member), _| resyncing(*kind, *group, *member));
         let mut stats: Vec<ResyncProgress> = live.resyncs.values().copied().collect();
         stats.sort_by_key(|p| (p.kind == MirrorKind::Meta, p.group, p.member));
-        Ok(Response::ResyncStats(stats))
+        Ok(MgmtResponse::ResyncStats(stats))
     }
 
-    pub(super) fn create_mirror_group(&self, kind: MirrorKind, members: Vec<MemberId>) -> Reply {
+    pub(super) fn create_mirror_group(
+        &self,
+        kind: MirrorKind,
+        members: Vec<MemberId>,
+    ) -> Reply<MgmtResponse> {
         let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
         let candidates = self.mirror_candidates(kind).map_err(internal)?;
         let group = check_mirror_group(kind, &members, &candidates)?;
@@ -38,10 +42,10 @@ impl Mgmt {
         for group in &created {
             self.monitor.event(false, describe_group(group, "created"));
         }
-        Ok(Response::MirrorGroups(created))
+        Ok(MgmtResponse::MirrorGroups(created))
     }
 
-    pub(super) fn auto_create_mirror_groups(&self, kind: MirrorKind) -> Reply {
+    pub(super) fn auto_create_mirror_groups(&self, kind: MirrorKind) -> Reply<MgmtResponse> {
         let _creating = self.mirror_lock.lock().expect("mirror lock poisoned");
         let candidates = self.mirror_candidates(kind).map_err(internal)?;
         // Storage targets pair within their pool: a group belongs to one.
@@ -73,7 +77,7 @@ impl Mgmt {
         for group in &created {
             self.monitor.event(false, describe_group(group, "created"));
         }
-        Ok(Response::MirrorGroups(created))
+        Ok(MgmtResponse::MirrorGroups(created))
     }
 
     /// Creates groups of (member, node) lists, the first member primary.
@@ -307,7 +311,7 @@ mod tests {
             ErrorCode::InvalidArgument,
             "a member already in a group"
         );
-        let Ok(Response::MirrorGroups(created)) =
+        let Ok(MgmtResponse::MirrorGroups(created)) =
             fixture.ask(MgmtRequest::AutoCreateMirrorGroups {
                 kind: MirrorKind::Storage,
             })

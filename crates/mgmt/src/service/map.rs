@@ -4,11 +4,11 @@
 use super::*;
 
 impl Mgmt {
-    pub(super) fn get_cluster_status(&self, client_name: Option<&str>) -> Reply {
+    pub(super) fn get_cluster_status(&self, client_name: Option<&str>) -> Reply<MgmtResponse> {
         let status = self.cluster_status().map_err(internal)?;
         // A client learns the cluster's state, not the other sessions' load or every
         // user's quota use.
-        Ok(Response::ClusterStatus(match client_name {
+        Ok(MgmtResponse::ClusterStatus(match client_name {
             Some(_) => status.without_details(),
             None => status,
         }))
@@ -18,7 +18,7 @@ impl Mgmt {
     /// the map: one built for another watcher in the last [`WATCHED_MAP_SHARED_FOR`], with
     /// the epoch current now, serves them all, instead of one build from the store per node.
     /// (A fetch by request, `GetClusterMap`, always builds the map afresh.)
-    pub(super) fn watched_map(&self, from: &weft_net::auth::Identity) -> Reply {
+    pub(super) fn watched_map(&self, from: &weft_net::auth::Identity) -> Reply<MgmtResponse> {
         let map = {
             let mut watched = self.watched.lock().expect("watched map poisoned");
             let current = *self.map_epoch.borrow();
@@ -39,7 +39,7 @@ impl Mgmt {
         if let weft_net::auth::Identity::Client(name) = from {
             as_seen_by(&mut map, Some(name));
         }
-        Ok(Response::ClusterMap(map))
+        Ok(MgmtResponse::ClusterMap(map))
     }
 
     /// Publishes the map under a new epoch, waking its watchers, when what routing and
@@ -192,7 +192,7 @@ mod tests {
         let fixture = testing::mgmt();
         let node = fixture.node(NodeKind::Storage, "storage-1");
         let target = fixture.target(node);
-        let Ok(Response::ClusterMap(map)) = fixture.ask(MgmtRequest::GetClusterMap) else {
+        let Ok(MgmtResponse::ClusterMap(map)) = fixture.ask(MgmtRequest::GetClusterMap) else {
             panic!("the map");
         };
         assert!(map.target(target).is_some(), "{map:?}");
@@ -209,14 +209,15 @@ mod tests {
                 },
             })
             .expect("a quota");
-        let Ok(Response::ClusterStatus(full)) = fixture.ask(MgmtRequest::GetClusterStatus) else {
+        let Ok(MgmtResponse::ClusterStatus(full)) = fixture.ask(MgmtRequest::GetClusterStatus)
+        else {
             panic!("the status");
         };
         assert!(
             !full.quotas.is_empty(),
             "a member sees the quotas: {full:?}"
         );
-        let Ok(Response::ClusterStatus(seen)) =
+        let Ok(MgmtResponse::ClusterStatus(seen)) =
             fixture.ask_as("lab", MgmtRequest::GetClusterStatus)
         else {
             panic!("the status as a client");

@@ -4,7 +4,7 @@
 use super::*;
 
 impl Mgmt {
-    pub(super) fn set_quota(&self, rule: weft_proto::quota::QuotaRule) -> Reply {
+    pub(super) fn set_quota(&self, rule: weft_proto::quota::QuotaRule) -> Reply<MgmtResponse> {
         let limits = rule.limits;
         let crosses = |soft: u64, hard: u64| soft > 0 && hard > 0 && soft > hard;
         if crosses(limits.soft_bytes, limits.hard_bytes)
@@ -17,7 +17,7 @@ impl Mgmt {
         }
         self.store.set_quota(&rule).map_err(internal)?;
         tracing::info!(?rule, "quota set");
-        Ok(Response::Done)
+        Ok(MgmtResponse::Done)
     }
 
     pub(super) fn grant_quota(
@@ -26,12 +26,12 @@ impl Mgmt {
         key: weft_proto::quota::QuotaKey,
         bytes: u64,
         inodes: u64,
-    ) -> Reply {
+    ) -> Reply<MgmtResponse> {
         let (bytes, inodes) = self
             .store
             .grant_quota(key, home, (bytes, inodes))
             .map_err(internal)?;
-        Ok(Response::QuotaGranted { bytes, inodes })
+        Ok(MgmtResponse::QuotaGranted { bytes, inodes })
     }
 
     /// What each user and group uses in each pool, summed over the metadata homes as they
@@ -138,7 +138,7 @@ mod tests {
             })
             .expect("quota set");
         match fixture.ask(MgmtRequest::GetQuotas) {
-            Ok(Response::Quotas(states)) => {
+            Ok(MgmtResponse::Quotas(states)) => {
                 assert!(
                     states.iter().any(|state| state.rule.limits == limits),
                     "{states:?}"
@@ -152,7 +152,7 @@ mod tests {
             bytes,
             inodes: 0,
         }) {
-            Ok(Response::QuotaGranted { bytes, .. }) => bytes,
+            Ok(MgmtResponse::QuotaGranted { bytes, .. }) => bytes,
             other => panic!("a grant: {other:?}"),
         };
         assert_eq!(grant(1, 70), 70);

@@ -20,7 +20,7 @@ impl Mgmt {
         kind: NodeKind,
         alias: String,
         addresses: Vec<String>,
-    ) -> Reply {
+    ) -> Reply<MgmtResponse> {
         if addresses.is_empty() || addresses.len() > NODE_ADDRESSES_MAX {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
@@ -54,10 +54,14 @@ impl Mgmt {
                 record.addresses.join(", ")
             ),
         );
-        Ok(Response::NodeRegistered { node })
+        Ok(MgmtResponse::NodeRegistered { node })
     }
 
-    pub(super) fn register_target(&self, node: NodeId, target: Option<TargetId>) -> Reply {
+    pub(super) fn register_target(
+        &self,
+        node: NodeId,
+        target: Option<TargetId>,
+    ) -> Reply<MgmtResponse> {
         if !self
             .store
             .node_exists(NodeKind::Storage, node)
@@ -82,7 +86,7 @@ impl Mgmt {
             node = node.0,
             "storage target registered"
         );
-        Ok(Response::TargetRegistered { target })
+        Ok(MgmtResponse::TargetRegistered { target })
     }
 
     /// A node's heartbeat: what it reports is noted, and a node with mirror members gets its
@@ -93,7 +97,7 @@ impl Mgmt {
         node: NodeId,
         reports: Reports,
         mirror: Option<weft_proto::messages::MirrorHeartbeat>,
-    ) -> Reply {
+    ) -> Reply<MgmtResponse> {
         if !self.store.node_exists(kind, node).map_err(internal)? {
             return Err(WireError::new(
                 ErrorCode::UnknownNode,
@@ -103,7 +107,7 @@ impl Mgmt {
         let ids: Vec<TargetId> = reports.targets.iter().map(|t| t.target).collect();
         self.note_reports(kind, node, reports);
         let Some(mirror) = mirror else {
-            return Ok(Response::HeartbeatAck {
+            return Ok(MgmtResponse::HeartbeatAck {
                 lease_ms: 0,
                 mirror_groups: Vec::new(),
                 unix_ms: unix_ms(),
@@ -157,7 +161,7 @@ impl Mgmt {
         node: NodeId,
         ids: &[TargetId],
         mirror: weft_proto::messages::MirrorHeartbeat,
-    ) -> Reply {
+    ) -> Reply<MgmtResponse> {
         {
             let mut live = self.live.lock().expect("live state poisoned");
             for progress in &mirror.resyncs {
@@ -200,7 +204,7 @@ impl Mgmt {
         if !self.store.leads_a_majority() {
             return Err(lost_majority());
         }
-        Ok(Response::HeartbeatAck {
+        Ok(MgmtResponse::HeartbeatAck {
             unix_ms: unix_ms(),
             lease_ms: lease.as_millis() as u64,
             mirror_groups: groups
@@ -283,7 +287,7 @@ mod tests {
             ErrorCode::UnknownNode
         );
         match fixture.ask(heartbeat(NodeKind::Storage, storage, &[target])) {
-            Ok(Response::HeartbeatAck { lease_ms: 0, .. }) => {}
+            Ok(MgmtResponse::HeartbeatAck { lease_ms: 0, .. }) => {}
             other => panic!("a node without mirror members: {other:?}"),
         }
         assert_eq!(

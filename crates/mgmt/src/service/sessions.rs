@@ -4,7 +4,10 @@
 use super::*;
 
 impl Mgmt {
-    pub(super) fn set_client_rule(&self, rule: weft_proto::access::ClientRule) -> Reply {
+    pub(super) fn set_client_rule(
+        &self,
+        rule: weft_proto::access::ClientRule,
+    ) -> Reply<MgmtResponse> {
         if !weft_proto::access::valid_client_name(&rule.name) {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
@@ -13,10 +16,10 @@ impl Mgmt {
         }
         self.store.set_client_rule(&rule).map_err(internal)?;
         tracing::info!(?rule, "client rule set");
-        Ok(Response::Done)
+        Ok(MgmtResponse::Done)
     }
 
-    pub(super) fn remove_client_rule(&self, name: String) -> Reply {
+    pub(super) fn remove_client_rule(&self, name: String) -> Reply<MgmtResponse> {
         if !self.store.remove_client_rule(&name).map_err(internal)? {
             return Err(WireError::new(
                 ErrorCode::NotFound,
@@ -24,10 +27,14 @@ impl Mgmt {
             ));
         }
         tracing::info!(client = %name, "client rule removed");
-        Ok(Response::Done)
+        Ok(MgmtResponse::Done)
     }
 
-    pub(super) fn register_client(&self, client_name: Option<&str>, alias: String) -> Reply {
+    pub(super) fn register_client(
+        &self,
+        client_name: Option<&str>,
+        alias: String,
+    ) -> Reply<MgmtResponse> {
         if let Some(name) = client_name {
             let held = self
                 .store
@@ -53,7 +60,7 @@ impl Mgmt {
             .client_last_heard
             .insert(client, Instant::now());
         tracing::info!(client = %client, %alias, "client session registered");
-        Ok(Response::ClientRegistered {
+        Ok(MgmtResponse::ClientRegistered {
             client,
             session_timeout_ms: u64::try_from(self.session_timeout.as_millis()).unwrap_or(u64::MAX),
         })
@@ -64,7 +71,7 @@ impl Mgmt {
         client_name: Option<&str>,
         client: ClientId,
         unserved: Vec<(String, u64)>,
-    ) -> Reply {
+    ) -> Reply<MgmtResponse> {
         // A client keeps alive only its own sessions (one that expired is told so
         // below, and registers again).
         if let Some(name) = client_name {
@@ -93,7 +100,7 @@ impl Mgmt {
             if !unserved.is_empty() {
                 live.client_unserved.insert(client, unserved);
             }
-            Ok(Response::Done)
+            Ok(MgmtResponse::Done)
         } else {
             Err(WireError::new(
                 ErrorCode::UnknownSession,
@@ -102,7 +109,7 @@ impl Mgmt {
         }
     }
 
-    pub(super) fn acquire_rename_lock(&self, holder: NodeId, token: u64) -> Reply {
+    pub(super) fn acquire_rename_lock(&self, holder: NodeId, token: u64) -> Reply<MgmtResponse> {
         if Instant::now() < self.rename_lock_from {
             return Err(WireError::new(
                 ErrorCode::WouldBlock,
@@ -120,7 +127,7 @@ impl Mgmt {
             }
             _ => {
                 *lock = Some((token, holder, Instant::now() + self.rename_lock_lease));
-                Ok(Response::Done)
+                Ok(MgmtResponse::Done)
             }
         }
     }
@@ -174,8 +181,8 @@ mod tests {
             fixture.refused(MgmtRequest::RemoveClientRule { name: "lab".into() }),
             ErrorCode::NotFound
         );
-        let session = |reply: Reply| match reply {
-            Ok(Response::ClientRegistered { client, .. }) => client,
+        let session = |reply: Reply<MgmtResponse>| match reply {
+            Ok(MgmtResponse::ClientRegistered { client, .. }) => client,
             other => panic!("a session: {other:?}"),
         };
         let first = session(fixture.ask(MgmtRequest::RegisterClient {

@@ -3,16 +3,23 @@ use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft_proto::ids::{GroupId, GroupVersion};
-use weft_proto::messages::MgmtRequest;
+use weft_proto::messages::{MgmtRequest, MgmtResponse};
 
 /// Counts the requests it is asked to serve.
 #[derive(Default)]
 struct Counting(AtomicUsize);
 
 impl Handler for Counting {
-    async fn handle(&self, _from: Identity, _request: Request, _payload: Bytes) -> (Reply, Bytes) {
+    type Response = MgmtResponse;
+
+    async fn handle(
+        &self,
+        _from: Identity,
+        _request: Request,
+        _payload: Bytes,
+    ) -> (Reply<MgmtResponse>, Bytes) {
         self.0.fetch_add(1, Ordering::SeqCst);
-        (Ok(Response::Done), Bytes::new())
+        (Ok(MgmtResponse::Done), Bytes::new())
     }
 }
 
@@ -73,7 +80,7 @@ async fn strangers_are_refused_before_any_request() {
     };
 
     let error = client(stranger)
-        .call(&request, Bytes::new())
+        .call::<MgmtResponse>(&request, Bytes::new())
         .await
         .expect_err("another key");
     assert!(matches!(error, RpcError::Refused { .. }), "{error:?}");
@@ -86,7 +93,7 @@ async fn strangers_are_refused_before_any_request() {
         "{message}"
     );
     let error = client(Auth::none())
-        .call(&request, Bytes::new())
+        .call::<MgmtResponse>(&request, Bytes::new())
         .await
         .expect_err("no key");
     assert!(
@@ -117,7 +124,7 @@ async fn strangers_are_refused_before_any_request() {
     assert_eq!(handler.0.load(Ordering::SeqCst), 0, "no request was served");
 
     client(cluster)
-        .call(&request, Bytes::new())
+        .call::<MgmtResponse>(&request, Bytes::new())
         .await
         .expect("the cluster's own member is served");
     assert_eq!(handler.0.load(Ordering::SeqCst), 1);
@@ -194,7 +201,7 @@ async fn a_flood_of_silent_connections_is_bounded() {
         },
     );
     member
-        .call(&request, Bytes::new())
+        .call::<MgmtResponse>(&request, Bytes::new())
         .await
         .expect("before the flood");
 
@@ -227,7 +234,7 @@ async fn a_flood_of_silent_connections_is_bounded() {
         "the flood is closed on arrival: {refused} of 200"
     );
     member
-        .call(&request, Bytes::new())
+        .call::<MgmtResponse>(&request, Bytes::new())
         .await
         .expect("a member connected before the flood is served during it");
 
@@ -241,7 +248,11 @@ async fn a_flood_of_silent_connections_is_bounded() {
     );
     let mut served = false;
     for _ in 0..100 {
-        if newcomer.call(&request, Bytes::new()).await.is_ok() {
+        if newcomer
+            .call::<MgmtResponse>(&request, Bytes::new())
+            .await
+            .is_ok()
+        {
             served = true;
             break;
         }
@@ -259,7 +270,14 @@ struct Holding {
 }
 
 impl Handler for Holding {
-    async fn handle(&self, _from: Identity, _request: Request, _payload: Bytes) -> (Reply, Bytes) {
+    type Response = MgmtResponse;
+
+    async fn handle(
+        &self,
+        _from: Identity,
+        _request: Request,
+        _payload: Bytes,
+    ) -> (Reply<MgmtResponse>, Bytes) {
         self.started.fetch_add(1, Ordering::SeqCst);
         while !self.released.load(Ordering::SeqCst) {
             let notified = self.release.notified();
@@ -268,7 +286,7 @@ impl Handler for Holding {
             }
             notified.await;
         }
-        (Ok(Response::Done), Bytes::new())
+        (Ok(MgmtResponse::Done), Bytes::new())
     }
 }
 
@@ -301,7 +319,7 @@ async fn a_connection_is_read_only_as_far_as_its_budget() {
             let (client, payload) = (Arc::clone(&client), payload.clone());
             tokio::spawn(async move {
                 client
-                    .call(&Request::Mgmt(MgmtRequest::GetClusterMap), payload)
+                    .call::<MgmtResponse>(&Request::Mgmt(MgmtRequest::GetClusterMap), payload)
                     .await
             })
         })
@@ -388,7 +406,7 @@ async fn idle_connections_are_closed_busy_ones_are_not() {
     );
     let call = tokio::spawn(async move {
         client
-            .call(&Request::Mgmt(MgmtRequest::GetClusterMap), Bytes::new())
+            .call::<MgmtResponse>(&Request::Mgmt(MgmtRequest::GetClusterMap), Bytes::new())
             .await
     });
     for _ in 0..3000 {
@@ -448,9 +466,9 @@ async fn a_service_reads_only_as_far_as_its_budget() {
     for _ in 0..6 {
         let client = RpcClient::new(address.clone(), options.clone());
         let (request, payload) = (write(false), payload.clone());
-        calls.push(tokio::spawn(
-            async move { client.call(&request, payload).await },
-        ));
+        calls.push(tokio::spawn(async move {
+            client.call::<MgmtResponse>(&request, payload).await
+        }));
     }
     for _ in 0..1500 {
         if handler.started.load(Ordering::SeqCst) >= 2 {
@@ -465,7 +483,9 @@ async fn a_service_reads_only_as_far_as_its_budget() {
     let forwarder = RpcClient::new(address.clone(), options.clone());
     let (request, forwarded_payload) = (write(true), payload.clone());
     calls.push(tokio::spawn(async move {
-        forwarder.call(&request, forwarded_payload).await
+        forwarder
+            .call::<MgmtResponse>(&request, forwarded_payload)
+            .await
     }));
     for _ in 0..1500 {
         if handler.started.load(Ordering::SeqCst) >= 3 {

@@ -2,15 +2,22 @@ use super::*;
 use crate::client::{RpcClient, RpcClientOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft_proto::codec::{FrameHeader, FRAME_BODY_BYTES_MAX};
-use weft_proto::messages::{Response, StorageRequest};
+use weft_proto::messages::{StorageRequest, StorageResponse};
 use weft_proto::{InodeId, TargetId};
 
 /// Answers every request with its payload length, echoing the payload.
 struct Echo;
 
 impl Handler for Echo {
-    async fn handle(&self, _from: Identity, _request: Request, payload: Bytes) -> (Reply, Bytes) {
-        (Ok(Response::Length(payload.len() as u64)), payload)
+    type Response = StorageResponse;
+
+    async fn handle(
+        &self,
+        _from: Identity,
+        _request: Request,
+        payload: Bytes,
+    ) -> (Reply<StorageResponse>, Bytes) {
+        (Ok(StorageResponse::Length(payload.len() as u64)), payload)
     }
 }
 
@@ -61,7 +68,10 @@ async fn calls_spread_over_rails_and_go_on_over_one() {
     let (second, second_metrics) = start_measured().await;
     let client = RpcClient::new(format!("{first},{second}"), options());
     for _ in 0..4 {
-        client.call(&request(), Bytes::new()).await.expect("call");
+        client
+            .call::<StorageResponse>(&request(), Bytes::new())
+            .await
+            .expect("call");
     }
     for metrics in [&first_metrics, &second_metrics] {
         let text = metrics.encode();
@@ -76,7 +86,7 @@ async fn calls_spread_over_rails_and_go_on_over_one() {
     let client = RpcClient::new(format!("{dead},{second}"), options());
     for _ in 0..6 {
         client
-            .call(&request(), Bytes::new())
+            .call::<StorageResponse>(&request(), Bytes::new())
             .await
             .expect("a call over the rail left");
     }
@@ -127,10 +137,10 @@ async fn concurrent_calls_match_their_replies() {
         tokio::spawn(async move {
             let payload = Bytes::from(vec![size as u8; size * 1000]);
             let (response, echoed) = client
-                .call(&request(), payload.clone())
+                .call::<StorageResponse>(&request(), payload.clone())
                 .await
                 .expect("call");
-            assert_eq!(response, Response::Length(payload.len() as u64));
+            assert_eq!(response, StorageResponse::Length(payload.len() as u64));
             assert_eq!(echoed, payload);
         })
     });
@@ -167,7 +177,7 @@ async fn metrics_over_http_on_the_rpc_port() {
         },
     );
     client
-        .call(&request(), Bytes::from_static(b"abcd"))
+        .call::<StorageResponse>(&request(), Bytes::from_static(b"abcd"))
         .await
         .expect("call");
     let metrics = http_get(&address, "/metrics").await;
@@ -180,7 +190,7 @@ async fn metrics_over_http_on_the_rpc_port() {
     let missing = http_get(&address, "/nothing").await;
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
     client
-        .call(&request(), Bytes::new())
+        .call::<StorageResponse>(&request(), Bytes::new())
         .await
         .expect("call again");
 }
@@ -244,8 +254,8 @@ async fn malformed_frames_close_only_their_connection() {
 
     let client = RpcClient::new(address, options());
     let (response, _) = client
-        .call(&request(), Bytes::from_static(b"ok"))
+        .call::<StorageResponse>(&request(), Bytes::from_static(b"ok"))
         .await
         .expect("still serving");
-    assert_eq!(response, Response::Length(2));
+    assert_eq!(response, StorageResponse::Length(2));
 }

@@ -155,6 +155,17 @@ pub struct DirEntry {
     pub cookie: u64,
 }
 
+/// A directory entry with the attributes of the inode it names, when the directory's server
+/// holds that inode (a directory placed on another server, or a hard link to a file of another
+/// home, comes without them: the client asks the inode's own server).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntryPlus {
+    /// The entry.
+    pub entry: DirEntry,
+    /// Its inode's attributes, as a get-attributes of the directory's server would answer.
+    pub attr: Option<InodeAttr>,
+}
+
 /// How a setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Wire)]
 pub enum XattrSetMode {
@@ -231,12 +242,13 @@ pub struct SizeReport {
 }
 
 /// Requests served by a metadata server.
-#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Access)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Declared)]
+#[request(response = MetaResponse, answers = meta_answers)]
 #[strum(serialize_all = "snake_case")]
 pub enum MetaRequest {
     /// Looks a name up in a directory.
     #[wire(tag = 0)]
-    #[access(reads, inodes(parent))]
+    #[request(reads, inodes(parent), answer = InodeAttr)]
     Lookup {
         /// The directory.
         parent: InodeId,
@@ -245,14 +257,14 @@ pub enum MetaRequest {
     },
     /// Reads an inode's attributes.
     #[wire(tag = 1)]
-    #[access(reads, inodes(inode))]
+    #[request(reads, inodes(inode), answer = InodeAttr)]
     GetAttr {
         /// The inode.
         inode: InodeId,
     },
     /// Changes an inode's attributes; a size change truncates.
     #[wire(tag = 2)]
-    #[access(changes, inodes(inode), sessions(mutation, granted))]
+    #[request(changes, inodes(inode), sessions(mutation, granted), answer = InodeAttr)]
     SetAttr {
         /// Retry identity.
         mutation: MutationId,
@@ -268,7 +280,7 @@ pub enum MetaRequest {
     },
     /// Creates an entry of any kind, directories included.
     #[wire(tag = 3)]
-    #[access(changes, inodes(parent), sessions(mutation))]
+    #[request(changes, inodes(parent), sessions(mutation), answer = crate::answer::CreateReply)]
     Create {
         /// Retry identity.
         mutation: MutationId,
@@ -284,7 +296,7 @@ pub enum MetaRequest {
     },
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
     #[wire(tag = 4)]
-    #[access(changes, inodes(parent), sessions(mutation))]
+    #[request(changes, inodes(parent), sessions(mutation), answer = InodeAttr)]
     CreateSpread {
         /// Retry identity.
         mutation: MutationId,
@@ -299,7 +311,7 @@ pub enum MetaRequest {
     },
     /// Adds a hard link.
     #[wire(tag = 5)]
-    #[access(changes, inodes(inode, new_parent), sessions(mutation))]
+    #[request(changes, inodes(inode, new_parent), sessions(mutation), answer = InodeAttr)]
     Link {
         /// Retry identity.
         mutation: MutationId,
@@ -312,7 +324,7 @@ pub enum MetaRequest {
     },
     /// Removes a non-directory entry.
     #[wire(tag = 6)]
-    #[access(changes, inodes(parent), sessions(mutation))]
+    #[request(changes, inodes(parent), sessions(mutation), answer = ())]
     Unlink {
         /// Retry identity.
         mutation: MutationId,
@@ -323,7 +335,7 @@ pub enum MetaRequest {
     },
     /// Removes an empty directory.
     #[wire(tag = 7)]
-    #[access(changes, inodes(parent), sessions(mutation))]
+    #[request(changes, inodes(parent), sessions(mutation), answer = ())]
     Rmdir {
         /// Retry identity.
         mutation: MutationId,
@@ -334,7 +346,7 @@ pub enum MetaRequest {
     },
     /// Renames an entry.
     #[wire(tag = 8)]
-    #[access(changes, inodes(parent, new_parent), sessions(mutation))]
+    #[request(changes, inodes(parent, new_parent), sessions(mutation), answer = ())]
     Rename {
         /// Retry identity.
         mutation: MutationId,
@@ -351,7 +363,7 @@ pub enum MetaRequest {
     },
     /// Lists a directory (or one shard of a spread directory) after a cookie.
     #[wire(tag = 9)]
-    #[access(reads, inodes(dir))]
+    #[request(reads, inodes(dir), answer = (Vec<DirEntry>, bool))]
     ReadDir {
         /// The directory.
         dir: InodeId,
@@ -363,9 +375,23 @@ pub enum MetaRequest {
         /// Most entries wanted.
         max_entries: u32,
     },
+    /// Lists a directory as [`MetaRequest::ReadDir`] does, each entry with its inode's
+    /// attributes (FUSE's READDIRPLUS: `ls -l` and `find` need no lookup per entry).
+    #[wire(tag = 40, since = 10)]
+    #[request(reads, inodes(dir), answer = (Vec<DirEntryPlus>, bool))]
+    ReadDirPlus {
+        /// The directory.
+        dir: InodeId,
+        /// The shard count the client believes the directory has, as for `ReadDir`.
+        shards: u16,
+        /// Resume after this cookie (0 from the start).
+        after_cookie: u64,
+        /// Most entries wanted.
+        max_entries: u32,
+    },
     /// Reads a symbolic link.
     #[wire(tag = 10)]
-    #[access(reads, inodes(inode))]
+    #[request(reads, inodes(inode), answer = String)]
     ReadLink {
         /// The link.
         inode: InodeId,
@@ -373,7 +399,7 @@ pub enum MetaRequest {
     /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
     /// (client, handle) pair names the open, so a retry registers nothing new.
     #[wire(tag = 11)]
-    #[access(kind = crate::access::open_kind(*access), inodes(inode), sessions(client, granted))]
+    #[request(kind = crate::access::open_kind(*access), inodes(inode), sessions(client, granted), answer = (InodeAttr, Option<Capability>))]
     Open {
         /// The session.
         client: ClientId,
@@ -393,7 +419,7 @@ pub enum MetaRequest {
     /// A client closed handles of files of this home (clients gather the closes of a few
     /// milliseconds into one request). Idempotent, like `Open`.
     #[wire(tag = 12)]
-    #[access(reads, sessions(client))]
+    #[request(reads, sessions(client), answer = ())]
     Release {
         /// The session.
         client: ClientId,
@@ -404,7 +430,7 @@ pub enum MetaRequest {
     /// the home sends the file's queued truncate to every target now and answers when each
     /// has it.
     #[wire(tag = 13)]
-    #[access(reads, inodes(inode))]
+    #[request(reads, inodes(inode), answer = ())]
     ApplyTruncate {
         /// The file.
         inode: InodeId,
@@ -413,9 +439,9 @@ pub enum MetaRequest {
     /// room to: a file whose owner, group or project has a hard byte limit grows only into
     /// room its home reserved for an open, out of the home's grant (`quota.rs`). Answered
     /// with the end the open may now grow the file to (which may be short of `to` at the
-    /// limit), [`Response::Reserved`].
+    /// limit), [`MetaResponse::Reserved`].
     #[wire(tag = 39, since = 9)]
-    #[access(changes, inodes(inode), sessions(client))]
+    #[request(changes, inodes(inode), sessions(client), answer = (u64, Option<Capability>))]
     Reserve {
         /// The session.
         client: ClientId,
@@ -428,7 +454,7 @@ pub enum MetaRequest {
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
     #[wire(tag = 14)]
-    #[access(changes, inodes(inode), sessions(granted))]
+    #[request(changes, inodes(inode), sessions(granted), answer = InodeAttr)]
     ReportSize {
         /// The file.
         inode: InodeId,
@@ -441,7 +467,7 @@ pub enum MetaRequest {
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
     #[wire(tag = 15)]
-    #[access(changes, inodes(inode), sessions(mutation))]
+    #[request(changes, inodes(inode), sessions(mutation), answer = ())]
     SetXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -456,7 +482,7 @@ pub enum MetaRequest {
     },
     /// Reads an extended attribute.
     #[wire(tag = 16)]
-    #[access(reads, inodes(inode))]
+    #[request(reads, inodes(inode), answer = Vec<u8>)]
     GetXattr {
         /// The inode.
         inode: InodeId,
@@ -465,14 +491,14 @@ pub enum MetaRequest {
     },
     /// Lists an inode's extended attribute names.
     #[wire(tag = 17)]
-    #[access(reads, inodes(inode))]
+    #[request(reads, inodes(inode), answer = Vec<String>)]
     ListXattr {
         /// The inode.
         inode: InodeId,
     },
     /// Removes an extended attribute.
     #[wire(tag = 18)]
-    #[access(changes, inodes(inode), sessions(mutation))]
+    #[request(changes, inodes(inode), sessions(mutation), answer = ())]
     RemoveXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -484,7 +510,7 @@ pub enum MetaRequest {
     /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
     /// leaves the same state.
     #[wire(tag = 19)]
-    #[access(reads, inodes(inode), sessions(client))]
+    #[request(reads, inodes(inode), sessions(client), answer = ())]
     SetLock {
         /// The session.
         client: ClientId,
@@ -500,7 +526,7 @@ pub enum MetaRequest {
     },
     /// Finds a lock that would conflict with `lock` (F_GETLK).
     #[wire(tag = 20)]
-    #[access(reads, inodes(inode), sessions(client))]
+    #[request(reads, inodes(inode), sessions(client), answer = Option<LockRange>)]
     GetLock {
         /// The session.
         client: ClientId,
@@ -512,13 +538,13 @@ pub enum MetaRequest {
     /// Asks for the server's lock epoch, which changes when it restarts: a client that sees a
     /// new epoch reclaims its locks.
     #[wire(tag = 21)]
-    #[access(reads)]
+    #[request(reads, answer = u64)]
     LockEpoch,
     /// Server to server: creates a directory inode that a dentry on the coordinating server
     /// will name (the inode before the dentry, so a crash leaves at worst an orphan).
     /// Idempotent per (coordinator, intent).
     #[wire(tag = 22)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     CreateDirInode {
         /// The metadata node coordinating the mkdir.
         coordinator: NodeId,
@@ -544,7 +570,7 @@ pub enum MetaRequest {
     },
     /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
     #[wire(tag = 23)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     SetShards {
         /// The spread directory.
         dir: InodeId,
@@ -555,7 +581,7 @@ pub enum MetaRequest {
     /// is added to it meanwhile (`seal`), or unseals it when the removal gives up. Idempotent
     /// per (coordinator, intent); a missing shard is removed already.
     #[wire(tag = 24)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     SealShard {
         /// The shard.
         shard: InodeId,
@@ -569,7 +595,7 @@ pub enum MetaRequest {
     /// Server to server: copies what new entries inherit from a spread directory (mode, group,
     /// stripe pattern, default ACL, default spread) to one of its shards. Idempotent.
     #[wire(tag = 25)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     SyncShard {
         /// The shard.
         shard: InodeId,
@@ -592,21 +618,21 @@ pub enum MetaRequest {
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.
     #[wire(tag = 26)]
-    #[access(members)]
+    #[request(members, answer = ())]
     RemoveDirInode {
         /// The directory inode.
         inode: InodeId,
     },
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
     #[wire(tag = 27)]
-    #[access(members)]
+    #[request(members, answer = Vec<InodeId>)]
     RemoteReferences,
     /// Server to server: inserts a dentry for a rename coordinated by another server (the
     /// entry's old name is there), replacing a victim: a file, or an empty directory (one
     /// living on a third server must have been sealed by the coordinator). Applied once per
     /// (coordinator, intent).
     #[wire(tag = 28)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     InsertDentry {
         /// The metadata node coordinating the rename.
         coordinator: NodeId,
@@ -632,7 +658,7 @@ pub enum MetaRequest {
     /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
     /// `child`); `Busy` when it names neither (the entry changed meanwhile).
     #[wire(tag = 29)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     ExchangeDentry {
         /// The metadata node coordinating the exchange.
         coordinator: NodeId,
@@ -653,7 +679,7 @@ pub enum MetaRequest {
     /// ctime becomes now and, for a directory, its parent pointer follows the dentry.
     /// Idempotent (a repeat only moves the ctime again).
     #[wire(tag = 30)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     Renamed {
         /// The renamed inode.
         inode: InodeId,
@@ -665,7 +691,7 @@ pub enum MetaRequest {
     /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
     /// keeps it as an orphan while it is open).
     #[wire(tag = 31)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     AdjustLinks {
         /// The metadata node coordinating the change.
         coordinator: NodeId,
@@ -679,7 +705,7 @@ pub enum MetaRequest {
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
     #[wire(tag = 32)]
-    #[access(members)]
+    #[request(members, answer = CheckReport)]
     Check {
         /// Fix what is safe to fix.
         repair: bool,
@@ -688,7 +714,7 @@ pub enum MetaRequest {
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
     #[wire(tag = 33)]
-    #[access(changes, inodes(dir), sessions(mutation))]
+    #[request(changes, inodes(dir), sessions(mutation), answer = InodeAttr)]
     SetPattern {
         /// Retry identity.
         mutation: MutationId,
@@ -701,7 +727,7 @@ pub enum MetaRequest {
     /// applied in order to the member's copy. The payload holds the bytes of every `Write`,
     /// one after the other. With `sync`, the copy is synced before the answer.
     #[wire(tag = 34)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     ReplicaApply {
         /// The group.
         group: GroupId,
@@ -724,7 +750,7 @@ pub enum MetaRequest {
     /// recorded with an intent id below `below` has finished, durably. The home forgets its
     /// markers of their steps and refuses a late copy of one of them (`Superseded`).
     #[wire(tag = 35)]
-    #[access(members)]
+    #[request(members, answer = MetaResponse)]
     IntentsSettled {
         /// The coordinating home.
         coordinator: NodeId,
@@ -734,12 +760,12 @@ pub enum MetaRequest {
     /// How far this metadata server's consistency check is (`weft fsck` shows it while it
     /// waits for the check).
     #[wire(tag = 36)]
-    #[access(members)]
+    #[request(members, answer = crate::messages::CheckProgress)]
     CheckProgress,
     /// What each user and group uses in each pool in the homes this server serves (`weft
     /// quota report` sums the servers).
     #[wire(tag = 37, since = 4)]
-    #[access(members)]
+    #[request(members, answer = Vec<crate::quota::QuotaUsage>)]
     QuotaUsage,
     /// Moves a regular file's objects onto other targets while it stays in use (`weft entry
     /// migrate`): every slot whose target is not in `pool` (when given), or is not the one
@@ -749,7 +775,7 @@ pub enum MetaRequest {
     /// `done: false` while it still runs (ask again: the move goes on either way, and a
     /// restart resumes it).
     #[wire(tag = 38, since = 4)]
-    #[access(members)]
+    #[request(members, answer = (u16, bool))]
     Migrate {
         /// The file.
         inode: InodeId,
@@ -787,4 +813,103 @@ pub struct MetaRoute {
     pub home: NodeId,
     /// The home's group version, or 0.
     pub version: GroupVersion,
+}
+
+/// What a metadata server answers: its variants keep the tags they had when one enum answered every
+/// service, so the bytes on the wire and in stored replies are the same.
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
+pub enum MetaResponse {
+    /// Done, nothing to return.
+    #[wire(tag = 0)]
+    Done,
+    /// An inode's attributes.
+    #[wire(tag = 5)]
+    Attr(InodeAttr),
+    /// A new entry's attributes, with its directory's as they are after the change (when
+    /// the directory's entries all live with it, so they are what a get-attributes would
+    /// answer), which saves the client asking for them.
+    #[wire(tag = 6)]
+    Created {
+        /// The new entry.
+        attr: InodeAttr,
+        /// Its directory, unless that is spread over several servers.
+        parent: Option<InodeAttr>,
+        /// For a file created open by a client whose access the servers check: the grant of
+        /// access to its objects.
+        #[serde(default, with = "crate::wire::since_3_advisory")]
+        capability: Option<Capability>,
+    },
+    /// A page of a directory listing.
+    #[wire(tag = 7)]
+    DirEntries {
+        /// Entries in cookie order.
+        entries: Vec<DirEntry>,
+        /// True when the listing reached the end.
+        end: bool,
+    },
+    /// A symbolic link's target.
+    #[wire(tag = 8)]
+    LinkTarget(String),
+    /// An extended attribute's value.
+    #[wire(tag = 9)]
+    XattrValue(Vec<u8>),
+    /// An inode's extended attribute names.
+    #[wire(tag = 10)]
+    XattrNames(Vec<String>),
+    /// The result of a consistency check.
+    #[wire(tag = 16)]
+    CheckReport(CheckReport),
+    /// The lock that conflicts, or none.
+    #[wire(tag = 17)]
+    LockConflict(Option<LockRange>),
+    /// The server's lock epoch.
+    #[wire(tag = 18)]
+    LockEpoch(u64),
+    /// A list of inodes.
+    #[wire(tag = 19)]
+    Inodes(Vec<InodeId>),
+    /// Nothing needed doing (a rename onto another name of the same inode).
+    #[wire(tag = 20)]
+    Unchanged,
+    /// How far a consistency check is.
+    #[wire(tag = 27)]
+    CheckProgress(CheckProgress),
+    /// A file opened by a client whose access the servers check: its attributes, and the
+    /// grant of access to its objects the storage servers want from that client.
+    #[wire(tag = 29, since = 3)]
+    Opened {
+        /// The file.
+        attr: InodeAttr,
+        /// The grant.
+        capability: Capability,
+    },
+    /// What users, groups and projects use, per pool.
+    #[wire(tag = 31, since = 4)]
+    QuotaUsage(#[serde(with = "crate::quota::spoken_rows")] Vec<crate::quota::QuotaUsage>),
+    /// How far a file's move is ([`MetaRequest::Migrate`]).
+    #[wire(tag = 34, since = 4)]
+    Migration {
+        /// Slots of the layout that move (0: the file was where it should be).
+        moving: u16,
+        /// Whether the move is done.
+        done: bool,
+    },
+    /// The end an open may grow its file to ([`MetaRequest::Reserve`]).
+    #[wire(tag = 36, since = 9)]
+    Reserved {
+        /// The end.
+        to: u64,
+        /// For a client whose access the servers check: a new grant of the open, which lets
+        /// its writes grow the file's objects as far as the room.
+        capability: Option<Capability>,
+    },
+    /// A page of a directory listing with the entries' attributes
+    /// ([`MetaRequest::ReadDirPlus`]).
+    #[wire(tag = 38, since = 10)]
+    DirEntriesPlus {
+        /// Entries in cookie order.
+        entries: Vec<DirEntryPlus>,
+        /// True when the listing reached the end.
+        end: bool,
+    },
 }

@@ -3,12 +3,13 @@
 use super::*;
 
 /// Requests served by management.
-#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Access)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Declared)]
+#[request(response = MgmtResponse, answers = mgmt_answers)]
 #[strum(serialize_all = "snake_case")]
 pub enum MgmtRequest {
     /// A server announces itself; `node` is its saved id, or `None` on first start.
     #[wire(tag = 0)]
-    #[access(members)]
+    #[request(members, answer = NodeId)]
     RegisterNode {
         /// Saved id, if any.
         node: Option<NodeId>,
@@ -21,7 +22,7 @@ pub enum MgmtRequest {
     },
     /// A storage server announces a target; `target` is its saved id, or `None` when new.
     #[wire(tag = 1)]
-    #[access(members)]
+    #[request(members, answer = TargetId)]
     RegisterTarget {
         /// The storage node.
         node: NodeId,
@@ -30,7 +31,7 @@ pub enum MgmtRequest {
     },
     /// A server is alive; storage servers report their targets' usage.
     #[wire(tag = 2)]
-    #[access(members)]
+    #[request(members, answer = crate::answer::HeartbeatAck)]
     Heartbeat {
         /// The node's role (ids are numbered per role).
         kind: NodeKind,
@@ -60,14 +61,14 @@ pub enum MgmtRequest {
     },
     /// A client opens a session.
     #[wire(tag = 3)]
-    #[access(reads)]
+    #[request(reads, answer = crate::answer::Registered)]
     RegisterClient {
         /// Host name of the client.
         alias: String,
     },
     /// A client's session is alive.
     #[wire(tag = 4)]
-    #[access(reads, sessions(client))]
+    #[request(reads, sessions(client), answer = ())]
     ClientHeartbeat {
         /// The session.
         client: ClientId,
@@ -77,16 +78,16 @@ pub enum MgmtRequest {
     },
     /// Asks for the node and target maps.
     #[wire(tag = 5)]
-    #[access(reads)]
+    #[request(reads, answer = ClusterMap)]
     GetClusterMap,
     /// Asks for management's view of the cluster: states, space, recent throughput, events.
     #[wire(tag = 6)]
-    #[access(reads)]
+    #[request(reads, answer = ClusterStatus)]
     GetClusterStatus,
     /// Creates a mirror group of these members (storage target ids, or metadata node ids),
     /// the first one primary.
     #[wire(tag = 7)]
-    #[access(members)]
+    #[request(members, answer = Vec<MirrorGroupInfo>)]
     CreateMirrorGroup {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -95,11 +96,11 @@ pub enum MgmtRequest {
     },
     /// Asks for the progress of the storage mirror resyncs running or finished lately.
     #[wire(tag = 8)]
-    #[access(reads)]
+    #[request(reads, answer = Vec<ResyncProgress>)]
     GetResyncStats,
     /// Pairs every member not yet in a group with one on another node.
     #[wire(tag = 9)]
-    #[access(members)]
+    #[request(members, answer = Vec<MirrorGroupInfo>)]
     AutoCreateMirrorGroups {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -108,7 +109,7 @@ pub enum MgmtRequest {
     /// directories, so two of them on different metadata servers cannot make a loop. Granted
     /// when free, when its lease ran out, or to the same token.
     #[wire(tag = 10)]
-    #[access(members)]
+    #[request(members, answer = ())]
     AcquireRenameLock {
         /// The metadata node asking.
         holder: NodeId,
@@ -117,35 +118,35 @@ pub enum MgmtRequest {
     },
     /// Gives the rename lock back.
     #[wire(tag = 11)]
-    #[access(members)]
+    #[request(members, answer = ())]
     ReleaseRenameLock {
         /// The token it was taken with.
         token: u64,
     },
     /// Sets the restrictions of a client identity (`weft client set`), replacing any it had.
     #[wire(tag = 12, since = 2)]
-    #[access(members)]
+    #[request(members, answer = ())]
     SetClientRule {
         /// The rule, naming its client.
         rule: crate::access::ClientRule,
     },
     /// Removes a client identity's restrictions (`weft client remove`).
     #[wire(tag = 13, since = 2)]
-    #[access(members)]
+    #[request(members, answer = ())]
     RemoveClientRule {
         /// The client's name.
         name: String,
     },
     /// Creates an empty storage pool (`weft pool create`); answered with it.
     #[wire(tag = 14, since = 4)]
-    #[access(members)]
+    #[request(members, answer = crate::pools::PoolInfo)]
     CreatePool {
         /// Its name.
         name: String,
     },
     /// Removes an empty storage pool (`weft pool remove`).
     #[wire(tag = 15, since = 4)]
-    #[access(members)]
+    #[request(members, answer = ())]
     RemovePool {
         /// The pool.
         pool: StoragePoolId,
@@ -154,7 +155,7 @@ pub enum MgmtRequest {
     /// each must be in `from`, and a target in a storage mirror group moves with its group's
     /// other members.
     #[wire(tag = 16, since = 4)]
-    #[access(members)]
+    #[request(members, answer = ())]
     MovePoolTargets {
         /// The targets.
         targets: Vec<TargetId>,
@@ -167,7 +168,7 @@ pub enum MgmtRequest {
     /// [`MAP_WATCH_WAIT_MS_MAX`]) with the map as it is: services and clients follow the map
     /// with it, so a change reaches them as it happens.
     #[wire(tag = 18, since = 4)]
-    #[access(reads)]
+    #[request(reads, answer = ClusterMap)]
     WatchClusterMap {
         /// The epoch of the map the asker holds.
         after: u64,
@@ -177,14 +178,14 @@ pub enum MgmtRequest {
     /// Sets (or with all limits 0 removes) the quota limits of a user or group in a pool
     /// (`weft quota set`).
     #[wire(tag = 19, since = 4)]
-    #[access(members)]
+    #[request(members, answer = ())]
     SetQuota {
         /// The rule.
         rule: crate::quota::QuotaRule,
     },
     /// Asks for every quota rule with its use and state (`weft quota list`).
     #[wire(tag = 20, since = 4)]
-    #[access(members)]
+    #[request(members, answer = Vec<crate::quota::QuotaState>)]
     GetQuotas,
     /// A metadata home asks to hold `bytes` and `inodes` of a hard-limited user's, group's or
     /// project's use in a pool (all its inodes use there, and what its writers may still
@@ -192,7 +193,7 @@ pub enum MgmtRequest {
     /// hard limit, and answers what the home now holds, which may be less than asked (and
     /// less than it held: asking less gives back).
     #[wire(tag = 24, since = 9)]
-    #[access(members)]
+    #[request(members, answer = (u64, u64))]
     GrantQuota {
         /// The home.
         home: NodeId,
@@ -205,7 +206,7 @@ pub enum MgmtRequest {
     },
     /// Sets a pool's capacity limits (`weft pool set`).
     #[wire(tag = 17, since = 4)]
-    #[access(members)]
+    #[request(members, answer = crate::pools::PoolInfo)]
     SetPoolLimits {
         /// The pool.
         pool: StoragePoolId,
@@ -217,7 +218,7 @@ pub enum MgmtRequest {
     /// Starts draining a target (`weft target drain`): new files avoid it and the metadata
     /// servers move every file off it; with `stop`, it takes new files again.
     #[wire(tag = 21, since = 4)]
-    #[access(members)]
+    #[request(members, answer = ())]
     DrainTarget {
         /// The target.
         target: TargetId,
@@ -227,16 +228,16 @@ pub enum MgmtRequest {
     /// Removes a drained target from the cluster (`weft target remove`): refused while any
     /// file still uses it, or a metadata server has not told since the drain began.
     #[wire(tag = 22, since = 4)]
-    #[access(members)]
+    #[request(members, answer = ())]
     RemoveTarget {
         /// The target.
         target: TargetId,
     },
     /// A message of the replication between management servers: the request, encoded by the
-    /// replication library, is the payload, and so is its answer ([`Response::Raft`]). Only
+    /// replication library, is the payload, and so is its answer ([`MgmtResponse::Raft`]). Only
     /// members send it.
     #[wire(tag = 23, since = 7)]
-    #[access(members)]
+    #[request(members, answer = crate::answer::InPayload)]
     Raft {
         /// Which message.
         call: RaftCall,
@@ -267,4 +268,77 @@ pub fn mgmt_servers(address: &str) -> impl Iterator<Item = &str> {
         .split(';')
         .map(str::trim)
         .filter(|server| !server.is_empty())
+}
+
+/// What a management server answers: its variants keep the tags they had when one enum answered every
+/// service, so the bytes on the wire and in stored replies are the same.
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
+pub enum MgmtResponse {
+    /// Done, nothing to return.
+    #[wire(tag = 0)]
+    Done,
+    /// The node's id.
+    #[wire(tag = 1)]
+    NodeRegistered {
+        /// Allocated or confirmed id.
+        node: NodeId,
+    },
+    /// The target's id.
+    #[wire(tag = 2)]
+    TargetRegistered {
+        /// Allocated or confirmed id.
+        target: TargetId,
+    },
+    /// The client's session.
+    #[wire(tag = 3)]
+    ClientRegistered {
+        /// The new session id.
+        client: ClientId,
+        /// How long management keeps the session without a heartbeat, in milliseconds (0:
+        /// not said, from a server of version 6). The client heartbeats well within it.
+        #[serde(default, with = "crate::wire::since_7")]
+        session_timeout_ms: u64,
+    },
+    /// The maps.
+    #[wire(tag = 4)]
+    ClusterMap(ClusterMap),
+    /// Management's view of the cluster.
+    #[wire(tag = 23)]
+    ClusterStatus(ClusterStatus),
+    /// Mirror groups (the ones just created).
+    #[wire(tag = 24)]
+    MirrorGroups(Vec<MirrorGroupInfo>),
+    /// Resyncs of storage mirror members, as their primaries last reported them.
+    #[wire(tag = 25)]
+    ResyncStats(Vec<ResyncProgress>),
+    /// Management's answer to a heartbeat.
+    #[wire(tag = 26)]
+    HeartbeatAck {
+        /// A primary may serve until this long after it sent the heartbeat.
+        lease_ms: u64,
+        /// The storage mirror groups the node's targets are members of.
+        mirror_groups: Vec<MirrorGroupInfo>,
+        /// Management's clock when it answered, in milliseconds since the Unix epoch: the
+        /// cluster's clock, which capabilities' expiry is granted and checked by (0 from a
+        /// management of version 7).
+        #[serde(default, with = "crate::wire::since_8")]
+        unix_ms: u64,
+    },
+    /// A storage pool.
+    #[wire(tag = 30, since = 4)]
+    Pool(crate::pools::PoolInfo),
+    /// Quota rules with their use and state.
+    #[wire(tag = 32, since = 4)]
+    Quotas(#[serde(with = "crate::quota::spoken_rows")] Vec<crate::quota::QuotaState>),
+    /// The answer to a [`MgmtRequest::Raft`], in the payload.
+    #[wire(tag = 35, since = 7)]
+    Raft,
+    /// What a home now holds of a quota ([`MgmtRequest::GrantQuota`]).
+    #[wire(tag = 37, since = 9)]
+    QuotaGranted {
+        /// Bytes.
+        bytes: u64,
+        /// Inodes.
+        inodes: u64,
+    },
 }

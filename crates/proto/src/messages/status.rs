@@ -227,3 +227,11 @@ pub struct TargetStats {
     /// Space and inodes now.
     pub usage: SpaceUsage,
 }
+
+/// What any server answers to [`Request::Stats`]: its load counters.
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
+pub enum StatsResponse {
+    /// A server's load counters.
+    #[wire(tag = 22)]
+    Stats(NodeStats),
+}

@@ -77,14 +77,15 @@ pub struct ChangeTag {
 }
 
 /// Requests served by a storage server. Data travels as the frame payload.
-#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Access)]
+#[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Declared)]
+#[request(response = StorageResponse, answers = storage_answers)]
 #[strum(serialize_all = "snake_case")]
 pub enum StorageRequest {
     /// Writes the payload at an offset of an object, creating it if needed. Refused with
     /// `TruncatePending` while the object holds data from before a truncate of `generation`
     /// it has not had (see [`StorageRequest::Truncate`]).
     #[wire(tag = 0)]
-    #[access(changes)]
+    #[request(changes, answer = crate::answer::Written)]
     Write {
         /// The target.
         target: TargetId,
@@ -113,7 +114,7 @@ pub enum StorageRequest {
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
     #[wire(tag = 1)]
-    #[access(members)]
+    #[request(members, answer = StorageBenchStatus)]
     Bench {
         /// What to do.
         op: StorageBenchOp,
@@ -121,7 +122,7 @@ pub enum StorageRequest {
     /// Network benchmark (`weft bench net`): a write whose payload is checked and dropped, or
     /// a read of `read_len` zero bytes, with no disk I/O; the target must exist.
     #[wire(tag = 2)]
-    #[access(reads)]
+    #[request(reads, answer = StorageResponse)]
     NetBench {
         /// The target.
         target: TargetId,
@@ -131,7 +132,7 @@ pub enum StorageRequest {
     /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
     /// Refused with `TruncatePending` like a write, so bytes a truncate cut never show.
     #[wire(tag = 3)]
-    #[access(reads)]
+    #[request(reads, answer = crate::answer::Data)]
     Read {
         /// The target.
         target: TargetId,
@@ -155,7 +156,7 @@ pub enum StorageRequest {
     /// cuts what was written after it. The object then records the generation, durably
     /// before the answer.
     #[wire(tag = 4)]
-    #[access(members)]
+    #[request(members, answer = ())]
     Truncate {
         /// The target.
         target: TargetId,
@@ -170,7 +171,7 @@ pub enum StorageRequest {
     },
     /// Removes an object; removing a missing object succeeds.
     #[wire(tag = 5)]
-    #[access(members)]
+    #[request(members, answer = ())]
     Remove {
         /// The target.
         target: TargetId,
@@ -183,7 +184,7 @@ pub enum StorageRequest {
     },
     /// Makes an object's data durable.
     #[wire(tag = 6)]
-    #[access(reads)]
+    #[request(reads, answer = crate::answer::Synced)]
     Sync {
         /// The target.
         target: TargetId,
@@ -199,7 +200,7 @@ pub enum StorageRequest {
     /// Allocates space for, or zeroes, a range of an object without changing its length.
     /// Refused with `TruncatePending` like a write.
     #[wire(tag = 7)]
-    #[access(changes)]
+    #[request(changes, answer = ())]
     Fallocate {
         /// The target.
         target: TargetId,
@@ -232,7 +233,7 @@ pub enum StorageRequest {
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.
     #[wire(tag = 8)]
-    #[access(members)]
+    #[request(members, answer = crate::answer::ObjectsPage)]
     ListObjects {
         /// The target.
         target: TargetId,
@@ -248,7 +249,7 @@ pub enum StorageRequest {
     },
     /// The length of an object (0 if it does not exist).
     #[wire(tag = 9)]
-    #[access(members)]
+    #[request(members, answer = u64)]
     ObjectLength {
         /// The target.
         target: TargetId,
@@ -261,7 +262,7 @@ pub enum StorageRequest {
     /// target named (a mirror member's own copy, never routed): `weft fsck` compares mirror
     /// members with it.
     #[wire(tag = 10)]
-    #[access(members)]
+    #[request(members, answer = crate::answer::Checksum)]
     ObjectChecksum {
         /// The target.
         target: TargetId,
@@ -277,7 +278,7 @@ pub enum StorageRequest {
     /// Makes everything on a mirror member's target durable: the last step of a resync (the
     /// member may hold changes it took before it left that no sync reached).
     #[wire(tag = 11)]
-    #[access(members)]
+    #[request(members, answer = crate::answer::Synced)]
     SyncTarget {
         /// The target.
         target: TargetId,
@@ -290,7 +291,7 @@ pub enum StorageRequest {
     /// crosses the client. A piece that ends early reads as zeros (a hole). Refused like a
     /// write (`TruncatePending`, `NoSpace`, `QuotaExceeded`), and answered like one.
     #[wire(tag = 13, since = 4)]
-    #[access(changes)]
+    #[request(changes, answer = crate::answer::Written)]
     CopyFrom {
         /// The target.
         target: TargetId,
@@ -323,7 +324,7 @@ pub enum StorageRequest {
     /// Sent only by the group's primary to its members (with a move's last push, or by a
     /// resync); the seal stays as the object's tombstone until its file is removed.
     #[wire(tag = 14, since = 6)]
-    #[access(members)]
+    #[request(members, answer = ())]
     Seal {
         /// The member's target.
         target: TargetId,
@@ -340,7 +341,7 @@ pub enum StorageRequest {
     /// complete, and the metadata server switches the file's layout to it. A sealed push
     /// sent again answers at once.
     #[wire(tag = 12, since = 4)]
-    #[access(members)]
+    #[request(members, answer = crate::answer::Pushed)]
     Push {
         /// The target the object is on.
         target: TargetId,
@@ -551,4 +552,60 @@ pub struct CheckReport {
     pub repairs: Vec<String>,
     /// Storage targets that could not be listed: their objects were not checked.
     pub unreachable_targets: Vec<TargetId>,
+}
+
+/// What a storage server answers: its variants keep the tags they had when one enum answered every
+/// service, so the bytes on the wire and in stored replies are the same.
+#[derive(Clone, Debug, PartialEq, Eq, Wire)]
+pub enum StorageResponse {
+    /// Done, nothing to return.
+    #[wire(tag = 0)]
+    Done,
+    /// Bytes written; data read is in the payload.
+    #[wire(tag = 11)]
+    Written {
+        /// Bytes written.
+        len: u32,
+        /// Changes when writes acknowledged but not yet synced may have been lost (a storage
+        /// server's boot id, or a mirror group's loss epoch); a sync answers it too, and a
+        /// client whose unsynced writes carried another one reports EIO.
+        verifier: u64,
+    },
+    /// An object's data is durable; `verifier` as in [`StorageResponse::Written`].
+    #[wire(tag = 12)]
+    Synced {
+        /// The verifier now.
+        verifier: u64,
+    },
+    /// Data is in the payload.
+    #[wire(tag = 13)]
+    Data,
+    /// An object's length.
+    #[wire(tag = 14)]
+    Length(u64),
+    /// Objects as (inode, length), in inode order; `end` when nothing follows.
+    #[wire(tag = 15)]
+    Objects {
+        /// The objects.
+        objects: Vec<(InodeId, u64)>,
+        /// True when the listing reached the end.
+        end: bool,
+    },
+    /// A storage server's StorageBench state.
+    #[wire(tag = 21)]
+    StorageBench(StorageBenchStatus),
+    /// An object's length, and the CRC32C of the range of it asked for (holes read as zeros).
+    #[wire(tag = 28)]
+    Checksum {
+        /// The object's length.
+        length: u64,
+        /// CRC32C of the bytes of the range that lie before `length`.
+        crc: u32,
+    },
+    /// A push of an object to another target is done ([`StorageRequest::Push`]).
+    #[wire(tag = 33, since = 4)]
+    Pushed {
+        /// Bytes it copied.
+        copied: u64,
+    },
 }

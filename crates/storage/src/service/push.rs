@@ -4,6 +4,7 @@
 
 use super::*;
 use weft_mirror::push::{Restarted, Round, Step};
+use weft_proto::answer::{Synced, Written};
 
 impl Storage {
     /// Serves a push of an object of `target` to its new place (a move): to the target
@@ -102,14 +103,14 @@ impl Storage {
                     }
                 }
                 Step::Verify => {
-                    let synced = self
+                    let Synced { verifier } = self
                         .cluster
                         .call_storage(to_slot, &retry, |storage, route| async move {
                             storage.sync(route, inode, None).await
                         })
                         .await
                         .map_err(rpc_error)?;
-                    round.answered(to_slot, synced).map_err(restarted)?;
+                    round.answered(to_slot, verifier).map_err(restarted)?;
                 }
                 Step::Retire => {
                     let target = Arc::clone(&target);
@@ -450,7 +451,10 @@ impl Storage {
                 storage.write(route, write).await
             }
         };
-        let (written, answered) = self
+        let Written {
+            len: written,
+            verifier: answered,
+        } = self
             .cluster
             .call_storage(copy, retry, write)
             .await
@@ -476,7 +480,7 @@ impl Storage {
         retry: &weft_net::retry::RetryPolicy,
     ) -> Result<std::collections::BTreeMap<weft_proto::layout::Slot, u64>, WireError> {
         let syncs = copies.iter().map(|&copy| async move {
-            let verifier = self
+            let Synced { verifier } = self
                 .cluster
                 .call_storage(copy, retry, |storage, route| async move {
                     storage.sync(route, inode, None).await

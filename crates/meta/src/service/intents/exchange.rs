@@ -3,18 +3,18 @@
 //! far entry changed meanwhile); the moved inodes' homes learn their parents; (3) the near name
 //! takes the far inode, the intent goes and the reply is kept.
 
-use super::rename::mark_renamed;
 use crate::ops::intent::{
     check_not_in_flight, check_unsettled, earlier, entry_to_change, record_intent, ExchangeIntent,
     Intent, IntentOp, Prepared,
 };
-use crate::service::Meta;
-use crate::store::{
+use crate::ops::rename::mark_renamed;
+use crate::schema::{
     load_dentry, load_dir, now, store_inode, Dentry, OpError, ENTRIES, REMOTE_CREATED,
 };
+use crate::service::Meta;
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
+use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// A RENAME_EXCHANGE of a name on this server with a name elsewhere.
@@ -51,7 +51,7 @@ pub(crate) fn prepare_exchange(
     let dentry = entry_to_change(txn, mutation, parent, name)?;
     if dentry.child == other {
         // Two names of one inode: nothing to swap.
-        return Ok(Prepared::Answered(Ok(Response::Done)));
+        return Ok(Prepared::Answered(Ok(MetaResponse::Done)));
     }
     let intent = Intent {
         mutation,
@@ -59,11 +59,11 @@ pub(crate) fn prepare_exchange(
             parent,
             name: name.to_string(),
             child: dentry.child,
-            kind_code: crate::store::kind_code(dentry.kind),
+            kind_code: crate::schema::kind_code(dentry.kind),
             new_parent,
             new_name: new_name.to_string(),
             other,
-            other_kind_code: crate::store::kind_code(other_kind),
+            other_kind_code: crate::schema::kind_code(other_kind),
         }),
     };
     let id = record_intent(txn, &intent)?;
@@ -75,7 +75,7 @@ pub(crate) fn prepare_exchange(
 pub(crate) fn exchange_dentry(
     txn: &WriteTransaction,
     request: &MetaRequest,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let MetaRequest::ExchangeDentry {
         coordinator,
         intent,
@@ -95,9 +95,9 @@ pub(crate) fn exchange_dentry(
     // The marker says this exchange was applied here already.
     let key = (coordinator.0, *intent | (1 << 61));
     if txn.open_table(REMOTE_CREATED)?.get(key)?.is_some() {
-        return Ok(Response::Unchanged);
+        return Ok(MetaResponse::Unchanged);
     }
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, *parent)?;
     parent_record.check_holds_name(*parent, name)?;
@@ -110,7 +110,7 @@ pub(crate) fn exchange_dentry(
             )
         })?;
     check_not_in_flight(txn, *parent, name, None)?;
-    crate::store::replace_dentry(
+    crate::schema::replace_dentry(
         &mut entries,
         *parent,
         name,
@@ -127,7 +127,7 @@ pub(crate) fn exchange_dentry(
     store_inode(&mut inodes, *parent, &parent_record)?;
     drop((inodes, entries));
     txn.open_table(REMOTE_CREATED)?.insert(key, expect.0)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// Exchange step (3), on the coordinator: the near name takes the far inode, the intent goes
@@ -147,23 +147,23 @@ pub(crate) fn finish_exchange(
         ..
     }: &ExchangeIntent,
     outcome: Result<(), OpError>,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     super::conclude(txn, id, mutation, outcome, |txn, ()| {
-        let mut inodes = crate::usage::Inodes::open(txn)?;
+        let mut inodes = crate::schema::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {
-                crate::store::replace_dentry(
+                crate::schema::replace_dentry(
                     &mut entries,
                     *parent,
                     name,
                     Dentry {
                         child: *other,
-                        kind: crate::store::kind_from_code(*other_kind_code),
+                        kind: crate::schema::kind_from_code(*other_kind_code),
                         ..dentry
                     },
                 )?;
-                let directory = crate::store::kind_code(FileKind::Directory);
+                let directory = crate::schema::kind_code(FileKind::Directory);
                 let delta =
                     i64::from(*other_kind_code == directory) - i64::from(*kind_code == directory);
                 let mut parent_record = load_dir(&inodes, *parent)?;
@@ -175,7 +175,7 @@ pub(crate) fn finish_exchange(
         // The swapped inodes that live here (those elsewhere were told by the coordinator).
         mark_renamed(&mut inodes, *child, *new_parent)?;
         mark_renamed(&mut inodes, *other, *parent)?;
-        Ok(Response::Done)
+        Ok(MetaResponse::Done)
     })
 }
 
@@ -185,7 +185,7 @@ impl Meta {
         &self,
         mutation: MutationId,
         exchange: Exchange,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         self.start_intent(
             move |txn| prepare_exchange(txn, mutation, &exchange),
             "rename-after-intent",
@@ -200,7 +200,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         exchange: &ExchangeIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let ExchangeIntent {
             child,
             kind_code,
@@ -217,7 +217,7 @@ impl Meta {
             name: new_name.clone(),
             expect: *other,
             child: *child,
-            kind: crate::store::kind_from_code(*kind_code),
+            kind: crate::schema::kind_from_code(*kind_code),
         };
         let outcome = self.ask_meta(new_parent.home(), request).await?.map(|_| ());
         if outcome.is_ok() {

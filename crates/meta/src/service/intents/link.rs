@@ -8,11 +8,11 @@ use crate::ops::create::load_parent_for_new;
 use crate::ops::intent::{
     check_unsettled, earlier, record_intent, Intent, IntentOp, LinkIntent, Prepared,
 };
+use crate::schema::{now, store_inode, InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED};
 use crate::service::Meta;
-use crate::store::{now, store_inode, InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, Response};
+use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// Link step (1) for an inode of another server: checks the name and records the intent.
@@ -43,7 +43,7 @@ pub(crate) fn prepare_link(
         mutation,
         op: IntentOp::Link(LinkIntent {
             inode,
-            kind_code: crate::store::kind_code(kind),
+            kind_code: crate::schema::kind_code(kind),
             new_parent,
             new_name: new_name.to_string(),
         }),
@@ -65,12 +65,12 @@ pub(crate) fn finish_link(
         new_name,
     }: &LinkIntent,
     attr: &InodeAttr,
-) -> Result<(Result<Response, OpError>, bool), OpError> {
+) -> Result<(Result<MetaResponse, OpError>, bool), OpError> {
     debug_assert_eq!(
         *inode, attr.inode,
         "the link names the inode whose count went up"
     );
-    let kind = crate::store::kind_from_code(*kind_code);
+    let kind = crate::schema::kind_from_code(*kind_code);
     finish_new_name(txn, id, mutation, (*new_parent, new_name), kind, attr)
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn adjust_links(
     inode: InodeId,
     delta: i32,
     is_open: impl Fn(InodeId) -> bool,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_unsettled(txn, coordinator, intent)?;
     // The applied-marker reuses the remote-creation table: (coordinator, intent) for +1,
     // (coordinator, intent | high bit) for -1, so an undo of a link has its own marker.
@@ -95,12 +95,12 @@ pub(crate) fn adjust_links(
         },
     );
     let mut applied = txn.open_table(REMOTE_CREATED)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let already = applied.get(key)?.is_some();
     let Some(bytes) = inodes.get(inode.0)? else {
         if already || delta < 0 {
             // Gone already: its last link went before.
-            return Ok(Response::Done);
+            return Ok(MetaResponse::Done);
         }
         return Err(OpError::rejected(
             ErrorCode::NotFound,
@@ -110,7 +110,7 @@ pub(crate) fn adjust_links(
     let mut record = InodeRecord::decode(inode.0, bytes.value())?;
     drop(bytes);
     if already {
-        return Ok(Response::Attr(record.to_attr(inode)));
+        return Ok(MetaResponse::Attr(record.to_attr(inode)));
     }
     if record.is_dir() {
         return Err(OpError::rejected(
@@ -130,12 +130,12 @@ pub(crate) fn adjust_links(
         record.nlink += 1;
         record.ctime = now();
         store_inode(&mut inodes, inode, &record)?;
-        return Ok(Response::Attr(record.to_attr(inode)));
+        return Ok(MetaResponse::Attr(record.to_attr(inode)));
     }
     let attr = record.to_attr(inode);
     // The name that went was in a directory of another home (the coordinator's).
     crate::ops::remove::drop_link(txn, &mut inodes, (inode, None), record, is_open(inode))?;
-    Ok(Response::Attr(attr))
+    Ok(MetaResponse::Attr(attr))
 }
 
 impl Meta {
@@ -146,7 +146,7 @@ impl Meta {
         inode: InodeId,
         new_parent: InodeId,
         new_name: String,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let kind = self.attr_of(inode).await?.kind;
         self.start_intent(
             move |txn| prepare_link(txn, mutation, inode, kind, new_parent, &new_name),
@@ -161,7 +161,7 @@ impl Meta {
         id: u64,
         inode: InodeId,
         delta: i32,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let request = MetaRequest::AdjustLinks {
             coordinator: self.node,
             intent: id,
@@ -178,8 +178,8 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         link: &LinkIntent,
-    ) -> Result<Response, OpError> {
-        let Response::Attr(attr) = self.adjust_remote_links(id, link.inode, 1).await? else {
+    ) -> Result<MetaResponse, OpError> {
+        let MetaResponse::Attr(attr) = self.adjust_remote_links(id, link.inode, 1).await? else {
             return Err(OpError::inconsistent("attributes expected"));
         };
         weft_service::failpoint::failpoint("link-after-remote");

@@ -12,15 +12,15 @@ use crate::ops::intent::{
     Prepared, SpreadMkdirIntent,
 };
 use crate::ops::xattr::{inherited_mode_and_acls, store_inherited};
-use crate::service::{idempotent_admitted, Meta};
-use crate::store::{
+use crate::schema::{
     allocate_inode, insert_dentry, load_dentry, now, store_inode, InodeRecord, OpError, COUNTERS,
     ENTRIES, INODES, INTENTS, REMOTE_CREATED, XATTRS,
 };
+use crate::service::{idempotent_admitted, Meta};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::layout::StripePattern;
-use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MutationId, Response};
+use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// Where a new directory made by an intent goes.
@@ -106,7 +106,7 @@ pub(crate) fn create_dir_inode(
     txn: &WriteTransaction,
     home: NodeId,
     request: &MetaRequest,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let MetaRequest::CreateDirInode {
         coordinator,
         intent,
@@ -130,11 +130,11 @@ pub(crate) fn create_dir_inode(
         .validate()
         .map_err(|error| OpError::rejected(ErrorCode::InvalidArgument, error.to_string()))?;
     let mut created = txn.open_table(REMOTE_CREATED)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     if let Some(existing) = created.get((coordinator.0, *intent))? {
         let inode = InodeId(existing.value());
-        let record = crate::store::load_inode(&inodes, inode)?;
-        return Ok(Response::Attr(record.to_attr(inode)));
+        let record = crate::schema::load_inode(&inodes, inode)?;
+        return Ok(MetaResponse::Attr(record.to_attr(inode)));
     }
     let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
     let mut record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
@@ -156,7 +156,7 @@ pub(crate) fn create_dir_inode(
         .collect();
     store_inherited(&mut txn.open_table(XATTRS)?, inode, &inherited)?;
     created.insert((coordinator.0, *intent), inode.0)?;
-    Ok(Response::Attr(record.to_attr(inode)))
+    Ok(MetaResponse::Attr(record.to_attr(inode)))
 }
 
 /// mkdir step (3): inserts the dentry naming the remote inode (see [`finish_new_name`]);
@@ -167,7 +167,7 @@ pub(crate) fn finish_mkdir(
     mutation: MutationId,
     mkdir: &MkdirIntent,
     attr: &InodeAttr,
-) -> Result<(Result<Response, OpError>, bool), OpError> {
+) -> Result<(Result<MetaResponse, OpError>, bool), OpError> {
     finish_new_name(
         txn,
         id,
@@ -191,14 +191,14 @@ pub(super) fn finish_new_name(
     (parent, name): (InodeId, &str),
     kind: FileKind,
     attr: &InodeAttr,
-) -> Result<(Result<Response, OpError>, bool), OpError> {
+) -> Result<(Result<MetaResponse, OpError>, bool), OpError> {
     let ours = |txn: &WriteTransaction| -> Result<bool, OpError> {
         Ok(load_dentry(&txn.open_table(ENTRIES)?, parent, name)?
             .is_some_and(|d| d.child == attr.inode))
     };
     if !remove_intent(txn, id)? {
         let outcome = if ours(txn)? {
-            Ok(Response::Attr(attr.clone()))
+            Ok(MetaResponse::Attr(attr.clone()))
         } else {
             Err(OpError::rejected(
                 ErrorCode::Exists,
@@ -209,7 +209,7 @@ pub(super) fn finish_new_name(
     }
     // Admitted when its intent was recorded: finished whatever its client settled since.
     let result = idempotent_admitted(txn, mutation, |txn| {
-        let mut inodes = crate::usage::Inodes::open(txn)?;
+        let mut inodes = crate::schema::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         let mut parent_record = load_parent_for_new(&inodes, &entries, parent, name)?;
         insert_dentry(&mut entries, parent, &parent_record, name, attr.inode, kind)?;
@@ -219,7 +219,7 @@ pub(super) fn finish_new_name(
         let timestamp = now();
         parent_record.touch(timestamp);
         store_inode(&mut inodes, parent, &parent_record)?;
-        Ok(Response::Attr(attr.clone()))
+        Ok(MetaResponse::Attr(attr.clone()))
     });
     match result {
         Err(OpError::Store(message)) => Err(OpError::Store(message)),
@@ -240,7 +240,7 @@ impl Meta {
         mutation: MutationId,
         entry: NewEntry,
         placement: Placement,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let coordinator = self.node;
         self.start_intent(
             move |txn| prepare_mkdir(txn, coordinator, mutation, &entry, placement),
@@ -257,7 +257,7 @@ impl Meta {
         mutation: MutationId,
         mkdir: &MkdirIntent,
         attr: &InodeAttr,
-    ) -> Result<(Result<Response, OpError>, bool), OpError> {
+    ) -> Result<(Result<MetaResponse, OpError>, bool), OpError> {
         let (mkdir, attr) = (mkdir.clone(), attr.clone());
         self.committer
             .run_with(move |txn| finish_mkdir(txn, id, mutation, &mkdir, &attr))
@@ -271,7 +271,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         mkdir: &MkdirIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let attr = self
             .call_meta_attr(mkdir.home, mkdir.request.clone())
             .await?;

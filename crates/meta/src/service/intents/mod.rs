@@ -22,13 +22,13 @@ pub(super) mod unlink;
 use crate::ops::intent::{intents, settled_below, Intent, IntentOp, Prepared};
 use crate::ops::lookup::get_attr;
 use crate::ops::OpContext;
-use crate::service::work::{TARGET_RETRY, WORK_RETRY_INTERVAL};
+use crate::schema::OpError;
+use crate::service::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use crate::service::{rpc_error, Meta};
-use crate::store::OpError;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{InodeAttr, MetaRequest, MutationId, Response};
+use weft_proto::messages::{InodeAttr, MetaRequest, MetaResponse, MutationId};
 
 /// What a home keeps of its intents beside its tables.
 #[derive(Default)]
@@ -130,8 +130,8 @@ pub(super) fn conclude<T>(
     id: u64,
     mutation: MutationId,
     outcome: Result<T, OpError>,
-    finish: impl FnOnce(&redb::WriteTransaction, T) -> Result<Response, OpError>,
-) -> Result<Response, OpError> {
+    finish: impl FnOnce(&redb::WriteTransaction, T) -> Result<MetaResponse, OpError>,
+) -> Result<MetaResponse, OpError> {
     crate::ops::intent::drop_intent(txn, id)?;
     // Admitted when its intent was recorded: finished whatever its client settled since.
     crate::service::idempotent_admitted(txn, mutation, |txn| finish(txn, outcome?))
@@ -139,9 +139,9 @@ pub(super) fn conclude<T>(
 
 impl Meta {
     /// Attributes of an inode on another metadata server.
-    pub(super) async fn remote_attr(&self, inode: InodeId) -> Result<Response, OpError> {
+    pub(super) async fn remote_attr(&self, inode: InodeId) -> Result<MetaResponse, OpError> {
         let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
-        Ok(Response::Attr(
+        Ok(MetaResponse::Attr(
             meta.get_attr(inode).await.map_err(rpc_error)?,
         ))
     }
@@ -154,7 +154,7 @@ impl Meta {
             self.remote_attr(inode).await?
         };
         match response {
-            Response::Attr(attr) => Ok(attr),
+            MetaResponse::Attr(attr) => Ok(attr),
             other => Err(OpError::inconsistent(format!(
                 "the attributes of {inode} came back as {other:?}"
             ))),
@@ -168,7 +168,7 @@ impl Meta {
         &self,
         node: NodeId,
         request: MetaRequest,
-    ) -> Result<Result<Response, OpError>, OpError> {
+    ) -> Result<Result<MetaResponse, OpError>, OpError> {
         let call = |meta: std::sync::Arc<weft_net::MetaClient>| {
             let request = request.clone();
             async move { meta.call(request).await }
@@ -185,7 +185,7 @@ impl Meta {
         &self,
         node: NodeId,
         request: MetaRequest,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         self.ask_meta(node, request).await?
     }
 
@@ -196,7 +196,7 @@ impl Meta {
         request: MetaRequest,
     ) -> Result<InodeAttr, OpError> {
         match self.call_meta(node, request).await? {
-            Response::Attr(attr) => Ok(attr),
+            MetaResponse::Attr(attr) => Ok(attr),
             other => Err(OpError::inconsistent(format!(
                 "metadata node {node} answered {other:?} where attributes were expected"
             ))),
@@ -205,7 +205,11 @@ impl Meta {
 
     /// Runs the remaining steps of an intent: after step (1) in a live request, or in recovery.
     /// Errors reaching the other server leave the intent for the next recovery pass.
-    pub(super) async fn finish_intent(&self, id: u64, intent: Intent) -> Result<Response, OpError> {
+    pub(super) async fn finish_intent(
+        &self,
+        id: u64,
+        intent: Intent,
+    ) -> Result<MetaResponse, OpError> {
         let mutation = intent.mutation;
         match &intent.op {
             IntentOp::Mkdir(op) => self.continue_mkdir(id, mutation, op).await,
@@ -225,7 +229,7 @@ impl Meta {
         &self,
         prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Prepared, OpError> + Send + 'static,
         failpoint: &str,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let preparing = self.intents.runs.preparing();
         let prepared = self.committer.run_with(prepare).await?;
         self.drive(prepared, preparing, failpoint).await
@@ -240,11 +244,11 @@ impl Meta {
         prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Option<Prepared>, OpError>
             + Send
             + 'static,
-        local: impl FnOnce(&redb::WriteTransaction, &OpContext) -> Result<Response, OpError>
+        local: impl FnOnce(&redb::WriteTransaction, &OpContext) -> Result<MetaResponse, OpError>
             + Send
             + 'static,
         failpoint: &str,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let preparing = self.intents.runs.preparing();
         match self.committer.run_with(prepare).await? {
             None => self.mutate(mutation, local).await,
@@ -259,7 +263,7 @@ impl Meta {
         prepared: Prepared,
         preparing: Preparing<'_>,
         failpoint: &str,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         match prepared {
             Prepared::Answered(answer) => answer,
             Prepared::Intent(id, intent) => {
@@ -327,7 +331,7 @@ impl Meta {
         // What was read is committed; this makes it durable.
         if self
             .committer
-            .run(Box::new(|_| Ok(Response::Done)))
+            .run(Box::new(|_| Ok(MetaResponse::Done)))
             .await
             .is_err()
         {

@@ -12,18 +12,18 @@ use crate::ops::intent::{
     IntentOp, Prepared, RenameIntent,
 };
 use crate::ops::rename::{
-    check_kinds_match, rename, too_deep, walk_ends_at, RenameArgs, PATH_DEPTH_MAX,
+    check_kinds_match, mark_renamed, rename, too_deep, walk_ends_at, RenameArgs, PATH_DEPTH_MAX,
 };
-use crate::service::work::TARGET_RETRY;
-use crate::service::{rpc_error, Meta};
-use crate::store::{
+use crate::schema::{
     dir_is_empty, insert_dentry, load_dentry, load_dir, now, remove_dentry, store_inode, take_name,
-    InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED, XATTRS,
+    OpError, ENTRIES, INODES, REMOTE_CREATED, XATTRS,
 };
+use crate::service::targets::TARGET_RETRY;
+use crate::service::{rpc_error, Meta};
 use redb::{ReadableTable, WriteTransaction};
 use std::time::Duration;
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
+use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// Rename step (1) to a directory on another server: checks the source and records the intent.
@@ -39,7 +39,7 @@ pub(crate) fn prepare_rename_out(
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(prepared);
     }
-    crate::store::check_name(new_name)?;
+    crate::schema::check_name(new_name)?;
     let dentry = entry_to_change(txn, mutation, parent, name)?;
     let intent = Intent {
         mutation,
@@ -47,7 +47,7 @@ pub(crate) fn prepare_rename_out(
             parent,
             name: name.to_string(),
             child: dentry.child,
-            kind_code: crate::store::kind_code(dentry.kind),
+            kind_code: crate::schema::kind_code(dentry.kind),
             new_parent,
             new_name: new_name.to_string(),
             no_replace: flags.no_replace,
@@ -66,7 +66,7 @@ pub(crate) fn insert_dentry_for(
     home: NodeId,
     request: &MetaRequest,
     is_open: impl Fn(InodeId) -> bool,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let MetaRequest::InsertDentry {
         coordinator,
         intent,
@@ -85,13 +85,13 @@ pub(crate) fn insert_dentry_for(
         ));
     };
     check_unsettled(txn, *coordinator, *intent)?;
-    crate::store::check_name(name)?;
+    crate::schema::check_name(name)?;
     // The marker keeps the replaced victim whose link its own home must drop (0: none).
     let key = (coordinator.0, *intent | (1 << 62));
     if let Some(victim) = txn.open_table(REMOTE_CREATED)?.get(key)? {
         return Ok(victim_response(victim.value()));
     }
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let mut parent_record = load_dir(&inodes, *parent)?;
     if parent_record.nlink == 0 {
@@ -106,7 +106,7 @@ pub(crate) fn insert_dentry_for(
     let mut replaced_dir = false;
     if let Some(victim) = load_dentry(&entries, *parent, name)? {
         if victim.child == *child {
-            return Ok(Response::Unchanged);
+            return Ok(MetaResponse::Unchanged);
         }
         if *no_replace {
             return Err(OpError::rejected(
@@ -118,7 +118,7 @@ pub(crate) fn insert_dentry_for(
         let victim_is_dir = victim.kind == FileKind::Directory;
         check_kinds_match(*kind == FileKind::Directory, victim_is_dir, name)?;
         if victim_is_dir && victim.child.home() == home {
-            let record = crate::store::load_inode(&inodes, victim.child)?;
+            let record = crate::schema::load_inode(&inodes, victim.child)?;
             if !record.shards.is_empty() {
                 return Err(OpError::rejected(
                     ErrorCode::CrossDevice,
@@ -144,7 +144,7 @@ pub(crate) fn insert_dentry_for(
             inodes.remove(victim.child)?;
             crate::ops::xattr::remove_all(&mut txn.open_table(XATTRS)?, victim.child)?;
         } else if victim.child.home() == home {
-            let victim_record = crate::store::load_inode(&inodes, victim.child)?;
+            let victim_record = crate::schema::load_inode(&inodes, victim.child)?;
             crate::ops::remove::drop_link(
                 txn,
                 &mut inodes,
@@ -171,11 +171,11 @@ pub(crate) fn insert_dentry_for(
 }
 
 /// `Inodes([victim])` when a replaced victim's link must still be dropped at its own home.
-fn victim_response(victim: u64) -> Response {
+fn victim_response(victim: u64) -> MetaResponse {
     if victim == 0 {
-        Response::Done
+        MetaResponse::Done
     } else {
-        Response::Inodes(vec![InodeId(victim)])
+        MetaResponse::Inodes(vec![InodeId(victim)])
     }
 }
 
@@ -193,13 +193,13 @@ pub(crate) fn finish_rename_out(
         new_parent,
         ..
     }: &RenameIntent,
-    outcome: Result<Response, OpError>,
-) -> Result<Response, OpError> {
+    outcome: Result<MetaResponse, OpError>,
+) -> Result<MetaResponse, OpError> {
     super::conclude(txn, id, mutation, outcome, |txn, outcome| {
-        if outcome == Response::Unchanged {
-            return Ok(Response::Done);
+        if outcome == MetaResponse::Unchanged {
+            return Ok(MetaResponse::Done);
         }
-        let mut inodes = crate::usage::Inodes::open(txn)?;
+        let mut inodes = crate::schema::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         if let Some(dentry) = load_dentry(&entries, *parent, name)? {
             if dentry.child == *child {
@@ -209,38 +209,8 @@ pub(crate) fn finish_rename_out(
         }
         // The moved inode, when it lives here (one elsewhere was told by the coordinator).
         mark_renamed(&mut inodes, *child, *new_parent)?;
-        Ok(Response::Done)
+        Ok(MetaResponse::Done)
     })
-}
-
-/// On an inode's home, after a rename elsewhere moved a dentry of it: its ctime becomes now,
-/// and it points at its new parent (idempotent; a removed one is left). Parent 0 makes a
-/// file forget its parent, before a rename that moves its name (a directory keeps its own).
-pub(crate) fn renamed(
-    txn: &WriteTransaction,
-    inode: InodeId,
-    parent: InodeId,
-) -> Result<Response, OpError> {
-    mark_renamed(&mut crate::usage::Inodes::open(txn)?, inode, parent)?;
-    Ok(Response::Done)
-}
-
-/// [`renamed`] in an open inode table; an inode that does not live here is left alone.
-pub(super) fn mark_renamed(
-    inodes: &mut crate::usage::Inodes<'_>,
-    inode: InodeId,
-    parent: InodeId,
-) -> Result<(), OpError> {
-    let Some(bytes) = inodes.get(inode.0)? else {
-        return Ok(());
-    };
-    let mut record = InodeRecord::decode(inode.0, bytes.value())?;
-    drop(bytes);
-    if parent.0 != 0 || !record.is_dir() {
-        record.parent = parent.0;
-    }
-    record.ctime = now();
-    store_inode(inodes, inode, &record)
 }
 
 /// Longest a directory rename waits for the cluster-wide rename lock.
@@ -261,10 +231,10 @@ impl Meta {
         new_parent: InodeId,
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let local_dentry = |dir: InodeId, entry: &str| {
             self.read(|txn| {
-                crate::store::load_dentry(&txn.open_table(crate::store::ENTRIES)?, dir, entry)
+                crate::schema::load_dentry(&txn.open_table(crate::schema::ENTRIES)?, dir, entry)
             })
             .ok()
             .flatten()
@@ -404,7 +374,7 @@ impl Meta {
     pub(in crate::service) async fn project_of(&self, inode: InodeId) -> Result<u32, OpError> {
         if inode.home() == self.node {
             return self.read(|txn| {
-                Ok(crate::store::load_inode(&txn.open_table(INODES)?, inode)?.project)
+                Ok(crate::schema::load_inode(&txn.open_table(INODES)?, inode)?.project)
             });
         }
         let meta = self.cluster.meta(inode.home()).await.map_err(rpc_error)?;
@@ -432,7 +402,7 @@ impl Meta {
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
         ancestry_checked: bool,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let is_open = self.is_open_fn();
         self.mutate(mutation, move |txn, context| {
             let args = RenameArgs {
@@ -473,7 +443,7 @@ impl Meta {
         new_parent: InodeId,
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         self.start_intent(
             move |txn| {
                 prepare_rename_out(txn, mutation, parent, &name, new_parent, &new_name, flags)
@@ -534,7 +504,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         rename: &RenameIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let RenameIntent {
             child,
             kind_code,
@@ -548,7 +518,7 @@ impl Meta {
             .meta(new_parent.home())
             .await
             .map_err(rpc_error)?;
-        let moves_dir = *kind_code == crate::store::kind_code(FileKind::Directory);
+        let moves_dir = *kind_code == crate::schema::kind_code(FileKind::Directory);
         // A directory victim on a third server is sealed first (only if empty), so that
         // nothing is added to it before it goes.
         let mut sealed = None;
@@ -590,7 +560,7 @@ impl Meta {
                     parent: *new_parent,
                     name: new_name.clone(),
                     child: *child,
-                    kind: crate::store::kind_from_code(*kind_code),
+                    kind: crate::schema::kind_from_code(*kind_code),
                     no_replace: *no_replace,
                     sealed_victim: sealed,
                     project,
@@ -606,11 +576,11 @@ impl Meta {
         // A replaced victim whose inode lives on another server goes there: a file
         // loses its link, a (sealed, empty) directory is removed.
         let outcome = match outcome {
-            Ok(Response::Inodes(victims)) => {
+            Ok(MetaResponse::Inodes(victims)) => {
                 for victim in victims {
                     self.drop_replaced(id, victim).await?;
                 }
-                Ok(Response::Done)
+                Ok(MetaResponse::Done)
             }
             other => other,
         };

@@ -11,13 +11,13 @@ use crate::ops::intent::{
     SpreadRmdirIntent,
 };
 use crate::ops::remove::rmdir;
-use crate::service::Meta;
-use crate::store::{
+use crate::schema::{
     dir_is_empty, load_dentry, load_dir, take_name, InodeRecord, OpError, ENTRIES, XATTRS,
 };
+use crate::service::Meta;
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
+use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// The directory an rmdir removes.
@@ -72,10 +72,10 @@ pub(crate) fn prepare_rmdir(
 pub(crate) fn remove_dir_inode(
     txn: &WriteTransaction,
     inode: InodeId,
-) -> Result<Response, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+) -> Result<MetaResponse, OpError> {
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let Some(bytes) = inodes.get(inode.0)? else {
-        return Ok(Response::Done);
+        return Ok(MetaResponse::Done);
     };
     let record = InodeRecord::decode(inode.0, bytes.value())?;
     drop(bytes);
@@ -93,7 +93,7 @@ pub(crate) fn remove_dir_inode(
     }
     inodes.remove(inode)?;
     crate::ops::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// rmdir step (3): removes the dentry if it still names the removed directory, drops the intent
@@ -109,18 +109,18 @@ pub(crate) fn finish_rmdir(
         child,
     }: &RmdirIntent,
     outcome: Result<(), OpError>,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     super::conclude(txn, id, mutation, outcome, |txn, ()| {
-        let mut inodes = crate::usage::Inodes::open(txn)?;
+        let mut inodes = crate::schema::usage::Inodes::open(txn)?;
         let mut entries = txn.open_table(ENTRIES)?;
         let Some(dentry) = load_dentry(&entries, *parent, name)? else {
-            return Ok(Response::Done);
+            return Ok(MetaResponse::Done);
         };
         if dentry.child == *child {
             let parent_record = load_dir(&inodes, *parent)?;
             take_name(&mut inodes, &mut entries, (*parent, parent_record), dentry)?;
         }
-        Ok(Response::Done)
+        Ok(MetaResponse::Done)
     })
 }
 
@@ -131,7 +131,7 @@ impl Meta {
         mutation: MutationId,
         parent: InodeId,
         name: String,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let home = self.node;
         let lookup_name = name.clone();
         let shards = self.shards_of_child(parent, &name).await?;
@@ -168,7 +168,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         rmdir: &RmdirIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let outcome = self.remove_remote_dir(rmdir.child).await?;
         weft_service::failpoint::failpoint("rmdir-after-remote-remove");
         let finishing = rmdir.clone();

@@ -9,13 +9,13 @@ use super::rmdir::finish_rmdir;
 use crate::ops::create::NewEntry;
 use crate::ops::intent::{check_unsettled, MkdirIntent, SpreadMkdirIntent, SpreadRmdirIntent};
 use crate::ops::lookup::get_attr;
-use crate::service::Meta;
-use crate::store::{
+use crate::schema::{
     dir_is_empty, load_dir, store_inode, InodeRecord, OpError, ENTRIES, INODES, XATTRS,
 };
+use crate::service::Meta;
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{FileKind, MetaRequest, MutationId, Response};
+use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// On a spread directory's home: records its shards (idempotent) and answers its attributes.
@@ -23,15 +23,15 @@ pub(crate) fn set_shards(
     txn: &WriteTransaction,
     dir: InodeId,
     shards: &[InodeId],
-) -> Result<Response, OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+) -> Result<MetaResponse, OpError> {
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_dir(&inodes, dir)?;
     let shards: Vec<u64> = shards.iter().map(|shard| shard.0).collect();
     if record.shards != shards {
         record.shards = shards;
         store_inode(&mut inodes, dir, &record)?;
     }
-    Ok(Response::Attr(record.to_attr(dir)))
+    Ok(MetaResponse::Attr(record.to_attr(dir)))
 }
 
 /// On a shard's home: seals an empty shard for the rmdir (coordinator, intent) of its
@@ -41,17 +41,17 @@ pub(crate) fn seal_shard(
     shard: InodeId,
     owner: (NodeId, u64),
     seal: bool,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     check_unsettled(txn, owner.0, owner.1)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let Some(bytes) = inodes.get(shard.0)? else {
-        return Ok(Response::Done);
+        return Ok(MetaResponse::Done);
     };
     let mut record = InodeRecord::decode(shard.0, bytes.value())?;
     drop(bytes);
     let owner = (owner.0 .0, owner.1);
     match (seal, record.sealed) {
-        (true, Some(sealed)) if sealed == owner => return Ok(Response::Done),
+        (true, Some(sealed)) if sealed == owner => return Ok(MetaResponse::Done),
         (true, Some(_)) => {
             return Err(OpError::rejected(
                 ErrorCode::Busy,
@@ -68,17 +68,17 @@ pub(crate) fn seal_shard(
             record.sealed = Some(owner);
         }
         (false, Some(sealed)) if sealed == owner => record.sealed = None,
-        (false, _) => return Ok(Response::Done),
+        (false, _) => return Ok(MetaResponse::Done),
     }
     store_inode(&mut inodes, shard, &record)?;
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 /// On a shard's home: takes over what new entries inherit from its spread directory.
 pub(crate) fn sync_shard(
     txn: &WriteTransaction,
     request: &MetaRequest,
-) -> Result<Response, OpError> {
+) -> Result<MetaResponse, OpError> {
     let MetaRequest::SyncShard {
         shard,
         mode,
@@ -95,9 +95,9 @@ pub(crate) fn sync_shard(
             "not a shard synchronisation",
         ));
     };
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let Some(bytes) = inodes.get(shard.0)? else {
-        return Ok(Response::Done);
+        return Ok(MetaResponse::Done);
     };
     let mut record = InodeRecord::decode(shard.0, bytes.value())?;
     drop(bytes);
@@ -127,7 +127,7 @@ pub(crate) fn sync_shard(
             }
         }
     }
-    Ok(Response::Done)
+    Ok(MetaResponse::Done)
 }
 
 impl Meta {
@@ -137,7 +137,7 @@ impl Meta {
         mutation: MutationId,
         entry: NewEntry,
         shards: u16,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         if entry.new.kind != FileKind::Directory
             || !(2..=weft_proto::layout::DIR_SHARDS_MAX).contains(&shards)
         {
@@ -185,7 +185,7 @@ impl Meta {
         let asked = self
             .read(|txn| {
                 Ok(txn
-                    .open_table(crate::store::XATTRS)?
+                    .open_table(crate::schema::XATTRS)?
                     .get((parent.0, crate::acl::DIR_SPREAD))?
                     .and_then(|v| crate::acl::parse_dir_spread(v.value())))
             })
@@ -212,7 +212,7 @@ impl Meta {
         name: &str,
     ) -> Result<Vec<InodeId>, OpError> {
         let dentry = self.read(|txn| {
-            crate::store::load_dentry(&txn.open_table(crate::store::ENTRIES)?, parent, name)
+            crate::schema::load_dentry(&txn.open_table(crate::schema::ENTRIES)?, parent, name)
         })?;
         let Some(dentry) = dentry.filter(|d| d.kind == FileKind::Directory) else {
             return Ok(Vec::new());
@@ -223,7 +223,7 @@ impl Meta {
             self.remote_attr(dentry.child).await
         };
         match attr {
-            Ok(Response::Attr(attr)) => Ok(attr.shards),
+            Ok(MetaResponse::Attr(attr)) => Ok(attr.shards),
             Ok(_) | Err(OpError::Rejected(_)) => Ok(Vec::new()),
             Err(error) => Err(error),
         }
@@ -250,8 +250,8 @@ impl Meta {
 
     pub(in crate::service) async fn try_sync_shards(&self, dir: InodeId) -> Result<(), OpError> {
         let (record, default_acl, default_spread) = self.read(|txn| {
-            let record = crate::store::load_inode(&txn.open_table(INODES)?, dir)?;
-            let xattrs = txn.open_table(crate::store::XATTRS)?;
+            let record = crate::schema::load_inode(&txn.open_table(INODES)?, dir)?;
+            let xattrs = txn.open_table(crate::schema::XATTRS)?;
             let get = |name: &str| -> Result<Option<Vec<u8>>, OpError> {
                 Ok(xattrs
                     .get((dir.0, name))?
@@ -311,7 +311,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         SpreadMkdirIntent { mkdir, shard_homes }: &SpreadMkdirIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let MkdirIntent { home, request, .. } = mkdir;
         let dir = self.call_meta_attr(*home, request.clone()).await?;
         let mut shards = vec![dir.inode];
@@ -367,7 +367,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         SpreadRmdirIntent { rmdir, shards }: &SpreadRmdirIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let child = &rmdir.child;
         let others = &shards[1..];
         let mut outcome = self.seal_shards(id, others, true).await?;

@@ -7,11 +7,11 @@ use crate::ops::intent::{
     check_not_in_flight, earlier, record_intent, Intent, IntentOp, Prepared, UnlinkIntent,
 };
 use crate::ops::remove::unlink;
+use crate::schema::{load_dentry, load_dir, take_name, OpError, ENTRIES};
 use crate::service::Meta;
-use crate::store::{load_dentry, load_dir, take_name, OpError, ENTRIES};
 use redb::WriteTransaction;
 use weft_proto::ids::{InodeId, NodeId};
-use weft_proto::messages::{FileKind, MutationId, Response};
+use weft_proto::messages::{FileKind, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
 
 /// Unlink step (1) of a dentry here naming an inode elsewhere: removes the dentry and records
@@ -27,7 +27,7 @@ pub(crate) fn prepare_unlink(
     if let Some(prepared) = earlier(txn, mutation)? {
         return Ok(Some(prepared));
     }
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut entries = txn.open_table(ENTRIES)?;
     let parent_record = load_dir(&inodes, parent)?;
     parent_record.check_holds_name(parent, name)?;
@@ -64,8 +64,8 @@ pub(crate) fn finish_unlink(
     txn: &WriteTransaction,
     id: u64,
     mutation: MutationId,
-) -> Result<Response, OpError> {
-    super::conclude(txn, id, mutation, Ok(()), |_, ()| Ok(Response::Done))
+) -> Result<MetaResponse, OpError> {
+    super::conclude(txn, id, mutation, Ok(()), |_, ()| Ok(MetaResponse::Done))
 }
 
 impl Meta {
@@ -75,7 +75,7 @@ impl Meta {
         mutation: MutationId,
         parent: InodeId,
         name: String,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         let home = self.node;
         let lookup_name = name.clone();
         let is_open = self.is_open_fn();
@@ -94,7 +94,7 @@ impl Meta {
         id: u64,
         mutation: MutationId,
         unlink: &UnlinkIntent,
-    ) -> Result<Response, OpError> {
+    ) -> Result<MetaResponse, OpError> {
         self.adjust_remote_links(id, unlink.inode, -1).await?;
         weft_service::failpoint::failpoint("unlink-after-remote");
         self.committer

@@ -213,7 +213,7 @@ pub(super) fn find_draining(
     };
     for item in inodes.iter()? {
         let (key, value) = item?;
-        let record = crate::store::InodeRecord::decode(key.value(), value.value())?;
+        let record = crate::schema::InodeRecord::decode(key.value(), value.value())?;
         let Some(layout) = record.layout else {
             continue;
         };
@@ -236,7 +236,7 @@ pub(super) fn find_draining(
         };
         count(&mut work.copies(kind).into_iter());
     }
-    for item in txn.open_table(crate::store::DISPOSALS)?.iter()? {
+    for item in txn.open_table(crate::schema::DISPOSALS)?.iter()? {
         let (key, value) = item?;
         let layout: FileLayout = decode("the disposal", key.value(), value.value())?;
         count(&mut layout.slots());

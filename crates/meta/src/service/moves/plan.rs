@@ -20,7 +20,7 @@ pub(super) fn rebalance_candidate(
     let mut best: Option<(InodeId, FileLayout, u16, u64)> = None;
     for item in txn.open_table(INODES)?.iter()? {
         let (key, value) = item?;
-        let record = crate::store::InodeRecord::decode(key.value(), value.value())?;
+        let record = crate::schema::InodeRecord::decode(key.value(), value.value())?;
         let Some(layout) = record.layout else {
             continue;
         };
@@ -235,7 +235,7 @@ pub(super) fn set_pool(
     inode: InodeId,
     pool: StoragePoolId,
 ) -> Result<(), OpError> {
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     if let Some(layout) = &mut record.layout {
         layout.pattern.pool = pool;
@@ -258,7 +258,7 @@ pub(super) fn switch_layout(
         return Ok(());
     }
     moves.remove(inode.0)?;
-    let mut inodes = crate::usage::Inodes::open(txn)?;
+    let mut inodes = crate::schema::usage::Inodes::open(txn)?;
     let mut record = load_inode(&inodes, inode)?;
     let Some(layout) = &record.layout else {
         return Err(OpError::inconsistent(format!(
@@ -281,7 +281,7 @@ pub(super) fn switch_layout(
         // Writes not reported yet may have gone past the size; a truncate still to reach
         // the new objects decides it instead.
         if txn
-            .open_table(crate::store::TRUNCATES)?
+            .open_table(crate::schema::TRUNCATES)?
             .get(inode.0)?
             .is_none()
         {
@@ -299,15 +299,15 @@ pub(super) fn switch_layout(
         {
             written.insert(index);
         }
-        crate::store::change_written(txn, inode, |slots| *slots = written)?;
+        crate::schema::change_written(txn, inode, |slots| *slots = written)?;
     }
     record.layout = Some(moved.clone());
     store_inode(&mut inodes, inode, &record)?;
     // A truncate still to send goes to the new objects.
-    let mut truncates = txn.open_table(crate::store::TRUNCATES)?;
+    let mut truncates = txn.open_table(crate::schema::TRUNCATES)?;
     let queued = truncates
         .get(inode.0)?
-        .map(|bytes| decode::<crate::store::TruncateWork>("the truncate", inode.0, bytes.value()))
+        .map(|bytes| decode::<crate::schema::TruncateWork>("the truncate", inode.0, bytes.value()))
         .transpose()?;
     if let Some(mut truncate) = queued {
         truncate.layout = moved;

@@ -1,37 +1,51 @@
-//! `#[derive(Access)]`: what a request is to admission, declared on its variant
-//! (`weft_proto::access`).
+//! `#[derive(Declared)]`: a request, declared once on its variant (`weft_proto::access`,
+//! `weft_proto::answer`).
 //!
-//! Every variant carries `#[access(...)]`, and a variant without one does not compile:
+//! The enum names its service's response type and the module of its requests' answers:
+//! `#[request(response = MetaResponse, answers = meta_answers)]`. Every variant carries
+//! `#[request(...)]`, and a variant without one does not compile:
 //! - its kind: `reads` (a client may send it, read-only clients too), `changes` (a client may
 //!   send it; it changes files, directories or attributes), `members` (only the cluster's
 //!   members may), or `kind = EXPR` over the variant's fields (bound by reference);
+//! - `answer = TYPE`: what the caller gets out of the response (a type implementing
+//!   `weft_proto::answer::Answer` of the service's response);
 //! - `inodes(FIELD, ...)`: the inodes it names, each of which must lie in a confined client's
 //!   subtree (fields of type `InodeId`);
 //! - `sessions(FIELD, ...)`: the client sessions it acts in (fields whose type implements
 //!   `weft_proto::access::ActsIn`: a mutation id, a session id, a capability).
 //!
-//! The derive gives the enum `kind(&self)`, `inodes_named(&self)` and `sessions(&self)`.
+//! The derive gives the enum `kind(&self)`, `inodes_named(&self)`, `sessions(&self)` and
+//! `answer_fits(&self)`, and the answers module one type alias per variant, named as the
+//! variant: the client stubs return `answers::Variant`.
 
 use proc_macro2::TokenStream as Tokens;
 use quote::quote;
-use syn::{Data, DeriveInput, Fields, Ident};
+use syn::{Data, DeriveInput, Fields, Ident, Type};
 
 /// One variant's declaration.
 struct Declared<'a> {
     ident: &'a Ident,
     fields: &'a Fields,
     kind: Tokens,
+    answer: Type,
     inodes: Vec<Ident>,
     sessions: Vec<Ident>,
+}
+
+/// The enum's declaration: its service's response, and the module of its answers.
+struct Service {
+    response: Type,
+    answers: Ident,
 }
 
 pub(crate) fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let Data::Enum(data) = &input.data else {
         return Err(syn::Error::new_spanned(
             input,
-            "#[derive(Access)] is for request enums",
+            "#[derive(Declared)] is for request enums",
         ));
     };
+    let Service { response, answers } = service(input)?;
     let mut declared = Vec::new();
     for variant in &data.variants {
         declared.push(declaration(variant)?);
@@ -56,7 +70,30 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             sessions
         })
     });
+    let fits_arms = declared.iter().map(|d| {
+        let pattern = pattern(ty, d, std::iter::empty());
+        let ident = d.ident;
+        quote!(#pattern => <#answers::#ident as crate::answer::Answer<#response>>::fits,)
+    });
+    let aliases = declared.iter().map(|d| {
+        let ident = d.ident;
+        let answer = &d.answer;
+        let doc = format!("What [`{ty}::{ident}`] answers.");
+        quote!(#[doc = #doc] pub type #ident = #answer;)
+    });
+    let module_doc = format!("What each [`{ty}`] answers, as its variant declares.");
     Ok(quote! {
+        #[doc = #module_doc]
+        #[allow(unused_imports)]
+        pub mod #answers {
+            use super::*;
+            #(#aliases)*
+        }
+
+        impl crate::answer::Service for #ty {
+            type Response = #response;
+        }
+
         #[allow(dead_code)]
         impl #ty {
             /// What it is to admission: read, change, or for members (its declaration).
@@ -82,6 +119,14 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
                     #(#session_arms)*
                 }
             }
+
+            /// Whether a response carries the answer it declares: a server checks what it
+            /// answers with this.
+            pub fn answer_fits(&self) -> fn(&#response) -> bool {
+                match self {
+                    #(#fits_arms)*
+                }
+            }
         }
     })
 }
@@ -103,12 +148,41 @@ fn pattern<'a>(
     }
 }
 
+fn service(input: &DeriveInput) -> syn::Result<Service> {
+    let mut response = None;
+    let mut answers = None;
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("request")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("response") {
+                response = Some(meta.value()?.parse()?);
+            } else if meta.path.is_ident("answers") {
+                answers = Some(meta.value()?.parse()?);
+            } else {
+                return Err(meta.error("expected response = TYPE or answers = MODULE"));
+            }
+            Ok(())
+        })?;
+    }
+    match (response, answers) {
+        (Some(response), Some(answers)) => Ok(Service { response, answers }),
+        _ => Err(syn::Error::new_spanned(
+            &input.ident,
+            "a request enum names its service: #[request(response = TYPE, answers = MODULE)]",
+        )),
+    }
+}
+
 fn declaration(variant: &syn::Variant) -> syn::Result<Declared<'_>> {
     let mut kind = None;
+    let mut answer = None;
     let mut inodes = Vec::new();
     let mut sessions = Vec::new();
     let mut found = false;
-    for attr in variant.attrs.iter().filter(|a| a.path().is_ident("access")) {
+    for attr in variant
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("request"))
+    {
         found = true;
         attr.parse_nested_meta(|meta| {
             let named = |list: &mut Vec<Ident>| {
@@ -130,13 +204,16 @@ fn declaration(variant: &syn::Variant) -> syn::Result<Declared<'_>> {
             } else if meta.path.is_ident("kind") {
                 let expr: syn::Expr = meta.value()?.parse()?;
                 kind = Some(quote!(#expr));
+            } else if meta.path.is_ident("answer") {
+                answer = Some(meta.value()?.parse::<Type>()?);
             } else if meta.path.is_ident("inodes") {
                 named(&mut inodes)?;
             } else if meta.path.is_ident("sessions") {
                 named(&mut sessions)?;
             } else {
                 return Err(meta.error(
-                    "expected reads, changes, members, kind = EXPR, inodes(..) or sessions(..)",
+                    "expected reads, changes, members, kind = EXPR, answer = TYPE, inodes(..) \
+                     or sessions(..)",
                 ));
             }
             Ok(())
@@ -145,13 +222,19 @@ fn declaration(variant: &syn::Variant) -> syn::Result<Declared<'_>> {
     if !found {
         return Err(syn::Error::new_spanned(
             &variant.ident,
-            "every request declares its access: #[access(reads | changes | members, ...)]",
+            "every request is declared: #[request(reads | changes | members, answer = TYPE, ...)]",
         ));
     }
     let kind = kind.ok_or_else(|| {
         syn::Error::new_spanned(
             &variant.ident,
-            "#[access(...)] names the request's kind: reads, changes, members or kind = EXPR",
+            "#[request(...)] names the request's kind: reads, changes, members or kind = EXPR",
+        )
+    })?;
+    let answer = answer.ok_or_else(|| {
+        syn::Error::new_spanned(
+            &variant.ident,
+            "#[request(...)] names what the request answers: answer = TYPE",
         )
     })?;
     let names_fields = !inodes.is_empty() || !sessions.is_empty();
@@ -165,6 +248,7 @@ fn declaration(variant: &syn::Variant) -> syn::Result<Declared<'_>> {
         ident: &variant.ident,
         fields: &variant.fields,
         kind,
+        answer,
         inodes,
         sessions,
     })

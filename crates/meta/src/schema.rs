@@ -14,10 +14,11 @@
 //! | `remote_created` | (coordinator, intent) | inode created here for another server's mkdir |
 //! | `intent_names` | (parent, name) | intent about to remove or replace that dentry |
 //! | `written` | inode id | postcard [`SlotSet`]: the slots of the file's layout data was written to |
-//! | `usage` | (user 0 or group 1, id, pool) | (bytes, inodes) it uses ([`crate::usage`]) |
+//! | `usage` | (user 0 or group 1, id, pool) | (bytes, inodes) it uses ([`crate::schema::usage`]) |
 
 mod intents;
 mod moves;
+pub(crate) mod usage;
 
 pub(crate) use intents::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
@@ -65,7 +66,7 @@ pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("in
 pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
 /// Per coordinating home: the intent id below which all its intents finished
-/// ([`crate::ops::intent::settle_intents`]); steps of those are late copies.
+/// (`ops::intent::settle_intents`); steps of those are late copies.
 pub(crate) const SETTLED_INTENTS: TableDefinition<u32, u64> =
     TableDefinition::new("settled_intents");
 pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
@@ -103,14 +104,13 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(MOVES)?;
     txn.open_table(TOMBSTONES)?;
     count_usage(&txn)?;
-    txn.open_table(crate::usage::USAGE)?;
+    txn.open_table(crate::schema::usage::USAGE)?;
     migrate_entries(&txn)?;
     convert_from_version_4::<u64, Intent>(&txn, TableDefinition::new("intents"), INTENTS)?;
-    convert_from_version_4::<(u64, u64), weft_proto::messages::Reply>(
-        &txn,
-        TableDefinition::new("replies"),
-        REPLIES,
-    )?;
+    convert_from_version_4::<
+        (u64, u64),
+        weft_proto::messages::Reply<weft_proto::messages::MetaResponse>,
+    >(&txn, TableDefinition::new("replies"), REPLIES)?;
     convert_from_version_4::<u64, MoveWork>(&txn, TableDefinition::new("moves"), MOVES)?;
     txn.commit()?;
     Ok(())
@@ -121,12 +121,12 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
 fn count_usage(txn: &redb::WriteTransaction) -> Result<(), OpError> {
     if txn
         .list_tables()?
-        .any(|table| table.name() == crate::usage::USAGE.name())
+        .any(|table| table.name() == crate::schema::usage::USAGE.name())
     {
         return Ok(());
     }
-    let counted = crate::usage::recount(&txn.open_table(INODES)?)?;
-    crate::usage::rewrite(txn, &counted)?;
+    let counted = crate::schema::usage::recount(&txn.open_table(INODES)?)?;
+    crate::schema::usage::rewrite(txn, &counted)?;
     tracing::info!(rows = counted.len(), "usage of users and groups counted");
     Ok(())
 }
@@ -630,8 +630,10 @@ impl OpError {
 }
 
 /// A stored reply ([`REPLIES`]) as the answer it was.
-pub(crate) fn stored_reply(bytes: &[u8]) -> Result<weft_proto::messages::Response, OpError> {
-    match postcard::from_bytes::<weft_proto::messages::Reply>(bytes) {
+pub(crate) fn stored_reply(bytes: &[u8]) -> Result<weft_proto::messages::MetaResponse, OpError> {
+    match postcard::from_bytes::<weft_proto::messages::Reply<weft_proto::messages::MetaResponse>>(
+        bytes,
+    ) {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(error)) => Err(OpError::Rejected(error)),
         Err(error) => Err(StoreError::damaged("stored reply", error).into()),
@@ -773,9 +775,9 @@ pub(crate) fn load_dir(
     Ok(record)
 }
 
-/// Stores an inode, and what it uses ([`crate::usage`]).
+/// Stores an inode, and what it uses ([`crate::schema::usage`]).
 pub(crate) fn store_inode(
-    inodes: &mut crate::usage::Inodes<'_>,
+    inodes: &mut crate::schema::usage::Inodes<'_>,
     inode: InodeId,
     record: &InodeRecord,
 ) -> Result<(), OpError> {
@@ -915,7 +917,7 @@ pub(crate) fn remove_dentry(
 /// Takes `dentry`'s name out of directory `parent`, whose `record` gets its times moved and,
 /// for a subdirectory's name, one link fewer; stores the directory.
 pub(crate) fn take_name(
-    inodes: &mut crate::usage::Inodes<'_>,
+    inodes: &mut crate::schema::usage::Inodes<'_>,
     entries: &mut Entries<'_>,
     (parent, mut record): (InodeId, InodeRecord),
     dentry: Dentry,

@@ -9,7 +9,7 @@
 //! A file unlinked while open uses both until its last close. Shards of a spread directory
 //! are the directory's, not inodes of their own.
 
-use crate::store::{InodeRecord, OpError, INODES};
+use crate::schema::{InodeRecord, OpError, INODES};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 use std::collections::BTreeMap;
 use weft_proto::ids::{InodeId, StoragePoolId};
