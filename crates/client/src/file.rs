@@ -642,7 +642,7 @@ impl OpenFile {
             .with_layout(client, |layout| async move {
                 client
                     .data
-                    .read(client, view.file, &layout, (offset, len), view.size)
+                    .read(&**client, view.file, &layout, (offset, len), view.size)
                     .await
             })
             .await
@@ -661,7 +661,7 @@ impl OpenFile {
             // A window of a file that moved is read again directly.
             client
                 .data
-                .read(&client, view.file, &layout, (start, len), view.size)
+                .read(&*client, view.file, &layout, (start, len), view.size)
                 .await
                 .ok()
         });
@@ -692,7 +692,7 @@ impl OpenFile {
                 .with_layout(client, |layout| async move {
                     client
                         .data
-                        .write(client, file, &layout, offset, data.clone())
+                        .write(&**client, file, &layout, offset, data.clone())
                         .await?;
                     Ok(SlotSet::of_range(&layout, offset, len))
                 })
@@ -729,7 +729,9 @@ impl OpenFile {
             let (on, data) = (&client, &data);
             let sent = shared
                 .with_layout(on, |layout| async move {
-                    on.data.write(on, file, &layout, offset, data.clone()).await
+                    on.data
+                        .write(&**on, file, &layout, offset, data.clone())
+                        .await
                 })
                 .await;
             shared.settle_written(written, noted, sent.is_ok());
@@ -790,7 +792,7 @@ impl OpenFile {
             let synced = self
                 .shared
                 .with_layout(client, |layout| async move {
-                    client.data.sync(client, inode, &layout).await
+                    client.data.sync(&**client, inode, &layout).await
                 })
                 .await;
             if let Err(error) = synced {
@@ -827,7 +829,7 @@ impl OpenFile {
             .with_layout(client, |layout| async move {
                 client
                     .data
-                    .fallocate(client, file, &layout, (offset, len), mode)
+                    .fallocate(&**client, file, &layout, (offset, len), mode)
                     .await
             })
             .await?;
@@ -896,7 +898,7 @@ impl OpenFile {
                     let copied = client
                         .data
                         .copy(
-                            client,
+                            &**client,
                             (file, &layout),
                             (from_file, &source_layout),
                             (from, to, len),
@@ -960,7 +962,7 @@ fn forget_handle(client: &Arc<Client>, shared: &Arc<Shared>, handle: u64) {
     } else {
         // Dropped outside the client's runtime: the server keeps the open until the
         // session ends, and then takes the size from the objects.
-        client.opens.forget(inode, handle);
+        client.session.opens.forget(inode, handle);
     }
 }
 

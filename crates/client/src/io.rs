@@ -5,7 +5,8 @@
 //! file's metadata server (a capability, a queued truncate, a change number) it asks the
 //! session for.
 
-use crate::client::{Client, ClientError};
+use crate::error::ClientError;
+use crate::session::Session;
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use std::collections::HashMap;
@@ -127,6 +128,25 @@ impl Transport for Objects {
     }
 }
 
+/// What the data path needs of the client it works for, and no more: the session (its
+/// numbering of changes, the capabilities of its opens), a file opened again for a new
+/// capability, and a truncate applied through the file's home.
+pub(crate) trait DataSession: Sync {
+    /// The session the data path's changes are numbered in and its capabilities held by.
+    fn session(&self) -> &Session;
+
+    /// Opens `inode` again as the handle that asked for `want` was opened, for a new
+    /// capability; false when no open of it asked for that access.
+    fn reopen(&self, inode: InodeId, want: u8) -> BoxFuture<'_, Result<bool, ClientError>>;
+
+    /// Has `inode`'s home send its queued truncate to every target now.
+    fn apply_truncate(&self, inode: InodeId) -> BoxFuture<'_, Result<(), ClientError>>;
+}
+
+/// How long the data path waits before it asks again for a capability a metadata server did
+/// not grant while a storage server wanted one ([`DataPath::with_capability`]).
+const CAPABILITY_RETRY_SLICE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Reads and changes of file data on the storage servers.
 pub(crate) struct DataPath {
     cluster: Arc<ClusterView>,
@@ -151,13 +171,62 @@ impl DataPath {
         }
     }
 
+    /// Runs `attempt` with the capability of `inode` granting `want`, if an open of the file
+    /// was granted one; when the storage server wants one it did not get (none was granted
+    /// yet, or it expired, or was another session's), opens the file again for a new one, as
+    /// the handle that asked that access was opened, and runs `attempt` once more. A storage
+    /// server may learn of a new rule for this client before the file's metadata server does,
+    /// which then grants nothing: the open is asked again, every [`CAPABILITY_RETRY_SLICE`],
+    /// until it grants one or the operation's deadline passes.
+    ///
+    /// # Errors
+    /// What `attempt` gave, or what the open again gave.
+    async fn with_capability<T, F, Fut>(
+        &self,
+        session: &impl DataSession,
+        inode: InodeId,
+        want: u8,
+        attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(Option<Capability>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let capability = || {
+            let session = session.session();
+            session.opens.capability(inode, want, session.id())
+        };
+        weft_net::retry::within(self.retry.total_timeout, async {
+            let mut granted = capability();
+            loop {
+                match attempt(granted).await {
+                    Err(error) if error.code().recovery() == Recovery::Reopen => {
+                        if !weft_net::retry::time_left(CAPABILITY_RETRY_SLICE)
+                            || !session.reopen(inode, want).await?
+                        {
+                            return Err(error);
+                        }
+                        granted = capability();
+                        if granted.is_none() {
+                            // The metadata server does not know the rule the storage server
+                            // applies yet.
+                            tokio::time::sleep(CAPABILITY_RETRY_SLICE).await;
+                        }
+                    }
+                    other => return other,
+                }
+            }
+        })
+        .await
+    }
+
     /// Runs `call` on the server of `slot` for file `inode` under the retry policy. An
     /// object that still waits for a truncate of the file it missed (`TruncatePending`: its
     /// target was away when the truncate was made) gets it first, through the file's home,
     /// and the call goes again.
     async fn on_slot<T, F, Fut>(
         &self,
-        session: &Client,
+        session: &impl DataSession,
         inode: InodeId,
         slot: Slot,
         call: F,
@@ -166,8 +235,7 @@ impl DataPath {
         F: Fn(Arc<StorageClient>, Route) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        session
-            .within(async {
+        weft_net::retry::within(self.retry.total_timeout, async {
                 loop {
                     match self.cluster.call_storage(slot, &self.retry, &call).await {
                         Err(RpcError::Remote(error))
@@ -271,7 +339,7 @@ impl DataPath {
     /// Reads `[offset, offset + len)` of `file`, clamped to `size`; holes read as zeros.
     pub(crate) async fn read(
         &self,
-        session: &Client,
+        session: &impl DataSession,
         file: FileRef,
         layout: &FileLayout,
         (offset, len): (u64, u64),
@@ -287,8 +355,8 @@ impl DataPath {
             .map(|piece| async move {
                 let slot = layout.slot(piece.slot_index);
                 let len = piece.len as u32;
-                let data = session
-                    .with_capability(inode, access::READ, |capability| {
+                let data = self
+                    .with_capability(session, inode, access::READ, |capability| {
                         self.on_slot(session, inode, slot, move |storage, route| {
                             let read = PieceRead {
                                 file: file.wire(),
@@ -325,7 +393,7 @@ impl DataPath {
     /// was sent fails the write.
     pub(crate) async fn write(
         &self,
-        session: &Client,
+        session: &impl DataSession,
         file: FileRef,
         layout: &FileLayout,
         offset: u64,
@@ -339,9 +407,9 @@ impl DataPath {
                 let slice = data.slice(at..at + piece.len as usize);
                 async move {
                     let slot = layout.slot(piece.slot_index);
-                    let mut change = session.begin_change();
-                    let sent = session
-                        .with_capability(inode, access::WRITE, |capability| {
+                    let mut change = session.session().begin_change();
+                    let sent = self
+                        .with_capability(session, inode, access::WRITE, |capability| {
                             let (slice, change) = (&slice, &change);
                             self.on_slot(session, inode, slot, move |storage, route| {
                                 let write = PieceWrite {
@@ -370,7 +438,7 @@ impl DataPath {
     /// the last sync is kept for the sync to check.
     fn written(
         &self,
-        change: &mut crate::client::Change<'_>,
+        change: &mut crate::session::Change<'_>,
         (inode, slot): (InodeId, Slot),
         piece: &weft_proto::layout::ChunkPiece,
         sent: Result<Written, ClientError>,
@@ -403,7 +471,7 @@ impl DataPath {
     /// (a server that restarted before the copy lost them, and tells so by its verifier).
     pub(crate) async fn sync(
         &self,
-        session: &Client,
+        session: &impl DataSession,
         inode: InodeId,
         layout: &FileLayout,
     ) -> Result<(), ClientError> {
@@ -427,8 +495,8 @@ impl DataPath {
             );
         }
         let requests = slots.into_iter().map(|slot| async move {
-            let Synced { verifier } = session
-                .with_capability(inode, 0, |capability| {
+            let Synced { verifier } = self
+                .with_capability(session, inode, 0, |capability| {
                     self.on_slot(session, inode, slot, move |storage, route| {
                         self.transport.sync(storage, route, inode, capability)
                     })
@@ -458,7 +526,7 @@ impl DataPath {
     /// targets.
     pub(crate) async fn copy(
         &self,
-        session: &Client,
+        session: &impl DataSession,
         (file, layout): (FileRef, &FileLayout),
         (source, source_layout): (FileRef, &FileLayout),
         (from, to, len): (u64, u64, u64),
@@ -479,11 +547,11 @@ impl DataPath {
                         Slot::Group(_) => None,
                     })
                     .collect();
-            let mut change = session.begin_change();
-            let sent = session
-                .with_capability(source.inode, access::READ, |source_capability| {
+            let mut change = session.session().begin_change();
+            let sent = self
+                .with_capability(session, source.inode, access::READ, |source_capability| {
                     let (parts, change) = (&parts, &change);
-                    session.with_capability(inode, access::WRITE, move |capability| {
+                    self.with_capability(session, inode, access::WRITE, move |capability| {
                         self.on_slot(session, inode, slot, move |storage, route| {
                             let parts = parts.clone();
                             let tag = change.tag();
@@ -517,7 +585,7 @@ impl DataPath {
     /// touches, one request per target (a file range is contiguous in each object).
     pub(crate) async fn fallocate(
         &self,
-        session: &Client,
+        session: &impl DataSession,
         file: FileRef,
         layout: &FileLayout,
         (offset, len): (u64, u64),
@@ -527,32 +595,31 @@ impl DataPath {
         let requests = layout.slots().enumerate().filter_map(|(index, slot)| {
             let span = object_span(layout, index, offset, len);
             (!span.is_empty()).then_some(async move {
-                let mut change = session.begin_change();
-                session
-                    .with_capability(inode, access::WRITE, |capability| {
-                        let (span, change) = (&span, &change);
-                        self.on_slot(session, inode, slot, move |storage, route| {
-                            let span = span.clone();
-                            let tag = change.tag();
-                            async move {
-                                let len = span.end - span.start;
-                                storage
-                                    .fallocate(
-                                        route,
-                                        file.wire(),
-                                        span.start,
-                                        len,
-                                        mode,
-                                        Some(tag),
-                                        capability,
-                                        Some(file.owner),
-                                    )
-                                    .await
-                            }
-                        })
+                let mut change = session.session().begin_change();
+                self.with_capability(session, inode, access::WRITE, |capability| {
+                    let (span, change) = (&span, &change);
+                    self.on_slot(session, inode, slot, move |storage, route| {
+                        let span = span.clone();
+                        let tag = change.tag();
+                        async move {
+                            let len = span.end - span.start;
+                            storage
+                                .fallocate(
+                                    route,
+                                    file.wire(),
+                                    span.start,
+                                    len,
+                                    mode,
+                                    Some(tag),
+                                    capability,
+                                    Some(file.owner),
+                                )
+                                .await
+                        }
                     })
-                    .await
-                    .inspect_err(|_| change.failed())
+                })
+                .await
+                .inspect_err(|_| change.failed())
             })
         });
         for result in futures::future::join_all(requests).await {

@@ -21,10 +21,12 @@
 mod ahead;
 mod behind;
 pub mod client;
+mod error;
 pub mod file;
 pub mod fuse;
 mod io;
 mod locks;
+mod session;
 mod unserved;
 
 pub use client::{Client, ClientConfig, ClientError, Created};

@@ -347,9 +347,8 @@ fn intents_and_replies_of_version_4_are_converted() {
     }
     crate::schema::create_tables(&db).expect("the store opens");
     let txn = db.begin_read().expect("a read");
-    let table = txn.open_table(crate::schema::INTENTS).expect("the intents");
-    let stored = table.get(7).expect("read").expect("the intent is kept");
-    let converted: Intent = postcard::from_bytes(stored.value()).expect("decodes");
+    let table = crate::schema::INTENTS.open(&txn).expect("the intents");
+    let converted: Intent = table.get(7).expect("decodes").expect("the intent is kept");
     assert_eq!(
         format!("{:?}", converted.op),
         format!("{:?}", intent(0).op),
@@ -370,9 +369,8 @@ fn intents_and_replies_of_version_4_are_converted() {
             .to_attr(inode(5))
         )
     );
-    let moves = txn.open_table(crate::schema::MOVES).expect("the moves");
-    let stored = moves.get(5).expect("read").expect("the move is kept");
-    let converted: crate::schema::MoveWork = postcard::from_bytes(stored.value()).expect("decodes");
+    let moves = crate::schema::MOVES.open(&txn).expect("the moves");
+    let converted = moves.get(5).expect("decodes").expect("the move is kept");
     assert_eq!(
         converted,
         crate::schema::MoveWork {

@@ -1,4 +1,8 @@
-//! The MDT's tables and record encodings, and the helpers every operation uses.
+//! The metadata store's schema: its tables, their records and encodings, the conversions of
+//! older stores, and the helpers every operation uses. Every table is defined here and every
+//! stored record is encoded and decoded here (the fuzz targets aside); this module imports
+//! nothing else of the crate. A table whose values are records of one type is a
+//! [`RecordTable`], which encodes and decodes them.
 //!
 //! | table | key | value |
 //! |---|---|---|
@@ -18,15 +22,17 @@
 
 mod intents;
 mod moves;
+mod records;
 pub(crate) mod usage;
+
+pub(crate) use records::{RecordTable, Records, Transaction};
 
 pub(crate) use intents::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
     SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
 };
 pub(crate) use moves::{
-    decode as decode_record, load_move, load_tombstones, store_move, take_moved_objects, MoveWork,
-    SlotId, MOVES, TOMBSTONES,
+    load_move, load_tombstones, take_moved_objects, MoveWork, SlotId, MOVES, TOMBSTONES,
 };
 
 use redb::{ReadableTable, Table, TableDefinition, TableHandle};
@@ -55,14 +61,16 @@ pub(crate) const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::
 /// answered (the largest `oldest_pending` it sent), whose replies were dropped: a copy of
 /// such a mutation arriving late is refused, never run a second time.
 pub(crate) const REPLY_FLOORS: TableDefinition<u64, u64> = TableDefinition::new("reply_floors");
-pub(crate) const DISPOSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("disposals");
-pub(crate) const TRUNCATES: TableDefinition<u64, &[u8]> = TableDefinition::new("truncates");
+/// Removed files whose objects await removal: inode → the file's layout.
+pub(crate) const DISPOSALS: RecordTable<FileLayout> = RecordTable::new("disposals");
+/// Truncates that must still reach a file's targets: inode → [`TruncateWork`].
+pub(crate) const TRUNCATES: RecordTable<TruncateWork> = RecordTable::new("truncates");
 pub(crate) const ORPHANS: TableDefinition<u64, u64> = TableDefinition::new("orphans");
 pub(crate) const XATTRS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("xattrs");
 /// Cross-server operations in flight (`ops/intent.rs`). An intent may hold a `MetaRequest`,
 /// encoded in the protocol version the table is named after; a store of an older version's
 /// table is converted when it opens ([`convert_from_version_4`]).
-pub(crate) const INTENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("intents_v5");
+pub(crate) const INTENTS: RecordTable<Intent> = RecordTable::new("intents_v5");
 pub(crate) const REMOTE_CREATED: TableDefinition<(u32, u64), u64> =
     TableDefinition::new("remote_created");
 /// Per coordinating home: the intent id below which all its intents finished
@@ -81,7 +89,7 @@ pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("un
 /// without one): `weft fsck` takes a missing object of such a slot for lost data, where a
 /// missing object of another slot is a hole. A file without a row has none recorded (or was
 /// written before the table existed). A truncate keeps only the slots its size leaves bytes on.
-pub(crate) const WRITTEN: TableDefinition<u64, &[u8]> = TableDefinition::new("written");
+pub(crate) const WRITTEN: RecordTable<SlotSet> = RecordTable::new("written");
 
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
@@ -91,27 +99,35 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     txn.open_table(COUNTERS)?;
     txn.open_table(REPLIES)?;
     txn.open_table(REPLY_FLOORS)?;
-    txn.open_table(DISPOSALS)?;
-    txn.open_table(TRUNCATES)?;
+    txn.open_table(DISPOSALS.definition())?;
+    txn.open_table(TRUNCATES.definition())?;
     txn.open_table(ORPHANS)?;
     txn.open_table(XATTRS)?;
-    txn.open_table(INTENTS)?;
+    txn.open_table(INTENTS.definition())?;
     txn.open_table(REMOTE_CREATED)?;
     txn.open_table(SETTLED_INTENTS)?;
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
-    txn.open_table(WRITTEN)?;
-    txn.open_table(MOVES)?;
-    txn.open_table(TOMBSTONES)?;
+    txn.open_table(WRITTEN.definition())?;
+    txn.open_table(MOVES.definition())?;
+    txn.open_table(TOMBSTONES.definition())?;
     count_usage(&txn)?;
     txn.open_table(crate::schema::usage::USAGE)?;
     migrate_entries(&txn)?;
-    convert_from_version_4::<u64, Intent>(&txn, TableDefinition::new("intents"), INTENTS)?;
+    convert_from_version_4::<u64, Intent>(
+        &txn,
+        TableDefinition::new("intents"),
+        INTENTS.definition(),
+    )?;
     convert_from_version_4::<
         (u64, u64),
         weft_proto::messages::Reply<weft_proto::messages::MetaResponse>,
     >(&txn, TableDefinition::new("replies"), REPLIES)?;
-    convert_from_version_4::<u64, MoveWork>(&txn, TableDefinition::new("moves"), MOVES)?;
+    convert_from_version_4::<u64, MoveWork>(
+        &txn,
+        TableDefinition::new("moves"),
+        MOVES.definition(),
+    )?;
     txn.commit()?;
     Ok(())
 }
@@ -629,6 +645,13 @@ impl OpError {
     }
 }
 
+/// A reply as [`REPLIES`] stores it.
+pub(crate) fn reply_bytes(
+    reply: &weft_proto::messages::Reply<weft_proto::messages::MetaResponse>,
+) -> Vec<u8> {
+    postcard::to_stdvec(reply).expect("replies encode")
+}
+
 /// A stored reply ([`REPLIES`]) as the answer it was.
 pub(crate) fn stored_reply(bytes: &[u8]) -> Result<weft_proto::messages::MetaResponse, OpError> {
     match postcard::from_bytes::<weft_proto::messages::Reply<weft_proto::messages::MetaResponse>>(
@@ -717,15 +740,10 @@ pub(crate) fn kind_from_code(code: u8) -> FileKind {
 /// Reads an inode or fails with `NotFound`.
 /// The slots of `inode`'s layout recorded as written ([`WRITTEN`]).
 pub(crate) fn load_written(
-    table: &impl ReadableTable<u64, &'static [u8]>,
+    table: &Records<impl ReadableTable<u64, &'static [u8]>, SlotSet>,
     inode: InodeId,
 ) -> Result<SlotSet, OpError> {
-    match table.get(inode.0)? {
-        Some(bytes) => postcard::from_bytes(bytes.value()).map_err(|error| {
-            StoreError::damaged(format!("written slots of {inode}"), error).into()
-        }),
-        None => Ok(SlotSet::default()),
-    }
+    Ok(table.get(inode.0)?.unwrap_or_default())
 }
 
 /// Records the slots of `inode`'s layout that `change` makes of its written ones.
@@ -734,15 +752,14 @@ pub(crate) fn change_written(
     inode: InodeId,
     change: impl FnOnce(&mut SlotSet),
 ) -> Result<(), OpError> {
-    let mut table = txn.open_table(WRITTEN)?;
+    let mut table = WRITTEN.open(txn)?;
     let before = load_written(&table, inode)?;
     let mut after = before;
     change(&mut after);
     if after.is_empty() {
         table.remove(inode.0)?;
     } else if after != before {
-        let bytes = postcard::to_stdvec(&after).expect("slot sets always encode");
-        table.insert(inode.0, bytes.as_slice())?;
+        table.insert(inode.0, &after)?;
     }
     Ok(())
 }

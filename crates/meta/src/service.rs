@@ -331,27 +331,7 @@ impl Meta {
         self.check_client(&mut request, &checks)
             .await
             .map_err(OpError::into_wire)?;
-        let capabilities = self.cluster.capabilities().filter(|_| checks.per_file);
-        let grant_for = capabilities.and_then(|capabilities| match &request {
-            MetaRequest::Open { client, access, .. } => Some((capabilities, *access, *client)),
-            MetaRequest::Create {
-                mutation,
-                open: Some(_),
-                ..
-            } => Some((capabilities, READ | WRITE, mutation.client)),
-            // Room reserved: the open is granted again, with the room as its growth bound.
-            MetaRequest::Reserve {
-                client,
-                handle,
-                inode,
-                ..
-            } => Some((
-                capabilities,
-                self.handle_access((*client, *handle), *inode).unwrap_or(0),
-                *client,
-            )),
-            _ => None,
-        });
+        let grant_for = self.grant_for(&request, &checks);
         let reserving = match &request {
             MetaRequest::Reserve { inode, .. } => Some(*inode),
             _ => None,
@@ -419,6 +399,36 @@ impl Meta {
                 })
             }
             (_, reply) => reply,
+        }
+    }
+
+    /// What a request of a client whose access the servers decide (`checks`) is granted with
+    /// its answer, if anything: the capabilities that grant, the access, and the session.
+    fn grant_for(
+        &self,
+        request: &MetaRequest,
+        checks: &Checks,
+    ) -> Option<(&weft_net::capability::Capabilities, u8, ClientId)> {
+        let capabilities = self.cluster.capabilities().filter(|_| checks.per_file)?;
+        match request {
+            MetaRequest::Open { client, access, .. } => Some((capabilities, *access, *client)),
+            MetaRequest::Create {
+                mutation,
+                open: Some(_),
+                ..
+            } => Some((capabilities, READ | WRITE, mutation.client)),
+            // Room reserved: the open is granted again, with the room as its growth bound.
+            MetaRequest::Reserve {
+                client,
+                handle,
+                inode,
+                ..
+            } => Some((
+                capabilities,
+                self.handle_access((*client, *handle), *inode).unwrap_or(0),
+                *client,
+            )),
+            _ => None,
         }
     }
 

@@ -195,14 +195,9 @@ async fn create_lookup_unlink() {
         .await
         .expect("unlink");
     assert_eq!(code(f.lookup(dir.inode, "file")), ErrorCode::NotFound);
-    let queued =
-        f.db.begin_read()
-            .expect("read")
-            .open_table(DISPOSALS)
-            .expect("table")
-            .len()
-            .expect("len");
-    assert_eq!(queued, 1, "the objects await disposal");
+    let txn = f.db.begin_read().expect("read");
+    let queued = DISPOSALS.open(&txn).expect("table").keys().expect("keys");
+    assert_eq!(queued.len(), 1, "the objects await disposal");
 }
 
 // Goal: a retried mutation gets its original answer instead of EEXIST, and a new one does not.
@@ -811,7 +806,7 @@ async fn written_slots_follow_reports_and_truncates() {
     };
     let recorded = || {
         let txn = f.db.begin_read().expect("read");
-        let table = txn.open_table(crate::schema::WRITTEN).expect("table");
+        let table = crate::schema::WRITTEN.open(&txn).expect("table");
         crate::schema::load_written(&table, inode).expect("load")
     };
     let both = SlotSet::of_range(&layout, 0, 2 * chunk);
@@ -901,14 +896,13 @@ async fn fsck_finds_and_repairs_damage() {
         "clean after the repair"
     );
     assert_eq!(code(f.lookup(dir.inode, "lost")), ErrorCode::NotFound);
-    let queued =
-        f.db.begin_read()
-            .expect("read")
-            .open_table(DISPOSALS)
-            .expect("table")
-            .len()
-            .expect("len");
-    assert_eq!(queued, 1, "the unreachable file's objects await disposal");
+    let txn = f.db.begin_read().expect("read");
+    let queued = DISPOSALS.open(&txn).expect("table").keys().expect("keys");
+    assert_eq!(
+        queued.len(),
+        1,
+        "the unreachable file's objects await disposal"
+    );
 }
 
 // Goal: inode records written before spread directories existed (format version 1) still

@@ -678,71 +678,24 @@ async fn serve_connection<H: Handler>(
             .acquire_owned()
             .await
             .expect("semaphore never closed");
-        // Once begun, a frame must arrive whole within its deadline: a peer that sends part
-        // of one and stalls does not hold the connection and its budget for ever.
-        let rest = read_rest(&mut reader, &header, PayloadBuffer::Huge);
-        let (body, payload) = match tokio::time::timeout(FRAME_REST_TIMEOUT, rest).await {
-            Ok(Ok(rest)) => rest,
-            Ok(Err(error)) => {
-                tracing::warn!(%peer, %error, "closing connection after a bad frame");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(%peer, timeout = ?FRAME_REST_TIMEOUT, "closing connection: a frame did not arrive whole in time");
-                return;
-            }
+        let Some((request, payload, received)) = read_request(&mut reader, &header, &peer).await
+        else {
+            return;
         };
-        let request = match codec::decode_body_in::<Request>(header.version, &body) {
-            Ok(request) => request,
-            Err(error) => {
-                tracing::warn!(%peer, %error, "closing connection after a malformed request");
-                return;
-            }
-        };
-        let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
-        crate::memory::note_activity(received);
-        drop(body);
         let handler = Arc::clone(&handler);
         let frames = frames.clone();
         let metrics = metrics.clone();
         let from = from.clone();
         tokio::spawn(async move {
-            let timer = metrics
-                .rpc()
-                .start(request.op_name(), header.origin, received);
-            let (body, payload, error) = match request {
-                Request::Stats => {
-                    let stats = metrics.rpc().node_stats(handler.target_stats());
-                    encode_reply(
-                        header.version,
-                        &Ok(StatsResponse::Stats(stats)),
-                        Bytes::new(),
-                    )
-                }
-                request => {
-                    let handled = async {
-                        match &from {
-                            Identity::Client(name) => match access::for_client(name, &request) {
-                                Ok(()) => handler.handle(from, request, payload).await,
-                                Err(error) => (Err(error), Bytes::new()),
-                            },
-                            Identity::Member => handler.handle(from, request, payload).await,
-                        }
-                    };
-                    let (reply, payload) = PEER_VERSION.scope(header.version, handled).await;
-                    encode_reply(header.version, &reply, payload)
-                }
-            };
-            let head = FrameHead {
-                kind: FrameKind::Response,
-                request_id: header.request_id,
-                origin: 0,
-                version: header.version,
-                flags: 0,
-            };
-            let frame = OutFrame::new(head, body, payload);
-            timer.finish(error.as_ref(), frame.len() as u64);
-            crate::memory::note_activity(frame.len() as u64);
+            let frame = answer(
+                &*handler,
+                &metrics,
+                from,
+                &header,
+                (request, payload),
+                received,
+            )
+            .await;
             // The request is served: its bytes go back to the budgets now, not when its peer
             // takes the answer (a peer that reads nothing is closed by the writer's deadline).
             drop((held, held_by_service));
@@ -750,6 +703,89 @@ async fn serve_connection<H: Handler>(
             drop(permit);
         });
     }
+}
+
+/// The rest of a request whose header arrived: the request, its payload, and the bytes of the
+/// whole frame; `None` (logged) when the connection must close. Once begun, a frame must
+/// arrive whole within its deadline: a peer that sends part of one and stalls does not hold
+/// the connection and its budget for ever.
+async fn read_request(
+    reader: &mut crate::tls::ReadHalf,
+    header: &weft_proto::codec::FrameHeader,
+    peer: &str,
+) -> Option<(Request, Bytes, u64)> {
+    let rest = read_rest(reader, header, PayloadBuffer::Huge);
+    let (body, payload) = match tokio::time::timeout(FRAME_REST_TIMEOUT, rest).await {
+        Ok(Ok(rest)) => rest,
+        Ok(Err(error)) => {
+            tracing::warn!(%peer, %error, "closing connection after a bad frame");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, timeout = ?FRAME_REST_TIMEOUT, "closing connection: a frame did not arrive whole in time");
+            return None;
+        }
+    };
+    let request = match codec::decode_body_in::<Request>(header.version, &body) {
+        Ok(request) => request,
+        Err(error) => {
+            tracing::warn!(%peer, %error, "closing connection after a malformed request");
+            return None;
+        }
+    };
+    let received = (FRAME_HEADER_BYTES + body.len() + payload.len()) as u64;
+    crate::memory::note_activity(received);
+    Some((request, payload, received))
+}
+
+/// Serves one request (`received` bytes with its header) of the peer `from`: the handler's
+/// answer, or the server's own to [`Request::Stats`], as a response frame in the request's
+/// protocol version, timed in the metrics.
+async fn answer<H: Handler>(
+    handler: &H,
+    metrics: &Metrics,
+    from: Identity,
+    header: &weft_proto::codec::FrameHeader,
+    (request, payload): (Request, Bytes),
+    received: u64,
+) -> OutFrame {
+    let timer = metrics
+        .rpc()
+        .start(request.op_name(), header.origin, received);
+    let (body, payload, error) = match request {
+        Request::Stats => {
+            let stats = metrics.rpc().node_stats(handler.target_stats());
+            encode_reply(
+                header.version,
+                &Ok(StatsResponse::Stats(stats)),
+                Bytes::new(),
+            )
+        }
+        request => {
+            let handled = async {
+                match &from {
+                    Identity::Client(name) => match access::for_client(name, &request) {
+                        Ok(()) => handler.handle(from, request, payload).await,
+                        Err(error) => (Err(error), Bytes::new()),
+                    },
+                    Identity::Member => handler.handle(from, request, payload).await,
+                }
+            };
+            let (reply, payload) = PEER_VERSION.scope(header.version, handled).await;
+            encode_reply(header.version, &reply, payload)
+        }
+    };
+    let head = FrameHead {
+        kind: FrameKind::Response,
+        request_id: header.request_id,
+        origin: 0,
+        version: header.version,
+        flags: 0,
+    };
+    let frame = OutFrame::new(head, body, payload);
+    timer.finish(error.as_ref(), frame.len() as u64);
+    crate::memory::note_activity(frame.len() as u64);
+    frame
 }
 
 #[cfg(test)]

@@ -354,7 +354,7 @@ pub(crate) async fn serve(
             }
         }
         StorageRequest::NetBench { target, .. } if !targets.contains_key(&target) => {
-            Err(crate::service::unknown_target(target))
+            Err(crate::target::unknown(target))
         }
         StorageRequest::NetBench { read_len, .. } => match read_len {
             0 => Ok((

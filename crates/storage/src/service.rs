@@ -335,18 +335,10 @@ impl Storage {
             unreachable!("only StorageBench names no target, answered above")
         };
         let Some(target) = self.targets.get(&target_id).cloned() else {
-            return (Err(unknown_target(target_id)), Bytes::new());
+            return (Err(crate::target::unknown(target_id)), Bytes::new());
         };
         self.serve(target, request, payload).await
     }
-}
-
-/// The refusal of a request for a target this server does not hold.
-pub(crate) fn unknown_target(target: weft_proto::TargetId) -> WireError {
-    WireError::new(
-        ErrorCode::UnknownTarget,
-        format!("this server does not hold target {target}"),
-    )
 }
 
 impl Storage {

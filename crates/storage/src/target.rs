@@ -566,3 +566,11 @@ impl Target {
         self.used_bytes.load(Ordering::Acquire)
     }
 }
+
+/// The refusal of a request for a target this server does not hold.
+pub(crate) fn unknown(target: TargetId) -> weft_proto::error::WireError {
+    weft_proto::error::WireError::new(
+        weft_proto::ErrorCode::UnknownTarget,
+        format!("this server does not hold target {target}"),
+    )
+}

@@ -1,28 +1,28 @@
 //! [`Client`]: a session with management and every metadata and storage server.
 
+use futures::future::BoxFuture;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::retry::RetryPolicy;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
-use weft_proto::access::{Capability, WRITE};
+use weft_proto::access::WRITE;
 use weft_proto::ids::{ClientId, InodeId, NodeId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{
-    AttrChanges, ChangeTag, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode,
-    RenameFlags, SizeReport, XattrSetMode,
+    AttrChanges, ClusterMap, DirEntry, FileKind, InodeAttr, MutationId, NewInode, RenameFlags,
+    SizeReport, XattrSetMode,
 };
 use weft_proto::{ErrorCode, Recovery};
 
-use weft_mirror::numbers::{Numbers, Pending};
+use weft_mirror::numbers::Pending;
 
 mod config;
-mod error;
 mod namespace;
 
+pub use crate::error::ClientError;
+use crate::session::Session;
 pub use config::ClientConfig;
-pub use error::ClientError;
 
 /// A client session: routes each request to the server that owns it.
 pub struct Client {
@@ -33,16 +33,9 @@ pub struct Client {
     root: InodeId,
     /// Requests the mount answered with an error it does not serve, by kind.
     pub(crate) unserved: crate::unserved::Unserved,
-    /// The current session's id (a [`ClientId`]): a new one after the last one expired.
-    client: AtomicU64,
-    /// Held while an expired session is replaced.
-    renewing: tokio::sync::Mutex<()>,
-    /// The numbers of this client's mutating requests.
-    numbers: Numbers,
+    /// The session: its id and numbers, its opens and locks.
+    pub(crate) session: Session,
     pub(crate) retry: RetryPolicy,
-    pub(crate) locks: crate::locks::HeldLocks,
-    /// The handles this client has open, per file, to open again after their server restarts.
-    pub(crate) opens: crate::locks::HeldOpens,
     /// The shards of every spread directory this client has seen. A spread directory's shards
     /// never change and inode ids are never reused, so entries never go stale.
     spread: Mutex<HashMap<InodeId, Arc<[InodeId]>>>,
@@ -121,34 +114,11 @@ const RELEASE_GATHER: Duration = Duration::from_millis(2);
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
 const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
 
-/// How long a client waits before it asks again for a capability a metadata server did not
-/// grant while a storage server wanted one ([`Client::with_capability`]).
-const CAPABILITY_RETRY_SLICE: Duration = Duration::from_millis(50);
-
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("client", &self.id())
             .finish()
-    }
-}
-
-/// A change of file data in progress ([`Client::begin_change`]).
-pub(crate) struct Change<'a> {
-    client: &'a Client,
-    pending: Pending<'a>,
-}
-
-impl Change<'_> {
-    /// The tag a copy of the change sent now carries: what this client has settled is
-    /// looked at again for every retry.
-    pub(crate) fn tag(&self) -> ChangeTag {
-        weft_net::mirror::change_tag(self.client.id(), self.pending.number, self.pending.marks())
-    }
-
-    /// The change failed: a copy of it still on its way must not land later.
-    pub(crate) fn failed(&mut self) {
-        self.pending.failed();
     }
 }
 
@@ -203,12 +173,8 @@ impl Client {
             cluster,
             identity,
             root,
-            client: AtomicU64::new(client.0),
-            renewing: tokio::sync::Mutex::new(()),
-            numbers: Numbers::default(),
+            session: Session::new(client),
             retry,
-            locks: crate::locks::HeldLocks::default(),
-            opens: crate::locks::HeldOpens::default(),
             spread: Mutex::default(),
             files: crate::file::OpenFiles::new(config.write_behind_bytes, config.read_ahead_bytes),
             releases: Mutex::default(),
@@ -303,7 +269,7 @@ impl Client {
 
     /// This session's id.
     pub fn id(&self) -> ClientId {
-        ClientId(self.client.load(Ordering::Acquire))
+        self.session.id()
     }
 
     /// Locks or an open of `inode` are lost: the file's next write, flush and sync fail, as
@@ -324,11 +290,11 @@ impl Client {
         why: &(dyn std::fmt::Display + Sync),
     ) {
         // One caller renews; the others wait for it and find the new session.
-        let _renewing = self.renewing.lock().await;
+        let _renewing = self.session.renewing.lock().await;
         if self.id() != expired {
             return;
         }
-        let lost = self.locks.forget_all();
+        let lost = self.session.locks.forget_all();
         tracing::error!(
             session = %expired,
             error = %why,
@@ -347,13 +313,9 @@ impl Client {
         {
             Ok(session) => {
                 let session = session.id;
-                if self
-                    .client
-                    .compare_exchange(expired.0, session.0, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if self.session.renewed(expired, session) {
                     tracing::info!(%session, "registered a new session");
-                    self.locks.reclaim_everywhere();
+                    self.session.locks.reclaim_everywhere();
                 }
             }
             Err(error) => {
@@ -375,26 +337,8 @@ impl Client {
         Ok(self.cluster.refresh().await?)
     }
 
-    /// Begins a change of file data (a write or a fallocate), numbered among this client's
-    /// mutations so the storage servers apply it at most once and never late
-    /// ([`ChangeTag`]).
-    pub(crate) fn begin_change(&self) -> Change<'_> {
-        Change {
-            client: self,
-            pending: self.numbers.begin(),
-        }
-    }
-
     fn begin_mutation(&self) -> (MutationId, Pending<'_>) {
-        let pending = self.numbers.begin();
-        (
-            MutationId {
-                client: self.id(),
-                seq: pending.number,
-                oldest_pending: pending.oldest_pending,
-            },
-            pending,
-        )
+        self.session.begin_mutation()
     }
 
     /// Runs a metadata call on the home of `inode` under the retry policy.
@@ -496,67 +440,18 @@ impl Client {
         self.watch_home(inode.home()).await?;
         let client = self.id();
         // A handle opened again shows what it was granted before.
-        let granted = self.opens.granted(inode, handle, access, client);
+        let granted = self.session.opens.granted(inode, handle, access, client);
         let (attr, capability) = self
             .on_home(inode, |meta| async move {
                 meta.open(client, handle, inode, access, granted).await
             })
             .await?;
-        self.opens.record(
+        self.session.opens.record(
             (inode, handle),
             (access, weft_net::stubs::caller()),
             capability,
         );
         Ok(attr)
-    }
-
-    /// Runs `attempt` (a read or change of `inode`'s objects) with a capability of this session
-    /// granting `want`, if an open of the file was granted one; when the storage server wants
-    /// one it did not get (none was granted yet, or it expired, or was another session's), opens
-    /// the file again for a new one, as the handle that asked that access was opened, and
-    /// runs `attempt` once more. A storage server may learn of a new rule for this client
-    /// before the file's metadata server does, which then grants nothing: the open is asked
-    /// again, every [`CAPABILITY_RETRY_SLICE`], until it grants one or the retry policy's
-    /// time runs out.
-    ///
-    /// # Errors
-    /// What `attempt` gave, or what the open again gave.
-    pub(crate) async fn with_capability<T, F, Fut>(
-        &self,
-        inode: InodeId,
-        want: u8,
-        attempt: F,
-    ) -> Result<T, ClientError>
-    where
-        F: Fn(Option<Capability>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ClientError>>,
-    {
-        self.within(async {
-            let mut capability = self.opens.capability(inode, want, self.id());
-            loop {
-                match attempt(capability).await {
-                    Err(error) if error.code().recovery() == Recovery::Reopen => {
-                        let Some((handle, (access, caller))) = self.opens.handle_for(inode, want)
-                        else {
-                            return Err(error);
-                        };
-                        if !weft_net::retry::time_left(CAPABILITY_RETRY_SLICE) {
-                            return Err(error);
-                        }
-                        weft_net::stubs::acting_for(caller, self.open(inode, handle, access))
-                            .await?;
-                        capability = self.opens.capability(inode, want, self.id());
-                        if capability.is_none() {
-                            // The metadata server does not know the rule the storage server
-                            // applies yet.
-                            tokio::time::sleep(CAPABILITY_RETRY_SLICE).await;
-                        }
-                    }
-                    other => return other,
-                }
-            }
-        })
-        .await
     }
 
     /// Runs `work`, an operation of this client, under one deadline (the retry policy's
@@ -573,7 +468,7 @@ impl Client {
     /// server keeps the file open until then (an unlink meanwhile disposes of it at the
     /// release). Call [`Client::release_now`] before the session ends.
     pub fn release_soon(self: &Arc<Self>, inode: InodeId, handle: u64) {
-        self.opens.forget(inode, handle);
+        self.session.opens.forget(inode, handle);
         let home = inode.home();
         let first = {
             let mut releases = self.releases.lock().expect("release queue poisoned");
@@ -637,7 +532,7 @@ impl Client {
         report: SizeReport,
     ) -> Result<InodeAttr, ClientError> {
         // What was written went through an open for writing: its capability shows it.
-        let granted = self.opens.capability(inode, WRITE, self.id());
+        let granted = self.session.opens.capability(inode, WRITE, self.id());
         self.through_grace(inode, |meta| async move {
             meta.report_size(inode, report, granted).await
         })
@@ -662,7 +557,7 @@ impl Client {
             })
             .await?;
         if let Some(capability) = capability {
-            self.opens.renew(inode, capability);
+            self.session.opens.renew(inode, capability);
         }
         Ok(to)
     }
@@ -735,4 +630,25 @@ fn weft_service_free_host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|n| n.trim().to_string())
         .unwrap_or_else(|_| "client".into())
+}
+
+impl crate::io::DataSession for Client {
+    fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn reopen(&self, inode: InodeId, want: u8) -> BoxFuture<'_, Result<bool, ClientError>> {
+        Box::pin(async move {
+            let Some((handle, (access, caller))) = self.session.opens.handle_for(inode, want)
+            else {
+                return Ok(false);
+            };
+            weft_net::stubs::acting_for(caller, self.open(inode, handle, access)).await?;
+            Ok(true)
+        })
+    }
+
+    fn apply_truncate(&self, inode: InodeId) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(Client::apply_truncate(self, inode))
+    }
 }

@@ -75,7 +75,8 @@ impl Client {
         changes: AttrChanges,
         handle: Option<u64>,
     ) -> Result<InodeAttr, ClientError> {
-        let granted = handle.and_then(|handle| self.opens.granted(inode, handle, WRITE, self.id()));
+        let granted =
+            handle.and_then(|handle| self.session.opens.granted(inode, handle, WRITE, self.id()));
         let open = self.files.get(inode);
         if let Some(open) = open
             .as_ref()
@@ -138,7 +139,7 @@ impl Client {
         self.learn(&attr);
         if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {
             self.watch_home(attr.inode.home()).await?;
-            self.opens.record(
+            self.session.opens.record(
                 (attr.inode, handle),
                 (
                     weft_proto::access::READ | weft_proto::access::WRITE,

@@ -17,8 +17,8 @@ use super::remove::dispose;
 use super::setattr::queue_truncate;
 use super::xattr::remove_all;
 use crate::schema::{
-    cookie_fits_name, kind_code, load_dentry, load_written, replace_dentry, store_inode, Dentry,
-    InodeRecord, OpError, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
+    cookie_fits_name, kind_code, load_dentry, replace_dentry, store_inode, Dentry, InodeRecord,
+    OpError, Transaction, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
     XATTRS,
 };
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
@@ -113,41 +113,6 @@ pub(crate) struct Checked {
     pub suspects: Vec<Suspect>,
 }
 
-/// A transaction the check reads the store from: a read snapshot, or the repair's own write
-/// transaction.
-pub(crate) trait Source {
-    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static>: ReadableTable<K, V>
-    where
-        Self: 'a;
-
-    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
-        &self,
-        definition: TableDefinition<'static, K, V>,
-    ) -> Result<Self::Table<'_, K, V>, OpError>;
-}
-
-impl Source for redb::ReadTransaction {
-    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static> = redb::ReadOnlyTable<K, V>;
-
-    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
-        &self,
-        definition: TableDefinition<'static, K, V>,
-    ) -> Result<redb::ReadOnlyTable<K, V>, OpError> {
-        Ok(self.open_table(definition)?)
-    }
-}
-
-impl Source for WriteTransaction {
-    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static> = redb::Table<'a, K, V>;
-
-    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
-        &self,
-        definition: TableDefinition<'static, K, V>,
-    ) -> Result<redb::Table<'_, K, V>, OpError> {
-        Ok(self.open_table(definition)?)
-    }
-}
-
 /// What the check reads of the store, all at its start.
 struct Snapshot {
     inodes: HashMap<u64, InodeRecord>,
@@ -168,7 +133,7 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn read(source: &impl Source) -> Result<Snapshot, OpError> {
+    fn read(source: &impl Transaction) -> Result<Snapshot, OpError> {
         let mut inodes = HashMap::new();
         for item in source.table(INODES)?.iter()? {
             let (key, value) = item?;
@@ -195,10 +160,8 @@ impl Snapshot {
             xattrs.insert(item?.0.value().0);
         }
         let mut written = HashMap::new();
-        let table = source.table(WRITTEN)?;
-        for item in table.iter()? {
-            let id = item?.0.value();
-            written.insert(id, load_written(&table, InodeId(id))?);
+        for (id, slots) in WRITTEN.open(source)?.all()? {
+            written.insert(id, slots);
         }
         // The slots a file's objects moved onto or off are of its layout's kind.
         let kind = |id: u64| {
@@ -209,18 +172,11 @@ impl Snapshot {
         };
         let mut moved: HashMap<u64, Vec<Slot>> = HashMap::new();
         let mut moving = HashSet::new();
-        let table = source.table(crate::schema::MOVES)?;
-        for item in table.iter()? {
-            let id = item?.0.value();
+        for (id, work) in crate::schema::MOVES.open(source)?.all()? {
             moving.insert(id);
-            if let Some(work) = crate::schema::load_move(&table, InodeId(id))? {
-                moved.entry(id).or_default().extend(work.copies(kind(id)));
-            }
+            moved.entry(id).or_default().extend(work.copies(kind(id)));
         }
-        let table = source.table(crate::schema::TOMBSTONES)?;
-        for item in table.iter()? {
-            let id = item?.0.value();
-            let held = crate::schema::load_tombstones(&table, InodeId(id))?;
+        for (id, held) in crate::schema::TOMBSTONES.open(source)?.all()? {
             moved
                 .entry(id)
                 .or_default()
@@ -232,9 +188,9 @@ impl Snapshot {
             moved,
             moving,
             orphans: keys(source, ORPHANS)?,
-            truncates: keys(source, TRUNCATES)?,
+            truncates: keys(source, TRUNCATES.definition())?,
             unreported: keys(source, UNREPORTED)?,
-            disposals: keys(source, DISPOSALS)?,
+            disposals: keys(source, DISPOSALS.definition())?,
             xattrs,
             written,
         })
@@ -256,7 +212,7 @@ impl Snapshot {
 
 /// The keys of a table keyed by inode.
 fn keys<V: redb::Value + 'static>(
-    source: &impl Source,
+    source: &impl Transaction,
     table: TableDefinition<'static, u64, V>,
 ) -> Result<HashSet<u64>, OpError> {
     let mut keys = HashSet::new();
@@ -269,7 +225,7 @@ fn keys<V: redb::Value + 'static>(
 /// Runs the check on what `source` holds; repairs in `fix`, if given (the same transaction
 /// as `source` then). `objects` are the objects found on the targets `listed`.
 pub(crate) fn check(
-    source: &impl Source,
+    source: &impl Transaction,
     fix: Option<&WriteTransaction>,
     home: NodeId,
     listed: &Listed,
@@ -564,12 +520,18 @@ fn check_queues(findings: &mut Findings, snapshot: &mut Snapshot) -> Result<(), 
             format!("removed {id} from the orphan list"),
         )
     })?;
-    drop_missing(findings, TRUNCATES, &mut snapshot.truncates, inodes, |id| {
-        (
-            format!("a truncate is queued for missing inode {id}"),
-            format!("dropped the truncate of {id}"),
-        )
-    })?;
+    drop_missing(
+        findings,
+        TRUNCATES.definition(),
+        &mut snapshot.truncates,
+        inodes,
+        |id| {
+            (
+                format!("a truncate is queued for missing inode {id}"),
+                format!("dropped the truncate of {id}"),
+            )
+        },
+    )?;
     drop_missing(
         findings,
         UNREPORTED,
@@ -583,7 +545,7 @@ fn check_queues(findings: &mut Findings, snapshot: &mut Snapshot) -> Result<(), 
         },
     )?;
     let mut written: HashSet<u64> = snapshot.written.keys().copied().collect();
-    drop_missing(findings, WRITTEN, &mut written, inodes, |id| {
+    drop_missing(findings, WRITTEN.definition(), &mut written, inodes, |id| {
         (
             format!("written slots are recorded for missing inode {id}"),
             format!("dropped the written slots of {id}"),
@@ -596,7 +558,7 @@ fn check_queues(findings: &mut Findings, snapshot: &mut Snapshot) -> Result<(), 
 /// Compares what the usage table says users and groups use with a count of the inodes (after
 /// the repairs above), and with `--repair` writes the count: usage is right after any crash
 /// or bug once fsck ran.
-fn check_usage(findings: &mut Findings, source: &impl Source) -> Result<(), OpError> {
+fn check_usage(findings: &mut Findings, source: &impl Transaction) -> Result<(), OpError> {
     let counted = match findings.fix {
         Some(txn) => crate::schema::usage::recount(&txn.open_table(INODES)?)?,
         None => crate::schema::usage::recount(&source.table(INODES)?)?,

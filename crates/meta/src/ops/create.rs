@@ -83,23 +83,9 @@ pub(crate) fn create(
         }
     }
     let pattern = parent.pattern.unwrap_or(StripePattern::DEFAULT);
-    let layout = if entry.new.kind == FileKind::Regular {
-        let slots = context.chooser.choose(&context.map, &pattern);
-        if slots.is_empty() {
-            return Err(OpError::rejected(
-                ErrorCode::NoTargets,
-                match pattern.kind {
-                    PatternKind::Mirrored => format!(
-                        "storage pool {} has no mirror group with a reachable primary (weft mirror autocreate storage)",
-                        pattern.pool
-                    ),
-                    _ => format!("storage pool {} has no reachable target", pattern.pool),
-                },
-            ));
-        }
-        Some(FileLayout::new(pattern, slots))
-    } else {
-        None
+    let layout = match entry.new.kind {
+        FileKind::Regular => Some(new_layout(context, pattern)?),
+        _ => None,
     };
     let is_dir = entry.new.kind == FileKind::Directory;
     if is_dir && parent.nlink >= LINKS_MAX {
@@ -138,32 +124,12 @@ pub(crate) fn create(
     let timestamp = now();
     let (mode, gid) = owner_group_and_mode(&parent, is_dir, mode, entry.new.gid);
     let record = InodeRecord {
-        kind: entry.new.kind,
         mode,
-        nlink: if is_dir { 2 } else { 1 },
-        uid: entry.new.uid,
         gid,
-        size: entry
-            .new
-            .symlink
-            .as_ref()
-            .map(|t| t.len() as u64)
-            .unwrap_or(0),
-        rdev: entry.new.rdev,
-        atime: timestamp,
-        mtime: timestamp,
-        ctime: timestamp,
-        truncate_generation: 0,
         layout,
-        pattern: if is_dir { Some(pattern) } else { None },
-        symlink: entry.new.symlink,
-        parent: entry.parent.0,
-        next_cookie: FIRST_COOKIE,
-        shards: Vec::new(),
-        shard_of: 0,
-        sealed: None,
+        pattern: is_dir.then_some(pattern),
         project: parent.project,
-        allocated: 0,
+        ..new_record(&entry, timestamp)
     };
     store_inode(&mut inodes, inode, &record)?;
     insert_dentry(
@@ -185,6 +151,54 @@ pub(crate) fn create(
         parent: whole.then(|| parent.to_attr(entry.parent)),
         capability: None,
     })
+}
+
+/// The layout of a new regular file of `pattern`: slots the chooser picks among the
+/// reachable targets (or mirror groups) of its pool.
+fn new_layout(context: &OpContext, pattern: StripePattern) -> Result<FileLayout, OpError> {
+    let slots = context.chooser.choose(&context.map, &pattern);
+    if slots.is_empty() {
+        return Err(OpError::rejected(
+            ErrorCode::NoTargets,
+            match pattern.kind {
+                PatternKind::Mirrored => format!(
+                    "storage pool {} has no mirror group with a reachable primary (weft mirror autocreate storage)",
+                    pattern.pool
+                ),
+                _ => format!("storage pool {} has no reachable target", pattern.pool),
+            },
+        ));
+    }
+    Ok(FileLayout::new(pattern, slots))
+}
+
+/// The record of a new entry made at `timestamp`, as its request asks, before what its
+/// directory decides (mode, group, layout or pattern, project).
+fn new_record(entry: &NewEntry, timestamp: weft_proto::messages::Timestamp) -> InodeRecord {
+    let is_dir = entry.new.kind == FileKind::Directory;
+    InodeRecord {
+        kind: entry.new.kind,
+        mode: entry.new.mode,
+        nlink: if is_dir { 2 } else { 1 },
+        uid: entry.new.uid,
+        gid: entry.new.gid,
+        size: entry.new.symlink.as_ref().map_or(0, |t| t.len() as u64),
+        rdev: entry.new.rdev,
+        atime: timestamp,
+        mtime: timestamp,
+        ctime: timestamp,
+        truncate_generation: 0,
+        layout: None,
+        pattern: None,
+        symlink: entry.new.symlink.clone(),
+        parent: entry.parent.0,
+        next_cookie: FIRST_COOKIE,
+        shards: Vec::new(),
+        shard_of: 0,
+        sealed: None,
+        project: 0,
+        allocated: 0,
+    }
 }
 
 /// Adds a hard link to a non-directory.

@@ -8,8 +8,8 @@
 //! with [`earlier`] instead of starting over on a half-changed namespace.
 
 use crate::schema::{
-    load_dentry, load_dir, refuse_settled, stored_reply, Dentry, OpError, StoreError, COUNTERS,
-    ENTRIES, INODES, INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES, SETTLED_INTENTS,
+    load_dentry, load_dir, refuse_settled, stored_reply, Dentry, OpError, COUNTERS, ENTRIES,
+    INODES, INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES, SETTLED_INTENTS,
 };
 pub(crate) use crate::schema::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
@@ -36,12 +36,9 @@ pub(crate) fn check_not_in_flight(
         return Ok(());
     };
     if let Some(mutation) = mutation {
-        if let Some(bytes) = txn.open_table(INTENTS)?.get(id)? {
-            if let Ok(intent) = postcard::from_bytes::<Intent>(bytes.value()) {
-                if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq
-                {
-                    return Ok(());
-                }
+        if let Ok(Some(intent)) = INTENTS.open(txn)?.get(id) {
+            if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq {
+                return Ok(());
             }
         }
     }
@@ -91,11 +88,10 @@ pub(crate) fn earlier(
     if let Some(bytes) = replies.get((mutation.client.0, mutation.seq))? {
         return Ok(Some(Prepared::Answered(stored_reply(bytes.value()))));
     }
-    for item in txn.open_table(INTENTS)?.iter()? {
-        let (key, value) = item?;
-        if let Ok(intent) = postcard::from_bytes::<Intent>(value.value()) {
+    for (id, intent) in INTENTS.open(txn)?.each(usize::MAX)? {
+        if let Ok(intent) = intent {
             if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq {
-                return Ok(Some(Prepared::Intent(key.value(), intent)));
+                return Ok(Some(Prepared::Intent(id, intent)));
             }
         }
     }
@@ -105,15 +101,7 @@ pub(crate) fn earlier(
 
 /// All intents, for recovery.
 pub(crate) fn intents(txn: &ReadTransaction) -> Result<Vec<(u64, Intent)>, OpError> {
-    let table = txn.open_table(INTENTS)?;
-    let mut out = Vec::new();
-    for item in table.iter()? {
-        let (key, value) = item?;
-        let intent: Intent = postcard::from_bytes(value.value())
-            .map_err(|error| StoreError::damaged(format!("intent {}", key.value()), error))?;
-        out.push((key.value(), intent));
-    }
-    Ok(out)
+    INTENTS.open(txn)?.all()
 }
 
 /// Records `intent` and returns its id. (A retry of the same request found its intent with
@@ -122,8 +110,7 @@ pub(crate) fn record_intent(txn: &WriteTransaction, intent: &Intent) -> Result<u
     let mut counters = txn.open_table(COUNTERS)?;
     let id = counters.get("intent")?.map(|v| v.value()).unwrap_or(0) + 1;
     counters.insert("intent", id)?;
-    let bytes = postcard::to_stdvec(intent).expect("intents encode");
-    txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    INTENTS.open(txn)?.insert(id, intent)?;
     if let Some((parent, name)) = intent.op.protected_name() {
         txn.open_table(INTENT_NAMES)?.insert((parent.0, name), id)?;
     }
@@ -132,14 +119,13 @@ pub(crate) fn record_intent(txn: &WriteTransaction, intent: &Intent) -> Result<u
 
 /// Removes intent `id` and the name it protects; false when it was gone already.
 pub(crate) fn remove_intent(txn: &WriteTransaction, id: u64) -> Result<bool, OpError> {
-    let Some(bytes) = txn
-        .open_table(INTENTS)?
-        .remove(id)?
-        .map(|b| b.value().to_vec())
-    else {
+    let mut intents = INTENTS.open(txn)?;
+    // A record that does not decode is removed all the same.
+    let intent = intents.get(id).ok().flatten();
+    if !intents.remove(id)? {
         return Ok(false);
-    };
-    if let Ok(intent) = postcard::from_bytes::<Intent>(&bytes) {
+    }
+    if let Some(intent) = intent {
         if let Some((parent, name)) = intent.op.protected_name() {
             let mut names = txn.open_table(INTENT_NAMES)?;
             if names.get((parent.0, name))?.map(|v| v.value()) == Some(id) {
@@ -156,8 +142,8 @@ const INTENT_BITS: u64 = (1 << 61) - 1;
 /// The intent id below which every intent of this coordinator has finished: its oldest
 /// recorded one, or the next id when none is recorded.
 pub(crate) fn settled_below(txn: &ReadTransaction) -> Result<u64, OpError> {
-    if let Some((oldest, _)) = txn.open_table(INTENTS)?.first()? {
-        return Ok(oldest.value());
+    if let Some(oldest) = INTENTS.open(txn)?.first_key()? {
+        return Ok(oldest);
     }
     Ok(txn
         .open_table(COUNTERS)?

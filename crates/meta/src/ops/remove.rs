@@ -52,9 +52,9 @@ pub(crate) fn dispose(
     inodes.remove(inode)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
     txn.open_table(ORPHANS)?.remove(inode.0)?;
-    txn.open_table(TRUNCATES)?.remove(inode.0)?;
+    TRUNCATES.open(txn)?.remove(inode.0)?;
     txn.open_table(UNREPORTED)?.remove(inode.0)?;
-    txn.open_table(WRITTEN)?.remove(inode.0)?;
+    WRITTEN.open(txn)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
         // Objects its moves left, or one in flight made, go with it.
         let moved = crate::schema::take_moved_objects(txn, inode, layout.pattern.kind)?;
@@ -66,9 +66,7 @@ pub(crate) fn dispose(
                 .collect::<Vec<_>>(),
         );
         let layout = weft_proto::layout::FileLayout::new(layout.pattern, slots);
-        let bytes = postcard::to_stdvec(&layout).expect("layouts always encode");
-        txn.open_table(DISPOSALS)?
-            .insert(inode.0, bytes.as_slice())?;
+        DISPOSALS.open(txn)?.insert(inode.0, &layout)?;
     }
     Ok(())
 }

@@ -40,9 +40,7 @@ pub(crate) fn queue_truncate(
             .clone()
             .ok_or_else(|| OpError::inconsistent(format!("regular file {inode} has no layout")))?,
     };
-    let bytes = postcard::to_stdvec(&work).expect("truncate work always encodes");
-    txn.open_table(TRUNCATES)?
-        .insert(inode.0, bytes.as_slice())?;
+    TRUNCATES.open(txn)?.insert(inode.0, &work)?;
     // Slots the new size leaves no byte on hold no data after the cut.
     change_written(txn, inode, |written| {
         written.retain(|index| object_length_for_file_size(&work.layout, index, work.size) > 0);
@@ -126,7 +124,7 @@ pub(crate) fn set_attr(
         }
         // The last copies of a restripe (or of a mirrored file's move) copy what the old
         // objects hold in their own truncate generation: a truncate waits for the switch.
-        let moves = txn.open_table(crate::schema::MOVES)?;
+        let moves = crate::schema::MOVES.open(txn)?;
         if let Some(work) = crate::schema::load_move(&moves, inode)? {
             let kind = record.layout.as_ref().map(|layout| layout.pattern.kind);
             if work.sealing && kind.is_some_and(|kind| work.through_layout(kind)) {
@@ -280,11 +278,12 @@ pub(crate) fn finish_truncate(
     inode: InodeId,
     generation: u64,
 ) -> Result<MetaResponse, OpError> {
-    let mut truncates = txn.open_table(TRUNCATES)?;
-    let current = truncates.get(inode.0)?.map(|bytes| {
-        postcard::from_bytes::<TruncateWork>(bytes.value()).map(|work| work.generation)
-    });
-    if let Some(Ok(current)) = current {
+    let mut truncates = TRUNCATES.open(txn)?;
+    // A record that does not decode is left for fsck.
+    let current = truncates
+        .get(inode.0)
+        .map(|work| work.map(|work| work.generation));
+    if let Ok(Some(current)) = current {
         if current == generation {
             truncates.remove(inode.0)?;
         }

@@ -3,19 +3,19 @@
 //! (`service/moves.rs`) plans and runs moves over them; the namespace operations read them
 //! where a file's objects go (a truncate, a removal) and fsck checks them.
 
-use super::{OpError, StoreError};
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use super::{OpError, RecordTable, Records};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use weft_proto::ids::{GroupId, InodeId, StoragePoolId, TargetId};
 use weft_proto::layout::{FileLayout, PatternKind, Slot};
 
 /// Files whose objects are moving: inode → postcard [`MoveWork`], in protocol version 5 (a
 /// store's `moves` of version 4 is converted when it opens).
-pub(crate) const MOVES: TableDefinition<u64, &[u8]> = TableDefinition::new("moves_v5");
+pub(crate) const MOVES: RecordTable<MoveWork> = RecordTable::new("moves_v5");
 
 /// Slots that hold a tombstone of a file (its objects moved away from them): inode →
 /// postcard list of [`SlotId`]s. Their objects are removed with the file's.
-pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
+pub(crate) const TOMBSTONES: RecordTable<Vec<SlotId>> = RecordTable::new("tombstones");
 
 /// A slot of a file's layout as a move or a tombstone records it: the id of a target, or of
 /// a storage mirror group for a mirrored file, whose layout's kind tells which (as a stored
@@ -102,47 +102,20 @@ impl MoveWork {
     }
 }
 
-/// Decodes a stored record of `inode` (`what` names it in the error of a damaged one).
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(
-    what: &str,
-    inode: u64,
-    bytes: &[u8],
-) -> Result<T, OpError> {
-    postcard::from_bytes(bytes)
-        .map_err(|error| StoreError::damaged(format!("{what} of inode {inode:#x}"), error).into())
-}
-
 /// The move of `inode` in flight, if any.
 pub(crate) fn load_move(
-    table: &impl ReadableTable<u64, &'static [u8]>,
+    table: &Records<impl ReadableTable<u64, &'static [u8]>, MoveWork>,
     inode: InodeId,
 ) -> Result<Option<MoveWork>, OpError> {
-    match table.get(inode.0)? {
-        Some(bytes) => decode("the move", inode.0, bytes.value()).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// Records `work` as the move of `inode`.
-pub(crate) fn store_move(
-    moves: &mut redb::Table<'_, u64, &'static [u8]>,
-    inode: InodeId,
-    work: &MoveWork,
-) -> Result<(), OpError> {
-    let bytes = postcard::to_stdvec(work).expect("moves always encode");
-    moves.insert(inode.0, bytes.as_slice())?;
-    Ok(())
+    table.get(inode.0)
 }
 
 /// The slots that hold tombstones of `inode`.
 pub(crate) fn load_tombstones(
-    table: &impl ReadableTable<u64, &'static [u8]>,
+    table: &Records<impl ReadableTable<u64, &'static [u8]>, Vec<SlotId>>,
     inode: InodeId,
 ) -> Result<Vec<SlotId>, OpError> {
-    match table.get(inode.0)? {
-        Some(bytes) => decode("the tombstones", inode.0, bytes.value()),
-        None => Ok(Vec::new()),
-    }
+    Ok(table.get(inode.0)?.unwrap_or_default())
 }
 
 /// Forgets the move and the tombstones of a file of `kind` being disposed of, and answers
@@ -154,17 +127,10 @@ pub(crate) fn take_moved_objects(
     kind: PatternKind,
 ) -> Result<Vec<Slot>, OpError> {
     let mut slots: Vec<Slot> = Vec::new();
-    let mut tombstones = txn.open_table(TOMBSTONES)?;
-    slots.extend(
-        load_tombstones(&tombstones, inode)?
-            .into_iter()
-            .map(|id| id.slot(kind)),
-    );
-    tombstones.remove(inode.0)?;
-    let mut moves = txn.open_table(MOVES)?;
-    if let Some(work) = load_move(&moves, inode)? {
+    let tombstones = TOMBSTONES.open(txn)?.take(inode.0)?.unwrap_or_default();
+    slots.extend(tombstones.into_iter().map(|id| id.slot(kind)));
+    if let Some(work) = MOVES.open(txn)?.take(inode.0)? {
         slots.extend(work.copies(kind));
     }
-    moves.remove(inode.0)?;
     Ok(slots)
 }

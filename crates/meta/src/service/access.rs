@@ -94,26 +94,7 @@ impl Meta {
             }
             MetaRequest::Create { parent, new, .. }
             | MetaRequest::CreateSpread { parent, new, .. } => {
-                if matches!(new.kind, FileKind::CharDevice | FileKind::BlockDevice) {
-                    return Err(not_permitted("making a device node in", *parent));
-                }
-                let dir = self.attr_of(*parent).await?;
-                if !allows(&dir, caller, CHANGE_DIR) {
-                    return Err(denied("changing", *parent));
-                }
-                new.uid = caller.uid;
-                new.gid = caller.gid;
-                // The group is the directory's in a set-group-id directory: a set-group-id
-                // bit on a file of a group the caller is not in is dropped, as a kernel does.
-                let group = if dir.mode & SET_GID != 0 {
-                    dir.gid
-                } else {
-                    caller.gid
-                };
-                if new.kind != FileKind::Directory && !caller.in_group(group) {
-                    new.mode &= !SET_GID;
-                }
-                Ok(())
+                self.check_create(*parent, new, caller).await
             }
             MetaRequest::Link { new_parent, .. } => {
                 self.require(*new_parent, caller, CHANGE_DIR).await
@@ -130,20 +111,8 @@ impl Meta {
                 new_name,
                 ..
             } => {
-                let moved = self.require_removable(*parent, name, caller).await?;
-                // A directory that changes parent has its ".." rewritten: write on it too.
-                if moved.kind == FileKind::Directory
-                    && new_parent != parent
-                    && !allows(&moved, caller, access::WRITE)
-                {
-                    return Err(denied("moving the directory", moved.inode));
-                }
-                // Write and search on the new directory; a name it replaces must be one the
-                // caller could remove.
-                match self.require_removable(*new_parent, new_name, caller).await {
-                    Err(OpError::Rejected(wire)) if wire.code == ErrorCode::NotFound => Ok(()),
-                    other => other.map(drop),
-                }
+                self.check_rename((*parent, name), (*new_parent, new_name), caller)
+                    .await
             }
             MetaRequest::SetAttr {
                 inode,
@@ -162,19 +131,7 @@ impl Meta {
             }
             MetaRequest::SetXattr { inode, name, .. }
             | MetaRequest::RemoveXattr { inode, name, .. } => {
-                let attr = self.attr_of(*inode).await?;
-                if name.starts_with("user.") {
-                    if allows(&attr, caller, access::WRITE) {
-                        return Ok(());
-                    }
-                    return Err(denied("changing an attribute", *inode));
-                }
-                // ACLs are their owner's to change; security and trusted attributes need
-                // capabilities no checked caller has.
-                if attr.uid == caller.uid && name.starts_with("system.") {
-                    return Ok(());
-                }
-                Err(not_permitted("changing an attribute", *inode))
+                self.check_change_xattr(*inode, name, caller).await
             }
             MetaRequest::GetXattr { inode, name } => {
                 if name.starts_with("trusted.") {
@@ -191,6 +148,80 @@ impl Meta {
             ))),
             _ => Ok(()),
         }
+    }
+
+    /// A create in `parent` by `caller`: write and search on the directory; the new entry
+    /// is the caller's, in the directory's group in a set-group-id directory; no device nodes.
+    async fn check_create(
+        &self,
+        parent: InodeId,
+        new: &mut weft_proto::messages::NewInode,
+        caller: &Caller,
+    ) -> Result<(), OpError> {
+        if matches!(new.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            return Err(not_permitted("making a device node in", parent));
+        }
+        let dir = self.attr_of(parent).await?;
+        if !allows(&dir, caller, access::WRITE | access::EXECUTE) {
+            return Err(denied("changing", parent));
+        }
+        new.uid = caller.uid;
+        new.gid = caller.gid;
+        // The group is the directory's in a set-group-id directory: a set-group-id bit on a
+        // file of a group the caller is not in is dropped, as a kernel does.
+        let group = if dir.mode & SET_GID != 0 {
+            dir.gid
+        } else {
+            caller.gid
+        };
+        if new.kind != FileKind::Directory && !caller.in_group(group) {
+            new.mode &= !SET_GID;
+        }
+        Ok(())
+    }
+
+    /// A rename of `name` in `parent` to `new_name` in `new_parent` by `caller`: the name must
+    /// be one the caller could remove, and so must a name it replaces; a directory that
+    /// changes parent has its ".." rewritten, which takes write on it too.
+    async fn check_rename(
+        &self,
+        (parent, name): (InodeId, &str),
+        (new_parent, new_name): (InodeId, &str),
+        caller: &Caller,
+    ) -> Result<(), OpError> {
+        let moved = self.require_removable(parent, name, caller).await?;
+        if moved.kind == FileKind::Directory
+            && new_parent != parent
+            && !allows(&moved, caller, access::WRITE)
+        {
+            return Err(denied("moving the directory", moved.inode));
+        }
+        match self.require_removable(new_parent, new_name, caller).await {
+            Err(OpError::Rejected(wire)) if wire.code == ErrorCode::NotFound => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// A change of extended attribute `name` of `inode` by `caller`: user attributes need
+    /// write on the inode; ACLs are their owner's to change; security and trusted attributes
+    /// need capabilities no checked caller has.
+    async fn check_change_xattr(
+        &self,
+        inode: InodeId,
+        name: &str,
+        caller: &Caller,
+    ) -> Result<(), OpError> {
+        let attr = self.attr_of(inode).await?;
+        if name.starts_with("user.") {
+            if allows(&attr, caller, access::WRITE) {
+                return Ok(());
+            }
+            return Err(denied("changing an attribute", inode));
+        }
+        if attr.uid == caller.uid && name.starts_with("system.") {
+            return Ok(());
+        }
+        Err(not_permitted("changing an attribute", inode))
     }
 
     /// Whether the request is made through an open of `inode` for `want`: `granted` is a

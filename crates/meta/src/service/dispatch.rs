@@ -93,38 +93,10 @@ impl Meta {
                 self.rename(mutation, parent, name, new_parent, new_name, flags)
                     .await
             }
-            MetaRequest::SetAttr {
-                mutation,
-                inode,
-                changes,
-                granted: _,
-            } => return self.set_attr_request(mutation, inode, changes).await,
-            MetaRequest::SetXattr {
-                mutation,
-                inode,
-                name,
-                value,
-                mode,
-            } => {
-                let set = move |txn: &redb::WriteTransaction, name: &str| {
-                    set_xattr(txn, inode, name, &value, mode)
-                };
-                self.change_xattr(mutation, (inode, name), set).await
-            }
-            MetaRequest::RemoveXattr {
-                mutation,
-                inode,
-                name,
-            } => {
-                let remove =
-                    move |txn: &redb::WriteTransaction, name: &str| remove_xattr(txn, inode, name);
-                self.change_xattr(mutation, (inode, name), remove).await
-            }
-            MetaRequest::SetPattern {
-                mutation,
-                dir,
-                pattern,
-            } => self.set_pattern_request(mutation, dir, pattern).await,
+            request @ (MetaRequest::SetAttr { .. }
+            | MetaRequest::SetXattr { .. }
+            | MetaRequest::RemoveXattr { .. }
+            | MetaRequest::SetPattern { .. }) => return self.attributes_request(request).await,
             request @ (MetaRequest::Open { .. }
             | MetaRequest::Release { .. }
             | MetaRequest::Reserve { .. }
@@ -151,6 +123,47 @@ impl Meta {
             | MetaRequest::ReplicaApply { .. }) => self.serve_member_step(request).await,
         };
         result.map_err(OpError::into_wire)
+    }
+
+    /// Serves a change of attributes: of an inode's, of an extended attribute, of a
+    /// directory's pattern.
+    async fn attributes_request(&self, request: MetaRequest) -> Reply<MetaResponse> {
+        let changed = match request {
+            MetaRequest::SetAttr {
+                mutation,
+                inode,
+                changes,
+                granted: _,
+            } => return self.set_attr_request(mutation, inode, changes).await,
+            MetaRequest::SetPattern {
+                mutation,
+                dir,
+                pattern,
+            } => self.set_pattern_request(mutation, dir, pattern).await,
+            MetaRequest::SetXattr {
+                mutation,
+                inode,
+                name,
+                value,
+                mode,
+            } => {
+                let set = move |txn: &redb::WriteTransaction, name: &str| {
+                    set_xattr(txn, inode, name, &value, mode)
+                };
+                self.change_xattr(mutation, (inode, name), set).await
+            }
+            MetaRequest::RemoveXattr {
+                mutation,
+                inode,
+                name,
+            } => {
+                let remove =
+                    move |txn: &redb::WriteTransaction, name: &str| remove_xattr(txn, inode, name);
+                self.change_xattr(mutation, (inode, name), remove).await
+            }
+            _ => unreachable!("only changes of attributes come here"),
+        };
+        changed.map_err(OpError::into_wire)
     }
 
     /// Serves a read of the namespace: a lookup, attributes, a directory's entries, a

@@ -31,10 +31,9 @@ use plan::{free_slots, plan_move, plan_restripe, rebalance_candidate, set_pool, 
 
 use super::targets::{ends_a_move, TARGET_RETRY, WORK_RETRY_INTERVAL};
 use super::Meta;
-use crate::schema::decode_record as decode;
 use crate::schema::{
-    load_inode, load_move, load_tombstones, store_inode, store_move, MoveWork, OpError, SlotId,
-    INODES, MOVES, TOMBSTONES,
+    load_inode, load_move, load_tombstones, store_inode, MoveWork, OpError, SlotId, INODES, MOVES,
+    TOMBSTONES,
 };
 use redb::{ReadableTable, WriteTransaction};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -111,8 +110,8 @@ impl Meta {
     ) -> Result<MetaResponse, OpError> {
         let (record, moving, tombstones) = self.read(|txn| {
             let record = load_inode(&txn.open_table(INODES)?, inode)?;
-            let moving = load_move(&txn.open_table(MOVES)?, inode)?;
-            let tombstones = load_tombstones(&txn.open_table(TOMBSTONES)?, inode)?;
+            let moving = load_move(&MOVES.open(txn)?, inode)?;
+            let tombstones = load_tombstones(&TOMBSTONES.open(txn)?, inode)?;
             Ok((record, moving, tombstones))
         })?;
         if let Some(work) = moving {
@@ -237,14 +236,13 @@ impl Meta {
         let gone = removed.clone();
         self.committer
             .run_with(move |txn| {
-                let mut table = txn.open_table(TOMBSTONES)?;
+                let mut table = TOMBSTONES.open(txn)?;
                 let mut held = load_tombstones(&table, inode)?;
                 held.retain(|id| !gone.contains(id));
                 if held.is_empty() {
                     table.remove(inode.0)?;
                 } else {
-                    let bytes = postcard::to_stdvec(&held).expect("tombstones always encode");
-                    table.insert(inode.0, bytes.as_slice())?;
+                    table.insert(inode.0, &held)?;
                 }
                 Ok(held)
             })
@@ -277,9 +275,9 @@ impl Meta {
                         format!("{inode} changed while its move was planned: ask again"),
                     ));
                 }
-                let mut moves = txn.open_table(MOVES)?;
+                let mut moves = MOVES.open(txn)?;
                 if load_move(&moves, inode)?.is_none() {
-                    store_move(&mut moves, inode, &work)?;
+                    moves.insert(inode.0, &work)?;
                 }
                 Ok(())
             })
@@ -300,8 +298,7 @@ impl Meta {
             {
                 return Err(OpError::Rejected(error));
             }
-            let pending =
-                self.read(|txn| Ok(load_move(&txn.open_table(MOVES)?, inode)?.is_some()))?;
+            let pending = self.read(|txn| Ok(load_move(&MOVES.open(txn)?, inode)?.is_some()))?;
             if !pending {
                 return Ok(MetaResponse::Migration { moving, done: true });
             }
@@ -320,14 +317,11 @@ impl Meta {
             let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, self.moves.mover.notified()).await;
             self.scan_draining().await;
             let works = self.read(|txn| {
-                txn.open_table(MOVES)?
-                    .iter()?
-                    .map(|item| {
-                        let (key, value) = item?;
-                        let work: MoveWork = decode("the move", key.value(), value.value())?;
-                        Ok((InodeId(key.value()), work))
-                    })
-                    .collect::<Result<Vec<_>, OpError>>()
+                let works = MOVES.open(txn)?.all()?;
+                Ok(works
+                    .into_iter()
+                    .map(|(inode, work)| (InodeId(inode), work))
+                    .collect::<Vec<_>>())
             });
             let works = match works {
                 Ok(works) => works,
@@ -464,7 +458,7 @@ impl Meta {
                     tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
                     return false;
                 }
-                let work = match self.read(|txn| load_move(&txn.open_table(MOVES)?, inode)) {
+                let work = match self.read(|txn| load_move(&MOVES.open(txn)?, inode)) {
                     Ok(Some(work)) => work,
                     _ => return false,
                 };
@@ -504,22 +498,17 @@ impl Meta {
         let sealing = self
             .committer
             .run_with(move |txn| {
-                let mut moves = txn.open_table(MOVES)?;
+                let mut moves = MOVES.open(txn)?;
                 let Some(mut work) = load_move(&moves, inode)? else {
                     return Ok(Sealing::Gone);
                 };
                 // A truncate committed during the rounds goes first (from here on a
                 // truncate waits for the switch: see `set_attr`).
-                if through
-                    && txn
-                        .open_table(crate::schema::TRUNCATES)?
-                        .get(inode.0)?
-                        .is_some()
-                {
+                if through && crate::schema::TRUNCATES.open(txn)?.contains(inode.0)? {
                     return Ok(Sealing::TruncateFirst);
                 }
                 work.sealing = true;
-                store_move(&mut moves, inode, &work)?;
+                moves.insert(inode.0, &work)?;
                 Ok(Sealing::Sealed(work))
             })
             .await
@@ -656,7 +645,7 @@ impl Meta {
     ) -> Result<u64, (WireError, Vec<u16>)> {
         let _pushing = self.pushing(inode);
         let recorded = self
-            .read(|txn| Ok(load_move(&txn.open_table(MOVES)?, inode)?.is_some()))
+            .read(|txn| Ok(load_move(&MOVES.open(txn)?, inode)?.is_some()))
             .map_err(|error| (error.into_wire(), Vec::new()))?;
         if !recorded {
             return Ok(0);
@@ -747,7 +736,7 @@ impl Meta {
         let map = self.cluster.map();
         let record = self.read(|txn| {
             let record = load_inode(&txn.open_table(INODES)?, inode)?;
-            let tombstones = load_tombstones(&txn.open_table(TOMBSTONES)?, inode)?;
+            let tombstones = load_tombstones(&TOMBSTONES.open(txn)?, inode)?;
             Ok((record, tombstones))
         });
         let Ok((record, tombstones)) = record else {
@@ -788,9 +777,9 @@ impl Meta {
     async fn store_if_moving(&self, inode: InodeId, next: MoveWork) -> Result<(), OpError> {
         self.committer
             .run_with(move |txn| {
-                let mut moves = txn.open_table(MOVES)?;
+                let mut moves = MOVES.open(txn)?;
                 if load_move(&moves, inode)?.is_some() {
-                    store_move(&mut moves, inode, &next)?;
+                    moves.insert(inode.0, &next)?;
                 }
                 Ok(())
             })
@@ -803,7 +792,7 @@ impl Meta {
         let forgotten = self
             .committer
             .run_with(move |txn| {
-                txn.open_table(MOVES)?.remove(inode.0)?;
+                MOVES.open(txn)?.remove(inode.0)?;
                 Ok(())
             })
             .await;

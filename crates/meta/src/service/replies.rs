@@ -1,7 +1,7 @@
 //! Stored replies: the answer of every mutating request, kept in the same transaction as
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
-use crate::schema::{refuse_settled, stored_reply, OpError, REPLIES, REPLY_FLOORS};
+use crate::schema::{refuse_settled, reply_bytes, stored_reply, OpError, REPLIES, REPLY_FLOORS};
 use redb::{ReadableTable, WriteTransaction};
 use weft_proto::messages::{MetaResponse, MutationId, Reply};
 use weft_proto::Recovery;
@@ -57,12 +57,7 @@ fn keep_reply(
         Err(OpError::Store(_)) => return result,
     };
     let mut replies = txn.open_table(REPLIES)?;
-    replies.insert(
-        (client, mutation.seq),
-        postcard::to_stdvec(&reply)
-            .expect("replies encode")
-            .as_slice(),
-    )?;
+    replies.insert((client, mutation.seq), reply_bytes(&reply).as_slice())?;
     let settled = mutation.oldest_pending.min(mutation.seq);
     replies.retain_in((client, 0)..(client, settled), |_, _| false)?;
     let mut floors = txn.open_table(REPLY_FLOORS)?;

@@ -231,7 +231,7 @@ impl Meta {
     fn still_written(&self, suspect: &Suspect) -> Result<bool, OpError> {
         self.read(|txn| {
             Ok(same_generation(txn, suspect)?
-                && load_written(&txn.open_table(WRITTEN)?, suspect.inode)?.contains(suspect.index))
+                && load_written(&WRITTEN.open(txn)?, suspect.inode)?.contains(suspect.index))
         })
     }
 
@@ -252,7 +252,7 @@ impl Meta {
             let id = suspect.inode.0;
             Ok(same_generation(txn, suspect)?
                 && txn.open_table(UNREPORTED)?.get(id)?.is_none()
-                && txn.open_table(TRUNCATES)?.get(id)?.is_none())
+                && TRUNCATES.open(txn)?.get(id)?.is_none())
         })
     }
 }

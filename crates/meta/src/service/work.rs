@@ -6,7 +6,7 @@ use super::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use super::{rpc_error, Meta};
 use crate::ops::lookup::get_attr;
 use crate::ops::setattr::{finish_truncate, settle_size, FoundSize};
-use crate::schema::{OpError, TruncateWork, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
+use crate::schema::{OpError, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
 use redb::ReadableTable;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -78,17 +78,8 @@ pub(super) async fn work_loop(meta: Arc<Meta>) {
             meta.sync_shards(dir).await;
         }
         let pending = meta.read(|txn| {
-            let truncates: Vec<u64> = txn
-                .open_table(TRUNCATES)?
-                .iter()?
-                .map(|item| item.map(|(k, _)| k.value()))
-                .collect::<Result<_, _>>()?;
-            let disposals: Vec<(u64, Vec<u8>)> = txn
-                .open_table(DISPOSALS)?
-                .iter()?
-                .take(1024)
-                .map(|item| item.map(|(k, v)| (k.value(), v.value().to_vec())))
-                .collect::<Result<_, _>>()?;
+            let truncates = TRUNCATES.open(txn)?.keys()?;
+            let disposals = DISPOSALS.open(txn)?.each(1024)?;
             Ok((truncates, disposals))
         });
         let Ok((truncates, disposals)) = pending else {
@@ -101,15 +92,13 @@ pub(super) async fn work_loop(meta: Arc<Meta>) {
         }
         let files: Vec<(InodeId, FileLayout)> = disposals
             .into_iter()
-            .filter_map(
-                |(inode, bytes)| match postcard::from_bytes::<FileLayout>(&bytes) {
-                    Ok(layout) => Some((InodeId(inode), layout)),
-                    Err(error) => {
-                        tracing::error!(inode, %error, "damaged disposal record");
-                        None
-                    }
-                },
-            )
+            .filter_map(|(inode, layout)| match layout {
+                Ok(layout) => Some((InodeId(inode), layout)),
+                Err(error) => {
+                    tracing::error!(inode, %error, "damaged disposal record");
+                    None
+                }
+            })
             .collect();
         for batch in files.chunks(DISPOSE_BATCH_FILES) {
             meta.dispose_objects(batch).await;
@@ -154,8 +143,8 @@ impl Meta {
             };
             // A sealing move's old objects may have given up their data already: the size
             // is settled from the new ones, once the move switched to them.
-            let truncating = txn.open_table(TRUNCATES)?.get(inode.0)?.is_some()
-                || crate::schema::load_move(&txn.open_table(crate::schema::MOVES)?, inode)?
+            let truncating = TRUNCATES.open(txn)?.contains(inode.0)?
+                || crate::schema::load_move(&crate::schema::MOVES.open(txn)?, inode)?
                     .is_some_and(|work| work.sealing);
             let listed = txn.open_table(UNREPORTED)?.get(inode.0)?.is_some();
             Ok((attr, truncating, listed))
@@ -311,15 +300,10 @@ impl Meta {
     pub(super) async fn apply_truncate_now(&self, inode: InodeId) -> Result<(), WireError> {
         let queued = self
             .read(|txn| {
-                let table = txn.open_table(TRUNCATES)?;
-                let Some(bytes) = table.get(inode.0)? else {
+                let Ok(Some(work)) = TRUNCATES.open(txn)?.get(inode.0) else {
                     return Ok(None);
                 };
-                let Ok(work) = postcard::from_bytes::<TruncateWork>(bytes.value()) else {
-                    return Ok(None);
-                };
-                let moving =
-                    crate::schema::load_move(&txn.open_table(crate::schema::MOVES)?, inode)?;
+                let moving = crate::schema::load_move(&crate::schema::MOVES.open(txn)?, inode)?;
                 Ok(Some((work, moving)))
             })
             .map_err(OpError::into_wire)?;
@@ -443,7 +427,7 @@ impl Meta {
         let forgotten = self
             .committer
             .run(Box::new(move |txn| {
-                let mut queue = txn.open_table(DISPOSALS)?;
+                let mut queue = DISPOSALS.open(txn)?;
                 for inode in &disposed {
                     queue.remove(inode.0)?;
                 }

@@ -95,8 +95,7 @@ pub(crate) fn prepare_mkdir(
         }
     }
     // Store the request with its intent id, so recovery sends exactly the same one.
-    let bytes = postcard::to_stdvec(&intent).expect("intents encode");
-    txn.open_table(INTENTS)?.insert(id, bytes.as_slice())?;
+    INTENTS.open(txn)?.insert(id, &intent)?;
     Ok(Prepared::Intent(id, intent))
 }
 

@@ -59,7 +59,7 @@ impl Meta {
         for (inode, layout) in files {
             let kind = layout.pattern.kind;
             let tombstones: Vec<Slot> = self
-                .read(|txn| load_tombstones(&txn.open_table(TOMBSTONES)?, inode))
+                .read(|txn| load_tombstones(&TOMBSTONES.open(txn)?, inode))
                 .unwrap_or_default()
                 .into_iter()
                 .map(|id| id.slot(kind))
@@ -200,7 +200,7 @@ pub(super) fn find_draining(
     let mut still_stuck = HashSet::new();
     let mut uses: std::collections::HashMap<TargetId, u64> = std::collections::HashMap::new();
     let mut files = Vec::new();
-    let moves = txn.open_table(MOVES)?;
+    let moves = MOVES.open(txn)?;
     let inodes = txn.open_table(INODES)?;
     let mut count = |slots: &mut dyn Iterator<Item = Slot>| {
         let mut counted = BTreeSet::new();
@@ -223,22 +223,18 @@ pub(super) fn find_draining(
             still_stuck.insert(inode);
             continue;
         }
-        if on_draining && files.len() < DRAIN_FILES_PER_SCAN && moves.get(key.value())?.is_none() {
+        if on_draining && files.len() < DRAIN_FILES_PER_SCAN && !moves.contains(key.value())? {
             files.push((InodeId(key.value()), layout));
         }
     }
-    for item in moves.iter()? {
-        let (key, value) = item?;
-        let work: MoveWork = decode("the move", key.value(), value.value())?;
-        let kind = match load_inode(&inodes, InodeId(key.value())) {
+    for (inode, work) in moves.all()? {
+        let kind = match load_inode(&inodes, InodeId(inode)) {
             Ok(record) => record.layout.map_or(PatternKind::Raid0, |l| l.pattern.kind),
             Err(_) => continue,
         };
         count(&mut work.copies(kind).into_iter());
     }
-    for item in txn.open_table(crate::schema::DISPOSALS)?.iter()? {
-        let (key, value) = item?;
-        let layout: FileLayout = decode("the disposal", key.value(), value.value())?;
+    for (_, layout) in crate::schema::DISPOSALS.open(txn)?.all()? {
         count(&mut layout.slots());
     }
     Ok((uses, files, still_stuck))

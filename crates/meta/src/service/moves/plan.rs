@@ -15,8 +15,8 @@ pub(super) fn rebalance_candidate(
     to: Slot,
     room: u64,
 ) -> Result<Option<(InodeId, FileLayout, u16, u64)>, OpError> {
-    let moves = txn.open_table(MOVES)?;
-    let tombstones = txn.open_table(TOMBSTONES)?;
+    let moves = MOVES.open(txn)?;
+    let tombstones = TOMBSTONES.open(txn)?;
     let mut best: Option<(InodeId, FileLayout, u16, u64)> = None;
     for item in txn.open_table(INODES)?.iter()? {
         let (key, value) = item?;
@@ -38,7 +38,7 @@ pub(super) fn rebalance_candidate(
             continue;
         }
         let inode = InodeId(key.value());
-        if moves.get(inode.0)?.is_some()
+        if moves.contains(inode.0)?
             || load_tombstones(&tombstones, inode)?.contains(&SlotId::of(to))
         {
             continue;
@@ -252,7 +252,7 @@ pub(super) fn switch_layout(
     work: &MoveWork,
     lengths: Option<&[u64]>,
 ) -> Result<(), OpError> {
-    let mut moves = txn.open_table(MOVES)?;
+    let mut moves = MOVES.open(txn)?;
     if load_move(&moves, inode)?.is_none() {
         // Removed with its file meanwhile.
         return Ok(());
@@ -280,11 +280,7 @@ pub(super) fn switch_layout(
         let lengths = lengths.unwrap_or_default();
         // Writes not reported yet may have gone past the size; a truncate still to reach
         // the new objects decides it instead.
-        if txn
-            .open_table(crate::schema::TRUNCATES)?
-            .get(inode.0)?
-            .is_none()
-        {
+        if !crate::schema::TRUNCATES.open(txn)?.contains(inode.0)? {
             record.size = record
                 .size
                 .max(weft_proto::layout::file_size_from_object_lengths(
@@ -304,22 +300,16 @@ pub(super) fn switch_layout(
     record.layout = Some(moved.clone());
     store_inode(&mut inodes, inode, &record)?;
     // A truncate still to send goes to the new objects.
-    let mut truncates = txn.open_table(crate::schema::TRUNCATES)?;
-    let queued = truncates
-        .get(inode.0)?
-        .map(|bytes| decode::<crate::schema::TruncateWork>("the truncate", inode.0, bytes.value()))
-        .transpose()?;
-    if let Some(mut truncate) = queued {
+    let mut truncates = crate::schema::TRUNCATES.open(txn)?;
+    if let Some(mut truncate) = truncates.get(inode.0)? {
         truncate.layout = moved;
-        let bytes = postcard::to_stdvec(&truncate).expect("truncates always encode");
-        truncates.insert(inode.0, bytes.as_slice())?;
+        truncates.insert(inode.0, &truncate)?;
     }
-    let mut tombstones = txn.open_table(TOMBSTONES)?;
+    let mut tombstones = TOMBSTONES.open(txn)?;
     let mut held = load_tombstones(&tombstones, inode)?;
     held.extend(work.slots.iter().map(|&(_, from, _)| from));
     held.sort_unstable();
     held.dedup();
-    let bytes = postcard::to_stdvec(&held).expect("tombstones always encode");
-    tombstones.insert(inode.0, bytes.as_slice())?;
+    tombstones.insert(inode.0, &held)?;
     Ok(())
 }
