@@ -798,6 +798,18 @@ pub(crate) fn store_inode(
     inode: InodeId,
     record: &InodeRecord,
 ) -> Result<(), OpError> {
+    debug_assert_eq!(
+        record.kind == FileKind::Regular,
+        record.layout.is_some(),
+        "inode {inode} ({:?}) stored with layout {:?}: a regular file has one, nothing else does",
+        record.kind,
+        record.layout
+    );
+    debug_assert!(
+        record.kind == FileKind::Directory || (record.shards.is_empty() && record.shard_of == 0),
+        "inode {inode} ({:?}) stored as a spread directory's shard or with shards",
+        record.kind
+    );
     inodes.store(inode, record)
 }
 
@@ -891,6 +903,11 @@ pub(crate) fn insert_dentry(
     child: InodeId,
     kind: FileKind,
 ) -> Result<(), OpError> {
+    debug_assert!(
+        parent_record.is_dir(),
+        "an entry {name:?} was added to {parent}, which is a {:?}",
+        parent_record.kind
+    );
     if let Err(OpError::Rejected(error)) = parent_record.accepts_new_name(parent, name) {
         // Callers check before they write: a rejection now would commit half an operation.
         return Err(OpError::inconsistent(format!(

@@ -53,6 +53,35 @@ fn rejected(code: ErrorCode, message: impl Into<String>) -> WireError {
     WireError::new(code, message)
 }
 
+/// Starts thread `thread` of `run` on `target`, which records its progress and its first
+/// error, and the run's time when it is the target's last to finish.
+fn spawn_thread(
+    target: Arc<Target>,
+    progress: Arc<TargetRun>,
+    run: Arc<Run>,
+    thread: u16,
+) -> Result<(), WireError> {
+    std::thread::Builder::new()
+        .name(format!("weft-bench-{}-{thread}", target.id))
+        .spawn(move || {
+            let outcome = bench_thread(&target, &run, &progress, thread);
+            if let Err(error) = outcome {
+                progress
+                    .error
+                    .lock()
+                    .expect("bench error poisoned")
+                    .get_or_insert(error);
+            }
+            if progress.threads_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                progress
+                    .finished_micros
+                    .store(run.started.elapsed().as_micros() as u64, Ordering::Release);
+            }
+        })
+        .map(drop)
+        .map_err(|e| rejected(ErrorCode::Internal, e.to_string()))
+}
+
 impl StorageBench {
     /// Serves one request about the bench on `targets` (this server's).
     pub fn handle(
@@ -68,78 +97,13 @@ impl StorageBench {
                 bytes_per_thread,
                 threads,
             } => {
-                if block_bytes == 0 || block_bytes > IO_BYTES_MAX || threads == 0 {
-                    return Err(rejected(
-                        ErrorCode::InvalidArgument,
-                        format!(
-                            "the block size must be 1 byte to {IO_BYTES_MAX} bytes and threads at least 1"
-                        ),
-                    ));
-                }
                 let chosen: Vec<Arc<Target>> = targets
                     .iter()
                     .filter(|t| chosen.is_empty() || chosen.contains(&t.id))
                     .cloned()
                     .collect();
-                if chosen.is_empty() {
-                    return Err(rejected(
-                        ErrorCode::UnknownTarget,
-                        "this server holds none of the named targets",
-                    ));
-                }
-                let mut slot = self.run.lock().expect("bench state poisoned");
-                if slot.as_ref().is_some_and(|run| !run.finished()) {
-                    return Err(rejected(
-                        ErrorCode::Busy,
-                        "a StorageBench run is going on: wait for it or stop it",
-                    ));
-                }
-                let run = Arc::new(Run {
-                    read,
-                    block_bytes,
-                    bytes_per_thread,
-                    started: Instant::now(),
-                    stop: AtomicBool::new(false),
-                    targets: chosen
-                        .iter()
-                        .map(|t| {
-                            Arc::new(TargetRun {
-                                target: t.id,
-                                bytes: AtomicU64::new(0),
-                                threads_left: AtomicU64::new(u64::from(threads)),
-                                finished_micros: AtomicU64::new(0),
-                                error: Mutex::new(None),
-                            })
-                        })
-                        .collect(),
-                });
-                for (target, progress) in chosen.iter().zip(&run.targets) {
-                    for thread in 0..threads {
-                        let (target, progress, run) =
-                            (Arc::clone(target), Arc::clone(progress), Arc::clone(&run));
-                        std::thread::Builder::new()
-                            .name(format!("weft-bench-{}-{thread}", target.id))
-                            .spawn(move || {
-                                let outcome = bench_thread(&target, &run, &progress, thread);
-                                if let Err(error) = outcome {
-                                    progress
-                                        .error
-                                        .lock()
-                                        .expect("bench error poisoned")
-                                        .get_or_insert(error);
-                                }
-                                if progress.threads_left.fetch_sub(1, Ordering::AcqRel) == 1 {
-                                    progress.finished_micros.store(
-                                        run.started.elapsed().as_micros() as u64,
-                                        Ordering::Release,
-                                    );
-                                }
-                            })
-                            .map_err(|e| rejected(ErrorCode::Internal, e.to_string()))?;
-                    }
-                }
-                *slot = Some(Arc::clone(&run));
-                Ok(run.status())
+                let shape = (read, block_bytes, bytes_per_thread);
+                self.start(&chosen, shape, threads)
             }
             StorageBenchOp::Status => Ok(self.status()),
             StorageBenchOp::Stop => {
@@ -148,30 +112,95 @@ impl StorageBench {
                 }
                 Ok(self.status())
             }
-            StorageBenchOp::Cleanup => {
-                let slot = self.run.lock().expect("bench state poisoned");
-                if slot.as_ref().is_some_and(|run| !run.finished()) {
-                    return Err(rejected(
-                        ErrorCode::Busy,
-                        "a StorageBench run is going on: stop it first",
-                    ));
-                }
-                for target in targets {
-                    match fs::remove_dir_all(bench_dir(target)) {
-                        Ok(()) => {}
-                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(error) => {
-                            return Err(rejected(
-                                ErrorCode::Io,
-                                format!("cannot remove the bench files of {}: {error}", target.id),
-                            ))
-                        }
-                    }
-                }
-                drop(slot);
-                Ok(self.status())
+            StorageBenchOp::Cleanup => self.cleanup(targets),
+        }
+    }
+
+    /// Starts a run on `chosen` targets, `threads` per target, each reading (or writing)
+    /// `bytes_per_thread` bytes in blocks of `block_bytes`; refused while one runs.
+    fn start(
+        &self,
+        chosen: &[Arc<Target>],
+        (read, block_bytes, bytes_per_thread): (bool, u32, u64),
+        threads: u16,
+    ) -> Result<StorageBenchStatus, WireError> {
+        if block_bytes == 0 || block_bytes > IO_BYTES_MAX || threads == 0 {
+            return Err(rejected(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "the block size must be 1 byte to {IO_BYTES_MAX} bytes and threads at least 1"
+                ),
+            ));
+        }
+        if chosen.is_empty() {
+            return Err(rejected(
+                ErrorCode::UnknownTarget,
+                "this server holds none of the named targets",
+            ));
+        }
+        let mut slot = self.run.lock().expect("bench state poisoned");
+        if slot.as_ref().is_some_and(|run| !run.finished()) {
+            return Err(rejected(
+                ErrorCode::Busy,
+                "a StorageBench run is going on: wait for it or stop it",
+            ));
+        }
+        let run = Arc::new(Run {
+            read,
+            block_bytes,
+            bytes_per_thread,
+            started: Instant::now(),
+            stop: AtomicBool::new(false),
+            targets: chosen
+                .iter()
+                .map(|t| {
+                    Arc::new(TargetRun {
+                        target: t.id,
+                        bytes: AtomicU64::new(0),
+                        threads_left: AtomicU64::new(u64::from(threads)),
+                        finished_micros: AtomicU64::new(0),
+                        error: Mutex::new(None),
+                    })
+                })
+                .collect(),
+        });
+        for (target, progress) in chosen.iter().zip(&run.targets) {
+            for thread in 0..threads {
+                spawn_thread(
+                    Arc::clone(target),
+                    Arc::clone(progress),
+                    Arc::clone(&run),
+                    thread,
+                )?;
             }
         }
+        *slot = Some(Arc::clone(&run));
+        Ok(run.status())
+    }
+
+    /// Removes the bench's files from `targets`; refused while a run goes on.
+    fn cleanup(&self, targets: &[Arc<Target>]) -> Result<StorageBenchStatus, WireError> {
+        let slot = self.run.lock().expect("bench state poisoned");
+        if slot.as_ref().is_some_and(|run| !run.finished()) {
+            return Err(rejected(
+                ErrorCode::Busy,
+                "a StorageBench run is going on: stop it first",
+            ));
+        }
+        for target in targets {
+            match fs::remove_dir_all(bench_dir(target)) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    return Err(rejected(
+                        ErrorCode::Io,
+                        format!("cannot remove the bench files of {}: {error}", target.id),
+                    ))
+                }
+            }
+        }
+        drop(slot);
+        Ok(self.status())
     }
 
     fn status(&self) -> StorageBenchStatus {
