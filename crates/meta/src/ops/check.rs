@@ -434,38 +434,14 @@ fn check_inodes(
             }
             continue;
         }
-        let mut changed = false;
-        let expected_links = if record.is_dir() {
-            if parents.len() > 1 {
-                findings.problem(format!(
-                    "directory {inode} has {} names; fix it by hand",
-                    parents.len()
-                ));
-            }
-            if let Some(parent) = parents.first() {
-                if record.parent != *parent {
-                    findings.problem(format!("directory {inode} records the wrong parent"));
-                    record.parent = *parent;
-                    changed = true;
-                }
-            }
-            2 + subdirectories.get(&id).copied().unwrap_or(0)
-        } else {
-            // A file's parent must hold a name of it (see `service::subtree`); with names
-            // only here that can be checked. An unknown one (0: a file made before parents
-            // were kept, or one whose named parent went) is filled in, not counted.
-            let remote_names = referenced.get(&inode).copied().unwrap_or(0);
-            if remote_names == 0 && !parents.contains(&record.parent) {
-                if record.parent != 0 {
-                    findings.problem(format!(
-                        "file {inode} records a parent that holds no name of it"
-                    ));
-                }
-                record.parent = parents[0];
-                changed = true;
-            }
-            parents.len() as u32
-        };
+        let remote_names = referenced.get(&inode).copied().unwrap_or(0);
+        let subdirectories = subdirectories.get(&id).copied().unwrap_or(0);
+        let (expected_links, mut changed) = check_parent(
+            findings,
+            (inode, &mut record),
+            &parents,
+            (remote_names, subdirectories),
+        );
         if record.nlink != expected_links && !(record.nlink == 0 && parents.is_empty()) {
             findings.problem(format!(
                 "inode {inode} has link count {} but {expected_links} links",
@@ -491,7 +467,52 @@ fn check_inodes(
             }
         }
     }
-    // Attributes of inodes that no longer exist.
+    check_stale_xattrs(findings, snapshot)
+}
+
+/// The parent `record` (of `inode`) keeps, against the directories that hold its names
+/// (`parents`; `remote`, names on other servers); corrected in `record`. Answers the links it
+/// should have (a directory's: 2 and its `subdirectories`) and whether it was corrected.
+fn check_parent(
+    findings: &mut Findings,
+    (inode, record): (InodeId, &mut InodeRecord),
+    parents: &[u64],
+    (remote, subdirectories): (usize, u32),
+) -> (u32, bool) {
+    let mut changed = false;
+    if record.is_dir() {
+        if parents.len() > 1 {
+            findings.problem(format!(
+                "directory {inode} has {} names; fix it by hand",
+                parents.len()
+            ));
+        }
+        if let Some(parent) = parents.first() {
+            if record.parent != *parent {
+                findings.problem(format!("directory {inode} records the wrong parent"));
+                record.parent = *parent;
+                changed = true;
+            }
+        }
+        return (2 + subdirectories, changed);
+    }
+    // A file's parent must hold a name of it (see `service::subtree`); with names only here
+    // that can be checked. An unknown one (0: a file made before parents were kept, or one
+    // whose named parent went) is filled in, not counted.
+    if remote == 0 && !parents.contains(&record.parent) {
+        if record.parent != 0 {
+            findings.problem(format!(
+                "file {inode} records a parent that holds no name of it"
+            ));
+        }
+        record.parent = parents[0];
+        changed = true;
+    }
+    (parents.len() as u32, changed)
+}
+
+/// Attributes of inodes that no longer exist.
+fn check_stale_xattrs(findings: &mut Findings, snapshot: &Snapshot) -> Result<(), OpError> {
     let mut stale: Vec<u64> = snapshot
         .xattrs
         .iter()

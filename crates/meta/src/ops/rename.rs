@@ -106,38 +106,14 @@ pub(crate) fn rename(
     if victim.is_some() {
         super::intent::check_not_in_flight(txn, new_parent, new_name, None)?;
     }
-    // A file whose inode lives on another server (after a hard link or a move) can be renamed
-    // here: only its dentry moves. A directory or a replaced victim living elsewhere cannot yet.
     let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
-    let source_local = source.child.home() == home;
-    if (!source_local && ((source_is_dir && new_parent != parent) || flags.exchange))
-        || victim.is_some_and(|v| v.child.home() != home)
-    {
-        return Err(cross_server());
-    }
-    if source_local {
-        debug_assert_eq!(
-            load_inode(&inodes, source.child)?.is_dir(),
-            source_is_dir,
-            "dentry kind matches the inode"
-        );
-    }
-    if new_parent != parent && source_local {
-        // (The service checked an inode living elsewhere against its home's record.)
-        let project = load_inode(&inodes, source.child)?.project;
-        super::check_project(load_dir(&inodes, new_parent)?.project, project)?;
-    }
-
-    if source_is_dir
-        && new_parent != parent
-        && !ancestry_checked
-        && is_ancestor(&inodes, home, source.child, new_parent)?
-    {
-        return Err(OpError::rejected(
-            ErrorCode::InvalidArgument,
-            "cannot move a directory into its own subtree",
-        ));
-    }
+    let source_local = check_source_moves(
+        &inodes,
+        (home, ancestry_checked),
+        (source, victim),
+        (parent, new_parent),
+        flags,
+    )?;
     if let Some(victim) = victim {
         if flags.no_replace {
             return Err(OpError::rejected(
@@ -176,12 +152,7 @@ pub(crate) fn rename(
             );
         }
         check_kinds_match(source_is_dir, victim_record.is_dir(), new_name)?;
-        if source_is_dir && !dir_is_empty(&entries, victim.child)? {
-            return Err(OpError::rejected(
-                ErrorCode::NotEmpty,
-                format!("{new_name:?} is not empty"),
-            ));
-        }
+        check_empty_if_dir(&entries, source_is_dir, victim.child, new_name)?;
     } else if flags.exchange {
         return Err(OpError::rejected(
             ErrorCode::NotFound,
@@ -199,6 +170,68 @@ pub(crate) fn rename(
         replaced,
         is_open,
     )
+}
+
+/// A directory replaced by a rename (`is_dir`: the replaced entry `victim`, named `name`, is
+/// one) must be empty.
+fn check_empty_if_dir(
+    entries: &crate::schema::Entries<'_>,
+    is_dir: bool,
+    victim: InodeId,
+    name: &str,
+) -> Result<(), OpError> {
+    if is_dir && !dir_is_empty(entries, victim)? {
+        return Err(OpError::rejected(
+            ErrorCode::NotEmpty,
+            format!("{name:?} is not empty"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `source` may move from `parent` into `new_parent` on this server (`home`),
+/// replacing `victim`; answers whether its inode lives here. A file whose inode lives on
+/// another server (after a hard link or a move) can be renamed here: only its dentry moves. A
+/// directory or a replaced victim living elsewhere cannot yet. A move between projects is
+/// refused, and so is a directory's into its own subtree (unless the caller walked the
+/// ancestors across servers already: `ancestry_checked`).
+fn check_source_moves(
+    inodes: &crate::schema::usage::Inodes<'_>,
+    (home, ancestry_checked): (weft_proto::NodeId, bool),
+    (source, victim): (crate::schema::Dentry, Option<crate::schema::Dentry>),
+    (parent, new_parent): (InodeId, InodeId),
+    flags: RenameFlags,
+) -> Result<bool, OpError> {
+    let source_is_dir = source.kind == weft_proto::messages::FileKind::Directory;
+    let source_local = source.child.home() == home;
+    if (!source_local && ((source_is_dir && new_parent != parent) || flags.exchange))
+        || victim.is_some_and(|v| v.child.home() != home)
+    {
+        return Err(cross_server());
+    }
+    if source_local {
+        debug_assert_eq!(
+            load_inode(inodes, source.child)?.is_dir(),
+            source_is_dir,
+            "dentry kind matches the inode"
+        );
+    }
+    if new_parent != parent && source_local {
+        // (The service checked an inode living elsewhere against its home's record.)
+        let project = load_inode(inodes, source.child)?.project;
+        super::check_project(load_dir(inodes, new_parent)?.project, project)?;
+    }
+    if source_is_dir
+        && new_parent != parent
+        && !ancestry_checked
+        && is_ancestor(inodes, home, source.child, new_parent)?
+    {
+        return Err(OpError::rejected(
+            ErrorCode::InvalidArgument,
+            "cannot move a directory into its own subtree",
+        ));
+    }
+    Ok(source_local)
 }
 
 /// The writes of a checked rename: `source` (named `name` in `parent`; its inode on this

@@ -98,6 +98,53 @@ impl MoveState {
     }
 }
 
+/// The slots of `kind` a rebalancing step may move between, each with the targets that hold
+/// it, every one of them among the usable `targets`: the targets themselves for plain files,
+/// the storage mirror groups all of whose members are usable for mirrored ones.
+fn usable_slots<'a>(
+    map: &'a weft_proto::messages::ClusterMap,
+    targets: &[&'a weft_proto::messages::TargetInfo],
+    kind: PatternKind,
+) -> Vec<(Slot, Vec<&'a weft_proto::messages::TargetInfo>)> {
+    match kind {
+        PatternKind::Raid0 => targets
+            .iter()
+            .map(|t| (Slot::Target(t.id), vec![*t]))
+            .collect(),
+        PatternKind::Mirrored => map
+            .mirror_groups
+            .iter()
+            .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
+            .filter_map(|g| {
+                let slot = Slot::Group(g.id);
+                let members: Vec<&weft_proto::messages::TargetInfo> = map
+                    .slot_targets(slot)
+                    .iter()
+                    .filter_map(|id| targets.iter().find(|t| t.id == *id).copied())
+                    .collect();
+                (members.len() == g.members.len()).then_some((slot, members))
+            })
+            .collect(),
+    }
+}
+
+/// The chunk size and width a file laid out as `layout` is restriped to when a migration asks
+/// for `(chunk, width)` (0 keeps the file's own), or `None` when that is the file's own.
+fn restriped(layout: &FileLayout, (chunk, width): (u32, u16)) -> Option<(u32, u16)> {
+    let chunk = if chunk == 0 {
+        layout.pattern.chunk_size_bytes
+    } else {
+        chunk
+    };
+    let width = if width == 0 {
+        layout.width() as u16
+    } else {
+        width
+    };
+    ((chunk, usize::from(width)) != (layout.pattern.chunk_size_bytes, layout.width()))
+        .then_some((chunk, width))
+}
+
 impl Meta {
     /// `weft entry migrate` of one file: plans its move (see the module's notes), records
     /// it and waits a while for the mover to finish it.
@@ -153,26 +200,7 @@ impl Meta {
                 format!("there is no storage pool {pool}: `weft pool list` shows them"),
             ));
         }
-        // 0 keeps the file's own chunk size or width.
-        let restriped = pattern
-            .map(|(chunk, width)| {
-                (
-                    if chunk == 0 {
-                        layout.pattern.chunk_size_bytes
-                    } else {
-                        chunk
-                    },
-                    if width == 0 {
-                        layout.width() as u16
-                    } else {
-                        width
-                    },
-                )
-            })
-            .filter(|&(chunk, width)| {
-                (chunk, usize::from(width)) != (layout.pattern.chunk_size_bytes, layout.width())
-            });
-        if let Some((chunk, width)) = restriped {
+        if let Some((chunk, width)) = pattern.and_then(|pattern| restriped(&layout, pattern)) {
             let new = plan_restripe(
                 &self.chooser,
                 &map,
@@ -388,27 +416,7 @@ impl Meta {
                 used / t.usage.total_bytes as f64
             };
             for kind in [PatternKind::Raid0, PatternKind::Mirrored] {
-                // Each slot with the targets that hold it, every one of them usable.
-                let slots: Vec<(Slot, Vec<&weft_proto::messages::TargetInfo>)> = match kind {
-                    PatternKind::Raid0 => targets
-                        .iter()
-                        .map(|t| (Slot::Target(t.id), vec![*t]))
-                        .collect(),
-                    PatternKind::Mirrored => map
-                        .mirror_groups
-                        .iter()
-                        .filter(|g| g.kind == weft_proto::messages::MirrorKind::Storage)
-                        .filter_map(|g| {
-                            let slot = Slot::Group(g.id);
-                            let members: Vec<&weft_proto::messages::TargetInfo> = map
-                                .slot_targets(slot)
-                                .iter()
-                                .filter_map(|id| targets.iter().find(|t| t.id == *id).copied())
-                                .collect();
-                            (members.len() == g.members.len()).then_some((slot, members))
-                        })
-                        .collect(),
-                };
+                let slots = usable_slots(&map, &targets, kind);
                 if slots.len() < 2 {
                     continue;
                 }
@@ -451,21 +459,7 @@ impl Meta {
                     }
                 };
                 let plan = vec![(index, SlotId::of(from), SlotId::of(to))];
-                if let Err(error) = self
-                    .record_move(inode, layout, plan.clone(), (pool.id, None))
-                    .await
-                {
-                    tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
-                    return false;
-                }
-                let work = match self.read(|txn| load_move(&MOVES.open(txn)?, inode)) {
-                    Ok(Some(work)) => work,
-                    _ => return false,
-                };
-                if let Err(MoveError::Later(error) | MoveError::Abandoned(error)) =
-                    self.move_file(inode, work).await
-                {
-                    tracing::warn!(%inode, %error, "a rebalancing move did not finish");
+                if !self.rebalance_move(inode, layout, plan, pool.id).await {
                     return false;
                 }
                 tracing::info!(%inode, %from, %to, bytes, "rebalanced");
@@ -484,6 +478,32 @@ impl Meta {
             }
         }
         false
+    }
+
+    /// Records the rebalancing move `plan` of `inode` (laid out as `layout`, staying in
+    /// `pool`) and makes it; answers whether it finished.
+    async fn rebalance_move(
+        &self,
+        inode: InodeId,
+        layout: FileLayout,
+        plan: Vec<(u16, SlotId, SlotId)>,
+        pool: StoragePoolId,
+    ) -> bool {
+        if let Err(error) = self.record_move(inode, layout, plan, (pool, None)).await {
+            tracing::debug!(%inode, ?error, "a rebalancing move was not recorded");
+            return false;
+        }
+        let work = match self.read(|txn| load_move(&MOVES.open(txn)?, inode)) {
+            Ok(Some(work)) => work,
+            _ => return false,
+        };
+        if let Err(MoveError::Later(error) | MoveError::Abandoned(error)) =
+            self.move_file(inode, work).await
+        {
+            tracing::warn!(%inode, %error, "a rebalancing move did not finish");
+            return false;
+        }
+        true
     }
 
     /// Records that `inode`'s move makes its last round (a move through the file's layout,

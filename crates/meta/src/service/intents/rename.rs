@@ -117,26 +117,13 @@ pub(crate) fn insert_dentry_for(
         check_not_in_flight(txn, *parent, name, None)?;
         let victim_is_dir = victim.kind == FileKind::Directory;
         check_kinds_match(*kind == FileKind::Directory, victim_is_dir, name)?;
-        if victim_is_dir && victim.child.home() == home {
-            let record = crate::schema::load_inode(&inodes, victim.child)?;
-            if !record.shards.is_empty() {
-                return Err(OpError::rejected(
-                    ErrorCode::CrossDevice,
-                    format!("{name:?} is a spread directory: remove it first"),
-                ));
-            }
-            if !dir_is_empty(&entries, victim.child)? {
-                return Err(OpError::rejected(
-                    ErrorCode::NotEmpty,
-                    format!("{name:?} is not empty"),
-                ));
-            }
-        } else if victim_is_dir && *sealed_victim != Some(victim.child) {
-            // Not the directory the coordinator sealed: the entry changed meanwhile.
-            return Err(OpError::rejected(
-                ErrorCode::Busy,
-                format!("{name:?} changed during the rename; try again"),
-            ));
+        if victim_is_dir {
+            check_dir_victim(
+                (&inodes, &entries),
+                home,
+                (name, victim.child),
+                *sealed_victim,
+            )?;
         }
         replaced_dir = victim_is_dir;
         remove_dentry(&mut entries, *parent, victim)?;
@@ -168,6 +155,43 @@ pub(crate) fn insert_dentry_for(
     txn.open_table(REMOTE_CREATED)?
         .insert(key, replaced_elsewhere)?;
     Ok(victim_response(replaced_elsewhere))
+}
+
+/// Whether the directory `victim`, named `name`, may be replaced by a rename step on this
+/// server (`home`): one that lives here must be empty and not spread; one that lives
+/// elsewhere must be the one the coordinator sealed (`sealed`), or the entry changed meanwhile.
+fn check_dir_victim(
+    (inodes, entries): (
+        &crate::schema::usage::Inodes<'_>,
+        &crate::schema::Entries<'_>,
+    ),
+    home: NodeId,
+    (name, victim): (&str, InodeId),
+    sealed: Option<InodeId>,
+) -> Result<(), OpError> {
+    if victim.home() != home {
+        if sealed != Some(victim) {
+            return Err(OpError::rejected(
+                ErrorCode::Busy,
+                format!("{name:?} changed during the rename; try again"),
+            ));
+        }
+        return Ok(());
+    }
+    let record = crate::schema::load_inode(inodes, victim)?;
+    if !record.shards.is_empty() {
+        return Err(OpError::rejected(
+            ErrorCode::CrossDevice,
+            format!("{name:?} is a spread directory: remove it first"),
+        ));
+    }
+    if !dir_is_empty(entries, victim)? {
+        return Err(OpError::rejected(
+            ErrorCode::NotEmpty,
+            format!("{name:?} is not empty"),
+        ));
+    }
+    Ok(())
 }
 
 /// `Inodes([victim])` when a replaced victim's link must still be dropped at its own home.
@@ -232,38 +256,14 @@ impl Meta {
         new_name: String,
         flags: weft_proto::messages::RenameFlags,
     ) -> Result<MetaResponse, OpError> {
-        let local_dentry = |dir: InodeId, entry: &str| {
-            self.read(|txn| {
-                crate::schema::load_dentry(&txn.open_table(crate::schema::ENTRIES)?, dir, entry)
-            })
-            .ok()
-            .flatten()
-            .map(|d| (d.child, d.kind))
-        };
-        let Some((child, kind)) = local_dentry(parent, &name) else {
+        let Some((child, kind)) = self.local_dentry(parent, &name) else {
             // The one-server path says what is wrong with the source.
             return self
                 .rename_local(mutation, parent, name, new_parent, new_name, flags, false)
                 .await;
         };
         let here = self.node;
-        // What the new name holds now: an exchange swaps with it, a rename replaces it.
-        let other = if new_parent.home() == here {
-            local_dentry(new_parent, &new_name)
-        } else if flags.exchange {
-            let meta = self
-                .cluster
-                .meta(new_parent.home())
-                .await
-                .map_err(rpc_error)?;
-            match meta.lookup(new_parent, &new_name).await {
-                Ok(attr) => Some((attr.inode, attr.kind)),
-                Err(weft_net::RpcError::Remote(error)) => return Err(OpError::Rejected(error)),
-                Err(error) => return Err(rpc_error(error)),
-            }
-        } else {
-            None
-        };
+        let other = self.held_by(new_parent, &new_name, flags.exchange).await?;
         if parent != new_parent {
             // Between directories of different projects: EXDEV (`ops::check_project`).
             self.check_project(child, new_parent).await?;
@@ -296,35 +296,9 @@ impl Meta {
                 };
                 self.exchange_out(mutation, exchange).await
             } else if all_here {
-                let forgets = child.home() != here && !is_dir(kind);
-                if forgets {
-                    // The file's home forgets its parent first, and learns the new one after:
-                    // a home that cannot be told afterwards keeps none, and refuses the file
-                    // to confined clients, rather than keep a directory without its name.
-                    self.mark_renamed(child, InodeId(0)).await?;
-                }
-                let renamed = match self
-                    .rename_local(
-                        mutation, parent, name, new_parent, new_name, flags, moves_dirs,
-                    )
+                let names = ((parent, name), (new_parent, new_name));
+                self.rename_here(mutation, names, flags, (child, kind), moves_dirs)
                     .await
-                {
-                    Ok(renamed) => renamed,
-                    Err(error) => {
-                        // Nothing moved: the old directory still holds the name.
-                        if forgets {
-                            let _ = self.mark_renamed(child, parent).await;
-                        }
-                        return Err(error);
-                    }
-                };
-                // An inode living elsewhere: only its dentry moved here, its ctime and parent
-                // live on its home. The rename is done: a home that cannot be told misses a
-                // time, and a file's parent stays unknown.
-                if let Err(error) = self.mark_renamed(child, new_parent).await {
-                    tracing::warn!(inode = %child, ?error, "could not move a renamed inode's ctime");
-                }
-                Ok(renamed)
             } else {
                 self.rename_out(mutation, parent, name, new_parent, new_name, flags)
                     .await
@@ -333,19 +307,8 @@ impl Meta {
         if !moves_dirs {
             return route.await;
         }
-        let token: u64 = rand::random();
+        let token = self.take_rename_lock().await?;
         let mgmt = self.cluster.mgmt();
-        let started = std::time::Instant::now();
-        loop {
-            match mgmt.acquire_rename_lock(self.node, token).await {
-                Ok(()) => break,
-                Err(error) if started.elapsed() < RENAME_LOCK_WAIT => {
-                    tracing::debug!(%error, "waiting for the rename lock");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(error) => return Err(rpc_error(error)),
-            }
-        }
         let result = async {
             let into_itself = (is_dir(kind)
                 && self.is_ancestor_anywhere(child, new_parent).await?)
@@ -368,6 +331,106 @@ impl Meta {
             tracing::warn!(%error, "could not release the rename lock; its lease will end it");
         }
         result
+    }
+
+    /// The inode `name` in `dir` names here, with its kind, if it does.
+    fn local_dentry(&self, dir: InodeId, name: &str) -> Option<(InodeId, FileKind)> {
+        self.read(|txn| {
+            crate::schema::load_dentry(&txn.open_table(crate::schema::ENTRIES)?, dir, name)
+        })
+        .ok()
+        .flatten()
+        .map(|dentry| (dentry.child, dentry.kind))
+    }
+
+    /// What a rename's new name holds now, which an exchange swaps with and a rename
+    /// replaces: looked up here, or for an exchange on the new directory's home (a rename
+    /// into another home's directory leaves the replacing to it).
+    async fn held_by(
+        &self,
+        new_parent: InodeId,
+        new_name: &str,
+        exchange: bool,
+    ) -> Result<Option<(InodeId, FileKind)>, OpError> {
+        if new_parent.home() == self.node {
+            return Ok(self.local_dentry(new_parent, new_name));
+        }
+        if !exchange {
+            return Ok(None);
+        }
+        let meta = self
+            .cluster
+            .meta(new_parent.home())
+            .await
+            .map_err(rpc_error)?;
+        match meta.lookup(new_parent, new_name).await {
+            Ok(attr) => Ok(Some((attr.inode, attr.kind))),
+            Err(weft_net::RpcError::Remote(error)) => Err(OpError::Rejected(error)),
+            Err(error) => Err(rpc_error(error)),
+        }
+    }
+
+    /// A rename whose names and directories are all here, of `child` (of `kind`), whose
+    /// inode may live on another home: only its dentry moves here, and its home is told.
+    async fn rename_here(
+        &self,
+        mutation: MutationId,
+        ((parent, name), (new_parent, new_name)): ((InodeId, String), (InodeId, String)),
+        flags: weft_proto::messages::RenameFlags,
+        (child, kind): (InodeId, FileKind),
+        moves_dirs: bool,
+    ) -> Result<MetaResponse, OpError> {
+        let forgets = child.home() != self.node && kind != FileKind::Directory;
+        if forgets {
+            // The file's home forgets its parent first, and learns the new one after: a home
+            // that cannot be told afterwards keeps none, and refuses the file to confined
+            // clients, rather than keep a directory without its name.
+            self.mark_renamed(child, InodeId(0)).await?;
+        }
+        let renamed = self
+            .rename_local(
+                mutation, parent, name, new_parent, new_name, flags, moves_dirs,
+            )
+            .await;
+        let renamed = match renamed {
+            Ok(renamed) => renamed,
+            Err(error) => {
+                // Nothing moved: the old directory still holds the name.
+                if forgets {
+                    let _ = self.mark_renamed(child, parent).await;
+                }
+                return Err(error);
+            }
+        };
+        // An inode living elsewhere: only its dentry moved here, its ctime and parent live on
+        // its home. The rename is done: a home that cannot be told misses a time, and a
+        // file's parent stays unknown.
+        if let Err(error) = self.mark_renamed(child, new_parent).await {
+            tracing::warn!(inode = %child, ?error, "could not move a renamed inode's ctime");
+        }
+        Ok(renamed)
+    }
+
+    /// Takes the cluster-wide directory-rename lock from management, waiting up to
+    /// [`RENAME_LOCK_WAIT`] while another holds it; answers the token that releases it.
+    async fn take_rename_lock(&self) -> Result<u64, OpError> {
+        let token: u64 = rand::random();
+        let started = std::time::Instant::now();
+        loop {
+            match self
+                .cluster
+                .mgmt()
+                .acquire_rename_lock(self.node, token)
+                .await
+            {
+                Ok(()) => return Ok(token),
+                Err(error) if started.elapsed() < RENAME_LOCK_WAIT => {
+                    tracing::debug!(%error, "waiting for the rename lock");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => return Err(rpc_error(error)),
+            }
+        }
     }
 
     /// The project of `inode`, from its record here or from its home.

@@ -1,0 +1,97 @@
+//! What the tests need beside a cluster: waiting for a condition, an HTTP GET of a service's
+//! page, a free port, and whether a path is mounted.
+
+use super::*;
+
+/// Polls `check` until it returns true; fails with `what` after [`WAIT_DEADLINE`].
+///
+/// # Errors
+/// When the deadline passes.
+pub fn wait_until(what: &str, mut check: impl FnMut() -> bool) -> Result<()> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    while !check() {
+        if started.elapsed() > WAIT_DEADLINE {
+            bail!("timed out after {WAIT_DEADLINE:?} waiting for {what}");
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
+/// Sends `GET path` over HTTP/1.1 to `address` and returns the status code and the body.
+///
+/// # Errors
+/// When the server cannot be reached or the answer is not HTTP.
+pub fn http_get(address: &str, path: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)
+        .with_context(|| format!("cannot connect to {address}"))?;
+    stream.set_read_timeout(Some(WAIT_DEADLINE))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow!("not an HTTP answer from {address}{path}: {answer:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| anyhow!("no status in {head:?}"))?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+/// The body of a chunked HTTP answer.
+fn dechunk(mut text: &str) -> Result<String> {
+    let mut body = String::new();
+    loop {
+        let (size, rest) = text
+            .split_once("\r\n")
+            .ok_or_else(|| anyhow!("truncated chunked body"))?;
+        let size = usize::from_str_radix(size.trim(), 16)?;
+        if size == 0 {
+            return Ok(body);
+        }
+        body.push_str(rest.get(..size).ok_or_else(|| anyhow!("short chunk"))?);
+        text = rest.get(size + 2..).unwrap_or("");
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Whether `path` is a mount point in /proc/mounts.
+pub fn is_mounted(path: &Path) -> bool {
+    let text = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let wanted = path.display().to_string().replace(' ', "\\040");
+    text.lines()
+        .any(|line| line.split(' ').nth(1) == Some(wanted.as_str()))
+}
+
+pub(crate) fn lazy_unmount(path: &Path) {
+    let _ = Command::new("umount")
+        .arg("-l")
+        .arg(path)
+        .stderr(Stdio::null())
+        .status();
+}
