@@ -515,42 +515,14 @@ impl std::fmt::Debug for OpenFile {
     }
 }
 
-impl Client {
-    /// Opens `inode` for `access` (bits of [`weft_proto::access`]) with its metadata server.
-    ///
-    /// # Errors
-    /// As [`Client::open`].
-    pub async fn open_file(
-        self: &Arc<Self>,
-        inode: InodeId,
-        access: u8,
-    ) -> Result<OpenFile, ClientError> {
-        let handle = self.files.next_handle();
-        let attr = self.open(inode, handle, access).await?;
-        Ok(self.handle_of(handle, &attr))
-    }
-
-    /// Creates a regular file (or another entry, as [`Client::create_entry`]) in `parent`
-    /// and opens it for reading and writing, in one request.
-    ///
-    /// # Errors
-    /// As [`Client::create`].
-    pub async fn create_file(
-        self: &Arc<Self>,
-        (parent, name): (InodeId, &str),
-        new: weft_proto::messages::NewInode,
-    ) -> Result<(OpenFile, crate::Created), ClientError> {
-        let handle = self.files.next_handle();
-        let created = self.create_entry(parent, name, new, Some(handle)).await?;
-        Ok((self.handle_of(handle, &created.attr), created))
-    }
-
-    fn handle_of(self: &Arc<Self>, handle: u64, attr: &InodeAttr) -> OpenFile {
-        let shared = self.files.add(attr);
+impl OpenFile {
+    /// Handle `handle` of `client`, just opened on the file `attr` describes.
+    pub(crate) fn opened(client: &Arc<Client>, handle: u64, attr: &InodeAttr) -> OpenFile {
+        let shared = client.files.add(attr);
         // Errors from before this open are not this handle's to report.
         let errors_seen = AtomicU64::new(shared.known().errors);
         OpenFile {
-            client: Arc::clone(self),
+            client: Arc::clone(client),
             handle,
             shared,
             errors_seen,
@@ -559,22 +531,6 @@ impl Client {
         }
     }
 
-    /// Waits until every write of `inode` in flight here is done (a lock is taken or
-    /// released after the writes made under the one before).
-    pub async fn drain_writes(&self, inode: InodeId) {
-        if let Some(shared) = self.files.get(inode) {
-            shared.drain().await;
-        }
-    }
-
-    /// `attr` as this client knows it: with the size this client wrote and has not reported
-    /// yet (see the module's notes on size).
-    pub fn known(&self, attr: InodeAttr) -> InodeAttr {
-        self.files.merge(attr)
-    }
-}
-
-impl OpenFile {
     /// The file.
     pub fn inode(&self) -> InodeId {
         self.shared.inode

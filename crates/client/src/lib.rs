@@ -25,7 +25,6 @@ mod error;
 pub mod file;
 pub mod fuse;
 mod io;
-mod locks;
 mod session;
 mod unserved;
 

@@ -6,7 +6,7 @@
 //! file's home metadata server, in memory; the session remembers the ranges each of its lock
 //! owners holds (with the same arithmetic as the server, `proto::locks`), the handles it has
 //! open with their capabilities, and the epoch of each home it holds either on
-//! ([`HeldLocks`], [`HeldOpens`]); `locks.rs` reclaims them when a home's epoch changes.
+//! ([`HeldLocks`], [`HeldOpens`]); `client/locks.rs` reclaims them when a home's epoch changes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -273,7 +273,7 @@ mod tests {
     fn header_round_trip_and_golden_bytes() {
         let bytes = header().encode();
         assert_eq!(FrameHeader::decode(&bytes), Ok(header()));
-        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 9, 0, 0, 0]);
+        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 10, 0, 0, 0]);
         let older = FrameHeader {
             version: PROTOCOL_VERSION_MIN,
             ..header()
@@ -294,10 +294,10 @@ mod tests {
             Err(DecodeError::BadMagic { .. })
         ));
         let mut bytes = header().encode();
-        bytes[4] = 10;
+        bytes[4] = 11;
         assert_eq!(
             FrameHeader::decode(&bytes),
-            Err(DecodeError::Version { found: 10 })
+            Err(DecodeError::Version { found: 11 })
         );
         let mut bytes = header().encode();
         bytes[6] = 7;

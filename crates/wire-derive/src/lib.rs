@@ -86,20 +86,14 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let ty = &input.ident;
     let ty_name = ty.to_string();
     let serialize_arms = variants.iter().map(|v| serialize_arm(&ty_name, v));
-    let deserialize_arms = variants.iter().map(|v| deserialize_arm(ty, v));
     let tags: Vec<u32> = variants.iter().map(|v| v.tag).collect();
-    let tags64: Vec<u64> = tags.iter().map(|&tag| u64::from(tag)).collect();
     let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
-    let byte_names: Vec<syn::LitByteStr> = names
-        .iter()
-        .map(|name| syn::LitByteStr::new(name.as_bytes(), Span::call_site()))
-        .collect();
     let tag_arms = variants.iter().map(|v| {
         let ident = v.ident;
         let tag = v.tag;
         quote!(#ty::#ident { .. } => #tag,)
     });
-    let expecting = format!("a variant of {ty_name}");
+    let deserialize = deserialize_impl(ty, &variants);
 
     Ok(quote! {
         impl ::serde::Serialize for #ty {
@@ -113,6 +107,38 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             }
         }
 
+        #deserialize
+
+        impl #ty {
+            /// Every variant's wire tag and name (`#[derive(Wire)]`).
+            #[doc(hidden)]
+            pub const WIRE_TAGS: &'static [(u32, &'static str)] = &[#((#tags, #names)),*];
+
+            /// This variant's wire tag (`#[derive(Wire)]`).
+            #[doc(hidden)]
+            pub fn wire_tag(&self) -> u32 {
+                match self {
+                    #(#tag_arms)*
+                }
+            }
+        }
+    })
+}
+
+/// `Deserialize` for the enum `ty` of `variants`: its tag read as a number (postcard) or as
+/// the variant's name (human-readable formats), then the variant's fields.
+fn deserialize_impl(ty: &Ident, variants: &[Variant<'_>]) -> Tokens {
+    let ty_name = ty.to_string();
+    let deserialize_arms = variants.iter().map(|v| deserialize_arm(ty, v));
+    let tags: Vec<u32> = variants.iter().map(|v| v.tag).collect();
+    let tags64: Vec<u64> = tags.iter().map(|&tag| u64::from(tag)).collect();
+    let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+    let byte_names: Vec<syn::LitByteStr> = names
+        .iter()
+        .map(|name| syn::LitByteStr::new(name.as_bytes(), Span::call_site()))
+        .collect();
+    let expecting = format!("a variant of {ty_name}");
+    quote! {
         impl<'de> ::serde::Deserialize<'de> for #ty {
             fn deserialize<__D: ::serde::Deserializer<'de>>(
                 __deserializer: __D,
@@ -198,21 +224,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
                 __deserializer.deserialize_enum(#ty_name, VARIANTS, __Visitor)
             }
         }
-
-        impl #ty {
-            /// Every variant's wire tag and name (`#[derive(Wire)]`).
-            #[doc(hidden)]
-            pub const WIRE_TAGS: &'static [(u32, &'static str)] = &[#((#tags, #names)),*];
-
-            /// This variant's wire tag (`#[derive(Wire)]`).
-            #[doc(hidden)]
-            pub fn wire_tag(&self) -> u32 {
-                match self {
-                    #(#tag_arms)*
-                }
-            }
-        }
-    })
+    }
 }
 
 /// The fields' `#[serde(...)]` attributes, which the helper structs carry.

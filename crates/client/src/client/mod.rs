@@ -18,6 +18,8 @@ use weft_proto::{ErrorCode, Recovery};
 use weft_mirror::numbers::Pending;
 
 mod config;
+mod files;
+mod locks;
 mod namespace;
 
 pub use crate::error::ClientError;

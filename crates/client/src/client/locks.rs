@@ -1,12 +1,11 @@
-//! What a client holds on metadata servers: byte-range locks and open handles. Both live on the
-//! file's home metadata server, in memory; the client remembers the ranges each of its lock
-//! owners holds (with the same arithmetic as the server, `proto::locks`), the handles it has
-//! open, and the epoch of each home it holds either on. When a home's epoch changes — it
-//! restarted, or another server took it over, and forgot both — the client reclaims what it
-//! holds within the server's grace period, in which no new lock is granted and no file
-//! unlinked while open is disposed of. What cannot be reclaimed is lost, and the file is told.
+//! The lock calls of a [`Client`], and the reclaiming of what its session holds on metadata
+//! servers: byte-range locks and open handles (kept in `session.rs`). Both live on the file's
+//! home metadata server, in memory. When a home's epoch changes — it restarted, or another
+//! server took it over, and forgot both — the client reclaims what it holds within the
+//! server's grace period, in which no new lock is granted and no file unlinked while open is
+//! disposed of. What cannot be reclaimed is lost, and the file is told.
 
-use crate::client::{Client, ClientError};
+use super::{Client, ClientError};
 use weft_net::{MetaClient, RpcError};
 
 use weft_proto::ids::{InodeId, NodeId};
