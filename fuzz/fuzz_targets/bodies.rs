@@ -4,7 +4,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use weft_proto::codec::{decode_body_in, encode_body_in, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
-use weft_proto::messages::{Reply, Request};
+use weft_proto::messages::{
+    MetaResponse, MgmtResponse, Reply, Request, StatsResponse, StorageResponse,
+};
 
 fn round_trip<T>(version: u16, bytes: &[u8])
 where
@@ -26,10 +28,13 @@ fuzz_target!(|bytes: &[u8]| {
     };
     let version = PROTOCOL_VERSION_MIN + u16::from(selector & 1);
     let version = version.min(PROTOCOL_VERSION);
-    match selector >> 1 & 3 {
+    match selector >> 1 & 7 {
         0 => round_trip::<Request>(version, body),
-        1 => round_trip::<Reply>(version, body),
-        2 => round_trip::<weft_proto::error::WireError>(version, body),
+        1 => round_trip::<Reply<MetaResponse>>(version, body),
+        2 => round_trip::<Reply<MgmtResponse>>(version, body),
+        3 => round_trip::<Reply<StorageResponse>>(version, body),
+        4 => round_trip::<Reply<StatsResponse>>(version, body),
+        5 => round_trip::<weft_proto::error::WireError>(version, body),
         _ => round_trip::<weft_proto::messages::ClusterMap>(version, body),
     }
 });

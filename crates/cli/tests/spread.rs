@@ -408,6 +408,7 @@ async fn listed_with_attributes(
     loop {
         let (page, end) = client.read_dir_plus(dir, after, 7).await.expect("listing");
         for (entry, attr) in page {
+            let attr = attr.unwrap_or_else(|| panic!("{}: no attributes", entry.name));
             let own = client.get_attr(entry.inode).await.expect("get-attributes");
             let shown = |a: &weft_proto::messages::InodeAttr| {
                 (a.inode, a.kind, a.mode, a.nlink, a.uid, a.size, a.mtime)

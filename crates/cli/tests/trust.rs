@@ -926,3 +926,82 @@ fn a_squashed_writer_keeps_its_read_only_file_across_a_metadata_failover() {
         "every byte written is the file's"
     );
 }
+
+/// `ls` of `dir` with `args` through a mount: whether it succeeded, and the names it printed.
+fn listed(dir: &Path, args: &[&str]) -> (bool, Vec<String>) {
+    let output = Command::new("ls")
+        .args(args)
+        .arg(dir)
+        .output()
+        .expect("ls runs");
+    let names = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| !line.starts_with("total"))
+        .filter_map(|line| line.split_whitespace().last().map(str::to_string))
+        .collect();
+    (output.status.success(), names)
+}
+
+// Goal: a listing with attributes (the mount's READDIRPLUS) holds to a root-squashed
+// client's rules as the lookups it replaces would: a directory the caller may read but not
+// search lists its names, while their attributes stay refused (stat fails with EACCES); once
+// it may search the directory, `ls -l` shows every entry's size. Method: a cluster of real
+// processes, a member mount that makes the directory (mode 0744, root's) and a mount with a
+// root-squashed client key that lists it.
+#[test]
+fn a_directory_readable_but_not_searchable_lists_its_names_only() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let dir = mnt.join("names");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::write(dir.join("a"), b"12345").expect("write");
+    fs::write(dir.join("b"), b"1234567").expect("write");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o744)).expect("chmod");
+    fs::write(mnt.join("secret"), b"root's").expect("write");
+    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let setting = format!("auth_key_file={:?}", key.display().to_string());
+    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
+    wait_until("the servers to apply the squash", || {
+        fs::read(squash.join("secret")).is_err()
+    })
+    .expect("root squash applies");
+
+    let seen = squash.join("names");
+    let (ok, names) = listed(&seen, &["-1", "--color=never"]);
+    assert!(ok, "ls of a readable directory succeeds");
+    assert_eq!(names, ["a", "b"]);
+    let refused = fs::metadata(seen.join("a")).expect_err("no search permission");
+    assert_eq!(refused.raw_os_error(), Some(libc::EACCES), "{refused}");
+    let (_, long) = listed(&seen, &["-ln", "--color=never"]);
+    assert_eq!(
+        long,
+        ["a", "b"],
+        "ls -l lists the names whose attributes it cannot read"
+    );
+
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    wait_until("the directory to be searchable", || {
+        fs::metadata(seen.join("a")).is_ok()
+    })
+    .expect("search allowed");
+    let output = Command::new("ls")
+        .args(["-ln", "--color=never"])
+        .arg(&seen)
+        .output()
+        .expect("ls runs");
+    assert!(output.status.success());
+    let sizes: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| !line.starts_with("total"))
+        .map(|line| {
+            line.split_whitespace()
+                .nth(4)
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(sizes, ["5", "7"], "the entries' sizes, once searchable");
+}

@@ -3,6 +3,7 @@
 //! that holds what it names.
 
 use super::*;
+use futures::StreamExt;
 use weft_proto::messages::DirEntryPlus;
 
 impl Client {
@@ -340,20 +341,21 @@ impl Client {
         .await
     }
 
-    /// Lists a directory after a cookie, each entry with its inode's attributes, as a lookup
-    /// of it would answer them: in one request per page where the directory's server holds
-    /// the inodes, with a get-attributes for each that another server holds (and for every
-    /// entry, from a server of protocol version 9). An entry removed before its attributes
-    /// were read is left out.
+    /// Lists a directory after a cookie, each entry with its inode's attributes as a lookup
+    /// of its name would answer them: in one request per page where the directory's server
+    /// holds the inodes, with a lookup of each name whose inode another server holds (and of
+    /// every name, from a server of protocol version 9). An entry whose attributes the caller
+    /// may not read, or that went meanwhile, comes without them; so does every entry of a
+    /// directory the caller may read but not search, which is listed as a plain listing.
     ///
     /// # Errors
-    /// `NotFound`, `NotDirectory`.
+    /// `NotFound`, `NotDirectory`, `PermissionDenied` (no read permission).
     pub async fn read_dir_plus(
         &self,
         dir: InodeId,
         after_cookie: u64,
         max_entries: u32,
-    ) -> Result<(Vec<(DirEntry, InodeAttr)>, bool), ClientError> {
+    ) -> Result<(Vec<(DirEntry, Option<InodeAttr>)>, bool), ClientError> {
         let listed = self
             .list(
                 dir,
@@ -363,33 +365,63 @@ impl Client {
                 },
             )
             .await;
-        let (entries, end) = match listed {
+        let plain = |entries: Vec<DirEntry>| {
+            entries
+                .into_iter()
+                .map(|entry| DirEntryPlus { entry, attr: None })
+                .collect::<Vec<_>>()
+        };
+        let (entries, end, searchable) = match listed {
             Err(error) if error.code() == ErrorCode::VersionMismatch => {
                 let (entries, end) = self.read_dir(dir, after_cookie, max_entries).await?;
-                let entries = entries
-                    .into_iter()
-                    .map(|entry| DirEntryPlus { entry, attr: None })
-                    .collect();
-                (entries, end)
+                (plain(entries), end, true)
             }
-            listed => listed?,
+            Err(error) if error.code() == ErrorCode::PermissionDenied => {
+                let (entries, end) = self.read_dir(dir, after_cookie, max_entries).await?;
+                (plain(entries), end, false)
+            }
+            listed => {
+                let (entries, end) = listed?;
+                (entries, end, true)
+            }
         };
+        let mut reads = Vec::with_capacity(entries.len());
+        for DirEntryPlus { entry, attr } in &entries {
+            reads.push(self.attr_of_listed(dir, &entry.name, attr.as_ref(), searchable));
+        }
+        let attrs: Vec<_> = futures::stream::iter(reads)
+            .buffered(LOOKUPS_PER_LISTING)
+            .collect()
+            .await;
         let mut out = Vec::with_capacity(entries.len());
-        for DirEntryPlus { entry, attr } in entries {
+        for (DirEntryPlus { entry, .. }, attr) in entries.into_iter().zip(attrs) {
             let attr = match attr {
-                Some(attr) => {
-                    self.learn(&attr);
-                    self.gathered(attr).await
-                }
-                None => self.get_attr(entry.inode).await,
-            };
-            match attr {
-                Ok(attr) => out.push((entry, attr)),
-                Err(error) if error.code() == ErrorCode::NotFound => {}
+                Ok(attr) => attr,
+                Err(error) if unreadable(&error) => None,
                 Err(error) => return Err(error),
-            }
+            };
+            out.push((entry, attr));
         }
         Ok((out, end))
+    }
+
+    /// The attributes of `name`, listed in `dir` with `listed` (the listing's, when its server
+    /// holds the inode), or looked up when the caller may search `dir`.
+    async fn attr_of_listed(
+        &self,
+        dir: InodeId,
+        name: &str,
+        listed: Option<&InodeAttr>,
+        searchable: bool,
+    ) -> Result<Option<InodeAttr>, ClientError> {
+        match (listed, searchable) {
+            (Some(attr), _) => {
+                self.learn(attr);
+                self.gathered(attr.clone()).await.map(Some)
+            }
+            (None, true) => self.lookup(dir, name).await.map(Some),
+            (None, false) => Ok(None),
+        }
     }
 
     /// A page of `dir`'s listing after a cookie, each page of a shard asked for by `page`
@@ -478,4 +510,17 @@ impl Listed for DirEntryPlus {
     fn cookie(&mut self) -> &mut u64 {
         &mut self.entry.cookie
     }
+}
+
+/// How many names of one page of a listing with attributes are looked up at once (those whose
+/// inode another server holds, or every one, from a server of protocol version 9).
+const LOOKUPS_PER_LISTING: usize = 16;
+
+/// Whether a lookup of a listed name failed because the caller may not read its attributes or
+/// the name went meanwhile: the entry is listed without them.
+fn unreadable(error: &ClientError) -> bool {
+    matches!(
+        error.code(),
+        ErrorCode::NotFound | ErrorCode::PermissionDenied | ErrorCode::NotPermitted
+    )
 }

@@ -167,3 +167,26 @@ pub(super) fn reply_xattr(reply: fuser::ReplyXattr, size: u32, value: &[u8]) {
         reply.data(value);
     }
 }
+
+/// The attributes given the kernel for an entry of a listing whose own were not read: its
+/// inode and type, nothing else, for no time (the kernel looks the name up before it uses
+/// them).
+pub(super) fn unread(ino: INodeNo, kind: FileType) -> FileAttr {
+    FileAttr {
+        ino,
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind,
+        perm: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}

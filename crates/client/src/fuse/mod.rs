@@ -655,23 +655,7 @@ impl Filesystem for WeftFs {
         self.spawn(request, |state| async move {
             let dir = state.inode_of(ino);
             // The kernel takes no entry for "." and "..": their attributes are not read.
-            let dots = FileAttr {
-                ino,
-                size: 0,
-                blocks: 0,
-                atime: UNIX_EPOCH,
-                mtime: UNIX_EPOCH,
-                ctime: UNIX_EPOCH,
-                crtime: UNIX_EPOCH,
-                kind: FileType::Directory,
-                perm: 0o755,
-                nlink: 2,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                blksize: 4096,
-                flags: 0,
-            };
+            let dots = unread(ino, FileType::Directory);
             for (at, name) in [(1, "."), (2, "..")] {
                 if offset < at && reply.add(ino, at, name, &state.ttl, &dots, Generation(0)) {
                     return reply.ok();
@@ -684,13 +668,21 @@ impl Filesystem for WeftFs {
                     Ok(page) => page,
                     Err(error) => return reply.error(errno(&error)),
                 };
-                for (entry, attr) in &entries {
-                    let attr = state.merge(attr.clone());
+                for (entry, attr) in entries.iter().cloned() {
+                    // An entry whose attributes the caller may not read goes with none the
+                    // kernel may keep: its next use looks the name up (and is refused).
+                    let (attr, ttl) = match attr {
+                        Some(attr) => (state.merge(attr), state.ttl),
+                        None => {
+                            let ino = state.ino_of(entry.inode);
+                            (unread(ino, file_type(entry.kind)), Duration::ZERO)
+                        }
+                    };
                     if reply.add(
                         attr.ino,
                         entry.cookie,
                         &entry.name,
-                        &state.ttl,
+                        &ttl,
                         &attr,
                         Generation(0),
                     ) {

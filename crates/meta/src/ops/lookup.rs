@@ -105,10 +105,12 @@ pub(crate) fn read_dir_plus(
     let inodes = txn.open_table(INODES)?;
     let mut listed = Vec::with_capacity(entries.len());
     for entry in entries {
-        let attr = match entry.inode.home() == home {
-            true => Some(load_inode(&inodes, entry.inode)?.to_attr(entry.inode)),
-            false => None,
-        };
+        // An entry whose inode is not here, or cannot be read, comes without attributes (the
+        // client looks its name up, as it would without them).
+        let attr = (entry.inode.home() == home)
+            .then(|| load_inode(&inodes, entry.inode).ok())
+            .flatten()
+            .map(|record| record.to_attr(entry.inode));
         listed.push(DirEntryPlus { entry, attr });
     }
     Ok(MetaResponse::DirEntriesPlus {
