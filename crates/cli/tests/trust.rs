@@ -68,6 +68,26 @@ fn run_in(dir: &Path, program: &str, args: &[&str]) {
     );
 }
 
+/// A mount of `cluster` with a root-squashed client key (issued in `dir`), once the servers
+/// apply the squash: a file of root's mode 0600 made through the member mount `mnt` is
+/// refused to it.
+fn squashed_mount(
+    cluster: &mut weft_testkit::LocalCluster,
+    mnt: &Path,
+    dir: &Path,
+) -> std::path::PathBuf {
+    fs::write(mnt.join("secret"), b"root's").expect("write");
+    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    let key = restricted_key(cluster, dir, "squashed", &["--root-squash"]);
+    let setting = format!("auth_key_file={:?}", key.display().to_string());
+    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
+    wait_until("the servers to apply the squash", || {
+        fs::read(squash.join("secret")).is_err()
+    })
+    .expect("root squash applies");
+    squash
+}
+
 /// close(2) of `file`, with its error.
 fn close(file: fs::File) -> std::io::Result<()> {
     // SAFETY: the descriptor is ours alone (taken out of the File) and closed once.
@@ -91,17 +111,8 @@ fn a_root_squashed_mount_keeps_the_read_only_files_it_writes() {
     let mnt = cluster.mount().expect("mount");
     fs::create_dir(mnt.join("work")).expect("mkdir");
     fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");
-    fs::write(mnt.join("secret"), b"root's").expect("write");
-    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
-
     let scratch = tempfile::tempdir().expect("tempdir");
-    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
-    let setting = format!("auth_key_file={:?}", key.display().to_string());
-    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
-    wait_until("the servers to apply the squash", || {
-        fs::read(squash.join("secret")).is_err()
-    })
-    .expect("root squash applies");
+    let squash = squashed_mount(&mut cluster, &mnt, scratch.path());
     let work = squash.join("work");
 
     // One file, by hand: created 0444, written, cut through the descriptor, its mode changed
@@ -957,17 +968,8 @@ fn a_directory_readable_but_not_searchable_lists_its_names_only() {
     fs::write(dir.join("a"), b"12345").expect("write");
     fs::write(dir.join("b"), b"1234567").expect("write");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o744)).expect("chmod");
-    fs::write(mnt.join("secret"), b"root's").expect("write");
-    fs::set_permissions(mnt.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
-
     let scratch = tempfile::tempdir().expect("tempdir");
-    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
-    let setting = format!("auth_key_file={:?}", key.display().to_string());
-    let squash = cluster.mount_with(&[&setting]).expect("mount as squashed");
-    wait_until("the servers to apply the squash", || {
-        fs::read(squash.join("secret")).is_err()
-    })
-    .expect("root squash applies");
+    let squash = squashed_mount(&mut cluster, &mnt, scratch.path());
 
     let seen = squash.join("names");
     let (ok, names) = listed(&seen, &["-1", "--color=never"]);
