@@ -196,7 +196,7 @@ impl DataPath {
             let session = session.session();
             session.opens.capability(inode, want, session.id())
         };
-        weft_net::retry::within(self.retry.total_timeout, async {
+        self.within(async {
             let mut granted = capability();
             loop {
                 match attempt(granted).await {
@@ -220,6 +220,15 @@ impl DataPath {
         .await
     }
 
+    /// Runs `work`, a step of an operation on file data, under the operation's one deadline
+    /// (the retry policy's time, or the deadline of an operation it is part of).
+    fn within<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        weft_net::retry::within(self.retry.total_timeout, work)
+    }
+
     /// Runs `call` on the server of `slot` for file `inode` under the retry policy. An
     /// object that still waits for a truncate of the file it missed (`TruncatePending`: its
     /// target was away when the truncate was made) gets it first, through the file's home,
@@ -235,7 +244,7 @@ impl DataPath {
         F: Fn(Arc<StorageClient>, Route) -> Fut,
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
-        weft_net::retry::within(self.retry.total_timeout, async {
+        self.within(async {
                 loop {
                     match self.cluster.call_storage(slot, &self.retry, &call).await {
                         Err(RpcError::Remote(error))

@@ -385,16 +385,20 @@ impl Client {
                 (entries, end, true)
             }
         };
+        let (entries, listed): (Vec<DirEntry>, Vec<Option<InodeAttr>>) = entries
+            .into_iter()
+            .map(|DirEntryPlus { entry, attr }| (entry, attr))
+            .unzip();
         let mut reads = Vec::with_capacity(entries.len());
-        for DirEntryPlus { entry, attr } in &entries {
-            reads.push(self.attr_of_listed(dir, &entry.name, attr.as_ref(), searchable));
+        for (entry, attr) in entries.iter().zip(listed) {
+            reads.push(self.attr_of_listed(dir, &entry.name, attr, searchable));
         }
         let attrs: Vec<_> = futures::stream::iter(reads)
             .buffered(LOOKUPS_PER_LISTING)
             .collect()
             .await;
         let mut out = Vec::with_capacity(entries.len());
-        for (DirEntryPlus { entry, .. }, attr) in entries.into_iter().zip(attrs) {
+        for (entry, attr) in entries.into_iter().zip(attrs) {
             let attr = match attr {
                 Ok(attr) => attr,
                 Err(error) if unreadable(&error) => None,
@@ -411,13 +415,13 @@ impl Client {
         &self,
         dir: InodeId,
         name: &str,
-        listed: Option<&InodeAttr>,
+        listed: Option<InodeAttr>,
         searchable: bool,
     ) -> Result<Option<InodeAttr>, ClientError> {
         match (listed, searchable) {
             (Some(attr), _) => {
-                self.learn(attr);
-                self.gathered(attr.clone()).await.map(Some)
+                self.learn(&attr);
+                self.gathered(attr).await.map(Some)
             }
             (None, true) => self.lookup(dir, name).await.map(Some),
             (None, false) => Ok(None),

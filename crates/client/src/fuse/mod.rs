@@ -668,7 +668,8 @@ impl Filesystem for WeftFs {
                     Ok(page) => page,
                     Err(error) => return reply.error(errno(&error)),
                 };
-                for (entry, attr) in entries.iter().cloned() {
+                let last_page = end || entries.is_empty();
+                for (entry, attr) in entries {
                     // An entry whose attributes the caller may not read goes with none the
                     // kernel may keep: its next use looks the name up (and is refused).
                     let (attr, ttl) = match attr {
@@ -690,7 +691,7 @@ impl Filesystem for WeftFs {
                     }
                     after = entry.cookie;
                 }
-                if end || entries.is_empty() {
+                if last_page {
                     return reply.ok();
                 }
             }
