@@ -246,16 +246,8 @@ fn phase<T: IoTarget>(
     })
 }
 
-/// Runs the phases with `threads` threads on files named after `run`, and removes them.
-///
-/// # Errors
-/// The first request that failed or returned the wrong data, with its phase and thread.
-pub fn run<T: IoTarget>(
-    target: &T,
-    config: &IoBenchConfig,
-    threads: usize,
-    run: &str,
-) -> Result<Vec<IoPhaseResult>> {
+/// The blocks each thread moves in a sequential phase, once the configuration is checked.
+fn blocks_per_thread(config: &IoBenchConfig) -> Result<u64> {
     let block = config.block_bytes;
     if config.queue_depth == 0 {
         bail!("the queue depth must be at least 1");
@@ -267,34 +259,58 @@ pub fn run<T: IoTarget>(
     if blocks == 0 {
         bail!("each thread must move at least one block");
     }
+    Ok(blocks)
+}
+
+/// Each thread's file (made first when `create`) and its region: `names` are the files,
+/// one per thread or one shared, in which each thread has `region` bytes.
+fn open_works<T: IoTarget>(
+    target: &T,
+    config: &IoBenchConfig,
+    (names, threads, region): (&[String], usize, u64),
+    create: bool,
+) -> Result<Vec<Work<T::File>>> {
+    if create && config.shared_file {
+        target.close(target.create(&names[0])?)?;
+    }
+    (0..threads)
+        .map(|thread| {
+            let (name, base) = if config.shared_file {
+                (&names[0], thread as u64 * region)
+            } else {
+                (&names[thread], 0)
+            };
+            let file = if create && !config.shared_file {
+                target.create(name)?
+            } else {
+                target.open(name)?
+            };
+            // One pattern per file: a shared file's regions share its seed.
+            let seed = if config.shared_file { 0 } else { thread as u64 };
+            Ok(Work { file, base, seed })
+        })
+        .collect()
+}
+
+/// Runs the phases with `threads` threads on files named after `run`, and removes them.
+///
+/// # Errors
+/// The first request that failed or returned the wrong data, with its phase and thread.
+pub fn run<T: IoTarget>(
+    target: &T,
+    config: &IoBenchConfig,
+    threads: usize,
+    run: &str,
+) -> Result<Vec<IoPhaseResult>> {
+    let block = config.block_bytes;
+    let blocks = blocks_per_thread(config)?;
     let region = blocks * block as u64;
     let names: Vec<String> = if config.shared_file {
         vec![format!("{run}.shared")]
     } else {
         (0..threads).map(|t| format!("{run}.{t}")).collect()
     };
-    let open_all = |create: bool| -> Result<Vec<Work<T::File>>> {
-        if create && config.shared_file {
-            target.close(target.create(&names[0])?)?;
-        }
-        (0..threads)
-            .map(|thread| {
-                let (name, base) = if config.shared_file {
-                    (&names[0], thread as u64 * region)
-                } else {
-                    (&names[thread], 0)
-                };
-                let file = if create && !config.shared_file {
-                    target.create(name)?
-                } else {
-                    target.open(name)?
-                };
-                // One pattern per file: a shared file's regions share its seed.
-                let seed = if config.shared_file { 0 } else { thread as u64 };
-                Ok(Work { file, base, seed })
-            })
-            .collect()
-    };
+    let open_all = |create: bool| open_works(target, config, (&names, threads, region), create);
     let close_all = |works: Vec<Work<T::File>>| -> Result<()> {
         works.into_iter().try_for_each(|w| target.close(w.file))
     };

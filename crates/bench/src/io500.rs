@@ -154,20 +154,7 @@ fn file_name(thread: usize, index: usize) -> String {
 /// The first operation that failed or read back the wrong data, with its phase.
 pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> {
     ensure!(config.threads > 0, "at least one thread");
-    let threads = config.threads;
-    let top = base.join(run);
-    let easy_dir = top.join("ior-easy");
-    let hard_file = top.join("ior-hard").join("file");
-    let md_easy = top.join("mdtest-easy");
-    let md_hard = top.join("mdtest-hard");
-    for dir in [&easy_dir, &md_easy, &md_hard, &top.join("ior-hard")] {
-        std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
-    }
-    for thread in 0..threads {
-        let dir = md_easy.join(format!("t{thread}"));
-        std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
-    }
-    std::fs::File::create(&hard_file).with_context(|| format!("create {}", hard_file.display()))?;
+    let tree = Tree::made(base.join(run), config)?;
     let mut phases = Vec::new();
     let mut note = |name: &'static str, (seconds, amount): (f64, u64), bandwidth: bool| {
         let (value, unit) = if bandwidth {
@@ -182,207 +169,52 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
             seconds,
         });
     };
-
-    let easy_path = |thread: usize| easy_dir.join(format!("file.{thread}"));
-    let easy_transfers = config.easy_bytes_per_thread / IOR_EASY_TRANSFER_BYTES as u64;
-    let hard_offset = |thread: usize, record: u64| {
-        (record * threads as u64 + thread as u64) * IOR_HARD_RECORD_BYTES as u64
-    };
-    let md_easy_path = |thread: usize, index: usize| {
-        md_easy
-            .join(format!("t{thread}"))
-            .join(file_name(thread, index))
-    };
-    let md_hard_path = |thread: usize, index: usize| md_hard.join(file_name(thread, index));
-    let hard_data = |thread: usize, index: usize| {
-        let mut data = vec![0u8; MDTEST_HARD_FILE_BYTES];
-        fill(&mut data, (thread as u64) << 32 | index as u64, 0);
-        data
-    };
-
-    note(
-        "ior-easy-write",
-        timed(threads, &|thread| {
-            let path = easy_path(thread);
-            let file = std::fs::File::create(&path)
-                .with_context(|| format!("ior-easy-write: create {}", path.display()))?;
-            let mut block = vec![0u8; IOR_EASY_TRANSFER_BYTES];
-            for transfer in 0..easy_transfers {
-                let offset = transfer * IOR_EASY_TRANSFER_BYTES as u64;
-                fill(&mut block, thread as u64, offset);
-                file.write_all_at(&block, offset)
-                    .context("ior-easy-write")?;
-            }
-            file.sync_all().context("ior-easy-write: fsync")?;
-            Ok(easy_transfers * IOR_EASY_TRANSFER_BYTES as u64)
-        })?,
-        true,
-    );
+    let (easy, hard) = (Mdtest::Easy, Mdtest::Hard);
+    note("ior-easy-write", tree.ior_easy(Direction::Write)?, true);
     note(
         "mdtest-easy-write",
-        each_file(
-            threads,
-            config.easy_files_per_thread,
-            &md_easy_path,
-            &|path, _, _| {
-                std::fs::File::create(path)?;
-                Ok(())
-            },
-        )
-        .context("mdtest-easy-write")?,
+        tree.mdtest(easy, "write", &create)?,
         false,
     );
-    note(
-        "ior-hard-write",
-        timed(threads, &|thread| {
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&hard_file)
-                .context("ior-hard-write: open")?;
-            let mut record = vec![0u8; IOR_HARD_RECORD_BYTES];
-            for index in 0..config.hard_records_per_thread {
-                let offset = hard_offset(thread, index);
-                fill(&mut record, u64::MAX, offset);
-                file.write_all_at(&record, offset)
-                    .context("ior-hard-write")?;
-            }
-            file.sync_all().context("ior-hard-write: fsync")?;
-            Ok(config.hard_records_per_thread * IOR_HARD_RECORD_BYTES as u64)
-        })?,
-        true,
-    );
+    note("ior-hard-write", tree.ior_hard(Direction::Write)?, true);
     note(
         "mdtest-hard-write",
-        each_file(
-            threads,
-            config.hard_files_per_thread,
-            &md_hard_path,
-            &|path, thread, index| Ok(std::fs::write(path, hard_data(thread, index))?),
-        )
-        .context("mdtest-hard-write")?,
+        tree.mdtest(hard, "write", &write_hard)?,
         false,
     );
-    let fresh = || -> Result<()> {
-        if config.drop_caches {
-            drop_caches()?;
-        }
-        Ok(())
-    };
-    fresh()?;
-    let started = Instant::now();
-    let (examined, found) = walk(&top)?;
-    note("find", (started.elapsed().as_secs_f64(), examined), false);
-    let expected = (threads * config.hard_files_per_thread) as u64;
-    ensure!(
-        found == expected,
-        "find counted {found} files of {MDTEST_HARD_FILE_BYTES} bytes, mdtest-hard made {expected}"
-    );
-    fresh()?;
-    note(
-        "ior-easy-read",
-        timed(threads, &|thread| {
-            let file = std::fs::File::open(easy_path(thread)).context("ior-easy-read: open")?;
-            let mut block = vec![0u8; IOR_EASY_TRANSFER_BYTES];
-            for transfer in 0..easy_transfers {
-                let offset = transfer * IOR_EASY_TRANSFER_BYTES as u64;
-                file.read_exact_at(&mut block, offset)
-                    .context("ior-easy-read")?;
-                check(&block, thread as u64, offset).context("ior-easy-read")?;
-            }
-            Ok(easy_transfers * IOR_EASY_TRANSFER_BYTES as u64)
-        })?,
-        true,
-    );
-    fresh()?;
-    note(
-        "mdtest-easy-stat",
-        each_file(
-            threads,
-            config.easy_files_per_thread,
-            &md_easy_path,
-            &|path, _, _| {
-                std::fs::metadata(path)?;
-                Ok(())
-            },
-        )
-        .context("mdtest-easy-stat")?,
-        false,
-    );
-    fresh()?;
-    note(
-        "ior-hard-read",
-        timed(threads, &|thread| {
-            let file = std::fs::File::open(&hard_file).context("ior-hard-read: open")?;
-            let mut record = vec![0u8; IOR_HARD_RECORD_BYTES];
-            for index in 0..config.hard_records_per_thread {
-                let offset = hard_offset(thread, index);
-                file.read_exact_at(&mut record, offset)
-                    .context("ior-hard-read")?;
-                check_all(&record, u64::MAX, offset).context("ior-hard-read")?;
-            }
-            Ok(config.hard_records_per_thread * IOR_HARD_RECORD_BYTES as u64)
-        })?,
-        true,
-    );
-    fresh()?;
+    tree.fresh()?;
+    note("find", tree.find()?, false);
+    tree.fresh()?;
+    note("ior-easy-read", tree.ior_easy(Direction::Read)?, true);
+    tree.fresh()?;
+    note("mdtest-easy-stat", tree.mdtest(easy, "stat", &stat)?, false);
+    tree.fresh()?;
+    note("ior-hard-read", tree.ior_hard(Direction::Read)?, true);
+    tree.fresh()?;
     note(
         "mdtest-hard-stat",
-        each_file(
-            threads,
-            config.hard_files_per_thread,
-            &md_hard_path,
-            &|path, _, _| {
-                let size = std::fs::metadata(path)?.len();
-                ensure!(size == MDTEST_HARD_FILE_BYTES as u64, "it has {size} bytes");
-                Ok(())
-            },
-        )
-        .context("mdtest-hard-stat")?,
+        tree.mdtest(hard, "stat", &stat_hard)?,
         false,
     );
-    fresh()?;
+    tree.fresh()?;
     note(
         "mdtest-easy-delete",
-        each_file(
-            threads,
-            config.easy_files_per_thread,
-            &md_easy_path,
-            &|path, _, _| Ok(std::fs::remove_file(path)?),
-        )
-        .context("mdtest-easy-delete")?,
+        tree.mdtest(easy, "delete", &delete)?,
         false,
     );
-    fresh()?;
+    tree.fresh()?;
     note(
         "mdtest-hard-read",
-        each_file(
-            threads,
-            config.hard_files_per_thread,
-            &md_hard_path,
-            &|path, thread, index| {
-                ensure!(
-                    std::fs::read(path)? == hard_data(thread, index),
-                    "it does not hold what was written"
-                );
-                Ok(())
-            },
-        )
-        .context("mdtest-hard-read")?,
+        tree.mdtest(hard, "read", &read_hard)?,
         false,
     );
-    fresh()?;
+    tree.fresh()?;
     note(
         "mdtest-hard-delete",
-        each_file(
-            threads,
-            config.hard_files_per_thread,
-            &md_hard_path,
-            &|path, _, _| Ok(std::fs::remove_file(path)?),
-        )
-        .context("mdtest-hard-delete")?,
+        tree.mdtest(hard, "delete", &delete)?,
         false,
     );
-    std::fs::remove_dir_all(&top).with_context(|| format!("remove {}", top.display()))?;
+    std::fs::remove_dir_all(&tree.top).with_context(|| format!("remove {}", tree.top.display()))?;
 
     let of_unit = |unit: &str| -> Vec<f64> {
         phases
@@ -399,6 +231,209 @@ pub fn run(base: &Path, config: &Io500Config, run: &str) -> Result<Io500Result> 
         metadata_score,
         phases,
     })
+}
+
+/// Whether an ior phase writes or reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Write,
+    Read,
+}
+
+/// mdtest's two shapes.
+#[derive(Clone, Copy)]
+enum Mdtest {
+    Easy,
+    Hard,
+}
+
+/// An mdtest operation on file `index` of `thread` at a path.
+type FileOp = dyn Fn(&Path, usize, usize) -> Result<()> + Sync;
+
+fn create(path: &Path, _: usize, _: usize) -> Result<()> {
+    std::fs::File::create(path)?;
+    Ok(())
+}
+
+fn stat(path: &Path, _: usize, _: usize) -> Result<()> {
+    std::fs::metadata(path)?;
+    Ok(())
+}
+
+fn delete(path: &Path, _: usize, _: usize) -> Result<()> {
+    Ok(std::fs::remove_file(path)?)
+}
+
+fn write_hard(path: &Path, thread: usize, index: usize) -> Result<()> {
+    Ok(std::fs::write(path, hard_data(thread, index))?)
+}
+
+fn stat_hard(path: &Path, _: usize, _: usize) -> Result<()> {
+    let size = std::fs::metadata(path)?.len();
+    ensure!(size == MDTEST_HARD_FILE_BYTES as u64, "it has {size} bytes");
+    Ok(())
+}
+
+fn read_hard(path: &Path, thread: usize, index: usize) -> Result<()> {
+    ensure!(
+        std::fs::read(path)? == hard_data(thread, index),
+        "it does not hold what was written"
+    );
+    Ok(())
+}
+
+/// What file `index` of `thread` holds in mdtest-hard.
+fn hard_data(thread: usize, index: usize) -> Vec<u8> {
+    let mut data = vec![0u8; MDTEST_HARD_FILE_BYTES];
+    fill(&mut data, (thread as u64) << 32 | index as u64, 0);
+    data
+}
+
+/// The tree of one run, and the phases that work in it.
+struct Tree<'a> {
+    config: &'a Io500Config,
+    top: PathBuf,
+    easy_dir: PathBuf,
+    hard_file: PathBuf,
+    md_easy: PathBuf,
+    md_hard: PathBuf,
+}
+
+impl<'a> Tree<'a> {
+    /// Makes the directories of a run under `top`, and ior-hard's shared file.
+    fn made(top: PathBuf, config: &'a Io500Config) -> Result<Tree<'a>> {
+        let tree = Tree {
+            config,
+            easy_dir: top.join("ior-easy"),
+            hard_file: top.join("ior-hard").join("file"),
+            md_easy: top.join("mdtest-easy"),
+            md_hard: top.join("mdtest-hard"),
+            top,
+        };
+        let hard_dir = tree.top.join("ior-hard");
+        for dir in [&tree.easy_dir, &tree.md_easy, &tree.md_hard, &hard_dir] {
+            std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        }
+        for thread in 0..config.threads {
+            let dir = tree.md_easy.join(format!("t{thread}"));
+            std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        }
+        std::fs::File::create(&tree.hard_file)
+            .with_context(|| format!("create {}", tree.hard_file.display()))?;
+        Ok(tree)
+    }
+
+    /// Empties the kernel's caches when the run asks for it.
+    fn fresh(&self) -> Result<()> {
+        if self.config.drop_caches {
+            drop_caches()?;
+        }
+        Ok(())
+    }
+
+    /// ior-easy: each thread's own file, in 1 MiB transfers, fsynced after writing.
+    fn ior_easy(&self, direction: Direction) -> Result<(f64, u64)> {
+        let phase = match direction {
+            Direction::Write => "ior-easy-write",
+            Direction::Read => "ior-easy-read",
+        };
+        let transfers = self.config.easy_bytes_per_thread / IOR_EASY_TRANSFER_BYTES as u64;
+        timed(self.config.threads, &|thread| {
+            let path = self.easy_dir.join(format!("file.{thread}"));
+            let file = match direction {
+                Direction::Write => std::fs::File::create(&path),
+                Direction::Read => std::fs::File::open(&path),
+            }
+            .with_context(|| format!("{phase}: open {}", path.display()))?;
+            let mut block = vec![0u8; IOR_EASY_TRANSFER_BYTES];
+            for transfer in 0..transfers {
+                let offset = transfer * IOR_EASY_TRANSFER_BYTES as u64;
+                if direction == Direction::Write {
+                    fill(&mut block, thread as u64, offset);
+                    file.write_all_at(&block, offset).context(phase)?;
+                } else {
+                    file.read_exact_at(&mut block, offset).context(phase)?;
+                    check(&block, thread as u64, offset).context(phase)?;
+                }
+            }
+            if direction == Direction::Write {
+                file.sync_all().with_context(|| format!("{phase}: fsync"))?;
+            }
+            Ok(transfers * IOR_EASY_TRANSFER_BYTES as u64)
+        })
+    }
+
+    /// ior-hard: the shared file's interleaved records, fsynced after writing.
+    fn ior_hard(&self, direction: Direction) -> Result<(f64, u64)> {
+        let phase = match direction {
+            Direction::Write => "ior-hard-write",
+            Direction::Read => "ior-hard-read",
+        };
+        let (threads, records) = (self.config.threads, self.config.hard_records_per_thread);
+        timed(threads, &|thread| {
+            let file = std::fs::OpenOptions::new()
+                .read(direction == Direction::Read)
+                .write(direction == Direction::Write)
+                .open(&self.hard_file)
+                .with_context(|| format!("{phase}: open"))?;
+            let mut record = vec![0u8; IOR_HARD_RECORD_BYTES];
+            for index in 0..records {
+                let offset =
+                    (index * threads as u64 + thread as u64) * IOR_HARD_RECORD_BYTES as u64;
+                if direction == Direction::Write {
+                    fill(&mut record, u64::MAX, offset);
+                    file.write_all_at(&record, offset).context(phase)?;
+                } else {
+                    file.read_exact_at(&mut record, offset).context(phase)?;
+                    check_all(&record, u64::MAX, offset).context(phase)?;
+                }
+            }
+            if direction == Direction::Write {
+                file.sync_all().with_context(|| format!("{phase}: fsync"))?;
+            }
+            Ok(records * IOR_HARD_RECORD_BYTES as u64)
+        })
+    }
+
+    /// An mdtest phase of `shape`: `op` on each of its files.
+    fn mdtest(&self, shape: Mdtest, phase: &str, op: &FileOp) -> Result<(f64, u64)> {
+        let threads = self.config.threads;
+        match shape {
+            Mdtest::Easy => each_file(
+                threads,
+                self.config.easy_files_per_thread,
+                &|thread, index| {
+                    self.md_easy
+                        .join(format!("t{thread}"))
+                        .join(file_name(thread, index))
+                },
+                op,
+            ),
+            Mdtest::Hard => each_file(
+                threads,
+                self.config.hard_files_per_thread,
+                &|thread, index| self.md_hard.join(file_name(thread, index)),
+                op,
+            ),
+        }
+        .with_context(|| match shape {
+            Mdtest::Easy => format!("mdtest-easy-{phase}"),
+            Mdtest::Hard => format!("mdtest-hard-{phase}"),
+        })
+    }
+
+    /// find: a walk of the whole tree, which must count every mdtest-hard file.
+    fn find(&self) -> Result<(f64, u64)> {
+        let started = Instant::now();
+        let (examined, found) = walk(&self.top)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let expected = (self.config.threads * self.config.hard_files_per_thread) as u64;
+        ensure!(
+            found == expected,
+            "find counted {found} files of {MDTEST_HARD_FILE_BYTES} bytes, mdtest-hard made {expected}"
+        );
+        Ok((seconds, examined))
+    }
 }
 
 /// Checks every byte of `block` (an ior-hard record is not page-aligned, so [`check`]'s

@@ -7,9 +7,10 @@
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weft_net::MgmtCalls;
 use weft_net::{MgmtClient, RpcClientOptions};
 use weft_proto::messages::{NodeKind, SpaceUsage, TargetReport};
 use weft_proto::{NodeId, TargetId};
@@ -117,6 +118,15 @@ struct Arrivals {
     seen: Vec<Vec<(u64, Instant)>>,
 }
 
+impl Arrivals {
+    /// Nothing arrived yet at any of `nodes` nodes.
+    fn of(nodes: usize) -> Arrivals {
+        Arrivals {
+            seen: vec![Vec::new(); nodes],
+        }
+    }
+}
+
 /// Where a simulated node's heartbeats are counted, and when they stop.
 struct Beating {
     /// Latencies of the heartbeats answered.
@@ -164,9 +174,110 @@ pub async fn run(
     mgmt_pid: Option<u32>,
 ) -> Result<MgmtBenchResult> {
     let admin = connect(mgmt, options);
-    // Registration, one node after another.
+    let (servers, clients, registrations_per_second) = register(mgmt, options, config).await?;
+
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let server_beats = Arc::new(Mutex::new(Vec::new()));
+    let client_beats = Arc::new(Mutex::new(Vec::new()));
+    let nodes = servers.len() + clients.len();
+    let arrivals = Arc::new(Mutex::new(Arrivals::of(nodes)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let watching = (arrivals, Arc::clone(&stopping), Arc::clone(&stop));
+    spawn_watchers(&mut tasks, (&servers, &clients), &watching);
+    let beating = |beats: &Arc<Mutex<Vec<Duration>>>| Beating {
+        beats: Arc::clone(beats),
+        errors: Arc::clone(&errors),
+        stopping: Arc::clone(&stopping),
+    };
+    for (index, (client, node, target)) in servers.iter().enumerate() {
+        let (client, node, target) = (Arc::clone(client), *node, *target);
+        let interval = config.server_heartbeat;
+        // Spread over the interval, as servers started at different times are.
+        let offset = interval.mul_f64(index as f64 / config.servers.max(1) as f64);
+        beating(&server_beats).spawn(&mut tasks, (offset, interval), move || {
+            let client = Arc::clone(&client);
+            async move {
+                client
+                    .heartbeat(
+                        (NodeKind::Storage, node),
+                        vec![TargetReport {
+                            target,
+                            usage: SIMULATED_USAGE,
+                        }],
+                        weft_net::stubs::MetaReport::default(),
+                        None,
+                        weft_net::stubs::HEARTBEAT_DEADLINE,
+                    )
+                    .await
+                    .is_ok()
+            }
+        });
+    }
+    for (index, (client, session)) in clients.iter().enumerate() {
+        let (client, session) = (Arc::clone(client), *session);
+        let interval = config.client_heartbeat;
+        let offset = interval.mul_f64(index as f64 / config.clients.max(1) as f64);
+        beating(&client_beats).spawn(&mut tasks, (offset, interval), move || {
+            let client = Arc::clone(&client);
+            async move { client.client_heartbeat(session, Vec::new()).await.is_ok() }
+        });
+    }
+
+    // Steady phase: heartbeats go on, and the map changes now and then.
+    // Every node holds the map of the last registration before the steady phase starts.
+    tokio::time::sleep(config.change_interval).await;
+    let steady = Instant::now();
+    let cpu_before = mgmt_pid.and_then(cpu_seconds);
+    let sent_before = sent_bytes(&admin, options).await;
+    let changes = change_map(&admin, &servers, config).await?;
+    tokio::time::sleep(config.change_interval).await;
+    let seconds = steady.elapsed().as_secs_f64();
+    let mgmt_cpu_cores = match (cpu_before, mgmt_pid.and_then(cpu_seconds)) {
+        (Some(before), Some(after)) => Some((after - before) / seconds),
+        _ => None,
+    };
+    let sent = sent_bytes(&admin, options)
+        .await
+        .saturating_sub(sent_before);
+    let map_bytes =
+        weft_proto::codec::encode_body(&admin.cluster_map().await.context("the map")?).len();
+    stopping.store(true, Ordering::Release);
+    stop.notify_waiters();
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+
+    let pushes = pushes(&changes, &watching.0.lock().expect("arrivals"));
+    let take =
+        |beats: &Arc<Mutex<Vec<Duration>>>| std::mem::take(&mut *beats.lock().expect("beats"));
+    Ok(MgmtBenchResult {
+        registrations_per_second,
+        server_heartbeat: Latency::of(take(&server_beats)),
+        client_heartbeat: Latency::of(take(&client_beats)),
+        map_push: Latency::of(pushes),
+        heartbeat_errors: errors.load(Ordering::Relaxed),
+        seconds,
+        mgmt_cpu_cores,
+        mgmt_sent_bytes_per_second: sent as f64 / seconds,
+        map_bytes,
+    })
+}
+
+/// Simulated servers, each registered with one target, and their clients.
+type Servers = Vec<(Arc<MgmtClient>, NodeId, TargetId)>;
+/// Simulated client sessions and their clients.
+type Clients = Vec<(Arc<MgmtClient>, weft_proto::ClientId)>;
+
+/// Registers the simulated servers (a node and a target each) and client sessions, one after
+/// another; answers them and the registrations per second.
+async fn register(
+    mgmt: &str,
+    options: &RpcClientOptions,
+    config: &MgmtBenchConfig,
+) -> Result<(Servers, Clients, f64)> {
     let started = Instant::now();
-    let mut servers: Vec<(Arc<MgmtClient>, NodeId, TargetId)> = Vec::new();
+    let mut servers = Vec::new();
     for index in 0..config.servers {
         let client = connect(mgmt, options);
         let node = client
@@ -195,106 +306,90 @@ pub async fn run(
         clients.push((client, session));
     }
     let registrations = config.servers * 2 + config.clients;
-    let registrations_per_second = registrations as f64 / started.elapsed().as_secs_f64();
+    let per_second = registrations as f64 / started.elapsed().as_secs_f64();
+    Ok((servers, clients, per_second))
+}
 
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let errors = Arc::new(AtomicU64::new(0));
-    let server_beats = Arc::new(Mutex::new(Vec::new()));
-    let client_beats = Arc::new(Mutex::new(Vec::new()));
-    let nodes = servers.len() + clients.len();
-    let arrivals = Arc::new(Mutex::new(Arrivals {
-        seen: vec![Vec::new(); nodes],
-    }));
-    let mut tasks = tokio::task::JoinSet::new();
-    let usage = SpaceUsage {
-        total_bytes: 1 << 40,
-        free_bytes: 1 << 39,
-        total_inodes: 1 << 30,
-        free_inodes: 1 << 29,
-    };
-    let watchers: Vec<Arc<MgmtClient>> = servers
-        .iter()
-        .map(|(client, _, _)| Arc::clone(client))
-        .chain(clients.iter().map(|(client, _)| Arc::clone(client)))
-        .collect();
-    for (index, watcher) in watchers.into_iter().enumerate() {
-        let (arrivals, stopping, stop) = (
-            Arc::clone(&arrivals),
-            Arc::clone(&stopping),
-            Arc::clone(&stop),
-        );
-        tasks.spawn(async move {
-            let mut epoch = 0;
-            while !stopping.load(Ordering::Acquire) {
-                let watched = tokio::select! {
-                    watched = watcher.watch_cluster_map(epoch, Duration::from_secs(10)) => watched,
-                    () = stop.notified() => return,
-                };
-                match watched {
-                    Ok(map) => {
-                        if map.epoch > epoch {
-                            epoch = map.epoch;
-                            arrivals.lock().expect("arrivals").seen[index]
-                                .push((epoch, Instant::now()));
-                        }
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+/// Node `index`'s watch of the map: records when each new epoch arrived, until stopped.
+async fn watch(
+    watcher: Arc<MgmtClient>,
+    index: usize,
+    (arrivals, stopping, stop): (
+        Arc<Mutex<Arrivals>>,
+        Arc<AtomicBool>,
+        Arc<tokio::sync::Notify>,
+    ),
+) {
+    let mut epoch = 0;
+    while !stopping.load(Ordering::Acquire) {
+        let watched = tokio::select! {
+            watched = watcher.watch_cluster_map(epoch, 10_000) => watched,
+            () = stop.notified() => return,
+        };
+        match watched {
+            Ok(map) => {
+                if map.epoch > epoch {
+                    epoch = map.epoch;
+                    arrivals.lock().expect("arrivals").seen[index].push((epoch, Instant::now()));
                 }
             }
-        });
-    }
-    let beating = |beats: &Arc<Mutex<Vec<Duration>>>| Beating {
-        beats: Arc::clone(beats),
-        errors: Arc::clone(&errors),
-        stopping: Arc::clone(&stopping),
-    };
-    for (index, (client, node, target)) in servers.iter().enumerate() {
-        let (client, node, target) = (Arc::clone(client), *node, *target);
-        let interval = config.server_heartbeat;
-        // Spread over the interval, as servers started at different times are.
-        let offset = interval.mul_f64(index as f64 / config.servers.max(1) as f64);
-        beating(&server_beats).spawn(&mut tasks, (offset, interval), move || {
-            let client = Arc::clone(&client);
-            async move {
-                client
-                    .heartbeat(
-                        (NodeKind::Storage, node),
-                        vec![TargetReport { target, usage }],
-                        weft_net::stubs::MetaReport::default(),
-                        None,
-                        weft_net::stubs::HEARTBEAT_DEADLINE,
-                    )
-                    .await
-                    .is_ok()
-            }
-        });
-    }
-    for (index, (client, session)) in clients.iter().enumerate() {
-        let (client, session) = (Arc::clone(client), *session);
-        let interval = config.client_heartbeat;
-        let offset = interval.mul_f64(index as f64 / config.clients.max(1) as f64);
-        beating(&client_beats).spawn(&mut tasks, (offset, interval), move || {
-            let client = Arc::clone(&client);
-            async move { client.client_heartbeat(session, Vec::new()).await.is_ok() }
-        });
-    }
-
-    // Steady phase: heartbeats go on, and the map changes now and then.
-    let stats = |client: &MgmtClient| {
-        let rpc = weft_net::RpcClient::new(client.address(), options.clone());
-        async move {
-            rpc.node_stats()
-                .await
-                .map(|stats| stats.sent_bytes)
-                .unwrap_or(0)
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
-    };
-    // Every node holds the map of the last registration before the steady phase starts.
-    tokio::time::sleep(config.change_interval).await;
-    let steady = Instant::now();
-    let cpu_before = mgmt_pid.and_then(cpu_seconds);
-    let sent_before = stats(&admin).await;
+    }
+}
+
+/// How long each change (its epoch, when it was made) took to reach each node: a change
+/// reached a node when the node first held a map of the change's epoch or later.
+fn pushes(changes: &[(u64, Instant)], arrivals: &Arrivals) -> Vec<Duration> {
+    let mut pushes = Vec::new();
+    for (epoch, made) in changes {
+        for seen in &arrivals.seen {
+            if let Some((_, at)) = seen.iter().find(|(held, _)| held >= epoch) {
+                pushes.push(at.saturating_duration_since(*made));
+            }
+        }
+    }
+    pushes
+}
+
+/// What every simulated target reports.
+const SIMULATED_USAGE: SpaceUsage = SpaceUsage {
+    total_bytes: 1 << 40,
+    free_bytes: 1 << 39,
+    total_inodes: 1 << 30,
+    free_inodes: 1 << 29,
+};
+
+/// What a node's watch of the map records into, and is stopped by.
+type Watching = (
+    Arc<Mutex<Arrivals>>,
+    Arc<AtomicBool>,
+    Arc<tokio::sync::Notify>,
+);
+
+/// Every simulated node's watch of the map ([`watch`]), servers first.
+fn spawn_watchers(
+    tasks: &mut tokio::task::JoinSet<()>,
+    (servers, clients): (&Servers, &Clients),
+    (arrivals, stopping, stop): &Watching,
+) {
+    let watchers = servers
+        .iter()
+        .map(|(client, _, _)| Arc::clone(client))
+        .chain(clients.iter().map(|(client, _)| Arc::clone(client)));
+    for (index, watcher) in watchers.enumerate() {
+        let watching = (Arc::clone(arrivals), Arc::clone(stopping), Arc::clone(stop));
+        tasks.spawn(watch(watcher, index, watching));
+    }
+}
+
+/// The steady phase's map changes, one target registered every `change_interval`; answers
+/// each change's epoch and when it was made.
+async fn change_map(
+    admin: &MgmtClient,
+    servers: &Servers,
+    config: &MgmtBenchConfig,
+) -> Result<Vec<(u64, Instant)>> {
     let mut changes = Vec::new();
     for change in 0..config.changes {
         tokio::time::sleep(config.change_interval).await;
@@ -307,41 +402,15 @@ pub async fn run(
         let epoch = admin.cluster_map().await.context("the map")?.epoch;
         changes.push((epoch, made));
     }
-    tokio::time::sleep(config.change_interval).await;
-    let seconds = steady.elapsed().as_secs_f64();
-    let mgmt_cpu_cores = match (cpu_before, mgmt_pid.and_then(cpu_seconds)) {
-        (Some(before), Some(after)) => Some((after - before) / seconds),
-        _ => None,
-    };
-    let sent = stats(&admin).await.saturating_sub(sent_before);
-    let map_bytes =
-        weft_proto::codec::encode_body(&admin.cluster_map().await.context("the map")?).len();
-    stopping.store(true, Ordering::Release);
-    stop.notify_waiters();
-    tasks.abort_all();
-    while tasks.join_next().await.is_some() {}
+    Ok(changes)
+}
 
-    // A change reached a node when the node first held a map of the change's epoch or later.
-    let arrivals = arrivals.lock().expect("arrivals");
-    let mut pushes = Vec::new();
-    for (epoch, made) in &changes {
-        for seen in &arrivals.seen {
-            if let Some((_, at)) = seen.iter().find(|(held, _)| held >= epoch) {
-                pushes.push(at.saturating_duration_since(*made));
-            }
-        }
-    }
-    let take =
-        |beats: &Arc<Mutex<Vec<Duration>>>| std::mem::take(&mut *beats.lock().expect("beats"));
-    Ok(MgmtBenchResult {
-        registrations_per_second,
-        server_heartbeat: Latency::of(take(&server_beats)),
-        client_heartbeat: Latency::of(take(&client_beats)),
-        map_push: Latency::of(pushes),
-        heartbeat_errors: errors.load(Ordering::Relaxed),
-        seconds,
-        mgmt_cpu_cores,
-        mgmt_sent_bytes_per_second: sent as f64 / seconds,
-        map_bytes,
-    })
+/// The bytes management's server behind `client` sent since it started (0 when it cannot
+/// tell).
+async fn sent_bytes(client: &MgmtClient, options: &RpcClientOptions) -> u64 {
+    let rpc = weft_net::RpcClient::new(client.address(), options.clone());
+    rpc.node_stats()
+        .await
+        .map(|stats| stats.sent_bytes)
+        .unwrap_or(0)
 }

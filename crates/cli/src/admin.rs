@@ -15,6 +15,7 @@ use clap::{Args, Subcommand};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use weft_client::{Client, ClientConfig, ClientError};
+use weft_net::MetaCalls;
 use weft_net::{ClusterView, RpcClientOptions};
 use weft_proto::layout::{PatternKind, Slot, StripePattern};
 use weft_proto::messages::{
@@ -34,29 +35,7 @@ pub enum EntryCommand {
         locator: MgmtLocator,
     },
     /// Change a directory's stripe pattern for new files and subdirectories.
-    Set {
-        /// Chunk size: a power of two from 64K to 512M (suffixes K, M, G).
-        #[arg(long)]
-        chunk_size: Option<String>,
-        /// Number of storage targets (mirror groups, for `mirrored`) per new file.
-        #[arg(long)]
-        num_targets: Option<u16>,
-        /// `raid0`: each chunk on one target; `mirrored`: each chunk on every member of a
-        /// storage mirror group (define them with `weft mirror create|autocreate storage`).
-        #[arg(long, value_enum)]
-        pattern: Option<PatternArg>,
-        /// Spread every new subdirectory over this many metadata servers (inherited by the
-        /// subdirectories; 0 or 1: not spread).
-        #[arg(long)]
-        spread: Option<u16>,
-        /// The storage pool (name or id) new files go to (`weft pool list`).
-        #[arg(long)]
-        pool: Option<String>,
-        /// A directory inside a Weft mount.
-        path: PathBuf,
-        #[command(flatten)]
-        locator: MgmtLocator,
-    },
+    Set(EntrySetArgs),
     /// Move a file, or every file of a tree, onto other targets while in use: into a storage
     /// pool (a tree's directories then send new files there too), or onto the targets named.
     /// Readers and writers go on; a crash of a server resumes the move.
@@ -82,6 +61,32 @@ pub enum EntryCommand {
 }
 
 /// How new files of a directory place their chunks.
+/// What `weft entry set` changes, and where.
+#[derive(Args)]
+pub struct EntrySetArgs {
+    /// Chunk size: a power of two from 64K to 512M (suffixes K, M, G).
+    #[arg(long)]
+    chunk_size: Option<String>,
+    /// Number of storage targets (mirror groups, for `mirrored`) per new file.
+    #[arg(long)]
+    num_targets: Option<u16>,
+    /// `raid0`: each chunk on one target; `mirrored`: each chunk on every member of a
+    /// storage mirror group (define them with `weft mirror create|autocreate storage`).
+    #[arg(long, value_enum)]
+    pattern: Option<PatternArg>,
+    /// Spread every new subdirectory over this many metadata servers (inherited by the
+    /// subdirectories; 0 or 1: not spread).
+    #[arg(long)]
+    spread: Option<u16>,
+    /// The storage pool (name or id) new files go to (`weft pool list`).
+    #[arg(long)]
+    pool: Option<String>,
+    /// A directory inside a Weft mount.
+    path: PathBuf,
+    #[command(flatten)]
+    locator: MgmtLocator,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum PatternArg {
     /// Striped over targets, one copy of each chunk.
@@ -461,46 +466,53 @@ pub fn format_entry_info(attr: &InodeAttr, map: &ClusterMap) -> String {
             crate::pool::pool_label(map, pattern.pool)
         ));
         if let Some(layout) = &attr.layout {
-            let target_name = |target: TargetId| {
-                let node = map
-                    .target(target)
-                    .map(|t| node_name(map, NodeKind::Storage, t.node))
-                    .unwrap_or_else(|| "? [ID: ?]".into());
-                format!("{target} @ {node}")
-            };
-            match layout.pattern.kind {
-                PatternKind::Raid0 => out.push_str("+ Storage targets:\n"),
-                PatternKind::Mirrored => out.push_str("+ Storage mirror groups:\n"),
+            out.push_str(&format_slots(layout, map));
+        }
+    }
+    out
+}
+
+/// The targets or mirror groups of a file's layout, in stripe order, with their servers.
+fn format_slots(layout: &weft_proto::layout::FileLayout, map: &ClusterMap) -> String {
+    let mut out = String::new();
+    let target_name = |target: TargetId| {
+        let node = map
+            .target(target)
+            .map(|t| node_name(map, NodeKind::Storage, t.node))
+            .unwrap_or_else(|| "? [ID: ?]".into());
+        format!("{target} @ {node}")
+    };
+    match layout.pattern.kind {
+        PatternKind::Raid0 => out.push_str("+ Storage targets:\n"),
+        PatternKind::Mirrored => out.push_str("+ Storage mirror groups:\n"),
+    }
+    for slot in layout.slots() {
+        match slot {
+            Slot::Target(target) => {
+                out.push_str(&format!("  + {}\n", target_name(target)));
             }
-            for slot in layout.slots() {
-                match slot {
-                    Slot::Target(target) => {
-                        out.push_str(&format!("  + {}\n", target_name(target)));
-                    }
-                    Slot::Group(id) => match map.mirror_group(MirrorKind::Storage, id) {
-                        Some(group) => {
-                            let members: Vec<String> = group
-                                .members
-                                .iter()
-                                .map(|m| {
-                                    format!(
-                                        "{} ({})",
-                                        target_name(TargetId::from(m.id)),
-                                        <&str>::from(m.state)
-                                    )
-                                })
-                                .collect();
-                            out.push_str(&format!(
-                                "  + group {id} (version {}), primary {}: {}\n",
-                                group.version,
-                                group.primary,
-                                members.join(", ")
-                            ));
-                        }
-                        None => out.push_str(&format!("  + group {id} (not defined)\n")),
-                    },
+            Slot::Group(id) => match map.mirror_group(MirrorKind::Storage, id) {
+                Some(group) => {
+                    let members: Vec<String> = group
+                        .members
+                        .iter()
+                        .map(|m| {
+                            format!(
+                                "{} ({})",
+                                target_name(TargetId::from(m.id)),
+                                <&str>::from(m.state)
+                            )
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "  + group {id} (version {}), primary {}: {}\n",
+                        group.version,
+                        group.primary,
+                        members.join(", ")
+                    ));
                 }
-            }
+                None => out.push_str(&format!("  + group {id} (not defined)\n")),
+            },
         }
     }
     out
@@ -529,83 +541,7 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                     }
                 }
             }
-            EntryCommand::Set {
-                chunk_size,
-                num_targets,
-                pattern,
-                spread,
-                pool,
-                path,
-                locator,
-            } => {
-                if chunk_size.is_none()
-                    && num_targets.is_none()
-                    && spread.is_none()
-                    && pattern.is_none()
-                    && pool.is_none()
-                {
-                    bail!("nothing to change: give --chunk-size, --num-targets, --pattern, --pool and/or --spread");
-                }
-                let mgmt = locate(&locator, Some(&path))?;
-                let inode = inode_of(&path)?;
-                let client = mgmt.client().await?;
-                let attr = client
-                    .get_attr(inode)
-                    .await
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                let Some(current) = attr.pattern else {
-                    bail!(
-                        "{} is not a directory: patterns are set on directories",
-                        path.display()
-                    )
-                };
-                let chunk = match chunk_size {
-                    Some(text) => parse_size(&text)?,
-                    None => u64::from(current.chunk_size_bytes),
-                };
-                let targets = num_targets
-                    .map(u64::from)
-                    .unwrap_or(u64::from(current.num_targets));
-                if let Some(count) = spread {
-                    if count > 1 {
-                        client
-                            .set_xattr(
-                                inode,
-                                DIR_SPREAD_XATTR,
-                                count.to_string().as_bytes(),
-                                weft_proto::messages::XattrSetMode::Any,
-                            )
-                            .await
-                            .with_context(|| {
-                                format!("cannot set the spread of {}", path.display())
-                            })?;
-                    } else if let Err(error) = client.remove_xattr(inode, DIR_SPREAD_XATTR).await {
-                        if error.code() != weft_proto::ErrorCode::NoAttribute {
-                            return Err(error.into());
-                        }
-                    }
-                }
-                let pool = match pool {
-                    Some(name) => crate::pool::pool_named(&*client.cluster_map().await?, &name)?.id,
-                    None => current.pool,
-                };
-                let mut new_pattern = StripePattern::raid0(chunk, targets, pool)?;
-                let mirrored = match pattern {
-                    Some(PatternArg::Mirrored) => true,
-                    Some(PatternArg::Raid0) => false,
-                    None => current.kind == PatternKind::Mirrored,
-                };
-                if mirrored {
-                    new_pattern = new_pattern.mirrored();
-                }
-                let attr = client.set_pattern(inode, new_pattern).await?;
-                let map = client.cluster_map().await?;
-                println!(
-                    "New pattern set on {}; new files and directories inherit it.",
-                    path.display()
-                );
-                print!("{}", format_entry_info(&attr, &map));
-            }
+            EntryCommand::Set(args) => set_entry(args).await?,
             EntryCommand::Migrate {
                 pool,
                 targets,
@@ -618,7 +554,8 @@ pub fn entry(command: EntryCommand) -> Result<()> {
                 let chunk = chunk_size.map(|size| parse_size(&size)).transpose()?;
                 let chunk = chunk
                     .map(|chunk| {
-                        u32::try_from(chunk).map_err(|_| anyhow!("--chunk-size {chunk} is too large"))
+                        u32::try_from(chunk)
+                            .map_err(|_| anyhow!("--chunk-size {chunk} is too large"))
                     })
                     .transpose()?;
                 let pattern = (chunk.is_some() || num_targets.is_some())
@@ -628,6 +565,85 @@ pub fn entry(command: EntryCommand) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `weft entry set`: a directory's new pattern (or spread), its unchanged parts kept.
+async fn set_entry(args: EntrySetArgs) -> Result<()> {
+    let EntrySetArgs {
+        chunk_size,
+        num_targets,
+        pattern,
+        spread,
+        pool,
+        path,
+        locator,
+    } = args;
+    if chunk_size.is_none()
+        && num_targets.is_none()
+        && spread.is_none()
+        && pattern.is_none()
+        && pool.is_none()
+    {
+        bail!("nothing to change: give --chunk-size, --num-targets, --pattern, --pool and/or --spread");
+    }
+    let mgmt = locate(&locator, Some(&path))?;
+    let inode = inode_of(&path)?;
+    let client = mgmt.client().await?;
+    let attr = client
+        .get_attr(inode)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let Some(current) = attr.pattern else {
+        bail!(
+            "{} is not a directory: patterns are set on directories",
+            path.display()
+        )
+    };
+    let chunk = match chunk_size {
+        Some(text) => parse_size(&text)?,
+        None => u64::from(current.chunk_size_bytes),
+    };
+    let targets = num_targets
+        .map(u64::from)
+        .unwrap_or(u64::from(current.num_targets));
+    if let Some(count) = spread {
+        if count > 1 {
+            client
+                .set_xattr(
+                    inode,
+                    DIR_SPREAD_XATTR,
+                    count.to_string().as_bytes(),
+                    weft_proto::messages::XattrSetMode::Any,
+                )
+                .await
+                .with_context(|| format!("cannot set the spread of {}", path.display()))?;
+        } else if let Err(error) = client.remove_xattr(inode, DIR_SPREAD_XATTR).await {
+            if error.code() != weft_proto::ErrorCode::NoAttribute {
+                return Err(error.into());
+            }
+        }
+    }
+    let pool = match pool {
+        Some(name) => crate::pool::pool_named(&*client.cluster_map().await?, &name)?.id,
+        None => current.pool,
+    };
+    let mut new_pattern = StripePattern::raid0(chunk, targets, pool)?;
+    let mirrored = match pattern {
+        Some(PatternArg::Mirrored) => true,
+        Some(PatternArg::Raid0) => false,
+        None => current.kind == PatternKind::Mirrored,
+    };
+    if mirrored {
+        new_pattern = new_pattern.mirrored();
+    }
+    let attr = client.set_pattern(inode, new_pattern).await?;
+    let map = client.cluster_map().await?;
+    println!(
+        "New pattern set on {}; new files and directories inherit it.",
+        path.display()
+    );
+    print!("{}", format_entry_info(&attr, &map));
+    Ok(())
 }
 
 pub fn mkdir(args: MkdirArgs) -> Result<()> {

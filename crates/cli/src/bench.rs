@@ -231,6 +231,63 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
     if args.threads == 0 || args.repeat == 0 {
         bail!("--threads and --repeat need at least 1");
     }
+    let configs = sweep_configs(&args)?;
+    let io_config = IoBenchConfig {
+        bytes_per_thread: crate::admin::parse_size(&args.size)?,
+        block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
+        shared_file: false,
+        random_ops_per_thread: args.random_ops,
+        queue_depth: 1,
+        verify: true,
+    };
+    let runtime = crate::runtime()?;
+    let mut measured: Vec<(SweepConfig, Vec<IoPhaseResult>)> = Vec::new();
+    for (index, config) in configs.iter().enumerate() {
+        eprintln!(
+            "configuration {}/{}: chunk {} B, {} targets, {} connections per server",
+            index + 1,
+            configs.len(),
+            config.chunk_size_bytes,
+            config.num_targets,
+            config.connections
+        );
+        let runs = sweep_one(&args, (index, config), &io_config, &runtime)?;
+        measured.push((config.clone(), median_phases(runs)));
+    }
+    print_sweep(&measured);
+    if let Some(path) = &args.svg {
+        let series = |phase: &str| Series {
+            name: phase.to_string(),
+            points: measured
+                .iter()
+                .enumerate()
+                .map(|(index, (_, results))| ((index + 1) as f64, rate(results, phase, false)))
+                .collect(),
+        };
+        let panel = Panel {
+            title: "sweep: configurations in the order of the table".into(),
+            x_label: "configuration (table row)".into(),
+            y_label: "MB/s".into(),
+            series: vec![series("write"), series("read")],
+        };
+        std::fs::write(path, weft_bench::svg::render(&[panel]))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.json {
+        append_json(
+            path,
+            measured.iter().flat_map(|(config, results)| {
+                results.iter().map(move |result| {
+                    serde_json::json!({ "sweep": config, "threads": args.threads, "result": result })
+                })
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// Every configuration a sweep's arguments name, each checked.
+fn sweep_configs(args: &SweepArgs) -> Result<Vec<SweepConfig>> {
     let mut chunk_sizes = Vec::new();
     for text in &args.chunk_sizes {
         chunk_sizes.push(crate::admin::parse_size(text)?);
@@ -256,66 +313,63 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             }
         }
     }
-    let io_config = IoBenchConfig {
-        bytes_per_thread: crate::admin::parse_size(&args.size)?,
-        block_bytes: usize::try_from(crate::admin::parse_size(&args.block_size)?)?,
-        shared_file: false,
-        random_ops_per_thread: args.random_ops,
-        queue_depth: 1,
-        verify: true,
-    };
-    let runtime = crate::runtime()?;
-    let mut measured: Vec<(SweepConfig, Vec<IoPhaseResult>)> = Vec::new();
-    for (index, config) in configs.iter().enumerate() {
-        eprintln!(
-            "configuration {}/{}: chunk {} B, {} targets, {} connections per server",
-            index + 1,
-            configs.len(),
+    Ok(configs)
+}
+
+/// Runs the sweep's phases `args.repeat` times with configuration `index`, in a directory
+/// of its own that is removed after.
+fn sweep_one(
+    args: &SweepArgs,
+    (index, config): (usize, &SweepConfig),
+    io_config: &IoBenchConfig,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Vec<Vec<IoPhaseResult>>> {
+    let mut client_config = crate::admin::Cluster::at(args.mgmt.clone(), None).client_config();
+    client_config.connections_per_server = config.connections;
+    let client = runtime
+        .block_on(weft_client::Client::connect(&client_config))
+        .map_err(|error| anyhow::anyhow!("{error}: is management running at {}?", args.mgmt))?;
+    let name = format!("weft-bench-sweep-{}-{index}", std::process::id());
+    let dir = runtime.block_on(async {
+        let dir = client
+            .mkdir(weft_proto::InodeId::ROOT, &name, 0o755, 0o022, (0, 0))
+            .await?;
+        let pattern = weft_proto::layout::StripePattern::raid0(
             config.chunk_size_bytes,
             config.num_targets,
-            config.connections
-        );
-        let mut client_config = crate::admin::Cluster::at(args.mgmt.clone(), None).client_config();
-        client_config.connections_per_server = config.connections;
-        let client = runtime
-            .block_on(weft_client::Client::connect(&client_config))
-            .map_err(|error| anyhow::anyhow!("{error}: is management running at {}?", args.mgmt))?;
-        let name = format!("weft-bench-sweep-{}-{index}", std::process::id());
-        let dir = runtime.block_on(async {
-            let dir = client
-                .mkdir(weft_proto::InodeId::ROOT, &name, 0o755, 0o022, (0, 0))
-                .await?;
-            let pattern = weft_proto::layout::StripePattern::raid0(
-                config.chunk_size_bytes,
-                config.num_targets,
-                weft_proto::StoragePoolId::DEFAULT,
-            )?;
-            client.set_pattern(dir.inode, pattern).await?;
-            anyhow::Ok(dir.inode)
-        })?;
-        let target = NativeFiles {
-            client: Arc::clone(&client),
-            runtime: runtime.handle().clone(),
-            dir,
-        };
-        let mut runs = Vec::new();
-        for _ in 0..args.repeat {
-            runs.push(io::run(&target, &io_config, args.threads, "sweep")?);
-        }
-        runtime.block_on(client.rmdir(weft_proto::InodeId::ROOT, &name))?;
-        measured.push((config.clone(), median_phases(runs)));
+            weft_proto::StoragePoolId::DEFAULT,
+        )?;
+        client.set_pattern(dir.inode, pattern).await?;
+        anyhow::Ok(dir.inode)
+    })?;
+    let target = NativeFiles {
+        client: Arc::clone(&client),
+        runtime: runtime.handle().clone(),
+        dir,
+    };
+    let mut runs = Vec::new();
+    for _ in 0..args.repeat {
+        runs.push(io::run(&target, io_config, args.threads, "sweep")?);
     }
+    runtime.block_on(client.rmdir(weft_proto::InodeId::ROOT, &name))?;
+    Ok(runs)
+}
+
+/// The rate of `phase` in `results`: IOPS or MB/s; 0 when it did not run.
+fn rate(results: &[IoPhaseResult], phase: &str, iops: bool) -> f64 {
+    results
+        .iter()
+        .find(|r| r.phase == phase)
+        .map(|r| if iops { r.iops } else { r.mb_per_second })
+        .unwrap_or(0.0)
+}
+
+/// The sweep's table, and per phase its best configuration against its worst.
+fn print_sweep(measured: &[(SweepConfig, Vec<IoPhaseResult>)]) {
     println!(
         "{:>10} {:>7} {:>5} {:>10} {:>10} {:>10} {:>10}",
         "chunk", "targets", "conns", "write MB/s", "read MB/s", "rw IOPS", "rr IOPS"
     );
-    let value = |results: &[IoPhaseResult], phase: &str, iops: bool| {
-        results
-            .iter()
-            .find(|r| r.phase == phase)
-            .map(|r| if iops { r.iops } else { r.mb_per_second })
-            .unwrap_or(0.0)
-    };
     let cell = |v: f64| {
         if v > 0.0 {
             format!("{v:.0}")
@@ -323,16 +377,16 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             "-".to_string()
         }
     };
-    for (config, results) in &measured {
+    for (config, results) in measured {
         println!(
             "{:>10} {:>7} {:>5} {:>10.1} {:>10.1} {:>10} {:>10}",
             config.chunk_size_bytes,
             config.num_targets,
             config.connections,
-            value(results, "write", false),
-            value(results, "read", false),
-            cell(value(results, "randwrite", true)),
-            cell(value(results, "randread", true))
+            rate(results, "write", false),
+            rate(results, "read", false),
+            cell(rate(results, "randwrite", true)),
+            cell(rate(results, "randread", true))
         );
     }
     for (phase, iops) in [
@@ -343,7 +397,7 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
     ] {
         let mut ranked: Vec<(&SweepConfig, f64)> = measured
             .iter()
-            .map(|(config, results)| (config, value(results, phase, iops)))
+            .map(|(config, results)| (config, rate(results, phase, iops)))
             .filter(|(_, v)| *v > 0.0)
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -359,35 +413,6 @@ fn run_sweep(args: SweepArgs) -> Result<()> {
             );
         }
     }
-    if let Some(path) = &args.svg {
-        let series = |phase: &str| Series {
-            name: phase.to_string(),
-            points: measured
-                .iter()
-                .enumerate()
-                .map(|(index, (_, results))| ((index + 1) as f64, value(results, phase, false)))
-                .collect(),
-        };
-        let panel = Panel {
-            title: "sweep: configurations in the order of the table".into(),
-            x_label: "configuration (table row)".into(),
-            y_label: "MB/s".into(),
-            series: vec![series("write"), series("read")],
-        };
-        std::fs::write(path, weft_bench::svg::render(&[panel]))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    if let Some(path) = &args.json {
-        append_json(
-            path,
-            measured.iter().flat_map(|(config, results)| {
-                results.iter().map(move |result| {
-                    serde_json::json!({ "sweep": config, "threads": args.threads, "result": result })
-                })
-            }),
-        )?;
-    }
-    Ok(())
 }
 
 /// Per phase, the result of the run with the median rate.

@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use weft_net::MgmtCalls;
 use weft_proto::access::{ClientRule, Subtree};
 
 #[derive(Subcommand)]

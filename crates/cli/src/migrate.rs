@@ -6,6 +6,7 @@ use crate::admin::{connect, inode_of, Cluster};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use weft_net::ClusterView;
+use weft_net::MetaCalls;
 use weft_proto::ids::{StoragePoolId, TargetId};
 use weft_proto::layout::StripePattern;
 

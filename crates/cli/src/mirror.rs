@@ -4,6 +4,7 @@
 use crate::admin::{connect, ClusterArgs};
 use anyhow::{anyhow, Result};
 use clap::{Subcommand, ValueEnum};
+use weft_net::MgmtCalls;
 use weft_proto::ids::MemberId;
 use weft_proto::messages::{
     ClusterMap, Consistency, MirrorGroupInfo, MirrorKind, NodeKind, ResyncProgress,

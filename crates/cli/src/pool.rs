@@ -5,6 +5,7 @@ use crate::admin::{connect, format_size, parse_size, ClusterArgs};
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
 use std::collections::BTreeSet;
+use weft_net::MgmtCalls;
 use weft_proto::ids::{GroupId, StoragePoolId, TargetId};
 use weft_proto::messages::{ClusterMap, MirrorKind};
 use weft_proto::pools::{CapacityClass, CapacityLimits, PoolInfo};

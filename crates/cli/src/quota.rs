@@ -5,6 +5,8 @@
 use crate::admin::{connect, format_size, ClusterArgs};
 use anyhow::{anyhow, Context, Result};
 use clap::Subcommand;
+use weft_net::MetaCalls;
+use weft_net::MgmtCalls;
 use weft_proto::quota::{add_usage, QuotaKind, QuotaLimits, QuotaRule, QuotaUsage};
 
 /// Whose quota: a user, a group or a project.
@@ -199,134 +201,161 @@ pub fn quota(command: QuotaCommand) -> Result<()> {
                 hard_inodes,
                 cluster,
             } => {
-                let (view, map) = connect(&cluster.mgmt()?).await?;
-                let (kind, id) = whose
-                    .named()?
-                    .ok_or_else(|| anyhow!("name a --user, a --group or a --project"))?;
-                let pool = match pool {
-                    Some(name) => crate::pool::pool_named(&map, &name)?.id,
-                    None => weft_proto::StoragePoolId::DEFAULT,
-                };
-                let size = |text: Option<String>| -> Result<u64> {
-                    text.map_or(Ok(0), |text| crate::admin::parse_size(&text))
-                };
-                let rule = QuotaRule {
-                    kind,
-                    id,
-                    pool,
-                    limits: QuotaLimits {
-                        soft_bytes: size(soft_bytes)?,
-                        hard_bytes: size(hard_bytes)?,
-                        soft_inodes: soft_inodes.unwrap_or(0),
-                        hard_inodes: hard_inodes.unwrap_or(0),
-                    },
-                };
-                view.mgmt()
-                    .set_quota(rule)
-                    .await
-                    .map_err(|error| anyhow!("cannot set the quota: {error}"))?;
-                if rule.limits.is_empty() {
-                    println!(
-                        "quota of {} {id} in pool {} removed",
-                        <&str>::from(kind),
-                        crate::pool::pool_label(&map, pool)
-                    );
-                } else {
-                    println!(
-                        "quota of {} {id} in pool {} set",
-                        <&str>::from(kind),
-                        crate::pool::pool_label(&map, pool)
-                    );
-                }
+                let limits = (soft_bytes, hard_bytes, soft_inodes, hard_inodes);
+                set(&whose, pool, limits, &cluster).await
             }
-            QuotaCommand::Project { dir, id, locator } => {
-                let dir = crate::absolute(&dir);
-                let cluster = crate::admin::locate(&locator, Some(&dir))?;
-                let client = cluster.client().await?;
-                let changes = weft_proto::messages::AttrChanges {
-                    project: Some(id),
-                    ..Default::default()
-                };
-                let mut entries = 0u64;
-                for entry in crate::admin::Tree::new(&dir) {
-                    let (path, _) = entry?;
-                    client
-                        .set_attr(crate::admin::inode_of(&path)?, changes)
-                        .await
-                        .with_context(|| format!("cannot set the project of {}", path.display()))?;
-                    entries += 1;
-                }
-                match id {
-                    0 => println!("{entries} entries of {} are in no project", dir.display()),
-                    id => println!(
-                        "{entries} entries of {} count in project {id}; new ones will too",
-                        dir.display()
-                    ),
-                }
-            }
-            QuotaCommand::List { cluster } => {
-                let (view, map) = connect(&cluster.mgmt()?).await?;
-                let states = view
-                    .mgmt()
-                    .quotas()
-                    .await
-                    .map_err(|error| anyhow!("cannot read the quotas: {error}"))?;
-                println!(
-                    "{:<6} {:<12} {:>8} {:<12} {:>10} {:>10} {:>10} {:<16} {:>8} {:>8} {:>8} STATE",
-                    "TYPE", "NAME", "ID", "POOL", "USED", "SOFT", "HARD", "SPACE", "INODES", "SOFT", "HARD"
-                );
-                for state in states {
-                    let rule = state.rule;
-                    println!(
-                        "{:<6} {:<12} {:>8} {:<12} {:>10} {:>10} {:>10} {:<16} {:>8} {:>8} {:>8} {}",
-                        <&str>::from(rule.kind),
-                        name_of(rule.kind, rule.id),
-                        rule.id,
-                        map.pool(rule.pool).map_or_else(|| rule.pool.to_string(), |p| p.name),
-                        format_size(state.bytes),
-                        limit(rule.limits.soft_bytes, true),
-                        limit(rule.limits.hard_bytes, true),
-                        standing(state.bytes_blocked, state.bytes_grace_ends),
-                        state.inodes,
-                        limit(rule.limits.soft_inodes, false),
-                        limit(rule.limits.hard_inodes, false),
-                        standing(state.inodes_blocked, state.inodes_grace_ends),
-                    );
-                }
-            }
+            QuotaCommand::Project { dir, id, locator } => project(&dir, id, &locator).await,
+            QuotaCommand::List { cluster } => list(&cluster).await,
             QuotaCommand::Report {
                 whose,
                 pool,
                 cluster,
-            } => {
-                let (view, map) = connect(&cluster.mgmt()?).await?;
-                let pool = pool
-                    .map(|name| crate::pool::pool_named(&map, &name))
-                    .transpose()?;
-                let whose = whose.named()?;
-                let rows: Vec<QuotaUsage> = cluster_usage(&view)
-                    .await?
-                    .into_iter()
-                    .filter(|row| pool.as_ref().is_none_or(|p| p.id == row.pool))
-                    .filter(|row| whose.is_none_or(|whose| whose == (row.kind, row.id)))
-                    .collect();
-                println!(
-                    "{:<6} {:<16} {:>8} {:<16} {:>12} {:>10}",
-                    "TYPE", "NAME", "ID", "POOL", "USED", "INODES"
-                );
-                for row in rows {
-                    println!(
-                        "{:<6} {:<16} {:>8} {:<16} {:>12} {:>10}",
-                        <&str>::from(row.kind),
-                        name_of(row.kind, row.id),
-                        row.id,
-                        crate::pool::pool_label(&map, row.pool),
-                        format_size(row.bytes),
-                        row.inodes
-                    );
-                }
-            }
+            } => report(&whose, pool, &cluster).await,
         }
-        Ok(())
     })
 }
+
+/// `weft quota set`: the limits are soft and hard bytes (sizes), soft and hard inodes.
+async fn set(
+    whose: &Whose,
+    pool: Option<String>,
+    (soft_bytes, hard_bytes, soft_inodes, hard_inodes): Limits,
+    cluster: &ClusterArgs,
+) -> Result<()> {
+    let (view, map) = connect(&cluster.mgmt()?).await?;
+    let (kind, id) = whose
+        .named()?
+        .ok_or_else(|| anyhow!("name a --user, a --group or a --project"))?;
+    let pool = match pool {
+        Some(name) => crate::pool::pool_named(&map, &name)?.id,
+        None => weft_proto::StoragePoolId::DEFAULT,
+    };
+    let size = |text: Option<String>| -> Result<u64> {
+        text.map_or(Ok(0), |text| crate::admin::parse_size(&text))
+    };
+    let rule = QuotaRule {
+        kind,
+        id,
+        pool,
+        limits: QuotaLimits {
+            soft_bytes: size(soft_bytes)?,
+            hard_bytes: size(hard_bytes)?,
+            soft_inodes: soft_inodes.unwrap_or(0),
+            hard_inodes: hard_inodes.unwrap_or(0),
+        },
+    };
+    view.mgmt()
+        .set_quota(rule)
+        .await
+        .map_err(|error| anyhow!("cannot set the quota: {error}"))?;
+    if rule.limits.is_empty() {
+        println!(
+            "quota of {} {id} in pool {} removed",
+            <&str>::from(kind),
+            crate::pool::pool_label(&map, pool)
+        );
+    } else {
+        println!(
+            "quota of {} {id} in pool {} set",
+            <&str>::from(kind),
+            crate::pool::pool_label(&map, pool)
+        );
+    }
+    Ok(())
+}
+
+/// `weft quota project`.
+async fn project(dir: &std::path::Path, id: u32, locator: &crate::MgmtLocator) -> Result<()> {
+    let dir = crate::absolute(dir);
+    let cluster = crate::admin::locate(locator, Some(&dir))?;
+    let client = cluster.client().await?;
+    let changes = weft_proto::messages::AttrChanges {
+        project: Some(id),
+        ..Default::default()
+    };
+    let mut entries = 0u64;
+    for entry in crate::admin::Tree::new(&dir) {
+        let (path, _) = entry?;
+        client
+            .set_attr(crate::admin::inode_of(&path)?, changes)
+            .await
+            .with_context(|| format!("cannot set the project of {}", path.display()))?;
+        entries += 1;
+    }
+    match id {
+        0 => println!("{entries} entries of {} are in no project", dir.display()),
+        id => println!(
+            "{entries} entries of {} count in project {id}; new ones will too",
+            dir.display()
+        ),
+    }
+    Ok(())
+}
+
+/// `weft quota list`.
+async fn list(cluster: &ClusterArgs) -> Result<()> {
+    let (view, map) = connect(&cluster.mgmt()?).await?;
+    let states = view
+        .mgmt()
+        .quotas()
+        .await
+        .map_err(|error| anyhow!("cannot read the quotas: {error}"))?;
+    println!(
+        "{:<6} {:<12} {:>8} {:<12} {:>10} {:>10} {:>10} {:<16} {:>8} {:>8} {:>8} STATE",
+        "TYPE", "NAME", "ID", "POOL", "USED", "SOFT", "HARD", "SPACE", "INODES", "SOFT", "HARD"
+    );
+    for state in states {
+        let rule = state.rule;
+        println!(
+            "{:<6} {:<12} {:>8} {:<12} {:>10} {:>10} {:>10} {:<16} {:>8} {:>8} {:>8} {}",
+            <&str>::from(rule.kind),
+            name_of(rule.kind, rule.id),
+            rule.id,
+            map.pool(rule.pool)
+                .map_or_else(|| rule.pool.to_string(), |p| p.name),
+            format_size(state.bytes),
+            limit(rule.limits.soft_bytes, true),
+            limit(rule.limits.hard_bytes, true),
+            standing(state.bytes_blocked, state.bytes_grace_ends),
+            state.inodes,
+            limit(rule.limits.soft_inodes, false),
+            limit(rule.limits.hard_inodes, false),
+            standing(state.inodes_blocked, state.inodes_grace_ends),
+        );
+    }
+    Ok(())
+}
+
+/// `weft quota report`.
+async fn report(whose: &Whose, pool: Option<String>, cluster: &ClusterArgs) -> Result<()> {
+    let (view, map) = connect(&cluster.mgmt()?).await?;
+    let pool = pool
+        .map(|name| crate::pool::pool_named(&map, &name))
+        .transpose()?;
+    let whose = whose.named()?;
+    let rows: Vec<QuotaUsage> = cluster_usage(&view)
+        .await?
+        .into_iter()
+        .filter(|row| pool.as_ref().is_none_or(|p| p.id == row.pool))
+        .filter(|row| whose.is_none_or(|whose| whose == (row.kind, row.id)))
+        .collect();
+    println!(
+        "{:<6} {:<16} {:>8} {:<16} {:>12} {:>10}",
+        "TYPE", "NAME", "ID", "POOL", "USED", "INODES"
+    );
+    for row in rows {
+        println!(
+            "{:<6} {:<16} {:>8} {:<16} {:>12} {:>10}",
+            <&str>::from(row.kind),
+            name_of(row.kind, row.id),
+            row.id,
+            crate::pool::pool_label(&map, row.pool),
+            format_size(row.bytes),
+            row.inodes
+        );
+    }
+    Ok(())
+}
+
+/// The limits `weft quota set` is given: soft and hard bytes, soft and hard inodes.
+type Limits = (Option<String>, Option<String>, Option<u64>, Option<u64>);

@@ -6,8 +6,9 @@ use anyhow::{anyhow, Result};
 use clap::{Args, Subcommand};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use weft_net::MgmtCalls;
 use weft_net::{RpcClient, RpcClientOptions};
-use weft_proto::messages::{ClusterMap, NodeKind, NodeStats};
+use weft_proto::messages::{ClusterMap, ClusterStatus, NodeKind, NodeStats};
 use weft_proto::ClientId;
 
 #[derive(Subcommand)]
@@ -371,63 +372,8 @@ pub fn cluster(command: ClusterCommand) -> Result<()> {
             human(totals.now.read_bytes_per_second),
             totals.now.meta_ops_per_second
         );
-        println!(
-            "\n  {:<6} {:<9} {:<16} {:<17} {:>8} {:>11} {:>11}",
-            "ID", "KIND", "ALIAS", "STATE", "REQ/S", "IN/s", "OUT/s"
-        );
-        for node in &status.nodes {
-            println!(
-                "  {:<6} {:<9} {:<16} {:<17} {:>8} {:>11} {:>11}",
-                node.id.0,
-                match node.kind {
-                    NodeKind::Meta => "meta",
-                    NodeKind::Storage => "storage",
-                    NodeKind::Management => "mgmt",
-                },
-                node.alias,
-                reachability(node.reachability),
-                node.requests_per_second,
-                human(node.received_bytes_per_second),
-                human(node.sent_bytes_per_second)
-            );
-        }
-        println!(
-            "\n  {:<7} {:<5} {:<5} {:<17} {:<12} {:>10} {:>10} {:>5} {:>11} {:>11}  MOVES",
-            "TARGET",
-            "NODE",
-            "POOL",
-            "REACHABILITY",
-            "CONSISTENCY",
-            "SIZE",
-            "FREE",
-            "USED",
-            "WRITE/s",
-            "READ/s"
-        );
-        for target in &status.targets {
-            let usage = target.usage;
-            let used = (usage.total_bytes - usage.free_bytes.min(usage.total_bytes))
-                .saturating_mul(100)
-                .checked_div(usage.total_bytes)
-                .unwrap_or(0);
-            let moves = match target.drain_left {
-                Some(left) => format!("draining, {left} files left"),
-                None => "-".to_string(),
-            };
-            println!(
-                "  {:<7} {:<5} {:<5} {:<17} {:<12} {:>10} {:>10} {:>4}% {:>11} {:>11}  {moves}",
-                target.id.0,
-                target.node.0,
-                target.pool.0,
-                reachability(target.reachability),
-                target.consistency,
-                human(usage.total_bytes),
-                human(usage.free_bytes),
-                used,
-                human(target.written_bytes_per_second),
-                human(target.read_bytes_per_second)
-            );
-        }
+        print_nodes(&status);
+        print_targets(&status);
         print_balance(&status);
         if !status.quotas.is_empty() {
             println!(
@@ -453,6 +399,71 @@ pub fn cluster(command: ClusterCommand) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The status's table of nodes.
+fn print_nodes(status: &ClusterStatus) {
+    println!(
+        "\n  {:<6} {:<9} {:<16} {:<17} {:>8} {:>11} {:>11}",
+        "ID", "KIND", "ALIAS", "STATE", "REQ/S", "IN/s", "OUT/s"
+    );
+    for node in &status.nodes {
+        println!(
+            "  {:<6} {:<9} {:<16} {:<17} {:>8} {:>11} {:>11}",
+            node.id.0,
+            match node.kind {
+                NodeKind::Meta => "meta",
+                NodeKind::Storage => "storage",
+                NodeKind::Management => "mgmt",
+            },
+            node.alias,
+            reachability(node.reachability),
+            node.requests_per_second,
+            human(node.received_bytes_per_second),
+            human(node.sent_bytes_per_second)
+        );
+    }
+}
+
+/// The status's table of targets.
+fn print_targets(status: &ClusterStatus) {
+    println!(
+        "\n  {:<7} {:<5} {:<5} {:<17} {:<12} {:>10} {:>10} {:>5} {:>11} {:>11}  MOVES",
+        "TARGET",
+        "NODE",
+        "POOL",
+        "REACHABILITY",
+        "CONSISTENCY",
+        "SIZE",
+        "FREE",
+        "USED",
+        "WRITE/s",
+        "READ/s"
+    );
+    for target in &status.targets {
+        let usage = target.usage;
+        let used = (usage.total_bytes - usage.free_bytes.min(usage.total_bytes))
+            .saturating_mul(100)
+            .checked_div(usage.total_bytes)
+            .unwrap_or(0);
+        let moves = match target.drain_left {
+            Some(left) => format!("draining, {left} files left"),
+            None => "-".to_string(),
+        };
+        println!(
+            "  {:<7} {:<5} {:<5} {:<17} {:<12} {:>10} {:>10} {:>4}% {:>11} {:>11}  {moves}",
+            target.id.0,
+            target.node.0,
+            target.pool.0,
+            reachability(target.reachability),
+            target.consistency,
+            human(usage.total_bytes),
+            human(usage.free_bytes),
+            used,
+            human(target.written_bytes_per_second),
+            human(target.read_bytes_per_second)
+        );
+    }
 }
 
 /// Per pool of more than one target: the spread of the targets' fill, which rebalancing

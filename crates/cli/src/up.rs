@@ -81,12 +81,11 @@ pub fn run(args: UpArgs) -> Result<()> {
 async fn up(args: UpArgs) -> Result<()> {
     let data_dir = prepare(&args.data_dir)?;
     let key_file = cluster_key(&data_dir)?;
-    let tls = if args.tls {
-        Some(tls_files(&data_dir)?)
-    } else {
-        None
+    let tls = args.tls.then(|| tls_files(&data_dir)).transpose()?;
+    let secured = Secured {
+        key_file: key_file.clone(),
+        tls: tls.clone(),
     };
-    let tls_file = |pick: fn(&weft_net::tls::TlsFiles) -> &PathBuf| tls.as_ref().map(pick).cloned();
     weft_client::fuse::detach_stale_mount(&args.mountpoint)?;
     let mountpoint = prepare(&args.mountpoint)?;
     let (stop, stopped) = watch::channel(false);
@@ -102,29 +101,7 @@ async fn up(args: UpArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.mgmt_listen))?;
     let mgmt = mgmt_listener.local_addr()?.to_string();
-    let config = weft_mgmt::MgmtConfig {
-        data_dir: prepare(&data_dir.join("mgmt"))?,
-        listen: mgmt.clone(),
-        node_offline_timeout: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_DEFAULT,
-        session_timeout: weft_mgmt::config::SESSION_TIMEOUT_DEFAULT,
-        rename_lock_lease: weft_mgmt::config::RENAME_LOCK_LEASE_DEFAULT,
-        stats_interval: weft_mgmt::config::STATS_INTERVAL_DEFAULT,
-        mirror_promotion_timeout: weft_mgmt::config::MIRROR_PROMOTION_TIMEOUT_DEFAULT,
-        quota_grace_period: weft_mgmt::config::QUOTA_GRACE_PERIOD_DEFAULT,
-        replicas: Vec::new(),
-        replica: 0,
-        web_details: false,
-        sessions_per_client: weft_mgmt::config::SESSIONS_PER_CLIENT_DEFAULT,
-        influxdb: None,
-        metrics_listen: None,
-        log: None,
-        connections_max: weft_net::CONNECTIONS_MAX_DEFAULT,
-        auth_key_file: Some(key_file.clone()),
-        auth: None,
-        tls_cert_file: tls_file(|files| &files.cert),
-        tls_key_file: tls_file(|files| &files.key),
-        tls_ca_file: tls_file(|files| &files.ca),
-    };
+    let config = secured.mgmt(prepare(&data_dir.join("mgmt"))?, mgmt.clone());
     let stopping = shutdown();
     services.push((
         "management".into(),
@@ -138,27 +115,8 @@ async fn up(args: UpArgs) -> Result<()> {
     let mut endpoints = vec![format!("http://{mgmt}/metrics")];
     for index in 1..=args.meta_servers {
         let (listener, address) = local_listener().await?;
-        let config = weft_meta::MetaConfig {
-            data_dir: prepare(&data_dir.join(format!("meta-{index}")))?,
-            listen: address.clone(),
-            mgmt: mgmt.clone(),
-            alias: Some(format!("meta-{index}")),
-            target_chooser: weft_meta::TargetChooser::default(),
-            directory_chooser: weft_meta::TargetChooser::default(),
-            heartbeat_interval: weft_meta::config::HEARTBEAT_INTERVAL_DEFAULT,
-            lock_grace: weft_meta::config::LOCK_GRACE_DEFAULT,
-            rebalance_bytes_per_second: weft_meta::config::REBALANCE_BYTES_PER_SECOND_DEFAULT,
-            rebalance_margin_percent: weft_meta::config::REBALANCE_MARGIN_PERCENT_DEFAULT,
-            influxdb: None,
-            metrics_listen: None,
-            log: None,
-            connections_max: weft_net::CONNECTIONS_MAX_DEFAULT,
-            auth_key_file: Some(key_file.clone()),
-            auth: None,
-            tls_cert_file: tls_file(|files| &files.cert),
-            tls_key_file: tls_file(|files| &files.key),
-            tls_ca_file: tls_file(|files| &files.ca),
-        };
+        let data_dir = prepare(&data_dir.join(format!("meta-{index}")))?;
+        let config = secured.meta(data_dir, (address.clone(), mgmt.clone()), index);
         lines.push(format!("  metadata     meta-{index} at {address}"));
         endpoints.push(format!("http://{address}/metrics"));
         let stopping = shutdown();
@@ -179,31 +137,7 @@ async fn up(args: UpArgs) -> Result<()> {
     }
     for index in 1..=args.storage_servers {
         let (listener, address) = local_listener().await?;
-        let node_dir = prepare(&data_dir.join(format!("storage-{index}")))?;
-        let targets = (1..=args.targets_per_server)
-            .map(|t| prepare(&node_dir.join(format!("target-{t}"))))
-            .collect::<Result<Vec<_>>>()?;
-        let config = weft_storage::StorageConfig {
-            data_dir: node_dir,
-            targets,
-            listen: address.clone(),
-            mgmt: mgmt.clone(),
-            alias: Some(format!("storage-{index}")),
-            heartbeat_interval: std::time::Duration::from_secs(2),
-            target_capacity_bytes: None,
-            crash_test_discard_unsynced: false,
-            direct_io: args.direct_io,
-            direct_write_min_bytes: args.direct_write_min_bytes,
-            influxdb: None,
-            metrics_listen: None,
-            log: None,
-            connections_max: weft_net::CONNECTIONS_MAX_DEFAULT,
-            auth_key_file: Some(key_file.clone()),
-            auth: None,
-            tls_cert_file: tls_file(|files| &files.cert),
-            tls_key_file: tls_file(|files| &files.key),
-            tls_ca_file: tls_file(|files| &files.ca),
-        };
+        let config = secured.storage(&args, &data_dir, (address.clone(), mgmt.clone()), index)?;
         lines.push(format!(
             "  storage      storage-{index} at {address}, {} targets",
             args.targets_per_server
@@ -229,14 +163,37 @@ async fn up(args: UpArgs) -> Result<()> {
     .await?;
     let mounted = connect_and_mount(&client_config, &mountpoint).await?;
 
+    print_up(
+        &data_dir,
+        &secured,
+        &mountpoint,
+        &mgmt,
+        (&lines, &endpoints),
+    );
+
+    hold_mounts(vec![mounted]).await?;
+    let _ = stop.send(true);
+    stop_all(services).await;
+    println!("stopped");
+    Ok(())
+}
+
+/// What `weft up` started, and where to look.
+fn print_up(
+    data_dir: &std::path::Path,
+    secured: &Secured,
+    mountpoint: &std::path::Path,
+    mgmt: &str,
+    (lines, endpoints): (&[String], &[String]),
+) {
     println!("Weft is up.");
     println!("  data         {}", data_dir.display());
-    println!("  cluster key  {}", key_file.display());
-    if let Some(tls) = &tls {
+    println!("  cluster key  {}", secured.key_file.display());
+    if let Some(tls) = &secured.tls {
         println!("  TLS CA       {}", tls.ca.display());
     }
     println!("  mounted at   {}", mountpoint.display());
-    for line in &lines {
+    for line in lines {
         println!("{line}");
     }
     println!("  web page     http://{mgmt}/");
@@ -249,9 +206,10 @@ async fn up(args: UpArgs) -> Result<()> {
         mountpoint.display()
     );
     println!("Press Ctrl-C to unmount and stop.");
+}
 
-    hold_mounts(vec![mounted]).await?;
-    let _ = stop.send(true);
+/// Waits for every service to stop, up to ten seconds each, and says which failed.
+async fn stop_all(services: Vec<(String, ServiceTask)>) {
     for (name, task) in services {
         match tokio::time::timeout(Duration::from_secs(10), task).await {
             Ok(Ok(Err(error))) => eprintln!("weft: {name} stopped with an error: {error:#}"),
@@ -259,8 +217,112 @@ async fn up(args: UpArgs) -> Result<()> {
             _ => {}
         }
     }
-    println!("stopped");
-    Ok(())
+}
+
+/// The cluster key and TLS files every service of a local cluster runs with.
+struct Secured {
+    key_file: PathBuf,
+    tls: Option<weft_net::tls::TlsFiles>,
+}
+
+impl Secured {
+    fn tls_file(&self, pick: fn(&weft_net::tls::TlsFiles) -> &PathBuf) -> Option<PathBuf> {
+        self.tls.as_ref().map(pick).cloned()
+    }
+
+    /// Management's configuration: in `data_dir`, listening at `listen`.
+    fn mgmt(&self, data_dir: PathBuf, listen: String) -> weft_mgmt::MgmtConfig {
+        weft_mgmt::MgmtConfig {
+            data_dir,
+            listen,
+            node_offline_timeout: weft_mgmt::config::NODE_OFFLINE_TIMEOUT_DEFAULT,
+            session_timeout: weft_mgmt::config::SESSION_TIMEOUT_DEFAULT,
+            rename_lock_lease: weft_mgmt::config::RENAME_LOCK_LEASE_DEFAULT,
+            stats_interval: weft_mgmt::config::STATS_INTERVAL_DEFAULT,
+            mirror_promotion_timeout: weft_mgmt::config::MIRROR_PROMOTION_TIMEOUT_DEFAULT,
+            quota_grace_period: weft_mgmt::config::QUOTA_GRACE_PERIOD_DEFAULT,
+            replicas: Vec::new(),
+            replica: 0,
+            web_details: false,
+            sessions_per_client: weft_mgmt::config::SESSIONS_PER_CLIENT_DEFAULT,
+            influxdb: None,
+            metrics_listen: None,
+            log: None,
+            connections_max: weft_net::CONNECTIONS_MAX_DEFAULT,
+            auth_key_file: Some(self.key_file.clone()),
+            auth: None,
+            tls_cert_file: self.tls_file(|files| &files.cert),
+            tls_key_file: self.tls_file(|files| &files.key),
+            tls_ca_file: self.tls_file(|files| &files.ca),
+        }
+    }
+
+    /// Metadata server `index`'s configuration: in `data_dir`, listening at the first
+    /// address, registering with management at the second.
+    fn meta(
+        &self,
+        data_dir: PathBuf,
+        (listen, mgmt): (String, String),
+        index: usize,
+    ) -> weft_meta::MetaConfig {
+        weft_meta::MetaConfig {
+            data_dir,
+            listen,
+            mgmt,
+            alias: Some(format!("meta-{index}")),
+            target_chooser: weft_meta::TargetChooser::default(),
+            directory_chooser: weft_meta::TargetChooser::default(),
+            heartbeat_interval: weft_meta::config::HEARTBEAT_INTERVAL_DEFAULT,
+            lock_grace: weft_meta::config::LOCK_GRACE_DEFAULT,
+            rebalance_bytes_per_second: weft_meta::config::REBALANCE_BYTES_PER_SECOND_DEFAULT,
+            rebalance_margin_percent: weft_meta::config::REBALANCE_MARGIN_PERCENT_DEFAULT,
+            influxdb: None,
+            metrics_listen: None,
+            log: None,
+            connections_max: weft_net::CONNECTIONS_MAX_DEFAULT,
+            auth_key_file: Some(self.key_file.clone()),
+            auth: None,
+            tls_cert_file: self.tls_file(|files| &files.cert),
+            tls_key_file: self.tls_file(|files| &files.key),
+            tls_ca_file: self.tls_file(|files| &files.ca),
+        }
+    }
+
+    /// Storage server `index`'s configuration, its targets made under `data_dir`: listening
+    /// at the first address, registering with management at the second.
+    fn storage(
+        &self,
+        args: &UpArgs,
+        data_dir: &std::path::Path,
+        (listen, mgmt): (String, String),
+        index: usize,
+    ) -> Result<weft_storage::StorageConfig> {
+        let node_dir = prepare(&data_dir.join(format!("storage-{index}")))?;
+        let targets = (1..=args.targets_per_server)
+            .map(|t| prepare(&node_dir.join(format!("target-{t}"))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(weft_storage::StorageConfig {
+            data_dir: node_dir,
+            targets,
+            listen,
+            mgmt,
+            alias: Some(format!("storage-{index}")),
+            heartbeat_interval: std::time::Duration::from_secs(2),
+            target_capacity_bytes: None,
+            crash_test_discard_unsynced: false,
+            direct_io: args.direct_io,
+            direct_write_min_bytes: args.direct_write_min_bytes,
+            influxdb: None,
+            metrics_listen: None,
+            log: None,
+            connections_max: weft_net::CONNECTIONS_MAX_DEFAULT,
+            auth_key_file: Some(self.key_file.clone()),
+            auth: None,
+            tls_cert_file: self.tls_file(|files| &files.cert),
+            tls_key_file: self.tls_file(|files| &files.key),
+            tls_ca_file: self.tls_file(|files| &files.ca),
+        })
+    }
 }
 
 /// The cluster key in `data_dir`, made on the first start.

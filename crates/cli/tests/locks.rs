@@ -9,6 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use weft_net::MetaCalls;
 use weft_proto::ErrorCode;
 use weft_testkit::{wait_until, ClusterSpec};
 

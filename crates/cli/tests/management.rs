@@ -7,6 +7,7 @@ mod common;
 use common::{binary, cluster, run, verify, weft, Writer, RECORD_BYTES};
 use std::fs;
 use std::process::Command;
+use weft_net::MgmtCalls;
 use weft_testkit::{wait_until, ClusterSpec, LocalCluster};
 
 /// What management lists of nodes and targets, without what changes by itself (reachability,

@@ -478,3 +478,52 @@ fn listings_carry_each_entrys_attributes() {
     drop(growing);
     fsck_clean(&cluster);
 }
+
+// Goal: a request sent to a metadata server for an inode of another home is refused with a
+// reason that names both homes, and changes nothing; before every request declared what it
+// routes by, a lookup, a getattr or an unlink sent to the wrong home answered as if the name
+// did not exist. Method: three metadata servers, raw requests to each home that does not
+// hold the file, then the file read back through the mount.
+#[test]
+fn a_request_sent_to_another_home_is_refused_as_misrouted() {
+    use weft_net::MetaCalls;
+    let mut cluster = three_metas();
+    let mnt = cluster.mount().expect("mount");
+    fs::write(mnt.join("kept"), b"still here").expect("create");
+    let (runtime, client) = common::native_client(&cluster, |_| {});
+    let attr = runtime
+        .block_on(client.lookup(weft_proto::InodeId::ROOT, "kept"))
+        .expect("lookup");
+    let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
+    runtime.block_on(view.refresh()).expect("the map");
+    let others: Vec<_> = view
+        .map()
+        .meta_homes()
+        .into_iter()
+        .filter(|home| *home != attr.inode.home())
+        .collect();
+    assert_eq!(others.len(), 2, "two homes do not hold the file");
+    let misrouted = |error: weft_net::RpcError| {
+        error.code() == weft_proto::ErrorCode::WrongHome
+            && error.to_string().contains("routes to metadata home")
+    };
+    for home in others {
+        let meta = runtime
+            .block_on(view.meta(home))
+            .expect("a client of the home");
+        let got = runtime.block_on(meta.get_attr(attr.inode));
+        assert!(got.is_err_and(misrouted), "getattr at home {home}");
+        let mutation = weft_proto::messages::MutationId {
+            client: weft_proto::ids::ClientId(u64::MAX),
+            seq: 1,
+            oldest_pending: 1,
+        };
+        let root = weft_proto::InodeId::ROOT;
+        if root.home() != home {
+            let unlinked = runtime.block_on(meta.unlink(mutation, root, "kept"));
+            assert!(unlinked.is_err_and(misrouted), "unlink at home {home}");
+        }
+    }
+    assert_eq!(fs::read(mnt.join("kept")).expect("read"), b"still here");
+    fsck_clean(&cluster);
+}

@@ -6,7 +6,8 @@
 //! secondary of ([`crate::replica`]). After each heartbeat answer it opens the homes it must
 //! serve now, stops those it must not, and starts the resyncs it owes as primary.
 //!
-//! A request names its home ([`MetaRoute`]); one for a home not served here, or routed with
+//! A request names its home ([`MetaRoute`]), which must be the home of what it routes by
+//! (its declaration, `WrongHome` otherwise); one for a home not served here, or routed with
 //! another group version, is refused with `StaleRoute`, and the sender fetches the map again.
 
 use crate::commit::CommitMetrics;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use weft_net::auth::Identity;
 use weft_net::mirror::{stale, Membership, Unsynced};
 use weft_net::ClusterView;
+use weft_net::MgmtCalls;
 use weft_proto::error::WireError;
 use weft_proto::ids::{GroupVersion, MemberId};
 use weft_proto::ids::{NodeId, META_HOME_MAX};
@@ -635,6 +637,18 @@ impl Server {
         request: MetaRequest,
         checks: weft_proto::access::Checks,
     ) -> Reply<MetaResponse> {
+        // A request that routes by an inode goes to its home: one sent elsewhere would be
+        // answered as if the inode did not exist.
+        if let Some(home) = request.route().home().filter(|home| *home != route.home) {
+            let op: &str = (&request).into();
+            return Err(WireError::new(
+                ErrorCode::WrongHome,
+                format!(
+                    "{op} routes to metadata home {home}, but was sent to home {}",
+                    route.home
+                ),
+            ));
+        }
         match self.admit(route) {
             Ok(meta) => match meta.serve(request, checks).await {
                 // A change whose commit failed because its mirror group made another

@@ -14,7 +14,7 @@ use weft_proto::ids::GroupVersion;
 use weft_proto::ids::{NodeId, TargetId};
 use weft_proto::layout::Slot;
 use weft_proto::messages::{
-    ClusterMap, MetaRoute, MirrorKind, MirrorRoute, NodeKind, Request, Route,
+    ClusterMap, MetaRoute, MgmtCalls, MirrorKind, MirrorRoute, NodeKind, Request, Route,
 };
 use weft_proto::ErrorCode;
 
@@ -166,7 +166,7 @@ impl ClusterView {
                     return;
                 };
                 let after = strong.map().epoch;
-                match strong.mgmt.watch_cluster_map(after, wait).await {
+                match strong.mgmt.watch_cluster_map(after, millis(wait)).await {
                     Ok(map) => {
                         // Unless a fetch brought a later one meanwhile.
                         let mut held = strong.map.write().expect("map lock poisoned");
@@ -599,4 +599,9 @@ impl ClusterView {
             }
         }
     }
+}
+
+/// `wait` in whole milliseconds, as a request carries it.
+fn millis(wait: std::time::Duration) -> u32 {
+    u32::try_from(wait.as_millis()).unwrap_or(u32::MAX)
 }

@@ -37,6 +37,7 @@ pub use server::{
 };
 pub use stubs::{MetaClient, MgmtClient, ObjectWrite, Session, StorageClient};
 pub use weft_proto::messages::{rail_address, rails};
+pub use weft_proto::messages::{MetaCalls, MgmtCalls};
 
 /// For [`service_config!`]'s `influxdb` key.
 #[doc(hidden)]

@@ -8,18 +8,16 @@
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
 use bytes::Bytes;
 use std::time::Duration;
-use weft_proto::access::{Caller, Capability, ClientRule};
+use weft_proto::access::{Caller, Capability};
 use weft_proto::answer::Answer;
 pub use weft_proto::answer::CreateReply;
-use weft_proto::ids::{ClientId, InodeId, MemberId, NodeId, StoragePoolId, TargetId};
-use weft_proto::layout::StripePattern;
+use weft_proto::ids::{ClientId, InodeId, NodeId, TargetId};
 use weft_proto::messages::{
-    mgmt_answers, storage_answers, AttrChanges, ChangeTag, FallocateMode, LockRange, MetaRequest,
-    MetaResponse, MetaRoute, MgmtRequest, MgmtResponse, MirrorGroupInfo, MirrorHeartbeat,
-    MirrorKind, MutationId, NewInode, NodeKind, NodeStats, RenameFlags, Request, Route, SizeReport,
-    SpaceUsage, StatsResponse, StorageRequest, StorageResponse, TargetReport, XattrSetMode,
+    mgmt_answers, storage_answers, ChangeTag, FallocateMode, MetaCalls, MetaRequest, MetaResponse,
+    MetaRoute, MgmtCalls, MgmtRequest, MgmtResponse, MirrorGroupInfo, MirrorHeartbeat, NodeKind,
+    NodeStats, Request, Route, SpaceUsage, StatsResponse, StorageRequest, StorageResponse,
+    TargetReport,
 };
-use weft_proto::pools::CapacityLimits;
 
 /// Declares stubs of a service client: each one sends the request variant its parameters
 /// fill (a field named alone takes the parameter of its name; `field: value` converts one)

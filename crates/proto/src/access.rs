@@ -8,7 +8,7 @@
 //! them out in the cluster map; metadata and storage servers enforce them per connection.
 
 use crate::error::{ErrorCode, WireError};
-use crate::ids::{ClientId, InodeId};
+use crate::ids::{ClientId, InodeId, NodeId};
 use crate::messages::{ClusterMap, MetaRequest, Request, StorageRequest};
 use serde::{Deserialize, Serialize};
 
@@ -278,6 +278,30 @@ pub(crate) enum Kind {
 }
 
 pub use weft_wire_derive::Declared;
+
+/// What a request routes by, as it declares (`#[request(route = ..)]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing<'a> {
+    /// The server that serves the home of this inode.
+    Home(InodeId),
+    /// The server that serves the shard of this directory that holds this name: the
+    /// directory's own home unless it is spread, and the request names the shard then.
+    Holder(InodeId, &'a str),
+    /// The server of this storage target.
+    Target(crate::ids::TargetId),
+    /// The server its sender chose: a member's, a session's or the leader's business.
+    Chosen,
+}
+
+impl Routing<'_> {
+    /// The home whose server it goes to, when it routes by an inode.
+    pub fn home(&self) -> Option<NodeId> {
+        match self {
+            Routing::Home(inode) | Routing::Holder(inode, _) => Some(inode.home()),
+            Routing::Target(_) | Routing::Chosen => None,
+        }
+    }
+}
 
 /// An open for writing changes its file; one for reading only does not.
 pub(crate) fn open_kind(access: u8) -> Kind {

@@ -3,6 +3,7 @@
 
 use crate::durable::{read_record, write_record, RecordError};
 use std::path::Path;
+use weft_net::MgmtCalls;
 use weft_proto::ids::{NodeId, TargetId};
 
 const NODE_ID_MAGIC: [u8; 4] = *b"WNID";

@@ -5,6 +5,7 @@ mod objects;
 mod push;
 
 use objects::on_target;
+use weft_net::MgmtCalls;
 
 use push::{push_stripe, PUSH_STRIPES};
 

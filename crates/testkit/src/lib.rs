@@ -173,17 +173,31 @@ impl LocalCluster {
             mounts_started: 0,
             network,
         };
-        // Every process of the cluster, and every tool run against it, holds its key.
-        let key_file = cluster.key_file();
-        let keygen = cluster.weft(&["keygen", &key_file.display().to_string()])?;
+        cluster.make_keys()?;
+        cluster.start_mgmt(&mgmt_names, &mgmt_listen)?;
+        for (index, listen) in (1..=spec.meta).zip(meta_listen) {
+            cluster.start_meta(index, listen)?;
+        }
+        for (index, listen) in (1..=spec.storage).zip(storage_listen) {
+            cluster.start_storage(index, listen)?;
+        }
+        cluster.wait_ready()?;
+        Ok(cluster)
+    }
+
+    /// Makes the cluster's key, which every process of the cluster and every tool run
+    /// against it holds, and its TLS files when the spec asks for TLS.
+    fn make_keys(&self) -> Result<()> {
+        let key_file = self.key_file();
+        let keygen = self.weft(&["keygen", &key_file.display().to_string()])?;
         if !keygen.status.success() {
             bail!(
                 "weft keygen failed: {}",
                 String::from_utf8_lossy(&keygen.stderr)
             );
         }
-        if spec.tls {
-            let made = cluster.weft(&["certgen", &cluster.tls_dir().display().to_string()])?;
+        if self.spec.tls {
+            let made = self.weft(&["certgen", &self.tls_dir().display().to_string()])?;
             if !made.status.success() {
                 bail!(
                     "weft certgen failed: {}",
@@ -191,17 +205,26 @@ impl LocalCluster {
                 );
             }
         }
-        let data = cluster.root.path().join("data");
-        for (index, name) in mgmt_names.iter().enumerate() {
-            let mgmt_dir = data.join(name);
-            fs::create_dir_all(&mgmt_dir)?;
+        Ok(())
+    }
+
+    fn data_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.root.path().join("data").join(name);
+        fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Starts management's servers, `names` listening at `listen`.
+    fn start_mgmt(&mut self, names: &[String], listen: &[String]) -> Result<()> {
+        for (index, name) in names.iter().enumerate() {
+            let mgmt_dir = self.data_dir(name)?;
             let mut args: Vec<String> = vec![
                 "serve".into(),
                 "mgmt".into(),
                 "--data-dir".into(),
                 mgmt_dir.display().to_string(),
                 "--listen".into(),
-                mgmt_listen[index].clone(),
+                listen[index].clone(),
                 "--set".into(),
                 "node_offline_timeout_ms=4000".into(),
                 "--set".into(),
@@ -213,96 +236,85 @@ impl LocalCluster {
                 "--set".into(),
                 "mirror_promotion_timeout_ms=3000".into(),
             ];
-            if mgmt_names.len() > 1 {
+            if names.len() > 1 {
                 args.extend([
                     "--set".into(),
-                    format!("replicas={mgmt_listen:?}"),
+                    format!("replicas={listen:?}"),
                     "--set".into(),
                     format!("replica={}", index + 1),
                 ]);
             }
-            args.extend(
-                spec.mgmt_settings
-                    .iter()
-                    .flat_map(|setting| ["--set".to_string(), setting.clone()]),
-            );
-            cluster.add_service(name, args)?;
+            args.extend(settings(&self.spec.mgmt_settings));
+            self.add_service(name, args)?;
         }
-        for index in 1..=spec.meta {
-            let dir = data.join(format!("meta-{index}"));
-            fs::create_dir_all(&dir)?;
-            cluster.add_service(
-                &format!("meta-{index}"),
-                vec![
-                    "serve".into(),
-                    "meta".into(),
-                    "--data-dir".into(),
-                    dir.display().to_string(),
-                    "--listen".into(),
-                    meta_listen[index - 1].clone(),
-                    "--mgmt".into(),
-                    mgmt.clone(),
-                    "--set".into(),
-                    "heartbeat_interval_ms=300".into(),
-                    "--set".into(),
-                    format!("alias=meta-{index}"),
-                    "--set".into(),
-                    "lock_grace_ms=2000".into(),
-                    // Deterministic placement, so tests know directories spread.
-                    "--set".into(),
-                    "directory_chooser=\"roundrobin\"".into(),
-                ]
-                .into_iter()
-                .chain(
-                    spec.meta_settings
-                        .iter()
-                        .flat_map(|setting| ["--set".to_string(), setting.clone()]),
-                )
-                .collect(),
-            )?;
-            // One at a time, so that meta-N is metadata node N (meta-1 holds the root).
-            cluster.wait_registered(&format!("meta-{index}"))?;
+        Ok(())
+    }
+
+    /// Starts metadata server `index`, listening at `listen`, and waits until it registered:
+    /// one at a time, so that meta-N is metadata node N (meta-1 holds the root).
+    fn start_meta(&mut self, index: usize, listen: String) -> Result<()> {
+        let name = format!("meta-{index}");
+        let dir = self.data_dir(&name)?;
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "meta".into(),
+            "--data-dir".into(),
+            dir.display().to_string(),
+            "--listen".into(),
+            listen,
+            "--mgmt".into(),
+            self.mgmt.clone(),
+            "--set".into(),
+            "heartbeat_interval_ms=300".into(),
+            "--set".into(),
+            format!("alias={name}"),
+            "--set".into(),
+            "lock_grace_ms=2000".into(),
+            // Deterministic placement, so tests know directories spread.
+            "--set".into(),
+            "directory_chooser=\"roundrobin\"".into(),
+        ];
+        args.extend(settings(&self.spec.meta_settings));
+        self.add_service(&name, args)?;
+        self.wait_registered(&name)
+    }
+
+    /// Starts storage server `index`, listening at `listen`, and waits until its targets
+    /// registered: one server's at a time, so storage-N holds targets
+    /// (N-1)*targets_per_storage+1 ..= N*targets_per_storage, in --target order.
+    fn start_storage(&mut self, index: usize, listen: String) -> Result<()> {
+        let name = format!("storage-{index}");
+        let dir = self.data_dir(&name)?;
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "storage".into(),
+            "--data-dir".into(),
+            dir.display().to_string(),
+            "--listen".into(),
+            listen,
+            "--mgmt".into(),
+            self.mgmt.clone(),
+            "--set".into(),
+            "heartbeat_interval_ms=300".into(),
+            "--set".into(),
+            format!("alias={name}"),
+        ];
+        for target in 1..=self.spec.targets_per_storage {
+            let target_dir = dir.join(format!("target-{target}"));
+            fs::create_dir_all(&target_dir)?;
+            args.push("--target".into());
+            args.push(target_dir.display().to_string());
         }
-        for index in 1..=spec.storage {
-            let dir = data.join(format!("storage-{index}"));
-            fs::create_dir_all(&dir)?;
-            let mut args: Vec<String> = vec![
-                "serve".into(),
-                "storage".into(),
-                "--data-dir".into(),
-                dir.display().to_string(),
-                "--listen".into(),
-                storage_listen[index - 1].clone(),
-                "--mgmt".into(),
-                mgmt.clone(),
-                "--set".into(),
-                "heartbeat_interval_ms=300".into(),
-                "--set".into(),
-                format!("alias=storage-{index}"),
-            ];
-            for target in 1..=spec.targets_per_storage {
-                let target_dir = dir.join(format!("target-{target}"));
-                fs::create_dir_all(&target_dir)?;
-                args.push("--target".into());
-                args.push(target_dir.display().to_string());
-            }
-            if spec.crash_test {
-                args.extend(["--set".into(), "crash_test_discard_unsynced=true".into()]);
-            }
-            if let Some(capacity) = spec.target_capacity_bytes {
-                args.extend(["--set".into(), format!("target_capacity_bytes={capacity}")]);
-            }
-            for setting in &spec.storage_settings {
-                args.extend(["--set".into(), setting.clone()]);
-            }
-            cluster.add_service(&format!("storage-{index}"), args)?;
-            cluster.wait_registered(&format!("storage-{index}"))?;
-            // One server's targets at a time, so storage-N holds targets
-            // (N-1)*targets_per_storage+1 ..= N*targets_per_storage, in --target order.
-            cluster.wait_targets(index * spec.targets_per_storage)?;
+        if self.spec.crash_test {
+            args.extend(["--set".into(), "crash_test_discard_unsynced=true".into()]);
         }
-        cluster.wait_ready()?;
-        Ok(cluster)
+        if let Some(capacity) = self.spec.target_capacity_bytes {
+            args.extend(["--set".into(), format!("target_capacity_bytes={capacity}")]);
+        }
+        args.extend(settings(&self.spec.storage_settings));
+        self.add_service(&name, args)?;
+        self.wait_registered(&name)?;
+        self.wait_targets(index * self.spec.targets_per_storage)
     }
 
     fn add_service(&mut self, name: &str, mut args: Vec<String>) -> Result<()> {
@@ -912,4 +924,11 @@ impl Drop for LocalCluster {
             }
         }
     }
+}
+
+/// `--set` arguments of `settings`.
+fn settings(settings: &[String]) -> impl Iterator<Item = String> + '_ {
+    settings
+        .iter()
+        .flat_map(|setting| ["--set".to_string(), setting.clone()])
 }

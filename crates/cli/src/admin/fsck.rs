@@ -3,6 +3,7 @@
 //! `--repair`.
 
 use super::*;
+use weft_net::MetaCalls;
 
 #[derive(Args)]
 pub struct FsckArgs {

@@ -2,6 +2,7 @@
 //! and `weft df`.
 
 use super::*;
+use weft_net::MgmtCalls;
 
 #[derive(Subcommand)]
 pub enum NodeCommand {

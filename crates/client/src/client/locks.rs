@@ -6,6 +6,7 @@
 //! disposed of. What cannot be reclaimed is lost, and the file is told.
 
 use super::{Client, ClientError};
+use weft_net::MetaCalls;
 use weft_net::{MetaClient, RpcError};
 
 use weft_proto::ids::{InodeId, NodeId};

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_net::retry::RetryPolicy;
+use weft_net::MetaCalls;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
 use weft_proto::access::WRITE;
 use weft_proto::ids::{ClientId, InodeId, NodeId};

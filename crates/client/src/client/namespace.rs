@@ -4,6 +4,7 @@
 
 use super::*;
 use futures::StreamExt;
+use weft_net::MetaCalls;
 use weft_proto::messages::DirEntryPlus;
 
 impl Client {

@@ -13,6 +13,7 @@
 use super::{rpc_error, Meta};
 use crate::ops::lookup::lookup;
 use crate::schema::OpError;
+use weft_net::MetaCalls;
 use weft_proto::access::{self, Caller, Capability};
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;

@@ -15,6 +15,7 @@ use super::Meta;
 use crate::schema::{load_inode, InodeRecord, OpError, INODES};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use weft_net::MgmtCalls;
 use weft_proto::access::{GrowthBound, WRITE};
 use weft_proto::ids::{ClientId, InodeId, StoragePoolId};
 use weft_proto::messages::MetaResponse;
@@ -372,7 +373,7 @@ impl Meta {
         let given = self
             .cluster
             .mgmt()
-            .grant_quota(self.node, key, asked)
+            .grant_quota(self.node, key, asked.0, asked.1)
             .await
             .map_err(|error| {
                 OpError::rejected(

@@ -243,12 +243,12 @@ pub struct SizeReport {
 
 /// Requests served by a metadata server.
 #[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Declared)]
-#[request(response = MetaResponse, answers = meta_answers)]
+#[request(response = MetaResponse, answers = meta_answers, calls = MetaCalls)]
 #[strum(serialize_all = "snake_case")]
 pub enum MetaRequest {
     /// Looks a name up in a directory.
     #[wire(tag = 0)]
-    #[request(reads, inodes(parent), answer = InodeAttr)]
+    #[request(reads, inodes(parent), route = holder(parent, name), answer = InodeAttr)]
     Lookup {
         /// The directory.
         parent: InodeId,
@@ -257,14 +257,14 @@ pub enum MetaRequest {
     },
     /// Reads an inode's attributes.
     #[wire(tag = 1)]
-    #[request(reads, inodes(inode), answer = InodeAttr)]
+    #[request(reads, inodes(inode), route = home(inode), answer = InodeAttr)]
     GetAttr {
         /// The inode.
         inode: InodeId,
     },
     /// Changes an inode's attributes; a size change truncates.
     #[wire(tag = 2)]
-    #[request(changes, inodes(inode), sessions(mutation, granted), answer = InodeAttr)]
+    #[request(changes, inodes(inode), sessions(mutation, granted), route = home(inode), answer = InodeAttr)]
     SetAttr {
         /// Retry identity.
         mutation: MutationId,
@@ -280,7 +280,7 @@ pub enum MetaRequest {
     },
     /// Creates an entry of any kind, directories included.
     #[wire(tag = 3)]
-    #[request(changes, inodes(parent), sessions(mutation), answer = crate::answer::CreateReply)]
+    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = crate::answer::CreateReply)]
     Create {
         /// Retry identity.
         mutation: MutationId,
@@ -296,7 +296,7 @@ pub enum MetaRequest {
     },
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
     #[wire(tag = 4)]
-    #[request(changes, inodes(parent), sessions(mutation), answer = InodeAttr)]
+    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = InodeAttr)]
     CreateSpread {
         /// Retry identity.
         mutation: MutationId,
@@ -311,7 +311,7 @@ pub enum MetaRequest {
     },
     /// Adds a hard link.
     #[wire(tag = 5)]
-    #[request(changes, inodes(inode, new_parent), sessions(mutation), answer = InodeAttr)]
+    #[request(changes, inodes(inode, new_parent), sessions(mutation), route = holder(new_parent, new_name), answer = InodeAttr)]
     Link {
         /// Retry identity.
         mutation: MutationId,
@@ -324,7 +324,7 @@ pub enum MetaRequest {
     },
     /// Removes a non-directory entry.
     #[wire(tag = 6)]
-    #[request(changes, inodes(parent), sessions(mutation), answer = ())]
+    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = ())]
     Unlink {
         /// Retry identity.
         mutation: MutationId,
@@ -335,7 +335,7 @@ pub enum MetaRequest {
     },
     /// Removes an empty directory.
     #[wire(tag = 7)]
-    #[request(changes, inodes(parent), sessions(mutation), answer = ())]
+    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = ())]
     Rmdir {
         /// Retry identity.
         mutation: MutationId,
@@ -346,7 +346,7 @@ pub enum MetaRequest {
     },
     /// Renames an entry.
     #[wire(tag = 8)]
-    #[request(changes, inodes(parent, new_parent), sessions(mutation), answer = ())]
+    #[request(changes, inodes(parent, new_parent), sessions(mutation), route = holder(parent, name), answer = ())]
     Rename {
         /// Retry identity.
         mutation: MutationId,
@@ -363,7 +363,7 @@ pub enum MetaRequest {
     },
     /// Lists a directory (or one shard of a spread directory) after a cookie.
     #[wire(tag = 9)]
-    #[request(reads, inodes(dir), answer = (Vec<DirEntry>, bool))]
+    #[request(reads, inodes(dir), route = home(dir), answer = (Vec<DirEntry>, bool))]
     ReadDir {
         /// The directory.
         dir: InodeId,
@@ -378,7 +378,7 @@ pub enum MetaRequest {
     /// Lists a directory as [`MetaRequest::ReadDir`] does, each entry with its inode's
     /// attributes (FUSE's READDIRPLUS: `ls -l` and `find` need no lookup per entry).
     #[wire(tag = 40, since = 10)]
-    #[request(reads, inodes(dir), answer = (Vec<DirEntryPlus>, bool))]
+    #[request(reads, inodes(dir), route = home(dir), answer = (Vec<DirEntryPlus>, bool))]
     ReadDirPlus {
         /// The directory.
         dir: InodeId,
@@ -391,7 +391,7 @@ pub enum MetaRequest {
     },
     /// Reads a symbolic link.
     #[wire(tag = 10)]
-    #[request(reads, inodes(inode), answer = String)]
+    #[request(reads, inodes(inode), route = home(inode), answer = String)]
     ReadLink {
         /// The link.
         inode: InodeId,
@@ -399,7 +399,7 @@ pub enum MetaRequest {
     /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
     /// (client, handle) pair names the open, so a retry registers nothing new.
     #[wire(tag = 11)]
-    #[request(kind = crate::access::open_kind(*access), inodes(inode), sessions(client, granted), answer = (InodeAttr, Option<Capability>))]
+    #[request(kind = crate::access::open_kind(*access), inodes(inode), sessions(client, granted), route = home(inode), answer = (InodeAttr, Option<Capability>))]
     Open {
         /// The session.
         client: ClientId,
@@ -430,7 +430,7 @@ pub enum MetaRequest {
     /// the home sends the file's queued truncate to every target now and answers when each
     /// has it.
     #[wire(tag = 13)]
-    #[request(reads, inodes(inode), answer = ())]
+    #[request(reads, inodes(inode), route = home(inode), answer = ())]
     ApplyTruncate {
         /// The file.
         inode: InodeId,
@@ -441,7 +441,7 @@ pub enum MetaRequest {
     /// with the end the open may now grow the file to (which may be short of `to` at the
     /// limit), [`MetaResponse::Reserved`].
     #[wire(tag = 39, since = 9)]
-    #[request(changes, inodes(inode), sessions(client), answer = (u64, Option<Capability>))]
+    #[request(changes, inodes(inode), sessions(client), route = home(inode), answer = (u64, Option<Capability>))]
     Reserve {
         /// The session.
         client: ClientId,
@@ -454,7 +454,7 @@ pub enum MetaRequest {
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
     #[wire(tag = 14)]
-    #[request(changes, inodes(inode), sessions(granted), answer = InodeAttr)]
+    #[request(changes, inodes(inode), sessions(granted), route = home(inode), answer = InodeAttr)]
     ReportSize {
         /// The file.
         inode: InodeId,
@@ -467,7 +467,7 @@ pub enum MetaRequest {
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
     #[wire(tag = 15)]
-    #[request(changes, inodes(inode), sessions(mutation), answer = ())]
+    #[request(changes, inodes(inode), sessions(mutation), route = home(inode), answer = ())]
     SetXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -482,7 +482,7 @@ pub enum MetaRequest {
     },
     /// Reads an extended attribute.
     #[wire(tag = 16)]
-    #[request(reads, inodes(inode), answer = Vec<u8>)]
+    #[request(reads, inodes(inode), route = home(inode), answer = Vec<u8>)]
     GetXattr {
         /// The inode.
         inode: InodeId,
@@ -491,14 +491,14 @@ pub enum MetaRequest {
     },
     /// Lists an inode's extended attribute names.
     #[wire(tag = 17)]
-    #[request(reads, inodes(inode), answer = Vec<String>)]
+    #[request(reads, inodes(inode), route = home(inode), answer = Vec<String>)]
     ListXattr {
         /// The inode.
         inode: InodeId,
     },
     /// Removes an extended attribute.
     #[wire(tag = 18)]
-    #[request(changes, inodes(inode), sessions(mutation), answer = ())]
+    #[request(changes, inodes(inode), sessions(mutation), route = home(inode), answer = ())]
     RemoveXattr {
         /// Retry identity.
         mutation: MutationId,
@@ -510,7 +510,7 @@ pub enum MetaRequest {
     /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
     /// leaves the same state.
     #[wire(tag = 19)]
-    #[request(reads, inodes(inode), sessions(client), answer = ())]
+    #[request(reads, inodes(inode), sessions(client), route = home(inode), answer = ())]
     SetLock {
         /// The session.
         client: ClientId,
@@ -526,7 +526,7 @@ pub enum MetaRequest {
     },
     /// Finds a lock that would conflict with `lock` (F_GETLK).
     #[wire(tag = 20)]
-    #[request(reads, inodes(inode), sessions(client), answer = Option<LockRange>)]
+    #[request(reads, inodes(inode), sessions(client), route = home(inode), answer = Option<LockRange>)]
     GetLock {
         /// The session.
         client: ClientId,
@@ -544,7 +544,7 @@ pub enum MetaRequest {
     /// will name (the inode before the dentry, so a crash leaves at worst an orphan).
     /// Idempotent per (coordinator, intent).
     #[wire(tag = 22)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     CreateDirInode {
         /// The metadata node coordinating the mkdir.
         coordinator: NodeId,
@@ -570,7 +570,7 @@ pub enum MetaRequest {
     },
     /// Server to server: records a spread directory's shards, once they all exist. Idempotent.
     #[wire(tag = 23)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     SetShards {
         /// The spread directory.
         dir: InodeId,
@@ -581,7 +581,7 @@ pub enum MetaRequest {
     /// is added to it meanwhile (`seal`), or unseals it when the removal gives up. Idempotent
     /// per (coordinator, intent); a missing shard is removed already.
     #[wire(tag = 24)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     SealShard {
         /// The shard.
         shard: InodeId,
@@ -595,7 +595,7 @@ pub enum MetaRequest {
     /// Server to server: copies what new entries inherit from a spread directory (mode, group,
     /// stripe pattern, default ACL, default spread) to one of its shards. Idempotent.
     #[wire(tag = 25)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     SyncShard {
         /// The shard.
         shard: InodeId,
@@ -618,21 +618,21 @@ pub enum MetaRequest {
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.
     #[wire(tag = 26)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     RemoveDirInode {
         /// The directory inode.
         inode: InodeId,
     },
     /// Inodes of other homes that dentries on this server name (for `weft fsck`).
     #[wire(tag = 27)]
-    #[request(members, answer = Vec<InodeId>)]
+    #[request(members, reads, answer = Vec<InodeId>)]
     RemoteReferences,
     /// Server to server: inserts a dentry for a rename coordinated by another server (the
     /// entry's old name is there), replacing a victim: a file, or an empty directory (one
     /// living on a third server must have been sealed by the coordinator). Applied once per
     /// (coordinator, intent).
     #[wire(tag = 28)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     InsertDentry {
         /// The metadata node coordinating the rename.
         coordinator: NodeId,
@@ -658,7 +658,7 @@ pub enum MetaRequest {
     /// stops naming `expect` and names `child`. Idempotent (`Unchanged` when it already names
     /// `child`); `Busy` when it names neither (the entry changed meanwhile).
     #[wire(tag = 29)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     ExchangeDentry {
         /// The metadata node coordinating the exchange.
         coordinator: NodeId,
@@ -679,7 +679,7 @@ pub enum MetaRequest {
     /// ctime becomes now and, for a directory, its parent pointer follows the dentry.
     /// Idempotent (a repeat only moves the ctime again).
     #[wire(tag = 30)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     Renamed {
         /// The renamed inode.
         inode: InodeId,
@@ -691,7 +691,7 @@ pub enum MetaRequest {
     /// returns the inode's attributes. A count that reaches zero disposes of the inode (or
     /// keeps it as an orphan while it is open).
     #[wire(tag = 31)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     AdjustLinks {
         /// The metadata node coordinating the change.
         coordinator: NodeId,
@@ -705,7 +705,7 @@ pub enum MetaRequest {
     /// Checks this metadata target's namespace and the objects of its files; with `repair`,
     /// fixes what can be fixed safely.
     #[wire(tag = 32)]
-    #[request(members, answer = CheckReport)]
+    #[request(members, changes, answer = CheckReport)]
     Check {
         /// Fix what is safe to fix.
         repair: bool,
@@ -714,7 +714,7 @@ pub enum MetaRequest {
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
     #[wire(tag = 33)]
-    #[request(changes, inodes(dir), sessions(mutation), answer = InodeAttr)]
+    #[request(changes, inodes(dir), sessions(mutation), route = home(dir), answer = InodeAttr)]
     SetPattern {
         /// Retry identity.
         mutation: MutationId,
@@ -727,7 +727,7 @@ pub enum MetaRequest {
     /// applied in order to the member's copy. The payload holds the bytes of every `Write`,
     /// one after the other. With `sync`, the copy is synced before the answer.
     #[wire(tag = 34)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     ReplicaApply {
         /// The group.
         group: GroupId,
@@ -750,7 +750,7 @@ pub enum MetaRequest {
     /// recorded with an intent id below `below` has finished, durably. The home forgets its
     /// markers of their steps and refuses a late copy of one of them (`Superseded`).
     #[wire(tag = 35)]
-    #[request(members, answer = MetaResponse)]
+    #[request(members, changes, answer = MetaResponse)]
     IntentsSettled {
         /// The coordinating home.
         coordinator: NodeId,
@@ -760,12 +760,12 @@ pub enum MetaRequest {
     /// How far this metadata server's consistency check is (`weft fsck` shows it while it
     /// waits for the check).
     #[wire(tag = 36)]
-    #[request(members, answer = crate::messages::CheckProgress)]
+    #[request(members, reads, answer = crate::messages::CheckProgress)]
     CheckProgress,
     /// What each user and group uses in each pool in the homes this server serves (`weft
     /// quota report` sums the servers).
     #[wire(tag = 37, since = 4)]
-    #[request(members, answer = Vec<crate::quota::QuotaUsage>)]
+    #[request(members, reads, answer = Vec<crate::quota::QuotaUsage>)]
     QuotaUsage,
     /// Moves a regular file's objects onto other targets while it stays in use (`weft entry
     /// migrate`): every slot whose target is not in `pool` (when given), or is not the one
@@ -775,7 +775,7 @@ pub enum MetaRequest {
     /// `done: false` while it still runs (ask again: the move goes on either way, and a
     /// restart resumes it).
     #[wire(tag = 38, since = 4)]
-    #[request(members, answer = (u16, bool))]
+    #[request(members, changes, answer = (u16, bool))]
     Migrate {
         /// The file.
         inode: InodeId,

@@ -4,12 +4,12 @@ use super::*;
 
 /// Requests served by management.
 #[derive(Clone, Debug, PartialEq, Eq, Wire, strum::IntoStaticStr, crate::access::Declared)]
-#[request(response = MgmtResponse, answers = mgmt_answers)]
+#[request(response = MgmtResponse, answers = mgmt_answers, calls = MgmtCalls)]
 #[strum(serialize_all = "snake_case")]
 pub enum MgmtRequest {
     /// A server announces itself; `node` is its saved id, or `None` on first start.
     #[wire(tag = 0)]
-    #[request(members, answer = NodeId)]
+    #[request(members, changes, answer = NodeId)]
     RegisterNode {
         /// Saved id, if any.
         node: Option<NodeId>,
@@ -22,7 +22,7 @@ pub enum MgmtRequest {
     },
     /// A storage server announces a target; `target` is its saved id, or `None` when new.
     #[wire(tag = 1)]
-    #[request(members, answer = TargetId)]
+    #[request(members, changes, answer = TargetId)]
     RegisterTarget {
         /// The storage node.
         node: NodeId,
@@ -31,7 +31,7 @@ pub enum MgmtRequest {
     },
     /// A server is alive; storage servers report their targets' usage.
     #[wire(tag = 2)]
-    #[request(members, answer = crate::answer::HeartbeatAck)]
+    #[request(members, reads, stub = none, answer = crate::answer::HeartbeatAck)]
     Heartbeat {
         /// The node's role (ids are numbered per role).
         kind: NodeKind,
@@ -61,14 +61,14 @@ pub enum MgmtRequest {
     },
     /// A client opens a session.
     #[wire(tag = 3)]
-    #[request(reads, answer = crate::answer::Registered)]
+    #[request(reads, stub = none, answer = crate::answer::Registered)]
     RegisterClient {
         /// Host name of the client.
         alias: String,
     },
     /// A client's session is alive.
     #[wire(tag = 4)]
-    #[request(reads, sessions(client), answer = ())]
+    #[request(reads, sessions(client), stub = none, answer = ())]
     ClientHeartbeat {
         /// The session.
         client: ClientId,
@@ -78,16 +78,16 @@ pub enum MgmtRequest {
     },
     /// Asks for the node and target maps.
     #[wire(tag = 5)]
-    #[request(reads, answer = ClusterMap)]
+    #[request(reads, stub = cluster_map, answer = ClusterMap)]
     GetClusterMap,
     /// Asks for management's view of the cluster: states, space, recent throughput, events.
     #[wire(tag = 6)]
-    #[request(reads, answer = ClusterStatus)]
+    #[request(reads, stub = cluster_status, answer = ClusterStatus)]
     GetClusterStatus,
     /// Creates a mirror group of these members (storage target ids, or metadata node ids),
     /// the first one primary.
     #[wire(tag = 7)]
-    #[request(members, answer = Vec<MirrorGroupInfo>)]
+    #[request(members, changes, answer = Vec<MirrorGroupInfo>)]
     CreateMirrorGroup {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -96,11 +96,11 @@ pub enum MgmtRequest {
     },
     /// Asks for the progress of the storage mirror resyncs running or finished lately.
     #[wire(tag = 8)]
-    #[request(reads, answer = Vec<ResyncProgress>)]
+    #[request(reads, stub = resync_stats, answer = Vec<ResyncProgress>)]
     GetResyncStats,
     /// Pairs every member not yet in a group with one on another node.
     #[wire(tag = 9)]
-    #[request(members, answer = Vec<MirrorGroupInfo>)]
+    #[request(members, changes, stub = autocreate_mirror_groups, answer = Vec<MirrorGroupInfo>)]
     AutoCreateMirrorGroups {
         /// Storage or metadata.
         kind: MirrorKind,
@@ -109,7 +109,7 @@ pub enum MgmtRequest {
     /// directories, so two of them on different metadata servers cannot make a loop. Granted
     /// when free, when its lease ran out, or to the same token.
     #[wire(tag = 10)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     AcquireRenameLock {
         /// The metadata node asking.
         holder: NodeId,
@@ -118,35 +118,35 @@ pub enum MgmtRequest {
     },
     /// Gives the rename lock back.
     #[wire(tag = 11)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     ReleaseRenameLock {
         /// The token it was taken with.
         token: u64,
     },
     /// Sets the restrictions of a client identity (`weft client set`), replacing any it had.
     #[wire(tag = 12, since = 2)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     SetClientRule {
         /// The rule, naming its client.
         rule: crate::access::ClientRule,
     },
     /// Removes a client identity's restrictions (`weft client remove`).
     #[wire(tag = 13, since = 2)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     RemoveClientRule {
         /// The client's name.
         name: String,
     },
     /// Creates an empty storage pool (`weft pool create`); answered with it.
     #[wire(tag = 14, since = 4)]
-    #[request(members, answer = crate::pools::PoolInfo)]
+    #[request(members, changes, answer = crate::pools::PoolInfo)]
     CreatePool {
         /// Its name.
         name: String,
     },
     /// Removes an empty storage pool (`weft pool remove`).
     #[wire(tag = 15, since = 4)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     RemovePool {
         /// The pool.
         pool: StoragePoolId,
@@ -155,7 +155,7 @@ pub enum MgmtRequest {
     /// each must be in `from`, and a target in a storage mirror group moves with its group's
     /// other members.
     #[wire(tag = 16, since = 4)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     MovePoolTargets {
         /// The targets.
         targets: Vec<TargetId>,
@@ -178,14 +178,14 @@ pub enum MgmtRequest {
     /// Sets (or with all limits 0 removes) the quota limits of a user or group in a pool
     /// (`weft quota set`).
     #[wire(tag = 19, since = 4)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     SetQuota {
         /// The rule.
         rule: crate::quota::QuotaRule,
     },
     /// Asks for every quota rule with its use and state (`weft quota list`).
     #[wire(tag = 20, since = 4)]
-    #[request(members, answer = Vec<crate::quota::QuotaState>)]
+    #[request(members, reads, stub = quotas, answer = Vec<crate::quota::QuotaState>)]
     GetQuotas,
     /// A metadata home asks to hold `bytes` and `inodes` of a hard-limited user's, group's or
     /// project's use in a pool (all its inodes use there, and what its writers may still
@@ -193,7 +193,7 @@ pub enum MgmtRequest {
     /// hard limit, and answers what the home now holds, which may be less than asked (and
     /// less than it held: asking less gives back).
     #[wire(tag = 24, since = 9)]
-    #[request(members, answer = (u64, u64))]
+    #[request(members, changes, answer = (u64, u64))]
     GrantQuota {
         /// The home.
         home: NodeId,
@@ -206,7 +206,7 @@ pub enum MgmtRequest {
     },
     /// Sets a pool's capacity limits (`weft pool set`).
     #[wire(tag = 17, since = 4)]
-    #[request(members, answer = crate::pools::PoolInfo)]
+    #[request(members, changes, answer = crate::pools::PoolInfo)]
     SetPoolLimits {
         /// The pool.
         pool: StoragePoolId,
@@ -218,7 +218,7 @@ pub enum MgmtRequest {
     /// Starts draining a target (`weft target drain`): new files avoid it and the metadata
     /// servers move every file off it; with `stop`, it takes new files again.
     #[wire(tag = 21, since = 4)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     DrainTarget {
         /// The target.
         target: TargetId,
@@ -228,7 +228,7 @@ pub enum MgmtRequest {
     /// Removes a drained target from the cluster (`weft target remove`): refused while any
     /// file still uses it, or a metadata server has not told since the drain began.
     #[wire(tag = 22, since = 4)]
-    #[request(members, answer = ())]
+    #[request(members, changes, answer = ())]
     RemoveTarget {
         /// The target.
         target: TargetId,
@@ -237,7 +237,7 @@ pub enum MgmtRequest {
     /// replication library, is the payload, and so is its answer ([`MgmtResponse::Raft`]). Only
     /// members send it.
     #[wire(tag = 23, since = 7)]
-    #[request(members, answer = crate::answer::InPayload)]
+    #[request(members, changes, stub = none, answer = crate::answer::InPayload)]
     Raft {
         /// Which message.
         call: RaftCall,

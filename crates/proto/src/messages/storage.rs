@@ -85,7 +85,7 @@ pub enum StorageRequest {
     /// `TruncatePending` while the object holds data from before a truncate of `generation`
     /// it has not had (see [`StorageRequest::Truncate`]).
     #[wire(tag = 0)]
-    #[request(changes, answer = crate::answer::Written)]
+    #[request(changes, route = target(target), answer = crate::answer::Written)]
     Write {
         /// The target.
         target: TargetId,
@@ -114,7 +114,7 @@ pub enum StorageRequest {
     /// StorageBench (`weft bench storage`): the server benchmarks its own targets, no client
     /// network involved.
     #[wire(tag = 1)]
-    #[request(members, answer = StorageBenchStatus)]
+    #[request(members, changes, answer = StorageBenchStatus)]
     Bench {
         /// What to do.
         op: StorageBenchOp,
@@ -122,7 +122,7 @@ pub enum StorageRequest {
     /// Network benchmark (`weft bench net`): a write whose payload is checked and dropped, or
     /// a read of `read_len` zero bytes, with no disk I/O; the target must exist.
     #[wire(tag = 2)]
-    #[request(reads, answer = StorageResponse)]
+    #[request(reads, route = target(target), answer = StorageResponse)]
     NetBench {
         /// The target.
         target: TargetId,
@@ -132,7 +132,7 @@ pub enum StorageRequest {
     /// Reads up to `len` bytes; a short reply means end of object (a hole to the reader).
     /// Refused with `TruncatePending` like a write, so bytes a truncate cut never show.
     #[wire(tag = 3)]
-    #[request(reads, answer = crate::answer::Data)]
+    #[request(reads, route = target(target), answer = crate::answer::Data)]
     Read {
         /// The target.
         target: TargetId,
@@ -156,7 +156,7 @@ pub enum StorageRequest {
     /// cuts what was written after it. The object then records the generation, durably
     /// before the answer.
     #[wire(tag = 4)]
-    #[request(members, answer = ())]
+    #[request(members, changes, route = target(target), answer = ())]
     Truncate {
         /// The target.
         target: TargetId,
@@ -171,7 +171,7 @@ pub enum StorageRequest {
     },
     /// Removes an object; removing a missing object succeeds.
     #[wire(tag = 5)]
-    #[request(members, answer = ())]
+    #[request(members, changes, route = target(target), answer = ())]
     Remove {
         /// The target.
         target: TargetId,
@@ -184,7 +184,7 @@ pub enum StorageRequest {
     },
     /// Makes an object's data durable.
     #[wire(tag = 6)]
-    #[request(reads, answer = crate::answer::Synced)]
+    #[request(reads, route = target(target), answer = crate::answer::Synced)]
     Sync {
         /// The target.
         target: TargetId,
@@ -200,7 +200,7 @@ pub enum StorageRequest {
     /// Allocates space for, or zeroes, a range of an object without changing its length.
     /// Refused with `TruncatePending` like a write.
     #[wire(tag = 7)]
-    #[request(changes, answer = ())]
+    #[request(changes, route = target(target), answer = ())]
     Fallocate {
         /// The target.
         target: TargetId,
@@ -233,7 +233,7 @@ pub enum StorageRequest {
     /// Lists the objects of files whose home is `home` (of every file: `None`), in inode
     /// order after `after`.
     #[wire(tag = 8)]
-    #[request(members, answer = crate::answer::ObjectsPage)]
+    #[request(members, reads, route = target(target), answer = crate::answer::ObjectsPage)]
     ListObjects {
         /// The target.
         target: TargetId,
@@ -249,7 +249,7 @@ pub enum StorageRequest {
     },
     /// The length of an object (0 if it does not exist).
     #[wire(tag = 9)]
-    #[request(members, answer = u64)]
+    #[request(members, reads, route = target(target), answer = u64)]
     ObjectLength {
         /// The target.
         target: TargetId,
@@ -262,7 +262,7 @@ pub enum StorageRequest {
     /// target named (a mirror member's own copy, never routed): `weft fsck` compares mirror
     /// members with it.
     #[wire(tag = 10)]
-    #[request(members, answer = crate::answer::Checksum)]
+    #[request(members, reads, route = target(target), answer = crate::answer::Checksum)]
     ObjectChecksum {
         /// The target.
         target: TargetId,
@@ -278,7 +278,7 @@ pub enum StorageRequest {
     /// Makes everything on a mirror member's target durable: the last step of a resync (the
     /// member may hold changes it took before it left that no sync reached).
     #[wire(tag = 11)]
-    #[request(members, answer = crate::answer::Synced)]
+    #[request(members, reads, route = target(target), answer = crate::answer::Synced)]
     SyncTarget {
         /// The target.
         target: TargetId,
@@ -291,7 +291,7 @@ pub enum StorageRequest {
     /// crosses the client. A piece that ends early reads as zeros (a hole). Refused like a
     /// write (`TruncatePending`, `NoSpace`, `QuotaExceeded`), and answered like one.
     #[wire(tag = 13, since = 4)]
-    #[request(changes, answer = crate::answer::Written)]
+    #[request(changes, route = target(target), answer = crate::answer::Written)]
     CopyFrom {
         /// The target.
         target: TargetId,
@@ -324,7 +324,7 @@ pub enum StorageRequest {
     /// Sent only by the group's primary to its members (with a move's last push, or by a
     /// resync); the seal stays as the object's tombstone until its file is removed.
     #[wire(tag = 14, since = 6)]
-    #[request(members, answer = ())]
+    #[request(members, changes, route = target(target), answer = ())]
     Seal {
         /// The member's target.
         target: TargetId,
@@ -341,7 +341,7 @@ pub enum StorageRequest {
     /// complete, and the metadata server switches the file's layout to it. A sealed push
     /// sent again answers at once.
     #[wire(tag = 12, since = 4)]
-    #[request(members, answer = crate::answer::Pushed)]
+    #[request(members, changes, route = target(target), answer = crate::answer::Pushed)]
     Push {
         /// The target the object is on.
         target: TargetId,

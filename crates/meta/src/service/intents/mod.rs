@@ -27,6 +27,7 @@ use crate::service::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use crate::service::{rpc_error, Meta};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use weft_net::MetaCalls;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{InodeAttr, MetaRequest, MetaResponse, MutationId};
 

@@ -22,6 +22,8 @@ use crate::service::targets::TARGET_RETRY;
 use crate::service::{rpc_error, Meta};
 use redb::{ReadableTable, WriteTransaction};
 use std::time::Duration;
+use weft_net::MetaCalls;
+use weft_net::MgmtCalls;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
