@@ -4,6 +4,7 @@
 
 use super::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use super::{rpc_error, Meta};
+use crate::commit::Answered;
 use crate::ops::lookup::get_attr;
 use crate::ops::setattr::{finish_truncate, settle_size, FoundSize};
 use crate::schema::{OpError, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
@@ -385,8 +386,9 @@ impl Meta {
     }
 
     /// Removes the objects of removed files, the files at once and each file's objects at
-    /// once, then forgets the files whose objects are all gone in one commit (a crash before
-    /// it only makes the next pass remove nothing again).
+    /// once, then forgets the files whose objects are all gone in one commit, synced with the
+    /// next change that syncs (a crash before it only makes the next pass remove nothing
+    /// again).
     pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
         let _disposing = self.background.disposing.lock().await;
         // A push of a file's move in flight could make a copy again after its removal.
@@ -424,14 +426,18 @@ impl Meta {
         if disposed.is_empty() {
             return;
         }
+        // Forgotten without a sync of its own: the rows only ask for removals already made,
+        // and a crash that loses them makes the next pass remove nothing again (inode
+        // numbers are not reused, and a later change synced carries the removal of the rows
+        // with it).
         let forgotten = self
             .committer
-            .run(Box::new(move |txn| {
+            .run_eventual(Box::new(move |txn| {
                 let mut queue = DISPOSALS.open(txn)?;
                 for inode in &disposed {
                     queue.remove(inode.0)?;
                 }
-                Ok(MetaResponse::Done)
+                Ok((MetaResponse::Done, Answered::Committed))
             }))
             .await;
         if let Err(error) = forgotten {

@@ -23,6 +23,7 @@ use crate::ops::intent::{intents, settled_below, Intent, IntentOp, Prepared};
 use crate::ops::lookup::get_attr;
 use crate::ops::OpContext;
 use crate::schema::OpError;
+use crate::service::replies::idempotent;
 use crate::service::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use crate::service::{rpc_error, Meta};
 use std::collections::HashMap;
@@ -237,8 +238,9 @@ impl Meta {
     }
 
     /// Runs an operation in one local transaction unless `prepare` finds it spans servers:
-    /// `prepare` answers `None` for the local case, which `local` then runs as a mutation;
-    /// otherwise the operation goes on as [`Meta::start_intent`]'s do.
+    /// `prepare` answers `None` for the local case, which `local` then runs as a mutation in
+    /// the same transaction (one commit and one sync, as any local change); otherwise the
+    /// operation goes on as [`Meta::start_intent`]'s do.
     pub(super) async fn local_or_intent(
         &self,
         mutation: MutationId,
@@ -251,9 +253,25 @@ impl Meta {
         failpoint: &str,
     ) -> Result<MetaResponse, OpError> {
         let preparing = self.intents.runs.preparing();
-        match self.committer.run_with(prepare).await? {
-            None => self.mutate(mutation, local).await,
-            Some(prepared) => self.drive(prepared, preparing, failpoint).await,
+        // As a mutation's: a session that expired here changes nothing locally.
+        let admitted = self.admit_session(mutation.client);
+        let context = self.context();
+        let decided = self
+            .committer
+            .run_with(move |txn| match prepare(txn)? {
+                Some(prepared) => Ok(Err(prepared)),
+                None => {
+                    admitted?;
+                    Ok(Ok(idempotent(txn, mutation, |txn| local(txn, &context))))
+                }
+            })
+            .await?;
+        match decided {
+            Ok(answer) => {
+                self.background.work.notify_one();
+                answer
+            }
+            Err(prepared) => self.drive(prepared, preparing, failpoint).await,
         }
     }
 
