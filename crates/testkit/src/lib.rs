@@ -255,9 +255,25 @@ impl LocalCluster {
     fn start_meta(&mut self, index: usize, listen: String) -> Result<()> {
         let name = format!("meta-{index}");
         let dir = self.data_dir(&name)?;
-        let mut args: Vec<String> = vec![
+        let mut args = self.server_args(("meta", &name), &dir, listen);
+        args.extend([
+            "--set".into(),
+            "lock_grace_ms=2000".into(),
+            // Deterministic placement, so tests know directories spread.
+            "--set".into(),
+            "directory_chooser=\"roundrobin\"".into(),
+        ]);
+        args.extend(settings(&self.spec.meta_settings));
+        self.add_service(&name, args)?;
+        self.wait_registered(&name)
+    }
+
+    /// The arguments every metadata or storage server of the cluster starts with: `kind`
+    /// and `name`, its data directory, where it listens, management, a fast heartbeat.
+    fn server_args(&self, (kind, name): (&str, &str), dir: &Path, listen: String) -> Vec<String> {
+        vec![
             "serve".into(),
-            "meta".into(),
+            kind.into(),
             "--data-dir".into(),
             dir.display().to_string(),
             "--listen".into(),
@@ -268,15 +284,7 @@ impl LocalCluster {
             "heartbeat_interval_ms=300".into(),
             "--set".into(),
             format!("alias={name}"),
-            "--set".into(),
-            "lock_grace_ms=2000".into(),
-            // Deterministic placement, so tests know directories spread.
-            "--set".into(),
-            "directory_chooser=\"roundrobin\"".into(),
-        ];
-        args.extend(settings(&self.spec.meta_settings));
-        self.add_service(&name, args)?;
-        self.wait_registered(&name)
+        ]
     }
 
     /// Starts storage server `index`, listening at `listen`, and waits until its targets
@@ -285,20 +293,7 @@ impl LocalCluster {
     fn start_storage(&mut self, index: usize, listen: String) -> Result<()> {
         let name = format!("storage-{index}");
         let dir = self.data_dir(&name)?;
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "storage".into(),
-            "--data-dir".into(),
-            dir.display().to_string(),
-            "--listen".into(),
-            listen,
-            "--mgmt".into(),
-            self.mgmt.clone(),
-            "--set".into(),
-            "heartbeat_interval_ms=300".into(),
-            "--set".into(),
-            format!("alias={name}"),
-        ];
+        let mut args = self.server_args(("storage", &name), &dir, listen);
         for target in 1..=self.spec.targets_per_storage {
             let target_dir = dir.join(format!("target-{target}"));
             fs::create_dir_all(&target_dir)?;
