@@ -247,6 +247,8 @@ pub struct SizeReport {
 #[strum(serialize_all = "snake_case")]
 pub enum MetaRequest {
     /// Looks a name up in a directory.
+    ///
+    /// Fails with `NotFound`.
     #[wire(tag = 0)]
     #[request(reads, inodes(parent), route = holder(parent, name), answer = InodeAttr)]
     Lookup {
@@ -256,6 +258,8 @@ pub enum MetaRequest {
         name: String,
     },
     /// Reads an inode's attributes.
+    ///
+    /// Fails with `NotFound`.
     #[wire(tag = 1)]
     #[request(reads, inodes(inode), route = home(inode), answer = InodeAttr)]
     GetAttr {
@@ -279,6 +283,8 @@ pub enum MetaRequest {
         granted: Option<Capability>,
     },
     /// Creates an entry of any kind, directories included.
+    ///
+    /// Fails with `Exists`, `NotFound`, `NoTargets`.
     #[wire(tag = 3)]
     #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = crate::answer::CreateReply)]
     Create {
@@ -295,6 +301,8 @@ pub enum MetaRequest {
         open: Option<u64>,
     },
     /// Creates a directory whose entries spread over `shards` metadata servers by name hash.
+    ///
+    /// Fails with `Exists`, `NotFound`, `InvalidArgument` (more shards than servers).
     #[wire(tag = 4)]
     #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = InodeAttr)]
     CreateSpread {
@@ -310,6 +318,8 @@ pub enum MetaRequest {
         shards: u16,
     },
     /// Adds a hard link.
+    ///
+    /// Fails with `Exists`, `NotFound`.
     #[wire(tag = 5)]
     #[request(changes, inodes(inode, new_parent), sessions(mutation), route = holder(new_parent, new_name), answer = InodeAttr)]
     Link {
@@ -323,6 +333,8 @@ pub enum MetaRequest {
         new_name: String,
     },
     /// Removes a non-directory entry.
+    ///
+    /// Fails with `NotFound`, `IsDirectory`.
     #[wire(tag = 6)]
     #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = ())]
     Unlink {
@@ -334,6 +346,8 @@ pub enum MetaRequest {
         name: String,
     },
     /// Removes an empty directory.
+    ///
+    /// Fails with `NotFound`, `NotEmpty`, `NotDirectory`.
     #[wire(tag = 7)]
     #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = ())]
     Rmdir {
@@ -345,6 +359,8 @@ pub enum MetaRequest {
         name: String,
     },
     /// Renames an entry.
+    ///
+    /// Fails with the POSIX rename errors, as codes.
     #[wire(tag = 8)]
     #[request(changes, inodes(parent, new_parent), sessions(mutation), route = holder(parent, name), answer = ())]
     Rename {
@@ -362,6 +378,8 @@ pub enum MetaRequest {
         flags: RenameFlags,
     },
     /// Lists a directory (or one shard of a spread directory) after a cookie.
+    ///
+    /// Fails with `NotFound`, `NotDirectory`.
     #[wire(tag = 9)]
     #[request(reads, inodes(dir), route = home(dir), answer = (Vec<DirEntry>, bool))]
     ReadDir {
@@ -377,6 +395,9 @@ pub enum MetaRequest {
     },
     /// Lists a directory as [`MetaRequest::ReadDir`] does, each entry with its inode's
     /// attributes (FUSE's READDIRPLUS: `ls -l` and `find` need no lookup per entry).
+    ///
+    /// Fails with `NotFound`, `NotDirectory`, `VersionMismatch` from a server of protocol version
+    /// 9.
     #[wire(tag = 40, since = 10)]
     #[request(reads, inodes(dir), route = home(dir), answer = (Vec<DirEntryPlus>, bool))]
     ReadDirPlus {
@@ -390,6 +411,8 @@ pub enum MetaRequest {
         max_entries: u32,
     },
     /// Reads a symbolic link.
+    ///
+    /// Fails with `NotFound`, `NotSymlink`.
     #[wire(tag = 10)]
     #[request(reads, inodes(inode), route = home(inode), answer = String)]
     ReadLink {
@@ -398,6 +421,8 @@ pub enum MetaRequest {
     },
     /// A client opened a file: keeps it alive past an unlink until released. Idempotent: the
     /// (client, handle) pair names the open, so a retry registers nothing new.
+    ///
+    /// Fails with `NotFound`.
     #[wire(tag = 11)]
     #[request(kind = crate::access::open_kind(*access), inodes(inode), sessions(client, granted), route = home(inode), answer = (InodeAttr, Option<Capability>))]
     Open {
@@ -429,6 +454,8 @@ pub enum MetaRequest {
     /// A client found an object of the file still waiting for a truncate (`TruncatePending`):
     /// the home sends the file's queued truncate to every target now and answers when each
     /// has it.
+    ///
+    /// Fails with `Io` when a target cannot be reached.
     #[wire(tag = 13)]
     #[request(reads, inodes(inode), route = home(inode), answer = ())]
     ApplyTruncate {
@@ -440,6 +467,8 @@ pub enum MetaRequest {
     /// room its home reserved for an open, out of the home's grant (`quota.rs`). Answered
     /// with the end the open may now grow the file to (which may be short of `to` at the
     /// limit), [`MetaResponse::Reserved`].
+    ///
+    /// Fails with `QuotaExceeded` when no room is left, `NotPermitted` without an open for writing.
     #[wire(tag = 39, since = 9)]
     #[request(changes, inodes(inode), sessions(client), route = home(inode), answer = (u64, Option<Capability>))]
     Reserve {
@@ -453,6 +482,8 @@ pub enum MetaRequest {
         to: u64,
     },
     /// A client reports a file's size after writing; the largest report of the generation wins.
+    ///
+    /// Fails with `NotFound`.
     #[wire(tag = 14)]
     #[request(changes, inodes(inode), sessions(granted), route = home(inode), answer = InodeAttr)]
     ReportSize {
@@ -466,6 +497,8 @@ pub enum MetaRequest {
         granted: Option<Capability>,
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
+    ///
+    /// Fails with `Exists` / `NoAttribute` per `mode`, `OutOfRange`.
     #[wire(tag = 15)]
     #[request(changes, inodes(inode), sessions(mutation), route = home(inode), answer = ())]
     SetXattr {
@@ -481,6 +514,8 @@ pub enum MetaRequest {
         mode: XattrSetMode,
     },
     /// Reads an extended attribute.
+    ///
+    /// Fails with `NoAttribute`.
     #[wire(tag = 16)]
     #[request(reads, inodes(inode), route = home(inode), answer = Vec<u8>)]
     GetXattr {
@@ -490,6 +525,8 @@ pub enum MetaRequest {
         name: String,
     },
     /// Lists an inode's extended attribute names.
+    ///
+    /// Fails with `NotFound`.
     #[wire(tag = 17)]
     #[request(reads, inodes(inode), route = home(inode), answer = Vec<String>)]
     ListXattr {
@@ -497,6 +534,8 @@ pub enum MetaRequest {
         inode: InodeId,
     },
     /// Removes an extended attribute.
+    ///
+    /// Fails with `NoAttribute`.
     #[wire(tag = 18)]
     #[request(changes, inodes(inode), sessions(mutation), route = home(inode), answer = ())]
     RemoveXattr {
@@ -509,6 +548,8 @@ pub enum MetaRequest {
     },
     /// Takes, changes or releases a byte-range lock. Idempotent: setting the same lock twice
     /// leaves the same state.
+    ///
+    /// Fails with `WouldBlock` when a conflicting lock stays.
     #[wire(tag = 19)]
     #[request(reads, inodes(inode), sessions(client), route = home(inode), answer = ())]
     SetLock {
@@ -617,6 +658,8 @@ pub enum MetaRequest {
     },
     /// Server to server: removes an empty directory inode whose dentry the coordinating server
     /// is removing. Idempotent: a missing inode is already removed.
+    ///
+    /// Fails with `NotEmpty`.
     #[wire(tag = 26)]
     #[request(members, changes, answer = ())]
     RemoveDirInode {
@@ -713,6 +756,8 @@ pub enum MetaRequest {
         referenced: Vec<InodeId>,
     },
     /// Sets a directory's stripe pattern for new files and subdirectories.
+    ///
+    /// Fails with `NotDirectory`.
     #[wire(tag = 33)]
     #[request(changes, inodes(dir), sessions(mutation), route = home(dir), answer = InodeAttr)]
     SetPattern {
@@ -774,6 +819,9 @@ pub enum MetaRequest {
     /// one is switched in with one commit. Answered when the move is done, or with
     /// `done: false` while it still runs (ask again: the move goes on either way, and a
     /// restart resumes it).
+    ///
+    /// Fails with `NotFound`, `InvalidArgument` (not a regular file, a mirrored one, a target that
+    /// cannot take it), `NoTargets`.
     #[wire(tag = 38, since = 4)]
     #[request(members, changes, answer = (u16, bool))]
     Migrate {

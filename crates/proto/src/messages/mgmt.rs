@@ -86,6 +86,8 @@ pub enum MgmtRequest {
     GetClusterStatus,
     /// Creates a mirror group of these members (storage target ids, or metadata node ids),
     /// the first one primary.
+    ///
+    /// Fails with `InvalidArgument` naming what is wrong with the members.
     #[wire(tag = 7)]
     #[request(members, changes, answer = Vec<MirrorGroupInfo>)]
     CreateMirrorGroup {
@@ -108,6 +110,8 @@ pub enum MgmtRequest {
     /// Takes (or renews) the cluster-wide lock that serializes directory renames between
     /// directories, so two of them on different metadata servers cannot make a loop. Granted
     /// when free, when its lease ran out, or to the same token.
+    ///
+    /// Fails with `WouldBlock`.
     #[wire(tag = 10)]
     #[request(members, changes, answer = ())]
     AcquireRenameLock {
@@ -131,6 +135,8 @@ pub enum MgmtRequest {
         rule: crate::access::ClientRule,
     },
     /// Removes a client identity's restrictions (`weft client remove`).
+    ///
+    /// Fails with `NotFound` when it had none.
     #[wire(tag = 13, since = 2)]
     #[request(members, changes, answer = ())]
     RemoveClientRule {
@@ -138,6 +144,8 @@ pub enum MgmtRequest {
         name: String,
     },
     /// Creates an empty storage pool (`weft pool create`); answered with it.
+    ///
+    /// Fails with `Exists` or `InvalidArgument` for the name.
     #[wire(tag = 14, since = 4)]
     #[request(members, changes, answer = crate::pools::PoolInfo)]
     CreatePool {
@@ -145,6 +153,8 @@ pub enum MgmtRequest {
         name: String,
     },
     /// Removes an empty storage pool (`weft pool remove`).
+    ///
+    /// Fails with `NotEmpty` while it holds targets.
     #[wire(tag = 15, since = 4)]
     #[request(members, changes, answer = ())]
     RemovePool {
@@ -154,6 +164,8 @@ pub enum MgmtRequest {
     /// Moves storage targets from one pool to another (`weft pool add-target|remove-target`):
     /// each must be in `from`, and a target in a storage mirror group moves with its group's
     /// other members.
+    ///
+    /// Fails with `InvalidArgument` for a target not in `from` or a group split.
     #[wire(tag = 16, since = 4)]
     #[request(members, changes, answer = ())]
     MovePoolTargets {
@@ -177,6 +189,8 @@ pub enum MgmtRequest {
     },
     /// Sets (or with all limits 0 removes) the quota limits of a user or group in a pool
     /// (`weft quota set`).
+    ///
+    /// Fails with `InvalidArgument` for a soft limit above its hard one.
     #[wire(tag = 19, since = 4)]
     #[request(members, changes, answer = ())]
     SetQuota {
@@ -205,6 +219,8 @@ pub enum MgmtRequest {
         inodes: u64,
     },
     /// Sets a pool's capacity limits (`weft pool set`).
+    ///
+    /// Fails with `InvalidArgument` when emergency is above low.
     #[wire(tag = 17, since = 4)]
     #[request(members, changes, answer = crate::pools::PoolInfo)]
     SetPoolLimits {
@@ -217,6 +233,8 @@ pub enum MgmtRequest {
     },
     /// Starts draining a target (`weft target drain`): new files avoid it and the metadata
     /// servers move every file off it; with `stop`, it takes new files again.
+    ///
+    /// Fails with `NotFound`, `InvalidArgument` (a mirror group member).
     #[wire(tag = 21, since = 4)]
     #[request(members, changes, answer = ())]
     DrainTarget {
@@ -227,6 +245,8 @@ pub enum MgmtRequest {
     },
     /// Removes a drained target from the cluster (`weft target remove`): refused while any
     /// file still uses it, or a metadata server has not told since the drain began.
+    ///
+    /// Fails with `NotFound`, `Busy` while files still use it (the message says what).
     #[wire(tag = 22, since = 4)]
     #[request(members, changes, answer = ())]
     RemoveTarget {
