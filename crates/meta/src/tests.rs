@@ -835,3 +835,55 @@ mod formats;
 mod fsck;
 
 use fsck::run_check;
+
+// Goal: an unlink or rmdir found local in the transaction that looked for an intent is made in
+// it, and a store failure in the middle of the operation still abandons the batch: nothing the
+// operation wrote before the failure commits (a half-made unlink would leave a name gone and
+// its objects never queued for removal), while a refusal commits as a refusal. Method: the
+// committer runs a local operation that writes a row and then fails, then one that writes a
+// row and is refused; only the refused one's row is in the store afterwards.
+#[tokio::test]
+async fn a_store_failure_inside_a_local_operation_commits_none_of_it() {
+    use crate::ops::intent::{prepared_or_local, Decided};
+    use crate::schema::StoreError;
+    let f = fixture();
+    let failed = f
+        .committer
+        .run_with(|txn| {
+            prepared_or_local(
+                txn,
+                |_| Ok(None),
+                |txn| {
+                    txn.open_table(UNREPORTED)?.insert(901, ())?;
+                    Err(OpError::Store(StoreError::Inconsistent("broken".into())))
+                },
+            )
+        })
+        .await;
+    assert!(
+        matches!(failed, Err(OpError::Store(_))),
+        "the failure is the caller's"
+    );
+    let refused = f
+        .committer
+        .run_with(|txn| {
+            prepared_or_local(
+                txn,
+                |_| Ok(None),
+                |txn| {
+                    txn.open_table(UNREPORTED)?.insert(902, ())?;
+                    Err(OpError::rejected(ErrorCode::NotFound, "refused"))
+                },
+            )
+        })
+        .await
+        .expect("a refusal commits");
+    assert!(matches!(refused, Decided::Local(Err(OpError::Rejected(_)))));
+    let read = f.db.begin_read().expect("read");
+    let table = read.open_table(UNREPORTED).expect("table");
+    assert!(
+        table.get(901).expect("get").is_none(),
+        "what the failed operation wrote was committed"
+    );
+    assert!(table.get(902).expect("get").is_some());
+}

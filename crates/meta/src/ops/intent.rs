@@ -78,6 +78,31 @@ pub(crate) enum Prepared {
     Intent(u64, Intent),
 }
 
+/// What a request that may span servers turned out to be, in the transaction that found out.
+pub(crate) enum Decided {
+    /// Local: made in that transaction, with this answer (a refusal among them).
+    Local(Result<MetaResponse, OpError>),
+    /// Spanning servers, or answered before: as [`Prepared`] says.
+    Prepared(Prepared),
+}
+
+/// Runs `prepare` and, when it finds the request local (`None`, having written nothing),
+/// `local` in the same transaction. A store failure of either is the transaction's: it
+/// abandons the batch, so none of what `local` wrote before it commits.
+pub(crate) fn prepared_or_local(
+    txn: &WriteTransaction,
+    prepare: impl FnOnce(&WriteTransaction) -> Result<Option<Prepared>, OpError>,
+    local: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
+) -> Result<Decided, OpError> {
+    match prepare(txn)? {
+        Some(prepared) => Ok(Decided::Prepared(prepared)),
+        None => match local(txn) {
+            Err(OpError::Store(error)) => Err(OpError::Store(error)),
+            answer => Ok(Decided::Local(answer)),
+        },
+    }
+}
+
 /// What an earlier run of the same request left: its reply, or its intent still pending (a
 /// retry after a crash goes on with it rather than start over on a half-changed namespace).
 pub(crate) fn earlier(

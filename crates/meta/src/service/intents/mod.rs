@@ -19,7 +19,9 @@ pub(super) mod rmdir;
 pub(super) mod spread;
 pub(super) mod unlink;
 
-use crate::ops::intent::{intents, settled_below, Intent, IntentOp, Prepared};
+use crate::ops::intent::{
+    intents, prepared_or_local, settled_below, Decided, Intent, IntentOp, Prepared,
+};
 use crate::ops::lookup::get_attr;
 use crate::ops::OpContext;
 use crate::schema::OpError;
@@ -258,20 +260,19 @@ impl Meta {
         let context = self.context();
         let decided = self
             .committer
-            .run_with(move |txn| match prepare(txn)? {
-                Some(prepared) => Ok(Err(prepared)),
-                None => {
+            .run_with(move |txn| {
+                prepared_or_local(txn, prepare, |txn| {
                     admitted?;
-                    Ok(Ok(idempotent(txn, mutation, |txn| local(txn, &context))))
-                }
+                    idempotent(txn, mutation, |txn| local(txn, &context))
+                })
             })
             .await?;
         match decided {
-            Ok(answer) => {
+            Decided::Local(answer) => {
                 self.background.work.notify_one();
                 answer
             }
-            Err(prepared) => self.drive(prepared, preparing, failpoint).await,
+            Decided::Prepared(prepared) => self.drive(prepared, preparing, failpoint).await,
         }
     }
 
