@@ -540,15 +540,25 @@ impl Meta {
         mutation: MutationId,
         op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<MetaResponse, OpError> + Send + 'static,
     ) -> Result<MetaResponse, OpError> {
-        self.admit_session(mutation.client)?;
-        let context = self.context();
-        let result = self
-            .committer
-            .run(Box::new(move |txn| {
-                idempotent(txn, mutation, |txn| op(txn, &context))
-            }))
-            .await;
+        let op = self.mutation_op(mutation, op)?;
+        let result = self.committer.run(Box::new(op)).await;
         self.background.work.notify_one();
         result
+    }
+
+    /// `op` as mutation `mutation` of its session, to run in a commit: with this home's
+    /// context, answered from its stored reply when it ran before, and its reply kept.
+    /// Refused at once for a session that expired here.
+    fn mutation_op(
+        &self,
+        mutation: MutationId,
+        op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<MetaResponse, OpError> + Send + 'static,
+    ) -> Result<
+        impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError> + Send + 'static,
+        OpError,
+    > {
+        self.admit_session(mutation.client)?;
+        let context = self.context();
+        Ok(move |txn: &WriteTransaction| idempotent(txn, mutation, |txn| op(txn, &context)))
     }
 }

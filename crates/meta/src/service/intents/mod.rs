@@ -25,7 +25,6 @@ use crate::ops::intent::{
 use crate::ops::lookup::get_attr;
 use crate::ops::OpContext;
 use crate::schema::OpError;
-use crate::service::replies::idempotent;
 use crate::service::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use crate::service::{rpc_error, Meta};
 use std::collections::HashMap;
@@ -255,17 +254,11 @@ impl Meta {
         failpoint: &str,
     ) -> Result<MetaResponse, OpError> {
         let preparing = self.intents.runs.preparing();
-        // As a mutation's: a session that expired here changes nothing locally.
-        let admitted = self.admit_session(mutation.client);
-        let context = self.context();
+        // Refused only if local: a session that expired here changes nothing locally.
+        let local = self.mutation_op(mutation, local);
         let decided = self
             .committer
-            .run_with(move |txn| {
-                prepared_or_local(txn, prepare, |txn| {
-                    admitted?;
-                    idempotent(txn, mutation, |txn| local(txn, &context))
-                })
-            })
+            .run_with(move |txn| prepared_or_local(txn, prepare, |txn| local?(txn)))
             .await?;
         match decided {
             Decided::Local(answer) => {
