@@ -563,7 +563,8 @@ impl IoTarget for NativeFiles {
     }
 
     fn remove(&self, name: &str) -> Result<()> {
-        Ok(self.runtime.block_on(self.client.unlink(self.dir, name))?)
+        self.runtime.block_on(self.client.unlink(self.dir, name))?;
+        Ok(())
     }
 }
 

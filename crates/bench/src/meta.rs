@@ -283,7 +283,8 @@ impl MetaTarget for NativeTarget {
     }
 
     fn rmdir(&self, parent: &InodeId, name: &str) -> Result<()> {
-        Ok(self.block(self.client.rmdir(*parent, name))?)
+        self.block(self.client.rmdir(*parent, name))?;
+        Ok(())
     }
 
     fn create(&self, dir: &InodeId, name: &str, data: &[u8]) -> Result<()> {
@@ -324,7 +325,8 @@ impl MetaTarget for NativeTarget {
     }
 
     fn unlink(&self, dir: &InodeId, name: &str) -> Result<()> {
-        Ok(self.block(self.client.unlink(*dir, name))?)
+        self.block(self.client.unlink(*dir, name))?;
+        Ok(())
     }
 }
 

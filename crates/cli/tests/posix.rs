@@ -304,6 +304,70 @@ fn namespace() {
     );
 }
 
+// Goal: removing a file or a directory through the mount costs no extra round trip for the
+// directory's attributes, which the kernel forgets after every removal and asks for again at
+// the next lookup there: the removal's reply carries them, and the mount answers from it.
+// Method: with a long attribute cache (so nothing expires during the test), remove entries
+// one by one, each followed by a stat of a name in the same directory, and count the metadata
+// servers' get-attributes; then check the directory's attributes are those after the removals.
+#[test]
+fn a_removal_leaves_its_directory_attributes_with_the_mount() {
+    const ENTRIES: usize = 20;
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster
+        .mount_with(&["attr_cache_ms=600000"])
+        .expect("mount");
+    let dir = mnt.join("dir");
+    fs::create_dir(&dir).expect("mkdir");
+    for i in 0..ENTRIES {
+        fs::write(dir.join(format!("f{i}")), b"x").expect("create");
+        fs::create_dir(dir.join(format!("d{i}"))).expect("mkdir");
+    }
+    fs::write(dir.join("kept"), b"k").expect("create");
+    let kept = dir.join("kept");
+    fs::metadata(&kept).expect("stat");
+    let getattrs = || common::metric_sum(&cluster, "weft_requests_total", &["op=\"get_attr\""]);
+    let before = getattrs();
+    for i in 0..ENTRIES {
+        fs::remove_file(dir.join(format!("f{i}"))).expect("unlink");
+        fs::metadata(&kept).expect("stat after unlink");
+        fs::remove_dir(dir.join(format!("d{i}"))).expect("rmdir");
+        fs::metadata(&kept).expect("stat after rmdir");
+    }
+    let asked = getattrs() - before;
+    assert!(
+        asked <= 2,
+        "{asked} get-attributes for {} removals, each followed by a lookup in their directory",
+        2 * ENTRIES
+    );
+    let after = fs::metadata(&dir).expect("stat dir");
+    assert_eq!(
+        after.nlink(),
+        2,
+        "the directory's links after its subdirectories went"
+    );
+    let names: Vec<_> = fs::read_dir(&dir)
+        .expect("list")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["kept"], "what is left");
+
+    // A client of protocol version 10 is answered as before: done, without the attributes.
+    fs::write(mnt.join("old"), b"o").expect("create");
+    fs::write(mnt.join("new"), b"n").expect("create");
+    let (runtime, older) = common::native_client(&cluster, |config| config.protocol_max = 10);
+    let root = weft_proto::InodeId::ROOT;
+    let answered = runtime.block_on(older.unlink(root, "old")).expect("unlink");
+    assert_eq!(answered, None, "a client of version 10 gets no attributes");
+    let (runtime, newer) = common::native_client(&cluster, |_| {});
+    let answered = runtime.block_on(newer.unlink(root, "new")).expect("unlink");
+    assert_eq!(
+        answered.map(|attr| attr.inode),
+        Some(root),
+        "the root's attributes"
+    );
+}
+
 // Goal: a directory's attributes seen through the mount follow every change made in it, even
 // though the mount answers the kernel's re-read after a create from the create's reply.
 // Method: after each kind of change, stat the directory and check its link count and that its

@@ -612,19 +612,20 @@ pub(crate) fn remove_dentry(
 }
 
 /// Takes `dentry`'s name out of directory `parent`, whose `record` gets its times moved and,
-/// for a subdirectory's name, one link fewer; stores the directory.
+/// for a subdirectory's name, one link fewer; stores the directory and returns its record.
 pub(crate) fn take_name(
     inodes: &mut crate::schema::usage::Inodes<'_>,
     entries: &mut Entries<'_>,
     (parent, mut record): (InodeId, InodeRecord),
     dentry: Dentry,
-) -> Result<(), OpError> {
+) -> Result<InodeRecord, OpError> {
     remove_dentry(entries, parent, dentry)?;
     if dentry.kind == FileKind::Directory {
         record.nlink = record.nlink.saturating_sub(1);
     }
     record.touch(now());
-    store_inode(inodes, parent, &record)
+    store_inode(inodes, parent, &record)?;
+    Ok(record)
 }
 
 /// Whether a directory has any entry.

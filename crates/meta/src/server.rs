@@ -666,7 +666,8 @@ impl Server {
                         route.home, error.message
                     )))
                 }
-                reply => reply,
+                // An answer newer than its peer speaks becomes the older one it adds to.
+                reply => reply.map(|answer| answer.spoken_to(weft_net::server::peer_version())),
             },
             Err(error) => Err(error),
         }

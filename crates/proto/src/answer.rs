@@ -93,6 +93,9 @@ answers!(MetaResponse {
     CreateReply:
         MetaResponse::Created { attr, parent, capability } => CreateReply { attr, parent, capability },
         MetaResponse::Attr(attr) => CreateReply { attr, parent: None, capability: None };
+    Option<InodeAttr>:
+        MetaResponse::Removed { parent } => parent,
+        MetaResponse::Done => None;
     (Vec<DirEntry>, bool): MetaResponse::DirEntries { entries, end } => (entries, end);
     (Vec<DirEntryPlus>, bool): MetaResponse::DirEntriesPlus { entries, end } => (entries, end);
     String: MetaResponse::LinkTarget(target) => target;

@@ -268,11 +268,16 @@ impl Client {
         .await
     }
 
-    /// Removes a non-directory entry.
+    /// Removes a non-directory entry; returns the directory's attributes after the change
+    /// when its server could tell.
     ///
     /// # Errors
     /// `NotFound`, `IsDirectory` and the other namespace codes.
-    pub async fn unlink(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
+    pub async fn unlink(
+        &self,
+        parent: InodeId,
+        name: &str,
+    ) -> Result<Option<InodeAttr>, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
         self.on_holder(parent, name, |meta, holder| async move {
             meta.unlink(mutation, holder, name).await
@@ -280,11 +285,16 @@ impl Client {
         .await
     }
 
-    /// Removes an empty directory.
+    /// Removes an empty directory; returns its parent's attributes after the change when
+    /// their server could tell.
     ///
     /// # Errors
     /// `NotFound`, `NotEmpty`, `NotDirectory` and the other namespace codes.
-    pub async fn rmdir(&self, parent: InodeId, name: &str) -> Result<(), ClientError> {
+    pub async fn rmdir(
+        &self,
+        parent: InodeId,
+        name: &str,
+    ) -> Result<Option<InodeAttr>, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
         self.on_holder(parent, name, |meta, holder| async move {
             meta.rmdir(mutation, holder, name).await

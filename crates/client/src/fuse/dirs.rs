@@ -2,9 +2,10 @@
 //!
 //! The kernel forgets a directory's cached attributes after every entry created or removed in
 //! it, and with `default_permissions` asks for them again at the next lookup there: one round
-//! trip to the metadata server per file created, for attributes the create's own reply could
-//! carry. A create's reply does carry them; they are kept here and answer that GETATTR for
-//! what is left of the attribute cache time, the same trust the kernel would have given them.
+//! trip to the metadata server per file created or removed, for attributes the change's own
+//! reply could carry. The replies of a create, an unlink and an rmdir do carry them; they are
+//! kept here and answer that GETATTR for what is left of the attribute cache time, the same
+//! trust the kernel would have given them.
 //!
 //! Only a change that ran alone in its directory (no other change of it from this client
 //! overlapped) leaves attributes behind: of two overlapping creates, either reply may be

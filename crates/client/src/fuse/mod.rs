@@ -348,11 +348,8 @@ impl Filesystem for WeftFs {
         };
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
-            reply_empty(
-                reply,
-                state.client.unlink(state.inode_of(parent), &name).await,
-            );
-            drop(change);
+            let result = state.client.unlink(state.inode_of(parent), &name).await;
+            reply_empty(reply, result.map(|after| change.finish(after)));
         });
     }
 
@@ -363,11 +360,8 @@ impl Filesystem for WeftFs {
         self.state.dirs.forget_all();
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
-            reply_empty(
-                reply,
-                state.client.rmdir(state.inode_of(parent), &name).await,
-            );
-            drop(change);
+            let result = state.client.rmdir(state.inode_of(parent), &name).await;
+            reply_empty(reply, result.map(|after| change.finish(after)));
         });
     }
 

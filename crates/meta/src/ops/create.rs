@@ -145,10 +145,9 @@ pub(crate) fn create(
     }
     parent.touch(timestamp);
     store_inode(&mut inodes, entry.parent, &parent)?;
-    let whole = parent.shards.is_empty() && parent.shard_of == 0;
     Ok(MetaResponse::Created {
         attr: record.to_attr(inode),
-        parent: whole.then(|| parent.to_attr(entry.parent)),
+        parent: parent.whole_dir_attr(entry.parent),
         capability: None,
     })
 }

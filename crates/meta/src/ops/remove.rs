@@ -114,7 +114,7 @@ pub(crate) fn unlink(
             format!("{name:?} is a directory"),
         ));
     }
-    take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
+    let after = take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
     drop_link(
         txn,
         &mut inodes,
@@ -122,7 +122,9 @@ pub(crate) fn unlink(
         record,
         is_open(dentry.child),
     )?;
-    Ok(MetaResponse::Done)
+    Ok(MetaResponse::Removed {
+        parent: after.whole_dir_attr(parent),
+    })
 }
 
 pub(crate) fn rmdir(
@@ -150,10 +152,12 @@ pub(crate) fn rmdir(
             format!("{name:?} is not empty"),
         ));
     }
-    take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
+    let after = take_name(&mut inodes, &mut entries, (parent, parent_record), dentry)?;
     inodes.remove(dentry.child)?;
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, dentry.child)?;
-    Ok(MetaResponse::Done)
+    Ok(MetaResponse::Removed {
+        parent: after.whole_dir_attr(parent),
+    })
 }
 
 /// Disposes of an orphan once its last open is released.

@@ -266,6 +266,14 @@ impl InodeRecord {
         self.ctime = at;
     }
 
+    /// A directory's attributes after a change of its entries here, as a get-attributes
+    /// of it would answer them: unless it is spread over several servers (a spread directory's
+    /// and a shard's are gathered from all of them).
+    pub fn whole_dir_attr(&self, inode: InodeId) -> Option<InodeAttr> {
+        let whole = self.shards.is_empty() && self.shard_of == 0;
+        whole.then(|| self.to_attr(inode))
+    }
+
     pub fn to_attr(&self, inode: InodeId) -> InodeAttr {
         InodeAttr {
             inode,

@@ -336,7 +336,7 @@ pub enum MetaRequest {
     ///
     /// Fails with `NotFound`, `IsDirectory`.
     #[wire(tag = 6)]
-    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = ())]
+    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = Option<InodeAttr>)]
     Unlink {
         /// Retry identity.
         mutation: MutationId,
@@ -349,7 +349,7 @@ pub enum MetaRequest {
     ///
     /// Fails with `NotFound`, `NotEmpty`, `NotDirectory`.
     #[wire(tag = 7)]
-    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = ())]
+    #[request(changes, inodes(parent), sessions(mutation), route = holder(parent, name), answer = Option<InodeAttr>)]
     Rmdir {
         /// Retry identity.
         mutation: MutationId,
@@ -960,4 +960,25 @@ pub enum MetaResponse {
         /// True when the listing reached the end.
         end: bool,
     },
+    /// A name removed ([`MetaRequest::Unlink`], [`MetaRequest::Rmdir`]), with its directory's
+    /// attributes as they are after the change (as [`MetaResponse::Created`] carries them),
+    /// which saves the client asking for them. A peer older than version 11 is answered
+    /// [`MetaResponse::Done`] instead ([`MetaResponse::spoken_to`]).
+    #[wire(tag = 39, since = 11)]
+    Removed {
+        /// The directory, unless it is spread over several servers.
+        parent: Option<InodeAttr>,
+    },
+}
+
+impl MetaResponse {
+    /// This answer as a peer speaking protocol `version` reads it: a variant that only adds
+    /// to an older one's meaning becomes that older one.
+    #[must_use]
+    pub fn spoken_to(self, version: u16) -> MetaResponse {
+        match self {
+            MetaResponse::Removed { .. } if version < 11 => MetaResponse::Done,
+            other => other,
+        }
+    }
 }

@@ -56,6 +56,9 @@ pub(crate) fn meta_responses() -> Vec<MetaResponse> {
             to: 9 << 20,
             capability: Some(capability()),
         },
+        MetaResponse::Removed {
+            parent: Some(attr()),
+        },
         MetaResponse::DirEntriesPlus {
             entries: vec![
                 DirEntryPlus {
