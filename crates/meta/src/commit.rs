@@ -18,6 +18,12 @@
 //! repairs may be answered that way (a size report of a file still marked unreported, see
 //! `ops::setattr`).
 //!
+//! Bookkeeping that nobody waits for ([`Committer::tidy`]: a file's last close taking it off
+//! the list of files without a size report, disposed files forgotten) rides in the next batch
+//! instead of making a commit of its own: it is applied first in that batch's transaction, or
+//! alone once it waited [`TIDY_HOLD_MAX`] for one. Only bookkeeping whose loss a restart
+//! repairs may ride (the restart finds the rows and does again what they ask).
+//!
 //! [`HomeFile`]: crate::replica::HomeFile
 
 use crate::replica::HomeLink;
@@ -64,8 +70,21 @@ pub(crate) enum Answered {
 pub(crate) type EventualOp =
     Box<dyn FnOnce(&WriteTransaction) -> Result<(MetaResponse, Answered), OpError> + Send>;
 
+/// Bookkeeping applied in the next batch; nothing waits for it ([`Committer::tidy`]).
+pub(crate) type TidyOp = Box<dyn FnOnce(&WriteTransaction) -> Result<(), OpError> + Send>;
+
+/// Longest bookkeeping waits for a batch to ride in before it is committed alone.
+const TIDY_HOLD_MAX: Duration = Duration::from_secs(1);
+
 type Answer = oneshot::Sender<Result<MetaResponse, OpError>>;
-type Queued = (EventualOp, Answer);
+
+/// What the writer thread is given.
+enum Queued {
+    /// An operation, and where its answer goes.
+    Op(EventualOp, Answer),
+    /// Bookkeeping for the next batch.
+    Tidy(TidyOp),
+}
 
 /// A committed batch waiting for its sync: each operation's answer and result (none when a
 /// store failure abandoned it), and how the commit ended.
@@ -233,6 +252,14 @@ impl Committer {
         .await
     }
 
+    /// Applies `op` in the next batch, without waiting for it: for bookkeeping whose loss a
+    /// restart repairs. A failure of `op` is logged; a store failure abandons its batch, and
+    /// the bookkeeping with it.
+    pub fn tidy(&self, op: TidyOp) {
+        // A writer that stopped applies nothing more: the restart finds the rows.
+        let _ = self.queue.send(Queued::Tidy(op));
+    }
+
     /// Runs `op` in the next batch and waits until its batch committed, and also until it is
     /// durable unless `op` answered [`Answered::Committed`].
     pub async fn run_eventual(&self, op: EventualOp) -> Result<MetaResponse, OpError> {
@@ -244,7 +271,7 @@ impl Committer {
             .map_err(|_| OpError::Store(StoreError::Stopped))?;
         let (answer, receiver) = oneshot::channel();
         self.metrics.queued.inc();
-        if self.queue.send((op, answer)).is_err() {
+        if self.queue.send(Queued::Op(op, answer)).is_err() {
             self.metrics.queued.dec();
             return Err(OpError::Store(StoreError::Stopped));
         }
@@ -264,6 +291,9 @@ fn writer_loop(
     let mut unsynced_since: Option<Instant> = None;
     // The sync of the last batch that committed with one.
     let mut last_sync = 0;
+    // Bookkeeping waiting for the next batch, and since when.
+    let mut tidies: Vec<TidyOp> = Vec::new();
+    let mut tidy_since: Option<Instant> = None;
     loop {
         if let Some(since) = unsynced_since {
             let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX);
@@ -273,11 +303,19 @@ fn writer_loop(
                 unsynced_since = None;
             }
         }
-        let first = match unsynced_since {
-            Some(since) => {
-                match receiver.recv_timeout(UNSYNCED_FOR_MAX.saturating_sub(since.elapsed())) {
-                    Ok(first) => first,
-                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+        // Bookkeeping waits for an operation to ride with, or until it waited long enough.
+        let deadline = [
+            unsynced_since.map(|since| since + UNSYNCED_FOR_MAX),
+            tidy_since.map(|since| since + TIDY_HOLD_MAX),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let received = match deadline {
+            Some(deadline) => {
+                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(queued) => Some(queued),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
                     Err(mpsc::RecvTimeoutError::Disconnected) => {
                         sync_now(db, syncs);
                         return;
@@ -285,11 +323,22 @@ fn writer_loop(
                 }
             }
             None => match receiver.recv() {
-                Ok(first) => first,
+                Ok(queued) => Some(queued),
                 Err(_) => return,
             },
         };
-        let batch = commit_batch(db, first, receiver, syncs);
+        let first = match received {
+            Some(Queued::Tidy(op)) if tidies.len() < BATCH_OPERATIONS_MAX => {
+                tidy_since.get_or_insert_with(Instant::now);
+                tidies.push(op);
+                continue;
+            }
+            Some(queued) => Some(queued),
+            None if tidy_since.is_some_and(|since| since.elapsed() >= TIDY_HOLD_MAX) => None,
+            None => continue,
+        };
+        tidy_since = None;
+        let batch = commit_batch(db, (std::mem::take(&mut tidies), first), receiver, syncs);
         if syncs.is_some() && batch.outcome.is_ok() && batch.synced {
             // Its answers wait for its own sync: one asked after every earlier batch's. A
             // commit that asked for none would be answered on an older batch's sync, before
@@ -351,12 +400,13 @@ fn sync_now(db: &Database, syncs: Option<&HomeLink>) {
 /// How long the writer waits for another operation while the last sync still runs.
 const GATHER_POLL: Duration = Duration::from_micros(100);
 
-/// Applies `first`, every operation already queued, and every one that arrives while the
-/// last commit's sync still runs (a commit could not start its own sync before), in one
-/// transaction, and commits it.
+/// Applies the bookkeeping `tidies`, then `first`, every operation already queued, and every
+/// one that arrives while the last commit's sync still runs (a commit could not start its own
+/// sync before), in one transaction, and commits it. A batch of bookkeeping alone commits
+/// without a sync, as one of operations answered at commit does.
 fn commit_batch(
     db: &Database,
-    first: Queued,
+    (tidies, first): (Vec<TidyOp>, Option<Queued>),
     receiver: &mpsc::Receiver<Queued>,
     syncs: Option<&HomeLink>,
 ) -> Committed {
@@ -364,8 +414,12 @@ fn commit_batch(
     let mut txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
+            let results = match first {
+                Some(Queued::Op(_, answer)) => vec![(answer, None)],
+                _ => Vec::new(),
+            };
             return Committed {
-                results: vec![(first.1, None)],
+                results,
                 outcome: Err(error.into()),
                 started,
                 sync: 0,
@@ -378,12 +432,25 @@ fn commit_batch(
     // The operations answered once the batch committed, without waiting for its sync.
     let mut early = Vec::new();
     let mut failure = None;
-    let mut next = Some(first);
-    while let Some((op, answer)) = next.take() {
+    let tidy = |op: TidyOp, failure: &mut Option<StoreError>| {
         if failure.is_some() {
-            results.push((answer, None));
-        } else {
-            match op(&txn) {
+            return;
+        }
+        match op(&txn) {
+            Ok(()) => {}
+            Err(OpError::Store(error)) => *failure = Some(error),
+            Err(error) => tracing::warn!(?error, "metadata bookkeeping failed"),
+        }
+    };
+    for op in tidies {
+        tidy(op, &mut failure);
+    }
+    let mut next = first;
+    while let Some(queued) = next.take() {
+        match queued {
+            Queued::Tidy(op) => tidy(op, &mut failure),
+            Queued::Op(_, answer) if failure.is_some() => results.push((answer, None)),
+            Queued::Op(op, answer) => match op(&txn) {
                 Err(OpError::Store(message)) => {
                     failure = Some(message);
                     results.push((answer, None));
@@ -391,7 +458,7 @@ fn commit_batch(
                 Ok((response, Answered::Committed)) => early.push((answer, response)),
                 Ok((response, Answered::Durable)) => results.push((answer, Some(Ok(response)))),
                 Err(error) => results.push((answer, Some(Err(error)))),
-            }
+            },
         }
         if results.len() + early.len() >= BATCH_OPERATIONS_MAX {
             break;
@@ -448,20 +515,19 @@ impl CommitMetrics {
     pub fn deferred_syncs(&self) -> u64 {
         self.deferred_syncs.get()
     }
+
+    /// Commits so far.
+    #[cfg(test)]
+    pub fn commits(&self) -> u64 {
+        self.commits.get()
+    }
 }
 
 /// Answers each operation of a committed batch once `synced` says how its sync ended.
 fn answer(batch: Committed, synced: Result<(), StoreError>, metrics: &CommitMetrics) {
     let operations = batch.results.len() + batch.answered;
     let outcome = batch.outcome.and(synced);
-    for (answer, result) in batch.results {
-        let reply = match (&outcome, result) {
-            (Ok(()), Some(result)) => result,
-            (Ok(()), None) => Err(OpError::inconsistent("batch abandoned")),
-            (Err(error), _) => Err(OpError::Store(error.clone())),
-        };
-        let _ = answer.send(reply);
-    }
+    // Counted before anyone is answered: an operation's caller finds its commit counted.
     metrics.batch_operations.observe(operations as f64);
     metrics
         .commit_seconds
@@ -472,4 +538,12 @@ fn answer(batch: Committed, synced: Result<(), StoreError>, metrics: &CommitMetr
         metrics.failed.inc();
     }
     metrics.queued.dec_by(operations as i64);
+    for (answer, result) in batch.results {
+        let reply = match (&outcome, result) {
+            (Ok(()), Some(result)) => result,
+            (Ok(()), None) => Err(OpError::inconsistent("batch abandoned")),
+            (Err(error), _) => Err(OpError::Store(error.clone())),
+        };
+        let _ = answer.send(reply);
+    }
 }

@@ -646,6 +646,50 @@ async fn changes_answered_before_their_sync_are_synced_under_steady_load() {
     );
 }
 
+// Goal: bookkeeping nobody waits for makes no commit of its own: it rides in the next batch,
+// and, when no operation comes, is committed alone once it waited long enough. Method: a row
+// written as bookkeeping, then a create: one commit holds both; then a row written as
+// bookkeeping alone, which must be in the store within seconds.
+#[tokio::test]
+async fn bookkeeping_rides_in_the_next_commit() {
+    let f = fixture();
+    let listed = |inode: u64| {
+        f.db.begin_read()
+            .expect("read")
+            .open_table(UNREPORTED)
+            .expect("table")
+            .get(inode)
+            .expect("get")
+            .is_some()
+    };
+    let commits = f.metrics.commits();
+    f.committer.tidy(Box::new(|txn| {
+        txn.open_table(UNREPORTED)?.insert(1_000_001, ())?;
+        Ok(())
+    }));
+    f.create(InodeId::ROOT, "rider", FileKind::Regular)
+        .await
+        .expect("create");
+    assert!(
+        listed(1_000_001),
+        "the bookkeeping rode in the create's commit"
+    );
+    assert_eq!(f.metrics.commits(), commits + 1, "one commit for both");
+
+    f.committer.tidy(Box::new(|txn| {
+        txn.open_table(UNREPORTED)?.insert(1_000_002, ())?;
+        Ok(())
+    }));
+    let started = std::time::Instant::now();
+    while !listed(1_000_002) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "bookkeeping alone was never committed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 // Goal: only the first size report of a file listed as unreported is answered before its
 // commit is synced, and only when the writer did not ask for durability (fsync); the report
 // takes the file off the list in the same commit, so a crash loses both together; a rejected

@@ -448,18 +448,17 @@ impl Meta {
         match self.drop_open(open, inode) {
             Dropped::Held => {}
             // A file closed before its writer reported a size (nothing was written) leaves
-            // the unreported list: nothing of it is lost at a crash. A commit only when listed,
-            // and answered without waiting for a sync.
+            // the unreported list: nothing of it is lost at a crash. Only when listed, and in
+            // the next commit: a crash before it leaves the file listed, and the start finds
+            // its size is what its objects hold.
             Dropped::Last => {
                 let listed =
                     self.read(|txn| Ok(txn.open_table(UNREPORTED)?.get(inode.0)?.is_some()))?;
                 if listed {
-                    self.committer
-                        .run_eventual(Box::new(move |txn| {
-                            txn.open_table(UNREPORTED)?.remove(inode.0)?;
-                            Ok((MetaResponse::Done, Answered::Committed))
-                        }))
-                        .await?;
+                    self.committer.tidy(Box::new(move |txn| {
+                        txn.open_table(UNREPORTED)?.remove(inode.0)?;
+                        Ok(())
+                    }));
                 }
             }
             // Only a last close of a file an unlink or rename saw open costs a durable commit.

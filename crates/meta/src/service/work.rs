@@ -4,7 +4,6 @@
 
 use super::targets::{TARGET_RETRY, WORK_RETRY_INTERVAL};
 use super::{rpc_error, Meta};
-use crate::commit::Answered;
 use crate::ops::lookup::get_attr;
 use crate::ops::setattr::{finish_truncate, settle_size, FoundSize};
 use crate::schema::{OpError, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
@@ -32,6 +31,8 @@ pub(crate) struct Background {
     /// Held while objects of removed files are deleted, and by fsck while it lists objects and
     /// checks them: an object deleted between the two would look like one without a file.
     pub(super) disposing: tokio::sync::Mutex<()>,
+    /// Disposed files whose rows the next commit forgets: a pass before it skips them.
+    forgetting: Arc<Mutex<HashSet<InodeId>>>,
     /// Held per inode while its queued truncate is sent to the targets: a setattr's truncate
     /// and the work loop's retry of it never run at once, so no retry of an older attempt can
     /// land after the setattr was answered and cut the writes that followed it.
@@ -45,6 +46,7 @@ impl Default for Background {
             unreported: Mutex::default(),
             settled: tokio::sync::watch::Sender::new(false),
             disposing: tokio::sync::Mutex::new(()),
+            forgetting: Arc::default(),
             truncating: Mutex::default(),
         }
     }
@@ -386,13 +388,21 @@ impl Meta {
     }
 
     /// Removes the objects of removed files, the files at once and each file's objects at
-    /// once, then forgets the files whose objects are all gone in one commit, synced with the
-    /// next change that syncs (a crash before it only makes the next pass remove nothing
+    /// once, then forgets the files whose objects are all gone in the next commit, synced with
+    /// the next change that syncs (a crash before it only makes the next pass remove nothing
     /// again).
     pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
         let _disposing = self.background.disposing.lock().await;
+        let forgetting = Arc::clone(&self.background.forgetting);
         // A push of a file's move in flight could make a copy again after its removal.
-        let files = files.iter().filter(|(inode, _)| !self.is_pushing(*inode));
+        let files: Vec<_> = {
+            let forgotten = forgetting.lock().expect("forgotten files poisoned");
+            files
+                .iter()
+                .filter(|(inode, _)| !self.is_pushing(*inode) && !forgotten.contains(inode))
+                .collect()
+        };
+        let files = files.into_iter();
         let removals = files.map(|(inode, layout)| {
             let inode = *inode;
             let map = self.cluster.map();
@@ -426,25 +436,43 @@ impl Meta {
         if disposed.is_empty() {
             return;
         }
-        // Forgotten without a sync of its own: the rows only ask for removals already made,
-        // and a crash that loses them makes the next pass remove nothing again (inode
-        // numbers are not reused, and a later change synced carries the removal of the rows
-        // with it).
-        let forgotten = self
-            .committer
-            .run_eventual(Box::new(move |txn| {
-                let mut queue = DISPOSALS.open(txn)?;
-                for inode in &disposed {
-                    queue.remove(inode.0)?;
-                }
-                Ok((MetaResponse::Done, Answered::Committed))
-            }))
-            .await;
-        if let Err(error) = forgotten {
-            tracing::warn!(
-                ?error,
-                "could not forget disposed files; the next pass repeats them"
-            );
+        // Forgotten in the next commit, without a sync of its own: the rows only ask for
+        // removals already made, and a crash that loses them makes the next pass remove
+        // nothing again (inode numbers are not reused, and a later change synced carries the
+        // removal of the rows with it).
+        let forgotten = Forgetting::new(forgetting, disposed);
+        self.committer.tidy(Box::new(move |txn| {
+            let mut queue = DISPOSALS.open(txn)?;
+            for inode in &forgotten.inodes {
+                queue.remove(inode.0)?;
+            }
+            Ok(())
+        }));
+    }
+}
+
+/// Disposed files whose rows are being forgotten: skipped by the passes until the commit that
+/// forgets them applied it, or failed (then the rows stay, and the next pass removes them
+/// again).
+struct Forgetting {
+    set: Arc<Mutex<HashSet<InodeId>>>,
+    inodes: Vec<InodeId>,
+}
+
+impl Forgetting {
+    fn new(set: Arc<Mutex<HashSet<InodeId>>>, inodes: Vec<InodeId>) -> Forgetting {
+        set.lock()
+            .expect("forgotten files poisoned")
+            .extend(inodes.iter().copied());
+        Forgetting { set, inodes }
+    }
+}
+
+impl Drop for Forgetting {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().expect("forgotten files poisoned");
+        for inode in &self.inodes {
+            set.remove(inode);
         }
     }
 }
