@@ -2,9 +2,10 @@
 //!
 //! A home's store is a redb file. On the home's primary, redb writes that file through
 //! [`HomeFile`], which keeps each commit's writes until the commit's sync; the sync's
-//! flusher writes them to the local file and, in order, to every present member of the home's
-//! mirror group while the local file syncs, and the sync finishes only when each member
-//! applied and synced them or left the group. A member's copy is therefore the primary's file
+//! flusher appends them to the store's journal ([`journal`]) and ships them, in order, to
+//! every present member of the home's mirror group while the journal syncs, then writes them
+//! to the local file; the sync finishes only when each member applied and synced them or left
+//! the group. A member's copy is therefore the primary's file
 //! as of its last sync, byte for byte:
 //! promoted, it opens the copy as redb opens a file after a crash. The changes are the
 //! committed key changes in their stored form, so nothing is re-executed (no ids, timestamps
@@ -254,7 +255,10 @@ pub(crate) struct HomeLink {
     /// Set by the commit thread when no operation waits: the next sync runs on the committing
     /// thread, sparing the hand-offs to the flusher and to the answer thread.
     sync_inline: AtomicBool,
-    /// Held while changes ship and while a resync reads and sends a chunk.
+    /// What each sync appends before its changes are written to the file.
+    journal: Mutex<journal::Journal>,
+    /// Held while changes are journaled, ship and are written to the file, and while a resync
+    /// reads and sends a chunk.
     order: tokio::sync::Mutex<()>,
     /// When this link was opened, in nanoseconds since the Unix epoch: it orders this link's
     /// sends after those of an earlier link to the same home.
@@ -357,6 +361,10 @@ impl HomeLink {
                 .truncate(false)
                 .open(&path)?,
         );
+        // The file as of its last synced change, before redb reads it.
+        let journal = files.writing(home, || {
+            journal::Journal::recover(&file, &journal::journal_path(&path))
+        })?;
         // The file holds the changes carried over (unless writing them failed): redb reads
         // them through `next` either way.
         let next = files.take(home);
@@ -378,6 +386,7 @@ impl HomeLink {
                 inline: false,
             }),
             flushed: std::sync::Condvar::new(),
+            journal: Mutex::new(journal),
             fenced: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             sync_inline: AtomicBool::new(false),
@@ -510,26 +519,48 @@ impl HomeLink {
         self.flushed.notify_all();
     }
 
-    /// Writes `changes` to the store file, then syncs it while they ship to the members.
+    /// Appends `changes` to the store's journal and syncs it while they ship to the members,
+    /// then writes them to the store file (see [`journal`]).
     fn flush(&self, changes: &Arc<Changes>) -> std::io::Result<()> {
-        // Written under the file's lock, once more checked to be served through this link.
+        let mirrored = self.group().is_some();
+        // Held until the changes are in the file: a resync reads its pieces of the file under
+        // it, and must not read one after a change shipped and before it landed here.
+        let _order = mirrored.then(|| self.block_on(self.order.lock()));
+        // Journaled and written under the file's lock, each time checked once more to be
+        // served through this link.
         let before = self.files.writing(self.home, || {
             self.check_fence()?;
-            let before = self.file.metadata()?.len();
-            apply_changes(&self.file, &changes.changes, &changes.payload)?;
-            Ok::<_, std::io::Error>(before)
+            Ok::<_, std::io::Error>(self.file.metadata()?.len())
         })?;
+        let journaled = || {
+            self.files.writing(self.home, || {
+                self.check_fence()?;
+                self.journal
+                    .lock()
+                    .expect("store journal poisoned")
+                    .append(&self.file, changes)
+            })
+        };
         // The local sync runs while the changes ship: a commit waits for the slower of the
         // two, not their sum. If shipping fails the sync fails, synced here or not; a copy
         // that missed it is copied in full before it can serve.
-        if self.group().is_none() {
-            return self.file.sync_data();
+        if mirrored {
+            std::thread::scope(|scope| {
+                let local = scope.spawn(journaled);
+                let shipped = self.ship(changes, before);
+                let synced = local.join().expect("journal append panicked");
+                shipped.and(synced)
+            })?;
+        } else {
+            journaled()?;
         }
-        std::thread::scope(|scope| {
-            let local = scope.spawn(|| self.file.sync_data());
-            let shipped = self.ship(changes, before);
-            let synced = local.join().expect("local sync panicked");
-            shipped.and(synced)
+        // A crash here leaves the changes in the journal alone: the next start writes them.
+        weft_service::failpoint::failpoint("meta-after-journal");
+        // Only once their record is durable: the file never holds a change a crash could
+        // take from the journal.
+        self.files.writing(self.home, || {
+            self.check_fence()?;
+            apply_changes(&self.file, &changes.changes, &changes.payload)
         })
     }
 
@@ -574,8 +605,8 @@ impl HomeLink {
         };
         let payload = Bytes::from_owner(Payload(Arc::clone(pending)));
         let pieces = pieces(&pending.changes, &payload, SHIP_LIMITS);
+        // Under the order lock, which the caller holds.
         let shipped = self.block_on(async {
-            let _order = self.order.lock().await;
             // A sync given up is shipped again by the next link (`HomeFiles`): no member is
             // owed anything beyond it.
             self.membership
@@ -956,7 +987,9 @@ impl Replicas {
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)?;
+            .open(&path)?;
+        // What this server journaled as the home's primary before is in the copy first.
+        journal::settle(&file, &journal::journal_path(&path))?;
         let copy = Arc::new(Mutex::new(Copy {
             file,
             applied: CopyOrder::default(),
@@ -979,5 +1012,6 @@ impl Replicas {
     }
 }
 
+mod journal;
 #[cfg(test)]
 mod tests;

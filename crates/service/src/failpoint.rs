@@ -1,5 +1,6 @@
 //! Fault-injection points. A point named in the `WEFT_FAILPOINTS` environment variable
-//! (comma-separated) ends the process right there, as a crash would; tests set it to kill a
+//! (comma-separated; `name@N` for the N-th time it is reached) ends the process right there,
+//! as a crash would; tests set it to kill a
 //! server at each step of a multi-step protocol. A few points instead make a server misbehave
 //! in a way no crash shows ([`misbehave`]). Without the variable a point costs one load of a
 //! cached empty list.
@@ -30,10 +31,37 @@ pub fn misbehave(name: &str) -> bool {
     armed().iter().any(|point| point == name)
 }
 
-/// Ends the process (exit status 86) if the point `name` is armed.
+/// Ends the process (exit status 86) if the point `name` is armed: at once, or, armed as
+/// `name@N`, the N-th time it is reached.
 pub fn failpoint(name: &str) {
-    if armed().iter().any(|point| point == name) {
+    let armed = armed();
+    if armed.is_empty() {
+        return;
+    }
+    let reached = armed.iter().any(|point| match point.split_once('@') {
+        None => point == name,
+        Some((point, times)) => point == name && times.parse().is_ok_and(|n: u64| count(name) >= n),
+    });
+    if reached {
         eprintln!("weft: fault injection point {name} reached; exiting as a crash would");
         std::process::exit(86);
+    }
+}
+
+/// How many times the point `name` was reached, this time included.
+fn count(name: &str) -> u64 {
+    static COUNTS: std::sync::Mutex<Vec<(String, u64)>> = std::sync::Mutex::new(Vec::new());
+    let mut counts = COUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match counts.iter_mut().find(|(point, _)| point == name) {
+        Some((_, times)) => {
+            *times += 1;
+            *times
+        }
+        None => {
+            counts.push((name.to_string(), 1));
+            1
+        }
     }
 }

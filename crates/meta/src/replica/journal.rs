@@ -1,0 +1,386 @@
+//! A home's store journal: each sync's changes to the store file, appended to a file of their
+//! own and synced there, before they are written to the store file.
+//!
+//! A sync of the store file itself writes redb's pages where they lie (a dozen scattered
+//! pages for a create) and flushes them; appending the same bytes in one piece to a file whose
+//! blocks are written already, and flushing that, takes one contiguous write and no
+//! allocation (less than half the time on this project's disks, see docs/benchmarks.md). The
+//! store file is written after its record is durable, without a sync, and is synced only at a
+//! checkpoint, when the journal is full: then every page written many times since reaches the
+//! disk once, and the journal starts again.
+//!
+//! A crash leaves the store file with any part of what was written to it since the last
+//! checkpoint, and the journal with every record synced since then. Opening the journal
+//! ([`Journal::recover`]) writes those records to the store file again, in order, and syncs
+//! it, before redb reads the file: it is then the file as of the last synced record, which is
+//! what a sync of the store file itself would have left. The store file never holds a change
+//! whose record is not durable, so a torn record (the end of the journal at a crash) was
+//! never answered and is dropped.
+//!
+//! ```text
+//! header, the first 4 KiB:   magic "WEFTJRNL" | version u32 | epoch u64 | crc32c u32
+//! record, at a 4 KiB boundary: magic u32 | epoch u64 | seq u64 | changes u32 | payload u32
+//!                              | changes (tag u8, offset or length u64, length u32) ...
+//!                              | payload | crc32c u32 of all before it
+//! ```
+//!
+//! A record belongs to the journal's current epoch and follows the one before it (`seq` one
+//! higher, from 0); the first that does not, or whose checksum fails, ends the journal. A
+//! checkpoint moves the epoch on, so the records of an earlier epoch that lie beyond the end
+//! are never taken for new ones.
+
+use std::fs::File;
+use std::io::{Error, ErrorKind};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use weft_mirror::pages::{Changes, FileChange};
+use weft_proto::checksum::crc32c;
+
+/// Bytes of the journal file, written once when it is made.
+const JOURNAL_BYTES: u64 = 16 << 20;
+/// Records start at multiples of this, past the header.
+const BLOCK: u64 = 4096;
+const HEADER_MAGIC: &[u8; 8] = b"WEFTJRNL";
+const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"JREC");
+const VERSION: u32 = 1;
+/// Bytes of a record before its changes.
+const RECORD_HEAD: usize = 4 + 8 + 8 + 4 + 4;
+/// Bytes of one change in a record.
+const CHANGE_BYTES: usize = 1 + 8 + 4;
+
+/// The journal of one home's store file (see the module's documentation).
+pub(crate) struct Journal {
+    file: File,
+    path: PathBuf,
+    epoch: u64,
+    /// The next record's number.
+    seq: u64,
+    /// Where the next record goes.
+    tail: u64,
+}
+
+/// The journal's path beside the store file at `store`.
+pub(crate) fn journal_path(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+impl Journal {
+    /// Opens the journal of the store file `store` at `path` (making it when there is none),
+    /// writes what its records hold to the store file, syncs that, and starts the journal
+    /// afresh.
+    ///
+    /// # Errors
+    /// The journal or the store file cannot be read, written or synced.
+    pub fn recover(store: &File, path: &Path) -> std::io::Result<Journal> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(error) if error.kind() == ErrorKind::NotFound => return Journal::make(path),
+            Err(error) => return Err(error),
+        };
+        let mut journal = Journal {
+            file,
+            path: path.to_path_buf(),
+            epoch: 0,
+            seq: 0,
+            tail: BLOCK,
+        };
+        match journal.read_header()? {
+            Some(epoch) => journal.epoch = epoch,
+            // A header torn while a checkpoint wrote it: the store file was synced before.
+            None => return Journal::make(path),
+        }
+        let mut replayed = 0;
+        while let Some((changes, len)) = journal.read_record()? {
+            apply(store, &changes)?;
+            journal.tail += len;
+            journal.seq += 1;
+            replayed += 1;
+        }
+        if replayed > 0 {
+            tracing::info!(path = %path.display(), records = replayed, "store journal replayed");
+        }
+        journal.checkpoint(store)?;
+        Ok(journal)
+    }
+
+    /// Makes a new journal at `path`: every block written, so appending allocates nothing.
+    fn make(path: &Path) -> std::io::Result<Journal> {
+        let staging = path.with_extension("journal.new");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&staging)?;
+        let zeros = vec![0; 1 << 20];
+        let mut at = 0;
+        while at < JOURNAL_BYTES {
+            file.write_all_at(&zeros, at)?;
+            at += zeros.len() as u64;
+        }
+        let mut journal = Journal {
+            file,
+            path: path.to_path_buf(),
+            epoch: 1,
+            seq: 0,
+            tail: BLOCK,
+        };
+        journal.write_header()?;
+        std::fs::rename(&staging, path)?;
+        if let Some(directory) = path.parent() {
+            weft_service::durable::sync_directory(directory)?;
+        }
+        Ok(journal)
+    }
+
+    /// Appends `changes` and syncs them; a full journal is checkpointed first (the store file
+    /// synced). Changes too large for the journal are written to the store file and synced
+    /// there instead. The caller writes them to the store file afterwards.
+    ///
+    /// # Errors
+    /// A write or a sync failed: the changes may or may not be durable.
+    pub fn append(&mut self, store: &File, changes: &Changes) -> std::io::Result<()> {
+        let record = self.record(changes);
+        if self.tail + record.len() as u64 > JOURNAL_BYTES {
+            self.checkpoint(store)?;
+        }
+        if self.tail + record.len() as u64 > JOURNAL_BYTES {
+            apply(store, changes)?;
+            return store.sync_data();
+        }
+        self.file.write_all_at(&record, self.tail)?;
+        self.file.sync_data()?;
+        self.tail += record.len() as u64;
+        self.seq += 1;
+        Ok(())
+    }
+
+    /// Syncs the store file and starts the journal again in a new epoch.
+    fn checkpoint(&mut self, store: &File) -> std::io::Result<()> {
+        store.sync_data()?;
+        self.epoch += 1;
+        self.seq = 0;
+        self.tail = BLOCK;
+        self.write_header()
+    }
+
+    fn write_header(&mut self) -> std::io::Result<()> {
+        let mut header = Vec::with_capacity(24);
+        header.extend_from_slice(HEADER_MAGIC);
+        header.extend_from_slice(&VERSION.to_le_bytes());
+        header.extend_from_slice(&self.epoch.to_le_bytes());
+        let crc = crc32c(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        self.file.write_all_at(&header, 0)?;
+        self.file.sync_data()
+    }
+
+    /// The epoch the header names, or none when the header is torn or not one.
+    fn read_header(&self) -> std::io::Result<Option<u64>> {
+        let mut header = [0u8; 24];
+        if self.file.read_exact_at(&mut header, 0).is_err() {
+            return Ok(None);
+        }
+        let (body, crc) = header.split_at(20);
+        let good = &body[..8] == HEADER_MAGIC
+            && u32::from_le_bytes(body[8..12].try_into().expect("4 bytes")) == VERSION
+            && u32::from_le_bytes(crc.try_into().expect("4 bytes")) == crc32c(body);
+        Ok(good.then(|| u64::from_le_bytes(body[12..20].try_into().expect("8 bytes"))))
+    }
+
+    /// The record of `changes`, padded to a whole block.
+    fn record(&self, changes: &Changes) -> Vec<u8> {
+        let mut record = Vec::with_capacity(
+            RECORD_HEAD + changes.changes.len() * CHANGE_BYTES + changes.payload.len() + 8,
+        );
+        record.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        record.extend_from_slice(&self.epoch.to_le_bytes());
+        record.extend_from_slice(&self.seq.to_le_bytes());
+        record.extend_from_slice(&(changes.changes.len() as u32).to_le_bytes());
+        record.extend_from_slice(&(changes.payload.len() as u32).to_le_bytes());
+        for change in &changes.changes {
+            let (tag, at, len) = match *change {
+                FileChange::Write { offset, len } => (0u8, offset, len),
+                FileChange::SetLen(len) => (1u8, len, 0),
+            };
+            record.push(tag);
+            record.extend_from_slice(&at.to_le_bytes());
+            record.extend_from_slice(&len.to_le_bytes());
+        }
+        record.extend_from_slice(&changes.payload);
+        let crc = crc32c(&record);
+        record.extend_from_slice(&crc.to_le_bytes());
+        record.resize(record.len().next_multiple_of(BLOCK as usize), 0);
+        record
+    }
+
+    /// The record at the tail, and its length, or none where the journal ends.
+    fn read_record(&self) -> std::io::Result<Option<(Changes, u64)>> {
+        let mut head = [0u8; RECORD_HEAD];
+        if self.tail + RECORD_HEAD as u64 > JOURNAL_BYTES {
+            return Ok(None);
+        }
+        self.file.read_exact_at(&mut head, self.tail)?;
+        let word = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4 bytes"));
+        let long = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+        if word(0) != RECORD_MAGIC || long(4) != self.epoch || long(12) != self.seq {
+            return Ok(None);
+        }
+        let (count, payload) = (word(20) as u64, word(24) as u64);
+        let body = RECORD_HEAD as u64 + count * CHANGE_BYTES as u64 + payload;
+        if self.tail + body + 4 > JOURNAL_BYTES {
+            return Ok(None);
+        }
+        let mut record = vec![0; body as usize + 4];
+        self.file.read_exact_at(&mut record, self.tail)?;
+        let (bytes, crc) = record.split_at(body as usize);
+        if u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(bytes) {
+            return Ok(None);
+        }
+        let mut changes = Changes::default();
+        let mut at = RECORD_HEAD;
+        for _ in 0..count {
+            let tag = bytes[at];
+            let offset = u64::from_le_bytes(bytes[at + 1..at + 9].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(bytes[at + 9..at + 13].try_into().expect("4 bytes"));
+            changes.changes.push(match tag {
+                0 => FileChange::Write { offset, len },
+                1 => FileChange::SetLen(offset),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidData,
+                        format!(
+                            "store journal {}: a change of kind {tag}",
+                            self.path.display()
+                        ),
+                    ))
+                }
+            });
+            at += CHANGE_BYTES;
+        }
+        changes.payload = bytes[at..].to_vec();
+        if weft_mirror::pages::payload_len(&changes.changes) != payload {
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                format!(
+                    "store journal {}: a record's changes do not match its payload",
+                    self.path.display()
+                ),
+            ));
+        }
+        Ok(Some((changes, (body + 4).next_multiple_of(BLOCK))))
+    }
+}
+
+/// Writes `changes` to `store`.
+fn apply(store: &File, changes: &Changes) -> std::io::Result<()> {
+    super::apply_changes(store, &changes.changes, &changes.payload)
+}
+
+/// Writes what the journal at `path` holds, if there is one, to the store file `store` (a
+/// copy this server held as its home's primary before), syncs it and removes the journal: a
+/// member writes its copy and syncs it as its primary ships, without a journal, and what the
+/// journal held must never be written over what another primary ships.
+///
+/// # Errors
+/// As [`Journal::recover`], or the journal cannot be removed.
+pub(crate) fn settle(store: &File, path: &Path) -> std::io::Result<()> {
+    if !path.try_exists()? {
+        return Ok(());
+    }
+    drop(Journal::recover(store, path)?);
+    std::fs::remove_file(path)?;
+    if let Some(directory) = path.parent() {
+        weft_service::durable::sync_directory(directory)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(dir: &Path) -> File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join("store"))
+            .expect("store")
+    }
+
+    fn changes(offset: u64, byte: u8, len: usize) -> Changes {
+        let mut changes = Changes::default();
+        changes.write(offset, &vec![byte; len]);
+        changes
+    }
+
+    // Goal: what was appended to the journal reaches the store file at the next opening,
+    // even if the writes to the store file itself were lost; a torn last record is dropped.
+    // Method: append records without writing the store file (as a crash after the journal's
+    // sync loses the store file's unsynced pages), tear a further record, then recover.
+    #[test]
+    fn a_recovery_writes_the_synced_records_and_drops_a_torn_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = journal_path(&dir.path().join("store"));
+        let file = store(dir.path());
+        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        journal.append(&file, &changes(0, 1, 5000)).expect("append");
+        let mut cut = changes(8192, 2, 100);
+        cut.set_len(9000);
+        journal.append(&file, &cut).expect("append");
+        let torn_at = journal.tail;
+        journal.append(&file, &changes(0, 9, 4096)).expect("append");
+        journal
+            .file
+            .write_all_at(&[0xff; 16], torn_at + 40)
+            .expect("tear");
+        drop(journal);
+
+        let journal = Journal::recover(&file, &path).expect("recover");
+        let bytes = std::fs::read(dir.path().join("store")).expect("read");
+        assert_eq!(bytes.len(), 9000);
+        assert!(bytes[..5000].iter().all(|b| *b == 1), "the first record");
+        assert!(bytes[8192..8292].iter().all(|b| *b == 2), "the second");
+        assert_eq!(journal.seq, 0, "the journal starts again");
+
+        // Records of the epoch before, beyond the new end, are not taken for new ones.
+        drop(journal);
+        std::fs::write(dir.path().join("store"), b"").expect("empty the store");
+        Journal::recover(&file, &path).expect("recover again");
+        assert_eq!(
+            std::fs::read(dir.path().join("store")).expect("read").len(),
+            0
+        );
+    }
+
+    // Goal: a journal that fills up checkpoints (the store file synced) and goes on, and
+    // changes larger than the journal go to the store file directly; nothing is lost either way.
+    #[test]
+    fn a_full_journal_checkpoints_and_goes_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = journal_path(&dir.path().join("store"));
+        let file = store(dir.path());
+        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        let records = JOURNAL_BYTES / (256 << 10) + 3;
+        for i in 0..records {
+            let change = changes(i * 4096, i as u8 + 1, 256 << 10);
+            journal.append(&file, &change).expect("append");
+            apply(&file, &change).expect("write the store");
+        }
+        assert!(journal.epoch >= 2, "checkpointed");
+        let huge = changes(0, 0xaa, JOURNAL_BYTES as usize);
+        journal.append(&file, &huge).expect("append huge");
+        drop(journal);
+        Journal::recover(&file, &path).expect("recover");
+        let bytes = std::fs::read(dir.path().join("store")).expect("read");
+        assert!(bytes[..JOURNAL_BYTES as usize].iter().all(|b| *b == 0xaa));
+    }
+}
