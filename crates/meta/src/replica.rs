@@ -176,13 +176,15 @@ fn read_available(file: &File, offset: u64, buffer: &mut [u8]) -> std::io::Resul
 struct Writes {
     /// What redb wrote since its last sync, not in the file yet.
     next: Changes,
-    /// What redb wrote before its last sync: being written to the file, synced and shipped.
+    /// What redb wrote before its last sync: being journaled, shipped and written to the
+    /// file; kept after a failed sync, for the reads until the home is opened again.
     flushing: Option<Arc<Changes>>,
     /// The file's length as redb sees it.
     len: u64,
     /// Syncs redb asked for.
     asked: u64,
-    /// Syncs finished: their changes are in the file, synced, and on every present member.
+    /// Syncs finished: their changes are in the journal, synced, in the file, and on every
+    /// present member.
     done: u64,
     /// Why a sync failed; no later one is attempted.
     failed: Option<Arc<std::io::Error>>,
@@ -287,9 +289,10 @@ pub(crate) struct LinkParts {
 
 /// What this server keeps of each home's store file beyond one link to it.
 ///
-/// - Changes it wrote to the file that the home's mirror members may lack: those of a sync
-///   that failed to ship (the primary's lease ran out while a member was being tried again).
-///   The home is opened again from its file, which holds them, so its next link ships them
+/// - Changes it journaled and wrote to the file that the home's mirror members may lack:
+///   those of a sync that failed to ship (the primary's lease ran out while a member was being
+///   tried again). The home is opened again from its file, which holds them (or reads them
+///   from here, should their journaling have failed), so its next link ships them
 ///   before anything else: to the present members, and into the records of the absent ones.
 ///   A copy written by a primary elsewhere drops them: that primary copies the whole file to
 ///   this server before it serves the home again.
@@ -496,10 +499,10 @@ impl HomeLink {
             });
         }
         let mut writes = self.writes();
-        writes.flushing = None;
         writes.inline = false;
         match result {
             Ok(()) => {
+                writes.flushing = None;
                 // Syncs finish one at a time, in the order redb asked for them: a commit told
                 // durable by an older ticket must never wait on a newer one, nor the reverse.
                 assert!(
@@ -511,6 +514,8 @@ impl HomeLink {
                 writes.done = ticket;
             }
             Err(error) => {
+                // Kept for redb's reads, which go on until the home is opened again: the file
+                // may lack them (their record was not written).
                 tracing::error!(home = self.home.0, %error, "metadata store sync failed");
                 self.broken.store(true, Ordering::SeqCst);
                 writes.failed = Some(Arc::new(error));
@@ -522,10 +527,12 @@ impl HomeLink {
     /// Appends `changes` to the store's journal and syncs it while they ship to the members,
     /// then writes them to the store file (see [`journal`]).
     fn flush(&self, changes: &Arc<Changes>) -> std::io::Result<()> {
-        let mirrored = self.group().is_some();
         // Held until the changes are in the file: a resync reads its pieces of the file under
-        // it, and must not read one after a change shipped and before it landed here.
-        let _order = mirrored.then(|| self.block_on(self.order.lock()));
+        // it, and must not read one after a change shipped and before it landed here. Taken
+        // before the group is looked at: a home that becomes mirrored meanwhile has its first
+        // resync read the file only once these changes are in it.
+        let _order = self.block_on(self.order.lock());
+        let mirrored = self.group().is_some();
         // Journaled and written under the file's lock, each time checked once more to be
         // served through this link.
         let before = self.files.writing(self.home, || {
@@ -544,24 +551,26 @@ impl HomeLink {
         // The local sync runs while the changes ship: a commit waits for the slower of the
         // two, not their sum. If shipping fails the sync fails, synced here or not; a copy
         // that missed it is copied in full before it can serve.
-        if mirrored {
+        let (shipped, journaled) = if mirrored {
             std::thread::scope(|scope| {
                 let local = scope.spawn(journaled);
                 let shipped = self.ship(changes, before);
-                let synced = local.join().expect("journal append panicked");
-                shipped.and(synced)
-            })?;
+                (shipped, local.join().expect("journal append panicked"))
+            })
         } else {
-            journaled()?;
-        }
+            (Ok(()), journaled())
+        };
+        journaled?;
         // A crash here leaves the changes in the journal alone: the next start writes them.
         weft_service::failpoint::failpoint("meta-after-journal");
         // Only once their record is durable: the file never holds a change a crash could
-        // take from the journal.
+        // take from the journal. Written even when they did not ship, as the next start
+        // would write them: the file stays what the journal says.
         self.files.writing(self.home, || {
             self.check_fence()?;
             apply_changes(&self.file, &changes.changes, &changes.payload)
-        })
+        })?;
+        shipped
     }
 
     /// Stops every further write through this link.
@@ -809,12 +818,13 @@ impl HomeLink {
 /// redb's view of a served home's store file.
 ///
 /// A commit's writes stay in memory until its sync: the sync hands them to the home's flusher
-/// thread, which writes them to the file and syncs it while they ship to the members, and
-/// returns at once, so the next batch of operations is applied while the last one reaches the
-/// disk. redb reads its unsynced pages back from memory. The next sync waits for the last one
-/// to finish, so the file never holds a commit's pages before the commit before it is durable:
-/// redb reuses a page only once the commit that freed it is synced, and a crash leaves the
-/// file as of some sync, as redb expects. A commit is durable only once its sync finished
+/// thread, which appends them to the store's journal and syncs it while they ship to the
+/// members, then writes them to the file, and returns at once, so the next batch of
+/// operations is applied while the last one reaches the disk. redb reads its unsynced pages
+/// back from memory. The next sync waits for the last one to finish, so no commit's pages are
+/// written before the commit before it is durable: redb reuses a page only once the commit
+/// that freed it is synced, and a crash leaves the file, once its journal is written into it
+/// at the next start, as of some sync, as redb expects. A commit is durable only once its sync finished
 /// ([`HomeLink::wait_synced`]); the commit thread answers after that. A commit that nothing
 /// waits behind asks for its sync to run on the committing thread
 /// ([`HomeLink::sync_next_inline`]), in the same order.

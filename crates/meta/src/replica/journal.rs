@@ -18,16 +18,21 @@
 //! never answered and is dropped.
 //!
 //! ```text
-//! header, the first 4 KiB:   magic "WEFTJRNL" | version u32 | epoch u64 | crc32c u32
-//! record, at a 4 KiB boundary: magic u32 | epoch u64 | seq u64 | changes u32 | payload u32
+//! header, the first 4 KiB:   magic "WEFTJRNL" | version u32 | epoch u64 | salt u64
+//!                              | crc32c u32
+//! record, at a 4 KiB boundary: magic u32 | epoch u64 | salt u64 | seq u64 | changes u32
+//!                              | payload u32
 //!                              | changes (tag u8, offset or length u64, length u32) ...
 //!                              | payload | crc32c u32 of all before it
 //! ```
 //!
-//! A record belongs to the journal's current epoch and follows the one before it (`seq` one
-//! higher, from 0); the first that does not, or whose checksum fails, ends the journal. A
-//! checkpoint moves the epoch on, so the records of an earlier epoch that lie beyond the end
-//! are never taken for new ones.
+//! A record belongs to the journal's current epoch and salt and follows the one before it
+//! (`seq` one higher, from 0); the first that does not, or whose checksum fails, ends the
+//! journal. A checkpoint moves the epoch on and draws a new random salt, so the records of an
+//! earlier epoch that lie beyond the end are never taken for new ones, and no bytes a client
+//! put in the store (a name, an attribute's value) can pass for a record. A header torn while
+//! a checkpoint rewrote it is rebuilt from the first record after it, if that one is the
+//! first of its epoch; a header of another version stops the start.
 
 use std::fs::File;
 use std::io::{Error, ErrorKind};
@@ -44,7 +49,9 @@ const HEADER_MAGIC: &[u8; 8] = b"WEFTJRNL";
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"JREC");
 const VERSION: u32 = 1;
 /// Bytes of a record before its changes.
-const RECORD_HEAD: usize = 4 + 8 + 8 + 4 + 4;
+const RECORD_HEAD: usize = 4 + 8 + 8 + 8 + 4 + 4;
+/// Bytes of the header.
+const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4;
 /// Bytes of one change in a record.
 const CHANGE_BYTES: usize = 1 + 8 + 4;
 
@@ -53,6 +60,8 @@ pub(crate) struct Journal {
     file: File,
     path: PathBuf,
     epoch: u64,
+    /// Drawn at random for each epoch.
+    salt: u64,
     /// The next record's number.
     seq: u64,
     /// Where the next record goes.
@@ -87,13 +96,29 @@ impl Journal {
             file,
             path: path.to_path_buf(),
             epoch: 0,
+            salt: 0,
             seq: 0,
             tail: BLOCK,
         };
         match journal.read_header()? {
-            Some(epoch) => journal.epoch = epoch,
-            // A header torn while a checkpoint wrote it: the store file was synced before.
-            None => return Journal::make(path),
+            Header::Good { epoch, salt } => (journal.epoch, journal.salt) = (epoch, salt),
+            Header::Version(version) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidData,
+                    format!(
+                        "store journal {} is of version {version}; this build reads version \
+                         {VERSION}: start the build that wrote it once, to write its records \
+                         to the store",
+                        path.display()
+                    ),
+                ))
+            }
+            // Torn while a checkpoint rewrote it, just after the store file was synced: the
+            // records after it, if any, are of the epoch it was to name.
+            Header::Torn => match journal.first_record_epoch()? {
+                Some((epoch, salt)) => (journal.epoch, journal.salt) = (epoch, salt),
+                None => return Journal::make(path),
+            },
         }
         let mut replayed = 0;
         while let Some((changes, len)) = journal.read_record()? {
@@ -128,6 +153,7 @@ impl Journal {
             file,
             path: path.to_path_buf(),
             epoch: 1,
+            salt: rand::random(),
             seq: 0,
             tail: BLOCK,
         };
@@ -156,6 +182,10 @@ impl Journal {
         }
         self.file.write_all_at(&record, self.tail)?;
         self.file.sync_data()?;
+        if weft_service::failpoint::misbehave("meta-slow-journal") {
+            // A disk that takes its time: what runs beside a sync has room to go wrong.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         self.tail += record.len() as u64;
         self.seq += 1;
         Ok(())
@@ -165,33 +195,61 @@ impl Journal {
     fn checkpoint(&mut self, store: &File) -> std::io::Result<()> {
         store.sync_data()?;
         self.epoch += 1;
+        self.salt = rand::random();
         self.seq = 0;
         self.tail = BLOCK;
         self.write_header()
     }
 
     fn write_header(&mut self) -> std::io::Result<()> {
-        let mut header = Vec::with_capacity(24);
+        let mut header = Vec::with_capacity(HEADER_BYTES);
         header.extend_from_slice(HEADER_MAGIC);
         header.extend_from_slice(&VERSION.to_le_bytes());
         header.extend_from_slice(&self.epoch.to_le_bytes());
+        header.extend_from_slice(&self.salt.to_le_bytes());
         let crc = crc32c(&header);
         header.extend_from_slice(&crc.to_le_bytes());
         self.file.write_all_at(&header, 0)?;
         self.file.sync_data()
     }
 
-    /// The epoch the header names, or none when the header is torn or not one.
-    fn read_header(&self) -> std::io::Result<Option<u64>> {
-        let mut header = [0u8; 24];
+    /// What the header says.
+    fn read_header(&self) -> std::io::Result<Header> {
+        let mut header = [0u8; HEADER_BYTES];
         if self.file.read_exact_at(&mut header, 0).is_err() {
+            return Ok(Header::Torn);
+        }
+        let (body, crc) = header.split_at(HEADER_BYTES - 4);
+        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+        if &body[..8] == HEADER_MAGIC && version != VERSION {
+            return Ok(Header::Version(version));
+        }
+        if &body[..8] != HEADER_MAGIC
+            || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(body)
+        {
+            return Ok(Header::Torn);
+        }
+        Ok(Header::Good {
+            epoch: u64::from_le_bytes(body[12..20].try_into().expect("8 bytes")),
+            salt: u64::from_le_bytes(body[20..28].try_into().expect("8 bytes")),
+        })
+    }
+
+    /// The epoch and salt of the record right after the header, if it is whole and the first
+    /// of its epoch.
+    fn first_record_epoch(&mut self) -> std::io::Result<Option<(u64, u64)>> {
+        let mut head = [0u8; RECORD_HEAD];
+        if self.file.read_exact_at(&mut head, BLOCK).is_err() {
             return Ok(None);
         }
-        let (body, crc) = header.split_at(20);
-        let good = &body[..8] == HEADER_MAGIC
-            && u32::from_le_bytes(body[8..12].try_into().expect("4 bytes")) == VERSION
-            && u32::from_le_bytes(crc.try_into().expect("4 bytes")) == crc32c(body);
-        Ok(good.then(|| u64::from_le_bytes(body[12..20].try_into().expect("8 bytes"))))
+        (self.epoch, self.salt) = (
+            u64::from_le_bytes(head[4..12].try_into().expect("8 bytes")),
+            u64::from_le_bytes(head[12..20].try_into().expect("8 bytes")),
+        );
+        Ok(self
+            .read_record()?
+            .is_some()
+            .then_some((self.epoch, self.salt)))
     }
 
     /// The record of `changes`, padded to a whole block.
@@ -201,6 +259,7 @@ impl Journal {
         );
         record.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
         record.extend_from_slice(&self.epoch.to_le_bytes());
+        record.extend_from_slice(&self.salt.to_le_bytes());
         record.extend_from_slice(&self.seq.to_le_bytes());
         record.extend_from_slice(&(changes.changes.len() as u32).to_le_bytes());
         record.extend_from_slice(&(changes.payload.len() as u32).to_le_bytes());
@@ -229,10 +288,14 @@ impl Journal {
         self.file.read_exact_at(&mut head, self.tail)?;
         let word = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4 bytes"));
         let long = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
-        if word(0) != RECORD_MAGIC || long(4) != self.epoch || long(12) != self.seq {
+        if word(0) != RECORD_MAGIC
+            || long(4) != self.epoch
+            || long(12) != self.salt
+            || long(20) != self.seq
+        {
             return Ok(None);
         }
-        let (count, payload) = (word(20) as u64, word(24) as u64);
+        let (count, payload) = (word(28) as u64, word(32) as u64);
         let body = RECORD_HEAD as u64 + count * CHANGE_BYTES as u64 + payload;
         if self.tail + body + 4 > JOURNAL_BYTES {
             return Ok(None);
@@ -276,6 +339,16 @@ impl Journal {
         }
         Ok(Some((changes, (body + 4).next_multiple_of(BLOCK))))
     }
+}
+
+/// What a journal's header says.
+enum Header {
+    /// The current epoch and its salt.
+    Good { epoch: u64, salt: u64 },
+    /// Torn, or not a header.
+    Torn,
+    /// A journal of another version.
+    Version(u32),
 }
 
 /// Writes `changes` to `store`.
@@ -359,6 +432,41 @@ mod tests {
             std::fs::read(dir.path().join("store")).expect("read").len(),
             0
         );
+    }
+
+    // Goal: a header torn while a checkpoint rewrote it loses no record written after it, and
+    // a journal of another version stops the start instead of being dropped. Method: records
+    // appended, the header's checksum broken, recovery; then a header of version 9.
+    #[test]
+    fn a_torn_header_keeps_the_records_and_another_version_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = journal_path(&dir.path().join("store"));
+        let file = store(dir.path());
+        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        journal.append(&file, &changes(0, 5, 4096)).expect("append");
+        journal
+            .append(&file, &changes(4096, 6, 4096))
+            .expect("append");
+        journal
+            .file
+            .write_all_at(&[0xee], 20)
+            .expect("tear the header");
+        drop(journal);
+        Journal::recover(&file, &path).expect("recover");
+        let bytes = std::fs::read(dir.path().join("store")).expect("read");
+        assert!(bytes[..4096].iter().all(|b| *b == 5), "the first record");
+        assert!(bytes[4096..8192].iter().all(|b| *b == 6), "the second");
+
+        let journal = Journal::recover(&file, &path).expect("recover again");
+        journal
+            .file
+            .write_all_at(&9u32.to_le_bytes(), 8)
+            .expect("version 9");
+        drop(journal);
+        let refused = Journal::recover(&file, &path)
+            .map(drop)
+            .expect_err("refused");
+        assert!(refused.to_string().contains("version 9"), "{refused}");
     }
 
     // Goal: a journal that fills up checkpoints (the store file synced) and goes on, and
