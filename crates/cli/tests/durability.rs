@@ -377,11 +377,7 @@ fn size_of_a_dead_writer_is_recovered_from_the_objects() {
 #[test]
 fn size_reported_at_close_survives_a_metadata_crash_before_its_sync() {
     let mut cluster = cluster(ClusterSpec::default());
-    cluster
-        .set_env("meta-1", &[("WEFT_FAILPOINTS", "meta-before-idle-sync")])
-        .expect("arm");
-    cluster.restart("meta-1").expect("restart armed");
-    cluster.wait_ready().expect("ready");
+    common::arm(&mut cluster, "meta-1", "meta-before-idle-sync");
     let first = cluster.mount().expect("mount");
     let data = pattern(31, 2 * 1024 * 1024 + 77);
     fs::write(first.join("closed"), &data).expect("write and close");
@@ -417,11 +413,7 @@ fn size_reported_at_close_survives_a_metadata_crash_before_its_sync() {
 #[test]
 fn a_crash_between_the_journal_and_the_store_loses_nothing_acknowledged() {
     let mut cluster = cluster(ClusterSpec::default());
-    cluster
-        .set_env("meta-1", &[("WEFT_FAILPOINTS", "meta-after-journal@40")])
-        .expect("arm");
-    cluster.restart("meta-1").expect("restart armed");
-    cluster.wait_ready().expect("ready");
+    common::arm(&mut cluster, "meta-1", "meta-after-journal@40");
     let mnt = cluster.mount().expect("mount");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let creator = {

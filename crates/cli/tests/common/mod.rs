@@ -159,6 +159,16 @@ pub fn metadata_node(cluster: &LocalCluster, path: &Path) -> String {
         .to_string()
 }
 
+/// Restarts `service` with the fault-injection points `points` armed (`WEFT_FAILPOINTS`) and
+/// waits until the cluster is ready.
+pub fn arm(cluster: &mut LocalCluster, service: &str, points: &str) {
+    cluster
+        .set_env(service, &[("WEFT_FAILPOINTS", points)])
+        .expect("arm");
+    cluster.restart(service).expect("restart armed");
+    cluster.wait_ready().expect("ready");
+}
+
 /// Runs `weft fsck` and asserts it finds nothing.
 pub fn fsck_clean(cluster: &LocalCluster) {
     let (ok, report, stderr) = weft(cluster, &["fsck", "--mgmt", cluster.mgmt()]);
@@ -174,11 +184,7 @@ pub fn crash_during(
     paths: Vec<PathBuf>,
     operation: fn(&Path) -> std::io::Result<()>,
 ) -> Vec<std::io::Result<()>> {
-    cluster
-        .set_env("meta-1", &[("WEFT_FAILPOINTS", point)])
-        .expect("arm");
-    cluster.restart("meta-1").expect("restart armed");
-    cluster.wait_ready().expect("ready");
+    arm(cluster, "meta-1", point);
     let worker = std::thread::spawn(move || paths.iter().map(|p| operation(p)).collect::<Vec<_>>());
     wait_until(&format!("meta-1 to crash at {point}"), || {
         cluster.has_exited("meta-1")

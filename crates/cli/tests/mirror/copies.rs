@@ -123,11 +123,7 @@ fn a_home_paired_under_load_gets_an_equal_copy() {
         meta: 2,
         ..ClusterSpec::default()
     });
-    cluster
-        .set_env("meta-1", &[("WEFT_FAILPOINTS", "meta-slow-journal")])
-        .expect("arm");
-    cluster.restart("meta-1").expect("restart armed");
-    cluster.wait_ready().expect("ready");
+    common::arm(&mut cluster, "meta-1", "meta-slow-journal");
     let mnt = cluster.mount().expect("mount");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let creator = {
