@@ -808,6 +808,57 @@ fn an_unlinked_open_file_survives_a_metadata_restart() {
     fsck_clean(&cluster);
 }
 
+// Goal: a metadata server that waits after a start before it serves (for a storage target, to
+// settle the size of a file open at the crash) still gives its clients the whole grace period
+// to reclaim their opens, so a file unlinked while open keeps its data. The grace period used
+// to run from the start: it could be over before any client could reclaim, and the server
+// disposed of the open file at once (the nemesis saw a restricted client's open refused so).
+// Method: a file held open and unlinked through the mount, another written and left open
+// (listed as without a size report); meta-1 and both storage servers killed; meta-1 restarted,
+// the storage servers only after more than the grace period (2 s); the open file reads whole.
+#[test]
+fn an_unlinked_open_file_survives_a_start_that_waits_for_storage() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    let kept = pattern(43, 300 << 10);
+    common::write_synced(&mnt.join("kept"), &kept);
+    let (opened, is_open) = std::sync::mpsc::channel();
+    let (read, reading) = std::sync::mpsc::channel::<()>();
+    let (back, read_back) = std::sync::mpsc::channel();
+    let (path, writing) = (mnt.join("kept"), mnt.join("writing"));
+    let holder = std::thread::spawn(move || {
+        common::private_file_table();
+        let mut file = File::open(&path).expect("open");
+        fs::remove_file(&path).expect("unlink while open");
+        let mut unreported = File::create(&writing).expect("create");
+        unreported.write_all(&[7; 64 << 10]).expect("write");
+        opened.send(()).expect("tell");
+        let _ = reading.recv();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut data).expect("read");
+        back.send(data).expect("send");
+        let _ = reading.recv();
+        drop(unreported);
+    });
+    is_open.recv().expect("open");
+    for name in ["meta-1", "storage-1", "storage-2"] {
+        cluster.kill(name).expect("kill");
+    }
+    cluster.restart("meta-1").expect("restart meta-1");
+    // Longer than the grace period: the start waits for the storage servers all that time.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    for name in ["storage-1", "storage-2"] {
+        cluster.restart(name).expect("restart");
+    }
+    cluster.wait_ready().expect("ready");
+    read.send(()).expect("read");
+    let data = read_back.recv().expect("data");
+    assert!(data == kept, "the open file lost its data across the start");
+    read.send(()).expect("close");
+    holder.join().expect("holder");
+    fsck_clean(&cluster);
+}
+
 // Goal: a truncate is durable at a target once the target answered it (the metadata server
 // then forgets it), in crash-test mode as on a real disk: after the storage server is killed
 // and restarted, the file reads back cut, not failing with EIO because its object lost the

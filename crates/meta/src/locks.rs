@@ -41,12 +41,25 @@ pub(crate) struct LockTable {
     held: Mutex<HashMap<InodeId, Owners>>,
     released: Notify,
     epoch: u64,
-    grace_until: Instant,
+    grace: Duration,
+    /// When the grace period ends; none while the home does not serve requests yet.
+    grace_until: Mutex<Option<Instant>>,
 }
 
 impl LockTable {
-    /// A table that grants only reclaims for `grace`.
+    /// A table that grants only reclaims for `grace`, from now on.
+    #[cfg(test)]
     pub fn new(grace: Duration) -> LockTable {
+        let table = LockTable::until_served(grace);
+        table.start_grace();
+        table
+    }
+
+    /// A table whose grace period of `grace` starts only at [`LockTable::start_grace`]: when
+    /// its home starts serving requests. A start that waits (for a storage target, to settle
+    /// the sizes of files open at a crash) before it serves gives its clients the whole grace
+    /// period to reclaim their opens and locks all the same.
+    pub fn until_served(grace: Duration) -> LockTable {
         let epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -55,13 +68,25 @@ impl LockTable {
             held: Mutex::default(),
             released: Notify::new(),
             epoch,
-            grace_until: Instant::now() + grace,
+            grace,
+            grace_until: Mutex::new(None),
         }
     }
 
-    /// Whether the grace period after the start is over.
+    /// Starts the grace period, unless it started already.
+    pub fn start_grace(&self) {
+        self.grace_until
+            .lock()
+            .expect("grace poisoned")
+            .get_or_insert_with(|| Instant::now() + self.grace);
+    }
+
+    /// Whether the grace period after the start is over (not before it started).
     pub fn grace_over(&self) -> bool {
-        Instant::now() >= self.grace_until
+        self.grace_until
+            .lock()
+            .expect("grace poisoned")
+            .is_some_and(|until| Instant::now() >= until)
     }
 
     /// Changes at every start of the server.
@@ -148,8 +173,7 @@ impl LockTable {
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            let in_grace =
-                !reclaim && lock.kind != LockKind::Unlock && Instant::now() < self.grace_until;
+            let in_grace = !reclaim && lock.kind != LockKind::Unlock && !self.grace_over();
             let outcome = if in_grace {
                 Err(LockRefusal::InGrace)
             } else {
@@ -161,10 +185,10 @@ impl LockTable {
                 Err(LockRefusal::TooMany) => return Err(LockRefusal::TooMany),
                 Err(refusal) if now >= deadline => return Err(refusal),
                 Err(_) => {
-                    let until = if in_grace {
-                        self.grace_until.min(deadline)
-                    } else {
-                        deadline
+                    let grace_until = *self.grace_until.lock().expect("grace poisoned");
+                    let until = match grace_until {
+                        Some(grace_until) if in_grace => grace_until.min(deadline),
+                        _ => deadline,
                     };
                     let _ =
                         tokio::time::timeout(until.saturating_duration_since(now), released).await;

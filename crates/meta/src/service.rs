@@ -171,7 +171,7 @@ impl Meta {
             directory_chooser: Chooser::new(config.directory_chooser),
             sessions: sessions::SessionState::new(orphans),
             // A new file system has no locks to reclaim.
-            locks: LockTable::new(if first_start {
+            locks: LockTable::until_served(if first_start {
                 Duration::ZERO
             } else {
                 config.lock_grace
@@ -231,7 +231,7 @@ impl Meta {
                 Vec::new()
             });
         if unreported.is_empty() {
-            self.background.settled.send_replace(true);
+            self.start_serving();
         }
         // The sessions with stored replies here are expired like any seen here, so the replies
         // of a client that went away while this server was down are dropped too.

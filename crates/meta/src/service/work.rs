@@ -262,6 +262,13 @@ impl Meta {
                 "sizes recomputed at the start; requests are served (files on targets that are away wait for them)"
             );
         }
+        self.start_serving();
+    }
+
+    /// Lets requests through, once the sizes of the files open at a crash are settled, and
+    /// starts the grace period in which clients reclaim their opens and locks.
+    pub(super) fn start_serving(&self) {
+        self.locks.start_grace();
         self.background.settled.send_replace(true);
     }
 
