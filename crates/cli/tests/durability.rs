@@ -407,47 +407,31 @@ fn size_reported_at_close_survives_a_metadata_crash_before_its_sync() {
 // Goal: a metadata server that crashes after a sync's journal record is durable and before its
 // changes reached the store file starts with them written, and loses nothing it acknowledged
 // (the store's journal, crash-consistency.md). Method: meta-1 armed to crash at its 40th sync
-// right after the journal; files created through the mount by a thread until well after the
-// crash; meta-1 restarted once it crashed: every create that was answered is there, the log says
-// the journal was replayed, and fsck is clean.
+// right after the journal; 400 files created through the mount meanwhile, meta-1 restarted
+// once it crashed: every create that was answered is there, the log says the journal was
+// replayed, and fsck is clean.
 #[test]
 fn a_crash_between_the_journal_and_the_store_loses_nothing_acknowledged() {
     let mut cluster = cluster(ClusterSpec::default());
-    common::arm(&mut cluster, "meta-1", "meta-after-journal@40");
     let mnt = cluster.mount().expect("mount");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let creator = {
-        let (mnt, stop) = (mnt.clone(), std::sync::Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let mut created = Vec::new();
-            for i in 0..2000 {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                let path = mnt.join(format!("f{i}"));
-                if fs::write(&path, [i as u8]).is_ok() {
-                    created.push(path);
-                }
-            }
-            created
-        })
-    };
-    wait_until("meta-1 to crash after a journal record", || {
-        cluster.has_exited("meta-1")
-    })
-    .expect("crashed");
-    cluster.set_env("meta-1", &[]).expect("disarm");
-    cluster.restart("meta-1").expect("restart");
-    cluster.wait_ready().expect("ready");
+    let paths: Vec<_> = (0..400).map(|i| mnt.join(format!("f{i}"))).collect();
+    let results = common::crash_during(
+        &mut cluster,
+        "meta-after-journal@40",
+        paths.clone(),
+        |path| fs::write(path, b"x"),
+    );
     assert!(
         cluster.log("meta-1").contains("store journal replayed"),
         "the restart wrote the journal's records"
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let created = creator.join().expect("creator");
+    let created: Vec<_> = paths
+        .iter()
+        .zip(&results)
+        .filter_map(|(path, result)| result.is_ok().then_some(path))
+        .collect();
     assert!(created.len() > 20, "{} creates answered", created.len());
-    for path in &created {
+    for path in created {
         assert!(path.exists(), "{} was answered and is gone", path.display());
     }
     fsck_clean(&cluster);

@@ -11,7 +11,7 @@
 //! Locks of sessions that expire are released.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use weft_proto::ids::{ClientId, InodeId};
@@ -42,8 +42,8 @@ pub(crate) struct LockTable {
     released: Notify,
     epoch: u64,
     grace: Duration,
-    /// When the grace period ends; none while the home does not serve requests yet.
-    grace_until: Mutex<Option<Instant>>,
+    /// When the grace period ends; unset while the home does not serve requests yet.
+    grace_until: OnceLock<Instant>,
 }
 
 impl LockTable {
@@ -69,24 +69,20 @@ impl LockTable {
             released: Notify::new(),
             epoch,
             grace,
-            grace_until: Mutex::new(None),
+            grace_until: OnceLock::new(),
         }
     }
 
     /// Starts the grace period, unless it started already.
     pub fn start_grace(&self) {
-        self.grace_until
-            .lock()
-            .expect("grace poisoned")
-            .get_or_insert_with(|| Instant::now() + self.grace);
+        self.grace_until.get_or_init(|| Instant::now() + self.grace);
     }
 
     /// Whether the grace period after the start is over (not before it started).
     pub fn grace_over(&self) -> bool {
         self.grace_until
-            .lock()
-            .expect("grace poisoned")
-            .is_some_and(|until| Instant::now() >= until)
+            .get()
+            .is_some_and(|until| Instant::now() >= *until)
     }
 
     /// Changes at every start of the server.
@@ -185,9 +181,8 @@ impl LockTable {
                 Err(LockRefusal::TooMany) => return Err(LockRefusal::TooMany),
                 Err(refusal) if now >= deadline => return Err(refusal),
                 Err(_) => {
-                    let grace_until = *self.grace_until.lock().expect("grace poisoned");
-                    let until = match grace_until {
-                        Some(grace_until) if in_grace => grace_until.min(deadline),
+                    let until = match self.grace_until.get() {
+                        Some(grace_until) if in_grace => (*grace_until).min(deadline),
                         _ => deadline,
                     };
                     let _ =

@@ -70,6 +70,18 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// Whether `inode` is listed as a file without a size report.
+    fn unreported(&self, inode: InodeId) -> bool {
+        self.db
+            .begin_read()
+            .expect("read")
+            .open_table(UNREPORTED)
+            .expect("table")
+            .get(inode.0)
+            .expect("get")
+            .is_some()
+    }
+
     fn mutation(&self) -> MutationId {
         let seq = self
             .next_seq
@@ -653,15 +665,7 @@ async fn changes_answered_before_their_sync_are_synced_under_steady_load() {
 #[tokio::test]
 async fn bookkeeping_rides_in_the_next_commit() {
     let f = fixture();
-    let listed = |inode: u64| {
-        f.db.begin_read()
-            .expect("read")
-            .open_table(UNREPORTED)
-            .expect("table")
-            .get(inode)
-            .expect("get")
-            .is_some()
-    };
+    let listed = |inode: u64| f.unreported(InodeId(inode));
     let commits = f.metrics.commits();
     f.committer.tidy(Box::new(|txn| {
         txn.open_table(UNREPORTED)?.insert(1_000_001, ())?;
@@ -698,15 +702,7 @@ async fn bookkeeping_rides_in_the_next_commit() {
 #[tokio::test]
 async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
     let f = fixture();
-    let listed = |inode: InodeId| {
-        f.db.begin_read()
-            .expect("read")
-            .open_table(UNREPORTED)
-            .expect("table")
-            .get(inode.0)
-            .expect("get")
-            .is_some()
-    };
+    let listed = |inode: InodeId| f.unreported(inode);
     let report = |inode: InodeId, size: u64, durable: bool| {
         let txn = f.db.begin_write().expect("txn");
         let result =

@@ -83,13 +83,26 @@ impl Journal {
     /// # Errors
     /// The journal or the store file cannot be read, written or synced.
     pub fn recover(store: &File, path: &Path) -> std::io::Result<Journal> {
+        match Journal::replay(store, path)? {
+            Some(mut journal) => {
+                journal.checkpoint(store)?;
+                Ok(journal)
+            }
+            None => Journal::make(path),
+        }
+    }
+
+    /// Opens the journal at `path` and writes what its records hold to the store file
+    /// `store`, without a sync; none when there is no journal, or only a torn header without
+    /// records after it.
+    fn replay(store: &File, path: &Path) -> std::io::Result<Option<Journal>> {
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
         {
             Ok(file) => file,
-            Err(error) if error.kind() == ErrorKind::NotFound => return Journal::make(path),
+            Err(error) if error.kind() == ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(error),
         };
         let mut journal = Journal {
@@ -117,7 +130,7 @@ impl Journal {
             // records after it, if any, are of the epoch it was to name.
             Header::Torn => match journal.first_record_epoch()? {
                 Some((epoch, salt)) => (journal.epoch, journal.salt) = (epoch, salt),
-                None => return Journal::make(path),
+                None => return Ok(None),
             },
         }
         let mut replayed = 0;
@@ -130,8 +143,7 @@ impl Journal {
         if replayed > 0 {
             tracing::info!(path = %path.display(), records = replayed, "store journal replayed");
         }
-        journal.checkpoint(store)?;
-        Ok(journal)
+        Ok(Some(journal))
     }
 
     /// Makes a new journal at `path`: every block written, so appending allocates nothing.
@@ -364,11 +376,13 @@ fn apply(store: &File, changes: &Changes) -> std::io::Result<()> {
 /// # Errors
 /// As [`Journal::recover`], or the journal cannot be removed.
 pub(crate) fn settle(store: &File, path: &Path) -> std::io::Result<()> {
-    if !path.try_exists()? {
-        return Ok(());
+    if Journal::replay(store, path)?.is_some() {
+        store.sync_data()?;
     }
-    drop(Journal::recover(store, path)?);
-    std::fs::remove_file(path)?;
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
+        removed => removed?,
+    }
     if let Some(directory) = path.parent() {
         weft_service::durable::sync_directory(directory)?;
     }
@@ -431,6 +445,31 @@ mod tests {
         assert_eq!(
             std::fs::read(dir.path().join("store")).expect("read").len(),
             0
+        );
+    }
+
+    // Goal: a copy this server journaled as its home's primary gets the journal's records when
+    // it becomes a member's copy, and the journal goes; a copy without a journal stays as it
+    // is. Method: records appended without writing the store file, then settled, twice.
+    #[test]
+    fn settling_writes_the_records_and_removes_the_journal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = journal_path(&dir.path().join("store"));
+        let file = store(dir.path());
+        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        journal.append(&file, &changes(0, 3, 4096)).expect("append");
+        drop(journal);
+        settle(&file, &path).expect("settle");
+        assert!(!path.exists(), "the journal is gone");
+        let bytes = std::fs::read(dir.path().join("store")).expect("read");
+        assert!(
+            bytes.len() == 4096 && bytes.iter().all(|b| *b == 3),
+            "the record"
+        );
+        settle(&file, &path).expect("settle without a journal");
+        assert_eq!(
+            std::fs::read(dir.path().join("store")).expect("read"),
+            bytes
         );
     }
 

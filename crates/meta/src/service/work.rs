@@ -401,7 +401,8 @@ impl Meta {
     pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
         let _disposing = self.background.disposing.lock().await;
         let forgetting = Arc::clone(&self.background.forgetting);
-        // A push of a file's move in flight could make a copy again after its removal.
+        // A push of a file's move in flight could make a copy again after its removal. Taken
+        // out of the set's lock, which is not held across the removals.
         let files: Vec<_> = {
             let forgotten = forgetting.lock().expect("forgotten files poisoned");
             files
@@ -409,8 +410,7 @@ impl Meta {
                 .filter(|(inode, _)| !self.is_pushing(*inode) && !forgotten.contains(inode))
                 .collect()
         };
-        let files = files.into_iter();
-        let removals = files.map(|(inode, layout)| {
+        let removals = files.into_iter().map(|(inode, layout)| {
             let inode = *inode;
             let map = self.cluster.map();
             // A target removed from the cluster took its objects with it, and a storage
