@@ -7,6 +7,7 @@ mod common;
 use common::{cluster, fsck_clean, pattern};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
 use weft_testkit::{wait_until, ClusterSpec};
 
 // Goal: fsync means durable; a missing fsync is caught. Method: write files, fsync some, kill
@@ -738,6 +739,55 @@ fn a_late_copy_of_a_retried_change_never_lands_over_a_newer_one() {
     });
 }
 
+/// A file held open and unlinked by a thread with a file table of its own (see
+/// `private_file_table`), which reads it whole when asked, and closes it when told.
+struct UnlinkedOpen {
+    asked: std::sync::mpsc::Sender<()>,
+    data: std::sync::mpsc::Receiver<Vec<u8>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl UnlinkedOpen {
+    /// Opens `path` and unlinks it; `beside` makes what the thread keeps open with it until
+    /// it closes. Returns once both are open.
+    fn hold<T>(path: PathBuf, beside: impl FnOnce() -> T + Send + 'static) -> UnlinkedOpen {
+        let (opened, is_open) = std::sync::mpsc::channel();
+        let (asked, asking) = std::sync::mpsc::channel::<()>();
+        let (back, data) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            common::private_file_table();
+            let mut file = File::open(&path).expect("open");
+            fs::remove_file(&path).expect("unlink while open");
+            let kept = beside();
+            opened.send(()).expect("tell");
+            let _ = asking.recv();
+            let mut read = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut read).expect("read");
+            back.send(read).expect("send");
+            let _ = asking.recv();
+            drop(kept);
+        });
+        is_open.recv().expect("open");
+        UnlinkedOpen {
+            asked,
+            data,
+            thread,
+        }
+    }
+
+    /// The file's bytes, read through the open descriptor.
+    fn read(&self) -> Vec<u8> {
+        self.asked.send(()).expect("read");
+        self.data.recv().expect("data")
+    }
+
+    /// Closes the file (and what was kept open beside it).
+    fn close(self) {
+        self.asked.send(()).expect("close");
+        self.thread.join().expect("holder");
+    }
+}
+
 // Goal: a file unlinked while open keeps its data across a restart of its metadata server
 // (opens lived only in memory, and a home that started disposed of every such file, so the
 // open file read as zeros). Method: mount 1 holds a file open and unlinks it; a second file,
@@ -754,23 +804,7 @@ fn an_unlinked_open_file_survives_a_metadata_restart() {
     common::write_synced(&first.join("kept"), &kept);
     common::write_synced(&first.join("dropped"), &dropped);
     assert_eq!(object_bytes(&cluster), (500 << 10) as u64);
-    // Held in a thread with a file table of its own (see `private_file_table`).
-    let (opened, is_open) = std::sync::mpsc::channel();
-    let (read, reading) = std::sync::mpsc::channel::<()>();
-    let (back, read_back) = std::sync::mpsc::channel();
-    let path = first.join("kept");
-    let holder = std::thread::spawn(move || {
-        common::private_file_table();
-        let mut file = File::open(&path).expect("open");
-        fs::remove_file(&path).expect("unlink while open");
-        opened.send(()).expect("tell");
-        let _ = reading.recv();
-        let mut data = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut data).expect("read");
-        back.send(data).expect("send");
-        let _ = reading.recv();
-    });
-    is_open.recv().expect("open");
+    let holder = UnlinkedOpen::hold(first.join("kept"), || ());
     let other = File::open(second.join("dropped")).expect("open through mount 2");
     fs::remove_file(second.join("dropped")).expect("unlink");
     cluster.kill_mount(&second).expect("kill mount 2");
@@ -780,11 +814,11 @@ fn an_unlinked_open_file_survives_a_metadata_restart() {
         object_bytes(&cluster) == (300 << 10) as u64
     })
     .expect("only the reclaimed file is left");
-    read.send(()).expect("read");
-    let data = read_back.recv().expect("data");
-    assert!(data == kept, "the open file changed across the restart");
-    read.send(()).expect("close");
-    holder.join().expect("holder");
+    assert!(
+        holder.read() == kept,
+        "the open file changed across the restart"
+    );
+    holder.close();
     wait_until("the last close to dispose of the file", || {
         object_bytes(&cluster) == 0
     })
@@ -806,25 +840,12 @@ fn an_unlinked_open_file_survives_a_start_that_waits_for_storage() {
     let mnt = cluster.mount().expect("mount");
     let kept = pattern(43, 300 << 10);
     common::write_synced(&mnt.join("kept"), &kept);
-    let (opened, is_open) = std::sync::mpsc::channel();
-    let (read, reading) = std::sync::mpsc::channel::<()>();
-    let (back, read_back) = std::sync::mpsc::channel();
-    let (path, writing) = (mnt.join("kept"), mnt.join("writing"));
-    let holder = std::thread::spawn(move || {
-        common::private_file_table();
-        let mut file = File::open(&path).expect("open");
-        fs::remove_file(&path).expect("unlink while open");
+    let writing = mnt.join("writing");
+    let holder = UnlinkedOpen::hold(mnt.join("kept"), move || {
         let mut unreported = File::create(&writing).expect("create");
         unreported.write_all(&[7; 64 << 10]).expect("write");
-        opened.send(()).expect("tell");
-        let _ = reading.recv();
-        let mut data = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut data).expect("read");
-        back.send(data).expect("send");
-        let _ = reading.recv();
-        drop(unreported);
+        unreported
     });
-    is_open.recv().expect("open");
     for name in ["meta-1", "storage-1", "storage-2"] {
         cluster.kill(name).expect("kill");
     }
@@ -835,11 +856,11 @@ fn an_unlinked_open_file_survives_a_start_that_waits_for_storage() {
         cluster.restart(name).expect("restart");
     }
     cluster.wait_ready().expect("ready");
-    read.send(()).expect("read");
-    let data = read_back.recv().expect("data");
-    assert!(data == kept, "the open file lost its data across the start");
-    read.send(()).expect("close");
-    holder.join().expect("holder");
+    assert!(
+        holder.read() == kept,
+        "the open file lost its data across the start"
+    );
+    holder.close();
     fsck_clean(&cluster);
 }
 
