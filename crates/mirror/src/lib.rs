@@ -37,6 +37,7 @@
 mod controller;
 pub mod delivery;
 pub mod fence;
+pub mod home;
 mod membership;
 pub mod numbers;
 pub mod pages;

@@ -13,8 +13,10 @@
 
 use super::{refusal, reply, Server};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use weft_mirror::delivery::{Delivery, GivenUp, Sending};
-use weft_mirror::pages::{Changes, CopyOrder, FileChange, PageResync, PageStep, SendOrder};
+use weft_mirror::home::{HomeSends, Pieces, Send as HomeSend, StepEnd, SyncSend};
+use weft_mirror::pages::{Changes, CopyOrder, FileChange, PageStep, SendOrder};
 use weft_mirror::ResyncStart;
 use weft_mirror::{
     Answer, Bytes, Change, ChunkId, ClientId, GroupId, Msg, Node, Refusal, Send, ServerId, Time,
@@ -24,11 +26,6 @@ use weft_mirror::{
 /// Bytes of a home's store file per client chunk: a change of chunk `c` at `offset` writes
 /// the file at `c * REGION + offset`.
 pub const REGION: u64 = 64;
-/// Bytes per extent of a record of what an absent member misses: several regions, so a
-/// returning member gets other clients' bytes again too.
-const EXTENT: u64 = 256;
-/// Bytes per piece of a full copy: not a multiple of an extent, and several per file.
-const PIECE: u64 = 160;
 /// A store file grows in steps of this.
 const GROWTH: u64 = 512;
 
@@ -50,6 +47,14 @@ pub fn home_region(file: Option<&Bytes>, chunk: ChunkId) -> Bytes {
     region[..used].to_vec()
 }
 
+/// How a home's file is cut for the absent members' records and for full copies: extents of
+/// several regions, so a returning member gets other clients' bytes again too, and pieces
+/// that are not a multiple of an extent, several per file.
+const PIECES: Pieces = Pieces {
+    extent: 256,
+    piece: 160,
+};
+
 /// What a server keeps of the homes it serves and mirrors.
 #[derive(Debug, Default)]
 pub(super) struct Homes {
@@ -59,8 +64,6 @@ pub(super) struct Homes {
     copies: BTreeMap<GroupId, CopyOrder>,
     /// Syncs of a home that could not ship: the home's next opening ships them first.
     unshipped: BTreeMap<GroupId, Unshipped>,
-    /// Resyncs of members' copies this server runs as primary.
-    resyncs: BTreeMap<(GroupId, ServerId), PageRun>,
     /// Openings of homes so far.
     links: u64,
     /// Sends so far.
@@ -72,12 +75,10 @@ pub(super) struct Homes {
 struct Home {
     /// This opening: sends of a later one compare greater.
     link: u64,
-    /// The file's length with `next` applied.
-    len: u64,
-    /// The commits of the next sync, in memory.
-    next: Changes,
-    /// Their clients, answered when it finished.
-    next_clients: Vec<(ClientId, u64)>,
+    /// What the store wrote and the order of its sends, as a metadata server runs them.
+    sends: HomeSends,
+    /// The clients of commits, with the sync that answers each.
+    waiting: Vec<(u64, ClientId, u64)>,
     /// The send under way: a sync's changes, or a resync's step.
     busy: Option<Shipment>,
 }
@@ -95,14 +96,12 @@ struct Unshipped {
 #[derive(Debug)]
 struct Shipment {
     op: u64,
-    changes: Changes,
+    changes: Arc<Changes>,
     /// The file's length before a sync's changes.
     before: u64,
     sync: bool,
     /// The members it waits for, as [`Delivery`] decides (a resync's step: its member).
     delivery: Delivery,
-    /// The clients of a sync's commits.
-    clients: Vec<(ClientId, u64)>,
 }
 
 impl Shipment {
@@ -110,13 +109,6 @@ impl Shipment {
     fn resync(&self) -> Option<ResyncStart> {
         self.delivery.step_of()
     }
-}
-
-/// A resync of a member's copy.
-#[derive(Debug)]
-struct PageRun {
-    start: ResyncStart,
-    plan: PageResync,
 }
 
 impl Server {
@@ -129,17 +121,18 @@ impl Server {
     fn open_home(&mut self, group: GroupId) -> &mut Home {
         if !self.homes.served.contains_key(&group) {
             self.homes.links += 1;
-            let Unshipped {
-                changes: next,
-                clients: next_clients,
-            } = self.homes.unshipped.remove(&group).unwrap_or_default();
-            let len = next.last_len().unwrap_or_else(|| self.file_len(group));
+            let Unshipped { changes, clients } =
+                self.homes.unshipped.remove(&group).unwrap_or_default();
+            let sends = HomeSends::open(changes, self.file_len(group), PIECES);
             self.homes.copies.remove(&group);
+            let ticket = sends.asked();
             let home = Home {
                 link: self.boot << 32 | self.homes.links,
-                len,
-                next,
-                next_clients,
+                sends,
+                waiting: clients
+                    .into_iter()
+                    .map(|(client, seq)| (ticket, client, seq))
+                    .collect(),
                 busy: None,
             };
             self.homes.served.insert(group, home);
@@ -188,24 +181,24 @@ impl Server {
                 .map_or(0, |at| at + 1)
         }) as u64;
         let home = self.open_home(group);
-        if end > home.len {
+        let sends = &mut home.sends;
+        if end > sends.len() {
             // A store grows its file ahead of its needs...
-            home.len = end.next_multiple_of(GROWTH) + 2 * GROWTH;
-            home.next.set_len(home.len);
+            sends.set_len(end.next_multiple_of(GROWTH) + 2 * GROWTH);
         } else if seq % 7 == 0 {
             // ...and now and then gives the unused tail back.
-            let written = home.next.changes.iter().map(|change| match *change {
+            let written = sends.next().changes.iter().map(|change| match *change {
                 FileChange::Write { offset, len } => offset + u64::from(len),
                 FileChange::SetLen(_) => 0,
             });
             let used = written.chain([held, end]).max().unwrap_or(0);
-            if used.next_multiple_of(GROWTH) < home.len {
-                home.len = used.next_multiple_of(GROWTH);
-                home.next.set_len(home.len);
+            if used.next_multiple_of(GROWTH) < sends.len() {
+                sends.set_len(used.next_multiple_of(GROWTH));
             }
         }
-        home.next.write(at, &data);
-        home.next_clients.push((client, seq));
+        sends.write(at, &data);
+        let ticket = sends.ask().expect("a home whose sync failed is closed");
+        home.waiting.push((ticket, client, seq));
         self.ship_next(now, group)
     }
 
@@ -243,84 +236,49 @@ impl Server {
         vec![reply(client, seq, answer)]
     }
 
-    /// Starts the next send of a home when none is under way: its next sync, written and
-    /// synced here first, else the next step of a resync.
+    /// Starts the next send of a home when none is under way, as its [`HomeSends`] picks
+    /// it: a sync, written and synced here first, or a resync's step.
     fn ship_next(&mut self, now: Time, group: GroupId) -> Vec<Send<Bytes>> {
+        let before = self.file_len(group);
         let Some(home) = self.homes.served.get_mut(&group) else {
             return Vec::new();
         };
         if home.busy.is_some() {
             return Vec::new();
         }
-        if !home.next.is_empty() {
-            let changes = std::mem::take(&mut home.next);
-            let clients = std::mem::take(&mut home.next_clients);
-            let before = self.file_len(group);
-            changes.apply_to(self.store.volatile.entry((group, 0)).or_default());
-            self.store.sync(group);
-            // A sync given up is shipped again at the home's next opening: no member is owed
-            // anything beyond it.
-            let delivery = Delivery::new(
-                &self.membership,
-                now,
-                self.id,
-                group,
-                Sending::Change { items: Vec::new() },
-            );
-            let shipment = Shipment {
-                op: 0,
-                changes,
-                before,
-                sync: true,
-                delivery,
-                clients,
-            };
-            return self.start_shipment(now, group, shipment);
-        }
-        let Some(key) = self
-            .homes
-            .resyncs
-            .keys()
-            .copied()
-            .find(|(g, _)| *g == group)
-        else {
-            return Vec::new();
-        };
-        let len = self.file_len(group);
-        let run = self.homes.resyncs.get_mut(&key).expect("found above");
-        let mut changes = Changes::default();
-        let sync = match run.plan.step(len) {
-            Some(PageStep::Copy { offset, len }) => {
-                let file = &self.store.volatile[&(group, 0)];
-                changes.write(offset, &file[offset as usize..(offset + len) as usize]);
-                false
-            }
-            Some(PageStep::Finish { len }) => {
-                changes.set_len(len);
-                true
-            }
+        let (changes, sync, sending) = match home.sends.next_send(before) {
             None => return Vec::new(),
+            Some(HomeSend::Sync(SyncSend { changes, .. })) => {
+                changes.apply_to(self.store.volatile.entry((group, 0)).or_default());
+                self.store.sync(group);
+                // A sync given up is shipped again at the home's next opening: no member is
+                // owed anything beyond it.
+                (changes, true, Sending::Change { items: Vec::new() })
+            }
+            Some(HomeSend::Step(start, step)) => {
+                let mut changes = Changes::default();
+                let sync = match step {
+                    PageStep::Copy { offset, len } => {
+                        let file = &self.store.volatile[&(group, 0)];
+                        changes.write(offset, &file[offset as usize..(offset + len) as usize]);
+                        false
+                    }
+                    PageStep::Finish { len } => {
+                        changes.set_len(len);
+                        true
+                    }
+                };
+                (Arc::new(changes), sync, Sending::Step(start))
+            }
         };
-        let start = run.start;
-        let delivery = Delivery::new(&self.membership, now, self.id, group, Sending::Step(start));
+        let delivery = Delivery::new(&self.membership, now, self.id, group, sending);
         let shipment = Shipment {
-            op: 0,
+            op: self.op_id(),
             changes,
-            before: len,
+            before,
             sync,
             delivery,
-            clients: Vec::new(),
         };
-        self.start_shipment(now, group, shipment)
-    }
-
-    fn start_shipment(
-        &mut self,
-        now: Time,
-        group: GroupId,
-        mut shipment: Shipment,
-    ) -> Vec<Send<Bytes>> {
-        shipment.op = self.op_id();
         let Some(home) = self.homes.served.get_mut(&group) else {
             return Vec::new();
         };
@@ -392,8 +350,8 @@ impl Server {
     }
 
     /// Ends the shipment under way once no member is waited for: a sync's extents go into
-    /// the absent members' records before its commits are answered; a resync's last step
-    /// finishes it. The next send starts.
+    /// the absent members' records before its commits are answered; a resync's step tells
+    /// its resync, which the last step finishes. The next send starts.
     fn settle(&mut self, now: Time, group: GroupId) -> Vec<Send<Bytes>> {
         match self.shipment(group).and_then(|s| s.delivery.outcome()) {
             None => return Vec::new(),
@@ -405,29 +363,28 @@ impl Server {
         let mut out = Vec::new();
         match shipment.resync() {
             Some(start) => {
-                let key = (start.group, start.member);
-                let current = self
-                    .homes
-                    .resyncs
-                    .get(&key)
-                    .is_some_and(|r| r.start == start);
-                if shipment.sync && current {
-                    let run = self.homes.resyncs.remove(&key).expect("looked up above");
+                if let StepEnd::Finished { incremental } = home.sends.stepped(start, true) {
                     self.resync_counts.finished += 1;
-                    if run.plan.incremental() {
-                        self.store.missed.remove(&key);
+                    if incremental {
+                        self.store.missed.remove(&(start.group, start.member));
                     }
                     self.membership.resync_ended(start, true);
                 }
             }
             None => {
-                let extents = shipment.changes.extents(EXTENT, shipment.before);
+                let extents = home.sends.missed(shipment.before);
                 for ((missed_group, _), missed) in &mut self.store.missed {
                     if *missed_group == group {
                         missed.extend(extents.iter().copied());
                     }
                 }
-                for (client, seq) in shipment.clients {
+                home.sends.synced(true);
+                let sends = &home.sends;
+                let (answered, waiting) = std::mem::take(&mut home.waiting)
+                    .into_iter()
+                    .partition(|(ticket, ..)| sends.outcome(*ticket).is_some());
+                home.waiting = waiting;
+                for (_, client, seq) in answered {
                     let answer = Answer::Written { epoch: 0 };
                     self.fence
                         .finished(u64::from(client), seq, Some(answer.clone()));
@@ -443,23 +400,33 @@ impl Server {
     /// sync is kept, with its clients, for the home's next opening, and the home closes: the
     /// commits of the next sync, not in the file, are refused.
     fn give_up(&mut self, now: Time, group: GroupId, given_up: GivenUp) -> Vec<Send<Bytes>> {
-        let Some(shipment) = self
-            .homes
-            .served
-            .get_mut(&group)
-            .and_then(|h| h.busy.take())
-        else {
+        let Some(home) = self.homes.served.get_mut(&group) else {
+            return Vec::new();
+        };
+        let Some(shipment) = home.busy.take() else {
             return Vec::new();
         };
         if let Some(start) = shipment.resync() {
-            let mut out = self.stop_page_resync(now, start);
-            out.extend(self.ship_next(now, group));
-            return out;
+            if home.sends.stepped(start, false) == StepEnd::Stopped {
+                self.resync_counts.stopped += 1;
+            }
+            self.membership.resync_ended(start, false);
+            return self.ship_next(now, group);
         }
         // Written and synced here, perhaps not on every member.
-        let kept = self.homes.unshipped.entry(group).or_default();
-        kept.changes.extend(&shipment.changes);
-        kept.clients.extend(shipment.clients);
+        let kept = home.sends.synced(false);
+        let sends = &home.sends;
+        let (clients, later): (Vec<_>, Vec<_>) = std::mem::take(&mut home.waiting)
+            .into_iter()
+            .partition(|(ticket, ..)| sends.outcome(*ticket).is_some());
+        home.waiting = later;
+        let unshipped = self.homes.unshipped.entry(group).or_default();
+        if let Some(kept) = kept {
+            unshipped.changes.extend(&kept);
+        }
+        unshipped
+            .clients
+            .extend(clients.into_iter().map(|(_, client, seq)| (client, seq)));
         let refused = match given_up {
             GivenUp::Refused(refused) => refusal(refused),
             GivenUp::Late { .. } => Refusal::WrongVersion,
@@ -477,38 +444,36 @@ impl Server {
             .collect()
     }
 
-    /// Stops serving a home: its commits not answered yet are refused, and a sync under way
-    /// is not kept (the home is served elsewhere now).
+    /// Stops serving a home: its commits not answered yet are refused, a sync under way is
+    /// not kept (the home is served elsewhere now), and its resyncs stop (they start again at
+    /// the next map while their members need them).
     fn close_home(&mut self, group: GroupId, refusal: Refusal) -> Vec<Send<Bytes>> {
         let Some(home) = self.homes.served.remove(&group) else {
             return Vec::new();
         };
-        let mut clients = home.next_clients;
-        clients.extend(home.busy.into_iter().flat_map(|s| s.clients));
+        for start in home.sends.resyncs() {
+            self.resync_counts.stopped += 1;
+            self.membership.resync_ended(start, false);
+        }
+        let clients = home
+            .waiting
+            .into_iter()
+            .map(|(_, client, seq)| (client, seq))
+            .collect();
         self.refuse(clients, refusal)
     }
 
     /// Stops resync `start` (its version ended, or its member did not take a step in time);
     /// it starts again at the next map while the member needs it.
     fn stop_page_resync(&mut self, now: Time, start: ResyncStart) -> Vec<Send<Bytes>> {
-        let key = (start.group, start.member);
-        if self
-            .homes
-            .resyncs
-            .get(&key)
-            .is_some_and(|r| r.start == start)
-        {
-            self.homes.resyncs.remove(&key);
+        self.membership.resync_ended(start, false);
+        let Some(home) = self.homes.served.get_mut(&start.group) else {
+            return Vec::new();
+        };
+        if home.sends.stop_resync(start) {
             self.resync_counts.stopped += 1;
         }
-        self.membership.resync_ended(start, false);
-        let ours = self
-            .shipment(start.group)
-            .is_some_and(|s| s.resync() == Some(start));
-        if !ours {
-            return Vec::new();
-        }
-        if let Some(home) = self.homes.served.get_mut(&start.group) {
+        if home.busy.as_ref().and_then(Shipment::resync) == Some(start) {
             home.busy = None;
         }
         self.ship_next(now, start.group)
@@ -518,26 +483,25 @@ impl Server {
     /// missed, when it left in sync and they were recorded, else the whole file.
     pub(super) fn start_page_resync(&mut self, now: Time, start: ResyncStart) -> Vec<Send<Bytes>> {
         let key = (start.group, start.member);
-        let plan = match self.store.missed.get(&key) {
-            Some(extents) if !start.full => PageResync::missed(extents.iter().copied(), EXTENT),
-            _ => {
-                // A record of what it missed does not cover a full copy.
-                self.store.missed.remove(&key);
-                PageResync::full(PIECE)
-            }
-        };
+        let recorded = self
+            .store
+            .missed
+            .get(&key)
+            .map(|extents| extents.iter().copied().collect());
+        let len = self.file_len(start.group);
+        let begun = self
+            .open_home(start.group)
+            .sends
+            .begin_resync(start, recorded, len);
+        if begun.forget_record {
+            self.store.missed.remove(&key);
+        }
         self.resync_counts.started += 1;
         // A step of a resync this one replaces may still be under way: it lands or not, and
         // is no step of this one.
-        if self
-            .homes
-            .resyncs
-            .insert(key, PageRun { start, plan })
-            .is_some()
-        {
+        if begun.replaced.is_some() {
             self.resync_counts.stopped += 1;
         }
-        self.open_home(start.group);
         self.ship_next(now, start.group)
     }
 
@@ -547,10 +511,11 @@ impl Server {
         let mut out = Vec::new();
         let ended: Vec<ResyncStart> = self
             .homes
-            .resyncs
-            .values()
-            .filter(|r| r.start.group == group.id && r.start.version != group.version)
-            .map(|r| r.start)
+            .served
+            .get(&group.id)
+            .into_iter()
+            .flat_map(|home| home.sends.resyncs())
+            .filter(|start| start.version != group.version)
             .collect();
         for start in ended {
             out.extend(self.stop_page_resync(now, start));
