@@ -26,7 +26,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use weft_mirror::pages::{self, Changes, CopyOrder, Edit, PageResync, PageStep, SendOrder};
+use weft_mirror::home::{HomeSends, NoStep, Pieces, StepEnd};
+use weft_mirror::pages::{self, Changes, CopyOrder, Edit, PageStep, SendOrder};
 use weft_net::mirror::{Membership, ResyncStart};
 use weft_net::{ClusterView, RpcError};
 use weft_proto::error::WireError;
@@ -37,6 +38,17 @@ use weft_proto::messages::{
 };
 use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
+
+/// How a home cuts its store file: extents of what an absent member misses, and steps of a
+/// full copy.
+const PIECES: Pieces = Pieces {
+    extent: MISSED_EXTENT,
+    piece: if RESYNC_CHUNK < IO_BYTES_MAX as u64 {
+        RESYNC_CHUNK
+    } else {
+        IO_BYTES_MAX as u64
+    },
+};
 
 /// Most payload bytes and changes of one shipped request: a sync's changes ship in pieces
 /// of this size, within the frame limits.
@@ -174,20 +186,12 @@ fn read_available(file: &File, offset: u64, buffer: &mut [u8]) -> std::io::Resul
 
 /// A home's store writes between redb and the disk (see [`HomeFile`]).
 struct Writes {
-    /// What redb wrote since its last sync, not in the file yet.
-    next: Changes,
-    /// What redb wrote before its last sync: being journaled, shipped and written to the
-    /// file; kept after a failed sync, for the reads until the home is opened again.
-    flushing: Option<Arc<Changes>>,
-    /// The file's length as redb sees it.
-    len: u64,
-    /// Syncs redb asked for.
-    asked: u64,
-    /// Syncs finished: their changes are in the journal, synced, in the file, and on every
-    /// present member.
-    done: u64,
-    /// Why a sync failed; no later one is attempted.
-    failed: Option<Arc<std::io::Error>>,
+    /// What redb wrote, the syncs it asked for and the send under way.
+    sends: HomeSends,
+    /// Why a sync failed; no later one is attempted. redb's reads go on over the changes of
+    /// the one that failed until the home is opened again: the file may lack them (their
+    /// record was not written).
+    failure: Option<Arc<std::io::Error>>,
     /// Set when redb closed the file: the flusher ends once it finished what was asked.
     closed: bool,
     /// Whether the running sync is carried out by the committing thread, not the flusher.
@@ -195,31 +199,26 @@ struct Writes {
 }
 
 impl Writes {
-    /// Whether a sync is being carried out: the next one must wait for it.
-    fn running(&self) -> bool {
-        self.flushing.is_some() && self.failed.is_none()
-    }
-
     /// Whether the flusher has a sync to carry out.
     fn for_flusher(&self) -> bool {
-        self.running() && !self.inline
+        self.sends.syncing() && !self.inline
     }
 
     /// The failure that stopped syncs, as an I/O error for redb (the same error, shared).
     fn failure(&self) -> Option<std::io::Error> {
-        self.failed
+        self.failure
             .as_ref()
             .map(|failure| std::io::Error::new(failure.kind(), Arc::clone(failure)))
     }
 
     /// How sync `ticket` ended: done, or failed (it or one before it); `None` while it runs.
     fn outcome(&self, ticket: u64) -> Option<Result<(), StoreError>> {
-        if self.done >= ticket {
-            return Some(Ok(()));
-        }
-        self.failed
-            .clone()
-            .map(|error| Err(StoreError::Sync(error)))
+        self.sends.outcome(ticket).map(|outcome| {
+            outcome.map_err(|_| {
+                let failure = self.failure.clone().expect("a failed sync says why");
+                StoreError::Sync(failure)
+            })
+        })
     }
 }
 
@@ -369,22 +368,15 @@ impl HomeLink {
             journal::Journal::recover(&file, &journal::journal_path(&path))
         })?;
         // The file holds the changes carried over (unless writing them failed): redb reads
-        // them through `next` either way.
-        let next = files.take(home);
-        let len = next
-            .last_len()
-            .map_or_else(|| file.metadata().map(|m| m.len()), Ok)?;
+        // them through the sends either way, and they ship first.
+        let sends = HomeSends::open(files.take(home), file.metadata()?.len(), PIECES);
         let link = Arc::new(HomeLink {
             home,
             node,
             file: Arc::clone(&file),
             writes: Mutex::new(Writes {
-                next,
-                flushing: None,
-                len,
-                asked: 0,
-                done: 0,
-                failed: None,
+                sends,
+                failure: None,
                 closed: false,
                 inline: false,
             }),
@@ -422,17 +414,17 @@ impl HomeLink {
 
     /// The sync the last commit asked for.
     pub fn last_sync(&self) -> u64 {
-        self.writes().asked
+        self.writes().sends.asked()
     }
 
     /// Bytes redb wrote since its last sync.
     pub fn unsynced_bytes(&self) -> usize {
-        self.writes().next.payload.len()
+        self.writes().sends.next().payload.len()
     }
 
     /// Whether a sync is running: a commit now would wait for it.
     pub fn syncing(&self) -> bool {
-        self.writes().running()
+        self.writes().sends.syncing()
     }
 
     /// Has the next sync run on the thread that commits, before the commit returns: for a
@@ -462,7 +454,7 @@ impl HomeLink {
     /// Writes, syncs and ships each sync's changes, one sync at a time, in order.
     fn flush_loop(&self) {
         loop {
-            let (changes, ticket) = {
+            {
                 let writes = self
                     .flushed
                     .wait_while(self.writes(), |w| !w.for_flusher() && !w.closed)
@@ -471,67 +463,63 @@ impl HomeLink {
                     // Closed, with nothing left to flush.
                     return;
                 }
-                let changes = writes
-                    .flushing
-                    .as_ref()
-                    .expect("a running sync has changes");
-                (Arc::clone(changes), writes.asked)
-            };
-            self.carry_out(&changes, ticket);
+            }
+            self.carry_out();
         }
     }
 
-    /// Carries out sync `ticket` of `changes` and records how it ended.
-    fn carry_out(&self, changes: &Arc<Changes>, ticket: u64) {
+    /// Carries out the sync taken and records how it ended, while no other send is under
+    /// way.
+    fn carry_out(&self) {
         let started = std::time::Instant::now();
-        let result = self.flush(changes);
-        self.sync_seconds.observe(started.elapsed().as_secs_f64());
-        if result.is_err() {
-            // Written here, perhaps, but perhaps not on every member: the home's next link
-            // here ships them first. A fenced link's home is served elsewhere; checked under
-            // the file's lock, so changes are never kept after a primary's send fenced the
-            // link and wrote the copy (which voids what is kept). Taken before `writes`: a
-            // store dropped under the file's lock takes `writes` after it.
-            self.files.writing(self.home, || {
-                if !self.fenced() {
-                    self.files.keep(self.home, changes);
+        {
+            // Held until the sync ended: a resync reads its pieces of the file under it, and
+            // must not read one after a change shipped and before it landed here. Taken before
+            // the group is looked at: a home that becomes mirrored meanwhile has its first
+            // resync read the file only once these changes are in it.
+            let _order = self.block_on(self.order.lock());
+            let sync = self
+                .writes()
+                .sends
+                .send_sync()
+                .expect("a sync taken is sent by one thread, under the order lock");
+            let result = self.flush(&sync.changes);
+            self.sync_seconds.observe(started.elapsed().as_secs_f64());
+            match result {
+                Ok(()) => {
+                    let mut writes = self.writes();
+                    writes.inline = false;
+                    writes.sends.synced(true);
                 }
-            });
-        }
-        let mut writes = self.writes();
-        writes.inline = false;
-        match result {
-            Ok(()) => {
-                writes.flushing = None;
-                // Syncs finish one at a time, in the order redb asked for them: a commit told
-                // durable by an older ticket must never wait on a newer one, nor the reverse.
-                assert!(
-                    writes.done < ticket && ticket <= writes.asked,
-                    "sync {ticket} finished after sync {} with {} asked",
-                    writes.done,
-                    writes.asked
-                );
-                writes.done = ticket;
-            }
-            Err(error) => {
-                // Kept for redb's reads, which go on until the home is opened again: the file
-                // may lack them (their record was not written).
-                tracing::error!(home = self.home.0, %error, "metadata store sync failed");
-                self.broken.store(true, Ordering::SeqCst);
-                writes.failed = Some(Arc::new(error));
+                Err(error) => self.failed(error),
             }
         }
         self.flushed.notify_all();
     }
 
+    /// The sync being sent failed: written here, perhaps, but perhaps not on every member.
+    /// Its changes are kept for the home's next link here, which ships them first, before the
+    /// failure shows (the home is opened again once it does). A fenced link's home is served
+    /// elsewhere; checked under the file's lock, so changes are never kept after a primary's
+    /// send fenced the link and wrote the copy (which voids what is kept). Taken before
+    /// `writes`: a store dropped under the file's lock takes `writes` after it.
+    fn failed(&self, error: std::io::Error) {
+        tracing::error!(home = self.home.0, %error, "metadata store sync failed");
+        self.files.writing(self.home, || {
+            let mut writes = self.writes();
+            writes.inline = false;
+            let kept = writes.sends.synced(false);
+            if let Some(kept) = kept.filter(|_| !self.fenced()) {
+                self.files.keep(self.home, &kept);
+            }
+            writes.failure = Some(Arc::new(error));
+        });
+        self.broken.store(true, Ordering::SeqCst);
+    }
+
     /// Appends `changes` to the store's journal and syncs it while they ship to the members,
-    /// then writes them to the store file (see [`journal`]).
+    /// then writes them to the store file (see [`journal`]). Under the order lock.
     fn flush(&self, changes: &Arc<Changes>) -> std::io::Result<()> {
-        // Held until the changes are in the file: a resync reads its pieces of the file under
-        // it, and must not read one after a change shipped and before it landed here. Taken
-        // before the group is looked at: a home that becomes mirrored meanwhile has its first
-        // resync read the file only once these changes are in it.
-        let _order = self.block_on(self.order.lock());
         let mirrored = self.group().is_some();
         // Journaled and written under the file's lock, each time checked once more to be
         // served through this link.
@@ -646,8 +634,9 @@ impl HomeLink {
             // Under the order lock, so a resync's view of the record misses nothing that was
             // not shipped to its member.
             if self.missed.any(group.id) {
+                let extents = self.writes().sends.missed(before);
                 self.missed
-                    .note(group.id, &pending.extents(MISSED_EXTENT, before))
+                    .note(group.id, &extents)
                     .map_err(|error| {
                         WireError::new(
                             ErrorCode::Io,
@@ -705,25 +694,30 @@ impl HomeLink {
     /// piece. Each piece is read and sent while no changes ship; the copy ends with the length
     /// and a sync.
     pub async fn resync(&self, start: ResyncStart) -> Result<(), WireError> {
-        let mut plan = {
-            let _order = self.order.lock().await;
-            match self.missed.recorded(start.group, start.member) {
-                Some(extents) if !start.full => PageResync::missed(extents, MISSED_EXTENT),
-                _ => {
-                    // A record of what it missed does not cover a full copy.
-                    self.missed.forget(start.group, start.member);
-                    PageResync::full(RESYNC_CHUNK.min(u64::from(IO_BYTES_MAX)))
-                }
-            }
+        let stale = |what: &str| {
+            WireError::new(
+                ErrorCode::StaleRoute,
+                format!("metadata resync of member {}: {what}", start.member),
+            )
         };
-        let length = self.file_length()?;
-        if plan.incremental() {
+        let begun = {
+            // Under the order lock: no sync notes extents into the record meanwhile.
+            let _order = self.order.lock().await;
+            let recorded = self.missed.recorded(start.group, start.member);
+            let length = self.file_length()?;
+            let begun = self.writes().sends.begin_resync(start, recorded, length);
+            if begun.forget_record {
+                self.missed.forget(start.group, start.member);
+            }
+            begun
+        };
+        if begun.incremental {
             tracing::info!(
                 home = self.home.0,
                 group = %start.group,
                 version = %start.version,
                 member = %start.member,
-                extents = plan.total(length),
+                extents = begun.total,
                 "metadata resync of what the member missed started"
             );
         } else {
@@ -732,12 +726,12 @@ impl HomeLink {
                 group = %start.group,
                 version = %start.version,
                 member = %start.member,
-                bytes = length,
+                bytes = self.file_length()?,
                 "metadata resync started"
             );
         }
         self.membership
-            .resync_started(start, plan.total(length), !plan.incremental());
+            .resync_started(start, begun.total, !begun.incremental);
         let mut copied = 0;
         loop {
             let _order = self.order.lock().await;
@@ -745,44 +739,27 @@ impl HomeLink {
             // link ships in an order of its own.
             self.check_fence()
                 .map_err(|error| WireError::new(ErrorCode::StaleRoute, error.to_string()))?;
-            let (changes, payload, sync) = match plan.step(self.file_length()?) {
-                Some(PageStep::Copy { offset, len }) => {
-                    let piece = self.read_piece(offset, len).await?;
-                    (
-                        vec![FileChange::Write {
-                            offset,
-                            len: len as u32,
-                        }],
-                        piece,
-                        false,
-                    )
-                }
-                Some(PageStep::Finish { len }) => {
-                    (vec![FileChange::SetLen(len)], Bytes::new(), true)
-                }
-                None => break,
+            let step = match self.writes().sends.step(start, self.file_length()?) {
+                Ok(Some(step)) => step,
+                Ok(None) | Err(NoStep::Stale) => return Err(stale("replaced or stopped")),
+                Err(NoStep::Busy) => unreachable!("sends run one at a time under the order lock"),
             };
-            let version = self
-                .membership
-                .resync_version(MemberId::from(self.node), start)?;
-            let shipment = Shipment {
-                group: start.group,
-                version,
-                changes,
-                sync,
-            };
-            self.membership
-                .resync_step(MemberId::from(self.node), start, || {
-                    self.send(start.member, &shipment, payload.clone())
-                })
-                .await?;
-            if !sync {
-                copied += payload.len() as u64;
-                self.membership.resync_copied(start, payload.len() as u64);
+            let sent = self.send_step(start, step).await;
+            match self.writes().sends.stepped(start, sent.is_ok()) {
+                StepEnd::Going => {
+                    let bytes = sent?;
+                    copied += bytes;
+                    self.membership.resync_copied(start, bytes);
+                }
+                StepEnd::Finished { incremental } => {
+                    if incremental {
+                        self.missed.forget(start.group, start.member);
+                    }
+                    break;
+                }
+                StepEnd::Stopped => return Err(sent.err().unwrap_or_else(|| stale("stopped"))),
+                StepEnd::Stale => return Err(stale("replaced")),
             }
-        }
-        if plan.incremental() {
-            self.missed.forget(start.group, start.member);
         }
         tracing::info!(
             home = self.home.0,
@@ -792,6 +769,39 @@ impl HomeLink {
             "metadata resync brought the member's copy up to date"
         );
         Ok(())
+    }
+
+    /// Sends `step` of resync `start` to its member: the bytes of the file it copied.
+    async fn send_step(&self, start: ResyncStart, step: PageStep) -> Result<u64, WireError> {
+        let (changes, payload, sync) = match step {
+            PageStep::Copy { offset, len } => {
+                let piece = self.read_piece(offset, len).await?;
+                (
+                    vec![FileChange::Write {
+                        offset,
+                        len: len as u32,
+                    }],
+                    piece,
+                    false,
+                )
+            }
+            PageStep::Finish { len } => (vec![FileChange::SetLen(len)], Bytes::new(), true),
+        };
+        let version = self
+            .membership
+            .resync_version(MemberId::from(self.node), start)?;
+        let shipment = Shipment {
+            group: start.group,
+            version,
+            changes,
+            sync,
+        };
+        self.membership
+            .resync_step(MemberId::from(self.node), start, || {
+                self.send(start.member, &shipment, payload.clone())
+            })
+            .await?;
+        Ok(payload.len() as u64)
     }
 
     fn file_length(&self) -> Result<u64, WireError> {
@@ -841,7 +851,7 @@ impl std::fmt::Debug for HomeFile {
 
 impl redb::StorageBackend for HomeFile {
     fn len(&self) -> std::io::Result<u64> {
-        Ok(self.link.writes().len)
+        Ok(self.link.writes().sends.file_len())
     }
 
     fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
@@ -850,18 +860,13 @@ impl redb::StorageBackend for HomeFile {
         // the file.
         let writes = self.link.writes();
         read_available(&self.file, offset, &mut buffer)?;
-        if let Some(flushing) = &writes.flushing {
-            flushing.overlay(offset, &mut buffer);
-        }
-        writes.next.overlay(offset, &mut buffer);
+        writes.sends.overlay(offset, &mut buffer);
         Ok(buffer)
     }
 
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.link.check_fence()?;
-        let mut writes = self.link.writes();
-        writes.next.set_len(len);
-        writes.len = len;
+        self.link.writes().sends.set_len(len);
         Ok(())
     }
 
@@ -870,19 +875,20 @@ impl redb::StorageBackend for HomeFile {
         let mut writes = self
             .link
             .flushed
-            .wait_while(self.link.writes(), |w| w.running())
+            .wait_while(self.link.writes(), |w| w.sends.syncing())
             .expect("store writes poisoned");
         if let Some(failure) = writes.failure() {
             return Err(failure);
         }
-        let changes = Arc::new(std::mem::take(&mut writes.next));
-        writes.flushing = Some(Arc::clone(&changes));
-        writes.asked += 1;
+        writes.sends.ask().map_err(|_| std::io::Error::other("a sync failed"))?;
+        writes
+            .sends
+            .take_sync()
+            .expect("no sync is under way and one was asked for");
         if self.link.sync_inline.swap(false, Ordering::SeqCst) {
             writes.inline = true;
-            let ticket = writes.asked;
             drop(writes);
-            self.link.carry_out(&changes, ticket);
+            self.link.carry_out();
             return self.link.writes().failure().map_or(Ok(()), Err);
         }
         self.link.flushed.notify_all();
@@ -891,7 +897,7 @@ impl redb::StorageBackend for HomeFile {
 
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         self.link.check_fence()?;
-        self.link.writes().next.write(offset, data);
+        self.link.writes().sends.write(offset, data);
         Ok(())
     }
 }

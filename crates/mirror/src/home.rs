@@ -168,7 +168,7 @@ impl HomeSends {
     }
 
     /// The file's length as the store sees it.
-    pub fn len(&self) -> u64 {
+    pub fn file_len(&self) -> u64 {
         self.len
     }
 

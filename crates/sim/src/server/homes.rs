@@ -182,7 +182,7 @@ impl Server {
         }) as u64;
         let home = self.open_home(group);
         let sends = &mut home.sends;
-        if end > sends.len() {
+        if end > sends.file_len() {
             // A store grows its file ahead of its needs...
             sends.set_len(end.next_multiple_of(GROWTH) + 2 * GROWTH);
         } else if seq % 7 == 0 {
@@ -192,7 +192,7 @@ impl Server {
                 FileChange::SetLen(_) => 0,
             });
             let used = written.chain([held, end]).max().unwrap_or(0);
-            if used.next_multiple_of(GROWTH) < sends.len() {
+            if used.next_multiple_of(GROWTH) < sends.file_len() {
                 sends.set_len(used.next_multiple_of(GROWTH));
             }
         }
