@@ -14,9 +14,10 @@
 //!   that applies a change once and never late, byte-range locks that order a primary's
 //!   changes to one object, the plan and steps of bringing a returning member up to date, and
 //!   the numbers a primary gives its forwards (as a client gives its requests).
-//! - [`pages`] (every metadata server): a sync's changes to a home's store file and the
-//!   extents they write, the order in which a copy takes its primary's sends, and the steps
-//!   of a copy's resync.
+//! - [`pages`], [`home`] (every metadata server): a sync's changes to a home's store file and
+//!   the extents they write, the order in which a copy takes its primary's sends, the steps
+//!   of a copy's resync, and a served home's sends: its syncs in order, what a sync that could
+//!   not ship leaves for the next opening, and its resyncs' steps between syncs.
 //! - [`watch`] (every storage server): what changed of an object moving off its target since
 //!   the last round of its move's copy took it.
 //! - [`delivery`], [`primary`] (every storage and metadata server): one send of a primary
