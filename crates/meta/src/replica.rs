@@ -369,7 +369,8 @@ impl HomeLink {
         })?;
         // The file holds the changes carried over (unless writing them failed): redb reads
         // them through the sends either way, and they ship first.
-        let sends = HomeSends::open(files.take(home), file.metadata()?.len(), PIECES);
+        let file_len = file.metadata()?.len();
+        let sends = HomeSends::open(files.take(home), file_len, PIECES);
         let link = Arc::new(HomeLink {
             home,
             node,
@@ -739,13 +740,23 @@ impl HomeLink {
             // link ships in an order of its own.
             self.check_fence()
                 .map_err(|error| WireError::new(ErrorCode::StaleRoute, error.to_string()))?;
-            let step = match self.writes().sends.step(start, self.file_length()?) {
+            let length = self.file_length()?;
+            let step = self.writes().sends.step(start, length);
+            let step = match step {
                 Ok(Some(step)) => step,
                 Ok(None) | Err(NoStep::Stale) => return Err(stale("replaced or stopped")),
                 Err(NoStep::Busy) => unreachable!("sends run one at a time under the order lock"),
             };
+            // Ends the step as not taken if this task stops before it ended.
+            let mut stepping = Stepping {
+                link: self,
+                start,
+                ended: false,
+            };
             let sent = self.send_step(start, step).await;
-            match self.writes().sends.stepped(start, sent.is_ok()) {
+            stepping.ended = true;
+            let end = self.writes().sends.stepped(start, sent.is_ok());
+            match end {
                 StepEnd::Going => {
                     let bytes = sent?;
                     copied += bytes;
@@ -822,6 +833,22 @@ impl HomeLink {
         .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
         .map_err(|error| WireError::new(ErrorCode::Io, error.to_string()))?;
         Ok(Bytes::from(piece))
+    }
+}
+
+/// A resync's step being sent: ended as not taken when its task stops before it ended, so the
+/// home's next send does not wait for it.
+struct Stepping<'a> {
+    link: &'a HomeLink,
+    start: ResyncStart,
+    ended: bool,
+}
+
+impl Drop for Stepping<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.link.writes().sends.stepped(self.start, false);
+        }
     }
 }
 

@@ -140,7 +140,7 @@ pub struct Failed;
 impl HomeSends {
     /// A new opening of a home whose file is `file_len` bytes long. `carried` are the changes
     /// of syncs an earlier opening here could not ship: a sync of them is asked for at once,
-    /// so they ship before anything else.
+    /// so the first sync taken ships them, before anything written after them.
     pub fn open(carried: Changes, file_len: u64, pieces: Pieces) -> HomeSends {
         let asked = u64::from(!carried.is_empty());
         HomeSends {
@@ -276,9 +276,11 @@ impl HomeSends {
     /// Returns the changes to keep for the home's next opening when it did not; they stay
     /// here too, for the reads.
     pub fn synced(&mut self, shipped: bool) -> Option<Arc<Changes>> {
-        let taken = self.sync.as_ref().expect("a sync is being sent");
+        let taken = self.sync.as_mut().expect("a sync is being sent");
         assert!(taken.sending, "sync {} ended before it was sent", taken.ticket);
         if !shipped {
+            // Kept for the reads; nothing is sent after it.
+            taken.sending = false;
             self.failed = true;
             return Some(Arc::clone(&taken.changes));
         }
@@ -298,7 +300,7 @@ impl HomeSends {
     /// The next send when none is under way: the sync asked for, else a step of a resync, for
     /// a file `file_len` bytes long now.
     pub fn next_send(&mut self, file_len: u64) -> Option<Send> {
-        if self.step.is_some() || self.sync.as_ref().is_some_and(|s| s.sending) {
+        if self.failed || self.step.is_some() || self.sync.as_ref().is_some_and(|s| s.sending) {
             return None;
         }
         if self.take_sync().is_some() || self.syncing() {
@@ -349,12 +351,13 @@ impl HomeSends {
     /// last step was taken.
     ///
     /// # Errors
-    /// The resync is no longer current, or a send is under way.
+    /// The resync is no longer current (or a sync failed: the home must be opened again), or
+    /// a send is under way.
     pub fn step(&mut self, start: ResyncStart, file_len: u64) -> Result<Option<PageStep>, NoStep> {
         let Some(run) = self
             .resyncs
             .get_mut(&start.member)
-            .filter(|run| run.start == start)
+            .filter(|run| run.start == start && !self.failed)
         else {
             return Err(NoStep::Stale);
         };

@@ -65,6 +65,10 @@ fn a_sync_that_could_not_ship_is_kept_and_ships_first_at_the_next_opening() {
     let mut view = vec![0; 10];
     home.overlay(0, &mut view);
     assert_eq!(view, vec![5; 10], "the failed sync's writes still read");
+    let resync = start(2, 3, true);
+    home.begin_resync(resync, None, 10);
+    assert_eq!(home.step(resync, 10), Err(NoStep::Stale), "no step after a failure");
+    assert!(home.next_send(10).is_none());
 
     let mut again = HomeSends::open((*kept).clone(), 0, PIECES);
     let Some(Send::Sync(sync)) = again.next_send(0) else {

@@ -96,6 +96,8 @@ struct Unshipped {
 #[derive(Debug)]
 struct Shipment {
     op: u64,
+    /// A sync's ticket (a resync's step: 0).
+    ticket: u64,
     changes: Arc<Changes>,
     /// The file's length before a sync's changes.
     before: u64,
@@ -246,34 +248,33 @@ impl Server {
         if home.busy.is_some() {
             return Vec::new();
         }
-        let (changes, sync, sending) = match home.sends.next_send(before) {
+        let (changes, ticket, sending) = match home.sends.next_send(before) {
             None => return Vec::new(),
-            Some(HomeSend::Sync(SyncSend { changes, .. })) => {
+            Some(HomeSend::Sync(SyncSend { changes, ticket })) => {
                 changes.apply_to(self.store.volatile.entry((group, 0)).or_default());
                 self.store.sync(group);
                 // A sync given up is shipped again at the home's next opening: no member is
                 // owed anything beyond it.
-                (changes, true, Sending::Change { items: Vec::new() })
+                (changes, ticket, Sending::Change { items: Vec::new() })
             }
             Some(HomeSend::Step(start, step)) => {
                 let mut changes = Changes::default();
-                let sync = match step {
+                match step {
                     PageStep::Copy { offset, len } => {
                         let file = &self.store.volatile[&(group, 0)];
                         changes.write(offset, &file[offset as usize..(offset + len) as usize]);
-                        false
                     }
-                    PageStep::Finish { len } => {
-                        changes.set_len(len);
-                        true
-                    }
-                };
-                (Arc::new(changes), sync, Sending::Step(start))
+                    PageStep::Finish { len } => changes.set_len(len),
+                }
+                (Arc::new(changes), 0, Sending::Step(start))
             }
         };
         let delivery = Delivery::new(&self.membership, now, self.id, group, sending);
+        // A sync, or a resync's last step, syncs the member's copy.
+        let sync = ticket > 0 || changes.last_len().is_some();
         let shipment = Shipment {
             op: self.op_id(),
+            ticket,
             changes,
             before,
             sync,
@@ -413,12 +414,12 @@ impl Server {
             self.membership.resync_ended(start, false);
             return self.ship_next(now, group);
         }
-        // Written and synced here, perhaps not on every member.
+        // Written and synced here, perhaps not on every member: its commits wait for the
+        // home's next opening; later ones, not in the file, are refused.
         let kept = home.sends.synced(false);
-        let sends = &home.sends;
         let (clients, later): (Vec<_>, Vec<_>) = std::mem::take(&mut home.waiting)
             .into_iter()
-            .partition(|(ticket, ..)| sends.outcome(*ticket).is_some());
+            .partition(|(ticket, ..)| *ticket <= shipment.ticket);
         home.waiting = later;
         let unshipped = self.homes.unshipped.entry(group).or_default();
         if let Some(kept) = kept {
