@@ -679,3 +679,63 @@ fn a_local_create_or_removal_is_one_commit() {
     );
     fsck_clean(&cluster);
 }
+
+// Goal: the objects of removed files leave every target, removed a batch of files at a time
+// with one request per target, not one request per object (four per file on the default
+// cluster, which made the disposal of an `rm -rf` cost more than the removals themselves).
+// Method: 40 files with data, both storage servers down while they are removed (so their
+// disposal waits and then goes as one batch), the servers back; then every object is gone,
+// and the storage servers saw batches of removals and no removal of one object.
+#[test]
+fn removed_files_objects_go_in_batches() {
+    let spec = ClusterSpec::default();
+    let layout = (spec.storage, spec.targets_per_storage);
+    let mut cluster = cluster(spec);
+    let mnt = cluster.mount().expect("mount");
+    let count = 40;
+    let mut inodes = Vec::new();
+    for i in 0..count {
+        let path = mnt.join(format!("f{i}"));
+        common::write_synced(&path, &vec![i as u8 + 1; 300 * 1024]);
+        inodes.push(std::os::unix::fs::MetadataExt::ino(
+            &fs::metadata(&path).expect("stat"),
+        ));
+    }
+    let objects = |cluster: &LocalCluster, inode: u64| {
+        common::object_files(cluster, layout, "objects", inode)
+    };
+    assert!(
+        inodes
+            .iter()
+            .all(|inode| !objects(&cluster, *inode).is_empty()),
+        "every file has objects"
+    );
+    for name in ["storage-1", "storage-2"] {
+        cluster.kill(name).expect("kill");
+    }
+    for i in 0..count {
+        fs::remove_file(mnt.join(format!("f{i}"))).expect("unlink");
+    }
+    for name in ["storage-1", "storage-2"] {
+        cluster.restart(name).expect("restart");
+    }
+    cluster.wait_ready().expect("storage back");
+    wait_until("the removed files' objects to go", || {
+        inodes
+            .iter()
+            .all(|inode| objects(&cluster, *inode).is_empty())
+    })
+    .expect("every object of the removed files is gone");
+    let requests = |op: &str| {
+        common::metric_sum(
+            &cluster,
+            "weft_requests_total",
+            &["role=\"storage\"", &format!("op=\"{op}\"")],
+        )
+    };
+    let (batches, singles) = (requests("remove_objects"), requests("remove"));
+    eprintln!("{count} files disposed of: {batches} batch requests, {singles} single removals");
+    assert!(batches > 0, "the objects went in batches");
+    assert_eq!(singles, 0, "no object was removed by a request of its own");
+    fsck_clean(&cluster);
+}

@@ -636,14 +636,12 @@ impl HomeLink {
             // not shipped to its member.
             if self.missed.any(group.id) {
                 let extents = self.writes().sends.missed(before);
-                self.missed
-                    .note(group.id, &extents)
-                    .map_err(|error| {
-                        WireError::new(
-                            ErrorCode::Io,
-                            format!("cannot record what an absent mirror member misses: {error}"),
-                        )
-                    })?;
+                self.missed.note(group.id, &extents).map_err(|error| {
+                    WireError::new(
+                        ErrorCode::Io,
+                        format!("cannot record what an absent mirror member misses: {error}"),
+                    )
+                })?;
             }
             Ok::<(), WireError>(())
         });
@@ -907,7 +905,10 @@ impl redb::StorageBackend for HomeFile {
         if let Some(failure) = writes.failure() {
             return Err(failure);
         }
-        writes.sends.ask().map_err(|_| std::io::Error::other("a sync failed"))?;
+        writes
+            .sends
+            .ask()
+            .map_err(|_| std::io::Error::other("a sync failed"))?;
         writes
             .sends
             .take_sync()

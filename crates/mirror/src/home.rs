@@ -267,9 +267,9 @@ impl HomeSends {
     /// The extents the sync being sent writes, in a file `before` bytes long before it: what
     /// each absent member misses, recorded before the sync finishes.
     pub fn missed(&self, before: u64) -> Vec<u64> {
-        self.sync
-            .as_ref()
-            .map_or_else(Vec::new, |sync| sync.changes.extents(self.pieces.extent, before))
+        self.sync.as_ref().map_or_else(Vec::new, |sync| {
+            sync.changes.extents(self.pieces.extent, before)
+        })
     }
 
     /// The sync being sent reached the file and every present member (`shipped`), or not.
@@ -277,7 +277,11 @@ impl HomeSends {
     /// here too, for the reads.
     pub fn synced(&mut self, shipped: bool) -> Option<Arc<Changes>> {
         let taken = self.sync.as_mut().expect("a sync is being sent");
-        assert!(taken.sending, "sync {} ended before it was sent", taken.ticket);
+        assert!(
+            taken.sending,
+            "sync {} ended before it was sent",
+            taken.ticket
+        );
         if !shipped {
             // Kept for the reads; nothing is sent after it.
             taken.sending = false;

@@ -462,6 +462,7 @@ impl StorageRequest {
             StorageRequest::NetBench { .. }
             | StorageRequest::Truncate { .. }
             | StorageRequest::Remove { .. }
+            | StorageRequest::RemoveObjects { .. }
             | StorageRequest::Bench { .. }
             | StorageRequest::ListObjects { .. }
             | StorageRequest::ObjectLength { .. }

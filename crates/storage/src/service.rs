@@ -341,6 +341,28 @@ impl Storage {
         let Some(target) = self.targets.get(&target_id).cloned() else {
             return (Err(crate::target::unknown(target_id)), Bytes::new());
         };
+        if let StorageRequest::RemoveObjects {
+            target: target_id,
+            mirror,
+            inodes,
+        } = request
+        {
+            // Each a removal of its own, the way every removal goes (a mirrored one through
+            // the group's primary to its members).
+            for inode in inodes {
+                let remove = StorageRequest::Remove {
+                    target: target_id,
+                    mirror,
+                    inode,
+                    tag: None,
+                };
+                let (answer, _) = self.serve(Arc::clone(&target), remove, Bytes::new()).await;
+                if let Err(error) = answer {
+                    return (Err(error), Bytes::new());
+                }
+            }
+            return (Ok(StorageResponse::Done), Bytes::new());
+        }
         self.serve(target, request, payload).await
     }
 }

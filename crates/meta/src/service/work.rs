@@ -394,8 +394,9 @@ impl Meta {
         Ok(())
     }
 
-    /// Removes the objects of removed files, the files at once and each file's objects at
-    /// once, then forgets the files whose objects are all gone in the next commit, synced with
+    /// Removes the objects of removed files, with one request per target (or storage mirror
+    /// group) for every file of the batch with an object there, all at once, then forgets the
+    /// files whose objects are all gone in the next commit, synced with
     /// the next change that syncs (a crash before it only makes the next pass remove nothing
     /// again).
     pub(super) async fn dispose_objects(&self, files: &[(InodeId, FileLayout)]) {
@@ -410,35 +411,33 @@ impl Meta {
                 .filter(|(inode, _)| !self.is_pushing(*inode) && !forgotten.contains(inode))
                 .collect()
         };
-        let removals = files.into_iter().map(|(inode, layout)| {
-            let inode = *inode;
-            let map = self.cluster.map();
+        // One request per slot for every file of the batch with an object there.
+        let map = self.cluster.map();
+        let mut by_slot: std::collections::BTreeMap<Slot, Vec<InodeId>> =
+            std::collections::BTreeMap::new();
+        for (inode, layout) in &files {
             // A target removed from the cluster took its objects with it, and a storage
             // mirror group removed with its member the tombstones it held.
-            let slots = layout
+            for slot in layout
                 .slots()
-                .filter(move |slot| !map.slot_targets(*slot).is_empty());
-            let slots = slots.map(move |slot| {
-                let cluster = Arc::clone(&self.cluster);
-                async move {
-                    let call = |storage: Arc<StorageClient>, route| async move {
-                        storage.remove(route, inode).await
-                    };
-                    cluster.call_storage(slot, &TARGET_RETRY, call).await
-                }
-            });
-            async move {
-                futures::future::join_all(slots)
-                    .await
-                    .iter()
-                    .all(Result::is_ok)
-                    .then_some(inode)
+                .filter(|slot| !map.slot_targets(*slot).is_empty())
+            {
+                by_slot.entry(slot).or_default().push(*inode);
             }
+        }
+        let removals = by_slot.into_iter().map(|(slot, inodes)| async move {
+            let removed = self.remove_objects(slot, &inodes).await;
+            (slot, removed.is_ok())
         });
-        let disposed: Vec<InodeId> = futures::future::join_all(removals)
+        let failed: HashSet<Slot> = futures::future::join_all(removals)
             .await
             .into_iter()
-            .flatten()
+            .filter_map(|(slot, removed)| (!removed).then_some(slot))
+            .collect();
+        let disposed: Vec<InodeId> = files
+            .iter()
+            .filter(|(_, layout)| layout.slots().all(|slot| !failed.contains(&slot)))
+            .map(|(inode, _)| *inode)
             .collect();
         if disposed.is_empty() {
             return;
@@ -455,6 +454,31 @@ impl Meta {
             }
             Ok(())
         }));
+    }
+}
+
+impl Meta {
+    /// Removes the objects of `inodes` on `slot`: in one request, or one per object from a
+    /// storage server of a version before batches.
+    async fn remove_objects(
+        &self,
+        slot: Slot,
+        inodes: &[InodeId],
+    ) -> Result<(), weft_net::RpcError> {
+        let batch = |storage: Arc<StorageClient>, route| async move {
+            storage.remove_objects(route, inodes.to_vec()).await
+        };
+        match self.cluster.call_storage(slot, &TARGET_RETRY, batch).await {
+            Err(error) if error.code() == ErrorCode::VersionMismatch => {}
+            removed => return removed,
+        }
+        for inode in inodes {
+            let one = |storage: Arc<StorageClient>, route| async move {
+                storage.remove(route, *inode).await
+            };
+            self.cluster.call_storage(slot, &TARGET_RETRY, one).await?;
+        }
+        Ok(())
     }
 }
 

@@ -30,7 +30,10 @@ fn syncs_take_what_was_written_and_finish_in_order() {
     assert_eq!(sync.changes.extents(PIECES.extent, 0), vec![0, 2]);
     home.write(40, &[3; 5]);
     let third = home.ask().expect("a sync");
-    assert!(home.take_sync().is_none(), "the next waits for the one taken");
+    assert!(
+        home.take_sync().is_none(),
+        "the next waits for the one taken"
+    );
     let mut view = vec![0; 300];
     home.overlay(0, &mut view);
     assert_eq!((view[10], view[40], view[250]), (1, 3, 2));
@@ -67,7 +70,11 @@ fn a_sync_that_could_not_ship_is_kept_and_ships_first_at_the_next_opening() {
     assert_eq!(view, vec![5; 10], "the failed sync's writes still read");
     let resync = start(2, 3, true);
     home.begin_resync(resync, None, 10);
-    assert_eq!(home.step(resync, 10), Err(NoStep::Stale), "no step after a failure");
+    assert_eq!(
+        home.step(resync, 10),
+        Err(NoStep::Stale),
+        "no step after a failure"
+    );
     assert!(home.next_send(10).is_none());
 
     let mut again = HomeSends::open((*kept).clone(), 0, PIECES);
@@ -140,7 +147,10 @@ fn sends_are_one_at_a_time() {
     };
     home.write(8, &[2; 4]);
     home.ask().expect("a sync");
-    assert!(home.take_sync().is_some(), "a sync is taken while a step is sent");
+    assert!(
+        home.take_sync().is_some(),
+        "a sync is taken while a step is sent"
+    );
     assert_eq!(home.send_sync().map(|_| ()), Err(NoStep::Busy));
     let new = start(2, 4, true);
     let begun = home.begin_resync(new, None, 500);

@@ -175,6 +175,16 @@ stubs! {
         Remove { target: route.target, mirror: route.mirror, inode, tag: None }
     }
 
+    /// Removes the objects of `inodes`, in order, each as [`StorageClient::remove`] does
+    /// (protocol version 12).
+    ///
+    /// # Errors
+    /// The first removal's error, `VersionMismatch` from a server of an older version, or
+    /// [`RpcError`] for transport failures.
+    fn remove_objects(route: Route, inodes: Vec<InodeId>) {
+        RemoveObjects { target: route.target, mirror: route.mirror, inodes }
+    }
+
     /// Copies `pieces` of the objects of `source` into the object of `file` at
     /// `object_offset` on the servers (`copy_file_range`); answers the bytes written and the
     /// server's verifier, as a write.

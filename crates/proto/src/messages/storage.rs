@@ -182,6 +182,22 @@ pub enum StorageRequest {
         /// The change it is, for a resync's step (see [`ChangeTag`]); `None` otherwise.
         tag: Option<ChangeTag>,
     },
+    /// Removes the objects of `inodes` on one target (or storage mirror group): each as a
+    /// [`StorageRequest::Remove`] of its own, in order, so a mirrored one reaches every member
+    /// as that removal does. Removing a missing object succeeds. Fails with the first object
+    /// that could not be removed (the ones before it are gone; sending the rest again is
+    /// safe). A file's metadata server disposes of removed files' objects with it, a batch at
+    /// a time.
+    #[wire(tag = 15, since = 12)]
+    #[request(members, changes, route = target(target), answer = ())]
+    RemoveObjects {
+        /// The target.
+        target: TargetId,
+        /// How it was routed, for mirrored objects.
+        mirror: Option<MirrorRoute>,
+        /// The files.
+        inodes: Vec<InodeId>,
+    },
     /// Makes an object's data durable.
     #[wire(tag = 6)]
     #[request(reads, route = target(target), answer = crate::answer::Synced)]
@@ -385,6 +401,7 @@ impl StorageRequest {
             | StorageRequest::Read { target, .. }
             | StorageRequest::Truncate { target, .. }
             | StorageRequest::Remove { target, .. }
+            | StorageRequest::RemoveObjects { target, .. }
             | StorageRequest::Sync { target, .. }
             | StorageRequest::Fallocate { target, .. }
             | StorageRequest::ListObjects { target, .. }
@@ -406,6 +423,7 @@ impl StorageRequest {
             | StorageRequest::Read { mirror, .. }
             | StorageRequest::Truncate { mirror, .. }
             | StorageRequest::Remove { mirror, .. }
+            | StorageRequest::RemoveObjects { mirror, .. }
             | StorageRequest::Sync { mirror, .. }
             | StorageRequest::Fallocate { mirror, .. }
             | StorageRequest::SyncTarget { mirror, .. }
@@ -464,6 +482,7 @@ impl StorageRequest {
             | StorageRequest::Read { target, mirror, .. }
             | StorageRequest::Truncate { target, mirror, .. }
             | StorageRequest::Remove { target, mirror, .. }
+            | StorageRequest::RemoveObjects { target, mirror, .. }
             | StorageRequest::Sync { target, mirror, .. }
             | StorageRequest::Fallocate { target, mirror, .. }
             | StorageRequest::SyncTarget { target, mirror }

@@ -415,6 +415,11 @@ pub(crate) fn storage_requests() -> Vec<StorageRequest> {
             inode: inode(5),
             tag: None,
         },
+        StorageRequest::RemoveObjects {
+            target: TargetId(3),
+            mirror: mirror_route(),
+            inodes: vec![inode(5), inode(6)],
+        },
         StorageRequest::Sync {
             target: TargetId(3),
             mirror: mirror_route(),

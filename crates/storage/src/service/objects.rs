@@ -141,8 +141,9 @@ fn look_at_target(
         StorageRequest::NetBench { .. }
         | StorageRequest::Bench { .. }
         | StorageRequest::Push { .. }
+        | StorageRequest::RemoveObjects { .. }
         | StorageRequest::CopyFrom { .. } => {
-            unreachable!("answered or made a write before it reaches its target")
+            unreachable!("answered, made a write, or made removals before it reaches its target")
         }
         StorageRequest::Write { .. }
         | StorageRequest::Read { .. }
