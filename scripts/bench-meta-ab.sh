@@ -2,7 +2,8 @@
 # A/B of creates, stats and removals through the mount between builds: one fresh `weft up`
 # per round, in the order given (alternate them: old new new old new old). Each round runs
 # one Python process making N empty files (open O_CREAT, close), stat-ing and unlinking them,
-# then four processes making and removing N/4 each in a directory of their own.
+# then four processes making and removing N/4 each in a directory of their own, with the CPU
+# time the weft process spent per operation over each of these two phases.
 # Also: scripts/bench-meta-ab.sh --sync-cost, what one sync of 13 scattered 4 KiB pages costs
 # on this disk against 52 KiB and 4 KiB appended (the store's journal, crash-consistency.md).
 # Usage: scripts/bench-meta-ab.sh [--files N] LABEL=WEFT_BINARY ...
@@ -64,16 +65,23 @@ for spec in "$@"; do
   pid=$!
   for i in $(seq 1 100); do mountpoint -q $DIR/mnt && break; sleep 0.2; done
   one=$(python3 $DIR/meta.py $DIR/mnt/one $N all | tr '\n' ' ')
+  # The process's CPU time over each four-process phase and the 3 s after it (an unlink's
+  # disposal of the file's objects runs after its answer), per operation.
+  ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
+  cpu=""
   for phase in create unlink; do
+    before=$(ticks)
     workers=()
     for p in 1 2 3 4; do
       python3 $DIR/meta.py $DIR/mnt/p$p $((N / 4)) $phase > $DIR/$phase$p &
       workers+=($!)
     done
     wait "${workers[@]}"
+    sleep 3
+    cpu="$cpu $phase $(( ($(ticks) - before) * 1000000 / $(getconf CLK_TCK) / N )) us"
   done
   four=$(cat $DIR/create? | awk '{s+=$2} END {printf "create %d", s}')
   four="$four $(cat $DIR/unlink? | awk '{s+=$2} END {printf "unlink %d", s}')"
-  echo "$label: one process: $one| four processes: $four"
+  echo "$label: one process: $one| four processes: $four | CPU per operation:$cpu"
   kill -INT $pid; wait $pid 2>/dev/null
 done
