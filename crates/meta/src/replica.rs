@@ -699,7 +699,7 @@ impl HomeLink {
                 format!("metadata resync of member {}: {what}", start.member),
             )
         };
-        let begun = {
+        let (begun, length) = {
             // Under the order lock: no sync notes extents into the record meanwhile.
             let _order = self.order.lock().await;
             let recorded = self.missed.recorded(start.group, start.member);
@@ -708,7 +708,7 @@ impl HomeLink {
             if begun.forget_record {
                 self.missed.forget(start.group, start.member);
             }
-            begun
+            (begun, length)
         };
         if begun.incremental {
             tracing::info!(
@@ -725,7 +725,7 @@ impl HomeLink {
                 group = %start.group,
                 version = %start.version,
                 member = %start.member,
-                bytes = self.file_length()?,
+                bytes = length,
                 "metadata resync started"
             );
         }

@@ -87,7 +87,7 @@ pub struct SyncSend {
 
 /// The next send of a home, as [`HomeSends::next_send`] picks it.
 #[derive(Clone, Debug)]
-pub enum Send {
+pub enum NextSend {
     /// A sync's changes.
     Sync(SyncSend),
     /// A step of `start`'s resync.
@@ -303,16 +303,16 @@ impl HomeSends {
 
     /// The next send when none is under way: the sync asked for, else a step of a resync, for
     /// a file `file_len` bytes long now.
-    pub fn next_send(&mut self, file_len: u64) -> Option<Send> {
+    pub fn next_send(&mut self, file_len: u64) -> Option<NextSend> {
         if self.failed || self.step.is_some() || self.sync.as_ref().is_some_and(|s| s.sending) {
             return None;
         }
         if self.take_sync().is_some() || self.syncing() {
-            return self.send_sync().ok().map(Send::Sync);
+            return self.send_sync().ok().map(NextSend::Sync);
         }
         let start = self.resyncs.values().next()?.start;
         match self.step(start, file_len) {
-            Ok(Some(step)) => Some(Send::Step(start, step)),
+            Ok(Some(step)) => Some(NextSend::Step(start, step)),
             Ok(None) | Err(_) => None,
         }
     }

@@ -393,14 +393,20 @@ pub(crate) fn settle(store: &File, path: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn store(dir: &Path) -> File {
-        std::fs::OpenOptions::new()
+    /// A new store file named `store` in a directory of its own, its journal's path, and its
+    /// journal, made new.
+    fn fresh() -> (tempfile::TempDir, PathBuf, File, Journal) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = journal_path(&dir.path().join("store"));
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(dir.join("store"))
-            .expect("store")
+            .open(dir.path().join("store"))
+            .expect("store");
+        let journal = Journal::recover(&file, &path).expect("new journal");
+        (dir, path, file, journal)
     }
 
     fn changes(offset: u64, byte: u8, len: usize) -> Changes {
@@ -415,10 +421,7 @@ mod tests {
     // sync loses the store file's unsynced pages), tear a further record, then recover.
     #[test]
     fn a_recovery_writes_the_synced_records_and_drops_a_torn_one() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = journal_path(&dir.path().join("store"));
-        let file = store(dir.path());
-        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        let (dir, path, file, mut journal) = fresh();
         journal.append(&file, &changes(0, 1, 5000)).expect("append");
         let mut cut = changes(8192, 2, 100);
         cut.set_len(9000);
@@ -453,10 +456,7 @@ mod tests {
     // is. Method: records appended without writing the store file, then settled, twice.
     #[test]
     fn settling_writes_the_records_and_removes_the_journal() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = journal_path(&dir.path().join("store"));
-        let file = store(dir.path());
-        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        let (dir, path, file, mut journal) = fresh();
         journal.append(&file, &changes(0, 3, 4096)).expect("append");
         drop(journal);
         settle(&file, &path).expect("settle");
@@ -478,10 +478,7 @@ mod tests {
     // appended, the header's checksum broken, recovery; then a header of version 9.
     #[test]
     fn a_torn_header_keeps_the_records_and_another_version_is_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = journal_path(&dir.path().join("store"));
-        let file = store(dir.path());
-        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        let (dir, path, file, mut journal) = fresh();
         journal.append(&file, &changes(0, 5, 4096)).expect("append");
         journal
             .append(&file, &changes(4096, 6, 4096))
@@ -512,10 +509,7 @@ mod tests {
     // changes larger than the journal go to the store file directly; nothing is lost either way.
     #[test]
     fn a_full_journal_checkpoints_and_goes_on() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = journal_path(&dir.path().join("store"));
-        let file = store(dir.path());
-        let mut journal = Journal::recover(&file, &path).expect("new journal");
+        let (dir, path, file, mut journal) = fresh();
         let records = JOURNAL_BYTES / (256 << 10) + 3;
         for i in 0..records {
             let change = changes(i * 4096, i as u8 + 1, 256 << 10);

@@ -78,7 +78,7 @@ fn a_sync_that_could_not_ship_is_kept_and_ships_first_at_the_next_opening() {
     assert!(home.next_send(10).is_none());
 
     let mut again = HomeSends::open((*kept).clone(), 0, PIECES);
-    let Some(Send::Sync(sync)) = again.next_send(0) else {
+    let Some(NextSend::Sync(sync)) = again.next_send(0) else {
         panic!("the kept changes ship first");
     };
     assert_eq!(sync.changes.payload, vec![5; 10]);
@@ -99,12 +99,12 @@ fn a_resync_copies_the_record_or_the_whole_file() {
     let mut copied = Vec::new();
     loop {
         match home.next_send(1000) {
-            Some(Send::Step(of, PageStep::Copy { offset, len })) => {
+            Some(NextSend::Step(of, PageStep::Copy { offset, len })) => {
                 assert_eq!(of, missed);
                 copied.push((offset, len));
                 assert_eq!(home.stepped(of, true), StepEnd::Going);
             }
-            Some(Send::Step(of, PageStep::Finish { len })) => {
+            Some(NextSend::Step(of, PageStep::Finish { len })) => {
                 assert_eq!(len, 1000);
                 assert_eq!(
                     home.stepped(of, true),
@@ -137,12 +137,12 @@ fn sends_are_one_at_a_time() {
     home.begin_resync(old, None, 500);
     home.write(0, &[1; 4]);
     home.ask().expect("a sync");
-    let Some(Send::Sync(_)) = home.next_send(500) else {
+    let Some(NextSend::Sync(_)) = home.next_send(500) else {
         panic!("a sync goes before a resync's step");
     };
     assert_eq!(home.step(old, 500), Err(NoStep::Busy));
     home.synced(true);
-    let Some(Send::Step(of, PageStep::Copy { offset: 0, .. })) = home.next_send(500) else {
+    let Some(NextSend::Step(of, PageStep::Copy { offset: 0, .. })) = home.next_send(500) else {
         panic!("then the resync");
     };
     home.write(8, &[2; 4]);

@@ -15,7 +15,7 @@ use super::{refusal, reply, Server};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use weft_mirror::delivery::{Delivery, GivenUp, Sending};
-use weft_mirror::home::{HomeSends, Pieces, Send as HomeSend, StepEnd, SyncSend};
+use weft_mirror::home::{HomeSends, NextSend, Pieces, StepEnd, SyncSend};
 use weft_mirror::pages::{Changes, CopyOrder, FileChange, PageStep, SendOrder};
 use weft_mirror::ResyncStart;
 use weft_mirror::{
@@ -250,14 +250,14 @@ impl Server {
         }
         let (changes, ticket, sending) = match home.sends.next_send(before) {
             None => return Vec::new(),
-            Some(HomeSend::Sync(SyncSend { changes, ticket })) => {
+            Some(NextSend::Sync(SyncSend { changes, ticket })) => {
                 changes.apply_to(self.store.volatile.entry((group, 0)).or_default());
                 self.store.sync(group);
                 // A sync given up is shipped again at the home's next opening: no member is
                 // owed anything beyond it.
                 (changes, ticket, Sending::Change { items: Vec::new() })
             }
-            Some(HomeSend::Step(start, step)) => {
+            Some(NextSend::Step(start, step)) => {
                 let mut changes = Changes::default();
                 match step {
                     PageStep::Copy { offset, len } => {
