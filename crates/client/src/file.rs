@@ -43,12 +43,6 @@ struct Known {
     written: SlotSet,
     /// Of those, the slots a write behind has reached in `generation`.
     landed: SlotSet,
-    /// Of those, the slots first noted by writes behind still on their way: a report leaves
-    /// them out until one lands, since a write refused (by a quota) leaves no object there,
-    /// and the metadata server takes a reported slot without its object for lost data.
-    pending: SlotSet,
-    /// The slots the last report of `generation` named.
-    reported_written: SlotSet,
     /// Whether a report of the size made while the file stays open is on its way.
     reporting: bool,
     /// Largest end already reported to the metadata server.
@@ -84,47 +78,10 @@ impl Known {
         self.data_version += 1;
         self.generation = generation;
         self.written_end = 0;
-        self.forget_slots();
-        self.reported_end = 0;
-        self.allocated_end = 0;
-    }
-
-    /// Forgets the slots written: they name places in a pattern the file no longer has.
-    fn forget_slots(&mut self) {
         self.written = SlotSet::default();
         self.landed = SlotSet::default();
-        self.pending = SlotSet::default();
-        self.reported_written = SlotSet::default();
-    }
-
-    /// The report of the size and slots this client wrote, if there is anything new since the
-    /// last one (always, when the size must be made `durable`).
-    fn report(&self, durable: bool) -> Option<SizeReport> {
-        let modified = self.changes > self.reported_changes;
-        let written = self.reportable();
-        // A slot a write behind reached after the last report was made is reported too.
-        let new_slots = written
-            .iter()
-            .any(|index| !self.reported_written.contains(index));
-        if self.written_end <= self.reported_end && !modified && !durable && !new_slots {
-            return None;
-        }
-        Some(SizeReport {
-            size: self.written_end,
-            truncate_generation: self.generation,
-            durable,
-            modified,
-            written,
-            allocated: self.allocated_end,
-        })
-    }
-
-    /// The slots a report names: those written, but for those only writes still on their
-    /// way wrote.
-    fn reportable(&self) -> SlotSet {
-        let mut slots = self.written;
-        slots.retain(|index| !self.pending.contains(index) || self.landed.contains(index));
-        slots
+        self.reported_end = 0;
+        self.allocated_end = 0;
     }
 }
 
@@ -257,7 +214,6 @@ impl Shared {
     /// object yet).
     fn settle_written(&self, written: SlotSet, noted: SlotSet, landed: bool) {
         let mut known = self.known();
-        known.pending.retain(|index| !noted.contains(index));
         if landed {
             known.landed.extend(written);
             return;
@@ -352,8 +308,17 @@ impl Shared {
     ) -> Result<(), ClientError> {
         let (report, changes) = {
             let known = self.known();
-            let Some(report) = known.report(durable) else {
+            let modified = known.changes > known.reported_changes;
+            if known.written_end <= known.reported_end && !modified && !durable {
                 return Ok(());
+            }
+            let report = SizeReport {
+                size: known.written_end,
+                truncate_generation: known.generation,
+                durable,
+                modified,
+                written: known.written,
+                allocated: known.allocated_end,
             };
             (report, known.changes)
         };
@@ -361,7 +326,6 @@ impl Shared {
         let mut known = self.known();
         if known.generation == report.truncate_generation {
             known.reported_end = known.reported_end.max(report.size);
-            known.reported_written.extend(report.written);
         }
         known.reported_changes = known.reported_changes.max(changes);
         known.size = attr.size;
@@ -489,7 +453,8 @@ impl OpenFiles {
                 if restriped {
                     // The slots written name places in the old pattern; the file's home
                     // took the new one's from its objects.
-                    known.forget_slots();
+                    known.written = SlotSet::default();
+                    known.landed = SlotSet::default();
                 }
                 known.layout = Some(Arc::new(layout.clone()));
             }
@@ -714,7 +679,6 @@ impl OpenFile {
         // In the pattern known now (a restripe may have come while this one waited).
         let written = SlotSet::of_range(&*self.layout()?, offset, len);
         let noted = self.shared.note_write(end, written);
-        self.shared.known().pending.extend(noted);
         let (client, shared) = (Arc::clone(&self.client), Arc::clone(&self.shared));
         let send = async move {
             let file = shared.file_ref();
@@ -988,72 +952,5 @@ impl Drop for OpenFile {
             Some(caller) => runtime.spawn(weft_net::stubs::acting_for(caller, close)),
             None => runtime.spawn(close),
         };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A file open here whose writes go to slot 0 of its layout.
-    fn shared() -> Shared {
-        Shared {
-            inode: InodeId(1),
-            known: Mutex::new(Known::default()),
-            inflight: Arc::new(InFlight::new(1 << 20)),
-        }
-    }
-
-    fn slot0() -> SlotSet {
-        let mut slots = SlotSet::default();
-        slots.insert(0);
-        slots
-    }
-
-    /// A write behind of slot 0 on its way, as `OpenFile::write` notes it.
-    fn write_behind(shared: &Shared, end: u64) -> SlotSet {
-        let noted = shared.note_write(end, slot0());
-        shared.known().pending.extend(noted);
-        noted
-    }
-
-    /// `report` reached the metadata server, as `Shared::report_size` records it.
-    fn reported(shared: &Shared, report: SizeReport) {
-        let mut known = shared.known();
-        known.reported_end = known.reported_end.max(report.size);
-        known.reported_written.extend(report.written);
-        known.reported_changes = known.changes;
-    }
-
-    // Goal: a report made while a write behind is on its way does not name the slot only that
-    // write wrote: refused (by a quota) it leaves no object, and the metadata server would
-    // take the slot without its object for lost data (seen as `weft fsck` reporting the data
-    // of a file lost after a refused append, now and then). Once the write lands, the next
-    // report names the slot, even with nothing else new.
-    #[test]
-    fn a_report_names_a_slot_only_once_a_write_reached_it() {
-        let shared = shared();
-        let noted = write_behind(&shared, 4096);
-        let report = shared.known().report(false).expect("the size grew");
-        assert!(!report.written.contains(0), "a write on its way");
-        reported(&shared, report);
-        shared.settle_written(slot0(), noted, false);
-        assert!(
-            shared
-                .known()
-                .report(false)
-                .is_none_or(|r| !r.written.contains(0)),
-            "a write refused"
-        );
-
-        let noted = write_behind(&shared, 4096);
-        let report = shared.known().report(false).expect("a change");
-        reported(&shared, report);
-        shared.settle_written(slot0(), noted, true);
-        let report = shared
-            .known()
-            .report(false)
-            .expect("a slot reached since the last report");
-        assert!(report.written.contains(0), "a write landed");
     }
 }
