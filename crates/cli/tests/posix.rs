@@ -605,8 +605,9 @@ fn permissions_as_non_root() {
 
 // Goal: a modification time set after the last write and before close (futimens, as tar x,
 // cp -p and rsync -a do) is the file's mtime for good: the size reported at close does not
-// touch it. Method: write, set an old mtime, close; unmount (which waits for the closes to
-// reach the metadata server) and look from a new mount.
+// touch it, and the size written shows from the time set on. Method: write, set an old mtime,
+// stat, close; unmount (which waits for the closes to reach the metadata server) and look
+// from a new mount.
 #[test]
 fn mtime_set_before_close_is_kept() {
     let mut cluster = cluster(ClusterSpec::default());
@@ -616,6 +617,11 @@ fn mtime_set_before_close_is_kept() {
         let mut file = File::create(first.join(name)).expect("create");
         file.write_all(&pattern(3, len)).expect("write");
         file.set_modified(old).expect("futimens");
+        assert_eq!(
+            file.metadata().expect("fstat").len(),
+            len as u64,
+            "{name}: the size written shows before close, after the time set"
+        );
     }
     cluster.unmount(&first).expect("unmount");
     let second = cluster.mount().expect("mount 2");
