@@ -332,19 +332,6 @@ impl Shared {
         Ok(())
     }
 
-    /// How many changes of the data were noted here so far ([`Shared::times_set`]).
-    pub(crate) fn changes(&self) -> u64 {
-        self.known().changes
-    }
-
-    /// A modification time was set (futimens, as tar x and cp -p do after their writes) once
-    /// `changes` were noted: it stands for them, so the next size report does not move the
-    /// mtime for them again, only for writes after it.
-    pub(crate) fn times_set(&self, changes: u64) {
-        let mut known = self.known();
-        known.reported_changes = known.reported_changes.max(changes);
-    }
-
     /// Waits until every write in flight is done.
     pub(crate) async fn drain(&self) {
         self.inflight.drain().await;

@@ -52,9 +52,8 @@ impl Client {
     /// Changes attributes; a size truncates. Of a file open here, a truncate comes after the
     /// writes sent before it, and their report goes first: it records the slots they wrote,
     /// which the truncate then keeps if its size leaves them bytes. A time set after writes
-    /// (futimens before close, as tar x and cp -p do) neither waits for them nor reports
-    /// them: it stands for the writes before it, and the report at close only raises the
-    /// size (a reader elsewhere sees the size at close, as close-to-open promises).
+    /// (futimens before close, as tar x and cp -p do) comes after their report, which moves
+    /// the mtime, and the report at close has nothing new to move it again.
     ///
     /// # Errors
     /// The namespace codes, or `Io` when a target could not be truncated.
@@ -81,23 +80,19 @@ impl Client {
         let granted =
             handle.and_then(|handle| self.session.opens.granted(inode, handle, WRITE, self.id()));
         let open = self.files.get(inode);
-        if let Some(open) = open.as_ref().filter(|_| changes.size.is_some()) {
+        if let Some(open) = open
+            .as_ref()
+            .filter(|_| changes.size.is_some() || changes.mtime.is_some())
+        {
             open.drain().await;
             open.report_size(self, false).await?;
         }
-        let timed = open
-            .as_ref()
-            .filter(|_| changes.mtime.is_some())
-            .map(|open| (Arc::clone(open), open.changes()));
         let (mutation, _guard) = self.begin_mutation();
         let attr = self
             .through_grace(inode, |meta| async move {
                 meta.set_attr(mutation, inode, changes, granted).await
             })
             .await?;
-        if let Some((open, changes)) = timed {
-            open.times_set(changes);
-        }
         if changes.size.is_some() {
             self.files.truncated(&attr);
         }
