@@ -90,6 +90,33 @@ fn unreachable_management_and_unknown_paths() {
     );
 }
 
+// Goal: a write a full target refused leaves no slot recorded without its object, so
+// `weft fsck` finds no data lost that was never written. (A close reported the slots written
+// while its last write was still on its way; the target refused that write, and fsck took the
+// slot's missing object for lost data.) Method: targets of 1 MiB each, filled; then small
+// files, each written and closed at once (the close answers ENOSPC); unmount; fsck.
+#[test]
+fn a_write_a_full_target_refused_leaves_nothing_for_fsck() {
+    use std::io::Write;
+    let mut cluster = cluster(ClusterSpec {
+        target_capacity_bytes: Some(1024 * 1024),
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    // More than the targets hold: its error is not what this test is about.
+    let _ = fs::write(mnt.join("fill"), pattern(41, 16 * 1024 * 1024));
+    for i in 0..16 {
+        let mut file = fs::File::create(mnt.join(format!("small-{i}"))).expect("create");
+        // Written behind: the refusal comes back at the close, which `drop` ignores.
+        file.write_all(&pattern(42, 4096)).expect("write admitted");
+    }
+    // Unmounting waits for the closes to reach the metadata server: fsck judges only files
+    // nobody holds open.
+    cluster.unmount(&mnt).expect("unmount");
+    let (ok, report, err) = weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
+    assert!(ok, "fsck finds nothing lost: {report}{err}");
+}
+
 // Goal: a full target gives the writer ENOSPC and nothing else is lost; no server crashes, and
 // the space comes back when the file is removed. Method: targets limited to 4 MiB each; fill
 // one file past the total; check an earlier file, the error, and the services.

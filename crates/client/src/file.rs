@@ -43,6 +43,8 @@ struct Known {
     written: SlotSet,
     /// Of those, the slots a write behind has reached in `generation`.
     landed: SlotSet,
+    /// Of those, the slots a report the metadata server answered named in `generation`.
+    reported_written: SlotSet,
     /// Whether a report of the size made while the file stays open is on its way.
     reporting: bool,
     /// Largest end already reported to the metadata server.
@@ -80,6 +82,7 @@ impl Known {
         self.written_end = 0;
         self.written = SlotSet::default();
         self.landed = SlotSet::default();
+        self.reported_written = SlotSet::default();
         self.reported_end = 0;
         self.allocated_end = 0;
     }
@@ -326,10 +329,22 @@ impl Shared {
         let mut known = self.known();
         if known.generation == report.truncate_generation {
             known.reported_end = known.reported_end.max(report.size);
+            known.reported_written.extend(report.written);
         }
         known.reported_changes = known.reported_changes.max(changes);
         known.size = attr.size;
         Ok(())
+    }
+
+    /// Whether a report now would name a slot that only a write still on its way wrote:
+    /// neither reached by a write behind nor named in a report before.
+    fn names_unlanded_slots(&self) -> bool {
+        let known = self.known();
+        let mut unlanded = known.written;
+        unlanded.retain(|index| {
+            !known.landed.contains(index) && !known.reported_written.contains(index)
+        });
+        !unlanded.is_empty()
     }
 
     /// Waits until every write in flight is done.
@@ -724,11 +739,20 @@ impl OpenFile {
     /// for it, as NFS's flush checks without advancing, so that a close of a copy of the
     /// descriptor does not take the error from the sync of the process that wrote.
     pub async fn flush(&self) -> Result<(), ClientError> {
-        let (_, reported) = tokio::join!(
-            self.shared.drain(),
-            self.shared.report_size(&self.client, false)
-        );
-        reported?;
+        if self.shared.names_unlanded_slots() {
+            // The report names the slots written, and the metadata server takes a named slot
+            // without its object for lost data (`weft fsck`): a slot only a write on its way
+            // wrote is named once that write landed, and not if it failed (a full target, a
+            // quota's refusal).
+            self.shared.drain().await;
+            self.shared.report_size(&self.client, false).await?;
+        } else {
+            let (_, reported) = tokio::join!(
+                self.shared.drain(),
+                self.shared.report_size(&self.client, false)
+            );
+            reported?;
+        }
         match self.pending_error() {
             Some(error) => Err(error),
             None => Ok(()),
