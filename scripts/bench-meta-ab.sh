@@ -6,24 +6,35 @@
 # time the weft process spent per operation over each of these two phases.
 # Also: scripts/bench-meta-ab.sh --sync-cost, what one sync of 13 scattered 4 KiB pages costs
 # on this disk against 52 KiB and 4 KiB appended (the store's journal, crash-consistency.md).
-# Usage: scripts/bench-meta-ab.sh [--files N] LABEL=WEFT_BINARY ...
+# With --bytes B, each file created is written B bytes before its close (mdtest's hard shape:
+# --bytes 3901).
+# Usage: scripts/bench-meta-ab.sh [--files N] [--bytes B] LABEL=WEFT_BINARY ...
 set -u
 cd "$(dirname "$0")/.."
 N=2000
+BYTES=0
 if [ "${1:-}" = --files ]; then N=$2; shift 2; fi
+if [ "${1:-}" = --bytes ]; then BYTES=$2; shift 2; fi
+export BYTES
 DIR=$(mktemp -d /tmp/weft-meta-ab.XXXXXX)
 trap 'mountpoint -q $DIR/mnt && umount -l $DIR/mnt; rm -rf $DIR' EXIT
 cat > $DIR/meta.py <<'PY'
 import os, sys, time
 d, n, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+data = b"x" * int(os.environ.get("BYTES", "0"))
 os.makedirs(d, exist_ok=True)
+def create(f):
+    fd = os.open(f, os.O_CREAT | os.O_WRONLY, 0o644)
+    if data:
+        os.write(fd, data)
+    os.close(fd)
 def timed(name, step):
     started = time.perf_counter()
     for i in range(n):
         step(f"{d}/f{i}")
     print(f"{name} {n / (time.perf_counter() - started):.0f}", flush=True)
 if phase in ("all", "create"):
-    timed("create", lambda f: os.close(os.open(f, os.O_CREAT | os.O_WRONLY, 0o644)))
+    timed("create", create)
 if phase == "all":
     timed("stat", os.stat)
 if phase in ("all", "unlink"):
