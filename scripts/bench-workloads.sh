@@ -9,7 +9,7 @@
 # The tree: /usr/include, /usr/share/doc and the crate sources cargo unpacked to build Weft
 # (~/.cargo/registry/src), as found on the machine; its file count is printed. A tree can be
 # given instead (TREE=DIR).
-# Usage: scripts/bench-workloads.sh [TARGETS (default local,bindfs,weft,gluster,moosefs)]
+# Usage: [WEFT=BINARY] scripts/bench-workloads.sh [TARGETS (default local,bindfs,weft,gluster,moosefs)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=${1:-local,bindfs,weft,gluster,moosefs}
@@ -18,7 +18,7 @@ chmod a+rx "$WORK"   # the peers' daemons run as their own users
 . scripts/bench-tools.sh
 need bindfs git
 cargo build --release --quiet
-WEFT=$PWD/target/release/weft
+WEFT=${WEFT:-$PWD/target/release/weft}   # WEFT=BINARY measures another build
 STEP_MAX=900   # seconds: a step that takes longer is cut and reported as such
 
 # The tree, as a tarball and as a git repository.
