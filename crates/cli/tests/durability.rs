@@ -237,7 +237,8 @@ fn fsck_finds_a_lost_object() {
     let found = wait_until("fsck to report the lost object", || {
         let (ok, said, _) = common::weft(&cluster, &["fsck", "--mgmt", cluster.mgmt()]);
         report = said;
-        !ok && report.contains(&weft_proto::InodeId(inode).to_string()) && report.contains("is lost")
+        !ok && report.contains(&weft_proto::InodeId(inode).to_string())
+            && report.contains("is lost")
     });
     assert!(
         found.is_ok(),
