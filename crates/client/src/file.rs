@@ -43,8 +43,6 @@ struct Known {
     written: SlotSet,
     /// Of those, the slots a write behind has reached in `generation`.
     landed: SlotSet,
-    /// Of those, the slots a report the metadata server answered named in `generation`.
-    reported_written: SlotSet,
     /// Whether a report of the size made while the file stays open is on its way.
     reporting: bool,
     /// Largest end already reported to the metadata server.
@@ -82,7 +80,6 @@ impl Known {
         self.written_end = 0;
         self.written = SlotSet::default();
         self.landed = SlotSet::default();
-        self.reported_written = SlotSet::default();
         self.reported_end = 0;
         self.allocated_end = 0;
     }
@@ -329,21 +326,20 @@ impl Shared {
         let mut known = self.known();
         if known.generation == report.truncate_generation {
             known.reported_end = known.reported_end.max(report.size);
-            known.reported_written.extend(report.written);
         }
         known.reported_changes = known.reported_changes.max(changes);
         known.size = attr.size;
         Ok(())
     }
 
-    /// Whether a report now would name a slot that only a write still on its way wrote:
-    /// neither reached by a write behind nor named in a report before.
+    /// Whether a report now may name a slot that only a write still on its way wrote: one no
+    /// write behind has reached. (A slot written without write-behind is never among those
+    /// reached, but nothing of it is on its way: waiting for the writes in flight then costs
+    /// nothing.)
     fn names_unlanded_slots(&self) -> bool {
         let known = self.known();
         let mut unlanded = known.written;
-        unlanded.retain(|index| {
-            !known.landed.contains(index) && !known.reported_written.contains(index)
-        });
+        unlanded.retain(|index| !known.landed.contains(index));
         !unlanded.is_empty()
     }
 
