@@ -29,3 +29,25 @@ each_peer() {
     "$shared/peers/$peer.sh" down "$work/$peer-mnt" "$work/$peer-base" >> "$work/$peer.log" 2>&1 || true
   done
 }
+
+# `settle` before each target, so that it starts on a quiet machine: the peers' daemons have
+# exited (they go on for a while after their stop script returns, and measurably slowed the
+# next rows), what the target before left dirty is written back, and the files it deleted no longer slow new ones.
+# The last matters on an ext4 without a journal (as this machine's): it will not reuse an
+# inode freed in the last 60 s and reads each such inode on the way to a free one, so every
+# file created within a minute of mass deletes costs a scan past all of them — a whole row
+# measured the row before it instead of itself. SETTLE_SECONDS=0 skips the wait.
+SETTLE_SECONDS=${SETTLE_SECONDS:-65}
+settle() {
+  for _ in $(seq 1 60); do pgrep -f 'glusterd|glusterfs|mfsmaster|mfschunkserver|mfsmount' > /dev/null || break; sleep 0.5; done
+  sync; sleep 2
+  if [ "$(findmnt -no FSTYPE -T "${WORK:?}")" = ext4 ] && ! has_journal "${WORK:?}"; then
+    sleep "$SETTLE_SECONDS"
+  fi
+}
+# Whether the ext4 file system holding $1 has a journal (jbd2 lists the devices it serves).
+has_journal() {
+  local dev
+  dev=$(basename "$(findmnt -no SOURCE -T "$1")")
+  compgen -G "/proc/fs/jbd2/$dev-*" > /dev/null
+}

@@ -63,14 +63,6 @@ workloads() {
   cold; step rm-rf rm -rf "$dir/tree" "$dir/clone"
   grep "^$LABEL " "$WORK/results" | awk '{printf "  %-8s %s\n", $2, $3}'
 }
-# Between targets, the machine quiets down: the peers' daemons exit, and on an ext4 without
-# a journal (this machine's) an inode freed in the last 60 s is not reused but scanned past,
-# so the target after a mass delete would pay for it (scripts/bench-meta.sh says more).
-settle() {
-  for _ in $(seq 1 60); do pgrep -f 'glusterd|glusterfs|mfsmaster|mfschunkserver|mfsmount' > /dev/null || break; sleep 0.5; done
-  sync; sleep "${SETTLE_SECONDS:-65}"
-}
-
 for target in ${TARGETS//,/ }; do
   settle
   echo "$target:"
