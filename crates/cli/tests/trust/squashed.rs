@@ -281,3 +281,52 @@ fn a_directory_readable_but_not_searchable_lists_its_names_only() {
         .collect();
     assert_eq!(sizes, ["5", "7"], "the entries' sizes, once searchable");
 }
+
+// Goal: a root-squashed client's rename and unlink whose reply a metadata server's crash took
+// are answered from the reply the server kept, as a member client's are: the copy the client
+// sends again is not judged anew against what the first one changed (the name it moved or
+// removed is gone, so a kernel's check of it answers ENOENT). The nemesis saw such an unlink
+// of a file it had answer ENOENT. Method: files made through a root-squashed mount, then
+// renamed, then removed, each pass while meta-1 is armed to crash right after a journal
+// record (a change durable and not answered), restarted once it crashed: every rename and
+// every unlink succeeds, and the files are gone.
+#[test]
+fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::create_dir(mnt.join("work")).expect("mkdir");
+    fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let squash = squashed_mount(&mut cluster, &mnt, scratch.path());
+    let paths: Vec<_> = (0..40)
+        .map(|index| squash.join(format!("work/f{index}")))
+        .collect();
+    for path in &paths {
+        fs::write(path, b"nobody's").expect("create as the squashed root");
+    }
+    let moved = |path: &Path| path.with_extension("moved");
+    let renames = common::crash_during(
+        &mut cluster,
+        "meta-after-journal@10",
+        paths.clone(),
+        |path| fs::rename(path, path.with_extension("moved")),
+    );
+    for (path, result) in paths.iter().zip(renames) {
+        result.unwrap_or_else(|error| panic!("rename {}: {error}", path.display()));
+    }
+    let moved_paths: Vec<_> = paths.iter().map(|path| moved(path)).collect();
+    let unlinks = common::crash_during(
+        &mut cluster,
+        "meta-after-journal@10",
+        moved_paths.clone(),
+        |path| fs::remove_file(path),
+    );
+    for (path, result) in moved_paths.iter().zip(unlinks) {
+        result.unwrap_or_else(|error| panic!("unlink {}: {error}", path.display()));
+    }
+    let left: Vec<_> = fs::read_dir(mnt.join("work"))
+        .expect("list")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "every file was removed: {left:?}");
+}

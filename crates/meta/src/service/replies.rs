@@ -2,7 +2,7 @@
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
 use crate::schema::{refuse_settled, reply_bytes, stored_reply, OpError, REPLIES, REPLY_FLOORS};
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use weft_proto::messages::{MetaResponse, MutationId, Reply};
 use weft_proto::Recovery;
 
@@ -25,6 +25,14 @@ pub(crate) fn idempotent_admitted(
     op: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
 ) -> Result<MetaResponse, OpError> {
     keep_reply(txn, mutation, false, op)
+}
+
+/// Whether `mutation` ran here and its reply is kept: a copy sent again is answered from it.
+pub(crate) fn ran(txn: &ReadTransaction, mutation: MutationId) -> Result<bool, OpError> {
+    Ok(txn
+        .open_table(REPLIES)?
+        .get((mutation.client.0, mutation.seq))?
+        .is_some())
 }
 
 fn keep_reply(

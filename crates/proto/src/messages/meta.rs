@@ -838,6 +838,26 @@ pub enum MetaRequest {
     },
 }
 
+impl MetaRequest {
+    /// The retry identity of a mutating request: a copy sent again carries the same, and is
+    /// answered from the reply its server kept.
+    pub fn mutation(&self) -> Option<MutationId> {
+        match self {
+            MetaRequest::SetAttr { mutation, .. }
+            | MetaRequest::Create { mutation, .. }
+            | MetaRequest::CreateSpread { mutation, .. }
+            | MetaRequest::Link { mutation, .. }
+            | MetaRequest::Unlink { mutation, .. }
+            | MetaRequest::Rmdir { mutation, .. }
+            | MetaRequest::Rename { mutation, .. }
+            | MetaRequest::SetXattr { mutation, .. }
+            | MetaRequest::RemoveXattr { mutation, .. }
+            | MetaRequest::SetPattern { mutation, .. } => Some(*mutation),
+            _ => None,
+        }
+    }
+}
+
 /// A piece of a source file's object that a [`StorageRequest::CopyFrom`] copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CopyPiece {
