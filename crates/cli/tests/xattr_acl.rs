@@ -250,3 +250,87 @@ fn a_write_drops_file_capabilities() {
     }
     assert_eq!(get(&path, "user.kept").expect("get"), b"yes");
 }
+
+// Goal: `ls -l` of files without extended attributes asks the metadata servers nothing for
+// them (it asks two of every file it lists, `security.selinux` and its ACL), nor does
+// `getfattr` or `listxattr`; an attribute set through the mount is seen at once, one another
+// client set is seen once the file is opened (as its other attributes are), and a file whose
+// last attribute is removed is again one the mount answers for. Method: mounts with a long
+// attribute cache (so no expiry decides what is asked), the metadata servers' request counts
+// of get_xattr and list_xattr around each step.
+#[test]
+fn files_without_extended_attributes_are_answered_by_the_mount() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster
+        .mount_with(&["attr_cache_ms=600000"])
+        .expect("mount");
+    let other = cluster
+        .mount_with(&["attr_cache_ms=600000"])
+        .expect("second mount");
+    let dir = mnt.join("tree");
+    fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    for index in 0..40 {
+        let sub = if index % 2 == 0 { "" } else { "sub/" };
+        fs::write(dir.join(format!("{sub}f{index}")), b"data").expect("create");
+    }
+    let asked = |cluster: &weft_testkit::LocalCluster| {
+        ["get_xattr", "list_xattr"]
+            .iter()
+            .map(|op| {
+                common::metric_sum(
+                    cluster,
+                    "weft_request_duration_seconds_count",
+                    &["role=\"meta\"", &format!("op=\"{op}\"")],
+                )
+            })
+            .sum::<u64>()
+    };
+
+    let before = asked(&cluster);
+    let (ok, listing) = run("ls", &["-lR", dir.to_str().expect("utf-8")]);
+    assert!(ok, "{listing}");
+    assert_eq!(listing.matches(" f").count(), 40, "{listing}");
+    let (ok, dump) = run(
+        "getfattr",
+        &["-R", "-d", "-m", "-", dir.to_str().expect("utf-8")],
+    );
+    assert!(ok && dump.trim().is_empty(), "no attributes: {dump}");
+    assert_eq!(errno(get(&dir.join("f0"), "user.none")), libc::ENODATA);
+    assert_eq!(
+        asked(&cluster),
+        before,
+        "files without attributes were answered by the mount"
+    );
+
+    // Set through this mount: seen at once, here and by a listing, and still once the
+    // file's attributes are fetched again (they say it has some now).
+    let refetch = |path: &Path| {
+        drop(fs::File::open(path).expect("open"));
+        let (ok, listing) = run("ls", &["-l", path.to_str().expect("utf-8")]);
+        assert!(ok, "{listing}");
+    };
+    set(&dir.join("f0"), "user.tag", b"one", 0).expect("set");
+    assert_eq!(get(&dir.join("f0"), "user.tag").expect("get"), b"one");
+    let (ok, dump) = run("getfattr", &["-d", dir.join("f0").to_str().expect("utf-8")]);
+    assert!(ok && dump.contains("user.tag=\"one\""), "{dump}");
+    refetch(&dir.join("f0"));
+    assert_eq!(get(&dir.join("f0"), "user.tag").expect("get"), b"one");
+
+    // Set through another client: seen here once the file is opened.
+    let elsewhere = other.join("tree/f2");
+    set(&elsewhere, "user.tag", b"two", 0).expect("set through the other mount");
+    refetch(&dir.join("f2"));
+    assert_eq!(
+        get(&dir.join("f2"), "user.tag").expect("seen after an open"),
+        b"two"
+    );
+
+    // Its last attribute removed, the file is again answered for, once its attributes are
+    // fetched again (an open).
+    remove(&dir.join("f0"), "user.tag").expect("remove");
+    assert_eq!(errno(get(&dir.join("f0"), "user.tag")), libc::ENODATA);
+    refetch(&dir.join("f0"));
+    let before = asked(&cluster);
+    assert_eq!(errno(get(&dir.join("f0"), "user.tag")), libc::ENODATA);
+    assert_eq!(asked(&cluster), before, "f0 has no attributes left");
+}

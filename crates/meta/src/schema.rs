@@ -308,18 +308,27 @@ impl OpError {
     }
 }
 
+/// The protocol version [`REPLIES`] holds its replies in, whatever the build speaks: a field
+/// added since (whether an inode has no extended attributes, version 13) is left out of them,
+/// and a reply answered again says what a reply of that version says (that a client ask).
+/// So a store's replies read the same before and after an upgrade.
+const REPLY_VERSION: u16 = 12;
+
 /// A reply as [`REPLIES`] stores it.
 pub(crate) fn reply_bytes(
     reply: &weft_proto::messages::Reply<weft_proto::messages::MetaResponse>,
 ) -> Vec<u8> {
-    postcard::to_stdvec(reply).expect("replies encode")
+    weft_proto::wire::in_version(REPLY_VERSION, || postcard::to_stdvec(reply))
+        .expect("replies encode")
 }
 
 /// A stored reply ([`REPLIES`]) as the answer it was.
 pub(crate) fn stored_reply(bytes: &[u8]) -> Result<weft_proto::messages::MetaResponse, OpError> {
-    match postcard::from_bytes::<weft_proto::messages::Reply<weft_proto::messages::MetaResponse>>(
-        bytes,
-    ) {
+    match weft_proto::wire::in_version(REPLY_VERSION, || {
+        postcard::from_bytes::<weft_proto::messages::Reply<weft_proto::messages::MetaResponse>>(
+            bytes,
+        )
+    }) {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(error)) => Err(OpError::Rejected(error)),
         Err(error) => Err(StoreError::damaged("stored reply", error).into()),

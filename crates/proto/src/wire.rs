@@ -270,6 +270,14 @@ field_since!(
     9
 );
 
+field_since!(
+    /// A field added in protocol version 13 that an older peer does without (whether an inode
+    /// has no extended attributes, which a client of version 12 asks its server instead): left
+    /// out of encodings for version 12, and its default when decoded from it.
+    since_13,
+    13
+);
+
 set_field_since!(
     /// A field added in protocol version 6 that an older peer must not go without (the
     /// storage mirror group a push of a mirrored object is from): left out of encodings for

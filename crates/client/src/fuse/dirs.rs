@@ -168,6 +168,7 @@ mod tests {
             parent: InodeId(0),
             shards: Vec::new(),
             project: 0,
+            xattr_free: true,
         }
     }
 

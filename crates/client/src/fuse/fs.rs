@@ -29,7 +29,7 @@ impl WeftFs {
             client,
             ttl: attr_cache,
             writeback_cache,
-            no_capability: Mutex::default(),
+            xattrs_absent: Mutex::default(),
             dirs: dirs::FreshDirs::new(attr_cache),
             notifier: std::sync::OnceLock::new(),
             handles: Mutex::default(),

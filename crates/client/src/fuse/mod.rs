@@ -464,7 +464,7 @@ impl Filesystem for WeftFs {
                 Ok(file) => {
                     let handle = state.add_handle(file);
                     state.forget_attributes(ino);
-                    state.forget_capability(ino);
+                    state.forget_xattrs(ino);
                     reply.opened(handle, fopen_flags(flags.0));
                 }
                 Err(error) => reply.error(errno(&error)),
@@ -862,7 +862,7 @@ impl Filesystem for WeftFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let value = value.to_vec();
-        self.state.forget_capability(ino);
+        self.state.forget_xattrs(ino);
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             reply_empty(
@@ -887,16 +887,16 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
-        let capability = name == CAPABILITY_XATTR;
-        if capability && self.state.capability_absent(ino) {
+        if self.state.xattr_absent(ino, Some(&name)) {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
+        let capability = name == CAPABILITY_XATTR;
         self.spawn(request, |state| async move {
             match state.client.get_xattr(state.inode_of(ino), &name).await {
                 Ok(value) => reply_xattr(reply, size, &value),
                 Err(error) => {
                     if capability && error.errno() == libc::ENODATA {
-                        state.note_no_capability(ino);
+                        state.note_absent(ino, Absent::Capability);
                     }
                     reply.error(errno(&error))
                 }
@@ -905,6 +905,9 @@ impl Filesystem for WeftFs {
     }
 
     fn listxattr(&self, request: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        if self.state.xattr_absent(ino, None) {
+            return reply_xattr(reply, size, &[]);
+        }
         self.spawn(request, |state| async move {
             match state.client.list_xattr(state.inode_of(ino)).await {
                 Ok(names) => {
@@ -924,7 +927,7 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
-        self.state.forget_capability(ino);
+        self.state.forget_xattrs(ino);
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             reply_empty(
@@ -974,7 +977,7 @@ impl Filesystem for WeftFs {
             let handle = state.add_handle(file);
             let open_flags = fopen_flags(flags);
             // A new file has no file capabilities.
-            state.note_no_capability(state.ino_of(attr.inode));
+            state.note_absent(state.ino_of(attr.inode), Absent::Capability);
             reply.created(
                 &state.ttl,
                 &state.merge(attr),

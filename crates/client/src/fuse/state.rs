@@ -1,5 +1,6 @@
 //! What the FUSE adapter keeps between kernel requests: the client, open files by handle,
-//! and the caches that spare round trips (files without capabilities, directories' attributes).
+//! and the caches that spare round trips (files without extended attributes or without
+//! capabilities, directories' attributes).
 
 use super::*;
 
@@ -13,9 +14,9 @@ pub(super) struct State {
     pub(super) handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
     /// Ask the kernel for writeback caching.
     pub(super) writeback_cache: bool,
-    /// Files known to have no `security.capability` since an instant (see
-    /// [`State::capability_absent`]).
-    pub(super) no_capability: Mutex<HashMap<u64, std::time::Instant>>,
+    /// Files known to have no extended attributes, or none called `security.capability`,
+    /// since an instant (see [`State::xattr_absent`]).
+    pub(super) xattrs_absent: Mutex<HashMap<u64, (std::time::Instant, Absent)>>,
     /// Directories' attributes as this client's last change of them left them.
     pub(super) dirs: Arc<dirs::FreshDirs>,
 }
@@ -23,8 +24,18 @@ pub(super) struct State {
 /// The extended attribute the kernel asks for before every write, to drop file capabilities.
 pub(super) const CAPABILITY_XATTR: &str = "security.capability";
 
-/// Most files remembered without file capabilities; older entries go first when it is full.
-pub(super) const NO_CAPABILITY_REMEMBERED_MAX: usize = 65_536;
+/// Most files remembered without extended attributes or file capabilities; older entries
+/// go first when it is full.
+pub(super) const XATTRS_ABSENT_REMEMBERED_MAX: usize = 65_536;
+
+/// Which extended attributes a file is known not to have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Absent {
+    /// None at all: its attributes said so (`InodeAttr::xattr_free`).
+    All,
+    /// No `security.capability`: its server answered so, or this client just made the file.
+    Capability,
+}
 
 impl State {
     /// The inode of a FUSE inode number: 1 is the client's root ([`Client::root`]).
@@ -47,42 +58,73 @@ impl State {
 }
 
 impl State {
-    /// Whether `ino` is known to have no `security.capability`, which the kernel asks before
-    /// every write. The answer is trusted for the attribute cache time and only until the
-    /// file is opened again or this client changes its extended attributes — the consistency
-    /// of cached attributes — so a write does not pay a round trip for it.
-    pub(super) fn capability_absent(&self, ino: INodeNo) -> bool {
-        self.no_capability
+    /// Whether `ino` is known to have no extended attribute `name`: `ls -l` asks for two of
+    /// every file it lists, and the kernel for `security.capability` before every write. What
+    /// is known is trusted for the attribute cache time and only until the file is opened
+    /// again or this client changes its extended attributes — the consistency of cached
+    /// attributes — so these cost no round trip.
+    pub(super) fn xattr_absent(&self, ino: INodeNo, name: Option<&str>) -> bool {
+        self.xattrs_absent
             .lock()
-            .expect("capability cache poisoned")
+            .expect("extended attribute cache poisoned")
             .get(&ino.0)
-            .is_some_and(|since| since.elapsed() < self.ttl)
+            .is_some_and(|(since, absent)| {
+                since.elapsed() < self.ttl
+                    && (*absent == Absent::All || name == Some(CAPABILITY_XATTR))
+            })
     }
 
-    /// Remembers that `ino` has no `security.capability` as of now.
-    pub(super) fn note_no_capability(&self, ino: INodeNo) {
+    /// Remembers, as of now, what `ino` is known not to have.
+    pub(super) fn note_absent(&self, ino: INodeNo, absent: Absent) {
         if self.ttl.is_zero() {
             return;
         }
-        let mut absent = self
-            .no_capability
+        let mut known = self
+            .xattrs_absent
             .lock()
-            .expect("capability cache poisoned");
-        if absent.len() >= NO_CAPABILITY_REMEMBERED_MAX {
+            .expect("extended attribute cache poisoned");
+        if known.len() >= XATTRS_ABSENT_REMEMBERED_MAX {
             let ttl = self.ttl;
-            absent.retain(|_, since| since.elapsed() < ttl);
-            if absent.len() >= NO_CAPABILITY_REMEMBERED_MAX {
-                absent.clear();
+            known.retain(|_, (since, _)| since.elapsed() < ttl);
+            if known.len() >= XATTRS_ABSENT_REMEMBERED_MAX {
+                known.clear();
             }
         }
-        absent.insert(ino.0, std::time::Instant::now());
+        let fresh = |&(since, _): &(std::time::Instant, Absent)| since.elapsed() < self.ttl;
+        // Knowing it has none at all says more than knowing it has no capability.
+        if absent == Absent::Capability
+            && known
+                .get(&ino.0)
+                .is_some_and(|known| known.1 == Absent::All && fresh(known))
+        {
+            return;
+        }
+        known.insert(ino.0, (std::time::Instant::now(), absent));
     }
 
-    /// Forgets what is known about `ino`'s file capabilities.
-    pub(super) fn forget_capability(&self, ino: INodeNo) {
-        self.no_capability
+    /// Learns from attributes just fetched whether `ino` has extended attributes.
+    fn learn_xattrs(&self, ino: INodeNo, xattr_free: bool) {
+        if xattr_free {
+            self.note_absent(ino, Absent::All);
+            return;
+        }
+        let mut known = self
+            .xattrs_absent
             .lock()
-            .expect("capability cache poisoned")
+            .expect("extended attribute cache poisoned");
+        if known
+            .get(&ino.0)
+            .is_some_and(|(_, absent)| *absent == Absent::All)
+        {
+            known.remove(&ino.0);
+        }
+    }
+
+    /// Forgets what is known about `ino`'s extended attributes.
+    pub(super) fn forget_xattrs(&self, ino: INodeNo) {
+        self.xattrs_absent
+            .lock()
+            .expect("extended attribute cache poisoned")
             .remove(&ino.0);
     }
 
@@ -102,6 +144,7 @@ impl State {
     /// The attributes the kernel should see: the server's, with this client's unreported size.
     pub(super) fn merge(&self, attr: InodeAttr) -> FileAttr {
         let attr = self.client.known(attr);
+        self.learn_xattrs(self.ino_of(attr.inode), attr.xattr_free);
         let block_size = attr
             .layout
             .as_ref()

@@ -442,6 +442,15 @@ fn check_inodes(
             &parents,
             (remote_names, subdirectories),
         );
+        // A record that says "none" where attributes are kept would have mounts answer for
+        // attributes the file has.
+        if record.xattr_free && snapshot.xattrs.contains(&id) {
+            findings.problem(format!(
+                "inode {inode} has extended attributes but its record says it has none"
+            ));
+            record.xattr_free = false;
+            changed = true;
+        }
         if record.nlink != expected_links && !(record.nlink == 0 && parents.is_empty()) {
             findings.problem(format!(
                 "inode {inode} has link count {} but {expected_links} links",

@@ -129,6 +129,7 @@ pub(crate) fn create(
         layout,
         pattern: is_dir.then_some(pattern),
         project: parent.project,
+        xattr_free: acls.is_empty(),
         ..new_record(&entry, timestamp)
     };
     store_inode(&mut inodes, inode, &record)?;
@@ -197,6 +198,7 @@ fn new_record(entry: &NewEntry, timestamp: weft_proto::messages::Timestamp) -> I
         sealed: None,
         project: 0,
         allocated: 0,
+        xattr_free: true,
     }
 }
 

@@ -30,7 +30,7 @@ fn names(
     inode: InodeId,
 ) -> Result<Vec<String>, OpError> {
     let mut names = Vec::new();
-    for item in xattrs.range((inode.0, "")..=(inode.0, "\u{10FFFF}"))? {
+    for item in xattrs.range(keys_of(inode))? {
         names.push(item?.0.value().1.to_string());
     }
     Ok(names)
@@ -114,9 +114,24 @@ pub(crate) fn set_xattr(
     } else {
         xattrs.remove((inode.0, name))?;
     }
+    record.xattr_free = has_none(&xattrs, inode)?;
     record.ctime = now();
     store_inode(&mut inodes, inode, &record)?;
     Ok(MetaResponse::Done)
+}
+
+/// Whether `inode` has no extended attributes (what its record's `xattr_free` says once a
+/// change of them is stored).
+pub(crate) fn has_none(
+    xattrs: &impl ReadableTable<(u64, &'static str), &'static [u8]>,
+    inode: InodeId,
+) -> Result<bool, OpError> {
+    Ok(xattrs.range(keys_of(inode))?.next().is_none())
+}
+
+/// The keys of `inode`'s attributes.
+fn keys_of(inode: InodeId) -> std::ops::RangeInclusive<(u64, &'static str)> {
+    (inode.0, "")..=(inode.0, "\u{10FFFF}")
 }
 
 pub(crate) fn get_xattr(
@@ -158,6 +173,7 @@ pub(crate) fn remove_xattr(
             format!("attribute {name} does not exist"),
         ));
     }
+    record.xattr_free = has_none(&xattrs, inode)?;
     record.ctime = now();
     store_inode(&mut inodes, inode, &record)?;
     Ok(MetaResponse::Done)

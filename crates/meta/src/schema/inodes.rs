@@ -6,7 +6,7 @@
 use super::*;
 
 /// Format version of inode records; older versions decode through explicit migrations.
-const INODE_FORMAT_VERSION: u8 = 4;
+const INODE_FORMAT_VERSION: u8 = 5;
 /// What the unused `next_cookie` of an inode record holds (cookies come from name hashes).
 pub(crate) const FIRST_COOKIE: u64 = 3;
 /// Cookie bits that number the names of one hash bucket: 256 names whose hashes collide can
@@ -54,6 +54,65 @@ pub(crate) struct InodeRecord {
     /// `KEEP_SIZE`), as its writers reported it in its truncate generation; 0 when none.
     /// Quotas count a file's size or this, the larger: space it holds either way.
     pub allocated: u64,
+    /// The inode has no extended attributes: set when it is made without any, cleared when
+    /// one is set, set again when its last one is removed. False in records of an older
+    /// format, whose inodes may have some.
+    pub xattr_free: bool,
+}
+
+/// Version 4 of [`InodeRecord`], before inodes without extended attributes were marked.
+#[derive(Deserialize)]
+struct InodeRecordV4 {
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    rdev: u32,
+    atime: Timestamp,
+    mtime: Timestamp,
+    ctime: Timestamp,
+    truncate_generation: u64,
+    layout: Option<FileLayout>,
+    pattern: Option<StripePattern>,
+    symlink: Option<String>,
+    parent: u64,
+    next_cookie: u64,
+    shards: Vec<u64>,
+    shard_of: u64,
+    sealed: Option<(u32, u64)>,
+    project: u32,
+    allocated: u64,
+}
+
+impl From<InodeRecordV4> for InodeRecord {
+    fn from(v4: InodeRecordV4) -> InodeRecord {
+        InodeRecord {
+            kind: v4.kind,
+            mode: v4.mode,
+            nlink: v4.nlink,
+            uid: v4.uid,
+            gid: v4.gid,
+            size: v4.size,
+            rdev: v4.rdev,
+            atime: v4.atime,
+            mtime: v4.mtime,
+            ctime: v4.ctime,
+            truncate_generation: v4.truncate_generation,
+            layout: v4.layout,
+            pattern: v4.pattern,
+            symlink: v4.symlink,
+            parent: v4.parent,
+            next_cookie: v4.next_cookie,
+            shards: v4.shards,
+            shard_of: v4.shard_of,
+            sealed: v4.sealed,
+            project: v4.project,
+            allocated: v4.allocated,
+            xattr_free: false,
+        }
+    }
 }
 
 /// Version 3 of [`InodeRecord`], before allocations past the size were kept.
@@ -105,6 +164,7 @@ impl From<InodeRecordV3> for InodeRecord {
             sealed: v3.sealed,
             project: v3.project,
             allocated: 0,
+            xattr_free: false,
         }
     }
 }
@@ -157,6 +217,7 @@ impl From<InodeRecordV2> for InodeRecord {
             sealed: v2.sealed,
             project: 0,
             allocated: 0,
+            xattr_free: false,
         }
     }
 }
@@ -248,6 +309,7 @@ impl InodeRecord {
             sealed: None,
             project: 0,
             allocated: 0,
+            xattr_free: true,
         }
     }
 
@@ -293,6 +355,7 @@ impl InodeRecord {
             parent: InodeId(self.parent),
             shards: self.shards.iter().copied().map(InodeId).collect(),
             project: self.project,
+            xattr_free: self.xattr_free,
         }
     }
 
@@ -307,6 +370,9 @@ impl InodeRecord {
             |error: postcard::Error| StoreError::damaged(format!("inode {inode:#x}"), error).into();
         match bytes.split_first() {
             Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
+            Some((4, rest)) => postcard::from_bytes::<InodeRecordV4>(rest)
+                .map(InodeRecord::from)
+                .map_err(damaged),
             Some((3, rest)) => postcard::from_bytes::<InodeRecordV3>(rest)
                 .map(InodeRecord::from)
                 .map_err(damaged),

@@ -442,6 +442,7 @@ mod tests {
             parent: InodeId::new(NodeId(1), 1),
             shards: Vec::new(),
             project: 0,
+            xattr_free: true,
         }
     }
 

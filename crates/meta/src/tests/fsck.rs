@@ -177,3 +177,59 @@ async fn fsck_recounts_usage() {
     assert_eq!(repaired.repairs.len(), 1, "{:?}", repaired.repairs);
     assert!(run_check(&f, false).problems.is_empty());
 }
+
+// Goal: an inode whose record says it has no extended attributes while some are kept for it
+// (which would have mounts answer "none" for them) is found and corrected; and the flag
+// follows the attributes set and removed. Method: a file made (no attributes), one set and
+// removed through the operations, then an attribute row written behind the record's back;
+// check, repair, check again.
+#[tokio::test]
+async fn fsck_corrects_a_record_that_hides_extended_attributes() {
+    let f = fixture();
+    let file = f
+        .create(InodeId::ROOT, "file", FileKind::Regular)
+        .await
+        .expect("create");
+    assert!(file.xattr_free, "made without attributes");
+    let flag = || {
+        let txn = f.db.begin_read().expect("read");
+        let inodes = txn.open_table(crate::schema::INODES).expect("inodes");
+        crate::schema::load_inode(&inodes, file.inode)
+            .expect("file")
+            .xattr_free
+    };
+    let inode = file.inode;
+    f.committer
+        .run(Box::new(move |txn| {
+            crate::ops::xattr::set_xattr(
+                txn,
+                inode,
+                "user.a",
+                b"1",
+                weft_proto::messages::XattrSetMode::Any,
+            )
+        }))
+        .await
+        .expect("set");
+    assert!(!flag(), "an attribute set clears it");
+    f.committer
+        .run(Box::new(move |txn| {
+            crate::ops::xattr::remove_xattr(txn, inode, "user.a")
+        }))
+        .await
+        .expect("remove");
+    assert!(flag(), "the last attribute removed sets it again");
+
+    let txn = f.db.begin_write().expect("txn");
+    txn.open_table(crate::schema::XATTRS)
+        .expect("xattrs")
+        .insert((file.inode.0, "user.hidden"), b"x".as_slice())
+        .expect("insert");
+    txn.commit().expect("commit");
+    let found = run_check(&f, false);
+    assert_eq!(found.problem_count, 1, "{:#?}", found.problems);
+    run_check(&f, true);
+    assert!(!flag(), "repaired");
+    let report = run_check(&f, false);
+    assert_eq!(report.problem_count, 0, "{:#?}", report.problems);
+}

@@ -120,6 +120,11 @@ pub struct InodeAttr {
     /// 0 for none. New inodes take their directory's.
     #[serde(default, with = "crate::wire::since_5")]
     pub project: u32,
+    /// The inode has no extended attributes (POSIX ACLs included): a client answers a read
+    /// or a listing of them itself while these attributes are fresh. False when it has some,
+    /// or its server did not say (an older one).
+    #[serde(default, with = "crate::wire::since_13")]
+    pub xattr_free: bool,
 }
 
 /// Attribute changes of a setattr.

@@ -304,9 +304,11 @@ fn the_older_version_decodes_and_is_spoken() {
         decoded,
         InodeAttr {
             project: 0,
+            xattr_free: false,
             ..attr()
         },
-        "a peer of version 4 gets attributes without the project"
+        "a peer of version 4 gets attributes without the project, nor whether the inode has \
+         no extended attributes (so it asks)"
     );
     let write = &storage_requests()[0];
     let bytes = encode_body_in(older, write).expect("a write encodes for version 4");

@@ -93,6 +93,7 @@ pub(crate) fn attr() -> InodeAttr {
         pattern: Some(pattern()),
         parent: inode(1),
         shards: vec![inode(6)],
+        xattr_free: true,
         project: 42,
     }
 }

@@ -136,10 +136,6 @@ pub(crate) fn create_dir_inode(
         return Ok(MetaResponse::Attr(record.to_attr(inode)));
     }
     let inode = allocate_inode(&mut txn.open_table(COUNTERS)?, home)?;
-    let mut record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
-    record.shard_of = shard_of.map_or(0, |dir| dir.0);
-    record.project = *project;
-    store_inode(&mut inodes, inode, &record)?;
     let inherited: Vec<(&'static str, Vec<u8>)> = acls
         .iter()
         .filter_map(|(name, value)| {
@@ -153,6 +149,11 @@ pub(crate) fn create_dir_inode(
             .map(|known| (known, value.clone()))
         })
         .collect();
+    let mut record = InodeRecord::new_directory(*mode, *uid, *gid, *parent, *pattern);
+    record.shard_of = shard_of.map_or(0, |dir| dir.0);
+    record.project = *project;
+    record.xattr_free = inherited.is_empty();
+    store_inode(&mut inodes, inode, &record)?;
     store_inherited(&mut txn.open_table(XATTRS)?, inode, &inherited)?;
     created.insert((coordinator.0, *intent), inode.0)?;
     Ok(MetaResponse::Attr(record.to_attr(inode)))

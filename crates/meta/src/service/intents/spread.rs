@@ -112,7 +112,6 @@ pub(crate) fn sync_shard(
     record.gid = *gid;
     record.pattern = Some(*pattern);
     record.project = *project;
-    store_inode(&mut inodes, *shard, &record)?;
     let mut xattrs = txn.open_table(XATTRS)?;
     for (name, value) in [
         (crate::acl::ACL_DEFAULT, default_acl),
@@ -127,6 +126,8 @@ pub(crate) fn sync_shard(
             }
         }
     }
+    record.xattr_free = crate::ops::xattr::has_none(&xattrs, *shard)?;
+    store_inode(&mut inodes, *shard, &record)?;
     Ok(MetaResponse::Done)
 }
 
