@@ -328,6 +328,23 @@ fn inode_records_of_version_4_decode() {
     assert_eq!(decode(DIRECTORY_V4), directory());
 }
 
+/// A create's reply: the new directory and its parent, in `project`.
+fn created(project: u32) -> MetaResponse {
+    let attr = |record: InodeRecord, at| {
+        InodeRecord {
+            project,
+            xattr_free: false,
+            ..record
+        }
+        .to_attr(inode(at))
+    };
+    MetaResponse::Created {
+        attr: attr(directory(), 5),
+        parent: Some(attr(directory(), 1)),
+        capability: None,
+    }
+}
+
 // Goal: the intents, replies and moves of a store written by protocol version 4 are
 // converted when it opens: a directory-inode request and attributes read on, in no project,
 // and a move in flight goes on as a move (no restripe).
@@ -355,7 +372,7 @@ fn intents_and_replies_of_version_4_are_converted() {
             .insert(7, bytes.as_slice())
             .expect("stored");
         let old: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("replies");
-        let reply: Reply<MetaResponse> = Ok(MetaResponse::Attr(directory().to_attr(inode(5))));
+        let reply: Reply<MetaResponse> = Ok(created(42));
         let bytes = weft_proto::wire::in_version(4, || postcard::to_stdvec(&reply))
             .expect("encodes in version 4");
         txn.open_table(old)
@@ -387,13 +404,8 @@ fn intents_and_replies_of_version_4_are_converted() {
         .expect("the reply is kept");
     assert_eq!(
         crate::schema::stored_reply(stored.value()).expect("decodes"),
-        MetaResponse::Attr(
-            InodeRecord {
-                project: 0,
-                ..directory()
-            }
-            .to_attr(inode(5))
-        )
+        created(0),
+        "the reply reads on whole (its attributes in no project): a retry is answered with it"
     );
     let moves = crate::schema::MOVES.open(&txn).expect("the moves");
     let converted = moves.get(5).expect("decodes").expect("the move is kept");

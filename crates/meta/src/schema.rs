@@ -42,6 +42,7 @@ use redb::{ReadableTable, Table, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use weft_proto::codec::PROTOCOL_VERSION;
 use weft_proto::error::WireError;
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, SlotSet, StripePattern};
@@ -120,16 +121,20 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
     convert_from_version_4::<u64, Intent>(
         &txn,
         TableDefinition::new("intents"),
-        INTENTS.definition(),
+        (INTENTS.definition(), PROTOCOL_VERSION),
     )?;
     convert_from_version_4::<
         (u64, u64),
         weft_proto::messages::Reply<weft_proto::messages::MetaResponse>,
-    >(&txn, TableDefinition::new("replies"), REPLIES)?;
+    >(
+        &txn,
+        TableDefinition::new("replies"),
+        (REPLIES, REPLY_VERSION),
+    )?;
     convert_from_version_4::<u64, MoveWork>(
         &txn,
         TableDefinition::new("moves"),
-        MOVES.definition(),
+        (MOVES.definition(), PROTOCOL_VERSION),
     )?;
     txn.commit()?;
     Ok(())
@@ -188,12 +193,12 @@ fn migrate_entries(txn: &redb::WriteTransaction) -> Result<(), OpError> {
 }
 
 /// Re-encodes the records of table `old` of a store written by protocol version 4 (intents
-/// holding requests, replies) in this version into `new`, and drops `old`. A field added
-/// since (a project) takes its default.
+/// holding requests, replies) in the version `new` holds its records in (`into`), and drops
+/// `old`. A field added since (a project) takes its default.
 fn convert_from_version_4<K, T>(
     txn: &redb::WriteTransaction,
     old: TableDefinition<K, &[u8]>,
-    new: TableDefinition<K, &[u8]>,
+    (new, into): (TableDefinition<K, &[u8]>, u16),
 ) -> Result<(), OpError>
 where
     K: redb::Key + 'static,
@@ -218,7 +223,8 @@ where
                     continue;
                 }
             };
-            let bytes = postcard::to_stdvec(&record).expect("records encode");
+            let bytes = weft_proto::wire::in_version(into, || postcard::to_stdvec(&record))
+                .expect("records encode");
             records.insert(key.value(), bytes.as_slice())?;
             converted += 1;
         }

@@ -295,11 +295,13 @@ impl Meta {
 
     /// The checks a restricted client's `request` passes before it is served, by its
     /// `checks`: its subtree, the files it may name, what it may hold, and its callers'
-    /// access as a kernel would check it (which may make what it creates the caller's).
+    /// access as a kernel would check it (which may make what it creates the caller's) —
+    /// unless the request is a mutation `answered` from the reply kept when it ran.
     async fn check_client(
         &self,
         request: &mut MetaRequest,
         checks: &Checks,
+        answered: bool,
     ) -> Result<(), OpError> {
         if let Some(subtree) = checks.subtree {
             self.check_subtree(request, subtree).await?;
@@ -310,19 +312,40 @@ impl Meta {
         if checks.restricted() {
             self.check_holds(request, checks)?;
         }
-        if let Some(caller) = &checks.caller {
-            // A mutation sent again after its reply was lost passed when it ran, and is
-            // answered from the reply kept: judged again, it would meet what it changed (the
-            // name it removed is gone) and be refused for it.
-            let ran = match request.mutation() {
-                Some(mutation) => self.read(|txn| replies::ran(txn, mutation))?,
-                None => false,
-            };
-            if !ran {
-                self.check_access(request, caller).await?;
-            }
+        if let Some(caller) = checks.caller.as_ref().filter(|_| !answered) {
+            self.check_access(request, caller).await?;
         }
         Ok(())
+    }
+
+    /// The reply kept for `request`, a mutation of a client whose callers the servers check,
+    /// when it ran before (its client sends it again after a reply was lost): it passed its
+    /// checks then, and it is answered from that reply with nothing run. Judged again, it
+    /// would meet what it changed (the name it removed is gone) and be refused for it; and
+    /// only the kept reply answers it, so no request made to look like an earlier one runs
+    /// unchecked. A request whose number an earlier request of another kind had is refused.
+    fn kept_reply(
+        &self,
+        request: &MetaRequest,
+        checks: &Checks,
+    ) -> Result<Option<Reply<MetaResponse>>, OpError> {
+        let Some(mutation) = request.mutation().filter(|_| checks.caller.is_some()) else {
+            return Ok(None);
+        };
+        let Some(kept) = self.read(|txn| replies::kept(txn, mutation))? else {
+            return Ok(None);
+        };
+        Ok(Some(match kept {
+            Ok(response) if !request.answer_fits()(&response) => Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "mutation {} of session {} was another request: a new request takes a new \
+                     number",
+                    mutation.seq, mutation.client
+                ),
+            )),
+            kept => kept.map_err(OpError::into_wire),
+        }))
     }
 
     /// Serves `request`, after the checks its client's rule asks of this server: that every
@@ -337,7 +360,10 @@ impl Meta {
             let mut settled = self.background.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
         }
-        self.check_client(&mut request, &checks)
+        let kept = self
+            .kept_reply(&request, &checks)
+            .map_err(OpError::into_wire)?;
+        self.check_client(&mut request, &checks, kept.is_some())
             .await
             .map_err(OpError::into_wire)?;
         let grant_for = self.grant_for(&request, &checks);
@@ -358,7 +384,10 @@ impl Meta {
             } if grant_for.is_some() => Some((mutation.client, *handle)),
             _ => None,
         };
-        let reply = self.handle_meta(request).await;
+        let reply = match kept {
+            Some(reply) => reply,
+            None => self.handle_meta(request).await,
+        };
         let reply = match (reply, replayed) {
             (Ok(MetaResponse::Created { attr, parent, .. }), Some(open))
                 if !self.regranted(attr.inode, &checks).await =>

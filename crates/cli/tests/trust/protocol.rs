@@ -632,3 +632,103 @@ fn a_client_key_holds_a_bounded_number_of_sessions() {
         .block_on(other.mgmt().register_client("mine".into()))
         .expect("another key registers");
 }
+
+// Goal: a squashed client cannot have a request run unchecked by giving it the mutation id of
+// one it made before, whose reply the server kept: the copy is answered with that reply and
+// nothing of it is done. (A rename of a file whose inode lives on another server tells that
+// server the file's new parent before the rename itself meets the kept reply; a confined
+// client's subtree check follows that parent.) Method: real processes, two metadata servers;
+// a member moves a file into a root-only directory on meta-1 from a directory on meta-2 (its
+// name here, its inode there); the squashed client makes a file of its own in a shared
+// directory on meta-1, then sends a rename of the root-only file under that create's id: it
+// is refused as another request's number, and the file keeps its name and its parent.
+#[test]
+fn an_old_mutation_id_does_not_let_a_request_skip_its_checks() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let inode_of = |path: &Path| weft_proto::ids::InodeId(fs::metadata(path).expect("stat").ino());
+    // Directories until two lie on meta-1 and one on meta-2.
+    let mut on: std::collections::HashMap<u32, Vec<std::path::PathBuf>> =
+        std::collections::HashMap::new();
+    for index in 0..64 {
+        let dir = mnt.join(format!("d{index}"));
+        fs::create_dir(&dir).expect("mkdir");
+        on.entry(inode_of(&dir).home().0).or_default().push(dir);
+        if on.get(&1).is_some_and(|dirs| dirs.len() >= 2) && on.contains_key(&2) {
+            break;
+        }
+    }
+    let (secret, shared, there) = (on[&1][0].clone(), on[&1][1].clone(), on[&2][0].clone());
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).expect("chmod");
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).expect("chmod");
+    fs::write(there.join("f"), b"root's").expect("create");
+    fs::rename(there.join("f"), secret.join("f")).expect("move it across servers");
+    let file = inode_of(&secret.join("f"));
+    assert_eq!(file.home().0, 2, "its inode stays on meta-2");
+    let secret_path = secret.join("f");
+    let (secret, shared) = (inode_of(&secret), inode_of(&shared));
+    assert_eq!(secret.home().0, 1);
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let runtime = common::runtime();
+    let native = common::keyed_client(&runtime, &cluster, &key);
+    let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
+    let mutation = |seq| weft_proto::messages::MutationId {
+        client: native.id(),
+        seq,
+        oldest_pending: 1,
+    };
+    // Its own create, once the server squashes the client (a create of nobody's file).
+    let seq = std::sync::atomic::AtomicU64::new(1 << 40);
+    let mut made = None;
+    wait_until("the metadata server to apply the squash", || {
+        let seq = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("mine-{seq}");
+        let created = runtime.block_on(common::once_settled(|| {
+            meta.create(
+                mutation(seq),
+                shared,
+                &name,
+                weft_client::client::regular_file(0o644, 0, (0, 0)),
+                None,
+            )
+        }));
+        let squashed = created.is_ok_and(|created| created.attr.uid == weft_proto::access::NOBODY);
+        if squashed {
+            made = Some(seq);
+        }
+        squashed
+    })
+    .expect("the rule applies");
+    let kept = mutation(made.expect("a create of its own"));
+
+    let stolen = runtime.block_on(meta.rename(
+        kept,
+        secret,
+        "f",
+        shared,
+        "stolen",
+        weft_proto::messages::RenameFlags::default(),
+    ));
+    let refused = stolen.expect_err("not a rename");
+    assert_eq!(
+        refused.code(),
+        weft_proto::ErrorCode::InvalidArgument,
+        "{refused}"
+    );
+    assert!(secret_path.exists(), "the file keeps its name");
+    let (member_runtime, member) = common::native_client(&cluster, |_| {});
+    let attr = member_runtime
+        .block_on(member.get_attr(file))
+        .expect("the file");
+    assert_eq!(
+        attr.parent, secret,
+        "the file's home was not told of a move"
+    );
+    drop(native);
+}

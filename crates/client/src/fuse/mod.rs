@@ -231,7 +231,7 @@ impl Filesystem for WeftFs {
         // After this client made or removed an entry in a directory, the kernel asks for its
         // attributes again; the change's reply had them.
         if let Some((attr, left)) = self.state.dirs.get(self.state.inode_of(ino)) {
-            return reply.attr(&left, &self.state.merge(attr));
+            return reply.attr(&left, &self.state.file_attr(attr));
         }
         self.spawn(request, |state| async move {
             match state.client.get_attr(state.inode_of(ino)).await {
@@ -862,7 +862,7 @@ impl Filesystem for WeftFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let value = value.to_vec();
-        self.state.forget_xattrs(ino);
+        self.state.changing_xattrs(ino);
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             reply_empty(
@@ -927,7 +927,7 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
-        self.state.forget_xattrs(ino);
+        self.state.changing_xattrs(ino);
         let change = self.state.dirs.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             reply_empty(

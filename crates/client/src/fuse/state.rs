@@ -35,6 +35,9 @@ pub(super) enum Absent {
     All,
     /// No `security.capability`: its server answered so, or this client just made the file.
     Capability,
+    /// Nothing: this client just changed them, and attributes fetched before the change may
+    /// still arrive saying there are none.
+    Unknown,
 }
 
 impl State {
@@ -70,7 +73,11 @@ impl State {
             .get(&ino.0)
             .is_some_and(|(since, absent)| {
                 since.elapsed() < self.ttl
-                    && (*absent == Absent::All || name == Some(CAPABILITY_XATTR))
+                    && match absent {
+                        Absent::All => true,
+                        Absent::Capability => name == Some(CAPABILITY_XATTR),
+                        Absent::Unknown => false,
+                    }
             })
     }
 
@@ -90,14 +97,17 @@ impl State {
                 known.clear();
             }
         }
-        let fresh = |&(since, _): &(std::time::Instant, Absent)| since.elapsed() < self.ttl;
-        // Knowing it has none at all says more than knowing it has no capability.
-        if absent == Absent::Capability
-            && known
-                .get(&ino.0)
-                .is_some_and(|known| known.1 == Absent::All && fresh(known))
-        {
-            return;
+        let kept = known
+            .get(&ino.0)
+            .filter(|(since, _)| since.elapsed() < self.ttl)
+            .map(|(_, kept)| *kept);
+        match (kept, absent) {
+            // What attributes say is not trusted over a change this client just made: they
+            // may have been read before it.
+            (Some(Absent::Unknown), Absent::All) => return,
+            // Knowing it has none at all says more than knowing it has no capability.
+            (Some(Absent::All), Absent::Capability) => return,
+            _ => {}
         }
         known.insert(ino.0, (std::time::Instant::now(), absent));
     }
@@ -120,12 +130,20 @@ impl State {
         }
     }
 
-    /// Forgets what is known about `ino`'s extended attributes.
+    /// Forgets what is known about `ino`'s extended attributes: it is opened, and what its
+    /// attributes say next is fetched after the open.
     pub(super) fn forget_xattrs(&self, ino: INodeNo) {
         self.xattrs_absent
             .lock()
             .expect("extended attribute cache poisoned")
             .remove(&ino.0);
+    }
+
+    /// This client changes `ino`'s extended attributes: nothing is known of them, and for the
+    /// attribute cache time no attributes fetched meanwhile (perhaps before the change) say
+    /// otherwise.
+    pub(super) fn changing_xattrs(&self, ino: INodeNo) {
+        self.note_absent(ino, Absent::Unknown);
     }
 
     /// Makes the kernel ask for `ino`'s attributes again before it next uses them (an open
@@ -141,10 +159,17 @@ impl State {
         }
     }
 
-    /// The attributes the kernel should see: the server's, with this client's unreported size.
+    /// The attributes the kernel should see: the server's, with this client's unreported size;
+    /// what they say of the file's extended attributes is learned.
     pub(super) fn merge(&self, attr: InodeAttr) -> FileAttr {
-        let attr = self.client.known(attr);
         self.learn_xattrs(self.ino_of(attr.inode), attr.xattr_free);
+        self.file_attr(attr)
+    }
+
+    /// The attributes the kernel should see, as [`State::merge`], of attributes kept since
+    /// they were fetched (what they say of extended attributes is as old as they are).
+    pub(super) fn file_attr(&self, attr: InodeAttr) -> FileAttr {
+        let attr = self.client.known(attr);
         let block_size = attr
             .layout
             .as_ref()

@@ -27,12 +27,15 @@ pub(crate) fn idempotent_admitted(
     keep_reply(txn, mutation, false, op)
 }
 
-/// Whether `mutation` ran here and its reply is kept: a copy sent again is answered from it.
-pub(crate) fn ran(txn: &ReadTransaction, mutation: MutationId) -> Result<bool, OpError> {
+/// The reply kept for `mutation`, if it ran here: a copy sent again is answered with it.
+pub(crate) fn kept(
+    txn: &ReadTransaction,
+    mutation: MutationId,
+) -> Result<Option<Result<MetaResponse, OpError>>, OpError> {
     Ok(txn
         .open_table(REPLIES)?
         .get((mutation.client.0, mutation.seq))?
-        .is_some())
+        .map(|bytes| stored_reply(bytes.value())))
 }
 
 fn keep_reply(
