@@ -8,13 +8,18 @@
 # on this disk against 52 KiB and 4 KiB appended (the store's journal, crash-consistency.md).
 # With --bytes B, each file created is written B bytes before its close (mdtest's hard shape:
 # --bytes 3901).
-# Usage: scripts/bench-meta-ab.sh [--files N] [--bytes B] LABEL=WEFT_BINARY ...
+# With --listing, each round instead untars /usr/include and /usr/share/doc (a tarball made
+# once) into the mount and times `ls -lR`, `find` and `du -s` of it, each with the kernel's
+# caches dropped first.
+# Usage: scripts/bench-meta-ab.sh [--files N] [--bytes B] [--listing] LABEL=WEFT_BINARY ...
 set -u
 cd "$(dirname "$0")/.."
 N=2000
 BYTES=0
 if [ "${1:-}" = --files ]; then N=$2; shift 2; fi
 if [ "${1:-}" = --bytes ]; then BYTES=$2; shift 2; fi
+LISTING=0
+if [ "${1:-}" = --listing ]; then LISTING=1; shift; fi
 export BYTES
 DIR=$(mktemp -d /tmp/weft-meta-ab.XXXXXX)
 trap 'mountpoint -q $DIR/mnt && umount -l $DIR/mnt; rm -rf $DIR' EXIT
@@ -75,6 +80,21 @@ for spec in "$@"; do
   $bin up --data-dir $DIR/data --mountpoint $DIR/mnt --log warn > $DIR/up.log 2>&1 &
   pid=$!
   for i in $(seq 1 100); do mountpoint -q $DIR/mnt && break; sleep 0.2; done
+  if [ $LISTING = 1 ]; then
+    [ -f $DIR/tree.tar ] || tar cf $DIR/tree.tar -C /usr include share/doc 2> /dev/null || true
+    timed() {
+      sync; echo 3 > /proc/sys/vm/drop_caches
+      local started=$(date +%s.%N)
+      "$@" > /dev/null
+      echo "$(echo "$(date +%s.%N) - $started" | bc)"
+    }
+    untar=$(timed tar xf $DIR/tree.tar -C $DIR/mnt)
+    printf "%s: %d files: untar %.2f s, ls -lR %.2f s, find %.2f s, du -s %.2f s\n" "$label" \
+      "$(tar tf $DIR/tree.tar | wc -l)" "$untar" "$(timed ls -lR $DIR/mnt)" \
+      "$(timed find $DIR/mnt)" "$(timed du -s $DIR/mnt)"
+    kill -INT $pid; wait $pid 2>/dev/null
+    continue
+  fi
   one=$(python3 $DIR/meta.py $DIR/mnt/one $N all | tr '\n' ' ')
   # The process's CPU time over each four-process phase and the 3 s after it (an unlink's
   # disposal of the file's objects runs after its answer), per operation.
