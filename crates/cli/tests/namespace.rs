@@ -739,3 +739,90 @@ fn removed_files_objects_go_in_batches() {
     assert_eq!(singles, 0, "no object was removed by a request of its own");
     fsck_clean(&cluster);
 }
+
+// Goal: a directory is listed a server page at a time, however small the kernel's buffers,
+// and its end costs no request of its own: every name once, in `ls` and `find`, and the
+// metadata server asked about as many listings as the directory has pages. A directory
+// listed again sees what changed in it since. Method: 1,000 files in one directory and 300
+// empty directories, listings through the mount, the server's listing request counts.
+#[test]
+fn a_directory_is_listed_a_page_at_a_time() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster
+        .mount_with(&["attr_cache_ms=600000"])
+        .expect("mount");
+    let big = mnt.join("big");
+    fs::create_dir(&big).expect("mkdir");
+    for index in 0..1000 {
+        fs::write(
+            big.join(format!("file-with-a-longish-name-{index:04}")),
+            b"x",
+        )
+        .expect("create");
+    }
+    let small = mnt.join("small");
+    fs::create_dir(&small).expect("mkdir");
+    for index in 0..300 {
+        fs::create_dir(small.join(format!("d{index}"))).expect("mkdir");
+    }
+    let listings = || {
+        ["read_dir", "read_dir_plus"]
+            .iter()
+            .map(|op| {
+                common::metric_sum(
+                    &cluster,
+                    "weft_request_duration_seconds_count",
+                    &["role=\"meta\"", &format!("op=\"{op}\"")],
+                )
+            })
+            .sum::<u64>()
+    };
+    let names = |dir: &Path| {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("list")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .into_string()
+                    .expect("utf-8")
+            })
+            .collect();
+        names.sort();
+        names
+    };
+
+    let before = listings();
+    let listed = names(&big);
+    let asked = listings() - before;
+    assert_eq!(listed.len(), 1000, "every name once");
+    listed
+        .windows(2)
+        .for_each(|pair| assert_ne!(pair[0], pair[1]));
+    // 1,000 entries are four pages of 256, the last of which says it is the end; the
+    // kernel's buffers hold fewer, and it asks once more past the last entry.
+    assert!(
+        asked <= 4,
+        "{asked} listing requests for 1,000 entries, four pages of 256"
+    );
+
+    let before = listings();
+    let output = std::process::Command::new("find")
+        .arg(&small)
+        .output()
+        .expect("find");
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 301);
+    let asked = listings() - before;
+    assert!(
+        asked <= 302,
+        "{asked} listing requests: one per directory, its end included"
+    );
+
+    fs::remove_file(big.join("file-with-a-longish-name-0500")).expect("unlink");
+    fs::write(big.join("new"), b"y").expect("create");
+    let again = names(&big);
+    assert_eq!(again.len(), 1000);
+    assert!(again.contains(&"new".to_string()));
+    assert!(!again.contains(&"file-with-a-longish-name-0500".to_string()));
+}

@@ -31,6 +31,7 @@ impl WeftFs {
             writeback_cache,
             xattrs_absent: Mutex::default(),
             dirs: dirs::FreshDirs::new(attr_cache),
+            listings: super::listings::Listings::new(attr_cache),
             notifier: std::sync::OnceLock::new(),
             handles: Mutex::default(),
         });

@@ -13,6 +13,7 @@
 mod convert;
 mod dirs;
 mod fs;
+mod listings;
 pub mod mount;
 mod state;
 
@@ -598,42 +599,50 @@ impl Filesystem for WeftFs {
         });
     }
 
+    fn opendir(&self, _request: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let handle = self.state.listings.open();
+        reply.opened(FileHandle(handle), FopenFlags::empty());
+    }
+
+    fn releasedir(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        handle: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.state.listings.close(handle.0);
+        reply.ok();
+    }
+
     fn readdir(
         &self,
         request: &Request,
         ino: INodeNo,
-        _handle: FileHandle,
+        handle: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         self.spawn(request, |state| async move {
-            let dir = state.inode_of(ino);
             if offset < 1 && reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
             }
             if offset < 2 && reply.add(ino, 2, FileType::Directory, "..") {
                 return reply.ok();
             }
-            let mut after = offset.max(2);
-            loop {
-                let (entries, end) = match state.client.read_dir(dir, after, READDIR_BATCH).await {
-                    Ok(page) => page,
-                    Err(error) => return reply.error(errno(&error)),
-                };
-                for entry in &entries {
-                    if reply.add(
-                        state.ino_of(entry.inode),
-                        entry.cookie,
-                        file_type(entry.kind),
-                        &entry.name,
-                    ) {
-                        return reply.ok();
-                    }
-                    after = entry.cookie;
-                }
-                if end || entries.is_empty() {
-                    return reply.ok();
-                }
+            let listed = list(&state, (handle.0, ino), offset, false, |entry, _| {
+                reply.add(
+                    state.ino_of(entry.inode),
+                    entry.cookie,
+                    file_type(entry.kind),
+                    &entry.name,
+                )
+            })
+            .await;
+            match listed {
+                Ok(()) => reply.ok(),
+                Err(error) => reply.error(errno(&error)),
             }
         });
     }
@@ -642,12 +651,11 @@ impl Filesystem for WeftFs {
         &self,
         request: &Request,
         ino: INodeNo,
-        _handle: FileHandle,
+        handle: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         self.spawn(request, |state| async move {
-            let dir = state.inode_of(ino);
             // The kernel takes no entry for "." and "..": their attributes are not read.
             let dots = unread(ino, FileType::Directory);
             for (at, name) in [(1, "."), (2, "..")] {
@@ -655,39 +663,29 @@ impl Filesystem for WeftFs {
                     return reply.ok();
                 }
             }
-            let mut after = offset.max(2);
-            loop {
-                let listed = state.client.read_dir_plus(dir, after, READDIR_BATCH).await;
-                let (entries, end) = match listed {
-                    Ok(page) => page,
-                    Err(error) => return reply.error(errno(&error)),
-                };
-                let last_page = end || entries.is_empty();
-                for (entry, attr) in entries {
-                    // An entry whose attributes the caller may not read goes with none the
-                    // kernel may keep: its next use looks the name up (and is refused).
-                    let (attr, ttl) = match attr {
-                        Some(attr) => (state.merge(attr), state.ttl),
-                        None => {
-                            let ino = state.ino_of(entry.inode);
-                            (unread(ino, file_type(entry.kind)), Duration::ZERO)
-                        }
-                    };
-                    if reply.add(
-                        attr.ino,
-                        entry.cookie,
-                        &entry.name,
-                        &ttl,
-                        &attr,
-                        Generation(0),
-                    ) {
-                        return reply.ok();
+            let listed = list(&state, (handle.0, ino), offset, true, |entry, attr| {
+                // An entry whose attributes the caller may not read goes with none the
+                // kernel may keep: its next use looks the name up (and is refused).
+                let (attr, ttl) = match attr {
+                    Some(attr) => (state.merge(attr.clone()), state.ttl),
+                    None => {
+                        let ino = state.ino_of(entry.inode);
+                        (unread(ino, file_type(entry.kind)), Duration::ZERO)
                     }
-                    after = entry.cookie;
-                }
-                if last_page {
-                    return reply.ok();
-                }
+                };
+                reply.add(
+                    attr.ino,
+                    entry.cookie,
+                    &entry.name,
+                    &ttl,
+                    &attr,
+                    Generation(0),
+                )
+            })
+            .await;
+            match listed {
+                Ok(()) => reply.ok(),
+                Err(error) => reply.error(errno(&error)),
             }
         });
     }
@@ -987,4 +985,68 @@ impl Filesystem for WeftFs {
             );
         });
     }
+}
+
+/// Gives the kernel the entries of directory `ino`, open as `handle`, from `offset` on (past
+/// "." and ".."): from the listing kept for the handle where it goes on there, else from the
+/// server, a page at a time, through `add` (true: the kernel's buffer is full and the entry
+/// was not taken). Keeps what the kernel did not take, or that the end was reached, for its
+/// next buffer (see `listings.rs`).
+async fn list(
+    state: &State,
+    (handle, ino): (u64, INodeNo),
+    offset: u64,
+    with_attrs: bool,
+    mut add: impl FnMut(&weft_proto::messages::DirEntry, Option<&InodeAttr>) -> bool,
+) -> Result<(), ClientError> {
+    let dir = state.inode_of(ino);
+    let mut listing = match state.listings.take(handle, offset, with_attrs) {
+        Some(listing) => listing,
+        None => list_page(state, dir, offset.max(2), with_attrs).await?,
+    };
+    loop {
+        while let Some((entry, attr)) = listing.left.front() {
+            if add(entry, attr.as_ref()) {
+                state.listings.keep(handle, listing);
+                return Ok(());
+            }
+            listing.next = entry.cookie;
+            listing.left.pop_front();
+        }
+        if listing.end {
+            state.listings.keep(handle, listing);
+            return Ok(());
+        }
+        listing = list_page(state, dir, listing.next, with_attrs).await?;
+    }
+}
+
+/// A page of the server's listing of `dir` after cookie `after`.
+async fn list_page(
+    state: &State,
+    dir: InodeId,
+    after: u64,
+    with_attrs: bool,
+) -> Result<listings::Listing, ClientError> {
+    let listed = std::time::Instant::now();
+    let (left, end): (std::collections::VecDeque<_>, bool) = if with_attrs {
+        let (entries, end) = state
+            .client
+            .read_dir_plus(dir, after, READDIR_BATCH)
+            .await?;
+        (entries.into_iter().collect(), end)
+    } else {
+        let (entries, end) = state.client.read_dir(dir, after, READDIR_BATCH).await?;
+        (
+            entries.into_iter().map(|entry| (entry, None)).collect(),
+            end,
+        )
+    };
+    Ok(listings::Listing {
+        next: after,
+        end: end || left.is_empty(),
+        left,
+        with_attrs,
+        listed,
+    })
 }

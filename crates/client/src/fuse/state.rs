@@ -19,6 +19,8 @@ pub(super) struct State {
     pub(super) xattrs_absent: Mutex<HashMap<u64, (std::time::Instant, Absent)>>,
     /// Directories' attributes as this client's last change of them left them.
     pub(super) dirs: Arc<dirs::FreshDirs>,
+    /// What the server listed of each open directory that the kernel did not take yet.
+    pub(super) listings: super::listings::Listings,
 }
 
 /// The extended attribute the kernel asks for before every write, to drop file capabilities.
