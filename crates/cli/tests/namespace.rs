@@ -765,18 +765,7 @@ fn a_directory_is_listed_a_page_at_a_time() {
     for index in 0..300 {
         fs::create_dir(small.join(format!("d{index}"))).expect("mkdir");
     }
-    let listings = || {
-        ["read_dir", "read_dir_plus"]
-            .iter()
-            .map(|op| {
-                common::metric_sum(
-                    &cluster,
-                    "weft_request_duration_seconds_count",
-                    &["role=\"meta\"", &format!("op=\"{op}\"")],
-                )
-            })
-            .sum::<u64>()
-    };
+    let listings = || common::meta_requests(&cluster, &["read_dir", "read_dir_plus"]);
     let names = |dir: &Path| {
         let mut names: Vec<String> = fs::read_dir(dir)
             .expect("list")

@@ -273,18 +273,7 @@ fn files_without_extended_attributes_are_answered_by_the_mount() {
         let sub = if index % 2 == 0 { "" } else { "sub/" };
         fs::write(dir.join(format!("{sub}f{index}")), b"data").expect("create");
     }
-    let asked = |cluster: &weft_testkit::LocalCluster| {
-        ["get_xattr", "list_xattr"]
-            .iter()
-            .map(|op| {
-                common::metric_sum(
-                    cluster,
-                    "weft_request_duration_seconds_count",
-                    &["role=\"meta\"", &format!("op=\"{op}\"")],
-                )
-            })
-            .sum::<u64>()
-    };
+    let asked = |cluster| common::meta_requests(cluster, &["get_xattr", "list_xattr"]);
 
     let before = asked(&cluster);
     let (ok, listing) = run("ls", &["-lR", dir.to_str().expect("utf-8")]);

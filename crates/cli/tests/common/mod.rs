@@ -457,6 +457,20 @@ pub fn metric_sum(cluster: &LocalCluster, name: &str, labels: &[&str]) -> u64 {
         .sum()
 }
 
+/// Requests of the kinds `ops` (`get_xattr`, `read_dir`…) the cluster's metadata servers
+/// answered so far.
+pub fn meta_requests(cluster: &LocalCluster, ops: &[&str]) -> u64 {
+    ops.iter()
+        .map(|op| {
+            metric_sum(
+                cluster,
+                "weft_request_duration_seconds_count",
+                &["role=\"meta\"", &format!("op=\"{op}\"")],
+            )
+        })
+        .sum()
+}
+
 /// Connection options of a cluster member: the test cluster's key, every other default.
 pub fn member_options(cluster: &LocalCluster) -> weft_net::RpcClientOptions {
     weft_net::RpcClientOptions {

@@ -91,6 +91,23 @@ fn squashed_mount(
     squash
 }
 
+/// A cluster with a member mount, a directory `work` anyone may write in, and a
+/// root-squashed mount of it ([`squashed_mount`]; its key in `scratch`).
+fn squashed_cluster(
+    scratch: &Path,
+) -> (
+    weft_testkit::LocalCluster,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let mut cluster = cluster(ClusterSpec::default());
+    let mnt = cluster.mount().expect("mount");
+    fs::create_dir(mnt.join("work")).expect("mkdir");
+    fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");
+    let squash = squashed_mount(&mut cluster, &mnt, scratch);
+    (cluster, mnt, squash)
+}
+
 /// close(2) of `file`, with its error.
 fn close(file: fs::File) -> std::io::Result<()> {
     // SAFETY: the descriptor is ours alone (taken out of the File) and closed once.

@@ -11,12 +11,8 @@ use super::*;
 // as root in it, the bytes read back through a member mount after the repair.
 #[test]
 fn a_root_squashed_mount_keeps_the_read_only_files_it_writes() {
-    let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster.mount().expect("mount");
-    fs::create_dir(mnt.join("work")).expect("mkdir");
-    fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");
     let scratch = tempfile::tempdir().expect("tempdir");
-    let squash = squashed_mount(&mut cluster, &mnt, scratch.path());
+    let (mut cluster, mnt, squash) = squashed_cluster(scratch.path());
     let work = squash.join("work");
 
     // One file, by hand: created 0444, written, cut through the descriptor, its mode changed
@@ -292,12 +288,8 @@ fn a_directory_readable_but_not_searchable_lists_its_names_only() {
 // every unlink succeeds, and the files are gone.
 #[test]
 fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
-    let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster.mount().expect("mount");
-    fs::create_dir(mnt.join("work")).expect("mkdir");
-    fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");
     let scratch = tempfile::tempdir().expect("tempdir");
-    let squash = squashed_mount(&mut cluster, &mnt, scratch.path());
+    let (mut cluster, mnt, squash) = squashed_cluster(scratch.path());
     let paths: Vec<_> = (0..40)
         .map(|index| squash.join(format!("work/f{index}")))
         .collect();
