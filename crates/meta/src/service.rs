@@ -320,7 +320,8 @@ impl Meta {
 
     /// The reply kept for `request`, a mutation of a client whose callers the servers check,
     /// when it ran before (its client sends it again after a reply was lost): it passed its
-    /// checks then, and it is answered from that reply with nothing run. Judged again, it
+    /// checks then, and it is answered from that reply with nothing run (but a create, whose
+    /// open is registered again on the way to its kept reply, see `serve`). Judged again, it
     /// would meet what it changed (the name it removed is gone) and be refused for it; and
     /// only the kept reply answers it, so no request made to look like an earlier one runs
     /// unchecked. A request whose number an earlier request of another kind had is refused.
@@ -385,6 +386,17 @@ impl Meta {
             _ => None,
         };
         let reply = match kept {
+            // A create sent again runs again, to its kept reply: the open it asks for is
+            // registered anew (a server that restarted since forgot it), and what it is
+            // granted is judged below.
+            Some(Ok(_))
+                if matches!(
+                    request,
+                    MetaRequest::Create { .. } | MetaRequest::CreateSpread { .. }
+                ) =>
+            {
+                self.handle_meta(request).await
+            }
             Some(reply) => reply,
             None => self.handle_meta(request).await,
         };
