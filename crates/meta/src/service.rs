@@ -26,7 +26,7 @@ mod work;
 #[cfg(test)]
 pub(crate) use intents::mkdir::create_dir_inode;
 pub(crate) use moves::MoveMetrics;
-pub(crate) use replies::{idempotent, idempotent_admitted};
+pub(crate) use replies::{idempotent, idempotent_admitted, kept_in};
 
 use crate::chooser::Chooser;
 use crate::commit::{CommitMetrics, Committer};

@@ -8,8 +8,8 @@
 //! with [`earlier`] instead of starting over on a half-changed namespace.
 
 use crate::schema::{
-    load_dentry, load_dir, refuse_settled, stored_reply, Dentry, OpError, COUNTERS, ENTRIES,
-    INODES, INTENTS, INTENT_NAMES, REMOTE_CREATED, REPLIES, SETTLED_INTENTS,
+    load_dentry, load_dir, refuse_settled, Dentry, OpError, COUNTERS, ENTRIES, INODES, INTENTS,
+    INTENT_NAMES, REMOTE_CREATED, REPLIES, SETTLED_INTENTS,
 };
 pub(crate) use crate::schema::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
@@ -109,9 +109,8 @@ pub(crate) fn earlier(
     txn: &WriteTransaction,
     mutation: MutationId,
 ) -> Result<Option<Prepared>, OpError> {
-    let replies = txn.open_table(REPLIES)?;
-    if let Some(bytes) = replies.get((mutation.client.0, mutation.seq))? {
-        return Ok(Some(Prepared::Answered(stored_reply(bytes.value()))));
+    if let Some(reply) = crate::service::kept_in(&txn.open_table(REPLIES)?, mutation)? {
+        return Ok(Some(Prepared::Answered(reply)));
     }
     for (id, intent) in INTENTS.open(txn)?.each(usize::MAX)? {
         if let Ok(intent) = intent {

@@ -32,8 +32,15 @@ pub(crate) fn kept(
     txn: &ReadTransaction,
     mutation: MutationId,
 ) -> Result<Option<Result<MetaResponse, OpError>>, OpError> {
-    Ok(txn
-        .open_table(REPLIES)?
+    kept_in(&txn.open_table(REPLIES)?, mutation)
+}
+
+/// The reply `replies` (the [`REPLIES`] table, read or being written) keeps for `mutation`.
+pub(crate) fn kept_in(
+    replies: &impl ReadableTable<(u64, u64), &'static [u8]>,
+    mutation: MutationId,
+) -> Result<Option<Result<MetaResponse, OpError>>, OpError> {
+    Ok(replies
         .get((mutation.client.0, mutation.seq))?
         .map(|bytes| stored_reply(bytes.value())))
 }
@@ -45,8 +52,8 @@ fn keep_reply(
     op: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
 ) -> Result<MetaResponse, OpError> {
     let client = mutation.client.0;
-    if let Some(bytes) = txn.open_table(REPLIES)?.get((client, mutation.seq))? {
-        return stored_reply(bytes.value());
+    if let Some(reply) = kept_in(&txn.open_table(REPLIES)?, mutation)? {
+        return reply;
     }
     if starts {
         refuse_settled(txn, mutation)?;
