@@ -364,10 +364,6 @@ impl LocalCluster {
         args: &[String],
         env: &[(String, String)],
     ) -> Result<Child> {
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(self.log_path(name))?;
         let mut command = match &self.network {
             Some(network) => network.command(host, &self.binary),
             None => Command::new(&self.binary),
@@ -376,11 +372,8 @@ impl LocalCluster {
             .args(args)
             .env("WEFT_KEY_FILE", self.key_file())
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("WEFT_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
+            .env("WEFT_LOG", "info");
+        support::spawn_apart(command, self.log_path(name))
             .with_context(|| format!("cannot start {name}"))
     }
 

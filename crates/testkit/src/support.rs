@@ -1,7 +1,9 @@
 //! What the tests need beside a cluster: waiting for a condition, an HTTP GET of a service's
-//! page, a free port, and whether a path is mounted.
+//! page, a free port, whether a path is mounted, and starting a process apart from the
+//! files the tests hold open.
 
 use super::*;
+use std::sync::{mpsc, Mutex, OnceLock};
 
 /// Polls `check` until it returns true; fails with `what` after [`WAIT_DEADLINE`].
 ///
@@ -94,4 +96,60 @@ pub(crate) fn lazy_unmount(path: &Path) {
         .arg(path)
         .stderr(Stdio::null())
         .status();
+}
+
+/// Starts `command` with its output appended to the file at `log`, from a thread whose file
+/// table is its own: no file a test holds open on a mount is copied into the child.
+///
+/// The kernel sends a FUSE FLUSH for every close of a descriptor, and an exec closes the
+/// child's copies of the parent's close-on-exec descriptors. A service started while a test
+/// thread holds a file of the mount open would wait, in its exec, for the mount to flush
+/// that file, and the flush for the very metadata server being started: a deadlock that
+/// only the client's timeout ends. The spawning thread leaves the process's table before any
+/// mount exists (its first use starts the first service), so the files tests open later
+/// are not in it.
+///
+/// # Errors
+/// When the log cannot be opened or the program cannot start.
+pub(crate) fn spawn_apart(mut command: Command, log: PathBuf) -> std::io::Result<Child> {
+    type Job = Box<dyn FnOnce() + Send>;
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("spawner".into())
+            .spawn(move || {
+                // SAFETY: unshare(2) with CLONE_FILES gives only this thread a copy of the
+                // file table; it changes no memory.
+                if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+                    panic!("unshare(CLONE_FILES): {}", std::io::Error::last_os_error());
+                }
+                for job in queue {
+                    job();
+                }
+            })
+            .expect("spawner thread");
+        Mutex::new(jobs)
+    });
+    let (answer, answered) = mpsc::channel();
+    let job: Job = Box::new(move || {
+        let started = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|file| {
+                command
+                    .stdin(Stdio::null())
+                    .stdout(file.try_clone()?)
+                    .stderr(file)
+                    .spawn()
+            });
+        let _ = answer.send(started);
+    });
+    spawner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(job)
+        .expect("the spawner runs as long as the process");
+    answered.recv().expect("the spawner answers every job")
 }

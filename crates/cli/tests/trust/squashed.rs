@@ -282,10 +282,11 @@ fn a_directory_readable_but_not_searchable_lists_its_names_only() {
 // are answered from the reply the server kept, as a member client's are: the copy the client
 // sends again is not judged anew against what the first one changed (the name it moved or
 // removed is gone, so a kernel's check of it answers ENOENT). The nemesis saw such an unlink
-// of a file it had answer ENOENT. Method: files made through a root-squashed mount, then
-// renamed, then removed, each pass while meta-1 is armed to crash right after a journal
-// record (a change durable and not answered), restarted once it crashed: every rename and
-// every unlink succeeds, and the files are gone.
+// of a file it had answer ENOENT. Its creates, writes and fsyncs go through such a crash too.
+// Method: files made (created, written, fsynced) through a root-squashed mount, then renamed,
+// then removed, each pass while meta-1 is armed to crash right after a journal record (a
+// change durable and not answered), restarted once it crashed: every call succeeds, and the
+// files are gone.
 #[test]
 fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
     let scratch = tempfile::tempdir().expect("tempdir");
@@ -293,8 +294,18 @@ fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
     let paths: Vec<_> = (0..40)
         .map(|index| squash.join(format!("work/f{index}")))
         .collect();
-    for path in &paths {
-        fs::write(path, b"nobody's").expect("create as the squashed root");
+    let creates = common::crash_during(
+        &mut cluster,
+        "meta-after-journal@9",
+        paths.clone(),
+        |path| {
+            let mut file = fs::File::create(path)?;
+            file.write_all(b"nobody's")?;
+            file.sync_all()
+        },
+    );
+    for (path, result) in paths.iter().zip(creates) {
+        result.unwrap_or_else(|error| panic!("create {}: {error}", path.display()));
     }
     let moved = |path: &Path| path.with_extension("moved");
     let renames = common::crash_during(
