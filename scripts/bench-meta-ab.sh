@@ -11,7 +11,12 @@
 # With --listing, each round instead untars /usr/include and /usr/share/doc (a tarball made
 # once) into the mount and times `ls -lR`, `find` and `du -s` of it, each with the kernel's
 # caches dropped first.
-# Usage: scripts/bench-meta-ab.sh [--files N] [--bytes B] [--listing] LABEL=WEFT_BINARY ...
+# With --threads, each round instead runs one Python process's creates, stats and unlinks
+# apart, and prints for each phase where the weft process's CPU time and context switches
+# went, per operation and per kind of thread (the runtime's workers and blocking threads,
+# named `weft`; the metadata commit thread; the store's flusher; the FUSE threads), counted
+# from /proc over the phase and the 3 s after it.
+# Usage: scripts/bench-meta-ab.sh [--files N] [--bytes B] [--listing|--threads] LABEL=WEFT_BINARY ...
 set -u
 cd "$(dirname "$0")/.."
 N=2000
@@ -20,6 +25,8 @@ if [ "${1:-}" = --files ]; then N=$2; shift 2; fi
 if [ "${1:-}" = --bytes ]; then BYTES=$2; shift 2; fi
 LISTING=0
 if [ "${1:-}" = --listing ]; then LISTING=1; shift; fi
+THREADS=0
+if [ "${1:-}" = --threads ]; then THREADS=1; shift; fi
 export BYTES
 DIR=$(mktemp -d /tmp/weft-meta-ab.XXXXXX)
 trap 'mountpoint -q $DIR/mnt && umount -l $DIR/mnt; rm -rf $DIR' EXIT
@@ -40,7 +47,7 @@ def timed(name, step):
     print(f"{name} {n / (time.perf_counter() - started):.0f}", flush=True)
 if phase in ("all", "create"):
     timed("create", create)
-if phase == "all":
+if phase in ("all", "stat"):
     timed("stat", os.stat)
 if phase in ("all", "unlink"):
     timed("unlink", os.unlink)
@@ -92,6 +99,32 @@ for spec in "$@"; do
     printf "%s: %d files: untar %.2f s, ls -lR %.2f s, find %.2f s, du -s %.2f s\n" "$label" \
       "$(tar tf $DIR/tree.tar | wc -l)" "$untar" "$(timed ls -lR $DIR/mnt)" \
       "$(timed find $DIR/mnt)" "$(timed du -s $DIR/mnt)"
+    kill -INT $pid; wait $pid 2>/dev/null
+    continue
+  fi
+  if [ $THREADS = 1 ]; then
+    # Per thread: its name (numbers dropped), context switches, CPU ticks.
+    threads() {
+      for task in /proc/$pid/task/*; do
+        # A thread that ended meanwhile (the blocking pool's) is left out.
+        stat=$(cat $task/stat 2> /dev/null) || continue
+        printf "%s %s %s\n" "$(tr -d '0-9' < $task/comm | sed 's/-*$//')" \
+          "$(awk '/ctxt_switches/ {s += $2} END {print s + 0}' $task/status 2> /dev/null)" \
+          "$(echo "$stat" | awk '{print $14 + $15}')"
+      done | awk '{switches[$1] += $2; ticks[$1] += $3}
+        END {for (name in switches) print name, switches[name], ticks[name]}' | sort
+    }
+    line="$label:"
+    for phase in create stat unlink; do
+      threads > $DIR/before
+      rate=$(python3 $DIR/meta.py $DIR/mnt/one $N $phase | awk '{print $2}')
+      sleep 3
+      threads > $DIR/after
+      line="$line $phase $rate/s ["$(join $DIR/before $DIR/after | awk -v n=$N -v hz=$(getconf CLK_TCK) \
+        '$5 > $3 || $4 > $2 + n / 10 {
+          printf " %s %.0f us %.1f sw", $1, ($5 - $3) * 1e6 / hz / n, ($4 - $2) / n}')" ]"
+    done
+    echo "$line"
     kill -INT $pid; wait $pid 2>/dev/null
     continue
   fi
