@@ -51,6 +51,12 @@ use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
 use work::{spread_directories, work_loop};
 
+/// Longest a copy of a checked client's mutation waits for the first copy's cross-server
+/// intent to end before it answers `Busy` (see `Meta::kept_reply`).
+const INTENT_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How often such a copy looks whether the intent ended.
+const INTENT_WAIT_SLICE: Duration = Duration::from_millis(20);
+
 /// A failed call to another server: its own error, or `Unavailable` (which clients retry).
 fn rpc_error(error: weft_net::RpcError) -> OpError {
     match error {
@@ -325,7 +331,12 @@ impl Meta {
     /// would meet what it changed (the name it removed is gone) and be refused for it; and
     /// only the kept reply answers it, so no request made to look like an earlier one runs
     /// unchecked. A request whose number an earlier request of another kind had is refused.
-    fn kept_reply(
+    ///
+    /// A copy that arrives while the first copy's cross-server intent is in flight (its first
+    /// step may already have removed the name it is about) waits for that intent to end, and
+    /// is answered from its reply too; an intent still in flight after [`INTENT_WAIT_MAX`]
+    /// (a server it needs is away) answers `Busy`, and the client asks again.
+    async fn kept_reply(
         &self,
         request: &MetaRequest,
         checks: &Checks,
@@ -333,8 +344,35 @@ impl Meta {
         let Some(mutation) = request.mutation().filter(|_| checks.caller.is_some()) else {
             return Ok(None);
         };
-        let Some(kept) = self.read(|txn| replies::kept(txn, mutation))? else {
-            return Ok(None);
+        let waiting = std::time::Instant::now();
+        let kept = loop {
+            // One snapshot: an intent ends in the commit that keeps its reply.
+            let (kept, in_flight) = self.read(|txn| {
+                Ok((
+                    replies::kept(txn, mutation)?,
+                    crate::ops::intent::in_flight(txn, mutation)?,
+                ))
+            })?;
+            match kept {
+                Some(kept) => break kept,
+                None if !in_flight => return Ok(None),
+                None if waiting.elapsed() >= INTENT_WAIT_MAX => {
+                    return Err(OpError::rejected(
+                        ErrorCode::Busy,
+                        format!(
+                            "mutation {} of session {} is still being finished on the servers \
+                             it spans; try again",
+                            mutation.seq, mutation.client
+                        ),
+                    ))
+                }
+                None => {
+                    // The work loop finishes intents that no request runs (their first copy's
+                    // server restarted since): now rather than at its next round.
+                    self.background.work.notify_one();
+                    tokio::time::sleep(INTENT_WAIT_SLICE).await;
+                }
+            }
         };
         Ok(Some(match kept {
             Ok(response) if !request.answer_fits()(&response) => Err(WireError::new(
@@ -363,6 +401,7 @@ impl Meta {
         }
         let kept = self
             .kept_reply(&request, &checks)
+            .await
             .map_err(OpError::into_wire)?;
         self.check_client(&mut request, &checks, kept.is_some())
             .await

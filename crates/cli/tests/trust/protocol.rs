@@ -651,17 +651,7 @@ fn an_old_mutation_id_does_not_let_a_request_skip_its_checks() {
     });
     let mnt = cluster.mount().expect("mount");
     let inode_of = |path: &Path| weft_proto::ids::InodeId(fs::metadata(path).expect("stat").ino());
-    // Directories until two lie on meta-1 and one on meta-2.
-    let mut on: std::collections::HashMap<u32, Vec<std::path::PathBuf>> =
-        std::collections::HashMap::new();
-    for index in 0..64 {
-        let dir = mnt.join(format!("d{index}"));
-        fs::create_dir(&dir).expect("mkdir");
-        on.entry(inode_of(&dir).home().0).or_default().push(dir);
-        if on.get(&1).is_some_and(|dirs| dirs.len() >= 2) && on.contains_key(&2) {
-            break;
-        }
-    }
+    let on = dirs_on_each_home(&mnt, 2);
     let (secret, shared, there) = (on[&1][0].clone(), on[&1][1].clone(), on[&2][0].clone());
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).expect("chmod");
     fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -731,4 +721,146 @@ fn an_old_mutation_id_does_not_let_a_request_skip_its_checks() {
         "the file's home was not told of a move"
     );
     drop(native);
+}
+
+// Goal: a squashed client's unlink sent again while the first copy's cross-server intent is
+// still in flight is answered as the first copy will be, not judged anew: the first copy
+// removed the name already, so a kernel's check of the copy answers ENOENT for a file the
+// client never saw removed. Method: two metadata servers, a file named on meta-1 whose inode
+// lives on meta-2; meta-1 crashes right after recording the squashed client's unlink intent
+// (the name is gone, meta-2 not told yet), meta-2 is killed and meta-1 restarted, so the
+// intent cannot finish; the client sends the unlink again under the same mutation id, and
+// meta-2 comes back once that copy is at meta-1 (or answered): the copy succeeds, and the
+// file is gone on both servers.
+#[test]
+fn a_squashed_unlink_sent_again_during_its_intent_is_answered_as_the_first() {
+    use std::os::unix::fs::MetadataExt;
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
+    let inode_of = |path: &Path| weft_proto::ids::InodeId(fs::metadata(path).expect("stat").ino());
+    let (shared, there) = {
+        let dirs = dirs_on_each_home(&mnt, 1);
+        (dirs[&1][0].clone(), dirs[&2][0].clone())
+    };
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).expect("chmod");
+    fs::write(there.join("f"), b"root's").expect("create");
+    fs::rename(there.join("f"), shared.join("f")).expect("move it across servers");
+    let file = inode_of(&shared.join("f"));
+    assert_eq!(file.home().0, 2, "its inode stays on meta-2");
+    let shared = inode_of(&shared);
+    assert_eq!(shared.home().0, 1);
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
+    let runtime = common::runtime();
+    let native = common::keyed_client(&runtime, &cluster, &key);
+    let mutation = |seq| weft_proto::messages::MutationId {
+        client: native.id(),
+        seq,
+        oldest_pending: 1,
+    };
+    // Once the server squashes the client: its creates make nobody's files.
+    let seq = std::sync::atomic::AtomicU64::new(1 << 40);
+    let next = || seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    wait_until("the metadata server to apply the squash", || {
+        let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
+        let seq = next();
+        let name = format!("mine-{seq}");
+        let created = runtime.block_on(common::once_settled(|| {
+            meta.create(
+                mutation(seq),
+                shared,
+                &name,
+                weft_client::client::regular_file(0o644, 0, (0, 0)),
+                None,
+            )
+        }));
+        created.is_ok_and(|created| created.attr.uid == weft_proto::access::NOBODY)
+    })
+    .expect("the rule applies");
+
+    let unlink = mutation(next());
+    common::arm(&mut cluster, "meta-1", "unlink-after-intent");
+    let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
+    // The first copy: whatever becomes of it, its intent is recorded and the name is gone.
+    let first = {
+        let handle = runtime.handle().clone();
+        std::thread::spawn(move || handle.block_on(meta.unlink(unlink, shared, "f")))
+    };
+    wait_until("meta-1 to crash", || cluster.has_exited("meta-1")).expect("crashed");
+    cluster.kill("meta-2").expect("kill meta-2");
+    cluster.set_env("meta-1", &[]).expect("disarm");
+    cluster.restart("meta-1").expect("restart meta-1");
+
+    // The restarted meta-1, once management lists it where it now listens.
+    let mut restarted = None;
+    wait_until("meta-1 to serve again", || {
+        let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
+        let serves = runtime.block_on(meta.get_attr(shared)).is_ok();
+        restarted = Some(meta);
+        serves
+    })
+    .expect("meta-1 serves");
+    let again = {
+        let meta = restarted.expect("meta-1");
+        let handle = runtime.handle().clone();
+        // As the client library does: `Busy` (the intent still in flight) asks again.
+        std::thread::spawn(move || {
+            handle.block_on(async {
+                for _ in 0..600 {
+                    match common::once_settled(|| meta.unlink(unlink, shared, "f")).await {
+                        Err(error) if error.code() == weft_proto::ErrorCode::Busy => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        answered => return answered,
+                    }
+                }
+                panic!("the unlink sent again was busy for a minute")
+            })
+        })
+    };
+    wait_until("the copy to reach meta-1", || {
+        again.is_finished()
+            || common::metric_sum(
+                &cluster,
+                "weft_requests_in_flight",
+                &["role=\"meta\"", "node=\"1\""],
+            ) > 0
+    })
+    .expect("the copy is at meta-1");
+    cluster.restart("meta-2").expect("restart meta-2");
+    let answered = again.join().expect("the copy's thread");
+    answered.unwrap_or_else(|error| panic!("the unlink sent again: {error}"));
+    let _ = first.join().expect("the first copy's thread");
+    let (member_runtime, member) = common::native_client(&cluster, |_| {});
+    let gone = member_runtime.block_on(member.get_attr(file));
+    assert!(
+        gone.is_err(),
+        "the file's inode is gone from meta-2: {gone:?}"
+    );
+    drop(native);
+}
+
+/// Directories made in `mnt` until `on_first` of them lie on meta-1 and one on meta-2, by the
+/// home of each.
+fn dirs_on_each_home(
+    mnt: &Path,
+    on_first: usize,
+) -> std::collections::HashMap<u32, Vec<std::path::PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut on: std::collections::HashMap<u32, Vec<std::path::PathBuf>> =
+        std::collections::HashMap::new();
+    for index in 0..64 {
+        let dir = mnt.join(format!("d{index}"));
+        fs::create_dir(&dir).expect("mkdir");
+        let home = weft_proto::ids::InodeId(fs::metadata(&dir).expect("stat").ino()).home();
+        on.entry(home.0).or_default().push(dir);
+        if on.get(&1).is_some_and(|dirs| dirs.len() >= on_first) && on.contains_key(&2) {
+            return on;
+        }
+    }
+    panic!("64 directories and not {on_first} on meta-1 and one on meta-2: {on:?}");
 }

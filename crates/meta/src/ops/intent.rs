@@ -123,6 +123,14 @@ pub(crate) fn earlier(
     Ok(None)
 }
 
+/// Whether an intent of `mutation` is in flight: its request ran its first step and has not
+/// finished (its reply is kept in the transaction that drops the intent).
+pub(crate) fn in_flight(txn: &ReadTransaction, mutation: MutationId) -> Result<bool, OpError> {
+    Ok(intents(txn)?.iter().any(|(_, intent)| {
+        intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq
+    }))
+}
+
 /// All intents, for recovery.
 pub(crate) fn intents(txn: &ReadTransaction) -> Result<Vec<(u64, Intent)>, OpError> {
     INTENTS.open(txn)?.all()
