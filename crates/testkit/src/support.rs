@@ -107,7 +107,7 @@ pub(crate) fn lazy_unmount(path: &Path) {
 /// that file, and the flush for the very metadata server being started: a deadlock that
 /// only the client's timeout ends. The spawning thread leaves the process's table before any
 /// mount exists (its first use starts the first service), so the files tests open later
-/// are not in it.
+/// are not in it, and closes its copies of what was open then.
 ///
 /// # Errors
 /// When the log cannot be opened or the program cannot start.
@@ -120,9 +120,16 @@ pub(crate) fn spawn_apart(mut command: Command, log: PathBuf) -> std::io::Result
             .name("spawner".into())
             .spawn(move || {
                 // SAFETY: unshare(2) with CLONE_FILES gives only this thread a copy of the
-                // file table; it changes no memory.
-                if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
-                    panic!("unshare(CLONE_FILES): {}", std::io::Error::last_os_error());
+                // file table, and close_range(2) closes this copy's descriptors past the
+                // standard three: neither changes memory, nor a descriptor of another thread.
+                // Closed here, the copies of pipes another test thread holds open for a
+                // command's output (no mount exists yet) do not keep that command's output
+                // from ending.
+                unsafe {
+                    if libc::unshare(libc::CLONE_FILES) != 0 {
+                        panic!("unshare(CLONE_FILES): {}", std::io::Error::last_os_error());
+                    }
+                    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
                 }
                 for job in queue {
                     job();
