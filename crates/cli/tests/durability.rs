@@ -938,3 +938,67 @@ fn a_file_written_while_its_metadata_server_crashes_after_a_journal_record_is_wh
     }
     fsck_clean(&cluster);
 }
+
+// Goal: the open a create gets stays registered when its metadata server restarts between
+// answering the create and the client recording the open. The client's reclaim of its opens
+// after the restart could run in between and not see it; the open was then never registered
+// again, so an unlink elsewhere disposed of a file its creator still held open (and a
+// restricted client's writes were refused room to grow, EPERM). Method: mount 1 records the
+// opens of its creates 5 s late (fault-injection point `client-late-open-record`); while a
+// create's open waits there, meta-1 restarts and mount 1 reclaims its opens; once the create
+// returns, the file is written and fsynced, then unlinked through mount 2. The unlink leaves
+// the inode (an orphan: still open), the descriptor reads the data back whole, and its close
+// disposes of the file.
+#[test]
+fn an_open_answered_just_before_its_server_restarted_is_kept() {
+    let mut cluster = cluster(ClusterSpec::default());
+    let first = cluster
+        .mount_with_env(&[], &[("WEFT_FAILPOINTS", "client-late-open-record")])
+        .expect("mount 1");
+    let second = cluster.mount().expect("mount 2");
+    let inodes =
+        |cluster: &weft_testkit::LocalCluster| common::metric_sum(cluster, "weft_meta_inodes", &[]);
+    let data = pattern(43, 300 << 10);
+    let creator = {
+        let (path, data) = (first.join("f"), data.clone());
+        std::thread::spawn(move || {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            file.write_all(&data)?;
+            file.sync_all()?;
+            Ok::<_, std::io::Error>(file)
+        })
+    };
+    wait_until("mount 1 to hold a created file's open back", || {
+        cluster
+            .log("mount-1")
+            .contains("recording a created file's open late")
+    })
+    .expect("held back");
+    cluster.restart("meta-1").expect("restart meta-1");
+    let mut file = creator
+        .join()
+        .expect("the creator")
+        .expect("create, write and fsync through mount 1");
+    let before = inodes(&cluster);
+    fs::remove_file(second.join("f")).expect("unlink through mount 2");
+    assert_eq!(
+        inodes(&cluster),
+        before,
+        "the unlinked file is kept while mount 1 holds it open"
+    );
+    file.seek(SeekFrom::Start(0)).expect("seek");
+    let mut read = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut read).expect("read back");
+    assert!(read == data, "the open file reads back whole");
+    drop(file);
+    wait_until("the last close to dispose of the file", || {
+        inodes(&cluster) == before - 1 && object_bytes(&cluster) == 0
+    })
+    .expect("disposed of at its last close");
+    fsck_clean(&cluster);
+}

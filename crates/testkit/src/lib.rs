@@ -542,7 +542,20 @@ impl LocalCluster {
     /// # Errors
     /// When the mount does not come up in time.
     pub fn mount_with(&mut self, settings: &[&str]) -> Result<PathBuf> {
-        let (mountpoint, _) = self.start_mount(settings)?;
+        self.mount_with_env(settings, &[])
+    }
+
+    /// Mounts as [`LocalCluster::mount_with`] does, with `env` added to the `weft mount`
+    /// process's environment (fault-injection points: `WEFT_FAILPOINTS`).
+    ///
+    /// # Errors
+    /// When the mount does not come up in time.
+    pub fn mount_with_env(&mut self, settings: &[&str], env: &[(&str, &str)]) -> Result<PathBuf> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        let (mountpoint, _) = self.start_mount_on("", settings, &env)?;
         wait_until("the mount to answer", || {
             is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
         })?;
@@ -556,7 +569,7 @@ impl LocalCluster {
     /// # Errors
     /// When the process cannot be started.
     pub fn start_mount(&mut self, settings: &[&str]) -> Result<(PathBuf, String)> {
-        self.start_mount_on("", settings)
+        self.start_mount_on("", settings, &[])
     }
 
     /// Mounts the file system from client host `host` (1, 2, …): a network namespace of its
@@ -580,14 +593,19 @@ impl LocalCluster {
             let number = u8::try_from(100 + host).context("client host number")?;
             network.add(&name, number, self.spec.client_link_rate_mbit)?;
         }
-        let (mountpoint, _) = self.start_mount_on(&name, settings)?;
+        let (mountpoint, _) = self.start_mount_on(&name, settings, &[])?;
         wait_until("the mount to answer", || {
             is_mounted(&mountpoint) && fs::read_dir(&mountpoint).is_ok()
         })?;
         Ok(mountpoint)
     }
 
-    fn start_mount_on(&mut self, host: &str, settings: &[&str]) -> Result<(PathBuf, String)> {
+    fn start_mount_on(
+        &mut self,
+        host: &str,
+        settings: &[&str],
+        env: &[(String, String)],
+    ) -> Result<(PathBuf, String)> {
         let mountpoint = self
             .root
             .path()
@@ -607,7 +625,7 @@ impl LocalCluster {
             args.push((*setting).to_string());
         }
         args.push(mountpoint.display().to_string());
-        let child = self.spawn_logged(&name, host, &args, &[])?;
+        let child = self.spawn_logged(&name, host, &args, env)?;
         self.mounts.push((mountpoint.clone(), child));
         Ok((mountpoint, name))
     }

@@ -164,6 +164,10 @@ impl Client {
             if Some(epoch) == known {
                 continue;
             }
+            self.session
+                .locks
+                .reclaims
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             match self.reclaim_opens(&meta, home).await {
                 Ok(()) => {}
                 Err(error) if error.code().recovery() == Recovery::NewSession => {
@@ -205,6 +209,88 @@ impl Client {
         }
     }
 
+    /// Opens `handle` of `inode` again through `meta`, for what it was opened for, by whom it
+    /// was, showing what it was granted in this session (so a file written since its mode
+    /// allowed it is still the handle's, as POSIX has it; a capability of an earlier session
+    /// is none). `false`: the file is gone, and the open lost (told).
+    ///
+    /// # Errors
+    /// A transport error or `UnknownSession`: nothing is lost, try again later.
+    async fn reopen(
+        &self,
+        meta: &MetaClient,
+        (inode, handle): (InodeId, u64),
+        (access, caller): (u8, weft_proto::access::Caller),
+    ) -> Result<bool, RpcError> {
+        let client = self.id();
+        let granted = self.session.opens.granted(inode, handle, access, client);
+        let reopened =
+            weft_net::stubs::acting_for(caller, meta.open(client, handle, inode, access, granted));
+        match reopened.await {
+            Ok(_) => Ok(true),
+            Err(error)
+                if error.is_retryable() || error.code().recovery() == Recovery::NewSession =>
+            {
+                Err(error)
+            }
+            Err(error) => {
+                tracing::error!(%error, %inode, "an open file could not be opened again: it is lost");
+                self.session.opens.forget(inode, handle);
+                self.state_lost(inode);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Records open `handle` of `inode` for `access`, which its home answered (with
+    /// `capability`, if any), after [`Client::reclaim`] had begun `reclaims` times. A reclaim
+    /// begun since may have looked for this client's opens before this one was recorded, its
+    /// server having restarted after answering: then the open is registered again, as that
+    /// reclaim would have.
+    pub(crate) async fn record_open(
+        &self,
+        (inode, handle): (InodeId, u64),
+        access: u8,
+        capability: Option<weft_proto::access::Capability>,
+        reclaims: u64,
+    ) {
+        let caller = weft_net::stubs::caller();
+        self.session
+            .opens
+            .record((inode, handle), (access, caller.clone()), capability);
+        if self
+            .session
+            .locks
+            .reclaims
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == reclaims
+        {
+            return;
+        }
+        let reopened = match self.cluster.meta(inode.home()).await {
+            Ok(meta) => self.reopen(&meta, (inode, handle), (access, caller)).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = reopened {
+            // The next heartbeat's reclaim opens it again, with every open held there.
+            tracing::warn!(%error, %inode, "an open answered before its server restarted is not registered again yet");
+            self.session
+                .locks
+                .epochs
+                .lock()
+                .expect("epochs poisoned")
+                .insert(inode.home(), None);
+        }
+    }
+
+    /// The number of reclaims begun so far, for [`Client::record_open`].
+    pub(crate) fn reclaims(&self) -> u64 {
+        self.session
+            .locks
+            .reclaims
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Opens again through `meta`, in the current session, the handles open here on files of
     /// `home`: after their server restarted, or in a new session. A file that is gone
     /// meanwhile (disposed of once nobody held it open) is lost, and told.
@@ -216,30 +302,13 @@ impl Client {
         if held.is_empty() {
             return Ok(());
         }
-        let client = self.id();
         let mut lost = 0;
         for (inode, handle, (access, caller)) in &held {
-            // Opened again for what it was opened for, by whom it was, showing what it was
-            // granted in this session (so a file written since its mode allowed it is still
-            // the handle's, as POSIX has it); a capability of an earlier session is none.
-            let granted = self.session.opens.granted(*inode, *handle, *access, client);
-            let reopened = weft_net::stubs::acting_for(
-                caller.clone(),
-                meta.open(client, *handle, *inode, *access, granted),
-            );
-            match reopened.await {
-                Ok(_) => {}
-                Err(error)
-                    if error.is_retryable() || error.code().recovery() == Recovery::NewSession =>
-                {
-                    return Err(error)
-                }
-                Err(error) => {
-                    lost += 1;
-                    tracing::error!(%error, %inode, "an open file could not be opened again: it is lost");
-                    self.session.opens.forget(*inode, *handle);
-                    self.state_lost(*inode);
-                }
+            if !self
+                .reopen(meta, (*inode, *handle), (*access, caller.clone()))
+                .await?
+            {
+                lost += 1;
             }
         }
         tracing::info!(

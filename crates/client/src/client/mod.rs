@@ -444,16 +444,14 @@ impl Client {
         let client = self.id();
         // A handle opened again shows what it was granted before.
         let granted = self.session.opens.granted(inode, handle, access, client);
+        let reclaims = self.reclaims();
         let (attr, capability) = self
             .on_home(inode, |meta| async move {
                 meta.open(client, handle, inode, access, granted).await
             })
             .await?;
-        self.session.opens.record(
-            (inode, handle),
-            (access, weft_net::stubs::caller()),
-            capability,
-        );
+        self.record_open((inode, handle), access, capability, reclaims)
+            .await;
         Ok(attr)
     }
 

@@ -131,6 +131,7 @@ impl Client {
             self.watch_home(parent.home()).await?;
         }
         let (mutation, _guard) = self.begin_mutation();
+        let reclaims = self.reclaims();
         let created = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
@@ -141,14 +142,19 @@ impl Client {
         self.learn(&attr);
         if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {
             self.watch_home(attr.inode.home()).await?;
-            self.session.opens.record(
+            if weft_service::failpoint::misbehave("client-late-open-record") {
+                // A client slow to record the open its create got: its home may restart and
+                // be reclaimed from meanwhile.
+                tracing::warn!(inode = %attr.inode, "recording a created file's open late");
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+            self.record_open(
                 (attr.inode, handle),
-                (
-                    weft_proto::access::READ | weft_proto::access::WRITE,
-                    weft_net::stubs::caller(),
-                ),
+                weft_proto::access::READ | weft_proto::access::WRITE,
                 created.capability,
-            );
+                reclaims,
+            )
+            .await;
         }
         Ok(Created {
             attr,
