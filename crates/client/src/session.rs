@@ -112,8 +112,9 @@ pub(crate) struct HeldLocks {
     /// Held by the reclaim under way: the periodic one and one a grace answer asked for do
     /// not reclaim the same home twice at once.
     pub(crate) reclaiming: tokio::sync::Mutex<()>,
-    /// Reclaims of a home's opens begun so far: an open answered by a server that restarted
-    /// before the open was recorded here was not among the opens its reclaim saw.
+    /// Reclaims of a home's opens begun and ended so far (odd while one runs): an open
+    /// answered by a server that restarted before the open was recorded here may not be
+    /// among the opens a reclaim saw.
     pub(crate) reclaims: std::sync::atomic::AtomicU64,
 }
 

@@ -164,11 +164,11 @@ impl Client {
             if Some(epoch) == known {
                 continue;
             }
-            self.session
-                .locks
-                .reclaims
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            match self.reclaim_opens(&meta, home).await {
+            let reclaimed = {
+                let _running = ReclaimRunning::begin(&self.session.locks.reclaims);
+                self.reclaim_opens(&meta, home).await
+            };
+            match reclaimed {
                 Ok(()) => {}
                 Err(error) if error.code().recovery() == Recovery::NewSession => {
                     self.session_expired(self.id(), &error).await;
@@ -243,10 +243,10 @@ impl Client {
     }
 
     /// Records open `handle` of `inode` for `access`, which its home answered (with
-    /// `capability`, if any), after [`Client::reclaim`] had begun `reclaims` times. A reclaim
-    /// begun since may have looked for this client's opens before this one was recorded, its
-    /// server having restarted after answering: then the open is registered again, as that
-    /// reclaim would have.
+    /// `capability`, if any); `reclaims` is what [`Client::reclaims`] said before the open was
+    /// asked. A reclaim running then or begun since may have looked for this client's opens
+    /// before this one was recorded, its server having restarted after answering: then the
+    /// open is registered again, as that reclaim would have.
     pub(crate) async fn record_open(
         &self,
         (inode, handle): (InodeId, u64),
@@ -258,13 +258,7 @@ impl Client {
         self.session
             .opens
             .record((inode, handle), (access, caller.clone()), capability);
-        if self
-            .session
-            .locks
-            .reclaims
-            .load(std::sync::atomic::Ordering::SeqCst)
-            == reclaims
-        {
+        if self.reclaims() == reclaims && reclaims % 2 == 0 {
             return;
         }
         let reopened = match self.cluster.meta(inode.home()).await {
@@ -283,7 +277,8 @@ impl Client {
         }
     }
 
-    /// The number of reclaims begun so far, for [`Client::record_open`].
+    /// Twice the reclaims of opens begun so far, less one while one runs (see
+    /// [`ReclaimRunning`]), for [`Client::record_open`].
     pub(crate) fn reclaims(&self) -> u64 {
         self.session
             .locks
@@ -318,5 +313,22 @@ impl Client {
             "opened files again after a metadata server restart or a new session"
         );
         Ok(())
+    }
+}
+
+/// A reclaim of opens running: the count of reclaims is odd from its start until it ends,
+/// however it ends.
+struct ReclaimRunning<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> ReclaimRunning<'a> {
+    fn begin(reclaims: &'a std::sync::atomic::AtomicU64) -> ReclaimRunning<'a> {
+        reclaims.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ReclaimRunning(reclaims)
+    }
+}
+
+impl Drop for ReclaimRunning<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
