@@ -112,10 +112,13 @@ pub(crate) struct HeldLocks {
     /// Held by the reclaim under way: the periodic one and one a grace answer asked for do
     /// not reclaim the same home twice at once.
     pub(crate) reclaiming: tokio::sync::Mutex<()>,
-    /// Reclaims of a home's opens begun and ended so far (odd while one runs): an open
+    /// Per home, its reclaims of opens begun and ended so far (odd while one runs): an open
     /// answered by a server that restarted before the open was recorded here may not be
     /// among the opens a reclaim saw.
-    pub(crate) reclaims: std::sync::atomic::AtomicU64,
+    pub(crate) reclaims: Mutex<HashMap<NodeId, u64>>,
+    /// Homes whose opens the next reclaim registers again whatever their epoch: an open
+    /// recorded after a reclaim looked could not be registered again at once.
+    pub(crate) stale: Mutex<std::collections::HashSet<NodeId>>,
 }
 
 /// The handles this client has open: inode → handles, with what each was opened for and by

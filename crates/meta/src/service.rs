@@ -51,10 +51,10 @@ use weft_proto::ErrorCode;
 use weft_service::missed::MissedLogs;
 use work::{spread_directories, work_loop};
 
-/// Longest a copy of a checked client's mutation waits for the first copy's cross-server
-/// intent to end before it answers `Busy` (see `Meta::kept_reply`).
+/// Longest a copy of a checked client's mutation tries to finish the first copy's
+/// cross-server intent before it answers `Busy` (see `Meta::kept_reply`).
 const INTENT_WAIT_MAX: Duration = Duration::from_secs(5);
-/// How often such a copy looks whether the intent ended.
+/// How long such a copy waits between tries.
 const INTENT_WAIT_SLICE: Duration = Duration::from_millis(20);
 
 /// A failed call to another server: its own error, or `Unavailable` (which clients retry).
@@ -333,9 +333,11 @@ impl Meta {
     /// unchecked. A request whose number an earlier request of another kind had is refused.
     ///
     /// A copy that arrives while the first copy's cross-server intent is in flight (its first
-    /// step may already have removed the name it is about) waits for that intent to end, and
-    /// is answered from its reply too; an intent still in flight after [`INTENT_WAIT_MAX`]
-    /// (a server it needs is away) answers `Busy`, and the client asks again.
+    /// step may already have removed the name it is about) runs that intent to its end, as
+    /// its first copy would, and is answered from its reply too, whatever it asks: the intent
+    /// runs from its own record, which its first copy's checks admitted. An intent still in
+    /// flight after [`INTENT_WAIT_MAX`] (a server it needs is away) answers `Busy`, and the
+    /// client asks again.
     async fn kept_reply(
         &self,
         request: &MetaRequest,
@@ -345,34 +347,34 @@ impl Meta {
             return Ok(None);
         };
         let waiting = std::time::Instant::now();
+        let stored = |meta: &Meta| meta.read(|txn| replies::kept(txn, mutation));
         let kept = loop {
-            // One snapshot: an intent ends in the commit that keeps its reply.
-            let (kept, in_flight) = self.read(|txn| {
-                Ok((
-                    replies::kept(txn, mutation)?,
-                    crate::ops::intent::in_flight(txn, mutation)?,
-                ))
-            })?;
-            match kept {
-                Some(kept) => break kept,
-                None if !in_flight => return Ok(None),
-                None if waiting.elapsed() >= INTENT_WAIT_MAX => {
-                    return Err(OpError::rejected(
-                        ErrorCode::Busy,
-                        format!(
-                            "mutation {} of session {} is still being finished on the servers \
-                             it spans; try again",
-                            mutation.seq, mutation.client
-                        ),
-                    ))
-                }
-                None => {
-                    // The work loop finishes intents that no request runs (their first copy's
-                    // server restarted since): now rather than at its next round.
-                    self.background.work.notify_one();
-                    tokio::time::sleep(INTENT_WAIT_SLICE).await;
+            if let Some(reply) = stored(self)? {
+                break reply;
+            }
+            // The first copy may be midway through an operation spanning servers: its first
+            // step (the name removed) is done, and the copy finishes it as the first would.
+            if !self.finish_pending(mutation).await? {
+                // None in flight: it ended since the reply was looked for, or never began.
+                match stored(self)? {
+                    Some(reply) => break reply,
+                    None => return Ok(None),
                 }
             }
+            if let Some(reply) = stored(self)? {
+                break reply;
+            }
+            if waiting.elapsed() >= INTENT_WAIT_MAX {
+                return Err(OpError::rejected(
+                    ErrorCode::Busy,
+                    format!(
+                        "mutation {} of session {} is still being finished on the servers it \
+                         spans; try again",
+                        mutation.seq, mutation.client
+                    ),
+                ));
+            }
+            tokio::time::sleep(INTENT_WAIT_SLICE).await;
         };
         Ok(Some(match kept {
             Ok(response) if !request.answer_fits()(&response) => Err(WireError::new(

@@ -6,6 +6,7 @@
 //! disposed of. What cannot be reclaimed is lost, and the file is told.
 
 use super::{Client, ClientError};
+use std::collections::HashMap;
 use weft_net::MetaCalls;
 use weft_net::{MetaClient, RpcError};
 
@@ -155,17 +156,26 @@ impl Client {
             .map(|(h, e)| (*h, *e))
             .collect();
         for (home, known) in homes {
+            let forced = self.stale().remove(&home);
+            // Tried again at the next heartbeat, forced as now.
+            let again = || {
+                if forced {
+                    self.stale().insert(home);
+                }
+            };
             let Ok(meta) = self.cluster.meta(home).await else {
+                again();
                 continue;
             };
             let Ok(epoch) = meta.lock_epoch().await else {
+                again();
                 continue;
             };
-            if Some(epoch) == known {
+            if Some(epoch) == known && !forced {
                 continue;
             }
             let reclaimed = {
-                let _running = ReclaimRunning::begin(&self.session.locks.reclaims);
+                let _running = ReclaimRunning::begin(&self.session.locks.reclaims, home);
                 self.reclaim_opens(&meta, home).await
             };
             match reclaimed {
@@ -174,7 +184,10 @@ impl Client {
                     self.session_expired(self.id(), &error).await;
                     return;
                 }
-                Err(_) => continue,
+                Err(_) => {
+                    again();
+                    continue;
+                }
             }
             let held = self.session.locks.of_home(home);
             let mut reclaimed = 0;
@@ -212,7 +225,8 @@ impl Client {
     /// Opens `handle` of `inode` again through `meta`, for what it was opened for, by whom it
     /// was, showing what it was granted in this session (so a file written since its mode
     /// allowed it is still the handle's, as POSIX has it; a capability of an earlier session
-    /// is none). `false`: the file is gone, and the open lost (told).
+    /// is none). Refused, the open is lost (told) when `lost_if_refused`, and `false` is
+    /// returned.
     ///
     /// # Errors
     /// A transport error or `UnknownSession`: nothing is lost, try again later.
@@ -221,6 +235,7 @@ impl Client {
         meta: &MetaClient,
         (inode, handle): (InodeId, u64),
         (access, caller): (u8, weft_proto::access::Caller),
+        lost_if_refused: bool,
     ) -> Result<bool, RpcError> {
         let client = self.id();
         let granted = self.session.opens.granted(inode, handle, access, client);
@@ -233,20 +248,26 @@ impl Client {
             {
                 Err(error)
             }
-            Err(error) => {
+            Err(error) if lost_if_refused => {
                 tracing::error!(%error, %inode, "an open file could not be opened again: it is lost");
                 self.session.opens.forget(inode, handle);
                 self.state_lost(inode);
+                Ok(false)
+            }
+            Err(error) => {
+                tracing::warn!(%error, %inode, "an open could not be registered again");
                 Ok(false)
             }
         }
     }
 
     /// Records open `handle` of `inode` for `access`, which its home answered (with
-    /// `capability`, if any); `reclaims` is what [`Client::reclaims`] said before the open was
-    /// asked. A reclaim running then or begun since may have looked for this client's opens
-    /// before this one was recorded, its server having restarted after answering: then the
-    /// open is registered again, as that reclaim would have.
+    /// `capability`, if any); `reclaims` is what [`Client::reclaims`] said of its home before
+    /// the open was asked. A reclaim of that home running then or begun since may have looked
+    /// for this client's opens before this one was recorded, its server having restarted
+    /// after answering: then the open is registered again, as that reclaim would have (a
+    /// refusal then, as from a server that has the open, loses nothing here); if that cannot
+    /// be done now, the home's next reclaim registers all its opens again.
     pub(crate) async fn record_open(
         &self,
         (inode, handle): (InodeId, u64),
@@ -254,36 +275,46 @@ impl Client {
         capability: Option<weft_proto::access::Capability>,
         reclaims: u64,
     ) {
+        let home = inode.home();
         let caller = weft_net::stubs::caller();
         self.session
             .opens
             .record((inode, handle), (access, caller.clone()), capability);
-        if self.reclaims() == reclaims && reclaims % 2 == 0 {
+        if self.reclaims(home) == reclaims && reclaims % 2 == 0 {
             return;
         }
-        let reopened = match self.cluster.meta(inode.home()).await {
-            Ok(meta) => self.reopen(&meta, (inode, handle), (access, caller)).await,
+        let reopened = match self.cluster.meta(home).await {
+            Ok(meta) => {
+                self.reopen(&meta, (inode, handle), (access, caller), false)
+                    .await
+            }
             Err(error) => Err(error),
         };
         if let Err(error) = reopened {
-            // The next heartbeat's reclaim opens it again, with every open held there.
             tracing::warn!(%error, %inode, "an open answered before its server restarted is not registered again yet");
-            self.session
-                .locks
-                .epochs
-                .lock()
-                .expect("epochs poisoned")
-                .insert(inode.home(), None);
+            self.stale().insert(home);
         }
     }
 
-    /// Twice the reclaims of opens begun so far, less one while one runs (see
+    /// Twice the reclaims of opens of `home` begun so far, less one while one runs (see
     /// [`ReclaimRunning`]), for [`Client::record_open`].
-    pub(crate) fn reclaims(&self) -> u64 {
+    pub(crate) fn reclaims(&self, home: NodeId) -> u64 {
         self.session
             .locks
             .reclaims
-            .load(std::sync::atomic::Ordering::SeqCst)
+            .lock()
+            .expect("reclaim counts poisoned")
+            .get(&home)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn stale(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<NodeId>> {
+        self.session
+            .locks
+            .stale
+            .lock()
+            .expect("stale homes poisoned")
     }
 
     /// Opens again through `meta`, in the current session, the handles open here on files of
@@ -300,7 +331,7 @@ impl Client {
         let mut lost = 0;
         for (inode, handle, (access, caller)) in &held {
             if !self
-                .reopen(meta, (*inode, *handle), (*access, caller.clone()))
+                .reopen(meta, (*inode, *handle), (*access, caller.clone()), true)
                 .await?
             {
                 lost += 1;
@@ -316,19 +347,31 @@ impl Client {
     }
 }
 
-/// A reclaim of opens running: the count of reclaims is odd from its start until it ends,
-/// however it ends.
-struct ReclaimRunning<'a>(&'a std::sync::atomic::AtomicU64);
+/// A reclaim of a home's opens running: the home's count of reclaims is odd from its start
+/// until it ends, however it ends.
+struct ReclaimRunning<'a>(&'a std::sync::Mutex<HashMap<NodeId, u64>>, NodeId);
 
 impl<'a> ReclaimRunning<'a> {
-    fn begin(reclaims: &'a std::sync::atomic::AtomicU64) -> ReclaimRunning<'a> {
-        reclaims.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        ReclaimRunning(reclaims)
+    fn begin(
+        reclaims: &'a std::sync::Mutex<HashMap<NodeId, u64>>,
+        home: NodeId,
+    ) -> ReclaimRunning<'a> {
+        *reclaims
+            .lock()
+            .expect("reclaim counts poisoned")
+            .entry(home)
+            .or_default() += 1;
+        ReclaimRunning(reclaims, home)
     }
 }
 
 impl Drop for ReclaimRunning<'_> {
     fn drop(&mut self) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        *self
+            .0
+            .lock()
+            .expect("reclaim counts poisoned")
+            .entry(self.1)
+            .or_default() += 1;
     }
 }

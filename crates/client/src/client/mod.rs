@@ -444,7 +444,7 @@ impl Client {
         let client = self.id();
         // A handle opened again shows what it was granted before.
         let granted = self.session.opens.granted(inode, handle, access, client);
-        let reclaims = self.reclaims();
+        let reclaims = self.reclaims(inode.home());
         let (attr, capability) = self
             .on_home(inode, |meta| async move {
                 meta.open(client, handle, inode, access, granted).await

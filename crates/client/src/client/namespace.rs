@@ -131,7 +131,8 @@ impl Client {
             self.watch_home(parent.home()).await?;
         }
         let (mutation, _guard) = self.begin_mutation();
-        let reclaims = self.reclaims();
+        // On the server the file will live on: its directory's (or its shard's).
+        let reclaims = self.reclaims(self.holder(parent, name).home());
         let created = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();

@@ -112,23 +112,32 @@ pub(crate) fn earlier(
     if let Some(reply) = crate::service::kept_in(&txn.open_table(REPLIES)?, mutation)? {
         return Ok(Some(Prepared::Answered(reply)));
     }
-    for (id, intent) in INTENTS.open(txn)?.each(usize::MAX)? {
-        if let Ok(intent) = intent {
-            if intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq {
-                return Ok(Some(Prepared::Intent(id, intent)));
-            }
-        }
+    if let Some((id, intent)) = pending_of(txn, mutation)? {
+        return Ok(Some(Prepared::Intent(id, intent)));
     }
     refuse_settled(txn, mutation)?;
     Ok(None)
 }
 
-/// Whether an intent of `mutation` is in flight: its request ran its first step and has not
-/// finished (its reply is kept in the transaction that drops the intent).
-pub(crate) fn in_flight(txn: &ReadTransaction, mutation: MutationId) -> Result<bool, OpError> {
-    Ok(intents(txn)?.iter().any(|(_, intent)| {
-        intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq
-    }))
+/// The intent of `mutation` in flight, if any: its request ran its first step and has not
+/// finished (its reply is kept in the transaction that drops the intent). A record that does
+/// not decode is passed over.
+pub(crate) fn pending_of(
+    txn: &impl crate::schema::Transaction,
+    mutation: MutationId,
+) -> Result<Option<(u64, Intent)>, OpError> {
+    Ok(INTENTS
+        .open(txn)?
+        .each(usize::MAX)?
+        .into_iter()
+        .find_map(|(id, intent)| {
+            intent
+                .ok()
+                .filter(|intent| {
+                    intent.mutation.client == mutation.client && intent.mutation.seq == mutation.seq
+                })
+                .map(|intent| (id, intent))
+        }))
 }
 
 /// All intents, for recovery.

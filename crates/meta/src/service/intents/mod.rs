@@ -226,6 +226,30 @@ impl Meta {
         }
     }
 
+    /// Runs the intent of `mutation` still in flight, if there is one, as a copy of its
+    /// request sent again would (see `Meta::kept_reply`); whether there was one. Looked for
+    /// while preparing, so its settlement cannot pass it before the run is counted. An
+    /// intent that cannot finish yet (a server it needs is away) stays for the next try.
+    pub(in crate::service) async fn finish_pending(
+        &self,
+        mutation: MutationId,
+    ) -> Result<bool, OpError> {
+        let preparing = self.intents.runs.preparing();
+        let Some((id, intent)) = self.read(|txn| crate::ops::intent::pending_of(txn, mutation))?
+        else {
+            return Ok(false);
+        };
+        let _running = preparing.run(id);
+        if let Err(error) = self.finish_intent(id, intent).await {
+            tracing::debug!(
+                intent = id,
+                ?error,
+                "an operation sent again is still pending"
+            );
+        }
+        Ok(true)
+    }
+
     /// Starts a cross-server operation: `prepare` records its intent (or finds the stored
     /// reply of a retry) in one transaction, then [`Meta::drive`] answers it.
     pub(super) async fn start_intent(
