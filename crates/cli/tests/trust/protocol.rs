@@ -644,58 +644,19 @@ fn a_client_key_holds_a_bounded_number_of_sessions() {
 // is refused as another request's number, and the file keeps its name and its parent.
 #[test]
 fn an_old_mutation_id_does_not_let_a_request_skip_its_checks() {
-    use std::os::unix::fs::MetadataExt;
-    let mut cluster = cluster(ClusterSpec {
-        meta: 2,
-        ..ClusterSpec::default()
-    });
-    let mnt = cluster.mount().expect("mount");
-    let inode_of = |path: &Path| weft_proto::ids::InodeId(fs::metadata(path).expect("stat").ino());
-    let on = dirs_on_each_home(&mnt, 2);
+    let (cluster, _mnt, on) = two_homes(2);
     let (secret, shared, there) = (on[&1][0].clone(), on[&1][1].clone(), on[&2][0].clone());
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).expect("chmod");
     fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).expect("chmod");
-    fs::write(there.join("f"), b"root's").expect("create");
-    fs::rename(there.join("f"), secret.join("f")).expect("move it across servers");
-    let file = inode_of(&secret.join("f"));
-    assert_eq!(file.home().0, 2, "its inode stays on meta-2");
+    let file = moved_across(&there, &secret);
     let secret_path = secret.join("f");
     let (secret, shared) = (inode_of(&secret), inode_of(&shared));
     assert_eq!(secret.home().0, 1);
 
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
-    let runtime = common::runtime();
-    let native = common::keyed_client(&runtime, &cluster, &key);
-    let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
-    let mutation = |seq| weft_proto::messages::MutationId {
-        client: native.id(),
-        seq,
-        oldest_pending: 1,
-    };
-    // Its own create, once the server squashes the client (a create of nobody's file).
-    let seq = std::sync::atomic::AtomicU64::new(1 << 40);
-    let mut made = None;
-    wait_until("the metadata server to apply the squash", || {
-        let seq = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("mine-{seq}");
-        let created = runtime.block_on(common::once_settled(|| {
-            meta.create(
-                mutation(seq),
-                shared,
-                &name,
-                weft_client::client::regular_file(0o644, 0, (0, 0)),
-                None,
-            )
-        }));
-        let squashed = created.is_ok_and(|created| created.attr.uid == weft_proto::access::NOBODY);
-        if squashed {
-            made = Some(seq);
-        }
-        squashed
-    })
-    .expect("the rule applies");
-    let kept = mutation(made.expect("a create of its own"));
+    let squashed = SquashedClient::new(&cluster, shared);
+    let (runtime, key) = (&squashed.runtime, &squashed.key);
+    let meta = meta_as(runtime, &cluster, key, weft_proto::NodeId(1));
+    let kept = squashed.mutation(squashed.made);
 
     let stolen = runtime.block_on(meta.rename(
         kept,
@@ -720,7 +681,6 @@ fn an_old_mutation_id_does_not_let_a_request_skip_its_checks() {
         attr.parent, secret,
         "the file's home was not told of a move"
     );
-    drop(native);
 }
 
 // Goal: a squashed client's unlink sent again while the first copy's cross-server intent is
@@ -734,57 +694,18 @@ fn an_old_mutation_id_does_not_let_a_request_skip_its_checks() {
 // file is gone on both servers.
 #[test]
 fn a_squashed_unlink_sent_again_during_its_intent_is_answered_as_the_first() {
-    use std::os::unix::fs::MetadataExt;
-    let mut cluster = cluster(ClusterSpec {
-        meta: 2,
-        ..ClusterSpec::default()
-    });
-    let mnt = cluster.mount().expect("mount");
-    let inode_of = |path: &Path| weft_proto::ids::InodeId(fs::metadata(path).expect("stat").ino());
-    let (shared, there) = {
-        let dirs = dirs_on_each_home(&mnt, 1);
-        (dirs[&1][0].clone(), dirs[&2][0].clone())
-    };
+    let (mut cluster, _mnt, dirs) = two_homes(1);
+    let (shared, there) = (dirs[&1][0].clone(), dirs[&2][0].clone());
     fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).expect("chmod");
-    fs::write(there.join("f"), b"root's").expect("create");
-    fs::rename(there.join("f"), shared.join("f")).expect("move it across servers");
-    let file = inode_of(&shared.join("f"));
-    assert_eq!(file.home().0, 2, "its inode stays on meta-2");
+    let file = moved_across(&there, &shared);
     let shared = inode_of(&shared);
     assert_eq!(shared.home().0, 1);
 
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let key = restricted_key(&cluster, scratch.path(), "squashed", &["--root-squash"]);
-    let runtime = common::runtime();
-    let native = common::keyed_client(&runtime, &cluster, &key);
-    let mutation = |seq| weft_proto::messages::MutationId {
-        client: native.id(),
-        seq,
-        oldest_pending: 1,
-    };
-    // Once the server squashes the client: its creates make nobody's files.
-    let seq = std::sync::atomic::AtomicU64::new(1 << 40);
-    let next = || seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    wait_until("the metadata server to apply the squash", || {
-        let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
-        let seq = next();
-        let name = format!("mine-{seq}");
-        let created = runtime.block_on(common::once_settled(|| {
-            meta.create(
-                mutation(seq),
-                shared,
-                &name,
-                weft_client::client::regular_file(0o644, 0, (0, 0)),
-                None,
-            )
-        }));
-        created.is_ok_and(|created| created.attr.uid == weft_proto::access::NOBODY)
-    })
-    .expect("the rule applies");
-
-    let unlink = mutation(next());
+    let squashed = SquashedClient::new(&cluster, shared);
+    let (runtime, key) = (&squashed.runtime, &squashed.key);
+    let unlink = squashed.mutation(squashed.next());
     common::arm(&mut cluster, "meta-1", "unlink-after-intent");
-    let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
+    let meta = meta_as(runtime, &cluster, key, weft_proto::NodeId(1));
     // The first copy: whatever becomes of it, its intent is recorded and the name is gone.
     let first = {
         let handle = runtime.handle().clone();
@@ -798,7 +719,7 @@ fn a_squashed_unlink_sent_again_during_its_intent_is_answered_as_the_first() {
     // The restarted meta-1, once management lists it where it now listens.
     let mut restarted = None;
     wait_until("meta-1 to serve again", || {
-        let meta = meta_as(&runtime, &cluster, &key, weft_proto::NodeId(1));
+        let meta = meta_as(runtime, &cluster, key, weft_proto::NodeId(1));
         let serves = runtime.block_on(meta.get_attr(shared)).is_ok();
         restarted = Some(meta);
         serves
@@ -841,26 +762,113 @@ fn a_squashed_unlink_sent_again_during_its_intent_is_answered_as_the_first() {
         gone.is_err(),
         "the file's inode is gone from meta-2: {gone:?}"
     );
-    drop(native);
 }
 
-/// Directories made in `mnt` until `on_first` of them lie on meta-1 and one on meta-2, by the
-/// home of each.
-fn dirs_on_each_home(
-    mnt: &Path,
+/// A cluster of two metadata servers, mounted, and directories made in the mount until
+/// `on_first` of them lie on meta-1 and one on meta-2, by the home of each.
+fn two_homes(
     on_first: usize,
-) -> std::collections::HashMap<u32, Vec<std::path::PathBuf>> {
-    use std::os::unix::fs::MetadataExt;
+) -> (
+    weft_testkit::LocalCluster,
+    std::path::PathBuf,
+    std::collections::HashMap<u32, Vec<std::path::PathBuf>>,
+) {
+    let mut cluster = cluster(ClusterSpec {
+        meta: 2,
+        ..ClusterSpec::default()
+    });
+    let mnt = cluster.mount().expect("mount");
     let mut on: std::collections::HashMap<u32, Vec<std::path::PathBuf>> =
         std::collections::HashMap::new();
     for index in 0..64 {
         let dir = mnt.join(format!("d{index}"));
         fs::create_dir(&dir).expect("mkdir");
-        let home = weft_proto::ids::InodeId(fs::metadata(&dir).expect("stat").ino()).home();
-        on.entry(home.0).or_default().push(dir);
+        on.entry(inode_of(&dir).home().0).or_default().push(dir);
         if on.get(&1).is_some_and(|dirs| dirs.len() >= on_first) && on.contains_key(&2) {
-            return on;
+            return (cluster, mnt, on);
         }
     }
     panic!("64 directories and not {on_first} on meta-1 and one on meta-2: {on:?}");
+}
+
+/// The inode a path of the mount names.
+fn inode_of(path: &Path) -> weft_proto::ids::InodeId {
+    use std::os::unix::fs::MetadataExt;
+    weft_proto::ids::InodeId(fs::metadata(path).expect("stat").ino())
+}
+
+/// A file `f` of root's made in `there` (a directory on meta-2) and moved into `into` (on
+/// meta-1): its name on meta-1, its inode staying on meta-2.
+fn moved_across(there: &Path, into: &Path) -> weft_proto::ids::InodeId {
+    fs::write(there.join("f"), b"root's").expect("create");
+    fs::rename(there.join("f"), into.join("f")).expect("move it across servers");
+    let file = inode_of(&into.join("f"));
+    assert_eq!(file.home().0, 2, "its inode stays on meta-2");
+    file
+}
+
+/// A root-squashed native client of a cluster, once meta-1 squashes it.
+struct SquashedClient {
+    _scratch: tempfile::TempDir,
+    key: std::path::PathBuf,
+    runtime: tokio::runtime::Runtime,
+    native: std::sync::Arc<weft_client::Client>,
+    seq: std::sync::atomic::AtomicU64,
+    /// The number of a create of its own, of nobody's file, in the directory it was made with.
+    made: u64,
+}
+
+impl SquashedClient {
+    /// A client key that squashes root, its client, and a create of its own in `shared` (a
+    /// directory on meta-1 anyone writes) that shows meta-1 applies the squash.
+    fn new(cluster: &weft_testkit::LocalCluster, shared: weft_proto::ids::InodeId) -> Self {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let key = restricted_key(cluster, scratch.path(), "squashed", &["--root-squash"]);
+        let runtime = common::runtime();
+        let native = common::keyed_client(&runtime, cluster, &key);
+        let mut client = SquashedClient {
+            _scratch: scratch,
+            key,
+            runtime,
+            native,
+            seq: std::sync::atomic::AtomicU64::new(1 << 40),
+            made: 0,
+        };
+        let mut made = None;
+        wait_until("the metadata server to apply the squash", || {
+            let meta = meta_as(&client.runtime, cluster, &client.key, weft_proto::NodeId(1));
+            let seq = client.next();
+            let name = format!("mine-{seq}");
+            let created = client.runtime.block_on(common::once_settled(|| {
+                meta.create(
+                    client.mutation(seq),
+                    shared,
+                    &name,
+                    weft_client::client::regular_file(0o644, 0, (0, 0)),
+                    None,
+                )
+            }));
+            let squashed =
+                created.is_ok_and(|created| created.attr.uid == weft_proto::access::NOBODY);
+            made = squashed.then_some(seq);
+            squashed
+        })
+        .expect("the rule applies");
+        client.made = made.expect("a create of its own");
+        client
+    }
+
+    /// A new mutation number of its own.
+    fn next(&self) -> u64 {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Its mutation `seq`.
+    fn mutation(&self, seq: u64) -> weft_proto::messages::MutationId {
+        weft_proto::messages::MutationId {
+            client: self.native.id(),
+            seq,
+            oldest_pending: 1,
+        }
+    }
 }
