@@ -11,7 +11,7 @@ mod netns;
 mod support;
 
 use support::lazy_unmount;
-pub use support::{free_port, http_get, is_mounted, wait_until};
+pub use support::{free_port, http_get, is_mounted, output_apart, wait_until};
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
@@ -463,11 +463,12 @@ impl LocalCluster {
     /// # Errors
     /// When the binary cannot run.
     pub fn weft(&self, args: &[&str]) -> Result<Output> {
-        Ok(Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .args(args)
             .env("WEFT_KEY_FILE", self.key_file())
-            .env("WEFT_LOG", "warn")
-            .output()?)
+            .env("WEFT_LOG", "warn");
+        Ok(output_apart(command)?)
     }
 
     /// Waits until management lists the node with alias `name`.

@@ -7,7 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Names one cluster's namespaces and links apart from another's in the same run.
@@ -38,11 +38,10 @@ pub(crate) struct Network {
 
 /// Runs an iproute2 `tool` (`ip`, `tc`) with `args`; its stderr in the error when it fails.
 fn iproute2(tool: &str, args: &[&str]) -> Result<()> {
-    let output = Command::new(tool)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {tool} (iproute2)"))?;
+    let mut command = Command::new(tool);
+    command.args(args);
+    let output =
+        crate::output_apart(command).with_context(|| format!("cannot run {tool} (iproute2)"))?;
     if !output.status.success() {
         bail!(
             "{tool} {} failed: {}",
@@ -88,10 +87,10 @@ impl Network {
         let number = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let tag = format!("{:04x}{:02x}", pid & 0xffff, number & 0xff);
+        let mut command = Command::new("ip");
+        command.args(["-4", "route", "show"]);
         let routes = String::from_utf8_lossy(
-            &Command::new("ip")
-                .args(["-4", "route", "show"])
-                .output()
+            &crate::output_apart(command)
                 .context("cannot run ip (iproute2)")?
                 .stdout,
         )

@@ -112,6 +112,50 @@ pub(crate) fn lazy_unmount(path: &Path) {
 /// # Errors
 /// When the log cannot be opened or the program cannot start.
 pub(crate) fn spawn_apart(mut command: Command, log: PathBuf) -> std::io::Result<Child> {
+    in_spawner(move || {
+        let file = File::options().create(true).append(true).open(&log)?;
+        command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+    })
+}
+
+/// Runs `command` to its end and returns what it printed, as [`Command::output`] does, but
+/// started as [`spawn_apart`] starts services, so that it never waits in its exec for a mount
+/// to flush a file a test holds open. Its outputs go through files the spawning thread
+/// makes, read back here.
+///
+/// # Errors
+/// When the program cannot start or its outputs cannot be read.
+pub fn output_apart(mut command: Command) -> std::io::Result<Output> {
+    let (mut child, stdout, stderr) = in_spawner(move || {
+        // Every descriptor lives and dies in the spawning thread; only paths come back.
+        let (stdout, stderr) = (
+            tempfile::NamedTempFile::new()?,
+            tempfile::NamedTempFile::new()?,
+        );
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(stdout.reopen()?)
+            .stderr(stderr.reopen()?)
+            .spawn()?;
+        Ok((child, stdout.into_temp_path(), stderr.into_temp_path()))
+    })?;
+    let status = child.wait()?;
+    Ok(Output {
+        status,
+        stdout: fs::read(&stdout)?,
+        stderr: fs::read(&stderr)?,
+    })
+}
+
+/// Runs `job` on the spawning thread (see [`spawn_apart`]). What it returns must hold no
+/// descriptor: a number of that thread's table means another file, or none, elsewhere.
+fn in_spawner<T: Send + 'static>(
+    job: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
     type Job = Box<dyn FnOnce() + Send>;
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
@@ -129,9 +173,9 @@ pub(crate) fn spawn_apart(mut command: Command, log: PathBuf) -> std::io::Result
                     if libc::unshare(libc::CLONE_FILES) == 0 {
                         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
                     } else {
-                        // Services then start as from any thread, and may wait on a flush.
+                        // Processes then start as from any thread, and may wait on a flush.
                         eprintln!(
-                            "testkit: unshare(CLONE_FILES) failed ({}): services share the \
+                            "testkit: unshare(CLONE_FILES) failed ({}): processes share the \
                              test's open files",
                             std::io::Error::last_os_error()
                         );
@@ -146,18 +190,7 @@ pub(crate) fn spawn_apart(mut command: Command, log: PathBuf) -> std::io::Result
     });
     let (answer, answered) = mpsc::channel();
     let job: Job = Box::new(move || {
-        let started = File::options()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|file| {
-                command
-                    .stdin(Stdio::null())
-                    .stdout(file.try_clone()?)
-                    .stderr(file)
-                    .spawn()
-            });
-        let _ = answer.send(started);
+        let _ = answer.send(job());
     });
     spawner
         .lock()

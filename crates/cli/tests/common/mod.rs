@@ -18,11 +18,9 @@ pub fn binary() -> &'static Path {
 /// Runs the binary with `args` outside any cluster (logging errors only); whether it
 /// succeeded, and what it printed on both outputs.
 pub fn run(args: &[&str]) -> (bool, String) {
-    let output = std::process::Command::new(binary())
-        .args(args)
-        .env("WEFT_LOG", "error")
-        .output()
-        .expect("weft runs");
+    let mut command = std::process::Command::new(binary());
+    command.args(args).env("WEFT_LOG", "error");
+    let output = weft_testkit::output_apart(command).expect("weft runs");
     (
         output.status.success(),
         format!(
@@ -68,18 +66,8 @@ pub fn weft(cluster: &LocalCluster, args: &[&str]) -> (bool, String, String) {
     let started = std::time::Instant::now();
     let output = cluster.weft(args).expect("weft runs");
     if started.elapsed() > std::time::Duration::from_secs(2) {
-        // Files of a mount this process holds in its shared descriptor table are closed in
-        // every child at exec, which waits for their writes (see `private_file_table`).
-        let held: Vec<String> = std::fs::read_dir("/proc/self/fd")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| std::fs::read_link(entry.path()).ok())
-            .filter(|target| target.starts_with(cluster.root()))
-            .map(|target| target.display().to_string())
-            .collect();
         eprintln!(
-            "weft {} took {:?}: {}; this process holds {held:?}",
+            "weft {} took {:?}: {}",
             args.join(" "),
             started.elapsed(),
             String::from_utf8_lossy(&output.stderr).trim()
@@ -585,12 +573,12 @@ pub fn verify(path: &Path, seed: u64, records: u64) {
 /// Issues the key of client `name` from the test cluster's key, in `dir`.
 pub fn client_key(cluster: &LocalCluster, dir: &Path, name: &str) -> PathBuf {
     let file = dir.join(format!("{name}.key"));
-    let made = std::process::Command::new(binary())
+    let mut command = std::process::Command::new(binary());
+    command
         .args(["keygen", "--client", name, file.to_str().expect("utf-8")])
         .env("WEFT_KEY_FILE", cluster.key_file())
-        .env("WEFT_LOG", "error")
-        .output()
-        .expect("weft runs");
+        .env("WEFT_LOG", "error");
+    let made = weft_testkit::output_apart(command).expect("weft runs");
     assert!(
         made.status.success(),
         "{}",
