@@ -347,34 +347,22 @@ impl Meta {
             return Ok(None);
         };
         let waiting = std::time::Instant::now();
-        let stored = |meta: &Meta| meta.read(|txn| replies::kept(txn, mutation));
         let kept = loop {
-            if let Some(reply) = stored(self)? {
-                break reply;
-            }
-            // The first copy may be midway through an operation spanning servers: its first
-            // step (the name removed) is done, and the copy finishes it as the first would.
-            if !self.finish_pending(mutation).await? {
-                // None in flight: it ended since the reply was looked for, or never began.
-                match stored(self)? {
-                    Some(reply) => break reply,
-                    None => return Ok(None),
+            match self.copy_of(mutation).await? {
+                intents::Copy::Answered(reply) => break *reply,
+                intents::Copy::New => return Ok(None),
+                intents::Copy::Pending if waiting.elapsed() >= INTENT_WAIT_MAX => {
+                    return Err(OpError::rejected(
+                        ErrorCode::Busy,
+                        format!(
+                            "mutation {} of session {} is still being finished on the servers \
+                             it spans; try again",
+                            mutation.seq, mutation.client
+                        ),
+                    ))
                 }
+                intents::Copy::Pending => tokio::time::sleep(INTENT_WAIT_SLICE).await,
             }
-            if let Some(reply) = stored(self)? {
-                break reply;
-            }
-            if waiting.elapsed() >= INTENT_WAIT_MAX {
-                return Err(OpError::rejected(
-                    ErrorCode::Busy,
-                    format!(
-                        "mutation {} of session {} is still being finished on the servers it \
-                         spans; try again",
-                        mutation.seq, mutation.client
-                    ),
-                ));
-            }
-            tokio::time::sleep(INTENT_WAIT_SLICE).await;
         };
         Ok(Some(match kept {
             Ok(response) if !request.answer_fits()(&response) => Err(WireError::new(

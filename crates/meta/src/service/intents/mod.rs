@@ -46,6 +46,16 @@ pub(crate) struct IntentState {
     pub(in crate::service) shard_syncs: Mutex<std::collections::BTreeSet<InodeId>>,
 }
 
+/// What became of a mutation sent again ([`Meta::copy_of`]).
+pub(in crate::service) enum Copy {
+    /// It ran: its reply.
+    Answered(Box<Result<MetaResponse, OpError>>),
+    /// Its cross-server intent is still in flight.
+    Pending,
+    /// It never ran here.
+    New,
+}
+
 /// Who runs a home's intents now. More than one may run the same intent at once (a client's
 /// retry finds its intent open and runs it too, recovery may be at it): the others' steps may
 /// still be on their way when one of them finishes it, so the other homes are told it settled
@@ -226,18 +236,22 @@ impl Meta {
         }
     }
 
-    /// Runs the intent of `mutation` still in flight, if there is one, as a copy of its
-    /// request sent again would (see `Meta::kept_reply`); whether there was one. Looked for
-    /// while preparing, so its settlement cannot pass it before the run is counted. An
+    /// What became of `mutation`, for a copy of it sent again: its kept reply, or, while its
+    /// cross-server intent is still in flight, that intent run here to its end as the copy's
+    /// first run would (see `Meta::kept_reply`), or nothing (it never ran). Both are looked
+    /// for in one snapshot (an intent ends in the commit that keeps its reply) and while
+    /// preparing, so the intent's settlement cannot pass it before its run is counted. An
     /// intent that cannot finish yet (a server it needs is away) stays for the next try.
-    pub(in crate::service) async fn finish_pending(
-        &self,
-        mutation: MutationId,
-    ) -> Result<bool, OpError> {
+    pub(in crate::service) async fn copy_of(&self, mutation: MutationId) -> Result<Copy, OpError> {
         let preparing = self.intents.runs.preparing();
-        let Some((id, intent)) = self.read(|txn| crate::ops::intent::pending_of(txn, mutation))?
-        else {
-            return Ok(false);
+        let (kept, pending) = self.read(|txn| {
+            Ok((
+                super::replies::kept(txn, mutation)?,
+                crate::ops::intent::pending_of(txn, mutation)?,
+            ))
+        })?;
+        let Some((id, intent)) = pending else {
+            return Ok(kept.map_or(Copy::New, |kept| Copy::Answered(Box::new(kept))));
         };
         let _running = preparing.run(id);
         if let Err(error) = self.finish_intent(id, intent).await {
@@ -247,7 +261,12 @@ impl Meta {
                 "an operation sent again is still pending"
             );
         }
-        Ok(true)
+        Ok(
+            match self.read(|txn| super::replies::kept(txn, mutation))? {
+                Some(kept) => Copy::Answered(Box::new(kept)),
+                None => Copy::Pending,
+            },
+        )
     }
 
     /// Starts a cross-server operation: `prepare` records its intent (or finds the stored
