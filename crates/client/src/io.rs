@@ -147,6 +147,14 @@ pub(crate) trait DataSession: Sync {
 /// not grant while a storage server wanted one ([`DataPath::with_capability`]).
 const CAPABILITY_RETRY_SLICE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Whether `capability` bounds how far the file's objects may grow (a hard byte limit counts
+/// the file).
+fn bounds_growth(capability: Capability) -> bool {
+    capability
+        .growth
+        .is_some_and(|bound| bound.object_end != u64::MAX)
+}
+
 /// Reads and changes of file data on the storage servers.
 pub(crate) struct DataPath {
     cluster: Arc<ClusterView>,
@@ -198,8 +206,24 @@ impl DataPath {
         };
         self.within(async {
             let mut granted = capability();
+            let mut bound_renewed = false;
             loop {
                 match attempt(granted).await {
+                    Err(error)
+                        if error.code() == weft_proto::ErrorCode::QuotaExceeded
+                            && !bound_renewed
+                            && granted.is_some_and(bounds_growth) =>
+                    {
+                        // The bound on the objects' growth was reckoned for the file's
+                        // pattern when it was granted: a restripe since may spread the same
+                        // room differently. One new grant, for the pattern the home has now,
+                        // decides.
+                        bound_renewed = true;
+                        if !session.reopen(inode, want).await? {
+                            return Err(error);
+                        }
+                        granted = capability();
+                    }
                     Err(error) if error.code().recovery() == Recovery::Reopen => {
                         if !weft_net::retry::time_left(CAPABILITY_RETRY_SLICE)
                             || !session.reopen(inode, want).await?

@@ -333,3 +333,78 @@ fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
         .collect();
     assert!(left.is_empty(), "every file was removed: {left:?}");
 }
+
+// Goal: a root-squashed writer under a hard space quota keeps writing a file it holds open
+// while the file is restriped into a narrower pattern: the room its home reserved for it is
+// room in the file, whatever pattern its objects have. (The capability's bound on the
+// objects' growth was reckoned for the pattern of the open, three objects sharing the room,
+// and the writes through the new pattern, one object taking it all, were refused with
+// EDQUOT well inside the room and the limit.) Method: the standard cluster; a hard limit on
+// nobody far above what is written; a directory striped over three targets in 64K chunks;
+// the squashed mount writes and fsyncs, the tree is restriped onto the fourth target, the same
+// descriptor writes further on and fsyncs; content compared.
+#[test]
+fn a_squashed_writer_keeps_writing_a_file_restriped_under_it() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let (cluster, mnt, squash) = squashed_cluster(scratch.path());
+    let (ok, out, err) = weft(
+        &cluster,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "65534",
+            "--hard-bytes",
+            "64G",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok, "quota set: {out}{err}");
+    let wide = mnt.join("work/wide");
+    common::make_dir_with_pattern(
+        &cluster,
+        &wide,
+        &["--num-targets", "3", "--chunk-size", "64K"],
+    );
+    fs::set_permissions(&wide, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let first = common::pattern(61, 256 << 10);
+    let more = common::pattern(62, 512 << 10);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(squash.join("work/wide/f"))
+        .expect("create as the squashed client");
+    file.write_all(&first).expect("write");
+    file.sync_all().expect("fsync");
+    let path = wide.display().to_string();
+    let (ok, out, err) = weft(
+        &cluster,
+        &[
+            "entry",
+            "migrate",
+            &path,
+            "--chunk-size",
+            "64K",
+            "--num-targets",
+            "1",
+            "--mgmt",
+            cluster.mgmt(),
+        ],
+    );
+    assert!(ok && out.contains("1 moved"), "migrate: {out}{err}");
+    let (targets, info) = common::layout_targets(&cluster, &wide.join("f"));
+    assert_eq!(targets.len(), 1, "restriped onto one target: {info}");
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(&more, 2 << 20)
+        .expect("a write inside the room, through the new pattern");
+    file.sync_all().expect("fsync after the restripe");
+    close(file).expect("close");
+    let mut expected = first.clone();
+    expected.resize(2 << 20, 0);
+    expected.extend_from_slice(&more);
+    assert!(
+        fs::read(mnt.join("work/wide/f")).expect("read") == expected,
+        "the file holds both writes"
+    );
+}
