@@ -1,5 +1,5 @@
 //! The file system the kernel talks to ([`WeftFs`]): its state, and how it runs each kernel
-//! request (in a task, acting for the caller).
+//! request (on its FUSE thread until it waits, then in a task, acting for the caller).
 
 use super::*;
 
@@ -69,7 +69,7 @@ impl WeftFs {
     {
         let work = work(Arc::clone(&self.state));
         if self.state.client.identity().is_none() {
-            self.runtime.spawn(work);
+            here_first(&self.runtime, work);
             return;
         }
         let caller = Caller {
@@ -77,7 +77,129 @@ impl WeftFs {
             gid: request.gid(),
             groups: supplementary_groups(request.pid()),
         };
-        self.runtime
-            .spawn(weft_net::stubs::acting_for(caller, work));
+        here_first(&self.runtime, weft_net::stubs::acting_for(caller, work));
+    }
+}
+
+/// Runs `work` on this thread until it first waits, and from then on as a task of `runtime`,
+/// spawned by whatever wakes it. A request answered from what the client holds (a flush with
+/// nothing to write, a close the server need not hear of) is answered by the FUSE thread that
+/// read it, with no thread woken; one that waits for a server is sent from here, and the
+/// runtime's thread that receives the answer runs the rest of it at once. Spawned at once
+/// instead, a request would wake a runtime thread only to send it and wait.
+fn here_first<F>(runtime: &tokio::runtime::Handle, work: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut work: Pin<Box<dyn std::future::Future<Output = ()> + Send>> = Box::pin(work);
+    let parked = Arc::new(Parked {
+        runtime: runtime.clone(),
+        slot: Mutex::new(Slot::Polling { woken: false }),
+    });
+    let waker = std::task::Waker::from(Arc::clone(&parked));
+    {
+        // The work's tasks, timers and sockets are the runtime's.
+        let _entered = runtime.enter();
+        let mut context = std::task::Context::from_waker(&waker);
+        if work.as_mut().poll(&mut context).is_ready() {
+            return;
+        }
+    }
+    let mut slot = parked.slot.lock().expect("parked work poisoned");
+    if let Slot::Polling { woken: true } = *slot {
+        *slot = Slot::Gone;
+        drop(slot);
+        runtime.spawn(work);
+    } else {
+        *slot = Slot::Waiting(work);
+    }
+}
+
+type Pin<T> = std::pin::Pin<T>;
+
+/// Work that waited while polled on a FUSE thread ([`here_first`]), until it is woken.
+struct Parked {
+    runtime: tokio::runtime::Handle,
+    slot: Mutex<Slot>,
+}
+
+enum Slot {
+    /// Being polled on the FUSE thread; `woken` once a wake came meanwhile.
+    Polling { woken: bool },
+    /// Waiting for its wake.
+    Waiting(Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+    /// Spawned, or finished.
+    Gone,
+}
+
+impl std::task::Wake for Parked {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut slot = self.slot.lock().expect("parked work poisoned");
+        match std::mem::replace(&mut *slot, Slot::Gone) {
+            Slot::Polling { .. } => *slot = Slot::Polling { woken: true },
+            Slot::Waiting(work) => {
+                drop(slot);
+                self.runtime.spawn(work);
+            }
+            Slot::Gone => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::here_first;
+    use std::sync::mpsc;
+
+    // Goal: a request answered without waiting runs on the thread that read it; one that
+    // waits is finished by the runtime whether its wake comes while it is still being polled
+    // (it woke itself) or later, from a runtime thread or from any other thread.
+    #[test]
+    fn work_runs_here_until_it_waits_then_wherever_it_is_woken() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let here = std::thread::current().id();
+        let (done, finished) = mpsc::channel();
+
+        let answer = done.clone();
+        here_first(runtime.handle(), async move {
+            answer.send(("ready", std::thread::current().id())).expect("send");
+        });
+        assert_eq!(finished.recv().expect("ready"), ("ready", here));
+
+        let answer = done.clone();
+        here_first(runtime.handle(), async move {
+            tokio::task::yield_now().await;
+            answer.send(("yielded", std::thread::current().id())).expect("send");
+        });
+        let (what, thread) = finished.recv().expect("yielded");
+        assert_eq!(what, "yielded");
+        assert_ne!(thread, here, "finished by the runtime");
+
+        let (tell, told) = tokio::sync::oneshot::channel::<u32>();
+        let answer = done.clone();
+        here_first(runtime.handle(), async move {
+            let value = told.await.expect("told");
+            answer.send(("told", std::thread::current().id())).expect("send");
+            assert_eq!(value, 7);
+        });
+        std::thread::spawn(move || tell.send(7).expect("tell"))
+            .join()
+            .expect("teller");
+        assert_eq!(finished.recv().expect("told").0, "told");
+
+        let answer = done;
+        here_first(runtime.handle(), async move {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            answer.send(("slept", std::thread::current().id())).expect("send");
+        });
+        assert_eq!(finished.recv().expect("slept").0, "slept");
     }
 }

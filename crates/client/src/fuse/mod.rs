@@ -1,7 +1,8 @@
 //! The FUSE adapter: a [`fuser::Filesystem`] over [`Client`], and mounting.
 //!
-//! Every kernel request is answered from a tokio task, so the FUSE threads never wait on the
-//! network. The kernel may trust attributes and names for `attr_cache_ms` (a stat elsewhere sees
+//! Every kernel request runs on the FUSE thread that read it until it first waits, and from
+//! then on as a tokio task (`fs::here_first`), so the FUSE threads never wait on the network
+//! and a request the client answers itself wakes no other thread. The kernel may trust attributes and names for `attr_cache_ms` (a stat elsewhere sees
 //! a change within that time); every open fetches fresh attributes, tells the kernel to forget
 //! the ones it holds, and never keeps the page cache, which gives close-to-open consistency:
 //! after a writer closes, every later open anywhere sees its size and data.
