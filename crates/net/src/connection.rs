@@ -1,5 +1,6 @@
-//! One TCP connection: a writer task fed by a channel, a reader task that matches responses to
-//! waiting callers by request id. Frame reading and writing live here once, for both sides.
+//! One TCP connection: an outbox its callers write their frames through ([`Outbox`]), a
+//! reader task that matches responses to waiting callers by request id. Frame reading lives
+//! here once, for both sides, and writing in [`crate::outbox`].
 
 use crate::client::TransportError;
 use crate::tls::{ReadHalf, Stream};
@@ -8,9 +9,10 @@ use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use crate::outbox::Outbox;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use weft_proto::codec::{self, DecodeError, FrameHeader, FrameKind, FRAME_HEADER_BYTES};
 use weft_proto::messages::{Reply, Request};
 
@@ -219,53 +221,6 @@ fn page_aligned(len: usize) -> BytesMut {
     payload
 }
 
-/// Writes frames from a channel until it closes or the socket fails.
-pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(
-    writer: W,
-    mut frames: mpsc::Receiver<OutFrame>,
-) {
-    let mut writer = BufWriter::with_capacity(256 * 1024, writer);
-    while let Some(frame) = frames.recv().await {
-        // A peer that does not take what is written to it within the deadline is dropped:
-        // frames queued for it (and what they hold) are not kept for ever.
-        let batch = async {
-            write_one(&mut writer, &frame).await?;
-            // Batch whatever else is queued into the same flush.
-            while let Ok(frame) = frames.try_recv() {
-                write_one(&mut writer, &frame).await?;
-            }
-            writer.flush().await
-        };
-        match tokio::time::timeout(WRITE_TIMEOUT, batch).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return,
-            Err(_) => {
-                tracing::warn!(timeout = ?WRITE_TIMEOUT, "closing a connection whose peer does not read");
-                return;
-            }
-        }
-    }
-}
-
-/// Longest a batch of frames may take to be written: a peer that reads nothing for this long
-/// is closed.
-pub(crate) const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-async fn write_one<W: AsyncWrite + Unpin>(
-    writer: &mut BufWriter<W>,
-    frame: &OutFrame,
-) -> std::io::Result<()> {
-    writer.write_all(&frame.header).await?;
-    writer.write_all(&frame.body).await?;
-    if frame.payload.len() >= 64 * 1024 {
-        // Large payloads go straight to the socket instead of through the buffer.
-        writer.flush().await?;
-        writer.get_mut().write_all(&frame.payload).await
-    } else {
-        writer.write_all(&frame.payload).await
-    }
-}
-
 /// A response frame as it arrived: the caller decodes its body, as the response of the
 /// service it asked ([`Answered::reply`]).
 pub(crate) struct Answered {
@@ -301,7 +256,7 @@ pub(crate) enum SendError {
 
 /// The client side of one connection.
 pub(crate) struct ClientConnection {
-    frames: mpsc::Sender<OutFrame>,
+    frames: Outbox,
     waiters: Arc<Mutex<HashMap<u64, Waiter>>>,
     next_request_id: AtomicU64,
     closed: Arc<AtomicBool>,
@@ -315,11 +270,10 @@ pub(crate) struct ClientConnection {
 
 impl ClientConnection {
     pub(crate) fn start(stream: Stream, origin: u32, version: u16) -> ClientConnection {
-        let (reader, writer) = stream.split();
-        let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
+        let (reader, writer, direct) = stream.split();
+        let frames = Outbox::start(writer, direct, WRITE_QUEUE_FRAMES_MAX);
         let waiters: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(write_frames(writer, queue));
         tokio::spawn(read_responses(
             reader,
             Arc::clone(&waiters),

@@ -24,6 +24,7 @@ pub mod config;
 mod connection;
 pub mod memory;
 pub mod mirror;
+mod outbox;
 pub mod retry;
 pub mod server;
 pub mod stubs;

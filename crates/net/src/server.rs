@@ -3,7 +3,8 @@
 //! peer that fails the handshake is refused before any request of it is read.
 
 use crate::auth::{self, Auth, Identity, Refusal, HANDSHAKE_MAGIC, HANDSHAKE_TIMEOUT};
-use crate::connection::{read_header, read_rest, write_frames, FrameHead, OutFrame, PayloadBuffer};
+use crate::connection::{read_header, read_rest, FrameHead, OutFrame, PayloadBuffer};
+use crate::outbox::Outbox;
 use crate::tls::Stream;
 use bytes::Bytes;
 use serde::Serialize;
@@ -11,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use weft_observe::http::HttpReply;
 use weft_observe::metrics::Metrics;
 use weft_proto::access;
@@ -632,9 +633,8 @@ async fn serve_connection<H: Handler>(
         slots,
     } = serving;
     let peer = peer.map(|a| a.to_string()).unwrap_or_default();
-    let (mut reader, writer) = stream.split();
-    let (frames, queue) = mpsc::channel::<OutFrame>(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
-    tokio::spawn(write_frames(writer, queue));
+    let (mut reader, writer, direct) = stream.split();
+    let frames = Outbox::start(writer, direct, REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
     let in_flight = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let budget = Arc::new(Semaphore::new(CONNECTION_BUDGET_BYTES));
     loop {

@@ -204,16 +204,26 @@ pub(crate) type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 pub(crate) type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 impl Stream {
-    /// Halves a reader task and a writer task can own.
-    pub(crate) fn split(self) -> (ReadHalf, WriteHalf) {
+    /// Halves a reader task and a writer task can own, and for plain TCP the writing half
+    /// again, for callers that write to it directly when the writer task is idle
+    /// ([`crate::outbox::Outbox`]).
+    pub(crate) fn split(
+        self,
+    ) -> (
+        ReadHalf,
+        WriteHalf,
+        Option<std::sync::Arc<tokio::net::tcp::OwnedWriteHalf>>,
+    ) {
         match self {
             Stream::Tcp(stream) => {
                 let (reader, writer) = stream.into_split();
-                (Box::new(reader), Box::new(writer))
+                let writer = std::sync::Arc::new(writer);
+                let shared = crate::outbox::SharedTcp(std::sync::Arc::clone(&writer));
+                (Box::new(reader), Box::new(shared), Some(writer))
             }
             Stream::Tls(stream) => {
                 let (reader, writer) = tokio::io::split(*stream);
-                (Box::new(reader), Box::new(writer))
+                (Box::new(reader), Box::new(writer), None)
             }
         }
     }
