@@ -3,13 +3,13 @@
 //! here once, for both sides, and writing in [`crate::outbox`].
 
 use crate::client::TransportError;
+use crate::outbox::Outbox;
 use crate::tls::{ReadHalf, Stream};
 use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use crate::outbox::Outbox;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;

@@ -347,7 +347,8 @@ mod tests {
                 senders.push(tokio::spawn(async move {
                     for index in 0..FRAMES {
                         let len = [0, 100, 70_000, 1 << 20][((sender + index) % 4) as usize];
-                        let payload = bytes::Bytes::from(vec![(sender * FRAMES + index) as u8; len]);
+                        let payload =
+                            bytes::Bytes::from(vec![(sender * FRAMES + index) as u8; len]);
                         let head = FrameHead {
                             kind: FrameKind::Request,
                             request_id: sender << 32 | index,
@@ -369,13 +370,19 @@ mod tests {
             loop {
                 match read_frame(&mut peer, PayloadBuffer::Heap).await {
                     Ok((header, body, payload)) => {
-                        let (sender, index) = (header.request_id >> 32, header.request_id & 0xffff_ffff);
-                        assert_eq!(index, next[sender as usize], "sender {sender}'s frames in order");
+                        let (sender, index) =
+                            (header.request_id >> 32, header.request_id & 0xffff_ffff);
+                        assert_eq!(
+                            index, next[sender as usize],
+                            "sender {sender}'s frames in order"
+                        );
                         next[sender as usize] += 1;
                         assert_eq!(body, format!("{sender}/{index}").into_bytes());
                         let len = [0, 100, 70_000, 1 << 20][((sender + index) % 4) as usize];
                         assert_eq!(payload.len(), len);
-                        assert!(payload.iter().all(|byte| *byte == (sender * FRAMES + index) as u8));
+                        assert!(payload
+                            .iter()
+                            .all(|byte| *byte == (sender * FRAMES + index) as u8));
                     }
                     Err(FrameReadError::Closed) => break,
                     Err(error) => panic!("a torn frame: {error}"),

@@ -170,14 +170,18 @@ mod tests {
 
         let answer = done.clone();
         here_first(runtime.handle(), async move {
-            answer.send(("ready", std::thread::current().id())).expect("send");
+            answer
+                .send(("ready", std::thread::current().id()))
+                .expect("send");
         });
         assert_eq!(finished.recv().expect("ready"), ("ready", here));
 
         let answer = done.clone();
         here_first(runtime.handle(), async move {
             tokio::task::yield_now().await;
-            answer.send(("yielded", std::thread::current().id())).expect("send");
+            answer
+                .send(("yielded", std::thread::current().id()))
+                .expect("send");
         });
         let (what, thread) = finished.recv().expect("yielded");
         assert_eq!(what, "yielded");
@@ -187,7 +191,9 @@ mod tests {
         let answer = done.clone();
         here_first(runtime.handle(), async move {
             let value = told.await.expect("told");
-            answer.send(("told", std::thread::current().id())).expect("send");
+            answer
+                .send(("told", std::thread::current().id()))
+                .expect("send");
             assert_eq!(value, 7);
         });
         std::thread::spawn(move || tell.send(7).expect("tell"))
@@ -198,7 +204,9 @@ mod tests {
         let answer = done;
         here_first(runtime.handle(), async move {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            answer.send(("slept", std::thread::current().id())).expect("send");
+            answer
+                .send(("slept", std::thread::current().id()))
+                .expect("send");
         });
         assert_eq!(finished.recv().expect("slept").0, "slept");
     }
