@@ -2,8 +2,8 @@
 //! that queued a frame when nothing else is being written (no thread woken to write it), and
 //! otherwise by the connection's writer task, which batches whatever waits into one flush.
 //!
-//! Only one party writes at a time: the caller that found the connection idle, or the writer
-//! task. A caller writes without waiting (`try_write`): what the socket does not take at
+//! Only one party writes at a time ([`Writer`]): the caller that found the connection idle,
+//! or the writer task, which writes only what a caller handed over to it. A caller writes without waiting (`try_write`): what the socket does not take at
 //! once, the rest of its frame included, is left to the writer task, which waits for the
 //! socket and gives up on a peer that reads nothing for [`WRITE_TIMEOUT`]. A connection in
 //! TLS has no such direct path: its writer task writes every frame.
@@ -32,11 +32,24 @@ struct Waiting {
     _slot: OwnedSemaphorePermit,
 }
 
+/// Who may write to the socket now.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Writer {
+    /// Nobody: the next caller writes its frame itself.
+    #[default]
+    Idle,
+    /// A caller, writing its own frame: it hands over to the writer task when it is done and
+    /// frames wait.
+    Caller,
+    /// The writer task, until the queue is written and flushed. Only a caller that hands over
+    /// sets it, and only then wakes the task, so a wake the task finds without it is stale.
+    Task,
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<Waiting>,
-    /// A caller or the writer task is writing: nobody else may.
-    busy: bool,
+    writer: Writer,
     /// The connection failed, or its peer read nothing in time: nothing more is written.
     failed: bool,
     /// Every sender is gone: the writer task ends once the queue is written.
@@ -58,6 +71,15 @@ struct Shared {
 impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("outbox poisoned")
+    }
+
+    /// Closes the socket's writing side once the connection failed, so the peer learns it at
+    /// once (a TLS connection's closes when its writer task drops its half).
+    fn shut_down(&self) {
+        if let Some(direct) = &self.direct {
+            let socket: &tokio::net::TcpStream = (**direct).as_ref();
+            let _ = socket2::SockRef::from(socket).shutdown(std::net::Shutdown::Write);
+        }
     }
 }
 
@@ -117,14 +139,17 @@ impl Outbox {
             if state.failed {
                 return Err(Closed);
             }
-            if state.busy {
+            if state.writer != Writer::Idle {
                 state.queue.push_back(waiting);
                 return Ok(());
             }
-            state.busy = true;
             match &self.shared.direct {
-                Some(direct) => Arc::clone(direct),
+                Some(direct) => {
+                    state.writer = Writer::Caller;
+                    Arc::clone(direct)
+                }
                 None => {
+                    state.writer = Writer::Task;
                     state.queue.push_back(waiting);
                     drop(state);
                     self.shared.wake.notify_one();
@@ -138,7 +163,7 @@ impl Outbox {
         let mut state = self.shared.state();
         match outcome {
             Ok(true) if state.queue.is_empty() => {
-                state.busy = false;
+                state.writer = Writer::Idle;
                 return Ok(());
             }
             Ok(true) => {}
@@ -147,9 +172,14 @@ impl Outbox {
                 tracing::debug!(%error, "a frame could not be written: closing the connection");
                 state.failed = true;
                 state.queue.clear();
+                state.writer = Writer::Idle;
+                drop(state);
+                self.shared.shut_down();
+                return Ok(());
             }
         }
         // The writer task takes over: the rest of this frame, or those queued meanwhile.
+        state.writer = Writer::Task;
         drop(state);
         self.shared.wake.notify_one();
         Ok(())
@@ -220,26 +250,28 @@ async fn write_queued(shared: Arc<Shared>, writer: crate::tls::WriteHalf) {
             if state.failed {
                 return;
             }
-            if state.queue.is_empty() {
+            if state.writer == Writer::Task && state.queue.is_empty() {
                 // Written and flushed: a caller may write directly again.
-                state.busy = false;
-                if state.senders_gone {
-                    return;
-                }
-                None
-            } else {
-                state.busy = true;
-                Some(state.queue.drain(..).collect())
+                state.writer = Writer::Idle;
             }
-        }
-        .unwrap_or_default();
+            if state.writer == Writer::Task {
+                state.queue.drain(..).collect()
+            } else if state.senders_gone && state.queue.is_empty() {
+                return;
+            } else {
+                // Nothing handed over (a caller writes, or nobody): wait for a hand-over.
+                Vec::new()
+            }
+        };
         if batch.is_empty() {
             shared.wake.notified().await;
             continue;
         }
         let written = async {
-            for waiting in &batch {
-                write_one(&mut writer, waiting).await?;
+            for waiting in batch {
+                write_one(&mut writer, &waiting).await?;
+                // Its slot is free once it is in the buffer, as a channel's would be.
+                drop(waiting);
             }
             writer.flush().await
         };
@@ -258,6 +290,8 @@ async fn write_queued(shared: Arc<Shared>, writer: crate::tls::WriteHalf) {
             let mut state = shared.state();
             state.failed = true;
             state.queue.clear();
+            drop(state);
+            shared.shut_down();
             return;
         }
     }
@@ -392,6 +426,50 @@ mod tests {
             for sender in senders {
                 sender.await.expect("sender");
             }
+        });
+    }
+
+    // Goal: a connection whose peer went away is closed for its senders once a write finds
+    // it gone: `is_closed` says so and later sends are refused, not queued for ever.
+    // Method: a real TCP connection on loopback; the peer closes its end; frames are sent
+    // until a write fails.
+    #[test]
+    fn a_connection_whose_peer_is_gone_refuses_what_is_sent_after() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let address = listener.local_addr().expect("address");
+            let connecting = tokio::net::TcpStream::connect(address);
+            let (accepted, connected) = tokio::join!(listener.accept(), connecting);
+            drop(accepted.expect("accept"));
+            let (_reader, writer, direct) =
+                crate::tls::Stream::Tcp(connected.expect("connect")).split();
+            let outbox = Outbox::start(writer, direct, 16);
+            let head = FrameHead {
+                kind: FrameKind::Request,
+                request_id: 1,
+                origin: 0,
+                version: PROTOCOL_VERSION,
+                flags: 0,
+            };
+            let mut refused = false;
+            for _ in 0..1000 {
+                let frame =
+                    OutFrame::new(head, b"body".to_vec(), bytes::Bytes::from(vec![1; 4096]));
+                if outbox.send(frame).await.is_err() {
+                    refused = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            assert!(refused, "a send after the peer left is refused");
+            assert!(outbox.is_closed());
         });
     }
 }

@@ -101,8 +101,18 @@ where
         // The work's tasks, timers and sockets are the runtime's.
         let _entered = runtime.enter();
         let mut context = std::task::Context::from_waker(&waker);
-        if work.as_mut().poll(&mut context).is_ready() {
-            return;
+        // A panic in a request's work is that request's alone, as in a task: its reply,
+        // dropped, answers EIO, and the FUSE thread goes on reading requests.
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            work.as_mut().poll(&mut context)
+        }));
+        match polled {
+            Ok(std::task::Poll::Ready(())) => return,
+            Ok(std::task::Poll::Pending) => {}
+            Err(_) => {
+                tracing::error!("a kernel request's work panicked: it is answered EIO");
+                return;
+            }
         }
     }
     let mut slot = parked.slot.lock().expect("parked work poisoned");
@@ -200,6 +210,11 @@ mod tests {
             .join()
             .expect("teller");
         assert_eq!(finished.recv().expect("told").0, "told");
+
+        // A request whose work panics before it waits costs the thread nothing.
+        here_first(runtime.handle(), async move {
+            panic!("a request's work panicked");
+        });
 
         let answer = done;
         here_first(runtime.handle(), async move {
