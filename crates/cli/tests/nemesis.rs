@@ -563,23 +563,17 @@ fn nemesis(run: Duration, seed: u64) {
 fn squashed_mount(cluster: &mut LocalCluster, dir: &Path, member: &Path) -> PathBuf {
     let key = common::client_key(cluster, dir, "squashed");
     common::set_rule(cluster, &["squashed", "--root-squash"]);
-    let mgmt = cluster.mgmt().to_string();
-    let (ok, out, err) = weft(
+    common::set_quota(
         cluster,
         &[
-            "quota",
-            "set",
             "--user",
             "65534",
             "--hard-bytes",
             "64G",
             "--hard-inodes",
             "1000000",
-            "--mgmt",
-            &mgmt,
         ],
     );
-    assert!(ok, "quota set: {out}{err}");
     // Synced: storage runs in crash-test mode, and a kill would take unsynced bytes.
     let mut only = std::fs::File::create(member.join("root-only")).expect("create");
     only.write_all(b"root's").expect("write");

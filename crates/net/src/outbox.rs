@@ -348,6 +348,20 @@ mod tests {
     use crate::connection::{read_frame, FrameHead, FrameReadError, PayloadBuffer};
     use weft_proto::codec::{FrameKind, PROTOCOL_VERSION};
 
+    /// An outbox of 16 frames on a real loopback TCP connection, and its peer's end.
+    async fn connected() -> (Outbox, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let connecting = tokio::net::TcpStream::connect(address);
+        let (accepted, connected) = tokio::join!(listener.accept(), connecting);
+        let (peer, _) = accepted.expect("accept");
+        let (_reader, writer, direct) =
+            crate::tls::Stream::Tcp(connected.expect("connect")).split();
+        (Outbox::start(writer, direct, 16), peer)
+    }
+
     // Goal: frames sent at once by many callers over one connection arrive whole and, for
     // each caller, in the order it sent them, whether a caller wrote its frame itself, left
     // part of it to the writer task (a peer that reads nothing for a while fills the
@@ -362,17 +376,7 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let address = listener.local_addr().expect("address");
-            let connecting = tokio::net::TcpStream::connect(address);
-            let (accepted, connected) = tokio::join!(listener.accept(), connecting);
-            let (mut peer, _) = accepted.expect("accept");
-            let (reader, writer, direct) =
-                crate::tls::Stream::Tcp(connected.expect("connect")).split();
-            drop(reader);
-            let outbox = Outbox::start(writer, direct, 16);
+            let (outbox, mut peer) = connected().await;
             const SENDERS: u64 = 8;
             const FRAMES: u64 = 40;
             let mut senders = Vec::new();
@@ -441,16 +445,8 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let address = listener.local_addr().expect("address");
-            let connecting = tokio::net::TcpStream::connect(address);
-            let (accepted, connected) = tokio::join!(listener.accept(), connecting);
-            drop(accepted.expect("accept"));
-            let (_reader, writer, direct) =
-                crate::tls::Stream::Tcp(connected.expect("connect")).split();
-            let outbox = Outbox::start(writer, direct, 16);
+            let (outbox, peer) = connected().await;
+            drop(peer);
             let head = FrameHead {
                 kind: FrameKind::Request,
                 request_id: 1,

@@ -596,6 +596,15 @@ pub fn set_rule(cluster: &LocalCluster, args: &[&str]) {
     assert!(ok, "weft {all:?}: {out}{err}");
 }
 
+/// Sets a quota rule: `weft quota set ARGS --mgmt …` (`--user 65534 --hard-bytes 8M`…).
+pub fn set_quota(cluster: &LocalCluster, args: &[&str]) {
+    let mut all = vec!["quota", "set"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--mgmt", cluster.mgmt()]);
+    let (ok, out, err) = weft(cluster, &all);
+    assert!(ok, "weft {all:?}: {out}{err}");
+}
+
 /// A native client of the cluster proving the key in `key_file`, on `runtime`; every write
 /// is answered by its servers (no write-behind), so a refusal is the write's own answer.
 pub fn keyed_client(

@@ -291,20 +291,7 @@ fn who_uses_what_is_for_the_members() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
     fs::write(mnt.join("used"), common::pattern(3, 100_000)).expect("write");
-    let (ok, out, err) = weft(
-        &cluster,
-        &[
-            "quota",
-            "set",
-            "--user",
-            "1000",
-            "--hard-bytes",
-            "1G",
-            "--mgmt",
-            cluster.mgmt(),
-        ],
-    );
-    assert!(ok, "quota set: {out}{err}");
+    common::set_quota(&cluster, &["--user", "1000", "--hard-bytes", "1G"]);
     let (code, body) = weft_testkit::http_get(cluster.mgmt(), "/api/cluster").expect("GET");
     assert_eq!(code, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
@@ -495,20 +482,7 @@ fn a_restricted_client_grows_a_file_only_into_its_room() {
     use weft_proto::ErrorCode;
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
-    let (ok, out, err) = weft(
-        &cluster,
-        &[
-            "quota",
-            "set",
-            "--user",
-            "65534",
-            "--hard-bytes",
-            "8M",
-            "--mgmt",
-            cluster.mgmt(),
-        ],
-    );
-    assert!(ok, "quota set: {out}{err}");
+    common::set_quota(&cluster, &["--user", "65534", "--hard-bytes", "8M"]);
     fs::create_dir(mnt.join("q")).expect("mkdir");
     fs::set_permissions(mnt.join("q"), fs::Permissions::from_mode(0o1777)).expect("chmod");
     let scratch = tempfile::tempdir().expect("tempdir");

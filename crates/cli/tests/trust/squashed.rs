@@ -347,20 +347,7 @@ fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
 fn a_squashed_writer_keeps_writing_a_file_restriped_under_it() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let (cluster, mnt, squash) = squashed_cluster(scratch.path());
-    let (ok, out, err) = weft(
-        &cluster,
-        &[
-            "quota",
-            "set",
-            "--user",
-            "65534",
-            "--hard-bytes",
-            "64G",
-            "--mgmt",
-            cluster.mgmt(),
-        ],
-    );
-    assert!(ok, "quota set: {out}{err}");
+    common::set_quota(&cluster, &["--user", "65534", "--hard-bytes", "64G"]);
     let wide = mnt.join("work/wide");
     common::make_dir_with_pattern(
         &cluster,
