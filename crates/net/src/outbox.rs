@@ -348,6 +348,14 @@ mod tests {
     use crate::connection::{read_frame, FrameHead, FrameReadError, PayloadBuffer};
     use weft_proto::codec::{FrameKind, PROTOCOL_VERSION};
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
     /// An outbox of 16 frames on a real loopback TCP connection, and its peer's end.
     async fn connected() -> (Outbox, tokio::net::TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -370,12 +378,7 @@ mod tests {
     // loopback; 8 senders × 40 frames of 0 B to 1 MiB; the peer starts reading after 200 ms.
     #[test]
     fn frames_arrive_whole_and_in_order_however_they_were_written() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
+        runtime().block_on(async {
             let (outbox, mut peer) = connected().await;
             const SENDERS: u64 = 8;
             const FRAMES: u64 = 40;
@@ -439,12 +442,7 @@ mod tests {
     // until a write fails.
     #[test]
     fn a_connection_whose_peer_is_gone_refuses_what_is_sent_after() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
+        runtime().block_on(async {
             let (outbox, peer) = connected().await;
             drop(peer);
             let head = FrameHead {
