@@ -61,25 +61,47 @@ impl WeftFs {
         });
     }
 
-    /// Runs `work` for the kernel's `request`: its metadata requests act for the caller (with
-    /// a client key, whose servers may check the caller's access themselves).
+    /// Runs `work` for the kernel's `request` on this FUSE thread until it first waits
+    /// ([`here_first`]): its metadata requests act for the caller (with a client key, whose
+    /// servers may check the caller's access themselves).
     pub(super) fn spawn<F>(&self, request: &Request, work: impl FnOnce(Arc<State>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        here_first(&self.runtime, self.acting(request, work));
+    }
+
+    /// Runs `work` for the kernel's `request` as a task at once, acting for the caller as
+    /// [`WeftFs::spawn`] does: for a write, whose sending from the FUSE thread would keep
+    /// that thread from the kernel's next request under a deep queue of them (4 KiB random
+    /// writes at a queue depth of 32 ran 8 % slower so, docs/benchmarks.md).
+    pub(super) fn spawn_task<F>(&self, request: &Request, work: impl FnOnce(Arc<State>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.runtime.spawn(self.acting(request, work));
+    }
+
+    /// `work`, acting for the caller of `request` when the servers check callers.
+    fn acting<F>(&self, request: &Request, work: impl FnOnce(Arc<State>) -> F) -> Work
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let work = work(Arc::clone(&self.state));
         if self.state.client.identity().is_none() {
-            here_first(&self.runtime, work);
-            return;
+            return Box::pin(work);
         }
         let caller = Caller {
             uid: request.uid(),
             gid: request.gid(),
             groups: supplementary_groups(request.pid()),
         };
-        here_first(&self.runtime, weft_net::stubs::acting_for(caller, work));
+        Box::pin(weft_net::stubs::acting_for(caller, work))
     }
 }
+
+/// A kernel request's work.
+type Work = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Runs `work` on this thread until it first waits, and from then on as a task of `runtime`,
 /// spawned by whatever wakes it. A request answered from what the client holds (a flush with
@@ -91,7 +113,7 @@ fn here_first<F>(runtime: &tokio::runtime::Handle, work: F)
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let mut work: Pin<Box<dyn std::future::Future<Output = ()> + Send>> = Box::pin(work);
+    let mut work: Work = Box::pin(work);
     let parked = Arc::new(Parked {
         runtime: runtime.clone(),
         slot: Mutex::new(Slot::Polling { woken: false }),

@@ -513,7 +513,7 @@ impl Filesystem for WeftFs {
         // The kernel's buffer is borrowed only for this call: one copy into an owned buffer,
         // whose slices then travel to the targets without further copies.
         let data = Bytes::copy_from_slice(data);
-        self.spawn(request, |state| async move {
+        self.spawn_task(request, |state| async move {
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
