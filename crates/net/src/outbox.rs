@@ -3,10 +3,11 @@
 //! otherwise by the connection's writer task, which batches whatever waits into one flush.
 //!
 //! Only one party writes at a time ([`Writer`]): the caller that found the connection idle,
-//! or the writer task, which writes only what a caller handed over to it. A caller writes without waiting (`try_write`): what the socket does not take at
-//! once, the rest of its frame included, is left to the writer task, which waits for the
-//! socket and gives up on a peer that reads nothing for [`WRITE_TIMEOUT`]. A connection in
-//! TLS has no such direct path: its writer task writes every frame.
+//! or the writer task, which writes only what a caller handed over to it. A caller writes
+//! without waiting (`try_write`): what the socket does not take at once, the rest of its
+//! frame included, is left to the writer task, which waits for the socket and gives up on a
+//! peer that reads nothing for [`WRITE_TIMEOUT`]. A connection in TLS has no such direct
+//! path: its writer task writes every frame.
 
 use crate::connection::OutFrame;
 use std::collections::VecDeque;
@@ -73,9 +74,14 @@ impl Shared {
         self.state.lock().expect("outbox poisoned")
     }
 
-    /// Closes the socket's writing side once the connection failed, so the peer learns it at
-    /// once (a TLS connection's closes when its writer task drops its half).
-    fn shut_down(&self) {
+    /// Marks the connection failed (`state` is this outbox's, locked): nothing queued or sent
+    /// later is written, and the socket's writing side is shut so the peer learns it at once
+    /// (a TLS connection's closes when its writer task drops its half).
+    fn fail(&self, mut state: std::sync::MutexGuard<'_, State>) {
+        state.failed = true;
+        state.queue.clear();
+        state.writer = Writer::Idle;
+        drop(state);
         if let Some(direct) = &self.direct {
             let socket: &tokio::net::TcpStream = (**direct).as_ref();
             let _ = socket2::SockRef::from(socket).shutdown(std::net::Shutdown::Write);
@@ -170,11 +176,7 @@ impl Outbox {
             Ok(false) => state.queue.push_front(waiting),
             Err(error) => {
                 tracing::debug!(%error, "a frame could not be written: closing the connection");
-                state.failed = true;
-                state.queue.clear();
-                state.writer = Writer::Idle;
-                drop(state);
-                self.shared.shut_down();
+                self.shared.fail(state);
                 return Ok(());
             }
         }
@@ -287,11 +289,7 @@ async fn write_queued(shared: Arc<Shared>, writer: crate::tls::WriteHalf) {
             }
         };
         if failure {
-            let mut state = shared.state();
-            state.failed = true;
-            state.queue.clear();
-            drop(state);
-            shared.shut_down();
+            shared.fail(shared.state());
             return;
         }
     }

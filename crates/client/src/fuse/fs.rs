@@ -101,7 +101,7 @@ impl WeftFs {
 }
 
 /// A kernel request's work.
-type Work = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+type Work = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Runs `work` on this thread until it first waits, and from then on as a task of `runtime`,
 /// spawned by whatever wakes it. A request answered from what the client holds (a flush with
@@ -109,11 +109,7 @@ type Work = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 /// read it, with no thread woken; one that waits for a server is sent from here, and the
 /// runtime's thread that receives the answer runs the rest of it at once. Spawned at once
 /// instead, a request would wake a runtime thread only to send it and wait.
-fn here_first<F>(runtime: &tokio::runtime::Handle, work: F)
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let mut work: Work = Box::pin(work);
+fn here_first(runtime: &tokio::runtime::Handle, mut work: Work) {
     let parked = Arc::new(Parked {
         runtime: runtime.clone(),
         slot: Mutex::new(Slot::Polling { woken: false }),
@@ -147,8 +143,6 @@ where
     }
 }
 
-type Pin<T> = std::pin::Pin<T>;
-
 /// Work that waited while polled on a FUSE thread ([`here_first`]), until it is woken.
 struct Parked {
     runtime: tokio::runtime::Handle,
@@ -159,7 +153,7 @@ enum Slot {
     /// Being polled on the FUSE thread; `woken` once a wake came meanwhile.
     Polling { woken: bool },
     /// Waiting for its wake.
-    Waiting(Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+    Waiting(Work),
     /// Spawned, or finished.
     Gone,
 }
@@ -201,50 +195,65 @@ mod tests {
         let (done, finished) = mpsc::channel();
 
         let answer = done.clone();
-        here_first(runtime.handle(), async move {
-            answer
-                .send(("ready", std::thread::current().id()))
-                .expect("send");
-        });
+        here_first(
+            runtime.handle(),
+            Box::pin(async move {
+                answer
+                    .send(("ready", std::thread::current().id()))
+                    .expect("send");
+            }),
+        );
         assert_eq!(finished.recv().expect("ready"), ("ready", here));
 
         let answer = done.clone();
-        here_first(runtime.handle(), async move {
-            tokio::task::yield_now().await;
-            answer
-                .send(("yielded", std::thread::current().id()))
-                .expect("send");
-        });
+        here_first(
+            runtime.handle(),
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                answer
+                    .send(("yielded", std::thread::current().id()))
+                    .expect("send");
+            }),
+        );
         let (what, thread) = finished.recv().expect("yielded");
         assert_eq!(what, "yielded");
         assert_ne!(thread, here, "finished by the runtime");
 
         let (tell, told) = tokio::sync::oneshot::channel::<u32>();
         let answer = done.clone();
-        here_first(runtime.handle(), async move {
-            let value = told.await.expect("told");
-            answer
-                .send(("told", std::thread::current().id()))
-                .expect("send");
-            assert_eq!(value, 7);
-        });
+        here_first(
+            runtime.handle(),
+            Box::pin(async move {
+                let value = told.await.expect("told");
+                answer
+                    .send(("told", std::thread::current().id()))
+                    .expect("send");
+                assert_eq!(value, 7);
+            }),
+        );
         std::thread::spawn(move || tell.send(7).expect("tell"))
             .join()
             .expect("teller");
         assert_eq!(finished.recv().expect("told").0, "told");
 
         // A request whose work panics before it waits costs the thread nothing.
-        here_first(runtime.handle(), async move {
-            panic!("a request's work panicked");
-        });
+        here_first(
+            runtime.handle(),
+            Box::pin(async move {
+                panic!("a request's work panicked");
+            }),
+        );
 
         let answer = done;
-        here_first(runtime.handle(), async move {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            answer
-                .send(("slept", std::thread::current().id()))
-                .expect("send");
-        });
+        here_first(
+            runtime.handle(),
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                answer
+                    .send(("slept", std::thread::current().id()))
+                    .expect("send");
+            }),
+        );
         assert_eq!(finished.recv().expect("slept").0, "slept");
     }
 }

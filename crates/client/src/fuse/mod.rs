@@ -1,11 +1,13 @@
 //! The FUSE adapter: a [`fuser::Filesystem`] over [`Client`], and mounting.
 //!
-//! Every kernel request runs on the FUSE thread that read it until it first waits, and from
-//! then on as a tokio task (`fs::here_first`), so the FUSE threads never wait on the network
-//! and a request the client answers itself wakes no other thread. The kernel may trust attributes and names for `attr_cache_ms` (a stat elsewhere sees
-//! a change within that time); every open fetches fresh attributes, tells the kernel to forget
-//! the ones it holds, and never keeps the page cache, which gives close-to-open consistency:
-//! after a writer closes, every later open anywhere sees its size and data.
+//! Every kernel request but a write runs on the FUSE thread that read it until it first
+//! waits, and from then on as a tokio task (`fs::here_first`; a write is a task at once), so
+//! the FUSE threads never wait on the network and a request the client answers itself wakes
+//! no other thread. The kernel may trust attributes and names for `attr_cache_ms` (a stat
+//! elsewhere sees a change within that time); every open fetches fresh attributes, tells the
+//! kernel to forget the ones it holds, and never keeps the page cache, which gives
+//! close-to-open consistency: after a writer closes, every later open anywhere sees its size
+//! and data.
 //!
 //! Every open file is a [`crate::OpenFile`] of the client library: write-behind, read-ahead,
 //! the size this client wrote and the file's write errors live there, and this adapter only
