@@ -28,11 +28,12 @@
 
 use crate::replica::HomeLink;
 use crate::schema::{OpError, StoreError};
+use crate::store::Store as Database;
+use crate::store::WriteTransaction;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use redb::{Database, WriteTransaction};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -420,7 +421,7 @@ fn commit_batch(
             };
             return Committed {
                 results,
-                outcome: Err(error.into()),
+                outcome: Err(error),
                 started,
                 sync: 0,
                 synced: true,
@@ -481,7 +482,7 @@ fn commit_batch(
         }
         None => {
             if !synced {
-                txn.set_durability(redb::Durability::None);
+                txn.set_durability(crate::store::Durability::None);
             } else if results.len() == 1 && early.is_empty() && next.is_none() {
                 // A lone operation, nothing waiting and no sync running: a sync on this
                 // thread overlaps nothing anyway, and spares two hand-offs between threads.

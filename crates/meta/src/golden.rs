@@ -350,9 +350,10 @@ fn created(project: u32) -> MetaResponse {
 // and a move in flight goes on as a move (no restripe).
 #[test]
 fn intents_and_replies_of_version_4_are_converted() {
-    use redb::{TableDefinition, TableHandle};
+    use crate::store::{ReadableTable, TableDefinition};
+    use redb::TableHandle;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let db = redb::Database::create(dir.path().join("meta.redb")).expect("a store");
+    let db = crate::store::Store::create(dir.path().join("meta.redb")).expect("a store");
     let intent = |project| Intent {
         mutation: mutation(),
         op: IntentOp::Mkdir(MkdirIntent {

@@ -3,7 +3,9 @@
 //!
 //! Layout:
 //! - [`config`] — [`MetaConfig`].
-//! - `store`: tables, record encodings and the small helpers every operation uses.
+//! - `store`: the tables as operations and reads see them (transactions, tables, rows), over
+//!   the store that keeps them.
+//! - `schema`: the tables, record encodings and the small helpers every operation uses.
 //! - `commit`: group commit — one writer thread batches concurrent operations into one
 //!   transaction and one fsync, and answers each after the commit.
 //! - `locks`: byte-range locks in memory, reclaim after a restart, release on session expiry.
@@ -34,6 +36,7 @@ mod replica;
 mod schema;
 mod server;
 mod service;
+mod store;
 
 pub use config::{MetaConfig, TargetChooser};
 

@@ -38,7 +38,8 @@ pub(crate) use moves::{
     load_move, load_tombstones, take_moved_objects, MoveWork, SlotId, MOVES, TOMBSTONES,
 };
 
-use redb::{ReadableTable, Table, TableDefinition, TableHandle};
+use crate::store::{ReadableTable, Table, TableDefinition};
+use redb::TableHandle;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -96,7 +97,7 @@ pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("un
 pub(crate) const WRITTEN: RecordTable<SlotSet> = RecordTable::new("written");
 
 /// Creates every table, so readers never meet a missing one.
-pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
+pub(crate) fn create_tables(db: &crate::store::Store) -> Result<(), OpError> {
     let txn = db.begin_write()?;
     txn.open_table(INODES)?;
     txn.open_table(ENTRIES)?;
@@ -142,7 +143,7 @@ pub(crate) fn create_tables(db: &redb::Database) -> Result<(), OpError> {
 
 /// Counts what users and groups use in a store made before usage was kept (it has no usage
 /// table yet).
-fn count_usage(txn: &redb::WriteTransaction) -> Result<(), OpError> {
+fn count_usage(txn: &crate::store::WriteTransaction) -> Result<(), OpError> {
     if txn
         .list_tables()?
         .any(|table| table.name() == crate::schema::usage::USAGE.name())
@@ -158,7 +159,7 @@ fn count_usage(txn: &redb::WriteTransaction) -> Result<(), OpError> {
 /// Moves the entries of a store written before entries were keyed by name hash (a table of
 /// entries by name plus a table of listing positions) into [`ENTRIES`], and drops the old
 /// tables. Listing positions change once, here.
-fn migrate_entries(txn: &redb::WriteTransaction) -> Result<(), OpError> {
+fn migrate_entries(txn: &crate::store::WriteTransaction) -> Result<(), OpError> {
     const DENTRIES_V1: TableDefinition<(u64, &str), (u64, u64, u8)> =
         TableDefinition::new("dentries");
     const COOKIES_V1: TableDefinition<(u64, u64), &str> = TableDefinition::new("cookies");
@@ -196,12 +197,12 @@ fn migrate_entries(txn: &redb::WriteTransaction) -> Result<(), OpError> {
 /// holding requests, replies) in the version `new` holds its records in (`into`), and drops
 /// `old`. A field added since (a project) takes its default.
 fn convert_from_version_4<K, T>(
-    txn: &redb::WriteTransaction,
+    txn: &crate::store::WriteTransaction,
     old: TableDefinition<K, &[u8]>,
     (new, into): (TableDefinition<K, &[u8]>, u16),
 ) -> Result<(), OpError>
 where
-    K: redb::Key + 'static,
+    K: crate::store::Key + 'static,
     T: Serialize + serde::de::DeserializeOwned,
 {
     if !txn.list_tables()?.any(|table| table.name() == old.name()) {
@@ -426,7 +427,7 @@ pub(crate) fn load_written(
 
 /// Records the slots of `inode`'s layout that `change` makes of its written ones.
 pub(crate) fn change_written(
-    txn: &redb::WriteTransaction,
+    txn: &crate::store::WriteTransaction,
     inode: InodeId,
     change: impl FnOnce(&mut SlotSet),
 ) -> Result<(), OpError> {
@@ -669,7 +670,7 @@ pub(crate) fn allocate_inode(
 /// original, delayed in the network) must not run a second time. `Superseded`: the client
 /// had its answer long ago.
 pub(crate) fn refuse_settled(
-    txn: &redb::WriteTransaction,
+    txn: &crate::store::WriteTransaction,
     mutation: weft_proto::messages::MutationId,
 ) -> Result<(), OpError> {
     let floor = txn

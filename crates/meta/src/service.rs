@@ -36,8 +36,9 @@ use crate::ops::remove::list_orphans;
 use crate::ops::OpContext;
 use crate::replica::{HomeFiles, HomeLink, LinkParts};
 use crate::schema::{OpError, REPLIES, UNREPORTED};
+use crate::store::Store as Database;
+use crate::store::{ReadableTable, WriteTransaction};
 use crate::{MetaConfig, MetaError};
-use redb::{Database, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -140,11 +141,7 @@ impl Meta {
         };
         let (link, file) = HomeLink::open(&shared.config.data_dir, shared.node, home, parts)
             .map_err(|e| store_error(home, e))?;
-        let db = Arc::new(
-            redb::Builder::new()
-                .create_with_backend(file)
-                .map_err(|e| store_error(home, e))?,
-        );
+        let db = Arc::new(Database::open(file).map_err(|e| store_error(home, e))?);
         crate::schema::create_tables(&db).map_err(|e| store_error(home, e))?;
         let mut first_start = false;
         // Files unlinked while open before this start stay until the grace period is over:
@@ -573,9 +570,9 @@ impl Meta {
     }
 
     /// How many entries `table` of this home's store holds: its inodes, its stored replies…
-    pub(crate) fn entries<K: redb::Key + 'static, V: redb::Value + 'static>(
+    pub(crate) fn entries<K: crate::store::Key + 'static, V: crate::store::Value + 'static>(
         &self,
-        table: redb::TableDefinition<'static, K, V>,
+        table: crate::store::TableDefinition<'static, K, V>,
     ) -> Result<u64, OpError> {
         let txn = self.db.begin_read()?;
         Ok(txn.open_table(table)?.len()?)
@@ -594,7 +591,7 @@ impl Meta {
 
     fn read<T>(
         &self,
-        op: impl FnOnce(&redb::ReadTransaction) -> Result<T, OpError>,
+        op: impl FnOnce(&crate::store::ReadTransaction) -> Result<T, OpError>,
     ) -> Result<T, OpError> {
         let txn = self.db.begin_read()?;
         op(&txn)

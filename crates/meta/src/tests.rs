@@ -12,7 +12,7 @@ use crate::ops::setattr::{report_size, set_attr};
 use crate::ops::OpContext;
 use crate::schema::{create_tables, OpError, DISPOSALS, UNREPORTED};
 use crate::service::idempotent;
-use redb::{Database, ReadableTableMetadata};
+use crate::store::{ReadableTable, Store as Database};
 use std::sync::Arc;
 use weft_proto::ids::{ClientId, InodeId, NodeId, StoragePoolId, TargetId};
 use weft_proto::layout::SlotSet;

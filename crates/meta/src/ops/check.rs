@@ -21,7 +21,7 @@ use crate::schema::{
     OpError, Transaction, DISPOSALS, ENTRIES, INODES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
     XATTRS,
 };
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use crate::store::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use weft_proto::ids::GroupId;
 use weft_proto::ids::{InodeId, NodeId, TargetId};
@@ -211,7 +211,7 @@ impl Snapshot {
 }
 
 /// The keys of a table keyed by inode.
-fn keys<V: redb::Value + 'static>(
+fn keys<V: crate::store::Value + 'static>(
     source: &impl Transaction,
     table: TableDefinition<'static, u64, V>,
 ) -> Result<HashSet<u64>, OpError> {
@@ -638,7 +638,7 @@ fn check_usage(findings: &mut Findings, source: &impl Transaction) -> Result<(),
 
 /// Reports each of `keys`, the keys of `table`, that names no existing inode, and with
 /// `--repair` removes it; `say` gives the problem and the repair for an inode.
-fn drop_missing<V: redb::Value + 'static>(
+fn drop_missing<V: crate::store::Value + 'static>(
     findings: &mut Findings,
     table: TableDefinition<'static, u64, V>,
     keys: &mut HashSet<u64>,

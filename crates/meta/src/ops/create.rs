@@ -7,7 +7,7 @@ use crate::schema::{
     allocate_inode, check_name, insert_dentry, load_dentry, load_dir, load_inode, now, store_inode,
     InodeRecord, OpError, COUNTERS, ENTRIES, FIRST_COOKIE, LINKS_MAX,
 };
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{FileLayout, PatternKind, StripePattern};
 use weft_proto::messages::{FileKind, MetaResponse, NewInode, SYMLINK_BYTES_MAX};

@@ -15,7 +15,7 @@ pub(crate) use crate::schema::{
     ExchangeIntent, Intent, IntentOp, LinkIntent, MkdirIntent, RenameIntent, RmdirIntent,
     SpreadMkdirIntent, SpreadRmdirIntent, UnlinkIntent,
 };
-use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use crate::store::{ReadTransaction, ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{MetaResponse, MutationId};
 use weft_proto::ErrorCode;

@@ -4,7 +4,7 @@
 use crate::schema::{
     check_name, kind_from_code, load_dentry, load_dir, load_inode, OpError, ENTRIES, INODES,
 };
-use redb::ReadTransaction;
+use crate::store::{ReadTransaction, ReadableTable};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{DirEntry, DirEntryPlus, FileKind, MetaResponse, READDIR_ENTRIES_MAX};
 use weft_proto::ErrorCode;

@@ -6,7 +6,7 @@ use crate::schema::{
     dir_is_empty, load_dentry, load_dir, load_inode, now, store_inode, take_name, Dentry,
     InodeRecord, OpError, DISPOSALS, ENTRIES, ORPHANS, TRUNCATES, UNREPORTED, WRITTEN,
 };
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::MetaResponse;
 use weft_proto::ErrorCode;

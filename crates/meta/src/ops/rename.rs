@@ -6,7 +6,7 @@ use crate::schema::{
     check_name, dir_is_empty, insert_dentry, load_dentry, load_dir, load_inode, now, remove_dentry,
     replace_dentry, store_inode, InodeRecord, OpError, ENTRIES,
 };
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{MetaResponse, RenameFlags};
 use weft_proto::ErrorCode;

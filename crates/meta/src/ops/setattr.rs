@@ -10,7 +10,7 @@ use crate::schema::{
     change_written, load_dir, load_inode, now, store_inode, InodeRecord, OpError, TruncateWork,
     INODES, TRUNCATES, UNREPORTED,
 };
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::layout::{object_length_for_file_size, PatternKind, SlotSet, StripePattern};
 use weft_proto::messages::{AttrChanges, FileKind, MetaResponse, SizeReport, TimeSet};

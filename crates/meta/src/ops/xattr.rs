@@ -4,7 +4,7 @@
 
 use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
 use crate::schema::{load_inode, now, store_inode, OpError, INODES, XATTRS};
-use redb::{ReadTransaction, ReadableTable, Table, WriteTransaction};
+use crate::store::{ReadTransaction, ReadableTable, Table, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{
     FileKind, MetaResponse, XattrSetMode, XATTR_LIST_BYTES_MAX, XATTR_NAME_BYTES_MAX,

@@ -4,7 +4,7 @@
 //! where a file's objects go (a truncate, a removal) and fsck checks them.
 
 use super::{OpError, RecordTable, Records};
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use weft_proto::ids::{GroupId, InodeId, StoragePoolId, TargetId};
 use weft_proto::layout::{FileLayout, PatternKind, Slot};

@@ -5,7 +5,7 @@
 //! a damaged store, reported with its table and key.
 
 use super::{OpError, StoreError};
-use redb::{
+use crate::store::{
     ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction,
 };
 use serde::{de::DeserializeOwned, Serialize};
@@ -32,7 +32,7 @@ impl<T> RecordTable<T> {
         }
     }
 
-    /// The table as redb names it, for what reads its keys and bytes whatever they hold (a
+    /// The table as the store names it, for what reads its keys and bytes whatever they hold (a
     /// check, a conversion of an older store).
     pub(crate) const fn definition(&self) -> TableDefinition<'static, u64, &'static [u8]> {
         TableDefinition::new(self.name)
@@ -53,26 +53,30 @@ impl<T: Serialize + DeserializeOwned> RecordTable<T> {
     }
 }
 
-/// A redb transaction, read or write, in which a table is opened read-only or changeable: a
+/// A transaction, read or write, in which a table is opened read-only or changeable: a
 /// check reads a read snapshot or its repair's own write transaction, and a record table
 /// opens in either.
 pub(crate) trait Transaction {
     /// The table it opens.
-    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static>: ReadableTable<K, V>
+    type Table<'a, K: crate::store::Key + 'static, V: crate::store::Value + 'static>: ReadableTable<
+        K,
+        V,
+    >
     where
         Self: 'a;
 
     /// Opens `definition`.
-    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    fn table<K: crate::store::Key + 'static, V: crate::store::Value + 'static>(
         &self,
         definition: TableDefinition<'static, K, V>,
     ) -> Result<Self::Table<'_, K, V>, OpError>;
 }
 
 impl Transaction for ReadTransaction {
-    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static> = ReadOnlyTable<K, V>;
+    type Table<'a, K: crate::store::Key + 'static, V: crate::store::Value + 'static> =
+        ReadOnlyTable<K, V>;
 
-    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    fn table<K: crate::store::Key + 'static, V: crate::store::Value + 'static>(
         &self,
         definition: TableDefinition<'static, K, V>,
     ) -> Result<ReadOnlyTable<K, V>, OpError> {
@@ -81,9 +85,10 @@ impl Transaction for ReadTransaction {
 }
 
 impl Transaction for WriteTransaction {
-    type Table<'a, K: redb::Key + 'static, V: redb::Value + 'static> = Table<'a, K, V>;
+    type Table<'a, K: crate::store::Key + 'static, V: crate::store::Value + 'static> =
+        Table<'a, K, V>;
 
-    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    fn table<K: crate::store::Key + 'static, V: crate::store::Value + 'static>(
         &self,
         definition: TableDefinition<'static, K, V>,
     ) -> Result<Table<'_, K, V>, OpError> {
@@ -91,7 +96,7 @@ impl Transaction for WriteTransaction {
     }
 }
 
-/// An open table of records of type `T` (`B` is redb's table, read-only or not).
+/// An open table of records of type `T` (`B` is the store's table, read-only or not).
 pub(crate) struct Records<B, T> {
     table: B,
     name: &'static str,

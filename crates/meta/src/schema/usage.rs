@@ -10,7 +10,9 @@
 //! are the directory's, not inodes of their own.
 
 use crate::schema::{InodeRecord, OpError, INODES};
-use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+use crate::store::{
+    AccessGuard, Range, ReadableTable, Row, StorageError, Table, TableDefinition, WriteTransaction,
+};
 use std::collections::BTreeMap;
 use weft_proto::ids::{InodeId, StoragePoolId};
 use weft_proto::messages::FileKind;
@@ -119,31 +121,21 @@ impl<'txn> Inodes<'txn> {
     }
 }
 
-impl redb::ReadableTableMetadata for Inodes<'_> {
-    fn stats(&self) -> redb::Result<redb::TableStats> {
-        self.table.stats()
-    }
-
-    fn len(&self) -> redb::Result<u64> {
-        self.table.len()
-    }
-}
-
 /// Reads go to the inodes table, as for any table: `load_inode(&inodes, …)`.
-impl redb::ReadableTable<u64, &'static [u8]> for Inodes<'_> {
+impl ReadableTable<u64, &'static [u8]> for Inodes<'_> {
     fn get<'a>(
         &self,
-        key: impl std::borrow::Borrow<<u64 as redb::Value>::SelfType<'a>>,
-    ) -> redb::Result<Option<redb::AccessGuard<'_, &'static [u8]>>> {
+        key: impl std::borrow::Borrow<<u64 as crate::store::Value>::SelfType<'a>>,
+    ) -> Result<Option<AccessGuard<'_, &'static [u8]>>, StorageError> {
         self.table.get(key.borrow())
     }
 
     fn range<'a, KR>(
         &self,
         range: impl std::ops::RangeBounds<KR> + 'a,
-    ) -> redb::Result<redb::Range<'_, u64, &'static [u8]>>
+    ) -> Result<Range<'_, u64, &'static [u8]>, StorageError>
     where
-        KR: std::borrow::Borrow<<u64 as redb::Value>::SelfType<'a>> + 'a,
+        KR: std::borrow::Borrow<<u64 as crate::store::Value>::SelfType<'a>> + 'a,
     {
         let start = match range.start_bound() {
             std::ops::Bound::Included(key) => std::ops::Bound::Included(*key.borrow()),
@@ -158,26 +150,12 @@ impl redb::ReadableTable<u64, &'static [u8]> for Inodes<'_> {
         self.table.range::<u64>((start, end))
     }
 
-    fn first(
-        &self,
-    ) -> redb::Result<
-        Option<(
-            redb::AccessGuard<'_, u64>,
-            redb::AccessGuard<'_, &'static [u8]>,
-        )>,
-    > {
+    fn first(&self) -> Result<Option<Row<'_, u64, &'static [u8]>>, StorageError> {
         self.table.first()
     }
 
-    fn last(
-        &self,
-    ) -> redb::Result<
-        Option<(
-            redb::AccessGuard<'_, u64>,
-            redb::AccessGuard<'_, &'static [u8]>,
-        )>,
-    > {
-        self.table.last()
+    fn len(&self) -> Result<u64, StorageError> {
+        self.table.len()
     }
 }
 

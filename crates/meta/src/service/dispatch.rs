@@ -147,7 +147,7 @@ impl Meta {
                 value,
                 mode,
             } => {
-                let set = move |txn: &redb::WriteTransaction, name: &str| {
+                let set = move |txn: &crate::store::WriteTransaction, name: &str| {
                     set_xattr(txn, inode, name, &value, mode)
                 };
                 self.change_xattr(mutation, (inode, name), set).await
@@ -157,8 +157,9 @@ impl Meta {
                 inode,
                 name,
             } => {
-                let remove =
-                    move |txn: &redb::WriteTransaction, name: &str| remove_xattr(txn, inode, name);
+                let remove = move |txn: &crate::store::WriteTransaction, name: &str| {
+                    remove_xattr(txn, inode, name)
+                };
                 self.change_xattr(mutation, (inode, name), remove).await
             }
             _ => unreachable!("only changes of attributes come here"),
@@ -553,7 +554,9 @@ impl Meta {
     /// no mutation id, its own reply kept by its caller's intent.
     async fn step(
         &self,
-        op: impl FnOnce(&redb::WriteTransaction) -> Result<MetaResponse, OpError> + Send + 'static,
+        op: impl FnOnce(&crate::store::WriteTransaction) -> Result<MetaResponse, OpError>
+            + Send
+            + 'static,
     ) -> Result<MetaResponse, OpError> {
         self.committer.run(Box::new(op)).await
     }
@@ -564,7 +567,7 @@ impl Meta {
         &self,
         mutation: MutationId,
         (inode, name): (InodeId, String),
-        change: impl FnOnce(&redb::WriteTransaction, &str) -> Result<MetaResponse, OpError>
+        change: impl FnOnce(&crate::store::WriteTransaction, &str) -> Result<MetaResponse, OpError>
             + Send
             + 'static,
     ) -> Result<MetaResponse, OpError> {

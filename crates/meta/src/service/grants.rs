@@ -360,8 +360,9 @@ impl Meta {
             let table = txn.open_table(crate::schema::usage::USAGE)?;
             let mut used = HashMap::new();
             for key in keys {
-                let row = redb::ReadableTable::get(&table, (key.kind.key(), key.id, key.pool.0))?
-                    .map_or((0, 0), |row| row.value());
+                let row =
+                    crate::store::ReadableTable::get(&table, (key.kind.key(), key.id, key.pool.0))?
+                        .map_or((0, 0), |row| row.value());
                 used.insert(*key, row);
             }
             Ok(used)

@@ -35,7 +35,7 @@ use crate::schema::{
     load_inode, load_move, load_tombstones, store_inode, MoveWork, OpError, SlotId, INODES, MOVES,
     TOMBSTONES,
 };
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! its change, so a retry of the same mutation is answered, never applied twice.
 
 use crate::schema::{refuse_settled, reply_bytes, stored_reply, OpError, REPLIES, REPLY_FLOORS};
-use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use crate::store::{ReadTransaction, ReadableTable, WriteTransaction};
 use weft_proto::messages::{MetaResponse, MutationId, Reply};
 use weft_proto::Recovery;
 

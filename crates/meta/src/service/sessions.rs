@@ -7,6 +7,7 @@ use crate::commit::Answered;
 use crate::ops::lookup::get_attr;
 use crate::ops::remove::{list_orphans, release_orphan};
 use crate::schema::{OpError, REPLIES, REPLY_FLOORS, UNREPORTED};
+use crate::store::ReadableTable;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use weft_proto::access::Checks;
@@ -357,7 +358,8 @@ impl Meta {
     ) -> Result<bool, OpError> {
         self.read(|txn| {
             let replies = txn.open_table(REPLIES)?;
-            Ok(replies.get((mutation.client.0, mutation.seq))?.is_some())
+            let answered = replies.get((mutation.client.0, mutation.seq))?.is_some();
+            Ok(answered)
         })
     }
 

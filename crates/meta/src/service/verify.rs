@@ -11,6 +11,7 @@ use super::targets::TARGET_RETRY;
 use super::Meta;
 use crate::ops::check::{report_problem, Suspect, SuspectKind};
 use crate::schema::{load_inode, load_written, OpError, INODES, TRUNCATES, UNREPORTED, WRITTEN};
+use crate::store::ReadableTable;
 use weft_net::RpcError;
 use weft_proto::answer::{Checksum, ObjectsPage};
 use weft_proto::ids::MemberId;
@@ -258,7 +259,10 @@ impl Meta {
 }
 
 /// Whether the suspect's file still exists in the truncate generation it was suspected in.
-fn same_generation(txn: &redb::ReadTransaction, suspect: &Suspect) -> Result<bool, OpError> {
+fn same_generation(
+    txn: &crate::store::ReadTransaction,
+    suspect: &Suspect,
+) -> Result<bool, OpError> {
     match load_inode(&txn.open_table(INODES)?, suspect.inode) {
         Ok(record) => Ok(record.truncate_generation == suspect.generation),
         Err(OpError::Rejected(error)) if error.code == ErrorCode::NotFound => Ok(false),

@@ -7,7 +7,7 @@ use super::{rpc_error, Meta};
 use crate::ops::lookup::get_attr;
 use crate::ops::setattr::{finish_truncate, settle_size, FoundSize};
 use crate::schema::{OpError, DISPOSALS, INODES, TRUNCATES, UNREPORTED};
-use redb::ReadableTable;
+use crate::store::ReadableTable;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use weft_net::StorageClient;
@@ -110,7 +110,9 @@ pub(super) async fn work_loop(meta: Arc<Meta>) {
 }
 
 /// The spread directories whose home is here.
-pub(super) fn spread_directories(txn: &redb::ReadTransaction) -> Result<Vec<InodeId>, OpError> {
+pub(super) fn spread_directories(
+    txn: &crate::store::ReadTransaction,
+) -> Result<Vec<InodeId>, OpError> {
     let mut dirs = Vec::new();
     for item in txn.open_table(INODES)?.iter()? {
         let (key, value) = item?;

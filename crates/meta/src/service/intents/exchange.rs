@@ -12,7 +12,7 @@ use crate::schema::{
     load_dentry, load_dir, now, store_inode, Dentry, OpError, ENTRIES, REMOTE_CREATED,
 };
 use crate::service::Meta;
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;

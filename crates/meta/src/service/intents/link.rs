@@ -10,7 +10,7 @@ use crate::ops::intent::{
 };
 use crate::schema::{now, store_inode, InodeRecord, OpError, ENTRIES, INODES, REMOTE_CREATED};
 use crate::service::Meta;
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;

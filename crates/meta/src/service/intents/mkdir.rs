@@ -17,7 +17,7 @@ use crate::schema::{
     ENTRIES, INODES, INTENTS, REMOTE_CREATED, XATTRS,
 };
 use crate::service::{idempotent_admitted, Meta};
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::layout::StripePattern;
 use weft_proto::messages::{FileKind, InodeAttr, MetaRequest, MetaResponse, MutationId};

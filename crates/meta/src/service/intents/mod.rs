@@ -139,11 +139,11 @@ impl Drop for Running<'_> {
 /// reply `finish` makes (from what the steps before answered) is kept with its change; an
 /// error of a step before is the reply, and only the intent goes.
 pub(super) fn conclude<T>(
-    txn: &redb::WriteTransaction,
+    txn: &crate::store::WriteTransaction,
     id: u64,
     mutation: MutationId,
     outcome: Result<T, OpError>,
-    finish: impl FnOnce(&redb::WriteTransaction, T) -> Result<MetaResponse, OpError>,
+    finish: impl FnOnce(&crate::store::WriteTransaction, T) -> Result<MetaResponse, OpError>,
 ) -> Result<MetaResponse, OpError> {
     crate::ops::intent::drop_intent(txn, id)?;
     // Admitted when its intent was recorded: finished whatever its client settled since.
@@ -273,7 +273,9 @@ impl Meta {
     /// reply of a retry) in one transaction, then [`Meta::drive`] answers it.
     pub(super) async fn start_intent(
         &self,
-        prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Prepared, OpError> + Send + 'static,
+        prepare: impl FnOnce(&crate::store::WriteTransaction) -> Result<Prepared, OpError>
+            + Send
+            + 'static,
         failpoint: &str,
     ) -> Result<MetaResponse, OpError> {
         let preparing = self.intents.runs.preparing();
@@ -288,10 +290,10 @@ impl Meta {
     pub(super) async fn local_or_intent(
         &self,
         mutation: MutationId,
-        prepare: impl FnOnce(&redb::WriteTransaction) -> Result<Option<Prepared>, OpError>
+        prepare: impl FnOnce(&crate::store::WriteTransaction) -> Result<Option<Prepared>, OpError>
             + Send
             + 'static,
-        local: impl FnOnce(&redb::WriteTransaction, &OpContext) -> Result<MetaResponse, OpError>
+        local: impl FnOnce(&crate::store::WriteTransaction, &OpContext) -> Result<MetaResponse, OpError>
             + Send
             + 'static,
         failpoint: &str,

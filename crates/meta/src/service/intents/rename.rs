@@ -20,7 +20,7 @@ use crate::schema::{
 };
 use crate::service::targets::TARGET_RETRY;
 use crate::service::{rpc_error, Meta};
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use std::time::Duration;
 use weft_net::MetaCalls;
 use weft_net::MgmtCalls;

@@ -15,7 +15,7 @@ use crate::schema::{
     dir_is_empty, load_dentry, load_dir, take_name, InodeRecord, OpError, ENTRIES, XATTRS,
 };
 use crate::service::Meta;
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;
@@ -135,7 +135,7 @@ impl Meta {
         let home = self.node;
         let lookup_name = name.clone();
         let shards = self.shards_of_child(parent, &name).await?;
-        let prepare = move |txn: &redb::WriteTransaction| {
+        let prepare = move |txn: &crate::store::WriteTransaction| {
             let removed = RemovedDir {
                 parent,
                 name: &lookup_name,

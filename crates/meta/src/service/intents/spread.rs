@@ -13,7 +13,7 @@ use crate::schema::{
     dir_is_empty, load_dir, store_inode, InodeRecord, OpError, ENTRIES, INODES, XATTRS,
 };
 use crate::service::Meta;
-use redb::{ReadableTable, WriteTransaction};
+use crate::store::{ReadableTable, WriteTransaction};
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MetaRequest, MetaResponse, MutationId};
 use weft_proto::ErrorCode;

@@ -9,7 +9,7 @@ use crate::ops::intent::{
 use crate::ops::remove::unlink;
 use crate::schema::{load_dentry, load_dir, take_name, OpError, ENTRIES};
 use crate::service::Meta;
-use redb::WriteTransaction;
+use crate::store::WriteTransaction;
 use weft_proto::ids::{InodeId, NodeId};
 use weft_proto::messages::{FileKind, MetaResponse, MutationId};
 use weft_proto::ErrorCode;

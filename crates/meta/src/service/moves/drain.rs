@@ -185,7 +185,7 @@ pub(super) const DRAIN_FILES_PER_SCAN: usize = 64;
 /// move under the same map).
 #[allow(clippy::type_complexity)]
 pub(super) fn find_draining(
-    txn: &redb::ReadTransaction,
+    txn: &crate::store::ReadTransaction,
     map: &weft_proto::messages::ClusterMap,
     draining: &[TargetId],
     stuck: &HashSet<InodeId>,

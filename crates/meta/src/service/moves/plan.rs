@@ -9,7 +9,7 @@ use super::*;
 /// `room` bytes, among files not on `to` (nor with a tombstone there) and not moving already.
 /// Answers the file, its layout, the slot's index and the object's bytes.
 pub(super) fn rebalance_candidate(
-    txn: &redb::ReadTransaction,
+    txn: &crate::store::ReadTransaction,
     (pool, kind): (StoragePoolId, PatternKind),
     from: Slot,
     to: Slot,
