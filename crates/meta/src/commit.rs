@@ -490,7 +490,7 @@ fn commit_batch(
                 // is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            txn.commit().map_err(StoreError::from)
+            txn.commit()
         }
     };
     for (answer, response) in early {
