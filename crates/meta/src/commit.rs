@@ -29,7 +29,7 @@
 use crate::replica::HomeLink;
 use crate::schema::{OpError, StoreError};
 use crate::store::Store as Database;
-use crate::store::WriteTransaction;
+use crate::store::{Commit, WriteTransaction, Wrote};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -99,6 +99,9 @@ struct Committed {
     synced: bool,
     /// Operations already answered when the batch committed.
     answered: usize,
+    /// Whether the batch was appended to the store's log (and synced there if `synced`), and
+    /// not committed to redb: its outcome is final.
+    logged: bool,
 }
 
 /// What the writer thread reports to Prometheus.
@@ -340,7 +343,7 @@ fn writer_loop(
         };
         tidy_since = None;
         let batch = commit_batch(db, (std::mem::take(&mut tidies), first), receiver, syncs);
-        if syncs.is_some() && batch.outcome.is_ok() && batch.synced {
+        if syncs.is_some() && batch.outcome.is_ok() && batch.synced && !batch.logged {
             // Its answers wait for its own sync: one asked after every earlier batch's. A
             // commit that asked for none would be answered on an older batch's sync, before
             // its own changes are on disk.
@@ -362,7 +365,9 @@ fn writer_loop(
             }
         }
         let synced = match syncs {
-            Some(link) if batch.outcome.is_ok() && batch.synced => link.sync_outcome(batch.sync),
+            Some(link) if batch.outcome.is_ok() && batch.synced && !batch.logged => {
+                link.sync_outcome(batch.sync)
+            }
             _ => Some(Ok(())),
         };
         match synced {
@@ -385,12 +390,24 @@ fn sync_now(db: &Database, syncs: Option<&HomeLink>) {
     }
     // A crash here loses every change answered since the last sync.
     weft_service::failpoint::failpoint("meta-before-idle-sync");
+    // Both: the log's records, and any commit to redb made without a sync (a mirrored home's
+    // answered at commit). An empty checkpoint writes nothing but its sync; one that finds
+    // logged rows writes them too, and the log starts again.
     let synced = db
-        .begin_write()
+        .sync_log()
         .map_err(|error| error.to_string())
-        .and_then(|txn| {
-            syncs.inspect(|link| link.sync_next_inline());
-            txn.commit().map_err(|error| error.to_string())
+        .and_then(|()| {
+            if db.has_logged_rows() {
+                return Ok(());
+            }
+            db.begin_write()
+                .map_err(|error| error.to_string())
+                .and_then(|txn| {
+                    syncs.inspect(|link| link.sync_next_inline());
+                    txn.commit(Commit::Checkpoint { durable: true })
+                        .map(drop)
+                        .map_err(|error| error.to_string())
+                })
         });
     if let Err(error) = synced {
         // The next commit that waits for its sync reports the failure to its operations.
@@ -412,7 +429,7 @@ fn commit_batch(
     syncs: Option<&HomeLink>,
 ) -> Committed {
     let started = Instant::now();
-    let mut txn = match db.begin_write() {
+    let txn = match db.begin_write() {
         Ok(txn) => txn,
         Err(error) => {
             let results = match first {
@@ -426,6 +443,7 @@ fn commit_batch(
                 sync: 0,
                 synced: true,
                 answered: 0,
+                logged: false,
             };
         }
     };
@@ -475,22 +493,44 @@ fn commit_batch(
     }
     let synced = !results.is_empty();
     let answered = early.len();
+    let mut logged = false;
     let outcome = match failure {
         Some(message) => {
             let _ = txn.abort();
             Err(message)
         }
         None => {
-            if !synced {
-                txn.set_durability(crate::store::Durability::None);
-            } else if results.len() == 1 && early.is_empty() && next.is_none() {
-                // A lone operation, nothing waiting and no sync running: a sync on this
-                // thread overlaps nothing anyway, and spares two hand-offs between threads.
-                // Under concurrency the sync stays in the background, where the next batch
-                // is applied while it runs.
+            let lone = results.len() == 1 && early.is_empty() && next.is_none();
+            let (how, covers_log) = how_to_commit(db, syncs, synced);
+            let checkpoint = matches!(how, Commit::Checkpoint { .. });
+            if checkpoint && (covers_log || (synced && lone)) {
+                // A checkpoint of logged rows is synced here, so that the log can start again
+                // at once (nothing else is logged meanwhile). A lone operation, nothing
+                // waiting and no sync running: a sync on this thread overlaps nothing anyway,
+                // and spares two hand-offs between threads. Under concurrency the sync stays
+                // in the background, where the next batch is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            txn.commit()
+            match txn.commit(how) {
+                Ok(Wrote::Logged) => {
+                    logged = true;
+                    Ok(())
+                }
+                Ok(Wrote::Checkpoint { of_logged: false }) => Ok(()),
+                Ok(Wrote::Checkpoint { of_logged: true }) => {
+                    let on_disk =
+                        syncs.map_or(Some(Ok(())), |link| link.sync_outcome(link.last_sync()));
+                    match on_disk {
+                        Some(Ok(())) => db.restart_log(),
+                        Some(Err(error)) => Err(error),
+                        // Not synced inline after all: the log keeps the rows (a replay of
+                        // rows the store holds already changes nothing), until the next
+                        // checkpoint of logged rows.
+                        None => Ok(()),
+                    }
+                }
+                Err(error) => Err(error),
+            }
         }
     };
     for (answer, response) in early {
@@ -507,7 +547,29 @@ fn commit_batch(
         sync: syncs.map_or(0, HomeLink::last_sync),
         synced,
         answered,
+        logged,
     }
+}
+
+/// Most bytes of the store's log in use before a batch makes a checkpoint instead of a record:
+/// the rows in memory, and a start's replay of them, stay bounded.
+const LOGGED_BYTES_MAX: u64 = crate::store::LOG_BYTES / 2;
+
+/// How a batch that `synced` (or is answered at commit) goes to the disk, and whether that
+/// writes logged rows into the tables. A mirrored home checkpoints every batch, whose pages
+/// ship to the members; any other home logs it, until the log holds enough to checkpoint.
+fn how_to_commit(db: &Database, syncs: Option<&HomeLink>, synced: bool) -> (Commit, bool) {
+    let mirrored = syncs.is_some_and(HomeLink::mirrored);
+    if !mirrored && db.logged_bytes() < LOGGED_BYTES_MAX {
+        return (Commit::Logged { sync: synced }, false);
+    }
+    let covers_log = db.has_logged_rows();
+    (
+        Commit::Checkpoint {
+            durable: synced || covers_log,
+        },
+        covers_log,
+    )
 }
 
 impl CommitMetrics {

@@ -353,7 +353,7 @@ fn intents_and_replies_of_version_4_are_converted() {
     use crate::store::{ReadableTable, TableDefinition};
     use redb::TableHandle;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let db = crate::store::Store::create(dir.path().join("meta.redb")).expect("a store");
+    let (db, _) = crate::store::Store::create(dir.path().join("meta.redb")).expect("a store");
     let intent = |project| Intent {
         mutation: mutation(),
         op: IntentOp::Mkdir(MkdirIntent {
@@ -387,7 +387,8 @@ fn intents_and_replies_of_version_4_are_converted() {
             .expect("the old table")
             .insert(5, bytes.as_slice())
             .expect("stored");
-        txn.commit().expect("committed");
+        txn.commit(crate::store::Commit::Logged { sync: true })
+            .expect("committed");
     }
     crate::schema::create_tables(&db).expect("the store opens");
     let txn = db.begin_read().expect("a read");

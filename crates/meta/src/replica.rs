@@ -587,6 +587,12 @@ impl HomeLink {
         Ok(())
     }
 
+    /// Whether the home is in a mirror group: its every commit is then a checkpoint, whose
+    /// pages ship to the members (`store`).
+    pub fn mirrored(&self) -> bool {
+        self.group().is_some()
+    }
+
     fn group(&self) -> Option<MirrorGroupInfo> {
         group_of_home(&self.membership.groups(), self.home).cloned()
     }

@@ -96,7 +96,8 @@ pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("un
 /// written before the table existed). A truncate keeps only the slots its size leaves bytes on.
 pub(crate) const WRITTEN: RecordTable<SlotSet> = RecordTable::new("written");
 
-/// Creates every table, so readers never meet a missing one.
+/// Creates every table, so readers never meet a missing one. Every table must be opened here:
+/// a start writes the rows its store's log holds only into tables opened since it opened.
 pub(crate) fn create_tables(db: &crate::store::Store) -> Result<(), OpError> {
     let txn = db.begin_write()?;
     txn.open_table(INODES)?;
@@ -137,7 +138,7 @@ pub(crate) fn create_tables(db: &crate::store::Store) -> Result<(), OpError> {
         TableDefinition::new("moves"),
         (MOVES.definition(), PROTOCOL_VERSION),
     )?;
-    txn.commit()?;
+    txn.commit(crate::store::Commit::Checkpoint { durable: true })?;
     Ok(())
 }
 

@@ -141,8 +141,16 @@ impl Meta {
         };
         let (link, file) = HomeLink::open(&shared.config.data_dir, shared.node, home, parts)
             .map_err(|e| store_error(home, e))?;
-        let db = Arc::new(Database::open(file).map_err(|e| store_error(home, e))?);
+        let log = crate::store::log_path(&crate::replica::home_path(
+            &shared.config.data_dir,
+            shared.node,
+            home,
+        ));
+        let (db, logged) = Database::open(file, Some(&log)).map_err(|e| store_error(home, e))?;
+        let db = Arc::new(db);
         crate::schema::create_tables(&db).map_err(|e| store_error(home, e))?;
+        // Every table is open now: the rows the log held go into them.
+        db.replay_log(logged).map_err(|e| store_error(home, e))?;
         let mut first_start = false;
         // Files unlinked while open before this start stay until the grace period is over:
         // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
@@ -156,7 +164,8 @@ impl Meta {
                 .open_table(crate::schema::ORPHANS)
                 .map_err(|e| store_error(home, e))
                 .and_then(|table| list_orphans(&table).map_err(|e| store_error(home, e)))?;
-            txn.commit().map_err(|e| store_error(home, e))?;
+            txn.commit(crate::store::Commit::Checkpoint { durable: true })
+                .map_err(|e| store_error(home, e))?;
             orphans
         };
         let config = &shared.config;
@@ -293,6 +302,12 @@ impl Meta {
         &self,
         start: weft_net::mirror::ResyncStart,
     ) -> Result<(), WireError> {
+        // Rows logged while the home had no mirror group go into its tables first, so that
+        // the copy holds them: a mirrored home's commits are checkpoints (`commit`).
+        self.committer
+            .run(Box::new(|_| Ok(MetaResponse::Done)))
+            .await
+            .map_err(OpError::into_wire)?;
         self.link.resync(start).await
     }
 

@@ -27,9 +27,15 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::iter::Peekable;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-pub(crate) use redb::{DatabaseError, Durability, StorageError, TableDefinition, TableError};
+mod log;
+
+pub(crate) use log::log_path;
+use log::Log;
+pub(crate) use log::LOG_BYTES;
+
+pub(crate) use redb::{Durability, StorageError, TableDefinition, TableError};
 
 /// The bytes of a changed key or value.
 type Bytes = Arc<[u8]>;
@@ -102,14 +108,31 @@ impl equivalent::Comparable<OrderedKey> for Probe<'_> {
 /// The changed rows of one table: each key's newest value, or `None` for a row removed.
 type Rows = OrdMap<OrderedKey, Option<Bytes>>;
 
+/// How the rows of one table are ordered and written into redb: the table's types, kept
+/// apart from them.
+#[derive(Clone, Copy)]
+struct TableType {
+    order: fn(&[u8], &[u8]) -> Ordering,
+    /// Writes rows into the table in a redb transaction (made for the table's types).
+    apply: fn(&redb::WriteTransaction, &str, &Rows) -> Result<(), StoreError>,
+}
+
+impl TableType {
+    fn of<K: Key + 'static, V: Value + 'static>() -> TableType {
+        TableType {
+            order: K::compare,
+            apply: apply_rows::<K, V>,
+        }
+    }
+}
+
 /// What has changed in one table.
 #[derive(Clone)]
 struct TableChanges {
     rows: Rows,
     /// Rows the changes add to the store's count of the table (a removal takes one off).
     added: i64,
-    /// Writes the rows into the table in a redb transaction (made for the table's types).
-    apply: fn(&redb::WriteTransaction, &str, &Rows) -> Result<(), StoreError>,
+    kind: TableType,
 }
 
 fn apply_rows<K: Key + 'static, V: Value + 'static>(
@@ -135,9 +158,9 @@ struct Changes(HashMap<String, TableChanges>);
 impl Changes {
     /// Makes `value` the value of `key` in table `name` (`None`: removes it), where `added`
     /// says how the table's count of rows changes.
-    fn set<K: Key + 'static, V: Value + 'static>(
+    fn set(
         &mut self,
-        name: &str,
+        (name, kind): (&str, TableType),
         (key, value): (OrderedKey, Option<Bytes>),
         added: i64,
     ) {
@@ -146,11 +169,55 @@ impl Changes {
             None => self.0.entry(name.to_owned()).or_insert(TableChanges {
                 rows: Rows::new(),
                 added: 0,
-                apply: apply_rows::<K, V>,
+                kind,
             }),
         };
         table.added += added;
         table.rows.insert(key, value);
+    }
+
+    /// Removes `key` of table `name`, which the store's tables do not hold: the change is
+    /// forgotten instead of kept as a removal, so that scans do not pass over it.
+    fn forget(&mut self, name: &str, key: &OrderedKey) {
+        if let Some(table) = self.0.get_mut(name) {
+            if table.rows.remove(key).is_some() {
+                table.added -= 1;
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes every row into `txn`.
+    fn apply(&self, txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+        for (name, table) in &self.0 {
+            (table.kind.apply)(txn, name, &table.rows)?;
+        }
+        Ok(())
+    }
+}
+
+/// The rows changed since the last checkpoint, as of the last commit: what every read lays
+/// over the stored rows, while the store is at the checkpoint they were changed after.
+#[derive(Default)]
+struct Published {
+    changes: Changes,
+    /// The number of the checkpoint the rows were changed after.
+    after: u64,
+}
+
+/// Which checkpoint the store's tables hold: a row of its own, written by each checkpoint
+/// that wrote rows logged before it.
+const CHECKPOINT: TableDefinition<(), u64> = TableDefinition::new("store_checkpoint");
+
+/// The number of the checkpoint the tables of `txn`'s snapshot hold.
+fn checkpoint_of(txn: &redb::ReadTransaction) -> Result<u64, StoreError> {
+    match txn.open_table(CHECKPOINT) {
+        Ok(table) => Ok(redb::ReadableTable::get(&table, ())?.map_or(0, |row| row.value())),
+        Err(TableError::TableDoesNotExist(_)) => Ok(0),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -307,6 +374,43 @@ pub(crate) trait ReadableTable<K: Key + 'static, V: Value + 'static> {
     }
 }
 
+/// The value of `key`: as `changes` changed it, or as `stored` holds it.
+fn merged_get<'t, K: Key + 'static, V: Value + 'static>(
+    changes: Option<&TableChanges>,
+    stored: &'t impl redb::ReadableTable<K, V>,
+    key: &K::SelfType<'_>,
+) -> Result<Option<AccessGuard<'t, V>>, StorageError> {
+    match changes.and_then(|table| changed::<K>(&table.rows, key)) {
+        Some(value) => Ok(value.map(AccessGuard::changed)),
+        None => Ok(stored.get(key)?.map(AccessGuard::stored)),
+    }
+}
+
+/// The rows in `range`: `changes` laid over `stored`.
+fn merged_range<'t, 'a, K: Key + 'static, V: Value + 'static, KR>(
+    changes: Option<&TableChanges>,
+    stored: &'t impl redb::ReadableTable<K, V>,
+    range: impl RangeBounds<KR> + 'a,
+) -> Result<Range<'t, K, V>, StorageError>
+where
+    KR: Borrow<K::SelfType<'a>> + 'a,
+{
+    let changed = changes.map(|table| ChangedRange {
+        rows: table.rows.clone(),
+        left: key_bounds::<K, KR>(&range),
+    });
+    Ok(Range::new(Some(stored.range(range)?), changed))
+}
+
+/// How many rows: `stored`'s, and those `changes` added.
+fn merged_len<K: Key + 'static, V: Value + 'static>(
+    changes: Option<&TableChanges>,
+    stored: &impl redb::ReadableTable<K, V>,
+) -> Result<u64, StorageError> {
+    let added = changes.map_or(0, |table| table.added);
+    Ok(stored.len()?.saturating_add_signed(added))
+}
+
 /// A table opened for changes in a [`WriteTransaction`]: its stored rows, read through the
 /// transaction's changes, which its own changes join.
 pub(crate) struct Table<'txn, K: Key + 'static, V: Value + 'static> {
@@ -320,18 +424,8 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
         &self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
-        let key = key.borrow();
-        let changed = self
-            .txn
-            .changes
-            .borrow()
-            .0
-            .get(&self.name)
-            .and_then(|table| changed::<K>(&table.rows, key));
-        match changed {
-            Some(value) => Ok(value.map(AccessGuard::changed)),
-            None => Ok(redb::ReadableTable::get(&self.stored, key)?.map(AccessGuard::stored)),
-        }
+        let changes = self.txn.changes.borrow();
+        merged_get(changes.0.get(&self.name), &self.stored, key.borrow())
     }
 
     fn range<'a, KR>(
@@ -341,18 +435,8 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        let changed = self
-            .txn
-            .changes
-            .borrow()
-            .0
-            .get(&self.name)
-            .map(|table| ChangedRange {
-                rows: table.rows.clone(),
-                left: key_bounds::<K, KR>(&range),
-            });
-        let stored = redb::ReadableTable::range(&self.stored, range)?;
-        Ok(Range::new(Some(stored), changed))
+        let changes = self.txn.changes.borrow();
+        merged_range(changes.0.get(&self.name), &self.stored, range)
     }
 
     fn first(&self) -> Result<Option<Row<'_, K, V>>, StorageError> {
@@ -360,15 +444,8 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
     }
 
     fn len(&self) -> Result<u64, StorageError> {
-        let stored = redb::ReadableTableMetadata::len(&self.stored)?;
-        let added = self
-            .txn
-            .changes
-            .borrow()
-            .0
-            .get(&self.name)
-            .map_or(0, |table| table.added);
-        Ok(stored.saturating_add_signed(added))
+        let changes = self.txn.changes.borrow();
+        merged_len(changes.0.get(&self.name), &self.stored)
     }
 }
 
@@ -383,11 +460,8 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
         let replaced = self.get(key)?;
         let value: Bytes = Arc::from(V::as_bytes(value.borrow()).as_ref());
         let added = if replaced.is_some() { 0 } else { 1 };
-        self.txn.changes.borrow_mut().set::<K, V>(
-            &self.name,
-            (OrderedKey::of::<K>(key), Some(value)),
-            added,
-        );
+        self.txn
+            .change::<K, V>(&self.name, (OrderedKey::of::<K>(key), Some(value)), added);
         Ok(replaced)
     }
 
@@ -399,11 +473,9 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
         let key = key.borrow();
         let removed = self.get(key)?;
         if removed.is_some() {
-            self.txn.changes.borrow_mut().set::<K, V>(
-                &self.name,
-                (OrderedKey::of::<K>(key), None),
-                -1,
-            );
+            let stored = redb::ReadableTable::get(&self.stored, key)?.is_some();
+            self.txn
+                .remove::<K, V>(&self.name, OrderedKey::of::<K>(key), stored);
         }
         Ok(removed)
     }
@@ -422,26 +494,30 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
         for row in self.range(range)? {
             let (key, value) = row?;
             if !keep(key.value(), value.value()) {
-                removed.push(OrderedKey::of::<K>(&key.value()));
+                let stored = redb::ReadableTable::get(&self.stored, key.value())?.is_some();
+                removed.push((OrderedKey::of::<K>(&key.value()), stored));
             }
         }
-        let mut changes = self.txn.changes.borrow_mut();
-        for key in removed {
-            changes.set::<K, V>(&self.name, (key, None), -1);
+        for (key, stored) in removed {
+            self.txn.remove::<K, V>(&self.name, key, stored);
         }
         Ok(())
     }
 }
 
-/// A table opened for reading in a [`ReadTransaction`].
-pub(crate) struct ReadOnlyTable<K: Key + 'static, V: Value + 'static>(redb::ReadOnlyTable<K, V>);
+/// A table opened for reading in a [`ReadTransaction`]: its stored rows as of the snapshot,
+/// with the rows changed since the store's last checkpoint laid over them.
+pub(crate) struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
+    stored: redb::ReadOnlyTable<K, V>,
+    changes: Option<TableChanges>,
+}
 
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<K, V> {
     fn get<'a>(
         &self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
-        Ok(redb::ReadableTable::get(&self.0, key)?.map(AccessGuard::stored))
+        merged_get(self.changes.as_ref(), &self.stored, key.borrow())
     }
 
     fn range<'a, KR>(
@@ -451,26 +527,53 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        Ok(Range::new(
-            Some(redb::ReadableTable::range(&self.0, range)?),
-            None,
-        ))
+        merged_range(self.changes.as_ref(), &self.stored, range)
     }
 
     fn first(&self) -> Result<Option<Row<'_, K, V>>, StorageError> {
-        Ok(redb::ReadableTable::first(&self.0)?.map(stored_row))
+        self.iter()?.next().transpose()
     }
 
     fn len(&self) -> Result<u64, StorageError> {
-        redb::ReadableTableMetadata::len(&self.0)
+        merged_len(self.changes.as_ref(), &self.stored)
     }
+}
+
+/// How a batch's changes reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Appended to the store's log as one record (synced there if `sync`), its rows kept in
+    /// memory until a checkpoint writes them into the tables. A store without a log, or a
+    /// record the log has no room for, makes a checkpoint instead.
+    Logged { sync: bool },
+    /// A checkpoint: every row changed since the last one written into the tables in one redb
+    /// transaction, which waits for the disk if `durable`.
+    Checkpoint { durable: bool },
+}
+
+/// How a commit went: which of the two it made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wrote {
+    /// The record is in the log, synced if its commit asked for it.
+    Logged,
+    /// A checkpoint committed; it wrote rows logged before it if `of_logged` (the log can then
+    /// restart once the checkpoint is on disk: [`Store::restart_log`]).
+    Checkpoint { of_logged: bool },
 }
 
 /// The commit thread's transaction: every operation of a batch changes its tables, and the
 /// batch commits them together.
 pub(crate) struct WriteTransaction {
     redb: redb::WriteTransaction,
+    /// The rows changed since the last checkpoint, this batch's with them.
     changes: RefCell<Changes>,
+    /// The batch's changes in the order made: its record in the log.
+    record: RefCell<Vec<u8>>,
+    /// The tables it opened that no commit opened before since the store opened, which redb
+    /// may not hold yet: its commit is then a checkpoint, so that every table a read opens
+    /// exists, and the checkpoint registers their types.
+    new_tables: RefCell<Vec<(String, TableType)>>,
+    store: Arc<Shared>,
 }
 
 impl WriteTransaction {
@@ -479,11 +582,56 @@ impl WriteTransaction {
         &self,
         definition: TableDefinition<K, V>,
     ) -> Result<Table<'_, K, V>, TableError> {
+        let name = redb::TableHandle::name(&definition);
+        let known = self
+            .store
+            .types
+            .lock()
+            .expect("table types poisoned")
+            .contains_key(name);
+        if !known {
+            self.new_tables
+                .borrow_mut()
+                .push((name.to_owned(), TableType::of::<K, V>()));
+        }
         Ok(Table {
             stored: self.redb.open_table(definition)?,
-            name: redb::TableHandle::name(&definition).to_owned(),
+            name: name.to_owned(),
             txn: self,
         })
+    }
+
+    fn change<K: Key + 'static, V: Value + 'static>(
+        &self,
+        name: &str,
+        (key, value): (OrderedKey, Option<Bytes>),
+        added: i64,
+    ) {
+        log::encode_row(
+            &mut self.record.borrow_mut(),
+            name,
+            &key.bytes,
+            value.as_deref(),
+        );
+        self.changes
+            .borrow_mut()
+            .set((name, TableType::of::<K, V>()), (key, value), added);
+    }
+
+    /// Removes `key`, which the stored table holds if `stored`: a removal is kept (and laid
+    /// over the stored row) only then.
+    fn remove<K: Key + 'static, V: Value + 'static>(
+        &self,
+        name: &str,
+        key: OrderedKey,
+        stored: bool,
+    ) {
+        if stored {
+            self.change::<K, V>(name, (key, None), -1);
+        } else {
+            log::encode_row(&mut self.record.borrow_mut(), name, &key.bytes, None);
+            self.changes.borrow_mut().forget(name, &key);
+        }
     }
 
     /// The names of the tables the store holds, for a store's upgrade.
@@ -494,14 +642,10 @@ impl WriteTransaction {
     }
 
     /// Deletes a table and its changes, for a store's upgrade; answers whether it existed.
+    /// The store checkpoints the commit that deletes one.
     pub(crate) fn delete_table(&self, table: impl redb::TableHandle) -> Result<bool, TableError> {
         self.changes.borrow_mut().0.remove(table.name());
         self.redb.delete_table(table)
-    }
-
-    /// Says whether the commit waits for the disk.
-    pub(crate) fn set_durability(&mut self, durability: Durability) {
-        self.redb.set_durability(durability);
     }
 
     /// Drops every change made in the transaction.
@@ -509,17 +653,81 @@ impl WriteTransaction {
         self.redb.abort()
     }
 
-    /// Commits every change made in the transaction.
-    pub(crate) fn commit(self) -> Result<(), StoreError> {
-        for (name, table) in &self.changes.borrow().0 {
-            (table.apply)(&self.redb, name, &table.rows)?;
+    /// Commits every change made in the transaction, as `how` says.
+    ///
+    /// # Errors
+    /// The log or the store could not be written; nothing of the batch is then visible.
+    pub(crate) fn commit(self, how: Commit) -> Result<Wrote, StoreError> {
+        let record = self.record.take();
+        let changes = self.changes.take();
+        let store = Arc::clone(&self.store);
+        let how = match how {
+            Commit::Logged { .. } if !self.new_tables.borrow().is_empty() => {
+                Commit::Checkpoint { durable: true }
+            }
+            how => how,
+        };
+        if let Commit::Logged { sync } = how {
+            if record.is_empty() {
+                // Nothing changed: nothing to log, and nothing new to publish.
+                if sync {
+                    store.sync_log()?;
+                }
+                self.redb.abort()?;
+                return Ok(Wrote::Logged);
+            }
+            let mut log = store.log.lock().expect("store log poisoned");
+            if let Some(log) = log.as_mut().filter(|log| log.fits(record.len())) {
+                log.append(&record, sync)
+                    .map_err(|error| StoreError::Sync(Arc::new(error)))?;
+                self.redb.abort()?;
+                let mut published = store.published.lock().expect("published rows poisoned");
+                let after = published.after;
+                *published = Arc::new(Published { changes, after });
+                return Ok(Wrote::Logged);
+            }
         }
-        Ok(self.redb.commit()?)
+        let durable = match how {
+            Commit::Logged { .. } => true,
+            Commit::Checkpoint { durable } => durable,
+        };
+        let mut redb = self.redb;
+        let previous = Arc::clone(&store.published.lock().expect("published rows poisoned"));
+        let of_logged = !previous.changes.is_empty();
+        changes.apply(&redb)?;
+        if of_logged {
+            // Readers whose snapshot holds this checkpoint no longer lay the logged rows over
+            // it.
+            redb.open_table(CHECKPOINT)?
+                .insert((), previous.after + 1)?;
+        }
+        redb.set_durability(if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        });
+        redb.commit()?;
+        store
+            .types
+            .lock()
+            .expect("table types poisoned")
+            .extend(self.new_tables.take());
+        if of_logged {
+            *store.published.lock().expect("published rows poisoned") = Arc::new(Published {
+                changes: Changes::default(),
+                after: previous.after + 1,
+            });
+        }
+        Ok(Wrote::Checkpoint { of_logged })
     }
 }
 
 /// A snapshot of the store as of a commit.
-pub(crate) struct ReadTransaction(redb::ReadTransaction);
+pub(crate) struct ReadTransaction {
+    redb: redb::ReadTransaction,
+    /// The rows changed since the checkpoint the snapshot's tables hold.
+    published: Option<Arc<Published>>,
+}
 
 impl ReadTransaction {
     /// Opens `definition` for reading.
@@ -527,7 +735,17 @@ impl ReadTransaction {
         &self,
         definition: TableDefinition<K, V>,
     ) -> Result<ReadOnlyTable<K, V>, TableError> {
-        Ok(ReadOnlyTable(self.0.open_table(definition)?))
+        let changes = self.published.as_ref().and_then(|published| {
+            published
+                .changes
+                .0
+                .get(redb::TableHandle::name(&definition))
+                .cloned()
+        });
+        Ok(ReadOnlyTable {
+            stored: self.redb.open_table(definition)?,
+            changes,
+        })
     }
 
     /// The names of the tables the store holds.
@@ -535,35 +753,209 @@ impl ReadTransaction {
     pub(crate) fn list_tables(
         &self,
     ) -> Result<impl Iterator<Item = redb::UntypedTableHandle> + '_, StorageError> {
-        self.0.list_tables()
+        self.redb.list_tables()
     }
 }
 
-/// A metadata target's store: its tables, and the file that keeps them.
-pub(crate) struct Store(redb::Database);
+/// What a store's transactions share.
+struct Shared {
+    published: Mutex<Arc<Published>>,
+    /// Each table's type, learned as tables are opened: how rows read back from the log are
+    /// written into their tables.
+    types: Mutex<HashMap<String, TableType>>,
+    /// None: every commit is a checkpoint.
+    log: Mutex<Option<Log>>,
+}
+
+impl Shared {
+    fn sync_log(&self) -> Result<(), StoreError> {
+        match self.log.lock().expect("store log poisoned").as_mut() {
+            Some(log) => log
+                .sync()
+                .map_err(|error| StoreError::Sync(Arc::new(error))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A metadata target's store: its tables, the file that keeps them, and the log of the rows
+/// changed since they were last written there.
+pub(crate) struct Store {
+    db: redb::Database,
+    shared: Arc<Shared>,
+}
 
 impl Store {
-    /// The store kept by `backend` (a home's store file), made empty if it holds nothing.
-    pub(crate) fn open(backend: impl redb::StorageBackend) -> Result<Store, DatabaseError> {
-        Ok(Store(redb::Builder::new().create_with_backend(backend)?))
+    /// The store kept by `backend` (a home's store file), made empty if it holds nothing,
+    /// with its log at `log` (none: every commit is a checkpoint). The log's rows are written
+    /// into the tables by [`Store::replay_log`], once every table was opened.
+    pub(crate) fn open(
+        backend: impl redb::StorageBackend,
+        log: Option<&std::path::Path>,
+    ) -> Result<(Store, Vec<log::LoggedRow>), StoreError> {
+        let db = redb::Builder::new()
+            .create_with_backend(backend)
+            .map_err(redb::Error::from)?;
+        Store::with_log(db, log)
     }
 
-    /// The store in the file at `path`, made if there is none.
+    fn with_log(
+        db: redb::Database,
+        log: Option<&std::path::Path>,
+    ) -> Result<(Store, Vec<log::LoggedRow>), StoreError> {
+        let (log, rows) = match log {
+            Some(path) => {
+                let (log, rows) =
+                    Log::open(path).map_err(|error| StoreError::Sync(Arc::new(error)))?;
+                (Some(log), rows)
+            }
+            None => (None, Vec::new()),
+        };
+        let after = checkpoint_of(&db.begin_read()?)?;
+        let store = Store {
+            db,
+            shared: Arc::new(Shared {
+                published: Mutex::new(Arc::new(Published {
+                    changes: Changes::default(),
+                    after,
+                })),
+                types: Mutex::default(),
+                log: Mutex::new(log),
+            }),
+        };
+        Ok((store, rows))
+    }
+
+    /// The store in the file at `path`, made if there is none, with its log beside it.
     #[cfg(test)]
-    pub(crate) fn create(path: impl AsRef<std::path::Path>) -> Result<Store, DatabaseError> {
-        Ok(Store(redb::Database::create(path)?))
+    pub(crate) fn create(
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<(Store, Vec<log::LoggedRow>), StoreError> {
+        let db = redb::Database::create(path.as_ref()).map_err(redb::Error::from)?;
+        Store::with_log(db, Some(&log::log_path(path.as_ref())))
+    }
+
+    /// Writes `rows`, read back from the log when the store opened, into the tables, in a
+    /// checkpoint, and starts the log again. Every table they name must have been opened
+    /// since the store opened.
+    ///
+    /// # Errors
+    /// A row names a table never opened, or the store or the log could not be written.
+    pub(crate) fn replay_log(&self, rows: Vec<log::LoggedRow>) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let count = rows.len();
+        let mut changes = Changes::default();
+        {
+            let types = self.shared.types.lock().expect("table types poisoned");
+            for (table, key, value) in rows {
+                let kind = *types.get(&table).ok_or_else(|| {
+                    StoreError::Sync(Arc::new(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "the store's change log has rows of a table {table:?} this build does not \
+                             have"
+                        ),
+                    )))
+                })?;
+                let key = OrderedKey {
+                    bytes: Arc::from(key),
+                    order: kind.order,
+                };
+                changes.set((&table, kind), (key, value.map(Arc::from)), 0);
+            }
+        }
+        let txn = self.db.begin_write()?;
+        changes.apply(&txn)?;
+        txn.commit()?;
+        self.restart_log()?;
+        tracing::info!(
+            rows = count,
+            "the store's change log written into its tables"
+        );
+        Ok(())
+    }
+
+    /// Starts the log again: for once a checkpoint of every row it holds is on disk.
+    ///
+    /// # Errors
+    /// The log's header could not be written.
+    pub(crate) fn restart_log(&self) -> Result<(), StoreError> {
+        match self.shared.log.lock().expect("store log poisoned").as_mut() {
+            Some(log) => log
+                .restart()
+                .map_err(|error| StoreError::Sync(Arc::new(error))),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes every record logged so far durable.
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub(crate) fn sync_log(&self) -> Result<(), StoreError> {
+        self.shared.sync_log()
+    }
+
+    /// Bytes of the log its records use.
+    pub(crate) fn logged_bytes(&self) -> u64 {
+        self.shared
+            .log
+            .lock()
+            .expect("store log poisoned")
+            .as_ref()
+            .map_or(0, Log::used)
+    }
+
+    /// Whether rows are logged that no checkpoint wrote into the tables yet.
+    pub(crate) fn has_logged_rows(&self) -> bool {
+        !self
+            .shared
+            .published
+            .lock()
+            .expect("published rows poisoned")
+            .changes
+            .is_empty()
     }
 
     /// A snapshot of the last commit.
     pub(crate) fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
-        Ok(ReadTransaction(self.0.begin_read()?))
+        let published = Arc::clone(
+            &self
+                .shared
+                .published
+                .lock()
+                .expect("published rows poisoned"),
+        );
+        let redb = self.db.begin_read()?;
+        // A checkpoint that wrote the rows into the tables after they were taken is in the
+        // snapshot: they are not laid over it again.
+        let published = if published.changes.is_empty() || checkpoint_of(&redb)? != published.after
+        {
+            None
+        } else {
+            Some(published)
+        };
+        Ok(ReadTransaction { redb, published })
     }
 
     /// The transaction of the next commit. One at a time: a second waits for the first to end.
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
+        let redb = self.db.begin_write()?;
+        let changes = self
+            .shared
+            .published
+            .lock()
+            .expect("published rows poisoned")
+            .changes
+            .clone();
         Ok(WriteTransaction {
-            redb: self.0.begin_write()?,
-            changes: RefCell::default(),
+            redb,
+            changes: RefCell::new(changes),
+            record: RefCell::default(),
+            new_tables: RefCell::default(),
+            store: Arc::clone(&self.shared),
         })
     }
 }
@@ -636,15 +1028,17 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_reads_its_own_changes_over_the_stored_rows_and_commits_them() {
+    fn every_read_sees_the_rows_logged_or_checkpointed_before_it_and_a_reopening_keeps_them() {
         let dir = tempfile::tempdir().expect("dir");
-        let store = Store::create(dir.path().join("store.redb")).expect("store");
+        let path = dir.path().join("store.redb");
+        let (mut store, _) = Store::create(&path).expect("store");
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let mut model: Model = Default::default();
         let txn = store.begin_write().expect("txn");
         txn.open_table(NUMBERS).expect("numbers");
         txn.open_table(NAMES).expect("names");
-        txn.commit().expect("commit");
+        txn.commit(Commit::Checkpoint { durable: true })
+            .expect("commit");
         for batch in 0..60 {
             let txn = store.begin_write().expect("txn");
             let mut next = model.clone();
@@ -692,8 +1086,29 @@ mod tests {
             if rng.gen_range(0..5) == 0 {
                 txn.abort().expect("abort");
             } else {
-                txn.commit().expect("commit");
+                // Logged, or now and then a checkpoint of every row logged so far.
+                let how = if rng.gen_range(0..4) == 0 {
+                    Commit::Checkpoint { durable: true }
+                } else {
+                    Commit::Logged { sync: true }
+                };
+                if let Wrote::Checkpoint { of_logged: true } = txn.commit(how).expect("commit") {
+                    store.restart_log().expect("restart the log");
+                }
                 model = next;
+            }
+            if batch % 15 == 14 {
+                // Opened again, as a start does: the rows its log holds go into the tables.
+                drop(store);
+                let (reopened, logged) = Store::create(&path).expect("store");
+                store = reopened;
+                let txn = store.begin_write().expect("txn");
+                txn.open_table(NUMBERS).expect("numbers");
+                txn.open_table(NAMES).expect("names");
+                txn.commit(Commit::Checkpoint { durable: true })
+                    .expect("commit");
+                store.replay_log(logged).expect("replay");
+                assert!(!store.has_logged_rows());
             }
             let read = store.begin_read().expect("read");
             let numbers = read.open_table(NUMBERS).expect("numbers");

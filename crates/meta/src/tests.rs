@@ -33,11 +33,16 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let directory = tempfile::tempdir().expect("tempdir");
-    let db = Arc::new(Database::create(directory.path().join("meta.redb")).expect("db"));
+    let db = Arc::new(
+        Database::create(directory.path().join("meta.redb"))
+            .expect("db")
+            .0,
+    );
     create_tables(&db).expect("tables");
     let txn = db.begin_write().expect("txn");
     assert!(ensure_root(&txn).expect("root"));
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     let targets = (1..=4)
         .map(|id| TargetInfo {
             id: TargetId(id),
@@ -414,7 +419,8 @@ async fn names_with_colliding_hashes_coexist() {
         record.nlink = 2;
         crate::schema::store_inode(&mut inodes, real.inode, &record).expect("store");
     }
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     let twin = f
         .create(InodeId::ROOT, "twin", FileKind::Regular)
         .await
@@ -717,7 +723,8 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
         let txn = f.db.begin_write().expect("txn");
         let result =
             report_size(&txn, inode, written(size, 0, durable)).map(|(_, answered)| answered);
-        txn.commit().expect("commit");
+        txn.commit(crate::store::Commit::Logged { sync: true })
+            .expect("commit");
         result
     };
     let list = |inode: InodeId| {
@@ -726,7 +733,8 @@ async fn only_the_first_report_of_a_listed_file_skips_the_sync() {
             .expect("table")
             .insert(inode.0, ())
             .expect("list");
-        txn.commit().expect("commit");
+        txn.commit(crate::store::Commit::Logged { sync: true })
+            .expect("commit");
     };
     let mut files = Vec::new();
     for name in ["closed", "synced"] {

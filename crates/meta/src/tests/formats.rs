@@ -94,7 +94,8 @@ async fn entries_of_the_old_format_migrate() {
             cookies.insert((parent.0, 3), name).expect("old cookie");
         }
     }
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
 
     create_tables(&f.db).expect("migrate");
     assert!(
@@ -143,7 +144,8 @@ async fn a_store_without_usage_counts_it_when_it_opens() {
     );
     let txn = f.db.begin_write().expect("txn");
     txn.delete_table(crate::schema::usage::USAGE).expect("drop");
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     create_tables(&f.db).expect("open again");
     assert_eq!(read(&f), before);
 }

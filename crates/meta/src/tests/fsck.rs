@@ -28,7 +28,8 @@ async fn fsck_repairs_a_name_filed_twice_in_one_run() {
         record.nlink = 3;
         crate::schema::store_inode(&mut inodes, file.inode, &record).expect("store");
     }
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     let found = run_check(&f, false);
     assert!(found.problem_count >= 2, "{:#?}", found.problems);
     run_check(&f, true);
@@ -62,7 +63,8 @@ pub(super) fn run_check(f: &Fixture, repair: bool) -> CheckReport {
     )
     .expect("check");
     assert!(checked.garbage.is_empty());
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     checked.report
 }
 
@@ -113,7 +115,8 @@ async fn fsck_finds_and_repairs_damage() {
             .insert(lost.inode.0 + 1000, ())
             .expect("list a missing inode");
     }
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
 
     let report = run_check(&f, false);
     assert_eq!(report.problem_count, 4, "{:#?}", report.problems);
@@ -160,7 +163,8 @@ async fn fsck_recounts_usage() {
         usage.insert((0, 0, 1), (12345, 1)).expect("insert");
         usage.insert((1, 77, 1), (5, 5)).expect("insert");
     }
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     let found = run_check(&f, false);
     assert_eq!(found.problems.len(), 2, "{:?}", found.problems);
     assert!(
@@ -225,7 +229,8 @@ async fn fsck_corrects_a_record_that_hides_extended_attributes() {
         .expect("xattrs")
         .insert((file.inode.0, "user.hidden"), b"x".as_slice())
         .expect("insert");
-    txn.commit().expect("commit");
+    txn.commit(crate::store::Commit::Logged { sync: true })
+        .expect("commit");
     let found = run_check(&f, false);
     assert_eq!(found.problem_count, 1, "{:#?}", found.problems);
     run_check(&f, true);

@@ -1,0 +1,482 @@
+//! The store's change log: each batch's changed rows, appended as one record to a file beside
+//! the store and synced there, until a checkpoint writes them into the store's tables and the
+//! log starts again.
+//!
+//! ```text
+//! header, the first 4 KiB:   magic "WEFTROWS" | version u32 | epoch u64 | salt u64
+//!                              | crc32c u32
+//! record, at a multiple of 8: magic u32 | epoch u64 | salt u64 | seq u64 | payload u32
+//!                              | payload | crc32c u32 of all before it
+//! payload: rows, each         table u16 + bytes | key u32 + bytes | 0 (removed)
+//!                              or 1 | value u32 + bytes
+//! ```
+//!
+//! A record belongs to the log's current epoch and salt and follows the one before it (`seq`
+//! one higher, from 0); the first that does not, or whose checksum fails, ends the log. A
+//! restart moves the epoch on and draws a new random salt, so that records of an earlier epoch
+//! beyond the end are never taken for new ones, and no bytes a client put in a row (a name, an
+//! attribute's value) can pass for a record. The file is written whole when it is made, so an
+//! append allocates nothing and its sync writes no metadata of the file. A record appended
+//! after the last one rewrites the tail of the block they share with the same bytes, which a
+//! torn write leaves as they were.
+
+use std::fs::File;
+use std::io::{Error, ErrorKind};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use weft_proto::checksum::crc32c;
+
+/// Bytes of the log file, written once when it is made.
+pub(crate) const LOG_BYTES: u64 = 16 << 20;
+/// Where records start.
+const FIRST_RECORD: u64 = 4096;
+/// Records start at multiples of this.
+const ALIGN: u64 = 8;
+const HEADER_MAGIC: &[u8; 8] = b"WEFTROWS";
+const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"ROWS");
+const VERSION: u32 = 1;
+/// Bytes of a record before its payload.
+const RECORD_HEAD: usize = 4 + 8 + 8 + 8 + 4;
+/// Bytes of the header.
+const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4;
+
+/// One changed row of a record: its table's name, its key, and its value (`None`: removed).
+pub(crate) type LoggedRow = (String, Vec<u8>, Option<Vec<u8>>);
+
+/// Appends `row` to a record's payload.
+pub(crate) fn encode_row(payload: &mut Vec<u8>, table: &str, key: &[u8], value: Option<&[u8]>) {
+    payload.extend_from_slice(&(table.len() as u16).to_le_bytes());
+    payload.extend_from_slice(table.as_bytes());
+    payload.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    payload.extend_from_slice(key);
+    match value {
+        None => payload.push(0),
+        Some(value) => {
+            payload.push(1);
+            payload.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            payload.extend_from_slice(value);
+        }
+    }
+}
+
+/// The rows of a record's payload.
+fn decode_rows(path: &Path, mut payload: &[u8]) -> std::io::Result<Vec<LoggedRow>> {
+    let damaged = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!(
+                "store change log {}: a record whose checksum holds has rows that do not \
+                 decode; the log is from another build or damaged",
+                path.display()
+            ),
+        )
+    };
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (taken, rest) = bytes.split_at_checked(n)?;
+        *bytes = rest;
+        Some(taken)
+    }
+    fn length(bytes: &mut &[u8], width: usize) -> Option<usize> {
+        let raw = take(bytes, width)?;
+        Some(match width {
+            2 => u16::from_le_bytes(raw.try_into().ok()?) as usize,
+            _ => u32::from_le_bytes(raw.try_into().ok()?) as usize,
+        })
+    }
+    let mut rows = Vec::new();
+    while !payload.is_empty() {
+        let row = (|| {
+            let n = length(&mut payload, 2)?;
+            let table = String::from_utf8(take(&mut payload, n)?.to_vec()).ok()?;
+            let n = length(&mut payload, 4)?;
+            let key = take(&mut payload, n)?.to_vec();
+            let value = match take(&mut payload, 1)?[0] {
+                0 => None,
+                1 => {
+                    let n = length(&mut payload, 4)?;
+                    Some(take(&mut payload, n)?.to_vec())
+                }
+                _ => return None,
+            };
+            Some((table, key, value))
+        })();
+        rows.push(row.ok_or_else(damaged)?);
+    }
+    Ok(rows)
+}
+
+/// The change log of one store (see the module's documentation).
+pub(crate) struct Log {
+    file: File,
+    path: PathBuf,
+    epoch: u64,
+    /// Drawn at random for each epoch.
+    salt: u64,
+    /// The next record's number.
+    seq: u64,
+    /// Where the next record goes.
+    tail: u64,
+    /// Whether records were appended since the last sync.
+    unsynced: bool,
+    /// A write or a sync failed: what the file holds is unknown, and nothing more is made
+    /// durable until the home opens the log again.
+    broken: bool,
+}
+
+/// The log's path beside the store file at `store`.
+pub(crate) fn log_path(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".rows");
+    PathBuf::from(name)
+}
+
+impl Log {
+    /// Opens the log at `path` (making it when there is none) and reads the rows of its
+    /// records, in order. The caller writes them into the store, then [`Log::restart`]s it.
+    ///
+    /// # Errors
+    /// The log cannot be read or made, or it is of another version.
+    pub fn open(path: &Path) -> std::io::Result<(Log, Vec<LoggedRow>)> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(error) if error.kind() == ErrorKind::NotFound => {
+                return Ok((Log::make(path)?, Vec::new()))
+            }
+            Err(error) => return Err(error),
+        };
+        let mut log = Log {
+            file,
+            path: path.to_path_buf(),
+            epoch: 0,
+            salt: 0,
+            seq: 0,
+            tail: FIRST_RECORD,
+            unsynced: false,
+            broken: false,
+        };
+        match log.read_header()? {
+            Header::Good { epoch, salt } => (log.epoch, log.salt) = (epoch, salt),
+            Header::Version(version) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidData,
+                    format!(
+                        "store change log {} is of version {version}; this build reads \
+                         version {VERSION}: start the build that wrote it once, to write its \
+                         rows into the store",
+                        path.display()
+                    ),
+                ))
+            }
+            // Torn while a restart rewrote it, once the store held every row: the records
+            // after it, if any, are of the epoch it was to name.
+            Header::Torn => match log.first_record_epoch()? {
+                Some((epoch, salt)) => (log.epoch, log.salt) = (epoch, salt),
+                None => {
+                    log.restart()?;
+                    return Ok((log, Vec::new()));
+                }
+            },
+        }
+        let mut rows = Vec::new();
+        while let Some((payload, len)) = log.read_record()? {
+            rows.extend(decode_rows(path, &payload)?);
+            log.tail += len;
+            log.seq += 1;
+        }
+        if log.seq > 0 {
+            tracing::info!(path = %path.display(), records = log.seq, "store change log read");
+        }
+        Ok((log, rows))
+    }
+
+    /// Makes a new log at `path`: every block written, so appending allocates nothing.
+    fn make(path: &Path) -> std::io::Result<Log> {
+        let staging = path.with_extension("rows.new");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&staging)?;
+        let zeros = vec![0; 1 << 20];
+        let mut at = 0;
+        while at < LOG_BYTES {
+            file.write_all_at(&zeros, at)?;
+            at += zeros.len() as u64;
+        }
+        let mut log = Log {
+            file,
+            path: path.to_path_buf(),
+            epoch: 1,
+            salt: rand::random(),
+            seq: 0,
+            tail: FIRST_RECORD,
+            unsynced: false,
+            broken: false,
+        };
+        log.write_header()?;
+        std::fs::rename(&staging, path)?;
+        if let Some(directory) = path.parent() {
+            weft_service::durable::sync_directory(directory)?;
+        }
+        Ok(log)
+    }
+
+    /// Whether a record of `payload` bytes fits after the last.
+    pub fn fits(&self, payload: usize) -> bool {
+        self.tail + record_len(payload) <= LOG_BYTES
+    }
+
+    /// Bytes used by records.
+    pub fn used(&self) -> u64 {
+        self.tail - FIRST_RECORD
+    }
+
+    /// Appends a record of `payload`, and syncs it if `sync`. The caller checked that it
+    /// [`fits`](Log::fits).
+    ///
+    /// # Errors
+    /// A write or a sync failed: the record may or may not be durable.
+    pub fn append(&mut self, payload: &[u8], sync: bool) -> std::io::Result<()> {
+        self.check()?;
+        let mut record = Vec::with_capacity(RECORD_HEAD + payload.len() + 4);
+        record.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        record.extend_from_slice(&self.epoch.to_le_bytes());
+        record.extend_from_slice(&self.salt.to_le_bytes());
+        record.extend_from_slice(&self.seq.to_le_bytes());
+        record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        record.extend_from_slice(payload);
+        let crc = crc32c(&record);
+        record.extend_from_slice(&crc.to_le_bytes());
+        debug_assert!(self.tail + record.len() as u64 <= LOG_BYTES);
+        if let Err(error) = self.file.write_all_at(&record, self.tail) {
+            self.broken = true;
+            return Err(error);
+        }
+        self.tail += record_len(payload.len());
+        self.seq += 1;
+        self.unsynced = true;
+        if sync {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable.
+    ///
+    /// # Errors
+    /// The sync failed.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        self.check()?;
+        if self.unsynced {
+            if let Err(error) = self.file.sync_data() {
+                self.broken = true;
+                return Err(error);
+            }
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> std::io::Result<()> {
+        if self.broken {
+            return Err(Error::other(format!(
+                "an earlier write or sync of the store change log {} failed; the home must \
+                 be opened again",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts the log again in a new epoch: for once the store holds every row it logged.
+    ///
+    /// # Errors
+    /// The header could not be written and synced.
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.check()?;
+        self.epoch += 1;
+        self.salt = rand::random();
+        self.seq = 0;
+        self.tail = FIRST_RECORD;
+        self.unsynced = false;
+        let written = self.write_header();
+        self.broken = written.is_err();
+        written
+    }
+
+    fn write_header(&mut self) -> std::io::Result<()> {
+        let mut header = Vec::with_capacity(HEADER_BYTES);
+        header.extend_from_slice(HEADER_MAGIC);
+        header.extend_from_slice(&VERSION.to_le_bytes());
+        header.extend_from_slice(&self.epoch.to_le_bytes());
+        header.extend_from_slice(&self.salt.to_le_bytes());
+        let crc = crc32c(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        self.file.write_all_at(&header, 0)?;
+        self.file.sync_data()
+    }
+
+    fn read_header(&self) -> std::io::Result<Header> {
+        let mut header = [0u8; HEADER_BYTES];
+        if self.file.read_exact_at(&mut header, 0).is_err() {
+            return Ok(Header::Torn);
+        }
+        let (body, crc) = header.split_at(HEADER_BYTES - 4);
+        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+        if &body[..8] == HEADER_MAGIC && version != VERSION {
+            return Ok(Header::Version(version));
+        }
+        if &body[..8] != HEADER_MAGIC
+            || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(body)
+        {
+            return Ok(Header::Torn);
+        }
+        Ok(Header::Good {
+            epoch: u64::from_le_bytes(body[12..20].try_into().expect("8 bytes")),
+            salt: u64::from_le_bytes(body[20..28].try_into().expect("8 bytes")),
+        })
+    }
+
+    /// The epoch and salt of the first record, if it is whole and the first of its epoch.
+    fn first_record_epoch(&mut self) -> std::io::Result<Option<(u64, u64)>> {
+        let mut head = [0u8; RECORD_HEAD];
+        if self.file.read_exact_at(&mut head, FIRST_RECORD).is_err() {
+            return Ok(None);
+        }
+        (self.epoch, self.salt) = (
+            u64::from_le_bytes(head[4..12].try_into().expect("8 bytes")),
+            u64::from_le_bytes(head[12..20].try_into().expect("8 bytes")),
+        );
+        Ok(self
+            .read_record()?
+            .is_some()
+            .then_some((self.epoch, self.salt)))
+    }
+
+    /// The payload of the record at the tail, and the record's length, or none where the log
+    /// ends.
+    fn read_record(&self) -> std::io::Result<Option<(Vec<u8>, u64)>> {
+        let mut head = [0u8; RECORD_HEAD];
+        if self.tail + RECORD_HEAD as u64 > LOG_BYTES {
+            return Ok(None);
+        }
+        self.file.read_exact_at(&mut head, self.tail)?;
+        let word = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4 bytes"));
+        let long = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+        if word(0) != RECORD_MAGIC
+            || long(4) != self.epoch
+            || long(12) != self.salt
+            || long(20) != self.seq
+        {
+            return Ok(None);
+        }
+        let payload = word(28) as usize;
+        if self.tail + (RECORD_HEAD + payload + 4) as u64 > LOG_BYTES {
+            return Ok(None);
+        }
+        let mut record = vec![0; RECORD_HEAD + payload + 4];
+        self.file.read_exact_at(&mut record, self.tail)?;
+        let (bytes, crc) = record.split_at(RECORD_HEAD + payload);
+        if u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(bytes) {
+            return Ok(None);
+        }
+        Ok(Some((bytes[RECORD_HEAD..].to_vec(), record_len(payload))))
+    }
+}
+
+/// Bytes a record of `payload` bytes takes, up to where the next one starts.
+fn record_len(payload: usize) -> u64 {
+    ((RECORD_HEAD + payload + 4) as u64).next_multiple_of(ALIGN)
+}
+
+/// What a log's header says.
+enum Header {
+    /// The current epoch and its salt.
+    Good { epoch: u64, salt: u64 },
+    /// Torn, or not a header.
+    Torn,
+    /// A log of another version.
+    Version(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(byte: u8, len: usize) -> Vec<u8> {
+        let mut payload = Vec::new();
+        encode_row(&mut payload, "inodes", &[byte; 8], Some(&vec![byte; len]));
+        encode_row(&mut payload, "entries", &[byte; 3], None);
+        payload
+    }
+
+    // Goal: what was appended and synced is read back at the next opening, in order; a torn
+    // last record and the records of an epoch before a restart are not.
+    #[test]
+    fn an_opening_reads_the_records_of_the_epoch_and_drops_a_torn_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = log_path(&dir.path().join("store"));
+        let (mut log, rows) = Log::open(&path).expect("new log");
+        assert!(rows.is_empty());
+        log.append(&payload(1, 100), true).expect("append");
+        log.append(&payload(2, 5000), true).expect("append");
+        let torn_at = log.tail;
+        log.append(&payload(3, 10), true).expect("append");
+        log.file
+            .write_all_at(&[0xff; 4], torn_at + 40)
+            .expect("tear");
+        drop(log);
+
+        let (mut log, rows) = Log::open(&path).expect("open");
+        assert_eq!(rows.len(), 4, "two records of two rows");
+        assert_eq!(rows[0], ("inodes".into(), vec![1; 8], Some(vec![1; 100])));
+        assert_eq!(rows[1], ("entries".into(), vec![1; 3], None));
+        assert_eq!(rows[2].2, Some(vec![2; 5000]));
+        log.restart().expect("restart");
+        log.append(&payload(4, 1), false).expect("append");
+        drop(log);
+        let (_, rows) = Log::open(&path).expect("open again");
+        assert_eq!(rows.len(), 2, "only the new epoch's record: {rows:?}");
+        assert_eq!(rows[0].1, vec![4; 8]);
+    }
+
+    // Goal: a header torn while a restart rewrote it loses no record written after it, and a
+    // log of another version stops the start instead of being dropped.
+    #[test]
+    fn a_torn_header_keeps_the_records_and_another_version_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = log_path(&dir.path().join("store"));
+        let (mut log, _) = Log::open(&path).expect("new log");
+        log.append(&payload(5, 10), true).expect("append");
+        log.file.write_all_at(&[0xee], 20).expect("tear the header");
+        drop(log);
+        let (log, rows) = Log::open(&path).expect("open");
+        assert_eq!(rows.len(), 2, "the record");
+        log.file
+            .write_all_at(&9u32.to_le_bytes(), 8)
+            .expect("version 9");
+        drop(log);
+        let refused = Log::open(&path).map(drop).expect_err("refused");
+        assert!(refused.to_string().contains("version 9"), "{refused}");
+    }
+
+    // Goal: a full log says so instead of writing past its end.
+    #[test]
+    fn a_record_that_does_not_fit_is_refused_before_it_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = Log::open(&log_path(&dir.path().join("store"))).expect("log");
+        let big = payload(6, 1 << 20);
+        let mut appended = 0;
+        while log.fits(big.len()) {
+            log.append(&big, false).expect("append");
+            appended += 1;
+        }
+        assert_eq!(appended, (LOG_BYTES - FIRST_RECORD) / record_len(big.len()));
+        assert!(log.used() <= LOG_BYTES - FIRST_RECORD);
+    }
+}
