@@ -276,6 +276,7 @@ impl Secured {
             lock_grace: weft_meta::config::LOCK_GRACE_DEFAULT,
             rebalance_bytes_per_second: weft_meta::config::REBALANCE_BYTES_PER_SECOND_DEFAULT,
             rebalance_margin_percent: weft_meta::config::REBALANCE_MARGIN_PERCENT_DEFAULT,
+            checkpoint_bytes: weft_meta::config::CHECKPOINT_BYTES_DEFAULT,
             influxdb: None,
             metrics_listen: None,
             log: None,

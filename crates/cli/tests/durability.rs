@@ -414,24 +414,57 @@ fn size_reported_at_close_survives_a_metadata_crash_before_its_sync() {
 
 // Goal: a metadata server that crashes after a sync's journal record is durable and before its
 // changes reached the store file starts with them written, and loses nothing it acknowledged
-// (the store's journal, crash-consistency.md). Method: meta-1 armed to crash at its 40th sync
+// (the store's journal, crash-consistency.md). Method: meta-1 set to commit every batch to its
+// tables (`checkpoint_bytes=0`, as a mirrored home does) and armed to crash at its 40th sync
 // right after the journal; 400 files created through the mount meanwhile, meta-1 restarted
 // once it crashed: every create that was answered is there, the log says the journal was
 // replayed, and fsck is clean.
 #[test]
 fn a_crash_between_the_journal_and_the_store_loses_nothing_acknowledged() {
-    let mut cluster = cluster(ClusterSpec::default());
+    crash_loses_nothing_acknowledged(
+        vec!["checkpoint_bytes=0".into()],
+        "meta-after-journal@40",
+        "store journal replayed",
+    );
+}
+
+// Goal: a metadata server that crashes after a batch's record in its change log is durable,
+// its rows not yet in the store's tables, starts with them there and loses nothing it
+// acknowledged (the change log, crash-consistency.md). Method: as above, with the default
+// change log, meta-1 armed to crash right after its 40th synced record; the log says the
+// change log's rows were written into the tables. And again with checkpoints every 4 KiB of
+// records, armed at its 40th journal sync, which falls on a checkpoint's: the rows logged
+// before the crash, the checkpoint's pages and the records after it all come back.
+#[test]
+fn a_crash_after_a_change_log_record_loses_nothing_acknowledged() {
+    crash_loses_nothing_acknowledged(
+        Vec::new(),
+        "meta-after-log@40",
+        "change log written into its tables",
+    );
+    crash_loses_nothing_acknowledged(
+        vec!["checkpoint_bytes=4096".into()],
+        "meta-after-journal@40",
+        "store journal replayed",
+    );
+}
+
+/// 400 files created through a mount while meta-1, set with `settings`, is armed to crash at
+/// `failpoint`; restarted once it crashed, its log says `recovered`, every create that was
+/// answered is there, and fsck is clean.
+fn crash_loses_nothing_acknowledged(settings: Vec<String>, failpoint: &str, recovered: &str) {
+    let mut cluster = cluster(ClusterSpec {
+        meta_settings: settings,
+        ..ClusterSpec::default()
+    });
     let mnt = cluster.mount().expect("mount");
     let paths: Vec<_> = (0..400).map(|i| mnt.join(format!("f{i}"))).collect();
-    let results = common::crash_during(
-        &mut cluster,
-        "meta-after-journal@40",
-        paths.clone(),
-        |path| fs::write(path, b"x"),
-    );
+    let results = common::crash_during(&mut cluster, failpoint, paths.clone(), |path| {
+        fs::write(path, b"x")
+    });
     assert!(
-        cluster.log("meta-1").contains("store journal replayed"),
-        "the restart wrote the journal's records"
+        cluster.log("meta-1").contains(recovered),
+        "the restart wrote what was durable: no {recovered:?} in meta-1's log"
     );
     let created: Vec<_> = paths
         .iter()
@@ -904,14 +937,14 @@ fn a_truncate_survives_a_storage_crash_right_after_it() {
     );
 }
 
-// Goal: a metadata server that crashes right after journaling one of a file's changes (its
-// create, its size report, its sync) is invisible to the application that creates, writes and
-// fsyncs the file: the client sends the change again to the restarted server and every call
-// succeeds. Method: meta-1 armed to crash after its 9th, 10th, 11th and then 12th journal
-// record while files are created, written and fsynced through the mount, so that the crash
+// Goal: a metadata server that crashes right after logging one of a file's changes (its
+// create, its sync) is invisible to the application that creates, writes and fsyncs the
+// file: the client sends the change again to the restarted server and every call succeeds.
+// Method: meta-1 armed to crash after its 9th, 10th, 11th and then 12th synced record of its
+// change log while files are created, written and fsynced through the mount, so that the crash
 // falls on each kind of record; every call answers success and every file reads back whole.
 #[test]
-fn a_file_written_while_its_metadata_server_crashes_after_a_journal_record_is_whole() {
+fn a_file_written_while_its_metadata_server_crashes_after_a_change_log_record_is_whole() {
     let mut cluster = cluster(ClusterSpec::default());
     let mnt = cluster.mount().expect("mount");
     for point in 9..=12 {
@@ -920,7 +953,7 @@ fn a_file_written_while_its_metadata_server_crashes_after_a_journal_record_is_wh
             .collect();
         let results = common::crash_during(
             &mut cluster,
-            &format!("meta-after-journal@{point}"),
+            &format!("meta-after-log@{point}"),
             paths.clone(),
             |path| {
                 let mut file = File::create(path)?;

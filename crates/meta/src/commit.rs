@@ -1,8 +1,11 @@
-//! Group commit. One writer thread owns redb's single write transaction: it takes every
+//! Group commit. One writer thread owns the store's single write transaction: it takes every
 //! operation queued while the previous commit ran, applies them in one transaction and
-//! commits. A home's store syncs each commit in the background ([`HomeFile`]), so the writer
-//! goes on with the next batch while an answer thread waits for the sync (one fsync for the
-//! whole batch) and only then answers each operation. A lone operation that nothing waits
+//! commits. A home without a mirror group commits a batch as one record of the store's change
+//! log, synced on this thread before its operations are answered, and the store's tables are
+//! written at a checkpoint ([`how_to_commit`]; `store`). A mirrored home, and a checkpoint,
+//! commits to redb: a home's store syncs each such commit in the background ([`HomeFile`]), so
+//! the writer goes on with the next batch while an answer thread waits for the sync (one fsync
+//! for the whole batch) and only then answers each operation. A lone operation that nothing waits
 //! behind syncs on the writer thread instead, which then answers it: with nothing to overlap, the
 //! hand-offs to the flusher and the answer thread would only add latency. A rejected operation has written
 //! nothing (operations validate before they write), so it does not disturb its batch-mates; a
@@ -195,6 +198,7 @@ impl Committer {
         db: Arc<Database>,
         syncs: Option<Arc<HomeLink>>,
         metrics: CommitMetrics,
+        checkpoint_bytes: u64,
     ) -> Committer {
         let (queue, receiver) = mpsc::channel::<Queued>();
         let (committed, waiting) = mpsc::channel::<Committed>();
@@ -204,7 +208,7 @@ impl Committer {
             .name("weft-meta-commit".into())
             .spawn(move || {
                 writer_loop(
-                    &db,
+                    (&db, checkpoint_bytes),
                     writer_syncs.as_deref(),
                     (&receiver, &committed),
                     &writer_metrics,
@@ -286,7 +290,7 @@ impl Committer {
 }
 
 fn writer_loop(
-    db: &Database,
+    (db, checkpoint_bytes): (&Database, u64),
     syncs: Option<&HomeLink>,
     (receiver, committed): (&mpsc::Receiver<Queued>, &mpsc::Sender<Committed>),
     metrics: &CommitMetrics,
@@ -300,7 +304,8 @@ fn writer_loop(
     let mut tidy_since: Option<Instant> = None;
     loop {
         if let Some(since) = unsynced_since {
-            let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX);
+            let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX)
+                || db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX;
             if full || since.elapsed() >= UNSYNCED_FOR_MAX {
                 sync_now(db, syncs);
                 metrics.deferred_syncs.inc();
@@ -342,7 +347,12 @@ fn writer_loop(
             None => continue,
         };
         tidy_since = None;
-        let batch = commit_batch(db, (std::mem::take(&mut tidies), first), receiver, syncs);
+        let batch = commit_batch(
+            (db, checkpoint_bytes),
+            (std::mem::take(&mut tidies), first),
+            receiver,
+            syncs,
+        );
         if syncs.is_some() && batch.outcome.is_ok() && batch.synced && !batch.logged {
             // Its answers wait for its own sync: one asked after every earlier batch's. A
             // commit that asked for none would be answered on an older batch's sync, before
@@ -423,7 +433,7 @@ const GATHER_POLL: Duration = Duration::from_micros(100);
 /// sync before), in one transaction, and commits it. A batch of bookkeeping alone commits
 /// without a sync, as one of operations answered at commit does.
 fn commit_batch(
-    db: &Database,
+    (db, checkpoint_bytes): (&Database, u64),
     (tidies, first): (Vec<TidyOp>, Option<Queued>),
     receiver: &mpsc::Receiver<Queued>,
     syncs: Option<&HomeLink>,
@@ -501,7 +511,7 @@ fn commit_batch(
         }
         None => {
             let lone = results.len() == 1 && early.is_empty() && next.is_none();
-            let (how, covers_log) = how_to_commit(db, syncs, synced);
+            let (how, covers_log) = how_to_commit((db, &txn), syncs, synced, checkpoint_bytes);
             let checkpoint = matches!(how, Commit::Checkpoint { .. });
             if checkpoint && (covers_log || (synced && lone)) {
                 // A checkpoint of logged rows is synced here, so that the log can start again
@@ -511,7 +521,16 @@ fn commit_batch(
                 // in the background, where the next batch is applied while it runs.
                 syncs.inspect(|link| link.sync_next_inline());
             }
-            match txn.commit(how) {
+            // A record answered once it is in the log must not be durable before a commit to
+            // redb it was applied over (a checkpoint whose sync runs in the background, the
+            // start's own commits): a crash would then keep the later change without the
+            // earlier one.
+            let earlier = match (checkpoint, syncs) {
+                (false, Some(link)) => link.wait_synced(link.last_sync()),
+                _ => Ok(()),
+            };
+            let committed = earlier.and_then(|()| txn.commit(how));
+            match committed {
                 Ok(Wrote::Logged) => {
                     logged = true;
                     Ok(())
@@ -551,16 +570,20 @@ fn commit_batch(
     }
 }
 
-/// Most bytes of the store's log in use before a batch makes a checkpoint instead of a record:
-/// the rows in memory, and a start's replay of them, stay bounded.
-const LOGGED_BYTES_MAX: u64 = crate::store::LOG_BYTES / 2;
-
-/// How a batch that `synced` (or is answered at commit) goes to the disk, and whether that
-/// writes logged rows into the tables. A mirrored home checkpoints every batch, whose pages
-/// ship to the members; any other home logs it, until the log holds enough to checkpoint.
-fn how_to_commit(db: &Database, syncs: Option<&HomeLink>, synced: bool) -> (Commit, bool) {
+/// How a batch `txn` that `synced` (or is answered at commit) goes to the disk, and whether
+/// that writes logged rows into the tables. A mirrored home checkpoints every batch, whose
+/// pages ship to the members; any other home logs it, until the log holds enough to
+/// checkpoint, or the batch cannot be logged (`Store::can_log`), or redb holds commits made
+/// without a sync (a home that was mirrored until now), which the checkpoint syncs.
+fn how_to_commit(
+    (db, txn): (&Database, &WriteTransaction),
+    syncs: Option<&HomeLink>,
+    synced: bool,
+    checkpoint_bytes: u64,
+) -> (Commit, bool) {
     let mirrored = syncs.is_some_and(HomeLink::mirrored);
-    if !mirrored && db.logged_bytes() < LOGGED_BYTES_MAX {
+    let unsynced = syncs.is_some_and(|link| link.unsynced_bytes() > 0);
+    if !mirrored && !unsynced && db.logged_bytes() < checkpoint_bytes && db.can_log(txn) {
         return (Commit::Logged { sync: synced }, false);
     }
     let covers_log = db.has_logged_rows();

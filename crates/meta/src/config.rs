@@ -75,7 +75,21 @@ weft_net::service_config! {
         /// than this many percentage points from its pool's mean.
         #[serde(default = "default_rebalance_margin")]
         pub rebalance_margin_percent: u8,
+        /// Bytes of the store's change log (`meta.redb.rows`) its records fill before a
+        /// checkpoint writes their rows into the store's tables: more means fewer
+        /// checkpoints, more rows in memory and a longer start after a crash. 0 logs nothing:
+        /// every batch of changes is committed to the tables and synced there. At most
+        /// 8388608 (8 MiB).
+        #[serde(default = "default_checkpoint_bytes")]
+        pub checkpoint_bytes: u64,
     }
+}
+
+/// Default checkpoint interval: every 8 MiB of the change log's records.
+pub const CHECKPOINT_BYTES_DEFAULT: u64 = 8 << 20;
+
+fn default_checkpoint_bytes() -> u64 {
+    CHECKPOINT_BYTES_DEFAULT
 }
 
 /// Default rate of background rebalancing: 32 MiB/s per metadata home.
@@ -128,6 +142,13 @@ impl MetaConfig {
             problems.push(format!(
                 "rebalance_margin_percent is {}: give 1 to 50 (percentage points of fill)",
                 self.rebalance_margin_percent
+            ));
+        }
+        if self.checkpoint_bytes > CHECKPOINT_BYTES_DEFAULT {
+            problems.push(format!(
+                "checkpoint_bytes is {}: give 0 to {CHECKPOINT_BYTES_DEFAULT} (bytes of the \
+                 change log between checkpoints; 0 logs nothing)",
+                self.checkpoint_bytes
             ));
         }
         if problems.is_empty() {

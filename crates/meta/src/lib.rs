@@ -1,13 +1,14 @@
 //! The metadata service: directories, dentries, inodes, layouts and sizes of one metadata target
-//! (MDT), kept in redb and committed before every reply.
+//! (MDT), kept in redb and its change log, and durable before every reply.
 //!
 //! Layout:
 //! - [`config`] — [`MetaConfig`].
-//! - `store`: the tables as operations and reads see them (transactions, tables, rows), over
-//!   the store that keeps them.
+//! - `store`: the tables as operations and reads see them (transactions, tables, rows): the
+//!   rows changed since the last checkpoint in memory and in the change log (`store/log.rs`),
+//!   laid over redb's tables, which checkpoints write.
 //! - `schema`: the tables, record encodings and the small helpers every operation uses.
 //! - `commit`: group commit — one writer thread batches concurrent operations into one
-//!   transaction and one fsync, and answers each after the commit.
+//!   transaction, one log record (or redb commit) and one fsync, and answers each after it.
 //! - `locks`: byte-range locks in memory, reclaim after a restart, release on session expiry.
 //! - `ops/`: one file per operation family on one server's store (lookup, create, remove,
 //!   rename, setattr, xattrs, check), and the intent table of operations spanning servers.

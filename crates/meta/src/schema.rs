@@ -96,10 +96,23 @@ pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("un
 /// written before the table existed). A truncate keeps only the slots its size leaves bytes on.
 pub(crate) const WRITTEN: RecordTable<SlotSet> = RecordTable::new("written");
 
-/// Creates every table, so readers never meet a missing one. Every table must be opened here:
-/// a start writes the rows its store's log holds only into tables opened since it opened.
-pub(crate) fn create_tables(db: &crate::store::Store) -> Result<(), OpError> {
+/// Opens every table in a commit of its own: the store then knows each table's type, as a
+/// start needs before it writes the rows its store's log holds into them
+/// (`Store::replay_log`), and before [`create_tables`] changes any of them. Every table must be
+/// opened here.
+pub(crate) fn open_tables(db: &crate::store::Store) -> Result<(), OpError> {
     let txn = db.begin_write()?;
+    open_every_table(&txn)?;
+    // Made by `create_tables`, after it counted what a store without it uses.
+    let usage = crate::schema::usage::USAGE.name();
+    if txn.list_tables()?.any(|table| table.name() == usage) {
+        txn.open_table(crate::schema::usage::USAGE)?;
+    }
+    txn.commit(crate::store::Commit::Checkpoint { durable: true })?;
+    Ok(())
+}
+
+fn open_every_table(txn: &crate::store::WriteTransaction) -> Result<(), OpError> {
     txn.open_table(INODES)?;
     txn.open_table(ENTRIES)?;
     txn.open_table(COUNTERS)?;
@@ -117,6 +130,14 @@ pub(crate) fn create_tables(db: &crate::store::Store) -> Result<(), OpError> {
     txn.open_table(WRITTEN.definition())?;
     txn.open_table(MOVES.definition())?;
     txn.open_table(TOMBSTONES.definition())?;
+    Ok(())
+}
+
+/// Creates every table, so readers never meet a missing one, and converts the tables of a
+/// store written by an earlier version.
+pub(crate) fn create_tables(db: &crate::store::Store) -> Result<(), OpError> {
+    let txn = db.begin_write()?;
+    open_every_table(&txn)?;
     count_usage(&txn)?;
     txn.open_table(crate::schema::usage::USAGE)?;
     migrate_entries(&txn)?;

@@ -141,16 +141,31 @@ impl Meta {
         };
         let (link, file) = HomeLink::open(&shared.config.data_dir, shared.node, home, parts)
             .map_err(|e| store_error(home, e))?;
-        let log = crate::store::log_path(&crate::replica::home_path(
-            &shared.config.data_dir,
-            shared.node,
-            home,
-        ));
-        let (db, logged) = Database::open(file, Some(&log)).map_err(|e| store_error(home, e))?;
+        // Only this server's own home logs its changes: a copy of another's, served after a
+        // failover, commits every batch to redb, as the members it ships to expect.
+        let log = (home == shared.node).then(|| {
+            crate::store::log_path(&crate::replica::home_path(
+                &shared.config.data_dir,
+                shared.node,
+                home,
+            ))
+        });
+        let (db, logged) =
+            Database::open(file, log.as_deref()).map_err(|e| store_error(home, e))?;
         let db = Arc::new(db);
+        // Every table is known now: the rows the log held go into them, synced before the log
+        // starts again, and then an earlier version's tables are converted.
+        crate::schema::open_tables(&db).map_err(|e| store_error(home, e))?;
+        link.sync_next_inline();
+        if db.replay_log(logged).map_err(|e| store_error(home, e))? {
+            match link.sync_outcome(link.last_sync()) {
+                Some(Ok(())) => db.restart_log().map_err(|e| store_error(home, e))?,
+                Some(Err(error)) => return Err(store_error(home, error)),
+                // The log keeps its rows: the next start writes them again.
+                None => {}
+            }
+        }
         crate::schema::create_tables(&db).map_err(|e| store_error(home, e))?;
-        // Every table is open now: the rows the log held go into them.
-        db.replay_log(logged).map_err(|e| store_error(home, e))?;
         let mut first_start = false;
         // Files unlinked while open before this start stay until the grace period is over:
         // their clients reclaim their opens meanwhile (see `dispose_unclaimed_orphans`).
@@ -175,6 +190,7 @@ impl Meta {
                 Arc::clone(&db),
                 Some(Arc::clone(&link)),
                 shared.commit_metrics.clone(),
+                config.checkpoint_bytes,
             ),
             db,
             link,
@@ -294,7 +310,7 @@ impl Meta {
 
     /// Whether the store refuses commits since changes could not reach the mirror group.
     pub(crate) fn broken(&self) -> bool {
-        self.link.broken()
+        self.link.broken() || self.db.log_broken()
     }
 
     /// Copies this home's store to the member of `start`.

@@ -65,7 +65,12 @@ fn fixture() -> Fixture {
         &mut prometheus_client::registry::Registry::default(),
     );
     Fixture {
-        committer: Committer::start(Arc::clone(&db), None, metrics.clone()),
+        committer: Committer::start(
+            Arc::clone(&db),
+            None,
+            metrics.clone(),
+            crate::config::CHECKPOINT_BYTES_DEFAULT,
+        ),
         metrics,
         _directory: directory,
         db,

@@ -284,8 +284,8 @@ fn a_directory_readable_but_not_searchable_lists_its_names_only() {
 // removed is gone, so a kernel's check of it answers ENOENT). The nemesis saw such an unlink
 // of a file it had answer ENOENT. Its creates, writes and fsyncs go through such a crash too.
 // Method: files made (created, written, fsynced) through a root-squashed mount, then renamed,
-// then removed, each pass while meta-1 is armed to crash right after a journal record (a
-// change durable and not answered), restarted once it crashed: every call succeeds, and the
+// then removed, each pass while meta-1 is armed to crash right after a synced record of its
+// change log (a change durable and not answered), restarted once it crashed: every call succeeds, and the
 // files are gone.
 #[test]
 fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
@@ -294,33 +294,25 @@ fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
     let paths: Vec<_> = (0..40)
         .map(|index| squash.join(format!("work/f{index}")))
         .collect();
-    let creates = common::crash_during(
-        &mut cluster,
-        "meta-after-journal@9",
-        paths.clone(),
-        |path| {
-            let mut file = fs::File::create(path)?;
-            file.write_all(b"nobody's")?;
-            file.sync_all()
-        },
-    );
+    let creates = common::crash_during(&mut cluster, "meta-after-log@9", paths.clone(), |path| {
+        let mut file = fs::File::create(path)?;
+        file.write_all(b"nobody's")?;
+        file.sync_all()
+    });
     for (path, result) in paths.iter().zip(creates) {
         result.unwrap_or_else(|error| panic!("create {}: {error}", path.display()));
     }
     let moved = |path: &Path| path.with_extension("moved");
-    let renames = common::crash_during(
-        &mut cluster,
-        "meta-after-journal@10",
-        paths.clone(),
-        |path| fs::rename(path, path.with_extension("moved")),
-    );
+    let renames = common::crash_during(&mut cluster, "meta-after-log@10", paths.clone(), |path| {
+        fs::rename(path, path.with_extension("moved"))
+    });
     for (path, result) in paths.iter().zip(renames) {
         result.unwrap_or_else(|error| panic!("rename {}: {error}", path.display()));
     }
     let moved_paths: Vec<_> = paths.iter().map(|path| moved(path)).collect();
     let unlinks = common::crash_during(
         &mut cluster,
-        "meta-after-journal@10",
+        "meta-after-log@10",
         moved_paths.clone(),
         |path| fs::remove_file(path),
     );

@@ -43,6 +43,13 @@ const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4;
 /// One changed row of a record: its table's name, its key, and its value (`None`: removed).
 pub(crate) type LoggedRow = (String, Vec<u8>, Option<Vec<u8>>);
 
+/// What an opened log held: its epoch, and each record's number and rows, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Logged {
+    pub epoch: u64,
+    pub records: Vec<(u64, Vec<LoggedRow>)>,
+}
+
 /// Appends `row` to a record's payload.
 pub(crate) fn encode_row(payload: &mut Vec<u8>, table: &str, key: &[u8], value: Option<&[u8]>) {
     payload.extend_from_slice(&(table.len() as u16).to_le_bytes());
@@ -116,8 +123,9 @@ pub(crate) struct Log {
     seq: u64,
     /// Where the next record goes.
     tail: u64,
-    /// Whether records were appended since the last sync.
-    unsynced: bool,
+    /// Records appended without a sync, not written yet: they are written with the next sync,
+    /// so that a crash of the process loses them as a power cut would.
+    pending: Vec<u8>,
     /// A write or a sync failed: what the file holds is unknown, and nothing more is made
     /// durable until the home opens the log again.
     broken: bool,
@@ -131,12 +139,12 @@ pub(crate) fn log_path(store: &Path) -> PathBuf {
 }
 
 impl Log {
-    /// Opens the log at `path` (making it when there is none) and reads the rows of its
-    /// records, in order. The caller writes them into the store, then [`Log::restart`]s it.
+    /// Opens the log at `path` (making it when there is none) and reads its records, in
+    /// order. The caller writes their rows into the store, then [`Log::restart`]s it.
     ///
     /// # Errors
     /// The log cannot be read or made, or it is of another version.
-    pub fn open(path: &Path) -> std::io::Result<(Log, Vec<LoggedRow>)> {
+    pub fn open(path: &Path) -> std::io::Result<(Log, Logged)> {
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -144,7 +152,7 @@ impl Log {
         {
             Ok(file) => file,
             Err(error) if error.kind() == ErrorKind::NotFound => {
-                return Ok((Log::make(path)?, Vec::new()))
+                return Ok((Log::make(path)?, Logged::default()))
             }
             Err(error) => return Err(error),
         };
@@ -155,7 +163,7 @@ impl Log {
             salt: 0,
             seq: 0,
             tail: FIRST_RECORD,
-            unsynced: false,
+            pending: Vec::new(),
             broken: false,
         };
         match log.read_header()? {
@@ -177,20 +185,23 @@ impl Log {
                 Some((epoch, salt)) => (log.epoch, log.salt) = (epoch, salt),
                 None => {
                     log.restart()?;
-                    return Ok((log, Vec::new()));
+                    return Ok((log, Logged::default()));
                 }
             },
         }
-        let mut rows = Vec::new();
+        let mut logged = Logged {
+            epoch: log.epoch,
+            records: Vec::new(),
+        };
         while let Some((payload, len)) = log.read_record()? {
-            rows.extend(decode_rows(path, &payload)?);
+            logged.records.push((log.seq, decode_rows(path, &payload)?));
             log.tail += len;
             log.seq += 1;
         }
         if log.seq > 0 {
             tracing::info!(path = %path.display(), records = log.seq, "store change log read");
         }
-        Ok((log, rows))
+        Ok((log, logged))
     }
 
     /// Makes a new log at `path`: every block written, so appending allocates nothing.
@@ -215,7 +226,7 @@ impl Log {
             salt: rand::random(),
             seq: 0,
             tail: FIRST_RECORD,
-            unsynced: false,
+            pending: Vec::new(),
             broken: false,
         };
         log.write_header()?;
@@ -236,50 +247,74 @@ impl Log {
         self.tail - FIRST_RECORD
     }
 
-    /// Appends a record of `payload`, and syncs it if `sync`. The caller checked that it
-    /// [`fits`](Log::fits).
+    /// Bytes of records appended without a sync.
+    pub fn unsynced(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The epoch, and the number the next record will have: every record before it in the
+    /// epoch is in the log.
+    pub fn position(&self) -> (u64, u64) {
+        (self.epoch, self.seq)
+    }
+
+    /// Whether its epoch has records.
+    pub fn has_records(&self) -> bool {
+        self.seq > 0
+    }
+
+    /// Whether a write or a sync failed (see [`Log::append`]).
+    pub fn broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Appends a record of `payload`, and syncs it (with every record appended before it) if
+    /// `sync`. The caller checked that it [`fits`](Log::fits).
     ///
     /// # Errors
     /// A write or a sync failed: the record may or may not be durable.
     pub fn append(&mut self, payload: &[u8], sync: bool) -> std::io::Result<()> {
         self.check()?;
-        let mut record = Vec::with_capacity(RECORD_HEAD + payload.len() + 4);
-        record.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-        record.extend_from_slice(&self.epoch.to_le_bytes());
-        record.extend_from_slice(&self.salt.to_le_bytes());
-        record.extend_from_slice(&self.seq.to_le_bytes());
-        record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        record.extend_from_slice(payload);
-        let crc = crc32c(&record);
-        record.extend_from_slice(&crc.to_le_bytes());
-        debug_assert!(self.tail + record.len() as u64 <= LOG_BYTES);
-        if let Err(error) = self.file.write_all_at(&record, self.tail) {
-            self.broken = true;
-            return Err(error);
-        }
-        self.tail += record_len(payload.len());
+        let start = self.pending.len();
+        self.pending.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        self.pending.extend_from_slice(&self.epoch.to_le_bytes());
+        self.pending.extend_from_slice(&self.salt.to_le_bytes());
+        self.pending.extend_from_slice(&self.seq.to_le_bytes());
+        self.pending
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.pending.extend_from_slice(payload);
+        let crc = crc32c(&self.pending[start..]);
+        self.pending.extend_from_slice(&crc.to_le_bytes());
+        let len = record_len(payload.len());
+        self.pending.resize(start + len as usize, 0);
+        debug_assert!(self.tail + len <= LOG_BYTES);
+        self.tail += len;
         self.seq += 1;
-        self.unsynced = true;
         if sync {
             self.sync()?;
         }
         Ok(())
     }
 
-    /// Makes every record appended so far durable.
+    /// Writes every record appended so far and makes them durable.
     ///
     /// # Errors
-    /// The sync failed.
+    /// The write or the sync failed.
     pub fn sync(&mut self) -> std::io::Result<()> {
         self.check()?;
-        if self.unsynced {
-            if let Err(error) = self.file.sync_data() {
-                self.broken = true;
-                return Err(error);
-            }
-            self.unsynced = false;
+        if self.pending.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let at = self.tail - self.pending.len() as u64;
+        let written = self
+            .file
+            .write_all_at(&self.pending, at)
+            .and_then(|()| self.file.sync_data());
+        if written.is_err() {
+            self.broken = true;
+        }
+        self.pending.clear();
+        written
     }
 
     fn check(&self) -> std::io::Result<()> {
@@ -303,7 +338,7 @@ impl Log {
         self.salt = rand::random();
         self.seq = 0;
         self.tail = FIRST_RECORD;
-        self.unsynced = false;
+        self.pending.clear();
         let written = self.write_header();
         self.broken = written.is_err();
         written
@@ -421,8 +456,8 @@ mod tests {
     fn an_opening_reads_the_records_of_the_epoch_and_drops_a_torn_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = log_path(&dir.path().join("store"));
-        let (mut log, rows) = Log::open(&path).expect("new log");
-        assert!(rows.is_empty());
+        let (mut log, logged) = Log::open(&path).expect("new log");
+        assert!(logged.records.is_empty());
         log.append(&payload(1, 100), true).expect("append");
         log.append(&payload(2, 5000), true).expect("append");
         let torn_at = log.tail;
@@ -432,17 +467,29 @@ mod tests {
             .expect("tear");
         drop(log);
 
-        let (mut log, rows) = Log::open(&path).expect("open");
-        assert_eq!(rows.len(), 4, "two records of two rows");
+        let (mut log, logged) = Log::open(&path).expect("open");
+        assert_eq!(logged.records.len(), 2, "two records");
+        assert_eq!(logged.records[1].0, 1, "numbered in order");
+        let rows: Vec<_> = logged
+            .records
+            .into_iter()
+            .flat_map(|(_, rows)| rows)
+            .collect();
         assert_eq!(rows[0], ("inodes".into(), vec![1; 8], Some(vec![1; 100])));
         assert_eq!(rows[1], ("entries".into(), vec![1; 3], None));
         assert_eq!(rows[2].2, Some(vec![2; 5000]));
         log.restart().expect("restart");
-        log.append(&payload(4, 1), false).expect("append");
+        log.append(&payload(4, 1), true).expect("append");
+        // Appended without a sync: not written, as a crash of the process would leave it.
+        log.append(&payload(5, 1), false).expect("append");
         drop(log);
-        let (_, rows) = Log::open(&path).expect("open again");
-        assert_eq!(rows.len(), 2, "only the new epoch's record: {rows:?}");
-        assert_eq!(rows[0].1, vec![4; 8]);
+        let (_, logged) = Log::open(&path).expect("open again");
+        assert_eq!(
+            logged.records.len(),
+            1,
+            "only the new epoch's record: {logged:?}"
+        );
+        assert_eq!(logged.records[0].1[0].1, vec![4; 8]);
     }
 
     // Goal: a header torn while a restart rewrote it loses no record written after it, and a
@@ -455,8 +502,8 @@ mod tests {
         log.append(&payload(5, 10), true).expect("append");
         log.file.write_all_at(&[0xee], 20).expect("tear the header");
         drop(log);
-        let (log, rows) = Log::open(&path).expect("open");
-        assert_eq!(rows.len(), 2, "the record");
+        let (log, logged) = Log::open(&path).expect("open");
+        assert_eq!(logged.records.len(), 1, "the record");
         log.file
             .write_all_at(&9u32.to_le_bytes(), 8)
             .expect("version 9");
