@@ -39,6 +39,10 @@ pub struct UpArgs {
     /// Metadata servers to run.
     #[arg(long, default_value_t = 1)]
     meta_servers: usize,
+    /// Bytes of a metadata server's change log between checkpoints of its tables; 0 commits
+    /// every batch of changes to the tables (config key `checkpoint_bytes`).
+    #[arg(long, default_value_t = weft_meta::config::CHECKPOINT_BYTES_DEFAULT)]
+    checkpoint_bytes: u64,
     /// Every connection in TLS, with a CA and a certificate made in the data directory
     /// (`tls/`) on the first start.
     #[arg(long)]
@@ -116,7 +120,7 @@ async fn up(args: UpArgs) -> Result<()> {
     for index in 1..=args.meta_servers {
         let (listener, address) = local_listener().await?;
         let data_dir = prepare(&data_dir.join(format!("meta-{index}")))?;
-        let config = secured.meta(data_dir, (address.clone(), mgmt.clone()), index);
+        let config = secured.meta(&args, data_dir, (address.clone(), mgmt.clone()), index);
         lines.push(format!("  metadata     meta-{index} at {address}"));
         endpoints.push(format!("http://{address}/metrics"));
         let stopping = shutdown();
@@ -261,6 +265,7 @@ impl Secured {
     /// address, registering with management at the second.
     fn meta(
         &self,
+        args: &UpArgs,
         data_dir: PathBuf,
         (listen, mgmt): (String, String),
         index: usize,
@@ -276,7 +281,7 @@ impl Secured {
             lock_grace: weft_meta::config::LOCK_GRACE_DEFAULT,
             rebalance_bytes_per_second: weft_meta::config::REBALANCE_BYTES_PER_SECOND_DEFAULT,
             rebalance_margin_percent: weft_meta::config::REBALANCE_MARGIN_PERCENT_DEFAULT,
-            checkpoint_bytes: weft_meta::config::CHECKPOINT_BYTES_DEFAULT,
+            checkpoint_bytes: args.checkpoint_bytes,
             influxdb: None,
             metrics_listen: None,
             log: None,

@@ -1038,8 +1038,13 @@ impl Replicas {
             .create(true)
             .truncate(false)
             .open(&path)?;
-        // What this server journaled as the home's primary before is in the copy first.
+        // What this server journaled as the home's primary before is in the copy first. Its
+        // change log goes: a home logs only while it has no mirror group, and its rows are in
+        // its tables before a member may copy them (a checkpoint at its first commit as a
+        // mirrored home, and before each resync), so the log holds nothing a start should write
+        // over what the primary ships.
         journal::settle(&file, &journal::journal_path(&path))?;
+        crate::store::discard_log(&crate::store::log_path(&path))?;
         let copy = Arc::new(Mutex::new(Copy {
             file,
             applied: CopyOrder::default(),

@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 
 mod log;
 
-pub(crate) use log::log_path;
 use log::Log;
+pub(crate) use log::{discard as discard_log, log_path};
 
 pub(crate) use redb::{Durability, StorageError, TableDefinition, TableError};
 

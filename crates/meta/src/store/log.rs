@@ -138,6 +138,22 @@ pub(crate) fn log_path(store: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Removes the log at `path`, if there is one: for a store file that becomes a mirror
+/// member's copy, written only by what its primary ships.
+///
+/// # Errors
+/// The log could not be removed, or its directory synced.
+pub(crate) fn discard(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
+        removed => removed?,
+    }
+    if let Some(directory) = path.parent() {
+        weft_service::durable::sync_directory(directory)?;
+    }
+    Ok(())
+}
+
 impl Log {
     /// Opens the log at `path` (making it when there is none) and reads its records, in
     /// order. The caller writes their rows into the store, then [`Log::restart`]s it.
