@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 mod log;
 
 use log::Log;
-pub(crate) use log::{discard as discard_log, log_path};
+pub(crate) use log::{discard as discard_log, log_path, EpochFile, Header};
 
 pub(crate) use redb::{Durability, StorageError, TableDefinition, TableError};
 

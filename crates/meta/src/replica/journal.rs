@@ -34,6 +34,7 @@
 //! a checkpoint rewrote it is rebuilt from the first record after it, if that one is the
 //! first of its epoch; a header of another version stops the start.
 
+use crate::store::{EpochFile, Header};
 use std::fs::File;
 use std::io::{Error, ErrorKind};
 use std::os::unix::fs::FileExt;
@@ -45,13 +46,16 @@ use weft_proto::checksum::crc32c;
 const JOURNAL_BYTES: u64 = 16 << 20;
 /// Records start at multiples of this, past the header.
 const BLOCK: u64 = 4096;
-const HEADER_MAGIC: &[u8; 8] = b"WEFTJRNL";
+/// The journal's file: its header's magic and version.
+const FILE: EpochFile = EpochFile {
+    magic: b"WEFTJRNL",
+    version: VERSION,
+    bytes: JOURNAL_BYTES,
+};
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"JREC");
 const VERSION: u32 = 1;
 /// Bytes of a record before its changes.
 const RECORD_HEAD: usize = 4 + 8 + 8 + 8 + 4 + 4;
-/// Bytes of the header.
-const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4;
 /// Bytes of one change in a record.
 const CHANGE_BYTES: usize = 1 + 8 + 4;
 
@@ -113,7 +117,7 @@ impl Journal {
             seq: 0,
             tail: BLOCK,
         };
-        match journal.read_header()? {
+        match FILE.read_header(&journal.file)? {
             Header::Good { epoch, salt } => (journal.epoch, journal.salt) = (epoch, salt),
             Header::Version(version) => {
                 return Err(Error::new(
@@ -148,33 +152,15 @@ impl Journal {
 
     /// Makes a new journal at `path`: every block written, so appending allocates nothing.
     fn make(path: &Path) -> std::io::Result<Journal> {
-        let staging = path.with_extension("journal.new");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&staging)?;
-        let zeros = vec![0; 1 << 20];
-        let mut at = 0;
-        while at < JOURNAL_BYTES {
-            file.write_all_at(&zeros, at)?;
-            at += zeros.len() as u64;
-        }
-        let mut journal = Journal {
-            file,
+        let (epoch, salt) = (1, rand::random());
+        Ok(Journal {
+            file: FILE.make(path, (epoch, salt))?,
             path: path.to_path_buf(),
-            epoch: 1,
-            salt: rand::random(),
+            epoch,
+            salt,
             seq: 0,
             tail: BLOCK,
-        };
-        journal.write_header()?;
-        std::fs::rename(&staging, path)?;
-        if let Some(directory) = path.parent() {
-            weft_service::durable::sync_directory(directory)?;
-        }
-        Ok(journal)
+        })
     }
 
     /// Appends `changes` and syncs them; a full journal is checkpointed first (the store file
@@ -214,37 +200,7 @@ impl Journal {
     }
 
     fn write_header(&mut self) -> std::io::Result<()> {
-        let mut header = Vec::with_capacity(HEADER_BYTES);
-        header.extend_from_slice(HEADER_MAGIC);
-        header.extend_from_slice(&VERSION.to_le_bytes());
-        header.extend_from_slice(&self.epoch.to_le_bytes());
-        header.extend_from_slice(&self.salt.to_le_bytes());
-        let crc = crc32c(&header);
-        header.extend_from_slice(&crc.to_le_bytes());
-        self.file.write_all_at(&header, 0)?;
-        self.file.sync_data()
-    }
-
-    /// What the header says.
-    fn read_header(&self) -> std::io::Result<Header> {
-        let mut header = [0u8; HEADER_BYTES];
-        if self.file.read_exact_at(&mut header, 0).is_err() {
-            return Ok(Header::Torn);
-        }
-        let (body, crc) = header.split_at(HEADER_BYTES - 4);
-        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
-        if &body[..8] == HEADER_MAGIC && version != VERSION {
-            return Ok(Header::Version(version));
-        }
-        if &body[..8] != HEADER_MAGIC
-            || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(body)
-        {
-            return Ok(Header::Torn);
-        }
-        Ok(Header::Good {
-            epoch: u64::from_le_bytes(body[12..20].try_into().expect("8 bytes")),
-            salt: u64::from_le_bytes(body[20..28].try_into().expect("8 bytes")),
-        })
+        FILE.write_header(&self.file, (self.epoch, self.salt))
     }
 
     /// The epoch and salt of the record right after the header, if it is whole and the first
@@ -351,16 +307,6 @@ impl Journal {
         }
         Ok(Some((changes, (body + 4).next_multiple_of(BLOCK))))
     }
-}
-
-/// What a journal's header says.
-enum Header {
-    /// The current epoch and its salt.
-    Good { epoch: u64, salt: u64 },
-    /// Torn, or not a header.
-    Torn,
-    /// A journal of another version.
-    Version(u32),
 }
 
 /// Writes `changes` to `store`.

@@ -40,6 +40,96 @@ const RECORD_HEAD: usize = 4 + 8 + 8 + 8 + 4;
 /// Bytes of the header.
 const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4;
 
+/// The header of a file of records in epochs, written whole when it is made (this log, and
+/// the store's page journal, `replica/journal.rs`): magic, version, epoch, salt, CRC32C.
+pub(crate) struct EpochFile {
+    pub magic: &'static [u8; 8],
+    pub version: u32,
+    /// Bytes of the file.
+    pub bytes: u64,
+}
+
+/// What such a file's header says.
+pub(crate) enum Header {
+    /// The current epoch and its salt.
+    Good { epoch: u64, salt: u64 },
+    /// Torn, or not a header.
+    Torn,
+    /// A file of another version.
+    Version(u32),
+}
+
+impl EpochFile {
+    /// Makes the file at `path`, every block written so that writing it allocates nothing,
+    /// with the header of `epoch` and `salt`: under a staging name, renamed into place, the
+    /// directory synced.
+    pub fn make(&self, path: &Path, epoch: (u64, u64)) -> std::io::Result<File> {
+        let mut staging = path.as_os_str().to_owned();
+        staging.push(".new");
+        let staging = PathBuf::from(staging);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&staging)?;
+        let zeros = vec![0; 1 << 20];
+        let mut at = 0;
+        while at < self.bytes {
+            file.write_all_at(&zeros, at)?;
+            at += zeros.len() as u64;
+        }
+        self.write_header(&file, epoch)?;
+        std::fs::rename(&staging, path)?;
+        if let Some(directory) = path.parent() {
+            weft_service::durable::sync_directory(directory)?;
+        }
+        Ok(file)
+    }
+
+    /// Writes and syncs the header of `epoch` and `salt`.
+    pub fn write_header(&self, file: &File, (epoch, salt): (u64, u64)) -> std::io::Result<()> {
+        let mut header = Vec::with_capacity(HEADER_BYTES);
+        header.extend_from_slice(self.magic);
+        header.extend_from_slice(&self.version.to_le_bytes());
+        header.extend_from_slice(&epoch.to_le_bytes());
+        header.extend_from_slice(&salt.to_le_bytes());
+        let crc = crc32c(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        file.write_all_at(&header, 0)?;
+        file.sync_data()
+    }
+
+    /// What the header of `file` says.
+    pub fn read_header(&self, file: &File) -> std::io::Result<Header> {
+        let mut header = [0u8; HEADER_BYTES];
+        if file.read_exact_at(&mut header, 0).is_err() {
+            return Ok(Header::Torn);
+        }
+        let (body, crc) = header.split_at(HEADER_BYTES - 4);
+        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+        if &body[..8] == self.magic && version != self.version {
+            return Ok(Header::Version(version));
+        }
+        if &body[..8] != self.magic
+            || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(body)
+        {
+            return Ok(Header::Torn);
+        }
+        Ok(Header::Good {
+            epoch: u64::from_le_bytes(body[12..20].try_into().expect("8 bytes")),
+            salt: u64::from_le_bytes(body[20..28].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+/// The change log's file.
+const FILE: EpochFile = EpochFile {
+    magic: HEADER_MAGIC,
+    version: VERSION,
+    bytes: LOG_BYTES,
+};
+
 /// One changed row of a record: its table's name, its key, and its value (`None`: removed).
 pub(crate) type LoggedRow = (String, Vec<u8>, Option<Vec<u8>>);
 
@@ -182,7 +272,7 @@ impl Log {
             pending: Vec::new(),
             broken: false,
         };
-        match log.read_header()? {
+        match FILE.read_header(&log.file)? {
             Header::Good { epoch, salt } => (log.epoch, log.salt) = (epoch, salt),
             Header::Version(version) => {
                 return Err(Error::new(
@@ -222,35 +312,17 @@ impl Log {
 
     /// Makes a new log at `path`: every block written, so appending allocates nothing.
     fn make(path: &Path) -> std::io::Result<Log> {
-        let staging = path.with_extension("rows.new");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&staging)?;
-        let zeros = vec![0; 1 << 20];
-        let mut at = 0;
-        while at < LOG_BYTES {
-            file.write_all_at(&zeros, at)?;
-            at += zeros.len() as u64;
-        }
-        let mut log = Log {
-            file,
+        let (epoch, salt) = (1, rand::random());
+        Ok(Log {
+            file: FILE.make(path, (epoch, salt))?,
             path: path.to_path_buf(),
-            epoch: 1,
-            salt: rand::random(),
+            epoch,
+            salt,
             seq: 0,
             tail: FIRST_RECORD,
             pending: Vec::new(),
             broken: false,
-        };
-        log.write_header()?;
-        std::fs::rename(&staging, path)?;
-        if let Some(directory) = path.parent() {
-            weft_service::durable::sync_directory(directory)?;
-        }
-        Ok(log)
+        })
     }
 
     /// Whether a record of `payload` bytes fits after the last.
@@ -361,36 +433,7 @@ impl Log {
     }
 
     fn write_header(&mut self) -> std::io::Result<()> {
-        let mut header = Vec::with_capacity(HEADER_BYTES);
-        header.extend_from_slice(HEADER_MAGIC);
-        header.extend_from_slice(&VERSION.to_le_bytes());
-        header.extend_from_slice(&self.epoch.to_le_bytes());
-        header.extend_from_slice(&self.salt.to_le_bytes());
-        let crc = crc32c(&header);
-        header.extend_from_slice(&crc.to_le_bytes());
-        self.file.write_all_at(&header, 0)?;
-        self.file.sync_data()
-    }
-
-    fn read_header(&self) -> std::io::Result<Header> {
-        let mut header = [0u8; HEADER_BYTES];
-        if self.file.read_exact_at(&mut header, 0).is_err() {
-            return Ok(Header::Torn);
-        }
-        let (body, crc) = header.split_at(HEADER_BYTES - 4);
-        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
-        if &body[..8] == HEADER_MAGIC && version != VERSION {
-            return Ok(Header::Version(version));
-        }
-        if &body[..8] != HEADER_MAGIC
-            || u32::from_le_bytes(crc.try_into().expect("4 bytes")) != crc32c(body)
-        {
-            return Ok(Header::Torn);
-        }
-        Ok(Header::Good {
-            epoch: u64::from_le_bytes(body[12..20].try_into().expect("8 bytes")),
-            salt: u64::from_le_bytes(body[20..28].try_into().expect("8 bytes")),
-        })
+        FILE.write_header(&self.file, (self.epoch, self.salt))
     }
 
     /// The epoch and salt of the first record, if it is whole and the first of its epoch.
@@ -443,16 +486,6 @@ impl Log {
 /// Bytes a record of `payload` bytes takes, up to where the next one starts.
 fn record_len(payload: usize) -> u64 {
     ((RECORD_HEAD + payload + 4) as u64).next_multiple_of(ALIGN)
-}
-
-/// What a log's header says.
-enum Header {
-    /// The current epoch and its salt.
-    Good { epoch: u64, salt: u64 },
-    /// Torn, or not a header.
-    Torn,
-    /// A log of another version.
-    Version(u32),
 }
 
 #[cfg(test)]
