@@ -105,6 +105,8 @@ struct Committed {
     /// Whether the batch was appended to the store's log (and synced there if `synced`), and
     /// not committed to redb: its outcome is final.
     logged: bool,
+    /// Whether it was a checkpoint that wrote logged rows into the tables.
+    checkpointed: bool,
 }
 
 /// What the writer thread reports to Prometheus.
@@ -119,6 +121,9 @@ pub(crate) struct CommitMetrics {
     /// Syncs made for commits answered before their sync.
     deferred_syncs: Counter,
     failed: Counter,
+    logged: Counter,
+    checkpoints: Counter,
+    log_bytes: Gauge,
     /// Time a store's flusher takes to write, sync and ship one commit.
     pub sync_seconds: Histogram,
 }
@@ -133,6 +138,9 @@ impl CommitMetrics {
             unsynced: Counter::default(),
             deferred_syncs: Counter::default(),
             failed: Counter::default(),
+            logged: Counter::default(),
+            checkpoints: Counter::default(),
+            log_bytes: Gauge::default(),
             sync_seconds: Histogram::new(weft_observe::metrics::latency_histogram_buckets()),
         };
         registry.register(
@@ -171,6 +179,23 @@ impl CommitMetrics {
             "weft_meta_commit_failures",
             "Commits that failed; every change in them got an error",
             metrics.failed.clone(),
+        );
+        registry.register(
+            "weft_meta_logged_commits",
+            "Commits appended to the store's change log as one record; the others are redb \
+             commits (a mirrored home's, checkpoints); also counted in weft_meta_commits",
+            metrics.logged.clone(),
+        );
+        registry.register(
+            "weft_meta_checkpoints",
+            "Checkpoints that wrote the rows of the change log's records into the store's tables",
+            metrics.checkpoints.clone(),
+        );
+        registry.register(
+            "weft_meta_log_bytes",
+            "Bytes of the change log's records since the last checkpoint (checkpoint_bytes \
+             starts the next)",
+            metrics.log_bytes.clone(),
         );
         // After the commit counter, so a scrape never counts a commit whose sync it did not.
         registry.register(
@@ -374,6 +399,17 @@ fn writer_loop(
                 metrics.unsynced.inc();
             }
         }
+        if batch.outcome.is_ok() {
+            if batch.logged {
+                metrics.logged.inc();
+            }
+            if batch.checkpointed {
+                metrics.checkpoints.inc();
+            }
+        }
+        metrics
+            .log_bytes
+            .set(i64::try_from(db.logged_bytes()).unwrap_or(i64::MAX));
         let synced = match syncs {
             Some(link) if batch.outcome.is_ok() && batch.synced && !batch.logged => {
                 link.sync_outcome(batch.sync)
@@ -454,6 +490,7 @@ fn commit_batch(
                 synced: true,
                 answered: 0,
                 logged: false,
+                checkpointed: false,
             };
         }
     };
@@ -504,6 +541,7 @@ fn commit_batch(
     let synced = !results.is_empty();
     let answered = early.len();
     let mut logged = false;
+    let mut checkpointed = false;
     let outcome = match failure {
         Some(message) => {
             let _ = txn.abort();
@@ -537,14 +575,15 @@ fn commit_batch(
                 }
                 Ok(Wrote::Checkpoint { of_logged: false }) => Ok(()),
                 Ok(Wrote::Checkpoint { of_logged: true }) => {
+                    checkpointed = true;
                     let on_disk =
                         syncs.map_or(Some(Ok(())), |link| link.sync_outcome(link.last_sync()));
                     match on_disk {
                         Some(Ok(())) => db.restart_log(),
                         Some(Err(error)) => Err(error),
-                        // Not synced inline after all: the log keeps the rows (a replay of
-                        // rows the store holds already changes nothing), until the next
-                        // checkpoint of logged rows.
+                        // Not synced inline after all: the log keeps its records, which a
+                        // start skips up to the position the checkpoint recorded, until the
+                        // next checkpoint of logged rows restarts it.
                         None => Ok(()),
                     }
                 }
@@ -567,6 +606,7 @@ fn commit_batch(
         synced,
         answered,
         logged,
+        checkpointed,
     }
 }
 
