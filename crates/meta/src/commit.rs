@@ -623,7 +623,7 @@ fn how_to_commit(
 ) -> (Commit, bool) {
     let mirrored = syncs.is_some_and(HomeLink::mirrored);
     let unsynced = syncs.is_some_and(|link| link.unsynced_bytes() > 0);
-    if !mirrored && !unsynced && db.logged_bytes() < checkpoint_bytes && db.can_log(txn) {
+    if !mirrored && !unsynced && db.can_log(txn, checkpoint_bytes) {
         return (Commit::Logged { sync: synced }, false);
     }
     let covers_log = db.has_logged_rows();

@@ -39,6 +39,11 @@ pub(crate) use redb::{Durability, StorageError, TableDefinition, TableError};
 /// The bytes of a changed key or value.
 type Bytes = Arc<[u8]>;
 
+/// A failure to read, write or sync the change log, as the store reports it.
+fn log_failed(error: std::io::Error) -> StoreError {
+    StoreError::Sync(Arc::new(error))
+}
+
 /// A key's bytes, ordered as its table orders its keys.
 #[derive(Clone)]
 struct OrderedKey {
@@ -710,8 +715,7 @@ impl WriteTransaction {
             }
             let mut log = store.log.lock().expect("store log poisoned");
             if let Some(log) = log.as_mut().filter(|log| log.fits(record.len())) {
-                log.append(&record, sync)
-                    .map_err(|error| StoreError::Sync(Arc::new(error)))?;
+                log.append(&record, sync).map_err(log_failed)?;
                 if sync {
                     // A crash here loses nothing answered, and the record is on disk.
                     weft_service::failpoint::failpoint("meta-after-log");
@@ -736,8 +740,7 @@ impl WriteTransaction {
             Some(log) if replayed && log.has_records() => {
                 // Every record before the position is on disk: a start after a crash numbers
                 // the records after it from there.
-                log.sync()
-                    .map_err(|error| StoreError::Sync(Arc::new(error)))?;
+                log.sync().map_err(log_failed)?;
                 Some(log.position())
             }
             _ => None,
@@ -825,9 +828,7 @@ struct Shared {
 impl Shared {
     fn sync_log(&self) -> Result<(), StoreError> {
         match self.log.lock().expect("store log poisoned").as_mut() {
-            Some(log) => log
-                .sync()
-                .map_err(|error| StoreError::Sync(Arc::new(error))),
+            Some(log) => log.sync().map_err(log_failed),
             None => Ok(()),
         }
     }
@@ -860,8 +861,7 @@ impl Store {
     ) -> Result<(Store, log::Logged), StoreError> {
         let (log, logged) = match log {
             Some(path) => {
-                let (log, logged) =
-                    Log::open(path).map_err(|error| StoreError::Sync(Arc::new(error)))?;
+                let (log, logged) = Log::open(path).map_err(log_failed)?;
                 (Some(log), logged)
             }
             None => (None, log::Logged::default()),
@@ -918,13 +918,13 @@ impl Store {
             let types = self.shared.types.lock().expect("table types poisoned");
             for (table, key, value) in records.into_iter().flat_map(|(_, rows)| rows) {
                 let kind = *types.get(&table).ok_or_else(|| {
-                    StoreError::Sync(Arc::new(std::io::Error::new(
+                    log_failed(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
                         format!(
                             "the store's change log has rows of a table {table:?} this build does not \
                              have"
                         ),
-                    )))
+                    ))
                 })?;
                 let key = OrderedKey {
                     bytes: Arc::from(key),
@@ -967,9 +967,7 @@ impl Store {
     /// The log's header could not be written.
     pub(crate) fn restart_log(&self) -> Result<(), StoreError> {
         match self.shared.log.lock().expect("store log poisoned").as_mut() {
-            Some(log) => log
-                .restart()
-                .map_err(|error| StoreError::Sync(Arc::new(error))),
+            Some(log) => log.restart().map_err(log_failed),
             None => Ok(()),
         }
     }
@@ -992,10 +990,10 @@ impl Store {
             .is_some_and(Log::broken)
     }
 
-    /// Whether a batch with its rows in `txn` can be logged: the store has a log with room for
-    /// its record, and it opened no table new since the store opened. Otherwise its commit is
-    /// a checkpoint.
-    pub(crate) fn can_log(&self, txn: &WriteTransaction) -> bool {
+    /// Whether a batch with its rows in `txn` can be logged: the store has a log whose records
+    /// use less than `checkpoint_bytes` and have room for the batch's, and the batch opened no
+    /// table new since the store opened. Otherwise its commit is a checkpoint.
+    pub(crate) fn can_log(&self, txn: &WriteTransaction, checkpoint_bytes: u64) -> bool {
         txn.new_tables.borrow().is_empty()
             && self
                 .shared
@@ -1003,7 +1001,9 @@ impl Store {
                 .lock()
                 .expect("store log poisoned")
                 .as_ref()
-                .is_some_and(|log| log.fits(txn.record.borrow().len()))
+                .is_some_and(|log| {
+                    log.used() < checkpoint_bytes && log.fits(txn.record.borrow().len())
+                })
     }
 
     /// Bytes of the log's records appended without a sync, which a crash would lose.
