@@ -589,16 +589,17 @@ pub fn client_key(cluster: &LocalCluster, dir: &Path, name: &str) -> PathBuf {
 
 /// Sets a client's rule: `weft client set ARGS…` (the client's name first).
 pub fn set_rule(cluster: &LocalCluster, args: &[&str]) {
-    let mut all = vec!["client", "set"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--mgmt", cluster.mgmt()]);
-    let (ok, out, err) = weft(cluster, &all);
-    assert!(ok, "weft {all:?}: {out}{err}");
+    set(cluster, "client", args);
 }
 
 /// Sets a quota rule: `weft quota set ARGS --mgmt …` (`--user 65534 --hard-bytes 8M`…).
 pub fn set_quota(cluster: &LocalCluster, args: &[&str]) {
-    let mut all = vec!["quota", "set"];
+    set(cluster, "quota", args);
+}
+
+/// Runs `weft WHAT set ARGS --mgmt …`, which must succeed.
+fn set(cluster: &LocalCluster, what: &str, args: &[&str]) {
+    let mut all = vec![what, "set"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--mgmt", cluster.mgmt()]);
     let (ok, out, err) = weft(cluster, &all);
