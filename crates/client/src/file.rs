@@ -777,6 +777,7 @@ impl OpenFile {
             }
         }
         self.shared.report_size(&self.client, true).await?;
+        self.client.sync_changes().await?;
         match self.take_error() {
             Some(error) => Err(error),
             None => Ok(()),

@@ -54,6 +54,9 @@ pub(crate) const QUEUED_OPERATIONS_MAX: usize = 4 * BATCH_OPERATIONS_MAX;
 /// Longest a committed change waits for a sync.
 const UNSYNCED_FOR_MAX: Duration = Duration::from_secs(1);
 
+/// Longest a client's change answered before its sync waits for it, under steady load.
+const NUMBERED_UNSYNCED_FOR_MAX: Duration = Duration::from_millis(20);
+
 /// Most bytes of unsynced pages a home's store keeps before it syncs them.
 const UNSYNCED_BYTES_MAX: usize = 16 << 20;
 
@@ -68,6 +71,14 @@ pub(crate) enum Answered {
     Durable,
     /// Once its batch committed: every later operation sees it; durable with the next sync.
     Committed,
+    /// A client's change with this number among the home's changes, whose rows its client
+    /// keeps until the home's last synced number covers it. A home that answers before the
+    /// sync answers it once its batch committed, if the batch holds no operation answered
+    /// once durable, the home has no mirror group and keeps a change log; otherwise it is
+    /// answered as [`Answered::Durable`] is. The sync that makes it durable makes its number
+    /// the home's last synced ([`Committer::last_synced`]); the writer syncs such changes as
+    /// soon as no operation waits, and at most [`NUMBERED_UNSYNCED_FOR_MAX`] after the first.
+    Numbered(u64),
 }
 
 /// An operation that tells, as it applies, when it may be answered.
@@ -94,6 +105,11 @@ enum Queued {
 /// store failure abandoned it), and how the commit ended.
 struct Committed {
     results: Vec<(Answer, Option<Result<MetaResponse, OpError>>)>,
+    /// The highest change number given so far, this batch's included: on disk once the batch
+    /// is.
+    numbered: u64,
+    /// Whether clients' changes were answered when it committed, before its sync.
+    numbered_early: bool,
     outcome: Result<(), StoreError>,
     started: Instant,
     /// The sync that makes the batch durable.
@@ -210,6 +226,8 @@ impl CommitMetrics {
 
 /// Handle to the writer thread.
 pub(crate) struct Committer {
+    /// The highest change number on disk (and on every present mirror member).
+    last_synced: Arc<std::sync::atomic::AtomicU64>,
     queue: mpsc::Sender<Queued>,
     /// Slots of [`QUEUED_OPERATIONS_MAX`] operations in the queue or its batch.
     slots: tokio::sync::Semaphore,
@@ -219,28 +237,39 @@ pub(crate) struct Committer {
 impl Committer {
     /// Starts the writer thread of `db`; with `syncs`, the store syncs in the background
     /// and each batch is answered once its sync finished.
+    /// the home's changes were numbered up to `numbered` when it opened (all on disk). With
+    /// `answer_before_sync`, a client's numbered change is answered as soon as its batch is
+    /// logged (see [`Answered::Numbered`]); `sync_delay` is how long any change answered
+    /// before its sync may wait for it (none: the defaults, see `MetaConfig::sync_delay_ms`).
     pub fn start(
-        db: Arc<Database>,
+        (db, numbered): (Arc<Database>, u64),
         syncs: Option<Arc<HomeLink>>,
         metrics: CommitMetrics,
-        checkpoint_bytes: u64,
+        (checkpoint_bytes, answer_before_sync, sync_delay): (u64, bool, Option<Duration>),
     ) -> Committer {
         let (queue, receiver) = mpsc::channel::<Queued>();
         let (committed, waiting) = mpsc::channel::<Committed>();
+        let last_synced = Arc::new(std::sync::atomic::AtomicU64::new(numbered));
         let writer_syncs = syncs.clone();
         let writer_metrics = metrics.clone();
+        let writer_synced = Arc::clone(&last_synced);
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
             .spawn(move || {
                 writer_loop(
-                    (&db, checkpoint_bytes),
+                    (
+                        &db,
+                        (checkpoint_bytes, answer_before_sync, sync_delay),
+                        numbered,
+                    ),
                     writer_syncs.as_deref(),
                     (&receiver, &committed),
-                    &writer_metrics,
+                    (&writer_metrics, &writer_synced),
                 )
             })
             .expect("spawning the commit thread");
         let answer_metrics = metrics.clone();
+        let answer_synced = Arc::clone(&last_synced);
         std::thread::Builder::new()
             .name("weft-meta-answer".into())
             .spawn(move || {
@@ -249,27 +278,44 @@ impl Committer {
                         Some(link) if batch.outcome.is_ok() => link.wait_synced(batch.sync),
                         _ => Ok(()),
                     };
-                    answer(batch, synced, &answer_metrics);
+                    answer(batch, synced, (&answer_metrics, &answer_synced));
                 }
             })
             .expect("spawning the answer thread");
         Committer {
+            last_synced,
             queue,
             slots: tokio::sync::Semaphore::new(QUEUED_OPERATIONS_MAX),
             metrics,
         }
     }
 
-    /// Runs `op` in the next batch and hands back what it computed once its batch committed.
+    /// The highest number of a change on disk (and on every present mirror member): a
+    /// client keeps the rows of its changes numbered above it.
+    pub fn last_synced(&self) -> u64 {
+        self.last_synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Runs `op` in the next batch and hands back what it computed once its batch is durable.
     pub async fn run_with<T: Send + 'static>(
         &self,
         op: impl FnOnce(&WriteTransaction) -> Result<T, OpError> + Send + 'static,
     ) -> Result<T, OpError> {
+        self.run_with_eventual(move |txn| op(txn).map(|value| (value, Answered::Durable)))
+            .await
+    }
+
+    /// Runs `op` in the next batch and hands back what it computed once its batch committed,
+    /// and also once it is durable unless `op` said otherwise (as [`Committer::run_eventual`]).
+    pub async fn run_with_eventual<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&WriteTransaction) -> Result<(T, Answered), OpError> + Send + 'static,
+    ) -> Result<T, OpError> {
         let (sender, receiver) = oneshot::channel();
-        self.run(Box::new(move |txn| {
-            let value = op(txn)?;
+        self.run_eventual(Box::new(move |txn| {
+            let (value, answered) = op(txn)?;
             let _ = sender.send(value);
-            Ok(MetaResponse::Done)
+            Ok((MetaResponse::Done, answered))
         }))
         .await?;
         receiver
@@ -315,10 +361,14 @@ impl Committer {
 }
 
 fn writer_loop(
-    (db, checkpoint_bytes): (&Database, u64),
+    (db, (checkpoint_bytes, answer_before_sync, sync_delay), mut numbered): (
+        &Database,
+        (u64, bool, Option<Duration>),
+        u64,
+    ),
     syncs: Option<&HomeLink>,
     (receiver, committed): (&mpsc::Receiver<Queued>, &mpsc::Sender<Committed>),
-    metrics: &CommitMetrics,
+    (metrics, last_synced): (&CommitMetrics, &std::sync::atomic::AtomicU64),
 ) {
     // When the first commit answered before its sync was made, while it is not synced yet.
     let mut unsynced_since: Option<Instant> = None;
@@ -327,38 +377,66 @@ fn writer_loop(
     // Bookkeeping waiting for the next batch, and since when.
     let mut tidies: Vec<TidyOp> = Vec::new();
     let mut tidy_since: Option<Instant> = None;
+    // When the first client's change answered before its sync was answered, while it is not
+    // synced yet.
+    let mut numbered_since: Option<Instant> = None;
+    let mut waiting: Option<Queued> = None;
+    let unsynced_max = sync_delay.unwrap_or(UNSYNCED_FOR_MAX);
     loop {
         if let Some(since) = unsynced_since {
             let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX)
                 || db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX;
-            if full || since.elapsed() >= UNSYNCED_FOR_MAX {
-                sync_now(db, syncs);
+            let numbered_due = sync_delay.is_none()
+                && numbered_since.is_some_and(|since| {
+                    since.elapsed() >= NUMBERED_UNSYNCED_FOR_MAX || {
+                        // Synced as soon as nothing waits: the clients keep less.
+                        match receiver.try_recv() {
+                            Ok(queued) => {
+                                waiting = Some(queued);
+                                false
+                            }
+                            Err(_) => true,
+                        }
+                    }
+                });
+            if full || numbered_due || since.elapsed() >= unsynced_max {
+                if numbered_since.is_some() {
+                    // A crash here loses clients' changes answered since the last sync: they
+                    // replay them.
+                    weft_service::failpoint::failpoint("meta-before-numbered-sync");
+                }
+                sync_now(db, syncs, (numbered, last_synced));
                 metrics.deferred_syncs.inc();
                 unsynced_since = None;
+                numbered_since = None;
             }
         }
         // Bookkeeping waits for an operation to ride with, or until it waited long enough.
         let deadline = [
-            unsynced_since.map(|since| since + UNSYNCED_FOR_MAX),
+            unsynced_since.map(|since| since + unsynced_max),
             tidy_since.map(|since| since + TIDY_HOLD_MAX),
         ]
         .into_iter()
         .flatten()
         .min();
-        let received = match deadline {
-            Some(deadline) => {
-                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(queued) => Some(queued),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        sync_now(db, syncs);
-                        return;
+        let received = match waiting.take() {
+            Some(queued) => Some(queued),
+            None => match deadline {
+                Some(deadline) => {
+                    match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    {
+                        Ok(queued) => Some(queued),
+                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            sync_now(db, syncs, (numbered, last_synced));
+                            return;
+                        }
                     }
                 }
-            }
-            None => match receiver.recv() {
-                Ok(queued) => Some(queued),
-                Err(_) => return,
+                None => match receiver.recv() {
+                    Ok(queued) => Some(queued),
+                    Err(_) => return,
+                },
             },
         };
         let first = match received {
@@ -373,11 +451,15 @@ fn writer_loop(
         };
         tidy_since = None;
         let batch = commit_batch(
-            (db, checkpoint_bytes),
+            (db, checkpoint_bytes, answer_before_sync),
             (std::mem::take(&mut tidies), first),
-            receiver,
+            (receiver, numbered),
             syncs,
         );
+        numbered = batch.numbered;
+        if batch.outcome.is_ok() && !batch.synced && batch.numbered_early {
+            numbered_since.get_or_insert_with(Instant::now);
+        }
         if syncs.is_some() && batch.outcome.is_ok() && batch.synced && !batch.logged {
             // Its answers wait for its own sync: one asked after every earlier batch's. A
             // commit that asked for none would be answered on an older batch's sync, before
@@ -394,6 +476,7 @@ fn writer_loop(
             if batch.synced {
                 // A sync makes every commit before it durable too.
                 unsynced_since = None;
+                numbered_since = None;
             } else {
                 unsynced_since.get_or_insert_with(Instant::now);
                 metrics.unsynced.inc();
@@ -418,7 +501,7 @@ fn writer_loop(
         };
         match synced {
             // Synced on this thread (or failed): answered from here, in no other's turn.
-            Some(synced) => answer(batch, synced, metrics),
+            Some(synced) => answer(batch, synced, (metrics, last_synced)),
             None => {
                 if committed.send(batch).is_err() {
                     return;
@@ -428,8 +511,13 @@ fn writer_loop(
     }
 }
 
-/// Makes every commit so far durable: an empty commit, synced on this thread.
-fn sync_now(db: &Database, syncs: Option<&HomeLink>) {
+/// Makes every commit so far durable, the changes numbered up to `numbered` with them, and
+/// the last of them the home's `last_synced`: an empty commit, synced on this thread.
+fn sync_now(
+    db: &Database,
+    syncs: Option<&HomeLink>,
+    (numbered, last_synced): (u64, &std::sync::atomic::AtomicU64),
+) {
     // A home served elsewhere now keeps what it had: the next start recovers the rest.
     if syncs.is_some_and(HomeLink::fenced) {
         return;
@@ -455,9 +543,12 @@ fn sync_now(db: &Database, syncs: Option<&HomeLink>) {
                         .map_err(|error| error.to_string())
                 })
         });
-    if let Err(error) = synced {
+    match synced {
+        Ok(()) => {
+            last_synced.fetch_max(numbered, std::sync::atomic::Ordering::AcqRel);
+        }
         // The next commit that waits for its sync reports the failure to its operations.
-        tracing::error!(%error, "syncing the metadata store failed");
+        Err(error) => tracing::error!(%error, "syncing the metadata store failed"),
     }
 }
 
@@ -469,9 +560,9 @@ const GATHER_POLL: Duration = Duration::from_micros(100);
 /// sync before), in one transaction, and commits it. A batch of bookkeeping alone commits
 /// without a sync, as one of operations answered at commit does.
 fn commit_batch(
-    (db, checkpoint_bytes): (&Database, u64),
+    (db, checkpoint_bytes, answer_before_sync): (&Database, u64, bool),
     (tidies, first): (Vec<TidyOp>, Option<Queued>),
-    receiver: &mpsc::Receiver<Queued>,
+    (receiver, mut numbered): (&mpsc::Receiver<Queued>, u64),
     syncs: Option<&HomeLink>,
 ) -> Committed {
     let started = Instant::now();
@@ -484,6 +575,8 @@ fn commit_batch(
             };
             return Committed {
                 results,
+                numbered,
+                numbered_early: false,
                 outcome: Err(error),
                 started,
                 sync: 0,
@@ -497,6 +590,10 @@ fn commit_batch(
     let mut results = Vec::new();
     // The operations answered once the batch committed, without waiting for its sync.
     let mut early = Vec::new();
+    // Clients' changes answered so if nothing in the batch waits for its sync.
+    let mut numbered_early = Vec::new();
+    let answer_before_sync =
+        answer_before_sync && db.logs() && !syncs.is_some_and(HomeLink::mirrored);
     let mut failure = None;
     let tidy = |op: TidyOp, failure: &mut Option<StoreError>| {
         if failure.is_some() {
@@ -523,10 +620,18 @@ fn commit_batch(
                 }
                 Ok((response, Answered::Committed)) => early.push((answer, response)),
                 Ok((response, Answered::Durable)) => results.push((answer, Some(Ok(response)))),
+                Ok((response, Answered::Numbered(number))) => {
+                    numbered = numbered.max(number);
+                    if answer_before_sync {
+                        numbered_early.push((answer, response));
+                    } else {
+                        results.push((answer, Some(Ok(response))));
+                    }
+                }
                 Err(error) => results.push((answer, Some(Err(error)))),
             },
         }
-        if results.len() + early.len() >= BATCH_OPERATIONS_MAX {
+        if results.len() + early.len() + numbered_early.len() >= BATCH_OPERATIONS_MAX {
             break;
         }
         next = receiver.try_recv().ok();
@@ -538,7 +643,18 @@ fn commit_batch(
             }
         }
     }
+    if !results.is_empty() {
+        // A batch mate waits for the sync: a client's change must not outlive, in its
+        // client's hands, a change made before it that a crash would lose.
+        results.extend(
+            numbered_early
+                .drain(..)
+                .map(|(answer, response)| (answer, Some(Ok(response)))),
+        );
+    }
     let synced = !results.is_empty();
+    let numbered_early_count = numbered_early.len();
+    early.extend(numbered_early);
     let answered = early.len();
     let mut logged = false;
     let mut checkpointed = false;
@@ -599,6 +715,8 @@ fn commit_batch(
     }
     Committed {
         results,
+        numbered,
+        numbered_early: numbered_early_count > 0,
         outcome,
         started,
         // Only this thread commits, so the last sync asked for is this commit's.
@@ -649,10 +767,18 @@ impl CommitMetrics {
     }
 }
 
-/// Answers each operation of a committed batch once `synced` says how its sync ended.
-fn answer(batch: Committed, synced: Result<(), StoreError>, metrics: &CommitMetrics) {
+/// Answers each operation of a committed batch once `synced` says how its sync ended; the
+/// batch's changes are then the home's `last_synced` if it synced.
+fn answer(
+    batch: Committed,
+    synced: Result<(), StoreError>,
+    (metrics, last_synced): (&CommitMetrics, &std::sync::atomic::AtomicU64),
+) {
     let operations = batch.results.len() + batch.answered;
     let outcome = batch.outcome.and(synced);
+    if outcome.is_ok() && batch.synced {
+        last_synced.fetch_max(batch.numbered, std::sync::atomic::Ordering::AcqRel);
+    }
     // Counted before anyone is answered: an operation's caller finds its commit counted.
     metrics.batch_operations.observe(operations as f64);
     metrics

@@ -82,7 +82,40 @@ weft_net::service_config! {
         /// 8388608 (8 MiB).
         #[serde(default = "default_checkpoint_bytes")]
         pub checkpoint_bytes: u64,
+        /// Answer each client's change only once it is on disk (true), or as soon as it is
+        /// made and logged, its client keeping it until the home has it on disk and replaying
+        /// it after a restart (false; docs/design/crash-consistency.md, "Durability by
+        /// replay"). Either way a server killed alone loses nothing acknowledged.
+        #[serde(default = "default_sync_every_change")]
+        pub sync_every_change: bool,
+        /// After a start that may have lost changes answered before their sync, how long the
+        /// home waits at most for its clients to replay them; clients that are gone by then
+        /// lose theirs, and every change made after the first of them.
+        #[serde(
+            rename = "recovery_window_ms",
+            default = "default_recovery_window",
+            with = "weft_proto::millis"
+        )]
+        pub recovery_window: Duration,
+        /// How long a change answered before its sync (with `sync_every_change` off, and a
+        /// size report at close) may wait for it, in milliseconds. Unset: clients' changes are
+        /// synced as soon as no other change waits, and at most 20 ms after the first under
+        /// load; size reports at most 1 s after. A longer delay groups more changes per sync,
+        /// and a restart has more to replay.
+        #[serde(default)]
+        pub sync_delay_ms: Option<u64>,
     }
+}
+
+fn default_sync_every_change() -> bool {
+    true
+}
+
+/// Default longest wait for the clients' replays after a start.
+pub const RECOVERY_WINDOW_DEFAULT: Duration = Duration::from_millis(10_000);
+
+fn default_recovery_window() -> Duration {
+    RECOVERY_WINDOW_DEFAULT
 }
 
 /// Default checkpoint interval: every 8 MiB of the change log's records.

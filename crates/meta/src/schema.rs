@@ -89,6 +89,11 @@ pub(crate) const INTENT_NAMES: TableDefinition<(u64, &str), u64> =
 /// loses both together, and a start recomputes the size of every file still listed from its
 /// objects (`Meta::settle_unreported`). The last close of a file takes it off too.
 pub(crate) const UNREPORTED: TableDefinition<u64, ()> = TableDefinition::new("unreported");
+/// Client sessions this home answered changes before their sync: session → the start (lock
+/// epoch) that first did, written and synced before that first answer. A start whose last
+/// run answered so waits for these sessions to replay what they keep
+/// (`service/numbered.rs`).
+pub(crate) const REPLAYERS: TableDefinition<u64, u64> = TableDefinition::new("replayers");
 /// The slots of each regular file's layout that data was written to in its truncate
 /// generation, from the writers' size reports (and from the objects when a size is settled
 /// without one): `weft fsck` takes a missing object of such a slot for lost data, where a
@@ -127,6 +132,7 @@ fn open_every_table(txn: &crate::store::WriteTransaction) -> Result<(), OpError>
     txn.open_table(SETTLED_INTENTS)?;
     txn.open_table(INTENT_NAMES)?;
     txn.open_table(UNREPORTED)?;
+    txn.open_table(REPLAYERS)?;
     txn.open_table(WRITTEN.definition())?;
     txn.open_table(MOVES.definition())?;
     txn.open_table(TOMBSTONES.definition())?;
@@ -685,6 +691,51 @@ pub(crate) fn allocate_inode(
     let next = counters.get("inode")?.map(|v| v.value()).unwrap_or(1) + 1;
     counters.insert("inode", next)?;
     Ok(InodeId::new(home, next))
+}
+
+/// The counter of the home's numbered changes ([`number_change`]).
+const CHANGE_COUNTER: &str = "change";
+
+/// The number of the last change a client made at this home (0 before the first): its
+/// changes are numbered one by one, in the order they were made, and the number is kept with
+/// them, so the start after a crash knows the last one on disk.
+pub(crate) fn last_change_number(
+    counters: &impl crate::store::ReadableTable<&'static str, u64>,
+) -> Result<u64, OpError> {
+    Ok(counters
+        .get(CHANGE_COUNTER)?
+        .map_or(0, |number| number.value()))
+}
+
+/// Makes this start (`incarnation`) the one the home ran with, in `txn`: answers the one it
+/// ran with before (0 for none).
+pub(crate) fn swap_incarnation(
+    txn: &crate::store::WriteTransaction,
+    incarnation: u64,
+) -> Result<u64, OpError> {
+    let mut counters = txn.open_table(COUNTERS)?;
+    let previous = counters
+        .get("incarnation")?
+        .map_or(0, |value| value.value());
+    counters.insert("incarnation", incarnation)?;
+    Ok(previous)
+}
+
+/// Moves the home's inode counter `by` numbers on: past the numbers changes lost with their
+/// clients may have handed out, which other clients may hold.
+pub(crate) fn skip_inodes(txn: &crate::store::WriteTransaction, by: u64) -> Result<(), OpError> {
+    let mut counters = txn.open_table(COUNTERS)?;
+    let next = counters.get("inode")?.map_or(1, |value| value.value()) + by;
+    counters.insert("inode", next)?;
+    Ok(())
+}
+
+/// Numbers a client's change made in `txn`: one above the last.
+pub(crate) fn number_change(txn: &crate::store::WriteTransaction) -> Result<u64, OpError> {
+    let mut counters = txn.open_table(COUNTERS)?;
+    let number = last_change_number(&counters)? + 1;
+    counters.insert(CHANGE_COUNTER, number)?;
+    Ok(number)
 }
 
 /// Refuses `mutation` when its client said before that every mutation below a higher number

@@ -617,7 +617,11 @@ impl weft_net::Handler for Server {
             Request::Meta(route, request, _) => {
                 let (op, fits): (&str, _) = ((&request).into(), request.answer_fits());
                 let reply = self.serve_home(route, request, checks).await;
-                weft_proto::answer::debug_check(op, fits, &reply);
+                weft_proto::answer::debug_check(
+                    op,
+                    |response: &MetaResponse| fits(response.answer()),
+                    &reply,
+                );
                 reply
             }
             other => Err(WireError::new(

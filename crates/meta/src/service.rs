@@ -16,6 +16,7 @@ mod fsck;
 mod grants;
 mod intents;
 mod moves;
+mod numbered;
 mod replies;
 mod sessions;
 mod subtree;
@@ -96,6 +97,10 @@ pub(crate) struct Meta {
     inside: subtree::Inside,
     /// What this home holds of hard quotas, and what counts against it (see [`grants`]).
     grants: Arc<grants::QuotaGrants>,
+    /// Whether clients' changes are answered before their sync (`sync_every_change` off).
+    answers_before_sync: bool,
+    /// The replay of what this start lost (see [`numbered`]).
+    recovery: numbered::Recovery,
 }
 
 /// A failure opening or preparing `home`'s store.
@@ -184,13 +189,52 @@ impl Meta {
             orphans
         };
         let config = &shared.config;
+        // A new file system has no locks to reclaim.
+        let locks = LockTable::until_served(if first_start {
+            Duration::ZERO
+        } else {
+            config.lock_grace
+        });
+        // The sessions the last run answered changes before their sync: this start waits for
+        // them to replay what it lost.
+        let expected = (|| {
+            let txn = db.begin_write()?;
+            let previous = crate::schema::swap_incarnation(&txn, locks.epoch())?;
+            let expected =
+                numbered::expected_sessions(&txn.open_table(crate::schema::REPLAYERS)?, previous)?;
+            txn.commit(crate::store::Commit::Checkpoint { durable: true })?;
+            Ok::<_, OpError>(expected)
+        })()
+        .map_err(|e| store_error(home, e))?;
+        let numbered = db
+            .begin_read()
+            .map_err(OpError::from)
+            .and_then(|txn| {
+                crate::schema::last_change_number(&txn.open_table(crate::schema::COUNTERS)?)
+            })
+            .map_err(|e| store_error(home, e))?;
+        if !expected.is_empty() {
+            tracing::info!(
+                sessions = expected.len(),
+                "waiting for clients to replay the changes answered before their sync"
+            );
+        }
+        let recovery = numbered::Recovery::new(
+            numbered,
+            expected,
+            std::time::Instant::now() + config.recovery_window,
+        );
         let meta = Arc::new(Meta {
             node: home,
             committer: Committer::start(
-                Arc::clone(&db),
+                (Arc::clone(&db), numbered),
                 Some(Arc::clone(&link)),
                 shared.commit_metrics.clone(),
-                config.checkpoint_bytes,
+                (
+                    config.checkpoint_bytes,
+                    !config.sync_every_change,
+                    config.sync_delay_ms.map(Duration::from_millis),
+                ),
             ),
             db,
             link,
@@ -198,12 +242,9 @@ impl Meta {
             chooser: Arc::new(Chooser::new(config.target_chooser)),
             directory_chooser: Chooser::new(config.directory_chooser),
             sessions: sessions::SessionState::new(orphans),
-            // A new file system has no locks to reclaim.
-            locks: LockTable::until_served(if first_start {
-                Duration::ZERO
-            } else {
-                config.lock_grace
-            }),
+            locks,
+            answers_before_sync: !config.sync_every_change,
+            recovery,
             inside: subtree::Inside::default(),
             grants: Arc::default(),
             check_progress: Mutex::default(),
@@ -218,11 +259,13 @@ impl Meta {
             ),
             workers: Mutex::default(),
         });
-        meta.recover_from_store();
-        // Operations a crash interrupted are finished at once.
+        // Operations a crash interrupted are finished at once (`work_loop` first learns from
+        // the store what they are, once the clients' replays are made again).
         meta.background.work.notify_one();
         meta.moves.mover.notify_one();
         let runtime = tokio::runtime::Handle::current();
+        let watcher = Arc::clone(&meta);
+        runtime.spawn(async move { watcher.watch_recovery().await });
         let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
         let mover = runtime.spawn(Arc::clone(&meta).move_loop());
         meta.workers
@@ -236,7 +279,7 @@ impl Meta {
     /// files whose size no client reported yet, and the sessions with stored replies (expired
     /// like any seen here, so the replies of a client that went away while this server was
     /// down are dropped too).
-    fn recover_from_store(&self) {
+    pub(super) fn recover_from_store(&self) {
         match self.read(spread_directories) {
             Ok(dirs) => self
                 .intents
@@ -408,12 +451,17 @@ impl Meta {
     /// Serves `request`, after the checks its client's rule asks of this server: that every
     /// inode it names lies in the client's subtree (see [`subtree`]), and for a caller of a
     /// client that squashes root, its access as a kernel would check it (see [`access`]).
-    pub(crate) async fn serve(
-        &self,
-        mut request: MetaRequest,
-        checks: Checks,
-    ) -> Reply<MetaResponse> {
-        if !*self.background.settled.borrow() {
+    pub(crate) async fn serve(&self, request: MetaRequest, checks: Checks) -> Reply<MetaResponse> {
+        // Boxed: the request's future is large, and is moved into the scope that keeps its
+        // numbered change.
+        self.serve_numbered(Box::pin(self.serve_checked(request, checks)))
+            .await
+    }
+
+    async fn serve_checked(&self, mut request: MetaRequest, checks: Checks) -> Reply<MetaResponse> {
+        // Replays come first, and a client asks the lock epoch to learn it must replay.
+        let replaying = matches!(request, MetaRequest::Replay { .. } | MetaRequest::LockEpoch);
+        if !replaying && !*self.background.settled.borrow() {
             let mut settled = self.background.settled.subscribe();
             let _ = settled.wait_for(|settled| *settled).await;
         }
@@ -648,24 +696,41 @@ impl Meta {
         op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<MetaResponse, OpError> + Send + 'static,
     ) -> Result<MetaResponse, OpError> {
         let op = self.mutation_op(mutation, op)?;
-        let result = self.committer.run(Box::new(op)).await;
+        let result = self.committer.run_eventual(Box::new(op)).await;
         self.background.work.notify_one();
-        result
+        result.map(numbered::keep)
+    }
+
+    /// What numbers a change here ([`numbered::numbered`]): this home, this start, whether it
+    /// answers before the sync, and the key of the proofs.
+    fn numbering(&self) -> ((NodeId, u64, bool), Option<weft_net::kept::ChangeProofs>) {
+        (
+            (self.node, self.locks.epoch(), self.answers_before_sync),
+            self.cluster.change_proofs().cloned(),
+        )
     }
 
     /// `op` as mutation `mutation` of its session, to run in a commit: with this home's
-    /// context, answered from its stored reply when it ran before, and its reply kept.
-    /// Refused at once for a session that expired here.
+    /// context, answered from its stored reply when it ran before, its reply kept, and its
+    /// change numbered ([`numbered::numbered`]). Refused at once for a session that expired
+    /// here.
     fn mutation_op(
         &self,
         mutation: MutationId,
         op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<MetaResponse, OpError> + Send + 'static,
     ) -> Result<
-        impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError> + Send + 'static,
+        impl FnOnce(&WriteTransaction) -> Result<(MetaResponse, crate::commit::Answered), OpError>
+            + Send
+            + 'static,
         OpError,
     > {
         self.admit_session(mutation.client)?;
         let context = self.context();
-        Ok(move |txn: &WriteTransaction| idempotent(txn, mutation, |txn| op(txn, &context)))
+        let (start, proofs) = self.numbering();
+        Ok(move |txn: &WriteTransaction| {
+            numbered::numbered(txn, start, (mutation, proofs.as_ref()), |txn| {
+                idempotent(txn, mutation, |txn| op(txn, &context))
+            })
+        })
     }
 }

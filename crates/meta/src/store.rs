@@ -44,6 +44,14 @@ fn log_failed(error: std::io::Error) -> StoreError {
     StoreError::Sync(Arc::new(error))
 }
 
+/// Rows of a table `name` that this build does not have, read back from the log or a replay.
+fn unknown_table(name: &str) -> StoreError {
+    log_failed(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("rows of a table {name:?} this build does not have"),
+    ))
+}
+
 /// A key's bytes, ordered as its table orders its keys.
 #[derive(Clone)]
 struct OrderedKey {
@@ -119,6 +127,8 @@ struct TableType {
     order: fn(&[u8], &[u8]) -> Ordering,
     /// Writes rows into the table in a redb transaction (made for the table's types).
     apply: fn(&redb::WriteTransaction, &str, &Rows) -> Result<(), StoreError>,
+    /// Whether the table holds a row of a key's bytes, in a redb transaction.
+    holds: fn(&redb::WriteTransaction, &str, &[u8]) -> Result<bool, StoreError>,
 }
 
 impl TableType {
@@ -126,8 +136,19 @@ impl TableType {
         TableType {
             order: K::compare,
             apply: apply_rows::<K, V>,
+            holds: holds_row::<K, V>,
         }
     }
+}
+
+fn holds_row<K: Key + 'static, V: Value + 'static>(
+    txn: &redb::WriteTransaction,
+    name: &str,
+    key: &[u8],
+) -> Result<bool, StoreError> {
+    let table = txn.open_table(TableDefinition::<K, V>::new(name))?;
+    let holds = redb::ReadableTable::get(&table, K::from_bytes(key))?.is_some();
+    Ok(holds)
 }
 
 /// What has changed in one table.
@@ -642,6 +663,15 @@ impl WriteTransaction {
         (key, value): (OrderedKey, Option<Bytes>),
         added: i64,
     ) {
+        self.change_of((name, TableType::of::<K, V>()), (key, value), added);
+    }
+
+    fn change_of(
+        &self,
+        (name, kind): (&str, TableType),
+        (key, value): (OrderedKey, Option<Bytes>),
+        added: i64,
+    ) {
         log::encode_row(
             &mut self.record.borrow_mut(),
             name,
@@ -650,7 +680,7 @@ impl WriteTransaction {
         );
         self.changes
             .borrow_mut()
-            .set((name, TableType::of::<K, V>()), (key, value), added);
+            .set((name, kind), (key, value), added);
     }
 
     /// Removes `key`, which the stored table holds if `stored`: a removal is kept (and laid
@@ -661,12 +691,87 @@ impl WriteTransaction {
         key: OrderedKey,
         stored: bool,
     ) {
+        self.remove_of((name, TableType::of::<K, V>()), key, stored);
+    }
+
+    fn remove_of(&self, (name, kind): (&str, TableType), key: OrderedKey, stored: bool) {
         if stored {
-            self.change::<K, V>(name, (key, None), -1);
+            self.change_of((name, kind), (key, None), -1);
         } else {
             log::encode_row(&mut self.record.borrow_mut(), name, &key.bytes, None);
             self.changes.borrow_mut().forget(name, &key);
         }
+    }
+
+    /// Where the rows changed so far end: those changed after are [`WriteTransaction::rows_since`]
+    /// it.
+    pub(crate) fn mark(&self) -> usize {
+        self.record.borrow().len()
+    }
+
+    /// The rows changed since `mark`, in the order made and the log's encoding: one change's
+    /// rows, which [`WriteTransaction::apply_rows`] makes again.
+    pub(crate) fn rows_since(&self, mark: usize) -> Vec<u8> {
+        self.record.borrow()[mark..].to_vec()
+    }
+
+    /// Makes the rows of `rows` (from [`WriteTransaction::rows_since`], in this store) again,
+    /// in order, as the change that made them did.
+    ///
+    /// # Errors
+    /// The rows do not decode, or name a table this store does not have.
+    pub(crate) fn apply_rows(&self, rows: &[u8]) -> Result<(), StoreError> {
+        let rows = log::decode_rows(rows).ok_or_else(|| {
+            log_failed(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a change's rows do not decode",
+            ))
+        })?;
+        for (table, key, value) in rows {
+            let kind = self.table_type(&table)?;
+            let key = OrderedKey {
+                bytes: Arc::from(key),
+                order: kind.order,
+            };
+            let changed = self
+                .changes
+                .borrow()
+                .0
+                .get(&table)
+                .and_then(|changes| changes.rows.get(&key).cloned());
+            let stored = (kind.holds)(&self.redb, &table, &key.bytes)?;
+            let holds = changed.map_or(stored, |value| value.is_some());
+            match value {
+                Some(value) => self.change_of(
+                    (&table, kind),
+                    (key, Some(Arc::from(value))),
+                    i64::from(!holds),
+                ),
+                None if holds => self.remove_of((&table, kind), key, stored),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The type of table `name`, which a commit opened since the store opened.
+    fn table_type(&self, name: &str) -> Result<TableType, StoreError> {
+        let known = self
+            .store
+            .types
+            .lock()
+            .expect("table types poisoned")
+            .get(name)
+            .copied();
+        known
+            .or_else(|| {
+                self.new_tables
+                    .borrow()
+                    .iter()
+                    .find(|(new, _)| new == name)
+                    .map(|(_, kind)| *kind)
+            })
+            .ok_or_else(|| unknown_table(name))
     }
 
     /// The names of the tables the store holds, for a store's upgrade.
@@ -917,15 +1022,7 @@ impl Store {
         {
             let types = self.shared.types.lock().expect("table types poisoned");
             for (table, key, value) in records.into_iter().flat_map(|(_, rows)| rows) {
-                let kind = *types.get(&table).ok_or_else(|| {
-                    log_failed(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!(
-                            "the store's change log has rows of a table {table:?} this build does not \
-                             have"
-                        ),
-                    ))
-                })?;
+                let kind = *types.get(&table).ok_or_else(|| unknown_table(&table))?;
                 let key = OrderedKey {
                     bytes: Arc::from(key),
                     order: kind.order,
@@ -1004,6 +1101,15 @@ impl Store {
                 .is_some_and(|log| {
                     log.used() < checkpoint_bytes && log.fits(txn.record.borrow().len())
                 })
+    }
+
+    /// Whether the store has a change log (a home's own store does).
+    pub(crate) fn logs(&self) -> bool {
+        self.shared
+            .log
+            .lock()
+            .expect("store log poisoned")
+            .is_some()
     }
 
     /// Bytes of the log's records appended without a sync, which a crash would lose.
@@ -1145,25 +1251,35 @@ mod tests {
         assert_eq!(names.len().expect("len"), model.1.len() as u64);
     }
 
-    #[test]
-    fn every_read_sees_the_rows_logged_or_checkpointed_before_it_and_a_reopening_keeps_them() {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("store.redb");
-        let (mut store, _) = Store::create(&path).expect("store");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut model: Model = Default::default();
+    /// A store with the two tables of the test, opened.
+    fn opened(path: &std::path::Path) -> (Store, log::Logged) {
+        let (store, logged) = Store::create(path).expect("store");
         let txn = store.begin_write().expect("txn");
         txn.open_table(NUMBERS).expect("numbers");
         txn.open_table(NAMES).expect("names");
         txn.commit(Commit::Checkpoint { durable: true })
             .expect("commit");
+        (store, logged)
+    }
+
+    #[test]
+    fn every_read_sees_the_rows_logged_or_checkpointed_before_it_and_a_reopening_keeps_them() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("store.redb");
+        let (mut store, _) = opened(&path);
+        // Made again from each change's rows, in order, as a replay makes them.
+        let (copy, _) = opened(&dir.path().join("copy.redb"));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut model: Model = Default::default();
         for batch in 0..60 {
             let txn = store.begin_write().expect("txn");
             let mut next = model.clone();
+            let mut changes = Vec::new();
             {
                 let mut numbers = txn.open_table(NUMBERS).expect("numbers");
                 let mut names = txn.open_table(NAMES).expect("names");
                 for _ in 0..rng.gen_range(1..40) {
+                    let mark = txn.mark();
                     let key = (rng.gen_range(0..300u64), rng.gen_range(0..3u64));
                     let name = format!("n{}", rng.gen_range(0..200u32));
                     match rng.gen_range(0..10) {
@@ -1198,12 +1314,18 @@ mod tests {
                             next.1.remove(&name);
                         }
                     }
+                    changes.push(txn.rows_since(mark));
                     check(&numbers, &names, &next, &mut rng);
                 }
             }
             if rng.gen_range(0..5) == 0 {
                 txn.abort().expect("abort");
             } else {
+                let made = copy.begin_write().expect("txn");
+                for rows in &changes {
+                    made.apply_rows(rows).expect("the rows of a change");
+                }
+                made.commit(Commit::Logged { sync: false }).expect("commit");
                 // Logged, or now and then a checkpoint of every row logged so far.
                 let how = if rng.gen_range(0..4) == 0 {
                     Commit::Checkpoint { durable: true }
@@ -1223,22 +1345,19 @@ mod tests {
             if batch % 15 == 14 {
                 // Opened again, as a start does: the rows its log holds go into the tables.
                 drop(store);
-                let (reopened, logged) = Store::create(&path).expect("store");
+                let (reopened, logged) = opened(&path);
                 store = reopened;
-                let txn = store.begin_write().expect("txn");
-                txn.open_table(NUMBERS).expect("numbers");
-                txn.open_table(NAMES).expect("names");
-                txn.commit(Commit::Checkpoint { durable: true })
-                    .expect("commit");
                 if store.replay_log(logged).expect("replay") && rng.gen_range(0..2) == 0 {
                     store.restart_log().expect("restart the log");
                 }
                 assert!(!store.has_logged_rows());
             }
-            let read = store.begin_read().expect("read");
-            let numbers = read.open_table(NUMBERS).expect("numbers");
-            let names = read.open_table(NAMES).expect("names");
-            check(&numbers, &names, &model, &mut rng);
+            for store in [&store, &copy] {
+                let read = store.begin_read().expect("read");
+                let numbers = read.open_table(NUMBERS).expect("numbers");
+                let names = read.open_table(NAMES).expect("names");
+                check(&numbers, &names, &model, &mut rng);
+            }
         }
     }
 }

@@ -66,10 +66,10 @@ fn fixture() -> Fixture {
     );
     Fixture {
         committer: Committer::start(
-            Arc::clone(&db),
+            (Arc::clone(&db), 0),
             None,
             metrics.clone(),
-            crate::config::CHECKPOINT_BYTES_DEFAULT,
+            (crate::config::CHECKPOINT_BYTES_DEFAULT, false, None),
         ),
         metrics,
         _directory: directory,

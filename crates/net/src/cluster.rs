@@ -4,6 +4,7 @@
 use crate::auth::Identity;
 use crate::capability::Capabilities;
 use crate::client::{RpcClientOptions, RpcError};
+use crate::kept::{ChangeProofs, KeptChanges};
 use crate::retry::RetryPolicy;
 use crate::stubs::{MetaClient, MgmtClient, StorageClient};
 use std::collections::HashMap;
@@ -42,9 +43,14 @@ pub struct ClusterView {
     meta: Mutex<HashMap<NodeId, Arc<MetaClient>>>,
     /// Clients per metadata node, for mirror traffic.
     meta_nodes: Mutex<HashMap<NodeId, Arc<MetaClient>>>,
+    /// Per metadata home, the changes it answered that its disk may not have yet: they
+    /// outlive the home's client, which a move of the home replaces.
+    kept: Mutex<HashMap<NodeId, Arc<KeptChanges>>>,
     storage: Mutex<HashMap<NodeId, (String, Arc<StorageClient>)>>,
     /// The capability key, for a process holding the cluster key.
     capabilities: Option<Capabilities>,
+    /// The key of numbered changes' proofs, for a process holding the cluster key.
+    change_proofs: Option<ChangeProofs>,
 }
 
 /// Shortest time between two fetches of the map for a session it does not list.
@@ -78,11 +84,13 @@ impl ClusterView {
                 },
             ),
             capabilities: Capabilities::of(&options.auth),
+            change_proofs: ChangeProofs::of(&options.auth),
             options,
             map: RwLock::default(),
             fetched: tokio::sync::Mutex::new(None),
             meta: Mutex::default(),
             meta_nodes: Mutex::default(),
+            kept: Mutex::default(),
             storage: Mutex::default(),
         }
     }
@@ -220,6 +228,11 @@ impl ClusterView {
     /// The capability key, for a process holding the cluster key.
     pub fn capabilities(&self) -> Option<&Capabilities> {
         self.capabilities.as_ref()
+    }
+
+    /// The key of numbered changes' proofs, for a process holding the cluster key.
+    pub fn change_proofs(&self) -> Option<&ChangeProofs> {
+        self.change_proofs.as_ref()
     }
 
     /// That a storage request of a client whose access the servers decide
@@ -363,11 +376,30 @@ impl ClusterView {
                 Ok(Arc::clone(client))
             }
             _ => {
-                let client = Arc::new(MetaClient::new(address, route, self.options.clone()));
+                let client = Arc::new(
+                    MetaClient::new(address, route, self.options.clone())
+                        .keeping(self.kept_for(home)),
+                );
                 clients.insert(home, Arc::clone(&client));
                 Ok(client)
             }
         }
+    }
+
+    /// The changes of metadata home `home` this process keeps.
+    pub fn kept_for(&self, home: NodeId) -> Arc<KeptChanges> {
+        let mut kept = self.kept.lock().expect("kept changes poisoned");
+        Arc::clone(kept.entry(home).or_default())
+    }
+
+    /// The homes that answered this process changes before their sync, with what it keeps
+    /// of each.
+    pub fn homes_answering_early(&self) -> Vec<(NodeId, Arc<KeptChanges>)> {
+        let kept = self.kept.lock().expect("kept changes poisoned");
+        kept.iter()
+            .filter(|(_, kept)| kept.answered_by().is_some())
+            .map(|(home, kept)| (*home, Arc::clone(kept)))
+            .collect()
     }
 
     /// A client for metadata node `node` itself, whichever homes it serves: for the traffic

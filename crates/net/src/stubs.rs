@@ -6,7 +6,9 @@
 //! declares it answers (`weft_proto::answer`).
 
 use crate::client::{RpcClient, RpcClientOptions, RpcError};
+use crate::kept::KeptChanges;
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Duration;
 use weft_proto::access::{Caller, Capability};
 use weft_proto::answer::Answer;

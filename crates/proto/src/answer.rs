@@ -103,7 +103,7 @@ answers!(MetaResponse {
     Vec<String>: MetaResponse::XattrNames(names) => names;
     CheckReport: MetaResponse::CheckReport(report) => report;
     Option<LockRange>: MetaResponse::LockConflict(conflict) => conflict;
-    u64: MetaResponse::LockEpoch(epoch) => epoch;
+    u64: MetaResponse::LockEpoch(epoch) => epoch, MetaResponse::Synced(number) => number;
     Vec<InodeId>: MetaResponse::Inodes(inodes) => inodes;
     CheckProgress: MetaResponse::CheckProgress(progress) => progress;
     (InodeAttr, Option<Capability>):
@@ -234,7 +234,7 @@ pub trait Service {
 /// In debug builds, when the reply is a response that does not fit.
 pub fn debug_check<R: std::fmt::Debug>(
     op: &str,
-    fits: fn(&R) -> bool,
+    fits: impl Fn(&R) -> bool,
     reply: &Result<R, crate::error::WireError>,
 ) {
     if let Ok(response) = reply {

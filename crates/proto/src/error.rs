@@ -112,6 +112,10 @@ pub enum ErrorCode {
     /// The object moved to another target (its file was migrated, or its target drained):
     /// the caller fetches the file's layout again and asks where it says.
     Moved = 2009,
+    /// A change its metadata home answered before its sync was lost in a restart and not made
+    /// again: a change made before it was lost with its client (docs/design/crash-consistency.md,
+    /// "Durability by replay"). EIO.
+    Evicted = 2010,
 
     // Management, 3xxx.
     /// The node id is not registered.
@@ -221,6 +225,7 @@ impl ErrorCode {
             | ErrorCode::TargetPoisoned
             | ErrorCode::UnknownTarget
             | ErrorCode::Superseded
+            | ErrorCode::Evicted
             | ErrorCode::QuotaExceeded
             | ErrorCode::UnknownNode
             | ErrorCode::NotLeader
@@ -237,7 +242,7 @@ impl ErrorCode {
             ErrorCode::Unavailable | ErrorCode::UnknownTarget | ErrorCode::UnknownNode => libc::EIO,
             ErrorCode::NotLeader => libc::EIO,
             ErrorCode::StaleRoute | ErrorCode::TruncatePending | ErrorCode::Superseded => libc::EIO,
-            ErrorCode::Moved => libc::EIO,
+            ErrorCode::Moved | ErrorCode::Evicted => libc::EIO,
             ErrorCode::UnknownSession | ErrorCode::VersionMismatch | ErrorCode::WrongService => {
                 libc::EIO
             }

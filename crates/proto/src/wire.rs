@@ -278,6 +278,14 @@ field_since!(
     13
 );
 
+field_since!(
+    /// A field added in protocol version 14 that an older peer does without (the session a
+    /// size report is made in, which a server of version 13 does not number): left out of
+    /// encodings for version 13, and its default when decoded from it.
+    since_14,
+    14
+);
+
 set_field_since!(
     /// A field added in protocol version 6 that an older peer must not go without (the
     /// storage mirror group a push of a mirrored object is from): left out of encodings for

@@ -131,6 +131,7 @@ impl Client {
                         if error.code().recovery() == Recovery::Reclaim
                             && weft_net::retry::time_left(GRACE_POLL) =>
                     {
+                        let _ = self.replay_changes().await;
                         self.reclaim().await;
                         tokio::time::sleep(GRACE_POLL).await;
                     }

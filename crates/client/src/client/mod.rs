@@ -48,6 +48,8 @@ pub struct Client {
     pub(crate) files: crate::file::OpenFiles,
     /// Closed handles not told to their metadata servers yet, by home ([`Client::release_soon`]).
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
+    /// Held while this client replays its changes ([`Client::replay_changes`]).
+    replaying: tokio::sync::Mutex<()>,
 }
 
 /// Renews `client`'s session every `interval` until the client is gone, on a thread with a
@@ -117,6 +119,9 @@ const RELEASE_GATHER: Duration = Duration::from_millis(2);
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
 const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
 
+/// Most changes sent back in one replay request (each a few hundred bytes of rows).
+const REPLAY_CHANGES_PER_REQUEST: usize = 1024;
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
@@ -181,6 +186,7 @@ impl Client {
             spread: Mutex::default(),
             files: crate::file::OpenFiles::new(config.write_behind_bytes, config.read_ahead_bytes),
             releases: Mutex::default(),
+            replaying: tokio::sync::Mutex::default(),
             unserved: crate::unserved::Unserved::default(),
         });
         let interval = heartbeat_interval(config.heartbeat_interval, session.timeout);
@@ -203,6 +209,7 @@ impl Client {
                     return;
                 };
                 let _ = client.cluster.refresh().await;
+                let _ = client.replay_changes().await;
                 client.reclaim().await;
             }
         });
@@ -360,6 +367,104 @@ impl Client {
         Fut: std::future::Future<Output = Result<T, RpcError>>,
     {
         Ok(self.cluster.call_meta(home, &self.retry, call).await?)
+    }
+
+    /// Waits until every metadata home has on disk the changes of this client it answered
+    /// before its sync (docs/design/crash-consistency.md, "Durability by replay"): what
+    /// `fsync`, `fdatasync` and `syncfs` wait for, beyond the data.
+    ///
+    /// # Errors
+    /// A home could not be reached.
+    pub async fn sync_changes(&self) -> Result<(), ClientError> {
+        for (home, kept) in self.cluster.homes_answering_early() {
+            let Some((incarnation, number)) = kept.highest() else {
+                continue;
+            };
+            let synced = self
+                .on_node(home, |meta| async move {
+                    meta.sync_home(incarnation, number).await
+                })
+                .await;
+            match synced {
+                Ok(_) => {}
+                // The home started again since: what it lost is on disk once replayed.
+                Err(error) if error.code().recovery() == Recovery::Reclaim => {
+                    self.replay_changes().await?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends back to every home that started again since it answered this client changes
+    /// before their sync what this client keeps of them, and says it sent everything: the home
+    /// waits for this before it serves again (docs/design/crash-consistency.md, "Durability by
+    /// replay").
+    ///
+    /// # Errors
+    /// `Evicted` when a home dropped changes of this client (one made before them was lost
+    /// with its client); a home that cannot be reached now is asked again at the next
+    /// heartbeat.
+    pub(crate) async fn replay_changes(&self) -> Result<(), ClientError> {
+        let _replaying = self.replaying.lock().await;
+        let mut outcome = Ok(());
+        for (home, kept) in self.cluster.homes_answering_early() {
+            let Ok(meta) = self.cluster.meta(home).await else {
+                continue;
+            };
+            let Ok(epoch) = meta.lock_epoch().await else {
+                continue;
+            };
+            if kept.answered_by() == Some(epoch) {
+                continue;
+            }
+            let changes = kept.waiting();
+            let mut chunks: Vec<Vec<_>> = changes
+                .chunks(REPLAY_CHANGES_PER_REQUEST)
+                .map(<[_]>::to_vec)
+                .collect();
+            if chunks.is_empty() {
+                chunks.push(Vec::new());
+            }
+            let last = chunks.len() - 1;
+            let client = self.id();
+            let mut replayed = Ok(());
+            for (index, chunk) in chunks.into_iter().enumerate() {
+                let sent = self
+                    .on_node(home, |meta| {
+                        let chunk = chunk.clone();
+                        async move { meta.replay(client, chunk, index == last).await }
+                    })
+                    .await;
+                if let Err(error) = sent {
+                    replayed = Err(error);
+                    break;
+                }
+            }
+            match replayed {
+                Ok(()) => {
+                    if !changes.is_empty() {
+                        tracing::info!(
+                            home = home.0,
+                            changes = changes.len(),
+                            "replayed changes a metadata server lost in its restart"
+                        );
+                    }
+                    kept.replayed(epoch);
+                }
+                Err(error) if error.code() == weft_proto::ErrorCode::Evicted => {
+                    tracing::error!(home = home.0, %error, "changes of this client were lost");
+                    kept.replayed(epoch);
+                    outcome = Err(error);
+                }
+                // Sent again at the next heartbeat.
+                Err(error) => {
+                    tracing::warn!(home = home.0, %error, "replaying changes failed; trying again");
+                }
+            }
+        }
+        outcome
     }
 
     /// Remembers the shards of a spread directory.
@@ -534,8 +639,9 @@ impl Client {
     ) -> Result<InodeAttr, ClientError> {
         // What was written went through an open for writing: its capability shows it.
         let granted = self.session.opens.capability(inode, WRITE, self.id());
+        let client = Some(self.id());
         self.through_grace(inode, |meta| async move {
-            meta.report_size(inode, report, granted).await
+            meta.report_size(inode, report, granted, client).await
         })
         .await
     }

@@ -205,14 +205,17 @@ impl Filesystem for WeftFs {
 
     fn fsyncdir(
         &self,
-        _request: &Request,
+        request: &Request,
         _ino: INodeNo,
         _handle: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Every change of a directory is committed and synced before it is answered.
-        reply.ok();
+        // A change of a directory is on its home's disk once answered, or kept by this client
+        // until it is: the sync waits for every home to have what is kept.
+        self.spawn(request, |state| async move {
+            reply_empty(reply, state.client.sync_changes().await);
+        });
     }
 
     fn lookup(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

@@ -121,6 +121,15 @@ impl Meta {
             | MetaRequest::QuotaUsage
             | MetaRequest::Migrate { .. }
             | MetaRequest::ReplicaApply { .. }) => self.serve_member_step(request).await,
+            MetaRequest::SyncHome {
+                incarnation,
+                number,
+            } => self.sync_home(incarnation, number).await,
+            MetaRequest::Replay {
+                client,
+                changes,
+                done,
+            } => self.replay(client, changes, done).await,
         };
         result.map_err(OpError::into_wire)
     }
@@ -229,11 +238,38 @@ impl Meta {
                 .await
                 .map(|()| MetaResponse::Done)
                 .map_err(OpError::Rejected),
-            MetaRequest::ReportSize { inode, report, .. } => {
+            MetaRequest::ReportSize {
+                inode,
+                report,
+                client,
+                ..
+            } => {
+                // A home that answers before the sync numbers the report as its client's
+                // change (unless the client waits for the disk): a later change of the file's
+                // inode or of its owner's usage, which the client replays, holds its effect.
+                let numbering = client
+                    .filter(|_| self.answers_before_sync && !report.durable)
+                    .map(|client| {
+                        let mutation = MutationId {
+                            client,
+                            seq: 0,
+                            oldest_pending: 0,
+                        };
+                        (self.numbering(), mutation)
+                    });
                 let reported = self
                     .committer
-                    .run_eventual(Box::new(move |txn| report_size(txn, inode, report)))
-                    .await;
+                    .run_eventual(Box::new(move |txn| match numbering {
+                        Some(((start, proofs), mutation)) => super::numbered::numbered(
+                            txn,
+                            start,
+                            (mutation, proofs.as_ref()),
+                            |txn| report_size(txn, inode, report).map(|(response, _)| response),
+                        ),
+                        None => report_size(txn, inode, report),
+                    }))
+                    .await
+                    .map(super::numbered::keep);
                 if reported.is_ok() {
                     self.recount_rooms(inode);
                 }

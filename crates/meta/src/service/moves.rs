@@ -341,6 +341,8 @@ impl Meta {
 
     /// Works off the moves recorded, one file at a time, until the home stops.
     pub(super) async fn move_loop(self: Arc<Self>) {
+        // What clients replay comes before anything this home does on its own.
+        self.recovery.wait_closed().await;
         loop {
             let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, self.moves.mover.notified()).await;
             self.scan_draining().await;

@@ -61,6 +61,10 @@ pub(super) const DISPOSE_BATCH_FILES: usize = 64;
 /// Works off the durable queues: truncates that did not reach all targets and objects of
 /// removed files. A target that is down gets its work when it comes back.
 pub(super) async fn work_loop(meta: Arc<Meta>) {
+    // What clients replay comes before anything this home does on its own, and before what
+    // the store says is left to do.
+    meta.recovery.wait_closed().await;
+    meta.recover_from_store();
     loop {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.background.work.notified()).await;
         // First: requests wait for it, and finishing an intent may ask another server.

@@ -156,18 +156,9 @@ pub(crate) fn encode_row(payload: &mut Vec<u8>, table: &str, key: &[u8], value: 
     }
 }
 
-/// The rows of a record's payload.
-fn decode_rows(path: &Path, mut payload: &[u8]) -> std::io::Result<Vec<LoggedRow>> {
-    let damaged = || {
-        Error::new(
-            ErrorKind::InvalidData,
-            format!(
-                "store change log {}: a record whose checksum holds has rows that do not \
-                 decode; the log is from another build or damaged",
-                path.display()
-            ),
-        )
-    };
+/// The rows of a record's payload (or of one change's, [`crate::store::WriteTransaction::rows_since`]);
+/// `None` when they do not decode.
+pub(crate) fn decode_rows(mut payload: &[u8]) -> Option<Vec<LoggedRow>> {
     fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         let (taken, rest) = bytes.split_at_checked(n)?;
         *bytes = rest;
@@ -182,24 +173,21 @@ fn decode_rows(path: &Path, mut payload: &[u8]) -> std::io::Result<Vec<LoggedRow
     }
     let mut rows = Vec::new();
     while !payload.is_empty() {
-        let row = (|| {
-            let n = length(&mut payload, 2)?;
-            let table = String::from_utf8(take(&mut payload, n)?.to_vec()).ok()?;
-            let n = length(&mut payload, 4)?;
-            let key = take(&mut payload, n)?.to_vec();
-            let value = match take(&mut payload, 1)?[0] {
-                0 => None,
-                1 => {
-                    let n = length(&mut payload, 4)?;
-                    Some(take(&mut payload, n)?.to_vec())
-                }
-                _ => return None,
-            };
-            Some((table, key, value))
-        })();
-        rows.push(row.ok_or_else(damaged)?);
+        let n = length(&mut payload, 2)?;
+        let table = String::from_utf8(take(&mut payload, n)?.to_vec()).ok()?;
+        let n = length(&mut payload, 4)?;
+        let key = take(&mut payload, n)?.to_vec();
+        let value = match take(&mut payload, 1)?[0] {
+            0 => None,
+            1 => {
+                let n = length(&mut payload, 4)?;
+                Some(take(&mut payload, n)?.to_vec())
+            }
+            _ => return None,
+        };
+        rows.push((table, key, value));
     }
-    Ok(rows)
+    Some(rows)
 }
 
 /// The change log of one store (see the module's documentation).
@@ -300,7 +288,17 @@ impl Log {
             records: Vec::new(),
         };
         while let Some((payload, len)) = log.read_record()? {
-            logged.records.push((log.seq, decode_rows(path, &payload)?));
+            let rows = decode_rows(&payload).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidData,
+                    format!(
+                        "store change log {}: a record whose checksum holds has rows that do \
+                         not decode; the log is from another build or damaged",
+                        path.display()
+                    ),
+                )
+            })?;
+            logged.records.push((log.seq, rows));
             log.tail += len;
             log.seq += 1;
         }

@@ -32,6 +32,8 @@ pub fn caller() -> Caller {
 pub struct MetaClient {
     rpc: RpcClient,
     route: MetaRoute,
+    /// The changes the home answered that its disk may not have yet.
+    kept: Arc<KeptChanges>,
 }
 
 impl MetaClient {
@@ -44,7 +46,18 @@ impl MetaClient {
         MetaClient {
             rpc: RpcClient::new(address, options),
             route,
+            kept: Arc::default(),
         }
+    }
+
+    /// This client, keeping the home's changes in `kept`.
+    pub fn keeping(self, kept: Arc<KeptChanges>) -> MetaClient {
+        MetaClient { kept, ..self }
+    }
+
+    /// The changes the home answered that its disk may not have yet.
+    pub fn kept(&self) -> &KeptChanges {
+        &self.kept
     }
 
     /// The server's address.
@@ -83,7 +96,8 @@ impl MetaClient {
         request: MetaRequest,
         payload: Bytes,
     ) -> Result<(MetaResponse, Bytes), RpcError> {
-        self.rpc
+        let (response, payload) = self
+            .rpc
             .call(
                 &Request::Meta(
                     self.route,
@@ -92,7 +106,23 @@ impl MetaClient {
                 ),
                 payload,
             )
-            .await
+            .await?;
+        let response = match response {
+            MetaResponse::Numbered {
+                reply,
+                change,
+                synced,
+            } => {
+                self.kept.answered(change, synced);
+                *reply
+            }
+            MetaResponse::Synced(synced) => {
+                self.kept.synced(synced);
+                MetaResponse::Synced(synced)
+            }
+            other => other,
+        };
+        Ok((response, payload))
     }
 }
 

@@ -14,6 +14,28 @@ pub struct MutationId {
     pub oldest_pending: u64,
 }
 
+/// A client's change to a home, numbered by the home in the order it made its changes: what
+/// the client keeps until the home's last synced number covers it, and sends back
+/// ([`MetaRequest::Replay`]) when the home restarts without it (docs/design/crash-consistency.md,
+/// "Durability by replay").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumberedChange {
+    /// The start of the home that made it: its lock epoch ([`MetaRequest::LockEpoch`]), new
+    /// at every start. A home that started since tells a change it lost from one it made.
+    pub incarnation: u64,
+    /// Its number among the home's changes.
+    pub number: u64,
+    /// The request that made it.
+    pub mutation: MutationId,
+    /// The rows it made, as the home's store encodes them; empty when the change was on disk
+    /// when it was answered, and there is nothing to keep.
+    pub rows: Vec<u8>,
+    /// The home's proof that it made these rows with this number for this mutation (an
+    /// HMAC-SHA256 under a key only the cluster's members derive); empty in a cluster without
+    /// a key, or with `rows`.
+    pub proof: Vec<u8>,
+}
+
 /// The kind of a non-directory inode a create makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Wire)]
 pub enum FileKind {
@@ -490,7 +512,7 @@ pub enum MetaRequest {
     ///
     /// Fails with `NotFound`.
     #[wire(tag = 14)]
-    #[request(changes, inodes(inode), sessions(granted), route = home(inode), answer = InodeAttr)]
+    #[request(changes, inodes(inode), sessions(granted, client), route = home(inode), answer = InodeAttr)]
     ReportSize {
         /// The file.
         inode: InodeId,
@@ -500,6 +522,11 @@ pub enum MetaRequest {
         /// servers check: what it wrote through it is reported whatever the mode says now.
         #[serde(default, with = "crate::wire::since_8")]
         granted: Option<Capability>,
+        /// The session of the client reporting: a home that answers changes before their
+        /// sync numbers the report as that session's change, which the client keeps
+        /// ([`NumberedChange`]); without it, the report is answered once durable.
+        #[serde(default, with = "crate::wire::since_14")]
+        client: Option<ClientId>,
     },
     /// Sets an extended attribute (including `system.posix_acl_*`).
     ///
@@ -841,6 +868,37 @@ pub enum MetaRequest {
         #[serde(default, with = "crate::wire::since_5_set")]
         pattern: Option<(u32, u16)>,
     },
+    /// Waits until every change this home numbered up to `number` is on disk (and on every
+    /// present mirror member), syncing them now: what `fsync`, `syncfs` and synchronous opens
+    /// wait for. Answered with the home's last synced number.
+    ///
+    /// Fails with `InGrace` when the home started again since `incarnation`.
+    #[wire(tag = 41, since = 14)]
+    #[request(reads, answer = u64)]
+    SyncHome {
+        /// The start of the home that numbered the caller's changes: a home that started
+        /// since answers `InGrace` (the caller replays them first).
+        incarnation: u64,
+        /// The highest number the caller holds a change of.
+        number: u64,
+    },
+    /// A client's changes that the home answered but did not have on disk when it restarted,
+    /// sent back in the order of their numbers within the home's recovery window: the home
+    /// makes their rows again, in the order of the numbers across clients. `done` says the
+    /// client has sent every change it kept for the home.
+    ///
+    /// Fails with `Evicted` for changes the home dropped (a change numbered before them was
+    /// lost with its client), `InvalidArgument` for a change the home did not make.
+    #[wire(tag = 42, since = 14)]
+    #[request(changes, sessions(client), answer = ())]
+    Replay {
+        /// The session.
+        client: ClientId,
+        /// Its changes, in the order of their numbers.
+        changes: Vec<NumberedChange>,
+        /// Whether these are the last the client kept.
+        done: bool,
+    },
 }
 
 impl MetaRequest {
@@ -994,15 +1052,40 @@ pub enum MetaResponse {
         /// The directory, unless it is spread over several servers.
         parent: Option<InodeAttr>,
     },
+    /// A client's change, numbered ([`NumberedChange`]), with the answer of the request that
+    /// made it and the home's last synced number when it was answered. A peer older than
+    /// version 14 is answered the answer alone ([`MetaResponse::spoken_to`]).
+    #[wire(tag = 40, since = 14)]
+    Numbered {
+        /// The request's own answer.
+        reply: Box<MetaResponse>,
+        /// The change.
+        change: NumberedChange,
+        /// The highest number the home had on disk.
+        synced: u64,
+    },
+    /// The home's last synced number ([`MetaRequest::SyncHome`]).
+    #[wire(tag = 41, since = 14)]
+    Synced(u64),
 }
 
 impl MetaResponse {
+    /// The answer of the request itself: a numbered change's ([`MetaResponse::Numbered`])
+    /// carries it inside.
+    pub fn answer(&self) -> &MetaResponse {
+        match self {
+            MetaResponse::Numbered { reply, .. } => reply,
+            other => other,
+        }
+    }
+
     /// This answer as a peer speaking protocol `version` reads it: a variant that only adds
     /// to an older one's meaning becomes that older one.
     #[must_use]
     pub fn spoken_to(self, version: u16) -> MetaResponse {
         match self {
             MetaResponse::Removed { .. } if version < 11 => MetaResponse::Done,
+            MetaResponse::Numbered { reply, .. } if version < 14 => reply.spoken_to(version),
             other => other,
         }
     }

@@ -225,6 +225,7 @@ pub(crate) fn meta_requests() -> Vec<MetaRequest> {
                 allocated: 8192,
             },
             granted: Some(capability()),
+            client: Some(ClientId(9)),
         },
         MetaRequest::SetXattr {
             mutation: mutation(),
@@ -363,6 +364,15 @@ pub(crate) fn meta_requests() -> Vec<MetaRequest> {
             shards: 2,
             after_cookie: 5,
             max_entries: 100,
+        },
+        MetaRequest::SyncHome {
+            incarnation: 1_700_000_000,
+            number: 17,
+        },
+        MetaRequest::Replay {
+            client: ClientId(9),
+            changes: vec![numbered_change()],
+            done: true,
         },
     ]
 }

@@ -59,6 +59,12 @@ pub(crate) fn meta_responses() -> Vec<MetaResponse> {
         MetaResponse::Removed {
             parent: Some(attr()),
         },
+        MetaResponse::Numbered {
+            reply: Box::new(MetaResponse::Removed { parent: None }),
+            change: numbered_change(),
+            synced: 16,
+        },
+        MetaResponse::Synced(17),
         MetaResponse::DirEntriesPlus {
             entries: vec![
                 DirEntryPlus {

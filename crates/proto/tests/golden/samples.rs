@@ -30,6 +30,16 @@ pub(crate) fn capability() -> Capability {
     }
 }
 
+pub(crate) fn numbered_change() -> NumberedChange {
+    NumberedChange {
+        incarnation: 1_700_000_000,
+        number: 17,
+        mutation: mutation(),
+        rows: vec![1, 2, 3],
+        proof: vec![4; 32],
+    }
+}
+
 pub(crate) fn mutation() -> MutationId {
     MutationId {
         client: ClientId(7),

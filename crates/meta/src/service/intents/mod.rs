@@ -19,6 +19,7 @@ pub(super) mod rmdir;
 pub(super) mod spread;
 pub(super) mod unlink;
 
+use crate::commit::Answered;
 use crate::ops::intent::{
     intents, prepared_or_local, settled_below, Decided, Intent, IntentOp, Prepared,
 };
@@ -303,12 +304,22 @@ impl Meta {
         let local = self.mutation_op(mutation, local);
         let decided = self
             .committer
-            .run_with(move |txn| prepared_or_local(txn, prepare, |txn| local?(txn)))
+            .run_with_eventual(move |txn| {
+                let decided =
+                    prepared_or_local(txn, prepare, |txn| local?(txn).map(|(reply, _)| reply))?;
+                let answered = match &decided {
+                    Decided::Local(Ok(MetaResponse::Numbered { change, .. })) => {
+                        Answered::Numbered(change.number)
+                    }
+                    _ => Answered::Durable,
+                };
+                Ok((decided, answered))
+            })
             .await?;
         match decided {
             Decided::Local(answer) => {
                 self.background.work.notify_one();
-                answer
+                answer.map(super::numbered::keep)
             }
             Decided::Prepared(prepared) => self.drive(prepared, preparing, failpoint).await,
         }

@@ -1,0 +1,427 @@
+//! Numbered changes: every change a client's mutation makes at this home is given the next
+//! number of the home's changes, kept with its rows, and answered with its number, its rows
+//! and the home's last synced number ([`MetaResponse::Numbered`]), so that its client can
+//! keep what the home has not on disk yet (docs/design/crash-consistency.md, "Durability by
+//! replay").
+//!
+//! The change is numbered in its own transaction, after it ran: its number is one of its rows,
+//! so the start after a crash knows the last number on disk. A mutation answered from its
+//! kept reply, or refused, changed nothing to number (a refusal's kept reply is the one row
+//! it writes, which a client that got the refusal never asks for again).
+
+use super::Meta;
+use crate::commit::Answered;
+use crate::schema::{number_change, OpError, REPLAYERS};
+use crate::store::{ReadableTable, WriteTransaction};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
+use weft_net::kept::ChangeProofs;
+use weft_proto::ids::{ClientId, NodeId};
+use weft_proto::messages::{MetaResponse, MutationId, NumberedChange, Reply};
+use weft_proto::ErrorCode;
+
+tokio::task_local! {
+    /// The change the request being served made, numbered ([`Meta::serve`] answers with it).
+    static MADE: RefCell<Option<NumberedChange>>;
+}
+
+/// Runs `op`, mutation `mutation`'s change in `txn`, and numbers it if it changed anything
+/// (in the home's start `incarnation`):
+/// its answer is then [`MetaResponse::Numbered`], answered as [`Answered::Numbered`].
+/// With `replays`, the home answers changes before their sync: the first such change of a
+/// session in this start records the session among those the next start waits for
+/// ([`REPLAYERS`]), and is answered once durable, so that the record is on disk before the
+/// session holds anything to replay.
+pub(super) fn numbered(
+    txn: &WriteTransaction,
+    (home, incarnation, replays): (NodeId, u64, bool),
+    (mutation, proofs): (MutationId, Option<&ChangeProofs>),
+    op: impl FnOnce(&WriteTransaction) -> Result<MetaResponse, OpError>,
+) -> Result<(MetaResponse, Answered), OpError> {
+    let mark = txn.mark();
+    let reply = op(txn)?;
+    if txn.mark() == mark {
+        // Answered from its kept reply: nothing changed.
+        return Ok((reply, Answered::Durable));
+    }
+    let first = replays && {
+        let mut replayers = txn.open_table(REPLAYERS)?;
+        let known = replayers.get(mutation.client.0)?.map(|start| start.value());
+        if known != Some(incarnation) {
+            replayers.insert(mutation.client.0, incarnation)?;
+        }
+        known != Some(incarnation)
+    };
+    let number = number_change(txn)?;
+    let mut change = NumberedChange {
+        incarnation,
+        number,
+        mutation,
+        rows: txn.rows_since(mark),
+        proof: Vec::new(),
+    };
+    if let Some(proofs) = proofs {
+        change.proof = proofs.prove(home, &change);
+    }
+    let answered = if first {
+        Answered::Durable
+    } else {
+        Answered::Numbered(number)
+    };
+    Ok((
+        MetaResponse::Numbered {
+            reply: Box::new(reply),
+            change,
+            synced: 0,
+        },
+        answered,
+    ))
+}
+
+/// The answer of `reply`, a change's that [`numbered`] may have numbered: the numbered change
+/// is kept for the request's answer ([`serve_numbered`]).
+pub(super) fn keep(reply: MetaResponse) -> MetaResponse {
+    match reply {
+        MetaResponse::Numbered { reply, change, .. } => {
+            // Outside a request (a test's own call) nobody keeps it.
+            let _ = MADE.try_with(|made| {
+                let previous = made.borrow_mut().replace(change);
+                debug_assert!(previous.is_none(), "one numbered change per request");
+            });
+            *reply
+        }
+        reply => reply,
+    }
+}
+
+impl Meta {
+    /// Serves `serve`'s request, and answers it with the change it made, numbered, if it made
+    /// one: with its rows only while the home does not have it on disk.
+    pub(super) async fn serve_numbered(
+        &self,
+        serve: impl std::future::Future<Output = Reply<MetaResponse>>,
+    ) -> Reply<MetaResponse> {
+        let (reply, made) = MADE
+            .scope(RefCell::new(None), async {
+                let reply = serve.await;
+                (reply, MADE.with(RefCell::take))
+            })
+            .await;
+        match (reply, made) {
+            (Ok(reply), Some(mut change)) => {
+                let synced = self.committer.last_synced();
+                if change.number <= synced {
+                    change.rows = Vec::new();
+                }
+                Ok(MetaResponse::Numbered {
+                    reply: Box::new(reply),
+                    change,
+                    synced,
+                })
+            }
+            (reply, _) => reply,
+        }
+    }
+
+    /// Waits until every change numbered up to `number` by this start (`incarnation`) is on
+    /// disk, syncing now what is not: answers the home's last synced number.
+    pub(super) async fn sync_home(
+        &self,
+        incarnation: u64,
+        number: u64,
+    ) -> Result<MetaResponse, OpError> {
+        if incarnation != self.locks.epoch() {
+            return Err(OpError::rejected(
+                ErrorCode::InGrace,
+                format!(
+                    "metadata home {} started again since it numbered these changes: replay \
+                     them first",
+                    self.node
+                ),
+            ));
+        }
+        if self.committer.last_synced() < number {
+            // A change that waits for its batch's sync makes every change before it durable.
+            self.committer
+                .run(Box::new(|_| Ok(MetaResponse::Done)))
+                .await?;
+        }
+        Ok(MetaResponse::Synced(self.committer.last_synced()))
+    }
+}
+
+/// The replay of what a start lost: the changes its last run answered before their sync, which
+/// its clients keep and send back ([`MetaRequest::Replay`]) in the recovery window. They are
+/// made again strictly in the order of their numbers, from the first the store does not have;
+/// the window closes once every session the last run answered so said it sent everything, or
+/// at its deadline. A number nobody sent by then was lost with its client: it and every
+/// change after it are dropped, and their clients told (`Evicted`). Requests wait until the
+/// window closed (the start's settling waits for it), so nothing new is made before what the
+/// clients replay.
+///
+/// [`MetaRequest::Replay`]: weft_proto::messages::MetaRequest::Replay
+pub(super) struct Recovery {
+    /// The highest number the store had on disk when the home opened.
+    opened_at: u64,
+    window: Mutex<Window>,
+    /// True once the window closed.
+    closed: tokio::sync::watch::Sender<bool>,
+    /// One replay makes changes at a time.
+    making: tokio::sync::Mutex<()>,
+}
+
+struct Window {
+    /// The next number to make again.
+    next: u64,
+    /// Changes sent back whose number is not the next yet: one before it is still missing.
+    held: BTreeMap<u64, NumberedChange>,
+    /// Sessions that did not say yet they sent everything.
+    expected: HashSet<ClientId>,
+    deadline: Instant,
+    /// Once closed: the first number dropped, if any was.
+    dropped_from: Option<u64>,
+}
+
+impl Recovery {
+    /// The recovery of a start that opened with `opened_at` on disk, waiting for `expected`
+    /// until `deadline` (none expected: closed at once).
+    pub(super) fn new(opened_at: u64, expected: HashSet<ClientId>, deadline: Instant) -> Recovery {
+        let closed = expected.is_empty();
+        Recovery {
+            opened_at,
+            window: Mutex::new(Window {
+                next: opened_at + 1,
+                held: BTreeMap::new(),
+                expected,
+                deadline,
+                dropped_from: None,
+            }),
+            closed: tokio::sync::watch::Sender::new(closed),
+            making: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Waits until the window closed.
+    pub(super) async fn wait_closed(&self) {
+        let mut closed = self.closed.subscribe();
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+}
+
+impl Meta {
+    /// Serves a replay of `client`'s `changes`, sent back after this start (see [`Recovery`]);
+    /// with `done`, the client sent everything, and is answered once the window closed:
+    /// `Evicted` if any of its changes was dropped.
+    pub(super) async fn replay(
+        &self,
+        client: ClientId,
+        changes: Vec<NumberedChange>,
+        done: bool,
+    ) -> Result<MetaResponse, OpError> {
+        let recovery = &self.recovery;
+        let mut mine = Vec::new();
+        for change in changes {
+            if change.incarnation == self.locks.epoch() || change.number <= recovery.opened_at {
+                // Made by this start, or on disk before it: nothing to make again.
+                tracing::debug!(
+                    number = change.number,
+                    on_disk = recovery.opened_at,
+                    "a replayed change is on disk already"
+                );
+                continue;
+            }
+            if change.mutation.client != client {
+                return Err(OpError::rejected(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "session {client} sent back change {} of session {}: a client replays \
+                         only its own changes",
+                        change.number, change.mutation.client
+                    ),
+                ));
+            }
+            if let Some(proofs) = self.cluster.change_proofs() {
+                if !proofs.check(self.node, &change) {
+                    return Err(OpError::rejected(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "change {} that session {client} sent back was not made by metadata \
+                             home {}: its proof does not hold",
+                            change.number, self.node
+                        ),
+                    ));
+                }
+            }
+            mine.push(change.number);
+            let mut window = recovery.window.lock().expect("recovery window poisoned");
+            if window.next <= change.number {
+                window.held.insert(change.number, change);
+            }
+        }
+        self.make_held().await?;
+        if done {
+            let close = {
+                let mut window = recovery.window.lock().expect("recovery window poisoned");
+                window.expected.remove(&client);
+                window.expected.is_empty()
+            };
+            if close {
+                self.close_recovery().await;
+            }
+        }
+        if !done && !recovery.is_closed() {
+            return Ok(MetaResponse::Done);
+        }
+        recovery.wait_closed().await;
+        let dropped = {
+            let window = recovery.window.lock().expect("recovery window poisoned");
+            let from = window.dropped_from;
+            mine.iter()
+                .filter(|number| from.is_some_and(|from| **number >= from))
+                .count()
+        };
+        if dropped > 0 {
+            return Err(OpError::rejected(
+                ErrorCode::Evicted,
+                format!(
+                    "{dropped} of the changes session {client} kept for metadata home {} were \
+                     dropped: a change made before them was lost with its client when the \
+                     home restarted",
+                    self.node
+                ),
+            ));
+        }
+        Ok(MetaResponse::Done)
+    }
+
+    /// Makes again every held change whose number is the next, in order, durably.
+    async fn make_held(&self) -> Result<(), OpError> {
+        let recovery = &self.recovery;
+        let _making = recovery.making.lock().await;
+        let ready: Vec<NumberedChange> = {
+            let mut window = recovery.window.lock().expect("recovery window poisoned");
+            let mut ready = Vec::new();
+            loop {
+                let next = window.next;
+                let Some(change) = window.held.remove(&next) else {
+                    break;
+                };
+                window.next += 1;
+                ready.push(change);
+            }
+            ready
+        };
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let count = ready.len();
+        let made = self
+            .committer
+            .run(Box::new(move |txn| {
+                for change in &ready {
+                    txn.apply_rows(&change.rows)?;
+                }
+                Ok(MetaResponse::Done)
+            }))
+            .await;
+        if let Err(error) = made {
+            // Not made: the window keeps waiting for them, and the client sends them again.
+            tracing::error!(?error, count, "replayed changes could not be made again");
+            return Err(error);
+        }
+        tracing::info!(count, "clients' changes made again after a restart");
+        Ok(())
+    }
+
+    /// Closes the recovery window: what is still held follows a number nobody sent, and is
+    /// dropped; the inode numbers its creates may have handed out are skipped.
+    pub(super) async fn close_recovery(&self) {
+        let recovery = &self.recovery;
+        if recovery.is_closed() {
+            return;
+        }
+        let dropped = {
+            let mut window = recovery.window.lock().expect("recovery window poisoned");
+            let dropped = window.held.len();
+            if dropped > 0 || !window.expected.is_empty() {
+                window.dropped_from = Some(window.next);
+            }
+            window.held.clear();
+            if dropped > 0 {
+                tracing::warn!(
+                    dropped,
+                    first = window.next,
+                    missing = ?window.expected,
+                    "changes answered before their sync were lost with their clients: the \
+                     changes after the first of them are dropped"
+                );
+            }
+            window.dropped_from.is_some()
+        };
+        if dropped {
+            let skipped = self
+                .committer
+                .run(Box::new(|txn| {
+                    crate::schema::skip_inodes(txn, INODES_SKIPPED)?;
+                    Ok(MetaResponse::Done)
+                }))
+                .await;
+            if let Err(error) = skipped {
+                tracing::error!(?error, "could not move the inode counter past lost changes");
+            }
+        }
+        recovery.closed.send_replace(true);
+    }
+
+    /// Closes the recovery window at its deadline, or sooner once every session it waits for
+    /// expired.
+    pub(super) async fn watch_recovery(&self) {
+        while !self.recovery.is_closed() {
+            let (deadline, waiting) = {
+                let mut window = self
+                    .recovery
+                    .window
+                    .lock()
+                    .expect("recovery window poisoned");
+                let live: HashSet<ClientId> =
+                    self.cluster.map().live_sessions.iter().copied().collect();
+                window.expected.retain(|session| live.contains(session));
+                (window.deadline, window.expected.len())
+            };
+            if waiting == 0 || Instant::now() >= deadline {
+                self.close_recovery().await;
+                return;
+            }
+            tokio::time::sleep(RECOVERY_POLL).await;
+        }
+    }
+}
+
+/// How often the recovery window looks at its deadline and at the sessions it waits for.
+const RECOVERY_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Inode numbers skipped after changes were dropped: more than the creates of the changes a
+/// home answers before their sync (at most 16 MiB of them).
+const INODES_SKIPPED: u64 = 1 << 24;
+
+/// The sessions a start waits for: those its last run (`previous`) answered changes before
+/// their sync.
+pub(super) fn expected_sessions(
+    replayers: &impl ReadableTable<u64, u64>,
+    previous: u64,
+) -> Result<HashSet<ClientId>, OpError> {
+    let mut expected = HashSet::new();
+    for row in replayers.iter()? {
+        let (session, start) = row?;
+        if start.value() == previous && previous != 0 {
+            expected.insert(ClientId(session.value()));
+        }
+    }
+    Ok(expected)
+}
