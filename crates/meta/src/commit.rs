@@ -54,9 +54,6 @@ pub(crate) const QUEUED_OPERATIONS_MAX: usize = 4 * BATCH_OPERATIONS_MAX;
 /// Longest a committed change waits for a sync.
 const UNSYNCED_FOR_MAX: Duration = Duration::from_secs(1);
 
-/// Longest a client's change answered before its sync waits for it, under steady load.
-const NUMBERED_UNSYNCED_FOR_MAX: Duration = Duration::from_millis(20);
-
 /// Most bytes of unsynced pages a home's store keeps before it syncs them.
 const UNSYNCED_BYTES_MAX: usize = 16 << 20;
 
@@ -76,8 +73,8 @@ pub(crate) enum Answered {
     /// sync answers it once its batch committed, if the batch holds no operation answered
     /// once durable, the home has no mirror group and keeps a change log; otherwise it is
     /// answered as [`Answered::Durable`] is. The sync that makes it durable makes its number
-    /// the home's last synced ([`Committer::last_synced`]); the writer syncs such changes as
-    /// soon as no operation waits, and at most [`NUMBERED_UNSYNCED_FOR_MAX`] after the first.
+    /// the home's last synced ([`Committer::last_synced`]); the log's flusher syncs such
+    /// changes in the background, while the writer goes on with the next batches.
     Numbered(u64),
 }
 
@@ -253,6 +250,13 @@ impl Committer {
         let writer_syncs = syncs.clone();
         let writer_metrics = metrics.clone();
         let writer_synced = Arc::clone(&last_synced);
+        let (flushes, flushing) = mpsc::channel::<u64>();
+        let flusher_db = Arc::clone(&db);
+        let flusher_synced = Arc::clone(&last_synced);
+        std::thread::Builder::new()
+            .name("weft-meta-flush".into())
+            .spawn(move || flush_loop(&flusher_db, &flushing, &flusher_synced))
+            .expect("spawning the log's flusher");
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
             .spawn(move || {
@@ -263,7 +267,7 @@ impl Committer {
                         numbered,
                     ),
                     writer_syncs.as_deref(),
-                    (&receiver, &committed),
+                    (&receiver, &committed, &flushes),
                     (&writer_metrics, &writer_synced),
                 )
             })
@@ -367,7 +371,11 @@ fn writer_loop(
         u64,
     ),
     syncs: Option<&HomeLink>,
-    (receiver, committed): (&mpsc::Receiver<Queued>, &mpsc::Sender<Committed>),
+    (receiver, committed, flushes): (
+        &mpsc::Receiver<Queued>,
+        &mpsc::Sender<Committed>,
+        &mpsc::Sender<u64>,
+    ),
     (metrics, last_synced): (&CommitMetrics, &std::sync::atomic::AtomicU64),
 ) {
     // When the first commit answered before its sync was made, while it is not synced yet.
@@ -377,38 +385,15 @@ fn writer_loop(
     // Bookkeeping waiting for the next batch, and since when.
     let mut tidies: Vec<TidyOp> = Vec::new();
     let mut tidy_since: Option<Instant> = None;
-    // When the first client's change answered before its sync was answered, while it is not
-    // synced yet.
-    let mut numbered_since: Option<Instant> = None;
-    let mut waiting: Option<Queued> = None;
     let unsynced_max = sync_delay.unwrap_or(UNSYNCED_FOR_MAX);
     loop {
         if let Some(since) = unsynced_since {
             let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX)
                 || db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX;
-            let numbered_due = sync_delay.is_none()
-                && numbered_since.is_some_and(|since| {
-                    since.elapsed() >= NUMBERED_UNSYNCED_FOR_MAX || {
-                        // Synced as soon as nothing waits: the clients keep less.
-                        match receiver.try_recv() {
-                            Ok(queued) => {
-                                waiting = Some(queued);
-                                false
-                            }
-                            Err(_) => true,
-                        }
-                    }
-                });
-            if full || numbered_due || since.elapsed() >= unsynced_max {
-                if numbered_since.is_some() {
-                    // A crash here loses clients' changes answered since the last sync: they
-                    // replay them.
-                    weft_service::failpoint::failpoint("meta-before-numbered-sync");
-                }
+            if full || since.elapsed() >= unsynced_max {
                 sync_now(db, syncs, (numbered, last_synced));
                 metrics.deferred_syncs.inc();
                 unsynced_since = None;
-                numbered_since = None;
             }
         }
         // Bookkeeping waits for an operation to ride with, or until it waited long enough.
@@ -419,24 +404,20 @@ fn writer_loop(
         .into_iter()
         .flatten()
         .min();
-        let received = match waiting.take() {
-            Some(queued) => Some(queued),
-            None => match deadline {
-                Some(deadline) => {
-                    match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                    {
-                        Ok(queued) => Some(queued),
-                        Err(mpsc::RecvTimeoutError::Timeout) => None,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => {
-                            sync_now(db, syncs, (numbered, last_synced));
-                            return;
-                        }
+        let received = match deadline {
+            Some(deadline) => {
+                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(queued) => Some(queued),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        sync_now(db, syncs, (numbered, last_synced));
+                        return;
                     }
                 }
-                None => match receiver.recv() {
-                    Ok(queued) => Some(queued),
-                    Err(_) => return,
-                },
+            }
+            None => match receiver.recv() {
+                Ok(queued) => Some(queued),
+                Err(_) => return,
             },
         };
         let first = match received {
@@ -456,9 +437,13 @@ fn writer_loop(
             (receiver, numbered),
             syncs,
         );
-        numbered = batch.numbered;
-        if batch.outcome.is_ok() && !batch.synced && batch.numbered_early {
-            numbered_since.get_or_insert_with(Instant::now);
+        if batch.outcome.is_ok() {
+            // A failed batch's numbers were never given: the next batch gives them again.
+            numbered = batch.numbered;
+        }
+        if batch.outcome.is_ok() && !batch.synced && batch.numbered_early && sync_delay.is_none() {
+            // Synced in the background, with every change answered before it meanwhile.
+            let _ = flushes.send(numbered);
         }
         if syncs.is_some() && batch.outcome.is_ok() && batch.synced && !batch.logged {
             // Its answers wait for its own sync: one asked after every earlier batch's. A
@@ -476,7 +461,6 @@ fn writer_loop(
             if batch.synced {
                 // A sync makes every commit before it durable too.
                 unsynced_since = None;
-                numbered_since = None;
             } else {
                 unsynced_since.get_or_insert_with(Instant::now);
                 metrics.unsynced.inc();
@@ -507,6 +491,32 @@ fn writer_loop(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Syncs the change log in the background whenever clients' changes were answered before
+/// their sync: each request carries the highest number appended when it was sent, and one
+/// sync covers every request waiting when it starts (group commit off the reply path). The
+/// log's records are written in order whoever syncs them (`Store::sync_log`), so a record
+/// synced here never passes one the commit thread syncs itself.
+fn flush_loop(
+    db: &Database,
+    flushing: &mpsc::Receiver<u64>,
+    last_synced: &std::sync::atomic::AtomicU64,
+) {
+    while let Ok(mut numbered) = flushing.recv() {
+        while let Ok(more) = flushing.try_recv() {
+            numbered = numbered.max(more);
+        }
+        // A crash here loses clients' changes answered since the last sync: they replay them.
+        weft_service::failpoint::failpoint("meta-before-numbered-sync");
+        match db.sync_log() {
+            Ok(()) => {
+                last_synced.fetch_max(numbered, std::sync::atomic::Ordering::AcqRel);
+            }
+            // The log refuses every later record: the home is opened again.
+            Err(error) => tracing::error!(%error, "syncing the metadata change log failed"),
         }
     }
 }
@@ -643,9 +653,13 @@ fn commit_batch(
             }
         }
     }
-    if !results.is_empty() {
+    if !results.is_empty()
+        || (!numbered_early.is_empty() && !logs_batch((db, &txn), syncs, checkpoint_bytes))
+    {
         // A batch mate waits for the sync: a client's change must not outlive, in its
-        // client's hands, a change made before it that a crash would lose.
+        // client's hands, a change made before it that a crash would lose. Nor is a batch
+        // that is to be a checkpoint answered before it is synced: only the log's records are
+        // synced in the background.
         results.extend(
             numbered_early
                 .drain(..)
@@ -728,6 +742,19 @@ fn commit_batch(
     }
 }
 
+/// Whether batch `txn` is appended to the store's log rather than checkpointed: a home
+/// without a mirror group whose redb holds no commit made without a sync, while the log has
+/// room (`Store::can_log`).
+fn logs_batch(
+    (db, txn): (&Database, &WriteTransaction),
+    syncs: Option<&HomeLink>,
+    checkpoint_bytes: u64,
+) -> bool {
+    let mirrored = syncs.is_some_and(HomeLink::mirrored);
+    let unsynced = syncs.is_some_and(|link| link.unsynced_bytes() > 0);
+    !mirrored && !unsynced && db.can_log(txn, checkpoint_bytes)
+}
+
 /// How a batch `txn` that `synced` (or is answered at commit) goes to the disk, and whether
 /// that writes logged rows into the tables. A mirrored home checkpoints every batch, whose
 /// pages ship to the members; any other home logs it, until the log holds enough to
@@ -739,9 +766,7 @@ fn how_to_commit(
     synced: bool,
     checkpoint_bytes: u64,
 ) -> (Commit, bool) {
-    let mirrored = syncs.is_some_and(HomeLink::mirrored);
-    let unsynced = syncs.is_some_and(|link| link.unsynced_bytes() > 0);
-    if !mirrored && !unsynced && db.can_log(txn, checkpoint_bytes) {
+    if logs_batch((db, txn), syncs, checkpoint_bytes) {
         return (Commit::Logged { sync: synced }, false);
     }
     let covers_log = db.has_logged_rows();

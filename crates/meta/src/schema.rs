@@ -721,6 +721,25 @@ pub(crate) fn swap_incarnation(
     Ok(previous)
 }
 
+/// The start whose changes answered before their sync a recovery waits for (0: none): kept
+/// until the recovery window closes, so that a start ending during it leaves the same
+/// recovery to the next.
+pub(crate) fn recovering(txn: &crate::store::WriteTransaction) -> Result<u64, OpError> {
+    Ok(txn
+        .open_table(COUNTERS)?
+        .get("recovering")?
+        .map_or(0, |value| value.value()))
+}
+
+/// Records the start a recovery waits for the changes of (0: none).
+pub(crate) fn set_recovering(
+    txn: &crate::store::WriteTransaction,
+    start: u64,
+) -> Result<(), OpError> {
+    txn.open_table(COUNTERS)?.insert("recovering", start)?;
+    Ok(())
+}
+
 /// Moves the home's inode counter `by` numbers on: past the numbers changes lost with their
 /// clients may have handed out, which other clients may hold.
 pub(crate) fn skip_inodes(txn: &crate::store::WriteTransaction, by: u64) -> Result<(), OpError> {

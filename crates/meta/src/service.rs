@@ -197,13 +197,21 @@ impl Meta {
         });
         // The sessions the last run answered changes before their sync: this start waits for
         // them to replay what it lost.
-        let expected = (|| {
+        let (recovering, expected) = (|| {
             let txn = db.begin_write()?;
             let previous = crate::schema::swap_incarnation(&txn, locks.epoch())?;
-            let expected =
-                numbered::expected_sessions(&txn.open_table(crate::schema::REPLAYERS)?, previous)?;
+            // A start that ended during its own recovery leaves it to this one.
+            let recovering = match crate::schema::recovering(&txn)? {
+                0 => previous,
+                unfinished => unfinished,
+            };
+            let expected = numbered::expected_sessions(
+                &txn.open_table(crate::schema::REPLAYERS)?,
+                recovering,
+            )?;
+            crate::schema::set_recovering(&txn, if expected.is_empty() { 0 } else { recovering })?;
             txn.commit(crate::store::Commit::Checkpoint { durable: true })?;
-            Ok::<_, OpError>(expected)
+            Ok::<_, OpError>((recovering, expected))
         })()
         .map_err(|e| store_error(home, e))?;
         let numbered = db
@@ -220,7 +228,7 @@ impl Meta {
             );
         }
         let recovery = numbered::Recovery::new(
-            numbered,
+            (recovering, numbered),
             expected,
             std::time::Instant::now() + config.recovery_window,
         );
@@ -469,6 +477,15 @@ impl Meta {
             .kept_reply(&request, &checks)
             .await
             .map_err(OpError::into_wire)?;
+        if kept.is_some() {
+            // The kept reply was read from a snapshot that may hold changes not yet on disk:
+            // a copy sent again is answered only once they are (the first answer may never
+            // have reached the client, which then keeps nothing to replay).
+            self.committer
+                .run(Box::new(|_| Ok(MetaResponse::Done)))
+                .await
+                .map_err(OpError::into_wire)?;
+        }
         self.check_client(&mut request, &checks, kept.is_some())
             .await
             .map_err(OpError::into_wire)?;
@@ -704,8 +721,14 @@ impl Meta {
     /// What numbers a change here ([`numbered::numbered`]): this home, this start, whether it
     /// answers before the sync, and the key of the proofs.
     fn numbering(&self) -> ((NodeId, u64, bool), Option<weft_net::kept::ChangeProofs>) {
+        // A client of an older protocol keeps nothing, and a home with a mirror group or
+        // without a log answers after the sync anyway: their sessions are not waited for.
+        let replays = self.answers_before_sync
+            && weft_net::server::peer_version() >= 14
+            && self.db.logs()
+            && !self.link.mirrored();
         (
-            (self.node, self.locks.epoch(), self.answers_before_sync),
+            (self.node, self.locks.epoch(), replays),
             self.cluster.change_proofs().cloned(),
         )
     }

@@ -818,17 +818,28 @@ impl WriteTransaction {
                 self.redb.abort()?;
                 return Ok(Wrote::Logged);
             }
-            let mut log = store.log.lock().expect("store log poisoned");
-            if let Some(log) = log.as_mut().filter(|log| log.fits(record.len())) {
-                log.append(&record, sync).map_err(log_failed)?;
+            let appended = {
+                let mut log = store.log.lock().expect("store log poisoned");
+                match log.as_mut().filter(|log| log.fits(record.len())) {
+                    Some(log) => {
+                        log.append(&record).map_err(log_failed)?;
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if appended {
+                self.redb.abort()?;
+                {
+                    let mut published = store.published.lock().expect("published rows poisoned");
+                    let after = published.after;
+                    *published = Arc::new(Published { changes, after });
+                }
                 if sync {
+                    store.sync_log()?;
                     // A crash here loses nothing answered, and the record is on disk.
                     weft_service::failpoint::failpoint("meta-after-log");
                 }
-                self.redb.abort()?;
-                let mut published = store.published.lock().expect("published rows poisoned");
-                let after = published.after;
-                *published = Arc::new(Published { changes, after });
                 return Ok(Wrote::Logged);
             }
         }
@@ -841,14 +852,24 @@ impl WriteTransaction {
         let of_logged = !previous.changes.is_empty();
         changes.apply(&redb)?;
         let replayed = store.replayed.load(std::sync::atomic::Ordering::SeqCst);
-        let position = match store.log.lock().expect("store log poisoned").as_mut() {
-            Some(log) if replayed && log.has_records() => {
-                // Every record before the position is on disk: a start after a crash numbers
-                // the records after it from there.
-                log.sync().map_err(log_failed)?;
-                Some(log.position())
-            }
-            _ => None,
+        let has_records = store
+            .log
+            .lock()
+            .expect("store log poisoned")
+            .as_ref()
+            .is_some_and(Log::has_records);
+        let position = if replayed && has_records {
+            // Every record before the position is on disk: a start after a crash numbers the
+            // records after it from there. Only this thread appends, so the position holds.
+            store.sync_log()?;
+            store
+                .log
+                .lock()
+                .expect("store log poisoned")
+                .as_ref()
+                .map(Log::position)
+        } else {
+            None
         };
         if of_logged || position.is_some() {
             // Readers whose snapshot holds this checkpoint no longer lay the logged rows over
@@ -925,17 +946,34 @@ struct Shared {
     types: Mutex<HashMap<String, TableType>>,
     /// None: every commit is a checkpoint.
     log: Mutex<Option<Log>>,
+    /// Held by whoever writes and syncs the log's records ([`Shared::sync_log`]), and by its
+    /// restart: taken before `log`.
+    writing: Mutex<()>,
     /// Whether the rows the log held when the store opened are in the tables
     /// ([`Store::replay_log`]): until then no checkpoint may say the tables hold them.
     replayed: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
+    /// Writes and syncs every record appended so far. Records are written in order: one
+    /// writer at a time takes what is appended and syncs it before the next takes the records
+    /// after them, so a sync that finds nothing to take finds everything before it synced
+    /// (the commit thread's own syncs and the background flusher's share the log this way).
     fn sync_log(&self) -> Result<(), StoreError> {
-        match self.log.lock().expect("store log poisoned").as_mut() {
-            Some(log) => log.sync().map_err(log_failed),
-            None => Ok(()),
-        }
+        let _writing = self.writing.lock().expect("log writer poisoned");
+        let taken = match self.log.lock().expect("store log poisoned").as_mut() {
+            Some(log) => log.take_pending().map_err(log_failed)?,
+            None => return Ok(()),
+        };
+        let Some(taken) = taken else {
+            return Ok(());
+        };
+        log::write_taken(&taken).map_err(|error| {
+            if let Some(log) = self.log.lock().expect("store log poisoned").as_mut() {
+                log.set_broken();
+            }
+            log_failed(error)
+        })
     }
 }
 
@@ -981,6 +1019,7 @@ impl Store {
                 })),
                 types: Mutex::default(),
                 log: Mutex::new(log),
+                writing: Mutex::new(()),
                 replayed: std::sync::atomic::AtomicBool::new(logged.records.is_empty()),
             }),
         };
@@ -1063,6 +1102,8 @@ impl Store {
     /// # Errors
     /// The log's header could not be written.
     pub(crate) fn restart_log(&self) -> Result<(), StoreError> {
+        // No write of the records before may land over the new epoch's.
+        let _writing = self.shared.writing.lock().expect("log writer poisoned");
         match self.shared.log.lock().expect("store log poisoned").as_mut() {
             Some(log) => log.restart().map_err(log_failed),
             None => Ok(()),

@@ -7,6 +7,7 @@ use crate::auth::Auth;
 use ring::hmac;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use weft_proto::error::WireError;
 use weft_proto::ids::NodeId;
 use weft_proto::messages::NumberedChange;
 
@@ -74,6 +75,9 @@ struct Kept {
     /// The start of the home that last answered this client a change before its sync: a
     /// start after it waits for this client to say what it keeps.
     answered_by: Option<u64>,
+    /// Why changes this client kept were dropped by a restart of the home, until a sync
+    /// reports it.
+    lost: Option<WireError>,
 }
 
 impl KeptChanges {
@@ -94,12 +98,13 @@ impl KeptChanges {
             *kept = Kept {
                 incarnation: change.incarnation,
                 answered_by: kept.answered_by,
+                lost: kept.lost.take(),
                 ..Kept::default()
             };
         }
-        if !change.rows.is_empty() {
-            kept.answered_by = Some(change.incarnation);
-        }
+        // The home waits for this client after a restart even if every change it answered
+        // was on disk by then: it only knows it answered the session this way.
+        kept.answered_by = Some(change.incarnation);
         if change.number > synced.max(kept.synced) && !change.rows.is_empty() {
             kept.changes.insert(change.number, change);
         }
@@ -128,6 +133,16 @@ impl KeptChanges {
         self.kept.lock().expect("kept changes poisoned").answered_by
     }
 
+    /// Changes kept were dropped by a restart of the home, for `why`.
+    pub fn lose(&self, why: WireError) {
+        self.kept.lock().expect("kept changes poisoned").lost = Some(why);
+    }
+
+    /// Why changes kept were dropped, once: the sync that learns it fails.
+    pub fn take_lost(&self) -> Option<WireError> {
+        self.kept.lock().expect("kept changes poisoned").lost.take()
+    }
+
     /// Every change kept, in the order of their numbers.
     pub fn waiting(&self) -> Vec<NumberedChange> {
         let kept = self.kept.lock().expect("kept changes poisoned");
@@ -142,6 +157,7 @@ impl KeptChanges {
         *kept = Kept {
             incarnation,
             answered_by,
+            lost: kept.lost.take(),
             ..Kept::default()
         };
     }

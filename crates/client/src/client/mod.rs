@@ -4,6 +4,7 @@ use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weft_net::kept::KeptChanges;
 use weft_net::retry::RetryPolicy;
 use weft_net::MetaCalls;
 use weft_net::{ClusterView, MetaClient, MgmtClient, RpcClientOptions, RpcError};
@@ -119,8 +120,8 @@ const RELEASE_GATHER: Duration = Duration::from_millis(2);
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
 const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);
 
-/// Most changes sent back in one replay request (each a few hundred bytes of rows).
-const REPLAY_CHANGES_PER_REQUEST: usize = 1024;
+/// Most bytes of rows sent back in one replay request, well under a frame's body.
+const REPLAY_BYTES_PER_REQUEST: usize = 1 << 20;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -377,21 +378,24 @@ impl Client {
     /// A home could not be reached.
     pub async fn sync_changes(&self) -> Result<(), ClientError> {
         for (home, kept) in self.cluster.homes_answering_early() {
-            let Some((incarnation, number)) = kept.highest() else {
-                continue;
-            };
-            let synced = self
-                .on_node(home, |meta| async move {
-                    meta.sync_home(incarnation, number).await
-                })
-                .await;
-            match synced {
-                Ok(_) => {}
-                // The home started again since: what it lost is on disk once replayed.
-                Err(error) if error.code().recovery() == Recovery::Reclaim => {
-                    self.replay_changes().await?;
+            if let Some((incarnation, number)) = kept.highest() {
+                let synced = self
+                    .on_node(home, |meta| async move {
+                        meta.sync_home(incarnation, number).await
+                    })
+                    .await;
+                match synced {
+                    Ok(_) => {}
+                    // The home started again since: what it lost is on disk once replayed.
+                    Err(error) if error.code().recovery() == Recovery::Reclaim => {
+                        self.replay_home(home, &kept).await?;
+                    }
+                    Err(error) => return Err(error),
                 }
-                Err(error) => return Err(error),
+            }
+            // Changes a restart dropped fail the next sync that waits for them.
+            if let Some(lost) = kept.take_lost() {
+                return Err(RpcError::Remote(lost).into());
             }
         }
         Ok(())
@@ -400,71 +404,90 @@ impl Client {
     /// Sends back to every home that started again since it answered this client changes
     /// before their sync what this client keeps of them, and says it sent everything: the home
     /// waits for this before it serves again (docs/design/crash-consistency.md, "Durability by
-    /// replay").
+    /// replay"). The homes are sent to at once, so that homes that restarted together do not
+    /// wait for each other's clients.
     ///
     /// # Errors
-    /// `Evicted` when a home dropped changes of this client (one made before them was lost
-    /// with its client); a home that cannot be reached now is asked again at the next
-    /// heartbeat.
+    /// A home could not be reached (asked again at the next heartbeat), or dropped changes of
+    /// this client (`Evicted`: one made before them was lost with its client), which the next
+    /// [`Client::sync_changes`] reports too.
     pub(crate) async fn replay_changes(&self) -> Result<(), ClientError> {
         let _replaying = self.replaying.lock().await;
-        let mut outcome = Ok(());
-        for (home, kept) in self.cluster.homes_answering_early() {
-            let Ok(meta) = self.cluster.meta(home).await else {
-                continue;
-            };
-            let Ok(epoch) = meta.lock_epoch().await else {
-                continue;
-            };
-            if kept.answered_by() == Some(epoch) {
-                continue;
+        let homes = self.cluster.homes_answering_early();
+        let replays = homes
+            .iter()
+            .map(|(home, kept)| self.replay_home_unlocked(*home, kept));
+        futures::future::join_all(replays)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(drop)
+    }
+
+    /// [`Client::replay_changes`] of one home.
+    async fn replay_home(&self, home: NodeId, kept: &KeptChanges) -> Result<(), ClientError> {
+        let _replaying = self.replaying.lock().await;
+        self.replay_home_unlocked(home, kept).await
+    }
+
+    async fn replay_home_unlocked(
+        &self,
+        home: NodeId,
+        kept: &KeptChanges,
+    ) -> Result<(), ClientError> {
+        let meta = self.cluster.meta(home).await?;
+        let epoch = meta.lock_epoch().await?;
+        if kept.answered_by() == Some(epoch) {
+            return Ok(());
+        }
+        let changes = kept.waiting();
+        // In requests of at most REPLAY_BYTES_PER_REQUEST of rows, the last saying so.
+        let mut requests: Vec<Vec<weft_proto::messages::NumberedChange>> = vec![Vec::new()];
+        let mut bytes = 0;
+        for change in &changes {
+            let size = change.rows.len() + change.proof.len() + 64;
+            if bytes + size > REPLAY_BYTES_PER_REQUEST && bytes > 0 {
+                requests.push(Vec::new());
+                bytes = 0;
             }
-            let changes = kept.waiting();
-            let mut chunks: Vec<Vec<_>> = changes
-                .chunks(REPLAY_CHANGES_PER_REQUEST)
-                .map(<[_]>::to_vec)
-                .collect();
-            if chunks.is_empty() {
-                chunks.push(Vec::new());
-            }
-            let last = chunks.len() - 1;
-            let client = self.id();
-            let mut replayed = Ok(());
-            for (index, chunk) in chunks.into_iter().enumerate() {
-                let sent = self
-                    .on_node(home, |meta| {
-                        let chunk = chunk.clone();
-                        async move { meta.replay(client, chunk, index == last).await }
-                    })
-                    .await;
-                if let Err(error) = sent {
-                    replayed = Err(error);
-                    break;
-                }
-            }
-            match replayed {
-                Ok(()) => {
-                    if !changes.is_empty() {
-                        tracing::info!(
-                            home = home.0,
-                            changes = changes.len(),
-                            "replayed changes a metadata server lost in its restart"
-                        );
-                    }
-                    kept.replayed(epoch);
-                }
+            bytes += size;
+            requests.last_mut().expect("a request").push(change.clone());
+        }
+        let last = requests.len() - 1;
+        let client = self.id();
+        for (index, request) in requests.into_iter().enumerate() {
+            let sent = self
+                .on_node(home, |meta| {
+                    let request = request.clone();
+                    async move { meta.replay(client, request, index == last).await }
+                })
+                .await;
+            match sent {
+                Ok(()) => {}
                 Err(error) if error.code() == weft_proto::ErrorCode::Evicted => {
                     tracing::error!(home = home.0, %error, "changes of this client were lost");
                     kept.replayed(epoch);
-                    outcome = Err(error);
+                    if let ClientError::Rpc(RpcError::Remote(lost)) = &error {
+                        kept.lose(lost.clone());
+                    }
+                    return Err(error);
                 }
                 // Sent again at the next heartbeat.
                 Err(error) => {
                     tracing::warn!(home = home.0, %error, "replaying changes failed; trying again");
+                    return Err(error);
                 }
             }
         }
-        outcome
+        if !changes.is_empty() {
+            tracing::info!(
+                home = home.0,
+                changes = changes.len(),
+                "replayed changes a metadata server lost in its restart"
+            );
+        }
+        kept.replayed(epoch);
+        Ok(())
     }
 
     /// Remembers the shards of a spread directory.

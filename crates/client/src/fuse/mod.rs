@@ -110,6 +110,11 @@ impl Filesystem for WeftFs {
         let client = Arc::clone(&self.state.client);
         self.runtime.block_on(async move {
             let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
+            // Changes answered before their sync are on their homes' disks before the mount
+            // goes: nothing is left to replay.
+            if let Err(error) = client.sync_changes().await {
+                tracing::error!(%error, "changes of this mount may not be on disk");
+            }
         });
         let unsupported = self.state.client.unserved.counts();
         if !unsupported.is_empty() {

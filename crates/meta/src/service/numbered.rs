@@ -1,8 +1,9 @@
-//! Numbered changes: every change a client's mutation makes at this home is given the next
-//! number of the home's changes, kept with its rows, and answered with its number, its rows
-//! and the home's last synced number ([`MetaResponse::Numbered`]), so that its client can
-//! keep what the home has not on disk yet (docs/design/crash-consistency.md, "Durability by
-//! replay").
+//! Numbered changes: on a home that answers before the sync, every change a client's
+//! mutation (or size report) makes is given the next number of the home's changes, kept with
+//! its rows, and answered with its number, its rows and the home's last synced number
+//! ([`MetaResponse::Numbered`]), so that its client can keep what the home has not on disk
+//! yet (docs/design/crash-consistency.md, "Durability by replay"). Other homes answer every
+//! change once durable, unnumbered.
 //!
 //! The change is numbered in its own transaction, after it ran: its number is one of its rows,
 //! so the start after a crash knows the last number on disk. A mutation answered from its
@@ -30,10 +31,12 @@ tokio::task_local! {
 /// Runs `op`, mutation `mutation`'s change in `txn`, and numbers it if it changed anything
 /// (in the home's start `incarnation`):
 /// its answer is then [`MetaResponse::Numbered`], answered as [`Answered::Numbered`].
-/// With `replays`, the home answers changes before their sync: the first such change of a
-/// session in this start records the session among those the next start waits for
-/// ([`REPLAYERS`]), and is answered once durable, so that the record is on disk before the
-/// session holds anything to replay.
+/// With `replays` (the home answers before the sync, keeps a log, has no mirror group, and
+/// the client speaks a protocol that keeps changes), the change may be answered before its
+/// sync: the first such change of a session in this start records the session among those
+/// the next start waits for ([`REPLAYERS`]), and is answered once durable, so that the record
+/// is on disk before the session holds anything to replay. Without, it is neither numbered
+/// nor answered before it is durable.
 pub(super) fn numbered(
     txn: &WriteTransaction,
     (home, incarnation, replays): (NodeId, u64, bool),
@@ -42,11 +45,11 @@ pub(super) fn numbered(
 ) -> Result<(MetaResponse, Answered), OpError> {
     let mark = txn.mark();
     let reply = op(txn)?;
-    if txn.mark() == mark {
-        // Answered from its kept reply: nothing changed.
+    if !replays || txn.mark() == mark {
+        // Answered once durable; or answered from its kept reply: nothing changed.
         return Ok((reply, Answered::Durable));
     }
-    let first = replays && {
+    let first = {
         let mut replayers = txn.open_table(REPLAYERS)?;
         let known = replayers.get(mutation.client.0)?.map(|start| start.value());
         if known != Some(incarnation) {
@@ -152,23 +155,27 @@ impl Meta {
     }
 }
 
-/// The replay of what a start lost: the changes its last run answered before their sync, which
-/// its clients keep and send back ([`MetaRequest::Replay`]) in the recovery window. They are
-/// made again strictly in the order of their numbers, from the first the store does not have;
-/// the window closes once every session the last run answered so said it sent everything, or
-/// at its deadline. A number nobody sent by then was lost with its client: it and every
-/// change after it are dropped, and their clients told (`Evicted`). Requests wait until the
-/// window closed (the start's settling waits for it), so nothing new is made before what the
-/// clients replay.
+/// The replay of what a start lost: the changes a start before it answered before their
+/// sync, which its clients keep and send back ([`MetaRequest::Replay`]) in the recovery
+/// window. They are made again strictly in the order of their numbers, from the first the
+/// store does not have; the window closes once every session that start answered so said it
+/// sent everything, or at its deadline. A number nobody sent by then was lost with its client:
+/// it and every change after it are dropped, and their clients told (`Evicted`), as is every
+/// change of that start sent back after the window closed. Requests wait until the window
+/// closed (the start's settling waits for it), so nothing new is made before what the clients
+/// replay. Which start is recovered, and who is waited for, is kept in the store until the
+/// window closes, so a start that ends during its window leaves the same recovery to the next.
 ///
 /// [`MetaRequest::Replay`]: weft_proto::messages::MetaRequest::Replay
 pub(super) struct Recovery {
+    /// The start whose changes are recovered (0: none).
+    recovering: u64,
     /// The highest number the store had on disk when the home opened.
     opened_at: u64,
     window: Mutex<Window>,
     /// True once the window closed.
     closed: tokio::sync::watch::Sender<bool>,
-    /// One replay makes changes at a time.
+    /// Held while changes are made again, and while the window closes.
     making: tokio::sync::Mutex<()>,
 }
 
@@ -185,11 +192,17 @@ struct Window {
 }
 
 impl Recovery {
-    /// The recovery of a start that opened with `opened_at` on disk, waiting for `expected`
-    /// until `deadline` (none expected: closed at once).
-    pub(super) fn new(opened_at: u64, expected: HashSet<ClientId>, deadline: Instant) -> Recovery {
+    /// The recovery of the changes of start `recovering`, by a start that opened with
+    /// `opened_at` on disk, waiting for `expected` until `deadline` (none expected: closed at
+    /// once).
+    pub(super) fn new(
+        (recovering, opened_at): (u64, u64),
+        expected: HashSet<ClientId>,
+        deadline: Instant,
+    ) -> Recovery {
         let closed = expected.is_empty();
         Recovery {
+            recovering,
             opened_at,
             window: Mutex::new(Window {
                 next: opened_at + 1,
@@ -229,38 +242,38 @@ impl Meta {
         for change in changes {
             if change.incarnation == self.locks.epoch() || change.number <= recovery.opened_at {
                 // Made by this start, or on disk before it: nothing to make again.
-                tracing::debug!(
-                    number = change.number,
-                    on_disk = recovery.opened_at,
-                    "a replayed change is on disk already"
-                );
                 continue;
             }
-            if change.mutation.client != client {
+            if change.incarnation != recovery.recovering || change.mutation.client != client {
                 return Err(OpError::rejected(
                     ErrorCode::InvalidArgument,
                     format!(
-                        "session {client} sent back change {} of session {}: a client replays \
-                         only its own changes",
-                        change.number, change.mutation.client
+                        "session {client} sent back change {} of session {} made by start {} \
+                         of metadata home {}: a client replays only its own changes of the \
+                         start being recovered",
+                        change.number, change.mutation.client, change.incarnation, self.node
                     ),
                 ));
             }
-            if let Some(proofs) = self.cluster.change_proofs() {
-                if !proofs.check(self.node, &change) {
-                    return Err(OpError::rejected(
-                        ErrorCode::InvalidArgument,
-                        format!(
-                            "change {} that session {client} sent back was not made by metadata \
-                             home {}: its proof does not hold",
-                            change.number, self.node
-                        ),
-                    ));
-                }
+            let proved = match self.cluster.change_proofs() {
+                Some(proofs) => proofs.check(self.node, &change),
+                // Without a cluster key nothing is authenticated, and no proof made.
+                None => true,
+            };
+            if !proved {
+                return Err(OpError::rejected(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "change {} that session {client} sent back was not made by metadata \
+                         home {}: its proof does not hold",
+                        change.number, self.node
+                    ),
+                ));
             }
             mine.push(change.number);
             let mut window = recovery.window.lock().expect("recovery window poisoned");
-            if window.next <= change.number {
+            // Once the window closed, a change of the start recovered is one dropped.
+            if !recovery.is_closed() && window.next <= change.number {
                 window.held.insert(change.number, change);
             }
         }
@@ -281,10 +294,8 @@ impl Meta {
         recovery.wait_closed().await;
         let dropped = {
             let window = recovery.window.lock().expect("recovery window poisoned");
-            let from = window.dropped_from;
-            mine.iter()
-                .filter(|number| from.is_some_and(|from| **number >= from))
-                .count()
+            let from = window.dropped_from.unwrap_or(window.next);
+            mine.iter().filter(|number| **number >= from).count()
         };
         if dropped > 0 {
             return Err(OpError::rejected(
@@ -292,7 +303,7 @@ impl Meta {
                 format!(
                     "{dropped} of the changes session {client} kept for metadata home {} were \
                      dropped: a change made before them was lost with its client when the \
-                     home restarted",
+                     home restarted, or they came back after its recovery window closed",
                     self.node
                 ),
             ));
@@ -300,27 +311,28 @@ impl Meta {
         Ok(MetaResponse::Done)
     }
 
-    /// Makes again every held change whose number is the next, in order, durably.
+    /// Makes again every held change whose number is the next, in order, durably; the next
+    /// number moves past them once they are made.
     async fn make_held(&self) -> Result<(), OpError> {
         let recovery = &self.recovery;
         let _making = recovery.making.lock().await;
+        if recovery.is_closed() {
+            return Ok(());
+        }
         let ready: Vec<NumberedChange> = {
-            let mut window = recovery.window.lock().expect("recovery window poisoned");
+            let window = recovery.window.lock().expect("recovery window poisoned");
             let mut ready = Vec::new();
-            loop {
-                let next = window.next;
-                let Some(change) = window.held.remove(&next) else {
-                    break;
-                };
-                window.next += 1;
-                ready.push(change);
+            let mut next = window.next;
+            while let Some(change) = window.held.get(&next) {
+                ready.push(change.clone());
+                next += 1;
             }
             ready
         };
         if ready.is_empty() {
             return Ok(());
         }
-        let count = ready.len();
+        let count = ready.len() as u64;
         let made = self
             .committer
             .run(Box::new(move |txn| {
@@ -331,18 +343,26 @@ impl Meta {
             }))
             .await;
         if let Err(error) = made {
-            // Not made: the window keeps waiting for them, and the client sends them again.
+            // Not made: they stay held, and the next replay tries again.
             tracing::error!(?error, count, "replayed changes could not be made again");
             return Err(error);
+        }
+        let mut window = recovery.window.lock().expect("recovery window poisoned");
+        for _ in 0..count {
+            let next = window.next;
+            window.held.remove(&next);
+            window.next += 1;
         }
         tracing::info!(count, "clients' changes made again after a restart");
         Ok(())
     }
 
     /// Closes the recovery window: what is still held follows a number nobody sent, and is
-    /// dropped; the inode numbers its creates may have handed out are skipped.
+    /// dropped; the inode numbers its creates may have handed out are skipped; the store
+    /// forgets the recovery.
     pub(super) async fn close_recovery(&self) {
         let recovery = &self.recovery;
+        let _making = recovery.making.lock().await;
         if recovery.is_closed() {
             return;
         }
@@ -351,75 +371,69 @@ impl Meta {
             let dropped = window.held.len();
             if dropped > 0 || !window.expected.is_empty() {
                 window.dropped_from = Some(window.next);
-            }
-            window.held.clear();
-            if dropped > 0 {
                 tracing::warn!(
                     dropped,
                     first = window.next,
                     missing = ?window.expected,
-                    "changes answered before their sync were lost with their clients: the \
-                     changes after the first of them are dropped"
+                    "the recovery window closed without every client's changes: changes from \
+                     the first missing one on are dropped"
                 );
             }
+            window.held.clear();
             window.dropped_from.is_some()
         };
-        if dropped {
-            let skipped = self
-                .committer
-                .run(Box::new(|txn| {
+        let closed = self
+            .committer
+            .run(Box::new(move |txn| {
+                if dropped {
                     crate::schema::skip_inodes(txn, INODES_SKIPPED)?;
-                    Ok(MetaResponse::Done)
-                }))
-                .await;
-            if let Err(error) = skipped {
-                tracing::error!(?error, "could not move the inode counter past lost changes");
-            }
+                }
+                crate::schema::set_recovering(txn, 0)?;
+                Ok(MetaResponse::Done)
+            }))
+            .await;
+        if let Err(error) = closed {
+            // The next start recovers the same changes again.
+            tracing::error!(?error, "could not record the end of the recovery");
         }
         recovery.closed.send_replace(true);
     }
 
-    /// Closes the recovery window at its deadline, or sooner once every session it waits for
-    /// expired.
+    /// Closes the recovery window at its deadline.
     pub(super) async fn watch_recovery(&self) {
-        while !self.recovery.is_closed() {
-            let (deadline, waiting) = {
-                let mut window = self
-                    .recovery
-                    .window
-                    .lock()
-                    .expect("recovery window poisoned");
-                let live: HashSet<ClientId> =
-                    self.cluster.map().live_sessions.iter().copied().collect();
-                window.expected.retain(|session| live.contains(session));
-                (window.deadline, window.expected.len())
-            };
-            if waiting == 0 || Instant::now() >= deadline {
-                self.close_recovery().await;
-                return;
-            }
-            tokio::time::sleep(RECOVERY_POLL).await;
+        if self.recovery.is_closed() {
+            return;
+        }
+        let deadline = self
+            .recovery
+            .window
+            .lock()
+            .expect("recovery window poisoned")
+            .deadline;
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline.into()) => self.close_recovery().await,
+            () = self.recovery.wait_closed() => {}
         }
     }
 }
-
-/// How often the recovery window looks at its deadline and at the sessions it waits for.
-const RECOVERY_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Inode numbers skipped after changes were dropped: more than the creates of the changes a
 /// home answers before their sync (at most 16 MiB of them).
 const INODES_SKIPPED: u64 = 1 << 24;
 
-/// The sessions a start waits for: those its last run (`previous`) answered changes before
-/// their sync.
+/// The sessions a start waits for: those start `recovering` answered changes before their
+/// sync.
 pub(super) fn expected_sessions(
     replayers: &impl ReadableTable<u64, u64>,
-    previous: u64,
+    recovering: u64,
 ) -> Result<HashSet<ClientId>, OpError> {
     let mut expected = HashSet::new();
+    if recovering == 0 {
+        return Ok(expected);
+    }
     for row in replayers.iter()? {
         let (session, start) = row?;
-        if start.value() == previous && previous != 0 {
+        if start.value() == recovering {
             expected.insert(ClientId(session.value()));
         }
     }

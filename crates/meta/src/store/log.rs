@@ -24,6 +24,7 @@ use std::fs::File;
 use std::io::{Error, ErrorKind};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use weft_proto::checksum::crc32c;
 
 /// Bytes of the log file, written once when it is made.
@@ -190,9 +191,22 @@ pub(crate) fn decode_rows(mut payload: &[u8]) -> Option<Vec<LoggedRow>> {
     Some(rows)
 }
 
+/// Records taken from the log to be written ([`Log::take_pending`]): the file, where they go,
+/// and their bytes.
+pub(crate) type Taken = (Arc<File>, u64, Vec<u8>);
+
+/// Writes and syncs records taken from the log ([`Log::take_pending`]).
+///
+/// # Errors
+/// The write or the sync failed: the log must refuse every later record.
+pub(crate) fn write_taken((file, at, bytes): &Taken) -> std::io::Result<()> {
+    file.write_all_at(bytes, *at)?;
+    file.sync_data()
+}
+
 /// The change log of one store (see the module's documentation).
 pub(crate) struct Log {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     epoch: u64,
     /// Drawn at random for each epoch.
@@ -251,7 +265,7 @@ impl Log {
             Err(error) => return Err(error),
         };
         let mut log = Log {
-            file,
+            file: Arc::new(file),
             path: path.to_path_buf(),
             epoch: 0,
             salt: 0,
@@ -312,7 +326,7 @@ impl Log {
     fn make(path: &Path) -> std::io::Result<Log> {
         let (epoch, salt) = (1, rand::random());
         Ok(Log {
-            file: FILE.make(path, (epoch, salt))?,
+            file: Arc::new(FILE.make(path, (epoch, salt))?),
             path: path.to_path_buf(),
             epoch,
             salt,
@@ -359,7 +373,7 @@ impl Log {
     ///
     /// # Errors
     /// A write or a sync failed: the record may or may not be durable.
-    pub fn append(&mut self, payload: &[u8], sync: bool) -> std::io::Result<()> {
+    pub fn append(&mut self, payload: &[u8]) -> std::io::Result<()> {
         self.check()?;
         let start = self.pending.len();
         self.pending.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
@@ -376,31 +390,31 @@ impl Log {
         debug_assert!(self.tail + len <= LOG_BYTES);
         self.tail += len;
         self.seq += 1;
-        if sync {
-            self.sync()?;
-        }
         Ok(())
     }
 
-    /// Writes every record appended so far and makes them durable.
+    /// The records appended since the last sync, to be written and synced
+    /// ([`write_taken`]) before any taken after them: the file, where they go, and their
+    /// bytes. `None` when there are none.
     ///
     /// # Errors
-    /// The write or the sync failed.
-    pub fn sync(&mut self) -> std::io::Result<()> {
+    /// An earlier write or sync failed.
+    pub fn take_pending(&mut self) -> std::io::Result<Option<Taken>> {
         self.check()?;
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let at = self.tail - self.pending.len() as u64;
-        let written = self
-            .file
-            .write_all_at(&self.pending, at)
-            .and_then(|()| self.file.sync_data());
-        if written.is_err() {
-            self.broken = true;
-        }
-        self.pending.clear();
-        written
+        Ok(Some((
+            Arc::clone(&self.file),
+            at,
+            std::mem::take(&mut self.pending),
+        )))
+    }
+
+    /// Refuses every later record: a write or sync of taken records failed.
+    pub fn set_broken(&mut self) {
+        self.broken = true;
     }
 
     fn check(&self) -> std::io::Result<()> {
@@ -497,6 +511,16 @@ mod tests {
         payload
     }
 
+    /// Appends `payload`, and writes and syncs it with what was appended before if `sync`.
+    fn append(log: &mut Log, payload: &[u8], sync: bool) {
+        log.append(payload).expect("append");
+        if sync {
+            if let Some(taken) = log.take_pending().expect("take") {
+                write_taken(&taken).expect("write and sync");
+            }
+        }
+    }
+
     // Goal: what was appended and synced is read back at the next opening, in order; a torn
     // last record and the records of an epoch before a restart are not.
     #[test]
@@ -505,10 +529,10 @@ mod tests {
         let path = log_path(&dir.path().join("store"));
         let (mut log, logged) = Log::open(&path).expect("new log");
         assert!(logged.records.is_empty());
-        log.append(&payload(1, 100), true).expect("append");
-        log.append(&payload(2, 5000), true).expect("append");
+        append(&mut log, &payload(1, 100), true);
+        append(&mut log, &payload(2, 5000), true);
         let torn_at = log.tail;
-        log.append(&payload(3, 10), true).expect("append");
+        append(&mut log, &payload(3, 10), true);
         log.file
             .write_all_at(&[0xff; 4], torn_at + 40)
             .expect("tear");
@@ -526,9 +550,9 @@ mod tests {
         assert_eq!(rows[1], ("entries".into(), vec![1; 3], None));
         assert_eq!(rows[2].2, Some(vec![2; 5000]));
         log.restart().expect("restart");
-        log.append(&payload(4, 1), true).expect("append");
+        append(&mut log, &payload(4, 1), true);
         // Appended without a sync: not written, as a crash of the process would leave it.
-        log.append(&payload(5, 1), false).expect("append");
+        append(&mut log, &payload(5, 1), false);
         drop(log);
         let (_, logged) = Log::open(&path).expect("open again");
         assert_eq!(
@@ -546,7 +570,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = log_path(&dir.path().join("store"));
         let (mut log, _) = Log::open(&path).expect("new log");
-        log.append(&payload(5, 10), true).expect("append");
+        append(&mut log, &payload(5, 10), true);
         log.file.write_all_at(&[0xee], 20).expect("tear the header");
         drop(log);
         let (log, logged) = Log::open(&path).expect("open");
@@ -567,7 +591,7 @@ mod tests {
         let big = payload(6, 1 << 20);
         let mut appended = 0;
         while log.fits(big.len()) {
-            log.append(&big, false).expect("append");
+            append(&mut log, &big, false);
             appended += 1;
         }
         assert_eq!(appended, (LOG_BYTES - FIRST_RECORD) / record_len(big.len()));
