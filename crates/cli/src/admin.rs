@@ -637,6 +637,9 @@ async fn set_entry(args: EntrySetArgs) -> Result<()> {
         new_pattern = new_pattern.mirrored();
     }
     let attr = client.set_pattern(inode, new_pattern).await?;
+    // On disk before the tool goes, which it tells the homes: it keeps nothing to replay
+    // once it has exited.
+    client.close().await?;
     let map = client.cluster_map().await?;
     println!(
         "New pattern set on {}; new files and directories inherit it.",
@@ -685,6 +688,7 @@ pub fn mkdir(args: MkdirArgs) -> Result<()> {
             .mkdir_spread((parent_inode, name), (mode, umask), owner, args.spread)
             .await
             .with_context(|| format!("cannot create {}", path.display()))?;
+        client.close().await?;
         let map = client.cluster_map().await?;
         print!("{}", format_entry_info(&attr, &map));
         Ok(())

@@ -91,6 +91,11 @@ pub(crate) async fn migrate(
             }
         }
     }
+    if let Some(client) = &client {
+        // On disk before the tool goes, which it tells the homes: it keeps nothing to replay
+        // once it has exited.
+        client.close().await?;
+    }
     println!(
         "{} files looked at: {} moved ({} objects), {} already in place; {} directories give their new files the new pool or pattern",
         tally.files,

@@ -282,6 +282,9 @@ async fn project(dir: &std::path::Path, id: u32, locator: &crate::MgmtLocator) -
             .with_context(|| format!("cannot set the project of {}", path.display()))?;
         entries += 1;
     }
+    // On disk before the tool goes, which it tells the homes: it keeps nothing to replay
+    // once it has exited.
+    client.close().await?;
     match id {
         0 => println!("{entries} entries of {} are in no project", dir.display()),
         id => println!(

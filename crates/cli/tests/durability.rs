@@ -590,6 +590,37 @@ fn a_client_lost_with_its_server_loses_a_suffix_and_nothing_torn() {
     fsck_clean(&cluster);
 }
 
+// Goal: a mount unmounted cleanly has its changes on disk and is not waited for by the
+// server's next start (docs/operations.md, "Answering before the sync"). Method: on a server
+// answering before the sync (syncs held back an hour), a mount writes 30 files and is
+// unmounted; the server is killed and restarted: its log does not say it waits for clients,
+// and a new mount reads every file.
+#[test]
+fn an_unmounted_client_is_not_waited_for_and_its_changes_are_on_disk() {
+    let mut cluster = answering_before_the_sync(30_000);
+    let mnt = cluster.mount().expect("mount");
+    for i in 0..30 {
+        fs::write(mnt.join(format!("f{i}")), format!("file {i}")).expect("write");
+    }
+    cluster.unmount(&mnt).expect("unmount");
+    cluster.kill("meta-1").expect("kill");
+    cluster.restart("meta-1").expect("restart");
+    let fresh = cluster.mount().expect("a new mount");
+    for i in 0..30 {
+        assert_eq!(
+            fs::read_to_string(fresh.join(format!("f{i}"))).expect("read"),
+            format!("file {i}")
+        );
+    }
+    assert!(
+        !cluster
+            .log("meta-1")
+            .contains("waiting for clients to replay"),
+        "the start waited for a client that was unmounted"
+    );
+    fsck_clean(&cluster);
+}
+
 /// 400 files created through a mount while meta-1, set with `settings`, is armed to crash at
 /// `failpoint`; restarted once it crashed, its log says `recovered`, every create that was
 /// answered is there, and fsck is clean.

@@ -309,6 +309,23 @@ impl Meta {
                 tracing::error!(?error, "could not list the files without a size report");
                 Vec::new()
             });
+        // Files unlinked while open, the replayed changes' among them: each last close looks
+        // for its orphan, and those no client opens again are disposed of after the grace.
+        match self.read(|txn| list_orphans(&txn.open_table(crate::schema::ORPHANS)?)) {
+            Ok(orphans) if !orphans.is_empty() => {
+                self.sessions
+                    .opens
+                    .lock()
+                    .expect("open table poisoned")
+                    .maybe_orphaned
+                    .extend(orphans);
+                self.sessions
+                    .orphans_unclaimed
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
+            Ok(_) => {}
+            Err(error) => tracing::error!(?error, "could not list the files unlinked while open"),
+        }
         if unreported.is_empty() {
             self.start_serving();
         }

@@ -401,6 +401,26 @@ impl Client {
         Ok(())
     }
 
+    /// Ends this client's part in the homes' durability by replay: waits until every change
+    /// it kept is on disk, then tells each home that answered it before the sync that it
+    /// keeps nothing, so that the home's next start does not wait for it. For a mount being
+    /// unmounted, and a tool that changed the namespace, before they end.
+    ///
+    /// # Errors
+    /// As [`Client::sync_changes`]; a home that cannot be told waits for this client at its
+    /// next start, until its recovery window ends.
+    pub async fn close(&self) -> Result<(), ClientError> {
+        self.sync_changes().await?;
+        let client = self.id();
+        for (home, _) in self.cluster.homes_answering_early() {
+            self.on_node(home, |meta| async move {
+                meta.replay(client, Vec::new(), true).await
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Sends back to every home that started again since it answered this client changes
     /// before their sync what this client keeps of them, and says it sent everything: the home
     /// waits for this before it serves again (docs/design/crash-consistency.md, "Durability by

@@ -112,7 +112,7 @@ impl Filesystem for WeftFs {
             let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
             // Changes answered before their sync are on their homes' disks before the mount
             // goes: nothing is left to replay.
-            if let Err(error) = client.sync_changes().await {
+            if let Err(error) = client.close().await {
                 tracing::error!(%error, "changes of this mount may not be on disk");
             }
         });

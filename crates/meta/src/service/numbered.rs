@@ -291,6 +291,17 @@ impl Meta {
         if !done && !recovery.is_closed() {
             return Ok(MetaResponse::Done);
         }
+        if done && recovery.is_closed() && mine.is_empty() {
+            // A session that keeps nothing and says so outside a recovery (a client that
+            // ends) is not waited for at the next start, unless it changes something again.
+            self.committer
+                .run(Box::new(move |txn| {
+                    txn.open_table(REPLAYERS)?.remove(client.0)?;
+                    Ok(MetaResponse::Done)
+                }))
+                .await?;
+            return Ok(MetaResponse::Done);
+        }
         recovery.wait_closed().await;
         let dropped = {
             let window = recovery.window.lock().expect("recovery window poisoned");
