@@ -273,13 +273,13 @@ impl Meta {
         meta.moves.mover.notify_one();
         let runtime = tokio::runtime::Handle::current();
         let watcher = Arc::clone(&meta);
-        runtime.spawn(async move { watcher.watch_recovery().await });
+        let watcher = runtime.spawn(async move { watcher.watch_recovery().await });
         let worker = runtime.spawn(work_loop(Arc::clone(&meta)));
         let mover = runtime.spawn(Arc::clone(&meta).move_loop());
         meta.workers
             .lock()
             .expect("worker slots poisoned")
-            .extend([worker, mover]);
+            .extend([watcher, worker, mover]);
         Ok(meta)
     }
 

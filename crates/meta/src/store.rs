@@ -818,28 +818,34 @@ impl WriteTransaction {
                 self.redb.abort()?;
                 return Ok(Wrote::Logged);
             }
-            let appended = {
-                let mut log = store.log.lock().expect("store log poisoned");
-                match log.as_mut().filter(|log| log.fits(record.len())) {
-                    Some(log) => {
-                        log.append(&record).map_err(log_failed)?;
-                        true
-                    }
-                    None => false,
-                }
-            };
-            if appended {
+            let fits = store
+                .log
+                .lock()
+                .expect("store log poisoned")
+                .as_ref()
+                .is_some_and(|log| log.fits(record.len()));
+            if fits {
+                // Nothing of redb's transaction is kept: ended before the record is
+                // appended, so that a failure here appends nothing.
                 self.redb.abort()?;
-                {
-                    let mut published = store.published.lock().expect("published rows poisoned");
-                    let after = published.after;
-                    *published = Arc::new(Published { changes, after });
-                }
+                store
+                    .log
+                    .lock()
+                    .expect("store log poisoned")
+                    .as_mut()
+                    .map_or(Ok(()), |log| log.append(&record))
+                    .map_err(log_failed)?;
                 if sync {
+                    // Seen by reads only once on disk, as a commit synced before its answer
+                    // always was; a failed sync publishes nothing (the log refuses every later
+                    // record, and the home is opened again).
                     store.sync_log()?;
                     // A crash here loses nothing answered, and the record is on disk.
                     weft_service::failpoint::failpoint("meta-after-log");
                 }
+                let mut published = store.published.lock().expect("published rows poisoned");
+                let after = published.after;
+                *published = Arc::new(Published { changes, after });
                 return Ok(Wrote::Logged);
             }
         }

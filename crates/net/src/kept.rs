@@ -94,6 +94,14 @@ impl KeptChanges {
                     "a metadata home serves again without the changes this client kept for it: \
                      they were lost in its restart"
                 );
+                kept.lost = Some(WireError::new(
+                    weft_proto::ErrorCode::Evicted,
+                    format!(
+                        "{} changes this client kept for a metadata home were not replayed \
+                         before it served again: they may be lost",
+                        kept.changes.len()
+                    ),
+                ));
             }
             *kept = Kept {
                 incarnation: change.incarnation,

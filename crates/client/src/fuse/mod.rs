@@ -56,6 +56,10 @@ const READDIR_BATCH: u32 = 256;
 /// How long unmounting waits for the metadata servers to hear of the last closes.
 const RELEASE_AT_UNMOUNT_MAX: Duration = Duration::from_secs(2);
 
+/// Longest an unmount waits for the metadata servers to have its changes on disk
+/// (`Client::close`).
+const CLOSE_AT_UNMOUNT_MAX: Duration = Duration::from_secs(30);
+
 /// How long one F_SETLKW request waits on the server before the adapter checks for signals.
 const LOCK_WAIT_SLICE_MS: u32 = 200;
 
@@ -112,8 +116,15 @@ impl Filesystem for WeftFs {
             let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
             // Changes answered before their sync are on their homes' disks before the mount
             // goes: nothing is left to replay.
-            if let Err(error) = client.close().await {
-                tracing::error!(%error, "changes of this mount may not be on disk");
+            match tokio::time::timeout(CLOSE_AT_UNMOUNT_MAX, client.close()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(%error, "changes of this mount may not be on disk")
+                }
+                Err(_) => tracing::error!(
+                    "the metadata servers did not confirm this mount's changes are on disk \
+                     within {CLOSE_AT_UNMOUNT_MAX:?}"
+                ),
             }
         });
         let unsupported = self.state.client.unserved.counts();

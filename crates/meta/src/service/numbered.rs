@@ -239,21 +239,31 @@ impl Meta {
     ) -> Result<MetaResponse, OpError> {
         let recovery = &self.recovery;
         let mut mine = Vec::new();
+        // Changes of a start recovered before this one: what became of them is not known
+        // here any more, so they count as dropped.
+        let mut older = 0;
         for change in changes {
-            if change.incarnation == self.locks.epoch() || change.number <= recovery.opened_at {
-                // Made by this start, or on disk before it: nothing to make again.
+            if change.incarnation == self.locks.epoch() {
+                // Made by this start: nothing to make again.
                 continue;
             }
-            if change.incarnation != recovery.recovering || change.mutation.client != client {
+            if change.mutation.client != client {
                 return Err(OpError::rejected(
                     ErrorCode::InvalidArgument,
                     format!(
-                        "session {client} sent back change {} of session {} made by start {} \
-                         of metadata home {}: a client replays only its own changes of the \
-                         start being recovered",
-                        change.number, change.mutation.client, change.incarnation, self.node
+                        "session {client} sent back change {} of session {}: a client replays \
+                         only its own changes",
+                        change.number, change.mutation.client
                     ),
                 ));
+            }
+            if change.incarnation != recovery.recovering {
+                older += 1;
+                continue;
+            }
+            if change.number <= recovery.opened_at {
+                // On disk before this start.
+                continue;
             }
             let proved = match self.cluster.change_proofs() {
                 Some(proofs) => proofs.check(self.node, &change),
@@ -277,7 +287,8 @@ impl Meta {
                 window.held.insert(change.number, change);
             }
         }
-        self.make_held().await?;
+        // Whether or not they could be made now, a client that said it is done is.
+        let made = self.make_held().await;
         if done {
             let close = {
                 let mut window = recovery.window.lock().expect("recovery window poisoned");
@@ -287,6 +298,17 @@ impl Meta {
             if close {
                 self.close_recovery().await;
             }
+        }
+        made?;
+        if older > 0 {
+            return Err(OpError::rejected(
+                ErrorCode::Evicted,
+                format!(
+                    "{older} changes session {client} kept for metadata home {} were made by a \
+                     start whose recovery window closed without them: they may be lost",
+                    self.node
+                ),
+            ));
         }
         if !done && !recovery.is_closed() {
             return Ok(MetaResponse::Done);
@@ -404,8 +426,10 @@ impl Meta {
             }))
             .await;
         if let Err(error) = closed {
-            // The next start recovers the same changes again.
+            // The window stays closed to new requests: the store failed, and the home is
+            // opened again, which recovers the same changes.
             tracing::error!(?error, "could not record the end of the recovery");
+            return;
         }
         recovery.closed.send_replace(true);
     }

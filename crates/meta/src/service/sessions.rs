@@ -222,9 +222,12 @@ impl Meta {
             .run_eventual(Box::new(move |txn| {
                 let mut replies = txn.open_table(REPLIES)?;
                 let mut floors = txn.open_table(REPLY_FLOORS)?;
+                // Nor is the session waited for at a start: it will replay nothing.
+                let mut replayers = txn.open_table(crate::schema::REPLAYERS)?;
                 for client in &gone {
                     replies.retain_in((client.0, 0)..=(client.0, u64::MAX), |_, _| false)?;
                     floors.remove(client.0)?;
+                    replayers.remove(client.0)?;
                 }
                 Ok((MetaResponse::Done, Answered::Committed))
             }))
