@@ -460,18 +460,9 @@ fn a_crash_after_a_change_log_record_loses_nothing_acknowledged() {
 fn a_server_killed_before_the_sync_of_changes_answered_before_it_loses_nothing() {
     let mut cluster = answering_before_the_sync(30_000);
     let mnt = cluster.mount().expect("mount");
-    let paths: Vec<_> = (0..200).map(|i| mnt.join(format!("f{i}"))).collect();
-    for (i, path) in paths.iter().enumerate() {
-        fs::write(path, format!("file {i}")).expect("write");
-    }
-    cluster.kill("meta-1").expect("kill");
-    cluster.restart("meta-1").expect("restart");
-    for (i, path) in paths.iter().enumerate() {
-        assert_eq!(
-            fs::read_to_string(path).expect("a file answered before the crash"),
-            format!("file {i}")
-        );
-    }
+    write_numbered(&mnt, 200);
+    kill_and_restart_meta(&mut cluster);
+    assert_numbered(&mnt, 0..200);
     // The log reaches its file a moment after the line is written.
     wait_until("the replay in meta-1's log", || {
         cluster
@@ -496,6 +487,29 @@ fn answering_before_the_sync(window_ms: u64) -> weft_testkit::LocalCluster {
     })
 }
 
+/// Writes `f0`..`f{count-1}` in `dir`, each holding `file I`.
+fn write_numbered(dir: &std::path::Path, count: usize) {
+    for i in 0..count {
+        fs::write(dir.join(format!("f{i}")), format!("file {i}")).expect("write");
+    }
+}
+
+/// That each of `files` in `dir` holds what [`write_numbered`] wrote.
+fn assert_numbered(dir: &std::path::Path, files: impl IntoIterator<Item = usize>) {
+    for i in files {
+        assert_eq!(
+            fs::read_to_string(dir.join(format!("f{i}"))).expect("a file answered"),
+            format!("file {i}")
+        );
+    }
+}
+
+/// Kills meta-1 with SIGKILL and starts it again.
+fn kill_and_restart_meta(cluster: &mut weft_testkit::LocalCluster) {
+    cluster.kill("meta-1").expect("kill");
+    cluster.restart("meta-1").expect("restart");
+}
+
 // Goal: the changes two clients made to one directory come back in the order the server
 // first made them (crash-consistency.md, "Durability by replay", guarantee 5). Method: on a
 // server answering before the sync, mount A creates `fI` and mount B removes it and creates
@@ -513,8 +527,7 @@ fn two_clients_changes_to_one_directory_come_back_in_their_order() {
         fs::remove_file(b.join(format!("d/f{i}"))).expect("B removes");
         fs::write(b.join(format!("d/f{i}")), format!("b {i}")).expect("B creates again");
     }
-    cluster.kill("meta-1").expect("kill");
-    cluster.restart("meta-1").expect("restart");
+    kill_and_restart_meta(&mut cluster);
     let fresh = cluster.mount().expect("a new mount");
     for i in 0..40 {
         assert_eq!(
@@ -543,12 +556,9 @@ fn two_clients_changes_to_one_directory_come_back_in_their_order() {
 fn a_client_lost_with_its_server_loses_a_suffix_and_nothing_torn() {
     let mut cluster = answering_before_the_sync(2_000);
     let mnt = cluster.mount().expect("mount");
-    for i in 0..60 {
-        fs::write(mnt.join(format!("f{i}")), format!("file {i}")).expect("write");
-    }
+    write_numbered(&mnt, 60);
     cluster.kill_mount(&mnt).expect("kill the mount");
-    cluster.kill("meta-1").expect("kill");
-    cluster.restart("meta-1").expect("restart");
+    kill_and_restart_meta(&mut cluster);
     let fresh = cluster.mount().expect("a new mount");
     let left: Vec<usize> = (0..60)
         .filter(|i| fresh.join(format!("f{i}")).exists())
@@ -559,12 +569,7 @@ fn a_client_lost_with_its_server_loses_a_suffix_and_nothing_torn() {
         left.len() < 60,
         "the unsynced creates were lost with their client"
     );
-    for i in &left {
-        assert_eq!(
-            fs::read_to_string(fresh.join(format!("f{i}"))).expect("read"),
-            format!("file {i}")
-        );
-    }
+    assert_numbered(&fresh, left);
     wait_until("the drop in meta-1's log", || {
         cluster
             .log("meta-1")
@@ -599,19 +604,11 @@ fn a_client_lost_with_its_server_loses_a_suffix_and_nothing_torn() {
 fn an_unmounted_client_is_not_waited_for_and_its_changes_are_on_disk() {
     let mut cluster = answering_before_the_sync(30_000);
     let mnt = cluster.mount().expect("mount");
-    for i in 0..30 {
-        fs::write(mnt.join(format!("f{i}")), format!("file {i}")).expect("write");
-    }
+    write_numbered(&mnt, 30);
     cluster.unmount(&mnt).expect("unmount");
-    cluster.kill("meta-1").expect("kill");
-    cluster.restart("meta-1").expect("restart");
+    kill_and_restart_meta(&mut cluster);
     let fresh = cluster.mount().expect("a new mount");
-    for i in 0..30 {
-        assert_eq!(
-            fs::read_to_string(fresh.join(format!("f{i}"))).expect("read"),
-            format!("file {i}")
-        );
-    }
+    assert_numbered(&fresh, 0..30);
     assert!(
         !cluster
             .log("meta-1")
