@@ -399,25 +399,49 @@ impl Meta {
         if recovery.is_closed() {
             return;
         }
-        let dropped = {
+        // Every session waited for said it sent everything: a number still missing was given
+        // to a change whose answer never reached its client (the crash came first), which
+        // that client sends again as a new request. The changes after it are made, as Lustre's
+        // recovery does when every client is back; the usage they hold of it is counted again.
+        // Otherwise a missing number may be a change lost with its client: the changes after
+        // it are dropped.
+        let (skipped, dropped) = {
             let mut window = recovery.window.lock().expect("recovery window poisoned");
-            let dropped = window.held.len();
-            if dropped > 0 || !window.expected.is_empty() {
+            let held = std::mem::take(&mut window.held);
+            if window.expected.is_empty() {
+                if let Some((&last, _)) = held.iter().next_back() {
+                    tracing::warn!(
+                        made = held.len(),
+                        from = window.next,
+                        "numbers whose answers never reached their clients are skipped: the \
+                         changes after them are made"
+                    );
+                    window.next = last + 1;
+                }
+                (held.into_values().collect::<Vec<_>>(), false)
+            } else {
                 window.dropped_from = Some(window.next);
                 tracing::warn!(
-                    dropped,
+                    dropped = held.len(),
                     first = window.next,
                     missing = ?window.expected,
                     "the recovery window closed without every client's changes: changes from \
                      the first missing one on are dropped"
                 );
+                (Vec::new(), true)
             }
-            window.held.clear();
-            window.dropped_from.is_some()
         };
         let closed = self
             .committer
             .run(Box::new(move |txn| {
+                if !skipped.is_empty() {
+                    for change in &skipped {
+                        txn.apply_rows(&change.rows)?;
+                    }
+                    let counted =
+                        crate::schema::usage::recount(&txn.open_table(crate::schema::INODES)?)?;
+                    crate::schema::usage::rewrite(txn, &counted)?;
+                }
                 if dropped {
                     crate::schema::skip_inodes(txn, INODES_SKIPPED)?;
                 }
