@@ -105,8 +105,8 @@ struct Committed {
     /// The highest change number given so far, this batch's included: on disk once the batch
     /// is.
     numbered: u64,
-    /// Whether clients' changes were answered when it committed, before its sync.
-    numbered_early: bool,
+    /// Clients' changes answered when it committed, before its sync.
+    numbered_early: usize,
     outcome: Result<(), StoreError>,
     started: Instant,
     /// The sync that makes the batch durable.
@@ -136,6 +136,12 @@ pub(crate) struct CommitMetrics {
     failed: Counter,
     logged: Counter,
     checkpoints: Counter,
+    /// Clients' changes answered before their sync.
+    answered_early: Counter,
+    /// Clients' changes made again from their replays after a restart.
+    pub replayed: Counter,
+    /// Clients' changes a restart dropped (a change before them was lost with its client).
+    pub dropped: Counter,
     log_bytes: Gauge,
     /// Time a store's flusher takes to write, sync and ship one commit.
     pub sync_seconds: Histogram,
@@ -153,6 +159,9 @@ impl CommitMetrics {
             failed: Counter::default(),
             logged: Counter::default(),
             checkpoints: Counter::default(),
+            answered_early: Counter::default(),
+            replayed: Counter::default(),
+            dropped: Counter::default(),
             log_bytes: Gauge::default(),
             sync_seconds: Histogram::new(weft_observe::metrics::latency_histogram_buckets()),
         };
@@ -209,6 +218,23 @@ impl CommitMetrics {
             "Bytes of the change log's records since the last checkpoint (checkpoint_bytes \
              starts the next)",
             metrics.log_bytes.clone(),
+        );
+        registry.register(
+            "weft_meta_answered_before_sync",
+            "Clients' changes answered before their sync, which their clients keep until it \
+             (sync_every_change = false)",
+            metrics.answered_early.clone(),
+        );
+        registry.register(
+            "weft_meta_replayed_changes",
+            "Clients' changes made again from their replays after a restart",
+            metrics.replayed.clone(),
+        );
+        registry.register(
+            "weft_meta_dropped_changes",
+            "Clients' changes a restart dropped: a change made before them was lost with its \
+             client",
+            metrics.dropped.clone(),
         );
         // After the commit counter, so a scrape never counts a commit whose sync it did not.
         registry.register(
@@ -292,6 +318,11 @@ impl Committer {
             slots: tokio::sync::Semaphore::new(QUEUED_OPERATIONS_MAX),
             metrics,
         }
+    }
+
+    /// The counters of the store's commits and replays.
+    pub fn metrics(&self) -> &CommitMetrics {
+        &self.metrics
     }
 
     /// The highest number of a change on disk (and on every present mirror member): a
@@ -441,7 +472,14 @@ fn writer_loop(
             // A failed batch's numbers were never given: the next batch gives them again.
             numbered = batch.numbered;
         }
-        if batch.outcome.is_ok() && !batch.synced && batch.numbered_early && sync_delay.is_none() {
+        if batch.outcome.is_ok() && batch.numbered_early > 0 {
+            metrics.answered_early.inc_by(batch.numbered_early as u64);
+        }
+        if batch.outcome.is_ok()
+            && !batch.synced
+            && batch.numbered_early > 0
+            && sync_delay.is_none()
+        {
             // Synced in the background, with every change answered before it meanwhile.
             let _ = flushes.send(numbered);
         }
@@ -586,7 +624,7 @@ fn commit_batch(
             return Committed {
                 results,
                 numbered,
-                numbered_early: false,
+                numbered_early: 0,
                 outcome: Err(error),
                 started,
                 sync: 0,
@@ -730,7 +768,7 @@ fn commit_batch(
     Committed {
         results,
         numbered,
-        numbered_early: numbered_early_count > 0,
+        numbered_early: numbered_early_count,
         outcome,
         started,
         // Only this thread commits, so the last sync asked for is this commit's.

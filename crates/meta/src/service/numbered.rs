@@ -380,6 +380,7 @@ impl Meta {
             tracing::error!(?error, count, "replayed changes could not be made again");
             return Err(error);
         }
+        self.committer.metrics().replayed.inc_by(count);
         let mut window = recovery.window.lock().expect("recovery window poisoned");
         for _ in 0..count {
             let next = window.next;
@@ -418,8 +419,10 @@ impl Meta {
                     );
                     window.next = last + 1;
                 }
+                self.committer.metrics().replayed.inc_by(held.len() as u64);
                 (held.into_values().collect::<Vec<_>>(), false)
             } else {
+                self.committer.metrics().dropped.inc_by(held.len() as u64);
                 window.dropped_from = Some(window.next);
                 tracing::warn!(
                     dropped = held.len(),
