@@ -522,6 +522,30 @@ fn kill_and_restart_meta(cluster: &mut weft_testkit::LocalCluster) {
     cluster.restart("meta-1").expect("restart");
 }
 
+// Goal: a mount's first change answered before its sync is kept safe like every later one:
+// the server records that it must wait for the mount before answering it (crash-consistency.md,
+// "Durability by replay", who is waited for), whichever request makes it. Method: on a server
+// answering before the sync (syncs held back an hour), one mount writes a file and is
+// unmounted (its changes reach the disk); a second mount's first change removes the file (an
+// unlink, served apart from the other mutations); the server is killed and restarted: through
+// a third mount the file is gone.
+#[test]
+fn a_mounts_first_change_answered_before_its_sync_survives_a_kill() {
+    let mut cluster = answering_before_the_sync(30_000);
+    let writer = cluster.mount().expect("mount");
+    write_numbered(&writer, 1);
+    cluster.unmount(&writer).expect("unmount");
+    let remover = cluster.mount().expect("mount");
+    fs::remove_file(remover.join("f0")).expect("remove");
+    kill_and_restart_meta(&mut cluster);
+    let fresh = cluster.mount().expect("a new mount");
+    assert!(
+        !fresh.join("f0").exists(),
+        "the removal answered before the crash is kept"
+    );
+    fsck_clean(&cluster);
+}
+
 // Goal: the changes two clients made to one directory come back in the order the server
 // first made them (crash-consistency.md, "Durability by replay", guarantee 5). Method: on a
 // server answering before the sync, mount A creates `fI` and mount B removes it and creates

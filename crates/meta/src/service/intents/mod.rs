@@ -305,14 +305,16 @@ impl Meta {
         let decided = self
             .committer
             .run_with_eventual(move |txn| {
-                let decided =
-                    prepared_or_local(txn, prepare, |txn| local?(txn).map(|(reply, _)| reply))?;
-                let answered = match &decided {
-                    Decided::Local(Ok(MetaResponse::Numbered { change, .. })) => {
-                        Answered::Numbered(change.number)
-                    }
-                    _ => Answered::Durable,
-                };
+                // When the local change may be answered is what its mutation said (a session's
+                // first change answered before its sync is answered once durable); a prepared
+                // intent is answered once durable.
+                let mut answered = Answered::Durable;
+                let decided = prepared_or_local(txn, prepare, |txn| {
+                    local?(txn).map(|(reply, how)| {
+                        answered = how;
+                        reply
+                    })
+                })?;
                 Ok((decided, answered))
             })
             .await?;
