@@ -258,11 +258,11 @@ pub(crate) struct Committer {
 }
 
 impl Committer {
-    /// Starts the writer thread of `db`; with `syncs`, the store syncs in the background
-    /// and each batch is answered once its sync finished.
-    /// the home's changes were numbered up to `numbered` when it opened (all on disk). With
-    /// `answer_before_sync`, a client's numbered change is answered as soon as its batch is
-    /// logged (see [`Answered::Numbered`]); `sync_delay` is how long any change answered
+    /// Starts the writer thread of `db`, whose changes were numbered up to `numbered` when it
+    /// opened (all on disk); with `syncs`, the store syncs in the background and each batch
+    /// is answered once its sync finished. With `answer_before_sync`, a client's numbered
+    /// change is answered as soon as its batch is logged (see [`Answered::Numbered`]), and a
+    /// flusher thread syncs the log behind it; `sync_delay` is how long any change answered
     /// before its sync may wait for it (none: the defaults, see `MetaConfig::sync_delay_ms`).
     pub fn start(
         (db, numbered): (Arc<Database>, u64),
@@ -277,12 +277,14 @@ impl Committer {
         let writer_metrics = metrics.clone();
         let writer_synced = Arc::clone(&last_synced);
         let (flushes, flushing) = mpsc::channel::<u64>();
-        let flusher_db = Arc::clone(&db);
-        let flusher_synced = Arc::clone(&last_synced);
-        std::thread::Builder::new()
-            .name("weft-meta-flush".into())
-            .spawn(move || flush_loop(&flusher_db, &flushing, &flusher_synced))
-            .expect("spawning the log's flusher");
+        if answer_before_sync {
+            let flusher_db = Arc::clone(&db);
+            let flusher_synced = Arc::clone(&last_synced);
+            std::thread::Builder::new()
+                .name("weft-meta-flush".into())
+                .spawn(move || flush_loop(&flusher_db, &flushing, &flusher_synced))
+                .expect("spawning the log's flusher");
+        }
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
             .spawn(move || {
@@ -329,6 +331,14 @@ impl Committer {
     /// client keeps the rows of its changes numbered above it.
     pub fn last_synced(&self) -> u64 {
         self.last_synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Makes every change committed so far durable (and shipped to every present mirror
+    /// member): an empty change, answered once its batch is.
+    pub async fn sync(&self) -> Result<(), OpError> {
+        self.run(Box::new(|_| Ok(MetaResponse::Done)))
+            .await
+            .map(drop)
     }
 
     /// Runs `op` in the next batch and hands back what it computed once its batch is durable.
@@ -638,10 +648,9 @@ fn commit_batch(
     let mut results = Vec::new();
     // The operations answered once the batch committed, without waiting for its sync.
     let mut early = Vec::new();
-    // Clients' changes answered so if nothing in the batch waits for its sync.
+    // Clients' changes answered so if nothing in the batch waits for its sync, and the batch
+    // is logged.
     let mut numbered_early = Vec::new();
-    let answer_before_sync =
-        answer_before_sync && db.logs() && !syncs.is_some_and(HomeLink::mirrored);
     let mut failure = None;
     let tidy = |op: TidyOp, failure: &mut Option<StoreError>| {
         if failure.is_some() {

@@ -388,10 +388,7 @@ impl Meta {
     ) -> Result<(), WireError> {
         // Rows logged while the home had no mirror group go into its tables first, so that
         // the copy holds them: a mirrored home's commits are checkpoints (`commit`).
-        self.committer
-            .run(Box::new(|_| Ok(MetaResponse::Done)))
-            .await
-            .map_err(OpError::into_wire)?;
+        self.committer.sync().await.map_err(OpError::into_wire)?;
         self.link.resync(start).await
     }
 
@@ -477,6 +474,10 @@ impl Meta {
     /// inode it names lies in the client's subtree (see [`subtree`]), and for a caller of a
     /// client that squashes root, its access as a kernel would check it (see [`access`]).
     pub(crate) async fn serve(&self, request: MetaRequest, checks: Checks) -> Reply<MetaResponse> {
+        if !self.answers_before_sync {
+            // Nothing is numbered here: no change to answer with.
+            return self.serve_checked(request, checks).await;
+        }
         // Boxed: the request's future is large, and is moved into the scope that keeps its
         // numbered change.
         self.serve_numbered(Box::pin(self.serve_checked(request, checks)))
@@ -498,10 +499,7 @@ impl Meta {
             // The kept reply was read from a snapshot that may hold changes not yet on disk:
             // a copy sent again is answered only once they are (the first answer may never
             // have reached the client, which then keeps nothing to replay).
-            self.committer
-                .run(Box::new(|_| Ok(MetaResponse::Done)))
-                .await
-                .map_err(OpError::into_wire)?;
+            self.committer.sync().await.map_err(OpError::into_wire)?;
         }
         self.check_client(&mut request, &checks, kept.is_some())
             .await
@@ -645,11 +643,7 @@ impl Meta {
     /// Makes every change committed so far durable: at a clean stop, so that the next start
     /// has no size to recompute.
     pub(crate) async fn flush(&self) {
-        if let Err(error) = self
-            .committer
-            .run(Box::new(|_| Ok(MetaResponse::Done)))
-            .await
-        {
+        if let Err(error) = self.committer.sync().await {
             tracing::warn!(
                 home = self.node.0,
                 ?error,

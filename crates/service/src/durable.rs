@@ -77,6 +77,21 @@ pub fn sync_directory(directory: &Path) -> std::io::Result<()> {
     File::open(directory)?.sync_all()
 }
 
+/// Removes the file at `path` durably, if there is one: removed, and its directory synced.
+///
+/// # Errors
+/// The OS error of the removal or of the directory's sync.
+pub fn remove_durably(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        removed => removed?,
+    }
+    match path.parent() {
+        Some(directory) => sync_directory(directory),
+        None => Ok(()),
+    }
+}
+
 /// Writes a framed record durably.
 ///
 /// # Errors

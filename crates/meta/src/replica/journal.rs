@@ -325,14 +325,7 @@ pub(crate) fn settle(store: &File, path: &Path) -> std::io::Result<()> {
     if Journal::replay(store, path)?.is_some() {
         store.sync_data()?;
     }
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
-        removed => removed?,
-    }
-    if let Some(directory) = path.parent() {
-        weft_service::durable::sync_directory(directory)?;
-    }
-    Ok(())
+    weft_service::durable::remove_durably(path)
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@ tokio::task_local! {
 }
 
 /// Runs `op`, mutation `mutation`'s change in `txn`, and numbers it if it changed anything
-/// (in the home's start `incarnation`):
-/// its answer is then [`MetaResponse::Numbered`], answered as [`Answered::Numbered`].
+/// (in the home's start `incarnation`): its answer is then [`MetaResponse::Numbered`],
+/// answered as [`Answered::Numbered`].
 /// With `replays` (the home answers before the sync, keeps a log, has no mirror group, and
 /// the client speaks a protocol that keeps changes), the change may be answered before its
 /// sync: the first such change of a session in this start records the session among those
@@ -49,14 +49,12 @@ pub(super) fn numbered(
         // Answered once durable; or answered from its kept reply: nothing changed.
         return Ok((reply, Answered::Durable));
     }
-    let first = {
-        let mut replayers = txn.open_table(REPLAYERS)?;
-        let known = replayers.get(mutation.client.0)?.map(|start| start.value());
-        if known != Some(incarnation) {
-            replayers.insert(mutation.client.0, incarnation)?;
-        }
-        known != Some(incarnation)
-    };
+    let mut replayers = txn.open_table(REPLAYERS)?;
+    let first = replayers.get(mutation.client.0)?.map(|start| start.value()) != Some(incarnation);
+    if first {
+        replayers.insert(mutation.client.0, incarnation)?;
+    }
+    drop(replayers);
     let number = number_change(txn)?;
     let mut change = NumberedChange {
         incarnation,
@@ -147,9 +145,7 @@ impl Meta {
         }
         if self.committer.last_synced() < number {
             // A change that waits for its batch's sync makes every change before it durable.
-            self.committer
-                .run(Box::new(|_| Ok(MetaResponse::Done)))
-                .await?;
+            self.committer.sync().await?;
         }
         Ok(MetaResponse::Synced(self.committer.last_synced()))
     }
@@ -159,9 +155,11 @@ impl Meta {
 /// sync, which its clients keep and send back ([`MetaRequest::Replay`]) in the recovery
 /// window. They are made again strictly in the order of their numbers, from the first the
 /// store does not have; the window closes once every session that start answered so said it
-/// sent everything, or at its deadline. A number nobody sent by then was lost with its client:
-/// it and every change after it are dropped, and their clients told (`Evicted`), as is every
-/// change of that start sent back after the window closed. Requests wait until the window
+/// sent everything, or at its deadline. A number still missing when every session said so was
+/// given to a change whose answer never reached its client, which sends it again: the changes
+/// after it are made. One still missing at the deadline may have been lost with a client that
+/// did not come back: it and every change after it are dropped, and their clients told
+/// (`Evicted`), as is every change of that start sent back after the window closed. Requests wait until the window
 /// closed (the start's settling waits for it), so nothing new is made before what the clients
 /// replay. Which start is recovered, and who is waited for, is kept in the store until the
 /// window closes, so a start that ends during its window leaves the same recovery to the next.
@@ -369,9 +367,7 @@ impl Meta {
         let made = self
             .committer
             .run(Box::new(move |txn| {
-                for change in &ready {
-                    txn.apply_rows(&change.rows)?;
-                }
+                make_again(txn, &ready)?;
                 Ok(MetaResponse::Done)
             }))
             .await;
@@ -438,9 +434,7 @@ impl Meta {
             .committer
             .run(Box::new(move |txn| {
                 if !skipped.is_empty() {
-                    for change in &skipped {
-                        txn.apply_rows(&change.rows)?;
-                    }
+                    make_again(txn, &skipped)?;
                     let counted =
                         crate::schema::usage::recount(&txn.open_table(crate::schema::INODES)?)?;
                     crate::schema::usage::rewrite(txn, &counted)?;
@@ -477,6 +471,14 @@ impl Meta {
             () = self.recovery.wait_closed() => {}
         }
     }
+}
+
+/// Makes `changes` again in `txn`, in order: the rows each wrote.
+fn make_again(txn: &WriteTransaction, changes: &[NumberedChange]) -> Result<(), OpError> {
+    for change in changes {
+        txn.apply_rows(&change.rows)?;
+    }
+    Ok(())
 }
 
 /// Inode numbers skipped after changes were dropped: more than the creates of the changes a

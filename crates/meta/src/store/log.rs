@@ -236,14 +236,7 @@ pub(crate) fn log_path(store: &Path) -> PathBuf {
 /// # Errors
 /// The log could not be removed, or its directory synced.
 pub(crate) fn discard(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
-        removed => removed?,
-    }
-    if let Some(directory) = path.parent() {
-        weft_service::durable::sync_directory(directory)?;
-    }
-    Ok(())
+    weft_service::durable::remove_durably(path)
 }
 
 impl Log {

@@ -400,12 +400,7 @@ impl Meta {
             return;
         }
         // What was read is committed; this makes it durable.
-        if self
-            .committer
-            .run(Box::new(|_| Ok(MetaResponse::Done)))
-            .await
-            .is_err()
-        {
+        if self.committer.sync().await.is_err() {
             return;
         }
         for home in homes {
