@@ -240,6 +240,7 @@ impl Meta {
         // Changes of a start recovered before this one: what became of them is not known
         // here any more, so they count as dropped.
         let mut older = 0;
+        let mut on_disk = 0;
         for change in changes {
             if change.incarnation == self.locks.epoch() {
                 // Made by this start: nothing to make again.
@@ -260,7 +261,9 @@ impl Meta {
                 continue;
             }
             if change.number <= recovery.opened_at {
-                // On disk before this start.
+                // On disk before this start: made again, it would undo what later changes
+                // made of the same rows.
+                on_disk += 1;
                 continue;
             }
             let proved = match self.cluster.change_proofs() {
@@ -284,6 +287,13 @@ impl Meta {
             if !recovery.is_closed() && window.next <= change.number {
                 window.held.insert(change.number, change);
             }
+        }
+        if on_disk > 0 {
+            tracing::info!(
+                session = client.0,
+                on_disk,
+                "changes sent back that were on disk before this start are not made again"
+            );
         }
         // Whether or not they could be made now, a client that said it is done is.
         let made = self.make_held().await;
@@ -376,6 +386,9 @@ impl Meta {
             tracing::error!(?error, count, "replayed changes could not be made again");
             return Err(error);
         }
+        // A crash here, inside the window, leaves the same recovery to the next start, which
+        // finds these changes on its disk.
+        weft_service::failpoint::failpoint("meta-after-replayed-changes");
         self.committer.metrics().replayed.inc_by(count);
         let mut window = recovery.window.lock().expect("recovery window poisoned");
         for _ in 0..count {
