@@ -43,11 +43,11 @@ pub struct UpArgs {
     /// every batch of changes to the tables (config key `checkpoint_bytes`).
     #[arg(long, default_value_t = weft_meta::config::CHECKPOINT_BYTES_DEFAULT)]
     checkpoint_bytes: u64,
-    /// Metadata servers answer a client's change as soon as it is made and logged; the
-    /// client keeps it until it is on disk and replays it after a restart (config key
-    /// `sync_every_change = false`).
+    /// Metadata servers answer a client's change only once it is on disk (config key
+    /// `sync_every_change = true`), not as soon as it is made and logged, the client keeping
+    /// it until it is on disk and replaying it after a restart.
     #[arg(long)]
-    answer_before_sync: bool,
+    sync_every_change: bool,
     /// Every connection in TLS, with a CA and a certificate made in the data directory
     /// (`tls/`) on the first start.
     #[arg(long)]
@@ -287,7 +287,7 @@ impl Secured {
             rebalance_bytes_per_second: weft_meta::config::REBALANCE_BYTES_PER_SECOND_DEFAULT,
             rebalance_margin_percent: weft_meta::config::REBALANCE_MARGIN_PERCENT_DEFAULT,
             checkpoint_bytes: args.checkpoint_bytes,
-            sync_every_change: !args.answer_before_sync,
+            sync_every_change: args.sync_every_change,
             recovery_window: weft_meta::config::RECOVERY_WINDOW_DEFAULT,
             sync_delay_ms: None,
             influxdb: None,

@@ -84,8 +84,10 @@ weft_net::service_config! {
         pub checkpoint_bytes: u64,
         /// Answer each client's change only once it is on disk (true), or as soon as it is
         /// made and logged, its client keeping it until the home has it on disk and replaying
-        /// it after a restart (false; docs/design/crash-consistency.md, "Durability by
-        /// replay"). Either way a server killed alone loses nothing acknowledged.
+        /// it after a restart (false, the default; docs/design/crash-consistency.md,
+        /// "Durability by replay"). Either way a server killed alone loses nothing
+        /// acknowledged; with false, a client lost together with its server loses its changes
+        /// that no fsync covered.
         #[serde(default = "default_sync_every_change")]
         pub sync_every_change: bool,
         /// After a start that may have lost changes answered before their sync, how long the
@@ -108,7 +110,7 @@ weft_net::service_config! {
 }
 
 fn default_sync_every_change() -> bool {
-    true
+    false
 }
 
 /// Default longest wait for the clients' replays after a start.

@@ -100,7 +100,19 @@ fn squashed_cluster(
     std::path::PathBuf,
     std::path::PathBuf,
 ) {
-    let mut cluster = cluster(ClusterSpec::default());
+    squashed_cluster_with(scratch, ClusterSpec::default())
+}
+
+/// [`squashed_cluster`] of `spec`.
+fn squashed_cluster_with(
+    scratch: &Path,
+    spec: ClusterSpec,
+) -> (
+    weft_testkit::LocalCluster,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let mut cluster = cluster(spec);
     let mnt = cluster.mount().expect("mount");
     fs::create_dir(mnt.join("work")).expect("mkdir");
     fs::set_permissions(mnt.join("work"), fs::Permissions::from_mode(0o777)).expect("chmod");

@@ -285,12 +285,19 @@ fn a_directory_readable_but_not_searchable_lists_its_names_only() {
 // of a file it had answer ENOENT. Its creates, writes and fsyncs go through such a crash too.
 // Method: files made (created, written, fsynced) through a root-squashed mount, then renamed,
 // then removed, each pass while meta-1 is armed to crash right after a synced record of its
-// change log (a change durable and not answered), restarted once it crashed: every call succeeds, and the
-// files are gone.
+// change log (a change durable and not answered: meta-1 syncs every change before its answer,
+// `sync_every_change=true`), restarted once it crashed: every call succeeds, and the files
+// are gone.
 #[test]
 fn a_squashed_change_whose_reply_a_crash_took_is_answered() {
     let scratch = tempfile::tempdir().expect("tempdir");
-    let (mut cluster, mnt, squash) = squashed_cluster(scratch.path());
+    let (mut cluster, mnt, squash) = squashed_cluster_with(
+        scratch.path(),
+        ClusterSpec {
+            meta_settings: vec!["sync_every_change=true".into()],
+            ..ClusterSpec::default()
+        },
+    );
     let paths: Vec<_> = (0..40)
         .map(|index| squash.join(format!("work/f{index}")))
         .collect();
