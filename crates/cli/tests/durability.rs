@@ -722,6 +722,57 @@ fn a_client_lost_with_its_server_loses_a_suffix_and_nothing_torn() {
     fsck_clean(&cluster);
 }
 
+// Goal: a removal and a truncate answered before their sync never act on the storage targets
+// before they are on disk: if a crash then drops them with their client, the files are back
+// whole, never without their bytes (crash-consistency.md, "Durability by replay": nothing acts
+// outside the store on what is not on disk). Method: on a server answering before the sync
+// (syncs held back an hour, a 2 s window), a mount writes two files and is unmounted; another
+// removes one and truncates the other to one byte, and waits until the targets removed and
+// cut their objects; that mount and the server are killed together. Since the home synced before it
+// acted, both changes are on its disk: the removed file stays removed and the cut one holds
+// its first byte (seen failing without that sync: the removal was dropped, and the removed
+// file came back without its objects).
+#[test]
+fn a_removal_and_a_truncate_reach_the_targets_only_once_on_disk() {
+    let mut cluster = answering_before_the_sync(2_000);
+    // Written by a mount that ends first, so that no open of theirs is left for the
+    // removal to wait for (a removal of a file still open is synced at its last close).
+    let writer = cluster.mount().expect("mount");
+    let (removed, cut) = (pattern(41, 300_000), pattern(42, 300_000));
+    for (name, bytes) in [("removed", &removed), ("cut", &cut)] {
+        fs::write(writer.join(name), bytes).expect("write");
+    }
+    cluster.unmount(&writer).expect("unmount");
+    let mnt = cluster.mount().expect("mount");
+    // A session's first change is answered once on disk, and so is a size reported at a
+    // close: the truncate and the removal come after the one and before the other.
+    fs::create_dir(mnt.join("first")).expect("mkdir");
+    let open = OpenOptions::new()
+        .write(true)
+        .open(mnt.join("cut"))
+        .expect("open");
+    open.set_len(1).expect("truncate");
+    fs::remove_file(mnt.join("removed")).expect("remove");
+    wait_until("the targets to remove and cut the objects", || {
+        object_bytes(&cluster) <= 1
+    })
+    .expect("the objects were removed and cut");
+    cluster.kill_mount(&mnt).expect("kill the mount");
+    drop(open);
+    kill_and_restart_meta(&mut cluster);
+    let fresh = cluster.mount().expect("a new mount");
+    assert!(
+        !fresh.join("removed").exists(),
+        "the removal whose objects went is on disk"
+    );
+    assert_eq!(
+        fs::read(fresh.join("cut")).expect("read the cut file"),
+        cut[..1],
+        "the truncate whose cut reached the targets is on disk"
+    );
+    fsck_clean(&cluster);
+}
+
 // Goal: a mount unmounted cleanly has its changes on disk and is not waited for by the
 // server's next start (docs/operations.md, "Answering before the sync"). Method: on a server
 // answering before the sync (syncs held back an hour), a mount writes 30 files and is
@@ -743,6 +794,31 @@ fn an_unmounted_client_is_not_waited_for_and_its_changes_are_on_disk() {
         "the start waited for a client that was unmounted"
     );
     fsck_clean(&cluster);
+}
+
+// Goal: a metadata server stopped cleanly has everything it answered on disk, and its next
+// start waits for no client (docs/operations.md, "Answering before the sync"). Method: on a
+// server answering before the sync (syncs held back an hour, a 30 s window), a mount writes 30
+// files; the server is stopped with SIGTERM and started again: its log does not say it waits
+// for clients, and the mount (which still keeps its changes) and a new one read every file.
+#[test]
+fn a_server_stopped_cleanly_waits_for_no_client_at_its_next_start() {
+    let mut cluster = answering_before_the_sync(30_000);
+    let mnt = cluster.mount().expect("mount");
+    write_numbered(&mnt, 30);
+    cluster.stop("meta-1").expect("a clean stop");
+    cluster.restart("meta-1").expect("restart");
+    cluster.wait_ready().expect("ready");
+    assert_numbered(&mnt, 0..30);
+    let fresh = cluster.mount().expect("a new mount");
+    assert_numbered(&fresh, 0..30);
+    fsck_clean(&cluster);
+    assert!(
+        !cluster
+            .log("meta-1")
+            .contains("waiting for clients to replay"),
+        "the start after a clean stop waited for clients"
+    );
 }
 
 // Goal: a metadata server answering before the sync, killed with SIGKILL under a metadata

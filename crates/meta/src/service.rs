@@ -643,7 +643,26 @@ impl Meta {
     /// Makes every change committed so far durable: at a clean stop, so that the next start
     /// has no size to recompute.
     pub(crate) async fn flush(&self) {
-        if let Err(error) = self.committer.sync().await {
+        // Stopped cleanly, this start leaves nothing it answered before the sync off its
+        // disk: its sessions are no longer waited for at the next start. In a synced commit,
+        // which puts every change before it on disk too. (The sessions of a start whose
+        // recovery this one had not finished stay waited for.)
+        let epoch = self.locks.epoch();
+        let stopped = self.committer.run(Box::new(move |txn| {
+            let mut replayers = txn.open_table(crate::schema::REPLAYERS)?;
+            let mut ours = Vec::new();
+            for row in crate::store::ReadableTable::iter(&replayers)? {
+                let (session, start) = row?;
+                if start.value() == epoch {
+                    ours.push(session.value());
+                }
+            }
+            for session in ours {
+                replayers.remove(session)?;
+            }
+            Ok(MetaResponse::Done)
+        }));
+        if let Err(error) = stopped.await {
             tracing::warn!(
                 home = self.node.0,
                 ?error,

@@ -697,6 +697,21 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Stops a service cleanly (SIGTERM, as an operator's stop), waiting until it exited.
+    ///
+    /// # Errors
+    /// When the service is unknown, or did not exit within 20 s (it is then killed).
+    pub fn stop(&mut self, name: &str) -> Result<()> {
+        let service = self
+            .services
+            .get_mut(name)
+            .ok_or_else(|| anyhow!("no service {name}"))?;
+        match service.child.take() {
+            Some(mut child) => terminate(&mut child),
+            None => Ok(()),
+        }
+    }
+
     /// Sets the extra environment a service gets from its next (re)start on, e.g.
     /// `[("WEFT_FAILPOINTS", "mkdir-after-intent")]`; an empty list clears it.
     ///

@@ -372,7 +372,9 @@ impl Client {
 
     /// Waits until every metadata home has on disk the changes of this client it answered
     /// before its sync (docs/design/crash-consistency.md, "Durability by replay"): what
-    /// `fsync`, `fdatasync` and `syncfs` wait for, beyond the data.
+    /// `fsync`, `fdatasync` and a directory's fsync wait for, beyond the data. (`syncfs` and
+    /// `sync` never reach a FUSE file system's process: the kernel sends them to virtiofs
+    /// only.)
     ///
     /// # Errors
     /// A home could not be reached.
@@ -399,6 +401,15 @@ impl Client {
             }
         }
         Ok(())
+    }
+
+    /// Whether this client keeps changes a home answered before their sync and may not have
+    /// on disk: lost with this process, they would be lost to every client of that home.
+    pub fn keeps_changes(&self) -> bool {
+        self.cluster
+            .homes_answering_early()
+            .iter()
+            .any(|(_, kept)| kept.highest().is_some())
     }
 
     /// Ends this client's part in the homes' durability by replay: waits until every change

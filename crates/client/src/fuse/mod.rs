@@ -56,9 +56,11 @@ const READDIR_BATCH: u32 = 256;
 /// How long unmounting waits for the metadata servers to hear of the last closes.
 const RELEASE_AT_UNMOUNT_MAX: Duration = Duration::from_secs(2);
 
-/// Longest an unmount waits for the metadata servers to have its changes on disk
-/// (`Client::close`).
+/// Longest one attempt of an unmount to have its changes on the metadata servers' disks
+/// (`Client::close`) waits.
 const CLOSE_AT_UNMOUNT_MAX: Duration = Duration::from_secs(30);
+/// Pause between an unmount's attempts to hand its changes over to a home that is down.
+const CLOSE_RETRY: Duration = Duration::from_secs(1);
 
 /// How long one F_SETLKW request waits on the server before the adapter checks for signals.
 const LOCK_WAIT_SLICE_MS: u32 = 200;
@@ -115,16 +117,26 @@ impl Filesystem for WeftFs {
         self.runtime.block_on(async move {
             let _ = tokio::time::timeout(RELEASE_AT_UNMOUNT_MAX, client.release_now()).await;
             // Changes answered before their sync are on their homes' disks before the mount
-            // goes: nothing is left to replay.
-            match tokio::time::timeout(CLOSE_AT_UNMOUNT_MAX, client.close()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    tracing::error!(%error, "changes of this mount may not be on disk")
+            // goes: nothing is left to replay. A home that is down is waited for as long as
+            // this mount keeps changes of it: given up, they would be lost, and with them
+            // every later change of other clients at that home. Killing the process gives
+            // them up.
+            loop {
+                let why = match tokio::time::timeout(CLOSE_AT_UNMOUNT_MAX, client.close()).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => format!("no answer within {CLOSE_AT_UNMOUNT_MAX:?}"),
+                };
+                if !client.keeps_changes() {
+                    tracing::error!(why, "the metadata servers were not told this mount ended");
+                    break;
                 }
-                Err(_) => tracing::error!(
-                    "the metadata servers did not confirm this mount's changes are on disk \
-                     within {CLOSE_AT_UNMOUNT_MAX:?}"
-                ),
+                tracing::warn!(
+                    why,
+                    "waiting for the metadata servers to confirm this mount's changes are on \
+                     disk; killing this process gives them up"
+                );
+                tokio::time::sleep(CLOSE_RETRY).await;
             }
         });
         let unsupported = self.state.client.unserved.counts();

@@ -246,6 +246,13 @@ impl Meta {
                 // Made by this start: nothing to make again.
                 continue;
             }
+            if change.incarnation == recovery.recovering && change.number <= recovery.opened_at {
+                // On disk before this start (sent back by this client under a session it
+                // renewed since, too): made again, it would undo what later changes made of
+                // the same rows.
+                on_disk += 1;
+                continue;
+            }
             if change.mutation.client != client {
                 return Err(OpError::rejected(
                     ErrorCode::InvalidArgument,
@@ -258,12 +265,6 @@ impl Meta {
             }
             if change.incarnation != recovery.recovering {
                 older += 1;
-                continue;
-            }
-            if change.number <= recovery.opened_at {
-                // On disk before this start: made again, it would undo what later changes
-                // made of the same rows.
-                on_disk += 1;
                 continue;
             }
             let proved = match self.cluster.change_proofs() {
@@ -452,7 +453,10 @@ impl Meta {
                         crate::schema::usage::recount(&txn.open_table(crate::schema::INODES)?)?;
                     crate::schema::usage::rewrite(txn, &counted)?;
                 }
-                if dropped {
+                // A change skipped or dropped may have handed out inode numbers that later
+                // changes made again name (a create whose answer was lost, its file renamed
+                // by another client): none is given out again.
+                if dropped || !skipped.is_empty() {
                     crate::schema::skip_inodes(txn, INODES_SKIPPED)?;
                 }
                 crate::schema::set_recovering(txn, 0)?;

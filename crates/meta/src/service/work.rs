@@ -326,6 +326,9 @@ impl Meta {
         let Some((work, moving)) = queued else {
             return Ok(());
         };
+        self.on_disk_before_acting()
+            .await
+            .map_err(OpError::into_wire)?;
         let old: Vec<(Slot, u64)> = work
             .layout
             .slots()
@@ -400,6 +403,19 @@ impl Meta {
         Ok(())
     }
 
+    /// Makes what this home's store shows durable before the home acts on it outside the
+    /// store (removes or cuts objects). A home answering before the sync shows a client's
+    /// change at once; if a crash then lost it with its client, its objects would be gone or
+    /// cut under a file that is back. Changes answered after their sync are shown only once
+    /// on disk.
+    async fn on_disk_before_acting(&self) -> Result<(), OpError> {
+        if self.answers_before_sync {
+            self.committer.sync().await
+        } else {
+            Ok(())
+        }
+    }
+
     /// Removes the objects of removed files, with one request per target (or storage mirror
     /// group) for every file of the batch with an object there, all at once, then forgets the
     /// files whose objects are all gone in the next commit, synced with
@@ -417,6 +433,9 @@ impl Meta {
                 .filter(|(inode, _)| !self.is_pushing(*inode) && !forgotten.contains(inode))
                 .collect()
         };
+        if files.is_empty() || self.on_disk_before_acting().await.is_err() {
+            return;
+        }
         // One request per slot for every file of the batch with an object there.
         let map = self.cluster.map();
         let mut by_slot: std::collections::BTreeMap<Slot, Vec<InodeId>> =

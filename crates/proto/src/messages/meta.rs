@@ -869,8 +869,8 @@ pub enum MetaRequest {
         pattern: Option<(u32, u16)>,
     },
     /// Waits until every change this home numbered up to `number` is on disk (and on every
-    /// present mirror member), syncing them now: what `fsync`, `syncfs` and synchronous opens
-    /// wait for. Answered with the home's last synced number.
+    /// present mirror member), syncing them now: what `fsync`, a directory's fsync and
+    /// synchronous opens wait for. Answered with the home's last synced number.
     ///
     /// Fails with `InGrace` when the home started again since `incarnation`.
     #[wire(tag = 41, since = 14)]
