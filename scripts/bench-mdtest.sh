@@ -61,11 +61,7 @@ for target in ${TARGETS//,/ }; do
   echo "$target:"
   case $target in
     local) mkdir -p "$WORK/local"; shapes "$WORK/local" local ;;
-    bindfs)
-      mkdir -p "$WORK/bindfs-base" "$WORK/bindfs"
-      bindfs "$WORK/bindfs-base" "$WORK/bindfs"
-      shapes "$WORK/bindfs" bindfs
-      umount "$WORK/bindfs" ;;
+    bindfs) on_bindfs "$WORK" shapes ;;
     weft) weft_target weft ;;
     weft-sync) weft_target weft-sync --sync-every-change ;;
     gluster|moosefs) each_peer "$WORK" "$target" shapes ;;

@@ -30,6 +30,17 @@ each_peer() {
   done
 }
 
+# `on_bindfs WORK COMMAND...`: runs `COMMAND... MOUNTPOINT bindfs` on a bindfs passthrough of a
+# directory under WORK (the FUSE ceiling over the local disk), then unmounts it.
+on_bindfs() {
+  local work=$1
+  shift
+  mkdir -p "$work/bindfs-base" "$work/bindfs"
+  bindfs "$work/bindfs-base" "$work/bindfs"
+  "$@" "$work/bindfs" bindfs
+  umount "$work/bindfs"
+}
+
 # `settle` before each target, so that it starts on a quiet machine: the peers' daemons have
 # exited (they go on for a while after their stop script returns, and measurably slowed the
 # next rows), what the target before left dirty is written back, and the files it deleted no longer slow new ones.

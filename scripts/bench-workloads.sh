@@ -68,11 +68,7 @@ for target in ${TARGETS//,/ }; do
   echo "$target:"
   case $target in
     local) mkdir -p "$WORK/local"; workloads "$WORK/local" local ;;
-    bindfs)
-      mkdir -p "$WORK/bindfs-base" "$WORK/bindfs"
-      bindfs "$WORK/bindfs-base" "$WORK/bindfs"
-      workloads "$WORK/bindfs" bindfs
-      umount "$WORK/bindfs" ;;
+    bindfs) on_bindfs "$WORK" workloads ;;
     weft)
       "$WEFT" up --data-dir "$WORK/weft-data" --mountpoint "$WORK/weft" > "$WORK/up.log" 2>&1 &
       UP=$!

@@ -657,16 +657,7 @@ fn changes_sent_back_that_were_on_disk_are_not_made_again() {
     })
     .expect("mount A sent its kept creates back");
     let fresh = cluster.mount().expect("a new mount");
-    let left: Vec<String> = fs::read_dir(fresh.join("d"))
-        .expect("list")
-        .map(|entry| {
-            entry
-                .expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let left = common::names(&fresh.join("d"));
     assert!(left.is_empty(), "removed names came back: {left:?}");
     fsck_clean(&cluster);
 }

@@ -113,8 +113,10 @@ fn default_sync_every_change() -> bool {
     false
 }
 
-/// Default longest wait for the clients' replays after a start.
-pub const RECOVERY_WINDOW_DEFAULT: Duration = Duration::from_millis(10_000);
+/// Default longest wait for the clients' replays after a start: a client finds the restarted
+/// home at its next heartbeat (5 s), or later if it was waiting out a call to the home's old
+/// address; one that missed a 10 s window under load answered its application EIO.
+pub const RECOVERY_WINDOW_DEFAULT: Duration = Duration::from_millis(30_000);
 
 fn default_recovery_window() -> Duration {
     RECOVERY_WINDOW_DEFAULT

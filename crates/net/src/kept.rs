@@ -78,35 +78,28 @@ struct Kept {
     /// Why changes this client kept were dropped by a restart of the home, until a sync
     /// reports it.
     lost: Option<WireError>,
+    /// Changes a start before `incarnation` numbered, kept when the new start answered before
+    /// this client sent them back: the home says, when they are sent, whether they were on
+    /// its disk or dropped.
+    earlier: Vec<NumberedChange>,
 }
 
 impl KeptChanges {
     /// The home answered `change`, when its last synced number was `synced`: kept unless
     /// that covers it, and every change it covers dropped. A change of a start after the one
-    /// that numbered the changes kept means the home serves again without them: they were
-    /// made again by this client's replay, or dropped.
+    /// that numbered the changes kept means the home serves again before this client sent
+    /// them back (its recovery window closed without it, or another answer of the new start
+    /// came first): they stay to be sent, and the home says whether it had them on disk.
     pub fn answered(&self, change: NumberedChange, synced: u64) {
         let mut kept = self.kept.lock().expect("kept changes poisoned");
         if change.incarnation != kept.incarnation {
-            if !kept.changes.is_empty() {
-                tracing::error!(
-                    changes = kept.changes.len(),
-                    "a metadata home serves again without the changes this client kept for it: \
-                     they were lost in its restart"
-                );
-                kept.lost = Some(WireError::new(
-                    weft_proto::ErrorCode::Evicted,
-                    format!(
-                        "{} changes this client kept for a metadata home were not replayed \
-                         before it served again: they may be lost",
-                        kept.changes.len()
-                    ),
-                ));
-            }
+            let mut earlier = std::mem::take(&mut kept.earlier);
+            earlier.extend(std::mem::take(&mut kept.changes).into_values());
             *kept = Kept {
                 incarnation: change.incarnation,
                 answered_by: kept.answered_by,
                 lost: kept.lost.take(),
+                earlier,
                 ..Kept::default()
             };
         }
@@ -151,17 +144,37 @@ impl KeptChanges {
         self.kept.lock().expect("kept changes poisoned").lost.take()
     }
 
-    /// Every change kept, in the order of their numbers.
+    /// Every change kept, in the order of their numbers: those of earlier starts first.
     pub fn waiting(&self) -> Vec<NumberedChange> {
         let kept = self.kept.lock().expect("kept changes poisoned");
-        kept.changes.values().cloned().collect()
+        kept.earlier
+            .iter()
+            .chain(kept.changes.values())
+            .cloned()
+            .collect()
     }
 
-    /// The home started again as `incarnation` and made every change this client kept again
-    /// (or dropped them): nothing is kept, and the numbers are the new start's.
+    /// Whether changes of a start before the one that answered last are kept, still to be
+    /// sent back.
+    pub fn has_earlier(&self) -> bool {
+        !self
+            .kept
+            .lock()
+            .expect("kept changes poisoned")
+            .earlier
+            .is_empty()
+    }
+
+    /// The home started again as `incarnation` and made every change of earlier starts this
+    /// client kept again (or dropped them): only changes `incarnation` numbered stay kept.
     pub fn replayed(&self, incarnation: u64) {
         let mut kept = self.kept.lock().expect("kept changes poisoned");
         let answered_by = kept.answered_by.map(|_| incarnation);
+        if kept.incarnation == incarnation {
+            kept.earlier.clear();
+            kept.answered_by = answered_by;
+            return;
+        }
         *kept = Kept {
             incarnation,
             answered_by,
@@ -224,6 +237,30 @@ mod tests {
         assert_eq!(kept.highest(), None);
         assert!(kept.waiting().is_empty());
         assert_eq!(kept.answered_by(), Some(1));
+    }
+
+    // Goal: a change of a new start answered before this client sent back what it kept of the
+    // start before (the window closed without it, or the answer came first) neither loses
+    // the old changes nor claims they are lost: they are sent back, and the home says; and
+    // the new start's changes stay kept through that replay.
+    #[test]
+    fn an_answer_of_a_new_start_before_the_replay_keeps_both() {
+        let kept = KeptChanges::default();
+        kept.answered(change(8), 2);
+        let mut again = change(9);
+        again.incarnation = 2;
+        kept.answered(again, 3);
+        assert!(kept.has_earlier());
+        assert_eq!(kept.take_lost().map(|lost| lost.code), None);
+        let numbers: Vec<_> = kept
+            .waiting()
+            .iter()
+            .map(|change| (change.incarnation, change.number))
+            .collect();
+        assert_eq!(numbers, [(1, 8), (2, 9)]);
+        kept.replayed(2);
+        assert!(!kept.has_earlier());
+        assert_eq!(kept.highest(), Some((2, 9)), "the new start's change stays");
     }
 
     // Goal: after the home started again, its new numbers are never taken for the old ones.

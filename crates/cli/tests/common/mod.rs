@@ -157,6 +157,22 @@ pub fn arm(cluster: &mut LocalCluster, service: &str, points: &str) {
     cluster.wait_ready().expect("ready");
 }
 
+/// The names in directory `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Runs `weft fsck` and asserts it finds nothing.
 pub fn fsck_clean(cluster: &LocalCluster) {
     let (ok, report, stderr) = weft(cluster, &["fsck", "--mgmt", cluster.mgmt()]);

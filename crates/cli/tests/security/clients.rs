@@ -356,18 +356,7 @@ fn a_client_confined_to_a_subtree_reaches_nothing_outside() {
     // Through a mount: the subtree is the root, and everything in it works.
     let alice_key = format!("auth_key_file={:?}", alice.display().to_string());
     let confined = cluster.mount_with(&[&alice_key]).expect("mount as alice");
-    let mut names: Vec<String> = fs::read_dir(&confined)
-        .expect("list the root")
-        .map(|entry| {
-            entry
-                .expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    names.sort();
-    assert_eq!(names, ["deep", "leaving", "notes"]);
+    assert_eq!(common::names(&confined), ["deep", "leaving", "notes"]);
     assert_eq!(
         fs::read(confined.join("notes")).expect("read"),
         b"alice's notes"

@@ -380,6 +380,11 @@ impl Client {
     /// A home could not be reached.
     pub async fn sync_changes(&self) -> Result<(), ClientError> {
         for (home, kept) in self.cluster.homes_answering_early() {
+            // Changes of a start before the one that answered last: sent back first, and
+            // the home says whether it had them.
+            if kept.has_earlier() {
+                self.replay_home(home, &kept).await?;
+            }
             if let Some((incarnation, number)) = kept.highest() {
                 let synced = self
                     .on_node(home, |meta| async move {
@@ -409,7 +414,7 @@ impl Client {
         self.cluster
             .homes_answering_early()
             .iter()
-            .any(|(_, kept)| kept.highest().is_some())
+            .any(|(_, kept)| kept.highest().is_some() || kept.has_earlier())
     }
 
     /// Ends this client's part in the homes' durability by replay: waits until every change
@@ -468,7 +473,7 @@ impl Client {
     ) -> Result<(), ClientError> {
         let meta = self.cluster.meta(home).await?;
         let epoch = meta.lock_epoch().await?;
-        if kept.answered_by() == Some(epoch) {
+        if kept.answered_by() == Some(epoch) && !kept.has_earlier() {
             return Ok(());
         }
         let changes = kept.waiting();

@@ -124,6 +124,12 @@ impl Filesystem for WeftFs {
             loop {
                 let why = match tokio::time::timeout(CLOSE_AT_UNMOUNT_MAX, client.close()).await {
                     Ok(Ok(())) => break,
+                    // Refused for good (a revoked client, changes dropped): waiting changes
+                    // nothing.
+                    Ok(Err(error)) if error.code().recovery() == weft_proto::Recovery::Fail => {
+                        tracing::error!(%error, "changes of this mount may not be on disk");
+                        break;
+                    }
                     Ok(Err(error)) => error.to_string(),
                     Err(_) => format!("no answer within {CLOSE_AT_UNMOUNT_MAX:?}"),
                 };
