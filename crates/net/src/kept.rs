@@ -165,22 +165,29 @@ impl KeptChanges {
             .is_empty()
     }
 
-    /// The home started again as `incarnation` and made every change of earlier starts this
-    /// client kept again (or dropped them): only changes `incarnation` numbered stay kept.
-    pub fn replayed(&self, incarnation: u64) {
+    /// The home, started again as `incarnation`, settled the changes of earlier starts among
+    /// `sent` (made them again, found them on its disk, or dropped them): they are no longer
+    /// kept. Every other change stays: those `incarnation` numbered, and those of a later
+    /// start whose answer came while the replay was under way (a retry of the replay may
+    /// reach a start after the one it was meant for).
+    pub fn replayed(&self, incarnation: u64, sent: &[NumberedChange]) {
+        let settled: std::collections::HashSet<(u64, u64)> = sent
+            .iter()
+            .filter(|change| change.incarnation != incarnation)
+            .map(|change| (change.incarnation, change.number))
+            .collect();
         let mut kept = self.kept.lock().expect("kept changes poisoned");
-        let answered_by = kept.answered_by.map(|_| incarnation);
-        if kept.incarnation == incarnation {
-            kept.earlier.clear();
-            kept.answered_by = answered_by;
-            return;
+        kept.earlier
+            .retain(|change| !settled.contains(&(change.incarnation, change.number)));
+        kept.changes
+            .retain(|_, change| !settled.contains(&(change.incarnation, change.number)));
+        kept.answered_by = kept.answered_by.map(|_| incarnation);
+        if kept.changes.is_empty() && kept.incarnation != incarnation {
+            // Nothing of the start that numbered them is left: the numbers are the new
+            // start's from now on.
+            kept.incarnation = incarnation;
+            kept.synced = 0;
         }
-        *kept = Kept {
-            incarnation,
-            answered_by,
-            lost: kept.lost.take(),
-            ..Kept::default()
-        };
     }
 }
 
@@ -258,9 +265,29 @@ mod tests {
             .map(|change| (change.incarnation, change.number))
             .collect();
         assert_eq!(numbers, [(1, 8), (2, 9)]);
-        kept.replayed(2);
+        kept.replayed(2, &kept.waiting());
         assert!(!kept.has_earlier());
         assert_eq!(kept.highest(), Some((2, 9)), "the new start's change stays");
+    }
+
+    // Goal: a replay's answer settles only what it sent of earlier starts: a change a later
+    // start answered meanwhile (the replay's retry reached a start after the one it was sent
+    // to) stays kept, to be sent back if that start is lost too.
+    #[test]
+    fn a_replay_settles_only_what_it_sent() {
+        let kept = KeptChanges::default();
+        kept.answered(change(8), 2);
+        let sent = kept.waiting();
+        let mut later = change(12);
+        later.incarnation = 3;
+        kept.answered(later, 10);
+        kept.replayed(2, &sent);
+        assert!(!kept.has_earlier(), "change 8 was settled");
+        assert_eq!(
+            kept.highest(),
+            Some((3, 12)),
+            "the later start's change stays"
+        );
     }
 
     // Goal: after the home started again, its new numbers are never taken for the old ones.
@@ -269,7 +296,7 @@ mod tests {
         let kept = KeptChanges::default();
         kept.answered(change(8), 2);
         kept.answered(change(9), 2);
-        kept.replayed(2);
+        kept.replayed(2, &kept.waiting());
         assert_eq!(kept.highest(), None, "made again by the replay");
         assert_eq!(kept.answered_by(), Some(2));
         // The new start numbers from where the replay left it, below the old synced number.

@@ -502,7 +502,7 @@ impl Client {
                 Ok(()) => {}
                 Err(error) if error.code() == weft_proto::ErrorCode::Evicted => {
                     tracing::error!(home = home.0, %error, "changes of this client were lost");
-                    kept.replayed(epoch);
+                    kept.replayed(epoch, &changes);
                     if let ClientError::Rpc(RpcError::Remote(lost)) = &error {
                         kept.lose(lost.clone());
                     }
@@ -522,7 +522,7 @@ impl Client {
                 "replayed changes a metadata server lost in its restart"
             );
         }
-        kept.replayed(epoch);
+        kept.replayed(epoch, &changes);
         Ok(())
     }
 
