@@ -474,15 +474,9 @@ fn a_server_killed_before_the_sync_of_changes_answered_before_it_loses_nothing()
     kill_and_restart_meta(&mut cluster);
     assert_numbered(&mnt, 0..200);
     // The operator sees it too.
-    let address = cluster.address_of("meta-1").expect("meta-1's address");
-    let (_, metrics) = weft_testkit::http_get(&address, "/metrics").expect("metrics");
-    let replayed: f64 = metrics
-        .lines()
-        .filter(|line| line.starts_with("weft_meta_replayed_changes_total"))
-        .filter_map(|line| line.split_whitespace().last()?.parse::<f64>().ok())
-        .sum();
+    let replayed = common::metric_sum(&cluster, "weft_meta_replayed_changes_total", &[]);
     assert!(
-        replayed >= 100.0,
+        replayed >= 100,
         "the changes the mount replayed are counted: {replayed}"
     );
     // The log reaches its file a moment after the line is written.

@@ -650,15 +650,8 @@ impl Meta {
         let epoch = self.locks.epoch();
         let stopped = self.committer.run(Box::new(move |txn| {
             let mut replayers = txn.open_table(crate::schema::REPLAYERS)?;
-            let mut ours = Vec::new();
-            for row in crate::store::ReadableTable::iter(&replayers)? {
-                let (session, start) = row?;
-                if start.value() == epoch {
-                    ours.push(session.value());
-                }
-            }
-            for session in ours {
-                replayers.remove(session)?;
+            for session in numbered::expected_sessions(&replayers, epoch)? {
+                replayers.remove(session.0)?;
             }
             Ok(MetaResponse::Done)
         }));
