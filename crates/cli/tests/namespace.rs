@@ -740,6 +740,101 @@ fn removed_files_objects_go_in_batches() {
     fsck_clean(&cluster);
 }
 
+// Goal: a removal disposes of objects only of a file that may have some. Files made and
+// closed without data have none: their removal queues nothing, so an `rm -rf` of empty files
+// costs the storage servers nothing. Every object of a file that had data goes with it: one
+// written, one allocated past its size (`fallocate -n`), one written and cut to nothing, and
+// one written through a mount killed before its close. Method: 40 empty files removed while
+// both storage servers are down (a queued disposal would wait for them), the metadata
+// server's queue read; then the four other files removed with the servers back, their
+// objects looked for on the targets, fsck clean.
+#[test]
+fn a_removal_disposes_of_objects_only_where_a_file_may_have_some() {
+    let spec = ClusterSpec::default();
+    let layout = (spec.storage, spec.targets_per_storage);
+    let mut cluster = cluster(spec);
+    let mnt = cluster.mount().expect("mount");
+    let queued = |cluster: &LocalCluster| {
+        common::metric_sum(cluster, "weft_meta_disposals_queued", &[])
+    };
+    let count = 40;
+    for i in 0..count {
+        fs::write(mnt.join(format!("empty{i}")), b"").expect("create");
+    }
+    for name in ["storage-1", "storage-2"] {
+        cluster.kill(name).expect("kill");
+    }
+    for i in 0..count {
+        fs::remove_file(mnt.join(format!("empty{i}"))).expect("unlink");
+    }
+    assert_eq!(queued(&cluster), 0, "no empty file waits for a disposal");
+    for name in ["storage-1", "storage-2"] {
+        cluster.restart(name).expect("restart");
+    }
+    cluster.wait_ready().expect("storage back");
+
+    let ino = |path: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(path).expect("stat"));
+    common::write_synced(&mnt.join("written"), &vec![7u8; 3 * 1024 * 1024]);
+    fs::write(mnt.join("allocated"), b"").expect("create");
+    let allocated = std::process::Command::new("fallocate")
+        .args(["-n", "-l", "1MiB"])
+        .arg(mnt.join("allocated"))
+        .status()
+        .expect("fallocate runs");
+    assert!(allocated.success(), "fallocate -n");
+    common::write_synced(&mnt.join("cut"), &vec![9u8; 2 * 1024 * 1024]);
+    fs::File::options()
+        .write(true)
+        .open(mnt.join("cut"))
+        .expect("open")
+        .set_len(0)
+        .expect("truncate to nothing");
+    // Made empty through this mount, written through another that dies before its close.
+    fs::write(mnt.join("killed"), b"").expect("create");
+    let second = cluster.mount().expect("second mount");
+    let mut writer = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sys, time\n\
+             fd = os.open(sys.argv[1], os.O_WRONLY)\n\
+             os.write(fd, b'k' * 300000)\n\
+             os.fdatasync(fd)\n\
+             print('written', flush=True)\n\
+             time.sleep(120)\n",
+        )
+        .arg(second.join("killed"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("writer starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(writer.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("writer reports");
+    assert_eq!(line.trim(), "written");
+    cluster.kill_mount(&second).expect("kill -9 the writer's mount");
+    let _ = writer.kill();
+    let _ = writer.wait();
+
+    let names = ["written", "allocated", "cut", "killed"];
+    let inodes: Vec<u64> = names.iter().map(|name| ino(&mnt.join(name))).collect();
+    let objects = |cluster: &LocalCluster, inode: u64| {
+        common::object_files(cluster, layout, "objects", inode)
+    };
+    for (name, inode) in names.iter().zip(&inodes) {
+        assert!(!objects(&cluster, *inode).is_empty(), "{name} has objects");
+    }
+    for name in names {
+        fs::remove_file(mnt.join(name)).expect("unlink");
+    }
+    wait_until("the removed files' objects to go", || {
+        inodes.iter().all(|inode| objects(&cluster, *inode).is_empty()) && queued(&cluster) == 0
+    })
+    .expect("every object of the removed files is gone");
+    fsck_clean(&cluster);
+}
+
 // Goal: a directory is listed a server page at a time, however small the kernel's buffers,
 // and its end costs no request of its own: every name once, in `ls` and `find`, and the
 // metadata server asked about as many listings as the directory has pages. A directory

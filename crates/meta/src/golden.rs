@@ -74,6 +74,7 @@ fn file() -> InodeRecord {
         project: 0,
         allocated: 1 << 20,
         xattr_free: true,
+        objectless: true,
     }
 }
 
@@ -92,6 +93,7 @@ fn directory() -> InodeRecord {
         project: 42,
         allocated: 0,
         xattr_free: false,
+        objectless: false,
         ..file()
     }
 }
@@ -322,10 +324,35 @@ fn inode_records_of_version_4_decode() {
         decode(FILE_V4),
         InodeRecord {
             xattr_free: false,
+            objectless: false,
             ..file()
         }
     );
     assert_eq!(decode(DIRECTORY_V4), directory());
+}
+
+// Goal: inode records of format version 5 (before files without objects were marked) read
+// as files that may have objects, so their removal disposes of them.
+#[test]
+fn inode_records_of_version_5_decode() {
+    const FILE_V5: &str =
+        "0500a40301e80764802000020206040a060201008080200201020304000000000000000080804001";
+    const DIRECTORY_V5: &str = "0501a40302e80764802000020206040a060200010080802002010106756e7573656481808080808040ac020187808080808040868080808080400102092a0000";
+    let decode = |hex: &str| {
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
+            .collect();
+        InodeRecord::decode(5, &bytes).expect("decodes")
+    };
+    assert_eq!(
+        decode(FILE_V5),
+        InodeRecord {
+            objectless: false,
+            ..file()
+        }
+    );
+    assert_eq!(decode(DIRECTORY_V5), directory());
 }
 
 /// A create's reply: the new directory and its parent, in `project`.

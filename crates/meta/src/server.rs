@@ -12,7 +12,7 @@
 
 use crate::commit::CommitMetrics;
 use crate::replica::{group_of_home, HomeFiles, Replicas};
-use crate::schema::{OpError, INODES, REMOTE_CREATED, REPLIES};
+use crate::schema::{OpError, DISPOSALS, INODES, REMOTE_CREATED, REPLIES};
 use crate::service::{Meta, Shared};
 use crate::{MetaConfig, MetaError};
 use bytes::Bytes;
@@ -200,7 +200,7 @@ impl prometheus_client::collector::Collector for HomeCollector {
     ) -> Result<(), std::fmt::Error> {
         use prometheus_client::encoding::EncodeMetric;
         let homes = homes_now(&self.0);
-        let gauges: [(&str, &str, Count); 3] = [
+        let gauges: [(&str, &str, Count); 4] = [
             (
                 "weft_meta_inodes",
                 "Inodes (files, directories, links) of the homes this metadata server serves.",
@@ -218,6 +218,12 @@ impl prometheus_client::collector::Collector for HomeCollector {
                 "Replies kept for client sessions' retries by the homes this server serves; a \
                  session's go as its later requests settle them, all of them when it expires.",
                 |meta| meta.entries(REPLIES),
+            ),
+            (
+                "weft_meta_disposals_queued",
+                "Removed files whose objects the homes this server serves have still to remove \
+                 from their targets (a file that never had data has none to remove).",
+                |meta| meta.entries(DISPOSALS.definition()),
             ),
         ];
         for (name, help, count) in gauges {

@@ -212,14 +212,34 @@ async fn create_lookup_unlink() {
     );
 
     let parent = dir.inode;
+    let queued = || {
+        let txn = f.db.begin_read().expect("read");
+        let queued = DISPOSALS.open(&txn).expect("table").keys().expect("keys");
+        queued.len()
+    };
     f.committer
         .run(Box::new(move |txn| unlink(txn, parent, "file", |_| false)))
         .await
         .expect("unlink");
     assert_eq!(code(f.lookup(dir.inode, "file")), ErrorCode::NotFound);
-    let txn = f.db.begin_read().expect("read");
-    let queued = DISPOSALS.open(&txn).expect("table").keys().expect("keys");
-    assert_eq!(queued.len(), 1, "the objects await disposal");
+    assert_eq!(queued(), 0, "a file never written has no objects to dispose of");
+
+    let written_to = f
+        .create(dir.inode, "written", FileKind::Regular)
+        .await
+        .expect("create");
+    let inode = written_to.inode;
+    f.committer
+        .run_eventual(Box::new(move |txn| {
+            report_size(txn, inode, written(10, 0, false))
+        }))
+        .await
+        .expect("report");
+    f.committer
+        .run(Box::new(move |txn| unlink(txn, parent, "written", |_| false)))
+        .await
+        .expect("unlink");
+    assert_eq!(queued(), 1, "the objects of a file written to await disposal");
 }
 
 // Goal: a retried mutation gets its original answer instead of EEXIST, and a new one does not.

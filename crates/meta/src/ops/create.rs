@@ -126,6 +126,8 @@ pub(crate) fn create(
     let record = InodeRecord {
         mode,
         gid,
+        // A regular file is made without data: no object of it exists yet.
+        objectless: layout.is_some(),
         layout,
         pattern: is_dir.then_some(pattern),
         project: parent.project,
@@ -199,6 +201,7 @@ fn new_record(entry: &NewEntry, timestamp: weft_proto::messages::Timestamp) -> I
         project: 0,
         allocated: 0,
         xattr_free: true,
+        objectless: false,
     }
 }
 

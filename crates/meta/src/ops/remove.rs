@@ -53,18 +53,27 @@ pub(crate) fn dispose(
     super::xattr::remove_all(&mut txn.open_table(XATTRS)?, inode)?;
     txn.open_table(ORPHANS)?.remove(inode.0)?;
     TRUNCATES.open(txn)?.remove(inode.0)?;
-    txn.open_table(UNREPORTED)?.remove(inode.0)?;
+    // A file still listed was opened for writing and never reported: its writer may have
+    // made objects.
+    let listed = txn.open_table(UNREPORTED)?.remove(inode.0)?.is_some();
     WRITTEN.open(txn)?.remove(inode.0)?;
     if let Some(layout) = &record.layout {
         // Objects its moves left, or one in flight made, go with it.
         let moved = crate::schema::take_moved_objects(txn, inode, layout.pattern.kind)?;
-        let mut slots: Vec<_> = layout.slots().collect();
+        let mut slots: Vec<_> = if record.objectless && !listed {
+            Vec::new()
+        } else {
+            layout.slots().collect()
+        };
         slots.extend(
             moved
                 .into_iter()
                 .filter(|slot| !slots.contains(slot))
                 .collect::<Vec<_>>(),
         );
+        if slots.is_empty() {
+            return Ok(());
+        }
         let layout = weft_proto::layout::FileLayout::new(layout.pattern, slots);
         DISPOSALS.open(txn)?.insert(inode.0, &layout)?;
     }

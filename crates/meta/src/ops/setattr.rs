@@ -260,6 +260,8 @@ fn apply_size(
     if generation == record.truncate_generation && modified {
         record.touch(timestamp);
     }
+    // Reported or recomputed: its writers may have made objects, whatever they wrote.
+    record.objectless = false;
     store_inode(&mut inodes, inode, &record)?;
     if generation == record.truncate_generation && !written.is_empty() {
         // A report sent as the file was restriped may name slots of its old pattern: those

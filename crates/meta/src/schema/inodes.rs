@@ -6,7 +6,7 @@
 use super::*;
 
 /// Format version of inode records; older versions decode through explicit migrations.
-const INODE_FORMAT_VERSION: u8 = 5;
+const INODE_FORMAT_VERSION: u8 = 6;
 /// What the unused `next_cookie` of an inode record holds (cookies come from name hashes).
 pub(crate) const FIRST_COOKIE: u64 = 3;
 /// Cookie bits that number the names of one hash bucket: 256 names whose hashes collide can
@@ -58,6 +58,70 @@ pub(crate) struct InodeRecord {
     /// one is set, set again when its last one is removed. False in records of an older
     /// format, whose inodes may have some.
     pub xattr_free: bool,
+    /// No object of the file can exist on any target: a regular file made here, to which no
+    /// data was written, allocated or moved since (no size report, no size recomputed from
+    /// objects, no move). Its removal then disposes of nothing. False in records of an older
+    /// format, and for every other kind of inode.
+    pub objectless: bool,
+}
+
+/// Version 5 of [`InodeRecord`], before files without objects were marked.
+#[derive(Deserialize)]
+struct InodeRecordV5 {
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    rdev: u32,
+    atime: Timestamp,
+    mtime: Timestamp,
+    ctime: Timestamp,
+    truncate_generation: u64,
+    layout: Option<FileLayout>,
+    pattern: Option<StripePattern>,
+    symlink: Option<String>,
+    parent: u64,
+    next_cookie: u64,
+    shards: Vec<u64>,
+    shard_of: u64,
+    sealed: Option<(u32, u64)>,
+    project: u32,
+    allocated: u64,
+    xattr_free: bool,
+}
+
+impl From<InodeRecordV5> for InodeRecord {
+    fn from(v5: InodeRecordV5) -> InodeRecord {
+        InodeRecord {
+            xattr_free: v5.xattr_free,
+            objectless: false,
+            ..InodeRecord::from(InodeRecordV4 {
+                kind: v5.kind,
+                mode: v5.mode,
+                nlink: v5.nlink,
+                uid: v5.uid,
+                gid: v5.gid,
+                size: v5.size,
+                rdev: v5.rdev,
+                atime: v5.atime,
+                mtime: v5.mtime,
+                ctime: v5.ctime,
+                truncate_generation: v5.truncate_generation,
+                layout: v5.layout,
+                pattern: v5.pattern,
+                symlink: v5.symlink,
+                parent: v5.parent,
+                next_cookie: v5.next_cookie,
+                shards: v5.shards,
+                shard_of: v5.shard_of,
+                sealed: v5.sealed,
+                project: v5.project,
+                allocated: v5.allocated,
+            })
+        }
+    }
 }
 
 /// Version 4 of [`InodeRecord`], before inodes without extended attributes were marked.
@@ -111,6 +175,7 @@ impl From<InodeRecordV4> for InodeRecord {
             project: v4.project,
             allocated: v4.allocated,
             xattr_free: false,
+            objectless: false,
         }
     }
 }
@@ -165,6 +230,7 @@ impl From<InodeRecordV3> for InodeRecord {
             project: v3.project,
             allocated: 0,
             xattr_free: false,
+            objectless: false,
         }
     }
 }
@@ -218,6 +284,7 @@ impl From<InodeRecordV2> for InodeRecord {
             project: 0,
             allocated: 0,
             xattr_free: false,
+            objectless: false,
         }
     }
 }
@@ -310,6 +377,7 @@ impl InodeRecord {
             project: 0,
             allocated: 0,
             xattr_free: true,
+            objectless: false,
         }
     }
 
@@ -370,6 +438,9 @@ impl InodeRecord {
             |error: postcard::Error| StoreError::damaged(format!("inode {inode:#x}"), error).into();
         match bytes.split_first() {
             Some((&INODE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
+            Some((5, rest)) => postcard::from_bytes::<InodeRecordV5>(rest)
+                .map(InodeRecord::from)
+                .map_err(damaged),
             Some((4, rest)) => postcard::from_bytes::<InodeRecordV4>(rest)
                 .map(InodeRecord::from)
                 .map_err(damaged),

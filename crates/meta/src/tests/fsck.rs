@@ -90,6 +90,14 @@ async fn fsck_finds_and_repairs_damage() {
         .create(InodeId::ROOT, "hidden", FileKind::Regular)
         .await
         .expect("file");
+    // Written to: its objects go with it.
+    let inode = hidden.inode;
+    f.committer
+        .run_eventual(Box::new(move |txn| {
+            crate::ops::setattr::report_size(txn, inode, super::written(10, 0, false))
+        }))
+        .await
+        .expect("report");
     assert_eq!(
         run_check(&f, false).problem_count,
         0,

@@ -298,6 +298,7 @@ pub(super) fn switch_layout(
         crate::schema::change_written(txn, inode, |slots| *slots = written)?;
     }
     record.layout = Some(moved.clone());
+    record.objectless = false;
     store_inode(&mut inodes, inode, &record)?;
     // A truncate still to send goes to the new objects.
     let mut truncates = crate::schema::TRUNCATES.open(txn)?;
