@@ -754,9 +754,8 @@ fn a_removal_disposes_of_objects_only_where_a_file_may_have_some() {
     let layout = (spec.storage, spec.targets_per_storage);
     let mut cluster = cluster(spec);
     let mnt = cluster.mount().expect("mount");
-    let queued = |cluster: &LocalCluster| {
-        common::metric_sum(cluster, "weft_meta_disposals_queued", &[])
-    };
+    let queued =
+        |cluster: &LocalCluster| common::metric_sum(cluster, "weft_meta_disposals_queued", &[]);
     let count = 40;
     for i in 0..count {
         fs::write(mnt.join(format!("empty{i}")), b"").expect("create");
@@ -813,7 +812,9 @@ fn a_removal_disposes_of_objects_only_where_a_file_may_have_some() {
     )
     .expect("writer reports");
     assert_eq!(line.trim(), "written");
-    cluster.kill_mount(&second).expect("kill -9 the writer's mount");
+    cluster
+        .kill_mount(&second)
+        .expect("kill -9 the writer's mount");
     let _ = writer.kill();
     let _ = writer.wait();
 
@@ -829,7 +830,10 @@ fn a_removal_disposes_of_objects_only_where_a_file_may_have_some() {
         fs::remove_file(mnt.join(name)).expect("unlink");
     }
     wait_until("the removed files' objects to go", || {
-        inodes.iter().all(|inode| objects(&cluster, *inode).is_empty()) && queued(&cluster) == 0
+        inodes
+            .iter()
+            .all(|inode| objects(&cluster, *inode).is_empty())
+            && queued(&cluster) == 0
     })
     .expect("every object of the removed files is gone");
     fsck_clean(&cluster);

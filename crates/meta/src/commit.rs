@@ -554,6 +554,9 @@ fn flush_loop(
     last_synced: &std::sync::atomic::AtomicU64,
 ) {
     while let Ok(mut numbered) = flushing.recv() {
+        // Nobody waits for this sync (an fsync syncs on the commit thread): the changes of
+        // the next moments share it.
+        std::thread::sleep(FLUSH_GATHER);
         while let Ok(more) = flushing.try_recv() {
             numbered = numbered.max(more);
         }
@@ -609,6 +612,9 @@ fn sync_now(
         Err(error) => tracing::error!(%error, "syncing the metadata store failed"),
     }
 }
+
+/// How long the flusher lets changes gather before a sync of the log.
+const FLUSH_GATHER: Duration = Duration::from_millis(2);
 
 /// How long the writer waits for another operation while the last sync still runs.
 const GATHER_POLL: Duration = Duration::from_micros(100);

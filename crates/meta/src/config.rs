@@ -101,8 +101,7 @@ weft_net::service_config! {
         pub recovery_window: Duration,
         /// How long a change answered before its sync (with `sync_every_change` off, and a
         /// size report at close) may wait for it, in milliseconds. Unset: clients' changes are
-        /// synced as soon as no other change waits, and at most 20 ms after the first under
-        /// load; size reports at most 1 s after. A longer delay groups more changes per sync,
+        /// synced 2 ms after the first of a group; size reports at most 1 s after. A longer delay groups more changes per sync,
         /// and a restart has more to replay.
         #[serde(default)]
         pub sync_delay_ms: Option<u64>,

@@ -222,7 +222,11 @@ async fn create_lookup_unlink() {
         .await
         .expect("unlink");
     assert_eq!(code(f.lookup(dir.inode, "file")), ErrorCode::NotFound);
-    assert_eq!(queued(), 0, "a file never written has no objects to dispose of");
+    assert_eq!(
+        queued(),
+        0,
+        "a file never written has no objects to dispose of"
+    );
 
     let written_to = f
         .create(dir.inode, "written", FileKind::Regular)
@@ -236,10 +240,16 @@ async fn create_lookup_unlink() {
         .await
         .expect("report");
     f.committer
-        .run(Box::new(move |txn| unlink(txn, parent, "written", |_| false)))
+        .run(Box::new(move |txn| {
+            unlink(txn, parent, "written", |_| false)
+        }))
         .await
         .expect("unlink");
-    assert_eq!(queued(), 1, "the objects of a file written to await disposal");
+    assert_eq!(
+        queued(),
+        1,
+        "the objects of a file written to await disposal"
+    );
 }
 
 // Goal: a retried mutation gets its original answer instead of EEXIST, and a new one does not.
