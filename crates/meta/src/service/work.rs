@@ -55,6 +55,9 @@ impl Default for Background {
 /// Files whose sizes a start recomputes at once.
 pub(super) const SETTLE_AT_ONCE: usize = 32;
 
+/// The least time between two passes of the work loop.
+const WORK_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Files whose objects are removed together and then forgotten in one commit.
 pub(super) const DISPOSE_BATCH_FILES: usize = 64;
 
@@ -65,8 +68,14 @@ pub(super) async fn work_loop(meta: Arc<Meta>) {
     // the store says is left to do.
     meta.recovery.wait_closed().await;
     meta.recover_from_store();
+    let mut last_pass = tokio::time::Instant::now();
     loop {
         let _ = tokio::time::timeout(WORK_RETRY_INTERVAL, meta.background.work.notified()).await;
+        // Every change wakes the loop: under a stream of them, a pass takes what the changes
+        // of the last moments queued (one removal request per target for all their files,
+        // not one per file) instead of a pass per change.
+        tokio::time::sleep_until(last_pass + WORK_GATHER).await;
+        last_pass = tokio::time::Instant::now();
         // First: requests wait for it, and finishing an intent may ask another server.
         meta.settle_unreported().await;
         meta.finish_expiries().await;
