@@ -290,6 +290,7 @@ impl Secured {
             sync_every_change: args.sync_every_change,
             recovery_window: weft_meta::config::RECOVERY_WINDOW_DEFAULT,
             sync_delay_ms: None,
+            names_lease: weft_meta::config::NAMES_LEASE_DEFAULT,
             influxdb: None,
             metrics_listen: None,
             log: None,

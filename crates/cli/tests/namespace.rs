@@ -914,3 +914,82 @@ fn a_directory_is_listed_a_page_at_a_time() {
     assert!(again.contains(&"new".to_string()));
     assert!(!again.contains(&"file-with-a-longish-name-0500".to_string()));
 }
+
+// Goal: a create in a directory this mount made asks its metadata server no lookup of the new
+// name (the names lease answers that it is not there), and the lease never hides a name: one
+// this mount made is found, and an exclusive create of it fails. With leases turned off
+// (`names_lease_ms = 0`) every create costs a lookup, as before them.
+#[test]
+fn a_create_in_a_directory_this_mount_made_asks_no_lookup() {
+    for (lease_ms, leased) in [(5000, true), (0, false)] {
+        let mut cluster = cluster(ClusterSpec {
+            meta_settings: vec![format!("names_lease_ms={lease_ms}")],
+            ..ClusterSpec::default()
+        });
+        let mnt = cluster.mount().expect("mount");
+        let dir = mnt.join("made-here");
+        fs::create_dir(&dir).expect("mkdir");
+        let count = 200;
+        let before = common::meta_requests(&cluster, &["lookup"]);
+        for i in 0..count {
+            fs::File::create(dir.join(format!("f{i}"))).expect("create");
+        }
+        let lookups = common::meta_requests(&cluster, &["lookup"]) - before;
+        if leased {
+            assert!(
+                lookups < count / 10,
+                "{lookups} lookups for {count} creates in a leased directory"
+            );
+        } else {
+            assert!(
+                lookups >= count,
+                "{lookups} lookups for {count} creates without leases"
+            );
+        }
+        assert!(dir.join("f7").exists(), "a name this mount made is there");
+        assert!(!dir.join("g7").exists(), "a name nobody made is not");
+        let again = fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(dir.join("f7"));
+        assert_eq!(
+            again.map(drop).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::AlreadyExists),
+            "an exclusive create of a name this mount made fails"
+        );
+        assert_eq!(fs::read_dir(&dir).expect("list").count() as u64, count);
+    }
+}
+
+// Goal: a name another mount adds to a directory this mount holds a names lease on is seen
+// here at once: the other's create waits until the lease is recalled and ran out, so this
+// mount's next lookup of the name asks the server. Both mounts make names in turn.
+#[test]
+fn a_name_another_mount_adds_to_a_leased_directory_is_seen_at_once() {
+    let mut cluster = cluster(ClusterSpec {
+        meta_settings: vec!["names_lease_ms=2000".to_string()],
+        ..ClusterSpec::default()
+    });
+    let (here, there) = (
+        cluster.mount().expect("mount"),
+        cluster.mount().expect("second mount"),
+    );
+    fs::create_dir(here.join("shared")).expect("mkdir");
+    let (mine, theirs) = (here.join("shared"), there.join("shared"));
+    for i in 0..10 {
+        fs::write(mine.join(format!("a{i}")), b"here").expect("create here");
+        assert!(!mine.join(format!("b{i}")).exists(), "not made yet");
+        fs::write(theirs.join(format!("b{i}")), b"there").expect("create there");
+        assert_eq!(
+            fs::read(mine.join(format!("b{i}"))).expect("the other mount's file, here"),
+            b"there"
+        );
+        assert_eq!(
+            fs::read(theirs.join(format!("a{i}"))).expect("this mount's file, there"),
+            b"here"
+        );
+    }
+    for dir in [&mine, &theirs] {
+        assert_eq!(fs::read_dir(dir).expect("list").count(), 20);
+    }
+}

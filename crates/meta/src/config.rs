@@ -105,7 +105,30 @@ weft_net::service_config! {
         /// and a restart has more to replay.
         #[serde(default)]
         pub sync_delay_ms: Option<u64>,
+        /// How long, in milliseconds, a client that made a directory may answer that a name
+        /// is not in it without asking, renewed by each create it makes there (a names
+        /// lease, docs/design/namespace.md): a create's lookup of its new name then costs no
+        /// round trip. A name another client adds there waits until the lease ran out, and so
+        /// does every name added in the first moments after a start. 0 grants none; at most
+        /// 10000.
+        #[serde(
+            rename = "names_lease_ms",
+            default = "default_names_lease",
+            with = "weft_proto::millis"
+        )]
+        pub names_lease: Duration,
     }
+}
+
+/// Default length of a names lease without a renewal: a holder renews it with each create it
+/// makes in the directory, and a name another client adds waits at most this long.
+pub const NAMES_LEASE_DEFAULT: Duration = Duration::from_millis(250);
+
+/// Longest names lease a home grants.
+pub const NAMES_LEASE_MAX: Duration = Duration::from_millis(10_000);
+
+fn default_names_lease() -> Duration {
+    NAMES_LEASE_DEFAULT
 }
 
 fn default_sync_every_change() -> bool {
@@ -185,6 +208,14 @@ impl MetaConfig {
                 "checkpoint_bytes is {}: give 0 to {CHECKPOINT_BYTES_DEFAULT} (bytes of the \
                  change log between checkpoints; 0 logs nothing)",
                 self.checkpoint_bytes
+            ));
+        }
+        if self.names_lease > NAMES_LEASE_MAX {
+            problems.push(format!(
+                "names_lease_ms is {}: give 0 to {} (how long a directory's maker answers for \
+                 names not in it; 0 grants no lease)",
+                self.names_lease.as_millis(),
+                NAMES_LEASE_MAX.as_millis()
             ));
         }
         if problems.is_empty() {

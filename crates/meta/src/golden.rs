@@ -369,6 +369,8 @@ fn created(project: u32) -> MetaResponse {
         attr: attr(directory(), 5),
         parent: Some(attr(directory(), 1)),
         capability: None,
+        lease_ms: 0,
+        parent_lease_ms: 0,
     }
 }
 

@@ -16,6 +16,7 @@ mod fsck;
 mod grants;
 mod intents;
 mod moves;
+mod names;
 mod numbered;
 mod replies;
 mod sessions;
@@ -101,6 +102,8 @@ pub(crate) struct Meta {
     answers_before_sync: bool,
     /// The replay of what this start lost (see [`numbered`]).
     recovery: numbered::Recovery,
+    /// Directories whose makers answer for names not in them (see [`names`]).
+    names: Arc<names::NamesLeases>,
 }
 
 /// A failure opening or preparing `home`'s store.
@@ -253,6 +256,7 @@ impl Meta {
             locks,
             answers_before_sync: !config.sync_every_change,
             recovery,
+            names: Arc::new(names::NamesLeases::new(config.names_lease)),
             inside: subtree::Inside::default(),
             grants: Arc::default(),
             check_progress: Mutex::default(),
@@ -538,9 +542,16 @@ impl Meta {
             None => self.handle_meta(request).await,
         };
         let reply = match (reply, replayed) {
-            (Ok(MetaResponse::Created { attr, parent, .. }), Some(open))
-                if !self.regranted(attr.inode, &checks).await =>
-            {
+            (
+                Ok(MetaResponse::Created {
+                    attr,
+                    parent,
+                    lease_ms,
+                    parent_lease_ms,
+                    ..
+                }),
+                Some(open),
+            ) if !self.regranted(attr.inode, &checks).await => {
                 // Nor is it held open for the client: it opens the file, with an open's
                 // checks, when it wants it.
                 let _ = self.release(open, attr.inode).await;
@@ -548,6 +559,8 @@ impl Meta {
                     attr,
                     parent,
                     capability: None,
+                    lease_ms,
+                    parent_lease_ms,
                 });
             }
             (reply, _) => reply,
@@ -572,11 +585,19 @@ impl Meta {
             }
             (
                 Some((capabilities, access, session)),
-                Ok(MetaResponse::Created { attr, parent, .. }),
+                Ok(MetaResponse::Created {
+                    attr,
+                    parent,
+                    lease_ms,
+                    parent_lease_ms,
+                    ..
+                }),
             ) if attr.kind == FileKind::Regular => Ok(MetaResponse::Created {
                 capability: Some(grant(capabilities, attr.inode, access, session)),
                 attr,
                 parent,
+                lease_ms,
+                parent_lease_ms,
             }),
             (Some((capabilities, access, session)), Ok(MetaResponse::Reserved { to, .. })) => {
                 let inode = reserving.expect("a reserve's answer");

@@ -85,14 +85,22 @@ pub struct CreateReply {
     /// For a file created open by a client whose access the servers check: the grant of
     /// access to its objects.
     pub capability: Option<Capability>,
+    /// For a new directory, its names lease in milliseconds from the request's first send
+    /// (0: none).
+    pub lease_ms: u32,
+    /// The names lease on the directory it was made in, renewed for this many milliseconds
+    /// from the request's first send (0: none any more).
+    pub parent_lease_ms: u32,
 }
 
 answers!(MetaResponse {
     (): MetaResponse::Done => ();
     InodeAttr: MetaResponse::Attr(attr) => attr;
     CreateReply:
-        MetaResponse::Created { attr, parent, capability } => CreateReply { attr, parent, capability },
-        MetaResponse::Attr(attr) => CreateReply { attr, parent: None, capability: None };
+        MetaResponse::Created { attr, parent, capability, lease_ms, parent_lease_ms } =>
+            CreateReply { attr, parent, capability, lease_ms, parent_lease_ms },
+        MetaResponse::Attr(attr) =>
+            CreateReply { attr, parent: None, capability: None, lease_ms: 0, parent_lease_ms: 0 };
     Option<InodeAttr>:
         MetaResponse::Removed { parent } => parent,
         MetaResponse::Done => None;

@@ -23,15 +23,15 @@ use serde::{de::DeserializeOwned, Serialize};
 /// "WEFT" in little endian.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WEFT");
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 14;
+pub const PROTOCOL_VERSION: u16 = 15;
 /// The oldest protocol version this build speaks with a peer (in the handshake): older
 /// ones, for rolling upgrades (version 6 only added the seal mirror members take from their
 /// primary, version 7 the messages management servers replicate with, version 8 the
 /// capability a change through a descriptor shows, version 9 the grants of hard quotas, version
 /// 10 the listing with attributes, version 11 a removal's answer with its directory's
 /// attributes, version 12 the removal of many objects in one request, version 13 whether an
-/// inode has no extended attributes, version 14 numbered changes and their replay, so a peer
-/// of version 4 is still spoken to as before).
+/// inode has no extended attributes, version 14 numbered changes and their replay, version 15
+/// names leases, so a peer of version 4 is still spoken to as before).
 pub const PROTOCOL_VERSION_MIN: u16 = 4;
 /// Size of the fixed header.
 pub const FRAME_HEADER_BYTES: usize = 32;
@@ -275,7 +275,7 @@ mod tests {
     fn header_round_trip_and_golden_bytes() {
         let bytes = header().encode();
         assert_eq!(FrameHeader::decode(&bytes), Ok(header()));
-        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 14, 0, 0, 0]);
+        assert_eq!(&bytes[0..8], &[b'W', b'E', b'F', b'T', 15, 0, 0, 0]);
         let older = FrameHeader {
             version: PROTOCOL_VERSION_MIN,
             ..header()
@@ -296,10 +296,10 @@ mod tests {
             Err(DecodeError::BadMagic { .. })
         ));
         let mut bytes = header().encode();
-        bytes[4] = 15;
+        bytes[4] = 16;
         assert_eq!(
             FrameHeader::decode(&bytes),
-            Err(DecodeError::Version { found: 15 })
+            Err(DecodeError::Version { found: 16 })
         );
         let mut bytes = header().encode();
         bytes[6] = 7;

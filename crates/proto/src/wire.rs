@@ -286,6 +286,14 @@ field_since!(
     14
 );
 
+field_since!(
+    /// A field added in protocol version 15 that an older peer does without (a names lease,
+    /// which a client of version 14 never gets): left out of encodings for version 14, and
+    /// its default when decoded from it.
+    since_15,
+    15
+);
+
 set_field_since!(
     /// A field added in protocol version 6 that an older peer must not go without (the
     /// storage mirror group a push of a mirrored object is from): left out of encodings for

@@ -22,6 +22,7 @@ use weft_mirror::numbers::Pending;
 mod config;
 mod files;
 mod locks;
+mod names;
 mod namespace;
 
 pub use crate::error::ClientError;
@@ -51,6 +52,8 @@ pub struct Client {
     releases: Mutex<HashMap<NodeId, Vec<(InodeId, u64)>>>,
     /// Held while this client replays its changes ([`Client::replay_changes`]).
     replaying: tokio::sync::Mutex<()>,
+    /// Directories this client made whose homes let it answer for names not in them.
+    names: names::NamesLeases,
 }
 
 /// Renews `client`'s session every `interval` until the client is gone, on a thread with a
@@ -188,6 +191,7 @@ impl Client {
             files: crate::file::OpenFiles::new(config.write_behind_bytes, config.read_ahead_bytes),
             releases: Mutex::default(),
             replaying: tokio::sync::Mutex::default(),
+            names: names::NamesLeases::default(),
             unserved: crate::unserved::Unserved::default(),
         });
         let interval = heartbeat_interval(config.heartbeat_interval, session.timeout);

@@ -13,6 +13,14 @@ impl Client {
     /// # Errors
     /// `NotFound` and the other namespace codes.
     pub async fn lookup(&self, parent: InodeId, name: &str) -> Result<InodeAttr, ClientError> {
+        if self.names.absent(parent, name) {
+            return Err(ClientError::Rpc(RpcError::Remote(
+                weft_proto::error::WireError::new(
+                    ErrorCode::NotFound,
+                    format!("{name:?} not found in {parent}"),
+                ),
+            )));
+        }
         let attr = self
             .on_holder(parent, name, |meta, holder| async move {
                 meta.lookup(holder, name).await
@@ -133,6 +141,10 @@ impl Client {
         let (mutation, _guard) = self.begin_mutation();
         // On the server the file will live on: its directory's (or its shard's).
         let reclaims = self.reclaims(self.holder(parent, name).home());
+        // A lease counts from before the request's first send, which is before its home
+        // granted or renewed it.
+        let sent = std::time::Instant::now();
+        self.names.naming(parent, name);
         let created = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
@@ -140,6 +152,10 @@ impl Client {
             })
             .await?;
         let attr = created.attr;
+        self.names.renewed(parent, sent, created.parent_lease_ms);
+        if attr.kind == FileKind::Directory {
+            self.names.granted(attr.inode, sent, created.lease_ms);
+        }
         self.learn(&attr);
         if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {
             self.watch_home(attr.inode.home()).await?;
@@ -177,6 +193,7 @@ impl Client {
     ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
         let new = directory(mode, umask, owner);
+        self.names.naming(parent, name);
         let attr = self
             .on_holder(parent, name, |meta, holder| {
                 let new = new.clone();
@@ -269,6 +286,7 @@ impl Client {
         new_name: &str,
     ) -> Result<InodeAttr, ClientError> {
         let (mutation, _guard) = self.begin_mutation();
+        self.names.naming(new_parent, new_name);
         self.on_holder(new_parent, new_name, |meta, holder| async move {
             meta.link(mutation, inode, holder, new_name).await
         })
@@ -322,6 +340,7 @@ impl Client {
         flags: RenameFlags,
     ) -> Result<(), ClientError> {
         let (mutation, _guard) = self.begin_mutation();
+        self.names.naming(new_parent, new_name);
         let attempt = || {
             self.on_holder(parent, name, |meta, holder| async move {
                 let new_holder = self.holder(new_parent, new_name);

@@ -152,6 +152,8 @@ pub(crate) fn create(
         attr: record.to_attr(inode),
         parent: parent.whole_dir_attr(entry.parent),
         capability: None,
+        lease_ms: 0,
+        parent_lease_ms: 0,
     })
 }
 

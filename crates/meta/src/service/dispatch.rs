@@ -34,6 +34,9 @@ const TRUNCATE_WAITS_FOR_MOVE: Duration = Duration::from_secs(10);
 
 impl Meta {
     pub(super) async fn handle_meta(&self, request: MetaRequest) -> Reply<MetaResponse> {
+        if let Some((dir, adder)) = super::names::adds_name(&request) {
+            self.names.clear_for(dir, adder).await;
+        }
         let result = match request {
             request @ (MetaRequest::Lookup { .. }
             | MetaRequest::GetAttr { .. }
@@ -419,25 +422,45 @@ impl Meta {
                 .filter(|_| new.kind == FileKind::Regular)
                 .map(|handle| (mutation.client, handle));
             if home == self.node {
+                // A names lease for the client that makes a directory whose names live
+                // here, granted in the commit that makes it: no one else can add a name
+                // to it before the lease is known.
+                let leasing = (new.kind == FileKind::Directory
+                    && !self.link.mirrored()
+                    && weft_net::server::peer_version() >= 15)
+                    .then(|| (Arc::clone(&self.names), mutation.client));
                 let entry = NewEntry { parent, name, new };
                 // The open is registered before the commit, so no unlink can dispose of
                 // the new file between the two; and again after it, for a retry answered
                 // from the stored reply.
                 let opens = Arc::clone(&self.sessions.opens);
-                let result = self
+                let mut result = self
                     .mutate(mutation, move |txn, context| {
-                        let response = create(txn, context, entry)?;
+                        let mut response = create(txn, context, entry)?;
                         if let (Some(handle), MetaResponse::Created { attr, .. }) =
                             (open, &response)
                         {
                             register_open(&opens, handle, attr.inode, READ | WRITE);
                             txn.open_table(UNREPORTED)?.insert(attr.inode.0, ())?;
                         }
+                        if let (
+                            Some((names, holder)),
+                            MetaResponse::Created { attr, lease_ms, .. },
+                        ) = (leasing, &mut response)
+                        {
+                            *lease_ms = names.grant(attr.inode, holder);
+                        }
                         Ok(response)
                     })
                     .await;
                 if let (Some(handle), Ok(MetaResponse::Created { attr, .. })) = (open, &result) {
                     register_open(&self.sessions.opens, handle, attr.inode, READ | WRITE);
+                }
+                if let Ok(MetaResponse::Created {
+                    parent_lease_ms, ..
+                }) = &mut result
+                {
+                    *parent_lease_ms = self.names.renew(parent, mutation.client);
                 }
                 result
             } else {

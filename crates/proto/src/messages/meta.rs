@@ -969,6 +969,15 @@ pub enum MetaResponse {
         /// access to its objects.
         #[serde(default, with = "crate::wire::since_3_advisory")]
         capability: Option<Capability>,
+        /// For a new directory: how long, in milliseconds from when the client first sent
+        /// the request, the client that made it may answer that a name is not in it without
+        /// asking (a names lease, docs/design/namespace.md); 0: no lease.
+        #[serde(default, with = "crate::wire::since_15")]
+        lease_ms: u32,
+        /// The creating client's names lease on the directory, renewed for this many
+        /// milliseconds from when it first sent the request; 0: it holds none (any more).
+        #[serde(default, with = "crate::wire::since_15")]
+        parent_lease_ms: u32,
     },
     /// A page of a directory listing.
     #[wire(tag = 7)]

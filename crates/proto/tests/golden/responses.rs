@@ -10,6 +10,8 @@ pub(crate) fn meta_responses() -> Vec<MetaResponse> {
             attr: attr(),
             parent: None,
             capability: Some(capability()),
+            lease_ms: 250,
+            parent_lease_ms: 250,
         },
         MetaResponse::DirEntries {
             entries: vec![DirEntry {
