@@ -256,7 +256,12 @@ impl Meta {
             locks,
             answers_before_sync: !config.sync_every_change,
             recovery,
-            names: Arc::new(names::NamesLeases::new(config.names_lease)),
+            names: Arc::new(names::NamesLeases::start(
+                config.names_lease,
+                (home == shared.node)
+                    .then(|| config.data_dir.join("meta.names-lease"))
+                    .as_deref(),
+            )),
             inside: subtree::Inside::default(),
             grants: Arc::default(),
             check_progress: Mutex::default(),

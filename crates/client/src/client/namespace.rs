@@ -144,6 +144,7 @@ impl Client {
         // A lease counts from before the request's first send, which is before its home
         // granted or renewed it.
         let sent = std::time::Instant::now();
+        let making = (new.kind == FileKind::Directory).then(|| self.names.making());
         self.names.naming(parent, name);
         let created = self
             .on_holder(parent, name, |meta, holder| {
@@ -153,8 +154,8 @@ impl Client {
             .await?;
         let attr = created.attr;
         self.names.renewed(parent, sent, created.parent_lease_ms);
-        if attr.kind == FileKind::Directory {
-            self.names.granted(attr.inode, sent, created.lease_ms);
+        if let Some(making) = making.filter(|_| attr.kind == FileKind::Directory) {
+            self.names.granted(making, attr.inode, created.lease_ms);
         }
         self.learn(&attr);
         if let Some(handle) = open.filter(|_| attr.kind == FileKind::Regular) {

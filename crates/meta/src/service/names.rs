@@ -10,7 +10,9 @@
 //! ends first. A start of the home does not know what its earlier start granted: every
 //! addition waits one lease from the start.
 
+use crate::config::NAMES_LEASE_MAX;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -42,12 +44,40 @@ pub(crate) struct NamesLeases {
 }
 
 impl NamesLeases {
-    /// The leases of a home that starts now, each running `length` (zero: none).
-    pub fn new(length: Duration) -> NamesLeases {
+    /// The leases of a home that starts now, each running `length` (zero: none). `record` is
+    /// where its starts keep the longest lease one of them may have granted, when they grant
+    /// any: a start that runs shorter leases than the one before waits out the longer ones
+    /// (an operator who lowers `names_lease_ms` and restarts). Blocks (a file's sync).
+    pub fn start(length: Duration, record: Option<&Path>) -> NamesLeases {
+        let before = record
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .map_or(Duration::ZERO, |text| {
+                // A record that says nothing readable: the longest any start grants.
+                text.trim()
+                    .parse()
+                    .map_or(NAMES_LEASE_MAX, Duration::from_millis)
+            });
+        let quiet = before.max(length);
+        if let Some(path) = record {
+            if quiet != before {
+                write_record(path, quiet);
+            }
+            if let Some(runtime) = (quiet > length)
+                .then(tokio::runtime::Handle::try_current)
+                .and_then(Result::ok)
+            {
+                // Once the earlier start's leases ran out, only this start's can run.
+                let (path, lowered) = (path.to_path_buf(), length);
+                runtime.spawn(async move {
+                    tokio::time::sleep(quiet).await;
+                    let _ = tokio::task::spawn_blocking(move || write_record(&path, lowered)).await;
+                });
+            }
+        }
         NamesLeases {
             length,
             dirs: Mutex::default(),
-            quiet_until: Instant::now() + length,
+            quiet_until: Instant::now() + quiet,
         }
     }
 
@@ -127,6 +157,15 @@ impl NamesLeases {
     }
 }
 
+/// Records `length` at `path`, before a lease of that length is granted. A failure is logged:
+/// the next start then waits what it finds, or its own length.
+fn write_record(path: &Path, length: Duration) {
+    let text = format!("{}\n", length.as_millis());
+    if let Err(error) = weft_service::durable::write_file_durably(path, text.as_bytes()) {
+        tracing::warn!(%error, "recording the names lease length failed");
+    }
+}
+
 /// The directory `request` may add a name to, and the client it comes from (`None`: another
 /// home's step): every request that adds a name is here. (A consistency check's repair that
 /// files a damaged directory's entry again under its name's hash is not: it mends what no
@@ -168,7 +207,7 @@ mod tests {
     // wait past the start's quiet time.
     #[tokio::test(start_paused = true)]
     async fn another_clients_name_waits_for_the_lease_and_ends_it() {
-        let leases = NamesLeases::new(NAMES_LEASE_DEFAULT);
+        let leases = NamesLeases::start(NAMES_LEASE_DEFAULT, None);
         let (dir, holder, other) = (InodeId(7), ClientId(1), ClientId(2));
         leases.clear_for(dir, Some(holder)).await;
         let started = Instant::now();
@@ -204,10 +243,40 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_start_waits_for_leases_it_does_not_know() {
         let started = Instant::now();
-        let leases = NamesLeases::new(NAMES_LEASE_DEFAULT);
+        let leases = NamesLeases::start(NAMES_LEASE_DEFAULT, None);
         leases.clear_for(InodeId(9), Some(ClientId(3))).await;
         assert!(Instant::now() >= started + NAMES_LEASE_DEFAULT);
-        let none = NamesLeases::new(Duration::ZERO);
+        let none = NamesLeases::start(Duration::ZERO, None);
         assert_eq!(none.grant(InodeId(9), ClientId(3)), 0, "leases turned off");
+    }
+
+    // Goal: a start with shorter leases than the start before waits out the longer ones, and
+    // records its own length once they ran out.
+    #[tokio::test(start_paused = true)]
+    async fn a_start_with_shorter_leases_waits_out_the_longer_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let record = dir.path().join("meta.names-lease");
+        let long = Duration::from_millis(4000);
+        drop(NamesLeases::start(long, Some(&record)));
+        assert_eq!(
+            std::fs::read_to_string(&record).expect("recorded"),
+            "4000\n"
+        );
+        let started = Instant::now();
+        let shorter = NamesLeases::start(NAMES_LEASE_DEFAULT, Some(&record));
+        shorter.clear_for(InodeId(9), None).await;
+        assert!(
+            Instant::now() >= started + long,
+            "the longer leases are waited out"
+        );
+        // The record is written on a blocking thread, in real time.
+        for _ in 0..1000 {
+            if std::fs::read_to_string(&record).expect("recorded") == "250\n" {
+                return;
+            }
+            tokio::task::yield_now().await;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the shorter length is recorded once the longer leases ran out");
     }
 }
