@@ -306,6 +306,15 @@ fn inode_records_of_version_2_decode() {
     );
 }
 
+/// An inode record of an older format, written as hexadecimal, decoded as inode 5's.
+fn decode_hex(hex: &str) -> InodeRecord {
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
+        .collect();
+    InodeRecord::decode(5, &bytes).expect("decodes")
+}
+
 // Goal: inode records of format version 4 (before inodes without extended attributes were
 // marked) read as inodes that may have some, so no client answers for them without asking.
 #[test]
@@ -313,22 +322,15 @@ fn inode_records_of_version_4_decode() {
     const FILE_V4: &str =
         "0400a40301e80764802000020206040a0602010080802002010203040000000000000000808040";
     const DIRECTORY_V4: &str = "0401a40302e80764802000020206040a060200010080802002010106756e7573656481808080808040ac020187808080808040868080808080400102092a00";
-    let decode = |hex: &str| {
-        let bytes: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
-            .collect();
-        InodeRecord::decode(5, &bytes).expect("decodes")
-    };
     assert_eq!(
-        decode(FILE_V4),
+        decode_hex(FILE_V4),
         InodeRecord {
             xattr_free: false,
             objectless: false,
             ..file()
         }
     );
-    assert_eq!(decode(DIRECTORY_V4), directory());
+    assert_eq!(decode_hex(DIRECTORY_V4), directory());
 }
 
 // Goal: inode records of format version 5 (before files without objects were marked) read
@@ -338,21 +340,14 @@ fn inode_records_of_version_5_decode() {
     const FILE_V5: &str =
         "0500a40301e80764802000020206040a060201008080200201020304000000000000000080804001";
     const DIRECTORY_V5: &str = "0501a40302e80764802000020206040a060200010080802002010106756e7573656481808080808040ac020187808080808040868080808080400102092a0000";
-    let decode = |hex: &str| {
-        let bytes: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
-            .collect();
-        InodeRecord::decode(5, &bytes).expect("decodes")
-    };
     assert_eq!(
-        decode(FILE_V5),
+        decode_hex(FILE_V5),
         InodeRecord {
             objectless: false,
             ..file()
         }
     );
-    assert_eq!(decode(DIRECTORY_V5), directory());
+    assert_eq!(decode_hex(DIRECTORY_V5), directory());
 }
 
 /// A create's reply: the new directory and its parent, in `project`.

@@ -65,30 +65,12 @@ pub(crate) struct InodeRecord {
     pub objectless: bool,
 }
 
-/// Version 5 of [`InodeRecord`], before files without objects were marked.
+/// Version 5 of [`InodeRecord`], before files without objects were marked: version 4's fields
+/// and then whether the inode has no extended attributes (postcard lays a nested struct's
+/// fields out in place, as if they were this one's).
 #[derive(Deserialize)]
 struct InodeRecordV5 {
-    kind: FileKind,
-    mode: u32,
-    nlink: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    rdev: u32,
-    atime: Timestamp,
-    mtime: Timestamp,
-    ctime: Timestamp,
-    truncate_generation: u64,
-    layout: Option<FileLayout>,
-    pattern: Option<StripePattern>,
-    symlink: Option<String>,
-    parent: u64,
-    next_cookie: u64,
-    shards: Vec<u64>,
-    shard_of: u64,
-    sealed: Option<(u32, u64)>,
-    project: u32,
-    allocated: u64,
+    v4: InodeRecordV4,
     xattr_free: bool,
 }
 
@@ -97,29 +79,7 @@ impl From<InodeRecordV5> for InodeRecord {
         InodeRecord {
             xattr_free: v5.xattr_free,
             objectless: false,
-            ..InodeRecord::from(InodeRecordV4 {
-                kind: v5.kind,
-                mode: v5.mode,
-                nlink: v5.nlink,
-                uid: v5.uid,
-                gid: v5.gid,
-                size: v5.size,
-                rdev: v5.rdev,
-                atime: v5.atime,
-                mtime: v5.mtime,
-                ctime: v5.ctime,
-                truncate_generation: v5.truncate_generation,
-                layout: v5.layout,
-                pattern: v5.pattern,
-                symlink: v5.symlink,
-                parent: v5.parent,
-                next_cookie: v5.next_cookie,
-                shards: v5.shards,
-                shard_of: v5.shard_of,
-                sealed: v5.sealed,
-                project: v5.project,
-                allocated: v5.allocated,
-            })
+            ..InodeRecord::from(v5.v4)
         }
     }
 }
