@@ -101,8 +101,8 @@ weft_net::service_config! {
         pub recovery_window: Duration,
         /// How long a change answered before its sync (with `sync_every_change` off, and a
         /// size report at close) may wait for it, in milliseconds. Unset: clients' changes are
-        /// synced 2 ms after the first of a group; size reports at most 1 s after. A longer delay groups more changes per sync,
-        /// and a restart has more to replay.
+        /// synced 2 ms after the first of a group; size reports at most 1 s after. A longer
+        /// delay groups more changes per sync, and a restart has more to replay.
         #[serde(default)]
         pub sync_delay_ms: Option<u64>,
         /// How long, in milliseconds, a client that made a directory may answer that a name

@@ -89,7 +89,7 @@ pub struct CreateReply {
     /// (0: none).
     pub lease_ms: u32,
     /// The names lease on the directory it was made in, renewed for this many milliseconds
-    /// from the request's first send (0: none any more).
+    /// from the request's first send (0: not renewed).
     pub parent_lease_ms: u32,
 }
 

@@ -8,7 +8,7 @@
 //! recalled lease is renewed no more. A holder counts its lease from before it first sent the
 //! request that got it, the home from when it granted or renewed it, so the holder's lease
 //! ends first. A start of the home does not know what its earlier start granted: every
-//! addition waits one lease from the start.
+//! addition waits one lease from the start, or the longer one an earlier start recorded.
 
 use crate::config::NAMES_LEASE_MAX;
 use std::collections::HashMap;

@@ -975,7 +975,8 @@ pub enum MetaResponse {
         #[serde(default, with = "crate::wire::since_15")]
         lease_ms: u32,
         /// The creating client's names lease on the directory, renewed for this many
-        /// milliseconds from when it first sent the request; 0: it holds none (any more).
+        /// milliseconds from when it first sent the request; 0: not renewed (it holds none,
+        /// or another client recalled it), and it runs out when it runs out.
         #[serde(default, with = "crate::wire::since_15")]
         parent_lease_ms: u32,
     },
