@@ -961,6 +961,56 @@ fn a_create_in_a_directory_this_mount_made_asks_no_lookup() {
     }
 }
 
+// Goal: a create or an unlink through one mount, one after the other, is committed on the
+// metadata server by the thread that read its request, with no hand-off to the commit thread
+// and back, when the server answers before the sync; with every change synced before its
+// answer, the commit thread commits them all. Either way everything made is there.
+#[test]
+fn a_lone_change_is_committed_by_the_thread_that_read_it() {
+    for sync_every_change in [false, true] {
+        let mut cluster = cluster(ClusterSpec {
+            meta_settings: vec![format!("sync_every_change={sync_every_change}")],
+            ..ClusterSpec::default()
+        });
+        let mnt = cluster.mount().expect("mount");
+        let dir = mnt.join("lone");
+        fs::create_dir(&dir).expect("mkdir");
+        let inline = || common::metric_sum(&cluster, "weft_meta_inline_commits_total", &[]);
+        let before = inline();
+        let count = 200;
+        for i in 0..count {
+            fs::File::create(dir.join(format!("f{i}"))).expect("create");
+        }
+        for i in 0..count / 2 {
+            fs::remove_file(dir.join(format!("f{i}"))).expect("unlink");
+        }
+        let committed_here = inline() - before;
+        if sync_every_change {
+            assert_eq!(committed_here, 0, "synced changes go to the commit thread");
+        } else {
+            assert!(
+                committed_here >= (count + count / 2) * 9 / 10,
+                "{committed_here} of {} changes committed by their request's thread",
+                count + count / 2
+            );
+        }
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .expect("list")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .into_string()
+                    .expect("utf-8")
+            })
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = (count / 2..count).map(|i| format!("f{i}")).collect();
+        expected.sort();
+        assert_eq!(names, expected, "the names left are the ones not removed");
+    }
+}
+
 // Goal: a name another mount adds to a directory this mount holds a names lease on is seen
 // here at once: the other's create waits until the lease is recalled and ran out, so this
 // mount's next lookup of the name asks the server. Both mounts make names in turn.

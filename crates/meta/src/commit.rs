@@ -1,6 +1,9 @@
-//! Group commit. One writer thread owns the store's single write transaction: it takes every
+//! Group commit. One writer thread commits the store's write transactions: it takes every
 //! operation queued while the previous commit ran, applies them in one transaction and
-//! commits. A home without a mirror group commits a batch as one record of the store's change
+//! commits. A client's change that finds nothing committing, on a home that answers before
+//! the sync, is committed by its request's own thread instead, in a batch of its own
+//! ([`Committer::run_client_change`]): the writer's state is behind a lock that either takes,
+//! one batch at a time, so batches stay serial and numbered in the order they applied. A home without a mirror group commits a batch as one record of the store's change
 //! log, synced on this thread before its operations are answered, and the store's tables are
 //! written at a checkpoint ([`how_to_commit`]; `store`). A mirrored home, and a checkpoint,
 //! commits to redb: a home's store syncs each such commit in the background ([`HomeFile`]), so
@@ -96,6 +99,9 @@ enum Queued {
     Op(EventualOp, Answer),
     /// Bookkeeping for the next batch.
     Tidy(TidyOp),
+    /// Nothing to apply: a commit made on another thread changed when the writer's next
+    /// deadline falls ([`Committer::run_client_change`]).
+    Nudge,
 }
 
 /// A committed batch waiting for its sync: each operation's answer and result (none when a
@@ -135,6 +141,8 @@ pub(crate) struct CommitMetrics {
     deferred_syncs: Counter,
     failed: Counter,
     logged: Counter,
+    /// Commits made on a request's own thread.
+    inline: Counter,
     checkpoints: Counter,
     /// Clients' changes answered before their sync.
     answered_early: Counter,
@@ -158,6 +166,7 @@ impl CommitMetrics {
             deferred_syncs: Counter::default(),
             failed: Counter::default(),
             logged: Counter::default(),
+            inline: Counter::default(),
             checkpoints: Counter::default(),
             answered_early: Counter::default(),
             replayed: Counter::default(),
@@ -209,6 +218,12 @@ impl CommitMetrics {
             metrics.logged.clone(),
         );
         registry.register(
+            "weft_meta_inline_commits",
+            "Commits of a client's change made by its request's own thread, with no hand-off to \
+             the commit thread (the writer was free); also counted in weft_meta_commits",
+            metrics.inline.clone(),
+        );
+        registry.register(
             "weft_meta_checkpoints",
             "Checkpoints that wrote the rows of the change log's records into the store's tables",
             metrics.checkpoints.clone(),
@@ -252,6 +267,10 @@ pub(crate) struct Committer {
     /// The highest change number on disk (and on every present mirror member).
     last_synced: Arc<std::sync::atomic::AtomicU64>,
     queue: mpsc::Sender<Queued>,
+    /// What commits, and what it remembers between batches: taken by the writer thread for
+    /// each batch, and by a request's own thread for a client's change that can commit
+    /// there ([`Committer::run_client_change`]).
+    writer: Arc<std::sync::Mutex<Writer>>,
     /// Slots of [`QUEUED_OPERATIONS_MAX`] operations in the queue or its batch.
     slots: tokio::sync::Semaphore,
     metrics: CommitMetrics,
@@ -273,9 +292,6 @@ impl Committer {
         let (queue, receiver) = mpsc::channel::<Queued>();
         let (committed, waiting) = mpsc::channel::<Committed>();
         let last_synced = Arc::new(std::sync::atomic::AtomicU64::new(numbered));
-        let writer_syncs = syncs.clone();
-        let writer_metrics = metrics.clone();
-        let writer_synced = Arc::clone(&last_synced);
         let (flushes, flushing) = mpsc::channel::<u64>();
         if answer_before_sync {
             let flusher_db = Arc::clone(&db);
@@ -285,20 +301,26 @@ impl Committer {
                 .spawn(move || flush_loop(&flusher_db, &flushing, &flusher_synced))
                 .expect("spawning the log's flusher");
         }
+        let writer = Arc::new(std::sync::Mutex::new(Writer {
+            db,
+            syncs: syncs.clone(),
+            checkpoint_bytes,
+            answer_before_sync,
+            sync_delay,
+            numbered,
+            unsynced_since: None,
+            last_sync: 0,
+            tidies: Vec::new(),
+            tidy_since: None,
+            committed,
+            flushes,
+            metrics: metrics.clone(),
+            last_synced: Arc::clone(&last_synced),
+        }));
+        let thread_writer = Arc::clone(&writer);
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
-            .spawn(move || {
-                writer_loop(
-                    (
-                        &db,
-                        (checkpoint_bytes, answer_before_sync, sync_delay),
-                        numbered,
-                    ),
-                    writer_syncs.as_deref(),
-                    (&receiver, &committed, &flushes),
-                    (&writer_metrics, &writer_synced),
-                )
-            })
+            .spawn(move || writer_loop(&thread_writer, &receiver))
             .expect("spawning the commit thread");
         let answer_metrics = metrics.clone();
         let answer_synced = Arc::clone(&last_synced);
@@ -317,6 +339,7 @@ impl Committer {
         Committer {
             last_synced,
             queue,
+            writer,
             slots: tokio::sync::Semaphore::new(QUEUED_OPERATIONS_MAX),
             metrics,
         }
@@ -356,12 +379,32 @@ impl Committer {
         &self,
         op: impl FnOnce(&WriteTransaction) -> Result<(T, Answered), OpError> + Send + 'static,
     ) -> Result<T, OpError> {
+        self.run_with_queued(op, false).await
+    }
+
+    /// [`Committer::run_with_eventual`] for a client's change, which may commit on the
+    /// calling thread ([`Committer::run_client_change`]).
+    pub async fn run_client_change_with<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&WriteTransaction) -> Result<(T, Answered), OpError> + Send + 'static,
+    ) -> Result<T, OpError> {
+        self.run_with_queued(op, true).await
+    }
+
+    async fn run_with_queued<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&WriteTransaction) -> Result<(T, Answered), OpError> + Send + 'static,
+        inline: bool,
+    ) -> Result<T, OpError> {
         let (sender, receiver) = oneshot::channel();
-        self.run_eventual(Box::new(move |txn| {
-            let (value, answered) = op(txn)?;
-            let _ = sender.send(value);
-            Ok((MetaResponse::Done, answered))
-        }))
+        self.run_queued(
+            Box::new(move |txn| {
+                let (value, answered) = op(txn)?;
+                let _ = sender.send(value);
+                Ok((MetaResponse::Done, answered))
+            }),
+            inline,
+        )
         .await?;
         receiver
             .await
@@ -387,6 +430,22 @@ impl Committer {
     /// Runs `op` in the next batch and waits until its batch committed, and also until it is
     /// durable unless `op` answered [`Answered::Committed`].
     pub async fn run_eventual(&self, op: EventualOp) -> Result<MetaResponse, OpError> {
+        self.run_queued(op, false).await
+    }
+
+    /// Runs a client's change `op` as [`Committer::run_eventual`] does; on the calling
+    /// thread, in a batch of its own, when nothing else is committing, the home answers
+    /// before the sync and has no mirror group, and no sync of redb runs (a commit would wait
+    /// for it). Such a change is numbered and answered once logged ([`Answered::Numbered`]),
+    /// so its commit is an append to the log without a sync: the request's thread does it in
+    /// less time than the two hand-offs to the writer thread and back would take. Anything
+    /// else (a change that turns out to wait for its sync, a checkpoint the log's size asks
+    /// for) is committed the same way, synced on the calling thread.
+    pub async fn run_client_change(&self, op: EventualOp) -> Result<MetaResponse, OpError> {
+        self.run_queued(op, true).await
+    }
+
+    async fn run_queued(&self, op: EventualOp, inline: bool) -> Result<MetaResponse, OpError> {
         // Held until the answer: the operation's slot among those queued or committing.
         let _slot = self
             .slots
@@ -395,7 +454,18 @@ impl Committer {
             .map_err(|_| OpError::Store(StoreError::Stopped))?;
         let (answer, receiver) = oneshot::channel();
         self.metrics.queued.inc();
-        if self.queue.send(Queued::Op(op, answer)).is_err() {
+        let queued = Queued::Op(op, answer);
+        let queued = if inline {
+            self.commit_here(queued)
+        } else {
+            Some(queued)
+        };
+        let Some(queued) = queued else {
+            return receiver
+                .await
+                .map_err(|_| OpError::Store(StoreError::Stopped))?;
+        };
+        if self.queue.send(queued).is_err() {
             self.metrics.queued.dec();
             return Err(OpError::Store(StoreError::Stopped));
         }
@@ -405,82 +475,125 @@ impl Committer {
     }
 }
 
-fn writer_loop(
-    (db, (checkpoint_bytes, answer_before_sync, sync_delay), mut numbered): (
-        &Database,
-        (u64, bool, Option<Duration>),
-        u64,
-    ),
-    syncs: Option<&HomeLink>,
-    (receiver, committed, flushes): (
-        &mpsc::Receiver<Queued>,
-        &mpsc::Sender<Committed>,
-        &mpsc::Sender<u64>,
-    ),
-    (metrics, last_synced): (&CommitMetrics, &std::sync::atomic::AtomicU64),
-) {
-    // When the first commit answered before its sync was made, while it is not synced yet.
-    let mut unsynced_since: Option<Instant> = None;
-    // The sync of the last batch that committed with one.
-    let mut last_sync = 0;
-    // Bookkeeping waiting for the next batch, and since when.
-    let mut tidies: Vec<TidyOp> = Vec::new();
-    let mut tidy_since: Option<Instant> = None;
-    let unsynced_max = sync_delay.unwrap_or(UNSYNCED_FOR_MAX);
-    loop {
-        if let Some(since) = unsynced_since {
+impl Committer {
+    /// Commits `queued` on this thread if it is the only operation queued or committing,
+    /// the writer is free and the home commits client changes inline; hands it back
+    /// otherwise. Under concurrency the writer thread's batches share one commit among many
+    /// operations, which costs less than a commit each.
+    fn commit_here(&self, queued: Queued) -> Option<Queued> {
+        if self.slots.available_permits() + 1 < QUEUED_OPERATIONS_MAX {
+            return Some(queued);
+        }
+        let Ok(mut writer) = self.writer.try_lock() else {
+            return Some(queued);
+        };
+        if !writer.commits_inline() {
+            return Some(queued);
+        }
+        let nudge = writer.commit(Some(queued), None);
+        drop(writer);
+        self.metrics.inline.inc();
+        if nudge {
+            let _ = self.queue.send(Queued::Nudge);
+        }
+        None
+    }
+}
+
+/// What commits, and what it keeps between batches. One batch at a time: the writer thread
+/// and a request's thread take it in turn ([`Committer::run_client_change`]).
+struct Writer {
+    db: Arc<Database>,
+    syncs: Option<Arc<HomeLink>>,
+    checkpoint_bytes: u64,
+    answer_before_sync: bool,
+    sync_delay: Option<Duration>,
+    /// The highest change number given so far.
+    numbered: u64,
+    /// When the first commit answered before its sync was made, while it is not synced yet.
+    unsynced_since: Option<Instant>,
+    /// The sync of the last batch that committed with one.
+    last_sync: u64,
+    /// Bookkeeping waiting for the next batch, and since when.
+    tidies: Vec<TidyOp>,
+    tidy_since: Option<Instant>,
+    /// Batches whose answers wait for a sync running in the background.
+    committed: mpsc::Sender<Committed>,
+    /// The log's flusher: the highest number answered before its sync.
+    flushes: mpsc::Sender<u64>,
+    metrics: CommitMetrics,
+    last_synced: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Writer {
+    fn unsynced_max(&self) -> Duration {
+        self.sync_delay.unwrap_or(UNSYNCED_FOR_MAX)
+    }
+
+    /// Whether a client's change may commit on its request's thread now.
+    fn commits_inline(&self) -> bool {
+        self.answer_before_sync
+            && self
+                .syncs
+                .as_deref()
+                .is_none_or(|link| !link.mirrored() && !link.syncing())
+    }
+
+    /// Syncs what was answered before its sync once it waited long enough, or once enough of
+    /// it waits.
+    fn sync_if_due(&mut self) {
+        if let Some(since) = self.unsynced_since {
+            let syncs = self.syncs.as_deref();
             let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX)
-                || db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX;
-            if full || since.elapsed() >= unsynced_max {
-                sync_now(db, syncs, (numbered, last_synced));
-                metrics.deferred_syncs.inc();
-                unsynced_since = None;
+                || self.db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX;
+            if full || since.elapsed() >= self.unsynced_max() {
+                sync_now(&self.db, syncs, (self.numbered, &self.last_synced));
+                self.metrics.deferred_syncs.inc();
+                self.unsynced_since = None;
             }
         }
-        // Bookkeeping waits for an operation to ride with, or until it waited long enough.
-        let deadline = [
-            unsynced_since.map(|since| since + unsynced_max),
-            tidy_since.map(|since| since + TIDY_HOLD_MAX),
+    }
+
+    /// When the writer thread next has something to do without an operation: a sync of
+    /// what was answered before it, or bookkeeping that waited long enough for a batch.
+    fn deadline(&self) -> Option<Instant> {
+        [
+            self.unsynced_since.map(|since| since + self.unsynced_max()),
+            self.tidy_since.map(|since| since + TIDY_HOLD_MAX),
         ]
         .into_iter()
         .flatten()
-        .min();
-        let received = match deadline {
-            Some(deadline) => {
-                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(queued) => Some(queued),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        sync_now(db, syncs, (numbered, last_synced));
-                        return;
-                    }
-                }
-            }
-            None => match receiver.recv() {
-                Ok(queued) => Some(queued),
-                Err(_) => return,
-            },
-        };
-        let first = match received {
-            Some(Queued::Tidy(op)) if tidies.len() < BATCH_OPERATIONS_MAX => {
-                tidy_since.get_or_insert_with(Instant::now);
-                tidies.push(op);
-                continue;
-            }
-            Some(queued) => Some(queued),
-            None if tidy_since.is_some_and(|since| since.elapsed() >= TIDY_HOLD_MAX) => None,
-            None => continue,
-        };
-        tidy_since = None;
+        .min()
+    }
+
+    /// Takes bookkeeping for the next batch; false when the batch should commit now (too
+    /// much waits).
+    fn hold(&mut self, op: TidyOp) -> Option<TidyOp> {
+        if self.tidies.len() >= BATCH_OPERATIONS_MAX {
+            return Some(op);
+        }
+        self.tidy_since.get_or_insert_with(Instant::now);
+        self.tidies.push(op);
+        None
+    }
+
+    /// Commits the bookkeeping held, `first` and, with `receiver`, what else is queued,
+    /// as one batch, and answers it or hands it to the answer thread. True when the commit
+    /// set a deadline the writer thread does not know of yet.
+    fn commit(&mut self, first: Option<Queued>, receiver: Option<&mpsc::Receiver<Queued>>) -> bool {
+        self.tidy_since = None;
+        let had_deadline = self.deadline().is_some();
+        let syncs = self.syncs.as_deref();
         let batch = commit_batch(
-            (db, checkpoint_bytes, answer_before_sync),
-            (std::mem::take(&mut tidies), first),
-            (receiver, numbered),
+            (&self.db, self.checkpoint_bytes, self.answer_before_sync),
+            (std::mem::take(&mut self.tidies), first),
+            (receiver, self.numbered),
             syncs,
         );
+        let metrics = &self.metrics;
         if batch.outcome.is_ok() {
             // A failed batch's numbers were never given: the next batch gives them again.
-            numbered = batch.numbered;
+            self.numbered = batch.numbered;
         }
         if batch.outcome.is_ok() && batch.numbered_early > 0 {
             metrics.answered_early.inc_by(batch.numbered_early as u64);
@@ -488,33 +601,32 @@ fn writer_loop(
         if batch.outcome.is_ok()
             && !batch.synced
             && batch.numbered_early > 0
-            && sync_delay.is_none()
+            && self.sync_delay.is_none()
         {
             // Synced in the background, with every change answered before it meanwhile.
-            let _ = flushes.send(numbered);
+            let _ = self.flushes.send(self.numbered);
         }
         if syncs.is_some() && batch.outcome.is_ok() && batch.synced && !batch.logged {
             // Its answers wait for its own sync: one asked after every earlier batch's. A
             // commit that asked for none would be answered on an older batch's sync, before
             // its own changes are on disk.
             assert!(
-                batch.sync > last_sync,
-                "a batch of {} operations committed with sync {} after a batch with sync {last_sync}: its answers would not wait for its own changes",
+                batch.sync > self.last_sync,
+                "a batch of {} operations committed with sync {} after a batch with sync {}: its answers would not wait for its own changes",
                 batch.results.len(),
-                batch.sync
+                batch.sync,
+                self.last_sync
             );
-            last_sync = batch.sync;
+            self.last_sync = batch.sync;
         }
         if batch.outcome.is_ok() {
             if batch.synced {
                 // A sync makes every commit before it durable too.
-                unsynced_since = None;
+                self.unsynced_since = None;
             } else {
-                unsynced_since.get_or_insert_with(Instant::now);
+                self.unsynced_since.get_or_insert_with(Instant::now);
                 metrics.unsynced.inc();
             }
-        }
-        if batch.outcome.is_ok() {
             if batch.logged {
                 metrics.logged.inc();
             }
@@ -524,7 +636,7 @@ fn writer_loop(
         }
         metrics
             .log_bytes
-            .set(i64::try_from(db.logged_bytes()).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.db.logged_bytes()).unwrap_or(i64::MAX));
         let synced = match syncs {
             Some(link) if batch.outcome.is_ok() && batch.synced && !batch.logged => {
                 link.sync_outcome(batch.sync)
@@ -533,13 +645,64 @@ fn writer_loop(
         };
         match synced {
             // Synced on this thread (or failed): answered from here, in no other's turn.
-            Some(synced) => answer(batch, synced, (metrics, last_synced)),
+            Some(synced) => answer(batch, synced, (metrics, &self.last_synced)),
             None => {
-                if committed.send(batch).is_err() {
-                    return;
-                }
+                // The answer thread ends only when this writer does.
+                let _ = self.committed.send(batch);
             }
         }
+        !had_deadline && self.deadline().is_some()
+    }
+}
+
+/// The writer thread: commits what is queued, in batches, and what waits for a deadline.
+fn writer_loop(writer: &std::sync::Mutex<Writer>, receiver: &mpsc::Receiver<Queued>) {
+    let lock = || writer.lock().expect("metadata writer poisoned");
+    loop {
+        let deadline = {
+            let mut writer = lock();
+            writer.sync_if_due();
+            writer.deadline()
+        };
+        let received = match deadline {
+            Some(deadline) => {
+                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(queued) => Some(queued),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        let writer = lock();
+                        sync_now(
+                            &writer.db,
+                            writer.syncs.as_deref(),
+                            (writer.numbered, &writer.last_synced),
+                        );
+                        return;
+                    }
+                }
+            }
+            None => match receiver.recv() {
+                Ok(queued) => Some(queued),
+                Err(_) => return,
+            },
+        };
+        let mut writer = lock();
+        // Bookkeeping waits for an operation to ride with, or until it waited long enough.
+        let first = match received {
+            Some(Queued::Nudge) => continue,
+            Some(Queued::Tidy(op)) => match writer.hold(op) {
+                None => continue,
+                Some(op) => Some(Queued::Tidy(op)),
+            },
+            Some(queued) => Some(queued),
+            None if writer
+                .tidy_since
+                .is_some_and(|since| since.elapsed() >= TIDY_HOLD_MAX) =>
+            {
+                None
+            }
+            None => continue,
+        };
+        writer.commit(first, Some(receiver));
     }
 }
 
@@ -626,7 +789,7 @@ const GATHER_POLL: Duration = Duration::from_micros(100);
 fn commit_batch(
     (db, checkpoint_bytes, answer_before_sync): (&Database, u64, bool),
     (tidies, first): (Vec<TidyOp>, Option<Queued>),
-    (receiver, mut numbered): (&mpsc::Receiver<Queued>, u64),
+    (receiver, mut numbered): (Option<&mpsc::Receiver<Queued>>, u64),
     syncs: Option<&HomeLink>,
 ) -> Committed {
     let started = Instant::now();
@@ -674,6 +837,7 @@ fn commit_batch(
     let mut next = first;
     while let Some(queued) = next.take() {
         match queued {
+            Queued::Nudge => {}
             Queued::Tidy(op) => tidy(op, &mut failure),
             Queued::Op(_, answer) if failure.is_some() => results.push((answer, None)),
             Queued::Op(op, answer) => match op(&txn) {
@@ -697,6 +861,7 @@ fn commit_batch(
         if results.len() + early.len() + numbered_early.len() >= BATCH_OPERATIONS_MAX {
             break;
         }
+        let Some(receiver) = receiver else { break };
         next = receiver.try_recv().ok();
         while next.is_none() && syncs.is_some_and(HomeLink::syncing) {
             match receiver.recv_timeout(GATHER_POLL) {
@@ -786,7 +951,7 @@ fn commit_batch(
         numbered_early: numbered_early_count,
         outcome,
         started,
-        // Only this thread commits, so the last sync asked for is this commit's.
+        // Only the writer's holder commits, so the last sync asked for is this commit's.
         sync: syncs.map_or(0, HomeLink::last_sync),
         synced,
         answered,

@@ -762,7 +762,7 @@ impl Meta {
         op: impl FnOnce(&WriteTransaction, &OpContext) -> Result<MetaResponse, OpError> + Send + 'static,
     ) -> Result<MetaResponse, OpError> {
         let op = self.mutation_op(mutation, op)?;
-        let result = self.committer.run_eventual(Box::new(op)).await;
+        let result = self.committer.run_client_change(Box::new(op)).await;
         self.background.work.notify_one();
         result.map(numbered::keep)
     }

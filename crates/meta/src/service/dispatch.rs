@@ -260,19 +260,23 @@ impl Meta {
                         };
                         (self.numbering(), mutation)
                     });
-                let reported = self
-                    .committer
-                    .run_eventual(Box::new(move |txn| match numbering {
-                        Some(((start, proofs), mutation)) => super::numbered::numbered(
-                            txn,
-                            start,
-                            (mutation, proofs.as_ref()),
-                            |txn| report_size(txn, inode, report).map(|(response, _)| response),
-                        ),
-                        None => report_size(txn, inode, report),
-                    }))
-                    .await
-                    .map(super::numbered::keep);
+                let numbered = numbering.is_some();
+                let op: crate::commit::EventualOp = Box::new(move |txn| match numbering {
+                    Some(((start, proofs), mutation)) => {
+                        super::numbered::numbered(txn, start, (mutation, proofs.as_ref()), |txn| {
+                            report_size(txn, inode, report).map(|(response, _)| response)
+                        })
+                    }
+                    None => report_size(txn, inode, report),
+                });
+                // A numbered report is a client's change; one a client waits for the disk
+                // for is synced, off the request's thread.
+                let reported = if numbered {
+                    self.committer.run_client_change(op).await
+                } else {
+                    self.committer.run_eventual(op).await
+                }
+                .map(super::numbered::keep);
                 if reported.is_ok() {
                     self.recount_rooms(inode);
                 }

@@ -304,7 +304,7 @@ impl Meta {
         let local = self.mutation_op(mutation, local);
         let decided = self
             .committer
-            .run_with_eventual(move |txn| {
+            .run_client_change_with(move |txn| {
                 // When the local change may be answered is what its mutation said (a session's
                 // first change answered before its sync is answered once durable); a prepared
                 // intent is answered once durable.
