@@ -440,7 +440,8 @@ impl Committer {
     /// so its commit is an append to the log without a sync: the request's thread does it in
     /// less time than the two hand-offs to the writer thread and back would take. Anything
     /// else (a change that turns out to wait for its sync, a checkpoint the log's size asks
-    /// for) is committed the same way, synced on the calling thread.
+    /// for) is committed the same way, synced on the calling thread once the runtime's other
+    /// tasks on it went to another thread ([`may_block`]).
     pub async fn run_client_change(&self, op: EventualOp) -> Result<MetaResponse, OpError> {
         self.run_queued(op, true).await
     }
@@ -639,7 +640,7 @@ impl Writer {
             .set(i64::try_from(self.db.logged_bytes()).unwrap_or(i64::MAX));
         let synced = match syncs {
             Some(link) if batch.outcome.is_ok() && batch.synced && !batch.logged => {
-                link.sync_outcome(batch.sync)
+                may_block(receiver.is_none(), || link.sync_outcome(batch.sync))
             }
             _ => Some(Ok(())),
         };
@@ -652,6 +653,22 @@ impl Writer {
             }
         }
         !had_deadline && self.deadline().is_some()
+    }
+}
+
+/// Runs `work`, which may wait for the disk: when `blocks` on a runtime's worker thread, with
+/// the worker's other tasks handed to another thread meanwhile (a commit made on a request's
+/// own thread, [`Committer::run_client_change`], that turned out to need a sync or a
+/// checkpoint).
+fn may_block<T>(blocks: bool, work: impl FnOnce() -> T) -> T {
+    let on_worker = blocks
+        && tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        });
+    if on_worker {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 
@@ -899,44 +916,48 @@ fn commit_batch(
             let lone = results.len() == 1 && early.is_empty() && next.is_none();
             let (how, covers_log) = how_to_commit((db, &txn), syncs, synced, checkpoint_bytes);
             let checkpoint = matches!(how, Commit::Checkpoint { .. });
-            if checkpoint && (covers_log || (synced && lone)) {
-                // A checkpoint of logged rows is synced here, so that the log can start again
-                // at once (nothing else is logged meanwhile). A lone operation, nothing
-                // waiting and no sync running: a sync on this thread overlaps nothing anyway,
-                // and spares two hand-offs between threads. Under concurrency the sync stays
-                // in the background, where the next batch is applied while it runs.
-                syncs.inspect(|link| link.sync_next_inline());
-            }
-            // A record answered once it is in the log must not be durable before a commit to
-            // redb it was applied over (a checkpoint whose sync runs in the background, the
-            // start's own commits): a crash would then keep the later change without the
-            // earlier one.
-            let earlier = match (checkpoint, syncs) {
-                (false, Some(link)) => link.wait_synced(link.last_sync()),
-                _ => Ok(()),
-            };
-            let committed = earlier.and_then(|()| txn.commit(how));
-            match committed {
-                Ok(Wrote::Logged) => {
-                    logged = true;
-                    Ok(())
+            // A commit made on a request's own thread that waits for the disk (a sync, a
+            // checkpoint's tables) hands that thread's other tasks to another one first.
+            may_block(receiver.is_none() && (synced || checkpoint), || {
+                if checkpoint && (covers_log || (synced && lone)) {
+                    // A checkpoint of logged rows is synced here, so that the log can start again
+                    // at once (nothing else is logged meanwhile). A lone operation, nothing
+                    // waiting and no sync running: a sync on this thread overlaps nothing anyway,
+                    // and spares two hand-offs between threads. Under concurrency the sync stays
+                    // in the background, where the next batch is applied while it runs.
+                    syncs.inspect(|link| link.sync_next_inline());
                 }
-                Ok(Wrote::Checkpoint { of_logged: false }) => Ok(()),
-                Ok(Wrote::Checkpoint { of_logged: true }) => {
-                    checkpointed = true;
-                    let on_disk =
-                        syncs.map_or(Some(Ok(())), |link| link.sync_outcome(link.last_sync()));
-                    match on_disk {
-                        Some(Ok(())) => db.restart_log(),
-                        Some(Err(error)) => Err(error),
-                        // Not synced inline after all: the log keeps its records, which a
-                        // start skips up to the position the checkpoint recorded, until the
-                        // next checkpoint of logged rows restarts it.
-                        None => Ok(()),
+                // A record answered once it is in the log must not be durable before a commit to
+                // redb it was applied over (a checkpoint whose sync runs in the background, the
+                // start's own commits): a crash would then keep the later change without the
+                // earlier one.
+                let earlier = match (checkpoint, syncs) {
+                    (false, Some(link)) => link.wait_synced(link.last_sync()),
+                    _ => Ok(()),
+                };
+                let committed = earlier.and_then(|()| txn.commit(how));
+                match committed {
+                    Ok(Wrote::Logged) => {
+                        logged = true;
+                        Ok(())
                     }
+                    Ok(Wrote::Checkpoint { of_logged: false }) => Ok(()),
+                    Ok(Wrote::Checkpoint { of_logged: true }) => {
+                        checkpointed = true;
+                        let on_disk =
+                            syncs.map_or(Some(Ok(())), |link| link.sync_outcome(link.last_sync()));
+                        match on_disk {
+                            Some(Ok(())) => db.restart_log(),
+                            Some(Err(error)) => Err(error),
+                            // Not synced inline after all: the log keeps its records, which a
+                            // start skips up to the position the checkpoint recorded, until the
+                            // next checkpoint of logged rows restarts it.
+                            None => Ok(()),
+                        }
+                    }
+                    Err(error) => Err(error),
                 }
-                Err(error) => Err(error),
-            }
+            })
         }
     };
     for (answer, response) in early {
