@@ -865,20 +865,7 @@ fn a_directory_is_listed_a_page_at_a_time() {
         fs::create_dir(small.join(format!("d{index}"))).expect("mkdir");
     }
     let listings = || common::meta_requests(&cluster, &["read_dir", "read_dir_plus"]);
-    let names = |dir: &Path| {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .expect("list")
-            .map(|entry| {
-                entry
-                    .expect("entry")
-                    .file_name()
-                    .into_string()
-                    .expect("utf-8")
-            })
-            .collect();
-        names.sort();
-        names
-    };
+    let names = common::names;
 
     let before = listings();
     let listed = names(&big);
@@ -997,17 +984,7 @@ fn a_lone_change_is_committed_by_the_thread_that_read_it() {
                 count + count / 2
             );
         }
-        let mut names: Vec<String> = fs::read_dir(&dir)
-            .expect("list")
-            .map(|entry| {
-                entry
-                    .expect("entry")
-                    .file_name()
-                    .into_string()
-                    .expect("utf-8")
-            })
-            .collect();
-        names.sort();
+        let names = common::names(&dir);
         let mut expected: Vec<String> = (count / 2..count).map(|i| format!("f{i}")).collect();
         expected.sort();
         assert_eq!(names, expected, "the names left are the ones not removed");
