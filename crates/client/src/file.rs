@@ -438,6 +438,27 @@ impl OpenFiles {
         last();
     }
 
+    /// Kept attributes as [`OpenFiles::merge`] would give them now, without learning from them;
+    /// `None` when they are of another truncate generation or layout than this client's.
+    pub(crate) fn view(&self, mut attr: InodeAttr) -> Option<InodeAttr> {
+        if attr.kind != FileKind::Regular {
+            return Some(attr);
+        }
+        let Some(shared) = self.get(attr.inode) else {
+            return Some(attr);
+        };
+        let known = shared.known();
+        let same_layout = match (&attr.layout, known.layout.as_deref()) {
+            (Some(kept), Some(current)) => kept == current,
+            _ => true,
+        };
+        if known.generation != attr.truncate_generation || !same_layout {
+            return None;
+        }
+        attr.size = attr.size.max(known.written_end);
+        Some(attr)
+    }
+
     /// The attributes as this client knows them: the server's, with this client's
     /// unreported size; what the server said is remembered, and a truncate by another
     /// client (a newer generation) drops this client's older writes.

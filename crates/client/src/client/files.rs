@@ -54,4 +54,12 @@ impl Client {
     pub fn known(&self, attr: InodeAttr) -> InodeAttr {
         self.files.merge(attr)
     }
+
+    /// Attributes of `inode` kept since this client learned them, as [`Client::known`] would
+    /// show them now, without learning anything from them (they may be older than what this
+    /// client heard since); `None` when they no longer match the file this client has open:
+    /// another truncate generation or another layout.
+    pub fn known_view(&self, attr: InodeAttr) -> Option<InodeAttr> {
+        self.files.view(attr)
+    }
 }

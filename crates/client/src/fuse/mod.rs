@@ -14,7 +14,7 @@
 //! turns kernel requests into its calls and its answers into replies.
 
 mod convert;
-mod dirs;
+mod fresh;
 mod fs;
 mod listings;
 pub mod mount;
@@ -203,7 +203,7 @@ impl Filesystem for WeftFs {
         _ino_in: INodeNo,
         handle_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         handle_out: FileHandle,
         offset_out: u64,
         len: u64,
@@ -213,7 +213,9 @@ impl Filesystem for WeftFs {
         if flags.bits() != 0 {
             return reply.error(Errno::EINVAL);
         }
+        let change = self.state.files.change(self.state.inode_of(ino_out));
         self.spawn(request, |state| async move {
+            let _change = change;
             let (source, file) = match (state.handle(handle_in), state.handle(handle_out)) {
                 (Ok(source), Ok(file)) => (source, file),
                 (Err(error), _) | (_, Err(error)) => return reply.error(error),
@@ -271,8 +273,17 @@ impl Filesystem for WeftFs {
     ) {
         // After this client made or removed an entry in a directory, the kernel asks for its
         // attributes again; the change's reply had them.
-        if let Some((attr, left)) = self.state.dirs.get(self.state.inode_of(ino)) {
+        let inode = self.state.inode_of(ino);
+        if let Some((attr, left)) = self.state.dirs.get(inode) {
             return reply.attr(&left, &self.state.file_attr(attr));
+        }
+        // After this client wrote to a file, the kernel asks again before the file's next
+        // change (an untar's fchown): its create's or last attribute change's reply, with
+        // the size written since, answers.
+        if let Some((attr, left)) = self.state.files.get(inode) {
+            if let Some(attr) = self.state.client.known_view(attr) {
+                return reply.attr(&left, &self.state.fuse_attr(attr));
+            }
         }
         self.spawn(request, |state| async move {
             match state.client.get_attr(state.inode_of(ino)).await {
@@ -310,6 +321,7 @@ impl Filesystem for WeftFs {
             project: None,
         };
         let change = self.state.dirs.change(self.state.inode_of(ino));
+        let file_change = self.state.files.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             let _change = change;
             // Through a descriptor (ftruncate), judged by what it was opened for.
@@ -319,7 +331,12 @@ impl Filesystem for WeftFs {
                 .set_attr_through(state.inode_of(ino), changes, through)
                 .await
             {
-                Ok(attr) => reply.attr(&state.ttl, &state.merge(attr)),
+                Ok(attr) => {
+                    if attr.kind == FileKind::Regular {
+                        file_change.finish(Some(attr.clone()));
+                    }
+                    reply.attr(&state.ttl, &state.merge(attr));
+                }
                 Err(error) => reply.error(errno(&error)),
             }
         });
@@ -387,6 +404,8 @@ impl Filesystem for WeftFs {
         let Ok(name) = name_str(name).map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
+        // The file whose name goes changes too (its links and ctime), and is not named.
+        self.state.files.forget_all();
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             let result = state.client.unlink(state.inode_of(parent), &name).await;
@@ -399,6 +418,7 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::ENOENT);
         };
         self.state.dirs.forget_all();
+        self.state.files.forget_all();
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             let result = state.client.rmdir(state.inode_of(parent), &name).await;
@@ -452,8 +472,10 @@ impl Filesystem for WeftFs {
             no_replace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
-        // A moved directory changes too (its parent and ctime), and its inode is not named.
+        // A moved directory changes too (its parent and ctime), and its inode is not named;
+        // so does a file the rename replaces.
         self.state.dirs.forget_all();
+        self.state.files.forget_all();
         let changes = (
             self.state.dirs.change(self.state.inode_of(parent)),
             self.state.dirs.change(self.state.inode_of(new_parent)),
@@ -488,13 +510,14 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::EINVAL);
         };
         let change = self.state.dirs.change(self.state.inode_of(new_parent));
+        let file_change = self.state.files.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
             let result = state
                 .client
                 .link(state.inode_of(ino), state.inode_of(new_parent), &new_name)
                 .await;
             reply_entry(&state, reply, result);
-            drop(change);
+            drop((change, file_change));
         });
     }
 
@@ -504,6 +527,8 @@ impl Filesystem for WeftFs {
             match state.client.open_file(state.inode_of(ino), access).await {
                 Ok(file) => {
                     let handle = state.add_handle(file);
+                    // Close-to-open: what the file is now, not what this client kept.
+                    state.files.forget(state.inode_of(ino));
                     state.forget_attributes(ino);
                     state.forget_xattrs(ino);
                     reply.opened(handle, fopen_flags(flags.0));
@@ -568,12 +593,15 @@ impl Filesystem for WeftFs {
     fn flush(
         &self,
         request: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         handle: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // The size report changes the file's size and times at its home.
+        let change = self.state.files.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
+            let _change = change;
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -590,14 +618,16 @@ impl Filesystem for WeftFs {
     fn release(
         &self,
         request: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         handle: FileHandle,
         _flags: OpenFlags,
         lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let change = self.state.files.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
+            let _change = change;
             tracing::debug!(?lock_owner, "release");
             let Ok(file) = state.handle(handle) else {
                 return reply.ok();
@@ -625,12 +655,14 @@ impl Filesystem for WeftFs {
     fn fsync(
         &self,
         request: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         handle: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let change = self.state.files.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
+            let _change = change;
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -768,7 +800,7 @@ impl Filesystem for WeftFs {
     fn fallocate(
         &self,
         request: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         handle: FileHandle,
         offset: u64,
         length: u64,
@@ -785,7 +817,9 @@ impl Filesystem for WeftFs {
             libc::FALLOC_FL_ZERO_RANGE => FallocateMode::Zero,
             _ => return reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
         };
+        let change = self.state.files.change(self.state.inode_of(ino));
         self.spawn(request, |state| async move {
+            let _change = change;
             let file = match state.handle(handle) {
                 Ok(file) => file,
                 Err(error) => return reply.error(error),
@@ -901,7 +935,10 @@ impl Filesystem for WeftFs {
         };
         let value = value.to_vec();
         self.state.changing_xattrs(ino);
-        let change = self.state.dirs.change(self.state.inode_of(ino));
+        let changes = (
+            self.state.dirs.change(self.state.inode_of(ino)),
+            self.state.files.change(self.state.inode_of(ino)),
+        );
         self.spawn(request, |state| async move {
             reply_empty(
                 reply,
@@ -910,7 +947,7 @@ impl Filesystem for WeftFs {
                     .set_xattr(state.inode_of(ino), &name, &value, mode)
                     .await,
             );
-            drop(change);
+            drop(changes);
         });
     }
 
@@ -966,13 +1003,16 @@ impl Filesystem for WeftFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         };
         self.state.changing_xattrs(ino);
-        let change = self.state.dirs.change(self.state.inode_of(ino));
+        let changes = (
+            self.state.dirs.change(self.state.inode_of(ino)),
+            self.state.files.change(self.state.inode_of(ino)),
+        );
         self.spawn(request, |state| async move {
             reply_empty(
                 reply,
                 state.client.remove_xattr(state.inode_of(ino), &name).await,
             );
-            drop(change);
+            drop(changes);
         });
     }
 
@@ -999,6 +1039,7 @@ impl Filesystem for WeftFs {
             symlink: None,
         };
         let change = self.state.dirs.change(self.state.inode_of(parent));
+        let mark = self.state.files.mark();
         self.spawn(request, |state| async move {
             // One request creates the file and registers the open.
             let created = state
@@ -1008,6 +1049,9 @@ impl Filesystem for WeftFs {
             let (file, attr) = match created {
                 Ok((file, created)) => {
                     change.finish(created.parent);
+                    state
+                        .files
+                        .keep_new(created.attr.inode, created.attr.clone(), mark);
                     (file, created.attr)
                 }
                 Err(error) => return reply.error(errno(&error)),

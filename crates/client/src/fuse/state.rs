@@ -1,6 +1,6 @@
 //! What the FUSE adapter keeps between kernel requests: the client, open files by handle,
 //! and the caches that spare round trips (files without extended attributes or without
-//! capabilities, directories' attributes).
+//! capabilities, directories' and written files' attributes).
 
 use super::*;
 
@@ -18,7 +18,10 @@ pub(super) struct State {
     /// since an instant (see [`State::xattr_absent`]).
     pub(super) xattrs_absent: Mutex<HashMap<u64, (std::time::Instant, Absent)>>,
     /// Directories' attributes as this client's last change of them left them.
-    pub(super) dirs: Arc<dirs::FreshDirs>,
+    pub(super) dirs: Arc<fresh::FreshAttrs>,
+    /// Regular files' attributes as this client made them or last changed them, until their
+    /// next size report (`fresh.rs`).
+    pub(super) files: Arc<fresh::FreshAttrs>,
     /// What the server listed of each open directory that the kernel did not take yet.
     pub(super) listings: super::listings::Listings,
 }
@@ -171,7 +174,11 @@ impl State {
     /// The attributes the kernel should see, as [`State::merge`], of attributes kept since
     /// they were fetched (what they say of extended attributes is as old as they are).
     pub(super) fn file_attr(&self, attr: InodeAttr) -> FileAttr {
-        let attr = self.client.known(attr);
+        self.fuse_attr(self.client.known(attr))
+    }
+
+    /// The kernel's form of attributes this client's own knowledge is already in.
+    pub(super) fn fuse_attr(&self, attr: InodeAttr) -> FileAttr {
         let block_size = attr
             .layout
             .as_ref()

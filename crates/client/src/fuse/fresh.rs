@@ -1,4 +1,5 @@
-//! Directory attributes the kernel asks for again after this client changed the directory.
+//! Attributes the kernel asks for again after this client changed an inode, kept from the
+//! change's reply.
 //!
 //! The kernel forgets a directory's cached attributes after every entry created or removed in
 //! it, and with `default_permissions` asks for them again at the next lookup there: one round
@@ -7,11 +8,19 @@
 //! kept here and answer that GETATTR for what is left of the attribute cache time, the same
 //! trust the kernel would have given them.
 //!
-//! Only a change that ran alone in its directory (no other change of it from this client
-//! overlapped) leaves attributes behind: of two overlapping creates, either reply may be
-//! the older. Every change of a directory by this client forgets what was kept for it; a
-//! rename or rmdir, which may change a directory other than the ones it names (the moved or
-//! removed one), forgets everything, and no change that overlapped it keeps anything.
+//! The kernel forgets a regular file's attributes after every write to it too, and asks for
+//! them again before the next change of them (an untar's `fchown` after the file's data): a
+//! second table keeps a file's attributes from its create's reply and from every attribute
+//! change's, and answers that GETATTR with this client's written size
+//! ([`crate::Client::known_view`]) while the file's size report has not gone out (a flush,
+//! fsync or close of the file forgets them, as does any other change of the file through
+//! this mount, and every link, unlink, rename and rmdir forgets every file's).
+//!
+//! Only a change that ran alone on its inode (no other change of it from this client
+//! overlapped) leaves attributes behind: of two overlapping changes, either reply may be the
+//! older. Every change of an inode by this client forgets what was kept for it; a rename or
+//! rmdir, which may change a directory other than the ones it names (the moved or removed
+//! one), forgets everything, and no change that overlapped it keeps anything.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +28,7 @@ use std::time::{Duration, Instant};
 use weft_proto::ids::InodeId;
 use weft_proto::messages::InodeAttr;
 
-/// Most directories kept; expired ones go first when it is full.
+/// Most inodes kept; expired ones go first when it is full.
 const KEPT_MAX: usize = 4096;
 
 #[derive(Default)]
@@ -32,8 +41,8 @@ struct Dir {
     fresh: Option<(InodeAttr, Instant)>,
 }
 
-/// The directories of one mount.
-pub(super) struct FreshDirs {
+/// Inodes of one mount (its directories, or its regular files).
+pub(super) struct FreshAttrs {
     ttl: Duration,
     dirs: Mutex<Dirs>,
 }
@@ -43,12 +52,14 @@ struct Dirs {
     by_inode: HashMap<InodeId, Dir>,
     /// Bumped by every change that forgets everything.
     epoch: u64,
+    /// Bumped by every change that starts, and by every forgetting.
+    changes: u64,
 }
 
-impl FreshDirs {
+impl FreshAttrs {
     /// Keeps attributes for `ttl` (zero: never).
-    pub fn new(ttl: Duration) -> Arc<FreshDirs> {
-        Arc::new(FreshDirs {
+    pub fn new(ttl: Duration) -> Arc<FreshAttrs> {
+        Arc::new(FreshAttrs {
             ttl,
             dirs: Mutex::default(),
         })
@@ -67,6 +78,7 @@ impl FreshDirs {
     pub fn change(self: &Arc<Self>, dir: InodeId) -> Change {
         let mut dirs = self.dirs.lock().expect("directory table poisoned");
         let epoch = dirs.epoch;
+        dirs.changes += 1;
         let entry = dirs.by_inode.entry(dir).or_default();
         entry.overlapped |= entry.running > 0;
         entry.running += 1;
@@ -79,10 +91,53 @@ impl FreshDirs {
         }
     }
 
-    /// Forgets every directory's attributes, and keeps none from a change running now.
+    /// Forgets `inode`'s attributes, and keeps none from a change of it running now.
+    pub fn forget(&self, inode: InodeId) {
+        let mut dirs = self.dirs.lock().expect("directory table poisoned");
+        dirs.changes += 1;
+        let Some(entry) = dirs.by_inode.get_mut(&inode) else {
+            return;
+        };
+        if entry.running == 0 {
+            dirs.by_inode.remove(&inode);
+        } else {
+            entry.overlapped = true;
+            entry.fresh = None;
+        }
+    }
+
+    /// A mark to give [`FreshAttrs::keep_new`]: taken before the request that makes an inode.
+    pub fn mark(&self) -> u64 {
+        self.dirs.lock().expect("directory table poisoned").changes
+    }
+
+    /// Keeps the attributes of `inode`, which this client just made, from the reply that made
+    /// it, if no change of any inode started and nothing was forgotten since `mark` (a change
+    /// of the new inode, through a listing, may have answered first; that any did is all
+    /// this table can tell).
+    pub fn keep_new(&self, inode: InodeId, attr: InodeAttr, mark: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut dirs = self.dirs.lock().expect("directory table poisoned");
+        if dirs.changes != mark || dirs.by_inode.contains_key(&inode) {
+            return;
+        }
+        dirs.by_inode.insert(
+            inode,
+            Dir {
+                fresh: Some((attr, Instant::now())),
+                ..Dir::default()
+            },
+        );
+        self.trim(&mut dirs);
+    }
+
+    /// Forgets every inode's attributes, and keeps none from a change running now.
     pub fn forget_all(&self) {
         let mut dirs = self.dirs.lock().expect("directory table poisoned");
         dirs.epoch += 1;
+        dirs.changes += 1;
         dirs.by_inode.retain(|_, d| d.running > 0);
         for dir in dirs.by_inode.values_mut() {
             dir.fresh = None;
@@ -107,6 +162,11 @@ impl FreshDirs {
                 return;
             }
         }
+        self.trim(&mut dirs);
+    }
+
+    /// Drops what expired once too much is kept.
+    fn trim(&self, dirs: &mut Dirs) {
         if dirs.by_inode.len() > KEPT_MAX {
             let ttl = self.ttl;
             dirs.by_inode.retain(|_, d| {
@@ -116,17 +176,17 @@ impl FreshDirs {
     }
 }
 
-/// A change of one directory in progress; dropping it without [`Change::finish`] keeps
+/// A change of one inode in progress; dropping it without [`Change::finish`] keeps
 /// nothing.
 pub(super) struct Change {
-    dirs: Arc<FreshDirs>,
+    dirs: Arc<FreshAttrs>,
     dir: InodeId,
     epoch: u64,
     done: bool,
 }
 
 impl Change {
-    /// Ends the change; `after` is the directory's attributes after it, if the reply had them.
+    /// Ends the change; `after` is the inode's attributes after it, if the reply had them.
     pub fn finish(mut self, after: Option<InodeAttr>) {
         self.done = true;
         self.dirs.finish(self.dir, self.epoch, after);
@@ -174,7 +234,7 @@ mod tests {
 
     #[test]
     fn only_a_change_that_ran_alone_leaves_attributes() {
-        let dirs = FreshDirs::new(Duration::from_secs(60));
+        let dirs = FreshAttrs::new(Duration::from_secs(60));
         let dir = InodeId(7);
         dirs.change(dir).finish(Some(attr(dir, 1)));
         assert_eq!(dirs.get(dir).expect("kept").0.mtime.seconds, 1);
@@ -205,8 +265,45 @@ mod tests {
     }
 
     #[test]
+    fn a_new_inode_is_kept_only_if_nothing_changed_since_its_request() {
+        let files = FreshAttrs::new(Duration::from_secs(60));
+        let file = InodeId(9);
+        let mark = files.mark();
+        files.keep_new(file, attr(file, 1), mark);
+        assert_eq!(files.get(file).expect("kept").0.mtime.seconds, 1);
+        files.forget(file);
+        assert!(files.get(file).is_none(), "forgotten");
+
+        let mark = files.mark();
+        files.change(file).finish(Some(attr(file, 3)));
+        files.keep_new(file, attr(file, 2), mark);
+        assert_eq!(
+            files.get(file).expect("kept").0.mtime.seconds,
+            3,
+            "a change answered before the reply that made the inode stays"
+        );
+
+        let other = InodeId(10);
+        let mark = files.mark();
+        drop(files.change(InodeId(11)));
+        files.keep_new(other, attr(other, 4), mark);
+        assert!(
+            files.get(other).is_none(),
+            "any change since the request may have been of the new inode"
+        );
+
+        let running = files.change(file);
+        files.forget(file);
+        running.finish(Some(attr(file, 5)));
+        assert!(
+            files.get(file).is_none(),
+            "a change overlapping a forgetting keeps nothing"
+        );
+    }
+
+    #[test]
     fn nothing_is_kept_without_an_attribute_cache() {
-        let dirs = FreshDirs::new(Duration::ZERO);
+        let dirs = FreshAttrs::new(Duration::ZERO);
         dirs.change(InodeId(7)).finish(Some(attr(InodeId(7), 1)));
         assert!(dirs.get(InodeId(7)).is_none());
     }
