@@ -31,6 +31,10 @@ use weft_proto::messages::InodeAttr;
 /// Most inodes kept; expired ones go first when it is full.
 const KEPT_MAX: usize = 4096;
 
+/// Most changes remembered by inode for [`FreshAttrs::keep_new`]: a create that overlapped
+/// more keeps nothing.
+const RECENT_MAX: usize = 256;
+
 #[derive(Default)]
 struct Dir {
     /// Changes of it from this client now running.
@@ -54,6 +58,37 @@ struct Dirs {
     epoch: u64,
     /// Bumped by every change that starts, and by every forgetting.
     changes: u64,
+    /// The last changes and forgettings, by their number in `changes`, with their inode.
+    recent: std::collections::VecDeque<(u64, InodeId)>,
+    /// The number in `changes` of the last forgetting of everything.
+    all_forgotten: u64,
+}
+
+impl Dirs {
+    /// Notes a change or a forgetting of `inode`.
+    fn note(&mut self, inode: InodeId) {
+        self.changes += 1;
+        if self.recent.len() == RECENT_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((self.changes, inode));
+    }
+
+    /// Whether `inode` may have changed, or been forgotten, since `mark`.
+    fn changed_since(&self, inode: InodeId, mark: u64) -> bool {
+        let forgotten = self
+            .recent
+            .front()
+            .is_some_and(|&(first, _)| first > mark + 1);
+        self.all_forgotten > mark
+            || forgotten
+            || self
+                .recent
+                .iter()
+                .rev()
+                .take_while(|&&(number, _)| number > mark)
+                .any(|&(_, changed)| changed == inode)
+    }
 }
 
 impl FreshAttrs {
@@ -78,7 +113,7 @@ impl FreshAttrs {
     pub fn change(self: &Arc<Self>, dir: InodeId) -> Change {
         let mut dirs = self.dirs.lock().expect("directory table poisoned");
         let epoch = dirs.epoch;
-        dirs.changes += 1;
+        dirs.note(dir);
         let entry = dirs.by_inode.entry(dir).or_default();
         entry.overlapped |= entry.running > 0;
         entry.running += 1;
@@ -94,7 +129,7 @@ impl FreshAttrs {
     /// Forgets `inode`'s attributes, and keeps none from a change of it running now.
     pub fn forget(&self, inode: InodeId) {
         let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        dirs.changes += 1;
+        dirs.note(inode);
         let Some(entry) = dirs.by_inode.get_mut(&inode) else {
             return;
         };
@@ -112,15 +147,14 @@ impl FreshAttrs {
     }
 
     /// Keeps the attributes of `inode`, which this client just made, from the reply that made
-    /// it, if no change of any inode started and nothing was forgotten since `mark` (a change
-    /// of the new inode, through a listing, may have answered first; that any did is all
-    /// this table can tell).
+    /// it, if no change of it started and it was not forgotten since `mark` (a change of the
+    /// new inode, found through a listing, may have answered first).
     pub fn keep_new(&self, inode: InodeId, attr: InodeAttr, mark: u64) {
         if self.ttl.is_zero() {
             return;
         }
         let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        if dirs.changes != mark || dirs.by_inode.contains_key(&inode) {
+        if dirs.changed_since(inode, mark) || dirs.by_inode.contains_key(&inode) {
             return;
         }
         dirs.by_inode.insert(
@@ -138,6 +172,7 @@ impl FreshAttrs {
         let mut dirs = self.dirs.lock().expect("directory table poisoned");
         dirs.epoch += 1;
         dirs.changes += 1;
+        dirs.all_forgotten = dirs.changes;
         dirs.by_inode.retain(|_, d| d.running > 0);
         for dir in dirs.by_inode.values_mut() {
             dir.fresh = None;
@@ -287,9 +322,35 @@ mod tests {
         let mark = files.mark();
         drop(files.change(InodeId(11)));
         files.keep_new(other, attr(other, 4), mark);
+        assert_eq!(
+            files.get(other).expect("kept").0.mtime.seconds,
+            4,
+            "another inode's change does not matter"
+        );
+        files.forget(other);
+
+        let mark = files.mark();
+        drop(files.change(other));
+        files.forget(other);
+        files.keep_new(other, attr(other, 5), mark);
         assert!(
             files.get(other).is_none(),
-            "any change since the request may have been of the new inode"
+            "a change of the new inode since"
+        );
+
+        let mark = files.mark();
+        files.forget_all();
+        files.keep_new(other, attr(other, 6), mark);
+        assert!(files.get(other).is_none(), "everything forgotten since");
+
+        let mark = files.mark();
+        for i in 0..RECENT_MAX as u64 + 1 {
+            drop(files.change(InodeId(1000 + i)));
+        }
+        files.keep_new(other, attr(other, 7), mark);
+        assert!(
+            files.get(other).is_none(),
+            "more changes since than are remembered"
         );
 
         let running = files.change(file);
