@@ -9,8 +9,8 @@
 # With --bytes B, each file created is written B bytes before its close (mdtest's hard shape:
 # --bytes 3901).
 # With --listing, each round instead untars /usr/include and /usr/share/doc (a tarball made
-# once) into the mount and times `ls -lR`, `find` and `du -s` of it, each with the kernel's
-# caches dropped first.
+# once) into the mount, with the requests the untar made by operation, and times `ls -lR`,
+# `find` and `du -s` of it, each with the kernel's caches dropped first.
 # With --threads, each round instead runs one Python process's creates, stats and unlinks
 # apart, and prints for each phase where the weft process's CPU time and context switches
 # went, per operation and per kind of thread (the runtime's workers and blocking threads,
@@ -95,10 +95,20 @@ for spec in "$@"; do
       "$@" > /dev/null
       echo "$(echo "$(date +%s.%N) - $started" | bc)"
     }
+    # The metadata requests the untar made, by operation, from every service's metrics.
+    requests() {
+      for endpoint in $(grep -o 'http://[^ ]*/metrics' $DIR/up.log); do curl -s "$endpoint"; done |
+        awk -F'[{}"]' '/^weft_requests_total\{/ {for (i = 1; i < NF; i++) if ($i ~ /op=$/) n[$(i + 1)] += $NF}
+          END {for (op in n) print op, n[op]}' | sort
+    }
+    requests > $DIR/requests.before
     untar=$(timed tar xf $DIR/tree.tar -C $DIR/mnt)
+    requests > $DIR/requests.after
     printf "%s: %d files: untar %.2f s, ls -lR %.2f s, find %.2f s, du -s %.2f s\n" "$label" \
       "$(tar tf $DIR/tree.tar | wc -l)" "$untar" "$(timed ls -lR $DIR/mnt)" \
       "$(timed find $DIR/mnt)" "$(timed du -s $DIR/mnt)"
+    echo "  untar's requests: $(join -a 2 $DIR/requests.before $DIR/requests.after |
+      awk '{d = (NF == 3 ? $3 - $2 : $2); if (d > 0) printf "%s %d, ", $1, d}')"
     kill -INT $pid; wait $pid 2>/dev/null
     continue
   fi
