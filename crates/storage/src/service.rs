@@ -53,7 +53,7 @@ struct Storage {
     /// Per object stripe: one push of an object at a time.
     pushing: Vec<tokio::sync::Mutex<()>>,
     /// The sender the copies of pushes go as, one per object stripe (`| stripe`): a number of
-    /// this start's own, above every client session's.
+    /// this start's own, above every client session's, marked as a push's ([`PUSH_SENDERS`]).
     push_sender: u64,
     /// Per object stripe, the number of the next change a push sends.
     push_numbers: Vec<std::sync::atomic::AtomicU64>,
@@ -132,7 +132,9 @@ pub async fn run(
         pushing: (0..PUSH_STRIPES)
             .map(|_| tokio::sync::Mutex::new(()))
             .collect(),
-        push_sender: (1 << 63) | ((u64::from(node.0) & 0xffff) << 40) | ((boot & 0xff_ffff) << 16),
+        push_sender: PUSH_SENDERS
+            | ((u64::from(node.0) & 0xffff) << 40)
+            | ((boot & 0xff_ffff) << 16),
         push_numbers: (0..PUSH_STRIPES)
             .map(|_| std::sync::atomic::AtomicU64::new(1))
             .collect(),
@@ -874,6 +876,16 @@ fn rpc_error(error: weft_net::RpcError) -> WireError {
 /// would pause a pool thread; the pause is the kernel pacing writers to the disk, short and
 /// bounded.
 pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
+
+/// The senders the copies of pushes go as (`Storage::push_sender`): a server's own numbers
+/// (the top bit, which no client session gets), with the next bit set, which a server's
+/// other own senders (forwards and resyncs: `mirror.rs`, below target 2^30) never have.
+const PUSH_SENDERS: u64 = (1 << 63) | (1 << 62);
+
+/// Whether `client` is a push's sender: its writes are copies ([`Target::write_copy`]).
+pub(crate) fn is_push_copy(client: weft_proto::ids::ClientId) -> bool {
+    client.0 & PUSH_SENDERS == PUSH_SENDERS
+}
 
 /// The file a request routed through a storage mirror group is about, if any.
 fn mirrored_inode(request: &StorageRequest) -> Option<InodeId> {

@@ -161,9 +161,55 @@ impl Target {
         data: Bytes,
         generation: u64,
     ) -> Result<u32, ObjectError> {
+        self.write_admitted(object, offset, data, || {
+            self.admit_change(object, generation)
+        })
+    }
+
+    /// [`Target::write`] of a push's copy (a move's bytes sent from the object's old target):
+    /// refused with `StaleCopy` if the object had a truncate of a later generation than the
+    /// copy's. A move cuts its copies only after the pushes of the generation before ended
+    /// on their old targets, so such a copy is one a failed push round sent and the network
+    /// delivered late; written, it would put back bytes past the cut.
+    pub fn write_copy(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        data: Bytes,
+        generation: u64,
+    ) -> Result<u32, ObjectError> {
+        self.write_admitted(object, offset, data, || {
+            self.refuse_moved(object)?;
+            let cut = self.cut_lock(object);
+            let recorded = self.generation(object)?;
+            if generation < recorded {
+                return Err(ObjectError::StaleCopy {
+                    inode: object.inode,
+                    target: self.id,
+                    generation,
+                    recorded,
+                });
+            }
+            if generation > recorded {
+                self.admit_recorded(object, generation, recorded)?;
+                self.store.record_generation(object, generation)?;
+            }
+            Ok(Some(cut))
+        })
+    }
+
+    /// Writes `data` at `offset` of `object` once `admit` let the change in (the guard it
+    /// answers is held until the write is done).
+    fn write_admitted<'a>(
+        &'a self,
+        object: ObjectId,
+        offset: u64,
+        data: Bytes,
+        admit: impl FnOnce() -> Result<Option<MutexGuard<'a, ()>>, ObjectError>,
+    ) -> Result<u32, ObjectError> {
         self.check_writable()?;
         let _changing = self.moves.changing(object);
-        let _cut = self.admit_change(object, generation)?;
+        let _cut = admit()?;
         let len = u32::try_from(data.len()).map_err(|_| ObjectError::Invalid("write too large"))?;
         let end = offset
             .checked_add(u64::from(len))

@@ -784,3 +784,63 @@ fn a_migrate_waits_for_its_metadata_server() {
     );
     assert!(fs::read(&file).expect("read") == data);
 }
+
+// Goal: a copy a failed push round sent, which the network delivers only after the move's
+// truncate cut the new object, never puts back bytes past the cut (the nemesis once found a
+// restriped file's new object holding its whole old length past a truncate, after a cut-off
+// of the new object's server during the move). Method: against a storage server, as a move
+// would: a copy written in truncate generation 1, the cut of generation 2, then a late copy
+// of generation 1 past the cut, sent as a push sends it; it must be refused (`Superseded`)
+// and the object keep the cut's length. A copy of generation 2, and a client's write of the
+// older generation, are taken as before.
+#[test]
+fn a_late_copy_of_a_push_never_puts_back_bytes_past_a_cut() {
+    use weft_proto::ids::{ClientId, InodeId, NodeId};
+    use weft_proto::messages::ChangeTag;
+    let cluster = cluster(ClusterSpec::default());
+    let runtime = common::runtime();
+    let view = weft_net::ClusterView::new(cluster.mgmt(), common::member_options(&cluster));
+    let route = runtime
+        .block_on(view.route(weft_proto::layout::Slot::Target(weft_proto::TargetId(1))))
+        .expect("target 1's route");
+    let storage = runtime
+        .block_on(view.storage_for_target(route.target))
+        .expect("target 1's server");
+    let inode = InodeId::new(NodeId(1), 1 << 40);
+    // As a storage server's pushes number their copies: a sender with the top two bits.
+    let push = |number: u64| ChangeTag {
+        client: ClientId((1 << 63) | (1 << 62) | (7 << 40) | 3),
+        number,
+        settled_below: number,
+        abandoned: Vec::new(),
+    };
+    let write = |generation: u64, offset: u64, data: &'static [u8], tag: Option<ChangeTag>| {
+        runtime.block_on(storage.write(
+            route,
+            weft_net::ObjectWrite {
+                file: (inode, generation),
+                offset,
+                data: bytes::Bytes::from_static(data),
+                tag,
+                capability: None,
+                owner: None,
+            },
+        ))
+    };
+    let length = || {
+        runtime
+            .block_on(storage.object_length(route, inode))
+            .expect("the object's length")
+    };
+    write(1, 0, b"0123456789abcdef", Some(push(1))).expect("a copy of generation 1");
+    runtime
+        .block_on(storage.truncate(route, (inode, 2), 4))
+        .expect("the move's cut, generation 2");
+    let late = write(1, 12, b"cdef", Some(push(2))).expect_err("the late copy is refused");
+    assert_eq!(late.code(), weft_proto::ErrorCode::Superseded, "{late}");
+    assert_eq!(length(), 4, "the object keeps the cut's length");
+    write(2, 4, b"45", Some(push(3))).expect("a copy of generation 2");
+    assert_eq!(length(), 6, "a copy of the cut's generation is taken");
+    write(1, 6, b"67", None).expect("a client's write of the generation before");
+    assert_eq!(length(), 8, "a client's write is taken as before");
+}

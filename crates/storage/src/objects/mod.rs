@@ -131,6 +131,19 @@ pub(crate) enum ObjectError {
         target: TargetId,
         generation: u64,
     },
+    /// A push's copy of the file's truncate generation before the one the object had since
+    /// (a copy from a push round that failed, delayed on its way, after the move's truncate
+    /// cut the object): dropped, or it would put back bytes past the cut.
+    #[error(
+        "a copy of the object of {inode} in truncate generation {generation} reached target \
+         {target} after its truncate {recorded}: dropped"
+    )]
+    StaleCopy {
+        inode: InodeId,
+        target: TargetId,
+        generation: u64,
+        recorded: u64,
+    },
     /// The object moved to another target: its file's layout says which.
     #[error("the object of {inode} moved off target {target}: fetch the file's layout again")]
     Moved { inode: InodeId, target: TargetId },
@@ -171,6 +184,7 @@ impl From<ObjectError> for WireError {
             ObjectError::Poisoned { .. } => ErrorCode::TargetPoisoned,
             ObjectError::TruncatePending { .. } => ErrorCode::TruncatePending,
             ObjectError::Moved { .. } => ErrorCode::Moved,
+            ObjectError::StaleCopy { .. } => ErrorCode::Superseded,
             ObjectError::Invalid(_) => ErrorCode::InvalidArgument,
             ObjectError::FallocateUnsupported { .. } => ErrorCode::NotSupported,
             ObjectError::Vanished { .. } => ErrorCode::Io,

@@ -20,9 +20,14 @@ pub(super) fn on_target(
             inode,
             generation,
             object_offset,
+            tag,
             ..
         } => {
-            let mut len = target.write(object(inode), object_offset, payload, generation)?;
+            let object = object(inode);
+            let mut len = match tag.is_some_and(|tag| is_push_copy(tag.client)) {
+                true => target.write_copy(object, object_offset, payload, generation)?,
+                false => target.write(object, object_offset, payload, generation)?,
+            };
             if weft_service::failpoint::misbehave("storage-answers-short-writes") {
                 len = len.saturating_sub(1);
             }
