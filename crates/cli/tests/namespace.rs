@@ -847,9 +847,7 @@ fn a_removal_disposes_of_objects_only_where_a_file_may_have_some() {
 #[test]
 fn a_directory_is_listed_a_page_at_a_time() {
     let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster
-        .mount_with(&["attr_cache_ms=600000"])
-        .expect("mount");
+    let mnt = common::long_cached_mount(&mut cluster);
     let big = mnt.join("big");
     fs::create_dir(&big).expect("mkdir");
     for index in 0..1000 {

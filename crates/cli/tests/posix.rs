@@ -314,9 +314,7 @@ fn namespace() {
 fn a_removal_leaves_its_directory_attributes_with_the_mount() {
     const ENTRIES: usize = 20;
     let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster
-        .mount_with(&["attr_cache_ms=600000"])
-        .expect("mount");
+    let mnt = common::long_cached_mount(&mut cluster);
     let dir = mnt.join("dir");
     fs::create_dir(&dir).expect("mkdir");
     for i in 0..ENTRIES {
@@ -326,7 +324,7 @@ fn a_removal_leaves_its_directory_attributes_with_the_mount() {
     fs::write(dir.join("kept"), b"k").expect("create");
     let kept = dir.join("kept");
     fs::metadata(&kept).expect("stat");
-    let getattrs = || common::metric_sum(&cluster, "weft_requests_total", &["op=\"get_attr\""]);
+    let getattrs = || common::meta_requests(&cluster, &["get_attr"]);
     let before = getattrs();
     for i in 0..ENTRIES {
         fs::remove_file(dir.join(format!("f{i}"))).expect("unlink");
@@ -380,12 +378,10 @@ fn a_removal_leaves_its_directory_attributes_with_the_mount() {
 fn a_written_file_answers_the_kernels_stat_from_what_the_mount_knows() {
     const FILES: usize = 20;
     let mut cluster = cluster(ClusterSpec::default());
-    let mnt = cluster
-        .mount_with(&["attr_cache_ms=600000"])
-        .expect("mount");
+    let mnt = common::long_cached_mount(&mut cluster);
     let dir = mnt.join("dir");
     fs::create_dir(&dir).expect("mkdir");
-    let getattrs = || common::metric_sum(&cluster, "weft_requests_total", &["op=\"get_attr\""]);
+    let getattrs = || common::meta_requests(&cluster, &["get_attr"]);
     let when = std::time::UNIX_EPOCH + std::time::Duration::new(1_500_000_000, 7);
     let before = getattrs();
     for i in 0..FILES {

@@ -441,6 +441,14 @@ pub fn private_file_table() {
     );
 }
 
+/// A mount of `cluster` whose attribute and entry caches last ten minutes: nothing the kernel
+/// or the mount keeps expires during a test that counts requests.
+pub fn long_cached_mount(cluster: &mut LocalCluster) -> PathBuf {
+    cluster
+        .mount_with(&["attr_cache_ms=600000"])
+        .expect("mount")
+}
+
 /// The sum over every service of the cluster of metric `name`, over its series whose labels
 /// include every one of `labels` (e.g. `state="good"`).
 pub fn metric_sum(cluster: &LocalCluster, name: &str, labels: &[&str]) -> u64 {
