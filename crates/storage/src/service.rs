@@ -882,7 +882,7 @@ pub(crate) const INLINE_IO_BYTES: usize = 16 << 10;
 /// other own senders (forwards and resyncs: `mirror.rs`, below target 2^30) never have.
 const PUSH_SENDERS: u64 = (1 << 63) | (1 << 62);
 
-/// Whether `client` is a push's sender: its writes are copies ([`Target::write_copy`]).
+/// Whether `client` is a push's sender: its writes are copies ([`Target::write_pushed`]).
 pub(crate) fn is_push_copy(client: weft_proto::ids::ClientId) -> bool {
     client.0 & PUSH_SENDERS == PUSH_SENDERS
 }

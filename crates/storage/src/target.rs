@@ -171,7 +171,7 @@ impl Target {
     /// copy's. A move cuts its copies only after the pushes of the generation before ended
     /// on their old targets, so such a copy is one a failed push round sent and the network
     /// delivered late; written, it would put back bytes past the cut.
-    pub fn write_copy(
+    pub fn write_pushed(
         &self,
         object: ObjectId,
         offset: u64,

@@ -25,7 +25,7 @@ pub(super) fn on_target(
         } => {
             let object = object(inode);
             let mut len = match tag.is_some_and(|tag| is_push_copy(tag.client)) {
-                true => target.write_copy(object, object_offset, payload, generation)?,
+                true => target.write_pushed(object, object_offset, payload, generation)?,
                 false => target.write(object, object_offset, payload, generation)?,
             };
             if weft_service::failpoint::misbehave("storage-answers-short-writes") {
