@@ -456,6 +456,25 @@ fn a_written_file_answers_the_kernels_stat_from_what_the_mount_knows() {
         0o600,
         "another mount's chmod, at the next open"
     );
+
+    // A file written past 64 MiB reports its size while it stays open, which moves its
+    // times at the home: a stat then shows them, not the create's.
+    let mut file = File::create(dir.join("big")).expect("create");
+    let created = file.metadata().expect("fstat").modified().expect("mtime");
+    let chunk = vec![b'b'; 1 << 20];
+    for _ in 0..65 {
+        file.write_all(&chunk).expect("write");
+    }
+    weft_testkit::wait_until("the growth to be reported", || {
+        fs::metadata(other.join("dir/big")).is_ok_and(|meta| meta.len() >= 64 << 20)
+    })
+    .expect("reported while open");
+    let seen = file.metadata().expect("fstat");
+    assert!(
+        seen.modified().expect("mtime") > created,
+        "the modification time of the size report made while the file is open"
+    );
+    assert_eq!(seen.len(), 65 << 20, "the size written");
 }
 
 // Goal: a directory's attributes seen through the mount follow every change made in it, even

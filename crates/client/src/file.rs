@@ -439,7 +439,9 @@ impl OpenFiles {
     }
 
     /// Kept attributes as [`OpenFiles::merge`] would give them now, without learning from them;
-    /// `None` when they are of another truncate generation or layout than this client's.
+    /// `None` when they are of another truncate generation or layout than this client's, or
+    /// a size report of the open file went out since (a report of its growth, sent while it
+    /// stays open, moves its times at the home).
     pub(crate) fn view(&self, mut attr: InodeAttr) -> Option<InodeAttr> {
         if attr.kind != FileKind::Regular {
             return Some(attr);
@@ -452,7 +454,8 @@ impl OpenFiles {
             (Some(kept), Some(current)) => kept == current,
             _ => true,
         };
-        if known.generation != attr.truncate_generation || !same_layout {
+        let reported_since = known.reporting || known.reported_end > attr.size;
+        if known.generation != attr.truncate_generation || !same_layout || reported_since {
             return None;
         }
         attr.size = attr.size.max(known.written_end);

@@ -409,6 +409,9 @@ impl Filesystem for WeftFs {
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             let result = state.client.unlink(state.inode_of(parent), &name).await;
+            // Again once done: a change the kernel did not hold back meanwhile (a writeback
+            // cache's SETATTR of the times) may have kept the file's links from before.
+            state.files.forget_all();
             reply_empty(reply, result.map(|after| change.finish(after)));
         });
     }
@@ -422,6 +425,7 @@ impl Filesystem for WeftFs {
         let change = self.state.dirs.change(self.state.inode_of(parent));
         self.spawn(request, |state| async move {
             let result = state.client.rmdir(state.inode_of(parent), &name).await;
+            state.files.forget_all();
             reply_empty(reply, result.map(|after| change.finish(after)));
         });
     }
@@ -481,19 +485,18 @@ impl Filesystem for WeftFs {
             self.state.dirs.change(self.state.inode_of(new_parent)),
         );
         self.spawn(request, |state| async move {
-            reply_empty(
-                reply,
-                state
-                    .client
-                    .rename(
-                        state.inode_of(parent),
-                        &name,
-                        state.inode_of(new_parent),
-                        &new_name,
-                        flags,
-                    )
-                    .await,
-            );
+            let renamed = state
+                .client
+                .rename(
+                    state.inode_of(parent),
+                    &name,
+                    state.inode_of(new_parent),
+                    &new_name,
+                    flags,
+                )
+                .await;
+            state.files.forget_all();
+            reply_empty(reply, renamed);
             drop(changes);
         });
     }
