@@ -36,7 +36,7 @@ const KEPT_MAX: usize = 4096;
 const RECENT_MAX: usize = 256;
 
 #[derive(Default)]
-struct Dir {
+struct Kept {
     /// Changes of it from this client now running.
     running: u32,
     /// Another change started while one was running.
@@ -48,12 +48,12 @@ struct Dir {
 /// Inodes of one mount (its directories, or its regular files).
 pub(super) struct FreshAttrs {
     ttl: Duration,
-    dirs: Mutex<Dirs>,
+    table: Mutex<Table>,
 }
 
 #[derive(Default)]
-struct Dirs {
-    by_inode: HashMap<InodeId, Dir>,
+struct Table {
+    by_inode: HashMap<InodeId, Kept>,
     /// Bumped by every change that forgets everything.
     epoch: u64,
     /// Bumped by every change that starts, and by every forgetting.
@@ -64,7 +64,7 @@ struct Dirs {
     all_forgotten: u64,
 }
 
-impl Dirs {
+impl Table {
     /// Notes a change or a forgetting of `inode`.
     fn note(&mut self, inode: InodeId) {
         self.changes += 1;
@@ -96,31 +96,31 @@ impl FreshAttrs {
     pub fn new(ttl: Duration) -> Arc<FreshAttrs> {
         Arc::new(FreshAttrs {
             ttl,
-            dirs: Mutex::default(),
+            table: Mutex::default(),
         })
     }
 
-    /// Attributes of `dir` kept from this client's last change, and how much longer they may
+    /// Attributes of `inode` kept from this client's last change, and how much longer they may
     /// be trusted.
-    pub fn get(&self, dir: InodeId) -> Option<(InodeAttr, Duration)> {
-        let dirs = self.dirs.lock().expect("directory table poisoned");
-        let (attr, since) = dirs.by_inode.get(&dir)?.fresh.as_ref()?;
+    pub fn get(&self, inode: InodeId) -> Option<(InodeAttr, Duration)> {
+        let table = self.table.lock().expect("attribute table poisoned");
+        let (attr, since) = table.by_inode.get(&inode)?.fresh.as_ref()?;
         let left = self.ttl.checked_sub(since.elapsed())?;
         Some((attr.clone(), left))
     }
 
-    /// Starts a change of `dir`: forgets what was kept, until [`Change::finish`].
-    pub fn change(self: &Arc<Self>, dir: InodeId) -> Change {
-        let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        let epoch = dirs.epoch;
-        dirs.note(dir);
-        let entry = dirs.by_inode.entry(dir).or_default();
+    /// Starts a change of `inode`: forgets what was kept, until [`Change::finish`].
+    pub fn change(self: &Arc<Self>, inode: InodeId) -> Change {
+        let mut table = self.table.lock().expect("attribute table poisoned");
+        let epoch = table.epoch;
+        table.note(inode);
+        let entry = table.by_inode.entry(inode).or_default();
         entry.overlapped |= entry.running > 0;
         entry.running += 1;
         entry.fresh = None;
         Change {
-            dirs: Arc::clone(self),
-            dir,
+            attrs: Arc::clone(self),
+            inode,
             epoch,
             done: false,
         }
@@ -128,13 +128,13 @@ impl FreshAttrs {
 
     /// Forgets `inode`'s attributes, and keeps none from a change of it running now.
     pub fn forget(&self, inode: InodeId) {
-        let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        dirs.note(inode);
-        let Some(entry) = dirs.by_inode.get_mut(&inode) else {
+        let mut table = self.table.lock().expect("attribute table poisoned");
+        table.note(inode);
+        let Some(entry) = table.by_inode.get_mut(&inode) else {
             return;
         };
         if entry.running == 0 {
-            dirs.by_inode.remove(&inode);
+            table.by_inode.remove(&inode);
         } else {
             entry.overlapped = true;
             entry.fresh = None;
@@ -143,7 +143,7 @@ impl FreshAttrs {
 
     /// A mark to give [`FreshAttrs::keep_new`]: taken before the request that makes an inode.
     pub fn mark(&self) -> u64 {
-        self.dirs.lock().expect("directory table poisoned").changes
+        self.table.lock().expect("attribute table poisoned").changes
     }
 
     /// Keeps the attributes of `inode`, which this client just made, from the reply that made
@@ -153,36 +153,36 @@ impl FreshAttrs {
         if self.ttl.is_zero() {
             return;
         }
-        let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        if dirs.changed_since(inode, mark) || dirs.by_inode.contains_key(&inode) {
+        let mut table = self.table.lock().expect("attribute table poisoned");
+        if table.changed_since(inode, mark) || table.by_inode.contains_key(&inode) {
             return;
         }
-        dirs.by_inode.insert(
+        table.by_inode.insert(
             inode,
-            Dir {
+            Kept {
                 fresh: Some((attr, Instant::now())),
-                ..Dir::default()
+                ..Kept::default()
             },
         );
-        self.trim(&mut dirs);
+        self.trim(&mut table);
     }
 
     /// Forgets every inode's attributes, and keeps none from a change running now.
     pub fn forget_all(&self) {
-        let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        dirs.epoch += 1;
-        dirs.changes += 1;
-        dirs.all_forgotten = dirs.changes;
-        dirs.by_inode.retain(|_, d| d.running > 0);
-        for dir in dirs.by_inode.values_mut() {
-            dir.fresh = None;
+        let mut table = self.table.lock().expect("attribute table poisoned");
+        table.epoch += 1;
+        table.changes += 1;
+        table.all_forgotten = table.changes;
+        table.by_inode.retain(|_, d| d.running > 0);
+        for kept in table.by_inode.values_mut() {
+            kept.fresh = None;
         }
     }
 
-    fn finish(&self, dir: InodeId, epoch: u64, after: Option<InodeAttr>) {
-        let mut dirs = self.dirs.lock().expect("directory table poisoned");
-        let current = dirs.epoch == epoch;
-        let Some(entry) = dirs.by_inode.get_mut(&dir) else {
+    fn finish(&self, inode: InodeId, epoch: u64, after: Option<InodeAttr>) {
+        let mut table = self.table.lock().expect("attribute table poisoned");
+        let current = table.epoch == epoch;
+        let Some(entry) = table.by_inode.get_mut(&inode) else {
             return;
         };
         entry.running -= 1;
@@ -193,18 +193,18 @@ impl FreshAttrs {
         match after.filter(|_| alone && current && !self.ttl.is_zero()) {
             Some(attr) => entry.fresh = Some((attr, Instant::now())),
             None => {
-                dirs.by_inode.remove(&dir);
+                table.by_inode.remove(&inode);
                 return;
             }
         }
-        self.trim(&mut dirs);
+        self.trim(&mut table);
     }
 
     /// Drops what expired once too much is kept.
-    fn trim(&self, dirs: &mut Dirs) {
-        if dirs.by_inode.len() > KEPT_MAX {
+    fn trim(&self, table: &mut Table) {
+        if table.by_inode.len() > KEPT_MAX {
             let ttl = self.ttl;
-            dirs.by_inode.retain(|_, d| {
+            table.by_inode.retain(|_, d| {
                 d.running > 0 || d.fresh.as_ref().is_some_and(|(_, t)| t.elapsed() < ttl)
             });
         }
@@ -214,8 +214,8 @@ impl FreshAttrs {
 /// A change of one inode in progress; dropping it without [`Change::finish`] keeps
 /// nothing.
 pub(super) struct Change {
-    dirs: Arc<FreshAttrs>,
-    dir: InodeId,
+    attrs: Arc<FreshAttrs>,
+    inode: InodeId,
     epoch: u64,
     done: bool,
 }
@@ -224,14 +224,14 @@ impl Change {
     /// Ends the change; `after` is the inode's attributes after it, if the reply had them.
     pub fn finish(mut self, after: Option<InodeAttr>) {
         self.done = true;
-        self.dirs.finish(self.dir, self.epoch, after);
+        self.attrs.finish(self.inode, self.epoch, after);
     }
 }
 
 impl Drop for Change {
     fn drop(&mut self) {
         if !self.done {
-            self.dirs.finish(self.dir, self.epoch, None);
+            self.attrs.finish(self.inode, self.epoch, None);
         }
     }
 }
