@@ -949,8 +949,10 @@ fn a_create_in_a_directory_this_mount_made_asks_no_lookup() {
 // Goal: creates and unlinks through one mount, one after the other, are committed on the
 // metadata server by the thread that read their request (most of them), with no hand-off to
 // the commit thread and back, when the server answers before the sync; with every change
-// synced before its answer, the commit thread commits them all. Either way everything made
-// is there.
+// synced before its answer, the commit thread commits them all. The server's count of each
+// request's thread hand-offs (`weft_request_handoffs`) says the same: most of the changes
+// crossed at most one by default, every one at least two (to the commit thread and back)
+// with every change synced. Either way everything made is there.
 #[test]
 fn a_lone_change_is_committed_by_the_thread_that_read_it() {
     for sync_every_change in [false, true] {
@@ -962,6 +964,20 @@ fn a_lone_change_is_committed_by_the_thread_that_read_it() {
         let dir = mnt.join("lone");
         fs::create_dir(&dir).expect("mkdir");
         let inline = || common::metric_sum(&cluster, "weft_meta_inline_commits_total", &[]);
+        // Creates and unlinks answered, and those of them that crossed at most one hand-off.
+        let changes = |bucket: &str| {
+            ["create", "unlink"]
+                .iter()
+                .map(|op| {
+                    common::metric_sum(
+                        &cluster,
+                        "weft_request_handoffs_bucket",
+                        &["role=\"meta\"", &format!("op=\"{op}\""), bucket],
+                    )
+                })
+                .sum::<u64>()
+        };
+        let (changes_before, light_before) = (changes("le=\"+Inf\""), changes("le=\"1.0\""));
         let before = inline();
         let count = 200;
         for i in 0..count {
@@ -971,9 +987,21 @@ fn a_lone_change_is_committed_by_the_thread_that_read_it() {
             fs::remove_file(dir.join(format!("f{i}"))).expect("unlink");
         }
         let committed_here = inline() - before;
+        let answered = changes("le=\"+Inf\"") - changes_before;
+        let light = changes("le=\"1.0\"") - light_before;
+        assert_eq!(
+            answered,
+            count + count / 2,
+            "every change's hand-offs are counted"
+        );
         if sync_every_change {
             assert_eq!(committed_here, 0, "synced changes go to the commit thread");
+            assert_eq!(light, 0, "each change went to the commit thread and back");
         } else {
+            assert!(
+                light >= answered / 2,
+                "{light} of {answered} changes crossed at most one thread hand-off"
+            );
             // Most, not all: a change that arrives while the commit thread holds the writer
             // for a moment (bookkeeping a close sent) goes to it.
             assert!(

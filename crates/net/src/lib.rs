@@ -4,6 +4,7 @@
 //! - [`auth`] — the cluster key and the handshake every connection runs before its first frame.
 //! - [`buffer`] — huge-page buffers for large payloads, pooled (fewer segments per direct transfer).
 //! - [`connection`] — one TCP connection with many requests in flight, matched by request id.
+//! - [`handoffs`] — counts the threads a request's work crosses, for the metrics and the tests.
 //! - [`kept`] — a client's changes to a metadata home not yet on its disk, kept for a replay.
 //! - [`client`] — [`RpcClient`], a pool of connections to one peer with deadlines.
 //! - [`server`] — [`serve`], the accept loop that hands each request to a [`Handler`], and HTTP
@@ -23,6 +24,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 mod connection;
+pub mod handoffs;
 pub mod kept;
 pub mod memory;
 pub mod mirror;

@@ -686,7 +686,11 @@ async fn serve_connection<H: Handler>(
         let frames = frames.clone();
         let metrics = metrics.clone();
         let from = from.clone();
-        tokio::spawn(async move {
+        // Counted from this thread, which read the request, to the one that sends its answer.
+        let handoffs = crate::handoffs::Handoffs::here();
+        let op = request.op_name();
+        let counted = Arc::clone(&handoffs);
+        tokio::spawn(counted.trace(async move {
             let frame = answer(
                 &*handler,
                 &metrics,
@@ -701,7 +705,8 @@ async fn serve_connection<H: Handler>(
             drop((held, held_by_service));
             let _ = frames.send(frame).await;
             drop(permit);
-        });
+            metrics.rpc().handoffs(op, handoffs.count());
+        }));
     }
 }
 

@@ -40,6 +40,11 @@ pub fn latency_histogram_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.0, 18)
 }
 
+/// Buckets of [`RpcMetrics::handoffs`]: none, one, two... up to eight.
+fn handoffs_histogram() -> Histogram {
+    Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 8.0])
+}
+
 /// A latency histogram with [`latency_histogram_buckets`].
 pub fn latency_histogram() -> Histogram {
     Histogram::new(latency_histogram_buckets())
@@ -132,6 +137,7 @@ pub struct RpcMetrics {
     /// Requests and errors by operation: `weft_requests_total` and [`RpcMetrics::node_stats`].
     totals: Arc<Mutex<OpTotals>>,
     durations: LatencyFamily<OpLabels>,
+    handoffs: Family<OpLabels, Histogram, fn() -> Histogram>,
     errors: Family<ErrorLabels, Counter>,
     connections: Gauge,
     refused: Family<ErrorLabels, Counter>,
@@ -147,6 +153,7 @@ impl RpcMetrics {
             started: Instant::now(),
             totals: Arc::default(),
             durations: LatencyFamily::new_with_constructor(latency_histogram),
+            handoffs: Family::new_with_constructor(handoffs_histogram),
             errors: Family::default(),
             connections: Gauge::default(),
             refused: Family::default(),
@@ -160,6 +167,13 @@ impl RpcMetrics {
             "weft_request_duration_seconds",
             "Time from a request's arrival to its answer, by operation",
             metrics.durations.clone(),
+        );
+        registry.register(
+            "weft_request_handoffs",
+            "Thread hand-offs per request, by operation: how many times its work went on on \
+             another thread than its step before, from the reading of the request to the \
+             sending of its answer (a commit thread that committed it, a task woken by it)",
+            metrics.handoffs.clone(),
         );
         registry.register(
             "weft_request_errors",
@@ -220,6 +234,14 @@ impl RpcMetrics {
             received,
             started: Instant::now(),
         }
+    }
+
+    /// Records the thread hand-offs a request of `op` crossed before its answer was sent
+    /// (`weft_net::handoffs`).
+    pub fn handoffs(&self, op: &'static str, count: u32) {
+        self.handoffs
+            .get_or_create(&OpLabels { op })
+            .observe(f64::from(count));
     }
 
     /// The load table per client.

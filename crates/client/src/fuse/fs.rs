@@ -257,4 +257,35 @@ mod tests {
         );
         assert_eq!(finished.recv().expect("slept").0, "slept");
     }
+
+    // Goal: a request that waits for a server's answer crosses one thread hand-off between
+    // its reading and its reply: the runtime's task that reads the answer off the connection
+    // wakes it, and that thread runs the rest of it (the reply to the kernel).
+    #[test]
+    fn a_request_answered_by_a_server_crosses_one_handoff() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (done, finished) = mpsc::channel();
+        // Read here, as a FUSE thread reads a request.
+        let handoffs = weft_net::handoffs::Handoffs::here();
+        let (tell, told) = tokio::sync::oneshot::channel::<u32>();
+        here_first(
+            runtime.handle(),
+            Box::pin(handoffs.trace(async move {
+                let answer = told.await.expect("told");
+                done.send(answer).expect("send");
+            })),
+        );
+        // The connection's reader, a task of the runtime, hands the answer over.
+        runtime.spawn(async move { tell.send(7).expect("tell") });
+        assert_eq!(finished.recv().expect("answered"), 7);
+        assert_eq!(
+            handoffs.count(),
+            1,
+            "from the reading thread to the answer's"
+        );
+    }
 }
