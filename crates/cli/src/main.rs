@@ -8,7 +8,11 @@
 //! - `weft keygen`: a cluster key file, or a client's; `weft certgen`: a CA and certificate for
 //!   TLS.
 
+#[global_allocator]
+static ALLOCATOR: allocator::Split = allocator::Split;
+
 mod admin;
+mod allocator;
 mod bench;
 mod clients;
 mod migrate;
@@ -169,6 +173,7 @@ const ALLOCATOR_TRIM_THRESHOLD: libc::c_int = 256 << 20;
 
 fn main() {
     tune_allocator();
+    weft_net::memory::also_on_idle(allocator::collect);
     let cli = Cli::parse();
     let filter = match log_filter(cli.log.as_deref().unwrap_or("info")) {
         Ok(filter) => filter,

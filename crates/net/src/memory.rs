@@ -45,8 +45,25 @@ pub async fn give_back_when_idle() {
     }
 }
 
-#[cfg(target_env = "gnu")]
+/// What else gives free memory back when the process is idle: the binary's own allocator's
+/// collection, set once at its start.
+static ALSO_ON_IDLE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Has `give_back` run too whenever the process gives memory back (an allocator of its own
+/// beside the system's); set once.
+pub fn also_on_idle(give_back: fn()) {
+    let _ = ALSO_ON_IDLE.set(give_back);
+}
+
 fn trim() {
+    if let Some(give_back) = ALSO_ON_IDLE.get() {
+        give_back();
+    }
+    system_trim();
+}
+
+#[cfg(target_env = "gnu")]
+fn system_trim() {
     // SAFETY: malloc_trim has no preconditions; it only returns free memory to the kernel.
     let released = unsafe { libc::malloc_trim(0) };
     tracing::debug!(
@@ -56,4 +73,4 @@ fn trim() {
 }
 
 #[cfg(not(target_env = "gnu"))]
-fn trim() {}
+fn system_trim() {}
