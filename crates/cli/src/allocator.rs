@@ -9,7 +9,7 @@
 //! memory and kept 2.9x of it after. Blocks below [`SMALL_BYTES_MAX`] therefore come from
 //! mimalloc, whose per-thread heaps take no lock, and the larger ones (payloads, read-ahead
 //! and write-behind windows) from the system's allocator as tuned, trimmed when the process is
-//! idle (`weft_net::memory`): 4 KiB random writes 1.19x and reads 1.30x, for 1.24x the peak
+//! idle (`weft_net::memory`): 4 KiB random writes 1.20x and reads 1.31x, for 1.24x the peak
 //! memory and 1.49x what stays after the load (docs/benchmarks.md, "Small blocks from
 //! per-thread heaps"). With the boundary at 64 KiB, 2.5x stayed after the load.
 

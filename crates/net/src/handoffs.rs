@@ -7,10 +7,11 @@
 //! metadata path counts them: `weft_request_handoffs` at the servers, and the mount's
 //! requests in its tests.
 
+use futures::task::AtomicWaker;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 /// This thread's number, the same for its whole life; 0 is never one.
@@ -29,7 +30,7 @@ pub struct Handoffs {
     last: AtomicU64,
     count: AtomicU32,
     /// Whom a wake of the request is passed to (the waker of its latest poll).
-    waker: Mutex<Option<Waker>>,
+    waker: AtomicWaker,
 }
 
 impl Handoffs {
@@ -38,7 +39,7 @@ impl Handoffs {
         Arc::new(Handoffs {
             last: AtomicU64::new(thread_number()),
             count: AtomicU32::new(0),
-            waker: Mutex::new(None),
+            waker: AtomicWaker::new(),
         })
     }
 
@@ -58,7 +59,7 @@ impl Handoffs {
     /// `future`, counted here at each of its steps.
     pub fn trace<F: Future>(self: &Arc<Self>, future: F) -> Traced<F> {
         Traced {
-            future: Box::pin(future),
+            future,
             handoffs: Arc::clone(self),
             waker: None,
         }
@@ -72,38 +73,32 @@ impl Wake for Handoffs {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.step();
-        let waker = self.waker.lock().expect("hand-offs poisoned").clone();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        self.waker.wake();
     }
 }
 
-/// A future whose steps a [`Handoffs`] counts.
-pub struct Traced<F> {
-    future: Pin<Box<F>>,
-    handoffs: Arc<Handoffs>,
-    /// The waker given to `future`, made once.
-    waker: Option<Waker>,
+pin_project_lite::pin_project! {
+    /// A future whose steps a [`Handoffs`] counts.
+    pub struct Traced<F> {
+        #[pin]
+        future: F,
+        handoffs: Arc<Handoffs>,
+        // The waker given to `future`, made once.
+        waker: Option<Waker>,
+    }
 }
 
 impl<F: Future> Future for Traced<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
+        let this = self.project();
         this.handoffs.step();
-        {
-            let mut waker = this.handoffs.waker.lock().expect("hand-offs poisoned");
-            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *waker = Some(cx.waker().clone());
-            }
-        }
+        this.handoffs.waker.register(cx.waker());
         let ours = this
             .waker
-            .get_or_insert_with(|| Waker::from(Arc::clone(&this.handoffs)));
-        let mut context = Context::from_waker(ours);
-        this.future.as_mut().poll(&mut context)
+            .get_or_insert_with(|| Waker::from(Arc::clone(this.handoffs)));
+        this.future.poll(&mut Context::from_waker(ours))
     }
 }
 
