@@ -10,17 +10,17 @@
 //!
 //! A batch's changes are rows in memory: each changed key's newest value, or its removal,
 //! per table ([`Changes`], persistent maps whose copies share their structure). A read in the
-//! batch looks there first, then in the store. At its commit the batch writes its rows into
-//! one redb transaction and commits that. Changes are kept in this form so that they can
-//! outlive their batch: be logged as one append and reach the store's pages later, at a
-//! checkpoint (docs/design/crash-consistency.md, "The store's changes").
+//! batch looks there first, then in the tables of the last checkpoint ([`Tables`], one redb
+//! read transaction every batch and read shares until the next checkpoint). A batch is
+//! logged as one append, and its rows reach the store's pages later, at a checkpoint: only a
+//! checkpoint's commit writes them into a redb write transaction and commits that
+//! (docs/design/crash-consistency.md, "The store's changes").
 //!
 //! Errors are redb's ([`StorageError`], [`TableError`]), which the schema's `OpError` and
 //! `StoreError` already take.
 
 use crate::schema::StoreError;
 use imbl::OrdMap;
-pub(crate) use redb::{Key, Value};
 use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -35,6 +35,17 @@ use log::Log;
 pub(crate) use log::{discard as discard_log, log_path, EpochFile, Header};
 
 pub(crate) use redb::{Durability, StorageError, TableDefinition, TableError};
+
+/// The type of a table's keys: redb's, and shareable between threads, as the tables opened
+/// in a checkpoint's snapshot are ([`Tables`]).
+pub(crate) trait Key: redb::Key + Send + Sync {}
+
+impl<T: redb::Key + Send + Sync> Key for T {}
+
+/// The type of a table's values, as [`Key`].
+pub(crate) trait Value: redb::Value + Send + Sync {}
+
+impl<T: redb::Value + Send + Sync> Value for T {}
 
 /// The bytes of a changed key or value.
 type Bytes = Arc<[u8]>;
@@ -127,8 +138,8 @@ struct TableType {
     order: fn(&[u8], &[u8]) -> Ordering,
     /// Writes rows into the table in a redb transaction (made for the table's types).
     apply: fn(&redb::WriteTransaction, &str, &Rows) -> Result<(), StoreError>,
-    /// Whether the table holds a row of a key's bytes, in a redb transaction.
-    holds: fn(&redb::WriteTransaction, &str, &[u8]) -> Result<bool, StoreError>,
+    /// Whether the tables of a checkpoint hold a row of a key's bytes.
+    holds: fn(&Tables, &str, &[u8]) -> Result<bool, StoreError>,
 }
 
 impl TableType {
@@ -142,12 +153,14 @@ impl TableType {
 }
 
 fn holds_row<K: Key + 'static, V: Value + 'static>(
-    txn: &redb::WriteTransaction,
+    tables: &Tables,
     name: &str,
     key: &[u8],
 ) -> Result<bool, StoreError> {
-    let table = txn.open_table(TableDefinition::<K, V>::new(name))?;
-    let holds = redb::ReadableTable::get(&table, K::from_bytes(key))?.is_some();
+    let Some(table) = tables.table(TableDefinition::<K, V>::new(name))? else {
+        return Ok(false);
+    };
+    let holds = redb::ReadableTable::get(table.as_ref(), K::from_bytes(key))?.is_some();
     Ok(holds)
 }
 
@@ -224,13 +237,67 @@ impl Changes {
     }
 }
 
-/// The rows changed since the last checkpoint, as of the last commit: what every read lays
-/// over the stored rows, while the store is at the checkpoint they were changed after.
-#[derive(Default)]
+/// The store as of the last commit, as every read and every batch starts from it: the tables
+/// as of the last checkpoint, and the rows changed since, which a read lays over them.
 struct Published {
     changes: Changes,
     /// The number of the checkpoint the rows were changed after.
     after: u64,
+    tables: Arc<Tables>,
+}
+
+/// The store's tables as of a checkpoint: one redb read transaction, shared by every read and
+/// batch until the next checkpoint replaces it, and the tables opened in it so far. A batch
+/// reads its tables here and keeps its changes in memory: it opens no redb transaction of its
+/// own unless its commit is a checkpoint, so that a logged change costs no walk of redb's
+/// table of tables, no transaction and no page.
+struct Tables {
+    redb: Mutex<redb::ReadTransaction>,
+    /// The tables opened so far, by name: each a `redb::ReadOnlyTable` of its types.
+    opened: Mutex<HashMap<String, Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl Tables {
+    /// The tables of `db`'s last commit.
+    fn of(db: &redb::Database) -> Result<Tables, StoreError> {
+        Ok(Tables {
+            redb: Mutex::new(db.begin_read()?),
+            opened: Mutex::default(),
+        })
+    }
+
+    /// Table `definition` as of the checkpoint; none if it did not exist then.
+    fn table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<Option<Arc<redb::ReadOnlyTable<K, V>>>, TableError> {
+        let name = redb::TableHandle::name(&definition);
+        let known = self
+            .opened
+            .lock()
+            .expect("opened tables poisoned")
+            .get(name)
+            .cloned();
+        // A name opened with other types is opened again, and redb checks them.
+        if let Some(table) = known.and_then(|table| table.downcast().ok()) {
+            return Ok(Some(table));
+        }
+        let table = match self
+            .redb
+            .lock()
+            .expect("snapshot poisoned")
+            .open_table(definition)
+        {
+            Ok(table) => Arc::new(table),
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        self.opened
+            .lock()
+            .expect("opened tables poisoned")
+            .insert(name.to_owned(), Arc::clone(&table) as _);
+        Ok(Some(table))
+    }
 }
 
 /// Which checkpoint the store's tables hold: a row of its own, written by each checkpoint
@@ -433,19 +500,22 @@ pub(crate) trait ReadableTable<K: Key + 'static, V: Value + 'static> {
 /// The value of `key`: as `changes` changed it, or as `stored` holds it.
 fn merged_get<'t, K: Key + 'static, V: Value + 'static>(
     changes: Option<&TableChanges>,
-    stored: &'t impl redb::ReadableTable<K, V>,
+    stored: Option<&'t impl redb::ReadableTable<K, V>>,
     key: &K::SelfType<'_>,
 ) -> Result<Option<AccessGuard<'t, V>>, StorageError> {
     match changes.and_then(|table| changed::<K>(&table.rows, key)) {
         Some(value) => Ok(value.map(AccessGuard::changed)),
-        None => Ok(stored.get(key)?.map(AccessGuard::stored)),
+        None => match stored {
+            Some(stored) => Ok(stored.get(key)?.map(AccessGuard::stored)),
+            None => Ok(None),
+        },
     }
 }
 
 /// The rows in `range`: `changes` laid over `stored`.
 fn merged_range<'t, 'a, K: Key + 'static, V: Value + 'static, KR>(
     changes: Option<&TableChanges>,
-    stored: &'t impl redb::ReadableTable<K, V>,
+    stored: Option<&'t impl redb::ReadableTable<K, V>>,
     range: impl RangeBounds<KR> + 'a,
 ) -> Result<Range<'t, K, V>, StorageError>
 where
@@ -455,22 +525,31 @@ where
         rows: table.rows.clone(),
         left: key_bounds::<K, KR>(&range),
     });
-    Ok(Range::new(Some(stored.range(range)?), changed))
+    let stored = match stored {
+        Some(stored) => Some(stored.range(range)?),
+        None => None,
+    };
+    Ok(Range::new(stored, changed))
 }
 
 /// How many rows: `stored`'s, and those `changes` added.
 fn merged_len<K: Key + 'static, V: Value + 'static>(
     changes: Option<&TableChanges>,
-    stored: &impl redb::ReadableTable<K, V>,
+    stored: Option<&impl redb::ReadableTable<K, V>>,
 ) -> Result<u64, StorageError> {
     let added = changes.map_or(0, |table| table.added);
-    Ok(stored.len()?.saturating_add_signed(added))
+    let stored = match stored {
+        Some(stored) => stored.len()?,
+        None => 0,
+    };
+    Ok(stored.saturating_add_signed(added))
 }
 
 /// A table opened for changes in a [`WriteTransaction`]: its stored rows, read through the
 /// transaction's changes, which its own changes join.
 pub(crate) struct Table<'txn, K: Key + 'static, V: Value + 'static> {
-    stored: redb::Table<'txn, K, V>,
+    /// As of the last checkpoint; none if the table did not exist then.
+    stored: Option<Arc<redb::ReadOnlyTable<K, V>>>,
     name: String,
     txn: &'txn WriteTransaction,
 }
@@ -481,7 +560,11 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
         let changes = self.txn.changes.borrow();
-        merged_get(changes.0.get(&self.name), &self.stored, key.borrow())
+        merged_get(
+            changes.0.get(&self.name),
+            self.stored.as_deref(),
+            key.borrow(),
+        )
     }
 
     fn range<'a, KR>(
@@ -492,7 +575,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
         let changes = self.txn.changes.borrow();
-        merged_range(changes.0.get(&self.name), &self.stored, range)
+        merged_range(changes.0.get(&self.name), self.stored.as_deref(), range)
     }
 
     fn first(&self) -> Result<Option<Row<'_, K, V>>, StorageError> {
@@ -501,7 +584,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
 
     fn len(&self) -> Result<u64, StorageError> {
         let changes = self.txn.changes.borrow();
-        merged_len(changes.0.get(&self.name), &self.stored)
+        merged_len(changes.0.get(&self.name), self.stored.as_deref())
     }
 }
 
@@ -529,11 +612,19 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
         let key = key.borrow();
         let removed = self.get(key)?;
         if removed.is_some() {
-            let stored = redb::ReadableTable::get(&self.stored, key)?.is_some();
+            let stored = self.holds_stored(key)?;
             self.txn
                 .remove::<K, V>(&self.name, OrderedKey::of::<K>(key), stored);
         }
         Ok(removed)
+    }
+
+    /// Whether the table held `key` at the last checkpoint.
+    fn holds_stored(&self, key: &K::SelfType<'_>) -> Result<bool, StorageError> {
+        match &self.stored {
+            Some(stored) => Ok(redb::ReadableTable::get(stored.as_ref(), key)?.is_some()),
+            None => Ok(false),
+        }
     }
 
     /// Keeps the rows in `range` that `keep` answers true for, and removes the others there.
@@ -550,7 +641,7 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
         for row in self.range(range)? {
             let (key, value) = row?;
             if !keep(key.value(), value.value()) {
-                let stored = redb::ReadableTable::get(&self.stored, key.value())?.is_some();
+                let stored = self.holds_stored(&key.value())?;
                 removed.push((OrderedKey::of::<K>(&key.value()), stored));
             }
         }
@@ -564,7 +655,7 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
 /// A table opened for reading in a [`ReadTransaction`]: its stored rows as of the snapshot,
 /// with the rows changed since the store's last checkpoint laid over them.
 pub(crate) struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
-    stored: redb::ReadOnlyTable<K, V>,
+    stored: Arc<redb::ReadOnlyTable<K, V>>,
     changes: Option<TableChanges>,
 }
 
@@ -573,7 +664,11 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
         &self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, V>>, StorageError> {
-        merged_get(self.changes.as_ref(), &self.stored, key.borrow())
+        merged_get(
+            self.changes.as_ref(),
+            Some(self.stored.as_ref()),
+            key.borrow(),
+        )
     }
 
     fn range<'a, KR>(
@@ -583,7 +678,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        merged_range(self.changes.as_ref(), &self.stored, range)
+        merged_range(self.changes.as_ref(), Some(self.stored.as_ref()), range)
     }
 
     fn first(&self) -> Result<Option<Row<'_, K, V>>, StorageError> {
@@ -591,7 +686,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable
     }
 
     fn len(&self) -> Result<u64, StorageError> {
-        merged_len(self.changes.as_ref(), &self.stored)
+        merged_len(self.changes.as_ref(), Some(self.stored.as_ref()))
     }
 }
 
@@ -618,9 +713,15 @@ pub(crate) enum Wrote {
 }
 
 /// The commit thread's transaction: every operation of a batch changes its tables, and the
-/// batch commits them together.
+/// batch commits them together. It reads the tables of the last checkpoint ([`Tables`]) under
+/// the rows changed since, and opens a redb write transaction only for what needs one: a
+/// checkpoint's commit, and the names or the deletion of tables (a store's upgrade). One at a
+/// time: a second waits for the first to end.
 pub(crate) struct WriteTransaction {
-    redb: redb::WriteTransaction,
+    tables: Arc<Tables>,
+    /// redb's, once begun; the tables it deleted make the commit a checkpoint.
+    redb: std::cell::OnceCell<redb::WriteTransaction>,
+    deleted: RefCell<Vec<String>>,
     /// The rows changed since the last checkpoint, this batch's with them.
     changes: RefCell<Changes>,
     /// The batch's changes in the order made: its record in the log.
@@ -630,6 +731,29 @@ pub(crate) struct WriteTransaction {
     /// exists, and the checkpoint registers their types.
     new_tables: RefCell<Vec<(String, TableType)>>,
     store: Arc<Shared>,
+    _turn: Turn,
+}
+
+/// A write transaction's turn to change the store, given back when it ends.
+struct Turn(Arc<Shared>);
+
+impl Turn {
+    /// Waits until no other write transaction of the store runs, and takes the turn.
+    fn take(shared: &Arc<Shared>) -> Turn {
+        let mut taken = shared.turn.lock().expect("write turn poisoned");
+        while *taken {
+            taken = shared.turn_freed.wait(taken).expect("write turn poisoned");
+        }
+        *taken = true;
+        Turn(Arc::clone(shared))
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        *self.0.turn.lock().expect("write turn poisoned") = false;
+        self.0.turn_freed.notify_one();
+    }
 }
 
 impl WriteTransaction {
@@ -651,10 +775,18 @@ impl WriteTransaction {
                 .push((name.to_owned(), TableType::of::<K, V>()));
         }
         Ok(Table {
-            stored: self.redb.open_table(definition)?,
+            stored: self.tables.table(definition)?,
             name: name.to_owned(),
             txn: self,
         })
+    }
+
+    /// redb's own write transaction, begun at the first call.
+    fn redb(&self) -> Result<&redb::WriteTransaction, StoreError> {
+        if self.redb.get().is_none() {
+            let _ = self.redb.set(self.store.db.begin_write()?);
+        }
+        Ok(self.redb.get().expect("just begun"))
     }
 
     fn change<K: Key + 'static, V: Value + 'static>(
@@ -739,7 +871,7 @@ impl WriteTransaction {
                 .0
                 .get(&table)
                 .and_then(|changes| changes.rows.get(&key).cloned());
-            let stored = (kind.holds)(&self.redb, &table, &key.bytes)?;
+            let stored = (kind.holds)(&self.tables, &table, &key.bytes)?;
             let holds = changed.map_or(stored, |value| value.is_some());
             match value {
                 Some(value) => self.change_of(
@@ -774,48 +906,58 @@ impl WriteTransaction {
             .ok_or_else(|| unknown_table(name))
     }
 
-    /// The names of the tables the store holds, for a store's upgrade.
+    /// The names of the tables the store holds, without those first opened in this
+    /// transaction, for a store's upgrade.
     pub(crate) fn list_tables(
         &self,
-    ) -> Result<impl Iterator<Item = redb::UntypedTableHandle> + '_, StorageError> {
-        self.redb.list_tables()
+    ) -> Result<impl Iterator<Item = redb::UntypedTableHandle> + '_, StoreError> {
+        Ok(self.redb()?.list_tables()?)
     }
 
     /// Deletes a table and its changes, for a store's upgrade; answers whether it existed.
-    /// The store checkpoints the commit that deletes one.
-    pub(crate) fn delete_table(&self, table: impl redb::TableHandle) -> Result<bool, TableError> {
+    /// The commit that deletes one is a checkpoint.
+    pub(crate) fn delete_table(&self, table: impl redb::TableHandle) -> Result<bool, StoreError> {
         self.changes.borrow_mut().0.remove(table.name());
-        self.redb.delete_table(table)
+        self.deleted.borrow_mut().push(table.name().to_owned());
+        Ok(self.redb()?.delete_table(table)?)
     }
 
     /// Drops every change made in the transaction.
     pub(crate) fn abort(self) -> Result<(), StorageError> {
-        self.redb.abort()
+        match self.redb.into_inner() {
+            Some(redb) => redb.abort(),
+            None => Ok(()),
+        }
     }
 
     /// Commits every change made in the transaction, as `how` says.
     ///
     /// # Errors
     /// The log or the store could not be written; nothing of the batch is then visible.
-    pub(crate) fn commit(self, how: Commit) -> Result<Wrote, StoreError> {
+    pub(crate) fn commit(mut self, how: Commit) -> Result<Wrote, StoreError> {
         let record = self.record.take();
         let changes = self.changes.take();
         let store = Arc::clone(&self.store);
         // A batch that cannot be logged is a checkpoint (the commit thread asks first:
         // `Store::can_log`).
         let how = match how {
-            Commit::Logged { .. } if !self.new_tables.borrow().is_empty() => {
+            Commit::Logged { .. }
+                if !self.new_tables.borrow().is_empty() || !self.deleted.borrow().is_empty() =>
+            {
                 Commit::Checkpoint { durable: true }
             }
             how => how,
         };
         if let Commit::Logged { sync } = how {
+            if let Some(redb) = self.redb.take() {
+                // Begun only to list the tables.
+                redb.abort()?;
+            }
             if record.is_empty() {
                 // Nothing changed: nothing to log, and nothing new to publish.
                 if sync {
                     store.sync_log()?;
                 }
-                self.redb.abort()?;
                 return Ok(Wrote::Logged);
             }
             let fits = store
@@ -825,9 +967,6 @@ impl WriteTransaction {
                 .as_ref()
                 .is_some_and(|log| log.fits(record.len()));
             if fits {
-                // Nothing of redb's transaction is kept: ended before the record is
-                // appended, so that a failure here appends nothing.
-                self.redb.abort()?;
                 store
                     .log
                     .lock()
@@ -844,8 +983,11 @@ impl WriteTransaction {
                     weft_service::failpoint::failpoint("meta-after-log");
                 }
                 let mut published = store.published.lock().expect("published rows poisoned");
-                let after = published.after;
-                *published = Arc::new(Published { changes, after });
+                *published = Arc::new(Published {
+                    changes,
+                    after: published.after,
+                    tables: Arc::clone(&published.tables),
+                });
                 return Ok(Wrote::Logged);
             }
         }
@@ -853,9 +995,19 @@ impl WriteTransaction {
             Commit::Logged { .. } => true,
             Commit::Checkpoint { durable } => durable,
         };
-        let mut redb = self.redb;
+        let mut redb = match self.redb.into_inner() {
+            Some(redb) => redb,
+            None => store.db.begin_write()?,
+        };
         let previous = Arc::clone(&store.published.lock().expect("published rows poisoned"));
         let of_logged = !previous.changes.is_empty();
+        // The tables first opened in this transaction are made, even without rows.
+        let deleted = self.deleted.take();
+        for (name, kind) in self.new_tables.borrow().iter() {
+            if !deleted.contains(name) {
+                (kind.apply)(&redb, name, &Rows::new())?;
+            }
+        }
         changes.apply(&redb)?;
         let replayed = store.replayed.load(std::sync::atomic::Ordering::SeqCst);
         let has_records = store
@@ -899,21 +1051,28 @@ impl WriteTransaction {
             .lock()
             .expect("table types poisoned")
             .extend(self.new_tables.take());
-        if of_logged {
-            *store.published.lock().expect("published rows poisoned") = Arc::new(Published {
-                changes: Changes::default(),
-                after: previous.after + 1,
-            });
-        }
+        // Every read and batch from now on starts from the tables as this checkpoint left
+        // them; one that started before keeps the tables and rows it took.
+        let tables = Tables::of(&store.db).inspect_err(|_| {
+            // Reads would go on from the tables before it: the home is opened again.
+            if let Some(log) = store.log.lock().expect("store log poisoned").as_mut() {
+                log.set_broken();
+            }
+        })?;
+        // Only the write transaction's holder changes what is published.
+        *store.published.lock().expect("published rows poisoned") = Arc::new(Published {
+            changes: Changes::default(),
+            after: previous.after + u64::from(of_logged),
+            tables: Arc::new(tables),
+        });
         Ok(Wrote::Checkpoint { of_logged })
     }
 }
 
 /// A snapshot of the store as of a commit.
 pub(crate) struct ReadTransaction {
-    redb: redb::ReadTransaction,
-    /// The rows changed since the checkpoint the snapshot's tables hold.
-    published: Option<Arc<Published>>,
+    /// The tables as of the last checkpoint, and the rows changed since.
+    published: Arc<Published>,
 }
 
 impl ReadTransaction {
@@ -922,31 +1081,39 @@ impl ReadTransaction {
         &self,
         definition: TableDefinition<K, V>,
     ) -> Result<ReadOnlyTable<K, V>, TableError> {
-        let changes = self.published.as_ref().and_then(|published| {
-            published
-                .changes
-                .0
-                .get(redb::TableHandle::name(&definition))
-                .cloned()
-        });
-        Ok(ReadOnlyTable {
-            stored: self.redb.open_table(definition)?,
-            changes,
-        })
+        let name = redb::TableHandle::name(&definition);
+        let changes = self.published.changes.0.get(name).cloned();
+        let stored = self
+            .published
+            .tables
+            .table(definition)?
+            .ok_or_else(|| TableError::TableDoesNotExist(name.to_owned()))?;
+        Ok(ReadOnlyTable { stored, changes })
     }
 
     /// The names of the tables the store holds.
     #[cfg(test)]
     pub(crate) fn list_tables(
         &self,
-    ) -> Result<impl Iterator<Item = redb::UntypedTableHandle> + '_, StorageError> {
-        self.redb.list_tables()
+    ) -> Result<impl Iterator<Item = redb::UntypedTableHandle>, StorageError> {
+        let tables: Vec<_> = self
+            .published
+            .tables
+            .redb
+            .lock()
+            .expect("snapshot poisoned")
+            .list_tables()?
+            .collect();
+        Ok(tables.into_iter())
     }
 }
 
 /// What a store's transactions share.
 struct Shared {
     published: Mutex<Arc<Published>>,
+    /// Whether a write transaction runs ([`Turn`]).
+    turn: Mutex<bool>,
+    turn_freed: std::sync::Condvar,
     /// Each table's type, learned as tables are opened: how rows read back from the log are
     /// written into their tables.
     types: Mutex<HashMap<String, TableType>>,
@@ -958,6 +1125,8 @@ struct Shared {
     /// Whether the rows the log held when the store opened are in the tables
     /// ([`Store::replay_log`]): until then no checkpoint may say the tables hold them.
     replayed: std::sync::atomic::AtomicBool,
+    /// Last, so that the tables' read transaction ends before the database.
+    db: redb::Database,
 }
 
 impl Shared {
@@ -986,7 +1155,6 @@ impl Shared {
 /// A metadata target's store: its tables, the file that keeps them, and the log of the rows
 /// changed since they were last written there.
 pub(crate) struct Store {
-    db: redb::Database,
     shared: Arc<Shared>,
 }
 
@@ -1017,16 +1185,19 @@ impl Store {
         };
         let after = checkpoint_of(&db.begin_read()?)?.number;
         let store = Store {
-            db,
             shared: Arc::new(Shared {
                 published: Mutex::new(Arc::new(Published {
                     changes: Changes::default(),
                     after,
+                    tables: Arc::new(Tables::of(&db)?),
                 })),
+                turn: Mutex::new(false),
+                turn_freed: std::sync::Condvar::new(),
                 types: Mutex::default(),
                 log: Mutex::new(log),
                 writing: Mutex::new(()),
                 replayed: std::sync::atomic::AtomicBool::new(logged.records.is_empty()),
+                db,
             }),
         };
         Ok((store, logged))
@@ -1050,7 +1221,9 @@ impl Store {
     /// # Errors
     /// A row names a table never opened, or the store could not be written.
     pub(crate) fn replay_log(&self, logged: log::Logged) -> Result<bool, StoreError> {
-        let done = checkpoint_of(&self.db.begin_read()?)?;
+        let _turn = Turn::take(&self.shared);
+        let db = &self.shared.db;
+        let done = checkpoint_of(&db.begin_read()?)?;
         let records: Vec<_> = logged
             .records
             .into_iter()
@@ -1075,7 +1248,7 @@ impl Store {
                 changes.set((&table, kind), (key, value.map(Arc::from)), 0);
             }
         }
-        let txn = self.db.begin_write()?;
+        let txn = db.begin_write()?;
         changes.apply(&txn)?;
         write_checkpoint(
             &txn,
@@ -1095,6 +1268,7 @@ impl Store {
             .expect("published rows poisoned") = Arc::new(Published {
             changes: Changes::default(),
             after: done.number + 1,
+            tables: Arc::new(Tables::of(db)?),
         });
         tracing::info!(
             rows = count,
@@ -1199,34 +1373,28 @@ impl Store {
                 .lock()
                 .expect("published rows poisoned"),
         );
-        let redb = self.db.begin_read()?;
-        // A checkpoint that wrote the rows into the tables after they were taken is in the
-        // snapshot: they are not laid over it again.
-        let published =
-            if published.changes.is_empty() || checkpoint_of(&redb)?.number != published.after {
-                None
-            } else {
-                Some(published)
-            };
-        Ok(ReadTransaction { redb, published })
+        Ok(ReadTransaction { published })
     }
 
     /// The transaction of the next commit. One at a time: a second waits for the first to end.
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
-        let redb = self.db.begin_write()?;
-        let changes = self
-            .shared
-            .published
-            .lock()
-            .expect("published rows poisoned")
-            .changes
-            .clone();
+        let turn = Turn::take(&self.shared);
+        let published = Arc::clone(
+            &self
+                .shared
+                .published
+                .lock()
+                .expect("published rows poisoned"),
+        );
         Ok(WriteTransaction {
-            redb,
-            changes: RefCell::new(changes),
+            tables: Arc::clone(&published.tables),
+            redb: std::cell::OnceCell::new(),
+            deleted: RefCell::default(),
+            changes: RefCell::new(published.changes.clone()),
             record: RefCell::default(),
             new_tables: RefCell::default(),
             store: Arc::clone(&self.shared),
+            _turn: turn,
         })
     }
 }
@@ -1365,6 +1533,9 @@ mod tests {
                     check(&numbers, &names, &next, &mut rng);
                 }
             }
+            // A read begun before the commit goes on seeing the store as it was, checkpoint
+            // or not.
+            let earlier = store.begin_read().expect("read");
             if rng.gen_range(0..5) == 0 {
                 txn.abort().expect("abort");
             } else {
@@ -1387,8 +1558,12 @@ mod tests {
                         store.restart_log().expect("restart the log");
                     }
                 }
+                let numbers = earlier.open_table(NUMBERS).expect("numbers");
+                let names = earlier.open_table(NAMES).expect("names");
+                check(&numbers, &names, &model, &mut rng);
                 model = next;
             }
+            drop(earlier);
             if batch % 15 == 14 {
                 // Opened again, as a start does: the rows its log holds go into the tables.
                 drop(store);

@@ -125,7 +125,7 @@ impl<'txn> Inodes<'txn> {
 impl ReadableTable<u64, &'static [u8]> for Inodes<'_> {
     fn get<'a>(
         &self,
-        key: impl std::borrow::Borrow<<u64 as crate::store::Value>::SelfType<'a>>,
+        key: impl std::borrow::Borrow<<u64 as redb::Value>::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, &'static [u8]>>, StorageError> {
         self.table.get(key.borrow())
     }
@@ -135,7 +135,7 @@ impl ReadableTable<u64, &'static [u8]> for Inodes<'_> {
         range: impl std::ops::RangeBounds<KR> + 'a,
     ) -> Result<Range<'_, u64, &'static [u8]>, StorageError>
     where
-        KR: std::borrow::Borrow<<u64 as crate::store::Value>::SelfType<'a>> + 'a,
+        KR: std::borrow::Borrow<<u64 as redb::Value>::SelfType<'a>> + 'a,
     {
         let start = match range.start_bound() {
             std::ops::Bound::Included(key) => std::ops::Bound::Included(*key.borrow()),
