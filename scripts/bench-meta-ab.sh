@@ -2,8 +2,9 @@
 # A/B of creates, stats and removals through the mount between builds: one fresh `weft up`
 # per round, in the order given (alternate them: old new new old new old). Each round runs
 # one Python process making N empty files (open O_CREAT, close), stat-ing and unlinking them,
-# then four processes making and removing N/4 each in a directory of their own, with the CPU
-# time the weft process spent per operation over each of these two phases.
+# then four processes making and removing N/4 each in a directory of their own (their rate:
+# all their operations over the time from the first one's start to the last one's end), with
+# the CPU time the weft process spent per operation over each of these two phases.
 # Also: scripts/bench-meta-ab.sh --sync-cost, what one sync of 13 scattered 4 KiB pages costs
 # on this disk against 52 KiB and 4 KiB appended (the store's journal, crash-consistency.md).
 # With --bytes B, each file created is written B bytes before its close (mdtest's hard shape:
@@ -41,10 +42,10 @@ def create(f):
         os.write(fd, data)
     os.close(fd)
 def timed(name, step):
-    started = time.perf_counter()
+    started, wall = time.perf_counter(), time.time()
     for i in range(n):
         step(f"{d}/f{i}")
-    print(f"{name} {n / (time.perf_counter() - started):.0f}", flush=True)
+    print(f"{name} {n / (time.perf_counter() - started):.0f} {wall:.6f} {time.time():.6f}", flush=True)
 if phase in ("all", "create"):
     timed("create", create)
 if phase in ("all", "stat"):
@@ -138,7 +139,7 @@ for spec in "$@"; do
     kill -INT $pid; wait $pid 2>/dev/null
     continue
   fi
-  one=$(python3 $DIR/meta.py $DIR/mnt/one $N all | tr '\n' ' ')
+  one=$(python3 $DIR/meta.py $DIR/mnt/one $N all | awk '{printf "%s %s ", $1, $2}')
   # The process's CPU time over each four-process phase and the 3 s after it (an unlink's
   # disposal of the file's objects runs after its answer), per operation.
   ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
@@ -154,8 +155,13 @@ for spec in "$@"; do
     sleep 3
     cpu="$cpu $phase $(( ($(ticks) - before) * 1000000 / $(getconf CLK_TCK) / N )) us"
   done
-  four=$(cat $DIR/create? | awk '{s+=$2} END {printf "create %d", s}')
-  four="$four $(cat $DIR/unlink? | awk '{s+=$2} END {printf "unlink %d", s}')"
+  # Operations of all four over the time from the first's start to the last's end: a sum of
+  # each process's own rate would count one running alone at the end as if the others ran.
+  overall() {
+    cat $DIR/$1? | awk -v n=$N -v phase=$1 '{if (!s || $3 < s) s = $3; if ($4 > e) e = $4}
+      END {printf "%s %d", phase, n / (e - s)}'
+  }
+  four="$(overall create) $(overall unlink)"
   echo "$label: one process: $one| four processes: $four | CPU per operation:$cpu"
   kill -INT $pid; wait $pid 2>/dev/null
 done

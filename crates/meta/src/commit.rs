@@ -1,9 +1,11 @@
 //! Group commit. One writer thread commits the store's write transactions: it takes every
 //! operation queued while the previous commit ran, applies them in one transaction and
-//! commits. A client's change that finds nothing committing, on a home that answers before
-//! the sync, is committed by its request's own thread instead, in a batch of its own
-//! ([`Committer::run_client_change`]): the writer's state is behind a lock that either takes,
-//! one batch at a time, so batches stay serial and numbered in the order they applied. A home without a mirror group commits a batch as one record of the store's change
+//! commits. A client's change, on a home that answers before the sync, is committed by a
+//! request's thread instead (flat combining, [`Committer::run_client_change`]): it is left in
+//! a list, and a thread that finds the writer free commits everything the list holds as one
+//! batch, its own change with it, while a thread that finds it taken leaves its change to
+//! the holder. The writer's state is behind a lock that each of them takes, one batch at a
+//! time, so batches stay serial and numbered in the order they applied. A home without a mirror group commits a batch as one record of the store's change
 //! log, synced on this thread before its operations are answered, and the store's tables are
 //! written at a checkpoint ([`how_to_commit`]; `store`). A mirrored home, and a checkpoint,
 //! commits to redb: a home's store syncs each such commit in the background ([`HomeFile`]), so
@@ -219,8 +221,8 @@ impl CommitMetrics {
         );
         registry.register(
             "weft_meta_inline_commits",
-            "Commits of a client's change made by its request's own thread, with no hand-off to \
-             the commit thread (the writer was free); also counted in weft_meta_commits",
+            "Commits of clients' changes made by a request's own thread, with no hand-off to \
+             the commit thread (flat combining); also counted in weft_meta_commits",
             metrics.inline.clone(),
         );
         registry.register(
@@ -271,6 +273,8 @@ pub(crate) struct Committer {
     /// each batch, and by a request's own thread for a client's change that can commit
     /// there ([`Committer::run_client_change`]).
     writer: Arc<std::sync::Mutex<Writer>>,
+    /// Clients' changes left for the next thread that holds the writer.
+    pending: Arc<Pending>,
     /// Slots of [`QUEUED_OPERATIONS_MAX`] operations in the queue or its batch.
     slots: tokio::sync::Semaphore,
     metrics: CommitMetrics,
@@ -301,8 +305,10 @@ impl Committer {
                 .spawn(move || flush_loop(&flusher_db, &flushing, &flusher_synced))
                 .expect("spawning the log's flusher");
         }
+        let pending = Arc::new(Pending::default());
         let writer = Arc::new(std::sync::Mutex::new(Writer {
             db,
+            pending: Arc::clone(&pending),
             syncs: syncs.clone(),
             checkpoint_bytes,
             answer_before_sync,
@@ -318,9 +324,10 @@ impl Committer {
             last_synced: Arc::clone(&last_synced),
         }));
         let thread_writer = Arc::clone(&writer);
+        let thread_pending = Arc::clone(&pending);
         std::thread::Builder::new()
             .name("weft-meta-commit".into())
-            .spawn(move || writer_loop(&thread_writer, &receiver))
+            .spawn(move || writer_loop(&thread_writer, &thread_pending, &receiver))
             .expect("spawning the commit thread");
         let answer_metrics = metrics.clone();
         let answer_synced = Arc::clone(&last_synced);
@@ -340,6 +347,7 @@ impl Committer {
             last_synced,
             queue,
             writer,
+            pending,
             slots: tokio::sync::Semaphore::new(QUEUED_OPERATIONS_MAX),
             metrics,
         }
@@ -433,12 +441,13 @@ impl Committer {
         self.run_queued(op, false).await
     }
 
-    /// Runs a client's change `op` as [`Committer::run_eventual`] does; on the calling
-    /// thread, in a batch of its own, when nothing else is committing, the home answers
+    /// Runs a client's change `op` as [`Committer::run_eventual`] does; when the home answers
     /// before the sync and has no mirror group, and no sync of redb runs (a commit would wait
-    /// for it). Such a change is numbered and answered once logged ([`Answered::Numbered`]),
-    /// so its commit is an append to the log without a sync: the request's thread does it in
-    /// less time than the two hand-offs to the writer thread and back would take. Anything
+    /// for it), on the calling thread if it finds the writer free, with every client change
+    /// left meanwhile, or else on the thread that holds it ([`Committer::combine`]). Such a
+    /// change is numbered and answered once logged ([`Answered::Numbered`]), so its commit is
+    /// an append to the log without a sync: a request's thread does it in less time than the
+    /// two hand-offs to the writer thread and back would take. Anything
     /// else (a change that turns out to wait for its sync, a checkpoint the log's size asks
     /// for) is committed the same way, synced on the calling thread once the runtime's other
     /// tasks on it went to another thread ([`may_block`]).
@@ -456,16 +465,12 @@ impl Committer {
         let (answer, receiver) = oneshot::channel();
         self.metrics.queued.inc();
         let queued = Queued::Op(op, answer);
-        let queued = if inline {
-            self.commit_here(queued)
-        } else {
-            Some(queued)
-        };
-        let Some(queued) = queued else {
+        if inline {
+            self.combine(queued);
             return receiver
                 .await
                 .map_err(|_| OpError::Store(StoreError::Stopped))?;
-        };
+        }
         if self.queue.send(queued).is_err() {
             self.metrics.queued.dec();
             return Err(OpError::Store(StoreError::Stopped));
@@ -477,34 +482,69 @@ impl Committer {
 }
 
 impl Committer {
-    /// Commits `queued` on this thread if it is the only operation queued or committing,
-    /// the writer is free and the home commits client changes inline; hands it back
-    /// otherwise. Under concurrency the writer thread's batches share one commit among many
-    /// operations, which costs less than a commit each.
-    fn commit_here(&self, queued: Queued) -> Option<Queued> {
-        if self.slots.available_permits() + 1 < QUEUED_OPERATIONS_MAX {
-            return Some(queued);
+    /// Leaves a client's change `queued` for whichever thread holds the writer next, and
+    /// commits what is left so on this thread while the writer is free (flat combining): a
+    /// change alone commits on its request's own thread, with no hand-off, and changes that
+    /// arrive while a commit runs are committed together by the thread that held the writer,
+    /// one hand-off each, where the writer thread's batches cost two (to it and back). When the
+    /// home does not commit client changes inline (a mirrored home, a sync of redb running,
+    /// every change synced before its answer), they go to the writer thread instead.
+    fn combine(&self, queued: Queued) {
+        lock_pending(&self.pending).push_back(queued);
+        loop {
+            let Ok(mut writer) = self.writer.try_lock() else {
+                // Its holder takes what is left once it lets go of the writer.
+                return;
+            };
+            while let Some(first) = take_pending(&self.pending) {
+                if !writer.commits_inline() {
+                    let mut next = Some(first);
+                    while let Some(queued) = next {
+                        if let Err(mpsc::SendError(queued)) = self.queue.send(queued) {
+                            // The writer stopped: the change's answer is dropped, and its
+                            // request told so.
+                            drop(queued);
+                            self.metrics.queued.dec();
+                        }
+                        next = take_pending(&self.pending);
+                    }
+                    break;
+                }
+                let nudge = writer.commit(Some(first), None);
+                self.metrics.inline.inc();
+                if nudge {
+                    let _ = self.queue.send(Queued::Nudge);
+                }
+            }
+            drop(writer);
+            // A change left while this thread held the writer, by a thread that found it
+            // taken, is this thread's to commit.
+            if lock_pending(&self.pending).is_empty() {
+                return;
+            }
         }
-        let Ok(mut writer) = self.writer.try_lock() else {
-            return Some(queued);
-        };
-        if !writer.commits_inline() {
-            return Some(queued);
-        }
-        let nudge = writer.commit(Some(queued), None);
-        drop(writer);
-        self.metrics.inline.inc();
-        if nudge {
-            let _ = self.queue.send(Queued::Nudge);
-        }
-        None
     }
+}
+
+/// Client changes left for the next thread that holds the writer ([`Committer::combine`]).
+type Pending = std::sync::Mutex<std::collections::VecDeque<Queued>>;
+
+fn lock_pending(
+    pending: &Pending,
+) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Queued>> {
+    pending.lock().expect("pending changes poisoned")
+}
+
+fn take_pending(pending: &Pending) -> Option<Queued> {
+    lock_pending(pending).pop_front()
 }
 
 /// What commits, and what it keeps between batches. One batch at a time: the writer thread
 /// and a request's thread take it in turn ([`Committer::run_client_change`]).
 struct Writer {
     db: Arc<Database>,
+    /// Clients' changes left for whoever holds the writer, which its batches take too.
+    pending: Arc<Pending>,
     syncs: Option<Arc<HomeLink>>,
     checkpoint_bytes: u64,
     answer_before_sync: bool,
@@ -588,7 +628,7 @@ impl Writer {
         let batch = commit_batch(
             (&self.db, self.checkpoint_bytes, self.answer_before_sync),
             (std::mem::take(&mut self.tidies), first),
-            (receiver, self.numbered),
+            (receiver, &self.pending, self.numbered),
             syncs,
         );
         let metrics = &self.metrics;
@@ -672,20 +712,49 @@ fn may_block<T>(blocks: bool, work: impl FnOnce() -> T) -> T {
     }
 }
 
-/// The writer thread: commits what is queued, in batches, and what waits for a deadline.
-fn writer_loop(writer: &std::sync::Mutex<Writer>, receiver: &mpsc::Receiver<Queued>) {
+/// The writer thread: commits what is queued, in batches, what waits for a deadline, and the
+/// clients' changes left for it while it held the writer ([`Committer::combine`]).
+fn writer_loop(
+    writer: &std::sync::Mutex<Writer>,
+    pending: &Pending,
+    receiver: &mpsc::Receiver<Queued>,
+) {
     let lock = || writer.lock().expect("metadata writer poisoned");
+    let mut received = None;
+    // Whether the last wait ended at a deadline.
+    let mut waited = false;
     loop {
         let deadline = {
             let mut writer = lock();
+            // Bookkeeping waits for an operation to ride with, or until it waited long enough.
+            let first = match received.take() {
+                None | Some(Queued::Nudge) => None,
+                Some(Queued::Tidy(op)) => writer.hold(op).map(Queued::Tidy),
+                Some(queued) => Some(queued),
+            };
+            let tidy_due = waited
+                && writer
+                    .tidy_since
+                    .is_some_and(|since| since.elapsed() >= TIDY_HOLD_MAX);
+            if first.is_some() || tidy_due {
+                writer.commit(first, Some(receiver));
+            }
+            while let Some(first) = take_pending(pending) {
+                writer.commit(Some(first), Some(receiver));
+            }
             writer.sync_if_due();
             writer.deadline()
         };
-        let received = match deadline {
+        waited = false;
+        // A change left while this thread held the writer, by a thread that found it taken.
+        if !lock_pending(pending).is_empty() {
+            continue;
+        }
+        match deadline {
             Some(deadline) => {
                 match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(queued) => Some(queued),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Ok(queued) => received = Some(queued),
+                    Err(mpsc::RecvTimeoutError::Timeout) => waited = true,
                     Err(mpsc::RecvTimeoutError::Disconnected) => {
                         let writer = lock();
                         sync_now(
@@ -698,28 +767,10 @@ fn writer_loop(writer: &std::sync::Mutex<Writer>, receiver: &mpsc::Receiver<Queu
                 }
             }
             None => match receiver.recv() {
-                Ok(queued) => Some(queued),
+                Ok(queued) => received = Some(queued),
                 Err(_) => return,
             },
-        };
-        let mut writer = lock();
-        // Bookkeeping waits for an operation to ride with, or until it waited long enough.
-        let first = match received {
-            Some(Queued::Nudge) => continue,
-            Some(Queued::Tidy(op)) => match writer.hold(op) {
-                None => continue,
-                Some(op) => Some(Queued::Tidy(op)),
-            },
-            Some(queued) => Some(queued),
-            None if writer
-                .tidy_since
-                .is_some_and(|since| since.elapsed() >= TIDY_HOLD_MAX) =>
-            {
-                None
-            }
-            None => continue,
-        };
-        writer.commit(first, Some(receiver));
+        }
     }
 }
 
@@ -806,7 +857,7 @@ const GATHER_POLL: Duration = Duration::from_micros(100);
 fn commit_batch(
     (db, checkpoint_bytes, answer_before_sync): (&Database, u64, bool),
     (tidies, first): (Vec<TidyOp>, Option<Queued>),
-    (receiver, mut numbered): (Option<&mpsc::Receiver<Queued>>, u64),
+    (receiver, pending, mut numbered): (Option<&mpsc::Receiver<Queued>>, &Pending, u64),
     syncs: Option<&HomeLink>,
 ) -> Committed {
     let started = Instant::now();
@@ -878,12 +929,14 @@ fn commit_batch(
         if results.len() + early.len() + numbered_early.len() >= BATCH_OPERATIONS_MAX {
             break;
         }
-        let Some(receiver) = receiver else { break };
-        next = receiver.try_recv().ok();
+        next = receiver
+            .and_then(|receiver| receiver.try_recv().ok())
+            .or_else(|| take_pending(pending));
+        let Some(receiver) = receiver else { continue };
         while next.is_none() && syncs.is_some_and(HomeLink::syncing) {
             match receiver.recv_timeout(GATHER_POLL) {
                 Ok(queued) => next = Some(queued),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => next = take_pending(pending),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }

@@ -980,3 +980,75 @@ async fn a_store_failure_inside_a_local_operation_commits_none_of_it() {
     );
     assert!(table.get(902).expect("get").is_some());
 }
+
+/// Clients' changes are committed by whichever request's thread finds the writer free, with
+/// every change left meanwhile by threads that found it taken (flat combining): under many
+/// concurrent changes each is applied once and answered, and none stays behind in the list of
+/// changes left for a holder of the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_client_changes_are_each_committed_once_whoever_commits_them() {
+    const ROWS: crate::store::TableDefinition<u64, u64> =
+        crate::store::TableDefinition::new("combined_rows");
+    const TASKS: u64 = 64;
+    const CHANGES: u64 = 40;
+    let directory = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(
+        Database::create(directory.path().join("meta.redb"))
+            .expect("db")
+            .0,
+    );
+    let metrics = crate::commit::CommitMetrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    );
+    // A home that answers before the sync and has no mirror group: its clients' changes are
+    // committed by requests' own threads.
+    let committer = Arc::new(Committer::start(
+        (Arc::clone(&db), 0),
+        None,
+        metrics,
+        (crate::config::CHECKPOINT_BYTES_DEFAULT, true, None),
+    ));
+    // Made first: a batch that opens a table new to the store is a checkpoint.
+    committer
+        .run_with(|txn| txn.open_table(ROWS).map(drop).map_err(OpError::from))
+        .await
+        .expect("the table");
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let committer = Arc::clone(&committer);
+            tokio::spawn(async move {
+                for change in 0..CHANGES {
+                    let key = task * 1000 + change;
+                    let replaced = committer
+                        .run_client_change_with(move |txn| {
+                            let mut rows = txn.open_table(ROWS)?;
+                            let replaced = rows.insert(key, key * 2)?.map(|value| value.value());
+                            // Answered once synced, so no deadline of the writer thread's
+                            // comes to take a change left behind.
+                            Ok((replaced, Answered::Durable))
+                        })
+                        .await
+                        .expect("committed");
+                    assert_eq!(replaced, None, "change {key} applied once");
+                }
+            })
+        })
+        .collect();
+    let answered = tokio::time::timeout(
+        std::time::Duration::from_secs(300),
+        futures::future::try_join_all(tasks),
+    )
+    .await
+    .expect("every change answered: none was left behind for a holder of the writer");
+    answered.expect("no task failed");
+    let read = db.begin_read().expect("read");
+    let rows = read.open_table(ROWS).expect("rows");
+    assert_eq!(rows.len().expect("len"), TASKS * CHANGES);
+    for task in 0..TASKS {
+        for change in 0..CHANGES {
+            let key = task * 1000 + change;
+            let value = rows.get(key).expect("get").map(|value| value.value());
+            assert_eq!(value, Some(key * 2), "the row of change {key}");
+        }
+    }
+}
