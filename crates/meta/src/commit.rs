@@ -492,11 +492,31 @@ impl Committer {
     fn combine(&self, queued: Queued) {
         lock_pending(&self.pending).push_back(queued);
         loop {
-            let Ok(mut writer) = self.writer.try_lock() else {
+            let mut writer = match self.writer.try_lock() {
+                Ok(writer) => writer,
                 // Its holder takes what is left once it lets go of the writer.
-                return;
+                Err(std::sync::TryLockError::WouldBlock) => return,
+                Err(std::sync::TryLockError::Poisoned(_)) => {
+                    // A commit panicked: nothing commits any more, and every change left is
+                    // answered so (its answer dropped) rather than kept waiting.
+                    while let Some(queued) = take_pending(&self.pending) {
+                        drop(queued);
+                        self.metrics.queued.dec();
+                    }
+                    return;
+                }
             };
+            let mut batches = 0;
             while let Some(first) = take_pending(&self.pending) {
+                if batches == COMBINED_BATCHES_MAX {
+                    // Under a steady stream of changes one request's thread would commit for
+                    // ever, its own answer waiting: the writer thread takes the rest.
+                    lock_pending(&self.pending).push_front(first);
+                    drop(writer);
+                    let _ = self.queue.send(Queued::Nudge);
+                    return;
+                }
+                batches += 1;
                 if !writer.commits_inline() {
                     let mut next = Some(first);
                     while let Some(queued) = next {
@@ -516,6 +536,9 @@ impl Committer {
                     let _ = self.queue.send(Queued::Nudge);
                 }
             }
+            // What was answered before its sync is synced once due, whichever thread holds
+            // the writer when it falls due.
+            may_block(true, || writer.sync_if_due());
             drop(writer);
             // A change left while this thread held the writer, by a thread that found it
             // taken, is this thread's to commit.
@@ -525,6 +548,10 @@ impl Committer {
         }
     }
 }
+
+/// Most batches a request's thread commits in a row before it leaves the rest to the writer
+/// thread ([`Committer::combine`]).
+const COMBINED_BATCHES_MAX: usize = 4;
 
 /// Client changes left for the next thread that holds the writer ([`Committer::combine`]).
 type Pending = std::sync::Mutex<std::collections::VecDeque<Queued>>;
@@ -741,6 +768,8 @@ fn writer_loop(
             }
             while let Some(first) = take_pending(pending) {
                 writer.commit(Some(first), Some(receiver));
+                // Due even while changes keep coming.
+                writer.sync_if_due();
             }
             writer.sync_if_due();
             writer.deadline()

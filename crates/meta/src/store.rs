@@ -774,8 +774,14 @@ impl WriteTransaction {
                 .borrow_mut()
                 .push((name.to_owned(), TableType::of::<K, V>()));
         }
+        // A table deleted in this transaction holds only what was written since.
+        let deleted = self.deleted.borrow().iter().any(|gone| gone == name);
         Ok(Table {
-            stored: self.tables.table(definition)?,
+            stored: if deleted {
+                None
+            } else {
+                self.tables.table(definition)?
+            },
             name: name.to_owned(),
             txn: self,
         })
@@ -1046,18 +1052,18 @@ impl WriteTransaction {
             Durability::None
         });
         redb.commit()?;
-        store
-            .types
-            .lock()
-            .expect("table types poisoned")
-            .extend(self.new_tables.take());
+        store.types.lock().expect("table types poisoned").extend(
+            self.new_tables
+                .take()
+                .into_iter()
+                .filter(|(name, _)| !deleted.contains(name)),
+        );
         // Every read and batch from now on starts from the tables as this checkpoint left
         // them; one that started before keeps the tables and rows it took.
         let tables = Tables::of(&store.db).inspect_err(|_| {
-            // Reads would go on from the tables before it: the home is opened again.
-            if let Some(log) = store.log.lock().expect("store log poisoned").as_mut() {
-                log.set_broken();
-            }
+            // Reads would go on from the tables before it: nothing more commits, and the
+            // home is opened again.
+            store.stale.store(true, std::sync::atomic::Ordering::SeqCst);
         })?;
         // Only the write transaction's holder changes what is published.
         *store.published.lock().expect("published rows poisoned") = Arc::new(Published {
@@ -1125,6 +1131,9 @@ struct Shared {
     /// Whether the rows the log held when the store opened are in the tables
     /// ([`Store::replay_log`]): until then no checkpoint may say the tables hold them.
     replayed: std::sync::atomic::AtomicBool,
+    /// Whether a checkpoint committed but its tables could not be published: what is
+    /// published is older than the store, and no write transaction begins any more.
+    stale: std::sync::atomic::AtomicBool,
     /// Last, so that the tables' read transaction ends before the database.
     db: redb::Database,
 }
@@ -1197,6 +1206,7 @@ impl Store {
                 log: Mutex::new(log),
                 writing: Mutex::new(()),
                 replayed: std::sync::atomic::AtomicBool::new(logged.records.is_empty()),
+                stale: std::sync::atomic::AtomicBool::new(false),
                 db,
             }),
         };
@@ -1298,14 +1308,17 @@ impl Store {
         self.shared.sync_log()
     }
 
-    /// Whether a write or a sync of the log failed: the home must be opened again.
+    /// Whether a write or a sync of the log failed, or a checkpoint's tables could not be
+    /// published: the home must be opened again.
     pub(crate) fn log_broken(&self) -> bool {
-        self.shared
-            .log
-            .lock()
-            .expect("store log poisoned")
-            .as_ref()
-            .is_some_and(Log::broken)
+        self.shared.stale.load(std::sync::atomic::Ordering::SeqCst)
+            || self
+                .shared
+                .log
+                .lock()
+                .expect("store log poisoned")
+                .as_ref()
+                .is_some_and(Log::broken)
     }
 
     /// Whether a batch with its rows in `txn` can be logged: the store has a log whose records
@@ -1379,6 +1392,11 @@ impl Store {
     /// The transaction of the next commit. One at a time: a second waits for the first to end.
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
         let turn = Turn::take(&self.shared);
+        if self.shared.stale.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(log_failed(std::io::Error::other(
+                "a checkpoint's tables could not be read back: the store is opened again",
+            )));
+        }
         let published = Arc::clone(
             &self
                 .shared

@@ -1052,3 +1052,47 @@ async fn concurrent_client_changes_are_each_committed_once_whoever_commits_them(
         }
     }
 }
+
+/// A commit that panics leaves the writer poisoned: the client changes that come after are
+/// answered with an error at once, none left waiting for a holder of the writer that will
+/// never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_changes_after_a_commit_panicked_are_refused_not_kept_waiting() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(
+        Database::create(directory.path().join("meta.redb"))
+            .expect("db")
+            .0,
+    );
+    let metrics = crate::commit::CommitMetrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    );
+    let committer = Arc::new(Committer::start(
+        (Arc::clone(&db), 0),
+        None,
+        metrics,
+        (crate::config::CHECKPOINT_BYTES_DEFAULT, true, None),
+    ));
+    let panicking = Arc::clone(&committer);
+    let panicked = tokio::spawn(async move {
+        panicking
+            .run_client_change_with(|_| -> Result<((), Answered), OpError> {
+                panic!("an operation that panics while it commits")
+            })
+            .await
+    })
+    .await;
+    assert!(panicked.is_err_and(|error| error.is_panic()));
+    for _ in 0..3 {
+        let refused = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            committer.run_client_change_with(|_| Ok(((), Answered::Committed))),
+        )
+        .await
+        .expect("answered, not kept waiting");
+        assert!(
+            refused.is_err(),
+            "nothing commits after a panic: {refused:?}"
+        );
+    }
+}
