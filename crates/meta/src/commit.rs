@@ -538,7 +538,9 @@ impl Committer {
             }
             // What was answered before its sync is synced once due, whichever thread holds
             // the writer when it falls due.
-            may_block(true, || writer.sync_if_due());
+            if writer.sync_due() {
+                may_block(true, || writer.sync_if_due());
+            }
             drop(writer);
             // A change left while this thread held the writer, by a thread that found it
             // taken, is this thread's to commit.
@@ -610,16 +612,25 @@ impl Writer {
     /// Syncs what was answered before its sync once it waited long enough, or once enough of
     /// it waits.
     fn sync_if_due(&mut self) {
-        if let Some(since) = self.unsynced_since {
-            let syncs = self.syncs.as_deref();
-            let full = syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX)
-                || self.db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX;
-            if full || since.elapsed() >= self.unsynced_max() {
-                sync_now(&self.db, syncs, (self.numbered, &self.last_synced));
-                self.metrics.deferred_syncs.inc();
-                self.unsynced_since = None;
-            }
+        if self.sync_due() {
+            sync_now(
+                &self.db,
+                self.syncs.as_deref(),
+                (self.numbered, &self.last_synced),
+            );
+            self.metrics.deferred_syncs.inc();
+            self.unsynced_since = None;
         }
+    }
+
+    /// Whether what was answered before its sync waited long enough, or enough of it waits.
+    fn sync_due(&self) -> bool {
+        self.unsynced_since.is_some_and(|since| {
+            let syncs = self.syncs.as_deref();
+            syncs.is_some_and(|link| link.unsynced_bytes() >= UNSYNCED_BYTES_MAX)
+                || self.db.unsynced_log_bytes() >= UNSYNCED_BYTES_MAX
+                || since.elapsed() >= self.unsynced_max()
+        })
     }
 
     /// When the writer thread next has something to do without an operation: a sync of
