@@ -1005,7 +1005,7 @@ impl WriteTransaction {
             Some(redb) => redb,
             None => store.db.begin_write()?,
         };
-        let previous = Arc::clone(&store.published.lock().expect("published rows poisoned"));
+        let previous = store.published();
         let of_logged = !previous.changes.is_empty();
         // The tables first opened in this transaction are made, even without rows.
         let deleted = self.deleted.take();
@@ -1139,6 +1139,11 @@ struct Shared {
 }
 
 impl Shared {
+    /// The store as of the last commit.
+    fn published(&self) -> Arc<Published> {
+        Arc::clone(&self.published.lock().expect("published rows poisoned"))
+    }
+
     /// Writes and syncs every record appended so far. Records are written in order: one
     /// writer at a time takes what is appended and syncs it before the next takes the records
     /// after them, so a sync that finds nothing to take finds everything before it synced
@@ -1379,14 +1384,9 @@ impl Store {
 
     /// A snapshot of the last commit.
     pub(crate) fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
-        let published = Arc::clone(
-            &self
-                .shared
-                .published
-                .lock()
-                .expect("published rows poisoned"),
-        );
-        Ok(ReadTransaction { published })
+        Ok(ReadTransaction {
+            published: self.shared.published(),
+        })
     }
 
     /// The transaction of the next commit. One at a time: a second waits for the first to end.
@@ -1397,13 +1397,7 @@ impl Store {
                 "a checkpoint's tables could not be read back: the store is opened again",
             )));
         }
-        let published = Arc::clone(
-            &self
-                .shared
-                .published
-                .lock()
-                .expect("published rows poisoned"),
-        );
+        let published = self.shared.published();
         Ok(WriteTransaction {
             tables: Arc::clone(&published.tables),
             redb: std::cell::OnceCell::new(),

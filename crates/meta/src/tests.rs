@@ -981,6 +981,27 @@ async fn a_store_failure_inside_a_local_operation_commits_none_of_it() {
     assert!(table.get(902).expect("get").is_some());
 }
 
+/// The committer of a home that answers before the sync and has no mirror group, on a store of
+/// its own: its clients' changes are committed by requests' own threads.
+fn answering_before_sync() -> (tempfile::TempDir, Arc<Database>, Arc<Committer>) {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(
+        Database::create(directory.path().join("meta.redb"))
+            .expect("db")
+            .0,
+    );
+    let metrics = crate::commit::CommitMetrics::register(
+        &mut prometheus_client::registry::Registry::default(),
+    );
+    let committer = Arc::new(Committer::start(
+        (Arc::clone(&db), 0),
+        None,
+        metrics,
+        (crate::config::CHECKPOINT_BYTES_DEFAULT, true, None),
+    ));
+    (directory, db, committer)
+}
+
 /// Clients' changes are committed by whichever request's thread finds the writer free, with
 /// every change left meanwhile by threads that found it taken (flat combining): under many
 /// concurrent changes each is applied once and answered, and none stays behind in the list of
@@ -991,23 +1012,7 @@ async fn concurrent_client_changes_are_each_committed_once_whoever_commits_them(
         crate::store::TableDefinition::new("combined_rows");
     const TASKS: u64 = 64;
     const CHANGES: u64 = 40;
-    let directory = tempfile::tempdir().expect("tempdir");
-    let db = Arc::new(
-        Database::create(directory.path().join("meta.redb"))
-            .expect("db")
-            .0,
-    );
-    let metrics = crate::commit::CommitMetrics::register(
-        &mut prometheus_client::registry::Registry::default(),
-    );
-    // A home that answers before the sync and has no mirror group: its clients' changes are
-    // committed by requests' own threads.
-    let committer = Arc::new(Committer::start(
-        (Arc::clone(&db), 0),
-        None,
-        metrics,
-        (crate::config::CHECKPOINT_BYTES_DEFAULT, true, None),
-    ));
+    let (_directory, db, committer) = answering_before_sync();
     // Made first: a batch that opens a table new to the store is a checkpoint.
     committer
         .run_with(|txn| txn.open_table(ROWS).map(drop).map_err(OpError::from))
@@ -1058,21 +1063,7 @@ async fn concurrent_client_changes_are_each_committed_once_whoever_commits_them(
 /// never come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_changes_after_a_commit_panicked_are_refused_not_kept_waiting() {
-    let directory = tempfile::tempdir().expect("tempdir");
-    let db = Arc::new(
-        Database::create(directory.path().join("meta.redb"))
-            .expect("db")
-            .0,
-    );
-    let metrics = crate::commit::CommitMetrics::register(
-        &mut prometheus_client::registry::Registry::default(),
-    );
-    let committer = Arc::new(Committer::start(
-        (Arc::clone(&db), 0),
-        None,
-        metrics,
-        (crate::config::CHECKPOINT_BYTES_DEFAULT, true, None),
-    ));
+    let (_directory, _db, committer) = answering_before_sync();
     let panicking = Arc::clone(&committer);
     let panicked = tokio::spawn(async move {
         panicking
