@@ -646,6 +646,10 @@ fn log_level_and_metrics_address_are_set_in_config() {
         .expect("weft serve mgmt");
     let mut process = ProcessGuard::new(child, scratch.path());
     wait_until("management to serve", || {
+        if let Some(status) = process.exited() {
+            let log = fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("management exited ({status}) instead of serving:\n{log}");
+        }
         http_get(&address, "/metrics").is_ok_and(|(code, _)| code == 200)
     })
     .expect("management serves");

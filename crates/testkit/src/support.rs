@@ -78,8 +78,26 @@ fn dechunk(mut text: &str) -> Result<String> {
 /// # Errors
 /// When no port can be bound.
 pub fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+    use std::hash::{BuildHasher, Hasher};
+    // A port from the kernel's ephemeral range can be taken, between this call and the
+    // service's bind, as the local end of any test's outgoing connection; so the port is
+    // drawn at random from below that range and tried.
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let floor = 10_000.min(ephemeral_low / 2);
+    let span = u64::from(ephemeral_low - floor);
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0u32..1_000 {
+        let mut hasher = random.build_hasher();
+        hasher.write_u32(attempt);
+        let port = floor + (hasher.finish() % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port between {floor} and {ephemeral_low}")
 }
 
 /// Whether `path` is a mount point in /proc/mounts.

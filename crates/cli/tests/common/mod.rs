@@ -112,6 +112,11 @@ impl ProcessGuard {
         }
     }
 
+    /// How the process ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// Waits for the process to exit.
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child
