@@ -24,7 +24,8 @@ struct TargetOpLabels {
     op: &'static str,
 }
 
-/// The families a storage server adds to its registry.
+/// The families a storage server adds to its registry (a clone counts into the same ones).
+#[derive(Clone)]
 pub(crate) struct TargetMetrics {
     operations: Family<TargetOpLabels, Counter>,
     durations: LatencyFamily<TargetOpLabels>,
