@@ -117,8 +117,11 @@ const ROOT_TRY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long [`Client::wait_for_root`] waits between tries.
 const ROOT_RETRY_SLICE: Duration = Duration::from_millis(500);
 
-/// How long a closed handle waits for others to be told to its metadata server with.
-const RELEASE_GATHER: Duration = Duration::from_millis(2);
+/// How long a closed handle waits for others to be told to its metadata server with. A
+/// process that writes small files one after another (an untar, mdtest's hard shape) closes
+/// one every millisecond or so: this gathers tens of closes into one request. An unlink from
+/// this client sends what is gathered for its server first ([`Client::unlink`]).
+const RELEASE_GATHER: Duration = Duration::from_millis(20);
 
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
 const BUSY_RETRY_SLICE: Duration = Duration::from_millis(20);

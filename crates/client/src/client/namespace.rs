@@ -304,6 +304,11 @@ impl Client {
         parent: InodeId,
         name: &str,
     ) -> Result<Option<InodeAttr>, ClientError> {
+        // The closes gathered for the server of the name go first: a file closed here and
+        // now removed is disposed of at the unlink, not kept as an orphan until its release
+        // comes. (Those for other servers wait their turn: one that is down must not hold up
+        // this unlink.)
+        self.send_releases(self.holder(parent, name).home()).await;
         let (mutation, _guard) = self.begin_mutation();
         self.on_holder(parent, name, |meta, holder| async move {
             meta.unlink(mutation, holder, name).await
