@@ -385,30 +385,17 @@ impl Storage {
         target: Arc<Target>,
         inodes: Vec<InodeId>,
     ) -> Result<(), WireError> {
-        let verifier = self.mirror.unsynced_boot();
         let metrics = self.metrics.clone();
-        let work = move || {
+        blocking(move || {
             for inode in inodes {
-                let remove = StorageRequest::Remove {
-                    target: target.id,
-                    mirror: None,
-                    inode,
-                    tag: None,
-                };
-                let disk_op = metrics.start(target.id, (&remove).into());
-                let removed = on_target(&target, remove, Bytes::new(), verifier);
+                let disk_op = metrics.start(target.id, "remove");
+                let removed = target.remove(ObjectId::new(Space::Plain, inode));
                 disk_op.finish(0, 0);
                 removed?;
             }
             Ok(())
-        };
-        match tokio::task::spawn_blocking(work).await {
-            Ok(result) => result,
-            Err(join) => Err(WireError::new(
-                ErrorCode::Internal,
-                format!("storage task failed: {join}"),
-            )),
-        }
+        })
+        .await
     }
 
     /// Refuses a seal a client sends (only a group's primary seals, on its members), and
