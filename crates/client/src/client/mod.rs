@@ -119,8 +119,9 @@ const ROOT_RETRY_SLICE: Duration = Duration::from_millis(500);
 
 /// How long a closed handle waits for others to be told to its metadata server with. A
 /// process that writes small files one after another (an untar, mdtest's hard shape) closes
-/// one every millisecond or so: this gathers tens of closes into one request. An unlink from
-/// this client sends what is gathered for its server first ([`Client::unlink`]).
+/// one every millisecond or so: this gathers tens of closes into one request. An unlink, and
+/// a request for room under a hard quota, sends what is gathered for its server first
+/// ([`Client::unlink`], [`Client::reserve`]).
 const RELEASE_GATHER: Duration = Duration::from_millis(20);
 
 /// How long a create waits, in slices, for a spread directory's rmdir to finish.
@@ -723,6 +724,9 @@ impl Client {
         handle: u64,
         to: u64,
     ) -> Result<u64, ClientError> {
+        // The closes gathered for the file's home go first: the room of a handle closed here
+        // is given back before this asks for more.
+        self.send_releases(inode.home()).await;
         let client = self.id();
         let (to, capability) = self
             .through_grace(inode, |meta| async move {
